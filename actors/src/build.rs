@@ -1,0 +1,393 @@
+//! The Build actor: one per running build. It places the build's task step
+//! on a worker, streams the inputs into volumes (in parallel), runs the task
+//! in a container, keeps the outputs as artifacts and records every event.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, watch};
+
+use crate::artifact_store::ArtifactStore;
+use crate::db::{BuildStatus, Db, HandleKind};
+use crate::error::EngineError;
+use crate::events::{BuildEvent, EventHub, EventSink, Utf8Carry};
+use crate::runtime::{ProcessIo, ProcessSignal, Worker};
+use crate::scheduler::{Constraints, ReleasePlacement, Scheduler, SelectWorker};
+use crate::spec::{
+    ContainerSpec, Encoding, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec, VolumeSpec,
+    VolumeStrategy,
+};
+use crate::task_config::TaskConfig;
+
+/// Name of the single step of a one-off build.
+pub const ONE_OFF_STEP: &str = "task";
+
+/// The plan of a one-off build (`gantry execute`): one task step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OneOffPlan {
+    /// The task's configuration.
+    pub config: TaskConfig,
+    /// Artifact id for each input name.
+    #[serde(default)]
+    pub inputs: BTreeMap<String, String>,
+    /// Tags a worker must have.
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+/// What every build needs from the web node.
+#[derive(Clone)]
+pub struct BuildDeps {
+    /// Where builds, events and rows are stored.
+    pub db: Db,
+    /// Live event fan-out.
+    pub hub: EventHub,
+    /// Places steps.
+    pub scheduler: Addr<Scheduler>,
+    /// Stores inputs and outputs.
+    pub artifacts: Arc<dyn ArtifactStore>,
+    /// Encoding of streams to and from workers.
+    pub encoding: Encoding,
+}
+
+/// Asks a running build to stop.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct AbortBuild;
+
+/// One running build.
+pub struct Build {
+    /// Build id.
+    id: i64,
+    /// Owning team.
+    team: String,
+    /// The plan, taken when the build starts.
+    plan: Option<OneOffPlan>,
+    /// Shared services.
+    deps: BuildDeps,
+    /// Set to true to abort.
+    abort: watch::Sender<bool>,
+}
+
+impl Build {
+    /// A build ready to run; start it with [`Actor::start`].
+    pub fn new(id: i64, team: String, plan: OneOffPlan, deps: BuildDeps) -> Self {
+        Build {
+            id,
+            team,
+            plan: Some(plan),
+            deps,
+            abort: watch::channel(false).0,
+        }
+    }
+}
+
+impl Actor for Build {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let Some(plan) = self.plan.take() else {
+            return;
+        };
+        let run = BuildRun {
+            id: self.id,
+            team: self.team.clone(),
+            deps: self.deps.clone(),
+            sink: EventSink::new(self.id, self.deps.db.clone(), self.deps.hub.clone()),
+            abort: self.abort.subscribe(),
+        };
+        run.run(plan).into_actor(self).map(|_, _, ctx| ctx.stop()).spawn(ctx);
+    }
+}
+
+impl Handler<AbortBuild> for Build {
+    type Result = ();
+    fn handle(&mut self, _: AbortBuild, _: &mut Context<Self>) {
+        let _ = self.abort.send(true);
+    }
+}
+
+/// How a step ended.
+enum StepEnd {
+    /// The process exited with this status.
+    Exited(i32),
+    /// Aborted by a user.
+    Aborted,
+}
+
+/// The state of one build's run, owned by its future.
+struct BuildRun {
+    id: i64,
+    team: String,
+    deps: BuildDeps,
+    sink: EventSink,
+    abort: watch::Receiver<bool>,
+}
+
+/// What a step created on its worker, to clean up afterwards.
+#[derive(Default)]
+struct Created {
+    containers: Vec<String>,
+    volumes: Vec<String>,
+}
+
+impl BuildRun {
+    async fn run(mut self, plan: OneOffPlan) {
+        let _ = self.sink.emit(&BuildEvent::status(BuildStatus::Started, None)).await;
+        let constraints = Constraints {
+            team: self.team.clone(),
+            platform: plan.config.platform.clone(),
+            tags: plan.tags.clone(),
+        };
+        let placement = match self.deps.scheduler.send(SelectWorker(constraints)).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => return self.finish(BuildStatus::Errored, None, Some(e.to_string())).await,
+            Err(e) => return self.finish(BuildStatus::Errored, None, Some(e.to_string())).await,
+        };
+        let worker = placement.worker.clone();
+        let _ = self.deps.db.start_build(self.id, &worker).await;
+        let _ = self
+            .sink
+            .emit(&BuildEvent::SelectedWorker {
+                step: ONE_OFF_STEP.into(),
+                worker: worker.clone(),
+                time: crate::db::now_ms(),
+            })
+            .await;
+        let mut created = Created::default();
+        let result = self.run_task(&plan, placement.client.clone(), &mut created).await;
+        self.deps.scheduler.do_send(ReleasePlacement { worker: worker.clone() });
+        self.cleanup(placement.client.as_ref(), created).await;
+        match result {
+            Ok(StepEnd::Exited(0)) => self.finish(BuildStatus::Succeeded, Some(0), None).await,
+            Ok(StepEnd::Exited(n)) => self.finish(BuildStatus::Failed, Some(n), None).await,
+            Ok(StepEnd::Aborted) => self.finish(BuildStatus::Aborted, None, None).await,
+            Err(e) => self.finish(BuildStatus::Errored, None, Some(e.to_string())).await,
+        }
+    }
+
+    async fn finish(&mut self, status: BuildStatus, exit: Option<i32>, error: Option<String>) {
+        if let Some(msg) = &error {
+            tracing::warn!(build = self.id, "build errored: {msg}");
+            let _ = self
+                .sink
+                .emit(&BuildEvent::Error {
+                    message: msg.clone(),
+                    time: crate::db::now_ms(),
+                })
+                .await;
+        }
+        if let Err(e) = self.deps.db.finish_build(self.id, status, exit, error.as_deref()).await {
+            tracing::error!(build = self.id, "storing build status: {e}");
+        }
+        let _ = self.sink.emit(&BuildEvent::status(status, exit)).await;
+    }
+
+    async fn new_volume(
+        &self,
+        worker: &Arc<dyn Worker>,
+        created: &mut Created,
+    ) -> Result<Arc<dyn crate::runtime::Volume>, EngineError> {
+        let handle = uuid::Uuid::new_v4().to_string();
+        let db = &self.deps.db;
+        db.insert_handle(HandleKind::Volume, &handle, worker.name(), Some(self.id), None, &self.team)
+            .await?;
+        created.volumes.push(handle.clone());
+        let spec = VolumeSpec {
+            handle: handle.clone(),
+            strategy: VolumeStrategy::Empty,
+            privileged: false,
+            properties: BTreeMap::from([("build".to_string(), self.id.to_string())]),
+        };
+        let volume = worker.create_volume(&spec).await?;
+        db.set_handle_state(HandleKind::Volume, &handle, "created").await?;
+        Ok(volume)
+    }
+
+    async fn run_task(
+        &mut self,
+        plan: &OneOffPlan,
+        worker: Arc<dyn Worker>,
+        created: &mut Created,
+    ) -> Result<StepEnd, EngineError> {
+        let config = &plan.config;
+        let build_dir = format!("/tmp/build/{}", self.id);
+        let mut mounts = Vec::new();
+        let mut inputs = Vec::new();
+        for input in &config.inputs {
+            let Some(artifact) = plan.inputs.get(&input.name) else {
+                if input.optional {
+                    continue;
+                }
+                return Err(EngineError::Invalid(format!("input {:?} was not given", input.name)));
+            };
+            let volume = self.new_volume(&worker, created).await?;
+            mounts.push(MountSpec {
+                volume: volume.handle().to_string(),
+                path: format!("{build_dir}/{}", input.path),
+                readonly: false,
+            });
+            inputs.push((input.name.clone(), artifact.clone(), volume));
+        }
+        // Inputs stream in parallel.
+        let encoding = self.deps.encoding;
+        let store = self.deps.artifacts.clone();
+        futures::future::try_join_all(inputs.iter().map(|(name, artifact, volume)| {
+            let store = store.clone();
+            async move {
+                let body = store.open(artifact, encoding).await?;
+                volume.stream_in(".", encoding, body).await.map_err(|e| {
+                    EngineError::Invalid(format!("streaming input {name:?} to the worker: {e}"))
+                })
+            }
+        }))
+        .await?;
+        let mut outputs = Vec::new();
+        for output in &config.outputs {
+            let volume = self.new_volume(&worker, created).await?;
+            mounts.push(MountSpec {
+                volume: volume.handle().to_string(),
+                path: format!("{build_dir}/{}", output.path),
+                readonly: false,
+            });
+            outputs.push((output.name.clone(), volume));
+        }
+        for cache in &config.caches {
+            let volume = self.new_volume(&worker, created).await?;
+            mounts.push(MountSpec {
+                volume: volume.handle().to_string(),
+                path: format!("{build_dir}/{}", cache.path),
+                readonly: false,
+            });
+        }
+        let handle = uuid::Uuid::new_v4().to_string();
+        self.deps
+            .db
+            .insert_handle(
+                HandleKind::Container,
+                &handle,
+                worker.name(),
+                Some(self.id),
+                Some(ONE_OFF_STEP),
+                &self.team,
+            )
+            .await?;
+        created.containers.push(handle.clone());
+        let spec = ContainerSpec {
+            handle: handle.clone(),
+            rootfs: RootfsSpec::from_uri(config.rootfs_uri.as_deref()).map_err(EngineError::Invalid)?,
+            mounts,
+            env: config.params.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            limits: ResourceLimits {
+                memory: config.container_limits.memory,
+                cpu: config.container_limits.cpu,
+                pids: config.container_limits.pids,
+            },
+            hermetic: false,
+            properties: BTreeMap::from([
+                ("build".to_string(), self.id.to_string()),
+                ("step".to_string(), ONE_OFF_STEP.to_string()),
+            ]),
+        };
+        let container = worker.find_or_create_container(&spec).await?;
+        self.deps.db.set_handle_state(HandleKind::Container, &handle, "created").await?;
+        let dir = match &config.run.dir {
+            Some(d) if d.starts_with('/') => d.clone(),
+            Some(d) => format!("{build_dir}/{d}"),
+            None => build_dir.clone(),
+        };
+        let (tx, mut rx) = mpsc::channel(256);
+        let process = container
+            .run(
+                ProcessSpec {
+                    id: "task".into(),
+                    path: config.run.path.clone(),
+                    args: config.run.args.clone(),
+                    dir: Some(dir),
+                    env: vec![],
+                    user: config.run.user.clone(),
+                    tty: None,
+                },
+                ProcessIo { stdin: None, output: tx },
+            )
+            .await?;
+        let mut carry_out = Utf8Carry::default();
+        let mut carry_err = Utf8Carry::default();
+        let mut abort = self.abort.clone();
+        let mut aborted = false;
+        loop {
+            tokio::select! {
+                chunk = rx.recv() => {
+                    let Some(chunk) = chunk else { break };
+                    let carry = match chunk.stream {
+                        crate::runtime::OutputStream::Stdout => &mut carry_out,
+                        crate::runtime::OutputStream::Stderr => &mut carry_err,
+                    };
+                    let data = carry.push(&chunk.data);
+                    if !data.is_empty() {
+                        self.sink.emit(&BuildEvent::Log {
+                            step: ONE_OFF_STEP.into(),
+                            stream: chunk.stream.as_str().into(),
+                            data,
+                            time: crate::db::now_ms(),
+                        }).await?;
+                    }
+                }
+                changed = abort.changed(), if !aborted => {
+                    if changed.is_ok() && *abort.borrow() {
+                        aborted = true;
+                        let _ = process.signal(ProcessSignal::Kill).await;
+                    }
+                }
+            }
+        }
+        let status = process.wait().await?;
+        if aborted {
+            return Ok(StepEnd::Aborted);
+        }
+        for (name, volume) in outputs {
+            let body = volume.stream_out(".", encoding).await?;
+            let (id, size) = self.deps.artifacts.store(body, encoding).await.map_err(|e| {
+                EngineError::Invalid(format!("keeping output {name:?}: {e}"))
+            })?;
+            self.deps
+                .db
+                .insert_artifact(&id, &self.team, Some(&name), Some(self.id), size as i64)
+                .await?;
+            self.sink
+                .emit(&BuildEvent::Output {
+                    name,
+                    artifact_id: id,
+                    time: crate::db::now_ms(),
+                })
+                .await?;
+        }
+        Ok(StepEnd::Exited(status))
+    }
+
+    /// Destroys what the build created; rows whose destroy failed stay
+    /// `destroying` for the collector.
+    async fn cleanup(&self, worker: &dyn Worker, created: Created) {
+        let db = &self.deps.db;
+        for (kind, handle) in created
+            .containers
+            .into_iter()
+            .map(|h| (HandleKind::Container, h))
+            .chain(created.volumes.into_iter().map(|h| (HandleKind::Volume, h)))
+        {
+            let _ = db.set_handle_state(kind, &handle, "destroying").await;
+            let done = match kind {
+                HandleKind::Container => worker.destroy_container(&handle).await,
+                HandleKind::Volume => worker.destroy_volume(&handle).await,
+            };
+            match done {
+                Ok(()) => {
+                    let _ = db.delete_handle(kind, &handle).await;
+                }
+                Err(e) => tracing::warn!(build = self.id, %handle, "destroy failed, left for GC: {e}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! The `artifacts` table: worker-independent storage owned by builds and teams.
+
+use serde::Serialize;
+
+use crate::db::{now_ms, Db};
+use crate::error::EngineError;
+
+/// A stored artifact.
+#[derive(Debug, Clone, Serialize)]
+pub struct ArtifactRow {
+    /// Artifact id.
+    pub id: String,
+    /// Owning team.
+    pub team: String,
+    /// Output name, for artifacts a build produced.
+    pub name: Option<String>,
+    /// Build that produced it, if any.
+    pub build_id: Option<i64>,
+    /// Size of the stored tar in bytes.
+    pub size_bytes: i64,
+    /// Unix ms.
+    pub created_at: i64,
+}
+
+type Raw = (String, String, Option<String>, Option<i64>, i64, i64);
+
+impl Db {
+    /// Records a stored artifact.
+    pub async fn insert_artifact(
+        &self,
+        id: &str,
+        team: &str,
+        name: Option<&str>,
+        build_id: Option<i64>,
+        size_bytes: i64,
+    ) -> Result<(), EngineError> {
+        sqlx::query(
+            "INSERT INTO artifacts (id, team, name, build_id, size_bytes, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(id)
+        .bind(team)
+        .bind(name)
+        .bind(build_id)
+        .bind(size_bytes)
+        .bind(now_ms())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// One artifact of a team.
+    pub async fn get_artifact(
+        &self,
+        team: &str,
+        id: &str,
+    ) -> Result<Option<ArtifactRow>, EngineError> {
+        let row: Option<Raw> = sqlx::query_as(
+            "SELECT id, team, name, build_id, size_bytes, created_at FROM artifacts WHERE team = $1 AND id = $2",
+        )
+        .bind(team)
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(|r| ArtifactRow {
+            id: r.0,
+            team: r.1,
+            name: r.2,
+            build_id: r.3,
+            size_bytes: r.4,
+            created_at: r.5,
+        }))
+    }
+}

@@ -1,0 +1,277 @@
+//! The `builds` and `build_events` tables.
+
+use serde::{Deserialize, Serialize};
+
+use crate::db::{now_ms, Db};
+use crate::error::EngineError;
+
+/// Where a build is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BuildStatus {
+    /// Created, not yet placed.
+    Pending,
+    /// Running its plan.
+    Started,
+    /// Every step succeeded.
+    Succeeded,
+    /// A step failed (e.g. a task exited non-zero).
+    Failed,
+    /// Gantry could not run it (no worker, a worker failed, bad input found late).
+    Errored,
+    /// A user aborted it.
+    Aborted,
+}
+
+impl BuildStatus {
+    /// The stored name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            BuildStatus::Pending => "pending",
+            BuildStatus::Started => "started",
+            BuildStatus::Succeeded => "succeeded",
+            BuildStatus::Failed => "failed",
+            BuildStatus::Errored => "errored",
+            BuildStatus::Aborted => "aborted",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => BuildStatus::Pending,
+            "started" => BuildStatus::Started,
+            "succeeded" => BuildStatus::Succeeded,
+            "failed" => BuildStatus::Failed,
+            "errored" => BuildStatus::Errored,
+            "aborted" => BuildStatus::Aborted,
+            _ => return None,
+        })
+    }
+
+    /// Whether the build has ended.
+    pub fn is_finished(&self) -> bool {
+        !matches!(self, BuildStatus::Pending | BuildStatus::Started)
+    }
+
+    /// Every status, for metrics.
+    pub const ALL: [BuildStatus; 6] = [
+        BuildStatus::Pending,
+        BuildStatus::Started,
+        BuildStatus::Succeeded,
+        BuildStatus::Failed,
+        BuildStatus::Errored,
+        BuildStatus::Aborted,
+    ];
+}
+
+/// A stored build.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BuildRow {
+    /// Build id.
+    pub id: i64,
+    /// Owning team.
+    pub team: String,
+    /// Status.
+    pub status: BuildStatus,
+    /// The plan (JSON).
+    pub plan: serde_json::Value,
+    /// Worker its step ran on, once placed.
+    pub worker: Option<String>,
+    /// Exit status of its task, once it ran.
+    pub exit_status: Option<i64>,
+    /// Why it errored.
+    pub error: Option<String>,
+    /// Unix ms.
+    pub created_at: i64,
+    /// Unix ms, once finished.
+    pub finished_at: Option<i64>,
+}
+
+type Raw = (
+    i64,
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<i64>,
+    Option<String>,
+    i64,
+    Option<i64>,
+);
+
+const COLUMNS: &str =
+    "id, team, status, plan, worker, exit_status, error, created_at, finished_at";
+
+fn decode(r: Raw) -> BuildRow {
+    BuildRow {
+        id: r.0,
+        team: r.1,
+        status: BuildStatus::parse(&r.2).unwrap_or(BuildStatus::Errored),
+        plan: serde_json::from_str(&r.3).unwrap_or(serde_json::Value::Null),
+        worker: r.4,
+        exit_status: r.5,
+        error: r.6,
+        created_at: r.7,
+        finished_at: r.8,
+    }
+}
+
+impl Db {
+    /// Creates a pending build and returns its id.
+    pub async fn create_build(
+        &self,
+        team: &str,
+        plan: &serde_json::Value,
+    ) -> Result<i64, EngineError> {
+        let (id,): (i64,) = sqlx::query_as(
+            "INSERT INTO builds (team, status, plan, created_at) VALUES ($1, 'pending', $2, $3) RETURNING id",
+        )
+        .bind(team)
+        .bind(plan.to_string())
+        .bind(now_ms())
+        .fetch_one(self.pool())
+        .await?;
+        Ok(id)
+    }
+
+    /// Marks a build started on a worker.
+    pub async fn start_build(&self, id: i64, worker: &str) -> Result<(), EngineError> {
+        sqlx::query("UPDATE builds SET status = 'started', worker = $1 WHERE id = $2")
+            .bind(worker)
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Records how a build ended.
+    pub async fn finish_build(
+        &self,
+        id: i64,
+        status: BuildStatus,
+        exit_status: Option<i32>,
+        error: Option<&str>,
+    ) -> Result<(), EngineError> {
+        sqlx::query(
+            "UPDATE builds SET status = $1, exit_status = $2, error = $3, finished_at = $4 WHERE id = $5",
+        )
+        .bind(status.as_str())
+        .bind(exit_status.map(i64::from))
+        .bind(error)
+        .bind(now_ms())
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// One build.
+    pub async fn get_build(&self, id: i64) -> Result<Option<BuildRow>, EngineError> {
+        let row: Option<Raw> =
+            sqlx::query_as(&format!("SELECT {COLUMNS} FROM builds WHERE id = $1"))
+                .bind(id)
+                .fetch_optional(self.pool())
+                .await?;
+        Ok(row.map(decode))
+    }
+
+    /// The latest builds, newest first, optionally of one team.
+    pub async fn list_builds(
+        &self,
+        team: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<BuildRow>, EngineError> {
+        let rows: Vec<Raw> = match team {
+            Some(t) => {
+                sqlx::query_as(&format!(
+                    "SELECT {COLUMNS} FROM builds WHERE team = $1 ORDER BY id DESC LIMIT $2"
+                ))
+                .bind(t)
+                .bind(limit)
+                .fetch_all(self.pool())
+                .await?
+            }
+            None => {
+                sqlx::query_as(&format!(
+                    "SELECT {COLUMNS} FROM builds ORDER BY id DESC LIMIT $1"
+                ))
+                .bind(limit)
+                .fetch_all(self.pool())
+                .await?
+            }
+        };
+        Ok(rows.into_iter().map(decode).collect())
+    }
+
+    /// Builds that had not ended (e.g. when a web node stopped under them).
+    pub async fn unfinished_builds(&self) -> Result<Vec<i64>, EngineError> {
+        let rows: Vec<(i64,)> =
+            sqlx::query_as("SELECT id FROM builds WHERE status IN ('pending', 'started')")
+                .fetch_all(self.pool())
+                .await?;
+        Ok(rows.into_iter().map(|r| r.0).collect())
+    }
+
+    /// Counts of builds by status.
+    pub async fn count_builds_by_status(&self) -> Result<Vec<(String, i64)>, EngineError> {
+        Ok(
+            sqlx::query_as("SELECT status, COUNT(*) FROM builds GROUP BY status")
+                .fetch_all(self.pool())
+                .await?,
+        )
+    }
+
+    /// Appends an event (already JSON) with its sequence number.
+    pub async fn append_build_event(
+        &self,
+        build_id: i64,
+        seq: i64,
+        event: &str,
+    ) -> Result<(), EngineError> {
+        sqlx::query("INSERT INTO build_events (build_id, seq, event) VALUES ($1, $2, $3)")
+            .bind(build_id)
+            .bind(seq)
+            .bind(event)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Events of a build with a sequence number above `after`, in order.
+    pub async fn build_events_after(
+        &self,
+        build_id: i64,
+        after: i64,
+    ) -> Result<Vec<(i64, String)>, EngineError> {
+        Ok(sqlx::query_as(
+            "SELECT seq, event FROM build_events WHERE build_id = $1 AND seq > $2 ORDER BY seq",
+        )
+        .bind(build_id)
+        .bind(after)
+        .fetch_all(self.pool())
+        .await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn builds_and_events_round_trip() {
+        let (db, _dir) = crate::db::test_db().await;
+        let id = db
+            .create_build("main", &serde_json::json!({"task": "t"}))
+            .await
+            .unwrap();
+        db.append_build_event(id, 1, "{\"a\":1}").await.unwrap();
+        db.append_build_event(id, 2, "{\"a\":2}").await.unwrap();
+        assert_eq!(db.build_events_after(id, 1).await.unwrap(), vec![(2, "{\"a\":2}".into())]);
+        db.finish_build(id, BuildStatus::Failed, Some(3), None).await.unwrap();
+        let b = db.get_build(id).await.unwrap().unwrap();
+        assert_eq!(b.status, BuildStatus::Failed);
+        assert_eq!(b.exit_status, Some(3));
+        assert!(db.unfinished_builds().await.unwrap().is_empty());
+    }
+}

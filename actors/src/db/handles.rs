@@ -1,0 +1,132 @@
+//! The `containers` and `volumes` tables: every container and volume the web
+//! node asked a worker to create. Both have the same life (a `creating` row is
+//! written first, with a per-worker sequence number, then `created`, then
+//! `destroying`), so one set of queries serves both.
+
+use serde::Serialize;
+
+use crate::db::{now_ms, Db};
+use crate::error::EngineError;
+
+/// Which of the two tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HandleKind {
+    /// A row of `containers`.
+    Container,
+    /// A row of `volumes`.
+    Volume,
+}
+
+impl HandleKind {
+    fn table(&self) -> &'static str {
+        match self {
+            HandleKind::Container => "containers",
+            HandleKind::Volume => "volumes",
+        }
+    }
+}
+
+/// A stored container or volume.
+#[derive(Debug, Clone, Serialize)]
+pub struct HandleRow {
+    /// Handle on the worker.
+    pub handle: String,
+    /// Worker holding it.
+    pub worker: String,
+    /// `creating`, `created` or `destroying`.
+    pub state: String,
+    /// Per-worker sequence number of its create.
+    pub sequence: i64,
+    /// Build that uses it.
+    pub build_id: Option<i64>,
+    /// Step of that build (containers).
+    pub step: Option<String>,
+    /// Owning team.
+    pub team: String,
+}
+
+impl Db {
+    /// Writes a `creating` row before the worker is asked (GC relies on it).
+    pub async fn insert_handle(
+        &self,
+        kind: HandleKind,
+        handle: &str,
+        worker: &str,
+        build_id: Option<i64>,
+        step: Option<&str>,
+        team: &str,
+    ) -> Result<(), EngineError> {
+        let seq = self.next_sequence(worker).await?;
+        sqlx::query(&format!(
+            "INSERT INTO {} (handle, worker, state, sequence, build_id, step, team, created_at) \
+             VALUES ($1, $2, 'creating', $3, $4, $5, $6, $7)",
+            kind.table()
+        ))
+        .bind(handle)
+        .bind(worker)
+        .bind(seq)
+        .bind(build_id)
+        .bind(step)
+        .bind(team)
+        .bind(now_ms())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Sets a row's state.
+    pub async fn set_handle_state(
+        &self,
+        kind: HandleKind,
+        handle: &str,
+        state: &str,
+    ) -> Result<(), EngineError> {
+        sqlx::query(&format!("UPDATE {} SET state = $1 WHERE handle = $2", kind.table()))
+            .bind(state)
+            .bind(handle)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Removes a row once the worker no longer has it.
+    pub async fn delete_handle(&self, kind: HandleKind, handle: &str) -> Result<(), EngineError> {
+        sqlx::query(&format!("DELETE FROM {} WHERE handle = $1", kind.table()))
+            .bind(handle)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Every row of a table, optionally of one team, oldest first.
+    pub async fn list_handles(
+        &self,
+        kind: HandleKind,
+        team: Option<&str>,
+    ) -> Result<Vec<HandleRow>, EngineError> {
+        type Raw = (String, String, String, i64, Option<i64>, Option<String>, String);
+        let sql = format!(
+            "SELECT handle, worker, state, sequence, build_id, step, team FROM {} {} ORDER BY created_at, handle",
+            kind.table(),
+            if team.is_some() { "WHERE team = $1" } else { "" }
+        );
+        let mut q = sqlx::query_as::<_, Raw>(&sql);
+        if let Some(t) = team {
+            q = q.bind(t);
+        }
+        let rows = q.fetch_all(self.pool()).await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| HandleRow {
+                handle: r.0,
+                worker: r.1,
+                state: r.2,
+                sequence: r.3,
+                build_id: r.4,
+                step: r.5,
+                team: r.6,
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,108 @@
+//! The database layer: one [`Db`] handle over SQLite or PostgreSQL (sqlx's
+//! `Any` driver, runtime-checked queries so a clean clone builds with no
+//! database at hand). One file per table group.
+
+mod artifacts;
+mod builds;
+mod handles;
+mod workers;
+
+pub use artifacts::ArtifactRow;
+pub use builds::{BuildRow, BuildStatus};
+pub use handles::{HandleKind, HandleRow};
+pub use workers::WorkerRow;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::AnyPool;
+
+use crate::error::EngineError;
+
+/// Which SQL server is behind a [`Db`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// Embedded SQLite (the default).
+    Sqlite,
+    /// PostgreSQL (production, several web nodes).
+    Postgres,
+}
+
+/// A pool of connections to Gantry's database.
+#[derive(Clone, Debug)]
+pub struct Db {
+    /// The pool; queries use `$N` placeholders, which both servers accept.
+    pool: AnyPool,
+    /// Which server, for the few statements whose SQL differs.
+    backend: Backend,
+}
+
+impl Db {
+    /// Connects to `url` (`sqlite://...` or `postgres://...`) and runs the migrations.
+    pub async fn connect(url: &str) -> Result<Db, EngineError> {
+        install_default_drivers();
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Backend::Postgres
+        } else {
+            return Err(EngineError::Invalid(format!(
+                "database url {url:?}: unsupported scheme (use sqlite://PATH or postgres://...)"
+            )));
+        };
+        let max = match backend {
+            Backend::Sqlite => 4,
+            Backend::Postgres => 16,
+        };
+        let pool = AnyPoolOptions::new().max_connections(max).connect(url).await?;
+        if backend == Backend::Sqlite {
+            sqlx::query("PRAGMA journal_mode=WAL").execute(&pool).await?;
+        }
+        let db = Db { pool, backend };
+        db.migrate().await?;
+        Ok(db)
+    }
+
+    /// Runs the migrations of this database's flavour.
+    async fn migrate(&self) -> Result<(), EngineError> {
+        match self.backend {
+            Backend::Sqlite => sqlx::migrate!("../migrations/sqlite").run(&self.pool).await?,
+            Backend::Postgres => sqlx::migrate!("../migrations/postgres").run(&self.pool).await?,
+        }
+        Ok(())
+    }
+
+    /// The underlying pool.
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// Which server this is.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Whether a team exists.
+    pub async fn team_exists(&self, name: &str) -> Result<bool, EngineError> {
+        let row: Option<(i64,)> = sqlx::query_as("SELECT id FROM teams WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.is_some())
+    }
+}
+
+/// Now, as unix milliseconds (the unit of every time column).
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+pub(crate) async fn test_db() -> (Db, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/t.db?mode=rwc", dir.path().display());
+    (Db::connect(&url).await.expect("connect"), dir)
+}

@@ -1,0 +1,117 @@
+//! The `workers` table: registrations, states and heartbeat counts.
+
+use crate::db::{now_ms, Db};
+use crate::error::EngineError;
+use crate::worker_info::{WorkerRegistration, WorkerState};
+
+/// A stored worker.
+#[derive(Debug, Clone)]
+pub struct WorkerRow {
+    /// What the worker said when it registered.
+    pub registration: WorkerRegistration,
+    /// Its lifecycle state.
+    pub state: WorkerState,
+    /// Containers at its last heartbeat.
+    pub containers: u32,
+    /// Volumes at its last heartbeat.
+    pub volumes: u32,
+    /// Unix ms of its last heartbeat.
+    pub last_heartbeat: i64,
+}
+
+type Raw = (String, String, i64, i64, i64);
+
+fn decode(raw: Raw) -> Result<WorkerRow, EngineError> {
+    let (state, registration, containers, volumes, last_heartbeat) = raw;
+    Ok(WorkerRow {
+        registration: serde_json::from_str(&registration)
+            .map_err(|e| EngineError::Invalid(format!("stored worker registration: {e}")))?,
+        state: WorkerState::parse(&state)
+            .ok_or_else(|| EngineError::Invalid(format!("stored worker state {state:?}")))?,
+        containers: containers as u32,
+        volumes: volumes as u32,
+        last_heartbeat,
+    })
+}
+
+impl Db {
+    /// Inserts or replaces a worker's registration; it becomes `running`.
+    pub async fn upsert_worker(&self, reg: &WorkerRegistration) -> Result<(), EngineError> {
+        let json = serde_json::to_string(reg).expect("registration serialises");
+        sqlx::query(
+            "INSERT INTO workers (name, state, registration, last_heartbeat) VALUES ($1, 'running', $2, $3) \
+             ON CONFLICT (name) DO UPDATE SET state = 'running', registration = excluded.registration, \
+             last_heartbeat = excluded.last_heartbeat",
+        )
+        .bind(&reg.name)
+        .bind(json)
+        .bind(now_ms())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Records a heartbeat's counts and time; returns false when the worker is unknown.
+    pub async fn record_heartbeat(
+        &self,
+        name: &str,
+        containers: u32,
+        volumes: u32,
+        state: WorkerState,
+    ) -> Result<bool, EngineError> {
+        let done = sqlx::query(
+            "UPDATE workers SET containers = $1, volumes = $2, last_heartbeat = $3, state = $4 WHERE name = $5",
+        )
+        .bind(containers as i64)
+        .bind(volumes as i64)
+        .bind(now_ms())
+        .bind(state.as_str())
+        .bind(name)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Sets a worker's state.
+    pub async fn set_worker_state(&self, name: &str, state: WorkerState) -> Result<(), EngineError> {
+        sqlx::query("UPDATE workers SET state = $1 WHERE name = $2")
+            .bind(state.as_str())
+            .bind(name)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Every stored worker.
+    pub async fn list_workers(&self) -> Result<Vec<WorkerRow>, EngineError> {
+        let rows: Vec<Raw> = sqlx::query_as(
+            "SELECT state, registration, containers, volumes, last_heartbeat FROM workers ORDER BY name",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter().map(decode).collect()
+    }
+
+    /// Deletes a worker row.
+    pub async fn delete_worker(&self, name: &str) -> Result<(), EngineError> {
+        sqlx::query("DELETE FROM workers WHERE name = $1")
+            .bind(name)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Takes the next per-worker sequence number for a container or volume create.
+    pub async fn next_sequence(&self, worker: &str) -> Result<i64, EngineError> {
+        let row: Option<(i64,)> = sqlx::query_as(
+            "UPDATE workers SET next_sequence = next_sequence + 1 WHERE name = $1 RETURNING next_sequence - 1",
+        )
+        .bind(worker)
+        .fetch_optional(self.pool())
+        .await?;
+        row.map(|r| r.0).ok_or_else(|| EngineError::NotFound {
+            kind: "worker",
+            name: worker.to_string(),
+        })
+    }
+}

@@ -1,0 +1,122 @@
+//! The engine's front door: starts the actor tree and offers the operations
+//! the web node's API needs.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+
+use crate::artifact_store::ArtifactStore;
+use crate::build::{Build, BuildDeps, OneOffPlan};
+use crate::db::{BuildStatus, Db};
+use crate::error::EngineError;
+use crate::events::{BuildEvent, EventHub, EventSink};
+use crate::registry::Registry;
+use crate::runtime::WorkerConnector;
+use crate::scheduler::Scheduler;
+use crate::spec::Encoding;
+
+/// Handles to the running actors and shared services.
+#[derive(Clone)]
+pub struct Engine {
+    /// The database.
+    pub db: Db,
+    /// Live build events.
+    pub hub: EventHub,
+    /// Supervisor of worker connections.
+    pub registry: Addr<Registry>,
+    /// The pool.
+    pub scheduler: Addr<Scheduler>,
+    /// Artifact storage.
+    pub artifacts: Arc<dyn ArtifactStore>,
+    /// Encoding of streams to and from workers.
+    pub encoding: Encoding,
+}
+
+impl Engine {
+    /// Starts the actors (inside a running actix System).
+    pub async fn start(
+        db: Db,
+        connector: Arc<dyn WorkerConnector>,
+        artifacts: Arc<dyn ArtifactStore>,
+        encoding: Encoding,
+    ) -> Result<Engine, EngineError> {
+        let hub = EventHub::default();
+        // Builds that were running when a web node stopped cannot be resumed yet.
+        for id in db.unfinished_builds().await? {
+            let reason = "the web node stopped while the build ran";
+            db.finish_build(id, BuildStatus::Errored, None, Some(reason)).await?;
+            let next = db.build_events_after(id, 0).await?.last().map_or(0, |e| e.0);
+            let mut sink = EventSink::resume(id, next + 1, db.clone(), hub.clone());
+            sink.emit(&BuildEvent::Error {
+                message: reason.into(),
+                time: crate::db::now_ms(),
+            })
+            .await?;
+            sink.emit(&BuildEvent::status(BuildStatus::Errored, None)).await?;
+        }
+        let scheduler = Scheduler::default().start();
+        let registry = Registry::new(db.clone(), connector, scheduler.clone()).start();
+        Ok(Engine {
+            db,
+            hub,
+            registry,
+            scheduler,
+            artifacts,
+            encoding,
+        })
+    }
+
+    /// Checks a one-off build's inputs against the team's artifacts, creates it
+    /// and starts it. Nothing is created when the request is invalid.
+    pub async fn create_one_off_build(
+        &self,
+        team: &str,
+        plan: OneOffPlan,
+    ) -> Result<i64, EngineError> {
+        if !self.db.team_exists(team).await? {
+            return Err(EngineError::NotFound {
+                kind: "team",
+                name: team.into(),
+            });
+        }
+        for input in &plan.config.inputs {
+            match plan.inputs.get(&input.name) {
+                None if !input.optional => {
+                    return Err(EngineError::Invalid(format!(
+                        "task input {:?} was not given an artifact",
+                        input.name
+                    )))
+                }
+                None => {}
+                Some(id) => {
+                    if self.db.get_artifact(team, id).await?.is_none() {
+                        return Err(EngineError::Invalid(format!(
+                            "input {:?}: artifact {id} not found in team {team:?}",
+                            input.name
+                        )));
+                    }
+                }
+            }
+        }
+        if let Some(extra) = plan
+            .inputs
+            .keys()
+            .find(|k| !plan.config.inputs.iter().any(|i| &i.name == *k))
+        {
+            return Err(EngineError::Invalid(format!(
+                "the task has no input named {extra:?}"
+            )));
+        }
+        let json = serde_json::to_value(&plan).expect("plans serialise");
+        let id = self.db.create_build(team, &json).await?;
+        let deps = BuildDeps {
+            db: self.db.clone(),
+            hub: self.hub.clone(),
+            scheduler: self.scheduler.clone(),
+            artifacts: self.artifacts.clone(),
+            encoding: self.encoding,
+        };
+        Build::new(id, team.to_string(), plan, deps).start();
+        Ok(id)
+    }
+}

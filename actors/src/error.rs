@@ -1,0 +1,89 @@
+//! Typed errors of the engine. Callers match on them; messages name the thing
+//! and, where there is one, the fix.
+
+use thiserror::Error;
+
+/// An error talking to a worker through the runtime interface.
+#[derive(Debug, Error)]
+pub enum RuntimeError {
+    /// The worker could not be reached at all.
+    #[error("worker {worker} is unreachable: {reason}")]
+    Unreachable {
+        /// Worker name.
+        worker: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The worker answered with an error.
+    #[error("worker {worker}: {message}")]
+    Worker {
+        /// Worker name.
+        worker: String,
+        /// HTTP status of the answer (0 when not HTTP).
+        status: u16,
+        /// The worker's error message.
+        message: String,
+    },
+    /// A container, volume or process does not exist on the worker.
+    #[error("worker {worker}: {kind} {handle} not found")]
+    NotFound {
+        /// Worker name.
+        worker: String,
+        /// `container`, `volume` or `process`.
+        kind: &'static str,
+        /// Its handle or id.
+        handle: String,
+    },
+    /// Reading or writing a stream failed.
+    #[error("stream failed: {0}")]
+    Stream(String),
+}
+
+/// An error of the engine (database, scheduling, builds).
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// The database failed.
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Running migrations failed.
+    #[error("database migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A worker failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// No worker passes the filters; the message names every constraint.
+    #[error("{0}")]
+    NoWorkers(String),
+    /// Something named does not exist.
+    #[error("{kind} {name} not found")]
+    NotFound {
+        /// What kind of thing (`build`, `artifact`, `worker`, `team`).
+        kind: &'static str,
+        /// Its name or id.
+        name: String,
+    },
+    /// The request is invalid; the message says why.
+    #[error("{0}")]
+    Invalid(String),
+    /// A local file operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// An actor's mailbox is gone (the system is shutting down).
+    #[error("engine is shutting down: {0}")]
+    Mailbox(#[from] actix::MailboxError),
+}
+
+impl EngineError {
+    /// Wraps an I/O error with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        EngineError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

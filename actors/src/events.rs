@@ -1,0 +1,237 @@
+//! Build events: stored in the database in order, and fanned out live to
+//! whoever follows a build.
+
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use crate::db::{now_ms, BuildStatus, Db};
+use crate::error::EngineError;
+
+/// Something that happened in a build.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum BuildEvent {
+    /// The build's status changed; a finished status is the last event.
+    Status {
+        /// New status.
+        status: BuildStatus,
+        /// Exit status of the task, when it ran.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_status: Option<i32>,
+        /// Unix ms.
+        time: i64,
+    },
+    /// Output of a step's process.
+    Log {
+        /// Step name.
+        step: String,
+        /// `stdout` or `stderr`.
+        stream: String,
+        /// The text (UTF-8; a character split across chunks is kept whole).
+        data: String,
+        /// Unix ms.
+        time: i64,
+    },
+    /// A step waits for a worker; says for what.
+    Waiting {
+        /// Step name.
+        step: String,
+        /// Why.
+        message: String,
+        /// Unix ms.
+        time: i64,
+    },
+    /// A step was placed on a worker.
+    SelectedWorker {
+        /// Step name.
+        step: String,
+        /// Worker name.
+        worker: String,
+        /// Unix ms.
+        time: i64,
+    },
+    /// Progress of streaming an artifact.
+    Streaming {
+        /// Step name.
+        step: String,
+        /// What is being moved (`input src`, `output result`).
+        what: String,
+        /// Bytes moved so far.
+        bytes: u64,
+        /// Unix ms.
+        time: i64,
+    },
+    /// A task output was kept as an artifact.
+    Output {
+        /// Output name.
+        name: String,
+        /// The artifact id to download.
+        artifact_id: String,
+        /// Unix ms.
+        time: i64,
+    },
+    /// Gantry could not go on; the message says why.
+    Error {
+        /// Human-readable reason.
+        message: String,
+        /// Unix ms.
+        time: i64,
+    },
+}
+
+impl BuildEvent {
+    /// A status event now.
+    pub fn status(status: BuildStatus, exit_status: Option<i32>) -> Self {
+        BuildEvent::Status {
+            status,
+            exit_status,
+            time: now_ms(),
+        }
+    }
+
+    /// Whether this is the build's last event.
+    pub fn is_final(&self) -> bool {
+        matches!(self, BuildEvent::Status { status, .. } if status.is_finished())
+    }
+}
+
+/// An event with its place in the build's sequence.
+#[derive(Debug, Clone)]
+pub struct SequencedEvent {
+    /// 1-based position in the build's events.
+    pub seq: i64,
+    /// The event as stored (JSON).
+    pub json: Arc<str>,
+    /// Whether it is the last one.
+    pub is_final: bool,
+}
+
+/// Live fan-out of build events, one broadcast channel per running build.
+#[derive(Clone, Default)]
+pub struct EventHub {
+    /// Channels of builds that are running now.
+    channels: Arc<DashMap<i64, broadcast::Sender<SequencedEvent>>>,
+}
+
+impl EventHub {
+    /// Subscribes to a build's live events (call before reading stored ones).
+    pub fn subscribe(&self, build_id: i64) -> broadcast::Receiver<SequencedEvent> {
+        self.channels
+            .entry(build_id)
+            .or_insert_with(|| broadcast::channel(1024).0)
+            .subscribe()
+    }
+
+    /// Publishes an event; nobody listening is fine.
+    pub fn publish(&self, build_id: i64, event: SequencedEvent) {
+        let is_final = event.is_final;
+        if let Some(tx) = self.channels.get(&build_id) {
+            let _ = tx.send(event);
+        }
+        if is_final {
+            self.channels.remove(&build_id);
+        }
+    }
+}
+
+/// Writes a build's events in order: to the database, then live.
+pub struct EventSink {
+    /// The build.
+    build_id: i64,
+    /// Next sequence number.
+    next: i64,
+    /// Where events are stored.
+    db: Db,
+    /// Where they are published.
+    hub: EventHub,
+}
+
+impl EventSink {
+    /// A sink for a build with no events yet.
+    pub fn new(build_id: i64, db: Db, hub: EventHub) -> Self {
+        Self::resume(build_id, 1, db, hub)
+    }
+
+    /// A sink for a build whose next event has sequence number `next`.
+    pub fn resume(build_id: i64, next: i64, db: Db, hub: EventHub) -> Self {
+        EventSink {
+            build_id,
+            next,
+            db,
+            hub,
+        }
+    }
+
+    /// Stores and publishes one event.
+    pub async fn emit(&mut self, event: &BuildEvent) -> Result<(), EngineError> {
+        let json = serde_json::to_string(event).expect("events serialise");
+        let seq = self.next;
+        self.db.append_build_event(self.build_id, seq, &json).await?;
+        self.next += 1;
+        self.hub.publish(
+            self.build_id,
+            SequencedEvent {
+                seq,
+                json: json.into(),
+                is_final: event.is_final(),
+            },
+        );
+        Ok(())
+    }
+}
+
+/// Turns byte chunks into text without splitting a UTF-8 character across
+/// two events: an incomplete sequence at the end waits for the next chunk.
+#[derive(Default)]
+pub struct Utf8Carry {
+    /// Bytes of an incomplete character from the previous chunk.
+    pending: Vec<u8>,
+}
+
+impl Utf8Carry {
+    /// Returns the text decodable so far.
+    pub fn push(&mut self, chunk: &[u8]) -> String {
+        self.pending.extend_from_slice(chunk);
+        let valid = match std::str::from_utf8(&self.pending) {
+            Ok(_) => self.pending.len(),
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => self.pending.len(),
+        };
+        let rest = self.pending.split_off(valid);
+        let text = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending = rest;
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utf8_characters_split_across_chunks_stay_whole() {
+        let mut c = Utf8Carry::default();
+        let bytes = "héllo".as_bytes();
+        assert_eq!(c.push(&bytes[..2]), "h");
+        assert_eq!(c.push(&bytes[2..]), "éllo");
+        assert_eq!(c.push(b"\xff!"), "\u{fffd}!");
+    }
+
+    #[tokio::test]
+    async fn sink_stores_in_order_and_publishes_live() {
+        let (db, _d) = crate::db::test_db().await;
+        let id = db.create_build("main", &serde_json::json!({})).await.unwrap();
+        let hub = EventHub::default();
+        let mut rx = hub.subscribe(id);
+        let mut sink = EventSink::new(id, db.clone(), hub.clone());
+        sink.emit(&BuildEvent::status(BuildStatus::Started, None)).await.unwrap();
+        sink.emit(&BuildEvent::status(BuildStatus::Succeeded, Some(0))).await.unwrap();
+        let a = rx.recv().await.unwrap();
+        let b = rx.recv().await.unwrap();
+        assert_eq!((a.seq, a.is_final, b.seq, b.is_final), (1, false, 2, true));
+        assert_eq!(db.build_events_after(id, 0).await.unwrap().len(), 2);
+    }
+}

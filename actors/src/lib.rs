@@ -1,0 +1,22 @@
+//! `gantry-actors`: Gantry's engine.
+//!
+//! The domain model, the database layer, the runtime interface through which
+//! the engine talks to workers, and the actors (registry, scheduler, builds).
+//! Nothing here knows about HTTP routes, the CLI or a concrete container
+//! backend.
+
+pub mod artifact_store;
+pub mod build;
+pub mod db;
+pub mod engine;
+pub mod error;
+pub mod events;
+pub mod registry;
+pub mod runtime;
+pub mod scheduler;
+pub mod spec;
+pub mod task_config;
+pub mod worker_info;
+
+pub use engine::Engine;
+pub use error::{EngineError, RuntimeError};

@@ -1,0 +1,134 @@
+//! What a worker says about itself when it registers and heartbeats, and what
+//! the web node says about a worker.
+
+use serde::{Deserialize, Serialize};
+
+/// A worker's lifecycle state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerState {
+    /// Heartbeating and taking work.
+    Running,
+    /// Its heartbeat TTL lapsed; no new work until it heartbeats again.
+    Stalled,
+    /// Finishing its running steps, then `landed`.
+    Landing,
+    /// Takes no work; kept until it comes back or is pruned.
+    Landed,
+    /// Finishing its running steps, then deleted.
+    Retiring,
+}
+
+impl WorkerState {
+    /// The name stored in the database and shown to users.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            WorkerState::Running => "running",
+            WorkerState::Stalled => "stalled",
+            WorkerState::Landing => "landing",
+            WorkerState::Landed => "landed",
+            WorkerState::Retiring => "retiring",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "running" => WorkerState::Running,
+            "stalled" => WorkerState::Stalled,
+            "landing" => WorkerState::Landing,
+            "landed" => WorkerState::Landed,
+            "retiring" => WorkerState::Retiring,
+            _ => return None,
+        })
+    }
+}
+
+/// Per-worker limits used by the placement strategies (`None`: unlimited).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerLimits {
+    /// Most containers at once.
+    #[serde(default)]
+    pub max_containers: Option<u32>,
+    /// Most volumes at once.
+    #[serde(default)]
+    pub max_volumes: Option<u32>,
+    /// Most running task steps at once.
+    #[serde(default)]
+    pub max_active_tasks: Option<u32>,
+}
+
+/// Sent by a worker to `POST /api/v1/workers/register`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerRegistration {
+    /// Unique worker name.
+    pub name: String,
+    /// Base URL of the worker agent's HTTP API, e.g. `http://127.0.0.1:7788`.
+    pub agent_url: String,
+    /// Bearer token the web node must present to the agent (new at every start).
+    pub agent_token: String,
+    /// Platform, e.g. `linux`.
+    pub platform: String,
+    /// Tags; a tagged worker only takes work asking for its tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Team that owns the worker, if it is not a general one.
+    #[serde(default)]
+    pub team: Option<String>,
+    /// Resource types the worker provides.
+    #[serde(default)]
+    pub resource_types: Vec<String>,
+    /// Limits for placement.
+    #[serde(default)]
+    pub limits: WorkerLimits,
+    /// Gantry version of the worker.
+    pub version: String,
+    /// Container backend in use (`runc`, `bwrap`, `local`).
+    pub backend: String,
+    /// New at every start of the worker process.
+    pub incarnation: String,
+    /// Heartbeat interval in seconds (the TTL is twice that).
+    pub heartbeat_interval_secs: u64,
+}
+
+/// Sent by a worker to `POST /api/v1/workers/{name}/heartbeat`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// Must match the registration's incarnation; otherwise the worker re-registers.
+    pub incarnation: String,
+    /// Containers the worker holds now.
+    pub containers: u32,
+    /// Volumes the worker holds now.
+    pub volumes: u32,
+}
+
+/// A worker as the web node reports it (`GET /api/v1/workers`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerView {
+    /// Unique name.
+    pub name: String,
+    /// Lifecycle state.
+    pub state: WorkerState,
+    /// Platform.
+    pub platform: String,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// Owning team, if any.
+    pub team: Option<String>,
+    /// Containers (from the last heartbeat).
+    pub containers: u32,
+    /// Volumes (from the last heartbeat).
+    pub volumes: u32,
+    /// Task steps running on it now (the Scheduler's own count).
+    pub active_tasks: u32,
+    /// Container backend.
+    pub backend: String,
+    /// Gantry version.
+    pub version: String,
+    /// Agent API address.
+    pub agent_url: String,
+    /// Unix time (ms) of the last heartbeat or registration.
+    pub last_heartbeat: i64,
+    /// How often its connection actor was restarted.
+    pub restarts: u32,
+}

@@ -1,0 +1,125 @@
+//! Typed configuration of the web node and the worker, with defaults
+//! documented on each field. Values come from a TOML file, then `GANTRY_*`
+//! environment variables, then flags (later ones win); see
+//! `config/gantry.example.toml` for every option.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use gantry_actors::worker_info::WorkerLimits;
+use serde::{Deserialize, Serialize};
+
+/// The whole configuration file: a `[web]` and a `[worker]` table.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileConfig {
+    /// Settings of `gantry web` (and of the web half of `quickstart`).
+    pub web: WebConfig,
+    /// Settings of `gantry worker` (and of the embedded worker of `quickstart`).
+    pub worker: WorkerConfig,
+}
+
+impl FileConfig {
+    /// Reads a TOML file; unknown keys are an error naming the key.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read config file {}: {e}", path.display()))?;
+        toml::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("config file {}: {}", path.display(), e.message()))
+    }
+}
+
+/// Settings of the web node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebConfig {
+    /// Address of the API, dashboard and `/metrics`. Default `127.0.0.1:8080`.
+    pub listen: SocketAddr,
+    /// Directory for the SQLite database and stored artifacts. Default `./.gantry`.
+    pub data_dir: PathBuf,
+    /// `sqlite://...` or `postgres://...`; default: SQLite file `gantry.db` in `data_dir`.
+    pub database_url: Option<String>,
+    /// Key workers must present to register. Default `gantry-dev-key` (change it in production).
+    pub registration_key: String,
+    /// Encoding used when streaming artifacts to and from workers. Default `zstd`.
+    pub stream_encoding: String,
+    /// Seconds between checks of the workers' heartbeat TTLs. Default 5.
+    pub stall_check_interval_secs: u64,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        WebConfig {
+            listen: "127.0.0.1:8080".parse().expect("valid default address"),
+            data_dir: PathBuf::from(".gantry"),
+            database_url: None,
+            registration_key: "gantry-dev-key".into(),
+            stream_encoding: "zstd".into(),
+            stall_check_interval_secs: 5,
+        }
+    }
+}
+
+/// Settings of a worker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerConfig {
+    /// Unique worker name. Default: the host name.
+    pub name: String,
+    /// Base URL of the web node. Default `http://127.0.0.1:8080`.
+    pub web: String,
+    /// Key presented to the web node when registering. Default `gantry-dev-key`.
+    pub registration_key: String,
+    /// Address of the worker agent's API; port 0 picks a free port. Default `127.0.0.1:7788`.
+    pub listen: SocketAddr,
+    /// URL the web node uses to reach the agent. Default `http://` + the bound address.
+    pub advertise_url: Option<String>,
+    /// Directory for volumes, containers and images. Default `./.gantry-worker`.
+    pub work_dir: PathBuf,
+    /// Tags; a tagged worker only takes work asking for its tags.
+    pub tags: Vec<String>,
+    /// Platform advertised to the scheduler. Default `linux`.
+    pub platform: String,
+    /// Team the worker serves; none means every team.
+    pub team: Option<String>,
+    /// `runc`, `bwrap` or `local`; default: the best one available.
+    pub backend: Option<String>,
+    /// Directory used as the default image; default: a read-only view of the host.
+    pub default_rootfs: Option<PathBuf>,
+    /// Path of the runc binary. Default `runc`.
+    pub runc_path: String,
+    /// Seconds between heartbeats (the TTL is twice that). Default 30.
+    pub heartbeat_interval_secs: u64,
+    /// Limits used by placement.
+    pub limits: WorkerLimits,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            name: default_worker_name(),
+            web: "http://127.0.0.1:8080".into(),
+            registration_key: "gantry-dev-key".into(),
+            listen: "127.0.0.1:7788".parse().expect("valid default address"),
+            advertise_url: None,
+            work_dir: PathBuf::from(".gantry-worker"),
+            tags: Vec::new(),
+            platform: "linux".into(),
+            team: None,
+            backend: None,
+            default_rootfs: None,
+            runc_path: "runc".into(),
+            heartbeat_interval_secs: 30,
+            limits: WorkerLimits::default(),
+        }
+    }
+}
+
+/// The host name, or `worker` when it cannot be read.
+fn default_worker_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "worker".into())
+}
