@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs Gantry's whole test suite on a fresh Debian machine (root, Rust toolchain):
+# installs what the tests need, starts PostgreSQL if it is down, then runs
+# clippy and every test (unit and end-to-end, against SQLite and PostgreSQL).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_pkgs=()
+command -v runc >/dev/null || need_pkgs+=(runc)
+command -v bwrap >/dev/null || need_pkgs+=(bubblewrap)
+[ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need_pkgs+=(busybox-static)
+command -v psql >/dev/null || need_pkgs+=(postgresql-client)
+command -v pg_ctlcluster >/dev/null || need_pkgs+=(postgresql)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "installing: ${need_pkgs[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+pg_up() { psql "postgres://postgres@127.0.0.1:5432/postgres" -qAtc 'select 1' >/dev/null 2>&1; }
+if ! pg_up; then
+  echo "starting PostgreSQL"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+  for _ in $(seq 1 60); do pg_up && break; sleep 1; done
+  pg_up || { echo "PostgreSQL is not reachable on 127.0.0.1:5432" >&2; exit 1; }
+fi
+export GANTRY_TEST_PG="postgres://postgres@127.0.0.1:5432"
+
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace -- --test-threads 2

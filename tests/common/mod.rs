@@ -1,0 +1,264 @@
+//! Shared support of the end-to-end tests: the real `gantry` binary, a real
+//! database (SQLite, or a fresh PostgreSQL database per test), real worker
+//! processes on loopback ports, and waits on conditions with deadlines.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub fn gantry() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gantry"));
+    c.env_remove("GANTRY_URL").env("RUST_LOG", "info");
+    c
+}
+
+/// Which database a test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DbKind {
+    /// SQLite in the data dir (the default).
+    Sqlite,
+    /// A fresh database on the real PostgreSQL server.
+    Postgres,
+}
+
+/// A database for one test; a PostgreSQL one is dropped at the end.
+pub struct TestDb {
+    /// `--database-url` to pass, `None` for the SQLite default.
+    pub url: Option<String>,
+    /// Name of the PostgreSQL database to drop.
+    pg_name: Option<String>,
+}
+
+/// The PostgreSQL server the tests use (`GANTRY_TEST_PG`, default the local one).
+fn pg_base() -> String {
+    std::env::var("GANTRY_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+fn psql(sql: &str) -> Output {
+    Command::new("psql")
+        .arg(format!("{}/postgres", pg_base()))
+        .args(["-v", "ON_ERROR_STOP=1", "-q", "-c", sql])
+        .output()
+        .expect("psql runs (the test script installs postgresql-client)")
+}
+
+impl TestDb {
+    /// A new database of the given kind. PostgreSQL must be up: the test
+    /// script starts it; a test does not skip when it is down.
+    pub fn new(kind: DbKind) -> TestDb {
+        match kind {
+            DbKind::Sqlite => TestDb { url: None, pg_name: None },
+            DbKind::Postgres => {
+                let name = format!("gantry_e2e_{}", uuid::Uuid::new_v4().simple());
+                let out = psql(&format!("CREATE DATABASE {name}"));
+                assert!(
+                    out.status.success(),
+                    "creating PostgreSQL database failed (is PostgreSQL running?): {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                TestDb {
+                    url: Some(format!("{}/{name}", pg_base())),
+                    pg_name: Some(name),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some(name) = &self.pg_name {
+            let _ = psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+        }
+    }
+}
+
+/// A server process (web, quickstart or worker) killed when dropped.
+pub struct Server {
+    /// The process.
+    pub child: Child,
+    /// Its URL, when it serves the API.
+    pub url: String,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+impl Server {
+    /// Starts `cmd`, waits for it to print `prefix` followed by its URL on stdout.
+    pub fn start(mut cmd: Command, prefix: &str, log: PathBuf) -> Server {
+        let log_file = std::fs::File::create(&log).expect("log file");
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(log_file)
+            .spawn()
+            .expect("gantry starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let prefix = prefix.to_string();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(i) = line.find(&prefix) {
+                    let _ = tx.send(line[i + prefix.len()..].trim().to_string());
+                }
+            }
+        });
+        let url = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(u) => u,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "server did not announce its URL; log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+        };
+        Server { child, url, log }
+    }
+
+    /// A server that announces nothing (a worker).
+    pub fn spawn(mut cmd: Command, log: PathBuf) -> Server {
+        let log_file = std::fs::File::create(&log).expect("log file");
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .expect("gantry starts");
+        Server {
+            child,
+            url: String::new(),
+            log,
+        }
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Kills the process with SIGKILL.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill();
+    }
+}
+
+/// Waits until `f` returns `Some`, polling, or panics with `what` after `timeout`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Runs a client command against a server and returns its output.
+pub fn client(url: &str, args: &[&str]) -> Output {
+    gantry().arg("--url").arg(url).args(args).output().expect("gantry client runs")
+}
+
+/// `gantry workers --json` as JSON.
+pub fn workers_json(url: &str) -> serde_json::Value {
+    let out = client(url, &["workers", "--json"]);
+    assert!(out.status.success(), "workers --json failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("workers --json prints JSON")
+}
+
+/// Waits until `n` workers are `running`.
+pub fn wait_running(url: &str, n: usize) -> serde_json::Value {
+    wait_for(&format!("{n} running workers"), Duration::from_secs(60), || {
+        let w = workers_json(url);
+        let running = w
+            .as_array()?
+            .iter()
+            .filter(|w| w["state"] == "running")
+            .count();
+        (running == n).then_some(w)
+    })
+}
+
+/// A quickstart (web + embedded worker) on an ephemeral port.
+pub fn quickstart(dir: &Path, db: &TestDb, extra: &[&str]) -> Server {
+    let mut cmd = gantry();
+    cmd.arg("quickstart")
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(extra);
+    if let Some(url) = &db.url {
+        cmd.arg("--database-url").arg(url);
+    }
+    let s = Server::start(cmd, "API on ", dir.join("quickstart.log"));
+    wait_running(&s.url, 1);
+    s
+}
+
+/// Writes a file, creating parent directories.
+pub fn write(path: &Path, contents: impl AsRef<[u8]>) {
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(path, contents).expect("write");
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so big files are not all zeros.
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Every regular file under `dir` with its contents, by relative path.
+pub fn tree(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    fn walk(root: &Path, dir: &Path, out: &mut std::collections::BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).expect("read_dir") {
+            let e = e.expect("entry");
+            let p = e.path();
+            if e.file_type().expect("type").is_dir() {
+                walk(root, &p, out);
+            } else {
+                let rel = p.strip_prefix(root).expect("prefix").to_string_lossy().into_owned();
+                out.insert(rel, std::fs::read(&p).expect("read"));
+            }
+        }
+    }
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// The one line a failing CLI printed on stderr.
+pub fn one_error_line(out: &Output) -> String {
+    assert!(!out.status.success(), "expected a failure, got success: {}", String::from_utf8_lossy(&out.stdout));
+    let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    assert_eq!(err.lines().count(), 1, "expected one line on stderr, got:\n{err}");
+    err
+}
