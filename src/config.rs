@@ -43,8 +43,6 @@ pub struct WebConfig {
     pub registration_key: String,
     /// Encoding used when streaming artifacts to and from workers. Default `zstd`.
     pub stream_encoding: String,
-    /// Seconds between checks of the workers' heartbeat TTLs. Default 5.
-    pub stall_check_interval_secs: u64,
 }
 
 impl Default for WebConfig {
@@ -55,7 +53,6 @@ impl Default for WebConfig {
             database_url: None,
             registration_key: "gantry-dev-key".into(),
             stream_encoding: "zstd".into(),
-            stall_check_interval_secs: 5,
         }
     }
 }
@@ -122,4 +119,29 @@ fn default_worker_name() -> String {
         .ok()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "worker".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_config_parses_and_matches_the_defaults() {
+        let text = include_str!("../config/gantry.example.toml");
+        let cfg: FileConfig = toml::from_str(text).expect("example config parses");
+        let d = FileConfig::default();
+        assert_eq!(cfg.web.listen, d.web.listen);
+        assert_eq!(cfg.web.registration_key, d.web.registration_key);
+        assert_eq!(
+            cfg.worker.heartbeat_interval_secs,
+            d.worker.heartbeat_interval_secs
+        );
+        assert_eq!(cfg.worker.platform, d.worker.platform);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = toml::from_str::<FileConfig>("[web]\nlisten_addr = \"x\"\n").unwrap_err();
+        assert!(err.to_string().contains("listen_addr"), "{err}");
+    }
 }

@@ -9,9 +9,15 @@ fn web_and_two_workers_run_a_task(kind: DbKind) {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(kind);
     let mut cmd = gantry();
-    cmd.args(["web", "--listen", "127.0.0.1:0", "--registration-key", "k3y"])
-        .arg("--data-dir")
-        .arg(dir.path().join("web"));
+    cmd.args([
+        "web",
+        "--listen",
+        "127.0.0.1:0",
+        "--registration-key",
+        "k3y",
+    ])
+    .arg("--data-dir")
+    .arg(dir.path().join("web"));
     if let Some(url) = &db.url {
         cmd.arg("--database-url").arg(url);
     }
@@ -19,14 +25,27 @@ fn web_and_two_workers_run_a_task(kind: DbKind) {
     let mut workers = Vec::new();
     for name in ["w1", "w2"] {
         let mut cmd = gantry();
-        cmd.args(["worker", "--name", name, "--web", &web.url, "--listen", "127.0.0.1:0"])
-            .args(["--registration-key", "k3y", "--heartbeat-interval", "1"])
-            .arg("--work-dir")
-            .arg(dir.path().join(name));
+        cmd.args([
+            "worker",
+            "--name",
+            name,
+            "--web",
+            &web.url,
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--registration-key", "k3y", "--heartbeat-interval", "1"])
+        .arg("--work-dir")
+        .arg(dir.path().join(name));
         workers.push(Server::spawn(cmd, dir.path().join(format!("{name}.log"))));
     }
     let listed = wait_running(&web.url, 2);
-    let mut names: Vec<&str> = listed.as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
+    let mut names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["name"].as_str().unwrap())
+        .collect();
     names.sort();
     assert_eq!(names, ["w1", "w2"]);
 
@@ -54,8 +73,12 @@ fn web_and_two_workers_run_a_task(kind: DbKind) {
         web.log_text()
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "from the cluster\n");
-    assert_eq!(std::fs::read(dir.path().join("out/copy")).unwrap(), b"from the cluster\n");
-    let builds: serde_json::Value = serde_json::from_slice(&client(&web.url, &["builds", "--json"]).stdout).unwrap();
+    assert_eq!(
+        std::fs::read(dir.path().join("out/copy")).unwrap(),
+        b"from the cluster\n"
+    );
+    let builds: serde_json::Value =
+        serde_json::from_slice(&client(&web.url, &["builds", "--json"]).stdout).unwrap();
     let worker = builds[0]["worker"].as_str().unwrap();
     assert!(["w1", "w2"].contains(&worker), "ran on {worker}");
     // Registration needs the key.

@@ -37,7 +37,10 @@ fn quickstart_runs_a_task_with_inputs_and_outputs(kind: DbKind) {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(kind);
     let server = quickstart(dir.path(), &db, &[]);
-    let backend = workers_json(&server.url)[0]["backend"].as_str().unwrap().to_string();
+    let backend = workers_json(&server.url)[0]["backend"]
+        .as_str()
+        .unwrap()
+        .to_string();
 
     let big = noise(10 * 1024 * 1024 + 12345, 7);
     write(&dir.path().join("a/hello.txt"), "hello\n");
@@ -47,13 +50,28 @@ fn quickstart_runs_a_task_with_inputs_and_outputs(kind: DbKind) {
     let out_dir = dir.path().join("result");
     let out = gantry()
         .current_dir(dir.path())
-        .args(["--url", &server.url, "execute", "-c", "task.yml", "-i", "a=a", "-i", "b=b", "-o"])
+        .args([
+            "--url",
+            &server.url,
+            "execute",
+            "-c",
+            "task.yml",
+            "-i",
+            "a=a",
+            "-i",
+            "b=b",
+            "-o",
+        ])
         .arg(format!("out={}", out_dir.display()))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "execute failed: {stderr}\nlog:\n{}", server.log_text());
+    assert!(
+        out.status.success(),
+        "execute failed: {stderr}\nlog:\n{}",
+        server.log_text()
+    );
 
     // stdout arrived whole and in order.
     let mut expected: String = (1..=300).map(|i| format!("line {i}\n")).collect();
@@ -66,7 +84,13 @@ fn quickstart_runs_a_task_with_inputs_and_outputs(kind: DbKind) {
     let names: Vec<&str> = got.keys().map(String::as_str).collect();
     assert_eq!(
         names,
-        ["big.bin", "empty", "nested/deeper/file.txt", "pid1.txt", "procs.txt"]
+        [
+            "big.bin",
+            "empty",
+            "nested/deeper/file.txt",
+            "pid1.txt",
+            "procs.txt"
+        ]
     );
     assert!(got["big.bin"] == big, "big.bin differs from the input");
     assert_eq!(got["nested/deeper/file.txt"], b"deep\n");
@@ -76,7 +100,10 @@ fn quickstart_runs_a_task_with_inputs_and_outputs(kind: DbKind) {
         // Own PID namespace: PID 1 is the task's shell, and /proc lists only a handful.
         let pid1 = String::from_utf8_lossy(&got["pid1.txt"]).to_string();
         assert!(pid1.starts_with("sh -c"), "PID 1 inside is {pid1:?}");
-        let procs: u32 = String::from_utf8_lossy(&got["procs.txt"]).trim().parse().unwrap();
+        let procs: u32 = String::from_utf8_lossy(&got["procs.txt"])
+            .trim()
+            .parse()
+            .unwrap();
         assert!(procs <= 5, "/proc inside lists {procs} processes");
     }
 
@@ -85,16 +112,30 @@ fn quickstart_runs_a_task_with_inputs_and_outputs(kind: DbKind) {
         &dir.path().join("exit3.yml"),
         "platform: linux\nrun:\n  path: sh\n  args: [-c, 'echo bye; exit 3']\n",
     );
-    let out = client(&server.url, &["execute", "-c", dir.path().join("exit3.yml").to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = client(
+        &server.url,
+        &[
+            "execute",
+            "-c",
+            dir.path().join("exit3.yml").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "bye\n");
 
     // Nothing is left on the worker or in the database after the builds.
     let containers = client(&server.url, &["containers", "--json"]);
     let volumes = client(&server.url, &["volumes", "--json"]);
     wait_for("build cleanup", Duration::from_secs(20), || {
-        let c: serde_json::Value = serde_json::from_slice(&client(&server.url, &["containers", "--json"]).stdout).ok()?;
-        let v: serde_json::Value = serde_json::from_slice(&client(&server.url, &["volumes", "--json"]).stdout).ok()?;
+        let c: serde_json::Value =
+            serde_json::from_slice(&client(&server.url, &["containers", "--json"]).stdout).ok()?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&client(&server.url, &["volumes", "--json"]).stdout).ok()?;
         (c.as_array()?.is_empty() && v.as_array()?.is_empty()).then_some(())
     });
     drop((containers, volumes));
@@ -127,13 +168,22 @@ fn bad_input_is_answered_and_leaves_nothing(kind: DbKind) {
     assert!(err.contains("task input \"src\" was not given"), "{err}");
     // An input the task does not have.
     let src = format!("src={}", dir.path().join("src").display());
-    let err = one_error_line(&client(&server.url, &["execute", "-c", task, "-i", &src, "-i", "nope=/tmp"]));
+    let err = one_error_line(&client(
+        &server.url,
+        &["execute", "-c", task, "-i", &src, "-i", "nope=/tmp"],
+    ));
     assert!(err.contains("no input named \"nope\""), "{err}");
     // An input directory that does not exist.
-    let err = one_error_line(&client(&server.url, &["execute", "-c", task, "-i", "src=/does/not/exist"]));
+    let err = one_error_line(&client(
+        &server.url,
+        &["execute", "-c", task, "-i", "src=/does/not/exist"],
+    ));
     assert!(err.contains("/does/not/exist does not exist"), "{err}");
     // A server that is not running.
-    let err = one_error_line(&client("http://127.0.0.1:1", &["execute", "-c", task, "-i", &src]));
+    let err = one_error_line(&client(
+        "http://127.0.0.1:1",
+        &["execute", "-c", task, "-i", &src],
+    ));
     assert!(err.contains("cannot reach the Gantry server"), "{err}");
 
     // A body that is not a tar stream, plain and zstd-labelled.
@@ -148,7 +198,10 @@ fn bad_input_is_answered_and_leaves_nothing(kind: DbKind) {
         let resp = req.send().unwrap();
         assert_eq!(resp.status().as_u16(), 400, "encoding {encoding:?}");
         let body: serde_json::Value = resp.json().unwrap();
-        assert!(body["error"].as_str().is_some_and(|e| !e.is_empty()), "{body}");
+        assert!(
+            body["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{body}"
+        );
     }
     // A build naming an artifact that does not exist.
     let resp = http
@@ -177,7 +230,11 @@ fn bad_input_is_answered_and_leaves_nothing(kind: DbKind) {
         assert_eq!(v.as_array().map(Vec::len), Some(0), "{what}: {v}");
     }
     let artifacts = dir.path().join("data/artifacts");
-    let stored: Vec<_> = std::fs::read_dir(&artifacts).unwrap().filter_map(Result::ok).filter(|e| e.path().is_file()).collect();
+    let stored: Vec<_> = std::fs::read_dir(&artifacts)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.path().is_file())
+        .collect();
     assert!(stored.is_empty(), "artifact files left: {stored:?}");
     let tmp: Vec<_> = std::fs::read_dir(artifacts.join("tmp")).unwrap().collect();
     assert!(tmp.is_empty(), "temporary upload files left");

@@ -9,7 +9,10 @@ fn validate(yaml: &str) -> (i32, String) {
     let f = dir.path().join("task.yml");
     write(&f, yaml);
     let out = gantry().arg("validate-task").arg(&f).output().unwrap();
-    (out.status.code().unwrap(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -24,16 +27,34 @@ fn accepts_a_valid_config() {
 fn rejects_each_problem_with_a_message_naming_it() {
     let cases = [
         ("run: {path: ls}\n", "missing field platform"),
-        ("platform: linux\nrun: {args: [x]}\n", "missing field run.path"),
-        ("platform: linux\ninputs: [{path: x}]\nrun: {path: ls}\n", "inputs[0]: missing field name"),
-        ("platform: linux\noutputs: [{path: x}]\nrun: {path: ls}\n", "outputs[0]: missing field name"),
-        ("platform: linux\ninputs: [{name: a}, {name: a}]\nrun: {path: ls}\n", "duplicate input name \"a\""),
-        ("platform: linux\nrun: {path: ls}\nimage: busybox\n", "unknown field \"image\""),
+        (
+            "platform: linux\nrun: {args: [x]}\n",
+            "missing field run.path",
+        ),
+        (
+            "platform: linux\ninputs: [{path: x}]\nrun: {path: ls}\n",
+            "inputs[0]: missing field name",
+        ),
+        (
+            "platform: linux\noutputs: [{path: x}]\nrun: {path: ls}\n",
+            "outputs[0]: missing field name",
+        ),
+        (
+            "platform: linux\ninputs: [{name: a}, {name: a}]\nrun: {path: ls}\n",
+            "duplicate input name \"a\"",
+        ),
+        (
+            "platform: linux\nrun: {path: ls}\nimage: busybox\n",
+            "unknown field \"image\"",
+        ),
     ];
     for (yaml, expected) in cases {
         let (code, err) = validate(yaml);
         assert_eq!(code, 1, "{yaml}");
-        assert!(err.contains(expected), "for {yaml:?} expected {expected:?} in {err:?}");
+        assert!(
+            err.contains(expected),
+            "for {yaml:?} expected {expected:?} in {err:?}"
+        );
     }
 }
 
@@ -41,14 +62,22 @@ fn rejects_each_problem_with_a_message_naming_it() {
 fn prints_every_problem_of_one_file() {
     let (code, err) = validate("inputs: [{path: x}]\nrun: {}\nbogus: 1\n");
     assert_eq!(code, 1);
-    for expected in ["missing field platform", "missing field run.path", "inputs[0]: missing field name", "unknown field \"bogus\""] {
+    for expected in [
+        "missing field platform",
+        "missing field run.path",
+        "inputs[0]: missing field name",
+        "unknown field \"bogus\"",
+    ] {
         assert!(err.contains(expected), "expected {expected:?} in {err:?}");
     }
 }
 
 #[test]
 fn a_missing_file_is_one_clear_line() {
-    let out = gantry().args(["validate-task", "/does/not/exist.yml"]).output().unwrap();
+    let out = gantry()
+        .args(["validate-task", "/does/not/exist.yml"])
+        .output()
+        .unwrap();
     let err = one_error_line(&out);
     assert!(err.contains("/does/not/exist.yml"), "{err}");
 }

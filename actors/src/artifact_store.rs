@@ -14,8 +14,11 @@ pub trait ArtifactStore: Send + Sync {
     async fn open(&self, id: &str, encoding: Encoding) -> Result<ByteStream, EngineError>;
     /// Stores a tar stream given in `encoding` under a new id; returns the id and stored size.
     /// Nothing is left behind when it fails.
-    async fn store(&self, body: ByteStream, encoding: Encoding)
-        -> Result<(String, u64), EngineError>;
+    async fn store(
+        &self,
+        body: ByteStream,
+        encoding: Encoding,
+    ) -> Result<(String, u64), EngineError>;
     /// Deletes an artifact's data; deleting a missing one is not an error.
     async fn delete(&self, id: &str) -> Result<(), EngineError>;
 }

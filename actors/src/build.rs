@@ -98,7 +98,10 @@ impl Actor for Build {
             sink: EventSink::new(self.id, self.deps.db.clone(), self.deps.hub.clone()),
             abort: self.abort.subscribe(),
         };
-        run.run(plan).into_actor(self).map(|_, _, ctx| ctx.stop()).spawn(ctx);
+        run.run(plan)
+            .into_actor(self)
+            .map(|_, _, ctx| ctx.stop())
+            .spawn(ctx);
     }
 }
 
@@ -135,7 +138,10 @@ struct Created {
 
 impl BuildRun {
     async fn run(mut self, plan: OneOffPlan) {
-        let _ = self.sink.emit(&BuildEvent::status(BuildStatus::Started, None)).await;
+        let _ = self
+            .sink
+            .emit(&BuildEvent::status(BuildStatus::Started, None))
+            .await;
         let constraints = Constraints {
             team: self.team.clone(),
             platform: plan.config.platform.clone(),
@@ -143,8 +149,16 @@ impl BuildRun {
         };
         let placement = match self.deps.scheduler.send(SelectWorker(constraints)).await {
             Ok(Ok(p)) => p,
-            Ok(Err(e)) => return self.finish(BuildStatus::Errored, None, Some(e.to_string())).await,
-            Err(e) => return self.finish(BuildStatus::Errored, None, Some(e.to_string())).await,
+            Ok(Err(e)) => {
+                return self
+                    .finish(BuildStatus::Errored, None, Some(e.to_string()))
+                    .await
+            }
+            Err(e) => {
+                return self
+                    .finish(BuildStatus::Errored, None, Some(e.to_string()))
+                    .await
+            }
         };
         let worker = placement.worker.clone();
         let _ = self.deps.db.start_build(self.id, &worker).await;
@@ -157,14 +171,21 @@ impl BuildRun {
             })
             .await;
         let mut created = Created::default();
-        let result = self.run_task(&plan, placement.client.clone(), &mut created).await;
-        self.deps.scheduler.do_send(ReleasePlacement { worker: worker.clone() });
+        let result = self
+            .run_task(&plan, placement.client.clone(), &mut created)
+            .await;
+        self.deps.scheduler.do_send(ReleasePlacement {
+            worker: worker.clone(),
+        });
         self.cleanup(placement.client.as_ref(), created).await;
         match result {
             Ok(StepEnd::Exited(0)) => self.finish(BuildStatus::Succeeded, Some(0), None).await,
             Ok(StepEnd::Exited(n)) => self.finish(BuildStatus::Failed, Some(n), None).await,
             Ok(StepEnd::Aborted) => self.finish(BuildStatus::Aborted, None, None).await,
-            Err(e) => self.finish(BuildStatus::Errored, None, Some(e.to_string())).await,
+            Err(e) => {
+                self.finish(BuildStatus::Errored, None, Some(e.to_string()))
+                    .await
+            }
         }
     }
 
@@ -179,7 +200,12 @@ impl BuildRun {
                 })
                 .await;
         }
-        if let Err(e) = self.deps.db.finish_build(self.id, status, exit, error.as_deref()).await {
+        if let Err(e) = self
+            .deps
+            .db
+            .finish_build(self.id, status, exit, error.as_deref())
+            .await
+        {
             tracing::error!(build = self.id, "storing build status: {e}");
         }
         let _ = self.sink.emit(&BuildEvent::status(status, exit)).await;
@@ -192,8 +218,15 @@ impl BuildRun {
     ) -> Result<Arc<dyn crate::runtime::Volume>, EngineError> {
         let handle = uuid::Uuid::new_v4().to_string();
         let db = &self.deps.db;
-        db.insert_handle(HandleKind::Volume, &handle, worker.name(), Some(self.id), None, &self.team)
-            .await?;
+        db.insert_handle(
+            HandleKind::Volume,
+            &handle,
+            worker.name(),
+            Some(self.id),
+            None,
+            &self.team,
+        )
+        .await?;
         created.volumes.push(handle.clone());
         let spec = VolumeSpec {
             handle: handle.clone(),
@@ -202,7 +235,8 @@ impl BuildRun {
             properties: BTreeMap::from([("build".to_string(), self.id.to_string())]),
         };
         let volume = worker.create_volume(&spec).await?;
-        db.set_handle_state(HandleKind::Volume, &handle, "created").await?;
+        db.set_handle_state(HandleKind::Volume, &handle, "created")
+            .await?;
         Ok(volume)
     }
 
@@ -221,7 +255,10 @@ impl BuildRun {
                 if input.optional {
                     continue;
                 }
-                return Err(EngineError::Invalid(format!("input {:?} was not given", input.name)));
+                return Err(EngineError::Invalid(format!(
+                    "input {:?} was not given",
+                    input.name
+                )));
             };
             let volume = self.new_volume(&worker, created).await?;
             mounts.push(MountSpec {
@@ -277,9 +314,14 @@ impl BuildRun {
         created.containers.push(handle.clone());
         let spec = ContainerSpec {
             handle: handle.clone(),
-            rootfs: RootfsSpec::from_uri(config.rootfs_uri.as_deref()).map_err(EngineError::Invalid)?,
+            rootfs: RootfsSpec::from_uri(config.rootfs_uri.as_deref())
+                .map_err(EngineError::Invalid)?,
             mounts,
-            env: config.params.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            env: config
+                .params
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect(),
             limits: ResourceLimits {
                 memory: config.container_limits.memory,
                 cpu: config.container_limits.cpu,
@@ -292,7 +334,10 @@ impl BuildRun {
             ]),
         };
         let container = worker.find_or_create_container(&spec).await?;
-        self.deps.db.set_handle_state(HandleKind::Container, &handle, "created").await?;
+        self.deps
+            .db
+            .set_handle_state(HandleKind::Container, &handle, "created")
+            .await?;
         let dir = match &config.run.dir {
             Some(d) if d.starts_with('/') => d.clone(),
             Some(d) => format!("{build_dir}/{d}"),
@@ -310,7 +355,10 @@ impl BuildRun {
                     user: config.run.user.clone(),
                     tty: None,
                 },
-                ProcessIo { stdin: None, output: tx },
+                ProcessIo {
+                    stdin: None,
+                    output: tx,
+                },
             )
             .await?;
         let mut carry_out = Utf8Carry::default();
@@ -349,9 +397,12 @@ impl BuildRun {
         }
         for (name, volume) in outputs {
             let body = volume.stream_out(".", encoding).await?;
-            let (id, size) = self.deps.artifacts.store(body, encoding).await.map_err(|e| {
-                EngineError::Invalid(format!("keeping output {name:?}: {e}"))
-            })?;
+            let (id, size) = self
+                .deps
+                .artifacts
+                .store(body, encoding)
+                .await
+                .map_err(|e| EngineError::Invalid(format!("keeping output {name:?}: {e}")))?;
             self.deps
                 .db
                 .insert_artifact(&id, &self.team, Some(&name), Some(self.id), size as i64)
@@ -386,7 +437,9 @@ impl BuildRun {
                 Ok(()) => {
                     let _ = db.delete_handle(kind, &handle).await;
                 }
-                Err(e) => tracing::warn!(build = self.id, %handle, "destroy failed, left for GC: {e}"),
+                Err(e) => {
+                    tracing::warn!(build = self.id, %handle, "destroy failed, left for GC: {e}")
+                }
             }
         }
     }

@@ -44,15 +44,21 @@ impl Engine {
         // Builds that were running when a web node stopped cannot be resumed yet.
         for id in db.unfinished_builds().await? {
             let reason = "the web node stopped while the build ran";
-            db.finish_build(id, BuildStatus::Errored, None, Some(reason)).await?;
-            let next = db.build_events_after(id, 0).await?.last().map_or(0, |e| e.0);
+            db.finish_build(id, BuildStatus::Errored, None, Some(reason))
+                .await?;
+            let next = db
+                .build_events_after(id, 0)
+                .await?
+                .last()
+                .map_or(0, |e| e.0);
             let mut sink = EventSink::resume(id, next + 1, db.clone(), hub.clone());
             sink.emit(&BuildEvent::Error {
                 message: reason.into(),
                 time: crate::db::now_ms(),
             })
             .await?;
-            sink.emit(&BuildEvent::status(BuildStatus::Errored, None)).await?;
+            sink.emit(&BuildEvent::status(BuildStatus::Errored, None))
+                .await?;
         }
         let scheduler = Scheduler::default().start();
         let registry = Registry::new(db.clone(), connector, scheduler.clone()).start();

@@ -125,6 +125,11 @@ impl EventHub {
             .subscribe()
     }
 
+    /// Drops a finished build's channel (idempotent).
+    pub fn forget(&self, build_id: i64) {
+        self.channels.remove(&build_id);
+    }
+
     /// Publishes an event; nobody listening is fine.
     pub fn publish(&self, build_id: i64, event: SequencedEvent) {
         let is_final = event.is_final;
@@ -169,7 +174,9 @@ impl EventSink {
     pub async fn emit(&mut self, event: &BuildEvent) -> Result<(), EngineError> {
         let json = serde_json::to_string(event).expect("events serialise");
         let seq = self.next;
-        self.db.append_build_event(self.build_id, seq, &json).await?;
+        self.db
+            .append_build_event(self.build_id, seq, &json)
+            .await?;
         self.next += 1;
         self.hub.publish(
             self.build_id,
@@ -223,12 +230,19 @@ mod tests {
     #[tokio::test]
     async fn sink_stores_in_order_and_publishes_live() {
         let (db, _d) = crate::db::test_db().await;
-        let id = db.create_build("main", &serde_json::json!({})).await.unwrap();
+        let id = db
+            .create_build("main", &serde_json::json!({}))
+            .await
+            .unwrap();
         let hub = EventHub::default();
         let mut rx = hub.subscribe(id);
         let mut sink = EventSink::new(id, db.clone(), hub.clone());
-        sink.emit(&BuildEvent::status(BuildStatus::Started, None)).await.unwrap();
-        sink.emit(&BuildEvent::status(BuildStatus::Succeeded, Some(0))).await.unwrap();
+        sink.emit(&BuildEvent::status(BuildStatus::Started, None))
+            .await
+            .unwrap();
+        sink.emit(&BuildEvent::status(BuildStatus::Succeeded, Some(0)))
+            .await
+            .unwrap();
         let a = rx.recv().await.unwrap();
         let b = rx.recv().await.unwrap();
         assert_eq!((a.seq, a.is_final, b.seq, b.is_final), (1, false, 2, true));

@@ -226,8 +226,13 @@ impl Handler<WorkerHeartbeat> for Registry {
         let db = self.db.clone();
         Box::pin(
             async move {
-                db.record_heartbeat(&msg.name, msg.heartbeat.containers, msg.heartbeat.volumes, state)
-                    .await?;
+                db.record_heartbeat(
+                    &msg.name,
+                    msg.heartbeat.containers,
+                    msg.heartbeat.volumes,
+                    state,
+                )
+                .await?;
                 Ok(state)
             }
             .into_actor(self),
@@ -241,7 +246,8 @@ impl Handler<WorkerStalled> for Registry {
         let Some(entry) = self.workers.get_mut(&msg.name) else {
             return;
         };
-        if entry.registration.incarnation != msg.incarnation || entry.state != WorkerState::Running {
+        if entry.registration.incarnation != msg.incarnation || entry.state != WorkerState::Running
+        {
             return;
         }
         tracing::warn!(worker = %msg.name, "worker stalled: no heartbeat within its TTL");

@@ -114,7 +114,10 @@ impl Handler<SelectWorker> for Scheduler {
             worker: best.registration.name.clone(),
             client: best.client.clone(),
         };
-        *self.active_tasks.entry(placement.worker.clone()).or_default() += 1;
+        *self
+            .active_tasks
+            .entry(placement.worker.clone())
+            .or_default() += 1;
         Ok(placement)
     }
 }
@@ -137,7 +140,10 @@ impl Handler<ActiveCounts> for Scheduler {
 
 /// Applies the hard filters; when none passes, the error names every
 /// constraint and how many workers each excluded.
-pub fn filter<'a>(c: &Constraints, all: &[&'a Candidate]) -> Result<Vec<&'a Candidate>, EngineError> {
+pub fn filter<'a>(
+    c: &Constraints,
+    all: &[&'a Candidate],
+) -> Result<Vec<&'a Candidate>, EngineError> {
     let mut not_running = 0;
     let mut wrong_platform = 0;
     let mut missing_tags = 0;
@@ -178,7 +184,10 @@ pub fn filter<'a>(c: &Constraints, all: &[&'a Candidate]) -> Result<Vec<&'a Cand
         (wrong_platform, format!("platform is not {:?}", c.platform)),
         (missing_tags, format!("missing one of tags {:?}", c.tags)),
         (tagged_only, "tagged, and the step has no tags".to_string()),
-        (other_team, format!("belong to a team other than {:?}", c.team)),
+        (
+            other_team,
+            format!("belong to a team other than {:?}", c.team),
+        ),
     ] {
         if n > 0 {
             why.push(format!("{n} {reason}"));

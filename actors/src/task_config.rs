@@ -109,7 +109,8 @@ const TOP_FIELDS: &[&str] = &[
 impl TaskConfig {
     /// Parses and validates YAML; on failure returns every problem found.
     pub fn from_yaml(text: &str) -> Result<TaskConfig, Vec<String>> {
-        let doc: Value = serde_yaml::from_str(text).map_err(|e| vec![format!("not valid YAML: {e}")])?;
+        let doc: Value =
+            serde_yaml::from_str(text).map_err(|e| vec![format!("not valid YAML: {e}")])?;
         Self::from_value(&doc)
     }
 
@@ -130,7 +131,9 @@ impl TaskConfig {
             }
             Some(v) => scalar(v, "platform", &mut p),
         };
-        let rootfs_uri = top.get("rootfs_uri").map(|v| scalar(v, "rootfs_uri", &mut p));
+        let rootfs_uri = top
+            .get("rootfs_uri")
+            .map(|v| scalar(v, "rootfs_uri", &mut p));
         if let Err(e) = RootfsSpec::from_uri(rootfs_uri.as_deref()) {
             p.push(e);
         }
@@ -150,7 +153,11 @@ impl TaskConfig {
                         false
                     }
                 };
-                Some(TaskInput { name, path, optional })
+                Some(TaskInput {
+                    name,
+                    path,
+                    optional,
+                })
             })
             .collect();
         let outputs: Vec<TaskOutput> = list(top.get("outputs"), "outputs", &mut p)
@@ -234,7 +241,12 @@ impl TaskConfig {
                     .collect();
                 let dir = opt_scalar(m, "dir", "run", &mut p);
                 let user = opt_scalar(m, "user", "run", &mut p);
-                path.map(|path| TaskRun { path, args, dir, user })
+                path.map(|path| TaskRun {
+                    path,
+                    args,
+                    dir,
+                    user,
+                })
             }),
         };
         let container_limits = match top.get("container_limits") {
@@ -266,9 +278,16 @@ impl TaskConfig {
 
 fn unknown_fields(m: &serde_yaml::Mapping, known: &[&str], at: &str, p: &mut Vec<String>) {
     for k in m.keys() {
-        let name = k.as_str().map(str::to_string).unwrap_or_else(|| format!("{k:?}"));
+        let name = k
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{k:?}"));
         if !known.contains(&name.as_str()) {
-            let prefix = if at.is_empty() { String::new() } else { format!("{at}: ") };
+            let prefix = if at.is_empty() {
+                String::new()
+            } else {
+                format!("{at}: ")
+            };
             p.push(format!(
                 "{prefix}unknown field {name:?} (expected one of: {})",
                 known.join(", ")
@@ -345,7 +364,9 @@ fn limit(m: &serde_yaml::Mapping, key: &str, p: &mut Vec<String>) -> Option<u64>
         None | Some(Value::Null) => None,
         Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64(),
         Some(_) => {
-            p.push(format!("container_limits.{key} must be a non-negative integer"));
+            p.push(format!(
+                "container_limits.{key} must be a non-negative integer"
+            ));
             None
         }
     }
@@ -453,7 +474,9 @@ container_limits:
 
     #[test]
     fn missing_run_and_non_mapping_are_errors() {
-        assert!(problems("platform: linux\n").join("").contains("missing field run"));
+        assert!(problems("platform: linux\n")
+            .join("")
+            .contains("missing field run"));
         assert!(problems("- a\n").join("").contains("must be a mapping"));
         assert!(problems(": :\n  -").join("").contains("not valid YAML"));
     }

@@ -51,7 +51,10 @@ impl TestDb {
     /// script starts it; a test does not skip when it is down.
     pub fn new(kind: DbKind) -> TestDb {
         match kind {
-            DbKind::Sqlite => TestDb { url: None, pg_name: None },
+            DbKind::Sqlite => TestDb {
+                url: None,
+                pg_name: None,
+            },
             DbKind::Postgres => {
                 let name = format!("gantry_e2e_{}", uuid::Uuid::new_v4().simple());
                 let out = psql(&format!("CREATE DATABASE {name}"));
@@ -169,34 +172,50 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
 /// Runs a client command against a server and returns its output.
 pub fn client(url: &str, args: &[&str]) -> Output {
-    gantry().arg("--url").arg(url).args(args).output().expect("gantry client runs")
+    gantry()
+        .arg("--url")
+        .arg(url)
+        .args(args)
+        .output()
+        .expect("gantry client runs")
 }
 
 /// `gantry workers --json` as JSON.
 pub fn workers_json(url: &str) -> serde_json::Value {
     let out = client(url, &["workers", "--json"]);
-    assert!(out.status.success(), "workers --json failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "workers --json failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("workers --json prints JSON")
 }
 
 /// Waits until `n` workers are `running`.
 pub fn wait_running(url: &str, n: usize) -> serde_json::Value {
-    wait_for(&format!("{n} running workers"), Duration::from_secs(60), || {
-        let w = workers_json(url);
-        let running = w
-            .as_array()?
-            .iter()
-            .filter(|w| w["state"] == "running")
-            .count();
-        (running == n).then_some(w)
-    })
+    wait_for(
+        &format!("{n} running workers"),
+        Duration::from_secs(60),
+        || {
+            let w = workers_json(url);
+            let running = w
+                .as_array()?
+                .iter()
+                .filter(|w| w["state"] == "running")
+                .count();
+            (running == n).then_some(w)
+        },
+    )
 }
 
 /// A quickstart (web + embedded worker) on an ephemeral port.
@@ -246,7 +265,11 @@ pub fn tree(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
             if e.file_type().expect("type").is_dir() {
                 walk(root, &p, out);
             } else {
-                let rel = p.strip_prefix(root).expect("prefix").to_string_lossy().into_owned();
+                let rel = p
+                    .strip_prefix(root)
+                    .expect("prefix")
+                    .to_string_lossy()
+                    .into_owned();
                 out.insert(rel, std::fs::read(&p).expect("read"));
             }
         }
@@ -257,8 +280,16 @@ pub fn tree(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
 
 /// The one line a failing CLI printed on stderr.
 pub fn one_error_line(out: &Output) -> String {
-    assert!(!out.status.success(), "expected a failure, got success: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !out.status.success(),
+        "expected a failure, got success: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
-    assert_eq!(err.lines().count(), 1, "expected one line on stderr, got:\n{err}");
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "expected one line on stderr, got:\n{err}"
+    );
     err
 }

@@ -100,8 +100,7 @@ type Raw = (
     Option<i64>,
 );
 
-const COLUMNS: &str =
-    "id, team, status, plan, worker, exit_status, error, created_at, finished_at";
+const COLUMNS: &str = "id, team, status, plan, worker, exit_status, error, created_at, finished_at";
 
 fn decode(r: Raw) -> BuildRow {
     BuildRow {
@@ -267,8 +266,13 @@ mod tests {
             .unwrap();
         db.append_build_event(id, 1, "{\"a\":1}").await.unwrap();
         db.append_build_event(id, 2, "{\"a\":2}").await.unwrap();
-        assert_eq!(db.build_events_after(id, 1).await.unwrap(), vec![(2, "{\"a\":2}".into())]);
-        db.finish_build(id, BuildStatus::Failed, Some(3), None).await.unwrap();
+        assert_eq!(
+            db.build_events_after(id, 1).await.unwrap(),
+            vec![(2, "{\"a\":2}".into())]
+        );
+        db.finish_build(id, BuildStatus::Failed, Some(3), None)
+            .await
+            .unwrap();
         let b = db.get_build(id).await.unwrap().unwrap();
         assert_eq!(b.status, BuildStatus::Failed);
         assert_eq!(b.exit_status, Some(3));

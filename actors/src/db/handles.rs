@@ -82,11 +82,14 @@ impl Db {
         handle: &str,
         state: &str,
     ) -> Result<(), EngineError> {
-        sqlx::query(&format!("UPDATE {} SET state = $1 WHERE handle = $2", kind.table()))
-            .bind(state)
-            .bind(handle)
-            .execute(self.pool())
-            .await?;
+        sqlx::query(&format!(
+            "UPDATE {} SET state = $1 WHERE handle = $2",
+            kind.table()
+        ))
+        .bind(state)
+        .bind(handle)
+        .execute(self.pool())
+        .await?;
         Ok(())
     }
 
@@ -105,7 +108,15 @@ impl Db {
         kind: HandleKind,
         team: Option<&str>,
     ) -> Result<Vec<HandleRow>, EngineError> {
-        type Raw = (String, String, String, i64, Option<i64>, Option<String>, String);
+        type Raw = (
+            String,
+            String,
+            String,
+            i64,
+            Option<i64>,
+            Option<String>,
+            String,
+        );
         let sql = format!(
             "SELECT handle, worker, state, sequence, build_id, step, team FROM {} {} ORDER BY created_at, handle",
             kind.table(),

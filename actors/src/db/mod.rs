@@ -14,7 +14,7 @@ pub use workers::WorkerRow;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::any::{install_default_drivers, AnyPoolOptions};
 use sqlx::AnyPool;
 
 use crate::error::EngineError;
@@ -54,9 +54,14 @@ impl Db {
             Backend::Sqlite => 4,
             Backend::Postgres => 16,
         };
-        let pool = AnyPoolOptions::new().max_connections(max).connect(url).await?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(max)
+            .connect(url)
+            .await?;
         if backend == Backend::Sqlite {
-            sqlx::query("PRAGMA journal_mode=WAL").execute(&pool).await?;
+            sqlx::query("PRAGMA journal_mode=WAL")
+                .execute(&pool)
+                .await?;
         }
         let db = Db { pool, backend };
         db.migrate().await?;
@@ -66,8 +71,16 @@ impl Db {
     /// Runs the migrations of this database's flavour.
     async fn migrate(&self) -> Result<(), EngineError> {
         match self.backend {
-            Backend::Sqlite => sqlx::migrate!("../migrations/sqlite").run(&self.pool).await?,
-            Backend::Postgres => sqlx::migrate!("../migrations/postgres").run(&self.pool).await?,
+            Backend::Sqlite => {
+                sqlx::migrate!("../migrations/sqlite")
+                    .run(&self.pool)
+                    .await?
+            }
+            Backend::Postgres => {
+                sqlx::migrate!("../migrations/postgres")
+                    .run(&self.pool)
+                    .await?
+            }
         }
         Ok(())
     }

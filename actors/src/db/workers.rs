@@ -73,7 +73,11 @@ impl Db {
     }
 
     /// Sets a worker's state.
-    pub async fn set_worker_state(&self, name: &str, state: WorkerState) -> Result<(), EngineError> {
+    pub async fn set_worker_state(
+        &self,
+        name: &str,
+        state: WorkerState,
+    ) -> Result<(), EngineError> {
         sqlx::query("UPDATE workers SET state = $1 WHERE name = $2")
             .bind(state.as_str())
             .bind(name)

@@ -1,0 +1,544 @@
+//! The `runc` backend: one OCI bundle per container.
+//!
+//! `containers/<handle>/config.json` (OCI runtime spec 1.0.2) gives the
+//! container its own pid, mount, uts, ipc and network namespaces (loopback
+//! only), cgroup limits, the usual `/proc`, `/dev` and `/sys`, a tmpfs `/tmp`
+//! and the volumes as bind mounts. The first process runs as the container's
+//! init with `runc run` in the foreground, so the exit status of `runc run` is
+//! the process's; while it runs, further processes join it with `runc exec`.
+//! When the init exits the container stops and the next process starts a new
+//! init. runc keeps its state under `WORK_DIR/runc`, so agents with different
+//! work directories never see each other's containers.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gantry_actors::spec::ProcessSpec;
+use serde_json::{json, Value};
+use tokio::sync::{watch, Mutex};
+
+use super::{process_env, BackendContainer, ContainerBackend, ContainerContext};
+use crate::agent::error::{blocking, AgentError};
+use crate::agent::processes::{spawn_child, ProcessEnd, SignalTarget, Spawned};
+use crate::agent::rootfs::{self, RootfsPlan, UserIds};
+
+/// How long a second process waits for the container's init to start.
+const INIT_START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Capabilities of container processes (Docker's default set).
+const CAPABILITIES: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FSETID",
+    "CAP_FOWNER",
+    "CAP_MKNOD",
+    "CAP_NET_RAW",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETFCAP",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_KILL",
+    "CAP_AUDIT_WRITE",
+];
+
+/// Paths of `/proc` and `/sys` hidden from containers (runc's defaults).
+const MASKED_PATHS: &[&str] = &[
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+];
+
+/// Paths of `/proc` made read-only in containers (runc's defaults).
+const READONLY_PATHS: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+/// The runc backend.
+pub struct RuncBackend {
+    /// The runc binary and its state directory.
+    runc: Arc<Runc>,
+}
+
+/// How to call runc.
+struct Runc {
+    /// The runc binary.
+    binary: PathBuf,
+    /// `--root`: runc's state directory.
+    state_root: PathBuf,
+}
+
+impl Runc {
+    /// A runc command with the global flags set.
+    fn command(&self) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(&self.binary);
+        cmd.arg("--root").arg(&self.state_root);
+        cmd
+    }
+
+    /// `runc delete --force`: kills the container and removes its state; a
+    /// container that does not exist is fine.
+    async fn delete(&self, id: &str) -> Result<(), AgentError> {
+        let out = self
+            .command()
+            .args(["delete", "--force", id])
+            .output()
+            .await
+            .map_err(|e| {
+                AgentError::Backend(format!("cannot run {}: {e}", self.binary.display()))
+            })?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() || stderr.contains("does not exist") {
+            Ok(())
+        } else {
+            Err(AgentError::Backend(format!(
+                "runc delete {id} failed: {}",
+                stderr.trim()
+            )))
+        }
+    }
+}
+
+impl RuncBackend {
+    /// A backend using `binary`, keeping runc's state in `state_root`.
+    pub fn new(binary: PathBuf, state_root: PathBuf) -> Self {
+        RuncBackend {
+            runc: Arc::new(Runc { binary, state_root }),
+        }
+    }
+}
+
+/// The running init of a container.
+struct Init {
+    /// Becomes `Some` when `runc run` exits (the container has stopped).
+    exit: watch::Receiver<Option<ProcessEnd>>,
+    /// Written by runc once the container exists.
+    pid_file: PathBuf,
+}
+
+/// A container of the runc backend.
+struct RuncContainer {
+    /// How to call runc.
+    runc: Arc<Runc>,
+    /// The container.
+    ctx: Arc<ContainerContext>,
+    /// Its root filesystem.
+    rootfs: RootfsPlan,
+    /// The current init, if one was started; held while starting a process so
+    /// that two processes never both become init.
+    init: Mutex<Option<Init>>,
+}
+
+#[async_trait]
+impl ContainerBackend for RuncBackend {
+    fn name(&self) -> &'static str {
+        "runc"
+    }
+
+    async fn prepare(
+        &self,
+        ctx: Arc<ContainerContext>,
+        recovered: bool,
+    ) -> Result<Box<dyn BackendContainer>, AgentError> {
+        if recovered {
+            // Its processes died with the previous agent; clear runc's state.
+            self.runc.delete(&ctx.handle).await?;
+        }
+        tokio::fs::create_dir_all(&self.runc.state_root)
+            .await
+            .map_err(|e| {
+                AgentError::io(format!("creating {}", self.runc.state_root.display()), e)
+            })?;
+        let (image, dir) = (ctx.image.clone(), ctx.dir.clone());
+        let rootfs = blocking("preparing a root filesystem", move || {
+            match &image {
+                None => rootfs::host_view(&dir.join("rootfs"), Path::new("/")),
+                Some(image) => rootfs::overlay_view(image, &dir),
+            }
+            .map_err(|e| {
+                AgentError::io(
+                    format!("preparing the root filesystem in {}", dir.display()),
+                    e,
+                )
+            })
+        })
+        .await?;
+        Ok(Box::new(RuncContainer {
+            runc: self.runc.clone(),
+            ctx,
+            rootfs,
+            init: Mutex::new(None),
+        }))
+    }
+}
+
+impl RuncContainer {
+    /// Resolves the user a process runs as.
+    async fn user(&self, process: &ProcessSpec) -> Result<UserIds, AgentError> {
+        let passwd = match process.user.as_deref() {
+            None => String::new(),
+            Some(_) => tokio::fs::read_to_string(&self.rootfs.passwd)
+                .await
+                .unwrap_or_default(),
+        };
+        rootfs::lookup_user(process.user.as_deref(), &passwd).map_err(AgentError::BadRequest)
+    }
+
+    /// Waits until `init` has started (its pid file exists); false if it
+    /// exited first.
+    async fn init_started(init: &Init) -> Result<bool, AgentError> {
+        let mut exit = init.exit.clone();
+        let deadline = tokio::time::Instant::now() + INIT_START_TIMEOUT;
+        loop {
+            if exit.borrow_and_update().is_some() {
+                return Ok(false);
+            }
+            if tokio::fs::metadata(&init.pid_file).await.is_ok() {
+                return Ok(true);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(AgentError::Backend(format!(
+                    "the container's first process did not start within {}s",
+                    INIT_START_TIMEOUT.as_secs()
+                )));
+            }
+            // runc writes the pid file within milliseconds; this bounded
+            // wait only covers that start-up window.
+            tokio::select! {
+                _ = exit.changed() => {}
+                _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl BackendContainer for RuncContainer {
+    async fn spawn(&self, process: &ProcessSpec) -> Result<Spawned, AgentError> {
+        let user = self.user(process).await?;
+        let process_value = process_json(&self.ctx, process, user);
+        let procs = self.ctx.dir.join("processes");
+        let pid_file = procs.join(format!("{}.pid", process.id));
+        let what = format!("runc for process {}", process.id);
+
+        let mut init = self.init.lock().await;
+        let running = match init.as_ref() {
+            Some(i) => Self::init_started(i).await?,
+            None => false,
+        };
+        if running {
+            let file = procs.join(format!("{}.process.json", process.id));
+            let body = serde_json::to_vec_pretty(&process_value)
+                .map_err(|e| AgentError::Backend(format!("encoding {}: {e}", file.display())))?;
+            tokio::fs::write(&file, body)
+                .await
+                .map_err(|e| AgentError::io(format!("writing {}", file.display()), e))?;
+            let mut cmd = self.runc.command();
+            cmd.arg("exec")
+                .arg("--process")
+                .arg(&file)
+                .arg("--pid-file")
+                .arg(&pid_file)
+                .arg(&self.ctx.handle);
+            let (mut spawned, pid) = spawn_child(&mut cmd, &what)?;
+            spawned.signal = SignalTarget::PidFile {
+                path: pid_file,
+                fallback: pid as i32,
+            };
+            return Ok(spawned);
+        }
+
+        if init.is_some() {
+            // The previous init has exited; make sure no state is left.
+            self.runc.delete(&self.ctx.handle).await?;
+        }
+        let config = config_json(&self.ctx, &self.rootfs, process_value);
+        let file = self.ctx.dir.join("config.json");
+        let body = serde_json::to_vec_pretty(&config)
+            .map_err(|e| AgentError::Backend(format!("encoding {}: {e}", file.display())))?;
+        tokio::fs::write(&file, body)
+            .await
+            .map_err(|e| AgentError::io(format!("writing {}", file.display()), e))?;
+        let mut cmd = self.runc.command();
+        cmd.arg("run")
+            .arg("--bundle")
+            .arg(&self.ctx.dir)
+            .arg("--pid-file")
+            .arg(&pid_file)
+            .arg(&self.ctx.handle);
+        let (mut spawned, pid) = spawn_child(&mut cmd, &what)?;
+        spawned.signal = SignalTarget::PidFile {
+            path: pid_file.clone(),
+            fallback: pid as i32,
+        };
+        *init = Some(Init {
+            exit: spawned.exit.clone(),
+            pid_file,
+        });
+        Ok(spawned)
+    }
+
+    async fn destroy(&self) -> Result<(), AgentError> {
+        self.runc.delete(&self.ctx.handle).await?;
+        if self.rootfs.overlay {
+            let root = self.rootfs.root.clone();
+            blocking("unmounting a root filesystem", move || {
+                rootfs::unmount(&root)
+                    .map_err(|e| AgentError::io(format!("unmounting {}", root.display()), e))
+            })
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// The `process` object of config.json (and of `runc exec --process`).
+pub fn process_json(ctx: &ContainerContext, p: &ProcessSpec, user: UserIds) -> Value {
+    let cwd = match p.dir.as_deref() {
+        None | Some("") => "/".to_string(),
+        Some(d) if d.starts_with('/') => d.to_string(),
+        Some(d) => format!("/{d}"),
+    };
+    let home = if user.uid == 0 {
+        "HOME=/root"
+    } else {
+        "HOME=/tmp"
+    };
+    let args: Vec<&str> = std::iter::once(p.path.as_str())
+        .chain(p.args.iter().map(String::as_str))
+        .collect();
+    json!({
+        "terminal": false,
+        "user": { "uid": user.uid, "gid": user.gid },
+        "args": args,
+        "env": process_env(&[home.to_string()], &ctx.spec.env, &p.env),
+        "cwd": cwd,
+        "capabilities": {
+            "bounding": CAPABILITIES,
+            "effective": CAPABILITIES,
+            "permitted": CAPABILITIES,
+        },
+        "noNewPrivileges": false,
+    })
+}
+
+/// One entry of config.json's `mounts`.
+fn mount(dest: &str, kind: &str, source: &str, options: &[&str]) -> Value {
+    json!({ "destination": dest, "type": kind, "source": source, "options": options })
+}
+
+/// config.json of a container whose init runs `process`.
+pub fn config_json(ctx: &ContainerContext, rootfs: &RootfsPlan, process: Value) -> Value {
+    let mut mounts = vec![
+        mount("/proc", "proc", "proc", &["nosuid", "noexec", "nodev"]),
+        mount(
+            "/dev",
+            "tmpfs",
+            "tmpfs",
+            &["nosuid", "strictatime", "mode=755", "size=65536k"],
+        ),
+        mount(
+            "/dev/pts",
+            "devpts",
+            "devpts",
+            &[
+                "nosuid",
+                "noexec",
+                "newinstance",
+                "ptmxmode=0666",
+                "mode=0620",
+                "gid=5",
+            ],
+        ),
+        mount(
+            "/dev/shm",
+            "tmpfs",
+            "shm",
+            &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+        ),
+        mount(
+            "/dev/mqueue",
+            "mqueue",
+            "mqueue",
+            &["nosuid", "noexec", "nodev"],
+        ),
+        mount(
+            "/sys",
+            "sysfs",
+            "sysfs",
+            &["nosuid", "noexec", "nodev", "ro"],
+        ),
+    ];
+    for b in &rootfs.binds {
+        mounts.push(mount(
+            &b.dest,
+            "bind",
+            &b.source.to_string_lossy(),
+            &["rbind", "ro", "nosuid", "nodev"],
+        ));
+    }
+    // /tmp before the volumes, so that volumes can live under /tmp.
+    mounts.push(mount(
+        "/tmp",
+        "tmpfs",
+        "tmpfs",
+        &["nosuid", "nodev", "mode=1777"],
+    ));
+    for m in &ctx.mounts {
+        let mode = if m.readonly { "ro" } else { "rw" };
+        mounts.push(mount(
+            &m.path,
+            "bind",
+            &m.source.to_string_lossy(),
+            &["rbind", mode],
+        ));
+    }
+
+    let mut resources = json!({ "devices": [{ "allow": false, "access": "rwm" }] });
+    let limits = &ctx.spec.limits;
+    if let Some(memory) = limits.memory {
+        resources["memory"] = json!({ "limit": memory });
+    }
+    if let Some(shares) = limits.cpu {
+        resources["cpu"] = json!({ "shares": shares });
+    }
+    if let Some(pids) = limits.pids {
+        resources["pids"] = json!({ "limit": pids });
+    }
+    let hostname: String = ctx.handle.chars().take(63).collect();
+    json!({
+        "ociVersion": "1.0.2",
+        "process": process,
+        "root": { "path": rootfs.root.to_string_lossy(), "readonly": rootfs.readonly },
+        "hostname": hostname,
+        "mounts": mounts,
+        "linux": {
+            "namespaces": [
+                { "type": "pid" },
+                { "type": "mount" },
+                { "type": "uts" },
+                { "type": "ipc" },
+                { "type": "network" },
+            ],
+            "resources": resources,
+            "cgroupsPath": format!("/gantry/{}", ctx.handle),
+            "maskedPaths": MASKED_PATHS,
+            "readonlyPaths": READONLY_PATHS,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::backend::ResolvedMount;
+    use crate::agent::rootfs::HostBind;
+    use gantry_actors::spec::{ContainerSpec, ResourceLimits, RootfsSpec};
+
+    fn ctx() -> ContainerContext {
+        ContainerContext {
+            handle: "c1".into(),
+            spec: ContainerSpec {
+                handle: "c1".into(),
+                rootfs: RootfsSpec::Default,
+                mounts: vec![],
+                env: vec!["A=1".into()],
+                limits: ResourceLimits {
+                    memory: Some(1 << 30),
+                    cpu: Some(512),
+                    pids: Some(100),
+                },
+                hermetic: false,
+                properties: Default::default(),
+            },
+            dir: "/w/containers/c1".into(),
+            mounts: vec![ResolvedMount {
+                source: "/w/volumes/v/data".into(),
+                path: "/tmp/build/in".into(),
+                readonly: true,
+            }],
+            image: None,
+        }
+    }
+
+    fn process() -> ProcessSpec {
+        ProcessSpec {
+            id: "p".into(),
+            path: "sh".into(),
+            args: vec!["-c".into(), "true".into()],
+            dir: Some("tmp/build".into()),
+            env: vec!["A=2".into()],
+            user: None,
+            tty: None,
+        }
+    }
+
+    #[test]
+    fn config_json_mounts_tmp_before_volumes_and_sets_limits() {
+        let plan = RootfsPlan {
+            root: "/w/containers/c1/rootfs".into(),
+            readonly: false,
+            binds: vec![HostBind {
+                source: "/usr".into(),
+                dest: "/usr".into(),
+            }],
+            overlay: false,
+            passwd: "/etc/passwd".into(),
+        };
+        let c = ctx();
+        let p = process_json(
+            &c,
+            &process(),
+            UserIds {
+                uid: 1000,
+                gid: 1000,
+            },
+        );
+        assert_eq!(p["args"], json!(["sh", "-c", "true"]));
+        assert_eq!(p["cwd"], "/tmp/build");
+        assert_eq!(p["user"], json!({ "uid": 1000, "gid": 1000 }));
+        let env: Vec<String> = serde_json::from_value(p["env"].clone()).unwrap();
+        assert!(env[0].starts_with("PATH="));
+        assert!(env.contains(&"A=2".to_string()) && !env.contains(&"A=1".to_string()));
+
+        let config = config_json(&c, &plan, p);
+        assert_eq!(config["ociVersion"], "1.0.2");
+        assert_eq!(config["root"]["path"], "/w/containers/c1/rootfs");
+        let dests: Vec<&str> = config["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["destination"].as_str().unwrap())
+            .collect();
+        let tmp = dests.iter().position(|d| *d == "/tmp").unwrap();
+        let vol = dests.iter().position(|d| *d == "/tmp/build/in").unwrap();
+        assert!(tmp < vol);
+        assert!(dests.contains(&"/usr"));
+        assert_eq!(config["mounts"][vol]["options"], json!(["rbind", "ro"]));
+        let r = &config["linux"]["resources"];
+        assert_eq!(r["memory"]["limit"], 1u64 << 30);
+        assert_eq!(r["cpu"]["shares"], 512);
+        assert_eq!(r["pids"]["limit"], 100);
+        let ns: Vec<&str> = config["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(ns, vec!["pid", "mount", "uts", "ipc", "network"]);
+    }
+}

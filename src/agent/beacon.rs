@@ -1,0 +1,245 @@
+//! The beacon: registers the worker with the web node and heartbeats.
+//!
+//! One small loop: register (retrying with exponential backoff, capped at
+//! 10 s, until the web node answers: it may start after the worker), then
+//! heartbeat every interval with the live counts. A heartbeat answered 404,
+//! 409 or 410 means the web node no longer knows this incarnation: register
+//! again at once. Every failure is logged; none stops the loop. It ends when
+//! shutdown is announced.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gantry_actors::worker_info::{Heartbeat, WorkerRegistration};
+use reqwest::StatusCode;
+use tokio::sync::watch;
+
+/// First retry delay after a failure.
+const BACKOFF_START: Duration = Duration::from_millis(250);
+/// Longest retry delay.
+const BACKOFF_CAP: Duration = Duration::from_secs(10);
+
+/// Reports how many containers and volumes the worker holds.
+pub type Counts = Arc<dyn Fn() -> (u32, u32) + Send + Sync>;
+
+/// Registration and heartbeats of one worker incarnation.
+pub struct Beacon {
+    /// HTTP client for the web node.
+    pub http: reqwest::Client,
+    /// Base URL of the web node.
+    pub web: String,
+    /// Key presented as bearer token.
+    pub registration_key: String,
+    /// What is registered (its incarnation is fixed for this run).
+    pub registration: WorkerRegistration,
+    /// Time between heartbeats.
+    pub interval: Duration,
+    /// The live counts sent with each heartbeat.
+    pub counts: Counts,
+}
+
+/// What a failed call to the web node means.
+#[derive(Debug)]
+enum Failure {
+    /// The web node does not know this worker (incarnation): register again.
+    Unknown(StatusCode),
+    /// Anything else: retry after a backoff.
+    Retry(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Unknown(status) => write!(f, "the web node answered {status}"),
+            Failure::Retry(reason) => f.write_str(reason),
+        }
+    }
+}
+
+impl Beacon {
+    /// Runs until `shutdown` becomes true.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let base = self.web.trim_end_matches('/').to_string();
+        let register_url = format!("{base}/api/v1/workers/register");
+        let heartbeat_url = format!("{base}/api/v1/workers/{}/heartbeat", self.registration.name);
+        let mut backoff = BACKOFF_START;
+        let mut registered = false;
+        loop {
+            let wait = if !registered {
+                match self.post(&register_url, &self.registration).await {
+                    Ok(()) => {
+                        tracing::info!(web = %base, worker = %self.registration.name,
+                            incarnation = %self.registration.incarnation, "registered with the web node");
+                        registered = true;
+                        backoff = BACKOFF_START;
+                        self.interval
+                    }
+                    Err(f) => {
+                        tracing::warn!(web = %base, error = %f, retry_in = ?backoff, "registration failed");
+                        next_backoff(&mut backoff)
+                    }
+                }
+            } else {
+                let (containers, volumes) = (self.counts)();
+                let beat = Heartbeat {
+                    incarnation: self.registration.incarnation.clone(),
+                    containers,
+                    volumes,
+                };
+                match self.post(&heartbeat_url, &beat).await {
+                    Ok(()) => {
+                        backoff = BACKOFF_START;
+                        self.interval
+                    }
+                    Err(Failure::Unknown(status)) => {
+                        tracing::info!(%status, "the web node does not know this worker; registering again");
+                        registered = false;
+                        Duration::ZERO
+                    }
+                    Err(f) => {
+                        tracing::warn!(web = %base, error = %f, retry_in = ?backoff, "heartbeat failed");
+                        next_backoff(&mut backoff)
+                    }
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shutdown.wait_for(|stop| *stop) => return,
+            }
+        }
+    }
+
+    /// POSTs JSON with the registration key.
+    async fn post<T: serde::Serialize>(&self, url: &str, body: &T) -> Result<(), Failure> {
+        let resp = self
+            .http
+            .post(url)
+            .bearer_auth(&self.registration_key)
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| Failure::Retry(format!("cannot reach {url}: {e}")))?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        if matches!(
+            status,
+            StatusCode::NOT_FOUND | StatusCode::CONFLICT | StatusCode::GONE
+        ) {
+            return Err(Failure::Unknown(status));
+        }
+        let text = resp.text().await.unwrap_or_default();
+        Err(Failure::Retry(format!(
+            "{url} answered {status}: {}",
+            text.trim()
+        )))
+    }
+}
+
+/// Returns the current delay and doubles it up to the cap.
+fn next_backoff(backoff: &mut Duration) -> Duration {
+    let now = *backoff;
+    *backoff = (*backoff * 2).min(BACKOFF_CAP);
+    now
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::{web, App, HttpResponse, HttpServer};
+    use gantry_actors::worker_info::WorkerLimits;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[test]
+    fn backoff_doubles_up_to_ten_seconds() {
+        let mut b = BACKOFF_START;
+        let delays: Vec<Duration> = (0..8).map(|_| next_backoff(&mut b)).collect();
+        assert_eq!(delays[0], BACKOFF_START);
+        assert_eq!(delays[1], BACKOFF_START * 2);
+        assert_eq!(*delays.last().unwrap(), BACKOFF_CAP);
+    }
+
+    /// A fake web node: counts registrations and heartbeats, and forgets the
+    /// worker at its first heartbeat.
+    #[derive(Default)]
+    struct FakeWeb {
+        registrations: AtomicU32,
+        heartbeats: AtomicU32,
+    }
+
+    #[actix_rt::test]
+    async fn beacon_registers_again_when_the_web_node_forgets_it() {
+        let web_state = web::Data::new(FakeWeb::default());
+        let data = web_state.clone();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .route(
+                    "/api/v1/workers/register",
+                    web::post().to(
+                        |s: web::Data<FakeWeb>, r: web::Json<WorkerRegistration>| async move {
+                            assert_eq!(r.name, "w1");
+                            s.registrations.fetch_add(1, Ordering::SeqCst);
+                            HttpResponse::Ok().finish()
+                        },
+                    ),
+                )
+                .route(
+                    "/api/v1/workers/w1/heartbeat",
+                    web::post().to(
+                        |s: web::Data<FakeWeb>, b: web::Json<Heartbeat>| async move {
+                            assert_eq!((b.containers, b.volumes), (2, 3));
+                            if s.heartbeats.fetch_add(1, Ordering::SeqCst) == 0 {
+                                HttpResponse::NotFound().finish()
+                            } else {
+                                HttpResponse::Ok().finish()
+                            }
+                        },
+                    ),
+                )
+        })
+        .workers(1)
+        .disable_signals()
+        .listen(listener)
+        .unwrap()
+        .run();
+        let handle = server.handle();
+        actix_rt::spawn(server);
+
+        let beacon = Beacon {
+            http: reqwest::Client::new(),
+            web: format!("http://{addr}"),
+            registration_key: "key".into(),
+            registration: WorkerRegistration {
+                name: "w1".into(),
+                agent_url: "http://127.0.0.1:1".into(),
+                agent_token: "t".into(),
+                platform: "linux".into(),
+                tags: vec![],
+                team: None,
+                resource_types: vec![],
+                limits: WorkerLimits::default(),
+                version: "0".into(),
+                backend: "local".into(),
+                incarnation: "i".into(),
+                heartbeat_interval_secs: 1,
+            },
+            interval: Duration::from_millis(20),
+            counts: Arc::new(|| (2, 3)),
+        };
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(beacon.run(stopped));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while web_state.heartbeats.load(Ordering::SeqCst) < 3 {
+            assert!(tokio::time::Instant::now() < deadline, "no heartbeats");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(web_state.registrations.load(Ordering::SeqCst), 2);
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        handle.stop(false).await;
+    }
+}

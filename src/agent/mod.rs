@@ -1,0 +1,215 @@
+//! The worker agent: containers, processes and volumes behind an HTTP API,
+//! plus the beacon that registers the worker with the web node.
+//!
+//! One concept per file: `server.rs` (the HTTP API), `api.rs` (its wire
+//! types), `volumes.rs` (the volume store), `containers.rs` (container
+//! bookkeeping), `processes.rs` (output logs and exit statuses),
+//! `backend/` (how processes are isolated: runc, local), `rootfs.rs` (root
+//! filesystems), `beacon.rs` (registration and heartbeats), `slots.rs`
+//! (idempotent creation), `state.rs` (what handlers share), `error.rs`.
+//!
+//! Everything lives under the work directory, so a restarted agent still
+//! lists its volumes and containers and serves the output and exit status of
+//! finished processes:
+//!
+//! ```text
+//! WORK_DIR/volumes/<handle>/{meta.json,data/}
+//! WORK_DIR/containers/<handle>/{spec.json,config.json,rootfs/,processes/<id>.{log,exit}}
+//! WORK_DIR/runc/            runc's state (runc backend)
+//! ```
+
+pub mod api;
+pub mod backend;
+pub mod beacon;
+pub mod containers;
+pub mod error;
+pub mod processes;
+pub mod rootfs;
+pub mod server;
+pub mod slots;
+pub mod state;
+pub mod volumes;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use gantry_actors::worker_info::WorkerRegistration;
+use tokio::sync::watch;
+
+pub use error::AgentError;
+pub use state::AgentState;
+
+use crate::config::WorkerConfig;
+
+/// A running worker agent: its HTTP server and its beacon.
+pub struct WorkerHandle {
+    /// What was (and keeps being) sent to the web node.
+    registration: WorkerRegistration,
+    /// Stops the HTTP server.
+    server: actix_web::dev::ServerHandle,
+    /// Tells the beacon to stop.
+    shutdown: watch::Sender<bool>,
+    /// The beacon's task.
+    beacon: tokio::task::JoinHandle<()>,
+    /// The shared state, for callers embedding the agent.
+    state: Arc<AgentState>,
+}
+
+impl WorkerHandle {
+    /// Base URL of the agent's API, as advertised to the web node.
+    pub fn agent_url(&self) -> &str {
+        &self.registration.agent_url
+    }
+
+    /// The bearer token the agent requires (new at every start).
+    pub fn agent_token(&self) -> &str {
+        &self.registration.agent_token
+    }
+
+    /// The registration the beacon sends to the web node.
+    pub fn registration(&self) -> &WorkerRegistration {
+        &self.registration
+    }
+
+    /// The agent's shared state (stores, backend).
+    pub fn state(&self) -> &Arc<AgentState> {
+        &self.state
+    }
+
+    /// Stops the beacon and the HTTP server (open output streams get a few
+    /// seconds to finish). Running processes are left alone; a restarted
+    /// agent records them as lost.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.beacon.await;
+        self.server.stop(true).await;
+        tracing::info!(worker = %self.registration.name, "worker agent stopped");
+    }
+}
+
+/// Starts the worker agent: opens the work directory, picks the container
+/// backend, serves the HTTP API on `cfg.listen` (port 0 picks a free port)
+/// and starts the beacon. Must be called inside an actix System.
+pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
+    std::fs::create_dir_all(&cfg.work_dir).with_context(|| {
+        format!(
+            "cannot create the work directory {}",
+            cfg.work_dir.display()
+        )
+    })?;
+    let work_dir = cfg.work_dir.canonicalize().with_context(|| {
+        format!(
+            "cannot resolve the work directory {}",
+            cfg.work_dir.display()
+        )
+    })?;
+
+    let backend = backend::select(&cfg, &work_dir).context("choosing the container backend")?;
+    tracing::info!(backend = backend.name(), work_dir = %work_dir.display(), "worker agent starting");
+    if backend.name() == "local" {
+        tracing::warn!(
+            "backend \"local\" runs processes directly on this host with NO isolation; \
+             use it only on a development machine (run as root with runc for isolation)"
+        );
+    }
+    let volumes = Arc::new(
+        volumes::VolumeStore::open(&work_dir)
+            .await
+            .context("opening the volume store")?,
+    );
+    let containers = Arc::new(
+        containers::ContainerRegistry::open(
+            &work_dir,
+            backend.clone(),
+            volumes.clone(),
+            cfg.default_rootfs.clone(),
+        )
+        .await
+        .context("opening the container registry")?,
+    );
+    let state = Arc::new(AgentState {
+        name: cfg.name.clone(),
+        token: state::new_token(),
+        backend: backend.name(),
+        volumes,
+        containers,
+        runtime: tokio::runtime::Handle::current(),
+    });
+
+    let listener = std::net::TcpListener::bind(cfg.listen)
+        .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    let bound = listener.local_addr().context("reading the bound address")?;
+    let agent_url = match &cfg.advertise_url {
+        Some(url) => url.trim_end_matches('/').to_string(),
+        None if bound.ip().is_unspecified() => {
+            tracing::warn!(%bound, "listening on all interfaces; advertising 127.0.0.1 (set worker.advertise_url for other hosts)");
+            format!("http://127.0.0.1:{}", bound.port())
+        }
+        None => format!("http://{bound}"),
+    };
+    let server =
+        server::build(state.clone(), listener).context("starting the agent's HTTP server")?;
+    let server_handle = server.handle();
+    actix_rt::spawn(async move {
+        if let Err(e) = server.await {
+            tracing::error!(error = %e, "the agent's HTTP server failed");
+        }
+    });
+    tracing::info!(%agent_url, worker = %cfg.name, "worker agent listening");
+
+    let registration = WorkerRegistration {
+        name: cfg.name.clone(),
+        agent_url,
+        agent_token: state.token.clone(),
+        platform: cfg.platform.clone(),
+        tags: cfg.tags.clone(),
+        team: cfg.team.clone(),
+        resource_types: Vec::new(),
+        limits: cfg.limits.clone(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        backend: backend.name().to_string(),
+        incarnation: uuid::Uuid::new_v4().to_string(),
+        heartbeat_interval_secs: cfg.heartbeat_interval_secs.max(1),
+    };
+    let counts_state = state.clone();
+    let beacon = beacon::Beacon {
+        http: reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(30))
+            .build()
+            .context("building the beacon's HTTP client")?,
+        web: cfg.web.clone(),
+        registration_key: cfg.registration_key.clone(),
+        registration: registration.clone(),
+        interval: Duration::from_secs(registration.heartbeat_interval_secs),
+        counts: Arc::new(move || {
+            (
+                counts_state.containers.handles().len() as u32,
+                counts_state.volumes.handles().len() as u32,
+            )
+        }),
+    };
+    let (shutdown, stopped) = watch::channel(false);
+    let beacon = tokio::spawn(beacon.run(stopped));
+
+    Ok(WorkerHandle {
+        registration,
+        server: server_handle,
+        shutdown,
+        beacon,
+        state,
+    })
+}
+
+/// Runs the worker agent until `shutdown` becomes true (or its sender goes
+/// away), then stops it. Must be called inside an actix System.
+pub async fn run_worker(
+    cfg: WorkerConfig,
+    mut shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let handle = start_worker(cfg).await?;
+    let _ = shutdown.wait_for(|stop| *stop).await;
+    handle.stop().await;
+    Ok(())
+}

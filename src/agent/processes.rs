@@ -1,0 +1,574 @@
+//! Processes: their output log on disk, their exit status, their signals.
+//!
+//! A process's stdout and stderr are appended, in the order they were read,
+//! as frames to `containers/<handle>/processes/<id>.log`; its exit status goes
+//! to `<id>.exit` when it ends. Readers replay the log from the start and then
+//! follow it: a `watch` channel announces each new frame and the exit, so no
+//! one polls, any number of readers can follow at once, and memory stays
+//! bounded by one chunk per reader. Because everything is on disk, a restarted
+//! agent still serves the output and exit status of finished processes.
+//!
+//! Frame format: one byte for the stream (1 = stdout, 2 = stderr), the data
+//! length as a big-endian `u32`, then the data (at most [`MAX_CHUNK`] bytes).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use gantry_actors::runtime::{OutputStream, ProcessSignal};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{watch, Mutex};
+
+use super::api::OutputLine;
+use super::error::AgentError;
+
+/// The largest chunk of output stored in one frame.
+pub const MAX_CHUNK: usize = 64 * 1024;
+
+/// Bytes of a frame header: stream tag and length.
+const HEADER: usize = 5;
+
+/// How a process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessEnd {
+    /// It exited with this status (128 + signal number when a signal killed it).
+    Exited(i32),
+    /// Its exit status is unknown; the message says why.
+    Lost(String),
+}
+
+impl ProcessEnd {
+    /// The NDJSON line (and `.exit` file contents) announcing the end.
+    pub fn to_line(&self) -> OutputLine {
+        match self {
+            ProcessEnd::Exited(n) => OutputLine::Exit { exit_status: *n },
+            ProcessEnd::Lost(e) => OutputLine::Error { error: e.clone() },
+        }
+    }
+
+    /// Converts a child's exit status: the code, or 128 + the signal.
+    pub fn from_status(status: std::process::ExitStatus) -> Self {
+        use std::os::unix::process::ExitStatusExt;
+        match (status.code(), status.signal()) {
+            (Some(code), _) => ProcessEnd::Exited(code),
+            (None, Some(sig)) => ProcessEnd::Exited(128 + sig),
+            (None, None) => ProcessEnd::Lost(format!("unknown exit status {status:?}")),
+        }
+    }
+}
+
+/// How to deliver a signal to a running process.
+#[derive(Debug, Clone)]
+pub enum SignalTarget {
+    /// The process leads its own process group: signal the whole group.
+    ProcessGroup(i32),
+    /// The process's host pid will be written to this file (by runc); until
+    /// then signal `fallback` (runc itself, which forwards signals).
+    PidFile {
+        /// File holding the pid.
+        path: PathBuf,
+        /// Pid to signal until the file exists.
+        fallback: i32,
+    },
+}
+
+/// A started child, handed from a backend to [`ProcessRecord::start`].
+pub struct Spawned {
+    /// Its standard output.
+    pub stdout: tokio::process::ChildStdout,
+    /// Its standard error.
+    pub stderr: tokio::process::ChildStderr,
+    /// Becomes `Some` when it has exited.
+    pub exit: watch::Receiver<Option<ProcessEnd>>,
+    /// How to signal it.
+    pub signal: SignalTarget,
+}
+
+/// Spawns `cmd` in its own process group with stdin closed and stdout/stderr
+/// piped, plus a task that waits for it and announces its end. Returns the
+/// child and its pid.
+pub fn spawn_child(
+    cmd: &mut tokio::process::Command,
+    what: &str,
+) -> Result<(Spawned, u32), AgentError> {
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| AgentError::Backend(format!("cannot start {what}: {e}")))?;
+    let pid = child.id().unwrap_or(0);
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(AgentError::Backend(format!("{what}: output pipes missing")));
+    };
+    let (tx, rx) = watch::channel(None);
+    tokio::spawn(async move {
+        let end = match child.wait().await {
+            Ok(status) => ProcessEnd::from_status(status),
+            Err(e) => ProcessEnd::Lost(format!("waiting for the process failed: {e}")),
+        };
+        let _ = tx.send(Some(end));
+    });
+    let spawned = Spawned {
+        stdout,
+        stderr,
+        exit: rx,
+        signal: SignalTarget::ProcessGroup(pid as i32),
+    };
+    Ok((spawned, pid))
+}
+
+/// What readers learn from the writer.
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    /// Bytes of complete frames in the log.
+    len: u64,
+    /// Set once the process has ended and every frame is written.
+    end: Option<ProcessEnd>,
+}
+
+/// One process of a container: its log, its end, how to signal it.
+pub struct ProcessRecord {
+    /// The id from its spec.
+    pub id: String,
+    /// `<id>.log`.
+    log_path: PathBuf,
+    /// Announces new frames and the end to every reader.
+    progress: watch::Sender<Progress>,
+    /// How to signal it; `None` for a process found on disk at start-up.
+    signal: Option<SignalTarget>,
+}
+
+/// Path of a process's log in `dir`.
+fn log_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.log"))
+}
+
+/// Path of a process's exit file in `dir`.
+fn exit_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.exit"))
+}
+
+impl ProcessRecord {
+    /// Creates the log of a new process in `dir`; fails if `id` was used.
+    pub async fn create_log(dir: &Path, id: &str) -> Result<tokio::fs::File, AgentError> {
+        let path = log_path(dir, id);
+        tokio::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .await
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => AgentError::Conflict(format!(
+                    "process id {id} was already used in this container"
+                )),
+                _ => AgentError::io(format!("creating {}", path.display()), e),
+            })
+    }
+
+    /// Starts recording a spawned process into `log` (from [`Self::create_log`]);
+    /// a task copies its output until it exits, then stores the exit status.
+    pub fn start(dir: &Path, id: &str, log: tokio::fs::File, child: Spawned) -> Arc<Self> {
+        let (progress, _) = watch::channel(Progress::default());
+        let record = Arc::new(ProcessRecord {
+            id: id.to_string(),
+            log_path: log_path(dir, id),
+            progress,
+            signal: Some(child.signal.clone()),
+        });
+        let exit_file = exit_path(dir, id);
+        tokio::spawn(record.clone().supervise(log, child, exit_file));
+        record
+    }
+
+    /// Copies output into the log until the process ends, then records the end.
+    async fn supervise(self: Arc<Self>, log: tokio::fs::File, child: Spawned, exit_file: PathBuf) {
+        let writer = Mutex::new(LogWriter {
+            file: log,
+            len: 0,
+            failed: false,
+        });
+        tokio::join!(
+            self.pump(child.stdout, OutputStream::Stdout, &writer),
+            self.pump(child.stderr, OutputStream::Stderr, &writer),
+        );
+        let mut exit = child.exit;
+        let end = match exit.wait_for(Option::is_some).await {
+            Ok(end) => end
+                .clone()
+                .unwrap_or_else(|| ProcessEnd::Lost("no exit status".into())),
+            Err(_) => ProcessEnd::Lost("the process's waiter went away".into()),
+        };
+        if let Err(e) = write_exit(&exit_file, &end).await {
+            tracing::warn!(process = %self.id, error = %e, "cannot store an exit status");
+        }
+        self.progress.send_modify(|p| p.end = Some(end));
+    }
+
+    /// Appends everything read from `pipe` to the log as `stream` frames.
+    async fn pump(
+        &self,
+        mut pipe: impl AsyncRead + Unpin,
+        stream: OutputStream,
+        writer: &Mutex<LogWriter>,
+    ) {
+        let mut buf = vec![0u8; MAX_CHUNK];
+        loop {
+            let n = match pipe.read(&mut buf).await {
+                Ok(0) => return,
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(process = %self.id, error = %e, "reading process output failed");
+                    return;
+                }
+            };
+            let mut w = writer.lock().await;
+            if let Some(len) = w.append(stream, &buf[..n], &self.id).await {
+                self.progress.send_modify(|p| p.len = len);
+            }
+        }
+    }
+
+    /// Loads a process found on disk at start-up. One without an exit file
+    /// was running when the agent stopped: it is recorded as lost.
+    pub async fn load(dir: &Path, id: &str) -> Self {
+        let log = log_path(dir, id);
+        let len = tokio::fs::metadata(&log)
+            .await
+            .map(|m| m.len())
+            .unwrap_or(0);
+        let exit_file = exit_path(dir, id);
+        let end = match tokio::fs::read(&exit_file).await {
+            Ok(bytes) => match serde_json::from_slice::<OutputLine>(&bytes) {
+                Ok(OutputLine::Exit { exit_status }) => ProcessEnd::Exited(exit_status),
+                Ok(OutputLine::Error { error }) => ProcessEnd::Lost(error),
+                _ => ProcessEnd::Lost(format!("unreadable exit file {}", exit_file.display())),
+            },
+            Err(_) => {
+                let end = ProcessEnd::Lost(
+                    "the process was running when the worker agent stopped; its exit status is lost"
+                        .into(),
+                );
+                if let Err(e) = write_exit(&exit_file, &end).await {
+                    tracing::warn!(process = %id, error = %e, "cannot store a lost exit status");
+                }
+                end
+            }
+        };
+        let (progress, _) = watch::channel(Progress {
+            len,
+            end: Some(end),
+        });
+        ProcessRecord {
+            id: id.to_string(),
+            log_path: log,
+            progress,
+            signal: None,
+        }
+    }
+
+    /// How it ended, or `None` while it runs.
+    pub fn end(&self) -> Option<ProcessEnd> {
+        self.progress.borrow().end.clone()
+    }
+
+    /// Waits until it has ended and its output is all in the log.
+    pub async fn wait(&self) -> ProcessEnd {
+        let mut rx = self.progress.subscribe();
+        let end = match rx.wait_for(|p| p.end.is_some()).await {
+            Ok(p) => p.end.clone(),
+            Err(_) => None,
+        };
+        end.unwrap_or_else(|| ProcessEnd::Lost("the process record went away".into()))
+    }
+
+    /// A reader that replays the log from the start and follows it.
+    pub fn reader(&self) -> LogReader {
+        LogReader {
+            path: self.log_path.clone(),
+            file: None,
+            pos: 0,
+            progress: self.progress.subscribe(),
+            truncated: false,
+            done: false,
+        }
+    }
+
+    /// Delivers a signal; a process that has ended is left alone.
+    pub fn signal(&self, signal: ProcessSignal) -> Result<(), AgentError> {
+        if self.end().is_some() {
+            return Ok(());
+        }
+        let Some(target) = &self.signal else {
+            return Ok(());
+        };
+        let sig = match signal {
+            ProcessSignal::Terminate => libc::SIGTERM,
+            ProcessSignal::Kill => libc::SIGKILL,
+            ProcessSignal::Interrupt => libc::SIGINT,
+        };
+        let pid = match target {
+            SignalTarget::ProcessGroup(pgid) => -*pgid,
+            SignalTarget::PidFile { path, fallback } => std::fs::read_to_string(path)
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+                .unwrap_or(*fallback),
+        };
+        if pid == 0 || pid == -1 {
+            return Err(AgentError::Backend(format!(
+                "process {} has no pid to signal",
+                self.id
+            )));
+        }
+        // SAFETY: kill has no memory-safety preconditions.
+        if unsafe { libc::kill(pid, sig) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::ESRCH) {
+                return Err(AgentError::io(format!("signalling process {}", self.id), e));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The single writer of a log.
+struct LogWriter {
+    /// The open log.
+    file: tokio::fs::File,
+    /// Bytes written so far.
+    len: u64,
+    /// Set after a write failed: output is then dropped (the pipe is still
+    /// drained so that the process does not block).
+    failed: bool,
+}
+
+impl LogWriter {
+    /// Appends one frame; returns the new length once it is in the file.
+    async fn append(&mut self, stream: OutputStream, data: &[u8], id: &str) -> Option<u64> {
+        if self.failed {
+            return None;
+        }
+        let frame = encode_frame(stream, data);
+        let written = async {
+            self.file.write_all(&frame).await?;
+            self.file.flush().await
+        }
+        .await;
+        match written {
+            Ok(()) => {
+                self.len += frame.len() as u64;
+                Some(self.len)
+            }
+            Err(e) => {
+                tracing::warn!(process = %id, error = %e, "writing the output log failed; dropping further output");
+                self.failed = true;
+                None
+            }
+        }
+    }
+}
+
+/// One frame: stream tag, big-endian length, data.
+fn encode_frame(stream: OutputStream, data: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(HEADER + data.len());
+    frame.push(match stream {
+        OutputStream::Stdout => 1,
+        OutputStream::Stderr => 2,
+    });
+    frame.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    frame.extend_from_slice(data);
+    frame
+}
+
+/// Stores how a process ended (write to a temporary file, then rename).
+async fn write_exit(path: &Path, end: &ProcessEnd) -> std::io::Result<()> {
+    let body = serde_json::to_vec(&end.to_line()).map_err(std::io::Error::other)?;
+    let tmp = path.with_extension("exit.tmp");
+    tokio::fs::write(&tmp, body).await?;
+    tokio::fs::rename(&tmp, path).await
+}
+
+/// What a reader gets next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogEvent {
+    /// A chunk of output.
+    Output(OutputStream, Bytes),
+    /// The process ended (the last event).
+    End(ProcessEnd),
+}
+
+/// Replays a process's log from the start, then follows it until the end.
+pub struct LogReader {
+    /// The log file.
+    path: PathBuf,
+    /// Opened on first read.
+    file: Option<BufReader<tokio::fs::File>>,
+    /// Offset of the next frame.
+    pos: u64,
+    /// Where the writer is, and whether the process has ended.
+    progress: watch::Receiver<Progress>,
+    /// Set when the log ends in a partial frame (the agent died mid-write).
+    truncated: bool,
+    /// Set after the end was returned.
+    done: bool,
+}
+
+impl LogReader {
+    /// The next chunk of output or the end; `None` after the end.
+    pub async fn next(&mut self) -> Option<std::io::Result<LogEvent>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            let snap = self.progress.borrow_and_update().clone();
+            if self.pos < snap.len && !self.truncated {
+                match self.read_frame().await {
+                    Ok(Some(event)) => return Some(Ok(event)),
+                    Ok(None) => {
+                        self.truncated = true;
+                        continue;
+                    }
+                    Err(e) => {
+                        self.done = true;
+                        return Some(Err(e));
+                    }
+                }
+            }
+            if let Some(end) = snap.end {
+                self.done = true;
+                return Some(Ok(LogEvent::End(end)));
+            }
+            if self.progress.changed().await.is_err() {
+                self.done = true;
+                return Some(Ok(LogEvent::End(ProcessEnd::Lost(
+                    "the worker agent stopped following this process".into(),
+                ))));
+            }
+        }
+    }
+
+    /// Reads the frame at `pos`; `None` if the file ends inside it.
+    async fn read_frame(&mut self) -> std::io::Result<Option<LogEvent>> {
+        if self.file.is_none() {
+            let f = tokio::fs::File::open(&self.path).await?;
+            self.file = Some(BufReader::with_capacity(MAX_CHUNK, f));
+        }
+        let Some(file) = self.file.as_mut() else {
+            return Ok(None);
+        };
+        let mut header = [0u8; HEADER];
+        match file.read_exact(&mut header).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let stream = match header[0] {
+            1 => OutputStream::Stdout,
+            2 => OutputStream::Stderr,
+            t => {
+                return Err(std::io::Error::other(format!(
+                    "corrupt output log {}: frame tag {t} at offset {}",
+                    self.path.display(),
+                    self.pos
+                )))
+            }
+        };
+        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+        if len > MAX_CHUNK {
+            return Err(std::io::Error::other(format!(
+                "corrupt output log {}: frame of {len} bytes at offset {}",
+                self.path.display(),
+                self.pos
+            )));
+        }
+        let mut data = vec![0u8; len];
+        match file.read_exact(&mut data).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        self.pos += (HEADER + len) as u64;
+        Ok(Some(LogEvent::Output(stream, Bytes::from(data))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Starts `sh -c script` as a recorded child.
+    fn sh(script: &str) -> Spawned {
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.arg("-c").arg(script);
+        spawn_child(&mut cmd, "sh").unwrap().0
+    }
+
+    async fn collect(mut r: LogReader) -> Vec<LogEvent> {
+        let mut out = Vec::new();
+        while let Some(ev) = r.next().await {
+            out.push(ev.unwrap());
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn output_is_framed_in_order_and_replayed_to_every_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let child = sh("printf one; printf two >&2; sleep 0.05; printf three");
+        let log = ProcessRecord::create_log(dir.path(), "p1").await.unwrap();
+        let rec = ProcessRecord::start(dir.path(), "p1", log, child);
+        let live = tokio::spawn(collect(rec.reader()));
+        assert_eq!(rec.wait().await, ProcessEnd::Exited(0));
+        let after = collect(rec.reader()).await;
+        let live = live.await.unwrap();
+        assert_eq!(live, after);
+        let text: Vec<(OutputStream, String)> = after
+            .iter()
+            .filter_map(|e| match e {
+                LogEvent::Output(s, d) => Some((*s, String::from_utf8_lossy(d).into_owned())),
+                LogEvent::End(_) => None,
+            })
+            .collect();
+        let stdout: String = text
+            .iter()
+            .filter(|(s, _)| *s == OutputStream::Stdout)
+            .map(|(_, d)| d.as_str())
+            .collect();
+        assert_eq!(stdout, "onethree");
+        assert!(text.contains(&(OutputStream::Stderr, "two".into())));
+        assert_eq!(after.last(), Some(&LogEvent::End(ProcessEnd::Exited(0))));
+
+        // A restarted agent serves the same log and exit status.
+        let loaded = ProcessRecord::load(dir.path(), "p1").await;
+        assert_eq!(collect(loaded.reader()).await, after);
+        assert!(ProcessRecord::create_log(dir.path(), "p1").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_process_without_an_exit_file_is_lost_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut frames = encode_frame(OutputStream::Stdout, b"partial");
+        frames.extend_from_slice(&encode_frame(OutputStream::Stderr, b"cut off")[..6]);
+        std::fs::write(dir.path().join("p.log"), frames).unwrap();
+        let rec = ProcessRecord::load(dir.path(), "p").await;
+        let events = collect(rec.reader()).await;
+        assert_eq!(
+            events[0],
+            LogEvent::Output(OutputStream::Stdout, Bytes::from("partial"))
+        );
+        assert!(matches!(events[1], LogEvent::End(ProcessEnd::Lost(_))));
+        assert_eq!(events.len(), 2);
+        assert!(dir.path().join("p.exit").exists());
+    }
+
+    #[test]
+    fn exit_statuses_of_signalled_processes_are_128_plus_the_signal() {
+        use std::os::unix::process::ExitStatusExt;
+        let killed = std::process::ExitStatus::from_raw(libc::SIGKILL);
+        assert_eq!(ProcessEnd::from_status(killed), ProcessEnd::Exited(137));
+        let three = std::process::ExitStatus::from_raw(3 << 8);
+        assert_eq!(ProcessEnd::from_status(three), ProcessEnd::Exited(3));
+    }
+}

@@ -1,0 +1,401 @@
+//! The agent's HTTP API (actix-web).
+//!
+//! Every route except `GET /health` needs `Authorization: Bearer <token>`;
+//! every error is JSON `{"error": "..."}`. Routes:
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /health` | `{"name","backend"}` |
+//! | `POST /volumes` (`VolumeSpec`) | 201 (200 if it existed) `{"handle","path"}` |
+//! | `GET /volumes` | `["handle", ...]` |
+//! | `GET /volumes/{h}[?size=false]` | `{"handle","path","size_bytes","properties"}` |
+//! | `DELETE /volumes/{h}` | 204 |
+//! | `PUT /volumes/{h}/stream-in?path=&encoding=` (tar body) | 204 |
+//! | `GET /volumes/{h}/stream-out?path=&encoding=` | tar stream |
+//! | `GET /volumes/{h}/file?path=` | the file's bytes |
+//! | `POST /containers` (`ContainerSpec`) | 201 (200 if it existed) `{"handle"}` |
+//! | `GET /containers` | `["handle", ...]` |
+//! | `GET /containers/{h}` | `{"handle","spec","state","processes"}` |
+//! | `DELETE /containers/{h}` | 204 |
+//! | `POST /containers/{h}/processes` (`ProcessSpec`) | 201 `{"id"}` |
+//! | `GET /containers/{h}/processes/{id}` | `{"id","exit_status"}` |
+//! | `GET /containers/{h}/processes/{id}/output` | NDJSON, replayed and followed |
+//! | `POST /containers/{h}/processes/{id}/signal` (`{"signal"}`) | 204 |
+
+use std::sync::Arc;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{Server, ServiceRequest, ServiceResponse};
+use actix_web::middleware::{from_fn, Next};
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer, ResponseError};
+use base64::Engine;
+use bytes::Bytes;
+use futures::StreamExt;
+use gantry_actors::runtime::ByteStream;
+use gantry_actors::spec::{ContainerSpec, Encoding, ProcessSpec, VolumeSpec};
+
+use super::api::{
+    ContainerCreated, Health, OutputLine, ProcessCreated, SignalRequest, StreamQuery,
+    VolumeCreated, VolumeInfo, VolumeQuery,
+};
+use super::containers::process_info;
+use super::error::AgentError;
+use super::processes::LogEvent;
+use super::state::AgentState;
+
+/// The shared state as handlers receive it.
+type State = web::Data<AgentState>;
+
+/// How many HTTP worker threads serve the API (handlers only parse, look up
+/// and stream; heavy work runs on blocking threads or the agent's runtime).
+const HTTP_WORKERS: usize = 2;
+
+/// Builds the HTTP server on an already bound listener. It serves once
+/// spawned; the caller stops it through `Server::handle`.
+pub fn build(state: Arc<AgentState>, listener: std::net::TcpListener) -> std::io::Result<Server> {
+    let data = web::Data::from(state);
+    let server =
+        HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .app_data(
+                    web::JsonConfig::default()
+                        .limit(4 << 20)
+                        .error_handler(|e, _| {
+                            AgentError::BadRequest(format!("invalid JSON body: {e}")).into()
+                        }),
+                )
+                .app_data(web::QueryConfig::default().error_handler(|e, _| {
+                    AgentError::BadRequest(format!("invalid query string: {e}")).into()
+                }))
+                .app_data(web::PathConfig::default().error_handler(|e, _| {
+                    AgentError::BadRequest(format!("invalid path: {e}")).into()
+                }))
+                .wrap(from_fn(require_token))
+                .configure(routes)
+                .default_service(web::to(no_route))
+        })
+        .workers(HTTP_WORKERS)
+        .disable_signals()
+        .shutdown_timeout(5)
+        .listen(listener)?
+        .run();
+    Ok(server)
+}
+
+/// Registers every route.
+fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/health", web::get().to(health))
+        .route("/volumes", web::post().to(create_volume))
+        .route("/volumes", web::get().to(list_volumes))
+        .route("/volumes/{handle}", web::get().to(get_volume))
+        .route("/volumes/{handle}", web::delete().to(destroy_volume))
+        .route("/volumes/{handle}/stream-in", web::put().to(stream_in))
+        .route("/volumes/{handle}/stream-out", web::get().to(stream_out))
+        .route("/volumes/{handle}/file", web::get().to(file_out))
+        .route("/containers", web::post().to(create_container))
+        .route("/containers", web::get().to(list_containers))
+        .route("/containers/{handle}", web::get().to(get_container))
+        .route("/containers/{handle}", web::delete().to(destroy_container))
+        .route(
+            "/containers/{handle}/processes",
+            web::post().to(run_process),
+        )
+        .route(
+            "/containers/{handle}/processes/{id}",
+            web::get().to(get_process),
+        )
+        .route(
+            "/containers/{handle}/processes/{id}/output",
+            web::get().to(process_output),
+        )
+        .route(
+            "/containers/{handle}/processes/{id}/signal",
+            web::post().to(signal_process),
+        );
+}
+
+/// Rejects requests without the agent's token (except `/health`).
+async fn require_token(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let open = req.path() == "/health";
+    let allowed = open
+        || req.app_data::<State>().is_some_and(|s| {
+            s.authorized(
+                req.headers()
+                    .get(actix_web::http::header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok()),
+            )
+        });
+    if allowed {
+        return Ok(next.call(req).await?.map_into_left_body());
+    }
+    let err = AgentError::Unauthorized(
+        "missing or wrong bearer token: send `Authorization: Bearer <agent_token>` \
+         (the token from the worker's registration)"
+            .into(),
+    );
+    Ok(req
+        .into_response(err.error_response())
+        .map_into_right_body())
+}
+
+/// Any unknown route.
+async fn no_route(req: HttpRequest) -> HttpResponse {
+    HttpResponse::NotFound().json(super::api::ErrorBody {
+        error: format!("no such route: {} {}", req.method(), req.path()),
+        kind: None,
+        handle: None,
+    })
+}
+
+/// `GET /health`.
+async fn health(state: State) -> HttpResponse {
+    HttpResponse::Ok().json(Health {
+        name: state.name.clone(),
+        backend: state.backend.to_string(),
+    })
+}
+
+/// 201 for a new thing, 200 for one that existed.
+fn created_or_ok(created: bool) -> actix_web::HttpResponseBuilder {
+    if created {
+        HttpResponse::Created()
+    } else {
+        HttpResponse::Ok()
+    }
+}
+
+/// Parses `?encoding=`; absent means zstd.
+fn encoding(q: &StreamQuery) -> Result<Encoding, AgentError> {
+    match q.encoding.as_deref() {
+        None => Ok(Encoding::default()),
+        Some(e) => Encoding::parse(e).ok_or_else(|| {
+            AgentError::BadRequest(format!("unknown encoding {e:?}; use zstd, gzip or raw"))
+        }),
+    }
+}
+
+/// `POST /volumes`.
+async fn create_volume(
+    state: State,
+    spec: web::Json<VolumeSpec>,
+) -> Result<HttpResponse, AgentError> {
+    let st = state.clone().into_inner();
+    let spec = spec.into_inner();
+    let (volume, created) = state
+        .on_main(async move { st.volumes.create(spec).await })
+        .await?;
+    Ok(created_or_ok(created).json(VolumeCreated {
+        handle: volume.handle.clone(),
+        path: volume.data_dir().display().to_string(),
+    }))
+}
+
+/// `GET /volumes`.
+async fn list_volumes(state: State) -> HttpResponse {
+    HttpResponse::Ok().json(state.volumes.handles())
+}
+
+/// `GET /volumes/{handle}`.
+async fn get_volume(
+    state: State,
+    handle: web::Path<String>,
+    query: web::Query<VolumeQuery>,
+) -> Result<HttpResponse, AgentError> {
+    let volume = state.volumes.get(&handle)?;
+    let size_bytes = match query.size {
+        Some(false) => None,
+        _ => Some(state.volumes.size(&volume).await?),
+    };
+    Ok(HttpResponse::Ok().json(VolumeInfo {
+        handle: volume.handle.clone(),
+        path: volume.data_dir().display().to_string(),
+        size_bytes,
+        properties: volume.spec.properties.clone(),
+    }))
+}
+
+/// `DELETE /volumes/{handle}`.
+async fn destroy_volume(
+    state: State,
+    handle: web::Path<String>,
+) -> Result<HttpResponse, AgentError> {
+    let st = state.clone().into_inner();
+    let handle = handle.into_inner();
+    state
+        .on_main(async move { st.volumes.destroy(&handle).await })
+        .await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// `PUT /volumes/{handle}/stream-in`.
+async fn stream_in(
+    state: State,
+    handle: web::Path<String>,
+    query: web::Query<StreamQuery>,
+    mut payload: web::Payload,
+) -> Result<HttpResponse, AgentError> {
+    let encoding = encoding(&query)?;
+    // The request body is tied to this thread; hand it over through a small
+    // channel so that extraction can run anywhere, with bounded memory.
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
+    let body: ByteStream = Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    }));
+    let pump = async move {
+        while let Some(chunk) = payload.next().await {
+            let chunk =
+                chunk.map_err(|e| std::io::Error::other(format!("reading the request body: {e}")));
+            let failed = chunk.is_err();
+            if tx.send(chunk).await.is_err() || failed {
+                break;
+            }
+        }
+    };
+    let sub = query.path.clone().unwrap_or_default();
+    let extract = state.volumes.stream_in(&handle, &sub, encoding, body);
+    let ((), result) = tokio::join!(pump, extract);
+    result?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// `GET /volumes/{handle}/stream-out`.
+async fn stream_out(
+    state: State,
+    handle: web::Path<String>,
+    query: web::Query<StreamQuery>,
+) -> Result<HttpResponse, AgentError> {
+    let encoding = encoding(&query)?;
+    let sub = query.path.clone().unwrap_or_default();
+    let stream = state.volumes.stream_out(&handle, &sub, encoding).await?;
+    Ok(HttpResponse::Ok()
+        .content_type("application/octet-stream")
+        .streaming(stream))
+}
+
+/// `GET /volumes/{handle}/file`.
+async fn file_out(
+    state: State,
+    handle: web::Path<String>,
+    query: web::Query<StreamQuery>,
+) -> Result<HttpResponse, AgentError> {
+    let sub = query.path.clone().unwrap_or_default();
+    let stream = state.volumes.file_out(&handle, &sub).await?;
+    Ok(HttpResponse::Ok()
+        .content_type("application/octet-stream")
+        .streaming(stream))
+}
+
+/// `POST /containers`.
+async fn create_container(
+    state: State,
+    spec: web::Json<ContainerSpec>,
+) -> Result<HttpResponse, AgentError> {
+    let st = state.clone().into_inner();
+    let spec = spec.into_inner();
+    let (container, created) = state
+        .on_main(async move { st.containers.create(spec).await })
+        .await?;
+    Ok(created_or_ok(created).json(ContainerCreated {
+        handle: container.ctx.handle.clone(),
+    }))
+}
+
+/// `GET /containers`.
+async fn list_containers(state: State) -> HttpResponse {
+    HttpResponse::Ok().json(state.containers.handles())
+}
+
+/// `GET /containers/{handle}`.
+async fn get_container(
+    state: State,
+    handle: web::Path<String>,
+) -> Result<HttpResponse, AgentError> {
+    Ok(HttpResponse::Ok().json(state.containers.get(&handle)?.info()))
+}
+
+/// `DELETE /containers/{handle}`.
+async fn destroy_container(
+    state: State,
+    handle: web::Path<String>,
+) -> Result<HttpResponse, AgentError> {
+    let st = state.clone().into_inner();
+    let handle = handle.into_inner();
+    state
+        .on_main(async move { st.containers.destroy(&handle).await })
+        .await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// `POST /containers/{handle}/processes`.
+async fn run_process(
+    state: State,
+    handle: web::Path<String>,
+    spec: web::Json<ProcessSpec>,
+) -> Result<HttpResponse, AgentError> {
+    let st = state.clone().into_inner();
+    let (handle, spec) = (handle.into_inner(), spec.into_inner());
+    let record = state
+        .on_main(async move { st.containers.run(&handle, spec).await })
+        .await?;
+    Ok(HttpResponse::Created().json(ProcessCreated {
+        id: record.id.clone(),
+    }))
+}
+
+/// `GET /containers/{handle}/processes/{id}`.
+async fn get_process(
+    state: State,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, AgentError> {
+    let (handle, id) = path.into_inner();
+    let record = state.containers.get(&handle)?.process(&id)?;
+    Ok(HttpResponse::Ok().json(process_info(&record)))
+}
+
+/// `GET /containers/{handle}/processes/{id}/output`: NDJSON, the log replayed
+/// from the start and followed until the process ends.
+async fn process_output(
+    state: State,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, AgentError> {
+    let (handle, id) = path.into_inner();
+    let reader = state.containers.get(&handle)?.process(&id)?.reader();
+    let lines = futures::stream::unfold(reader, |mut reader| async move {
+        let line = match reader.next().await? {
+            Ok(LogEvent::Output(stream, data)) => OutputLine::Output {
+                stream,
+                data: base64::engine::general_purpose::STANDARD.encode(&data),
+            },
+            Ok(LogEvent::End(end)) => end.to_line(),
+            Err(e) => OutputLine::Error {
+                error: format!("reading the output log failed: {e}"),
+            },
+        };
+        let mut bytes = serde_json::to_vec(&line)
+            .unwrap_or_else(|_| br#"{"error":"cannot encode an output line"}"#.to_vec());
+        bytes.push(b'\n');
+        Some((Ok::<Bytes, std::io::Error>(Bytes::from(bytes)), reader))
+    });
+    Ok(HttpResponse::Ok()
+        .content_type("application/x-ndjson")
+        .streaming(lines))
+}
+
+/// `POST /containers/{handle}/processes/{id}/signal`.
+async fn signal_process(
+    state: State,
+    path: web::Path<(String, String)>,
+    body: web::Json<SignalRequest>,
+) -> Result<HttpResponse, AgentError> {
+    let (handle, id) = path.into_inner();
+    state
+        .containers
+        .get(&handle)?
+        .process(&id)?
+        .signal(body.signal)?;
+    Ok(HttpResponse::NoContent().finish())
+}

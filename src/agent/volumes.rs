@@ -1,0 +1,504 @@
+//! The volume store: one directory per volume under `WORK_DIR/volumes/`.
+//!
+//! `volumes/<handle>/data/` holds the contents and `volumes/<handle>/meta.json`
+//! the spec. `meta.json` is written last, so a directory without it is a
+//! creation that never finished; it is removed when the agent starts. Paths
+//! that callers name inside a volume are checked never to leave it, even
+//! through symlinks a container left behind.
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use gantry_actors::runtime::ByteStream;
+use gantry_actors::spec::{Encoding, VolumeSpec, VolumeStrategy};
+use tokio_util::io::ReaderStream;
+
+use super::error::{blocking, AgentError};
+use super::slots::{check_name, Slots};
+use crate::tarball::{self, UnpackLimits};
+
+/// One volume on this worker.
+#[derive(Debug)]
+pub struct Volume {
+    /// The handle the web node gave it.
+    pub handle: String,
+    /// What it was created with; compared when it is created again.
+    pub spec: VolumeSpec,
+    /// `volumes/<handle>`: its metadata and data.
+    dir: PathBuf,
+}
+
+impl Volume {
+    /// The directory holding the volume's contents.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+}
+
+/// Every volume on this worker.
+pub struct VolumeStore {
+    /// `WORK_DIR/volumes`.
+    root: PathBuf,
+    /// The volumes by handle, with idempotent creation.
+    volumes: Slots<VolumeSpec, Volume>,
+}
+
+impl VolumeStore {
+    /// Opens the store under `work_dir` (absolute), loading the volumes on
+    /// disk and removing unfinished ones.
+    pub async fn open(work_dir: &Path) -> Result<Self, AgentError> {
+        let root = work_dir.join("volumes");
+        let scan_root = root.clone();
+        let found = blocking("loading volumes", move || load(&scan_root)).await?;
+        let volumes = Slots::new("volume");
+        for (spec, dir) in found {
+            let handle = spec.handle.clone();
+            volumes.insert_existing(handle.clone(), spec.clone(), Volume { handle, spec, dir });
+        }
+        Ok(VolumeStore { root, volumes })
+    }
+
+    /// Creates a volume; returns it and whether this call created it.
+    pub async fn create(&self, spec: VolumeSpec) -> Result<(Arc<Volume>, bool), AgentError> {
+        check_name("volume handle", &spec.handle)?;
+        let dir = self.root.join(&spec.handle);
+        let handle = spec.handle.clone();
+        self.volumes
+            .find_or_create(&spec.handle, &spec, || {
+                let spec = spec.clone();
+                async move {
+                    let source = match &spec.strategy {
+                        VolumeStrategy::Empty => None,
+                        VolumeStrategy::Import { path } => {
+                            let p = PathBuf::from(path);
+                            if !p.is_absolute() {
+                                return Err(AgentError::BadRequest(format!(
+                                    "import path {path:?} must be absolute"
+                                )));
+                            }
+                            Some(p)
+                        }
+                        VolumeStrategy::Cow { parent } => {
+                            let parent_volume = self.get(parent).map_err(|_| {
+                                AgentError::BadRequest(format!(
+                                    "parent volume {parent} of volume {} not found on this worker",
+                                    spec.handle
+                                ))
+                            })?;
+                            Some(parent_volume.data_dir())
+                        }
+                    };
+                    let meta = serde_json::to_vec_pretty(&spec).map_err(|e| {
+                        AgentError::Backend(format!("volume {handle}: encoding meta.json: {e}"))
+                    })?;
+                    let d = dir.clone();
+                    blocking("creating volume", move || {
+                        materialize(&d, source.as_deref(), &meta)
+                    })
+                    .await?;
+                    Ok(Volume { handle, spec, dir })
+                }
+            })
+            .await
+    }
+
+    /// The volume with `handle`, or a 404 naming it.
+    pub fn get(&self, handle: &str) -> Result<Arc<Volume>, AgentError> {
+        self.volumes
+            .get(handle)
+            .ok_or_else(|| AgentError::no_volume(handle))
+    }
+
+    /// Handles of every volume, sorted.
+    pub fn handles(&self) -> Vec<String> {
+        self.volumes.handles()
+    }
+
+    /// Destroys a volume; an absent one is not an error.
+    pub async fn destroy(&self, handle: &str) -> Result<(), AgentError> {
+        check_name("volume handle", handle)?;
+        self.volumes
+            .remove(handle, |volume| async move {
+                let dir = volume.dir.clone();
+                blocking("destroying volume", move || {
+                    remove_tree(&dir).map_err(|e| {
+                        AgentError::io(format!("removing volume {}", dir.display()), e)
+                    })
+                })
+                .await
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Bytes of the regular files in a volume.
+    pub async fn size(&self, volume: &Volume) -> Result<u64, AgentError> {
+        let data = volume.data_dir();
+        blocking("measuring volume", move || {
+            tree_size(&data).map_err(|e| AgentError::io(format!("measuring {}", data.display()), e))
+        })
+        .await
+    }
+
+    /// Extracts a tar stream at `sub` inside the volume, creating `sub` when
+    /// missing. Unsafe or corrupt tar streams are a 400 with the reason.
+    pub async fn stream_in(
+        &self,
+        handle: &str,
+        sub: &str,
+        encoding: Encoding,
+        body: ByteStream,
+    ) -> Result<(), AgentError> {
+        let volume = self.get(handle)?;
+        let rel = relative_path(sub)?;
+        let data = volume.data_dir();
+        let what = format!("path {sub:?} in volume {handle}");
+        let dest = blocking("preparing stream-in", move || {
+            make_dirs_inside(&data, &rel, &what)
+        })
+        .await?;
+        tarball::unpack(body, encoding, dest, UnpackLimits::default()).await?;
+        Ok(())
+    }
+
+    /// Streams `sub` of the volume out as a tar stream.
+    pub async fn stream_out(
+        &self,
+        handle: &str,
+        sub: &str,
+        encoding: Encoding,
+    ) -> Result<ByteStream, AgentError> {
+        let volume = self.get(handle)?;
+        let (root, rel) = self.resolve(&volume, sub).await?;
+        Ok(tarball::pack_path(
+            root,
+            rel.to_string_lossy().into_owned(),
+            encoding,
+        ))
+    }
+
+    /// Streams the bytes of one regular file of the volume.
+    pub async fn file_out(&self, handle: &str, sub: &str) -> Result<ByteStream, AgentError> {
+        let volume = self.get(handle)?;
+        let (root, rel) = self.resolve(&volume, sub).await?;
+        let path = root.join(&rel);
+        let file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|e| AgentError::io(format!("opening {}", path.display()), e))?;
+        let meta = file
+            .metadata()
+            .await
+            .map_err(|e| AgentError::io(format!("reading {}", path.display()), e))?;
+        if !meta.is_file() {
+            return Err(AgentError::BadRequest(format!(
+                "path {sub:?} in volume {handle} is not a regular file"
+            )));
+        }
+        Ok(Box::pin(ReaderStream::with_capacity(file, 64 * 1024)))
+    }
+
+    /// Resolves an existing `sub` inside the volume: the canonical data dir
+    /// and the path relative to it. Symlinks may not lead out of the volume.
+    async fn resolve(&self, volume: &Volume, sub: &str) -> Result<(PathBuf, PathBuf), AgentError> {
+        let rel = relative_path(sub)?;
+        let data = volume.data_dir();
+        let handle = volume.handle.clone();
+        let sub = sub.to_string();
+        blocking("resolving a volume path", move || {
+            let root = data
+                .canonicalize()
+                .map_err(|e| AgentError::io(format!("resolving {}", data.display()), e))?;
+            let full = match root.join(&rel).canonicalize() {
+                Ok(p) => p,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(AgentError::NotFound {
+                        kind: "path",
+                        handle: format!("{sub:?} in volume {handle}"),
+                    })
+                }
+                Err(e) => return Err(AgentError::io(format!("resolving {sub:?}"), e)),
+            };
+            let inside = full.strip_prefix(&root).map_err(|_| {
+                AgentError::BadRequest(format!(
+                    "path {sub:?} in volume {handle} leads outside the volume through a symlink"
+                ))
+            })?;
+            Ok((root.clone(), inside.to_path_buf()))
+        })
+        .await
+    }
+}
+
+/// Parses a path inside a volume: relative (a leading `/` is ignored), no
+/// `..`; empty or `.` means the volume root.
+pub fn relative_path(sub: &str) -> Result<PathBuf, AgentError> {
+    let mut out = PathBuf::new();
+    for c in Path::new(sub.trim_start_matches('/')).components() {
+        match c {
+            Component::Normal(part) => out.push(part),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
+                return Err(AgentError::BadRequest(format!(
+                    "path {sub:?} must stay inside the volume (no '..')"
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Creates `root/rel` (and its parents) without ever following a symlink;
+/// returns the full path.
+fn make_dirs_inside(root: &Path, rel: &Path, what: &str) -> Result<PathBuf, AgentError> {
+    let mut cur = root.to_path_buf();
+    for part in rel.components() {
+        cur.push(part);
+        match std::fs::symlink_metadata(&cur) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(AgentError::BadRequest(format!(
+                    "{what} goes through a symlink ({}); stream into a real directory",
+                    cur.display()
+                )))
+            }
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(AgentError::BadRequest(format!(
+                    "{what}: {} is not a directory",
+                    cur.display()
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir(&cur)
+                .map_err(|e| AgentError::io(format!("creating {}", cur.display()), e))?,
+            Err(e) => return Err(AgentError::io(format!("inspecting {}", cur.display()), e)),
+        }
+    }
+    Ok(cur)
+}
+
+/// Reads every finished volume under `root`; removes unfinished ones.
+fn load(root: &Path) -> Result<Vec<(VolumeSpec, PathBuf)>, AgentError> {
+    std::fs::create_dir_all(root)
+        .map_err(|e| AgentError::io(format!("creating {}", root.display()), e))?;
+    let entries = std::fs::read_dir(root)
+        .map_err(|e| AgentError::io(format!("listing {}", root.display()), e))?;
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| AgentError::io(format!("listing {}", root.display()), e))?;
+        let dir = entry.path();
+        let meta = std::fs::read(dir.join("meta.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<VolumeSpec>(&b).ok());
+        match meta {
+            Some(spec) if entry.file_name().to_str() == Some(spec.handle.as_str()) => {
+                found.push((spec, dir))
+            }
+            _ => {
+                tracing::warn!(dir = %dir.display(), "removing an unfinished volume");
+                if let Err(e) = remove_tree(&dir) {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot remove an unfinished volume");
+                }
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Creates `dir/data` (empty or a copy of `source`), then `dir/meta.json`.
+fn materialize(dir: &Path, source: Option<&Path>, meta: &[u8]) -> Result<(), AgentError> {
+    let io = |what: &str, p: &Path| {
+        let ctx = format!("{what} {}", p.display());
+        move |e| AgentError::io(ctx, e)
+    };
+    if dir.exists() {
+        remove_tree(dir).map_err(io("removing leftover", dir))?;
+    }
+    std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+    let data = dir.join("data");
+    match source {
+        None => std::fs::create_dir(&data).map_err(io("creating", &data))?,
+        Some(src) => {
+            let m = std::fs::metadata(src).map_err(|e| {
+                AgentError::BadRequest(format!(
+                    "source directory {} of the volume cannot be read: {e}",
+                    src.display()
+                ))
+            })?;
+            if !m.is_dir() {
+                return Err(AgentError::BadRequest(format!(
+                    "source {} of the volume is not a directory",
+                    src.display()
+                )));
+            }
+            copy_tree(src, &data).map_err(io("copying into", &data))?;
+        }
+    }
+    let tmp = dir.join("meta.json.tmp");
+    std::fs::write(&tmp, meta).map_err(io("writing", &tmp))?;
+    std::fs::rename(&tmp, dir.join("meta.json")).map_err(io("writing meta.json in", dir))?;
+    Ok(())
+}
+
+/// Removes a directory tree; an absent one is fine. Never follows symlinks.
+pub fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
+/// Copies a directory tree: directories, regular files and symlinks (as
+/// links), keeping modes and, when running as root, owners. Other file types
+/// (devices, fifos, sockets) are skipped.
+pub fn copy_tree(src: &Path, dst: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let as_root = unsafe { libc::geteuid() } == 0;
+    let keep_owner = |p: &Path, m: &std::fs::Metadata| {
+        if as_root {
+            // Best effort: a file system without owners is still a copy.
+            let _ = std::os::unix::fs::lchown(p, Some(m.uid()), Some(m.gid()));
+        }
+    };
+    let mut dirs = Vec::new();
+    let mut work = vec![(src.to_path_buf(), dst.to_path_buf())];
+    while let Some((from, to)) = work.pop() {
+        let meta = std::fs::symlink_metadata(&from)?;
+        std::fs::create_dir(&to)?;
+        keep_owner(&to, &meta);
+        dirs.push((to.clone(), meta.permissions().mode()));
+        for entry in std::fs::read_dir(&from)? {
+            let entry = entry?;
+            let (f, t) = (entry.path(), to.join(entry.file_name()));
+            let m = std::fs::symlink_metadata(&f)?;
+            let ft = m.file_type();
+            if ft.is_dir() {
+                work.push((f, t));
+            } else if ft.is_file() {
+                std::fs::copy(&f, &t)?;
+                keep_owner(&t, &m);
+            } else if ft.is_symlink() {
+                std::os::unix::fs::symlink(std::fs::read_link(&f)?, &t)?;
+                keep_owner(&t, &m);
+            } else {
+                tracing::debug!(path = %f.display(), "skipping a special file while copying");
+            }
+        }
+    }
+    // Modes last, so that read-only directories could be filled first.
+    for (dir, mode) in dirs.into_iter().rev() {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
+}
+
+/// Bytes of the regular files under `dir`, not following symlinks.
+fn tree_size(dir: &Path) -> std::io::Result<u64> {
+    let mut total = 0;
+    let mut work = vec![dir.to_path_buf()];
+    while let Some(d) = work.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let entry = entry?;
+            let m = std::fs::symlink_metadata(entry.path())?;
+            if m.is_dir() {
+                work.push(entry.path());
+            } else if m.is_file() {
+                total += m.len();
+            }
+        }
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn spec(handle: &str, strategy: VolumeStrategy) -> VolumeSpec {
+        VolumeSpec {
+            handle: handle.into(),
+            strategy,
+            privileged: false,
+            properties: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn relative_paths_never_climb_out() {
+        assert_eq!(relative_path("").unwrap(), PathBuf::new());
+        assert_eq!(relative_path("/a/./b/").unwrap(), PathBuf::from("a/b"));
+        assert!(relative_path("a/../../etc").is_err());
+        assert!(relative_path("..").is_err());
+    }
+
+    #[tokio::test]
+    async fn volumes_survive_a_restart_and_unfinished_ones_are_removed() {
+        let work = tempfile::tempdir().unwrap();
+        let store = VolumeStore::open(work.path()).await.unwrap();
+        let (v, created) = store
+            .create(spec("v1", VolumeStrategy::Empty))
+            .await
+            .unwrap();
+        assert!(created);
+        std::fs::write(v.data_dir().join("f"), b"hello").unwrap();
+        let (child, _) = store
+            .create(spec(
+                "v2",
+                VolumeStrategy::Cow {
+                    parent: "v1".into(),
+                },
+            ))
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read(child.data_dir().join("f")).unwrap(), b"hello");
+        std::fs::create_dir_all(work.path().join("volumes/half/data")).unwrap();
+
+        let store = VolumeStore::open(work.path()).await.unwrap();
+        assert_eq!(store.handles(), vec!["v1".to_string(), "v2".to_string()]);
+        assert!(!work.path().join("volumes/half").exists());
+        assert_eq!(store.size(&store.get("v1").unwrap()).await.unwrap(), 5);
+        store.destroy("v1").await.unwrap();
+        store.destroy("v1").await.unwrap();
+        assert_eq!(store.handles(), vec!["v2".to_string()]);
+    }
+
+    #[tokio::test]
+    async fn symlinks_cannot_lead_reads_or_writes_out_of_a_volume() {
+        let work = tempfile::tempdir().unwrap();
+        let store = VolumeStore::open(work.path()).await.unwrap();
+        let (v, _) = store
+            .create(spec("v", VolumeStrategy::Empty))
+            .await
+            .unwrap();
+        std::os::unix::fs::symlink("/etc", v.data_dir().join("out")).unwrap();
+        let err = store.file_out("v", "out/hostname").await.err().unwrap();
+        assert!(matches!(err, AgentError::BadRequest(_)), "{err}");
+        let body: ByteStream = Box::pin(futures::stream::empty());
+        let err = store
+            .stream_in("v", "out/x", Encoding::Raw, body)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, AgentError::BadRequest(_)), "{err}");
+        let err = store.file_out("v", "missing").await.err().unwrap();
+        assert!(
+            matches!(err, AgentError::NotFound { kind: "path", .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn copy_tree_keeps_links_as_links() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::create_dir(src.path().join("d")).unwrap();
+        std::fs::write(src.path().join("d/f"), b"x").unwrap();
+        std::os::unix::fs::symlink("d/f", src.path().join("l")).unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        let to = dst.path().join("copy");
+        copy_tree(src.path(), &to).unwrap();
+        assert_eq!(std::fs::read(to.join("d/f")).unwrap(), b"x");
+        assert_eq!(
+            std::fs::read_link(to.join("l")).unwrap(),
+            PathBuf::from("d/f")
+        );
+    }
+}

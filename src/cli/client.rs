@@ -1,0 +1,93 @@
+//! A small client of the web node's API for the CLI.
+
+use anyhow::{anyhow, Context as _};
+use serde::de::DeserializeOwned;
+
+/// Talks to one web node.
+pub struct ApiClient {
+    /// Base URL, without a trailing slash.
+    base: String,
+    /// HTTP client.
+    http: reqwest::Client,
+}
+
+impl ApiClient {
+    /// A client of the server at `url`.
+    pub fn new(url: &str) -> Self {
+        ApiClient {
+            base: url.trim_end_matches('/').to_string(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// The full URL of an API path.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// The HTTP client, for streaming requests.
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// Turns a connection failure into one line that says what to do.
+    pub fn unreachable(&self, e: reqwest::Error) -> anyhow::Error {
+        if e.is_connect() || e.is_timeout() {
+            anyhow!(
+                "cannot reach the Gantry server at {} (is it running? set --url or GANTRY_URL)",
+                self.base
+            )
+        } else {
+            anyhow!("request to {} failed: {e}", self.base)
+        }
+    }
+
+    /// Checks an answer's status; an error answer becomes its `error` message.
+    pub async fn check(&self, resp: reqwest::Response) -> anyhow::Result<reqwest::Response> {
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        let msg = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
+            .unwrap_or(text);
+        Err(anyhow!("server answered {}: {msg}", status.as_u16()))
+    }
+
+    /// GETs JSON.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        let resp = self
+            .http
+            .get(self.url(path))
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        self.check(resp)
+            .await?
+            .json()
+            .await
+            .with_context(|| format!("reading the answer to GET {path}"))
+    }
+
+    /// POSTs JSON, returns JSON.
+    pub async fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> anyhow::Result<T> {
+        let resp = self
+            .http
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        self.check(resp)
+            .await?
+            .json()
+            .await
+            .with_context(|| format!("reading the answer to POST {path}"))
+    }
+}

@@ -1,0 +1,253 @@
+//! `gantry execute`: run a one-off task with local inputs and outputs.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context as _};
+use futures::StreamExt;
+use gantry_actors::db::BuildStatus;
+use gantry_actors::events::BuildEvent;
+use gantry_actors::spec::Encoding;
+use gantry_actors::task_config::TaskConfig;
+use serde::Deserialize;
+
+use crate::cli::client::ApiClient;
+use crate::tarball::{self, UnpackLimits};
+
+/// What `execute` was asked to do.
+pub struct ExecuteArgs {
+    /// Path of task.yml.
+    pub config: PathBuf,
+    /// `name=dir` for each input.
+    pub inputs: Vec<String>,
+    /// `name=dir` for each output.
+    pub outputs: Vec<String>,
+    /// Worker tags required.
+    pub tags: Vec<String>,
+    /// Platform override.
+    pub platform: Option<String>,
+    /// Team.
+    pub team: String,
+}
+
+fn pairs(kind: &str, given: &[String]) -> anyhow::Result<BTreeMap<String, PathBuf>> {
+    let mut out = BTreeMap::new();
+    for g in given {
+        let (name, dir) = g
+            .split_once('=')
+            .ok_or_else(|| anyhow!("{kind} {g:?}: expected NAME=DIR"))?;
+        if out.insert(name.to_string(), PathBuf::from(dir)).is_some() {
+            bail!("{kind} {name:?} given twice");
+        }
+    }
+    Ok(out)
+}
+
+/// Checks everything that can be checked locally, before anything is created.
+fn plan(
+    args: &ExecuteArgs,
+) -> anyhow::Result<(
+    TaskConfig,
+    BTreeMap<String, PathBuf>,
+    BTreeMap<String, PathBuf>,
+)> {
+    let text = std::fs::read_to_string(&args.config)
+        .with_context(|| format!("cannot read task config {}", args.config.display()))?;
+    let mut config = TaskConfig::from_yaml(&text)
+        .map_err(|p| anyhow!("{}: {}", args.config.display(), p.join("; ")))?;
+    if let Some(p) = &args.platform {
+        config.platform = p.clone();
+    }
+    let inputs = pairs("input", &args.inputs)?;
+    let outputs = pairs("output", &args.outputs)?;
+    for (name, dir) in &inputs {
+        if !config.inputs.iter().any(|i| &i.name == name) {
+            let known: Vec<_> = config.inputs.iter().map(|i| i.name.as_str()).collect();
+            bail!(
+                "the task has no input named {name:?} (its inputs: {})",
+                known.join(", ")
+            );
+        }
+        if !dir.is_dir() {
+            bail!("input {name:?}: directory {} does not exist", dir.display());
+        }
+    }
+    for input in &config.inputs {
+        if !input.optional && !inputs.contains_key(&input.name) {
+            bail!(
+                "task input {:?} was not given: pass -i {}=DIR",
+                input.name,
+                input.name
+            );
+        }
+    }
+    for name in outputs.keys() {
+        if !config.outputs.iter().any(|o| &o.name == name) {
+            let known: Vec<_> = config.outputs.iter().map(|o| o.name.as_str()).collect();
+            bail!(
+                "the task has no output named {name:?} (its outputs: {})",
+                known.join(", ")
+            );
+        }
+    }
+    Ok((config, inputs, outputs))
+}
+
+#[derive(Deserialize)]
+struct Created {
+    id: serde_json::Value,
+}
+
+#[derive(Deserialize)]
+struct EventLine {
+    event: BuildEvent,
+}
+
+async fn upload(client: &ApiClient, team: &str, name: &str, dir: &Path) -> anyhow::Result<String> {
+    let body = tarball::pack_dir(dir.to_path_buf(), Encoding::Zstd);
+    let resp = client
+        .http()
+        .post(client.url(&format!("/api/v1/teams/{team}/artifacts")))
+        .header("content-encoding", "zstd")
+        .header("content-type", "application/x-tar")
+        .body(reqwest::Body::wrap_stream(body))
+        .send()
+        .await
+        .map_err(|e| {
+            if e.is_connect() {
+                client.unreachable(e)
+            } else {
+                anyhow!("uploading input {name:?}: {e}")
+            }
+        })?;
+    let created: Created = client
+        .check(resp)
+        .await
+        .with_context(|| format!("uploading input {name:?}"))?
+        .json()
+        .await?;
+    Ok(created.id.as_str().unwrap_or_default().to_string())
+}
+
+async fn download(client: &ApiClient, team: &str, id: &str, dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let resp = client
+        .http()
+        .get(client.url(&format!("/api/v1/teams/{team}/artifacts/{id}")))
+        .send()
+        .await
+        .map_err(|e| client.unreachable(e))?;
+    let resp = client.check(resp).await?;
+    let body = Box::pin(
+        resp.bytes_stream()
+            .map(|r| r.map_err(std::io::Error::other)),
+    );
+    tarball::unpack(
+        body,
+        Encoding::Raw,
+        dir.to_path_buf(),
+        UnpackLimits::default(),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Runs `execute`; returns the process exit code.
+pub async fn execute(client: &ApiClient, args: ExecuteArgs) -> anyhow::Result<i32> {
+    let (config, inputs, outputs) = plan(&args)?;
+    client.get::<serde_json::Value>("/api/v1/info").await?;
+    let team = &args.team;
+    let uploads = inputs.iter().map(|(name, dir)| async move {
+        upload(client, team, name, dir)
+            .await
+            .map(|id| (name.clone(), id))
+    });
+    let artifact_ids: BTreeMap<String, String> = futures::future::try_join_all(uploads)
+        .await?
+        .into_iter()
+        .collect();
+    let created: Created = client
+        .post(
+            &format!("/api/v1/teams/{team}/builds"),
+            &serde_json::json!({
+                "config": config,
+                "inputs": artifact_ids,
+                "tags": args.tags,
+            }),
+        )
+        .await?;
+    let build_id = created.id.as_i64().unwrap_or_default();
+    eprintln!("executing build {build_id}");
+    let resp = client
+        .http()
+        .get(client.url(&format!("/api/v1/builds/{build_id}/events")))
+        .send()
+        .await
+        .map_err(|e| client.unreachable(e))?;
+    let mut stream = client.check(resp).await?.bytes_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut produced: BTreeMap<String, String> = BTreeMap::new();
+    let mut last_error: Option<String> = None;
+    let mut end: Option<(BuildStatus, Option<i32>)> = None;
+    'events: while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| anyhow!("lost the build's event stream: {e}"))?;
+        buf.extend_from_slice(&chunk);
+        while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=nl).collect();
+            let ev: EventLine = serde_json::from_slice(&line)
+                .with_context(|| "reading a build event".to_string())?;
+            match ev.event {
+                BuildEvent::Log { stream, data, .. } => {
+                    if stream == "stderr" {
+                        let mut e = std::io::stderr().lock();
+                        let _ = e.write_all(data.as_bytes());
+                        let _ = e.flush();
+                    } else {
+                        let mut o = std::io::stdout().lock();
+                        let _ = o.write_all(data.as_bytes());
+                        let _ = o.flush();
+                    }
+                }
+                BuildEvent::Waiting { message, .. } => eprintln!("waiting for a worker: {message}"),
+                BuildEvent::SelectedWorker { worker, .. } => {
+                    eprintln!("running on worker {worker}")
+                }
+                BuildEvent::Output {
+                    name, artifact_id, ..
+                } => {
+                    produced.insert(name, artifact_id);
+                }
+                BuildEvent::Error { message, .. } => last_error = Some(message),
+                BuildEvent::Status {
+                    status,
+                    exit_status,
+                    ..
+                } if status.is_finished() => {
+                    end = Some((status, exit_status));
+                    break 'events;
+                }
+                _ => {}
+            }
+        }
+    }
+    let Some((status, exit_status)) = end else {
+        bail!("the event stream of build {build_id} ended before the build did");
+    };
+    for (name, dir) in &outputs {
+        if let Some(id) = produced.get(name) {
+            download(client, team, id, dir)
+                .await
+                .with_context(|| format!("downloading output {name:?}"))?;
+        }
+    }
+    match status {
+        BuildStatus::Succeeded => Ok(0),
+        BuildStatus::Failed => Ok(exit_status.unwrap_or(1)),
+        BuildStatus::Aborted => bail!("build {build_id} was aborted"),
+        _ => bail!(
+            "build {build_id} errored: {}",
+            last_error.unwrap_or_else(|| "no reason given".into())
+        ),
+    }
+}

@@ -1,0 +1,128 @@
+//! The listing verbs: `workers`, `builds`, `containers`, `volumes`.
+
+use gantry_actors::worker_info::WorkerView;
+
+use crate::cli::client::ApiClient;
+
+fn print_table(header: &[&str], rows: Vec<Vec<String>>) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.len());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    println!("{}", line(header.iter().map(|h| h.to_string()).collect()));
+    for r in rows {
+        println!("{}", line(r));
+    }
+}
+
+/// `gantry workers`
+pub async fn workers(client: &ApiClient, json: bool) -> anyhow::Result<()> {
+    let workers: Vec<WorkerView> = client.get("/api/v1/workers").await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&workers)?);
+        return Ok(());
+    }
+    print_table(
+        &[
+            "name",
+            "state",
+            "platform",
+            "tags",
+            "team",
+            "containers",
+            "volumes",
+            "active_tasks",
+            "backend",
+            "version",
+        ],
+        workers
+            .into_iter()
+            .map(|w| {
+                vec![
+                    w.name,
+                    w.state.as_str().into(),
+                    w.platform,
+                    w.tags.join(","),
+                    w.team.unwrap_or_default(),
+                    w.containers.to_string(),
+                    w.volumes.to_string(),
+                    w.active_tasks.to_string(),
+                    w.backend,
+                    w.version,
+                ]
+            })
+            .collect(),
+    );
+    Ok(())
+}
+
+/// `gantry builds`
+pub async fn builds(client: &ApiClient, json: bool) -> anyhow::Result<()> {
+    let builds: Vec<serde_json::Value> = client.get("/api/v1/builds").await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&builds)?);
+        return Ok(());
+    }
+    let s = |v: &serde_json::Value, k: &str| match &v[k] {
+        serde_json::Value::Null => String::new(),
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    print_table(
+        &["id", "team", "status", "worker", "exit"],
+        builds
+            .iter()
+            .map(|b| {
+                vec![
+                    s(b, "id"),
+                    s(b, "team"),
+                    s(b, "status"),
+                    s(b, "worker"),
+                    s(b, "exit_status"),
+                ]
+            })
+            .collect(),
+    );
+    Ok(())
+}
+
+/// `gantry containers` / `gantry volumes`
+pub async fn handles(client: &ApiClient, what: &str, json: bool) -> anyhow::Result<()> {
+    let rows: Vec<serde_json::Value> = client.get(&format!("/api/v1/{what}")).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    let s = |v: &serde_json::Value, k: &str| match &v[k] {
+        serde_json::Value::Null => String::new(),
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    print_table(
+        &["handle", "worker", "state", "build", "team"],
+        rows.iter()
+            .map(|r| {
+                vec![
+                    s(r, "handle"),
+                    s(r, "worker"),
+                    s(r, "state"),
+                    s(r, "build_id"),
+                    s(r, "team"),
+                ]
+            })
+            .collect(),
+    );
+    Ok(())
+}

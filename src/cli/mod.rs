@@ -1,0 +1,248 @@
+//! The `gantry` command line: the servers (`web`, `worker`, `quickstart`) and
+//! the client verbs (`execute`, `workers`, `validate-task`, ...).
+
+mod client;
+mod execute;
+mod list;
+mod serve;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+pub use client::ApiClient;
+
+/// Gantry: a self-hosted CI runtime.
+#[derive(Parser, Debug)]
+#[command(name = "gantry", version, about)]
+pub struct Cli {
+    /// URL of the web node (client commands).
+    #[arg(
+        long,
+        global = true,
+        env = "GANTRY_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub url: String,
+    /// Log format of the servers: `human` or `json`.
+    #[arg(
+        long,
+        global = true,
+        env = "GANTRY_LOG_FORMAT",
+        default_value = "human"
+    )]
+    pub log_format: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags of the web node (override the config file and `GANTRY_*` variables).
+#[derive(Args, Debug, Default)]
+pub struct WebFlags {
+    /// Config file (TOML with `[web]` and `[worker]` tables).
+    #[arg(long, env = "GANTRY_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address of the API and dashboard.
+    #[arg(long, env = "GANTRY_LISTEN")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Directory for the SQLite database and artifacts.
+    #[arg(long, env = "GANTRY_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// `postgres://...` or `sqlite://...`; default SQLite in the data dir.
+    #[arg(long, env = "GANTRY_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Key workers present to register.
+    #[arg(long, env = "GANTRY_REGISTRATION_KEY")]
+    pub registration_key: Option<String>,
+}
+
+/// Flags of a worker (override the config file and `GANTRY_WORKER_*` variables).
+#[derive(Args, Debug, Default)]
+pub struct WorkerFlags {
+    /// Unique worker name.
+    #[arg(long, env = "GANTRY_WORKER_NAME")]
+    pub name: Option<String>,
+    /// URL of the web node to register with.
+    #[arg(long, env = "GANTRY_WORKER_WEB")]
+    pub web: Option<String>,
+    /// Address of the worker agent's API (port 0: any free port).
+    #[arg(long = "listen", env = "GANTRY_WORKER_LISTEN")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Directory for volumes and containers.
+    #[arg(long, env = "GANTRY_WORKER_WORK_DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// Tag (repeatable).
+    #[arg(long = "tag")]
+    pub tags: Vec<String>,
+    /// Platform advertised.
+    #[arg(long, env = "GANTRY_WORKER_PLATFORM")]
+    pub platform: Option<String>,
+    /// Team served (default: all).
+    #[arg(long, env = "GANTRY_WORKER_TEAM")]
+    pub team: Option<String>,
+    /// Container backend: runc, bwrap or local (default: best available).
+    #[arg(long, env = "GANTRY_WORKER_BACKEND")]
+    pub backend: Option<String>,
+    /// Seconds between heartbeats.
+    #[arg(long, env = "GANTRY_WORKER_HEARTBEAT_INTERVAL")]
+    pub heartbeat_interval: Option<u64>,
+}
+
+/// The commands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the web node (API, dashboard, scheduler, builds).
+    Web {
+        #[command(flatten)]
+        /// Web node flags.
+        web: WebFlags,
+    },
+    /// Run a worker that registers with a web node.
+    Worker {
+        /// Config file (TOML with a `[worker]` table).
+        #[arg(long, env = "GANTRY_CONFIG")]
+        config: Option<PathBuf>,
+        /// Key presented when registering.
+        #[arg(long, env = "GANTRY_REGISTRATION_KEY")]
+        registration_key: Option<String>,
+        #[command(flatten)]
+        /// Worker flags.
+        worker: WorkerFlags,
+    },
+    /// Run a web node and one embedded worker with SQLite: the one-command default.
+    Quickstart {
+        #[command(flatten)]
+        /// Web node flags.
+        web: WebFlags,
+        /// Container backend of the embedded worker.
+        #[arg(long, env = "GANTRY_WORKER_BACKEND")]
+        backend: Option<String>,
+    },
+    /// Run a one-off task with local inputs, streaming its output.
+    Execute {
+        /// The task config (task.yml).
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+        /// An input: NAME=DIR (repeatable).
+        #[arg(short = 'i', long = "input")]
+        inputs: Vec<String>,
+        /// An output to download: NAME=DIR (repeatable).
+        #[arg(short = 'o', long = "output")]
+        outputs: Vec<String>,
+        /// A tag the worker must have (repeatable).
+        #[arg(long = "tag")]
+        tags: Vec<String>,
+        /// Platform (overrides the task's).
+        #[arg(long)]
+        platform: Option<String>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// List workers.
+    Workers {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List builds.
+    Builds {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List containers.
+    Containers {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List volumes.
+    Volumes {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a task config; prints every problem.
+    ValidateTask {
+        /// The task config file.
+        file: PathBuf,
+    },
+}
+
+/// Runs the CLI; returns the process exit code.
+pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Web { web } => serve::web(&cli.log_format, web).map(|_| 0),
+        Command::Worker {
+            config,
+            registration_key,
+            worker,
+        } => serve::worker(&cli.log_format, config, registration_key, worker).map(|_| 0),
+        Command::Quickstart { web, backend } => {
+            serve::quickstart(&cli.log_format, web, backend).map(|_| 0)
+        }
+        Command::ValidateTask { file } => Ok(validate_task(&file)),
+        command => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let client = ApiClient::new(&cli.url);
+            rt.block_on(async move {
+                match command {
+                    Command::Execute {
+                        config,
+                        inputs,
+                        outputs,
+                        tags,
+                        platform,
+                        team,
+                    } => {
+                        let args = execute::ExecuteArgs {
+                            config,
+                            inputs,
+                            outputs,
+                            tags,
+                            platform,
+                            team,
+                        };
+                        execute::execute(&client, args).await
+                    }
+                    Command::Workers { json } => list::workers(&client, json).await.map(|_| 0),
+                    Command::Builds { json } => list::builds(&client, json).await.map(|_| 0),
+                    Command::Containers { json } => {
+                        list::handles(&client, "containers", json).await.map(|_| 0)
+                    }
+                    Command::Volumes { json } => {
+                        list::handles(&client, "volumes", json).await.map(|_| 0)
+                    }
+                    _ => unreachable!("server commands are handled above"),
+                }
+            })
+        }
+    }
+}
+
+/// `gantry validate-task`: prints every problem and returns 1, or 0.
+fn validate_task(file: &std::path::Path) -> i32 {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: cannot read {}: {e}", file.display());
+            return 1;
+        }
+    };
+    match gantry_actors::task_config::TaskConfig::from_yaml(&text) {
+        Ok(_) => {
+            println!("{}: valid", file.display());
+            0
+        }
+        Err(problems) => {
+            for p in problems {
+                eprintln!("{}: {p}", file.display());
+            }
+            1
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The server commands: `web`, `worker` and `quickstart`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use crate::agent_client::AgentConnector;
+use crate::cli::{WebFlags, WorkerFlags};
+use crate::config::{FileConfig, WebConfig, WorkerConfig};
+
+/// Sets up `tracing` (human format, or JSON); `RUST_LOG` filters.
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+fn load(path: &Option<PathBuf>) -> anyhow::Result<FileConfig> {
+    match path {
+        Some(p) => FileConfig::load(p),
+        None => Ok(FileConfig::default()),
+    }
+}
+
+fn apply_web(mut cfg: WebConfig, f: WebFlags) -> WebConfig {
+    if let Some(v) = f.listen {
+        cfg.listen = v;
+    }
+    if let Some(v) = f.data_dir {
+        cfg.data_dir = v;
+    }
+    if f.database_url.is_some() {
+        cfg.database_url = f.database_url;
+    }
+    if let Some(v) = f.registration_key {
+        cfg.registration_key = v;
+    }
+    cfg
+}
+
+fn apply_worker(mut cfg: WorkerConfig, f: WorkerFlags) -> WorkerConfig {
+    if let Some(v) = f.name {
+        cfg.name = v;
+    }
+    if let Some(v) = f.web {
+        cfg.web = v;
+    }
+    if let Some(v) = f.listen {
+        cfg.listen = v;
+    }
+    if let Some(v) = f.work_dir {
+        cfg.work_dir = v;
+    }
+    if !f.tags.is_empty() {
+        cfg.tags = f.tags;
+    }
+    if let Some(v) = f.platform {
+        cfg.platform = v;
+    }
+    if f.team.is_some() {
+        cfg.team = f.team;
+    }
+    if f.backend.is_some() {
+        cfg.backend = f.backend;
+    }
+    if let Some(v) = f.heartbeat_interval {
+        cfg.heartbeat_interval_secs = v.max(1);
+    }
+    cfg
+}
+
+/// `gantry web`
+pub fn web(log_format: &str, flags: WebFlags) -> anyhow::Result<()> {
+    init_logging(log_format);
+    let cfg = apply_web(load(&flags.config)?.web, flags);
+    actix_web::rt::System::new().block_on(async move {
+        let handle = crate::web::start_web(&cfg, Arc::new(AgentConnector::new())).await?;
+        println!("gantry web: API on http://{}", handle.addr);
+        handle.server.await.context("web server")
+    })
+}
+
+/// `gantry worker`
+pub fn worker(
+    log_format: &str,
+    config: Option<PathBuf>,
+    registration_key: Option<String>,
+    flags: WorkerFlags,
+) -> anyhow::Result<()> {
+    init_logging(log_format);
+    let mut cfg = apply_worker(load(&config)?.worker, flags);
+    if let Some(k) = registration_key {
+        cfg.registration_key = k;
+    }
+    actix_web::rt::System::new().block_on(async move {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        actix_web::rt::spawn(async move {
+            let _ = shutdown_signal().await;
+            let _ = tx.send(true);
+        });
+        crate::agent::run_worker(cfg, rx).await
+    })
+}
+
+/// `gantry quickstart`: a web node and an embedded worker in one process.
+pub fn quickstart(
+    log_format: &str,
+    flags: WebFlags,
+    backend: Option<String>,
+) -> anyhow::Result<()> {
+    init_logging(log_format);
+    let file = load(&flags.config)?;
+    let web_cfg = apply_web(file.web, flags);
+    let mut worker_cfg = file.worker;
+    worker_cfg.registration_key = web_cfg.registration_key.clone();
+    worker_cfg.work_dir = web_cfg.data_dir.join("worker");
+    worker_cfg.listen = "127.0.0.1:0".parse().expect("valid address");
+    if backend.is_some() {
+        worker_cfg.backend = backend;
+    }
+    actix_web::rt::System::new().block_on(async move {
+        let handle = crate::web::start_web(&web_cfg, Arc::new(AgentConnector::new())).await?;
+        worker_cfg.web = format!("http://{}", handle.addr);
+        let worker = crate::agent::start_worker(worker_cfg).await?;
+        println!(
+            "gantry quickstart: dashboard and API on http://{}",
+            handle.addr
+        );
+        let result = handle.server.await.context("web server");
+        worker.stop().await;
+        result
+    })
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() -> std::io::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r,
+        _ = term.recv() => Ok(()),
+    }
+}

@@ -1,0 +1,12 @@
+//! The `gantry` package: everything at the edges of the engine.
+//!
+//! The web node's HTTP API and dashboard, the worker agent (container
+//! backends, volume store, its HTTP API), the client that implements the
+//! runtime interface over the agent's API, the CLI and configuration.
+
+pub mod agent;
+pub mod agent_client;
+pub mod cli;
+pub mod config;
+pub mod tarball;
+pub mod web;

@@ -1,0 +1,81 @@
+//! Artifact upload and download.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use futures::StreamExt;
+use gantry_actors::runtime::ByteStream;
+use gantry_actors::spec::Encoding;
+use tokio::sync::mpsc;
+
+use crate::web::error::ApiError;
+use crate::web::AppState;
+
+/// Moves a request body (not `Send`) into a `Send` stream through a bounded
+/// channel, so it can be handed to the engine without buffering.
+pub fn payload_stream(mut payload: web::Payload) -> ByteStream {
+    let (tx, rx) = mpsc::channel::<std::io::Result<bytes::Bytes>>(16);
+    actix_web::rt::spawn(async move {
+        while let Some(chunk) = payload.next().await {
+            let item = chunk.map_err(|e| std::io::Error::other(e.to_string()));
+            let stop = item.is_err();
+            if tx.send(item).await.is_err() || stop {
+                break;
+            }
+        }
+    });
+    Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }))
+}
+
+/// `POST /api/v1/teams/{team}/artifacts`: body is a tar stream, `Content-Encoding` zstd, gzip or none.
+pub async fn upload(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    team: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let team = team.into_inner();
+    if !state.engine.db.team_exists(&team).await? {
+        return Err(ApiError::not_found(format!("team {team:?} not found")));
+    }
+    let encoding = match req.headers().get("content-encoding") {
+        None => Encoding::Raw,
+        Some(v) => v.to_str().ok().and_then(Encoding::parse).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "unsupported Content-Encoding {v:?} (use zstd, gzip or none)"
+            ))
+        })?,
+    };
+    let (id, size) = state
+        .engine
+        .artifacts
+        .store(payload_stream(payload), encoding)
+        .await?;
+    if let Err(e) = state
+        .engine
+        .db
+        .insert_artifact(&id, &team, None, None, size as i64)
+        .await
+    {
+        let _ = state.engine.artifacts.delete(&id).await;
+        return Err(e.into());
+    }
+    Ok(HttpResponse::Created().json(serde_json::json!({"id": id, "size_bytes": size})))
+}
+
+/// `GET /api/v1/teams/{team}/artifacts/{id}`: the artifact as a plain tar stream.
+pub async fn download(
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (team, id) = path.into_inner();
+    if state.engine.db.get_artifact(&team, &id).await?.is_none() {
+        return Err(ApiError::not_found(format!(
+            "artifact {id} not found in team {team:?}"
+        )));
+    }
+    let stream = state.engine.artifacts.open(&id, Encoding::Raw).await?;
+    Ok(HttpResponse::Ok()
+        .content_type("application/x-tar")
+        .streaming(stream))
+}

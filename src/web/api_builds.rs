@@ -1,0 +1,168 @@
+//! Builds: create a one-off build, read it, follow its events; list the
+//! containers and volumes builds use.
+
+use actix_web::{web, HttpResponse};
+use gantry_actors::build::OneOffPlan;
+use gantry_actors::db::Db;
+use gantry_actors::db::HandleKind;
+use gantry_actors::events::{BuildEvent, EventHub};
+use gantry_actors::task_config::TaskConfig;
+use serde::Deserialize;
+use tokio::sync::{broadcast, mpsc};
+
+use crate::web::error::ApiError;
+use crate::web::AppState;
+
+/// Body of `POST /api/v1/teams/{team}/builds`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateBuild {
+    /// The task configuration (task.yml as JSON).
+    config: serde_json::Value,
+    /// Artifact id per input name.
+    #[serde(default)]
+    inputs: std::collections::BTreeMap<String, String>,
+    /// Tags the worker must have.
+    #[serde(default)]
+    tags: Vec<String>,
+}
+
+/// `POST /api/v1/teams/{team}/builds`
+pub async fn create(
+    state: web::Data<AppState>,
+    team: web::Path<String>,
+    body: web::Json<CreateBuild>,
+) -> Result<HttpResponse, ApiError> {
+    let body = body.into_inner();
+    let doc = serde_yaml::to_value(&body.config)
+        .map_err(|e| ApiError::bad_request(format!("task config: {e}")))?;
+    let config = TaskConfig::from_value(&doc)
+        .map_err(|p| ApiError::bad_request(format!("invalid task config: {}", p.join("; "))))?;
+    let plan = OneOffPlan {
+        config,
+        inputs: body.inputs,
+        tags: body.tags,
+    };
+    let id = state.engine.create_one_off_build(&team, plan).await?;
+    Ok(HttpResponse::Created().json(serde_json::json!({ "id": id })))
+}
+
+/// `GET /api/v1/builds/{id}`
+pub async fn get(state: web::Data<AppState>, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {
+    let id = id.into_inner();
+    match state.engine.db.get_build(id).await? {
+        Some(b) => Ok(HttpResponse::Ok().json(b)),
+        None => Err(ApiError::not_found(format!("build {id} not found"))),
+    }
+}
+
+/// `GET /api/v1/builds`: the latest 100.
+pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(state.engine.db.list_builds(None, 100).await?))
+}
+
+/// `GET /api/v1/containers`
+pub async fn containers(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(
+        state
+            .engine
+            .db
+            .list_handles(HandleKind::Container, None)
+            .await?,
+    ))
+}
+
+/// `GET /api/v1/volumes`
+pub async fn volumes(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(
+        state
+            .engine
+            .db
+            .list_handles(HandleKind::Volume, None)
+            .await?,
+    ))
+}
+
+/// `GET /api/v1/builds/{id}/events`: NDJSON, stored events then live ones,
+/// until the build's final status. Each line is `{"seq": N, "event": {...}}`.
+pub async fn events(
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, ApiError> {
+    let id = id.into_inner();
+    if state.engine.db.get_build(id).await?.is_none() {
+        return Err(ApiError::not_found(format!("build {id} not found")));
+    }
+    let rx = state.engine.hub.subscribe(id);
+    let (tx, out) = mpsc::channel::<std::io::Result<bytes::Bytes>>(64);
+    tokio::spawn(follow(
+        state.engine.db.clone(),
+        state.engine.hub.clone(),
+        id,
+        rx,
+        tx,
+    ));
+    let body = futures::stream::unfold(
+        out,
+        |mut out| async move { out.recv().await.map(|i| (i, out)) },
+    );
+    Ok(HttpResponse::Ok()
+        .content_type("application/x-ndjson")
+        .streaming(body))
+}
+
+/// Sends stored events after `last`, then live ones; re-reads the database
+/// whenever the live channel skipped (lag) so no event is lost or repeated.
+async fn follow(
+    db: Db,
+    hub: EventHub,
+    id: i64,
+    mut rx: broadcast::Receiver<gantry_actors::events::SequencedEvent>,
+    tx: mpsc::Sender<std::io::Result<bytes::Bytes>>,
+) {
+    let mut last = 0i64;
+    let line =
+        |seq: i64, json: &str| bytes::Bytes::from(format!("{{\"seq\":{seq},\"event\":{json}}}\n"));
+    loop {
+        let stored = match db.build_events_after(id, last).await {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+                return;
+            }
+        };
+        for (seq, json) in stored {
+            last = seq;
+            let is_final = serde_json::from_str::<BuildEvent>(&json).is_ok_and(|e| e.is_final());
+            if is_final {
+                hub.forget(id);
+            }
+            if tx.send(Ok(line(seq, &json))).await.is_err() || is_final {
+                return;
+            }
+        }
+        loop {
+            match rx.recv().await {
+                Ok(ev) if ev.seq <= last => continue,
+                Ok(ev) if ev.seq == last + 1 => {
+                    last = ev.seq;
+                    if tx.send(Ok(line(ev.seq, &ev.json))).await.is_err() || ev.is_final {
+                        return;
+                    }
+                }
+                // A gap or lag: read the database again.
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
+                Err(broadcast::error::RecvError::Closed) => {
+                    // The build finished before we subscribed: flush what is stored.
+                    if let Ok(stored) = db.build_events_after(id, last).await {
+                        for (seq, json) in stored {
+                            let _ = tx.send(Ok(line(seq, &json))).await;
+                        }
+                    }
+                    hub.forget(id);
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! The web node's artifact store: plain tar files under `DATA_DIR/artifacts`.
+//! An upload is decoded into a temporary file, checked to be a safe tar
+//! stream, and only then renamed into place, so a bad upload leaves nothing.
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use gantry_actors::artifact_store::ArtifactStore;
+use gantry_actors::runtime::ByteStream;
+use gantry_actors::spec::Encoding;
+use gantry_actors::EngineError;
+use tokio::io::AsyncWriteExt;
+
+use crate::tarball::{self, UnpackLimits};
+
+/// Artifacts as files in one directory.
+pub struct ArtifactFiles {
+    /// `DATA_DIR/artifacts`; uploads in progress live in its `tmp/`.
+    dir: PathBuf,
+}
+
+impl ArtifactFiles {
+    /// Opens (creating) the store under `dir`; leftovers of interrupted uploads are removed.
+    pub fn open(dir: PathBuf) -> std::io::Result<Self> {
+        let tmp = dir.join("tmp");
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp)?;
+        }
+        std::fs::create_dir_all(&tmp)?;
+        Ok(ArtifactFiles { dir })
+    }
+
+    fn path(&self, id: &str) -> Result<PathBuf, EngineError> {
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Err(EngineError::NotFound {
+                kind: "artifact",
+                name: id.to_string(),
+            });
+        }
+        Ok(self.dir.join(format!("{id}.tar")))
+    }
+
+    async fn receive(
+        &self,
+        body: ByteStream,
+        encoding: Encoding,
+        tmp: &PathBuf,
+    ) -> Result<u64, EngineError> {
+        let mut file = tokio::fs::File::create(tmp)
+            .await
+            .map_err(|e| EngineError::io("creating artifact file", e))?;
+        let mut plain = tarball::decode(body, encoding);
+        while let Some(chunk) = plain.next().await {
+            let chunk = chunk.map_err(|e| {
+                EngineError::Invalid(format!(
+                    "reading the upload ({} encoding): {e}",
+                    encoding.as_str()
+                ))
+            })?;
+            file.write_all(&chunk)
+                .await
+                .map_err(|e| EngineError::io("writing artifact file", e))?;
+        }
+        file.sync_all()
+            .await
+            .map_err(|e| EngineError::io("writing artifact file", e))?;
+        drop(file);
+        let check = tmp.clone();
+        tokio::task::spawn_blocking(move || {
+            tarball::validate_file(&check, &UnpackLimits::default())
+        })
+        .await
+        .map_err(|e| EngineError::Invalid(format!("checking the upload: {e}")))?
+        .map_err(|e| {
+            EngineError::Invalid(format!("the upload is not an acceptable tar stream: {e}"))
+        })?;
+        let size = tokio::fs::metadata(tmp)
+            .await
+            .map_err(|e| EngineError::io("reading artifact file", e))?
+            .len();
+        Ok(size)
+    }
+}
+
+#[async_trait]
+impl ArtifactStore for ArtifactFiles {
+    async fn open(&self, id: &str, encoding: Encoding) -> Result<ByteStream, EngineError> {
+        let file = tokio::fs::File::open(self.path(id)?).await.map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                EngineError::NotFound {
+                    kind: "artifact",
+                    name: id.to_string(),
+                }
+            } else {
+                EngineError::io(format!("opening artifact {id}"), e)
+            }
+        })?;
+        let plain: ByteStream = Box::pin(tokio_util::io::ReaderStream::with_capacity(
+            file,
+            256 * 1024,
+        ));
+        Ok(tarball::encode(plain, encoding))
+    }
+
+    async fn store(
+        &self,
+        body: ByteStream,
+        encoding: Encoding,
+    ) -> Result<(String, u64), EngineError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let tmp = self.dir.join("tmp").join(format!("{id}.tar"));
+        match self.receive(body, encoding, &tmp).await {
+            Ok(size) => {
+                tokio::fs::rename(&tmp, self.path(&id)?)
+                    .await
+                    .map_err(|e| EngineError::io("storing artifact", e))?;
+                Ok((id, size))
+            }
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&tmp).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), EngineError> {
+        match tokio::fs::remove_file(self.path(id)?).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(EngineError::io(format!("deleting artifact {id}"), e))
+            }
+            _ => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! `GET /metrics` in Prometheus text format.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use actix_web::{web, HttpResponse};
+use gantry_actors::db::HandleKind;
+use gantry_actors::worker_info::WorkerState;
+
+use crate::web::error::ApiError;
+use crate::web::AppState;
+
+/// `GET /metrics`
+pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let workers = state.worker_views().await?;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP gantry_workers Workers by state.\n# TYPE gantry_workers gauge"
+    );
+    for s in [
+        WorkerState::Running,
+        WorkerState::Stalled,
+        WorkerState::Landing,
+        WorkerState::Landed,
+        WorkerState::Retiring,
+    ] {
+        let n = workers.iter().filter(|w| w.state == s).count();
+        let _ = writeln!(out, "gantry_workers{{state=\"{}\"}} {n}", s.as_str());
+    }
+    let _ = writeln!(out, "# HELP gantry_worker_active_tasks Task steps placed on each worker.\n# TYPE gantry_worker_active_tasks gauge");
+    for w in &workers {
+        let _ = writeln!(
+            out,
+            "gantry_worker_active_tasks{{worker=\"{}\"}} {}",
+            w.name, w.active_tasks
+        );
+    }
+    for (kind, name) in [
+        (HandleKind::Container, "containers"),
+        (HandleKind::Volume, "volumes"),
+    ] {
+        let mut per: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for r in state.engine.db.list_handles(kind, None).await? {
+            *per.entry((r.worker, r.state)).or_default() += 1;
+        }
+        let _ = writeln!(out, "# HELP gantry_{name} {name} known to the database, by worker and state.\n# TYPE gantry_{name} gauge");
+        for ((w, s), n) in per {
+            let _ = writeln!(out, "gantry_{name}{{worker=\"{w}\",state=\"{s}\"}} {n}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP gantry_builds Builds by status.\n# TYPE gantry_builds gauge"
+    );
+    let counts: BTreeMap<String, i64> = state
+        .engine
+        .db
+        .count_builds_by_status()
+        .await?
+        .into_iter()
+        .collect();
+    for s in gantry_actors::db::BuildStatus::ALL {
+        let _ = writeln!(
+            out,
+            "gantry_builds{{status=\"{}\"}} {}",
+            s.as_str(),
+            counts.get(s.as_str()).copied().unwrap_or(0)
+        );
+    }
+    Ok(HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(out))
+}

@@ -1,0 +1,172 @@
+//! The web node: the engine plus its HTTP API, dashboard and `/metrics`.
+
+mod api_artifacts;
+mod api_builds;
+mod api_workers;
+mod artifact_files;
+mod error;
+mod metrics;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use actix_web::{web, App, HttpResponse, HttpServer};
+use anyhow::Context as _;
+use gantry_actors::db::Db;
+use gantry_actors::runtime::WorkerConnector;
+use gantry_actors::spec::Encoding;
+use gantry_actors::Engine;
+
+pub use artifact_files::ArtifactFiles;
+pub use error::ApiError;
+
+use crate::config::WebConfig;
+
+/// What every handler can reach.
+pub struct AppState {
+    /// The engine's actors and services.
+    pub engine: Engine,
+    /// Key workers present to register and heartbeat.
+    pub registration_key: String,
+}
+
+/// A running web node.
+pub struct WebHandle {
+    /// The address the API listens on (the real port when 0 was asked).
+    pub addr: SocketAddr,
+    /// The HTTP server; await it to run until stopped.
+    pub server: actix_web::dev::Server,
+    /// The engine.
+    pub engine: Engine,
+}
+
+/// The database URL: the configured one, or SQLite in the data dir.
+pub fn database_url(cfg: &WebConfig) -> String {
+    cfg.database_url.clone().unwrap_or_else(|| {
+        format!(
+            "sqlite://{}?mode=rwc",
+            cfg.data_dir.join("gantry.db").display()
+        )
+    })
+}
+
+/// Connects the database, starts the engine's actors and binds the API
+/// (inside a running actix System).
+pub async fn start_web(
+    cfg: &WebConfig,
+    connector: Arc<dyn WorkerConnector>,
+) -> anyhow::Result<WebHandle> {
+    std::fs::create_dir_all(&cfg.data_dir)
+        .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
+    let url = database_url(cfg);
+    let db = Db::connect(&url)
+        .await
+        .with_context(|| format!("opening database {}", redact(&url)))?;
+    let artifacts = ArtifactFiles::open(cfg.data_dir.join("artifacts"))
+        .context("opening the artifact store")?;
+    let encoding = Encoding::parse(&cfg.stream_encoding).with_context(|| {
+        format!(
+            "stream_encoding {:?}: use zstd, gzip or raw",
+            cfg.stream_encoding
+        )
+    })?;
+    let engine = Engine::start(db, connector, Arc::new(artifacts), encoding).await?;
+    let state = web::Data::new(AppState {
+        engine: engine.clone(),
+        registration_key: cfg.registration_key.clone(),
+    });
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .app_data(
+                web::JsonConfig::default()
+                    .limit(4 << 20)
+                    .error_handler(error::json_error_handler),
+            )
+            .app_data(
+                web::PathConfig::default()
+                    .error_handler(|e, _| ApiError::bad_request(e.to_string()).into()),
+            )
+            .route("/", web::get().to(dashboard))
+            .route("/metrics", web::get().to(metrics::metrics))
+            .service(
+                web::scope("/api/v1")
+                    .route("/info", web::get().to(info))
+                    .route("/workers", web::get().to(api_workers::list))
+                    .route("/workers/register", web::post().to(api_workers::register))
+                    .route(
+                        "/workers/{name}/heartbeat",
+                        web::post().to(api_workers::heartbeat),
+                    )
+                    .route(
+                        "/teams/{team}/artifacts",
+                        web::post().to(api_artifacts::upload),
+                    )
+                    .route(
+                        "/teams/{team}/artifacts/{id}",
+                        web::get().to(api_artifacts::download),
+                    )
+                    .route("/teams/{team}/builds", web::post().to(api_builds::create))
+                    .route("/builds", web::get().to(api_builds::list))
+                    .route("/builds/{id}", web::get().to(api_builds::get))
+                    .route("/builds/{id}/events", web::get().to(api_builds::events))
+                    .route("/containers", web::get().to(api_builds::containers))
+                    .route("/volumes", web::get().to(api_builds::volumes)),
+            )
+            .default_service(web::to(not_found))
+    })
+    .bind(cfg.listen)
+    .with_context(|| format!("binding {}", cfg.listen))?;
+    let addr = server.addrs()[0];
+    tracing::info!(
+        "web node listening on http://{addr} (database: {})",
+        redact(&url)
+    );
+    Ok(WebHandle {
+        addr,
+        server: server.run(),
+        engine,
+    })
+}
+
+/// Hides a password in a database URL for logs.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => match url[s + 3..at].find(':') {
+            Some(c) => format!("{}:***{}", &url[..s + 3 + c], &url[at..]),
+            None => url.to_string(),
+        },
+        _ => url.to_string(),
+    }
+}
+
+async fn info() -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({ "version": env!("CARGO_PKG_VERSION") }))
+}
+
+async fn dashboard() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .body(include_str!("dashboard.html"))
+}
+
+async fn not_found(req: actix_web::HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::not_found(format!(
+        "no route {} {}",
+        req.method(),
+        req.path()
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_are_redacted_from_urls() {
+        assert_eq!(
+            super::redact("postgres://u:secret@h/db"),
+            "postgres://u:***@h/db"
+        );
+        assert_eq!(super::redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(super::redact("sqlite://x.db"), "sqlite://x.db");
+    }
+}
