@@ -946,10 +946,13 @@ mod tests {
         let raw = RootfsSpec::Raw {
             path: image.path().display().to_string(),
         };
-        let boxed = worker
-            .find_or_create_container(&container_spec(&rh, raw, vec![]))
-            .await
-            .unwrap();
+        let mut limited = container_spec(&rh, raw, vec![]);
+        limited.limits = ResourceLimits {
+            memory: Some(256 << 20),
+            cpu: Some(512),
+            pids: Some(64),
+        };
+        let boxed = worker.find_or_create_container(&limited).await.unwrap();
         let (out, status) = run(
             &*boxed,
             Some(process("w", "echo x > /written && cat /written", None)),
@@ -968,6 +971,35 @@ mod tests {
             (out, status.unwrap()),
             (vec![(OutputStream::Stdout, "1000\n".to_string())], 0)
         );
+
+        // Limits reach the kernel (checked where cgroup v1 shows them).
+        let pids_max = Path::new("/sys/fs/cgroup/pids/gantry")
+            .join(&rh)
+            .join("pids.max");
+        if Path::new("/sys/fs/cgroup/pids/gantry").exists() {
+            let (tx, _rx) = mpsc::channel(4);
+            let sleeper = boxed
+                .run(
+                    process("s", "exec /bin/busybox sleep 60", None),
+                    ProcessIo {
+                        stdin: None,
+                        output: tx,
+                    },
+                )
+                .await
+                .unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !pids_max.exists() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no cgroup for the container"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(std::fs::read_to_string(&pids_max).unwrap().trim(), "64");
+            sleeper.signal(ProcessSignal::Kill).await.unwrap();
+            assert_eq!(sleeper.wait().await.unwrap(), 137);
+        }
 
         worker.destroy_container(&rh).await.unwrap();
         worker.destroy_container(&ch).await.unwrap();

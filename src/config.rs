@@ -43,6 +43,62 @@ pub struct WebConfig {
     pub registration_key: String,
     /// Encoding used when streaming artifacts to and from workers. Default `zstd`.
     pub stream_encoding: String,
+    /// Run a step again on another worker when its worker stalls or vanishes. Default false.
+    pub rerun_when_worker_disappears: bool,
+    /// Prune a worker that stays stalled this many seconds; never when unset.
+    pub stalled_worker_timeout_secs: Option<u64>,
+    /// Placement strategy chains.
+    pub placement: PlacementChains,
+}
+
+/// Placement strategy chains, each a list of strategy names: the first is the
+/// primary key, later ones break ties. Strategies: `volume-locality`,
+/// `fewest-build-containers`, `random`, `limit-active-tasks`,
+/// `limit-active-containers`, `limit-active-volumes`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlacementChains {
+    /// Steps with inputs. Default `["volume-locality", "fewest-build-containers"]`.
+    pub with_inputs: Vec<String>,
+    /// Steps without inputs. Default `["fewest-build-containers"]`.
+    pub without_inputs: Vec<String>,
+    /// Check steps. Default `["fewest-build-containers"]`.
+    pub checks: Vec<String>,
+}
+
+impl Default for PlacementChains {
+    fn default() -> Self {
+        let d = gantry_actors::scheduler::PlacementConfig::default();
+        let names = |v: &[gantry_actors::placement::Strategy]| {
+            v.iter().map(|s| s.as_str().to_string()).collect()
+        };
+        PlacementChains {
+            with_inputs: names(&d.with_inputs),
+            without_inputs: names(&d.without_inputs),
+            checks: names(&d.checks),
+        }
+    }
+}
+
+impl PlacementChains {
+    /// Parses the names; an unknown one is an error naming it.
+    pub fn parse(&self) -> anyhow::Result<gantry_actors::scheduler::PlacementConfig> {
+        let chain =
+            |what: &str, v: &[String]| -> anyhow::Result<Vec<gantry_actors::placement::Strategy>> {
+                let parsed = gantry_actors::placement::parse_chain(&v.join(","))
+                    .map_err(|e| anyhow::anyhow!("placement.{what}: {e}"))?;
+                anyhow::ensure!(
+                    !parsed.is_empty(),
+                    "placement.{what}: give at least one strategy"
+                );
+                Ok(parsed)
+            };
+        Ok(gantry_actors::scheduler::PlacementConfig {
+            with_inputs: chain("with_inputs", &self.with_inputs)?,
+            without_inputs: chain("without_inputs", &self.without_inputs)?,
+            checks: chain("checks", &self.checks)?,
+        })
+    }
 }
 
 impl Default for WebConfig {
@@ -53,6 +109,9 @@ impl Default for WebConfig {
             database_url: None,
             registration_key: "gantry-dev-key".into(),
             stream_encoding: "zstd".into(),
+            rerun_when_worker_disappears: false,
+            stalled_worker_timeout_secs: None,
+            placement: PlacementChains::default(),
         }
     }
 }
@@ -89,6 +148,8 @@ pub struct WorkerConfig {
     pub heartbeat_interval_secs: u64,
     /// Limits used by placement.
     pub limits: WorkerLimits,
+    /// On SIGTERM, retire (deregister) instead of landing. Default false.
+    pub retire_on_stop: bool,
 }
 
 impl Default for WorkerConfig {
@@ -108,6 +169,7 @@ impl Default for WorkerConfig {
             runc_path: "runc".into(),
             heartbeat_interval_secs: 30,
             limits: WorkerLimits::default(),
+            retire_on_stop: false,
         }
     }
 }

@@ -308,7 +308,8 @@ pub fn validate_file(path: &Path, limits: &UnpackLimits) -> Result<UnpackSummary
 
 /// Writes a plain (raw) tar file at `out` (created or truncated) with the
 /// contents of `dir`, like [`pack_dir`] (blocking). `out` itself is skipped
-/// if it lies inside `dir`. Returns what was packed.
+/// if it lies inside `dir`; the file is synced to disk before returning.
+/// Returns what was packed. On error a partial `out` may be left behind.
 pub fn write_tar_file(dir: &Path, out: &Path) -> Result<UnpackSummary, TarError> {
     let io_err = |e: io::Error| TarError::Io(e.to_string());
     let file = File::create(out).map_err(|e| io_err(with_path(out, e)))?;
@@ -1652,7 +1653,7 @@ mod tests {
             self.0.extend_from_slice(h.as_bytes());
             self.0.extend_from_slice(data);
             let pad = (512 - data.len() % 512) % 512;
-            self.0.extend(std::iter::repeat(0).take(pad));
+            self.0.extend(std::iter::repeat_n(0, pad));
             self
         }
 
@@ -2510,6 +2511,8 @@ mod tests {
         let mut exe = RawTar::header(b"bin/tool", EntryType::Regular, b"", 2);
         exe.set_mode(0o755);
         exe.set_mtime(1_234_567_890);
+        exe.set_uid(4321);
+        exe.set_gid(8765);
         exe.set_cksum();
         let mut dir = RawTar::header(b"bin", EntryType::Directory, b"", 0);
         dir.set_mode(0o555);
@@ -2528,6 +2531,9 @@ mod tests {
         let m = fs::metadata(fx.dest.join("bin/tool")).unwrap();
         assert_eq!(m.mode() & 0o7777, 0o755);
         assert_eq!(m.mtime(), 1_234_567_890);
+        if is_root() {
+            assert_eq!((m.uid(), m.gid()), (4321, 8765));
+        }
         let m = fs::metadata(fx.dest.join("bin")).unwrap();
         assert_eq!(m.mode() & 0o7777, 0o555);
         assert_eq!(m.mtime(), 1_111_111_111);

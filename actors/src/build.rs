@@ -13,13 +13,21 @@ use crate::artifact_store::ArtifactStore;
 use crate::db::{BuildStatus, Db, HandleKind};
 use crate::error::EngineError;
 use crate::events::{BuildEvent, EventHub, EventSink, Utf8Carry};
+use crate::placement::Load;
+use crate::registry::WorkerStates;
 use crate::runtime::{ProcessIo, ProcessSignal, Worker};
-use crate::scheduler::{Constraints, ReleasePlacement, Scheduler, SelectWorker};
+use crate::scheduler::{
+    abandon_ticket, Placement, ReleasePlacement, Scheduler, SelectWorker, Selection, StepRequest,
+};
 use crate::spec::{
     ContainerSpec, Encoding, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec, VolumeSpec,
     VolumeStrategy,
 };
 use crate::task_config::TaskConfig;
+use crate::worker_info::WorkerState;
+
+/// How often a step is run when its workers keep disappearing.
+const MAX_RERUNS: u32 = 3;
 
 /// Name of the single step of a one-off build.
 pub const ONE_OFF_STEP: &str = "task";
@@ -50,6 +58,10 @@ pub struct BuildDeps {
     pub artifacts: Arc<dyn ArtifactStore>,
     /// Encoding of streams to and from workers.
     pub encoding: Encoding,
+    /// Each worker's state, to notice a worker stalling under a step.
+    pub worker_states: WorkerStates,
+    /// Run a step again elsewhere when its worker stalls or vanishes.
+    pub rerun_when_worker_disappears: bool,
 }
 
 /// Asks a running build to stop.
@@ -142,42 +154,27 @@ impl BuildRun {
             .sink
             .emit(&BuildEvent::status(BuildStatus::Started, None))
             .await;
-        let constraints = Constraints {
-            team: self.team.clone(),
-            platform: plan.config.platform.clone(),
-            tags: plan.tags.clone(),
-        };
-        let placement = match self.deps.scheduler.send(SelectWorker(constraints)).await {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => {
-                return self
-                    .finish(BuildStatus::Errored, None, Some(e.to_string()))
-                    .await
+        let mut attempt = 1;
+        let result = loop {
+            let result = self.place_and_run(&plan).await;
+            match result {
+                Err(EngineError::WorkerLost { worker, reason })
+                    if self.deps.rerun_when_worker_disappears && attempt < MAX_RERUNS =>
+                {
+                    attempt += 1;
+                    let _ = self
+                        .sink
+                        .emit(&BuildEvent::Error {
+                            message: format!(
+                                "worker {worker} {reason}; running the step again on another worker (attempt {attempt})"
+                            ),
+                            time: crate::db::now_ms(),
+                        })
+                        .await;
+                }
+                other => break other,
             }
-            Err(e) => {
-                return self
-                    .finish(BuildStatus::Errored, None, Some(e.to_string()))
-                    .await
-            }
         };
-        let worker = placement.worker.clone();
-        let _ = self.deps.db.start_build(self.id, &worker).await;
-        let _ = self
-            .sink
-            .emit(&BuildEvent::SelectedWorker {
-                step: ONE_OFF_STEP.into(),
-                worker: worker.clone(),
-                time: crate::db::now_ms(),
-            })
-            .await;
-        let mut created = Created::default();
-        let result = self
-            .run_task(&plan, placement.client.clone(), &mut created)
-            .await;
-        self.deps.scheduler.do_send(ReleasePlacement {
-            worker: worker.clone(),
-        });
-        self.cleanup(placement.client.as_ref(), created).await;
         match result {
             Ok(StepEnd::Exited(0)) => self.finish(BuildStatus::Succeeded, Some(0), None).await,
             Ok(StepEnd::Exited(n)) => self.finish(BuildStatus::Failed, Some(n), None).await,
@@ -185,6 +182,100 @@ impl BuildRun {
             Err(e) => {
                 self.finish(BuildStatus::Errored, None, Some(e.to_string()))
                     .await
+            }
+        }
+    }
+
+    /// Waits for a placement (or abort), runs the step there, releases it.
+    async fn place_and_run(&mut self, plan: &OneOffPlan) -> Result<StepEnd, EngineError> {
+        let config = &plan.config;
+        let request = StepRequest {
+            team: self.team.clone(),
+            platform: config.platform.clone(),
+            tags: plan.tags.clone(),
+            inputs: plan.inputs.values().cloned().collect(),
+            is_check: false,
+            need: Load {
+                tasks: 1,
+                containers: 1,
+                volumes: (plan.inputs.len() + config.outputs.len() + config.caches.len()) as u32,
+            },
+        };
+        let placement = match self
+            .deps
+            .scheduler
+            .send(SelectWorker(request.clone()))
+            .await??
+        {
+            Selection::Placed(p) => p,
+            Selection::Queued { ticket, reason } => {
+                self.sink
+                    .emit(&BuildEvent::Waiting {
+                        step: ONE_OFF_STEP.into(),
+                        message: reason,
+                        time: crate::db::now_ms(),
+                    })
+                    .await?;
+                match self.wait_for_ticket(ticket).await {
+                    Some(Ok(p)) => p,
+                    Some(Err(())) => {
+                        // The waiters' workers changed under them: ask again
+                        // for the full answer (placed, queued or why not).
+                        match self.deps.scheduler.send(SelectWorker(request)).await?? {
+                            Selection::Placed(p) => p,
+                            Selection::Queued { ticket, .. } => {
+                                match self.wait_for_ticket(ticket).await {
+                                    Some(Ok(p)) => p,
+                                    Some(Err(())) => {
+                                        return Err(EngineError::NoWorkers(
+                                            "the workers this step waited for are gone".into(),
+                                        ))
+                                    }
+                                    None => return Ok(StepEnd::Aborted),
+                                }
+                            }
+                        }
+                    }
+                    None => return Ok(StepEnd::Aborted),
+                }
+            }
+        };
+        let worker = placement.worker.clone();
+        self.deps.db.start_build(self.id, &worker).await?;
+        self.sink
+            .emit(&BuildEvent::SelectedWorker {
+                step: ONE_OFF_STEP.into(),
+                worker: worker.clone(),
+                time: crate::db::now_ms(),
+            })
+            .await?;
+        let mut created = Created::default();
+        let result = self
+            .run_task(plan, placement.client.clone(), &mut created)
+            .await
+            .map_err(EngineError::lost_if_unreachable);
+        let lost = matches!(result, Err(EngineError::WorkerLost { .. }));
+        self.cleanup(placement.client.as_ref(), created, lost).await;
+        self.deps.scheduler.do_send(ReleasePlacement(placement));
+        result
+    }
+
+    /// Waits for a queued placement; `None` when the build was aborted first,
+    /// `Some(Err)` when the Scheduler dropped the request.
+    async fn wait_for_ticket(
+        &mut self,
+        mut ticket: tokio::sync::oneshot::Receiver<Placement>,
+    ) -> Option<Result<Placement, ()>> {
+        let mut abort = self.abort.clone();
+        loop {
+            tokio::select! {
+                got = &mut ticket => return Some(got.map_err(|_| ())),
+                changed = abort.changed() => {
+                    if changed.is_err() || *abort.borrow() {
+                        abandon_ticket(ticket, &self.deps.scheduler).await;
+                        return None;
+                    }
+                }
             }
         }
     }
@@ -361,6 +452,15 @@ impl BuildRun {
                 },
             )
             .await?;
+        let mut worker_state = match self.deps.worker_states.get(worker.name()) {
+            Some(tx) => tx.subscribe(),
+            None => {
+                return Err(EngineError::WorkerLost {
+                    worker: worker.name().to_string(),
+                    reason: "was removed".into(),
+                })
+            }
+        };
         let mut carry_out = Utf8Carry::default();
         let mut carry_err = Utf8Carry::default();
         let mut abort = self.abort.clone();
@@ -381,6 +481,21 @@ impl BuildRun {
                             data,
                             time: crate::db::now_ms(),
                         }).await?;
+                    }
+                }
+                changed = worker_state.changed() => {
+                    let reason = match changed {
+                        Err(_) => Some("was removed while the step ran"),
+                        Ok(()) if *worker_state.borrow() == WorkerState::Stalled => {
+                            Some("stalled (no heartbeat within its TTL) while the step ran")
+                        }
+                        Ok(()) => None,
+                    };
+                    if let Some(reason) = reason {
+                        return Err(EngineError::WorkerLost {
+                            worker: worker.name().to_string(),
+                            reason: reason.into(),
+                        });
                     }
                 }
                 changed = abort.changed(), if !aborted => {
@@ -418,9 +533,9 @@ impl BuildRun {
         Ok(StepEnd::Exited(status))
     }
 
-    /// Destroys what the build created; rows whose destroy failed stay
-    /// `destroying` for the collector.
-    async fn cleanup(&self, worker: &dyn Worker, created: Created) {
+    /// Destroys what the build created; rows whose destroy failed, or whose
+    /// worker is lost, stay `destroying` for the collector.
+    async fn cleanup(&self, worker: &dyn Worker, created: Created, worker_lost: bool) {
         let db = &self.deps.db;
         for (kind, handle) in created
             .containers
@@ -429,6 +544,9 @@ impl BuildRun {
             .chain(created.volumes.into_iter().map(|h| (HandleKind::Volume, h)))
         {
             let _ = db.set_handle_state(kind, &handle, "destroying").await;
+            if worker_lost {
+                continue;
+            }
             let done = match kind {
                 HandleKind::Container => worker.destroy_container(&handle).await,
                 HandleKind::Volume => worker.destroy_volume(&handle).await,

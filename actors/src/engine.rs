@@ -10,10 +10,23 @@ use crate::build::{Build, BuildDeps, OneOffPlan};
 use crate::db::{BuildStatus, Db};
 use crate::error::EngineError;
 use crate::events::{BuildEvent, EventHub, EventSink};
-use crate::registry::Registry;
+use crate::registry::{LifecycleConfig, Registry, WorkerStates};
 use crate::runtime::WorkerConnector;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{PlacementConfig, Scheduler};
 use crate::spec::Encoding;
+
+/// Settings of the engine.
+#[derive(Debug, Clone, Default)]
+pub struct EngineConfig {
+    /// Strategy chains of the Scheduler.
+    pub placement: PlacementConfig,
+    /// Worker lifecycle settings.
+    pub lifecycle: LifecycleConfig,
+    /// Run a step again elsewhere when its worker stalls or vanishes.
+    pub rerun_when_worker_disappears: bool,
+    /// Encoding of streams to and from workers.
+    pub encoding: Encoding,
+}
 
 /// Handles to the running actors and shared services.
 #[derive(Clone)]
@@ -28,8 +41,10 @@ pub struct Engine {
     pub scheduler: Addr<Scheduler>,
     /// Artifact storage.
     pub artifacts: Arc<dyn ArtifactStore>,
-    /// Encoding of streams to and from workers.
-    pub encoding: Encoding,
+    /// Each worker's state, watched by running steps.
+    pub worker_states: WorkerStates,
+    /// The settings it was started with.
+    pub config: EngineConfig,
 }
 
 impl Engine {
@@ -38,7 +53,7 @@ impl Engine {
         db: Db,
         connector: Arc<dyn WorkerConnector>,
         artifacts: Arc<dyn ArtifactStore>,
-        encoding: Encoding,
+        config: EngineConfig,
     ) -> Result<Engine, EngineError> {
         let hub = EventHub::default();
         // Builds that were running when a web node stopped cannot be resumed yet.
@@ -60,15 +75,24 @@ impl Engine {
             sink.emit(&BuildEvent::status(BuildStatus::Errored, None))
                 .await?;
         }
-        let scheduler = Scheduler::default().start();
-        let registry = Registry::new(db.clone(), connector, scheduler.clone()).start();
+        let scheduler = Scheduler::new(config.placement.clone()).start();
+        let worker_states = WorkerStates::default();
+        let registry = Registry::new(
+            db.clone(),
+            connector,
+            scheduler.clone(),
+            worker_states.clone(),
+            config.lifecycle.clone(),
+        )
+        .start();
         Ok(Engine {
             db,
             hub,
             registry,
             scheduler,
             artifacts,
-            encoding,
+            worker_states,
+            config,
         })
     }
 
@@ -120,7 +144,9 @@ impl Engine {
             hub: self.hub.clone(),
             scheduler: self.scheduler.clone(),
             artifacts: self.artifacts.clone(),
-            encoding: self.encoding,
+            encoding: self.config.encoding,
+            worker_states: self.worker_states.clone(),
+            rerun_when_worker_disappears: self.config.rerun_when_worker_disappears,
         };
         Build::new(id, team.to_string(), plan, deps).start();
         Ok(id)

@@ -51,6 +51,17 @@ pub enum EngineError {
     /// A worker failed.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// The worker running a step stalled or vanished.
+    #[error("worker {worker} {reason}")]
+    WorkerLost {
+        /// Worker name.
+        worker: String,
+        /// What happened (`stalled: no heartbeat within its TTL`, `is unreachable: ...`).
+        reason: String,
+    },
+    /// A step's wait for a worker or its run ended on its timeout.
+    #[error("{0}")]
+    TimedOut(String),
     /// No worker passes the filters; the message names every constraint.
     #[error("{0}")]
     NoWorkers(String),
@@ -79,6 +90,19 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// Turns an unreachable worker into a lost one (a step cannot go on).
+    pub fn lost_if_unreachable(self) -> Self {
+        match self {
+            EngineError::Runtime(RuntimeError::Unreachable { worker, reason }) => {
+                EngineError::WorkerLost {
+                    worker,
+                    reason: format!("is unreachable: {reason}"),
+                }
+            }
+            other => other,
+        }
+    }
+
     /// Wraps an I/O error with what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         EngineError::Io {

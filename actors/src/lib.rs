@@ -11,6 +11,7 @@ pub mod db;
 pub mod engine;
 pub mod error;
 pub mod events;
+pub mod placement;
 pub mod registry;
 pub mod runtime;
 pub mod scheduler;
@@ -18,5 +19,5 @@ pub mod spec;
 pub mod task_config;
 pub mod worker_info;
 
-pub use engine::Engine;
+pub use engine::{Engine, EngineConfig};
 pub use error::{EngineError, RuntimeError};

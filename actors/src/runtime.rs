@@ -147,6 +147,10 @@ pub trait Worker: Send + Sync {
     async fn destroy_container(&self, handle: &str) -> Result<(), RuntimeError>;
     /// Lists every container and volume the worker holds.
     async fn list_handles(&self) -> Result<WorkerHandles, RuntimeError>;
+    /// Checks that the worker answers (used by its connection's supervisor).
+    async fn ping(&self) -> Result<(), RuntimeError> {
+        self.list_handles().await.map(|_| ())
+    }
 }
 
 /// Connects the engine to a registered worker (implemented at the edges).

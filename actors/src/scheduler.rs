@@ -1,15 +1,22 @@
-//! The Scheduler actor: the pool of workers a step can be placed on. It
-//! filters workers by hard constraints, picks one, and owns the live counts
-//! (active tasks per worker) that it changes atomically as it places and
-//! releases, so that limits are never judged on counts a heartbeat old.
+//! The Scheduler actor: the pool of workers a step can be placed on.
+//!
+//! It filters workers by hard constraints, then chains the configured
+//! placement strategies. It owns the live load of every worker (tasks,
+//! containers, volumes placed and not yet released) and changes it in the
+//! same handler that decides, so concurrent placements can never exceed a
+//! limit. When compatible workers exist but all are at their limits, the
+//! request waits in a FIFO queue and is woken by a release, not by polling.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
+use std::time::Instant;
 
 use actix::prelude::*;
-use rand::seq::SliceRandom;
+use serde::Serialize;
+use tokio::sync::oneshot;
 
 use crate::error::EngineError;
+use crate::placement::{choose, Choice, Load, Strategy};
 use crate::runtime::Worker;
 use crate::worker_info::{WorkerRegistration, WorkerState};
 
@@ -24,7 +31,115 @@ pub struct Candidate {
     pub client: Arc<dyn Worker>,
 }
 
-/// The Registry tells the Scheduler a worker's registration, state or client changed.
+/// Strategy chains by kind of step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlacementConfig {
+    /// Steps with inputs (tasks with inputs, puts).
+    pub with_inputs: Vec<Strategy>,
+    /// Steps without inputs.
+    pub without_inputs: Vec<Strategy>,
+    /// Check steps.
+    pub checks: Vec<Strategy>,
+}
+
+impl Default for PlacementConfig {
+    fn default() -> Self {
+        PlacementConfig {
+            with_inputs: vec![Strategy::VolumeLocality, Strategy::FewestBuildContainers],
+            without_inputs: vec![Strategy::FewestBuildContainers],
+            checks: vec![Strategy::FewestBuildContainers],
+        }
+    }
+}
+
+/// Which chain a step uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChainKind {
+    /// `with_inputs`.
+    WithInputs,
+    /// `without_inputs`.
+    WithoutInputs,
+    /// `checks`.
+    Checks,
+}
+
+impl ChainKind {
+    /// Name used in metrics.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ChainKind::WithInputs => "with_inputs",
+            ChainKind::WithoutInputs => "without_inputs",
+            ChainKind::Checks => "checks",
+        }
+    }
+}
+
+/// Constraints and needs of a step.
+#[derive(Debug, Clone, Default)]
+pub struct StepRequest {
+    /// Team running the step.
+    pub team: String,
+    /// Platform the step needs.
+    pub platform: String,
+    /// Tags the worker must have (all of them).
+    pub tags: Vec<String>,
+    /// Artifact ids of the step's inputs (for volume locality).
+    pub inputs: Vec<String>,
+    /// Whether it is a check step.
+    pub is_check: bool,
+    /// What the step will hold on its worker until released.
+    pub need: Load,
+}
+
+impl StepRequest {
+    fn chain_kind(&self) -> ChainKind {
+        if self.is_check {
+            ChainKind::Checks
+        } else if self.inputs.is_empty() {
+            ChainKind::WithoutInputs
+        } else {
+            ChainKind::WithInputs
+        }
+    }
+}
+
+/// A step placed on a worker; hand it back with [`ReleasePlacement`].
+#[derive(Clone)]
+pub struct Placement {
+    /// Worker name.
+    pub worker: String,
+    /// Client of that worker.
+    pub client: Arc<dyn Worker>,
+    /// What was reserved on the worker.
+    pub reserved: Load,
+}
+
+/// The answer to [`SelectWorker`].
+pub enum Selection {
+    /// Placed now.
+    Placed(Placement),
+    /// Every compatible worker is at its limits: wait on `ticket`. Dropping
+    /// the ticket gives up; see [`abandon_ticket`].
+    Queued {
+        /// Resolves with the placement once capacity is released.
+        ticket: oneshot::Receiver<Placement>,
+        /// What the step waits for, for the build log.
+        reason: String,
+    },
+}
+
+/// Asks for a worker for a step.
+#[derive(Message)]
+#[rtype(result = "Result<Selection, EngineError>")]
+pub struct SelectWorker(pub StepRequest);
+
+/// Releases what a placement reserved.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReleasePlacement(pub Placement);
+
+/// The Registry tells the Scheduler a worker's registration or state changed.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct WorkerUpdated(pub Candidate);
@@ -34,51 +149,177 @@ pub struct WorkerUpdated(pub Candidate);
 #[rtype(result = "()")]
 pub struct WorkerRemoved(pub String);
 
-/// Constraints of a step.
-#[derive(Debug, Clone, Default)]
-pub struct Constraints {
-    /// Team running the step.
-    pub team: String,
-    /// Platform the step needs.
-    pub platform: String,
-    /// Tags the worker must have (all of them).
-    pub tags: Vec<String>,
-}
-
-/// Asks for a worker for a step; the placement holds capacity until released.
-#[derive(Message)]
-#[rtype(result = "Result<Placement, EngineError>")]
-pub struct SelectWorker(pub Constraints);
-
-/// Releases the capacity a placement held.
+/// An artifact now has (or no longer has) a volume on a worker.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct ReleasePlacement {
-    /// Worker the step ran on.
+pub struct ArtifactLocality {
+    /// The artifact.
+    pub artifact: String,
+    /// The worker.
     pub worker: String,
+    /// Whether the volume exists now.
+    pub present: bool,
 }
 
-/// Current active task counts by worker.
+/// Resolves when nothing is placed on a worker (for landing and retiring).
 #[derive(Message)]
-#[rtype(result = "HashMap<String, u32>")]
-pub struct ActiveCounts;
+#[rtype(result = "()")]
+pub struct WhenIdle(pub String);
 
-/// A step placed on a worker.
-#[derive(Clone)]
-pub struct Placement {
-    /// Worker name.
-    pub worker: String,
-    /// Client of that worker.
-    pub client: Arc<dyn Worker>,
+/// Live load by worker and placement statistics, for the API and metrics.
+#[derive(Message)]
+#[rtype(result = "SchedulerStats")]
+pub struct GetStats;
+
+/// What [`GetStats`] answers.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SchedulerStats {
+    /// Load by worker.
+    pub load: HashMap<String, Load>,
+    /// Steps waiting for capacity now.
+    pub waiting: usize,
+    /// Placements by chain kind.
+    pub placements: HashMap<&'static str, u64>,
+    /// Placements that had to wait.
+    pub waited: u64,
+    /// Total seconds spent waiting by placed steps.
+    pub wait_seconds: f64,
+    /// Steps that failed at once because no worker was compatible.
+    pub unsatisfiable: u64,
+}
+
+/// A request waiting for capacity.
+struct Waiter {
+    /// The request.
+    request: StepRequest,
+    /// Where to send the placement.
+    reply: oneshot::Sender<Placement>,
+    /// When it started waiting.
+    since: Instant,
 }
 
 /// The pool of workers.
-#[derive(Default)]
 pub struct Scheduler {
+    /// Strategy chains.
+    config: PlacementConfig,
     /// Every known worker by name.
     workers: HashMap<String, Candidate>,
-    /// Task steps placed and not yet released, by worker.
-    active_tasks: HashMap<String, u32>,
+    /// What is placed on each worker and not released.
+    load: HashMap<String, Load>,
+    /// Workers holding a volume of each artifact.
+    locality: HashMap<String, HashSet<String>>,
+    /// Requests waiting for capacity, oldest first.
+    queue: VecDeque<Waiter>,
+    /// Callers waiting for a worker to have nothing placed.
+    idle_waiters: HashMap<String, Vec<oneshot::Sender<()>>>,
+    /// Counters for metrics.
+    stats: SchedulerStats,
+}
+
+impl Scheduler {
+    /// A scheduler with the given strategy chains.
+    pub fn new(config: PlacementConfig) -> Self {
+        Scheduler {
+            config,
+            workers: HashMap::new(),
+            load: HashMap::new(),
+            locality: HashMap::new(),
+            queue: VecDeque::new(),
+            idle_waiters: HashMap::new(),
+            stats: SchedulerStats::default(),
+        }
+    }
+
+    /// Tries to place a request: `Ok(Some)` placed, `Ok(None)` must wait
+    /// (with the reason), `Err` no compatible worker.
+    fn try_place(&mut self, req: &StepRequest) -> Result<Result<Placement, String>, EngineError> {
+        let all: Vec<&Candidate> = self.workers.values().collect();
+        let compatible = filter(req, &all)?;
+        let chain = match req.chain_kind() {
+            ChainKind::WithInputs => &self.config.with_inputs,
+            ChainKind::WithoutInputs => &self.config.without_inputs,
+            ChainKind::Checks => &self.config.checks,
+        };
+        let choices: Vec<Choice<'_>> = compatible
+            .iter()
+            .map(|c| {
+                let name = c.registration.name.as_str();
+                Choice {
+                    name,
+                    limits: &c.registration.limits,
+                    load: self.load.get(name).copied().unwrap_or_default(),
+                    local_inputs: req
+                        .inputs
+                        .iter()
+                        .filter(|a| self.locality.get(*a).is_some_and(|w| w.contains(name)))
+                        .count() as u32,
+                }
+            })
+            .collect();
+        match choose(chain, &choices, &req.need, &mut rand::thread_rng()) {
+            Err(at_limit) => Ok(Err(at_limit.0)),
+            Ok(i) => {
+                let c = compatible[i];
+                let placement = Placement {
+                    worker: c.registration.name.clone(),
+                    client: c.client.clone(),
+                    reserved: req.need,
+                };
+                self.load
+                    .entry(placement.worker.clone())
+                    .or_default()
+                    .add(&req.need);
+                *self
+                    .stats
+                    .placements
+                    .entry(req.chain_kind().as_str())
+                    .or_default() += 1;
+                Ok(Ok(placement))
+            }
+        }
+    }
+
+    /// Places waiting requests that fit now, oldest first; drops abandoned ones
+    /// and fails those that can no longer be satisfied at all.
+    fn drain_queue(&mut self) {
+        let mut still = VecDeque::new();
+        while let Some(w) = self.queue.pop_front() {
+            if w.reply.is_closed() {
+                continue;
+            }
+            match self.try_place(&w.request) {
+                Ok(Ok(p)) => {
+                    self.stats.waited += 1;
+                    self.stats.wait_seconds += w.since.elapsed().as_secs_f64();
+                    if let Err(p) = w.reply.send(p) {
+                        // Gave up at the last moment: hand the capacity back.
+                        self.release(&p);
+                    }
+                }
+                Ok(Err(_)) => still.push_back(w),
+                // No longer satisfiable (workers gone): dropping the reply
+                // tells the waiter, who asks again and gets the full reason.
+                Err(_) => {}
+            }
+        }
+        self.queue = still;
+        self.stats.waiting = self.queue.len();
+    }
+
+    fn release(&mut self, p: &Placement) {
+        let idle = match self.load.get_mut(&p.worker) {
+            Some(l) => {
+                l.sub(&p.reserved);
+                l.is_zero()
+            }
+            None => true,
+        };
+        if idle {
+            for tx in self.idle_waiters.remove(&p.worker).unwrap_or_default() {
+                let _ = tx.send(());
+            }
+        }
+    }
 }
 
 impl Actor for Scheduler {
@@ -89,6 +330,7 @@ impl Handler<WorkerUpdated> for Scheduler {
     type Result = ();
     fn handle(&mut self, msg: WorkerUpdated, _: &mut Context<Self>) {
         self.workers.insert(msg.0.registration.name.clone(), msg.0);
+        self.drain_queue();
     }
 }
 
@@ -96,55 +338,104 @@ impl Handler<WorkerRemoved> for Scheduler {
     type Result = ();
     fn handle(&mut self, msg: WorkerRemoved, _: &mut Context<Self>) {
         self.workers.remove(&msg.0);
+        for set in self.locality.values_mut() {
+            set.remove(&msg.0);
+        }
+        self.drain_queue();
     }
 }
 
 impl Handler<SelectWorker> for Scheduler {
-    type Result = Result<Placement, EngineError>;
+    type Result = Result<Selection, EngineError>;
     fn handle(&mut self, msg: SelectWorker, _: &mut Context<Self>) -> Self::Result {
-        let all: Vec<&Candidate> = self.workers.values().collect();
-        let mut picked = filter(&msg.0, &all)?;
-        picked.shuffle(&mut rand::thread_rng());
-        let active = &self.active_tasks;
-        let best = picked
-            .into_iter()
-            .min_by_key(|c| active.get(&c.registration.name).copied().unwrap_or(0))
-            .expect("filter returns at least one worker");
-        let placement = Placement {
-            worker: best.registration.name.clone(),
-            client: best.client.clone(),
-        };
-        *self
-            .active_tasks
-            .entry(placement.worker.clone())
-            .or_default() += 1;
-        Ok(placement)
+        let req = msg.0;
+        // Waiters get released capacity first (every release drains the
+        // queue), so capacity free now is capacity no waiter can use.
+        match self.try_place(&req) {
+            Err(e) => {
+                self.stats.unsatisfiable += 1;
+                Err(e)
+            }
+            Ok(Ok(p)) => Ok(Selection::Placed(p)),
+            Ok(Err(reason)) => {
+                let (tx, rx) = oneshot::channel();
+                self.queue.push_back(Waiter {
+                    request: req,
+                    reply: tx,
+                    since: Instant::now(),
+                });
+                self.stats.waiting = self.queue.len();
+                Ok(Selection::Queued { ticket: rx, reason })
+            }
+        }
     }
 }
 
 impl Handler<ReleasePlacement> for Scheduler {
     type Result = ();
     fn handle(&mut self, msg: ReleasePlacement, _: &mut Context<Self>) {
-        if let Some(n) = self.active_tasks.get_mut(&msg.worker) {
-            *n = n.saturating_sub(1);
+        self.release(&msg.0);
+        self.drain_queue();
+    }
+}
+
+impl Handler<ArtifactLocality> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, msg: ArtifactLocality, _: &mut Context<Self>) {
+        if msg.present {
+            self.locality
+                .entry(msg.artifact)
+                .or_default()
+                .insert(msg.worker);
+        } else if let Some(set) = self.locality.get_mut(&msg.artifact) {
+            set.remove(&msg.worker);
+            if set.is_empty() {
+                self.locality.remove(&msg.artifact);
+            }
         }
     }
 }
 
-impl Handler<ActiveCounts> for Scheduler {
-    type Result = MessageResult<ActiveCounts>;
-    fn handle(&mut self, _: ActiveCounts, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.active_tasks.clone())
+impl Handler<WhenIdle> for Scheduler {
+    type Result = ResponseFuture<()>;
+    fn handle(&mut self, msg: WhenIdle, _: &mut Context<Self>) -> Self::Result {
+        if self.load.get(&msg.0).is_none_or(Load::is_zero) {
+            return Box::pin(async {});
+        }
+        let (tx, rx) = oneshot::channel();
+        self.idle_waiters.entry(msg.0).or_default().push(tx);
+        Box::pin(async move {
+            let _ = rx.await;
+        })
+    }
+}
+
+impl Handler<GetStats> for Scheduler {
+    type Result = MessageResult<GetStats>;
+    fn handle(&mut self, _: GetStats, _: &mut Context<Self>) -> Self::Result {
+        let mut stats = self.stats.clone();
+        stats.load = self.load.clone();
+        stats.waiting = self.queue.len();
+        MessageResult(stats)
+    }
+}
+
+/// Gives up a queued ticket without leaking capacity: a placement that
+/// arrived meanwhile is released.
+pub async fn abandon_ticket(mut ticket: oneshot::Receiver<Placement>, scheduler: &Addr<Scheduler>) {
+    ticket.close();
+    if let Ok(p) = ticket.try_recv() {
+        scheduler.do_send(ReleasePlacement(p));
     }
 }
 
 /// Applies the hard filters; when none passes, the error names every
 /// constraint and how many workers each excluded.
 pub fn filter<'a>(
-    c: &Constraints,
+    c: &StepRequest,
     all: &[&'a Candidate],
 ) -> Result<Vec<&'a Candidate>, EngineError> {
-    let mut not_running = 0;
+    let mut not_running: HashMap<WorkerState, usize> = HashMap::new();
     let mut wrong_platform = 0;
     let mut missing_tags = 0;
     let mut tagged_only = 0;
@@ -153,7 +444,7 @@ pub fn filter<'a>(
     for w in all {
         let r = &w.registration;
         if w.state != WorkerState::Running {
-            not_running += 1;
+            *not_running.entry(w.state).or_default() += 1;
         } else if r.platform != c.platform {
             wrong_platform += 1;
         } else if !c.tags.iter().all(|t| r.tags.contains(t)) {
@@ -179,15 +470,22 @@ pub fn filter<'a>(
     }
     wanted.push(format!("team {:?}", c.team));
     let mut why = vec![];
+    let mut states: Vec<_> = not_running.into_iter().collect();
+    states.sort_by_key(|(s, _)| s.as_str());
+    for (state, n) in states {
+        why.push(format!("{n} {}", state.as_str()));
+    }
     for (n, reason) in [
-        (not_running, "not running".to_string()),
-        (wrong_platform, format!("platform is not {:?}", c.platform)),
-        (missing_tags, format!("missing one of tags {:?}", c.tags)),
-        (tagged_only, "tagged, and the step has no tags".to_string()),
         (
-            other_team,
-            format!("belong to a team other than {:?}", c.team),
+            wrong_platform,
+            format!("with another platform than {:?}", c.platform),
         ),
+        (missing_tags, format!("without tags {:?}", c.tags)),
+        (
+            tagged_only,
+            "tagged (they take only tagged steps)".to_string(),
+        ),
+        (other_team, format!("of a team other than {:?}", c.team)),
     ] {
         if n > 0 {
             why.push(format!("{n} {reason}"));
@@ -196,7 +494,12 @@ pub fn filter<'a>(
     let why = if all.is_empty() {
         "no workers are registered".to_string()
     } else {
-        format!("{} workers: {}", all.len(), why.join(", "))
+        format!(
+            "{} worker{} registered, excluded: {}",
+            all.len(),
+            if all.len() == 1 { "" } else { "s" },
+            why.join(", ")
+        )
     };
     Err(EngineError::NoWorkers(format!(
         "no workers satisfying: {}: {why}",

@@ -126,3 +126,18 @@ pub async fn handles(client: &ApiClient, what: &str, json: bool) -> anyhow::Resu
     );
     Ok(())
 }
+
+/// `land-worker`, `retire-worker`, `prune-worker`.
+pub async fn lifecycle(client: &ApiClient, name: &str, action: &str) -> anyhow::Result<()> {
+    let answer: serde_json::Value = client
+        .post(
+            &format!("/api/v1/workers/{name}/{action}"),
+            &serde_json::json!({}),
+        )
+        .await?;
+    println!(
+        "worker {name}: {}",
+        answer["state"].as_str().unwrap_or("removed")
+    );
+    Ok(())
+}

@@ -87,6 +87,18 @@ pub struct WorkerFlags {
     /// Seconds between heartbeats.
     #[arg(long, env = "GANTRY_WORKER_HEARTBEAT_INTERVAL")]
     pub heartbeat_interval: Option<u64>,
+    /// Most task steps at once (with the limit-active-tasks strategy).
+    #[arg(long)]
+    pub max_active_tasks: Option<u32>,
+    /// Most containers at once (with the limit-active-containers strategy).
+    #[arg(long)]
+    pub max_containers: Option<u32>,
+    /// Most volumes at once (with the limit-active-volumes strategy).
+    #[arg(long)]
+    pub max_volumes: Option<u32>,
+    /// On SIGTERM, retire instead of landing.
+    #[arg(long)]
+    pub retire_on_stop: bool,
 }
 
 /// The commands.
@@ -164,6 +176,21 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Land a worker: its running steps finish, then it takes no work.
+    LandWorker {
+        /// Worker name.
+        name: String,
+    },
+    /// Retire a worker: its running steps finish, then it is deleted.
+    RetireWorker {
+        /// Worker name.
+        name: String,
+    },
+    /// Remove a worker that is not running (stalled, landing, landed, retiring).
+    PruneWorker {
+        /// Worker name.
+        name: String,
+    },
     /// Check a task config; prints every problem.
     ValidateTask {
         /// The task config file.
@@ -216,6 +243,15 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     }
                     Command::Volumes { json } => {
                         list::handles(&client, "volumes", json).await.map(|_| 0)
+                    }
+                    Command::LandWorker { name } => {
+                        list::lifecycle(&client, &name, "land").await.map(|_| 0)
+                    }
+                    Command::RetireWorker { name } => {
+                        list::lifecycle(&client, &name, "retire").await.map(|_| 0)
+                    }
+                    Command::PruneWorker { name } => {
+                        list::lifecycle(&client, &name, "prune").await.map(|_| 0)
                     }
                     _ => unreachable!("server commands are handled above"),
                 }

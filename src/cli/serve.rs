@@ -74,6 +74,18 @@ fn apply_worker(mut cfg: WorkerConfig, f: WorkerFlags) -> WorkerConfig {
     if let Some(v) = f.heartbeat_interval {
         cfg.heartbeat_interval_secs = v.max(1);
     }
+    if f.max_active_tasks.is_some() {
+        cfg.limits.max_active_tasks = f.max_active_tasks;
+    }
+    if f.max_containers.is_some() {
+        cfg.limits.max_containers = f.max_containers;
+    }
+    if f.max_volumes.is_some() {
+        cfg.limits.max_volumes = f.max_volumes;
+    }
+    if f.retire_on_stop {
+        cfg.retire_on_stop = true;
+    }
     cfg
 }
 

@@ -1,8 +1,11 @@
 //! Worker registration, heartbeats and listing.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use gantry_actors::registry::{HeartbeatRefused, ListWorkers, RegisterWorker, WorkerHeartbeat};
-use gantry_actors::scheduler::ActiveCounts;
+use gantry_actors::registry::{
+    HeartbeatRefused, LifecycleAction, ListWorkers, RegisterWorker, WorkerHeartbeat,
+    WorkerLifecycle,
+};
+use gantry_actors::scheduler::GetStats;
 use gantry_actors::worker_info::{Heartbeat, WorkerRegistration};
 
 use crate::web::error::ApiError;
@@ -76,6 +79,10 @@ pub async fn heartbeat(
             status: actix_web::http::StatusCode::CONFLICT,
             message: e.to_string(),
         }),
+        Err(e @ HeartbeatRefused::Retired(_)) => Err(ApiError {
+            status: actix_web::http::StatusCode::GONE,
+            message: e.to_string(),
+        }),
         Err(HeartbeatRefused::Engine(e)) => Err(e.into()),
     }
 }
@@ -97,15 +104,56 @@ impl AppState {
             .send(ListWorkers)
             .await
             .map_err(mailbox)?;
-        let active = self
+        let stats = self
             .engine
             .scheduler
-            .send(ActiveCounts)
+            .send(GetStats)
             .await
             .map_err(mailbox)?;
         for v in &mut views {
-            v.active_tasks = active.get(&v.name).copied().unwrap_or(0);
+            v.active_tasks = stats.load.get(&v.name).map_or(0, |l| l.tasks);
         }
         Ok(views)
     }
+}
+
+async fn lifecycle(
+    state: &AppState,
+    name: String,
+    action: LifecycleAction,
+) -> Result<HttpResponse, ApiError> {
+    let new_state = state
+        .engine
+        .registry
+        .send(WorkerLifecycle {
+            name: name.clone(),
+            action,
+        })
+        .await
+        .map_err(gantry_actors::EngineError::from)??;
+    Ok(HttpResponse::Ok().json(serde_json::json!({"name": name, "state": new_state})))
+}
+
+/// `POST /api/v1/workers/{name}/land`: finish running steps, then `landed`.
+pub async fn land(
+    state: web::Data<AppState>,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    lifecycle(&state, name.into_inner(), LifecycleAction::Land).await
+}
+
+/// `POST /api/v1/workers/{name}/retire`: finish running steps, then delete.
+pub async fn retire(
+    state: web::Data<AppState>,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    lifecycle(&state, name.into_inner(), LifecycleAction::Retire).await
+}
+
+/// `POST /api/v1/workers/{name}/prune`: remove a worker that is not running.
+pub async fn prune(
+    state: web::Data<AppState>,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    lifecycle(&state, name.into_inner(), LifecycleAction::Prune).await
 }

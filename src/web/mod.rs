@@ -13,9 +13,10 @@ use std::sync::Arc;
 use actix_web::{web, App, HttpResponse, HttpServer};
 use anyhow::Context as _;
 use gantry_actors::db::Db;
+use gantry_actors::registry::LifecycleConfig;
 use gantry_actors::runtime::WorkerConnector;
 use gantry_actors::spec::Encoding;
-use gantry_actors::Engine;
+use gantry_actors::{Engine, EngineConfig};
 
 pub use artifact_files::ArtifactFiles;
 pub use error::ApiError;
@@ -70,7 +71,17 @@ pub async fn start_web(
             cfg.stream_encoding
         )
     })?;
-    let engine = Engine::start(db, connector, Arc::new(artifacts), encoding).await?;
+    let engine_config = EngineConfig {
+        placement: cfg.placement.parse()?,
+        lifecycle: LifecycleConfig {
+            stalled_worker_timeout: cfg
+                .stalled_worker_timeout_secs
+                .map(std::time::Duration::from_secs),
+        },
+        rerun_when_worker_disappears: cfg.rerun_when_worker_disappears,
+        encoding,
+    };
+    let engine = Engine::start(db, connector, Arc::new(artifacts), engine_config).await?;
     let state = web::Data::new(AppState {
         engine: engine.clone(),
         registration_key: cfg.registration_key.clone(),
@@ -98,6 +109,12 @@ pub async fn start_web(
                         "/workers/{name}/heartbeat",
                         web::post().to(api_workers::heartbeat),
                     )
+                    .route("/workers/{name}/land", web::post().to(api_workers::land))
+                    .route(
+                        "/workers/{name}/retire",
+                        web::post().to(api_workers::retire),
+                    )
+                    .route("/workers/{name}/prune", web::post().to(api_workers::prune))
                     .route(
                         "/teams/{team}/artifacts",
                         web::post().to(api_artifacts::upload),

@@ -9,6 +9,10 @@
 //! When the init exits the container stops and the next process starts a new
 //! init. runc keeps its state under `WORK_DIR/runc`, so agents with different
 //! work directories never see each other's containers.
+//!
+//! Not yet: `hermetic` changes nothing (every container has loopback only),
+//! `ProcessSpec::tty` is ignored (no terminal) and there are no user
+//! namespaces (container root is host root, with Docker's capability set).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
