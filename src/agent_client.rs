@@ -988,15 +988,13 @@ mod tests {
                 )
                 .await
                 .unwrap();
+            // runc creates the cgroup, then writes its limits: wait for them.
+            let read = || std::fs::read_to_string(&pids_max).unwrap_or_default();
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            while !pids_max.exists() {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "no cgroup for the container"
-                );
+            while read().trim() != "64" && std::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            assert_eq!(std::fs::read_to_string(&pids_max).unwrap().trim(), "64");
+            assert_eq!(read().trim(), "64", "pids limit of the container");
             sleeper.signal(ProcessSignal::Kill).await.unwrap();
             assert_eq!(sleeper.wait().await.unwrap(), 137);
         }

@@ -506,3 +506,182 @@ pub fn filter<'a>(
         wanted.join(", ")
     )))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::RuntimeError;
+    use crate::runtime::{Container, Volume, WorkerHandles};
+    use crate::spec::{ContainerSpec, VolumeSpec};
+    use crate::worker_info::WorkerLimits;
+    use async_trait::async_trait;
+
+    /// A hand-written in-memory worker: the Scheduler never calls it.
+    struct InMemoryWorker(String);
+
+    #[async_trait]
+    impl Worker for InMemoryWorker {
+        fn name(&self) -> &str {
+            &self.0
+        }
+        async fn create_volume(&self, _: &VolumeSpec) -> Result<Arc<dyn Volume>, RuntimeError> {
+            unimplemented!("not used by the scheduler")
+        }
+        async fn lookup_volume(&self, _: &str) -> Result<Option<Arc<dyn Volume>>, RuntimeError> {
+            Ok(None)
+        }
+        async fn destroy_volume(&self, _: &str) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+        async fn find_or_create_container(
+            &self,
+            _: &ContainerSpec,
+        ) -> Result<Arc<dyn Container>, RuntimeError> {
+            unimplemented!("not used by the scheduler")
+        }
+        async fn lookup_container(&self, _: &str) -> Result<Option<Arc<dyn Container>>, RuntimeError> {
+            Ok(None)
+        }
+        async fn destroy_container(&self, _: &str) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+        async fn list_handles(&self) -> Result<WorkerHandles, RuntimeError> {
+            Ok(WorkerHandles::default())
+        }
+    }
+
+    pub(crate) fn candidate(name: &str, platform: &str, tags: &[&str], team: Option<&str>, limits: WorkerLimits) -> Candidate {
+        Candidate {
+            registration: WorkerRegistration {
+                name: name.into(),
+                agent_url: String::new(),
+                agent_token: String::new(),
+                platform: platform.into(),
+                tags: tags.iter().map(|t| t.to_string()).collect(),
+                team: team.map(str::to_string),
+                resource_types: vec![],
+                limits,
+                version: "test".into(),
+                backend: "none".into(),
+                incarnation: "1".into(),
+                heartbeat_interval_secs: 30,
+            },
+            state: WorkerState::Running,
+            client: Arc::new(InMemoryWorker(name.into())),
+        }
+    }
+
+    fn task(team: &str, platform: &str, tags: &[&str]) -> StepRequest {
+        StepRequest {
+            team: team.into(),
+            platform: platform.into(),
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            inputs: vec![],
+            is_check: false,
+            need: Load { tasks: 1, containers: 1, volumes: 1 },
+        }
+    }
+
+    #[test]
+    fn filters_name_every_constraint_and_what_each_excluded() {
+        let mut stalled = candidate("s", "linux", &[], None, WorkerLimits::default());
+        stalled.state = WorkerState::Stalled;
+        let all = [
+            candidate("a", "linux", &[], None, WorkerLimits::default()),
+            candidate("b", "windows", &[], None, WorkerLimits::default()),
+            candidate("c", "linux", &["db"], None, WorkerLimits::default()),
+            stalled,
+        ];
+        let refs: Vec<&Candidate> = all.iter().collect();
+        let err = filter(&task("main", "linux", &["gpu"]), &refs).err().unwrap().to_string();
+        assert_eq!(
+            err,
+            "no workers satisfying: platform \"linux\", tags [\"gpu\"], team \"main\": 4 workers registered, excluded: 1 stalled, 1 with another platform than \"linux\", 2 without tags [\"gpu\"]"
+        );
+        // Untagged steps avoid tagged workers; tagged steps need every tag.
+        let ok = filter(&task("main", "linux", &[]), &refs).unwrap();
+        assert_eq!(ok.iter().map(|c| c.registration.name.as_str()).collect::<Vec<_>>(), ["a"]);
+        let ok = filter(&task("main", "linux", &["db"]), &refs).unwrap();
+        assert_eq!(ok.iter().map(|c| c.registration.name.as_str()).collect::<Vec<_>>(), ["c"]);
+    }
+
+    #[test]
+    fn team_workers_serve_only_their_team_and_replace_the_general_pool() {
+        let all = [
+            candidate("general", "linux", &[], None, WorkerLimits::default()),
+            candidate("red", "linux", &[], Some("red"), WorkerLimits::default()),
+        ];
+        let refs: Vec<&Candidate> = all.iter().collect();
+        let names = |r: Vec<&Candidate>| r.iter().map(|c| c.registration.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(filter(&task("red", "linux", &[]), &refs).unwrap()), ["red"]);
+        assert_eq!(names(filter(&task("blue", "linux", &[]), &refs).unwrap()), ["general"]);
+    }
+
+    #[actix_rt::test]
+    async fn limits_are_exact_and_waiters_wake_on_release() {
+        let limits = WorkerLimits { max_active_tasks: Some(2), ..Default::default() };
+        let scheduler = Scheduler::new(PlacementConfig {
+            with_inputs: vec![Strategy::LimitActiveTasks, Strategy::FewestBuildContainers],
+            without_inputs: vec![Strategy::LimitActiveTasks, Strategy::FewestBuildContainers],
+            checks: vec![Strategy::Random],
+        })
+        .start();
+        for n in ["w1", "w2"] {
+            scheduler.send(WorkerUpdated(candidate(n, "linux", &[], None, limits.clone()))).await.unwrap();
+        }
+        // 10 concurrent requests: 4 placed, 6 queued.
+        let answers = futures::future::join_all(
+            (0..10).map(|_| scheduler.send(SelectWorker(task("main", "linux", &[])))),
+        )
+        .await;
+        let mut placed = Vec::new();
+        let mut tickets = Vec::new();
+        for a in answers {
+            match a.unwrap().unwrap() {
+                Selection::Placed(p) => placed.push(p),
+                Selection::Queued { ticket, reason } => {
+                    assert!(reason.contains("2 at their max_active_tasks"), "{reason}");
+                    tickets.push(ticket);
+                }
+            }
+        }
+        assert_eq!((placed.len(), tickets.len()), (4, 6));
+        let per = |p: &[Placement], w: &str| p.iter().filter(|p| p.worker == w).count();
+        assert_eq!((per(&placed, "w1"), per(&placed, "w2")), (2, 2));
+        let stats = scheduler.send(GetStats).await.unwrap();
+        assert_eq!(stats.waiting, 6);
+        // Releasing one wakes exactly the oldest waiter, on the freed worker.
+        let freed = placed.remove(0);
+        let worker = freed.worker.clone();
+        scheduler.send(ReleasePlacement(freed)).await.unwrap();
+        let first = tickets.remove(0).await.expect("oldest waiter placed");
+        assert_eq!(first.worker, worker);
+        assert_eq!(scheduler.send(GetStats).await.unwrap().waiting, 5);
+        // An abandoned ticket gives back anything it was handed.
+        let abandoned = tickets.remove(0);
+        abandon_ticket(abandoned, &scheduler).await;
+        scheduler.send(ReleasePlacement(first)).await.unwrap();
+        let next = tickets.remove(0).await.expect("next waiter placed, skipping the abandoned one");
+        let stats = scheduler.send(GetStats).await.unwrap();
+        assert_eq!(stats.load["w1"].tasks + stats.load["w2"].tasks, 4);
+        assert!(stats.load.values().all(|l| l.tasks <= 2));
+        drop(next);
+    }
+
+    #[actix_rt::test]
+    async fn when_idle_resolves_after_the_last_release() {
+        let scheduler = Scheduler::new(PlacementConfig::default()).start();
+        scheduler
+            .send(WorkerUpdated(candidate("w", "linux", &[], None, WorkerLimits::default())))
+            .await
+            .unwrap();
+        let Selection::Placed(p) = scheduler.send(SelectWorker(task("main", "linux", &[]))).await.unwrap().unwrap() else {
+            panic!("expected a placement");
+        };
+        let idle = scheduler.send(WhenIdle("w".into()));
+        let mut idle = Box::pin(idle);
+        assert!(futures::poll!(&mut idle).is_pending());
+        scheduler.send(ReleasePlacement(p)).await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(5), idle).await.unwrap().unwrap();
+    }
+}
