@@ -855,6 +855,27 @@ mod tests {
         root && Path::new("/usr/sbin/runc").exists()
     }
 
+    /// Kills the test's runc containers and unmounts their overlays if the
+    /// test fails half-way (on success they are gone already).
+    struct RuncCleanup {
+        work_dir: std::path::PathBuf,
+        handles: Vec<String>,
+    }
+
+    impl Drop for RuncCleanup {
+        fn drop(&mut self) {
+            for h in &self.handles {
+                let _ = std::process::Command::new("/usr/sbin/runc")
+                    .arg("--root")
+                    .arg(self.work_dir.join("runc"))
+                    .args(["delete", "--force", h])
+                    .output();
+                let rootfs = self.work_dir.join("containers").join(h).join("rootfs");
+                let _ = crate::agent::rootfs::unmount(&rootfs);
+            }
+        }
+    }
+
     #[actix_rt::test]
     async fn runc_agent_isolates_processes_and_keeps_images_unchanged() {
         if !runc_available() {
@@ -866,7 +887,11 @@ mod tests {
         assert_eq!(agent.registration().backend, "runc");
         let worker = worker(&agent);
 
-        let (vh, ch) = (uuid(), uuid());
+        let (vh, ch, rh) = (uuid(), uuid(), uuid());
+        let _cleanup = RuncCleanup {
+            work_dir: work.path().canonicalize().unwrap(),
+            handles: vec![ch.clone(), rh.clone()],
+        };
         let volume = worker.create_volume(&volume_spec(&vh)).await.unwrap();
         let src = source_dir();
         volume
@@ -942,7 +967,6 @@ mod tests {
             "root:x:0:0::/root:/bin/sh\nbuilder:x:1000:1000::/tmp:/bin/sh\n",
         )
         .unwrap();
-        let rh = uuid();
         let raw = RootfsSpec::Raw {
             path: image.path().display().to_string(),
         };

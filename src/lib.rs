@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod agent_client;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod tarball;

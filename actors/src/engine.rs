@@ -75,7 +75,7 @@ impl Engine {
             sink.emit(&BuildEvent::status(BuildStatus::Errored, None))
                 .await?;
         }
-        let scheduler = Scheduler::new(config.placement.clone()).start();
+        let scheduler = Scheduler::start_on_own_thread(config.placement.clone());
         let worker_states = WorkerStates::default();
         let registry = Registry::new(
             db.clone(),

@@ -164,31 +164,30 @@ pub fn choose<R: Rng>(
             excluded.join(", ")
         )));
     }
-    let keys: Vec<(usize, Vec<u64>)> = order
-        .into_iter()
-        .map(|i| {
-            let c = &candidates[i];
-            let key = chain
-                .iter()
-                .filter(|s| !s.is_limit())
-                .map(|s| match s {
-                    // Higher locality is better: invert.
-                    Strategy::VolumeLocality => u64::from(u32::MAX - c.local_inputs),
-                    Strategy::FewestBuildContainers => u64::from(c.load.containers),
-                    Strategy::Random => rng.gen(),
-                    _ => 0,
-                })
-                .collect();
-            (i, key)
-        })
-        .collect();
-    // `min_by` keeps the first of equal keys, i.e. the shuffled order breaks ties.
-    Ok(keys
-        .into_iter()
-        .min_by(|a, b| a.1.cmp(&b.1))
-        .map(|(i, _)| i)
-        .expect("at least one candidate"))
+    let ordering: Vec<Strategy> = chain.iter().copied().filter(|s| !s.is_limit()).collect();
+    let mut best: Option<(usize, [u64; MAX_KEYS])> = None;
+    for i in order {
+        let c = &candidates[i];
+        let mut key = [0u64; MAX_KEYS];
+        for (k, s) in key.iter_mut().zip(&ordering) {
+            *k = match s {
+                // Higher locality is better: invert.
+                Strategy::VolumeLocality => u64::from(u32::MAX - c.local_inputs),
+                Strategy::FewestBuildContainers => u64::from(c.load.containers),
+                Strategy::Random => rng.gen(),
+                _ => 0,
+            };
+        }
+        // Strictly smaller only: the first of equal keys (in shuffled order) wins ties.
+        if best.as_ref().is_none_or(|(_, b)| key < *b) {
+            best = Some((i, key));
+        }
+    }
+    Ok(best.map(|(i, _)| i).expect("at least one candidate"))
 }
+
+/// Most ordering strategies a chain can hold (every strategy once).
+const MAX_KEYS: usize = Strategy::ALL.len();
 
 fn limit_name(s: Strategy) -> &'static str {
     match s {

@@ -230,6 +230,13 @@ impl Scheduler {
         }
     }
 
+    /// Starts a Scheduler on a thread of its own, so placement decisions never
+    /// wait behind HTTP handling or database I/O on the caller's thread.
+    pub fn start_on_own_thread(config: PlacementConfig) -> Addr<Scheduler> {
+        let arbiter = Arbiter::new();
+        Scheduler::start_in_arbiter(&arbiter.handle(), move |_| Scheduler::new(config))
+    }
+
     /// Tries to place a request: `Ok(Some)` placed, `Ok(None)` must wait
     /// (with the reason), `Err` no compatible worker.
     fn try_place(&mut self, req: &StepRequest) -> Result<Result<Placement, String>, EngineError> {
@@ -240,6 +247,12 @@ impl Scheduler {
             ChainKind::WithoutInputs => &self.config.without_inputs,
             ChainKind::Checks => &self.config.checks,
         };
+        // The worker sets of the step's inputs, looked up once per request.
+        let holders: Vec<&HashSet<String>> = req
+            .inputs
+            .iter()
+            .filter_map(|a| self.locality.get(a))
+            .collect();
         let choices: Vec<Choice<'_>> = compatible
             .iter()
             .map(|c| {
@@ -248,11 +261,7 @@ impl Scheduler {
                     name,
                     limits: &c.registration.limits,
                     load: self.load.get(name).copied().unwrap_or_default(),
-                    local_inputs: req
-                        .inputs
-                        .iter()
-                        .filter(|a| self.locality.get(*a).is_some_and(|w| w.contains(name)))
-                        .count() as u32,
+                    local_inputs: holders.iter().filter(|w| w.contains(name)).count() as u32,
                 }
             })
             .collect();
@@ -539,7 +548,10 @@ mod tests {
         ) -> Result<Arc<dyn Container>, RuntimeError> {
             unimplemented!("not used by the scheduler")
         }
-        async fn lookup_container(&self, _: &str) -> Result<Option<Arc<dyn Container>>, RuntimeError> {
+        async fn lookup_container(
+            &self,
+            _: &str,
+        ) -> Result<Option<Arc<dyn Container>>, RuntimeError> {
             Ok(None)
         }
         async fn destroy_container(&self, _: &str) -> Result<(), RuntimeError> {
@@ -550,7 +562,13 @@ mod tests {
         }
     }
 
-    pub(crate) fn candidate(name: &str, platform: &str, tags: &[&str], team: Option<&str>, limits: WorkerLimits) -> Candidate {
+    pub(crate) fn candidate(
+        name: &str,
+        platform: &str,
+        tags: &[&str],
+        team: Option<&str>,
+        limits: WorkerLimits,
+    ) -> Candidate {
         Candidate {
             registration: WorkerRegistration {
                 name: name.into(),
@@ -578,7 +596,11 @@ mod tests {
             tags: tags.iter().map(|t| t.to_string()).collect(),
             inputs: vec![],
             is_check: false,
-            need: Load { tasks: 1, containers: 1, volumes: 1 },
+            need: Load {
+                tasks: 1,
+                containers: 1,
+                volumes: 1,
+            },
         }
     }
 
@@ -593,16 +615,29 @@ mod tests {
             stalled,
         ];
         let refs: Vec<&Candidate> = all.iter().collect();
-        let err = filter(&task("main", "linux", &["gpu"]), &refs).err().unwrap().to_string();
+        let err = filter(&task("main", "linux", &["gpu"]), &refs)
+            .err()
+            .unwrap()
+            .to_string();
         assert_eq!(
             err,
             "no workers satisfying: platform \"linux\", tags [\"gpu\"], team \"main\": 4 workers registered, excluded: 1 stalled, 1 with another platform than \"linux\", 2 without tags [\"gpu\"]"
         );
         // Untagged steps avoid tagged workers; tagged steps need every tag.
         let ok = filter(&task("main", "linux", &[]), &refs).unwrap();
-        assert_eq!(ok.iter().map(|c| c.registration.name.as_str()).collect::<Vec<_>>(), ["a"]);
+        assert_eq!(
+            ok.iter()
+                .map(|c| c.registration.name.as_str())
+                .collect::<Vec<_>>(),
+            ["a"]
+        );
         let ok = filter(&task("main", "linux", &["db"]), &refs).unwrap();
-        assert_eq!(ok.iter().map(|c| c.registration.name.as_str()).collect::<Vec<_>>(), ["c"]);
+        assert_eq!(
+            ok.iter()
+                .map(|c| c.registration.name.as_str())
+                .collect::<Vec<_>>(),
+            ["c"]
+        );
     }
 
     #[test]
@@ -612,14 +647,27 @@ mod tests {
             candidate("red", "linux", &[], Some("red"), WorkerLimits::default()),
         ];
         let refs: Vec<&Candidate> = all.iter().collect();
-        let names = |r: Vec<&Candidate>| r.iter().map(|c| c.registration.name.clone()).collect::<Vec<_>>();
-        assert_eq!(names(filter(&task("red", "linux", &[]), &refs).unwrap()), ["red"]);
-        assert_eq!(names(filter(&task("blue", "linux", &[]), &refs).unwrap()), ["general"]);
+        let names = |r: Vec<&Candidate>| {
+            r.iter()
+                .map(|c| c.registration.name.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(filter(&task("red", "linux", &[]), &refs).unwrap()),
+            ["red"]
+        );
+        assert_eq!(
+            names(filter(&task("blue", "linux", &[]), &refs).unwrap()),
+            ["general"]
+        );
     }
 
     #[actix_rt::test]
     async fn limits_are_exact_and_waiters_wake_on_release() {
-        let limits = WorkerLimits { max_active_tasks: Some(2), ..Default::default() };
+        let limits = WorkerLimits {
+            max_active_tasks: Some(2),
+            ..Default::default()
+        };
         let scheduler = Scheduler::new(PlacementConfig {
             with_inputs: vec![Strategy::LimitActiveTasks, Strategy::FewestBuildContainers],
             without_inputs: vec![Strategy::LimitActiveTasks, Strategy::FewestBuildContainers],
@@ -627,7 +675,16 @@ mod tests {
         })
         .start();
         for n in ["w1", "w2"] {
-            scheduler.send(WorkerUpdated(candidate(n, "linux", &[], None, limits.clone()))).await.unwrap();
+            scheduler
+                .send(WorkerUpdated(candidate(
+                    n,
+                    "linux",
+                    &[],
+                    None,
+                    limits.clone(),
+                )))
+                .await
+                .unwrap();
         }
         // 10 concurrent requests: 4 placed, 6 queued.
         let answers = futures::future::join_all(
@@ -661,7 +718,10 @@ mod tests {
         let abandoned = tickets.remove(0);
         abandon_ticket(abandoned, &scheduler).await;
         scheduler.send(ReleasePlacement(first)).await.unwrap();
-        let next = tickets.remove(0).await.expect("next waiter placed, skipping the abandoned one");
+        let next = tickets
+            .remove(0)
+            .await
+            .expect("next waiter placed, skipping the abandoned one");
         let stats = scheduler.send(GetStats).await.unwrap();
         assert_eq!(stats.load["w1"].tasks + stats.load["w2"].tasks, 4);
         assert!(stats.load.values().all(|l| l.tasks <= 2));
@@ -672,16 +732,30 @@ mod tests {
     async fn when_idle_resolves_after_the_last_release() {
         let scheduler = Scheduler::new(PlacementConfig::default()).start();
         scheduler
-            .send(WorkerUpdated(candidate("w", "linux", &[], None, WorkerLimits::default())))
+            .send(WorkerUpdated(candidate(
+                "w",
+                "linux",
+                &[],
+                None,
+                WorkerLimits::default(),
+            )))
             .await
             .unwrap();
-        let Selection::Placed(p) = scheduler.send(SelectWorker(task("main", "linux", &[]))).await.unwrap().unwrap() else {
+        let Selection::Placed(p) = scheduler
+            .send(SelectWorker(task("main", "linux", &[])))
+            .await
+            .unwrap()
+            .unwrap()
+        else {
             panic!("expected a placement");
         };
         let idle = scheduler.send(WhenIdle("w".into()));
         let mut idle = Box::pin(idle);
         assert!(futures::poll!(&mut idle).is_pending());
         scheduler.send(ReleasePlacement(p)).await.unwrap();
-        tokio::time::timeout(std::time::Duration::from_secs(5), idle).await.unwrap().unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(5), idle)
+            .await
+            .unwrap()
+            .unwrap();
     }
 }

@@ -191,10 +191,36 @@ pub enum Command {
         /// Worker name.
         name: String,
     },
+    /// Run a benchmark and print its figures as `name: value` lines.
+    Bench {
+        /// Which benchmark.
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
     /// Check a task config; prints every problem.
     ValidateTask {
         /// The task config file.
         file: PathBuf,
+    },
+}
+
+/// The benchmarks.
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Placement throughput and decision latency of the Scheduler actor.
+    Placement {
+        /// Simulated workers.
+        #[arg(long, default_value_t = 1000)]
+        workers: usize,
+        /// Steps placed per strategy chain.
+        #[arg(long, default_value_t = 100_000)]
+        steps: usize,
+        /// Placements in flight at once.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        /// Database URL (default: SQLite in a temporary directory).
+        #[arg(long)]
+        database_url: Option<String>,
     },
 }
 
@@ -211,6 +237,23 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             serve::quickstart(&cli.log_format, web, backend).map(|_| 0)
         }
         Command::ValidateTask { file } => Ok(validate_task(&file)),
+        Command::Bench { which } => {
+            let BenchCommand::Placement {
+                workers,
+                steps,
+                concurrency,
+                database_url,
+            } = which;
+            actix_web::rt::System::new().block_on(crate::bench::placement::bench(
+                crate::bench::placement::PlacementBench {
+                    workers,
+                    steps,
+                    concurrency,
+                    database_url,
+                },
+            ))?;
+            Ok(0)
+        }
         command => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -12,6 +12,7 @@ pub use builds::{BuildRow, BuildStatus};
 pub use handles::{HandleKind, HandleRow};
 pub use workers::WorkerRow;
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use sqlx::any::{install_default_drivers, AnyPoolOptions};
@@ -35,6 +36,34 @@ pub struct Db {
     pool: AnyPool,
     /// Which server, for the few statements whose SQL differs.
     backend: Backend,
+    /// Per-worker sequence numbers reserved by this web node, not yet used.
+    sequences: Arc<SequenceBlocks>,
+}
+
+/// Reserved blocks of per-worker sequence numbers: `[next, end)` by worker.
+#[derive(Debug, Default)]
+struct SequenceBlocks(std::sync::Mutex<std::collections::HashMap<String, (i64, i64)>>);
+
+impl SequenceBlocks {
+    fn take(&self, worker: &str) -> Option<i64> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (next, end) = map.get_mut(worker)?;
+        if *next >= *end {
+            return None;
+        }
+        *next += 1;
+        Some(*next - 1)
+    }
+
+    fn put(&self, worker: &str, next: i64, end: i64) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.insert(worker.to_string(), (next, end));
+    }
+
+    fn forget(&self, worker: &str) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.remove(worker);
+    }
 }
 
 impl Db {
@@ -63,7 +92,11 @@ impl Db {
                 .execute(&pool)
                 .await?;
         }
-        let db = Db { pool, backend };
+        let db = Db {
+            pool,
+            backend,
+            sequences: Arc::default(),
+        };
         db.migrate().await?;
         Ok(db)
     }

@@ -1,6 +1,9 @@
 //! The `workers` table: registrations, states and heartbeat counts.
 
 use crate::db::{now_ms, Db};
+
+/// How many sequence numbers a web node reserves at once.
+pub const SEQUENCE_BLOCK: i64 = 64;
 use crate::error::EngineError;
 use crate::worker_info::{WorkerRegistration, WorkerState};
 
@@ -98,6 +101,7 @@ impl Db {
 
     /// Deletes a worker row.
     pub async fn delete_worker(&self, name: &str) -> Result<(), EngineError> {
+        self.sequences.forget(name);
         sqlx::query("DELETE FROM workers WHERE name = $1")
             .bind(name)
             .execute(self.pool())
@@ -105,17 +109,67 @@ impl Db {
         Ok(())
     }
 
-    /// Takes the next per-worker sequence number for a container or volume create.
+    /// Takes the next per-worker sequence number for a container or volume
+    /// create. Numbers are reserved from the database in blocks (one UPDATE
+    /// per [`SEQUENCE_BLOCK`] creates), so several web nodes never hand out
+    /// the same number; gaps are harmless to the GC's low-water mark, which
+    /// only counts creates the worker received.
     pub async fn next_sequence(&self, worker: &str) -> Result<i64, EngineError> {
+        if let Some(seq) = self.sequences.take(worker) {
+            return Ok(seq);
+        }
         let row: Option<(i64,)> = sqlx::query_as(
-            "UPDATE workers SET next_sequence = next_sequence + 1 WHERE name = $1 RETURNING next_sequence - 1",
+            "UPDATE workers SET next_sequence = next_sequence + $1 WHERE name = $2 RETURNING next_sequence - $1",
         )
+        .bind(SEQUENCE_BLOCK)
         .bind(worker)
         .fetch_optional(self.pool())
         .await?;
-        row.map(|r| r.0).ok_or_else(|| EngineError::NotFound {
+        let first = row.map(|r| r.0).ok_or_else(|| EngineError::NotFound {
             kind: "worker",
             name: worker.to_string(),
-        })
+        })?;
+        self.sequences
+            .put(worker, first + 1, first + SEQUENCE_BLOCK);
+        Ok(first)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reg(name: &str) -> WorkerRegistration {
+        WorkerRegistration {
+            name: name.into(),
+            agent_url: "http://127.0.0.1:1".into(),
+            agent_token: "t".into(),
+            platform: "linux".into(),
+            tags: vec![],
+            team: None,
+            resource_types: vec![],
+            limits: Default::default(),
+            version: "0".into(),
+            backend: "local".into(),
+            incarnation: "i".into(),
+            heartbeat_interval_secs: 30,
+        }
+    }
+
+    #[tokio::test]
+    async fn sequence_numbers_are_unique_across_web_nodes_sharing_a_database() {
+        let (a, dir) = crate::db::test_db().await;
+        let url = format!("sqlite://{}/t.db?mode=rwc", dir.path().display());
+        let b = Db::connect(&url).await.unwrap();
+        a.upsert_worker(&reg("w")).await.unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..(SEQUENCE_BLOCK * 3) {
+            let db = if i % 3 == 0 { &a } else { &b };
+            assert!(
+                seen.insert(db.next_sequence("w").await.unwrap()),
+                "duplicate sequence"
+            );
+        }
+        assert!(a.next_sequence("nope").await.is_err());
     }
 }

@@ -1,0 +1,4 @@
+//! `gantry bench ...`: benchmarks that print each figure as `name: value`,
+//! with a baseline measured in the same run.
+
+pub mod placement;
