@@ -418,7 +418,7 @@ impl BuildRun {
                 cpu: config.container_limits.cpu,
                 pids: config.container_limits.pids,
             },
-            hermetic: false,
+            hermetic: config.hermetic,
             properties: BTreeMap::from([
                 ("build".to_string(), self.id.to_string()),
                 ("step".to_string(), ONE_OFF_STEP.to_string()),

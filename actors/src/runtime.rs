@@ -111,6 +111,18 @@ pub trait Volume: Send + Sync {
     async fn stream_out(&self, path: &str, encoding: Encoding) -> Result<ByteStream, RuntimeError>;
     /// Streams the contents of one file.
     async fn stream_file_out(&self, path: &str) -> Result<ByteStream, RuntimeError>;
+    /// Unpacks an image into the volume as a root filesystem: a rootfs tar,
+    /// or an OCI image layout tar (`docker save`/`skopeo ... oci-archive:`),
+    /// whose layers are applied in order with their whiteouts. The volume is
+    /// then used read-only, as the lower layer of containers' root filesystems
+    /// (`RootfsSpec::Volume`).
+    async fn import_image(&self, encoding: Encoding, body: ByteStream) -> Result<(), RuntimeError> {
+        let _ = (encoding, body);
+        Err(RuntimeError::Stream(format!(
+            "volume {}: this worker cannot import images",
+            self.handle()
+        )))
+    }
 }
 
 /// What a worker holds, as listed by the worker itself (for GC and reconciling).

@@ -34,6 +34,9 @@ pub struct TaskConfig {
     /// Kernel limits.
     #[serde(default)]
     pub container_limits: ContainerLimits,
+    /// Only loopback networking (a Gantry extension; default false: outbound networking).
+    #[serde(default)]
+    pub hermetic: bool,
 }
 
 /// A task input.
@@ -104,6 +107,7 @@ const TOP_FIELDS: &[&str] = &[
     "params",
     "run",
     "container_limits",
+    "hermetic",
 ];
 
 impl TaskConfig {
@@ -260,6 +264,14 @@ impl TaskConfig {
                 None => ContainerLimits::default(),
             },
         };
+        let hermetic = match top.get("hermetic") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                p.push("hermetic must be true or false".into());
+                false
+            }
+        };
         match (p.is_empty(), run) {
             (true, Some(run)) => Ok(TaskConfig {
                 platform,
@@ -270,6 +282,7 @@ impl TaskConfig {
                 params,
                 run,
                 container_limits,
+                hermetic,
             }),
             _ => Err(p),
         }
