@@ -29,6 +29,9 @@ impl FileConfig {
     }
 }
 
+/// Default of [`WebConfig::max_artifact_bytes`]: 10 GiB.
+pub const DEFAULT_MAX_ARTIFACT_BYTES: u64 = 10 * 1024 * 1024 * 1024;
+
 /// Settings of the web node.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -47,6 +50,11 @@ pub struct WebConfig {
     pub rerun_when_worker_disappears: bool,
     /// Prune a worker that stays stalled this many seconds; never when unset.
     pub stalled_worker_timeout_secs: Option<u64>,
+    /// Largest artifact accepted, in bytes: both its decoded tar stream (what
+    /// is stored) and the contents it unpacks to (a sparse file counts its
+    /// full size). Larger uploads and task outputs are refused with an error
+    /// naming the limit. Default 10 GiB.
+    pub max_artifact_bytes: u64,
     /// Placement strategy chains.
     pub placement: PlacementChains,
 }
@@ -111,6 +119,7 @@ impl Default for WebConfig {
             stream_encoding: "zstd".into(),
             rerun_when_worker_disappears: false,
             stalled_worker_timeout_secs: None,
+            max_artifact_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
             placement: PlacementChains::default(),
         }
     }
@@ -194,6 +203,7 @@ mod tests {
         let d = FileConfig::default();
         assert_eq!(cfg.web.listen, d.web.listen);
         assert_eq!(cfg.web.registration_key, d.web.registration_key);
+        assert_eq!(cfg.web.max_artifact_bytes, d.web.max_artifact_bytes);
         assert_eq!(
             cfg.worker.heartbeat_interval_secs,
             d.worker.heartbeat_interval_secs

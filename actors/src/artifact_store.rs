@@ -7,6 +7,17 @@ use crate::error::EngineError;
 use crate::runtime::ByteStream;
 use crate::spec::Encoding;
 
+/// What an artifact holds, which decides how an upload is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ArtifactKind {
+    /// A directory tree (inputs, outputs): every entry must stay inside it.
+    #[default]
+    Files,
+    /// An image (rootfs tar or OCI image layout tar): absolute symlinks are
+    /// allowed, since they are resolved inside the container's root.
+    Image,
+}
+
 /// Worker-independent storage of artifacts (tar streams).
 #[async_trait]
 pub trait ArtifactStore: Send + Sync {
@@ -18,6 +29,7 @@ pub trait ArtifactStore: Send + Sync {
         &self,
         body: ByteStream,
         encoding: Encoding,
+        kind: ArtifactKind,
     ) -> Result<(String, u64), EngineError>;
     /// Deletes an artifact's data; deleting a missing one is not an error.
     async fn delete(&self, id: &str) -> Result<(), EngineError>;

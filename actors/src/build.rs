@@ -9,7 +9,7 @@ use actix::prelude::*;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
-use crate::artifact_store::ArtifactStore;
+use crate::artifact_store::{ArtifactKind, ArtifactStore};
 use crate::db::{BuildStatus, Db, HandleKind};
 use crate::error::EngineError;
 use crate::events::{BuildEvent, EventHub, EventSink, Utf8Carry};
@@ -17,7 +17,8 @@ use crate::placement::Load;
 use crate::registry::WorkerStates;
 use crate::runtime::{ProcessIo, ProcessSignal, Worker};
 use crate::scheduler::{
-    abandon_ticket, Placement, ReleasePlacement, Scheduler, SelectWorker, Selection, StepRequest,
+    abandon_ticket, ArtifactLocality, Placement, ReleasePlacement, Scheduler, SelectWorker,
+    Selection, StepRequest,
 };
 use crate::spec::{
     ContainerSpec, Encoding, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec, VolumeSpec,
@@ -43,6 +44,9 @@ pub struct OneOffPlan {
     /// Tags a worker must have.
     #[serde(default)]
     pub tags: Vec<String>,
+    /// Artifact id of an image (rootfs tar or OCI layout) to run the task in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// What every build needs from the web node.
@@ -62,7 +66,13 @@ pub struct BuildDeps {
     pub worker_states: WorkerStates,
     /// Run a step again elsewhere when its worker stalls or vanishes.
     pub rerun_when_worker_disappears: bool,
+    /// One lock per (worker, artifact) image import, so an image is streamed
+    /// to a worker once while other builds wait for it.
+    pub imports: ImportLocks,
 }
+
+/// Locks of image imports in progress, by (worker, artifact).
+pub type ImportLocks = Arc<dashmap::DashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
 
 /// Asks a running build to stop.
 #[derive(Message)]
@@ -193,7 +203,7 @@ impl BuildRun {
             team: self.team.clone(),
             platform: config.platform.clone(),
             tags: plan.tags.clone(),
-            inputs: plan.inputs.values().cloned().collect(),
+            inputs: plan.inputs.values().chain(plan.image.iter()).cloned().collect(),
             is_check: false,
             need: Load {
                 tasks: 1,
@@ -405,8 +415,13 @@ impl BuildRun {
         created.containers.push(handle.clone());
         let spec = ContainerSpec {
             handle: handle.clone(),
-            rootfs: RootfsSpec::from_uri(config.rootfs_uri.as_deref())
-                .map_err(EngineError::Invalid)?,
+            rootfs: match &plan.image {
+                Some(artifact) => RootfsSpec::Volume {
+                    handle: self.image_volume(&worker, artifact).await?,
+                },
+                None => RootfsSpec::from_uri(config.rootfs_uri.as_deref())
+                    .map_err(EngineError::Invalid)?,
+            },
             mounts,
             env: config
                 .params
@@ -515,7 +530,7 @@ impl BuildRun {
             let (id, size) = self
                 .deps
                 .artifacts
-                .store(body, encoding)
+                .store(body, encoding, ArtifactKind::Files)
                 .await
                 .map_err(|e| EngineError::Invalid(format!("keeping output {name:?}: {e}")))?;
             self.deps
@@ -531,6 +546,58 @@ impl BuildRun {
                 .await?;
         }
         Ok(StepEnd::Exited(status))
+    }
+
+    /// The volume holding an image on this worker: unpacked once per worker
+    /// and kept for the next containers that use it (concurrent builds wait
+    /// for the first one's import instead of importing it again).
+    async fn image_volume(&mut self, worker: &Arc<dyn Worker>, artifact: &str) -> Result<String, EngineError> {
+        let key = (worker.name().to_string(), artifact.to_string());
+        let lock = self.deps.imports.entry(key.clone()).or_default().clone();
+        let _guard = lock.lock().await;
+        let db = self.deps.db.clone();
+        if let Some(handle) = db.find_artifact_volume(worker.name(), artifact).await? {
+            if worker.lookup_volume(&handle).await?.is_some() {
+                return Ok(handle);
+            }
+            // The worker lost it (e.g. a new disk): forget the row, import again.
+            db.delete_handle(HandleKind::Volume, &handle).await?;
+        }
+        let handle = uuid::Uuid::new_v4().to_string();
+        db.insert_handle(HandleKind::Volume, &handle, worker.name(), None, None, &self.team)
+            .await?;
+        db.set_volume_artifact(&handle, artifact).await?;
+        let spec = VolumeSpec {
+            handle: handle.clone(),
+            strategy: VolumeStrategy::Empty,
+            privileged: false,
+            properties: BTreeMap::from([("image".to_string(), artifact.to_string())]),
+        };
+        let imported = async {
+            let volume = worker.create_volume(&spec).await?;
+            let body = self.deps.artifacts.open(artifact, self.deps.encoding).await?;
+            volume
+                .import_image(self.deps.encoding, body)
+                .await
+                .map_err(|e| EngineError::Invalid(format!("the image could not be used: {e}")))
+        }
+        .await;
+        match imported {
+            Ok(()) => {
+                db.set_handle_state(HandleKind::Volume, &handle, "created").await?;
+                self.deps.scheduler.do_send(ArtifactLocality {
+                    artifact: artifact.to_string(),
+                    worker: worker.name().to_string(),
+                    present: true,
+                });
+                Ok(handle)
+            }
+            Err(e) => {
+                let _ = worker.destroy_volume(&handle).await;
+                let _ = db.delete_handle(HandleKind::Volume, &handle).await;
+                Err(e)
+            }
+        }
     }
 
     /// Destroys what the build created; rows whose destroy failed, or whose

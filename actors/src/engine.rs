@@ -45,6 +45,8 @@ pub struct Engine {
     pub worker_states: WorkerStates,
     /// The settings it was started with.
     pub config: EngineConfig,
+    /// Image imports in progress.
+    pub imports: crate::build::ImportLocks,
 }
 
 impl Engine {
@@ -93,6 +95,7 @@ impl Engine {
             artifacts,
             worker_states,
             config,
+            imports: Default::default(),
         })
     }
 
@@ -128,6 +131,13 @@ impl Engine {
                 }
             }
         }
+        if let Some(id) = &plan.image {
+            if self.db.get_artifact(team, id).await?.is_none() {
+                return Err(EngineError::Invalid(format!(
+                    "image: artifact {id} not found in team {team:?}"
+                )));
+            }
+        }
         if let Some(extra) = plan
             .inputs
             .keys()
@@ -147,6 +157,7 @@ impl Engine {
             encoding: self.config.encoding,
             worker_states: self.worker_states.clone(),
             rerun_when_worker_disappears: self.config.rerun_when_worker_disappears,
+            imports: self.imports.clone(),
         };
         Build::new(id, team.to_string(), plan, deps).start();
         Ok(id)

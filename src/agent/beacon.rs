@@ -4,8 +4,11 @@
 //! 10 s, until the web node answers: it may start after the worker), then
 //! heartbeat every interval with the live counts. A heartbeat answered 404,
 //! 409 or 410 means the web node no longer knows this incarnation: register
-//! again at once. Every failure is logged; none stops the loop. It ends when
-//! shutdown is announced.
+//! again at once, except 410: the worker was retired, and the beacon stops
+//! for good. Every other failure is logged; none stops the loop. The state
+//! the web node answers (`running`, `landing`, `landed`, ...) is published on
+//! [`Beacon::status`], so a stopping worker can wait until it has landed. It
+//! ends when shutdown is announced.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +39,8 @@ pub struct Beacon {
     pub interval: Duration,
     /// The live counts sent with each heartbeat.
     pub counts: Counts,
+    /// The worker's state as the web node last answered it (`retired` after a 410).
+    pub status: watch::Sender<String>,
 }
 
 /// What a failed call to the web node means.
@@ -43,6 +48,8 @@ pub struct Beacon {
 enum Failure {
     /// The web node does not know this worker (incarnation): register again.
     Unknown(StatusCode),
+    /// The worker was retired: stop heartbeating.
+    Retired,
     /// Anything else: retry after a backoff.
     Retry(String),
 }
@@ -51,6 +58,7 @@ impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Failure::Unknown(status) => write!(f, "the web node answered {status}"),
+            Failure::Retired => f.write_str("the worker was retired"),
             Failure::Retry(reason) => f.write_str(reason),
         }
     }
@@ -67,7 +75,8 @@ impl Beacon {
         loop {
             let wait = if !registered {
                 match self.post(&register_url, &self.registration).await {
-                    Ok(()) => {
+                    Ok(_) => {
+                        self.status.send_replace("running".into());
                         tracing::info!(web = %base, worker = %self.registration.name,
                             incarnation = %self.registration.incarnation, "registered with the web node");
                         registered = true;
@@ -87,9 +96,17 @@ impl Beacon {
                     volumes,
                 };
                 match self.post(&heartbeat_url, &beat).await {
-                    Ok(()) => {
+                    Ok(state) => {
+                        if let Some(state) = state {
+                            self.status.send_replace(state);
+                        }
                         backoff = BACKOFF_START;
                         self.interval
+                    }
+                    Err(Failure::Retired) => {
+                        tracing::info!("the web node retired this worker; no more heartbeats");
+                        self.status.send_replace("retired".into());
+                        return;
                     }
                     Err(Failure::Unknown(status)) => {
                         tracing::info!(%status, "the web node does not know this worker; registering again");
@@ -109,8 +126,8 @@ impl Beacon {
         }
     }
 
-    /// POSTs JSON with the registration key.
-    async fn post<T: serde::Serialize>(&self, url: &str, body: &T) -> Result<(), Failure> {
+    /// POSTs JSON with the registration key; returns the `state` the web node answered.
+    async fn post<T: serde::Serialize>(&self, url: &str, body: &T) -> Result<Option<String>, Failure> {
         let resp = self
             .http
             .post(url)
@@ -121,12 +138,13 @@ impl Beacon {
             .map_err(|e| Failure::Retry(format!("cannot reach {url}: {e}")))?;
         let status = resp.status();
         if status.is_success() {
-            return Ok(());
+            let answer: serde_json::Value = resp.json().await.unwrap_or_default();
+            return Ok(answer["state"].as_str().map(str::to_string));
         }
-        if matches!(
-            status,
-            StatusCode::NOT_FOUND | StatusCode::CONFLICT | StatusCode::GONE
-        ) {
+        if status == StatusCode::GONE {
+            return Err(Failure::Retired);
+        }
+        if matches!(status, StatusCode::NOT_FOUND | StatusCode::CONFLICT) {
             return Err(Failure::Unknown(status));
         }
         let text = resp.text().await.unwrap_or_default();
@@ -229,6 +247,7 @@ mod tests {
             },
             interval: Duration::from_millis(20),
             counts: Arc::new(|| (2, 3)),
+            status: watch::channel(String::new()).0,
         };
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(beacon.run(stopped));

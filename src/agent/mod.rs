@@ -54,6 +54,10 @@ pub struct WorkerHandle {
     beacon: tokio::task::JoinHandle<()>,
     /// The shared state, for callers embedding the agent.
     state: Arc<AgentState>,
+    /// The worker's state as the web node last answered it.
+    status: watch::Receiver<String>,
+    /// Web node URL and key, to land or retire this worker.
+    web: (String, String),
 }
 
 impl WorkerHandle {
@@ -75,6 +79,40 @@ impl WorkerHandle {
     /// The agent's shared state (stores, backend).
     pub fn state(&self) -> &Arc<AgentState> {
         &self.state
+    }
+
+    /// Asks the web node to land (or retire) this worker, then waits until it
+    /// has (its running steps finished): `landed`, or `retired` (deleted).
+    /// Returns early when `abort` turns true (a second signal).
+    pub async fn drain(&self, retire: bool, mut abort: watch::Receiver<bool>) -> anyhow::Result<()> {
+        let (web, key) = &self.web;
+        let action = if retire { "retire" } else { "land" };
+        let url = format!(
+            "{}/api/v1/workers/{}/{action}",
+            web.trim_end_matches('/'),
+            self.registration.name
+        );
+        tracing::info!(worker = %self.registration.name, "stopping: asking the web node to {action} this worker");
+        let resp = reqwest::Client::new()
+            .post(&url)
+            .bearer_auth(key)
+            .json(&serde_json::json!({}))
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the web node to {action} this worker"))?;
+        anyhow::ensure!(
+            resp.status().is_success(),
+            "the web node refused to {action} this worker: {}",
+            resp.text().await.unwrap_or_default()
+        );
+        let goal = if retire { "retired" } else { "landed" };
+        let mut status = self.status.clone();
+        tokio::select! {
+            r = status.wait_for(|s| s == goal) => { r.context("the beacon stopped")?; }
+            _ = abort.wait_for(|a| *a) => tracing::warn!("stopping before the worker finished its steps"),
+        }
+        tracing::info!(worker = %self.registration.name, "worker {goal}");
+        Ok(())
     }
 
     /// Stops the beacon and the HTTP server (open output streams get a few
@@ -189,7 +227,9 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
                 counts_state.volumes.handles().len() as u32,
             )
         }),
+        status: watch::channel(String::new()).0,
     };
+    let status = beacon.status.subscribe();
     let (shutdown, stopped) = watch::channel(false);
     let beacon = tokio::spawn(beacon.run(stopped));
 
@@ -199,17 +239,33 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
         shutdown,
         beacon,
         state,
+        status,
+        web: (cfg.web.clone(), cfg.registration_key.clone()),
     })
 }
 
-/// Runs the worker agent until `shutdown` becomes true (or its sender goes
-/// away), then stops it. Must be called inside an actix System.
+/// Runs the worker agent until `shutdown` counts a first stop request (a
+/// signal), then lands it (or retires it, with `retire_on_stop`) so its
+/// running steps finish, and stops. A second request stops at once. Must be
+/// called inside an actix System.
 pub async fn run_worker(
     cfg: WorkerConfig,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<u32>,
 ) -> anyhow::Result<()> {
+    let retire = cfg.retire_on_stop;
     let handle = start_worker(cfg).await?;
-    let _ = shutdown.wait_for(|stop| *stop).await;
+    let _ = shutdown.wait_for(|n| *n >= 1).await;
+    let (abort_tx, abort) = watch::channel(false);
+    let mut second = shutdown.clone();
+    let forward = tokio::spawn(async move {
+        if second.wait_for(|n| *n >= 2).await.is_ok() {
+            let _ = abort_tx.send(true);
+        }
+    });
+    if let Err(e) = handle.drain(retire, abort).await {
+        tracing::warn!("stopping without draining: {e:#}");
+    }
+    forward.abort();
     handle.stop().await;
     Ok(())
 }

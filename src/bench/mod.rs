@@ -1,4 +1,5 @@
 //! `gantry bench ...`: benchmarks that print each figure as `name: value`,
 //! with a baseline measured in the same run.
 
+pub mod container_start;
 pub mod placement;

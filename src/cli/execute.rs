@@ -29,6 +29,8 @@ pub struct ExecuteArgs {
     pub platform: Option<String>,
     /// Team.
     pub team: String,
+    /// An image to run the task in: a rootfs tar or an OCI image layout tar.
+    pub image: Option<PathBuf>,
 }
 
 fn pairs(kind: &str, given: &[String]) -> anyhow::Result<BTreeMap<String, PathBuf>> {
@@ -58,6 +60,11 @@ fn plan(
         .map_err(|p| anyhow!("{}: {}", args.config.display(), p.join("; ")))?;
     if let Some(p) = &args.platform {
         config.platform = p.clone();
+    }
+    if let Some(image) = &args.image {
+        if !image.is_file() {
+            bail!("image {} is not a file (give a rootfs tar or an OCI image layout tar)", image.display());
+        }
     }
     let inputs = pairs("input", &args.inputs)?;
     let outputs = pairs("output", &args.outputs)?;
@@ -106,9 +113,29 @@ struct EventLine {
 
 async fn upload(client: &ApiClient, team: &str, name: &str, dir: &Path) -> anyhow::Result<String> {
     let body = tarball::pack_dir(dir.to_path_buf(), Encoding::Zstd);
+    upload_stream(client, team, name, body, "files").await
+}
+
+/// Uploads an image tar file as an `image` artifact.
+async fn upload_image(client: &ApiClient, team: &str, file: &Path) -> anyhow::Result<String> {
+    let f = tokio::fs::File::open(file)
+        .await
+        .with_context(|| format!("cannot open image {}", file.display()))?;
+    let plain: gantry_actors::runtime::ByteStream =
+        Box::pin(tokio_util::io::ReaderStream::with_capacity(f, 256 * 1024));
+    upload_stream(client, team, "image", tarball::encode(plain, Encoding::Zstd), "image").await
+}
+
+async fn upload_stream(
+    client: &ApiClient,
+    team: &str,
+    name: &str,
+    body: gantry_actors::runtime::ByteStream,
+    kind: &str,
+) -> anyhow::Result<String> {
     let resp = client
         .http()
-        .post(client.url(&format!("/api/v1/teams/{team}/artifacts")))
+        .post(client.url(&format!("/api/v1/teams/{team}/artifacts?kind={kind}")))
         .header("content-encoding", "zstd")
         .header("content-type", "application/x-tar")
         .body(reqwest::Body::wrap_stream(body))
@@ -163,6 +190,10 @@ pub async fn execute(client: &ApiClient, args: ExecuteArgs) -> anyhow::Result<i3
             .await
             .map(|id| (name.clone(), id))
     });
+    let image = match &args.image {
+        Some(file) => Some(upload_image(client, team, file).await?),
+        None => None,
+    };
     let artifact_ids: BTreeMap<String, String> = futures::future::try_join_all(uploads)
         .await?
         .into_iter()
@@ -174,6 +205,7 @@ pub async fn execute(client: &ApiClient, args: ExecuteArgs) -> anyhow::Result<i3
                 "config": config,
                 "inputs": artifact_ids,
                 "tags": args.tags,
+                "image": image,
             }),
         )
         .await?;

@@ -151,6 +151,10 @@ pub enum Command {
         /// Team.
         #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
         team: String,
+        /// Run the task in this image: a rootfs tar or an OCI image layout tar
+        /// (`docker save`, `skopeo copy ... oci-archive:`).
+        #[arg(long)]
+        image: Option<PathBuf>,
     },
     /// List workers.
     Workers {
@@ -222,6 +226,16 @@ pub enum BenchCommand {
         #[arg(long)]
         database_url: Option<String>,
     },
+    /// Time from the web node's request to a trivial task running on one
+    /// runc worker, against `runc run` of the same bundle (needs root).
+    ContainerStart {
+        /// Sequential tasks timed in each series.
+        #[arg(long, default_value_t = 200)]
+        tasks: usize,
+        /// Untimed runs of each series first.
+        #[arg(long, default_value_t = 5)]
+        warmup: usize,
+    },
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -238,20 +252,25 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::ValidateTask { file } => Ok(validate_task(&file)),
         Command::Bench { which } => {
-            let BenchCommand::Placement {
-                workers,
-                steps,
-                concurrency,
-                database_url,
-            } = which;
-            actix_web::rt::System::new().block_on(crate::bench::placement::bench(
-                crate::bench::placement::PlacementBench {
+            match which {
+                BenchCommand::Placement {
                     workers,
                     steps,
                     concurrency,
                     database_url,
-                },
-            ))?;
+                } => actix_web::rt::System::new().block_on(crate::bench::placement::bench(
+                    crate::bench::placement::PlacementBench {
+                        workers,
+                        steps,
+                        concurrency,
+                        database_url,
+                    },
+                ))?,
+                BenchCommand::ContainerStart { tasks, warmup } => actix_web::rt::System::new()
+                    .block_on(crate::bench::container_start::bench(
+                        crate::bench::container_start::ContainerStartBench { tasks, warmup },
+                    ))?,
+            }
             Ok(0)
         }
         command => {
@@ -268,6 +287,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         tags,
                         platform,
                         team,
+                        image,
                     } => {
                         let args = execute::ExecuteArgs {
                             config,
@@ -276,6 +296,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                             tags,
                             platform,
                             team,
+                            image,
                         };
                         execute::execute(&client, args).await
                     }

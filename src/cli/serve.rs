@@ -113,10 +113,12 @@ pub fn worker(
         cfg.registration_key = k;
     }
     actix_web::rt::System::new().block_on(async move {
-        let (tx, rx) = tokio::sync::watch::channel(false);
+        // Counts stop signals: the first lands (or retires) the worker, the second stops at once.
+        let (tx, rx) = tokio::sync::watch::channel(0u32);
         actix_web::rt::spawn(async move {
-            let _ = shutdown_signal().await;
-            let _ = tx.send(true);
+            while shutdown_signal().await.is_ok() {
+                tx.send_modify(|n| *n += 1);
+            }
         });
         crate::agent::run_worker(cfg, rx).await
     })

@@ -2,6 +2,7 @@
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use futures::StreamExt;
+use gantry_actors::artifact_store::ArtifactKind;
 use gantry_actors::runtime::ByteStream;
 use gantry_actors::spec::Encoding;
 use tokio::sync::mpsc;
@@ -27,17 +28,34 @@ pub fn payload_stream(mut payload: web::Payload) -> ByteStream {
     }))
 }
 
+/// Query of an upload.
+#[derive(serde::Deserialize)]
+pub struct UploadQuery {
+    /// `files` (default) or `image`.
+    kind: Option<String>,
+}
+
 /// `POST /api/v1/teams/{team}/artifacts`: body is a tar stream, `Content-Encoding` zstd, gzip or none.
 pub async fn upload(
     req: HttpRequest,
     state: web::Data<AppState>,
     team: web::Path<String>,
+    query: web::Query<UploadQuery>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let team = team.into_inner();
     if !state.engine.db.team_exists(&team).await? {
         return Err(ApiError::not_found(format!("team {team:?} not found")));
     }
+    let kind = match query.kind.as_deref() {
+        None | Some("files") => ArtifactKind::Files,
+        Some("image") => ArtifactKind::Image,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unknown artifact kind {other:?} (use files or image)"
+            )))
+        }
+    };
     let encoding = match req.headers().get("content-encoding") {
         None => Encoding::Raw,
         Some(v) => v.to_str().ok().and_then(Encoding::parse).ok_or_else(|| {
@@ -49,7 +67,7 @@ pub async fn upload(
     let (id, size) = state
         .engine
         .artifacts
-        .store(payload_stream(payload), encoding)
+        .store(payload_stream(payload), encoding, kind)
         .await?;
     if let Err(e) = state
         .engine

@@ -25,6 +25,9 @@ pub struct CreateBuild {
     /// Tags the worker must have.
     #[serde(default)]
     tags: Vec<String>,
+    /// Artifact id of an image to run the task in.
+    #[serde(default)]
+    image: Option<String>,
 }
 
 /// `POST /api/v1/teams/{team}/builds`
@@ -42,6 +45,7 @@ pub async fn create(
         config,
         inputs: body.inputs,
         tags: body.tags,
+        image: body.image,
     };
     let id = state.engine.create_one_off_build(&team, plan).await?;
     Ok(HttpResponse::Created().json(serde_json::json!({ "id": id })))

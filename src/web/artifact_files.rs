@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use gantry_actors::artifact_store::ArtifactStore;
+use gantry_actors::artifact_store::{ArtifactKind, ArtifactStore};
 use gantry_actors::runtime::ByteStream;
 use gantry_actors::spec::Encoding;
 use gantry_actors::EngineError;
@@ -41,10 +41,17 @@ impl ArtifactFiles {
         Ok(self.dir.join(format!("{id}.tar")))
     }
 
+    /// The extraction rules an upload of this kind must pass.
+    fn limits(&self, kind: ArtifactKind) -> UnpackLimits {
+        let _ = kind;
+        UnpackLimits::default()
+    }
+
     async fn receive(
         &self,
         body: ByteStream,
         encoding: Encoding,
+        kind: ArtifactKind,
         tmp: &PathBuf,
     ) -> Result<u64, EngineError> {
         let mut file = tokio::fs::File::create(tmp)
@@ -67,9 +74,8 @@ impl ArtifactFiles {
             .map_err(|e| EngineError::io("writing artifact file", e))?;
         drop(file);
         let check = tmp.clone();
-        tokio::task::spawn_blocking(move || {
-            tarball::validate_file(&check, &UnpackLimits::default())
-        })
+        let limits = self.limits(kind);
+        tokio::task::spawn_blocking(move || tarball::validate_file(&check, &limits))
         .await
         .map_err(|e| EngineError::Invalid(format!("checking the upload: {e}")))?
         .map_err(|e| {
@@ -107,10 +113,11 @@ impl ArtifactStore for ArtifactFiles {
         &self,
         body: ByteStream,
         encoding: Encoding,
+        kind: ArtifactKind,
     ) -> Result<(String, u64), EngineError> {
         let id = uuid::Uuid::new_v4().to_string();
         let tmp = self.dir.join("tmp").join(format!("{id}.tar"));
-        match self.receive(body, encoding, &tmp).await {
+        match self.receive(body, encoding, kind, &tmp).await {
             Ok(size) => {
                 tokio::fs::rename(&tmp, self.path(&id)?)
                     .await

@@ -141,3 +141,31 @@ impl Db {
             .collect())
     }
 }
+
+impl Db {
+    /// Marks a volume as holding an artifact's contents (an image).
+    pub async fn set_volume_artifact(&self, handle: &str, artifact: &str) -> Result<(), EngineError> {
+        sqlx::query("UPDATE volumes SET artifact_id = $1 WHERE handle = $2")
+            .bind(artifact)
+            .bind(handle)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// A `created` volume on `worker` holding `artifact`, if there is one.
+    pub async fn find_artifact_volume(
+        &self,
+        worker: &str,
+        artifact: &str,
+    ) -> Result<Option<String>, EngineError> {
+        let row: Option<(String,)> = sqlx::query_as(
+            "SELECT handle FROM volumes WHERE worker = $1 AND artifact_id = $2 AND state = 'created' ORDER BY created_at LIMIT 1",
+        )
+        .bind(worker)
+        .bind(artifact)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(|r| r.0))
+    }
+}
