@@ -6,7 +6,9 @@
 //! other error answer is `Worker` with the agent's status and message.
 //! Process output arrives as NDJSON from `/output`; a task per process
 //! decodes it into the caller's channel and records the exit status for
-//! [`Process::wait`].
+//! [`Process::wait`]. A process given `ProcessIo::stdin` is started with
+//! `?stdin=true` and a second task streams the input to it as one chunked
+//! `PUT .../stdin`; [`Process::set_tty`] is `PUT .../tty`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -386,25 +388,38 @@ pub struct AgentContainer {
 }
 
 impl AgentContainer {
-    /// The agent's API has no way to feed a process's stdin yet.
-    fn reject_stdin(&self, io: &ProcessIo) -> Result<(), RuntimeError> {
-        match io.stdin {
-            None => Ok(()),
-            Some(_) => Err(RuntimeError::Worker {
-                worker: self.ep.name.clone(),
-                status: 0,
-                message: "giving a process stdin is not supported by the worker agent yet".into(),
-            }),
-        }
+    /// Streams `stdin` to process `id` in the background, as one chunked
+    /// `PUT .../stdin` that ends with it (or with the process).
+    fn feed_stdin(&self, id: &str, stdin: ByteStream) {
+        let rb = self
+            .ep
+            .request(
+                Method::PUT,
+                &["containers", &self.handle, "processes", id, "stdin"],
+            )
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(reqwest::Body::wrap_stream(stdin));
+        let ep = self.ep.clone();
+        let (container, id) = (self.handle.clone(), id.to_string());
+        tokio::spawn(async move {
+            if let Err(e) = ep.send(rb, "process", &id).await {
+                tracing::warn!(worker = %ep.name, %container, process = %id, error = %e,
+                    "streaming stdin to a process failed");
+            }
+        });
     }
 
-    /// Opens `/output` of process `id` and starts following it into `io`.
+    /// Opens `/output` of process `id` and starts following it into `io`
+    /// (and feeding it `io.stdin`).
     async fn follow(&self, id: &str, io: ProcessIo) -> Result<Box<dyn Process>, RuntimeError> {
         let rb = self.ep.request(
             Method::GET,
             &["containers", &self.handle, "processes", id, "output"],
         );
         let resp = self.ep.send(rb, "process", id).await?;
+        if let Some(stdin) = io.stdin {
+            self.feed_stdin(id, stdin);
+        }
         let (end_tx, end_rx) = watch::channel(None);
         let what = format!("process {id} in container {}", self.handle);
         tokio::spawn(read_output(resp, io.output, end_tx, what));
@@ -428,18 +443,19 @@ impl Container for AgentContainer {
         spec: ProcessSpec,
         io: ProcessIo,
     ) -> Result<Box<dyn Process>, RuntimeError> {
-        self.reject_stdin(&io)?;
-        let rb = self
+        let mut rb = self
             .ep
             .request(Method::POST, &["containers", &self.handle, "processes"])
             .json(&spec);
+        if io.stdin.is_some() {
+            rb = rb.query(&[("stdin", "true")]);
+        }
         let resp = self.ep.send(rb, "container", &self.handle).await?;
         let created: ProcessCreated = self.ep.json(resp).await?;
         self.follow(&created.id, io).await
     }
 
     async fn attach(&self, id: &str, io: ProcessIo) -> Result<Box<dyn Process>, RuntimeError> {
-        self.reject_stdin(&io)?;
         self.follow(id, io).await
     }
 }
@@ -584,12 +600,15 @@ impl Process for AgentProcess {
         self.ep.send(rb, "process", &self.id).await.map(drop)
     }
 
-    async fn set_tty(&self, _size: WindowSize) -> Result<(), RuntimeError> {
-        Err(RuntimeError::Worker {
-            worker: self.ep.name.clone(),
-            status: 0,
-            message: "TTYs are not supported by the worker agent yet".into(),
-        })
+    async fn set_tty(&self, size: WindowSize) -> Result<(), RuntimeError> {
+        let rb = self
+            .ep
+            .request(
+                Method::PUT,
+                &["containers", &self.container, "processes", &self.id, "tty"],
+            )
+            .json(&size);
+        self.ep.send(rb, "process", &self.id).await.map(drop)
     }
 }
 
@@ -1038,6 +1057,215 @@ mod tests {
                 .join("rootfs")
         ));
         assert!(image.path().join("bin/busybox").exists());
+        agent.stop().await;
+    }
+
+    /// Stdin fed to a process through a channel, as the web node's hijack does.
+    fn stdin_channel() -> (mpsc::Sender<std::io::Result<Bytes>>, ByteStream) {
+        let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
+        let stream = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|chunk| (chunk, rx))
+        });
+        (tx, Box::pin(stream))
+    }
+
+    /// Reads output until it contains `needle` (carriage returns dropped).
+    async fn read_until(
+        rx: &mut mpsc::Receiver<ProcessOutput>,
+        seen: &mut String,
+        needle: &str,
+    ) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !seen.contains(needle) {
+            let chunk = tokio::time::timeout_at(deadline, rx.recv())
+                .await
+                .unwrap_or_else(|_| panic!("no {needle:?} in the output; so far: {seen:?}"));
+            let Some(chunk) = chunk else {
+                panic!("output ended without {needle:?}; got {seen:?}")
+            };
+            assert_eq!(chunk.stream, OutputStream::Stdout, "a TTY has one stream");
+            seen.push_str(&String::from_utf8_lossy(&chunk.data).replace('\r', ""));
+        }
+    }
+
+    /// Runs an interactive shell script on a TTY: it reports its window
+    /// size, waits for a line, reports the size again (after the test
+    /// resized it) and exits 3.
+    async fn tty_round_trip(container: &dyn Container, id: &str) {
+        let mut spec = process(
+            id,
+            "[ -t 0 ] && echo on-a-tty; echo \"size $(stty size)\"; read line; \
+             echo \"size $(stty size)\"; echo \"got $line $TERM\"; exit 3",
+            None,
+        );
+        spec.tty = Some(WindowSize {
+            columns: 80,
+            rows: 24,
+        });
+        let (stdin_tx, stdin) = stdin_channel();
+        let (tx, mut rx) = mpsc::channel(64);
+        let process = container
+            .run(
+                spec,
+                ProcessIo {
+                    stdin: Some(stdin),
+                    output: tx,
+                },
+            )
+            .await
+            .unwrap();
+        let mut seen = String::new();
+        read_until(&mut rx, &mut seen, "size 24 80\n").await;
+        assert!(seen.contains("on-a-tty\n"), "{seen:?}");
+        process
+            .set_tty(WindowSize {
+                columns: 132,
+                rows: 43,
+            })
+            .await
+            .unwrap();
+        stdin_tx.send(Ok(Bytes::from_static(b"hello\n"))).await.unwrap();
+        read_until(&mut rx, &mut seen, "got hello xterm\n").await;
+        assert!(seen.contains("size 43 132\n"), "{seen:?}");
+        assert_eq!(process.wait().await.unwrap(), 3, "output: {seen:?}");
+        // After the end, resizing is harmless and input goes nowhere.
+        process
+            .set_tty(WindowSize {
+                columns: 10,
+                rows: 10,
+            })
+            .await
+            .unwrap();
+    }
+
+    /// A process given stdin reads it to its end; one given none reads
+    /// end-of-file at once; a process without a TTY cannot be resized.
+    async fn stdin_round_trip(container: &dyn Container, id: &str) {
+        let (stdin_tx, stdin) = stdin_channel();
+        let (tx, mut rx) = mpsc::channel(64);
+        let cat = container
+            .run(
+                process(id, "cat; echo done", None),
+                ProcessIo {
+                    stdin: Some(stdin),
+                    output: tx,
+                },
+            )
+            .await
+            .unwrap();
+        stdin_tx.send(Ok(Bytes::from_static(b"first\n"))).await.unwrap();
+        let mut seen = String::new();
+        read_until(&mut rx, &mut seen, "first\n").await;
+        stdin_tx.send(Ok(Bytes::from_static(b"second\n"))).await.unwrap();
+        drop(stdin_tx);
+        read_until(&mut rx, &mut seen, "done\n").await;
+        assert_eq!(seen, "first\nsecond\ndone\n");
+        assert_eq!(cat.wait().await.unwrap(), 0);
+        match cat
+            .set_tty(WindowSize {
+                columns: 1,
+                rows: 1,
+            })
+            .await
+        {
+            Ok(()) => {} // it has ended: nothing to resize
+            Err(e) => panic!("resizing an ended process: {e}"),
+        }
+
+        let no_stdin = format!("{id}-closed");
+        let (out, status) = run(
+            container,
+            Some(process(&no_stdin, "cat; echo eof", None)),
+            &no_stdin,
+        )
+        .await;
+        assert_eq!(
+            (out, status.unwrap()),
+            (vec![(OutputStream::Stdout, "eof\n".to_string())], 0)
+        );
+
+        let (tx, _rx) = mpsc::channel(4);
+        let sleeper = container
+            .run(
+                process(&format!("{id}-sleeper"), "exec sleep 60", None),
+                ProcessIo {
+                    stdin: None,
+                    output: tx,
+                },
+            )
+            .await
+            .unwrap();
+        match sleeper
+            .set_tty(WindowSize {
+                columns: 80,
+                rows: 24,
+            })
+            .await
+        {
+            Err(RuntimeError::Worker {
+                status: 400,
+                message,
+                ..
+            }) => assert!(message.contains("no TTY"), "{message}"),
+            other => panic!("resizing a process without a TTY: {other:?}"),
+        }
+        sleeper.signal(ProcessSignal::Kill).await.unwrap();
+        assert_eq!(sleeper.wait().await.unwrap(), 137);
+    }
+
+    #[actix_rt::test]
+    async fn local_agent_feeds_stdin_and_resizes_tty_processes() {
+        let work = tempfile::tempdir().unwrap();
+        let agent = start_worker(config(work.path(), "local")).await.unwrap();
+        let worker = worker(&agent);
+        let ch = uuid();
+        let container = worker
+            .find_or_create_container(&container_spec(&ch, RootfsSpec::Default, vec![]))
+            .await
+            .unwrap();
+        stdin_round_trip(&*container, "in").await;
+        tty_round_trip(&*container, "tty").await;
+        worker.destroy_container(&ch).await.unwrap();
+        agent.stop().await;
+    }
+
+    #[actix_rt::test]
+    async fn runc_agent_runs_tty_processes_as_init_and_with_exec_and_resizes_them() {
+        if !runc_available() {
+            eprintln!("skipped: needs root and /usr/sbin/runc");
+            return;
+        }
+        let work = tempfile::tempdir().unwrap();
+        let agent = start_worker(config(work.path(), "runc")).await.unwrap();
+        let worker = worker(&agent);
+        let ch = uuid();
+        let _cleanup = RuncCleanup {
+            work_dir: work.path().canonicalize().unwrap(),
+            handles: vec![ch.clone()],
+        };
+        let container = worker
+            .find_or_create_container(&container_spec(&ch, RootfsSpec::Default, vec![]))
+            .await
+            .unwrap();
+        // As the container's init (runc run)...
+        tty_round_trip(&*container, "tty-init").await;
+        // ...and joining a running init (runc exec), as a hijack does.
+        let (tx, _rx) = mpsc::channel(4);
+        let init = container
+            .run(
+                process("init", "exec sleep 60", None),
+                ProcessIo {
+                    stdin: None,
+                    output: tx,
+                },
+            )
+            .await
+            .unwrap();
+        tty_round_trip(&*container, "tty-exec").await;
+        stdin_round_trip(&*container, "in").await;
+        init.signal(ProcessSignal::Kill).await.unwrap();
+        assert_eq!(init.wait().await.unwrap(), 137);
+        worker.destroy_container(&ch).await.unwrap();
         agent.stop().await;
     }
 }

@@ -157,6 +157,9 @@ pub struct WorkerConfig {
     pub heartbeat_interval_secs: u64,
     /// Limits used by placement.
     pub limits: WorkerLimits,
+    /// Kernel-enforced limits for containers whose task sets none (runc
+    /// only); a task's `container_limits` win field by field. Default: none.
+    pub default_limits: ContainerLimitDefaults,
     /// On SIGTERM, retire (deregister) instead of landing. Default false.
     pub retire_on_stop: bool,
 }
@@ -178,7 +181,35 @@ impl Default for WorkerConfig {
             runc_path: "runc".into(),
             heartbeat_interval_secs: 30,
             limits: WorkerLimits::default(),
+            default_limits: ContainerLimitDefaults::default(),
             retire_on_stop: false,
+        }
+    }
+}
+
+/// Worker-wide default container limits (`[worker.default_limits]`), used
+/// for each limit a task's `container_limits` leaves unset.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContainerLimitDefaults {
+    /// Memory limit in bytes (memory + swap: containers never swap). Default: unlimited.
+    pub memory: Option<u64>,
+    /// CPU shares (relative weight; the kernel's default is 1024). Default: unset.
+    pub cpu: Option<u64>,
+    /// Most processes and threads in a container. Default: unlimited.
+    pub pids: Option<u64>,
+}
+
+impl ContainerLimitDefaults {
+    /// `limits` with each unset field taken from these defaults.
+    pub fn apply(
+        &self,
+        limits: &gantry_actors::spec::ResourceLimits,
+    ) -> gantry_actors::spec::ResourceLimits {
+        gantry_actors::spec::ResourceLimits {
+            memory: limits.memory.or(self.memory),
+            cpu: limits.cpu.or(self.cpu),
+            pids: limits.pids.or(self.pids),
         }
     }
 }

@@ -68,15 +68,22 @@ pub struct UnpackLimits {
     pub max_entries: u64,
     /// Most path components in an entry's path (`a/b/c` has 3).
     pub max_depth: usize,
+    /// Accept symlinks whatever their target (absolute, or climbing above
+    /// the destination), as root filesystem images need (`/bin/sh ->
+    /// /bin/busybox`). Safe because extraction never follows a symlink; the
+    /// target only matters to whoever resolves the link later, such as a
+    /// container whose root is the destination. Default false.
+    pub allow_absolute_symlinks: bool,
 }
 
 impl Default for UnpackLimits {
-    /// 10 GiB, 1 000 000 entries, depth 256.
+    /// 10 GiB, 1 000 000 entries, depth 256, symlinks kept inside.
     fn default() -> Self {
         UnpackLimits {
             max_bytes: 10 * 1024 * 1024 * 1024,
             max_entries: 1_000_000,
             max_depth: 256,
+            allow_absolute_symlinks: false,
         }
     }
 }
@@ -923,14 +930,18 @@ fn split_path(raw: &[u8]) -> Result<Vec<&[u8]>, &'static str> {
 ///
 /// Only leading `..` components are allowed (at most as many as the link
 /// has parents): a `..` after a name could climb out through another
-/// symlink, whatever it looks like lexically.
-fn check_symlink_target(link: &[&[u8]], target: &[u8]) -> Result<(), String> {
+/// symlink, whatever it looks like lexically. With `any_target` (root
+/// filesystem images) every non-empty target without a NUL byte is fine.
+fn check_symlink_target(link: &[&[u8]], target: &[u8], any_target: bool) -> Result<(), String> {
     let shown = display_name(target);
     if target.is_empty() {
         return Err("symlink has an empty target".into());
     }
     if target.contains(&0) {
         return Err(format!("symlink target {shown:?} contains a NUL byte"));
+    }
+    if any_target {
+        return Ok(());
     }
     if target[0] == b'/' {
         return Err(format!("symlink target {shown:?} is absolute"));
@@ -1383,7 +1394,8 @@ impl Extractor<'_> {
                 return Err(refuse(&name, "link without a target"))
             }
             (EntryType::Symlink, Some(target)) => {
-                check_symlink_target(&comps, target).map_err(|r| refuse(&name, r))?;
+                check_symlink_target(&comps, target, self.limits.allow_absolute_symlinks)
+                    .map_err(|r| refuse(&name, r))?;
                 None
             }
             (EntryType::Link, Some(target)) => {
@@ -2230,6 +2242,46 @@ mod tests {
             assert!(m.file_type().is_file(), "{name}");
         }
         assert_eq!(fs::read(fx.dest.join("f")).unwrap(), b"replaced too");
+    }
+
+    #[tokio::test]
+    async fn rootfs_images_may_hold_absolute_symlinks_that_are_never_followed() {
+        let image = UnpackLimits {
+            allow_absolute_symlinks: true,
+            ..UnpackLimits::default()
+        };
+        let fx = Fx::new();
+        let abs = fx.outside.clone().into_os_string().into_vec();
+        let (r, fx) = attack_in(
+            RawTar::new()
+                .dir(b"bin")
+                .symlink(b"bin/sh", b"/bin/busybox")
+                .symlink(b"up", b"../../..")
+                .symlink(b"evil", &abs)
+                .finish(),
+            image,
+            fx,
+        )
+        .await;
+        assert_eq!(r.unwrap().entries, 4);
+        assert_eq!(
+            fs::read_link(fx.dest.join("bin/sh")).unwrap(),
+            PathBuf::from("/bin/busybox")
+        );
+        // Writing through such a link is still refused.
+        let fx = Fx::new();
+        let (r, _) = attack_in(
+            RawTar::new()
+                .symlink(b"evil", &abs)
+                .file(b"evil/marker.txt", b"pwned")
+                .finish(),
+            image,
+            fx,
+        )
+        .await;
+        let (entry, reason) = unsafe_reason(&r);
+        assert_eq!(entry, "evil/marker.txt");
+        assert!(reason.contains("symlink"), "{reason}");
     }
 
     /// Like [`attack_in`] for a destination with content of its own (so no

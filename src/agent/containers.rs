@@ -322,11 +322,14 @@ impl ContainerRegistry {
         Ok(())
     }
 
-    /// Starts a process in a container.
+    /// Starts a process in a container. Its stdin pipe is closed at once
+    /// (it reads end-of-file) unless `stdin` says input will be sent through
+    /// [`ProcessRecord::feed_stdin`].
     pub async fn run(
         &self,
         handle: &str,
         spec: ProcessSpec,
+        stdin: bool,
     ) -> Result<Arc<ProcessRecord>, AgentError> {
         check_name("process id", &spec.id)?;
         let container = self.get(handle)?;
@@ -341,6 +344,9 @@ impl ContainerRegistry {
             }
         };
         let record = ProcessRecord::start(&dir, &spec.id, log, spawned);
+        if !stdin {
+            record.close_stdin();
+        }
         lock(&container.processes).push(record.clone());
         tracing::debug!(container = %handle, process = %spec.id, path = %spec.path, "process started");
         Ok(record)

@@ -24,11 +24,15 @@ pub mod beacon;
 pub mod containers;
 pub mod error;
 pub mod processes;
+pub mod pty;
 pub mod rootfs;
 pub mod server;
 pub mod slots;
 pub mod state;
 pub mod volumes;
+
+#[cfg(test)]
+mod tar_safety_tests;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -254,7 +258,15 @@ pub async fn run_worker(
 ) -> anyhow::Result<()> {
     let retire = cfg.retire_on_stop;
     let handle = start_worker(cfg).await?;
-    let _ = shutdown.wait_for(|n| *n >= 1).await;
+    let mut status = handle.status.clone();
+    tokio::select! {
+        _ = shutdown.wait_for(|n| *n >= 1) => {}
+        // Retired by an operator (`gantry retire-worker`): nothing left to do.
+        _ = status.wait_for(|s| s == "retired") => {
+            handle.stop().await;
+            return Ok(());
+        }
+    }
     let (abort_tx, abort) = watch::channel(false);
     let mut second = shutdown.clone();
     let forward = tokio::spawn(async move {

@@ -10,23 +10,40 @@
 //!
 //! Frame format: one byte for the stream (1 = stdout, 2 = stderr), the data
 //! length as a big-endian `u32`, then the data (at most [`MAX_CHUNK`] bytes).
+//!
+//! Input: every child starts with a stdin pipe (or, with a TTY, the pty
+//! master) kept in its record. The container registry closes the pipe at once
+//! unless the caller said it will send input; [`ProcessRecord::feed_stdin`]
+//! then writes a stream into it (one writer at a time) and closes it at the
+//! stream's end. A TTY process's output is one stream (stdout), read from the
+//! pty master until no process holds the terminal; its window size changes
+//! with [`ProcessRecord::set_tty`]. The pipe and the master are let go when
+//! the process ends.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::{Stream, StreamExt};
 use gantry_actors::runtime::{OutputStream, ProcessSignal};
+use gantry_actors::spec::WindowSize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{watch, Mutex};
 
 use super::api::OutputLine;
 use super::error::AgentError;
+use super::pty::Pty;
 
 /// The largest chunk of output stored in one frame.
 pub const MAX_CHUNK: usize = 64 * 1024;
 
 /// Bytes of a frame header: stream tag and length.
 const HEADER: usize = 5;
+
+/// After a TTY process has exited, how long its terminal may stay silent
+/// before output stops being read (a background child may hold the terminal
+/// open for ever; runc's own copy has finished by the time runc exits).
+const PTY_DRAIN: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// How a process ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,37 +89,54 @@ pub enum SignalTarget {
     },
 }
 
+/// Where a started child's output comes from.
+pub enum ChildOutput {
+    /// Separate pipes for stdout and stderr.
+    Pipes {
+        /// Its standard output.
+        stdout: tokio::process::ChildStdout,
+        /// Its standard error.
+        stderr: tokio::process::ChildStderr,
+    },
+    /// Its terminal: one stream, recorded as stdout.
+    Pty(Arc<Pty>),
+}
+
+/// Where a process's input is written.
+pub enum StdinSink {
+    /// The write end of its stdin pipe; dropping it is end-of-file.
+    Pipe(tokio::process::ChildStdin),
+    /// Its terminal's master (shared with the output reader).
+    Pty(Arc<Pty>),
+}
+
+impl StdinSink {
+    /// Writes all of `data`.
+    async fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
+        match self {
+            StdinSink::Pipe(pipe) => {
+                pipe.write_all(data).await?;
+                pipe.flush().await
+            }
+            StdinSink::Pty(pty) => pty.write_all(data).await,
+        }
+    }
+}
+
 /// A started child, handed from a backend to [`ProcessRecord::start`].
 pub struct Spawned {
-    /// Its standard output.
-    pub stdout: tokio::process::ChildStdout,
-    /// Its standard error.
-    pub stderr: tokio::process::ChildStderr,
+    /// Its output.
+    pub output: ChildOutput,
+    /// Its input, until the registry closes it or a writer takes it.
+    pub stdin: Option<StdinSink>,
     /// Becomes `Some` when it has exited.
     pub exit: watch::Receiver<Option<ProcessEnd>>,
     /// How to signal it.
     pub signal: SignalTarget,
 }
 
-/// Spawns `cmd` in its own process group with stdin closed and stdout/stderr
-/// piped, plus a task that waits for it and announces its end. Returns the
-/// child and its pid.
-pub fn spawn_child(
-    cmd: &mut tokio::process::Command,
-    what: &str,
-) -> Result<(Spawned, u32), AgentError> {
-    cmd.stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(false);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| AgentError::Backend(format!("cannot start {what}: {e}")))?;
-    let pid = child.id().unwrap_or(0);
-    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(AgentError::Backend(format!("{what}: output pipes missing")));
-    };
+/// Starts a task that waits for `child` and announces its end.
+fn watch_exit(mut child: tokio::process::Child) -> watch::Receiver<Option<ProcessEnd>> {
     let (tx, rx) = watch::channel(None);
     tokio::spawn(async move {
         let end = match child.wait().await {
@@ -111,10 +145,65 @@ pub fn spawn_child(
         };
         let _ = tx.send(Some(end));
     });
+    rx
+}
+
+/// Spawns `cmd` in its own process group with stdin, stdout and stderr
+/// piped, plus a task that waits for it and announces its end. Returns the
+/// child and its pid.
+pub fn spawn_child(
+    cmd: &mut tokio::process::Command,
+    what: &str,
+) -> Result<(Spawned, u32), AgentError> {
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| AgentError::Backend(format!("cannot start {what}: {e}")))?;
+    let pid = child.id().unwrap_or(0);
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(AgentError::Backend(format!("{what}: stdio pipes missing")));
+    };
     let spawned = Spawned {
-        stdout,
-        stderr,
-        exit: rx,
+        output: ChildOutput::Pipes { stdout, stderr },
+        stdin: Some(StdinSink::Pipe(stdin)),
+        exit: watch_exit(child),
+        signal: SignalTarget::ProcessGroup(pid as i32),
+    };
+    Ok((spawned, pid))
+}
+
+/// Spawns `cmd` on a new pseudo-terminal of `size` (its stdin, stdout,
+/// stderr and controlling terminal, in a session of its own), plus a task
+/// that waits for it. Returns the child and its pid (also its session's and
+/// process group's id). `cmd` is consumed so that the agent's copies of the
+/// terminal's slave side are closed once the child has it.
+pub fn spawn_tty_child(
+    mut cmd: tokio::process::Command,
+    what: &str,
+    size: WindowSize,
+) -> Result<(Spawned, u32), AgentError> {
+    let (pty, slave) =
+        Pty::open(size).map_err(|e| AgentError::io(format!("opening a terminal for {what}"), e))?;
+    Pty::attach_to(&mut cmd, &slave)
+        .map_err(|e| AgentError::io(format!("opening a terminal for {what}"), e))?;
+    cmd.kill_on_drop(false);
+    let child = cmd
+        .spawn()
+        .map_err(|e| AgentError::Backend(format!("cannot start {what}: {e}")))?;
+    drop(cmd);
+    drop(slave);
+    let pid = child.id().unwrap_or(0);
+    let pty = Arc::new(pty);
+    let spawned = Spawned {
+        output: ChildOutput::Pty(pty.clone()),
+        stdin: Some(StdinSink::Pty(pty)),
+        exit: watch_exit(child),
         signal: SignalTarget::ProcessGroup(pid as i32),
     };
     Ok((spawned, pid))
@@ -139,6 +228,17 @@ pub struct ProcessRecord {
     progress: watch::Sender<Progress>,
     /// How to signal it; `None` for a process found on disk at start-up.
     signal: Option<SignalTarget>,
+    /// Its input while it runs, until closed or taken by a writer.
+    stdin: std::sync::Mutex<Option<StdinSink>>,
+    /// Its terminal while it runs, when it has one.
+    pty: std::sync::Mutex<Option<Arc<Pty>>>,
+    /// Whether it was started with a terminal.
+    tty: bool,
+}
+
+/// Locks a std mutex, ignoring poisoning (plain hand-over of a value).
+fn lock<X>(m: &std::sync::Mutex<X>) -> std::sync::MutexGuard<'_, X> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Path of a process's log in `dir`.
@@ -170,13 +270,20 @@ impl ProcessRecord {
 
     /// Starts recording a spawned process into `log` (from [`Self::create_log`]);
     /// a task copies its output until it exits, then stores the exit status.
-    pub fn start(dir: &Path, id: &str, log: tokio::fs::File, child: Spawned) -> Arc<Self> {
+    pub fn start(dir: &Path, id: &str, log: tokio::fs::File, mut child: Spawned) -> Arc<Self> {
         let (progress, _) = watch::channel(Progress::default());
+        let pty = match &child.output {
+            ChildOutput::Pty(pty) => Some(pty.clone()),
+            ChildOutput::Pipes { .. } => None,
+        };
         let record = Arc::new(ProcessRecord {
             id: id.to_string(),
             log_path: log_path(dir, id),
             progress,
             signal: Some(child.signal.clone()),
+            stdin: std::sync::Mutex::new(child.stdin.take()),
+            tty: pty.is_some(),
+            pty: std::sync::Mutex::new(pty),
         });
         let exit_file = exit_path(dir, id);
         tokio::spawn(record.clone().supervise(log, child, exit_file));
@@ -190,10 +297,15 @@ impl ProcessRecord {
             len: 0,
             failed: false,
         });
-        tokio::join!(
-            self.pump(child.stdout, OutputStream::Stdout, &writer),
-            self.pump(child.stderr, OutputStream::Stderr, &writer),
-        );
+        match child.output {
+            ChildOutput::Pipes { stdout, stderr } => {
+                tokio::join!(
+                    self.pump(stdout, OutputStream::Stdout, &writer),
+                    self.pump(stderr, OutputStream::Stderr, &writer),
+                );
+            }
+            ChildOutput::Pty(pty) => self.pump_pty(&pty, child.exit.clone(), &writer).await,
+        }
         let mut exit = child.exit;
         let end = match exit.wait_for(Option::is_some).await {
             Ok(end) => end
@@ -204,7 +316,146 @@ impl ProcessRecord {
         if let Err(e) = write_exit(&exit_file, &end).await {
             tracing::warn!(process = %self.id, error = %e, "cannot store an exit status");
         }
+        drop(lock(&self.stdin).take());
+        drop(lock(&self.pty).take());
         self.progress.send_modify(|p| p.end = Some(end));
+    }
+
+    /// Appends what the process writes to its terminal to the log as stdout,
+    /// until no process holds the terminal, or, once the process has exited,
+    /// the terminal stays silent for [`PTY_DRAIN`].
+    async fn pump_pty(
+        &self,
+        pty: &Pty,
+        mut exit: watch::Receiver<Option<ProcessEnd>>,
+        writer: &Mutex<LogWriter>,
+    ) {
+        let mut buf = vec![0u8; MAX_CHUNK];
+        let mut exited = false;
+        loop {
+            let read = if exited {
+                match tokio::time::timeout(PTY_DRAIN, pty.read(&mut buf)).await {
+                    Ok(read) => read,
+                    Err(_) => return,
+                }
+            } else {
+                tokio::select! {
+                    read = pty.read(&mut buf) => read,
+                    _ = exit.wait_for(Option::is_some) => {
+                        exited = true;
+                        continue;
+                    }
+                }
+            };
+            let n = match read {
+                Ok(0) => return,
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(process = %self.id, error = %e, "reading the terminal failed");
+                    return;
+                }
+            };
+            let mut w = writer.lock().await;
+            if let Some(len) = w.append(OutputStream::Stdout, &buf[..n], &self.id).await {
+                self.progress.send_modify(|p| p.len = len);
+            }
+        }
+    }
+
+    /// Closes a stdin pipe nobody will write to (the process reads
+    /// end-of-file); a terminal stays open.
+    pub fn close_stdin(&self) {
+        let mut stdin = lock(&self.stdin);
+        if matches!(*stdin, Some(StdinSink::Pipe(_))) {
+            *stdin = None;
+        }
+    }
+
+    /// Whether it was started with a terminal.
+    pub fn has_tty(&self) -> bool {
+        self.tty
+    }
+
+    /// Changes its terminal's window size; a process that has ended is left alone.
+    pub fn set_tty(&self, size: WindowSize) -> Result<(), AgentError> {
+        if self.end().is_some() {
+            return Ok(());
+        }
+        if !self.tty {
+            return Err(AgentError::BadRequest(format!(
+                "process {} has no TTY; start it with \"tty\" to resize its window",
+                self.id
+            )));
+        }
+        if size.columns == 0 || size.rows == 0 {
+            return Err(AgentError::BadRequest(format!(
+                "window size {}x{}: columns and rows must be at least 1",
+                size.columns, size.rows
+            )));
+        }
+        let pty = lock(&self.pty).clone();
+        match pty {
+            Some(pty) => pty
+                .resize(size)
+                .map_err(|e| AgentError::io(format!("resizing the terminal of process {}", self.id), e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes `input` to the process's stdin until the stream ends (then a
+    /// pipe is closed: the process reads end-of-file), the process ends, or
+    /// writing fails because it stopped reading. One writer at a time for a
+    /// pipe; any number for a terminal.
+    pub async fn feed_stdin(
+        &self,
+        input: impl Stream<Item = std::io::Result<Bytes>>,
+    ) -> Result<(), AgentError> {
+        let sink = {
+            let mut stdin = lock(&self.stdin);
+            match stdin.as_ref() {
+                Some(StdinSink::Pty(pty)) => Some(StdinSink::Pty(pty.clone())),
+                Some(StdinSink::Pipe(_)) => stdin.take(),
+                None => None,
+            }
+        };
+        let Some(mut sink) = sink else {
+            if self.end().is_some() {
+                return Ok(());
+            }
+            return Err(AgentError::Conflict(format!(
+                "the stdin of process {} is closed or already being written: \
+                 start the process with ?stdin=true and send its input once",
+                self.id
+            )));
+        };
+        let mut input = std::pin::pin!(input);
+        let ended = self.wait();
+        let mut ended = std::pin::pin!(ended);
+        loop {
+            let chunk = tokio::select! {
+                chunk = input.next() => chunk,
+                _ = &mut ended => return Ok(()),
+            };
+            let data = match chunk {
+                None => return Ok(()),
+                Some(Ok(data)) => data,
+                Some(Err(e)) => {
+                    return Err(AgentError::BadRequest(format!(
+                        "reading the input of process {}: {e}",
+                        self.id
+                    )))
+                }
+            };
+            let written = tokio::select! {
+                written = sink.write_all(&data) => written,
+                _ = &mut ended => return Ok(()),
+            };
+            if let Err(e) = written {
+                // It exited or closed its stdin: what is left goes nowhere.
+                tracing::debug!(process = %self.id, error = %e, "stdin closed by the process");
+                return Ok(());
+            }
+        }
     }
 
     /// Appends everything read from `pipe` to the log as `stream` frames.
@@ -266,6 +517,9 @@ impl ProcessRecord {
             log_path: log,
             progress,
             signal: None,
+            stdin: std::sync::Mutex::new(None),
+            pty: std::sync::Mutex::new(None),
+            tty: false,
         }
     }
 

@@ -17,10 +17,22 @@
 //! | `GET /containers` | `["handle", ...]` |
 //! | `GET /containers/{h}` | `{"handle","spec","state","processes"}` |
 //! | `DELETE /containers/{h}` | 204 |
-//! | `POST /containers/{h}/processes` (`ProcessSpec`) | 201 `{"id"}` |
+//! | `POST /containers/{h}/processes[?stdin=true]` (`ProcessSpec`) | 201 `{"id"}` |
 //! | `GET /containers/{h}/processes/{id}` | `{"id","exit_status"}` |
 //! | `GET /containers/{h}/processes/{id}/output` | NDJSON, replayed and followed |
 //! | `POST /containers/{h}/processes/{id}/signal` (`{"signal"}`) | 204 |
+//! | `PUT /containers/{h}/processes/{id}/stdin` (streamed body) | 204 when the body or the process ended |
+//! | `PUT /containers/{h}/processes/{id}/tty` (`{"columns","rows"}`) | 204 |
+//!
+//! Interactive processes: a process reads end-of-file on stdin at once
+//! unless it was started with `?stdin=true`; then one streaming
+//! `PUT .../stdin` (chunked body) is its input, written as it arrives, and
+//! the end of the body closes its stdin. A process started with
+//! `"tty": {"columns","rows"}` in its spec runs on a terminal: its output is
+//! one stream (stdout) in `/output`, `PUT .../stdin` may be repeated (the
+//! terminal stays open), and `PUT .../tty` changes its window size (the
+//! process gets `SIGWINCH`). Output and exit status are read from `/output`
+//! as for any process, so a caller that reconnects attaches the same way.
 
 use std::sync::Arc;
 
@@ -32,7 +44,8 @@ use base64::Engine;
 use bytes::Bytes;
 use futures::StreamExt;
 use gantry_actors::runtime::ByteStream;
-use gantry_actors::spec::{ContainerSpec, Encoding, ProcessSpec, VolumeSpec};
+use gantry_actors::spec::{ContainerSpec, Encoding, ProcessSpec, VolumeSpec, WindowSize};
+use serde::Deserialize;
 
 use super::api::{
     ContainerCreated, Health, OutputLine, ProcessCreated, SignalRequest, StreamQuery,
@@ -76,6 +89,10 @@ pub fn build(state: Arc<AgentState>, listener: std::net::TcpListener) -> std::io
                 .default_service(web::to(no_route))
         })
         .workers(HTTP_WORKERS)
+        // Streamed answers (process output, tar) are written in small
+        // pieces; with Nagle's algorithm each one after the first waits for
+        // the client's delayed ACK (40 ms on Linux).
+        .tcp_nodelay(true)
         .disable_signals()
         .shutdown_timeout(5)
         .listen(listener)?
@@ -112,6 +129,14 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .route(
             "/containers/{handle}/processes/{id}/signal",
             web::post().to(signal_process),
+        )
+        .route(
+            "/containers/{handle}/processes/{id}/stdin",
+            web::put().to(process_stdin),
+        )
+        .route(
+            "/containers/{handle}/processes/{id}/tty",
+            web::put().to(resize_process),
         );
 }
 
@@ -330,16 +355,35 @@ async fn destroy_container(
     Ok(HttpResponse::NoContent().finish())
 }
 
+/// Query of `POST /containers/{handle}/processes`.
+#[derive(Debug, Default, Deserialize)]
+struct RunQuery {
+    /// Keep the process's stdin open for `PUT .../stdin` (default false:
+    /// it reads end-of-file at once).
+    #[serde(default)]
+    stdin: bool,
+}
+
 /// `POST /containers/{handle}/processes`.
 async fn run_process(
     state: State,
     handle: web::Path<String>,
+    query: web::Query<RunQuery>,
     spec: web::Json<ProcessSpec>,
 ) -> Result<HttpResponse, AgentError> {
     let st = state.clone().into_inner();
     let (handle, spec) = (handle.into_inner(), spec.into_inner());
+    if let Some(size) = spec.tty {
+        if size.columns == 0 || size.rows == 0 {
+            return Err(AgentError::BadRequest(format!(
+                "tty size {}x{}: columns and rows must be at least 1",
+                size.columns, size.rows
+            )));
+        }
+    }
+    let stdin = query.stdin;
     let record = state
-        .on_main(async move { st.containers.run(&handle, spec).await })
+        .on_main(async move { st.containers.run(&handle, spec, stdin).await })
         .await?;
     Ok(HttpResponse::Created().json(ProcessCreated {
         id: record.id.clone(),
@@ -397,5 +441,59 @@ async fn signal_process(
         .get(&handle)?
         .process(&id)?
         .signal(body.signal)?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// `PUT /containers/{handle}/processes/{id}/stdin`: the streamed body is the
+/// process's input; answers when the body or the process has ended.
+async fn process_stdin(
+    state: State,
+    path: web::Path<(String, String)>,
+    mut payload: web::Payload,
+) -> Result<HttpResponse, AgentError> {
+    let (handle, id) = path.into_inner();
+    let record = state.containers.get(&handle)?.process(&id)?;
+    // The request body is tied to this thread and the process's pipe to the
+    // agent's runtime: hand chunks over through a small channel.
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
+    let input = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    });
+    let pump = async move {
+        while let Some(chunk) = payload.next().await {
+            let chunk =
+                chunk.map_err(|e| std::io::Error::other(format!("reading the request body: {e}")));
+            let failed = chunk.is_err();
+            if tx.send(chunk).await.is_err() || failed {
+                break;
+            }
+        }
+    };
+    let feed = state.on_main(async move { record.feed_stdin(input).await });
+    // The writer may finish first (the process ended): stop reading then.
+    let result = {
+        let feed = std::pin::pin!(feed);
+        let pump = std::pin::pin!(pump);
+        match futures::future::select(feed, pump).await {
+            futures::future::Either::Left((result, _)) => result,
+            futures::future::Either::Right(((), feed)) => feed.await,
+        }
+    };
+    result?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// `PUT /containers/{handle}/processes/{id}/tty`: resizes the process's terminal.
+async fn resize_process(
+    state: State,
+    path: web::Path<(String, String)>,
+    body: web::Json<WindowSize>,
+) -> Result<HttpResponse, AgentError> {
+    let (handle, id) = path.into_inner();
+    state
+        .containers
+        .get(&handle)?
+        .process(&id)?
+        .set_tty(body.into_inner())?;
     Ok(HttpResponse::NoContent().finish())
 }

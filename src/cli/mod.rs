@@ -55,6 +55,9 @@ pub struct WebFlags {
     /// Key workers present to register.
     #[arg(long, env = "GANTRY_REGISTRATION_KEY")]
     pub registration_key: Option<String>,
+    /// Largest artifact accepted, in bytes (upload or task output).
+    #[arg(long, env = "GANTRY_MAX_ARTIFACT_BYTES")]
+    pub max_artifact_bytes: Option<u64>,
 }
 
 /// Flags of a worker (override the config file and `GANTRY_WORKER_*` variables).

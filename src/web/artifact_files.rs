@@ -1,6 +1,7 @@
 //! The web node's artifact store: plain tar files under `DATA_DIR/artifacts`.
 //! An upload is decoded into a temporary file, checked to be a safe tar
-//! stream, and only then renamed into place, so a bad upload leaves nothing.
+//! stream within the size limit, and only then renamed into place, so a bad
+//! or oversized upload leaves nothing.
 
 use std::path::PathBuf;
 
@@ -12,12 +13,17 @@ use gantry_actors::spec::Encoding;
 use gantry_actors::EngineError;
 use tokio::io::AsyncWriteExt;
 
-use crate::tarball::{self, UnpackLimits};
+use crate::config::DEFAULT_MAX_ARTIFACT_BYTES;
+use crate::tarball::{self, TarError, UnpackLimits};
 
 /// Artifacts as files in one directory.
 pub struct ArtifactFiles {
     /// `DATA_DIR/artifacts`; uploads in progress live in its `tmp/`.
     dir: PathBuf,
+    /// Largest artifact accepted: its decoded tar stream (so a huge or
+    /// highly compressed upload cannot fill the disk before it is checked)
+    /// and the contents it unpacks to (`web.max_artifact_bytes`).
+    max_bytes: u64,
 }
 
 impl ArtifactFiles {
@@ -28,7 +34,24 @@ impl ArtifactFiles {
             std::fs::remove_dir_all(&tmp)?;
         }
         std::fs::create_dir_all(&tmp)?;
-        Ok(ArtifactFiles { dir })
+        Ok(ArtifactFiles {
+            dir,
+            max_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
+        })
+    }
+
+    /// Sets the largest artifact accepted, in bytes (see
+    /// `WebConfig::max_artifact_bytes`).
+    pub fn with_max_bytes(mut self, max_bytes: u64) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    fn too_large(&self) -> EngineError {
+        EngineError::Invalid(format!(
+            "artifact too large: it exceeds the limit of {} bytes (web.max_artifact_bytes)",
+            self.max_bytes
+        ))
     }
 
     fn path(&self, id: &str) -> Result<PathBuf, EngineError> {
@@ -44,7 +67,10 @@ impl ArtifactFiles {
     /// The extraction rules an upload of this kind must pass.
     fn limits(&self, kind: ArtifactKind) -> UnpackLimits {
         let _ = kind;
-        UnpackLimits::default()
+        UnpackLimits {
+            max_bytes: self.max_bytes,
+            ..UnpackLimits::default()
+        }
     }
 
     async fn receive(
@@ -58,6 +84,7 @@ impl ArtifactFiles {
             .await
             .map_err(|e| EngineError::io("creating artifact file", e))?;
         let mut plain = tarball::decode(body, encoding);
+        let mut written = 0u64;
         while let Some(chunk) = plain.next().await {
             let chunk = chunk.map_err(|e| {
                 EngineError::Invalid(format!(
@@ -65,6 +92,10 @@ impl ArtifactFiles {
                     encoding.as_str()
                 ))
             })?;
+            written += chunk.len() as u64;
+            if written > self.max_bytes {
+                return Err(self.too_large());
+            }
             file.write_all(&chunk)
                 .await
                 .map_err(|e| EngineError::io("writing artifact file", e))?;
@@ -78,8 +109,9 @@ impl ArtifactFiles {
         tokio::task::spawn_blocking(move || tarball::validate_file(&check, &limits))
         .await
         .map_err(|e| EngineError::Invalid(format!("checking the upload: {e}")))?
-        .map_err(|e| {
-            EngineError::Invalid(format!("the upload is not an acceptable tar stream: {e}"))
+        .map_err(|e| match e {
+            TarError::TooLarge { .. } => self.too_large(),
+            e => EngineError::Invalid(format!("the upload is not an acceptable tar stream: {e}")),
         })?;
         let size = tokio::fs::metadata(tmp)
             .await

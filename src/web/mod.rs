@@ -64,7 +64,8 @@ pub async fn start_web(
         .await
         .with_context(|| format!("opening database {}", redact(&url)))?;
     let artifacts = ArtifactFiles::open(cfg.data_dir.join("artifacts"))
-        .context("opening the artifact store")?;
+        .context("opening the artifact store")?
+        .with_max_bytes(cfg.max_artifact_bytes);
     let encoding = Encoding::parse(&cfg.stream_encoding).with_context(|| {
         format!(
             "stream_encoding {:?}: use zstd, gzip or raw",

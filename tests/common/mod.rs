@@ -293,3 +293,122 @@ pub fn one_error_line(out: &Output) -> String {
     );
     err
 }
+
+/// A `gantry web` on an ephemeral port, with an optional TOML config.
+pub fn start_web(dir: &Path, db: &TestDb, config: &str) -> Server {
+    let cfg = dir.join("web.toml");
+    write(&cfg, config);
+    let mut cmd = gantry();
+    cmd.args([
+        "web",
+        "--listen",
+        "127.0.0.1:0",
+        "--registration-key",
+        "k3y",
+    ])
+    .arg("--config")
+    .arg(&cfg)
+    .arg("--data-dir")
+    .arg(dir.join("web"));
+    if let Some(url) = &db.url {
+        cmd.arg("--database-url").arg(url);
+    }
+    Server::start(cmd, "API on ", dir.join("web.log"))
+}
+
+/// A `gantry worker` process registered with `web`, heartbeating every second.
+pub fn start_worker(dir: &Path, web: &str, name: &str, extra: &[&str]) -> Server {
+    let mut cmd = gantry();
+    cmd.args([
+        "worker",
+        "--name",
+        name,
+        "--web",
+        web,
+        "--listen",
+        "127.0.0.1:0",
+    ])
+    .args(["--registration-key", "k3y", "--heartbeat-interval", "1"])
+    .arg("--work-dir")
+    .arg(dir.join(name))
+    .args(extra);
+    Server::spawn(cmd, dir.join(format!("{name}.log")))
+}
+
+/// The worker named `name` in `gantry workers --json`, if listed.
+pub fn worker_json(url: &str, name: &str) -> Option<serde_json::Value> {
+    workers_json(url)
+        .as_array()?
+        .iter()
+        .find(|w| w["name"] == name)
+        .cloned()
+}
+
+/// Waits until worker `name` is in `state`.
+pub fn wait_worker_state(url: &str, name: &str, state: &str, timeout: Duration) {
+    wait_for(&format!("worker {name} {state}"), timeout, || {
+        (worker_json(url, name)?["state"] == state).then_some(())
+    });
+}
+
+/// `gantry builds --json`.
+pub fn builds_json(url: &str) -> Vec<serde_json::Value> {
+    let out = client(url, &["builds", "--json"]);
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// Starts `gantry execute` in the background, its output captured to files.
+pub fn spawn_execute(url: &str, dir: &Path, tag: &str, args: &[&str]) -> Child {
+    gantry()
+        .arg("--url")
+        .arg(url)
+        .arg("execute")
+        .args(args)
+        .stdout(std::fs::File::create(dir.join(format!("{tag}.out"))).expect("out file"))
+        .stderr(std::fs::File::create(dir.join(format!("{tag}.err"))).expect("err file"))
+        .spawn()
+        .expect("gantry execute starts")
+}
+
+/// Waits for a child with a deadline; kills it on timeout.
+pub fn wait_child(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            return s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("process did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The build id `gantry execute` announced on stderr (`executing build N`).
+pub fn announced_build(err_file: &Path) -> Option<i64> {
+    let text = std::fs::read_to_string(err_file).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("executing build "))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// The last line a failing CLI printed on stderr (after progress lines such
+/// as `executing build N`), which must start with `error:`.
+pub fn failure_line(out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "expected a failure, got success: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    let last = err.lines().last().unwrap_or_default().to_string();
+    assert!(
+        last.starts_with("error: "),
+        "expected an error line last, got:\n{err}"
+    );
+    last
+}

@@ -6,6 +6,7 @@
 //! `root/tmp/build/x/src -> volumes/<v>/data`), and a process's `dir` and an
 //! absolute executable path are mapped into it the same way when they exist
 //! there. The root filesystem, user, limits and read-only mounts are ignored.
+//! A process with a TTY runs directly on a pseudo-terminal of the agent's.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use gantry_actors::spec::ProcessSpec;
 
 use super::{process_env, BackendContainer, ContainerBackend, ContainerContext};
 use crate::agent::error::{blocking, AgentError};
-use crate::agent::processes::{spawn_child, Spawned};
+use crate::agent::processes::{spawn_child, spawn_tty_child, Spawned};
 
 /// The backend without isolation.
 pub struct LocalBackend;
@@ -93,8 +94,11 @@ impl BackendContainer for LocalContainer {
             .map(&process.path)
             .map(PathBuf::into_os_string)
             .unwrap_or_else(|| process.path.clone().into());
-        let home = format!("HOME={}", self.home.display());
-        let env = process_env(&[home], &self.ctx.spec.env, &process.env);
+        let mut defaults = vec![format!("HOME={}", self.home.display())];
+        if process.tty.is_some() {
+            defaults.push(super::DEFAULT_TERM.to_string());
+        }
+        let env = process_env(&defaults, &self.ctx.spec.env, &process.env);
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(&process.args).current_dir(&cwd).env_clear();
         for kv in &env {
@@ -102,8 +106,12 @@ impl BackendContainer for LocalContainer {
                 cmd.env(k, v);
             }
         }
-        let (spawned, _pid) = spawn_child(&mut cmd, &format!("process {:?}", process.path))
-            .map_err(|e| AgentError::BadRequest(e.to_string()))?;
+        let what = format!("process {:?}", process.path);
+        let (spawned, _pid) = match process.tty {
+            Some(size) => spawn_tty_child(cmd, &what, size),
+            None => spawn_child(&mut cmd, &what),
+        }
+        .map_err(|e| AgentError::BadRequest(e.to_string()))?;
         Ok(spawned)
     }
 

@@ -22,6 +22,10 @@ use crate::config::WorkerConfig;
 /// replace it).
 pub const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// `TERM` of a process with a TTY (the container's or process's env may
+/// replace it).
+pub const DEFAULT_TERM: &str = "TERM=xterm";
+
 /// A volume mounted into a container, resolved to a host directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedMount {
@@ -66,7 +70,9 @@ pub trait ContainerBackend: Send + Sync {
 /// A prepared container in a backend.
 #[async_trait]
 pub trait BackendContainer: Send + Sync {
-    /// Starts a process with stdin closed and stdout/stderr piped.
+    /// Starts a process with stdin, stdout and stderr piped
+    /// (`processes::spawn_child`), or on a terminal of its own when
+    /// `process.tty` asks for one (`processes::spawn_tty_child`).
     async fn spawn(&self, process: &ProcessSpec) -> Result<Spawned, AgentError>;
 
     /// Kills whatever still runs in it and undoes `prepare` (the registry

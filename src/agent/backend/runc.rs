@@ -10,9 +10,17 @@
 //! init. runc keeps its state under `WORK_DIR/runc`, so agents with different
 //! work directories never see each other's containers.
 //!
-//! Not yet: `hermetic` changes nothing (every container has loopback only),
-//! `ProcessSpec::tty` is ignored (no terminal) and there are no user
-//! namespaces (container root is host root, with Docker's capability set).
+//! A process with a TTY (`ProcessSpec::tty`) gets `terminal: true`, and
+//! runc (`run` or `exec`, in the foreground) gets a pseudo-terminal of the
+//! agent's as its stdin, stdout, stderr and controlling terminal: runc
+//! creates the container's own terminal, proxies between the two and copies
+//! our window size onto it at start and on every `SIGWINCH`, which the
+//! kernel sends when the agent resizes its side (see `agent::pty`). runc's
+//! exit status is still the process's.
+//!
+//! Not yet: `hermetic` changes nothing (every container has loopback only)
+//! and there are no user namespaces (container root is host root, with
+//! Docker's capability set).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,7 +33,7 @@ use tokio::sync::{watch, Mutex};
 
 use super::{process_env, BackendContainer, ContainerBackend, ContainerContext};
 use crate::agent::error::{blocking, AgentError};
-use crate::agent::processes::{spawn_child, ProcessEnd, SignalTarget, Spawned};
+use crate::agent::processes::{spawn_child, spawn_tty_child, ProcessEnd, SignalTarget, Spawned};
 use crate::agent::rootfs::{self, RootfsPlan, UserIds};
 
 /// How long a second process waits for the container's init to start.
@@ -258,7 +266,7 @@ impl BackendContainer for RuncContainer {
                 .arg("--pid-file")
                 .arg(&pid_file)
                 .arg(&self.ctx.handle);
-            let (mut spawned, pid) = spawn_child(&mut cmd, &what)?;
+            let (mut spawned, pid) = start(cmd, &what, process)?;
             spawned.signal = SignalTarget::PidFile {
                 path: pid_file,
                 fallback: pid as i32,
@@ -284,7 +292,7 @@ impl BackendContainer for RuncContainer {
             .arg("--pid-file")
             .arg(&pid_file)
             .arg(&self.ctx.handle);
-        let (mut spawned, pid) = spawn_child(&mut cmd, &what)?;
+        let (mut spawned, pid) = start(cmd, &what, process)?;
         spawned.signal = SignalTarget::PidFile {
             path: pid_file.clone(),
             fallback: pid as i32,
@@ -310,6 +318,18 @@ impl BackendContainer for RuncContainer {
     }
 }
 
+/// Starts runc with pipes, or on a terminal when the process has a TTY.
+fn start(
+    mut cmd: tokio::process::Command,
+    what: &str,
+    process: &ProcessSpec,
+) -> Result<(Spawned, u32), AgentError> {
+    match process.tty {
+        Some(size) => spawn_tty_child(cmd, what, size),
+        None => spawn_child(&mut cmd, what),
+    }
+}
+
 /// The `process` object of config.json (and of `runc exec --process`).
 pub fn process_json(ctx: &ContainerContext, p: &ProcessSpec, user: UserIds) -> Value {
     let cwd = match p.dir.as_deref() {
@@ -325,11 +345,15 @@ pub fn process_json(ctx: &ContainerContext, p: &ProcessSpec, user: UserIds) -> V
     let args: Vec<&str> = std::iter::once(p.path.as_str())
         .chain(p.args.iter().map(String::as_str))
         .collect();
-    json!({
-        "terminal": false,
+    let mut defaults = vec![home.to_string()];
+    if p.tty.is_some() {
+        defaults.push(super::DEFAULT_TERM.to_string());
+    }
+    let mut process = json!({
+        "terminal": p.tty.is_some(),
         "user": { "uid": user.uid, "gid": user.gid },
         "args": args,
-        "env": process_env(&[home.to_string()], &ctx.spec.env, &p.env),
+        "env": process_env(&defaults, &ctx.spec.env, &p.env),
         "cwd": cwd,
         "capabilities": {
             "bounding": CAPABILITIES,
@@ -337,7 +361,11 @@ pub fn process_json(ctx: &ContainerContext, p: &ProcessSpec, user: UserIds) -> V
             "permitted": CAPABILITIES,
         },
         "noNewPrivileges": false,
-    })
+    });
+    if let Some(size) = p.tty {
+        process["consoleSize"] = json!({ "height": size.rows, "width": size.columns });
+    }
+    process
 }
 
 /// One entry of config.json's `mounts`.

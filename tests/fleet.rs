@@ -1,0 +1,280 @@
+//! End to end: a fleet of real worker processes. Placement by platform and
+//! tags, the constraint-by-constraint error, stalled workers (SIGKILL) and
+//! their steps, reruns elsewhere, exact limits with waiting, and the worker
+//! lifecycle (land, retire, prune, SIGTERM, stalled pruning).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn task(dir: &std::path::Path, name: &str, script: &str) -> String {
+    let f = dir.join(format!("{name}.yml"));
+    write(
+        &f,
+        format!("platform: linux\nrun:\n  path: sh\n  args: [-c, {script:?}]\n"),
+    );
+    f.to_str().unwrap().to_string()
+}
+
+fn worker_of(url: &str, build: i64) -> Option<String> {
+    builds_json(url)
+        .into_iter()
+        .find(|b| b["id"] == build)
+        .and_then(|b| b["worker"].as_str().map(str::to_string))
+}
+
+fn build_status(url: &str, build: i64) -> Option<String> {
+    builds_json(url)
+        .into_iter()
+        .find(|b| b["id"] == build)
+        .and_then(|b| b["status"].as_str().map(str::to_string))
+}
+
+#[test]
+fn steps_land_only_where_their_constraints_allow() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let web = start_web(dir.path(), &db, "");
+    let _plain = start_worker(dir.path(), &web.url, "plain", &[]);
+    let _gpu = start_worker(dir.path(), &web.url, "gpu", &["--tag", "gpu", "--tag", "big"]);
+    let _mac = start_worker(dir.path(), &web.url, "mac", &["--platform", "darwin"]);
+    wait_running(&web.url, 3);
+    let t = task(dir.path(), "hello", "echo hello");
+    let cases: [(&[&str], &str); 4] = [
+        (&[], "plain"),
+        (&["--tag", "gpu"], "gpu"),
+        (&["--tag", "gpu", "--tag", "big"], "gpu"),
+        (&["--platform", "darwin"], "mac"),
+    ];
+    for (extra, expected) in cases {
+        for _ in 0..2 {
+            let mut args = vec!["execute", "-c", t.as_str()];
+            args.extend_from_slice(extra);
+            let out = client(&web.url, &args);
+            assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains(&format!("running on worker {expected}\n")), "{extra:?} ran elsewhere: {err}");
+        }
+    }
+    // Nobody has tag "nope": the step fails at once, naming each constraint.
+    let started = Instant::now();
+    let out = client(&web.url, &["execute", "-c", &t, "--tag", "nope"]);
+    let err = failure_line(&out);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        err.contains("no workers satisfying: platform \"linux\", tags [\"nope\"], team \"main\": 3 workers registered, excluded: 1 with another platform than \"linux\", 2 without tags [\"nope\"]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_killed_worker_stalls_its_step_fails_naming_it_and_it_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let web = start_web(dir.path(), &db, "");
+    let mut victim = start_worker(dir.path(), &web.url, "victim", &["--tag", "v"]);
+    wait_running(&web.url, 1);
+    let t = task(dir.path(), "long", "echo started; sleep 15");
+    let mut exec = spawn_execute(&web.url, dir.path(), "long", &["-c", &t, "--tag", "v"]);
+    let out_file = dir.path().join("long.out");
+    wait_for("the task to start", Duration::from_secs(30), || {
+        std::fs::read_to_string(&out_file).ok()?.contains("started").then_some(())
+    });
+    victim.kill();
+    let killed = Instant::now();
+    // Stalled within its TTL (2 x 1 s) plus one heartbeat interval.
+    wait_worker_state(&web.url, "victim", "stalled", Duration::from_secs(10));
+    let took = killed.elapsed();
+    assert!(took <= Duration::from_millis(3500), "stalled after {took:?}");
+    // Its running step failed, naming the worker.
+    let status = wait_child(&mut exec, Duration::from_secs(30));
+    assert!(!status.success());
+    let err = std::fs::read_to_string(dir.path().join("long.err")).unwrap();
+    assert!(err.contains("worker victim"), "{err}");
+    // A stalled worker gets no new work.
+    let out = client(&web.url, &["execute", "-c", &t, "--tag", "v"]);
+    assert!(failure_line(&out).contains("1 stalled"));
+    // Restarted (same name and work dir), it is running again.
+    let _again = start_worker(dir.path(), &web.url, "victim", &["--tag", "v"]);
+    wait_worker_state(&web.url, "victim", "running", Duration::from_secs(20));
+    let quick = task(dir.path(), "quick", "echo back");
+    let out = client(&web.url, &["execute", "-c", &quick, "--tag", "v"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn with_rerun_a_step_whose_worker_vanishes_runs_again_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let web = start_web(dir.path(), &db, "[web]\nrerun_when_worker_disappears = true\n");
+    let mut workers: BTreeMap<&str, Server> = BTreeMap::new();
+    for name in ["r1", "r2"] {
+        workers.insert(name, start_worker(dir.path(), &web.url, name, &["--tag", "r"]));
+    }
+    wait_running(&web.url, 2);
+    let t = task(dir.path(), "rerun", "echo attempt; sleep 3; echo finished");
+    let mut exec = spawn_execute(&web.url, dir.path(), "rerun", &["-c", &t, "--tag", "r"]);
+    let err_file = dir.path().join("rerun.err");
+    let first = wait_for("placement", Duration::from_secs(30), || {
+        let err = std::fs::read_to_string(&err_file).ok()?;
+        let line = err.lines().find_map(|l| l.strip_prefix("running on worker "))?;
+        Some(line.trim().to_string())
+    });
+    wait_for("the first attempt to start", Duration::from_secs(30), || {
+        std::fs::read_to_string(dir.path().join("rerun.out")).ok()?.contains("attempt").then_some(())
+    });
+    workers.get_mut(first.as_str()).unwrap().kill();
+    let status = wait_child(&mut exec, Duration::from_secs(60));
+    let err = std::fs::read_to_string(&err_file).unwrap();
+    assert!(status.success(), "{err}");
+    let out = std::fs::read_to_string(dir.path().join("rerun.out")).unwrap();
+    assert!(out.ends_with("finished\n"), "{out}");
+    let other = if first == "r1" { "r2" } else { "r1" };
+    assert!(err.contains(&format!("running on worker {other}")), "{err}");
+}
+
+#[test]
+fn limit_active_tasks_never_runs_more_than_the_limit_on_a_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let chain = "[\"limit-active-tasks\", \"fewest-build-containers\"]";
+    let web = start_web(
+        dir.path(),
+        &db,
+        &format!("[web.placement]\nwith_inputs = {chain}\nwithout_inputs = {chain}\n"),
+    );
+    let _w: Vec<Server> = ["l1", "l2"]
+        .iter()
+        .map(|n| start_worker(dir.path(), &web.url, n, &["--max-active-tasks", "2"]))
+        .collect();
+    wait_running(&web.url, 2);
+    // Each task records, from inside, when it ran.
+    let t = task(dir.path(), "slot", "echo start $(date +%s%N); sleep 1; echo end $(date +%s%N)");
+    let mut children: Vec<_> = (0..10)
+        .map(|i| spawn_execute(&web.url, dir.path(), &format!("t{i}"), &["-c", &t]))
+        .collect();
+    for c in &mut children {
+        assert!(wait_child(c, Duration::from_secs(90)).success());
+    }
+    let mut intervals: BTreeMap<String, Vec<(u128, u128)>> = BTreeMap::new();
+    let mut waited = 0;
+    for i in 0..10 {
+        let out = std::fs::read_to_string(dir.path().join(format!("t{i}.out"))).unwrap();
+        let num = |p: &str| -> u128 {
+            out.lines().find_map(|l| l.strip_prefix(p)).unwrap().trim().parse().unwrap()
+        };
+        let err_file = dir.path().join(format!("t{i}.err"));
+        let err = std::fs::read_to_string(&err_file).unwrap();
+        if err.contains("waiting for a worker") {
+            waited += 1;
+        }
+        let build = announced_build(&err_file).unwrap();
+        let worker = worker_of(&web.url, build).unwrap();
+        intervals.entry(worker).or_default().push((num("start "), num("end ")));
+    }
+    for (worker, spans) in &intervals {
+        // The most tasks whose [start, end] overlap at any instant.
+        let mut edges: Vec<(u128, i32)> = spans.iter().flat_map(|(s, e)| [(*s, 1), (*e, -1)]).collect();
+        edges.sort_by_key(|(t, d)| (*t, *d));
+        let (mut now, mut most) = (0, 0);
+        for (_, d) in edges {
+            now += d;
+            most = most.max(now);
+        }
+        assert!(most <= 2, "worker {worker} ran {most} tasks at once");
+    }
+    assert_eq!(intervals.values().map(Vec::len).sum::<usize>(), 10);
+    let errs: Vec<String> = (0..10).map(|i| std::fs::read_to_string(dir.path().join(format!("t{i}.err"))).unwrap()).collect();
+    assert!(waited >= 1, "no task waited, so the limit was not exercised: {errs:?}\n{intervals:?}");
+    let metrics = reqwest::blocking::get(format!("{}/metrics", web.url)).unwrap().text().unwrap();
+    assert!(metrics.contains("gantry_steps_waiting 0\n"), "{metrics}");
+    assert!(metrics.contains("gantry_placements_total{chain=\"without_inputs\"} 10\n"), "{metrics}");
+    let waits = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("gantry_step_wait_seconds_count "))
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap();
+    assert!(waits >= 1, "{metrics}");
+}
+
+#[test]
+fn land_retire_and_prune_behave_and_refuse_as_specified() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let web = start_web(dir.path(), &db, "");
+    let mut a = start_worker(dir.path(), &web.url, "a", &["--tag", "a"]);
+    let mut b = start_worker(dir.path(), &web.url, "b", &["--tag", "b"]);
+    wait_running(&web.url, 2);
+
+    // Prune refuses a running worker.
+    let err = one_error_line(&client(&web.url, &["prune-worker", "a"]));
+    assert!(err.contains("worker a is running"), "{err}");
+    let err = one_error_line(&client(&web.url, &["land-worker", "nobody"]));
+    assert!(err.contains("worker nobody not found"), "{err}");
+
+    // Land: the running step finishes, then the worker is landed and takes no work.
+    let t = task(dir.path(), "two", "echo begun; sleep 2; echo done");
+    let mut exec = spawn_execute(&web.url, dir.path(), "land", &["-c", &t, "--tag", "a"]);
+    wait_for("the step on a", Duration::from_secs(30), || {
+        std::fs::read_to_string(dir.path().join("land.out")).ok()?.contains("begun").then_some(())
+    });
+    let out = client(&web.url, &["land-worker", "a"]);
+    assert!(out.status.success());
+    assert_eq!(worker_json(&web.url, "a").unwrap()["state"], "landing");
+    assert!(wait_child(&mut exec, Duration::from_secs(30)).success());
+    wait_worker_state(&web.url, "a", "landed", Duration::from_secs(10));
+    let out = client(&web.url, &["execute", "-c", &t, "--tag", "a"]);
+    assert!(failure_line(&out).contains("1 landed"));
+    // A landed worker that dies stays landed, and can then be pruned for good.
+    a.kill();
+    let out = client(&web.url, &["prune-worker", "a"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(worker_json(&web.url, "a").is_none());
+
+    // Retire: the running step finishes, the worker is deleted and its process exits.
+    let mut exec = spawn_execute(&web.url, dir.path(), "retire", &["-c", &t, "--tag", "b"]);
+    wait_for("the step on b", Duration::from_secs(30), || {
+        std::fs::read_to_string(dir.path().join("retire.out")).ok()?.contains("begun").then_some(())
+    });
+    assert!(client(&web.url, &["retire-worker", "b"]).status.success());
+    assert_eq!(worker_json(&web.url, "b").unwrap()["state"], "retiring");
+    assert!(wait_child(&mut exec, Duration::from_secs(30)).success());
+    wait_for("b to be deleted", Duration::from_secs(10), || worker_json(&web.url, "b").is_none().then_some(()));
+    let exited = wait_child(&mut b.child, Duration::from_secs(15));
+    assert!(exited.success(), "retired worker exited with {exited}");
+    // It does not come back by itself.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(worker_json(&web.url, "b").is_none());
+}
+
+#[test]
+fn sigterm_lands_or_retires_and_stalled_workers_are_pruned_after_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let web = start_web(dir.path(), &db, "[web]\nstalled_worker_timeout_secs = 2\n");
+    let lander = start_worker(dir.path(), &web.url, "lander", &[]);
+    let retiree = start_worker(dir.path(), &web.url, "retiree", &["--retire-on-stop"]);
+    let mut doomed = start_worker(dir.path(), &web.url, "doomed", &["--tag", "d"]);
+    wait_running(&web.url, 3);
+
+    for (server, gone) in [(lander, false), (retiree, true)] {
+        let mut server = server;
+        unsafe {
+            libc::kill(server.child.id() as i32, libc::SIGTERM);
+        }
+        let status = wait_child(&mut server.child, Duration::from_secs(20));
+        assert!(status.success(), "worker exited with {status}");
+        if !gone {
+            assert_eq!(worker_json(&web.url, "lander").unwrap()["state"], "landed");
+        }
+    }
+    wait_for("retiree deleted", Duration::from_secs(5), || worker_json(&web.url, "retiree").is_none().then_some(()));
+
+    doomed.kill();
+    wait_worker_state(&web.url, "doomed", "stalled", Duration::from_secs(10));
+    wait_for("doomed pruned", Duration::from_secs(10), || worker_json(&web.url, "doomed").is_none().then_some(()));
+    assert_eq!(worker_json(&web.url, "lander").unwrap()["state"], "landed");
+}
