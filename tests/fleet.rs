@@ -278,3 +278,35 @@ fn sigterm_lands_or_retires_and_stalled_workers_are_pruned_after_the_timeout() {
     wait_for("doomed pruned", Duration::from_secs(10), || worker_json(&web.url, "doomed").is_none().then_some(()));
     assert_eq!(worker_json(&web.url, "lander").unwrap()["state"], "landed");
 }
+
+#[test]
+fn a_frozen_worker_stalls_its_connection_restarts_and_it_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let web = start_web(dir.path(), &db, "");
+    let frozen = start_worker(dir.path(), &web.url, "frozen", &[]);
+    wait_running(&web.url, 1);
+    let pid = frozen.child.id() as i32;
+    // SIGSTOP: the process exists, its sockets accept, but nothing answers.
+    unsafe {
+        libc::kill(pid, libc::SIGSTOP);
+    }
+    wait_worker_state(&web.url, "frozen", "stalled", Duration::from_secs(10));
+    wait_for("the connection supervisor to restart", Duration::from_secs(20), || {
+        (worker_json(&web.url, "frozen")?["restarts"].as_u64()? >= 1).then_some(())
+    });
+    unsafe {
+        libc::kill(pid, libc::SIGCONT);
+    }
+    wait_worker_state(&web.url, "frozen", "running", Duration::from_secs(10));
+    let metrics = reqwest::blocking::get(format!("{}/metrics", web.url)).unwrap().text().unwrap();
+    let restarts: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("gantry_worker_restarts{worker=\"frozen\"} "))
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(restarts >= 1, "{metrics}");
+    let t = task(dir.path(), "after", "echo thawed");
+    let out = client(&web.url, &["execute", "-c", &t]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

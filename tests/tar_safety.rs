@@ -206,6 +206,11 @@ fn malicious_archives_are_refused_or_contained(kind: DbKind) {
         &db,
         &["--backend", "runc", "--max-artifact-bytes", &limit],
     );
+    assert_eq!(
+        workers_json(&server.url)[0]["backend"],
+        "runc",
+        "the tasks run in real containers"
+    );
     let artifacts = base.join("data/artifacts");
     let base_before = base_entries(base);
     let http = reqwest::blocking::Client::builder()

@@ -69,6 +69,8 @@ pub struct BuildDeps {
     /// One lock per (worker, artifact) image import, so an image is streamed
     /// to a worker once while other builds wait for it.
     pub imports: ImportLocks,
+    /// Open intercept sessions: a container with one is kept until it ends.
+    pub intercepts: crate::intercept::Intercepts,
 }
 
 /// Locks of image imports in progress, by (worker, artifact).
@@ -265,7 +267,7 @@ impl BuildRun {
             .await
             .map_err(EngineError::lost_if_unreachable);
         let lost = matches!(result, Err(EngineError::WorkerLost { .. }));
-        self.cleanup(placement.client.as_ref(), created, lost).await;
+        self.cleanup(placement.client.clone(), created, lost).await;
         self.deps.scheduler.do_send(ReleasePlacement(placement));
         result
     }
@@ -601,30 +603,88 @@ impl BuildRun {
     }
 
     /// Destroys what the build created; rows whose destroy failed, or whose
-    /// worker is lost, stay `destroying` for the collector.
-    async fn cleanup(&self, worker: &dyn Worker, created: Created, worker_lost: bool) {
-        let db = &self.deps.db;
-        for (kind, handle) in created
-            .containers
+    /// worker is lost, stay `destroying` for the collector. A container with
+    /// an open intercept session (`gantry hijack`) is kept, with the volumes
+    /// mounted in it, until its last session ends; that wait runs in the
+    /// background so that the build finishes meanwhile.
+    async fn cleanup(&self, worker: Arc<dyn Worker>, created: Created, worker_lost: bool) {
+        let job = Cleanup {
+            build: self.id,
+            db: self.deps.db.clone(),
+            intercepts: self.deps.intercepts.clone(),
+            worker,
+            created,
+            worker_lost,
+        };
+        let intercepted = !worker_lost
+            && job
+                .created
+                .containers
+                .iter()
+                .any(|h| job.intercepts.open_sessions(h) > 0);
+        if intercepted {
+            tracing::info!(
+                build = self.id,
+                "keeping the step's container until its intercept sessions end"
+            );
+            actix::spawn(job.run());
+        } else {
+            job.run().await;
+        }
+    }
+}
+
+/// Destroying what a step created, after any intercept session in its
+/// containers has ended.
+struct Cleanup {
+    /// The build, for logs.
+    build: i64,
+    /// Where the rows are.
+    db: Db,
+    /// Open intercept sessions, waited for before a container goes.
+    intercepts: crate::intercept::Intercepts,
+    /// The step's worker.
+    worker: Arc<dyn Worker>,
+    /// What the step created there.
+    created: Created,
+    /// The worker is lost: only mark the rows for the collector.
+    worker_lost: bool,
+}
+
+impl Cleanup {
+    /// Destroys the containers (each once its intercept sessions have ended
+    /// and new ones are refused), then the volumes.
+    async fn run(self) {
+        let db = &self.db;
+        let Created {
+            containers,
+            volumes,
+        } = self.created;
+        for (kind, handle) in containers
             .into_iter()
             .map(|h| (HandleKind::Container, h))
-            .chain(created.volumes.into_iter().map(|h| (HandleKind::Volume, h)))
+            .chain(volumes.into_iter().map(|h| (HandleKind::Volume, h)))
         {
-            let _ = db.set_handle_state(kind, &handle, "destroying").await;
-            if worker_lost {
-                continue;
+            if kind == HandleKind::Container && self.intercepts.close(&handle).await {
+                tracing::info!(build = self.build, %handle, "intercept sessions ended; destroying the container");
             }
-            let done = match kind {
-                HandleKind::Container => worker.destroy_container(&handle).await,
-                HandleKind::Volume => worker.destroy_volume(&handle).await,
-            };
-            match done {
-                Ok(()) => {
-                    let _ = db.delete_handle(kind, &handle).await;
+            let _ = db.set_handle_state(kind, &handle, "destroying").await;
+            if !self.worker_lost {
+                let done = match kind {
+                    HandleKind::Container => self.worker.destroy_container(&handle).await,
+                    HandleKind::Volume => self.worker.destroy_volume(&handle).await,
+                };
+                match done {
+                    Ok(()) => {
+                        let _ = db.delete_handle(kind, &handle).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(build = self.build, %handle, "destroy failed, left for GC: {e}")
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(build = self.id, %handle, "destroy failed, left for GC: {e}")
-                }
+            }
+            if kind == HandleKind::Container {
+                self.intercepts.forget(&handle);
             }
         }
     }

@@ -47,6 +47,11 @@ pub struct Engine {
     pub config: EngineConfig,
     /// Image imports in progress.
     pub imports: crate::build::ImportLocks,
+    /// Open intercept (`gantry hijack`) sessions, by container: a build
+    /// keeps a container while one is open.
+    pub intercepts: crate::intercept::Intercepts,
+    /// Builds clients of registered workers (for intercept sessions).
+    pub connector: Arc<dyn WorkerConnector>,
 }
 
 impl Engine {
@@ -81,7 +86,7 @@ impl Engine {
         let worker_states = WorkerStates::default();
         let registry = Registry::new(
             db.clone(),
-            connector,
+            connector.clone(),
             scheduler.clone(),
             worker_states.clone(),
             config.lifecycle.clone(),
@@ -96,7 +101,34 @@ impl Engine {
             worker_states,
             config,
             imports: Default::default(),
+            intercepts: Default::default(),
+            connector,
         })
+    }
+
+    /// A client of the registered worker `name`, to reach a container it
+    /// holds; fails when the worker is unknown or not heartbeating.
+    pub async fn worker_client(
+        &self,
+        name: &str,
+    ) -> Result<Arc<dyn crate::runtime::Worker>, EngineError> {
+        let row = self
+            .db
+            .list_workers()
+            .await?
+            .into_iter()
+            .find(|w| w.registration.name == name)
+            .ok_or_else(|| EngineError::NotFound {
+                kind: "worker",
+                name: name.to_string(),
+            })?;
+        if row.state == crate::worker_info::WorkerState::Stalled {
+            return Err(EngineError::WorkerLost {
+                worker: name.to_string(),
+                reason: "is stalled (no heartbeat within its TTL)".into(),
+            });
+        }
+        Ok(self.connector.connect(&row.registration))
     }
 
     /// Checks a one-off build's inputs against the team's artifacts, creates it
@@ -121,14 +153,13 @@ impl Engine {
                     )))
                 }
                 None => {}
-                Some(id) => {
-                    if self.db.get_artifact(team, id).await?.is_none() {
-                        return Err(EngineError::Invalid(format!(
-                            "input {:?}: artifact {id} not found in team {team:?}",
-                            input.name
-                        )));
-                    }
+                Some(id) if self.db.get_artifact(team, id).await?.is_none() => {
+                    return Err(EngineError::Invalid(format!(
+                        "input {:?}: artifact {id} not found in team {team:?}",
+                        input.name
+                    )));
                 }
+                Some(_) => {}
             }
         }
         if let Some(id) = &plan.image {
@@ -158,6 +189,7 @@ impl Engine {
             worker_states: self.worker_states.clone(),
             rerun_when_worker_disappears: self.config.rerun_when_worker_disappears,
             imports: self.imports.clone(),
+            intercepts: self.intercepts.clone(),
         };
         Build::new(id, team.to_string(), plan, deps).start();
         Ok(id)

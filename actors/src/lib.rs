@@ -11,6 +11,7 @@ pub mod db;
 pub mod engine;
 pub mod error;
 pub mod events;
+pub mod intercept;
 pub mod placement;
 pub mod registry;
 pub mod runtime;

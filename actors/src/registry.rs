@@ -595,7 +595,13 @@ impl WorkerConn {
 
     fn probe(&mut self, ctx: &mut Context<Self>) {
         let client = self.client.clone();
-        async move { client.ping().await }
+        let limit = self.interval;
+        async move {
+            match tokio::time::timeout(limit, client.ping()).await {
+                Ok(r) => r.map_err(|e| e.to_string()),
+                Err(_) => Err(format!("no answer within {limit:?}")),
+            }
+        }
             .into_actor(self)
             .map(|res, act, ctx| {
                 match res {

@@ -236,7 +236,7 @@ impl TaskConfig {
             }
             Some(v) => entry(v, "run", &["path", "args", "dir", "user"], &mut p).and_then(|m| {
                 let path = opt_scalar(m, "path", "run", &mut p);
-                if path.as_deref().map_or(true, str::is_empty) {
+                if path.as_deref().is_none_or(str::is_empty) {
                     p.push("missing field run.path (the executable to run)".into());
                 }
                 let args = list(m.get("args"), "run.args", &mut p)

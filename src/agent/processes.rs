@@ -133,6 +133,9 @@ pub struct Spawned {
     pub exit: watch::Receiver<Option<ProcessEnd>>,
     /// How to signal it.
     pub signal: SignalTarget,
+    /// A last word from the backend about how the process ended (why it was
+    /// killed), sent before `exit` is; stored as its last stderr output.
+    pub epilogue: Option<tokio::sync::oneshot::Receiver<String>>,
 }
 
 /// Starts a task that waits for `child` and announces its end.
@@ -174,6 +177,7 @@ pub fn spawn_child(
         stdin: Some(StdinSink::Pipe(stdin)),
         exit: watch_exit(child),
         signal: SignalTarget::ProcessGroup(pid as i32),
+        epilogue: None,
     };
     Ok((spawned, pid))
 }
@@ -205,6 +209,7 @@ pub fn spawn_tty_child(
         stdin: Some(StdinSink::Pty(pty)),
         exit: watch_exit(child),
         signal: SignalTarget::ProcessGroup(pid as i32),
+        epilogue: None,
     };
     Ok((spawned, pid))
 }
@@ -313,6 +318,12 @@ impl ProcessRecord {
                 .unwrap_or_else(|| ProcessEnd::Lost("no exit status".into())),
             Err(_) => ProcessEnd::Lost("the process's waiter went away".into()),
         };
+        if let Some(note) = child.epilogue.and_then(|mut rx| rx.try_recv().ok()) {
+            let mut w = writer.lock().await;
+            if let Some(len) = w.append(OutputStream::Stderr, note.as_bytes(), &self.id).await {
+                self.progress.send_modify(|p| p.len = len);
+            }
+        }
         if let Err(e) = write_exit(&exit_file, &end).await {
             tracing::warn!(process = %self.id, error = %e, "cannot store an exit status");
         }

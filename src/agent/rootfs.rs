@@ -37,6 +37,10 @@ pub struct RootfsPlan {
     pub overlay: bool,
     /// The `/etc/passwd` used to look users up.
     pub passwd: PathBuf,
+    /// Whether networked containers get the host's `/etc/resolv.conf`
+    /// bound over the image's (an overlaid image whose own is a plain file
+    /// or missing; the host view has the host's `/etc` already).
+    pub resolv_conf: bool,
 }
 
 /// Host directories bound read-only into the default view.
@@ -82,6 +86,7 @@ pub fn host_view(root: &Path, host: &Path) -> std::io::Result<RootfsPlan> {
         binds,
         overlay: false,
         passwd: host.join("etc/passwd"),
+        resolv_conf: false,
     })
 }
 
@@ -93,6 +98,7 @@ pub fn overlay_view(image: &Path, cdir: &Path) -> std::io::Result<RootfsPlan> {
     let work = cdir.join("overlay/work");
     let plan = |root: PathBuf, overlay: bool| RootfsPlan {
         passwd: root.join("etc/passwd"),
+        resolv_conf: overlay && can_bind_resolv_conf(image),
         root,
         readonly: !overlay,
         binds: Vec::new(),
@@ -115,6 +121,48 @@ pub fn overlay_view(image: &Path, cdir: &Path) -> std::io::Result<RootfsPlan> {
             Ok(plan(image.to_path_buf(), false))
         }
     }
+}
+
+/// An image used directly, read-only (no overlay: a worker without root).
+pub fn image_readonly(image: &Path) -> RootfsPlan {
+    RootfsPlan {
+        root: image.to_path_buf(),
+        readonly: true,
+        binds: Vec::new(),
+        overlay: false,
+        passwd: image.join("etc/passwd"),
+        resolv_conf: false,
+    }
+}
+
+/// Whether the host's `/etc/resolv.conf` can be bound into an overlay of
+/// `image`: the host has one, and the image's `etc` is a real directory (or
+/// missing) whose `resolv.conf` is a plain file (or missing).
+fn can_bind_resolv_conf(image: &Path) -> bool {
+    let plain_or_missing = |p: &Path, dir: bool| match std::fs::symlink_metadata(p) {
+        Ok(m) => !m.file_type().is_symlink() && m.is_dir() == dir,
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    };
+    Path::new("/etc/resolv.conf").is_file()
+        && plain_or_missing(&image.join("etc"), true)
+        && plain_or_missing(&image.join("etc/resolv.conf"), false)
+}
+
+/// The contents of the root filesystem's `/etc/passwd`, or `""` when it is
+/// missing or unreadable. Inside an image, a symlink anywhere on the way
+/// (`etc -> /host/etc`) is not followed: it would lead to a host file.
+pub fn read_passwd(plan: &RootfsPlan) -> String {
+    if let Ok(rel) = plan.passwd.strip_prefix(&plan.root) {
+        let mut cur = plan.root.clone();
+        for part in rel.components() {
+            cur.push(part);
+            match std::fs::symlink_metadata(&cur) {
+                Ok(m) if !m.file_type().is_symlink() => {}
+                _ => return String::new(),
+            }
+        }
+    }
+    std::fs::read_to_string(&plan.passwd).unwrap_or_default()
 }
 
 /// Mounts an overlay file system.
@@ -305,6 +353,20 @@ mod tests {
         assert!(!plan.readonly);
         // Preparing again (after a restart) is fine.
         host_view(&root.path().join("rootfs"), host.path()).unwrap();
+    }
+
+    #[test]
+    fn passwd_is_read_from_the_image_but_never_through_a_symlink() {
+        let image = tempfile::tempdir().unwrap();
+        std::fs::create_dir(image.path().join("etc")).unwrap();
+        std::fs::write(image.path().join("etc/passwd"), PASSWD).unwrap();
+        assert_eq!(read_passwd(&image_readonly(image.path())), PASSWD);
+        let linked = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/etc", linked.path().join("etc")).unwrap();
+        assert_eq!(read_passwd(&image_readonly(linked.path())), "");
+        std::fs::create_dir(image.path().join("x")).unwrap();
+        let missing = image_readonly(&image.path().join("x"));
+        assert_eq!(read_passwd(&missing), "");
     }
 
     #[test]

@@ -21,6 +21,11 @@
 //! `runc::config_json`), with a fresh id, timed to the first output byte and
 //! to the exit of `runc run`; `runc delete` afterwards is not timed.
 //!
+//! Besides p50/p99 of both series and their ratio, it prints the same
+//! figures measured to the exit status, and the p50 of each step of the
+//! Gantry path (create, database row, run request, run to first byte), to
+//! show where the time goes.
+//!
 //! The two series alternate sample by sample (and which of the two goes
 //! first alternates too), after a few untimed warm-up runs of each, so that
 //! drift in the machine's load hits both alike.
@@ -102,6 +107,7 @@ struct Summary {
 }
 
 impl Summary {
+    /// Summarises `all` (sorting it).
     fn of(mut all: Vec<Duration>) -> Self {
         all.sort();
         Summary {

@@ -2,6 +2,7 @@
 
 mod api_artifacts;
 mod api_builds;
+mod api_hijack;
 mod api_workers;
 mod artifact_files;
 mod error;
@@ -128,6 +129,11 @@ pub async fn start_web(
                     .route("/builds", web::get().to(api_builds::list))
                     .route("/builds/{id}", web::get().to(api_builds::get))
                     .route("/builds/{id}/events", web::get().to(api_builds::events))
+                    .route("/builds/{id}/hijack", web::get().to(api_hijack::build))
+                    .route(
+                        "/containers/{handle}/hijack",
+                        web::get().to(api_hijack::container),
+                    )
                     .route("/containers", web::get().to(api_builds::containers))
                     .route("/volumes", web::get().to(api_builds::volumes)),
             )

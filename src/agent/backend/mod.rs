@@ -5,6 +5,7 @@
 //! (handles, logs, exit statuses) the same way for every backend. Adding a
 //! backend is one more file here plus one arm in [`choose`] and [`select`].
 
+pub mod bwrap;
 pub mod local;
 pub mod runc;
 
@@ -52,7 +53,7 @@ pub struct ContainerContext {
     pub image: Option<PathBuf>,
 }
 
-/// A container backend (`runc`, `local`; `bwrap` later).
+/// A container backend (`runc`, `bwrap`, `local`).
 #[async_trait]
 pub trait ContainerBackend: Send + Sync {
     /// Its name, as advertised to the web node.
@@ -106,6 +107,8 @@ pub fn process_env(defaults: &[String], container: &[String], process: &[String]
 pub enum BackendKind {
     /// runc, at this path.
     Runc(PathBuf),
+    /// bubblewrap, at this path.
+    Bwrap(PathBuf),
     /// No isolation.
     Local,
 }
@@ -119,6 +122,8 @@ pub struct HostFacts {
     pub root: bool,
     /// The runc binary, if one is executable.
     pub runc: Option<PathBuf>,
+    /// The bwrap binary, if one is executable.
+    pub bwrap: Option<PathBuf>,
 }
 
 impl HostFacts {
@@ -129,12 +134,14 @@ impl HostFacts {
             // SAFETY: geteuid has no preconditions and cannot fail.
             root: unsafe { libc::geteuid() } == 0,
             runc: find_executable(runc_path),
+            bwrap: find_executable("bwrap"),
         }
     }
 }
 
 /// Picks the backend: the requested one (an error when it cannot work here),
-/// else runc when running as root on Linux with runc installed, else local.
+/// else runc when running as root on Linux with runc installed, else bwrap
+/// when installed on Linux, else local.
 pub fn choose(requested: Option<&str>, host: &HostFacts) -> Result<BackendKind, String> {
     let runc_ok = || -> Result<BackendKind, String> {
         if !host.linux {
@@ -149,15 +156,23 @@ pub fn choose(requested: Option<&str>, host: &HostFacts) -> Result<BackendKind, 
             "backend runc: runc binary not found or not executable; install runc or set worker.runc_path".into()
         })
     };
-    match requested.map(str::trim) {
-        None | Some("") => Ok(runc_ok().unwrap_or(BackendKind::Local)),
-        Some("runc") => runc_ok(),
-        Some("local") => Ok(BackendKind::Local),
-        Some("bwrap") => {
-            Err("backend bwrap is not available yet; use \"runc\" or \"local\"".into())
+    let bwrap_ok = || -> Result<BackendKind, String> {
+        if !host.linux {
+            return Err("backend bwrap needs Linux".into());
         }
+        host.bwrap.clone().map(BackendKind::Bwrap).ok_or_else(|| {
+            "backend bwrap: bwrap binary not found or not executable; install bubblewrap".into()
+        })
+    };
+    match requested.map(str::trim) {
+        None | Some("") => Ok(runc_ok()
+            .or_else(|_| bwrap_ok())
+            .unwrap_or(BackendKind::Local)),
+        Some("runc") => runc_ok(),
+        Some("bwrap") => bwrap_ok(),
+        Some("local") => Ok(BackendKind::Local),
         Some(other) => Err(format!(
-            "unknown backend {other:?}; use \"runc\" or \"local\" (or leave it unset to detect)"
+            "unknown backend {other:?}; use \"runc\", \"bwrap\" or \"local\" (or leave it unset to detect)"
         )),
     }
 }
@@ -170,7 +185,12 @@ pub fn select(
     let host = HostFacts::detect(&cfg.runc_path);
     let kind = choose(cfg.backend.as_deref(), &host).map_err(AgentError::BadRequest)?;
     Ok(match kind {
-        BackendKind::Runc(path) => Arc::new(runc::RuncBackend::new(path, work_dir.join("runc"))),
+        BackendKind::Runc(path) => Arc::new(runc::RuncBackend::new(
+            path,
+            work_dir.join("runc"),
+            cfg.default_limits,
+        )),
+        BackendKind::Bwrap(path) => Arc::new(bwrap::BwrapBackend::new(path)),
         BackendKind::Local => Arc::new(local::LocalBackend),
     })
 }
@@ -207,7 +227,32 @@ mod tests {
             linux,
             root,
             runc: runc.then(|| PathBuf::from("/usr/sbin/runc")),
+            bwrap: None,
         }
+    }
+
+    fn with_bwrap(mut host: HostFacts) -> HostFacts {
+        host.bwrap = Some(PathBuf::from("/usr/bin/bwrap"));
+        host
+    }
+
+    #[test]
+    fn detection_prefers_runc_then_bwrap_then_local() {
+        let bwrap = Ok(BackendKind::Bwrap("/usr/bin/bwrap".into()));
+        assert_eq!(
+            choose(None, &with_bwrap(host(true, true, true))),
+            Ok(BackendKind::Runc("/usr/sbin/runc".into()))
+        );
+        assert_eq!(choose(None, &with_bwrap(host(true, false, true))), bwrap);
+        assert_eq!(choose(None, &with_bwrap(host(true, true, false))), bwrap);
+        assert_eq!(
+            choose(None, &with_bwrap(host(false, true, true))),
+            Ok(BackendKind::Local)
+        );
+        assert_eq!(choose(Some("bwrap"), &with_bwrap(host(true, true, true))), bwrap);
+        assert!(choose(Some("bwrap"), &host(true, true, true))
+            .unwrap_err()
+            .contains("install bubblewrap"));
     }
 
     #[test]
@@ -242,7 +287,6 @@ mod tests {
             choose(Some("local"), &host(true, true, true)),
             Ok(BackendKind::Local)
         );
-        assert!(choose(Some("bwrap"), &host(true, true, true)).is_err());
         assert!(choose(Some("docker"), &host(true, true, true))
             .unwrap_err()
             .contains("unknown backend"));

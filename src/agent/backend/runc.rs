@@ -18,8 +18,22 @@
 //! kernel sends when the agent resizes its side (see `agent::pty`). runc's
 //! exit status is still the process's.
 //!
-//! Not yet: `hermetic` changes nothing (every container has loopback only)
-//! and there are no user namespaces (container root is host root, with
+//! Network: a container shares the host's network namespace (outbound
+//! networking as the host has it); a hermetic one (`ContainerSpec::hermetic`)
+//! gets a namespace of its own whose only interface is a loopback, which
+//! runc brings up.
+//!
+//! Limits: the container's `limits`, each unset one taken from the worker's
+//! `default_limits`, become `linux.resources` (memory without swap, CPU
+//! shares, pids), enforced by the kernel in the cgroup `/gantry/<handle>`.
+//! `runc run --keep` leaves that cgroup in place after the init exits until
+//! the next init or `destroy` deletes the container, so the kernel's count of
+//! out-of-memory kills (`memory.oom_control` on cgroup v1, `memory.events`
+//! on v2) can still be read: a process that fails while the count grew gets
+//! a last line on its stderr, `task killed: out of memory (container memory
+//! limit 64 MiB)`, and keeps its exit status (137 when it was the victim).
+//!
+//! Not yet: there are no user namespaces (container root is host root, with
 //! Docker's capability set).
 
 use std::path::{Path, PathBuf};
@@ -29,9 +43,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use gantry_actors::spec::ProcessSpec;
 use serde_json::{json, Value};
-use tokio::sync::{watch, Mutex};
+use tokio::sync::{oneshot, watch, Mutex};
 
 use super::{process_env, BackendContainer, ContainerBackend, ContainerContext};
+use crate::config::ContainerLimitDefaults;
 use crate::agent::error::{blocking, AgentError};
 use crate::agent::processes::{spawn_child, spawn_tty_child, ProcessEnd, SignalTarget, Spawned};
 use crate::agent::rootfs::{self, RootfsPlan, UserIds};
@@ -84,6 +99,102 @@ const READONLY_PATHS: &[&str] = &[
 pub struct RuncBackend {
     /// The runc binary and its state directory.
     runc: Arc<Runc>,
+    /// The worker's limits for what a container's spec leaves unset.
+    defaults: ContainerLimitDefaults,
+    /// Where the kernel counts out-of-memory kills; `None` without a memory
+    /// cgroup controller (kills are then not explained).
+    oom: Option<Arc<OomCounter>>,
+}
+
+/// Where the kernel counts the out-of-memory kills of containers' cgroups.
+#[derive(Debug)]
+struct OomCounter {
+    /// The memory controller's hierarchy (`/sys/fs/cgroup/memory` on cgroup
+    /// v1, `/sys/fs/cgroup` on v2).
+    hierarchy: PathBuf,
+    /// `memory.oom_control` (v1) or `memory.events` (v2).
+    file: &'static str,
+}
+
+impl OomCounter {
+    /// Finds the memory controller in `/proc/self/mountinfo`: a v1
+    /// hierarchy with `memory`, else a v2 one offering it. Only hierarchies
+    /// mounted from their root qualify (cgroup paths are taken from there).
+    fn detect() -> Option<Self> {
+        let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let mut v2 = None;
+        for line in info.lines() {
+            let (left, right) = line.split_once(" - ")?;
+            let fields: Vec<&str> = left.split(' ').collect();
+            let sys: Vec<&str> = right.split(' ').collect();
+            let (Some(root), Some(point), Some(fstype)) = (fields.get(3), fields.get(4), sys.first())
+            else {
+                continue;
+            };
+            if *root != "/" {
+                continue;
+            }
+            let options = sys.get(2).copied().unwrap_or_default();
+            if *fstype == "cgroup" && options.split(',').any(|o| o == "memory") {
+                return Some(OomCounter {
+                    hierarchy: PathBuf::from(point),
+                    file: "memory.oom_control",
+                });
+            }
+            if *fstype == "cgroup2" {
+                let controllers = Path::new(point).join("cgroup.controllers");
+                let offered = std::fs::read_to_string(controllers).unwrap_or_default();
+                if offered.split_whitespace().any(|c| c == "memory") {
+                    v2 = Some(PathBuf::from(point));
+                }
+            }
+        }
+        v2.map(|hierarchy| OomCounter {
+            hierarchy,
+            file: "memory.events",
+        })
+    }
+
+    /// Out-of-memory kills so far in the cgroup `path` (as in config.json);
+    /// 0 when it does not exist (yet).
+    async fn kills(&self, path: &str) -> u64 {
+        let file = self
+            .hierarchy
+            .join(path.trim_start_matches('/'))
+            .join(self.file);
+        let text = tokio::fs::read_to_string(&file).await.unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// The cgroup of a container, as config.json's `cgroupsPath`.
+fn cgroup_path(handle: &str) -> String {
+    format!("/gantry/{handle}")
+}
+
+/// `64 MiB`, `1 GiB`, or plain bytes.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    UNITS
+        .iter()
+        .find(|(size, _)| n >= *size && n % size == 0)
+        .map(|(size, unit)| format!("{} {unit}", n / size))
+        .unwrap_or_else(|| format!("{n} bytes"))
+}
+
+/// The line added to the stderr of a process that failed after an
+/// out-of-memory kill in its container.
+pub fn oom_message(memory_limit: Option<u64>) -> String {
+    match memory_limit {
+        Some(limit) => format!(
+            "task killed: out of memory (container memory limit {})\n",
+            human_bytes(limit)
+        ),
+        None => "task killed: out of memory (the worker host ran out of memory)\n".into(),
+    }
 }
 
 /// How to call runc.
@@ -126,10 +237,17 @@ impl Runc {
 }
 
 impl RuncBackend {
-    /// A backend using `binary`, keeping runc's state in `state_root`.
-    pub fn new(binary: PathBuf, state_root: PathBuf) -> Self {
+    /// A backend using `binary`, keeping runc's state in `state_root`, with
+    /// the worker's default limits.
+    pub fn new(binary: PathBuf, state_root: PathBuf, defaults: ContainerLimitDefaults) -> Self {
+        let oom = OomCounter::detect();
+        if oom.is_none() {
+            tracing::warn!("no memory cgroup controller found; out-of-memory kills will not be explained");
+        }
         RuncBackend {
             runc: Arc::new(Runc { binary, state_root }),
+            defaults,
+            oom: oom.map(Arc::new),
         }
     }
 }
@@ -146,13 +264,15 @@ struct Init {
 struct RuncContainer {
     /// How to call runc.
     runc: Arc<Runc>,
-    /// The container.
+    /// The container, its limits completed with the worker's defaults.
     ctx: Arc<ContainerContext>,
     /// Its root filesystem.
     rootfs: RootfsPlan,
     /// The current init, if one was started; held while starting a process so
     /// that two processes never both become init.
     init: Mutex<Option<Init>>,
+    /// Where out-of-memory kills are counted.
+    oom: Option<Arc<OomCounter>>,
 }
 
 #[async_trait]
@@ -189,11 +309,14 @@ impl ContainerBackend for RuncBackend {
             })
         })
         .await?;
+        let mut effective = (*ctx).clone();
+        effective.spec.limits = self.defaults.apply(&ctx.spec.limits);
         Ok(Box::new(RuncContainer {
             runc: self.runc.clone(),
-            ctx,
+            ctx: Arc::new(effective),
             rootfs,
             init: Mutex::new(None),
+            oom: self.oom.clone(),
         }))
     }
 }
@@ -203,11 +326,51 @@ impl RuncContainer {
     async fn user(&self, process: &ProcessSpec) -> Result<UserIds, AgentError> {
         let passwd = match process.user.as_deref() {
             None => String::new(),
-            Some(_) => tokio::fs::read_to_string(&self.rootfs.passwd)
-                .await
-                .unwrap_or_default(),
+            Some(_) => {
+                let plan = self.rootfs.clone();
+                blocking("reading /etc/passwd", move || Ok(rootfs::read_passwd(&plan))).await?
+            }
         };
         rootfs::lookup_user(process.user.as_deref(), &passwd).map_err(AgentError::BadRequest)
+    }
+
+    /// Explains an out-of-memory kill: `spawned`'s end is announced only
+    /// after the kill count of the container's cgroup (`before` when the
+    /// process started) was read again, and a process that failed while it
+    /// grew gets [`oom_message`] as its last stderr output.
+    fn explain_oom(&self, mut spawned: Spawned, before: u64) -> Spawned {
+        let Some(counter) = self.oom.clone() else {
+            return spawned;
+        };
+        let path = cgroup_path(&self.ctx.handle);
+        let limit = self.ctx.spec.limits.memory;
+        let mut inner = spawned.exit.clone();
+        let (tx, rx) = watch::channel(None);
+        let (note_tx, note_rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let end = match inner.wait_for(Option::is_some).await {
+                Ok(end) => end.clone(),
+                Err(_) => None,
+            };
+            let end =
+                end.unwrap_or_else(|| ProcessEnd::Lost("the process's waiter went away".into()));
+            if matches!(end, ProcessEnd::Exited(n) if n != 0) && counter.kills(&path).await > before
+            {
+                let _ = note_tx.send(oom_message(limit));
+            }
+            let _ = tx.send(Some(end));
+        });
+        spawned.exit = rx;
+        spawned.epilogue = Some(note_rx);
+        spawned
+    }
+
+    /// The container's out-of-memory kills so far.
+    async fn oom_kills(&self) -> u64 {
+        match &self.oom {
+            Some(counter) => counter.kills(&cgroup_path(&self.ctx.handle)).await,
+            None => 0,
+        }
     }
 
     /// Waits until `init` has started (its pid file exists); false if it
@@ -253,6 +416,7 @@ impl BackendContainer for RuncContainer {
             None => false,
         };
         if running {
+            let before = self.oom_kills().await;
             let file = procs.join(format!("{}.process.json", process.id));
             let body = serde_json::to_vec_pretty(&process_value)
                 .map_err(|e| AgentError::Backend(format!("encoding {}: {e}", file.display())))?;
@@ -271,7 +435,7 @@ impl BackendContainer for RuncContainer {
                 path: pid_file,
                 fallback: pid as i32,
             };
-            return Ok(spawned);
+            return Ok(self.explain_oom(spawned, before));
         }
 
         if init.is_some() {
@@ -285,8 +449,11 @@ impl BackendContainer for RuncContainer {
         tokio::fs::write(&file, body)
             .await
             .map_err(|e| AgentError::io(format!("writing {}", file.display()), e))?;
+        // runc creates the cgroup afresh (the kept one of an earlier init
+        // was deleted above), so every kill it counts is this init's.
         let mut cmd = self.runc.command();
         cmd.arg("run")
+            .arg("--keep")
             .arg("--bundle")
             .arg(&self.ctx.dir)
             .arg("--pid-file")
@@ -297,6 +464,7 @@ impl BackendContainer for RuncContainer {
             path: pid_file.clone(),
             fallback: pid as i32,
         };
+        let spawned = self.explain_oom(spawned, 0);
         *init = Some(Init {
             exit: spawned.exit.clone(),
             pid_file,
@@ -440,10 +608,21 @@ pub fn config_json(ctx: &ContainerContext, rootfs: &RootfsPlan, process: Value) 
         ));
     }
 
+    if rootfs.resolv_conf && !ctx.spec.hermetic {
+        mounts.push(mount(
+            "/etc/resolv.conf",
+            "bind",
+            "/etc/resolv.conf",
+            &["rbind", "ro", "nosuid", "nodev"],
+        ));
+    }
+
     let mut resources = json!({ "devices": [{ "allow": false, "access": "rwm" }] });
     let limits = &ctx.spec.limits;
     if let Some(memory) = limits.memory {
-        resources["memory"] = json!({ "limit": memory });
+        // swap = memory + swap: the container never swaps, so it is killed
+        // at its limit instead of slowing the host down.
+        resources["memory"] = json!({ "limit": memory, "swap": memory });
     }
     if let Some(shares) = limits.cpu {
         resources["cpu"] = json!({ "shares": shares });
@@ -452,6 +631,16 @@ pub fn config_json(ctx: &ContainerContext, rootfs: &RootfsPlan, process: Value) 
         resources["pids"] = json!({ "limit": pids });
     }
     let hostname: String = ctx.handle.chars().take(63).collect();
+    let mut namespaces = vec![
+        json!({ "type": "pid" }),
+        json!({ "type": "mount" }),
+        json!({ "type": "uts" }),
+        json!({ "type": "ipc" }),
+    ];
+    if ctx.spec.hermetic {
+        // A new network namespace: runc brings its loopback up.
+        namespaces.push(json!({ "type": "network" }));
+    }
     json!({
         "ociVersion": "1.0.2",
         "process": process,
@@ -459,15 +648,9 @@ pub fn config_json(ctx: &ContainerContext, rootfs: &RootfsPlan, process: Value) 
         "hostname": hostname,
         "mounts": mounts,
         "linux": {
-            "namespaces": [
-                { "type": "pid" },
-                { "type": "mount" },
-                { "type": "uts" },
-                { "type": "ipc" },
-                { "type": "network" },
-            ],
+            "namespaces": namespaces,
             "resources": resources,
-            "cgroupsPath": format!("/gantry/{}", ctx.handle),
+            "cgroupsPath": cgroup_path(&ctx.handle),
             "maskedPaths": MASKED_PATHS,
             "readonlyPaths": READONLY_PATHS,
         },
@@ -530,6 +713,7 @@ mod tests {
             }],
             overlay: false,
             passwd: "/etc/passwd".into(),
+            resolv_conf: true,
         };
         let c = ctx();
         let p = process_json(
@@ -563,6 +747,7 @@ mod tests {
         assert_eq!(config["mounts"][vol]["options"], json!(["rbind", "ro"]));
         let r = &config["linux"]["resources"];
         assert_eq!(r["memory"]["limit"], 1u64 << 30);
+        assert_eq!(r["memory"]["swap"], 1u64 << 30);
         assert_eq!(r["cpu"]["shares"], 512);
         assert_eq!(r["pids"]["limit"], 100);
         let ns: Vec<&str> = config["linux"]["namespaces"]
@@ -571,6 +756,43 @@ mod tests {
             .iter()
             .map(|n| n["type"].as_str().unwrap())
             .collect();
+        // Not hermetic: the host's network, and its resolv.conf.
+        assert_eq!(ns, vec!["pid", "mount", "uts", "ipc"]);
+        assert!(dests.contains(&"/etc/resolv.conf"));
+        assert_eq!(config["linux"]["cgroupsPath"], "/gantry/c1");
+
+        let mut hermetic = ctx();
+        hermetic.spec.hermetic = true;
+        let p = process_json(&hermetic, &process(), UserIds { uid: 0, gid: 0 });
+        let config = config_json(&hermetic, &plan, p);
+        let ns: Vec<&str> = config["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["type"].as_str().unwrap())
+            .collect();
         assert_eq!(ns, vec!["pid", "mount", "uts", "ipc", "network"]);
+        let mounts = config["mounts"].as_array().unwrap();
+        assert!(!mounts.iter().any(|m| m["destination"] == "/etc/resolv.conf"));
+    }
+
+    #[test]
+    fn the_oom_message_names_the_limit() {
+        assert_eq!(
+            oom_message(Some(64 << 20)),
+            "task killed: out of memory (container memory limit 64 MiB)\n"
+        );
+        assert!(oom_message(Some(3 << 30)).contains("3 GiB"));
+        assert!(oom_message(Some(1000)).contains("1000 bytes"));
+        assert!(oom_message(None).contains("host ran out of memory"));
+    }
+
+    #[test]
+    fn the_memory_controller_is_found_where_this_host_has_one() {
+        let Some(counter) = OomCounter::detect() else {
+            assert!(!Path::new("/sys/fs/cgroup/memory/memory.oom_control").exists());
+            return;
+        };
+        assert!(counter.hierarchy.join(counter.file).exists() || counter.file == "memory.events");
     }
 }
