@@ -165,3 +165,51 @@ async fn shutdown_signal() -> std::io::Result<()> {
         _ = term.recv() => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_config_file_and_unset_flags_keep_it() {
+        let file: FileConfig = toml::from_str(
+            "[web]\nlisten = \"127.0.0.1:9000\"\nregistration_key = \"from-file\"\n[worker]\nname = \"filed\"\nplatform = \"plan9\"\ntags = [\"a\"]\n",
+        )
+        .unwrap();
+        let web = apply_web(
+            file.web,
+            WebFlags {
+                registration_key: Some("from-flag".into()),
+                ..WebFlags::default()
+            },
+        );
+        assert_eq!(web.listen.port(), 9000);
+        assert_eq!(web.registration_key, "from-flag");
+        let worker = apply_worker(
+            file.worker,
+            WorkerFlags {
+                name: Some("flagged".into()),
+                max_active_tasks: Some(2),
+                ..WorkerFlags::default()
+            },
+        );
+        assert_eq!(worker.name, "flagged");
+        assert_eq!(worker.platform, "plan9");
+        assert_eq!(worker.tags, vec!["a".to_string()]);
+        assert_eq!(worker.limits.max_active_tasks, Some(2));
+    }
+
+    #[test]
+    fn environment_variables_feed_the_flags() {
+        use clap::Parser;
+        // clap reads GANTRY_* into the same fields; a flag given beats it.
+        std::env::set_var("GANTRY_WORKER_PLATFORM", "from-env");
+        let cli = crate::cli::Cli::try_parse_from(["gantry", "worker", "--name", "n"]).unwrap();
+        let crate::cli::Command::Worker { worker, .. } = cli.command else { panic!("worker") };
+        assert_eq!(worker.platform.as_deref(), Some("from-env"));
+        let cli = crate::cli::Cli::try_parse_from(["gantry", "worker", "--platform", "flag"]).unwrap();
+        let crate::cli::Command::Worker { worker, .. } = cli.command else { panic!("worker") };
+        assert_eq!(worker.platform.as_deref(), Some("flag"));
+        std::env::remove_var("GANTRY_WORKER_PLATFORM");
+    }
+}
