@@ -26,13 +26,6 @@ fn worker_of(url: &str, build: i64) -> Option<String> {
         .and_then(|b| b["worker"].as_str().map(str::to_string))
 }
 
-fn build_status(url: &str, build: i64) -> Option<String> {
-    builds_json(url)
-        .into_iter()
-        .find(|b| b["id"] == build)
-        .and_then(|b| b["status"].as_str().map(str::to_string))
-}
-
 #[test]
 fn steps_land_only_where_their_constraints_allow() {
     let dir = tempfile::tempdir().unwrap();

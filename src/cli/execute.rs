@@ -46,14 +46,11 @@ fn pairs(kind: &str, given: &[String]) -> anyhow::Result<BTreeMap<String, PathBu
     Ok(out)
 }
 
+/// Directories by input or output name.
+type Dirs = BTreeMap<String, PathBuf>;
+
 /// Checks everything that can be checked locally, before anything is created.
-fn plan(
-    args: &ExecuteArgs,
-) -> anyhow::Result<(
-    TaskConfig,
-    BTreeMap<String, PathBuf>,
-    BTreeMap<String, PathBuf>,
-)> {
+fn plan(args: &ExecuteArgs) -> anyhow::Result<(TaskConfig, Dirs, Dirs)> {
     let text = std::fs::read_to_string(&args.config)
         .with_context(|| format!("cannot read task config {}", args.config.display()))?;
     let mut config = TaskConfig::from_yaml(&text)
