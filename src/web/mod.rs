@@ -139,6 +139,8 @@ pub async fn start_web(
             )
             .default_service(web::to(not_found))
     })
+    // Small streamed answers (build events) must not wait for Nagle's algorithm.
+    .tcp_nodelay(true)
     .bind(cfg.listen)
     .with_context(|| format!("binding {}", cfg.listen))?;
     let addr = server.addrs()[0];
