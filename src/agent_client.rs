@@ -377,6 +377,28 @@ impl Volume for AgentVolume {
         let resp = self.ep.send(rb, "volume", &self.handle).await?;
         Ok(Box::pin(resp.bytes_stream().map_err(std::io::Error::other)))
     }
+
+    async fn import_image(&self, encoding: Encoding, body: ByteStream) -> Result<(), RuntimeError> {
+        let rb = self
+            .ep
+            .request(Method::PUT, &["volumes", &self.handle, "image"])
+            .query(&[("encoding", encoding.as_str())])
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(reqwest::Body::wrap_stream(body));
+        let resp = rb.send().await.map_err(|e| {
+            if e.is_connect() || e.is_timeout() {
+                self.ep.unreachable(error_chain(&e))
+            } else {
+                RuntimeError::Stream(format!(
+                    "importing an image into volume {} on worker {}: {}",
+                    self.handle,
+                    self.ep.name,
+                    error_chain(&e)
+                ))
+            }
+        })?;
+        self.ep.check(resp, "volume", &self.handle).await.map(drop)
+    }
 }
 
 /// A container on an agent.
@@ -1070,11 +1092,7 @@ mod tests {
     }
 
     /// Reads output until it contains `needle` (carriage returns dropped).
-    async fn read_until(
-        rx: &mut mpsc::Receiver<ProcessOutput>,
-        seen: &mut String,
-        needle: &str,
-    ) {
+    async fn read_until(rx: &mut mpsc::Receiver<ProcessOutput>, seen: &mut String, needle: &str) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while !seen.contains(needle) {
             let chunk = tokio::time::timeout_at(deadline, rx.recv())
@@ -1124,7 +1142,10 @@ mod tests {
             })
             .await
             .unwrap();
-        stdin_tx.send(Ok(Bytes::from_static(b"hello\n"))).await.unwrap();
+        stdin_tx
+            .send(Ok(Bytes::from_static(b"hello\n")))
+            .await
+            .unwrap();
         read_until(&mut rx, &mut seen, "got hello xterm\n").await;
         assert!(seen.contains("size 43 132\n"), "{seen:?}");
         assert_eq!(process.wait().await.unwrap(), 3, "output: {seen:?}");
@@ -1153,10 +1174,16 @@ mod tests {
             )
             .await
             .unwrap();
-        stdin_tx.send(Ok(Bytes::from_static(b"first\n"))).await.unwrap();
+        stdin_tx
+            .send(Ok(Bytes::from_static(b"first\n")))
+            .await
+            .unwrap();
         let mut seen = String::new();
         read_until(&mut rx, &mut seen, "first\n").await;
-        stdin_tx.send(Ok(Bytes::from_static(b"second\n"))).await.unwrap();
+        stdin_tx
+            .send(Ok(Bytes::from_static(b"second\n")))
+            .await
+            .unwrap();
         drop(stdin_tx);
         read_until(&mut rx, &mut seen, "done\n").await;
         assert_eq!(seen, "first\nsecond\ndone\n");

@@ -243,6 +243,25 @@ mod tests {
     }
 
     #[test]
+    fn default_limits_fill_what_a_task_leaves_unset() {
+        let cfg: FileConfig =
+            toml::from_str("[worker.default_limits]\nmemory = 1048576\npids = 100\n").unwrap();
+        let task = gantry_actors::spec::ResourceLimits {
+            memory: Some(42),
+            cpu: None,
+            pids: None,
+        };
+        let merged = cfg.worker.default_limits.apply(&task);
+        assert_eq!(
+            (merged.memory, merged.cpu, merged.pids),
+            (Some(42), None, Some(100))
+        );
+        let err =
+            toml::from_str::<FileConfig>("[worker.default_limits]\nmemroy = 1\n").unwrap_err();
+        assert!(err.to_string().contains("memroy"), "{err}");
+    }
+
+    #[test]
     fn unknown_keys_are_named() {
         let err = toml::from_str::<FileConfig>("[web]\nlisten_addr = \"x\"\n").unwrap_err();
         assert!(err.to_string().contains("listen_addr"), "{err}");

@@ -66,7 +66,11 @@ run:
     let started = Instant::now();
     let out = execute(&server, dir.path(), "oom.yml", task, &[]);
     let (stdout, stderr) = texts(&out);
-    assert_eq!(out.status.code(), Some(137), "stdout {stdout}\nstderr {stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(137),
+        "stdout {stdout}\nstderr {stderr}"
+    );
     assert_eq!(stdout, "started\n");
     assert!(
         stderr.contains("task killed: out of memory (container memory limit 64 MiB)"),
@@ -189,7 +193,13 @@ fn only_non_hermetic_tasks_reach_a_listener_on_the_host() {
     assert!(out.status.success(), "stderr {stderr}");
     assert_eq!(stdout.lines().next(), Some("connected"), "{stdout}");
 
-    let out = execute(&server, dir.path(), "sealed.yml", &task(true, "sealed"), &[]);
+    let out = execute(
+        &server,
+        dir.path(),
+        "sealed.yml",
+        &task(true, "sealed"),
+        &[],
+    );
     let (stdout, stderr) = texts(&out);
     assert!(out.status.success(), "stderr {stderr}");
     // Only a loopback interface, and it is up: the connection is refused

@@ -32,7 +32,12 @@ fn steps_land_only_where_their_constraints_allow() {
     let db = TestDb::new(DbKind::Sqlite);
     let web = start_web(dir.path(), &db, "");
     let _plain = start_worker(dir.path(), &web.url, "plain", &[]);
-    let _gpu = start_worker(dir.path(), &web.url, "gpu", &["--tag", "gpu", "--tag", "big"]);
+    let _gpu = start_worker(
+        dir.path(),
+        &web.url,
+        "gpu",
+        &["--tag", "gpu", "--tag", "big"],
+    );
     let _mac = start_worker(dir.path(), &web.url, "mac", &["--platform", "darwin"]);
     wait_running(&web.url, 3);
     let t = task(dir.path(), "hello", "echo hello");
@@ -47,9 +52,16 @@ fn steps_land_only_where_their_constraints_allow() {
             let mut args = vec!["execute", "-c", t.as_str()];
             args.extend_from_slice(extra);
             let out = client(&web.url, &args);
-            assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{extra:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             let err = String::from_utf8_lossy(&out.stderr);
-            assert!(err.contains(&format!("running on worker {expected}\n")), "{extra:?} ran elsewhere: {err}");
+            assert!(
+                err.contains(&format!("running on worker {expected}\n")),
+                "{extra:?} ran elsewhere: {err}"
+            );
         }
     }
     // Nobody has tag "nope": the step fails at once, naming each constraint.
@@ -74,14 +86,20 @@ fn a_killed_worker_stalls_its_step_fails_naming_it_and_it_comes_back() {
     let mut exec = spawn_execute(&web.url, dir.path(), "long", &["-c", &t, "--tag", "v"]);
     let out_file = dir.path().join("long.out");
     wait_for("the task to start", Duration::from_secs(30), || {
-        std::fs::read_to_string(&out_file).ok()?.contains("started").then_some(())
+        std::fs::read_to_string(&out_file)
+            .ok()?
+            .contains("started")
+            .then_some(())
     });
     victim.kill();
     let killed = Instant::now();
     // Stalled within its TTL (2 x 1 s) plus one heartbeat interval.
     wait_worker_state(&web.url, "victim", "stalled", Duration::from_secs(10));
     let took = killed.elapsed();
-    assert!(took <= Duration::from_millis(3500), "stalled after {took:?}");
+    assert!(
+        took <= Duration::from_millis(3500),
+        "stalled after {took:?}"
+    );
     // Its running step failed, naming the worker.
     let status = wait_child(&mut exec, Duration::from_secs(30));
     assert!(!status.success());
@@ -95,17 +113,28 @@ fn a_killed_worker_stalls_its_step_fails_naming_it_and_it_comes_back() {
     wait_worker_state(&web.url, "victim", "running", Duration::from_secs(20));
     let quick = task(dir.path(), "quick", "echo back");
     let out = client(&web.url, &["execute", "-c", &quick, "--tag", "v"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
 fn with_rerun_a_step_whose_worker_vanishes_runs_again_elsewhere() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(DbKind::Sqlite);
-    let web = start_web(dir.path(), &db, "[web]\nrerun_when_worker_disappears = true\n");
+    let web = start_web(
+        dir.path(),
+        &db,
+        "[web]\nrerun_when_worker_disappears = true\n",
+    );
     let mut workers: BTreeMap<&str, Server> = BTreeMap::new();
     for name in ["r1", "r2"] {
-        workers.insert(name, start_worker(dir.path(), &web.url, name, &["--tag", "r"]));
+        workers.insert(
+            name,
+            start_worker(dir.path(), &web.url, name, &["--tag", "r"]),
+        );
     }
     wait_running(&web.url, 2);
     let t = task(dir.path(), "rerun", "echo attempt; sleep 3; echo finished");
@@ -113,12 +142,21 @@ fn with_rerun_a_step_whose_worker_vanishes_runs_again_elsewhere() {
     let err_file = dir.path().join("rerun.err");
     let first = wait_for("placement", Duration::from_secs(30), || {
         let err = std::fs::read_to_string(&err_file).ok()?;
-        let line = err.lines().find_map(|l| l.strip_prefix("running on worker "))?;
+        let line = err
+            .lines()
+            .find_map(|l| l.strip_prefix("running on worker "))?;
         Some(line.trim().to_string())
     });
-    wait_for("the first attempt to start", Duration::from_secs(30), || {
-        std::fs::read_to_string(dir.path().join("rerun.out")).ok()?.contains("attempt").then_some(())
-    });
+    wait_for(
+        "the first attempt to start",
+        Duration::from_secs(30),
+        || {
+            std::fs::read_to_string(dir.path().join("rerun.out"))
+                .ok()?
+                .contains("attempt")
+                .then_some(())
+        },
+    );
     workers.get_mut(first.as_str()).unwrap().kill();
     let status = wait_child(&mut exec, Duration::from_secs(60));
     let err = std::fs::read_to_string(&err_file).unwrap();
@@ -145,7 +183,11 @@ fn limit_active_tasks_never_runs_more_than_the_limit_on_a_worker() {
         .collect();
     wait_running(&web.url, 2);
     // Each task records, from inside, when it ran.
-    let t = task(dir.path(), "slot", "echo start $(date +%s%N); sleep 1; echo end $(date +%s%N)");
+    let t = task(
+        dir.path(),
+        "slot",
+        "echo start $(date +%s%N); sleep 1; echo end $(date +%s%N)",
+    );
     let mut children: Vec<_> = (0..10)
         .map(|i| spawn_execute(&web.url, dir.path(), &format!("t{i}"), &["-c", &t]))
         .collect();
@@ -157,7 +199,12 @@ fn limit_active_tasks_never_runs_more_than_the_limit_on_a_worker() {
     for i in 0..10 {
         let out = std::fs::read_to_string(dir.path().join(format!("t{i}.out"))).unwrap();
         let num = |p: &str| -> u128 {
-            out.lines().find_map(|l| l.strip_prefix(p)).unwrap().trim().parse().unwrap()
+            out.lines()
+                .find_map(|l| l.strip_prefix(p))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
         };
         let err_file = dir.path().join(format!("t{i}.err"));
         let err = std::fs::read_to_string(&err_file).unwrap();
@@ -166,11 +213,17 @@ fn limit_active_tasks_never_runs_more_than_the_limit_on_a_worker() {
         }
         let build = announced_build(&err_file).unwrap();
         let worker = worker_of(&web.url, build).unwrap();
-        intervals.entry(worker).or_default().push((num("start "), num("end ")));
+        intervals
+            .entry(worker)
+            .or_default()
+            .push((num("start "), num("end ")));
     }
     for (worker, spans) in &intervals {
         // The most tasks whose [start, end] overlap at any instant.
-        let mut edges: Vec<(u128, i32)> = spans.iter().flat_map(|(s, e)| [(*s, 1), (*e, -1)]).collect();
+        let mut edges: Vec<(u128, i32)> = spans
+            .iter()
+            .flat_map(|(s, e)| [(*s, 1), (*e, -1)])
+            .collect();
         edges.sort_by_key(|(t, d)| (*t, *d));
         let (mut now, mut most) = (0, 0);
         for (_, d) in edges {
@@ -180,11 +233,22 @@ fn limit_active_tasks_never_runs_more_than_the_limit_on_a_worker() {
         assert!(most <= 2, "worker {worker} ran {most} tasks at once");
     }
     assert_eq!(intervals.values().map(Vec::len).sum::<usize>(), 10);
-    let errs: Vec<String> = (0..10).map(|i| std::fs::read_to_string(dir.path().join(format!("t{i}.err"))).unwrap()).collect();
-    assert!(waited >= 1, "no task waited, so the limit was not exercised: {errs:?}\n{intervals:?}");
-    let metrics = reqwest::blocking::get(format!("{}/metrics", web.url)).unwrap().text().unwrap();
+    let errs: Vec<String> = (0..10)
+        .map(|i| std::fs::read_to_string(dir.path().join(format!("t{i}.err"))).unwrap())
+        .collect();
+    assert!(
+        waited >= 1,
+        "no task waited, so the limit was not exercised: {errs:?}\n{intervals:?}"
+    );
+    let metrics = reqwest::blocking::get(format!("{}/metrics", web.url))
+        .unwrap()
+        .text()
+        .unwrap();
     assert!(metrics.contains("gantry_steps_waiting 0\n"), "{metrics}");
-    assert!(metrics.contains("gantry_placements_total{chain=\"without_inputs\"} 10\n"), "{metrics}");
+    assert!(
+        metrics.contains("gantry_placements_total{chain=\"without_inputs\"} 10\n"),
+        "{metrics}"
+    );
     let waits = metrics
         .lines()
         .find_map(|l| l.strip_prefix("gantry_step_wait_seconds_count "))
@@ -212,7 +276,10 @@ fn land_retire_and_prune_behave_and_refuse_as_specified() {
     let t = task(dir.path(), "two", "echo begun; sleep 2; echo done");
     let mut exec = spawn_execute(&web.url, dir.path(), "land", &["-c", &t, "--tag", "a"]);
     wait_for("the step on a", Duration::from_secs(30), || {
-        std::fs::read_to_string(dir.path().join("land.out")).ok()?.contains("begun").then_some(())
+        std::fs::read_to_string(dir.path().join("land.out"))
+            .ok()?
+            .contains("begun")
+            .then_some(())
     });
     let out = client(&web.url, &["land-worker", "a"]);
     assert!(out.status.success());
@@ -224,18 +291,27 @@ fn land_retire_and_prune_behave_and_refuse_as_specified() {
     // A landed worker that dies stays landed, and can then be pruned for good.
     a.kill();
     let out = client(&web.url, &["prune-worker", "a"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(worker_json(&web.url, "a").is_none());
 
     // Retire: the running step finishes, the worker is deleted and its process exits.
     let mut exec = spawn_execute(&web.url, dir.path(), "retire", &["-c", &t, "--tag", "b"]);
     wait_for("the step on b", Duration::from_secs(30), || {
-        std::fs::read_to_string(dir.path().join("retire.out")).ok()?.contains("begun").then_some(())
+        std::fs::read_to_string(dir.path().join("retire.out"))
+            .ok()?
+            .contains("begun")
+            .then_some(())
     });
     assert!(client(&web.url, &["retire-worker", "b"]).status.success());
     assert_eq!(worker_json(&web.url, "b").unwrap()["state"], "retiring");
     assert!(wait_child(&mut exec, Duration::from_secs(30)).success());
-    wait_for("b to be deleted", Duration::from_secs(10), || worker_json(&web.url, "b").is_none().then_some(()));
+    wait_for("b to be deleted", Duration::from_secs(10), || {
+        worker_json(&web.url, "b").is_none().then_some(())
+    });
     let exited = wait_child(&mut b.child, Duration::from_secs(15));
     assert!(exited.success(), "retired worker exited with {exited}");
     // It does not come back by itself.
@@ -264,11 +340,15 @@ fn sigterm_lands_or_retires_and_stalled_workers_are_pruned_after_the_timeout() {
             assert_eq!(worker_json(&web.url, "lander").unwrap()["state"], "landed");
         }
     }
-    wait_for("retiree deleted", Duration::from_secs(5), || worker_json(&web.url, "retiree").is_none().then_some(()));
+    wait_for("retiree deleted", Duration::from_secs(5), || {
+        worker_json(&web.url, "retiree").is_none().then_some(())
+    });
 
     doomed.kill();
     wait_worker_state(&web.url, "doomed", "stalled", Duration::from_secs(10));
-    wait_for("doomed pruned", Duration::from_secs(10), || worker_json(&web.url, "doomed").is_none().then_some(()));
+    wait_for("doomed pruned", Duration::from_secs(10), || {
+        worker_json(&web.url, "doomed").is_none().then_some(())
+    });
     assert_eq!(worker_json(&web.url, "lander").unwrap()["state"], "landed");
 }
 
@@ -285,14 +365,19 @@ fn a_frozen_worker_stalls_its_connection_restarts_and_it_recovers() {
         libc::kill(pid, libc::SIGSTOP);
     }
     wait_worker_state(&web.url, "frozen", "stalled", Duration::from_secs(10));
-    wait_for("the connection supervisor to restart", Duration::from_secs(20), || {
-        (worker_json(&web.url, "frozen")?["restarts"].as_u64()? >= 1).then_some(())
-    });
+    wait_for(
+        "the connection supervisor to restart",
+        Duration::from_secs(20),
+        || (worker_json(&web.url, "frozen")?["restarts"].as_u64()? >= 1).then_some(()),
+    );
     unsafe {
         libc::kill(pid, libc::SIGCONT);
     }
     wait_worker_state(&web.url, "frozen", "running", Duration::from_secs(10));
-    let metrics = reqwest::blocking::get(format!("{}/metrics", web.url)).unwrap().text().unwrap();
+    let metrics = reqwest::blocking::get(format!("{}/metrics", web.url))
+        .unwrap()
+        .text()
+        .unwrap();
     let restarts: u64 = metrics
         .lines()
         .find_map(|l| l.strip_prefix("gantry_worker_restarts{worker=\"frozen\"} "))
@@ -301,5 +386,9 @@ fn a_frozen_worker_stalls_its_connection_restarts_and_it_recovers() {
     assert!(restarts >= 1, "{metrics}");
     let t = task(dir.path(), "after", "echo thawed");
     let out = client(&web.url, &["execute", "-c", &t]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

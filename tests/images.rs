@@ -25,7 +25,8 @@ fn tar_of(entries: &[(&str, &[u8], bool, u32)]) -> Vec<u8> {
         if *link {
             h.set_entry_type(tar::EntryType::Symlink);
             h.set_size(0);
-            b.append_link(&mut h, path, std::str::from_utf8(data).unwrap()).unwrap();
+            b.append_link(&mut h, path, std::str::from_utf8(data).unwrap())
+                .unwrap();
         } else if path.ends_with('/') {
             h.set_entry_type(tar::EntryType::Directory);
             h.set_size(0);
@@ -47,12 +48,23 @@ fn gzip(data: &[u8]) -> Vec<u8> {
 
 /// Writes an OCI image layout tar with a busybox rootfs at `out`.
 fn oci_image(out: &Path) {
-    let busybox = std::fs::read(["/bin/busybox", "/usr/bin/busybox"].iter().find(|p| Path::new(p).exists()).unwrap()).unwrap();
+    let busybox = std::fs::read(
+        ["/bin/busybox", "/usr/bin/busybox"]
+            .iter()
+            .find(|p| Path::new(p).exists())
+            .unwrap(),
+    )
+    .unwrap();
     let mut base: Vec<(&str, &[u8], bool, u32)> = vec![
         ("bin/", b"", false, 0o755),
         ("bin/busybox", &busybox, false, 0o755),
         ("etc/", b"", false, 0o755),
-        ("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n", false, 0o644),
+        (
+            "etc/passwd",
+            b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n",
+            false,
+            0o644,
+        ),
         ("tmp/", b"", false, 0o1777),
     ];
     // Absolute symlinks, as real images have them.
@@ -61,7 +73,10 @@ fn oci_image(out: &Path) {
         base.push((path, b"/bin/busybox", true, 0o777));
     }
     let layer1 = tar_of(&base);
-    let layer2 = tar_of(&[("bin/.wh.ls", b"", false, 0o644), ("hello.txt", b"from the second layer\n", false, 0o644)]);
+    let layer2 = tar_of(&[
+        ("bin/.wh.ls", b"", false, 0o644),
+        ("hello.txt", b"from the second layer\n", false, 0o644),
+    ]);
     let mut blobs: Vec<(String, Vec<u8>)> = Vec::new();
     let mut layers = Vec::new();
     let mut diff_ids = Vec::new();
@@ -97,13 +112,19 @@ fn oci_image(out: &Path) {
     blobs.push((sha(&config), config));
     blobs.push((sha(&manifest), manifest));
     let mut entries: Vec<(String, Vec<u8>)> = vec![
-        ("oci-layout".into(), br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec()),
+        (
+            "oci-layout".into(),
+            br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec(),
+        ),
         ("index.json".into(), index),
     ];
     for (digest, data) in blobs {
         entries.push((format!("blobs/sha256/{digest}"), data));
     }
-    let refs: Vec<(&str, &[u8], bool, u32)> = entries.iter().map(|(p, d)| (p.as_str(), d.as_slice(), false, 0o644)).collect();
+    let refs: Vec<(&str, &[u8], bool, u32)> = entries
+        .iter()
+        .map(|(p, d)| (p.as_str(), d.as_slice(), false, 0o644))
+        .collect();
     std::fs::write(out, tar_of(&refs)).unwrap();
 }
 
@@ -122,7 +143,13 @@ fn a_task_runs_from_an_oci_image_unpacked_once_per_worker() {
     for round in 0..2 {
         let out = client(
             &server.url,
-            &["execute", "-c", task.to_str().unwrap(), "--image", image.to_str().unwrap()],
+            &[
+                "execute",
+                "-c",
+                task.to_str().unwrap(),
+                "--image",
+                image.to_str().unwrap(),
+            ],
         );
         assert!(
             out.status.success(),
@@ -131,14 +158,46 @@ fn a_task_runs_from_an_oci_image_unpacked_once_per_worker() {
             server.log_text()
         );
         // The image's own root: no host files, the whiteout removed ls, layer 2 applied.
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "from the second layer\n0\n");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "from the second layer\n0\n"
+        );
     }
-    let unpacks = server.log_text().matches("unpacked image into volume").count();
+    let unpacks = server
+        .log_text()
+        .matches("unpacked image into volume")
+        .count();
     assert_eq!(unpacks, 1, "the image was unpacked {unpacks} times");
     // A bad image is refused with a clear error.
     let bad = dir.path().join("bad.tar");
-    std::fs::write(&bad, tar_of(&[("oci-layout", b"{\"imageLayoutVersion\":\"1.0.0\"}", false, 0o644), ("index.json", b"{\"schemaVersion\":2,\"manifests\":[]}", false, 0o644)])).unwrap();
-    let out = client(&server.url, &["execute", "-c", task.to_str().unwrap(), "--image", bad.to_str().unwrap()]);
+    std::fs::write(
+        &bad,
+        tar_of(&[
+            (
+                "oci-layout",
+                b"{\"imageLayoutVersion\":\"1.0.0\"}",
+                false,
+                0o644,
+            ),
+            (
+                "index.json",
+                b"{\"schemaVersion\":2,\"manifests\":[]}",
+                false,
+                0o644,
+            ),
+        ]),
+    )
+    .unwrap();
+    let out = client(
+        &server.url,
+        &[
+            "execute",
+            "-c",
+            task.to_str().unwrap(),
+            "--image",
+            bad.to_str().unwrap(),
+        ],
+    );
     let last = failure_line(&out);
     assert!(last.contains("image"), "{last}");
 }

@@ -33,10 +33,11 @@ run:
     ls /proc | grep -c '^[0-9][0-9]*$' > out/procs.txt
 "#;
 
-fn quickstart_runs_a_task_with_inputs_and_outputs(kind: DbKind) {
+/// `extra`: more quickstart flags (`--backend NAME`; none detects one).
+fn quickstart_runs_a_task_with_inputs_and_outputs(kind: DbKind, extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(kind);
-    let server = quickstart(dir.path(), &db, &[]);
+    let server = quickstart(dir.path(), &db, extra);
     let backend = workers_json(&server.url)[0]["backend"]
         .as_str()
         .unwrap()
@@ -96,7 +97,10 @@ fn quickstart_runs_a_task_with_inputs_and_outputs(kind: DbKind) {
     assert_eq!(got["nested/deeper/file.txt"], b"deep\n");
     assert!(got["empty"].is_empty());
 
-    if backend == "runc" {
+    if let [.., "--backend", wanted] = extra {
+        assert_eq!(backend, *wanted, "the worker runs the configured backend");
+    }
+    if backend == "runc" || backend == "bwrap" {
         // Own PID namespace: PID 1 is the task's shell, and /proc lists only a handful.
         let pid1 = String::from_utf8_lossy(&got["pid1.txt"]).to_string();
         assert!(pid1.starts_with("sh -c"), "PID 1 inside is {pid1:?}");
@@ -143,12 +147,22 @@ fn quickstart_runs_a_task_with_inputs_and_outputs(kind: DbKind) {
 
 #[test]
 fn quickstart_runs_a_task_with_inputs_and_outputs_sqlite() {
-    quickstart_runs_a_task_with_inputs_and_outputs(DbKind::Sqlite);
+    quickstart_runs_a_task_with_inputs_and_outputs(DbKind::Sqlite, &[]);
+}
+
+#[test]
+fn quickstart_runs_a_task_with_inputs_and_outputs_local_backend_sqlite() {
+    quickstart_runs_a_task_with_inputs_and_outputs(DbKind::Sqlite, &["--backend", "local"]);
+}
+
+#[test]
+fn quickstart_runs_a_task_with_inputs_and_outputs_bwrap_backend_sqlite() {
+    quickstart_runs_a_task_with_inputs_and_outputs(DbKind::Sqlite, &["--backend", "bwrap"]);
 }
 
 #[test]
 fn quickstart_runs_a_task_with_inputs_and_outputs_postgres() {
-    quickstart_runs_a_task_with_inputs_and_outputs(DbKind::Postgres);
+    quickstart_runs_a_task_with_inputs_and_outputs(DbKind::Postgres, &[]);
 }
 
 fn bad_input_is_answered_and_leaves_nothing(kind: DbKind) {

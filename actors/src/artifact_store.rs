@@ -18,19 +18,30 @@ pub enum ArtifactKind {
     Image,
 }
 
+/// What [`ArtifactStore::store`] kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredArtifact {
+    /// The new artifact's id.
+    pub id: String,
+    /// Bytes stored.
+    pub size: u64,
+    /// `sha256:...` of the stored tar, for images (which are deduplicated by it).
+    pub digest: Option<String>,
+}
+
 /// Worker-independent storage of artifacts (tar streams).
 #[async_trait]
 pub trait ArtifactStore: Send + Sync {
     /// Opens an artifact as a tar stream in `encoding`.
     async fn open(&self, id: &str, encoding: Encoding) -> Result<ByteStream, EngineError>;
-    /// Stores a tar stream given in `encoding` under a new id; returns the id and stored size.
-    /// Nothing is left behind when it fails.
+    /// Stores a tar stream given in `encoding` under a new id. Nothing is left
+    /// behind when it fails.
     async fn store(
         &self,
         body: ByteStream,
         encoding: Encoding,
         kind: ArtifactKind,
-    ) -> Result<(String, u64), EngineError>;
+    ) -> Result<StoredArtifact, EngineError>;
     /// Deletes an artifact's data; deleting a missing one is not an error.
     async fn delete(&self, id: &str) -> Result<(), EngineError>;
 }

@@ -9,7 +9,7 @@ use actix::prelude::*;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
-use crate::artifact_store::{ArtifactKind, ArtifactStore};
+use crate::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
 use crate::db::{BuildStatus, Db, HandleKind};
 use crate::error::EngineError;
 use crate::events::{BuildEvent, EventHub, EventSink, Utf8Carry};
@@ -205,7 +205,12 @@ impl BuildRun {
             team: self.team.clone(),
             platform: config.platform.clone(),
             tags: plan.tags.clone(),
-            inputs: plan.inputs.values().chain(plan.image.iter()).cloned().collect(),
+            inputs: plan
+                .inputs
+                .values()
+                .chain(plan.image.iter())
+                .cloned()
+                .collect(),
             is_check: false,
             need: Load {
                 tasks: 1,
@@ -529,7 +534,7 @@ impl BuildRun {
         }
         for (name, volume) in outputs {
             let body = volume.stream_out(".", encoding).await?;
-            let (id, size) = self
+            let StoredArtifact { id, size, .. } = self
                 .deps
                 .artifacts
                 .store(body, encoding, ArtifactKind::Files)
@@ -553,7 +558,11 @@ impl BuildRun {
     /// The volume holding an image on this worker: unpacked once per worker
     /// and kept for the next containers that use it (concurrent builds wait
     /// for the first one's import instead of importing it again).
-    async fn image_volume(&mut self, worker: &Arc<dyn Worker>, artifact: &str) -> Result<String, EngineError> {
+    async fn image_volume(
+        &mut self,
+        worker: &Arc<dyn Worker>,
+        artifact: &str,
+    ) -> Result<String, EngineError> {
         let key = (worker.name().to_string(), artifact.to_string());
         let lock = self.deps.imports.entry(key.clone()).or_default().clone();
         let _guard = lock.lock().await;
@@ -566,8 +575,15 @@ impl BuildRun {
             db.delete_handle(HandleKind::Volume, &handle).await?;
         }
         let handle = uuid::Uuid::new_v4().to_string();
-        db.insert_handle(HandleKind::Volume, &handle, worker.name(), None, None, &self.team)
-            .await?;
+        db.insert_handle(
+            HandleKind::Volume,
+            &handle,
+            worker.name(),
+            None,
+            None,
+            &self.team,
+        )
+        .await?;
         db.set_volume_artifact(&handle, artifact).await?;
         let spec = VolumeSpec {
             handle: handle.clone(),
@@ -577,7 +593,11 @@ impl BuildRun {
         };
         let imported = async {
             let volume = worker.create_volume(&spec).await?;
-            let body = self.deps.artifacts.open(artifact, self.deps.encoding).await?;
+            let body = self
+                .deps
+                .artifacts
+                .open(artifact, self.deps.encoding)
+                .await?;
             volume
                 .import_image(self.deps.encoding, body)
                 .await
@@ -586,7 +606,8 @@ impl BuildRun {
         .await;
         match imported {
             Ok(()) => {
-                db.set_handle_state(HandleKind::Volume, &handle, "created").await?;
+                db.set_handle_state(HandleKind::Volume, &handle, "created")
+                    .await?;
                 self.deps.scheduler.do_send(ArtifactLocality {
                     artifact: artifact.to_string(),
                     worker: worker.name().to_string(),

@@ -602,22 +602,22 @@ impl WorkerConn {
                 Err(_) => Err(format!("no answer within {limit:?}")),
             }
         }
-            .into_actor(self)
-            .map(|res, act, ctx| {
-                match res {
-                    Ok(()) => act.failures = 0,
-                    Err(e) => {
-                        act.failures += 1;
-                        tracing::debug!(worker = %act.name, "probe failed ({}): {e}", act.failures);
-                        if act.failures >= 3 {
-                            ctx.stop();
-                            return;
-                        }
+        .into_actor(self)
+        .map(|res, act, ctx| {
+            match res {
+                Ok(()) => act.failures = 0,
+                Err(e) => {
+                    act.failures += 1;
+                    tracing::debug!(worker = %act.name, "probe failed ({}): {e}", act.failures);
+                    if act.failures >= 3 {
+                        ctx.stop();
+                        return;
                     }
                 }
-                ctx.run_later(act.interval, |act, ctx| act.probe(ctx));
-            })
-            .spawn(ctx);
+            }
+            ctx.run_later(act.interval, |act, ctx| act.probe(ctx));
+        })
+        .spawn(ctx);
     }
 }
 

@@ -28,6 +28,10 @@ pub struct Health {
     pub name: String,
     /// The container backend in use.
     pub backend: String,
+    /// Images unpacked into volumes since the agent started (an image used
+    /// by many containers is unpacked once).
+    #[serde(default)]
+    pub images_unpacked: u64,
 }
 
 /// `POST /volumes`: the created (or already existing) volume.

@@ -127,7 +127,11 @@ impl Beacon {
     }
 
     /// POSTs JSON with the registration key; returns the `state` the web node answered.
-    async fn post<T: serde::Serialize>(&self, url: &str, body: &T) -> Result<Option<String>, Failure> {
+    async fn post<T: serde::Serialize>(
+        &self,
+        url: &str,
+        body: &T,
+    ) -> Result<Option<String>, Failure> {
         let resp = self
             .http
             .post(url)

@@ -4,8 +4,8 @@
 //! One concept per file: `server.rs` (the HTTP API), `api.rs` (its wire
 //! types), `volumes.rs` (the volume store), `containers.rs` (container
 //! bookkeeping), `processes.rs` (output logs and exit statuses),
-//! `backend/` (how processes are isolated: runc, local), `rootfs.rs` (root
-//! filesystems), `beacon.rs` (registration and heartbeats), `slots.rs`
+//! `backend/` (how processes are isolated: runc, bwrap, local), `rootfs.rs`
+//! (root filesystems), `images.rs` (unpacking images into volumes), `beacon.rs` (registration and heartbeats), `slots.rs`
 //! (idempotent creation), `state.rs` (what handlers share), `error.rs`.
 //!
 //! Everything lives under the work directory, so a restarted agent still
@@ -13,7 +13,7 @@
 //! finished processes:
 //!
 //! ```text
-//! WORK_DIR/volumes/<handle>/{meta.json,data/}
+//! WORK_DIR/volumes/<handle>/{meta.json,data/,image.json}  (image.json: an imported image)
 //! WORK_DIR/containers/<handle>/{spec.json,config.json,rootfs/,processes/<id>.{log,exit}}
 //! WORK_DIR/runc/            runc's state (runc backend)
 //! ```
@@ -23,6 +23,7 @@ pub mod backend;
 pub mod beacon;
 pub mod containers;
 pub mod error;
+pub mod images;
 pub mod processes;
 pub mod pty;
 pub mod rootfs;
@@ -31,6 +32,8 @@ pub mod slots;
 pub mod state;
 pub mod volumes;
 
+#[cfg(test)]
+mod image_tests;
 #[cfg(test)]
 mod tar_safety_tests;
 
@@ -88,7 +91,11 @@ impl WorkerHandle {
     /// Asks the web node to land (or retire) this worker, then waits until it
     /// has (its running steps finished): `landed`, or `retired` (deleted).
     /// Returns early when `abort` turns true (a second signal).
-    pub async fn drain(&self, retire: bool, mut abort: watch::Receiver<bool>) -> anyhow::Result<()> {
+    pub async fn drain(
+        &self,
+        retire: bool,
+        mut abort: watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
         let (web, key) = &self.web;
         let action = if retire { "retire" } else { "land" };
         let url = format!(

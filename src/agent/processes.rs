@@ -320,7 +320,10 @@ impl ProcessRecord {
         };
         if let Some(note) = child.epilogue.and_then(|mut rx| rx.try_recv().ok()) {
             let mut w = writer.lock().await;
-            if let Some(len) = w.append(OutputStream::Stderr, note.as_bytes(), &self.id).await {
+            if let Some(len) = w
+                .append(OutputStream::Stderr, note.as_bytes(), &self.id)
+                .await
+            {
                 self.progress.send_modify(|p| p.len = len);
             }
         }
@@ -406,9 +409,9 @@ impl ProcessRecord {
         }
         let pty = lock(&self.pty).clone();
         match pty {
-            Some(pty) => pty
-                .resize(size)
-                .map_err(|e| AgentError::io(format!("resizing the terminal of process {}", self.id), e)),
+            Some(pty) => pty.resize(size).map_err(|e| {
+                AgentError::io(format!("resizing the terminal of process {}", self.id), e)
+            }),
             None => Ok(()),
         }
     }

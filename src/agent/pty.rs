@@ -87,10 +87,8 @@ impl Pty {
                 "fcntl",
             )?;
             // The OwnedFd is moved into the AsyncFd and stays open with it.
-            let master = AsyncFd::register_with_interest(
-                master,
-                Interest::READABLE | Interest::WRITABLE,
-            )?;
+            let master =
+                AsyncFd::register_with_interest(master, Interest::READABLE | Interest::WRITABLE)?;
             Ok((Pty { master }, slave))
         }
     }
@@ -214,7 +212,10 @@ mod tests {
         })
         .unwrap();
         let mut cmd = tokio::process::Command::new("sh");
-        cmd.args(["-c", "[ -t 0 ] && echo tty; stty size; read line; echo got $line"]);
+        cmd.args([
+            "-c",
+            "[ -t 0 ] && echo tty; stty size; read line; echo got $line",
+        ]);
         Pty::attach_to(&mut cmd, &slave).unwrap();
         let mut child = cmd.spawn().unwrap();
         drop(cmd);

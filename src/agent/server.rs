@@ -5,12 +5,13 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `GET /health` | `{"name","backend"}` |
+//! | `GET /health` | `{"name","backend","images_unpacked"}` |
 //! | `POST /volumes` (`VolumeSpec`) | 201 (200 if it existed) `{"handle","path"}` |
 //! | `GET /volumes` | `["handle", ...]` |
 //! | `GET /volumes/{h}[?size=false]` | `{"handle","path","size_bytes","properties"}` |
 //! | `DELETE /volumes/{h}` | 204 |
 //! | `PUT /volumes/{h}/stream-in?path=&encoding=` (tar body) | 204 |
+//! | `PUT /volumes/{h}/image?encoding=` (image tar body) | 200 `{"format","layers","entries","millis","unpacked"}` |
 //! | `GET /volumes/{h}/stream-out?path=&encoding=` | tar stream |
 //! | `GET /volumes/{h}/file?path=` | the file's bytes |
 //! | `POST /containers` (`ContainerSpec`) | 201 (200 if it existed) `{"handle"}` |
@@ -108,6 +109,7 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .route("/volumes/{handle}", web::get().to(get_volume))
         .route("/volumes/{handle}", web::delete().to(destroy_volume))
         .route("/volumes/{handle}/stream-in", web::put().to(stream_in))
+        .route("/volumes/{handle}/image", web::put().to(import_image))
         .route("/volumes/{handle}/stream-out", web::get().to(stream_out))
         .route("/volumes/{handle}/file", web::get().to(file_out))
         .route("/containers", web::post().to(create_container))
@@ -181,6 +183,7 @@ async fn health(state: State) -> HttpResponse {
     HttpResponse::Ok().json(Health {
         name: state.name.clone(),
         backend: state.backend.to_string(),
+        images_unpacked: state.volumes.images_unpacked(),
     })
 }
 
@@ -285,6 +288,38 @@ async fn stream_in(
     let ((), result) = tokio::join!(pump, extract);
     result?;
     Ok(HttpResponse::NoContent().finish())
+}
+
+/// `PUT /volumes/{handle}/image`: unpacks an image (a rootfs tar, an OCI
+/// image layout or a `docker save` archive) into an empty volume. Runs on the
+/// agent's runtime, so a client going away cannot leave it half done.
+async fn import_image(
+    state: State,
+    handle: web::Path<String>,
+    query: web::Query<StreamQuery>,
+    mut payload: web::Payload,
+) -> Result<HttpResponse, AgentError> {
+    let encoding = encoding(&query)?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
+    let body: ByteStream = Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    }));
+    let pump = async move {
+        while let Some(chunk) = payload.next().await {
+            let chunk =
+                chunk.map_err(|e| std::io::Error::other(format!("reading the request body: {e}")));
+            let failed = chunk.is_err();
+            if tx.send(chunk).await.is_err() || failed {
+                break;
+            }
+        }
+    };
+    let st = state.clone().into_inner();
+    let handle = handle.into_inner();
+    let import =
+        state.on_main(async move { st.volumes.import_image(&handle, encoding, body).await });
+    let ((), result) = tokio::join!(pump, import);
+    Ok(HttpResponse::Ok().json(result?))
 }
 
 /// `GET /volumes/{handle}/stream-out`.

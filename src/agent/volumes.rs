@@ -5,8 +5,16 @@
 //! creation that never finished; it is removed when the agent starts. Paths
 //! that callers name inside a volume are checked never to leave it, even
 //! through symlinks a container left behind.
+//!
+//! An image (a root filesystem tar, an OCI image layout, a `docker save`
+//! archive) can be imported into an empty volume once (`images.rs` does the
+//! unpacking, in `volumes/<handle>/image-work/`); `volumes/<handle>/image.json`
+//! then records it, and importing again changes nothing. Containers use
+//! such a volume read-only, as the lower layer of their root filesystem.
 
+use std::collections::HashSet;
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use gantry_actors::runtime::ByteStream;
@@ -14,6 +22,7 @@ use gantry_actors::spec::{Encoding, VolumeSpec, VolumeStrategy};
 use tokio_util::io::ReaderStream;
 
 use super::error::{blocking, AgentError};
+use super::images::{self, ImageSummary};
 use super::slots::{check_name, Slots};
 use crate::tarball::{self, UnpackLimits};
 
@@ -33,6 +42,28 @@ impl Volume {
     pub fn data_dir(&self) -> PathBuf {
         self.dir.join("data")
     }
+
+    /// `image.json`: written once an image was imported.
+    fn image_record(&self) -> PathBuf {
+        self.dir.join("image.json")
+    }
+
+    /// Where an import works (the upload's blobs, each extracted layer).
+    fn image_work_dir(&self) -> PathBuf {
+        self.dir.join("image-work")
+    }
+}
+
+/// What importing an image into a volume did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ImageImport {
+    /// What the image was and held.
+    #[serde(flatten)]
+    pub summary: ImageSummary,
+    /// Milliseconds the unpacking took.
+    pub millis: u64,
+    /// False when the volume already held an image (nothing was unpacked).
+    pub unpacked: bool,
 }
 
 /// Every volume on this worker.
@@ -41,6 +72,25 @@ pub struct VolumeStore {
     root: PathBuf,
     /// The volumes by handle, with idempotent creation.
     volumes: Slots<VolumeSpec, Volume>,
+    /// Volumes an image is being imported into (one import at a time each).
+    importing: std::sync::Mutex<HashSet<String>>,
+    /// Images unpacked since the agent started (`images_unpacked` in `/health`).
+    images_unpacked: AtomicU64,
+}
+
+/// Marks a volume as being imported into until dropped.
+struct ImportClaim<'a> {
+    /// The set it is in.
+    set: &'a std::sync::Mutex<HashSet<String>>,
+    /// The volume.
+    handle: String,
+}
+
+impl Drop for ImportClaim<'_> {
+    fn drop(&mut self) {
+        let mut set = self.set.lock().unwrap_or_else(|e| e.into_inner());
+        set.remove(&self.handle);
+    }
 }
 
 impl VolumeStore {
@@ -55,7 +105,127 @@ impl VolumeStore {
             let handle = spec.handle.clone();
             volumes.insert_existing(handle.clone(), spec.clone(), Volume { handle, spec, dir });
         }
-        Ok(VolumeStore { root, volumes })
+        Ok(VolumeStore {
+            root,
+            volumes,
+            importing: std::sync::Mutex::new(HashSet::new()),
+            images_unpacked: AtomicU64::new(0),
+        })
+    }
+
+    /// How many images this agent has unpacked since it started.
+    pub fn images_unpacked(&self) -> u64 {
+        self.images_unpacked.load(Ordering::Relaxed)
+    }
+
+    /// Unpacks an image (see `images.rs`) into an empty volume, to be used
+    /// as a root filesystem. A volume that already holds an image keeps it:
+    /// the upload is read to its end and ignored (`unpacked: false`). A
+    /// volume with other contents is a conflict; a failed import leaves the
+    /// volume empty again.
+    pub async fn import_image(
+        &self,
+        handle: &str,
+        encoding: Encoding,
+        mut body: ByteStream,
+    ) -> Result<ImageImport, AgentError> {
+        use futures::StreamExt;
+        let volume = self.get(handle)?;
+        let _claim = {
+            let mut set = self.importing.lock().unwrap_or_else(|e| e.into_inner());
+            if !set.insert(handle.to_string()) {
+                return Err(AgentError::Conflict(format!(
+                    "an image is already being imported into volume {handle}"
+                )));
+            }
+            ImportClaim {
+                set: &self.importing,
+                handle: handle.to_string(),
+            }
+        };
+        let (record, work, data) = (
+            volume.image_record(),
+            volume.image_work_dir(),
+            volume.data_dir(),
+        );
+        let (r, w, d, h) = (
+            record.clone(),
+            work.clone(),
+            data.clone(),
+            handle.to_string(),
+        );
+        let existing = blocking("inspecting an image volume", move || {
+            if let Ok(bytes) = std::fs::read(&r) {
+                if let Ok(done) = serde_json::from_slice::<ImageImport>(&bytes) {
+                    return Ok(Some(done));
+                }
+            }
+            let empty = std::fs::read_dir(&d)
+                .map_err(|e| AgentError::io(format!("listing {}", d.display()), e))?
+                .next()
+                .is_none();
+            // Leftovers of an import that was cut short are cleared.
+            if !empty && !w.exists() {
+                return Err(AgentError::Conflict(format!(
+                    "volume {h} is not empty; import an image into a new, empty volume"
+                )));
+            }
+            clear_dir(&d).map_err(|e| AgentError::io(format!("emptying {}", d.display()), e))?;
+            Ok(None)
+        })
+        .await?;
+        if let Some(done) = existing {
+            while let Some(chunk) = body.next().await {
+                chunk.map_err(|e| AgentError::BadRequest(format!("reading the upload: {e}")))?;
+            }
+            tracing::info!(volume = %handle, "volume already holds an image; not unpacking again");
+            return Ok(ImageImport {
+                unpacked: false,
+                ..done
+            });
+        }
+        let started = std::time::Instant::now();
+        match images::unpack_image(body, encoding, work.clone(), data.clone()).await {
+            Ok(summary) => {
+                let done = ImageImport {
+                    summary,
+                    millis: started.elapsed().as_millis() as u64,
+                    unpacked: true,
+                };
+                let body = serde_json::to_vec_pretty(&done)
+                    .map_err(|e| AgentError::Backend(format!("encoding image.json: {e}")))?;
+                blocking("recording an image", move || {
+                    let tmp = record.with_extension("json.tmp");
+                    std::fs::write(&tmp, body)
+                        .and_then(|()| std::fs::rename(&tmp, &record))
+                        .map_err(|e| AgentError::io(format!("writing {}", record.display()), e))
+                })
+                .await?;
+                self.images_unpacked.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    entries = done.summary.entries,
+                    layers = done.summary.layers,
+                    format = done.summary.format.as_str(),
+                    millis = done.millis,
+                    "unpacked image into volume {handle} ({} entries in {} ms)",
+                    done.summary.entries,
+                    done.millis
+                );
+                Ok(done)
+            }
+            Err(e) => {
+                let cleaned = blocking("cleaning up a failed import", move || {
+                    remove_tree(&work)
+                        .and_then(|()| clear_dir(&data))
+                        .map_err(|e| AgentError::io(format!("emptying {}", data.display()), e))
+                })
+                .await;
+                if let Err(c) = cleaned {
+                    tracing::warn!(volume = %handle, error = %c, "cannot clean up after a failed image import");
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Creates a volume; returns it and whether this call created it.
@@ -335,6 +505,19 @@ fn materialize(dir: &Path, source: Option<&Path>, meta: &[u8]) -> Result<(), Age
     let tmp = dir.join("meta.json.tmp");
     std::fs::write(&tmp, meta).map_err(io("writing", &tmp))?;
     std::fs::rename(&tmp, dir.join("meta.json")).map_err(io("writing meta.json in", dir))?;
+    Ok(())
+}
+
+/// Removes everything inside `dir` (which stays), never following symlinks.
+fn clear_dir(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if std::fs::symlink_metadata(&path)?.file_type().is_dir() {
+            std::fs::remove_dir_all(&path)?;
+        } else {
+            std::fs::remove_file(&path)?;
+        }
+    }
     Ok(())
 }
 

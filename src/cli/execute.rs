@@ -60,7 +60,10 @@ fn plan(args: &ExecuteArgs) -> anyhow::Result<(TaskConfig, Dirs, Dirs)> {
     }
     if let Some(image) = &args.image {
         if !image.is_file() {
-            bail!("image {} is not a file (give a rootfs tar or an OCI image layout tar)", image.display());
+            bail!(
+                "image {} is not a file (give a rootfs tar or an OCI image layout tar)",
+                image.display()
+            );
         }
     }
     let inputs = pairs("input", &args.inputs)?;
@@ -120,7 +123,14 @@ async fn upload_image(client: &ApiClient, team: &str, file: &Path) -> anyhow::Re
         .with_context(|| format!("cannot open image {}", file.display()))?;
     let plain: gantry_actors::runtime::ByteStream =
         Box::pin(tokio_util::io::ReaderStream::with_capacity(f, 256 * 1024));
-    upload_stream(client, team, "image", tarball::encode(plain, Encoding::Zstd), "image").await
+    upload_stream(
+        client,
+        team,
+        "image",
+        tarball::encode(plain, Encoding::Zstd),
+        "image",
+    )
+    .await
 }
 
 async fn upload_stream(

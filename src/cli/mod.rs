@@ -3,6 +3,7 @@
 
 mod client;
 mod execute;
+mod hijack;
 mod list;
 mod serve;
 
@@ -159,6 +160,22 @@ pub enum Command {
         #[arg(long)]
         image: Option<PathBuf>,
     },
+    /// Run a shell or a command in a build step's container (or any container).
+    Hijack {
+        /// Build whose step container to enter.
+        #[arg(short = 'b', long = "build")]
+        build: Option<i64>,
+        /// Step of that build (default: task).
+        #[arg(short = 's', long = "step")]
+        step: Option<String>,
+        /// Enter this container instead (a handle from `gantry containers`).
+        #[arg(long)]
+        container: Option<String>,
+        /// The command and its arguments, after `--` (default: bash, or sh
+        /// when the container has no bash).
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
     /// List workers.
     Workers {
         /// Print JSON.
@@ -302,6 +319,20 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                             image,
                         };
                         execute::execute(&client, args).await
+                    }
+                    Command::Hijack {
+                        build,
+                        step,
+                        container,
+                        command,
+                    } => {
+                        let args = hijack::HijackArgs {
+                            build,
+                            step,
+                            container,
+                            command,
+                        };
+                        hijack::hijack(&client, args).await
                     }
                     Command::Workers { json } => list::workers(&client, json).await.map(|_| 0),
                     Command::Builds { json } => list::builds(&client, json).await.map(|_| 0),

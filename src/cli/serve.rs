@@ -205,10 +205,15 @@ mod tests {
         // clap reads GANTRY_* into the same fields; a flag given beats it.
         std::env::set_var("GANTRY_WORKER_PLATFORM", "from-env");
         let cli = crate::cli::Cli::try_parse_from(["gantry", "worker", "--name", "n"]).unwrap();
-        let crate::cli::Command::Worker { worker, .. } = cli.command else { panic!("worker") };
+        let crate::cli::Command::Worker { worker, .. } = cli.command else {
+            panic!("worker")
+        };
         assert_eq!(worker.platform.as_deref(), Some("from-env"));
-        let cli = crate::cli::Cli::try_parse_from(["gantry", "worker", "--platform", "flag"]).unwrap();
-        let crate::cli::Command::Worker { worker, .. } = cli.command else { panic!("worker") };
+        let cli =
+            crate::cli::Cli::try_parse_from(["gantry", "worker", "--platform", "flag"]).unwrap();
+        let crate::cli::Command::Worker { worker, .. } = cli.command else {
+            panic!("worker")
+        };
         assert_eq!(worker.platform.as_deref(), Some("flag"));
         std::env::remove_var("GANTRY_WORKER_PLATFORM");
     }

@@ -64,21 +64,44 @@ pub async fn upload(
             ))
         })?,
     };
-    let (id, size) = state
+    let stored = state
         .engine
         .artifacts
         .store(payload_stream(payload), encoding, kind)
         .await?;
-    if let Err(e) = state
-        .engine
-        .db
-        .insert_artifact(&id, &team, None, None, size as i64)
-        .await
-    {
-        let _ = state.engine.artifacts.delete(&id).await;
+    let db = &state.engine.db;
+    if let Some(digest) = &stored.digest {
+        // The same image again: keep the one stored, whose volumes workers have.
+        match db.find_artifact_by_digest(&team, "image", digest).await {
+            Ok(Some(existing)) => {
+                let _ = state.engine.artifacts.delete(&stored.id).await;
+                return Ok(HttpResponse::Ok().json(serde_json::json!({
+                    "id": existing, "size_bytes": stored.size, "digest": digest, "reused": true
+                })));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let _ = state.engine.artifacts.delete(&stored.id).await;
+                return Err(e.into());
+            }
+        }
+    }
+    let recorded = async {
+        db.insert_artifact(&stored.id, &team, None, None, stored.size as i64)
+            .await?;
+        if let Some(digest) = &stored.digest {
+            db.set_artifact_digest(&stored.id, "image", digest).await?;
+        }
+        Ok::<_, gantry_actors::EngineError>(())
+    }
+    .await;
+    if let Err(e) = recorded {
+        let _ = state.engine.artifacts.delete(&stored.id).await;
         return Err(e.into());
     }
-    Ok(HttpResponse::Created().json(serde_json::json!({"id": id, "size_bytes": size})))
+    Ok(HttpResponse::Created().json(serde_json::json!({
+        "id": stored.id, "size_bytes": stored.size, "digest": stored.digest
+    })))
 }
 
 /// `GET /api/v1/teams/{team}/artifacts/{id}`: the artifact as a plain tar stream.

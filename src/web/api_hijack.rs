@@ -144,7 +144,10 @@ pub async fn build(
         .find(|r| r.build_id == Some(id) && r.step.as_deref() == Some(step.as_str()));
     let Some(row) = row else {
         let why = if build.status.is_finished() {
-            format!("it has {} and its containers are gone", build.status.as_str())
+            format!(
+                "it has {} and its containers are gone",
+                build.status.as_str()
+            )
         } else {
             format!(
                 "it is {} and the step has not started yet",
@@ -457,9 +460,7 @@ async fn first_request(
                 return Ok(Some(request));
             }
             Some(Ok(AggregatedMessage::Binary(_))) => {
-                return Err(
-                    "the first frame must be a text frame naming the process to run".into(),
-                )
+                return Err("the first frame must be a text frame naming the process to run".into())
             }
             Some(Ok(AggregatedMessage::Ping(_) | AggregatedMessage::Pong(_))) => continue,
             Some(Ok(AggregatedMessage::Close(_))) | Some(Err(_)) | None => return Ok(None),

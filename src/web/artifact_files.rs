@@ -7,10 +7,11 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use gantry_actors::artifact_store::{ArtifactKind, ArtifactStore};
+use gantry_actors::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
 use gantry_actors::runtime::ByteStream;
 use gantry_actors::spec::Encoding;
 use gantry_actors::EngineError;
+use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
 use crate::config::DEFAULT_MAX_ARTIFACT_BYTES;
@@ -66,9 +67,11 @@ impl ArtifactFiles {
 
     /// The extraction rules an upload of this kind must pass.
     fn limits(&self, kind: ArtifactKind) -> UnpackLimits {
-        let _ = kind;
         UnpackLimits {
             max_bytes: self.max_bytes,
+            // Images hold absolute symlinks (resolved inside the container's
+            // root); extraction never follows a symlink, so they are safe.
+            allow_absolute_symlinks: kind == ArtifactKind::Image,
             ..UnpackLimits::default()
         }
     }
@@ -79,7 +82,7 @@ impl ArtifactFiles {
         encoding: Encoding,
         kind: ArtifactKind,
         tmp: &PathBuf,
-    ) -> Result<u64, EngineError> {
+    ) -> Result<(u64, Option<String>), EngineError> {
         let mut file = tokio::fs::File::create(tmp)
             .await
             .map_err(|e| EngineError::io("creating artifact file", e))?;
@@ -106,7 +109,17 @@ impl ArtifactFiles {
         drop(file);
         let check = tmp.clone();
         let limits = self.limits(kind);
-        tokio::task::spawn_blocking(move || tarball::validate_file(&check, &limits))
+        let hash = kind == ArtifactKind::Image;
+        let digest = tokio::task::spawn_blocking(move || {
+            tarball::validate_file(&check, &limits)?;
+            if !hash {
+                return Ok(None);
+            }
+            let mut hasher = Sha256::new();
+            let mut f = std::fs::File::open(&check).map_err(|e| TarError::Io(e.to_string()))?;
+            std::io::copy(&mut f, &mut hasher).map_err(|e| TarError::Io(e.to_string()))?;
+            Ok(Some(format!("sha256:{:x}", hasher.finalize())))
+        })
         .await
         .map_err(|e| EngineError::Invalid(format!("checking the upload: {e}")))?
         .map_err(|e| match e {
@@ -117,7 +130,7 @@ impl ArtifactFiles {
             .await
             .map_err(|e| EngineError::io("reading artifact file", e))?
             .len();
-        Ok(size)
+        Ok((size, digest))
     }
 }
 
@@ -146,15 +159,15 @@ impl ArtifactStore for ArtifactFiles {
         body: ByteStream,
         encoding: Encoding,
         kind: ArtifactKind,
-    ) -> Result<(String, u64), EngineError> {
+    ) -> Result<StoredArtifact, EngineError> {
         let id = uuid::Uuid::new_v4().to_string();
         let tmp = self.dir.join("tmp").join(format!("{id}.tar"));
         match self.receive(body, encoding, kind, &tmp).await {
-            Ok(size) => {
+            Ok((size, digest)) => {
                 tokio::fs::rename(&tmp, self.path(&id)?)
                     .await
                     .map_err(|e| EngineError::io("storing artifact", e))?;
-                Ok((id, size))
+                Ok(StoredArtifact { id, size, digest })
             }
             Err(e) => {
                 let _ = tokio::fs::remove_file(&tmp).await;

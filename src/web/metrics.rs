@@ -57,13 +57,21 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
         .map_err(|e| ApiError::from(gantry_actors::EngineError::from(e)))?;
     let _ = writeln!(out, "# HELP gantry_worker_restarts Restarts of each worker's connection actor.\n# TYPE gantry_worker_restarts counter");
     for w in &workers {
-        let _ = writeln!(out, "gantry_worker_restarts{{worker=\"{}\"}} {}", w.name, w.restarts);
+        let _ = writeln!(
+            out,
+            "gantry_worker_restarts{{worker=\"{}\"}} {}",
+            w.name, w.restarts
+        );
     }
     let _ = writeln!(out, "# HELP gantry_steps_waiting Steps waiting for a worker with capacity.\n# TYPE gantry_steps_waiting gauge\ngantry_steps_waiting {}", stats.waiting);
     let _ = writeln!(out, "# HELP gantry_step_wait_seconds Time placed steps spent waiting for capacity.\n# TYPE gantry_step_wait_seconds summary\ngantry_step_wait_seconds_sum {:.3}\ngantry_step_wait_seconds_count {}", stats.wait_seconds, stats.waited);
     let _ = writeln!(out, "# HELP gantry_placements_total Placements by strategy chain.\n# TYPE gantry_placements_total counter");
     for chain in ["with_inputs", "without_inputs", "checks"] {
-        let _ = writeln!(out, "gantry_placements_total{{chain=\"{chain}\"}} {}", stats.placements.get(chain).copied().unwrap_or(0));
+        let _ = writeln!(
+            out,
+            "gantry_placements_total{{chain=\"{chain}\"}} {}",
+            stats.placements.get(chain).copied().unwrap_or(0)
+        );
     }
     let _ = writeln!(out, "# HELP gantry_placements_unsatisfiable_total Steps failed at once: no compatible worker.\n# TYPE gantry_placements_unsatisfiable_total counter\ngantry_placements_unsatisfiable_total {}", stats.unsatisfiable);
     let _ = writeln!(

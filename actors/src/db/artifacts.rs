@@ -71,3 +71,39 @@ impl Db {
         }))
     }
 }
+
+impl Db {
+    /// Records the digest and kind of a stored artifact.
+    pub async fn set_artifact_digest(
+        &self,
+        id: &str,
+        kind: &str,
+        digest: &str,
+    ) -> Result<(), EngineError> {
+        sqlx::query("UPDATE artifacts SET digest = $1, kind = $2 WHERE id = $3")
+            .bind(digest)
+            .bind(kind)
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// An artifact of `team` of this kind with this digest, if one is stored.
+    pub async fn find_artifact_by_digest(
+        &self,
+        team: &str,
+        kind: &str,
+        digest: &str,
+    ) -> Result<Option<String>, EngineError> {
+        let row: Option<(String,)> = sqlx::query_as(
+            "SELECT id FROM artifacts WHERE team = $1 AND kind = $2 AND digest = $3 ORDER BY created_at LIMIT 1",
+        )
+        .bind(team)
+        .bind(kind)
+        .bind(digest)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(|r| r.0))
+    }
+}

@@ -144,7 +144,11 @@ impl Db {
 
 impl Db {
     /// Marks a volume as holding an artifact's contents (an image).
-    pub async fn set_volume_artifact(&self, handle: &str, artifact: &str) -> Result<(), EngineError> {
+    pub async fn set_volume_artifact(
+        &self,
+        handle: &str,
+        artifact: &str,
+    ) -> Result<(), EngineError> {
         sqlx::query("UPDATE volumes SET artifact_id = $1 WHERE handle = $2")
             .bind(artifact)
             .bind(handle)

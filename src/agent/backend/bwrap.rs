@@ -112,11 +112,14 @@ impl BackendContainer for BwrapContainer {
             None => String::new(),
             Some(_) => {
                 let plan = self.rootfs.clone();
-                blocking("reading /etc/passwd", move || Ok(rootfs::read_passwd(&plan))).await?
+                blocking("reading /etc/passwd", move || {
+                    Ok(rootfs::read_passwd(&plan))
+                })
+                .await?
             }
         };
-        let user =
-            rootfs::lookup_user(process.user.as_deref(), &passwd).map_err(AgentError::BadRequest)?;
+        let user = rootfs::lookup_user(process.user.as_deref(), &passwd)
+            .map_err(AgentError::BadRequest)?;
         let args = bwrap_args(&self.ctx, &self.rootfs, process, user, self.agent_root);
         let home = if user.uid == 0 {
             "HOME=/root"
@@ -206,9 +209,7 @@ pub fn bwrap_args(
     for b in &rootfs.binds {
         push(&[&"--ro-bind", &b.source, &b.dest]);
     }
-    push(&[
-        &"--proc", &"/proc", &"--dev", &"/dev", &"--tmpfs", &"/tmp",
-    ]);
+    push(&[&"--proc", &"/proc", &"--dev", &"/dev", &"--tmpfs", &"/tmp"]);
     for m in &ctx.mounts {
         let how = if m.readonly { "--ro-bind" } else { "--bind" };
         push(&[&how, &m.source, &m.path]);
@@ -316,13 +317,29 @@ mod tests {
             uid: 65534,
             gid: 65534,
         };
-        let args = strings(bwrap_args(&ctx(true), &plan(), &process(None), nobody, true));
+        let args = strings(bwrap_args(
+            &ctx(true),
+            &plan(),
+            &process(None),
+            nobody,
+            true,
+        ));
         assert!(args.contains(&"--unshare-net".to_string()));
-        assert!(find(&args, &["--unshare-user", "--uid", "65534", "--gid", "65534"]).is_some());
+        assert!(find(
+            &args,
+            &["--unshare-user", "--uid", "65534", "--gid", "65534"]
+        )
+        .is_some());
         assert!(find(&args, &["--chdir", "/"]).is_some());
         // Without root, even root inside needs a user namespace.
         let root = UserIds { uid: 0, gid: 0 };
-        let args = strings(bwrap_args(&ctx(false), &plan(), &process(None), root, false));
+        let args = strings(bwrap_args(
+            &ctx(false),
+            &plan(),
+            &process(None),
+            root,
+            false,
+        ));
         assert!(find(&args, &["--unshare-user", "--uid", "0"]).is_some());
     }
 }

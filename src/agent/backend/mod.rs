@@ -249,7 +249,10 @@ mod tests {
             choose(None, &with_bwrap(host(false, true, true))),
             Ok(BackendKind::Local)
         );
-        assert_eq!(choose(Some("bwrap"), &with_bwrap(host(true, true, true))), bwrap);
+        assert_eq!(
+            choose(Some("bwrap"), &with_bwrap(host(true, true, true))),
+            bwrap
+        );
         assert!(choose(Some("bwrap"), &host(true, true, true))
             .unwrap_err()
             .contains("install bubblewrap"));

@@ -46,10 +46,10 @@ use serde_json::{json, Value};
 use tokio::sync::{oneshot, watch, Mutex};
 
 use super::{process_env, BackendContainer, ContainerBackend, ContainerContext};
-use crate::config::ContainerLimitDefaults;
 use crate::agent::error::{blocking, AgentError};
 use crate::agent::processes::{spawn_child, spawn_tty_child, ProcessEnd, SignalTarget, Spawned};
 use crate::agent::rootfs::{self, RootfsPlan, UserIds};
+use crate::config::ContainerLimitDefaults;
 
 /// How long a second process waits for the container's init to start.
 const INIT_START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -127,7 +127,8 @@ impl OomCounter {
             let (left, right) = line.split_once(" - ")?;
             let fields: Vec<&str> = left.split(' ').collect();
             let sys: Vec<&str> = right.split(' ').collect();
-            let (Some(root), Some(point), Some(fstype)) = (fields.get(3), fields.get(4), sys.first())
+            let (Some(root), Some(point), Some(fstype)) =
+                (fields.get(3), fields.get(4), sys.first())
             else {
                 continue;
             };
@@ -180,7 +181,7 @@ fn human_bytes(n: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
     UNITS
         .iter()
-        .find(|(size, _)| n >= *size && n % size == 0)
+        .find(|(size, _)| n >= *size && n.is_multiple_of(*size))
         .map(|(size, unit)| format!("{} {unit}", n / size))
         .unwrap_or_else(|| format!("{n} bytes"))
 }
@@ -242,7 +243,9 @@ impl RuncBackend {
     pub fn new(binary: PathBuf, state_root: PathBuf, defaults: ContainerLimitDefaults) -> Self {
         let oom = OomCounter::detect();
         if oom.is_none() {
-            tracing::warn!("no memory cgroup controller found; out-of-memory kills will not be explained");
+            tracing::warn!(
+                "no memory cgroup controller found; out-of-memory kills will not be explained"
+            );
         }
         RuncBackend {
             runc: Arc::new(Runc { binary, state_root }),
@@ -328,7 +331,10 @@ impl RuncContainer {
             None => String::new(),
             Some(_) => {
                 let plan = self.rootfs.clone();
-                blocking("reading /etc/passwd", move || Ok(rootfs::read_passwd(&plan))).await?
+                blocking("reading /etc/passwd", move || {
+                    Ok(rootfs::read_passwd(&plan))
+                })
+                .await?
             }
         };
         rootfs::lookup_user(process.user.as_deref(), &passwd).map_err(AgentError::BadRequest)
@@ -773,7 +779,9 @@ mod tests {
             .collect();
         assert_eq!(ns, vec!["pid", "mount", "uts", "ipc", "network"]);
         let mounts = config["mounts"].as_array().unwrap();
-        assert!(!mounts.iter().any(|m| m["destination"] == "/etc/resolv.conf"));
+        assert!(!mounts
+            .iter()
+            .any(|m| m["destination"] == "/etc/resolv.conf"));
     }
 
     #[test]

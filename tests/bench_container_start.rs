@@ -1,0 +1,85 @@
+//! `gantry bench container-start` end to end: the real binary starts a web
+//! node and a runc worker, runs real containers through both paths and
+//! prints every figure, then leaves no container or mount behind.
+
+mod common;
+
+use std::collections::HashMap;
+
+/// Whether runc containers can run here.
+fn runc_available() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    root && std::path::Path::new("/usr/sbin/runc").exists()
+}
+
+/// Mount points of the benchmark's temporary directories.
+fn bench_mounts() -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("gantry-bench-"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn container_start_bench_prints_both_series_and_their_ratio_and_cleans_up() {
+    if !runc_available() {
+        eprintln!("skipped: needs root and /usr/sbin/runc");
+        return;
+    }
+    // The benchmark's temporary directory (bundles, runc state, database)
+    // goes under this one, which must be empty again afterwards.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = common::gantry()
+        .env("TMPDIR", tmp.path())
+        .args(["bench", "container-start", "--tasks", "6", "--warmup", "1"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let figures: HashMap<&str, &str> = stdout
+        .lines()
+        .map(|l| {
+            l.split_once(": ")
+                .unwrap_or_else(|| panic!("not `name: value`: {l:?}"))
+        })
+        .collect();
+    assert_eq!(figures.get("tasks"), Some(&"6"), "{stdout}");
+    let number = |name: &str| -> f64 {
+        figures
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} in:\n{stdout}"))
+            .parse()
+            .unwrap_or_else(|e| panic!("{name} is not a number ({e}):\n{stdout}"))
+    };
+    for name in [
+        "gantry_p50_ms",
+        "gantry_p99_ms",
+        "runc_p50_ms",
+        "runc_p99_ms",
+        "gantry_exit_p50_ms",
+        "runc_exit_p50_ms",
+    ] {
+        assert!(number(name) > 0.0, "{name} is not positive:\n{stdout}");
+    }
+    assert!(number("gantry_p99_ms") >= number("gantry_p50_ms"));
+    assert!(number("runc_p99_ms") >= number("runc_p50_ms"));
+    let ratio = number("gantry_p50_ms") / number("runc_p50_ms");
+    assert!(
+        (number("p50_ratio") - ratio).abs() < 0.02,
+        "p50_ratio does not match the p50s:\n{stdout}"
+    );
+
+    assert_eq!(bench_mounts(), Vec::<String>::new());
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
