@@ -3,7 +3,8 @@
 //!
 //! One concept per file: `server.rs` (the HTTP API), `api.rs` (its wire
 //! types), `volumes.rs` (the volume store), `containers.rs` (container
-//! bookkeeping), `processes.rs` (output logs and exit statuses),
+//! bookkeeping), `processes.rs` (output logs, exit statuses, stdin),
+//! `pty.rs` (terminals of TTY processes),
 //! `backend/` (how processes are isolated: runc, bwrap, local), `rootfs.rs`
 //! (root filesystems), `images.rs` (unpacking images into volumes), `beacon.rs` (registration and heartbeats), `slots.rs`
 //! (idempotent creation), `state.rs` (what handlers share), `error.rs`.

@@ -831,6 +831,99 @@ mod tests {
         assert!(dir.path().join("p.exit").exists());
     }
 
+    /// The stdout text of a finished record.
+    async fn stdout_text(rec: &ProcessRecord) -> String {
+        collect(rec.reader())
+            .await
+            .iter()
+            .filter_map(|e| match e {
+                LogEvent::Output(OutputStream::Stdout, d) => {
+                    Some(String::from_utf8_lossy(d).replace('\r', ""))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn stdin_is_fed_by_one_writer_and_closed_at_the_end_of_its_stream() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = ProcessRecord::create_log(dir.path(), "cat").await.unwrap();
+        let rec = ProcessRecord::start(dir.path(), "cat", log, sh("cat; echo end"));
+        let input = futures::stream::iter([
+            Ok(Bytes::from_static(b"one\n")),
+            Ok(Bytes::from_static(b"two\n")),
+        ]);
+        rec.feed_stdin(input).await.unwrap();
+        // The pipe was taken and closed: a second writer is refused.
+        let again = rec.feed_stdin(futures::stream::empty()).await;
+        assert!(matches!(again, Err(AgentError::Conflict(_))), "{again:?}");
+        assert_eq!(rec.wait().await, ProcessEnd::Exited(0));
+        assert_eq!(stdout_text(&rec).await, "one\ntwo\nend\n");
+        assert!(matches!(
+            rec.set_tty(WindowSize {
+                columns: 1,
+                rows: 1
+            }),
+            Ok(())
+        ));
+
+        // Closed before anyone writes: the process reads end-of-file.
+        let log = ProcessRecord::create_log(dir.path(), "eof").await.unwrap();
+        let rec = ProcessRecord::start(dir.path(), "eof", log, sh("cat; echo eof"));
+        rec.close_stdin();
+        assert_eq!(rec.wait().await, ProcessEnd::Exited(0));
+        assert_eq!(stdout_text(&rec).await, "eof\n");
+        let ended = rec.feed_stdin(futures::stream::empty()).await;
+        assert!(
+            ended.is_ok(),
+            "feeding an ended process is a no-op: {ended:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tty_process_is_resized_and_fed_through_its_terminal() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.arg("-c")
+            .arg("stty size; read line; stty size; echo \"got $line\"; exit 5");
+        let size = WindowSize {
+            columns: 80,
+            rows: 24,
+        };
+        let (child, _) = spawn_tty_child(cmd, "sh", size).unwrap();
+        let log = ProcessRecord::create_log(dir.path(), "t").await.unwrap();
+        let rec = ProcessRecord::start(dir.path(), "t", log, child);
+        assert!(rec.has_tty());
+        // Wait for the first size, then resize and send the line.
+        let mut reader = rec.reader();
+        let mut seen = String::new();
+        while !seen.contains("24 80") {
+            match reader.next().await {
+                Some(Ok(LogEvent::Output(OutputStream::Stdout, d))) => {
+                    seen.push_str(&String::from_utf8_lossy(&d))
+                }
+                other => panic!("unexpected {other:?} after {seen:?}"),
+            }
+        }
+        assert!(rec
+            .set_tty(WindowSize {
+                columns: 0,
+                rows: 3
+            })
+            .is_err());
+        rec.set_tty(WindowSize {
+            columns: 100,
+            rows: 30,
+        })
+        .unwrap();
+        let line = futures::stream::iter([Ok(Bytes::from_static(b"hi\n"))]);
+        rec.feed_stdin(line).await.unwrap();
+        assert_eq!(rec.wait().await, ProcessEnd::Exited(5));
+        let text = stdout_text(&rec).await;
+        assert!(text.contains("30 100\ngot hi\n"), "{text:?}");
+    }
+
     #[test]
     fn exit_statuses_of_signalled_processes_are_128_plus_the_signal() {
         use std::os::unix::process::ExitStatusExt;
