@@ -1085,10 +1085,7 @@ mod tests {
     /// Stdin fed to a process through a channel, as the web node's hijack does.
     fn stdin_channel() -> (mpsc::Sender<std::io::Result<Bytes>>, ByteStream) {
         let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
-        let stream = futures::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|chunk| (chunk, rx))
-        });
-        (tx, Box::pin(stream))
+        (tx, crate::body::channel_stream(rx))
     }
 
     /// Reads output until it contains `needle` (carriage returns dropped).

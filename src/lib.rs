@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod agent_client;
 pub mod bench;
+pub mod body;
 pub mod cli;
 pub mod config;
 pub mod tarball;

@@ -8,6 +8,7 @@
 pub mod artifact_store;
 pub mod build;
 pub mod db;
+pub mod detached_worker;
 pub mod engine;
 pub mod error;
 pub mod events;

@@ -519,48 +519,8 @@ pub fn filter<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::RuntimeError;
-    use crate::runtime::{Container, Volume, WorkerHandles};
-    use crate::spec::{ContainerSpec, VolumeSpec};
+    use crate::detached_worker::DetachedWorker;
     use crate::worker_info::WorkerLimits;
-    use async_trait::async_trait;
-
-    /// A hand-written in-memory worker: the Scheduler never calls it.
-    struct InMemoryWorker(String);
-
-    #[async_trait]
-    impl Worker for InMemoryWorker {
-        fn name(&self) -> &str {
-            &self.0
-        }
-        async fn create_volume(&self, _: &VolumeSpec) -> Result<Arc<dyn Volume>, RuntimeError> {
-            unimplemented!("not used by the scheduler")
-        }
-        async fn lookup_volume(&self, _: &str) -> Result<Option<Arc<dyn Volume>>, RuntimeError> {
-            Ok(None)
-        }
-        async fn destroy_volume(&self, _: &str) -> Result<(), RuntimeError> {
-            Ok(())
-        }
-        async fn find_or_create_container(
-            &self,
-            _: &ContainerSpec,
-        ) -> Result<Arc<dyn Container>, RuntimeError> {
-            unimplemented!("not used by the scheduler")
-        }
-        async fn lookup_container(
-            &self,
-            _: &str,
-        ) -> Result<Option<Arc<dyn Container>>, RuntimeError> {
-            Ok(None)
-        }
-        async fn destroy_container(&self, _: &str) -> Result<(), RuntimeError> {
-            Ok(())
-        }
-        async fn list_handles(&self) -> Result<WorkerHandles, RuntimeError> {
-            Ok(WorkerHandles::default())
-        }
-    }
 
     pub(crate) fn candidate(
         name: &str,
@@ -585,7 +545,7 @@ mod tests {
                 heartbeat_interval_secs: 30,
             },
             state: WorkerState::Running,
-            client: Arc::new(InMemoryWorker(name.into())),
+            client: Arc::new(DetachedWorker(name.into())),
         }
     }
 

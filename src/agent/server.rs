@@ -43,8 +43,6 @@ use actix_web::middleware::{from_fn, Next};
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer, ResponseError};
 use base64::Engine;
 use bytes::Bytes;
-use futures::StreamExt;
-use gantry_actors::runtime::ByteStream;
 use gantry_actors::spec::{ContainerSpec, Encoding, ProcessSpec, VolumeSpec, WindowSize};
 use serde::Deserialize;
 
@@ -264,25 +262,10 @@ async fn stream_in(
     state: State,
     handle: web::Path<String>,
     query: web::Query<StreamQuery>,
-    mut payload: web::Payload,
+    payload: web::Payload,
 ) -> Result<HttpResponse, AgentError> {
     let encoding = encoding(&query)?;
-    // The request body is tied to this thread; hand it over through a small
-    // channel so that extraction can run anywhere, with bounded memory.
-    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
-    let body: ByteStream = Box::pin(futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|chunk| (chunk, rx))
-    }));
-    let pump = async move {
-        while let Some(chunk) = payload.next().await {
-            let chunk =
-                chunk.map_err(|e| std::io::Error::other(format!("reading the request body: {e}")));
-            let failed = chunk.is_err();
-            if tx.send(chunk).await.is_err() || failed {
-                break;
-            }
-        }
-    };
+    let (body, pump) = crate::body::bridge(payload);
     let sub = query.path.clone().unwrap_or_default();
     let extract = state.volumes.stream_in(&handle, &sub, encoding, body);
     let ((), result) = tokio::join!(pump, extract);
@@ -297,23 +280,10 @@ async fn import_image(
     state: State,
     handle: web::Path<String>,
     query: web::Query<StreamQuery>,
-    mut payload: web::Payload,
+    payload: web::Payload,
 ) -> Result<HttpResponse, AgentError> {
     let encoding = encoding(&query)?;
-    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
-    let body: ByteStream = Box::pin(futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|chunk| (chunk, rx))
-    }));
-    let pump = async move {
-        while let Some(chunk) = payload.next().await {
-            let chunk =
-                chunk.map_err(|e| std::io::Error::other(format!("reading the request body: {e}")));
-            let failed = chunk.is_err();
-            if tx.send(chunk).await.is_err() || failed {
-                break;
-            }
-        }
-    };
+    let (body, pump) = crate::body::bridge(payload);
     let st = state.clone().into_inner();
     let handle = handle.into_inner();
     let import =
@@ -484,26 +454,12 @@ async fn signal_process(
 async fn process_stdin(
     state: State,
     path: web::Path<(String, String)>,
-    mut payload: web::Payload,
+    payload: web::Payload,
 ) -> Result<HttpResponse, AgentError> {
     let (handle, id) = path.into_inner();
     let record = state.containers.get(&handle)?.process(&id)?;
-    // The request body is tied to this thread and the process's pipe to the
-    // agent's runtime: hand chunks over through a small channel.
-    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
-    let input = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|chunk| (chunk, rx))
-    });
-    let pump = async move {
-        while let Some(chunk) = payload.next().await {
-            let chunk =
-                chunk.map_err(|e| std::io::Error::other(format!("reading the request body: {e}")));
-            let failed = chunk.is_err();
-            if tx.send(chunk).await.is_err() || failed {
-                break;
-            }
-        }
-    };
+    // The process's pipe lives on the agent's runtime.
+    let (input, pump) = crate::body::bridge(payload);
     let feed = state.on_main(async move { record.feed_stdin(input).await });
     // The writer may finish first (the process ended): stop reading then.
     let result = {

@@ -10,17 +10,14 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use anyhow::Context as _;
-use async_trait::async_trait;
 use gantry_actors::db::{Db, HandleKind};
+use gantry_actors::detached_worker::DetachedWorker;
 use gantry_actors::placement::{parse_chain, Load};
-use gantry_actors::runtime::{Container, Volume, Worker, WorkerHandles};
 use gantry_actors::scheduler::{
     ArtifactLocality, PlacementConfig, ReleasePlacement, Scheduler, SelectWorker, Selection,
     StepRequest, WorkerUpdated,
 };
-use gantry_actors::spec::{ContainerSpec, VolumeSpec};
 use gantry_actors::worker_info::{WorkerLimits, WorkerRegistration, WorkerState};
-use gantry_actors::RuntimeError;
 use rand::Rng;
 
 /// Options of the benchmark.
@@ -33,40 +30,6 @@ pub struct PlacementBench {
     pub concurrency: usize,
     /// Database URL; default a fresh SQLite file in a temporary directory.
     pub database_url: Option<String>,
-}
-
-/// A worker that exists only in this process; placement never calls it.
-struct SimulatedWorker(String);
-
-#[async_trait]
-impl Worker for SimulatedWorker {
-    fn name(&self) -> &str {
-        &self.0
-    }
-    async fn create_volume(&self, _: &VolumeSpec) -> Result<Arc<dyn Volume>, RuntimeError> {
-        Err(RuntimeError::Stream("simulated worker".into()))
-    }
-    async fn lookup_volume(&self, _: &str) -> Result<Option<Arc<dyn Volume>>, RuntimeError> {
-        Ok(None)
-    }
-    async fn destroy_volume(&self, _: &str) -> Result<(), RuntimeError> {
-        Ok(())
-    }
-    async fn find_or_create_container(
-        &self,
-        _: &ContainerSpec,
-    ) -> Result<Arc<dyn Container>, RuntimeError> {
-        Err(RuntimeError::Stream("simulated worker".into()))
-    }
-    async fn lookup_container(&self, _: &str) -> Result<Option<Arc<dyn Container>>, RuntimeError> {
-        Ok(None)
-    }
-    async fn destroy_container(&self, _: &str) -> Result<(), RuntimeError> {
-        Ok(())
-    }
-    async fn list_handles(&self) -> Result<WorkerHandles, RuntimeError> {
-        Ok(WorkerHandles::default())
-    }
 }
 
 fn registration(name: &str) -> WorkerRegistration {
@@ -231,7 +194,7 @@ pub async fn bench(opts: PlacementBench) -> anyhow::Result<()> {
                 .send(WorkerUpdated(gantry_actors::scheduler::Candidate {
                     registration: registration(w),
                     state: WorkerState::Running,
-                    client: Arc::new(SimulatedWorker(w.clone())),
+                    client: Arc::new(DetachedWorker(w.clone())),
                 }))
                 .await?;
         }

@@ -58,17 +58,7 @@ impl ApiClient {
 
     /// GETs JSON.
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
-        let resp = self
-            .http
-            .get(self.url(path))
-            .send()
-            .await
-            .map_err(|e| self.unreachable(e))?;
-        self.check(resp)
-            .await?
-            .json()
-            .await
-            .with_context(|| format!("reading the answer to GET {path}"))
+        self.json("GET", path, self.http.get(self.url(path))).await
     }
 
     /// POSTs JSON, returns JSON.
@@ -77,17 +67,22 @@ impl ApiClient {
         path: &str,
         body: &serde_json::Value,
     ) -> anyhow::Result<T> {
-        let resp = self
-            .http
-            .post(self.url(path))
-            .json(body)
-            .send()
+        self.json("POST", path, self.http.post(self.url(path)).json(body))
             .await
-            .map_err(|e| self.unreachable(e))?;
+    }
+
+    /// Sends a request and reads a JSON answer; errors are one clear line.
+    async fn json<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        request: reqwest::RequestBuilder,
+    ) -> anyhow::Result<T> {
+        let resp = request.send().await.map_err(|e| self.unreachable(e))?;
         self.check(resp)
             .await?
             .json()
             .await
-            .with_context(|| format!("reading the answer to POST {path}"))
+            .with_context(|| format!("reading the answer to {method} {path}"))
     }
 }

@@ -1,32 +1,11 @@
 //! Artifact upload and download.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use futures::StreamExt;
 use gantry_actors::artifact_store::ArtifactKind;
-use gantry_actors::runtime::ByteStream;
 use gantry_actors::spec::Encoding;
-use tokio::sync::mpsc;
 
 use crate::web::error::ApiError;
 use crate::web::AppState;
-
-/// Moves a request body (not `Send`) into a `Send` stream through a bounded
-/// channel, so it can be handed to the engine without buffering.
-pub fn payload_stream(mut payload: web::Payload) -> ByteStream {
-    let (tx, rx) = mpsc::channel::<std::io::Result<bytes::Bytes>>(16);
-    actix_web::rt::spawn(async move {
-        while let Some(chunk) = payload.next().await {
-            let item = chunk.map_err(|e| std::io::Error::other(e.to_string()));
-            let stop = item.is_err();
-            if tx.send(item).await.is_err() || stop {
-                break;
-            }
-        }
-    });
-    Box::pin(futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    }))
-}
 
 /// Query of an upload.
 #[derive(serde::Deserialize)]
@@ -64,11 +43,9 @@ pub async fn upload(
             ))
         })?,
     };
-    let stored = state
-        .engine
-        .artifacts
-        .store(payload_stream(payload), encoding, kind)
-        .await?;
+    let (body, pump) = crate::body::bridge(payload);
+    actix_web::rt::spawn(pump);
+    let stored = state.engine.artifacts.store(body, encoding, kind).await?;
     let db = &state.engine.db;
     if let Some(digest) = &stored.digest {
         // The same image again: keep the one stored, whose volumes workers have.

@@ -106,10 +106,7 @@ pub async fn events(
         rx,
         tx,
     ));
-    let body = futures::stream::unfold(
-        out,
-        |mut out| async move { out.recv().await.map(|i| (i, out)) },
-    );
+    let body = crate::body::channel_stream(out);
     Ok(HttpResponse::Ok()
         .content_type("application/x-ndjson")
         .streaming(body))

@@ -327,9 +327,7 @@ impl Session {
                 }
             };
         let (stdin_tx, stdin_rx) = mpsc::channel::<std::io::Result<Bytes>>(16);
-        let stdin: ByteStream = Box::pin(futures::stream::unfold(stdin_rx, |mut rx| async move {
-            rx.recv().await.map(|chunk| (chunk, rx))
-        }));
+        let stdin: ByteStream = crate::body::channel_stream(stdin_rx);
         let (out_tx, mut out_rx) = mpsc::channel(64);
         let spec = ProcessSpec {
             id: format!("hijack-{}", uuid::Uuid::new_v4()),
