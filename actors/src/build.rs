@@ -212,6 +212,7 @@ impl BuildRun {
                 .cloned()
                 .collect(),
             is_check: false,
+            resource_type: None,
             need: Load {
                 tasks: 1,
                 containers: 1,

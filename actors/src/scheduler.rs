@@ -18,7 +18,10 @@ use tokio::sync::oneshot;
 use crate::error::EngineError;
 use crate::placement::{choose, Choice, Load, Strategy};
 use crate::runtime::Worker;
-use crate::worker_info::{WorkerRegistration, WorkerState};
+use crate::worker_info::{versions_compatible, WorkerRegistration, WorkerState};
+
+/// This web node's version; workers must run a compatible one.
+const WEB_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// What the Scheduler knows of one worker.
 #[derive(Clone)]
@@ -88,6 +91,8 @@ pub struct StepRequest {
     pub inputs: Vec<String>,
     /// Whether it is a check step.
     pub is_check: bool,
+    /// Resource type the worker must provide (get, put and check steps).
+    pub resource_type: Option<String>,
     /// What the step will hold on its worker until released.
     pub need: Load,
 }
@@ -449,11 +454,15 @@ pub fn filter<'a>(
     let mut missing_tags = 0;
     let mut tagged_only = 0;
     let mut other_team = 0;
+    let mut no_resource_type = 0;
+    let mut incompatible = 0;
     let mut passing = Vec::new();
     for w in all {
         let r = &w.registration;
         if w.state != WorkerState::Running {
             *not_running.entry(w.state).or_default() += 1;
+        } else if !versions_compatible(&r.version, WEB_VERSION) {
+            incompatible += 1;
         } else if r.platform != c.platform {
             wrong_platform += 1;
         } else if !c.tags.iter().all(|t| r.tags.contains(t)) {
@@ -462,6 +471,12 @@ pub fn filter<'a>(
             tagged_only += 1;
         } else if r.team.as_deref().is_some_and(|t| t != c.team) {
             other_team += 1;
+        } else if c
+            .resource_type
+            .as_ref()
+            .is_some_and(|t| !r.resource_types.contains(t))
+        {
+            no_resource_type += 1;
         } else {
             passing.push(*w);
         }
@@ -478,6 +493,9 @@ pub fn filter<'a>(
         wanted.push(format!("tags {:?}", c.tags));
     }
     wanted.push(format!("team {:?}", c.team));
+    if let Some(t) = &c.resource_type {
+        wanted.push(format!("resource type {t:?}"));
+    }
     let mut why = vec![];
     let mut states: Vec<_> = not_running.into_iter().collect();
     states.sort_by_key(|(s, _)| s.as_str());
@@ -495,6 +513,17 @@ pub fn filter<'a>(
             "tagged (they take only tagged steps)".to_string(),
         ),
         (other_team, format!("of a team other than {:?}", c.team)),
+        (
+            no_resource_type,
+            format!(
+                "without resource type {:?}",
+                c.resource_type.as_deref().unwrap_or_default()
+            ),
+        ),
+        (
+            incompatible,
+            format!("running a version incompatible with the web node's {WEB_VERSION}"),
+        ),
     ] {
         if n > 0 {
             why.push(format!("{n} {reason}"));
@@ -539,7 +568,7 @@ mod tests {
                 team: team.map(str::to_string),
                 resource_types: vec![],
                 limits,
-                version: "test".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
                 backend: "none".into(),
                 incarnation: "1".into(),
                 heartbeat_interval_secs: 30,
@@ -556,6 +585,7 @@ mod tests {
             tags: tags.iter().map(|t| t.to_string()).collect(),
             inputs: vec![],
             is_check: false,
+            resource_type: None,
             need: Load {
                 tasks: 1,
                 containers: 1,
@@ -598,6 +628,27 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["c"]
         );
+    }
+
+    #[test]
+    fn resource_types_and_versions_are_hard_constraints() {
+        let mut git = candidate("git", "linux", &[], None, WorkerLimits::default());
+        git.registration.resource_types = vec!["git".into()];
+        let mut old = candidate("old", "linux", &[], None, WorkerLimits::default());
+        old.registration.version = "0.0.1".into();
+        old.registration.resource_types = vec!["git".into(), "s3".into()];
+        let plain = candidate("plain", "linux", &[], None, WorkerLimits::default());
+        let all = [git, old, plain];
+        let refs: Vec<&Candidate> = all.iter().collect();
+        let mut step = task("main", "linux", &[]);
+        step.resource_type = Some("git".into());
+        let ok = filter(&step, &refs).unwrap();
+        assert_eq!(ok.iter().map(|c| c.registration.name.as_str()).collect::<Vec<_>>(), ["git"]);
+        step.resource_type = Some("s3".into());
+        let err = filter(&step, &refs).err().unwrap().to_string();
+        assert!(err.contains("resource type \"s3\""), "{err}");
+        assert!(err.contains("2 without resource type \"s3\""), "{err}");
+        assert!(err.contains("1 running a version incompatible"), "{err}");
     }
 
     #[test]

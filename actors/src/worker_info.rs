@@ -132,3 +132,31 @@ pub struct WorkerView {
     /// How often its connection actor was restarted.
     pub restarts: u32,
 }
+
+/// Whether a worker's version can serve a web node's: the same major
+/// version, and for 0.x the same minor version (semver's promise).
+pub fn versions_compatible(worker: &str, web: &str) -> bool {
+    let parts = |v: &str| -> Option<(u64, u64)> {
+        let mut it = v.trim().trim_start_matches('v').split(['.', '-', '+']);
+        Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+    };
+    match (parts(worker), parts(web)) {
+        (Some((0, a)), Some((0, b))) => a == b,
+        (Some((a, _)), Some((b, _))) => a == b,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_compatible_within_a_major_or_a_0_x_minor() {
+        assert!(versions_compatible("1.4.0", "1.2.9"));
+        assert!(!versions_compatible("2.0.0", "1.9.0"));
+        assert!(versions_compatible("0.1.7", "0.1.0"));
+        assert!(!versions_compatible("0.2.0", "0.1.0"));
+        assert!(!versions_compatible("garbage", "0.1.0"));
+    }
+}

@@ -287,6 +287,22 @@ impl VolumeStore {
     /// Destroys a volume; an absent one is not an error.
     pub async fn destroy(&self, handle: &str) -> Result<(), AgentError> {
         check_name("volume handle", handle)?;
+        // A parent with copy-on-write children cannot go before them.
+        let children: Vec<String> = self
+            .handles()
+            .into_iter()
+            .filter(|h| {
+                self.volumes.get(h).is_some_and(|v| {
+                    matches!(&v.spec.strategy, VolumeStrategy::Cow { parent } if parent == handle)
+                })
+            })
+            .collect();
+        if !children.is_empty() {
+            return Err(AgentError::Conflict(format!(
+                "volume {handle} has child volumes ({}): destroy them first",
+                children.join(", ")
+            )));
+        }
         self.volumes
             .remove(handle, |volume| async move {
                 let dir = volume.dir.clone();
@@ -634,15 +650,20 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(std::fs::read(child.data_dir().join("f")).unwrap(), b"hello");
+        // The parent cannot be destroyed while its child exists.
+        let refused = store.destroy("v1").await.unwrap_err();
+        assert!(refused.to_string().contains("has child volumes"), "{refused}");
         std::fs::create_dir_all(work.path().join("volumes/half/data")).unwrap();
 
         let store = VolumeStore::open(work.path()).await.unwrap();
         assert_eq!(store.handles(), vec!["v1".to_string(), "v2".to_string()]);
         assert!(!work.path().join("volumes/half").exists());
         assert_eq!(store.size(&store.get("v1").unwrap()).await.unwrap(), 5);
+        assert!(store.destroy("v1").await.is_err());
+        store.destroy("v2").await.unwrap();
         store.destroy("v1").await.unwrap();
         store.destroy("v1").await.unwrap();
-        assert_eq!(store.handles(), vec!["v2".to_string()]);
+        assert!(store.handles().is_empty());
     }
 
     #[tokio::test]

@@ -176,6 +176,7 @@ impl Web {
             tags: vec![],
             inputs: vec![],
             is_check: false,
+            resource_type: None,
             need: Load {
                 tasks: 1,
                 containers: 1,

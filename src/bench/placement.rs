@@ -64,6 +64,7 @@ fn request(rng: &mut impl Rng) -> StepRequest {
             .map(|_| format!("artifact-{}", rng.gen_range(0..ARTIFACTS)))
             .collect(),
         is_check: false,
+        resource_type: None,
         need: Load {
             tasks: 1,
             containers: 1,
