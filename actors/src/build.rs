@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -47,6 +48,9 @@ pub struct OneOffPlan {
     /// Artifact id of an image (rootfs tar or OCI layout) to run the task in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// The step's timeout in seconds: waiting for a worker and running count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
 }
 
 /// What every build needs from the web node.
@@ -91,19 +95,43 @@ pub struct Build {
     plan: Option<OneOffPlan>,
     /// Shared services.
     deps: BuildDeps,
-    /// Set to true to abort.
-    abort: watch::Sender<bool>,
+    /// Set once to stop the build: a user's abort or the step's timeout.
+    stop: watch::Sender<Option<StopReason>>,
+    /// Running builds, which this one leaves when it stops.
+    running: RunningBuilds,
 }
+
+/// Why a build is being stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// A user aborted it.
+    Abort,
+    /// Its step ran past its timeout.
+    Timeout(Duration),
+}
+
+/// Running builds by id, so they can be aborted.
+pub type RunningBuilds = Arc<dashmap::DashMap<i64, Addr<Build>>>;
+
+/// How long a process has between SIGTERM and SIGKILL when its build stops.
+const STOP_GRACE: Duration = Duration::from_secs(10);
 
 impl Build {
     /// A build ready to run; start it with [`Actor::start`].
-    pub fn new(id: i64, team: String, plan: OneOffPlan, deps: BuildDeps) -> Self {
+    pub fn new(
+        id: i64,
+        team: String,
+        plan: OneOffPlan,
+        deps: BuildDeps,
+        running: RunningBuilds,
+    ) -> Self {
         Build {
             id,
             team,
             plan: Some(plan),
             deps,
-            abort: watch::channel(false).0,
+            stop: watch::channel(None).0,
+            running,
         }
     }
 }
@@ -111,16 +139,31 @@ impl Build {
 impl Actor for Build {
     type Context = Context<Self>;
 
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        self.running.remove(&self.id);
+    }
+
     fn started(&mut self, ctx: &mut Context<Self>) {
         let Some(plan) = self.plan.take() else {
             return;
         };
+        self.running.insert(self.id, ctx.address());
+        if let Some(secs) = plan.timeout_secs {
+            let limit = Duration::from_secs(secs);
+            ctx.run_later(limit, move |act, _| {
+                act.stop.send_if_modified(|s| {
+                    s.is_none()
+                        .then(|| *s = Some(StopReason::Timeout(limit)))
+                        .is_some()
+                });
+            });
+        }
         let run = BuildRun {
             id: self.id,
             team: self.team.clone(),
             deps: self.deps.clone(),
             sink: EventSink::new(self.id, self.deps.db.clone(), self.deps.hub.clone()),
-            abort: self.abort.subscribe(),
+            abort: self.stop.subscribe(),
         };
         run.run(plan)
             .into_actor(self)
@@ -132,7 +175,8 @@ impl Actor for Build {
 impl Handler<AbortBuild> for Build {
     type Result = ();
     fn handle(&mut self, _: AbortBuild, _: &mut Context<Self>) {
-        let _ = self.abort.send(true);
+        self.stop
+            .send_if_modified(|s| s.is_none().then(|| *s = Some(StopReason::Abort)).is_some());
     }
 }
 
@@ -150,7 +194,7 @@ struct BuildRun {
     team: String,
     deps: BuildDeps,
     sink: EventSink,
-    abort: watch::Receiver<bool>,
+    abort: watch::Receiver<Option<StopReason>>,
 }
 
 /// What a step created on its worker, to clean up afterwards.
@@ -187,10 +231,17 @@ impl BuildRun {
                 other => break other,
             }
         };
+        let stop_reason: Option<StopReason> = *self.abort.borrow();
         match result {
             Ok(StepEnd::Exited(0)) => self.finish(BuildStatus::Succeeded, Some(0), None).await,
             Ok(StepEnd::Exited(n)) => self.finish(BuildStatus::Failed, Some(n), None).await,
-            Ok(StepEnd::Aborted) => self.finish(BuildStatus::Aborted, None, None).await,
+            Ok(StepEnd::Aborted) => match stop_reason {
+                Some(StopReason::Timeout(limit)) => {
+                    let msg = format!("the step timed out after {}s", limit.as_secs());
+                    self.finish(BuildStatus::Errored, None, Some(msg)).await
+                }
+                _ => self.finish(BuildStatus::Aborted, None, None).await,
+            },
             Err(e) => {
                 self.finish(BuildStatus::Errored, None, Some(e.to_string()))
                     .await
@@ -289,7 +340,7 @@ impl BuildRun {
             tokio::select! {
                 got = &mut ticket => return Some(got.map_err(|_| ())),
                 changed = abort.changed() => {
-                    if changed.is_err() || *abort.borrow() {
+                    if changed.is_err() || abort.borrow().is_some() {
                         abandon_ticket(ticket, &self.deps.scheduler).await;
                         return None;
                     }
@@ -488,6 +539,7 @@ impl BuildRun {
         let mut carry_err = Utf8Carry::default();
         let mut abort = self.abort.clone();
         let mut aborted = false;
+        let mut kill_at: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 chunk = rx.recv() => {
@@ -522,10 +574,15 @@ impl BuildRun {
                     }
                 }
                 changed = abort.changed(), if !aborted => {
-                    if changed.is_ok() && *abort.borrow() {
+                    if changed.is_ok() && abort.borrow().is_some() {
                         aborted = true;
-                        let _ = process.signal(ProcessSignal::Kill).await;
+                        let _ = process.signal(ProcessSignal::Terminate).await;
+                        kill_at = Some(tokio::time::Instant::now() + STOP_GRACE);
                     }
+                }
+                _ = tokio::time::sleep_until(kill_at.unwrap_or_else(tokio::time::Instant::now)), if kill_at.is_some() => {
+                    kill_at = None;
+                    let _ = process.signal(ProcessSignal::Kill).await;
                 }
             }
         }

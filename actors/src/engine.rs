@@ -45,6 +45,8 @@ pub struct Engine {
     pub worker_states: WorkerStates,
     /// The settings it was started with.
     pub config: EngineConfig,
+    /// Builds running on this web node, for aborting them.
+    pub builds: crate::build::RunningBuilds,
     /// Image imports in progress.
     pub imports: crate::build::ImportLocks,
     /// Open intercept (`gantry hijack`) sessions, by container: a build
@@ -101,6 +103,7 @@ impl Engine {
             worker_states,
             config,
             imports: Default::default(),
+            builds: Default::default(),
             intercepts: Default::default(),
             connector,
         })
@@ -129,6 +132,28 @@ impl Engine {
             });
         }
         Ok(self.connector.connect(&row.registration))
+    }
+
+    /// Aborts a running build: its step is stopped (SIGTERM, then SIGKILL
+    /// after a grace period) or its wait for a worker ends.
+    pub async fn abort_build(&self, id: i64) -> Result<(), EngineError> {
+        if let Some(build) = self.builds.get(&id).map(|b| b.clone()) {
+            build.send(crate::build::AbortBuild).await?;
+            return Ok(());
+        }
+        match self.db.get_build(id).await? {
+            None => Err(EngineError::NotFound {
+                kind: "build",
+                name: id.to_string(),
+            }),
+            Some(b) if b.status.is_finished() => Err(EngineError::Invalid(format!(
+                "build {id} has already finished ({})",
+                b.status.as_str()
+            ))),
+            Some(_) => Err(EngineError::Invalid(format!(
+                "build {id} is not running on this web node"
+            ))),
+        }
     }
 
     /// Checks a one-off build's inputs against the team's artifacts, creates it
@@ -191,7 +216,7 @@ impl Engine {
             imports: self.imports.clone(),
             intercepts: self.intercepts.clone(),
         };
-        Build::new(id, team.to_string(), plan, deps).start();
+        Build::new(id, team.to_string(), plan, deps, self.builds.clone()).start();
         Ok(id)
     }
 }

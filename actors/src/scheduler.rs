@@ -643,7 +643,12 @@ mod tests {
         let mut step = task("main", "linux", &[]);
         step.resource_type = Some("git".into());
         let ok = filter(&step, &refs).unwrap();
-        assert_eq!(ok.iter().map(|c| c.registration.name.as_str()).collect::<Vec<_>>(), ["git"]);
+        assert_eq!(
+            ok.iter()
+                .map(|c| c.registration.name.as_str())
+                .collect::<Vec<_>>(),
+            ["git"]
+        );
         step.resource_type = Some("s3".into());
         let err = filter(&step, &refs).err().unwrap().to_string();
         assert!(err.contains("resource type \"s3\""), "{err}");

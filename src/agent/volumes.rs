@@ -652,7 +652,10 @@ mod tests {
         assert_eq!(std::fs::read(child.data_dir().join("f")).unwrap(), b"hello");
         // The parent cannot be destroyed while its child exists.
         let refused = store.destroy("v1").await.unwrap_err();
-        assert!(refused.to_string().contains("has child volumes"), "{refused}");
+        assert!(
+            refused.to_string().contains("has child volumes"),
+            "{refused}"
+        );
         std::fs::create_dir_all(work.path().join("volumes/half/data")).unwrap();
 
         let store = VolumeStore::open(work.path()).await.unwrap();

@@ -31,6 +31,8 @@ pub struct ExecuteArgs {
     pub team: String,
     /// An image to run the task in: a rootfs tar or an OCI image layout tar.
     pub image: Option<PathBuf>,
+    /// The step's timeout in seconds.
+    pub timeout: Option<u64>,
 }
 
 fn pairs(kind: &str, given: &[String]) -> anyhow::Result<BTreeMap<String, PathBuf>> {
@@ -213,6 +215,7 @@ pub async fn execute(client: &ApiClient, args: ExecuteArgs) -> anyhow::Result<i3
                 "inputs": artifact_ids,
                 "tags": args.tags,
                 "image": image,
+                "timeout_secs": args.timeout,
             }),
         )
         .await?;
@@ -229,7 +232,25 @@ pub async fn execute(client: &ApiClient, args: ExecuteArgs) -> anyhow::Result<i3
     let mut produced: BTreeMap<String, String> = BTreeMap::new();
     let mut last_error: Option<String> = None;
     let mut end: Option<(BuildStatus, Option<i32>)> = None;
-    'events: while let Some(chunk) = stream.next().await {
+    let mut interrupts = 0;
+    'events: loop {
+        // Ctrl-C aborts the build (and we keep following it to its end); a
+        // second one leaves at once.
+        let next = tokio::select! {
+            next = stream.next() => next,
+            _ = tokio::signal::ctrl_c() => {
+                interrupts += 1;
+                if interrupts > 1 {
+                    bail!("interrupted; build {build_id} may still be stopping");
+                }
+                eprintln!("aborting build {build_id}");
+                client
+                    .post::<serde_json::Value>(&format!("/api/v1/builds/{build_id}/abort"), &serde_json::json!({}))
+                    .await?;
+                continue;
+            }
+        };
+        let Some(chunk) = next else { break };
         let chunk = chunk.map_err(|e| anyhow!("lost the build's event stream: {e}"))?;
         buf.extend_from_slice(&chunk);
         while let Some(nl) = buf.iter().position(|b| *b == b'\n') {

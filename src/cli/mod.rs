@@ -155,6 +155,9 @@ pub enum Command {
         /// Team.
         #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
         team: String,
+        /// Stop the step after this long (e.g. `90s`, `10m`, `1h`), waiting for a worker included.
+        #[arg(long, value_parser = parse_duration_secs)]
+        timeout: Option<u64>,
         /// Run the task in this image: a rootfs tar or an OCI image layout tar
         /// (`docker save`, `skopeo copy ... oci-archive:`).
         #[arg(long)]
@@ -199,6 +202,12 @@ pub enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Abort a running build.
+    AbortBuild {
+        /// Build id.
+        #[arg(short = 'b', long = "build")]
+        build: i64,
     },
     /// Land a worker: its running steps finish, then it takes no work.
     LandWorker {
@@ -308,6 +317,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         platform,
                         team,
                         image,
+                        timeout,
                     } => {
                         let args = execute::ExecuteArgs {
                             config,
@@ -317,6 +327,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                             platform,
                             team,
                             image,
+                            timeout,
                         };
                         execute::execute(&client, args).await
                     }
@@ -341,6 +352,16 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     }
                     Command::Volumes { json } => {
                         list::handles(&client, "volumes", json).await.map(|_| 0)
+                    }
+                    Command::AbortBuild { build } => {
+                        let _: serde_json::Value = client
+                            .post(
+                                &format!("/api/v1/builds/{build}/abort"),
+                                &serde_json::json!({}),
+                            )
+                            .await?;
+                        println!("build {build}: aborting");
+                        Ok(0)
                     }
                     Command::LandWorker { name } => {
                         list::lifecycle(&client, &name, "land").await.map(|_| 0)
@@ -378,5 +399,42 @@ fn validate_task(file: &std::path::Path) -> i32 {
             }
             1
         }
+    }
+}
+
+/// Parses `90`, `90s`, `10m` or `1h` into seconds.
+fn parse_duration_secs(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 90s, 10m, 1h)"))?;
+    let mult = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use s, m or h)")),
+    };
+    match n * mult {
+        0 => Err("a timeout must be longer than 0s".into()),
+        secs => Ok(secs),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(super::parse_duration_secs("90"), Ok(90));
+        assert_eq!(super::parse_duration_secs("10m"), Ok(600));
+        assert_eq!(super::parse_duration_secs("1h"), Ok(3600));
+        assert!(super::parse_duration_secs("0s").is_err());
+        assert!(super::parse_duration_secs("5d")
+            .unwrap_err()
+            .contains("unknown unit"));
+        assert!(super::parse_duration_secs("x").is_err());
     }
 }

@@ -28,6 +28,9 @@ pub struct CreateBuild {
     /// Artifact id of an image to run the task in.
     #[serde(default)]
     image: Option<String>,
+    /// The step's timeout in seconds.
+    #[serde(default)]
+    timeout_secs: Option<u64>,
 }
 
 /// `POST /api/v1/teams/{team}/builds`
@@ -46,9 +49,20 @@ pub async fn create(
         inputs: body.inputs,
         tags: body.tags,
         image: body.image,
+        timeout_secs: body.timeout_secs,
     };
     let id = state.engine.create_one_off_build(&team, plan).await?;
     Ok(HttpResponse::Created().json(serde_json::json!({ "id": id })))
+}
+
+/// `POST /api/v1/builds/{id}/abort`
+pub async fn abort(
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, ApiError> {
+    let id = id.into_inner();
+    state.engine.abort_build(id).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "id": id, "aborting": true })))
 }
 
 /// `GET /api/v1/builds/{id}`

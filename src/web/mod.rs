@@ -128,6 +128,7 @@ pub async fn start_web(
                     .route("/teams/{team}/builds", web::post().to(api_builds::create))
                     .route("/builds", web::get().to(api_builds::list))
                     .route("/builds/{id}", web::get().to(api_builds::get))
+                    .route("/builds/{id}/abort", web::post().to(api_builds::abort))
                     .route("/builds/{id}/events", web::get().to(api_builds::events))
                     .route("/builds/{id}/hijack", web::get().to(api_hijack::build))
                     .route(
