@@ -105,12 +105,25 @@ fn a_killed_worker_stalls_its_step_fails_naming_it_and_it_comes_back() {
     assert!(!status.success());
     let err = std::fs::read_to_string(dir.path().join("long.err")).unwrap();
     assert!(err.contains("worker victim"), "{err}");
+    assert_eq!(worker_json(&web.url, "victim").unwrap()["active_tasks"], 0);
     // A stalled worker gets no new work.
     let out = client(&web.url, &["execute", "-c", &t, "--tag", "v"]);
     assert!(failure_line(&out).contains("1 stalled"));
     // Restarted (same name and work dir), it is running again.
     let _again = start_worker(dir.path(), &web.url, "victim", &["--tag", "v"]);
     wait_worker_state(&web.url, "victim", "running", Duration::from_secs(20));
+    // What the lost step left there is destroyed once the worker is back.
+    wait_for(
+        "the lost step's container and volumes destroyed",
+        Duration::from_secs(20),
+        || {
+            let c: serde_json::Value =
+                serde_json::from_slice(&client(&web.url, &["containers", "--json"]).stdout).ok()?;
+            let v: serde_json::Value =
+                serde_json::from_slice(&client(&web.url, &["volumes", "--json"]).stdout).ok()?;
+            (c.as_array()?.is_empty() && v.as_array()?.is_empty()).then_some(())
+        },
+    );
     let quick = task(dir.path(), "quick", "echo back");
     let out = client(&web.url, &["execute", "-c", &quick, "--tag", "v"]);
     assert!(
@@ -165,6 +178,14 @@ fn with_rerun_a_step_whose_worker_vanishes_runs_again_elsewhere() {
     assert!(out.ends_with("finished\n"), "{out}");
     let other = if first == "r1" { "r2" } else { "r1" };
     assert!(err.contains(&format!("running on worker {other}")), "{err}");
+    // No capacity is leaked by the lost attempt or the rerun.
+    wait_for("capacity released", Duration::from_secs(10), || {
+        workers_json(&web.url)
+            .as_array()?
+            .iter()
+            .all(|w| w["active_tasks"] == 0)
+            .then_some(())
+    });
 }
 
 #[test]
@@ -314,8 +335,7 @@ fn land_retire_and_prune_behave_and_refuse_as_specified() {
     });
     let exited = wait_child(&mut b.child, Duration::from_secs(15));
     assert!(exited.success(), "retired worker exited with {exited}");
-    // It does not come back by itself.
-    std::thread::sleep(Duration::from_secs(2));
+    // Its process has exited, so nothing can bring it back by itself.
     assert!(worker_json(&web.url, "b").is_none());
 }
 

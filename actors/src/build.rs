@@ -12,11 +12,11 @@ use tokio::sync::{mpsc, watch};
 
 use crate::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
 use crate::db::{BuildStatus, Db, HandleKind};
-use crate::error::EngineError;
+use crate::error::{EngineError, RuntimeError};
 use crate::events::{BuildEvent, EventHub, EventSink, Utf8Carry};
 use crate::placement::Load;
 use crate::registry::WorkerStates;
-use crate::runtime::{ProcessIo, ProcessSignal, Worker};
+use crate::runtime::{ProcessIo, ProcessSignal, Worker, WorkerConnector};
 use crate::scheduler::{
     abandon_ticket, ArtifactLocality, Placement, ReleasePlacement, Scheduler, SelectWorker,
     Selection, StepRequest,
@@ -70,6 +70,8 @@ pub struct BuildDeps {
     pub worker_states: WorkerStates,
     /// Run a step again elsewhere when its worker stalls or vanishes.
     pub rerun_when_worker_disappears: bool,
+    /// Builds clients of workers (a lost worker may come back restarted).
+    pub connector: Arc<dyn crate::runtime::WorkerConnector>,
     /// One lock per (worker, artifact) image import, so an image is streamed
     /// to a worker once while other builds wait for it.
     pub imports: ImportLocks,
@@ -141,6 +143,7 @@ impl Actor for Build {
 
     fn stopped(&mut self, _: &mut Context<Self>) {
         self.running.remove(&self.id);
+        self.deps.hub.forget(self.id);
     }
 
     fn started(&mut self, ctx: &mut Context<Self>) {
@@ -180,6 +183,31 @@ impl Handler<AbortBuild> for Build {
     }
 }
 
+/// Holds a placement's reservation and releases it when dropped, so no error
+/// path can leak capacity.
+struct HeldPlacement {
+    placement: Option<Placement>,
+    scheduler: Addr<Scheduler>,
+}
+
+impl Drop for HeldPlacement {
+    fn drop(&mut self) {
+        if let Some(p) = self.placement.take() {
+            self.scheduler.do_send(ReleasePlacement(p));
+        }
+    }
+}
+
+/// A step whose process has started.
+struct SetUp {
+    /// The running process.
+    process: Box<dyn crate::runtime::Process>,
+    /// Its output, in order.
+    rx: mpsc::Receiver<crate::runtime::ProcessOutput>,
+    /// Output volumes by output name, streamed back after the process.
+    outputs: Vec<(String, Arc<dyn crate::runtime::Volume>)>,
+}
+
 /// How a step ended.
 enum StepEnd {
     /// The process exited with this status.
@@ -204,6 +232,26 @@ struct Created {
     volumes: Vec<String>,
 }
 
+impl Created {
+    /// Forgets a handle once it is destroyed.
+    fn remove(&mut self, kind: HandleKind, handle: &str) {
+        let list = match kind {
+            HandleKind::Container => &mut self.containers,
+            HandleKind::Volume => &mut self.volumes,
+        };
+        list.retain(|h| h != handle);
+    }
+
+    /// Every handle with its kind, containers first.
+    fn handles(&self) -> Vec<(HandleKind, String)> {
+        self.containers
+            .iter()
+            .map(|h| (HandleKind::Container, h.clone()))
+            .chain(self.volumes.iter().map(|h| (HandleKind::Volume, h.clone())))
+            .collect()
+    }
+}
+
 impl BuildRun {
     async fn run(mut self, plan: OneOffPlan) {
         let _ = self
@@ -211,13 +259,15 @@ impl BuildRun {
             .emit(&BuildEvent::status(BuildStatus::Started, None))
             .await;
         let mut attempt = 1;
+        let mut lost: Vec<String> = Vec::new();
         let result = loop {
-            let result = self.place_and_run(&plan).await;
+            let result = self.place_and_run(&plan, &lost).await;
             match result {
                 Err(EngineError::WorkerLost { worker, reason })
                     if self.deps.rerun_when_worker_disappears && attempt < MAX_RERUNS =>
                 {
                     attempt += 1;
+                    lost.push(worker.clone());
                     let _ = self
                         .sink
                         .emit(&BuildEvent::Error {
@@ -250,7 +300,11 @@ impl BuildRun {
     }
 
     /// Waits for a placement (or abort), runs the step there, releases it.
-    async fn place_and_run(&mut self, plan: &OneOffPlan) -> Result<StepEnd, EngineError> {
+    async fn place_and_run(
+        &mut self,
+        plan: &OneOffPlan,
+        lost: &[String],
+    ) -> Result<StepEnd, EngineError> {
         let config = &plan.config;
         let request = StepRequest {
             team: self.team.clone(),
@@ -264,6 +318,7 @@ impl BuildRun {
                 .collect(),
             is_check: false,
             resource_type: None,
+            avoid: lost.to_vec(),
             need: Load {
                 tasks: 1,
                 containers: 1,
@@ -278,13 +333,15 @@ impl BuildRun {
         {
             Selection::Placed(p) => p,
             Selection::Queued { ticket, reason } => {
-                self.sink
-                    .emit(&BuildEvent::Waiting {
-                        step: ONE_OFF_STEP.into(),
-                        message: reason,
-                        time: crate::db::now_ms(),
-                    })
-                    .await?;
+                let waiting = BuildEvent::Waiting {
+                    step: ONE_OFF_STEP.into(),
+                    message: reason,
+                    time: crate::db::now_ms(),
+                };
+                if let Err(e) = self.sink.emit(&waiting).await {
+                    abandon_ticket(ticket, &self.deps.scheduler).await;
+                    return Err(e);
+                }
                 match self.wait_for_ticket(ticket).await {
                     Some(Ok(p)) => p,
                     Some(Err(())) => {
@@ -309,6 +366,11 @@ impl BuildRun {
                 }
             }
         };
+        // Released when this function returns, on every path.
+        let held = HeldPlacement {
+            placement: Some(placement.clone()),
+            scheduler: self.deps.scheduler.clone(),
+        };
         let worker = placement.worker.clone();
         self.deps.db.start_build(self.id, &worker).await?;
         self.sink
@@ -325,8 +387,143 @@ impl BuildRun {
             .map_err(EngineError::lost_if_unreachable);
         let lost = matches!(result, Err(EngineError::WorkerLost { .. }));
         self.cleanup(placement.client.clone(), created, lost).await;
-        self.deps.scheduler.do_send(ReleasePlacement(placement));
+        drop(held);
         result
+    }
+
+    /// Creates the step's volumes (streaming the inputs in, in parallel), its
+    /// container, and starts its process.
+    async fn set_up(
+        &mut self,
+        plan: &OneOffPlan,
+        worker: &Arc<dyn Worker>,
+        created: &mut Created,
+    ) -> Result<SetUp, EngineError> {
+        let config = &plan.config;
+        let build_dir = format!("/tmp/build/{}", self.id);
+        let mut mounts = Vec::new();
+        let mut inputs = Vec::new();
+        for input in &config.inputs {
+            let Some(artifact) = plan.inputs.get(&input.name) else {
+                if input.optional {
+                    continue;
+                }
+                return Err(EngineError::Invalid(format!(
+                    "input {:?} was not given",
+                    input.name
+                )));
+            };
+            let volume = self.new_volume(worker, created).await?;
+            mounts.push(MountSpec {
+                volume: volume.handle().to_string(),
+                path: format!("{build_dir}/{}", input.path),
+                readonly: false,
+            });
+            inputs.push((input.name.clone(), artifact.clone(), volume));
+        }
+        // Inputs stream in parallel.
+        let encoding = self.deps.encoding;
+        let store = self.deps.artifacts.clone();
+        futures::future::try_join_all(inputs.iter().map(|(name, artifact, volume)| {
+            let store = store.clone();
+            async move {
+                let body = store.open(artifact, encoding).await?;
+                volume.stream_in(".", encoding, body).await.map_err(|e| {
+                    EngineError::Invalid(format!("streaming input {name:?} to the worker: {e}"))
+                })
+            }
+        }))
+        .await?;
+        let mut outputs = Vec::new();
+        for output in &config.outputs {
+            let volume = self.new_volume(worker, created).await?;
+            mounts.push(MountSpec {
+                volume: volume.handle().to_string(),
+                path: format!("{build_dir}/{}", output.path),
+                readonly: false,
+            });
+            outputs.push((output.name.clone(), volume));
+        }
+        for cache in &config.caches {
+            let volume = self.new_volume(worker, created).await?;
+            mounts.push(MountSpec {
+                volume: volume.handle().to_string(),
+                path: format!("{build_dir}/{}", cache.path),
+                readonly: false,
+            });
+        }
+        let handle = uuid::Uuid::new_v4().to_string();
+        self.deps
+            .db
+            .insert_handle(
+                HandleKind::Container,
+                &handle,
+                worker.name(),
+                Some(self.id),
+                Some(ONE_OFF_STEP),
+                &self.team,
+            )
+            .await?;
+        created.containers.push(handle.clone());
+        let spec = ContainerSpec {
+            handle: handle.clone(),
+            rootfs: match &plan.image {
+                Some(artifact) => RootfsSpec::Volume {
+                    handle: self.image_volume(worker, artifact).await?,
+                },
+                None => RootfsSpec::from_uri(config.rootfs_uri.as_deref())
+                    .map_err(EngineError::Invalid)?,
+            },
+            mounts,
+            env: config
+                .params
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect(),
+            limits: ResourceLimits {
+                memory: config.container_limits.memory,
+                cpu: config.container_limits.cpu,
+                pids: config.container_limits.pids,
+            },
+            hermetic: config.hermetic,
+            properties: BTreeMap::from([
+                ("build".to_string(), self.id.to_string()),
+                ("step".to_string(), ONE_OFF_STEP.to_string()),
+            ]),
+        };
+        let container = worker.find_or_create_container(&spec).await?;
+        self.deps
+            .db
+            .set_handle_state(HandleKind::Container, &handle, "created")
+            .await?;
+        let dir = match &config.run.dir {
+            Some(d) if d.starts_with('/') => d.clone(),
+            Some(d) => format!("{build_dir}/{d}"),
+            None => build_dir.clone(),
+        };
+        let (tx, rx) = mpsc::channel(256);
+        let process = container
+            .run(
+                ProcessSpec {
+                    id: "task".into(),
+                    path: config.run.path.clone(),
+                    args: config.run.args.clone(),
+                    dir: Some(dir),
+                    env: vec![],
+                    user: config.run.user.clone(),
+                    tty: None,
+                },
+                ProcessIo {
+                    stdin: None,
+                    output: tx,
+                },
+            )
+            .await?;
+        Ok(SetUp {
+            process,
+            rx,
+            outputs,
+        })
     }
 
     /// Waits for a queued placement; `None` when the build was aborted first,
@@ -406,126 +603,7 @@ impl BuildRun {
         worker: Arc<dyn Worker>,
         created: &mut Created,
     ) -> Result<StepEnd, EngineError> {
-        let config = &plan.config;
-        let build_dir = format!("/tmp/build/{}", self.id);
-        let mut mounts = Vec::new();
-        let mut inputs = Vec::new();
-        for input in &config.inputs {
-            let Some(artifact) = plan.inputs.get(&input.name) else {
-                if input.optional {
-                    continue;
-                }
-                return Err(EngineError::Invalid(format!(
-                    "input {:?} was not given",
-                    input.name
-                )));
-            };
-            let volume = self.new_volume(&worker, created).await?;
-            mounts.push(MountSpec {
-                volume: volume.handle().to_string(),
-                path: format!("{build_dir}/{}", input.path),
-                readonly: false,
-            });
-            inputs.push((input.name.clone(), artifact.clone(), volume));
-        }
-        // Inputs stream in parallel.
-        let encoding = self.deps.encoding;
-        let store = self.deps.artifacts.clone();
-        futures::future::try_join_all(inputs.iter().map(|(name, artifact, volume)| {
-            let store = store.clone();
-            async move {
-                let body = store.open(artifact, encoding).await?;
-                volume.stream_in(".", encoding, body).await.map_err(|e| {
-                    EngineError::Invalid(format!("streaming input {name:?} to the worker: {e}"))
-                })
-            }
-        }))
-        .await?;
-        let mut outputs = Vec::new();
-        for output in &config.outputs {
-            let volume = self.new_volume(&worker, created).await?;
-            mounts.push(MountSpec {
-                volume: volume.handle().to_string(),
-                path: format!("{build_dir}/{}", output.path),
-                readonly: false,
-            });
-            outputs.push((output.name.clone(), volume));
-        }
-        for cache in &config.caches {
-            let volume = self.new_volume(&worker, created).await?;
-            mounts.push(MountSpec {
-                volume: volume.handle().to_string(),
-                path: format!("{build_dir}/{}", cache.path),
-                readonly: false,
-            });
-        }
-        let handle = uuid::Uuid::new_v4().to_string();
-        self.deps
-            .db
-            .insert_handle(
-                HandleKind::Container,
-                &handle,
-                worker.name(),
-                Some(self.id),
-                Some(ONE_OFF_STEP),
-                &self.team,
-            )
-            .await?;
-        created.containers.push(handle.clone());
-        let spec = ContainerSpec {
-            handle: handle.clone(),
-            rootfs: match &plan.image {
-                Some(artifact) => RootfsSpec::Volume {
-                    handle: self.image_volume(&worker, artifact).await?,
-                },
-                None => RootfsSpec::from_uri(config.rootfs_uri.as_deref())
-                    .map_err(EngineError::Invalid)?,
-            },
-            mounts,
-            env: config
-                .params
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect(),
-            limits: ResourceLimits {
-                memory: config.container_limits.memory,
-                cpu: config.container_limits.cpu,
-                pids: config.container_limits.pids,
-            },
-            hermetic: config.hermetic,
-            properties: BTreeMap::from([
-                ("build".to_string(), self.id.to_string()),
-                ("step".to_string(), ONE_OFF_STEP.to_string()),
-            ]),
-        };
-        let container = worker.find_or_create_container(&spec).await?;
-        self.deps
-            .db
-            .set_handle_state(HandleKind::Container, &handle, "created")
-            .await?;
-        let dir = match &config.run.dir {
-            Some(d) if d.starts_with('/') => d.clone(),
-            Some(d) => format!("{build_dir}/{d}"),
-            None => build_dir.clone(),
-        };
-        let (tx, mut rx) = mpsc::channel(256);
-        let process = container
-            .run(
-                ProcessSpec {
-                    id: "task".into(),
-                    path: config.run.path.clone(),
-                    args: config.run.args.clone(),
-                    dir: Some(dir),
-                    env: vec![],
-                    user: config.run.user.clone(),
-                    tty: None,
-                },
-                ProcessIo {
-                    stdin: None,
-                    output: tx,
-                },
-            )
-            .await?;
+        // Watch the worker before creating anything on it.
         let mut worker_state = match self.deps.worker_states.get(worker.name()) {
             Some(tx) => tx.subscribe(),
             None => {
@@ -535,6 +613,26 @@ impl BuildRun {
                 })
             }
         };
+        let encoding = self.deps.encoding;
+        // Setting up (volumes, inputs, image, container, process start) ends
+        // early on an abort, a timeout or the worker stalling.
+        let mut stop = self.abort.clone();
+        let mut watch_setup = worker_state.clone();
+        let set_up = tokio::select! {
+            set_up = self.set_up(plan, &worker, created) => set_up?,
+            _ = stop.wait_for(Option::is_some) => return Ok(StepEnd::Aborted),
+            _ = watch_setup.wait_for(|s| *s == WorkerState::Stalled) => {
+                return Err(EngineError::WorkerLost {
+                    worker: worker.name().to_string(),
+                    reason: "stalled (no heartbeat within its TTL) while the step was set up".into(),
+                })
+            }
+        };
+        let SetUp {
+            process,
+            mut rx,
+            outputs,
+        } = set_up;
         let mut carry_out = Utf8Carry::default();
         let mut carry_err = Utf8Carry::default();
         let mut abort = self.abort.clone();
@@ -584,6 +682,22 @@ impl BuildRun {
                     kill_at = None;
                     let _ = process.signal(ProcessSignal::Kill).await;
                 }
+            }
+        }
+        for (stream, carry) in [
+            (crate::runtime::OutputStream::Stdout, &mut carry_out),
+            (crate::runtime::OutputStream::Stderr, &mut carry_err),
+        ] {
+            let data = carry.finish();
+            if !data.is_empty() {
+                self.sink
+                    .emit(&BuildEvent::Log {
+                        step: ONE_OFF_STEP.into(),
+                        stream: stream.as_str().into(),
+                        data,
+                        time: crate::db::now_ms(),
+                    })
+                    .await?;
             }
         }
         let status = process.wait().await?;
@@ -694,6 +808,8 @@ impl BuildRun {
             worker,
             created,
             worker_lost,
+            states: self.deps.worker_states.clone(),
+            connector: self.deps.connector.clone(),
         };
         let intercepted = !worker_lost
             && job
@@ -701,7 +817,10 @@ impl BuildRun {
                 .containers
                 .iter()
                 .any(|h| job.intercepts.open_sessions(h) > 0);
-        if intercepted {
+        if worker_lost {
+            // Whatever still runs there is destroyed when the worker is back.
+            actix::spawn(job.run());
+        } else if intercepted {
             tracing::info!(
                 build = self.id,
                 "keeping the step's container until its intercept sessions end"
@@ -726,45 +845,82 @@ struct Cleanup {
     worker: Arc<dyn Worker>,
     /// What the step created there.
     created: Created,
-    /// The worker is lost: only mark the rows for the collector.
+    /// The worker is lost: wait until it is back (or removed) first.
     worker_lost: bool,
+    /// Worker states, to see a lost worker come back.
+    states: WorkerStates,
+    /// Builds a fresh client when a lost worker is back (it may have restarted).
+    connector: Arc<dyn WorkerConnector>,
 }
 
 impl Cleanup {
     /// Destroys the containers (each once its intercept sessions have ended
-    /// and new ones are refused), then the volumes.
-    async fn run(self) {
-        let db = &self.db;
-        let Created {
-            containers,
-            volumes,
-        } = self.created;
-        for (kind, handle) in containers
-            .into_iter()
-            .map(|h| (HandleKind::Container, h))
-            .chain(volumes.into_iter().map(|h| (HandleKind::Volume, h)))
-        {
+    /// and new ones are refused), then the volumes. For a lost worker, waits
+    /// until it is back (retrying after each change of its state, with a
+    /// fresh client, since it may have restarted) or removed.
+    async fn run(mut self) {
+        if !self.worker_lost {
+            self.destroy_all(false).await;
+            return;
+        }
+        for (kind, handle) in self.created.handles() {
+            let _ = self.db.set_handle_state(kind, &handle, "destroying").await;
+        }
+        let name = self.worker.name().to_string();
+        let Some(mut state) = self.states.get(&name).map(|tx| tx.subscribe()) else {
+            return;
+        };
+        loop {
+            if state
+                .wait_for(|s| *s == WorkerState::Running)
+                .await
+                .is_err()
+            {
+                // Removed: its rows stay `destroying` for the collector.
+                return;
+            }
+            match self.db.get_worker(&name).await {
+                Ok(Some(row)) => self.worker = self.connector.connect(&row.registration),
+                _ => return,
+            }
+            if self.destroy_all(true).await {
+                tracing::info!(build = self.build, worker = %name, "destroyed what the lost step left on the worker");
+                return;
+            }
+            // Not reachable yet: try again when its state next changes.
+            if state.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Destroys what is left; returns false when the worker could not be
+    /// reached (what remains stays in `created` for another try).
+    async fn destroy_all(&mut self, quiet_unreachable: bool) -> bool {
+        let db = self.db.clone();
+        for (kind, handle) in self.created.handles() {
             if kind == HandleKind::Container && self.intercepts.close(&handle).await {
                 tracing::info!(build = self.build, %handle, "intercept sessions ended; destroying the container");
             }
             let _ = db.set_handle_state(kind, &handle, "destroying").await;
-            if !self.worker_lost {
-                let done = match kind {
-                    HandleKind::Container => self.worker.destroy_container(&handle).await,
-                    HandleKind::Volume => self.worker.destroy_volume(&handle).await,
-                };
-                match done {
-                    Ok(()) => {
-                        let _ = db.delete_handle(kind, &handle).await;
-                    }
-                    Err(e) => {
-                        tracing::warn!(build = self.build, %handle, "destroy failed, left for GC: {e}")
-                    }
+            let done = match kind {
+                HandleKind::Container => self.worker.destroy_container(&handle).await,
+                HandleKind::Volume => self.worker.destroy_volume(&handle).await,
+            };
+            match done {
+                Ok(()) => {
+                    let _ = db.delete_handle(kind, &handle).await;
+                    self.created.remove(kind, &handle);
+                }
+                Err(RuntimeError::Unreachable { .. }) if quiet_unreachable => return false,
+                Err(e) => {
+                    tracing::warn!(build = self.build, %handle, "destroy failed, left for GC: {e}")
                 }
             }
             if kind == HandleKind::Container {
                 self.intercepts.forget(&handle);
             }
         }
+        true
     }
 }

@@ -117,10 +117,8 @@ impl Engine {
     ) -> Result<Arc<dyn crate::runtime::Worker>, EngineError> {
         let row = self
             .db
-            .list_workers()
+            .get_worker(name)
             .await?
-            .into_iter()
-            .find(|w| w.registration.name == name)
             .ok_or_else(|| EngineError::NotFound {
                 kind: "worker",
                 name: name.to_string(),
@@ -213,6 +211,7 @@ impl Engine {
             encoding: self.config.encoding,
             worker_states: self.worker_states.clone(),
             rerun_when_worker_disappears: self.config.rerun_when_worker_disappears,
+            connector: self.connector.clone(),
             imports: self.imports.clone(),
             intercepts: self.intercepts.clone(),
         };

@@ -199,6 +199,12 @@ pub struct Utf8Carry {
 }
 
 impl Utf8Carry {
+    /// The bytes still held (an incomplete character at the end of the
+    /// output), as text with a replacement character.
+    pub fn finish(&mut self) -> String {
+        String::from_utf8_lossy(&std::mem::take(&mut self.pending)).into_owned()
+    }
+
     /// Returns the text decodable so far.
     pub fn push(&mut self, chunk: &[u8]) -> String {
         self.pending.extend_from_slice(chunk);

@@ -210,6 +210,37 @@ fn fits(s: Strategy, c: &Choice<'_>, need: &Load) -> bool {
     }
 }
 
+/// Whether a step could ever be placed on a worker with these limits (on an
+/// idle worker), for the limits the chain enforces; `Err` names the limit it
+/// can never fit under.
+pub fn could_ever_fit(
+    chain: &[Strategy],
+    limits: &WorkerLimits,
+    need: &Load,
+) -> Result<(), String> {
+    let idle = Choice {
+        name: "",
+        limits,
+        load: Load::default(),
+        local_inputs: 0,
+    };
+    for s in chain.iter().filter(|s| s.is_limit()) {
+        if !fits(*s, &idle, need) {
+            let (wanted, max) = match s {
+                Strategy::LimitActiveTasks => (need.tasks, limits.max_active_tasks),
+                Strategy::LimitActiveContainers => (need.containers, limits.max_containers),
+                _ => (need.volumes, limits.max_volumes),
+            };
+            return Err(format!(
+                "it needs {wanted} where {} is {}",
+                limit_name(*s),
+                max.unwrap_or_default()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Parses a comma-separated chain (`volume-locality,fewest-build-containers`).
 pub fn parse_chain(s: &str) -> Result<Vec<Strategy>, String> {
     s.split(',')

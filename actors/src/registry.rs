@@ -289,6 +289,8 @@ impl Actor for Registry {
                     for row in rows {
                         let conn = act.start_conn(&row.registration, ctx);
                         let name = row.registration.name.clone();
+                        let draining =
+                            matches!(row.state, WorkerState::Landing | WorkerState::Retiring);
                         act.workers.insert(
                             name.clone(),
                             Entry {
@@ -303,6 +305,10 @@ impl Actor for Registry {
                             },
                         );
                         act.publish(&name);
+                        // A web node that stopped mid-landing finishes the job.
+                        if draining {
+                            act.drain(&name, ctx);
+                        }
                     }
                 }
                 Err(e) => tracing::error!("loading workers: {e}"),
@@ -363,7 +369,7 @@ impl Handler<RegisterWorker> for Registry {
 
 impl Handler<WorkerHeartbeat> for Registry {
     type Result = ResponseActFuture<Self, Result<WorkerState, HeartbeatRefused>>;
-    fn handle(&mut self, msg: WorkerHeartbeat, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: WorkerHeartbeat, ctx: &mut Context<Self>) -> Self::Result {
         if self.retired.get(&msg.name) == Some(&msg.heartbeat.incarnation) {
             return Box::pin(fut::ready(Err(HeartbeatRefused::Retired(msg.name))));
         }
@@ -373,29 +379,24 @@ impl Handler<WorkerHeartbeat> for Registry {
         if entry.registration.incarnation != msg.heartbeat.incarnation {
             return Box::pin(fut::ready(Err(HeartbeatRefused::NewIncarnation(msg.name))));
         }
-        let was = entry.state;
-        if was == WorkerState::Stalled {
-            entry.state = WorkerState::Running;
-            tracing::info!(worker = %msg.name, "worker is back from stalled");
-        }
+        let back = entry.state == WorkerState::Stalled;
         entry.containers = msg.heartbeat.containers;
         entry.volumes = msg.heartbeat.volumes;
         entry.last_heartbeat = now_ms();
         entry.conn.do_send(HeartbeatSeen);
-        let state = entry.state;
-        if was != state {
-            self.publish(&msg.name);
+        if back {
+            tracing::info!(worker = %msg.name, "worker is back from stalled");
+            self.set_state(&msg.name, WorkerState::Running, ctx);
         }
+        let state = self
+            .workers
+            .get(&msg.name)
+            .map_or(WorkerState::Running, |e| e.state);
         let db = self.db.clone();
         Box::pin(
             async move {
-                db.record_heartbeat(
-                    &msg.name,
-                    msg.heartbeat.containers,
-                    msg.heartbeat.volumes,
-                    state,
-                )
-                .await?;
+                db.record_heartbeat(&msg.name, msg.heartbeat.containers, msg.heartbeat.volumes)
+                    .await?;
                 Ok(state)
             }
             .into_actor(self),
@@ -605,7 +606,11 @@ impl WorkerConn {
         .into_actor(self)
         .map(|res, act, ctx| {
             match res {
-                Ok(()) => act.failures = 0,
+                Ok(()) => {
+                    act.failures = 0;
+                    // Healthy again: the next failure backs off from the start.
+                    act.restarts = 0;
+                }
                 Err(e) => {
                     act.failures += 1;
                     tracing::debug!(worker = %act.name, "probe failed ({}): {e}", act.failures);

@@ -16,7 +16,7 @@ use serde::Serialize;
 use tokio::sync::oneshot;
 
 use crate::error::EngineError;
-use crate::placement::{choose, Choice, Load, Strategy};
+use crate::placement::{choose, could_ever_fit, Choice, Load, Strategy};
 use crate::runtime::Worker;
 use crate::worker_info::{versions_compatible, WorkerRegistration, WorkerState};
 
@@ -93,6 +93,8 @@ pub struct StepRequest {
     pub is_check: bool,
     /// Resource type the worker must provide (get, put and check steps).
     pub resource_type: Option<String>,
+    /// Workers not to use: they were lost while an earlier attempt ran there.
+    pub avoid: Vec<String>,
     /// What the step will hold on its worker until released.
     pub need: Load,
 }
@@ -246,12 +248,32 @@ impl Scheduler {
     /// (with the reason), `Err` no compatible worker.
     fn try_place(&mut self, req: &StepRequest) -> Result<Result<Placement, String>, EngineError> {
         let all: Vec<&Candidate> = self.workers.values().collect();
-        let compatible = filter(req, &all)?;
+        let mut compatible = filter(req, &all)?;
         let chain = match req.chain_kind() {
             ChainKind::WithInputs => &self.config.with_inputs,
             ChainKind::WithoutInputs => &self.config.without_inputs,
             ChainKind::Checks => &self.config.checks,
         };
+        // A step bigger than a worker's limits would wait forever: such
+        // workers do not count, and if none is left the step fails now.
+        let mut too_small = None;
+        compatible.retain(
+            |c| match could_ever_fit(chain, &c.registration.limits, &req.need) {
+                Ok(()) => true,
+                Err(why) => {
+                    too_small = Some(why);
+                    false
+                }
+            },
+        );
+        if compatible.is_empty() {
+            return Err(EngineError::NoWorkers(format!(
+                "no workers satisfying: platform {:?}, team {:?}: the step can never fit on any compatible worker: {}",
+                req.platform,
+                req.team,
+                too_small.unwrap_or_default()
+            )));
+        }
         // The worker sets of the step's inputs, looked up once per request.
         let holders: Vec<&HashSet<String>> = req
             .inputs
@@ -456,11 +478,14 @@ pub fn filter<'a>(
     let mut other_team = 0;
     let mut no_resource_type = 0;
     let mut incompatible = 0;
+    let mut lost_earlier = 0;
     let mut passing = Vec::new();
     for w in all {
         let r = &w.registration;
         if w.state != WorkerState::Running {
             *not_running.entry(w.state).or_default() += 1;
+        } else if c.avoid.contains(&r.name) {
+            lost_earlier += 1;
         } else if !versions_compatible(&r.version, WEB_VERSION) {
             incompatible += 1;
         } else if r.platform != c.platform {
@@ -519,6 +544,10 @@ pub fn filter<'a>(
                 "without resource type {:?}",
                 c.resource_type.as_deref().unwrap_or_default()
             ),
+        ),
+        (
+            lost_earlier,
+            "lost during an earlier attempt of this step".to_string(),
         ),
         (
             incompatible,
@@ -586,6 +615,7 @@ mod tests {
             inputs: vec![],
             is_check: false,
             resource_type: None,
+            avoid: Vec::new(),
             need: Load {
                 tasks: 1,
                 containers: 1,
@@ -742,6 +772,31 @@ mod tests {
         assert_eq!(stats.load["w1"].tasks + stats.load["w2"].tasks, 4);
         assert!(stats.load.values().all(|l| l.tasks <= 2));
         drop(next);
+    }
+
+    #[actix_rt::test]
+    async fn a_step_bigger_than_every_limit_fails_at_once_instead_of_waiting() {
+        let limits = WorkerLimits {
+            max_volumes: Some(2),
+            ..Default::default()
+        };
+        let scheduler = Scheduler::new(PlacementConfig {
+            with_inputs: vec![Strategy::LimitActiveVolumes],
+            without_inputs: vec![Strategy::LimitActiveVolumes],
+            checks: vec![Strategy::LimitActiveVolumes],
+        })
+        .start();
+        scheduler
+            .send(WorkerUpdated(candidate("w", "linux", &[], None, limits)))
+            .await
+            .unwrap();
+        let mut big = task("main", "linux", &[]);
+        big.need.volumes = 3;
+        let err = match scheduler.send(SelectWorker(big)).await.unwrap() {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a step needing 3 volumes was accepted by a worker with max_volumes 2"),
+        };
+        assert!(err.contains("it needs 3 where max_volumes is 2"), "{err}");
     }
 
     #[actix_rt::test]

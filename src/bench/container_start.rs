@@ -177,6 +177,7 @@ impl Web {
             inputs: vec![],
             is_check: false,
             resource_type: None,
+            avoid: Vec::new(),
             need: Load {
                 tasks: 1,
                 containers: 1,

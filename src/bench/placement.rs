@@ -65,6 +65,7 @@ fn request(rng: &mut impl Rng) -> StepRequest {
             .collect(),
         is_check: false,
         resource_type: None,
+        avoid: Vec::new(),
         need: Load {
             tasks: 1,
             containers: 1,

@@ -138,6 +138,10 @@ async fn follow(
     let mut last = 0i64;
     let line =
         |seq: i64, json: &str| bytes::Bytes::from(format!("{{\"seq\":{seq},\"event\":{json}}}\n"));
+    // Builds that end without a final event (their web node died, or storing
+    // it failed) are noticed by checking the row on a timer.
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    let mut finished_ticks = 0;
     loop {
         let stored = match db.build_events_after(id, last).await {
             Ok(s) => s,
@@ -157,7 +161,22 @@ async fn follow(
             }
         }
         loop {
-            match rx.recv().await {
+            let got = tokio::select! {
+                got = rx.recv() => got,
+                _ = tick.tick() => {
+                    let finished = matches!(db.get_build(id).await, Ok(Some(b)) if b.status.is_finished());
+                    finished_ticks = if finished { finished_ticks + 1 } else { 0 };
+                    if finished_ticks >= 3 {
+                        hub.forget(id);
+                        return;
+                    }
+                    if tx.is_closed() {
+                        return;
+                    }
+                    break;
+                }
+            };
+            match got {
                 Ok(ev) if ev.seq <= last => continue,
                 Ok(ev) if ev.seq == last + 1 => {
                     last = ev.seq;

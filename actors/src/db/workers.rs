@@ -54,21 +54,20 @@ impl Db {
         Ok(())
     }
 
-    /// Records a heartbeat's counts and time; returns false when the worker is unknown.
+    /// Records a heartbeat's counts and time (the state is written only by
+    /// the Registry when it changes); returns false when the worker is unknown.
     pub async fn record_heartbeat(
         &self,
         name: &str,
         containers: u32,
         volumes: u32,
-        state: WorkerState,
     ) -> Result<bool, EngineError> {
         let done = sqlx::query(
-            "UPDATE workers SET containers = $1, volumes = $2, last_heartbeat = $3, state = $4 WHERE name = $5",
+            "UPDATE workers SET containers = $1, volumes = $2, last_heartbeat = $3 WHERE name = $4",
         )
         .bind(containers as i64)
         .bind(volumes as i64)
         .bind(now_ms())
-        .bind(state.as_str())
         .bind(name)
         .execute(self.pool())
         .await?;
@@ -97,6 +96,17 @@ impl Db {
         .fetch_all(self.pool())
         .await?;
         rows.into_iter().map(decode).collect()
+    }
+
+    /// One stored worker.
+    pub async fn get_worker(&self, name: &str) -> Result<Option<WorkerRow>, EngineError> {
+        let row: Option<Raw> = sqlx::query_as(
+            "SELECT state, registration, containers, volumes, last_heartbeat FROM workers WHERE name = $1",
+        )
+        .bind(name)
+        .fetch_optional(self.pool())
+        .await?;
+        row.map(decode).transpose()
     }
 
     /// Deletes a worker row.
