@@ -25,6 +25,8 @@ if ! pg_up; then
   pg_up || { echo "PostgreSQL is not reachable on 127.0.0.1:5432" >&2; exit 1; }
 fi
 export GANTRY_TEST_PG="postgres://postgres@127.0.0.1:5432"
+# The runc tests must run here (root, runc installed above), never skip.
+export GANTRY_REQUIRE_RUNC=1
 
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace -- --test-threads 2

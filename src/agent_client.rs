@@ -920,6 +920,10 @@ mod tests {
     #[actix_rt::test]
     async fn runc_agent_isolates_processes_and_keeps_images_unchanged() {
         if !runc_available() {
+            assert!(
+                std::env::var_os("GANTRY_REQUIRE_RUNC").is_none(),
+                "GANTRY_REQUIRE_RUNC is set, so this test may not be skipped: needs root and /usr/sbin/runc"
+            );
             eprintln!("skipped: needs root and /usr/sbin/runc");
             return;
         }
@@ -1256,6 +1260,10 @@ mod tests {
     #[actix_rt::test]
     async fn runc_agent_runs_tty_processes_as_init_and_with_exec_and_resizes_them() {
         if !runc_available() {
+            assert!(
+                std::env::var_os("GANTRY_REQUIRE_RUNC").is_none(),
+                "GANTRY_REQUIRE_RUNC is set, so this test may not be skipped: needs root and /usr/sbin/runc"
+            );
             eprintln!("skipped: needs root and /usr/sbin/runc");
             return;
         }

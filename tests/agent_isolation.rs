@@ -23,6 +23,10 @@ fn runc_available() -> bool {
 /// A quickstart on the runc backend, or `None` (test skipped) without runc.
 fn runc_quickstart(dir: &Path, db: &TestDb) -> Option<Server> {
     if !runc_available() {
+        assert!(
+            std::env::var_os("GANTRY_REQUIRE_RUNC").is_none(),
+            "GANTRY_REQUIRE_RUNC is set, so this test may not be skipped: needs root and /usr/sbin/runc"
+        );
         eprintln!("skipped: needs root and /usr/sbin/runc");
         return None;
     }
