@@ -57,6 +57,11 @@ pub struct WebConfig {
     pub max_artifact_bytes: u64,
     /// Placement strategy chains.
     pub placement: PlacementChains,
+    /// Token that may see and do everything; unset with no team tokens
+    /// either means an open API, allowed only on a loopback address.
+    pub admin_token: Option<String>,
+    /// Team tokens: `team name = "token"`; each team is created if missing.
+    pub teams: std::collections::BTreeMap<String, String>,
 }
 
 /// Placement strategy chains, each a list of strategy names: the first is the
@@ -121,6 +126,8 @@ impl Default for WebConfig {
             stalled_worker_timeout_secs: None,
             max_artifact_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
             placement: PlacementChains::default(),
+            admin_token: None,
+            teams: Default::default(),
         }
     }
 }

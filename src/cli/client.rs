@@ -7,8 +7,10 @@ use serde::de::DeserializeOwned;
 pub struct ApiClient {
     /// Base URL, without a trailing slash.
     base: String,
-    /// HTTP client.
+    /// HTTP client (sends the token, if any, with every request).
     http: reqwest::Client,
+    /// Bearer token for the API (`--token`, `GANTRY_TOKEN`).
+    token: Option<String>,
 }
 
 impl ApiClient {
@@ -17,7 +19,31 @@ impl ApiClient {
         ApiClient {
             base: url.trim_end_matches('/').to_string(),
             http: reqwest::Client::new(),
+            token: None,
         }
+    }
+
+    /// The same client, sending `token` as a bearer token with every request.
+    pub fn with_token(mut self, token: Option<String>) -> anyhow::Result<Self> {
+        if let Some(t) = &token {
+            let mut headers = reqwest::header::HeaderMap::new();
+            let value =
+                reqwest::header::HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| {
+                    anyhow!("the token holds characters that cannot be sent in a header")
+                })?;
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+            self.http = reqwest::Client::builder()
+                .default_headers(headers)
+                .build()
+                .context("building the HTTP client")?;
+        }
+        self.token = token;
+        Ok(self)
+    }
+
+    /// The bearer token, if any.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
     }
 
     /// The full URL of an API path.

@@ -216,7 +216,18 @@ pub async fn hijack(client: &ApiClient, args: HijackArgs) -> anyhow::Result<i32>
     } else {
         None
     };
-    let (ws, _) = tokio_tungstenite::connect_async(url.as_str())
+    let mut upgrade =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
+            url.as_str(),
+        )
+        .map_err(|e| handshake_error(client, e))?;
+    if let Some(token) = client.token() {
+        let value = format!("Bearer {token}").parse().map_err(|_| {
+            anyhow::anyhow!("the token holds characters that cannot be sent in a header")
+        })?;
+        upgrade.headers_mut().insert("authorization", value);
+    }
+    let (ws, _) = tokio_tungstenite::connect_async(upgrade)
         .await
         .map_err(|e| handshake_error(client, e))?;
     let (mut tx, mut rx) = ws.split();

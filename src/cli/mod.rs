@@ -25,6 +25,9 @@ pub struct Cli {
         default_value = "http://127.0.0.1:8080"
     )]
     pub url: String,
+    /// Bearer token for the API (a team's or the admin's).
+    #[arg(long, global = true, env = "GANTRY_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// Log format of the servers: `human` or `json`.
     #[arg(
         long,
@@ -56,6 +59,9 @@ pub struct WebFlags {
     /// Key workers present to register.
     #[arg(long, env = "GANTRY_REGISTRATION_KEY")]
     pub registration_key: Option<String>,
+    /// Token that may see and do everything.
+    #[arg(long, env = "GANTRY_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
     /// Largest artifact accepted, in bytes (upload or task output).
     #[arg(long, env = "GANTRY_MAX_ARTIFACT_BYTES")]
     pub max_artifact_bytes: Option<u64>,
@@ -306,7 +312,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let client = ApiClient::new(&cli.url);
+            let client = ApiClient::new(&cli.url).with_token(cli.token.clone())?;
             rt.block_on(async move {
                 match command {
                     Command::Execute {

@@ -43,6 +43,9 @@ fn apply_web(mut cfg: WebConfig, f: WebFlags) -> WebConfig {
     if let Some(v) = f.registration_key {
         cfg.registration_key = v;
     }
+    if f.admin_token.is_some() {
+        cfg.admin_token = f.admin_token;
+    }
     if let Some(v) = f.max_artifact_bytes {
         cfg.max_artifact_bytes = v;
     }

@@ -4,6 +4,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use gantry_actors::artifact_store::ArtifactKind;
 use gantry_actors::spec::Encoding;
 
+use crate::web::auth::Identity;
 use crate::web::error::ApiError;
 use crate::web::AppState;
 
@@ -16,12 +17,14 @@ pub struct UploadQuery {
 
 /// `POST /api/v1/teams/{team}/artifacts`: body is a tar stream, `Content-Encoding` zstd, gzip or none.
 pub async fn upload(
+    identity: Identity,
     req: HttpRequest,
     state: web::Data<AppState>,
     team: web::Path<String>,
     query: web::Query<UploadQuery>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    identity.require_team(&team, &format!("team {:?}", team.as_str()))?;
     let team = team.into_inner();
     if !state.engine.db.team_exists(&team).await? {
         return Err(ApiError::not_found(format!("team {team:?} not found")));
@@ -83,10 +86,12 @@ pub async fn upload(
 
 /// `GET /api/v1/teams/{team}/artifacts/{id}`: the artifact as a plain tar stream.
 pub async fn download(
+    identity: Identity,
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (team, id) = path.into_inner();
+    identity.require_team(&team, &format!("artifact {id}"))?;
     if state.engine.db.get_artifact(&team, &id).await?.is_none() {
         return Err(ApiError::not_found(format!(
             "artifact {id} not found in team {team:?}"

@@ -10,6 +10,7 @@ use gantry_actors::task_config::TaskConfig;
 use serde::Deserialize;
 use tokio::sync::{broadcast, mpsc};
 
+use crate::web::auth::Identity;
 use crate::web::error::ApiError;
 use crate::web::AppState;
 
@@ -35,10 +36,12 @@ pub struct CreateBuild {
 
 /// `POST /api/v1/teams/{team}/builds`
 pub async fn create(
+    identity: Identity,
     state: web::Data<AppState>,
     team: web::Path<String>,
     body: web::Json<CreateBuild>,
 ) -> Result<HttpResponse, ApiError> {
+    identity.require_team(&team, &format!("team {:?}", team.as_str()))?;
     let body = body.into_inner();
     let doc = serde_yaml::to_value(&body.config)
         .map_err(|e| ApiError::bad_request(format!("task config: {e}")))?;
@@ -57,46 +60,78 @@ pub async fn create(
 
 /// `POST /api/v1/builds/{id}/abort`
 pub async fn abort(
+    identity: Identity,
     state: web::Data<AppState>,
     id: web::Path<i64>,
 ) -> Result<HttpResponse, ApiError> {
     let id = id.into_inner();
+    visible_build(&identity, &state, id).await?;
     state.engine.abort_build(id).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "id": id, "aborting": true })))
 }
 
 /// `GET /api/v1/builds/{id}`
-pub async fn get(state: web::Data<AppState>, id: web::Path<i64>) -> Result<HttpResponse, ApiError> {
-    let id = id.into_inner();
-    match state.engine.db.get_build(id).await? {
-        Some(b) => Ok(HttpResponse::Ok().json(b)),
-        None => Err(ApiError::not_found(format!("build {id} not found"))),
-    }
+pub async fn get(
+    identity: Identity,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, ApiError> {
+    let build = visible_build(&identity, &state, id.into_inner()).await?;
+    Ok(HttpResponse::Ok().json(build))
+}
+
+/// The build, if it exists and the caller may see it (404 otherwise).
+pub async fn visible_build(
+    identity: &Identity,
+    state: &AppState,
+    id: i64,
+) -> Result<gantry_actors::db::BuildRow, ApiError> {
+    let what = format!("build {id}");
+    let build = state
+        .engine
+        .db
+        .get_build(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("{what} not found")))?;
+    identity.require_team(&build.team, &what)?;
+    Ok(build)
 }
 
 /// `GET /api/v1/builds`: the latest 100.
-pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(state.engine.db.list_builds(None, 100).await?))
+pub async fn list(
+    identity: Identity,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let team = identity.team_filter()?;
+    Ok(HttpResponse::Ok().json(state.engine.db.list_builds(team, 100).await?))
 }
 
 /// `GET /api/v1/containers`
-pub async fn containers(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+pub async fn containers(
+    identity: Identity,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let team = identity.team_filter()?;
     Ok(HttpResponse::Ok().json(
         state
             .engine
             .db
-            .list_handles(HandleKind::Container, None)
+            .list_handles(HandleKind::Container, team)
             .await?,
     ))
 }
 
 /// `GET /api/v1/volumes`
-pub async fn volumes(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+pub async fn volumes(
+    identity: Identity,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let team = identity.team_filter()?;
     Ok(HttpResponse::Ok().json(
         state
             .engine
             .db
-            .list_handles(HandleKind::Volume, None)
+            .list_handles(HandleKind::Volume, team)
             .await?,
     ))
 }
@@ -104,13 +139,12 @@ pub async fn volumes(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
 /// `GET /api/v1/builds/{id}/events`: NDJSON, stored events then live ones,
 /// until the build's final status. Each line is `{"seq": N, "event": {...}}`.
 pub async fn events(
+    identity: Identity,
     state: web::Data<AppState>,
     id: web::Path<i64>,
 ) -> Result<HttpResponse, ApiError> {
     let id = id.into_inner();
-    if state.engine.db.get_build(id).await?.is_none() {
-        return Err(ApiError::not_found(format!("build {id} not found")));
-    }
+    visible_build(&identity, &state, id).await?;
     let rx = state.engine.hub.subscribe(id);
     let (tx, out) = mpsc::channel::<std::io::Result<bytes::Bytes>>(64);
     tokio::spawn(follow(

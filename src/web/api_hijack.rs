@@ -44,6 +44,7 @@ use gantry_actors::{EngineError, RuntimeError};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
+use crate::web::auth::Identity;
 use crate::web::error::ApiError;
 use crate::web::AppState;
 
@@ -121,6 +122,7 @@ fn status(code: StatusCode, message: impl Into<String>) -> ApiError {
 
 /// `GET /api/v1/builds/{id}/hijack?step=STEP`
 pub async fn build(
+    identity: Identity,
     state: web::Data<AppState>,
     id: web::Path<i64>,
     query: web::Query<BuildQuery>,
@@ -133,15 +135,8 @@ pub async fn build(
         .clone()
         .unwrap_or_else(|| gantry_actors::build::ONE_OFF_STEP.to_string());
     let db = &state.engine.db;
-    let Some(build) = db.get_build(id).await? else {
-        return Err(ApiError::not_found(format!("build {id} not found")));
-    };
-    let row = db
-        .list_handles(HandleKind::Container, None)
-        .await?
-        .into_iter()
-        .rev()
-        .find(|r| r.build_id == Some(id) && r.step.as_deref() == Some(step.as_str()));
+    let build = crate::web::api_builds::visible_build(&identity, &state, id).await?;
+    let row = db.find_step_container(id, &step).await?;
     let Some(row) = row else {
         let why = if build.status.is_finished() {
             format!(
@@ -169,6 +164,7 @@ pub async fn build(
 
 /// `GET /api/v1/containers/{handle}/hijack`
 pub async fn container(
+    identity: Identity,
     state: web::Data<AppState>,
     handle: web::Path<String>,
     req: HttpRequest,
@@ -178,11 +174,10 @@ pub async fn container(
     let row = state
         .engine
         .db
-        .list_handles(HandleKind::Container, None)
+        .get_handle(HandleKind::Container, &handle)
         .await?
-        .into_iter()
-        .find(|r| r.handle == handle)
         .ok_or_else(|| ApiError::not_found(format!("container {handle} not found")))?;
+    identity.require_team(&row.team, &format!("container {handle}"))?;
     let what = format!("container {handle}");
     check_state(&row.state, &what)?;
     let target = Target {

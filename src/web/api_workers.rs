@@ -1,6 +1,6 @@
 //! Worker registration, heartbeats and listing.
 
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpResponse};
 use gantry_actors::registry::{
     HeartbeatRefused, LifecycleAction, ListWorkers, RegisterWorker, WorkerHeartbeat,
     WorkerLifecycle,
@@ -8,20 +8,15 @@ use gantry_actors::registry::{
 use gantry_actors::scheduler::GetStats;
 use gantry_actors::worker_info::{Heartbeat, WorkerRegistration};
 
+use crate::web::auth::Identity;
 use crate::web::error::ApiError;
 use crate::web::AppState;
 
-fn check_key(req: &HttpRequest, state: &AppState) -> Result<(), ApiError> {
-    let given = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(k) if k == state.registration_key => Ok(()),
-        Some(_) => Err(ApiError::unauthorized("wrong worker registration key")),
-        None => Err(ApiError::unauthorized(
-            "missing worker registration key (Authorization: Bearer KEY)",
+fn check_key(identity: &Identity) -> Result<(), ApiError> {
+    match identity {
+        Identity::Worker => Ok(()),
+        _ => Err(ApiError::unauthorized(
+            "missing or wrong worker registration key (Authorization: Bearer KEY)",
         )),
     }
 }
@@ -34,11 +29,11 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 
 /// `POST /api/v1/workers/register`
 pub async fn register(
-    req: HttpRequest,
+    identity: Identity,
     state: web::Data<AppState>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    check_key(&req, &state)?;
+    check_key(&identity)?;
     let reg: WorkerRegistration = parse(&body)?;
     if reg.name.trim().is_empty() || reg.name.contains('/') {
         return Err(ApiError::bad_request(
@@ -56,12 +51,12 @@ pub async fn register(
 
 /// `POST /api/v1/workers/{name}/heartbeat`
 pub async fn heartbeat(
-    req: HttpRequest,
+    identity: Identity,
     state: web::Data<AppState>,
     name: web::Path<String>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    check_key(&req, &state)?;
+    check_key(&identity)?;
     let body: Heartbeat = parse(&body)?;
     let answer = state
         .engine
@@ -134,26 +129,40 @@ async fn lifecycle(
     Ok(HttpResponse::Ok().json(serde_json::json!({"name": name, "state": new_state})))
 }
 
+/// Landing or retiring: the admin, or a worker stopping itself.
+fn admin_or_worker(identity: &Identity) -> Result<(), ApiError> {
+    match identity {
+        Identity::Worker => Ok(()),
+        other => other.require_admin(),
+    }
+}
+
 /// `POST /api/v1/workers/{name}/land`: finish running steps, then `landed`.
 pub async fn land(
+    identity: Identity,
     state: web::Data<AppState>,
     name: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
+    admin_or_worker(&identity)?;
     lifecycle(&state, name.into_inner(), LifecycleAction::Land).await
 }
 
 /// `POST /api/v1/workers/{name}/retire`: finish running steps, then delete.
 pub async fn retire(
+    identity: Identity,
     state: web::Data<AppState>,
     name: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
+    admin_or_worker(&identity)?;
     lifecycle(&state, name.into_inner(), LifecycleAction::Retire).await
 }
 
 /// `POST /api/v1/workers/{name}/prune`: remove a worker that is not running.
 pub async fn prune(
+    identity: Identity,
     state: web::Data<AppState>,
     name: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
+    identity.require_admin()?;
     lifecycle(&state, name.into_inner(), LifecycleAction::Prune).await
 }

@@ -1,10 +1,11 @@
 //! The web node: the engine plus its HTTP API, dashboard and `/metrics`.
 
 mod api_artifacts;
-mod api_builds;
+pub(crate) mod api_builds;
 mod api_hijack;
 mod api_workers;
 mod artifact_files;
+pub mod auth;
 mod error;
 mod metrics;
 
@@ -28,8 +29,8 @@ use crate::config::WebConfig;
 pub struct AppState {
     /// The engine's actors and services.
     pub engine: Engine,
-    /// Key workers present to register and heartbeat.
-    pub registration_key: String,
+    /// The tokens the API accepts (and the workers' registration key).
+    pub tokens: auth::Tokens,
 }
 
 /// A running web node.
@@ -58,6 +59,19 @@ pub async fn start_web(
     cfg: &WebConfig,
     connector: Arc<dyn WorkerConnector>,
 ) -> anyhow::Result<WebHandle> {
+    let secured = cfg.admin_token.is_some() || !cfg.teams.is_empty();
+    if !secured && !cfg.listen.ip().is_loopback() {
+        anyhow::bail!(
+            "web.listen {} is reachable from other hosts but no admin_token or team tokens are set: set --admin-token (GANTRY_ADMIN_TOKEN) or listen on 127.0.0.1",
+            cfg.listen
+        );
+    }
+    if !secured {
+        tracing::warn!(
+            "no admin or team tokens are set: the API is open to anyone who can reach {}",
+            cfg.listen
+        );
+    }
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
     let url = database_url(cfg);
@@ -83,10 +97,17 @@ pub async fn start_web(
         rerun_when_worker_disappears: cfg.rerun_when_worker_disappears,
         encoding,
     };
+    for team in cfg.teams.keys() {
+        db.ensure_team(team).await?;
+    }
     let engine = Engine::start(db, connector, Arc::new(artifacts), engine_config).await?;
     let state = web::Data::new(AppState {
         engine: engine.clone(),
-        registration_key: cfg.registration_key.clone(),
+        tokens: auth::Tokens {
+            admin: cfg.admin_token.clone(),
+            teams: cfg.teams.clone(),
+            registration_key: cfg.registration_key.clone(),
+        },
     });
     let server = HttpServer::new(move || {
         App::new()
@@ -100,6 +121,7 @@ pub async fn start_web(
                 web::PathConfig::default()
                     .error_handler(|e, _| ApiError::bad_request(e.to_string()).into()),
             )
+            .wrap(actix_web::middleware::from_fn(auth::identify))
             .route("/", web::get().to(dashboard))
             .route("/metrics", web::get().to(metrics::metrics))
             .service(

@@ -412,3 +412,11 @@ pub fn failure_line(out: &Output) -> String {
     );
     last
 }
+
+/// The build id in `executing build N` of a CLI's stderr text.
+pub fn announced_build_text(stderr: &str) -> Option<i64> {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("executing build "))
+        .and_then(|n| n.trim().parse().ok())
+}

@@ -102,11 +102,53 @@ impl Db {
         Ok(())
     }
 
+    /// One row by handle.
+    pub async fn get_handle(
+        &self,
+        kind: HandleKind,
+        handle: &str,
+    ) -> Result<Option<HandleRow>, EngineError> {
+        Ok(self
+            .select_handles(kind, "WHERE handle = $1", &[handle])
+            .await?
+            .pop())
+    }
+
+    /// The latest container of a build's step.
+    pub async fn find_step_container(
+        &self,
+        build_id: i64,
+        step: &str,
+    ) -> Result<Option<HandleRow>, EngineError> {
+        let id = build_id.to_string();
+        Ok(self
+            .select_handles(
+                HandleKind::Container,
+                "WHERE build_id = CAST($1 AS BIGINT) AND step = $2",
+                &[&id, step],
+            )
+            .await?
+            .pop())
+    }
+
     /// Every row of a table, optionally of one team, oldest first.
     pub async fn list_handles(
         &self,
         kind: HandleKind,
         team: Option<&str>,
+    ) -> Result<Vec<HandleRow>, EngineError> {
+        match team {
+            Some(t) => self.select_handles(kind, "WHERE team = $1", &[t]).await,
+            None => self.select_handles(kind, "", &[]).await,
+        }
+    }
+
+    /// Rows matching a `WHERE` clause (string binds), oldest first.
+    async fn select_handles(
+        &self,
+        kind: HandleKind,
+        filter: &str,
+        binds: &[&str],
     ) -> Result<Vec<HandleRow>, EngineError> {
         type Raw = (
             String,
@@ -118,13 +160,12 @@ impl Db {
             String,
         );
         let sql = format!(
-            "SELECT handle, worker, state, sequence, build_id, step, team FROM {} {} ORDER BY created_at, handle",
-            kind.table(),
-            if team.is_some() { "WHERE team = $1" } else { "" }
+            "SELECT handle, worker, state, sequence, build_id, step, team FROM {} {filter} ORDER BY created_at, handle",
+            kind.table()
         );
         let mut q = sqlx::query_as::<_, Raw>(&sql);
-        if let Some(t) = team {
-            q = q.bind(t);
+        for b in binds {
+            q = q.bind(*b);
         }
         let rows = q.fetch_all(self.pool()).await?;
         Ok(rows

@@ -128,6 +128,18 @@ impl Db {
         self.backend
     }
 
+    /// Creates a team if it does not exist.
+    pub async fn ensure_team(&self, name: &str) -> Result<(), EngineError> {
+        if !self.team_exists(name).await? {
+            sqlx::query("INSERT INTO teams (name, created_at) VALUES ($1, $2)")
+                .bind(name)
+                .bind(now_ms())
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Whether a team exists.
     pub async fn team_exists(&self, name: &str) -> Result<bool, EngineError> {
         let row: Option<(i64,)> = sqlx::query_as("SELECT id FROM teams WHERE name = $1")

@@ -1,0 +1,211 @@
+//! Who is calling the API, and what they may touch.
+//!
+//! Bearer tokens from the config: the admin token sees and touches
+//! everything; a team's token only that team's builds, artifacts, containers
+//! and volumes. Workers present the registration key (registration,
+//! heartbeats, and landing or retiring themselves). With no token configured
+//! at all the API is open (the quickstart on loopback); `gantry web` refuses
+//! to listen beyond loopback that way.
+
+use std::collections::BTreeMap;
+use std::future::{ready, Ready};
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
+use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
+
+use crate::web::error::ApiError;
+use crate::web::AppState;
+
+/// The caller of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// The admin token, or any caller of an open API.
+    Admin,
+    /// A team's token.
+    Team(String),
+    /// A worker presenting the registration key.
+    Worker,
+    /// No credentials (only the open routes).
+    Anonymous,
+}
+
+impl Identity {
+    /// Whether the caller may touch `team`'s things.
+    pub fn can_use_team(&self, team: &str) -> bool {
+        match self {
+            Identity::Admin => true,
+            Identity::Team(t) => t == team,
+            _ => false,
+        }
+    }
+
+    /// Refuses unless the caller may touch `team`'s things; `what` names the thing.
+    pub fn require_team(&self, team: &str, what: &str) -> Result<(), ApiError> {
+        match self {
+            _ if self.can_use_team(team) => Ok(()),
+            // Do not reveal another team's things: answer as if absent.
+            Identity::Team(_) => Err(ApiError::not_found(format!("{what} not found"))),
+            _ => Err(ApiError::unauthorized(
+                "this needs a team or admin token (Authorization: Bearer TOKEN, or GANTRY_TOKEN for the CLI)",
+            )),
+        }
+    }
+
+    /// Refuses unless the caller is the admin.
+    pub fn require_admin(&self) -> Result<(), ApiError> {
+        match self {
+            Identity::Admin => Ok(()),
+            _ => Err(ApiError {
+                status: actix_web::http::StatusCode::FORBIDDEN,
+                message: "this needs the admin token".into(),
+            }),
+        }
+    }
+
+    /// The team whose things a listing shows (`None`: all of them).
+    pub fn team_filter(&self) -> Result<Option<&str>, ApiError> {
+        match self {
+            Identity::Admin => Ok(None),
+            Identity::Team(t) => Ok(Some(t)),
+            _ => Err(ApiError::unauthorized("this needs a team or admin token")),
+        }
+    }
+}
+
+impl FromRequest for Identity {
+    type Error = actix_web::Error;
+    type Future = Ready<Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(Ok(req
+            .extensions()
+            .get::<Identity>()
+            .cloned()
+            .unwrap_or(Identity::Anonymous)))
+    }
+}
+
+/// The tokens the web node accepts.
+#[derive(Debug, Clone, Default)]
+pub struct Tokens {
+    /// The admin token.
+    pub admin: Option<String>,
+    /// Team tokens by team.
+    pub teams: BTreeMap<String, String>,
+    /// The workers' registration key.
+    pub registration_key: String,
+}
+
+impl Tokens {
+    /// Whether any user token is configured (otherwise the API is open).
+    pub fn secured(&self) -> bool {
+        self.admin.is_some() || !self.teams.is_empty()
+    }
+
+    /// Who presents `token`.
+    pub fn identify(&self, token: Option<&str>) -> Identity {
+        let Some(token) = token else {
+            return if self.secured() {
+                Identity::Anonymous
+            } else {
+                Identity::Admin
+            };
+        };
+        if self.admin.as_deref().is_some_and(|a| same(a, token)) {
+            return Identity::Admin;
+        }
+        if let Some((team, _)) = self.teams.iter().find(|(_, t)| same(t, token)) {
+            return Identity::Team(team.clone());
+        }
+        if same(&self.registration_key, token) {
+            return Identity::Worker;
+        }
+        if self.secured() {
+            Identity::Anonymous
+        } else {
+            Identity::Admin
+        }
+    }
+}
+
+/// Compares secrets in constant time.
+fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The bearer token of a request, if any.
+pub fn bearer(req: &HttpRequest) -> Option<&str> {
+    req.headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
+/// Middleware: identifies the caller; an API route (other than `/info` and
+/// the workers' own routes) refuses an anonymous caller with 401.
+pub async fn identify(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let identity = match req.app_data::<web::Data<AppState>>() {
+        Some(state) => state.tokens.identify(bearer(req.request())),
+        None => Identity::Anonymous,
+    };
+    let path = req.path();
+    let open = path == "/api/v1/info"
+        || path == "/api/v1/workers/register"
+        || path.ends_with("/heartbeat");
+    if identity == Identity::Anonymous && !open {
+        return Err(ApiError::unauthorized(
+            "missing or unknown token (Authorization: Bearer TOKEN, or GANTRY_TOKEN for the CLI)",
+        )
+        .into());
+    }
+    req.extensions_mut().insert(identity);
+    next.call(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens() -> Tokens {
+        Tokens {
+            admin: Some("adm".into()),
+            teams: BTreeMap::from([("red".into(), "r3d".into())]),
+            registration_key: "key".into(),
+        }
+    }
+
+    #[test]
+    fn tokens_identify_admins_teams_and_workers() {
+        let t = tokens();
+        assert_eq!(t.identify(Some("adm")), Identity::Admin);
+        assert_eq!(t.identify(Some("r3d")), Identity::Team("red".into()));
+        assert_eq!(t.identify(Some("key")), Identity::Worker);
+        assert_eq!(t.identify(Some("nope")), Identity::Anonymous);
+        assert_eq!(t.identify(None), Identity::Anonymous);
+        let open = Tokens::default();
+        assert_eq!(open.identify(None), Identity::Admin);
+    }
+
+    #[test]
+    fn teams_only_reach_their_own_things() {
+        let red = Identity::Team("red".into());
+        assert!(red.require_team("red", "build 1").is_ok());
+        assert_eq!(red.require_team("main", "build 1").unwrap_err().status, 404);
+        assert_eq!(red.require_admin().unwrap_err().status, 403);
+        assert_eq!(
+            Identity::Worker
+                .require_team("main", "x")
+                .unwrap_err()
+                .status,
+            401
+        );
+        assert_eq!(red.team_filter().unwrap(), Some("red"));
+    }
+}
