@@ -108,26 +108,13 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// Percent-encodes one path segment (handles are plain, but be safe).
-fn segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 impl Endpoint {
     /// A request to `base/seg1/seg2...` with the bearer token.
     fn request(&self, method: Method, segments: &[&str]) -> RequestBuilder {
         let mut url = self.base.clone();
         for s in segments {
             url.push('/');
-            url.push_str(&segment(s));
+            url.push_str(&crate::url::segment(s));
         }
         self.http.request(method, url).bearer_auth(&self.token)
     }
@@ -644,18 +631,9 @@ mod tests {
     use gantry_actors::spec::{MountSpec, ResourceLimits, RootfsSpec, VolumeStrategy};
     use std::path::Path;
 
-    /// A worker config for tests: loopback, free port, a web node that is
-    /// never there (the beacon just keeps retrying).
+    /// A worker config for tests (see [`crate::agent::test_config`]).
     fn config(work_dir: &Path, backend: &str) -> WorkerConfig {
-        WorkerConfig {
-            name: format!("test-{backend}"),
-            web: "http://127.0.0.1:9".into(),
-            listen: "127.0.0.1:0".parse().unwrap(),
-            work_dir: work_dir.to_path_buf(),
-            backend: Some(backend.into()),
-            runc_path: "/usr/sbin/runc".into(),
-            ..WorkerConfig::default()
-        }
+        crate::agent::test_config(&format!("test-{backend}"), work_dir, backend)
     }
 
     fn volume_spec(handle: &str) -> VolumeSpec {
@@ -740,6 +718,19 @@ mod tests {
         src
     }
 
+    /// Streams [`source_dir`] into the root of `volume`.
+    async fn fill_from_source_dir(volume: &dyn Volume) {
+        let src = source_dir();
+        volume
+            .stream_in(
+                "",
+                Encoding::Zstd,
+                tarball::pack_dir(src.path().into(), Encoding::Zstd),
+            )
+            .await
+            .unwrap();
+    }
+
     fn worker(handle: &WorkerHandle) -> AgentWorker {
         AgentConnector::new().worker(handle.registration())
     }
@@ -756,15 +747,7 @@ mod tests {
         let (vh, ch) = (uuid(), uuid());
         let volume = worker.create_volume(&volume_spec(&vh)).await.unwrap();
         worker.create_volume(&volume_spec(&vh)).await.unwrap();
-        let src = source_dir();
-        volume
-            .stream_in(
-                "",
-                Encoding::Zstd,
-                tarball::pack_dir(src.path().into(), Encoding::Zstd),
-            )
-            .await
-            .unwrap();
+        fill_from_source_dir(&*volume).await;
 
         // A container mounting it; the process runs in the mounted directory.
         let mounts = vec![MountSpec {
@@ -938,15 +921,7 @@ mod tests {
             handles: vec![ch.clone(), rh.clone()],
         };
         let volume = worker.create_volume(&volume_spec(&vh)).await.unwrap();
-        let src = source_dir();
-        volume
-            .stream_in(
-                "",
-                Encoding::Zstd,
-                tarball::pack_dir(src.path().into(), Encoding::Zstd),
-            )
-            .await
-            .unwrap();
+        fill_from_source_dir(&*volume).await;
         let mounts = vec![MountSpec {
             volume: vh.clone(),
             path: "/tmp/build/in".into(),

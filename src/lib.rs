@@ -10,5 +10,7 @@ pub mod bench;
 pub mod body;
 pub mod cli;
 pub mod config;
+pub mod dir_fd;
 pub mod tarball;
+pub mod url;
 pub mod web;

@@ -17,11 +17,11 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::{CString, OsStr};
-use std::fs::{self, File, OpenOptions, Permissions};
+use std::ffi::OsStr;
+use std::fs::{File, Permissions};
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::rc::Rc;
@@ -34,6 +34,8 @@ use gantry_actors::runtime::ByteStream;
 use gantry_actors::spec::Encoding;
 use tar::{EntryType, Header};
 use tokio::sync::{mpsc, oneshot};
+
+use crate::dir_fd::{changed_meanwhile, BeneathError, Dir, Kind as DiskKind, Opened, Stat};
 
 /// zstd compression level used when encoding (fast; zstd's own default).
 pub const ZSTD_LEVEL: i32 = 3;
@@ -153,50 +155,40 @@ impl From<TarError> for io::Error {
 ///
 /// The archive is produced on a blocking thread, started when the stream is
 /// first polled, into a bounded channel: memory stays bounded and dropping the
-/// stream stops the work. Symlinks are stored as symlinks (never followed);
+/// stream stops the work. The tree is read through directory descriptors
+/// (see [`crate::dir_fd`]): symlinks are stored as symlinks, never followed,
+/// not even when a directory is swapped for one while it is being packed;
 /// sockets, fifos and device files are skipped. A missing or unreadable
 /// `dir` yields an `Err` item.
 pub fn pack_dir(dir: PathBuf, encoding: Encoding) -> ByteStream {
     job_stream(
         None,
-        Box::new(move |_, out| with_encoder(encoding, out, |w| pack_tree(w, &dir, None)).map(drop)),
+        Box::new(move |_, out| {
+            let root = Dir::open(&dir)?;
+            with_encoder(encoding, out, |w| pack_tree(w, &root, None)).map(drop)
+        }),
     )
 }
 
-/// Like [`pack_dir`], for `sub`, a path relative to `root` (a leading `/`
-/// is ignored; `""`, `"."` and `"/"` mean `root` itself).
-///
-/// A directory is packed like [`pack_dir`] (its contents); a regular file
-/// gives an archive with that one file, named after the last component of
-/// `sub`. A `sub` with a `..` component, or that leads outside `root`
-/// through a symlink, yields an `Err` item (kind `PermissionDenied`) and no
-/// data.
-pub fn pack_path(root: PathBuf, sub: String, encoding: Encoding) -> ByteStream {
+/// Tars `target`, already opened (resolved once by
+/// [`Dir::open_beneath`], so nothing is looked up by path again): a
+/// directory is packed like [`pack_dir`] (its contents); a regular file
+/// gives an archive with that one file, under its name.
+pub fn pack_opened(target: Opened, encoding: Encoding) -> ByteStream {
     job_stream(
         None,
-        Box::new(move |_, out| {
-            let (target, name) = resolve_sub(&root, &sub)?;
-            let meta = fs::metadata(&target).map_err(|e| with_path(&target, e))?;
-            if meta.is_dir() {
-                with_encoder(encoding, out, |w| pack_tree(w, &target, None)).map(drop)
-            } else if meta.is_file() {
-                let name = match name {
-                    Some(n) => n,
-                    None => return Err(io::Error::other("nothing to pack")),
-                };
-                with_encoder(encoding, out, |w| pack_single_file(w, &target, &name)).map(drop)
-            } else {
-                Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("{sub:?} is neither a regular file nor a directory"),
-                ))
+        Box::new(move |_, out| match target {
+            Opened::Dir(dir) => with_encoder(encoding, out, |w| pack_tree(w, &dir, None)).map(drop),
+            Opened::File { mut file, name } => {
+                with_encoder(encoding, out, |w| pack_single_file(w, &mut file, &name)).map(drop)
             }
         }),
     )
 }
 
 /// Decodes `body` (a tar stream encoded with `encoding`) and safely extracts
-/// it into `dest`, which must be an existing directory.
+/// it into `dest`, which must be an existing directory (a path the caller
+/// trusts; [`unpack_at`] takes an open one).
 ///
 /// The archive is untrusted; nothing is ever written outside `dest`:
 /// - refused (as [`TarError::Unsafe`], naming the entry): absolute paths,
@@ -208,10 +200,12 @@ pub fn pack_path(root: PathBuf, sub: String, encoding: Encoding) -> ByteStream {
 ///   than `max_entries` entries or paths deeper than `max_depth`;
 /// - [`TarError::TooLarge`] when the declared or actual sizes of the contents
 ///   add up to more than `max_bytes` (a sparse file counts its full size);
-/// - symlinks are never followed: every parent is checked with
-///   `symlink_metadata`, files are created with `O_NOFOLLOW` after removing
-///   whatever non-directory was at their path (a later duplicate replaces an
-///   earlier file; an existing symlink is removed, never written through).
+/// - symlinks are never followed, even if the tree changes during the
+///   extraction: every parent is opened from its own parent's descriptor
+///   with `O_NOFOLLOW` (see [`crate::dir_fd`]), and files are created
+///   relative to it with `O_EXCL | O_NOFOLLOW` after removing whatever
+///   non-directory was at their name (a later duplicate replaces an earlier
+///   file; an existing symlink is removed, never written through).
 ///
 /// Modes (including executable bits), mtimes, directories and symlinks are
 /// preserved; numeric owners too when running as root (errors ignored). The
@@ -225,19 +219,46 @@ pub async fn unpack(
     dest: PathBuf,
     limits: UnpackLimits,
 ) -> Result<UnpackSummary, TarError> {
+    let open = move || Dir::open(&dest).map_err(|e| TarError::Io(format!("destination {e}")));
+    unpack_with(body, encoding, Box::new(open), limits).await
+}
+
+/// Like [`unpack`], into an open directory (resolved beneath a volume with
+/// [`Dir::make_dirs_beneath`], so its path is never looked up again).
+pub async fn unpack_at(
+    body: ByteStream,
+    encoding: Encoding,
+    dest: Dir,
+    limits: UnpackLimits,
+) -> Result<UnpackSummary, TarError> {
+    unpack_with(body, encoding, Box::new(move || Ok(dest)), limits).await
+}
+
+/// Opens the destination of an extraction, on the blocking thread.
+type OpenDest = Box<dyn FnOnce() -> Result<Dir, TarError> + Send>;
+
+/// [`unpack`] and [`unpack_at`].
+async fn unpack_with(
+    body: ByteStream,
+    encoding: Encoding,
+    open: OpenDest,
+    limits: UnpackLimits,
+) -> Result<UnpackSummary, TarError> {
     let (in_tx, in_rx) = mpsc::channel(CHANNEL_DEPTH);
     let _forwarder = AbortOnDrop(spawn_forwarder(body, in_tx));
     let (res_tx, res_rx) = oneshot::channel();
     spawn_blocking_job(move || {
-        let state = ReadState::shared();
-        let reader = ChanReader::new(in_rx, state.clone());
-        let result = extract(
-            reader,
-            Source::Stream(encoding),
-            Some(&dest),
-            &limits,
-            state,
-        );
+        let result = open().and_then(|dest| {
+            let state = ReadState::shared();
+            let reader = ChanReader::new(in_rx, state.clone());
+            extract(
+                reader,
+                Source::Stream(encoding),
+                Some(&dest),
+                &limits,
+                state,
+            )
+        });
         let _ = res_tx.send(result);
     });
     match res_rx.await {
@@ -321,8 +342,9 @@ pub fn write_tar_file(dir: &Path, out: &Path) -> Result<UnpackSummary, TarError>
     let io_err = |e: io::Error| TarError::Io(e.to_string());
     let file = File::create(out).map_err(|e| io_err(with_path(out, e)))?;
     let meta = file.metadata().map_err(|e| io_err(with_path(out, e)))?;
+    let root = Dir::open(dir).map_err(io_err)?;
     let mut w = BufWriter::with_capacity(4 * CHUNK, file);
-    let summary = pack_tree(&mut w, dir, Some((meta.dev(), meta.ino()))).map_err(io_err)?;
+    let summary = pack_tree(&mut w, &root, Some((meta.dev(), meta.ino()))).map_err(io_err)?;
     let file = w
         .into_inner()
         .map_err(|e| io_err(with_path(out, e.into_error())))?;
@@ -364,45 +386,14 @@ fn with_encoder<W: Write, T>(
     }
 }
 
-/// Resolves `sub` inside `root`; returns the canonical target and the name
-/// of its last component.
-fn resolve_sub(root: &Path, sub: &str) -> io::Result<(PathBuf, Option<String>)> {
-    let refuse = |why: &str| {
-        io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("refused path {sub:?}: {why}"),
-        )
-    };
-    if sub.contains('\0') {
-        return Err(refuse("it contains a NUL byte"));
-    }
-    let mut rel = PathBuf::new();
-    let mut last = None;
-    for c in sub.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => return Err(refuse("it escapes the volume")),
-            c => {
-                rel.push(c);
-                last = Some(c.to_string());
-            }
-        }
-    }
-    let root = fs::canonicalize(root).map_err(|e| with_path(root, e))?;
-    let joined = root.join(&rel);
-    let target = fs::canonicalize(&joined)
-        .map_err(|e| io::Error::new(e.kind(), format!("{sub:?} in {}: {e}", root.display())))?;
-    if !target.starts_with(&root) {
-        return Err(refuse("it escapes the volume through a symlink"));
-    }
-    Ok((target, last))
-}
-
-fn file_header(meta: &fs::Metadata) -> Header {
+/// A tar header with the mode, owner and mtime of `st` (type and size are
+/// set by the caller).
+fn header_for(st: &Stat) -> Header {
     let mut h = Header::new_gnu();
-    h.set_metadata_in_mode(meta, tar::HeaderMode::Complete);
-    h.set_mode(meta.mode() & 0o7777);
-    h.set_mtime(meta.mtime().max(0) as u64);
+    h.set_mode(st.mode);
+    h.set_uid(st.uid.into());
+    h.set_gid(st.gid.into());
+    h.set_mtime(st.mtime.max(0) as u64);
     h
 }
 
@@ -412,100 +403,71 @@ fn exact_reader(file: &mut File, size: u64) -> impl Read + '_ {
     file.take(size).chain(io::repeat(0)).take(size)
 }
 
-fn open_nofollow(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-}
-
-/// Tars one regular file as `name`.
-fn pack_single_file(w: &mut dyn Write, path: &Path, name: &str) -> io::Result<UnpackSummary> {
+/// Tars one open regular file as `name`.
+fn pack_single_file(w: &mut dyn Write, file: &mut File, name: &OsStr) -> io::Result<UnpackSummary> {
     let mut builder = tar::Builder::new(w);
-    let mut file = File::open(path).map_err(|e| with_path(path, e))?;
-    let meta = file.metadata().map_err(|e| with_path(path, e))?;
-    let mut h = file_header(&meta);
+    let st = Stat::of(file)?;
+    let mut h = header_for(&st);
     h.set_entry_type(EntryType::Regular);
-    h.set_size(meta.len());
-    builder.append_data(&mut h, name, exact_reader(&mut file, meta.len()))?;
+    h.set_size(st.size);
+    builder.append_data(&mut h, name, exact_reader(file, st.size))?;
     builder.into_inner()?;
     Ok(UnpackSummary {
         entries: 1,
-        bytes: meta.len(),
+        bytes: st.size,
     })
 }
 
-/// Children of `dir`, sorted by name, as (absolute, relative) paths.
-fn children(abs: &Path, rel: &Path) -> io::Result<Vec<(PathBuf, PathBuf)>> {
-    let mut names = Vec::new();
-    for entry in fs::read_dir(abs).map_err(|e| with_path(abs, e))? {
-        let entry = entry.map_err(|e| with_path(abs, e))?;
-        names.push(entry.file_name());
-    }
-    names.sort();
-    Ok(names
-        .into_iter()
-        .map(|n| (abs.join(&n), rel.join(&n)))
-        .collect())
-}
-
-/// Tars the contents of `dir` into `w` (depth first, sorted by name).
-/// `skip` is a (device, inode) not to pack (the output file itself).
-fn pack_tree(w: &mut dyn Write, dir: &Path, skip: Option<(u64, u64)>) -> io::Result<UnpackSummary> {
-    let meta = fs::metadata(dir).map_err(|e| with_path(dir, e))?;
-    if !meta.is_dir() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{}: not a directory", dir.display()),
-        ));
-    }
+/// Tars the contents of the open directory `dir` into `w` (depth first,
+/// sorted by name), reading only through descriptors. `skip` is a
+/// (device, inode) not to pack (the output file itself).
+fn pack_tree(w: &mut dyn Write, dir: &Dir, skip: Option<(u64, u64)>) -> io::Result<UnpackSummary> {
     let mut builder = tar::Builder::new(w);
     let mut summary = UnpackSummary::default();
-    let mut stack = children(dir, Path::new(""))?;
-    stack.reverse();
-    while let Some((abs, rel)) = stack.pop() {
-        let meta = match fs::symlink_metadata(&abs) {
-            Ok(m) => m,
-            // Removed while we were packing: not part of the archive.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(with_path(&abs, e)),
-        };
-        let ft = meta.file_type();
-        if ft.is_dir() {
-            let mut h = file_header(&meta);
-            h.set_entry_type(EntryType::Directory);
-            h.set_size(0);
-            builder.append_data(&mut h, &rel, io::empty())?;
-            let mut kids = children(&abs, &rel)?;
-            kids.reverse();
-            stack.extend(kids);
-        } else if ft.is_file() {
-            if skip == Some((meta.dev(), meta.ino())) {
-                continue;
+    dir.walk(|e| {
+        let rel = e.path;
+        match e.stat.kind {
+            DiskKind::Dir => {
+                let mut h = header_for(&e.stat);
+                h.set_entry_type(EntryType::Directory);
+                h.set_size(0);
+                builder.append_data(&mut h, rel, io::empty())?;
             }
-            let mut file = match open_nofollow(&abs) {
-                Ok(f) => f,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(with_path(&abs, e)),
-            };
-            let meta = file.metadata().map_err(|e| with_path(&abs, e))?;
-            let mut h = file_header(&meta);
-            h.set_entry_type(EntryType::Regular);
-            h.set_size(meta.len());
-            builder.append_data(&mut h, &rel, exact_reader(&mut file, meta.len()))?;
-            summary.bytes += meta.len();
-        } else if ft.is_symlink() {
-            let target = fs::read_link(&abs).map_err(|e| with_path(&abs, e))?;
-            let mut h = file_header(&meta);
-            h.set_entry_type(EntryType::Symlink);
-            h.set_size(0);
-            builder.append_link(&mut h, &rel, &target)?;
-        } else {
-            tracing::warn!(path = %abs.display(), "not packing a socket, fifo or device file");
-            continue;
+            DiskKind::File => {
+                if skip == Some((e.stat.dev, e.stat.ino)) {
+                    return Ok(false);
+                }
+                let mut file = match e.parent.open_file(e.name) {
+                    Ok(f) => f,
+                    Err(err) if changed_meanwhile(&err) => return Ok(false),
+                    Err(err) => return Err(with_path(rel, err)),
+                };
+                let st = Stat::of(&file).map_err(|err| with_path(rel, err))?;
+                let mut h = header_for(&st);
+                h.set_entry_type(EntryType::Regular);
+                h.set_size(st.size);
+                builder.append_data(&mut h, rel, exact_reader(&mut file, st.size))?;
+                summary.bytes += st.size;
+            }
+            DiskKind::Symlink => {
+                let target = match e.parent.read_link(e.name) {
+                    Ok(t) => t,
+                    Err(err) if changed_meanwhile(&err) => return Ok(false),
+                    Err(err) => return Err(with_path(rel, err)),
+                };
+                let mut h = header_for(&e.stat);
+                h.set_entry_type(EntryType::Symlink);
+                h.set_size(0);
+                builder.append_link(&mut h, rel, &target)?;
+            }
+            DiskKind::Other => {
+                tracing::warn!(path = %rel.display(), "not packing a socket, fifo or device file");
+                return Ok(false);
+            }
         }
         summary.entries += 1;
-    }
+        Ok(true)
+    })?;
     builder.into_inner()?;
     Ok(summary)
 }
@@ -980,32 +942,6 @@ fn system_time(secs: u64) -> Option<SystemTime> {
     UNIX_EPOCH.checked_add(Duration::from_secs(secs))
 }
 
-fn set_symlink_mtime(path: &Path, mtime: u64) {
-    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
-        return;
-    };
-    let times = [
-        libc::timespec {
-            tv_sec: 0,
-            tv_nsec: libc::UTIME_OMIT,
-        },
-        libc::timespec {
-            tv_sec: mtime.min(i64::MAX as u64) as libc::time_t,
-            tv_nsec: 0,
-        },
-    ];
-    // SAFETY: `c` is a NUL-terminated path and `times` holds the two
-    // timespecs utimensat reads; the call does not keep either pointer.
-    unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            times.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        );
-    }
-}
-
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
@@ -1018,7 +954,7 @@ fn id(v: Option<u64>) -> Option<u32> {
 /// The extraction (or, without `dest`, validation) of one archive.
 struct Extractor<'a> {
     limits: &'a UnpackLimits,
-    dest: Option<&'a Path>,
+    dest: Option<&'a Dir>,
     source: Source,
     state: Shared,
     /// What the archive created so far (normalized path -> kind).
@@ -1033,28 +969,20 @@ struct Extractor<'a> {
     last: Option<String>,
     root: bool,
     buf: Vec<u8>,
+    /// The parent directory of the previous entry (its key and descriptor):
+    /// archives list a directory's entries together, so it is usually the
+    /// next entry's parent too.
+    parent: Option<(Vec<u8>, Dir)>,
 }
 
 /// Extracts (or validates) the tar stream read from `src`.
 fn extract<R: Read>(
     src: R,
     source: Source,
-    dest: Option<&Path>,
+    dest: Option<&Dir>,
     limits: &UnpackLimits,
     state: Shared,
 ) -> Result<UnpackSummary, TarError> {
-    if let Some(dest) = dest {
-        match fs::metadata(dest) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                return Err(TarError::Io(format!(
-                    "destination {}: not a directory",
-                    dest.display()
-                )))
-            }
-            Err(e) => return Err(TarError::Io(format!("destination {}: {e}", dest.display()))),
-        }
-    }
     let encoding = match &source {
         Source::Stream(e) => *e,
         Source::File(_) => Encoding::Raw,
@@ -1072,6 +1000,7 @@ fn extract<R: Read>(
         last: None,
         root: dest.is_some() && is_root(),
         buf: vec![0u8; 2 * CHUNK],
+        parent: None,
     };
     let decoded = decoder(src, encoding).map_err(|e| TarError::Io(e.to_string()))?;
     let mut archive = tar::Archive::new(Tracker {
@@ -1247,21 +1176,33 @@ impl Extractor<'_> {
         self.copy_data(entry, declared, None, false, name).map(drop)
     }
 
-    fn disk_path(&self, key: &[u8]) -> Option<PathBuf> {
-        self.dest.map(|d| d.join(OsStr::from_bytes(key)))
-    }
-
     /// Makes sure every parent of `comps` is a real directory (creating
-    /// missing ones), never a symlink.
-    fn ensure_parents(&mut self, comps: &[&[u8]], name: &str) -> Result<(), TarError> {
+    /// missing ones), never a symlink; returns the entry's parent directory,
+    /// opened (`None` when validating). Each parent is opened from its own
+    /// parent's descriptor with `O_NOFOLLOW`: a directory swapped for a
+    /// symlink meanwhile is refused, never followed.
+    fn ensure_parents(&mut self, comps: &[&[u8]], name: &str) -> Result<Option<Dir>, TarError> {
+        let parents = &comps[..comps.len() - 1];
+        let parent_key = parents.join(&b'/');
+        if let Some((key, dir)) = &self.parent {
+            if *key == parent_key {
+                return dir
+                    .try_clone()
+                    .map(Some)
+                    .map_err(|e| Self::write_error(name, e));
+            }
+        }
+        let mut cur = match self.dest {
+            Some(d) => Some(d.try_clone().map_err(|e| Self::write_error(name, e))?),
+            None => None,
+        };
         let mut key: Vec<u8> = Vec::new();
-        for c in &comps[..comps.len() - 1] {
+        for c in parents {
             if !key.is_empty() {
                 key.push(b'/');
             }
             key.extend_from_slice(c);
             match self.model.get(&key) {
-                Some(Kind::Dir) => continue,
                 Some(Kind::Symlink) => {
                     return Err(refuse(
                         name,
@@ -1274,40 +1215,51 @@ impl Extractor<'_> {
                         format!("its parent {:?} is not a directory", display_name(&key)),
                     ))
                 }
-                None => {}
+                Some(Kind::Dir) | None => {}
             }
-            if let Some(path) = self.disk_path(&key) {
-                match fs::symlink_metadata(&path) {
-                    Ok(m) if m.file_type().is_dir() => {}
-                    Ok(m) if m.file_type().is_symlink() => {
-                        return Err(refuse(
-                            name,
-                            format!("its parent {:?} is a symlink", display_name(&key)),
-                        ))
-                    }
-                    Ok(_) => {
-                        return Err(refuse(
-                            name,
-                            format!("its parent {:?} is not a directory", display_name(&key)),
-                        ))
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                        fs::create_dir(&path).map_err(|e| Self::write_error(name, e))?;
-                    }
-                    Err(e) => return Err(Self::write_error(name, e)),
-                }
+            if let Some(dir) = &cur {
+                cur = Some(Self::open_parent(dir, c, &key, name)?);
             }
             self.model.insert(key.clone(), Kind::Dir);
         }
-        Ok(())
+        if let Some(dir) = &cur {
+            let kept = dir.try_clone().map_err(|e| Self::write_error(name, e))?;
+            self.parent = Some((parent_key, kept));
+        }
+        Ok(cur)
     }
 
-    /// Clears the way for a new entry at `path`: a directory stays (only if
-    /// the new entry is one too), anything else is removed (never followed).
-    /// Returns whether a directory is there.
-    fn clear(&self, path: &Path, new_is_dir: bool, name: &str) -> Result<bool, TarError> {
-        match fs::symlink_metadata(path) {
-            Ok(m) if m.file_type().is_dir() => {
+    /// Opens (creating it if missing) the directory `c` in `dir`, the
+    /// parent `key` of the entry `name`; a symlink or a non-directory there
+    /// is refused.
+    fn open_parent(dir: &Dir, c: &[u8], key: &[u8], name: &str) -> Result<Dir, TarError> {
+        let shown = display_name(key);
+        dir.enter(
+            OsStr::from_bytes(c),
+            Path::new(OsStr::from_bytes(key)),
+            true,
+        )
+        .map_err(|e| match e {
+            BeneathError::Symlink { .. } => {
+                refuse(name, format!("its parent {shown:?} is a symlink"))
+            }
+            BeneathError::NotADirectory { .. } => {
+                refuse(name, format!("its parent {shown:?} is not a directory"))
+            }
+            BeneathError::Changing { .. } => refuse(
+                name,
+                format!("its parent {shown:?} keeps changing while it is opened"),
+            ),
+            other => Self::write_error(name, other.into()),
+        })
+    }
+
+    /// Clears the way for a new entry `last` in `parent`: a directory stays
+    /// (only if the new entry is one too), anything else is removed (never
+    /// followed). Returns whether a directory is there.
+    fn clear(parent: &Dir, last: &OsStr, new_is_dir: bool, name: &str) -> Result<bool, TarError> {
+        match parent.stat(last) {
+            Ok(s) if s.kind == DiskKind::Dir => {
                 if new_is_dir {
                     Ok(true)
                 } else {
@@ -1315,7 +1267,9 @@ impl Extractor<'_> {
                 }
             }
             Ok(_) => {
-                fs::remove_file(path).map_err(|e| Self::write_error(name, e))?;
+                parent
+                    .remove_file(last)
+                    .map_err(|e| Self::write_error(name, e))?;
                 Ok(false)
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
@@ -1416,33 +1370,31 @@ impl Extractor<'_> {
             }
             _ => None,
         };
-        self.ensure_parents(&comps, &name)?;
+        let parent = self.ensure_parents(&comps, &name)?;
+        let last = OsStr::from_bytes(comps[comps.len() - 1]);
         let key = comps.join(&b'/');
         let existing = self.model.get(&key).copied();
         if existing == Some(Kind::Dir) && !is_dir {
             return Err(refuse(&name, "it would replace a directory"));
         }
-        let path = self.disk_path(&key);
 
         if is_dir {
-            if let Some(path) = &path {
-                if !self.clear(path, true, &name)? {
-                    fs::create_dir(path).map_err(|e| Self::write_error(&name, e))?;
+            if let Some(parent) = &parent {
+                if !Self::clear(parent, last, true, &name)? {
+                    parent
+                        .create_dir(last, 0o777)
+                        .map_err(|e| Self::write_error(&name, e))?;
                 }
             }
             self.skip_data(entry, declared, &name)?;
             self.model.insert(key.clone(), Kind::Dir);
             self.dirs.insert(key, attrs);
         } else if is_regular {
-            match &path {
-                Some(path) => {
-                    self.clear(path, false, &name)?;
-                    let mut file = OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .mode(0o600)
-                        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                        .open(path)
+            match &parent {
+                Some(parent) => {
+                    Self::clear(parent, last, false, &name)?;
+                    let mut file = parent
+                        .create_file(last, 0o600)
                         .map_err(|e| Self::write_error(&name, e))?;
                     self.copy_data(entry, declared, Some(&mut file), true, &name)?;
                     self.apply_attrs(&file, &attrs)
@@ -1455,36 +1407,45 @@ impl Extractor<'_> {
             self.model.insert(key, Kind::File);
         } else if etype == EntryType::Symlink {
             let target = link.as_deref().unwrap_or_default();
-            if let Some(path) = &path {
-                self.clear(path, false, &name)?;
-                std::os::unix::fs::symlink(OsStr::from_bytes(target), path)
+            if let Some(parent) = &parent {
+                Self::clear(parent, last, false, &name)?;
+                parent
+                    .symlink(OsStr::from_bytes(target), last)
                     .map_err(|e| Self::write_error(&name, e))?;
+                // Best effort, like tar: a link keeps working without them.
                 if self.root {
-                    let _ = std::os::unix::fs::lchown(path, id(attrs.uid), id(attrs.gid));
+                    let _ = parent.chown_nofollow(last, id(attrs.uid), id(attrs.gid));
                 }
-                set_symlink_mtime(path, attrs.mtime);
+                let _ = parent.set_mtime_nofollow(last, attrs.mtime.min(i64::MAX as u64) as i64);
             }
             self.skip_data(entry, declared, &name)?;
             self.model.insert(key, Kind::Symlink);
         } else {
             // Hardlink to an earlier file of the archive.
             let tkey = hard_target.expect("hardlink target checked");
-            if let (Some(path), Some(dest)) = (&path, self.dest) {
-                let tpath = dest.join(OsStr::from_bytes(&tkey));
-                match fs::symlink_metadata(&tpath) {
-                    Ok(m) if m.file_type().is_file() => {}
-                    _ => {
-                        return Err(refuse(
-                            &name,
-                            format!(
-                                "hardlink target {:?} is not a regular file",
-                                display_name(&tkey)
-                            ),
-                        ))
-                    }
+            if let (Some(parent), Some(dest)) = (&parent, self.dest) {
+                let not_a_file = || {
+                    refuse(
+                        &name,
+                        format!(
+                            "hardlink target {:?} is not a regular file",
+                            display_name(&tkey)
+                        ),
+                    )
+                };
+                let tpath = Path::new(OsStr::from_bytes(&tkey));
+                let (Some(tparent), Some(tlast)) = (tpath.parent(), tpath.file_name()) else {
+                    return Err(not_a_file());
+                };
+                let tdir = dest.dir_beneath(tparent).map_err(|_| not_a_file())?;
+                match tdir.stat(tlast) {
+                    Ok(s) if s.kind == DiskKind::File => {}
+                    _ => return Err(not_a_file()),
                 }
-                self.clear(path, false, &name)?;
-                fs::hard_link(&tpath, path).map_err(|e| Self::write_error(&name, e))?;
+                Self::clear(parent, last, false, &name)?;
+                parent
+                    .hard_link(&tdir, tlast, last)
+                    .map_err(|e| Self::write_error(&name, e))?;
             }
             self.skip_data(entry, declared, &name)?;
             self.model.insert(key, Kind::File);
@@ -1512,13 +1473,10 @@ impl Extractor<'_> {
         dirs.sort_by_key(|(k, _)| std::cmp::Reverse(k.iter().filter(|b| **b == b'/').count()));
         for (key, attrs) in dirs {
             let name = display_name(&key);
-            let path = dest.join(OsStr::from_bytes(&key));
-            let dir = OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&path)
-                .map_err(|e| Self::write_error(&name, e))?;
-            self.apply_attrs(&dir, &attrs)
+            let dir = dest
+                .dir_beneath(Path::new(OsStr::from_bytes(&key)))
+                .map_err(|e| Self::write_error(&name, e.into()))?;
+            self.apply_attrs(dir.as_file(), &attrs)
                 .map_err(|e| Self::write_error(&name, e))?;
         }
         Ok(())
@@ -1528,6 +1486,7 @@ impl Extractor<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
     use std::os::unix::ffi::OsStringExt;
     use std::os::unix::fs::symlink;
     use tempfile::TempDir;
@@ -1935,7 +1894,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn pack_path_file_dir_and_escapes() {
+    async fn pack_opened_file_dir_and_escapes() {
         let tmp = TempDir::new().unwrap();
         let root = tmp.path().join("vol");
         fs::create_dir_all(root.join("sub/inner")).unwrap();
@@ -1945,57 +1904,228 @@ mod tests {
         symlink("../host.txt", root.join("escape")).unwrap();
         symlink("/", root.join("abs")).unwrap();
         symlink("sub", root.join("alias")).unwrap();
+        let open = |sub: &str| Dir::open(&root).unwrap().open_beneath(Path::new(sub));
 
-        let listing = |data: Vec<u8>| -> Vec<(String, Vec<u8>)> {
-            let mut ar = tar::Archive::new(&data[..]);
-            ar.entries()
-                .unwrap()
-                .map(|e| {
-                    let mut e = e.unwrap();
-                    let name = String::from_utf8(e.path_bytes().into_owned()).unwrap();
-                    let mut body = Vec::new();
-                    e.read_to_end(&mut body).unwrap();
-                    (name, body)
-                })
-                .collect()
-        };
-
-        let file = collect(pack_path(
-            root.clone(),
-            "/sub/inner/f.txt".into(),
+        let file = collect(pack_opened(
+            open("/sub/inner/f.txt").unwrap(),
             Encoding::Raw,
         ))
         .await
         .unwrap();
         assert_eq!(listing(file), vec![("f.txt".to_string(), b"f".to_vec())]);
 
-        let dir = collect(pack_path(root.clone(), "sub".into(), Encoding::Zstd))
+        let dir = collect(pack_opened(open("sub").unwrap(), Encoding::Zstd))
             .await
             .unwrap();
         let dir = zstd::decode_all(&dir[..]).unwrap();
         let names: Vec<String> = listing(dir).into_iter().map(|(n, _)| n).collect();
         assert_eq!(names, vec!["inner", "inner/f.txt"]);
 
-        // A symlink inside the volume is fine.
-        let aliased = collect(pack_path(root.clone(), "alias/inner".into(), Encoding::Raw))
-            .await
-            .unwrap();
-        assert_eq!(listing(aliased).len(), 1);
-
-        for sub in ["../host.txt", "sub/../../host.txt", "escape", "abs/etc"] {
-            let err = collect(pack_path(root.clone(), sub.into(), Encoding::Raw))
-                .await
-                .unwrap_err();
+        // No symlink is followed on the way, not even one that stays inside.
+        for sub in ["escape", "abs/etc", "alias/inner", "alias"] {
+            let err = open(sub).unwrap_err();
+            assert!(matches!(err, BeneathError::Symlink { .. }), "{sub}: {err}");
+            let err = io::Error::from(err);
             assert_eq!(err.kind(), io::ErrorKind::PermissionDenied, "{sub}: {err}");
         }
-        let err = collect(pack_path(root.clone(), "missing".into(), Encoding::Raw))
-            .await
-            .unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        for sub in ["../host.txt", "sub/../../host.txt"] {
+            assert!(
+                matches!(open(sub).unwrap_err(), BeneathError::Escapes { .. }),
+                "{sub}"
+            );
+        }
+        assert!(matches!(
+            open("missing").unwrap_err(),
+            BeneathError::NotFound { .. }
+        ));
         let err = collect(pack_dir(tmp.path().join("nope"), Encoding::Zstd))
             .await
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
+    }
+
+    /// The entries of a raw tar: name and contents (a symlink's target for
+    /// a symlink).
+    fn listing(data: Vec<u8>) -> Vec<(String, Vec<u8>)> {
+        let mut ar = tar::Archive::new(&data[..]);
+        ar.entries()
+            .unwrap()
+            .map(|e| {
+                let mut e = e.unwrap();
+                let name = String::from_utf8(e.path_bytes().into_owned()).unwrap();
+                let mut body = Vec::new();
+                if e.header().entry_type() == EntryType::Symlink {
+                    body = e.link_name_bytes().unwrap().into_owned();
+                } else {
+                    e.read_to_end(&mut body).unwrap();
+                }
+                (name, body)
+            })
+            .collect()
+    }
+
+    /// `vol/a/b/f.txt` ("inside") next to `host/` holding the same names
+    /// ("secret"), which nothing may read or write.
+    struct SwapFx {
+        _tmp: TempDir,
+        vol: PathBuf,
+        host: PathBuf,
+    }
+
+    impl SwapFx {
+        fn new() -> SwapFx {
+            let tmp = TempDir::new().unwrap();
+            let vol = tmp.path().join("vol");
+            let host = tmp.path().join("host");
+            for base in [&vol, &host] {
+                fs::create_dir_all(base.join("a/b")).unwrap();
+            }
+            fs::write(vol.join("a/b/f.txt"), b"inside").unwrap();
+            fs::write(host.join("a/b/f.txt"), b"secret").unwrap();
+            fs::write(host.join("secret.txt"), b"secret").unwrap();
+            SwapFx {
+                _tmp: tmp,
+                vol,
+                host,
+            }
+        }
+
+        /// Replaces `vol/REL` with a symlink to the same place in `host/`
+        /// (the original moves to `REL.old`).
+        fn swap(&self, rel: &str) {
+            let at = self.vol.join(rel);
+            fs::rename(&at, self.vol.join(format!("{rel}.old"))).unwrap();
+            symlink(self.host.join(rel), &at).unwrap();
+        }
+
+        fn assert_host_untouched(&self) {
+            let mut all = Vec::new();
+            let root = Dir::open(&self.host).unwrap();
+            root.walk(|e| {
+                all.push(e.path.display().to_string());
+                Ok(true)
+            })
+            .unwrap();
+            assert_eq!(all, vec!["a", "a/b", "a/b/f.txt", "secret.txt"]);
+            assert_eq!(fs::read(self.host.join("a/b/f.txt")).unwrap(), b"secret");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_directory_swapped_for_a_symlink_after_resolution_is_not_followed() {
+        // Packing: resolved, then `a` and `a/b` swapped for host symlinks.
+        let fx = SwapFx::new();
+        let target = Dir::open(&fx.vol)
+            .unwrap()
+            .open_beneath(Path::new("a/b"))
+            .unwrap();
+        fx.swap("a/b");
+        fx.swap("a");
+        let data = collect(pack_opened(target, Encoding::Raw)).await.unwrap();
+        assert_eq!(
+            listing(data),
+            vec![("f.txt".to_string(), b"inside".to_vec())]
+        );
+        // Packing the volume now stores the planted links as links.
+        let data = collect(pack_dir(fx.vol.clone(), Encoding::Raw))
+            .await
+            .unwrap();
+        let entries = listing(data);
+        assert!(entries.contains(&(
+            "a".to_string(),
+            fx.host.join("a").into_os_string().into_vec()
+        )));
+        assert!(
+            entries.iter().all(|(_, body)| body != b"secret"),
+            "{entries:?}"
+        );
+        fx.assert_host_untouched();
+
+        // Extraction: the destination resolved, then swapped.
+        let fx = SwapFx::new();
+        let dest = Dir::open(&fx.vol)
+            .unwrap()
+            .make_dirs_beneath(Path::new("a/b"))
+            .unwrap();
+        fx.swap("a");
+        let archive = RawTar::new()
+            .file(b"f.txt", b"pwned")
+            .dir(b"c")
+            .file(b"c/g.txt", b"new")
+            .finish();
+        unpack_at(
+            stream_of(archive),
+            Encoding::Raw,
+            dest,
+            UnpackLimits::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(fs::read(fx.vol.join("a.old/b/f.txt")).unwrap(), b"pwned");
+        assert_eq!(fs::read(fx.vol.join("a.old/b/c/g.txt")).unwrap(), b"new");
+        fx.assert_host_untouched();
+
+        // A parent inside the destination that is a planted symlink is
+        // refused, at every level.
+        for level in ["a", "a/b"] {
+            let fx = SwapFx::new();
+            fx.swap(level);
+            let r = unpack(
+                stream_of(RawTar::new().file(b"a/b/f.txt", b"pwned").finish()),
+                Encoding::Raw,
+                fx.vol.clone(),
+                UnpackLimits::default(),
+            )
+            .await;
+            let (entry, reason) = unsafe_reason(&r);
+            assert_eq!(entry, "a/b/f.txt");
+            assert!(reason.contains("symlink"), "{reason}");
+            fx.assert_host_untouched();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tree_changing_during_extraction_and_packing_never_leads_outside() {
+        // Another thread flips `vol/a` between the real directory and a
+        // symlink to the host while archives are extracted into and packed
+        // from the volume: each run either works inside or is refused.
+        let fx = SwapFx::new();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flipper =
+            crate::dir_fd::tests::flip_until(&fx.vol.join("a"), &fx.host.join("a"), stop.clone());
+        let (mut extracted, mut packed) = (0, 0);
+        for i in 0..150 {
+            let name = format!("a/b/new{i}.txt");
+            let archive = RawTar::new().file(name.as_bytes(), b"pwned").finish();
+            let r = unpack(
+                stream_of(archive),
+                Encoding::Raw,
+                fx.vol.clone(),
+                UnpackLimits::default(),
+            )
+            .await;
+            match r {
+                Ok(_) => extracted += 1,
+                Err(TarError::Unsafe { .. }) | Err(TarError::Io(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+            if let Ok(data) = collect(pack_dir(fx.vol.clone(), Encoding::Raw)).await {
+                packed += 1;
+                let entries = listing(data);
+                assert!(
+                    entries.iter().all(|(_, body)| body != b"secret"),
+                    "{entries:?}"
+                );
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let flips = flipper.join().unwrap();
+        assert!(flips > 0);
+        assert!(packed > 0, "no packing got through");
+        // The directory is back in place (an even number of exchanges).
+        assert!(fs::symlink_metadata(fx.vol.join("a")).unwrap().is_dir());
+        fx.assert_host_untouched();
+        eprintln!("{flips} flips, {extracted} extractions and {packed} packings inside");
     }
 
     #[test]

@@ -139,7 +139,7 @@ impl ContainerRegistry {
 
     /// Rebuilds a container found on disk.
     async fn recover(&self, spec: ContainerSpec, dir: PathBuf) -> Result<Container, AgentError> {
-        let ctx = Arc::new(self.context(&spec, dir.clone(), true)?);
+        let ctx = Arc::new(self.context(&spec, dir.clone(), true).await?);
         let backend = self.backend.prepare(ctx.clone(), true).await?;
         let mut processes = Vec::new();
         let mut ids: Vec<(std::time::SystemTime, String)> = Vec::new();
@@ -171,7 +171,7 @@ impl ContainerRegistry {
 
     /// Resolves a spec's mounts and image. When `lenient` (recovering), a
     /// volume that is gone is kept by path and only warned about.
-    fn context(
+    async fn context(
         &self,
         spec: &ContainerSpec,
         dir: PathBuf,
@@ -220,7 +220,8 @@ impl ContainerRegistry {
             },
         };
         if let Some(image) = &image {
-            let usable = image.is_absolute() && image.is_dir();
+            let usable =
+                image.is_absolute() && tokio::fs::metadata(image).await.is_ok_and(|m| m.is_dir());
             if !lenient && !usable {
                 return Err(AgentError::BadRequest(format!(
                     "root filesystem {} does not exist or is not a directory on this worker",
@@ -250,7 +251,7 @@ impl ContainerRegistry {
             .find_or_create(&spec.handle, &spec, || async {
                 // Checked only for a new container: an existing one with the
                 // same spec is returned even if its volumes have gone since.
-                let ctx = Arc::new(self.context(&spec, dir.clone(), false)?);
+                let ctx = Arc::new(self.context(&spec, dir.clone(), false).await?);
                 let made = async {
                     if tokio::fs::metadata(&dir).await.is_ok() {
                         remove_container_dir(&dir).await?;
@@ -307,7 +308,7 @@ impl ContainerRegistry {
             .remove(handle, |c| async move {
                 let processes: Vec<Arc<ProcessRecord>> = lock(&c.processes).clone();
                 for p in &processes {
-                    if let Err(e) = p.signal(ProcessSignal::Kill) {
+                    if let Err(e) = p.signal(ProcessSignal::Kill).await {
                         tracing::warn!(container = %c.ctx.handle, process = %p.id, error = %e, "cannot kill a process");
                     }
                 }

@@ -15,9 +15,8 @@ use tokio::sync::mpsc;
 
 use super::api::Health;
 use super::images::tests::{entry, oci_layout, tar_of};
-use crate::agent::start_worker;
+use crate::agent::{start_worker, test_config};
 use crate::agent_client::AgentConnector;
-use crate::config::WorkerConfig;
 
 /// The busybox-static binary the image is built from.
 const BUSYBOX: &str = "/usr/bin/busybox";
@@ -149,15 +148,7 @@ impl Drop for Unmount {
 /// The whole round trip on one backend.
 async fn two_containers_share_one_unpacked_image(backend: &str) {
     let work = tempfile::tempdir().unwrap();
-    let cfg = WorkerConfig {
-        name: format!("images-{backend}"),
-        web: "http://127.0.0.1:9".into(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        work_dir: work.path().to_path_buf(),
-        backend: Some(backend.into()),
-        runc_path: "/usr/sbin/runc".into(),
-        ..WorkerConfig::default()
-    };
+    let cfg = test_config(&format!("images-{backend}"), work.path(), backend);
     let agent = start_worker(cfg).await.unwrap();
     assert_eq!(agent.registration().backend, backend);
     let worker = AgentConnector::new().worker(agent.registration());
@@ -271,14 +262,7 @@ async fn an_oci_image_is_unpacked_once_and_shared_by_bwrap_containers() {
 #[actix_rt::test]
 async fn a_bad_image_is_a_clear_error_and_leaves_the_volume_empty() {
     let work = tempfile::tempdir().unwrap();
-    let cfg = WorkerConfig {
-        name: "images-bad".into(),
-        web: "http://127.0.0.1:9".into(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        work_dir: work.path().to_path_buf(),
-        backend: Some("local".into()),
-        ..WorkerConfig::default()
-    };
+    let cfg = test_config("images-bad", work.path(), "local");
     let agent = start_worker(cfg).await.unwrap();
     let worker = AgentConnector::new().worker(agent.registration());
     let volume = worker

@@ -30,7 +30,7 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use futures::StreamExt;
@@ -40,6 +40,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::error::{blocking, AgentError};
+use crate::dir_fd::{BeneathError, Dir};
 use crate::tarball::{self, UnpackLimits};
 
 /// Largest JSON document (index, manifest, config) read from an image.
@@ -156,13 +157,12 @@ async fn unpack_in(
             .await
             .map_err(|e| with_context(&what, e))?;
         let dir = work.join("layer");
-        let (file, d) = (archive.join(&layer.path), dir.clone());
+        let (a, l, d) = (archive.clone(), layer.path.clone(), dir.clone());
         let opened = blocking("opening an image layer", move || {
             super::volumes::remove_tree(&d)
                 .and_then(|()| std::fs::create_dir(&d))
                 .map_err(|e| AgentError::io(format!("creating {}", d.display()), e))?;
-            open_nofollow(&file)
-                .map_err(|e| AgentError::io(format!("opening {}", file.display()), e))
+            open_inside(&a, &l)
         })
         .await?;
         let stream: ByteStream = Box::pin(tokio_util::io::ReaderStream::with_capacity(
@@ -335,12 +335,7 @@ fn plan_layers(archive: &Path) -> Result<Option<(ImageFormat, Vec<Layer>)>, Agen
         let index: Index = read_json(archive, Path::new("index.json"), None)?;
         let manifest = pick_manifest(archive, index, 0)?;
         let diff_ids = match &manifest.config {
-            Some(c) => {
-                read_json::<ImageConfig>(archive, &blob_path(&c.digest)?, Some(c))?
-                    .rootfs
-                    .unwrap_or_default()
-                    .diff_ids
-            }
+            Some(c) => diff_ids(archive, &blob_path(&c.digest)?, Some(c))?,
             None => Vec::new(),
         };
         let mut layers = Vec::new();
@@ -350,10 +345,7 @@ fn plan_layers(archive: &Path) -> Result<Option<(ImageFormat, Vec<Layer>)>, Agen
                 name: d.digest.clone(),
                 digest: Some(sha256_hex(&d.digest)?.to_string()),
                 size: d.size,
-                diff_id: diff_ids
-                    .get(i)
-                    .and_then(|s| sha256_hex(s).ok())
-                    .map(String::from),
+                diff_id: diff_ids.get(i).cloned().flatten(),
             });
         }
         return Ok(Some((ImageFormat::Oci, layers)));
@@ -371,12 +363,7 @@ fn plan_layers(archive: &Path) -> Result<Option<(ImageFormat, Vec<Layer>)>, Agen
             }
         };
         let diff_ids = match &image.config {
-            Some(c) => {
-                read_json::<ImageConfig>(archive, &relative(c)?, None)?
-                    .rootfs
-                    .unwrap_or_default()
-                    .diff_ids
-            }
+            Some(c) => diff_ids(archive, &relative(c)?, None)?,
             None => Vec::new(),
         };
         let mut layers = Vec::new();
@@ -394,15 +381,30 @@ fn plan_layers(archive: &Path) -> Result<Option<(ImageFormat, Vec<Layer>)>, Agen
                 name: l.clone(),
                 digest,
                 size: None,
-                diff_id: diff_ids
-                    .get(i)
-                    .and_then(|s| sha256_hex(s).ok())
-                    .map(String::from),
+                diff_id: diff_ids.get(i).cloned().flatten(),
             });
         }
         return Ok(Some((ImageFormat::DockerSave, layers)));
     }
     Ok(None)
+}
+
+/// The layers' uncompressed digests (hex, lowest first; `None` for one that
+/// is not a sha256 digest) from the image config at `path` of the archive,
+/// checked against `descriptor` when there is one.
+fn diff_ids(
+    archive: &Path,
+    path: &Path,
+    descriptor: Option<&Descriptor>,
+) -> Result<Vec<Option<String>>, AgentError> {
+    let config: ImageConfig = read_json(archive, path, descriptor)?;
+    Ok(config
+        .rootfs
+        .unwrap_or_default()
+        .diff_ids
+        .iter()
+        .map(|s| sha256_hex(s).ok().map(String::from))
+        .collect())
 }
 
 /// Follows an index to the image manifest for this host's platform.
@@ -483,42 +485,24 @@ fn relative(name: &str) -> Result<PathBuf, AgentError> {
     Ok(out)
 }
 
-/// Opens a file without following a symlink at its last component.
-fn open_nofollow(path: &Path) -> std::io::Result<File> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-}
-
-/// Opens the regular file `rel` of the archive, refusing symlinks on the
-/// way (the archive may hold absolute ones).
+/// Opens the regular file `rel` of the archive, resolved from the
+/// archive's directory one component at a time without following a symlink
+/// (the archive may hold absolute ones).
 fn open_inside(archive: &Path, rel: &Path) -> Result<File, AgentError> {
-    let mut cur = archive.to_path_buf();
     let shown = rel.display();
-    for part in rel.components() {
-        cur.push(part);
-        match std::fs::symlink_metadata(&cur) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err(bad(format!(
-                    "{shown} goes through a symlink in the archive"
-                )))
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(bad(format!("{shown} is missing from the archive")))
-            }
-            Err(e) => return Err(AgentError::io(format!("reading {}", cur.display()), e)),
+    let root = Dir::open(archive)
+        .map_err(|e| AgentError::io(format!("opening {}", archive.display()), e))?;
+    root.file_beneath(rel).map_err(|e| match e {
+        BeneathError::Symlink { .. } | BeneathError::Escapes { .. } => {
+            bad(format!("{shown} goes through a symlink in the archive"))
         }
-    }
-    let file = open_nofollow(&cur).map_err(|e| AgentError::io(format!("opening {shown}"), e))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| AgentError::io(format!("reading {shown}"), e))?;
-    if !meta.is_file() {
-        return Err(bad(format!("{shown} is not a regular file")));
-    }
-    Ok(file)
+        BeneathError::NotFound { .. } => bad(format!("{shown} is missing from the archive")),
+        BeneathError::NotADirectory { .. } | BeneathError::NotRegular { .. } => {
+            bad(format!("{shown} is not a regular file"))
+        }
+        changing @ BeneathError::Changing { .. } => bad(changing),
+        BeneathError::Io { source, .. } => AgentError::io(format!("opening {shown}"), source),
+    })
 }
 
 /// Reads a JSON document of the archive, checking it against `descriptor`.

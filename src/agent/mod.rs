@@ -142,20 +142,28 @@ impl WorkerHandle {
 /// backend, serves the HTTP API on `cfg.listen` (port 0 picks a free port)
 /// and starts the beacon. Must be called inside an actix System.
 pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
-    std::fs::create_dir_all(&cfg.work_dir).with_context(|| {
-        format!(
-            "cannot create the work directory {}",
-            cfg.work_dir.display()
-        )
-    })?;
-    let work_dir = cfg.work_dir.canonicalize().with_context(|| {
-        format!(
-            "cannot resolve the work directory {}",
-            cfg.work_dir.display()
-        )
-    })?;
-
-    let backend = backend::select(&cfg, &work_dir).context("choosing the container backend")?;
+    // The work directory and the backend's probes of the host (binaries,
+    // cgroup mounts) touch the file system: on a blocking thread.
+    let setup_cfg = cfg.clone();
+    let (work_dir, backend) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let cfg = setup_cfg;
+        std::fs::create_dir_all(&cfg.work_dir).with_context(|| {
+            format!(
+                "cannot create the work directory {}",
+                cfg.work_dir.display()
+            )
+        })?;
+        let work_dir = cfg.work_dir.canonicalize().with_context(|| {
+            format!(
+                "cannot resolve the work directory {}",
+                cfg.work_dir.display()
+            )
+        })?;
+        let backend = backend::select(&cfg, &work_dir).context("choosing the container backend")?;
+        Ok((work_dir, backend))
+    })
+    .await
+    .context("setting up the worker agent")??;
     tracing::info!(backend = backend.name(), work_dir = %work_dir.display(), "worker agent starting");
     if backend.name() == "local" {
         tracing::warn!(
@@ -290,6 +298,21 @@ pub async fn run_worker(
     Ok(())
 }
 
+/// A worker config for tests: loopback, a free port, a web node that is
+/// never there (the beacon just keeps retrying), the given backend.
+#[cfg(test)]
+pub(crate) fn test_config(name: &str, work_dir: &std::path::Path, backend: &str) -> WorkerConfig {
+    WorkerConfig {
+        name: name.into(),
+        web: "http://127.0.0.1:9".into(),
+        listen: "127.0.0.1:0".parse().expect("a socket address"),
+        work_dir: work_dir.to_path_buf(),
+        backend: Some(backend.into()),
+        runc_path: "/usr/sbin/runc".into(),
+        ..WorkerConfig::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,14 +320,7 @@ mod tests {
     #[actix_rt::test]
     async fn the_http_api_answers_json_errors_and_guards_every_route_but_health() {
         let work = tempfile::tempdir().unwrap();
-        let cfg = WorkerConfig {
-            name: "api-test".into(),
-            web: "http://127.0.0.1:9".into(),
-            listen: "127.0.0.1:0".parse().unwrap(),
-            work_dir: work.path().to_path_buf(),
-            backend: Some("local".into()),
-            ..WorkerConfig::default()
-        };
+        let cfg = test_config("api-test", work.path(), "local");
         let agent = start_worker(cfg).await.unwrap();
         let (url, token) = (
             agent.agent_url().to_string(),

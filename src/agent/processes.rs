@@ -564,8 +564,9 @@ impl ProcessRecord {
         }
     }
 
-    /// Delivers a signal; a process that has ended is left alone.
-    pub fn signal(&self, signal: ProcessSignal) -> Result<(), AgentError> {
+    /// Delivers a signal; a process that has ended is left alone. A runc
+    /// process is signalled through its pid file (read with `tokio::fs`).
+    pub async fn signal(&self, signal: ProcessSignal) -> Result<(), AgentError> {
         if self.end().is_some() {
             return Ok(());
         }
@@ -579,7 +580,8 @@ impl ProcessRecord {
         };
         let pid = match target {
             SignalTarget::ProcessGroup(pgid) => -*pgid,
-            SignalTarget::PidFile { path, fallback } => std::fs::read_to_string(path)
+            SignalTarget::PidFile { path, fallback } => tokio::fs::read_to_string(path)
+                .await
                 .ok()
                 .and_then(|s| s.trim().parse::<i32>().ok())
                 .unwrap_or(*fallback),

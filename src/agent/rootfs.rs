@@ -15,6 +15,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::error::{blocking, AgentError};
+
 /// A read-only bind mount of a host directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostBind {
@@ -135,6 +137,43 @@ pub fn image_readonly(image: &Path) -> RootfsPlan {
     }
 }
 
+/// Prepares the root filesystem of the container whose directory is `cdir`,
+/// on a blocking thread: the host view without an image; with one, an
+/// overlay when `overlay` (a root agent), else the image read-only.
+pub async fn prepare(
+    image: Option<PathBuf>,
+    cdir: PathBuf,
+    overlay: bool,
+) -> Result<RootfsPlan, AgentError> {
+    blocking("preparing a root filesystem", move || {
+        match &image {
+            None => host_view(&cdir.join("rootfs"), Path::new("/")),
+            Some(image) if overlay => overlay_view(image, &cdir),
+            Some(image) => Ok(image_readonly(image)),
+        }
+        .map_err(|e| {
+            AgentError::io(
+                format!("preparing the root filesystem in {}", cdir.display()),
+                e,
+            )
+        })
+    })
+    .await
+}
+
+/// Undoes [`prepare`] once the container's processes are gone: unmounts
+/// its overlay, if it has one (on a blocking thread).
+pub async fn release(plan: &RootfsPlan) -> Result<(), AgentError> {
+    if !plan.overlay {
+        return Ok(());
+    }
+    let root = plan.root.clone();
+    blocking("unmounting a root filesystem", move || {
+        unmount(&root).map_err(|e| AgentError::io(format!("unmounting {}", root.display()), e))
+    })
+    .await
+}
+
 /// Whether the host's `/etc/resolv.conf` can be bound into an overlay of
 /// `image`: the host has one, and the image's `etc` is a real directory (or
 /// missing) whose `resolv.conf` is a plain file (or missing).
@@ -148,21 +187,44 @@ fn can_bind_resolv_conf(image: &Path) -> bool {
         && plain_or_missing(&image.join("etc/resolv.conf"), false)
 }
 
+/// Largest `/etc/passwd` read to look a user up.
+const PASSWD_LIMIT: u64 = 4 << 20;
+
 /// The contents of the root filesystem's `/etc/passwd`, or `""` when it is
-/// missing or unreadable. Inside an image, a symlink anywhere on the way
-/// (`etc -> /host/etc`) is not followed: it would lead to a host file.
+/// missing or unreadable. Inside an image it is opened from the root's
+/// directory one component at a time, never following a symlink (`etc ->
+/// /host/etc` would lead to a host file), so a process in the container
+/// swapping `etc` meanwhile cannot redirect the read either.
 pub fn read_passwd(plan: &RootfsPlan) -> String {
-    if let Ok(rel) = plan.passwd.strip_prefix(&plan.root) {
-        let mut cur = plan.root.clone();
-        for part in rel.components() {
-            cur.push(part);
-            match std::fs::symlink_metadata(&cur) {
-                Ok(m) if !m.file_type().is_symlink() => {}
-                _ => return String::new(),
-            }
+    use std::io::Read;
+    let file = match plan.passwd.strip_prefix(&plan.root) {
+        Ok(rel) => crate::dir_fd::Dir::open(&plan.root)
+            .ok()
+            .and_then(|root| root.file_beneath(rel).ok()),
+        // The host's own (the default view).
+        Err(_) => std::fs::File::open(&plan.passwd).ok(),
+    };
+    let mut text = String::new();
+    if let Some(file) = file {
+        if file.take(PASSWD_LIMIT).read_to_string(&mut text).is_err() {
+            text.clear();
         }
     }
-    std::fs::read_to_string(&plan.passwd).unwrap_or_default()
+    text
+}
+
+/// Resolves the user a process runs as (see [`lookup_user`]), reading the
+/// root filesystem's `/etc/passwd` on a blocking thread when a user is
+/// named. An unknown user is a 400.
+pub async fn resolve_user(plan: &RootfsPlan, user: Option<&str>) -> Result<UserIds, AgentError> {
+    let passwd = match user {
+        None => String::new(),
+        Some(_) => {
+            let plan = plan.clone();
+            blocking("reading /etc/passwd", move || Ok(read_passwd(&plan))).await?
+        }
+    };
+    lookup_user(user, &passwd).map_err(AgentError::BadRequest)
 }
 
 /// Mounts an overlay file system.

@@ -445,7 +445,8 @@ async fn signal_process(
         .containers
         .get(&handle)?
         .process(&id)?
-        .signal(body.signal)?;
+        .signal(body.signal)
+        .await?;
     Ok(HttpResponse::NoContent().finish())
 }
 

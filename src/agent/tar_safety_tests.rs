@@ -14,9 +14,8 @@ use gantry_actors::runtime::{ByteStream, Volume, Worker};
 use gantry_actors::spec::{Encoding, VolumeSpec};
 use gantry_actors::RuntimeError;
 
-use crate::agent::{start_worker, WorkerHandle};
+use crate::agent::{start_worker, test_config, WorkerHandle};
 use crate::agent_client::AgentConnector;
-use crate::config::WorkerConfig;
 
 #[path = "../../tests/malicious_tars/mod.rs"]
 mod malicious_tars;
@@ -44,14 +43,7 @@ impl Fixture {
         let base = tmp.path().canonicalize().unwrap();
         let outside = Outside::create(&base);
         let initial = outside.snapshot();
-        let cfg = WorkerConfig {
-            name: "tar-safety".into(),
-            web: "http://127.0.0.1:9".into(),
-            listen: "127.0.0.1:0".parse().unwrap(),
-            work_dir: base.join("work"),
-            backend: Some("local".into()),
-            ..WorkerConfig::default()
-        };
+        let cfg = test_config("tar-safety", &base.join("work"), "local");
         let agent = start_worker(cfg).await.unwrap();
         let worker: Arc<dyn Worker> = Arc::new(AgentConnector::new().worker(agent.registration()));
         Fixture {

@@ -2,9 +2,17 @@
 //!
 //! `volumes/<handle>/data/` holds the contents and `volumes/<handle>/meta.json`
 //! the spec. `meta.json` is written last, so a directory without it is a
-//! creation that never finished; it is removed when the agent starts. Paths
-//! that callers name inside a volume are checked never to leave it, even
-//! through symlinks a container left behind.
+//! creation that never finished; it is removed when the agent starts.
+//!
+//! A path that a caller names inside a volume (stream in, stream out, one
+//! file out) is resolved once, from the volume's directory, one component at
+//! a time with `O_NOFOLLOW` (see [`crate::dir_fd`]): a symlink anywhere on
+//! the way is refused, never followed, and the work is then done through the
+//! open descriptors. A process in a container sharing the volume (a
+//! hijacked shell, a build still running) may swap a directory for a symlink
+//! at any moment; it cannot make the agent (root) read or write outside the
+//! volume. Copies of a parent volume and size measurements read the tree the
+//! same way.
 //!
 //! An image (a root filesystem tar, an OCI image layout, a `docker save`
 //! archive) can be imported into an empty volume once (`images.rs` does the
@@ -24,6 +32,7 @@ use tokio_util::io::ReaderStream;
 use super::error::{blocking, AgentError};
 use super::images::{self, ImageSummary};
 use super::slots::{check_name, Slots};
+use crate::dir_fd::{changed_meanwhile, BeneathError, Dir, Kind, Opened, Stat};
 use crate::tarball::{self, UnpackLimits};
 
 /// One volume on this worker.
@@ -327,7 +336,8 @@ impl VolumeStore {
     }
 
     /// Extracts a tar stream at `sub` inside the volume, creating `sub` when
-    /// missing. Unsafe or corrupt tar streams are a 400 with the reason.
+    /// missing (never through a symlink). Unsafe or corrupt tar streams are
+    /// a 400 with the reason.
     pub async fn stream_in(
         &self,
         handle: &str,
@@ -338,16 +348,19 @@ impl VolumeStore {
         let volume = self.get(handle)?;
         let rel = relative_path(sub)?;
         let data = volume.data_dir();
-        let what = format!("path {sub:?} in volume {handle}");
+        let named = PathInVolume::new(sub, handle);
         let dest = blocking("preparing stream-in", move || {
-            make_dirs_inside(&data, &rel, &what)
+            open_data(&data)?
+                .make_dirs_beneath(&rel)
+                .map_err(|e| named.error(e))
         })
         .await?;
-        tarball::unpack(body, encoding, dest, UnpackLimits::default()).await?;
+        tarball::unpack_at(body, encoding, dest, UnpackLimits::default()).await?;
         Ok(())
     }
 
-    /// Streams `sub` of the volume out as a tar stream.
+    /// Streams `sub` of the volume out as a tar stream (a directory's
+    /// contents, or one regular file).
     pub async fn stream_out(
         &self,
         handle: &str,
@@ -355,64 +368,96 @@ impl VolumeStore {
         encoding: Encoding,
     ) -> Result<ByteStream, AgentError> {
         let volume = self.get(handle)?;
-        let (root, rel) = self.resolve(&volume, sub).await?;
-        Ok(tarball::pack_path(
-            root,
-            rel.to_string_lossy().into_owned(),
-            encoding,
-        ))
+        let target = self.open_path(&volume, sub).await?;
+        Ok(tarball::pack_opened(target, encoding))
     }
 
     /// Streams the bytes of one regular file of the volume.
     pub async fn file_out(&self, handle: &str, sub: &str) -> Result<ByteStream, AgentError> {
         let volume = self.get(handle)?;
-        let (root, rel) = self.resolve(&volume, sub).await?;
-        let path = root.join(&rel);
-        let file = tokio::fs::File::open(&path)
-            .await
-            .map_err(|e| AgentError::io(format!("opening {}", path.display()), e))?;
-        let meta = file
-            .metadata()
-            .await
-            .map_err(|e| AgentError::io(format!("reading {}", path.display()), e))?;
-        if !meta.is_file() {
-            return Err(AgentError::BadRequest(format!(
+        match self.open_path(&volume, sub).await? {
+            Opened::File { file, .. } => Ok(Box::pin(ReaderStream::with_capacity(
+                tokio::fs::File::from_std(file),
+                64 * 1024,
+            ))),
+            Opened::Dir(_) => Err(AgentError::BadRequest(format!(
                 "path {sub:?} in volume {handle} is not a regular file"
-            )));
+            ))),
         }
-        Ok(Box::pin(ReaderStream::with_capacity(file, 64 * 1024)))
     }
 
-    /// Resolves an existing `sub` inside the volume: the canonical data dir
-    /// and the path relative to it. Symlinks may not lead out of the volume.
-    async fn resolve(&self, volume: &Volume, sub: &str) -> Result<(PathBuf, PathBuf), AgentError> {
+    /// Opens an existing `sub` inside the volume, a directory or a regular
+    /// file: resolved once, from the volume's directory, never following a
+    /// symlink (not even a symlink that stays inside the volume).
+    async fn open_path(&self, volume: &Volume, sub: &str) -> Result<Opened, AgentError> {
         let rel = relative_path(sub)?;
         let data = volume.data_dir();
-        let handle = volume.handle.clone();
-        let sub = sub.to_string();
+        let named = PathInVolume::new(sub, &volume.handle);
         blocking("resolving a volume path", move || {
-            let root = data
-                .canonicalize()
-                .map_err(|e| AgentError::io(format!("resolving {}", data.display()), e))?;
-            let full = match root.join(&rel).canonicalize() {
-                Ok(p) => p,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(AgentError::NotFound {
-                        kind: "path",
-                        handle: format!("{sub:?} in volume {handle}"),
-                    })
-                }
-                Err(e) => return Err(AgentError::io(format!("resolving {sub:?}"), e)),
-            };
-            let inside = full.strip_prefix(&root).map_err(|_| {
-                AgentError::BadRequest(format!(
-                    "path {sub:?} in volume {handle} leads outside the volume through a symlink"
-                ))
-            })?;
-            Ok((root.clone(), inside.to_path_buf()))
+            open_data(&data)?
+                .open_beneath(&rel)
+                .map_err(|e| named.error(e))
         })
         .await
     }
+}
+
+/// A path named inside a volume, to say what went wrong with it.
+struct PathInVolume {
+    /// The path as the caller gave it.
+    sub: String,
+    /// The volume.
+    handle: String,
+}
+
+impl PathInVolume {
+    fn new(sub: &str, handle: &str) -> Self {
+        PathInVolume {
+            sub: sub.to_string(),
+            handle: handle.to_string(),
+        }
+    }
+
+    /// The answer for a path that could not be resolved: 404 when missing,
+    /// 400 for a symlink or a non-directory on the way.
+    fn error(&self, e: BeneathError) -> AgentError {
+        let (sub, handle) = (&self.sub, &self.handle);
+        match e {
+            BeneathError::NotFound { .. } => AgentError::NotFound {
+                kind: "path",
+                handle: format!("{sub:?} in volume {handle}"),
+            },
+            BeneathError::Symlink { path } => AgentError::BadRequest(format!(
+                "path {sub:?} in volume {handle} goes through a symlink ({}); \
+                 symlinks in a volume are not followed: name the real path",
+                path.display()
+            )),
+            BeneathError::Changing { path } => AgentError::Conflict(format!(
+                "path {sub:?} in volume {handle}: {} keeps changing (replaced by a \
+                 symlink and back) while the agent opens it; try again",
+                path.display()
+            )),
+            BeneathError::Escapes { .. } => AgentError::BadRequest(format!(
+                "path {sub:?} must stay inside the volume (no '..')"
+            )),
+            BeneathError::NotADirectory { path } => AgentError::BadRequest(format!(
+                "path {sub:?} in volume {handle}: {} is not a directory",
+                path.display()
+            )),
+            BeneathError::NotRegular { .. } => AgentError::BadRequest(format!(
+                "path {sub:?} in volume {handle} is neither a regular file nor a directory"
+            )),
+            BeneathError::Io { path, source } => AgentError::io(
+                format!("resolving {sub:?} in volume {handle} (at {:?})", path),
+                source,
+            ),
+        }
+    }
+}
+
+/// Opens a volume's data directory (a path the agent made).
+fn open_data(data: &Path) -> Result<Dir, AgentError> {
+    Dir::open(data).map_err(|e| AgentError::io("opening a volume", e))
 }
 
 /// Parses a path inside a volume: relative (a leading `/` is ignored), no
@@ -431,34 +476,6 @@ pub fn relative_path(sub: &str) -> Result<PathBuf, AgentError> {
         }
     }
     Ok(out)
-}
-
-/// Creates `root/rel` (and its parents) without ever following a symlink;
-/// returns the full path.
-fn make_dirs_inside(root: &Path, rel: &Path, what: &str) -> Result<PathBuf, AgentError> {
-    let mut cur = root.to_path_buf();
-    for part in rel.components() {
-        cur.push(part);
-        match std::fs::symlink_metadata(&cur) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err(AgentError::BadRequest(format!(
-                    "{what} goes through a symlink ({}); stream into a real directory",
-                    cur.display()
-                )))
-            }
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                return Err(AgentError::BadRequest(format!(
-                    "{what}: {} is not a directory",
-                    cur.display()
-                )))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir(&cur)
-                .map_err(|e| AgentError::io(format!("creating {}", cur.display()), e))?,
-            Err(e) => return Err(AgentError::io(format!("inspecting {}", cur.display()), e)),
-        }
-    }
-    Ok(cur)
 }
 
 /// Reads every finished volume under `root`; removes unfinished ones.
@@ -547,64 +564,91 @@ pub fn remove_tree(dir: &Path) -> std::io::Result<()> {
 
 /// Copies a directory tree: directories, regular files and symlinks (as
 /// links), keeping modes and, when running as root, owners. Other file types
-/// (devices, fifos, sockets) are skipped.
+/// (devices, fifos, sockets) are skipped. `src` (a parent volume, which a
+/// running container may be changing) is read through descriptors, never
+/// following a symlink; `dst` must not exist yet.
 pub fn copy_tree(src: &Path, dst: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::fs::PermissionsExt;
     // SAFETY: geteuid has no preconditions and cannot fail.
     let as_root = unsafe { libc::geteuid() } == 0;
-    let keep_owner = |p: &Path, m: &std::fs::Metadata| {
-        if as_root {
-            // Best effort: a file system without owners is still a copy.
-            let _ = std::os::unix::fs::lchown(p, Some(m.uid()), Some(m.gid()));
-        }
-    };
-    let mut dirs = Vec::new();
-    let mut work = vec![(src.to_path_buf(), dst.to_path_buf())];
-    while let Some((from, to)) = work.pop() {
-        let meta = std::fs::symlink_metadata(&from)?;
-        std::fs::create_dir(&to)?;
-        keep_owner(&to, &meta);
-        dirs.push((to.clone(), meta.permissions().mode()));
-        for entry in std::fs::read_dir(&from)? {
-            let entry = entry?;
-            let (f, t) = (entry.path(), to.join(entry.file_name()));
-            let m = std::fs::symlink_metadata(&f)?;
-            let ft = m.file_type();
-            if ft.is_dir() {
-                work.push((f, t));
-            } else if ft.is_file() {
-                std::fs::copy(&f, &t)?;
-                keep_owner(&t, &m);
-            } else if ft.is_symlink() {
-                std::os::unix::fs::symlink(std::fs::read_link(&f)?, &t)?;
-                keep_owner(&t, &m);
-            } else {
-                tracing::debug!(path = %f.display(), "skipping a special file while copying");
+    let from = Dir::open(src)?;
+    let top = from.stat_self()?;
+    std::fs::create_dir(dst)?;
+    let to = Dir::open(dst)?;
+    if as_root {
+        // Best effort: a file system without owners is still a copy.
+        let _ = std::os::unix::fs::fchown(to.as_file(), Some(top.uid), Some(top.gid));
+    }
+    let mut dirs = vec![(PathBuf::new(), top.mode)];
+    let mut parent: Option<(PathBuf, Dir)> = None;
+    from.walk(|e| {
+        let rel_parent = e.path.parent().unwrap_or(Path::new(""));
+        let out = match parent.take() {
+            Some((p, d)) if p == rel_parent => (p, d),
+            _ => (rel_parent.to_path_buf(), to.dir_beneath(rel_parent)?),
+        };
+        let out = &parent.insert(out).1;
+        let owner = |st: &Stat| as_root.then_some((Some(st.uid), Some(st.gid)));
+        match e.stat.kind {
+            Kind::Dir => {
+                out.create_dir(e.name, 0o700)?;
+                if let Some((uid, gid)) = owner(&e.stat) {
+                    let _ = out.chown_nofollow(e.name, uid, gid);
+                }
+                dirs.push((e.path.to_path_buf(), e.stat.mode));
+            }
+            Kind::File => {
+                let mut from_file = match e.parent.open_file(e.name) {
+                    Ok(f) => f,
+                    Err(err) if changed_meanwhile(&err) => return Ok(false),
+                    Err(err) => return Err(err),
+                };
+                let st = Stat::of(&from_file)?;
+                let mut to_file = out.create_file(e.name, 0o600)?;
+                std::io::copy(&mut from_file, &mut to_file)?;
+                to_file.set_permissions(std::fs::Permissions::from_mode(st.mode))?;
+                if let Some((uid, gid)) = owner(&st) {
+                    let _ = std::os::unix::fs::fchown(&to_file, uid, gid);
+                }
+            }
+            Kind::Symlink => {
+                let target = match e.parent.read_link(e.name) {
+                    Ok(t) => t,
+                    Err(err) if changed_meanwhile(&err) => return Ok(false),
+                    Err(err) => return Err(err),
+                };
+                out.symlink(target.as_os_str(), e.name)?;
+                if let Some((uid, gid)) = owner(&e.stat) {
+                    let _ = out.chown_nofollow(e.name, uid, gid);
+                }
+            }
+            Kind::Other => {
+                tracing::debug!(path = %e.path.display(), "skipping a special file while copying");
+                return Ok(false);
             }
         }
-    }
-    // Modes last, so that read-only directories could be filled first.
-    for (dir, mode) in dirs.into_iter().rev() {
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))?;
+        Ok(true)
+    })?;
+    // Modes last, deepest first, so that read-only directories could be
+    // filled first.
+    for (rel, mode) in dirs.into_iter().rev() {
+        let dir = to.dir_beneath(&rel)?;
+        dir.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(mode))?;
     }
     Ok(())
 }
 
-/// Bytes of the regular files under `dir`, not following symlinks.
+/// Bytes of the regular files under `dir`, read through descriptors, never
+/// following a symlink.
 fn tree_size(dir: &Path) -> std::io::Result<u64> {
     let mut total = 0;
-    let mut work = vec![dir.to_path_buf()];
-    while let Some(d) = work.pop() {
-        for entry in std::fs::read_dir(&d)? {
-            let entry = entry?;
-            let m = std::fs::symlink_metadata(entry.path())?;
-            if m.is_dir() {
-                work.push(entry.path());
-            } else if m.is_file() {
-                total += m.len();
-            }
+    Dir::open(dir)?.walk(|e| {
+        if e.stat.kind == Kind::File {
+            total += e.stat.size;
         }
-    }
+        Ok(true)
+    })?;
     Ok(total)
 }
 
@@ -707,5 +751,208 @@ mod tests {
             std::fs::read_link(to.join("l")).unwrap(),
             PathBuf::from("d/f")
         );
+    }
+
+    /// A store with a volume `v` holding `a/b/f.txt` ("inside"), next to a
+    /// host directory `host` with the same names ("secret") and a sparse
+    /// 1 GiB `a/b/big`, which nothing may read or write.
+    async fn volume_next_to_host() -> (tempfile::TempDir, VolumeStore, PathBuf, PathBuf) {
+        let work = tempfile::tempdir().unwrap();
+        let host = work.path().join("host");
+        std::fs::create_dir_all(host.join("a/b")).unwrap();
+        std::fs::write(host.join("a/b/f.txt"), b"secret").unwrap();
+        std::fs::File::create(host.join("a/b/big"))
+            .unwrap()
+            .set_len(BIG)
+            .unwrap();
+        let store = VolumeStore::open(&work.path().join("work")).await.unwrap();
+        let (v, _) = store
+            .create(spec("v", VolumeStrategy::Empty))
+            .await
+            .unwrap();
+        let data = v.data_dir();
+        std::fs::create_dir_all(data.join("a/b")).unwrap();
+        std::fs::write(data.join("a/b/f.txt"), b"inside").unwrap();
+        (work, store, data, host)
+    }
+
+    /// Bytes of the sparse file next to the volume.
+    const BIG: u64 = 1 << 30;
+
+    /// Every path under `dir` with the contents of its files (`"big"` for a
+    /// file of more than 1 MiB).
+    fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+        let root = Dir::open(dir).unwrap();
+        let mut all = Vec::new();
+        root.walk(|e| {
+            let body = match e.stat.kind {
+                Kind::File if e.stat.size > 1 << 20 => b"big".to_vec(),
+                Kind::File => {
+                    let mut body = Vec::new();
+                    std::io::Read::read_to_end(&mut e.parent.open_file(e.name)?, &mut body)?;
+                    body
+                }
+                _ => Vec::new(),
+            };
+            all.push((e.path.display().to_string(), body));
+            Ok(true)
+        })
+        .unwrap();
+        all
+    }
+
+    fn assert_host_untouched(host: &Path) {
+        assert_eq!(
+            tree(host),
+            vec![
+                ("a".to_string(), vec![]),
+                ("a/b".to_string(), vec![]),
+                ("a/b/big".to_string(), b"big".to_vec()),
+                ("a/b/f.txt".to_string(), b"secret".to_vec()),
+            ]
+        );
+    }
+
+    /// A raw tar stream of one file.
+    fn one_file_tar(name: &str, body: &[u8]) -> ByteStream {
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(body.len() as u64);
+        h.set_mode(0o644);
+        b.append_data(&mut h, name, body).unwrap();
+        let bytes = bytes::Bytes::from(b.into_inner().unwrap());
+        Box::pin(futures::stream::iter(vec![Ok(bytes)]))
+    }
+
+    /// Everything a stream yields, or its first error.
+    async fn collect(mut s: ByteStream) -> std::io::Result<Vec<u8>> {
+        use futures::StreamExt;
+        let mut out = Vec::new();
+        while let Some(chunk) = s.next().await {
+            out.extend_from_slice(&chunk?);
+        }
+        Ok(out)
+    }
+
+    /// The contents of the files of a raw tar (symlinks give their target).
+    fn tar_bodies(data: &[u8]) -> Vec<(String, Vec<u8>)> {
+        let mut ar = tar::Archive::new(data);
+        ar.entries()
+            .unwrap()
+            .map(|e| {
+                let mut e = e.unwrap();
+                let name = String::from_utf8_lossy(&e.path_bytes()).into_owned();
+                let mut body = Vec::new();
+                match e.link_name_bytes() {
+                    Some(l) => body = l.into_owned(),
+                    None => drop(std::io::Read::read_to_end(&mut e, &mut body).unwrap()),
+                }
+                (name, body)
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_symlink_planted_at_any_level_is_refused_by_every_stream() {
+        for level in ["a", "a/b", "a/b/f.txt"] {
+            let (_work, store, data, host) = volume_next_to_host().await;
+            std::fs::rename(data.join(level), data.join(format!("{level}.old"))).unwrap();
+            std::os::unix::fs::symlink(host.join(level), data.join(level)).unwrap();
+
+            let symlink_refused = |r: Result<(), AgentError>| match r {
+                Err(AgentError::BadRequest(m)) => assert!(m.contains("symlink"), "{level}: {m}"),
+                other => panic!("{level}: {other:?}"),
+            };
+            symlink_refused(store.file_out("v", "a/b/f.txt").await.map(drop));
+            symlink_refused(
+                store
+                    .stream_out("v", "a/b/f.txt", Encoding::Raw)
+                    .await
+                    .map(drop),
+            );
+            if level == "a/b/f.txt" {
+                // The link itself is inside a directory that is fine: packed
+                // as a link, never followed.
+                let s = store.stream_out("v", "a/b", Encoding::Raw).await.unwrap();
+                let entries = tar_bodies(&collect(s).await.unwrap());
+                let target = host.join(level).into_os_string().into_encoded_bytes();
+                assert_eq!(
+                    entries,
+                    vec![
+                        ("f.txt".to_string(), target),
+                        ("f.txt.old".to_string(), b"inside".to_vec())
+                    ]
+                );
+            } else {
+                symlink_refused(store.stream_out("v", "a/b", Encoding::Raw).await.map(drop));
+                let body = one_file_tar("pwned.txt", b"pwned");
+                symlink_refused(store.stream_in("v", "a/b/c", Encoding::Raw, body).await);
+                let body = one_file_tar("b/pwned.txt", b"pwned");
+                let r = store.stream_in("v", "a", Encoding::Raw, body).await;
+                assert!(
+                    matches!(r, Err(AgentError::BadRequest(_))),
+                    "{level}: {r:?}"
+                );
+            }
+            assert_host_untouched(&host);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_container_swapping_directories_cannot_redirect_any_volume_operation() {
+        // Another thread plays a process in a container sharing the volume:
+        // it keeps exchanging `a` with a symlink to the host directory while
+        // the agent streams in and out, copies and measures the volume.
+        let (_work, store, data, host) = volume_next_to_host().await;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flipper =
+            crate::dir_fd::tests::flip_until(&data.join("a"), &host.join("a"), stop.clone());
+        let mut done = [0u32; 4];
+        for i in 0..120 {
+            let body = one_file_tar(&format!("new{i}.txt"), b"pwned");
+            match store.stream_in("v", "a/b", Encoding::Raw, body).await {
+                Ok(()) => done[0] += 1,
+                Err(AgentError::BadRequest(_)) | Err(AgentError::Conflict(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+            match store.stream_out("v", "a/b", Encoding::Raw).await {
+                Ok(s) => {
+                    let data = collect(s).await.unwrap();
+                    for (name, body) in tar_bodies(&data) {
+                        assert_ne!(body, b"secret", "{name}");
+                    }
+                    done[1] += 1;
+                }
+                Err(AgentError::BadRequest(_)) | Err(AgentError::Conflict(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+            match store.file_out("v", "a/b/f.txt").await {
+                Ok(s) => {
+                    assert_eq!(collect(s).await.unwrap(), b"inside");
+                    done[2] += 1;
+                }
+                Err(AgentError::BadRequest(_)) | Err(AgentError::Conflict(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+            if i % 10 == 0 {
+                let handle = format!("copy{i}");
+                let cow = VolumeStrategy::Cow { parent: "v".into() };
+                let (copy, _) = store.create(spec(&handle, cow)).await.unwrap();
+                for (name, body) in tree(&copy.data_dir()) {
+                    assert_ne!(body, b"secret", "{name}");
+                }
+                store.destroy(&handle).await.unwrap();
+                // Only the volume's own bytes are counted, never the host's.
+                let size = store.size(&store.get("v").unwrap()).await.unwrap();
+                assert!(size < BIG, "{size}");
+                done[3] += 1;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let flips = flipper.join().unwrap();
+        assert!(flips > 0);
+        assert!(done[1] > 0 && done[2] > 0, "nothing got through: {done:?}");
+        assert_host_untouched(&host);
+        eprintln!("{flips} flips; stream-in, stream-out, file-out, copies done: {done:?}");
     }
 }

@@ -50,9 +50,12 @@ fn hijack_url(client: &ApiClient, args: &HijackArgs) -> anyhow::Result<String> {
         }
         (Some(b), None) => {
             let step = args.step.as_deref().unwrap_or("task");
-            format!("/api/v1/builds/{b}/hijack?step={}", query_escape(step))
+            format!(
+                "/api/v1/builds/{b}/hijack?step={}",
+                crate::url::segment(step)
+            )
         }
-        (None, Some(h)) => format!("/api/v1/containers/{}/hijack", query_escape(h)),
+        (None, Some(h)) => format!("/api/v1/containers/{}/hijack", crate::url::segment(h)),
     };
     let url = client.url(&path);
     if let Some(rest) = url.strip_prefix("http://") {
@@ -62,19 +65,6 @@ fn hijack_url(client: &ApiClient, args: &HijackArgs) -> anyhow::Result<String> {
     } else {
         bail!("the server URL {url} must start with http:// or https://")
     }
-}
-
-/// Percent-encodes a path segment or query value.
-fn query_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// The first frame: the process to run.

@@ -28,14 +28,14 @@
 //! of its own over the same root filesystem and volumes.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use gantry_actors::spec::ProcessSpec;
 
 use super::{process_env, BackendContainer, ContainerBackend, ContainerContext};
-use crate::agent::error::{blocking, AgentError};
+use crate::agent::error::AgentError;
 use crate::agent::processes::{spawn_child, spawn_tty_child, Spawned};
 use crate::agent::rootfs::{self, RootfsPlan, UserIds};
 
@@ -81,21 +81,7 @@ impl ContainerBackend for BwrapBackend {
         ctx: Arc<ContainerContext>,
         _recovered: bool,
     ) -> Result<Box<dyn BackendContainer>, AgentError> {
-        let (image, dir, root) = (ctx.image.clone(), ctx.dir.clone(), self.root);
-        let rootfs = blocking("preparing a root filesystem", move || {
-            match &image {
-                None => rootfs::host_view(&dir.join("rootfs"), Path::new("/")),
-                Some(image) if root => rootfs::overlay_view(image, &dir),
-                Some(image) => Ok(rootfs::image_readonly(image)),
-            }
-            .map_err(|e| {
-                AgentError::io(
-                    format!("preparing the root filesystem in {}", dir.display()),
-                    e,
-                )
-            })
-        })
-        .await?;
+        let rootfs = rootfs::prepare(ctx.image.clone(), ctx.dir.clone(), self.root).await?;
         Ok(Box::new(BwrapContainer {
             binary: self.binary.clone(),
             agent_root: self.root,
@@ -108,18 +94,7 @@ impl ContainerBackend for BwrapBackend {
 #[async_trait]
 impl BackendContainer for BwrapContainer {
     async fn spawn(&self, process: &ProcessSpec) -> Result<Spawned, AgentError> {
-        let passwd = match process.user.as_deref() {
-            None => String::new(),
-            Some(_) => {
-                let plan = self.rootfs.clone();
-                blocking("reading /etc/passwd", move || {
-                    Ok(rootfs::read_passwd(&plan))
-                })
-                .await?
-            }
-        };
-        let user = rootfs::lookup_user(process.user.as_deref(), &passwd)
-            .map_err(AgentError::BadRequest)?;
+        let user = rootfs::resolve_user(&self.rootfs, process.user.as_deref()).await?;
         let args = bwrap_args(&self.ctx, &self.rootfs, process, user, self.agent_root);
         let home = if user.uid == 0 {
             "HOME=/root"
@@ -149,15 +124,7 @@ impl BackendContainer for BwrapContainer {
     async fn destroy(&self) -> Result<(), AgentError> {
         // The registry has killed the processes (bwrap's sandboxes die with
         // it); only an overlay needs undoing.
-        if self.rootfs.overlay {
-            let root = self.rootfs.root.clone();
-            blocking("unmounting a root filesystem", move || {
-                rootfs::unmount(&root)
-                    .map_err(|e| AgentError::io(format!("unmounting {}", root.display()), e))
-            })
-            .await?;
-        }
-        Ok(())
+        rootfs::release(&self.rootfs).await
     }
 }
 

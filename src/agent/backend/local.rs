@@ -76,9 +76,10 @@ fn link_mounts(root: &Path, home: &Path, ctx: &ContainerContext) -> Result<(), A
 
 impl LocalContainer {
     /// Maps an absolute container path into `root` when it exists there.
-    fn map(&self, path: &str) -> Option<PathBuf> {
+    async fn map(&self, path: &str) -> Option<PathBuf> {
         let mapped = self.root.join(path.trim_start_matches('/'));
-        (path.starts_with('/') && mapped.exists()).then_some(mapped)
+        let exists = path.starts_with('/') && tokio::fs::try_exists(&mapped).await.unwrap_or(false);
+        exists.then_some(mapped)
     }
 }
 
@@ -92,6 +93,7 @@ impl BackendContainer for LocalContainer {
         })?;
         let program = self
             .map(&process.path)
+            .await
             .map(PathBuf::into_os_string)
             .unwrap_or_else(|| process.path.clone().into());
         let mut defaults = vec![format!("HOME={}", self.home.display())];

@@ -177,7 +177,9 @@ pub fn choose(requested: Option<&str>, host: &HostFacts) -> Result<BackendKind, 
     }
 }
 
-/// Builds the backend for this worker (see [`choose`]).
+/// Builds the backend for this worker (see [`choose`]). Blocking (it
+/// probes the host for binaries and cgroup mounts): call it on a blocking
+/// thread, as [`crate::agent::start_worker`] does.
 pub fn select(
     cfg: &WorkerConfig,
     work_dir: &Path,

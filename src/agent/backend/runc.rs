@@ -46,7 +46,7 @@ use serde_json::{json, Value};
 use tokio::sync::{oneshot, watch, Mutex};
 
 use super::{process_env, BackendContainer, ContainerBackend, ContainerContext};
-use crate::agent::error::{blocking, AgentError};
+use crate::agent::error::AgentError;
 use crate::agent::processes::{spawn_child, spawn_tty_child, ProcessEnd, SignalTarget, Spawned};
 use crate::agent::rootfs::{self, RootfsPlan, UserIds};
 use crate::config::ContainerLimitDefaults;
@@ -120,6 +120,8 @@ impl OomCounter {
     /// Finds the memory controller in `/proc/self/mountinfo`: a v1
     /// hierarchy with `memory`, else a v2 one offering it. Only hierarchies
     /// mounted from their root qualify (cgroup paths are taken from there).
+    /// Reads procfs and cgroupfs: blocking, called (through
+    /// [`RuncBackend::new`]) on a blocking thread when the agent starts.
     fn detect() -> Option<Self> {
         let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
         let mut v2 = None;
@@ -239,7 +241,8 @@ impl Runc {
 
 impl RuncBackend {
     /// A backend using `binary`, keeping runc's state in `state_root`, with
-    /// the worker's default limits.
+    /// the worker's default limits. Blocking (it probes the host's cgroup
+    /// mounts): call it on a blocking thread.
     pub fn new(binary: PathBuf, state_root: PathBuf, defaults: ContainerLimitDefaults) -> Self {
         let oom = OomCounter::detect();
         if oom.is_none() {
@@ -298,20 +301,8 @@ impl ContainerBackend for RuncBackend {
             .map_err(|e| {
                 AgentError::io(format!("creating {}", self.runc.state_root.display()), e)
             })?;
-        let (image, dir) = (ctx.image.clone(), ctx.dir.clone());
-        let rootfs = blocking("preparing a root filesystem", move || {
-            match &image {
-                None => rootfs::host_view(&dir.join("rootfs"), Path::new("/")),
-                Some(image) => rootfs::overlay_view(image, &dir),
-            }
-            .map_err(|e| {
-                AgentError::io(
-                    format!("preparing the root filesystem in {}", dir.display()),
-                    e,
-                )
-            })
-        })
-        .await?;
+        // runc runs as root: an image always gets an overlay.
+        let rootfs = rootfs::prepare(ctx.image.clone(), ctx.dir.clone(), true).await?;
         let mut effective = (*ctx).clone();
         effective.spec.limits = self.defaults.apply(&ctx.spec.limits);
         Ok(Box::new(RuncContainer {
@@ -325,21 +316,6 @@ impl ContainerBackend for RuncBackend {
 }
 
 impl RuncContainer {
-    /// Resolves the user a process runs as.
-    async fn user(&self, process: &ProcessSpec) -> Result<UserIds, AgentError> {
-        let passwd = match process.user.as_deref() {
-            None => String::new(),
-            Some(_) => {
-                let plan = self.rootfs.clone();
-                blocking("reading /etc/passwd", move || {
-                    Ok(rootfs::read_passwd(&plan))
-                })
-                .await?
-            }
-        };
-        rootfs::lookup_user(process.user.as_deref(), &passwd).map_err(AgentError::BadRequest)
-    }
-
     /// Explains an out-of-memory kill: `spawned`'s end is announced only
     /// after the kill count of the container's cgroup (`before` when the
     /// process started) was read again, and a process that failed while it
@@ -410,7 +386,7 @@ impl RuncContainer {
 #[async_trait]
 impl BackendContainer for RuncContainer {
     async fn spawn(&self, process: &ProcessSpec) -> Result<Spawned, AgentError> {
-        let user = self.user(process).await?;
+        let user = rootfs::resolve_user(&self.rootfs, process.user.as_deref()).await?;
         let process_value = process_json(&self.ctx, process, user);
         let procs = self.ctx.dir.join("processes");
         let pid_file = procs.join(format!("{}.pid", process.id));
@@ -424,11 +400,7 @@ impl BackendContainer for RuncContainer {
         if running {
             let before = self.oom_kills().await;
             let file = procs.join(format!("{}.process.json", process.id));
-            let body = serde_json::to_vec_pretty(&process_value)
-                .map_err(|e| AgentError::Backend(format!("encoding {}: {e}", file.display())))?;
-            tokio::fs::write(&file, body)
-                .await
-                .map_err(|e| AgentError::io(format!("writing {}", file.display()), e))?;
+            write_json(&file, &process_value).await?;
             let mut cmd = self.runc.command();
             cmd.arg("exec")
                 .arg("--process")
@@ -450,11 +422,7 @@ impl BackendContainer for RuncContainer {
         }
         let config = config_json(&self.ctx, &self.rootfs, process_value);
         let file = self.ctx.dir.join("config.json");
-        let body = serde_json::to_vec_pretty(&config)
-            .map_err(|e| AgentError::Backend(format!("encoding {}: {e}", file.display())))?;
-        tokio::fs::write(&file, body)
-            .await
-            .map_err(|e| AgentError::io(format!("writing {}", file.display()), e))?;
+        write_json(&file, &config).await?;
         // runc creates the cgroup afresh (the kept one of an earlier init
         // was deleted above), so every kill it counts is this init's.
         let mut cmd = self.runc.command();
@@ -480,16 +448,18 @@ impl BackendContainer for RuncContainer {
 
     async fn destroy(&self) -> Result<(), AgentError> {
         self.runc.delete(&self.ctx.handle).await?;
-        if self.rootfs.overlay {
-            let root = self.rootfs.root.clone();
-            blocking("unmounting a root filesystem", move || {
-                rootfs::unmount(&root)
-                    .map_err(|e| AgentError::io(format!("unmounting {}", root.display()), e))
-            })
-            .await?;
-        }
-        Ok(())
+        rootfs::release(&self.rootfs).await
     }
+}
+
+/// Writes `value` as pretty JSON to `file` (a runc bundle's `config.json`
+/// or a `process.json`).
+async fn write_json(file: &Path, value: &Value) -> Result<(), AgentError> {
+    let body = serde_json::to_vec_pretty(value)
+        .map_err(|e| AgentError::Backend(format!("encoding {}: {e}", file.display())))?;
+    tokio::fs::write(file, body)
+        .await
+        .map_err(|e| AgentError::io(format!("writing {}", file.display()), e))
 }
 
 /// Starts runc with pipes, or on a terminal when the process has a TTY.

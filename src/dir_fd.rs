@@ -1,0 +1,930 @@
+//! Open directories: resolving paths beneath a directory without ever
+//! following a symlink, and reading, creating and removing entries relative
+//! to an open directory (the `*at` system calls).
+//!
+//! Why: the worker agent runs as root and works in volumes that processes in
+//! containers may change at the same time (a hijacked shell, a build still
+//! running). A path that is checked and then used by name can be swapped in
+//! between: a directory replaced by a symlink to `/` between the check and
+//! the `open`. Here a path is resolved one component at a time from an open
+//! directory, each with `openat(O_NOFOLLOW | O_DIRECTORY)`, and everything
+//! after that is done through the descriptors: once a directory is open,
+//! renaming it or replacing it with a symlink does not change what its
+//! descriptor refers to, so nothing outside can be reached by a swap.
+//!
+//! Every name handed to a [`Dir`] method is one component: a name with a
+//! `/`, `.`, `..` or an empty name is refused, so no method climbs out of its
+//! directory. (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` would
+//! resolve a whole path in one call, but it cannot create missing
+//! directories on the way nor say which component was a symlink; the walk
+//! here is as safe, works on every kernel, and names the culprit.)
+
+use std::ffi::{CStr, CString, OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Component, Path, PathBuf};
+
+/// How many times [`Dir::enter`] tries to open a directory that changes
+/// under it before giving up.
+pub const ENTER_ATTEMPTS: usize = 8;
+
+/// The kind of a directory entry (never following a symlink).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A directory.
+    Dir,
+    /// A regular file.
+    File,
+    /// A symbolic link (never followed).
+    Symlink,
+    /// A socket, fifo or device file.
+    Other,
+}
+
+/// What `stat` says about an entry (the entry itself, not a symlink's
+/// target).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// Directory, file, symlink or other.
+    pub kind: Kind,
+    /// Permission bits, with setuid, setgid and sticky (`mode & 0o7777`).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Bytes (a regular file's length; a symlink's target length).
+    pub size: u64,
+    /// Last modification, in seconds since the epoch.
+    pub mtime: i64,
+    /// The device holding it (with `ino`, its identity).
+    pub dev: u64,
+    /// Its inode number on `dev`.
+    pub ino: u64,
+}
+
+impl Stat {
+    /// Status of an open file or directory (`fstat`).
+    pub fn of(file: &File) -> io::Result<Stat> {
+        fstat(file.as_raw_fd())
+    }
+
+    /// From the `struct stat` the kernel filled.
+    fn from_raw(st: &libc::stat) -> Stat {
+        let kind = match st.st_mode & libc::S_IFMT {
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFREG => Kind::File,
+            libc::S_IFLNK => Kind::Symlink,
+            _ => Kind::Other,
+        };
+        Stat {
+            kind,
+            mode: st.st_mode & 0o7777,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            size: st.st_size.max(0) as u64,
+            mtime: st.st_mtime,
+            dev: st.st_dev,
+            ino: st.st_ino,
+        }
+    }
+}
+
+/// Why a path could not be resolved beneath a directory. `path` is the part
+/// of the path (relative to the directory) where the walk stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum BeneathError {
+    /// The path is absolute, has a `..` or a NUL byte.
+    #[error("{path:?} must be a relative path without `..`")]
+    Escapes {
+        /// The path as given.
+        path: PathBuf,
+    },
+    /// A component is a symlink; symlinks are not followed.
+    #[error("{} is a symlink (symlinks are not followed here)", path.display())]
+    Symlink {
+        /// Up to and including the symlink.
+        path: PathBuf,
+    },
+    /// A component that must be a directory is not one.
+    #[error("{} is not a directory", path.display())]
+    NotADirectory {
+        /// Up to and including the non-directory.
+        path: PathBuf,
+    },
+    /// A component does not exist.
+    #[error("{} does not exist", path.display())]
+    NotFound {
+        /// Up to and including the missing component.
+        path: PathBuf,
+    },
+    /// A component kept changing (a directory one moment, something else
+    /// the next) while it was being opened.
+    #[error("{} keeps changing while it is opened (replaced by a symlink and back?)", path.display())]
+    Changing {
+        /// Up to and including the changing component.
+        path: PathBuf,
+    },
+    /// The last component is a socket, fifo or device file.
+    #[error("{} is neither a regular file nor a directory", path.display())]
+    NotRegular {
+        /// The whole path.
+        path: PathBuf,
+    },
+    /// The system refused something else.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// Where it failed.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+}
+
+impl BeneathError {
+    /// Whether the path leads out of the directory or through a symlink (a
+    /// refusal, not a missing or broken path).
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            BeneathError::Escapes { .. }
+                | BeneathError::Symlink { .. }
+                | BeneathError::Changing { .. }
+        )
+    }
+}
+
+impl From<BeneathError> for io::Error {
+    fn from(e: BeneathError) -> io::Error {
+        let kind = match &e {
+            BeneathError::Escapes { .. }
+            | BeneathError::Symlink { .. }
+            | BeneathError::Changing { .. } => io::ErrorKind::PermissionDenied,
+            BeneathError::NotADirectory { .. } => io::ErrorKind::NotADirectory,
+            BeneathError::NotFound { .. } => io::ErrorKind::NotFound,
+            BeneathError::NotRegular { .. } => io::ErrorKind::InvalidInput,
+            BeneathError::Io { source, .. } => source.kind(),
+        };
+        io::Error::new(kind, e.to_string())
+    }
+}
+
+/// Whether `e`, from opening or reading an entry that a walk just listed,
+/// means that the entry changed meanwhile: removed, or replaced by a symlink
+/// or another kind of file (`ENOENT`, `ELOOP`, `ENOTDIR`, `EINVAL` from
+/// `readlinkat`, or [`Dir::open_file`]'s `InvalidInput`). A walk leaves such
+/// an entry out rather than failing.
+pub fn changed_meanwhile(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::InvalidInput | io::ErrorKind::NotADirectory
+    ) || e.raw_os_error() == Some(libc::ELOOP)
+}
+
+/// The normal components of a relative path (`.` and empty ones dropped, a
+/// leading `/` ignored); `..` or a NUL byte is refused.
+pub fn components(rel: &Path) -> Result<Vec<&OsStr>, BeneathError> {
+    let escapes = || BeneathError::Escapes {
+        path: rel.to_path_buf(),
+    };
+    if rel.as_os_str().as_bytes().contains(&0) {
+        return Err(escapes());
+    }
+    let mut out = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(part) => out.push(part),
+            Component::CurDir | Component::RootDir => {}
+            Component::ParentDir | Component::Prefix(_) => return Err(escapes()),
+        }
+    }
+    Ok(out)
+}
+
+/// What [`Dir::open_beneath`] found at the end of a path.
+#[derive(Debug)]
+pub enum Opened {
+    /// A directory.
+    Dir(Dir),
+    /// A regular file, with the last component of the path.
+    File {
+        /// The open file (read-only).
+        file: File,
+        /// Its name in its directory.
+        name: OsString,
+    },
+}
+
+/// An open directory (read-only, close-on-exec); every operation is
+/// relative to it and never follows a symlink.
+#[derive(Debug)]
+pub struct Dir {
+    /// The descriptor (`O_DIRECTORY`), as a `File` for `fstat`, `fchmod`,
+    /// `fchown` and times.
+    file: File,
+}
+
+/// One entry met by [`Dir::walk`].
+pub struct WalkEntry<'a> {
+    /// The open directory holding it.
+    pub parent: &'a Dir,
+    /// Its name in `parent`.
+    pub name: &'a OsStr,
+    /// Its path relative to the walked directory.
+    pub path: &'a Path,
+    /// Its status (a symlink's own).
+    pub stat: Stat,
+}
+
+/// A name as a C string, refusing what is not one plain component.
+fn c_name(name: &OsStr) -> io::Result<CString> {
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes == b"." || bytes == b".." || bytes.contains(&b'/') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{name:?} is not a single path component"),
+        ));
+    }
+    CString::new(bytes).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{name:?} contains a NUL byte"),
+        )
+    })
+}
+
+/// The result of a system call returning 0 or -1.
+fn check(r: libc::c_int) -> io::Result<()> {
+    if r == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `openat(dirfd, name, flags | O_CLOEXEC, mode)`, retried on `EINTR`.
+fn open_at(dirfd: RawFd, name: &CStr, flags: libc::c_int, mode: u32) -> io::Result<OwnedFd> {
+    loop {
+        // SAFETY: `name` is NUL-terminated and outlives the call; openat
+        // does not keep the pointer.
+        let fd = unsafe {
+            libc::openat(
+                dirfd,
+                name.as_ptr(),
+                flags | libc::O_CLOEXEC,
+                mode as libc::c_uint,
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: openat just returned this descriptor; nothing else owns it.
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// `fstat` of an open descriptor.
+fn fstat(fd: RawFd) -> io::Result<Stat> {
+    let mut st = MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `st` is valid for writes of a `struct stat`.
+    check(unsafe { libc::fstat(fd, st.as_mut_ptr()) })?;
+    // SAFETY: fstat succeeded, so it filled `st`.
+    Ok(Stat::from_raw(unsafe { &st.assume_init() }))
+}
+
+/// The mtime `times` argument of `utimensat`/`futimens`: access time
+/// unchanged, modification time `mtime`.
+fn mtime_only(mtime: i64) -> [libc::timespec; 2] {
+    [
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        libc::timespec {
+            tv_sec: mtime as libc::time_t,
+            tv_nsec: 0,
+        },
+    ]
+}
+
+/// Closes a directory stream when dropped.
+struct DirStream(*mut libc::DIR);
+
+impl Drop for DirStream {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from a successful fdopendir and is
+        // closed only here.
+        unsafe { libc::closedir(self.0) };
+    }
+}
+
+impl Dir {
+    /// Opens the directory at `path`, a path the caller trusts (symlinks in
+    /// it are followed, as for any path the operator configured).
+    pub fn open(path: &Path) -> io::Result<Dir> {
+        let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: contains a NUL byte", path.display()),
+            )
+        })?;
+        let fd = open_at(libc::AT_FDCWD, &c, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        Ok(Dir { file: fd.into() })
+    }
+
+    /// The descriptor as a `File` (for `metadata`, `set_permissions`,
+    /// `set_modified`, `fchown`).
+    pub fn as_file(&self) -> &File {
+        &self.file
+    }
+
+    /// Another descriptor of the same open directory.
+    pub fn try_clone(&self) -> io::Result<Dir> {
+        Ok(Dir {
+            file: self.file.try_clone()?,
+        })
+    }
+
+    /// The raw descriptor.
+    fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    /// Status of this directory.
+    pub fn stat_self(&self) -> io::Result<Stat> {
+        fstat(self.fd())
+    }
+
+    /// Status of the entry `name`, not following a symlink.
+    pub fn stat(&self, name: &OsStr) -> io::Result<Stat> {
+        let c = c_name(name)?;
+        let mut st = MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: `c` is NUL-terminated, `st` is valid for writes.
+        check(unsafe {
+            libc::fstatat(
+                self.fd(),
+                c.as_ptr(),
+                st.as_mut_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        })?;
+        // SAFETY: fstatat succeeded, so it filled `st`.
+        Ok(Stat::from_raw(unsafe { &st.assume_init() }))
+    }
+
+    /// Opens the subdirectory `name`; a symlink fails (`ELOOP`), so does a
+    /// non-directory (`ENOTDIR`).
+    pub fn open_dir(&self, name: &OsStr) -> io::Result<Dir> {
+        let c = c_name(name)?;
+        let fd = open_at(
+            self.fd(),
+            &c,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            0,
+        )?;
+        Ok(Dir { file: fd.into() })
+    }
+
+    /// Opens the regular file `name` for reading. A symlink fails
+    /// (`ELOOP`); anything but a regular file fails with `InvalidInput`
+    /// (a fifo is opened without blocking, then refused).
+    pub fn open_file(&self, name: &OsStr) -> io::Result<File> {
+        let c = c_name(name)?;
+        let fd = open_at(
+            self.fd(),
+            &c,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
+            0,
+        )?;
+        if fstat(fd.as_raw_fd())?.kind != Kind::File {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name:?} is not a regular file"),
+            ));
+        }
+        Ok(fd.into())
+    }
+
+    /// Creates the regular file `name` (it must not exist; a symlink there
+    /// is not followed) for writing, with permissions `mode` (less the
+    /// umask).
+    pub fn create_file(&self, name: &OsStr, mode: u32) -> io::Result<File> {
+        let c = c_name(name)?;
+        let fd = open_at(
+            self.fd(),
+            &c,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_NOCTTY,
+            mode,
+        )?;
+        Ok(fd.into())
+    }
+
+    /// Creates the directory `name` with permissions `mode` (less the
+    /// umask).
+    pub fn create_dir(&self, name: &OsStr, mode: u32) -> io::Result<()> {
+        let c = c_name(name)?;
+        // SAFETY: `c` is NUL-terminated and outlives the call.
+        check(unsafe { libc::mkdirat(self.fd(), c.as_ptr(), mode as libc::mode_t) })
+    }
+
+    /// Removes the non-directory `name` (a symlink itself, never its
+    /// target).
+    pub fn remove_file(&self, name: &OsStr) -> io::Result<()> {
+        let c = c_name(name)?;
+        // SAFETY: `c` is NUL-terminated and outlives the call.
+        check(unsafe { libc::unlinkat(self.fd(), c.as_ptr(), 0) })
+    }
+
+    /// Creates the symlink `name` pointing at `target` (which is stored,
+    /// never resolved).
+    pub fn symlink(&self, target: &OsStr, name: &OsStr) -> io::Result<()> {
+        let c = c_name(name)?;
+        let t = CString::new(target.as_bytes()).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a symlink target contains a NUL byte",
+            )
+        })?;
+        // SAFETY: both strings are NUL-terminated and outlive the call.
+        check(unsafe { libc::symlinkat(t.as_ptr(), self.fd(), c.as_ptr()) })
+    }
+
+    /// Makes `name` a hard link to `from_name` in `from` (a symlink there is
+    /// linked itself, not followed).
+    pub fn hard_link(&self, from: &Dir, from_name: &OsStr, name: &OsStr) -> io::Result<()> {
+        let (old, new) = (c_name(from_name)?, c_name(name)?);
+        // SAFETY: both strings are NUL-terminated and outlive the call;
+        // flags 0 means the old path's symlink is not followed.
+        check(unsafe { libc::linkat(from.fd(), old.as_ptr(), self.fd(), new.as_ptr(), 0) })
+    }
+
+    /// The target of the symlink `name`.
+    pub fn read_link(&self, name: &OsStr) -> io::Result<PathBuf> {
+        let c = c_name(name)?;
+        let mut buf = vec![0u8; 256];
+        loop {
+            // SAFETY: `buf` is valid for writes of `buf.len()` bytes and `c`
+            // is NUL-terminated; readlinkat does not keep either pointer.
+            let n = unsafe {
+                libc::readlinkat(self.fd(), c.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+            };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let n = n as usize;
+            if n < buf.len() {
+                buf.truncate(n);
+                return Ok(PathBuf::from(OsString::from_vec(buf)));
+            }
+            // Possibly cut short: try again with more room.
+            let more = buf.len() * 2;
+            buf.resize(more, 0);
+        }
+    }
+
+    /// Changes the owner of `name` (a symlink itself, not its target);
+    /// `None` leaves that id as it is.
+    pub fn chown_nofollow(
+        &self,
+        name: &OsStr,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> io::Result<()> {
+        let c = c_name(name)?;
+        // (uid_t)-1 means "unchanged".
+        let (uid, gid) = (uid.unwrap_or(u32::MAX), gid.unwrap_or(u32::MAX));
+        // SAFETY: `c` is NUL-terminated and outlives the call.
+        check(unsafe { libc::fchownat(self.fd(), c.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) })
+    }
+
+    /// Sets the modification time of `name` (a symlink itself, not its
+    /// target), in seconds since the epoch.
+    pub fn set_mtime_nofollow(&self, name: &OsStr, mtime: i64) -> io::Result<()> {
+        let c = c_name(name)?;
+        let times = mtime_only(mtime);
+        // SAFETY: `c` is NUL-terminated and `times` holds the two timespecs
+        // utimensat reads; the call keeps neither pointer.
+        check(unsafe {
+            libc::utimensat(
+                self.fd(),
+                c.as_ptr(),
+                times.as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        })
+    }
+
+    /// The names in this directory (without `.` and `..`), sorted. Read
+    /// through a descriptor of its own (`openat(fd, ".")`: the same
+    /// directory, never a path walk), so this works any number of times.
+    pub fn entries(&self) -> io::Result<Vec<OsString>> {
+        let fd = open_at(
+            self.fd(),
+            c".",
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            0,
+        )?;
+        let raw = std::os::fd::IntoRawFd::into_raw_fd(fd);
+        // SAFETY: `raw` is an open directory descriptor that fdopendir takes
+        // over (closedir closes it).
+        let dirp = unsafe { libc::fdopendir(raw) };
+        if dirp.is_null() {
+            let e = io::Error::last_os_error();
+            // SAFETY: fdopendir failed, so `raw` is still ours to close.
+            unsafe { libc::close(raw) };
+            return Err(e);
+        }
+        let stream = DirStream(dirp);
+        let mut names = Vec::new();
+        loop {
+            // SAFETY: errno is thread-local; clearing it tells the end of the
+            // stream (NULL, errno 0) from an error (NULL, errno set).
+            unsafe { *libc::__errno_location() = 0 };
+            // SAFETY: `stream.0` is an open directory stream.
+            let ent = unsafe { libc::readdir(stream.0) };
+            if ent.is_null() {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error().unwrap_or(0) != 0 {
+                    return Err(e);
+                }
+                break;
+            }
+            // SAFETY: readdir returned a valid entry whose `d_name` is
+            // NUL-terminated; it stays valid until the next readdir.
+            let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
+            if name != b"." && name != b".." {
+                names.push(OsStr::from_bytes(name).to_os_string());
+            }
+        }
+        drop(stream);
+        names.sort();
+        Ok(names)
+    }
+
+    /// Opens the subdirectory `name` (at `path`, for errors), creating it
+    /// first when missing and `create`. A symlink or a non-directory there
+    /// is a [`BeneathError`], never followed. An entry that keeps changing
+    /// between the attempt to open it and the look at what it is (a
+    /// directory exchanged with a symlink over and over) is tried
+    /// [`ENTER_ATTEMPTS`] times, then [`BeneathError::Changing`].
+    pub fn enter(&self, name: &OsStr, path: &Path, create: bool) -> Result<Dir, BeneathError> {
+        let at = || path.to_path_buf();
+        for _ in 0..ENTER_ATTEMPTS {
+            let e = match self.open_dir(name) {
+                Ok(d) => return Ok(d),
+                Err(e) => e,
+            };
+            // What a swap (or a missing entry) gives; anything else (no
+            // permission, out of descriptors) is reported as it is.
+            let swapped = matches!(
+                e.raw_os_error(),
+                Some(libc::ELOOP) | Some(libc::ENOTDIR) | Some(libc::ENOENT)
+            );
+            match self.stat(name) {
+                Ok(s) if s.kind == Kind::Symlink => {
+                    return Err(BeneathError::Symlink { path: at() })
+                }
+                Ok(s) if s.kind != Kind::Dir => {
+                    return Err(BeneathError::NotADirectory { path: at() })
+                }
+                // A directory now: it was swapped meanwhile; again.
+                Ok(_) if swapped => {}
+                Err(s) if s.kind() == io::ErrorKind::NotFound && !create => {
+                    return Err(BeneathError::NotFound { path: at() })
+                }
+                Err(s) if s.kind() == io::ErrorKind::NotFound => match self.create_dir(name, 0o777)
+                {
+                    // Made by someone else meanwhile: open what is there.
+                    Ok(()) => {}
+                    Err(c) if c.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(source) => return Err(BeneathError::Io { path: at(), source }),
+                },
+                Ok(_) | Err(_) => {
+                    return Err(BeneathError::Io {
+                        path: at(),
+                        source: e,
+                    })
+                }
+            }
+        }
+        Err(BeneathError::Changing { path: at() })
+    }
+
+    /// Opens the directory `rel` beneath this one, one component at a time,
+    /// never following a symlink. `""` gives another descriptor of this
+    /// directory. With `create`, missing directories are made (mode 0o777
+    /// less the umask).
+    fn walk_to(&self, rel: &Path, create: bool) -> Result<Dir, BeneathError> {
+        let comps = components(rel)?;
+        let mut cur = self.try_clone().map_err(|source| BeneathError::Io {
+            path: PathBuf::new(),
+            source,
+        })?;
+        let mut at = PathBuf::new();
+        for c in comps {
+            at.push(c);
+            cur = cur.enter(c, &at, create)?;
+        }
+        Ok(cur)
+    }
+
+    /// Opens the existing directory `rel` beneath this one, never following
+    /// a symlink.
+    pub fn dir_beneath(&self, rel: &Path) -> Result<Dir, BeneathError> {
+        self.walk_to(rel, false)
+    }
+
+    /// Opens the directory `rel` beneath this one, creating what is missing,
+    /// never following a symlink.
+    pub fn make_dirs_beneath(&self, rel: &Path) -> Result<Dir, BeneathError> {
+        self.walk_to(rel, true)
+    }
+
+    /// Opens what is at `rel` beneath this one, a directory or a regular
+    /// file, never following a symlink (not even at the last component).
+    /// `""` is this directory.
+    pub fn open_beneath(&self, rel: &Path) -> Result<Opened, BeneathError> {
+        let comps = components(rel)?;
+        let Some((last, parents)) = comps.split_last() else {
+            return self.walk_to(Path::new(""), false).map(Opened::Dir);
+        };
+        let parent: PathBuf = parents.iter().collect();
+        let dir = self.walk_to(&parent, false)?;
+        let path = parent.join(last);
+        let io_err = |source| BeneathError::Io {
+            path: path.clone(),
+            source,
+        };
+        let stat = dir.stat(last).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => BeneathError::NotFound { path: path.clone() },
+            _ => io_err(e),
+        })?;
+        match stat.kind {
+            Kind::Dir => dir.enter(last, &path, false).map(Opened::Dir),
+            Kind::File => match dir.open_file(last) {
+                Ok(file) => Ok(Opened::File {
+                    file,
+                    name: last.to_os_string(),
+                }),
+                // Swapped for something else since the stat.
+                Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                    Err(BeneathError::NotRegular { path })
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                    Err(BeneathError::Symlink { path })
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    Err(BeneathError::NotFound { path })
+                }
+                Err(e) => Err(io_err(e)),
+            },
+            Kind::Symlink => Err(BeneathError::Symlink { path }),
+            Kind::Other => Err(BeneathError::NotRegular { path }),
+        }
+    }
+
+    /// Opens the regular file `rel` beneath this one for reading, never
+    /// following a symlink; a directory there is [`BeneathError::NotRegular`].
+    pub fn file_beneath(&self, rel: &Path) -> Result<File, BeneathError> {
+        match self.open_beneath(rel)? {
+            Opened::File { file, .. } => Ok(file),
+            Opened::Dir(_) => Err(BeneathError::NotRegular {
+                path: rel.to_path_buf(),
+            }),
+        }
+    }
+
+    /// Visits everything below this directory, depth first, names sorted,
+    /// never following a symlink. `visit` sees each entry; for a directory
+    /// it returns whether to go into it (it is then opened with
+    /// `O_NOFOLLOW` from its parent's descriptor). Entries that disappear
+    /// or are replaced by a non-directory while walking are skipped. Errors
+    /// name the path relative to this directory.
+    pub fn walk(
+        &self,
+        mut visit: impl FnMut(&WalkEntry<'_>) -> io::Result<bool>,
+    ) -> io::Result<()> {
+        /// A directory being listed.
+        struct Frame {
+            /// Its descriptor.
+            dir: Dir,
+            /// Its path relative to the walked directory.
+            path: PathBuf,
+            /// The names still to visit.
+            names: std::vec::IntoIter<OsString>,
+        }
+        let with_path = |p: &Path, e: io::Error| {
+            let shown = if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            };
+            io::Error::new(e.kind(), format!("{}: {e}", shown.display()))
+        };
+        let names = self.entries().map_err(|e| with_path(Path::new(""), e))?;
+        let mut stack = vec![Frame {
+            dir: self.try_clone()?,
+            path: PathBuf::new(),
+            names: names.into_iter(),
+        }];
+        while let Some(top) = stack.last_mut() {
+            let Some(name) = top.names.next() else {
+                stack.pop();
+                continue;
+            };
+            let path = top.path.join(&name);
+            let stat = match top.dir.stat(&name) {
+                Ok(s) => s,
+                // Removed while we were walking: not part of the walk.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(with_path(&path, e)),
+            };
+            let descend = visit(&WalkEntry {
+                parent: &top.dir,
+                name: &name,
+                path: &path,
+                stat,
+            })?;
+            if !(descend && stat.kind == Kind::Dir) {
+                continue;
+            }
+            let child = match top.dir.open_dir(&name) {
+                Ok(d) => d,
+                Err(e) if changed_meanwhile(&e) => {
+                    tracing::warn!(path = %path.display(), "a directory changed while it was being read; skipped");
+                    continue;
+                }
+                Err(e) => return Err(with_path(&path, e)),
+            };
+            let names = child.entries().map_err(|e| with_path(&path, e))?;
+            stack.push(Frame {
+                dir: child,
+                path,
+                names: names.into_iter(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    //! Also used by the tests of the tar streams and the volume store:
+    //! [`flip_until`] plays the attacker who swaps a directory for a symlink.
+    use super::*;
+    use std::io::Read;
+    use std::os::unix::fs::symlink;
+
+    /// Starts a thread that atomically exchanges the directory `dir` with a
+    /// symlink to `outside` (`renameat2(RENAME_EXCHANGE)`, as an attacker
+    /// would, so that `dir` always exists) until `stop`, leaving the
+    /// directory in place; it returns the number of exchanges.
+    pub(crate) fn flip_until(
+        dir: &Path,
+        outside: &Path,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<u64> {
+        let link = dir.with_extension("flip");
+        symlink(outside, &link).unwrap();
+        let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).unwrap();
+        let (a, b) = (c(dir), c(&link));
+        std::thread::spawn(move || {
+            let mut flips = 0u64;
+            while flips % 2 == 1
+                || (!stop.load(std::sync::atomic::Ordering::Relaxed) && flips < 10_000_000)
+            {
+                // SAFETY: both paths are NUL-terminated and outlive the call.
+                let r = unsafe {
+                    libc::renameat2(
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+                assert_eq!(r, 0, "{}", io::Error::last_os_error());
+                flips += 1;
+            }
+            flips
+        })
+    }
+
+    /// A root `vol` with `a/b/f.txt`, next to `host/secret.txt`.
+    fn fixture() -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let vol = tmp.path().join("vol");
+        std::fs::create_dir_all(vol.join("a/b")).unwrap();
+        std::fs::write(vol.join("a/b/f.txt"), b"inside").unwrap();
+        std::fs::create_dir_all(tmp.path().join("host/b")).unwrap();
+        std::fs::write(tmp.path().join("host/secret.txt"), b"secret").unwrap();
+        std::fs::write(tmp.path().join("host/b/f.txt"), b"secret").unwrap();
+        (tmp, vol)
+    }
+
+    #[test]
+    fn paths_resolve_beneath_without_following_symlinks() {
+        let (tmp, vol) = fixture();
+        let root = Dir::open(&vol).unwrap();
+        let Opened::File { mut file, name } = root.open_beneath(Path::new("/a/./b/f.txt")).unwrap()
+        else {
+            panic!("a file")
+        };
+        assert_eq!(name, "f.txt");
+        let mut s = String::new();
+        file.read_to_string(&mut s).unwrap();
+        assert_eq!(s, "inside");
+        assert!(matches!(
+            root.open_beneath(Path::new("")).unwrap(),
+            Opened::Dir(_)
+        ));
+
+        // A symlink at any level is refused, wherever it points.
+        symlink(tmp.path().join("host"), vol.join("up")).unwrap();
+        symlink("a", vol.join("alias")).unwrap();
+        symlink("f.txt", vol.join("a/b/link")).unwrap();
+        for p in ["up/secret.txt", "up", "alias/b/f.txt", "a/b/link"] {
+            let e = root.open_beneath(Path::new(p)).unwrap_err();
+            assert!(matches!(e, BeneathError::Symlink { .. }), "{p}: {e}");
+            assert!(e.is_refusal());
+        }
+        for p in ["../vol/a", "a/../../host"] {
+            let e = root.open_beneath(Path::new(p)).unwrap_err();
+            assert!(matches!(e, BeneathError::Escapes { .. }), "{p}: {e}");
+        }
+        let e = root.open_beneath(Path::new("a/nope/x")).unwrap_err();
+        assert!(matches!(e, BeneathError::NotFound { ref path } if path == Path::new("a/nope")));
+        let e = root.open_beneath(Path::new("a/b/f.txt/x")).unwrap_err();
+        assert!(matches!(e, BeneathError::NotADirectory { .. }), "{e}");
+        assert!(matches!(
+            root.file_beneath(Path::new("a")).unwrap_err(),
+            BeneathError::NotRegular { .. }
+        ));
+        // Single components only.
+        for bad in ["", ".", "..", "a/b"] {
+            assert!(root.open_dir(OsStr::new(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_open_directory_stays_the_same_when_its_path_is_swapped() {
+        let (tmp, vol) = fixture();
+        let root = Dir::open(&vol).unwrap();
+        let b = root.dir_beneath(Path::new("a/b")).unwrap();
+        // The attacker swaps `a` for a symlink to the host.
+        std::fs::rename(vol.join("a"), vol.join("a.old")).unwrap();
+        symlink(tmp.path().join("host"), vol.join("a")).unwrap();
+        let mut s = String::new();
+        b.open_file(OsStr::new("f.txt"))
+            .unwrap()
+            .read_to_string(&mut s)
+            .unwrap();
+        assert_eq!(s, "inside");
+        b.create_file(OsStr::new("new"), 0o644).unwrap();
+        assert!(vol.join("a.old/b/new").exists());
+        assert!(!tmp.path().join("host/b/new").exists());
+        // A new resolution sees the symlink and refuses it.
+        assert!(matches!(
+            root.make_dirs_beneath(Path::new("a/b/c")).unwrap_err(),
+            BeneathError::Symlink { .. }
+        ));
+        assert!(!tmp.path().join("host/b/c").exists());
+    }
+
+    #[test]
+    fn make_dirs_creates_what_is_missing_and_walk_lists_in_order() {
+        let (_tmp, vol) = fixture();
+        let root = Dir::open(&vol).unwrap();
+        root.make_dirs_beneath(Path::new("x/y/z")).unwrap();
+        assert!(vol.join("x/y/z").is_dir());
+        root.symlink(OsStr::new("a/b"), OsStr::new("l")).unwrap();
+        let mut seen = Vec::new();
+        root.walk(|e| {
+            seen.push((e.path.display().to_string(), e.stat.kind));
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(
+            seen,
+            vec![
+                ("a".to_string(), Kind::Dir),
+                ("a/b".to_string(), Kind::Dir),
+                ("a/b/f.txt".to_string(), Kind::File),
+                ("l".to_string(), Kind::Symlink),
+                ("x".to_string(), Kind::Dir),
+                ("x/y".to_string(), Kind::Dir),
+                ("x/y/z".to_string(), Kind::Dir),
+            ]
+        );
+        assert_eq!(root.read_link(OsStr::new("l")).unwrap(), Path::new("a/b"));
+        // Listing twice gives the same names.
+        assert_eq!(root.entries().unwrap(), root.entries().unwrap());
+    }
+}
