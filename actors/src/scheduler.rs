@@ -486,7 +486,7 @@ pub fn filter<'a>(
             *not_running.entry(w.state).or_default() += 1;
         } else if c.avoid.contains(&r.name) {
             lost_earlier += 1;
-        } else if !versions_compatible(&r.version, WEB_VERSION) {
+        } else if r.version != WEB_VERSION && !versions_compatible(&r.version, WEB_VERSION) {
             incompatible += 1;
         } else if r.platform != c.platform {
             wrong_platform += 1;
