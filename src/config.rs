@@ -62,6 +62,9 @@ pub struct WebConfig {
     pub admin_token: Option<String>,
     /// Team tokens: `team name = "token"`; each team is created if missing.
     pub teams: std::collections::BTreeMap<String, String>,
+    /// This web node's name, stable across restarts (several web nodes may
+    /// share a PostgreSQL database); default `HOSTNAME:PORT`.
+    pub node_name: Option<String>,
 }
 
 /// Placement strategy chains, each a list of strategy names: the first is the
@@ -128,6 +131,7 @@ impl Default for WebConfig {
             placement: PlacementChains::default(),
             admin_token: None,
             teams: Default::default(),
+            node_name: None,
         }
     }
 }

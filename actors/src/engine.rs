@@ -26,6 +26,8 @@ pub struct EngineConfig {
     pub rerun_when_worker_disappears: bool,
     /// Encoding of streams to and from workers.
     pub encoding: Encoding,
+    /// This web node's name: builds it runs are recorded as its own.
+    pub node_name: String,
 }
 
 /// Handles to the running actors and shared services.
@@ -66,7 +68,7 @@ impl Engine {
     ) -> Result<Engine, EngineError> {
         let hub = EventHub::default();
         // Builds that were running when a web node stopped cannot be resumed yet.
-        for id in db.unfinished_builds().await? {
+        for id in db.unfinished_builds(&config.node_name).await? {
             let reason = "the web node stopped while the build ran";
             db.finish_build(id, BuildStatus::Errored, None, Some(reason))
                 .await?;
@@ -202,7 +204,10 @@ impl Engine {
             )));
         }
         let json = serde_json::to_value(&plan).expect("plans serialise");
-        let id = self.db.create_build(team, &json).await?;
+        let id = self
+            .db
+            .create_build(team, &json, &self.config.node_name)
+            .await?;
         let deps = BuildDeps {
             db: self.db.clone(),
             hub: self.hub.clone(),

@@ -237,7 +237,7 @@ mod tests {
     async fn sink_stores_in_order_and_publishes_live() {
         let (db, _d) = crate::db::test_db().await;
         let id = db
-            .create_build("main", &serde_json::json!({}))
+            .create_build("main", &serde_json::json!({}), "a")
             .await
             .unwrap();
         let hub = EventHub::default();

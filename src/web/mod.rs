@@ -87,7 +87,12 @@ pub async fn start_web(
             cfg.stream_encoding
         )
     })?;
+    let node_name = cfg.node_name.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}:{}", host.trim(), cfg.listen.port())
+    });
     let engine_config = EngineConfig {
+        node_name,
         placement: cfg.placement.parse()?,
         lifecycle: LifecycleConfig {
             stalled_worker_timeout: cfg

@@ -122,13 +122,15 @@ impl Db {
         &self,
         team: &str,
         plan: &serde_json::Value,
+        web_node: &str,
     ) -> Result<i64, EngineError> {
         let (id,): (i64,) = sqlx::query_as(
-            "INSERT INTO builds (team, status, plan, created_at) VALUES ($1, 'pending', $2, $3) RETURNING id",
+            "INSERT INTO builds (team, status, plan, created_at, web_node) VALUES ($1, 'pending', $2, $3, $4) RETURNING id",
         )
         .bind(team)
         .bind(plan.to_string())
         .bind(now_ms())
+        .bind(web_node)
         .fetch_one(self.pool())
         .await?;
         Ok(id)
@@ -204,11 +206,13 @@ impl Db {
     }
 
     /// Builds that had not ended (e.g. when a web node stopped under them).
-    pub async fn unfinished_builds(&self) -> Result<Vec<i64>, EngineError> {
-        let rows: Vec<(i64,)> =
-            sqlx::query_as("SELECT id FROM builds WHERE status IN ('pending', 'started')")
-                .fetch_all(self.pool())
-                .await?;
+    pub async fn unfinished_builds(&self, web_node: &str) -> Result<Vec<i64>, EngineError> {
+        let rows: Vec<(i64,)> = sqlx::query_as(
+            "SELECT id FROM builds WHERE status IN ('pending', 'started') AND (web_node = $1 OR web_node IS NULL)",
+        )
+        .bind(web_node)
+        .fetch_all(self.pool())
+        .await?;
         Ok(rows.into_iter().map(|r| r.0).collect())
     }
 
@@ -261,7 +265,7 @@ mod tests {
     async fn builds_and_events_round_trip() {
         let (db, _dir) = crate::db::test_db().await;
         let id = db
-            .create_build("main", &serde_json::json!({"task": "t"}))
+            .create_build("main", &serde_json::json!({"task": "t"}), "a")
             .await
             .unwrap();
         db.append_build_event(id, 1, "{\"a\":1}").await.unwrap();
@@ -276,6 +280,12 @@ mod tests {
         let b = db.get_build(id).await.unwrap().unwrap();
         assert_eq!(b.status, BuildStatus::Failed);
         assert_eq!(b.exit_status, Some(3));
-        assert!(db.unfinished_builds().await.unwrap().is_empty());
+        assert!(db.unfinished_builds("a").await.unwrap().is_empty());
+        let other = db
+            .create_build("main", &serde_json::json!({}), "b")
+            .await
+            .unwrap();
+        assert!(db.unfinished_builds("a").await.unwrap().is_empty());
+        assert_eq!(db.unfinished_builds("b").await.unwrap(), vec![other]);
     }
 }
