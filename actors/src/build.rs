@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
@@ -18,8 +19,8 @@ use crate::placement::Load;
 use crate::registry::WorkerStates;
 use crate::runtime::{ProcessIo, ProcessSignal, Worker, WorkerConnector};
 use crate::scheduler::{
-    abandon_ticket, ArtifactLocality, Placement, ReleasePlacement, Scheduler, SelectWorker,
-    Selection, StepRequest,
+    abandon_ticket, ArtifactLocality, Placement, ReleasePlacement, RestorePlacement, Scheduler,
+    SelectWorker, Selection, StepRequest,
 };
 use crate::spec::{
     ContainerSpec, Encoding, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec, VolumeSpec,
@@ -101,6 +102,20 @@ pub struct Build {
     stop: watch::Sender<Option<StopReason>>,
     /// Running builds, which this one leaves when it stops.
     running: RunningBuilds,
+    /// Set when a restarted web node takes over a build that was running.
+    resume: Option<Resume>,
+}
+
+/// A build a restarted web node takes over: its step's process is still on
+/// its worker (or has ended there, its exit status kept).
+#[derive(Debug, Clone)]
+pub struct Resume {
+    /// The worker running the step.
+    pub worker: String,
+    /// The step's container.
+    pub container: String,
+    /// Sequence number of the build's next event.
+    pub next_event: i64,
 }
 
 /// Why a build is being stopped.
@@ -134,6 +149,22 @@ impl Build {
             deps,
             stop: watch::channel(None).0,
             running,
+            resume: None,
+        }
+    }
+
+    /// A build that a restarted web node takes over where it was.
+    pub fn resuming(
+        id: i64,
+        team: String,
+        plan: OneOffPlan,
+        deps: BuildDeps,
+        running: RunningBuilds,
+        resume: Resume,
+    ) -> Self {
+        Build {
+            resume: Some(resume),
+            ..Build::new(id, team, plan, deps, running)
         }
     }
 }
@@ -161,17 +192,26 @@ impl Actor for Build {
                 });
             });
         }
+        let next_event = self.resume.as_ref().map_or(1, |r| r.next_event);
         let run = BuildRun {
             id: self.id,
             team: self.team.clone(),
             deps: self.deps.clone(),
-            sink: EventSink::new(self.id, self.deps.db.clone(), self.deps.hub.clone()),
+            sink: EventSink::resume(
+                self.id,
+                next_event,
+                self.deps.db.clone(),
+                self.deps.hub.clone(),
+            ),
             abort: self.stop.subscribe(),
         };
-        run.run(plan)
-            .into_actor(self)
-            .map(|_, _, ctx| ctx.stop())
-            .spawn(ctx);
+        match self.resume.take() {
+            Some(resume) => run.resume(plan, resume).boxed_local(),
+            None => run.run(plan).boxed_local(),
+        }
+        .into_actor(self)
+        .map(|_, _, ctx| ctx.stop())
+        .spawn(ctx);
     }
 }
 
@@ -281,6 +321,134 @@ impl BuildRun {
                 other => break other,
             }
         };
+        self.conclude(result).await;
+    }
+
+    /// Takes over a build whose web node restarted: reattaches to its
+    /// step's process (output already stored is not repeated), then goes on
+    /// as usual: outputs, cleanup, final status.
+    async fn resume(mut self, plan: OneOffPlan, resume: Resume) {
+        tracing::info!(build = self.id, worker = %resume.worker, "resuming a build after a restart of the web node");
+        let result = self
+            .resume_step(&plan, &resume)
+            .await
+            .map_err(EngineError::lost_if_unreachable);
+        self.conclude(result).await;
+    }
+
+    async fn resume_step(
+        &mut self,
+        plan: &OneOffPlan,
+        resume: &Resume,
+    ) -> Result<StepEnd, EngineError> {
+        let db = self.deps.db.clone();
+        let row = db
+            .get_worker(&resume.worker)
+            .await?
+            .ok_or_else(|| EngineError::WorkerLost {
+                worker: resume.worker.clone(),
+                reason: "was removed while the web node was down".into(),
+            })?;
+        let worker = self.deps.connector.connect(&row.registration);
+        let worker_state = self
+            .deps
+            .worker_states
+            .get(&resume.worker)
+            .map(|tx| tx.subscribe())
+            .ok_or_else(|| EngineError::WorkerLost {
+                worker: resume.worker.clone(),
+                reason: "was removed while the web node was down".into(),
+            })?;
+        let containers = db.build_handles(HandleKind::Container, self.id).await?;
+        let volumes = db.build_handles(HandleKind::Volume, self.id).await?;
+        let mut created = Created {
+            containers: containers.iter().map(|r| r.handle.clone()).collect(),
+            volumes: volumes.iter().map(|r| r.handle.clone()).collect(),
+        };
+        // The Scheduler restarted empty: hold this step's capacity again.
+        let placement = Placement {
+            worker: resume.worker.clone(),
+            client: worker.clone(),
+            reserved: Load {
+                tasks: 1,
+                containers: created.containers.len() as u32,
+                volumes: created.volumes.len() as u32,
+            },
+        };
+        self.deps
+            .scheduler
+            .send(RestorePlacement(placement.clone()))
+            .await?;
+        let held = HeldPlacement {
+            placement: Some(placement),
+            scheduler: self.deps.scheduler.clone(),
+        };
+        let result = async {
+            let container = worker
+                .lookup_container(&resume.container)
+                .await?
+                .ok_or_else(|| {
+                    EngineError::Invalid(format!(
+                        "the step's container {} is gone from worker {}",
+                        resume.container, resume.worker
+                    ))
+                })?;
+            let (tx, rx) = mpsc::channel(256);
+            let process = container
+                .attach(
+                    ONE_OFF_STEP,
+                    ProcessIo {
+                        stdin: None,
+                        output: tx,
+                    },
+                )
+                .await?;
+            let mut outputs = Vec::new();
+            for row in &volumes {
+                let Some(name) = row.step.as_deref().and_then(|s| s.strip_prefix("output:")) else {
+                    continue;
+                };
+                if plan.config.outputs.iter().any(|o| o.name == name) {
+                    if let Some(v) = worker.lookup_volume(&row.handle).await? {
+                        outputs.push((name.to_string(), v));
+                    }
+                }
+            }
+            let skip = self.stored_output_bytes().await?;
+            self.follow(
+                &worker,
+                worker_state,
+                SetUp {
+                    process,
+                    rx,
+                    outputs,
+                },
+                skip,
+            )
+            .await
+        }
+        .await
+        .map_err(EngineError::lost_if_unreachable);
+        let lost = matches!(result, Err(EngineError::WorkerLost { .. }));
+        self.cleanup(worker.clone(), std::mem::take(&mut created), lost)
+            .await;
+        drop(held);
+        result
+    }
+
+    /// Bytes of stdout and stderr already stored as log events.
+    async fn stored_output_bytes(&self) -> Result<[u64; 2], EngineError> {
+        let mut bytes = [0u64; 2];
+        for (_, json) in self.deps.db.build_events_after(self.id, 0).await? {
+            if let Ok(BuildEvent::Log { stream, data, .. }) = serde_json::from_str(&json) {
+                bytes[usize::from(stream == "stderr")] += data.len() as u64;
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// Records how the build ended.
+    async fn conclude(&mut self, result: Result<StepEnd, EngineError>) {
         let stop_reason: Option<StopReason> = *self.abort.borrow();
         match result {
             Ok(StepEnd::Exited(0)) => self.finish(BuildStatus::Succeeded, Some(0), None).await,
@@ -413,7 +581,9 @@ impl BuildRun {
                     input.name
                 )));
             };
-            let volume = self.new_volume(worker, created).await?;
+            let volume = self
+                .new_volume(worker, created, &format!("input:{}", input.name))
+                .await?;
             mounts.push(MountSpec {
                 volume: volume.handle().to_string(),
                 path: format!("{build_dir}/{}", input.path),
@@ -436,7 +606,9 @@ impl BuildRun {
         .await?;
         let mut outputs = Vec::new();
         for output in &config.outputs {
-            let volume = self.new_volume(worker, created).await?;
+            let volume = self
+                .new_volume(worker, created, &format!("output:{}", output.name))
+                .await?;
             mounts.push(MountSpec {
                 volume: volume.handle().to_string(),
                 path: format!("{build_dir}/{}", output.path),
@@ -445,7 +617,9 @@ impl BuildRun {
             outputs.push((output.name.clone(), volume));
         }
         for cache in &config.caches {
-            let volume = self.new_volume(worker, created).await?;
+            let volume = self
+                .new_volume(worker, created, &format!("cache:{}", cache.path))
+                .await?;
             mounts.push(MountSpec {
                 volume: volume.handle().to_string(),
                 path: format!("{build_dir}/{}", cache.path),
@@ -568,10 +742,14 @@ impl BuildRun {
         let _ = self.sink.emit(&BuildEvent::status(status, exit)).await;
     }
 
+    /// Creates an empty volume for the step; `role` (`input:NAME`,
+    /// `output:NAME`, `cache:PATH`) is stored with its row, so a web node
+    /// that restarted finds the outputs again.
     async fn new_volume(
         &self,
         worker: &Arc<dyn Worker>,
         created: &mut Created,
+        role: &str,
     ) -> Result<Arc<dyn crate::runtime::Volume>, EngineError> {
         let handle = uuid::Uuid::new_v4().to_string();
         let db = &self.deps.db;
@@ -580,7 +758,7 @@ impl BuildRun {
             &handle,
             worker.name(),
             Some(self.id),
-            None,
+            Some(role),
             &self.team,
         )
         .await?;
@@ -604,7 +782,7 @@ impl BuildRun {
         created: &mut Created,
     ) -> Result<StepEnd, EngineError> {
         // Watch the worker before creating anything on it.
-        let mut worker_state = match self.deps.worker_states.get(worker.name()) {
+        let worker_state = match self.deps.worker_states.get(worker.name()) {
             Some(tx) => tx.subscribe(),
             None => {
                 return Err(EngineError::WorkerLost {
@@ -613,7 +791,6 @@ impl BuildRun {
                 })
             }
         };
-        let encoding = self.deps.encoding;
         // Setting up (volumes, inputs, image, container, process start) ends
         // early on an abort, a timeout or the worker stalling.
         let mut stop = self.abort.clone();
@@ -628,6 +805,21 @@ impl BuildRun {
                 })
             }
         };
+        self.follow(&worker, worker_state, set_up, [0, 0]).await
+    }
+
+    /// Follows a started process to its end: relays its output into build
+    /// events (skipping the first `skip` bytes of stdout and stderr, already
+    /// stored before a web node restart), watches for abort, timeout and the
+    /// worker stalling, then keeps the outputs as artifacts.
+    async fn follow(
+        &mut self,
+        worker: &Arc<dyn Worker>,
+        mut worker_state: watch::Receiver<WorkerState>,
+        set_up: SetUp,
+        mut skip: [u64; 2],
+    ) -> Result<StepEnd, EngineError> {
+        let encoding = self.deps.encoding;
         let SetUp {
             process,
             mut rx,
@@ -642,11 +834,14 @@ impl BuildRun {
             tokio::select! {
                 chunk = rx.recv() => {
                     let Some(chunk) = chunk else { break };
-                    let carry = match chunk.stream {
-                        crate::runtime::OutputStream::Stdout => &mut carry_out,
-                        crate::runtime::OutputStream::Stderr => &mut carry_err,
+                    let (carry, skipped) = match chunk.stream {
+                        crate::runtime::OutputStream::Stdout => (&mut carry_out, &mut skip[0]),
+                        crate::runtime::OutputStream::Stderr => (&mut carry_err, &mut skip[1]),
                     };
-                    let data = carry.push(&chunk.data);
+                    // Output replayed after a restart: drop what was stored already.
+                    let already = (*skipped).min(chunk.data.len() as u64) as usize;
+                    *skipped -= already as u64;
+                    let data = carry.push(&chunk.data[already..]);
                     if !data.is_empty() {
                         self.sink.emit(&BuildEvent::Log {
                             step: ONE_OFF_STEP.into(),

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use actix::prelude::*;
 
 use crate::artifact_store::ArtifactStore;
-use crate::build::{Build, BuildDeps, OneOffPlan};
+use crate::build::{Build, BuildDeps, OneOffPlan, Resume};
 use crate::db::{BuildStatus, Db};
 use crate::error::EngineError;
 use crate::events::{BuildEvent, EventHub, EventSink};
-use crate::registry::{LifecycleConfig, Registry, WorkerStates};
+use crate::registry::{LifecycleConfig, ListWorkers, Registry, WorkerStates};
 use crate::runtime::WorkerConnector;
 use crate::scheduler::{PlacementConfig, Scheduler};
 use crate::spec::Encoding;
@@ -67,25 +67,6 @@ impl Engine {
         config: EngineConfig,
     ) -> Result<Engine, EngineError> {
         let hub = EventHub::default();
-        // Builds that were running when a web node stopped cannot be resumed yet.
-        for id in db.unfinished_builds(&config.node_name).await? {
-            let reason = "the web node stopped while the build ran";
-            db.finish_build(id, BuildStatus::Errored, None, Some(reason))
-                .await?;
-            let next = db
-                .build_events_after(id, 0)
-                .await?
-                .last()
-                .map_or(0, |e| e.0);
-            let mut sink = EventSink::resume(id, next + 1, db.clone(), hub.clone());
-            sink.emit(&BuildEvent::Error {
-                message: reason.into(),
-                time: crate::db::now_ms(),
-            })
-            .await?;
-            sink.emit(&BuildEvent::status(BuildStatus::Errored, None))
-                .await?;
-        }
         let scheduler = Scheduler::start_on_own_thread(config.placement.clone());
         let worker_states = WorkerStates::default();
         let registry = Registry::new(
@@ -96,7 +77,9 @@ impl Engine {
             config.lifecycle.clone(),
         )
         .start();
-        Ok(Engine {
+        // Answered once the registry has loaded the stored workers.
+        registry.send(ListWorkers).await?;
+        let engine = Engine {
             db,
             hub,
             registry,
@@ -108,7 +91,79 @@ impl Engine {
             builds: Default::default(),
             intercepts: Default::default(),
             connector,
-        })
+        };
+        engine.take_over_unfinished_builds().await?;
+        Ok(engine)
+    }
+
+    /// What a Build actor needs from the engine.
+    fn build_deps(&self) -> BuildDeps {
+        BuildDeps {
+            db: self.db.clone(),
+            hub: self.hub.clone(),
+            scheduler: self.scheduler.clone(),
+            artifacts: self.artifacts.clone(),
+            encoding: self.config.encoding,
+            worker_states: self.worker_states.clone(),
+            rerun_when_worker_disappears: self.config.rerun_when_worker_disappears,
+            connector: self.connector.clone(),
+            imports: self.imports.clone(),
+            intercepts: self.intercepts.clone(),
+        }
+    }
+
+    /// Builds this web node was running when it stopped: a step whose
+    /// container still stands is taken over (its process reattached); the
+    /// others are recorded as errored, saying why.
+    async fn take_over_unfinished_builds(&self) -> Result<(), EngineError> {
+        let db = &self.db;
+        for id in db.unfinished_builds(&self.config.node_name).await? {
+            let Some(build) = db.get_build(id).await? else {
+                continue;
+            };
+            let next_event = db
+                .build_events_after(id, 0)
+                .await?
+                .last()
+                .map_or(0, |e| e.0)
+                + 1;
+            let plan = serde_json::from_value::<OneOffPlan>(build.plan.clone());
+            let container = db
+                .find_step_container(id, crate::build::ONE_OFF_STEP)
+                .await?;
+            match (plan, container) {
+                (Ok(plan), Some(c)) if c.state == "created" => {
+                    let resume = Resume {
+                        worker: c.worker,
+                        container: c.handle,
+                        next_event,
+                    };
+                    Build::resuming(
+                        id,
+                        build.team,
+                        plan,
+                        self.build_deps(),
+                        self.builds.clone(),
+                        resume,
+                    )
+                    .start();
+                }
+                _ => {
+                    let reason = "the web node stopped before the step's container was running";
+                    db.finish_build(id, BuildStatus::Errored, None, Some(reason))
+                        .await?;
+                    let mut sink = EventSink::resume(id, next_event, db.clone(), self.hub.clone());
+                    sink.emit(&BuildEvent::Error {
+                        message: reason.into(),
+                        time: crate::db::now_ms(),
+                    })
+                    .await?;
+                    sink.emit(&BuildEvent::status(BuildStatus::Errored, None))
+                        .await?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A client of the registered worker `name`, to reach a container it
@@ -208,18 +263,7 @@ impl Engine {
             .db
             .create_build(team, &json, &self.config.node_name)
             .await?;
-        let deps = BuildDeps {
-            db: self.db.clone(),
-            hub: self.hub.clone(),
-            scheduler: self.scheduler.clone(),
-            artifacts: self.artifacts.clone(),
-            encoding: self.config.encoding,
-            worker_states: self.worker_states.clone(),
-            rerun_when_worker_disappears: self.config.rerun_when_worker_disappears,
-            connector: self.connector.clone(),
-            imports: self.imports.clone(),
-            intercepts: self.intercepts.clone(),
-        };
+        let deps = self.build_deps();
         Build::new(id, team.to_string(), plan, deps, self.builds.clone()).start();
         Ok(id)
     }

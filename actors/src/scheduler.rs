@@ -146,6 +146,12 @@ pub struct SelectWorker(pub StepRequest);
 #[rtype(result = "()")]
 pub struct ReleasePlacement(pub Placement);
 
+/// Holds a placement made before this Scheduler started (a build that a
+/// restarted web node took over), so limits count it again.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RestorePlacement(pub Placement);
+
 /// The Registry tells the Scheduler a worker's registration or state changed.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -412,6 +418,16 @@ impl Handler<ReleasePlacement> for Scheduler {
     fn handle(&mut self, msg: ReleasePlacement, _: &mut Context<Self>) {
         self.release(&msg.0);
         self.drain_queue();
+    }
+}
+
+impl Handler<RestorePlacement> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, msg: RestorePlacement, _: &mut Context<Self>) {
+        self.load
+            .entry(msg.0.worker.clone())
+            .or_default()
+            .add(&msg.0.reserved);
     }
 }
 

@@ -221,6 +221,54 @@ pub async fn execute(client: &ApiClient, args: ExecuteArgs) -> anyhow::Result<i3
         .await?;
     let build_id = created.id.as_i64().unwrap_or_default();
     eprintln!("executing build {build_id}");
+    let ended = follow(client, build_id).await?;
+    for (name, dir) in &outputs {
+        if let Some(id) = ended.produced.get(name) {
+            download(client, team, id, dir)
+                .await
+                .with_context(|| format!("downloading output {name:?}"))?;
+        }
+    }
+    ended.exit_code(build_id)
+}
+
+/// How a followed build ended.
+pub struct Ended {
+    /// Final status.
+    pub status: BuildStatus,
+    /// The task's exit status, when it ran.
+    pub exit_status: Option<i32>,
+    /// Output artifacts by output name.
+    pub produced: BTreeMap<String, String>,
+    /// The last error event's message.
+    pub last_error: Option<String>,
+}
+
+impl Ended {
+    /// The CLI's exit code: the task's exit status, or an error naming why
+    /// the build did not run to the end.
+    pub fn exit_code(self, build_id: i64) -> anyhow::Result<i32> {
+        let Ended {
+            status,
+            exit_status,
+            last_error,
+            ..
+        } = self;
+        match status {
+            BuildStatus::Succeeded => Ok(0),
+            BuildStatus::Failed => Ok(exit_status.unwrap_or(1)),
+            BuildStatus::Aborted => bail!("build {build_id} was aborted"),
+            _ => bail!(
+                "build {build_id} errored: {}",
+                last_error.unwrap_or_else(|| "no reason given".into())
+            ),
+        }
+    }
+}
+
+/// Follows a build's events to its end: its output goes to stdout and
+/// stderr as it is written; Ctrl-C aborts the build (a second one leaves).
+pub async fn follow(client: &ApiClient, build_id: i64) -> anyhow::Result<Ended> {
     let resp = client
         .http()
         .get(client.url(&format!("/api/v1/builds/{build_id}/events")))
@@ -294,20 +342,10 @@ pub async fn execute(client: &ApiClient, args: ExecuteArgs) -> anyhow::Result<i3
     let Some((status, exit_status)) = end else {
         bail!("the event stream of build {build_id} ended before the build did");
     };
-    for (name, dir) in &outputs {
-        if let Some(id) = produced.get(name) {
-            download(client, team, id, dir)
-                .await
-                .with_context(|| format!("downloading output {name:?}"))?;
-        }
-    }
-    match status {
-        BuildStatus::Succeeded => Ok(0),
-        BuildStatus::Failed => Ok(exit_status.unwrap_or(1)),
-        BuildStatus::Aborted => bail!("build {build_id} was aborted"),
-        _ => bail!(
-            "build {build_id} errored: {}",
-            last_error.unwrap_or_else(|| "no reason given".into())
-        ),
-    }
+    Ok(Ended {
+        status,
+        exit_status,
+        produced,
+        last_error,
+    })
 }

@@ -209,6 +209,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Follow a build's output to its end; exits with its task's exit status.
+    Watch {
+        /// Build id.
+        #[arg(short = 'b', long = "build")]
+        build: i64,
+    },
     /// Abort a running build.
     AbortBuild {
         /// Build id.
@@ -358,6 +364,9 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     }
                     Command::Volumes { json } => {
                         list::handles(&client, "volumes", json).await.map(|_| 0)
+                    }
+                    Command::Watch { build } => {
+                        execute::follow(&client, build).await?.exit_code(build)
                     }
                     Command::AbortBuild { build } => {
                         let _: serde_json::Value = client

@@ -114,6 +114,17 @@ impl Db {
             .pop())
     }
 
+    /// Every row of one kind that a build created.
+    pub async fn build_handles(
+        &self,
+        kind: HandleKind,
+        build_id: i64,
+    ) -> Result<Vec<HandleRow>, EngineError> {
+        let id = build_id.to_string();
+        self.select_handles(kind, "WHERE build_id = CAST($1 AS BIGINT)", &[&id])
+            .await
+    }
+
     /// The latest container of a build's step.
     pub async fn find_step_container(
         &self,

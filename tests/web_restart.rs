@@ -1,0 +1,121 @@
+//! End to end: the web node is killed while a build runs and started again;
+//! it takes the build over (reattaching to the step's process on the worker),
+//! without losing or repeating output, and keeps the build's outputs.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start_web_on(dir: &std::path::Path, port: u16, log: &str) -> Server {
+    let mut cmd = gantry();
+    cmd.args([
+        "web",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--registration-key",
+        "k3y",
+    ])
+    .arg("--data-dir")
+    .arg(dir.join("web"));
+    Server::start(cmd, "API on ", dir.join(log))
+}
+
+#[test]
+fn a_restarted_web_node_takes_over_a_running_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut web = start_web_on(dir.path(), port, "web1.log");
+    let _worker = start_worker(dir.path(), &web.url, "w", &[]);
+    wait_running(&web.url, 1);
+    write(
+        &dir.path().join("task.yml"),
+        "platform: linux\noutputs: [{name: out}]\nrun:\n  path: sh\n  args: [-c, 'i=1; while [ $i -le 12 ]; do echo line $i; i=$((i+1)); sleep 0.25; done; echo kept > out/f']\n",
+    );
+    let task = dir.path().join("task.yml");
+    let mut exec = spawn_execute(
+        &web.url,
+        dir.path(),
+        "first",
+        &["-c", task.to_str().unwrap()],
+    );
+    wait_for("line 2", Duration::from_secs(30), || {
+        std::fs::read_to_string(dir.path().join("first.out"))
+            .ok()?
+            .contains("line 2")
+            .then_some(())
+    });
+    let build = announced_build(&dir.path().join("first.err")).unwrap();
+    web.kill();
+    // The CLI that followed the build loses its stream and says so.
+    assert!(!wait_child(&mut exec, Duration::from_secs(20)).success());
+
+    let web = start_web_on(dir.path(), port, "web2.log");
+    let out = client(&web.url, &["watch", "-b", &build.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}\nweb log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        web.log_text()
+    );
+    assert!(
+        web.log_text().contains("resuming a build"),
+        "{}",
+        web.log_text()
+    );
+    let expected: String = (1..=12).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        expected,
+        "output lost or repeated"
+    );
+    // The output was kept, and nothing is left on the worker.
+    let events = reqwest::blocking::get(format!("{}/api/v1/builds/{build}/events", web.url))
+        .unwrap()
+        .text()
+        .unwrap();
+    let artifact = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["event"]["type"] == "output")
+        .and_then(|e| e["event"]["artifact_id"].as_str().map(str::to_string))
+        .expect("an output event");
+    let tar = reqwest::blocking::get(format!(
+        "{}/api/v1/teams/main/artifacts/{artifact}",
+        web.url
+    ))
+    .unwrap()
+    .bytes()
+    .unwrap();
+    let mut archive = tar::Archive::new(&tar[..]);
+    let kept: Vec<String> = archive
+        .entries()
+        .unwrap()
+        .filter_map(|e| {
+            let mut e = e.ok()?;
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut e, &mut s).ok()?;
+            Some(s)
+        })
+        .filter(|s| !s.is_empty())
+        .collect();
+    assert_eq!(kept, ["kept\n"]);
+    wait_for("cleanup", Duration::from_secs(20), || {
+        let c: serde_json::Value =
+            serde_json::from_slice(&client(&web.url, &["containers", "--json"]).stdout).ok()?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&client(&web.url, &["volumes", "--json"]).stdout).ok()?;
+        let w = worker_json(&web.url, "w")?;
+        (c.as_array()?.is_empty() && v.as_array()?.is_empty() && w["active_tasks"] == 0)
+            .then_some(())
+    });
+}
