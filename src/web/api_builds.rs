@@ -111,14 +111,7 @@ pub async fn containers(
     identity: Identity,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let team = identity.team_filter()?;
-    Ok(HttpResponse::Ok().json(
-        state
-            .engine
-            .db
-            .list_handles(HandleKind::Container, team)
-            .await?,
-    ))
+    handles(&identity, &state, HandleKind::Container).await
 }
 
 /// `GET /api/v1/volumes`
@@ -126,14 +119,17 @@ pub async fn volumes(
     identity: Identity,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
+    handles(&identity, &state, HandleKind::Volume).await
+}
+
+/// The containers or volumes the caller may see.
+async fn handles(
+    identity: &Identity,
+    state: &AppState,
+    kind: HandleKind,
+) -> Result<HttpResponse, ApiError> {
     let team = identity.team_filter()?;
-    Ok(HttpResponse::Ok().json(
-        state
-            .engine
-            .db
-            .list_handles(HandleKind::Volume, team)
-            .await?,
-    ))
+    Ok(HttpResponse::Ok().json(state.engine.db.list_handles(kind, team).await?))
 }
 
 /// `GET /api/v1/builds/{id}/events`: NDJSON, stored events then live ones,
