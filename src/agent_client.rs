@@ -279,6 +279,19 @@ impl Worker for AgentWorker {
         self.ep.send(rb, "container", handle).await.map(drop)
     }
 
+    /// One authenticated request that the agent answers from memory.
+    async fn ping(&self) -> Result<(), RuntimeError> {
+        let resp = self
+            .ep
+            .send(
+                self.ep.request(Method::GET, &["containers"]),
+                "container",
+                "",
+            )
+            .await?;
+        self.ep.json::<Vec<String>>(resp).await.map(|_| ())
+    }
+
     async fn list_handles(&self) -> Result<WorkerHandles, RuntimeError> {
         let containers = async {
             let resp = self

@@ -227,11 +227,15 @@ impl ContainerLimitDefaults {
 
 /// The host name, or `worker` when it cannot be read.
 fn default_worker_name() -> String {
+    host_name().unwrap_or_else(|| "worker".into())
+}
+
+/// This machine's host name, if it can be read.
+pub fn host_name() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .ok()
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "worker".into())
 }
 
 #[cfg(test)]

@@ -14,3 +14,9 @@ pub mod dir_fd;
 pub mod tarball;
 pub mod url;
 pub mod web;
+
+/// The malicious-archive catalogue shared with the end-to-end suites
+/// (`tests/malicious_tars/`), for the unit tests of tar handling.
+#[cfg(test)]
+#[path = "../tests/malicious_tars/mod.rs"]
+pub(crate) mod malicious_tars;

@@ -932,7 +932,23 @@ impl BuildRun {
     ) -> Result<String, EngineError> {
         let key = (worker.name().to_string(), artifact.to_string());
         let lock = self.deps.imports.entry(key.clone()).or_default().clone();
-        let _guard = lock.lock().await;
+        let guard = lock.lock().await;
+        let found = self.find_or_import_image(worker, artifact).await;
+        drop(guard);
+        drop(lock);
+        // The last one out removes the lock, so the map holds only imports in use.
+        self.deps
+            .imports
+            .remove_if(&key, |_, l| Arc::strong_count(l) == 1);
+        found
+    }
+
+    /// [`Self::image_volume`] under its lock.
+    async fn find_or_import_image(
+        &mut self,
+        worker: &Arc<dyn Worker>,
+        artifact: &str,
+    ) -> Result<String, EngineError> {
         let db = self.deps.db.clone();
         if let Some(handle) = db.find_artifact_volume(worker.name(), artifact).await? {
             if worker.lookup_volume(&handle).await?.is_some() {

@@ -17,8 +17,7 @@ use gantry_actors::RuntimeError;
 use crate::agent::{start_worker, test_config, WorkerHandle};
 use crate::agent_client::AgentConnector;
 
-#[path = "../../tests/malicious_tars/mod.rs"]
-mod malicious_tars;
+use crate::malicious_tars;
 
 use malicious_tars::{catalogue, Expect, Outside, RawTar};
 

@@ -40,12 +40,9 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
         (HandleKind::Container, "containers"),
         (HandleKind::Volume, "volumes"),
     ] {
-        let mut per: BTreeMap<(String, String), u64> = BTreeMap::new();
-        for r in state.engine.db.list_handles(kind, None).await? {
-            *per.entry((r.worker, r.state)).or_default() += 1;
-        }
+        let per = state.engine.db.count_handles(kind).await?;
         let _ = writeln!(out, "# HELP gantry_{name} {name} known to the database, by worker and state.\n# TYPE gantry_{name} gauge");
-        for ((w, s), n) in per {
+        for (w, s, n) in per {
             let _ = writeln!(out, "gantry_{name}{{worker=\"{w}\",state=\"{s}\"}} {n}");
         }
     }

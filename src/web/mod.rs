@@ -88,8 +88,8 @@ pub async fn start_web(
         )
     })?;
     let node_name = cfg.node_name.clone().unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        format!("{}:{}", host.trim(), cfg.listen.port())
+        let host = crate::config::host_name().unwrap_or_else(|| "web".into());
+        format!("{host}:{}", cfg.listen.port())
     });
     let engine_config = EngineConfig {
         node_name,

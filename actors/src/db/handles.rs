@@ -114,6 +114,19 @@ impl Db {
             .pop())
     }
 
+    /// How many rows each worker has in each state, by worker then state.
+    pub async fn count_handles(
+        &self,
+        kind: HandleKind,
+    ) -> Result<Vec<(String, String, i64)>, EngineError> {
+        Ok(sqlx::query_as(&format!(
+            "SELECT worker, state, COUNT(*) FROM {} GROUP BY worker, state ORDER BY worker, state",
+            kind.table()
+        ))
+        .fetch_all(self.pool())
+        .await?)
+    }
+
     /// Every row of one kind that a build created.
     pub async fn build_handles(
         &self,
