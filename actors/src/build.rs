@@ -27,7 +27,7 @@ use crate::spec::{
     VolumeStrategy,
 };
 use crate::task_config::TaskConfig;
-use crate::worker_info::WorkerState;
+use crate::state::{HandleState, WorkerState};
 
 /// How often a step is run when its workers keep disappearing.
 const MAX_RERUNS: u32 = 3;
@@ -668,7 +668,7 @@ impl BuildRun {
         let container = worker.find_or_create_container(&spec).await?;
         self.deps
             .db
-            .set_handle_state(HandleKind::Container, &handle, "created")
+            .set_handle_state(HandleKind::Container, &handle, HandleState::Created)
             .await?;
         let dir = match &config.run.dir {
             Some(d) if d.starts_with('/') => d.clone(),
@@ -770,7 +770,7 @@ impl BuildRun {
             properties: BTreeMap::from([("build".to_string(), self.id.to_string())]),
         };
         let volume = worker.create_volume(&spec).await?;
-        db.set_handle_state(HandleKind::Volume, &handle, "created")
+        db.set_handle_state(HandleKind::Volume, &handle, HandleState::Created)
             .await?;
         Ok(volume)
     }
@@ -989,7 +989,7 @@ impl BuildRun {
         .await;
         match imported {
             Ok(()) => {
-                db.set_handle_state(HandleKind::Volume, &handle, "created")
+                db.set_handle_state(HandleKind::Volume, &handle, HandleState::Created)
                     .await?;
                 self.deps.scheduler.do_send(ArtifactLocality {
                     artifact: artifact.to_string(),
@@ -1075,7 +1075,7 @@ impl Cleanup {
             return;
         }
         for (kind, handle) in self.created.handles() {
-            let _ = self.db.set_handle_state(kind, &handle, "destroying").await;
+            let _ = self.db.set_handle_state(kind, &handle, HandleState::Destroying).await;
         }
         let name = self.worker.name().to_string();
         let Some(mut state) = self.states.get(&name).map(|tx| tx.subscribe()) else {
@@ -1113,7 +1113,7 @@ impl Cleanup {
             if kind == HandleKind::Container && self.intercepts.close(&handle).await {
                 tracing::info!(build = self.build, %handle, "intercept sessions ended; destroying the container");
             }
-            let _ = db.set_handle_state(kind, &handle, "destroying").await;
+            let _ = db.set_handle_state(kind, &handle, HandleState::Destroying).await;
             let done = match kind {
                 HandleKind::Container => self.worker.destroy_container(&handle).await,
                 HandleKind::Volume => self.worker.destroy_volume(&handle).await,

@@ -132,7 +132,7 @@ impl Engine {
                 .find_step_container(id, crate::build::ONE_OFF_STEP)
                 .await?;
             match (plan, container) {
-                (Ok(plan), Some(c)) if c.state == "created" => {
+                (Ok(plan), Some(c)) if c.state == crate::state::HandleState::Created => {
                     let resume = Resume {
                         worker: c.worker,
                         container: c.handle,

@@ -18,6 +18,7 @@ pub mod registry;
 pub mod runtime;
 pub mod scheduler;
 pub mod spec;
+pub mod state;
 pub mod task_config;
 pub mod worker_info;
 

@@ -3,46 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A worker's lifecycle state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WorkerState {
-    /// Heartbeating and taking work.
-    Running,
-    /// Its heartbeat TTL lapsed; no new work until it heartbeats again.
-    Stalled,
-    /// Finishing its running steps, then `landed`.
-    Landing,
-    /// Takes no work; kept until it comes back or is pruned.
-    Landed,
-    /// Finishing its running steps, then deleted.
-    Retiring,
-}
-
-impl WorkerState {
-    /// The name stored in the database and shown to users.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            WorkerState::Running => "running",
-            WorkerState::Stalled => "stalled",
-            WorkerState::Landing => "landing",
-            WorkerState::Landed => "landed",
-            WorkerState::Retiring => "retiring",
-        }
-    }
-
-    /// Parses a stored name.
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "running" => WorkerState::Running,
-            "stalled" => WorkerState::Stalled,
-            "landing" => WorkerState::Landing,
-            "landed" => WorkerState::Landed,
-            "retiring" => WorkerState::Retiring,
-            _ => return None,
-        })
-    }
-}
+pub use crate::state::WorkerState;
 
 /// Per-worker limits used by the placement strategies (`None`: unlimited).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use gantry_actors::db::HandleKind;
+use gantry_actors::state::HandleState;
 use gantry_actors::placement::Load;
 use gantry_actors::runtime::{ProcessIo, Worker};
 use gantry_actors::scheduler::{ReleasePlacement, SelectWorker, Selection, StepRequest};
@@ -276,7 +277,7 @@ async fn gantry_sample(web: &Web) -> anyhow::Result<Sample> {
             .find_or_create_container(&container_spec(&handle))
             .await?;
         let created = start.elapsed();
-        db.set_handle_state(HandleKind::Container, &handle, "created")
+        db.set_handle_state(HandleKind::Container, &handle, HandleState::Created)
             .await?;
         let recorded = start.elapsed();
         let (tx, mut rx) = mpsc::channel(16);

@@ -37,6 +37,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use actix_ws::AggregatedMessage;
 use bytes::Bytes;
 use gantry_actors::db::HandleKind;
+use gantry_actors::state::HandleState;
 use gantry_actors::intercept::InterceptGuard;
 use gantry_actors::runtime::{ByteStream, Container, Process, ProcessIo, ProcessSignal};
 use gantry_actors::spec::{ProcessSpec, WindowSize};
@@ -154,7 +155,7 @@ pub async fn build(
         )));
     };
     let what = format!("container {} (build {id}, step {step:?})", row.handle);
-    check_state(&row.state, &what)?;
+    check_state(row.state, &what)?;
     let target = Target {
         handle: row.handle,
         worker: row.worker,
@@ -179,7 +180,7 @@ pub async fn container(
         .ok_or_else(|| ApiError::not_found(format!("container {handle} not found")))?;
     identity.require_team(&row.team, &format!("container {handle}"))?;
     let what = format!("container {handle}");
-    check_state(&row.state, &what)?;
+    check_state(row.state, &what)?;
     let target = Target {
         handle: row.handle,
         worker: row.worker,
@@ -188,10 +189,10 @@ pub async fn container(
 }
 
 /// Only a `created` container can be entered.
-fn check_state(state: &str, what: &str) -> Result<(), ApiError> {
+fn check_state(state: HandleState, what: &str) -> Result<(), ApiError> {
     match state {
-        "created" => Ok(()),
-        "creating" => Err(status(
+        HandleState::Created => Ok(()),
+        HandleState::Creating => Err(status(
             StatusCode::CONFLICT,
             format!("{what} is still being created; try again once the step runs"),
         )),

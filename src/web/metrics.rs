@@ -18,13 +18,7 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
         out,
         "# HELP gantry_workers Workers by state.\n# TYPE gantry_workers gauge"
     );
-    for s in [
-        WorkerState::Running,
-        WorkerState::Stalled,
-        WorkerState::Landing,
-        WorkerState::Landed,
-        WorkerState::Retiring,
-    ] {
+    for s in WorkerState::ALL {
         let n = workers.iter().filter(|w| w.state == s).count();
         let _ = writeln!(out, "gantry_workers{{state=\"{}\"}} {n}", s.as_str());
     }

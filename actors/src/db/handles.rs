@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::db::{now_ms, Db};
 use crate::error::EngineError;
+use crate::state::HandleState;
 
 /// Which of the two tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -34,8 +35,8 @@ pub struct HandleRow {
     pub handle: String,
     /// Worker holding it.
     pub worker: String,
-    /// `creating`, `created` or `destroying`.
-    pub state: String,
+    /// Where it is in its life.
+    pub state: HandleState,
     /// Per-worker sequence number of its create.
     pub sequence: i64,
     /// Build that uses it.
@@ -44,6 +45,11 @@ pub struct HandleRow {
     pub step: Option<String>,
     /// Owning team.
     pub team: String,
+}
+
+/// A stored state name as a [`HandleState`].
+fn stored_state(s: &str) -> Result<HandleState, EngineError> {
+    HandleState::parse(s).ok_or_else(|| EngineError::Invalid(format!("stored handle state {s:?}")))
 }
 
 impl Db {
@@ -60,11 +66,12 @@ impl Db {
         let seq = self.next_sequence(worker).await?;
         sqlx::query(&format!(
             "INSERT INTO {} (handle, worker, state, sequence, build_id, step, team, created_at) \
-             VALUES ($1, $2, 'creating', $3, $4, $5, $6, $7)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
             kind.table()
         ))
         .bind(handle)
         .bind(worker)
+        .bind(HandleState::Creating.as_str())
         .bind(seq)
         .bind(build_id)
         .bind(step)
@@ -80,13 +87,13 @@ impl Db {
         &self,
         kind: HandleKind,
         handle: &str,
-        state: &str,
+        state: HandleState,
     ) -> Result<(), EngineError> {
         sqlx::query(&format!(
             "UPDATE {} SET state = $1 WHERE handle = $2",
             kind.table()
         ))
-        .bind(state)
+        .bind(state.as_str())
         .bind(handle)
         .execute(self.pool())
         .await?;
@@ -118,13 +125,16 @@ impl Db {
     pub async fn count_handles(
         &self,
         kind: HandleKind,
-    ) -> Result<Vec<(String, String, i64)>, EngineError> {
-        Ok(sqlx::query_as(&format!(
+    ) -> Result<Vec<(String, HandleState, i64)>, EngineError> {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(&format!(
             "SELECT worker, state, COUNT(*) FROM {} GROUP BY worker, state ORDER BY worker, state",
             kind.table()
         ))
         .fetch_all(self.pool())
-        .await?)
+        .await?;
+        rows.into_iter()
+            .map(|(worker, state, n)| Ok((worker, stored_state(&state)?, n)))
+            .collect()
     }
 
     /// Every row of one kind that a build created.
@@ -192,18 +202,19 @@ impl Db {
             q = q.bind(*b);
         }
         let rows = q.fetch_all(self.pool()).await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| HandleRow {
-                handle: r.0,
-                worker: r.1,
-                state: r.2,
-                sequence: r.3,
-                build_id: r.4,
-                step: r.5,
-                team: r.6,
+        rows.into_iter()
+            .map(|r| {
+                Ok(HandleRow {
+                    handle: r.0,
+                    worker: r.1,
+                    state: stored_state(&r.2)?,
+                    sequence: r.3,
+                    build_id: r.4,
+                    step: r.5,
+                    team: r.6,
+                })
             })
-            .collect())
+            .collect()
     }
 }
 
@@ -229,10 +240,11 @@ impl Db {
         artifact: &str,
     ) -> Result<Option<String>, EngineError> {
         let row: Option<(String,)> = sqlx::query_as(
-            "SELECT handle FROM volumes WHERE worker = $1 AND artifact_id = $2 AND state = 'created' ORDER BY created_at LIMIT 1",
+            "SELECT handle FROM volumes WHERE worker = $1 AND artifact_id = $2 AND state = $3 ORDER BY created_at LIMIT 1",
         )
         .bind(worker)
         .bind(artifact)
+        .bind(HandleState::Created.as_str())
         .fetch_optional(self.pool())
         .await?;
         Ok(row.map(|r| r.0))

@@ -42,11 +42,12 @@ impl Db {
     pub async fn upsert_worker(&self, reg: &WorkerRegistration) -> Result<(), EngineError> {
         let json = serde_json::to_string(reg).expect("registration serialises");
         sqlx::query(
-            "INSERT INTO workers (name, state, registration, last_heartbeat) VALUES ($1, 'running', $2, $3) \
-             ON CONFLICT (name) DO UPDATE SET state = 'running', registration = excluded.registration, \
+            "INSERT INTO workers (name, state, registration, last_heartbeat) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (name) DO UPDATE SET state = excluded.state, registration = excluded.registration, \
              last_heartbeat = excluded.last_heartbeat",
         )
         .bind(&reg.name)
+        .bind(WorkerState::Running.as_str())
         .bind(json)
         .bind(now_ms())
         .execute(self.pool())
