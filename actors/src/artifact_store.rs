@@ -18,6 +18,23 @@ pub enum ArtifactKind {
     Image,
 }
 
+impl ArtifactKind {
+    /// The name stored with an artifact's digest.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ArtifactKind::Files => "files",
+            ArtifactKind::Image => "image",
+        }
+    }
+
+    /// Parses a name given by a client (`files` or `image`).
+    pub fn parse(s: &str) -> Option<Self> {
+        [ArtifactKind::Files, ArtifactKind::Image]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+}
+
 /// What [`ArtifactStore::store`] kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredArtifact {

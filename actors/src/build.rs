@@ -11,7 +11,8 @@ use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
-use crate::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
+use crate::artifact_store::ArtifactKind;
+use crate::artifacts::{ArtifactOwner, Artifacts};
 use crate::db::{BuildStatus, Db, HandleKind};
 use crate::error::{EngineError, RuntimeError};
 use crate::events::{BuildEvent, EventHub, EventSink, Utf8Carry};
@@ -26,8 +27,8 @@ use crate::spec::{
     ContainerSpec, Encoding, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec, VolumeSpec,
     VolumeStrategy,
 };
-use crate::task_config::TaskConfig;
 use crate::state::{HandleState, WorkerState};
+use crate::task_config::TaskConfig;
 
 /// How often a step is run when its workers keep disappearing.
 const MAX_RERUNS: u32 = 3;
@@ -64,7 +65,7 @@ pub struct BuildDeps {
     /// Places steps.
     pub scheduler: Addr<Scheduler>,
     /// Stores inputs and outputs.
-    pub artifacts: Arc<dyn ArtifactStore>,
+    pub artifacts: Artifacts,
     /// Encoding of streams to and from workers.
     pub encoding: Encoding,
     /// Each worker's state, to notice a worker stalling under a step.
@@ -597,7 +598,7 @@ impl BuildRun {
         futures::future::try_join_all(inputs.iter().map(|(name, artifact, volume)| {
             let store = store.clone();
             async move {
-                let body = store.open(artifact, encoding).await?;
+                let body = store.open(None, artifact, encoding).await?;
                 volume.stream_in(".", encoding, body).await.map_err(|e| {
                     EngineError::Invalid(format!("streaming input {name:?} to the worker: {e}"))
                 })
@@ -901,20 +902,21 @@ impl BuildRun {
         }
         for (name, volume) in outputs {
             let body = volume.stream_out(".", encoding).await?;
-            let StoredArtifact { id, size, .. } = self
+            let owner = ArtifactOwner {
+                team: &self.team,
+                name: Some(&name),
+                build: Some(self.id),
+            };
+            let kept = self
                 .deps
                 .artifacts
-                .store(body, encoding, ArtifactKind::Files)
+                .keep(body, encoding, ArtifactKind::Files, owner)
                 .await
                 .map_err(|e| EngineError::Invalid(format!("keeping output {name:?}: {e}")))?;
-            self.deps
-                .db
-                .insert_artifact(&id, &self.team, Some(&name), Some(self.id), size as i64)
-                .await?;
             self.sink
                 .emit(&BuildEvent::Output {
                     name,
-                    artifact_id: id,
+                    artifact_id: kept.id,
                     time: crate::db::now_ms(),
                 })
                 .await?;
@@ -979,7 +981,7 @@ impl BuildRun {
             let body = self
                 .deps
                 .artifacts
-                .open(artifact, self.deps.encoding)
+                .open(None, artifact, self.deps.encoding)
                 .await?;
             volume
                 .import_image(self.deps.encoding, body)
@@ -1075,7 +1077,10 @@ impl Cleanup {
             return;
         }
         for (kind, handle) in self.created.handles() {
-            let _ = self.db.set_handle_state(kind, &handle, HandleState::Destroying).await;
+            let _ = self
+                .db
+                .set_handle_state(kind, &handle, HandleState::Destroying)
+                .await;
         }
         let name = self.worker.name().to_string();
         let Some(mut state) = self.states.get(&name).map(|tx| tx.subscribe()) else {
@@ -1113,7 +1118,9 @@ impl Cleanup {
             if kind == HandleKind::Container && self.intercepts.close(&handle).await {
                 tracing::info!(build = self.build, %handle, "intercept sessions ended; destroying the container");
             }
-            let _ = db.set_handle_state(kind, &handle, HandleState::Destroying).await;
+            let _ = db
+                .set_handle_state(kind, &handle, HandleState::Destroying)
+                .await;
             let done = match kind {
                 HandleKind::Container => self.worker.destroy_container(&handle).await,
                 HandleKind::Volume => self.worker.destroy_volume(&handle).await,

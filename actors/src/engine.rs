@@ -6,6 +6,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 
 use crate::artifact_store::ArtifactStore;
+use crate::artifacts::Artifacts;
 use crate::build::{Build, BuildDeps, OneOffPlan, Resume};
 use crate::db::{BuildStatus, Db};
 use crate::error::EngineError;
@@ -41,8 +42,8 @@ pub struct Engine {
     pub registry: Addr<Registry>,
     /// The pool.
     pub scheduler: Addr<Scheduler>,
-    /// Artifact storage.
-    pub artifacts: Arc<dyn ArtifactStore>,
+    /// Artifact storage and rows, kept in step.
+    pub artifacts: Artifacts,
     /// Each worker's state, watched by running steps.
     pub worker_states: WorkerStates,
     /// The settings it was started with.
@@ -80,11 +81,11 @@ impl Engine {
         // Answered once the registry has loaded the stored workers.
         registry.send(ListWorkers).await?;
         let engine = Engine {
+            artifacts: Artifacts::new(artifacts, db.clone()),
             db,
             hub,
             registry,
             scheduler,
-            artifacts,
             worker_states,
             config,
             imports: Default::default(),
@@ -209,6 +210,32 @@ impl Engine {
                 "build {id} is not running on this web node"
             ))),
         }
+    }
+
+    /// Keeps an uploaded artifact (see [`Artifacts::keep`]); the team must exist.
+    pub async fn keep_artifact(
+        &self,
+        body: crate::runtime::ByteStream,
+        encoding: Encoding,
+        kind: crate::artifact_store::ArtifactKind,
+        owner: crate::artifacts::ArtifactOwner<'_>,
+    ) -> Result<crate::artifacts::KeptArtifact, EngineError> {
+        if !self.db.team_exists(owner.team).await? {
+            return Err(EngineError::NotFound {
+                kind: "team",
+                name: format!("{:?}", owner.team),
+            });
+        }
+        self.artifacts.keep(body, encoding, kind, owner).await
+    }
+
+    /// A team's artifact as a plain tar stream.
+    pub async fn open_artifact(
+        &self,
+        team: &str,
+        id: &str,
+    ) -> Result<crate::runtime::ByteStream, EngineError> {
+        self.artifacts.open(Some(team), id, Encoding::Raw).await
     }
 
     /// Checks a one-off build's inputs against the team's artifacts, creates it

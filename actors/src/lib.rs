@@ -6,6 +6,7 @@
 //! backend.
 
 pub mod artifact_store;
+pub mod artifacts;
 pub mod build;
 pub mod db;
 pub mod detached_worker;

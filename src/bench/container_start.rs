@@ -37,11 +37,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use gantry_actors::db::HandleKind;
-use gantry_actors::state::HandleState;
 use gantry_actors::placement::Load;
 use gantry_actors::runtime::{ProcessIo, Worker};
 use gantry_actors::scheduler::{ReleasePlacement, SelectWorker, Selection, StepRequest};
 use gantry_actors::spec::{ContainerSpec, ProcessSpec, ResourceLimits, RootfsSpec};
+use gantry_actors::state::HandleState;
 use tokio::sync::mpsc;
 
 use crate::agent::backend::{find_executable, runc as runc_backend, ContainerContext};

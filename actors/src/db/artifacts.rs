@@ -106,4 +106,13 @@ impl Db {
         .await?;
         Ok(row.map(|r| r.0))
     }
+
+    /// Forgets an artifact's row (its data is deleted by the store).
+    pub async fn delete_artifact(&self, id: &str) -> Result<(), EngineError> {
+        sqlx::query("DELETE FROM artifacts WHERE id = $1")
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
 }
