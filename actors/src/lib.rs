@@ -12,6 +12,7 @@ pub mod db;
 pub mod detached_worker;
 pub mod engine;
 pub mod error;
+pub mod event_follow;
 pub mod events;
 pub mod intercept;
 pub mod placement;

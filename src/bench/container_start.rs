@@ -37,9 +37,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use gantry_actors::db::HandleKind;
+use gantry_actors::engine::HandleOwner;
 use gantry_actors::placement::Load;
 use gantry_actors::runtime::{ProcessIo, Worker};
-use gantry_actors::scheduler::{ReleasePlacement, SelectWorker, Selection, StepRequest};
+use gantry_actors::scheduler::{Selection, StepRequest};
 use gantry_actors::spec::{ContainerSpec, ProcessSpec, ResourceLimits, RootfsSpec};
 use gantry_actors::state::HandleState;
 use tokio::sync::mpsc;
@@ -189,12 +190,7 @@ impl Web {
 
     /// Places a step; the worker has no limits, so it is never queued long.
     async fn place(&self) -> anyhow::Result<gantry_actors::scheduler::Placement> {
-        match self
-            .engine
-            .scheduler
-            .send(SelectWorker(Self::request()))
-            .await??
-        {
+        match self.engine.select_worker(Self::request()).await? {
             Selection::Placed(p) => Ok(p),
             Selection::Queued { ticket, .. } => ticket.await.context("placement was dropped"),
         }
@@ -208,12 +204,12 @@ impl Web {
         while Instant::now() < deadline {
             match tokio::time::timeout(Duration::from_secs(2), self.place()).await {
                 Ok(Ok(p)) if p.worker == WORKER => {
-                    self.engine.scheduler.do_send(ReleasePlacement(p));
+                    self.engine.release_placement(p);
                     return Ok(());
                 }
                 Ok(Ok(p)) => {
                     last = format!("placed on unexpected worker {}", p.worker);
-                    self.engine.scheduler.do_send(ReleasePlacement(p));
+                    self.engine.release_placement(p);
                 }
                 Ok(Err(e)) => last = format!("{e:#}"),
                 Err(_) => last = "placement timed out".into(),
@@ -260,16 +256,15 @@ async fn gantry_sample(web: &Web) -> anyhow::Result<Sample> {
     let placement = web.place().await?;
     let worker: Arc<dyn Worker> = placement.client.clone();
     let handle = uuid::Uuid::new_v4().to_string();
-    let db = &web.engine.db;
-    db.insert_handle(
-        HandleKind::Container,
-        &handle,
-        worker.name(),
-        None,
-        Some("bench"),
-        "main",
-    )
-    .await?;
+    let engine = &web.engine;
+    let owner = HandleOwner {
+        team: "main",
+        build: None,
+        step: Some("bench"),
+    };
+    engine
+        .record_handle(HandleKind::Container, &handle, worker.name(), owner)
+        .await?;
 
     let timed = async {
         let start = Instant::now();
@@ -277,7 +272,8 @@ async fn gantry_sample(web: &Web) -> anyhow::Result<Sample> {
             .find_or_create_container(&container_spec(&handle))
             .await?;
         let created = start.elapsed();
-        db.set_handle_state(HandleKind::Container, &handle, HandleState::Created)
+        engine
+            .set_handle_state(HandleKind::Container, &handle, HandleState::Created)
             .await?;
         let recorded = start.elapsed();
         let (tx, mut rx) = mpsc::channel(16);
@@ -311,8 +307,8 @@ async fn gantry_sample(web: &Web) -> anyhow::Result<Sample> {
     .await;
 
     let destroyed = worker.destroy_container(&handle).await;
-    db.delete_handle(HandleKind::Container, &handle).await?;
-    web.engine.scheduler.do_send(ReleasePlacement(placement));
+    engine.forget_handle(HandleKind::Container, &handle).await?;
+    web.engine.release_placement(placement);
     let sample = timed?;
     destroyed.with_context(|| format!("destroying container {handle}"))?;
     Ok(sample)

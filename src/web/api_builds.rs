@@ -3,12 +3,12 @@
 
 use actix_web::{web, HttpResponse};
 use gantry_actors::build::OneOffPlan;
-use gantry_actors::db::Db;
 use gantry_actors::db::HandleKind;
-use gantry_actors::events::{BuildEvent, EventHub};
+use gantry_actors::event_follow::StoredEvent;
 use gantry_actors::task_config::TaskConfig;
+use gantry_actors::EngineError;
 use serde::Deserialize;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
@@ -86,14 +86,8 @@ pub async fn visible_build(
     state: &AppState,
     id: i64,
 ) -> Result<gantry_actors::db::BuildRow, ApiError> {
-    let what = format!("build {id}");
-    let build = state
-        .engine
-        .db
-        .get_build(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("{what} not found")))?;
-    identity.require_team(&build.team, &what)?;
+    let build = state.engine.build(id).await?;
+    identity.require_team(&build.team, &format!("build {id}"))?;
     Ok(build)
 }
 
@@ -103,7 +97,7 @@ pub async fn list(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let team = identity.team_filter()?;
-    Ok(HttpResponse::Ok().json(state.engine.db.list_builds(team, 100).await?))
+    Ok(HttpResponse::Ok().json(state.engine.list_builds(team, 100).await?))
 }
 
 /// `GET /api/v1/containers`
@@ -129,7 +123,7 @@ async fn handles(
     kind: HandleKind,
 ) -> Result<HttpResponse, ApiError> {
     let team = identity.team_filter()?;
-    Ok(HttpResponse::Ok().json(state.engine.db.list_handles(kind, team).await?))
+    Ok(HttpResponse::Ok().json(state.engine.list_handles(kind, team).await?))
 }
 
 /// `GET /api/v1/builds/{id}/events`: NDJSON, stored events then live ones,
@@ -141,92 +135,24 @@ pub async fn events(
 ) -> Result<HttpResponse, ApiError> {
     let id = id.into_inner();
     visible_build(&identity, &state, id).await?;
-    let rx = state.engine.hub.subscribe(id);
-    let (tx, out) = mpsc::channel::<std::io::Result<bytes::Bytes>>(64);
-    tokio::spawn(follow(
-        state.engine.db.clone(),
-        state.engine.hub.clone(),
-        id,
-        rx,
-        tx,
-    ));
-    let body = crate::body::channel_stream(out);
+    let events = state.engine.follow_build_events(id);
+    let lines = ndjson_lines(events);
     Ok(HttpResponse::Ok()
         .content_type("application/x-ndjson")
-        .streaming(body))
+        .streaming(lines))
 }
 
-/// Sends stored events after `last`, then live ones; re-reads the database
-/// whenever the live channel skipped (lag) so no event is lost or repeated.
-async fn follow(
-    db: Db,
-    hub: EventHub,
-    id: i64,
-    mut rx: broadcast::Receiver<gantry_actors::events::SequencedEvent>,
-    tx: mpsc::Sender<std::io::Result<bytes::Bytes>>,
-) {
-    let mut last = 0i64;
-    let line =
-        |seq: i64, json: &str| bytes::Bytes::from(format!("{{\"seq\":{seq},\"event\":{json}}}\n"));
-    // Builds that end without a final event (their web node died, or storing
-    // it failed) are noticed by checking the row on a timer.
-    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-    let mut finished_ticks = 0;
-    loop {
-        let stored = match db.build_events_after(id, last).await {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
-                return;
-            }
+/// The followed events as NDJSON lines.
+fn ndjson_lines(
+    events: mpsc::Receiver<Result<StoredEvent, EngineError>>,
+) -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> {
+    futures::stream::unfold(events, |mut events| async move {
+        let line = match events.recv().await? {
+            Ok(StoredEvent { seq, json }) => Ok(bytes::Bytes::from(format!(
+                "{{\"seq\":{seq},\"event\":{json}}}\n"
+            ))),
+            Err(e) => Err(std::io::Error::other(e.to_string())),
         };
-        for (seq, json) in stored {
-            last = seq;
-            let is_final = serde_json::from_str::<BuildEvent>(&json).is_ok_and(|e| e.is_final());
-            if is_final {
-                hub.forget(id);
-            }
-            if tx.send(Ok(line(seq, &json))).await.is_err() || is_final {
-                return;
-            }
-        }
-        loop {
-            let got = tokio::select! {
-                got = rx.recv() => got,
-                _ = tick.tick() => {
-                    let finished = matches!(db.get_build(id).await, Ok(Some(b)) if b.status.is_finished());
-                    finished_ticks = if finished { finished_ticks + 1 } else { 0 };
-                    if finished_ticks >= 3 {
-                        hub.forget(id);
-                        return;
-                    }
-                    if tx.is_closed() {
-                        return;
-                    }
-                    break;
-                }
-            };
-            match got {
-                Ok(ev) if ev.seq <= last => continue,
-                Ok(ev) if ev.seq == last + 1 => {
-                    last = ev.seq;
-                    if tx.send(Ok(line(ev.seq, &ev.json))).await.is_err() || ev.is_final {
-                        return;
-                    }
-                }
-                // A gap or lag: read the database again.
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
-                Err(broadcast::error::RecvError::Closed) => {
-                    // The build finished before we subscribed: flush what is stored.
-                    if let Ok(stored) = db.build_events_after(id, last).await {
-                        for (seq, json) in stored {
-                            let _ = tx.send(Ok(line(seq, &json))).await;
-                        }
-                    }
-                    hub.forget(id);
-                    return;
-                }
-            }
-        }
-    }
+        Some((line, events))
+    })
 }

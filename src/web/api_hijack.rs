@@ -36,7 +36,6 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use actix_ws::AggregatedMessage;
 use bytes::Bytes;
-use gantry_actors::db::HandleKind;
 use gantry_actors::intercept::InterceptGuard;
 use gantry_actors::runtime::{ByteStream, Container, Process, ProcessIo, ProcessSignal};
 use gantry_actors::spec::{ProcessSpec, WindowSize};
@@ -135,9 +134,8 @@ pub async fn build(
         .step
         .clone()
         .unwrap_or_else(|| gantry_actors::build::ONE_OFF_STEP.to_string());
-    let db = &state.engine.db;
     let build = crate::web::api_builds::visible_build(&identity, &state, id).await?;
-    let row = db.find_step_container(id, &step).await?;
+    let row = state.engine.step_container(id, &step).await?;
     let Some(row) = row else {
         let why = if build.status.is_finished() {
             format!(
@@ -174,8 +172,7 @@ pub async fn container(
     let handle = handle.into_inner();
     let row = state
         .engine
-        .db
-        .get_handle(HandleKind::Container, &handle)
+        .container(&handle)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("container {handle} not found")))?;
     identity.require_team(&row.team, &format!("container {handle}"))?;
@@ -214,8 +211,7 @@ async fn open(
 ) -> Result<HttpResponse, ApiError> {
     let engine = &state.engine;
     let guard = engine
-        .intercepts
-        .enter(&target.handle)
+        .enter_container(&target.handle)
         .map_err(|e| status(StatusCode::CONFLICT, e.to_string()))?;
     let worker = engine
         .worker_client(&target.worker)

@@ -1,11 +1,8 @@
 //! Worker registration, heartbeats and listing.
 
 use actix_web::{web, HttpResponse};
-use gantry_actors::registry::{
-    HeartbeatRefused, LifecycleAction, ListWorkers, RegisterWorker, WorkerHeartbeat,
-    WorkerLifecycle,
-};
-use gantry_actors::scheduler::GetStats;
+use gantry_actors::registry::{HeartbeatRefused, LifecycleAction};
+use gantry_actors::state::WorkerState;
 use gantry_actors::worker_info::{Heartbeat, WorkerRegistration};
 
 use crate::web::auth::Identity;
@@ -40,13 +37,8 @@ pub async fn register(
             "worker name must be non-empty and have no '/'",
         ));
     }
-    state
-        .engine
-        .registry
-        .send(RegisterWorker(reg))
-        .await
-        .map_err(gantry_actors::EngineError::from)??;
-    Ok(HttpResponse::Ok().json(serde_json::json!({"state": "running"})))
+    state.engine.register_worker(reg).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({"state": WorkerState::Running})))
 }
 
 /// `POST /api/v1/workers/{name}/heartbeat`
@@ -58,16 +50,7 @@ pub async fn heartbeat(
 ) -> Result<HttpResponse, ApiError> {
     check_key(&identity)?;
     let body: Heartbeat = parse(&body)?;
-    let answer = state
-        .engine
-        .registry
-        .send(WorkerHeartbeat {
-            name: name.into_inner(),
-            heartbeat: body,
-        })
-        .await
-        .map_err(gantry_actors::EngineError::from)?;
-    match answer {
+    match state.engine.worker_heartbeat(name.into_inner(), body).await {
         Ok(s) => Ok(HttpResponse::Ok().json(serde_json::json!({"state": s}))),
         Err(e @ HeartbeatRefused::Unknown(_)) => Err(ApiError::not_found(e.to_string())),
         Err(e @ HeartbeatRefused::NewIncarnation(_)) => Err(ApiError {
@@ -84,32 +67,7 @@ pub async fn heartbeat(
 
 /// `GET /api/v1/workers`
 pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(state.worker_views().await?))
-}
-
-impl AppState {
-    /// Every worker with the Scheduler's live task counts.
-    pub async fn worker_views(
-        &self,
-    ) -> Result<Vec<gantry_actors::worker_info::WorkerView>, ApiError> {
-        let mailbox = |e| ApiError::from(gantry_actors::EngineError::from(e));
-        let mut views = self
-            .engine
-            .registry
-            .send(ListWorkers)
-            .await
-            .map_err(mailbox)?;
-        let stats = self
-            .engine
-            .scheduler
-            .send(GetStats)
-            .await
-            .map_err(mailbox)?;
-        for v in &mut views {
-            v.active_tasks = stats.load.get(&v.name).map_or(0, |l| l.tasks);
-        }
-        Ok(views)
-    }
+    Ok(HttpResponse::Ok().json(state.engine.worker_views().await?))
 }
 
 async fn lifecycle(
@@ -117,15 +75,7 @@ async fn lifecycle(
     name: String,
     action: LifecycleAction,
 ) -> Result<HttpResponse, ApiError> {
-    let new_state = state
-        .engine
-        .registry
-        .send(WorkerLifecycle {
-            name: name.clone(),
-            action,
-        })
-        .await
-        .map_err(gantry_actors::EngineError::from)??;
+    let new_state = state.engine.worker_lifecycle(name.clone(), action).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({"name": name, "state": new_state})))
 }
 

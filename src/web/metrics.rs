@@ -12,7 +12,7 @@ use crate::web::AppState;
 
 /// `GET /metrics`
 pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let workers = state.worker_views().await?;
+    let workers = state.engine.worker_views().await?;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -34,18 +34,13 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
         (HandleKind::Container, "containers"),
         (HandleKind::Volume, "volumes"),
     ] {
-        let per = state.engine.db.count_handles(kind).await?;
+        let per = state.engine.count_handles(kind).await?;
         let _ = writeln!(out, "# HELP gantry_{name} {name} known to the database, by worker and state.\n# TYPE gantry_{name} gauge");
         for (w, s, n) in per {
             let _ = writeln!(out, "gantry_{name}{{worker=\"{w}\",state=\"{s}\"}} {n}");
         }
     }
-    let stats = state
-        .engine
-        .scheduler
-        .send(gantry_actors::scheduler::GetStats)
-        .await
-        .map_err(|e| ApiError::from(gantry_actors::EngineError::from(e)))?;
+    let stats = state.engine.scheduler_stats().await?;
     let _ = writeln!(out, "# HELP gantry_worker_restarts Restarts of each worker's connection actor.\n# TYPE gantry_worker_restarts counter");
     for w in &workers {
         let _ = writeln!(
@@ -71,7 +66,6 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
     );
     let counts: BTreeMap<String, i64> = state
         .engine
-        .db
         .count_builds_by_status()
         .await?
         .into_iter()

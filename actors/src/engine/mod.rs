@@ -1,5 +1,14 @@
-//! The engine's front door: starts the actor tree and offers the operations
-//! the web node's API needs.
+//! The engine's front door: starts the actor tree and offers every operation
+//! the web node needs. The web node reaches the engine only through
+//! [`Engine`]'s methods, grouped by subject in this module's files: builds,
+//! workers, containers and volumes, artifacts.
+
+mod artifacts;
+mod builds;
+mod handles;
+mod workers;
+
+pub use handles::HandleOwner;
 
 use std::sync::Arc;
 
@@ -35,28 +44,28 @@ pub struct EngineConfig {
 #[derive(Clone)]
 pub struct Engine {
     /// The database.
-    pub db: Db,
+    db: Db,
     /// Live build events.
-    pub hub: EventHub,
+    hub: EventHub,
     /// Supervisor of worker connections.
-    pub registry: Addr<Registry>,
+    registry: Addr<Registry>,
     /// The pool.
-    pub scheduler: Addr<Scheduler>,
+    scheduler: Addr<Scheduler>,
     /// Artifact storage and rows, kept in step.
-    pub artifacts: Artifacts,
+    artifacts: Artifacts,
     /// Each worker's state, watched by running steps.
-    pub worker_states: WorkerStates,
+    worker_states: WorkerStates,
     /// The settings it was started with.
-    pub config: EngineConfig,
+    config: EngineConfig,
     /// Builds running on this web node, for aborting them.
-    pub builds: crate::build::RunningBuilds,
+    builds: crate::build::RunningBuilds,
     /// Image imports in progress.
-    pub imports: crate::build::ImportLocks,
+    imports: crate::build::ImportLocks,
     /// Open intercept (`gantry hijack`) sessions, by container: a build
     /// keeps a container while one is open.
-    pub intercepts: crate::intercept::Intercepts,
+    intercepts: crate::intercept::Intercepts,
     /// Builds clients of registered workers (for intercept sessions).
-    pub connector: Arc<dyn WorkerConnector>,
+    connector: Arc<dyn WorkerConnector>,
 }
 
 impl Engine {
@@ -165,133 +174,5 @@ impl Engine {
             }
         }
         Ok(())
-    }
-
-    /// A client of the registered worker `name`, to reach a container it
-    /// holds; fails when the worker is unknown or not heartbeating.
-    pub async fn worker_client(
-        &self,
-        name: &str,
-    ) -> Result<Arc<dyn crate::runtime::Worker>, EngineError> {
-        let row = self
-            .db
-            .get_worker(name)
-            .await?
-            .ok_or_else(|| EngineError::NotFound {
-                kind: "worker",
-                name: name.to_string(),
-            })?;
-        if row.state == crate::worker_info::WorkerState::Stalled {
-            return Err(EngineError::WorkerLost {
-                worker: name.to_string(),
-                reason: "is stalled (no heartbeat within its TTL)".into(),
-            });
-        }
-        Ok(self.connector.connect(&row.registration))
-    }
-
-    /// Aborts a running build: its step is stopped (SIGTERM, then SIGKILL
-    /// after a grace period) or its wait for a worker ends.
-    pub async fn abort_build(&self, id: i64) -> Result<(), EngineError> {
-        if let Some(build) = self.builds.get(&id).map(|b| b.clone()) {
-            build.send(crate::build::AbortBuild).await?;
-            return Ok(());
-        }
-        match self.db.get_build(id).await? {
-            None => Err(EngineError::NotFound {
-                kind: "build",
-                name: id.to_string(),
-            }),
-            Some(b) if b.status.is_finished() => Err(EngineError::Invalid(format!(
-                "build {id} has already finished ({})",
-                b.status.as_str()
-            ))),
-            Some(_) => Err(EngineError::Invalid(format!(
-                "build {id} is not running on this web node"
-            ))),
-        }
-    }
-
-    /// Keeps an uploaded artifact (see [`Artifacts::keep`]); the team must exist.
-    pub async fn keep_artifact(
-        &self,
-        body: crate::runtime::ByteStream,
-        encoding: Encoding,
-        kind: crate::artifact_store::ArtifactKind,
-        owner: crate::artifacts::ArtifactOwner<'_>,
-    ) -> Result<crate::artifacts::KeptArtifact, EngineError> {
-        if !self.db.team_exists(owner.team).await? {
-            return Err(EngineError::NotFound {
-                kind: "team",
-                name: format!("{:?}", owner.team),
-            });
-        }
-        self.artifacts.keep(body, encoding, kind, owner).await
-    }
-
-    /// A team's artifact as a plain tar stream.
-    pub async fn open_artifact(
-        &self,
-        team: &str,
-        id: &str,
-    ) -> Result<crate::runtime::ByteStream, EngineError> {
-        self.artifacts.open(Some(team), id, Encoding::Raw).await
-    }
-
-    /// Checks a one-off build's inputs against the team's artifacts, creates it
-    /// and starts it. Nothing is created when the request is invalid.
-    pub async fn create_one_off_build(
-        &self,
-        team: &str,
-        plan: OneOffPlan,
-    ) -> Result<i64, EngineError> {
-        if !self.db.team_exists(team).await? {
-            return Err(EngineError::NotFound {
-                kind: "team",
-                name: team.into(),
-            });
-        }
-        for input in &plan.config.inputs {
-            match plan.inputs.get(&input.name) {
-                None if !input.optional => {
-                    return Err(EngineError::Invalid(format!(
-                        "task input {:?} was not given an artifact",
-                        input.name
-                    )))
-                }
-                None => {}
-                Some(id) if self.db.get_artifact(team, id).await?.is_none() => {
-                    return Err(EngineError::Invalid(format!(
-                        "input {:?}: artifact {id} not found in team {team:?}",
-                        input.name
-                    )));
-                }
-                Some(_) => {}
-            }
-        }
-        if let Some(id) = &plan.image {
-            if self.db.get_artifact(team, id).await?.is_none() {
-                return Err(EngineError::Invalid(format!(
-                    "image: artifact {id} not found in team {team:?}"
-                )));
-            }
-        }
-        if let Some(extra) = plan
-            .inputs
-            .keys()
-            .find(|k| !plan.config.inputs.iter().any(|i| &i.name == *k))
-        {
-            return Err(EngineError::Invalid(format!(
-                "the task has no input named {extra:?}"
-            )));
-        }
-        let json = serde_json::to_value(&plan).expect("plans serialise");
-        let id = self
-            .db
-            .create_build(team, &json, &self.config.node_name)
-            .await?;
-        let deps = self.build_deps();
-        Build::new(id, team.to_string(), plan, deps, self.builds.clone()).start();
-        Ok(id)
     }
 }

@@ -1,0 +1,32 @@
+//! Artifacts through the engine: uploads kept once, downloads by team.
+
+use super::Engine;
+use crate::artifact_store::ArtifactKind;
+use crate::artifacts::{ArtifactOwner, KeptArtifact};
+use crate::error::EngineError;
+use crate::runtime::ByteStream;
+use crate::spec::Encoding;
+
+impl Engine {
+    /// Keeps an uploaded artifact (see [`Artifacts::keep`]); the team must exist.
+    pub async fn keep_artifact(
+        &self,
+        body: ByteStream,
+        encoding: Encoding,
+        kind: ArtifactKind,
+        owner: ArtifactOwner<'_>,
+    ) -> Result<KeptArtifact, EngineError> {
+        if !self.db.team_exists(owner.team).await? {
+            return Err(EngineError::NotFound {
+                kind: "team",
+                name: format!("{:?}", owner.team),
+            });
+        }
+        self.artifacts.keep(body, encoding, kind, owner).await
+    }
+
+    /// A team's artifact as a plain tar stream.
+    pub async fn open_artifact(&self, team: &str, id: &str) -> Result<ByteStream, EngineError> {
+        self.artifacts.open(Some(team), id, Encoding::Raw).await
+    }
+}

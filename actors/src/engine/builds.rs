@@ -1,0 +1,123 @@
+//! Builds through the engine: create, abort, read, list, follow.
+
+use actix::prelude::*;
+
+use super::Engine;
+use crate::build::{Build, OneOffPlan};
+use crate::db::BuildRow;
+use crate::error::EngineError;
+use crate::event_follow::{self, StoredEvent};
+
+impl Engine {
+    /// Aborts a running build: its step is stopped (SIGTERM, then SIGKILL
+    /// after a grace period) or its wait for a worker ends.
+    pub async fn abort_build(&self, id: i64) -> Result<(), EngineError> {
+        if let Some(build) = self.builds.get(&id).map(|b| b.clone()) {
+            build.send(crate::build::AbortBuild).await?;
+            return Ok(());
+        }
+        match self.db.get_build(id).await? {
+            None => Err(EngineError::NotFound {
+                kind: "build",
+                name: id.to_string(),
+            }),
+            Some(b) if b.status.is_finished() => Err(EngineError::Invalid(format!(
+                "build {id} has already finished ({})",
+                b.status.as_str()
+            ))),
+            Some(_) => Err(EngineError::Invalid(format!(
+                "build {id} is not running on this web node"
+            ))),
+        }
+    }
+
+    /// Checks a one-off build's inputs against the team's artifacts, creates it
+    /// and starts it. Nothing is created when the request is invalid.
+    pub async fn create_one_off_build(
+        &self,
+        team: &str,
+        plan: OneOffPlan,
+    ) -> Result<i64, EngineError> {
+        if !self.db.team_exists(team).await? {
+            return Err(EngineError::NotFound {
+                kind: "team",
+                name: team.into(),
+            });
+        }
+        for input in &plan.config.inputs {
+            match plan.inputs.get(&input.name) {
+                None if !input.optional => {
+                    return Err(EngineError::Invalid(format!(
+                        "task input {:?} was not given an artifact",
+                        input.name
+                    )))
+                }
+                None => {}
+                Some(id) if self.db.get_artifact(team, id).await?.is_none() => {
+                    return Err(EngineError::Invalid(format!(
+                        "input {:?}: artifact {id} not found in team {team:?}",
+                        input.name
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some(id) = &plan.image {
+            if self.db.get_artifact(team, id).await?.is_none() {
+                return Err(EngineError::Invalid(format!(
+                    "image: artifact {id} not found in team {team:?}"
+                )));
+            }
+        }
+        if let Some(extra) = plan
+            .inputs
+            .keys()
+            .find(|k| !plan.config.inputs.iter().any(|i| &i.name == *k))
+        {
+            return Err(EngineError::Invalid(format!(
+                "the task has no input named {extra:?}"
+            )));
+        }
+        let json = serde_json::to_value(&plan).expect("plans serialise");
+        let id = self
+            .db
+            .create_build(team, &json, &self.config.node_name)
+            .await?;
+        let deps = self.build_deps();
+        Build::new(id, team.to_string(), plan, deps, self.builds.clone()).start();
+        Ok(id)
+    }
+
+    /// A build by id.
+    pub async fn build(&self, id: i64) -> Result<BuildRow, EngineError> {
+        self.db
+            .get_build(id)
+            .await?
+            .ok_or_else(|| EngineError::NotFound {
+                kind: "build",
+                name: id.to_string(),
+            })
+    }
+
+    /// The latest `limit` builds, of one team or of all.
+    pub async fn list_builds(
+        &self,
+        team: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<BuildRow>, EngineError> {
+        self.db.list_builds(team, limit).await
+    }
+
+    /// How many builds there are in each status.
+    pub async fn count_builds_by_status(&self) -> Result<Vec<(String, i64)>, EngineError> {
+        self.db.count_builds_by_status().await
+    }
+
+    /// Follows a build's events (see [`event_follow::follow`]).
+    pub fn follow_build_events(
+        &self,
+        id: i64,
+    ) -> tokio::sync::mpsc::Receiver<Result<StoredEvent, EngineError>> {
+        event_follow::follow(self.db.clone(), self.hub.clone(), id)
+    }
+}

@@ -1,0 +1,92 @@
+//! Workers through the engine: registration, heartbeats, listing, lifecycle.
+
+use std::sync::Arc;
+
+use super::Engine;
+use crate::error::EngineError;
+use crate::registry::{
+    HeartbeatRefused, LifecycleAction, ListWorkers, RegisterWorker, WorkerHeartbeat,
+    WorkerLifecycle,
+};
+use crate::runtime::Worker;
+use crate::scheduler::{
+    GetStats, Placement, ReleasePlacement, SchedulerStats, SelectWorker, Selection, StepRequest,
+};
+use crate::state::WorkerState;
+use crate::worker_info::{Heartbeat, WorkerRegistration, WorkerView};
+
+impl Engine {
+    /// Registers (or re-registers) a worker; it becomes `running`.
+    pub async fn register_worker(
+        &self,
+        registration: WorkerRegistration,
+    ) -> Result<(), EngineError> {
+        self.registry.send(RegisterWorker(registration)).await?
+    }
+
+    /// Records a worker's heartbeat; answers its state, or why it was refused.
+    pub async fn worker_heartbeat(
+        &self,
+        name: String,
+        heartbeat: Heartbeat,
+    ) -> Result<WorkerState, HeartbeatRefused> {
+        self.registry
+            .send(WorkerHeartbeat { name, heartbeat })
+            .await
+            .map_err(|e| HeartbeatRefused::Engine(e.into()))?
+    }
+
+    /// Every worker, with the Scheduler's live task counts.
+    pub async fn worker_views(&self) -> Result<Vec<WorkerView>, EngineError> {
+        let mut views = self.registry.send(ListWorkers).await?;
+        let stats = self.scheduler_stats().await?;
+        for v in &mut views {
+            v.active_tasks = stats.load.get(&v.name).map_or(0, |l| l.tasks);
+        }
+        Ok(views)
+    }
+
+    /// Lands, retires or prunes a worker; answers its new state.
+    pub async fn worker_lifecycle(
+        &self,
+        name: String,
+        action: LifecycleAction,
+    ) -> Result<WorkerState, EngineError> {
+        self.registry.send(WorkerLifecycle { name, action }).await?
+    }
+
+    /// The Scheduler's counters and live loads.
+    pub async fn scheduler_stats(&self) -> Result<SchedulerStats, EngineError> {
+        Ok(self.scheduler.send(GetStats).await?)
+    }
+
+    /// A client of the registered worker `name`, to reach a container it
+    /// holds; fails when the worker is unknown or not heartbeating.
+    pub async fn worker_client(&self, name: &str) -> Result<Arc<dyn Worker>, EngineError> {
+        let row = self
+            .db
+            .get_worker(name)
+            .await?
+            .ok_or_else(|| EngineError::NotFound {
+                kind: "worker",
+                name: name.to_string(),
+            })?;
+        if row.state == WorkerState::Stalled {
+            return Err(EngineError::WorkerLost {
+                worker: name.to_string(),
+                reason: "is stalled (no heartbeat within its TTL)".into(),
+            });
+        }
+        Ok(self.connector.connect(&row.registration))
+    }
+
+    /// Asks the Scheduler for a worker for a step: placed now, or queued.
+    pub async fn select_worker(&self, request: StepRequest) -> Result<Selection, EngineError> {
+        self.scheduler.send(SelectWorker(request)).await?
+    }
+
+    /// Gives a placement's capacity back to its worker.
+    pub fn release_placement(&self, placement: Placement) {
+        self.scheduler.do_send(ReleasePlacement(placement));
+    }
+}
