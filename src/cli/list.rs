@@ -27,6 +27,15 @@ fn print_table(header: &[&str], rows: Vec<Vec<String>>) {
     }
 }
 
+/// A JSON field as a table cell: strings bare, null empty.
+fn cell(v: &serde_json::Value, key: &str) -> String {
+    match &v[key] {
+        serde_json::Value::Null => String::new(),
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
 /// `gantry workers`
 pub async fn workers(client: &ApiClient, json: bool) -> anyhow::Result<()> {
     let workers: Vec<WorkerView> = client.get("/api/v1/workers").await?;
@@ -75,22 +84,17 @@ pub async fn builds(client: &ApiClient, json: bool) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&builds)?);
         return Ok(());
     }
-    let s = |v: &serde_json::Value, k: &str| match &v[k] {
-        serde_json::Value::Null => String::new(),
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
     print_table(
         &["id", "team", "status", "worker", "exit"],
         builds
             .iter()
             .map(|b| {
                 vec![
-                    s(b, "id"),
-                    s(b, "team"),
-                    s(b, "status"),
-                    s(b, "worker"),
-                    s(b, "exit_status"),
+                    cell(b, "id"),
+                    cell(b, "team"),
+                    cell(b, "status"),
+                    cell(b, "worker"),
+                    cell(b, "exit_status"),
                 ]
             })
             .collect(),
@@ -105,21 +109,16 @@ pub async fn handles(client: &ApiClient, what: &str, json: bool) -> anyhow::Resu
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
-    let s = |v: &serde_json::Value, k: &str| match &v[k] {
-        serde_json::Value::Null => String::new(),
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
     print_table(
         &["handle", "worker", "state", "build", "team"],
         rows.iter()
             .map(|r| {
                 vec![
-                    s(r, "handle"),
-                    s(r, "worker"),
-                    s(r, "state"),
-                    s(r, "build_id"),
-                    s(r, "team"),
+                    cell(r, "handle"),
+                    cell(r, "worker"),
+                    cell(r, "state"),
+                    cell(r, "build_id"),
+                    cell(r, "team"),
                 ]
             })
             .collect(),
