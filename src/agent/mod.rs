@@ -4,10 +4,12 @@
 //! One concept per file: `server.rs` (the HTTP API), `api.rs` (its wire
 //! types), `volumes.rs` (the volume store), `containers.rs` (container
 //! bookkeeping), `processes.rs` (output logs, exit statuses, stdin),
-//! `pty.rs` (terminals of TTY processes),
-//! `backend/` (how processes are isolated: runc, bwrap, local), `rootfs.rs`
-//! (root filesystems), `images.rs` (unpacking images into volumes), `beacon.rs` (registration and heartbeats), `slots.rs`
-//! (idempotent creation), `state.rs` (what handlers share), `error.rs`.
+//! `pty.rs` (terminals of TTY processes), `backend/` (how processes are
+//! isolated: runc, bwrap, local), `rootfs.rs` (root filesystems),
+//! `images.rs` (unpacking images into volumes), `tree.rs` (removing,
+//! copying and measuring directory trees), `beacon.rs` (registration and
+//! heartbeats), `slots.rs` (idempotent creation), `state.rs` (what handlers
+//! share), `error.rs`.
 //!
 //! Everything lives under the work directory, so a restarted agent still
 //! lists its volumes and containers and serves the output and exit status of
@@ -31,6 +33,7 @@ pub mod rootfs;
 pub mod server;
 pub mod slots;
 pub mod state;
+pub mod tree;
 pub mod volumes;
 
 #[cfg(test)]
