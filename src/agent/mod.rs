@@ -45,9 +45,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use gantry_actors::worker_info::WorkerRegistration;
+use gantry_actors::worker_info::{WorkerRegistration, WorkerState};
 use tokio::sync::watch;
 
+pub use beacon::BeaconStatus;
 pub use error::AgentError;
 pub use state::AgentState;
 
@@ -66,7 +67,7 @@ pub struct WorkerHandle {
     /// The shared state, for callers embedding the agent.
     state: Arc<AgentState>,
     /// The worker's state as the web node last answered it.
-    status: watch::Receiver<String>,
+    status: watch::Receiver<BeaconStatus>,
     /// Web node URL and key, to land or retire this worker.
     web: (String, String),
 }
@@ -120,13 +121,20 @@ impl WorkerHandle {
             "the web node refused to {action} this worker: {}",
             resp.text().await.unwrap_or_default()
         );
-        let goal = if retire { "retired" } else { "landed" };
+        let (goal, reached) = if retire {
+            (BeaconStatus::Retired, "worker retired")
+        } else {
+            (
+                BeaconStatus::Registered(WorkerState::Landed),
+                "worker landed",
+            )
+        };
         let mut status = self.status.clone();
         tokio::select! {
-            r = status.wait_for(|s| s == goal) => { r.context("the beacon stopped")?; }
+            r = status.wait_for(|s| *s == goal) => { r.context("the beacon stopped")?; }
             _ = abort.wait_for(|a| *a) => tracing::warn!("stopping before the worker finished its steps"),
         }
-        tracing::info!(worker = %self.registration.name, "worker {goal}");
+        tracing::info!(worker = %self.registration.name, "{reached}");
         Ok(())
     }
 
@@ -250,7 +258,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
                 counts_state.volumes.handles().len() as u32,
             )
         }),
-        status: watch::channel(String::new()).0,
+        status: watch::channel(BeaconStatus::Unregistered).0,
     };
     let status = beacon.status.subscribe();
     let (shutdown, stopped) = watch::channel(false);
@@ -281,7 +289,7 @@ pub async fn run_worker(
     tokio::select! {
         _ = shutdown.wait_for(|n| *n >= 1) => {}
         // Retired by an operator (`gantry retire-worker`): nothing left to do.
-        _ = status.wait_for(|s| s == "retired") => {
+        _ = status.wait_for(|s| *s == BeaconStatus::Retired) => {
             handle.stop().await;
             return Ok(());
         }
