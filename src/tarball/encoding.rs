@@ -7,8 +7,7 @@ use std::io::{self, Read, Write};
 use gantry_actors::runtime::ByteStream;
 use gantry_actors::spec::Encoding;
 
-use super::plumbing::{job_stream, ChanReader, CHUNK};
-use super::read_state::ReadState;
+use super::plumbing::{reader_stream, CHUNK};
 
 /// zstd compression level used when encoding (fast; zstd's own default).
 pub const ZSTD_LEVEL: i32 = 3;
@@ -23,32 +22,27 @@ pub fn decode(body: ByteStream, encoding: Encoding) -> ByteStream {
     if encoding == Encoding::Raw {
         return body;
     }
-    job_stream(
-        Some(body),
-        Box::new(move |input, out| {
-            let state = ReadState::shared();
-            let reader = ChanReader::new(input.expect("decode has an input"), state.clone());
-            let mut decoder = decoder(reader, encoding)?;
-            let mut buf = vec![0u8; CHUNK];
-            loop {
-                let n = match decoder.read(&mut buf) {
-                    Ok(0) => return Ok(()),
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        if let Some(t) = state.borrow().transport_error.clone() {
-                            return Err(io::Error::new(e.kind(), t));
-                        }
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!("not a valid {} stream: {e}", encoding.as_str()),
-                        ));
+    reader_stream(body, move |reader, state, out| {
+        let mut decoder = decoder(reader, encoding)?;
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            let n = match decoder.read(&mut buf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    if let Some(t) = state.borrow().transport_error.clone() {
+                        return Err(io::Error::new(e.kind(), t));
                     }
-                };
-                out.write_all(&buf[..n])?;
-            }
-        }),
-    )
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("not a valid {} stream: {e}", encoding.as_str()),
+                    ));
+                }
+            };
+            out.write_all(&buf[..n])?;
+        }
+    })
 }
 
 /// Encodes a plain stream with `encoding` (streaming, on a blocking thread,
@@ -58,14 +52,9 @@ pub fn encode(body: ByteStream, encoding: Encoding) -> ByteStream {
     if encoding == Encoding::Raw {
         return body;
     }
-    job_stream(
-        Some(body),
-        Box::new(move |input, out| {
-            let state = ReadState::shared();
-            let mut reader = ChanReader::new(input.expect("encode has an input"), state);
-            with_encoder(encoding, out, |w| io::copy(&mut reader, w)).map(drop)
-        }),
-    )
+    reader_stream(body, move |mut reader, _, out| {
+        with_encoder(encoding, out, |w| io::copy(&mut reader, w)).map(drop)
+    })
 }
 
 /// Runs `f` with a writer that encodes into `out`, then finishes the

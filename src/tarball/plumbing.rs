@@ -263,6 +263,23 @@ impl Write for ChanWriter {
 pub(super) type Job =
     Box<dyn FnOnce(Option<mpsc::Receiver<Msg>>, &mut ChanWriter) -> io::Result<()> + Send>;
 
+/// The output stream of `job`, run on a blocking thread (once the stream is
+/// first polled) with a [`ChanReader`] over `input` and the [`ReadState`]
+/// its readers share.
+pub(super) fn reader_stream(
+    input: ByteStream,
+    job: impl FnOnce(ChanReader, Shared, &mut ChanWriter) -> io::Result<()> + Send + 'static,
+) -> ByteStream {
+    job_stream(
+        Some(input),
+        Box::new(move |rx, out| {
+            let state = ReadState::shared();
+            let rx = rx.expect("a job stream given an input gets its receiver");
+            job(ChanReader::new(rx, state.clone()), state, out)
+        }),
+    )
+}
+
 /// The output stream of a blocking job, started when first polled.
 struct JobStream {
     /// The job, its output channel and its input, until the first poll.
