@@ -3,7 +3,8 @@
 //!
 //! One concept per file: `server.rs` (the HTTP API), `api.rs` (its wire
 //! types), `volumes.rs` (the volume store), `containers.rs` (container
-//! bookkeeping), `processes.rs` (output logs, exit statuses, stdin),
+//! bookkeeping), `processes.rs` (spawning, exit statuses, signals, stdin),
+//! `output_log.rs` (the framed output log and its followers),
 //! `pty.rs` (terminals of TTY processes), `backend/` (how processes are
 //! isolated: runc, bwrap, local), `rootfs.rs` (root filesystems),
 //! `images.rs` (unpacking images into volumes), `tree.rs` (removing,
@@ -27,6 +28,7 @@ pub mod beacon;
 pub mod containers;
 pub mod error;
 pub mod images;
+pub mod output_log;
 pub mod processes;
 pub mod pty;
 pub mod rootfs;

@@ -52,7 +52,7 @@ use super::api::{
 };
 use super::containers::process_info;
 use super::error::AgentError;
-use super::processes::LogEvent;
+use super::output_log::LogEvent;
 use super::state::AgentState;
 
 /// The shared state as handlers receive it.
