@@ -6,14 +6,15 @@
 //! 409 or 410 means the web node no longer knows this incarnation: register
 //! again at once, except 410: the worker was retired, and the beacon stops
 //! for good. Every other failure is logged; none stops the loop. The state
-//! the web node answers (`running`, `landing`, `landed`, ...) is published on
-//! [`Beacon::status`], so a stopping worker can wait until it has landed. It
-//! ends when shutdown is announced.
+//! the web node answers (a [`WorkerState`]: running, landing, landed, ...) is
+//! published on [`Beacon::status`] as a [`BeaconStatus`], so a stopping
+//! worker can wait until it has landed (or was retired). It ends when
+//! shutdown is announced.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use gantry_actors::worker_info::{Heartbeat, WorkerRegistration};
+use gantry_actors::worker_info::{Heartbeat, WorkerRegistration, WorkerState};
 use reqwest::StatusCode;
 use tokio::sync::watch;
 
@@ -24,6 +25,18 @@ const BACKOFF_CAP: Duration = Duration::from_secs(10);
 
 /// Reports how many containers and volumes the worker holds.
 pub type Counts = Arc<dyn Fn() -> (u32, u32) + Send + Sync>;
+
+/// Where the worker stands with the web node, as the beacon last learned it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeaconStatus {
+    /// Not registered yet: the web node has not answered.
+    Unregistered,
+    /// Registered; the lifecycle state the web node answered last.
+    Registered(WorkerState),
+    /// Retired: the web node answered a heartbeat with 410 Gone (the worker
+    /// was deleted), and the beacon stopped.
+    Retired,
+}
 
 /// Registration and heartbeats of one worker incarnation.
 pub struct Beacon {
@@ -39,8 +52,9 @@ pub struct Beacon {
     pub interval: Duration,
     /// The live counts sent with each heartbeat.
     pub counts: Counts,
-    /// The worker's state as the web node last answered it (`retired` after a 410).
-    pub status: watch::Sender<String>,
+    /// The worker's state as the web node last answered it
+    /// ([`BeaconStatus::Retired`] after a 410).
+    pub status: watch::Sender<BeaconStatus>,
 }
 
 /// What a failed call to the web node means.
@@ -76,7 +90,8 @@ impl Beacon {
             let wait = if !registered {
                 match self.post(&register_url, &self.registration).await {
                     Ok(_) => {
-                        self.status.send_replace("running".into());
+                        self.status
+                            .send_replace(BeaconStatus::Registered(WorkerState::Running));
                         tracing::info!(web = %base, worker = %self.registration.name,
                             incarnation = %self.registration.incarnation, "registered with the web node");
                         registered = true;
@@ -98,14 +113,14 @@ impl Beacon {
                 match self.post(&heartbeat_url, &beat).await {
                     Ok(state) => {
                         if let Some(state) = state {
-                            self.status.send_replace(state);
+                            self.status.send_replace(BeaconStatus::Registered(state));
                         }
                         backoff = BACKOFF_START;
                         self.interval
                     }
                     Err(Failure::Retired) => {
                         tracing::info!("the web node retired this worker; no more heartbeats");
-                        self.status.send_replace("retired".into());
+                        self.status.send_replace(BeaconStatus::Retired);
                         return;
                     }
                     Err(Failure::Unknown(status)) => {
@@ -126,12 +141,13 @@ impl Beacon {
         }
     }
 
-    /// POSTs JSON with the registration key; returns the `state` the web node answered.
+    /// POSTs JSON with the registration key; returns the `state` the web
+    /// node answered, if it answered one this agent knows.
     async fn post<T: serde::Serialize>(
         &self,
         url: &str,
         body: &T,
-    ) -> Result<Option<String>, Failure> {
+    ) -> Result<Option<WorkerState>, Failure> {
         let resp = self
             .http
             .post(url)
@@ -143,7 +159,7 @@ impl Beacon {
         let status = resp.status();
         if status.is_success() {
             let answer: serde_json::Value = resp.json().await.unwrap_or_default();
-            return Ok(answer["state"].as_str().map(str::to_string));
+            return Ok(answer["state"].as_str().and_then(WorkerState::parse));
         }
         if status == StatusCode::GONE {
             return Err(Failure::Retired);
@@ -251,7 +267,7 @@ mod tests {
             },
             interval: Duration::from_millis(20),
             counts: Arc::new(|| (2, 3)),
-            status: watch::channel(String::new()).0,
+            status: watch::channel(BeaconStatus::Unregistered).0,
         };
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(beacon.run(stopped));

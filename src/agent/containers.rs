@@ -19,7 +19,8 @@ use super::error::{blocking, AgentError};
 use super::processes::{ProcessEnd, ProcessRecord};
 use super::rootfs;
 use super::slots::{check_name, Slots};
-use super::volumes::{remove_tree, VolumeStore};
+use super::tree::remove_tree;
+use super::volumes::VolumeStore;
 
 /// How long destroying a container waits for its killed processes to end.
 const KILL_TIMEOUT: Duration = Duration::from_secs(10);

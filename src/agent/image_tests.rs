@@ -15,7 +15,8 @@ use tokio::sync::mpsc;
 
 use super::api::Health;
 use super::images::tests::{entry, oci_layout, tar_of};
-use crate::agent::{start_worker, test_config};
+use super::start_worker;
+use super::test_support::{can_run_isolated, test_config};
 use crate::agent_client::AgentConnector;
 
 /// The busybox-static binary the image is built from.
@@ -232,17 +233,7 @@ async fn two_containers_share_one_unpacked_image(backend: &str) {
 
 /// Whether isolated backends can run here: root, busybox and the backend.
 fn available(binary: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let ok = root && Path::new(BUSYBOX).exists() && Path::new(binary).exists();
-    if !ok {
-        assert!(
-            std::env::var_os("GANTRY_REQUIRE_RUNC").is_none(),
-            "GANTRY_REQUIRE_RUNC is set, so this test may not be skipped: needs root, {BUSYBOX} and {binary}"
-        );
-        eprintln!("skipped: needs root, {BUSYBOX} and {binary}");
-    }
-    ok
+    can_run_isolated(&[BUSYBOX, binary])
 }
 
 #[actix_rt::test]

@@ -40,6 +40,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::error::{blocking, AgentError};
+use super::tree::{clear_dir, remove_any, remove_tree};
 use crate::dir_fd::{BeneathError, Dir};
 use crate::tarball::{self, UnpackLimits};
 
@@ -103,7 +104,7 @@ pub async fn unpack_image(
 ) -> Result<ImageSummary, AgentError> {
     let w = work.clone();
     blocking("preparing an image work directory", move || {
-        super::volumes::remove_tree(&w)
+        remove_tree(&w)
             .and_then(|()| std::fs::create_dir_all(w.join("archive")))
             .map_err(|e| AgentError::io(format!("creating {}", w.display()), e))
     })
@@ -111,8 +112,7 @@ pub async fn unpack_image(
     let result = unpack_in(body, encoding, &work, &data).await;
     let w = work.clone();
     let cleaned = blocking("removing an image work directory", move || {
-        super::volumes::remove_tree(&w)
-            .map_err(|e| AgentError::io(format!("removing {}", w.display()), e))
+        remove_tree(&w).map_err(|e| AgentError::io(format!("removing {}", w.display()), e))
     })
     .await;
     let summary = result?;
@@ -159,7 +159,7 @@ async fn unpack_in(
         let dir = work.join("layer");
         let (a, l, d) = (archive.clone(), layer.path.clone(), dir.clone());
         let opened = blocking("opening an image layer", move || {
-            super::volumes::remove_tree(&d)
+            remove_tree(&d)
                 .and_then(|()| std::fs::create_dir(&d))
                 .map_err(|e| AgentError::io(format!("creating {}", d.display()), e))?;
             open_inside(&a, &l)
@@ -598,17 +598,6 @@ fn whiteout(name: &OsStr) -> Option<Option<&OsStr>> {
     Some(Some(OsStr::from_bytes(rest)))
 }
 
-/// Removes whatever is at `path` (a directory with its contents), never
-/// following a symlink; an absent path is fine.
-fn remove_any(path: &Path) -> std::io::Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_dir() => std::fs::remove_dir_all(path),
-        Ok(_) => std::fs::remove_file(path),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
 /// Merges the extracted layer `layer` into the root filesystem `root`,
 /// applying its whiteouts; `layer`'s entries are moved (renamed) into place.
 /// `root` must be a real directory; below it, nothing is ever followed.
@@ -624,11 +613,7 @@ pub fn merge_layer(layer: &Path, root: &Path) -> std::io::Result<()> {
         let mut rest = Vec::new();
         for name in names {
             match whiteout(&name) {
-                Some(None) => {
-                    for entry in std::fs::read_dir(&dst)? {
-                        remove_any(&entry?.path())?;
-                    }
-                }
+                Some(None) => clear_dir(&dst)?,
                 Some(Some(target)) if !target.is_empty() => remove_any(&dst.join(target))?,
                 Some(Some(_)) => {}
                 None => rest.push(name),

@@ -3,11 +3,14 @@
 //!
 //! One concept per file: `server.rs` (the HTTP API), `api.rs` (its wire
 //! types), `volumes.rs` (the volume store), `containers.rs` (container
-//! bookkeeping), `processes.rs` (output logs, exit statuses, stdin),
-//! `pty.rs` (terminals of TTY processes),
-//! `backend/` (how processes are isolated: runc, bwrap, local), `rootfs.rs`
-//! (root filesystems), `images.rs` (unpacking images into volumes), `beacon.rs` (registration and heartbeats), `slots.rs`
-//! (idempotent creation), `state.rs` (what handlers share), `error.rs`.
+//! bookkeeping), `processes.rs` (spawning, exit statuses, signals, stdin),
+//! `output_log.rs` (the framed output log and its followers),
+//! `pty.rs` (terminals of TTY processes), `backend/` (how processes are
+//! isolated: runc, bwrap, local), `rootfs.rs` (root filesystems),
+//! `images.rs` (unpacking images into volumes), `tree.rs` (removing,
+//! copying and measuring directory trees), `beacon.rs` (registration and
+//! heartbeats), `slots.rs` (idempotent creation), `state.rs` (what handlers
+//! share), `error.rs`.
 //!
 //! Everything lives under the work directory, so a restarted agent still
 //! lists its volumes and containers and serves the output and exit status of
@@ -25,26 +28,35 @@ pub mod beacon;
 pub mod containers;
 pub mod error;
 pub mod images;
+pub mod output_log;
 pub mod processes;
 pub mod pty;
 pub mod rootfs;
 pub mod server;
 pub mod slots;
 pub mod state;
+pub mod tree;
 pub mod volumes;
 
 #[cfg(test)]
 mod image_tests;
 #[cfg(test)]
+mod interactive_tests;
+#[cfg(test)]
+mod runtime_tests;
+#[cfg(test)]
 mod tar_safety_tests;
+#[cfg(test)]
+mod test_support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use gantry_actors::worker_info::WorkerRegistration;
+use gantry_actors::worker_info::{WorkerRegistration, WorkerState};
 use tokio::sync::watch;
 
+pub use beacon::BeaconStatus;
 pub use error::AgentError;
 pub use state::AgentState;
 
@@ -63,7 +75,7 @@ pub struct WorkerHandle {
     /// The shared state, for callers embedding the agent.
     state: Arc<AgentState>,
     /// The worker's state as the web node last answered it.
-    status: watch::Receiver<String>,
+    status: watch::Receiver<BeaconStatus>,
     /// Web node URL and key, to land or retire this worker.
     web: (String, String),
 }
@@ -117,13 +129,20 @@ impl WorkerHandle {
             "the web node refused to {action} this worker: {}",
             resp.text().await.unwrap_or_default()
         );
-        let goal = if retire { "retired" } else { "landed" };
+        let (goal, reached) = if retire {
+            (BeaconStatus::Retired, "worker retired")
+        } else {
+            (
+                BeaconStatus::Registered(WorkerState::Landed),
+                "worker landed",
+            )
+        };
         let mut status = self.status.clone();
         tokio::select! {
-            r = status.wait_for(|s| s == goal) => { r.context("the beacon stopped")?; }
+            r = status.wait_for(|s| *s == goal) => { r.context("the beacon stopped")?; }
             _ = abort.wait_for(|a| *a) => tracing::warn!("stopping before the worker finished its steps"),
         }
-        tracing::info!(worker = %self.registration.name, "worker {goal}");
+        tracing::info!(worker = %self.registration.name, "{reached}");
         Ok(())
     }
 
@@ -247,7 +266,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
                 counts_state.volumes.handles().len() as u32,
             )
         }),
-        status: watch::channel(String::new()).0,
+        status: watch::channel(BeaconStatus::Unregistered).0,
     };
     let status = beacon.status.subscribe();
     let (shutdown, stopped) = watch::channel(false);
@@ -278,7 +297,7 @@ pub async fn run_worker(
     tokio::select! {
         _ = shutdown.wait_for(|n| *n >= 1) => {}
         // Retired by an operator (`gantry retire-worker`): nothing left to do.
-        _ = status.wait_for(|s| s == "retired") => {
+        _ = status.wait_for(|s| *s == BeaconStatus::Retired) => {
             handle.stop().await;
             return Ok(());
         }
@@ -296,89 +315,4 @@ pub async fn run_worker(
     forward.abort();
     handle.stop().await;
     Ok(())
-}
-
-/// A worker config for tests: loopback, a free port, a web node that is
-/// never there (the beacon just keeps retrying), the given backend.
-#[cfg(test)]
-pub(crate) fn test_config(name: &str, work_dir: &std::path::Path, backend: &str) -> WorkerConfig {
-    WorkerConfig {
-        name: name.into(),
-        web: "http://127.0.0.1:9".into(),
-        listen: "127.0.0.1:0".parse().expect("a socket address"),
-        work_dir: work_dir.to_path_buf(),
-        backend: Some(backend.into()),
-        runc_path: "/usr/sbin/runc".into(),
-        ..WorkerConfig::default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[actix_rt::test]
-    async fn the_http_api_answers_json_errors_and_guards_every_route_but_health() {
-        let work = tempfile::tempdir().unwrap();
-        let cfg = test_config("api-test", work.path(), "local");
-        let agent = start_worker(cfg).await.unwrap();
-        let (url, token) = (
-            agent.agent_url().to_string(),
-            agent.agent_token().to_string(),
-        );
-        let http = reqwest::Client::new();
-
-        let health: api::Health = http
-            .get(format!("{url}/health"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(
-            (health.name.as_str(), health.backend.as_str()),
-            ("api-test", "local")
-        );
-
-        let call = |method: reqwest::Method, path: &str, auth: bool| {
-            let rb = http.request(method, format!("{url}{path}"));
-            if auth {
-                rb.bearer_auth(&token)
-            } else {
-                rb
-            }
-        };
-        let answer = |rb: reqwest::RequestBuilder| async move {
-            let resp = rb.send().await.unwrap();
-            let status = resp.status().as_u16();
-            let body: api::ErrorBody = resp.json().await.unwrap();
-            (status, body)
-        };
-        let (status, body) = answer(call(reqwest::Method::GET, "/volumes", false)).await;
-        assert_eq!(status, 401, "{body:?}");
-        let (status, body) = answer(call(reqwest::Method::GET, "/nowhere", true)).await;
-        assert_eq!(status, 404, "{body:?}");
-        let (status, body) = answer(
-            call(reqwest::Method::POST, "/volumes", true)
-                .header("content-type", "application/json")
-                .body("{not json"),
-        )
-        .await;
-        assert_eq!(status, 400, "{body:?}");
-        let (status, body) = answer(call(reqwest::Method::GET, "/containers/c1", true)).await;
-        assert_eq!((status, body.kind.as_deref()), (404, Some("container")));
-        let (status, body) = answer(
-            call(reqwest::Method::POST, "/volumes", true)
-                .json(&serde_json::json!({"handle": "../x", "strategy": {"type": "empty"}})),
-        )
-        .await;
-        assert_eq!(status, 400, "{body:?}");
-        let resp = call(reqwest::Method::DELETE, "/volumes/absent", true)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status().as_u16(), 204);
-        agent.stop().await;
-    }
 }

@@ -52,7 +52,7 @@ use super::api::{
 };
 use super::containers::process_info;
 use super::error::AgentError;
-use super::processes::LogEvent;
+use super::output_log::LogEvent;
 use super::state::AgentState;
 
 /// The shared state as handlers receive it.
@@ -488,4 +488,76 @@ async fn resize_process(
         .process(&id)?
         .set_tty(body.into_inner())?;
     Ok(HttpResponse::NoContent().finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::agent::api;
+    use crate::agent::start_worker;
+    use crate::agent::test_support::test_config;
+
+    #[actix_rt::test]
+    async fn the_http_api_answers_json_errors_and_guards_every_route_but_health() {
+        let work = tempfile::tempdir().unwrap();
+        let cfg = test_config("api-test", work.path(), "local");
+        let agent = start_worker(cfg).await.unwrap();
+        let (url, token) = (
+            agent.agent_url().to_string(),
+            agent.agent_token().to_string(),
+        );
+        let http = reqwest::Client::new();
+
+        let health: api::Health = http
+            .get(format!("{url}/health"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            (health.name.as_str(), health.backend.as_str()),
+            ("api-test", "local")
+        );
+
+        let call = |method: reqwest::Method, path: &str, auth: bool| {
+            let rb = http.request(method, format!("{url}{path}"));
+            if auth {
+                rb.bearer_auth(&token)
+            } else {
+                rb
+            }
+        };
+        let answer = |rb: reqwest::RequestBuilder| async move {
+            let resp = rb.send().await.unwrap();
+            let status = resp.status().as_u16();
+            let body: api::ErrorBody = resp.json().await.unwrap();
+            (status, body)
+        };
+        let (status, body) = answer(call(reqwest::Method::GET, "/volumes", false)).await;
+        assert_eq!(status, 401, "{body:?}");
+        let (status, body) = answer(call(reqwest::Method::GET, "/nowhere", true)).await;
+        assert_eq!(status, 404, "{body:?}");
+        let (status, body) = answer(
+            call(reqwest::Method::POST, "/volumes", true)
+                .header("content-type", "application/json")
+                .body("{not json"),
+        )
+        .await;
+        assert_eq!(status, 400, "{body:?}");
+        let (status, body) = answer(call(reqwest::Method::GET, "/containers/c1", true)).await;
+        assert_eq!((status, body.kind.as_deref()), (404, Some("container")));
+        let (status, body) = answer(
+            call(reqwest::Method::POST, "/volumes", true)
+                .json(&serde_json::json!({"handle": "../x", "strategy": {"type": "empty"}})),
+        )
+        .await;
+        assert_eq!(status, 400, "{body:?}");
+        let resp = call(reqwest::Method::DELETE, "/volumes/absent", true)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 204);
+        agent.stop().await;
+    }
 }

@@ -14,7 +14,8 @@ use gantry_actors::runtime::{ByteStream, Volume, Worker};
 use gantry_actors::spec::{Encoding, VolumeSpec};
 use gantry_actors::RuntimeError;
 
-use crate::agent::{start_worker, test_config, WorkerHandle};
+use crate::agent::test_support::test_config;
+use crate::agent::{start_worker, WorkerHandle};
 use crate::agent_client::AgentConnector;
 
 use crate::malicious_tars;

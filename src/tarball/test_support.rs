@@ -1,0 +1,82 @@
+//! Helpers shared by the unit tests of tar handling: streams of bytes,
+//! listings of trees and archives, refusals.
+
+use std::fs;
+use std::io::{self, Read};
+use std::path::Path;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use gantry_actors::runtime::ByteStream;
+use tar::EntryType;
+
+use super::{TarError, UnpackSummary};
+
+/// A stream of `data` in uneven chunks.
+pub(super) fn stream_of(data: Vec<u8>) -> ByteStream {
+    let chunks: Vec<io::Result<Bytes>> = data
+        .chunks(7919)
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    Box::pin(futures::stream::iter(chunks))
+}
+
+/// Everything `s` yields, or its first error.
+pub(super) async fn collect(mut s: ByteStream) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    while let Some(item) = s.next().await {
+        out.extend_from_slice(&item?);
+    }
+    Ok(out)
+}
+
+/// `len` bytes of xorshift noise from `seed`.
+pub(super) fn pseudo_random(len: usize, mut seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        out.extend_from_slice(&seed.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// The sorted names in `dir`.
+pub(super) fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The entries of a raw tar: name and contents (a symlink's target for
+/// a symlink).
+pub(super) fn listing(data: Vec<u8>) -> Vec<(String, Vec<u8>)> {
+    let mut ar = tar::Archive::new(&data[..]);
+    ar.entries()
+        .unwrap()
+        .map(|e| {
+            let mut e = e.unwrap();
+            let name = String::from_utf8(e.path_bytes().into_owned()).unwrap();
+            let mut body = Vec::new();
+            if e.header().entry_type() == EntryType::Symlink {
+                body = e.link_name_bytes().unwrap().into_owned();
+            } else {
+                e.read_to_end(&mut body).unwrap();
+            }
+            (name, body)
+        })
+        .collect()
+}
+
+/// The entry and reason of a refusal (panics on anything else).
+pub(super) fn unsafe_reason(r: &Result<UnpackSummary, TarError>) -> (String, String) {
+    match r {
+        Err(TarError::Unsafe { entry, reason }) => (entry.clone(), reason.clone()),
+        other => panic!("expected Unsafe, got {other:?}"),
+    }
+}
