@@ -6,6 +6,7 @@
 //! backend.
 
 pub mod artifact_store;
+pub mod background;
 pub mod build;
 pub mod db;
 pub mod detached_worker;
@@ -20,6 +21,8 @@ pub mod scheduler;
 pub mod spec;
 pub mod state;
 pub mod task_config;
+#[cfg(test)]
+mod test_clock;
 pub mod worker_info;
 
 pub use engine::{Engine, EngineConfig};
