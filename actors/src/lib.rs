@@ -23,6 +23,7 @@ pub mod state;
 pub mod task_config;
 #[cfg(test)]
 mod test_clock;
+pub mod worker_conn;
 pub mod worker_info;
 
 pub use engine::{Engine, EngineConfig};

@@ -8,6 +8,7 @@
 //! ones under test, or the pool's acquire timeout) would fire early.
 
 use std::future::Future;
+use std::time::Duration;
 
 /// Runs `test` in an actix System (a current-thread tokio runtime) whose
 /// clock starts paused, so every instant is on the timer's millisecond grid
@@ -21,4 +22,34 @@ pub(crate) fn run_paused<F: Future<Output = ()>>(test: impl FnOnce() -> F) {
             .expect("a current-thread runtime")
     })
     .block_on(test());
+}
+
+/// Awaits `fut` with the clock held still: while a blocking task runs, tokio
+/// does not auto-advance a paused clock (documented on `tokio::time::pause`),
+/// so waiting on another thread fires no timer.
+pub(crate) async fn held<F: Future>(fut: F) -> F::Output {
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let hold = tokio::task::spawn_blocking(move || {
+        let _ = released.recv();
+    });
+    let out = fut.await;
+    drop(release);
+    hold.await.expect("the clock hold ends");
+    out
+}
+
+/// Waits, clock held still, until `cond` holds (for effects that go through
+/// another thread, such as a database write); panics naming `what` after
+/// about two seconds of wall time.
+pub(crate) async fn eventually(what: &str, mut cond: impl AsyncFnMut() -> bool) {
+    for _ in 0..2000 {
+        if held(cond()).await {
+            return;
+        }
+        // A blocking task holds the clock still while it sleeps.
+        tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(1)))
+            .await
+            .expect("a pause");
+    }
+    panic!("timed out waiting for {what}");
 }
