@@ -626,7 +626,7 @@ mod tests {
     use crate::test_clock::{eventually, held, run_paused};
 
     /// The waits before the first probe after each restart of a connection.
-    const RESTART_BACKOFFS: [u64; 7] = [2, 4, 8, 16, 30, 30, 30];
+    const RESTART_BACKOFFS: [u64; 7] = [1, 2, 4, 8, 16, 30, 30];
 
     /// A worker agent held in memory: it answers probes or not, as told, and
     /// records when it was probed.

@@ -14,13 +14,19 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::background::{JobReport, JobState, Jobs};
+use crate::background::{Backoff, JobReport, JobState, Jobs};
 use crate::registry::{ConnRestarted, Registry, WorkerStalled};
 use crate::runtime::Worker;
 use crate::worker_info::WorkerRegistration;
 
 /// Failed probes in a row after which the connection is restarted.
 const FAILED_PROBES_BEFORE_RESTART: u32 = 3;
+
+/// The wait before a restarted connection's first probe.
+const RESTART_BACKOFF: Backoff = Backoff {
+    first: Duration::from_secs(1),
+    max: Duration::from_secs(30),
+};
 
 /// Name of the row of `worker`'s agent probes in [`Jobs`].
 pub fn probe_job_name(worker: &str) -> String {
@@ -98,7 +104,7 @@ impl WorkerConn {
         if self.restarts == 0 {
             self.interval
         } else {
-            Duration::from_secs(1 << self.restarts.min(5)).min(Duration::from_secs(30))
+            RESTART_BACKOFF.delay(self.restarts)
         }
     }
 
