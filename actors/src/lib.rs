@@ -7,6 +7,7 @@
 
 pub mod artifact_store;
 pub mod artifacts;
+pub mod background;
 pub mod build;
 pub mod db;
 pub mod detached_worker;
@@ -22,6 +23,9 @@ pub mod scheduler;
 pub mod spec;
 pub mod state;
 pub mod task_config;
+#[cfg(test)]
+mod test_clock;
+pub mod worker_conn;
 pub mod worker_info;
 
 pub use engine::{Engine, EngineConfig};

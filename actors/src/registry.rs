@@ -1,7 +1,12 @@
 //! The Registry actor: the supervisor of worker connections. It keeps one
 //! [`WorkerConn`] per registered worker, stores registrations and heartbeats,
-//! and tells the Scheduler what changed. A `WorkerConn` watches its worker's
-//! heartbeat TTL and reports the worker stalled when it lapses.
+//! drives the lifecycle (stalled, landing, retiring, prune, and the prune of
+//! a worker stalled longer than `stalled_worker_timeout`) and tells the
+//! Scheduler what changed. A `WorkerConn` (in `worker_conn.rs`) watches its
+//! worker's heartbeat TTL and reports the worker stalled when it lapses.
+//!
+//! The stalled-worker prune reports into the [`Jobs`] table as
+//! `stalled-worker-prune` (when a timeout is configured).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,12 +15,21 @@ use std::time::Duration;
 use actix::prelude::*;
 use dashmap::DashMap;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
+use crate::background::{JobReport, JobState, Jobs};
 use crate::db::{now_ms, Db};
 use crate::error::EngineError;
 use crate::runtime::{Worker, WorkerConnector};
 use crate::scheduler::{Candidate, Scheduler, WhenIdle, WorkerRemoved, WorkerUpdated};
-use crate::worker_info::{Heartbeat, WorkerRegistration, WorkerState, WorkerView};
+use crate::state::WorkerState;
+use crate::worker_conn::{heartbeat_job_name, probe_job_name, HeartbeatSeen, StopConn};
+use crate::worker_info::{Heartbeat, WorkerRegistration, WorkerView};
+
+pub use crate::worker_conn::WorkerConn;
+
+/// Name of the stalled-worker prune's row in [`Jobs`].
+pub const STALLED_PRUNE_JOB: &str = "stalled-worker-prune";
 
 /// Each worker's state, watched by the steps running on it (a dropped sender
 /// means the worker was removed).
@@ -90,7 +104,9 @@ pub struct WorkerLifecycle {
 #[derive(Message)]
 #[rtype(result = "()")]
 struct Drained {
+    /// Worker name.
     name: String,
+    /// Incarnation that was draining: a worker that registered again since is left alone.
     incarnation: String,
 }
 
@@ -98,7 +114,9 @@ struct Drained {
 #[derive(Message)]
 #[rtype(result = "()")]
 struct StalledTooLong {
+    /// Worker name.
     name: String,
+    /// Incarnation that stalled: a newer one is not pruned for it.
     incarnation: String,
 }
 
@@ -108,7 +126,7 @@ struct StalledTooLong {
 pub struct ConnRestarted {
     /// Worker name.
     pub name: String,
-    /// Incarnation watched.
+    /// Incarnation watched: a restart of a replaced connection is not counted.
     pub incarnation: String,
 }
 
@@ -124,51 +142,68 @@ pub struct WorkerStalled {
 
 /// What the Registry holds for a worker.
 struct Entry {
-    /// Its latest registration.
+    /// Its latest registration: what the Scheduler filters on, and the
+    /// incarnation that reports and heartbeats must match.
     registration: WorkerRegistration,
-    /// Its state.
+    /// Its lifecycle state, published to the Scheduler and the steps.
     state: WorkerState,
-    /// Client to reach it.
+    /// Client to reach it, handed to the Scheduler for placements.
     client: Arc<dyn Worker>,
-    /// Counts from the last heartbeat.
+    /// Containers at the last heartbeat, shown to users.
     containers: u32,
-    /// Counts from the last heartbeat.
+    /// Volumes at the last heartbeat, shown to users.
     volumes: u32,
-    /// Unix ms of the last heartbeat.
+    /// Unix ms of the last heartbeat, shown to users.
     last_heartbeat: i64,
-    /// The connection actor watching it.
+    /// The connection actor watching it, stopped when the worker goes.
     conn: Addr<WorkerConn>,
-    /// How often the connection was restarted.
+    /// How often its connection was restarted (kept across
+    /// re-registrations), shown to users and in `/metrics`.
     restarts: u32,
 }
 
 /// Supervisor of worker connections.
 pub struct Registry {
-    /// Where registrations are stored.
+    /// Where registrations, heartbeats and states are stored, so a restarted
+    /// web node knows its workers.
     db: Db,
     /// Builds clients from registrations.
     connector: Arc<dyn WorkerConnector>,
-    /// Told of every change.
+    /// Told of every change, so placement sees only usable workers.
     scheduler: Addr<Scheduler>,
-    /// Workers by name.
+    /// Workers by name: the Registry's own truth, answered from memory.
     workers: HashMap<String, Entry>,
     /// State of each worker, for the steps running on it.
     states: WorkerStates,
     /// Incarnations retired here; their heartbeats and registrations are refused.
     retired: HashMap<String, String>,
-    /// Lifecycle settings.
+    /// Lifecycle settings (the stalled-worker timeout).
     lifecycle: LifecycleConfig,
+    /// The status table its periodic work reports into (handed to each
+    /// connection too).
+    jobs: Jobs,
+    /// The stalled-worker prune's row, when `stalled_worker_timeout` is set.
+    prune: Option<JobReport>,
+    /// When each stalled incarnation's prune is due, to show the next one.
+    pending_prunes: HashMap<(String, String), Instant>,
 }
 
 impl Registry {
-    /// A registry that loads the stored workers when it starts.
+    /// A registry that loads the stored workers when it starts; its periodic
+    /// work and its connections' report into `jobs`.
     pub fn new(
         db: Db,
         connector: Arc<dyn WorkerConnector>,
         scheduler: Addr<Scheduler>,
         states: WorkerStates,
         lifecycle: LifecycleConfig,
+        jobs: Jobs,
     ) -> Self {
+        let prune = lifecycle.stalled_worker_timeout.map(|_| {
+            let report = jobs.report(STALLED_PRUNE_JOB);
+            report.waiting(JobState::Idle, None);
+            report
+        });
         Registry {
             db,
             connector,
@@ -177,6 +212,9 @@ impl Registry {
             states,
             retired: HashMap::new(),
             lifecycle,
+            jobs,
+            prune,
+            pending_prunes: HashMap::new(),
         }
     }
 
@@ -201,17 +239,16 @@ impl Registry {
     }
 
     fn start_conn(&self, reg: &WorkerRegistration, ctx: &Context<Self>) -> Addr<WorkerConn> {
-        let conn = WorkerConn {
-            name: reg.name.clone(),
-            incarnation: reg.incarnation.clone(),
-            interval: Duration::from_secs(reg.heartbeat_interval_secs.max(1)),
-            client: self.connector.connect(reg),
-            registry: ctx.address(),
-            deadline: None,
-            failures: 0,
-            restarts: 0,
-        };
-        Supervisor::start(move |_| conn)
+        WorkerConn::start(reg, self.connector.connect(reg), ctx.address(), &self.jobs)
+    }
+
+    /// Shows when the next stalled-worker prune is due.
+    fn show_next_prune(&self) {
+        if let Some(prune) = &self.prune {
+            let next = self.pending_prunes.values().min();
+            let next_in = next.map(|at| at.saturating_duration_since(Instant::now()));
+            prune.waiting(JobState::Idle, next_in);
+        }
     }
 
     /// Sets a worker's state, stores it and tells everyone.
@@ -237,19 +274,33 @@ impl Registry {
         );
     }
 
-    /// Removes a worker everywhere: its connection, its row, the Scheduler.
-    fn remove(&mut self, name: &str, ctx: &mut Context<Self>) {
+    /// Removes a worker everywhere: its connection and its rows in the
+    /// status table, its database row, the Scheduler. The deletion's outcome
+    /// is reported to `job` when a job removes it.
+    fn remove(&mut self, name: &str, ctx: &mut Context<Self>, job: Option<JobReport>) {
         if let Some(e) = self.workers.remove(name) {
             e.conn.do_send(StopConn);
         }
+        self.jobs.remove(&probe_job_name(name));
+        self.jobs.remove(&heartbeat_job_name(name));
         self.states.remove(name);
         self.scheduler.do_send(WorkerRemoved(name.to_string()));
         let db = self.db.clone();
         let name = name.to_string();
         ctx.spawn(
             async move {
-                if let Err(e) = db.delete_worker(&name).await {
-                    tracing::error!("deleting worker: {e}");
+                match db.delete_worker(&name).await {
+                    Ok(()) => {
+                        if let Some(job) = job {
+                            job.succeeded();
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!("deleting worker: {e}");
+                        if let Some(job) = job {
+                            job.failed(format_args!("deleting worker {name}: {e}"));
+                        }
+                    }
                 }
             }
             .into_actor(self),
@@ -417,6 +468,11 @@ impl Handler<WorkerStalled> for Registry {
         tracing::warn!(worker = %msg.name, "worker stalled: no heartbeat within its TTL");
         self.set_state(&msg.name, WorkerState::Stalled, ctx);
         if let Some(timeout) = self.lifecycle.stalled_worker_timeout {
+            self.pending_prunes.insert(
+                (msg.name.clone(), msg.incarnation.clone()),
+                Instant::now() + timeout,
+            );
+            self.show_next_prune();
             ctx.notify_later(
                 StalledTooLong {
                     name: msg.name,
@@ -431,13 +487,19 @@ impl Handler<WorkerStalled> for Registry {
 impl Handler<StalledTooLong> for Registry {
     type Result = ();
     fn handle(&mut self, msg: StalledTooLong, ctx: &mut Context<Self>) {
+        self.pending_prunes
+            .remove(&(msg.name.clone(), msg.incarnation.clone()));
         let still = self.workers.get(&msg.name).is_some_and(|e| {
             e.state == WorkerState::Stalled && e.registration.incarnation == msg.incarnation
         });
         if still {
             tracing::warn!(worker = %msg.name, "pruning worker stalled longer than stalled_worker_timeout");
-            self.remove(&msg.name, ctx);
+            self.remove(&msg.name, ctx, self.prune.clone());
+        } else if let Some(prune) = &self.prune {
+            // Back since, or gone: nothing to prune.
+            prune.succeeded();
         }
+        self.show_next_prune();
     }
 }
 
@@ -459,7 +521,7 @@ impl Handler<WorkerLifecycle> for Registry {
                         msg.name
                     )));
                 }
-                self.remove(&msg.name, ctx);
+                self.remove(&msg.name, ctx, None);
                 Ok(state)
             }
             LifecycleAction::Land => {
@@ -503,7 +565,7 @@ impl Handler<Drained> for Registry {
             WorkerState::Retiring => {
                 tracing::info!(worker = %msg.name, "worker retired");
                 self.retired.insert(msg.name.clone(), msg.incarnation);
-                self.remove(&msg.name, ctx);
+                self.remove(&msg.name, ctx, None);
             }
             _ => {}
         }
@@ -548,121 +610,342 @@ impl Handler<ListWorkers> for Registry {
     }
 }
 
-/// Tells a [`WorkerConn`] its worker heartbeated.
-#[derive(Message)]
-#[rtype(result = "()")]
-struct HeartbeatSeen;
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
 
-/// Stops a [`WorkerConn`] (its worker registered again or was removed).
-#[derive(Message)]
-#[rtype(result = "()")]
-struct StopConn;
+    use async_trait::async_trait;
+    use tokio::time::sleep_until;
 
-/// Watches one worker incarnation: its heartbeat TTL, and whether its agent
-/// answers. A connection whose agent fails three probes in a row stops; its
-/// supervisor restarts it on the same address with a backoff, and the
-/// Registry counts the restart.
-pub struct WorkerConn {
-    /// Worker name.
-    name: String,
-    /// Incarnation being watched.
-    incarnation: String,
-    /// Heartbeat interval; the TTL is twice this, probes run at this pace.
-    interval: Duration,
-    /// Client used to probe the agent.
-    client: Arc<dyn Worker>,
-    /// Told when the TTL lapses or the connection restarts.
-    registry: Addr<Registry>,
-    /// The pending TTL timer.
-    deadline: Option<SpawnHandle>,
-    /// Failed probes in a row.
-    failures: u32,
-    /// Restarts so far (for the backoff).
-    restarts: u32,
-}
+    use super::*;
+    use crate::error::RuntimeError;
+    use crate::runtime::{Container, Volume, WorkerHandles};
+    use crate::scheduler::PlacementConfig;
+    use crate::spec::{ContainerSpec, VolumeSpec};
+    use crate::test_clock::{eventually, held, run_paused};
 
-impl WorkerConn {
-    fn arm(&mut self, ctx: &mut Context<Self>) {
-        if let Some(h) = self.deadline.take() {
-            ctx.cancel_future(h);
-        }
-        self.deadline = Some(ctx.run_later(self.interval * 2, |act, _| {
-            act.registry.do_send(WorkerStalled {
-                name: act.name.clone(),
-                incarnation: act.incarnation.clone(),
-            });
-        }));
+    /// The waits before the first probe after each restart of a connection.
+    const RESTART_BACKOFFS: [u64; 7] = [1, 2, 4, 8, 16, 30, 30];
+
+    /// A worker agent held in memory: it answers probes or not, as told, and
+    /// records when it was probed.
+    #[derive(Default)]
+    struct FakeAgent {
+        /// Whether probes succeed.
+        answers: AtomicBool,
+        /// When each probe came.
+        pings: Mutex<Vec<Instant>>,
     }
 
-    fn probe(&mut self, ctx: &mut Context<Self>) {
-        let client = self.client.clone();
-        let limit = self.interval;
-        async move {
-            match tokio::time::timeout(limit, client.ping()).await {
-                Ok(r) => r.map_err(|e| e.to_string()),
-                Err(_) => Err(format!("no answer within {limit:?}")),
+    impl FakeAgent {
+        fn refuse(&self) -> RuntimeError {
+            RuntimeError::Unreachable {
+                worker: "fake".into(),
+                reason: "connection refused".into(),
             }
         }
-        .into_actor(self)
-        .map(|res, act, ctx| {
-            match res {
-                Ok(()) => {
-                    act.failures = 0;
-                    // Healthy again: the next failure backs off from the start.
-                    act.restarts = 0;
-                }
-                Err(e) => {
-                    act.failures += 1;
-                    tracing::debug!(worker = %act.name, "probe failed ({}): {e}", act.failures);
-                    if act.failures >= 3 {
-                        ctx.stop();
-                        return;
-                    }
-                }
+    }
+
+    #[async_trait]
+    impl Worker for FakeAgent {
+        fn name(&self) -> &str {
+            "fake"
+        }
+        async fn create_volume(&self, _: &VolumeSpec) -> Result<Arc<dyn Volume>, RuntimeError> {
+            Err(self.refuse())
+        }
+        async fn lookup_volume(&self, _: &str) -> Result<Option<Arc<dyn Volume>>, RuntimeError> {
+            Ok(None)
+        }
+        async fn destroy_volume(&self, _: &str) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+        async fn find_or_create_container(
+            &self,
+            _: &ContainerSpec,
+        ) -> Result<Arc<dyn Container>, RuntimeError> {
+            Err(self.refuse())
+        }
+        async fn lookup_container(
+            &self,
+            _: &str,
+        ) -> Result<Option<Arc<dyn Container>>, RuntimeError> {
+            Ok(None)
+        }
+        async fn destroy_container(&self, _: &str) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+        async fn list_handles(&self) -> Result<WorkerHandles, RuntimeError> {
+            Ok(WorkerHandles::default())
+        }
+        async fn ping(&self) -> Result<(), RuntimeError> {
+            self.pings.lock().unwrap().push(Instant::now());
+            if self.answers.load(Ordering::SeqCst) {
+                Ok(())
+            } else {
+                Err(self.refuse())
             }
-            ctx.run_later(act.interval, |act, ctx| act.probe(ctx));
-        })
-        .spawn(ctx);
+        }
     }
-}
 
-impl Actor for WorkerConn {
-    type Context = Context<Self>;
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        self.arm(ctx);
-        // Back off after restarts: 1 s, 2 s, 4 s ... at most 30 s.
-        let backoff = if self.restarts == 0 {
-            self.interval
-        } else {
-            Duration::from_secs(1 << self.restarts.min(5)).min(Duration::from_secs(30))
-        };
-        ctx.run_later(backoff, |act, ctx| act.probe(ctx));
+    /// Connects every worker to the one fake agent.
+    struct FakeConnector(Arc<FakeAgent>);
+
+    impl WorkerConnector for FakeConnector {
+        fn connect(&self, _: &WorkerRegistration) -> Arc<dyn Worker> {
+            self.0.clone()
+        }
     }
-}
 
-impl Supervised for WorkerConn {
-    fn restarting(&mut self, _: &mut Context<Self>) {
-        self.restarts += 1;
-        self.failures = 0;
-        self.deadline = None;
-        tracing::warn!(worker = %self.name, restarts = self.restarts, "restarting worker connection");
-        self.registry.do_send(ConnRestarted {
-            name: self.name.clone(),
-            incarnation: self.incarnation.clone(),
+    /// A Registry on a real SQLite database and a real Scheduler, with a fake agent.
+    struct Fleet {
+        registry: Addr<Registry>,
+        jobs: Jobs,
+        db: Db,
+        agent: Arc<FakeAgent>,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Fleet {
+        /// Starts it; the clock is held while the database is set up.
+        async fn start(lifecycle: LifecycleConfig, agent_answers: bool) -> Fleet {
+            let (db, dir) = held(crate::db::test_db()).await;
+            let scheduler = Scheduler::new(PlacementConfig::default()).start();
+            let agent = Arc::new(FakeAgent::default());
+            agent.answers.store(agent_answers, Ordering::SeqCst);
+            let jobs = Jobs::default();
+            let registry = Registry::new(
+                db.clone(),
+                Arc::new(FakeConnector(agent.clone())),
+                scheduler,
+                WorkerStates::default(),
+                lifecycle,
+                jobs.clone(),
+            )
+            .start();
+            // Answered once the stored workers are loaded.
+            held(registry.send(ListWorkers)).await.unwrap();
+            Fleet {
+                registry,
+                jobs,
+                db,
+                agent,
+                _dir: dir,
+            }
+        }
+
+        /// Registers `name` (incarnation `1`) heartbeating every `interval_secs`;
+        /// returns the instant its connection started.
+        async fn register(&self, name: &str, interval_secs: u64) -> Instant {
+            let reg = WorkerRegistration {
+                name: name.into(),
+                agent_url: "http://fake".into(),
+                agent_token: String::new(),
+                platform: "linux".into(),
+                tags: vec![],
+                team: None,
+                resource_types: vec![],
+                limits: Default::default(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                backend: "none".into(),
+                incarnation: "1".into(),
+                heartbeat_interval_secs: interval_secs,
+            };
+            held(self.registry.send(RegisterWorker(reg)))
+                .await
+                .unwrap()
+                .unwrap();
+            Instant::now()
+        }
+
+        /// The Registry's view of `name` (answered from memory: no clock hold needed).
+        async fn view(&self, name: &str) -> Option<WorkerView> {
+            let all = self.registry.send(ListWorkers).await.unwrap();
+            all.into_iter().find(|w| w.name == name)
+        }
+
+        async fn state(&self, name: &str) -> Option<WorkerState> {
+            self.view(name).await.map(|w| w.state)
+        }
+
+        /// Waits until `name`'s stored state is `state`. The Registry stores
+        /// states in the background; a test waits for each before it moves
+        /// the clock on, so writes seconds apart are not reordered when those
+        /// seconds take no wall time.
+        async fn stored(&self, name: &str, state: WorkerState) {
+            eventually(&format!("{name} to be stored {state:?}"), async || {
+                let row = self.db.get_worker(name).await.unwrap();
+                row.is_some_and(|r| r.state == state)
+            })
+            .await;
+        }
+
+        /// Closes the database once the writes in flight have finished, so
+        /// none is cut off when the test's runtime goes away.
+        async fn stop(self) {
+            held(self.db.pool().close()).await;
+        }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_worker_without_heartbeats_stalls_when_its_ttl_lapses_and_a_heartbeat_brings_it_back() {
+        run_paused(|| async {
+            let fleet = Fleet::start(LifecycleConfig::default(), true).await;
+            let t0 = fleet.register("w1", 5).await;
+
+            sleep_until(t0 + ms(9_999)).await;
+            assert_eq!(fleet.state("w1").await, Some(WorkerState::Running));
+            sleep_until(t0 + ms(10_001)).await;
+            assert_eq!(fleet.state("w1").await, Some(WorkerState::Stalled));
+            fleet.stored("w1", WorkerState::Stalled).await;
+
+            let heartbeat = WorkerHeartbeat {
+                name: "w1".into(),
+                heartbeat: Heartbeat {
+                    incarnation: "1".into(),
+                    containers: 2,
+                    volumes: 3,
+                },
+            };
+            let answer = held(fleet.registry.send(heartbeat)).await.unwrap();
+            assert_eq!(answer.unwrap(), WorkerState::Running);
+            let view = fleet.view("w1").await.unwrap();
+            assert_eq!(
+                (view.state, view.containers, view.volumes),
+                (WorkerState::Running, 2, 3)
+            );
+            fleet.stored("w1", WorkerState::Running).await;
+
+            // The TTL counts again from the heartbeat.
+            sleep_until(t0 + ms(20_000)).await;
+            assert_eq!(fleet.state("w1").await, Some(WorkerState::Running));
+            sleep_until(t0 + ms(20_002)).await;
+            assert_eq!(fleet.state("w1").await, Some(WorkerState::Stalled));
+
+            let watch = fleet.jobs.get(&heartbeat_job_name("w1")).unwrap();
+            assert_eq!((watch.runs, watch.errors), (3, 2), "{watch:?}");
+            assert!(watch
+                .last_error
+                .unwrap()
+                .contains("no heartbeat within 10s"));
+            let probes = fleet.jobs.get(&probe_job_name("w1")).unwrap();
+            assert_eq!((probes.runs, probes.errors), (4, 0), "{probes:?}");
+            fleet.stored("w1", WorkerState::Stalled).await;
+            fleet.stop().await;
         });
     }
-}
 
-impl Handler<HeartbeatSeen> for WorkerConn {
-    type Result = ();
-    fn handle(&mut self, _: HeartbeatSeen, ctx: &mut Context<Self>) {
-        self.arm(ctx);
+    #[test]
+    fn an_agent_failing_three_probes_in_a_row_has_its_connection_restarted_with_backoff() {
+        run_paused(|| async {
+            let fleet = Fleet::start(LifecycleConfig::default(), false).await;
+            let t0 = fleet.register("w1", 1).await;
+            let at = |secs: u64| t0 + Duration::from_secs(secs);
+            // Without heartbeats it stalls (at 2 s); its probes go on. The
+            // write is awaited before the clock moves on past the pool's
+            // acquire timeout.
+            sleep_until(at(2) + ms(1)).await;
+            fleet.stored("w1", WorkerState::Stalled).await;
+            // Probes every second; the third failure in a row restarts the
+            // connection, whose first probe comes after the backoff.
+            let mut pings = vec![1, 2, 3];
+            let mut restarts = vec![3];
+            for backoff in RESTART_BACKOFFS {
+                let restart = restarts.last().unwrap();
+                pings.extend([
+                    restart + backoff,
+                    restart + backoff + 1,
+                    restart + backoff + 2,
+                ]);
+                restarts.push(restart + backoff + 2);
+            }
+            for (count, &restart) in restarts.iter().enumerate() {
+                sleep_until(at(restart) - ms(1)).await;
+                assert_eq!(fleet.view("w1").await.unwrap().restarts, count as u32);
+                sleep_until(at(restart) + ms(1)).await;
+                assert_eq!(fleet.view("w1").await.unwrap().restarts, count as u32 + 1);
+                let probes = fleet.jobs.get(&probe_job_name("w1")).unwrap();
+                assert_eq!(probes.state, JobState::BackingOff, "{probes:?}");
+            }
+            let seen: Vec<Duration> = fleet
+                .agent
+                .pings
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|p| *p - t0)
+                .collect();
+            let expected: Vec<Duration> = pings.iter().map(|s| Duration::from_secs(*s)).collect();
+            assert_eq!(seen, expected);
+            let probes = fleet.jobs.get(&probe_job_name("w1")).unwrap();
+            let failed = pings.len() as u64;
+            assert_eq!((probes.runs, probes.errors), (failed, failed), "{probes:?}");
+            assert!(probes.last_error.unwrap().contains("connection refused"));
+
+            // An answer resets the backoff (not the count of restarts).
+            let last = *restarts.last().unwrap();
+            let answered = last + RESTART_BACKOFFS[RESTART_BACKOFFS.len() - 1];
+            fleet.agent.answers.store(true, Ordering::SeqCst);
+            sleep_until(at(answered) + ms(1)).await;
+            fleet.agent.answers.store(false, Ordering::SeqCst);
+            let probes = fleet.jobs.get(&probe_job_name("w1")).unwrap();
+            assert_eq!(
+                (probes.state, probes.consecutive_errors),
+                (JobState::Idle, 0)
+            );
+            sleep_until(at(answered + 3) + ms(1)).await;
+            assert_eq!(
+                fleet.view("w1").await.unwrap().restarts,
+                restarts.len() as u32 + 1
+            );
+            sleep_until(at(answered + 3 + RESTART_BACKOFFS[0]) + ms(1)).await;
+            let last_ping = *fleet.agent.pings.lock().unwrap().last().unwrap();
+            assert_eq!(
+                last_ping - t0,
+                Duration::from_secs(answered + 3 + RESTART_BACKOFFS[0])
+            );
+            fleet.stop().await;
+        });
     }
-}
 
-impl Handler<StopConn> for WorkerConn {
-    type Result = ();
-    fn handle(&mut self, _: StopConn, ctx: &mut Context<Self>) {
-        ctx.stop();
+    #[test]
+    fn a_worker_stalled_longer_than_the_timeout_is_pruned_then_and_not_before() {
+        run_paused(|| async {
+            let lifecycle = LifecycleConfig {
+                stalled_worker_timeout: Some(Duration::from_secs(30)),
+            };
+            let fleet = Fleet::start(lifecycle, true).await;
+            let t0 = fleet.register("w1", 5).await;
+            sleep_until(t0 + ms(10_001)).await;
+            assert_eq!(fleet.state("w1").await, Some(WorkerState::Stalled));
+            fleet.stored("w1", WorkerState::Stalled).await;
+            let prune = fleet.jobs.get(STALLED_PRUNE_JOB).unwrap();
+            assert_eq!((prune.state, prune.runs), (JobState::Idle, 0));
+            assert!(prune.next_run.is_some(), "{prune:?}");
+
+            sleep_until(t0 + ms(39_999)).await;
+            assert_eq!(fleet.state("w1").await, Some(WorkerState::Stalled));
+            sleep_until(t0 + ms(40_001)).await;
+            assert_eq!(fleet.state("w1").await, None);
+            assert_eq!(fleet.jobs.get(&probe_job_name("w1")), None);
+            assert_eq!(fleet.jobs.get(&heartbeat_job_name("w1")), None);
+            eventually("the prune to be recorded", async || {
+                fleet.jobs.get(STALLED_PRUNE_JOB).unwrap().runs == 1
+            })
+            .await;
+            assert!(held(fleet.db.get_worker("w1")).await.unwrap().is_none());
+            let prune = fleet.jobs.get(STALLED_PRUNE_JOB).unwrap();
+            assert_eq!(
+                (prune.runs, prune.errors, prune.next_run),
+                (1, 0, None),
+                "{prune:?}"
+            );
+            fleet.stop().await;
+        });
     }
 }

@@ -16,6 +16,7 @@ use actix::prelude::*;
 
 use crate::artifact_store::ArtifactStore;
 use crate::artifacts::Artifacts;
+use crate::background::Jobs;
 use crate::build::{Build, BuildDeps, OneOffPlan, Resume};
 use crate::db::{BuildStatus, Db};
 use crate::error::EngineError;
@@ -66,6 +67,8 @@ pub struct Engine {
     intercepts: crate::intercept::Intercepts,
     /// Builds clients of registered workers (for intercept sessions).
     connector: Arc<dyn WorkerConnector>,
+    /// Status of every background job (`Jobs::list`), for the API and `/metrics`.
+    jobs: Jobs,
 }
 
 impl Engine {
@@ -79,12 +82,14 @@ impl Engine {
         let hub = EventHub::default();
         let scheduler = Scheduler::start_on_own_thread(config.placement.clone());
         let worker_states = WorkerStates::default();
+        let jobs = Jobs::default();
         let registry = Registry::new(
             db.clone(),
             connector.clone(),
             scheduler.clone(),
             worker_states.clone(),
             config.lifecycle.clone(),
+            jobs.clone(),
         )
         .start();
         // Answered once the registry has loaded the stored workers.
@@ -101,6 +106,7 @@ impl Engine {
             builds: Default::default(),
             intercepts: Default::default(),
             connector,
+            jobs,
         };
         engine.take_over_unfinished_builds().await?;
         Ok(engine)

@@ -1,0 +1,44 @@
+//! The trait every periodic job implements, and what one unit of its work
+//! returns.
+
+use std::future::Future;
+
+use crate::error::{EngineError, RuntimeError};
+
+/// One kind of periodic work (a GC pass, a sweep of a worker's handles): a
+/// name, and one unit of work per tick. A [`Periodic`](super::Periodic)
+/// actor decides when the next tick runs.
+pub trait Job: Unpin + 'static {
+    /// The name it is listed under in [`Jobs`](super::Jobs), e.g.
+    /// `gc-collector` or `worker-probe/w1`; unique among running jobs.
+    fn name(&self) -> String;
+
+    /// Does one unit of work. An error never stops the job: its runner
+    /// counts it, shows it, and backs off before the next tick.
+    fn tick(&mut self) -> impl Future<Output = Result<Outcome, JobError>>;
+}
+
+/// What a tick says about the work left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing more to do for now: the next tick comes after the interval.
+    Idle,
+    /// More work is waiting: the next tick runs at once.
+    Busy,
+    /// The job has finished for good: its runner stops.
+    Done,
+}
+
+/// Why a tick failed; its runner backs off and shows the message.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// The engine (most often the database) failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// A worker failed or did not answer.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// Anything else; the message names what failed.
+    #[error("{0}")]
+    Failed(String),
+}

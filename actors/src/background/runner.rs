@@ -1,0 +1,481 @@
+//! The driver of periodic jobs: a [`Periodic`] actor ticks its [`Job`] on
+//! a [`Schedule`], backs off exponentially after errors, reports into
+//! [`Jobs`], and stops when told to.
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use rand::Rng;
+
+use super::job::{Job, Outcome};
+use super::status::{JobReport, JobState, Jobs, RunningGuard};
+
+/// How long to wait after failures in a row: `first`, then twice as long
+/// after each further failure, never more than `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The wait after one failure.
+    pub first: Duration,
+    /// The longest wait, however many failures.
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// Doubling from `first`, capped at `max`.
+    pub fn doubling(first: Duration, max: Duration) -> Self {
+        Backoff { first, max }
+    }
+
+    /// The wait after `failures` failures in a row (1 or more).
+    pub fn delay(&self, failures: u32) -> Duration {
+        let doublings = failures.saturating_sub(1).min(31);
+        self.first.saturating_mul(1 << doublings).min(self.max)
+    }
+}
+
+/// When a [`Periodic`] runner ticks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schedule {
+    /// The wait between the end of a successful tick and the next one.
+    pub interval: Duration,
+    /// Each wait (the first tick's too) is lengthened by a random amount up
+    /// to this, so that many runners (a fleet's Sweepers) do not tick in
+    /// step. None by default.
+    pub jitter: Duration,
+    /// The wait after failed ticks.
+    pub backoff: Backoff,
+}
+
+impl Schedule {
+    /// Ticks at once, then every `interval`, without jitter; after failures
+    /// it waits the interval, doubling, at most sixteen intervals.
+    pub fn every(interval: Duration) -> Self {
+        Schedule {
+            interval,
+            jitter: Duration::ZERO,
+            backoff: Backoff::doubling(interval, interval.saturating_mul(16)),
+        }
+    }
+
+    /// The same with random jitter up to `jitter` on every wait.
+    pub fn with_jitter(self, jitter: Duration) -> Self {
+        Schedule { jitter, ..self }
+    }
+
+    /// The same with another backoff.
+    pub fn with_backoff(self, backoff: Backoff) -> Self {
+        Schedule { backoff, ..self }
+    }
+
+    /// `base`, plus the jitter.
+    fn wait(&self, base: Duration) -> Duration {
+        if self.jitter.is_zero() {
+            base
+        } else {
+            base + rand::thread_rng().gen_range(Duration::ZERO..=self.jitter)
+        }
+    }
+}
+
+/// Stops one runner once its current tick (if any) has finished.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopJob;
+
+/// The actor that drives one [`Job`]: it ticks it on its schedule, turns
+/// errors into backoff (they never stop it), records everything in its row
+/// of [`Jobs`], and stops on [`StopJob`], on [`Jobs::stop_all`] or when the
+/// job says it is done.
+pub struct Periodic<J: Job> {
+    /// The job; `None` while a tick owns it.
+    job: Option<J>,
+    /// When to tick.
+    schedule: Schedule,
+    /// Where its stop signal comes from.
+    jobs: Jobs,
+    /// Its row in the status table.
+    report: JobReport,
+    /// Failed ticks in a row: the backoff grows with them; a success resets it.
+    failures: u32,
+    /// The timer of the next tick, cancelled when the runner stops.
+    next: Option<SpawnHandle>,
+    /// Told to stop while a tick ran: it stops when the tick has finished.
+    stopping: bool,
+    /// Keeps [`Jobs::stopped`] waiting until this runner is gone.
+    _running: RunningGuard,
+}
+
+impl<J: Job> Periodic<J> {
+    /// A runner for `job`, reporting into `jobs` under the job's name
+    /// (counted by [`Jobs::stopped`] from now on; start it with `.start()`).
+    pub fn new(job: J, schedule: Schedule, jobs: &Jobs) -> Self {
+        Periodic {
+            report: jobs.report(job.name()),
+            job: Some(job),
+            schedule,
+            jobs: jobs.clone(),
+            failures: 0,
+            next: None,
+            stopping: false,
+            _running: jobs.running(),
+        }
+    }
+
+    /// Plans the next tick in `delay`, showing `state` until then.
+    fn plan(&mut self, delay: Duration, state: JobState, ctx: &mut Context<Self>) {
+        self.report.waiting(state, Some(delay));
+        self.next = Some(ctx.run_later(delay, |act, ctx| act.tick(ctx)));
+    }
+
+    /// Runs one tick; the job is handed to the tick and back.
+    fn tick(&mut self, ctx: &mut Context<Self>) {
+        self.next = None;
+        let Some(mut job) = self.job.take() else {
+            return;
+        };
+        self.report.busy();
+        async move {
+            let result = job.tick().await;
+            (job, result)
+        }
+        .into_actor(self)
+        .map(|(job, result), act, ctx| {
+            act.job = Some(job);
+            let next = match result {
+                Ok(outcome) => {
+                    act.failures = 0;
+                    act.report.succeeded();
+                    match outcome {
+                        Outcome::Idle => {
+                            Some((act.schedule.wait(act.schedule.interval), JobState::Idle))
+                        }
+                        Outcome::Busy => Some((Duration::ZERO, JobState::Busy)),
+                        Outcome::Done => None,
+                    }
+                }
+                Err(e) => {
+                    act.failures += 1;
+                    tracing::warn!(
+                        job = act.report.name(),
+                        failures = act.failures,
+                        "background job failed: {e}"
+                    );
+                    act.report.failed(&e);
+                    let backoff = act.schedule.backoff.delay(act.failures);
+                    Some((act.schedule.wait(backoff), JobState::BackingOff))
+                }
+            };
+            match next {
+                Some((delay, state)) if !act.stopping => act.plan(delay, state, ctx),
+                _ => ctx.stop(),
+            }
+        })
+        .spawn(ctx);
+    }
+
+    /// Stops now when idle, after the running tick otherwise.
+    fn stop(&mut self, ctx: &mut Context<Self>) {
+        if let Some(next) = self.next.take() {
+            ctx.cancel_future(next);
+        }
+        if self.job.is_some() {
+            ctx.stop();
+        } else {
+            self.stopping = true;
+        }
+    }
+}
+
+impl<J: Job> Actor for Periodic<J> {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let mut stop = self.jobs.stop_signal();
+        async move {
+            // The sender lives as long as the table this runner holds.
+            let _ = stop.wait_for(|stop| *stop).await;
+        }
+        .into_actor(self)
+        .map(|_, act, ctx| act.stop(ctx))
+        .spawn(ctx);
+        let first = self.schedule.wait(Duration::ZERO);
+        self.plan(first, JobState::Idle, ctx);
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        tracing::debug!(job = self.report.name(), "background job stopped");
+        self.report.stopped();
+    }
+}
+
+impl<J: Job> Handler<StopJob> for Periodic<J> {
+    type Result = ();
+    fn handle(&mut self, _: StopJob, ctx: &mut Context<Self>) {
+        self.stop(ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::collections::VecDeque;
+    use std::future::Future;
+    use std::rc::Rc;
+
+    use tokio::time::{sleep, sleep_until, Instant};
+
+    use super::*;
+    use crate::background::{JobError, JobStatus};
+    use crate::test_clock::run_paused;
+
+    /// What a scripted tick does.
+    #[derive(Clone, Copy)]
+    enum Step {
+        Ok(Outcome),
+        Err(&'static str),
+        /// Takes this long, then succeeds.
+        Slow(Duration),
+    }
+
+    /// A job that follows a script (then succeeds) and records when it ticked.
+    struct Scripted {
+        name: &'static str,
+        script: VecDeque<Step>,
+        ticks: Rc<RefCell<Vec<Duration>>>,
+        start: Instant,
+    }
+
+    impl Job for Scripted {
+        fn name(&self) -> String {
+            self.name.into()
+        }
+        fn tick(&mut self) -> impl Future<Output = Result<Outcome, JobError>> {
+            self.ticks.borrow_mut().push(self.start.elapsed());
+            let step = self.script.pop_front().unwrap_or(Step::Ok(Outcome::Idle));
+            async move {
+                match step {
+                    Step::Ok(outcome) => Ok(outcome),
+                    Step::Err(message) => Err(JobError::Failed(message.into())),
+                    Step::Slow(d) => {
+                        sleep(d).await;
+                        Ok(Outcome::Idle)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Starts `script` as job `name` every `schedule`; returns its runner and tick times.
+    fn start(
+        name: &'static str,
+        script: &[Step],
+        schedule: Schedule,
+        jobs: &Jobs,
+    ) -> (Addr<Periodic<Scripted>>, Rc<RefCell<Vec<Duration>>>) {
+        let ticks = Rc::new(RefCell::new(Vec::new()));
+        let job = Scripted {
+            name,
+            script: script.iter().copied().collect(),
+            ticks: ticks.clone(),
+            start: Instant::now(),
+        };
+        (Periodic::new(job, schedule, jobs).start(), ticks)
+    }
+
+    fn secs(list: &[f64]) -> Vec<Duration> {
+        list.iter().map(|s| Duration::from_secs_f64(*s)).collect()
+    }
+
+    #[test]
+    fn backoff_grows_on_consecutive_errors_and_resets_after_a_success() {
+        run_paused(|| async {
+            let jobs = Jobs::default();
+            let schedule = Schedule::every(Duration::from_secs(10)).with_backoff(
+                Backoff::doubling(Duration::from_secs(1), Duration::from_secs(4)),
+            );
+            let e = Step::Err("boom");
+            let ok = Step::Ok(Outcome::Idle);
+            let (_runner, ticks) = start("j", &[e, e, e, e, ok, e, ok], schedule, &jobs);
+            sleep(Duration::from_millis(32_500)).await;
+            // Waits 1, 2, 4, 4 (capped) after errors; 10 after a success; 1 again after the next error.
+            assert_eq!(*ticks.borrow(), secs(&[0., 1., 3., 7., 11., 21., 22., 32.]));
+        });
+    }
+
+    #[test]
+    fn errors_are_counted_with_the_last_one_and_the_state_shows_backing_off_then_idle() {
+        run_paused(|| async {
+            let jobs = Jobs::default();
+            let schedule = Schedule::every(Duration::from_secs(10)).with_backoff(
+                Backoff::doubling(Duration::from_secs(2), Duration::from_secs(60)),
+            );
+            let script = [
+                Step::Err("disk full"),
+                Step::Err("disk on fire"),
+                Step::Ok(Outcome::Idle),
+            ];
+            let (_runner, _) = start("gc", &script, schedule, &jobs);
+            let t0 = Instant::now();
+            let wait_ms = |s: &JobStatus| s.next_run.unwrap() - s.last_run.unwrap();
+
+            sleep_until(t0 + Duration::from_millis(500)).await;
+            let s = jobs.get("gc").unwrap();
+            assert_eq!(
+                (s.state, s.runs, s.errors, s.consecutive_errors),
+                (JobState::BackingOff, 1, 1, 1)
+            );
+            assert_eq!(s.last_error.as_deref(), Some("disk full"));
+            assert!((2000..2050).contains(&wait_ms(&s)), "{s:?}");
+
+            sleep_until(t0 + Duration::from_millis(2500)).await;
+            let s = jobs.get("gc").unwrap();
+            assert_eq!(
+                (s.state, s.runs, s.errors, s.consecutive_errors),
+                (JobState::BackingOff, 2, 2, 2)
+            );
+            assert_eq!(s.last_error.as_deref(), Some("disk on fire"));
+            assert!((4000..4050).contains(&wait_ms(&s)), "{s:?}");
+
+            sleep_until(t0 + Duration::from_millis(6500)).await;
+            let s = jobs.get("gc").unwrap();
+            assert_eq!(
+                (s.state, s.runs, s.errors, s.consecutive_errors),
+                (JobState::Idle, 3, 2, 0)
+            );
+            assert_eq!(
+                s.last_error.as_deref(),
+                Some("disk on fire"),
+                "the last error stays visible"
+            );
+            assert!((10_000..10_050).contains(&wait_ms(&s)), "{s:?}");
+            assert_eq!(jobs.list(), vec![s]);
+        });
+    }
+
+    #[test]
+    fn a_running_tick_shows_busy() {
+        run_paused(|| async {
+            let jobs = Jobs::default();
+            let slow = [Step::Slow(Duration::from_secs(5))];
+            let (_runner, _) = start(
+                "slow",
+                &slow,
+                Schedule::every(Duration::from_secs(10)),
+                &jobs,
+            );
+            sleep(Duration::from_secs(1)).await;
+            let s = jobs.get("slow").unwrap();
+            assert_eq!((s.state, s.runs, s.next_run), (JobState::Busy, 0, None));
+            sleep(Duration::from_secs(5)).await;
+            let s = jobs.get("slow").unwrap();
+            assert_eq!((s.state, s.runs), (JobState::Idle, 1));
+        });
+    }
+
+    #[test]
+    fn a_stopped_job_stops_ticking_and_shutdown_waits_for_its_running_tick() {
+        run_paused(|| async {
+            let jobs = Jobs::default();
+            let every = Schedule::every(Duration::from_secs(10));
+            let (_quick, quick) = start("quick", &[], every, &jobs);
+            let slow = [Step::Slow(Duration::from_secs(5))];
+            let (_slow, slow) = start("slow", &slow, every, &jobs);
+            let t0 = Instant::now();
+            sleep(Duration::from_secs(1)).await;
+            jobs.shutdown().await;
+            assert_eq!(
+                t0.elapsed(),
+                Duration::from_secs(5),
+                "shutdown waits for the running tick"
+            );
+            for s in jobs.list() {
+                assert_eq!(
+                    (s.state, s.runs, s.next_run),
+                    (JobState::Stopped, 1, None),
+                    "{s:?}"
+                );
+            }
+            sleep(Duration::from_secs(60)).await;
+            assert_eq!(quick.borrow().len(), 1);
+            assert_eq!(slow.borrow().len(), 1);
+        });
+    }
+
+    #[test]
+    fn a_stop_message_stops_only_its_job() {
+        run_paused(|| async {
+            let jobs = Jobs::default();
+            let every = Schedule::every(Duration::from_secs(10));
+            let (a, a_ticks) = start("a", &[], every, &jobs);
+            let (_b, b_ticks) = start("b", &[], every, &jobs);
+            sleep(Duration::from_secs(15)).await;
+            a.send(StopJob).await.unwrap();
+            sleep(Duration::from_secs(20)).await;
+            assert_eq!(*a_ticks.borrow(), secs(&[0., 10.]));
+            assert_eq!(*b_ticks.borrow(), secs(&[0., 10., 20., 30.]));
+            assert_eq!(jobs.get("a").unwrap().state, JobState::Stopped);
+            assert_eq!(jobs.get("b").unwrap().state, JobState::Idle);
+            let t = Instant::now();
+            jobs.shutdown().await;
+            assert_eq!(t.elapsed(), Duration::ZERO);
+        });
+    }
+
+    #[test]
+    fn busy_runs_again_at_once_and_done_stops_the_runner() {
+        run_paused(|| async {
+            let jobs = Jobs::default();
+            let script = [
+                Step::Ok(Outcome::Busy),
+                Step::Ok(Outcome::Busy),
+                Step::Ok(Outcome::Idle),
+                Step::Ok(Outcome::Done),
+            ];
+            let (_runner, ticks) = start(
+                "drain",
+                &script,
+                Schedule::every(Duration::from_secs(10)),
+                &jobs,
+            );
+            sleep(Duration::from_secs(11)).await;
+            assert_eq!(*ticks.borrow(), secs(&[0., 0., 0., 10.]));
+            let s = jobs.get("drain").unwrap();
+            assert_eq!((s.state, s.runs), (JobState::Stopped, 4));
+            let t = Instant::now();
+            jobs.stopped().await;
+            assert_eq!(
+                t.elapsed(),
+                Duration::ZERO,
+                "a finished job is no longer running"
+            );
+        });
+    }
+
+    #[test]
+    fn jitter_lengthens_each_wait_by_at_most_its_amount() {
+        run_paused(|| async {
+            let jobs = Jobs::default();
+            let schedule =
+                Schedule::every(Duration::from_secs(10)).with_jitter(Duration::from_secs(5));
+            let (_runner, ticks) = start("sweeper", &[], schedule, &jobs);
+            sleep(Duration::from_secs(200)).await;
+            let ticks = ticks.borrow();
+            assert!(ticks[0] <= Duration::from_secs(5), "{ticks:?}");
+            for gap in ticks.windows(2).map(|w| w[1] - w[0]) {
+                assert!(
+                    (Duration::from_secs(10)..=Duration::from_secs(15)).contains(&gap),
+                    "{ticks:?}"
+                );
+            }
+            assert!(ticks.len() >= 13, "{ticks:?}");
+        });
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap() {
+        let b = Backoff::doubling(Duration::from_secs(1), Duration::from_secs(30));
+        let waits: Vec<u64> = (1..=8).map(|n| b.delay(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30, 30]);
+        assert_eq!(b.delay(1000), Duration::from_secs(30));
+    }
+}
