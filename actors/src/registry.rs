@@ -583,6 +583,25 @@ impl Handler<ConnRestarted> for Registry {
     }
 }
 
+/// Stops every worker connection, then the Registry itself (the web node is
+/// shutting down). Workers keep their stored state: a restarted web node
+/// loads them again.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopRegistry;
+
+impl Handler<StopRegistry> for Registry {
+    type Result = ();
+    fn handle(&mut self, _: StopRegistry, ctx: &mut Context<Self>) {
+        for (name, entry) in self.workers.drain() {
+            entry.conn.do_send(StopConn);
+            self.jobs.remove(&probe_job_name(&name));
+            self.jobs.remove(&heartbeat_job_name(&name));
+        }
+        ctx.stop();
+    }
+}
+
 impl Handler<ListWorkers> for Registry {
     type Result = MessageResult<ListWorkers>;
     fn handle(&mut self, _: ListWorkers, _: &mut Context<Self>) -> Self::Result {

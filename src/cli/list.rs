@@ -1,4 +1,4 @@
-//! The listing verbs: `workers`, `builds`, `containers`, `volumes`.
+//! The listing verbs: `workers`, `builds`, `containers`, `volumes`, `jobs`.
 
 use gantry_actors::worker_info::WorkerView;
 
@@ -119,6 +119,30 @@ pub async fn handles(client: &ApiClient, what: &str, json: bool) -> anyhow::Resu
                     cell(r, "state"),
                     cell(r, "build_id"),
                     cell(r, "team"),
+                ]
+            })
+            .collect(),
+    );
+    Ok(())
+}
+
+/// `gantry jobs`
+pub async fn jobs(client: &ApiClient, json: bool) -> anyhow::Result<()> {
+    let rows: Vec<serde_json::Value> = client.get("/api/v1/jobs").await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    print_table(
+        &["name", "state", "runs", "errors", "last_error"],
+        rows.iter()
+            .map(|r| {
+                vec![
+                    cell(r, "name"),
+                    cell(r, "state"),
+                    cell(r, "runs"),
+                    cell(r, "errors"),
+                    cell(r, "last_error"),
                 ]
             })
             .collect(),

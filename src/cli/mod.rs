@@ -209,6 +209,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the web node's background jobs: state, runs, errors, last error.
+    Jobs {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Follow a build's output to its end; exits with its task's exit status.
     Watch {
         /// Build id.
@@ -365,6 +371,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     Command::Volumes { json } => {
                         list::handles(&client, "volumes", json).await.map(|_| 0)
                     }
+                    Command::Jobs { json } => list::jobs(&client, json).await.map(|_| 0),
                     Command::Watch { build } => {
                         execute::follow(&client, build).await?.exit_code(build)
                     }

@@ -102,7 +102,9 @@ pub fn web(log_format: &str, flags: WebFlags) -> anyhow::Result<()> {
     actix_web::rt::System::new().block_on(async move {
         let handle = crate::web::start_web(&cfg, Arc::new(AgentConnector::new())).await?;
         println!("gantry web: API on http://{}", handle.addr);
-        handle.server.await.context("web server")
+        let result = handle.server.await.context("web server");
+        handle.engine.shutdown().await;
+        result
     })
 }
 
@@ -156,6 +158,7 @@ pub fn quickstart(
         );
         let result = handle.server.await.context("web server");
         worker.stop().await;
+        handle.engine.shutdown().await;
         result
     })
 }

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use actix_web::{web, HttpResponse};
+use gantry_actors::background::JobState;
 use gantry_actors::db::HandleKind;
 use gantry_actors::worker_info::WorkerState;
 
@@ -76,6 +77,32 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
             "gantry_builds{{status=\"{}\"}} {}",
             s.as_str(),
             counts.get(s.as_str()).copied().unwrap_or(0)
+        );
+    }
+    let jobs = state.engine.jobs();
+    let _ = writeln!(out, "# HELP gantry_background_job_runs_total Runs of each background job.\n# TYPE gantry_background_job_runs_total counter");
+    for j in &jobs {
+        let _ = writeln!(
+            out,
+            "gantry_background_job_runs_total{{job=\"{}\"}} {}",
+            j.name, j.runs
+        );
+    }
+    let _ = writeln!(out, "# HELP gantry_background_job_errors_total Failed runs of each background job.\n# TYPE gantry_background_job_errors_total counter");
+    for j in &jobs {
+        let _ = writeln!(
+            out,
+            "gantry_background_job_errors_total{{job=\"{}\"}} {}",
+            j.name, j.errors
+        );
+    }
+    let _ = writeln!(out, "# HELP gantry_background_job_backing_off Whether each background job is waiting out a backoff after failures.\n# TYPE gantry_background_job_backing_off gauge");
+    for j in &jobs {
+        let backing_off = u8::from(j.state == JobState::BackingOff);
+        let _ = writeln!(
+            out,
+            "gantry_background_job_backing_off{{job=\"{}\"}} {backing_off}",
+            j.name
         );
     }
     Ok(HttpResponse::Ok()

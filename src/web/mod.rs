@@ -3,6 +3,7 @@
 mod api_artifacts;
 pub(crate) mod api_builds;
 mod api_hijack;
+mod api_jobs;
 mod api_workers;
 mod artifact_files;
 pub mod auth;
@@ -133,6 +134,7 @@ pub async fn start_web(
                 web::scope("/api/v1")
                     .route("/info", web::get().to(info))
                     .route("/workers", web::get().to(api_workers::list))
+                    .route("/jobs", web::get().to(api_jobs::list))
                     .route("/workers/register", web::post().to(api_workers::register))
                     .route(
                         "/workers/{name}/heartbeat",

@@ -118,6 +118,12 @@ impl Db {
         Ok(())
     }
 
+    /// Closes every connection, waiting for those in use to be returned
+    /// (the web node is shutting down).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
     /// The underlying pool.
     pub fn pool(&self) -> &AnyPool {
         &self.pool

@@ -181,4 +181,31 @@ impl Engine {
         }
         Ok(())
     }
+
+    /// Every background job's status, by name.
+    pub fn jobs(&self) -> Vec<crate::background::JobStatus> {
+        self.jobs.list()
+    }
+
+    /// Shuts the engine down in order, once the API has stopped taking
+    /// requests: background jobs finish their current run and stop; the
+    /// worker connections stop; then the database is closed. Running builds
+    /// are not aborted: their steps go on on the workers, and the next web
+    /// node started on this database takes them over.
+    pub async fn shutdown(&self) {
+        tracing::info!("engine: stopping background jobs");
+        self.jobs.shutdown().await;
+        tracing::info!("engine: stopping worker connections");
+        let _ = self.registry.send(crate::registry::StopRegistry).await;
+        let running = self.builds.len();
+        if running > 0 {
+            tracing::info!(
+                running,
+                "engine: leaving running builds to the next web node on this database"
+            );
+        }
+        tracing::info!("engine: closing the database");
+        self.db.close().await;
+        tracing::info!("engine: stopped");
+    }
 }

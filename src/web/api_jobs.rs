@@ -1,0 +1,11 @@
+//! Background jobs: what each periodic piece of the engine's work is doing,
+//! how often it failed and why.
+
+use actix_web::{web, HttpResponse};
+
+use crate::web::AppState;
+
+/// `GET /api/v1/jobs`: every background job's status, by name.
+pub async fn list(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().json(state.engine.jobs())
+}
