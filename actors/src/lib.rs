@@ -10,7 +10,6 @@ pub mod artifacts;
 pub mod background;
 pub mod build;
 pub mod db;
-pub mod detached_worker;
 pub mod engine;
 pub mod error;
 pub mod event_follow;
@@ -23,6 +22,8 @@ pub mod scheduler;
 pub mod spec;
 pub mod state;
 pub mod task_config;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 #[cfg(test)]
 mod test_clock;
 pub mod worker_conn;

@@ -593,7 +593,7 @@ pub fn filter<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::detached_worker::DetachedWorker;
+    use crate::testing::DetachedWorker;
     use crate::worker_info::WorkerLimits;
 
     pub(crate) fn candidate(
@@ -628,15 +628,12 @@ mod tests {
             team: team.into(),
             platform: platform.into(),
             tags: tags.iter().map(|t| t.to_string()).collect(),
-            inputs: vec![],
-            is_check: false,
-            resource_type: None,
-            avoid: Vec::new(),
             need: Load {
                 tasks: 1,
                 containers: 1,
                 volumes: 1,
             },
+            ..Default::default()
         }
     }
 

@@ -175,16 +175,12 @@ impl Web {
         StepRequest {
             team: "main".into(),
             platform: "linux".into(),
-            tags: vec![],
-            inputs: vec![],
-            is_check: false,
-            resource_type: None,
-            avoid: Vec::new(),
             need: Load {
                 tasks: 1,
                 containers: 1,
                 volumes: 0,
             },
+            ..Default::default()
         }
     }
 

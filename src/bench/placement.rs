@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use anyhow::Context as _;
 use gantry_actors::db::{Db, HandleKind};
-use gantry_actors::detached_worker::DetachedWorker;
+use gantry_actors::testing::DetachedWorker;
 use gantry_actors::placement::{parse_chain, Load};
 use gantry_actors::scheduler::{
     ArtifactLocality, PlacementConfig, ReleasePlacement, Scheduler, SelectWorker, Selection,
@@ -59,18 +59,15 @@ fn request(rng: &mut impl Rng) -> StepRequest {
     StepRequest {
         team: "main".into(),
         platform: "linux".into(),
-        tags: vec![],
         inputs: (0..2)
             .map(|_| format!("artifact-{}", rng.gen_range(0..ARTIFACTS)))
             .collect(),
-        is_check: false,
-        resource_type: None,
-        avoid: Vec::new(),
         need: Load {
             tasks: 1,
             containers: 1,
             volumes: 3,
         },
+        ..Default::default()
     }
 }
 

@@ -1,0 +1,8 @@
+//! Test doubles of the runtime interface, for the engine's unit tests and
+//! for benchmarks that simulate a fleet. Not part of the engine's API: built
+//! only for tests and with the `testing` feature (which the `gantry` package
+//! enables for its `bench` subcommand).
+
+mod detached_worker;
+
+pub use detached_worker::DetachedWorker;
