@@ -22,10 +22,10 @@ pub mod scheduler;
 pub mod spec;
 pub mod state;
 pub mod task_config;
-#[cfg(any(test, feature = "testing"))]
-pub mod testing;
 #[cfg(test)]
 mod test_clock;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod worker_conn;
 pub mod worker_info;
 

@@ -1,24 +1,25 @@
-//! `gantry bench placement`: the real Scheduler actor placing steps on
-//! simulated in-process workers, each placement followed by the database
-//! write it needs (the container row, `creating`, with its per-worker
-//! sequence number), then released. Measures placements per second and the
+//! `gantry bench placement`: a real engine (Registry, Scheduler actor,
+//! database) placing steps on simulated in-process workers registered
+//! through it, each placement followed by the database write it needs (the
+//! container row, `creating`, with its per-worker sequence number, written
+//! by the engine), then released. Measures placements per second and the
 //! p99 decision latency for each strategy chain, against a baseline of the
 //! same database writes with no scheduling.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::prelude::*;
 use anyhow::Context as _;
 use gantry_actors::db::{Db, HandleKind};
-use gantry_actors::testing::DetachedWorker;
+use gantry_actors::engine::HandleOwner;
 use gantry_actors::placement::{parse_chain, Load};
-use gantry_actors::scheduler::{
-    ArtifactLocality, PlacementConfig, ReleasePlacement, Scheduler, SelectWorker, Selection,
-    StepRequest, WorkerUpdated,
-};
-use gantry_actors::worker_info::{WorkerLimits, WorkerRegistration, WorkerState};
+use gantry_actors::scheduler::{PlacementConfig, Selection, StepRequest};
+use gantry_actors::testing::DetachedConnector;
+use gantry_actors::worker_info::{WorkerLimits, WorkerRegistration};
+use gantry_actors::{Engine, EngineConfig};
 use rand::Rng;
+
+use crate::web::artifact_files::ArtifactFiles;
 
 /// Options of the benchmark.
 pub struct PlacementBench {
@@ -49,7 +50,8 @@ fn registration(name: &str) -> WorkerRegistration {
         version: env!("CARGO_PKG_VERSION").into(),
         backend: "simulated".into(),
         incarnation: "bench".into(),
-        heartbeat_interval_secs: 30,
+        // No heartbeats come: a TTL longer than any run keeps them running.
+        heartbeat_interval_secs: 3600,
     }
 }
 
@@ -86,21 +88,24 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[i].as_secs_f64() * 1000.0
 }
 
-/// Places `steps` steps with `concurrency` in flight; with `scheduler` None,
-/// only the database writes run (the baseline).
+/// Places `steps` steps with `concurrency` in flight; with `schedule`
+/// false, only the database writes run (the baseline).
 async fn run(
-    db: &Db,
-    scheduler: Option<&Addr<Scheduler>>,
+    engine: &Engine,
+    schedule: bool,
     workers: &[String],
     steps: usize,
     concurrency: usize,
 ) -> anyhow::Result<Figures> {
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let start = Instant::now();
+    let owner = HandleOwner {
+        team: "main",
+        build: None,
+        step: Some("bench"),
+    };
     let lanes = (0..concurrency).map(|_| {
         let next = next.clone();
-        let db = db.clone();
-        let scheduler = scheduler.cloned();
         async move {
             let mut latencies = Vec::new();
             loop {
@@ -110,29 +115,26 @@ async fn run(
                 }
                 let req = request(&mut rand::thread_rng());
                 let t = Instant::now();
-                let (worker, placement) = match &scheduler {
-                    Some(s) => match s.send(SelectWorker(req)).await?? {
-                        Selection::Placed(p) => (p.worker.clone(), Some(p)),
+                let placement = if schedule {
+                    Some(match engine.select_worker(req).await? {
+                        Selection::Placed(p) => p,
                         Selection::Queued { ticket, .. } => {
-                            let p = ticket.await.context("waiting placement dropped")?;
-                            (p.worker.clone(), Some(p))
+                            ticket.await.context("waiting placement dropped")?
                         }
-                    },
-                    None => (workers[i % workers.len()].clone(), None),
+                    })
+                } else {
+                    None
                 };
                 latencies.push(t.elapsed());
+                let worker = placement
+                    .as_ref()
+                    .map_or(&workers[i % workers.len()], |p| &p.worker);
                 let handle = uuid::Uuid::new_v4().to_string();
-                db.insert_handle(
-                    HandleKind::Container,
-                    &handle,
-                    &worker,
-                    None,
-                    Some("bench"),
-                    "main",
-                )
-                .await?;
-                if let (Some(s), Some(p)) = (&scheduler, placement) {
-                    s.do_send(ReleasePlacement(p));
+                engine
+                    .record_handle(HandleKind::Container, &handle, worker, owner)
+                    .await?;
+                if let Some(p) = placement {
+                    engine.release_placement(p);
                 }
             }
         }
@@ -150,6 +152,34 @@ async fn run(
     })
 }
 
+/// An engine on `url` with the strategy chain `chain` for every kind of
+/// step, and `workers` registered through it.
+async fn start_engine(
+    url: &str,
+    store: &std::path::Path,
+    chain: &str,
+    workers: &[String],
+) -> anyhow::Result<Engine> {
+    let db = Db::connect(url).await?;
+    let strategies = parse_chain(chain).map_err(anyhow::Error::msg)?;
+    let config = EngineConfig {
+        placement: PlacementConfig {
+            with_inputs: strategies.clone(),
+            without_inputs: strategies.clone(),
+            checks: strategies,
+        },
+        node_name: "bench".into(),
+        ..Default::default()
+    };
+    let artifacts = ArtifactFiles::open(store.to_path_buf()).context("artifact store")?;
+    let engine =
+        Engine::start(db, Arc::new(DetachedConnector), Arc::new(artifacts), config).await?;
+    for w in workers {
+        engine.register_worker(registration(w)).await?;
+    }
+    Ok(engine)
+}
+
 /// Runs the benchmark and prints its figures.
 pub async fn bench(opts: PlacementBench) -> anyhow::Result<()> {
     let tmp = tempfile::tempdir().context("temporary directory")?;
@@ -157,11 +187,8 @@ pub async fn bench(opts: PlacementBench) -> anyhow::Result<()> {
         .database_url
         .clone()
         .unwrap_or_else(|| format!("sqlite://{}/bench.db?mode=rwc", tmp.path().display()));
-    let db = Db::connect(&url).await?;
+    let store = tmp.path().join("artifacts");
     let workers: Vec<String> = (0..opts.workers).map(|i| format!("sim-{i:05}")).collect();
-    for w in &workers {
-        db.upsert_worker(&registration(w)).await?;
-    }
     println!("workers: {}", opts.workers);
     println!("steps: {}", opts.steps);
     println!("concurrency: {}", opts.concurrency);
@@ -174,46 +201,25 @@ pub async fn bench(opts: PlacementBench) -> anyhow::Result<()> {
         }
     );
 
-    let base = run(&db, None, &workers, opts.steps, opts.concurrency).await?;
+    let engine = start_engine(&url, &store, "random", &workers).await?;
+    let base = run(&engine, false, &workers, opts.steps, opts.concurrency).await?;
+    engine.shutdown().await;
     println!("baseline_db_only_per_sec: {:.0}", base.per_sec);
 
     for chain in [
         "volume-locality,fewest-build-containers",
         "limit-active-tasks",
     ] {
-        let strategies = parse_chain(chain).map_err(anyhow::Error::msg)?;
-        let scheduler = Scheduler::start_on_own_thread(PlacementConfig {
-            with_inputs: strategies.clone(),
-            without_inputs: strategies.clone(),
-            checks: strategies,
-        });
+        let engine = start_engine(&url, &store, chain, &workers).await?;
         let mut rng = rand::thread_rng();
-        for w in &workers {
-            scheduler
-                .send(WorkerUpdated(gantry_actors::scheduler::Candidate {
-                    registration: registration(w),
-                    state: WorkerState::Running,
-                    client: Arc::new(DetachedWorker(w.clone())),
-                }))
-                .await?;
-        }
         for a in 0..ARTIFACTS {
             for _ in 0..rng.gen_range(1..=3) {
-                scheduler.do_send(ArtifactLocality {
-                    artifact: format!("artifact-{a}"),
-                    worker: workers[rng.gen_range(0..workers.len())].clone(),
-                    present: true,
-                });
+                let worker = &workers[rng.gen_range(0..workers.len())];
+                engine.record_artifact_location(&format!("artifact-{a}"), worker);
             }
         }
-        let f = run(
-            &db,
-            Some(&scheduler),
-            &workers,
-            opts.steps,
-            opts.concurrency,
-        )
-        .await?;
+        let f = run(&engine, true, &workers, opts.steps, opts.concurrency).await?;
+        engine.shutdown().await;
         let prefix = chain.replace([',', '-'], "_");
         println!("{prefix}_placements_per_sec: {:.0}", f.per_sec);
         println!("{prefix}_p50_ms: {:.3}", f.p50_ms);

@@ -5,7 +5,7 @@ pub(crate) mod api_builds;
 mod api_hijack;
 mod api_jobs;
 mod api_workers;
-mod artifact_files;
+pub mod artifact_files;
 pub mod auth;
 mod error;
 mod metrics;

@@ -10,7 +10,8 @@ use crate::registry::{
 };
 use crate::runtime::Worker;
 use crate::scheduler::{
-    GetStats, Placement, ReleasePlacement, SchedulerStats, SelectWorker, Selection, StepRequest,
+    ArtifactLocality, GetStats, Placement, ReleasePlacement, SchedulerStats, SelectWorker,
+    Selection, StepRequest,
 };
 use crate::state::WorkerState;
 use crate::worker_info::{Heartbeat, WorkerRegistration, WorkerView};
@@ -88,5 +89,15 @@ impl Engine {
     /// Gives a placement's capacity back to its worker.
     pub fn release_placement(&self, placement: Placement) {
         self.scheduler.do_send(ReleasePlacement(placement));
+    }
+
+    /// Tells the Scheduler that `worker` holds a copy of `artifact` (for the
+    /// `volume-locality` strategy).
+    pub fn record_artifact_location(&self, artifact: &str, worker: &str) {
+        self.scheduler.do_send(ArtifactLocality {
+            artifact: artifact.to_string(),
+            worker: worker.to_string(),
+            present: true,
+        });
     }
 }

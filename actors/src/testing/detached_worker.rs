@@ -7,8 +7,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::error::RuntimeError;
-use crate::runtime::{Container, Volume, Worker, WorkerHandles};
+use crate::runtime::{Container, Volume, Worker, WorkerConnector, WorkerHandles};
 use crate::spec::{ContainerSpec, VolumeSpec};
+use crate::worker_info::WorkerRegistration;
 
 /// A worker with a name and nothing behind it.
 pub struct DetachedWorker(pub String);
@@ -51,5 +52,15 @@ impl Worker for DetachedWorker {
     }
     async fn list_handles(&self) -> Result<WorkerHandles, RuntimeError> {
         Ok(WorkerHandles::default())
+    }
+}
+
+/// Connects every registered worker as a [`DetachedWorker`] of its name, so
+/// an engine can run a simulated fleet.
+pub struct DetachedConnector;
+
+impl WorkerConnector for DetachedConnector {
+    fn connect(&self, registration: &WorkerRegistration) -> Arc<dyn Worker> {
+        Arc::new(DetachedWorker(registration.name.clone()))
     }
 }

@@ -5,4 +5,4 @@
 
 mod detached_worker;
 
-pub use detached_worker::DetachedWorker;
+pub use detached_worker::{DetachedConnector, DetachedWorker};
