@@ -22,8 +22,6 @@ pub mod scheduler;
 pub mod spec;
 pub mod state;
 pub mod task_config;
-#[cfg(test)]
-mod test_clock;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod worker_conn;

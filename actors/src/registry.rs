@@ -642,7 +642,7 @@ mod tests {
     use crate::runtime::{Container, Volume, WorkerHandles};
     use crate::scheduler::PlacementConfig;
     use crate::spec::{ContainerSpec, VolumeSpec};
-    use crate::test_clock::{eventually, held, run_paused};
+    use crate::testing::clock::{eventually, held, run_paused};
 
     /// The waits before the first probe after each restart of a connection.
     const RESTART_BACKOFFS: [u64; 7] = [1, 2, 4, 8, 16, 30, 30];

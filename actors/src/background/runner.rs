@@ -226,7 +226,7 @@ mod tests {
 
     use super::*;
     use crate::background::{JobError, JobStatus};
-    use crate::test_clock::run_paused;
+    use crate::testing::clock::run_paused;
 
     /// What a scripted tick does.
     #[derive(Clone, Copy)]

@@ -3,6 +3,8 @@
 //! only for tests and with the `testing` feature (which the `gantry` package
 //! enables for its `bench` subcommand).
 
+#[cfg(test)]
+pub(crate) mod clock;
 mod detached_worker;
 
 pub use detached_worker::{DetachedConnector, DetachedWorker};
