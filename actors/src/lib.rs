@@ -13,6 +13,8 @@ pub mod detached_worker;
 pub mod engine;
 pub mod error;
 pub mod events;
+#[cfg(test)]
+mod fake_worker;
 pub mod intercept;
 pub mod placement;
 pub mod registry;
@@ -20,6 +22,7 @@ pub mod runtime;
 pub mod scheduler;
 pub mod spec;
 pub mod state;
+pub mod steps;
 pub mod task_config;
 pub mod worker_info;
 
