@@ -14,6 +14,8 @@ pub mod engine;
 pub mod error;
 pub mod event_follow;
 pub mod events;
+#[cfg(test)]
+mod fake_worker;
 pub mod intercept;
 pub mod placement;
 pub mod registry;
@@ -21,6 +23,7 @@ pub mod runtime;
 pub mod scheduler;
 pub mod spec;
 pub mod state;
+pub mod steps;
 pub mod task_config;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -1,0 +1,265 @@
+//! The Build actor: one per running build. It walks the build's plan (or
+//! takes it over after a restart of the web node), stops it on an abort or
+//! when its timeout lapses, and records how it ended.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::sync::watch;
+
+use crate::artifacts::Artifacts;
+use crate::build::plan::{OneOffPlan, Plan};
+use crate::build::resume::Resume;
+use crate::db::{BuildStatus, Db};
+use crate::error::EngineError;
+use crate::events::{BuildEvent, EventHub, EventSink};
+use crate::registry::WorkerStates;
+use crate::runtime::{Worker, WorkerConnector};
+use crate::scheduler::Scheduler;
+use crate::spec::Encoding;
+use crate::steps::{
+    BuildScope, Created, Events, ImportLocks, StepContext, StepEnd, Stop, WorkerWatch,
+};
+
+/// What every build needs from the web node.
+#[derive(Clone)]
+pub struct BuildDeps {
+    /// Where builds, events and rows are stored.
+    pub db: Db,
+    /// Live event fan-out.
+    pub hub: EventHub,
+    /// Places steps.
+    pub scheduler: Addr<Scheduler>,
+    /// Stores inputs and outputs.
+    pub artifacts: Artifacts,
+    /// Encoding of streams to and from workers.
+    pub encoding: Encoding,
+    /// Each worker's state, to notice a worker stalling under a step.
+    pub worker_states: WorkerStates,
+    /// Run a step again elsewhere when its worker stalls or vanishes.
+    pub rerun_when_worker_disappears: bool,
+    /// Builds clients of workers (a lost worker may come back restarted).
+    pub connector: Arc<dyn WorkerConnector>,
+    /// One lock per (worker, artifact) image import, so an image is streamed
+    /// to a worker once while other builds wait for it.
+    pub imports: ImportLocks,
+    /// Open intercept sessions: a container with one is kept until it ends.
+    pub intercepts: crate::intercept::Intercepts,
+}
+
+/// Asks a running build to stop.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct AbortBuild;
+
+/// Why a build is being stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// A user aborted it.
+    Abort,
+    /// Its step ran past its timeout.
+    Timeout(Duration),
+}
+
+/// Running builds by id, so they can be aborted.
+pub type RunningBuilds = Arc<dashmap::DashMap<i64, Addr<Build>>>;
+
+/// One running build.
+pub struct Build {
+    /// Build id.
+    id: i64,
+    /// Owning team.
+    team: String,
+    /// The plan, taken when the build starts.
+    plan: Option<OneOffPlan>,
+    /// Shared services.
+    deps: BuildDeps,
+    /// Set once to stop the build: a user's abort or the step's timeout.
+    stop: watch::Sender<Option<StopReason>>,
+    /// Running builds, which this one leaves when it stops.
+    running: RunningBuilds,
+    /// Set when a restarted web node takes over a build that was running.
+    resume: Option<Resume>,
+}
+
+impl Build {
+    /// A build ready to run; start it with [`Actor::start`].
+    pub fn new(
+        id: i64,
+        team: String,
+        plan: OneOffPlan,
+        deps: BuildDeps,
+        running: RunningBuilds,
+    ) -> Self {
+        Build {
+            id,
+            team,
+            plan: Some(plan),
+            deps,
+            stop: watch::channel(None).0,
+            running,
+            resume: None,
+        }
+    }
+
+    /// A build that a restarted web node takes over where it was.
+    pub fn resuming(
+        id: i64,
+        team: String,
+        plan: OneOffPlan,
+        deps: BuildDeps,
+        running: RunningBuilds,
+        resume: Resume,
+    ) -> Self {
+        Build {
+            resume: Some(resume),
+            ..Build::new(id, team, plan, deps, running)
+        }
+    }
+
+    /// Sets the stop signal, unless it is set already (the first reason wins).
+    fn request_stop(&self, reason: StopReason) {
+        self.stop
+            .send_if_modified(|s| s.is_none().then(|| *s = Some(reason)).is_some());
+    }
+}
+
+impl Actor for Build {
+    type Context = Context<Self>;
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        self.running.remove(&self.id);
+        self.deps.hub.forget(self.id);
+    }
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let Some(plan) = self.plan.take() else {
+            return;
+        };
+        self.running.insert(self.id, ctx.address());
+        if let Some(secs) = plan.timeout_secs {
+            let limit = Duration::from_secs(secs);
+            ctx.run_later(limit, move |act, _| {
+                act.request_stop(StopReason::Timeout(limit))
+            });
+        }
+        let next_event = self.resume.as_ref().map_or(1, |r| r.next_event);
+        let sink = EventSink::resume(
+            self.id,
+            next_event,
+            self.deps.db.clone(),
+            self.deps.hub.clone(),
+        );
+        let run = BuildRun {
+            id: self.id,
+            team: self.team.clone(),
+            deps: self.deps.clone(),
+            events: Events::new(sink),
+            stop: Stop::new(self.stop.subscribe()),
+        };
+        let resume = self.resume.take();
+        async move {
+            let plan = Plan::from(plan);
+            let result = match resume {
+                Some(resume) => run.resume(&plan, resume).await,
+                None => run.run(&plan).await,
+            };
+            run.conclude(result).await;
+        }
+        .into_actor(self)
+        .map(|_, _, ctx| ctx.stop())
+        .spawn(ctx);
+    }
+}
+
+impl Handler<AbortBuild> for Build {
+    type Result = ();
+    fn handle(&mut self, _: AbortBuild, _: &mut Context<Self>) {
+        self.request_stop(StopReason::Abort);
+    }
+}
+
+/// One build's run, owned by the Build actor's future: what the walker,
+/// placement, resuming and cleanup share.
+pub(super) struct BuildRun {
+    /// Build id.
+    pub(super) id: i64,
+    /// Owning team.
+    pub(super) team: String,
+    /// Shared services.
+    pub(super) deps: BuildDeps,
+    /// The build's events.
+    pub(super) events: Events,
+    /// The build's stop signal.
+    pub(super) stop: Stop,
+}
+
+impl BuildRun {
+    /// The context of step `step` placed on `worker`.
+    pub(super) fn step_context(
+        &self,
+        step: &str,
+        worker: Arc<dyn Worker>,
+        watch: WorkerWatch,
+        created: Created,
+    ) -> StepContext {
+        let scope = BuildScope {
+            build: self.id,
+            team: self.team.clone(),
+            db: self.deps.db.clone(),
+            artifacts: self.deps.artifacts.clone(),
+            encoding: self.deps.encoding,
+            scheduler: self.deps.scheduler.clone(),
+            imports: self.deps.imports.clone(),
+            events: self.events.clone(),
+            stop: self.stop.clone(),
+        };
+        StepContext::new(scope, step, worker, watch, created)
+    }
+
+    /// Stores an event and goes on if it cannot be stored: how the build
+    /// ends is recorded all the same.
+    pub(super) async fn emit_quietly(&self, event: &BuildEvent) {
+        let _ = self.events.emit(event).await;
+    }
+
+    /// Records how the build ended.
+    async fn conclude(&self, result: Result<StepEnd, EngineError>) {
+        match result {
+            Ok(StepEnd::Exited(0)) => self.finish(BuildStatus::Succeeded, Some(0), None).await,
+            Ok(StepEnd::Exited(n)) => self.finish(BuildStatus::Failed, Some(n), None).await,
+            Ok(StepEnd::Stopped) => match self.stop.reason() {
+                Some(StopReason::Timeout(limit)) => {
+                    let msg = format!("the step timed out after {}s", limit.as_secs());
+                    self.finish(BuildStatus::Errored, None, Some(msg)).await
+                }
+                _ => self.finish(BuildStatus::Aborted, None, None).await,
+            },
+            Err(e) => {
+                self.finish(BuildStatus::Errored, None, Some(e.to_string()))
+                    .await
+            }
+        }
+    }
+
+    async fn finish(&self, status: BuildStatus, exit: Option<i32>, error: Option<String>) {
+        if let Some(msg) = &error {
+            tracing::warn!(build = self.id, "build errored: {msg}");
+            self.emit_quietly(&BuildEvent::Error {
+                message: msg.clone(),
+                time: crate::db::now_ms(),
+            })
+            .await;
+        }
+        if let Err(e) = self
+            .deps
+            .db
+            .finish_build(self.id, status, exit, error.as_deref())
+            .await
+        {
+            tracing::error!(build = self.id, "storing build status: {e}");
+        }
+        self.emit_quietly(&BuildEvent::status(status, exit)).await;
+    }
+}

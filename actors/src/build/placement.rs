@@ -1,0 +1,200 @@
+//! Placing a step: selecting a worker through the Scheduler, waiting for a
+//! ticket when every compatible worker is full ("waiting for worker" in the
+//! build log) until placed or stopped, holding the placement while the step
+//! runs and releasing it on every path, and running the step again on
+//! another worker when its worker is lost.
+
+use std::sync::Arc;
+
+use actix::Addr;
+use tokio::sync::oneshot;
+
+use crate::build::actor::BuildRun;
+use crate::error::EngineError;
+use crate::events::BuildEvent;
+use crate::runtime::Worker;
+use crate::scheduler::{
+    abandon_ticket, Placement, ReleasePlacement, Scheduler, SelectWorker, Selection, StepRequest,
+};
+use crate::steps::{Created, Step, StepEnd, WorkerWatch};
+
+/// How often a step is run when its workers keep disappearing.
+const MAX_RERUNS: u32 = 3;
+
+/// Holds a placement's reservation and releases it when dropped, so no error
+/// path can leak capacity.
+pub(super) struct HeldPlacement {
+    /// The placement, until released.
+    placement: Option<Placement>,
+    /// Where it is released.
+    scheduler: Addr<Scheduler>,
+}
+
+impl HeldPlacement {
+    /// Holds `placement` until dropped.
+    pub(super) fn new(placement: Placement, scheduler: Addr<Scheduler>) -> Self {
+        HeldPlacement {
+            placement: Some(placement),
+            scheduler,
+        }
+    }
+}
+
+impl Drop for HeldPlacement {
+    fn drop(&mut self) {
+        if let Some(p) = self.placement.take() {
+            self.scheduler.do_send(ReleasePlacement(p));
+        }
+    }
+}
+
+/// How waiting on a ticket ended.
+enum Ticket {
+    /// Placed.
+    Placed(Placement),
+    /// The build was stopped first; the ticket was given up.
+    Stopped,
+    /// The Scheduler dropped the request (the workers it waited for changed).
+    Dropped,
+}
+
+impl BuildRun {
+    /// Places `step` and runs it; when its worker is lost and reruns are on,
+    /// runs it again on another worker (at most [`MAX_RERUNS`] times).
+    pub(super) async fn run_step(&self, step: &dyn Step) -> Result<StepEnd, EngineError> {
+        let mut attempt = 1;
+        let mut lost: Vec<String> = Vec::new();
+        loop {
+            match self.place_and_run(step, &lost).await {
+                Err(EngineError::WorkerLost { worker, reason })
+                    if self.deps.rerun_when_worker_disappears && attempt < MAX_RERUNS =>
+                {
+                    attempt += 1;
+                    lost.push(worker.clone());
+                    self.emit_quietly(&BuildEvent::Error {
+                        message: format!(
+                            "worker {worker} {reason}; running the step again on another worker (attempt {attempt})"
+                        ),
+                        time: crate::db::now_ms(),
+                    })
+                    .await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Waits for a placement (or a stop), runs the step there, cleans up
+    /// what it created and releases the placement.
+    async fn place_and_run(
+        &self,
+        step: &dyn Step,
+        lost: &[String],
+    ) -> Result<StepEnd, EngineError> {
+        let request = StepRequest {
+            team: self.team.clone(),
+            avoid: lost.to_vec(),
+            ..step.worker_request()
+        };
+        let Some(placement) = self.place(step.name(), request).await? else {
+            return Ok(StepEnd::Stopped);
+        };
+        // Released when this function returns, on every path.
+        let held = HeldPlacement::new(placement.clone(), self.deps.scheduler.clone());
+        let worker = placement.worker.clone();
+        self.deps.db.start_build(self.id, &worker).await?;
+        self.events
+            .emit(&BuildEvent::SelectedWorker {
+                step: step.name().into(),
+                worker,
+                time: crate::db::now_ms(),
+            })
+            .await?;
+        let (result, created) = self.run_on(step, placement.client.clone()).await;
+        let result = result.map_err(EngineError::lost_if_unreachable);
+        let lost = matches!(result, Err(EngineError::WorkerLost { .. }));
+        self.cleanup(placement.client, created, lost).await;
+        drop(held);
+        result
+    }
+
+    /// Runs `step` on `worker`; returns how it ended and what it created.
+    async fn run_on(
+        &self,
+        step: &dyn Step,
+        worker: Arc<dyn Worker>,
+    ) -> (Result<StepEnd, EngineError>, Created) {
+        // Watch the worker before creating anything on it.
+        let Some(watch) = WorkerWatch::subscribe(&self.deps.worker_states, worker.name()) else {
+            let lost = EngineError::WorkerLost {
+                worker: worker.name().to_string(),
+                reason: "was removed".into(),
+            };
+            return (Err(lost), Created::default());
+        };
+        let mut ctx = self.step_context(step.name(), worker, watch, Created::default());
+        let result = step.run(&mut ctx).await;
+        (result, ctx.take_created())
+    }
+
+    /// A worker for step `step`: placed at once, or after waiting in the
+    /// Scheduler's queue; `None` when the build was stopped while waiting.
+    async fn place(
+        &self,
+        step: &str,
+        request: StepRequest,
+    ) -> Result<Option<Placement>, EngineError> {
+        let (ticket, reason) = match self.select(request.clone()).await? {
+            Selection::Placed(p) => return Ok(Some(p)),
+            Selection::Queued { ticket, reason } => (ticket, reason),
+        };
+        let waiting = BuildEvent::Waiting {
+            step: step.into(),
+            message: reason,
+            time: crate::db::now_ms(),
+        };
+        if let Err(e) = self.events.emit(&waiting).await {
+            abandon_ticket(ticket, &self.deps.scheduler).await;
+            return Err(e);
+        }
+        match self.wait_for_ticket(ticket).await {
+            Ticket::Placed(p) => return Ok(Some(p)),
+            Ticket::Stopped => return Ok(None),
+            Ticket::Dropped => {}
+        }
+        // The waiters' workers changed under them: ask again for the full
+        // answer (placed, queued or why not).
+        let ticket = match self.select(request).await? {
+            Selection::Placed(p) => return Ok(Some(p)),
+            Selection::Queued { ticket, .. } => ticket,
+        };
+        match self.wait_for_ticket(ticket).await {
+            Ticket::Placed(p) => Ok(Some(p)),
+            Ticket::Stopped => Ok(None),
+            Ticket::Dropped => Err(EngineError::NoWorkers(
+                "the workers this step waited for are gone".into(),
+            )),
+        }
+    }
+
+    /// Asks the Scheduler for a worker.
+    async fn select(&self, request: StepRequest) -> Result<Selection, EngineError> {
+        self.deps.scheduler.send(SelectWorker(request)).await?
+    }
+
+    /// Waits for a queued placement, giving the ticket up when the build is
+    /// stopped first.
+    async fn wait_for_ticket(&self, mut ticket: oneshot::Receiver<Placement>) -> Ticket {
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            got = &mut ticket => match got {
+                Ok(p) => Ticket::Placed(p),
+                Err(_) => Ticket::Dropped,
+            },
+            _ = stop.requested() => {
+                abandon_ticket(ticket, &self.deps.scheduler).await;
+                Ticket::Stopped
+            }
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! Taking a build over after a restart of the web node: its step's process
+//! is still on its worker (or has ended there, its exit status kept). The
+//! step reattaches to it (output already stored is not repeated), then the
+//! build goes on as usual: outputs, cleanup, final status.
+
+use crate::build::actor::BuildRun;
+use crate::build::placement::HeldPlacement;
+use crate::build::plan::Plan;
+use crate::db::HandleKind;
+use crate::error::EngineError;
+use crate::events::BuildEvent;
+use crate::placement::Load;
+use crate::scheduler::{Placement, RestorePlacement};
+use crate::steps::{Created, Reattach, StepEnd, WorkerWatch};
+
+/// A build a restarted web node takes over: its step's process is still on
+/// its worker (or has ended there, its exit status kept).
+#[derive(Debug, Clone)]
+pub struct Resume {
+    /// The worker running the step.
+    pub worker: String,
+    /// The step's container.
+    pub container: String,
+    /// Sequence number of the build's next event.
+    pub next_event: i64,
+}
+
+impl BuildRun {
+    /// Takes over the build's step where it was and follows it to its end.
+    pub(super) async fn resume(&self, plan: &Plan, resume: Resume) -> Result<StepEnd, EngineError> {
+        tracing::info!(build = self.id, worker = %resume.worker, "resuming a build after a restart of the web node");
+        self.resume_step(plan, &resume)
+            .await
+            .map_err(EngineError::lost_if_unreachable)
+    }
+
+    async fn resume_step(&self, plan: &Plan, resume: &Resume) -> Result<StepEnd, EngineError> {
+        let db = &self.deps.db;
+        let removed = || EngineError::WorkerLost {
+            worker: resume.worker.clone(),
+            reason: "was removed while the web node was down".into(),
+        };
+        let row = db.get_worker(&resume.worker).await?.ok_or_else(removed)?;
+        let worker = self.deps.connector.connect(&row.registration);
+        let watch =
+            WorkerWatch::subscribe(&self.deps.worker_states, &resume.worker).ok_or_else(removed)?;
+        let containers = db.build_handles(HandleKind::Container, self.id).await?;
+        let volumes = db.build_handles(HandleKind::Volume, self.id).await?;
+        let created = Created {
+            containers: containers.iter().map(|r| r.handle.clone()).collect(),
+            volumes: volumes.iter().map(|r| r.handle.clone()).collect(),
+        };
+        // The Scheduler restarted empty: hold this step's capacity again.
+        let placement = Placement {
+            worker: resume.worker.clone(),
+            client: worker.clone(),
+            reserved: Load {
+                tasks: 1,
+                containers: created.containers.len() as u32,
+                volumes: created.volumes.len() as u32,
+            },
+        };
+        self.deps
+            .scheduler
+            .send(RestorePlacement(placement.clone()))
+            .await?;
+        let held = HeldPlacement::new(placement, self.deps.scheduler.clone());
+        // The step whose container it is.
+        let step_name = containers
+            .iter()
+            .find(|r| r.handle == resume.container)
+            .and_then(|r| r.step.clone())
+            .unwrap_or_default();
+        let mut ctx = self.step_context(&step_name, worker.clone(), watch, created);
+        let result = async {
+            let step = plan.step(&step_name).ok_or_else(|| {
+                EngineError::Invalid(format!(
+                    "the plan has no step {step_name:?} for container {}",
+                    resume.container
+                ))
+            })?;
+            let at = Reattach {
+                container: resume.container.clone(),
+                volumes: volumes
+                    .iter()
+                    .filter_map(|r| Some((r.step.clone()?, r.handle.clone())))
+                    .collect(),
+                already_stored: self.stored_output_bytes(&step_name).await?,
+            };
+            step.reattach(&mut ctx, at).await
+        }
+        .await
+        .map_err(EngineError::lost_if_unreachable);
+        let lost = matches!(result, Err(EngineError::WorkerLost { .. }));
+        self.cleanup(worker, ctx.take_created(), lost).await;
+        drop(held);
+        result
+    }
+
+    /// Bytes of stdout and stderr of step `step` already stored as log events.
+    async fn stored_output_bytes(&self, step: &str) -> Result<[u64; 2], EngineError> {
+        let mut bytes = [0u64; 2];
+        for (_, json) in self.deps.db.build_events_after(self.id, 0).await? {
+            if let Ok(BuildEvent::Log {
+                step: logged,
+                stream,
+                data,
+                ..
+            }) = serde_json::from_str(&json)
+            {
+                if logged == step {
+                    bytes[usize::from(stream == "stderr")] += data.len() as u64;
+                }
+            }
+        }
+        Ok(bytes)
+    }
+}

@@ -1,0 +1,415 @@
+//! Builds against an in-memory worker, a real SQLite database and a real
+//! Scheduler, with tokio's clock paused.
+//!
+//! A paused clock jumps to the next timer whenever the runtime is idle, and
+//! it is idle while it waits for sqlx's SQLite thread: a timeout or a grace
+//! period (or the pool's acquire timeout) would then fire while a query
+//! runs. So the database is opened before the clock is paused, and a task
+//! that always yields keeps the runtime busy: time moves only when a test
+//! calls `advance`, and every assertion is on the paused clock's instants.
+//! Timers fire on whole milliseconds (rounded up), so a test moves the clock
+//! to just past a deadline and expects what it awaits within a millisecond.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use async_trait::async_trait;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::*;
+use crate::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
+use crate::artifacts::Artifacts;
+use crate::build::actor::BuildRun;
+use crate::db::{BuildStatus, Db};
+use crate::error::EngineError;
+use crate::events::{BuildEvent, EventHub, EventSink};
+use crate::fake_worker::{Behaviour, FakeConnector, FakeWorker};
+use crate::placement::{Load, Strategy};
+use crate::runtime::{ByteStream, ProcessSignal};
+use crate::scheduler::{Candidate, GetStats, PlacementConfig, Scheduler, WorkerUpdated};
+use crate::spec::Encoding;
+use crate::state::WorkerState;
+use crate::steps::process::STOP_GRACE;
+use crate::steps::{Events, StepEnd, Stop};
+use crate::task_config::TaskConfig;
+use crate::worker_info::{WorkerLimits, WorkerRegistration};
+
+/// An artifact store holding nothing: these builds have no inputs or outputs.
+struct NoArtifacts;
+
+#[async_trait]
+impl ArtifactStore for NoArtifacts {
+    async fn open(&self, _: &str, _: Encoding) -> Result<ByteStream, EngineError> {
+        Ok(Box::pin(futures::stream::empty()))
+    }
+    async fn store(
+        &self,
+        _: ByteStream,
+        _: Encoding,
+        _: ArtifactKind,
+    ) -> Result<StoredArtifact, EngineError> {
+        Err(EngineError::Invalid(
+            "nothing is stored in these tests".into(),
+        ))
+    }
+    async fn delete(&self, _: &str) -> Result<(), EngineError> {
+        Ok(())
+    }
+}
+
+/// One worker `w`, the services a build needs, and the clock paused.
+struct Harness {
+    db: Db,
+    worker: Arc<FakeWorker>,
+    deps: BuildDeps,
+    running: RunningBuilds,
+    _dir: tempfile::TempDir,
+}
+
+fn registration(limits: WorkerLimits) -> WorkerRegistration {
+    WorkerRegistration {
+        name: "w".into(),
+        agent_url: "http://127.0.0.1:1".into(),
+        agent_token: "t".into(),
+        platform: "linux".into(),
+        tags: vec![],
+        team: None,
+        resource_types: vec![],
+        limits,
+        version: env!("CARGO_PKG_VERSION").into(),
+        backend: "fake".into(),
+        incarnation: "1".into(),
+        heartbeat_interval_secs: 30,
+    }
+}
+
+impl Harness {
+    async fn new(behaviour: Behaviour, max_active_tasks: Option<u32>) -> Harness {
+        let (db, dir) = crate::db::test_db().await;
+        let limits = WorkerLimits {
+            max_active_tasks,
+            ..WorkerLimits::default()
+        };
+        db.upsert_worker(&registration(limits.clone()))
+            .await
+            .unwrap();
+        tokio::time::pause();
+        actix::spawn(async {
+            loop {
+                tokio::task::yield_now().await;
+            }
+        });
+        let worker = FakeWorker::new("w", behaviour);
+        let scheduler = Scheduler::new(PlacementConfig {
+            without_inputs: vec![Strategy::LimitActiveTasks],
+            ..PlacementConfig::default()
+        })
+        .start();
+        scheduler
+            .send(WorkerUpdated(Candidate {
+                registration: registration(limits),
+                state: WorkerState::Running,
+                client: worker.clone(),
+            }))
+            .await
+            .unwrap();
+        let worker_states = crate::registry::WorkerStates::default();
+        worker_states.insert("w".into(), watch::channel(WorkerState::Running).0);
+        let deps = BuildDeps {
+            db: db.clone(),
+            hub: EventHub::default(),
+            scheduler,
+            artifacts: Artifacts::new(Arc::new(NoArtifacts), db.clone()),
+            encoding: Encoding::Raw,
+            worker_states,
+            rerun_when_worker_disappears: false,
+            connector: Arc::new(FakeConnector(worker.clone())),
+            imports: Default::default(),
+            intercepts: Default::default(),
+        };
+        Harness {
+            db,
+            worker,
+            deps,
+            running: Default::default(),
+            _dir: dir,
+        }
+    }
+
+    /// Creates and starts a build of one task (`true`, exiting 0 unless the
+    /// behaviour says otherwise).
+    async fn start(&self, timeout_secs: Option<u64>) -> (i64, Addr<Build>) {
+        let plan = OneOffPlan {
+            config: task("0"),
+            inputs: Default::default(),
+            tags: vec![],
+            image: None,
+            timeout_secs,
+        };
+        let json = serde_json::to_value(&plan).unwrap();
+        let id = self.db.create_build("main", &json, "web").await.unwrap();
+        let deps = self.deps.clone();
+        let build = Build::new(id, "main".into(), plan, deps, self.running.clone()).start();
+        (id, build)
+    }
+
+    /// The build's stored events.
+    async fn events(&self, id: i64) -> Vec<BuildEvent> {
+        let stored = self.db.build_events_after(id, 0).await.unwrap();
+        stored
+            .iter()
+            .map(|(_, json)| serde_json::from_str(json).unwrap())
+            .collect()
+    }
+
+    /// Waits until the build has stored its final status.
+    async fn finished(&self, id: i64) -> crate::db::BuildRow {
+        let hub_done = until("the build to finish", || async {
+            let row = self.db.get_build(id).await.unwrap()?;
+            let last = self.events(id).await.last().cloned()?;
+            (row.status.is_finished() && last.is_final()).then_some(row)
+        });
+        hub_done.await
+    }
+}
+
+/// A task config running `exit STATUS` (the fake worker exits with it).
+fn task(status: &str) -> TaskConfig {
+    TaskConfig::from_yaml(&format!(
+        "platform: linux\nrun:\n  path: exit\n  args: [\"{status}\"]\n"
+    ))
+    .unwrap()
+}
+
+/// Yields until `check` answers; fails after five seconds of wall time.
+async fn until<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited too long for {what}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Moves the paused clock to just past `deadline`, where timers due then fire.
+async fn advance_past(deadline: Instant) {
+    tokio::time::advance(deadline - Instant::now() + TICK).await;
+}
+
+/// The resolution of tokio's timers.
+const TICK: Duration = Duration::from_millis(1);
+
+/// Whether `at` is `deadline`, give or take the timers' resolution.
+fn on_time(at: Instant, deadline: Instant) -> bool {
+    deadline <= at && at <= deadline + TICK
+}
+
+/// Aborts `build` once its process runs; returns when (on the paused
+/// clock) it was aborted, after its process got SIGTERM.
+async fn abort_once_running(h: &Harness, build: &Addr<Build>) -> Instant {
+    until("the process to start", || async {
+        (h.worker.started() == 1).then_some(())
+    })
+    .await;
+    let aborted_at = Instant::now();
+    build.send(AbortBuild).await.unwrap();
+    until("SIGTERM", || async {
+        (!h.worker.signals().is_empty()).then_some(())
+    })
+    .await;
+    aborted_at
+}
+
+/// Lets every ready task run a while without moving the clock.
+async fn settle() {
+    for _ in 0..200 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[actix_rt::test]
+async fn an_abort_sends_sigterm_then_sigkill_after_the_grace_to_a_process_that_ignores_it() {
+    let h = Harness::new(Behaviour::default(), None).await;
+    let (id, build) = h.start(None).await;
+    let aborted_at = abort_once_running(&h, &build).await;
+    assert_eq!(h.worker.signals(), [(ProcessSignal::Terminate, aborted_at)]);
+
+    tokio::time::advance(STOP_GRACE - TICK).await;
+    settle().await;
+    assert_eq!(h.worker.signals().len(), 1, "no SIGKILL within the grace");
+    advance_past(aborted_at + STOP_GRACE).await;
+    until("SIGKILL", || async {
+        (h.worker.signals().len() == 2).then_some(())
+    })
+    .await;
+    let (signal, at) = h.worker.signals()[1];
+    assert_eq!(signal, ProcessSignal::Kill);
+    assert!(
+        on_time(at, aborted_at + STOP_GRACE),
+        "{:?} after the abort",
+        at - aborted_at
+    );
+
+    let row = h.finished(id).await;
+    assert_eq!((row.status, row.exit_status), (BuildStatus::Aborted, None));
+    until("the cleanup", || async {
+        (h.worker.held() == 0).then_some(())
+    })
+    .await;
+}
+
+#[actix_rt::test]
+async fn an_abort_sends_no_sigkill_to_a_process_that_exits_within_the_grace() {
+    let on_term = Duration::from_secs(2);
+    let behaviour = Behaviour {
+        on_term: Some(on_term),
+        ..Behaviour::default()
+    };
+    let h = Harness::new(behaviour, None).await;
+    let (id, build) = h.start(None).await;
+    let aborted_at = abort_once_running(&h, &build).await;
+    advance_past(aborted_at + on_term).await;
+    let row = h.finished(id).await;
+    assert_eq!(row.status, BuildStatus::Aborted);
+    tokio::time::advance(STOP_GRACE * 2).await;
+    settle().await;
+    assert_eq!(h.worker.signals(), [(ProcessSignal::Terminate, aborted_at)]);
+}
+
+#[actix_rt::test]
+async fn a_timeout_stops_a_running_step_and_errors_the_build() {
+    let behaviour = Behaviour {
+        on_term: Some(Duration::ZERO),
+        ..Behaviour::default()
+    };
+    let h = Harness::new(behaviour, None).await;
+    let started_at = Instant::now();
+    let (id, _build) = h.start(Some(5)).await;
+    until("the process to start", || async {
+        (h.worker.started() == 1).then_some(())
+    })
+    .await;
+    tokio::time::advance(Duration::from_secs(4)).await;
+    settle().await;
+    assert!(h.worker.signals().is_empty(), "stopped before its timeout");
+    advance_past(started_at + Duration::from_secs(5)).await;
+    let row = h.finished(id).await;
+    let signals = h.worker.signals();
+    assert_eq!(signals.len(), 1, "{signals:?}");
+    assert_eq!(signals[0].0, ProcessSignal::Terminate);
+    assert!(on_time(signals[0].1, started_at + Duration::from_secs(5)));
+    assert_eq!(row.status, BuildStatus::Errored);
+    assert_eq!(row.error.as_deref(), Some("the step timed out after 5s"));
+    let events = h.events(id).await;
+    assert!(matches!(
+        &events[events.len() - 2],
+        BuildEvent::Error { message, .. } if message == "the step timed out after 5s"
+    ));
+}
+
+#[actix_rt::test]
+async fn a_timeout_ends_a_wait_for_a_worker_without_leaking_its_place() {
+    let behaviour = Behaviour {
+        on_term: Some(Duration::ZERO),
+        ..Behaviour::default()
+    };
+    let h = Harness::new(behaviour, Some(1)).await;
+    let started_at = Instant::now();
+    let (holder, holder_addr) = h.start(None).await;
+    until("the holder to start", || async {
+        (h.worker.started() == 1).then_some(())
+    })
+    .await;
+    let (waiter, _) = h.start(Some(3)).await;
+    until("the waiter to wait", || async {
+        h.events(waiter)
+            .await
+            .iter()
+            .any(|e| matches!(e, BuildEvent::Waiting { .. }))
+            .then_some(())
+    })
+    .await;
+    tokio::time::advance(Duration::from_secs(2)).await;
+    settle().await;
+    assert!(!h
+        .db
+        .get_build(waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .status
+        .is_finished());
+    advance_past(started_at + Duration::from_secs(3)).await;
+    let row = h.finished(waiter).await;
+    assert_eq!(row.status, BuildStatus::Errored);
+    assert_eq!(row.error.as_deref(), Some("the step timed out after 3s"));
+    assert_eq!(h.worker.started(), 1, "the waiter never ran");
+
+    holder_addr.send(AbortBuild).await.unwrap();
+    assert_eq!(h.finished(holder).await.status, BuildStatus::Aborted);
+    until("the holder's place to be released", || async {
+        // The release also drops the waiter's abandoned place in the queue.
+        let stats = h.deps.scheduler.send(GetStats).await.unwrap();
+        let idle = stats.load.get("w").is_none_or(Load::is_zero);
+        (idle && stats.waiting == 0).then_some(())
+    })
+    .await;
+}
+
+#[actix_rt::test]
+async fn a_sequence_runs_its_steps_in_order_until_one_fails() {
+    let behaviour = Behaviour {
+        exit_after: Some(Duration::ZERO),
+        ..Behaviour::default()
+    };
+    let h = Harness::new(behaviour, None).await;
+    let id =
+        h.db.create_build("main", &serde_json::json!({}), "web")
+            .await
+            .unwrap();
+    let step = |name: &str, status: &str| {
+        Plan::Step(Arc::new(crate::steps::task::TaskStep {
+            name: name.into(),
+            config: task(status),
+            inputs: Default::default(),
+            tags: vec![],
+            image: None,
+        }))
+    };
+    let plan = Plan::Do(vec![step("a", "0"), step("b", "3"), step("c", "0")]);
+    let (_stop, stop) = watch::channel(None);
+    let run = BuildRun {
+        id,
+        team: "main".into(),
+        deps: h.deps.clone(),
+        events: Events::new(EventSink::new(id, h.db.clone(), h.deps.hub.clone())),
+        stop: Stop::new(stop),
+    };
+    assert_eq!(run.run(&plan).await.unwrap(), StepEnd::Exited(3));
+    assert_eq!(
+        h.worker.started(),
+        2,
+        "the step after the failure did not run"
+    );
+    let placed: Vec<String> = h
+        .events(id)
+        .await
+        .into_iter()
+        .filter_map(|e| match e {
+            BuildEvent::SelectedWorker { step, .. } => Some(step),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(placed, ["a", "b"]);
+}

@@ -1,0 +1,92 @@
+//! Image volumes: an image artifact unpacked into a volume once per worker
+//! and kept there for the next containers that use it as their root
+//! filesystem. Builds that need the same image on the same worker wait for
+//! the first one's import instead of importing it again.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::db::HandleKind;
+use crate::error::EngineError;
+use crate::scheduler::ArtifactLocality;
+use crate::spec::{VolumeSpec, VolumeStrategy};
+use crate::state::HandleState;
+use crate::steps::StepContext;
+
+/// Locks of image imports in progress, by (worker, artifact).
+pub type ImportLocks = Arc<dashmap::DashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
+
+impl StepContext {
+    /// The handle of the volume holding image `artifact` on the step's
+    /// worker, imported there first if it is not. The volume belongs to no
+    /// build: it is kept for later steps.
+    pub async fn image_volume(&self, artifact: &str) -> Result<String, EngineError> {
+        let imports = &self.scope.imports;
+        let key = (self.worker.name().to_string(), artifact.to_string());
+        let lock = imports.entry(key.clone()).or_default().clone();
+        let guard = lock.lock().await;
+        let found = self.find_or_import_image(artifact).await;
+        drop(guard);
+        drop(lock);
+        // The last one out removes the lock, so the map holds only imports in use.
+        imports.remove_if(&key, |_, l| Arc::strong_count(l) == 1);
+        found
+    }
+
+    /// [`Self::image_volume`] under its lock.
+    async fn find_or_import_image(&self, artifact: &str) -> Result<String, EngineError> {
+        let db = &self.scope.db;
+        let worker = &self.worker;
+        let encoding = self.scope.encoding;
+        if let Some(handle) = db.find_artifact_volume(worker.name(), artifact).await? {
+            if worker.lookup_volume(&handle).await?.is_some() {
+                return Ok(handle);
+            }
+            // The worker lost it (e.g. a new disk): forget the row, import again.
+            db.delete_handle(HandleKind::Volume, &handle).await?;
+        }
+        let handle = uuid::Uuid::new_v4().to_string();
+        db.insert_handle(
+            HandleKind::Volume,
+            &handle,
+            worker.name(),
+            None,
+            None,
+            &self.scope.team,
+        )
+        .await?;
+        db.set_volume_artifact(&handle, artifact).await?;
+        let spec = VolumeSpec {
+            handle: handle.clone(),
+            strategy: VolumeStrategy::Empty,
+            privileged: false,
+            properties: BTreeMap::from([("image".to_string(), artifact.to_string())]),
+        };
+        let imported = async {
+            let volume = worker.create_volume(&spec).await?;
+            let body = self.scope.artifacts.open(None, artifact, encoding).await?;
+            volume
+                .import_image(encoding, body)
+                .await
+                .map_err(|e| EngineError::Invalid(format!("the image could not be used: {e}")))
+        }
+        .await;
+        match imported {
+            Ok(()) => {
+                db.set_handle_state(HandleKind::Volume, &handle, HandleState::Created)
+                    .await?;
+                self.scope.scheduler.do_send(ArtifactLocality {
+                    artifact: artifact.to_string(),
+                    worker: worker.name().to_string(),
+                    present: true,
+                });
+                Ok(handle)
+            }
+            Err(e) => {
+                let _ = worker.destroy_volume(&handle).await;
+                let _ = db.delete_handle(HandleKind::Volume, &handle).await;
+                Err(e)
+            }
+        }
+    }
+}

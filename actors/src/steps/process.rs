@@ -1,0 +1,91 @@
+//! Following a step's process to its end: its output becomes log events
+//! (a UTF-8 character split across chunks is kept whole), the build's stop
+//! signal becomes SIGTERM and, after a grace period, SIGKILL, and the worker
+//! stalling or vanishing ends the step.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::error::EngineError;
+use crate::events::{BuildEvent, Utf8Carry};
+use crate::runtime::{OutputStream, Process, ProcessOutput, ProcessSignal};
+use crate::steps::StepContext;
+
+/// How long a process has between SIGTERM and SIGKILL when its build stops.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// How a followed process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessEnd {
+    /// It exited on its own with this status.
+    Exited(i32),
+    /// It was stopped (SIGTERM, then SIGKILL) because the build stopped.
+    Stopped,
+}
+
+/// Follows a started process until it has exited and its output has been
+/// stored as log events of the step, skipping the first `skip` bytes of
+/// stdout and stderr (already stored before a restart of the web node).
+pub async fn follow(
+    ctx: &StepContext,
+    process: &dyn Process,
+    mut output: mpsc::Receiver<ProcessOutput>,
+    mut skip: [u64; 2],
+) -> Result<ProcessEnd, EngineError> {
+    let mut carry_out = Utf8Carry::default();
+    let mut carry_err = Utf8Carry::default();
+    let mut watch = ctx.worker_watch();
+    let mut stop = ctx.stop();
+    let mut stopping = false;
+    let mut kill_at: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            chunk = output.recv() => {
+                let Some(chunk) = chunk else { break };
+                let (carry, skipped) = match chunk.stream {
+                    OutputStream::Stdout => (&mut carry_out, &mut skip[0]),
+                    OutputStream::Stderr => (&mut carry_err, &mut skip[1]),
+                };
+                // Output replayed after a restart: drop what was stored already.
+                let already = (*skipped).min(chunk.data.len() as u64) as usize;
+                *skipped -= already as u64;
+                let data = carry.push(&chunk.data[already..]);
+                log(ctx, chunk.stream, data).await?;
+            }
+            lost = watch.becomes_lost("the step ran") => return Err(lost),
+            _ = stop.requested(), if !stopping => {
+                stopping = true;
+                let _ = process.signal(ProcessSignal::Terminate).await;
+                kill_at = Some(Instant::now() + STOP_GRACE);
+            }
+            _ = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
+                kill_at = None;
+                let _ = process.signal(ProcessSignal::Kill).await;
+            }
+        }
+    }
+    log(ctx, OutputStream::Stdout, carry_out.finish()).await?;
+    log(ctx, OutputStream::Stderr, carry_err.finish()).await?;
+    let status = process.wait().await?;
+    Ok(if stopping {
+        ProcessEnd::Stopped
+    } else {
+        ProcessEnd::Exited(status)
+    })
+}
+
+/// Stores a log event of the step, unless `data` is empty.
+async fn log(ctx: &StepContext, stream: OutputStream, data: String) -> Result<(), EngineError> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    ctx.emit(&BuildEvent::Log {
+        step: ctx.step().to_string(),
+        stream: stream.as_str().into(),
+        data,
+        time: crate::db::now_ms(),
+    })
+    .await
+}
