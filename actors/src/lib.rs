@@ -14,8 +14,6 @@ pub mod engine;
 pub mod error;
 pub mod event_follow;
 pub mod events;
-#[cfg(test)]
-mod fake_worker;
 pub mod intercept;
 pub mod placement;
 pub mod registry;

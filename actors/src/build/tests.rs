@@ -25,7 +25,6 @@ use crate::build::actor::BuildRun;
 use crate::db::{BuildStatus, Db};
 use crate::error::EngineError;
 use crate::events::{BuildEvent, EventHub, EventSink};
-use crate::fake_worker::{Behaviour, FakeConnector, FakeWorker};
 use crate::placement::{Load, Strategy};
 use crate::runtime::{ByteStream, ProcessSignal};
 use crate::scheduler::{Candidate, GetStats, PlacementConfig, Scheduler, WorkerUpdated};
@@ -34,6 +33,7 @@ use crate::state::WorkerState;
 use crate::steps::process::STOP_GRACE;
 use crate::steps::{Events, StepEnd, Stop};
 use crate::task_config::TaskConfig;
+use crate::testing::fake_worker::{Behaviour, FakeConnector, FakeWorker};
 use crate::worker_info::{WorkerLimits, WorkerRegistration};
 
 /// An artifact store holding nothing: these builds have no inputs or outputs.

@@ -6,5 +6,7 @@
 #[cfg(test)]
 pub(crate) mod clock;
 mod detached_worker;
+#[cfg(test)]
+pub(crate) mod fake_worker;
 
 pub use detached_worker::{DetachedConnector, DetachedWorker};
