@@ -1,0 +1,220 @@
+//! The `StepContext` a step receives, the `BuildScope` every step of a build
+//! shares, and `Created`: what a step made on its worker.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use actix::Addr;
+
+use crate::artifacts::Artifacts;
+use crate::db::{Db, HandleKind};
+use crate::error::EngineError;
+use crate::events::BuildEvent;
+use crate::runtime::{Container, Volume, Worker};
+use crate::scheduler::Scheduler;
+use crate::spec::{ContainerSpec, Encoding, VolumeSpec, VolumeStrategy};
+use crate::state::HandleState;
+
+use super::{Events, ImportLocks, Stop, WorkerWatch};
+
+/// signal and the engine's services steps use.
+#[derive(Clone)]
+pub struct BuildScope {
+    /// The build's id.
+    pub build: i64,
+    /// The team that owns the build and what it creates.
+    pub team: String,
+    /// Where rows of volumes and containers are written.
+    pub db: Db,
+    /// Keeps outputs and opens inputs and images.
+    pub artifacts: Artifacts,
+    /// Encoding of streams to and from workers.
+    pub encoding: Encoding,
+    /// Told where image volumes are, for volume locality.
+    pub scheduler: Addr<Scheduler>,
+    /// One lock per (worker, image) import.
+    pub imports: ImportLocks,
+    /// The build's events.
+    pub events: Events,
+    /// The build's stop signal.
+    pub stop: Stop,
+}
+
+/// What a step created on its worker, to clean up afterwards.
+#[derive(Debug, Default)]
+pub struct Created {
+    /// Container handles.
+    pub containers: Vec<String>,
+    /// Volume handles.
+    pub volumes: Vec<String>,
+}
+
+impl Created {
+    /// Forgets a handle once it is destroyed.
+    pub fn remove(&mut self, kind: HandleKind, handle: &str) {
+        let list = match kind {
+            HandleKind::Container => &mut self.containers,
+            HandleKind::Volume => &mut self.volumes,
+        };
+        list.retain(|h| h != handle);
+    }
+
+    /// Every handle with its kind, containers first.
+    pub fn handles(&self) -> Vec<(HandleKind, String)> {
+        self.containers
+            .iter()
+            .map(|h| (HandleKind::Container, h.clone()))
+            .chain(self.volumes.iter().map(|h| (HandleKind::Volume, h.clone())))
+            .collect()
+    }
+}
+
+/// Everything a step receives: the worker it was placed on and the build's
+/// services. What it creates through the context is recorded in the
+/// database (a `creating` row before the worker is asked, `created` after)
+/// and destroyed by the build when the step ends.
+pub struct StepContext {
+    /// The build's shared services.
+    pub(super) scope: BuildScope,
+    /// The step's name.
+    step: String,
+    /// The worker placement chose.
+    pub(super) worker: Arc<dyn Worker>,
+    /// That worker's state.
+    watch: WorkerWatch,
+    /// What the step created there so far.
+    created: Created,
+}
+
+impl StepContext {
+    /// A context for step `step` on `worker`; `created` is what the step
+    /// created before (after a restart of the web node).
+    pub fn new(
+        scope: BuildScope,
+        step: &str,
+        worker: Arc<dyn Worker>,
+        watch: WorkerWatch,
+        created: Created,
+    ) -> Self {
+        StepContext {
+            scope,
+            step: step.to_string(),
+            worker,
+            watch,
+            created,
+        }
+    }
+
+    /// The worker the step runs on.
+    pub fn worker(&self) -> &Arc<dyn Worker> {
+        &self.worker
+    }
+
+    /// The build's id.
+    pub fn build(&self) -> i64 {
+        self.scope.build
+    }
+
+    /// The build's team.
+    pub fn team(&self) -> &str {
+        &self.scope.team
+    }
+
+    /// The step's name.
+    pub fn step(&self) -> &str {
+        &self.step
+    }
+
+    /// Keeps outputs, opens inputs.
+    pub fn artifacts(&self) -> &Artifacts {
+        &self.scope.artifacts
+    }
+
+    /// Encoding of streams to and from the worker.
+    pub fn encoding(&self) -> Encoding {
+        self.scope.encoding
+    }
+
+    /// The build's stop signal.
+    pub fn stop(&self) -> Stop {
+        self.scope.stop.clone()
+    }
+
+    /// A watch of the worker's state, seeing changes since the step was placed.
+    pub fn worker_watch(&self) -> WorkerWatch {
+        self.watch.clone()
+    }
+
+    /// Stores and publishes one event of the build.
+    pub async fn emit(&self, event: &BuildEvent) -> Result<(), EngineError> {
+        self.scope.events.emit(event).await
+    }
+
+    /// What the step created, handed to the cleanup when it ends.
+    pub fn take_created(&mut self) -> Created {
+        std::mem::take(&mut self.created)
+    }
+
+    /// Creates an empty volume for the step; `role` (`input:NAME`,
+    /// `output:NAME`, `cache:PATH`) is stored with its row, so a web node
+    /// that restarted finds it again (see [`Reattach::volumes`]).
+    pub async fn create_volume(&mut self, role: &str) -> Result<Arc<dyn Volume>, EngineError> {
+        let handle = self.record(HandleKind::Volume, role).await?;
+        let spec = VolumeSpec {
+            handle: handle.clone(),
+            strategy: VolumeStrategy::Empty,
+            privileged: false,
+            properties: BTreeMap::from([("build".to_string(), self.scope.build.to_string())]),
+        };
+        let volume = self.worker.create_volume(&spec).await?;
+        self.scope
+            .db
+            .set_handle_state(HandleKind::Volume, &handle, HandleState::Created)
+            .await?;
+        Ok(volume)
+    }
+
+    /// Creates the step's container from the spec `spec` returns for the
+    /// handle chosen here; the `build` and `step` properties are added.
+    pub async fn create_container(
+        &mut self,
+        spec: impl FnOnce(String) -> ContainerSpec + Send,
+    ) -> Result<Arc<dyn Container>, EngineError> {
+        let step = self.step.clone();
+        let handle = self.record(HandleKind::Container, &step).await?;
+        let mut spec = spec(handle.clone());
+        spec.properties.extend([
+            ("build".to_string(), self.scope.build.to_string()),
+            ("step".to_string(), self.step.clone()),
+        ]);
+        let container = self.worker.find_or_create_container(&spec).await?;
+        self.scope
+            .db
+            .set_handle_state(HandleKind::Container, &handle, HandleState::Created)
+            .await?;
+        Ok(container)
+    }
+
+    /// Picks the handle of a new container or volume of the step, writes its
+    /// `creating` row (stored with `step`: the step's name or the volume's
+    /// role) before the worker is asked, and tracks it for the cleanup.
+    async fn record(&mut self, kind: HandleKind, step: &str) -> Result<String, EngineError> {
+        let handle = uuid::Uuid::new_v4().to_string();
+        self.scope
+            .db
+            .insert_handle(
+                kind,
+                &handle,
+                self.worker.name(),
+                Some(self.scope.build),
+                Some(step),
+                &self.scope.team,
+            )
+            .await?;
+        match kind {
+            HandleKind::Container => self.created.containers.push(handle.clone()),
+            HandleKind::Volume => self.created.volumes.push(handle.clone()),
+        }
+        Ok(handle)
+    }
+}

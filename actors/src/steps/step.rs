@@ -1,0 +1,56 @@
+//! The `Step` trait: what every kind of step (task, and later get, put,
+//! check) implements, and how a step ends.
+
+use async_trait::async_trait;
+
+use crate::error::EngineError;
+use crate::scheduler::StepRequest;
+
+use super::StepContext;
+
+/// One kind of step (task, and later get, put, check).
+#[async_trait]
+pub trait Step: Send + Sync {
+    /// The step's name, in events and in the rows of what it creates.
+    fn name(&self) -> &str;
+
+    /// What the step needs of a worker. Placement sets the request's `team`
+    /// and `avoid` (workers lost under earlier attempts).
+    fn worker_request(&self) -> StepRequest;
+
+    /// Runs the step on the worker in `ctx`. A stop (abort, timeout) ends it
+    /// with [`StepEnd::Stopped`].
+    async fn run(&self, ctx: &mut StepContext) -> Result<StepEnd, EngineError>;
+
+    /// Takes the step over after a restart of the web node, where it was.
+    async fn reattach(&self, ctx: &mut StepContext, at: Reattach) -> Result<StepEnd, EngineError> {
+        let _ = (ctx, at);
+        Err(EngineError::Invalid(format!(
+            "step {:?} cannot be taken over after a restart of the web node",
+            self.name()
+        )))
+    }
+}
+
+/// How a step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepEnd {
+    /// Its process exited with this status (0: the step succeeded).
+    Exited(i32),
+    /// The build's stop signal (abort or timeout) ended it.
+    Stopped,
+}
+
+/// Where a step taken over after a restart of the web node was.
+#[derive(Debug, Clone)]
+pub struct Reattach {
+    /// The step's container.
+    pub container: String,
+    /// The build's volumes on the worker, as (role, handle) in the order
+    /// they were created; roles are those given to
+    /// [`StepContext::create_volume`].
+    pub volumes: Vec<(String, String)>,
+    /// Bytes of stdout and stderr already stored as log events, not to be
+    /// repeated when the output is replayed.
+    pub already_stored: [u64; 2],
+}
