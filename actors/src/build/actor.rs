@@ -46,6 +46,8 @@ pub struct BuildDeps {
     pub imports: ImportLocks,
     /// Open intercept sessions: a container with one is kept until it ends.
     pub intercepts: crate::intercept::Intercepts,
+    /// Background work's status: a cleanup that must wait shows there.
+    pub jobs: crate::background::Jobs,
 }
 
 /// Asks a running build to stop.

@@ -2,10 +2,12 @@
 //! created. A container with an open intercept session (`gantry hijack`) is
 //! kept until its last session ends, and what a lost worker holds is
 //! destroyed when it is back; both waits run detached, so the build
-//! finishes meanwhile.
+//! finishes meanwhile, and show in the background jobs as
+//! `build-cleanup/{build}` until they are done.
 
 use std::sync::Arc;
 
+use crate::background::{JobReport, JobState, Jobs};
 use crate::build::actor::BuildRun;
 use crate::db::{Db, HandleKind};
 use crate::error::RuntimeError;
@@ -35,6 +37,7 @@ impl BuildRun {
             worker_lost,
             states: self.deps.worker_states.clone(),
             connector: self.deps.connector.clone(),
+            report: None,
         };
         let intercepted = !worker_lost
             && job
@@ -44,13 +47,13 @@ impl BuildRun {
                 .any(|h| job.intercepts.open_sessions(h) > 0);
         if worker_lost {
             // Whatever still runs there is destroyed when the worker is back.
-            actix::spawn(job.run());
+            actix::spawn(job.detached(&self.deps.jobs).run());
         } else if intercepted {
             tracing::info!(
                 build = self.id,
                 "keeping the step's container until its intercept sessions end"
             );
-            actix::spawn(job.run());
+            actix::spawn(job.detached(&self.deps.jobs).run());
         } else {
             job.run().await;
         }
@@ -76,14 +79,40 @@ struct Cleanup {
     states: WorkerStates,
     /// Builds a fresh client when a lost worker is back (it may have restarted).
     connector: Arc<dyn WorkerConnector>,
+    /// The row of a detached cleanup in the background jobs, and the table
+    /// it is removed from once the cleanup is over.
+    report: Option<(JobReport, Jobs)>,
 }
 
 impl Cleanup {
+    /// Shows this cleanup in the background jobs while it waits.
+    fn detached(mut self, jobs: &Jobs) -> Self {
+        let report = jobs.report(format!("build-cleanup/{}", self.build));
+        report.waiting(JobState::Idle, None);
+        self.report = Some((report, jobs.clone()));
+        self
+    }
+
+    /// Runs the cleanup, then drops its row from the background jobs.
+    async fn run(mut self) {
+        self.destroy().await;
+        if let Some((report, jobs)) = self.report.take() {
+            jobs.remove(report.name());
+        }
+    }
+
+    /// Counts a failure in this cleanup's row, if it has one.
+    fn failed(&self, error: impl std::fmt::Display) {
+        if let Some((report, _)) = &self.report {
+            report.failed(error);
+        }
+    }
+
     /// Destroys the containers (each once its intercept sessions have ended
     /// and new ones are refused), then the volumes. For a lost worker, waits
     /// until it is back (retrying after each change of its state, with a
     /// fresh client, since it may have restarted) or removed.
-    async fn run(mut self) {
+    async fn destroy(&mut self) {
         if !self.worker_lost {
             self.destroy_all(false).await;
             return;
@@ -116,6 +145,9 @@ impl Cleanup {
                 return;
             }
             // Not reachable yet: try again when its state next changes.
+            self.failed(format_args!(
+                "worker {name} is not reachable yet; trying again when its state changes"
+            ));
             if state.changed().await.is_err() {
                 return;
             }
@@ -144,7 +176,8 @@ impl Cleanup {
                 }
                 Err(RuntimeError::Unreachable { .. }) if quiet_unreachable => return false,
                 Err(e) => {
-                    tracing::warn!(build = self.build, %handle, "destroy failed, left for GC: {e}")
+                    tracing::warn!(build = self.build, %handle, "destroy failed, left for GC: {e}");
+                    self.failed(format_args!("destroying {handle}: {e}"));
                 }
             }
             if kind == HandleKind::Container {

@@ -128,6 +128,7 @@ impl Harness {
             connector: Arc::new(FakeConnector(worker.clone())),
             imports: Default::default(),
             intercepts: Default::default(),
+            jobs: Default::default(),
         };
         Harness {
             db,

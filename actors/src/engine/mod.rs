@@ -125,6 +125,7 @@ impl Engine {
             connector: self.connector.clone(),
             imports: self.imports.clone(),
             intercepts: self.intercepts.clone(),
+            jobs: self.jobs.clone(),
         }
     }
 
