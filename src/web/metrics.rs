@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use actix_web::{web, HttpResponse};
-use gantry_actors::background::JobState;
+use gantry_actors::background::{JobState, JobStatus};
 use gantry_actors::db::HandleKind;
 use gantry_actors::worker_info::WorkerState;
 
@@ -80,30 +80,32 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
         );
     }
     let jobs = state.engine.jobs();
-    let _ = writeln!(out, "# HELP gantry_background_job_runs_total Runs of each background job.\n# TYPE gantry_background_job_runs_total counter");
-    for j in &jobs {
-        let _ = writeln!(
-            out,
-            "gantry_background_job_runs_total{{job=\"{}\"}} {}",
-            j.name, j.runs
-        );
-    }
-    let _ = writeln!(out, "# HELP gantry_background_job_errors_total Failed runs of each background job.\n# TYPE gantry_background_job_errors_total counter");
-    for j in &jobs {
-        let _ = writeln!(
-            out,
-            "gantry_background_job_errors_total{{job=\"{}\"}} {}",
-            j.name, j.errors
-        );
-    }
-    let _ = writeln!(out, "# HELP gantry_background_job_backing_off Whether each background job is waiting out a backoff after failures.\n# TYPE gantry_background_job_backing_off gauge");
-    for j in &jobs {
-        let backing_off = u8::from(j.state == JobState::BackingOff);
-        let _ = writeln!(
-            out,
-            "gantry_background_job_backing_off{{job=\"{}\"}} {backing_off}",
-            j.name
-        );
+    type JobFigure = fn(&JobStatus) -> u64;
+    let per_job: [(&str, &str, &str, JobFigure); 3] = [
+        (
+            "gantry_background_job_runs_total",
+            "counter",
+            "Runs of each background job.",
+            |j| j.runs,
+        ),
+        (
+            "gantry_background_job_errors_total",
+            "counter",
+            "Failed runs of each background job.",
+            |j| j.errors,
+        ),
+        (
+            "gantry_background_job_backing_off",
+            "gauge",
+            "Whether each background job is waiting out a backoff after failures.",
+            |j| u64::from(j.state == JobState::BackingOff),
+        ),
+    ];
+    for (metric, kind, help, figure) in per_job {
+        let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
+        for j in &jobs {
+            let _ = writeln!(out, "{metric}{{job=\"{}\"}} {}", j.name, figure(j));
+        }
     }
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
