@@ -327,6 +327,38 @@ pub struct AgentVolume {
     handle: String,
 }
 
+impl AgentVolume {
+    /// Sends `body` to the volume's `route` (`stream-in`, `image`); a failure
+    /// names what was being done (`doing` the volume).
+    async fn upload(
+        &self,
+        route: &str,
+        query: &[(&str, &str)],
+        body: ByteStream,
+        doing: &str,
+    ) -> Result<(), RuntimeError> {
+        let rb = self
+            .ep
+            .request(Method::PUT, &["volumes", &self.handle, route])
+            .query(query)
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(reqwest::Body::wrap_stream(body));
+        let resp = rb.send().await.map_err(|e| {
+            if e.is_connect() || e.is_timeout() {
+                self.ep.unreachable(error_chain(&e))
+            } else {
+                RuntimeError::Stream(format!(
+                    "{doing} volume {} on worker {}: {}",
+                    self.handle,
+                    self.ep.name,
+                    error_chain(&e)
+                ))
+            }
+        })?;
+        self.ep.check(resp, "volume", &self.handle).await.map(drop)
+    }
+}
+
 #[async_trait]
 impl Volume for AgentVolume {
     fn handle(&self) -> &str {
@@ -339,25 +371,9 @@ impl Volume for AgentVolume {
         encoding: Encoding,
         body: ByteStream,
     ) -> Result<(), RuntimeError> {
-        let rb = self
-            .ep
-            .request(Method::PUT, &["volumes", &self.handle, "stream-in"])
-            .query(&[("path", path), ("encoding", encoding.as_str())])
-            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
-            .body(reqwest::Body::wrap_stream(body));
-        let resp = rb.send().await.map_err(|e| {
-            if e.is_connect() || e.is_timeout() {
-                self.ep.unreachable(error_chain(&e))
-            } else {
-                RuntimeError::Stream(format!(
-                    "streaming into volume {} on worker {}: {}",
-                    self.handle,
-                    self.ep.name,
-                    error_chain(&e)
-                ))
-            }
-        })?;
-        self.ep.check(resp, "volume", &self.handle).await.map(drop)
+        let query = [("path", path), ("encoding", encoding.as_str())];
+        self.upload("stream-in", &query, body, "streaming into")
+            .await
     }
 
     async fn stream_out(&self, path: &str, encoding: Encoding) -> Result<ByteStream, RuntimeError> {
@@ -379,25 +395,9 @@ impl Volume for AgentVolume {
     }
 
     async fn import_image(&self, encoding: Encoding, body: ByteStream) -> Result<(), RuntimeError> {
-        let rb = self
-            .ep
-            .request(Method::PUT, &["volumes", &self.handle, "image"])
-            .query(&[("encoding", encoding.as_str())])
-            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
-            .body(reqwest::Body::wrap_stream(body));
-        let resp = rb.send().await.map_err(|e| {
-            if e.is_connect() || e.is_timeout() {
-                self.ep.unreachable(error_chain(&e))
-            } else {
-                RuntimeError::Stream(format!(
-                    "importing an image into volume {} on worker {}: {}",
-                    self.handle,
-                    self.ep.name,
-                    error_chain(&e)
-                ))
-            }
-        })?;
-        self.ep.check(resp, "volume", &self.handle).await.map(drop)
+        let query = [("encoding", encoding.as_str())];
+        self.upload("image", &query, body, "importing an image into")
+            .await
     }
 }
 
