@@ -263,3 +263,146 @@ fn bad_input_is_answered_and_leaves_nothing_sqlite() {
 fn bad_input_is_answered_and_leaves_nothing_postgres() {
     bad_input_is_answered_and_leaves_nothing(DbKind::Postgres);
 }
+
+/// A Concourse task using absolute input, output and cache paths, an output
+/// that is an input changed in place, caches, typed params and limits.
+const CONCOURSE_TASK: &str = r#"
+platform: linux
+inputs:
+- name: src
+  path: /in/src
+- name: main
+outputs:
+- name: main
+- name: abs
+  path: /out/abs
+caches:
+- path: .cache
+  ttl: 1h
+- path: /var-cache
+params:
+  COUNT: 3
+  CONF: {b: [1, x], a: true}
+container_limits: {memory: 256MB, cpu: 512}
+run:
+  path: sh
+  args:
+  - -c
+  - |
+    set -e
+    # Caches of a one-off build start empty, every time.
+    [ -z "$(ls -A .cache)" ] && [ -z "$(ls -A /var-cache)" ]
+    echo kept > .cache/file
+    echo kept > /var-cache/file
+    cat .cache/file /var-cache/file >/dev/null
+    echo changed >> main/file.txt
+    cp /in/src/hello.txt /out/abs/copy.txt
+    echo "$COUNT $CONF" > /out/abs/params.txt
+"#;
+
+/// `extra`: more quickstart flags (`--backend NAME`; none detects one).
+fn concourse_task_paths_and_caches_work(extra: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let server = quickstart(dir.path(), &db, extra);
+    let backend = workers_json(&server.url)[0]["backend"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    if extra.is_empty() && std::env::var_os("GANTRY_REQUIRE_RUNC").is_some() {
+        assert_eq!(backend, "runc", "GANTRY_REQUIRE_RUNC is set");
+    }
+    if backend == "local" {
+        // Without isolation there is no container root to mount at.
+        return;
+    }
+    write(&dir.path().join("src/hello.txt"), "hello\n");
+    write(&dir.path().join("main/file.txt"), "original\n");
+    write(&dir.path().join("task.yml"), CONCOURSE_TASK);
+    let (main_out, abs_out) = (dir.path().join("main-out"), dir.path().join("abs-out"));
+    // Twice: the second run finds its caches empty again.
+    for run in 0..2 {
+        let out = gantry()
+            .current_dir(dir.path())
+            .args(["--url", &server.url, "execute", "-c", "task.yml"])
+            .args(["-i", "src=src", "-i", "main=main", "-o"])
+            .arg(format!("main={}", main_out.display()))
+            .arg("-o")
+            .arg(format!("abs={}", abs_out.display()))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "run {run} on {backend}: {}\nlog:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            server.log_text()
+        );
+    }
+    let main = tree(&main_out);
+    assert_eq!(main["file.txt"], b"original\nchanged\n");
+    let abs = tree(&abs_out);
+    assert_eq!(abs["copy.txt"], b"hello\n");
+    assert_eq!(
+        String::from_utf8_lossy(&abs["params.txt"]),
+        "3 {\"a\":true,\"b\":[1,\"x\"]}\n"
+    );
+    // The local input directory is untouched.
+    assert_eq!(
+        std::fs::read(dir.path().join("main/file.txt")).unwrap(),
+        b"original\n"
+    );
+}
+
+#[test]
+fn concourse_task_paths_and_caches_work_sqlite() {
+    concourse_task_paths_and_caches_work(&[]);
+}
+
+#[test]
+fn concourse_task_paths_and_caches_work_bwrap_backend_sqlite() {
+    concourse_task_paths_and_caches_work(&["--backend", "bwrap"]);
+}
+
+#[test]
+fn image_resource_is_refused_for_one_off_builds_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let server = quickstart(dir.path(), &db, &[]);
+    let task = dir.path().join("task.yml");
+    write(
+        &task,
+        "platform: linux\nimage_resource: {type: registry-image, source: {repository: busybox}}\nrun: {path: ls}\n",
+    );
+    // Valid task.yml ...
+    let out = gantry().arg("validate-task").arg(&task).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // ... that a one-off build refuses, before anything is created.
+    let err = one_error_line(&client(
+        &server.url,
+        &["execute", "-c", task.to_str().unwrap()],
+    ));
+    assert!(
+        err.contains("image_resource is not supported for one-off tasks yet"),
+        "{err}"
+    );
+    let resp = reqwest::blocking::Client::new()
+        .post(format!("{}/api/v1/teams/main/builds", server.url))
+        .json(&serde_json::json!({
+            "config": {"platform": "linux", "image_resource": {"type": "mock"}, "run": {"path": "ls"}}
+        }))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let body: serde_json::Value = resp.json().unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("image_resource"),
+        "{body}"
+    );
+    let out = client(&server.url, &["builds", "--json"]);
+    let builds: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(builds.as_array().map(Vec::len), Some(0), "{builds}");
+}

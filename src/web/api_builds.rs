@@ -47,6 +47,9 @@ pub async fn create(
         .map_err(|e| ApiError::bad_request(format!("task config: {e}")))?;
     let config = TaskConfig::from_value(&doc)
         .map_err(|p| ApiError::bad_request(format!("invalid task config: {}", p.join("; "))))?;
+    if let Some(why) = config.unsupported(body.image.is_some()) {
+        return Err(ApiError::bad_request(why));
+    }
     let plan = OneOffPlan {
         config,
         inputs: body.inputs,

@@ -1,6 +1,13 @@
 //! The task step: streams its inputs into volumes (in parallel), creates its
 //! container (on an image volume when it names an image), runs the task's
 //! process, relays its output and keeps its outputs as artifacts.
+//!
+//! Paths follow Concourse: relative ones are under the build directory,
+//! absolute ones are used as they are; an output at an input's path is that
+//! input's volume (the task changes the input in place); a cache is an empty
+//! volume for the build (a one-off build keeps no caches, as with `fly
+//! execute`). A config the runtime cannot run yet (`image_resource` without
+//! a given image) is refused before any volume or container is created.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,7 +25,7 @@ use crate::scheduler::StepRequest;
 use crate::spec::{ContainerSpec, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec};
 use crate::steps::process::{follow, ProcessEnd};
 use crate::steps::{Reattach, Step, StepContext, StepEnd};
-use crate::task_config::TaskConfig;
+use crate::task_config::{container_path, TaskConfig};
 
 /// Id of the task's process in its container (to attach to it again).
 const PROCESS_ID: &str = "task";
@@ -112,14 +119,12 @@ impl Step for TaskStep {
             )
             .await?;
         let mut outputs = Vec::new();
-        for (role, handle) in &at.volumes {
-            let Some(name) = role.strip_prefix("output:") else {
+        for (name, role) in self.output_roles(&format!("/tmp/build/{}", ctx.build())) {
+            let Some((_, handle)) = at.volumes.iter().find(|(r, _)| *r == role) else {
                 continue;
             };
-            if self.config.outputs.iter().any(|o| o.name == name) {
-                if let Some(v) = worker.lookup_volume(handle).await? {
-                    outputs.push((name.to_string(), v));
-                }
+            if let Some(v) = worker.lookup_volume(handle).await? {
+                outputs.push((name, v));
             }
         }
         let started = Started {
@@ -132,12 +137,46 @@ impl Step for TaskStep {
 }
 
 impl TaskStep {
+    /// Each output's name and the role of the volume it is: the volume of
+    /// an input (or an earlier output) mounted at the same path, as in
+    /// Concourse, else its own `output:NAME`.
+    fn output_roles(&self, build_dir: &str) -> Vec<(String, String)> {
+        let mut at_path: BTreeMap<String, String> = self
+            .config
+            .inputs
+            .iter()
+            .filter(|i| self.inputs.contains_key(&i.name))
+            .map(|i| {
+                (
+                    container_path(build_dir, &i.path),
+                    format!("input:{}", i.name),
+                )
+            })
+            .collect();
+        self.config
+            .outputs
+            .iter()
+            .map(|o| {
+                let role = at_path
+                    .entry(container_path(build_dir, &o.path))
+                    .or_insert_with(|| format!("output:{}", o.name))
+                    .clone();
+                (o.name.clone(), role)
+            })
+            .collect()
+    }
+
     /// Creates the step's volumes (streaming the inputs in, in parallel), its
     /// container, and starts its process.
     async fn start(&self, ctx: &mut StepContext) -> Result<Started, EngineError> {
         let config = &self.config;
+        if let Some(why) = config.unsupported(self.image.is_some()) {
+            return Err(EngineError::Invalid(why));
+        }
         let build_dir = format!("/tmp/build/{}", ctx.build());
         let mut mounts = Vec::new();
+        // Volumes by role, for outputs that share an input's volume.
+        let mut by_role: BTreeMap<String, Arc<dyn Volume>> = BTreeMap::new();
         let mut inputs = Vec::new();
         for input in &config.inputs {
             let Some(artifact) = self.inputs.get(&input.name) else {
@@ -149,8 +188,10 @@ impl TaskStep {
                     input.name
                 )));
             };
-            let volume = ctx.create_volume(&format!("input:{}", input.name)).await?;
-            mounts.push(mount(&volume, &build_dir, &input.path));
+            let role = format!("input:{}", input.name);
+            let volume = ctx.create_volume(&role).await?;
+            mounts.push(mount(&volume, &container_path(&build_dir, &input.path)));
+            by_role.insert(role, volume.clone());
             inputs.push((input.name.clone(), artifact.clone(), volume));
         }
         // Inputs stream in parallel.
@@ -166,16 +207,23 @@ impl TaskStep {
         }))
         .await?;
         let mut outputs = Vec::new();
-        for output in &config.outputs {
-            let volume = ctx
-                .create_volume(&format!("output:{}", output.name))
-                .await?;
-            mounts.push(mount(&volume, &build_dir, &output.path));
-            outputs.push((output.name.clone(), volume));
+        for (output, (name, role)) in config.outputs.iter().zip(self.output_roles(&build_dir)) {
+            let volume = match by_role.get(&role) {
+                Some(shared) => shared.clone(),
+                None => {
+                    let volume = ctx.create_volume(&role).await?;
+                    mounts.push(mount(&volume, &container_path(&build_dir, &output.path)));
+                    by_role.insert(role, volume.clone());
+                    volume
+                }
+            };
+            outputs.push((name, volume));
         }
+        // A one-off build's caches start empty and go with the build, as
+        // `fly execute`'s do in Concourse.
         for cache in &config.caches {
             let volume = ctx.create_volume(&format!("cache:{}", cache.path)).await?;
-            mounts.push(mount(&volume, &build_dir, &cache.path));
+            mounts.push(mount(&volume, &container_path(&build_dir, &cache.path)));
         }
         let rootfs = match &self.image {
             Some(artifact) => RootfsSpec::Volume {
@@ -205,8 +253,7 @@ impl TaskStep {
             })
             .await?;
         let dir = match &config.run.dir {
-            Some(d) if d.starts_with('/') => d.clone(),
-            Some(d) => format!("{build_dir}/{d}"),
+            Some(d) => container_path(&build_dir, d),
             None => build_dir.clone(),
         };
         let (tx, output) = mpsc::channel(256);
@@ -275,11 +322,47 @@ impl TaskStep {
     }
 }
 
-/// A volume mounted at `path` under the build's directory.
-fn mount(volume: &Arc<dyn Volume>, build_dir: &str, path: &str) -> MountSpec {
+/// A volume mounted at the absolute path `path`.
+fn mount(volume: &Arc<dyn Volume>, path: &str) -> MountSpec {
     MountSpec {
         volume: volume.handle().to_string(),
-        path: format!("{build_dir}/{path}"),
+        path: path.to_string(),
         readonly: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(yaml: &str, given: &[&str]) -> TaskStep {
+        TaskStep {
+            name: "task".into(),
+            config: TaskConfig::from_yaml(yaml).unwrap(),
+            inputs: given
+                .iter()
+                .map(|n| (n.to_string(), format!("artifact-{n}")))
+                .collect(),
+            tags: vec![],
+            image: None,
+        }
+    }
+
+    #[test]
+    fn an_output_at_an_inputs_path_is_that_inputs_volume() {
+        let s = step(
+            "platform: linux\ninputs: [{name: main}, {name: dev, path: /abs/dev}, {name: opt, optional: true}]\noutputs: [{name: main}, {name: out, path: /abs/dev/}, {name: opt}, {name: again, path: ./opt}]\nrun: {path: ls}\n",
+            &["main", "dev"],
+        );
+        assert_eq!(
+            s.output_roles("/tmp/build/7"),
+            [
+                ("main".to_string(), "input:main".to_string()),
+                ("out".into(), "input:dev".into()),
+                // An optional input not given leaves its path to the output.
+                ("opt".into(), "output:opt".into()),
+                ("again".into(), "output:opt".into()),
+            ]
+        );
     }
 }

@@ -1,0 +1,135 @@
+//! Durations in Go's `time.ParseDuration` syntax, which Concourse uses for a
+//! cache's `ttl`: an optional sign, then one or more decimal numbers (with
+//! an optional fraction) each followed by a unit `ns`, `us` (`µs`, `μs`),
+//! `ms`, `s`, `m` or `h` (`1h30m`, `1.5h`, `300ms`); `0` alone needs none.
+
+use std::time::Duration;
+
+/// A parsed duration: negative ones are kept apart so that callers can
+/// refuse them by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GoDuration {
+    /// Zero or more.
+    NonNegative(Duration),
+    /// Less than zero.
+    Negative(Duration),
+}
+
+/// Parses `s` as Go does; the error reads like Go's.
+pub fn parse_go_duration(s: &str) -> Result<GoDuration, String> {
+    let invalid = || format!("time: invalid duration {s:?}");
+    let (negative, mut rest) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if rest == "0" {
+        return Ok(GoDuration::NonNegative(Duration::ZERO));
+    }
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let int_end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let (int, after) = rest.split_at(int_end);
+        let (frac, after) = match after.strip_prefix('.') {
+            Some(a) => {
+                let end = a.find(|c: char| !c.is_ascii_digit()).unwrap_or(a.len());
+                a.split_at(end)
+            }
+            None => ("", after),
+        };
+        if int.is_empty() && frac.is_empty() {
+            return Err(invalid());
+        }
+        let unit_end = after
+            .find(|c: char| c == '.' || c.is_ascii_digit())
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_end);
+        let nanos_per: u128 = match unit {
+            "" => return Err(format!("time: missing unit in duration {s:?}")),
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            _ => return Err(format!("time: unknown unit {unit:?} in duration {s:?}")),
+        };
+        let whole: u128 = if int.is_empty() {
+            0
+        } else {
+            int.parse().map_err(|_| invalid())?
+        };
+        let mut part = whole.checked_mul(nanos_per).ok_or_else(invalid)?;
+        // The fraction, to nanosecond precision (Go truncates likewise).
+        let mut scale = nanos_per;
+        for d in frac.bytes() {
+            scale /= 10;
+            if scale == 0 {
+                break;
+            }
+            part += u128::from(d - b'0') * scale;
+        }
+        total = total.checked_add(part).ok_or_else(invalid)?;
+        if total > i64::MAX as u128 {
+            return Err(invalid());
+        }
+        rest = after;
+    }
+    let d = Duration::from_nanos(total as u64);
+    Ok(if negative && total > 0 {
+        GoDuration::Negative(d)
+    } else {
+        GoDuration::NonNegative(d)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(s: &str) -> Duration {
+        match parse_go_duration(s) {
+            Ok(GoDuration::NonNegative(d)) => d,
+            other => panic!("{s}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn go_syntax_parses() {
+        assert_eq!(ok("24h"), Duration::from_secs(86400));
+        assert_eq!(ok("1h30m"), Duration::from_secs(5400));
+        assert_eq!(ok("1.5h"), Duration::from_secs(5400));
+        assert_eq!(ok("500ms"), Duration::from_millis(500));
+        assert_eq!(ok("2m3.5s"), Duration::from_millis(123_500));
+        assert_eq!(ok(".5s"), Duration::from_millis(500));
+        assert_eq!(ok("1us"), Duration::from_micros(1));
+        assert_eq!(ok("1µs"), Duration::from_micros(1));
+        assert_eq!(ok("0"), Duration::ZERO);
+        assert_eq!(ok("+5s"), Duration::from_secs(5));
+        assert_eq!(
+            parse_go_duration("-1s"),
+            Ok(GoDuration::Negative(Duration::from_secs(1)))
+        );
+    }
+
+    #[test]
+    fn bad_durations_are_refused_as_go_refuses_them() {
+        for (s, why) in [
+            ("notaduration", "invalid duration"),
+            ("5", "missing unit"),
+            ("1d", "unknown unit \"d\""),
+            ("", "invalid duration"),
+            ("-", "invalid duration"),
+            (".s", "invalid duration"),
+            ("3000000h", "invalid duration"),
+        ] {
+            let e = parse_go_duration(s).unwrap_err();
+            assert!(e.contains(why), "{s:?}: {e}");
+        }
+    }
+}
