@@ -15,6 +15,7 @@ pub mod error;
 pub mod event_follow;
 pub mod events;
 pub mod intercept;
+pub mod pipeline;
 pub mod placement;
 pub mod registry;
 pub mod runtime;

@@ -1,11 +1,12 @@
 //! The `gantry` command line: the servers (`web`, `worker`, `quickstart`) and
-//! the client verbs (`execute`, `workers`, `validate-task`, ...).
+//! the client verbs (`execute`, `workers`, `validate-task`, `validate-plan`, ...).
 
 mod client;
 mod execute;
 mod hijack;
 mod list;
 mod serve;
+mod validate_plan;
 
 use std::path::PathBuf;
 
@@ -253,6 +254,17 @@ pub enum Command {
         /// The task config file.
         file: PathBuf,
     },
+    /// Check a Concourse pipeline (or a bare plan); prints every problem.
+    ValidatePlan {
+        /// The pipeline file, or a plan (a list of steps).
+        file: PathBuf,
+        /// A var: NAME=VALUE, a string (repeatable; overrides -l).
+        #[arg(short = 'v', long = "var")]
+        vars: Vec<String>,
+        /// A YAML file of vars (repeatable; later files override earlier ones).
+        #[arg(short = 'l', long = "load-vars-from")]
+        var_files: Vec<PathBuf>,
+    },
 }
 
 /// The benchmarks.
@@ -298,6 +310,11 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             serve::quickstart(&cli.log_format, web, backend).map(|_| 0)
         }
         Command::ValidateTask { file } => Ok(validate_task(&file)),
+        Command::ValidatePlan {
+            file,
+            vars,
+            var_files,
+        } => Ok(validate_plan::validate_plan(&file, &vars, &var_files)),
         Command::Bench { which } => {
             match which {
                 BenchCommand::Placement {

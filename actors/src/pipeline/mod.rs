@@ -1,0 +1,146 @@
+//! Concourse pipelines, as they are: reading a pipeline file (or a bare
+//! plan, a list of steps), filling its `((vars))`, and checking it the way
+//! Concourse does, every problem at once, each with its path
+//! (`jobs[build].plan[2].get: unknown resource "repo"`).
+//!
+//! A build runs one job of a pipeline: [`load`] the file with its vars,
+//! then take the job with [`Pipeline::job`]; its typed [`Step`] tree is what
+//! the build's plan is made from (see [`step`] for how the modifiers nest).
+//!
+//! - [`vars`]: `((name))`, `((name.field))`, `((source:name))`;
+//! - [`model`] and [`step`]: the typed pipeline and steps;
+//! - `read`, `parse_pipeline`, `parse_step`: reading them out of YAML;
+//! - `validate`: the checks across the document;
+//! - [`duration`]: Go's duration syntax.
+//!
+//! What Gantry accepts is Concourse's whole pipeline schema, including what
+//! a runtime does not run (`set_pipeline`, `serial`, `groups`, ...); what it
+//! refuses is what Concourse refuses, plus vars it cannot fill (var
+//! sources) when vars are required.
+
+pub mod duration;
+pub mod model;
+mod parse_pipeline;
+mod parse_step;
+mod read;
+pub mod step;
+mod validate;
+pub mod vars;
+
+#[cfg(test)]
+mod tests;
+
+use serde_yaml::Value;
+
+pub use model::{
+    BuildLogRetention, CheckEvery, Display, Group, Job, Pipeline, PipelineError, Resource,
+    ResourceType, VarSource,
+};
+pub use read::Params;
+pub use step::{
+    Across, AcrossVar, GetStep, Hooks, InParallel, Limits, LoadVarStep, MaxInFlight, PutInputs,
+    PutStep, RunStep, SetPipelineStep, Step, StepKind, TaskStep, Timeout, VersionSpec,
+};
+pub use vars::{interpolate, VarRef, Vars};
+
+/// A checked document: a pipeline, or a bare plan.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Document {
+    /// A pipeline file (a mapping with `jobs`, `resources`, ...).
+    Pipeline(Pipeline),
+    /// A bare plan: a list of steps.
+    Plan(Vec<Step>),
+}
+
+/// Parses YAML text into a document, YAML merge keys (`<<: *anchor`)
+/// applied. The one problem it can have is returned as a single line.
+pub fn parse_yaml(text: &str) -> Result<Value, String> {
+    if let Some(line) = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("#@") || l.contains(" #@ "))
+    {
+        return Err(format!(
+            "a ytt template, not a pipeline (line {:?} is a ytt annotation): render it with ytt first and check the output",
+            line.trim()
+        ));
+    }
+    let mut doc: Value = serde_yaml::from_str(text)
+        .map_err(|e| format!("not valid YAML: {}", e.to_string().replace('\n', " ")))?;
+    doc.apply_merge()
+        .map_err(|e| format!("not valid YAML: {}", e.to_string().replace('\n', " ")))?;
+    Ok(doc)
+}
+
+/// Checks a parsed document: its shape (unknown keys, types, one kind per
+/// step, ...) and its references (declared resources, `passed` jobs,
+/// unique names, ...). With `vars_may_be_unfilled`, a field held by a var
+/// is not type-checked (validation without vars, like `fly
+/// validate-pipeline`); without it, only build-local vars (`((.:name))`)
+/// may remain.
+///
+/// A document checked with unfilled vars is for reporting: fields held by
+/// vars read as absent.
+pub fn check(doc: &Value, vars_may_be_unfilled: bool) -> Result<Document, Vec<String>> {
+    let mut r = read::Reader {
+        problems: Vec::new(),
+        vars_may_be_unfilled,
+    };
+    let document = match doc {
+        Value::Mapping(top) => {
+            let p = parse_pipeline::parse_pipeline(&mut r, top);
+            validate::check_pipeline(&p, &mut r.problems);
+            Document::Pipeline(p)
+        }
+        Value::Sequence(_) => {
+            let steps = parse_step::parse_plan(&mut r, doc, "plan");
+            validate::check_plan(&steps, &mut r.problems);
+            Document::Plan(steps)
+        }
+        Value::Null => return Err(vec![
+            "empty document: expected a pipeline (a mapping with jobs) or a plan (a list of steps)"
+                .into(),
+        ]),
+        other => {
+            return Err(vec![format!(
+                "expected a pipeline (a mapping with jobs) or a plan (a list of steps), not {}",
+                read::kind_of(other)
+            )])
+        }
+    };
+    if r.problems.is_empty() {
+        Ok(document)
+    } else {
+        Err(r.problems)
+    }
+}
+
+/// Reads and checks a pipeline or plan. With `vars`, every var is filled
+/// first and an unfilled one is a problem naming it; without, vars may
+/// stay unfilled (validation only).
+pub fn load(text: &str, vars: Option<&Vars>) -> Result<Document, Vec<String>> {
+    let doc = parse_yaml(text).map_err(|e| vec![e])?;
+    match vars {
+        None => check(&doc, true),
+        Some(vars) => check(&interpolate(&doc, vars)?, false),
+    }
+}
+
+impl Pipeline {
+    /// Reads and checks a pipeline whose vars are filled (build-local vars
+    /// aside): what a build runs.
+    pub fn from_value(doc: &Value) -> Result<Pipeline, Vec<String>> {
+        match check(doc, false)? {
+            Document::Pipeline(p) => Ok(p),
+            Document::Plan(_) => Err(vec![
+                "expected a pipeline (a mapping with jobs), not a plan".into(),
+            ]),
+        }
+    }
+
+    /// Reads a pipeline file, fills its vars and checks it (the whole of
+    /// it, as Concourse does when it is set).
+    pub fn load(text: &str, vars: &Vars) -> Result<Pipeline, Vec<String>> {
+        let doc = parse_yaml(text).map_err(|e| vec![e])?;
+        Pipeline::from_value(&interpolate(&doc, vars)?)
+    }
+}

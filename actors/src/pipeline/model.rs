@@ -1,0 +1,218 @@
+//! The typed pipeline: what a Concourse pipeline file declares (`jobs`,
+//! `resources`, `resource_types`, and what means nothing to a runtime but is
+//! accepted: `groups`, `var_sources`, `prototypes`, `display`, `user_data`).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_yaml::Value;
+use thiserror::Error;
+
+use super::read::Params;
+use super::step::{Hooks, Step};
+
+/// A pipeline file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Pipeline {
+    /// `jobs`: what builds run.
+    pub jobs: Vec<Job>,
+    /// `resources`: what get and put steps name.
+    pub resources: Vec<Resource>,
+    /// `resource_types`: types beyond the workers' base types.
+    pub resource_types: Vec<ResourceType>,
+    /// `groups`: how the web UI shows jobs (checked, otherwise unused).
+    pub groups: Vec<Group>,
+    /// `var_sources`: credential managers (checked, not read by Gantry).
+    pub var_sources: Vec<VarSource>,
+    /// `prototypes`: what `run` steps name (experimental in Concourse).
+    pub prototypes: Vec<ResourceType>,
+    /// `display`: the UI's background (unused by a runtime).
+    pub display: Option<Display>,
+    /// Top-level keys Concourse ignores (usually holders of YAML anchors).
+    pub ignored_keys: Vec<String>,
+}
+
+/// Why [`Pipeline::job`] found no job.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PipelineError {
+    /// No job has the name.
+    #[error("no job {name:?} in the pipeline (jobs: {})", known.join(", "))]
+    NoSuchJob {
+        /// The name asked for.
+        name: String,
+        /// The jobs the pipeline has.
+        known: Vec<String>,
+    },
+}
+
+impl Pipeline {
+    /// The job of that name: what a build of it runs.
+    pub fn job(&self, name: &str) -> Result<&Job, PipelineError> {
+        self.jobs
+            .iter()
+            .find(|j| j.name == name)
+            .ok_or_else(|| PipelineError::NoSuchJob {
+                name: name.to_string(),
+                known: self.jobs.iter().map(|j| j.name.clone()).collect(),
+            })
+    }
+
+    /// The resource of that name.
+    pub fn resource(&self, name: &str) -> Option<&Resource> {
+        self.resources.iter().find(|r| r.name == name)
+    }
+
+    /// The declared resource type of that name (none for a base type).
+    pub fn resource_type(&self, name: &str) -> Option<&ResourceType> {
+        self.resource_types.iter().find(|r| r.name == name)
+    }
+}
+
+/// A job: a plan and its hooks, plus scheduling settings a runtime records.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// `name`, unique in the pipeline.
+    pub name: String,
+    /// `plan`: the steps run in order.
+    pub plan: Vec<Step>,
+    /// `on_success`, `on_failure`, `on_abort`, `on_error`, `ensure` of the job.
+    pub hooks: Hooks,
+    /// `old_name`: a former name whose history it keeps.
+    pub old_name: Option<String>,
+    /// `public`: anyone may see its builds.
+    pub public: bool,
+    /// `disable_manual_trigger`: builds only start from triggers.
+    pub disable_manual_trigger: bool,
+    /// `disable_reruns`: builds cannot be rerun.
+    pub disable_reruns: bool,
+    /// `serial`: one build at a time.
+    pub serial: bool,
+    /// `serial_groups`: one build at a time across jobs sharing a group.
+    pub serial_groups: Vec<String>,
+    /// `max_in_flight`: at most this many builds at once.
+    pub max_in_flight: Option<u32>,
+    /// `interruptible`: a worker may land without waiting for its builds.
+    pub interruptible: bool,
+    /// `tags` of the job.
+    pub tags: Vec<String>,
+    /// `build_logs_to_retain` (deprecated in Concourse for `build_log_retention`).
+    pub build_logs_to_retain: Option<u32>,
+    /// `build_log_retention`.
+    pub build_log_retention: Option<BuildLogRetention>,
+}
+
+impl Job {
+    /// Calls `f` on every step of the job, hooks included, parents first.
+    pub fn visit<'a>(&'a self, f: &mut impl FnMut(&'a Step)) {
+        for s in &self.plan {
+            s.visit(f);
+        }
+        for (_, hook) in self.hooks.iter() {
+            hook.visit(f);
+        }
+    }
+
+    /// How many builds may run at once (none: unlimited), as Concourse
+    /// computes it: `serial` and `serial_groups` mean one.
+    pub fn effective_max_in_flight(&self) -> Option<u32> {
+        if self.serial || !self.serial_groups.is_empty() {
+            Some(1)
+        } else {
+            self.max_in_flight.filter(|n| *n > 0)
+        }
+    }
+}
+
+/// `build_log_retention` of a job.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildLogRetention {
+    /// Keep the logs of this many builds.
+    pub builds: Option<u32>,
+    /// Keep at least this many succeeded builds' logs.
+    pub minimum_succeeded_builds: Option<u32>,
+    /// Keep logs this many days.
+    pub days: Option<u32>,
+}
+
+/// A resource.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Resource {
+    /// `name`, what steps name.
+    pub name: String,
+    /// `type`: a base type of the workers or a declared resource type.
+    pub type_: String,
+    /// `source`: the resource's configuration, given to check/in/out.
+    pub source: Params,
+    /// `check_every` (`never` or a duration).
+    pub check_every: Option<CheckEvery>,
+    /// `check_timeout`.
+    pub check_timeout: Option<Duration>,
+    /// `tags`: checks run on workers with these tags.
+    pub tags: Vec<String>,
+    /// `version`: a pinned version.
+    pub version: Option<Params>,
+    /// `old_name`, `public`, `webhook_token`, `icon`,
+    /// `expose_build_created_by` as written (UI and API settings).
+    pub other: Params,
+}
+
+/// `check_every` of a resource or resource type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CheckEvery {
+    /// `never`: no periodic checks.
+    Never,
+    /// Check at this interval.
+    Interval(Duration),
+}
+
+/// A resource type (also the shape of a prototype).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResourceType {
+    /// `name`, what resources' `type` names.
+    pub name: String,
+    /// `type`: the resource type of its image (usually `registry-image`).
+    pub type_: String,
+    /// `source` of the image resource.
+    pub source: Params,
+    /// `defaults`: source fields merged into every resource of this type.
+    pub defaults: Params,
+    /// `privileged`: run its containers privileged.
+    pub privileged: bool,
+    /// `check_every`.
+    pub check_every: Option<CheckEvery>,
+    /// `tags`.
+    pub tags: Vec<String>,
+    /// `params` of the image get.
+    pub params: Params,
+}
+
+/// A group of the web UI.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Group {
+    /// `name`.
+    pub name: String,
+    /// `jobs`: job names or globs.
+    pub jobs: Vec<String>,
+    /// `resources`: resource names.
+    pub resources: Vec<String>,
+}
+
+/// A var source (accepted and checked; Gantry does not read it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VarSource {
+    /// `name`, what `((name:var))` refers to.
+    pub name: String,
+    /// `type`: vault, dummy, ssm, secretsmanager or idtoken.
+    pub type_: String,
+    /// `config` of the credential manager.
+    pub config: Value,
+}
+
+/// `display` of the pipeline.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Display {
+    /// `background_image`: an http(s) or relative URL.
+    pub background_image: Option<String>,
+    /// `background_filter`: a CSS filter.
+    pub background_filter: Option<String>,
+}

@@ -1,0 +1,358 @@
+//! Checks across a whole pipeline, after its shape is read: names that must
+//! be unique, names that must be declared (resources of get and put,
+//! prototypes of run, jobs of `passed` and of groups), build-local vars
+//! declared twice, unused resources and `passed` cycles — each reported with
+//! its path, all of them at once.
+//!
+//! Paths follow the document: `jobs[build].plan[2].get`, with a job or
+//! resource named by its `name`, a step by its index; `in_parallel[i]` is
+//! the i-th step of an `in_parallel`, in either of its forms.
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::model::Pipeline;
+use super::read::join;
+use super::step::{Step, StepKind};
+
+/// Var source types Concourse accepts in a pipeline.
+const VAR_SOURCE_TYPES: &[&str] = &["vault", "dummy", "ssm", "secretsmanager", "idtoken"];
+
+/// Every cross-reference problem of a pipeline.
+pub(crate) fn check_pipeline(p: &Pipeline, problems: &mut Vec<String>) {
+    if p.jobs.is_empty() {
+        problems.push("jobs: a pipeline must have at least one job".into());
+    }
+    unique(problems, "jobs", p.jobs.iter().map(|j| j.name.as_str()));
+    unique(
+        problems,
+        "resources",
+        p.resources.iter().map(|r| r.name.as_str()),
+    );
+    unique(
+        problems,
+        "resource_types",
+        p.resource_types
+            .iter()
+            .chain(&p.prototypes)
+            .map(|t| t.name.as_str()),
+    );
+    unique(problems, "groups", p.groups.iter().map(|g| g.name.as_str()));
+    unique(
+        problems,
+        "var_sources",
+        p.var_sources.iter().map(|v| v.name.as_str()),
+    );
+    for v in &p.var_sources {
+        if !VAR_SOURCE_TYPES.contains(&v.type_.as_str()) && !v.type_.is_empty() {
+            problems.push(format!(
+                "var_sources[{}].type: unknown credential manager type {:?} (one of: {})",
+                v.name,
+                v.type_,
+                VAR_SOURCE_TYPES.join(", ")
+            ));
+        }
+    }
+    for job in &p.jobs {
+        let at = format!("jobs[{}]", job.name);
+        let mut c = StepChecker::new(Some(p), problems);
+        c.plan(&job.plan, &join(&at, "plan"));
+        for (key, hook) in job.hooks.iter() {
+            c.step(hook, &join(&at, key));
+        }
+    }
+    check_groups(p, problems);
+    check_unused_resources(p, problems);
+    check_cycles(p, problems);
+}
+
+/// Every cross-reference problem of a bare plan (no resources to check).
+pub(crate) fn check_plan(steps: &[Step], problems: &mut Vec<String>) {
+    StepChecker::new(None, problems).plan(steps, "plan");
+}
+
+/// Reports names given to two entries of a section.
+fn unique<'a>(problems: &mut Vec<String>, section: &str, names: impl Iterator<Item = &'a str>) {
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, name) in names.enumerate() {
+        if name.is_empty() {
+            continue;
+        }
+        if let Some(first) = seen.insert(name, i) {
+            seen.insert(name, first);
+            problems.push(format!(
+                "{section}: {section}[{first}] and {section}[{i}] have the same name {name:?}"
+            ));
+        }
+    }
+}
+
+/// Walks one job's steps with what the checks need to remember.
+struct StepChecker<'a, 'p> {
+    /// The pipeline whose names steps refer to (none for a bare plan).
+    pipeline: Option<&'a Pipeline>,
+    problems: &'p mut Vec<String>,
+    /// Artifact names of the job's gets: a second get of a name is an error.
+    seen_gets: HashSet<String>,
+    /// Build-local vars declared, innermost scope last (`across` opens one).
+    scopes: Vec<HashSet<String>>,
+}
+
+impl<'a, 'p> StepChecker<'a, 'p> {
+    fn new(pipeline: Option<&'a Pipeline>, problems: &'p mut Vec<String>) -> Self {
+        StepChecker {
+            pipeline,
+            problems,
+            seen_gets: HashSet::new(),
+            scopes: vec![HashSet::new()],
+        }
+    }
+
+    fn problem(&mut self, at: &str, message: String) {
+        self.problems.push(format!("{at}: {message}"));
+    }
+
+    fn plan(&mut self, steps: &[Step], at: &str) {
+        for (i, s) in steps.iter().enumerate() {
+            self.step(s, &format!("{at}[{i}]"));
+        }
+    }
+
+    fn declare_local_var(&mut self, name: &str, at: &str) {
+        let scope = self.scopes.last_mut().expect("a scope");
+        if !scope.insert(name.to_string()) {
+            self.problem(at, format!("repeated var name {name:?}"));
+        }
+    }
+
+    fn step(&mut self, s: &Step, at: &str) {
+        if let Some(across) = &s.across {
+            self.scopes.push(HashSet::new());
+            let scope = self.scopes.last_mut().expect("a scope");
+            scope.extend(across.vars.iter().map(|v| v.var.clone()));
+            self.kind(&s.kind, at);
+            self.scopes.pop();
+        } else {
+            self.kind(&s.kind, at);
+        }
+        for (key, hook) in s.hooks.iter() {
+            self.step(hook, &join(at, key));
+        }
+    }
+
+    fn kind(&mut self, kind: &StepKind, at: &str) {
+        match kind {
+            StepKind::Get(g) => {
+                if !self.seen_gets.insert(g.name.clone()) {
+                    self.problem(
+                        &join(at, "get"),
+                        format!(
+                            "repeated name {:?} (another get of this job fetches it)",
+                            g.name
+                        ),
+                    );
+                }
+                let key = if g.resource != g.name {
+                    "resource"
+                } else {
+                    "get"
+                };
+                let Some(p) = self.pipeline else { return };
+                self.resource_declared(p, &g.resource, &join(at, key));
+                for glob in &g.passed {
+                    let matching: Vec<_> = p
+                        .jobs
+                        .iter()
+                        .filter(|j| glob_match(glob, &j.name))
+                        .collect();
+                    if matching.is_empty() {
+                        self.problem(&join(at, "passed"), format!("no job matches {glob:?}"));
+                    }
+                    for job in matching {
+                        if !job_uses_resource(job, &g.resource) {
+                            self.problem(
+                                &join(at, "passed"),
+                                format!(
+                                    "job {:?} does not get or put resource {:?}",
+                                    job.name, g.resource
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+            StepKind::Put(put) => {
+                let key = if put.resource != put.name {
+                    "resource"
+                } else {
+                    "put"
+                };
+                if let Some(p) = self.pipeline {
+                    self.resource_declared(p, &put.resource, &join(at, key));
+                }
+            }
+            StepKind::Run(run) => {
+                if let Some(p) = self.pipeline {
+                    if !p.prototypes.iter().any(|t| t.name == run.prototype) {
+                        self.problem(
+                            &join(at, "type"),
+                            format!("unknown prototype {:?}", run.prototype),
+                        );
+                    }
+                }
+            }
+            StepKind::LoadVar(l) => self.declare_local_var(&l.name, &join(at, "load_var")),
+            StepKind::Do(steps) => self.plan(steps, &join(at, "do")),
+            StepKind::InParallel(par) => self.plan(&par.steps, &join(at, "in_parallel")),
+            StepKind::Try(inner) => self.step(inner, &join(at, "try")),
+            StepKind::Task(_) | StepKind::SetPipeline(_) => {}
+        }
+    }
+
+    fn resource_declared(&mut self, p: &Pipeline, name: &str, at: &str) {
+        if p.resource(name).is_none() {
+            let declared: Vec<&str> = p.resources.iter().map(|r| r.name.as_str()).collect();
+            let hint = if declared.is_empty() {
+                "the pipeline declares no resources".to_string()
+            } else {
+                format!("declared: {}", declared.join(", "))
+            };
+            self.problem(at, format!("unknown resource {name:?} ({hint})"));
+        }
+    }
+}
+
+/// Whether a job's steps get or put a resource.
+fn job_uses_resource(job: &super::model::Job, resource: &str) -> bool {
+    let mut found = false;
+    job.visit(&mut |s| match &s.kind {
+        StepKind::Get(g) if g.resource == resource => found = true,
+        StepKind::Put(p) if p.resource == resource => found = true,
+        _ => {}
+    });
+    found
+}
+
+fn check_groups(p: &Pipeline, problems: &mut Vec<String>) {
+    let mut grouped = HashSet::new();
+    for g in &p.groups {
+        for glob in &g.jobs {
+            let mut any = false;
+            for j in p.jobs.iter().filter(|j| glob_match(glob, &j.name)) {
+                grouped.insert(j.name.as_str());
+                any = true;
+            }
+            if !any {
+                problems.push(format!("groups[{}].jobs: no job matches {glob:?}", g.name));
+            }
+        }
+        for r in &g.resources {
+            if p.resource(r).is_none() {
+                problems.push(format!(
+                    "groups[{}].resources: unknown resource {r:?}",
+                    g.name
+                ));
+            }
+        }
+    }
+    if !p.groups.is_empty() {
+        for j in &p.jobs {
+            if !grouped.contains(j.name.as_str()) {
+                problems.push(format!("jobs[{}]: job belongs to no group", j.name));
+            }
+        }
+    }
+}
+
+fn check_unused_resources(p: &Pipeline, problems: &mut Vec<String>) {
+    let mut used = HashSet::new();
+    for j in &p.jobs {
+        j.visit(&mut |s| match &s.kind {
+            StepKind::Get(g) => {
+                used.insert(g.resource.clone());
+            }
+            StepKind::Put(put) => {
+                used.insert(put.resource.clone());
+            }
+            _ => {}
+        });
+    }
+    for r in &p.resources {
+        if !r.name.is_empty() && !used.contains(&r.name) {
+            problems.push(format!(
+                "resources[{}]: resource is not used by any job",
+                r.name
+            ));
+        }
+    }
+}
+
+/// Reports the first cycle of `passed` constraints, as Concourse does.
+fn check_cycles(p: &Pipeline, problems: &mut Vec<String>) {
+    let upstream: BTreeMap<&str, Vec<&str>> = p
+        .jobs
+        .iter()
+        .map(|j| {
+            let mut before = Vec::new();
+            j.visit(&mut |s| {
+                if let StepKind::Get(g) = &s.kind {
+                    for glob in &g.passed {
+                        before.extend(
+                            p.jobs
+                                .iter()
+                                .filter(|o| glob_match(glob, &o.name))
+                                .map(|o| o.name.as_str()),
+                        );
+                    }
+                }
+            });
+            (j.name.as_str(), before)
+        })
+        .collect();
+    fn visit<'a>(
+        job: &'a str,
+        upstream: &BTreeMap<&'a str, Vec<&'a str>>,
+        state: &mut BTreeMap<&'a str, bool>,
+    ) -> Option<&'a str> {
+        match state.get(job) {
+            Some(false) => return Some(job),
+            Some(true) => return None,
+            None => {}
+        }
+        state.insert(job, false);
+        for next in upstream.get(job).into_iter().flatten() {
+            if let Some(c) = visit(next, upstream, state) {
+                return Some(c);
+            }
+        }
+        state.insert(job, true);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for j in &p.jobs {
+        if let Some(start) = visit(&j.name, &upstream, &mut state) {
+            problems.push(format!(
+                "jobs: the passed constraints form a cycle that starts at job {start:?}"
+            ));
+            return;
+        }
+    }
+}
+
+/// Go's `path.Match` for job globs: `*` any run of characters, `?` one
+/// character, `\x` a literal x; anything else matches itself.
+pub(crate) fn glob_match(pattern: &str, name: &str) -> bool {
+    fn go(p: &[char], n: &[char]) -> bool {
+        match p.split_first() {
+            None => n.is_empty(),
+            Some(('*', rest)) => (0..=n.len()).any(|i| go(rest, &n[i..])),
+            Some(('?', rest)) => !n.is_empty() && go(rest, &n[1..]),
+            Some(('\\', rest)) if !rest.is_empty() => {
+                n.first() == Some(&rest[0]) && go(&rest[1..], &n[1..])
+            }
+            Some((c, rest)) => n.first() == Some(c) && go(rest, &n[1..]),
+        }
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    go(&p, &n)
+}

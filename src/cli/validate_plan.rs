@@ -1,0 +1,78 @@
+//! `gantry validate-plan FILE [-v NAME=VALUE]... [-l VARS.yml]...`: checks a
+//! Concourse pipeline (or a bare plan) and prints every problem, one per
+//! line. Without `-v` or `-l` vars need not be filled (as with `fly
+//! validate-pipeline`); with them, every var must be.
+
+use std::path::{Path, PathBuf};
+
+use gantry_actors::pipeline::{self, Document, Vars};
+
+/// Runs the check; returns the exit code (0 valid, 1 not).
+pub fn validate_plan(file: &Path, var_flags: &[String], var_files: &[PathBuf]) -> i32 {
+    let fail = |message: String| {
+        eprintln!("{}: {message}", file.display());
+        1
+    };
+    let vars = if var_flags.is_empty() && var_files.is_empty() {
+        None
+    } else {
+        let mut vars = Vars::new();
+        for f in var_files {
+            let loaded = std::fs::read_to_string(f)
+                .map_err(|e| format!("cannot read vars file {}: {e}", f.display()))
+                .and_then(|text| {
+                    vars.load_yaml(&text)
+                        .map_err(|e| format!("vars file {}: {e}", f.display()))
+                });
+            if let Err(e) = loaded {
+                return fail(e);
+            }
+        }
+        for flag in var_flags {
+            if let Err(e) = vars.set_flag(flag) {
+                return fail(e);
+            }
+        }
+        Some(vars)
+    };
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => return fail(format!("cannot read: {e}")),
+    };
+    match pipeline::load(&text, vars.as_ref()) {
+        Ok(Document::Pipeline(p)) => {
+            println!(
+                "{}: valid pipeline ({} {}, {} {})",
+                file.display(),
+                p.jobs.len(),
+                plural(p.jobs.len(), "job"),
+                p.resources.len(),
+                plural(p.resources.len(), "resource"),
+            );
+            0
+        }
+        Ok(Document::Plan(steps)) => {
+            println!(
+                "{}: valid plan ({} {})",
+                file.display(),
+                steps.len(),
+                plural(steps.len(), "step")
+            );
+            0
+        }
+        Err(problems) => {
+            for p in problems {
+                eprintln!("{}: {p}", file.display());
+            }
+            1
+        }
+    }
+}
+
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        word.to_string()
+    } else {
+        format!("{word}s")
+    }
+}
