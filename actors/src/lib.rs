@@ -14,6 +14,7 @@ pub mod engine;
 pub mod error;
 pub mod event_follow;
 pub mod events;
+pub mod go_duration;
 pub mod intercept;
 pub mod pipeline;
 pub mod placement;

@@ -11,14 +11,12 @@
 //! - [`model`] and [`step`]: the typed pipeline and steps;
 //! - `read`, `parse_pipeline`, `parse_step`: reading them out of YAML;
 //! - `validate`: the checks across the document;
-//! - [`duration`]: Go's duration syntax.
 //!
 //! What Gantry accepts is Concourse's whole pipeline schema, including what
 //! a runtime does not run (`set_pipeline`, `serial`, `groups`, ...); what it
 //! refuses is what Concourse refuses, plus vars it cannot fill (var
 //! sources) when vars are required.
 
-pub mod duration;
 pub mod model;
 mod parse_pipeline;
 mod parse_step;
@@ -96,10 +94,12 @@ pub fn check(doc: &Value, vars_may_be_unfilled: bool) -> Result<Document, Vec<St
             validate::check_plan(&steps, &mut r.problems);
             Document::Plan(steps)
         }
-        Value::Null => return Err(vec![
+        Value::Null => {
+            return Err(vec![
             "empty document: expected a pipeline (a mapping with jobs) or a plan (a list of steps)"
                 .into(),
-        ]),
+        ])
+        }
         other => {
             return Err(vec![format!(
                 "expected a pipeline (a mapping with jobs) or a plan (a list of steps), not {}",

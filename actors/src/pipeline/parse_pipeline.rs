@@ -5,10 +5,10 @@
 
 use serde_yaml::{Mapping, Value};
 
-use super::duration::parse_go_duration;
 use super::model::*;
 use super::parse_step::{hooks, parse_plan};
 use super::read::{join, kind_of, Reader};
+use crate::go_duration::parse_non_negative;
 
 /// The top-level sections Concourse reads.
 pub(crate) const TOP_KEYS: &[&str] = &[
@@ -193,7 +193,7 @@ fn check_every(r: &mut Reader, m: &Mapping, at: &str) -> Option<CheckEvery> {
     match v {
         Value::String(s) if s == "never" => Some(CheckEvery::Never),
         v if r.deferred(v) => None,
-        Value::String(s) => match parse_go_duration(s) {
+        Value::String(s) => match parse_non_negative(s) {
             Ok(d) => Some(CheckEvery::Interval(d)),
             Err(e) => {
                 r.problem(&at, e);
@@ -216,7 +216,7 @@ fn parse_resource(r: &mut Reader, v: &Value, at: &str) -> Option<Resource> {
         if r.deferred(&Value::String(s.clone())) {
             return None;
         }
-        parse_go_duration(&s)
+        parse_non_negative(&s)
             .map_err(|e| r.problem(&join(at, "check_timeout"), e))
             .ok()
     });

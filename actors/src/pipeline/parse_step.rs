@@ -7,9 +7,11 @@ use std::collections::BTreeMap;
 
 use serde_yaml::{Mapping, Value};
 
-use super::duration::parse_go_duration;
 use super::read::{join, kind_of, Reader};
 use super::step::*;
+use super::vars::find_vars;
+use crate::go_duration::parse_non_negative;
+use crate::task_config::{cpu_shares, memory_bytes, TaskConfig};
 
 /// The kinds, in Concourse's order of precedence, with the keys each takes
 /// besides the modifiers.
@@ -225,7 +227,7 @@ fn timeout(r: &mut Reader, v: &Value, at: &str) -> Option<Timeout> {
             duration: None,
         });
     }
-    match parse_go_duration(&text) {
+    match parse_non_negative(&text) {
         Ok(d) => Some(Timeout {
             text,
             duration: Some(d),
@@ -429,10 +431,26 @@ fn parse_kind(r: &mut Reader, kind: &str, m: &Mapping, at: &str) -> Option<StepK
     })
 }
 
-/// The shape of an inline task config: its keys, `platform` and `run.path`.
-/// The full task.yml check is `task_config`'s, when the step runs.
+/// An inline task config: checked in full as a task.yml is
+/// ([`TaskConfig::from_value`]) when it holds no var; with vars still to be
+/// filled, only its shape (keys, `platform`, `run.path`, `image_resource`),
+/// and the full check runs when the step does.
 fn task_config(r: &mut Reader, v: &Value, at: &str) {
     if r.deferred(v) {
+        return;
+    }
+    if !holds_vars(v) {
+        if let Err(problems) = TaskConfig::from_value(v) {
+            for p in problems {
+                // `run: unknown field ...` becomes `...config.run: unknown field ...`.
+                match p.split_once(": ") {
+                    Some((field, rest)) if !field.contains(' ') => {
+                        r.problem(&join(at, field), rest)
+                    }
+                    _ => r.problem(at, p),
+                }
+            }
+        }
         return;
     }
     let Some(c) = r.mapping(v, at, "a task config", TASK_CONFIG_KEYS) else {
@@ -465,6 +483,17 @@ fn task_config(r: &mut Reader, v: &Value, at: &str) {
     }
 }
 
+/// Whether any string in `v` holds a `((var))`.
+fn holds_vars(v: &Value) -> bool {
+    match v {
+        Value::String(s) => !find_vars(s).is_empty(),
+        Value::Sequence(items) => items.iter().any(holds_vars),
+        Value::Mapping(m) => m.iter().any(|(k, v)| holds_vars(k) || holds_vars(v)),
+        Value::Tagged(t) => holds_vars(&t.value),
+        _ => false,
+    }
+}
+
 fn limits(r: &mut Reader, m: &Mapping, at: &str) -> Option<Limits> {
     let v = m.get("container_limits").filter(|v| !v.is_null())?;
     if r.deferred(v) {
@@ -472,47 +501,15 @@ fn limits(r: &mut Reader, m: &Mapping, at: &str) -> Option<Limits> {
     }
     let at = join(at, "container_limits");
     let lm = r.mapping(v, &at, "container_limits", &["cpu", "memory"])?;
-    let cpu = r.non_negative(lm, "cpu", &at).map(u64::from);
-    let memory = match lm.get("memory") {
+    // Read as a task config reads them, so the two never disagree.
+    let mut field = |key: &str, read: fn(&Value) -> Result<u64, String>| match lm.get(key) {
         None | Some(Value::Null) => None,
-        Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64(),
-        Some(Value::String(s)) if !r.deferred(&Value::String(s.clone())) => match parse_memory(s) {
-            Some(b) => Some(b),
-            None => {
-                r.problem(
-                    &join(&at, "memory"),
-                    format!("could not parse memory limit {s:?} (bytes, or e.g. 512MB, 1GiB)"),
-                );
-                None
-            }
-        },
-        Some(Value::String(_)) => None,
-        Some(other) => {
-            r.problem(
-                &join(&at, "memory"),
-                format!("must be a number of bytes, not {}", kind_of(other)),
-            );
-            None
-        }
+        Some(v) if r.deferred(v) => None,
+        Some(v) => read(v).map_err(|e| r.problem(&join(&at, key), e)).ok(),
     };
+    let cpu = field("cpu", cpu_shares);
+    let memory = field("memory", memory_bytes);
     Some(Limits { cpu, memory })
-}
-
-/// Concourse's memory limits: bytes, or K/M/G with an optional `i` and `B`,
-/// all read as binary units.
-fn parse_memory(s: &str) -> Option<u64> {
-    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(digits);
-    let n: u64 = num.parse().ok()?;
-    let unit = unit.to_ascii_uppercase();
-    let mult: u64 = match unit.as_str() {
-        "" | "B" => 1,
-        "K" | "KB" | "KI" | "KIB" => 1 << 10,
-        "M" | "MB" | "MI" | "MIB" => 1 << 20,
-        "G" | "GB" | "GI" | "GIB" => 1 << 30,
-        _ => return None,
-    };
-    n.checked_mul(mult)
 }
 
 fn version(r: &mut Reader, m: &Mapping, at: &str) -> Option<VersionSpec> {

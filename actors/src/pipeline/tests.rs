@@ -246,7 +246,7 @@ fn a_task_needs_exactly_one_of_file_and_config() {
         "{all}"
     );
     assert!(
-        all.contains("jobs[build].plan[3].config.run: missing field path"),
+        all.contains("jobs[build].plan[3].config: missing field run.path"),
         "{all}"
     );
 }

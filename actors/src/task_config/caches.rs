@@ -10,9 +10,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_yaml::Value;
 
-use super::duration::{parse_go_duration, GoDuration};
 use super::paths::check_path;
 use super::read::{entry, list, opt_scalar, Problems};
+use crate::go_duration::{parse_go_duration, GoDuration};
 
 /// A task cache.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

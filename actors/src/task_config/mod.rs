@@ -12,7 +12,6 @@
 //! without `/`, and paths must not contain `..`.
 
 mod caches;
-mod duration;
 mod image_resource;
 mod inputs;
 mod limits;
@@ -30,7 +29,6 @@ use serde_yaml::Value;
 use crate::spec::RootfsSpec;
 
 pub use caches::TaskCache;
-pub use duration::{parse_go_duration, GoDuration};
 pub use image_resource::ImageResource;
 pub use inputs::TaskInput;
 pub use limits::{cpu_shares, memory_bytes, parse_memory, ContainerLimits};

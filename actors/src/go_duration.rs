@@ -1,5 +1,5 @@
 //! Durations in Go's `time.ParseDuration` syntax, which Concourse uses for a
-//! cache's `ttl`: an optional sign, then one or more decimal numbers (with
+//! cache's `ttl`, a step's `timeout` and a resource's `check_every`: an optional sign, then one or more decimal numbers (with
 //! an optional fraction) each followed by a unit `ns`, `us` (`µs`, `μs`),
 //! `ms`, `s`, `m` or `h` (`1h30m`, `1.5h`, `300ms`); `0` alone needs none.
 
@@ -88,6 +88,19 @@ pub fn parse_go_duration(s: &str) -> Result<GoDuration, String> {
     })
 }
 
+/// A duration that must not be negative (timeouts, intervals): a negative
+/// one is refused by name.
+pub fn parse_non_negative(text: &str) -> Result<Duration, String> {
+    let parsed = parse_go_duration(text).map_err(|e| {
+        let why = e.trim_start_matches("time: ");
+        format!("invalid duration {text:?}: {why} (e.g. 90s, 10m, 1h30m)")
+    })?;
+    match parsed {
+        GoDuration::NonNegative(d) => Ok(d),
+        GoDuration::Negative(_) => Err(format!("invalid duration {text:?}: must not be negative")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +143,24 @@ mod tests {
         ] {
             let e = parse_go_duration(s).unwrap_err();
             assert!(e.contains(why), "{s:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn go_durations_parse() {
+        assert_eq!(parse_non_negative("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_non_negative("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_non_negative("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_non_negative("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_non_negative("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_non_negative("2m3s4us"), Ok(Duration::new(123, 4000)));
+    }
+
+    #[test]
+    fn bad_durations_are_named() {
+        for bad in ["", "90", "5d", "1h-", "s", "1..5s", "-1s", "forever"] {
+            let e = parse_non_negative(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{bad}: {e}");
         }
     }
 }
