@@ -452,3 +452,57 @@ async fn a_sequence_runs_its_steps_in_order_until_one_fails() {
         .collect();
     assert_eq!(placed, ["a", "b"]);
 }
+
+#[actix_rt::test]
+async fn a_restarted_web_node_errors_a_build_of_several_steps_and_destroys_what_it_made() {
+    let h = Harness::new(Behaviour::default(), None).await;
+    let id =
+        h.db.create_build("main", &serde_json::json!({}), "web")
+            .await
+            .unwrap();
+    for (kind, handle) in [
+        (crate::db::HandleKind::Container, "c1"),
+        (crate::db::HandleKind::Volume, "v1"),
+    ] {
+        h.db.insert_handle(kind, handle, "w", Some(id), Some("a"), "main")
+            .await
+            .unwrap();
+    }
+    let step = |name: &str| {
+        Plan::Step(Arc::new(crate::steps::task::TaskStep {
+            name: name.into(),
+            config: task("0"),
+            inputs: Default::default(),
+            tags: vec![],
+            image: None,
+        }))
+    };
+    let (_stop, stop) = watch::channel(None);
+    let run = BuildRun {
+        id,
+        team: "main".into(),
+        deps: h.deps.clone(),
+        events: Events::new(EventSink::new(id, h.db.clone(), h.deps.hub.clone())),
+        stop: Stop::new(stop.clone()),
+        hooks_stop: Stop::new(stop),
+    };
+    let resume = Resume {
+        worker: "w".into(),
+        container: "c1".into(),
+        next_event: 1,
+    };
+    let outcome = run
+        .resume(&Plan::Do(vec![step("a"), step("b")]), resume)
+        .await;
+    let Outcome::Errored(message) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(message.contains("several steps"), "{message}");
+    assert_eq!(h.worker.started(), 0);
+    for kind in [
+        crate::db::HandleKind::Container,
+        crate::db::HandleKind::Volume,
+    ] {
+        assert!(h.db.build_handles(kind, id).await.unwrap().is_empty());
+    }
+}
