@@ -374,14 +374,12 @@ async fn a_timeout_ends_a_wait_for_a_worker_without_leaking_its_place() {
     .await;
     tokio::time::advance(Duration::from_secs(2)).await;
     settle().await;
-    assert!(!h
-        .db
-        .get_build(waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .status
-        .is_finished());
+    let row = h.db.get_build(waiter).await.unwrap().unwrap();
+    assert!(
+        !row.status.is_finished(),
+        "{row:?} {:?}",
+        h.events(waiter).await
+    );
     advance_past(started_at + Duration::from_secs(3)).await;
     let row = h.finished(waiter).await;
     assert_eq!(row.status, BuildStatus::Errored);
