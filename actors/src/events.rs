@@ -73,6 +73,43 @@ pub enum BuildEvent {
         /// Unix ms.
         time: i64,
     },
+    /// The build's plan as a tree, once, when it starts: what a dashboard
+    /// draws and what the `origin` of node events points into.
+    Plan {
+        /// The root of the plan.
+        tree: PlanNode,
+        /// Unix ms.
+        time: i64,
+    },
+    /// A node of the plan (a step, a composite, a modifier or a hook) started;
+    /// under `attempts`, once per attempt.
+    NodeStarted {
+        /// Which node, in which attempt.
+        origin: Origin,
+        /// The step's name, when the node is a step.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<String>,
+        /// Unix ms.
+        time: i64,
+    },
+    /// A node of the plan ended.
+    NodeFinished {
+        /// Which node, in which attempt.
+        origin: Origin,
+        /// The step's name, when the node is a step.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<String>,
+        /// How it ended.
+        outcome: NodeOutcome,
+        /// The exit status of the step's process, when it decided the outcome.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_status: Option<i32>,
+        /// Why it failed or errored (e.g. `timed out after 5s`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        /// Unix ms.
+        time: i64,
+    },
     /// Gantry could not go on; the message says why.
     Error {
         /// Human-readable reason.
@@ -80,6 +117,67 @@ pub enum BuildEvent {
         /// Unix ms.
         time: i64,
     },
+}
+
+/// Where a node event belongs in the build's plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    /// The node's position, as in [`PlanNode::id`].
+    pub id: String,
+    /// The attempt (1-based) of each enclosing `attempts`, outermost first;
+    /// empty outside any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<u32>,
+}
+
+/// One node of a build's plan, as the `plan` event describes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanNode {
+    /// Position in the tree: `0` is the root; a child appends `.N` (its
+    /// index in `do` and `in_parallel`, `0` under a modifier) or the role
+    /// it has in `hooks` (`.plan`, `.on_success`, `.on_failure`,
+    /// `.on_abort`, `.on_error`, `.ensure`).
+    pub id: String,
+    /// `step`, `do`, `in_parallel`, `try`, `hooks`, `attempts` or `timeout`.
+    pub kind: String,
+    /// The step's name (steps only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// How many children of an `in_parallel` run at once (none: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// Whether an `in_parallel` stops its other children at the first that
+    /// does not succeed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fail_fast: bool,
+    /// How many times `attempts` may run its plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
+    /// The limit of a `timeout`, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// The nodes inside, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<PlanNode>,
+}
+
+/// How a node of the plan ended (Concourse's succeeded, failed, errored,
+/// aborted, plus why a node stopped early).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeOutcome {
+    /// It did what it should (a task exited 0).
+    Succeeded,
+    /// It ran and did not succeed (a task exited non-zero, a timeout lapsed).
+    Failed,
+    /// Gantry could not run it (configuration, worker or infrastructure).
+    Errored,
+    /// A user aborted the build while it ran.
+    Aborted,
+    /// An `in_parallel` with `fail_fast` stopped it when a sibling failed.
+    Cancelled,
+    /// An enclosing timeout (or the build's) stopped it.
+    TimedOut,
 }
 
 impl BuildEvent {

@@ -9,18 +9,16 @@ use actix::prelude::*;
 use tokio::sync::watch;
 
 use crate::artifacts::Artifacts;
+use crate::build::outcome::Outcome;
 use crate::build::plan::{OneOffPlan, Plan};
 use crate::build::resume::Resume;
 use crate::db::{BuildStatus, Db};
-use crate::error::EngineError;
 use crate::events::{BuildEvent, EventHub, EventSink};
 use crate::registry::WorkerStates;
 use crate::runtime::{Worker, WorkerConnector};
 use crate::scheduler::Scheduler;
 use crate::spec::Encoding;
-use crate::steps::{
-    BuildScope, Created, Events, ImportLocks, StepContext, StepEnd, Stop, WorkerWatch,
-};
+use crate::steps::{BuildScope, Created, Events, ImportLocks, StepContext, Stop, WorkerWatch};
 
 /// What every build needs from the web node.
 #[derive(Clone)]
@@ -50,18 +48,21 @@ pub struct BuildDeps {
     pub jobs: crate::background::Jobs,
 }
 
-/// Asks a running build to stop.
+/// Asks a running build to stop. A second one also stops the hooks that run
+/// after the first (`on_abort`, `ensure`).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct AbortBuild;
 
-/// Why a build is being stopped.
+/// Why a build, or a scope of its plan, is being stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
     /// A user aborted it.
     Abort,
-    /// Its step ran past its timeout.
+    /// It ran past its timeout: the build's, or a `timeout` in its plan.
     Timeout(Duration),
+    /// A sibling in an `in_parallel` with `fail_fast` did not succeed.
+    FailFast,
 }
 
 /// Running builds by id, so they can be aborted.
@@ -73,12 +74,15 @@ pub struct Build {
     id: i64,
     /// Owning team.
     team: String,
-    /// The plan, taken when the build starts.
-    plan: Option<OneOffPlan>,
+    /// The plan and the build's timeout, taken when the build starts.
+    plan: Option<(Plan, Option<Duration>)>,
     /// Shared services.
     deps: BuildDeps,
-    /// Set once to stop the build: a user's abort or the step's timeout.
+    /// Set once to stop the build: a user's abort or the build's timeout.
     stop: watch::Sender<Option<StopReason>>,
+    /// Set by an abort after the build was stopped: stops the hooks that
+    /// run after the first stop.
+    hooks_stop: watch::Sender<Option<StopReason>>,
     /// Running builds, which this one leaves when it stops.
     running: RunningBuilds,
     /// Set when a restarted web node takes over a build that was running.
@@ -86,7 +90,7 @@ pub struct Build {
 }
 
 impl Build {
-    /// A build ready to run; start it with [`Actor::start`].
+    /// A one-off build ready to run; start it with [`Actor::start`].
     pub fn new(
         id: i64,
         team: String,
@@ -94,12 +98,27 @@ impl Build {
         deps: BuildDeps,
         running: RunningBuilds,
     ) -> Self {
+        let timeout = plan.timeout_secs.map(Duration::from_secs);
+        Build::of_plan(id, team, Plan::from(plan), timeout, deps, running)
+    }
+
+    /// A build of `plan` ready to run, stopped (and errored) when it runs
+    /// longer than `timeout`; start it with [`Actor::start`].
+    pub fn of_plan(
+        id: i64,
+        team: String,
+        plan: Plan,
+        timeout: Option<Duration>,
+        deps: BuildDeps,
+        running: RunningBuilds,
+    ) -> Self {
         Build {
             id,
             team,
-            plan: Some(plan),
+            plan: Some((plan, timeout)),
             deps,
             stop: watch::channel(None).0,
+            hooks_stop: watch::channel(None).0,
             running,
             resume: None,
         }
@@ -120,10 +139,13 @@ impl Build {
         }
     }
 
-    /// Sets the stop signal, unless it is set already (the first reason wins).
+    /// Sets the stop signal, unless it is set already (the first reason
+    /// wins); an abort after that stops the hooks that run after a stop.
     fn request_stop(&self, reason: StopReason) {
-        self.stop
-            .send_if_modified(|s| s.is_none().then(|| *s = Some(reason)).is_some());
+        let first = |s: &mut Option<StopReason>| s.is_none().then(|| *s = Some(reason)).is_some();
+        if !self.stop.send_if_modified(first) && reason == StopReason::Abort {
+            self.hooks_stop.send_if_modified(first);
+        }
     }
 }
 
@@ -136,12 +158,11 @@ impl Actor for Build {
     }
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let Some(plan) = self.plan.take() else {
+        let Some((plan, timeout)) = self.plan.take() else {
             return;
         };
         self.running.insert(self.id, ctx.address());
-        if let Some(secs) = plan.timeout_secs {
-            let limit = Duration::from_secs(secs);
+        if let Some(limit) = timeout {
             ctx.run_later(limit, move |act, _| {
                 act.request_stop(StopReason::Timeout(limit))
             });
@@ -159,15 +180,15 @@ impl Actor for Build {
             deps: self.deps.clone(),
             events: Events::new(sink),
             stop: Stop::new(self.stop.subscribe()),
+            hooks_stop: Stop::new(self.hooks_stop.subscribe()),
         };
         let resume = self.resume.take();
         async move {
-            let plan = Plan::from(plan);
-            let result = match resume {
+            let outcome = match resume {
                 Some(resume) => run.resume(&plan, resume).await,
                 None => run.run(&plan).await,
             };
-            run.conclude(result).await;
+            run.conclude(outcome).await;
         }
         .into_actor(self)
         .map(|_, _, ctx| ctx.stop())
@@ -195,16 +216,20 @@ pub(super) struct BuildRun {
     pub(super) events: Events,
     /// The build's stop signal.
     pub(super) stop: Stop,
+    /// What stops hooks that run after the build was stopped: a second abort.
+    pub(super) hooks_stop: Stop,
 }
 
 impl BuildRun {
-    /// The context of step `step` placed on `worker`.
+    /// The context of step `step` placed on `worker`, stopped by `stop`
+    /// (the stop of the step's scope in the plan).
     pub(super) fn step_context(
         &self,
         step: &str,
         worker: Arc<dyn Worker>,
         watch: WorkerWatch,
         created: Created,
+        stop: &Stop,
     ) -> StepContext {
         let scope = BuildScope {
             build: self.id,
@@ -215,7 +240,7 @@ impl BuildRun {
             scheduler: self.deps.scheduler.clone(),
             imports: self.deps.imports.clone(),
             events: self.events.clone(),
-            stop: self.stop.clone(),
+            stop: stop.clone(),
         };
         StepContext::new(scope, step, worker, watch, created)
     }
@@ -226,27 +251,17 @@ impl BuildRun {
         let _ = self.events.emit(event).await;
     }
 
-    /// Records how the build ended.
-    async fn conclude(&self, result: Result<StepEnd, EngineError>) {
-        match result {
-            Ok(StepEnd::Exited(0)) => self.finish(BuildStatus::Succeeded, Some(0), None).await,
-            Ok(StepEnd::Exited(n)) => self.finish(BuildStatus::Failed, Some(n), None).await,
-            Ok(StepEnd::Stopped) => match self.stop.reason() {
-                Some(StopReason::Timeout(limit)) => {
-                    let msg = format!("the step timed out after {}s", limit.as_secs());
-                    self.finish(BuildStatus::Errored, None, Some(msg)).await
-                }
-                _ => self.finish(BuildStatus::Aborted, None, None).await,
-            },
-            Err(e) => {
-                self.finish(BuildStatus::Errored, None, Some(e.to_string()))
-                    .await
-            }
-        }
+    /// Records how the build ended: its status follows the plan's outcome
+    /// (or the build's own stop, see [`Outcome::build_status`]).
+    async fn conclude(&self, outcome: Outcome) {
+        let (status, exit, error) = outcome.build_status(self.stop.reason());
+        self.finish(status, exit, error).await
     }
 
+    /// Stores the build's end; an errored build's message is also an event
+    /// (a failure's was told where it happened).
     async fn finish(&self, status: BuildStatus, exit: Option<i32>, error: Option<String>) {
-        if let Some(msg) = &error {
+        if let (BuildStatus::Errored, Some(msg)) = (status, &error) {
             tracing::warn!(build = self.id, "build errored: {msg}");
             self.emit_quietly(&BuildEvent::Error {
                 message: msg.clone(),

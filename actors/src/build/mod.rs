@@ -4,14 +4,23 @@
 //!
 //! - `actor.rs`: the actor, its messages, stopping (abort, timeout) and how
 //!   a build ends;
-//! - `plan.rs`: what a build runs;
-//! - `walker.rs`: running a plan, step after step;
+//! - `plan.rs`: what a build runs: steps, composites, modifiers, hooks;
+//! - `walker.rs`: running a plan (`do`, `try`, `attempts`, `timeout`),
+//!   each node in a scope with its own stop signal;
+//! - `parallel.rs`: `in_parallel`;
+//! - `hooks.rs`: `on_success`, `on_failure`, `on_abort`, `on_error`, `ensure`;
+//! - `outcome.rs`: how a node ended and the build's status from it;
 //! - `placement.rs`: selecting a worker, waiting for one, reruns;
 //! - `resume.rs`: taking a build over after a restart of the web node;
 //! - `cleanup.rs`: destroying what a step created.
 
 mod actor;
 mod cleanup;
+#[cfg(test)]
+mod composite_tests;
+mod hooks;
+mod outcome;
+mod parallel;
 mod placement;
 mod plan;
 mod resume;
@@ -21,5 +30,6 @@ mod walker;
 
 pub use crate::steps::ImportLocks;
 pub use actor::{AbortBuild, Build, BuildDeps, RunningBuilds, StopReason};
-pub use plan::{OneOffPlan, Plan, ONE_OFF_STEP};
+pub use outcome::Outcome;
+pub use plan::{Hooks, OneOffPlan, Plan, ONE_OFF_STEP};
 pub use resume::Resume;

@@ -16,7 +16,7 @@ use crate::runtime::Worker;
 use crate::scheduler::{
     abandon_ticket, Placement, ReleasePlacement, Scheduler, SelectWorker, Selection, StepRequest,
 };
-use crate::steps::{Created, Step, StepEnd, WorkerWatch};
+use crate::steps::{Created, Step, StepEnd, Stop, WorkerWatch};
 
 /// How often a step is run when its workers keep disappearing.
 const MAX_RERUNS: u32 = 3;
@@ -59,13 +59,20 @@ enum Ticket {
 }
 
 impl BuildRun {
-    /// Places `step` and runs it; when its worker is lost and reruns are on,
-    /// runs it again on another worker (at most [`MAX_RERUNS`] times).
-    pub(super) async fn run_step(&self, step: &dyn Step) -> Result<StepEnd, EngineError> {
+    /// Places `step` and runs it under `stop` (its scope's stop signal);
+    /// when its worker is lost and reruns are on, runs it again on another
+    /// worker (at most [`MAX_RERUNS`] times). Placement, what the step
+    /// creates and its cleanup are the step's own, so steps of one build
+    /// run at once on different workers.
+    pub(super) async fn run_step(
+        &self,
+        step: &dyn Step,
+        stop: &Stop,
+    ) -> Result<StepEnd, EngineError> {
         let mut attempt = 1;
         let mut lost: Vec<String> = Vec::new();
         loop {
-            match self.place_and_run(step, &lost).await {
+            match self.place_and_run(step, &lost, stop).await {
                 Err(EngineError::WorkerLost { worker, reason })
                     if self.deps.rerun_when_worker_disappears && attempt < MAX_RERUNS =>
                 {
@@ -90,13 +97,14 @@ impl BuildRun {
         &self,
         step: &dyn Step,
         lost: &[String],
+        stop: &Stop,
     ) -> Result<StepEnd, EngineError> {
         let request = StepRequest {
             team: self.team.clone(),
             avoid: lost.to_vec(),
             ..step.worker_request()
         };
-        let Some(placement) = self.place(step.name(), request).await? else {
+        let Some(placement) = self.place(step.name(), request, stop).await? else {
             return Ok(StepEnd::Stopped);
         };
         // Released when this function returns, on every path.
@@ -110,7 +118,7 @@ impl BuildRun {
                 time: crate::db::now_ms(),
             })
             .await?;
-        let (result, created) = self.run_on(step, placement.client.clone()).await;
+        let (result, created) = self.run_on(step, placement.client.clone(), stop).await;
         let result = result.map_err(EngineError::lost_if_unreachable);
         let lost = matches!(result, Err(EngineError::WorkerLost { .. }));
         self.cleanup(placement.client, created, lost).await;
@@ -123,6 +131,7 @@ impl BuildRun {
         &self,
         step: &dyn Step,
         worker: Arc<dyn Worker>,
+        stop: &Stop,
     ) -> (Result<StepEnd, EngineError>, Created) {
         // Watch the worker before creating anything on it.
         let Some(watch) = WorkerWatch::subscribe(&self.deps.worker_states, worker.name()) else {
@@ -132,7 +141,7 @@ impl BuildRun {
             };
             return (Err(lost), Created::default());
         };
-        let mut ctx = self.step_context(step.name(), worker, watch, Created::default());
+        let mut ctx = self.step_context(step.name(), worker, watch, Created::default(), stop);
         let result = step.run(&mut ctx).await;
         (result, ctx.take_created())
     }
@@ -143,6 +152,7 @@ impl BuildRun {
         &self,
         step: &str,
         request: StepRequest,
+        stop: &Stop,
     ) -> Result<Option<Placement>, EngineError> {
         let (ticket, reason) = match self.select(request.clone()).await? {
             Selection::Placed(p) => return Ok(Some(p)),
@@ -157,7 +167,7 @@ impl BuildRun {
             abandon_ticket(ticket, &self.deps.scheduler).await;
             return Err(e);
         }
-        match self.wait_for_ticket(ticket).await {
+        match self.wait_for_ticket(ticket, stop).await {
             Ticket::Placed(p) => return Ok(Some(p)),
             Ticket::Stopped => return Ok(None),
             Ticket::Dropped => {}
@@ -168,7 +178,7 @@ impl BuildRun {
             Selection::Placed(p) => return Ok(Some(p)),
             Selection::Queued { ticket, .. } => ticket,
         };
-        match self.wait_for_ticket(ticket).await {
+        match self.wait_for_ticket(ticket, stop).await {
             Ticket::Placed(p) => Ok(Some(p)),
             Ticket::Stopped => Ok(None),
             Ticket::Dropped => Err(EngineError::NoWorkers(
@@ -184,8 +194,12 @@ impl BuildRun {
 
     /// Waits for a queued placement, giving the ticket up when the build is
     /// stopped first.
-    async fn wait_for_ticket(&self, mut ticket: oneshot::Receiver<Placement>) -> Ticket {
-        let mut stop = self.stop.clone();
+    async fn wait_for_ticket(
+        &self,
+        mut ticket: oneshot::Receiver<Placement>,
+        stop: &Stop,
+    ) -> Ticket {
+        let mut stop = stop.clone();
         tokio::select! {
             got = &mut ticket => match got {
                 Ok(p) => Ticket::Placed(p),

@@ -3,7 +3,10 @@
 //! step reattaches to it (output already stored is not repeated), then the
 //! build goes on as usual: outputs, cleanup, final status.
 
+use std::collections::BTreeMap;
+
 use crate::build::actor::BuildRun;
+use crate::build::outcome::Outcome;
 use crate::build::placement::HeldPlacement;
 use crate::build::plan::Plan;
 use crate::db::HandleKind;
@@ -27,11 +30,49 @@ pub struct Resume {
 
 impl BuildRun {
     /// Takes over the build's step where it was and follows it to its end.
-    pub(super) async fn resume(&self, plan: &Plan, resume: Resume) -> Result<StepEnd, EngineError> {
+    /// Only a plan of one step can be taken over: a build of several is
+    /// errored (and what it created destroyed).
+    pub(super) async fn resume(&self, plan: &Plan, resume: Resume) -> Outcome {
+        if !plan.is_one_step() {
+            return self.refuse_resume().await;
+        }
         tracing::info!(build = self.id, worker = %resume.worker, "resuming a build after a restart of the web node");
-        self.resume_step(plan, &resume)
+        let result = self
+            .resume_step(plan, &resume)
             .await
-            .map_err(EngineError::lost_if_unreachable)
+            .map_err(EngineError::lost_if_unreachable);
+        Outcome::of_step(result, &self.stop)
+    }
+
+    /// Errors a build whose plan has several steps, destroying what its
+    /// steps created on each worker.
+    async fn refuse_resume(&self) -> Outcome {
+        let message = "the build's plan has several steps, and a restarted web node can take over only a build of one step; its steps were not followed to their end".to_string();
+        tracing::warn!(build = self.id, "{message}");
+        let mut by_worker: BTreeMap<String, Created> = BTreeMap::new();
+        for kind in [HandleKind::Container, HandleKind::Volume] {
+            for row in self
+                .deps
+                .db
+                .build_handles(kind, self.id)
+                .await
+                .unwrap_or_default()
+            {
+                let created = by_worker.entry(row.worker.clone()).or_default();
+                match kind {
+                    HandleKind::Container => created.containers.push(row.handle),
+                    HandleKind::Volume => created.volumes.push(row.handle),
+                }
+            }
+        }
+        for (worker, created) in by_worker {
+            let Ok(Some(row)) = self.deps.db.get_worker(&worker).await else {
+                continue;
+            };
+            let client = self.deps.connector.connect(&row.registration);
+            self.cleanup(client, created, false).await;
+        }
+        Outcome::Errored(message)
     }
 
     async fn resume_step(&self, plan: &Plan, resume: &Resume) -> Result<StepEnd, EngineError> {
@@ -71,7 +112,7 @@ impl BuildRun {
             .find(|r| r.handle == resume.container)
             .and_then(|r| r.step.clone())
             .unwrap_or_default();
-        let mut ctx = self.step_context(&step_name, worker.clone(), watch, created);
+        let mut ctx = self.step_context(&step_name, worker.clone(), watch, created, &self.stop);
         let result = async {
             let step = plan.step(&step_name).ok_or_else(|| {
                 EngineError::Invalid(format!(

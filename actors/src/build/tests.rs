@@ -22,6 +22,7 @@ use super::*;
 use crate::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
 use crate::artifacts::Artifacts;
 use crate::build::actor::BuildRun;
+use crate::build::outcome::Outcome;
 use crate::db::{BuildStatus, Db};
 use crate::error::EngineError;
 use crate::events::{BuildEvent, EventHub, EventSink};
@@ -31,7 +32,7 @@ use crate::scheduler::{Candidate, GetStats, PlacementConfig, Scheduler, WorkerUp
 use crate::spec::Encoding;
 use crate::state::WorkerState;
 use crate::steps::process::STOP_GRACE;
-use crate::steps::{Events, StepEnd, Stop};
+use crate::steps::{Events, Stop};
 use crate::task_config::TaskConfig;
 use crate::testing::fake_worker::{Behaviour, FakeConnector, FakeWorker};
 use crate::worker_info::{WorkerLimits, WorkerRegistration};
@@ -59,18 +60,22 @@ impl ArtifactStore for NoArtifacts {
     }
 }
 
-/// One worker `w`, the services a build needs, and the clock paused.
-struct Harness {
-    db: Db,
-    worker: Arc<FakeWorker>,
-    deps: BuildDeps,
-    running: RunningBuilds,
+/// Workers (`w`, unless told), the services a build needs, and the clock
+/// paused.
+pub(super) struct Harness {
+    pub(super) db: Db,
+    /// The first worker.
+    pub(super) worker: Arc<FakeWorker>,
+    /// Every worker.
+    pub(super) workers: Vec<Arc<FakeWorker>>,
+    pub(super) deps: BuildDeps,
+    pub(super) running: RunningBuilds,
     _dir: tempfile::TempDir,
 }
 
-fn registration(limits: WorkerLimits) -> WorkerRegistration {
+fn registration(name: &str, limits: WorkerLimits) -> WorkerRegistration {
     WorkerRegistration {
-        name: "w".into(),
+        name: name.into(),
         agent_url: "http://127.0.0.1:1".into(),
         agent_token: "t".into(),
         platform: "linux".into(),
@@ -86,37 +91,53 @@ fn registration(limits: WorkerLimits) -> WorkerRegistration {
 }
 
 impl Harness {
-    async fn new(behaviour: Behaviour, max_active_tasks: Option<u32>) -> Harness {
+    pub(super) async fn new(behaviour: Behaviour, max_active_tasks: Option<u32>) -> Harness {
+        Harness::with_workers(behaviour, &["w"], max_active_tasks).await
+    }
+
+    /// Workers named `names`, each running at most `max_active_tasks` steps.
+    pub(super) async fn with_workers(
+        behaviour: Behaviour,
+        names: &[&str],
+        max_active_tasks: Option<u32>,
+    ) -> Harness {
         let (db, dir) = crate::db::test_db().await;
         let limits = WorkerLimits {
             max_active_tasks,
             ..WorkerLimits::default()
         };
-        db.upsert_worker(&registration(limits.clone()))
-            .await
-            .unwrap();
+        for name in names {
+            db.upsert_worker(&registration(name, limits.clone()))
+                .await
+                .unwrap();
+        }
         tokio::time::pause();
         actix::spawn(async {
             loop {
                 tokio::task::yield_now().await;
             }
         });
-        let worker = FakeWorker::new("w", behaviour);
+        let workers: Vec<_> = names
+            .iter()
+            .map(|name| FakeWorker::new(name, behaviour))
+            .collect();
         let scheduler = Scheduler::new(PlacementConfig {
             without_inputs: vec![Strategy::LimitActiveTasks],
             ..PlacementConfig::default()
         })
         .start();
-        scheduler
-            .send(WorkerUpdated(Candidate {
-                registration: registration(limits),
-                state: WorkerState::Running,
-                client: worker.clone(),
-            }))
-            .await
-            .unwrap();
         let worker_states = crate::registry::WorkerStates::default();
-        worker_states.insert("w".into(), watch::channel(WorkerState::Running).0);
+        for (name, worker) in names.iter().zip(&workers) {
+            scheduler
+                .send(WorkerUpdated(Candidate {
+                    registration: registration(name, limits.clone()),
+                    state: WorkerState::Running,
+                    client: worker.clone(),
+                }))
+                .await
+                .unwrap();
+            worker_states.insert(name.to_string(), watch::channel(WorkerState::Running).0);
+        }
         let deps = BuildDeps {
             db: db.clone(),
             hub: EventHub::default(),
@@ -125,14 +146,15 @@ impl Harness {
             encoding: Encoding::Raw,
             worker_states,
             rerun_when_worker_disappears: false,
-            connector: Arc::new(FakeConnector(worker.clone())),
+            connector: Arc::new(FakeConnector(workers.clone())),
             imports: Default::default(),
             intercepts: Default::default(),
             jobs: Default::default(),
         };
         Harness {
             db,
-            worker,
+            worker: workers[0].clone(),
+            workers,
             deps,
             running: Default::default(),
             _dir: dir,
@@ -156,8 +178,17 @@ impl Harness {
         (id, build)
     }
 
+    /// Creates and starts a build of `plan`.
+    pub(super) async fn start_plan(&self, plan: Plan) -> (i64, Addr<Build>) {
+        let json = serde_json::json!({});
+        let id = self.db.create_build("main", &json, "web").await.unwrap();
+        let deps = self.deps.clone();
+        let build = Build::of_plan(id, "main".into(), plan, None, deps, self.running.clone());
+        (id, build.start())
+    }
+
     /// The build's stored events.
-    async fn events(&self, id: i64) -> Vec<BuildEvent> {
+    pub(super) async fn events(&self, id: i64) -> Vec<BuildEvent> {
         let stored = self.db.build_events_after(id, 0).await.unwrap();
         stored
             .iter()
@@ -166,7 +197,7 @@ impl Harness {
     }
 
     /// Waits until the build has stored its final status.
-    async fn finished(&self, id: i64) -> crate::db::BuildRow {
+    pub(super) async fn finished(&self, id: i64) -> crate::db::BuildRow {
         let hub_done = until("the build to finish", || async {
             let row = self.db.get_build(id).await.unwrap()?;
             let last = self.events(id).await.last().cloned()?;
@@ -177,7 +208,7 @@ impl Harness {
 }
 
 /// A task config running `exit STATUS` (the fake worker exits with it).
-fn task(status: &str) -> TaskConfig {
+pub(super) fn task(status: &str) -> TaskConfig {
     TaskConfig::from_yaml(&format!(
         "platform: linux\nrun:\n  path: exit\n  args: [\"{status}\"]\n"
     ))
@@ -185,7 +216,7 @@ fn task(status: &str) -> TaskConfig {
 }
 
 /// Yields until `check` answers; fails after five seconds of wall time.
-async fn until<T, F, Fut>(what: &str, mut check: F) -> T
+pub(super) async fn until<T, F, Fut>(what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -204,12 +235,12 @@ where
 }
 
 /// Moves the paused clock to just past `deadline`, where timers due then fire.
-async fn advance_past(deadline: Instant) {
+pub(super) async fn advance_past(deadline: Instant) {
     tokio::time::advance(deadline - Instant::now() + TICK).await;
 }
 
 /// The resolution of tokio's timers.
-const TICK: Duration = Duration::from_millis(1);
+pub(super) const TICK: Duration = Duration::from_millis(1);
 
 /// Whether `at` is `deadline`, give or take the timers' resolution.
 fn on_time(at: Instant, deadline: Instant) -> bool {
@@ -233,7 +264,7 @@ async fn abort_once_running(h: &Harness, build: &Addr<Build>) -> Instant {
 }
 
 /// Lets every ready task run a while without moving the clock.
-async fn settle() {
+pub(super) async fn settle() {
     for _ in 0..200 {
         tokio::task::yield_now().await;
     }
@@ -343,14 +374,12 @@ async fn a_timeout_ends_a_wait_for_a_worker_without_leaking_its_place() {
     .await;
     tokio::time::advance(Duration::from_secs(2)).await;
     settle().await;
-    assert!(!h
-        .db
-        .get_build(waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .status
-        .is_finished());
+    let row = h.db.get_build(waiter).await.unwrap().unwrap();
+    assert!(
+        !row.status.is_finished(),
+        "{row:?} {:?}",
+        h.events(waiter).await
+    );
     advance_past(started_at + Duration::from_secs(3)).await;
     let row = h.finished(waiter).await;
     assert_eq!(row.status, BuildStatus::Errored);
@@ -395,9 +424,16 @@ async fn a_sequence_runs_its_steps_in_order_until_one_fails() {
         team: "main".into(),
         deps: h.deps.clone(),
         events: Events::new(EventSink::new(id, h.db.clone(), h.deps.hub.clone())),
-        stop: Stop::new(stop),
+        stop: Stop::new(stop.clone()),
+        hooks_stop: Stop::new(stop),
     };
-    assert_eq!(run.run(&plan).await.unwrap(), StepEnd::Exited(3));
+    assert_eq!(
+        run.run(&plan).await,
+        Outcome::Failed {
+            exit_status: Some(3),
+            message: None
+        }
+    );
     assert_eq!(
         h.worker.started(),
         2,
@@ -413,4 +449,58 @@ async fn a_sequence_runs_its_steps_in_order_until_one_fails() {
         })
         .collect();
     assert_eq!(placed, ["a", "b"]);
+}
+
+#[actix_rt::test]
+async fn a_restarted_web_node_errors_a_build_of_several_steps_and_destroys_what_it_made() {
+    let h = Harness::new(Behaviour::default(), None).await;
+    let id =
+        h.db.create_build("main", &serde_json::json!({}), "web")
+            .await
+            .unwrap();
+    for (kind, handle) in [
+        (crate::db::HandleKind::Container, "c1"),
+        (crate::db::HandleKind::Volume, "v1"),
+    ] {
+        h.db.insert_handle(kind, handle, "w", Some(id), Some("a"), "main")
+            .await
+            .unwrap();
+    }
+    let step = |name: &str| {
+        Plan::Step(Arc::new(crate::steps::task::TaskStep {
+            name: name.into(),
+            config: task("0"),
+            inputs: Default::default(),
+            tags: vec![],
+            image: None,
+        }))
+    };
+    let (_stop, stop) = watch::channel(None);
+    let run = BuildRun {
+        id,
+        team: "main".into(),
+        deps: h.deps.clone(),
+        events: Events::new(EventSink::new(id, h.db.clone(), h.deps.hub.clone())),
+        stop: Stop::new(stop.clone()),
+        hooks_stop: Stop::new(stop),
+    };
+    let resume = Resume {
+        worker: "w".into(),
+        container: "c1".into(),
+        next_event: 1,
+    };
+    let outcome = run
+        .resume(&Plan::Do(vec![step("a"), step("b")]), resume)
+        .await;
+    let Outcome::Errored(message) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(message.contains("several steps"), "{message}");
+    assert_eq!(h.worker.started(), 0);
+    for kind in [
+        crate::db::HandleKind::Container,
+        crate::db::HandleKind::Volume,
+    ] {
+        assert!(h.db.build_handles(kind, id).await.unwrap().is_empty());
+    }
 }

@@ -1,44 +1,212 @@
-//! The plan walker: runs a build's plan, step after step. Each step is
-//! placed on a worker and run there through the steps module
-//! ([`crate::steps::Step`]), so adding a kind of step changes nothing here.
+//! The plan walker: runs a build's plan with Concourse's semantics
+//! (`atc/exec` in concourse/concourse: `do`, `try_step.go`,
+//! `retry_step.go`, `timeout_step.go`; `in_parallel` in `parallel.rs`,
+//! hooks in `hooks.rs`). Each step is placed on a worker and run there
+//! through the steps module ([`crate::steps::Step`]), so adding a kind of
+//! step changes nothing here.
+//!
+//! Every node runs in a [`Scope`]: its position in the tree, the attempt it
+//! is part of, and its stop signal — the build's, plus one level for each
+//! enclosing `timeout` and `fail_fast` group, so that stopping a subtree
+//! stops only its steps. A node whose scope is stopped before it starts
+//! does not start. Each node's start and end are events (`node_started`,
+//! `node_finished`) with its position and attempt.
+
+use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
+use tokio::sync::watch;
 
-use crate::build::actor::BuildRun;
+use crate::build::actor::{BuildRun, StopReason};
+use crate::build::outcome::{duration, Outcome};
 use crate::build::plan::Plan;
 use crate::db::BuildStatus;
-use crate::error::EngineError;
-use crate::events::BuildEvent;
-use crate::steps::StepEnd;
+use crate::events::{BuildEvent, Origin};
+use crate::steps::Stop;
 
-impl BuildRun {
-    /// Starts the build and walks its plan; returns how the last step that
-    /// ran ended.
-    pub(super) async fn run(&self, plan: &Plan) -> Result<StepEnd, EngineError> {
-        self.emit_quietly(&BuildEvent::status(BuildStatus::Started, None))
-            .await;
-        self.walk(plan).await
+/// Where in the plan a node runs, and what stops it.
+#[derive(Clone)]
+pub(super) struct Scope {
+    /// Stops the node's steps: the build's stop, then the stop of each
+    /// enclosing `timeout` and `fail_fast` group, outermost first.
+    pub(super) stop: Stop,
+    /// The node's position (see [`crate::events::PlanNode::id`]).
+    pub(super) id: String,
+    /// The attempt of each enclosing `attempts`, outermost first.
+    pub(super) attempts: Vec<u32>,
+}
+
+impl Scope {
+    /// The root of a plan run under `stop`.
+    pub(super) fn root(stop: Stop) -> Scope {
+        Scope {
+            stop,
+            id: "0".into(),
+            attempts: Vec::new(),
+        }
     }
 
-    /// Runs `plan`: a step where placement puts it, a sequence in order until
-    /// one of its plans does not succeed.
-    fn walk<'a>(&'a self, plan: &'a Plan) -> LocalBoxFuture<'a, Result<StepEnd, EngineError>> {
+    /// The scope of the child at `suffix`, under the same stop.
+    pub(super) fn child(&self, suffix: impl std::fmt::Display) -> Scope {
+        Scope {
+            id: format!("{}.{suffix}", self.id),
+            ..self.clone()
+        }
+    }
+
+    /// The same node position under another stop signal.
+    pub(super) fn under(self, stop: Stop) -> Scope {
+        Scope { stop, ..self }
+    }
+
+    fn origin(&self) -> Origin {
+        Origin {
+            id: self.id.clone(),
+            attempts: self.attempts.clone(),
+        }
+    }
+}
+
+impl BuildRun {
+    /// Starts the build and walks its plan; returns how the plan ended.
+    pub(super) async fn run(&self, plan: &Plan) -> Outcome {
+        self.emit_quietly(&BuildEvent::status(BuildStatus::Started, None))
+            .await;
+        if let Err(e) = plan.check_step_names() {
+            return Outcome::Errored(e.to_string());
+        }
+        self.emit_quietly(&BuildEvent::Plan {
+            tree: plan.describe("0"),
+            time: crate::db::now_ms(),
+        })
+        .await;
+        self.walk(plan, Scope::root(self.stop.clone())).await
+    }
+
+    /// Runs `plan` in `scope`, between its node events; a node whose scope
+    /// is already stopped does not start.
+    pub(super) fn walk<'a>(&'a self, plan: &'a Plan, scope: Scope) -> LocalBoxFuture<'a, Outcome> {
         async move {
-            match plan {
-                Plan::Step(step) => self.run_step(step.as_ref()).await,
-                Plan::Do(plans) => {
-                    let mut end = StepEnd::Exited(0);
-                    for plan in plans {
-                        end = self.walk(plan).await?;
-                        if end != StepEnd::Exited(0) {
-                            break;
-                        }
-                    }
-                    Ok(end)
-                }
+            if let Some(reason) = scope.stop.reason() {
+                return Outcome::Stopped(reason);
             }
+            let step = match plan {
+                Plan::Step(step) => Some(step.name().to_string()),
+                _ => None,
+            };
+            self.emit_quietly(&BuildEvent::NodeStarted {
+                origin: scope.origin(),
+                step: step.clone(),
+                time: crate::db::now_ms(),
+            })
+            .await;
+            let outcome = match plan {
+                Plan::Step(s) => {
+                    let result = self.run_step(s.as_ref(), &scope.stop).await;
+                    Outcome::of_step(result, &scope.stop)
+                }
+                Plan::Do(plans) => self.walk_do(plans, &scope).await,
+                Plan::InParallel {
+                    plans,
+                    limit,
+                    fail_fast,
+                } => self.walk_parallel(plans, *limit, *fail_fast, &scope).await,
+                Plan::Try(plan) => self.walk_try(plan, &scope).await,
+                Plan::Hooks { plan, hooks } => self.walk_hooks(plan, hooks, &scope).await,
+                Plan::Attempts { plan, attempts } => {
+                    self.walk_attempts(plan, *attempts, &scope).await
+                }
+                Plan::Timeout { plan, duration } => {
+                    self.walk_timeout(plan, *duration, &scope).await
+                }
+            };
+            self.emit_quietly(&BuildEvent::NodeFinished {
+                origin: scope.origin(),
+                step,
+                outcome: outcome.event(),
+                exit_status: outcome.exit_status().filter(|_| !outcome.succeeded()),
+                message: outcome.message(),
+                time: crate::db::now_ms(),
+            })
+            .await;
+            outcome
         }
         .boxed_local()
+    }
+
+    /// `do`: in order; the first that does not succeed ends it.
+    async fn walk_do(&self, plans: &[Plan], scope: &Scope) -> Outcome {
+        for (i, plan) in plans.iter().enumerate() {
+            let outcome = self.walk(plan, scope.child(i)).await;
+            if !outcome.succeeded() {
+                return outcome;
+            }
+        }
+        Outcome::Succeeded
+    }
+
+    /// `try`: succeeds whatever its plan did, except that a cancellation (an
+    /// abort) goes on; a timeout is swallowed (Concourse's `TryStep`).
+    async fn walk_try(&self, plan: &Plan, scope: &Scope) -> Outcome {
+        let outcome = self.walk(plan, scope.child(0)).await;
+        if outcome.cancelled() {
+            outcome
+        } else {
+            Outcome::Succeeded
+        }
+    }
+
+    /// `attempts`: runs its plan again after a failure or an error, until
+    /// it succeeds or `attempts` runs were made; the last run's outcome is
+    /// the whole's. A stop of its scope ends it (Concourse's `RetryStep`).
+    async fn walk_attempts(&self, plan: &Plan, attempts: u32, scope: &Scope) -> Outcome {
+        let attempts = attempts.max(1);
+        let mut attempt = 1;
+        loop {
+            let mut child = scope.child(0);
+            child.attempts.push(attempt);
+            let outcome = self.walk(plan, child).await;
+            if let Some(reason) = scope.stop.reason() {
+                return Outcome::Stopped(reason);
+            }
+            if outcome.succeeded() || attempt == attempts {
+                return outcome;
+            }
+            attempt += 1;
+        }
+    }
+
+    /// `timeout`: its plan under one more stop level, which a timer sets
+    /// after `limit`; the steps are stopped (SIGTERM, then SIGKILL after the
+    /// grace) and the node fails with `timed out after ...` — failed, not
+    /// errored, as Concourse's `TimeoutStep` and task timeouts do, with an
+    /// error event naming the timeout.
+    async fn walk_timeout(&self, plan: &Plan, limit: Duration, scope: &Scope) -> Outcome {
+        let (timer, rx) = watch::channel(None);
+        let child = scope.child(0).under(scope.stop.within(rx));
+        let walk = self.walk(plan, child);
+        tokio::pin!(walk);
+        let outcome = tokio::select! {
+            outcome = &mut walk => outcome,
+            () = tokio::time::sleep(limit) => {
+                timer.send_replace(Some(StopReason::Timeout(limit)));
+                walk.await
+            }
+        };
+        let timed_out = timer.borrow().is_some() && scope.stop.reason().is_none();
+        if timed_out && matches!(outcome, Outcome::Stopped(StopReason::Timeout(_))) {
+            let message = format!("timed out after {}", duration(limit));
+            self.emit_quietly(&BuildEvent::Error {
+                message: message.clone(),
+                time: crate::db::now_ms(),
+            })
+            .await;
+            return Outcome::Failed {
+                exit_status: None,
+                message: Some(message),
+            };
+        }
+        outcome
     }
 }

@@ -28,26 +28,56 @@ impl Events {
     }
 }
 
-/// The build's stop signal (a user's abort or the step's timeout), as steps
-/// see it.
+/// The stop signal a step sees: the build's (a user's abort or the build's
+/// timeout) and those of the scopes of the plan it runs in (an enclosing
+/// `timeout`, an `in_parallel` with `fail_fast`), outermost first. Any of
+/// them stops the step.
 #[derive(Clone)]
-pub struct Stop(watch::Receiver<Option<StopReason>>);
+pub struct Stop(Vec<watch::Receiver<Option<StopReason>>>);
 
 impl Stop {
     /// Listens on the build's stop channel.
     pub fn new(rx: watch::Receiver<Option<StopReason>>) -> Self {
-        Stop(rx)
+        Stop(vec![rx])
     }
 
-    /// Why the build is being stopped, if it is.
+    /// This signal, and also `rx`: the stop of a scope nested in this one.
+    pub fn within(&self, rx: watch::Receiver<Option<StopReason>>) -> Self {
+        let mut levels = self.0.clone();
+        levels.push(rx);
+        Stop(levels)
+    }
+
+    /// The enclosing scopes that are not stopped yet: the levels before the
+    /// first one that is (all of them when none is); `None` when even the
+    /// outermost is stopped. Hooks that run after a stop (`ensure`,
+    /// `on_abort`) listen on this, so the stop that already happened does not
+    /// stop them at once.
+    pub fn unstopped(&self) -> Option<Self> {
+        let n = self.0.iter().take_while(|rx| rx.borrow().is_none()).count();
+        (n > 0).then(|| Stop(self.0[..n].to_vec()))
+    }
+
+    /// Why the step is being stopped, if it is: the outermost reason set.
     pub fn reason(&self) -> Option<StopReason> {
-        *self.0.borrow()
+        self.0.iter().find_map(|rx| *rx.borrow())
     }
 
-    /// Resolves once the build is asked to stop (at once if it was already),
-    /// or when nothing can ask any more.
+    /// Resolves once any level asks to stop (at once if one did already), or
+    /// when nothing can ask any more.
     pub async fn requested(&mut self) {
-        let _ = self.0.wait_for(Option::is_some).await;
+        let mut waits: Vec<_> = self
+            .0
+            .iter_mut()
+            .map(|rx| Box::pin(async move { rx.wait_for(Option::is_some).await.is_ok() }))
+            .collect();
+        while !waits.is_empty() {
+            let (asked, _, rest) = futures::future::select_all(waits).await;
+            if asked {
+                return;
+            }
+            waits = rest;
+        }
     }
 }
 

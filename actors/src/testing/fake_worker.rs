@@ -1,7 +1,14 @@
 //! An in-memory worker for tests of builds: volumes and containers are
 //! names in sets, and each process is a task that prints a line, then exits
 //! on its own, on SIGKILL, or on SIGTERM as told. Every signal is recorded
-//! with the (possibly paused) clock's time it arrived.
+//! with the (possibly paused) clock's time it arrived, and every run of a
+//! process with its step, when it started and ended and how.
+//!
+//! A process's arguments say how it runs: the first is its exit status, or
+//! a comma-separated list of them for the successive runs of the same step
+//! (`1,1,0`: fails twice, then succeeds); the second, if any, how many
+//! milliseconds it runs before it exits (`-`: until signalled), instead of
+//! the worker's [`Behaviour::exit_after`].
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -31,6 +38,19 @@ pub(crate) struct Behaviour {
     pub on_term: Option<Duration>,
 }
 
+/// One run of a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Run {
+    /// The step whose container it ran in.
+    pub step: String,
+    /// When it started.
+    pub started: Instant,
+    /// When it exited, and with what status.
+    pub ended: Option<(Instant, i32)>,
+    /// Signals it was sent.
+    pub signals: Vec<ProcessSignal>,
+}
+
 /// What the worker holds and what its processes were sent.
 #[derive(Default)]
 struct Record {
@@ -40,6 +60,8 @@ struct Record {
     started: usize,
     /// Signals sent to any process, with when they arrived.
     signals: Vec<(ProcessSignal, Instant)>,
+    /// Every run of a process, in the order they started.
+    runs: Vec<Run>,
 }
 
 /// A worker living in memory.
@@ -69,6 +91,11 @@ impl FakeWorker {
         self.lock().signals.clone()
     }
 
+    /// Every run of a process so far, in the order they started.
+    pub(crate) fn runs(&self) -> Vec<Run> {
+        self.lock().runs.clone()
+    }
+
     /// Containers and volumes it holds now.
     pub(crate) fn held(&self) -> usize {
         let r = self.lock();
@@ -80,12 +107,17 @@ impl FakeWorker {
     }
 }
 
-/// Connects every registration to the same worker.
-pub(crate) struct FakeConnector(pub Arc<FakeWorker>);
+/// Connects each registration to the fake worker of its name (the first
+/// one when none has it).
+pub(crate) struct FakeConnector(pub Vec<Arc<FakeWorker>>);
 
 impl WorkerConnector for FakeConnector {
-    fn connect(&self, _: &WorkerRegistration) -> Arc<dyn Worker> {
-        self.0.clone()
+    fn connect(&self, registration: &WorkerRegistration) -> Arc<dyn Worker> {
+        self.0
+            .iter()
+            .find(|w| w.name == registration.name)
+            .unwrap_or(&self.0[0])
+            .clone()
     }
 }
 
@@ -109,6 +141,8 @@ impl Volume for FakeVolume {
 
 struct FakeContainer {
     handle: String,
+    /// The step it was created for.
+    step: String,
     behaviour: Behaviour,
     record: Arc<Mutex<Record>>,
 }
@@ -124,14 +158,37 @@ impl Container for FakeContainer {
         spec: ProcessSpec,
         io: ProcessIo,
     ) -> Result<Box<dyn Process>, RuntimeError> {
-        let status = spec.args.first().and_then(|a| a.parse().ok()).unwrap_or(0);
+        let mut behaviour = self.behaviour;
+        match spec.args.get(1).map(String::as_str) {
+            Some("-") => behaviour.exit_after = None,
+            Some(ms) => behaviour.exit_after = ms.parse().ok().map(Duration::from_millis),
+            None => {}
+        }
         let (signals, mut inbox) = mpsc::unbounded_channel();
         let (exited, exit) = watch::channel(None);
-        let behaviour = self.behaviour;
-        self.record
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .started += 1;
+        let (run, status) = {
+            let mut record = self.record.lock().unwrap_or_else(|e| e.into_inner());
+            record.started += 1;
+            let earlier = record.runs.iter().filter(|r| r.step == self.step).count();
+            let statuses: Vec<i32> = spec
+                .args
+                .first()
+                .map(|a| a.split(',').filter_map(|s| s.parse().ok()).collect())
+                .unwrap_or_default();
+            let status = statuses
+                .get(earlier)
+                .or(statuses.last())
+                .copied()
+                .unwrap_or(0);
+            record.runs.push(Run {
+                step: self.step.clone(),
+                started: Instant::now(),
+                ended: None,
+                signals: Vec::new(),
+            });
+            (record.runs.len() - 1, status)
+        };
+        let record = self.record.clone();
         tokio::spawn(async move {
             let output = io.output;
             let ready = ProcessOutput {
@@ -166,10 +223,13 @@ impl Container for FakeContainer {
             };
             // The output ends (the sender is dropped) as the process exits.
             drop(output);
+            record.lock().unwrap_or_else(|e| e.into_inner()).runs[run].ended =
+                Some((Instant::now(), code));
             let _ = exited.send(Some(code));
         });
         Ok(Box::new(FakeProcess {
             id: spec.id,
+            run,
             signals,
             exit,
             record: self.record.clone(),
@@ -187,6 +247,8 @@ impl Container for FakeContainer {
 
 struct FakeProcess {
     id: String,
+    /// Its place in the record's runs.
+    run: usize,
     signals: mpsc::UnboundedSender<ProcessSignal>,
     exit: watch::Receiver<Option<i32>>,
     record: Arc<Mutex<Record>>,
@@ -206,11 +268,11 @@ impl Process for FakeProcess {
         Ok(code.unwrap_or_default())
     }
     async fn signal(&self, signal: ProcessSignal) -> Result<(), RuntimeError> {
-        self.record
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .signals
-            .push((signal, Instant::now()));
+        {
+            let mut record = self.record.lock().unwrap_or_else(|e| e.into_inner());
+            record.signals.push((signal, Instant::now()));
+            record.runs[self.run].signals.push(signal);
+        }
         let _ = self.signals.send(signal);
         Ok(())
     }
@@ -243,6 +305,7 @@ impl Worker for FakeWorker {
         self.lock().containers.insert(spec.handle.clone());
         Ok(Arc::new(FakeContainer {
             handle: spec.handle.clone(),
+            step: spec.properties.get("step").cloned().unwrap_or_default(),
             behaviour: self.behaviour,
             record: self.record.clone(),
         }))
