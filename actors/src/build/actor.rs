@@ -18,7 +18,9 @@ use crate::registry::WorkerStates;
 use crate::runtime::{Worker, WorkerConnector};
 use crate::scheduler::Scheduler;
 use crate::spec::Encoding;
-use crate::steps::{BuildScope, Created, Events, ImportLocks, StepContext, Stop, WorkerWatch};
+use crate::steps::{
+    ArtifactScope, BuildScope, Created, Events, ImportLocks, StepContext, Stop, WorkerWatch,
+};
 
 /// What every build needs from the web node.
 #[derive(Clone)]
@@ -124,18 +126,19 @@ impl Build {
         }
     }
 
-    /// A build that a restarted web node takes over where it was.
+    /// A build of `plan` (with the build's `timeout`) that a restarted web
+    /// node takes over where it was.
     pub fn resuming(
         id: i64,
         team: String,
-        plan: OneOffPlan,
+        (plan, timeout): (Plan, Option<Duration>),
         deps: BuildDeps,
         running: RunningBuilds,
         resume: Resume,
     ) -> Self {
         Build {
             resume: Some(resume),
-            ..Build::new(id, team, plan, deps, running)
+            ..Build::of_plan(id, team, plan, timeout, deps, running)
         }
     }
 
@@ -181,6 +184,7 @@ impl Actor for Build {
             events: Events::new(sink),
             stop: Stop::new(self.stop.subscribe()),
             hooks_stop: Stop::new(self.hooks_stop.subscribe()),
+            named: ArtifactScope::new(),
         };
         let resume = self.resume.take();
         async move {
@@ -218,6 +222,8 @@ pub(super) struct BuildRun {
     pub(super) stop: Stop,
     /// What stops hooks that run after the build was stopped: a second abort.
     pub(super) hooks_stop: Stop,
+    /// The build's artifacts by name, shared by its steps.
+    pub(super) named: ArtifactScope,
 }
 
 impl BuildRun {
@@ -241,6 +247,7 @@ impl BuildRun {
             imports: self.deps.imports.clone(),
             events: self.events.clone(),
             stop: stop.clone(),
+            named: self.named.clone(),
         };
         StepContext::new(scope, step, worker, watch, created)
     }

@@ -52,6 +52,8 @@ fn task_step(name: &str, config: TaskConfig) -> Plan {
         inputs: Default::default(),
         tags: vec![],
         image: None,
+        input_mapping: Default::default(),
+        output_mapping: Default::default(),
     }))
 }
 

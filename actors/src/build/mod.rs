@@ -5,6 +5,8 @@
 //! - `actor.rs`: the actor, its messages, stopping (abort, timeout) and how
 //!   a build ends;
 //! - `plan.rs`: what a build runs: steps, composites, modifiers, hooks;
+//! - `from_pipeline.rs`: a build of a Concourse job, its plan translated
+//!   from the pipeline's steps;
 //! - `walker.rs`: running a plan (`do`, `try`, `attempts`, `timeout`),
 //!   each node in a scope with its own stop signal;
 //! - `parallel.rs`: `in_parallel`;
@@ -18,6 +20,7 @@ mod actor;
 mod cleanup;
 #[cfg(test)]
 mod composite_tests;
+mod from_pipeline;
 mod hooks;
 mod outcome;
 mod parallel;
@@ -30,6 +33,7 @@ mod walker;
 
 pub use crate::steps::ImportLocks;
 pub use actor::{AbortBuild, Build, BuildDeps, RunningBuilds, StopReason};
+pub use from_pipeline::{job_plan, JobPlan};
 pub use outcome::Outcome;
 pub use plan::{Hooks, OneOffPlan, Plan, ONE_OFF_STEP};
 pub use resume::Resume;

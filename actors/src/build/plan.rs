@@ -243,6 +243,8 @@ impl From<OneOffPlan> for Plan {
             inputs: plan.inputs,
             tags: plan.tags,
             image: plan.image,
+            input_mapping: Default::default(),
+            output_mapping: Default::default(),
         }))
     }
 }

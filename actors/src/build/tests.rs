@@ -415,6 +415,8 @@ async fn a_sequence_runs_its_steps_in_order_until_one_fails() {
             inputs: Default::default(),
             tags: vec![],
             image: None,
+            input_mapping: Default::default(),
+            output_mapping: Default::default(),
         }))
     };
     let plan = Plan::Do(vec![step("a", "0"), step("b", "3"), step("c", "0")]);
@@ -426,6 +428,7 @@ async fn a_sequence_runs_its_steps_in_order_until_one_fails() {
         events: Events::new(EventSink::new(id, h.db.clone(), h.deps.hub.clone())),
         stop: Stop::new(stop.clone()),
         hooks_stop: Stop::new(stop),
+        named: Default::default(),
     };
     assert_eq!(
         run.run(&plan).await,
@@ -473,6 +476,8 @@ async fn a_restarted_web_node_errors_a_build_of_several_steps_and_destroys_what_
             inputs: Default::default(),
             tags: vec![],
             image: None,
+            input_mapping: Default::default(),
+            output_mapping: Default::default(),
         }))
     };
     let (_stop, stop) = watch::channel(None);
@@ -483,6 +488,7 @@ async fn a_restarted_web_node_errors_a_build_of_several_steps_and_destroys_what_
         events: Events::new(EventSink::new(id, h.db.clone(), h.deps.hub.clone())),
         stop: Stop::new(stop.clone()),
         hooks_stop: Stop::new(stop),
+        named: Default::default(),
     };
     let resume = Resume {
         worker: "w".into(),

@@ -3,10 +3,11 @@
 use actix::prelude::*;
 
 use super::Engine;
-use crate::build::{Build, OneOffPlan};
+use crate::build::{Build, JobPlan, OneOffPlan};
 use crate::db::BuildRow;
 use crate::error::EngineError;
 use crate::event_follow::{self, StoredEvent};
+use crate::pipeline::Vars;
 
 impl Engine {
     /// Aborts a running build: its step is stopped (SIGTERM, then SIGKILL
@@ -85,6 +86,41 @@ impl Engine {
             .await?;
         let deps = self.build_deps();
         Build::new(id, team.to_string(), plan, deps, self.builds.clone()).start();
+        Ok(id)
+    }
+
+    /// Creates a build of job `job` of a pipeline (its YAML text, its
+    /// `((vars))` filled from `vars`) and starts it. The whole pipeline is
+    /// checked; an unfilled var, an unknown job, or a step or field Gantry
+    /// does not run yet is an [`EngineError::Invalid`] naming it, and
+    /// nothing is created. The pipeline, job and vars are stored as the
+    /// build's plan.
+    pub async fn create_job_build(
+        &self,
+        team: &str,
+        pipeline_yaml: &str,
+        job: &str,
+        vars: Vars,
+    ) -> Result<i64, EngineError> {
+        if !self.db.team_exists(team).await? {
+            return Err(EngineError::NotFound {
+                kind: "team",
+                name: team.into(),
+            });
+        }
+        let stored = JobPlan {
+            pipeline: pipeline_yaml.to_string(),
+            job: job.to_string(),
+            vars,
+        };
+        let plan = stored.plan()?;
+        let json = serde_json::to_value(&stored).expect("plans serialise");
+        let id = self
+            .db
+            .create_build(team, &json, &self.config.node_name)
+            .await?;
+        let deps = self.build_deps();
+        Build::of_plan(id, team.to_string(), plan, None, deps, self.builds.clone()).start();
         Ok(id)
     }
 

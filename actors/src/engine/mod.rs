@@ -17,7 +17,7 @@ use actix::prelude::*;
 use crate::artifact_store::ArtifactStore;
 use crate::artifacts::Artifacts;
 use crate::background::Jobs;
-use crate::build::{Build, BuildDeps, OneOffPlan, Resume};
+use crate::build::{Build, BuildDeps, JobPlan, OneOffPlan, Plan, Resume};
 use crate::db::{BuildStatus, Db};
 use crate::error::EngineError;
 use crate::events::{BuildEvent, EventHub, EventSink};
@@ -144,12 +144,43 @@ impl Engine {
                 .last()
                 .map_or(0, |e| e.0)
                 + 1;
-            let plan = serde_json::from_value::<OneOffPlan>(build.plan.clone());
-            let container = db
-                .find_step_container(id, crate::build::ONE_OFF_STEP)
-                .await?;
+            let (plan, container) = match stored_plan(&build.plan) {
+                Ok(plan) => {
+                    // A plan of several steps is not followed: the Build
+                    // errors it and destroys what its steps created.
+                    let step = match plan.0.steps().as_slice() {
+                        [one] => one.name().to_string(),
+                        _ => String::new(),
+                    };
+                    let container = match step.is_empty() {
+                        true => None,
+                        false => db.find_step_container(id, &step).await?,
+                    };
+                    (Some(plan), container)
+                }
+                Err(why) => {
+                    tracing::warn!(build = id, "cannot take the build over: {why}");
+                    (None, None)
+                }
+            };
             match (plan, container) {
-                (Ok(plan), Some(c)) if c.state == crate::state::HandleState::Created => {
+                (Some(plan), _) if !plan.0.is_one_step() => {
+                    let resume = Resume {
+                        worker: String::new(),
+                        container: String::new(),
+                        next_event,
+                    };
+                    Build::resuming(
+                        id,
+                        build.team,
+                        plan,
+                        self.build_deps(),
+                        self.builds.clone(),
+                        resume,
+                    )
+                    .start();
+                }
+                (Some(plan), Some(c)) if c.state == crate::state::HandleState::Created => {
                     let resume = Resume {
                         worker: c.worker,
                         container: c.handle,
@@ -209,4 +240,17 @@ impl Engine {
         self.db.close().await;
         tracing::info!("engine: stopped");
     }
+}
+
+/// The plan stored with a build (a one-off build's or a job build's) and
+/// the build's own timeout, or why it cannot be read.
+fn stored_plan(json: &serde_json::Value) -> Result<(Plan, Option<std::time::Duration>), String> {
+    if let Ok(plan) = serde_json::from_value::<OneOffPlan>(json.clone()) {
+        let timeout = plan.timeout_secs.map(std::time::Duration::from_secs);
+        return Ok((Plan::from(plan), timeout));
+    }
+    let job = serde_json::from_value::<JobPlan>(json.clone())
+        .map_err(|e| format!("its stored plan is neither a one-off nor a job plan: {e}"))?;
+    let plan = job.plan().map_err(|e| e.to_string())?;
+    Ok((plan, None))
 }

@@ -142,8 +142,10 @@ pub fn whole_var(s: &str) -> Option<String> {
     }
 }
 
-/// Static var values: what `-v` and `-l` give.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Static var values: what `-v` and `-l` give. Stored (with a job build's
+/// plan) as a mapping of name to value.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct Vars {
     /// Each var's value by name; `((name.field))` looks into these values.
     values: BTreeMap<String, Value>,

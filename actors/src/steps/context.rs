@@ -15,7 +15,7 @@ use crate::scheduler::Scheduler;
 use crate::spec::{ContainerSpec, Encoding, VolumeSpec, VolumeStrategy};
 use crate::state::HandleState;
 
-use super::{Events, ImportLocks, Stop, WorkerWatch};
+use super::{ArtifactScope, Events, ImportLocks, Stop, WorkerWatch};
 
 /// signal and the engine's services steps use.
 #[derive(Clone)]
@@ -38,6 +38,8 @@ pub struct BuildScope {
     pub events: Events,
     /// The build's stop signal.
     pub stop: Stop,
+    /// The build's artifacts by name, shared by its steps.
+    pub named: ArtifactScope,
 }
 
 /// What a step created on its worker, to clean up afterwards.
@@ -128,6 +130,11 @@ impl StepContext {
     /// Keeps outputs, opens inputs.
     pub fn artifacts(&self) -> &Artifacts {
         &self.scope.artifacts
+    }
+
+    /// The build's artifacts by name: outputs of earlier steps.
+    pub fn named_artifacts(&self) -> &ArtifactScope {
+        &self.scope.named
     }
 
     /// Encoding of streams to and from the worker.

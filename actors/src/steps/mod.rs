@@ -7,6 +7,7 @@
 //! The plan walker (`crate::build`) places each step and hands it a context;
 //! it never changes when a step kind is added.
 
+mod artifact_scope;
 mod context;
 pub mod image;
 pub mod process;
@@ -14,6 +15,7 @@ mod signals;
 mod step;
 pub mod task;
 
+pub use artifact_scope::ArtifactScope;
 pub use context::{BuildScope, Created, StepContext};
 pub use image::ImportLocks;
 pub use signals::{Events, Stop, WorkerWatch};

@@ -43,6 +43,12 @@ pub struct TaskStep {
     pub tags: Vec<String>,
     /// Artifact id of an image (rootfs tar or OCI layout) to run the task in.
     pub image: Option<String>,
+    /// `input_mapping`: for a task input not in `inputs`, the name of the
+    /// build artifact (an earlier step's output) it is; by default its own.
+    pub input_mapping: BTreeMap<String, String>,
+    /// `output_mapping`: the name each output is kept under in the build's
+    /// artifacts (and its `output` event); by default its own.
+    pub output_mapping: BTreeMap<String, String>,
 }
 
 /// A task whose process has started.
@@ -77,7 +83,8 @@ impl Step for TaskStep {
             need: Load {
                 tasks: 1,
                 containers: 1,
-                volumes: (self.inputs.len() + config.outputs.len() + config.caches.len()) as u32,
+                volumes: (self.expected_inputs() + config.outputs.len() + config.caches.len())
+                    as u32,
             },
             ..StepRequest::default()
         }
@@ -119,7 +126,12 @@ impl Step for TaskStep {
             )
             .await?;
         let mut outputs = Vec::new();
-        for (name, role) in self.output_roles(&format!("/tmp/build/{}", ctx.build())) {
+        let present: Vec<&str> = at
+            .volumes
+            .iter()
+            .filter_map(|(role, _)| role.strip_prefix("input:"))
+            .collect();
+        for (name, role) in self.output_roles(&format!("/tmp/build/{}", ctx.build()), &present) {
             let Some((_, handle)) = at.volumes.iter().find(|(r, _)| *r == role) else {
                 continue;
             };
@@ -140,12 +152,12 @@ impl TaskStep {
     /// Each output's name and the role of the volume it is: the volume of
     /// an input (or an earlier output) mounted at the same path, as in
     /// Concourse, else its own `output:NAME`.
-    fn output_roles(&self, build_dir: &str) -> Vec<(String, String)> {
+    fn output_roles(&self, build_dir: &str, present: &[&str]) -> Vec<(String, String)> {
         let mut at_path: BTreeMap<String, String> = self
             .config
             .inputs
             .iter()
-            .filter(|i| self.inputs.contains_key(&i.name))
+            .filter(|i| present.contains(&i.name.as_str()))
             .map(|i| {
                 (
                     container_path(build_dir, &i.path),
@@ -166,6 +178,49 @@ impl TaskStep {
             .collect()
     }
 
+    /// How many input volumes the step is expected to create: the inputs
+    /// given, and the required ones (found among the build's artifacts).
+    fn expected_inputs(&self) -> usize {
+        self.config
+            .inputs
+            .iter()
+            .filter(|i| !i.optional || self.inputs.contains_key(&i.name))
+            .count()
+    }
+
+    /// The artifact id of each input the step has: given with the step, or
+    /// an earlier step's output found by name (through `input_mapping`) in
+    /// the build's artifacts. A required input with neither is an error
+    /// naming it.
+    fn resolve_inputs(&self, ctx: &StepContext) -> Result<BTreeMap<String, String>, EngineError> {
+        let mut resolved = BTreeMap::new();
+        for input in &self.config.inputs {
+            let name = &input.name;
+            if let Some(id) = self.inputs.get(name) {
+                resolved.insert(name.clone(), id.clone());
+                continue;
+            }
+            let artifact = self.input_mapping.get(name).unwrap_or(name);
+            match ctx.named_artifacts().get(artifact) {
+                Some(id) => {
+                    resolved.insert(name.clone(), id);
+                }
+                None if input.optional => {}
+                None if artifact != name => {
+                    return Err(EngineError::Invalid(format!(
+                        "input {name:?} (mapped to {artifact:?}) was not given: no earlier step of the build produced an artifact {artifact:?}"
+                    )))
+                }
+                None => {
+                    return Err(EngineError::Invalid(format!(
+                        "input {name:?} was not given: no earlier step of the build produced an artifact {name:?}"
+                    )))
+                }
+            }
+        }
+        Ok(resolved)
+    }
+
     /// Creates the step's volumes (streaming the inputs in, in parallel), its
     /// container, and starts its process.
     async fn start(&self, ctx: &mut StepContext) -> Result<Started, EngineError> {
@@ -178,15 +233,10 @@ impl TaskStep {
         // Volumes by role, for outputs that share an input's volume.
         let mut by_role: BTreeMap<String, Arc<dyn Volume>> = BTreeMap::new();
         let mut inputs = Vec::new();
+        let resolved = self.resolve_inputs(ctx)?;
         for input in &config.inputs {
-            let Some(artifact) = self.inputs.get(&input.name) else {
-                if input.optional {
-                    continue;
-                }
-                return Err(EngineError::Invalid(format!(
-                    "input {:?} was not given",
-                    input.name
-                )));
+            let Some(artifact) = resolved.get(&input.name) else {
+                continue;
             };
             let role = format!("input:{}", input.name);
             let volume = ctx.create_volume(&role).await?;
@@ -207,7 +257,12 @@ impl TaskStep {
         }))
         .await?;
         let mut outputs = Vec::new();
-        for (output, (name, role)) in config.outputs.iter().zip(self.output_roles(&build_dir)) {
+        let present: Vec<&str> = resolved.keys().map(String::as_str).collect();
+        for (output, (name, role)) in config
+            .outputs
+            .iter()
+            .zip(self.output_roles(&build_dir, &present))
+        {
             let volume = match by_role.get(&role) {
                 Some(shared) => shared.clone(),
                 None => {
@@ -299,7 +354,8 @@ impl TaskStep {
             ProcessEnd::Exited(status) => status,
         };
         let encoding = ctx.encoding();
-        for (name, volume) in outputs {
+        for (output, volume) in outputs {
+            let name = self.output_mapping.get(&output).unwrap_or(&output).clone();
             let body = volume.stream_out(".", encoding).await?;
             let owner = ArtifactOwner {
                 team: ctx.team(),
@@ -310,7 +366,8 @@ impl TaskStep {
                 .artifacts()
                 .keep(body, encoding, ArtifactKind::Files, owner)
                 .await
-                .map_err(|e| EngineError::Invalid(format!("keeping output {name:?}: {e}")))?;
+                .map_err(|e| EngineError::Invalid(format!("keeping output {output:?}: {e}")))?;
+            ctx.named_artifacts().set(&name, &kept.id);
             ctx.emit(&BuildEvent::Output {
                 name,
                 artifact_id: kept.id,
@@ -345,6 +402,8 @@ mod tests {
                 .collect(),
             tags: vec![],
             image: None,
+            input_mapping: Default::default(),
+            output_mapping: Default::default(),
         }
     }
 
@@ -355,7 +414,7 @@ mod tests {
             &["main", "dev"],
         );
         assert_eq!(
-            s.output_roles("/tmp/build/7"),
+            s.output_roles("/tmp/build/7", &["main", "dev"]),
             [
                 ("main".to_string(), "input:main".to_string()),
                 ("out".into(), "input:dev".into()),

@@ -33,6 +33,7 @@ pub use image_resource::ImageResource;
 pub use inputs::TaskInput;
 pub use limits::{cpu_shares, memory_bytes, parse_memory, ContainerLimits};
 pub use outputs::TaskOutput;
+pub use params::params_text;
 pub use paths::container_path;
 pub use run::TaskRun;
 

@@ -39,6 +39,24 @@ pub(super) fn read_params(v: Option<&Value>, p: &mut Problems) -> BTreeMap<Strin
     out
 }
 
+/// A pipeline task step's `params` (which override its config's) as the
+/// text the task's environment gets, read as the config's are.
+pub fn params_text(
+    params: &BTreeMap<String, Value>,
+) -> Result<BTreeMap<String, String>, Vec<String>> {
+    let m: serde_yaml::Mapping = params
+        .iter()
+        .map(|(k, v)| (Value::String(k.clone()), v.clone()))
+        .collect();
+    let mut problems = Vec::new();
+    let out = read_params(Some(&Value::Mapping(m)), &mut problems);
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(problems)
+    }
+}
+
 /// One param value as the text the task's environment gets.
 pub(super) fn param_text(v: &Value, at: &str, p: &mut Problems) -> Option<String> {
     match v {

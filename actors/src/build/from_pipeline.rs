@@ -1,0 +1,357 @@
+//! A build of a Concourse job: the stored [`JobPlan`] (the pipeline text,
+//! the job's name and the vars given) and its translation from the typed
+//! pipeline steps ([`crate::pipeline::Step`]) into the walker's [`Plan`].
+//!
+//! What Gantry runs: `task` steps with an inline `config`, `do`,
+//! `in_parallel`, `try`, the hooks (of steps and of the job), `attempts`,
+//! `timeout` and `tags`. Every other step kind or field is refused when the
+//! build is created, with an error naming the step and what it cannot run
+//! (`step "fetch": get steps are not supported yet`) — never skipped.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::build::plan::{Hooks, Plan};
+use crate::error::EngineError;
+use crate::pipeline::{self, Pipeline, Step, StepKind, Vars};
+use crate::steps::task::TaskStep;
+use crate::task_config::{params_text, TaskConfig};
+
+/// The plan of a build of a pipeline's job, stored with the build as JSON
+/// so a reader sees what ran: the pipeline as given, the job and the vars.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobPlan {
+    /// The pipeline's YAML text, as given (vars not filled).
+    pub pipeline: String,
+    /// The job the build runs.
+    pub job: String,
+    /// The vars that fill the pipeline's `((vars))`.
+    #[serde(default)]
+    pub vars: Vars,
+}
+
+impl JobPlan {
+    /// Loads the pipeline with the vars (every var must be filled), finds
+    /// the job and translates it into a plan; every problem of the
+    /// pipeline, or the first thing Gantry cannot run, is an
+    /// [`EngineError::Invalid`] naming it.
+    pub fn plan(&self) -> Result<Plan, EngineError> {
+        let pipeline = Pipeline::load(&self.pipeline, &self.vars)
+            .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
+        let job = pipeline
+            .job(&self.job)
+            .map_err(|e| EngineError::Invalid(e.to_string()))?;
+        let plan = job_plan(job)?;
+        plan.check_step_names()?;
+        Ok(plan)
+    }
+}
+
+/// The plan of a job: its steps one after another, under its hooks.
+pub fn job_plan(job: &pipeline::Job) -> Result<Plan, EngineError> {
+    if !job.tags.is_empty() {
+        return Err(EngineError::Invalid(format!(
+            "job {:?}: job-level tags are not supported yet (put tags on its steps)",
+            job.name
+        )));
+    }
+    let body = Plan::Do(
+        job.plan
+            .iter()
+            .map(|s| step_plan(s, &[]))
+            .collect::<Result<_, _>>()?,
+    );
+    with_hooks(body, &job.hooks, &[])
+}
+
+/// The plan of one step, its modifiers nested as Concourse nests them:
+/// hooks ( attempts ( timeout ( the step's kind ))). `inherited`: the tags
+/// of an enclosing `do` or `in_parallel`, for steps that have none.
+fn step_plan(step: &Step, inherited: &[String]) -> Result<Plan, EngineError> {
+    let tags = if step.tags.is_empty() {
+        inherited
+    } else {
+        &step.tags[..]
+    };
+    if step.across.is_some() {
+        return Err(EngineError::Invalid(format!(
+            "{}across is not supported yet",
+            step_label(step)
+        )));
+    }
+    let mut plan = match &step.kind {
+        StepKind::Task(task) => Plan::Step(Arc::new(task_step(task, tags)?)),
+        StepKind::Do(steps) => Plan::Do(
+            steps
+                .iter()
+                .map(|s| step_plan(s, tags))
+                .collect::<Result<_, _>>()?,
+        ),
+        StepKind::InParallel(p) => Plan::InParallel {
+            plans: p
+                .steps
+                .iter()
+                .map(|s| step_plan(s, tags))
+                .collect::<Result<_, _>>()?,
+            limit: p.limit.map(|l| l as usize),
+            fail_fast: p.fail_fast,
+        },
+        StepKind::Try(inner) => Plan::Try(Box::new(step_plan(inner, tags)?)),
+        StepKind::Get(_)
+        | StepKind::Put(_)
+        | StepKind::LoadVar(_)
+        | StepKind::SetPipeline(_)
+        | StepKind::Run(_) => return Err(unsupported_step(step, step.kind.key())),
+    };
+    if let Some(timeout) = &step.timeout {
+        let duration = timeout.duration.ok_or_else(|| {
+            EngineError::Invalid(format!(
+                "{}timeout {:?} is not a duration",
+                step_label(step),
+                timeout.text
+            ))
+        })?;
+        plan = Plan::Timeout {
+            plan: Box::new(plan),
+            duration,
+        };
+    }
+    if let Some(attempts) = step.attempts {
+        plan = Plan::Attempts {
+            plan: Box::new(plan),
+            attempts: attempts.max(1),
+        };
+    }
+    with_hooks(plan, &step.hooks, tags)
+}
+
+/// `plan` under the hooks, when there are any.
+fn with_hooks(
+    plan: Plan,
+    hooks: &pipeline::Hooks,
+    inherited: &[String],
+) -> Result<Plan, EngineError> {
+    if hooks.is_empty() {
+        return Ok(plan);
+    }
+    let hook = |h: &Option<Box<Step>>| -> Result<Option<Box<Plan>>, EngineError> {
+        h.as_deref()
+            .map(|s| step_plan(s, inherited).map(Box::new))
+            .transpose()
+    };
+    Ok(Plan::Hooks {
+        plan: Box::new(plan),
+        hooks: Hooks {
+            on_success: hook(&hooks.on_success)?,
+            on_failure: hook(&hooks.on_failure)?,
+            on_abort: hook(&hooks.on_abort)?,
+            on_error: hook(&hooks.on_error)?,
+            ensure: hook(&hooks.ensure)?,
+        },
+    })
+}
+
+/// A `task` step with an inline config, its step-level fields applied:
+/// `params` override the config's, `container_limits` its limits,
+/// `hermetic` adds to its own; `input_mapping` and `output_mapping` rename
+/// artifacts. `file`, `image`, `privileged` and `vars` are refused.
+fn task_step(task: &pipeline::TaskStep, tags: &[String]) -> Result<TaskStep, EngineError> {
+    let name = &task.name;
+    let refuse =
+        |what: &str| EngineError::Invalid(format!("step {name:?}: {what} is not supported yet"));
+    if task.file.is_some() {
+        return Err(refuse("a task with file: (a config read from an artifact)"));
+    }
+    if task.image.is_some() {
+        return Err(refuse(
+            "image: (an artifact of the build as the task's image)",
+        ));
+    }
+    if task.privileged {
+        return Err(refuse("privileged: true"));
+    }
+    if !task.vars.is_empty() {
+        return Err(refuse("vars: (they fill a file: task config)"));
+    }
+    let config = task
+        .config
+        .as_ref()
+        .ok_or_else(|| EngineError::Invalid(format!("step {name:?}: the task has no config")))?;
+    let mut config = TaskConfig::from_value(config).map_err(|problems| {
+        EngineError::Invalid(format!("step {name:?}: config: {}", problems.join("; ")))
+    })?;
+    if config.image_resource.is_some() {
+        return Err(refuse(
+            "image_resource (use rootfs_uri, or no image to run on the worker's root filesystem)",
+        ));
+    }
+    let params = params_text(&task.params).map_err(|problems| {
+        EngineError::Invalid(format!("step {name:?}: params: {}", problems.join("; ")))
+    })?;
+    config.params.extend(params);
+    if let Some(limits) = task.container_limits {
+        if limits.cpu.is_some() {
+            config.container_limits.cpu = limits.cpu;
+        }
+        if limits.memory.is_some() {
+            config.container_limits.memory = limits.memory;
+        }
+    }
+    config.hermetic |= task.hermetic;
+    Ok(TaskStep {
+        name: name.clone(),
+        config,
+        inputs: Default::default(),
+        tags: tags.to_vec(),
+        image: None,
+        input_mapping: task.input_mapping.clone(),
+        output_mapping: task.output_mapping.clone(),
+    })
+}
+
+/// The refusal of a step Gantry cannot run, naming the step and its kind.
+fn unsupported_step(step: &Step, what: &str) -> EngineError {
+    EngineError::Invalid(format!(
+        "{}{what} steps are not supported yet",
+        step_label(step)
+    ))
+}
+
+/// `step "NAME": ` for a step with a name, else `KIND step: `.
+fn step_label(step: &Step) -> String {
+    match step_name(&step.kind) {
+        Some(name) => format!("step {name:?}: "),
+        None => format!("{} step: ", step.kind.key()),
+    }
+}
+
+/// The name of a step of a kind that has one.
+fn step_name(kind: &StepKind) -> Option<&str> {
+    match kind {
+        StepKind::Task(t) => Some(&t.name),
+        StepKind::Get(g) => Some(&g.name),
+        StepKind::Put(p) => Some(&p.name),
+        StepKind::LoadVar(l) => Some(&l.name),
+        StepKind::SetPipeline(s) => Some(&s.name),
+        StepKind::Run(r) => Some(&r.message),
+        StepKind::Do(_) | StepKind::InParallel(_) | StepKind::Try(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_of(yaml: &str, vars: &[(&str, &str)]) -> Result<Plan, EngineError> {
+        let mut v = Vars::new();
+        for (k, val) in vars {
+            v.set_flag(&format!("{k}={val}")).unwrap();
+        }
+        JobPlan {
+            pipeline: yaml.into(),
+            job: "j".into(),
+            vars: v,
+        }
+        .plan()
+    }
+
+    fn invalid(r: Result<Plan, EngineError>) -> String {
+        match r {
+            Err(EngineError::Invalid(m)) => m,
+            Err(e) => panic!("not Invalid: {e}"),
+            Ok(p) => panic!("accepted: {}", p.kind()),
+        }
+    }
+
+    const TASK: &str = "config: {platform: linux, run: {path: echo}}";
+
+    #[test]
+    fn a_job_becomes_hooks_around_its_steps_with_modifiers_nested() {
+        let yaml = format!(
+            "jobs:\n- name: j\n  ensure: {{task: e, {TASK}}}\n  plan:\n  - in_parallel:\n      limit: 1\n      fail_fast: true\n      steps:\n      - {{task: a, {TASK}, attempts: 3, timeout: 1m}}\n      - try: {{task: b, {TASK}}}\n"
+        );
+        let plan = plan_of(&yaml, &[]).unwrap();
+        let d = plan.describe("0");
+        assert_eq!(d.kind, "hooks");
+        let par = &d.children[0].children[0];
+        assert_eq!(
+            (par.kind.as_str(), par.limit, par.fail_fast),
+            ("in_parallel", Some(1), true)
+        );
+        let a = &par.children[0];
+        assert_eq!((a.kind.as_str(), a.attempts), ("attempts", Some(3)));
+        assert_eq!(a.children[0].timeout_ms, Some(60_000));
+        assert_eq!(par.children[1].kind, "try");
+        let names: Vec<_> = plan.steps().iter().map(|s| s.name().to_string()).collect();
+        assert_eq!(names, ["a", "b", "e"]);
+    }
+
+    #[test]
+    fn steps_gantry_does_not_run_are_refused_by_name() {
+        let yaml = "resources:\n- {name: repo, type: git, source: {}}\njobs:\n- name: j\n  plan:\n  - get: repo\n";
+        assert_eq!(
+            invalid(plan_of(yaml, &[])),
+            "step \"repo\": get steps are not supported yet"
+        );
+        let yaml = "jobs:\n- name: j\n  plan:\n  - task: t\n    file: repo/task.yml\n";
+        assert!(invalid(plan_of(yaml, &[])).contains("step \"t\": a task with file:"));
+        let yaml =
+            format!("jobs:\n- name: j\n  plan:\n  - {{task: t, {TASK}, privileged: true}}\n");
+        assert!(invalid(plan_of(&yaml, &[])).contains("privileged"));
+    }
+
+    #[test]
+    fn an_unfilled_var_is_named_and_a_filled_one_reaches_the_params() {
+        let yaml = format!(
+            "jobs:\n- name: j\n  plan:\n  - {{task: t, {TASK}, params: {{GREETING: ((greeting)), N: 3}}}}\n"
+        );
+        assert!(invalid(plan_of(&yaml, &[])).contains("unfilled var ((greeting))"));
+        let plan = plan_of(&yaml, &[("greeting", "hi")]).unwrap();
+        assert_eq!(plan.steps().len(), 1);
+        let stored = JobPlan {
+            pipeline: yaml,
+            job: "j".into(),
+            vars: Vars::new(),
+        };
+        let json = serde_json::to_value(&stored).unwrap();
+        assert_eq!(serde_json::from_value::<JobPlan>(json).unwrap(), stored);
+    }
+
+    #[test]
+    fn step_params_and_limits_override_the_configs() {
+        let task = pipeline::TaskStep {
+            name: "t".into(),
+            file: None,
+            config: Some(
+                serde_yaml::from_str(
+                    "{platform: linux, params: {A: config, B: kept}, container_limits: {cpu: 1, memory: 1024}, run: {path: echo}}",
+                )
+                .unwrap(),
+            ),
+            image: None,
+            privileged: false,
+            hermetic: true,
+            params: serde_yaml::from_str("{A: step, C: true}").unwrap(),
+            vars: Default::default(),
+            input_mapping: [("in".to_string(), "x".to_string())].into(),
+            output_mapping: Default::default(),
+            container_limits: Some(pipeline::Limits {
+                cpu: None,
+                memory: Some(2048),
+            }),
+        };
+        let step = task_step(&task, &["t1".into()]).unwrap();
+        let p = &step.config.params;
+        assert_eq!(
+            (p["A"].as_str(), p["B"].as_str(), p["C"].as_str()),
+            ("step", "kept", "true")
+        );
+        assert_eq!(step.config.container_limits.cpu, Some(1));
+        assert_eq!(step.config.container_limits.memory, Some(2048));
+        assert!(step.config.hermetic);
+        assert_eq!(step.tags, ["t1"]);
+        assert_eq!(step.input_mapping["in"], "x");
+    }
+}
