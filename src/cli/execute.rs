@@ -1,18 +1,16 @@
 //! `gantry execute`: run a one-off task with local inputs and outputs.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context as _};
 use futures::StreamExt;
-use gantry_actors::db::BuildStatus;
-use gantry_actors::events::BuildEvent;
 use gantry_actors::spec::Encoding;
 use gantry_actors::task_config::TaskConfig;
 use serde::Deserialize;
 
 use crate::cli::client::ApiClient;
+use crate::cli::follow::{follow, StepLines};
 use crate::tarball::{self, UnpackLimits};
 
 /// What `execute` was asked to do.
@@ -109,11 +107,6 @@ fn plan(args: &ExecuteArgs) -> anyhow::Result<(TaskConfig, Dirs, Dirs)> {
 #[derive(Deserialize)]
 struct Created {
     id: serde_json::Value,
-}
-
-#[derive(Deserialize)]
-struct EventLine {
-    event: BuildEvent,
 }
 
 async fn upload(client: &ApiClient, team: &str, name: &str, dir: &Path) -> anyhow::Result<String> {
@@ -224,7 +217,7 @@ pub async fn execute(client: &ApiClient, args: ExecuteArgs) -> anyhow::Result<i3
         .await?;
     let build_id = created.id.as_i64().unwrap_or_default();
     eprintln!("executing build {build_id}");
-    let ended = follow(client, build_id).await?;
+    let ended = follow(client, build_id, StepLines::Quiet).await?;
     for (name, dir) in &outputs {
         if let Some(id) = ended.produced.get(name) {
             download(client, team, id, dir)
@@ -233,122 +226,4 @@ pub async fn execute(client: &ApiClient, args: ExecuteArgs) -> anyhow::Result<i3
         }
     }
     ended.exit_code(build_id)
-}
-
-/// How a followed build ended.
-pub struct Ended {
-    /// Final status.
-    pub status: BuildStatus,
-    /// The task's exit status, when it ran.
-    pub exit_status: Option<i32>,
-    /// Output artifacts by output name.
-    pub produced: BTreeMap<String, String>,
-    /// The last error event's message.
-    pub last_error: Option<String>,
-}
-
-impl Ended {
-    /// The CLI's exit code: the task's exit status, or an error naming why
-    /// the build did not run to the end.
-    pub fn exit_code(self, build_id: i64) -> anyhow::Result<i32> {
-        let Ended {
-            status,
-            exit_status,
-            last_error,
-            ..
-        } = self;
-        match status {
-            BuildStatus::Succeeded => Ok(0),
-            BuildStatus::Failed => Ok(exit_status.unwrap_or(1)),
-            BuildStatus::Aborted => bail!("build {build_id} was aborted"),
-            _ => bail!(
-                "build {build_id} errored: {}",
-                last_error.unwrap_or_else(|| "no reason given".into())
-            ),
-        }
-    }
-}
-
-/// Follows a build's events to its end: its output goes to stdout and
-/// stderr as it is written; Ctrl-C aborts the build (a second one leaves).
-pub async fn follow(client: &ApiClient, build_id: i64) -> anyhow::Result<Ended> {
-    let resp = client
-        .http()
-        .get(client.url(&format!("/api/v1/builds/{build_id}/events")))
-        .send()
-        .await
-        .map_err(|e| client.unreachable(e))?;
-    let mut stream = client.check(resp).await?.bytes_stream();
-    let mut buf: Vec<u8> = Vec::new();
-    let mut produced: BTreeMap<String, String> = BTreeMap::new();
-    let mut last_error: Option<String> = None;
-    let mut end: Option<(BuildStatus, Option<i32>)> = None;
-    let mut interrupts = 0;
-    'events: loop {
-        // Ctrl-C aborts the build (and we keep following it to its end); a
-        // second one leaves at once.
-        let next = tokio::select! {
-            next = stream.next() => next,
-            _ = tokio::signal::ctrl_c() => {
-                interrupts += 1;
-                if interrupts > 1 {
-                    bail!("interrupted; build {build_id} may still be stopping");
-                }
-                eprintln!("aborting build {build_id}");
-                client
-                    .post::<serde_json::Value>(&format!("/api/v1/builds/{build_id}/abort"), &serde_json::json!({}))
-                    .await?;
-                continue;
-            }
-        };
-        let Some(chunk) = next else { break };
-        let chunk = chunk.map_err(|e| anyhow!("lost the build's event stream: {e}"))?;
-        buf.extend_from_slice(&chunk);
-        while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=nl).collect();
-            let ev: EventLine = serde_json::from_slice(&line)
-                .with_context(|| "reading a build event".to_string())?;
-            match ev.event {
-                BuildEvent::Log { stream, data, .. } => {
-                    if stream == "stderr" {
-                        let mut e = std::io::stderr().lock();
-                        let _ = e.write_all(data.as_bytes());
-                        let _ = e.flush();
-                    } else {
-                        let mut o = std::io::stdout().lock();
-                        let _ = o.write_all(data.as_bytes());
-                        let _ = o.flush();
-                    }
-                }
-                BuildEvent::Waiting { message, .. } => eprintln!("waiting for a worker: {message}"),
-                BuildEvent::SelectedWorker { worker, .. } => {
-                    eprintln!("running on worker {worker}")
-                }
-                BuildEvent::Output {
-                    name, artifact_id, ..
-                } => {
-                    produced.insert(name, artifact_id);
-                }
-                BuildEvent::Error { message, .. } => last_error = Some(message),
-                BuildEvent::Status {
-                    status,
-                    exit_status,
-                    ..
-                } if status.is_finished() => {
-                    end = Some((status, exit_status));
-                    break 'events;
-                }
-                _ => {}
-            }
-        }
-    }
-    let Some((status, exit_status)) = end else {
-        bail!("the event stream of build {build_id} ended before the build did");
-    };
-    Ok(Ended {
-        status,
-        exit_status,
-        produced,
-        last_error,
-    })
 }

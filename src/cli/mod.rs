@@ -3,8 +3,10 @@
 
 mod client;
 mod execute;
+mod follow;
 mod hijack;
 mod list;
+mod run;
 mod serve;
 mod validate_plan;
 
@@ -169,6 +171,26 @@ pub enum Command {
         /// (`docker save`, `skopeo copy ... oci-archive:`).
         #[arg(long)]
         image: Option<PathBuf>,
+    },
+    /// Run a job of a Concourse pipeline (tasks with inline configs, do,
+    /// in_parallel, try, hooks, attempts, timeout) and follow its build:
+    /// exits 0 succeeded, 1 failed, 2 errored, 3 aborted.
+    Run {
+        /// The pipeline file.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: PathBuf,
+        /// The job to run.
+        #[arg(short = 'j', long = "job")]
+        job: String,
+        /// A var: NAME=VALUE (a string, as with fly -v).
+        #[arg(short = 'v', long = "var")]
+        vars: Vec<String>,
+        /// A YAML file of vars; later files and -v flags override.
+        #[arg(short = 'l', long = "load-vars-from")]
+        var_files: Vec<PathBuf>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
     },
     /// Run a shell or a command in a build step's container (or any container).
     Hijack {
@@ -366,6 +388,22 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         };
                         execute::execute(&client, args).await
                     }
+                    Command::Run {
+                        pipeline,
+                        job,
+                        vars,
+                        var_files,
+                        team,
+                    } => {
+                        let args = run::RunArgs {
+                            pipeline,
+                            job,
+                            vars,
+                            var_files,
+                            team,
+                        };
+                        run::run(&client, args).await
+                    }
                     Command::Hijack {
                         build,
                         step,
@@ -390,7 +428,9 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     }
                     Command::Jobs { json } => list::jobs(&client, json).await.map(|_| 0),
                     Command::Watch { build } => {
-                        execute::follow(&client, build).await?.exit_code(build)
+                        follow::follow(&client, build, follow::StepLines::Told)
+                            .await?
+                            .exit_code(build)
                     }
                     Command::AbortBuild { build } => {
                         let _: serde_json::Value = client

@@ -16,24 +16,10 @@ pub fn validate_plan(file: &Path, var_flags: &[String], var_files: &[PathBuf]) -
     let vars = if var_flags.is_empty() && var_files.is_empty() {
         None
     } else {
-        let mut vars = Vars::new();
-        for f in var_files {
-            let loaded = std::fs::read_to_string(f)
-                .map_err(|e| format!("cannot read vars file {}: {e}", f.display()))
-                .and_then(|text| {
-                    vars.load_yaml(&text)
-                        .map_err(|e| format!("vars file {}: {e}", f.display()))
-                });
-            if let Err(e) = loaded {
-                return fail(e);
-            }
+        match read_vars(var_flags, var_files) {
+            Ok(vars) => Some(vars),
+            Err(e) => return fail(e),
         }
-        for flag in var_flags {
-            if let Err(e) = vars.set_flag(flag) {
-                return fail(e);
-            }
-        }
-        Some(vars)
     };
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
@@ -67,6 +53,22 @@ pub fn validate_plan(file: &Path, var_flags: &[String], var_files: &[PathBuf]) -
             1
         }
     }
+}
+
+/// The vars of `-l` files (in order) then `-v` flags, later ones
+/// overriding earlier ones; or the one problem found.
+pub fn read_vars(var_flags: &[String], var_files: &[PathBuf]) -> Result<Vars, String> {
+    let mut vars = Vars::new();
+    for f in var_files {
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| format!("cannot read vars file {}: {e}", f.display()))?;
+        vars.load_yaml(&text)
+            .map_err(|e| format!("vars file {}: {e}", f.display()))?;
+    }
+    for flag in var_flags {
+        vars.set_flag(flag)?;
+    }
+    Ok(vars)
 }
 
 fn plural(n: usize, word: &str) -> String {

@@ -1,40 +1,54 @@
-//! Builds: create a one-off build, read it, follow its events; list the
+//! Builds: create a one-off build or a build of a pipeline's job, read it, follow its events; list the
 //! containers and volumes builds use.
 
 use actix_web::{web, HttpResponse};
 use gantry_actors::build::OneOffPlan;
 use gantry_actors::db::HandleKind;
 use gantry_actors::event_follow::StoredEvent;
+use gantry_actors::pipeline::Vars;
 use gantry_actors::task_config::TaskConfig;
 use gantry_actors::EngineError;
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
 use crate::web::AppState;
 
-/// Body of `POST /api/v1/teams/{team}/builds`.
+/// Body of `POST /api/v1/teams/{team}/builds`: a one-off task (`config`,
+/// with `inputs`, `tags`, `image`, `timeout_secs`), or a job of a pipeline
+/// (`pipeline`, `job`, `vars`) — never both.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateBuild {
     /// The task configuration (task.yml as JSON).
-    config: serde_json::Value,
+    #[serde(default)]
+    config: Option<serde_json::Value>,
     /// Artifact id per input name.
     #[serde(default)]
-    inputs: std::collections::BTreeMap<String, String>,
+    inputs: Option<BTreeMap<String, String>>,
     /// Tags the worker must have.
     #[serde(default)]
-    tags: Vec<String>,
+    tags: Option<Vec<String>>,
     /// Artifact id of an image to run the task in.
     #[serde(default)]
     image: Option<String>,
     /// The step's timeout in seconds.
     #[serde(default)]
     timeout_secs: Option<u64>,
+    /// A pipeline's YAML text, to run one of its jobs.
+    #[serde(default)]
+    pipeline: Option<String>,
+    /// The job of `pipeline` to run.
+    #[serde(default)]
+    job: Option<String>,
+    /// Values of the pipeline's `((vars))`.
+    #[serde(default)]
+    vars: Option<BTreeMap<String, serde_json::Value>>,
 }
 
-/// `POST /api/v1/teams/{team}/builds`
+/// `POST /api/v1/teams/{team}/builds`: answers `{"id": N}`.
 pub async fn create(
     identity: Identity,
     state: web::Data<AppState>,
@@ -43,7 +57,34 @@ pub async fn create(
 ) -> Result<HttpResponse, ApiError> {
     identity.require_team(&team, &format!("team {:?}", team.as_str()))?;
     let body = body.into_inner();
-    let doc = serde_yaml::to_value(&body.config)
+    let id = match (&body.config, &body.pipeline) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "give either a task (config) or a pipeline and a job, not both",
+            ))
+        }
+        (None, None) => {
+            return Err(ApiError::bad_request(
+                "give a task (config) or a pipeline and a job",
+            ))
+        }
+        (Some(_), None) => create_one_off(&state, &team, body).await?,
+        (None, Some(_)) => create_job(&state, &team, body).await?,
+    };
+    Ok(HttpResponse::Created().json(serde_json::json!({ "id": id })))
+}
+
+/// Creates a one-off build of the body's task.
+async fn create_one_off(state: &AppState, team: &str, body: CreateBuild) -> Result<i64, ApiError> {
+    if let Some(field) = [("job", body.job.is_some()), ("vars", body.vars.is_some())]
+        .iter()
+        .find_map(|(f, set)| set.then_some(f))
+    {
+        return Err(ApiError::bad_request(format!(
+            "{field} is for a build of a pipeline's job, not of a task"
+        )));
+    }
+    let doc = serde_yaml::to_value(body.config.unwrap_or_default())
         .map_err(|e| ApiError::bad_request(format!("task config: {e}")))?;
     let config = TaskConfig::from_value(&doc)
         .map_err(|p| ApiError::bad_request(format!("invalid task config: {}", p.join("; "))))?;
@@ -52,13 +93,43 @@ pub async fn create(
     }
     let plan = OneOffPlan {
         config,
-        inputs: body.inputs,
-        tags: body.tags,
+        inputs: body.inputs.unwrap_or_default(),
+        tags: body.tags.unwrap_or_default(),
         image: body.image,
         timeout_secs: body.timeout_secs,
     };
-    let id = state.engine.create_one_off_build(&team, plan).await?;
-    Ok(HttpResponse::Created().json(serde_json::json!({ "id": id })))
+    Ok(state.engine.create_one_off_build(team, plan).await?)
+}
+
+/// Creates a build of the body's pipeline's job.
+async fn create_job(state: &AppState, team: &str, body: CreateBuild) -> Result<i64, ApiError> {
+    if let Some(field) = [
+        ("inputs", body.inputs.is_some()),
+        ("tags", body.tags.is_some()),
+        ("image", body.image.is_some()),
+        ("timeout_secs", body.timeout_secs.is_some()),
+    ]
+    .iter()
+    .find_map(|(f, set)| set.then_some(f))
+    {
+        return Err(ApiError::bad_request(format!(
+            "{field} is for a build of a task, not of a pipeline's job (set it in the pipeline)"
+        )));
+    }
+    let job = body
+        .job
+        .ok_or_else(|| ApiError::bad_request("a pipeline build needs the job to run (job)"))?;
+    let mut vars = Vars::new();
+    for (name, value) in body.vars.unwrap_or_default() {
+        let value = serde_yaml::to_value(value)
+            .map_err(|e| ApiError::bad_request(format!("var {name:?}: {e}")))?;
+        vars.set(&name, value);
+    }
+    let pipeline = body.pipeline.unwrap_or_default();
+    Ok(state
+        .engine
+        .create_job_build(team, &pipeline, &job, vars)
+        .await?)
 }
 
 /// `POST /api/v1/builds/{id}/abort`

@@ -1,0 +1,195 @@
+//! Following a build's events to its end, for `execute`, `run` and
+//! `watch`: its output goes to stdout and stderr as it is written, Ctrl-C
+//! aborts it, and how it ended becomes the command's exit code.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+
+use anyhow::{anyhow, bail, Context as _};
+use futures::StreamExt;
+use gantry_actors::db::BuildStatus;
+use gantry_actors::events::{BuildEvent, NodeOutcome};
+use serde::Deserialize;
+
+use crate::cli::client::ApiClient;
+
+#[derive(Deserialize)]
+struct EventLine {
+    event: BuildEvent,
+}
+
+/// Whether the steps' starts and ends are told on stderr (a build of
+/// several steps) or not (a one-off task, whose output is all there is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepLines {
+    /// Only the output, waits and errors.
+    Quiet,
+    /// Also `step NAME: started` and how each step ended.
+    Told,
+}
+
+/// How a followed build ended.
+pub struct Ended {
+    /// Final status.
+    pub status: BuildStatus,
+    /// The task's exit status, when it ran.
+    pub exit_status: Option<i32>,
+    /// Output artifacts by output name.
+    pub produced: BTreeMap<String, String>,
+    /// The last error event's message.
+    pub last_error: Option<String>,
+}
+
+impl Ended {
+    /// `gantry run`'s exit code: 0 succeeded, 1 failed, 2 errored (the
+    /// reason on stderr), 3 aborted.
+    pub fn run_exit_code(self, build_id: i64) -> i32 {
+        match self.status {
+            BuildStatus::Succeeded => 0,
+            BuildStatus::Failed => 1,
+            BuildStatus::Aborted => {
+                eprintln!("build {build_id} was aborted");
+                3
+            }
+            _ => {
+                eprintln!(
+                    "build {build_id} errored: {}",
+                    self.last_error.as_deref().unwrap_or("no reason given")
+                );
+                2
+            }
+        }
+    }
+
+    /// The CLI's exit code: the task's exit status, or an error naming why
+    /// the build did not run to the end.
+    pub fn exit_code(self, build_id: i64) -> anyhow::Result<i32> {
+        let Ended {
+            status,
+            exit_status,
+            last_error,
+            ..
+        } = self;
+        match status {
+            BuildStatus::Succeeded => Ok(0),
+            BuildStatus::Failed => Ok(exit_status.unwrap_or(1)),
+            BuildStatus::Aborted => bail!("build {build_id} was aborted"),
+            _ => bail!(
+                "build {build_id} errored: {}",
+                last_error.unwrap_or_else(|| "no reason given".into())
+            ),
+        }
+    }
+}
+
+/// Follows a build's events to its end: its output goes to stdout and
+/// stderr as it is written; Ctrl-C aborts the build (a second one leaves).
+pub async fn follow(client: &ApiClient, build_id: i64, lines: StepLines) -> anyhow::Result<Ended> {
+    let resp = client
+        .http()
+        .get(client.url(&format!("/api/v1/builds/{build_id}/events")))
+        .send()
+        .await
+        .map_err(|e| client.unreachable(e))?;
+    let mut stream = client.check(resp).await?.bytes_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut produced: BTreeMap<String, String> = BTreeMap::new();
+    let mut last_error: Option<String> = None;
+    let mut end: Option<(BuildStatus, Option<i32>)> = None;
+    let mut interrupts = 0;
+    'events: loop {
+        // Ctrl-C aborts the build (and we keep following it to its end); a
+        // second one leaves at once.
+        let next = tokio::select! {
+            next = stream.next() => next,
+            _ = tokio::signal::ctrl_c() => {
+                interrupts += 1;
+                if interrupts > 1 {
+                    bail!("interrupted; build {build_id} may still be stopping");
+                }
+                eprintln!("aborting build {build_id}");
+                client
+                    .post::<serde_json::Value>(&format!("/api/v1/builds/{build_id}/abort"), &serde_json::json!({}))
+                    .await?;
+                continue;
+            }
+        };
+        let Some(chunk) = next else { break };
+        let chunk = chunk.map_err(|e| anyhow!("lost the build's event stream: {e}"))?;
+        buf.extend_from_slice(&chunk);
+        while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=nl).collect();
+            let ev: EventLine = serde_json::from_slice(&line)
+                .with_context(|| "reading a build event".to_string())?;
+            match ev.event {
+                BuildEvent::Log { stream, data, .. } => {
+                    if stream == "stderr" {
+                        let mut e = std::io::stderr().lock();
+                        let _ = e.write_all(data.as_bytes());
+                        let _ = e.flush();
+                    } else {
+                        let mut o = std::io::stdout().lock();
+                        let _ = o.write_all(data.as_bytes());
+                        let _ = o.flush();
+                    }
+                }
+                BuildEvent::Waiting { message, .. } => eprintln!("waiting for a worker: {message}"),
+                BuildEvent::SelectedWorker { worker, .. } => {
+                    eprintln!("running on worker {worker}")
+                }
+                BuildEvent::Output {
+                    name, artifact_id, ..
+                } => {
+                    produced.insert(name, artifact_id);
+                }
+                BuildEvent::NodeStarted {
+                    step: Some(step),
+                    origin,
+                    ..
+                } if lines == StepLines::Told => match origin.attempts.last() {
+                    Some(n) => eprintln!("step {step}: started (attempt {n})"),
+                    None => eprintln!("step {step}: started"),
+                },
+                BuildEvent::NodeFinished {
+                    step: Some(step),
+                    outcome,
+                    exit_status,
+                    message,
+                    ..
+                } if lines == StepLines::Told => {
+                    let how = match outcome {
+                        NodeOutcome::Succeeded => "succeeded".to_string(),
+                        NodeOutcome::Failed => match exit_status {
+                            Some(code) => format!("failed (exit status {code})"),
+                            None => "failed".to_string(),
+                        },
+                        other => format!("{other:?}").to_lowercase(),
+                    };
+                    match message {
+                        Some(m) => eprintln!("step {step}: {how}: {m}"),
+                        None => eprintln!("step {step}: {how}"),
+                    }
+                }
+                BuildEvent::Error { message, .. } => last_error = Some(message),
+                BuildEvent::Status {
+                    status,
+                    exit_status,
+                    ..
+                } if status.is_finished() => {
+                    end = Some((status, exit_status));
+                    break 'events;
+                }
+                _ => {}
+            }
+        }
+    }
+    let Some((status, exit_status)) = end else {
+        bail!("the event stream of build {build_id} ended before the build did");
+    };
+    Ok(Ended {
+        status,
+        exit_status,
+        produced,
+        last_error,
+    })
+}

@@ -1,0 +1,302 @@
+//! End to end: `gantry run` runs a job of a Concourse pipeline made of
+//! tasks (real binary, quickstart, runc containers): artifacts passed
+//! between steps by name (with `input_mapping` and `output_mapping`),
+//! `in_parallel`, hooks, `try`, `attempts`, vars; what Gantry does not run
+//! yet is refused by name; the API takes a pipeline build too.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::*;
+
+const PIPELINE: &str = r#"
+jobs:
+- name: build
+  plan:
+  - in_parallel:
+    - task: left
+      config:
+        platform: linux
+        outputs: [{name: left}]
+        run: {path: sh, args: [-c, "echo from-left > left/file.txt"]}
+    - task: right
+      output_mapping: {out: right-artifact}
+      config:
+        platform: linux
+        outputs: [{name: out}]
+        run: {path: sh, args: [-c, "echo from-right > out/file.txt"]}
+  - task: join
+    input_mapping: {r: right-artifact}
+    params: {GREETING: ((greeting))}
+    config:
+      platform: linux
+      inputs: [{name: left}, {name: r}]
+      params: {GREETING: from-config}
+      run: {path: sh, args: [-c, "cat left/file.txt r/file.txt; echo \"greeting=$GREETING\""]}
+- name: failing
+  plan:
+  - task: boom
+    config:
+      platform: linux
+      run: {path: sh, args: [-c, "echo boom-ran; exit 1"]}
+    on_failure:
+      task: tell
+      config:
+        platform: linux
+        run: {path: echo, args: [on-failure-ran]}
+  ensure:
+    task: tidy
+    config:
+      platform: linux
+      run: {path: echo, args: [ensure-ran]}
+- name: tried
+  plan:
+  - try:
+      task: boom
+      config:
+        platform: linux
+        run: {path: sh, args: [-c, "exit 1"]}
+  - task: after
+    config:
+      platform: linux
+      run: {path: echo, args: [after-try]}
+- name: retried
+  plan:
+  - task: flaky
+    attempts: 3
+    config:
+      platform: linux
+      run: {path: sh, args: [-c, "echo attempt-ran; exit 1"]}
+- name: missing-input
+  plan:
+  - task: lonely
+    config:
+      platform: linux
+      inputs: [{name: nowhere}]
+      run: {path: ls}
+"#;
+
+const GET: &str = r#"
+resources:
+- {name: repo, type: git, source: {uri: "https://example.com/repo.git"}}
+jobs:
+- name: fetch
+  plan:
+  - get: repo
+  - task: t
+    config: {platform: linux, run: {path: echo}}
+"#;
+
+/// Runs `gantry run` in `dir` against `url`.
+fn run(url: &str, dir: &Path, args: &[&str]) -> Output {
+    gantry()
+        .current_dir(dir)
+        .args(["--url", url, "run"])
+        .args(args)
+        .output()
+        .expect("gantry runs")
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The job whose two parallel tasks' outputs a third reads (one renamed
+/// on each side), with a var in its params.
+fn artifacts_flow_between_steps(url: &str, dir: &Path) {
+    let out = run(
+        url,
+        dir,
+        &["-p", "pipeline.yml", "-j", "build", "-v", "greeting=hello"],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout, "from-left\nfrom-right\ngreeting=hello\n",
+        "{stderr}"
+    );
+    assert!(stderr.contains("step join: succeeded"), "{stderr}");
+    // `gantry builds` and `watch` see the job build.
+    let id = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("build: "))
+        .expect("build: N on stderr")
+        .to_string();
+    let watched = client(url, &["watch", "-b", &id]);
+    assert!(watched.status.success());
+    assert_eq!(text(&watched).0, stdout);
+    let builds = builds_json(url);
+    let row = builds
+        .iter()
+        .find(|b| b["id"].as_i64().map(|n| n.to_string()).as_deref() == Some(id.as_str()))
+        .expect("the build is listed");
+    assert_eq!(row["status"], "succeeded");
+}
+
+/// A quickstart on runc (detected, unless `GANTRY_REQUIRE_RUNC` asks for
+/// it) with the pipelines written in `dir`.
+fn start(dir: &Path, db: &TestDb) -> Server {
+    let required = std::env::var_os("GANTRY_REQUIRE_RUNC").is_some();
+    let extra: &[&str] = if required {
+        &["--backend", "runc"]
+    } else {
+        &[]
+    };
+    let server = quickstart(dir, db, extra);
+    if required {
+        assert_eq!(workers_json(&server.url)[0]["backend"], "runc");
+    }
+    prepare(dir);
+    server
+}
+
+fn prepare(dir: &Path) {
+    write(&dir.join("pipeline.yml"), PIPELINE);
+    write(&dir.join("get.yml"), GET);
+}
+
+#[test]
+fn a_job_of_parallel_tasks_passes_artifacts_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let server = start(dir.path(), &db);
+    artifacts_flow_between_steps(&server.url, dir.path());
+}
+
+#[test]
+fn a_job_of_parallel_tasks_passes_artifacts_postgres() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Postgres);
+    let server = start(dir.path(), &db);
+    artifacts_flow_between_steps(&server.url, dir.path());
+}
+
+#[test]
+fn failures_hooks_try_and_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let server = start(dir.path(), &db);
+    let url = &server.url;
+    let vars = ["-v", "greeting=x"];
+
+    // A failing task runs its on_failure hook and the job's ensure; exit 1.
+    let out = run(
+        url,
+        dir.path(),
+        &[&["-p", "pipeline.yml", "-j", "failing"][..], &vars].concat(),
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "boom-ran\non-failure-ran\nensure-ran\n", "{stderr}");
+    assert!(
+        stderr.contains("step boom: failed (exit status 1)"),
+        "{stderr}"
+    );
+
+    // `try` lets the job go on and succeed.
+    let out = run(
+        url,
+        dir.path(),
+        &[&["-p", "pipeline.yml", "-j", "tried"][..], &vars].concat(),
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "after-try\n");
+
+    // `attempts: 3` runs a task that always fails three times; exit 1.
+    let out = run(
+        url,
+        dir.path(),
+        &[&["-p", "pipeline.yml", "-j", "retried"][..], &vars].concat(),
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "attempt-ran\n".repeat(3), "{stderr}");
+    for n in 1..=3 {
+        assert!(
+            stderr.contains(&format!("step flaky: started (attempt {n})")),
+            "{stderr}"
+        );
+    }
+
+    // A task input no earlier step produced errors the step, naming it.
+    let out = run(
+        url,
+        dir.path(),
+        &[&["-p", "pipeline.yml", "-j", "missing-input"][..], &vars].concat(),
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+    assert!(stderr.contains("input \"nowhere\""), "{stderr}");
+}
+
+#[test]
+fn what_cannot_run_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let server = start(dir.path(), &db);
+    let url = &server.url;
+
+    // An unfilled var is named, before anything is created.
+    let out = run(url, dir.path(), &["-p", "pipeline.yml", "-j", "build"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("unfilled var ((greeting))"), "{stderr}");
+
+    // A get step is refused naming the step.
+    let out = run(url, dir.path(), &["-p", "get.yml", "-j", "fetch"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("step \"repo\": get steps are not supported yet"),
+        "{stderr}"
+    );
+    assert!(builds_json(url).is_empty(), "nothing was created");
+
+    // The API refuses them too (the CLI checks first), and a body with
+    // both a task and a pipeline.
+    let http = reqwest::blocking::Client::new();
+    let post = |body: serde_json::Value| {
+        let resp = http
+            .post(format!("{url}/api/v1/teams/main/builds"))
+            .json(&body)
+            .send()
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json::<serde_json::Value>().unwrap())
+    };
+    let (status, body) = post(serde_json::json!({"pipeline": GET, "job": "fetch"}));
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]
+        .as_str()
+        .unwrap()
+        .contains("get steps are not supported yet"));
+    let (status, body) = post(serde_json::json!({"pipeline": PIPELINE, "job": "build"}));
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("((greeting))"));
+    let (status, body) = post(serde_json::json!({
+        "pipeline": PIPELINE, "job": "build",
+        "config": {"platform": "linux", "run": {"path": "ls"}}
+    }));
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("not both"));
+    let (status, body) =
+        post(serde_json::json!({"pipeline": PIPELINE, "job": "build", "surprise": 1}));
+    assert_eq!(status, 400, "{body}");
+    assert!(builds_json(url).is_empty(), "nothing was created");
+
+    // Through the API, with vars as JSON: answered with the build's id.
+    let (status, body) = post(serde_json::json!({
+        "pipeline": PIPELINE, "job": "tried", "vars": {"greeting": "hi"}
+    }));
+    assert_eq!(status, 201, "{body}");
+    let id = body["id"].as_i64().unwrap();
+    let out = client(url, &["watch", "-b", &id.to_string()]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert_eq!(text(&out).0, "after-try\n");
+}
