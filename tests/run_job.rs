@@ -8,6 +8,7 @@ mod common;
 
 use std::path::Path;
 use std::process::Output;
+use std::time::Duration;
 
 use common::*;
 
@@ -69,6 +70,17 @@ jobs:
     config:
       platform: linux
       run: {path: sh, args: [-c, "echo attempt-ran; exit 1"]}
+- name: long
+  plan:
+  - task: sleeper
+    config:
+      platform: linux
+      run: {path: sh, args: [-c, "trap 'echo got-term; exit 143' TERM; echo ready; while true; do sleep 0.1; done"]}
+    on_abort:
+      task: aborted
+      config:
+        platform: linux
+        run: {path: echo, args: [on-abort-ran]}
 - name: missing-input
   plan:
   - task: lonely
@@ -233,6 +245,37 @@ fn failures_hooks_try_and_attempts() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
     assert!(stderr.contains("input \"nowhere\""), "{stderr}");
+}
+
+#[test]
+fn aborting_a_job_build_runs_its_on_abort_and_exits_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let server = start(dir.path(), &db);
+    let mut child = spawn_run(
+        &server.url,
+        dir.path(),
+        "long",
+        &["-p", "pipeline.yml", "-j", "long", "-v", "greeting=x"],
+    );
+    let out_file = dir.path().join("long.out");
+    wait_for("the task to be ready", Duration::from_secs(30), || {
+        std::fs::read_to_string(&out_file)
+            .ok()?
+            .contains("ready")
+            .then_some(())
+    });
+    let build = run_build(&dir.path().join("long.err")).expect("build: N");
+    let out = client(&server.url, &["abort-build", "-b", &build.to_string()]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let status = wait_child(&mut child, Duration::from_secs(30));
+    let stderr = std::fs::read_to_string(dir.path().join("long.err")).unwrap();
+    assert_eq!(status.code(), Some(3), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(&out_file).unwrap(),
+        "ready\ngot-term\non-abort-ran\n",
+        "{stderr}"
+    );
 }
 
 #[test]

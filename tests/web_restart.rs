@@ -119,3 +119,47 @@ fn a_restarted_web_node_takes_over_a_running_build() {
             .then_some(())
     });
 }
+
+#[test]
+fn a_restarted_web_node_takes_over_a_job_build_of_one_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut web = start_web_on(dir.path(), port, "web1.log");
+    let _worker = start_worker(dir.path(), &web.url, "w", &[]);
+    wait_running(&web.url, 1);
+    write(
+        &dir.path().join("pipeline.yml"),
+        "jobs:\n- name: j\n  plan:\n  - task: slow\n    config:\n      platform: linux\n      run:\n        path: sh\n        args: [-c, 'i=1; while [ $i -le 12 ]; do echo line $i; i=$((i+1)); sleep 0.25; done']\n",
+    );
+    let mut run = spawn_run(
+        &web.url,
+        dir.path(),
+        "first",
+        &["-p", "pipeline.yml", "-j", "j"],
+    );
+    wait_for("line 2", Duration::from_secs(30), || {
+        std::fs::read_to_string(dir.path().join("first.out"))
+            .ok()?
+            .contains("line 2")
+            .then_some(())
+    });
+    let build = run_build(&dir.path().join("first.err")).unwrap();
+    web.kill();
+    assert!(!wait_child(&mut run, Duration::from_secs(20)).success());
+
+    let web = start_web_on(dir.path(), port, "web2.log");
+    let out = client(&web.url, &["watch", "-b", &build.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}\nweb log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        web.log_text()
+    );
+    assert!(
+        web.log_text().contains("resuming a build"),
+        "{}",
+        web.log_text()
+    );
+    let expected: String = (1..=12).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+}

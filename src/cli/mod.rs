@@ -1,5 +1,5 @@
 //! The `gantry` command line: the servers (`web`, `worker`, `quickstart`) and
-//! the client verbs (`execute`, `workers`, `validate-task`, `validate-plan`, ...).
+//! the client verbs (`execute`, `run`, `workers`, `validate-task`, `validate-plan`, ...).
 
 mod client;
 mod execute;

@@ -373,6 +373,29 @@ pub fn spawn_execute(url: &str, dir: &Path, tag: &str, args: &[&str]) -> Child {
         .expect("gantry execute starts")
 }
 
+/// Starts `gantry run` in the background in `dir`, its output captured to
+/// files.
+pub fn spawn_run(url: &str, dir: &Path, tag: &str, args: &[&str]) -> Child {
+    gantry()
+        .current_dir(dir)
+        .arg("--url")
+        .arg(url)
+        .arg("run")
+        .args(args)
+        .stdout(std::fs::File::create(dir.join(format!("{tag}.out"))).expect("out file"))
+        .stderr(std::fs::File::create(dir.join(format!("{tag}.err"))).expect("err file"))
+        .spawn()
+        .expect("gantry run starts")
+}
+
+/// The build id `gantry run` announced on stderr (`build: N`).
+pub fn run_build(err_file: &Path) -> Option<i64> {
+    let text = std::fs::read_to_string(err_file).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("build: "))
+        .and_then(|n| n.trim().parse().ok())
+}
+
 /// Waits for a child with a deadline; kills it on timeout.
 pub fn wait_child(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
     let deadline = Instant::now() + timeout;
