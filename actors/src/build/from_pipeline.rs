@@ -50,10 +50,23 @@ impl JobPlan {
 }
 
 /// The plan of a job: its steps one after another, under its hooks.
+///
+/// Job settings that would change how or when its builds run and that
+/// Gantry does not honour yet (`serial`, `serial_groups`, `max_in_flight`,
+/// `disable_manual_trigger`, job `tags`) refuse the build; the ones about
+/// history and display (`public`, `old_name`, `disable_reruns`,
+/// `interruptible`, log retention) do not change what a build does.
 pub fn job_plan(job: &pipeline::Job) -> Result<Plan, EngineError> {
-    if !job.tags.is_empty() {
+    let refused = [
+        ("serial", job.serial),
+        ("serial_groups", !job.serial_groups.is_empty()),
+        ("max_in_flight", job.max_in_flight.is_some()),
+        ("disable_manual_trigger", job.disable_manual_trigger),
+        ("tags", !job.tags.is_empty()),
+    ];
+    if let Some((field, _)) = refused.iter().find(|(_, set)| *set) {
         return Err(EngineError::Invalid(format!(
-            "job {:?}: job-level tags are not supported yet (put tags on its steps)",
+            "job {:?}: {field} is not supported yet",
             job.name
         )));
     }
@@ -124,7 +137,9 @@ fn step_plan(step: &Step, inherited: &[String]) -> Result<Plan, EngineError> {
             attempts: attempts.max(1),
         };
     }
-    with_hooks(plan, &step.hooks, tags)
+    // Hooks are steps of their own: they take the tags of the enclosing
+    // composite, not the step's.
+    with_hooks(plan, &step.hooks, inherited)
 }
 
 /// `plan` under the hooks, when there are any.
@@ -317,6 +332,38 @@ mod tests {
         };
         let json = serde_json::to_value(&stored).unwrap();
         assert_eq!(serde_json::from_value::<JobPlan>(json).unwrap(), stored);
+    }
+
+    #[test]
+    fn steps_without_tags_take_their_composites_and_hooks_do_not_take_the_steps() {
+        let yaml = format!(
+            "jobs:\n- name: j\n  plan:\n  - in_parallel:\n      steps:\n      - {{task: a, {TASK}}}\n      - {{task: b, {TASK}, tags: [own], ensure: {{task: c, {TASK}}}}}\n    tags: [pool]\n"
+        );
+        let plan = plan_of(&yaml, &[]).unwrap();
+        let tags: Vec<_> = plan
+            .steps()
+            .iter()
+            .map(|s| (s.name().to_string(), s.worker_request().tags))
+            .collect();
+        assert_eq!(
+            tags,
+            [
+                ("a".to_string(), vec!["pool".to_string()]),
+                ("b".into(), vec!["own".into()]),
+                ("c".into(), vec!["pool".into()]),
+            ]
+        );
+    }
+
+    #[test]
+    fn job_settings_gantry_does_not_honour_are_refused() {
+        let yaml = format!("jobs:\n- name: j\n  serial: true\n  plan:\n  - {{task: t, {TASK}}}\n");
+        assert_eq!(
+            invalid(plan_of(&yaml, &[])),
+            "job \"j\": serial is not supported yet"
+        );
+        let yaml = format!("jobs:\n- name: j\n  public: true\n  plan:\n  - {{task: t, {TASK}}}\n");
+        assert!(plan_of(&yaml, &[]).is_ok());
     }
 
     #[test]
