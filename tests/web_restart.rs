@@ -163,3 +163,43 @@ fn a_restarted_web_node_takes_over_a_job_build_of_one_task() {
     let expected: String = (1..=12).map(|i| format!("line {i}\n")).collect();
     assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
 }
+
+#[test]
+fn a_job_build_of_several_steps_is_errored_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut web = start_web_on(dir.path(), port, "web1.log");
+    let _worker = start_worker(dir.path(), &web.url, "w", &[]);
+    wait_running(&web.url, 1);
+    write(
+        &dir.path().join("pipeline.yml"),
+        "jobs:\n- name: j\n  plan:\n  - task: slow\n    config:\n      platform: linux\n      run: {path: sh, args: [-c, 'echo started; sleep 30']}\n  - task: next\n    config: {platform: linux, run: {path: echo, args: [next]}}\n",
+    );
+    let mut run = spawn_run(
+        &web.url,
+        dir.path(),
+        "first",
+        &["-p", "pipeline.yml", "-j", "j"],
+    );
+    wait_for("started", Duration::from_secs(30), || {
+        std::fs::read_to_string(dir.path().join("first.out"))
+            .ok()?
+            .contains("started")
+            .then_some(())
+    });
+    let build = run_build(&dir.path().join("first.err")).unwrap();
+    web.kill();
+    assert!(!wait_child(&mut run, Duration::from_secs(20)).success());
+
+    let web = start_web_on(dir.path(), port, "web2.log");
+    let out = client(&web.url, &["watch", "-b", &build.to_string()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("several steps"), "{stderr}");
+    // What the first step created is destroyed.
+    wait_for("cleanup", Duration::from_secs(30), || {
+        let c: serde_json::Value =
+            serde_json::from_slice(&client(&web.url, &["containers", "--json"]).stdout).ok()?;
+        c.as_array()?.is_empty().then_some(())
+    });
+}

@@ -144,6 +144,8 @@ impl Engine {
                 .last()
                 .map_or(0, |e| e.0)
                 + 1;
+            let mut reason =
+                "the web node stopped before the step's container was running".to_string();
             let (plan, container) = match stored_plan(&build.plan) {
                 Ok(plan) => {
                     // A plan of several steps is not followed: the Build
@@ -159,7 +161,7 @@ impl Engine {
                     (Some(plan), container)
                 }
                 Err(why) => {
-                    tracing::warn!(build = id, "cannot take the build over: {why}");
+                    reason = format!("a restarted web node cannot take the build over: {why}");
                     (None, None)
                 }
             };
@@ -197,12 +199,12 @@ impl Engine {
                     .start();
                 }
                 _ => {
-                    let reason = "the web node stopped before the step's container was running";
-                    db.finish_build(id, BuildStatus::Errored, None, Some(reason))
+                    tracing::warn!(build = id, "{reason}");
+                    db.finish_build(id, BuildStatus::Errored, None, Some(&reason))
                         .await?;
                     let mut sink = EventSink::resume(id, next_event, db.clone(), self.hub.clone());
                     sink.emit(&BuildEvent::Error {
-                        message: reason.into(),
+                        message: reason,
                         time: crate::db::now_ms(),
                     })
                     .await?;
