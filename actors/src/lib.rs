@@ -15,6 +15,7 @@ pub mod error;
 pub mod event_follow;
 pub mod events;
 pub mod go_duration;
+pub mod hooks;
 pub mod intercept;
 pub mod pipeline;
 pub mod placement;

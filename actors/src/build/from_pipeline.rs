@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::build::plan::{Hooks, Plan};
+use crate::build::plan::Plan;
 use crate::error::EngineError;
 use crate::pipeline::{self, Pipeline, Step, StepKind, Vars};
 use crate::steps::task::TaskStep;
@@ -151,20 +151,9 @@ fn with_hooks(
     if hooks.is_empty() {
         return Ok(plan);
     }
-    let hook = |h: &Option<Box<Step>>| -> Result<Option<Box<Plan>>, EngineError> {
-        h.as_deref()
-            .map(|s| step_plan(s, inherited).map(Box::new))
-            .transpose()
-    };
     Ok(Plan::Hooks {
         plan: Box::new(plan),
-        hooks: Hooks {
-            on_success: hook(&hooks.on_success)?,
-            on_failure: hook(&hooks.on_failure)?,
-            on_abort: hook(&hooks.on_abort)?,
-            on_error: hook(&hooks.on_error)?,
-            ensure: hook(&hooks.ensure)?,
-        },
+        hooks: hooks.try_map(|s| step_plan(s, inherited))?,
     })
 }
 

@@ -88,40 +88,8 @@ pub enum Plan {
     },
 }
 
-/// The hooks of a step (Concourse's step hooks), nested as Concourse nests
-/// them: `ensure(on_error(on_abort(on_failure(on_success(plan)))))`.
-#[derive(Clone, Default)]
-pub struct Hooks {
-    /// Runs when the plan succeeded; its result becomes the whole's.
-    pub on_success: Option<Box<Plan>>,
-    /// Runs when the plan (or its `on_success` hook) failed; the whole stays
-    /// failed, or errors if the hook errors.
-    pub on_failure: Option<Box<Plan>>,
-    /// Runs when the plan was aborted (not on a timeout), not stopped by
-    /// the abort; its result does not change the whole's.
-    pub on_abort: Option<Box<Plan>>,
-    /// Runs when the plan errored (or an enclosing timeout stopped it); the
-    /// whole stays errored.
-    pub on_error: Option<Box<Plan>>,
-    /// Runs always, last, not stopped by a stop that came before it; the
-    /// whole succeeds only when the plan and it did.
-    pub ensure: Option<Box<Plan>>,
-}
-
-impl Hooks {
-    /// The hooks that are set, with their roles, in the order they may run.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &Plan)> {
-        [
-            ("on_success", &self.on_success),
-            ("on_failure", &self.on_failure),
-            ("on_abort", &self.on_abort),
-            ("on_error", &self.on_error),
-            ("ensure", &self.ensure),
-        ]
-        .into_iter()
-        .filter_map(|(role, hook)| Some((role, hook.as_deref()?)))
-    }
-}
+/// The hooks of a plan, each a plan of its own (see [`crate::hooks`]).
+pub type Hooks = crate::hooks::Hooks<Plan>;
 
 impl Plan {
     /// The step named `name`, wherever it is in the plan.

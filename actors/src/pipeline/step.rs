@@ -35,43 +35,7 @@ pub struct Step {
 }
 
 /// The hooks of a step or a job, each a step of its own.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Hooks {
-    /// Runs after the step succeeded.
-    pub on_success: Option<Box<Step>>,
-    /// Runs after the step failed (a task exited non-zero, ...).
-    pub on_failure: Option<Box<Step>>,
-    /// Runs after the build was aborted during the step.
-    pub on_abort: Option<Box<Step>>,
-    /// Runs after the step errored (could not run: no worker, bad config, ...).
-    pub on_error: Option<Box<Step>>,
-    /// Runs after the step, whatever its outcome.
-    pub ensure: Option<Box<Step>>,
-}
-
-impl Hooks {
-    /// Whether no hook is set.
-    pub fn is_empty(&self) -> bool {
-        self.on_success.is_none()
-            && self.on_failure.is_none()
-            && self.on_abort.is_none()
-            && self.on_error.is_none()
-            && self.ensure.is_none()
-    }
-
-    /// The hooks that are set, with their keys, in Concourse's order.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &Step)> {
-        [
-            ("on_success", &self.on_success),
-            ("on_failure", &self.on_failure),
-            ("on_abort", &self.on_abort),
-            ("on_error", &self.on_error),
-            ("ensure", &self.ensure),
-        ]
-        .into_iter()
-        .filter_map(|(k, s)| s.as_deref().map(|s| (k, s)))
-    }
-}
+pub type Hooks = crate::hooks::Hooks<Step>;
 
 /// A `timeout` as written (it may hold a var) and, once known, its length.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
