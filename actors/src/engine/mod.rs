@@ -165,29 +165,25 @@ impl Engine {
                     (None, None)
                 }
             };
-            match (plan, container) {
-                (Some(plan), _) if !plan.0.is_one_step() => {
-                    let resume = Resume {
-                        worker: String::new(),
-                        container: String::new(),
-                        next_event,
-                    };
-                    Build::resuming(
-                        id,
-                        build.team,
-                        plan,
-                        self.build_deps(),
-                        self.builds.clone(),
-                        resume,
-                    )
-                    .start();
-                }
-                (Some(plan), Some(c)) if c.state == crate::state::HandleState::Created => {
-                    let resume = Resume {
+            // A build of several steps gets an empty resume: the Build errors
+            // it and destroys what its steps created.
+            let resume = match (&plan, container) {
+                (Some(plan), _) if !plan.0.is_one_step() => Some(Resume {
+                    worker: String::new(),
+                    container: String::new(),
+                    next_event,
+                }),
+                (Some(_), Some(c)) if c.state == crate::state::HandleState::Created => {
+                    Some(Resume {
                         worker: c.worker,
                         container: c.handle,
                         next_event,
-                    };
+                    })
+                }
+                _ => None,
+            };
+            match (plan, resume) {
+                (Some(plan), Some(resume)) => {
                     Build::resuming(
                         id,
                         build.team,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_yaml::Value;
 
-use super::read::{to_json, Problems};
+use super::read::{key_text, to_json, Problems};
 
 /// Reads `params`: a mapping of NAME to a value of any type.
 pub(super) fn read_params(v: Option<&Value>, p: &mut Problems) -> BTreeMap<String, String> {
@@ -22,15 +22,9 @@ pub(super) fn read_params(v: Option<&Value>, p: &mut Problems) -> BTreeMap<Strin
     };
     let mut out = BTreeMap::new();
     for (k, v) in m {
-        let key = match k {
-            Value::String(s) => s.clone(),
-            // Concourse's YAML-to-JSON conversion turns scalar keys into text.
-            Value::Number(n) => n.to_string(),
-            Value::Bool(b) => b.to_string(),
-            _ => {
-                p.push("params: keys must be strings".into());
-                continue;
-            }
+        let Some(key) = key_text(k) else {
+            p.push("params: keys must be strings".into());
+            continue;
         };
         if let Some(text) = param_text(v, &format!("params.{key}"), p) {
             out.insert(key, text);

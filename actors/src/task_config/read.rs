@@ -136,6 +136,17 @@ pub(super) fn json_object(
     }
 }
 
+/// A mapping key as text: Concourse's YAML-to-JSON conversion turns scalar
+/// keys (numbers, booleans) into text; other keys have none.
+pub(super) fn key_text(k: &Value) -> Option<String> {
+    match k {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
 /// Any YAML value as JSON; reports (at its path) what JSON cannot hold.
 pub(super) fn to_json(v: &Value, at: &str, p: &mut Problems) -> Option<serde_json::Value> {
     use serde_json::Value as J;
@@ -167,14 +178,9 @@ pub(super) fn to_json(v: &Value, at: &str, p: &mut Problems) -> Option<serde_jso
         Value::Mapping(m) => {
             let mut o = serde_json::Map::new();
             for (k, v) in m {
-                let key = match k {
-                    Value::String(s) => s.clone(),
-                    Value::Number(n) => n.to_string(),
-                    Value::Bool(b) => b.to_string(),
-                    _ => {
-                        p.push(format!("{at}: keys must be strings"));
-                        return None;
-                    }
+                let Some(key) = key_text(k) else {
+                    p.push(format!("{at}: keys must be strings"));
+                    return None;
                 };
                 let v = to_json(v, &format!("{at}.{key}"), p)?;
                 o.insert(key, v);
