@@ -30,25 +30,17 @@
 //! first alternates too), after a few untimed warm-up runs of each, so that
 //! drift in the machine's load hits both alike.
 
-use std::io::Read as _;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use gantry_actors::db::HandleKind;
 use gantry_actors::engine::HandleOwner;
-use gantry_actors::placement::Load;
 use gantry_actors::runtime::{ProcessIo, Worker};
-use gantry_actors::scheduler::{Selection, StepRequest};
-use gantry_actors::spec::{ContainerSpec, ProcessSpec, ResourceLimits, RootfsSpec};
 use gantry_actors::state::HandleState;
 use tokio::sync::mpsc;
 
-use crate::agent::backend::{find_executable, runc as runc_backend, ContainerContext};
-use crate::agent::rootfs::{self, UserIds};
-use crate::agent_client::AgentConnector;
-use crate::config::{WebConfig, WorkerConfig};
+use super::rig::{container_spec, process_spec, RawRunc, Rig, RuncSample, Summary};
 
 /// Options of the benchmark.
 pub struct ContainerStartBench {
@@ -58,10 +50,9 @@ pub struct ContainerStartBench {
     pub warmup: usize,
 }
 
-/// The worker's name, as registered with the benchmark's web node.
+/// The worker's name (`-0` appended), as registered with the benchmark's
+/// web node.
 const WORKER: &str = "bench-container-start";
-/// How long the worker may take to register and become placeable.
-const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 /// What every sample runs: trivial, and it writes one line so that "running"
 /// can be seen as the first output byte.
 const ARGS: &[&str] = &["echo", "started"];
@@ -79,176 +70,9 @@ struct Sample {
     steps: Option<[Duration; 3]>,
 }
 
-/// Nearest-rank percentile `p` (0..=1) of sorted durations, in milliseconds.
-fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i].as_secs_f64() * 1000.0
-}
-
-/// Mean of durations, in milliseconds.
-fn mean_ms(all: &[Duration]) -> f64 {
-    if all.is_empty() {
-        return 0.0;
-    }
-    all.iter().map(Duration::as_secs_f64).sum::<f64>() * 1000.0 / all.len() as f64
-}
-
-/// p50, p99, mean and max of one measure, sorted in place.
-struct Summary {
-    /// Median, ms.
-    p50: f64,
-    /// 99th percentile, ms.
-    p99: f64,
-    /// Mean, ms.
-    mean: f64,
-    /// Slowest sample, ms.
-    max: f64,
-}
-
-impl Summary {
-    /// Summarises `all` (sorting it).
-    fn of(mut all: Vec<Duration>) -> Self {
-        all.sort();
-        Summary {
-            p50: percentile_ms(&all, 0.50),
-            p99: percentile_ms(&all, 0.99),
-            mean: mean_ms(&all),
-            max: all.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0),
-        }
-    }
-}
-
-/// Removes every runc container under the benchmark's runc state roots and
-/// unmounts any root filesystem left under the agent's containers, on every
-/// exit path (including errors), before the temporary directory goes.
-struct Cleanup {
-    /// The runc binary.
-    runc: PathBuf,
-    /// runc `--root` directories to empty.
-    state_roots: Vec<PathBuf>,
-    /// `WORK_DIR/containers` of the agent.
-    containers: PathBuf,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for root in &self.state_roots {
-            let Ok(out) = std::process::Command::new(&self.runc)
-                .arg("--root")
-                .arg(root)
-                .args(["list", "-q"])
-                .output()
-            else {
-                continue;
-            };
-            for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                let _ = std::process::Command::new(&self.runc)
-                    .arg("--root")
-                    .arg(root)
-                    .args(["delete", "--force", id])
-                    .output();
-            }
-        }
-        if let Ok(entries) = std::fs::read_dir(&self.containers) {
-            for entry in entries.flatten() {
-                let rootfs = entry.path().join("rootfs");
-                if rootfs::is_mountpoint(&rootfs) {
-                    let _ = rootfs::unmount(&rootfs);
-                }
-            }
-        }
-    }
-}
-
-/// The web node's side: its engine, and the placement it hands a step.
-struct Web {
-    /// The web node's engine (database, scheduler).
-    engine: gantry_actors::Engine,
-}
-
-impl Web {
-    /// A step request as a one-off task without inputs makes it.
-    fn request() -> StepRequest {
-        StepRequest {
-            team: "main".into(),
-            platform: "linux".into(),
-            need: Load {
-                tasks: 1,
-                containers: 1,
-                volumes: 0,
-            },
-            ..Default::default()
-        }
-    }
-
-    /// Places a step; the worker has no limits, so it is never queued long.
-    async fn place(&self) -> anyhow::Result<gantry_actors::scheduler::Placement> {
-        match self.engine.select_worker(Self::request()).await? {
-            Selection::Placed(p) => Ok(p),
-            Selection::Queued { ticket, .. } => ticket.await.context("placement was dropped"),
-        }
-    }
-
-    /// Waits until the worker has registered and the Scheduler places steps
-    /// on it.
-    async fn wait_for_worker(&self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + REGISTER_TIMEOUT;
-        let mut last = String::from("no answer yet");
-        while Instant::now() < deadline {
-            match tokio::time::timeout(Duration::from_secs(2), self.place()).await {
-                Ok(Ok(p)) if p.worker == WORKER => {
-                    self.engine.release_placement(p);
-                    return Ok(());
-                }
-                Ok(Ok(p)) => {
-                    last = format!("placed on unexpected worker {}", p.worker);
-                    self.engine.release_placement(p);
-                }
-                Ok(Err(e)) => last = format!("{e:#}"),
-                Err(_) => last = "placement timed out".into(),
-            }
-            // Registration is a beacon round trip away; check again shortly.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        bail!(
-            "the worker did not register with the benchmark's web node within {}s: {last}",
-            REGISTER_TIMEOUT.as_secs()
-        )
-    }
-}
-
-/// The container spec of a sample: the default root filesystem, no mounts.
-fn container_spec(handle: &str) -> ContainerSpec {
-    ContainerSpec {
-        handle: handle.into(),
-        rootfs: RootfsSpec::Default,
-        mounts: vec![],
-        env: vec![],
-        limits: ResourceLimits::default(),
-        hermetic: false,
-        properties: Default::default(),
-    }
-}
-
-/// The process of a sample.
-fn process_spec() -> ProcessSpec {
-    ProcessSpec {
-        id: "task".into(),
-        path: ARGS[0].into(),
-        args: ARGS[1..].iter().map(|s| s.to_string()).collect(),
-        dir: None,
-        env: vec![],
-        user: None,
-        tty: None,
-    }
-}
-
 /// One Gantry sample: place and write the row (untimed), then create, run
 /// and wait (timed), then destroy (untimed).
-async fn gantry_sample(web: &Web) -> anyhow::Result<Sample> {
+async fn gantry_sample(web: &Rig) -> anyhow::Result<Sample> {
     let placement = web.place().await?;
     let worker: Arc<dyn Worker> = placement.client.clone();
     let handle = uuid::Uuid::new_v4().to_string();
@@ -275,7 +99,7 @@ async fn gantry_sample(web: &Web) -> anyhow::Result<Sample> {
         let (tx, mut rx) = mpsc::channel(16);
         let process = container
             .run(
-                process_spec(),
+                process_spec(ARGS),
                 ProcessIo {
                     stdin: None,
                     output: tx,
@@ -310,195 +134,59 @@ async fn gantry_sample(web: &Web) -> anyhow::Result<Sample> {
     Ok(sample)
 }
 
-/// The directly driven runc: binary, state root and the prepared bundle.
-struct RawRunc {
-    /// The runc binary.
-    binary: PathBuf,
-    /// `--root`, separate from the agent's.
-    state_root: PathBuf,
-    /// The bundle (config.json and rootfs/).
-    bundle: PathBuf,
-}
-
-impl RawRunc {
-    /// Builds the bundle with the agent's own functions: the same host view
-    /// and the same config.json the agent writes for the default rootfs.
-    fn prepare(binary: PathBuf, dir: &Path) -> anyhow::Result<Self> {
-        let bundle = dir.join("bundle");
-        let state_root = dir.join("runc");
-        std::fs::create_dir_all(&state_root)
-            .with_context(|| format!("creating {}", state_root.display()))?;
-        let plan = rootfs::host_view(&bundle.join("rootfs"), Path::new("/"))
-            .context("preparing the baseline's root filesystem")?;
-        let id = "gantry-bench-baseline";
-        let ctx = ContainerContext {
-            handle: id.into(),
-            spec: container_spec(id),
-            dir: bundle.clone(),
-            mounts: vec![],
-            image: None,
-        };
-        let process = runc_backend::process_json(&ctx, &process_spec(), UserIds { uid: 0, gid: 0 });
-        let config = runc_backend::config_json(&ctx, &plan, process);
-        let body = serde_json::to_vec_pretty(&config).context("encoding config.json")?;
-        std::fs::write(bundle.join("config.json"), body)
-            .with_context(|| format!("writing {}/config.json", bundle.display()))?;
-        Ok(RawRunc {
-            binary,
-            state_root,
-            bundle,
-        })
-    }
-
-    /// `runc run` of the bundle with a fresh id (timed), then `runc delete`
-    /// (untimed). Blocking: call on a blocking thread.
-    fn sample(&self) -> anyhow::Result<Sample> {
-        let id = format!("baseline-{}", uuid::Uuid::new_v4());
-        let start = Instant::now();
-        let mut child = std::process::Command::new(&self.binary)
-            .arg("--root")
-            .arg(&self.state_root)
-            .arg("run")
-            .arg("--bundle")
-            .arg(&self.bundle)
-            .arg(&id)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting {}", self.binary.display()))?;
-        let mut stdout = child.stdout.take().context("runc's stdout pipe")?;
-        let mut first = [0u8; 1];
-        let n = stdout.read(&mut first).context("reading runc's output")?;
-        let running = start.elapsed();
-        let mut rest = Vec::new();
-        stdout
-            .read_to_end(&mut rest)
-            .context("reading runc's output")?;
-        let status = child.wait().context("waiting for runc")?;
-        let exited = start.elapsed();
-        let mut stderr = String::new();
-        if let Some(mut e) = child.stderr.take() {
-            let _ = e.read_to_string(&mut stderr);
-        }
-        let _ = std::process::Command::new(&self.binary)
-            .arg("--root")
-            .arg(&self.state_root)
-            .args(["delete", "--force", &id])
-            .output();
-        if !status.success() || n == 0 {
-            bail!(
-                "runc run of the baseline bundle failed ({status}, {n} bytes of output): {}",
-                stderr.trim()
-            );
-        }
-        Ok(Sample {
-            running,
-            exited,
+impl From<RuncSample> for Sample {
+    fn from(s: RuncSample) -> Self {
+        Sample {
+            running: s.running,
+            exited: s.exited,
             steps: None,
-        })
+        }
     }
-}
-
-/// One baseline sample on a blocking thread.
-async fn runc_sample(raw: &Arc<RawRunc>) -> anyhow::Result<Sample> {
-    let raw = raw.clone();
-    tokio::task::spawn_blocking(move || raw.sample()).await?
 }
 
 /// Runs the benchmark and prints its figures. Must be called inside an
 /// actix System.
 pub async fn bench(opts: ContainerStartBench) -> anyhow::Result<()> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        bail!("bench container-start needs root (it uses the runc backend); run it as root");
-    }
-    let runc = find_executable("runc")
-        .context("bench container-start needs runc; install it (apt-get install runc)")?;
+    let runc = super::rig::require_runc("container-start")?;
     if opts.tasks == 0 {
         bail!("--tasks must be at least 1");
     }
-
-    let tmp = tempfile::Builder::new()
-        .prefix("gantry-bench-")
-        .tempdir()
-        .context("creating a temporary directory")?;
-    let base = tmp
-        .path()
-        .canonicalize()
-        .context("resolving the temporary directory")?;
-    let work_dir = base.join("worker");
-    let _cleanup = Cleanup {
-        runc: runc.clone(),
-        state_roots: vec![work_dir.join("runc"), base.join("baseline/runc")],
-        containers: work_dir.join("containers"),
+    let run = async {
+        let mut rig = Rig::start(runc, WORKER, 1).await?;
+        let result = async {
+            let raw = RawRunc::prepare_async(&rig, ARGS).await?;
+            measure(&rig, &raw, &opts).await
+        }
+        .await;
+        rig.stop().await;
+        result
     };
-
-    let web_cfg = WebConfig {
-        listen: "127.0.0.1:0".parse().context("loopback address")?,
-        data_dir: base.join("web"),
-        ..WebConfig::default()
+    let (gantry, baseline) = tokio::select! {
+        r = run => r?,
+        _ = tokio::signal::ctrl_c() => bail!("interrupted"),
     };
-    let web = crate::web::start_web(&web_cfg, Arc::new(AgentConnector::new()))
-        .await
-        .context("starting the web node")?;
-    let web_server = web.server.handle();
-    actix_rt::spawn(web.server);
-    let worker_cfg = WorkerConfig {
-        name: WORKER.into(),
-        web: format!("http://{}", web.addr),
-        registration_key: web_cfg.registration_key.clone(),
-        listen: "127.0.0.1:0".parse().context("loopback address")?,
-        work_dir: work_dir.clone(),
-        backend: Some("runc".into()),
-        runc_path: runc.display().to_string(),
-        ..WorkerConfig::default()
-    };
-    let agent = crate::agent::start_worker(worker_cfg)
-        .await
-        .context("starting the worker agent")?;
-    let web = Web { engine: web.engine };
-
-    let result = async {
-        web.wait_for_worker().await?;
-        let raw = Arc::new(
-            tokio::task::spawn_blocking({
-                let dir = base.join("baseline");
-                move || RawRunc::prepare(runc, &dir)
-            })
-            .await??,
-        );
-        measure(&web, &raw, &opts).await
-    };
-    let result = tokio::select! {
-        r = result => r,
-        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-    };
-    agent.stop().await;
-    web_server.stop(true).await;
-    let (gantry, baseline) = result?;
     print(opts.tasks, &gantry, &baseline);
     Ok(())
 }
 
 /// Warms up, then takes the timed samples of both series, alternating.
 async fn measure(
-    web: &Web,
+    web: &Rig,
     raw: &Arc<RawRunc>,
     opts: &ContainerStartBench,
 ) -> anyhow::Result<(Vec<Sample>, Vec<Sample>)> {
     for _ in 0..opts.warmup {
         gantry_sample(web).await.context("warming up Gantry")?;
-        runc_sample(raw).await.context("warming up runc")?;
+        raw.sample_async().await.context("warming up runc")?;
     }
     let mut gantry = Vec::with_capacity(opts.tasks);
     let mut baseline = Vec::with_capacity(opts.tasks);
     for i in 0..opts.tasks {
         if i % 2 == 0 {
             gantry.push(gantry_sample(web).await?);
-            baseline.push(runc_sample(raw).await?);
+            baseline.push(raw.sample_async().await?.into());
         } else {
-            baseline.push(runc_sample(raw).await?);
+            baseline.push(raw.sample_async().await?.into());
             gantry.push(gantry_sample(web).await?);
         }
     }
@@ -554,21 +242,4 @@ fn print(tasks: usize, gantry: &[Sample], baseline: &[Sample]) {
     println!("gantry_db_created_row_p50_ms: {:.2}", step(1).p50);
     println!("gantry_run_request_p50_ms: {:.2}", step(2).p50);
     println!("gantry_run_to_first_byte_p50_ms: {:.2}", after_run.p50);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentiles_use_the_nearest_rank() {
-        let ms = |n: u64| Duration::from_millis(n);
-        let all: Vec<Duration> = (1..=200).map(ms).collect();
-        assert_eq!(percentile_ms(&all, 0.50), 100.0);
-        assert_eq!(percentile_ms(&all, 0.99), 198.0);
-        assert_eq!(percentile_ms(&[ms(7)], 0.99), 7.0);
-        assert_eq!(percentile_ms(&[], 0.5), 0.0);
-        let s = Summary::of(vec![ms(3), ms(1), ms(2)]);
-        assert_eq!((s.p50, s.max, s.mean), (2.0, 3.0, 2.0));
-    }
 }

@@ -1,5 +1,7 @@
 //! `gantry bench ...`: benchmarks that print each figure as `name: value`,
 //! with a baseline measured in the same run.
 
+pub mod builds;
 pub mod container_start;
 pub mod placement;
+pub mod rig;

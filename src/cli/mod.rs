@@ -317,6 +317,20 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 5)]
         warmup: usize,
     },
+    /// Build throughput and latency of one-task jobs (`echo hi`) on a web
+    /// node with runc workers, against `runc run` of the same process
+    /// (needs root).
+    Builds {
+        /// Builds submitted as fast as the engine takes them.
+        #[arg(long, default_value_t = 100)]
+        builds: usize,
+        /// Runc workers.
+        #[arg(long, default_value_t = 2)]
+        workers: usize,
+        /// Builds run one at a time afterwards (single-build latency).
+        #[arg(long, default_value_t = 10)]
+        sequential: usize,
+    },
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -356,6 +370,17 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     .block_on(crate::bench::container_start::bench(
                         crate::bench::container_start::ContainerStartBench { tasks, warmup },
                     ))?,
+                BenchCommand::Builds {
+                    builds,
+                    workers,
+                    sequential,
+                } => actix_web::rt::System::new().block_on(crate::bench::builds::bench(
+                    crate::bench::builds::BuildsBench {
+                        builds,
+                        workers,
+                        sequential,
+                    },
+                ))?,
             }
             Ok(0)
         }

@@ -1,0 +1,107 @@
+//! `gantry bench builds` end to end: the real binary starts a web node and
+//! two runc workers, runs real one-task builds (a burst, then one at a time)
+//! and bare `runc run`s, prints every figure, and leaves no container or
+//! mount behind.
+
+mod common;
+
+use std::collections::HashMap;
+
+/// Whether runc containers can run here.
+fn runc_available() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    root && std::path::Path::new("/usr/sbin/runc").exists()
+}
+
+/// Mount points of the benchmark's temporary directories.
+fn bench_mounts() -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("gantry-bench-"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn builds_bench_prints_throughput_latencies_and_the_runc_baseline_and_cleans_up() {
+    if !runc_available() {
+        assert!(
+            std::env::var_os("GANTRY_REQUIRE_RUNC").is_none(),
+            "GANTRY_REQUIRE_RUNC is set, so this test may not be skipped: needs root and /usr/sbin/runc"
+        );
+        eprintln!("skipped: needs root and /usr/sbin/runc");
+        return;
+    }
+    // The benchmark's temporary directory (runc state, work dirs, database)
+    // goes under this one, which must be empty again afterwards.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = common::gantry()
+        .env("TMPDIR", tmp.path())
+        .args([
+            "bench",
+            "builds",
+            "--builds",
+            "10",
+            "--workers",
+            "2",
+            "--sequential",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let figures: HashMap<&str, &str> = stdout
+        .lines()
+        .map(|l| {
+            l.split_once(": ")
+                .unwrap_or_else(|| panic!("not `name: value`: {l:?}"))
+        })
+        .collect();
+    assert_eq!(figures.get("builds"), Some(&"10"), "{stdout}");
+    assert_eq!(figures.get("workers"), Some(&"2"), "{stdout}");
+    assert_eq!(figures.get("sequential"), Some(&"3"), "{stdout}");
+    assert_eq!(figures.get("failed_builds"), Some(&"0"), "{stdout}");
+    let number = |name: &str| -> f64 {
+        figures
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} in:\n{stdout}"))
+            .parse()
+            .unwrap_or_else(|e| panic!("{name} is not a number ({e}):\n{stdout}"))
+    };
+    for name in [
+        "builds_per_s",
+        "latency_p50_ms",
+        "latency_p99_ms",
+        "single_latency_p50_ms",
+        "single_latency_p99_ms",
+        "runc_run_p50_ms",
+        "runc_run_p99_ms",
+        "single_latency_vs_runc_ratio",
+    ] {
+        assert!(number(name) > 0.0, "{name} is not positive:\n{stdout}");
+    }
+    assert!(number("latency_p99_ms") >= number("latency_p50_ms"));
+    assert!(number("single_latency_p99_ms") >= number("single_latency_p50_ms"));
+    assert!(number("runc_run_p99_ms") >= number("runc_run_p50_ms"));
+    let ratio = number("single_latency_p50_ms") / number("runc_run_p50_ms");
+    assert!(
+        (number("single_latency_vs_runc_ratio") - ratio).abs() < 0.02 * ratio.max(1.0),
+        "single_latency_vs_runc_ratio does not match the p50s:\n{stdout}"
+    );
+    // Ten builds at once on two workers: both take some.
+    assert_eq!(figures.get("workers_used"), Some(&"2"), "{stdout}");
+
+    assert_eq!(bench_mounts(), Vec::<String>::new());
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
