@@ -13,21 +13,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// Whether runc containers can run here (root and runc installed).
-fn runc_available() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    root && Path::new("/usr/sbin/runc").exists()
-}
-
 /// A quickstart on the runc backend, or `None` (test skipped) without runc.
 fn runc_quickstart(dir: &Path, db: &TestDb) -> Option<Server> {
-    if !runc_available() {
-        assert!(
-            std::env::var_os("GANTRY_REQUIRE_RUNC").is_none(),
-            "GANTRY_REQUIRE_RUNC is set, so this test may not be skipped: needs root and /usr/sbin/runc"
-        );
-        eprintln!("skipped: needs root and /usr/sbin/runc");
+    if !runc_runs_here() {
         return None;
     }
     let server = quickstart(dir, db, &["--backend", "runc"]);

@@ -7,31 +7,9 @@ mod common;
 
 use std::collections::HashMap;
 
-/// Whether runc containers can run here.
-fn runc_available() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    root && std::path::Path::new("/usr/sbin/runc").exists()
-}
-
-/// Mount points of the benchmark's temporary directories.
-fn bench_mounts() -> Vec<String> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.contains("gantry-bench-"))
-        .map(str::to_string)
-        .collect()
-}
-
 #[test]
 fn builds_bench_prints_throughput_latencies_and_the_runc_baseline_and_cleans_up() {
-    if !runc_available() {
-        assert!(
-            std::env::var_os("GANTRY_REQUIRE_RUNC").is_none(),
-            "GANTRY_REQUIRE_RUNC is set, so this test may not be skipped: needs root and /usr/sbin/runc"
-        );
-        eprintln!("skipped: needs root and /usr/sbin/runc");
+    if !common::runc_runs_here() {
         return;
     }
     // The benchmark's temporary directory (runc state, work dirs, database)
@@ -98,7 +76,7 @@ fn builds_bench_prints_throughput_latencies_and_the_runc_baseline_and_cleans_up(
     // Ten builds at once on two workers: both take some.
     assert_eq!(figures.get("workers_used"), Some(&"2"), "{stdout}");
 
-    assert_eq!(bench_mounts(), Vec::<String>::new());
+    assert_eq!(common::bench_mounts(), Vec::<String>::new());
     let left: Vec<_> = std::fs::read_dir(tmp.path())
         .unwrap()
         .map(|e| e.unwrap().path())

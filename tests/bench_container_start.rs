@@ -6,31 +6,9 @@ mod common;
 
 use std::collections::HashMap;
 
-/// Whether runc containers can run here.
-fn runc_available() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    root && std::path::Path::new("/usr/sbin/runc").exists()
-}
-
-/// Mount points of the benchmark's temporary directories.
-fn bench_mounts() -> Vec<String> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.contains("gantry-bench-"))
-        .map(str::to_string)
-        .collect()
-}
-
 #[test]
 fn container_start_bench_prints_both_series_and_their_ratio_and_cleans_up() {
-    if !runc_available() {
-        assert!(
-            std::env::var_os("GANTRY_REQUIRE_RUNC").is_none(),
-            "GANTRY_REQUIRE_RUNC is set, so this test may not be skipped: needs root and /usr/sbin/runc"
-        );
-        eprintln!("skipped: needs root and /usr/sbin/runc");
+    if !common::runc_runs_here() {
         return;
     }
     // The benchmark's temporary directory (bundles, runc state, database)
@@ -80,7 +58,7 @@ fn container_start_bench_prints_both_series_and_their_ratio_and_cleans_up() {
         "p50_ratio does not match the p50s:\n{stdout}"
     );
 
-    assert_eq!(bench_mounts(), Vec::<String>::new());
+    assert_eq!(common::bench_mounts(), Vec::<String>::new());
     let left: Vec<_> = std::fs::read_dir(tmp.path())
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -443,3 +443,30 @@ pub fn announced_build_text(stderr: &str) -> Option<i64> {
         .find_map(|l| l.strip_prefix("executing build "))
         .and_then(|n| n.trim().parse().ok())
 }
+
+/// Whether runc containers can run here (root and runc installed). Without
+/// them a runc test is skipped, except when `GANTRY_REQUIRE_RUNC` is set (the
+/// test script sets it), where skipping fails the test.
+pub fn runc_runs_here() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root && Path::new("/usr/sbin/runc").exists() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("GANTRY_REQUIRE_RUNC").is_none(),
+        "GANTRY_REQUIRE_RUNC is set, so this test may not be skipped: needs root and /usr/sbin/runc"
+    );
+    eprintln!("skipped: needs root and /usr/sbin/runc");
+    false
+}
+
+/// Mount points of the benchmarks' temporary directories.
+pub fn bench_mounts() -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("gantry-bench-"))
+        .map(str::to_string)
+        .collect()
+}
