@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::collections::HashMap;
-
 #[test]
 fn builds_bench_prints_throughput_latencies_and_the_runc_baseline_and_cleans_up() {
     if !common::runc_runs_here() {
@@ -29,30 +27,13 @@ fn builds_bench_prints_throughput_latencies_and_the_runc_baseline_and_cleans_up(
         ])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout: {stdout}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let figures: HashMap<&str, &str> = stdout
-        .lines()
-        .map(|l| {
-            l.split_once(": ")
-                .unwrap_or_else(|| panic!("not `name: value`: {l:?}"))
-        })
-        .collect();
-    assert_eq!(figures.get("builds"), Some(&"10"), "{stdout}");
-    assert_eq!(figures.get("workers"), Some(&"2"), "{stdout}");
-    assert_eq!(figures.get("sequential"), Some(&"3"), "{stdout}");
-    assert_eq!(figures.get("failed_builds"), Some(&"0"), "{stdout}");
-    let number = |name: &str| -> f64 {
-        figures
-            .get(name)
-            .unwrap_or_else(|| panic!("no {name} in:\n{stdout}"))
-            .parse()
-            .unwrap_or_else(|e| panic!("{name} is not a number ({e}):\n{stdout}"))
-    };
+    let figures = common::Figures::of(&out);
+    let stdout = &figures.stdout;
+    let number = |name: &str| figures.number(name);
+    assert_eq!(figures.get("builds"), Some("10"), "{stdout}");
+    assert_eq!(figures.get("workers"), Some("2"), "{stdout}");
+    assert_eq!(figures.get("sequential"), Some("3"), "{stdout}");
+    assert_eq!(figures.get("failed_builds"), Some("0"), "{stdout}");
     for name in [
         "builds_per_s",
         "latency_p50_ms",
@@ -74,7 +55,7 @@ fn builds_bench_prints_throughput_latencies_and_the_runc_baseline_and_cleans_up(
         "single_latency_vs_runc_ratio does not match the p50s:\n{stdout}"
     );
     // Ten builds at once on two workers: both take some.
-    assert_eq!(figures.get("workers_used"), Some(&"2"), "{stdout}");
+    assert_eq!(figures.get("workers_used"), Some("2"), "{stdout}");
 
     assert_eq!(common::bench_mounts(), Vec::<String>::new());
     let left: Vec<_> = std::fs::read_dir(tmp.path())

@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::collections::HashMap;
-
 #[test]
 fn container_start_bench_prints_both_series_and_their_ratio_and_cleans_up() {
     if !common::runc_runs_here() {
@@ -19,27 +17,10 @@ fn container_start_bench_prints_both_series_and_their_ratio_and_cleans_up() {
         .args(["bench", "container-start", "--tasks", "6", "--warmup", "1"])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout: {stdout}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let figures: HashMap<&str, &str> = stdout
-        .lines()
-        .map(|l| {
-            l.split_once(": ")
-                .unwrap_or_else(|| panic!("not `name: value`: {l:?}"))
-        })
-        .collect();
-    assert_eq!(figures.get("tasks"), Some(&"6"), "{stdout}");
-    let number = |name: &str| -> f64 {
-        figures
-            .get(name)
-            .unwrap_or_else(|| panic!("no {name} in:\n{stdout}"))
-            .parse()
-            .unwrap_or_else(|e| panic!("{name} is not a number ({e}):\n{stdout}"))
-    };
+    let figures = common::Figures::of(&out);
+    let stdout = &figures.stdout;
+    let number = |name: &str| figures.number(name);
+    assert_eq!(figures.get("tasks"), Some("6"), "{stdout}");
     for name in [
         "gantry_p50_ms",
         "gantry_p99_ms",

@@ -4,30 +4,18 @@
 
 mod common;
 
-use std::collections::HashMap;
-
 #[test]
 fn placement_bench_prints_every_chain_and_its_ratio_to_the_database_baseline() {
     let out = common::gantry()
         .args(["bench", "placement", "--workers", "20", "--steps", "400"])
         .output()
         .expect("gantry runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let figures: HashMap<&str, &str> = stdout.lines().filter_map(|l| l.split_once(": ")).collect();
-    assert_eq!(figures.get("workers"), Some(&"20"), "{stdout}");
-    assert_eq!(figures.get("steps"), Some(&"400"), "{stdout}");
-    let number = |name: &str| -> f64 {
-        figures
-            .get(name)
-            .unwrap_or_else(|| panic!("{name} missing:\n{stdout}"))
-            .parse()
-            .unwrap_or_else(|_| panic!("{name} is not a number:\n{stdout}"))
-    };
+    // Every line must be `name: value`.
+    let figures = common::Figures::of(&out);
+    let stdout = &figures.stdout;
+    assert_eq!(figures.get("workers"), Some("20"), "{stdout}");
+    assert_eq!(figures.get("steps"), Some("400"), "{stdout}");
+    let number = |name: &str| figures.number(name);
     assert!(number("baseline_db_only_per_sec") > 0.0);
     for chain in [
         "volume_locality_fewest_build_containers",

@@ -123,31 +123,11 @@ fn a_restarted_web_node_takes_over_a_running_build() {
 #[test]
 fn a_restarted_web_node_takes_over_a_job_build_of_one_task() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut web = start_web_on(dir.path(), port, "web1.log");
-    let _worker = start_worker(dir.path(), &web.url, "w", &[]);
-    wait_running(&web.url, 1);
-    write(
-        &dir.path().join("pipeline.yml"),
-        "jobs:\n- name: j\n  plan:\n  - task: slow\n    config:\n      platform: linux\n      run:\n        path: sh\n        args: [-c, 'i=1; while [ $i -le 12 ]; do echo line $i; i=$((i+1)); sleep 0.25; done']\n",
-    );
-    let mut run = spawn_run(
-        &web.url,
+    let (build, web, _worker) = job_build_across_a_web_restart(
         dir.path(),
-        "first",
-        &["-p", "pipeline.yml", "-j", "j"],
+        "jobs:\n- name: j\n  plan:\n  - task: slow\n    config:\n      platform: linux\n      run:\n        path: sh\n        args: [-c, 'i=1; while [ $i -le 12 ]; do echo line $i; i=$((i+1)); sleep 0.25; done']\n",
+        "line 2",
     );
-    wait_for("line 2", Duration::from_secs(30), || {
-        std::fs::read_to_string(dir.path().join("first.out"))
-            .ok()?
-            .contains("line 2")
-            .then_some(())
-    });
-    let build = run_build(&dir.path().join("first.err")).unwrap();
-    web.kill();
-    assert!(!wait_child(&mut run, Duration::from_secs(20)).success());
-
-    let web = start_web_on(dir.path(), port, "web2.log");
     let out = client(&web.url, &["watch", "-b", &build.to_string()]);
     assert!(
         out.status.success(),
@@ -167,39 +147,42 @@ fn a_restarted_web_node_takes_over_a_job_build_of_one_task() {
 #[test]
 fn a_job_build_of_several_steps_is_errored_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut web = start_web_on(dir.path(), port, "web1.log");
-    let _worker = start_worker(dir.path(), &web.url, "w", &[]);
-    wait_running(&web.url, 1);
-    write(
-        &dir.path().join("pipeline.yml"),
-        "jobs:\n- name: j\n  plan:\n  - task: slow\n    config:\n      platform: linux\n      run: {path: sh, args: [-c, 'echo started; sleep 30']}\n  - task: next\n    config: {platform: linux, run: {path: echo, args: [next]}}\n",
-    );
-    let mut run = spawn_run(
-        &web.url,
+    let (build, web, _worker) = job_build_across_a_web_restart(
         dir.path(),
-        "first",
-        &["-p", "pipeline.yml", "-j", "j"],
+        "jobs:\n- name: j\n  plan:\n  - task: slow\n    config:\n      platform: linux\n      run: {path: sh, args: [-c, 'echo started; sleep 30']}\n  - task: next\n    config: {platform: linux, run: {path: echo, args: [next]}}\n",
+        "started",
     );
-    wait_for("started", Duration::from_secs(30), || {
-        std::fs::read_to_string(dir.path().join("first.out"))
-            .ok()?
-            .contains("started")
-            .then_some(())
-    });
-    let build = run_build(&dir.path().join("first.err")).unwrap();
-    web.kill();
-    assert!(!wait_child(&mut run, Duration::from_secs(20)).success());
-
-    let web = start_web_on(dir.path(), port, "web2.log");
     let out = client(&web.url, &["watch", "-b", &build.to_string()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(stderr.contains("several steps"), "{stderr}");
     // What the first step created is destroyed.
-    wait_for("cleanup", Duration::from_secs(30), || {
-        let c: serde_json::Value =
-            serde_json::from_slice(&client(&web.url, &["containers", "--json"]).stdout).ok()?;
-        c.as_array()?.is_empty().then_some(())
+    wait_no_handles(&web.url, Duration::from_secs(30));
+}
+
+/// Starts a web node and a worker `w` in `dir`, runs job `j` of `pipeline`
+/// with `gantry run` until its output shows `marker`, then kills the web
+/// node (SIGKILL) and starts another on the same database and port. Returns
+/// the build, the new web node and the worker.
+fn job_build_across_a_web_restart(
+    dir: &std::path::Path,
+    pipeline: &str,
+    marker: &str,
+) -> (i64, Server, Server) {
+    let port = free_port();
+    let mut web = start_web_on(dir, port, "web1.log");
+    let worker = start_worker(dir, &web.url, "w", &[]);
+    wait_running(&web.url, 1);
+    write(&dir.join("pipeline.yml"), pipeline);
+    let mut run = spawn_run(&web.url, dir, "first", &["-p", "pipeline.yml", "-j", "j"]);
+    wait_for(marker, Duration::from_secs(30), || {
+        std::fs::read_to_string(dir.join("first.out"))
+            .ok()?
+            .contains(marker)
+            .then_some(())
     });
+    let build = run_build(&dir.join("first.err")).expect("gantry run announced its build");
+    web.kill();
+    assert!(!wait_child(&mut run, Duration::from_secs(20)).success());
+    (build, start_web_on(dir, port, "web2.log"), worker)
 }

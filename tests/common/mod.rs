@@ -362,37 +362,50 @@ pub fn builds_json(url: &str) -> Vec<serde_json::Value> {
 
 /// Starts `gantry execute` in the background, its output captured to files.
 pub fn spawn_execute(url: &str, dir: &Path, tag: &str, args: &[&str]) -> Child {
-    gantry()
-        .arg("--url")
-        .arg(url)
-        .arg("execute")
-        .args(args)
-        .stdout(std::fs::File::create(dir.join(format!("{tag}.out"))).expect("out file"))
-        .stderr(std::fs::File::create(dir.join(format!("{tag}.err"))).expect("err file"))
-        .spawn()
-        .expect("gantry execute starts")
+    spawn_client(url, dir, "execute", tag, args)
 }
 
 /// Starts `gantry run` in the background in `dir`, its output captured to
 /// files.
 pub fn spawn_run(url: &str, dir: &Path, tag: &str, args: &[&str]) -> Child {
-    gantry()
-        .current_dir(dir)
-        .arg("--url")
+    let mut child = gantry();
+    child.current_dir(dir);
+    spawn_with(child, url, dir, "run", tag, args)
+}
+
+/// Starts the client verb `verb` in the background, its stdout and stderr
+/// captured to `dir/TAG.out` and `dir/TAG.err`.
+fn spawn_client(url: &str, dir: &Path, verb: &str, tag: &str, args: &[&str]) -> Child {
+    spawn_with(gantry(), url, dir, verb, tag, args)
+}
+
+fn spawn_with(
+    mut cmd: Command,
+    url: &str,
+    dir: &Path,
+    verb: &str,
+    tag: &str,
+    args: &[&str],
+) -> Child {
+    cmd.arg("--url")
         .arg(url)
-        .arg("run")
+        .arg(verb)
         .args(args)
         .stdout(std::fs::File::create(dir.join(format!("{tag}.out"))).expect("out file"))
         .stderr(std::fs::File::create(dir.join(format!("{tag}.err"))).expect("err file"))
         .spawn()
-        .expect("gantry run starts")
+        .unwrap_or_else(|e| panic!("gantry {verb} starts: {e}"))
 }
 
 /// The build id `gantry run` announced on stderr (`build: N`).
 pub fn run_build(err_file: &Path) -> Option<i64> {
-    let text = std::fs::read_to_string(err_file).ok()?;
+    build_after(&std::fs::read_to_string(err_file).ok()?, "build: ")
+}
+
+/// The build id on the first line of `text` that starts with `prefix`.
+fn build_after(text: &str, prefix: &str) -> Option<i64> {
     text.lines()
-        .find_map(|l| l.strip_prefix("build: "))
+        .find_map(|l| l.strip_prefix(prefix))
         .and_then(|n| n.trim().parse().ok())
 }
 
@@ -413,10 +426,7 @@ pub fn wait_child(child: &mut Child, timeout: Duration) -> std::process::ExitSta
 
 /// The build id `gantry execute` announced on stderr (`executing build N`).
 pub fn announced_build(err_file: &Path) -> Option<i64> {
-    let text = std::fs::read_to_string(err_file).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("executing build "))
-        .and_then(|n| n.trim().parse().ok())
+    announced_build_text(&std::fs::read_to_string(err_file).ok()?)
 }
 
 /// The last line a failing CLI printed on stderr (after progress lines such
@@ -438,10 +448,7 @@ pub fn failure_line(out: &Output) -> String {
 
 /// The build id in `executing build N` of a CLI's stderr text.
 pub fn announced_build_text(stderr: &str) -> Option<i64> {
-    stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("executing build "))
-        .and_then(|n| n.trim().parse().ok())
+    build_after(stderr, "executing build ")
 }
 
 /// Whether runc containers can run here (root and runc installed). Without
@@ -469,4 +476,60 @@ pub fn bench_mounts() -> Vec<String> {
         .filter(|l| l.contains("gantry-bench-"))
         .map(str::to_string)
         .collect()
+}
+
+/// Waits until the web node at `url` lists no container and no volume.
+pub fn wait_no_handles(url: &str, timeout: Duration) {
+    wait_for("no containers or volumes left", timeout, || {
+        let listed = |what: &str| -> Option<bool> {
+            let rows: serde_json::Value =
+                serde_json::from_slice(&client(url, &[what, "--json"]).stdout).ok()?;
+            Some(rows.as_array()?.is_empty())
+        };
+        (listed("containers")? && listed("volumes")?).then_some(())
+    });
+}
+
+/// A benchmark's `name: value` lines, each line checked to have that shape.
+pub struct Figures {
+    /// The benchmark's whole stdout, for failure messages.
+    pub stdout: String,
+    /// Each figure by name.
+    values: std::collections::HashMap<String, String>,
+}
+
+impl Figures {
+    /// Reads a benchmark's output; panics (with its stderr) if it failed.
+    pub fn of(out: &Output) -> Figures {
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "stdout: {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let values = stdout
+            .lines()
+            .map(|l| {
+                let (k, v) = l
+                    .split_once(": ")
+                    .unwrap_or_else(|| panic!("not `name: value`: {l:?}"));
+                (k.to_string(), v.to_string())
+            })
+            .collect();
+        Figures { stdout, values }
+    }
+
+    /// The figure `name` as printed, if there is one.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values.get(name).map(String::as_str)
+    }
+
+    /// The figure `name` as a number; panics naming it when absent or not one.
+    pub fn number(&self, name: &str) -> f64 {
+        let stdout = &self.stdout;
+        self.get(name)
+            .unwrap_or_else(|| panic!("no {name} in:\n{stdout}"))
+            .parse()
+            .unwrap_or_else(|e| panic!("{name} is not a number ({e}):\n{stdout}"))
+    }
 }
