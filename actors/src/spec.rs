@@ -125,6 +125,12 @@ pub struct ContainerSpec {
     /// Free-form properties (build id, step name...), shown by `gantry containers`.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// A base resource type the worker ships (`git`, `mock`, `time`): its
+    /// scripts (`check`, `in`, `out`) are mounted read-only at
+    /// `/opt/resource`. A worker that does not advertise the type refuses
+    /// the container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_type: Option<String>,
 }
 
 /// A process to run in a container.

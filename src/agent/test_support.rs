@@ -50,6 +50,7 @@ pub(super) fn container_spec(
         limits: ResourceLimits::default(),
         hermetic: false,
         properties: Default::default(),
+        resource_type: None,
     }
 }
 

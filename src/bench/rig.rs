@@ -298,6 +298,7 @@ pub fn container_spec(handle: &str) -> ContainerSpec {
         limits: ResourceLimits::default(),
         hermetic: false,
         properties: Default::default(),
+        resource_type: None,
     }
 }
 

@@ -305,6 +305,7 @@ impl TaskStep {
                 },
                 hermetic: config.hermetic,
                 properties: BTreeMap::new(),
+                resource_type: None,
             })
             .await?;
         let dir = match &config.run.dir {

@@ -208,6 +208,7 @@ mod tests {
                 limits: ResourceLimits::default(),
                 hermetic,
                 properties: Default::default(),
+                resource_type: None,
             },
             dir: "/w/containers/c1".into(),
             mounts: vec![ResolvedMount {

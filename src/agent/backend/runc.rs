@@ -655,6 +655,7 @@ mod tests {
                 },
                 hermetic: false,
                 properties: Default::default(),
+                resource_type: None,
             },
             dir: "/w/containers/c1".into(),
             mounts: vec![ResolvedMount {
