@@ -110,6 +110,30 @@ pub enum BuildEvent {
         /// Unix ms.
         time: i64,
     },
+    /// A resource step's script answered: the version(s) `check` found,
+    /// the version `in` fetched (or the resource cache held), or the
+    /// version `out` made.
+    Resource {
+        /// Step name.
+        step: String,
+        /// The resource (or, for an image, the type fetching it).
+        resource: String,
+        /// `check`, `get`, `put` or `image`.
+        action: String,
+        /// The version (for `check`, the list of versions found).
+        version: serde_json::Value,
+        /// The metadata the script returned (a list of `{name, value}`).
+        #[serde(default)]
+        metadata: serde_json::Value,
+        /// Whether a resource cache answered: no `in` ran.
+        #[serde(default)]
+        cached: bool,
+        /// The worker it ran on (or whose cache answered).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worker: Option<String>,
+        /// Unix ms.
+        time: i64,
+    },
     /// Gantry could not go on; the message says why.
     Error {
         /// Human-readable reason.

@@ -20,6 +20,7 @@ pub mod intercept;
 pub mod pipeline;
 pub mod placement;
 pub mod registry;
+pub mod resources;
 pub mod runtime;
 pub mod scheduler;
 pub mod spec;

@@ -58,9 +58,6 @@ fn plan(args: &ExecuteArgs) -> anyhow::Result<(TaskConfig, Dirs, Dirs)> {
     if let Some(p) = &args.platform {
         config.platform = p.clone();
     }
-    if let Some(why) = config.unsupported(args.image.is_some()) {
-        bail!("{}: {why}", args.config.display());
-    }
     if let Some(image) = &args.image {
         if !image.is_file() {
             bail!(

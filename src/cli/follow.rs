@@ -38,6 +38,8 @@ pub struct Ended {
     pub produced: BTreeMap<String, String>,
     /// The last error event's message.
     pub last_error: Option<String>,
+    /// The versions `check` found (oldest first), in a check build.
+    pub checked: Vec<serde_json::Value>,
 }
 
 impl Ended {
@@ -95,6 +97,7 @@ pub async fn follow(client: &ApiClient, build_id: i64, lines: StepLines) -> anyh
     let mut buf: Vec<u8> = Vec::new();
     let mut produced: BTreeMap<String, String> = BTreeMap::new();
     let mut last_error: Option<String> = None;
+    let mut checked: Vec<serde_json::Value> = Vec::new();
     let mut end: Option<(BuildStatus, Option<i32>)> = None;
     let mut interrupts = 0;
     'events: loop {
@@ -170,6 +173,33 @@ pub async fn follow(client: &ApiClient, build_id: i64, lines: StepLines) -> anyh
                         None => eprintln!("step {step}: {how}"),
                     }
                 }
+                BuildEvent::Streaming {
+                    step, what, bytes, ..
+                } if lines == StepLines::Told => {
+                    eprintln!("step {step}: streamed {what} ({bytes} bytes)")
+                }
+                BuildEvent::Resource {
+                    step,
+                    resource,
+                    action,
+                    version,
+                    cached,
+                    worker,
+                    ..
+                } => {
+                    let on = worker
+                        .map(|w| format!(" on worker {w}"))
+                        .unwrap_or_default();
+                    match action.as_str() {
+                        "check" => {
+                            let found = version.as_array().cloned().unwrap_or_default();
+                            eprintln!("step {step}: check of {resource} found {} version(s){on}", found.len());
+                            checked.extend(found);
+                        }
+                        _ if cached => eprintln!("step {step}: {action} {resource} {version}: from the resource cache (no in ran)"),
+                        _ => eprintln!("step {step}: {action} {resource} {version}{on}"),
+                    }
+                }
                 BuildEvent::Error { message, .. } => last_error = Some(message),
                 BuildEvent::Status {
                     status,
@@ -191,5 +221,6 @@ pub async fn follow(client: &ApiClient, build_id: i64, lines: StepLines) -> anyh
         exit_status,
         produced,
         last_error,
+        checked,
     })
 }

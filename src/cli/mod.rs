@@ -1,6 +1,7 @@
 //! The `gantry` command line: the servers (`web`, `worker`, `quickstart`) and
 //! the client verbs (`execute`, `run`, `workers`, `validate-task`, `validate-plan`, ...).
 
+mod check;
 mod client;
 mod execute;
 mod follow;
@@ -182,6 +183,26 @@ pub enum Command {
         /// The job to run.
         #[arg(short = 'j', long = "job")]
         job: String,
+        /// A var: NAME=VALUE (a string, as with fly -v).
+        #[arg(short = 'v', long = "var")]
+        vars: Vec<String>,
+        /// A YAML file of vars; later files and -v flags override.
+        #[arg(short = 'l', long = "load-vars-from")]
+        var_files: Vec<PathBuf>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Check a resource of a Concourse pipeline (a check build): its type's
+    /// `check` runs on a worker and the versions found are stored and
+    /// printed, oldest first, one JSON object a line.
+    Check {
+        /// The pipeline file.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: PathBuf,
+        /// The resource to check.
+        #[arg(short = 'r', long = "resource")]
+        resource: String,
         /// A var: NAME=VALUE (a string, as with fly -v).
         #[arg(short = 'v', long = "var")]
         vars: Vec<String>,
@@ -428,6 +449,22 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                             team,
                         };
                         run::run(&client, args).await
+                    }
+                    Command::Check {
+                        pipeline,
+                        resource,
+                        vars,
+                        var_files,
+                        team,
+                    } => {
+                        let args = check::CheckArgs {
+                            pipeline,
+                            resource,
+                            vars,
+                            var_files,
+                            team,
+                        };
+                        check::check(&client, args).await
                     }
                     Command::Hijack {
                         build,

@@ -43,6 +43,9 @@ pub struct CreateBuild {
     /// The job of `pipeline` to run.
     #[serde(default)]
     job: Option<String>,
+    /// The resource of `pipeline` to check (a check build), instead of a job.
+    #[serde(default)]
+    check: Option<String>,
     /// Values of the pipeline's `((vars))`.
     #[serde(default)]
     vars: Option<BTreeMap<String, serde_json::Value>>,
@@ -69,6 +72,7 @@ pub async fn create(
             ))
         }
         (Some(_), None) => create_one_off(&state, &team, body).await?,
+        (None, Some(_)) if body.check.is_some() => create_check(&state, &team, body).await?,
         (None, Some(_)) => create_job(&state, &team, body).await?,
     };
     Ok(HttpResponse::Created().json(serde_json::json!({ "id": id })))
@@ -76,9 +80,13 @@ pub async fn create(
 
 /// Creates a one-off build of the body's task.
 async fn create_one_off(state: &AppState, team: &str, body: CreateBuild) -> Result<i64, ApiError> {
-    if let Some(field) = [("job", body.job.is_some()), ("vars", body.vars.is_some())]
-        .iter()
-        .find_map(|(f, set)| set.then_some(f))
+    if let Some(field) = [
+        ("job", body.job.is_some()),
+        ("vars", body.vars.is_some()),
+        ("check", body.check.is_some()),
+    ]
+    .iter()
+    .find_map(|(f, set)| set.then_some(f))
     {
         return Err(ApiError::bad_request(format!(
             "{field} is for a build of a pipeline's job, not of a task"
@@ -88,9 +96,6 @@ async fn create_one_off(state: &AppState, team: &str, body: CreateBuild) -> Resu
         .map_err(|e| ApiError::bad_request(format!("task config: {e}")))?;
     let config = TaskConfig::from_value(&doc)
         .map_err(|p| ApiError::bad_request(format!("invalid task config: {}", p.join("; "))))?;
-    if let Some(why) = config.unsupported(body.image.is_some()) {
-        return Err(ApiError::bad_request(why));
-    }
     let plan = OneOffPlan {
         config,
         inputs: body.inputs.unwrap_or_default(),
@@ -99,6 +104,46 @@ async fn create_one_off(state: &AppState, team: &str, body: CreateBuild) -> Resu
         timeout_secs: body.timeout_secs,
     };
     Ok(state.engine.create_one_off_build(team, plan).await?)
+}
+
+/// The body's `vars` as the engine takes them.
+fn body_vars(vars: Option<BTreeMap<String, serde_json::Value>>) -> Result<Vars, ApiError> {
+    let mut out = Vars::new();
+    for (name, value) in vars.unwrap_or_default() {
+        let value = serde_yaml::to_value(value)
+            .map_err(|e| ApiError::bad_request(format!("var {name:?}: {e}")))?;
+        out.set(&name, value);
+    }
+    Ok(out)
+}
+
+/// Creates a check build of the body's pipeline's resource.
+async fn create_check(state: &AppState, team: &str, body: CreateBuild) -> Result<i64, ApiError> {
+    if body.job.is_some() {
+        return Err(ApiError::bad_request(
+            "give either a job to run or a resource to check, not both",
+        ));
+    }
+    if let Some(field) = [
+        ("inputs", body.inputs.is_some()),
+        ("tags", body.tags.is_some()),
+        ("image", body.image.is_some()),
+        ("timeout_secs", body.timeout_secs.is_some()),
+    ]
+    .iter()
+    .find_map(|(f, set)| set.then_some(f))
+    {
+        return Err(ApiError::bad_request(format!(
+            "{field} is for a build of a task, not a check of a resource"
+        )));
+    }
+    let vars = body_vars(body.vars)?;
+    let resource = body.check.unwrap_or_default();
+    let pipeline = body.pipeline.unwrap_or_default();
+    Ok(state
+        .engine
+        .create_check_build(team, &pipeline, &resource, vars)
+        .await?)
 }
 
 /// Creates a build of the body's pipeline's job.
@@ -119,12 +164,7 @@ async fn create_job(state: &AppState, team: &str, body: CreateBuild) -> Result<i
     let job = body
         .job
         .ok_or_else(|| ApiError::bad_request("a pipeline build needs the job to run (job)"))?;
-    let mut vars = Vars::new();
-    for (name, value) in body.vars.unwrap_or_default() {
-        let value = serde_yaml::to_value(value)
-            .map_err(|e| ApiError::bad_request(format!("var {name:?}: {e}")))?;
-        vars.set(&name, value);
-    }
+    let vars = body_vars(body.vars)?;
     let pipeline = body.pipeline.unwrap_or_default();
     Ok(state
         .engine

@@ -41,6 +41,12 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
             let _ = writeln!(out, "gantry_{name}{{worker=\"{w}\",state=\"{s}\"}} {n}");
         }
     }
+    let r = state.engine.resource_stats();
+    use gantry_actors::resources::ResourceStats as R;
+    let _ = writeln!(out, "# HELP gantry_resource_cache_hits_total Gets and image fetches answered from a resource cache (no in ran).\n# TYPE gantry_resource_cache_hits_total counter\ngantry_resource_cache_hits_total {}", R::read(&r.cache_hits));
+    let _ = writeln!(out, "# HELP gantry_resource_cache_misses_total Gets and image fetches that ran in.\n# TYPE gantry_resource_cache_misses_total counter\ngantry_resource_cache_misses_total {}", R::read(&r.cache_misses));
+    let _ = writeln!(out, "# HELP gantry_resource_checks_total Resource check scripts run.\n# TYPE gantry_resource_checks_total counter\ngantry_resource_checks_total {}", R::read(&r.checks));
+    let _ = writeln!(out, "# HELP gantry_resource_puts_total Resource out scripts run.\n# TYPE gantry_resource_puts_total counter\ngantry_resource_puts_total {}", R::read(&r.puts));
     let stats = state.engine.scheduler_stats().await?;
     let _ = writeln!(out, "# HELP gantry_worker_restarts Restarts of each worker's connection actor.\n# TYPE gantry_worker_restarts counter");
     for w in &workers {

@@ -48,6 +48,8 @@ pub struct BuildDeps {
     pub intercepts: crate::intercept::Intercepts,
     /// Background work's status: a cleanup that must wait shows there.
     pub jobs: crate::background::Jobs,
+    /// Counters of resource work, for `/metrics`.
+    pub resources: Arc<crate::resources::ResourceStats>,
 }
 
 /// Asks a running build to stop. A second one also stops the hooks that run
@@ -248,6 +250,7 @@ impl BuildRun {
             events: self.events.clone(),
             stop: stop.clone(),
             named: self.named.clone(),
+            resources: self.deps.resources.clone(),
         };
         StepContext::new(scope, step, worker, watch, created)
     }

@@ -54,6 +54,7 @@ fn task_step(name: &str, config: TaskConfig) -> Plan {
         image: None,
         input_mapping: Default::default(),
         output_mapping: Default::default(),
+        image_resource: None,
     }))
 }
 

@@ -13,8 +13,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::build::plan::Plan;
+use crate::build::resource_plan;
 use crate::error::EngineError;
 use crate::pipeline::{self, Pipeline, Step, StepKind, Vars};
+use crate::resources::config::ImageSource;
 use crate::steps::task::TaskStep;
 use crate::task_config::{params_text, TaskConfig};
 
@@ -43,7 +45,7 @@ impl JobPlan {
         let job = pipeline
             .job(&self.job)
             .map_err(|e| EngineError::Invalid(e.to_string()))?;
-        let plan = job_plan(job)?;
+        let plan = job_plan(&pipeline, job)?;
         plan.check_step_names()?;
         Ok(plan)
     }
@@ -56,7 +58,7 @@ impl JobPlan {
 /// `disable_manual_trigger`, job `tags`) refuse the build; the ones about
 /// history and display (`public`, `old_name`, `disable_reruns`,
 /// `interruptible`, log retention) do not change what a build does.
-pub fn job_plan(job: &pipeline::Job) -> Result<Plan, EngineError> {
+pub fn job_plan(pipeline: &Pipeline, job: &pipeline::Job) -> Result<Plan, EngineError> {
     let refused = [
         ("serial", job.serial),
         ("serial_groups", !job.serial_groups.is_empty()),
@@ -73,16 +75,16 @@ pub fn job_plan(job: &pipeline::Job) -> Result<Plan, EngineError> {
     let body = Plan::Do(
         job.plan
             .iter()
-            .map(|s| step_plan(s, &[]))
+            .map(|s| step_plan(pipeline, s, &[]))
             .collect::<Result<_, _>>()?,
     );
-    with_hooks(body, &job.hooks, &[])
+    with_hooks(pipeline, body, &job.hooks, &[])
 }
 
 /// The plan of one step, its modifiers nested as Concourse nests them:
 /// hooks ( attempts ( timeout ( the step's kind ))). `inherited`: the tags
 /// of an enclosing `do` or `in_parallel`, for steps that have none.
-fn step_plan(step: &Step, inherited: &[String]) -> Result<Plan, EngineError> {
+fn step_plan(pipeline: &Pipeline, step: &Step, inherited: &[String]) -> Result<Plan, EngineError> {
     let tags = if step.tags.is_empty() {
         inherited
     } else {
@@ -95,28 +97,28 @@ fn step_plan(step: &Step, inherited: &[String]) -> Result<Plan, EngineError> {
         )));
     }
     let mut plan = match &step.kind {
-        StepKind::Task(task) => Plan::Step(Arc::new(task_step(task, tags)?)),
+        StepKind::Task(task) => Plan::Step(Arc::new(task_step(Some(pipeline), task, tags)?)),
         StepKind::Do(steps) => Plan::Do(
             steps
                 .iter()
-                .map(|s| step_plan(s, tags))
+                .map(|s| step_plan(pipeline, s, tags))
                 .collect::<Result<_, _>>()?,
         ),
         StepKind::InParallel(p) => Plan::InParallel {
             plans: p
                 .steps
                 .iter()
-                .map(|s| step_plan(s, tags))
+                .map(|s| step_plan(pipeline, s, tags))
                 .collect::<Result<_, _>>()?,
             limit: p.limit.map(|l| l as usize),
             fail_fast: p.fail_fast,
         },
-        StepKind::Try(inner) => Plan::Try(Box::new(step_plan(inner, tags)?)),
-        StepKind::Get(_)
-        | StepKind::Put(_)
-        | StepKind::LoadVar(_)
-        | StepKind::SetPipeline(_)
-        | StepKind::Run(_) => return Err(unsupported_step(step, step.kind.key())),
+        StepKind::Try(inner) => Plan::Try(Box::new(step_plan(pipeline, inner, tags)?)),
+        StepKind::Get(get) => Plan::Step(Arc::new(resource_plan::get_step(pipeline, get, tags)?)),
+        StepKind::Put(put) => Plan::Step(Arc::new(resource_plan::put_step(pipeline, put, tags)?)),
+        StepKind::LoadVar(_) | StepKind::SetPipeline(_) | StepKind::Run(_) => {
+            return Err(unsupported_step(step, step.kind.key()))
+        }
     };
     if let Some(timeout) = &step.timeout {
         let duration = timeout.duration.ok_or_else(|| {
@@ -139,11 +141,12 @@ fn step_plan(step: &Step, inherited: &[String]) -> Result<Plan, EngineError> {
     }
     // Hooks are steps of their own: they take the tags of the enclosing
     // composite, not the step's.
-    with_hooks(plan, &step.hooks, inherited)
+    with_hooks(pipeline, plan, &step.hooks, inherited)
 }
 
 /// `plan` under the hooks, when there are any.
 fn with_hooks(
+    pipeline: &Pipeline,
     plan: Plan,
     hooks: &pipeline::Hooks,
     inherited: &[String],
@@ -153,7 +156,7 @@ fn with_hooks(
     }
     Ok(Plan::Hooks {
         plan: Box::new(plan),
-        hooks: hooks.try_map(|s| step_plan(s, inherited))?,
+        hooks: hooks.try_map(|s| step_plan(pipeline, s, inherited))?,
     })
 }
 
@@ -161,7 +164,11 @@ fn with_hooks(
 /// `params` override the config's, `container_limits` its limits,
 /// `hermetic` adds to its own; `input_mapping` and `output_mapping` rename
 /// artifacts. `file`, `image`, `privileged` and `vars` are refused.
-fn task_step(task: &pipeline::TaskStep, tags: &[String]) -> Result<TaskStep, EngineError> {
+fn task_step(
+    pipeline: Option<&Pipeline>,
+    task: &pipeline::TaskStep,
+    tags: &[String],
+) -> Result<TaskStep, EngineError> {
     let name = &task.name;
     let refuse =
         |what: &str| EngineError::Invalid(format!("step {name:?}: {what} is not supported yet"));
@@ -186,11 +193,12 @@ fn task_step(task: &pipeline::TaskStep, tags: &[String]) -> Result<TaskStep, Eng
     let mut config = TaskConfig::from_value(config).map_err(|problems| {
         EngineError::Invalid(format!("step {name:?}: config: {}", problems.join("; ")))
     })?;
-    if config.image_resource.is_some() {
-        return Err(refuse(
-            "image_resource (use rootfs_uri, or no image to run on the worker's root filesystem)",
-        ));
-    }
+    let image_resource = config
+        .image_resource
+        .as_ref()
+        .map(|ir| ImageSource::of(ir, pipeline))
+        .transpose()
+        .map_err(|e| EngineError::Invalid(format!("step {name:?}: image_resource: {e}")))?;
     let params = params_text(&task.params).map_err(|problems| {
         EngineError::Invalid(format!("step {name:?}: params: {}", problems.join("; ")))
     })?;
@@ -212,6 +220,7 @@ fn task_step(task: &pipeline::TaskStep, tags: &[String]) -> Result<TaskStep, Eng
         image: None,
         input_mapping: task.input_mapping.clone(),
         output_mapping: task.output_mapping.clone(),
+        image_resource,
     })
 }
 
@@ -378,7 +387,7 @@ mod tests {
                 memory: Some(2048),
             }),
         };
-        let step = task_step(&task, &["t1".into()]).unwrap();
+        let step = task_step(None, &task, &["t1".into()]).unwrap();
         let p = &step.config.params;
         assert_eq!(
             (p["A"].as_str(), p["B"].as_str(), p["C"].as_str()),

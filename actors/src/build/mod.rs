@@ -7,6 +7,8 @@
 //! - `plan.rs`: what a build runs: steps, composites, modifiers, hooks;
 //! - `from_pipeline.rs`: a build of a Concourse job, its plan translated
 //!   from the pipeline's steps;
+//! - `resource_plan.rs`: `get`, `put` and check builds' steps, their
+//!   resources resolved;
 //! - `walker.rs`: running a plan (`do`, `try`, `attempts`, `timeout`),
 //!   each node in a scope with its own stop signal;
 //! - `parallel.rs`: `in_parallel`;
@@ -26,6 +28,7 @@ mod outcome;
 mod parallel;
 mod placement;
 mod plan;
+mod resource_plan;
 mod resume;
 #[cfg(test)]
 mod tests;
@@ -36,4 +39,5 @@ pub use actor::{AbortBuild, Build, BuildDeps, RunningBuilds, StopReason};
 pub use from_pipeline::{job_plan, JobPlan};
 pub use outcome::Outcome;
 pub use plan::{Hooks, OneOffPlan, Plan, ONE_OFF_STEP};
+pub use resource_plan::CheckPlan;
 pub use resume::Resume;

@@ -213,6 +213,7 @@ impl From<OneOffPlan> for Plan {
             image: plan.image,
             input_mapping: Default::default(),
             output_mapping: Default::default(),
+            image_resource: None,
         }))
     }
 }

@@ -150,6 +150,7 @@ impl Harness {
             imports: Default::default(),
             intercepts: Default::default(),
             jobs: Default::default(),
+            resources: Default::default(),
         };
         Harness {
             db,
@@ -417,6 +418,7 @@ async fn a_sequence_runs_its_steps_in_order_until_one_fails() {
             image: None,
             input_mapping: Default::default(),
             output_mapping: Default::default(),
+            image_resource: None,
         }))
     };
     let plan = Plan::Do(vec![step("a", "0"), step("b", "3"), step("c", "0")]);
@@ -478,6 +480,7 @@ async fn a_restarted_web_node_errors_a_build_of_several_steps_and_destroys_what_
             image: None,
             input_mapping: Default::default(),
             output_mapping: Default::default(),
+            image_resource: None,
         }))
     };
     let (_stop, stop) = watch::channel(None);

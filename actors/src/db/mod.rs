@@ -5,11 +5,13 @@
 mod artifacts;
 mod builds;
 mod handles;
+mod resources;
 mod workers;
 
 pub use artifacts::ArtifactRow;
 pub use builds::{BuildRow, BuildStatus};
 pub use handles::{HandleKind, HandleRow};
+pub use resources::{ResourceCacheRow, VersionRow};
 pub use workers::WorkerRow;
 
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 use actix::prelude::*;
 
 use super::Engine;
-use crate::build::{Build, JobPlan, OneOffPlan};
+use crate::build::{Build, CheckPlan, JobPlan, OneOffPlan};
 use crate::db::BuildRow;
 use crate::error::EngineError;
 use crate::event_follow::{self, StoredEvent};
@@ -111,6 +111,40 @@ impl Engine {
         let stored = JobPlan {
             pipeline: pipeline_yaml.to_string(),
             job: job.to_string(),
+            vars,
+        };
+        let plan = stored.plan()?;
+        let json = serde_json::to_value(&stored).expect("plans serialise");
+        let id = self
+            .db
+            .create_build(team, &json, &self.config.node_name)
+            .await?;
+        let deps = self.build_deps();
+        Build::of_plan(id, team.to_string(), plan, None, deps, self.builds.clone()).start();
+        Ok(id)
+    }
+
+    /// Creates a check build of resource `resource` of a pipeline (its
+    /// `((vars))` filled from `vars`) and starts it: the resource type's
+    /// `check` runs on a worker placed with the `checks` strategy chain and
+    /// the versions it finds are stored. Problems are an
+    /// [`EngineError::Invalid`] naming them, and nothing is created.
+    pub async fn create_check_build(
+        &self,
+        team: &str,
+        pipeline_yaml: &str,
+        resource: &str,
+        vars: Vars,
+    ) -> Result<i64, EngineError> {
+        if !self.db.team_exists(team).await? {
+            return Err(EngineError::NotFound {
+                kind: "team",
+                name: team.into(),
+            });
+        }
+        let stored = CheckPlan {
+            pipeline: pipeline_yaml.to_string(),
+            check: resource.to_string(),
             vars,
         };
         let plan = stored.plan()?;

@@ -62,6 +62,8 @@ pub struct Engine {
     builds: crate::build::RunningBuilds,
     /// Image imports in progress.
     imports: crate::build::ImportLocks,
+    /// Counters of resource work, for `/metrics`.
+    resources: std::sync::Arc<crate::resources::ResourceStats>,
     /// Open intercept (`gantry hijack`) sessions, by container: a build
     /// keeps a container while one is open.
     intercepts: crate::intercept::Intercepts,
@@ -103,6 +105,7 @@ impl Engine {
             worker_states,
             config,
             imports: Default::default(),
+            resources: Default::default(),
             builds: Default::default(),
             intercepts: Default::default(),
             connector,
@@ -126,7 +129,13 @@ impl Engine {
             imports: self.imports.clone(),
             intercepts: self.intercepts.clone(),
             jobs: self.jobs.clone(),
+            resources: self.resources.clone(),
         }
+    }
+
+    /// Counters of resource work since this web node started.
+    pub fn resource_stats(&self) -> &crate::resources::ResourceStats {
+        &self.resources
     }
 
     /// Builds this web node was running when it stopped: a step whose

@@ -29,6 +29,11 @@ impl ArtifactScope {
         self.lock().get(name).cloned()
     }
 
+    /// Every artifact of the build so far, by name.
+    pub fn all(&self) -> BTreeMap<String, String> {
+        self.lock().clone()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
         // A panic while holding the lock leaves the map consistent.
         self.names.lock().unwrap_or_else(|e| e.into_inner())

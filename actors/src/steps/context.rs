@@ -10,6 +10,7 @@ use crate::artifacts::Artifacts;
 use crate::db::{Db, HandleKind};
 use crate::error::EngineError;
 use crate::events::BuildEvent;
+use crate::resources::ResourceStats;
 use crate::runtime::{Container, Volume, Worker};
 use crate::scheduler::Scheduler;
 use crate::spec::{ContainerSpec, Encoding, VolumeSpec, VolumeStrategy};
@@ -40,6 +41,8 @@ pub struct BuildScope {
     pub stop: Stop,
     /// The build's artifacts by name, shared by its steps.
     pub named: ArtifactScope,
+    /// Counters of resource work, for `/metrics`.
+    pub resources: Arc<ResourceStats>,
 }
 
 /// What a step created on its worker, to clean up afterwards.
@@ -125,6 +128,16 @@ impl StepContext {
     /// The step's name.
     pub fn step(&self) -> &str {
         &self.step
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.scope.db
+    }
+
+    /// Counters of resource work.
+    pub fn resource_stats(&self) -> &ResourceStats {
+        &self.scope.resources
     }
 
     /// Keeps outputs, opens inputs.

@@ -8,9 +8,13 @@
 //! it never changes when a step kind is added.
 
 mod artifact_scope;
+pub mod check;
 mod context;
+pub mod get;
 pub mod image;
+mod inputs;
 pub mod process;
+pub mod put;
 mod signals;
 mod step;
 pub mod task;

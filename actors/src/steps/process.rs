@@ -31,8 +31,35 @@ pub enum ProcessEnd {
 pub async fn follow(
     ctx: &StepContext,
     process: &dyn Process,
+    output: mpsc::Receiver<ProcessOutput>,
+    skip: [u64; 2],
+) -> Result<ProcessEnd, EngineError> {
+    follow_into(ctx, process, output, skip, None).await
+}
+
+/// Most bytes of stdout [`follow_capturing`] keeps (a resource's JSON answer).
+pub const CAPTURE_LIMIT: usize = 4 << 20;
+
+/// Follows a started process as [`follow`] does, but keeps its stdout
+/// (up to [`CAPTURE_LIMIT`] bytes; more is an error) instead of logging it:
+/// a resource script answers on stdout and logs on stderr.
+pub async fn follow_capturing(
+    ctx: &StepContext,
+    process: &dyn Process,
+    output: mpsc::Receiver<ProcessOutput>,
+) -> Result<(ProcessEnd, Vec<u8>), EngineError> {
+    let mut stdout = Vec::new();
+    let end = follow_into(ctx, process, output, [0, 0], Some(&mut stdout)).await?;
+    Ok((end, stdout))
+}
+
+/// [`follow`], with stdout kept in `capture` when given.
+async fn follow_into(
+    ctx: &StepContext,
+    process: &dyn Process,
     mut output: mpsc::Receiver<ProcessOutput>,
     mut skip: [u64; 2],
+    mut capture: Option<&mut Vec<u8>>,
 ) -> Result<ProcessEnd, EngineError> {
     let mut carry_out = Utf8Carry::default();
     let mut carry_err = Utf8Carry::default();
@@ -44,6 +71,16 @@ pub async fn follow(
         tokio::select! {
             chunk = output.recv() => {
                 let Some(chunk) = chunk else { break };
+                if let (OutputStream::Stdout, Some(kept)) = (chunk.stream, capture.as_deref_mut()) {
+                    if kept.len() + chunk.data.len() > CAPTURE_LIMIT {
+                        let _ = process.signal(ProcessSignal::Kill).await;
+                        return Err(EngineError::Invalid(format!(
+                            "the process wrote more than {CAPTURE_LIMIT} bytes on stdout"
+                        )));
+                    }
+                    kept.extend_from_slice(&chunk.data);
+                    continue;
+                }
                 let (carry, skipped) = match chunk.stream {
                     OutputStream::Stdout => (&mut carry_out, &mut skip[0]),
                     OutputStream::Stderr => (&mut carry_err, &mut skip[1]),

@@ -20,6 +20,9 @@ use crate::artifacts::ArtifactOwner;
 use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::placement::Load;
+use crate::resources::config::ImageSource;
+use crate::resources::fetch::{fetch_image, Halt};
+use crate::resources::script::FetchedImage;
 use crate::runtime::{Process, ProcessIo, ProcessOutput, Volume};
 use crate::scheduler::StepRequest;
 use crate::spec::{ContainerSpec, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec};
@@ -49,6 +52,9 @@ pub struct TaskStep {
     /// `output_mapping`: the name each output is kept under in the build's
     /// artifacts (and its `output` event); by default its own.
     pub output_mapping: BTreeMap<String, String>,
+    /// The config's `image_resource` resolved against the pipeline's
+    /// resource types; none: resolved at run time as a base type.
+    pub image_resource: Option<ImageSource>,
 }
 
 /// A task whose process has started.
@@ -69,9 +75,14 @@ impl Step for TaskStep {
 
     fn worker_request(&self) -> StepRequest {
         let config = &self.config;
+        let image_source = self.image_source();
+        let mut tags = self.tags.clone();
+        if let Some(ir) = &config.image_resource {
+            tags.extend(ir.tags.iter().filter(|t| !self.tags.contains(t)).cloned());
+        }
         StepRequest {
             platform: config.platform.clone(),
-            tags: self.tags.clone(),
+            tags,
             inputs: self
                 .inputs
                 .values()
@@ -79,7 +90,7 @@ impl Step for TaskStep {
                 .cloned()
                 .collect(),
             is_check: false,
-            resource_type: None,
+            resource_type: image_source.map(|i| i.config.type_.base().to_string()),
             need: Load {
                 tasks: 1,
                 containers: 1,
@@ -178,6 +189,44 @@ impl TaskStep {
             .collect()
     }
 
+    /// Where the task's image comes from when its config has an
+    /// `image_resource` and no image artifact was given.
+    fn image_source(&self) -> Option<ImageSource> {
+        if self.image.is_some() {
+            return None;
+        }
+        if let Some(resolved) = &self.image_resource {
+            return Some(resolved.clone());
+        }
+        let ir = self.config.image_resource.as_ref()?;
+        ImageSource::of(ir, None).ok()
+    }
+
+    /// Fetches the task's `image_resource` on the step's worker (from the
+    /// resource cache when it was fetched before).
+    async fn fetch_image(
+        &self,
+        ctx: &mut StepContext,
+        source: &ImageSource,
+    ) -> Result<FetchedImage, EngineError> {
+        let fetched = fetch_image(
+            ctx,
+            &source.name,
+            &source.config,
+            &source.params,
+            source.version.as_ref(),
+        )
+        .await;
+        fetched.or_else(|halt| match halt {
+            Halt::Error(e) => Err(e),
+            Halt::End(end) => Err(EngineError::Invalid(format!(
+                "fetching the image {:?} with resource type {:?} did not succeed ({end:?})",
+                source.name,
+                source.config.type_.name()
+            ))),
+        })
+    }
+
     /// How many input volumes the step is expected to create: the inputs
     /// given, and the required ones (found among the build's artifacts).
     fn expected_inputs(&self) -> usize {
@@ -225,9 +274,11 @@ impl TaskStep {
     /// container, and starts its process.
     async fn start(&self, ctx: &mut StepContext) -> Result<Started, EngineError> {
         let config = &self.config;
-        if let Some(why) = config.unsupported(self.image.is_some()) {
-            return Err(EngineError::Invalid(why));
-        }
+        // The image first: an input streamed for nothing is a waste.
+        let fetched = match self.image_source() {
+            Some(source) => Some(self.fetch_image(ctx, &source).await?),
+            None => None,
+        };
         let build_dir = format!("/tmp/build/{}", ctx.build());
         let mut mounts = Vec::new();
         // Volumes by role, for outputs that share an input's volume.
@@ -245,17 +296,10 @@ impl TaskStep {
             inputs.push((input.name.clone(), artifact.clone(), volume));
         }
         // Inputs stream in parallel.
-        let encoding = ctx.encoding();
-        futures::future::try_join_all(inputs.iter().map(|(name, artifact, volume)| {
-            let store = ctx.artifacts().clone();
-            async move {
-                let body = store.open(None, artifact, encoding).await?;
-                volume.stream_in(".", encoding, body).await.map_err(|e| {
-                    EngineError::Invalid(format!("streaming input {name:?} to the worker: {e}"))
-                })
-            }
-        }))
-        .await?;
+        let streams = inputs
+            .iter()
+            .map(|(name, artifact, volume)| ctx.stream_input(name, artifact, volume));
+        futures::future::try_join_all(streams).await?;
         let mut outputs = Vec::new();
         let present: Vec<&str> = resolved.keys().map(String::as_str).collect();
         for (output, (name, role)) in config
@@ -280,24 +324,29 @@ impl TaskStep {
             let volume = ctx.create_volume(&format!("cache:{}", cache.path)).await?;
             mounts.push(mount(&volume, &container_path(&build_dir, &cache.path)));
         }
-        let rootfs = match &self.image {
-            Some(artifact) => RootfsSpec::Volume {
+        let rootfs = match (&self.image, &fetched) {
+            (Some(artifact), _) => RootfsSpec::Volume {
                 handle: ctx.image_volume(artifact).await?,
             },
-            None => {
+            (None, Some(image)) => image.rootfs(ctx).await?,
+            (None, None) => {
                 RootfsSpec::from_uri(config.rootfs_uri.as_deref()).map_err(EngineError::Invalid)?
             }
         };
+        // The image's environment comes first; the task's params win.
+        let mut env: Vec<String> = fetched.iter().flat_map(|i| i.env.clone()).collect();
+        env.extend(config.params.iter().map(|(k, v)| format!("{k}={v}")));
+        let user = config
+            .run
+            .user
+            .clone()
+            .or_else(|| fetched.as_ref().and_then(|i| i.user.clone()));
         let container = ctx
             .create_container(|handle| ContainerSpec {
                 handle,
                 rootfs,
                 mounts,
-                env: config
-                    .params
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect(),
+                env,
                 limits: ResourceLimits {
                     memory: config.container_limits.memory,
                     cpu: config.container_limits.cpu,
@@ -321,7 +370,7 @@ impl TaskStep {
                     args: config.run.args.clone(),
                     dir: Some(dir),
                     env: vec![],
-                    user: config.run.user.clone(),
+                    user,
                     tty: None,
                 },
                 ProcessIo {
@@ -405,6 +454,7 @@ mod tests {
             image: None,
             input_mapping: Default::default(),
             output_mapping: Default::default(),
+            image_resource: None,
         }
     }
 

@@ -140,20 +140,6 @@ impl TaskConfig {
             _ => Err(p),
         }
     }
-
-    /// Why a build cannot run this valid config yet, in one line naming the
-    /// field; `None` when it can. `image_given`: the build was given an
-    /// image, which replaces `image_resource` (as `fly execute --image` does).
-    pub fn unsupported(&self, image_given: bool) -> Option<String> {
-        if self.image_resource.is_some() && !image_given {
-            return Some(
-                "image_resource is not supported for one-off tasks yet: give an image with \
-                 --image FILE (a rootfs tar or an OCI image tar), or use rootfs_uri"
-                    .into(),
-            );
-        }
-        None
-    }
 }
 
 #[cfg(test)]

@@ -230,20 +230,3 @@ fn problems_in_every_section_are_reported_together() {
     }
     assert_eq!(p.len(), 7, "{all}");
 }
-
-#[test]
-fn image_resource_is_refused_at_run_time_unless_an_image_is_given() {
-    let c = TaskConfig::from_yaml(
-        "platform: linux\nimage_resource: {type: mock, source: {mirror_self: true}}\nrun: {path: ls}\n",
-    )
-    .unwrap();
-    let why = c.unsupported(false).unwrap();
-    assert!(
-        why.starts_with("image_resource is not supported for one-off tasks yet"),
-        "{why}"
-    );
-    assert!(!why.contains('\n'));
-    assert_eq!(c.unsupported(true), None);
-    let plain = TaskConfig::from_yaml(VALID).unwrap();
-    assert_eq!(plain.unsupported(false), None);
-}

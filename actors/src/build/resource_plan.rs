@@ -1,0 +1,194 @@
+//! `get`, `put` and check steps of a pipeline translated into the steps
+//! that run them: the resource found by name, its type resolved down to a
+//! base type of the workers (custom types on top of it), its params as
+//! JSON. A resource the pipeline does not declare, or a cycle of types, is
+//! an error naming it.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::build::plan::Plan;
+use crate::error::EngineError;
+use crate::pipeline::{self, Pipeline, Vars, VersionSpec};
+use crate::resources::config::{params_json, resource_config};
+use crate::steps::check::CheckStep;
+use crate::steps::get::GetStep;
+use crate::steps::put::{PutInputs, PutStep};
+
+/// The resource `name` of the pipeline, for step `step`.
+fn resource<'a>(
+    pipeline: &'a Pipeline,
+    step: &str,
+    name: &str,
+) -> Result<&'a pipeline::Resource, EngineError> {
+    pipeline.resource(name).ok_or_else(|| {
+        EngineError::Invalid(format!(
+            "step {step:?}: the pipeline declares no resource {name:?}"
+        ))
+    })
+}
+
+/// A step's tags, else its resource's (as Concourse's planner does).
+fn tags_of(step_tags: &[String], resource: &pipeline::Resource) -> Vec<String> {
+    if step_tags.is_empty() {
+        resource.tags.clone()
+    } else {
+        step_tags.to_vec()
+    }
+}
+
+/// Params of a step as JSON, naming the step when they cannot be.
+fn params(step: &str, what: &str, p: &pipeline::Params) -> Result<Value, EngineError> {
+    params_json(p).map_err(|e| EngineError::Invalid(format!("step {step:?}: {what}: {e}")))
+}
+
+/// The step running a `get`. `version: latest` and `every` fetch the newest
+/// version (`every` means something only to a scheduler of triggers);
+/// a pinned version, the step's or the resource's, is fetched as it is.
+pub fn get_step(
+    pipeline: &Pipeline,
+    get: &pipeline::GetStep,
+    tags: &[String],
+) -> Result<GetStep, EngineError> {
+    let r = resource(pipeline, &get.name, &get.resource)?;
+    let config = resource_config(pipeline, r).map_err(EngineError::Invalid)?;
+    let version = match &get.version {
+        Some(VersionSpec::Pinned(v)) => Some(serde_json::to_value(v).unwrap_or(Value::Null)),
+        _ => r
+            .version
+            .as_ref()
+            .map(|v| params(&get.name, "the resource's version", v))
+            .transpose()?,
+    };
+    Ok(GetStep {
+        name: get.name.clone(),
+        resource: get.resource.clone(),
+        config,
+        version,
+        params: params(&get.name, "params", &get.params)?,
+        tags: tags_of(tags, r),
+    })
+}
+
+/// The step running a `put` and its implicit get.
+pub fn put_step(
+    pipeline: &Pipeline,
+    put: &pipeline::PutStep,
+    tags: &[String],
+) -> Result<PutStep, EngineError> {
+    let r = resource(pipeline, &put.name, &put.resource)?;
+    let config = resource_config(pipeline, r).map_err(EngineError::Invalid)?;
+    let inputs = match &put.inputs {
+        None | Some(pipeline::PutInputs::All) => PutInputs::All,
+        Some(pipeline::PutInputs::Detect) => PutInputs::Detect,
+        Some(pipeline::PutInputs::Listed(names)) => PutInputs::Listed(names.clone()),
+    };
+    Ok(PutStep {
+        name: put.name.clone(),
+        resource: put.resource.clone(),
+        config,
+        params: params(&put.name, "params", &put.params)?,
+        inputs,
+        get_params: params(&put.name, "get_params", &put.get_params)?,
+        no_get: put.no_get,
+        tags: tags_of(tags, r),
+    })
+}
+
+/// The plan of a check build: the pipeline text, the resource checked and
+/// the vars. Stored with the build as JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckPlan {
+    /// The pipeline's YAML text, as given.
+    pub pipeline: String,
+    /// The resource checked.
+    pub check: String,
+    /// The vars that fill the pipeline's `((vars))`.
+    #[serde(default)]
+    pub vars: Vars,
+}
+
+impl CheckPlan {
+    /// Loads the pipeline and finds the resource: a plan of one check step.
+    pub fn plan(&self) -> Result<Plan, EngineError> {
+        let pipeline = Pipeline::load(&self.pipeline, &self.vars)
+            .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
+        let r = pipeline.resource(&self.check).ok_or_else(|| {
+            EngineError::Invalid(format!(
+                "no resource {:?} in the pipeline (resources: {})",
+                self.check,
+                pipeline
+                    .resources
+                    .iter()
+                    .map(|r| r.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        let config = resource_config(&pipeline, r).map_err(EngineError::Invalid)?;
+        Ok(Plan::Step(std::sync::Arc::new(CheckStep {
+            name: r.name.clone(),
+            config,
+            tags: r.tags.clone(),
+        })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const PIPELINE: &str = "resources:\n- {name: repo, type: git, source: {uri: /r}, tags: [rt], version: {ref: abc}}\n- {name: m, type: mock, source: {}}\njobs:\n- name: j\n  plan:\n  - {get: repo}\n  - {get: src, resource: m, version: {version: '2'}, params: {a: 1}, tags: [st]}\n  - {put: m, params: {file: src/x}, inputs: detect, get_params: {b: 2}}\n";
+
+    #[test]
+    fn gets_and_puts_find_their_resource_version_and_tags() {
+        let p = Pipeline::load(PIPELINE, &Default::default()).unwrap();
+        let job = p.job("j").unwrap();
+        let pipeline::StepKind::Get(g) = &job.plan[0].kind else {
+            panic!()
+        };
+        let step = get_step(&p, g, &[]).unwrap();
+        assert_eq!(step.version, Some(json!({"ref": "abc"})));
+        assert_eq!(step.tags, ["rt"]);
+        assert_eq!(step.config.source, json!({"uri": "/r"}));
+        let pipeline::StepKind::Get(g) = &job.plan[1].kind else {
+            panic!()
+        };
+        let step = get_step(&p, g, &["st".to_string()]).unwrap();
+        assert_eq!((step.name.as_str(), step.resource.as_str()), ("src", "m"));
+        assert_eq!(step.version, Some(json!({"version": "2"})));
+        assert_eq!(step.params, json!({"a": 1}));
+        let pipeline::StepKind::Put(put) = &job.plan[2].kind else {
+            panic!()
+        };
+        let step = put_step(&p, put, &[]).unwrap();
+        assert_eq!(step.inputs, PutInputs::Detect);
+        assert_eq!(step.get_params, json!({"b": 2}));
+    }
+
+    #[test]
+    fn a_check_plan_names_an_unknown_resource() {
+        let plan = CheckPlan {
+            pipeline: PIPELINE.into(),
+            check: "nope".into(),
+            vars: Vars::new(),
+        };
+        let Err(EngineError::Invalid(m)) = plan.plan() else {
+            panic!()
+        };
+        assert!(
+            m.contains("no resource \"nope\"") && m.contains("repo, m"),
+            "{m}"
+        );
+        let plan = CheckPlan {
+            check: "m".into(),
+            ..plan
+        };
+        assert_eq!(
+            plan.plan().unwrap().steps()[0].worker_request().is_check,
+            true
+        );
+    }
+}

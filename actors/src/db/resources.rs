@@ -1,0 +1,253 @@
+//! The `resource_versions` and `resource_caches` tables: what `check` found
+//! for a resource config, and what `in` fetched, kept once per (config,
+//! version, params).
+
+use serde_json::Value;
+
+use crate::db::{now_ms, Db};
+use crate::error::EngineError;
+
+/// A version of a resource config, as `check` reported it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VersionRow {
+    /// The version (a JSON object of strings).
+    pub version: Value,
+    /// Its metadata (a JSON list of `{name, value}`), when known.
+    pub metadata: Value,
+    /// Its place in the order of versions (higher: newer).
+    pub check_order: i64,
+}
+
+/// What `in` fetched for a (config, version, params).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceCacheRow {
+    /// The artifact holding the files (or an image's root filesystem).
+    pub artifact_id: String,
+    /// The version fetched.
+    pub version: Value,
+    /// The metadata `in` returned.
+    pub metadata: Value,
+    /// The worker `in` ran on.
+    pub worker: Option<String>,
+    /// For an image: the environment of its `metadata.json` (`KEY=VALUE`).
+    pub image_env: Option<Vec<String>>,
+    /// For an image: the user of its `metadata.json`.
+    pub image_user: Option<String>,
+}
+
+/// Parses a JSON column, naming it when it is not JSON.
+fn json(column: &str, text: &str) -> Result<Value, EngineError> {
+    serde_json::from_str(text)
+        .map_err(|e| EngineError::Invalid(format!("stored {column} is not JSON: {e}")))
+}
+
+impl Db {
+    /// Saves the versions `check` reported, oldest first: each becomes the
+    /// newest in turn (one reported again moves to the newest place, as
+    /// Concourse orders them).
+    pub async fn save_versions(
+        &self,
+        team: &str,
+        config: &str,
+        versions: &[(Value, Value)],
+    ) -> Result<(), EngineError> {
+        let mut tx = self.pool().begin().await?;
+        for (version, metadata) in versions {
+            let (next,): (i64,) = sqlx::query_as(
+                "SELECT COALESCE(MAX(check_order), 0) + 1 FROM resource_versions WHERE team = $1 AND config = $2",
+            )
+            .bind(team)
+            .bind(config)
+            .fetch_one(&mut *tx)
+            .await?;
+            sqlx::query(
+                "INSERT INTO resource_versions (team, config, version, metadata, check_order, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6) \
+                 ON CONFLICT (team, config, version) DO UPDATE SET check_order = excluded.check_order, metadata = excluded.metadata",
+            )
+            .bind(team)
+            .bind(config)
+            .bind(version.to_string())
+            .bind(metadata.to_string())
+            .bind(next)
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The versions of a resource config, newest first, at most `limit`.
+    pub async fn versions(
+        &self,
+        team: &str,
+        config: &str,
+        limit: i64,
+    ) -> Result<Vec<VersionRow>, EngineError> {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT version, metadata, check_order FROM resource_versions \
+             WHERE team = $1 AND config = $2 ORDER BY check_order DESC LIMIT $3",
+        )
+        .bind(team)
+        .bind(config)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter()
+            .map(|(v, m, check_order)| {
+                Ok(VersionRow {
+                    version: json("version", &v)?,
+                    metadata: json("metadata", &m)?,
+                    check_order,
+                })
+            })
+            .collect()
+    }
+
+    /// The cache of `key`, if one was kept.
+    pub async fn resource_cache(
+        &self,
+        team: &str,
+        key: &str,
+    ) -> Result<Option<ResourceCacheRow>, EngineError> {
+        type Raw = (
+            String,
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+        );
+        let row: Option<Raw> = sqlx::query_as(
+            "SELECT artifact_id, version, metadata, worker, image_env, image_user FROM resource_caches WHERE team = $1 AND key = $2",
+        )
+        .bind(team)
+        .bind(key)
+        .fetch_optional(self.pool())
+        .await?;
+        let Some((artifact_id, version, metadata, worker, env, user)) = row else {
+            return Ok(None);
+        };
+        let image_env = match env {
+            Some(text) => Some(
+                serde_json::from_str(&text)
+                    .map_err(|e| EngineError::Invalid(format!("stored image env: {e}")))?,
+            ),
+            None => None,
+        };
+        Ok(Some(ResourceCacheRow {
+            artifact_id,
+            version: json("version", &version)?,
+            metadata: json("metadata", &metadata)?,
+            worker,
+            image_env,
+            image_user: user,
+        }))
+    }
+
+    /// Keeps what `in` fetched as the cache of `key` (the first one kept
+    /// wins when two builds fetch at once; the answer is the one kept).
+    pub async fn save_resource_cache(
+        &self,
+        team: &str,
+        key: &str,
+        cache: &ResourceCacheRow,
+    ) -> Result<ResourceCacheRow, EngineError> {
+        let env = cache
+            .image_env
+            .as_ref()
+            .map(|e| serde_json::to_string(e).unwrap_or_else(|_| "[]".into()));
+        sqlx::query(
+            "INSERT INTO resource_caches (team, key, artifact_id, version, metadata, worker, image_env, image_user, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (team, key) DO NOTHING",
+        )
+        .bind(team)
+        .bind(key)
+        .bind(&cache.artifact_id)
+        .bind(cache.version.to_string())
+        .bind(cache.metadata.to_string())
+        .bind(cache.worker.as_deref())
+        .bind(env)
+        .bind(cache.image_user.as_deref())
+        .bind(now_ms())
+        .execute(self.pool())
+        .await?;
+        self.resource_cache(team, key)
+            .await?
+            .ok_or_else(|| EngineError::Invalid(format!("resource cache {key} vanished")))
+    }
+
+    /// Forgets the cache of `key` (its artifact is gone).
+    pub async fn delete_resource_cache(&self, team: &str, key: &str) -> Result<(), EngineError> {
+        sqlx::query("DELETE FROM resource_caches WHERE team = $1 AND key = $2")
+            .bind(team)
+            .bind(key)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn versions_are_ordered_and_a_version_reported_again_becomes_the_newest() {
+        let (db, _dir) = crate::db::test_db().await;
+        {
+            let (a, b) = (json!({"ref": "a"}), json!({"ref": "b"}));
+            db.save_versions(
+                "main",
+                "cfg",
+                &[(a.clone(), json!([])), (b.clone(), json!([]))],
+            )
+            .await
+            .unwrap();
+            let newest: Vec<_> = db.versions("main", "cfg", 10).await.unwrap();
+            assert_eq!(newest[0].version, b);
+            assert_eq!(newest.len(), 2);
+            db.save_versions(
+                "main",
+                "cfg",
+                &[(a.clone(), json!([{"name": "x", "value": "1"}]))],
+            )
+            .await
+            .unwrap();
+            let newest = db.versions("main", "cfg", 1).await.unwrap();
+            assert_eq!(newest[0].version, a);
+            assert_eq!(newest[0].metadata[0]["value"], "1");
+            assert!(db.versions("other", "cfg", 10).await.unwrap().is_empty());
+        }
+    }
+
+    #[tokio::test]
+    async fn the_first_cache_kept_wins() {
+        let (db, _dir) = crate::db::test_db().await;
+        {
+            let row = |id: &str| ResourceCacheRow {
+                artifact_id: id.into(),
+                version: json!({"v": "1"}),
+                metadata: json!([]),
+                worker: Some("w1".into()),
+                image_env: Some(vec!["A=1".into()]),
+                image_user: None,
+            };
+            assert!(db.resource_cache("main", "k").await.unwrap().is_none());
+            let kept = db
+                .save_resource_cache("main", "k", &row("first"))
+                .await
+                .unwrap();
+            assert_eq!(kept.artifact_id, "first");
+            let kept = db
+                .save_resource_cache("main", "k", &row("second"))
+                .await
+                .unwrap();
+            assert_eq!(kept, row("first"));
+            db.delete_resource_cache("main", "k").await.unwrap();
+            assert!(db.resource_cache("main", "k").await.unwrap().is_none());
+        }
+    }
+}

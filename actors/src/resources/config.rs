@@ -1,0 +1,258 @@
+//! A resource resolved for running: its type down to a base type of the
+//! workers, its source as JSON, and the hashes naming its versions
+//! ([`ResourceConfig::key`]) and what `in` fetched
+//! ([`ResourceConfig::cache_key`]).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::pipeline::{self, Pipeline};
+
+/// A resource type: a base type the workers ship, or a pipeline's custom
+/// type whose image another type fetches.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ResourceType {
+    /// A base type (`mock`, `time`, `git`): scripts mounted by the worker.
+    Base {
+        /// Its name.
+        name: String,
+    },
+    /// A type declared in the pipeline's `resource_types`.
+    Custom {
+        /// Its name.
+        name: String,
+        /// What fetches its image: the type, the source, the `in` params and
+        /// a pinned version, if any.
+        image: Box<ResourceConfig>,
+        /// `params` of the image's `in`.
+        params: Value,
+        /// A version of the image to fetch instead of the latest.
+        version: Option<Value>,
+    },
+}
+
+impl ResourceType {
+    /// The base type at the bottom of the chain: what a worker must ship.
+    pub fn base(&self) -> &str {
+        match self {
+            ResourceType::Base { name } => name,
+            ResourceType::Custom { image, .. } => image.type_.base(),
+        }
+    }
+
+    /// The type's name.
+    pub fn name(&self) -> &str {
+        match self {
+            ResourceType::Base { name } | ResourceType::Custom { name, .. } => name,
+        }
+    }
+}
+
+/// A resource's type and source: what its scripts are given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceConfig {
+    /// The type.
+    pub type_: ResourceType,
+    /// `source`, with the type's `defaults` under it.
+    pub source: Value,
+}
+
+impl ResourceConfig {
+    /// A config of a base type.
+    pub fn base(type_: &str, source: Value) -> ResourceConfig {
+        ResourceConfig {
+            type_: ResourceType::Base {
+                name: type_.to_string(),
+            },
+            source,
+        }
+    }
+
+    /// The hash naming this config's versions: the type chain and source.
+    pub fn key(&self) -> String {
+        hash(&serde_json::to_value(self).unwrap_or(Value::Null))
+    }
+
+    /// The hash naming what `in` fetched for `version` with `params`.
+    pub fn cache_key(&self, version: &Value, params: &Value) -> String {
+        hash(&json!({"config": self.key(), "version": version, "params": params}))
+    }
+}
+
+/// Hex SHA-256 of a JSON value's canonical text (object keys sorted by
+/// serde_json's map, which is ordered).
+fn hash(v: &Value) -> String {
+    let digest = Sha256::digest(v.to_string().as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// YAML params as JSON (keys of maps become strings).
+pub fn params_json(params: &pipeline::Params) -> Result<Value, String> {
+    serde_json::to_value(params).map_err(|e| format!("params are not JSON: {e}"))
+}
+
+/// Resolves type `name` of the pipeline: a declared resource type (its image
+/// fetched by its own type, recursively) or a base type. A cycle of types
+/// is an error naming it.
+pub fn resolve_type(pipeline: &Pipeline, name: &str) -> Result<ResourceType, String> {
+    resolve_type_in(pipeline, name, &mut Vec::new())
+}
+
+fn resolve_type_in(
+    pipeline: &Pipeline,
+    name: &str,
+    seen: &mut Vec<String>,
+) -> Result<ResourceType, String> {
+    let Some(declared) = pipeline.resource_type(name) else {
+        return Ok(ResourceType::Base {
+            name: name.to_string(),
+        });
+    };
+    if seen.iter().any(|s| s == name) {
+        seen.push(name.to_string());
+        return Err(format!(
+            "resource types form a cycle: {}",
+            seen.join(" -> ")
+        ));
+    }
+    if declared.privileged {
+        return Err(format!(
+            "resource type {name:?}: privileged resource types are not supported yet"
+        ));
+    }
+    seen.push(name.to_string());
+    // A type named like the base type it builds on (`type: git` named
+    // `git`) is built on the base type, as in Concourse.
+    let parent = if declared.type_ == name {
+        ResourceType::Base {
+            name: name.to_string(),
+        }
+    } else {
+        resolve_type_in(pipeline, &declared.type_, seen)?
+    };
+    seen.pop();
+    Ok(ResourceType::Custom {
+        name: name.to_string(),
+        image: Box::new(ResourceConfig {
+            type_: parent,
+            source: params_json(&declared.source)
+                .map_err(|e| format!("resource type {name:?}: source: {e}"))?,
+        }),
+        params: params_json(&declared.params)
+            .map_err(|e| format!("resource type {name:?}: params: {e}"))?,
+        version: None,
+    })
+}
+
+/// The config of resource `resource`: its type resolved, its source with
+/// its type's `defaults` under it.
+pub fn resource_config(
+    pipeline: &Pipeline,
+    resource: &pipeline::Resource,
+) -> Result<ResourceConfig, String> {
+    let at = |e: String| format!("resource {:?}: {e}", resource.name);
+    let type_ = resolve_type(pipeline, &resource.type_).map_err(at)?;
+    let mut source = params_json(&resource.source).map_err(|e| at(format!("source: {e}")))?;
+    if let Some(declared) = pipeline.resource_type(&resource.type_) {
+        let defaults = params_json(&declared.defaults).map_err(|e| at(format!("defaults: {e}")))?;
+        if let (Value::Object(defaults), Value::Object(own)) = (defaults, &mut source) {
+            for (k, v) in defaults {
+                own.entry(k).or_insert(v);
+            }
+        }
+    }
+    Ok(ResourceConfig { type_, source })
+}
+
+/// A task's `image_resource` resolved: the type that fetches the image
+/// (a pipeline's custom type when there is one of that name, else a base
+/// type), its source, `in` params and pinned version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageSource {
+    /// The name shown for the fetch: `name`, else the type's.
+    pub name: String,
+    /// Type and source.
+    pub config: ResourceConfig,
+    /// `params` of `in`.
+    pub params: Value,
+    /// A version to fetch instead of the newest.
+    pub version: Option<Value>,
+}
+
+impl ImageSource {
+    /// Resolves `image_resource` against the pipeline's types (none for a
+    /// one-off build: base types only).
+    pub fn of(
+        ir: &crate::task_config::ImageResource,
+        pipeline: Option<&Pipeline>,
+    ) -> Result<ImageSource, String> {
+        let type_ = match pipeline {
+            Some(p) => resolve_type(p, &ir.kind)?,
+            None => ResourceType::Base {
+                name: ir.kind.clone(),
+            },
+        };
+        Ok(ImageSource {
+            name: if ir.name.is_empty() {
+                ir.kind.clone()
+            } else {
+                ir.name.clone()
+            },
+            config: ResourceConfig {
+                type_,
+                source: Value::Object(ir.source.clone()),
+            },
+            params: Value::Object(ir.params.clone().unwrap_or_default()),
+            version: ir
+                .version
+                .as_ref()
+                .map(|v| serde_json::to_value(v).unwrap_or(Value::Null)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pipeline(yaml: &str) -> Pipeline {
+        Pipeline::load(yaml, &Default::default()).unwrap()
+    }
+
+    #[test]
+    fn custom_types_resolve_to_their_base_and_cycles_are_named() {
+        let p = pipeline(
+            "resource_types:\n- {name: a, type: b, source: {x: 1}}\n- {name: b, type: git, source: {uri: u}, defaults: {d: 1}}\nresources:\n- {name: r, type: b, source: {s: 2}}\njobs:\n- {name: j, plan: [{get: r}]}\n",
+        );
+        let t = resolve_type(&p, "a").unwrap();
+        assert_eq!(t.base(), "git");
+        assert_eq!(t.name(), "a");
+        let r = resource_config(&p, p.resource("r").unwrap()).unwrap();
+        assert_eq!(r.source, json!({"s": 2, "d": 1}));
+        assert_eq!(r.type_.base(), "git");
+        let p = pipeline(
+            "resource_types:\n- {name: a, type: b}\n- {name: b, type: a}\njobs:\n- {name: j, plan: [{task: t, config: {platform: linux, run: {path: x}}}]}\n",
+        );
+        assert!(resolve_type(&p, "a").unwrap_err().contains("a -> b -> a"));
+    }
+
+    #[test]
+    fn keys_change_with_source_version_and_params() {
+        let a = ResourceConfig::base("git", json!({"uri": "a"}));
+        let b = ResourceConfig::base("git", json!({"uri": "b"}));
+        assert_ne!(a.key(), b.key());
+        assert_eq!(a.key(), a.clone().key());
+        let v = json!({"ref": "1"});
+        assert_ne!(
+            a.cache_key(&v, &json!({})),
+            a.cache_key(&json!({"ref": "2"}), &json!({}))
+        );
+        assert_ne!(
+            a.cache_key(&v, &json!({})),
+            a.cache_key(&v, &json!({"depth": 1}))
+        );
+        assert_eq!(a.key().len(), 64);
+    }
+}

@@ -1,0 +1,444 @@
+//! What resource steps do with scripts: `check` (the versions found are
+//! stored), `in` (what it fetched is kept once per (config, version,
+//! params): the resource cache, answered without running `in` again), and
+//! fetching an image for a custom type or a task's `image_resource`.
+//!
+//! A cache's files are an artifact of the web node's store owned by no
+//! build, so a later build on any worker uses it without `in`: the step's
+//! worker gets it by streaming, as it gets any input.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use crate::artifact_store::ArtifactKind;
+use crate::artifacts::ArtifactOwner;
+use crate::db::ResourceCacheRow;
+use crate::error::EngineError;
+use crate::events::BuildEvent;
+use crate::resources::script::{
+    check_answer, fetch_answer, run_script, FetchedImage, Script, ScriptEnd, TypeImage,
+};
+use crate::resources::{ResourceConfig, ResourceStats, ResourceType};
+use crate::runtime::{ByteStream, Volume};
+use crate::spec::{Encoding, MountSpec};
+use crate::steps::{StepContext, StepEnd};
+
+/// Where `in` and `out` find their directory in the container.
+pub const RESOURCE_DIR: &str = "/tmp/build/resource";
+
+/// Why resource work stopped short of an answer.
+#[derive(Debug)]
+pub enum Halt {
+    /// The step ends this way: a script failed, or the build was stopped.
+    End(StepEnd),
+    /// Gantry could not go on.
+    Error(EngineError),
+}
+
+impl From<EngineError> for Halt {
+    fn from(e: EngineError) -> Self {
+        Halt::Error(e)
+    }
+}
+
+impl From<crate::error::RuntimeError> for Halt {
+    fn from(e: crate::error::RuntimeError) -> Self {
+        Halt::Error(e.into())
+    }
+}
+
+impl Halt {
+    /// The step's end, or its error.
+    pub fn into_end(self) -> Result<StepEnd, EngineError> {
+        match self {
+            Halt::End(end) => Ok(end),
+            Halt::Error(e) => Err(e),
+        }
+    }
+}
+
+/// The answer of a script that answered; a failed or stopped one halts.
+fn answered(end: ScriptEnd) -> Result<Value, Halt> {
+    match end {
+        ScriptEnd::Answered(v) => Ok(v),
+        ScriptEnd::Failed(status) => Err(Halt::End(StepEnd::Exited(status))),
+        ScriptEnd::Stopped => Err(Halt::End(StepEnd::Stopped)),
+    }
+}
+
+/// What a `get` (or an image fetch) ended with.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// The kept files.
+    pub cache: ResourceCacheRow,
+    /// Whether a resource cache answered (no `in` ran).
+    pub cached: bool,
+}
+
+/// One resource of a step: its name (for events), config and the image
+/// its scripts run in.
+pub struct Resource<'a> {
+    /// The resource's name, or the type's for an image.
+    pub name: &'a str,
+    /// Its type and source.
+    pub config: &'a ResourceConfig,
+    /// Where its scripts run.
+    pub image: &'a TypeImage,
+}
+
+/// Stores and shows what a resource's script answered.
+#[allow(clippy::too_many_arguments)]
+async fn tell(
+    ctx: &StepContext,
+    resource: &str,
+    action: &str,
+    version: &Value,
+    metadata: &Value,
+    cached: bool,
+    worker: Option<&str>,
+) -> Result<(), EngineError> {
+    ctx.emit(&BuildEvent::Resource {
+        step: ctx.step().to_string(),
+        resource: resource.to_string(),
+        action: action.to_string(),
+        version: version.clone(),
+        metadata: metadata.clone(),
+        cached,
+        worker: worker.map(str::to_string),
+        time: crate::db::now_ms(),
+    })
+    .await
+}
+
+/// Runs `check` from the newest stored version, stores what it reports
+/// and returns it (oldest first).
+pub async fn check(ctx: &mut StepContext, r: &Resource<'_>) -> Result<Vec<Value>, Halt> {
+    let db = ctx.db().clone();
+    let key = r.config.key();
+    let from = db.versions(ctx.team(), &key, 1).await?.pop();
+    let request = json!({
+        "source": r.config.source,
+        "version": from.map(|v| v.version),
+    });
+    ResourceStats::count(&ctx.resource_stats().checks);
+    let answer = answered(
+        run_script(
+            ctx,
+            r.image,
+            Script {
+                name: "check",
+                dir: None,
+                request,
+                mounts: vec![],
+            },
+        )
+        .await?,
+    )?;
+    let versions = check_answer(&answer)?;
+    let rows: Vec<(Value, Value)> = versions.iter().map(|v| (v.clone(), json!([]))).collect();
+    db.save_versions(ctx.team(), &key, &rows).await?;
+    let worker = ctx.worker().name().to_string();
+    tell(
+        ctx,
+        r.name,
+        "check",
+        &Value::Array(versions.clone()),
+        &json!([]),
+        false,
+        Some(&worker),
+    )
+    .await?;
+    Ok(versions)
+}
+
+/// The version to fetch: the one pinned, else the newest after a `check`.
+pub async fn version_to_fetch(
+    ctx: &mut StepContext,
+    r: &Resource<'_>,
+    pinned: Option<&Value>,
+) -> Result<Value, Halt> {
+    if let Some(v) = pinned {
+        return Ok(v.clone());
+    }
+    check(ctx, r).await?;
+    let newest = ctx
+        .db()
+        .versions(ctx.team(), &r.config.key(), 1)
+        .await?
+        .pop();
+    match newest {
+        Some(row) => Ok(row.version),
+        None => Err(Halt::Error(EngineError::Invalid(format!(
+            "resource {:?}: check found no version to fetch",
+            r.name
+        )))),
+    }
+}
+
+/// Fetches `version` with `params`: from the resource cache when one was
+/// kept, else by running `in` (its files then kept as the cache).
+pub async fn get(
+    ctx: &mut StepContext,
+    r: &Resource<'_>,
+    version: &Value,
+    params: &Value,
+) -> Result<Fetched, Halt> {
+    let key = r.config.cache_key(version, params);
+    if let Some(hit) = cached(ctx, &key).await? {
+        ResourceStats::count(&ctx.resource_stats().cache_hits);
+        tell(
+            ctx,
+            r.name,
+            "get",
+            &hit.version,
+            &hit.metadata,
+            true,
+            hit.worker.as_deref(),
+        )
+        .await?;
+        return Ok(Fetched {
+            cache: hit,
+            cached: true,
+        });
+    }
+    ResourceStats::count(&ctx.resource_stats().cache_misses);
+    let volume = run_in(ctx, r, version, params).await?;
+    let (answer_version, metadata) = volume.1;
+    let body = volume.0.stream_out(".", ctx.encoding()).await?;
+    let kept = keep(ctx, body, ctx.encoding(), ArtifactKind::Files, r.name).await?;
+    let row = ResourceCacheRow {
+        artifact_id: kept,
+        version: answer_version,
+        metadata,
+        worker: Some(ctx.worker().name().to_string()),
+        image_env: None,
+        image_user: None,
+    };
+    let row = ctx.db().save_resource_cache(ctx.team(), &key, &row).await?;
+    tell(
+        ctx,
+        r.name,
+        "get",
+        &row.version,
+        &row.metadata,
+        false,
+        row.worker.as_deref(),
+    )
+    .await?;
+    Ok(Fetched {
+        cache: row,
+        cached: false,
+    })
+}
+
+/// A kept cache whose artifact still exists (one whose artifact is gone is
+/// forgotten).
+async fn cached(ctx: &StepContext, key: &str) -> Result<Option<ResourceCacheRow>, EngineError> {
+    let db = ctx.db();
+    let Some(row) = db.resource_cache(ctx.team(), key).await? else {
+        return Ok(None);
+    };
+    if row.artifact_id == DEFAULT_IMAGE
+        || db
+            .get_artifact(ctx.team(), &row.artifact_id)
+            .await?
+            .is_some()
+    {
+        return Ok(Some(row));
+    }
+    db.delete_resource_cache(ctx.team(), key).await?;
+    Ok(None)
+}
+
+/// Runs `in` into a new volume of the step; returns the volume with the
+/// version and metadata `in` answered.
+async fn run_in(
+    ctx: &mut StepContext,
+    r: &Resource<'_>,
+    version: &Value,
+    params: &Value,
+) -> Result<(std::sync::Arc<dyn Volume>, (Value, Value)), Halt> {
+    let volume = ctx.create_volume(&format!("get:{}", r.name)).await?;
+    let answer = answered(
+        run_script(
+            ctx,
+            r.image,
+            Script {
+                name: "in",
+                dir: Some(RESOURCE_DIR),
+                request: json!({"source": r.config.source, "version": version, "params": params}),
+                mounts: vec![MountSpec {
+                    volume: volume.handle().to_string(),
+                    path: RESOURCE_DIR.to_string(),
+                    readonly: false,
+                }],
+            },
+        )
+        .await?,
+    )?;
+    Ok((volume, fetch_answer("in", &answer)?))
+}
+
+/// Keeps a stream as an artifact owned by no build (a cache outlives it).
+async fn keep(
+    ctx: &StepContext,
+    body: ByteStream,
+    encoding: Encoding,
+    kind: ArtifactKind,
+    name: &str,
+) -> Result<String, EngineError> {
+    let owner = ArtifactOwner {
+        team: ctx.team(),
+        name: Some(name),
+        build: None,
+    };
+    let kept = ctx
+        .artifacts()
+        .keep(body, encoding, kind, owner)
+        .await
+        .map_err(|e| EngineError::Invalid(format!("keeping what {name:?} fetched: {e}")))?;
+    Ok(kept.id)
+}
+
+/// The artifact id a cache row holds for an image that is the worker's
+/// default image (`mock` with `mirror_self`): there is nothing to keep.
+pub const DEFAULT_IMAGE: &str = "worker-default-image";
+
+/// The marker `mock`'s `in` writes with `mirror_self`.
+const MIRROR_SELF_MARKER: &str = "rootfs/.gantry-mirror-self";
+
+/// Where the scripts of type `t` run: a base type's in the worker's default
+/// image; a custom type's in the image its parent type fetches (cached).
+pub fn type_image<'a>(
+    ctx: &'a mut StepContext,
+    t: &'a ResourceType,
+) -> Pin<Box<dyn Future<Output = Result<TypeImage, Halt>> + Send + 'a>> {
+    Box::pin(async move {
+        match t {
+            ResourceType::Base { name } => Ok(TypeImage::Base(name.clone())),
+            ResourceType::Custom {
+                name,
+                image,
+                params,
+                version,
+            } => Ok(TypeImage::Fetched(
+                fetch_image(ctx, name, image, params, version.as_ref()).await?,
+            )),
+        }
+    })
+}
+
+/// Fetches an image with `config`'s type (the newest version, or
+/// `pinned`), as Concourse does: `in` writes `rootfs/` (or an OCI layout
+/// `image.tar`) and `metadata.json` with `env` and `user`. Kept once per
+/// (config, version, params); the worker imports it once.
+pub async fn fetch_image(
+    ctx: &mut StepContext,
+    name: &str,
+    config: &ResourceConfig,
+    params: &Value,
+    pinned: Option<&Value>,
+) -> Result<FetchedImage, Halt> {
+    let image = type_image(ctx, &config.type_).await?;
+    let r = Resource {
+        name,
+        config,
+        image: &image,
+    };
+    let version = version_to_fetch(ctx, &r, pinned).await?;
+    let key = config.cache_key(&version, &json!({"image": params}));
+    if let Some(hit) = cached(ctx, &key).await? {
+        ResourceStats::count(&ctx.resource_stats().cache_hits);
+        tell(ctx, name, "image", &hit.version, &hit.metadata, true, None).await?;
+        return Ok(image_of(&hit));
+    }
+    ResourceStats::count(&ctx.resource_stats().cache_misses);
+    let (volume, (version, metadata)) = run_in(ctx, &r, &version, params).await?;
+    let (env, user) = image_metadata(volume.as_ref()).await?;
+    let artifact = if read_file(volume.as_ref(), MIRROR_SELF_MARKER).await.is_ok() {
+        DEFAULT_IMAGE.to_string()
+    } else if let Ok(tar) = volume.stream_file_out("image.tar").await {
+        keep(ctx, tar, Encoding::Raw, ArtifactKind::Image, name).await?
+    } else {
+        let encoding = ctx.encoding();
+        let body = volume.stream_out("rootfs", encoding).await.map_err(|e| {
+            EngineError::Invalid(format!(
+                "the image fetched for {name:?} has neither rootfs/ nor image.tar: {e}"
+            ))
+        })?;
+        keep(ctx, body, encoding, ArtifactKind::Image, name).await?
+    };
+    let row = ResourceCacheRow {
+        artifact_id: artifact,
+        version,
+        metadata,
+        worker: Some(ctx.worker().name().to_string()),
+        image_env: Some(env),
+        image_user: user,
+    };
+    let row = ctx.db().save_resource_cache(ctx.team(), &key, &row).await?;
+    tell(
+        ctx,
+        name,
+        "image",
+        &row.version,
+        &row.metadata,
+        false,
+        row.worker.as_deref(),
+    )
+    .await?;
+    Ok(image_of(&row))
+}
+
+/// The image a cache row holds.
+fn image_of(row: &ResourceCacheRow) -> FetchedImage {
+    FetchedImage {
+        artifact: (row.artifact_id != DEFAULT_IMAGE).then(|| row.artifact_id.clone()),
+        env: row.image_env.clone().unwrap_or_default(),
+        user: row.image_user.clone().filter(|u| !u.is_empty()),
+    }
+}
+
+/// `env` and `user` of the fetched image's `metadata.json` (none: empty).
+async fn image_metadata(volume: &dyn Volume) -> Result<(Vec<String>, Option<String>), EngineError> {
+    let Ok(text) = read_file(volume, "metadata.json").await else {
+        return Ok((vec![], None));
+    };
+    let meta: Value = serde_json::from_slice(&text)
+        .map_err(|e| EngineError::Invalid(format!("the image's metadata.json: {e}")))?;
+    let env = match meta.get("env") {
+        Some(Value::Array(list)) => list
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
+        _ => vec![],
+    };
+    let user = meta
+        .get("user")
+        .and_then(Value::as_str)
+        .filter(|u| !u.is_empty())
+        .map(str::to_string);
+    Ok((env, user))
+}
+
+/// Most bytes read of a small file of a volume.
+const SMALL_FILE_LIMIT: usize = 1 << 20;
+
+/// Reads a small file of a volume.
+async fn read_file(volume: &dyn Volume, path: &str) -> Result<Vec<u8>, EngineError> {
+    let mut body = volume.stream_file_out(path).await?;
+    let mut out = Vec::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| EngineError::Invalid(format!("reading {path}: {e}")))?;
+        if out.len() + chunk.len() > SMALL_FILE_LIMIT {
+            return Err(EngineError::Invalid(format!(
+                "{path} is larger than {SMALL_FILE_LIMIT} bytes"
+            )));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}

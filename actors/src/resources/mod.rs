@@ -1,0 +1,49 @@
+//! Resources: Concourse's resource protocol run on workers.
+//!
+//! A resource type is a root filesystem with `/opt/resource/check`, `in` and
+//! `out`, which read a JSON request on stdin and write JSON on stdout
+//! (stderr goes to the build log). Workers ship base types (`mock`, `time`,
+//! `git`) whose scripts they mount at `/opt/resource` in their default image
+//! and advertise in their registration; a pipeline's `resource_types` build
+//! custom types on top of another type, whose `in` fetches the custom
+//! type's image (a `rootfs/` directory with `metadata.json`, or an
+//! `image.tar` OCI layout).
+//!
+//! - [`config`]: a resource (or an image resource) resolved down to a base
+//!   type, and the hashes that name its versions and caches.
+//! - [`script`]: running one script in a container and reading its answer.
+//! - [`fetch`]: `check` (versions are stored), `in` (kept once per
+//!   (config, version, params): the resource cache), and images.
+
+pub mod config;
+pub mod fetch;
+pub mod script;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use config::{ResourceConfig, ResourceType};
+
+/// Counters of resource work since the web node started, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct ResourceStats {
+    /// `get`s (and image fetches) answered from a resource cache: no `in` ran.
+    pub cache_hits: AtomicU64,
+    /// `get`s (and image fetches) that ran `in`.
+    pub cache_misses: AtomicU64,
+    /// `check` scripts run.
+    pub checks: AtomicU64,
+    /// `out` scripts run.
+    pub puts: AtomicU64,
+}
+
+impl ResourceStats {
+    /// Adds one to a counter.
+    pub fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A counter's value.
+    pub fn read(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}

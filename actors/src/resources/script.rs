@@ -1,0 +1,212 @@
+//! Running one resource script (`/opt/resource/check`, `in` or `out`) in a
+//! container of the step's worker: the request goes in on stdin, stderr
+//! becomes log events of the step, stdout is the answer.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::error::EngineError;
+use crate::runtime::ProcessIo;
+use crate::spec::{ContainerSpec, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec};
+use crate::steps::process::{follow_capturing, ProcessEnd};
+use crate::steps::StepContext;
+
+/// The root filesystem a resource type's scripts run in.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TypeImage {
+    /// A base type: the worker's default image with the type's scripts
+    /// mounted at `/opt/resource`.
+    Base(String),
+    /// A custom type: the image its parent type fetched.
+    Fetched(FetchedImage),
+}
+
+/// An image a resource fetched (for a custom type, or a task's
+/// `image_resource`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FetchedImage {
+    /// The image artifact (a root filesystem tar or an OCI layout tar);
+    /// none: the worker's default image (`mock` with `mirror_self`).
+    pub artifact: Option<String>,
+    /// `env` of the image's `metadata.json` (`KEY=VALUE`).
+    pub env: Vec<String>,
+    /// `user` of the image's `metadata.json`.
+    pub user: Option<String>,
+}
+
+impl FetchedImage {
+    /// The root filesystem of a container on the step's worker running in
+    /// this image (imported there first if it is not yet).
+    pub async fn rootfs(&self, ctx: &StepContext) -> Result<RootfsSpec, EngineError> {
+        Ok(match &self.artifact {
+            Some(artifact) => RootfsSpec::Volume {
+                handle: ctx.image_volume(artifact).await?,
+            },
+            None => RootfsSpec::Default,
+        })
+    }
+}
+
+/// One run of a script.
+pub struct Script<'a> {
+    /// `check`, `in` or `out`.
+    pub name: &'static str,
+    /// The directory argument of `in` and `out`.
+    pub dir: Option<&'a str>,
+    /// The JSON request written on stdin.
+    pub request: Value,
+    /// Volumes mounted into the script's container.
+    pub mounts: Vec<MountSpec>,
+}
+
+/// How a script ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ScriptEnd {
+    /// It exited 0 and answered this JSON.
+    Answered(Value),
+    /// It exited with this non-zero status (its stderr is in the log).
+    Failed(i32),
+    /// The build's stop signal ended it.
+    Stopped,
+}
+
+/// Runs `script` of a type whose image is `image` in a new container of the
+/// step's worker (recorded, and destroyed with the step).
+pub async fn run_script(
+    ctx: &mut StepContext,
+    image: &TypeImage,
+    script: Script<'_>,
+) -> Result<ScriptEnd, EngineError> {
+    let (rootfs, resource_type, mut env, user) = match image {
+        TypeImage::Base(name) => (RootfsSpec::Default, Some(name.clone()), vec![], None),
+        TypeImage::Fetched(fetched) => (
+            fetched.rootfs(ctx).await?,
+            None,
+            fetched.env.clone(),
+            fetched.user.clone(),
+        ),
+    };
+    env.extend(build_env(ctx));
+    let mounts = script.mounts;
+    let container = ctx
+        .create_container(|handle| ContainerSpec {
+            handle,
+            rootfs,
+            mounts,
+            env,
+            limits: ResourceLimits::default(),
+            hermetic: false,
+            properties: BTreeMap::new(),
+            resource_type,
+        })
+        .await?;
+    let request = Bytes::from(script.request.to_string());
+    let (tx, output) = mpsc::channel(256);
+    let path = format!("/opt/resource/{}", script.name);
+    let process = container
+        .run(
+            ProcessSpec {
+                id: script.name.to_string(),
+                path: path.clone(),
+                args: script.dir.map(|d| vec![d.to_string()]).unwrap_or_default(),
+                dir: script.dir.map(str::to_string),
+                env: vec![],
+                user,
+                tty: None,
+            },
+            ProcessIo {
+                stdin: Some(futures::stream::once(async move { Ok(request) }).boxed()),
+                output: tx,
+            },
+        )
+        .await?;
+    let (end, stdout) = follow_capturing(ctx, process.as_ref(), output).await?;
+    match end {
+        ProcessEnd::Stopped => Ok(ScriptEnd::Stopped),
+        ProcessEnd::Exited(0) => serde_json::from_slice(&stdout)
+            .map(ScriptEnd::Answered)
+            .map_err(|e| {
+                EngineError::Invalid(format!(
+                    "{path} did not answer JSON on stdout ({e}): {:?}",
+                    String::from_utf8_lossy(&stdout[..stdout.len().min(200)])
+                ))
+            }),
+        ProcessEnd::Exited(status) => Ok(ScriptEnd::Failed(status)),
+    }
+}
+
+/// The build's metadata as Concourse gives it to resource scripts.
+fn build_env(ctx: &StepContext) -> Vec<String> {
+    vec![
+        format!("BUILD_ID={}", ctx.build()),
+        format!("BUILD_NAME={}", ctx.build()),
+        format!("BUILD_TEAM_NAME={}", ctx.team()),
+    ]
+}
+
+/// A version: a JSON object of strings.
+pub fn version_of(v: &Value, what: &str) -> Result<Value, EngineError> {
+    match v {
+        Value::Object(m) if m.values().all(Value::is_string) => Ok(v.clone()),
+        _ => Err(EngineError::Invalid(format!(
+            "{what}: a version must be an object of strings, not {v}"
+        ))),
+    }
+}
+
+/// The versions of `check`'s answer, oldest first.
+pub fn check_answer(answer: &Value) -> Result<Vec<Value>, EngineError> {
+    let Value::Array(list) = answer else {
+        return Err(EngineError::Invalid(format!(
+            "check answered {answer}, not a list of versions"
+        )));
+    };
+    list.iter().map(|v| version_of(v, "check")).collect()
+}
+
+/// The version and metadata of `in`'s or `out`'s answer.
+pub fn fetch_answer(script: &str, answer: &Value) -> Result<(Value, Value), EngineError> {
+    let version = answer.get("version").ok_or_else(|| {
+        EngineError::Invalid(format!("{script} answered {answer}, with no version"))
+    })?;
+    let version = version_of(version, script)?;
+    let metadata = match answer.get("metadata") {
+        None | Some(Value::Null) => Value::Array(vec![]),
+        Some(m @ Value::Array(_)) => m.clone(),
+        Some(m) => {
+            return Err(EngineError::Invalid(format!(
+                "{script} answered metadata {m}, not a list"
+            )))
+        }
+    };
+    Ok((version, metadata))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn answers_are_checked() {
+        assert_eq!(
+            check_answer(&json!([{"ref": "a"}, {"ref": "b"}]))
+                .unwrap()
+                .len(),
+            2
+        );
+        assert!(check_answer(&json!({"ref": "a"})).is_err());
+        assert!(check_answer(&json!([{"ref": 1}])).is_err());
+        let (v, m) = fetch_answer("in", &json!({"version": {"ref": "a"}})).unwrap();
+        assert_eq!((v, m), (json!({"ref": "a"}), json!([])));
+        assert!(fetch_answer("in", &json!({"metadata": []}))
+            .unwrap_err()
+            .to_string()
+            .contains("no version"));
+        assert!(fetch_answer("out", &json!({"version": {"a": "b"}, "metadata": {}})).is_err());
+    }
+}

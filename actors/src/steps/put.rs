@@ -1,0 +1,232 @@
+//! The put step: runs the resource type's `out` with the build's artifacts
+//! it sees mounted under its directory, stores the version `out` made, then
+//! (unless `no_get`) fetches that version as the artifact of the step's
+//! name: Concourse's implicit get, with `get_params`.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+use crate::error::EngineError;
+use crate::resources::fetch::{self, Halt, Resource, RESOURCE_DIR};
+use crate::resources::script::{fetch_answer, run_script, Script, ScriptEnd};
+use crate::resources::{ResourceConfig, ResourceStats};
+use crate::scheduler::StepRequest;
+use crate::spec::MountSpec;
+use crate::steps::get::{guarded, produce, resource_request};
+use crate::steps::{Step, StepContext, StepEnd};
+
+/// Which of the build's artifacts a put sees (`inputs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutInputs {
+    /// Every artifact of the build (the default).
+    All,
+    /// The artifacts whose names start a path in the params.
+    Detect,
+    /// These, each required.
+    Listed(Vec<String>),
+}
+
+/// A put step.
+#[derive(Debug, Clone)]
+pub struct PutStep {
+    /// The step's name: the artifact of the implicit get.
+    pub name: String,
+    /// The resource pushed to.
+    pub resource: String,
+    /// Its type and source.
+    pub config: ResourceConfig,
+    /// `params` of `out`.
+    pub params: Value,
+    /// Which artifacts `out` sees.
+    pub inputs: PutInputs,
+    /// `params` of the implicit get.
+    pub get_params: Value,
+    /// Skip the implicit get.
+    pub no_get: bool,
+    /// Tags a worker must have.
+    pub tags: Vec<String>,
+}
+
+#[async_trait]
+impl Step for PutStep {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn worker_request(&self) -> StepRequest {
+        let mut request = resource_request(&self.config, &self.tags, false);
+        request.need.containers = 2;
+        request
+    }
+
+    async fn run(&self, ctx: &mut StepContext) -> Result<StepEnd, EngineError> {
+        let (stop, watch) = (ctx.stop(), ctx.worker_watch());
+        guarded(stop, watch, self.put(ctx)).await
+    }
+}
+
+impl PutStep {
+    async fn put(&self, ctx: &mut StepContext) -> Result<StepEnd, Halt> {
+        let image = fetch::type_image(ctx, &self.config.type_).await?;
+        let inputs = self.chosen_inputs(&ctx.named_artifacts().all())?;
+        let mut mounts = Vec::new();
+        let mut streams = Vec::new();
+        for (name, artifact) in &inputs {
+            let volume = ctx.create_volume(&format!("input:{name}")).await?;
+            mounts.push(MountSpec {
+                volume: volume.handle().to_string(),
+                path: format!("{RESOURCE_DIR}/{name}"),
+                readonly: false,
+            });
+            streams.push((name, artifact, volume));
+        }
+        let streaming = streams
+            .iter()
+            .map(|(name, artifact, volume)| ctx.stream_input(name, artifact, volume));
+        futures::future::try_join_all(streaming).await?;
+        ResourceStats::count(&ctx.resource_stats().puts);
+        let end = run_script(
+            ctx,
+            &image,
+            Script {
+                name: "out",
+                dir: Some(RESOURCE_DIR),
+                request: json!({"source": self.config.source, "params": self.params}),
+                mounts,
+            },
+        )
+        .await?;
+        let answer = match end {
+            ScriptEnd::Answered(v) => v,
+            ScriptEnd::Failed(status) => return Ok(StepEnd::Exited(status)),
+            ScriptEnd::Stopped => return Ok(StepEnd::Stopped),
+        };
+        let (version, metadata) = fetch_answer("out", &answer)?;
+        ctx.db()
+            .save_versions(
+                ctx.team(),
+                &self.config.key(),
+                &[(version.clone(), metadata.clone())],
+            )
+            .await?;
+        let worker = ctx.worker().name().to_string();
+        ctx.emit(&crate::events::BuildEvent::Resource {
+            step: self.name.clone(),
+            resource: self.resource.clone(),
+            action: "put".into(),
+            version: version.clone(),
+            metadata,
+            cached: false,
+            worker: Some(worker),
+            time: crate::db::now_ms(),
+        })
+        .await?;
+        if self.no_get {
+            return Ok(StepEnd::Exited(0));
+        }
+        let r = Resource {
+            name: &self.resource,
+            config: &self.config,
+            image: &image,
+        };
+        let fetched = fetch::get(ctx, &r, &version, &self.get_params).await?;
+        produce(ctx, &self.name, &fetched.cache.artifact_id).await?;
+        Ok(StepEnd::Exited(0))
+    }
+
+    /// The artifacts `out` sees, by name: all, the detected ones, or the
+    /// listed ones (one the build does not have is an error naming it).
+    fn chosen_inputs(
+        &self,
+        all: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>, EngineError> {
+        match &self.inputs {
+            PutInputs::All => Ok(all.clone()),
+            PutInputs::Detect => {
+                let mut names = Vec::new();
+                detect(&self.params, &mut names);
+                Ok(all
+                    .iter()
+                    .filter(|(name, _)| names.iter().any(|n| n == *name))
+                    .map(|(n, a)| (n.clone(), a.clone()))
+                    .collect())
+            }
+            PutInputs::Listed(names) => names
+                .iter()
+                .map(|name| match all.get(name) {
+                    Some(a) => Ok((name.clone(), a.clone())),
+                    None => Err(EngineError::Invalid(format!(
+                        "step {:?}: input {name:?} was not given: no earlier step of the build produced it",
+                        self.name
+                    ))),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The first path segment of every string in `params`, as Concourse's
+/// `inputs: detect` finds the artifacts a put uses.
+fn detect(params: &Value, names: &mut Vec<String>) {
+    match params {
+        Value::String(s) => {
+            let first = s.trim_start_matches("./").split('/').next().unwrap_or("");
+            if !first.is_empty() {
+                names.push(first.to_string());
+            }
+        }
+        Value::Array(list) => list.iter().for_each(|v| detect(v, names)),
+        Value::Object(m) => m.values().for_each(|v| detect(v, names)),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(inputs: PutInputs, params: Value) -> PutStep {
+        PutStep {
+            name: "p".into(),
+            resource: "r".into(),
+            config: ResourceConfig::base("git", json!({})),
+            params,
+            inputs,
+            get_params: json!({}),
+            no_get: false,
+            tags: vec![],
+        }
+    }
+
+    #[test]
+    fn inputs_are_all_detected_or_listed() {
+        let all: BTreeMap<String, String> = [("repo", "a1"), ("out", "a2"), ("other", "a3")]
+            .iter()
+            .map(|(n, a)| (n.to_string(), a.to_string()))
+            .collect();
+        assert_eq!(
+            put(PutInputs::All, json!({}))
+                .chosen_inputs(&all)
+                .unwrap()
+                .len(),
+            3
+        );
+        let detected = put(
+            PutInputs::Detect,
+            json!({"repository": "out", "files": ["./repo/x", "nothing/y"], "n": 3}),
+        )
+        .chosen_inputs(&all)
+        .unwrap();
+        assert_eq!(detected.keys().collect::<Vec<_>>(), ["out", "repo"]);
+        let listed = put(PutInputs::Listed(vec!["other".into()]), json!({}));
+        assert_eq!(listed.chosen_inputs(&all).unwrap()["other"], "a3");
+        let missing = put(PutInputs::Listed(vec!["nope".into()]), json!({}));
+        assert!(missing
+            .chosen_inputs(&all)
+            .unwrap_err()
+            .to_string()
+            .contains("\"nope\""));
+    }
+}
