@@ -9,6 +9,8 @@ need_pkgs=()
 command -v runc >/dev/null || need_pkgs+=(runc)
 command -v bwrap >/dev/null || need_pkgs+=(bubblewrap)
 [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need_pkgs+=(busybox-static)
+command -v jq >/dev/null || need_pkgs+=(jq)
+command -v git >/dev/null || need_pkgs+=(git)
 command -v psql >/dev/null || need_pkgs+=(postgresql-client)
 command -v pg_ctlcluster >/dev/null || need_pkgs+=(postgresql)
 if [ ${#need_pkgs[@]} -gt 0 ]; then

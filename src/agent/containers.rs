@@ -17,6 +17,7 @@ use super::api::{ContainerInfo, ContainerState, ProcessInfo};
 use super::backend::{BackendContainer, ContainerBackend, ContainerContext, ResolvedMount};
 use super::error::{blocking, AgentError};
 use super::processes::{ProcessEnd, ProcessRecord};
+use super::resource_types::{ResourceTypes, RESOURCE_DIR};
 use super::rootfs;
 use super::slots::{check_name, Slots};
 use super::tree::remove_tree;
@@ -106,6 +107,8 @@ pub struct ContainerRegistry {
     volumes: Arc<VolumeStore>,
     /// The configured default image, if any (else the host view).
     default_rootfs: Option<PathBuf>,
+    /// The base resource types a container may mount.
+    resource_types: ResourceTypes,
 }
 
 impl ContainerRegistry {
@@ -117,6 +120,7 @@ impl ContainerRegistry {
         backend: Arc<dyn ContainerBackend>,
         volumes: Arc<VolumeStore>,
         default_rootfs: Option<PathBuf>,
+        resource_types: ResourceTypes,
     ) -> Result<Self, AgentError> {
         let registry = ContainerRegistry {
             root: work_dir.join("containers"),
@@ -124,6 +128,7 @@ impl ContainerRegistry {
             backend,
             volumes,
             default_rootfs,
+            resource_types,
         };
         let root = registry.root.clone();
         let found = blocking("loading containers", move || scan(&root)).await?;
@@ -204,6 +209,23 @@ impl ContainerRegistry {
                 source,
                 path: format!("/{}", rel.display()),
                 readonly: m.readonly,
+            });
+        }
+        if let Some(name) = &spec.resource_type {
+            let source = match self.resource_types.dir(name) {
+                Ok(dir) => dir,
+                Err(_) if lenient => self.resource_types.dir_unchecked(name),
+                Err(e) => return Err(e),
+            };
+            if mounts.iter().any(|m| m.path == RESOURCE_DIR) {
+                return Err(AgentError::BadRequest(format!(
+                    "a volume is mounted at {RESOURCE_DIR}, where resource type {name} goes"
+                )));
+            }
+            mounts.push(ResolvedMount {
+                source,
+                path: RESOURCE_DIR.to_string(),
+                readonly: true,
             });
         }
         mounts.sort_by_key(|m| m.path.matches('/').count());

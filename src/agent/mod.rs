@@ -7,7 +7,8 @@
 //! `output_log.rs` (the framed output log and its followers),
 //! `pty.rs` (terminals of TTY processes), `backend/` (how processes are
 //! isolated: runc, bwrap, local), `rootfs.rs` (root filesystems),
-//! `images.rs` (unpacking images into volumes), `tree.rs` (removing,
+//! `images.rs` (unpacking images into volumes), `resource_types.rs` (the
+//! base resource types shipped with every worker), `tree.rs` (removing,
 //! copying and measuring directory trees), `beacon.rs` (registration and
 //! heartbeats), `slots.rs` (idempotent creation), `state.rs` (what handlers
 //! share), `error.rs`, `worker.rs` (the agent and beacon started together,
@@ -21,6 +22,7 @@
 //! WORK_DIR/volumes/<handle>/{meta.json,data/,image.json}  (image.json: an imported image)
 //! WORK_DIR/containers/<handle>/{spec.json,config.json,rootfs/,processes/<id>.{log,exit}}
 //! WORK_DIR/runc/            runc's state (runc backend)
+//! WORK_DIR/resource-types/<type>/{check,in,out}  base resource types
 //! ```
 
 pub mod api;
@@ -32,6 +34,7 @@ pub mod images;
 pub mod output_log;
 pub mod processes;
 pub mod pty;
+pub mod resource_types;
 pub mod rootfs;
 pub mod server;
 pub mod slots;
@@ -44,6 +47,8 @@ pub mod worker;
 mod image_tests;
 #[cfg(test)]
 mod interactive_tests;
+#[cfg(test)]
+mod resource_type_tests;
 #[cfg(test)]
 mod runtime_tests;
 #[cfg(test)]

@@ -5,6 +5,11 @@
 //!   directory with read-only bind mounts of the host's `/usr`, `/etc` and
 //!   `/opt`, and for `/bin`, `/lib*` and `/sbin` either the same symlink as
 //!   on the host (usrmerge: `/bin -> usr/bin`) or a read-only bind mount.
+//!   A container that mounts something inside one of those directories
+//!   (a resource type at `/opt/resource`) gets that directory as a real one
+//!   of its own with each host entry bound (or, for a symlink, copied) into
+//!   it, so the mountpoint is made in the container's directory, never on
+//!   the host.
 //! - An image directory (`raw:///path`, a volume, the configured default) is
 //!   shared by many containers and must not change: each container gets an
 //!   overlay (image below, `containers/<handle>/overlay/upper` above) mounted
@@ -53,15 +58,57 @@ const HOST_LINKS: &[&str] = &["/bin", "/lib", "/lib64", "/sbin", "/lib32", "/lib
 /// Prepares the default view of the host in the (new or existing) directory
 /// `root`, reading the host layout under `host` (`/` in production).
 pub fn host_view(root: &Path, host: &Path) -> std::io::Result<RootfsPlan> {
+    host_view_with(root, host, &[])
+}
+
+/// [`host_view`] for a container that also mounts something at each of
+/// `mountpoints` (absolute container paths): a bound host directory
+/// containing one is split into binds of its entries (the entry shadowed
+/// by the mountpoint left out).
+pub fn host_view_with(
+    root: &Path,
+    host: &Path,
+    mountpoints: &[&str],
+) -> std::io::Result<RootfsPlan> {
     std::fs::create_dir_all(root)?;
     let mut binds = Vec::new();
     for dir in HOST_DIRS {
         let source = host.join(dir.trim_start_matches('/'));
-        if source.is_dir() {
+        if !source.is_dir() {
+            continue;
+        }
+        let shadowed: Vec<&str> = mountpoints
+            .iter()
+            .filter_map(|m| m.strip_prefix(dir)?.strip_prefix('/')?.split('/').next())
+            .collect();
+        if shadowed.is_empty() {
             binds.push(HostBind {
                 source,
                 dest: dir.to_string(),
             });
+            continue;
+        }
+        let own = root.join(dir.trim_start_matches('/'));
+        std::fs::create_dir_all(&own)?;
+        let mut entries: Vec<_> = std::fs::read_dir(&source)?.collect::<Result<_, _>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if shadowed.contains(&name) {
+                continue;
+            }
+            if entry.file_type()?.is_symlink() {
+                let link = own.join(name);
+                if std::fs::symlink_metadata(&link).is_err() {
+                    std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &link)?;
+                }
+            } else {
+                binds.push(HostBind {
+                    source: entry.path(),
+                    dest: format!("{dir}/{name}"),
+                });
+            }
         }
     }
     for dir in HOST_LINKS {
@@ -138,16 +185,19 @@ pub fn image_readonly(image: &Path) -> RootfsPlan {
 }
 
 /// Prepares the root filesystem of the container whose directory is `cdir`,
-/// on a blocking thread: the host view without an image; with one, an
-/// overlay when `overlay` (a root agent), else the image read-only.
+/// on a blocking thread: the host view without an image (with room for
+/// `mountpoints`, see [`host_view_with`]); with one, an overlay when
+/// `overlay` (a root agent), else the image read-only.
 pub async fn prepare(
     image: Option<PathBuf>,
     cdir: PathBuf,
     overlay: bool,
+    mountpoints: Vec<String>,
 ) -> Result<RootfsPlan, AgentError> {
     blocking("preparing a root filesystem", move || {
+        let mountpoints: Vec<&str> = mountpoints.iter().map(String::as_str).collect();
         match &image {
-            None => host_view(&cdir.join("rootfs"), Path::new("/")),
+            None => host_view_with(&cdir.join("rootfs"), Path::new("/"), &mountpoints),
             Some(image) if overlay => overlay_view(image, &cdir),
             Some(image) => Ok(image_readonly(image)),
         }
@@ -415,6 +465,33 @@ mod tests {
         assert!(!plan.readonly);
         // Preparing again (after a restart) is fine.
         host_view(&root.path().join("rootfs"), host.path()).unwrap();
+    }
+
+    #[test]
+    fn a_mountpoint_inside_a_host_dir_splits_it_into_its_entries() {
+        let host = tempfile::tempdir().unwrap();
+        for d in ["usr/bin", "opt/tool", "opt/resource"] {
+            std::fs::create_dir_all(host.path().join(d)).unwrap();
+        }
+        std::fs::write(host.path().join("opt/file"), "x").unwrap();
+        std::os::unix::fs::symlink("tool", host.path().join("opt/link")).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let rootfs = root.path().join("rootfs");
+        let plan = host_view_with(&rootfs, host.path(), &["/opt/resource"]).unwrap();
+        let dests: Vec<&str> = plan.binds.iter().map(|b| b.dest.as_str()).collect();
+        // /opt itself is not bound, the host's own /opt/resource is shadowed.
+        assert_eq!(dests, vec!["/usr", "/opt/file", "/opt/tool"]);
+        assert!(rootfs.join("opt").is_dir());
+        assert_eq!(
+            std::fs::read_link(rootfs.join("opt/link")).unwrap(),
+            PathBuf::from("tool")
+        );
+        assert_eq!(
+            plan.binds[2].source,
+            host.path().join("opt/tool"),
+            "entries are bound from the host"
+        );
+        host_view_with(&rootfs, host.path(), &["/opt/resource"]).unwrap();
     }
 
     #[test]

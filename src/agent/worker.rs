@@ -2,6 +2,7 @@
 //! (`start_worker`), and the `gantry worker` process around them
 //! (`run_worker`: landing or retiring on a stop signal).
 
+use super::resource_types::ResourceTypes;
 use super::{backend, beacon, containers, server, state, volumes, AgentState, BeaconStatus};
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,25 +115,28 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
     // The work directory and the backend's probes of the host (binaries,
     // cgroup mounts) touch the file system: on a blocking thread.
     let setup_cfg = cfg.clone();
-    let (work_dir, backend) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        let cfg = setup_cfg;
-        std::fs::create_dir_all(&cfg.work_dir).with_context(|| {
-            format!(
-                "cannot create the work directory {}",
-                cfg.work_dir.display()
-            )
-        })?;
-        let work_dir = cfg.work_dir.canonicalize().with_context(|| {
-            format!(
-                "cannot resolve the work directory {}",
-                cfg.work_dir.display()
-            )
-        })?;
-        let backend = backend::select(&cfg, &work_dir).context("choosing the container backend")?;
-        Ok((work_dir, backend))
-    })
-    .await
-    .context("setting up the worker agent")??;
+    let (work_dir, backend, resource_types) =
+        tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let cfg = setup_cfg;
+            std::fs::create_dir_all(&cfg.work_dir).with_context(|| {
+                format!(
+                    "cannot create the work directory {}",
+                    cfg.work_dir.display()
+                )
+            })?;
+            let work_dir = cfg.work_dir.canonicalize().with_context(|| {
+                format!(
+                    "cannot resolve the work directory {}",
+                    cfg.work_dir.display()
+                )
+            })?;
+            let backend =
+                backend::select(&cfg, &work_dir).context("choosing the container backend")?;
+            let resource_types = install_resource_types(&work_dir, backend.name())?;
+            Ok((work_dir, backend, resource_types))
+        })
+        .await
+        .context("setting up the worker agent")??;
     tracing::info!(backend = backend.name(), work_dir = %work_dir.display(), "worker agent starting");
     if backend.name() == "local" {
         tracing::warn!(
@@ -151,6 +155,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
             backend.clone(),
             volumes.clone(),
             cfg.default_rootfs.clone(),
+            resource_types.clone(),
         )
         .await
         .context("opening the container registry")?,
@@ -192,7 +197,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
         platform: cfg.platform.clone(),
         tags: cfg.tags.clone(),
         team: cfg.team.clone(),
-        resource_types: Vec::new(),
+        resource_types: resource_types.names().to_vec(),
         limits: cfg.limits.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         backend: backend.name().to_string(),
@@ -231,6 +236,23 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
         status,
         web: (cfg.web.clone(), cfg.registration_key.clone()),
     })
+}
+
+/// Installs the base resource types this worker can run (see
+/// [`ResourceTypes::install`]). The local backend offers none: their `in`
+/// and `out` take container paths, which it does not map. Blocking.
+fn install_resource_types(
+    work_dir: &std::path::Path,
+    backend: &str,
+) -> anyhow::Result<ResourceTypes> {
+    if backend == "local" {
+        tracing::info!(
+            "backend \"local\" offers no base resource types (they need an isolated backend)"
+        );
+        return Ok(ResourceTypes::none(work_dir));
+    }
+    ResourceTypes::install(work_dir, |tool| backend::find_executable(tool).is_some())
+        .context("installing the base resource types")
 }
 
 /// Runs the worker agent until `shutdown` counts a first stop request (a

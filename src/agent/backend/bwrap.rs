@@ -81,7 +81,13 @@ impl ContainerBackend for BwrapBackend {
         ctx: Arc<ContainerContext>,
         _recovered: bool,
     ) -> Result<Box<dyn BackendContainer>, AgentError> {
-        let rootfs = rootfs::prepare(ctx.image.clone(), ctx.dir.clone(), self.root).await?;
+        let rootfs = rootfs::prepare(
+            ctx.image.clone(),
+            ctx.dir.clone(),
+            self.root,
+            ctx.inner_mountpoints(),
+        )
+        .await?;
         Ok(Box::new(BwrapContainer {
             binary: self.binary.clone(),
             agent_root: self.root,

@@ -42,6 +42,12 @@ impl ContainerBackend for LocalBackend {
         ctx: Arc<ContainerContext>,
         _recovered: bool,
     ) -> Result<Box<dyn BackendContainer>, AgentError> {
+        if let Some(name) = &ctx.spec.resource_type {
+            return Err(AgentError::BadRequest(format!(
+                "backend local cannot run resource type {name}: its scripts take container \
+                 paths, which the local backend does not map; use runc or bwrap"
+            )));
+        }
         let root = ctx.dir.join("root");
         let home = ctx.dir.join("home");
         let (r, h, c) = (root.clone(), home.clone(), ctx.clone());

@@ -53,6 +53,18 @@ pub struct ContainerContext {
     pub image: Option<PathBuf>,
 }
 
+impl ContainerContext {
+    /// Mountpoints that fall inside the host directories of the default
+    /// view and must be made room for (see `rootfs::host_view_with`): the
+    /// resource type's directory, if the container mounts one.
+    pub fn inner_mountpoints(&self) -> Vec<String> {
+        match &self.spec.resource_type {
+            Some(_) => vec![super::resource_types::RESOURCE_DIR.to_string()],
+            None => Vec::new(),
+        }
+    }
+}
+
 /// A container backend (`runc`, `bwrap`, `local`).
 #[async_trait]
 pub trait ContainerBackend: Send + Sync {

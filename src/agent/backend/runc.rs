@@ -302,7 +302,13 @@ impl ContainerBackend for RuncBackend {
                 AgentError::io(format!("creating {}", self.runc.state_root.display()), e)
             })?;
         // runc runs as root: an image always gets an overlay.
-        let rootfs = rootfs::prepare(ctx.image.clone(), ctx.dir.clone(), true).await?;
+        let rootfs = rootfs::prepare(
+            ctx.image.clone(),
+            ctx.dir.clone(),
+            true,
+            ctx.inner_mountpoints(),
+        )
+        .await?;
         let mut effective = (*ctx).clone();
         effective.spec.limits = self.defaults.apply(&ctx.spec.limits);
         Ok(Box::new(RuncContainer {
