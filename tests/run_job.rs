@@ -91,12 +91,11 @@ jobs:
 "#;
 
 const GET: &str = r#"
-resources:
-- {name: repo, type: git, source: {uri: "https://example.com/repo.git"}}
 jobs:
 - name: fetch
   plan:
-  - get: repo
+  - set_pipeline: other
+    file: config/other.yml
   - task: t
     config: {platform: linux, run: {path: echo}}
 "#;
@@ -291,12 +290,12 @@ fn what_cannot_run_is_refused_by_name() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("unfilled var ((greeting))"), "{stderr}");
 
-    // A get step is refused naming the step.
+    // A step Gantry does not run (set_pipeline) is refused naming the step.
     let out = run(url, dir.path(), &["-p", "get.yml", "-j", "fetch"]);
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("step \"repo\": get steps are not supported yet"),
+        stderr.contains("step \"other\": set_pipeline steps are not supported yet"),
         "{stderr}"
     );
     assert!(builds_json(url).is_empty(), "nothing was created");
@@ -318,7 +317,7 @@ fn what_cannot_run_is_refused_by_name() {
     assert!(body["error"]
         .as_str()
         .unwrap()
-        .contains("get steps are not supported yet"));
+        .contains("set_pipeline steps are not supported yet"));
     let (status, body) = post(serde_json::json!({"pipeline": PIPELINE, "job": "build"}));
     assert_eq!(status, 400, "{body}");
     assert!(body["error"].as_str().unwrap().contains("((greeting))"));

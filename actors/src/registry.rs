@@ -614,6 +614,7 @@ impl Handler<ListWorkers> for Registry {
                 platform: e.registration.platform.clone(),
                 tags: e.registration.tags.clone(),
                 team: e.registration.team.clone(),
+                resource_types: e.registration.resource_types.clone(),
                 containers: e.containers,
                 volumes: e.volumes,
                 active_tasks: 0,

@@ -76,6 +76,9 @@ pub struct WorkerView {
     pub tags: Vec<String>,
     /// Owning team, if any.
     pub team: Option<String>,
+    /// Base resource types it ships.
+    #[serde(default)]
+    pub resource_types: Vec<String>,
     /// Containers (from the last heartbeat).
     pub containers: u32,
     /// Volumes (from the last heartbeat).

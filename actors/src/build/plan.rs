@@ -2,13 +2,12 @@
 //! hooks, and the stored plan of a one-off build (`gantry execute`) it is
 //! made from.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::EngineError;
 use crate::events::PlanNode;
 use crate::steps::task::TaskStep;
 use crate::steps::Step;
@@ -112,21 +111,6 @@ impl Plan {
     /// run it twice at once): what a restarted web node can take over.
     pub fn is_one_step(&self) -> bool {
         self.steps().len() == 1
-    }
-
-    /// Checks that no two steps share a name: rows of what a step creates,
-    /// its log events and `gantry hijack -s STEP` find it by name.
-    pub fn check_step_names(&self) -> Result<(), EngineError> {
-        let mut seen = BTreeSet::new();
-        for step in self.steps() {
-            if !seen.insert(step.name()) {
-                return Err(EngineError::Invalid(format!(
-                    "step name {:?} is used more than once in the plan; names of steps must be unique within a build",
-                    step.name()
-                )));
-            }
-        }
-        Ok(())
     }
 
     /// The plan's children with the suffix each adds to its parent's position.

@@ -73,9 +73,6 @@ impl BuildRun {
     pub(super) async fn run(&self, plan: &Plan) -> Outcome {
         self.emit_quietly(&BuildEvent::status(BuildStatus::Started, None))
             .await;
-        if let Err(e) = plan.check_step_names() {
-            return Outcome::Errored(e.to_string());
-        }
         self.emit_quietly(&BuildEvent::Plan {
             tree: plan.describe("0"),
             time: crate::db::now_ms(),

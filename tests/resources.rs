@@ -1,0 +1,315 @@
+//! End to end: resources on three real worker processes (runc when
+//! `GANTRY_REQUIRE_RUNC` is set). A job `get`s a `git` resource pointing at
+//! a bare repository made here, runs two tasks pinned by tags to different
+//! workers that both read the fetched file (checking its checksum inside
+//! the container), commits, and `put`s the commit back. Run again, its
+//! `get` is answered by the resource cache (build events and `/metrics`).
+//! `gantry check` stores versions; `image_resource` runs a task in the
+//! image a resource fetched.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::*;
+
+/// Runs git in `dir` with a fixed identity.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=Test", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A bare repository with one commit of `data.txt`; returns its path and
+/// the file's SHA-256.
+fn bare_repo(root: &Path) -> (std::path::PathBuf, String) {
+    let work = root.join("seed");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "-b", "main"]);
+    let data = noise(100_000, 7);
+    write(&work.join("data.txt"), &data);
+    git(&work, &["add", "."]);
+    git(&work, &["commit", "-q", "-m", "seed"]);
+    let bare = root.join("repo.git");
+    git(
+        root,
+        &["clone", "-q", "--bare", work.to_str().unwrap(), "repo.git"],
+    );
+    let sum = Command::new("sha256sum")
+        .arg(work.join("data.txt"))
+        .output()
+        .unwrap();
+    let sum = String::from_utf8_lossy(&sum.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    (bare, sum)
+}
+
+/// `git daemon` serving `root` on loopback (pushes allowed): the
+/// containers reach it over the network, as they would a git server.
+struct GitDaemon {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl GitDaemon {
+    fn serve(root: &Path) -> GitDaemon {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("git")
+            .args([
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--enable=receive-pack",
+            ])
+            .arg(format!("--base-path={}", root.display()))
+            .args(["--listen=127.0.0.1", &format!("--port={port}")])
+            .arg(root)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("git daemon starts");
+        wait_for("git daemon", Duration::from_secs(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+        });
+        GitDaemon { child, port }
+    }
+
+    fn uri(&self, repo: &str) -> String {
+        format!("git://127.0.0.1:{}/{repo}", self.port)
+    }
+}
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const PIPELINE: &str = r#"
+resources:
+- name: repo
+  type: git
+  source: {uri: ((uri)), branch: main}
+jobs:
+- name: ship
+  plan:
+  - get: repo
+  - in_parallel:
+    - task: left
+      tags: [left]
+      params: {SUM: ((sum))}
+      config:
+        platform: linux
+        inputs: [{name: repo}]
+        outputs: [{name: left-out}]
+        run:
+          path: sh
+          args: [-ec, 'test "$(sha256sum repo/data.txt | cut -d" " -f1)" = "$SUM"; echo "left-ok $(date +%s%N)" > left-out/note; echo "left checked $SUM"']
+    - task: right
+      tags: [right]
+      params: {SUM: ((sum))}
+      config:
+        platform: linux
+        inputs: [{name: repo}]
+        run:
+          path: sh
+          args: [-ec, 'test "$(sha256sum repo/data.txt | cut -d" " -f1)" = "$SUM"; echo "right checked $SUM"']
+  - task: commit
+    tags: [left]
+    config:
+      platform: linux
+      inputs: [{name: repo}, {name: left-out}]
+      outputs: [{name: repo}]
+      params: {GIT_AUTHOR_NAME: ci, GIT_AUTHOR_EMAIL: ci@example.com, GIT_COMMITTER_NAME: ci, GIT_COMMITTER_EMAIL: ci@example.com, HOME: /tmp}
+      run:
+        path: sh
+        args: [-ec, 'cp left-out/note repo/note; cd repo; git -c safe.directory="*" add note; git -c safe.directory="*" commit -q -m "from gantry"']
+  - put: repo
+    params: {repository: repo}
+"#;
+
+/// A web node and three workers: `left` and `right` tagged, `plain` not.
+struct Fleet {
+    web: Server,
+    _workers: Vec<Server>,
+}
+
+fn fleet(dir: &Path, db: &TestDb) -> Fleet {
+    let web = start_web(dir, db, "");
+    let backend: &[&str] = if std::env::var_os("GANTRY_REQUIRE_RUNC").is_some() {
+        &["--backend", "runc"]
+    } else {
+        &[]
+    };
+    let mut workers = Vec::new();
+    for (name, tag) in [
+        ("left", Some("left")),
+        ("right", Some("right")),
+        ("plain", None),
+    ] {
+        let mut extra: Vec<&str> = backend.to_vec();
+        if let Some(t) = tag {
+            extra.extend(["--tag", t]);
+        }
+        workers.push(start_worker(dir, &web.url, name, &extra));
+    }
+    let listed = wait_running(&web.url, 3);
+    for w in listed.as_array().unwrap() {
+        let types: Vec<&str> = w["resource_types"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|t| t.as_str()).collect())
+            .unwrap_or_default();
+        assert!(types.contains(&"git") && types.contains(&"mock"), "{w}");
+    }
+    Fleet {
+        web,
+        _workers: workers,
+    }
+}
+
+fn run(url: &str, dir: &Path, args: &[&str]) -> Output {
+    gantry()
+        .current_dir(dir)
+        .args(["--url", url, "run"])
+        .args(args)
+        .output()
+        .expect("gantry runs")
+}
+
+fn metric(url: &str, name: &str) -> f64 {
+    let text = reqwest::blocking::get(format!("{url}/metrics"))
+        .unwrap()
+        .text()
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} in /metrics:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn a_git_job_gets_runs_tagged_tasks_and_puts_back(db: DbKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(db);
+    let fleet = fleet(dir.path(), &db);
+    let url = &fleet.web.url;
+    let (bare, sum) = bare_repo(dir.path());
+    let daemon = GitDaemon::serve(dir.path());
+    write(&dir.path().join("pipeline.yml"), PIPELINE);
+    let uri = format!("uri={}", daemon.uri("repo.git"));
+    let sum_var = format!("sum={sum}");
+    let args = [
+        "-p",
+        "pipeline.yml",
+        "-j",
+        "ship",
+        "-v",
+        &uri,
+        "-v",
+        &sum_var,
+    ];
+
+    let out = run(url, dir.path(), &args);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains(&format!("left checked {sum}")), "{stdout}");
+    assert!(stdout.contains(&format!("right checked {sum}")), "{stdout}");
+    // The fetched input went to each tagged worker, and the log says so.
+    for (step, worker) in [("left", "left"), ("right", "right"), ("commit", "left")] {
+        let line = format!("step {step}: streamed input repo (artifact ");
+        let told = stderr
+            .lines()
+            .find(|l| l.starts_with(&line))
+            .unwrap_or_else(|| panic!("no {line:?} in:\n{stderr}"));
+        assert!(told.contains(&format!("to worker {worker} (")), "{told}");
+    }
+    // The get ran `in` on the untagged worker; the put pushed the commit.
+    assert!(stderr.contains("step repo: get repo {\"ref\":"), "{stderr}");
+    assert!(stderr.contains("on worker plain"), "{stderr}");
+    let head = git(&bare, &["log", "-1", "--format=%s", "main"]);
+    assert_eq!(head, "from gantry");
+    let pushed = git(&bare, &["rev-parse", "main"]);
+    assert!(
+        stderr.contains(&format!("step repo: put repo {{\"ref\":\"{pushed}\"}}")),
+        "{stderr}"
+    );
+    let misses = metric(url, "gantry_resource_cache_misses_total");
+    assert!(misses >= 1.0);
+
+    // Again: the newest version is the pushed commit, which the put's
+    // implicit get fetched already: the resource cache answers, no `in` runs.
+    let hits_before = metric(url, "gantry_resource_cache_hits_total");
+    let out = run(url, dir.path(), &args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "step repo: get repo {{\"ref\":\"{pushed}\"}}: from the resource cache (no in ran)"
+        )),
+        "{stderr}"
+    );
+    assert!(metric(url, "gantry_resource_cache_hits_total") >= hits_before + 1.0);
+    assert_eq!(
+        metric(url, "gantry_resource_cache_misses_total"),
+        misses + 1.0,
+        "only the second put's implicit get (a new commit) ran in"
+    );
+    let log = git(&bare, &["log", "--format=%s", "main"]);
+    assert_eq!(
+        log.lines().collect::<Vec<_>>(),
+        ["from gantry", "from gantry", "seed"]
+    );
+
+    // `gantry check` stores and prints the versions it found.
+    let out = gantry()
+        .current_dir(dir.path())
+        .args(["--url", url, "check", "-p", "pipeline.yml", "-r", "repo"])
+        .args(["-v", &uri, "-v", &sum_var])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let newest = git(&bare, &["rev-parse", "main"]);
+    assert!(
+        stdout.lines().last().unwrap_or("").contains(&newest),
+        "{stdout}"
+    );
+    wait_no_handles(url, Duration::from_secs(30));
+}
+
+#[test]
+fn a_git_job_gets_runs_tagged_tasks_and_puts_back_sqlite() {
+    a_git_job_gets_runs_tagged_tasks_and_puts_back(DbKind::Sqlite);
+}
+
+#[test]
+fn a_git_job_gets_runs_tagged_tasks_and_puts_back_postgres() {
+    a_git_job_gets_runs_tagged_tasks_and_puts_back(DbKind::Postgres);
+}
