@@ -18,7 +18,7 @@ use crate::web::AppState;
 
 /// Body of `POST /api/v1/teams/{team}/builds`: a one-off task (`config`,
 /// with `inputs`, `tags`, `image`, `timeout_secs`), or a job of a pipeline
-/// (`pipeline`, `job`, `vars`) — never both.
+/// (`pipeline`, `pipeline_name`, `job`, `vars`) — never both.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateBuild {
@@ -43,6 +43,10 @@ pub struct CreateBuild {
     /// The job of `pipeline` to run.
     #[serde(default)]
     job: Option<String>,
+    /// The pipeline's name (default `main`), which with the job names the
+    /// job's task caches.
+    #[serde(default)]
+    pipeline_name: Option<String>,
     /// Values of the pipeline's `((vars))`.
     #[serde(default)]
     vars: Option<BTreeMap<String, serde_json::Value>>,
@@ -76,9 +80,13 @@ pub async fn create(
 
 /// Creates a one-off build of the body's task.
 async fn create_one_off(state: &AppState, team: &str, body: CreateBuild) -> Result<i64, ApiError> {
-    if let Some(field) = [("job", body.job.is_some()), ("vars", body.vars.is_some())]
-        .iter()
-        .find_map(|(f, set)| set.then_some(f))
+    if let Some(field) = [
+        ("job", body.job.is_some()),
+        ("vars", body.vars.is_some()),
+        ("pipeline_name", body.pipeline_name.is_some()),
+    ]
+    .iter()
+    .find_map(|(f, set)| set.then_some(f))
     {
         return Err(ApiError::bad_request(format!(
             "{field} is for a build of a pipeline's job, not of a task"
@@ -126,9 +134,12 @@ async fn create_job(state: &AppState, team: &str, body: CreateBuild) -> Result<i
         vars.set(&name, value);
     }
     let pipeline = body.pipeline.unwrap_or_default();
+    let pipeline_name = body
+        .pipeline_name
+        .unwrap_or_else(gantry_actors::build::default_pipeline_name);
     Ok(state
         .engine
-        .create_job_build(team, &pipeline, &job, vars)
+        .create_job_build(team, &pipeline_name, &pipeline, &job, vars)
         .await?)
 }
 

@@ -19,7 +19,7 @@ use crate::runtime::{Worker, WorkerConnector};
 use crate::scheduler::Scheduler;
 use crate::spec::Encoding;
 use crate::steps::{
-    ArtifactScope, BuildScope, Created, Events, ImportLocks, StepContext, Stop, WorkerWatch,
+    ArtifactScope, BuildScope, Created, Events, ImportLocks, JobRef, StepContext, Stop, WorkerWatch,
 };
 
 /// What every build needs from the web node.
@@ -89,6 +89,8 @@ pub struct Build {
     running: RunningBuilds,
     /// Set when a restarted web node takes over a build that was running.
     resume: Option<Resume>,
+    /// The pipeline and job of a job build.
+    job: Option<JobRef>,
 }
 
 impl Build {
@@ -123,7 +125,13 @@ impl Build {
             hooks_stop: watch::channel(None).0,
             running,
             resume: None,
+            job: None,
         }
+    }
+
+    /// This build runs `job` (none: a one-off build).
+    pub fn for_job(self, job: Option<JobRef>) -> Self {
+        Build { job, ..self }
     }
 
     /// A build of `plan` (with the build's `timeout`) that a restarted web
@@ -185,6 +193,7 @@ impl Actor for Build {
             stop: Stop::new(self.stop.subscribe()),
             hooks_stop: Stop::new(self.hooks_stop.subscribe()),
             named: ArtifactScope::new(),
+            job: self.job.clone(),
         };
         let resume = self.resume.take();
         async move {
@@ -224,6 +233,8 @@ pub(super) struct BuildRun {
     pub(super) hooks_stop: Stop,
     /// The build's artifacts by name, shared by its steps.
     pub(super) named: ArtifactScope,
+    /// The pipeline and job of a job build.
+    pub(super) job: Option<JobRef>,
 }
 
 impl BuildRun {
@@ -248,6 +259,7 @@ impl BuildRun {
             events: self.events.clone(),
             stop: stop.clone(),
             named: self.named.clone(),
+            job: self.job.clone(),
         };
         StepContext::new(scope, step, worker, watch, created)
     }

@@ -5,11 +5,13 @@
 mod artifacts;
 mod builds;
 mod handles;
+mod task_caches;
 mod workers;
 
 pub use artifacts::ArtifactRow;
 pub use builds::{BuildRow, BuildStatus};
 pub use handles::{HandleKind, HandleRow};
+pub use task_caches::{TaskCacheKey, TaskCacheRow};
 pub use workers::WorkerRow;
 
 use std::sync::Arc;
