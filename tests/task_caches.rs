@@ -165,6 +165,24 @@ fn scenario(kind: DbKind) {
     assert!(!bad.status.success());
     let err = one_error_line(&bad);
     assert!(err.contains("pipeline name \"a/b\""), "{err}");
+    // And by the API.
+    let resp = reqwest::blocking::Client::new()
+        .post(format!("{url}/api/v1/teams/main/builds"))
+        .json(&serde_json::json!({
+            "pipeline": PIPELINE, "job": "build", "vars": {"who": "z"},
+            "pipeline_name": "",
+        }))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let body: serde_json::Value = resp.json().unwrap();
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("pipeline name \"\": it is empty"),
+        "{body}"
+    );
 
     // The three job caches are kept; every other volume of the builds
     // (outputs, the one-off's cache) is gone.
