@@ -28,7 +28,8 @@ pub enum BuildEvent {
     Log {
         /// Step name.
         step: String,
-        /// `stdout` or `stderr`.
+        /// `stdout` or `stderr` of the step's process, or `gantry` for
+        /// lines Gantry itself writes about the step (shown on stderr).
         stream: String,
         /// The text (UTF-8; a character split across chunks is kept whole).
         data: String,

@@ -126,14 +126,14 @@ pub async fn follow(client: &ApiClient, build_id: i64, lines: StepLines) -> anyh
                 .with_context(|| "reading a build event".to_string())?;
             match ev.event {
                 BuildEvent::Log { stream, data, .. } => {
-                    if stream == "stderr" {
-                        let mut e = std::io::stderr().lock();
-                        let _ = e.write_all(data.as_bytes());
-                        let _ = e.flush();
-                    } else {
+                    if stream == "stdout" {
                         let mut o = std::io::stdout().lock();
                         let _ = o.write_all(data.as_bytes());
                         let _ = o.flush();
+                    } else {
+                        let mut e = std::io::stderr().lock();
+                        let _ = e.write_all(data.as_bytes());
+                        let _ = e.flush();
                     }
                 }
                 BuildEvent::Waiting { message, .. } => eprintln!("waiting for a worker: {message}"),

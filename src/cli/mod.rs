@@ -183,6 +183,10 @@ pub enum Command {
         /// The job to run.
         #[arg(short = 'j', long = "job")]
         job: String,
+        /// The pipeline's name, which with the job names its task caches
+        /// (default: the pipeline file's name without its extension).
+        #[arg(long = "pipeline-name")]
+        pipeline_name: Option<String>,
         /// A var: NAME=VALUE (a string, as with fly -v).
         #[arg(short = 'v', long = "var")]
         vars: Vec<String>,
@@ -437,6 +441,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     Command::Run {
                         pipeline,
                         job,
+                        pipeline_name,
                         vars,
                         var_files,
                         team,
@@ -444,6 +449,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         let args = run::RunArgs {
                             pipeline,
                             job,
+                            pipeline_name,
                             vars,
                             var_files,
                             team,

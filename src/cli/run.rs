@@ -1,5 +1,7 @@
-//! `gantry run -p PIPELINE.yml -j JOB [-v NAME=VALUE]... [-l VARS.yml]...`:
-//! runs one job of a Concourse pipeline as a build and follows it. The
+//! `gantry run -p PIPELINE.yml -j JOB [--pipeline-name NAME] [-v NAME=VALUE]...
+//! [-l VARS.yml]...`: runs one job of a Concourse pipeline as a build and
+//! follows it. The pipeline's name (by default the file's name without its
+//! extension) with the job names the job's task caches. The
 //! pipeline is checked here first, with its vars (every problem, one line
 //! each); then the web node creates the build, and the command follows its
 //! events and exits 0 when it succeeded, 1 failed, 2 errored (or could not
@@ -10,6 +12,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use gantry_actors::build::JobPlan;
 use gantry_actors::pipeline::Pipeline;
+use gantry_actors::steps::check_pipeline_name;
 use serde::Deserialize;
 
 use crate::cli::client::ApiClient;
@@ -22,6 +25,8 @@ pub struct RunArgs {
     pub pipeline: PathBuf,
     /// The job to run.
     pub job: String,
+    /// The pipeline's name; none for the file's stem.
+    pub pipeline_name: Option<String>,
     /// `-v NAME=VALUE` flags.
     pub vars: Vec<String>,
     /// `-l VARS.yml` files.
@@ -47,7 +52,18 @@ pub async fn run(client: &ApiClient, args: RunArgs) -> anyhow::Result<i32> {
         }
         return Ok(2);
     }
+    let pipeline_name = match args.pipeline_name {
+        Some(name) => name,
+        None => args
+            .pipeline
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    check_pipeline_name(&pipeline_name)
+        .map_err(|e| anyhow::anyhow!("{e} (give a valid one with --pipeline-name)"))?;
     let stored = JobPlan {
+        pipeline_name,
         pipeline: text,
         job: args.job,
         vars,
@@ -59,6 +75,7 @@ pub async fn run(client: &ApiClient, args: RunArgs) -> anyhow::Result<i32> {
         .post(
             &format!("/api/v1/teams/{}/builds", args.team),
             &serde_json::json!({
+                "pipeline_name": stored.pipeline_name,
                 "pipeline": stored.pipeline,
                 "job": stored.job,
                 "vars": stored.vars,

@@ -18,7 +18,7 @@ use crate::web::AppState;
 
 /// Body of `POST /api/v1/teams/{team}/builds`: a one-off task (`config`,
 /// with `inputs`, `tags`, `image`, `timeout_secs`), or a job of a pipeline
-/// (`pipeline`, `job`, `vars`) — never both.
+/// (`pipeline`, `pipeline_name`, `job`, `vars`) — never both.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateBuild {
@@ -46,6 +46,10 @@ pub struct CreateBuild {
     /// The resource of `pipeline` to check (a check build), instead of a job.
     #[serde(default)]
     check: Option<String>,
+    /// The pipeline's name (default `main`), which with the job names the
+    /// job's task caches.
+    #[serde(default)]
+    pipeline_name: Option<String>,
     /// Values of the pipeline's `((vars))`.
     #[serde(default)]
     vars: Option<BTreeMap<String, serde_json::Value>>,
@@ -84,6 +88,7 @@ async fn create_one_off(state: &AppState, team: &str, body: CreateBuild) -> Resu
         ("job", body.job.is_some()),
         ("vars", body.vars.is_some()),
         ("check", body.check.is_some()),
+        ("pipeline_name", body.pipeline_name.is_some()),
     ]
     .iter()
     .find_map(|(f, set)| set.then_some(f))
@@ -166,9 +171,12 @@ async fn create_job(state: &AppState, team: &str, body: CreateBuild) -> Result<i
         .ok_or_else(|| ApiError::bad_request("a pipeline build needs the job to run (job)"))?;
     let vars = body_vars(body.vars)?;
     let pipeline = body.pipeline.unwrap_or_default();
+    let pipeline_name = body
+        .pipeline_name
+        .unwrap_or_else(gantry_actors::build::default_pipeline_name);
     Ok(state
         .engine
-        .create_job_build(team, &pipeline, &job, vars)
+        .create_job_build(team, &pipeline_name, &pipeline, &job, vars)
         .await?)
 }
 

@@ -19,7 +19,7 @@ use crate::runtime::{Worker, WorkerConnector};
 use crate::scheduler::Scheduler;
 use crate::spec::Encoding;
 use crate::steps::{
-    ArtifactScope, BuildScope, Created, Events, ImportLocks, StepContext, Stop, WorkerWatch,
+    ArtifactScope, BuildScope, Created, Events, ImportLocks, JobRef, StepContext, Stop, WorkerWatch,
 };
 
 /// What every build needs from the web node.
@@ -91,6 +91,8 @@ pub struct Build {
     running: RunningBuilds,
     /// Set when a restarted web node takes over a build that was running.
     resume: Option<Resume>,
+    /// The pipeline and job of a job build.
+    job: Option<JobRef>,
 }
 
 impl Build {
@@ -125,7 +127,13 @@ impl Build {
             hooks_stop: watch::channel(None).0,
             running,
             resume: None,
+            job: None,
         }
+    }
+
+    /// This build runs `job` (none: a one-off build).
+    pub fn for_job(self, job: Option<JobRef>) -> Self {
+        Build { job, ..self }
     }
 
     /// A build of `plan` (with the build's `timeout`) that a restarted web
@@ -187,6 +195,7 @@ impl Actor for Build {
             stop: Stop::new(self.stop.subscribe()),
             hooks_stop: Stop::new(self.hooks_stop.subscribe()),
             named: ArtifactScope::new(),
+            job: self.job.clone(),
         };
         let resume = self.resume.take();
         async move {
@@ -226,6 +235,8 @@ pub(super) struct BuildRun {
     pub(super) hooks_stop: Stop,
     /// The build's artifacts by name, shared by its steps.
     pub(super) named: ArtifactScope,
+    /// The pipeline and job of a job build.
+    pub(super) job: Option<JobRef>,
 }
 
 impl BuildRun {
@@ -251,6 +262,7 @@ impl BuildRun {
             stop: stop.clone(),
             named: self.named.clone(),
             resources: self.deps.resources.clone(),
+            job: self.job.clone(),
         };
         StepContext::new(scope, step, worker, watch, created)
     }

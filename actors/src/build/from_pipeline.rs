@@ -18,6 +18,7 @@ use crate::error::EngineError;
 use crate::pipeline::{self, Pipeline, Step, StepKind, Vars};
 use crate::resources::config::ImageSource;
 use crate::steps::task::TaskStep;
+use crate::steps::JobRef;
 use crate::task_config::{params_text, TaskConfig};
 
 /// The plan of a build of a pipeline's job, stored with the build as JSON
@@ -25,6 +26,10 @@ use crate::task_config::{params_text, TaskConfig};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobPlan {
+    /// The pipeline's name: with the team and the job, what the job's task
+    /// caches belong to (`main` for plans stored before it was recorded).
+    #[serde(default = "default_pipeline_name")]
+    pub pipeline_name: String,
     /// The pipeline's YAML text, as given (vars not filled).
     pub pipeline: String,
     /// The job the build runs.
@@ -34,7 +39,18 @@ pub struct JobPlan {
     pub vars: Vars,
 }
 
+/// The pipeline name of a job plan that names none.
+pub fn default_pipeline_name() -> String {
+    "main".to_string()
+}
+
 impl JobPlan {
+    /// The build's pipeline and job; a bad pipeline name is an
+    /// [`EngineError::Invalid`] naming it.
+    pub fn job_ref(&self) -> Result<JobRef, EngineError> {
+        JobRef::new(&self.pipeline_name, &self.job)
+    }
+
     /// Loads the pipeline with the vars (every var must be filled), finds
     /// the job and translates it into a plan; every problem of the
     /// pipeline, or the first thing Gantry cannot run, is an
@@ -261,6 +277,7 @@ mod tests {
             v.set_flag(&format!("{k}={val}")).unwrap();
         }
         JobPlan {
+            pipeline_name: "p".into(),
             pipeline: yaml.into(),
             job: "j".into(),
             vars: v,
@@ -322,6 +339,7 @@ mod tests {
         let plan = plan_of(&yaml, &[("greeting", "hi")]).unwrap();
         assert_eq!(plan.steps().len(), 1);
         let stored = JobPlan {
+            pipeline_name: "p".into(),
             pipeline: yaml,
             job: "j".into(),
             vars: Vars::new(),

@@ -36,7 +36,7 @@ mod walker;
 
 pub use crate::steps::ImportLocks;
 pub use actor::{AbortBuild, Build, BuildDeps, RunningBuilds, StopReason};
-pub use from_pipeline::{job_plan, JobPlan};
+pub use from_pipeline::{default_pipeline_name, job_plan, JobPlan};
 pub use outcome::Outcome;
 pub use plan::{Hooks, OneOffPlan, Plan, ONE_OFF_STEP};
 pub use resource_plan::CheckPlan;

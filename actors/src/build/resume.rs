@@ -149,8 +149,15 @@ impl BuildRun {
                 ..
             }) = serde_json::from_str(&json)
             {
+                // Only the process's own output: Gantry's lines (the
+                // `gantry` stream, e.g. task caches) are not in its log.
+                let i = match stream.as_str() {
+                    "stdout" => 0,
+                    "stderr" => 1,
+                    _ => continue,
+                };
                 if logged == step {
-                    bytes[usize::from(stream == "stderr")] += data.len() as u64;
+                    bytes[i] += data.len() as u64;
                 }
             }
         }

@@ -6,12 +6,14 @@ mod artifacts;
 mod builds;
 mod handles;
 mod resources;
+mod task_caches;
 mod workers;
 
 pub use artifacts::ArtifactRow;
 pub use builds::{BuildRow, BuildStatus};
 pub use handles::{HandleKind, HandleRow};
 pub use resources::{ResourceCacheRow, VersionRow};
+pub use task_caches::{TaskCacheKey, TaskCacheRow};
 pub use workers::WorkerRow;
 
 use std::sync::Arc;

@@ -98,6 +98,7 @@ impl Engine {
     pub async fn create_job_build(
         &self,
         team: &str,
+        pipeline_name: &str,
         pipeline_yaml: &str,
         job: &str,
         vars: Vars,
@@ -109,10 +110,12 @@ impl Engine {
             });
         }
         let stored = JobPlan {
+            pipeline_name: pipeline_name.to_string(),
             pipeline: pipeline_yaml.to_string(),
             job: job.to_string(),
             vars,
         };
+        let job_ref = stored.job_ref()?;
         let plan = stored.plan()?;
         let json = serde_json::to_value(&stored).expect("plans serialise");
         let id = self
@@ -120,7 +123,9 @@ impl Engine {
             .create_build(team, &json, &self.config.node_name)
             .await?;
         let deps = self.build_deps();
-        Build::of_plan(id, team.to_string(), plan, None, deps, self.builds.clone()).start();
+        Build::of_plan(id, team.to_string(), plan, None, deps, self.builds.clone())
+            .for_job(Some(job_ref))
+            .start();
         Ok(id)
     }
 

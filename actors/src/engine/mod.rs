@@ -201,6 +201,7 @@ impl Engine {
                         self.builds.clone(),
                         resume,
                     )
+                    .for_job(stored_job(&build.plan))
                     .start();
                 }
                 _ => {
@@ -260,4 +261,13 @@ fn stored_plan(json: &serde_json::Value) -> Result<(Plan, Option<std::time::Dura
         .map_err(|e| format!("its stored plan is neither a one-off nor a job plan: {e}"))?;
     let plan = job.plan().map_err(|e| e.to_string())?;
     Ok((plan, None))
+}
+
+/// The pipeline and job of a stored job build's plan (none for a one-off
+/// build, or a name that is no longer valid).
+fn stored_job(json: &serde_json::Value) -> Option<crate::steps::JobRef> {
+    serde_json::from_value::<JobPlan>(json.clone())
+        .ok()?
+        .job_ref()
+        .ok()
 }

@@ -141,11 +141,16 @@ pub async fn run_script(
 
 /// The build's metadata as Concourse gives it to resource scripts.
 fn build_env(ctx: &StepContext) -> Vec<String> {
-    vec![
+    let mut env = vec![
         format!("BUILD_ID={}", ctx.build()),
         format!("BUILD_NAME={}", ctx.build()),
         format!("BUILD_TEAM_NAME={}", ctx.team()),
-    ]
+    ];
+    if let Some(job) = ctx.job() {
+        env.push(format!("BUILD_PIPELINE_NAME={}", job.pipeline));
+        env.push(format!("BUILD_JOB_NAME={}", job.job));
+    }
+    env
 }
 
 /// A version: a JSON object of strings.

@@ -18,9 +18,10 @@ pub mod put;
 mod signals;
 mod step;
 pub mod task;
+pub mod task_cache;
 
 pub use artifact_scope::ArtifactScope;
-pub use context::{BuildScope, Created, StepContext};
+pub use context::{check_pipeline_name, BuildScope, Created, JobRef, StepContext};
 pub use image::ImportLocks;
 pub use signals::{Events, Stop, WorkerWatch};
 pub use step::{Reattach, Step, StepEnd};

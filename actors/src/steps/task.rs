@@ -4,10 +4,11 @@
 //!
 //! Paths follow Concourse: relative ones are under the build directory,
 //! absolute ones are used as they are; an output at an input's path is that
-//! input's volume (the task changes the input in place); a cache is an empty
-//! volume for the build (a one-off build keeps no caches, as with `fly
-//! execute`). A config the runtime cannot run yet (`image_resource` without
-//! a given image) is refused before any volume or container is created.
+//! input's volume (the task changes the input in place); a cache of a job
+//! build is the job's cache on the worker (`task_cache.rs`), a one-off
+//! build's an empty volume for the build (as with `fly execute`). A config
+//! the runtime cannot run yet (`image_resource` without a given image) is
+//! refused before any volume or container is created.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -318,10 +319,15 @@ impl TaskStep {
             };
             outputs.push((name, volume));
         }
-        // A one-off build's caches start empty and go with the build, as
-        // `fly execute`'s do in Concourse.
+        // A job build's caches are kept per (job, step, path, worker)
+        // (`task_cache.rs`); a one-off build's start empty and go with the
+        // build, as `fly execute`'s do in Concourse.
+        let job = ctx.job().cloned();
         for cache in &config.caches {
-            let volume = ctx.create_volume(&format!("cache:{}", cache.path)).await?;
+            let volume = match &job {
+                Some(job) => ctx.task_cache_volume(job, cache).await?,
+                None => ctx.create_volume(&format!("cache:{}", cache.path)).await?,
+            };
             mounts.push(mount(&volume, &container_path(&build_dir, &cache.path)));
         }
         let rootfs = match (&self.image, &fetched) {

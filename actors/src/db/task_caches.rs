@@ -1,0 +1,291 @@
+//! The `task_caches` table: which volume holds the cache of a job's task
+//! step at one path on one worker. The volume itself has a row in `volumes`
+//! (no build, role `task-cache:PATH`); this row says whose cache it is.
+
+use serde::Serialize;
+
+use crate::db::{now_ms, Db};
+use crate::error::EngineError;
+
+/// What a task cache belongs to: a path of a job's task step on a worker.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct TaskCacheKey {
+    /// The team of the pipeline.
+    pub team: String,
+    /// The pipeline's name.
+    pub pipeline: String,
+    /// The job's name.
+    pub job: String,
+    /// The task step's name.
+    pub step: String,
+    /// The cache's path, as written in the task config.
+    pub path: String,
+    /// The worker holding the volume.
+    pub worker: String,
+}
+
+/// A stored task cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TaskCacheRow {
+    /// Whose cache it is.
+    #[serde(flatten)]
+    pub key: TaskCacheKey,
+    /// Handle of the volume holding it.
+    pub volume: String,
+    /// Unix ms of its creation.
+    pub created_at: i64,
+    /// Unix ms of the last build that mounted it.
+    pub last_used_at: i64,
+}
+
+type Raw = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    i64,
+);
+
+const COLUMNS: &str = "team, pipeline, job, step, path, worker, volume, created_at, last_used_at";
+
+const KEY_MATCH: &str =
+    "team = $1 AND pipeline = $2 AND job = $3 AND step = $4 AND path = $5 AND worker = $6";
+
+fn decode(r: Raw) -> TaskCacheRow {
+    TaskCacheRow {
+        key: TaskCacheKey {
+            team: r.0,
+            pipeline: r.1,
+            job: r.2,
+            step: r.3,
+            path: r.4,
+            worker: r.5,
+        },
+        volume: r.6,
+        created_at: r.7,
+        last_used_at: r.8,
+    }
+}
+
+/// Binds the key's six columns as `$1`..`$6`.
+macro_rules! bind_key {
+    ($q:expr, $key:expr) => {
+        $q.bind(&$key.team)
+            .bind(&$key.pipeline)
+            .bind(&$key.job)
+            .bind(&$key.step)
+            .bind(&$key.path)
+            .bind(&$key.worker)
+    };
+}
+
+impl Db {
+    /// The cache of `key`, if one is recorded.
+    pub async fn find_task_cache(
+        &self,
+        key: &TaskCacheKey,
+    ) -> Result<Option<TaskCacheRow>, EngineError> {
+        let sql = format!("SELECT {COLUMNS} FROM task_caches WHERE {KEY_MATCH}");
+        let row: Option<Raw> = bind_key!(sqlx::query_as(&sql), key)
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(row.map(decode))
+    }
+
+    /// Records `volume` as the cache of `key`, used now. Answers false, and
+    /// changes nothing, when `key` already has a cache (another build made
+    /// one at the same time).
+    pub async fn insert_task_cache(
+        &self,
+        key: &TaskCacheKey,
+        volume: &str,
+    ) -> Result<bool, EngineError> {
+        let now = now_ms();
+        let sql = format!(
+            "INSERT INTO task_caches ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (team, pipeline, job, step, path, worker) DO NOTHING"
+        );
+        let done = bind_key!(sqlx::query(&sql), key)
+            .bind(volume)
+            .bind(now)
+            .bind(now)
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Marks the cache of `key` used at `at` (unix ms).
+    pub async fn touch_task_cache(&self, key: &TaskCacheKey, at: i64) -> Result<(), EngineError> {
+        let sql = format!("UPDATE task_caches SET last_used_at = $7 WHERE {KEY_MATCH}");
+        bind_key!(sqlx::query(&sql), key)
+            .bind(at)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Forgets the cache of `key` if it is still `volume` (another build may
+    /// have replaced it meanwhile); answers whether it did.
+    pub async fn delete_task_cache(
+        &self,
+        key: &TaskCacheKey,
+        volume: &str,
+    ) -> Result<bool, EngineError> {
+        let sql = format!("DELETE FROM task_caches WHERE {KEY_MATCH} AND volume = $7");
+        let done = bind_key!(sqlx::query(&sql), key)
+            .bind(volume)
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Every task cache, optionally of one team, oldest first.
+    pub async fn list_task_caches(
+        &self,
+        team: Option<&str>,
+    ) -> Result<Vec<TaskCacheRow>, EngineError> {
+        let order = "ORDER BY created_at, pipeline, job, step, path, worker";
+        let rows: Vec<Raw> = match team {
+            Some(t) => {
+                sqlx::query_as(&format!(
+                    "SELECT {COLUMNS} FROM task_caches WHERE team = $1 {order}"
+                ))
+                .bind(t)
+                .fetch_all(self.pool())
+                .await?
+            }
+            None => {
+                sqlx::query_as(&format!("SELECT {COLUMNS} FROM task_caches {order}"))
+                    .fetch_all(self.pool())
+                    .await?
+            }
+        };
+        Ok(rows.into_iter().map(decode).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh database on the PostgreSQL server of the tests
+    /// (`GANTRY_TEST_PG`, default the local one), dropped by [`PgDb::drop`].
+    /// PostgreSQL must be up: the test does not skip when it is down.
+    struct PgDb {
+        db: Db,
+        base: String,
+        name: String,
+    }
+
+    impl PgDb {
+        async fn new() -> PgDb {
+            let base = std::env::var("GANTRY_TEST_PG")
+                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
+            let name = format!("gantry_unit_{}", uuid::Uuid::new_v4().simple());
+            let admin = Db::admin_pool(&format!("{base}/postgres")).await;
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&admin)
+                .await
+                .expect("creating a PostgreSQL database (is PostgreSQL running?)");
+            admin.close().await;
+            let db = Db::connect(&format!("{base}/{name}"))
+                .await
+                .expect("connect");
+            PgDb { db, base, name }
+        }
+
+        async fn drop(self) {
+            self.db.close().await;
+            let admin = Db::admin_pool(&format!("{}/postgres", self.base)).await;
+            let _ = sqlx::query(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
+            .execute(&admin)
+            .await;
+            admin.close().await;
+        }
+    }
+
+    impl Db {
+        async fn admin_pool(url: &str) -> sqlx::AnyPool {
+            sqlx::any::install_default_drivers();
+            sqlx::any::AnyPoolOptions::new()
+                .max_connections(1)
+                .connect(url)
+                .await
+                .expect("PostgreSQL is reachable (set GANTRY_TEST_PG)")
+        }
+    }
+
+    fn key(job: &str, worker: &str) -> TaskCacheKey {
+        TaskCacheKey {
+            team: "main".into(),
+            pipeline: "p".into(),
+            job: job.into(),
+            step: "build".into(),
+            path: "cache".into(),
+            worker: worker.into(),
+        }
+    }
+
+    /// One scenario, run on each backend.
+    async fn task_caches_round_trip(db: &Db) {
+        let k = key("j", "w1");
+        assert_eq!(db.find_task_cache(&k).await.unwrap(), None);
+        assert!(db.insert_task_cache(&k, "vol-1").await.unwrap());
+        // The key is unique: a second insert (a concurrent build) changes nothing.
+        assert!(!db.insert_task_cache(&k, "vol-2").await.unwrap());
+        let row = db.find_task_cache(&k).await.unwrap().unwrap();
+        assert_eq!(row.volume, "vol-1");
+        assert_eq!(row.key, k);
+        assert_eq!(row.created_at, row.last_used_at);
+        // Another worker, another job: caches of their own.
+        assert!(db
+            .insert_task_cache(&key("j", "w2"), "vol-3")
+            .await
+            .unwrap());
+        assert!(db
+            .insert_task_cache(&key("k", "w1"), "vol-4")
+            .await
+            .unwrap());
+        db.touch_task_cache(&k, row.last_used_at + 5000)
+            .await
+            .unwrap();
+        let touched = db.find_task_cache(&k).await.unwrap().unwrap();
+        assert_eq!(touched.last_used_at, row.last_used_at + 5000);
+        assert_eq!(touched.created_at, row.created_at);
+        // Deleting names the volume: a replaced cache is not deleted.
+        assert!(!db.delete_task_cache(&k, "vol-2").await.unwrap());
+        assert!(db.delete_task_cache(&k, "vol-1").await.unwrap());
+        assert_eq!(db.find_task_cache(&k).await.unwrap(), None);
+        assert!(db.insert_task_cache(&k, "vol-5").await.unwrap());
+        let all: Vec<String> = db
+            .list_task_caches(Some("main"))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.volume)
+            .collect();
+        assert_eq!(all.len(), 3);
+        assert!(all.contains(&"vol-5".to_string()), "{all:?}");
+        assert!(db.list_task_caches(Some("other")).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn task_caches_on_sqlite() {
+        let (db, _dir) = crate::db::test_db().await;
+        task_caches_round_trip(&db).await;
+    }
+
+    #[tokio::test]
+    async fn task_caches_on_postgres() {
+        let pg = PgDb::new().await;
+        task_caches_round_trip(&pg.db).await;
+        pg.drop().await;
+    }
+}

@@ -1,0 +1,313 @@
+//! Task caches of job builds, after Concourse's `task_caches` and
+//! `worker_task_caches`: a cache belongs to (team, pipeline, job, step,
+//! path, worker). The first build of the job that runs the step on a worker
+//! gets an empty volume there, recorded as the cache's; the next build of
+//! the job that runs the step on that worker mounts the same volume.
+//!
+//! The volume's row in `volumes` has no build (role `task-cache:PATH`), so
+//! no build's cleanup — nor the take-over of a build after a restart of the
+//! web node, which only looks at a build's own volumes — destroys it.
+//!
+//! The volume is mounted read-write as it is: two builds of the job running
+//! the step on the same worker at once share it. (Concourse mounts a
+//! copy-on-write child and makes it the cache when the task ends; here
+//! writes land in the cache as they happen, whatever the task's exit
+//! status.) A cache with a `ttl` that was not used for longer than it is
+//! replaced by a fresh empty volume, and the old volume is destroyed.
+//! One-off builds get no cache volume from here: theirs are the build's own.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::db::{now_ms, HandleKind, TaskCacheKey, TaskCacheRow};
+use crate::error::EngineError;
+use crate::events::BuildEvent;
+use crate::runtime::Volume;
+use crate::spec::{VolumeSpec, VolumeStrategy};
+use crate::state::HandleState;
+use crate::steps::{JobRef, StepContext};
+use crate::task_config::TaskCache;
+
+/// The stream of the build's log lines written by Gantry itself (not by a
+/// process): the CLI shows them on stderr.
+pub const GANTRY_STREAM: &str = "gantry";
+
+/// Where a mounted cache came from, as told in the build's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheOrigin {
+    /// An earlier build's cache, still on the worker.
+    Reused,
+    /// None was recorded: a new empty volume.
+    CreatedEmpty,
+    /// The recorded one was unused for longer than its ttl: a new empty
+    /// volume, the old one destroyed.
+    Expired,
+    /// The recorded one is gone from the worker: a new empty volume.
+    Lost,
+}
+
+impl CacheOrigin {
+    /// The log line telling it, for the cache at `path` on `worker`.
+    pub fn message(&self, path: &str, worker: &str) -> String {
+        let head = format!("cache {path:?}: ");
+        match self {
+            CacheOrigin::Reused => format!("{head}reused from an earlier build on {worker}"),
+            CacheOrigin::CreatedEmpty => format!("{head}created empty on {worker}"),
+            CacheOrigin::Expired => format!(
+                "{head}created empty on {worker} (the earlier one was unused for longer than its ttl)"
+            ),
+            CacheOrigin::Lost => format!(
+                "{head}created empty on {worker} (the earlier one is gone from the worker)"
+            ),
+        }
+    }
+}
+
+/// The key of the cache at `path` of step `step` of `job` on `worker`.
+pub fn cache_key(team: &str, job: &JobRef, step: &str, path: &str, worker: &str) -> TaskCacheKey {
+    TaskCacheKey {
+        team: team.to_string(),
+        pipeline: job.pipeline.clone(),
+        job: job.job.clone(),
+        step: step.to_string(),
+        path: path.to_string(),
+        worker: worker.to_string(),
+    }
+}
+
+/// Whether a cache last used at `last_used_at` (unix ms) has outlived its
+/// `ttl` at `now`: unused for strictly longer than the ttl. No ttl: never.
+pub fn cache_expired(last_used_at: i64, ttl: Option<Duration>, now: i64) -> bool {
+    match ttl {
+        None => false,
+        Some(ttl) => {
+            let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+            now.saturating_sub(last_used_at) > ttl_ms
+        }
+    }
+}
+
+/// The role stored with a cache volume's row.
+pub fn cache_role(path: &str) -> String {
+    format!("task-cache:{path}")
+}
+
+impl StepContext {
+    /// The volume of the job's cache `cache` of this step on the step's
+    /// worker: the recorded one when it is still there (and within its
+    /// ttl), else a new empty one recorded as the cache's. Tells which in
+    /// the build's log.
+    pub async fn task_cache_volume(
+        &self,
+        job: &JobRef,
+        cache: &TaskCache,
+    ) -> Result<Arc<dyn Volume>, EngineError> {
+        let key = cache_key(
+            &self.scope.team,
+            job,
+            self.step(),
+            &cache.path,
+            self.worker.name(),
+        );
+        // Twice at most: a build that loses the race to record a new cache
+        // uses the winner's.
+        let mut origin = CacheOrigin::CreatedEmpty;
+        for _ in 0..2 {
+            if let Some(row) = self.scope.db.find_task_cache(&key).await? {
+                match self.recorded_cache(&row, cache.ttl()).await? {
+                    Ok(volume) => {
+                        self.tell_cache(&cache.path, &CacheOrigin::Reused).await?;
+                        return Ok(volume);
+                    }
+                    Err(why) => origin = why,
+                }
+            }
+            let volume = self.create_cache_volume(&key).await?;
+            if self
+                .scope
+                .db
+                .insert_task_cache(&key, volume.handle())
+                .await?
+            {
+                self.tell_cache(&cache.path, &origin).await?;
+                return Ok(volume);
+            }
+            self.destroy_cache_volume(volume.handle()).await;
+        }
+        Err(EngineError::Invalid(format!(
+            "cache {:?}: other builds kept replacing it on worker {}",
+            cache.path,
+            self.worker.name()
+        )))
+    }
+
+    /// The recorded cache's volume, or why it cannot be used (it is then
+    /// forgotten, and destroyed when it expired).
+    async fn recorded_cache(
+        &self,
+        row: &TaskCacheRow,
+        ttl: Option<Duration>,
+    ) -> Result<Result<Arc<dyn Volume>, CacheOrigin>, EngineError> {
+        let db = &self.scope.db;
+        let now = now_ms();
+        if cache_expired(row.last_used_at, ttl, now) {
+            if db.delete_task_cache(&row.key, &row.volume).await? {
+                self.destroy_cache_volume(&row.volume).await;
+            }
+            return Ok(Err(CacheOrigin::Expired));
+        }
+        match self.worker.lookup_volume(&row.volume).await? {
+            Some(volume) => {
+                db.touch_task_cache(&row.key, now).await?;
+                Ok(Ok(volume))
+            }
+            None => {
+                if db.delete_task_cache(&row.key, &row.volume).await? {
+                    db.delete_handle(HandleKind::Volume, &row.volume).await?;
+                }
+                Ok(Err(CacheOrigin::Lost))
+            }
+        }
+    }
+
+    /// A new empty volume for the cache of `key`: its row (written
+    /// `creating` before the worker is asked) has no build, so the build's
+    /// cleanup leaves it.
+    async fn create_cache_volume(
+        &self,
+        key: &TaskCacheKey,
+    ) -> Result<Arc<dyn Volume>, EngineError> {
+        let db = &self.scope.db;
+        let handle = uuid::Uuid::new_v4().to_string();
+        db.insert_handle(
+            HandleKind::Volume,
+            &handle,
+            self.worker.name(),
+            None,
+            Some(&cache_role(&key.path)),
+            &self.scope.team,
+        )
+        .await?;
+        let spec = VolumeSpec {
+            handle: handle.clone(),
+            strategy: VolumeStrategy::Empty,
+            privileged: false,
+            properties: BTreeMap::from([(
+                "task-cache".to_string(),
+                format!("{}/{}/{}/{}", key.pipeline, key.job, key.step, key.path),
+            )]),
+        };
+        match self.worker.create_volume(&spec).await {
+            Ok(volume) => {
+                db.set_handle_state(HandleKind::Volume, &handle, HandleState::Created)
+                    .await?;
+                Ok(volume)
+            }
+            Err(e) => {
+                let _ = db.delete_handle(HandleKind::Volume, &handle).await;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Destroys a cache volume no longer recorded as a cache; a failure
+    /// leaves its row `destroying` for the collector.
+    async fn destroy_cache_volume(&self, handle: &str) {
+        let db = &self.scope.db;
+        let _ = db
+            .set_handle_state(HandleKind::Volume, handle, HandleState::Destroying)
+            .await;
+        match self.worker.destroy_volume(handle).await {
+            Ok(()) => {
+                let _ = db.delete_handle(HandleKind::Volume, handle).await;
+            }
+            Err(e) => tracing::warn!(volume = handle, "destroying an old task cache: {e}"),
+        }
+    }
+
+    /// Tells in the build's log where the cache at `path` came from.
+    async fn tell_cache(&self, path: &str, origin: &CacheOrigin) -> Result<(), EngineError> {
+        self.emit(&BuildEvent::Log {
+            step: self.step().to_string(),
+            stream: GANTRY_STREAM.to_string(),
+            data: format!("{}\n", origin.message(path, self.worker.name())),
+            time: now_ms(),
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cache_expires_only_when_unused_for_longer_than_its_ttl() {
+        let hour = Some(Duration::from_secs(3600));
+        let t0 = 1_000_000;
+        assert!(!cache_expired(t0, None, t0 + 10 * 86_400_000));
+        assert!(!cache_expired(t0, hour, t0));
+        assert!(!cache_expired(t0, hour, t0 + 3_600_000));
+        assert!(cache_expired(t0, hour, t0 + 3_600_001));
+        // A clock that went back does not expire it.
+        assert!(!cache_expired(t0, hour, t0 - 5_000_000));
+        // A huge ttl does not overflow.
+        assert!(!cache_expired(t0, Some(Duration::MAX), i64::MAX));
+    }
+
+    #[test]
+    fn a_cache_is_keyed_by_team_pipeline_job_step_path_and_worker() {
+        let job = JobRef::new("my-pipeline", "unit").unwrap();
+        let k = cache_key("main", &job, "test", "./cache/go", "w1");
+        assert_eq!(
+            (
+                k.team.as_str(),
+                k.pipeline.as_str(),
+                k.job.as_str(),
+                k.step.as_str(),
+                k.path.as_str(),
+                k.worker.as_str()
+            ),
+            ("main", "my-pipeline", "unit", "test", "./cache/go", "w1")
+        );
+        assert_ne!(k, cache_key("main", &job, "test", "./cache/go", "w2"));
+        let other = JobRef::new("my-pipeline", "lint").unwrap();
+        assert_ne!(k, cache_key("main", &other, "test", "./cache/go", "w1"));
+        assert_eq!(cache_role("./cache/go"), "task-cache:./cache/go");
+    }
+
+    #[test]
+    fn the_log_says_whether_a_cache_was_reused_or_created() {
+        assert_eq!(
+            CacheOrigin::Reused.message("cache", "w1"),
+            "cache \"cache\": reused from an earlier build on w1"
+        );
+        assert_eq!(
+            CacheOrigin::CreatedEmpty.message("cache", "w1"),
+            "cache \"cache\": created empty on w1"
+        );
+        assert!(CacheOrigin::Expired
+            .message("c", "w")
+            .contains("longer than its ttl"));
+    }
+
+    #[test]
+    fn pipeline_names_are_checked() {
+        assert!(JobRef::new("main", "j").is_ok());
+        assert!(JobRef::new("ci.v2_x-1", "j").is_ok());
+        for (bad, why) in [
+            ("", "empty"),
+            ("a/b", "'/' is not allowed"),
+            ("a b", "' ' is not allowed"),
+            ("-x", "start with a letter or a digit"),
+        ] {
+            let e = JobRef::new(bad, "j").unwrap_err().to_string();
+            assert!(
+                e.contains("pipeline name") && e.contains(why),
+                "{bad:?}: {e}"
+            );
+        }
+        assert!(JobRef::new(&"a".repeat(129), "j").is_err());
+    }
+}
