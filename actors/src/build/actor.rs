@@ -19,7 +19,8 @@ use crate::runtime::{Worker, WorkerConnector};
 use crate::scheduler::Scheduler;
 use crate::spec::Encoding;
 use crate::steps::{
-    ArtifactScope, BuildScope, Created, Events, ImportLocks, StepContext, Stop, WorkerWatch,
+    ArtifactScope, BuildScope, Created, Events, ImportLocks, LocalVars, StepContext, Stop,
+    WorkerWatch,
 };
 
 /// What every build needs from the web node.
@@ -185,6 +186,7 @@ impl Actor for Build {
             stop: Stop::new(self.stop.subscribe()),
             hooks_stop: Stop::new(self.hooks_stop.subscribe()),
             named: ArtifactScope::new(),
+            locals: LocalVars::new(),
         };
         let resume = self.resume.take();
         async move {
@@ -224,6 +226,8 @@ pub(super) struct BuildRun {
     pub(super) hooks_stop: Stop,
     /// The build's artifacts by name, shared by its steps.
     pub(super) named: ArtifactScope,
+    /// The build's local vars (`((.:name))`), shared by its steps.
+    pub(super) locals: LocalVars,
 }
 
 impl BuildRun {
@@ -237,7 +241,14 @@ impl BuildRun {
         created: Created,
         stop: &Stop,
     ) -> StepContext {
-        let scope = BuildScope {
+        let scope = self.build_scope(stop);
+        StepContext::new(scope, step, worker, watch, created)
+    }
+
+    /// The build's shared services under `stop`, for a step's prepare
+    /// phase (before it is placed).
+    pub(super) fn build_scope(&self, stop: &Stop) -> BuildScope {
+        BuildScope {
             build: self.id,
             team: self.team.clone(),
             db: self.deps.db.clone(),
@@ -248,8 +259,8 @@ impl BuildRun {
             events: self.events.clone(),
             stop: stop.clone(),
             named: self.named.clone(),
-        };
-        StepContext::new(scope, step, worker, watch, created)
+            locals: self.locals.clone(),
+        }
     }
 
     /// Stores an event and goes on if it cannot be stored: how the build

@@ -429,6 +429,7 @@ async fn a_sequence_runs_its_steps_in_order_until_one_fails() {
         stop: Stop::new(stop.clone()),
         hooks_stop: Stop::new(stop),
         named: Default::default(),
+        locals: Default::default(),
     };
     assert_eq!(
         run.run(&plan).await,
@@ -489,6 +490,7 @@ async fn a_restarted_web_node_errors_a_build_of_several_steps_and_destroys_what_
         stop: Stop::new(stop.clone()),
         hooks_stop: Stop::new(stop),
         named: Default::default(),
+        locals: Default::default(),
     };
     let resume = Resume {
         worker: "w".into(),

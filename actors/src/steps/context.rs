@@ -15,7 +15,7 @@ use crate::scheduler::Scheduler;
 use crate::spec::{ContainerSpec, Encoding, VolumeSpec, VolumeStrategy};
 use crate::state::HandleState;
 
-use super::{ArtifactScope, Events, ImportLocks, Stop, WorkerWatch};
+use super::{ArtifactScope, Events, ImportLocks, LocalVars, Stop, WorkerWatch};
 
 /// signal and the engine's services steps use.
 #[derive(Clone)]
@@ -40,6 +40,8 @@ pub struct BuildScope {
     pub stop: Stop,
     /// The build's artifacts by name, shared by its steps.
     pub named: ArtifactScope,
+    /// The build's local vars (`((.:name))`), shared by its steps.
+    pub locals: LocalVars,
 }
 
 /// What a step created on its worker, to clean up afterwards.
