@@ -269,8 +269,9 @@ fn fill_timeout(t: &Timeout, locals: &Vars, strict: bool) -> Result<Timeout, Vec
 /// level whose limit is its `max_in_flight` (default 1, `all`: none) and
 /// whose `fail_fast` is the step's. Each copy has the combination's
 /// `((.:var))`s filled (other local vars stay for when it runs) and the
-/// combination as the suffix of its steps' names; a combination given
-/// twice is refused (two steps would share a name).
+/// combination as the suffix of its steps' names (a secret value redacted,
+/// with the combination's position: `[w=((redacted)),#2]`); a combination
+/// given twice is refused (two steps would share a name).
 pub fn expand_across(across: &Across, body: &PipelineStep, at: &At) -> Result<Plan, String> {
     let mut levels = Vec::new();
     for var in &across.vars {
@@ -347,15 +348,20 @@ fn copy(
         };
         shown.push(format!("{name}={text}"));
     }
-    let mut suffix = format!("[{}]", shown.join(","));
-    if let Some(secrets) = &at.secrets {
-        suffix = secrets.redact(&suffix);
-    }
-    if !seen.insert(suffix.clone()) {
+    let raw = shown.join(",");
+    if !seen.insert(raw.clone()) {
         return Err(format!(
-            "the combination {suffix} is given twice (each combination runs once, under its own name)"
+            "the combination [{raw}] is given twice (each combination runs once, under its own name)"
         ));
     }
+    // A secret value is not shown in the name; the combination's position
+    // keeps names of redacted combinations apart.
+    let suffix = match &at.secrets {
+        Some(secrets) if secrets.redact(&raw) != raw => {
+            format!("[{},#{}]", secrets.redact(&raw), seen.len())
+        }
+        _ => format!("[{raw}]"),
+    };
     let mut copy = fill_typed(body, &vars, false).map_err(|p| p.join("; "))?;
     if let Some(t) = &body.timeout {
         copy.timeout = Some(fill_timeout(t, &vars, false).map_err(|p| p.join("; "))?);
@@ -465,7 +471,7 @@ mod tests {
             ..At::default()
         };
         let plan = step_plan(&step, &at).unwrap();
-        assert_eq!(plan.steps()[0].name(), "t[pw=((redacted))]");
+        assert_eq!(plan.steps()[0].name(), "t[pw=((redacted)),#1]");
     }
 
     #[test]
