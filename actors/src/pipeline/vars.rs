@@ -422,9 +422,7 @@ impl<'a> Filler<'a> {
                 }
             };
         }
-        let Some(vars) = self.vars else {
-            return None;
-        };
+        let vars = self.vars?;
         if let Some(source) = &var.source {
             self.problem(
                 body,
