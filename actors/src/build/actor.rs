@@ -19,7 +19,8 @@ use crate::runtime::{Worker, WorkerConnector};
 use crate::scheduler::Scheduler;
 use crate::spec::Encoding;
 use crate::steps::{
-    ArtifactScope, BuildScope, Created, Events, ImportLocks, JobRef, StepContext, Stop, WorkerWatch,
+    ArtifactScope, BuildScope, Created, Events, ImportLocks, JobRef, LocalVars, StepContext, Stop,
+    WorkerWatch,
 };
 
 /// What every build needs from the web node.
@@ -196,6 +197,7 @@ impl Actor for Build {
             hooks_stop: Stop::new(self.hooks_stop.subscribe()),
             named: ArtifactScope::new(),
             job: self.job.clone(),
+            locals: LocalVars::new(),
         };
         let resume = self.resume.take();
         async move {
@@ -237,6 +239,8 @@ pub(super) struct BuildRun {
     pub(super) named: ArtifactScope,
     /// The pipeline and job of a job build.
     pub(super) job: Option<JobRef>,
+    /// The build's local vars (`((.:name))`), shared by its steps.
+    pub(super) locals: LocalVars,
 }
 
 impl BuildRun {
@@ -250,7 +254,14 @@ impl BuildRun {
         created: Created,
         stop: &Stop,
     ) -> StepContext {
-        let scope = BuildScope {
+        let scope = self.build_scope(stop);
+        StepContext::new(scope, step, worker, watch, created)
+    }
+
+    /// The build's shared services under `stop`, for a step's prepare
+    /// phase (before it is placed).
+    pub(super) fn build_scope(&self, stop: &Stop) -> BuildScope {
+        BuildScope {
             build: self.id,
             team: self.team.clone(),
             db: self.deps.db.clone(),
@@ -263,8 +274,8 @@ impl BuildRun {
             named: self.named.clone(),
             resources: self.deps.resources.clone(),
             job: self.job.clone(),
-        };
-        StepContext::new(scope, step, worker, watch, created)
+            locals: self.locals.clone(),
+        }
     }
 
     /// Stores an event and goes on if it cannot be stored: how the build

@@ -1,12 +1,37 @@
 //! A build of a Concourse job: the stored [`JobPlan`] (the pipeline text,
-//! the job's name and the vars given) and its translation from the typed
-//! pipeline steps ([`crate::pipeline::Step`]) into the walker's [`Plan`].
+//! its name, the job's name and the vars given) and its translation from the
+//! typed pipeline steps ([`crate::pipeline::Step`]) into the walker's [`Plan`].
 //!
-//! What Gantry runs: `task` steps with an inline `config`, `do`,
-//! `in_parallel`, `try`, the hooks (of steps and of the job), `attempts`,
-//! `timeout` and `tags`. Every other step kind or field is refused when the
-//! build is created, with an error naming the step and what it cannot run
-//! (`step "fetch": get steps are not supported yet`) — never skipped.
+//! What Gantry runs: `task` steps (an inline `config`, or a `file:` read
+//! from an artifact of the build when the step runs, its `((vars))` filled
+//! from the step's `vars`; `image_resource` fetched with its type, a
+//! pipeline's custom type or a base type), `get` and `put` (see
+//! `resource_plan.rs`), `load_var`, `do`, `in_parallel`, `try`, the hooks
+//! (of steps and of the job), `across`, `attempts`, `timeout` and `tags`.
+//! Every other step kind or field is refused when the build is created,
+//! with an error naming the step and what it cannot run (`step "p":
+//! set_pipeline steps are not supported yet`) — never skipped. Steps may
+//! share a name, as in Concourse (a `get` and a `put` of one resource).
+//!
+//! Build-local vars (`((.:name))`) are filled when a step runs, not when
+//! the build is created: a step whose own definition holds one (or a
+//! `file:` task, whose config only exists then) becomes a
+//! [`DeferredStep`] keeping its pipeline definition; the walker prepares it
+//! just before placing it (see [`crate::steps::Step::prepare`]), which
+//! fills the vars from the build's and translates it with this module's
+//! code into the plan it stands for. A local var still unfilled then errors
+//! the build, naming it.
+//!
+//! `across` runs the step once per combination of its vars' values
+//! (outermost var first), each combination an `in_parallel` level per var
+//! whose limit is that var's `max_in_flight` (default 1, `all`: no limit)
+//! and `fail_fast` the step's, as Concourse's `across_step.go`. Each copy
+//! has its `((.:var))`s filled, and the names of the steps inside it take
+//! the combination as a suffix (`test[os=linux,go=1.22]`), so step names
+//! stay unique within a build; a combination given twice is refused.
+//! Values given as a local var (`values: ((.:list))`) are read when the
+//! step runs. Departure: vars set by a `load_var` inside an `across` copy
+//! are the build's, not local to the copy.
 
 use std::sync::Arc;
 
@@ -16,6 +41,8 @@ use crate::build::plan::Plan;
 use crate::build::resource_plan;
 use crate::error::EngineError;
 use crate::pipeline::{self, Pipeline, Step, StepKind, Vars};
+use crate::steps::deferred::{self, At, DeferredStep};
+use crate::steps::load_var::{Format, LoadVarStep};
 use crate::resources::config::ImageSource;
 use crate::steps::task::TaskStep;
 use crate::steps::JobRef;
@@ -26,12 +53,12 @@ use crate::task_config::{params_text, TaskConfig};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobPlan {
+    /// The pipeline's YAML text, as given (vars not filled).
+    pub pipeline: String,
     /// The pipeline's name: with the team and the job, what the job's task
     /// caches belong to (`main` for plans stored before it was recorded).
     #[serde(default = "default_pipeline_name")]
     pub pipeline_name: String,
-    /// The pipeline's YAML text, as given (vars not filled).
-    pub pipeline: String,
     /// The job the build runs.
     pub job: String,
     /// The vars that fill the pipeline's `((vars))`.
@@ -86,51 +113,96 @@ pub fn job_plan(pipeline: &Pipeline, job: &pipeline::Job) -> Result<Plan, Engine
             job.name
         )));
     }
+    let at = At {
+        pipeline: Some(Arc::new(pipeline.clone())),
+        ..At::default()
+    };
     let body = Plan::Do(
         job.plan
             .iter()
-            .map(|s| step_plan(pipeline, s, &[]))
+            .map(|s| step_plan(s, &at))
             .collect::<Result<_, _>>()?,
     );
-    with_hooks(pipeline, body, &job.hooks, &[])
+    with_hooks(body, &job.hooks, &at)
 }
 
 /// The plan of one step, its modifiers nested as Concourse nests them:
-/// hooks ( attempts ( timeout ( the step's kind ))). `inherited`: the tags
-/// of an enclosing `do` or `in_parallel`, for steps that have none.
-fn step_plan(pipeline: &Pipeline, step: &Step, inherited: &[String]) -> Result<Plan, EngineError> {
-    let tags = if step.tags.is_empty() {
-        inherited
-    } else {
-        &step.tags[..]
-    };
-    if step.across.is_some() {
-        return Err(EngineError::Invalid(format!(
-            "{}across is not supported yet",
-            step_label(step)
-        )));
+/// hooks ( across ( attempts ( timeout ( the step's kind )))). `at`: the
+/// tags of an enclosing `do` or `in_parallel` (for steps that have none)
+/// and the suffix of an enclosing `across` combination. A step whose own
+/// definition holds build-local vars is deferred: filled and translated
+/// when it runs.
+pub(crate) fn step_plan(step: &Step, at: &At) -> Result<Plan, EngineError> {
+    if deferred::holds_own_locals(step) {
+        return Ok(Plan::Step(Arc::new(DeferredStep::new(
+            step.clone(),
+            at.clone(),
+        ))));
     }
+    let inner = at.with_tags(&step.tags);
+    let plan = match &step.across {
+        Some(across) => {
+            let body = Step {
+                across: None,
+                hooks: Default::default(),
+                ..step.clone()
+            };
+            deferred::expand_across(across, &body, &inner)
+                .map_err(|e| EngineError::Invalid(format!("{}across: {e}", step_label(step, at))))?
+        }
+        None => modified_plan(step, &inner)?,
+    };
+    // Hooks are steps of their own: they take the tags of the enclosing
+    // composite, not the step's.
+    with_hooks(plan, &step.hooks, at)
+}
+
+/// A step's kind under its `attempts` and `timeout` (no hooks, no across).
+fn modified_plan(step: &Step, at: &At) -> Result<Plan, EngineError> {
     let mut plan = match &step.kind {
-        StepKind::Task(task) => Plan::Step(Arc::new(task_step(Some(pipeline), task, tags)?)),
+        StepKind::Task(task) if task.file.is_some() => {
+            // Its config is read from an artifact when it runs.
+            let bare = Step {
+                kind: step.kind.clone(),
+                timeout: None,
+                attempts: None,
+                tags: step.tags.clone(),
+                across: None,
+                hooks: Default::default(),
+            };
+            Plan::Step(Arc::new(DeferredStep::new(bare, at.clone())))
+        }
+        StepKind::Task(task) => Plan::Step(Arc::new(task_step(task, None, at)?)),
+        StepKind::LoadVar(load) => Plan::Step(Arc::new(load_var_step(load, at)?)),
         StepKind::Do(steps) => Plan::Do(
             steps
                 .iter()
-                .map(|s| step_plan(pipeline, s, tags))
+                .map(|s| step_plan(s, at))
                 .collect::<Result<_, _>>()?,
         ),
         StepKind::InParallel(p) => Plan::InParallel {
             plans: p
                 .steps
                 .iter()
-                .map(|s| step_plan(pipeline, s, tags))
+                .map(|s| step_plan(s, at))
                 .collect::<Result<_, _>>()?,
             limit: p.limit.map(|l| l as usize),
             fail_fast: p.fail_fast,
         },
-        StepKind::Try(inner) => Plan::Try(Box::new(step_plan(pipeline, inner, tags)?)),
-        StepKind::Get(get) => Plan::Step(Arc::new(resource_plan::get_step(pipeline, get, tags)?)),
-        StepKind::Put(put) => Plan::Step(Arc::new(resource_plan::put_step(pipeline, put, tags)?)),
-        StepKind::LoadVar(_) | StepKind::SetPipeline(_) | StepKind::Run(_) => {
+        StepKind::Try(inner) => Plan::Try(Box::new(step_plan(inner, at)?)),
+        StepKind::Get(get) => Plan::Step(Arc::new(resource_plan::get_step(
+            at.pipeline(step)?,
+            get,
+            &at.name(&get.name),
+            &at.tags,
+        )?)),
+        StepKind::Put(put) => Plan::Step(Arc::new(resource_plan::put_step(
+            at.pipeline(step)?,
+            put,
+            &at.name(&put.name),
+            &at.tags,
+        )?)),
+        StepKind::SetPipeline(_) | StepKind::Run(_) => {
             return Err(unsupported_step(step, step.kind.key()))
         }
     };
@@ -138,7 +210,7 @@ fn step_plan(pipeline: &Pipeline, step: &Step, inherited: &[String]) -> Result<P
         let duration = timeout.duration.ok_or_else(|| {
             EngineError::Invalid(format!(
                 "{}timeout {:?} is not a duration",
-                step_label(step),
+                step_label(step, at),
                 timeout.text
             ))
         })?;
@@ -153,41 +225,58 @@ fn step_plan(pipeline: &Pipeline, step: &Step, inherited: &[String]) -> Result<P
             attempts: attempts.max(1),
         };
     }
-    // Hooks are steps of their own: they take the tags of the enclosing
-    // composite, not the step's.
-    with_hooks(pipeline, plan, &step.hooks, inherited)
+    Ok(plan)
 }
 
 /// `plan` under the hooks, when there are any.
-fn with_hooks(
-    pipeline: &Pipeline,
-    plan: Plan,
-    hooks: &pipeline::Hooks,
-    inherited: &[String],
-) -> Result<Plan, EngineError> {
+fn with_hooks(plan: Plan, hooks: &pipeline::Hooks, at: &At) -> Result<Plan, EngineError> {
     if hooks.is_empty() {
         return Ok(plan);
     }
     Ok(Plan::Hooks {
         plan: Box::new(plan),
-        hooks: hooks.try_map(|s| step_plan(pipeline, s, inherited))?,
+        hooks: hooks.try_map(|s| step_plan(s, at))?,
     })
 }
 
-/// A `task` step with an inline config, its step-level fields applied:
+/// A `load_var` step: its format checked now (a var in it is filled first).
+fn load_var_step(load: &pipeline::LoadVarStep, at: &At) -> Result<LoadVarStep, EngineError> {
+    let name = at.name(&load.name);
+    let format = match &load.format {
+        None => None,
+        Some(f) => Some(Format::parse(f).ok_or_else(|| {
+            EngineError::Invalid(format!(
+                "step {name:?}: unknown format {f:?} (json, yaml, yml, trim or raw)"
+            ))
+        })?),
+    };
+    Ok(LoadVarStep {
+        name,
+        var: load.name.clone(),
+        file: load.file.clone(),
+        format,
+        reveal: load.reveal,
+    })
+}
+
+/// A `task` step, its step-level fields applied to its config (`config`
+/// given: read from its `file:` at run time; else the inline one):
 /// `params` override the config's, `container_limits` its limits,
 /// `hermetic` adds to its own; `input_mapping` and `output_mapping` rename
-/// artifacts. `file`, `image`, `privileged` and `vars` are refused.
-fn task_step(
-    pipeline: Option<&Pipeline>,
+/// artifacts. `image` and `privileged` are refused, and `vars` without
+/// `file:` (Concourse ignores them there).
+pub(crate) fn task_step(
     task: &pipeline::TaskStep,
-    tags: &[String],
+    config: Option<TaskConfig>,
+    at: &At,
 ) -> Result<TaskStep, EngineError> {
-    let name = &task.name;
+    let name = &at.name(&task.name);
     let refuse =
         |what: &str| EngineError::Invalid(format!("step {name:?}: {what} is not supported yet"));
-    if task.file.is_some() {
-        return Err(refuse("a task with file: (a config read from an artifact)"));
+    if task.file.is_some() && task.config.is_some() {
+        return Err(EngineError::Invalid(format!(
+            "step {name:?}: a task has either file: or config:, not both"
+        )));
     }
     if task.image.is_some() {
         return Err(refuse(
@@ -197,20 +286,26 @@ fn task_step(
     if task.privileged {
         return Err(refuse("privileged: true"));
     }
-    if !task.vars.is_empty() {
-        return Err(refuse("vars: (they fill a file: task config)"));
+    if task.file.is_none() && !task.vars.is_empty() {
+        return Err(EngineError::Invalid(format!(
+            "step {name:?}: vars: fill a file: task config; an inline config takes the pipeline's vars"
+        )));
     }
-    let config = task
-        .config
-        .as_ref()
-        .ok_or_else(|| EngineError::Invalid(format!("step {name:?}: the task has no config")))?;
-    let mut config = TaskConfig::from_value(config).map_err(|problems| {
-        EngineError::Invalid(format!("step {name:?}: config: {}", problems.join("; ")))
-    })?;
+    let mut config = match config {
+        Some(config) => config,
+        None => {
+            let inline = task.config.as_ref().ok_or_else(|| {
+                EngineError::Invalid(format!("step {name:?}: the task has no config"))
+            })?;
+            TaskConfig::from_value(inline).map_err(|problems| {
+                EngineError::Invalid(format!("step {name:?}: config: {}", problems.join("; ")))
+            })?
+        }
+    };
     let image_resource = config
         .image_resource
         .as_ref()
-        .map(|ir| ImageSource::of(ir, pipeline))
+        .map(|ir| ImageSource::of(ir, at.pipeline.as_deref()))
         .transpose()
         .map_err(|e| EngineError::Invalid(format!("step {name:?}: image_resource: {e}")))?;
     let params = params_text(&task.params).map_err(|problems| {
@@ -230,7 +325,7 @@ fn task_step(
         name: name.clone(),
         config,
         inputs: Default::default(),
-        tags: tags.to_vec(),
+        tags: at.tags.clone(),
         image: None,
         input_mapping: task.input_mapping.clone(),
         output_mapping: task.output_mapping.clone(),
@@ -242,20 +337,20 @@ fn task_step(
 fn unsupported_step(step: &Step, what: &str) -> EngineError {
     EngineError::Invalid(format!(
         "{}{what} steps are not supported yet",
-        step_label(step)
+        step_label(step, &At::default())
     ))
 }
 
 /// `step "NAME": ` for a step with a name, else `KIND step: `.
-fn step_label(step: &Step) -> String {
+pub(crate) fn step_label(step: &Step, at: &At) -> String {
     match step_name(&step.kind) {
-        Some(name) => format!("step {name:?}: "),
+        Some(name) => format!("step {:?}: ", at.name(name)),
         None => format!("{} step: ", step.kind.key()),
     }
 }
 
 /// The name of a step of a kind that has one.
-fn step_name(kind: &StepKind) -> Option<&str> {
+pub(crate) fn step_name(kind: &StepKind) -> Option<&str> {
     match kind {
         StepKind::Task(t) => Some(&t.name),
         StepKind::Get(g) => Some(&g.name),
@@ -277,8 +372,8 @@ mod tests {
             v.set_flag(&format!("{k}={val}")).unwrap();
         }
         JobPlan {
-            pipeline_name: "p".into(),
             pipeline: yaml.into(),
+            pipeline_name: "p".into(),
             job: "j".into(),
             vars: v,
         }
@@ -318,16 +413,33 @@ mod tests {
 
     #[test]
     fn steps_gantry_does_not_run_are_refused_by_name() {
-        let yaml = "resources:\n- {name: repo, type: git, source: {}}\njobs:\n- name: j\n  plan:\n  - get: repo\n";
+        let yaml = "jobs:\n- name: j\n  plan:\n  - {set_pipeline: p, file: c/p.yml}\n";
         assert_eq!(
             invalid(plan_of(yaml, &[])),
-            "step \"repo\": get steps are not supported yet"
+            "step \"p\": set_pipeline steps are not supported yet"
         );
-        let yaml = "jobs:\n- name: j\n  plan:\n  - task: t\n    file: repo/task.yml\n";
-        assert!(invalid(plan_of(yaml, &[])).contains("step \"t\": a task with file:"));
+        // A get names a resource the pipeline declares.
+        let yaml = "resources:\n- {name: repo, type: git, source: {}}\njobs:\n- name: j\n  plan:\n  - {get: src, resource: repo}\n";
+        assert_eq!(plan_of(yaml, &[]).unwrap().steps()[0].name(), "src");
+        let yaml = format!("jobs:\n- name: j\n  plan:\n  - {{task: t, {TASK}, vars: {{a: b}}}}\n");
+        assert!(invalid(plan_of(&yaml, &[])).contains("step \"t\": vars: fill a file: task config"));
         let yaml =
             format!("jobs:\n- name: j\n  plan:\n  - {{task: t, {TASK}, privileged: true}}\n");
         assert!(invalid(plan_of(&yaml, &[])).contains("privileged"));
+    }
+
+    #[test]
+    fn file_tasks_and_steps_with_local_vars_wait_for_the_run_and_load_var_needs_no_worker() {
+        let yaml = format!(
+            "jobs:\n- name: j\n  plan:\n  - {{load_var: v, file: out/v.json, reveal: true}}\n  - {{task: f, file: out/task.yml, vars: {{x: y}}, attempts: 2}}\n  - {{task: t, {TASK}, params: {{V: ((.:v))}}}}\n"
+        );
+        let plan = plan_of(&yaml, &[]).unwrap();
+        let names: Vec<_> = plan.steps().iter().map(|s| s.name().to_string()).collect();
+        assert_eq!(names, ["v", "f", "t"]);
+        let d = plan.describe("0");
+        assert_eq!(d.children[1].kind, "attempts");
+        let yaml = "jobs:\n- name: j\n  plan:\n  - {load_var: v, file: out/v, format: ((.:f))}\n";
+        assert_eq!(plan_of(yaml, &[]).unwrap().steps()[0].name(), "v");
     }
 
     #[test]
@@ -339,8 +451,8 @@ mod tests {
         let plan = plan_of(&yaml, &[("greeting", "hi")]).unwrap();
         assert_eq!(plan.steps().len(), 1);
         let stored = JobPlan {
-            pipeline_name: "p".into(),
             pipeline: yaml,
+            pipeline_name: "p".into(),
             job: "j".into(),
             vars: Vars::new(),
         };
@@ -403,7 +515,11 @@ mod tests {
                 memory: Some(2048),
             }),
         };
-        let step = task_step(None, &task, &["t1".into()]).unwrap();
+        let at = At {
+            tags: vec!["t1".into()],
+            ..At::default()
+        };
+        let step = task_step(&task, None, &at).unwrap();
         let p = &step.config.params;
         assert_eq!(
             (p["A"].as_str(), p["B"].as_str(), p["C"].as_str()),

@@ -22,7 +22,7 @@ mod actor;
 mod cleanup;
 #[cfg(test)]
 mod composite_tests;
-mod from_pipeline;
+pub(crate) mod from_pipeline;
 mod hooks;
 mod outcome;
 mod parallel;

@@ -45,38 +45,42 @@ fn params(step: &str, what: &str, p: &pipeline::Params) -> Result<Value, EngineE
 /// The step running a `get`. `version: latest` and `every` fetch the newest
 /// version (`every` means something only to a scheduler of triggers);
 /// a pinned version, the step's or the resource's, is fetched as it is.
+/// `name`: the step's name in the build (an `across` copy's is suffixed).
 pub fn get_step(
     pipeline: &Pipeline,
     get: &pipeline::GetStep,
+    name: &str,
     tags: &[String],
 ) -> Result<GetStep, EngineError> {
-    let r = resource(pipeline, &get.name, &get.resource)?;
+    let r = resource(pipeline, name, &get.resource)?;
     let config = resource_config(pipeline, r).map_err(EngineError::Invalid)?;
     let version = match &get.version {
         Some(VersionSpec::Pinned(v)) => Some(serde_json::to_value(v).unwrap_or(Value::Null)),
         _ => r
             .version
             .as_ref()
-            .map(|v| params(&get.name, "the resource's version", v))
+            .map(|v| params(name, "the resource's version", v))
             .transpose()?,
     };
     Ok(GetStep {
-        name: get.name.clone(),
+        name: name.to_string(),
         resource: get.resource.clone(),
         config,
         version,
-        params: params(&get.name, "params", &get.params)?,
+        params: params(name, "params", &get.params)?,
         tags: tags_of(tags, r),
     })
 }
 
-/// The step running a `put` and its implicit get.
+/// The step running a `put` and its implicit get; `name` as for
+/// [`get_step`].
 pub fn put_step(
     pipeline: &Pipeline,
     put: &pipeline::PutStep,
+    name: &str,
     tags: &[String],
 ) -> Result<PutStep, EngineError> {
-    let r = resource(pipeline, &put.name, &put.resource)?;
+    let r = resource(pipeline, name, &put.resource)?;
     let config = resource_config(pipeline, r).map_err(EngineError::Invalid)?;
     let inputs = match &put.inputs {
         None | Some(pipeline::PutInputs::All) => PutInputs::All,
@@ -84,12 +88,12 @@ pub fn put_step(
         Some(pipeline::PutInputs::Listed(names)) => PutInputs::Listed(names.clone()),
     };
     Ok(PutStep {
-        name: put.name.clone(),
+        name: name.to_string(),
         resource: put.resource.clone(),
         config,
-        params: params(&put.name, "params", &put.params)?,
+        params: params(name, "params", &put.params)?,
         inputs,
-        get_params: params(&put.name, "get_params", &put.get_params)?,
+        get_params: params(name, "get_params", &put.get_params)?,
         no_get: put.no_get,
         tags: tags_of(tags, r),
     })
@@ -149,21 +153,21 @@ mod tests {
         let pipeline::StepKind::Get(g) = &job.plan[0].kind else {
             panic!()
         };
-        let step = get_step(&p, g, &[]).unwrap();
+        let step = get_step(&p, g, "repo", &[]).unwrap();
         assert_eq!(step.version, Some(json!({"ref": "abc"})));
         assert_eq!(step.tags, ["rt"]);
         assert_eq!(step.config.source, json!({"uri": "/r"}));
         let pipeline::StepKind::Get(g) = &job.plan[1].kind else {
             panic!()
         };
-        let step = get_step(&p, g, &["st".to_string()]).unwrap();
+        let step = get_step(&p, g, "src", &["st".to_string()]).unwrap();
         assert_eq!((step.name.as_str(), step.resource.as_str()), ("src", "m"));
         assert_eq!(step.version, Some(json!({"version": "2"})));
         assert_eq!(step.params, json!({"a": 1}));
         let pipeline::StepKind::Put(put) = &job.plan[2].kind else {
             panic!()
         };
-        let step = put_step(&p, put, &[]).unwrap();
+        let step = put_step(&p, put, "m", &[]).unwrap();
         assert_eq!(step.inputs, PutInputs::Detect);
         assert_eq!(step.get_params, json!({"b": 2}));
     }

@@ -432,6 +432,7 @@ async fn a_sequence_runs_its_steps_in_order_until_one_fails() {
         hooks_stop: Stop::new(stop),
         named: Default::default(),
         job: None,
+        locals: Default::default(),
     };
     assert_eq!(
         run.run(&plan).await,
@@ -494,6 +495,7 @@ async fn a_restarted_web_node_errors_a_build_of_several_steps_and_destroys_what_
         hooks_stop: Stop::new(stop),
         named: Default::default(),
         job: None,
+        locals: Default::default(),
     };
     let resume = Resume {
         worker: "w".into(),

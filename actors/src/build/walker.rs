@@ -3,7 +3,9 @@
 //! `retry_step.go`, `timeout_step.go`; `in_parallel` in `parallel.rs`,
 //! hooks in `hooks.rs`). Each step is placed on a worker and run there
 //! through the steps module ([`crate::steps::Step`]), so adding a kind of
-//! step changes nothing here.
+//! step changes nothing here. Before a step is placed it is prepared
+//! ([`Step::prepare`]): a step defined with build-local vars becomes the
+//! plan it stands for only then, once earlier steps have set the vars.
 //!
 //! Every node runs in a [`Scope`]: its position in the tree, the attempt it
 //! is part of, and its stop signal — the build's, plus one level for each
@@ -12,6 +14,7 @@
 //! does not start. Each node's start and end are events (`node_started`,
 //! `node_finished`) with its position and attempt.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
@@ -23,7 +26,10 @@ use crate::build::outcome::{duration, Outcome};
 use crate::build::plan::Plan;
 use crate::db::BuildStatus;
 use crate::events::{BuildEvent, Origin};
-use crate::steps::Stop;
+use crate::steps::{Prepared, Step, Stop};
+
+/// How many times one step of the plan is prepared at most before it runs.
+const MAX_PREPARES: usize = 8;
 
 /// Where in the plan a node runs, and what stops it.
 #[derive(Clone)]
@@ -99,10 +105,7 @@ impl BuildRun {
             })
             .await;
             let outcome = match plan {
-                Plan::Step(s) => {
-                    let result = self.run_step(s.as_ref(), &scope.stop).await;
-                    Outcome::of_step(result, &scope.stop)
-                }
+                Plan::Step(s) => self.walk_step(s, &scope).await,
                 Plan::Do(plans) => self.walk_do(plans, &scope).await,
                 Plan::InParallel {
                     plans,
@@ -130,6 +133,33 @@ impl BuildRun {
             outcome
         }
         .boxed_local()
+    }
+
+    /// A step: prepared first ([`Step::prepare`], before placement), then
+    /// what it gave placed and run, or walked in its place (a plan, under
+    /// child `0` of the step's node), or its end taken as it is.
+    async fn walk_step(&self, step: &Arc<dyn Step>, scope: &Scope) -> Outcome {
+        let mut step = step.clone();
+        // A prepared step that gives a step again is prepared again (a
+        // deferred `file:` task gives the task read from its file); a
+        // bound keeps a step that keeps deferring from looping.
+        for _ in 0..MAX_PREPARES {
+            let prepared = step.prepare(&self.build_scope(&scope.stop)).await;
+            match prepared {
+                Err(e) => return Outcome::of_step(Err(e), &scope.stop),
+                Ok(Prepared::Ended(end)) => return Outcome::of_step(Ok(end), &scope.stop),
+                Ok(Prepared::Itself) => {
+                    let result = self.run_step(step.as_ref(), &scope.stop).await;
+                    return Outcome::of_step(result, &scope.stop);
+                }
+                Ok(Prepared::Plan(Plan::Step(next))) => step = next,
+                Ok(Prepared::Plan(plan)) => return self.walk(&plan, scope.child(0)).await,
+            }
+        }
+        Outcome::Errored(format!(
+            "step {:?} was still not ready to run after being prepared {MAX_PREPARES} times",
+            step.name()
+        ))
     }
 
     /// `do`: in order; the first that does not succeed ends it.

@@ -162,6 +162,11 @@ impl Vars {
         self.values.is_empty()
     }
 
+    /// Sets the var `name` (as it is, dots included) to `value`.
+    pub fn insert(&mut self, name: &str, value: Value) {
+        self.values.insert(name.to_string(), value);
+    }
+
     /// Sets a var; a dotted name (`a.b`) sets field `b` of var `a`.
     pub fn set(&mut self, name: &str, value: Value) {
         let mut parts = name.split('.');
@@ -241,29 +246,83 @@ impl Vars {
     }
 }
 
+impl From<BTreeMap<String, Value>> for Vars {
+    fn from(values: BTreeMap<String, Value>) -> Self {
+        Vars { values }
+    }
+}
+
 /// Fills every var of a document. Build-local vars (`((.:name))`) are left
 /// for the build; any other var that cannot be filled is a problem naming it
 /// (and where it is first used), each var once.
 pub fn interpolate(doc: &Value, vars: &Vars) -> Result<Value, Vec<String>> {
-    let mut fill = Filler {
-        vars,
-        problems: BTreeMap::new(),
-    };
-    let out = fill.value(doc, "");
-    if fill.problems.is_empty() {
-        Ok(out)
+    Filler::new(Some(vars), Locals::Keep).fill(doc)
+}
+
+/// Fills the build-local vars (`((.:name))`) of a document from `locals`
+/// (the build's, or an `across` combination's); other vars stay in place.
+/// With `strict`, a local var `locals` lacks is a problem naming it (what a
+/// step about to run needs); without, it stays for later (an `across`
+/// combination filling only its own vars).
+pub fn interpolate_local(doc: &Value, locals: &Vars, strict: bool) -> Result<Value, Vec<String>> {
+    let mode = if strict {
+        Locals::Require(locals)
     } else {
-        Err(fill.problems.into_values().collect())
-    }
+        Locals::IfKnown(locals)
+    };
+    Filler::new(None, mode).fill(doc)
+}
+
+/// Fills a task config file read at run time (`task: ..., file: ...`), as
+/// Concourse does: its plain vars from the step's `vars` (the pipeline's
+/// vars do not reach it), its build-local vars from the build's; every var
+/// must be filled.
+pub fn interpolate_task_file(
+    doc: &Value,
+    task_vars: &Vars,
+    locals: &Vars,
+) -> Result<Value, Vec<String>> {
+    Filler::new(Some(task_vars), Locals::Require(locals)).fill(doc)
+}
+
+/// What a [`Filler`] does with build-local vars.
+#[derive(Clone, Copy)]
+enum Locals<'a> {
+    /// Leaves them in place (the pipeline's load).
+    Keep,
+    /// Fills the ones known, leaves the others.
+    IfKnown(&'a Vars),
+    /// Fills them all; one unknown is a problem.
+    Require(&'a Vars),
 }
 
 struct Filler<'a> {
-    vars: &'a Vars,
+    /// Plain vars; `None` leaves them in place.
+    vars: Option<&'a Vars>,
+    /// Build-local vars.
+    locals: Locals<'a>,
     /// One problem per var text, so a var used ten times is named once.
     problems: BTreeMap<String, String>,
 }
 
-impl Filler<'_> {
+impl<'a> Filler<'a> {
+    fn new(vars: Option<&'a Vars>, locals: Locals<'a>) -> Self {
+        Filler {
+            vars,
+            locals,
+            problems: BTreeMap::new(),
+        }
+    }
+
+    fn fill(mut self, doc: &Value) -> Result<Value, Vec<String>> {
+        let out = self.value(doc, "");
+        if self.problems.is_empty() {
+            Ok(out)
+        } else {
+            Err(self.problems.into_values().collect())
+        }
+    }
+
     fn value(&mut self, v: &Value, at: &str) -> Value {
         match v {
             Value::String(s) => self.string(s, at),
@@ -341,8 +400,29 @@ impl Filler<'_> {
             }
         };
         if var.is_local() {
-            return None;
+            let (locals, strict) = match self.locals {
+                Locals::Keep => return None,
+                Locals::IfKnown(l) => (l, false),
+                Locals::Require(l) => (l, true),
+            };
+            return match locals.lookup(&var) {
+                Ok(Some(v)) => Some(v.clone()),
+                Ok(None) if !strict => None,
+                Ok(None) => {
+                    let at = if at.is_empty() { "the top" } else { at };
+                    self.problem(
+                        body,
+                        format!("unfilled local var {var} (first used at {at}): no load_var or across set it before the step ran"),
+                    );
+                    None
+                }
+                Err(e) => {
+                    self.problem(body, format!("{e} (at {at})"));
+                    None
+                }
+            };
         }
+        let vars = self.vars?;
         if let Some(source) = &var.source {
             self.problem(
                 body,
@@ -350,7 +430,7 @@ impl Filler<'_> {
             );
             return None;
         }
-        match self.vars.lookup(&var) {
+        match vars.lookup(&var) {
             Ok(Some(v)) => Some(v.clone()),
             Ok(None) => {
                 self.problem(body, format!("unfilled var {var} (first used at {at})"));
@@ -446,6 +526,36 @@ mod tests {
         assert_eq!(out, yaml("a: ((.:x))\nb: ((.:\"local.var\"))\n"));
         let err = interpolate(&yaml("a: ((vault:secret))\n"), &Vars::new()).unwrap_err();
         assert!(err[0].contains("var source \"vault\""), "{err:?}");
+    }
+
+    #[test]
+    fn local_vars_are_filled_at_run_time_and_an_unfilled_one_is_named() {
+        let locals = vars("x: 1\nlist: [a, b]\n");
+        let doc =
+            yaml("a: ((.:x))\nb: v-((.:x))\nl: ((.:list))\nkeep: ((plain))\nlater: ((.:y))\n");
+        let out = interpolate_local(&doc, &locals, false).unwrap();
+        assert_eq!(
+            out,
+            yaml("a: 1\nb: v-1\nl: [a, b]\nkeep: ((plain))\nlater: ((.:y))\n")
+        );
+        let err = interpolate_local(&doc, &locals, true).unwrap_err();
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert!(
+            err[0].starts_with("unfilled local var ((.:y)) (first used at later)"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_task_file_takes_its_step_vars_and_the_build_locals_only() {
+        let doc = yaml("a: ((greeting))\nb: ((.:x))\nc: ((other))\n");
+        let err =
+            interpolate_task_file(&doc, &vars("greeting: hi\n"), &vars("x: 2\n")).unwrap_err();
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert!(err[0].contains("unfilled var ((other))"), "{err:?}");
+        let out = interpolate_task_file(&doc, &vars("greeting: hi\nother: o\n"), &vars("x: 2\n"))
+            .unwrap();
+        assert_eq!(out, yaml("a: hi\nb: 2\nc: o\n"));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::scheduler::Scheduler;
 use crate::spec::{ContainerSpec, Encoding, VolumeSpec, VolumeStrategy};
 use crate::state::HandleState;
 
-use super::{ArtifactScope, Events, ImportLocks, Stop, WorkerWatch};
+use super::{ArtifactScope, Events, ImportLocks, LocalVars, Stop, WorkerWatch};
 
 /// signal and the engine's services steps use.
 #[derive(Clone)]
@@ -45,6 +45,8 @@ pub struct BuildScope {
     pub resources: Arc<ResourceStats>,
     /// The pipeline and job of a job build; none for a one-off build.
     pub job: Option<JobRef>,
+    /// The build's local vars (`((.:name))`), shared by its steps.
+    pub locals: LocalVars,
 }
 
 /// Which job of which pipeline a build runs: what its task caches belong

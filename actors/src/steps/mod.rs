@@ -4,15 +4,22 @@
 //! A step implements [`Step`] and sees only its [`StepContext`]: the worker
 //! placement chose, a way to create volumes and containers recorded in the
 //! database, the build's events, its stop signal and the artifact keeper.
-//! The plan walker (`crate::build`) places each step and hands it a context;
-//! it never changes when a step kind is added.
+//! The plan walker (`crate::build`) first asks a step to prepare
+//! ([`Step::prepare`]: a step defined with build-local vars is filled and
+//! translated then, `load_var` does all its work there without a worker),
+//! then places the step it got and hands it a context; it never changes
+//! when a step kind is added.
 
+mod artifact_file;
 mod artifact_scope;
 pub mod check;
 mod context;
+pub mod deferred;
 pub mod get;
 pub mod image;
 mod inputs;
+pub mod load_var;
+mod local_vars;
 pub mod process;
 pub mod put;
 mod signals;
@@ -20,8 +27,10 @@ mod step;
 pub mod task;
 pub mod task_cache;
 
+pub use artifact_file::read_artifact_file;
 pub use artifact_scope::ArtifactScope;
 pub use context::{check_pipeline_name, BuildScope, Created, JobRef, StepContext};
 pub use image::ImportLocks;
+pub use local_vars::{LocalVars, REDACTED};
 pub use signals::{Events, Stop, WorkerWatch};
-pub use step::{Reattach, Step, StepEnd};
+pub use step::{Prepared, Reattach, Step, StepEnd};

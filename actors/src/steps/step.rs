@@ -6,13 +6,24 @@ use async_trait::async_trait;
 use crate::error::EngineError;
 use crate::scheduler::StepRequest;
 
-use super::StepContext;
+use super::{BuildScope, StepContext};
 
 /// One kind of step (task, and later get, put, check).
 #[async_trait]
 pub trait Step: Send + Sync {
     /// The step's name, in events and in the rows of what it creates.
     fn name(&self) -> &str;
+
+    /// Prepares the step before it is placed: what to place and run, or
+    /// how it ended when it needs no worker. By default the step itself. A
+    /// step defined with build-local vars (`((.:name))`) is filled from
+    /// the build's vars here and translated into the concrete plan to run
+    /// (see [`crate::steps::deferred`]); `load_var` reads its file here and
+    /// ends (see [`crate::steps::load_var`]).
+    async fn prepare(&self, scope: &BuildScope) -> Result<Prepared, EngineError> {
+        let _ = scope;
+        Ok(Prepared::Itself)
+    }
 
     /// What the step needs of a worker. Placement sets the request's `team`
     /// and `avoid` (workers lost under earlier attempts).
@@ -30,6 +41,17 @@ pub trait Step: Send + Sync {
             self.name()
         )))
     }
+}
+
+/// What [`Step::prepare`] decided.
+pub enum Prepared {
+    /// Place and run the step itself.
+    Itself,
+    /// Run this plan in the step's place: its nodes are walked (and their
+    /// steps prepared and placed) as any plan's.
+    Plan(crate::build::Plan),
+    /// The step ran in full while preparing and needs no worker.
+    Ended(StepEnd),
 }
 
 /// How a step ended.
