@@ -364,45 +364,35 @@ fn concourse_task_paths_and_caches_work_bwrap_backend_sqlite() {
 }
 
 #[test]
-fn image_resource_is_refused_for_one_off_builds_in_one_line() {
+fn image_resource_of_a_base_type_runs_one_off_tasks() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(DbKind::Sqlite);
     let server = quickstart(dir.path(), &db, &[]);
+    // mock's mirror_self: the worker's default image, fetched with `in`.
     let task = dir.path().join("task.yml");
     write(
         &task,
-        "platform: linux\nimage_resource: {type: registry-image, source: {repository: busybox}}\nrun: {path: ls}\n",
+        "platform: linux\nimage_resource: {type: mock, source: {mirror_self: true}}\nrun: {path: sh, args: [-c, 'echo in-image $MIRRORED_VERSION']}\n",
     );
-    // Valid task.yml ...
-    let out = gantry().arg("validate-task").arg(&task).output().unwrap();
+    let out = client(&server.url, &["execute", "-c", task.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // ... that a one-off build refuses, before anything is created.
-    let err = one_error_line(&client(
-        &server.url,
-        &["execute", "-c", task.to_str().unwrap()],
-    ));
+    assert!(stdout.starts_with("in-image "), "{stdout}");
+    // A type no worker ships: the build errors naming it, in one line.
+    let other = dir.path().join("other.yml");
+    write(
+        &other,
+        "platform: linux\nimage_resource: {type: registry-image, source: {repository: busybox}}\nrun: {path: ls}\n",
+    );
+    let out = client(&server.url, &["execute", "-c", other.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = failure_line(&out);
     assert!(
-        err.contains("image_resource is not supported for one-off tasks yet"),
+        err.contains("without resource type \"registry-image\""),
         "{err}"
     );
-    let resp = reqwest::blocking::Client::new()
-        .post(format!("{}/api/v1/teams/main/builds", server.url))
-        .json(&serde_json::json!({
-            "config": {"platform": "linux", "image_resource": {"type": "mock"}, "run": {"path": "ls"}}
-        }))
-        .send()
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 400);
-    let body: serde_json::Value = resp.json().unwrap();
-    assert!(
-        body["error"].as_str().unwrap().contains("image_resource"),
-        "{body}"
-    );
-    let out = client(&server.url, &["builds", "--json"]);
-    let builds: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(builds.as_array().map(Vec::len), Some(0), "{builds}");
 }

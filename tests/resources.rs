@@ -10,98 +10,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
+use common::git::{bare_repo, git, GitDaemon};
 use common::*;
-
-/// Runs git in `dir` with a fixed identity.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=Test", "-c", "user.email=t@example.com"])
-        .args(args)
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// A bare repository with one commit of `data.txt`; returns its path and
-/// the file's SHA-256.
-fn bare_repo(root: &Path) -> (std::path::PathBuf, String) {
-    let work = root.join("seed");
-    std::fs::create_dir_all(&work).unwrap();
-    git(&work, &["init", "-q", "-b", "main"]);
-    let data = noise(100_000, 7);
-    write(&work.join("data.txt"), &data);
-    git(&work, &["add", "."]);
-    git(&work, &["commit", "-q", "-m", "seed"]);
-    let bare = root.join("repo.git");
-    git(
-        root,
-        &["clone", "-q", "--bare", work.to_str().unwrap(), "repo.git"],
-    );
-    let sum = Command::new("sha256sum")
-        .arg(work.join("data.txt"))
-        .output()
-        .unwrap();
-    let sum = String::from_utf8_lossy(&sum.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
-    (bare, sum)
-}
-
-/// `git daemon` serving `root` on loopback (pushes allowed): the
-/// containers reach it over the network, as they would a git server.
-struct GitDaemon {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl GitDaemon {
-    fn serve(root: &Path) -> GitDaemon {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("git")
-            .args([
-                "daemon",
-                "--reuseaddr",
-                "--export-all",
-                "--enable=receive-pack",
-            ])
-            .arg(format!("--base-path={}", root.display()))
-            .args(["--listen=127.0.0.1", &format!("--port={port}")])
-            .arg(root)
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("git daemon starts");
-        wait_for("git daemon", Duration::from_secs(20), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).ok()
-        });
-        GitDaemon { child, port }
-    }
-
-    fn uri(&self, repo: &str) -> String {
-        format!("git://127.0.0.1:{}/{repo}", self.port)
-    }
-}
-
-impl Drop for GitDaemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 const PIPELINE: &str = r#"
 resources:
@@ -120,9 +33,10 @@ jobs:
         platform: linux
         inputs: [{name: repo}]
         outputs: [{name: left-out}]
+        caches: [{path: cache}]
         run:
           path: sh
-          args: [-ec, 'test "$(sha256sum repo/data.txt | cut -d" " -f1)" = "$SUM"; echo "left-ok $(date +%s%N)" > left-out/note; echo "left checked $SUM"']
+          args: [-ec, 'test "$(sha256sum repo/data.txt | cut -d" " -f1)" = "$SUM"; echo "left-ok $(date +%s%N)" > left-out/note; echo "left checked $SUM"; if [ -f cache/seen ]; then echo "cache-had $(cat cache/seen)"; fi; echo "$SUM" > cache/seen']
     - task: right
       tags: [right]
       params: {SUM: ((sum))}
@@ -236,6 +150,10 @@ fn a_git_job_gets_runs_tagged_tasks_and_puts_back(db: DbKind) {
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains(&format!("left checked {sum}")), "{stdout}");
     assert!(stdout.contains(&format!("right checked {sum}")), "{stdout}");
+    assert!(
+        !stdout.contains("cache-had"),
+        "a new cache is empty: {stdout}"
+    );
     // The fetched input went to each tagged worker, and the log says so.
     for (step, worker) in [("left", "left"), ("right", "right"), ("commit", "left")] {
         let line = format!("step {step}: streamed input repo (artifact ");
@@ -264,6 +182,13 @@ fn a_git_job_gets_runs_tagged_tasks_and_puts_back(db: DbKind) {
     let out = run(url, dir.path(), &args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // The task cache the first build wrote is there.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(&format!("cache-had {sum}")), "{stdout}");
+    assert!(
+        stderr.contains("cache \"cache\": reused from an earlier build on left"),
+        "{stderr}"
+    );
     assert!(
         stderr.contains(&format!(
             "step repo: get repo {{\"ref\":\"{pushed}\"}}: from the resource cache (no in ran)"
@@ -301,7 +226,8 @@ fn a_git_job_gets_runs_tagged_tasks_and_puts_back(db: DbKind) {
         stdout.lines().last().unwrap_or("").contains(&newest),
         "{stdout}"
     );
-    wait_no_handles(url, Duration::from_secs(30));
+    // The task cache stays on its worker; what the builds made is gone.
+    wait_only_unowned_volumes(url, 1, Duration::from_secs(30));
 }
 
 #[test]

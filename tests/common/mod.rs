@@ -4,6 +4,9 @@
 
 #![allow(dead_code)]
 
+pub mod git;
+pub mod oci;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -479,6 +482,27 @@ pub fn bench_mounts() -> Vec<String> {
 }
 
 /// Waits until the web node at `url` lists no container and no volume.
+/// Waits until no container is left and exactly `n` volumes, each owned by
+/// no build (image volumes, task caches), are.
+pub fn wait_only_unowned_volumes(url: &str, n: usize, timeout: Duration) {
+    wait_for(
+        &format!("no containers and {n} volumes of no build"),
+        timeout,
+        || {
+            let rows = |what: &str| -> Option<Vec<serde_json::Value>> {
+                let out = client(url, &[what, "--json"]);
+                serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                    .ok()?
+                    .as_array()
+                    .cloned()
+            };
+            let volumes = rows("volumes")?;
+            let unowned = volumes.iter().all(|v| v["build_id"].is_null());
+            (rows("containers")?.is_empty() && unowned && volumes.len() == n).then_some(())
+        },
+    );
+}
+
 pub fn wait_no_handles(url: &str, timeout: Duration) {
     wait_for("no containers or volumes left", timeout, || {
         let listed = |what: &str| -> Option<bool> {
