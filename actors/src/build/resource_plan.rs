@@ -190,9 +190,6 @@ mod tests {
             check: "m".into(),
             ..plan
         };
-        assert_eq!(
-            plan.plan().unwrap().steps()[0].worker_request().is_check,
-            true
-        );
+        assert!(plan.plan().unwrap().steps()[0].worker_request().is_check);
     }
 }

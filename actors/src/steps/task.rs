@@ -218,13 +218,13 @@ impl TaskStep {
             source.version.as_ref(),
         )
         .await;
-        fetched.or_else(|halt| match halt {
-            Halt::Error(e) => Err(e),
-            Halt::End(end) => Err(EngineError::Invalid(format!(
+        fetched.map_err(|halt| match halt {
+            Halt::Error(e) => e,
+            Halt::End(end) => EngineError::Invalid(format!(
                 "fetching the image {:?} with resource type {:?} did not succeed ({end:?})",
                 source.name,
                 source.config.type_.name()
-            ))),
+            )),
         })
     }
 
