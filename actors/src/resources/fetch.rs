@@ -353,7 +353,7 @@ pub async fn fetch_image(
     if let Some(hit) = cached(ctx, &key).await? {
         ResourceStats::count(&ctx.resource_stats().cache_hits);
         tell(ctx, name, "image", &hit.version, &hit.metadata, true, None).await?;
-        return Ok(image_of(&hit));
+        return Ok(image_of(&hit, config));
     }
     ResourceStats::count(&ctx.resource_stats().cache_misses);
     let (volume, (version, metadata)) = run_in(ctx, &r, &version, params).await?;
@@ -390,13 +390,15 @@ pub async fn fetch_image(
         row.worker.as_deref(),
     )
     .await?;
-    Ok(image_of(&row))
+    Ok(image_of(&row, config))
 }
 
-/// The image a cache row holds.
-fn image_of(row: &ResourceCacheRow) -> FetchedImage {
+/// The image a cache row holds, fetched with `config`'s type.
+fn image_of(row: &ResourceCacheRow, config: &ResourceConfig) -> FetchedImage {
+    let mirrored = row.artifact_id == DEFAULT_IMAGE;
     FetchedImage {
-        artifact: (row.artifact_id != DEFAULT_IMAGE).then(|| row.artifact_id.clone()),
+        artifact: (!mirrored).then(|| row.artifact_id.clone()),
+        mirror_of: mirrored.then(|| config.type_.base().to_string()),
         env: row.image_env.clone().unwrap_or_default(),
         user: row.image_user.clone().filter(|u| !u.is_empty()),
     }

@@ -36,6 +36,10 @@ pub struct FetchedImage {
     pub env: Vec<String>,
     /// `user` of the image's `metadata.json`.
     pub user: Option<String>,
+    /// For the worker's default image: the base type whose `in` mirrored
+    /// itself (`mock` with `mirror_self`); a custom type on such an image
+    /// runs that base type's scripts, as the mirrored image holds them.
+    pub mirror_of: Option<String>,
 }
 
 impl FetchedImage {
@@ -85,7 +89,7 @@ pub async fn run_script(
         TypeImage::Base(name) => (RootfsSpec::Default, Some(name.clone()), vec![], None),
         TypeImage::Fetched(fetched) => (
             fetched.rootfs(ctx).await?,
-            None,
+            fetched.mirror_of.clone(),
             fetched.env.clone(),
             fetched.user.clone(),
         ),
