@@ -477,7 +477,12 @@ fn mock_out_creates_the_version_from_params_or_a_file() {
     );
     // Neither: the empty version, as mock-resource answers.
     assert_eq!(
-        ok("mock", "out", Some(dir.path()), json!({ "source": {}, "params": {} }))["version"],
+        ok(
+            "mock",
+            "out",
+            Some(dir.path()),
+            json!({ "source": {}, "params": {} })
+        )["version"],
         json!({ "version": "" })
     );
 }

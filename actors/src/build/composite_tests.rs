@@ -55,6 +55,7 @@ fn task_step(name: &str, config: TaskConfig) -> Plan {
         input_mapping: Default::default(),
         output_mapping: Default::default(),
         image_resource: None,
+        image_artifact: None,
     }))
 }
 

@@ -278,11 +278,6 @@ pub(crate) fn task_step(
             "step {name:?}: a task has either file: or config:, not both"
         )));
     }
-    if task.image.is_some() {
-        return Err(refuse(
-            "image: (an artifact of the build as the task's image)",
-        ));
-    }
     if task.privileged {
         return Err(refuse("privileged: true"));
     }
@@ -330,6 +325,7 @@ pub(crate) fn task_step(
         input_mapping: task.input_mapping.clone(),
         output_mapping: task.output_mapping.clone(),
         image_resource,
+        image_artifact: task.image.clone(),
     })
 }
 

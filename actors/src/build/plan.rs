@@ -198,6 +198,7 @@ impl From<OneOffPlan> for Plan {
             input_mapping: Default::default(),
             output_mapping: Default::default(),
             image_resource: None,
+            image_artifact: None,
         }))
     }
 }

@@ -419,6 +419,7 @@ async fn a_sequence_runs_its_steps_in_order_until_one_fails() {
             input_mapping: Default::default(),
             output_mapping: Default::default(),
             image_resource: None,
+            image_artifact: None,
         }))
     };
     let plan = Plan::Do(vec![step("a", "0"), step("b", "3"), step("c", "0")]);
@@ -483,6 +484,7 @@ async fn a_restarted_web_node_errors_a_build_of_several_steps_and_destroys_what_
             input_mapping: Default::default(),
             output_mapping: Default::default(),
             image_resource: None,
+            image_artifact: None,
         }))
     };
     let (_stop, stop) = watch::channel(None);

@@ -51,30 +51,23 @@ impl Db {
         config: &str,
         versions: &[(Value, Value)],
     ) -> Result<(), EngineError> {
-        let mut tx = self.pool().begin().await?;
+        // One statement per version (no read-then-write transaction, which
+        // SQLite would refuse to upgrade under concurrent writers).
         for (version, metadata) in versions {
-            let (next,): (i64,) = sqlx::query_as(
-                "SELECT COALESCE(MAX(check_order), 0) + 1 FROM resource_versions WHERE team = $1 AND config = $2",
-            )
-            .bind(team)
-            .bind(config)
-            .fetch_one(&mut *tx)
-            .await?;
             sqlx::query(
                 "INSERT INTO resource_versions (team, config, version, metadata, check_order, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6) \
+                 SELECT $1, $2, $3, $4, COALESCE(MAX(check_order), 0) + 1, $5 FROM resource_versions \
+                 WHERE team = $1 AND config = $2 \
                  ON CONFLICT (team, config, version) DO UPDATE SET check_order = excluded.check_order, metadata = excluded.metadata",
             )
             .bind(team)
             .bind(config)
             .bind(version.to_string())
             .bind(metadata.to_string())
-            .bind(next)
             .bind(now_ms())
-            .execute(&mut *tx)
+            .execute(self.pool())
             .await?;
         }
-        tx.commit().await?;
         Ok(())
     }
 

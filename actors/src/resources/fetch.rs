@@ -357,28 +357,7 @@ pub async fn fetch_image(
     }
     ResourceStats::count(&ctx.resource_stats().cache_misses);
     let (volume, (version, metadata)) = run_in(ctx, &r, &version, params).await?;
-    let (env, user) = image_metadata(volume.as_ref()).await?;
-    let artifact = if read_file(volume.as_ref(), MIRROR_SELF_MARKER).await.is_ok() {
-        DEFAULT_IMAGE.to_string()
-    } else if let Ok(tar) = volume.stream_file_out("image.tar").await {
-        keep(ctx, tar, Encoding::Raw, ArtifactKind::Image, name).await?
-    } else {
-        let encoding = ctx.encoding();
-        let body = volume.stream_out("rootfs", encoding).await.map_err(|e| {
-            EngineError::Invalid(format!(
-                "the image fetched for {name:?} has neither rootfs/ nor image.tar: {e}"
-            ))
-        })?;
-        keep(ctx, body, encoding, ArtifactKind::Image, name).await?
-    };
-    let row = ResourceCacheRow {
-        artifact_id: artifact,
-        version,
-        metadata,
-        worker: Some(ctx.worker().name().to_string()),
-        image_env: Some(env),
-        image_user: user,
-    };
+    let row = keep_image(ctx, name, volume.as_ref(), version, metadata).await?;
     let row = ctx.db().save_resource_cache(ctx.team(), &key, &row).await?;
     tell(
         ctx,
@@ -391,6 +370,65 @@ pub async fn fetch_image(
     )
     .await?;
     Ok(image_of(&row, config))
+}
+
+/// Keeps the image a volume holds (as a resource's `in` writes it: the
+/// mock's mirror marker, an OCI layout `image.tar`, or `rootfs/`, with
+/// `metadata.json`), for a cache row of `version`.
+async fn keep_image(
+    ctx: &StepContext,
+    name: &str,
+    volume: &dyn Volume,
+    version: Value,
+    metadata: Value,
+) -> Result<ResourceCacheRow, EngineError> {
+    let (env, user) = image_metadata(volume).await?;
+    let artifact = if read_file(volume, MIRROR_SELF_MARKER).await.is_ok() {
+        DEFAULT_IMAGE.to_string()
+    } else if let Ok(tar) = volume.stream_file_out("image.tar").await {
+        keep(ctx, tar, Encoding::Raw, ArtifactKind::Image, name).await?
+    } else {
+        let encoding = ctx.encoding();
+        let body = volume.stream_out("rootfs", encoding).await.map_err(|e| {
+            EngineError::Invalid(format!(
+                "the image {name:?} has neither rootfs/ nor image.tar: {e}"
+            ))
+        })?;
+        keep(ctx, body, encoding, ArtifactKind::Image, name).await?
+    };
+    Ok(ResourceCacheRow {
+        artifact_id: artifact,
+        version,
+        metadata,
+        worker: Some(ctx.worker().name().to_string()),
+        image_env: Some(env),
+        image_user: user,
+    })
+}
+
+/// The image in the build's artifact `name` (`artifact`): a `get` of an
+/// image resource (a task's `image:`). Converted once per artifact (kept
+/// as a cache row named after it); its type is unknown, so a mirrored
+/// image is the worker's default image without resource scripts.
+pub async fn image_of_artifact(
+    ctx: &mut StepContext,
+    name: &str,
+    artifact: &str,
+) -> Result<FetchedImage, EngineError> {
+    let key = format!("artifact-image:{artifact}");
+    let none = ResourceConfig::base("", Value::Null);
+    if let Some(hit) = cached(ctx, &key).await? {
+        let mut image = image_of(&hit, &none);
+        image.mirror_of = None;
+        return Ok(image);
+    }
+    let volume = ctx.create_volume(&format!("image:{name}")).await?;
+    ctx.stream_input(name, artifact, &volume).await?;
+    let row = keep_image(ctx, name, volume.as_ref(), json!({}), json!([])).await?;
+    let row = ctx.db().save_resource_cache(ctx.team(), &key, &row).await?;
+    let mut image = image_of(&row, &none);
+    image.mirror_of = None;
+    Ok(image)
 }
 
 /// The image a cache row holds, fetched with `config`'s type.

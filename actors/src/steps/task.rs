@@ -22,7 +22,7 @@ use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::placement::Load;
 use crate::resources::config::ImageSource;
-use crate::resources::fetch::{fetch_image, Halt};
+use crate::resources::fetch::{fetch_image, image_of_artifact, Halt};
 use crate::resources::script::FetchedImage;
 use crate::runtime::{Process, ProcessIo, ProcessOutput, Volume};
 use crate::scheduler::StepRequest;
@@ -53,6 +53,9 @@ pub struct TaskStep {
     /// `output_mapping`: the name each output is kept under in the build's
     /// artifacts (and its `output` event); by default its own.
     pub output_mapping: BTreeMap<String, String>,
+    /// `image:` of the step: the build artifact (a `get` of an image
+    /// resource) whose image the task runs in, instead of its config's.
+    pub image_artifact: Option<String>,
     /// The config's `image_resource` resolved against the pipeline's
     /// resource types; none: resolved at run time as a base type.
     pub image_resource: Option<ImageSource>,
@@ -193,7 +196,7 @@ impl TaskStep {
     /// Where the task's image comes from when its config has an
     /// `image_resource` and no image artifact was given.
     fn image_source(&self) -> Option<ImageSource> {
-        if self.image.is_some() {
+        if self.image.is_some() || self.image_artifact.is_some() {
             return None;
         }
         if let Some(resolved) = &self.image_resource {
@@ -276,9 +279,17 @@ impl TaskStep {
     async fn start(&self, ctx: &mut StepContext) -> Result<Started, EngineError> {
         let config = &self.config;
         // The image first: an input streamed for nothing is a waste.
-        let fetched = match self.image_source() {
-            Some(source) => Some(self.fetch_image(ctx, &source).await?),
-            None => None,
+        let fetched = match (&self.image_artifact, self.image_source()) {
+            (Some(name), _) => {
+                let artifact = ctx.named_artifacts().get(name).ok_or_else(|| {
+                    EngineError::Invalid(format!(
+                        "image {name:?} was not given: no earlier step of the build produced an artifact {name:?}"
+                    ))
+                })?;
+                Some(image_of_artifact(ctx, name, &artifact).await?)
+            }
+            (None, Some(source)) => Some(self.fetch_image(ctx, &source).await?),
+            (None, None) => None,
         };
         let build_dir = format!("/tmp/build/{}", ctx.build());
         let mut mounts = Vec::new();
@@ -461,6 +472,7 @@ mod tests {
             input_mapping: Default::default(),
             output_mapping: Default::default(),
             image_resource: None,
+            image_artifact: None,
         }
     }
 
