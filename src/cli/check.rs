@@ -5,14 +5,10 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context as _;
 use gantry_actors::build::CheckPlan;
-use gantry_actors::pipeline::Pipeline;
-use serde::Deserialize;
 
 use crate::cli::client::ApiClient;
-use crate::cli::follow::{follow, StepLines};
-use crate::cli::validate_plan::read_vars;
+use crate::cli::run::{load_pipeline, submit_and_follow};
 
 /// What `check` was asked to do.
 pub struct CheckArgs {
@@ -28,43 +24,26 @@ pub struct CheckArgs {
     pub team: String,
 }
 
-#[derive(Deserialize)]
-struct Created {
-    id: i64,
-}
-
 /// Runs `check`; returns the process exit code.
 pub async fn check(client: &ApiClient, args: CheckArgs) -> anyhow::Result<i32> {
     let file = args.pipeline.display().to_string();
-    let vars = read_vars(&args.vars, &args.var_files).map_err(anyhow::Error::msg)?;
-    let text =
-        std::fs::read_to_string(&args.pipeline).with_context(|| format!("cannot read {file}"))?;
-    if let Err(problems) = Pipeline::load(&text, &vars) {
-        for p in problems {
-            eprintln!("error: {file}: {p}");
-        }
+    let Some((text, vars)) = load_pipeline(&args.pipeline, &args.vars, &args.var_files)? else {
         return Ok(2);
-    }
+    };
     let stored = CheckPlan {
         pipeline: text,
         check: args.resource,
         vars,
     };
     stored.plan().map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
-    let created: Created = client
-        .post(
-            &format!("/api/v1/teams/{}/builds", args.team),
-            &serde_json::json!({
-                "pipeline": stored.pipeline,
-                "check": stored.check,
-                "vars": stored.vars,
-            }),
-        )
-        .await?;
-    eprintln!("build: {}", created.id);
-    let ended = follow(client, created.id, StepLines::Told).await?;
+    let body = serde_json::json!({
+        "pipeline": stored.pipeline,
+        "check": stored.check,
+        "vars": stored.vars,
+    });
+    let (id, ended) = submit_and_follow(client, &args.team, &body).await?;
     for v in &ended.checked {
         println!("{v}");
     }
-    Ok(ended.run_exit_code(created.id))
+    Ok(ended.run_exit_code(id))
 }

@@ -16,7 +16,7 @@ use gantry_actors::steps::check_pipeline_name;
 use serde::Deserialize;
 
 use crate::cli::client::ApiClient;
-use crate::cli::follow::{follow, StepLines};
+use crate::cli::follow::{follow, Ended, StepLines};
 use crate::cli::validate_plan::read_vars;
 
 /// What `run` was asked to do.
@@ -43,15 +43,9 @@ struct Created {
 /// Runs `run`; returns the process exit code.
 pub async fn run(client: &ApiClient, args: RunArgs) -> anyhow::Result<i32> {
     let file = args.pipeline.display().to_string();
-    let vars = read_vars(&args.vars, &args.var_files).map_err(anyhow::Error::msg)?;
-    let text =
-        std::fs::read_to_string(&args.pipeline).with_context(|| format!("cannot read {file}"))?;
-    if let Err(problems) = Pipeline::load(&text, &vars) {
-        for p in problems {
-            eprintln!("error: {file}: {p}");
-        }
+    let Some((text, vars)) = load_pipeline(&args.pipeline, &args.vars, &args.var_files)? else {
         return Ok(2);
-    }
+    };
     let pipeline_name = match args.pipeline_name {
         Some(name) => name,
         None => args
@@ -71,18 +65,47 @@ pub async fn run(client: &ApiClient, args: RunArgs) -> anyhow::Result<i32> {
     // What the web node would refuse (an unknown job, a step kind Gantry
     // does not run yet), refused before anything is created.
     stored.plan().map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    let body = serde_json::json!({
+        "pipeline_name": stored.pipeline_name,
+        "pipeline": stored.pipeline,
+        "job": stored.job,
+        "vars": stored.vars,
+    });
+    let (id, ended) = submit_and_follow(client, &args.team, &body).await?;
+    Ok(ended.run_exit_code(id))
+}
+
+/// Reads a pipeline file and its vars (`-v` flags, `-l` files) and checks
+/// the pipeline with them; `None` when it has problems, each printed on
+/// stderr as one line naming the file.
+pub(super) fn load_pipeline(
+    path: &std::path::Path,
+    flags: &[String],
+    files: &[PathBuf],
+) -> anyhow::Result<Option<(String, gantry_actors::pipeline::Vars)>> {
+    let file = path.display().to_string();
+    let vars = read_vars(flags, files).map_err(anyhow::Error::msg)?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {file}"))?;
+    if let Err(problems) = Pipeline::load(&text, &vars) {
+        for p in problems {
+            eprintln!("error: {file}: {p}");
+        }
+        return Ok(None);
+    }
+    Ok(Some((text, vars)))
+}
+
+/// Creates a build of `team` from `body`, says `build: N` on stderr and
+/// follows it, telling its steps, to its end.
+pub(super) async fn submit_and_follow(
+    client: &ApiClient,
+    team: &str,
+    body: &serde_json::Value,
+) -> anyhow::Result<(i64, Ended)> {
     let created: Created = client
-        .post(
-            &format!("/api/v1/teams/{}/builds", args.team),
-            &serde_json::json!({
-                "pipeline_name": stored.pipeline_name,
-                "pipeline": stored.pipeline,
-                "job": stored.job,
-                "vars": stored.vars,
-            }),
-        )
+        .post(&format!("/api/v1/teams/{team}/builds"), body)
         .await?;
     eprintln!("build: {}", created.id);
     let ended = follow(client, created.id, StepLines::Told).await?;
-    Ok(ended.run_exit_code(created.id))
+    Ok((created.id, ended))
 }

@@ -122,6 +122,18 @@ fn body_vars(vars: Option<BTreeMap<String, serde_json::Value>>) -> Result<Vars, 
     Ok(out)
 }
 
+/// The first field of a one-off task's build set in the body, if any.
+fn task_field(body: &CreateBuild) -> Option<&'static str> {
+    [
+        ("inputs", body.inputs.is_some()),
+        ("tags", body.tags.is_some()),
+        ("image", body.image.is_some()),
+        ("timeout_secs", body.timeout_secs.is_some()),
+    ]
+    .into_iter()
+    .find_map(|(f, set)| set.then_some(f))
+}
+
 /// Creates a check build of the body's pipeline's resource.
 async fn create_check(state: &AppState, team: &str, body: CreateBuild) -> Result<i64, ApiError> {
     if body.job.is_some() {
@@ -129,18 +141,15 @@ async fn create_check(state: &AppState, team: &str, body: CreateBuild) -> Result
             "give either a job to run or a resource to check, not both",
         ));
     }
-    if let Some(field) = [
-        ("inputs", body.inputs.is_some()),
-        ("tags", body.tags.is_some()),
-        ("image", body.image.is_some()),
-        ("timeout_secs", body.timeout_secs.is_some()),
-    ]
-    .iter()
-    .find_map(|(f, set)| set.then_some(f))
-    {
+    if let Some(field) = task_field(&body) {
         return Err(ApiError::bad_request(format!(
             "{field} is for a build of a task, not a check of a resource"
         )));
+    }
+    if body.pipeline_name.is_some() {
+        return Err(ApiError::bad_request(
+            "pipeline_name is for a build of a pipeline's job, not a check of a resource",
+        ));
     }
     let vars = body_vars(body.vars)?;
     let resource = body.check.unwrap_or_default();
@@ -153,15 +162,7 @@ async fn create_check(state: &AppState, team: &str, body: CreateBuild) -> Result
 
 /// Creates a build of the body's pipeline's job.
 async fn create_job(state: &AppState, team: &str, body: CreateBuild) -> Result<i64, ApiError> {
-    if let Some(field) = [
-        ("inputs", body.inputs.is_some()),
-        ("tags", body.tags.is_some()),
-        ("image", body.image.is_some()),
-        ("timeout_secs", body.timeout_secs.is_some()),
-    ]
-    .iter()
-    .find_map(|(f, set)| set.then_some(f))
-    {
+    if let Some(field) = task_field(&body) {
         return Err(ApiError::bad_request(format!(
             "{field} is for a build of a task, not of a pipeline's job (set it in the pipeline)"
         )));

@@ -103,12 +103,6 @@ impl Engine {
         job: &str,
         vars: Vars,
     ) -> Result<i64, EngineError> {
-        if !self.db.team_exists(team).await? {
-            return Err(EngineError::NotFound {
-                kind: "team",
-                name: team.into(),
-            });
-        }
         let stored = JobPlan {
             pipeline_name: pipeline_name.to_string(),
             pipeline: pipeline_yaml.to_string(),
@@ -117,14 +111,32 @@ impl Engine {
         };
         let job_ref = stored.job_ref()?;
         let plan = stored.plan()?;
-        let json = serde_json::to_value(&stored).expect("plans serialise");
+        self.start_stored(team, &stored, plan, Some(job_ref)).await
+    }
+
+    /// Stores `stored` as the plan of a new build of `team` (which must
+    /// exist) and starts that build running `plan`.
+    async fn start_stored(
+        &self,
+        team: &str,
+        stored: &impl serde::Serialize,
+        plan: crate::build::Plan,
+        job: Option<crate::steps::JobRef>,
+    ) -> Result<i64, EngineError> {
+        if !self.db.team_exists(team).await? {
+            return Err(EngineError::NotFound {
+                kind: "team",
+                name: team.into(),
+            });
+        }
+        let json = serde_json::to_value(stored).expect("plans serialise");
         let id = self
             .db
             .create_build(team, &json, &self.config.node_name)
             .await?;
         let deps = self.build_deps();
         Build::of_plan(id, team.to_string(), plan, None, deps, self.builds.clone())
-            .for_job(Some(job_ref))
+            .for_job(job)
             .start();
         Ok(id)
     }
@@ -141,26 +153,13 @@ impl Engine {
         resource: &str,
         vars: Vars,
     ) -> Result<i64, EngineError> {
-        if !self.db.team_exists(team).await? {
-            return Err(EngineError::NotFound {
-                kind: "team",
-                name: team.into(),
-            });
-        }
         let stored = CheckPlan {
             pipeline: pipeline_yaml.to_string(),
             check: resource.to_string(),
             vars,
         };
         let plan = stored.plan()?;
-        let json = serde_json::to_value(&stored).expect("plans serialise");
-        let id = self
-            .db
-            .create_build(team, &json, &self.config.node_name)
-            .await?;
-        let deps = self.build_deps();
-        Build::of_plan(id, team.to_string(), plan, None, deps, self.builds.clone()).start();
-        Ok(id)
+        self.start_stored(team, &stored, plan, None).await
     }
 
     /// A build by id.
