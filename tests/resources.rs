@@ -10,7 +10,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Output;
 use std::time::Duration;
 
 use common::git::{bare_repo, git, GitDaemon};
@@ -99,15 +98,6 @@ fn fleet(dir: &Path, db: &TestDb) -> Fleet {
     }
 }
 
-fn run(url: &str, dir: &Path, args: &[&str]) -> Output {
-    gantry()
-        .current_dir(dir)
-        .args(["--url", url, "run"])
-        .args(args)
-        .output()
-        .expect("gantry runs")
-}
-
 fn metric(url: &str, name: &str) -> f64 {
     let text = reqwest::blocking::get(format!("{url}/metrics"))
         .unwrap()
@@ -142,7 +132,7 @@ fn a_git_job_gets_runs_tagged_tasks_and_puts_back(db: DbKind) {
         &sum_var,
     ];
 
-    let out = run(url, dir.path(), &args);
+    let out = gantry_run(url, dir.path(), &args);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
@@ -179,7 +169,7 @@ fn a_git_job_gets_runs_tagged_tasks_and_puts_back(db: DbKind) {
     // Again: the newest version is the pushed commit, which the put's
     // implicit get fetched already: the resource cache answers, no `in` runs.
     let hits_before = metric(url, "gantry_resource_cache_hits_total");
-    let out = run(url, dir.path(), &args);
+    let out = gantry_run(url, dir.path(), &args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     // The task cache the first build wrote is there.

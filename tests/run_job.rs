@@ -100,14 +100,8 @@ jobs:
     config: {platform: linux, run: {path: echo}}
 "#;
 
-/// Runs `gantry run` in `dir` against `url`.
 fn run(url: &str, dir: &Path, args: &[&str]) -> Output {
-    gantry()
-        .current_dir(dir)
-        .args(["--url", url, "run"])
-        .args(args)
-        .output()
-        .expect("gantry runs")
+    gantry_run(url, dir, args)
 }
 
 fn text(out: &Output) -> (String, String) {
@@ -152,16 +146,7 @@ fn artifacts_flow_between_steps(url: &str, dir: &Path) {
 /// A quickstart on runc (detected, unless `GANTRY_REQUIRE_RUNC` asks for
 /// it) with the pipelines written in `dir`.
 fn start(dir: &Path, db: &TestDb) -> Server {
-    let required = std::env::var_os("GANTRY_REQUIRE_RUNC").is_some();
-    let extra: &[&str] = if required {
-        &["--backend", "runc"]
-    } else {
-        &[]
-    };
-    let server = quickstart(dir, db, extra);
-    if required {
-        assert_eq!(workers_json(&server.url)[0]["backend"], "runc");
-    }
+    let server = quickstart_runc(dir, db);
     prepare(dir);
     server
 }

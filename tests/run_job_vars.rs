@@ -106,16 +106,7 @@ fn run(url: &str, dir: &Path, job: &str) -> (Option<i32>, String, String) {
 /// A quickstart on runc (detected, unless `GANTRY_REQUIRE_RUNC` asks for
 /// it) with the pipeline written in `dir`.
 fn start(dir: &Path, db: &TestDb) -> Server {
-    let required = std::env::var_os("GANTRY_REQUIRE_RUNC").is_some();
-    let extra: &[&str] = if required {
-        &["--backend", "runc"]
-    } else {
-        &[]
-    };
-    let server = quickstart(dir, db, extra);
-    if required {
-        assert_eq!(workers_json(&server.url)[0]["backend"], "runc");
-    }
+    let server = quickstart_runc(dir, db);
     write(&dir.join("pipeline.yml"), PIPELINE);
     server
 }

@@ -221,6 +221,32 @@ pub fn wait_running(url: &str, n: usize) -> serde_json::Value {
     )
 }
 
+/// Runs `gantry run ARGS` in `dir` against `url`.
+pub fn gantry_run(url: &str, dir: &Path, args: &[&str]) -> Output {
+    gantry()
+        .current_dir(dir)
+        .args(["--url", url, "run"])
+        .args(args)
+        .output()
+        .expect("gantry runs")
+}
+
+/// A quickstart on runc (detected, unless `GANTRY_REQUIRE_RUNC` asks for
+/// it, which is then checked).
+pub fn quickstart_runc(dir: &Path, db: &TestDb) -> Server {
+    let required = std::env::var_os("GANTRY_REQUIRE_RUNC").is_some();
+    let extra: &[&str] = if required {
+        &["--backend", "runc"]
+    } else {
+        &[]
+    };
+    let server = quickstart(dir, db, extra);
+    if required {
+        assert_eq!(workers_json(&server.url)[0]["backend"], "runc");
+    }
+    server
+}
+
 /// A quickstart (web + embedded worker) on an ephemeral port.
 pub fn quickstart(dir: &Path, db: &TestDb, extra: &[&str]) -> Server {
     let mut cmd = gantry();
