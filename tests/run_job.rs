@@ -88,6 +88,27 @@ jobs:
       platform: linux
       inputs: [{name: nowhere}]
       run: {path: ls}
+    on_error:
+      task: on-error
+      config: {platform: linux, run: {path: echo, args: [on-error-ran]}}
+- name: limited
+  plan:
+  - in_parallel:
+      limit: 1
+      steps:
+      - task: first
+        config: {platform: linux, run: {path: sh, args: [-c, "sleep 0.3; echo first-done"]}}
+      - task: second
+        config: {platform: linux, run: {path: echo, args: [second-done]}}
+- name: fast-failing
+  plan:
+  - in_parallel:
+      fail_fast: true
+      steps:
+      - task: quick-fail
+        config: {platform: linux, run: {path: sh, args: [-c, "sleep 0.5; exit 1"]}}
+      - task: slow
+        config: {platform: linux, run: {path: sh, args: [-c, "sleep 60; echo slow-done"]}}
 "#;
 
 const GET: &str = r#"
@@ -229,6 +250,46 @@ fn failures_hooks_try_and_attempts() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
     assert!(stderr.contains("input \"nowhere\""), "{stderr}");
+    // ... and runs its on_error hook.
+    assert_eq!(stdout, "on-error-ran\n", "{stderr}");
+
+    // `in_parallel` with `limit: 1`: the second starts once the first ended.
+    let out = run(
+        url,
+        dir.path(),
+        &[&["-p", "pipeline.yml", "-j", "limited"][..], &vars].concat(),
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "first-done\nsecond-done\n", "{stderr}");
+    let at = |line: &str| {
+        stderr
+            .find(line)
+            .unwrap_or_else(|| panic!("{line:?} in {stderr}"))
+    };
+    assert!(
+        at("step first: succeeded") < at("step second: started"),
+        "{stderr}"
+    );
+
+    // `fail_fast`: the first failure stops the other at once; exit 1.
+    let started = std::time::Instant::now();
+    let out = run(
+        url,
+        dir.path(),
+        &[&["-p", "pipeline.yml", "-j", "fast-failing"][..], &vars].concat(),
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("slow-done"), "{stdout}");
+    assert!(
+        stderr.contains("step quick-fail: failed (exit status 1)"),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "the slow task was not stopped: {stderr}"
+    );
 }
 
 #[test]
