@@ -81,6 +81,11 @@ jobs:
       config:
         platform: linux
         run: {path: echo, args: [on-abort-ran]}
+    ensure:
+      task: ensured
+      config:
+        platform: linux
+        run: {path: echo, args: [ensure-ran-after-abort]}
 - name: missing-input
   plan:
   - task: lonely
@@ -318,9 +323,11 @@ fn aborting_a_job_build_runs_its_on_abort_and_exits_3() {
     assert_eq!(status.code(), Some(3), "{stderr}");
     assert_eq!(
         std::fs::read_to_string(&out_file).unwrap(),
-        "ready\ngot-term\non-abort-ran\n",
+        "ready\ngot-term\non-abort-ran\nensure-ran-after-abort\n",
         "{stderr}"
     );
+    // Nothing is left running: every container (and volume) is gone.
+    wait_no_handles(&server.url, Duration::from_secs(30));
 }
 
 #[test]
