@@ -286,7 +286,7 @@ fn across(r: &mut Reader, v: &Value, m: &Mapping, at: &str) -> Option<Across> {
         let max_in_flight = match vm.get("max_in_flight") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) if s == "all" => Some(MaxInFlight::All),
-            Some(v) if r.deferred(v) => None,
+            Some(v) if r.deferred_typed(v, &join(&at_var, "max_in_flight")) => None,
             Some(Value::Number(_)) => r
                 .positive(vm, "max_in_flight", &at_var)
                 .map(MaxInFlight::Limit),
@@ -496,15 +496,15 @@ fn holds_vars(v: &Value) -> bool {
 
 fn limits(r: &mut Reader, m: &Mapping, at: &str) -> Option<Limits> {
     let v = m.get("container_limits").filter(|v| !v.is_null())?;
-    if r.deferred(v) {
+    let at = join(at, "container_limits");
+    if r.deferred_typed(v, &at) {
         return None;
     }
-    let at = join(at, "container_limits");
     let lm = r.mapping(v, &at, "container_limits", &["cpu", "memory"])?;
     // Read as a task config reads them, so the two never disagree.
     let mut field = |key: &str, read: fn(&Value) -> Result<u64, String>| match lm.get(key) {
         None | Some(Value::Null) => None,
-        Some(v) if r.deferred(v) => None,
+        Some(v) if r.deferred_typed(v, &join(&at, key)) => None,
         Some(v) => read(v).map_err(|e| r.problem(&join(&at, key), e)).ok(),
     };
     let cpu = field("cpu", cpu_shares);
@@ -518,7 +518,7 @@ fn version(r: &mut Reader, m: &Mapping, at: &str) -> Option<VersionSpec> {
     match v {
         Value::String(s) if s == "latest" => Some(VersionSpec::Latest),
         Value::String(s) if s == "every" => Some(VersionSpec::Every),
-        v if r.deferred(v) => None,
+        v if r.deferred_typed(v, &at) => None,
         Value::Mapping(fields) => {
             let mut pinned = BTreeMap::new();
             for (k, val) in fields {
@@ -556,7 +556,7 @@ fn put_inputs(r: &mut Reader, m: &Mapping, at: &str) -> Option<PutInputs> {
     match v {
         Value::String(s) if s == "all" => Some(PutInputs::All),
         Value::String(s) if s == "detect" => Some(PutInputs::Detect),
-        v if r.deferred(v) => None,
+        v if r.deferred_typed(v, &join(at, "inputs")) => None,
         Value::Sequence(_) => Some(PutInputs::Listed(
             r.strings(m, "inputs", at)
                 .into_iter()

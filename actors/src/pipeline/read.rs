@@ -70,6 +70,30 @@ impl Reader {
                     .any(|(_, body)| VarRef::parse(body).is_ok_and(|r| r.is_local())))
     }
 
+    /// [`Self::deferred`] for a typed field (a boolean, a number, a list, a
+    /// mapping): one held wholly by a build-local var (`((.:name))`) is a
+    /// problem at `at`, since those are filled only inside strings when the
+    /// step runs and the field would be lost.
+    pub fn deferred_typed(&mut self, v: &Value, at: &str) -> bool {
+        if !self.deferred(v) {
+            return false;
+        }
+        let Value::String(s) = v else { return true };
+        let local = find_vars(s)
+            .iter()
+            .any(|(_, body)| VarRef::parse(body).is_ok_and(|r| r.is_local()));
+        if local {
+            self.problem(
+                at,
+                format!(
+                    "{s:?}: a build-local var cannot stand for this whole field yet \
+                     (Gantry fills them inside strings when the step runs)"
+                ),
+            );
+        }
+        true
+    }
+
     /// A mapping, with its unknown keys reported (`what` names the thing
     /// for the message, e.g. "a resource").
     pub fn mapping<'a>(
@@ -145,7 +169,7 @@ impl Reader {
         match m.get(key) {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
-            Some(v) if self.deferred(v) => false,
+            Some(v) if self.deferred_typed(v, &join(at, key)) => false,
             Some(v) => {
                 self.problem(
                     &join(at, key),
@@ -161,7 +185,7 @@ impl Reader {
         match m.get(key) {
             None | Some(Value::Null) => None,
             Some(Value::Number(n)) if n.as_i64().is_some() => n.as_i64(),
-            Some(v) if self.deferred(v) => None,
+            Some(v) if self.deferred_typed(v, &join(at, key)) => None,
             Some(v) => {
                 self.problem(
                     &join(at, key),
@@ -202,7 +226,7 @@ impl Reader {
         let items = match m.get(key) {
             None | Some(Value::Null) => return Vec::new(),
             Some(Value::Sequence(s)) => s,
-            Some(v) if self.deferred(v) => return Vec::new(),
+            Some(v) if self.deferred_typed(v, &at) => return Vec::new(),
             Some(v) => {
                 self.problem(
                     &at,
@@ -233,7 +257,7 @@ impl Reader {
                     }
                 })
                 .collect(),
-            Some(v) if self.deferred(v) => Params::new(),
+            Some(v) if self.deferred_typed(v, &at) => Params::new(),
             Some(v) => {
                 self.problem(&at, format!("must be a mapping, not {}", kind_of(v)));
                 Params::new()

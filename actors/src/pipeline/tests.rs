@@ -376,3 +376,31 @@ fn job_globs_follow_go_path_match() {
     assert!(glob_match("\\*", "*"));
     assert!(!glob_match("build", "build-2"));
 }
+
+#[test]
+fn a_local_var_standing_for_a_whole_typed_field_is_refused_not_lost() {
+    let job = |step: &str| {
+        format!("jobs:\n- name: j\n  plan:\n  - load_var: v\n    file: a/f\n  - {step}\n")
+    };
+    for (step, at) in [
+        ("{task: t, file: a/t.yml, params: ((.:p))}", "params"),
+        ("{task: t, file: a/t.yml, attempts: ((.:n))}", "attempts"),
+        ("{task: t, file: a/t.yml, tags: ((.:tags))}", "tags"),
+    ] {
+        let problems = Pipeline::load(&job(step), &Vars::new())
+            .unwrap_err()
+            .join("\n");
+        assert!(
+            problems.contains(at)
+                && problems.contains("a build-local var cannot stand for this whole field"),
+            "{step}: {problems}"
+        );
+    }
+    // Inside strings, and as across values, they are filled when the step runs.
+    for step in [
+        "{task: t, file: a/t.yml, params: {P: ((.:p))}}",
+        "{task: t, file: a/t.yml, across: [{var: x, values: ((.:list))}]}",
+    ] {
+        assert!(Pipeline::load(&job(step), &Vars::new()).is_ok(), "{step}");
+    }
+}
