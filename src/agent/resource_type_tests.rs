@@ -191,3 +191,28 @@ async fn the_local_backend_offers_no_resource_types_and_refuses_them() {
     assert!(err.contains("\"mock\"") && err.contains("none"), "{err}");
     agent.stop().await;
 }
+
+#[actix_rt::test]
+async fn bwrap_containers_mount_a_resource_type_too() {
+    if !can_run_isolated(&["/usr/bin/bwrap", "/usr/bin/jq"]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let agent = start_worker(config(work.path(), "bwrap")).await.unwrap();
+    assert!(agent
+        .registration()
+        .resource_types
+        .contains(&"mock".to_string()));
+    let worker = worker(&agent);
+    let ch = uuid();
+    let mut spec = container_spec(&ch, RootfsSpec::Default, vec![]);
+    spec.resource_type = Some("mock".into());
+    let container = worker.find_or_create_container(&spec).await.unwrap();
+    let request = r#"{"source":{"initial_version":"v1"}}"#;
+    let (out, err, status) =
+        run_with_stdin(&*container, "c1", "/opt/resource/check", request).await;
+    assert_eq!(status, 0, "stderr: {err}");
+    assert_eq!(out.trim(), r#"[{"version":"v1"}]"#);
+    worker.destroy_container(&ch).await.unwrap();
+    agent.stop().await;
+}
