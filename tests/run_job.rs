@@ -316,11 +316,19 @@ fn aborting_a_job_build_runs_its_on_abort_and_exits_3() {
             .then_some(())
     });
     let build = run_build(&dir.path().join("long.err")).expect("build: N");
+    let aborted = std::time::Instant::now();
     let out = client(&server.url, &["abort-build", "-b", &build.to_string()]);
     assert!(out.status.success(), "{}", text(&out).1);
     let status = wait_child(&mut child, Duration::from_secs(30));
+    // The bound: a job that stops on SIGTERM ends aborted, its
+    // hooks run, within 5 s of the abort.
+    let took = aborted.elapsed();
     let stderr = std::fs::read_to_string(dir.path().join("long.err")).unwrap();
     assert_eq!(status.code(), Some(3), "{stderr}");
+    assert!(
+        took < Duration::from_secs(5),
+        "aborting took {took:?}: {stderr}"
+    );
     assert_eq!(
         std::fs::read_to_string(&out_file).unwrap(),
         "ready\ngot-term\non-abort-ran\nensure-ran-after-abort\n",

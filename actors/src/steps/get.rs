@@ -86,7 +86,10 @@ impl Step for GetStep {
     }
 
     fn worker_request(&self) -> StepRequest {
-        resource_request(&self.config, &self.tags, false)
+        let mut request = resource_request(&self.config, &self.tags, false);
+        // `check` (for the newest version), then `in`.
+        request.need.containers = 2;
+        request
     }
 
     async fn run(&self, ctx: &mut StepContext) -> Result<StepEnd, EngineError> {
