@@ -103,8 +103,15 @@ fn cases() -> Vec<Case> {
             stderr: &["step my-resource: put my-resource {\"version\":\"some-pushed-version\"}"],
             ..case("resource-types.yml", "resource-putter", 0)
         },
-        case("resource-types.yml", "resource-image-resourcer", 0),
-        case("resource-types.yml", "resource-imager", 0),
+        // The image's metadata.json env reaches the task: its version.
+        Case {
+            stdout: &["MIRRORED_VERSION=image-version"],
+            ..case("resource-types.yml", "resource-image-resourcer", 0)
+        },
+        Case {
+            stdout: &["MIRRORED_VERSION=testflight-hash"],
+            ..case("resource-types.yml", "resource-imager", 0)
+        },
         Case {
             stdout: &["attempts: 3; success!"],
             ..case("retry.yml", "retry-job", 0)

@@ -89,9 +89,10 @@ pub struct Resource<'a> {
     pub image: &'a TypeImage,
 }
 
-/// Stores and shows what a resource's script answered.
+/// Stores and shows what a resource's script answered (a `resource` event
+/// of the step).
 #[allow(clippy::too_many_arguments)]
-async fn tell(
+pub async fn tell(
     ctx: &StepContext,
     resource: &str,
     action: &str,
@@ -205,9 +206,8 @@ pub async fn get(
         });
     }
     ResourceStats::count(&ctx.resource_stats().cache_misses);
-    let volume = run_in(ctx, r, version, params).await?;
-    let (answer_version, metadata) = volume.1;
-    let body = volume.0.stream_out(".", ctx.encoding()).await?;
+    let (volume, (answer_version, metadata)) = run_in(ctx, r, version, params).await?;
+    let body = volume.stream_out(".", ctx.encoding()).await?;
     let kept = keep(ctx, body, ctx.encoding(), ArtifactKind::Files, r.name).await?;
     let row = ResourceCacheRow {
         artifact_id: kept,
@@ -353,7 +353,7 @@ pub async fn fetch_image(
     if let Some(hit) = cached(ctx, &key).await? {
         ResourceStats::count(&ctx.resource_stats().cache_hits);
         tell(ctx, name, "image", &hit.version, &hit.metadata, true, None).await?;
-        return Ok(image_of(&hit, config));
+        return Ok(image_of(&hit, Some(config.type_.base())));
     }
     ResourceStats::count(&ctx.resource_stats().cache_misses);
     let (volume, (version, metadata)) = run_in(ctx, &r, &version, params).await?;
@@ -369,7 +369,7 @@ pub async fn fetch_image(
         row.worker.as_deref(),
     )
     .await?;
-    Ok(image_of(&row, config))
+    Ok(image_of(&row, Some(config.type_.base())))
 }
 
 /// Keeps the image a volume holds (as a resource's `in` writes it: the
@@ -416,27 +416,24 @@ pub async fn image_of_artifact(
     artifact: &str,
 ) -> Result<FetchedImage, EngineError> {
     let key = format!("artifact-image:{artifact}");
-    let none = ResourceConfig::base("", Value::Null);
     if let Some(hit) = cached(ctx, &key).await? {
-        let mut image = image_of(&hit, &none);
-        image.mirror_of = None;
-        return Ok(image);
+        return Ok(image_of(&hit, None));
     }
     let volume = ctx.create_volume(&format!("image:{name}")).await?;
     ctx.stream_input(name, artifact, &volume).await?;
     let row = keep_image(ctx, name, volume.as_ref(), json!({}), json!([])).await?;
     let row = ctx.db().save_resource_cache(ctx.team(), &key, &row).await?;
-    let mut image = image_of(&row, &none);
-    image.mirror_of = None;
-    Ok(image)
+    Ok(image_of(&row, None))
 }
 
-/// The image a cache row holds, fetched with `config`'s type.
-fn image_of(row: &ResourceCacheRow, config: &ResourceConfig) -> FetchedImage {
+/// The image a cache row holds; `fetched_by`: the base type whose `in`
+/// fetched it, which a mirrored default image runs the scripts of (none: an
+/// image whose type is not known, a task's `image:`).
+fn image_of(row: &ResourceCacheRow, fetched_by: Option<&str>) -> FetchedImage {
     let mirrored = row.artifact_id == DEFAULT_IMAGE;
     FetchedImage {
         artifact: (!mirrored).then(|| row.artifact_id.clone()),
-        mirror_of: mirrored.then(|| config.type_.base().to_string()),
+        mirror_of: fetched_by.filter(|_| mirrored).map(str::to_string),
         env: row.image_env.clone().unwrap_or_default(),
         user: row.image_user.clone().filter(|u| !u.is_empty()),
     }

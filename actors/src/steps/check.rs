@@ -8,7 +8,7 @@ use crate::error::EngineError;
 use crate::resources::fetch::{self, Halt, Resource};
 use crate::resources::ResourceConfig;
 use crate::scheduler::StepRequest;
-use crate::steps::get::{guarded, resource_request};
+use crate::steps::resource_step::{guarded, resource_request};
 use crate::steps::{Step, StepContext, StepEnd};
 
 /// A check step.

@@ -22,6 +22,7 @@ pub mod load_var;
 mod local_vars;
 pub mod process;
 pub mod put;
+mod resource_step;
 mod signals;
 mod step;
 pub mod task;

@@ -14,7 +14,7 @@ use crate::resources::script::{fetch_answer, run_script, Script, ScriptEnd};
 use crate::resources::{ResourceConfig, ResourceStats};
 use crate::scheduler::StepRequest;
 use crate::spec::MountSpec;
-use crate::steps::get::{guarded, produce, resource_request};
+use crate::steps::resource_step::{guarded, produce, resource_request};
 use crate::steps::{Step, StepContext, StepEnd};
 
 /// Which of the build's artifacts a put sees (`inputs`).
@@ -112,16 +112,15 @@ impl PutStep {
             )
             .await?;
         let worker = ctx.worker().name().to_string();
-        ctx.emit(&crate::events::BuildEvent::Resource {
-            step: self.name.clone(),
-            resource: self.resource.clone(),
-            action: "put".into(),
-            version: version.clone(),
-            metadata,
-            cached: false,
-            worker: Some(worker),
-            time: crate::db::now_ms(),
-        })
+        fetch::tell(
+            ctx,
+            &self.resource,
+            "put",
+            &version,
+            &metadata,
+            false,
+            Some(&worker),
+        )
         .await?;
         if self.no_get {
             return Ok(StepEnd::Exited(0));

@@ -1,0 +1,59 @@
+//! What the resource steps (`get`, `put`, check) share: their worker
+//! request, running their work under the build's stop signal and the
+//! worker's watch, and producing an artifact of the build.
+
+use crate::error::EngineError;
+use crate::events::BuildEvent;
+use crate::placement::Load;
+use crate::resources::fetch::Halt;
+use crate::resources::ResourceConfig;
+use crate::scheduler::StepRequest;
+use crate::steps::{StepContext, StepEnd};
+
+/// What a resource step needs of a worker: its base type, its tags.
+pub fn resource_request(config: &ResourceConfig, tags: &[String], is_check: bool) -> StepRequest {
+    StepRequest {
+        platform: "linux".into(),
+        tags: tags.to_vec(),
+        is_check,
+        resource_type: Some(config.type_.base().to_string()),
+        need: Load {
+            tasks: 0,
+            containers: 1,
+            volumes: 1,
+        },
+        ..StepRequest::default()
+    }
+}
+
+/// Runs `body` (a resource step's work on `ctx`, whose stop signal and
+/// worker watch are given) until it ends, the build stops or the worker is
+/// lost; a stop destroys the script's container with the step.
+pub async fn guarded<F>(
+    mut stop: crate::steps::Stop,
+    mut watch: crate::steps::WorkerWatch,
+    body: F,
+) -> Result<StepEnd, EngineError>
+where
+    F: std::future::Future<Output = Result<StepEnd, Halt>>,
+{
+    tokio::select! {
+        end = body => match end {
+            Ok(end) => Ok(end),
+            Err(halt) => halt.into_end(),
+        },
+        _ = stop.requested() => Ok(StepEnd::Stopped),
+        lost = watch.lost("the resource step ran") => Err(lost),
+    }
+}
+
+/// Makes `artifact` the build's artifact `name` and tells it.
+pub async fn produce(ctx: &StepContext, name: &str, artifact: &str) -> Result<(), EngineError> {
+    ctx.named_artifacts().set(name, artifact);
+    ctx.emit(&BuildEvent::Output {
+        name: name.to_string(),
+        artifact_id: artifact.to_string(),
+        time: crate::db::now_ms(),
+    })
+    .await
+}
