@@ -254,6 +254,42 @@ impl StepContext {
         Ok(volume)
     }
 
+    /// Creates an empty volume on the step's worker that belongs to no
+    /// build (kept for later steps: an image, a task cache), so no build's
+    /// cleanup destroys it. Its row (`creating`, with `role`) is written
+    /// before the worker is asked and removed again if the worker refuses;
+    /// the caller marks it `created` once it holds what it should.
+    pub(super) async fn create_unowned_volume(
+        &self,
+        role: Option<&str>,
+        properties: BTreeMap<String, String>,
+    ) -> Result<Arc<dyn Volume>, EngineError> {
+        let db = &self.scope.db;
+        let handle = uuid::Uuid::new_v4().to_string();
+        db.insert_handle(
+            HandleKind::Volume,
+            &handle,
+            self.worker.name(),
+            None,
+            role,
+            &self.scope.team,
+        )
+        .await?;
+        let spec = VolumeSpec {
+            handle: handle.clone(),
+            strategy: VolumeStrategy::Empty,
+            privileged: false,
+            properties,
+        };
+        match self.worker.create_volume(&spec).await {
+            Ok(volume) => Ok(volume),
+            Err(e) => {
+                let _ = db.delete_handle(HandleKind::Volume, &handle).await;
+                Err(e.into())
+            }
+        }
+    }
+
     /// Creates the step's container from the spec `spec` returns for the
     /// handle chosen here; the `build` and `step` properties are added.
     pub async fn create_container(

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::db::HandleKind;
 use crate::error::EngineError;
 use crate::scheduler::ArtifactLocality;
-use crate::spec::{VolumeSpec, VolumeStrategy};
+
 use crate::state::HandleState;
 use crate::steps::StepContext;
 
@@ -45,25 +45,11 @@ impl StepContext {
             // The worker lost it (e.g. a new disk): forget the row, import again.
             db.delete_handle(HandleKind::Volume, &handle).await?;
         }
-        let handle = uuid::Uuid::new_v4().to_string();
-        db.insert_handle(
-            HandleKind::Volume,
-            &handle,
-            worker.name(),
-            None,
-            None,
-            &self.scope.team,
-        )
-        .await?;
-        db.set_volume_artifact(&handle, artifact).await?;
-        let spec = VolumeSpec {
-            handle: handle.clone(),
-            strategy: VolumeStrategy::Empty,
-            privileged: false,
-            properties: BTreeMap::from([("image".to_string(), artifact.to_string())]),
-        };
+        let properties = BTreeMap::from([("image".to_string(), artifact.to_string())]);
+        let volume = self.create_unowned_volume(None, properties).await?;
+        let handle = volume.handle().to_string();
         let imported = async {
-            let volume = worker.create_volume(&spec).await?;
+            db.set_volume_artifact(&handle, artifact).await?;
             let body = self.scope.artifacts.open(None, artifact, encoding).await?;
             volume
                 .import_image(encoding, body)

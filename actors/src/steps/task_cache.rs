@@ -24,7 +24,7 @@ use crate::db::{now_ms, HandleKind, TaskCacheKey, TaskCacheRow};
 use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::runtime::Volume;
-use crate::spec::{VolumeSpec, VolumeStrategy};
+
 use crate::state::HandleState;
 use crate::steps::{JobRef, StepContext};
 use crate::task_config::TaskCache;
@@ -178,37 +178,18 @@ impl StepContext {
         &self,
         key: &TaskCacheKey,
     ) -> Result<Arc<dyn Volume>, EngineError> {
-        let db = &self.scope.db;
-        let handle = uuid::Uuid::new_v4().to_string();
-        db.insert_handle(
-            HandleKind::Volume,
-            &handle,
-            self.worker.name(),
-            None,
-            Some(&cache_role(&key.path)),
-            &self.scope.team,
-        )
-        .await?;
-        let spec = VolumeSpec {
-            handle: handle.clone(),
-            strategy: VolumeStrategy::Empty,
-            privileged: false,
-            properties: BTreeMap::from([(
-                "task-cache".to_string(),
-                format!("{}/{}/{}/{}", key.pipeline, key.job, key.step, key.path),
-            )]),
-        };
-        match self.worker.create_volume(&spec).await {
-            Ok(volume) => {
-                db.set_handle_state(HandleKind::Volume, &handle, HandleState::Created)
-                    .await?;
-                Ok(volume)
-            }
-            Err(e) => {
-                let _ = db.delete_handle(HandleKind::Volume, &handle).await;
-                Err(e.into())
-            }
-        }
+        let properties = BTreeMap::from([(
+            "task-cache".to_string(),
+            format!("{}/{}/{}/{}", key.pipeline, key.job, key.step, key.path),
+        )]);
+        let volume = self
+            .create_unowned_volume(Some(&cache_role(&key.path)), properties)
+            .await?;
+        self.scope
+            .db
+            .set_handle_state(HandleKind::Volume, volume.handle(), HandleState::Created)
+            .await?;
+        Ok(volume)
     }
 
     /// Destroys a cache volume no longer recorded as a cache; a failure
