@@ -40,12 +40,15 @@ async fn read_until(rx: &mut mpsc::Receiver<ProcessOutput>, seen: &mut String, n
 
 /// Runs an interactive shell script on a TTY: it reports its window
 /// size, waits for a line, reports the size again (after the test
-/// resized it) and exits 3.
+/// resized it) and exits 3. Under runc the new size reaches the inner
+/// terminal when runc handles its SIGWINCH, which may come after the line:
+/// the script waits (at most 5 s) for the size to change before it tells.
 async fn tty_round_trip(container: &dyn Container, id: &str) {
     let mut spec = process(
         id,
         "[ -t 0 ] && echo on-a-tty; echo \"size $(stty size)\"; read line; \
-         echo \"size $(stty size)\"; echo \"got $line $TERM\"; exit 3",
+         i=0; while [ $i -lt 50 ]; do s=$(stty size); [ \"$s\" != '24 80' ] && break; sleep 0.1; i=$((i+1)); done; \
+         echo \"size $s\"; echo \"got $line $TERM\"; exit 3",
         None,
     );
     spec.tty = Some(WindowSize {
