@@ -65,6 +65,89 @@ pub struct WebConfig {
     /// This web node's name, stable across restarts (several web nodes may
     /// share a PostgreSQL database); default `HOSTNAME:PORT`.
     pub node_name: Option<String>,
+    /// How artifacts move between workers (`[web.streaming]`).
+    pub streaming: StreamingConfig,
+}
+
+/// How artifacts move between workers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StreamingConfig {
+    /// `p2p` (default: the destination worker pulls from the source with a
+    /// signed, short-lived URL) or `relay` (through the web node).
+    pub mode: String,
+    /// Most concurrent streams out of one worker; more wait in order. Default 4.
+    pub max_streams_out: usize,
+    /// Most concurrent streams into one worker; more wait in order. Default 4.
+    pub max_streams_in: usize,
+    /// Seconds a signed stream URL is accepted. Default 60.
+    pub url_ttl_secs: u64,
+    /// Per-link modes, the first match winning: `{ from = "w1", to = "*",
+    /// mode = "relay" }` (`*` matches any worker).
+    pub links: Vec<StreamLink>,
+}
+
+/// The mode of the streams from one worker to another.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamLink {
+    /// Source worker, or `*`.
+    pub from: String,
+    /// Destination worker, or `*`.
+    pub to: String,
+    /// `p2p` or `relay`.
+    pub mode: String,
+}
+
+impl Default for StreamingConfig {
+    fn default() -> Self {
+        StreamingConfig {
+            mode: "p2p".into(),
+            max_streams_out: gantry_actors::streaming::DEFAULT_MAX_STREAMS,
+            max_streams_in: gantry_actors::streaming::DEFAULT_MAX_STREAMS,
+            url_ttl_secs: gantry_actors::streaming::DEFAULT_URL_TTL.as_secs(),
+            links: Vec::new(),
+        }
+    }
+}
+
+impl StreamingConfig {
+    /// The engine's streaming settings, streams encoded with `encoding`;
+    /// an unknown mode or a cap of 0 is an error naming it.
+    pub fn parse(
+        &self,
+        encoding: gantry_actors::spec::Encoding,
+    ) -> anyhow::Result<gantry_actors::streaming::StreamConfig> {
+        use gantry_actors::streaming::{LinkRule, StreamConfig, StreamMode};
+        let mode = |m: &str, what: &str| {
+            StreamMode::parse(m).map_err(|e| anyhow::anyhow!("streaming {what}: {e}"))
+        };
+        if self.max_streams_out == 0 || self.max_streams_in == 0 {
+            anyhow::bail!("streaming: max_streams_out and max_streams_in must be at least 1");
+        }
+        if self.url_ttl_secs == 0 {
+            anyhow::bail!("streaming: url_ttl_secs must be at least 1");
+        }
+        let links = self
+            .links
+            .iter()
+            .map(|l| {
+                Ok(LinkRule {
+                    from: l.from.clone(),
+                    to: l.to.clone(),
+                    mode: mode(&l.mode, &format!("link {} -> {}", l.from, l.to))?,
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(StreamConfig {
+            mode: mode(&self.mode, "mode")?,
+            links,
+            encoding,
+            max_out: self.max_streams_out,
+            max_in: self.max_streams_in,
+            url_ttl: std::time::Duration::from_secs(self.url_ttl_secs),
+        })
+    }
 }
 
 /// Placement strategy chains, each a list of strategy names: the first is the
@@ -132,6 +215,7 @@ impl Default for WebConfig {
             admin_token: None,
             teams: Default::default(),
             node_name: None,
+            streaming: StreamingConfig::default(),
         }
     }
 }

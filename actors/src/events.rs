@@ -65,6 +65,32 @@ pub enum BuildEvent {
         /// Unix ms.
         time: i64,
     },
+    /// One artifact moved to a step's worker: from the web node's store,
+    /// or from the worker holding it, directly (`p2p`) or through the web
+    /// node (`relay`).
+    Transfer {
+        /// Step name (of the step that asked first, when several wait for
+        /// one transfer).
+        step: String,
+        /// The artifact's name in the build (the input's).
+        name: String,
+        /// The artifact id.
+        artifact: String,
+        /// Where it came from: a worker's name, or `web` (the store).
+        from: String,
+        /// The worker it went to.
+        to: String,
+        /// `p2p`, `relay` or `web`.
+        path: String,
+        /// The stream's encoding.
+        encoding: String,
+        /// Bytes on the wire.
+        bytes: u64,
+        /// Seconds the stream took (after its slots were free).
+        seconds: f64,
+        /// Unix ms.
+        time: i64,
+    },
     /// A task output was kept as an artifact.
     Output {
         /// Output name.

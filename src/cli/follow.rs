@@ -178,6 +178,27 @@ pub async fn follow(client: &ApiClient, build_id: i64, lines: StepLines) -> anyh
                 } if lines == StepLines::Told => {
                     eprintln!("step {step}: streamed {what} ({bytes} bytes)")
                 }
+                BuildEvent::Transfer {
+                    step,
+                    name,
+                    artifact,
+                    from,
+                    to,
+                    path,
+                    encoding,
+                    bytes,
+                    seconds,
+                    ..
+                } if lines == StepLines::Told => {
+                    let from = if from == "web" {
+                        "the web node".to_string()
+                    } else {
+                        format!("worker {from}")
+                    };
+                    eprintln!(
+                        "step {step}: streamed {name} (artifact {artifact}) from {from} to worker {to} ({path}, {encoding}, {bytes} bytes in {seconds:.2} s)"
+                    )
+                }
                 BuildEvent::Resource {
                     step,
                     resource,

@@ -69,6 +69,16 @@ pub struct WebFlags {
     /// Largest artifact accepted, in bytes (upload or task output).
     #[arg(long, env = "GANTRY_MAX_ARTIFACT_BYTES")]
     pub max_artifact_bytes: Option<u64>,
+    /// How artifacts move between workers: `p2p` (the destination pulls
+    /// from the source) or `relay` (through the web node).
+    #[arg(long, env = "GANTRY_STREAM_MODE")]
+    pub stream_mode: Option<String>,
+    /// Most concurrent streams out of one worker; more wait in order.
+    #[arg(long, env = "GANTRY_MAX_STREAMS_OUT")]
+    pub max_streams_out: Option<usize>,
+    /// Most concurrent streams into one worker; more wait in order.
+    #[arg(long, env = "GANTRY_MAX_STREAMS_IN")]
+    pub max_streams_in: Option<usize>,
 }
 
 /// Flags of a worker (override the config file and `GANTRY_WORKER_*` variables).

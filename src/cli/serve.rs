@@ -49,6 +49,15 @@ fn apply_web(mut cfg: WebConfig, f: WebFlags) -> WebConfig {
     if let Some(v) = f.max_artifact_bytes {
         cfg.max_artifact_bytes = v;
     }
+    if let Some(v) = f.stream_mode {
+        cfg.streaming.mode = v;
+    }
+    if let Some(v) = f.max_streams_out {
+        cfg.streaming.max_streams_out = v;
+    }
+    if let Some(v) = f.max_streams_in {
+        cfg.streaming.max_streams_in = v;
+    }
     cfg
 }
 

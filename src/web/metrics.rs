@@ -113,6 +113,7 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
             let _ = writeln!(out, "{metric}{{job=\"{}\"}} {}", j.name, figure(j));
         }
     }
+    super::metrics_streams::write(&mut out, state.engine.streams());
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(out))

@@ -9,6 +9,7 @@ pub mod artifact_files;
 pub mod auth;
 mod error;
 mod metrics;
+mod metrics_streams;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -101,7 +102,7 @@ pub async fn start_web(
                 .map(std::time::Duration::from_secs),
         },
         rerun_when_worker_disappears: cfg.rerun_when_worker_disappears,
-        encoding,
+        streaming: cfg.streaming.parse(encoding)?,
     };
     for team in cfg.teams.keys() {
         db.ensure_team(team).await?;

@@ -51,6 +51,8 @@ pub struct BuildDeps {
     pub jobs: crate::background::Jobs,
     /// Counters of resource work, for `/metrics`.
     pub resources: Arc<crate::resources::ResourceStats>,
+    /// Moves artifacts to the workers that need them.
+    pub streams: crate::streaming::Streams,
 }
 
 /// Asks a running build to stop. A second one also stops the hooks that run
@@ -205,6 +207,7 @@ impl Actor for Build {
                 Some(resume) => run.resume(&plan, resume).await,
                 None => run.run(&plan).await,
             };
+            run.release_artifact_volumes().await;
             run.conclude(outcome).await;
         }
         .into_actor(self)
@@ -275,6 +278,7 @@ impl BuildRun {
             resources: self.deps.resources.clone(),
             job: self.job.clone(),
             locals: self.locals.clone(),
+            streams: self.deps.streams.clone(),
         }
     }
 

@@ -116,3 +116,61 @@ impl Db {
         Ok(())
     }
 }
+
+impl Db {
+    /// Records an artifact that only volumes on workers hold (a job build's
+    /// task output): not in the web node's store.
+    pub async fn insert_worker_artifact(
+        &self,
+        id: &str,
+        team: &str,
+        name: Option<&str>,
+        build_id: Option<i64>,
+    ) -> Result<(), EngineError> {
+        sqlx::query(
+            "INSERT INTO artifacts (id, team, name, build_id, size_bytes, created_at, in_store) VALUES ($1, $2, $3, $4, 0, $5, 0)",
+        )
+        .bind(id)
+        .bind(team)
+        .bind(name)
+        .bind(build_id)
+        .bind(now_ms())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Whether the web node's store holds artifact `id` (an artifact that
+    /// is not recorded answers `true`: the store says whether it has it).
+    pub async fn artifact_in_store(&self, id: &str) -> Result<bool, EngineError> {
+        let row: Option<(i64,)> = sqlx::query_as("SELECT in_store FROM artifacts WHERE id = $1")
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(row.is_none_or(|r| r.0 != 0))
+    }
+
+    /// Records the size of an artifact held on workers, once measured.
+    pub async fn set_artifact_size(&self, id: &str, size_bytes: i64) -> Result<(), EngineError> {
+        sqlx::query("UPDATE artifacts SET size_bytes = $1 WHERE id = $2")
+            .bind(size_bytes)
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+}
+
+impl Db {
+    /// One artifact, whatever its team.
+    pub async fn get_artifact_any_team(&self, id: &str) -> Result<Option<ArtifactRow>, EngineError> {
+        let row: Option<(String,)> = sqlx::query_as("SELECT team FROM artifacts WHERE id = $1")
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
+        match row {
+            Some((team,)) => self.get_artifact(&team, id).await,
+            None => Ok(None),
+        }
+    }
+}

@@ -250,3 +250,57 @@ impl Db {
         Ok(row.map(|r| r.0))
     }
 }
+
+/// A volume holding a copy of an artifact on a worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArtifactCopy {
+    /// The worker holding it.
+    pub worker: String,
+    /// The volume's handle.
+    pub volume: String,
+}
+
+impl Db {
+    /// The `created` volumes of build `build` holding `artifact`, oldest
+    /// first: where a later step of the build can get it from.
+    pub async fn artifact_copies(
+        &self,
+        artifact: &str,
+        build: i64,
+    ) -> Result<Vec<ArtifactCopy>, EngineError> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT worker, handle FROM volumes WHERE artifact_id = $1 AND build_id = $2 AND state = $3 ORDER BY created_at, handle",
+        )
+        .bind(artifact)
+        .bind(build)
+        .bind(HandleState::Created.as_str())
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(worker, volume)| ArtifactCopy { worker, volume })
+            .collect())
+    }
+}
+
+impl Db {
+    /// The volumes of build `build` holding its artifacts (task outputs and
+    /// copies streamed to other workers), newest first: what goes when the
+    /// build ends. Each with its worker and artifact.
+    pub async fn build_artifact_volumes(
+        &self,
+        build: i64,
+    ) -> Result<Vec<(ArtifactCopy, String)>, EngineError> {
+        let rows: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT worker, handle, artifact_id FROM volumes WHERE build_id = $1 AND artifact_id IS NOT NULL AND state <> $2 ORDER BY created_at DESC, sequence DESC",
+        )
+        .bind(build)
+        .bind(HandleState::Destroying.as_str())
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(worker, volume, artifact)| (ArtifactCopy { worker, volume }, artifact))
+            .collect())
+    }
+}

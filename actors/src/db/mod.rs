@@ -11,7 +11,7 @@ mod workers;
 
 pub use artifacts::ArtifactRow;
 pub use builds::{BuildRow, BuildStatus};
-pub use handles::{HandleKind, HandleRow};
+pub use handles::{ArtifactCopy, HandleKind, HandleRow};
 pub use resources::{ResourceCacheRow, VersionRow};
 pub use task_caches::{TaskCacheKey, TaskCacheRow};
 pub use workers::WorkerRow;

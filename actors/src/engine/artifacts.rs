@@ -27,6 +27,6 @@ impl Engine {
 
     /// A team's artifact as a plain tar stream.
     pub async fn open_artifact(&self, team: &str, id: &str) -> Result<ByteStream, EngineError> {
-        self.artifacts.open(Some(team), id, Encoding::Raw).await
+        self.streams.open_artifact(Some(team), id, Encoding::Raw).await
     }
 }

@@ -24,7 +24,6 @@ use crate::events::{BuildEvent, EventHub, EventSink};
 use crate::registry::{LifecycleConfig, ListWorkers, Registry, WorkerStates};
 use crate::runtime::WorkerConnector;
 use crate::scheduler::{PlacementConfig, Scheduler};
-use crate::spec::Encoding;
 
 /// Settings of the engine.
 #[derive(Debug, Clone, Default)]
@@ -35,8 +34,9 @@ pub struct EngineConfig {
     pub lifecycle: LifecycleConfig,
     /// Run a step again elsewhere when its worker stalls or vanishes.
     pub rerun_when_worker_disappears: bool,
-    /// Encoding of streams to and from workers.
-    pub encoding: Encoding,
+    /// How artifacts move to and between workers (path per link,
+    /// encoding, caps on concurrent streams).
+    pub streaming: crate::streaming::StreamConfig,
     /// This web node's name: builds it runs are recorded as its own.
     pub node_name: String,
 }
@@ -71,6 +71,8 @@ pub struct Engine {
     connector: Arc<dyn WorkerConnector>,
     /// Status of every background job (`Jobs::list`), for the API and `/metrics`.
     jobs: Jobs,
+    /// Moves artifacts to the workers that need them.
+    streams: crate::streaming::Streams,
 }
 
 impl Engine {
@@ -96,8 +98,16 @@ impl Engine {
         .start();
         // Answered once the registry has loaded the stored workers.
         registry.send(ListWorkers).await?;
+        let artifacts = Artifacts::new(artifacts, db.clone());
+        let streams = crate::streaming::Streams::new(
+            config.streaming.clone(),
+            db.clone(),
+            artifacts.clone(),
+            connector.clone(),
+        );
         let engine = Engine {
-            artifacts: Artifacts::new(artifacts, db.clone()),
+            artifacts,
+            streams,
             db,
             hub,
             registry,
@@ -122,7 +132,7 @@ impl Engine {
             hub: self.hub.clone(),
             scheduler: self.scheduler.clone(),
             artifacts: self.artifacts.clone(),
-            encoding: self.config.encoding,
+            encoding: self.config.streaming.encoding,
             worker_states: self.worker_states.clone(),
             rerun_when_worker_disappears: self.config.rerun_when_worker_disappears,
             connector: self.connector.clone(),
@@ -130,7 +140,14 @@ impl Engine {
             intercepts: self.intercepts.clone(),
             jobs: self.jobs.clone(),
             resources: self.resources.clone(),
+            streams: self.streams.clone(),
         }
+    }
+
+    /// Moving artifacts: the streams in flight and queued per worker, and
+    /// the counters of transfers, for `/metrics`.
+    pub fn streams(&self) -> &crate::streaming::Streams {
+        &self.streams
     }
 
     /// Counters of resource work since this web node started.

@@ -419,8 +419,9 @@ pub async fn image_of_artifact(
     if let Some(hit) = cached(ctx, &key).await? {
         return Ok(image_of(&hit, None));
     }
-    let volume = ctx.create_volume(&format!("image:{name}")).await?;
-    ctx.stream_input(name, artifact, &volume).await?;
+    let volume = ctx
+        .input_volume(&format!("image:{name}"), name, artifact)
+        .await?;
     let row = keep_image(ctx, name, volume.as_ref(), json!({}), json!([])).await?;
     let row = ctx.db().save_resource_cache(ctx.team(), &key, &row).await?;
     Ok(image_of(&row, None))

@@ -1,7 +1,8 @@
 //! Reading one file out of an artifact of the build (`load_var`'s file, a
 //! `task`'s `file:`), on the web node: the artifact named by the path's
 //! first segment is found among the build's artifacts by name and read as
-//! a plain tar stream from the artifact store, without a worker.
+//! a plain tar stream from the artifact store, or from the worker holding
+//! it (a job build's task output).
 
 use std::io::Read;
 use std::path::{Component, Path};
@@ -41,8 +42,8 @@ pub async fn read_artifact_file(scope: &BuildScope, file: &str) -> Result<Vec<u8
         ))
     })?;
     let stream = scope
-        .artifacts
-        .open(Some(&scope.team), &id, Encoding::Raw)
+        .streams
+        .open_artifact(Some(&scope.team), &id, Encoding::Raw)
         .await?;
     let reader = SyncIoBridge::new(StreamReader::new(stream.map(|c| c)));
     let wanted: Vec<String> = normal_components(Path::new(path));

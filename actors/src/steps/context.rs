@@ -12,7 +12,8 @@ use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::resources::ResourceStats;
 use crate::runtime::{Container, Volume, Worker};
-use crate::scheduler::Scheduler;
+use crate::scheduler::{ArtifactLocality, Scheduler};
+use crate::streaming::Streams;
 use crate::spec::{ContainerSpec, Encoding, VolumeSpec, VolumeStrategy};
 use crate::state::HandleState;
 
@@ -47,6 +48,8 @@ pub struct BuildScope {
     pub job: Option<JobRef>,
     /// The build's local vars (`((.:name))`), shared by its steps.
     pub locals: LocalVars,
+    /// Moves artifacts to the workers that need them.
+    pub streams: Streams,
 }
 
 /// Which job of which pipeline a build runs: what its task caches belong
@@ -142,8 +145,9 @@ pub struct StepContext {
     pub(super) worker: Arc<dyn Worker>,
     /// That worker's state.
     watch: WorkerWatch,
-    /// What the step created there so far.
-    created: Created,
+    /// What the step created there so far (behind a lock: a step's
+    /// inputs are made in parallel).
+    created: std::sync::Mutex<Created>,
 }
 
 impl StepContext {
@@ -161,7 +165,7 @@ impl StepContext {
             step: step.to_string(),
             worker,
             watch,
-            created,
+            created: std::sync::Mutex::new(created),
         }
     }
 
@@ -232,17 +236,28 @@ impl StepContext {
 
     /// What the step created, handed to the cleanup when it ends.
     pub fn take_created(&mut self) -> Created {
-        std::mem::take(&mut self.created)
+        std::mem::take(self.created.get_mut().expect("created handles"))
     }
 
     /// Creates an empty volume for the step; `role` (`input:NAME`,
     /// `output:NAME`, `cache:PATH`) is stored with its row, so a web node
     /// that restarted finds it again (see [`Reattach::volumes`]).
-    pub async fn create_volume(&mut self, role: &str) -> Result<Arc<dyn Volume>, EngineError> {
+    pub async fn create_volume(&self, role: &str) -> Result<Arc<dyn Volume>, EngineError> {
+        self.create_volume_with(role, VolumeStrategy::Empty).await
+    }
+
+    /// Creates a volume for the step from `strategy` (empty, or a
+    /// copy-on-write child of a volume on the step's worker), as
+    /// [`Self::create_volume`] does.
+    pub async fn create_volume_with(
+        &self,
+        role: &str,
+        strategy: VolumeStrategy,
+    ) -> Result<Arc<dyn Volume>, EngineError> {
         let handle = self.record(HandleKind::Volume, role).await?;
         let spec = VolumeSpec {
             handle: handle.clone(),
-            strategy: VolumeStrategy::Empty,
+            strategy,
             privileged: false,
             properties: BTreeMap::from([("build".to_string(), self.scope.build.to_string())]),
         };
@@ -252,6 +267,33 @@ impl StepContext {
             .set_handle_state(HandleKind::Volume, &handle, HandleState::Created)
             .await?;
         Ok(volume)
+    }
+
+    /// Makes `volume`, one of the step's, the artifact `name` of the build
+    /// held on this worker: recorded as an artifact that only workers hold,
+    /// its volume no longer destroyed when the step ends but when the build
+    /// does (with the build's other artifact volumes), and the Scheduler
+    /// told it is here (volume locality). Returns the artifact's id.
+    pub async fn keep_on_worker(
+        &mut self,
+        name: &str,
+        volume: &Arc<dyn Volume>,
+    ) -> Result<String, EngineError> {
+        let db = &self.scope.db;
+        let id = uuid::Uuid::new_v4().to_string();
+        db.insert_worker_artifact(&id, &self.scope.team, Some(name), Some(self.scope.build))
+            .await?;
+        db.set_volume_artifact(volume.handle(), &id).await?;
+        self.created
+            .lock()
+            .expect("created handles")
+            .remove(HandleKind::Volume, volume.handle());
+        self.scope.scheduler.do_send(ArtifactLocality {
+            artifact: id.clone(),
+            worker: self.worker.name().to_string(),
+            present: true,
+        });
+        Ok(id)
     }
 
     /// Creates an empty volume on the step's worker that belongs to no
@@ -314,7 +356,7 @@ impl StepContext {
     /// Picks the handle of a new container or volume of the step, writes its
     /// `creating` row (stored with `step`: the step's name or the volume's
     /// role) before the worker is asked, and tracks it for the cleanup.
-    async fn record(&mut self, kind: HandleKind, step: &str) -> Result<String, EngineError> {
+    async fn record(&self, kind: HandleKind, step: &str) -> Result<String, EngineError> {
         let handle = uuid::Uuid::new_v4().to_string();
         self.scope
             .db
@@ -327,9 +369,10 @@ impl StepContext {
                 &self.scope.team,
             )
             .await?;
+        let mut created = self.created.lock().expect("created handles");
         match kind {
-            HandleKind::Container => self.created.containers.push(handle.clone()),
-            HandleKind::Volume => self.created.volumes.push(handle.clone()),
+            HandleKind::Container => created.containers.push(handle.clone()),
+            HandleKind::Volume => created.volumes.push(handle.clone()),
         }
         Ok(handle)
     }

@@ -1,41 +1,97 @@
-//! Streaming a build artifact into a step's volume, told in the build's
-//! events (which input went to which worker).
+//! A step's input volumes: an artifact of the web node's store is streamed
+//! into a new volume of the step; an artifact held on workers (a job
+//! build's task output) is copied to the step's worker once (see
+//! `streaming/copies.rs`) and the step gets a copy-on-write child of it, so
+//! what the step writes into its input does not change the artifact.
 
 use std::sync::Arc;
 
 use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::runtime::Volume;
+use crate::spec::VolumeStrategy;
+use crate::streaming::{CopyRequest, Source, StreamTransfer, TransferJob};
 use crate::steps::StepContext;
 
 impl StepContext {
-    /// Streams artifact `artifact` (the build's input `name`) into
-    /// `volume` on the step's worker, then tells it with a `streaming`
-    /// event naming the input, the worker and the bytes stored.
-    pub async fn stream_input(
+    /// A new volume of the step, with `role`, holding artifact `artifact`
+    /// (the step's input `name`); each transfer is told as a `transfer`
+    /// event.
+    pub async fn input_volume(
+        &self,
+        role: &str,
+        name: &str,
+        artifact: &str,
+    ) -> Result<Arc<dyn Volume>, EngineError> {
+        if self.db().artifact_in_store(artifact).await? {
+            let volume = self.create_volume(role).await?;
+            self.stream_from_store(name, artifact, &volume).await?;
+            return Ok(volume);
+        }
+        let copy = self.scope.streams.copy_to(self.copy_request(name, artifact)).await?;
+        self.create_volume_with(role, VolumeStrategy::Cow { parent: copy })
+            .await
+    }
+
+    /// [`Self::input_volume`] for each (role, name, artifact), in
+    /// parallel; the volumes by role, in the order given.
+    pub async fn input_volumes(
+        &self,
+        wanted: impl IntoIterator<Item = (String, String, String)>,
+    ) -> Result<Vec<(String, Arc<dyn Volume>)>, EngineError> {
+        let making = wanted.into_iter().map(|(role, name, artifact)| async move {
+            let volume = self.input_volume(&role, &name, &artifact).await?;
+            Ok::<_, EngineError>((role, volume))
+        });
+        futures::future::try_join_all(making).await
+    }
+
+    /// What [`crate::streaming::Streams::copy_to`] needs to copy artifact
+    /// `artifact` (named `name`) to the step's worker.
+    fn copy_request(&self, name: &str, artifact: &str) -> CopyRequest {
+        CopyRequest {
+            build: self.build(),
+            team: self.team().to_string(),
+            step: self.step().to_string(),
+            name: name.to_string(),
+            artifact: artifact.to_string(),
+            worker: self.worker().clone(),
+            events: self.scope.events.clone(),
+            scheduler: self.scope.scheduler.clone(),
+        }
+    }
+
+    /// Streams artifact `artifact` of the web node's store into `volume`
+    /// (under the worker's cap on incoming streams), then tells it.
+    async fn stream_from_store(
         &self,
         name: &str,
         artifact: &str,
         volume: &Arc<dyn Volume>,
     ) -> Result<(), EngineError> {
-        let encoding = self.encoding();
-        let body = self.artifacts().open(None, artifact, encoding).await?;
-        volume.stream_in(".", encoding, body).await.map_err(|e| {
-            EngineError::Invalid(format!("streaming input {name:?} to the worker: {e}"))
-        })?;
-        let bytes = self
-            .db()
-            .get_artifact(self.team(), artifact)
-            .await?
-            .map(|a| a.size_bytes.max(0) as u64)
-            .unwrap_or(0);
-        self.emit(&BuildEvent::Streaming {
+        let streams = &self.scope.streams;
+        let config = streams.config();
+        let request = self.copy_request(name, artifact);
+        let job = TransferJob {
+            what: format!("input {name} (artifact {artifact})"),
+            source: Source::Store {
+                artifact: artifact.to_string(),
+            },
+            to: self.worker().name().to_string(),
+            dest: volume.clone(),
+            on_wait: crate::streaming::waiting_event(&request, config.max_out, config.max_in),
+        };
+        let done = StreamTransfer::run(streams.clone(), job).await?;
+        self.emit(&BuildEvent::Transfer {
             step: self.step().to_string(),
-            what: format!(
-                "input {name} (artifact {artifact}) from the web node to worker {}",
-                self.worker().name()
-            ),
-            bytes,
+            name: name.to_string(),
+            artifact: artifact.to_string(),
+            from: "web".into(),
+            to: self.worker().name().to_string(),
+            path: done.path.as_str().to_string(),
+            encoding: config.encoding.as_str().to_string(),
+            bytes: done.bytes,
+            seconds: done.seconds,
             time: crate::db::now_ms(),
         })
         .await

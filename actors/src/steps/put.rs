@@ -71,21 +71,21 @@ impl PutStep {
     async fn put(&self, ctx: &mut StepContext) -> Result<StepEnd, Halt> {
         let image = fetch::type_image(ctx, &self.config.type_).await?;
         let inputs = self.chosen_inputs(&ctx.named_artifacts().all())?;
-        let mut mounts = Vec::new();
-        let mut streams = Vec::new();
-        for (name, artifact) in &inputs {
-            let volume = ctx.create_volume(&format!("input:{name}")).await?;
-            mounts.push(MountSpec {
+        // The inputs stream in parallel.
+        let volumes = ctx
+            .input_volumes(inputs.iter().map(|(name, artifact)| {
+                (format!("input:{name}"), name.clone(), artifact.clone())
+            }))
+            .await?;
+        let mounts: Vec<MountSpec> = inputs
+            .iter()
+            .zip(volumes)
+            .map(|((name, _), (_, volume))| MountSpec {
                 volume: volume.handle().to_string(),
                 path: format!("{RESOURCE_DIR}/{name}"),
                 readonly: false,
-            });
-            streams.push((name, artifact, volume));
-        }
-        let streaming = streams
-            .iter()
-            .map(|(name, artifact, volume)| ctx.stream_input(name, artifact, volume));
-        futures::future::try_join_all(streaming).await?;
+            })
+            .collect();
         ResourceStats::count(&ctx.resource_stats().puts);
         let end = run_script(
             ctx,

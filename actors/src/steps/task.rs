@@ -295,23 +295,24 @@ impl TaskStep {
         let mut mounts = Vec::new();
         // Volumes by role, for outputs that share an input's volume.
         let mut by_role: BTreeMap<String, Arc<dyn Volume>> = BTreeMap::new();
-        let mut inputs = Vec::new();
         let resolved = self.resolve_inputs(ctx)?;
-        for input in &config.inputs {
-            let Some(artifact) = resolved.get(&input.name) else {
-                continue;
-            };
-            let role = format!("input:{}", input.name);
-            let volume = ctx.create_volume(&role).await?;
-            mounts.push(mount(&volume, &container_path(&build_dir, &input.path)));
-            by_role.insert(role, volume.clone());
-            inputs.push((input.name.clone(), artifact.clone(), volume));
-        }
-        // Inputs stream in parallel.
-        let streams = inputs
+        // Inputs stream in parallel, each into a volume of its own.
+        let wanted: Vec<_> = config
+            .inputs
             .iter()
-            .map(|(name, artifact, volume)| ctx.stream_input(name, artifact, volume));
-        futures::future::try_join_all(streams).await?;
+            .filter_map(|i| resolved.get(&i.name).map(|a| (i, a.clone())))
+            .collect();
+        let volumes = ctx.input_volumes(wanted.iter().map(|(input, artifact)| {
+            (
+                format!("input:{}", input.name),
+                input.name.clone(),
+                artifact.clone(),
+            )
+        }));
+        for ((input, _), (role, volume)) in wanted.iter().zip(volumes.await?) {
+            mounts.push(mount(&volume, &container_path(&build_dir, &input.path)));
+            by_role.insert(role, volume);
+        }
         let mut outputs = Vec::new();
         let present: Vec<&str> = resolved.keys().map(String::as_str).collect();
         for (output, (name, role)) in config
@@ -421,23 +422,38 @@ impl TaskStep {
             ProcessEnd::Exited(status) => status,
         };
         let encoding = ctx.encoding();
+        // A job build's outputs stay on this worker (later steps get them
+        // from here); a one-off build's go to the web node's store, where
+        // the CLI downloads them once the build has ended.
+        let on_worker = ctx.job().is_some();
+        // Two outputs at one path share a volume, and so an artifact.
+        let mut kept_volumes: BTreeMap<String, String> = BTreeMap::new();
         for (output, volume) in outputs {
             let name = self.output_mapping.get(&output).unwrap_or(&output).clone();
-            let body = volume.stream_out(".", encoding).await?;
-            let owner = ArtifactOwner {
-                team: ctx.team(),
-                name: Some(&name),
-                build: Some(ctx.build()),
+            let id = match kept_volumes.get(volume.handle()) {
+                Some(id) => id.clone(),
+                None if on_worker => ctx.keep_on_worker(&name, &volume).await?,
+                None => {
+                    let body = volume.stream_out(".", encoding).await?;
+                    let owner = ArtifactOwner {
+                        team: ctx.team(),
+                        name: Some(&name),
+                        build: Some(ctx.build()),
+                    };
+                    ctx.artifacts()
+                        .keep(body, encoding, ArtifactKind::Files, owner)
+                        .await
+                        .map_err(|e| {
+                            EngineError::Invalid(format!("keeping output {output:?}: {e}"))
+                        })?
+                        .id
+                }
             };
-            let kept = ctx
-                .artifacts()
-                .keep(body, encoding, ArtifactKind::Files, owner)
-                .await
-                .map_err(|e| EngineError::Invalid(format!("keeping output {output:?}: {e}")))?;
-            ctx.named_artifacts().set(&name, &kept.id);
+            kept_volumes.insert(volume.handle().to_string(), id.clone());
+            ctx.named_artifacts().set(&name, &id);
             ctx.emit(&BuildEvent::Output {
                 name,
-                artifact_id: kept.id,
+                artifact_id: id,
                 time: crate::db::now_ms(),
             })
             .await?;

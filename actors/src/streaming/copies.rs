@@ -1,0 +1,218 @@
+//! One copy of an artifact per worker: a step that needs an artifact held
+//! on another worker gets a copy on its own worker, owned by the build; the
+//! same artifact going to the same worker is streamed once, and steps that
+//! need it meanwhile wait for that transfer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use actix::Addr;
+use futures::FutureExt;
+
+use crate::db::HandleKind;
+use crate::error::EngineError;
+use crate::events::BuildEvent;
+use crate::runtime::Worker;
+use crate::scheduler::{ArtifactLocality, Scheduler};
+use crate::spec::{VolumeSpec, VolumeStrategy};
+use crate::state::{HandleState, WorkerState};
+use crate::steps::Events;
+
+use super::limiter::Direction;
+use super::transfer::{Source, StreamTransfer, TransferJob};
+use super::Streams;
+
+/// A step's need of an artifact of its build on its worker.
+#[derive(Clone)]
+pub struct CopyRequest {
+    /// The build.
+    pub build: i64,
+    /// The build's team.
+    pub team: String,
+    /// The step asking (named in the events).
+    pub step: String,
+    /// The artifact's name in the build.
+    pub name: String,
+    /// The artifact's id.
+    pub artifact: String,
+    /// The step's worker, where the copy must be.
+    pub worker: Arc<dyn Worker>,
+    /// The build's events.
+    pub events: Events,
+    /// Told where copies are, for volume locality.
+    pub scheduler: Addr<Scheduler>,
+}
+
+impl Streams {
+    /// The handle of a volume on the request's worker holding its
+    /// artifact: one the build has there already, or a copy streamed from
+    /// a worker holding it (once, however many steps ask at the same time).
+    pub async fn copy_to(&self, req: CopyRequest) -> Result<String, EngineError> {
+        let here = req.worker.name().to_string();
+        let copies = self.db().artifact_copies(&req.artifact, req.build).await?;
+        if let Some(copy) = copies.iter().find(|c| c.worker == here) {
+            return Ok(copy.volume.clone());
+        }
+        let key = (req.artifact.clone(), here);
+        let pending = self
+            .inner
+            .pending
+            .entry(key.clone())
+            .or_insert_with(|| {
+                let streams = self.clone();
+                async move { streams.make_copy(req).await.map_err(|e| e.to_string()) }
+                    .boxed()
+                    .shared()
+            })
+            .clone();
+        let made = pending.clone().await;
+        self.inner
+            .pending
+            .remove_if(&key, |_, p| p.ptr_eq(&pending));
+        made.map_err(EngineError::Invalid)
+    }
+
+    /// Streams the artifact from a worker holding it into a new volume of
+    /// the build on the request's worker. A failed transfer leaves nothing:
+    /// the volume is destroyed and its row removed (or left `destroying`
+    /// when the worker cannot destroy it now).
+    async fn make_copy(&self, req: CopyRequest) -> Result<String, EngineError> {
+        let db = self.db();
+        let source = self.source_of(&req).await?;
+        let to = req.worker.name().to_string();
+        let handle = uuid::Uuid::new_v4().to_string();
+        let role = format!("artifact:{}", req.name);
+        db.insert_handle(
+            HandleKind::Volume,
+            &handle,
+            &to,
+            Some(req.build),
+            Some(&role),
+            &req.team,
+        )
+        .await?;
+        db.set_volume_artifact(&handle, &req.artifact).await?;
+        let spec = VolumeSpec {
+            handle: handle.clone(),
+            strategy: VolumeStrategy::Empty,
+            privileged: false,
+            properties: BTreeMap::from([
+                ("build".to_string(), req.build.to_string()),
+                ("artifact".to_string(), req.artifact.clone()),
+            ]),
+        };
+        let dest = match req.worker.create_volume(&spec).await {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = db.delete_handle(HandleKind::Volume, &handle).await;
+                return Err(e.into());
+            }
+        };
+        let what = format!("{} (artifact {})", req.name, req.artifact);
+        let job = TransferJob {
+            what,
+            source: source.clone(),
+            to: to.clone(),
+            dest,
+            on_wait: waiting_event(&req, self.config().max_out, self.config().max_in),
+        };
+        match StreamTransfer::run(self.clone(), job).await {
+            Ok(done) => {
+                db.set_handle_state(HandleKind::Volume, &handle, HandleState::Created)
+                    .await?;
+                req.scheduler.do_send(ArtifactLocality {
+                    artifact: req.artifact.clone(),
+                    worker: to.clone(),
+                    present: true,
+                });
+                req.events
+                    .emit(&BuildEvent::Transfer {
+                        step: req.step.clone(),
+                        name: req.name.clone(),
+                        artifact: req.artifact.clone(),
+                        from: source.name().to_string(),
+                        to,
+                        path: done.path.as_str().to_string(),
+                        encoding: self.config().encoding.as_str().to_string(),
+                        bytes: done.bytes,
+                        seconds: done.seconds,
+                        time: crate::db::now_ms(),
+                    })
+                    .await?;
+                Ok(handle)
+            }
+            Err(e) => {
+                match req.worker.destroy_volume(&handle).await {
+                    Ok(()) => {
+                        let _ = db.delete_handle(HandleKind::Volume, &handle).await;
+                    }
+                    Err(_) => {
+                        let _ = db
+                            .set_handle_state(HandleKind::Volume, &handle, HandleState::Destroying)
+                            .await;
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// A running worker holding the request's artifact; an error naming
+    /// the artifact and its holders when none is running.
+    async fn source_of(&self, req: &CopyRequest) -> Result<Source, EngineError> {
+        let copies = self.db().artifact_copies(&req.artifact, req.build).await?;
+        let mut holders = Vec::new();
+        for copy in copies {
+            match self.db().get_worker(&copy.worker).await? {
+                Some(row) if row.state == WorkerState::Running => {
+                    return Ok(Source::Worker {
+                        registration: row.registration,
+                        volume: copy.volume,
+                    })
+                }
+                Some(row) => holders.push(format!("{} ({})", copy.worker, row.state.as_str())),
+                None => holders.push(format!("{} (gone)", copy.worker)),
+            }
+        }
+        if holders.is_empty() {
+            return Err(EngineError::Invalid(format!(
+                "artifact {:?} ({}) is held by no worker any more",
+                req.name, req.artifact
+            )));
+        }
+        Err(EngineError::Invalid(format!(
+            "artifact {:?} ({}) is only on worker {}, which is not running",
+            req.name,
+            req.artifact,
+            holders.join(", ")
+        )))
+    }
+}
+
+/// A callback telling the build's log that a step waits for a stream slot.
+pub fn waiting_event(
+    req: &CopyRequest,
+    max_out: usize,
+    max_in: usize,
+) -> Box<dyn FnMut(&str, Direction) + Send> {
+    let events = req.events.clone();
+    let step = req.step.clone();
+    let name = req.name.clone();
+    Box::new(move |worker: &str, direction: Direction| {
+        let (way, cap) = match direction {
+            Direction::Out => ("out of", max_out),
+            Direction::In => ("into", max_in),
+        };
+        let event = BuildEvent::Waiting {
+            step: step.clone(),
+            message: format!(
+                "waiting for a stream slot {way} worker {worker} (at most {cap} at once) to stream {name}"
+            ),
+            time: crate::db::now_ms(),
+        };
+        let events = events.clone();
+        actix::spawn(async move {
+            let _ = events.emit(&event).await;
+        });
+    })
+}
