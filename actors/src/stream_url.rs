@@ -223,7 +223,11 @@ mod tests {
             ),
         ];
         for (field, g) in altered {
-            assert_eq!(g.verify(KEY, &sig, 0), Err(StreamUrlError::Forged), "{field}");
+            assert_eq!(
+                g.verify(KEY, &sig, 0),
+                Err(StreamUrlError::Forged),
+                "{field}"
+            );
         }
         assert_eq!(
             grant().verify("another key", &sig, 0),
