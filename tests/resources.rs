@@ -146,7 +146,7 @@ fn a_git_job_gets_runs_tagged_tasks_and_puts_back(db: DbKind) {
     );
     // The fetched input went to each tagged worker, and the log says so.
     for (step, worker) in [("left", "left"), ("right", "right"), ("commit", "left")] {
-        let line = format!("step {step}: streamed input repo (artifact ");
+        let line = format!("step {step}: streamed repo (artifact ");
         let told = stderr
             .lines()
             .find(|l| l.starts_with(&line))

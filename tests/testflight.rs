@@ -74,25 +74,25 @@ fn cases() -> Vec<Case> {
             ..case("load-var-step.yml", "use-var", 0)
         },
         Case {
-            stderr: &["step some-resource: streamed input specified-input"],
-            not_stderr: &["step some-resource: streamed input all-input"],
+            stderr: &["step some-resource: streamed specified-input"],
+            not_stderr: &["step some-resource: streamed all-input"],
             ..case("put-inputs.yml", "job-using-specified-inputs", 1)
         },
         Case {
             stderr: &[
-                "step some-resource: streamed input specified-input",
-                "step some-resource: streamed input all-input",
+                "step some-resource: streamed specified-input",
+                "step some-resource: streamed all-input",
             ],
             ..case("put-inputs.yml", "job-using-all-inputs", 1)
         },
         Case {
             stderr: &["step some-resource: put some-resource"],
-            not_stderr: &["step some-resource: streamed input"],
+            not_stderr: &["step some-resource: streamed "],
             ..case("put-inputs.yml", "job-using-empty-inputs", 1)
         },
         Case {
-            stderr: &["step some-resource: streamed input specified-input"],
-            not_stderr: &["step some-resource: streamed input all-input"],
+            stderr: &["step some-resource: streamed specified-input"],
+            not_stderr: &["step some-resource: streamed all-input"],
             ..case("put-inputs.yml", "job-using-detect-inputs-simple", 1)
         },
         Case {

@@ -139,15 +139,24 @@ impl Harness {
                 .unwrap();
             worker_states.insert(name.to_string(), watch::channel(WorkerState::Running).0);
         }
+        let artifacts = Artifacts::new(Arc::new(NoArtifacts), db.clone());
+        let connector: Arc<dyn crate::runtime::WorkerConnector> =
+            Arc::new(FakeConnector(workers.clone()));
         let deps = BuildDeps {
+            streams: crate::streaming::Streams::new(
+                Default::default(),
+                db.clone(),
+                artifacts.clone(),
+                connector.clone(),
+            ),
             db: db.clone(),
             hub: EventHub::default(),
             scheduler,
-            artifacts: Artifacts::new(Arc::new(NoArtifacts), db.clone()),
+            artifacts,
             encoding: Encoding::Raw,
             worker_states,
             rerun_when_worker_disappears: false,
-            connector: Arc::new(FakeConnector(workers.clone())),
+            connector,
             imports: Default::default(),
             intercepts: Default::default(),
             jobs: Default::default(),
