@@ -174,6 +174,15 @@ impl Endpoint {
                 });
             }
         }
+        if status == StatusCode::BAD_GATEWAY
+            && body.as_ref().and_then(|b| b.kind.as_deref())
+                == Some(crate::agent::error::PEER_UNREACHABLE)
+        {
+            return Err(RuntimeError::PeerUnreachable {
+                worker: self.name.clone(),
+                reason: body.map(|b| b.error).unwrap_or_default(),
+            });
+        }
         let message = match body {
             Some(b) => b.error,
             None if text.trim().is_empty() => status.to_string(),

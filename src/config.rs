@@ -339,6 +339,39 @@ mod tests {
             d.worker.heartbeat_interval_secs
         );
         assert_eq!(cfg.worker.platform, d.worker.platform);
+        let encoding = gantry_actors::spec::Encoding::Zstd;
+        assert_eq!(
+            cfg.web.streaming.parse(encoding).unwrap(),
+            d.web.streaming.parse(encoding).unwrap()
+        );
+    }
+
+    #[test]
+    fn streaming_links_and_modes_are_checked() {
+        let text = "[web.streaming]\nmode = \"relay\"\nlinks = [{ from = \"a\", to = \"*\", mode = \"p2p\" }]\n";
+        let cfg: FileConfig = toml::from_str(text).unwrap();
+        let parsed = cfg
+            .web
+            .streaming
+            .parse(gantry_actors::spec::Encoding::Zstd)
+            .unwrap();
+        use gantry_actors::streaming::StreamMode;
+        assert_eq!(parsed.mode_for("a", "b"), StreamMode::P2p);
+        assert_eq!(parsed.mode_for("b", "a"), StreamMode::Relay);
+        let bad: FileConfig = toml::from_str("[web.streaming]\nmode = \"ftp\"\n").unwrap();
+        let err = bad
+            .web
+            .streaming
+            .parse(gantry_actors::spec::Encoding::Zstd)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"ftp\""), "{err}");
+        let zero: FileConfig = toml::from_str("[web.streaming]\nmax_streams_out = 0\n").unwrap();
+        assert!(zero
+            .web
+            .streaming
+            .parse(gantry_actors::spec::Encoding::Zstd)
+            .is_err());
     }
 
     #[test]

@@ -57,8 +57,12 @@ fn metric(url: &str, series: &str) -> f64 {
 
 /// Bytes the web node counted on each path (zstd streams).
 fn bytes_by_path(url: &str) -> [f64; 3] {
-    ["p2p", "relay", "web"]
-        .map(|p| metric(url, &format!("gantry_stream_bytes_total{{path=\"{p}\",encoding=\"zstd\"}}")))
+    ["p2p", "relay", "web"].map(|p| {
+        metric(
+            url,
+            &format!("gantry_stream_bytes_total{{path=\"{p}\",encoding=\"zstd\"}}"),
+        )
+    })
 }
 
 /// The stream counters worker `name`'s agent shows in its `/health`.
@@ -147,7 +151,10 @@ fn a_task_output_reaches_another_worker(db: DbKind, mode: &str) {
         }
     }
     assert_eq!(
-        metric(url, &format!("gantry_stream_transfers_total{{path=\"{mode}\"}}")),
+        metric(
+            url,
+            &format!("gantry_stream_transfers_total{{path=\"{mode}\"}}")
+        ),
         1.0
     );
     // The build's artifact volumes (the output on a, its copy on b) went

@@ -37,6 +37,15 @@ pub enum RuntimeError {
     /// Reading or writing a stream failed.
     #[error("stream failed: {0}")]
     Stream(String),
+    /// A worker pulling from another worker could not reach it (nothing
+    /// was written): the web node may relay the stream instead.
+    #[error("worker {worker} cannot reach the source worker: {reason}")]
+    PeerUnreachable {
+        /// The worker that pulled.
+        worker: String,
+        /// What failed.
+        reason: String,
+    },
 }
 
 /// An error of the engine (database, scheduling, builds).

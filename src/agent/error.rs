@@ -42,6 +42,11 @@ pub enum AgentError {
     /// be reached or its stream broke (502).
     #[error("{0}")]
     BadGateway(String),
+    /// Pulling from another worker failed before any byte came: it could
+    /// not be reached from here (502, kind `peer_unreachable`), so the web
+    /// node may relay instead.
+    #[error("{0}")]
+    PeerUnreachable(String),
     /// A local operation failed (500); the context names what was being done.
     #[error("{context}: {source}")]
     Io {
@@ -109,7 +114,7 @@ impl ResponseError for AgentError {
             AgentError::Conflict(_) => StatusCode::CONFLICT,
             AgentError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             AgentError::Forbidden(_) => StatusCode::FORBIDDEN,
-            AgentError::BadGateway(_) => StatusCode::BAD_GATEWAY,
+            AgentError::BadGateway(_) | AgentError::PeerUnreachable(_) => StatusCode::BAD_GATEWAY,
             AgentError::Io { .. } | AgentError::Backend(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -117,6 +122,7 @@ impl ResponseError for AgentError {
     fn error_response(&self) -> HttpResponse {
         let (kind, handle) = match self {
             AgentError::NotFound { kind, handle } => (Some(kind.to_string()), Some(handle.clone())),
+            AgentError::PeerUnreachable(_) => (Some(PEER_UNREACHABLE.to_string()), None),
             _ => (None, None),
         };
         if self.status_code().is_server_error() {
@@ -129,6 +135,9 @@ impl ResponseError for AgentError {
         })
     }
 }
+
+/// The `kind` of a 502 answer whose source worker could not be reached.
+pub const PEER_UNREACHABLE: &str = "peer_unreachable";
 
 /// Runs blocking work on a blocking thread; a panic there becomes a 500.
 pub async fn blocking<T, F>(what: &str, f: F) -> Result<T, AgentError>

@@ -61,7 +61,7 @@ pub async fn pull(
     );
     let _counted = state.streams.start(Direction::In);
     let resp = client().get(url).send().await.map_err(|e| {
-        AgentError::BadGateway(format!("pulling from {source}: {}", error_chain(&e)))
+        AgentError::PeerUnreachable(format!("pulling from {source}: {}", error_chain(&e)))
     })?;
     let status = resp.status();
     if !status.is_success() {

@@ -163,7 +163,10 @@ impl Db {
 
 impl Db {
     /// One artifact, whatever its team.
-    pub async fn get_artifact_any_team(&self, id: &str) -> Result<Option<ArtifactRow>, EngineError> {
+    pub async fn get_artifact_any_team(
+        &self,
+        id: &str,
+    ) -> Result<Option<ArtifactRow>, EngineError> {
         let row: Option<(String,)> = sqlx::query_as("SELECT team FROM artifacts WHERE id = $1")
             .bind(id)
             .fetch_optional(self.pool())

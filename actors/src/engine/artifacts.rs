@@ -27,6 +27,8 @@ impl Engine {
 
     /// A team's artifact as a plain tar stream.
     pub async fn open_artifact(&self, team: &str, id: &str) -> Result<ByteStream, EngineError> {
-        self.streams.open_artifact(Some(team), id, Encoding::Raw).await
+        self.streams
+            .open_artifact(Some(team), id, Encoding::Raw)
+            .await
     }
 }

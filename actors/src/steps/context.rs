@@ -13,9 +13,9 @@ use crate::events::BuildEvent;
 use crate::resources::ResourceStats;
 use crate::runtime::{Container, Volume, Worker};
 use crate::scheduler::{ArtifactLocality, Scheduler};
-use crate::streaming::Streams;
 use crate::spec::{ContainerSpec, Encoding, VolumeSpec, VolumeStrategy};
 use crate::state::HandleState;
+use crate::streaming::Streams;
 
 use super::{ArtifactScope, Events, ImportLocks, LocalVars, Stop, WorkerWatch};
 

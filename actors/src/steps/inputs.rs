@@ -10,8 +10,8 @@ use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::runtime::Volume;
 use crate::spec::VolumeStrategy;
-use crate::streaming::{CopyRequest, Source, StreamTransfer, TransferJob};
 use crate::steps::StepContext;
+use crate::streaming::{CopyRequest, Source, StreamTransfer, TransferJob};
 
 impl StepContext {
     /// A new volume of the step, with `role`, holding artifact `artifact`
@@ -28,7 +28,11 @@ impl StepContext {
             self.stream_from_store(name, artifact, &volume).await?;
             return Ok(volume);
         }
-        let copy = self.scope.streams.copy_to(self.copy_request(name, artifact)).await?;
+        let copy = self
+            .scope
+            .streams
+            .copy_to(self.copy_request(name, artifact))
+            .await?;
         self.create_volume_with(role, VolumeStrategy::Cow { parent: copy })
             .await
     }

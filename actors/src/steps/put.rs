@@ -73,9 +73,11 @@ impl PutStep {
         let inputs = self.chosen_inputs(&ctx.named_artifacts().all())?;
         // The inputs stream in parallel.
         let volumes = ctx
-            .input_volumes(inputs.iter().map(|(name, artifact)| {
-                (format!("input:{name}"), name.clone(), artifact.clone())
-            }))
+            .input_volumes(
+                inputs.iter().map(|(name, artifact)| {
+                    (format!("input:{name}"), name.clone(), artifact.clone())
+                }),
+            )
             .await?;
         let mounts: Vec<MountSpec> = inputs
             .iter()

@@ -151,8 +151,12 @@ mod tests {
     #[tokio::test]
     async fn a_full_worker_queues_transfers_in_order_and_counts_them() {
         let limiter = StreamLimiter::new(2, 4);
-        let a = limiter.acquire(Some("src"), "dst", |_, _| panic!("free")).await;
-        let b = limiter.acquire(Some("src"), "dst", |_, _| panic!("free")).await;
+        let a = limiter
+            .acquire(Some("src"), "dst", |_, _| panic!("free"))
+            .await;
+        let b = limiter
+            .acquire(Some("src"), "dst", |_, _| panic!("free"))
+            .await;
         let order = Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut waiters = Vec::new();
         for i in 0..3 {
@@ -174,7 +178,13 @@ mod tests {
         }
         let loads = limiter.loads();
         let out = loads[&("src".to_string(), Direction::Out)];
-        assert_eq!(out, SideLoad { in_flight: 2, queued: 3 });
+        assert_eq!(
+            out,
+            SideLoad {
+                in_flight: 2,
+                queued: 3
+            }
+        );
         assert_eq!(loads[&("dst".to_string(), Direction::In)].in_flight, 2);
         drop(a);
         let first = waiters.remove(0).await.unwrap();
@@ -185,6 +195,12 @@ mod tests {
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
         let out = limiter.loads()[&("src".to_string(), Direction::Out)];
-        assert_eq!(out, SideLoad { in_flight: 0, queued: 0 });
+        assert_eq!(
+            out,
+            SideLoad {
+                in_flight: 0,
+                queued: 0
+            }
+        );
     }
 }

@@ -14,7 +14,7 @@ use actix::prelude::*;
 use futures::StreamExt;
 use tokio::sync::oneshot;
 
-use crate::error::EngineError;
+use crate::error::{EngineError, RuntimeError};
 use crate::runtime::{ByteStream, Volume};
 use crate::stream_url::StreamGrant;
 use crate::worker_info::WorkerRegistration;
@@ -131,12 +131,35 @@ async fn transfer(streams: &Streams, mut job: TransferJob) -> Result<Transferred
         .acquire(from.as_deref(), &job.to, &mut job.on_wait)
         .await;
     let encoding = streams.config().encoding;
-    let path = match &from {
-        None => TransferPath::Web,
-        Some(from) => streams.config().mode_for(from, &job.to).into(),
+    let mut path = match &job.source {
+        Source::Store { .. } => TransferPath::Web,
+        // A worker registered without a stream key (an older agent) cannot
+        // check a signed URL: relay.
+        Source::Worker { registration, .. } if registration.stream_key.is_empty() => {
+            TransferPath::Relay
+        }
+        Source::Worker { registration, .. } => streams
+            .config()
+            .mode_for(&registration.name, &job.to)
+            .into(),
     };
     let started = Instant::now();
-    let moved = move_bytes(streams, &job, path).await;
+    let mut moved = move_bytes(streams, &job, path).await;
+    if let (TransferPath::P2p, Err(EngineError::Runtime(RuntimeError::PeerUnreachable { .. }))) =
+        (path, &moved)
+    {
+        // The destination cannot reach the source (nothing was written):
+        // the web node relays instead.
+        tracing::warn!(
+            from = ?from,
+            to = %job.to,
+            "peer-to-peer stream impossible ({}); relaying through the web node",
+            moved.as_ref().err().map(ToString::to_string).unwrap_or_default()
+        );
+        streams.stats().failed(path);
+        path = TransferPath::Relay;
+        moved = move_bytes(streams, &job, path).await;
+    }
     let seconds = started.elapsed().as_secs_f64();
     match moved {
         Ok(bytes) => {
@@ -227,4 +250,198 @@ fn counting(body: ByteStream) -> (ByteStream, Arc<AtomicU64>) {
         chunk
     });
     (Box::pin(body), counter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
+    use crate::artifacts::Artifacts;
+    use crate::runtime::{Container, Worker, WorkerConnector, WorkerHandles};
+    use crate::spec::{ContainerSpec, Encoding, VolumeSpec};
+    use async_trait::async_trait;
+    use bytes::Bytes;
+    use std::sync::Mutex;
+
+    /// A volume that cannot reach any peer and keeps what is streamed in.
+    #[derive(Default)]
+    struct Isolated(Mutex<Vec<u8>>);
+
+    #[async_trait]
+    impl Volume for Isolated {
+        fn handle(&self) -> &str {
+            "dst"
+        }
+        async fn stream_in(
+            &self,
+            _: &str,
+            _: Encoding,
+            mut body: ByteStream,
+        ) -> Result<(), RuntimeError> {
+            while let Some(chunk) = body.next().await {
+                self.0.lock().unwrap().extend_from_slice(&chunk.unwrap());
+            }
+            Ok(())
+        }
+        async fn stream_out(&self, _: &str, _: Encoding) -> Result<ByteStream, RuntimeError> {
+            Err(RuntimeError::Stream("unused".into()))
+        }
+        async fn stream_file_out(&self, _: &str) -> Result<ByteStream, RuntimeError> {
+            Err(RuntimeError::Stream("unused".into()))
+        }
+        async fn stream_in_from(&self, _: &str, _: &str, _: Encoding) -> Result<u64, RuntimeError> {
+            Err(RuntimeError::PeerUnreachable {
+                worker: "dst".into(),
+                reason: "pulling from 10.0.0.1:7777: connection refused".into(),
+            })
+        }
+    }
+
+    /// The source's volume, holding `hello`.
+    struct Hello;
+
+    #[async_trait]
+    impl Volume for Hello {
+        fn handle(&self) -> &str {
+            "v"
+        }
+        async fn stream_in(&self, _: &str, _: Encoding, _: ByteStream) -> Result<(), RuntimeError> {
+            Err(RuntimeError::Stream("unused".into()))
+        }
+        async fn stream_out(&self, _: &str, _: Encoding) -> Result<ByteStream, RuntimeError> {
+            Ok(Box::pin(futures::stream::iter([Ok(Bytes::from_static(
+                b"hello",
+            ))])))
+        }
+        async fn stream_file_out(&self, _: &str) -> Result<ByteStream, RuntimeError> {
+            Err(RuntimeError::Stream("unused".into()))
+        }
+    }
+
+    /// The source worker: only its volume `v` is of use.
+    struct SourceWorker;
+
+    #[async_trait]
+    impl Worker for SourceWorker {
+        fn name(&self) -> &str {
+            "src"
+        }
+        async fn create_volume(&self, _: &VolumeSpec) -> Result<Arc<dyn Volume>, RuntimeError> {
+            Err(RuntimeError::Stream("unused".into()))
+        }
+        async fn lookup_volume(
+            &self,
+            handle: &str,
+        ) -> Result<Option<Arc<dyn Volume>>, RuntimeError> {
+            Ok((handle == "v").then(|| Arc::new(Hello) as Arc<dyn Volume>))
+        }
+        async fn destroy_volume(&self, _: &str) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+        async fn find_or_create_container(
+            &self,
+            _: &ContainerSpec,
+        ) -> Result<Arc<dyn Container>, RuntimeError> {
+            Err(RuntimeError::Stream("unused".into()))
+        }
+        async fn lookup_container(
+            &self,
+            _: &str,
+        ) -> Result<Option<Arc<dyn Container>>, RuntimeError> {
+            Ok(None)
+        }
+        async fn destroy_container(&self, _: &str) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+        async fn list_handles(&self) -> Result<WorkerHandles, RuntimeError> {
+            Ok(WorkerHandles::default())
+        }
+    }
+
+    struct ToSource;
+
+    impl WorkerConnector for ToSource {
+        fn connect(&self, _: &WorkerRegistration) -> Arc<dyn Worker> {
+            Arc::new(SourceWorker)
+        }
+    }
+
+    struct NoStore;
+
+    #[async_trait]
+    impl ArtifactStore for NoStore {
+        async fn open(&self, _: &str, _: Encoding) -> Result<ByteStream, EngineError> {
+            Err(EngineError::Invalid("no store".into()))
+        }
+        async fn store(
+            &self,
+            _: ByteStream,
+            _: Encoding,
+            _: ArtifactKind,
+        ) -> Result<StoredArtifact, EngineError> {
+            Err(EngineError::Invalid("no store".into()))
+        }
+        async fn delete(&self, _: &str) -> Result<(), EngineError> {
+            Ok(())
+        }
+    }
+
+    fn source(stream_key: &str) -> Source {
+        Source::Worker {
+            registration: WorkerRegistration {
+                name: "src".into(),
+                agent_url: "http://10.0.0.1:7777".into(),
+                agent_token: "t".into(),
+                stream_key: stream_key.into(),
+                platform: "linux".into(),
+                tags: vec![],
+                team: None,
+                resource_types: vec![],
+                limits: Default::default(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                backend: "fake".into(),
+                incarnation: "1".into(),
+                heartbeat_interval_secs: 30,
+            },
+            volume: "v".into(),
+        }
+    }
+
+    async fn transfer_from(
+        stream_key: &str,
+    ) -> (Streams, Result<Transferred, EngineError>, Vec<u8>) {
+        let (db, _dir) = crate::db::test_db().await;
+        let artifacts = Artifacts::new(Arc::new(NoStore), db.clone());
+        let streams = Streams::new(Default::default(), db, artifacts, Arc::new(ToSource));
+        let dest = Arc::new(Isolated::default());
+        let job = TransferJob {
+            what: "input x (artifact a)".into(),
+            source: source(stream_key),
+            to: "dst".into(),
+            dest: dest.clone(),
+            on_wait: Box::new(|_, _| {}),
+        };
+        let outcome = StreamTransfer::run(streams.clone(), job).await;
+        let got = dest.0.lock().unwrap().clone();
+        (streams, outcome, got)
+    }
+
+    #[actix_rt::test]
+    async fn a_destination_that_cannot_reach_the_source_gets_the_stream_relayed() {
+        let (streams, outcome, got) = transfer_from("key").await;
+        let done = outcome.unwrap();
+        assert_eq!((done.path, done.bytes), (TransferPath::Relay, 5));
+        assert_eq!(got, b"hello");
+        let totals = streams.stats().totals();
+        assert_eq!(totals[&TransferPath::P2p].failures, 1);
+        assert_eq!(totals[&TransferPath::Relay].transfers, 1);
+    }
+
+    #[actix_rt::test]
+    async fn a_source_without_a_stream_key_is_relayed_without_trying_p2p() {
+        let (streams, outcome, got) = transfer_from("").await;
+        assert_eq!(outcome.unwrap().path, TransferPath::Relay);
+        assert_eq!(got, b"hello");
+        assert_eq!(streams.stats().totals()[&TransferPath::P2p].failures, 0);
+    }
 }
