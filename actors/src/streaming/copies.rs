@@ -19,7 +19,7 @@ use crate::state::{HandleState, WorkerState};
 use crate::steps::Events;
 
 use super::limiter::Direction;
-use super::transfer::{Source, StreamTransfer, TransferJob};
+use super::transfer::{OnWait, Source, StreamTransfer, TransferJob};
 use super::Streams;
 
 /// A step's need of an artifact of its build on its worker.
@@ -166,7 +166,7 @@ impl Streams {
             match self.db().get_worker(&copy.worker).await? {
                 Some(row) if row.state == WorkerState::Running => {
                     return Ok(Source::Worker {
-                        registration: row.registration,
+                        registration: Box::new(row.registration),
                         volume: copy.volume,
                     })
                 }
@@ -190,11 +190,7 @@ impl Streams {
 }
 
 /// A callback telling the build's log that a step waits for a stream slot.
-pub fn waiting_event(
-    req: &CopyRequest,
-    max_out: usize,
-    max_in: usize,
-) -> Box<dyn FnMut(&str, Direction) + Send> {
+pub fn waiting_event(req: &CopyRequest, max_out: usize, max_in: usize) -> OnWait {
     let events = req.events.clone();
     let step = req.step.clone();
     let name = req.name.clone();

@@ -25,7 +25,7 @@ pub use config::{LinkRule, StreamConfig, StreamMode, DEFAULT_MAX_STREAMS, DEFAUL
 pub use copies::{waiting_event, CopyRequest};
 pub use limiter::{Direction, SideLoad, Slots, StreamLimiter};
 pub use stats::{PathTotals, StreamStats, TransferPath};
-pub use transfer::{Source, StreamTransfer, TransferJob, Transferred};
+pub use transfer::{OnWait, Source, StreamTransfer, TransferJob, Transferred};
 
 use crate::artifacts::Artifacts;
 use crate::db::Db;

@@ -34,7 +34,7 @@ pub enum Source {
     /// A volume on a worker.
     Worker {
         /// The source worker's registration (address, stream key).
-        registration: WorkerRegistration,
+        registration: Box<WorkerRegistration>,
         /// The volume holding the artifact there.
         volume: String,
     },
@@ -50,6 +50,9 @@ impl Source {
     }
 }
 
+/// Told the worker and direction of each slot a transfer waits for.
+pub type OnWait = Box<dyn FnMut(&str, Direction) + Send>;
+
 /// One transfer to run.
 pub struct TransferJob {
     /// What is moved, for messages (`input src (artifact ID)`).
@@ -61,7 +64,7 @@ pub struct TransferJob {
     /// The destination volume.
     pub dest: Arc<dyn Volume>,
     /// Called once per worker side whose slots are all taken, before waiting.
-    pub on_wait: Box<dyn FnMut(&str, Direction) + Send>,
+    pub on_wait: OnWait,
 }
 
 /// What a completed transfer did.
@@ -388,7 +391,7 @@ mod tests {
 
     fn source(stream_key: &str) -> Source {
         Source::Worker {
-            registration: WorkerRegistration {
+            registration: Box::new(WorkerRegistration {
                 name: "src".into(),
                 agent_url: "http://10.0.0.1:7777".into(),
                 agent_token: "t".into(),
@@ -402,7 +405,7 @@ mod tests {
                 backend: "fake".into(),
                 incarnation: "1".into(),
                 heartbeat_interval_secs: 30,
-            },
+            }),
             volume: "v".into(),
         }
     }
