@@ -27,6 +27,17 @@ impl Engine {
 
     /// A team's artifact as a plain tar stream.
     pub async fn open_artifact(&self, team: &str, id: &str) -> Result<ByteStream, EngineError> {
-        self.artifacts.open(Some(team), id, Encoding::Raw).await
+        self.open_artifact_as(team, id, Encoding::Raw).await
+    }
+
+    /// A team's artifact as a tar stream in `encoding` (zstd: as stored,
+    /// without decoding it).
+    pub async fn open_artifact_as(
+        &self,
+        team: &str,
+        id: &str,
+        encoding: Encoding,
+    ) -> Result<ByteStream, EngineError> {
+        self.artifacts.open(Some(team), id, encoding).await
     }
 }
