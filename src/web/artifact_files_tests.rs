@@ -297,7 +297,7 @@ async fn a_refused_upload_leaves_nothing() {
             d,
             enc(b"not a tar at all, just some words"),
             encoding,
-            &["not"],
+            &["not a tar stream"],
         )
         .await;
     }
