@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use crate::cli::client::ApiClient;
 use crate::cli::follow::{follow, StepLines};
+use crate::cli::progress::Transfers;
 use crate::tarball::{self, UnpackLimits};
 
 /// What `execute` was asked to do.
@@ -106,18 +107,35 @@ struct Created {
     id: serde_json::Value,
 }
 
-async fn upload(client: &ApiClient, team: &str, name: &str, dir: &Path) -> anyhow::Result<String> {
-    let body = tarball::pack_dir(dir.to_path_buf(), Encoding::Zstd);
-    upload_stream(client, team, name, body, "files").await
+/// Uploads an input directory, packed as a zstd tar stream (its progress in
+/// bytes sent: the packed size is not known beforehand).
+async fn upload(
+    client: &ApiClient,
+    transfers: &Transfers,
+    team: &str,
+    name: &str,
+    dir: &Path,
+) -> anyhow::Result<String> {
+    let packed = tarball::pack_dir(dir.to_path_buf(), Encoding::Zstd);
+    let body = transfers.track(format!("input {name}"), None, packed);
+    upload_stream(client, team, name, Box::pin(body), "files").await
 }
 
-/// Uploads an image tar file as an `image` artifact.
-async fn upload_image(client: &ApiClient, team: &str, file: &Path) -> anyhow::Result<String> {
+/// Uploads an image tar file as an `image` artifact (its progress in bytes
+/// of the file read).
+async fn upload_image(
+    client: &ApiClient,
+    transfers: &Transfers,
+    team: &str,
+    file: &Path,
+) -> anyhow::Result<String> {
     let f = tokio::fs::File::open(file)
         .await
         .with_context(|| format!("cannot open image {}", file.display()))?;
+    let size = f.metadata().await.ok().map(|m| m.len());
     let plain: gantry_actors::runtime::ByteStream =
         Box::pin(tokio_util::io::ReaderStream::with_capacity(f, 256 * 1024));
+    let plain = Box::pin(transfers.track("image", size, plain));
     upload_stream(
         client,
         team,
@@ -159,22 +177,41 @@ async fn upload_stream(
     Ok(created.id.as_str().unwrap_or_default().to_string())
 }
 
-async fn download(client: &ApiClient, team: &str, id: &str, dir: &Path) -> anyhow::Result<()> {
+/// Downloads output `name` (artifact `id`) into `dir`.
+async fn download(
+    client: &ApiClient,
+    transfers: &Transfers,
+    team: &str,
+    name: &str,
+    id: &str,
+    dir: &Path,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let resp = client
         .http()
         .get(client.url(&format!("/api/v1/teams/{team}/artifacts/{id}")))
+        .header("accept-encoding", "zstd")
         .send()
         .await
         .map_err(|e| client.unreachable(e))?;
     let resp = client.check(resp).await?;
+    let size = resp.content_length();
+    let encoding = match resp.headers().get("content-encoding") {
+        None => Encoding::Raw,
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(Encoding::parse)
+            .ok_or_else(|| anyhow!("the server sent an unknown Content-Encoding {v:?}"))?,
+    };
     let body = Box::pin(
         resp.bytes_stream()
             .map(|r| r.map_err(std::io::Error::other)),
     );
+    let body = transfers.track(format!("output {name}"), size, body);
     tarball::unpack(
-        body,
-        Encoding::Raw,
+        Box::pin(body),
+        encoding,
         dir.to_path_buf(),
         UnpackLimits::default(),
     )
@@ -187,13 +224,14 @@ pub async fn execute(client: &ApiClient, args: ExecuteArgs) -> anyhow::Result<i3
     let (config, inputs, outputs) = plan(&args)?;
     client.get::<serde_json::Value>("/api/v1/info").await?;
     let team = &args.team;
+    let transfers = &Transfers::stderr();
     let uploads = inputs.iter().map(|(name, dir)| async move {
-        upload(client, team, name, dir)
+        upload(client, transfers, team, name, dir)
             .await
             .map(|id| (name.clone(), id))
     });
     let image = match &args.image {
-        Some(file) => Some(upload_image(client, team, file).await?),
+        Some(file) => Some(upload_image(client, transfers, team, file).await?),
         None => None,
     };
     let artifact_ids: BTreeMap<String, String> = futures::future::try_join_all(uploads)
@@ -217,7 +255,7 @@ pub async fn execute(client: &ApiClient, args: ExecuteArgs) -> anyhow::Result<i3
     let ended = follow(client, build_id, StepLines::Quiet).await?;
     for (name, dir) in &outputs {
         if let Some(id) = ended.produced.get(name) {
-            download(client, team, id, dir)
+            download(client, transfers, team, name, id, dir)
                 .await
                 .with_context(|| format!("downloading output {name:?}"))?;
         }

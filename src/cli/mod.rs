@@ -7,6 +7,7 @@ mod execute;
 mod follow;
 mod hijack;
 mod list;
+mod progress;
 mod run;
 mod serve;
 mod validate_plan;

@@ -113,6 +113,18 @@ pub fn validate_file(path: &Path, limits: &UnpackLimits) -> Result<UnpackSummary
     )
 }
 
+/// Checks the plain (already decoded) tar stream read from `src` against
+/// the rules of [`unpack`], without writing anything; `state` is the one
+/// shared with the readers below `src` (a transport failure recorded there
+/// is reported as such).
+pub(super) fn validate_reader<R: Read>(
+    src: R,
+    limits: &UnpackLimits,
+    state: Shared,
+) -> Result<UnpackSummary, TarError> {
+    extract(src, Source::Stream(Encoding::Raw), None, limits, state)
+}
+
 /// Where the bytes below the tar parser come from.
 enum Source {
     /// A stream in this encoding.

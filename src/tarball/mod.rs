@@ -21,6 +21,7 @@
 //! `entry_path.rs` (which entry paths and link targets are safe),
 //! `attrs.rs` (modes, mtimes and owners restored), `read_state.rs` (what
 //! the readers below the tar parser saw),
+//! `tee.rs` (an upload copied as zstd and checked in one pass),
 //! `limits.rs`, `summary.rs` and `error.rs`.
 //!
 //! [`Encoding`]: gantry_actors::spec::Encoding
@@ -35,6 +36,7 @@ mod pack;
 mod plumbing;
 mod read_state;
 mod summary;
+mod tee;
 
 #[cfg(test)]
 mod round_trip_tests;
@@ -49,3 +51,4 @@ pub use extract::{unpack, unpack_at, validate_file};
 pub use limits::UnpackLimits;
 pub use pack::{pack_dir, pack_opened, write_tar_file};
 pub use summary::UnpackSummary;
+pub use tee::{copy_checked, CheckedCopy, CopyError};

@@ -61,16 +61,41 @@ pub async fn upload(
     })
 }
 
-/// `GET /api/v1/teams/{team}/artifacts/{id}`: the artifact as a plain tar stream.
+/// `GET /api/v1/teams/{team}/artifacts/{id}`: the artifact as a tar stream,
+/// plain, or zstd (`Content-Encoding: zstd`, the stored bytes as they are)
+/// when the request's `Accept-Encoding` names zstd.
 pub async fn download(
     identity: Identity,
+    req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (team, id) = path.into_inner();
     identity.require_team(&team, &format!("artifact {id}"))?;
-    let stream = state.engine.open_artifact(&team, &id).await?;
-    Ok(HttpResponse::Ok()
-        .content_type("application/x-tar")
-        .streaming(stream))
+    let zstd = accepts_zstd(&req);
+    let encoding = if zstd { Encoding::Zstd } else { Encoding::Raw };
+    let stream = state.engine.open_artifact_as(&team, &id, encoding).await?;
+    let mut resp = HttpResponse::Ok();
+    resp.content_type("application/x-tar");
+    if zstd {
+        resp.insert_header(("content-encoding", "zstd"));
+    }
+    Ok(resp.streaming(stream))
+}
+
+/// Whether the request's `Accept-Encoding` lists zstd (with a non-zero
+/// quality).
+fn accepts_zstd(req: &HttpRequest) -> bool {
+    req.headers()
+        .get_all("accept-encoding")
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|item| {
+            let mut parts = item.split(';').map(str::trim);
+            let name = parts.next().unwrap_or_default();
+            let refused = parts.any(|p| {
+                matches!(p.strip_prefix("q=").map(|q| q.trim().parse::<f32>()), Some(Ok(q)) if q <= 0.0)
+            });
+            name.eq_ignore_ascii_case("zstd") && !refused
+        })
 }

@@ -1,21 +1,36 @@
-//! The web node's artifact store: plain tar files under `DATA_DIR/artifacts`.
-//! An upload is decoded into a temporary file, checked to be a safe tar
-//! stream within the size limit, and only then renamed into place, so a bad
-//! or oversized upload leaves nothing.
+//! The web node's artifact store: zstd tar files under `DATA_DIR/artifacts`
+//! (`{id}.tar.zst`). An upload is received in one pass
+//! ([`tarball::copy_checked`]): its bytes are written to a temporary file —
+//! as they are when they arrive zstd (the CLI's uploads, the workers'
+//! outputs), re-encoded to zstd otherwise — while they are decoded and
+//! checked to be a safe tar stream within the size limit; only then is the
+//! file renamed into place, so a bad or oversized upload leaves nothing.
+//! Opening an artifact in zstd serves the stored bytes unchanged.
+//!
+//! Artifacts stored by earlier versions, plain tar files (`{id}.tar`), are
+//! still opened (and deleted).
 
-use std::path::PathBuf;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use gantry_actors::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
 use gantry_actors::runtime::ByteStream;
 use gantry_actors::spec::Encoding;
 use gantry_actors::EngineError;
-use sha2::{Digest, Sha256};
-use tokio::io::AsyncWriteExt;
+use tempfile::NamedTempFile;
 
 use crate::config::DEFAULT_MAX_ARTIFACT_BYTES;
-use crate::tarball::{self, TarError, UnpackLimits};
+use crate::tarball::{self, CopyError, TarError, UnpackLimits};
+
+/// Suffix of the artifacts stored by this version: zstd tar.
+const ZSTD_SUFFIX: &str = "tar.zst";
+
+/// Suffix of the artifacts stored by earlier versions: plain tar.
+const PLAIN_SUFFIX: &str = "tar";
+
+/// Buffer of the file an upload is written to.
+const WRITE_BUFFER: usize = 256 * 1024;
 
 /// Artifacts as files in one directory.
 pub struct ArtifactFiles {
@@ -25,6 +40,15 @@ pub struct ArtifactFiles {
     /// highly compressed upload cannot fill the disk before it is checked)
     /// and the contents it unpacks to (`web.max_artifact_bytes`).
     max_bytes: u64,
+}
+
+/// How an artifact's file holds its tar stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    /// zstd (this version).
+    Zstd,
+    /// Plain tar (earlier versions).
+    Plain,
 }
 
 impl ArtifactFiles {
@@ -55,14 +79,20 @@ impl ArtifactFiles {
         ))
     }
 
-    fn path(&self, id: &str) -> Result<PathBuf, EngineError> {
+    /// The file of artifact `id` in `format`; an id that cannot be one is
+    /// not found.
+    fn path(&self, id: &str, format: Format) -> Result<PathBuf, EngineError> {
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
             return Err(EngineError::NotFound {
                 kind: "artifact",
                 name: id.to_string(),
             });
         }
-        Ok(self.dir.join(format!("{id}.tar")))
+        let suffix = match format {
+            Format::Zstd => ZSTD_SUFFIX,
+            Format::Plain => PLAIN_SUFFIX,
+        };
+        Ok(self.dir.join(format!("{id}.{suffix}")))
     }
 
     /// The extraction rules an upload of this kind must pass.
@@ -76,84 +106,84 @@ impl ArtifactFiles {
         }
     }
 
-    async fn receive(
-        &self,
-        body: ByteStream,
-        encoding: Encoding,
-        kind: ArtifactKind,
-        tmp: &PathBuf,
-    ) -> Result<(u64, Option<String>), EngineError> {
-        let mut file = tokio::fs::File::create(tmp)
-            .await
-            .map_err(|e| EngineError::io("creating artifact file", e))?;
-        let mut plain = tarball::decode(body, encoding);
-        let mut written = 0u64;
-        while let Some(chunk) = plain.next().await {
-            let chunk = chunk.map_err(|e| {
-                EngineError::Invalid(format!(
-                    "reading the upload ({} encoding): {e}",
-                    encoding.as_str()
-                ))
-            })?;
-            written += chunk.len() as u64;
-            if written > self.max_bytes {
-                return Err(self.too_large());
+    /// Opens artifact `id`'s file, in this version's format or an earlier one.
+    async fn open_file(&self, id: &str) -> Result<(tokio::fs::File, Format), EngineError> {
+        for format in [Format::Zstd, Format::Plain] {
+            match tokio::fs::File::open(self.path(id, format)?).await {
+                Ok(file) => return Ok((file, format)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(EngineError::io(format!("opening artifact {id}"), e)),
             }
-            file.write_all(&chunk)
-                .await
-                .map_err(|e| EngineError::io("writing artifact file", e))?;
         }
-        file.sync_all()
-            .await
-            .map_err(|e| EngineError::io("writing artifact file", e))?;
-        drop(file);
-        let check = tmp.clone();
-        let limits = self.limits(kind);
-        let hash = kind == ArtifactKind::Image;
-        let digest = tokio::task::spawn_blocking(move || {
-            tarball::validate_file(&check, &limits)?;
-            if !hash {
-                return Ok(None);
-            }
-            let mut hasher = Sha256::new();
-            let mut f = std::fs::File::open(&check).map_err(|e| TarError::Io(e.to_string()))?;
-            std::io::copy(&mut f, &mut hasher).map_err(|e| TarError::Io(e.to_string()))?;
-            Ok(Some(format!("sha256:{:x}", hasher.finalize())))
+        Err(EngineError::NotFound {
+            kind: "artifact",
+            name: id.to_string(),
         })
-        .await
-        .map_err(|e| EngineError::Invalid(format!("checking the upload: {e}")))?
-        .map_err(|e| match e {
-            TarError::TooLarge { .. } => self.too_large(),
-            e => EngineError::Invalid(format!("the upload is not an acceptable tar stream: {e}")),
-        })?;
-        let size = tokio::fs::metadata(tmp)
-            .await
-            .map_err(|e| EngineError::io("reading artifact file", e))?
-            .len();
-        Ok((size, digest))
     }
+
+    /// The engine's answer to a failed upload.
+    fn refusal(&self, e: CopyError) -> EngineError {
+        match e {
+            CopyError::Write(e) => EngineError::io("writing artifact file", e),
+            CopyError::Tar(TarError::TooLarge { .. }) => self.too_large(),
+            CopyError::Tar(e) => {
+                EngineError::Invalid(format!("the upload is not an acceptable tar stream: {e}"))
+            }
+        }
+    }
+}
+
+/// Creates an empty temporary file in `tmp` (removed when dropped).
+async fn temp_file(tmp: PathBuf, id: &str) -> Result<NamedTempFile, EngineError> {
+    let prefix = format!("{id}.");
+    tokio::task::spawn_blocking(move || {
+        tempfile::Builder::new()
+            .prefix(&prefix)
+            .suffix(".part")
+            .tempfile_in(tmp)
+    })
+    .await
+    .map_err(|e| EngineError::io("creating artifact file", std::io::Error::other(e)))?
+    .map_err(|e| EngineError::io("creating artifact file", e))
+}
+
+/// Makes the received file durable and moves it to `dest`.
+async fn persist(file: BufWriter<NamedTempFile>, dest: &Path) -> Result<(), EngineError> {
+    let dest = dest.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let file = file.into_inner().map_err(|e| e.into_error())?;
+        file.as_file().sync_all()?;
+        file.persist(dest).map(drop).map_err(|e| e.error)
+    })
+    .await
+    .map_err(|e| EngineError::io("storing artifact", std::io::Error::other(e)))?
+    .map_err(|e| EngineError::io("storing artifact", e))
 }
 
 #[async_trait]
 impl ArtifactStore for ArtifactFiles {
+    /// The stored zstd bytes as they are for `Encoding::Zstd`; decoded (and
+    /// re-encoded for gzip) on the way otherwise, streaming. Earlier
+    /// versions' plain files are encoded on the way.
     async fn open(&self, id: &str, encoding: Encoding) -> Result<ByteStream, EngineError> {
-        let file = tokio::fs::File::open(self.path(id)?).await.map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                EngineError::NotFound {
-                    kind: "artifact",
-                    name: id.to_string(),
-                }
-            } else {
-                EngineError::io(format!("opening artifact {id}"), e)
-            }
-        })?;
-        let plain: ByteStream = Box::pin(tokio_util::io::ReaderStream::with_capacity(
+        let (file, format) = self.open_file(id).await?;
+        let stored: ByteStream = Box::pin(tokio_util::io::ReaderStream::with_capacity(
             file,
-            256 * 1024,
+            WRITE_BUFFER,
         ));
-        Ok(tarball::encode(plain, encoding))
+        Ok(match (format, encoding) {
+            (Format::Zstd, Encoding::Zstd) => stored,
+            (Format::Zstd, Encoding::Raw) => tarball::decode(stored, Encoding::Zstd),
+            (Format::Zstd, other) => {
+                tarball::encode(tarball::decode(stored, Encoding::Zstd), other)
+            }
+            (Format::Plain, encoding) => tarball::encode(stored, encoding),
+        })
     }
 
+    /// Receives `body` in one pass (see the module's documentation). The
+    /// size recorded is the decoded tar stream's; an image's digest is the
+    /// `sha256` of the decoded tar stream, whatever its encoding.
     async fn store(
         &self,
         body: ByteStream,
@@ -161,27 +191,35 @@ impl ArtifactStore for ArtifactFiles {
         kind: ArtifactKind,
     ) -> Result<StoredArtifact, EngineError> {
         let id = uuid::Uuid::new_v4().to_string();
-        let tmp = self.dir.join("tmp").join(format!("{id}.tar"));
-        match self.receive(body, encoding, kind, &tmp).await {
-            Ok((size, digest)) => {
-                tokio::fs::rename(&tmp, self.path(&id)?)
-                    .await
-                    .map_err(|e| EngineError::io("storing artifact", e))?;
-                Ok(StoredArtifact { id, size, digest })
-            }
-            Err(e) => {
-                let _ = tokio::fs::remove_file(&tmp).await;
-                Err(e)
-            }
-        }
+        let dest = self.path(&id, Format::Zstd)?;
+        let tmp = temp_file(self.dir.join("tmp"), &id).await?;
+        let out = BufWriter::with_capacity(WRITE_BUFFER, tmp);
+        let hash = kind == ArtifactKind::Image;
+        // On failure the temporary file is dropped, which removes it.
+        let (copy, out) = tarball::copy_checked(body, encoding, self.limits(kind), hash, out)
+            .await
+            .map_err(|e| self.refusal(e))?;
+        persist(out, &dest).await?;
+        Ok(StoredArtifact {
+            id,
+            size: copy.tar_bytes,
+            digest: copy.digest,
+        })
     }
 
     async fn delete(&self, id: &str) -> Result<(), EngineError> {
-        match tokio::fs::remove_file(self.path(id)?).await {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(EngineError::io(format!("deleting artifact {id}"), e))
+        for format in [Format::Zstd, Format::Plain] {
+            match tokio::fs::remove_file(self.path(id, format)?).await {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(EngineError::io(format!("deleting artifact {id}"), e))
+                }
+                _ => {}
             }
-            _ => Ok(()),
         }
+        Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "artifact_files_tests.rs"]
+mod tests;

@@ -27,8 +27,18 @@ impl Engine {
 
     /// A team's artifact as a plain tar stream.
     pub async fn open_artifact(&self, team: &str, id: &str) -> Result<ByteStream, EngineError> {
-        self.streams
-            .open_artifact(Some(team), id, Encoding::Raw)
-            .await
+        self.open_artifact_as(team, id, Encoding::Raw).await
+    }
+
+    /// A team's artifact as a tar stream in `encoding` (zstd: as stored,
+    /// without decoding it), wherever it is: the web node's store or a
+    /// worker holding it.
+    pub async fn open_artifact_as(
+        &self,
+        team: &str,
+        id: &str,
+        encoding: Encoding,
+    ) -> Result<ByteStream, EngineError> {
+        self.streams.open_artifact(Some(team), id, encoding).await
     }
 }
