@@ -40,7 +40,8 @@ impl ArtifactKind {
 pub struct StoredArtifact {
     /// The new artifact's id.
     pub id: String,
-    /// Bytes stored.
+    /// Bytes of the (decoded) tar stream kept; the store may hold it
+    /// compressed.
     pub size: u64,
     /// `sha256:...` of the stored tar, for images (which are deduplicated by it).
     pub digest: Option<String>,
