@@ -1,19 +1,9 @@
 //! Building URLs by hand: escaping one path segment or query value.
 
-/// Percent-encodes `s` for use as one URL path segment or query value:
-/// every byte but RFC 3986's unreserved characters (`A-Z a-z 0-9 - _ . ~`)
-/// becomes `%XX`, so a `/`, `?`, `#`, `&` or space in a handle cannot change
-/// the URL's structure.
+/// Percent-encodes `s` for use as one URL path segment or query value
+/// (the engine's escaper, which signed stream URLs use too).
 pub fn segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    gantry_actors::stream_url::escape(s)
 }
 
 #[cfg(test)]

@@ -98,19 +98,6 @@ fn fleet(dir: &Path, db: &TestDb) -> Fleet {
     }
 }
 
-fn metric(url: &str, name: &str) -> f64 {
-    let text = reqwest::blocking::get(format!("{url}/metrics"))
-        .unwrap()
-        .text()
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .unwrap_or_else(|| panic!("{name} in /metrics:\n{text}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 fn a_git_job_gets_runs_tagged_tasks_and_puts_back(db: DbKind) {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(db);

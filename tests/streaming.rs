@@ -41,20 +41,6 @@ fn fleet(dir: &Path, db: &TestDb, config: &str) -> Fleet {
     Fleet { web, workers }
 }
 
-/// The value of the sample `series` (name with its labels) on `/metrics`.
-fn metric(url: &str, series: &str) -> f64 {
-    let text = reqwest::blocking::get(format!("{url}/metrics"))
-        .unwrap()
-        .text()
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{series} ")))
-        .unwrap_or_else(|| panic!("{series} in /metrics:\n{text}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 /// Bytes the web node counted on each path (zstd streams).
 fn bytes_by_path(url: &str) -> [f64; 3] {
     ["p2p", "relay", "web"].map(|p| {

@@ -135,8 +135,11 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// Percent-encodes every byte but RFC 3986's unreserved characters.
-fn escape(s: &str) -> String {
+/// Percent-encodes `s` for use as one URL path segment or query value:
+/// every byte but RFC 3986's unreserved characters (`A-Z a-z 0-9 - _ . ~`)
+/// becomes `%XX`, so a `/`, `?`, `#`, `&` or space cannot change the URL's
+/// structure.
+pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {

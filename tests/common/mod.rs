@@ -583,3 +583,18 @@ impl Figures {
             .unwrap_or_else(|e| panic!("{name} is not a number ({e}):\n{stdout}"))
     }
 }
+
+/// The value of the sample `series` (a metric's name, with its labels if
+/// it has any) on the web node's `/metrics`.
+pub fn metric(url: &str, series: &str) -> f64 {
+    let text = reqwest::blocking::get(format!("{url}/metrics"))
+        .unwrap()
+        .text()
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{series} ")))
+        .unwrap_or_else(|| panic!("{series} in /metrics:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
