@@ -82,15 +82,21 @@ impl Db {
         Ok(())
     }
 
-    /// Sets a row's state.
+    /// Sets a row's state. A row becoming `created` records the current GC
+    /// epoch in the same statement (see migration 0008): only a report made
+    /// at a later epoch may judge it absent.
     pub async fn set_handle_state(
         &self,
         kind: HandleKind,
         handle: &str,
         state: HandleState,
     ) -> Result<(), EngineError> {
+        let epoch = match state {
+            HandleState::Created => ", created_epoch = (SELECT value FROM gc_epoch WHERE id = 1)",
+            _ => "",
+        };
         sqlx::query(&format!(
-            "UPDATE {} SET state = $1 WHERE handle = $2",
+            "UPDATE {} SET state = $1{epoch} WHERE handle = $2",
             kind.table()
         ))
         .bind(state.as_str())
