@@ -9,6 +9,8 @@
 //! [`Process::wait`]. A process given `ProcessIo::stdin` is started with
 //! `?stdin=true` and a second task streams the input to it as one chunked
 //! `PUT .../stdin`; [`Process::set_tty`] is `PUT .../tty`.
+//! [`Volume::stream_in_from`] asks the destination agent to pull a signed
+//! stream URL of another worker (`PUT /volumes/{handle}/stream-from`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +30,8 @@ use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use tokio::sync::{mpsc, watch};
 
 use crate::agent::api::{
-    ContainerCreated, ErrorBody, OutputLine, ProcessCreated, SignalRequest, VolumeCreated,
+    ContainerCreated, ErrorBody, OutputLine, ProcessCreated, SignalRequest, StreamFromDone,
+    StreamFromRequest, VolumeCreated,
 };
 
 /// The longest NDJSON line accepted from `/output` (a 64 KiB chunk is about
@@ -97,7 +100,7 @@ struct Endpoint {
 }
 
 /// The error with its causes, which reqwest keeps in its source chain.
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -398,6 +401,29 @@ impl Volume for AgentVolume {
         let query = [("encoding", encoding.as_str())];
         self.upload("image", &query, body, "importing an image into")
             .await
+    }
+
+    /// `PUT /volumes/{handle}/stream-from`: the agent pulls the signed URL
+    /// from the source worker. Its 502 (the source refused, was unreachable
+    /// or broke off) becomes [`RuntimeError::Worker`] with status 502 and the
+    /// agent's message, which names the source's answer or the failure.
+    async fn stream_in_from(
+        &self,
+        url: &str,
+        path: &str,
+        encoding: Encoding,
+    ) -> Result<u64, RuntimeError> {
+        let rb = self
+            .ep
+            .request(Method::PUT, &["volumes", &self.handle, "stream-from"])
+            .json(&StreamFromRequest {
+                url: url.to_string(),
+                path: path.to_string(),
+                encoding,
+            });
+        let resp = self.ep.send(rb, "volume", &self.handle).await?;
+        let done: StreamFromDone = self.ep.json(resp).await?;
+        Ok(done.bytes)
     }
 }
 

@@ -26,6 +26,7 @@ pub mod scheduler;
 pub mod spec;
 pub mod state;
 pub mod steps;
+pub mod stream_url;
 pub mod task_config;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

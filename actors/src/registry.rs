@@ -762,6 +762,7 @@ mod tests {
                 name: name.into(),
                 agent_url: "http://fake".into(),
                 agent_token: String::new(),
+                stream_key: String::new(),
                 platform: "linux".into(),
                 tags: vec![],
                 team: None,

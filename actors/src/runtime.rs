@@ -123,6 +123,22 @@ pub trait Volume: Send + Sync {
             self.handle()
         )))
     }
+
+    /// Pulls a tar stream in `encoding` from `url` (a signed stream URL of
+    /// another worker's volume, see [`crate::stream_url`]) and extracts it at
+    /// `path`; returns the bytes received.
+    async fn stream_in_from(
+        &self,
+        url: &str,
+        path: &str,
+        encoding: Encoding,
+    ) -> Result<u64, RuntimeError> {
+        let _ = (url, path, encoding);
+        Err(RuntimeError::Stream(format!(
+            "volume {}: this runtime cannot pull peer-to-peer",
+            self.handle()
+        )))
+    }
 }
 
 /// What a worker holds, as listed by the worker itself (for GC and reconciling).

@@ -608,6 +608,7 @@ mod tests {
                 name: name.into(),
                 agent_url: String::new(),
                 agent_token: String::new(),
+                stream_key: String::new(),
                 platform: platform.into(),
                 tags: tags.iter().map(|t| t.to_string()).collect(),
                 team: team.map(str::to_string),

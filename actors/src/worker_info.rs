@@ -28,6 +28,11 @@ pub struct WorkerRegistration {
     pub agent_url: String,
     /// Bearer token the web node must present to the agent (new at every start).
     pub agent_token: String,
+    /// Secret (32 random bytes, hex) with which the web node signs stream
+    /// URLs of this worker's volumes (see [`crate::stream_url`]); new at
+    /// every start. Stored with the registration, never shown by the API.
+    #[serde(default)]
+    pub stream_key: String,
     /// Platform, e.g. `linux`.
     pub platform: String,
     /// Tags; a tagged worker only takes work asking for its tags.

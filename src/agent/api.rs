@@ -3,7 +3,7 @@
 //! (`crate::agent_client`) both use these, so the two cannot drift apart.
 
 use gantry_actors::runtime::{OutputStream, ProcessSignal};
-use gantry_actors::spec::ContainerSpec;
+use gantry_actors::spec::{ContainerSpec, Encoding};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -32,6 +32,72 @@ pub struct Health {
     /// by many containers is unpacked once).
     #[serde(default)]
     pub images_unpacked: u64,
+    /// Tar streams going out and coming in, now and at most at once.
+    #[serde(default)]
+    pub streams: StreamCounts,
+}
+
+/// The agent's stream counters (in `GET /health`): outgoing streams
+/// (`stream-out`, peer-to-peer `stream-out`, `file`) while their body is
+/// being sent; incoming ones (`stream-in`, `image`, `stream-from`) while
+/// they are extracted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamCounts {
+    /// Outgoing streams now.
+    #[serde(default)]
+    pub out_now: u64,
+    /// Most outgoing streams at once since the agent started.
+    #[serde(default)]
+    pub out_max: u64,
+    /// Incoming streams now.
+    #[serde(default)]
+    pub in_now: u64,
+    /// Most incoming streams at once since the agent started.
+    #[serde(default)]
+    pub in_max: u64,
+}
+
+/// `PUT /volumes/{handle}/stream-from`: pull a tar stream from another
+/// worker's agent (a signed stream URL) into this volume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamFromRequest {
+    /// The signed stream URL on the source agent.
+    pub url: String,
+    /// Where to extract it, relative to the volume root (default the root).
+    #[serde(default)]
+    pub path: String,
+    /// The stream's encoding (the one the URL grants; default zstd).
+    #[serde(default)]
+    pub encoding: Encoding,
+}
+
+/// Answer of `PUT /volumes/{handle}/stream-from`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamFromDone {
+    /// Bytes received on the wire (encoded).
+    pub bytes: u64,
+}
+
+/// Query of `GET /p2p/volumes/{handle}/stream-out`: a signed grant (see
+/// `gantry_actors::stream_url`). Every field is needed; missing ones are
+/// refused with 403 naming them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct P2pStreamQuery {
+    /// The worker the grant is for (must be this one).
+    #[serde(default)]
+    pub worker: Option<String>,
+    /// The path in the volume.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// `zstd`, `gzip` or `raw`, exactly.
+    #[serde(default)]
+    pub encoding: Option<String>,
+    /// Unix ms after which the grant is refused.
+    #[serde(default)]
+    pub expires: Option<String>,
+    /// Hex HMAC-SHA256 of the grant with this worker's stream key.
+    #[serde(default)]
+    pub sig: Option<String>,
 }
 
 /// `POST /volumes`: the created (or already existing) volume.

@@ -255,6 +255,7 @@ mod tests {
                 name: "w1".into(),
                 agent_url: "http://127.0.0.1:1".into(),
                 agent_token: "t".into(),
+                stream_key: String::new(),
                 platform: "linux".into(),
                 tags: vec![],
                 team: None,

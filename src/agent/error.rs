@@ -34,6 +34,14 @@ pub enum AgentError {
     /// The bearer token is missing or wrong (401).
     #[error("{0}")]
     Unauthorized(String),
+    /// A signed stream URL is refused: missing parameter, another worker's,
+    /// forged or expired (403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// Pulling from another worker failed: it answered an error, could not
+    /// be reached or its stream broke (502).
+    #[error("{0}")]
+    BadGateway(String),
     /// A local operation failed (500); the context names what was being done.
     #[error("{context}: {source}")]
     Io {
@@ -100,6 +108,8 @@ impl ResponseError for AgentError {
             AgentError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             AgentError::Conflict(_) => StatusCode::CONFLICT,
             AgentError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            AgentError::Forbidden(_) => StatusCode::FORBIDDEN,
+            AgentError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             AgentError::Io { .. } | AgentError::Backend(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

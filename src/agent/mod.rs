@@ -11,7 +11,9 @@
 //! base resource types shipped with every worker), `tree.rs` (removing,
 //! copying and measuring directory trees), `beacon.rs` (registration and
 //! heartbeats), `slots.rs` (idempotent creation), `state.rs` (what handlers
-//! share), `error.rs`, `worker.rs` (the agent and beacon started together,
+//! share), `stream_counters.rs` (streams in and out, now and at most),
+//! `stream_grant.rs` (checking the signed stream URL another worker presents),
+//! `stream_from.rs` (pulling a volume from another worker), `error.rs`, `worker.rs` (the agent and beacon started together,
 //! and the `gantry worker` process around them).
 //!
 //! Everything lives under the work directory, so a restarted agent still
@@ -39,6 +41,9 @@ pub mod rootfs;
 pub mod server;
 pub mod slots;
 pub mod state;
+pub mod stream_counters;
+pub mod stream_from;
+pub mod stream_grant;
 pub mod tree;
 pub mod volumes;
 pub mod worker;
@@ -47,6 +52,8 @@ pub mod worker;
 mod image_tests;
 #[cfg(test)]
 mod interactive_tests;
+#[cfg(test)]
+mod p2p_tests;
 #[cfg(test)]
 mod resource_type_tests;
 #[cfg(test)]

@@ -1,11 +1,12 @@
 //! The agent's HTTP API (actix-web).
 //!
-//! Every route except `GET /health` needs `Authorization: Bearer <token>`;
-//! every error is JSON `{"error": "..."}`. Routes:
+//! Every route except `GET /health` and the peer-to-peer stream route needs
+//! `Authorization: Bearer <token>`; every error is JSON `{"error": "..."}`.
+//! Routes:
 //!
 //! | route | answer |
 //! |---|---|
-//! | `GET /health` | `{"name","backend","images_unpacked"}` |
+//! | `GET /health` | `{"name","backend","images_unpacked","streams"}` |
 //! | `POST /volumes` (`VolumeSpec`) | 201 (200 if it existed) `{"handle","path"}` |
 //! | `GET /volumes` | `["handle", ...]` |
 //! | `GET /volumes/{h}[?size=false]` | `{"handle","path","size_bytes","properties"}` |
@@ -14,6 +15,8 @@
 //! | `PUT /volumes/{h}/image?encoding=` (image tar body) | 200 `{"format","layers","entries","millis","unpacked"}` |
 //! | `GET /volumes/{h}/stream-out?path=&encoding=` | tar stream |
 //! | `GET /volumes/{h}/file?path=` | the file's bytes |
+//! | `PUT /volumes/{h}/stream-from` (`{"url","path","encoding"}`) | 200 `{"bytes"}`; 502 when the source fails |
+//! | `GET /p2p/volumes/{h}/stream-out?worker=&path=&encoding=&expires=&sig=` (no token) | tar stream; 403 unless signed for this worker and not expired |
 //! | `POST /containers` (`ContainerSpec`) | 201 (200 if it existed) `{"handle"}` |
 //! | `GET /containers` | `["handle", ...]` |
 //! | `GET /containers/{h}` | `{"handle","spec","state","processes"}` |
@@ -34,6 +37,12 @@
 //! terminal stays open), and `PUT .../tty` changes its window size (the
 //! process gets `SIGWINCH`). Output and exit status are read from `/output`
 //! as for any process, so a caller that reconnects attaches the same way.
+//!
+//! Peer-to-peer streaming: the web node signs a stream URL of a volume with
+//! the source worker's stream key (`gantry_actors::stream_url`) and asks
+//! the destination agent to pull it (`stream-from`); the source checks the
+//! signature (`stream_grant.rs`) instead of the bearer token. Streams going
+//! out and coming in are counted (`streams` in `/health`).
 
 use std::sync::Arc;
 
@@ -47,13 +56,15 @@ use gantry_actors::spec::{ContainerSpec, Encoding, ProcessSpec, VolumeSpec, Wind
 use serde::Deserialize;
 
 use super::api::{
-    ContainerCreated, Health, OutputLine, ProcessCreated, SignalRequest, StreamQuery,
-    VolumeCreated, VolumeInfo, VolumeQuery,
+    ContainerCreated, Health, OutputLine, P2pStreamQuery, ProcessCreated, SignalRequest,
+    StreamFromDone, StreamFromRequest, StreamQuery, VolumeCreated, VolumeInfo, VolumeQuery,
 };
 use super::containers::process_info;
 use super::error::AgentError;
 use super::output_log::LogEvent;
 use super::state::AgentState;
+use super::stream_counters::Direction;
+use super::{stream_from, stream_grant};
 
 /// The shared state as handlers receive it.
 type State = web::Data<AgentState>;
@@ -110,6 +121,14 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .route("/volumes/{handle}/image", web::put().to(import_image))
         .route("/volumes/{handle}/stream-out", web::get().to(stream_out))
         .route("/volumes/{handle}/file", web::get().to(file_out))
+        .route(
+            "/volumes/{handle}/stream-from",
+            web::put().to(stream_from_peer),
+        )
+        .route(
+            "/p2p/volumes/{handle}/stream-out",
+            web::get().to(p2p_stream_out),
+        )
         .route("/containers", web::post().to(create_container))
         .route("/containers", web::get().to(list_containers))
         .route("/containers/{handle}", web::get().to(get_container))
@@ -140,12 +159,15 @@ fn routes(cfg: &mut web::ServiceConfig) {
         );
 }
 
-/// Rejects requests without the agent's token (except `/health`).
+/// Rejects requests without the agent's token (except `/health` and the
+/// peer-to-peer stream route, which checks its signed URL instead).
 async fn require_token(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let open = req.path() == "/health";
+    let open = req.path() == "/health"
+        || (req.method() == actix_web::http::Method::GET
+            && stream_grant::is_p2p_stream_path(req.path()));
     let allowed = open
         || req.app_data::<State>().is_some_and(|s| {
             s.authorized(
@@ -182,6 +204,7 @@ async fn health(state: State) -> HttpResponse {
         name: state.name.clone(),
         backend: state.backend.to_string(),
         images_unpacked: state.volumes.images_unpacked(),
+        streams: state.streams.snapshot(),
     })
 }
 
@@ -265,6 +288,7 @@ async fn stream_in(
     payload: web::Payload,
 ) -> Result<HttpResponse, AgentError> {
     let encoding = encoding(&query)?;
+    let _counted = state.streams.start(Direction::In);
     let (body, pump) = crate::body::bridge(payload);
     let sub = query.path.clone().unwrap_or_default();
     let extract = state.volumes.stream_in(&handle, &sub, encoding, body);
@@ -283,6 +307,7 @@ async fn import_image(
     payload: web::Payload,
 ) -> Result<HttpResponse, AgentError> {
     let encoding = encoding(&query)?;
+    let _counted = state.streams.start(Direction::In);
     let (body, pump) = crate::body::bridge(payload);
     let st = state.clone().into_inner();
     let handle = handle.into_inner();
@@ -303,7 +328,38 @@ async fn stream_out(
     let stream = state.volumes.stream_out(&handle, &sub, encoding).await?;
     Ok(HttpResponse::Ok()
         .content_type("application/octet-stream")
-        .streaming(stream))
+        .streaming(state.streams.guard_out(stream)))
+}
+
+/// `GET /p2p/volumes/{handle}/stream-out`: as `stream-out`, for another
+/// worker presenting a signed stream URL instead of the bearer token.
+async fn p2p_stream_out(
+    state: State,
+    handle: web::Path<String>,
+    query: web::Query<P2pStreamQuery>,
+) -> Result<HttpResponse, AgentError> {
+    let grant = stream_grant::check(&state, &handle, &query)?;
+    let stream = state
+        .volumes
+        .stream_out(&grant.volume, &grant.path, grant.encoding)
+        .await?;
+    Ok(HttpResponse::Ok()
+        .content_type("application/octet-stream")
+        .streaming(state.streams.guard_out(stream)))
+}
+
+/// `PUT /volumes/{handle}/stream-from`: pulls a signed stream URL of
+/// another worker into the volume. Runs on the agent's runtime, so the
+/// caller going away does not cut the pull short.
+async fn stream_from_peer(
+    state: State,
+    handle: web::Path<String>,
+    body: web::Json<StreamFromRequest>,
+) -> Result<HttpResponse, AgentError> {
+    let st = state.clone().into_inner();
+    let pull = stream_from::pull(st, handle.into_inner(), body.into_inner());
+    let bytes = state.on_main(pull).await?;
+    Ok(HttpResponse::Ok().json(StreamFromDone { bytes }))
 }
 
 /// `GET /volumes/{handle}/file`.
@@ -316,7 +372,7 @@ async fn file_out(
     let stream = state.volumes.file_out(&handle, &sub).await?;
     Ok(HttpResponse::Ok()
         .content_type("application/octet-stream")
-        .streaming(stream))
+        .streaming(state.streams.guard_out(stream)))
 }
 
 /// `POST /containers`.

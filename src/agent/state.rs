@@ -1,10 +1,12 @@
-//! The agent's shared state: its stores, its backend and its token.
+//! The agent's shared state: its stores, its backend, its token and stream
+//! key, and its stream counters.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use super::containers::ContainerRegistry;
 use super::error::AgentError;
+use super::stream_counters::StreamCounters;
 use super::volumes::VolumeStore;
 
 /// What every request handler and the beacon share.
@@ -13,6 +15,11 @@ pub struct AgentState {
     pub name: String,
     /// The bearer token the web node must present; new at every start.
     pub token: String,
+    /// The key stream URLs of this worker's volumes are signed with (by the
+    /// web node, which learns it from the registration); new at every start.
+    pub stream_key: String,
+    /// Tar streams going out and coming in (`streams` in `/health`).
+    pub streams: Arc<StreamCounters>,
     /// The container backend's name.
     pub backend: &'static str,
     /// The volumes.

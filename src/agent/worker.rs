@@ -163,6 +163,8 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
     let state = Arc::new(AgentState {
         name: cfg.name.clone(),
         token: state::new_token(),
+        stream_key: state::new_token(),
+        streams: super::stream_counters::StreamCounters::new(),
         backend: backend.name(),
         volumes,
         containers,
@@ -194,6 +196,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
         name: cfg.name.clone(),
         agent_url,
         agent_token: state.token.clone(),
+        stream_key: state.stream_key.clone(),
         platform: cfg.platform.clone(),
         tags: cfg.tags.clone(),
         team: cfg.team.clone(),

@@ -38,6 +38,7 @@ fn registration(name: &str) -> WorkerRegistration {
         name: name.into(),
         agent_url: "http://127.0.0.1:1".into(),
         agent_token: String::new(),
+        stream_key: String::new(),
         platform: "linux".into(),
         tags: vec![],
         team: None,

@@ -78,6 +78,7 @@ fn registration(name: &str, limits: WorkerLimits) -> WorkerRegistration {
         name: name.into(),
         agent_url: "http://127.0.0.1:1".into(),
         agent_token: "t".into(),
+        stream_key: String::new(),
         platform: "linux".into(),
         tags: vec![],
         team: None,

@@ -155,6 +155,7 @@ mod tests {
             name: name.into(),
             agent_url: "http://127.0.0.1:1".into(),
             agent_token: "t".into(),
+            stream_key: String::new(),
             platform: "linux".into(),
             tags: vec![],
             team: None,
