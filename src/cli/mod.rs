@@ -363,6 +363,9 @@ pub enum BenchCommand {
         /// Bytes of file contents moved (e.g. 1GiB, 16MiB).
         #[arg(long, default_value = "1GiB", value_parser = crate::bench::stream::parse_size)]
         size: u64,
+        /// Runs of each transfer, in a rotating order (figures are medians).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
     },
 }
 
@@ -414,8 +417,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         sequential,
                     },
                 ))?,
-                BenchCommand::Stream { size } => actix_web::rt::System::new().block_on(
-                    crate::bench::stream::bench(crate::bench::stream::StreamBench { size }),
+                BenchCommand::Stream { size, rounds } => actix_web::rt::System::new().block_on(
+                    crate::bench::stream::bench(crate::bench::stream::StreamBench { size, rounds }),
                 )?,
             }
             Ok(0)

@@ -72,8 +72,6 @@ impl Drop for WorkerProcess {
 
 /// One worker of the fleet, ready for volumes.
 pub struct FleetWorker {
-    /// Its name.
-    pub name: String,
     /// The engine's client of it.
     pub client: Arc<dyn Worker>,
     /// Its registration (agent URL, token, stream key).
@@ -143,7 +141,6 @@ impl Fleet {
                     .and_then(|s| s.get(&p.name).cloned())
                     .with_context(|| format!("no registration of worker {}", p.name))?;
                 fleet.workers.push(FleetWorker {
-                    name: p.name.clone(),
                     client,
                     registration,
                     volumes: base.join(format!("worker-{i}/volumes")),

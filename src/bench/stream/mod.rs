@@ -8,8 +8,9 @@
 //! engine's own clients. A tree of `--size` bytes of mixed files
 //! ([`tree`]: text, random bytes, many small files, a few large ones) is
 //! generated and streamed into a volume on the first worker (not timed).
-//! Then, each after a `sync` so that no run pays for the previous one's
-//! writeback:
+//! Then `--rounds` times, in a rotating order, each run into a fresh
+//! directory after a `sync` so that no run pays for the previous one's
+//! writeback (copies are kept until the end: see [`verify`]):
 //! - `baseline`: the shell pipeline from that volume's directory into a
 //!   fresh directory beside the workers';
 //! - `p2p`: the web node signs a URL of the source volume and has the
@@ -22,7 +23,8 @@
 //!
 //! Every copy is checked against the generated tree ([`tree::digest`]:
 //! paths, kinds, modes, sizes, contents); a wrong one fails the benchmark.
-//! Throughputs are bytes of file contents per second, in MB (10^6 bytes).
+//! Figures are the medians of the rounds; throughputs are bytes of file
+//! contents per second, in MB (10^6 bytes).
 
 mod fleet;
 mod p2p;
@@ -46,6 +48,8 @@ use tree::TreeDigest;
 pub struct StreamBench {
     /// Bytes of file contents in the generated tree.
     pub size: u64,
+    /// Runs of each transfer (figures are medians).
+    pub rounds: usize,
 }
 
 /// The workers' names (`-0`, `-1` appended).
@@ -89,23 +93,26 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 struct Measured {
     /// The generated tree.
     tree: TreeDigest,
-    /// The shell pipeline.
-    baseline: Duration,
-    /// Peer to peer, if this build can.
-    p2p: Result<Duration, String>,
-    /// Through the web node.
-    relay: Duration,
+    /// The shell pipeline, each round.
+    baseline: Vec<Duration>,
+    /// Peer to peer, each round.
+    p2p: Vec<Duration>,
+    /// Encoded bytes the destination pulled peer to peer.
+    p2p_bytes: u64,
+    /// Through the web node, each round.
+    relay: Vec<Duration>,
     /// Encoded bytes that passed through the web node.
     relay_bytes: u64,
-    /// Peak resident memory during the relay minus before it.
+    /// Peak resident memory during a relay minus before it (the most of
+    /// every round).
     relay_rss_growth: u64,
 }
 
 /// Runs the benchmark and prints its figures. Must be called inside an
 /// actix System.
 pub async fn bench(opts: StreamBench) -> anyhow::Result<()> {
-    if opts.size == 0 {
-        bail!("--size must be more than 0 bytes");
+    if opts.size == 0 || opts.rounds == 0 {
+        bail!("--size and --rounds must be more than 0");
     }
     require_tools()?;
     let tmp = tempfile::Builder::new()
@@ -126,7 +133,7 @@ pub async fn bench(opts: StreamBench) -> anyhow::Result<()> {
         })
         .await?;
         let mut fleet = Fleet::start(&base, WORKER, 2).await?;
-        let result = measure(&fleet, &base, &source, tree).await;
+        let result = measure(&fleet, &base, &source, tree, opts.rounds).await;
         fleet.stop().await;
         result
     };
@@ -142,7 +149,9 @@ pub async fn bench(opts: StreamBench) -> anyhow::Result<()> {
 fn require_tools() -> anyhow::Result<()> {
     for tool in ["bash", "tar", "zstd"] {
         crate::agent::backend::find_executable(tool).with_context(|| {
-            format!("bench stream needs {tool} for its baseline; install it (apt-get install {tool})")
+            format!(
+                "bench stream needs {tool} for its baseline; install it (apt-get install {tool})"
+            )
         })?;
     }
     Ok(())
@@ -168,8 +177,11 @@ async fn sync() -> anyhow::Result<()> {
     .await
 }
 
-/// Checks the tree at `dir` is the generated one, then removes it.
-async fn verify_and_remove(what: &str, dir: PathBuf, want: &TreeDigest) -> anyhow::Result<()> {
+/// Checks the tree at `dir` is the generated one. (It stays until the end:
+/// ext4 skips the inodes of files deleted in the last minutes when it
+/// allocates new ones, at a cost for every file created, so removing a copy
+/// would slow down the runs after it.)
+async fn verify(what: &str, dir: PathBuf, want: &TreeDigest) -> anyhow::Result<()> {
     let what = what.to_string();
     let want = want.clone();
     blocking(move || {
@@ -186,7 +198,7 @@ async fn verify_and_remove(what: &str, dir: PathBuf, want: &TreeDigest) -> anyho
                 want.sha256
             );
         }
-        std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))
+        Ok(())
     })
     .await
 }
@@ -213,6 +225,7 @@ async fn measure(
     base: &Path,
     source: &Path,
     tree: TreeDigest,
+    rounds: usize,
 ) -> anyhow::Result<Measured> {
     let [src_worker, dst_worker] = &fleet.workers[..] else {
         bail!("the benchmark needs two workers");
@@ -229,55 +242,68 @@ async fn measure(
     if check != tree {
         bail!("the source volume differs from the generated tree");
     }
-    std::fs::remove_dir_all(source).context("removing the generated tree")?;
 
-    // The baseline, between the same directories.
-    let out = base.join("baseline");
+    let mut m = Measured {
+        tree,
+        baseline: vec![],
+        p2p: vec![],
+        p2p_bytes: 0,
+        relay: vec![],
+        relay_bytes: 0,
+        relay_rss_growth: 0,
+    };
+    // Each round in another order, so that none always runs first.
+    for round in 0..rounds {
+        for k in 0..3 {
+            match (round + k) % 3 {
+                0 => m
+                    .baseline
+                    .push(time_baseline(base, &src_dir, round, &m.tree).await?),
+                1 => {
+                    let dst = create_volume(dst_worker, &format!("bench-p2p-{round}")).await?;
+                    sync().await?;
+                    let start = Instant::now();
+                    m.p2p_bytes = p2p::transfer(src_worker, src.handle(), dst.as_ref(), ENCODING)
+                        .await
+                        .context("streaming peer to peer")?;
+                    m.p2p.push(start.elapsed());
+                    verify("p2p", volume_dir(dst_worker, dst.handle()), &m.tree).await?;
+                }
+                _ => {
+                    let dst = create_volume(dst_worker, &format!("bench-relay-{round}")).await?;
+                    sync().await?;
+                    let before = rss::rss_bytes()?;
+                    let watch = rss::PeakWatch::start()?;
+                    let start = Instant::now();
+                    let relayed = relay(src.as_ref(), dst.as_ref()).await;
+                    let took = start.elapsed();
+                    let peak = watch.stop()?;
+                    m.relay_bytes = relayed.context("relaying through the web node")?;
+                    m.relay.push(took);
+                    m.relay_rss_growth = m.relay_rss_growth.max(peak.saturating_sub(before));
+                    verify("relay", volume_dir(dst_worker, dst.handle()), &m.tree).await?;
+                }
+            }
+        }
+    }
+    Ok(m)
+}
+
+/// One run of the baseline from `src_dir` into a fresh directory, timed.
+async fn time_baseline(
+    base: &Path,
+    src_dir: &Path,
+    round: usize,
+    tree: &TreeDigest,
+) -> anyhow::Result<Duration> {
+    let out = base.join(format!("baseline-{round}"));
     std::fs::create_dir(&out).context("creating the baseline's destination")?;
     sync().await?;
     let start = Instant::now();
-    baseline(&src_dir, &out).await?;
-    let baseline = start.elapsed();
-    verify_and_remove("baseline", out, &tree).await?;
-
-    // Peer to peer.
-    let p2p = match p2p::available() {
-        Err(why) => Err(why),
-        Ok(()) => {
-            let dst = create_volume(dst_worker, "bench-p2p").await?;
-            sync().await?;
-            let start = Instant::now();
-            p2p::transfer(src_worker, src.handle(), dst.as_ref(), ENCODING)
-                .await
-                .context("streaming peer to peer")?;
-            let took = start.elapsed();
-            verify_and_remove("p2p", volume_dir(dst_worker, dst.handle()), &tree).await?;
-            dst_worker.client.destroy_volume(dst.handle()).await?;
-            Ok(took)
-        }
-    };
-
-    // Through the web node, its memory watched.
-    let dst = create_volume(dst_worker, "bench-relay").await?;
-    sync().await?;
-    let before = rss::rss_bytes()?;
-    let watch = rss::PeakWatch::start()?;
-    let start = Instant::now();
-    let relayed = relay(src.as_ref(), dst.as_ref()).await;
-    let relay = start.elapsed();
-    let peak = watch.stop()?;
-    let relay_bytes = relayed.context("relaying through the web node")?;
-    verify_and_remove("relay", volume_dir(dst_worker, dst.handle()), &tree).await?;
-    dst_worker.client.destroy_volume(dst.handle()).await?;
-
-    Ok(Measured {
-        tree,
-        baseline,
-        p2p,
-        relay,
-        relay_bytes,
-        relay_rss_growth: peak.saturating_sub(before),
-    })
+    baseline(src_dir, &out).await?;
+    let took = start.elapsed();
+    verify("baseline", out, tree).await?;
+    Ok(took)
 }
 
 /// The shell pipeline from `src` into `dst`.
@@ -322,32 +348,47 @@ fn mb_s(bytes: u64, took: Duration) -> f64 {
     bytes as f64 / 1e6 / took.as_secs_f64().max(1e-9)
 }
 
+/// The median of `all` (the upper one of an even count).
+fn median(all: &[Duration]) -> Duration {
+    let mut sorted = all.to_vec();
+    sorted.sort();
+    sorted.get(sorted.len() / 2).copied().unwrap_or_default()
+}
+
 /// Prints every figure as `name: value`.
 fn print(m: &Measured) {
     let bytes = m.tree.bytes;
-    let baseline = mb_s(bytes, m.baseline);
-    let relay = mb_s(bytes, m.relay);
+    let (baseline_t, p2p_t, relay_t) = (median(&m.baseline), median(&m.p2p), median(&m.relay));
+    let baseline = mb_s(bytes, baseline_t);
+    let p2p = mb_s(bytes, p2p_t);
+    let relay = mb_s(bytes, relay_t);
+    let list = |all: &[Duration]| {
+        let s: Vec<String> = all
+            .iter()
+            .map(|d| format!("{:.3}", d.as_secs_f64()))
+            .collect();
+        s.join(" ")
+    };
     println!("size_bytes: {bytes}");
     println!("files: {}", m.tree.files);
     println!("workers: 2");
     println!("backend: local");
+    println!("rounds: {}", m.baseline.len());
     println!("encoding: {}", ENCODING.as_str());
     println!("zstd_level: {}", crate::tarball::ZSTD_LEVEL);
     println!("baseline: {BASELINE}");
-    println!("baseline_s: {:.3}", m.baseline.as_secs_f64());
-    println!("relay_s: {:.3}", m.relay.as_secs_f64());
+    println!("baseline_runs_s: {}", list(&m.baseline));
+    println!("p2p_runs_s: {}", list(&m.p2p));
+    println!("relay_runs_s: {}", list(&m.relay));
+    println!("baseline_s: {:.3}", baseline_t.as_secs_f64());
+    println!("p2p_s: {:.3}", p2p_t.as_secs_f64());
+    println!("relay_s: {:.3}", relay_t.as_secs_f64());
+    println!("p2p_encoded_bytes: {}", m.p2p_bytes);
     println!("relay_encoded_bytes: {}", m.relay_bytes);
     println!("baseline_mb_s: {baseline:.1}");
-    match &m.p2p {
-        Ok(took) => {
-            let p2p = mb_s(bytes, *took);
-            println!("p2p_s: {:.3}", took.as_secs_f64());
-            println!("p2p_mb_s: {p2p:.1}");
-            println!("p2p_ratio: {:.3}", p2p / baseline.max(1e-9));
-        }
-        Err(why) => println!("p2p: unavailable ({why})"),
-    }
+    println!("p2p_mb_s: {p2p:.1}");
     println!("relay_mb_s: {relay:.1}");
+    println!("p2p_ratio: {:.3}", p2p / baseline.max(1e-9));
     println!("relay_ratio: {:.3}", relay / baseline.max(1e-9));
     println!(
         "relay_rss_growth_mib: {:.1}",

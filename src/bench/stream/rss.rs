@@ -49,20 +49,19 @@ impl PeakWatch {
         let (flag, seen) = (stop.clone(), peak.clone());
         let thread = std::thread::Builder::new()
             .name("gantry-rss-watch".into())
-            .spawn(move || {
-                loop {
-                    seen.fetch_max(rss_bytes()?, Ordering::Relaxed);
-                    if flag.load(Ordering::Relaxed) {
-                        return Ok(());
-                    }
-                    std::thread::sleep(PERIOD);
+            .spawn(move || loop {
+                seen.fetch_max(rss_bytes()?, Ordering::Relaxed);
+                if flag.load(Ordering::Relaxed) {
+                    return Ok(());
                 }
+                std::thread::sleep(PERIOD);
             })
             .context("starting the memory watcher")?;
         Ok(PeakWatch { stop, peak, thread })
     }
 
     /// The peak resident size seen so far, in bytes.
+    #[cfg(test)]
     pub fn peak(&self) -> u64 {
         self.peak.load(Ordering::Relaxed)
     }
