@@ -123,7 +123,7 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Decodes hex (either case); `None` for anything else.
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     s.as_bytes()
