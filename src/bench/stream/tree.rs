@@ -126,7 +126,7 @@ impl Rng {
         let mut i = 0;
         while i < buf.len() {
             let r = self.next();
-            let word = if r % 11 == 0 {
+            let word = if r.is_multiple_of(11) {
                 "\n"
             } else {
                 WORDS[(r >> 8) as usize % WORDS.len()]
@@ -354,7 +354,8 @@ mod tests {
         assert_eq!(stats.bytes, size + 39);
         let d = digest(tmp.path()).unwrap();
         assert_eq!((d.files, d.bytes), (stats.files, stats.bytes));
-        assert!(stats.files > 300, "{stats:?}: too few small files");
+        // 30 % of 4 MiB in files of 8 KiB on average.
+        assert!(stats.files > 120, "{stats:?}: too few small files");
         let mode = |p: &str| fs::metadata(tmp.path().join(p)).unwrap().mode() & 0o777;
         assert_eq!(mode("bin/run.sh"), 0o755);
         assert_eq!(mode("bin/secret.key"), 0o600);
@@ -370,6 +371,9 @@ mod tests {
         assert!(ratio(&text) < 0.5, "{}", ratio(&text));
     }
 
+    /// A change made to a copy.
+    type Change<'a> = Box<dyn Fn() + 'a>;
+
     #[test]
     fn the_digest_sees_every_difference_a_wrong_copy_could_have() {
         let tmp = tempfile::tempdir().unwrap();
@@ -381,7 +385,7 @@ mod tests {
         assert_eq!(same, digest(&b).unwrap(), "same seed, same tree");
 
         let file = b.join("large/random-1.bin");
-        let changes: Vec<(&str, Box<dyn Fn()>)> = vec![
+        let changes: Vec<(&str, Change)> = vec![
             (
                 "one byte of contents",
                 Box::new(|| {
