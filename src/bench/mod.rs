@@ -5,3 +5,4 @@ pub mod builds;
 pub mod container_start;
 pub mod placement;
 pub mod rig;
+pub mod stream;

@@ -367,6 +367,17 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 10)]
         sequential: usize,
     },
+    /// A volume of mixed files moved worker to worker (two `local` worker
+    /// processes) peer to peer and relayed through the web node, against
+    /// `tar -c | zstd -1 -T0 | zstd -d | tar -x`.
+    Stream {
+        /// Bytes of file contents moved (e.g. 1GiB, 16MiB).
+        #[arg(long, default_value = "1GiB", value_parser = crate::bench::stream::parse_size)]
+        size: u64,
+        /// Runs of each transfer, in a rotating order (figures are medians).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -417,6 +428,9 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         sequential,
                     },
                 ))?,
+                BenchCommand::Stream { size, rounds } => actix_web::rt::System::new().block_on(
+                    crate::bench::stream::bench(crate::bench::stream::StreamBench { size, rounds }),
+                )?,
             }
             Ok(0)
         }

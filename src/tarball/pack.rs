@@ -107,12 +107,57 @@ fn pack_single_file(w: &mut dyn Write, file: &mut File, name: &OsStr) -> io::Res
     })
 }
 
+/// Size of the reads of file contents while packing.
+const READ_SIZE: usize = 4 * CHUNK;
+
+/// A reader that reads `inner` in pieces of its buffer's size, whatever the
+/// size of the reads asked of it: the tar builder copies data in 8 KiB
+/// pieces, which would make as many system calls.
+struct LargeReads<'a, R> {
+    /// The file (or whatever) read.
+    inner: R,
+    /// The buffer, reused from file to file.
+    buf: &'a mut [u8],
+    /// Where the unread bytes of `buf` start.
+    pos: usize,
+    /// Where they end.
+    len: usize,
+}
+
+impl<'a, R: Read> LargeReads<'a, R> {
+    fn new(inner: R, buf: &'a mut [u8]) -> Self {
+        LargeReads {
+            inner,
+            buf,
+            pos: 0,
+            len: 0,
+        }
+    }
+}
+
+impl<R: Read> Read for LargeReads<'_, R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.pos == self.len {
+            if out.len() >= self.buf.len() {
+                return self.inner.read(out);
+            }
+            self.len = self.inner.read(self.buf)?;
+            self.pos = 0;
+        }
+        let n = out.len().min(self.len - self.pos);
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
 /// Tars the contents of the open directory `dir` into `w` (depth first,
 /// sorted by name), reading only through descriptors. `skip` is a
 /// (device, inode) not to pack (the output file itself).
 fn pack_tree(w: &mut dyn Write, dir: &Dir, skip: Option<(u64, u64)>) -> io::Result<UnpackSummary> {
     let mut builder = tar::Builder::new(w);
     let mut summary = UnpackSummary::default();
+    let mut buf = vec![0u8; READ_SIZE];
     dir.walk(|e| {
         let rel = e.path;
         match e.stat.kind {
@@ -135,7 +180,8 @@ fn pack_tree(w: &mut dyn Write, dir: &Dir, skip: Option<(u64, u64)>) -> io::Resu
                 let mut h = header_for(&st);
                 h.set_entry_type(EntryType::Regular);
                 h.set_size(st.size);
-                builder.append_data(&mut h, rel, exact_reader(&mut file, st.size))?;
+                let data = LargeReads::new(exact_reader(&mut file, st.size), &mut buf);
+                builder.append_data(&mut h, rel, data)?;
                 summary.bytes += st.size;
             }
             DiskKind::Symlink => {
@@ -169,6 +215,51 @@ mod tests {
     use std::fs;
     use std::os::unix::fs::symlink;
     use tempfile::TempDir;
+
+    /// A reader that records the size of each read asked of it.
+    struct Recorder<'a> {
+        data: &'a [u8],
+        asked: Vec<usize>,
+    }
+
+    impl Read for Recorder<'_> {
+        fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+            self.asked.push(out.len());
+            let n = out.len().min(self.data.len());
+            out[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn file_contents_are_read_in_large_pieces_and_come_out_whole() {
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let mut inner = Recorder {
+            data: &data,
+            asked: vec![],
+        };
+        let mut buf = vec![0u8; 32 * 1024];
+        let mut out = vec![];
+        let mut piece = [0u8; 8 * 1024];
+        {
+            let mut reader = LargeReads::new(&mut inner, &mut buf);
+            loop {
+                let n = reader.read(&mut piece).unwrap();
+                if n == 0 {
+                    break;
+                }
+                out.extend_from_slice(&piece[..n]);
+            }
+        }
+        assert_eq!(out, data);
+        assert!(
+            inner.asked.iter().all(|n| *n == 32 * 1024),
+            "{:?}",
+            inner.asked
+        );
+        assert_eq!(inner.asked.len(), 5, "4 reads and the one at the end");
+    }
 
     #[tokio::test]
     async fn pack_opened_file_dir_and_escapes() {
