@@ -81,6 +81,18 @@ impl Streams {
         }
     }
 
+    /// The same services (database, store, worker clients) under another
+    /// `config`, with caps and counters of their own (a benchmark measuring
+    /// one mode after the other).
+    pub fn with_config(&self, config: StreamConfig) -> Streams {
+        Streams::new(
+            config,
+            self.inner.db.clone(),
+            self.inner.artifacts.clone(),
+            self.inner.connector.clone(),
+        )
+    }
+
     /// How streams go.
     pub fn config(&self) -> &StreamConfig {
         &self.inner.config

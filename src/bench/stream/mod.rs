@@ -13,11 +13,12 @@
 //! writeback (copies are kept until the end: see [`verify`]):
 //! - `baseline`: the shell pipeline from that volume's directory into a
 //!   fresh directory beside the workers';
-//! - `p2p`: the web node signs a URL of the source volume and has the
-//!   destination agent pull it into a fresh volume on the second worker
-//!   (bytes go agent to agent);
-//! - `relay`: the source volume streamed out to the web node and into a
-//!   fresh volume (bytes pass through this process), while a thread
+//! - `p2p`: one `StreamTransfer` of the engine set to `p2p`: the web node
+//!   signs a URL of the source volume and has the destination agent pull
+//!   it into a fresh volume on the second worker (bytes go agent to agent);
+//! - `relay`: one `StreamTransfer` set to `relay`: the source volume
+//!   streamed out to the web node and into a fresh volume (bytes pass
+//!   through this process), while a thread
 //!   watches this process's resident memory; `relay_rss_growth_mib` is its
 //!   peak minus its size just before.
 //!
@@ -32,14 +33,13 @@ mod rss;
 mod tree;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use futures::StreamExt;
 use gantry_actors::runtime::Volume;
 use gantry_actors::spec::{Encoding, VolumeSpec, VolumeStrategy};
+use gantry_actors::streaming::StreamMode;
 
 use fleet::{Fleet, FleetWorker};
 use tree::TreeDigest;
@@ -243,6 +243,10 @@ async fn measure(
         bail!("the source volume differs from the generated tree");
     }
 
+    let engine = &fleet.engine;
+    let p2p = p2p::streams_in(engine, StreamMode::P2p, ENCODING);
+    let relay = p2p::streams_in(engine, StreamMode::Relay, ENCODING);
+    let dst_name = dst_worker.registration.name.clone();
     let mut m = Measured {
         tree,
         baseline: vec![],
@@ -263,9 +267,10 @@ async fn measure(
                     let dst = create_volume(dst_worker, &format!("bench-p2p-{round}")).await?;
                     sync().await?;
                     let start = Instant::now();
-                    m.p2p_bytes = p2p::transfer(src_worker, src.handle(), dst.as_ref(), ENCODING)
-                        .await
-                        .context("streaming peer to peer")?;
+                    m.p2p_bytes =
+                        p2p::transfer(&p2p, src_worker, src.handle(), &dst_name, dst.clone())
+                            .await
+                            .context("streaming peer to peer")?;
                     m.p2p.push(start.elapsed());
                     verify("p2p", volume_dir(dst_worker, dst.handle()), &m.tree).await?;
                 }
@@ -275,7 +280,9 @@ async fn measure(
                     let before = rss::rss_bytes()?;
                     let watch = rss::PeakWatch::start()?;
                     let start = Instant::now();
-                    let relayed = relay(src.as_ref(), dst.as_ref()).await;
+                    let relayed =
+                        p2p::transfer(&relay, src_worker, src.handle(), &dst_name, dst.clone())
+                            .await;
                     let took = start.elapsed();
                     let peak = watch.stop()?;
                     m.relay_bytes = relayed.context("relaying through the web node")?;
@@ -326,21 +333,6 @@ tar -C "$1" -cf - . | zstd -1 -T0 -q -c | zstd -d -q -c | tar -C "$2" -xf -"#;
         );
     }
     Ok(())
-}
-
-/// What the web node does to move a volume between workers without
-/// peer-to-peer streaming: stream it out of one, into the other. Answers
-/// the encoded bytes that passed through.
-async fn relay(src: &dyn Volume, dst: &dyn Volume) -> anyhow::Result<u64> {
-    let counted = Arc::new(AtomicU64::new(0));
-    let counter = counted.clone();
-    let body = src.stream_out(".", ENCODING).await?.inspect(move |item| {
-        if let Ok(b) = item {
-            counter.fetch_add(b.len() as u64, Ordering::Relaxed);
-        }
-    });
-    dst.stream_in(".", ENCODING, Box::pin(body)).await?;
-    Ok(counted.load(Ordering::Relaxed))
 }
 
 /// MB (10^6 bytes) per second.

@@ -1,42 +1,60 @@
-//! The peer-to-peer transfer of `gantry bench stream`: what the web node
-//! does to have one agent pull a volume straight from another — sign a
-//! stream URL of the source volume with the source worker's stream key, and
-//! hand it to the destination volume.
+//! The transfers of `gantry bench stream`, made as the engine makes them:
+//! a `StreamTransfer` actor under the engine's streaming services set to
+//! one mode — `p2p` (the web node signs a stream URL of the source volume
+//! with the source worker's stream key and the destination agent pulls
+//! it) or `relay` (the web node pipes the source's stream into the
+//! destination).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 use gantry_actors::runtime::Volume;
 use gantry_actors::spec::Encoding;
-use gantry_actors::stream_url::StreamGrant;
+use gantry_actors::streaming::{
+    Source, StreamConfig, StreamMode, StreamTransfer, Streams, TransferJob, TransferPath,
+};
 
 use super::fleet::FleetWorker;
 
-/// How long a signed URL stays valid: it is used at once.
-const GRANT_TTL: Duration = Duration::from_secs(60);
+/// The engine's streaming services with every link in `mode`.
+pub fn streams_in(engine: &gantry_actors::Engine, mode: StreamMode, encoding: Encoding) -> Streams {
+    engine.streams().with_config(StreamConfig {
+        mode,
+        encoding,
+        ..StreamConfig::default()
+    })
+}
 
-/// Moves the contents of volume `src` of `src_worker` into `dst` peer to
-/// peer; answers the bytes the destination received.
+/// Moves the contents of volume `src` of `src_worker` into `dst` on
+/// worker `to` with `streams`; answers the bytes on the wire, after
+/// checking that the transfer took the path its mode says (a p2p transfer
+/// relayed as a fallback would measure the wrong thing).
 pub async fn transfer(
+    streams: &Streams,
     src_worker: &FleetWorker,
     src: &str,
-    dst: &dyn Volume,
-    encoding: Encoding,
+    to: &str,
+    dst: Arc<dyn Volume>,
 ) -> anyhow::Result<u64> {
-    let reg = &src_worker.registration;
-    if reg.stream_key.is_empty() {
-        bail!("worker {} registered without a stream key", reg.name);
-    }
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .context("the clock is before 1970")?;
-    let grant = StreamGrant {
-        worker: reg.name.clone(),
-        volume: src.to_string(),
-        path: ".".into(),
-        encoding,
-        expires_ms: (now + GRANT_TTL).as_millis() as i64,
+    let job = TransferJob {
+        what: format!("volume {src}"),
+        source: Source::Worker {
+            registration: Box::new(src_worker.registration.clone()),
+            volume: src.to_string(),
+        },
+        to: to.to_string(),
+        dest: dst,
+        on_wait: Box::new(|_, _| {}),
     };
-    let url = grant.url(&reg.agent_url, &reg.stream_key);
-    Ok(dst.stream_in_from(&url, ".", encoding).await?)
+    let done = StreamTransfer::run(streams.clone(), job)
+        .await
+        .context("the stream transfer")?;
+    let wanted: TransferPath = streams.config().mode.into();
+    anyhow::ensure!(
+        done.path == wanted,
+        "the transfer went by {} instead of {}",
+        done.path.as_str(),
+        wanted.as_str()
+    );
+    Ok(done.bytes)
 }
