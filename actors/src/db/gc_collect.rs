@@ -124,7 +124,11 @@ impl Db {
 
     /// Marks a `created` or `failed` row `destroying`; answers whether it
     /// did (a row in another state, or gone, is left as it is).
-    pub async fn mark_destroying(&self, kind: HandleKind, handle: &str) -> Result<bool, EngineError> {
+    pub async fn mark_destroying(
+        &self,
+        kind: HandleKind,
+        handle: &str,
+    ) -> Result<bool, EngineError> {
         let done = sqlx::query(&format!(
             "UPDATE {} SET state = $1 WHERE handle = $2 AND state IN ($3, $4)",
             table(kind)
@@ -222,7 +226,17 @@ impl Db {
     /// Task caches with a ttl unused for longer than it at `now` (unix
     /// ms), oldest used first.
     pub async fn expired_task_caches(&self, now: i64) -> Result<Vec<TaskCacheRow>, EngineError> {
-        type Raw = (String, String, String, String, String, String, String, i64, i64);
+        type Raw = (
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            i64,
+            i64,
+        );
         let rows: Vec<Raw> = sqlx::query_as(
             "SELECT team, pipeline, job, step, path, worker, volume, created_at, last_used_at \
              FROM task_caches WHERE ttl_ms IS NOT NULL AND $1 - last_used_at > ttl_ms \

@@ -4,3 +4,6 @@
 pub mod collector;
 pub mod rules_artifacts;
 pub mod rules_handles;
+
+#[cfg(test)]
+mod rules_tests;

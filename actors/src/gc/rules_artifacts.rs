@@ -104,7 +104,10 @@ pub async fn artifacts(
         if db.drop_resource_cache(&cache, used_before).await? {
             n += 1;
             if !db.artifact_owned(&cache.artifact_id).await?
-                && db.get_artifact_any_team(&cache.artifact_id).await?.is_some()
+                && db
+                    .get_artifact_any_team(&cache.artifact_id)
+                    .await?
+                    .is_some()
             {
                 delete_artifact(db, store, &cache.artifact_id).await?;
                 n += 1;
