@@ -5,7 +5,6 @@
 //! workers' sweepers destroy and report.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -177,21 +176,15 @@ impl Job for RuleJob {
         format!("gc-collector/{}", self.rule.as_str())
     }
 
-    fn tick(&mut self) -> impl Future<Output = Result<Outcome, JobError>> {
-        async move {
-            let started = Instant::now();
-            let result = run_rule(self.rule, &self.deps, now_ms()).await;
-            self.stats.record(self.rule, started.elapsed(), &result);
-            match result {
-                Ok(n) => {
-                    if n > 0 {
-                        tracing::info!(rule = self.rule.as_str(), changed = n, "gc collector");
-                    }
-                    Ok(Outcome::Idle)
-                }
-                Err(e) => Err(e.into()),
-            }
+    async fn tick(&mut self) -> Result<Outcome, JobError> {
+        let started = Instant::now();
+        let result = run_rule(self.rule, &self.deps, now_ms()).await;
+        self.stats.record(self.rule, started.elapsed(), &result);
+        let n = result?;
+        if n > 0 {
+            tracing::info!(rule = self.rule.as_str(), changed = n, "gc collector");
         }
+        Ok(Outcome::Idle)
     }
 }
 
