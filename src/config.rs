@@ -67,6 +67,73 @@ pub struct WebConfig {
     pub node_name: Option<String>,
     /// How artifacts move between workers (`[web.streaming]`).
     pub streaming: StreamingConfig,
+    /// The garbage Collector's rules (`[web.gc]`).
+    pub gc: GcConfig,
+}
+
+/// The garbage Collector's rules: how often they run and how long things
+/// are kept. Times in seconds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GcConfig {
+    /// Run the Collector. Default true.
+    pub enabled: bool,
+    /// Seconds between two runs of each rule. Default 30.
+    pub interval_secs: u64,
+    /// A container or volume missing from its worker's reports this long is forgotten. Default 300.
+    pub missing_grace_secs: u64,
+    /// A container or volume still `creating` this long (its build ended) is destroyed. Default 600.
+    pub creating_limit_secs: u64,
+    /// An ended build's artifacts are kept this long after it ended. Default 600.
+    pub build_artifacts_secs: u64,
+    /// An artifact owned by nothing (an upload no build took) is kept this long. Default 43200 (12 h).
+    pub unowned_artifact_secs: u64,
+    /// A resource cache unused this long goes. Default 86400 (24 h).
+    pub resource_cache_unused_secs: u64,
+    /// An image no build used this long goes. Default 604800 (7 days).
+    pub image_unused_secs: u64,
+}
+
+impl Default for GcConfig {
+    fn default() -> Self {
+        use gantry_actors::gc::collector::CollectorConfig;
+        let d = CollectorConfig::default();
+        GcConfig {
+            enabled: d.enabled,
+            interval_secs: d.interval.as_secs(),
+            missing_grace_secs: d.missing_grace.as_secs(),
+            creating_limit_secs: d.creating_limit.as_secs(),
+            build_artifacts_secs: d.artifacts.build_ended.as_secs(),
+            unowned_artifact_secs: d.artifacts.unowned.as_secs(),
+            resource_cache_unused_secs: d.artifacts.resource_cache_unused.as_secs(),
+            image_unused_secs: d.artifacts.image_unused.as_secs(),
+        }
+    }
+}
+
+impl GcConfig {
+    /// The engine's Collector settings; an interval of 0 is an error.
+    pub fn parse(&self) -> anyhow::Result<gantry_actors::gc::collector::CollectorConfig> {
+        use gantry_actors::gc::collector::CollectorConfig;
+        use gantry_actors::gc::rules_artifacts::ArtifactAges;
+        use std::time::Duration;
+        if self.interval_secs == 0 {
+            anyhow::bail!("gc: interval_secs must be at least 1");
+        }
+        let s = Duration::from_secs;
+        Ok(CollectorConfig {
+            enabled: self.enabled,
+            interval: s(self.interval_secs),
+            missing_grace: s(self.missing_grace_secs),
+            creating_limit: s(self.creating_limit_secs),
+            artifacts: ArtifactAges {
+                build_ended: s(self.build_artifacts_secs),
+                unowned: s(self.unowned_artifact_secs),
+                resource_cache_unused: s(self.resource_cache_unused_secs),
+                image_unused: s(self.image_unused_secs),
+            },
+        })
+    }
 }
 
 /// How artifacts move between workers.
@@ -216,6 +283,7 @@ impl Default for WebConfig {
             teams: Default::default(),
             node_name: None,
             streaming: StreamingConfig::default(),
+            gc: GcConfig::default(),
         }
     }
 }
@@ -344,6 +412,28 @@ mod tests {
             cfg.web.streaming.parse(encoding).unwrap(),
             d.web.streaming.parse(encoding).unwrap()
         );
+    }
+
+    #[test]
+    fn gc_settings_are_read_with_defaults_and_checked() {
+        let d = FileConfig::default().web.gc.parse().unwrap();
+        assert_eq!(d, gantry_actors::gc::collector::CollectorConfig::default());
+        let cfg: FileConfig =
+            toml::from_str("[web.gc]\ninterval_secs = 5\nunowned_artifact_secs = 60\n").unwrap();
+        let gc = cfg.web.gc.parse().unwrap();
+        assert_eq!(gc.interval, std::time::Duration::from_secs(5));
+        assert_eq!(gc.artifacts.unowned, std::time::Duration::from_secs(60));
+        assert_eq!(gc.missing_grace, d.missing_grace);
+        let zero: FileConfig = toml::from_str("[web.gc]\ninterval_secs = 0\n").unwrap();
+        assert!(zero
+            .web
+            .gc
+            .parse()
+            .unwrap_err()
+            .to_string()
+            .contains("interval_secs"));
+        let typo = toml::from_str::<FileConfig>("[web.gc]\nintervall_secs = 5\n").unwrap_err();
+        assert!(typo.to_string().contains("intervall_secs"), "{typo}");
     }
 
     #[test]

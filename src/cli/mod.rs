@@ -301,6 +301,22 @@ pub enum Command {
         /// Worker name.
         name: String,
     },
+    /// Clear a job's task caches on every worker (of one step with -s);
+    /// prints how many were cleared.
+    ClearTaskCache {
+        /// The pipeline's name (as given to `gantry run --pipeline-name`).
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: String,
+        /// The job.
+        #[arg(short = 'j', long = "job")]
+        job: String,
+        /// Only this task step's caches.
+        #[arg(short = 's', long = "step")]
+        step: Option<String>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
     /// Run a benchmark and print its figures as `name: value` lines.
     Bench {
         /// Which benchmark.
@@ -543,6 +559,26 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     }
                     Command::PruneWorker { name } => {
                         list::lifecycle(&client, &name, "prune").await.map(|_| 0)
+                    }
+                    Command::ClearTaskCache {
+                        pipeline,
+                        job,
+                        step,
+                        team,
+                    } => {
+                        let path = format!(
+                            "/api/v1/teams/{}/pipelines/{}/jobs/{}/clear-task-cache",
+                            crate::url::segment(&team),
+                            crate::url::segment(&pipeline),
+                            crate::url::segment(&job)
+                        );
+                        let answer: serde_json::Value = client
+                            .post(&path, &serde_json::json!({ "step": step }))
+                            .await?;
+                        let n = answer["cleared"].as_u64().unwrap_or(0);
+                        let what = if n == 1 { "cache" } else { "caches" };
+                        println!("{n} task {what} cleared");
+                        Ok(0)
                     }
                     _ => unreachable!("server commands are handled above"),
                 }

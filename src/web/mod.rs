@@ -2,6 +2,7 @@
 
 mod api_artifacts;
 pub(crate) mod api_builds;
+mod api_gc_admin;
 mod api_hijack;
 mod api_jobs;
 mod api_workers;
@@ -9,6 +10,7 @@ pub mod artifact_files;
 pub mod auth;
 mod error;
 mod metrics;
+mod metrics_collector;
 mod metrics_streams;
 
 use std::net::SocketAddr;
@@ -103,6 +105,7 @@ pub async fn start_web(
         },
         rerun_when_worker_disappears: cfg.rerun_when_worker_disappears,
         streaming: cfg.streaming.parse(encoding)?,
+        gc: cfg.gc.parse()?,
     };
     for team in cfg.teams.keys() {
         db.ensure_team(team).await?;
@@ -156,6 +159,10 @@ pub async fn start_web(
                         web::get().to(api_artifacts::download),
                     )
                     .route("/teams/{team}/builds", web::post().to(api_builds::create))
+                    .route(
+                        "/teams/{team}/pipelines/{pipeline}/jobs/{job}/clear-task-cache",
+                        web::post().to(api_gc_admin::clear_task_cache),
+                    )
                     .route("/builds", web::get().to(api_builds::list))
                     .route("/builds/{id}", web::get().to(api_builds::get))
                     .route("/builds/{id}/abort", web::post().to(api_builds::abort))

@@ -134,6 +134,9 @@ impl Engine {
             .db
             .create_build(team, &json, &self.config.node_name)
             .await?;
+        if let Some(j) = &job {
+            self.db.set_build_job(id, &j.pipeline, &j.job).await?;
+        }
         let deps = self.build_deps();
         Build::of_plan(id, team.to_string(), plan, None, deps, self.builds.clone())
             .for_job(job)

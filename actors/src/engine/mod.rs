@@ -6,6 +6,7 @@
 mod artifacts;
 mod builds;
 mod handles;
+mod task_caches;
 mod workers;
 
 pub use handles::HandleOwner;
@@ -39,6 +40,8 @@ pub struct EngineConfig {
     pub streaming: crate::streaming::StreamConfig,
     /// This web node's name: builds it runs are recorded as its own.
     pub node_name: String,
+    /// The garbage Collector's rules: interval, grace periods, ages.
+    pub gc: crate::gc::collector::CollectorConfig,
 }
 
 /// Handles to the running actors and shared services.
@@ -73,6 +76,8 @@ pub struct Engine {
     jobs: Jobs,
     /// Moves artifacts to the workers that need them.
     streams: crate::streaming::Streams,
+    /// What each of the Collector's rules has done, for `/metrics`.
+    collector: crate::gc::collector::CollectorStats,
 }
 
 impl Engine {
@@ -98,6 +103,7 @@ impl Engine {
         .start();
         // Answered once the registry has loaded the stored workers.
         registry.send(ListWorkers).await?;
+        let store = artifacts.clone();
         let artifacts = Artifacts::new(artifacts, db.clone());
         let streams = crate::streaming::Streams::new(
             config.streaming.clone(),
@@ -120,8 +126,19 @@ impl Engine {
             intercepts: Default::default(),
             connector,
             jobs,
+            collector: Default::default(),
         };
         engine.take_over_unfinished_builds().await?;
+        crate::gc::collector::start_collector(
+            &crate::gc::collector::CollectorDeps {
+                db: engine.db.clone(),
+                store,
+                intercepts: engine.intercepts.clone(),
+                config: engine.config.gc.clone(),
+            },
+            &engine.collector,
+            &engine.jobs,
+        );
         Ok(engine)
     }
 

@@ -247,6 +247,8 @@ async fn cached(ctx: &StepContext, key: &str) -> Result<Option<ResourceCacheRow>
             .await?
             .is_some()
     {
+        db.touch_resource_cache(ctx.team(), key, crate::db::now_ms())
+            .await?;
         return Ok(Some(row));
     }
     db.delete_resource_cache(ctx.team(), key).await?;

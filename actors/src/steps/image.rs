@@ -21,6 +21,10 @@ impl StepContext {
     /// worker, imported there first if it is not. The volume belongs to no
     /// build: it is kept for later steps.
     pub async fn image_volume(&self, artifact: &str) -> Result<String, EngineError> {
+        self.scope
+            .db
+            .touch_artifact(artifact, crate::db::now_ms())
+            .await?;
         let imports = &self.scope.imports;
         let key = (self.worker.name().to_string(), artifact.to_string());
         let lock = imports.entry(key.clone()).or_default().clone();

@@ -117,6 +117,7 @@ impl StepContext {
             if let Some(row) = self.scope.db.find_task_cache(&key).await? {
                 match self.recorded_cache(&row, cache.ttl()).await? {
                     Ok(volume) => {
+                        self.record_ttl(&key, cache).await?;
                         self.tell_cache(&cache.path, &CacheOrigin::Reused).await?;
                         return Ok(volume);
                     }
@@ -130,6 +131,7 @@ impl StepContext {
                 .insert_task_cache(&key, volume.handle())
                 .await?
             {
+                self.record_ttl(&key, cache).await?;
                 self.tell_cache(&cache.path, &origin).await?;
                 return Ok(volume);
             }
@@ -205,6 +207,15 @@ impl StepContext {
             }
             Err(e) => tracing::warn!(volume = handle, "destroying an old task cache: {e}"),
         }
+    }
+
+    /// Records the cache's ttl as the step's config says now (the
+    /// Collector's `task-caches` rule reads it).
+    async fn record_ttl(&self, key: &TaskCacheKey, cache: &TaskCache) -> Result<(), EngineError> {
+        let ttl_ms = cache
+            .ttl()
+            .map(|t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
+        self.scope.db.set_task_cache_ttl(key, ttl_ms).await
     }
 
     /// Tells in the build's log where the cache at `path` came from.

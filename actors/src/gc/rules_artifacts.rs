@@ -1,0 +1,135 @@
+//! The Collector's rules for what outlives builds: task caches unused for
+//! longer than their ttl (`task-caches`, and `gantry clear-task-cache` at
+//! once), and artifacts (`artifacts`): those of ended builds, those owned by
+//! nothing, resource caches and images unused for too long. An artifact
+//! that goes loses its row, its data in the web node's store, and its
+//! volumes on workers (marked `destroying`). `now_ms` is passed in so tests
+//! control the clock.
+
+use std::time::Duration;
+
+use crate::artifact_store::ArtifactStore;
+use crate::db::{ArtifactCutoffs, Db};
+use crate::error::EngineError;
+
+use super::rules_handles::ms;
+
+/// How long artifacts are kept (see [`artifacts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArtifactAges {
+    /// An ended build's artifacts are kept this long after it ended (a
+    /// one-off build's outputs are downloaded then). Default 10 min.
+    pub build_ended: Duration,
+    /// An artifact owned by nothing (an upload no build took) is kept this
+    /// long after it was made. Default 12 h.
+    pub unowned: Duration,
+    /// A resource cache unused for longer than this goes. Default 24 h.
+    pub resource_cache_unused: Duration,
+    /// An image (uploaded, or a resource cache holding one) no build used
+    /// for longer than this goes. Default 7 days.
+    pub image_unused: Duration,
+}
+
+impl Default for ArtifactAges {
+    fn default() -> Self {
+        ArtifactAges {
+            build_ended: Duration::from_secs(10 * 60),
+            unowned: Duration::from_secs(12 * 3600),
+            resource_cache_unused: Duration::from_secs(24 * 3600),
+            image_unused: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+impl ArtifactAges {
+    /// The cut-offs at `now_ms`: what is older goes.
+    pub fn cutoffs(&self, now_ms: i64) -> ArtifactCutoffs {
+        let before = |d: Duration| now_ms.saturating_sub(ms(d));
+        ArtifactCutoffs {
+            build_ended_before: before(self.build_ended),
+            unowned_before: before(self.unowned),
+            resource_cache_used_before: before(self.resource_cache_unused),
+            image_used_before: before(self.image_unused),
+        }
+    }
+}
+
+/// `task-caches`: forgets each task cache with a ttl unused for longer than
+/// it at `now_ms`, and marks its volume `destroying`. A cache a build used
+/// meanwhile is kept. Answers how many caches went.
+pub async fn task_caches(db: &Db, now_ms: i64) -> Result<u64, EngineError> {
+    let mut n = 0;
+    for row in db.expired_task_caches(now_ms).await? {
+        // Only while unused since it was listed: a build that used it
+        // meanwhile keeps it.
+        let used_before = row.last_used_at.saturating_add(1);
+        n += u64::from(db.drop_task_cache(&row, Some(used_before)).await?);
+    }
+    Ok(n)
+}
+
+/// `gantry clear-task-cache`: forgets at once the task caches of job `job`
+/// of `pipeline` of `team` (of step `step` only, when given) on every
+/// worker, and marks their volumes `destroying`. Answers how many went.
+pub async fn clear_task_caches(
+    db: &Db,
+    team: &str,
+    pipeline: &str,
+    job: &str,
+    step: Option<&str>,
+) -> Result<u64, EngineError> {
+    let mut n = 0;
+    for row in db.job_task_caches(team, pipeline, job, step).await? {
+        n += u64::from(db.drop_task_cache(&row, None).await?);
+    }
+    Ok(n)
+}
+
+/// `artifacts`: at `now_ms`, forgets resource caches unused for longer than
+/// their age, then deletes every artifact nothing owns any more (see
+/// [`Db::collectable_artifacts`]): its data from `store`, then its row, its
+/// volumes marked `destroying`. Answers how many artifacts and caches went.
+pub async fn artifacts(
+    db: &Db,
+    store: &dyn ArtifactStore,
+    now_ms: i64,
+    ages: &ArtifactAges,
+) -> Result<u64, EngineError> {
+    let cut = ages.cutoffs(now_ms);
+    let mut n = 0;
+    for cache in db.stale_resource_caches(&cut).await? {
+        // A build that used it since it was listed moved its last use to
+        // now, past both cut-offs: it is kept.
+        let used_before = cut.resource_cache_used_before.max(cut.image_used_before);
+        if db.drop_resource_cache(&cache, used_before).await? {
+            n += 1;
+            if !db.artifact_owned(&cache.artifact_id).await?
+                && db
+                    .get_artifact_any_team(&cache.artifact_id)
+                    .await?
+                    .is_some()
+            {
+                delete_artifact(db, store, &cache.artifact_id).await?;
+                n += 1;
+            }
+        }
+    }
+    for a in db.collectable_artifacts(&cut).await? {
+        if a.in_store {
+            store.delete(&a.id).await?;
+        }
+        db.forget_artifact(&a.id).await?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Deletes an artifact's data from the store (when it is there), then its
+/// row, marking its volumes `destroying`.
+async fn delete_artifact(db: &Db, store: &dyn ArtifactStore, id: &str) -> Result<(), EngineError> {
+    if db.artifact_in_store(id).await? {
+        store.delete(id).await?;
+    }
+    db.forget_artifact(id).await?;
+    Ok(())
+}

@@ -1,0 +1,829 @@
+//! Tests of the Collector's rules against a real (SQLite) database, with
+//! the clock (`now_ms`) set by each test.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::json;
+
+use super::collector::{
+    run_rule, start_collector, CollectorConfig, CollectorDeps, CollectorStats, Rule,
+};
+use super::rules_artifacts::{self, ArtifactAges};
+use super::rules_handles;
+use crate::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
+use crate::db::{now_ms, BuildStatus, Db, HandleKind, ResourceCacheRow, TaskCacheKey};
+use crate::error::EngineError;
+use crate::intercept::Intercepts;
+use crate::runtime::ByteStream;
+use crate::spec::Encoding;
+use crate::state::HandleState;
+use crate::worker_info::WorkerRegistration;
+
+const MIN: i64 = 60_000;
+const HOUR: i64 = 60 * MIN;
+
+fn reg(name: &str) -> WorkerRegistration {
+    WorkerRegistration {
+        name: name.into(),
+        agent_url: "http://127.0.0.1:1".into(),
+        agent_token: "t".into(),
+        stream_key: String::new(),
+        platform: "linux".into(),
+        tags: vec![],
+        team: None,
+        resource_types: vec![],
+        limits: Default::default(),
+        version: "0".into(),
+        backend: "local".into(),
+        incarnation: "i".into(),
+        heartbeat_interval_secs: 30,
+    }
+}
+
+/// A database with workers `w1` and `w2`.
+async fn db() -> (Db, tempfile::TempDir) {
+    let (db, dir) = crate::db::test_db().await;
+    for w in ["w1", "w2"] {
+        db.upsert_worker(&reg(w)).await.unwrap();
+    }
+    (db, dir)
+}
+
+/// A row of `kind` in `state`.
+async fn row(
+    db: &Db,
+    kind: HandleKind,
+    h: &str,
+    worker: &str,
+    build: Option<i64>,
+    state: HandleState,
+) {
+    db.insert_handle(kind, h, worker, build, Some("step"), "main")
+        .await
+        .unwrap();
+    if state != HandleState::Creating {
+        db.set_handle_state(kind, h, state).await.unwrap();
+    }
+}
+
+async fn state(db: &Db, kind: HandleKind, h: &str) -> Option<HandleState> {
+    db.get_handle(kind, h).await.unwrap().map(|r| r.state)
+}
+
+/// A build of `job` (none: one-off) that ended with `status` (None: still running).
+async fn build(db: &Db, job: Option<&str>, status: Option<BuildStatus>) -> i64 {
+    let id = db.create_build("main", &json!({}), "n").await.unwrap();
+    if let Some(job) = job {
+        db.set_build_job(id, "p", job).await.unwrap();
+    }
+    db.start_build(id, "w1").await.unwrap();
+    if let Some(s) = status {
+        db.finish_build(id, s, None, None).await.unwrap();
+    }
+    id
+}
+
+/// A container and a volume of `build` on `worker`, both `created`.
+async fn build_rows(db: &Db, build: i64, worker: &str) -> (String, String) {
+    let c = format!("c{build}{worker}");
+    let v = format!("v{build}{worker}");
+    row(
+        db,
+        HandleKind::Container,
+        &c,
+        worker,
+        Some(build),
+        HandleState::Created,
+    )
+    .await;
+    row(
+        db,
+        HandleKind::Volume,
+        &v,
+        worker,
+        Some(build),
+        HandleState::Created,
+    )
+    .await;
+    (c, v)
+}
+
+const D: Option<HandleState> = Some(HandleState::Destroying);
+const C: Option<HandleState> = Some(HandleState::Created);
+
+#[tokio::test]
+async fn ended_builds_release_their_rows_but_not_running_ones_nor_rows_of_no_build() {
+    let (db, _d) = db().await;
+    let ended = build(&db, None, Some(BuildStatus::Succeeded)).await;
+    let failed_one_off = build(&db, None, Some(BuildStatus::Failed)).await;
+    let running = build(&db, Some("j"), None).await;
+    let (ec, ev) = build_rows(&db, ended, "w1").await;
+    let (fc, fv) = build_rows(&db, failed_one_off, "w1").await;
+    let (rc, rv) = build_rows(&db, running, "w1").await;
+    row(
+        &db,
+        HandleKind::Volume,
+        "image",
+        "w1",
+        None,
+        HandleState::Created,
+    )
+    .await;
+    row(
+        &db,
+        HandleKind::Volume,
+        "failed",
+        "w1",
+        Some(ended),
+        HandleState::Failed,
+    )
+    .await;
+
+    let n = rules_handles::ended_builds(&db, &Intercepts::default())
+        .await
+        .unwrap();
+    assert_eq!(n, 5);
+    for (kind, h) in [
+        (HandleKind::Container, &ec),
+        (HandleKind::Volume, &ev),
+        (HandleKind::Container, &fc),
+        (HandleKind::Volume, &fv),
+    ] {
+        assert_eq!(state(&db, kind, h).await, D, "{h}");
+    }
+    assert_eq!(state(&db, HandleKind::Volume, "failed").await, D);
+    assert_eq!(state(&db, HandleKind::Container, &rc).await, C);
+    assert_eq!(state(&db, HandleKind::Volume, &rv).await, C);
+    assert_eq!(state(&db, HandleKind::Volume, "image").await, C);
+    // Nothing left to do: a second run changes nothing.
+    assert_eq!(
+        rules_handles::ended_builds(&db, &Intercepts::default())
+            .await
+            .unwrap(),
+        0
+    );
+}
+
+#[tokio::test]
+async fn the_latest_failed_build_of_a_job_keeps_its_rows_until_a_newer_build_has_ended() {
+    let (db, _d) = db().await;
+    let old_failed = build(&db, Some("j"), Some(BuildStatus::Failed)).await;
+    let latest_errored = build(&db, Some("j"), Some(BuildStatus::Errored)).await;
+    let other_job = build(&db, Some("k"), Some(BuildStatus::Succeeded)).await;
+    let (oc, ov) = build_rows(&db, old_failed, "w1").await;
+    let (lc, lv) = build_rows(&db, latest_errored, "w1").await;
+    build_rows(&db, other_job, "w1").await;
+    let none = Intercepts::default();
+
+    rules_handles::ended_builds(&db, &none).await.unwrap();
+    // The older failed build has a newer ended build of its job: released.
+    assert_eq!(state(&db, HandleKind::Container, &oc).await, D);
+    assert_eq!(state(&db, HandleKind::Volume, &ov).await, D);
+    // The latest one keeps them (a build of another job does not count).
+    assert_eq!(state(&db, HandleKind::Container, &lc).await, C);
+    assert_eq!(state(&db, HandleKind::Volume, &lv).await, C);
+
+    // A newer build of the job that is still running does not release them...
+    let newer = build(&db, Some("j"), None).await;
+    rules_handles::ended_builds(&db, &none).await.unwrap();
+    assert_eq!(state(&db, HandleKind::Container, &lc).await, C);
+    // ... once it has ended, it does.
+    db.finish_build(newer, BuildStatus::Succeeded, Some(0), None)
+        .await
+        .unwrap();
+    rules_handles::ended_builds(&db, &none).await.unwrap();
+    assert_eq!(state(&db, HandleKind::Container, &lc).await, D);
+    assert_eq!(state(&db, HandleKind::Volume, &lv).await, D);
+}
+
+#[tokio::test]
+async fn an_intercepted_container_keeps_itself_and_its_builds_volumes_on_its_worker() {
+    let (db, _d) = db().await;
+    let b = build(&db, None, Some(BuildStatus::Succeeded)).await;
+    let (c1, v1) = build_rows(&db, b, "w1").await;
+    let (c2, v2) = build_rows(&db, b, "w2").await;
+    let intercepts = Intercepts::default();
+    let session = intercepts.enter(&c1).unwrap();
+
+    rules_handles::ended_builds(&db, &intercepts).await.unwrap();
+    assert_eq!(state(&db, HandleKind::Container, &c1).await, C);
+    assert_eq!(state(&db, HandleKind::Volume, &v1).await, C);
+    // The build's rows on the other worker go.
+    assert_eq!(state(&db, HandleKind::Container, &c2).await, D);
+    assert_eq!(state(&db, HandleKind::Volume, &v2).await, D);
+
+    drop(session);
+    rules_handles::ended_builds(&db, &intercepts).await.unwrap();
+    assert_eq!(state(&db, HandleKind::Container, &c1).await, D);
+    assert_eq!(state(&db, HandleKind::Volume, &v1).await, D);
+}
+
+#[tokio::test]
+async fn missing_rows_are_deleted_after_the_grace_period_only() {
+    let (db, _d) = db().await;
+    let t0 = 1_000 * HOUR;
+    row(
+        &db,
+        HandleKind::Container,
+        "gone",
+        "w1",
+        None,
+        HandleState::Created,
+    )
+    .await;
+    row(
+        &db,
+        HandleKind::Volume,
+        "gone-v",
+        "w1",
+        None,
+        HandleState::Created,
+    )
+    .await;
+    row(
+        &db,
+        HandleKind::Volume,
+        "seen",
+        "w1",
+        None,
+        HandleState::Created,
+    )
+    .await;
+    for (t, h) in [("containers", "gone"), ("volumes", "gone-v")] {
+        sqlx::query(&format!(
+            "UPDATE {t} SET missing_since = $1 WHERE handle = $2"
+        ))
+        .bind(t0)
+        .bind(h)
+        .execute(db.pool())
+        .await
+        .unwrap();
+    }
+    let grace = Duration::from_secs(300);
+    assert_eq!(
+        rules_handles::missing(&db, t0 + 5 * MIN, grace)
+            .await
+            .unwrap(),
+        0
+    );
+    assert!(db
+        .get_handle(HandleKind::Container, "gone")
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(
+        rules_handles::missing(&db, t0 + 5 * MIN + 1, grace)
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(db
+        .get_handle(HandleKind::Container, "gone")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(db
+        .get_handle(HandleKind::Volume, "gone-v")
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(state(&db, HandleKind::Volume, "seen").await, C);
+}
+
+#[tokio::test]
+async fn creations_that_never_finished_are_released_when_old_and_their_build_has_ended() {
+    let (db, _d) = db().await;
+    let running = build(&db, None, None).await;
+    let ended = build(&db, None, Some(BuildStatus::Errored)).await;
+    let cr = Some(HandleState::Creating);
+    row(
+        &db,
+        HandleKind::Container,
+        "of-running",
+        "w1",
+        Some(running),
+        HandleState::Creating,
+    )
+    .await;
+    row(
+        &db,
+        HandleKind::Container,
+        "of-ended",
+        "w1",
+        Some(ended),
+        HandleState::Creating,
+    )
+    .await;
+    row(
+        &db,
+        HandleKind::Volume,
+        "of-none",
+        "w1",
+        None,
+        HandleState::Creating,
+    )
+    .await;
+    row(
+        &db,
+        HandleKind::Volume,
+        "failed-of-none",
+        "w1",
+        None,
+        HandleState::Failed,
+    )
+    .await;
+    row(
+        &db,
+        HandleKind::Volume,
+        "done",
+        "w1",
+        None,
+        HandleState::Created,
+    )
+    .await;
+    let limit = Duration::from_secs(600);
+    let now = now_ms();
+    // Young: nothing changes.
+    assert_eq!(
+        rules_handles::failed_creations(&db, now, limit)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(state(&db, HandleKind::Container, "of-ended").await, cr);
+    // Older than the limit.
+    let later = now + 11 * MIN;
+    assert_eq!(
+        rules_handles::failed_creations(&db, later, limit)
+            .await
+            .unwrap(),
+        3
+    );
+    assert_eq!(state(&db, HandleKind::Container, "of-running").await, cr);
+    assert_eq!(state(&db, HandleKind::Container, "of-ended").await, D);
+    assert_eq!(state(&db, HandleKind::Volume, "of-none").await, D);
+    assert_eq!(state(&db, HandleKind::Volume, "failed-of-none").await, D);
+    assert_eq!(state(&db, HandleKind::Volume, "done").await, C);
+}
+
+#[tokio::test]
+async fn rows_of_removed_workers_are_deleted() {
+    let (db, _d) = db().await;
+    row(
+        &db,
+        HandleKind::Container,
+        "c1",
+        "w1",
+        None,
+        HandleState::Created,
+    )
+    .await;
+    row(
+        &db,
+        HandleKind::Volume,
+        "v2",
+        "w2",
+        None,
+        HandleState::Created,
+    )
+    .await;
+    db.insert_task_cache(&cache_key("j", "w2"), "v2")
+        .await
+        .unwrap();
+    db.delete_worker("w2").await.unwrap();
+    assert_eq!(rules_handles::removed_workers(&db).await.unwrap(), 2);
+    assert!(db
+        .get_handle(HandleKind::Volume, "v2")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(db
+        .find_task_cache(&cache_key("j", "w2"))
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(state(&db, HandleKind::Container, "c1").await, C);
+}
+
+fn cache_key(job: &str, worker: &str) -> TaskCacheKey {
+    TaskCacheKey {
+        team: "main".into(),
+        pipeline: "p".into(),
+        job: job.into(),
+        step: "build".into(),
+        path: "cache".into(),
+        worker: worker.into(),
+    }
+}
+
+/// A task cache of `job` on `worker` in volume `v`, with `ttl_ms`.
+async fn task_cache(
+    db: &Db,
+    job: &str,
+    worker: &str,
+    v: &str,
+    ttl_ms: Option<i64>,
+) -> TaskCacheKey {
+    row(
+        db,
+        HandleKind::Volume,
+        v,
+        worker,
+        None,
+        HandleState::Created,
+    )
+    .await;
+    let k = cache_key(job, worker);
+    assert!(db.insert_task_cache(&k, v).await.unwrap());
+    db.set_task_cache_ttl(&k, ttl_ms).await.unwrap();
+    k
+}
+
+#[tokio::test]
+async fn task_caches_go_when_unused_for_longer_than_their_ttl() {
+    let (db, _d) = db().await;
+    let short = task_cache(&db, "j", "w1", "short", Some(HOUR)).await;
+    let long = task_cache(&db, "k", "w1", "long", Some(3 * HOUR)).await;
+    let forever = task_cache(&db, "l", "w1", "forever", None).await;
+    let used = db
+        .find_task_cache(&short)
+        .await
+        .unwrap()
+        .unwrap()
+        .last_used_at;
+
+    assert_eq!(
+        rules_artifacts::task_caches(&db, used + HOUR)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        rules_artifacts::task_caches(&db, used + 2 * HOUR)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(db.find_task_cache(&short).await.unwrap().is_none());
+    assert_eq!(state(&db, HandleKind::Volume, "short").await, D);
+    assert!(db.find_task_cache(&long).await.unwrap().is_some());
+    // A use pushes the expiry back.
+    db.touch_task_cache(&long, used + 2 * HOUR).await.unwrap();
+    assert_eq!(
+        rules_artifacts::task_caches(&db, used + 4 * HOUR)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        rules_artifacts::task_caches(&db, used + 5 * HOUR + 1)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(state(&db, HandleKind::Volume, "long").await, D);
+    // No ttl: kept, however long unused.
+    assert_eq!(
+        rules_artifacts::task_caches(&db, used + 10_000 * HOUR)
+            .await
+            .unwrap(),
+        0
+    );
+    assert!(db.find_task_cache(&forever).await.unwrap().is_some());
+    assert_eq!(state(&db, HandleKind::Volume, "forever").await, C);
+}
+
+#[tokio::test]
+async fn clearing_a_jobs_task_cache_drops_its_caches_on_every_worker_and_no_others() {
+    let (db, _d) = db().await;
+    let a1 = task_cache(&db, "j", "w1", "a1", None).await;
+    let a2 = task_cache(&db, "j", "w2", "a2", None).await;
+    let other = task_cache(&db, "k", "w1", "o", None).await;
+    let mut test_step = cache_key("j", "w1");
+    test_step.step = "test".into();
+    row(
+        &db,
+        HandleKind::Volume,
+        "t1",
+        "w1",
+        None,
+        HandleState::Created,
+    )
+    .await;
+    db.insert_task_cache(&test_step, "t1").await.unwrap();
+
+    // One step only.
+    let n = rules_artifacts::clear_task_caches(&db, "main", "p", "j", Some("test"))
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(state(&db, HandleKind::Volume, "t1").await, D);
+    assert!(db.find_task_cache(&a1).await.unwrap().is_some());
+    // The whole job.
+    assert_eq!(
+        rules_artifacts::clear_task_caches(&db, "main", "p", "j", None)
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(db.find_task_cache(&a1).await.unwrap().is_none());
+    assert!(db.find_task_cache(&a2).await.unwrap().is_none());
+    assert_eq!(state(&db, HandleKind::Volume, "a2").await, D);
+    assert!(db.find_task_cache(&other).await.unwrap().is_some());
+    assert_eq!(state(&db, HandleKind::Volume, "o").await, C);
+    // Another team's job of the same name is not touched.
+    assert_eq!(
+        rules_artifacts::clear_task_caches(&db, "other", "p", "k", None)
+            .await
+            .unwrap(),
+        0
+    );
+}
+
+/// An artifact store that records what it was asked to delete.
+#[derive(Default)]
+struct Deletes(Mutex<Vec<String>>);
+
+impl Deletes {
+    fn list(&self) -> HashSet<String> {
+        self.0.lock().unwrap().iter().cloned().collect()
+    }
+}
+
+#[async_trait]
+impl ArtifactStore for Deletes {
+    async fn open(&self, id: &str, _: Encoding) -> Result<ByteStream, EngineError> {
+        Err(EngineError::Invalid(format!(
+            "no artifact {id} in this test"
+        )))
+    }
+    async fn store(
+        &self,
+        _: ByteStream,
+        _: Encoding,
+        _: ArtifactKind,
+    ) -> Result<StoredArtifact, EngineError> {
+        Err(EngineError::Invalid(
+            "nothing is stored in this test".into(),
+        ))
+    }
+    async fn delete(&self, id: &str) -> Result<(), EngineError> {
+        self.0.lock().unwrap().push(id.to_string());
+        Ok(())
+    }
+}
+
+async fn artifact(db: &Db, id: &str, build: Option<i64>, kind: ArtifactKind) {
+    db.insert_artifact(id, "main", None, build, 1)
+        .await
+        .unwrap();
+    if kind == ArtifactKind::Image {
+        db.set_artifact_digest(id, "image", &format!("sha256:{id}"))
+            .await
+            .unwrap();
+    }
+}
+
+async fn exists(db: &Db, id: &str) -> bool {
+    db.get_artifact_any_team(id).await.unwrap().is_some()
+}
+
+fn cache_row(artifact: &str) -> ResourceCacheRow {
+    ResourceCacheRow {
+        artifact_id: artifact.into(),
+        version: json!({"v": "1"}),
+        metadata: json!([]),
+        worker: Some("w1".into()),
+        image_env: None,
+        image_user: None,
+    }
+}
+
+#[tokio::test]
+async fn artifacts_of_ended_builds_go_after_the_grace_with_their_volumes_except_a_kept_build() {
+    let (db, _d) = db().await;
+    let store = Deletes::default();
+    let ages = ArtifactAges::default();
+    let ended = build(&db, Some("j"), Some(BuildStatus::Succeeded)).await;
+    let latest_failed = build(&db, Some("k"), Some(BuildStatus::Failed)).await;
+    let running = build(&db, None, None).await;
+    artifact(&db, "out", Some(ended), ArtifactKind::Files).await;
+    db.insert_worker_artifact("on-worker", "main", None, Some(ended))
+        .await
+        .unwrap();
+    row(
+        &db,
+        HandleKind::Volume,
+        "holds",
+        "w2",
+        Some(ended),
+        HandleState::Created,
+    )
+    .await;
+    db.set_volume_artifact("holds", "on-worker").await.unwrap();
+    artifact(&db, "kept", Some(latest_failed), ArtifactKind::Files).await;
+    artifact(&db, "in-use", Some(running), ArtifactKind::Files).await;
+    let now = now_ms();
+
+    // Within the grace after the build ended (outputs are downloaded then).
+    assert_eq!(
+        rules_artifacts::artifacts(&db, &store, now, &ages)
+            .await
+            .unwrap(),
+        0
+    );
+    let later = now + 11 * MIN;
+    assert_eq!(
+        rules_artifacts::artifacts(&db, &store, later, &ages)
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(!exists(&db, "out").await);
+    assert!(!exists(&db, "on-worker").await);
+    // Only what the store holds is deleted there; volumes holding it go.
+    assert_eq!(store.list(), HashSet::from(["out".to_string()]));
+    assert_eq!(state(&db, HandleKind::Volume, "holds").await, D);
+    assert!(exists(&db, "kept").await);
+    assert!(exists(&db, "in-use").await);
+}
+
+#[tokio::test]
+async fn unowned_artifacts_go_after_12_hours_and_images_after_a_week_unused() {
+    let (db, _d) = db().await;
+    let store = Deletes::default();
+    let ages = ArtifactAges::default();
+    artifact(&db, "upload", None, ArtifactKind::Files).await;
+    artifact(&db, "image", None, ArtifactKind::Image).await;
+    artifact(&db, "cache", None, ArtifactKind::Files).await;
+    db.save_resource_cache("main", "key", &cache_row("cache"))
+        .await
+        .unwrap();
+    let now = now_ms();
+
+    assert_eq!(
+        rules_artifacts::artifacts(&db, &store, now + 12 * HOUR - MIN, &ages)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        rules_artifacts::artifacts(&db, &store, now + 12 * HOUR + MIN, &ages)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(!exists(&db, "upload").await);
+    // An image used since is measured from its last use.
+    db.touch_artifact("image", now + 2 * 24 * HOUR)
+        .await
+        .unwrap();
+    let week = 7 * 24 * HOUR;
+    db.touch_resource_cache("main", "key", now + 9 * 24 * HOUR)
+        .await
+        .unwrap();
+    assert_eq!(
+        rules_artifacts::artifacts(&db, &store, now + week + HOUR, &ages)
+            .await
+            .unwrap(),
+        0
+    );
+    assert!(exists(&db, "image").await);
+    assert_eq!(
+        rules_artifacts::artifacts(&db, &store, now + 9 * 24 * HOUR + MIN, &ages)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(!exists(&db, "image").await);
+    // The resource cache (used meanwhile) keeps its artifact: never taken as unowned.
+    assert!(exists(&db, "cache").await);
+    assert_eq!(
+        store.list(),
+        HashSet::from(["upload".to_string(), "image".to_string()])
+    );
+}
+
+#[tokio::test]
+async fn resource_caches_go_when_unused_for_their_age_with_their_artifact() {
+    let (db, _d) = db().await;
+    let store = Deletes::default();
+    let ages = ArtifactAges::default();
+    artifact(&db, "files", None, ArtifactKind::Files).await;
+    artifact(&db, "img", None, ArtifactKind::Image).await;
+    db.save_resource_cache("main", "f", &cache_row("files"))
+        .await
+        .unwrap();
+    db.save_resource_cache("main", "i", &cache_row("img"))
+        .await
+        .unwrap();
+    // A second cache sharing the image (deduplicated by digest).
+    db.save_resource_cache("main", "i2", &cache_row("img"))
+        .await
+        .unwrap();
+    row(
+        &db,
+        HandleKind::Volume,
+        "img-vol",
+        "w1",
+        None,
+        HandleState::Created,
+    )
+    .await;
+    db.set_volume_artifact("img-vol", "img").await.unwrap();
+    let now = now_ms();
+
+    assert_eq!(
+        rules_artifacts::artifacts(&db, &store, now + 23 * HOUR, &ages)
+            .await
+            .unwrap(),
+        0
+    );
+    db.touch_resource_cache("main", "i2", now + 3 * 24 * HOUR)
+        .await
+        .unwrap();
+    // The files cache goes after a day, with its artifact; the image caches are kept.
+    assert_eq!(
+        rules_artifacts::artifacts(&db, &store, now + 25 * HOUR, &ages)
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(db.resource_cache("main", "f").await.unwrap().is_none());
+    assert!(!exists(&db, "files").await);
+    // After a week, one image cache goes; the other (used later) keeps the image.
+    let week = 7 * 24 * HOUR;
+    assert_eq!(
+        rules_artifacts::artifacts(&db, &store, now + week + HOUR, &ages)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(db.resource_cache("main", "i").await.unwrap().is_none());
+    assert!(exists(&db, "img").await);
+    assert_eq!(state(&db, HandleKind::Volume, "img-vol").await, C);
+    assert_eq!(
+        rules_artifacts::artifacts(&db, &store, now + 3 * 24 * HOUR + week + HOUR, &ages)
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(!exists(&db, "img").await);
+    assert_eq!(state(&db, HandleKind::Volume, "img-vol").await, D);
+    assert_eq!(
+        store.list(),
+        HashSet::from(["files".to_string(), "img".to_string()])
+    );
+}
+
+#[actix_rt::test]
+async fn each_rule_runs_as_a_timed_job_of_the_jobs_table() {
+    let (db, _d) = db().await;
+    let b = build(&db, None, Some(BuildStatus::Succeeded)).await;
+    let (c, _) = build_rows(&db, b, "w1").await;
+    let deps = CollectorDeps {
+        db: db.clone(),
+        store: Arc::new(Deletes::default()),
+        intercepts: Intercepts::default(),
+        config: CollectorConfig {
+            interval: Duration::from_secs(3600),
+            ..CollectorConfig::default()
+        },
+    };
+    let stats = CollectorStats::default();
+    let jobs = crate::background::Jobs::default();
+    start_collector(&deps, &stats, &jobs);
+    // Every rule ticks at once; wait (with a deadline) until all have run.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while stats.snapshot().len() < Rule::ALL.len() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            stats.snapshot()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(state(&db, HandleKind::Container, &c).await, D);
+    let snap = stats.snapshot();
+    let ended = &snap
+        .iter()
+        .find(|(r, _)| *r == Rule::EndedBuilds)
+        .unwrap()
+        .1;
+    assert_eq!((ended.runs, ended.errors, ended.collected), (1, 0, 2));
+    assert!(ended.last_duration > Duration::ZERO);
+    for rule in Rule::ALL {
+        let name = format!("gc-collector/{}", rule.as_str());
+        let job = jobs.get(&name).unwrap_or_else(|| panic!("job {name}"));
+        assert_eq!((job.runs, job.errors), (1, 0), "{name}");
+    }
+    jobs.shutdown().await;
+    // Also callable one rule at a time.
+    assert_eq!(
+        run_rule(Rule::EndedBuilds, &deps, now_ms()).await.unwrap(),
+        0
+    );
+}
