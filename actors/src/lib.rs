@@ -14,6 +14,7 @@ pub mod engine;
 pub mod error;
 pub mod event_follow;
 pub mod events;
+pub mod gc;
 pub mod go_duration;
 pub mod hooks;
 pub mod intercept;

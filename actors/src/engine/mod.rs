@@ -5,6 +5,7 @@
 
 mod artifacts;
 mod builds;
+mod gc;
 mod handles;
 mod workers;
 
@@ -73,6 +74,8 @@ pub struct Engine {
     jobs: Jobs,
     /// Moves artifacts to the workers that need them.
     streams: crate::streaming::Streams,
+    /// The web side of the GC sweep protocol.
+    sweeps: crate::gc::sweep::Sweeps,
 }
 
 impl Engine {
@@ -120,6 +123,7 @@ impl Engine {
             intercepts: Default::default(),
             connector,
             jobs,
+            sweeps: Default::default(),
         };
         engine.take_over_unfinished_builds().await?;
         Ok(engine)
