@@ -2,6 +2,7 @@
 
 mod api_artifacts;
 pub(crate) mod api_builds;
+mod api_gc;
 mod api_hijack;
 mod api_jobs;
 mod api_workers;
@@ -9,6 +10,7 @@ pub mod artifact_files;
 pub mod auth;
 mod error;
 mod metrics;
+mod metrics_gc;
 mod metrics_streams;
 
 use std::net::SocketAddr;
@@ -147,6 +149,8 @@ pub async fn start_web(
                         web::post().to(api_workers::retire),
                     )
                     .route("/workers/{name}/prune", web::post().to(api_workers::prune))
+                    .route("/workers/{name}/sweep", web::post().to(api_gc::begin))
+                    .route("/workers/{name}/report", web::post().to(api_gc::report))
                     .route(
                         "/teams/{team}/artifacts",
                         web::post().to(api_artifacts::upload),

@@ -172,6 +172,17 @@ impl Db {
         Ok(())
     }
 
+    /// How many rows of one kind are marked missing.
+    pub async fn count_missing(&self, kind: HandleKind) -> Result<i64, EngineError> {
+        let (n,): (i64,) = sqlx::query_as(&format!(
+            "SELECT COUNT(*) FROM {} WHERE missing_since IS NOT NULL",
+            kind.table()
+        ))
+        .fetch_one(self.pool())
+        .await?;
+        Ok(n)
+    }
+
     /// When a row was marked missing (unix ms), if it is; `None` also for
     /// an absent row.
     pub async fn handle_missing_since(

@@ -33,4 +33,13 @@ impl Engine {
     pub fn volume_stores(&self) -> Vec<(String, crate::gc::sweep::DiskUsage)> {
         self.sweeps.volume_stores()
     }
+
+    /// How many rows of one kind are marked missing (absent from their
+    /// worker's reports, not yet removed).
+    pub async fn missing_handles(
+        &self,
+        kind: crate::db::HandleKind,
+    ) -> Result<i64, crate::error::EngineError> {
+        self.db.count_missing(kind).await
+    }
 }

@@ -43,7 +43,8 @@ impl DiskUsage {
 /// was handed `epoch`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SweepReport {
-    /// The worker's name.
+    /// The worker's name (on the wire, may be left out: the URL names it).
+    #[serde(default)]
     pub worker: String,
     /// Its incarnation (a new one at every start).
     pub incarnation: String,
