@@ -124,6 +124,12 @@ pub struct WorkerFlags {
     /// On SIGTERM, retire instead of landing.
     #[arg(long)]
     pub retire_on_stop: bool,
+    /// Seconds between GC sweeps (each ± 20 % at random).
+    #[arg(long, env = "GANTRY_WORKER_SWEEP_INTERVAL")]
+    pub sweep_interval: Option<u64>,
+    /// Most destroys a GC sweep runs at once.
+    #[arg(long)]
+    pub max_parallel_destroys: Option<usize>,
 }
 
 /// The commands.
