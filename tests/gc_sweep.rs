@@ -54,7 +54,12 @@ fn sweeps_destroy_what_the_web_node_never_knew(kind: DbKind) {
         "platform: linux\noutputs: [{name: out}]\nrun:\n  path: sh\n  args: [-c, 'sleep 4; echo kept > out/f; echo done']\n",
     );
     let out_dir = dir.path().join("out");
-    let args = ["-c", task.to_str().unwrap(), "-o", &format!("out={}", out_dir.display())];
+    let args = [
+        "-c",
+        task.to_str().unwrap(),
+        "-o",
+        &format!("out={}", out_dir.display()),
+    ];
     let mut running = spawn_execute(&web.url, dir.path(), "long", &args);
     let volume = stray(&work, "volumes", "stray-volume");
     let container = stray(&work, "containers", "stray-container");
@@ -64,12 +69,22 @@ fn sweeps_destroy_what_the_web_node_never_knew(kind: DbKind) {
     assert!(metric(&web.url, "gantry_gc_unknown_handles_total") >= 2.0);
     let status = wait_child(&mut running, Duration::from_secs(120));
     let err = std::fs::read_to_string(dir.path().join("long.err")).unwrap_or_default();
-    assert!(status.success(), "the build running across sweeps failed: {err}");
-    assert_eq!(std::fs::read_to_string(out_dir.join("f")).unwrap(), "kept\n");
+    assert!(
+        status.success(),
+        "the build running across sweeps failed: {err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out_dir.join("f")).unwrap(),
+        "kept\n"
+    );
 
     // A build afterwards still works.
     let out = client(&web.url, &["execute", "-c", task.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(metric(&web.url, "gantry_gc_destroy_failures_total"), 0.0);
     assert!(metric(&web.url, "gantry_worker_volume_store_fill{worker=\"w1\"}") > 0.0);
 
@@ -84,8 +99,15 @@ fn sweeps_destroy_what_the_web_node_never_knew(kind: DbKind) {
     assert!(body["error"].as_str().unwrap().contains("nobody"), "{body}");
     let (s, body) = post(&format!("{api}/w1/sweep"), Some("k3y"), inc);
     assert_eq!(s, 409, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("not-this-one"), "{body}");
-    let (s, body) = post(&format!("{api}/w1/sweep"), Some("k3y"), "{\"incarnation\": 3}");
+    assert!(
+        body["error"].as_str().unwrap().contains("not-this-one"),
+        "{body}"
+    );
+    let (s, body) = post(
+        &format!("{api}/w1/sweep"),
+        Some("k3y"),
+        "{\"incarnation\": 3}",
+    );
     assert_eq!(s, 400, "{body}");
     let (s, body) = post(&format!("{api}/w1/report"), Some("k3y"), "[]");
     assert_eq!(s, 400, "{body}");

@@ -82,9 +82,15 @@ impl Sweeper {
         loop {
             match self.sweep(failures).await {
                 Ok(outcome) => {
-                    tracing::debug!(epoch = outcome.epoch, containers = outcome.listed.0,
-                        volumes = outcome.listed.1, destroyed_containers = outcome.destroyed.0,
-                        destroyed_volumes = outcome.destroyed.1, failures = outcome.failures, "swept");
+                    tracing::debug!(
+                        epoch = outcome.epoch,
+                        containers = outcome.listed.0,
+                        volumes = outcome.listed.1,
+                        destroyed_containers = outcome.destroyed.0,
+                        destroyed_volumes = outcome.destroyed.1,
+                        failures = outcome.failures,
+                        "swept"
+                    );
                     failures = outcome.failures;
                 }
                 Err(e) => tracing::warn!(error = %format!("{e:#}"), "sweep failed"),
@@ -307,7 +313,8 @@ async fn remove_disk_only(dir: PathBuf, container: bool) -> Result<(), AgentErro
                 )));
             }
         }
-        tree::remove_tree(&dir).map_err(|e| AgentError::io(format!("removing {}", dir.display()), e))
+        tree::remove_tree(&dir)
+            .map_err(|e| AgentError::io(format!("removing {}", dir.display()), e))
     })
     .await
     .map_err(|e| AgentError::Backend(format!("removing a directory: {e}")))?
@@ -341,7 +348,10 @@ mod tests {
         let base = Duration::from_secs(30);
         for _ in 0..200 {
             let d = jittered(base);
-            assert!(d >= Duration::from_secs(24) && d <= Duration::from_secs(36), "{d:?}");
+            assert!(
+                d >= Duration::from_secs(24) && d <= Duration::from_secs(36),
+                "{d:?}"
+            );
         }
     }
 

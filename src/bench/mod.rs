@@ -3,5 +3,6 @@
 
 pub mod builds;
 pub mod container_start;
+pub mod gc;
 pub mod placement;
 pub mod rig;

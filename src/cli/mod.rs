@@ -373,6 +373,19 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 10)]
         sequential: usize,
     },
+    /// GC sweep reports of one worker with many handles, reconciled on
+    /// SQLite and PostgreSQL, against only loading its rows.
+    Gc {
+        /// Rows of the worker (half containers, half volumes).
+        #[arg(long, default_value_t = 100_000)]
+        handles: usize,
+        /// Reports timed per database.
+        #[arg(long, default_value_t = 5)]
+        reports: usize,
+        /// PostgreSQL server on which a fresh database is created and dropped.
+        #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432")]
+        postgres_url: String,
+    },
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -421,6 +434,17 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         builds,
                         workers,
                         sequential,
+                    },
+                ))?,
+                BenchCommand::Gc {
+                    handles,
+                    reports,
+                    postgres_url,
+                } => actix_web::rt::System::new().block_on(crate::bench::gc::bench(
+                    crate::bench::gc::GcBench {
+                        handles,
+                        reports,
+                        postgres_url,
                     },
                 ))?,
             }
