@@ -27,23 +27,16 @@ struct BeginSweep {
 
 impl From<SweepError> for ApiError {
     fn from(e: SweepError) -> Self {
-        let status = match &e {
+        let status = match e {
+            SweepError::Engine(inner) => return inner.into(),
             SweepError::UnknownWorker(_) => StatusCode::NOT_FOUND,
             SweepError::StaleIncarnation { .. } => StatusCode::CONFLICT,
             SweepError::BadEpoch { .. } => StatusCode::BAD_REQUEST,
-            SweepError::Engine(_) => return ApiError::from(into_engine(e)),
         };
         ApiError {
             status,
             message: e.to_string(),
         }
-    }
-}
-
-fn into_engine(e: SweepError) -> gantry_actors::EngineError {
-    match e {
-        SweepError::Engine(e) => e,
-        other => gantry_actors::EngineError::Invalid(other.to_string()),
     }
 }
 
