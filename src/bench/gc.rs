@@ -4,8 +4,9 @@
 //! rows loaded in one query and judged in memory, its writes batched in one
 //! transaction) is timed over several reports, on SQLite and on a fresh
 //! PostgreSQL database. The baseline, measured in the same run: only
-//! loading the worker's rows (both tables at once, as a report does). Also timed: a report missing a tenth of the
-//! volumes (rows marked missing in batches).
+//! loading the worker's rows (both tables at once, as a report does). Also
+//! timed: a report missing a tenth of the volumes (rows marked missing in
+//! batches).
 
 use std::time::{Duration, Instant};
 
