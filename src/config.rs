@@ -257,7 +257,8 @@ pub struct WorkerConfig {
     pub default_limits: ContainerLimitDefaults,
     /// On SIGTERM, retire (deregister) instead of landing. Default false.
     pub retire_on_stop: bool,
-    /// Seconds between GC sweeps (each ± 20 % at random). Default 30.
+    /// Seconds between GC sweeps (each ± 20 % at random); 0 turns sweeping
+    /// off (only for tests that make handles by hand). Default 30.
     pub sweep_interval_secs: u64,
     /// Most destroys a sweep runs at once. Default 4.
     pub max_parallel_destroys: usize,

@@ -124,7 +124,7 @@ pub struct WorkerFlags {
     /// On SIGTERM, retire instead of landing.
     #[arg(long)]
     pub retire_on_stop: bool,
-    /// Seconds between GC sweeps (each ± 20 % at random).
+    /// Seconds between GC sweeps (each ± 20 % at random); 0: no sweeps.
     #[arg(long, env = "GANTRY_WORKER_SWEEP_INTERVAL")]
     pub sweep_interval: Option<u64>,
     /// Most destroys a GC sweep runs at once.

@@ -102,7 +102,7 @@ fn apply_worker(mut cfg: WorkerConfig, f: WorkerFlags) -> WorkerConfig {
         cfg.retire_on_stop = true;
     }
     if let Some(v) = f.sweep_interval {
-        cfg.sweep_interval_secs = v.max(1);
+        cfg.sweep_interval_secs = v;
     }
     if let Some(v) = f.max_parallel_destroys {
         cfg.max_parallel_destroys = v.max(1);
