@@ -325,6 +325,11 @@ pub struct WorkerConfig {
     pub default_limits: ContainerLimitDefaults,
     /// On SIGTERM, retire (deregister) instead of landing. Default false.
     pub retire_on_stop: bool,
+    /// Seconds between GC sweeps (each ± 20 % at random); 0 turns sweeping
+    /// off (only for tests that make handles by hand). Default 30.
+    pub sweep_interval_secs: u64,
+    /// Most destroys a sweep runs at once. Default 4.
+    pub max_parallel_destroys: usize,
 }
 
 impl Default for WorkerConfig {
@@ -346,6 +351,8 @@ impl Default for WorkerConfig {
             limits: WorkerLimits::default(),
             default_limits: ContainerLimitDefaults::default(),
             retire_on_stop: false,
+            sweep_interval_secs: 30,
+            max_parallel_destroys: 4,
         }
     }
 }

@@ -180,8 +180,10 @@ fn only_signed_unexpired_urls_for_the_worker_stream_its_volumes_to_another() {
     let web = start_web(dir.path(), &db, "");
     let seen = Seen::default();
     let tap = registration_tap(&web.url, seen.clone());
-    let _wa = start_worker(dir.path(), &tap, "wa", &["--backend", "local"]);
-    let _wb = start_worker(dir.path(), &tap, "wb", &["--backend", "local"]);
+    // Volumes are made by hand on the agents (no rows): no GC sweeps.
+    let no_sweeps = ["--backend", "local", "--sweep-interval", "0"];
+    let _wa = start_worker(dir.path(), &tap, "wa", &no_sweeps);
+    let _wb = start_worker(dir.path(), &tap, "wb", &no_sweeps);
     let listing = wait_running(&web.url, 2).to_string();
     let (a, b) = wait_for("both registrations", Duration::from_secs(30), || {
         let seen = seen.lock().unwrap();

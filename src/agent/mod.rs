@@ -13,7 +13,9 @@
 //! heartbeats), `slots.rs` (idempotent creation), `state.rs` (what handlers
 //! share), `stream_counters.rs` (streams in and out, now and at most),
 //! `stream_grant.rs` (checking the signed stream URL another worker presents),
-//! `stream_from.rs` (pulling a volume from another worker), `error.rs`, `worker.rs` (the agent and beacon started together,
+//! `stream_from.rs` (pulling a volume from another worker), `error.rs`, `sweeper.rs` (the worker's half of
+//! garbage collection: reports its handles, destroys what the web node
+//! answers), `worker.rs` (the agent and beacon started together,
 //! and the `gantry worker` process around them).
 //!
 //! Everything lives under the work directory, so a restarted agent still
@@ -44,6 +46,7 @@ pub mod state;
 pub mod stream_counters;
 pub mod stream_from;
 pub mod stream_grant;
+pub mod sweeper;
 pub mod tree;
 pub mod volumes;
 pub mod worker;

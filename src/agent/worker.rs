@@ -3,7 +3,9 @@
 //! (`run_worker`: landing or retiring on a stop signal).
 
 use super::resource_types::ResourceTypes;
-use super::{backend, beacon, containers, server, state, volumes, AgentState, BeaconStatus};
+use super::{
+    backend, beacon, containers, server, state, sweeper, volumes, AgentState, BeaconStatus,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -228,6 +230,27 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
     };
     let status = beacon.status.subscribe();
     let (shutdown, stopped) = watch::channel(false);
+    if cfg.sweep_interval_secs > 0 {
+        let sweeper = sweeper::Sweeper {
+            http: reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(5))
+                .timeout(Duration::from_secs(120))
+                .build()
+                .context("building the sweeper's HTTP client")?,
+            web: cfg.web.clone(),
+            registration_key: cfg.registration_key.clone(),
+            worker: registration.name.clone(),
+            incarnation: registration.incarnation.clone(),
+            state: state.clone(),
+            work_dir: work_dir.clone(),
+            interval: Duration::from_secs(cfg.sweep_interval_secs),
+            max_parallel_destroys: cfg.max_parallel_destroys.max(1),
+        };
+        // Ends at the shutdown signal, after the sweep in progress.
+        tokio::spawn(sweeper.run(status.clone(), stopped.clone()));
+    } else {
+        tracing::warn!("sweep interval 0: this worker does not sweep (what it leaks stays)");
+    }
     let beacon = tokio::spawn(beacon.run(stopped));
 
     Ok(WorkerHandle {

@@ -124,6 +124,12 @@ pub struct WorkerFlags {
     /// On SIGTERM, retire instead of landing.
     #[arg(long)]
     pub retire_on_stop: bool,
+    /// Seconds between GC sweeps (each ± 20 % at random); 0: no sweeps.
+    #[arg(long, env = "GANTRY_WORKER_SWEEP_INTERVAL")]
+    pub sweep_interval: Option<u64>,
+    /// Most destroys a GC sweep runs at once.
+    #[arg(long)]
+    pub max_parallel_destroys: Option<usize>,
 }
 
 /// The commands.
@@ -394,6 +400,19 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// GC sweep reports of one worker with many handles, reconciled on
+    /// SQLite and PostgreSQL, against only loading its rows.
+    Gc {
+        /// Rows of the worker (half containers, half volumes).
+        #[arg(long, default_value_t = 100_000)]
+        handles: usize,
+        /// Reports timed per database.
+        #[arg(long, default_value_t = 5)]
+        reports: usize,
+        /// PostgreSQL server on which a fresh database is created and dropped.
+        #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432")]
+        postgres_url: String,
+    },
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -447,6 +466,17 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 BenchCommand::Stream { size, rounds } => actix_web::rt::System::new().block_on(
                     crate::bench::stream::bench(crate::bench::stream::StreamBench { size, rounds }),
                 )?,
+                BenchCommand::Gc {
+                    handles,
+                    reports,
+                    postgres_url,
+                } => actix_web::rt::System::new().block_on(crate::bench::gc::bench(
+                    crate::bench::gc::GcBench {
+                        handles,
+                        reports,
+                        postgres_url,
+                    },
+                ))?,
             }
             Ok(0)
         }

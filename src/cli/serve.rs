@@ -101,6 +101,12 @@ fn apply_worker(mut cfg: WorkerConfig, f: WorkerFlags) -> WorkerConfig {
     if f.retire_on_stop {
         cfg.retire_on_stop = true;
     }
+    if let Some(v) = f.sweep_interval {
+        cfg.sweep_interval_secs = v;
+    }
+    if let Some(v) = f.max_parallel_destroys {
+        cfg.max_parallel_destroys = v.max(1);
+    }
     cfg
 }
 

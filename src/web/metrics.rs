@@ -115,6 +115,7 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
     }
     super::metrics_streams::write(&mut out, state.engine.streams());
     super::metrics_collector::write(&mut out, &state.engine.collector_stats());
+    super::metrics_gc::write(&mut out, &state.engine).await?;
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(out))

@@ -2,6 +2,7 @@
 
 mod api_artifacts;
 pub(crate) mod api_builds;
+mod api_gc;
 mod api_gc_admin;
 mod api_hijack;
 mod api_jobs;
@@ -11,6 +12,7 @@ pub mod auth;
 mod error;
 mod metrics;
 mod metrics_collector;
+mod metrics_gc;
 mod metrics_streams;
 
 use std::net::SocketAddr;
@@ -150,6 +152,8 @@ pub async fn start_web(
                         web::post().to(api_workers::retire),
                     )
                     .route("/workers/{name}/prune", web::post().to(api_workers::prune))
+                    .route("/workers/{name}/sweep", web::post().to(api_gc::begin))
+                    .route("/workers/{name}/report", web::post().to(api_gc::report))
                     .route(
                         "/teams/{team}/artifacts",
                         web::post().to(api_artifacts::upload),

@@ -20,7 +20,7 @@ pub enum HandleKind {
 }
 
 impl HandleKind {
-    fn table(&self) -> &'static str {
+    pub(crate) fn table(&self) -> &'static str {
         match self {
             HandleKind::Container => "containers",
             HandleKind::Volume => "volumes",

@@ -5,6 +5,7 @@
 mod artifacts;
 mod builds;
 mod gc_collect;
+mod gc_sweep;
 mod handles;
 mod resources;
 mod task_caches;
@@ -13,6 +14,7 @@ mod workers;
 pub use artifacts::ArtifactRow;
 pub use builds::{BuildRow, BuildStatus};
 pub use gc_collect::{ArtifactCutoffs, ReleasedArtifact, ReleasedHandle, StaleResourceCache};
+pub use gc_sweep::{SweepRow, SweepWrites};
 pub use handles::{ArtifactCopy, HandleKind, HandleRow};
 pub use resources::{ResourceCacheRow, VersionRow};
 pub use task_caches::{TaskCacheKey, TaskCacheRow};

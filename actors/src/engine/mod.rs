@@ -5,6 +5,7 @@
 
 mod artifacts;
 mod builds;
+mod gc;
 mod handles;
 mod task_caches;
 mod workers;
@@ -78,6 +79,8 @@ pub struct Engine {
     streams: crate::streaming::Streams,
     /// What each of the Collector's rules has done, for `/metrics`.
     collector: crate::gc::collector::CollectorStats,
+    /// The web side of the GC sweep protocol.
+    sweeps: crate::gc::sweep::Sweeps,
 }
 
 impl Engine {
@@ -127,6 +130,7 @@ impl Engine {
             connector,
             jobs,
             collector: Default::default(),
+            sweeps: Default::default(),
         };
         engine.take_over_unfinished_builds().await?;
         crate::gc::collector::start_collector(

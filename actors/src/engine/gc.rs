@@ -1,0 +1,45 @@
+//! Garbage collection through the engine: the sweep protocol of the
+//! workers' Sweepers (see [`crate::gc::sweep`]).
+
+use super::Engine;
+use crate::gc::sweep::{GcStats, SweepAnswer, SweepError, SweepReport};
+
+impl Engine {
+    /// Starts a sweep of `worker`, which must be registered with
+    /// `incarnation`: answers a new GC epoch, to be carried by the report of
+    /// what the worker lists from now on.
+    pub async fn begin_sweep(&self, worker: &str, incarnation: &str) -> Result<i64, SweepError> {
+        self.sweeps.begin(&self.db, worker, incarnation).await
+    }
+
+    /// Reconciles a worker's report with its rows; answers what the worker
+    /// is to destroy.
+    pub async fn report_sweep(&self, report: SweepReport) -> Result<SweepAnswer, SweepError> {
+        self.sweeps.report(&self.db, report).await
+    }
+
+    /// How full `worker`'s volume store was at its last report (0.0 to 1.0),
+    /// for the disk-pressure rule.
+    pub fn volume_store_fill(&self, worker: &str) -> Option<f64> {
+        self.sweeps.volume_store_fill(worker)
+    }
+
+    /// The sweep protocol's counters since this web node started.
+    pub fn gc_stats(&self) -> &GcStats {
+        self.sweeps.stats()
+    }
+
+    /// Every worker's last reported volume store usage, by name.
+    pub fn volume_stores(&self) -> Vec<(String, crate::gc::sweep::DiskUsage)> {
+        self.sweeps.volume_stores()
+    }
+
+    /// How many rows of one kind are marked missing (absent from their
+    /// worker's reports, not yet removed).
+    pub async fn missing_handles(
+        &self,
+        kind: crate::db::HandleKind,
+    ) -> Result<i64, crate::error::EngineError> {
+        self.db.count_missing(kind).await
+    }
+}

@@ -1,0 +1,284 @@
+//! The sweep protocol, web side. A worker's Sweeper asks for an epoch
+//! ([`Sweeps::begin`]) before it lists its containers and volumes, then
+//! reports them with that epoch ([`Sweeps::report`]); the answer names what
+//! it is to destroy. Rows are judged by [`super::reconcile::judge`]; the
+//! writes of one report go in one transaction.
+//!
+//! The epoch closes the race of a report listed before a create finished
+//! and received after it (Concourse #1959): a row records the epoch at
+//! which it became `created`, and only rows created before the report's
+//! epoch can be judged absent.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::reconcile::{judge, Verdict};
+use crate::db::{now_ms, Db, HandleKind};
+use crate::error::EngineError;
+
+/// How full a worker's volume store is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskUsage {
+    /// Bytes in use on its file system.
+    pub used_bytes: u64,
+    /// Size of its file system.
+    pub total_bytes: u64,
+}
+
+impl DiskUsage {
+    /// The fill level, 0.0 to 1.0 (0.0 for an empty file system).
+    pub fn fill(&self) -> f64 {
+        match self.total_bytes {
+            0 => 0.0,
+            total => self.used_bytes as f64 / total as f64,
+        }
+    }
+}
+
+/// A worker's report: every container and volume it has, listed after it
+/// was handed `epoch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepReport {
+    /// The worker's name (on the wire, may be left out: the URL names it).
+    #[serde(default)]
+    pub worker: String,
+    /// Its incarnation (a new one at every start).
+    pub incarnation: String,
+    /// The epoch [`Sweeps::begin`] answered before the worker listed.
+    pub epoch: i64,
+    /// Handles of its containers.
+    pub containers: Vec<String>,
+    /// Handles of its volumes.
+    pub volumes: Vec<String>,
+    /// How full its volume store is, when it could tell.
+    #[serde(default)]
+    pub volume_store: Option<DiskUsage>,
+    /// Destroys that failed on the worker since its last report.
+    #[serde(default)]
+    pub destroy_failures: u64,
+}
+
+/// What the worker is to destroy: rows being destroyed, and handles the web
+/// node has no row for.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepAnswer {
+    /// Containers to destroy (first).
+    pub destroy_containers: Vec<String>,
+    /// Volumes to destroy (after the containers).
+    pub destroy_volumes: Vec<String>,
+}
+
+/// Why a sweep was refused.
+#[derive(Debug, Error)]
+pub enum SweepError {
+    /// No worker of that name is registered.
+    #[error("worker {0} is not registered")]
+    UnknownWorker(String),
+    /// The worker is registered with another incarnation (it restarted, or
+    /// this is a stale process): it must register again.
+    #[error("worker {worker} is registered with incarnation {registered}, not {reported}: register again")]
+    StaleIncarnation {
+        /// The worker.
+        worker: String,
+        /// The incarnation it is registered with.
+        registered: String,
+        /// The incarnation the caller presented.
+        reported: String,
+    },
+    /// The report's epoch was never handed out.
+    #[error(
+        "epoch {epoch} was never handed out (the current epoch is {current}): begin a sweep first"
+    )]
+    BadEpoch {
+        /// The report's epoch.
+        epoch: i64,
+        /// The current epoch.
+        current: i64,
+    },
+    /// The database or the engine failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// Counters of the sweep protocol since this web node started.
+#[derive(Debug, Default)]
+pub struct GcStats {
+    /// Reports reconciled.
+    pub reports: AtomicU64,
+    /// `created` rows marked missing.
+    pub marked_missing: AtomicU64,
+    /// Rows deleted after a report (destroyed, or absent from a new incarnation).
+    pub deleted: AtomicU64,
+    /// Handles answered that the web node had no row for.
+    pub unknown_answered: AtomicU64,
+    /// Destroys the workers reported as failed.
+    pub destroy_failures: AtomicU64,
+}
+
+/// A copy of [`GcStats`] at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct GcStatsSnapshot {
+    /// Reports reconciled.
+    pub reports: u64,
+    /// `created` rows marked missing.
+    pub marked_missing: u64,
+    /// Rows deleted after a report.
+    pub deleted: u64,
+    /// Unknown handles answered.
+    pub unknown_answered: u64,
+    /// Destroys the workers reported as failed.
+    pub destroy_failures: u64,
+}
+
+impl GcStats {
+    /// The counters now.
+    pub fn snapshot(&self) -> GcStatsSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        GcStatsSnapshot {
+            reports: get(&self.reports),
+            marked_missing: get(&self.marked_missing),
+            deleted: get(&self.deleted),
+            unknown_answered: get(&self.unknown_answered),
+            destroy_failures: get(&self.destroy_failures),
+        }
+    }
+}
+
+/// The web side of the sweep protocol: reconciles reports, keeps the
+/// counters and each worker's last reported disk usage.
+#[derive(Debug, Clone, Default)]
+pub struct Sweeps {
+    /// Counters for `/metrics`.
+    stats: Arc<GcStats>,
+    /// Each worker's volume store usage, as last reported.
+    disks: Arc<DashMap<String, DiskUsage>>,
+}
+
+impl Sweeps {
+    /// The counters.
+    pub fn stats(&self) -> &GcStats {
+        &self.stats
+    }
+
+    /// How full `worker`'s volume store was at its last report (0.0 to 1.0).
+    pub fn volume_store_fill(&self, worker: &str) -> Option<f64> {
+        self.disks.get(worker).map(|d| d.fill())
+    }
+
+    /// Every worker's last reported volume store usage, by name.
+    pub fn volume_stores(&self) -> Vec<(String, DiskUsage)> {
+        let mut all: Vec<(String, DiskUsage)> = self
+            .disks
+            .iter()
+            .map(|e| (e.key().clone(), *e.value()))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    /// Starts a sweep of `worker` (registered with `incarnation`): a new
+    /// epoch, to be carried by the report of what it lists from now on.
+    pub async fn begin(&self, db: &Db, worker: &str, incarnation: &str) -> Result<i64, SweepError> {
+        check_incarnation(db, worker, incarnation).await?;
+        Ok(db.next_gc_epoch().await?)
+    }
+
+    /// Reconciles a report with the worker's rows; answers what it is to
+    /// destroy.
+    pub async fn report(&self, db: &Db, report: SweepReport) -> Result<SweepAnswer, SweepError> {
+        check_incarnation(db, &report.worker, &report.incarnation).await?;
+        let current = db.gc_epoch().await?;
+        if report.epoch < 1 || report.epoch > current {
+            return Err(SweepError::BadEpoch {
+                epoch: report.epoch,
+                current,
+            });
+        }
+        let previous = db
+            .reported_incarnation(&report.worker)
+            .await?
+            .ok_or_else(|| SweepError::UnknownWorker(report.worker.clone()))?;
+        let new_incarnation = previous.as_deref() != Some(report.incarnation.as_str());
+        let (container_rows, volume_rows) = tokio::try_join!(
+            db.sweep_rows(HandleKind::Container, &report.worker),
+            db.sweep_rows(HandleKind::Volume, &report.worker),
+        )?;
+        let containers = judge(
+            &container_rows,
+            &report.containers,
+            report.epoch,
+            new_incarnation,
+        );
+        let volumes = judge(&volume_rows, &report.volumes, report.epoch, new_incarnation);
+        db.apply_sweep(
+            &report.worker,
+            &report.incarnation,
+            &[
+                (HandleKind::Container, &containers.writes),
+                (HandleKind::Volume, &volumes.writes),
+            ],
+            now_ms(),
+        )
+        .await?;
+        if let Some(disk) = report.volume_store {
+            self.disks.insert(report.worker.clone(), disk);
+        }
+        self.count(&[&containers, &volumes], report.destroy_failures);
+        tracing::debug!(
+            worker = %report.worker,
+            epoch = report.epoch,
+            new_incarnation,
+            containers = report.containers.len(),
+            volumes = report.volumes.len(),
+            destroy_containers = containers.destroy.len(),
+            destroy_volumes = volumes.destroy.len(),
+            "sweep report reconciled"
+        );
+        Ok(SweepAnswer {
+            destroy_containers: containers.destroy,
+            destroy_volumes: volumes.destroy,
+        })
+    }
+
+    /// Forgets a worker's disk usage (it was removed).
+    pub fn forget(&self, worker: &str) {
+        self.disks.remove(worker);
+    }
+
+    fn count(&self, verdicts: &[&Verdict], destroy_failures: u64) {
+        let s = &self.stats;
+        s.reports.fetch_add(1, Ordering::Relaxed);
+        s.destroy_failures
+            .fetch_add(destroy_failures, Ordering::Relaxed);
+        for v in verdicts {
+            let add = |c: &AtomicU64, n: usize| c.fetch_add(n as u64, Ordering::Relaxed);
+            add(&s.marked_missing, v.writes.mark_missing.len());
+            add(&s.deleted, v.writes.delete.len());
+            add(&s.unknown_answered, v.unknown);
+        }
+    }
+}
+
+/// Refuses unless `worker` is registered with `incarnation`.
+async fn check_incarnation(db: &Db, worker: &str, incarnation: &str) -> Result<(), SweepError> {
+    let row = db
+        .get_worker(worker)
+        .await?
+        .ok_or_else(|| SweepError::UnknownWorker(worker.to_string()))?;
+    if row.registration.incarnation != incarnation {
+        return Err(SweepError::StaleIncarnation {
+            worker: worker.to_string(),
+            registered: row.registration.incarnation,
+            reported: incarnation.to_string(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "sweep_tests.rs"]
+mod tests;
