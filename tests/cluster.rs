@@ -17,7 +17,8 @@ fn web_and_two_workers_run_a_task(kind: DbKind) {
         "k3y",
     ])
     .arg("--data-dir")
-    .arg(dir.path().join("web"));
+    .arg(dir.path().join("web"))
+    .args(["--gc-interval", "1"]);
     if let Some(url) = &db.url {
         cmd.arg("--database-url").arg(url);
     }
@@ -35,6 +36,7 @@ fn web_and_two_workers_run_a_task(kind: DbKind) {
             "127.0.0.1:0",
         ])
         .args(["--registration-key", "k3y", "--heartbeat-interval", "1"])
+        .args(["--sweep-interval", "1"])
         .arg("--work-dir")
         .arg(dir.path().join(name));
         workers.push(Server::spawn(cmd, dir.path().join(format!("{name}.log"))));

@@ -26,7 +26,8 @@ fn start_web_on(dir: &std::path::Path, port: u16, log: &str) -> Server {
         "k3y",
     ])
     .arg("--data-dir")
-    .arg(dir.join("web"));
+    .arg(dir.join("web"))
+    .args(["--gc-interval", "1"]);
     Server::start(cmd, "API on ", dir.join(log))
 }
 

@@ -80,6 +80,10 @@ pub struct WebFlags {
     /// Most concurrent streams into one worker; more wait in order.
     #[arg(long, env = "GANTRY_MAX_STREAMS_IN")]
     pub max_streams_in: Option<usize>,
+    /// Seconds between two runs of each garbage-collection rule (and, for
+    /// `quickstart`, between two sweeps of its embedded worker).
+    #[arg(long, env = "GANTRY_GC_INTERVAL")]
+    pub gc_interval: Option<u64>,
 }
 
 /// Flags of a worker (override the config file and `GANTRY_WORKER_*` variables).

@@ -58,6 +58,9 @@ fn apply_web(mut cfg: WebConfig, f: WebFlags) -> WebConfig {
     if let Some(v) = f.max_streams_in {
         cfg.streaming.max_streams_in = v;
     }
+    if let Some(v) = f.gc_interval {
+        cfg.gc.interval_secs = v;
+    }
     cfg
 }
 
@@ -155,8 +158,12 @@ pub fn quickstart(
 ) -> anyhow::Result<()> {
     init_logging(log_format);
     let file = load(&flags.config)?;
+    let gc_interval = flags.gc_interval;
     let web_cfg = apply_web(file.web, flags);
     let mut worker_cfg = file.worker;
+    if let Some(secs) = gc_interval {
+        worker_cfg.sweep_interval_secs = secs;
+    }
     worker_cfg.registration_key = web_cfg.registration_key.clone();
     worker_cfg.work_dir = web_cfg.data_dir.join("worker");
     worker_cfg.listen = "127.0.0.1:0".parse().expect("valid address");

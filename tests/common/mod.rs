@@ -256,6 +256,10 @@ pub fn quickstart(dir: &Path, db: &TestDb, extra: &[&str]) -> Server {
         .arg("--data-dir")
         .arg(dir.join("data"))
         .args(extra);
+    // Garbage collection every second (its rules and its worker's sweeps).
+    if !extra.contains(&"--gc-interval") {
+        cmd.args(["--gc-interval", "1"]);
+    }
     if let Some(url) = &db.url {
         cmd.arg("--database-url").arg(url);
     }
@@ -338,7 +342,9 @@ pub fn start_web(dir: &Path, db: &TestDb, config: &str) -> Server {
     .arg("--config")
     .arg(&cfg)
     .arg("--data-dir")
-    .arg(dir.join("web"));
+    .arg(dir.join("web"))
+    // The garbage collector's rules run every second.
+    .args(["--gc-interval", "1"]);
     if let Some(url) = &db.url {
         cmd.arg("--database-url").arg(url);
     }
@@ -361,6 +367,10 @@ pub fn start_worker(dir: &Path, web: &str, name: &str, extra: &[&str]) -> Server
     .arg("--work-dir")
     .arg(dir.join(name))
     .args(extra);
+    // It sweeps every second, unless told otherwise.
+    if !extra.contains(&"--sweep-interval") {
+        cmd.args(["--sweep-interval", "1"]);
+    }
     Server::spawn(cmd, dir.join(format!("{name}.log")))
 }
 

@@ -207,7 +207,6 @@ impl Actor for Build {
                 Some(resume) => run.resume(&plan, resume).await,
                 None => run.run(&plan).await,
             };
-            run.release_artifact_volumes().await;
             run.conclude(outcome).await;
         }
         .into_actor(self)

@@ -16,12 +16,9 @@
 //! - `outcome.rs`: how a node ended and the build's status from it;
 //! - `placement.rs`: selecting a worker, waiting for one, reruns;
 //! - `resume.rs`: taking a build over after a restart of the web node;
-//! - `cleanup.rs`: destroying what a step created;
-//! - `artifact_volumes.rs`: destroying the volumes of the build's
-//!   artifacts when it ends.
+//! - `cleanup.rs`: what a step created is left to the garbage collector.
 
 mod actor;
-mod artifact_volumes;
 mod cleanup;
 #[cfg(test)]
 mod composite_tests;

@@ -121,7 +121,7 @@ impl BuildRun {
         let (result, created) = self.run_on(step, placement.client.clone(), stop).await;
         let result = result.map_err(EngineError::lost_if_unreachable);
         let lost = matches!(result, Err(EngineError::WorkerLost { .. }));
-        self.cleanup(placement.client, created, lost).await;
+        self.left_to_gc(&placement.worker, &created, lost);
         drop(held);
         result
     }

@@ -3,8 +3,6 @@
 //! step reattaches to it (output already stored is not repeated), then the
 //! build goes on as usual: outputs, cleanup, final status.
 
-use std::collections::BTreeMap;
-
 use crate::build::actor::BuildRun;
 use crate::build::outcome::Outcome;
 use crate::build::placement::HeldPlacement;
@@ -44,34 +42,11 @@ impl BuildRun {
         Outcome::of_step(result, &self.stop)
     }
 
-    /// Errors a build whose plan has several steps, destroying what its
-    /// steps created on each worker.
+    /// Errors a build whose plan has several steps; what its steps
+    /// created goes with the build (the garbage collector).
     async fn refuse_resume(&self) -> Outcome {
         let message = "the build's plan has several steps, and a restarted web node can take over only a build of one step; its steps were not followed to their end".to_string();
         tracing::warn!(build = self.id, "{message}");
-        let mut by_worker: BTreeMap<String, Created> = BTreeMap::new();
-        for kind in [HandleKind::Container, HandleKind::Volume] {
-            for row in self
-                .deps
-                .db
-                .build_handles(kind, self.id)
-                .await
-                .unwrap_or_default()
-            {
-                let created = by_worker.entry(row.worker.clone()).or_default();
-                match kind {
-                    HandleKind::Container => created.containers.push(row.handle),
-                    HandleKind::Volume => created.volumes.push(row.handle),
-                }
-            }
-        }
-        for (worker, created) in by_worker {
-            let Ok(Some(row)) = self.deps.db.get_worker(&worker).await else {
-                continue;
-            };
-            let client = self.deps.connector.connect(&row.registration);
-            self.cleanup(client, created, false).await;
-        }
         Outcome::Errored(message)
     }
 
@@ -133,7 +108,7 @@ impl BuildRun {
         .await
         .map_err(EngineError::lost_if_unreachable);
         let lost = matches!(result, Err(EngineError::WorkerLost { .. }));
-        self.cleanup(worker, ctx.take_created(), lost).await;
+        self.left_to_gc(&resume.worker, &ctx.take_created(), lost);
         drop(held);
         result
     }

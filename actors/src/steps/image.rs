@@ -73,8 +73,10 @@ impl StepContext {
                 Ok(handle)
             }
             Err(e) => {
-                let _ = worker.destroy_volume(&handle).await;
-                let _ = db.delete_handle(HandleKind::Volume, &handle).await;
+                // Half imported: the worker's sweeper destroys it.
+                let _ = db
+                    .set_handle_state(HandleKind::Volume, &handle, HandleState::Destroying)
+                    .await;
                 Err(e)
             }
         }

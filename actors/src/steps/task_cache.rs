@@ -194,18 +194,20 @@ impl StepContext {
         Ok(volume)
     }
 
-    /// Destroys a cache volume no longer recorded as a cache; a failure
-    /// leaves its row `destroying` for the collector.
+    /// Leaves a cache volume no longer recorded as a cache to the garbage
+    /// collector: its row becomes `destroying`, and the worker's sweeper
+    /// destroys it.
     async fn destroy_cache_volume(&self, handle: &str) {
-        let db = &self.scope.db;
-        let _ = db
+        if let Err(e) = self
+            .scope
+            .db
             .set_handle_state(HandleKind::Volume, handle, HandleState::Destroying)
-            .await;
-        match self.worker.destroy_volume(handle).await {
-            Ok(()) => {
-                let _ = db.delete_handle(HandleKind::Volume, handle).await;
-            }
-            Err(e) => tracing::warn!(volume = handle, "destroying an old task cache: {e}"),
+            .await
+        {
+            tracing::warn!(
+                volume = handle,
+                "marking an old task cache for destruction: {e}"
+            );
         }
     }
 

@@ -73,9 +73,8 @@ impl Streams {
     }
 
     /// Streams the artifact from a worker holding it into a new volume of
-    /// the build on the request's worker. A failed transfer leaves nothing:
-    /// the volume is destroyed and its row removed (or left `destroying`
-    /// when the worker cannot destroy it now).
+    /// the build on the request's worker. A failed transfer leaves its
+    /// volume `destroying`: the worker's sweeper destroys it.
     async fn make_copy(&self, req: CopyRequest) -> Result<String, EngineError> {
         let db = self.db();
         let source = self.source_of(&req).await?;
@@ -142,16 +141,11 @@ impl Streams {
                 Ok(handle)
             }
             Err(e) => {
-                match req.worker.destroy_volume(&handle).await {
-                    Ok(()) => {
-                        let _ = db.delete_handle(HandleKind::Volume, &handle).await;
-                    }
-                    Err(_) => {
-                        let _ = db
-                            .set_handle_state(HandleKind::Volume, &handle, HandleState::Destroying)
-                            .await;
-                    }
-                }
+                // Half written: no `created` row points at it, and the
+                // worker's sweeper destroys it.
+                let _ = db
+                    .set_handle_state(HandleKind::Volume, &handle, HandleState::Destroying)
+                    .await;
                 Err(e)
             }
         }
