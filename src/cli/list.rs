@@ -110,14 +110,18 @@ pub async fn handles(client: &ApiClient, what: &str, json: bool) -> anyhow::Resu
         return Ok(());
     }
     print_table(
-        &["handle", "worker", "state", "build", "team"],
+        &["handle", "worker", "state", "owner", "team"],
         rows.iter()
             .map(|r| {
+                let state = match r["missing"].as_bool() {
+                    Some(true) => format!("{} (missing)", cell(r, "state")),
+                    _ => cell(r, "state"),
+                };
                 vec![
                     cell(r, "handle"),
                     cell(r, "worker"),
-                    cell(r, "state"),
-                    cell(r, "build_id"),
+                    state,
+                    cell(r, "owner"),
                     cell(r, "team"),
                 ]
             })

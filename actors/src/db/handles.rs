@@ -45,6 +45,25 @@ pub struct HandleRow {
     pub step: Option<String>,
     /// Owning team.
     pub team: String,
+    /// Who keeps it: `build N (step or role)`, `task cache (PATH)`,
+    /// `image ARTIFACT`, or `none`.
+    pub owner: String,
+    /// Absent from its worker's last report (see `gc/`).
+    pub missing: bool,
+}
+
+/// Who keeps a container or volume, in words.
+fn owner_of(build: Option<i64>, step: Option<&str>, artifact: Option<&str>) -> String {
+    match (build, step, artifact) {
+        (Some(b), Some(s), _) => format!("build {b} ({s})"),
+        (Some(b), None, _) => format!("build {b}"),
+        (None, Some(s), _) if s.starts_with("task-cache:") => {
+            format!("task cache ({})", &s["task-cache:".len()..])
+        }
+        (None, _, Some(a)) => format!("image {a}"),
+        (None, Some(s), None) => s.to_string(),
+        (None, None, None) => "none".into(),
+    }
 }
 
 /// A stored state name as a [`HandleState`].
@@ -198,9 +217,16 @@ impl Db {
             Option<i64>,
             Option<String>,
             String,
+            Option<String>,
+            Option<i64>,
         );
+        // Only volumes hold artifacts (images, build outputs).
+        let artifact = match kind {
+            HandleKind::Volume => "artifact_id",
+            HandleKind::Container => "CAST(NULL AS TEXT)",
+        };
         let sql = format!(
-            "SELECT handle, worker, state, sequence, build_id, step, team FROM {} {filter} ORDER BY created_at, handle",
+            "SELECT handle, worker, state, sequence, build_id, step, team, {artifact}, missing_since FROM {} {filter} ORDER BY created_at, handle",
             kind.table()
         );
         let mut q = sqlx::query_as::<_, Raw>(&sql);
@@ -211,6 +237,8 @@ impl Db {
         rows.into_iter()
             .map(|r| {
                 Ok(HandleRow {
+                    owner: owner_of(r.4, r.5.as_deref(), r.7.as_deref()),
+                    missing: r.8.is_some(),
                     handle: r.0,
                     worker: r.1,
                     state: stored_state(&r.2)?,
@@ -308,5 +336,25 @@ impl Db {
             .into_iter()
             .map(|(worker, volume, artifact)| (ArtifactCopy { worker, volume }, artifact))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod owner_tests {
+    use super::owner_of;
+
+    #[test]
+    fn a_rows_owner_is_told_in_words() {
+        assert_eq!(owner_of(Some(7), Some("test"), None), "build 7 (test)");
+        assert_eq!(
+            owner_of(Some(7), Some("artifact:out"), Some("a1")),
+            "build 7 (artifact:out)"
+        );
+        assert_eq!(
+            owner_of(None, Some("task-cache:deps"), None),
+            "task cache (deps)"
+        );
+        assert_eq!(owner_of(None, None, Some("img")), "image img");
+        assert_eq!(owner_of(None, None, None), "none");
     }
 }
