@@ -157,7 +157,36 @@ fn a_job_build_of_several_steps_is_errored_after_a_restart() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(stderr.contains("several steps"), "{stderr}");
-    // What the first step created is destroyed.
+    // The errored build is the latest of its job: what its first step
+    // created is kept (for intercepting) while the collector runs...
+    let containers = || -> usize {
+        let rows: serde_json::Value =
+            serde_json::from_slice(&client(&web.url, &["containers", "--json"]).stdout)
+                .unwrap_or_default();
+        rows.as_array().map_or(0, |a| a.len())
+    };
+    let runs = "gantry_gc_collector_runs_total{rule=\"ended-builds\"}";
+    wait_for(
+        "the collector to run twice",
+        Duration::from_secs(10),
+        || (metric(&web.url, runs) >= 2.0).then_some(()),
+    );
+    assert_eq!(
+        containers(),
+        1,
+        "the latest errored build keeps its container"
+    );
+    // ... until a newer build of the job has ended.
+    write(
+        &dir.path().join("pipeline.yml"),
+        "jobs:\n- name: j\n  plan:\n  - task: quick\n    config: {platform: linux, run: {path: echo, args: [quick]}}\n",
+    );
+    let out = gantry_run(&web.url, dir.path(), &["-p", "pipeline.yml", "-j", "j"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     wait_no_handles(&web.url, Duration::from_secs(30));
 }
 

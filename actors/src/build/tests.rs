@@ -306,10 +306,8 @@ async fn an_abort_sends_sigterm_then_sigkill_after_the_grace_to_a_process_that_i
 
     let row = h.finished(id).await;
     assert_eq!((row.status, row.exit_status), (BuildStatus::Aborted, None));
-    until("the cleanup", || async {
-        (h.worker.held() == 0).then_some(())
-    })
-    .await;
+    // Its container is left to the garbage collector, not destroyed here.
+    assert!(h.worker.held() > 0);
 }
 
 #[actix_rt::test]
@@ -470,7 +468,7 @@ async fn a_sequence_runs_its_steps_in_order_until_one_fails() {
 }
 
 #[actix_rt::test]
-async fn a_restarted_web_node_errors_a_build_of_several_steps_and_destroys_what_it_made() {
+async fn a_restarted_web_node_errors_a_build_of_several_steps_and_leaves_what_it_made_to_gc() {
     let h = Harness::new(Behaviour::default(), None).await;
     let id =
         h.db.create_build("main", &serde_json::json!({}), "web")
@@ -522,10 +520,11 @@ async fn a_restarted_web_node_errors_a_build_of_several_steps_and_destroys_what_
     };
     assert!(message.contains("several steps"), "{message}");
     assert_eq!(h.worker.started(), 0);
-    for kind in [
-        crate::db::HandleKind::Container,
-        crate::db::HandleKind::Volume,
-    ] {
-        assert!(h.db.build_handles(kind, id).await.unwrap().is_empty());
-    }
+    // What its steps created is left to the garbage collector: the rows
+    // stay for the Collector to mark once the build has ended.
+    let containers =
+        h.db.build_handles(crate::db::HandleKind::Container, id)
+            .await
+            .unwrap();
+    assert!(!containers.is_empty());
 }
