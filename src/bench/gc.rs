@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use gantry_actors::db::{Db, HandleKind};
 use gantry_actors::gc::sweep::{SweepReport, Sweeps};
-use gantry_actors::worker_info::{WorkerLimits, WorkerRegistration};
+use gantry_actors::worker_info::WorkerRegistration;
 use sqlx::Connection as _;
 
 /// Options of the benchmark.
@@ -31,19 +31,10 @@ const INCARNATION: &str = "bench";
 
 fn registration() -> WorkerRegistration {
     WorkerRegistration {
-        name: WORKER.into(),
-        agent_url: "http://127.0.0.1:1".into(),
-        agent_token: String::new(),
-        stream_key: String::new(),
-        platform: "linux".into(),
-        tags: vec![],
-        team: None,
-        resource_types: vec![],
-        limits: WorkerLimits::default(),
-        version: env!("CARGO_PKG_VERSION").into(),
         backend: "simulated".into(),
         incarnation: INCARNATION.into(),
         heartbeat_interval_secs: 3600,
+        ..gantry_actors::testing::registration(WORKER)
     }
 }
 

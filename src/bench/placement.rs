@@ -35,24 +35,16 @@ pub struct PlacementBench {
 
 fn registration(name: &str) -> WorkerRegistration {
     WorkerRegistration {
-        name: name.into(),
-        agent_url: "http://127.0.0.1:1".into(),
-        agent_token: String::new(),
-        stream_key: String::new(),
-        platform: "linux".into(),
-        tags: vec![],
-        team: None,
-        resource_types: vec![],
         limits: WorkerLimits {
             max_active_tasks: Some(4),
             max_containers: Some(50),
             max_volumes: Some(200),
         },
-        version: env!("CARGO_PKG_VERSION").into(),
         backend: "simulated".into(),
         incarnation: "bench".into(),
         // No heartbeats come: a TTL longer than any run keeps them running.
         heartbeat_interval_secs: 3600,
+        ..gantry_actors::testing::registration(name)
     }
 }
 

@@ -75,19 +75,9 @@ pub(super) struct Harness {
 
 fn registration(name: &str, limits: WorkerLimits) -> WorkerRegistration {
     WorkerRegistration {
-        name: name.into(),
-        agent_url: "http://127.0.0.1:1".into(),
-        agent_token: "t".into(),
-        stream_key: String::new(),
-        platform: "linux".into(),
-        tags: vec![],
-        team: None,
-        resource_types: vec![],
         limits,
-        version: env!("CARGO_PKG_VERSION").into(),
-        backend: "fake".into(),
         incarnation: "1".into(),
-        heartbeat_interval_secs: 30,
+        ..crate::testing::registration(name)
     }
 }
 

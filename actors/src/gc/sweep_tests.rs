@@ -6,19 +6,8 @@ use crate::worker_info::WorkerRegistration;
 
 fn reg(name: &str, incarnation: &str) -> WorkerRegistration {
     WorkerRegistration {
-        name: name.into(),
-        agent_url: "http://127.0.0.1:1".into(),
-        agent_token: "t".into(),
-        stream_key: String::new(),
-        platform: "linux".into(),
-        tags: vec![],
-        team: None,
-        resource_types: vec![],
-        limits: Default::default(),
-        version: "0".into(),
-        backend: "local".into(),
         incarnation: incarnation.into(),
-        heartbeat_interval_secs: 30,
+        ..crate::testing::registration(name)
     }
 }
 

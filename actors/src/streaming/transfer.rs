@@ -392,19 +392,9 @@ mod tests {
     fn source(stream_key: &str) -> Source {
         Source::Worker {
             registration: Box::new(WorkerRegistration {
-                name: "src".into(),
                 agent_url: "http://10.0.0.1:7777".into(),
-                agent_token: "t".into(),
                 stream_key: stream_key.into(),
-                platform: "linux".into(),
-                tags: vec![],
-                team: None,
-                resource_types: vec![],
-                limits: Default::default(),
-                version: env!("CARGO_PKG_VERSION").into(),
-                backend: "fake".into(),
-                incarnation: "1".into(),
-                heartbeat_interval_secs: 30,
+                ..crate::testing::registration("src")
             }),
             volume: "v".into(),
         }

@@ -10,3 +10,25 @@ mod detached_worker;
 pub(crate) mod fake_worker;
 
 pub use detached_worker::{DetachedConnector, DetachedWorker};
+
+use crate::worker_info::WorkerRegistration;
+
+/// A registration of a Linux worker `name` (incarnation `i`, no tags, no
+/// limits, an agent that is never reached) for tests to adjust.
+pub fn registration(name: &str) -> WorkerRegistration {
+    WorkerRegistration {
+        name: name.into(),
+        agent_url: "http://127.0.0.1:1".into(),
+        agent_token: "t".into(),
+        stream_key: String::new(),
+        platform: "linux".into(),
+        tags: vec![],
+        team: None,
+        resource_types: vec![],
+        limits: Default::default(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        backend: "fake".into(),
+        incarnation: "i".into(),
+        heartbeat_interval_secs: 30,
+    }
+}
