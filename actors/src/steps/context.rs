@@ -270,10 +270,10 @@ impl StepContext {
     }
 
     /// Makes `volume`, one of the step's, the artifact `name` of the build
-    /// held on this worker: recorded as an artifact that only workers hold,
-    /// its volume no longer destroyed when the step ends but when the build
-    /// does (with the build's other artifact volumes), and the Scheduler
-    /// told it is here (volume locality). Returns the artifact's id.
+    /// held on this worker: recorded as an artifact that only workers hold
+    /// (its volume, like every volume of the build, goes when the garbage
+    /// collector releases the build), and the Scheduler told it is here
+    /// (volume locality). Returns the artifact's id.
     pub async fn keep_on_worker(
         &mut self,
         name: &str,
