@@ -93,6 +93,19 @@ impl Intercepts {
         }
     }
 
+    /// Refuses new sessions in container `handle` if none is open, at once
+    /// (under the same lock as [`Intercepts::enter`]); answers whether it
+    /// did. The garbage collector marks a container `destroying` only after
+    /// this succeeded.
+    pub fn try_close(&self, handle: &str) -> bool {
+        let mut slot = self.slots.entry(handle.to_string()).or_default();
+        if slot.sessions > 0 {
+            return false;
+        }
+        slot.closing = true;
+        true
+    }
+
     /// Forgets container `handle` once it is destroyed.
     pub fn forget(&self, handle: &str) {
         self.slots.remove(handle);
@@ -155,5 +168,16 @@ mod tests {
         assert!(!intercepts.close("b").await);
         assert!(intercepts.enter("b").is_err());
         assert_eq!(intercepts.open_sessions("b"), 0);
+    }
+
+    #[test]
+    fn try_close_refuses_new_sessions_only_when_none_is_open() {
+        let intercepts = Intercepts::default();
+        let guard = intercepts.enter("c").unwrap();
+        assert!(!intercepts.try_close("c"), "a session is open");
+        assert!(intercepts.enter("c").is_ok(), "still open to sessions");
+        drop(guard);
+        assert!(intercepts.try_close("c"));
+        assert!(intercepts.enter("c").is_err(), "closed to new sessions");
     }
 }

@@ -213,6 +213,13 @@ async fn open(
     let guard = engine
         .enter_container(&target.handle)
         .map_err(|e| status(StatusCode::CONFLICT, e.to_string()))?;
+    // Looked at again once the session counts: the garbage collector may
+    // have marked the container between the first look and the entry.
+    let row = engine
+        .container(&target.handle)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("{what} is gone")))?;
+    check_state(row.state, what)?;
     let worker = engine
         .worker_client(&target.worker)
         .await

@@ -53,7 +53,7 @@ pub async fn write(out: &mut String, engine: &Engine) -> Result<(), ApiError> {
         let _ = writeln!(out, "gantry_gc_missing{{kind=\"{name}\"}} {n}");
     }
     let _ = writeln!(out, "# HELP gantry_worker_volume_store_fill How full each worker's volume store was at its last report (0 to 1).\n# TYPE gantry_worker_volume_store_fill gauge");
-    for (worker, disk) in engine.volume_stores() {
+    for (worker, disk) in engine.volume_stores().await? {
         let _ = writeln!(
             out,
             "gantry_worker_volume_store_fill{{worker=\"{worker}\"}} {:.4}",

@@ -29,9 +29,27 @@ impl Engine {
         self.sweeps.stats()
     }
 
-    /// Every worker's last reported volume store usage, by name.
-    pub fn volume_stores(&self) -> Vec<(String, crate::gc::sweep::DiskUsage)> {
-        self.sweeps.volume_stores()
+    /// Every registered worker's last reported volume store usage, by
+    /// name; the usage of a worker that was removed is forgotten.
+    pub async fn volume_stores(
+        &self,
+    ) -> Result<Vec<(String, crate::gc::sweep::DiskUsage)>, crate::error::EngineError> {
+        let registered: std::collections::HashSet<String> = self
+            .db
+            .list_workers()
+            .await?
+            .into_iter()
+            .map(|w| w.registration.name)
+            .collect();
+        let (kept, gone): (Vec<_>, Vec<_>) = self
+            .sweeps
+            .volume_stores()
+            .into_iter()
+            .partition(|(name, _)| registered.contains(name));
+        for (name, _) in gone {
+            self.sweeps.forget(&name);
+        }
+        Ok(kept)
     }
 
     /// How many rows of one kind are marked missing (absent from their

@@ -27,11 +27,15 @@ pub async fn ended_builds(db: &Db, intercepts: &Intercepts) -> Result<u64, Engin
     let mut marked = 0;
     let mut kept: HashSet<(i64, String)> = HashSet::new();
     for c in db.released_build_handles(HandleKind::Container).await? {
-        if intercepts.open_sessions(&c.handle) > 0 {
+        // Closed to new sessions first (atomically, none being open), then
+        // marked; a session that enters after the mark finds the container
+        // `destroying` and is refused (see `web/api_hijack.rs`).
+        if !intercepts.try_close(&c.handle) {
             kept.insert((c.build_id, c.worker));
             continue;
         }
         marked += u64::from(db.mark_destroying(HandleKind::Container, &c.handle).await?);
+        intercepts.forget(&c.handle);
     }
     for v in db.released_build_handles(HandleKind::Volume).await? {
         if kept.contains(&(v.build_id, v.worker)) {
