@@ -759,19 +759,9 @@ mod tests {
         /// returns the instant its connection started.
         async fn register(&self, name: &str, interval_secs: u64) -> Instant {
             let reg = WorkerRegistration {
-                name: name.into(),
-                agent_url: "http://fake".into(),
-                agent_token: String::new(),
-                stream_key: String::new(),
-                platform: "linux".into(),
-                tags: vec![],
-                team: None,
-                resource_types: vec![],
-                limits: Default::default(),
-                version: env!("CARGO_PKG_VERSION").into(),
-                backend: "none".into(),
                 incarnation: "1".into(),
                 heartbeat_interval_secs: interval_secs,
+                ..crate::testing::registration(name)
             };
             held(self.registry.send(RegisterWorker(reg)))
                 .await

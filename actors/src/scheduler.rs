@@ -605,19 +605,11 @@ mod tests {
     ) -> Candidate {
         Candidate {
             registration: WorkerRegistration {
-                name: name.into(),
-                agent_url: String::new(),
-                agent_token: String::new(),
-                stream_key: String::new(),
                 platform: platform.into(),
                 tags: tags.iter().map(|t| t.to_string()).collect(),
                 team: team.map(str::to_string),
-                resource_types: vec![],
                 limits,
-                version: env!("CARGO_PKG_VERSION").into(),
-                backend: "none".into(),
-                incarnation: "1".into(),
-                heartbeat_interval_secs: 30,
+                ..crate::testing::registration(name)
             },
             state: WorkerState::Running,
             client: Arc::new(DetachedWorker(name.into())),

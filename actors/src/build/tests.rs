@@ -14,20 +14,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::*;
-use crate::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
 use crate::artifacts::Artifacts;
 use crate::build::actor::BuildRun;
 use crate::build::outcome::Outcome;
 use crate::db::{BuildStatus, Db};
-use crate::error::EngineError;
 use crate::events::{BuildEvent, EventHub, EventSink};
 use crate::placement::{Load, Strategy};
-use crate::runtime::{ByteStream, ProcessSignal};
+use crate::runtime::ProcessSignal;
 use crate::scheduler::{Candidate, GetStats, PlacementConfig, Scheduler, WorkerUpdated};
 use crate::spec::Encoding;
 use crate::state::WorkerState;
@@ -36,29 +33,6 @@ use crate::steps::{Events, Stop};
 use crate::task_config::TaskConfig;
 use crate::testing::fake_worker::{Behaviour, FakeConnector, FakeWorker};
 use crate::worker_info::{WorkerLimits, WorkerRegistration};
-
-/// An artifact store holding nothing: these builds have no inputs or outputs.
-struct NoArtifacts;
-
-#[async_trait]
-impl ArtifactStore for NoArtifacts {
-    async fn open(&self, _: &str, _: Encoding) -> Result<ByteStream, EngineError> {
-        Ok(Box::pin(futures::stream::empty()))
-    }
-    async fn store(
-        &self,
-        _: ByteStream,
-        _: Encoding,
-        _: ArtifactKind,
-    ) -> Result<StoredArtifact, EngineError> {
-        Err(EngineError::Invalid(
-            "nothing is stored in these tests".into(),
-        ))
-    }
-    async fn delete(&self, _: &str) -> Result<(), EngineError> {
-        Ok(())
-    }
-}
 
 /// Workers (`w`, unless told), the services a build needs, and the clock
 /// paused.
@@ -129,7 +103,10 @@ impl Harness {
                 .unwrap();
             worker_states.insert(name.to_string(), watch::channel(WorkerState::Running).0);
         }
-        let artifacts = Artifacts::new(Arc::new(NoArtifacts), db.clone());
+        let artifacts = Artifacts::new(
+            Arc::new(crate::testing::empty_store::EmptyStore::default()),
+            db.clone(),
+        );
         let connector: Arc<dyn crate::runtime::WorkerConnector> =
             Arc::new(FakeConnector(workers.clone()));
         let deps = BuildDeps {

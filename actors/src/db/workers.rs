@@ -151,21 +151,7 @@ mod tests {
     use super::*;
 
     fn reg(name: &str) -> WorkerRegistration {
-        WorkerRegistration {
-            name: name.into(),
-            agent_url: "http://127.0.0.1:1".into(),
-            agent_token: "t".into(),
-            stream_key: String::new(),
-            platform: "linux".into(),
-            tags: vec![],
-            team: None,
-            resource_types: vec![],
-            limits: Default::default(),
-            version: "0".into(),
-            backend: "local".into(),
-            incarnation: "i".into(),
-            heartbeat_interval_secs: 30,
-        }
+        crate::testing::registration(name)
     }
 
     #[tokio::test]

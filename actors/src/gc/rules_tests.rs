@@ -2,10 +2,9 @@
 //! the clock (`now_ms`) set by each test.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde_json::json;
 
 use super::collector::{
@@ -13,12 +12,9 @@ use super::collector::{
 };
 use super::rules_artifacts::{self, ArtifactAges};
 use super::rules_handles;
-use crate::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
+use crate::artifact_store::ArtifactKind;
 use crate::db::{now_ms, BuildStatus, Db, HandleKind, ResourceCacheRow, TaskCacheKey};
-use crate::error::EngineError;
 use crate::intercept::Intercepts;
-use crate::runtime::ByteStream;
-use crate::spec::Encoding;
 use crate::state::HandleState;
 use crate::worker_info::WorkerRegistration;
 
@@ -529,38 +525,7 @@ async fn clearing_a_jobs_task_cache_drops_its_caches_on_every_worker_and_no_othe
     );
 }
 
-/// An artifact store that records what it was asked to delete.
-#[derive(Default)]
-struct Deletes(Mutex<Vec<String>>);
-
-impl Deletes {
-    fn list(&self) -> HashSet<String> {
-        self.0.lock().unwrap().iter().cloned().collect()
-    }
-}
-
-#[async_trait]
-impl ArtifactStore for Deletes {
-    async fn open(&self, id: &str, _: Encoding) -> Result<ByteStream, EngineError> {
-        Err(EngineError::Invalid(format!(
-            "no artifact {id} in this test"
-        )))
-    }
-    async fn store(
-        &self,
-        _: ByteStream,
-        _: Encoding,
-        _: ArtifactKind,
-    ) -> Result<StoredArtifact, EngineError> {
-        Err(EngineError::Invalid(
-            "nothing is stored in this test".into(),
-        ))
-    }
-    async fn delete(&self, id: &str) -> Result<(), EngineError> {
-        self.0.lock().unwrap().push(id.to_string());
-        Ok(())
-    }
-}
+use crate::testing::empty_store::EmptyStore as Deletes;
 
 async fn artifact(db: &Db, id: &str, build: Option<i64>, kind: ArtifactKind) {
     db.insert_artifact(id, "main", None, build, 1)
@@ -631,7 +596,7 @@ async fn artifacts_of_ended_builds_go_after_the_grace_with_their_volumes_except_
     assert!(!exists(&db, "out").await);
     assert!(!exists(&db, "on-worker").await);
     // Only what the store holds is deleted there; volumes holding it go.
-    assert_eq!(store.list(), HashSet::from(["out".to_string()]));
+    assert_eq!(store.deleted(), HashSet::from(["out".to_string()]));
     assert_eq!(state(&db, HandleKind::Volume, "holds").await, D);
     assert!(exists(&db, "kept").await);
     assert!(exists(&db, "in-use").await);
@@ -688,7 +653,7 @@ async fn unowned_artifacts_go_after_12_hours_and_images_after_a_week_unused() {
     // The resource cache (used meanwhile) keeps its artifact: never taken as unowned.
     assert!(exists(&db, "cache").await);
     assert_eq!(
-        store.list(),
+        store.deleted(),
         HashSet::from(["upload".to_string(), "image".to_string()])
     );
 }
@@ -760,7 +725,7 @@ async fn resource_caches_go_when_unused_for_their_age_with_their_artifact() {
     assert!(!exists(&db, "img").await);
     assert_eq!(state(&db, HandleKind::Volume, "img-vol").await, D);
     assert_eq!(
-        store.list(),
+        store.deleted(),
         HashSet::from(["files".to_string(), "img".to_string()])
     );
 }

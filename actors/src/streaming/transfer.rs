@@ -258,7 +258,7 @@ fn counting(body: ByteStream) -> (ByteStream, Arc<AtomicU64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
+
     use crate::artifacts::Artifacts;
     use crate::runtime::{Container, Worker, WorkerConnector, WorkerHandles};
     use crate::spec::{ContainerSpec, Encoding, VolumeSpec};
@@ -369,26 +369,6 @@ mod tests {
         }
     }
 
-    struct NoStore;
-
-    #[async_trait]
-    impl ArtifactStore for NoStore {
-        async fn open(&self, _: &str, _: Encoding) -> Result<ByteStream, EngineError> {
-            Err(EngineError::Invalid("no store".into()))
-        }
-        async fn store(
-            &self,
-            _: ByteStream,
-            _: Encoding,
-            _: ArtifactKind,
-        ) -> Result<StoredArtifact, EngineError> {
-            Err(EngineError::Invalid("no store".into()))
-        }
-        async fn delete(&self, _: &str) -> Result<(), EngineError> {
-            Ok(())
-        }
-    }
-
     fn source(stream_key: &str) -> Source {
         Source::Worker {
             registration: Box::new(WorkerRegistration {
@@ -404,7 +384,10 @@ mod tests {
         stream_key: &str,
     ) -> (Streams, Result<Transferred, EngineError>, Vec<u8>) {
         let (db, _dir) = crate::db::test_db().await;
-        let artifacts = Artifacts::new(Arc::new(NoStore), db.clone());
+        let artifacts = Artifacts::new(
+            Arc::new(crate::testing::empty_store::EmptyStore::default()),
+            db.clone(),
+        );
         let streams = Streams::new(Default::default(), db, artifacts, Arc::new(ToSource));
         let dest = Arc::new(Isolated::default());
         let job = TransferJob {

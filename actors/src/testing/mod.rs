@@ -7,6 +7,8 @@
 pub(crate) mod clock;
 mod detached_worker;
 #[cfg(test)]
+pub(crate) mod empty_store;
+#[cfg(test)]
 pub(crate) mod fake_worker;
 
 pub use detached_worker::{DetachedConnector, DetachedWorker};

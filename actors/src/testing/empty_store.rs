@@ -1,0 +1,46 @@
+//! An artifact store holding nothing, for the engine's unit tests: opening
+//! or storing fails naming the test double, deleting is recorded.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use crate::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
+use crate::error::EngineError;
+use crate::runtime::ByteStream;
+use crate::spec::Encoding;
+
+/// A store with no artifact in it, which records what it is asked to delete.
+#[derive(Default)]
+pub(crate) struct EmptyStore(Mutex<Vec<String>>);
+
+impl EmptyStore {
+    /// The ids it was asked to delete.
+    pub(crate) fn deleted(&self) -> HashSet<String> {
+        self.0.lock().unwrap().iter().cloned().collect()
+    }
+}
+
+#[async_trait]
+impl ArtifactStore for EmptyStore {
+    async fn open(&self, id: &str, _: Encoding) -> Result<ByteStream, EngineError> {
+        Err(EngineError::Invalid(format!(
+            "no artifact {id} in the test's empty store"
+        )))
+    }
+    async fn store(
+        &self,
+        _: ByteStream,
+        _: Encoding,
+        _: ArtifactKind,
+    ) -> Result<StoredArtifact, EngineError> {
+        Err(EngineError::Invalid(
+            "nothing is stored in the test's empty store".into(),
+        ))
+    }
+    async fn delete(&self, id: &str) -> Result<(), EngineError> {
+        self.0.lock().unwrap().push(id.to_string());
+        Ok(())
+    }
+}
