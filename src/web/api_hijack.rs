@@ -153,7 +153,6 @@ pub async fn build(
         )));
     };
     let what = format!("container {} (build {id}, step {step:?})", row.handle);
-    check_state(row.state, &what)?;
     let target = Target {
         handle: row.handle,
         worker: row.worker,
@@ -177,7 +176,6 @@ pub async fn container(
         .ok_or_else(|| ApiError::not_found(format!("container {handle} not found")))?;
     identity.require_team(&row.team, &format!("container {handle}"))?;
     let what = format!("container {handle}");
-    check_state(row.state, &what)?;
     let target = Target {
         handle: row.handle,
         worker: row.worker,
@@ -213,8 +211,9 @@ async fn open(
     let guard = engine
         .enter_container(&target.handle)
         .map_err(|e| status(StatusCode::CONFLICT, e.to_string()))?;
-    // Looked at again once the session counts: the garbage collector may
-    // have marked the container between the first look and the entry.
+    // Looked at once the session counts, so that the garbage collector
+    // (which closes a container to sessions before marking it) cannot mark
+    // it unseen: only a `created` container is entered.
     let row = engine
         .container(&target.handle)
         .await?

@@ -103,33 +103,15 @@ pub fn check_pipeline_name(name: &str) -> Result<(), EngineError> {
     Ok(())
 }
 
-/// What a step created on its worker, to clean up afterwards.
+/// What a step created on its worker (told when it ends; a restarted web
+/// node holds its step's capacity again from it). The garbage collector,
+/// not the step, destroys it.
 #[derive(Debug, Default)]
 pub struct Created {
     /// Container handles.
     pub containers: Vec<String>,
     /// Volume handles.
     pub volumes: Vec<String>,
-}
-
-impl Created {
-    /// Forgets a handle once it is destroyed.
-    pub fn remove(&mut self, kind: HandleKind, handle: &str) {
-        let list = match kind {
-            HandleKind::Container => &mut self.containers,
-            HandleKind::Volume => &mut self.volumes,
-        };
-        list.retain(|h| h != handle);
-    }
-
-    /// Every handle with its kind, containers first.
-    pub fn handles(&self) -> Vec<(HandleKind, String)> {
-        self.containers
-            .iter()
-            .map(|h| (HandleKind::Container, h.clone()))
-            .chain(self.volumes.iter().map(|h| (HandleKind::Volume, h.clone())))
-            .collect()
-    }
 }
 
 /// Everything a step receives: the worker it was placed on and the build's
@@ -275,7 +257,7 @@ impl StepContext {
     /// collector releases the build), and the Scheduler told it is here
     /// (volume locality). Returns the artifact's id.
     pub async fn keep_on_worker(
-        &mut self,
+        &self,
         name: &str,
         volume: &Arc<dyn Volume>,
     ) -> Result<String, EngineError> {
@@ -284,10 +266,6 @@ impl StepContext {
         db.insert_worker_artifact(&id, &self.scope.team, Some(name), Some(self.scope.build))
             .await?;
         db.set_volume_artifact(volume.handle(), &id).await?;
-        self.created
-            .lock()
-            .expect("created handles")
-            .remove(HandleKind::Volume, volume.handle());
         self.scope.scheduler.do_send(ArtifactLocality {
             artifact: id.clone(),
             worker: self.worker.name().to_string(),

@@ -75,7 +75,6 @@ impl StepContext {
     ) -> Result<(), EngineError> {
         let streams = &self.scope.streams;
         let config = streams.config();
-        let request = self.copy_request(name, artifact);
         let job = TransferJob {
             what: format!("input {name} (artifact {artifact})"),
             source: Source::Store {
@@ -83,7 +82,7 @@ impl StepContext {
             },
             to: self.worker().name().to_string(),
             dest: volume.clone(),
-            on_wait: crate::streaming::waiting_event(&request, config.max_out, config.max_in),
+            on_wait: crate::streaming::waiting_event(&self.scope.events, self.step(), name, config),
         };
         let done = StreamTransfer::run(streams.clone(), job).await?;
         self.emit(&BuildEvent::Transfer {

@@ -20,7 +20,7 @@ use crate::steps::Events;
 
 use super::limiter::Direction;
 use super::transfer::{OnWait, Source, StreamTransfer, TransferJob};
-use super::Streams;
+use super::{StreamConfig, Streams};
 
 /// A step's need of an artifact of its build on its worker.
 #[derive(Clone)]
@@ -77,8 +77,14 @@ impl Streams {
     /// volume `destroying`: the worker's sweeper destroys it.
     async fn make_copy(&self, req: CopyRequest) -> Result<String, EngineError> {
         let db = self.db();
-        let source = self.source_of(&req).await?;
         let to = req.worker.name().to_string();
+        // Looked up again under the pending entry: a transfer that ended
+        // between the caller's look and its entry left a copy here.
+        let copies = db.artifact_copies(&req.artifact, req.build).await?;
+        if let Some(copy) = copies.iter().find(|c| c.worker == to) {
+            return Ok(copy.volume.clone());
+        }
+        let source = self.source_of(&req, copies).await?;
         let handle = uuid::Uuid::new_v4().to_string();
         let role = format!("artifact:{}", req.name);
         db.insert_handle(
@@ -113,7 +119,7 @@ impl Streams {
             source: source.clone(),
             to: to.clone(),
             dest,
-            on_wait: waiting_event(&req, self.config().max_out, self.config().max_in),
+            on_wait: waiting_event(&req.events, &req.step, &req.name, self.config()),
         };
         match StreamTransfer::run(self.clone(), job).await {
             Ok(done) => {
@@ -151,10 +157,13 @@ impl Streams {
         }
     }
 
-    /// A running worker holding the request's artifact; an error naming
-    /// the artifact and its holders when none is running.
-    async fn source_of(&self, req: &CopyRequest) -> Result<Source, EngineError> {
-        let copies = self.db().artifact_copies(&req.artifact, req.build).await?;
+    /// A running worker among `copies` (the request's artifact's); an error
+    /// naming the artifact and its holders when none is running.
+    async fn source_of(
+        &self,
+        req: &CopyRequest,
+        copies: Vec<crate::db::ArtifactCopy>,
+    ) -> Result<Source, EngineError> {
         let mut holders = Vec::new();
         for copy in copies {
             match self.db().get_worker(&copy.worker).await? {
@@ -184,10 +193,9 @@ impl Streams {
 }
 
 /// A callback telling the build's log that a step waits for a stream slot.
-pub fn waiting_event(req: &CopyRequest, max_out: usize, max_in: usize) -> OnWait {
-    let events = req.events.clone();
-    let step = req.step.clone();
-    let name = req.name.clone();
+pub fn waiting_event(events: &Events, step: &str, name: &str, config: &StreamConfig) -> OnWait {
+    let (events, step, name) = (events.clone(), step.to_string(), name.to_string());
+    let (max_out, max_in) = (config.max_out, config.max_in);
     Box::new(move |worker: &str, direction: Direction| {
         let (way, cap) = match direction {
             Direction::Out => ("out of", max_out),
