@@ -67,11 +67,7 @@ struct Fleet {
 
 fn fleet(dir: &Path, db: &TestDb) -> Fleet {
     let web = start_web(dir, db, "");
-    let backend: &[&str] = if std::env::var_os("GANTRY_REQUIRE_RUNC").is_some() {
-        &["--backend", "runc"]
-    } else {
-        &[]
-    };
+    let backend = worker_backend();
     let mut workers = Vec::new();
     for (name, tag) in [
         ("left", Some("left")),

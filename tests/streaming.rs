@@ -24,11 +24,7 @@ struct Fleet {
 
 fn fleet(dir: &Path, db: &TestDb, config: &str) -> Fleet {
     let web = start_web(dir, db, config);
-    let backend: &[&str] = if std::env::var_os("GANTRY_REQUIRE_RUNC").is_some() {
-        &["--backend", "runc"]
-    } else {
-        &[]
-    };
+    let backend = worker_backend();
     let workers = ["a", "b", "c"]
         .iter()
         .map(|name| {

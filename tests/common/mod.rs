@@ -608,3 +608,13 @@ pub fn metric(url: &str, series: &str) -> f64 {
         .parse()
         .unwrap()
 }
+
+/// The `--backend` flags of a worker under test: runc when the test script
+/// requires it (`GANTRY_REQUIRE_RUNC`), the worker's default otherwise.
+pub fn worker_backend() -> &'static [&'static str] {
+    if std::env::var_os("GANTRY_REQUIRE_RUNC").is_some() {
+        &["--backend", "runc"]
+    } else {
+        &[]
+    }
+}
