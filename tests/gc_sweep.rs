@@ -1,7 +1,7 @@
 //! End to end: the GC sweep protocol between a real web node and a real
 //! `gantry worker` process sweeping every second. Directories made by hand
 //! in the worker's work dir (the database never knew them) are reported,
-//! answered as unknown and destroyed; a build running meanwhile and one
+//! answered as unknown and destroyed within two sweeps; a build running meanwhile and one
 //! afterwards are untouched. The protocol's routes refuse bad callers with
 //! JSON errors. On SQLite and PostgreSQL.
 
@@ -61,11 +61,20 @@ fn sweeps_destroy_what_the_web_node_never_knew(kind: DbKind) {
         &format!("out={}", out_dir.display()),
     ];
     let mut running = spawn_execute(&web.url, dir.path(), "long", &args);
+    // Made between two sweeps, they are gone by the end of the second
+    // sweep reported after they were made (the first may have listed
+    // before they existed).
+    let reports_before = metric(&web.url, "gantry_gc_reports_total");
     let volume = stray(&work, "volumes", "stray-volume");
     let container = stray(&work, "containers", "stray-container");
     wait_for("both strays destroyed", Duration::from_secs(20), || {
         (!volume.exists() && !container.exists()).then_some(())
     });
+    let sweeps = metric(&web.url, "gantry_gc_reports_total") - reports_before;
+    assert!(
+        sweeps <= 2.0,
+        "the strays were destroyed only after {sweeps} sweeps"
+    );
     assert!(metric(&web.url, "gantry_gc_unknown_handles_total") >= 2.0);
     let status = wait_child(&mut running, Duration::from_secs(120));
     let err = std::fs::read_to_string(dir.path().join("long.err")).unwrap_or_default();

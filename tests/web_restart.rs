@@ -8,27 +8,8 @@ use std::time::Duration;
 
 use common::*;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn start_web_on(dir: &std::path::Path, port: u16, log: &str) -> Server {
-    let mut cmd = gantry();
-    cmd.args([
-        "web",
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--registration-key",
-        "k3y",
-    ])
-    .arg("--data-dir")
-    .arg(dir.join("web"))
-    .args(["--gc-interval", "1"]);
-    Server::start(cmd, "API on ", dir.join(log))
+    start_web_at(dir, &TestDb::new(DbKind::Sqlite), "", port, log)
 }
 
 #[test]

@@ -329,26 +329,36 @@ pub fn one_error_line(out: &Output) -> String {
 
 /// A `gantry web` on an ephemeral port, with an optional TOML config.
 pub fn start_web(dir: &Path, db: &TestDb, config: &str) -> Server {
+    start_web_at(dir, db, config, 0, "web.log")
+}
+
+/// A free loopback TCP port (for a server restarted on the same address).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("local addr")
+        .port()
+}
+
+/// A `gantry web` on `port` (0: an ephemeral one) with an optional TOML
+/// config, its data in `dir/web`, logging to `dir/LOG`.
+pub fn start_web_at(dir: &Path, db: &TestDb, config: &str, port: u16, log: &str) -> Server {
     let cfg = dir.join("web.toml");
     write(&cfg, config);
     let mut cmd = gantry();
-    cmd.args([
-        "web",
-        "--listen",
-        "127.0.0.1:0",
-        "--registration-key",
-        "k3y",
-    ])
-    .arg("--config")
-    .arg(&cfg)
-    .arg("--data-dir")
-    .arg(dir.join("web"))
-    // The garbage collector's rules run every second.
-    .args(["--gc-interval", "1"]);
+    cmd.args(["web", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--registration-key", "k3y"])
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(dir.join("web"))
+        // The garbage collector's rules run every second.
+        .args(["--gc-interval", "1"]);
     if let Some(url) = &db.url {
         cmd.arg("--database-url").arg(url);
     }
-    Server::start(cmd, "API on ", dir.join("web.log"))
+    Server::start(cmd, "API on ", dir.join(log))
 }
 
 /// A `gantry worker` process registered with `web`, heartbeating every second.
@@ -438,7 +448,12 @@ fn spawn_with(
 
 /// The build id `gantry run` announced on stderr (`build: N`).
 pub fn run_build(err_file: &Path) -> Option<i64> {
-    build_after(&std::fs::read_to_string(err_file).ok()?, "build: ")
+    run_build_text(&std::fs::read_to_string(err_file).ok()?)
+}
+
+/// The build id in `build: N` of `gantry run`'s stderr text.
+pub fn run_build_text(stderr: &str) -> Option<i64> {
+    build_after(stderr, "build: ")
 }
 
 /// The build id on the first line of `text` that starts with `prefix`.
