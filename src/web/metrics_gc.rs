@@ -1,5 +1,5 @@
 //! The garbage collection part of `/metrics`: the sweep protocol's
-//! counters, rows marked missing, and each worker's volume store fill.
+//! counters, rows by state, rows marked missing, and each worker's volume store fill.
 
 use std::fmt::Write;
 
@@ -43,6 +43,22 @@ pub async fn write(out: &mut String, engine: &Engine) -> Result<(), ApiError> {
             out,
             "# HELP {metric} {help}\n# TYPE {metric} counter\n{metric} {value}"
         );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP gantry_gc_rows Container and volume rows by state.\n# TYPE gantry_gc_rows gauge"
+    );
+    for (kind, name) in [
+        (HandleKind::Container, "containers"),
+        (HandleKind::Volume, "volumes"),
+    ] {
+        for (state, n) in engine.handles_by_state(kind).await? {
+            let state = state.as_str();
+            let _ = writeln!(
+                out,
+                "gantry_gc_rows{{kind=\"{name}\",state=\"{state}\"}} {n}"
+            );
+        }
     }
     let _ = writeln!(out, "# HELP gantry_gc_missing Containers and volumes marked missing, not yet removed.\n# TYPE gantry_gc_missing gauge");
     for (kind, name) in [

@@ -52,6 +52,24 @@ impl Engine {
         Ok(kept)
     }
 
+    /// How many rows of one kind are in each state, every state listed.
+    pub async fn handles_by_state(
+        &self,
+        kind: crate::db::HandleKind,
+    ) -> Result<Vec<(crate::state::HandleState, i64)>, crate::error::EngineError> {
+        let counts = self.db.count_by_state(kind).await?;
+        Ok(crate::state::HandleState::ALL
+            .into_iter()
+            .map(|state| {
+                let n = counts
+                    .iter()
+                    .find(|(s, _)| s == state.as_str())
+                    .map_or(0, |(_, n)| *n);
+                (state, n)
+            })
+            .collect())
+    }
+
     /// How many rows of one kind are marked missing (absent from their
     /// worker's reports, not yet removed).
     pub async fn missing_handles(
