@@ -2,7 +2,9 @@
 //! one real worker. With a fill threshold so low that every sweep report is
 //! over it, the task cache of a job that ran to completion is dropped and
 //! destroyed on the worker, while the cache a running build mounts stays,
-//! report after report, until that build is aborted.
+//! report after report, until that build is aborted. `gantry
+//! clear-task-cache` of a job whose build is running forgets its cache at
+//! once but leaves the volume until that build has ended.
 
 mod common;
 
@@ -31,6 +33,15 @@ jobs:
       run:
         path: sh
         args: [-c, "echo x >> cache-long/seen; echo ready; sleep 60"]
+- name: cleared
+  plan:
+  - task: remember
+    config:
+      platform: linux
+      caches: [{path: cache-cleared}]
+      run:
+        path: sh
+        args: [-c, "echo x >> cache-cleared/seen; echo ready; sleep 60"]
 "#;
 
 /// The handle and state of the task cache volume of `path`
@@ -47,6 +58,35 @@ fn cache_volume(url: &str, path: &str) -> Option<(String, String)> {
             )
         })
     })
+}
+
+/// Starts `gantry run` of job `job` and waits until its task is ready;
+/// answers the client process and the build's id.
+fn start_long(url: &str, dir: &Path, job: &str) -> (std::process::Child, i64) {
+    let child = spawn_run(url, dir, job, &["-p", "pipeline.yml", "-j", job]);
+    wait_for(
+        &format!("the {job} task to be ready"),
+        Duration::from_secs(60),
+        || {
+            std::fs::read_to_string(dir.join(format!("{job}.out")))
+                .ok()?
+                .contains("ready")
+                .then_some(())
+        },
+    );
+    let build = run_build(&dir.join(format!("{job}.err"))).expect("build: N");
+    (child, build)
+}
+
+/// Aborts build `build` (run by `child`) and waits until the client exits.
+fn abort(url: &str, build: i64, child: &mut std::process::Child) {
+    let out = client(url, &["abort-build", "-b", &build.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_child(child, Duration::from_secs(60));
 }
 
 /// Whether the volume `handle` has a row (`gantry volumes --json`).
@@ -79,17 +119,22 @@ fn pressure(kind: DbKind) {
     let work = dir.join("w1");
     write(&dir.join("pipeline.yml"), PIPELINE);
 
-    // A build that keeps running, its cache mounted.
-    let mut long = spawn_run(url, dir, "long", &["-p", "pipeline.yml", "-j", "long"]);
-    wait_for("the long task to be ready", Duration::from_secs(60), || {
-        std::fs::read_to_string(dir.join("long.out"))
-            .ok()?
-            .contains("ready")
-            .then_some(())
-    });
-    let build = run_build(&dir.join("long.err")).expect("build: N");
+    // Builds that keep running, their caches mounted.
+    let (mut long, build) = start_long(url, dir, "long");
     let (long_cache, state) = cache_volume(url, "cache-long").expect("the long job's cache");
     assert_eq!(state, "created");
+    let (mut cleared, cleared_build) = start_long(url, dir, "cleared");
+    let (cleared_cache, _) = cache_volume(url, "cache-cleared").expect("the cleared job's cache");
+    let out = client(
+        url,
+        &["clear-task-cache", "-p", "pipeline", "-j", "cleared"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "1 task cache cleared",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // A build that runs to completion: its cache is unused afterwards.
     let mut done = spawn_run(url, dir, "done", &["-p", "pipeline.yml", "-j", "done"]);
@@ -119,6 +164,11 @@ fn pressure(kind: DbKind) {
         Some((long_cache.clone(), "created".to_string()))
     );
     assert!(work.join("volumes").join(&long_cache).is_dir());
+    assert_eq!(
+        cache_volume(url, "cache-cleared"),
+        Some((cleared_cache.clone(), "created".to_string()))
+    );
+    assert!(work.join("volumes").join(&cleared_cache).is_dir());
     assert!(
         metric(
             url,
@@ -133,20 +183,16 @@ fn pressure(kind: DbKind) {
         0.0
     );
 
-    // Once its build is aborted, it goes too.
-    let out = client(url, &["abort-build", "-b", &build.to_string()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    wait_child(&mut long, Duration::from_secs(60));
+    // Once their builds are aborted, they go too.
+    abort(url, build, &mut long);
     wait_gone(
         url,
         &work,
         &long_cache,
         "the long job's cache to be dropped",
     );
+    abort(url, cleared_build, &mut cleared);
+    wait_gone(url, &work, &cleared_cache, "the cleared job's cache to go");
 }
 
 #[test]
