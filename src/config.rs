@@ -92,6 +92,13 @@ pub struct GcConfig {
     pub resource_cache_unused_secs: u64,
     /// An image no build used this long goes. Default 604800 (7 days).
     pub image_unused_secs: u64,
+    /// Fill level of a worker's volume store (more than 0, at most 1) at or
+    /// past which its least-recently-used unused task caches are dropped.
+    /// Default 0.85.
+    pub disk_pressure_fill: f64,
+    /// Most task caches dropped on one worker per sweep report under disk
+    /// pressure (at least 1). Default 10.
+    pub disk_pressure_batch: usize,
 }
 
 impl Default for GcConfig {
@@ -107,18 +114,32 @@ impl Default for GcConfig {
             unowned_artifact_secs: d.artifacts.unowned.as_secs(),
             resource_cache_unused_secs: d.artifacts.resource_cache_unused.as_secs(),
             image_unused_secs: d.artifacts.image_unused.as_secs(),
+            disk_pressure_fill: d.disk_pressure.fill,
+            disk_pressure_batch: d.disk_pressure.batch,
         }
     }
 }
 
 impl GcConfig {
-    /// The engine's Collector settings; an interval of 0 is an error.
+    /// The engine's Collector settings; an interval of 0, a fill level
+    /// not in (0, 1] or a batch of 0 is an error.
     pub fn parse(&self) -> anyhow::Result<gantry_actors::gc::collector::CollectorConfig> {
         use gantry_actors::gc::collector::CollectorConfig;
         use gantry_actors::gc::rules_artifacts::ArtifactAges;
+        use gantry_actors::gc::rules_pressure::DiskPressure;
         use std::time::Duration;
         if self.interval_secs == 0 {
             anyhow::bail!("gc: interval_secs must be at least 1");
+        }
+        let fill = self.disk_pressure_fill;
+        if !(fill > 0.0 && fill <= 1.0) {
+            anyhow::bail!(
+                "gc: disk_pressure_fill must be more than 0 and at most 1 (a fraction of the \
+                 volume store, e.g. 0.85), not {fill}"
+            );
+        }
+        if self.disk_pressure_batch == 0 {
+            anyhow::bail!("gc: disk_pressure_batch must be at least 1");
         }
         let s = Duration::from_secs;
         Ok(CollectorConfig {
@@ -131,6 +152,10 @@ impl GcConfig {
                 unowned: s(self.unowned_artifact_secs),
                 resource_cache_unused: s(self.resource_cache_unused_secs),
                 image_unused: s(self.image_unused_secs),
+            },
+            disk_pressure: DiskPressure {
+                fill,
+                batch: self.disk_pressure_batch,
             },
         })
     }
@@ -441,6 +466,33 @@ mod tests {
             .contains("interval_secs"));
         let typo = toml::from_str::<FileConfig>("[web.gc]\nintervall_secs = 5\n").unwrap_err();
         assert!(typo.to_string().contains("intervall_secs"), "{typo}");
+    }
+
+    #[test]
+    fn disk_pressure_settings_are_read_with_defaults_and_checked() {
+        let d = FileConfig::default().web.gc.parse().unwrap();
+        assert_eq!((d.disk_pressure.fill, d.disk_pressure.batch), (0.85, 10));
+        let cfg: FileConfig =
+            toml::from_str("[web.gc]\ndisk_pressure_fill = 0.5\ndisk_pressure_batch = 3\n")
+                .unwrap();
+        let gc = cfg.web.gc.parse().unwrap();
+        assert_eq!((gc.disk_pressure.fill, gc.disk_pressure.batch), (0.5, 3));
+        assert_eq!(gc.interval, d.interval);
+        let tiny: FileConfig = toml::from_str("[web.gc]\ndisk_pressure_fill = 0.000001\n").unwrap();
+        assert_eq!(tiny.web.gc.parse().unwrap().disk_pressure.fill, 0.000001);
+        let full: FileConfig = toml::from_str("[web.gc]\ndisk_pressure_fill = 1\n").unwrap();
+        assert_eq!(full.web.gc.parse().unwrap().disk_pressure.fill, 1.0);
+        for bad in ["0", "0.0", "-0.5", "1.01", "85", "nan"] {
+            let text = format!("[web.gc]\ndisk_pressure_fill = {bad}\n");
+            let cfg: FileConfig = toml::from_str(&text).unwrap();
+            let err = cfg.web.gc.parse().unwrap_err().to_string();
+            assert!(err.contains("disk_pressure_fill"), "{bad}: {err}");
+        }
+        let zero: FileConfig = toml::from_str("[web.gc]\ndisk_pressure_batch = 0\n").unwrap();
+        let err = zero.web.gc.parse().unwrap_err().to_string();
+        assert!(err.contains("disk_pressure_batch"), "{err}");
+        let negative = toml::from_str::<FileConfig>("[web.gc]\ndisk_pressure_batch = -1\n");
+        assert!(negative.is_err());
     }
 
     #[test]

@@ -105,6 +105,7 @@ fn clear_task_cache_drops_a_jobs_caches_and_every_rule_runs() {
         "missing",
         "failed-creations",
         "task-caches",
+        "disk-pressure",
         "artifacts",
         "removed-workers",
     ] {

@@ -18,7 +18,7 @@ fn table(kind: HandleKind) -> &'static str {
 }
 
 /// Build statuses of an ended build, as an SQL list.
-const ENDED: &str = "('succeeded', 'failed', 'errored', 'aborted')";
+pub(super) const ENDED: &str = "('succeeded', 'failed', 'errored', 'aborted')";
 
 /// The condition (on builds aliased `b`) of a build whose containers,
 /// volumes and artifacts may go: it has ended, and it is not a failed or
@@ -183,11 +183,17 @@ impl Db {
         Ok(done.rows_affected())
     }
 
-    /// Deletes the rows (containers, volumes, task caches) of workers that
-    /// are no longer registered (pruned or retired); answers how many.
+    /// Deletes the rows (containers, volumes, task caches and their
+    /// leftovers) of workers that are no longer registered (pruned or
+    /// retired); answers how many.
     pub async fn delete_rows_of_removed_workers(&self) -> Result<u64, EngineError> {
         let mut n = 0;
-        for table in ["containers", "volumes", "task_caches"] {
+        for table in [
+            "containers",
+            "volumes",
+            "task_caches",
+            "task_cache_leftovers",
+        ] {
             let done = sqlx::query(&format!(
                 "DELETE FROM {table} WHERE worker NOT IN (SELECT name FROM workers)"
             ))
@@ -284,9 +290,10 @@ impl Db {
     }
 
     /// Forgets the task cache `row` and marks its volume `destroying`, in
-    /// one transaction; only while it is still `row.volume` and, with
-    /// `used_before`, still unused since then (a build that used it
-    /// meanwhile keeps it). Answers whether it did.
+    /// one transaction; only while it is still `row.volume`, no running
+    /// build may mount it (see `gc_pressure.rs`) and, with `used_before`,
+    /// it is still unused since then (a build that used it meanwhile keeps
+    /// it). Answers whether it did.
     pub async fn drop_task_cache(
         &self,
         row: &TaskCacheRow,
@@ -294,10 +301,11 @@ impl Db {
     ) -> Result<bool, EngineError> {
         let k = &row.key;
         let mut tx = self.pool().begin().await?;
-        let done = sqlx::query(
+        let done = sqlx::query(&format!(
             "DELETE FROM task_caches WHERE team = $1 AND pipeline = $2 AND job = $3 AND step = $4 \
-             AND path = $5 AND worker = $6 AND volume = $7 AND last_used_at < $8",
-        )
+             AND path = $5 AND worker = $6 AND volume = $7 AND last_used_at < $8 AND NOT {}",
+            super::gc_pressure::in_use("task_caches")
+        ))
         .bind(&k.team)
         .bind(&k.pipeline)
         .bind(&k.job)

@@ -5,6 +5,7 @@
 mod artifacts;
 mod builds;
 mod gc_collect;
+mod gc_pressure;
 mod gc_sweep;
 mod handles;
 mod resources;

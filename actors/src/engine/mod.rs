@@ -138,6 +138,8 @@ impl Engine {
                 db: engine.db.clone(),
                 store,
                 intercepts: engine.intercepts.clone(),
+                sweeps: engine.sweeps.clone(),
+                pressure: Default::default(),
                 config: engine.config.gc.clone(),
             },
             &engine.collector,

@@ -18,9 +18,11 @@ use crate::intercept::Intercepts;
 
 use super::rules_artifacts::{self, ArtifactAges};
 use super::rules_handles;
+use super::rules_pressure::{self, DiskPressure, PressureMemory};
+use super::sweep::Sweeps;
 
 /// Settings of the Collector.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CollectorConfig {
     /// Whether the Collector runs at all. Default true.
     pub enabled: bool,
@@ -34,6 +36,8 @@ pub struct CollectorConfig {
     pub creating_limit: Duration,
     /// How long artifacts are kept.
     pub artifacts: ArtifactAges,
+    /// When a worker's volume store is under pressure (`disk-pressure`).
+    pub disk_pressure: DiskPressure,
 }
 
 impl Default for CollectorConfig {
@@ -44,6 +48,7 @@ impl Default for CollectorConfig {
             missing_grace: Duration::from_secs(5 * 60),
             creating_limit: Duration::from_secs(10 * 60),
             artifacts: ArtifactAges::default(),
+            disk_pressure: DiskPressure::default(),
         }
     }
 }
@@ -57,8 +62,11 @@ pub enum Rule {
     Missing,
     /// Creations that never finished.
     FailedCreations,
-    /// Task caches unused for longer than their ttl.
+    /// Task caches unused for longer than their ttl, and forgotten ones
+    /// no running build mounts any more.
     TaskCaches,
+    /// Unused task caches of workers whose volume store is too full.
+    DiskPressure,
     /// Artifacts nothing owns any more.
     Artifacts,
     /// Rows of pruned or retired workers.
@@ -67,11 +75,12 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in priority order.
-    pub const ALL: [Rule; 6] = [
+    pub const ALL: [Rule; 7] = [
         Rule::EndedBuilds,
         Rule::Missing,
         Rule::FailedCreations,
         Rule::TaskCaches,
+        Rule::DiskPressure,
         Rule::Artifacts,
         Rule::RemovedWorkers,
     ];
@@ -83,6 +92,7 @@ impl Rule {
             Rule::Missing => "missing",
             Rule::FailedCreations => "failed-creations",
             Rule::TaskCaches => "task-caches",
+            Rule::DiskPressure => "disk-pressure",
             Rule::Artifacts => "artifacts",
             Rule::RemovedWorkers => "removed-workers",
         }
@@ -98,6 +108,10 @@ pub struct CollectorDeps {
     pub store: Arc<dyn ArtifactStore>,
     /// Open intercept sessions, which keep their container.
     pub intercepts: Intercepts,
+    /// The workers' last sweep reports (their volume stores' fill).
+    pub sweeps: Sweeps,
+    /// What `disk-pressure` did last on each worker.
+    pub pressure: PressureMemory,
     /// Settings.
     pub config: CollectorConfig,
 }
@@ -114,6 +128,10 @@ pub async fn run_rule(rule: Rule, deps: &CollectorDeps, now_ms: i64) -> Result<u
             rules_handles::failed_creations(db, now_ms, cfg.creating_limit).await
         }
         Rule::TaskCaches => rules_artifacts::task_caches(db, now_ms).await,
+        Rule::DiskPressure => {
+            rules_pressure::disk_pressure(db, &deps.sweeps, &deps.pressure, &cfg.disk_pressure)
+                .await
+        }
         Rule::Artifacts => {
             rules_artifacts::artifacts(db, deps.store.as_ref(), now_ms, &cfg.artifacts).await
         }

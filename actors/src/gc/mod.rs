@@ -6,7 +6,10 @@
 pub mod collector;
 pub mod rules_artifacts;
 pub mod rules_handles;
+pub mod rules_pressure;
 
+#[cfg(test)]
+mod rules_pressure_tests;
 #[cfg(test)]
 mod rules_tests;
 

@@ -56,7 +56,11 @@ impl ArtifactAges {
 
 /// `task-caches`: forgets each task cache with a ttl unused for longer than
 /// it at `now_ms`, and marks its volume `destroying`. A cache a build used
-/// meanwhile is kept. Answers how many caches went.
+/// meanwhile is kept, and so is one a running build may still mount (a
+/// long build can outlive the ttl; see `db/gc_pressure.rs`). Then marks
+/// `destroying` the volumes of forgotten caches (leftovers of
+/// [`clear_task_caches`]) that no running build may mount any more.
+/// Answers how many caches and leftovers went.
 pub async fn task_caches(db: &Db, now_ms: i64) -> Result<u64, EngineError> {
     let mut n = 0;
     for row in db.expired_task_caches(now_ms).await? {
@@ -65,12 +69,16 @@ pub async fn task_caches(db: &Db, now_ms: i64) -> Result<u64, EngineError> {
         let used_before = row.last_used_at.saturating_add(1);
         n += u64::from(db.drop_task_cache(&row, Some(used_before)).await?);
     }
+    n += db.release_task_cache_leftovers().await?;
     Ok(n)
 }
 
 /// `gantry clear-task-cache`: forgets at once the task caches of job `job`
 /// of `pipeline` of `team` (of step `step` only, when given) on every
-/// worker, and marks their volumes `destroying`. Answers how many went.
+/// worker, so the job's next build starts with empty ones. A cache's volume
+/// is marked `destroying` at once unless a running build may still mount
+/// it; such a volume is kept as a leftover until that build has ended, and
+/// the `task-caches` rule then marks it. Answers how many caches went.
 pub async fn clear_task_caches(
     db: &Db,
     team: &str,
@@ -80,7 +88,7 @@ pub async fn clear_task_caches(
 ) -> Result<u64, EngineError> {
     let mut n = 0;
     for row in db.job_task_caches(team, pipeline, job, step).await? {
-        n += u64::from(db.drop_task_cache(&row, None).await?);
+        n += u64::from(db.forget_task_cache(&row, crate::db::now_ms()).await?);
     }
     Ok(n)
 }

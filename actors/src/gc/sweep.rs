@@ -39,6 +39,18 @@ impl DiskUsage {
     }
 }
 
+/// A worker's last reported volume store usage, and how many reports with
+/// one this web node has reconciled from it (the `disk-pressure` rule acts
+/// once per new report).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VolumeStoreReport {
+    /// The usage, as last reported.
+    pub usage: DiskUsage,
+    /// Reports with a usage received from the worker, 1 for the first
+    /// (counted again from 1 when the worker was removed and came back).
+    pub reports: u64,
+}
+
 /// A worker's report: every container and volume it has, listed after it
 /// was handed `epoch`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -155,7 +167,7 @@ pub struct Sweeps {
     /// Counters for `/metrics`.
     stats: Arc<GcStats>,
     /// Each worker's volume store usage, as last reported.
-    disks: Arc<DashMap<String, DiskUsage>>,
+    disks: Arc<DashMap<String, VolumeStoreReport>>,
 }
 
 impl Sweeps {
@@ -166,12 +178,24 @@ impl Sweeps {
 
     /// How full `worker`'s volume store was at its last report (0.0 to 1.0).
     pub fn volume_store_fill(&self, worker: &str) -> Option<f64> {
-        self.disks.get(worker).map(|d| d.fill())
+        self.disks.get(worker).map(|d| d.usage.fill())
     }
 
     /// Every worker's last reported volume store usage, by name.
     pub fn volume_stores(&self) -> Vec<(String, DiskUsage)> {
         let mut all: Vec<(String, DiskUsage)> = self
+            .disks
+            .iter()
+            .map(|e| (e.key().clone(), e.value().usage))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    /// Every worker's last volume store report, with how many there were,
+    /// by name.
+    pub fn volume_store_reports(&self) -> Vec<(String, VolumeStoreReport)> {
+        let mut all: Vec<(String, VolumeStoreReport)> = self
             .disks
             .iter()
             .map(|e| (e.key().clone(), *e.value()))
@@ -224,8 +248,14 @@ impl Sweeps {
             now_ms(),
         )
         .await?;
-        if let Some(disk) = report.volume_store {
-            self.disks.insert(report.worker.clone(), disk);
+        if let Some(usage) = report.volume_store {
+            self.disks
+                .entry(report.worker.clone())
+                .and_modify(|r| {
+                    r.usage = usage;
+                    r.reports += 1;
+                })
+                .or_insert(VolumeStoreReport { usage, reports: 1 });
         }
         self.count(&[&containers, &volumes], report.destroy_failures);
         tracing::debug!(

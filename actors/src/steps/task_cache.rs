@@ -13,7 +13,11 @@
 //! copy-on-write child and makes it the cache when the task ends; here
 //! writes land in the cache as they happen, whatever the task's exit
 //! status.) A cache with a `ttl` that was not used for longer than it is
-//! replaced by a fresh empty volume, and the old volume is destroyed.
+//! replaced by a fresh empty volume, and the old volume is destroyed once
+//! no running build may still mount it (see `db/gc_pressure.rs`). A build
+//! marks a cache used before it mounts it, and only while the cache's row
+//! still names the volume: one the garbage collector dropped meanwhile is
+//! not mounted, and a fresh empty volume replaces it.
 //! One-off builds get no cache volume from here: theirs are the build's own.
 
 use std::collections::BTreeMap;
@@ -45,6 +49,9 @@ pub enum CacheOrigin {
     Expired,
     /// The recorded one is gone from the worker: a new empty volume.
     Lost,
+    /// The recorded one was cleared or collected while this build looked
+    /// it up: a new empty volume.
+    Dropped,
 }
 
 impl CacheOrigin {
@@ -59,6 +66,9 @@ impl CacheOrigin {
             ),
             CacheOrigin::Lost => format!(
                 "{head}created empty on {worker} (the earlier one is gone from the worker)"
+            ),
+            CacheOrigin::Dropped => format!(
+                "{head}created empty on {worker} (the earlier one was cleared or collected)"
             ),
         }
     }
@@ -145,7 +155,8 @@ impl StepContext {
     }
 
     /// The recorded cache's volume, or why it cannot be used (it is then
-    /// forgotten, and destroyed when it expired).
+    /// forgotten; an expired one's volume is destroyed once no running
+    /// build may mount it).
     async fn recorded_cache(
         &self,
         row: &TaskCacheRow,
@@ -154,16 +165,16 @@ impl StepContext {
         let db = &self.scope.db;
         let now = now_ms();
         if cache_expired(row.last_used_at, ttl, now) {
-            if db.delete_task_cache(&row.key, &row.volume).await? {
-                self.destroy_cache_volume(&row.volume).await;
-            }
+            db.forget_task_cache(row, now).await?;
             return Ok(Err(CacheOrigin::Expired));
         }
+        // Marked used first: the garbage collector keeps a cache used by a
+        // running build, and one it dropped before is not mounted.
+        if !db.use_task_cache(row, now).await? {
+            return Ok(Err(CacheOrigin::Dropped));
+        }
         match self.worker.lookup_volume(&row.volume).await? {
-            Some(volume) => {
-                db.touch_task_cache(&row.key, now).await?;
-                Ok(Ok(volume))
-            }
+            Some(volume) => Ok(Ok(volume)),
             None => {
                 if db.delete_task_cache(&row.key, &row.volume).await? {
                     db.delete_handle(HandleKind::Volume, &row.volume).await?;
