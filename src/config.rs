@@ -69,6 +69,9 @@ pub struct WebConfig {
     pub streaming: StreamingConfig,
     /// The garbage Collector's rules (`[web.gc]`).
     pub gc: GcConfig,
+    /// Whether `/metrics` answers without a token when tokens are set.
+    /// Default true (scrapers often have none).
+    pub metrics_public: bool,
 }
 
 /// The garbage Collector's rules: how often they run and how long things
@@ -309,6 +312,7 @@ impl Default for WebConfig {
             node_name: None,
             streaming: StreamingConfig::default(),
             gc: GcConfig::default(),
+            metrics_public: true,
         }
     }
 }

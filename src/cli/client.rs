@@ -97,6 +97,17 @@ impl ApiClient {
             .await
     }
 
+    /// PUTs with no body, returns JSON.
+    pub async fn put<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        self.json("PUT", path, self.http.put(self.url(path))).await
+    }
+
+    /// DELETEs, returns JSON.
+    pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        self.json("DELETE", path, self.http.delete(self.url(path)))
+            .await
+    }
+
     /// Sends a request and reads a JSON answer; errors are one clear line.
     async fn json<T: DeserializeOwned>(
         &self,

@@ -4,7 +4,7 @@ use gantry_actors::worker_info::WorkerView;
 
 use crate::cli::client::ApiClient;
 
-fn print_table(header: &[&str], rows: Vec<Vec<String>>) {
+pub(crate) fn print_table(header: &[&str], rows: Vec<Vec<String>>) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in &rows {
         for (i, c) in r.iter().enumerate() {
@@ -28,7 +28,7 @@ fn print_table(header: &[&str], rows: Vec<Vec<String>>) {
 }
 
 /// A JSON field as a table cell: strings bare, null empty.
-fn cell(v: &serde_json::Value, key: &str) -> String {
+pub(crate) fn cell(v: &serde_json::Value, key: &str) -> String {
     match &v[key] {
         serde_json::Value::Null => String::new(),
         serde_json::Value::String(s) => s.clone(),

@@ -10,6 +10,7 @@ mod list;
 mod progress;
 mod run;
 mod serve;
+mod teams;
 mod validate_plan;
 
 use std::path::PathBuf;
@@ -327,6 +328,35 @@ pub enum Command {
         #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
         team: String,
     },
+    /// List teams (the admin sees all, a team token its own).
+    Teams {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a team if it does not exist (admin).
+    SetTeam {
+        /// Team name.
+        name: String,
+    },
+    /// Remove a team and revoke its tokens (admin); refused while its
+    /// builds run.
+    DestroyTeam {
+        /// Team name.
+        name: String,
+    },
+    /// List team tokens, without their secrets.
+    Tokens {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make or revoke a team token (admin).
+    Token {
+        /// What to do.
+        #[command(subcommand)]
+        action: TokenCommand,
+    },
     /// Run a benchmark and print its figures as `name: value` lines.
     Bench {
         /// Which benchmark.
@@ -348,6 +378,28 @@ pub enum Command {
         /// A YAML file of vars (repeatable; later files override earlier ones).
         #[arg(short = 'l', long = "load-vars-from")]
         var_files: Vec<PathBuf>,
+    },
+}
+
+/// `gantry token ...`
+#[derive(Subcommand, Debug)]
+pub enum TokenCommand {
+    /// Make a token for a team; prints it (the only time it is shown).
+    Create {
+        /// The team it acts for.
+        #[arg(long)]
+        team: String,
+        /// It expires after this long (e.g. `90s`, `12h`, `30d`); never by default.
+        #[arg(long, value_parser = parse_duration_secs)]
+        expires: Option<u64>,
+        /// What it is for.
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// Revoke a token at once, by its id (`gantry tokens`).
+    Revoke {
+        /// The token's id.
+        id: String,
     },
 }
 
@@ -614,6 +666,13 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         println!("{n} task {what} cleared");
                         Ok(0)
                     }
+                    Command::Teams { json } => teams::teams(&client, json).await.map(|_| 0),
+                    Command::SetTeam { name } => teams::set_team(&client, &name).await.map(|_| 0),
+                    Command::DestroyTeam { name } => {
+                        teams::destroy_team(&client, &name).await.map(|_| 0)
+                    }
+                    Command::Tokens { json } => teams::tokens(&client, json).await.map(|_| 0),
+                    Command::Token { action } => teams::token(&client, action).await.map(|_| 0),
                     _ => unreachable!("server commands are handled above"),
                 }
             })
@@ -644,7 +703,7 @@ fn validate_task(file: &std::path::Path) -> i32 {
     }
 }
 
-/// Parses `90`, `90s`, `10m` or `1h` into seconds.
+/// Parses `90`, `90s`, `10m`, `1h` or `30d` into seconds.
 fn parse_duration_secs(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
@@ -658,10 +717,11 @@ fn parse_duration_secs(s: &str) -> Result<u64, String> {
         "s" => 1,
         "m" => 60,
         "h" => 3600,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use s, m or h)")),
+        "d" => 86400,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use s, m, h or d)")),
     };
-    match n * mult {
-        0 => Err("a timeout must be longer than 0s".into()),
+    match n.saturating_mul(mult) {
+        0 => Err("a duration must be longer than 0s".into()),
         secs => Ok(secs),
     }
 }

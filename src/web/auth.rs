@@ -96,6 +96,8 @@ pub struct Tokens {
     pub teams: BTreeMap<String, String>,
     /// The workers' registration key.
     pub registration_key: String,
+    /// Whether `/metrics` answers without a token.
+    pub metrics_public: bool,
 }
 
 impl Tokens {
@@ -145,6 +147,41 @@ pub fn bearer(req: &HttpRequest) -> Option<&str> {
         .map(str::trim)
 }
 
+/// Who presents `token`: a token of the config file, or one made through
+/// the API (`gtk_...`, looked up in the database: a revoked, expired or
+/// unknown one is nobody, even on an open API).
+async fn identify_token(
+    state: &web::Data<AppState>,
+    token: Option<&str>,
+) -> Result<Identity, ApiError> {
+    let by_config = state.tokens.identify(token);
+    match token {
+        Some(t) if t.starts_with(gantry_actors::engine::TOKEN_PREFIX) => {
+            if matches!(by_config, Identity::Admin | Identity::Team(_)) && state.tokens.secured() {
+                return Ok(by_config);
+            }
+            Ok(match state.engine.team_of_token(t).await? {
+                Some(team) => Identity::Team(team),
+                None => Identity::Anonymous,
+            })
+        }
+        _ => Ok(by_config),
+    }
+}
+
+/// Whether `path` answers callers without a token: the API's info, the
+/// workers' registration and heartbeats (they check the registration key
+/// themselves), the health routes, the dashboard's page (its data comes
+/// from routes that need a token), and `/metrics` unless configured
+/// otherwise.
+fn is_open(path: &str, metrics_public: bool) -> bool {
+    matches!(
+        path,
+        "/api/v1/info" | "/api/v1/workers/register" | "/healthz" | "/readyz" | "/"
+    ) || path.ends_with("/heartbeat")
+        || (path == "/metrics" && metrics_public)
+}
+
 /// Middleware: identifies the caller; an API route (other than `/info` and
 /// the workers' own routes) refuses an anonymous caller with 401.
 pub async fn identify(
@@ -152,14 +189,13 @@ pub async fn identify(
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let identity = match req.app_data::<web::Data<AppState>>() {
-        Some(state) => state.tokens.identify(bearer(req.request())),
+        Some(state) => identify_token(state, bearer(req.request())).await?,
         None => Identity::Anonymous,
     };
-    let path = req.path();
-    let open = path == "/api/v1/info"
-        || path == "/api/v1/workers/register"
-        || path.ends_with("/heartbeat");
-    if identity == Identity::Anonymous && !open {
+    let metrics_public = req
+        .app_data::<web::Data<AppState>>()
+        .is_none_or(|s| s.tokens.metrics_public);
+    if identity == Identity::Anonymous && !is_open(req.path(), metrics_public) {
         return Err(ApiError::unauthorized(
             "missing or unknown token (Authorization: Bearer TOKEN, or GANTRY_TOKEN for the CLI)",
         )
@@ -178,6 +214,7 @@ mod tests {
             admin: Some("adm".into()),
             teams: BTreeMap::from([("red".into(), "r3d".into())]),
             registration_key: "key".into(),
+            metrics_public: true,
         }
     }
 

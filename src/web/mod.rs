@@ -6,6 +6,7 @@ mod api_gc;
 mod api_gc_admin;
 mod api_hijack;
 mod api_jobs;
+mod api_teams;
 mod api_workers;
 pub mod artifact_files;
 pub mod auth;
@@ -119,6 +120,7 @@ pub async fn start_web(
             admin: cfg.admin_token.clone(),
             teams: cfg.teams.clone(),
             registration_key: cfg.registration_key.clone(),
+            metrics_public: cfg.metrics_public,
         },
     });
     let server = HttpServer::new(move || {
@@ -176,6 +178,15 @@ pub async fn start_web(
                         "/containers/{handle}/hijack",
                         web::get().to(api_hijack::container),
                     )
+                    .route("/teams", web::get().to(api_teams::list))
+                    .route("/teams/{team}", web::put().to(api_teams::set))
+                    .route("/teams/{team}", web::delete().to(api_teams::remove))
+                    .route(
+                        "/teams/{team}/tokens",
+                        web::post().to(api_teams::create_token),
+                    )
+                    .route("/tokens", web::get().to(api_teams::list_tokens))
+                    .route("/tokens/{id}", web::delete().to(api_teams::revoke_token))
                     .route("/containers", web::get().to(api_builds::containers))
                     .route("/volumes", web::get().to(api_builds::volumes)),
             )

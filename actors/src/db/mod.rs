@@ -10,6 +10,7 @@ mod gc_sweep;
 mod handles;
 mod resources;
 mod task_caches;
+mod teams;
 mod workers;
 
 pub use artifacts::ArtifactRow;
@@ -19,6 +20,7 @@ pub use gc_sweep::{SweepRow, SweepWrites};
 pub use handles::{ArtifactCopy, HandleKind, HandleRow};
 pub use resources::{ResourceCacheRow, VersionRow};
 pub use task_caches::{TaskCacheKey, TaskCacheRow};
+pub use teams::{TeamRow, TokenRow};
 pub use workers::WorkerRow;
 
 use std::sync::Arc;

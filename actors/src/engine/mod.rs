@@ -8,7 +8,10 @@ mod builds;
 mod gc;
 mod handles;
 mod task_caches;
+mod teams;
 mod workers;
+
+pub use teams::{check_team_name, NewToken, TOKEN_PREFIX};
 
 pub use handles::HandleOwner;
 

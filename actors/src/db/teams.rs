@@ -1,0 +1,212 @@
+//! Teams and the team tokens made through the API (table `api_tokens`:
+//! only a hash of each secret is stored).
+
+use serde::Serialize;
+
+use crate::db::Db;
+use crate::error::EngineError;
+
+/// A team.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TeamRow {
+    /// Its name.
+    pub name: String,
+    /// Unix ms of its creation (0 for `main`).
+    pub created_at: i64,
+}
+
+/// A team token, without its secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TokenRow {
+    /// Its public id (the `<id>` of `gtk_<id>_<secret>`).
+    pub id: String,
+    /// The team it acts for.
+    pub team: String,
+    /// Hex SHA-256 of the whole token.
+    #[serde(skip)]
+    pub token_hash: String,
+    /// What it is for, as given when it was made.
+    pub description: Option<String>,
+    /// Unix ms of its creation.
+    pub created_at: i64,
+    /// Unix ms after which it is refused (`None`: never).
+    pub expires_at: Option<i64>,
+    /// Unix ms of its revocation, if revoked.
+    pub revoked_at: Option<i64>,
+}
+
+impl TokenRow {
+    /// Whether it is accepted at `now` (unix ms): not revoked, not expired.
+    pub fn valid_at(&self, now: i64) -> bool {
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|e| now < e)
+    }
+}
+
+type TokenTuple = (
+    String,
+    String,
+    String,
+    Option<String>,
+    i64,
+    Option<i64>,
+    Option<i64>,
+);
+
+fn token_row(t: TokenTuple) -> TokenRow {
+    TokenRow {
+        id: t.0,
+        team: t.1,
+        token_hash: t.2,
+        description: t.3,
+        created_at: t.4,
+        expires_at: t.5,
+        revoked_at: t.6,
+    }
+}
+
+const TOKEN_COLUMNS: &str = "id, team, token_hash, description, created_at, expires_at, revoked_at";
+
+impl Db {
+    /// Every team, by name.
+    pub async fn list_teams(&self) -> Result<Vec<TeamRow>, EngineError> {
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("SELECT name, created_at FROM teams ORDER BY name")
+                .fetch_all(self.pool())
+                .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(name, created_at)| TeamRow { name, created_at })
+            .collect())
+    }
+
+    /// How many builds of `team` have not ended.
+    pub async fn unfinished_builds_of_team(&self, team: &str) -> Result<i64, EngineError> {
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM builds WHERE team = $1 AND status IN ('pending', 'started')",
+        )
+        .bind(team)
+        .fetch_one(self.pool())
+        .await?;
+        Ok(n)
+    }
+
+    /// Removes team `team` and revokes its tokens at `now`, in one
+    /// transaction; answers whether the team existed. Its ended builds
+    /// stay in the history.
+    pub async fn remove_team(&self, team: &str, now: i64) -> Result<bool, EngineError> {
+        let mut tx = self.pool().begin().await?;
+        let gone = sqlx::query("DELETE FROM teams WHERE name = $1")
+            .bind(team)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        sqlx::query("UPDATE api_tokens SET revoked_at = $1 WHERE team = $2 AND revoked_at IS NULL")
+            .bind(now)
+            .bind(team)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(gone > 0)
+    }
+
+    /// Stores a new token (its hash only).
+    pub async fn insert_token(&self, row: &TokenRow) -> Result<(), EngineError> {
+        sqlx::query(&format!(
+            "INSERT INTO api_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+        ))
+        .bind(&row.id)
+        .bind(&row.team)
+        .bind(&row.token_hash)
+        .bind(&row.description)
+        .bind(row.created_at)
+        .bind(row.expires_at)
+        .bind(row.revoked_at)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// The token with public id `id`, if any.
+    pub async fn token(&self, id: &str) -> Result<Option<TokenRow>, EngineError> {
+        let row: Option<TokenTuple> = sqlx::query_as(&format!(
+            "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(token_row))
+    }
+
+    /// Every token (of `team` only, when given), newest first.
+    pub async fn list_tokens(&self, team: Option<&str>) -> Result<Vec<TokenRow>, EngineError> {
+        let rows: Vec<TokenTuple> = sqlx::query_as(&format!(
+            "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE $1 IS NULL OR team = $1 \
+             ORDER BY created_at DESC, id"
+        ))
+        .bind(team)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().map(token_row).collect())
+    }
+
+    /// Revokes token `id` at `now`; answers whether it was valid until then.
+    pub async fn revoke_token(&self, id: &str, now: i64) -> Result<bool, EngineError> {
+        let done = sqlx::query(
+            "UPDATE api_tokens SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL",
+        )
+        .bind(now)
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(id: &str, team: &str, expires_at: Option<i64>) -> TokenRow {
+        TokenRow {
+            id: id.into(),
+            team: team.into(),
+            token_hash: format!("hash-{id}"),
+            description: None,
+            created_at: 10,
+            expires_at,
+            revoked_at: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn tokens_are_stored_listed_revoked_and_go_with_their_team() {
+        let (db, _dir) = crate::db::test_db().await;
+        db.ensure_team("red").await.unwrap();
+        db.insert_token(&token("a", "red", None)).await.unwrap();
+        db.insert_token(&token("b", "red", Some(100)))
+            .await
+            .unwrap();
+        db.insert_token(&token("c", "main", None)).await.unwrap();
+        let b = db.token("b").await.unwrap().unwrap();
+        assert_eq!(b.token_hash, "hash-b");
+        assert!(b.valid_at(99) && !b.valid_at(100), "expires at 100");
+        assert_eq!(db.list_tokens(Some("red")).await.unwrap().len(), 2);
+        assert_eq!(db.list_tokens(None).await.unwrap().len(), 3);
+        assert!(db.revoke_token("a", 50).await.unwrap());
+        assert!(!db.revoke_token("a", 60).await.unwrap(), "once");
+        assert!(!db.token("a").await.unwrap().unwrap().valid_at(51));
+        assert!(db.token("zz").await.unwrap().is_none());
+        assert!(db.remove_team("red", 70).await.unwrap());
+        assert!(!db.remove_team("red", 70).await.unwrap());
+        assert_eq!(db.token("b").await.unwrap().unwrap().revoked_at, Some(70));
+        assert!(db.token("c").await.unwrap().unwrap().valid_at(70));
+        let names: Vec<String> = db
+            .list_teams()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        assert_eq!(names, ["main"]);
+    }
+}

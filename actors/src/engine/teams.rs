@@ -1,0 +1,197 @@
+//! Teams and team tokens through the engine. A token made here reads
+//! `gtk_<id>_<secret>` (an 8-byte public id and a 32-byte secret, both hex);
+//! only the SHA-256 of the whole token is stored, so the database alone
+//! cannot act as anyone.
+
+use rand::RngCore as _;
+use sha2::{Digest as _, Sha256};
+
+use super::Engine;
+use crate::db::{now_ms, TeamRow, TokenRow};
+use crate::error::EngineError;
+
+/// The prefix of every token made through the API.
+pub const TOKEN_PREFIX: &str = "gtk_";
+
+/// A token just made: the only time its secret is seen.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct NewToken {
+    /// The whole token, to present as `Authorization: Bearer TOKEN`.
+    pub token: String,
+    /// What is stored of it.
+    #[serde(flatten)]
+    pub row: TokenRow,
+}
+
+/// Checks a team name: 1 to 64 of `[A-Za-z0-9_-]`, not starting with `-`.
+pub fn check_team_name(name: &str) -> Result<(), EngineError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(EngineError::Invalid(format!(
+            "team name {name:?}: use 1 to 64 letters, digits, '-' or '_', not starting with '-'"
+        )))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn hash(token: &str) -> String {
+    hex(&Sha256::digest(token.as_bytes()))
+}
+
+/// Compares two strings in constant time (for equal lengths).
+fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl Engine {
+    /// Every team.
+    pub async fn teams(&self) -> Result<Vec<TeamRow>, EngineError> {
+        self.db.list_teams().await
+    }
+
+    /// Creates team `name` if it does not exist; answers whether it was new.
+    pub async fn set_team(&self, name: &str) -> Result<bool, EngineError> {
+        check_team_name(name)?;
+        if self.db.team_exists(name).await? {
+            return Ok(false);
+        }
+        self.db.ensure_team(name).await?;
+        Ok(true)
+    }
+
+    /// Removes team `name` and revokes its tokens. Refused for `main` and
+    /// while a build of the team has not ended.
+    pub async fn remove_team(&self, name: &str) -> Result<(), EngineError> {
+        if name == "main" {
+            return Err(EngineError::Invalid("team main cannot be removed".into()));
+        }
+        if !self.db.team_exists(name).await? {
+            return Err(EngineError::NotFound {
+                kind: "team",
+                name: name.to_string(),
+            });
+        }
+        let running = self.db.unfinished_builds_of_team(name).await?;
+        if running > 0 {
+            return Err(EngineError::Invalid(format!(
+                "team {name} has {running} builds that have not ended: abort them or wait"
+            )));
+        }
+        self.db.remove_team(name, now_ms()).await?;
+        Ok(())
+    }
+
+    /// Makes a token for `team` (which must exist), valid for `ttl_ms` if
+    /// given.
+    pub async fn create_token(
+        &self,
+        team: &str,
+        ttl_ms: Option<i64>,
+        description: Option<String>,
+    ) -> Result<NewToken, EngineError> {
+        if !self.db.team_exists(team).await? {
+            return Err(EngineError::NotFound {
+                kind: "team",
+                name: team.to_string(),
+            });
+        }
+        if ttl_ms.is_some_and(|t| t <= 0) {
+            return Err(EngineError::Invalid(
+                "a token's lifetime must be positive".into(),
+            ));
+        }
+        let mut id = [0u8; 8];
+        let mut secret = [0u8; 32];
+        rand::thread_rng().fill_bytes(&mut id);
+        rand::thread_rng().fill_bytes(&mut secret);
+        let id = hex(&id);
+        let token = format!("{TOKEN_PREFIX}{id}_{}", hex(&secret));
+        let now = now_ms();
+        let row = TokenRow {
+            id,
+            team: team.to_string(),
+            token_hash: hash(&token),
+            description,
+            created_at: now,
+            expires_at: ttl_ms.map(|t| now.saturating_add(t)),
+            revoked_at: None,
+        };
+        self.db.insert_token(&row).await?;
+        Ok(NewToken { token, row })
+    }
+
+    /// Every token (of `team` only, when given), without secrets.
+    pub async fn tokens(&self, team: Option<&str>) -> Result<Vec<TokenRow>, EngineError> {
+        self.db.list_tokens(team).await
+    }
+
+    /// Revokes token `id`.
+    pub async fn revoke_token(&self, id: &str) -> Result<(), EngineError> {
+        match self.db.token(id).await? {
+            None => Err(EngineError::NotFound {
+                kind: "token",
+                name: id.to_string(),
+            }),
+            Some(row) if row.revoked_at.is_some() => Err(EngineError::Invalid(format!(
+                "token {id} is already revoked"
+            ))),
+            Some(_) => {
+                self.db.revoke_token(id, now_ms()).await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// The team a token made through the API acts for, when it is one, is
+    /// known, matches its stored hash, and is neither revoked nor expired.
+    pub async fn team_of_token(&self, token: &str) -> Result<Option<String>, EngineError> {
+        let Some(rest) = token.strip_prefix(TOKEN_PREFIX) else {
+            return Ok(None);
+        };
+        let Some((id, _)) = rest.split_once('_') else {
+            return Ok(None);
+        };
+        let Some(row) = self.db.token(id).await? else {
+            return Ok(None);
+        };
+        if !same(&row.token_hash, &hash(token)) || !row.valid_at(now_ms()) {
+            return Ok(None);
+        }
+        Ok(Some(row.team))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn team_names_are_checked() {
+        for good in ["main", "red", "a-b_c9", &"x".repeat(64)] {
+            assert!(check_team_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", "-x", "a b", "a/b", "ü", &"x".repeat(65)] {
+            assert!(check_team_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn hashes_are_hex_sha256() {
+        assert_eq!(
+            hash("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(same("ab", "ab") && !same("ab", "ac") && !same("ab", "abc"));
+    }
+}

@@ -1,0 +1,154 @@
+//! The team verbs: `teams`, `set-team`, `destroy-team`, `tokens`, `token
+//! create`, `token revoke`.
+
+use crate::cli::client::ApiClient;
+use crate::cli::list::{cell, print_table};
+use crate::cli::TokenCommand;
+use crate::url::segment;
+
+/// Unix ms as `YYYY-MM-DD HH:MM:SS` UTC (empty for none).
+fn when(v: &serde_json::Value) -> String {
+    let Some(ms) = v.as_i64() else {
+        return String::new();
+    };
+    let secs = ms.div_euclid(1000);
+    let (days, rest) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// `gantry teams`
+pub async fn teams(client: &ApiClient, json: bool) -> anyhow::Result<()> {
+    let teams: Vec<serde_json::Value> = client.get("/api/v1/teams").await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&teams)?);
+        return Ok(());
+    }
+    print_table(
+        &["name", "created", "from_config"],
+        teams
+            .iter()
+            .map(|t| {
+                vec![
+                    cell(t, "name"),
+                    when(&t["created_at"]),
+                    cell(t, "from_config"),
+                ]
+            })
+            .collect(),
+    );
+    Ok(())
+}
+
+/// `gantry set-team NAME`
+pub async fn set_team(client: &ApiClient, name: &str) -> anyhow::Result<()> {
+    let answer: serde_json::Value = client
+        .put(&format!("/api/v1/teams/{}", segment(name)))
+        .await?;
+    if answer["created"] == true {
+        println!("team {name} created");
+    } else {
+        println!("team {name} exists");
+    }
+    Ok(())
+}
+
+/// `gantry destroy-team NAME`
+pub async fn destroy_team(client: &ApiClient, name: &str) -> anyhow::Result<()> {
+    let _: serde_json::Value = client
+        .delete(&format!("/api/v1/teams/{}", segment(name)))
+        .await?;
+    println!("team {name} removed, its tokens revoked");
+    Ok(())
+}
+
+/// `gantry tokens`
+pub async fn tokens(client: &ApiClient, json: bool) -> anyhow::Result<()> {
+    let tokens: Vec<serde_json::Value> = client.get("/api/v1/tokens").await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&tokens)?);
+        return Ok(());
+    }
+    print_table(
+        &["id", "team", "created", "expires", "revoked", "description"],
+        tokens
+            .iter()
+            .map(|t| {
+                vec![
+                    cell(t, "id"),
+                    cell(t, "team"),
+                    when(&t["created_at"]),
+                    when(&t["expires_at"]),
+                    when(&t["revoked_at"]),
+                    cell(t, "description"),
+                ]
+            })
+            .collect(),
+    );
+    Ok(())
+}
+
+/// `gantry token create|revoke`
+pub async fn token(client: &ApiClient, action: TokenCommand) -> anyhow::Result<()> {
+    match action {
+        TokenCommand::Create {
+            team,
+            expires,
+            description,
+        } => {
+            let made: serde_json::Value = client
+                .post(
+                    &format!("/api/v1/teams/{}/tokens", segment(&team)),
+                    &serde_json::json!({
+                        "expires_in_secs": expires,
+                        "description": description,
+                    }),
+                )
+                .await?;
+            let token = made["token"]
+                .as_str()
+                .ok_or_else(|| anyhow::anyhow!("the server answered no token"))?;
+            // The token alone on stdout (for scripts); what it is on stderr.
+            println!("{token}");
+            let until = match when(&made["expires_at"]) {
+                e if e.is_empty() => "never expires".to_string(),
+                e => format!("expires {e} UTC"),
+            };
+            eprintln!("token {} for team {team}; {until}", cell(&made, "id"));
+        }
+        TokenCommand::Revoke { id } => {
+            let _: serde_json::Value = client
+                .delete(&format!("/api/v1/tokens/{}", segment(&id)))
+                .await?;
+            println!("token {id} revoked");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn times_print_as_utc_dates() {
+        assert_eq!(super::when(&serde_json::json!(0)), "1970-01-01 00:00:00");
+        assert_eq!(
+            super::when(&serde_json::json!(1_795_000_000_123_i64)),
+            "2026-11-18 11:06:40"
+        );
+        assert_eq!(super::when(&serde_json::Value::Null), "");
+    }
+}

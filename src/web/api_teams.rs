@@ -1,0 +1,138 @@
+//! Teams and team tokens through the API (admin only, except that a team's
+//! token may list its own team and tokens): `gantry teams`, `set-team`,
+//! `destroy-team`, `tokens`, `token create`, `token revoke`.
+
+use actix_web::{web, HttpResponse};
+use serde::Deserialize;
+
+use crate::web::auth::Identity;
+use crate::web::error::ApiError;
+use crate::web::AppState;
+
+/// The body of `POST /api/v1/teams/{team}/tokens`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateToken {
+    /// Seconds until it expires; never when absent.
+    #[serde(default)]
+    pub expires_in_secs: Option<u64>,
+    /// What it is for.
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+/// `GET /api/v1/teams`: every team (the admin), or the caller's own.
+pub async fn list(
+    identity: Identity,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let filter = identity.team_filter()?;
+    let teams: Vec<_> = state
+        .engine
+        .teams()
+        .await?
+        .into_iter()
+        .filter(|t| filter.is_none_or(|f| f == t.name))
+        .map(|t| {
+            let from_config = state.tokens.teams.contains_key(&t.name);
+            serde_json::json!({
+                "name": t.name,
+                "created_at": t.created_at,
+                "from_config": from_config,
+            })
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(teams))
+}
+
+/// `PUT /api/v1/teams/{team}` (admin): creates the team if it does not
+/// exist; 201 when it was made, 200 when it was there.
+pub async fn set(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    identity.require_admin()?;
+    let team = path.into_inner();
+    let created = state.engine.set_team(&team).await?;
+    let body = serde_json::json!({ "name": team, "created": created });
+    Ok(if created {
+        HttpResponse::Created().json(body)
+    } else {
+        HttpResponse::Ok().json(body)
+    })
+}
+
+/// `DELETE /api/v1/teams/{team}` (admin): removes the team and revokes its
+/// tokens; refused for `main`, a team of the config file, and a team with
+/// builds that have not ended.
+pub async fn remove(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    identity.require_admin()?;
+    let team = path.into_inner();
+    if state.tokens.teams.contains_key(&team) {
+        return Err(ApiError {
+            status: actix_web::http::StatusCode::CONFLICT,
+            message: format!("team {team} comes from the web node's config file: remove it there"),
+        });
+    }
+    state.engine.remove_team(&team).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "removed": team })))
+}
+
+/// `POST /api/v1/teams/{team}/tokens` (admin): makes a token for the team;
+/// the answer (201) is the only time its secret is shown.
+pub async fn create_token(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    identity.require_admin()?;
+    let team = path.into_inner();
+    let req: CreateToken = if body.iter().all(u8::is_ascii_whitespace) {
+        CreateToken::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request(format!("invalid body: {e}")))?
+    };
+    let ttl_ms = match req.expires_in_secs {
+        Some(0) => {
+            return Err(ApiError::bad_request(
+                "expires_in_secs: give a positive number of seconds, or none to never expire",
+            ))
+        }
+        Some(s) => Some(i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)),
+        None => None,
+    };
+    let made = state
+        .engine
+        .create_token(&team, ttl_ms, req.description)
+        .await?;
+    Ok(HttpResponse::Created().json(made))
+}
+
+/// `GET /api/v1/tokens`: every token (the admin) or the caller team's, with
+/// no secrets.
+pub async fn list_tokens(
+    identity: Identity,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let filter = identity.team_filter()?;
+    Ok(HttpResponse::Ok().json(state.engine.tokens(filter).await?))
+}
+
+/// `DELETE /api/v1/tokens/{id}` (admin): revokes a token at once.
+pub async fn revoke_token(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    identity.require_admin()?;
+    let id = path.into_inner();
+    state.engine.revoke_token(&id).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "revoked": id })))
+}
