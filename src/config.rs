@@ -69,6 +69,12 @@ pub struct WebConfig {
     pub streaming: StreamingConfig,
     /// The garbage Collector's rules (`[web.gc]`).
     pub gc: GcConfig,
+    /// Largest JSON request body accepted, in bytes (uploads have
+    /// `max_artifact_bytes`). Default 4 MiB.
+    pub max_request_body_bytes: u64,
+    /// Builds a team may create per minute (a burst of that many, refilled
+    /// evenly); 0, the default, for no limit.
+    pub builds_per_team_per_minute: u32,
     /// Whether `/metrics` answers without a token when tokens are set.
     /// Default true (scrapers often have none).
     pub metrics_public: bool,
@@ -313,6 +319,8 @@ impl Default for WebConfig {
             streaming: StreamingConfig::default(),
             gc: GcConfig::default(),
             metrics_public: true,
+            max_request_body_bytes: 4 << 20,
+            builds_per_team_per_minute: 0,
         }
     }
 }

@@ -85,6 +85,9 @@ pub enum EngineError {
     /// The request is invalid; the message says why.
     #[error("{0}")]
     Invalid(String),
+    /// Something is larger than a configured limit; the message names it.
+    #[error("{0}")]
+    TooLarge(String),
     /// A local file operation failed.
     #[error("{context}: {source}")]
     Io {

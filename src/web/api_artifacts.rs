@@ -27,6 +27,12 @@ pub async fn upload(
 ) -> Result<HttpResponse, ApiError> {
     identity.require_team(&team, &format!("team {:?}", team.as_str()))?;
     let team = team.into_inner();
+    let declared = req
+        .headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    state.limits.check_upload(declared)?;
     let kind = match query.kind.as_deref() {
         None => ArtifactKind::Files,
         Some(name) => ArtifactKind::parse(name).ok_or_else(|| {

@@ -73,7 +73,7 @@ impl ArtifactFiles {
     }
 
     fn too_large(&self) -> EngineError {
-        EngineError::Invalid(format!(
+        EngineError::TooLarge(format!(
             "artifact too large: it exceeds the limit of {} bytes (web.max_artifact_bytes)",
             self.max_bytes
         ))

@@ -44,6 +44,7 @@ impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> Self {
         let status = match &e {
             EngineError::Invalid(_) => StatusCode::BAD_REQUEST,
+            EngineError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             EngineError::NotFound { .. } => StatusCode::NOT_FOUND,
             EngineError::NoWorkers(_) => StatusCode::SERVICE_UNAVAILABLE,
             EngineError::Mailbox(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -75,5 +76,15 @@ pub fn json_error_handler(
     err: actix_web::error::JsonPayloadError,
     _: &actix_web::HttpRequest,
 ) -> actix_web::Error {
-    ApiError::bad_request(format!("invalid JSON body: {err}")).into()
+    use actix_web::error::JsonPayloadError as E;
+    match err {
+        E::Overflow { limit } | E::OverflowKnownLength { limit, .. } => ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            message: format!(
+                "request body too large: the limit is {limit} bytes (web.max_request_body_bytes)"
+            ),
+        }
+        .into(),
+        other => ApiError::bad_request(format!("invalid JSON body: {other}")).into(),
+    }
 }

@@ -11,6 +11,7 @@ mod api_workers;
 pub mod artifact_files;
 pub mod auth;
 mod error;
+pub mod limits;
 mod metrics;
 mod metrics_collector;
 mod metrics_gc;
@@ -38,6 +39,8 @@ pub struct AppState {
     pub engine: Engine,
     /// The tokens the API accepts (and the workers' registration key).
     pub tokens: auth::Tokens,
+    /// What a request may cost.
+    pub limits: limits::Limits,
 }
 
 /// A running web node.
@@ -122,13 +125,15 @@ pub async fn start_web(
             registration_key: cfg.registration_key.clone(),
             metrics_public: cfg.metrics_public,
         },
+        limits: limits::Limits::new(cfg.max_artifact_bytes, cfg.builds_per_team_per_minute),
     });
+    let max_body = usize::try_from(cfg.max_request_body_bytes).unwrap_or(usize::MAX);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
             .app_data(
                 web::JsonConfig::default()
-                    .limit(4 << 20)
+                    .limit(max_body)
                     .error_handler(error::json_error_handler),
             )
             .app_data(
