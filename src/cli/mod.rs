@@ -328,6 +328,12 @@ pub enum Command {
         #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
         team: String,
     },
+    /// Print a shell completion script: `gantry completions bash >
+    /// /etc/bash_completion.d/gantry` (or zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// List teams (the admin sees all, a team token its own).
     Teams {
         /// Print JSON.
@@ -484,6 +490,16 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             serve::quickstart(&cli.log_format, web, backend).map(|_| 0)
         }
         Command::ValidateTask { file } => Ok(validate_task(&file)),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "gantry", &mut script);
+            // A reader that stops early (`| head`) is not an error.
+            match std::io::Write::write_all(&mut std::io::stdout(), &script) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(0),
+            }
+        }
         Command::ValidatePlan {
             file,
             vars,

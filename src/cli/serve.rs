@@ -9,12 +9,16 @@ use crate::agent_client::AgentConnector;
 use crate::cli::{WebFlags, WorkerFlags};
 use crate::config::{FileConfig, WebConfig, WorkerConfig};
 
-/// Sets up `tracing` (human format, or JSON); `RUST_LOG` filters.
+/// Sets up `tracing` (human format, coloured only on a terminal, or JSON);
+/// `RUST_LOG` filters.
 fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour codes only on a terminal: a log file or journal gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = if format == "json" {
         builder.json().try_init()
