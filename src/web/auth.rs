@@ -145,20 +145,49 @@ pub fn bearer(req: &HttpRequest) -> Option<&str> {
         .map(str::trim)
 }
 
-/// Middleware: identifies the caller; an API route (other than `/info` and
-/// the workers' own routes) refuses an anonymous caller with 401.
+/// The route of the dashboard's live feed, which also takes the token as
+/// `?token=TOKEN`: a browser's `EventSource` cannot set a header.
+pub const DASHBOARD_FEED: &str = "/api/v1/dashboard/events";
+
+/// The token of a request: its bearer token, or on [`DASHBOARD_FEED`] only,
+/// its `token` query parameter.
+pub fn request_token(req: &HttpRequest) -> Option<String> {
+    if let Some(token) = bearer(req) {
+        return Some(token.to_string());
+    }
+    if req.path() != DASHBOARD_FEED {
+        return None;
+    }
+    web::Query::<BTreeMap<String, String>>::from_query(req.query_string())
+        .ok()
+        .and_then(|q| q.get("token").cloned())
+}
+
+/// Whether a path is served to anyone: the dashboard's page and assets
+/// (which hold no data; the page asks the API with the token it is given),
+/// `/info` and the workers' own routes.
+fn open_path(path: &str) -> bool {
+    path == "/"
+        || path.starts_with("/builds/")
+        || path.starts_with("/dashboard/")
+        || path == "/api/v1/info"
+        || path == "/api/v1/workers/register"
+        || path.ends_with("/heartbeat")
+}
+
+/// Middleware: identifies the caller; a route other than [`open_path`]s
+/// refuses an anonymous caller with 401.
 pub async fn identify(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let identity = match req.app_data::<web::Data<AppState>>() {
-        Some(state) => state.tokens.identify(bearer(req.request())),
+        Some(state) => state
+            .tokens
+            .identify(request_token(req.request()).as_deref()),
         None => Identity::Anonymous,
     };
-    let path = req.path();
-    let open = path == "/api/v1/info"
-        || path == "/api/v1/workers/register"
-        || path.ends_with("/heartbeat");
+    let open = open_path(req.path());
     if identity == Identity::Anonymous && !open {
         return Err(ApiError::unauthorized(
             "missing or unknown token (Authorization: Bearer TOKEN, or GANTRY_TOKEN for the CLI)",
@@ -207,5 +236,25 @@ mod tests {
             401
         );
         assert_eq!(red.team_filter().unwrap(), Some("red"));
+    }
+
+    #[test]
+    fn only_the_dashboard_feed_takes_a_token_in_its_query() {
+        use actix_web::test::TestRequest;
+        let feed = TestRequest::get()
+            .uri("/api/v1/dashboard/events?token=r%33d")
+            .to_http_request();
+        assert_eq!(request_token(&feed).as_deref(), Some("r3d"));
+        let other = TestRequest::get()
+            .uri("/api/v1/builds?token=r3d")
+            .to_http_request();
+        assert_eq!(request_token(&other), None);
+        let header = TestRequest::get()
+            .uri("/api/v1/builds")
+            .insert_header(("authorization", "Bearer adm"))
+            .to_http_request();
+        assert_eq!(request_token(&header).as_deref(), Some("adm"));
+        assert!(open_path("/builds/7") && open_path("/dashboard/app.js"));
+        assert!(!open_path("/api/v1/builds/7") && !open_path("/metrics"));
     }
 }
