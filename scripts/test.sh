@@ -13,6 +13,8 @@ command -v jq >/dev/null || need_pkgs+=(jq)
 command -v git >/dev/null || need_pkgs+=(git)
 command -v psql >/dev/null || need_pkgs+=(postgresql-client)
 command -v pg_ctlcluster >/dev/null || need_pkgs+=(postgresql)
+# The dashboard's browser test drives headless Chromium.
+command -v chromium >/dev/null || need_pkgs+=(chromium)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing: ${need_pkgs[*]}"
   apt-get update -qq

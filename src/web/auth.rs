@@ -169,33 +169,55 @@ async fn identify_token(
     }
 }
 
-/// Whether `path` answers callers without a token: the API's info, the
-/// workers' registration and heartbeats (they check the registration key
-/// themselves), the health routes, the dashboard's page (its data comes
-/// from routes that need a token), and `/metrics` unless configured
-/// otherwise.
-fn is_open(path: &str, metrics_public: bool) -> bool {
-    matches!(
-        path,
-        "/api/v1/info" | "/api/v1/workers/register" | "/healthz" | "/readyz" | "/"
-    ) || path.ends_with("/heartbeat")
+/// The route of the dashboard's live feed, which also takes the token as
+/// `?token=TOKEN`: a browser's `EventSource` cannot set a header.
+pub const DASHBOARD_FEED: &str = "/api/v1/dashboard/events";
+
+/// The token of a request: its bearer token, or on [`DASHBOARD_FEED`] only,
+/// its `token` query parameter.
+pub fn request_token(req: &HttpRequest) -> Option<String> {
+    if let Some(token) = bearer(req) {
+        return Some(token.to_string());
+    }
+    if req.path() != DASHBOARD_FEED {
+        return None;
+    }
+    web::Query::<BTreeMap<String, String>>::from_query(req.query_string())
+        .ok()
+        .and_then(|q| q.get("token").cloned())
+}
+
+/// Whether a path answers callers without a token: the dashboard's page
+/// and assets (which hold no data; the page asks the API with the token it
+/// is given), the API's info, the workers' registration and heartbeats
+/// (they check the registration key themselves), the health routes, and
+/// `/metrics` unless configured otherwise.
+fn open_path(path: &str, metrics_public: bool) -> bool {
+    path == "/"
+        || path.starts_with("/builds/")
+        || path.starts_with("/dashboard/")
+        || matches!(
+            path,
+            "/api/v1/info" | "/api/v1/workers/register" | "/healthz" | "/readyz"
+        )
+        || path.ends_with("/heartbeat")
         || (path == "/metrics" && metrics_public)
 }
 
-/// Middleware: identifies the caller; an API route (other than `/info` and
-/// the workers' own routes) refuses an anonymous caller with 401.
+/// Middleware: identifies the caller; a route other than [`open_path`]s
+/// refuses an anonymous caller with 401.
 pub async fn identify(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let identity = match req.app_data::<web::Data<AppState>>() {
-        Some(state) => identify_token(state, bearer(req.request())).await?,
+        Some(state) => identify_token(state, request_token(req.request()).as_deref()).await?,
         None => Identity::Anonymous,
     };
     let metrics_public = req
         .app_data::<web::Data<AppState>>()
         .is_none_or(|s| s.tokens.metrics_public);
-    if identity == Identity::Anonymous && !is_open(req.path(), metrics_public) {
+    if identity == Identity::Anonymous && !open_path(req.path(), metrics_public) {
         return Err(ApiError::unauthorized(
             "missing or unknown token (Authorization: Bearer TOKEN, or GANTRY_TOKEN for the CLI)",
         )
@@ -244,5 +266,26 @@ mod tests {
             401
         );
         assert_eq!(red.team_filter().unwrap(), Some("red"));
+    }
+
+    #[test]
+    fn only_the_dashboard_feed_takes_a_token_in_its_query() {
+        use actix_web::test::TestRequest;
+        let feed = TestRequest::get()
+            .uri("/api/v1/dashboard/events?token=r%33d")
+            .to_http_request();
+        assert_eq!(request_token(&feed).as_deref(), Some("r3d"));
+        let other = TestRequest::get()
+            .uri("/api/v1/builds?token=r3d")
+            .to_http_request();
+        assert_eq!(request_token(&other), None);
+        let header = TestRequest::get()
+            .uri("/api/v1/builds")
+            .insert_header(("authorization", "Bearer adm"))
+            .to_http_request();
+        assert_eq!(request_token(&header).as_deref(), Some("adm"));
+        assert!(open_path("/builds/7", false) && open_path("/dashboard/app.js", false));
+        assert!(open_path("/healthz", false) && open_path("/metrics", true));
+        assert!(!open_path("/api/v1/builds/7", true) && !open_path("/metrics", false));
     }
 }

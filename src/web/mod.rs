@@ -10,6 +10,7 @@ mod api_teams;
 mod api_workers;
 pub mod artifact_files;
 pub mod auth;
+mod dashboard_feed;
 mod error;
 pub mod limits;
 mod metrics;
@@ -142,12 +143,16 @@ pub async fn start_web(
             )
             .wrap(actix_web::middleware::from_fn(auth::identify))
             .route("/", web::get().to(dashboard))
+            .route("/builds/{id}", web::get().to(dashboard))
+            .route("/dashboard/app.js", web::get().to(dashboard_js))
+            .route("/dashboard/style.css", web::get().to(dashboard_css))
             .route("/metrics", web::get().to(metrics::metrics))
             .service(
                 web::scope("/api/v1")
                     .route("/info", web::get().to(info))
                     .route("/workers", web::get().to(api_workers::list))
                     .route("/jobs", web::get().to(api_jobs::list))
+                    .route("/dashboard/events", web::get().to(dashboard_feed::events))
                     .route("/workers/register", web::post().to(api_workers::register))
                     .route(
                         "/workers/{name}/heartbeat",
@@ -228,10 +233,35 @@ async fn info() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({ "version": env!("CARGO_PKG_VERSION") }))
 }
 
+/// The dashboard's page, for `/` and `/builds/{id}` alike (it routes on
+/// `location.pathname` itself).
 async fn dashboard() -> HttpResponse {
+    asset(
+        "text/html; charset=utf-8",
+        include_str!("dashboard/index.html"),
+    )
+}
+
+async fn dashboard_js() -> HttpResponse {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("dashboard/app.js"),
+    )
+}
+
+async fn dashboard_css() -> HttpResponse {
+    asset(
+        "text/css; charset=utf-8",
+        include_str!("dashboard/style.css"),
+    )
+}
+
+/// An embedded file of the dashboard.
+fn asset(content_type: &'static str, body: &'static str) -> HttpResponse {
     HttpResponse::Ok()
-        .content_type("text/html; charset=utf-8")
-        .body(include_str!("dashboard.html"))
+        .content_type(content_type)
+        .insert_header(("cache-control", "no-cache"))
+        .body(body)
 }
 
 async fn not_found(req: actix_web::HttpRequest) -> Result<HttpResponse, ApiError> {

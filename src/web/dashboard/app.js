@@ -1,0 +1,428 @@
+// Gantry's dashboard: the fleet overview at `/` (fed by the server-sent
+// events of /api/v1/dashboard/events) and a build's page at `/builds/{id}`
+// (fed by the NDJSON stream of /api/v1/builds/{id}/events). No reloads.
+"use strict";
+
+// A secured web node: open the dashboard as /#token=TOKEN; the token is
+// kept in this tab only (sessionStorage), so links need not carry it.
+const token = (() => {
+  const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (fromHash) sessionStorage.setItem("gantry-token", fromHash);
+  return fromHash || sessionStorage.getItem("gantry-token");
+})();
+const authHeaders = token ? { Authorization: "Bearer " + token } : {};
+
+const $ = (id) => document.getElementById(id);
+const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) =>
+  ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+const badge = (status) => `<span class="badge s-${esc(status)}">${esc(status)}</span>`;
+
+// The server's clock minus ours, so durations agree with the server's times.
+let skew = 0;
+const serverNow = () => Date.now() + skew;
+
+function duration(ms) {
+  if (ms == null || ms < 0) return "";
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m ${String(s % 60).padStart(2, "0")}s`;
+  return `${Math.floor(m / 60)}h ${String(m % 60).padStart(2, "0")}m`;
+}
+const ago = (ms) => (ms ? `${duration(serverNow() - ms)} ago` : "");
+const clock = (ms) => (ms ? new Date(ms).toLocaleTimeString() : "");
+const bytes = (n) => {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+};
+
+// Elements showing a time that moves: `data-since` (ago), or `data-from`
+// with an optional `data-to` (a duration), refreshed every second.
+function tick() {
+  for (const el of document.querySelectorAll("[data-since]")) {
+    el.textContent = ago(Number(el.dataset.since));
+  }
+  for (const el of document.querySelectorAll("[data-from]")) {
+    const to = el.dataset.to ? Number(el.dataset.to) : serverNow();
+    el.textContent = duration(to - Number(el.dataset.from));
+  }
+}
+setInterval(tick, 1000);
+
+// The header's indicator: `on` (following live), `off` (trying to) or
+// `done` (a finished build: nothing more will come).
+function setLive(state, text) {
+  const el = $("live");
+  el.className = "live " + (state === true ? "on" : state === false ? "off" : state);
+  el.textContent = text;
+}
+
+// ---------------------------------------------------------------- overview
+
+function overview() {
+  $("overview").hidden = false;
+  const url = "/api/v1/dashboard/events" + (token ? "?token=" + encodeURIComponent(token) : "");
+  const feed = new EventSource(url);
+  feed.onopen = () => setLive(true, "live");
+  feed.onerror = () => setLive(false, "reconnecting");
+  feed.onmessage = (m) => {
+    const { now, fleet } = JSON.parse(m.data);
+    skew = now - Date.now();
+    setLive(true, "live");
+    renderFleet(fleet);
+  };
+  feed.addEventListener("problem", (m) => setLive(false, JSON.parse(m.data).error));
+}
+
+function renderFleet(f) {
+  $("viewer").textContent = f.viewer === "admin" ? "" : f.viewer;
+  const stores = Object.fromEntries(f.gc.volume_stores.map((s) => [s.worker, s]));
+  $("workers-count").textContent = f.workers.length;
+  $("workers").innerHTML = f.workers.length
+    ? f.workers.map((w) => workerCard(w, stores[w.name])).join("")
+    : `<p class="muted">No workers registered.</p>`;
+  $("builds-count").textContent = f.builds.length;
+  $("builds").innerHTML = f.builds.length
+    ? `<tr><th>build</th><th>job</th><th>team</th><th>status</th><th>worker</th><th>started</th><th class="num">duration</th></tr>` +
+      f.builds.map(buildRow).join("")
+    : `<tr><td class="muted">No builds yet.</td></tr>`;
+  $("gc").innerHTML = gcPanel(f.gc);
+  $("handles").innerHTML = handlesByWorker(f);
+  tick();
+}
+
+function workerCard(w, store) {
+  const fill = store ? Math.round(store.fill * 100) : null;
+  const bar = store
+    ? `<dt>disk</dt><dd>${fill}% of ${bytes(store.total_bytes)}
+        <div class="bar ${fill >= 90 ? "full" : fill >= 75 ? "warn" : ""}"><span style="width:${fill}%"></span></div></dd>`
+    : "";
+  return `<div class="card s-${esc(w.state)}" data-worker="${esc(w.name)}">
+    <div class="head"><span class="name">${esc(w.name)}</span><span class="state badge s-${esc(w.state)}">${esc(w.state)}</span></div>
+    <dl>
+      <dt>platform</dt><dd>${esc(w.platform)} · ${esc(w.backend)} · v${esc(w.version)}</dd>
+      <dt>tags</dt><dd>${w.tags.length ? w.tags.map((t) => `<span class="tag">${esc(t)}</span>`).join("") : `<span class="muted">none</span>`}</dd>
+      <dt>team</dt><dd>${w.team ? esc(w.team) : `<span class="muted">all teams</span>`}</dd>
+      <dt>load</dt><dd>${w.load.tasks} tasks · ${w.load.containers} containers · ${w.load.volumes} volumes placed</dd>
+      <dt>holds</dt><dd>${w.containers} containers · ${w.volumes} volumes</dd>
+      <dt>heartbeat</dt><dd data-since="${w.last_heartbeat}">${ago(w.last_heartbeat)}</dd>
+      <dt>restarts</dt><dd>${w.restarts}</dd>
+      ${bar}
+    </dl></div>`;
+}
+
+function buildRow(b) {
+  const dur = b.finished_at
+    ? `<td class="num">${duration(b.duration_ms)}</td>`
+    : `<td class="num" data-from="${b.created_at}"></td>`;
+  return `<tr data-build="${b.id}">
+    <td><a href="/builds/${b.id}">#${b.id}</a></td><td>${esc(b.job)}</td><td>${esc(b.team)}</td>
+    <td>${badge(b.status)}</td><td>${esc(b.worker)}</td>
+    <td data-since="${b.created_at}"></td>${dur}</tr>`;
+}
+
+function gcPanel(gc) {
+  const states = Object.keys(gc.containers);
+  const rows = states.map((s) =>
+    `<tr><td>${badge(s)}</td><td class="num">${gc.containers[s]}</td><td class="num">${gc.volumes[s]}</td></tr>`).join("");
+  const rules = gc.rules.map((r) =>
+    `<tr><td>${esc(r.rule)}</td><td class="num">${r.runs}</td><td class="num">${r.errors}</td><td class="num">${r.collected}</td></tr>`).join("");
+  const sw = gc.sweeps;
+  return `<table class="rows"><tr><th>rows by state</th><th class="num">containers</th><th class="num">volumes</th></tr>${rows}
+      <tr><td>missing</td><td class="num">${gc.missing_containers}</td><td class="num">${gc.missing_volumes}</td></tr></table>
+    <p class="muted">Sweeps: ${sw.reports} reports · ${sw.marked_missing} marked missing · ${sw.deleted} rows deleted ·
+      ${sw.unknown_answered} unknown handles · ${sw.destroy_failures} failed destroys</p>
+    ${rules ? `<table class="rows"><tr><th>collector rule</th><th class="num">runs</th><th class="num">errors</th><th class="num">collected</th></tr>${rules}</table>` : ""}`;
+}
+
+function ownerCell(h) {
+  const m = /^build (\d+)(.*)$/.exec(h.owner);
+  return m ? `<a href="/builds/${m[1]}">build ${m[1]}</a>${esc(m[2])}` : esc(h.owner);
+}
+
+function handlesByWorker(f) {
+  const rows = f.containers.map((h) => ["container", h]).concat(f.volumes.map((h) => ["volume", h]));
+  if (!rows.length) return `<p class="muted">No containers or volumes.</p>`;
+  const byWorker = new Map();
+  for (const r of rows) {
+    if (!byWorker.has(r[1].worker)) byWorker.set(r[1].worker, []);
+    byWorker.get(r[1].worker).push(r);
+  }
+  return [...byWorker.entries()].sort().map(([worker, list]) =>
+    `<div class="worker-handles" data-handles-of="${esc(worker)}"><h3>${esc(worker)} <span class="count">${list.length}</span></h3>
+      <table class="rows"><tr><th>kind</th><th>handle</th><th>state</th><th>owner</th><th>team</th></tr>
+      ${list.map(([kind, h]) => `<tr><td>${kind}</td><td class="mono">${esc(h.handle)}</td>
+        <td>${badge(h.state)}${h.missing ? ` <span class="badge s-failed">missing</span>` : ""}</td>
+        <td>${ownerCell(h)}</td><td>${esc(h.team)}</td></tr>`).join("")}
+      </table></div>`).join("");
+}
+
+// -------------------------------------------------------------- build page
+
+const FINAL = ["succeeded", "failed", "errored", "aborted"];
+
+function jobLabel(plan) {
+  if (plan && plan.job) return `${plan.pipeline_name || "main"}/${plan.job}`;
+  if (plan && plan.check) return `check ${plan.check}`;
+  return "one-off task";
+}
+
+async function buildPage(id) {
+  $("build").hidden = false;
+  $("crumbs").innerHTML = `/ build #${id}`;
+  document.title = `Gantry · build #${id}`;
+  $("build-title").textContent = `Build #${id}`;
+  const r = await fetch(`/api/v1/builds/${id}`, { headers: authHeaders });
+  if (!r.ok) {
+    const body = await r.json().catch(() => ({}));
+    showError(body.error || `HTTP ${r.status}`);
+    setLive("done", "not found");
+    return;
+  }
+  const b = await r.json();
+  const header = { status: b.status, created_at: b.created_at, finished_at: b.finished_at, worker: b.worker };
+  renderHeader(b, header);
+  followBuild(id, b, header);
+}
+
+function renderHeader(b, h) {
+  const st = $("build-status");
+  st.className = `badge s-${h.status}`;
+  st.textContent = h.status;
+  const dur = h.finished_at
+    ? `<dd data-from="${h.created_at}" data-to="${h.finished_at}"></dd>`
+    : `<dd data-from="${h.created_at}"></dd>`;
+  $("build-facts").innerHTML = `
+    <div><dt>job</dt><dd id="build-job">${esc(jobLabel(b.plan))}</dd></div>
+    <div><dt>team</dt><dd>${esc(b.team)}</dd></div>
+    <div><dt>worker</dt><dd>${esc(h.worker) || `<span class="muted">not placed</span>`}</dd></div>
+    <div><dt>started</dt><dd>${clock(h.created_at)}</dd></div>
+    <div><dt>duration</dt>${dur}</div>`;
+  tick();
+}
+
+function showError(message) {
+  const el = $("build-error");
+  el.hidden = false;
+  el.textContent = (el.textContent ? el.textContent + "\n" : "") + message;
+}
+
+// The step tree of the `plan` event, and what the node events say of it.
+class StepTree {
+  constructor(root) {
+    this.root = root;
+    this.nodes = new Map(); // plan node id -> element
+    this.running = new Map(); // step name -> node id of its latest start
+  }
+
+  reset() {
+    this.root.innerHTML = `<p class="muted">waiting for the build's plan…</p>`;
+    this.nodes.clear();
+    this.running.clear();
+  }
+
+  draw(tree) {
+    this.root.innerHTML = "";
+    this.nodes.clear();
+    this.root.appendChild(this.element(tree, null));
+  }
+
+  element(node, parentKind) {
+    const el = document.createElement("div");
+    el.className = `node kind-${node.kind} s-pending`;
+    el.dataset.node = node.id;
+    el.dataset.status = "pending";
+    const head = document.createElement("div");
+    head.className = "node-head";
+    const role = parentKind === "hooks" ? node.id.split(".").pop() : null;
+    let html = `<span class="dot"></span>`;
+    if (role && role !== "plan") html += `<span class="role">${esc(role)}</span>`;
+    if (node.kind === "step") {
+      el.dataset.step = node.step;
+      html += `<span class="name">${esc(node.step)}</span>`;
+    } else {
+      html += `<span class="label">${esc(describe(node))}</span>`;
+    }
+    html += `<span class="meta"></span><span class="time"></span>`;
+    head.innerHTML = html;
+    el.appendChild(head);
+    if (node.kind === "step") {
+      const log = document.createElement("pre");
+      log.className = "log";
+      log.hidden = true;
+      el.appendChild(log);
+    }
+    if (node.children && node.children.length) {
+      const kids = document.createElement("div");
+      kids.className = "children";
+      for (const c of node.children) kids.appendChild(this.element(c, node.kind));
+      el.appendChild(kids);
+    }
+    this.nodes.set(node.id, el);
+    return el;
+  }
+
+  setStatus(el, status) {
+    el.dataset.status = status;
+    for (const c of [...el.classList]) if (c.startsWith("s-")) el.classList.remove(c);
+    el.classList.add(`s-${status}`);
+  }
+
+  meta(el, text) {
+    el.querySelector(":scope > .node-head .meta").textContent = text;
+  }
+
+  started(e) {
+    const el = this.nodes.get(e.origin.id);
+    if (!el) return;
+    this.setStatus(el, "running");
+    if (e.step) this.running.set(e.step, e.origin.id);
+    const time = el.querySelector(":scope > .node-head .time");
+    time.dataset.from = e.time;
+    delete time.dataset.to;
+    if (e.origin.attempts && e.origin.attempts.length) {
+      this.meta(el, `attempt ${e.origin.attempts[e.origin.attempts.length - 1]}`);
+    }
+  }
+
+  finished(e) {
+    const el = this.nodes.get(e.origin.id);
+    if (!el) return;
+    this.setStatus(el, e.outcome);
+    const time = el.querySelector(":scope > .node-head .time");
+    time.dataset.to = e.time;
+    if (!time.dataset.from) time.dataset.from = e.time;
+    const said = [];
+    if (e.exit_status != null) said.push(`exit ${e.exit_status}`);
+    if (e.message) said.push(e.message);
+    if (said.length) this.meta(el, said.join(" · "));
+  }
+
+  // The node a step's event belongs to: its latest start, else the first
+  // node of that name, else a new one (a build whose plan was not told).
+  step(name) {
+    const id = this.running.get(name);
+    if (id && this.nodes.has(id)) return this.nodes.get(id);
+    const found = [...this.nodes.values()].find((el) => el.dataset.step === name);
+    if (found) return found;
+    if (!this.nodes.size) this.root.innerHTML = "";
+    const el = this.element({ id: `step:${name}`, kind: "step", step: name }, null);
+    this.root.appendChild(el);
+    return el;
+  }
+
+  log(e) {
+    const el = this.step(e.step);
+    const log = el.querySelector(":scope > pre.log");
+    log.hidden = false;
+    const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 8;
+    const span = document.createElement("span");
+    if (e.stream !== "stdout") span.className = e.stream;
+    span.textContent = e.data;
+    log.appendChild(span);
+    if (atBottom) log.scrollTop = log.scrollHeight;
+  }
+
+  finish() {
+    // Nodes that never started stay pending; say they were skipped.
+    for (const el of this.nodes.values()) {
+      if (el.dataset.status === "pending") this.setStatus(el, "skipped");
+      if (el.dataset.status === "running") this.setStatus(el, "aborted");
+    }
+  }
+}
+
+function describe(node) {
+  switch (node.kind) {
+    case "in_parallel":
+      return `in parallel${node.limit ? `, ${node.limit} at once` : ""}${node.fail_fast ? ", fail fast" : ""}`;
+    case "attempts": return `attempts ×${node.attempts}`;
+    case "timeout": return `timeout ${duration(node.timeout_ms)}`;
+    default: return node.kind;
+  }
+}
+
+async function followBuild(id, b, header) {
+  const tree = new StepTree($("steps"));
+  const outputs = [];
+  let final = false;
+  while (!final) {
+    tree.reset();
+    outputs.length = 0;
+    $("build-error").hidden = true;
+    $("build-error").textContent = "";
+    try {
+      const r = await fetch(`/api/v1/builds/${id}/events`, { headers: authHeaders });
+      if (!r.ok) throw new Error(`HTTP ${r.status}`);
+      setLive(true, "live");
+      const reader = r.body.getReader();
+      const dec = new TextDecoder();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += dec.decode(value, { stream: true });
+        let i;
+        while ((i = buf.indexOf("\n")) >= 0) {
+          const line = buf.slice(0, i);
+          buf = buf.slice(i + 1);
+          if (!line.trim()) continue;
+          const e = JSON.parse(line).event;
+          if (apply(e, tree, b, header, outputs)) final = true;
+        }
+      }
+    } catch (err) {
+      setLive(false, "reconnecting");
+    }
+    if (!final) await new Promise((res) => setTimeout(res, 2000));
+  }
+  tree.finish();
+  setLive("done", "finished");
+}
+
+// Applies one build event; answers whether it was the build's last.
+function apply(e, tree, b, header, outputs) {
+  switch (e.type) {
+    case "plan": tree.draw(e.tree); break;
+    case "node_started": tree.started(e); break;
+    case "node_finished": tree.finished(e); break;
+    case "log": tree.log(e); break;
+    case "waiting": tree.meta(tree.step(e.step), `waiting: ${e.message}`); break;
+    case "selected_worker":
+      tree.meta(tree.step(e.step), `on ${e.worker}`);
+      header.worker = e.worker;
+      renderHeader(b, header);
+      break;
+    case "streaming": tree.meta(tree.step(e.step), `${e.what}: ${bytes(e.bytes)}`); break;
+    case "transfer":
+      tree.meta(tree.step(e.step), `${e.name} from ${e.from} (${e.path}, ${bytes(e.bytes)} in ${e.seconds.toFixed(1)}s)`);
+      break;
+    case "resource":
+      tree.meta(tree.step(e.step), `${e.action} ${e.resource} ${JSON.stringify(e.version)}${e.cached ? " (cached)" : ""}`);
+      break;
+    case "output": {
+      outputs.push(e);
+      const el = $("build-outputs");
+      el.hidden = false;
+      el.innerHTML = "outputs: " + outputs.map((o) =>
+        `<span class="tag">${esc(o.name)}</span><span class="mono muted">${esc(o.artifact_id)}</span>`).join(" ");
+      break;
+    }
+    case "error": showError(e.message); break;
+    case "status":
+      header.status = e.status;
+      if (FINAL.includes(e.status)) header.finished_at = e.time;
+      renderHeader(b, header);
+      return FINAL.includes(e.status);
+    default: break;
+  }
+  return false;
+}
+
+// ------------------------------------------------------------------ routing
+
+const route = /^\/builds\/(\d+)\/?$/.exec(location.pathname);
+if (route) buildPage(Number(route[1]));
+else overview();

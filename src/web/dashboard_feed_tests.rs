@@ -1,0 +1,104 @@
+use std::time::{Duration, Instant};
+
+use gantry_actors::db::{BuildRow, BuildStatus};
+use gantry_actors::gc::sweep::GcStatsSnapshot;
+use serde_json::json;
+
+use super::*;
+
+fn snapshot(builds: Vec<BuildEntry>) -> Snapshot {
+    Snapshot {
+        viewer: "admin".into(),
+        workers: vec![],
+        builds,
+        containers: vec![],
+        volumes: vec![],
+        gc: GcState {
+            containers: BTreeMap::new(),
+            volumes: BTreeMap::new(),
+            missing_containers: 0,
+            missing_volumes: 0,
+            volume_stores: vec![],
+            rules: vec![],
+            sweeps: GcStatsSnapshot::default(),
+        },
+    }
+}
+
+fn row(id: i64, plan: serde_json::Value, finished_at: Option<i64>) -> BuildRow {
+    BuildRow {
+        id,
+        team: "main".into(),
+        status: BuildStatus::Succeeded,
+        plan,
+        worker: Some("w".into()),
+        exit_status: Some(0),
+        error: None,
+        created_at: 1_000,
+        finished_at,
+    }
+}
+
+#[test]
+fn a_plan_is_labelled_by_its_job_check_or_task() {
+    assert_eq!(
+        job_label(&json!({"pipeline": "...", "pipeline_name": "ci", "job": "test"})),
+        "ci/test"
+    );
+    assert_eq!(
+        job_label(&json!({"pipeline": "...", "job": "test"})),
+        "main/test"
+    );
+    assert_eq!(
+        job_label(&json!({"pipeline": "...", "check": "repo"})),
+        "check repo"
+    );
+    assert_eq!(job_label(&json!({"config": {}})), "one-off task");
+}
+
+#[test]
+fn a_finished_build_has_a_duration_and_drops_its_plan_text() {
+    let done = BuildEntry::of(row(1, json!({"job": "j", "pipeline": "big"}), Some(4_500)));
+    assert_eq!(done.duration_ms, Some(3_500));
+    assert_eq!(done.job, "main/j");
+    let text = serde_json::to_string(&done).unwrap();
+    assert!(!text.contains("big"), "{text}");
+    assert_eq!(BuildEntry::of(row(2, json!({}), None)).duration_ms, None);
+}
+
+#[test]
+fn the_feed_sends_a_snapshot_only_when_it_changed() {
+    let t0 = Instant::now();
+    let mut changes = Changes::default();
+    let first = changes.frame(&snapshot(vec![]), t0, 7).unwrap();
+    assert!(first.starts_with("data: {\"now\":7,\"fleet\":{"), "{first}");
+    assert!(first.ends_with("}\n\n"));
+    let data: serde_json::Value = serde_json::from_str(&first["data: ".len()..]).unwrap();
+    assert_eq!(data["fleet"]["viewer"], "admin");
+    // The same fleet a second later: nothing (the time alone is no change).
+    assert_eq!(changes.frame(&snapshot(vec![]), t0, 8), None);
+    let one = BuildEntry::of(row(1, json!({}), None));
+    let next = changes.frame(&snapshot(vec![one.clone()]), t0, 9).unwrap();
+    assert!(next.contains("\"id\":1"), "{next}");
+    assert_eq!(changes.frame(&snapshot(vec![one]), t0, 10), None);
+}
+
+#[test]
+fn a_quiet_feed_sends_keep_alives_and_a_problem_once() {
+    let t0 = Instant::now();
+    let mut changes = Changes::default();
+    changes.frame(&snapshot(vec![]), t0, 0).unwrap();
+    assert_eq!(changes.keep_alive(t0 + Duration::from_secs(1)), None);
+    let later = t0 + KEEP_ALIVE;
+    assert_eq!(
+        changes.keep_alive(later).as_deref(),
+        Some(": keep-alive\n\n")
+    );
+    assert_eq!(changes.keep_alive(later + Duration::from_secs(1)), None);
+    let p = changes.problem("database down", later).unwrap();
+    assert_eq!(p, "event: problem\ndata: {\"error\":\"database down\"}\n\n");
+    assert_eq!(changes.problem("database down", later), None);
+    // Once snapshots come again, the same problem is told again.
+    assert_eq!(changes.frame(&snapshot(vec![]), later, 1), None);
+    assert!(changes.problem("database down", later).is_some());
+}
