@@ -228,8 +228,9 @@ async fn an_image_digest_is_the_tars_whatever_the_encoding() {
     }
 }
 
-/// Stores `sent` and expects a 400-style refusal holding every one of
-/// `parts`, with nothing left in the store's directory.
+/// Stores `sent` and expects a refusal (400-style, or 413-style for one
+/// too large) holding every one of `parts`, with nothing left in the
+/// store's directory.
 async fn refused(
     store: &ArtifactFiles,
     dir: &Path,
@@ -242,8 +243,8 @@ async fn refused(
         .await
         .expect_err("the upload is refused");
     let msg = match &err {
-        EngineError::Invalid(m) => m.clone(),
-        other => panic!("expected Invalid, got {other:?}"),
+        EngineError::Invalid(m) | EngineError::TooLarge(m) => m.clone(),
+        other => panic!("expected Invalid or TooLarge, got {other:?}"),
     };
     for part in parts {
         assert!(msg.contains(part), "{msg:?} lacks {part:?}");
