@@ -13,6 +13,8 @@ command -v jq >/dev/null || need_pkgs+=(jq)
 command -v git >/dev/null || need_pkgs+=(git)
 command -v psql >/dev/null || need_pkgs+=(postgresql-client)
 command -v pg_ctlcluster >/dev/null || need_pkgs+=(postgresql)
+# promtool checks /metrics (tests/metrics.rs); the package's server is not needed.
+command -v promtool >/dev/null || need_pkgs+=(prometheus)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing: ${need_pkgs[*]}"
   apt-get update -qq
