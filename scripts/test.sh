@@ -15,6 +15,8 @@ command -v psql >/dev/null || need_pkgs+=(postgresql-client)
 command -v pg_ctlcluster >/dev/null || need_pkgs+=(postgresql)
 # The dashboard's browser test drives headless Chromium.
 command -v chromium >/dev/null || need_pkgs+=(chromium)
+# promtool checks /metrics (tests/metrics.rs); the package's server is not needed.
+command -v promtool >/dev/null || need_pkgs+=(prometheus)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing: ${need_pkgs[*]}"
   apt-get update -qq

@@ -406,7 +406,7 @@ fn a_frozen_worker_stalls_its_connection_restarts_and_it_recovers() {
         .unwrap();
     let restarts: u64 = metrics
         .lines()
-        .find_map(|l| l.strip_prefix("gantry_worker_restarts{worker=\"frozen\"} "))
+        .find_map(|l| l.strip_prefix("gantry_worker_restarts_total{worker=\"frozen\"} "))
         .and_then(|n| n.parse().ok())
         .unwrap();
     assert!(restarts >= 1, "{metrics}");

@@ -95,7 +95,12 @@ fn sweeps_destroy_what_the_web_node_never_knew(kind: DbKind) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(metric(&web.url, "gantry_gc_destroy_failures_total"), 0.0);
-    assert!(metric(&web.url, "gantry_worker_volume_store_fill{worker=\"w1\"}") > 0.0);
+    assert!(
+        metric(
+            &web.url,
+            "gantry_worker_volume_store_fill_ratio{worker=\"w1\"}"
+        ) > 0.0
+    );
 
     // The routes refuse strangers, unknown workers, stale incarnations and
     // bad bodies, with JSON errors.

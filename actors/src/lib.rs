@@ -16,6 +16,7 @@ pub mod event_follow;
 pub mod events;
 pub mod gc;
 pub mod go_duration;
+pub mod histograms;
 pub mod hooks;
 pub mod intercept;
 pub mod pipeline;

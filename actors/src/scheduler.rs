@@ -331,8 +331,10 @@ impl Scheduler {
             }
             match self.try_place(&w.request) {
                 Ok(Ok(p)) => {
+                    let waited = w.since.elapsed();
                     self.stats.waited += 1;
-                    self.stats.wait_seconds += w.since.elapsed().as_secs_f64();
+                    self.stats.wait_seconds += waited.as_secs_f64();
+                    crate::histograms::step_waited(waited);
                     if let Err(p) = w.reply.send(p) {
                         // Gave up at the last moment: hand the capacity back.
                         self.release(&p);

@@ -1,122 +1,240 @@
-//! `GET /metrics` in Prometheus text format.
+//! `GET /metrics` in the Prometheus text format (0.0.4), rendered by the
+//! `metrics-exporter-prometheus` exporter of the `metrics` facade.
+//!
+//! Why this library and not `prometheus-client`: `prometheus-client` only
+//! writes OpenMetrics text, whose counters have a `# TYPE x counter` family
+//! and `x_total` samples. `promtool check metrics` (Prometheus 2.42, Debian's
+//! package) reads the classic text format, sees each `x_total` sample as an
+//! untyped metric with no help text and fails every counter. The `metrics`
+//! exporter writes the classic format that promtool and every Prometheus
+//! server accept, and the `metrics` facade is what a library records
+//! through, so the engine (`gantry_actors::histograms`) depends on the small
+//! facade only, not on an exporter.
+//!
+//! Two recorders make one scrape:
+//! - durations the engine records as they happen (step waits, GC rule runs,
+//!   builds, transfers: histograms) go to the process-wide recorder that
+//!   [`install`] sets up when the web node starts;
+//! - figures read from engine state (workers, rows and builds by state,
+//!   active tasks, counters the engine keeps, stream loads, background
+//!   jobs) are recorded afresh into a recorder made for each scrape, so a
+//!   worker or job that went away leaves no stale series.
+//!
+//! Both render to the same body; their metric names do not overlap.
+//! Every name starts with `gantry_`, carries its unit, counters end in
+//! `_total`, every metric has help text, and no label names a build.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
+use std::sync::OnceLock;
+use std::time::Duration;
 
 use actix_web::{web, HttpResponse};
 use gantry_actors::background::{JobState, JobStatus};
 use gantry_actors::db::HandleKind;
-use gantry_actors::worker_info::WorkerState;
+use gantry_actors::scheduler::SchedulerStats;
+use gantry_actors::state::HandleState;
+use gantry_actors::worker_info::{WorkerState, WorkerView};
+use metrics::{counter, describe_counter, describe_gauge, gauge};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::web::error::ApiError;
 use crate::web::AppState;
 
+/// The content type of the Prometheus text format.
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The process-wide recorder's handle, once installed.
+static EVENTS: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide recorder the engine's histograms go to (once
+/// per process; later calls answer the same handle), with each histogram's
+/// buckets and help text, and a thread that folds recorded values into the
+/// histograms every few seconds.
+pub fn install() -> &'static PrometheusHandle {
+    EVENTS.get_or_init(|| {
+        let mut builder = PrometheusBuilder::new();
+        for spec in gantry_actors::histograms::ALL {
+            builder = builder
+                .set_buckets_for_metric(Matcher::Full(spec.name.into()), spec.buckets)
+                .expect("histogram buckets are not empty");
+        }
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        if metrics::set_global_recorder(recorder).is_err() {
+            tracing::warn!(
+                "a metrics recorder was already installed: /metrics shows no histograms"
+            );
+        }
+        gantry_actors::histograms::describe();
+        let upkeep = handle.clone();
+        let spawned = std::thread::Builder::new()
+            .name("metrics-upkeep".into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_secs(5));
+                upkeep.run_upkeep();
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("metrics upkeep thread: {e}");
+        }
+        handle
+    })
+}
+
 /// `GET /metrics`
 pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let workers = state.engine.worker_views().await?;
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# HELP gantry_workers Workers by state.\n# TYPE gantry_workers gauge"
-    );
-    for s in WorkerState::ALL {
-        let n = workers.iter().filter(|w| w.state == s).count();
-        let _ = writeln!(out, "gantry_workers{{state=\"{}\"}} {n}", s.as_str());
-    }
-    let _ = writeln!(out, "# HELP gantry_worker_active_tasks Task steps placed on each worker.\n# TYPE gantry_worker_active_tasks gauge");
-    for w in &workers {
-        let _ = writeln!(
-            out,
-            "gantry_worker_active_tasks{{worker=\"{}\"}} {}",
-            w.name, w.active_tasks
+    let engine = &state.engine;
+    let core = Core {
+        workers: engine.worker_views().await?,
+        containers: engine.count_handles(HandleKind::Container).await?,
+        volumes: engine.count_handles(HandleKind::Volume).await?,
+        scheduler: engine.scheduler_stats().await?,
+        builds: engine.count_builds_by_status().await?.into_iter().collect(),
+        jobs: engine.jobs(),
+    };
+    let gc = super::metrics_gc::Gc::read(engine).await?;
+    let resources = engine.resource_stats();
+    let collector = engine.collector_stats();
+    let streams = engine.streams();
+
+    let scrape = PrometheusBuilder::new().build_recorder();
+    let handle = scrape.handle();
+    metrics::with_local_recorder(&scrape, || {
+        core.record();
+        record_resources(resources);
+        super::metrics_streams::record(streams);
+        super::metrics_collector::record(&collector);
+        gc.record();
+    });
+    let mut body = handle.render();
+    body.push_str(&install().render());
+    Ok(HttpResponse::Ok().content_type(CONTENT_TYPE).body(body))
+}
+
+/// Workers, placement, builds and background jobs, as read at a scrape.
+struct Core {
+    /// Every worker.
+    workers: Vec<WorkerView>,
+    /// Container rows by (worker, state).
+    containers: Vec<(String, HandleState, i64)>,
+    /// Volume rows by (worker, state).
+    volumes: Vec<(String, HandleState, i64)>,
+    /// The Scheduler's counters.
+    scheduler: SchedulerStats,
+    /// Builds by status.
+    builds: BTreeMap<String, i64>,
+    /// Background jobs.
+    jobs: Vec<JobStatus>,
+}
+
+impl Core {
+    /// Records its figures into the current recorder.
+    fn record(&self) {
+        describe_gauge!("gantry_workers", "Workers by state.");
+        for s in WorkerState::ALL {
+            let n = self.workers.iter().filter(|w| w.state == s).count();
+            gauge!("gantry_workers", "state" => s.as_str()).set(n as f64);
+        }
+        describe_gauge!(
+            "gantry_worker_active_tasks",
+            "Task steps placed on each worker."
         );
-    }
-    for (kind, name) in [
-        (HandleKind::Container, "containers"),
-        (HandleKind::Volume, "volumes"),
-    ] {
-        let per = state.engine.count_handles(kind).await?;
-        let _ = writeln!(out, "# HELP gantry_{name} {name} known to the database, by worker and state.\n# TYPE gantry_{name} gauge");
-        for (w, s, n) in per {
-            let _ = writeln!(out, "gantry_{name}{{worker=\"{w}\",state=\"{s}\"}} {n}");
+        describe_counter!(
+            "gantry_worker_restarts_total",
+            "Restarts of each worker's connection actor."
+        );
+        for w in &self.workers {
+            gauge!("gantry_worker_active_tasks", "worker" => w.name.clone())
+                .set(w.active_tasks as f64);
+            counter!("gantry_worker_restarts_total", "worker" => w.name.clone())
+                .absolute(u64::from(w.restarts));
+        }
+        for (name, help, rows) in [
+            (
+                "gantry_containers",
+                "Containers known to the database, by worker and state.",
+                &self.containers,
+            ),
+            (
+                "gantry_volumes",
+                "Volumes known to the database, by worker and state.",
+                &self.volumes,
+            ),
+        ] {
+            describe_gauge!(name, help);
+            for (w, s, n) in rows {
+                gauge!(name, "worker" => w.clone(), "state" => s.as_str()).set(*n as f64);
+            }
+        }
+        let stats = &self.scheduler;
+        describe_gauge!(
+            "gantry_steps_waiting",
+            "Steps waiting for a worker with capacity."
+        );
+        gauge!("gantry_steps_waiting").set(stats.waiting as f64);
+        describe_counter!("gantry_placements_total", "Placements by strategy chain.");
+        for chain in ["with_inputs", "without_inputs", "checks"] {
+            let n = stats.placements.get(chain).copied().unwrap_or(0);
+            counter!("gantry_placements_total", "chain" => chain).absolute(n);
+        }
+        describe_counter!(
+            "gantry_placements_unsatisfiable_total",
+            "Steps failed at once: no compatible worker."
+        );
+        counter!("gantry_placements_unsatisfiable_total").absolute(stats.unsatisfiable);
+        describe_gauge!("gantry_builds", "Builds by status.");
+        for s in gantry_actors::db::BuildStatus::ALL {
+            let n = self.builds.get(s.as_str()).copied().unwrap_or(0);
+            gauge!("gantry_builds", "status" => s.as_str()).set(n as f64);
+        }
+        describe_counter!(
+            "gantry_background_job_runs_total",
+            "Runs of each background job."
+        );
+        describe_counter!(
+            "gantry_background_job_errors_total",
+            "Failed runs of each background job."
+        );
+        describe_gauge!(
+            "gantry_background_job_backing_off",
+            "Whether each background job is waiting out a backoff after failures (1) or not (0)."
+        );
+        for j in &self.jobs {
+            counter!("gantry_background_job_runs_total", "job" => j.name.clone()).absolute(j.runs);
+            counter!("gantry_background_job_errors_total", "job" => j.name.clone())
+                .absolute(j.errors);
+            let backing_off = f64::from(u8::from(j.state == JobState::BackingOff));
+            gauge!("gantry_background_job_backing_off", "job" => j.name.clone()).set(backing_off);
         }
     }
-    let r = state.engine.resource_stats();
+}
+
+/// Records the resource counters into the current recorder.
+fn record_resources(r: &gantry_actors::resources::ResourceStats) {
     use gantry_actors::resources::ResourceStats as R;
-    let _ = writeln!(out, "# HELP gantry_resource_cache_hits_total Gets and image fetches answered from a resource cache (no in ran).\n# TYPE gantry_resource_cache_hits_total counter\ngantry_resource_cache_hits_total {}", R::read(&r.cache_hits));
-    let _ = writeln!(out, "# HELP gantry_resource_cache_misses_total Gets and image fetches that ran in.\n# TYPE gantry_resource_cache_misses_total counter\ngantry_resource_cache_misses_total {}", R::read(&r.cache_misses));
-    let _ = writeln!(out, "# HELP gantry_resource_checks_total Resource check scripts run.\n# TYPE gantry_resource_checks_total counter\ngantry_resource_checks_total {}", R::read(&r.checks));
-    let _ = writeln!(out, "# HELP gantry_resource_puts_total Resource out scripts run.\n# TYPE gantry_resource_puts_total counter\ngantry_resource_puts_total {}", R::read(&r.puts));
-    let stats = state.engine.scheduler_stats().await?;
-    let _ = writeln!(out, "# HELP gantry_worker_restarts Restarts of each worker's connection actor.\n# TYPE gantry_worker_restarts counter");
-    for w in &workers {
-        let _ = writeln!(
-            out,
-            "gantry_worker_restarts{{worker=\"{}\"}} {}",
-            w.name, w.restarts
-        );
-    }
-    let _ = writeln!(out, "# HELP gantry_steps_waiting Steps waiting for a worker with capacity.\n# TYPE gantry_steps_waiting gauge\ngantry_steps_waiting {}", stats.waiting);
-    let _ = writeln!(out, "# HELP gantry_step_wait_seconds Time placed steps spent waiting for capacity.\n# TYPE gantry_step_wait_seconds summary\ngantry_step_wait_seconds_sum {:.3}\ngantry_step_wait_seconds_count {}", stats.wait_seconds, stats.waited);
-    let _ = writeln!(out, "# HELP gantry_placements_total Placements by strategy chain.\n# TYPE gantry_placements_total counter");
-    for chain in ["with_inputs", "without_inputs", "checks"] {
-        let _ = writeln!(
-            out,
-            "gantry_placements_total{{chain=\"{chain}\"}} {}",
-            stats.placements.get(chain).copied().unwrap_or(0)
-        );
-    }
-    let _ = writeln!(out, "# HELP gantry_placements_unsatisfiable_total Steps failed at once: no compatible worker.\n# TYPE gantry_placements_unsatisfiable_total counter\ngantry_placements_unsatisfiable_total {}", stats.unsatisfiable);
-    let _ = writeln!(
-        out,
-        "# HELP gantry_builds Builds by status.\n# TYPE gantry_builds gauge"
-    );
-    let counts: BTreeMap<String, i64> = state
-        .engine
-        .count_builds_by_status()
-        .await?
-        .into_iter()
-        .collect();
-    for s in gantry_actors::db::BuildStatus::ALL {
-        let _ = writeln!(
-            out,
-            "gantry_builds{{status=\"{}\"}} {}",
-            s.as_str(),
-            counts.get(s.as_str()).copied().unwrap_or(0)
-        );
-    }
-    let jobs = state.engine.jobs();
-    type JobFigure = fn(&JobStatus) -> u64;
-    let per_job: [(&str, &str, &str, JobFigure); 3] = [
+    let counters = [
         (
-            "gantry_background_job_runs_total",
-            "counter",
-            "Runs of each background job.",
-            |j| j.runs,
+            "gantry_resource_cache_hits_total",
+            "Gets and image fetches answered from a resource cache (no in ran).",
+            &r.cache_hits,
         ),
         (
-            "gantry_background_job_errors_total",
-            "counter",
-            "Failed runs of each background job.",
-            |j| j.errors,
+            "gantry_resource_cache_misses_total",
+            "Gets and image fetches that ran in.",
+            &r.cache_misses,
         ),
         (
-            "gantry_background_job_backing_off",
-            "gauge",
-            "Whether each background job is waiting out a backoff after failures.",
-            |j| u64::from(j.state == JobState::BackingOff),
+            "gantry_resource_checks_total",
+            "Resource check scripts run.",
+            &r.checks,
+        ),
+        (
+            "gantry_resource_puts_total",
+            "Resource out scripts run.",
+            &r.puts,
         ),
     ];
-    for (metric, kind, help, figure) in per_job {
-        let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
-        for j in &jobs {
-            let _ = writeln!(out, "{metric}{{job=\"{}\"}} {}", j.name, figure(j));
-        }
+    for (name, help, value) in counters {
+        describe_counter!(name, help);
+        counter!(name).absolute(R::read(value));
     }
-    super::metrics_streams::write(&mut out, state.engine.streams());
-    super::metrics_collector::write(&mut out, &state.engine.collector_stats());
-    super::metrics_gc::write(&mut out, &state.engine).await?;
-    Ok(HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4")
-        .body(out))
 }

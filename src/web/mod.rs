@@ -117,6 +117,8 @@ pub async fn start_web(
     for team in cfg.teams.keys() {
         db.ensure_team(team).await?;
     }
+    // Before the engine starts, so it records its first durations.
+    self::metrics::install();
     let engine = Engine::start(db, connector, Arc::new(artifacts), engine_config).await?;
     let state = web::Data::new(AppState {
         engine: engine.clone(),

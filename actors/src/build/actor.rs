@@ -312,6 +312,10 @@ impl BuildRun {
             .await
         {
             tracing::error!(build = self.id, "storing build status: {e}");
+        } else if let Ok(Some(row)) = self.deps.db.get_build(self.id).await {
+            let took = row.finished_at.unwrap_or(row.created_at) - row.created_at;
+            let took = Duration::from_millis(u64::try_from(took).unwrap_or(0));
+            crate::histograms::build_ended(status, took);
         }
         self.emit_quietly(&BuildEvent::status(status, exit)).await;
     }

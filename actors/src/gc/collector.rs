@@ -166,6 +166,7 @@ impl CollectorStats {
         s.runs += 1;
         s.last_duration = took;
         s.total_duration += took;
+        crate::histograms::rule_ran(rule, took);
         match result {
             Ok(n) => s.collected += n,
             Err(_) => s.errors += 1,

@@ -1,5 +1,6 @@
 //! Counters of transfers, for `/metrics`: bytes by path and encoding,
-//! transfers, failures and seconds spent by path.
+//! transfers, failures and seconds spent by path (each completed
+//! transfer's time also goes to a histogram, see [`crate::histograms`]).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -73,6 +74,7 @@ impl StreamStats {
         let t = totals.entry(path).or_default();
         t.transfers += 1;
         t.seconds += seconds;
+        crate::histograms::transfer_completed(path, seconds);
     }
 
     /// Counts a failed transfer.
