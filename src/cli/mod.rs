@@ -750,7 +750,8 @@ mod tests {
         assert_eq!(super::parse_duration_secs("10m"), Ok(600));
         assert_eq!(super::parse_duration_secs("1h"), Ok(3600));
         assert!(super::parse_duration_secs("0s").is_err());
-        assert!(super::parse_duration_secs("5d")
+        assert_eq!(super::parse_duration_secs("2d"), Ok(172_800));
+        assert!(super::parse_duration_secs("5w")
             .unwrap_err()
             .contains("unknown unit"));
         assert!(super::parse_duration_secs("x").is_err());
