@@ -145,8 +145,23 @@ pub fn bearer(req: &HttpRequest) -> Option<&str> {
         .map(str::trim)
 }
 
-/// Middleware: identifies the caller; an API route (other than `/info` and
-/// the workers' own routes) refuses an anonymous caller with 401.
+/// Whether a route answers callers without a token: the health routes, the
+/// OpenAPI document, `/api/v1/info`, and the workers' registration and
+/// heartbeats (which check the registration key themselves). Open routes
+/// say `security(())` in their OpenAPI operation; a unit test compares.
+pub fn is_open(path: &str) -> bool {
+    matches!(
+        path,
+        "/healthz"
+            | "/readyz"
+            | "/api/v1/openapi.json"
+            | "/api/v1/info"
+            | "/api/v1/workers/register"
+    ) || path.ends_with("/heartbeat")
+}
+
+/// Middleware: identifies the caller; a route that is not [`is_open`]
+/// refuses an anonymous caller with 401.
 pub async fn identify(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
@@ -155,11 +170,7 @@ pub async fn identify(
         Some(state) => state.tokens.identify(bearer(req.request())),
         None => Identity::Anonymous,
     };
-    let path = req.path();
-    let open = path == "/api/v1/info"
-        || path == "/api/v1/workers/register"
-        || path.ends_with("/heartbeat");
-    if identity == Identity::Anonymous && !open {
+    if identity == Identity::Anonymous && !is_open(req.path()) {
         return Err(ApiError::unauthorized(
             "missing or unknown token (Authorization: Bearer TOKEN, or GANTRY_TOKEN for the CLI)",
         )

@@ -12,6 +12,7 @@ use crate::web::error::ApiError;
 use crate::web::AppState;
 
 /// `GET /metrics`
+#[utoipa::path(get, path = "/metrics", operation_id = "metrics", tag = "operations", responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String), (status = "5XX", description = "The engine or database failed")))]
 pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let workers = state.engine.worker_views().await?;
     let mut out = String::new();

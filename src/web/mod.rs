@@ -10,10 +10,13 @@ mod api_workers;
 pub mod artifact_files;
 pub mod auth;
 mod error;
+mod health;
 mod metrics;
 mod metrics_collector;
 mod metrics_gc;
 mod metrics_streams;
+pub mod openapi;
+pub mod routes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -134,51 +137,7 @@ pub async fn start_web(
                     .error_handler(|e, _| ApiError::bad_request(e.to_string()).into()),
             )
             .wrap(actix_web::middleware::from_fn(auth::identify))
-            .route("/", web::get().to(dashboard))
-            .route("/metrics", web::get().to(metrics::metrics))
-            .service(
-                web::scope("/api/v1")
-                    .route("/info", web::get().to(info))
-                    .route("/workers", web::get().to(api_workers::list))
-                    .route("/jobs", web::get().to(api_jobs::list))
-                    .route("/workers/register", web::post().to(api_workers::register))
-                    .route(
-                        "/workers/{name}/heartbeat",
-                        web::post().to(api_workers::heartbeat),
-                    )
-                    .route("/workers/{name}/land", web::post().to(api_workers::land))
-                    .route(
-                        "/workers/{name}/retire",
-                        web::post().to(api_workers::retire),
-                    )
-                    .route("/workers/{name}/prune", web::post().to(api_workers::prune))
-                    .route("/workers/{name}/sweep", web::post().to(api_gc::begin))
-                    .route("/workers/{name}/report", web::post().to(api_gc::report))
-                    .route(
-                        "/teams/{team}/artifacts",
-                        web::post().to(api_artifacts::upload),
-                    )
-                    .route(
-                        "/teams/{team}/artifacts/{id}",
-                        web::get().to(api_artifacts::download),
-                    )
-                    .route("/teams/{team}/builds", web::post().to(api_builds::create))
-                    .route(
-                        "/teams/{team}/pipelines/{pipeline}/jobs/{job}/clear-task-cache",
-                        web::post().to(api_gc_admin::clear_task_cache),
-                    )
-                    .route("/builds", web::get().to(api_builds::list))
-                    .route("/builds/{id}", web::get().to(api_builds::get))
-                    .route("/builds/{id}/abort", web::post().to(api_builds::abort))
-                    .route("/builds/{id}/events", web::get().to(api_builds::events))
-                    .route("/builds/{id}/hijack", web::get().to(api_hijack::build))
-                    .route(
-                        "/containers/{handle}/hijack",
-                        web::get().to(api_hijack::container),
-                    )
-                    .route("/containers", web::get().to(api_builds::containers))
-                    .route("/volumes", web::get().to(api_builds::volumes)),
-            )
+            .configure(routes::register)
             .default_service(web::to(not_found))
     })
     // Small streamed answers (build events) must not wait for Nagle's algorithm.
@@ -208,10 +167,36 @@ fn redact(url: &str) -> String {
     }
 }
 
-async fn info() -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({ "version": env!("CARGO_PKG_VERSION") }))
+/// Body of `GET /api/v1/info`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct Info {
+    /// The web node's Gantry version.
+    pub version: &'static str,
 }
 
+/// `GET /api/v1/info`: the version (no token needed).
+#[utoipa::path(
+    get,
+    path = "/api/v1/info",
+    operation_id = "info",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "The web node's version", body = Info))
+)]
+async fn info() -> HttpResponse {
+    HttpResponse::Ok().json(Info {
+        version: env!("CARGO_PKG_VERSION"),
+    })
+}
+
+/// `GET /`: the dashboard page.
+#[utoipa::path(
+    get,
+    path = "/",
+    operation_id = "dashboard",
+    tag = "operations",
+    responses((status = 200, description = "The dashboard (HTML)", content_type = "text/html", body = String))
+)]
 async fn dashboard() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
