@@ -17,3 +17,25 @@ impl Engine {
         Ok(self.scheduler.send(Ping).await?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::scheduler::{Ping, PlacementConfig, Scheduler};
+
+    #[actix_rt::test]
+    async fn the_database_answers_until_it_is_closed() {
+        let (db, _dir) = crate::db::test_db().await;
+        db.ping().await.expect("a live database answers");
+        db.close().await;
+        assert!(
+            db.ping().await.is_err(),
+            "a closed pool must not look ready"
+        );
+    }
+
+    #[actix_rt::test]
+    async fn the_scheduler_answers_a_ping() {
+        let scheduler = Scheduler::start_on_own_thread(PlacementConfig::default());
+        scheduler.send(Ping).await.expect("the scheduler answers");
+    }
+}
