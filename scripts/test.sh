@@ -17,6 +17,9 @@ command -v pg_ctlcluster >/dev/null || need_pkgs+=(postgresql)
 command -v chromium >/dev/null || need_pkgs+=(chromium)
 # promtool checks /metrics (tests/metrics.rs); the package's server is not needed.
 command -v promtool >/dev/null || need_pkgs+=(prometheus)
+command -v runuser >/dev/null || need_pkgs+=(util-linux)
+command -v python3 >/dev/null || need_pkgs+=(python3)
+dpkg -s python3-venv >/dev/null 2>&1 || need_pkgs+=(python3-venv)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing: ${need_pkgs[*]}"
   apt-get update -qq
@@ -33,6 +36,15 @@ fi
 export GANTRY_TEST_PG="postgres://postgres@127.0.0.1:5432"
 # The runc tests must run here (root, runc installed above), never skip.
 export GANTRY_REQUIRE_RUNC=1
+
+# An independent OpenAPI validator for tests/openapi.rs, in its own venv.
+validator=target/pyenv/bin/openapi-spec-validator
+if [ ! -x "$validator" ]; then
+  echo "installing openapi-spec-validator in target/pyenv"
+  python3 -m venv target/pyenv
+  target/pyenv/bin/pip install -q openapi-spec-validator
+fi
+export GANTRY_OPENAPI_VALIDATOR="$PWD/$validator"
 
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace -- --test-threads 2

@@ -26,6 +26,7 @@ pub struct ArtifactOwner<'a> {
 
 /// An artifact kept by [`Artifacts::keep`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeptArtifact {
     /// Its id.
     pub id: String,

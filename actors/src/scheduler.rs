@@ -184,6 +184,11 @@ pub struct WhenIdle(pub String);
 #[rtype(result = "SchedulerStats")]
 pub struct GetStats;
 
+/// Answers at once: whether the Scheduler's mailbox is served (readiness).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Ping;
+
 /// What [`GetStats`] answers.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SchedulerStats {
@@ -472,6 +477,11 @@ impl Handler<GetStats> for Scheduler {
         stats.waiting = self.queue.len();
         MessageResult(stats)
     }
+}
+
+impl Handler<Ping> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, _: Ping, _: &mut Context<Self>) {}
 }
 
 /// Gives up a queued ticket without leaking capacity: a placement that

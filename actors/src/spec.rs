@@ -159,6 +159,7 @@ pub struct ProcessSpec {
 
 /// A terminal's size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WindowSize {
     /// Columns.
     pub columns: u16,

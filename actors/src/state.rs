@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// A worker's lifecycle state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum WorkerState {
     /// Heartbeating and taking work.
@@ -53,6 +54,7 @@ impl WorkerState {
 /// is asked to create it, `created` once the worker has it, `destroying` once
 /// nothing needs it, `failed` when its creation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum HandleState {
     /// The row is written; the worker may or may not have it yet.

@@ -7,6 +7,7 @@ pub use crate::state::WorkerState;
 
 /// Per-worker limits used by the placement strategies (`None`: unlimited).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerLimits {
     /// Most containers at once.
     #[serde(default)]
@@ -21,6 +22,7 @@ pub struct WorkerLimits {
 
 /// Sent by a worker to `POST /api/v1/workers/register`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerRegistration {
     /// Unique worker name.
     pub name: String,
@@ -59,6 +61,7 @@ pub struct WorkerRegistration {
 
 /// Sent by a worker to `POST /api/v1/workers/{name}/heartbeat`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Heartbeat {
     /// Must match the registration's incarnation; otherwise the worker re-registers.
     pub incarnation: String,
@@ -70,6 +73,7 @@ pub struct Heartbeat {
 
 /// A worker as the web node reports it (`GET /api/v1/workers`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerView {
     /// Unique name.
     pub name: String,

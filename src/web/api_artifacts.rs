@@ -10,13 +10,30 @@ use crate::web::error::ApiError;
 use crate::web::AppState;
 
 /// Query of an upload.
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct UploadQuery {
     /// `files` (default) or `image`.
     kind: Option<String>,
 }
 
 /// `POST /api/v1/teams/{team}/artifacts`: body is a tar stream, `Content-Encoding` zstd, gzip or none.
+#[utoipa::path(
+    post,
+    path = "/api/v1/teams/{team}/artifacts",
+    operation_id = "uploadArtifact",
+    tag = "artifacts",
+    params(("team" = String, Path, description = "The team that owns the artifact"), UploadQuery),
+    request_body(content = crate::web::openapi::TarStream, content_type = "application/x-tar", description = "A tar stream; `Content-Encoding` zstd, gzip or none"),
+    responses(
+        (status = 201, description = "Stored", body = gantry_actors::artifacts::KeptArtifact),
+        (status = 200, description = "An identical image was stored already and is used instead", body = gantry_actors::artifacts::KeptArtifact),
+        (status = 400, description = "Unknown kind or Content-Encoding, or not a valid tar"),
+        (status = 404, description = "No such team (or another team's)"),
+        (status = 413, description = "Over the artifact size limit"),
+        (status = "5XX", description = "The artifact store or database failed"),
+    )
+)]
 pub async fn upload(
     identity: Identity,
     req: HttpRequest,
@@ -70,6 +87,21 @@ pub async fn upload(
 /// `GET /api/v1/teams/{team}/artifacts/{id}`: the artifact as a tar stream,
 /// plain, or zstd (`Content-Encoding: zstd`, the stored bytes as they are)
 /// when the request's `Accept-Encoding` names zstd.
+#[utoipa::path(
+    get,
+    path = "/api/v1/teams/{team}/artifacts/{id}",
+    operation_id = "downloadArtifact",
+    tag = "artifacts",
+    params(
+        ("team" = String, Path, description = "The team that owns the artifact"),
+        ("id" = String, Path, description = "The artifact"),
+    ),
+    responses(
+        (status = 200, description = "The artifact as a tar stream (zstd when asked for with `Accept-Encoding`)", content_type = "application/x-tar", body = crate::web::openapi::TarStream),
+        (status = 404, description = "No such artifact (or another team's)"),
+        (status = "5XX", description = "The artifact store, a worker holding it or the database failed"),
+    )
+)]
 pub async fn download(
     identity: Identity,
     req: HttpRequest,

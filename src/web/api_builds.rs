@@ -8,7 +8,7 @@ use gantry_actors::event_follow::StoredEvent;
 use gantry_actors::pipeline::Vars;
 use gantry_actors::task_config::TaskConfig;
 use gantry_actors::EngineError;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 
@@ -19,11 +19,12 @@ use crate::web::AppState;
 /// Body of `POST /api/v1/teams/{team}/builds`: a one-off task (`config`,
 /// with `inputs`, `tags`, `image`, `timeout_secs`), or a job of a pipeline
 /// (`pipeline`, `pipeline_name`, `job`, `vars`) — never both.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateBuild {
     /// The task configuration (task.yml as JSON).
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     config: Option<serde_json::Value>,
     /// Artifact id per input name.
     #[serde(default)]
@@ -55,7 +56,47 @@ pub struct CreateBuild {
     vars: Option<BTreeMap<String, serde_json::Value>>,
 }
 
+/// Answer of `POST /api/v1/teams/{team}/builds`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct CreatedBuild {
+    /// The new build's id.
+    pub id: i64,
+}
+
+/// Answer of `POST /api/v1/builds/{id}/abort`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Aborting {
+    /// The build.
+    pub id: i64,
+    /// Always true: the build is being aborted (or had ended).
+    pub aborting: bool,
+}
+
+/// One line of `GET /api/v1/builds/{id}/events` (NDJSON).
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct EventLine {
+    /// The event's sequence number in the build.
+    pub seq: i64,
+    /// The event (`{"type": ..., ...}`).
+    #[schema(value_type = Object)]
+    pub event: serde_json::Value,
+}
+
 /// `POST /api/v1/teams/{team}/builds`: answers `{"id": N}`.
+#[utoipa::path(
+    post,
+    path = "/api/v1/teams/{team}/builds",
+    operation_id = "createBuild",
+    tag = "builds",
+    params(("team" = String, Path, description = "The team that owns the build")),
+    request_body = CreateBuild,
+    responses(
+        (status = 201, description = "The build was created and started", body = CreatedBuild),
+        (status = 400, description = "Invalid body: bad task config or pipeline, or conflicting fields"),
+        (status = 404, description = "No such team (or another team's)"),
+        (status = "5XX", description = "The engine or database failed"),
+    )
+)]
 pub async fn create(
     identity: Identity,
     state: web::Data<AppState>,
@@ -80,7 +121,7 @@ pub async fn create(
         (None, Some(_)) if body.check.is_some() => create_check(&state, &team, body).await?,
         (None, Some(_)) => create_job(&state, &team, body).await?,
     };
-    Ok(HttpResponse::Created().json(serde_json::json!({ "id": id })))
+    Ok(HttpResponse::Created().json(CreatedBuild { id }))
 }
 
 /// Creates a one-off build of the body's task.
@@ -183,6 +224,18 @@ async fn create_job(state: &AppState, team: &str, body: CreateBuild) -> Result<i
 }
 
 /// `POST /api/v1/builds/{id}/abort`
+#[utoipa::path(
+    post,
+    path = "/api/v1/builds/{id}/abort",
+    operation_id = "abortBuild",
+    tag = "builds",
+    params(("id" = i64, Path, description = "The build")),
+    responses(
+        (status = 200, description = "The build is being aborted", body = Aborting),
+        (status = 404, description = "No such build (or another team's)"),
+        (status = "5XX", description = "The engine or database failed"),
+    )
+)]
 pub async fn abort(
     identity: Identity,
     state: web::Data<AppState>,
@@ -191,10 +244,22 @@ pub async fn abort(
     let id = id.into_inner();
     visible_build(&identity, &state, id).await?;
     state.engine.abort_build(id).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "id": id, "aborting": true })))
+    Ok(HttpResponse::Ok().json(Aborting { id, aborting: true }))
 }
 
 /// `GET /api/v1/builds/{id}`
+#[utoipa::path(
+    get,
+    path = "/api/v1/builds/{id}",
+    operation_id = "getBuild",
+    tag = "builds",
+    params(("id" = i64, Path, description = "The build")),
+    responses(
+        (status = 200, description = "The build", body = gantry_actors::db::BuildRow),
+        (status = 404, description = "No such build (or another team's)"),
+        (status = "5XX", description = "The database failed"),
+    )
+)]
 pub async fn get(
     identity: Identity,
     state: web::Data<AppState>,
@@ -216,6 +281,16 @@ pub async fn visible_build(
 }
 
 /// `GET /api/v1/builds`: the latest 100.
+#[utoipa::path(
+    get,
+    path = "/api/v1/builds",
+    operation_id = "listBuilds",
+    tag = "builds",
+    responses(
+        (status = 200, description = "The latest 100 builds the caller may see", body = Vec<gantry_actors::db::BuildRow>),
+        (status = "5XX", description = "The database failed"),
+    )
+)]
 pub async fn list(
     identity: Identity,
     state: web::Data<AppState>,
@@ -225,6 +300,16 @@ pub async fn list(
 }
 
 /// `GET /api/v1/containers`
+#[utoipa::path(
+    get,
+    path = "/api/v1/containers",
+    operation_id = "listContainers",
+    tag = "builds",
+    responses(
+        (status = 200, description = "The containers the caller may see", body = Vec<gantry_actors::db::HandleRow>),
+        (status = "5XX", description = "The database failed"),
+    )
+)]
 pub async fn containers(
     identity: Identity,
     state: web::Data<AppState>,
@@ -233,6 +318,16 @@ pub async fn containers(
 }
 
 /// `GET /api/v1/volumes`
+#[utoipa::path(
+    get,
+    path = "/api/v1/volumes",
+    operation_id = "listVolumes",
+    tag = "builds",
+    responses(
+        (status = 200, description = "The volumes the caller may see", body = Vec<gantry_actors::db::HandleRow>),
+        (status = "5XX", description = "The database failed"),
+    )
+)]
 pub async fn volumes(
     identity: Identity,
     state: web::Data<AppState>,
@@ -252,6 +347,18 @@ async fn handles(
 
 /// `GET /api/v1/builds/{id}/events`: NDJSON, stored events then live ones,
 /// until the build's final status. Each line is `{"seq": N, "event": {...}}`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/builds/{id}/events",
+    operation_id = "buildEvents",
+    tag = "builds",
+    params(("id" = i64, Path, description = "The build")),
+    responses(
+        (status = 200, description = "NDJSON: one `EventLine` per line, stored events then live ones, until the build's final status", content_type = "application/x-ndjson", body = EventLine),
+        (status = 404, description = "No such build (or another team's)"),
+        (status = "5XX", description = "The database failed"),
+    )
+)]
 pub async fn events(
     identity: Identity,
     state: web::Data<AppState>,

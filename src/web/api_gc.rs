@@ -18,11 +18,18 @@ use crate::web::AppState;
 const MAX_REPORT_BYTES: usize = 64 << 20;
 
 /// Body of `POST /api/v1/workers/{name}/sweep`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct BeginSweep {
+pub struct BeginSweep {
     /// The worker's incarnation.
     incarnation: String,
+}
+
+/// Answer of `POST /api/v1/workers/{name}/sweep`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct SweepEpoch {
+    /// The epoch the worker's next report carries.
+    pub epoch: i64,
 }
 
 impl From<SweepError> for ApiError {
@@ -71,6 +78,23 @@ async fn json_body<T: serde::de::DeserializeOwned>(
 }
 
 /// `POST /api/v1/workers/{name}/sweep`: `{"incarnation": ...}` → `{"epoch": N}`.
+#[utoipa::path(
+    post,
+    path = "/api/v1/workers/{name}/sweep",
+    operation_id = "beginSweep",
+    tag = "gc",
+    params(("name" = String, Path, description = "The worker")),
+    request_body = BeginSweep,
+    responses(
+        (status = 200, description = "A new GC epoch", body = SweepEpoch),
+        (status = 400, description = "Invalid body"),
+        (status = 401, description = "Missing or wrong registration key"),
+        (status = 404, description = "The worker is not registered"),
+        (status = 409, description = "Registered with another incarnation: register again"),
+        (status = 413, description = "Body too large"),
+        (status = "5XX", description = "The database failed"),
+    )
+)]
 pub async fn begin(
     identity: Identity,
     state: web::Data<AppState>,
@@ -80,11 +104,28 @@ pub async fn begin(
     require_worker(&identity)?;
     let body: BeginSweep = json_body(payload, 64 << 10).await?;
     let epoch = state.engine.begin_sweep(&name, &body.incarnation).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "epoch": epoch })))
+    Ok(HttpResponse::Ok().json(SweepEpoch { epoch }))
 }
 
 /// `POST /api/v1/workers/{name}/report`: the worker's containers and
 /// volumes, listed after it was handed the report's epoch → what to destroy.
+#[utoipa::path(
+    post,
+    path = "/api/v1/workers/{name}/report",
+    operation_id = "reportSweep",
+    tag = "gc",
+    params(("name" = String, Path, description = "The worker")),
+    request_body = SweepReport,
+    responses(
+        (status = 200, description = "What the worker is to destroy", body = gantry_actors::gc::sweep::SweepAnswer),
+        (status = 400, description = "Invalid body, handle or epoch, or another worker's report"),
+        (status = 401, description = "Missing or wrong registration key"),
+        (status = 404, description = "The worker is not registered"),
+        (status = 409, description = "Registered with another incarnation: register again"),
+        (status = 413, description = "Body too large"),
+        (status = "5XX", description = "The database failed"),
+    )
+)]
 pub async fn report(
     identity: Identity,
     state: web::Data<AppState>,

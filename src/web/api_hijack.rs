@@ -59,7 +59,8 @@ pub const STOP_GRACE: Duration = Duration::from_secs(5);
 const MAX_FRAME: usize = 1 << 20;
 
 /// Query of `GET /api/v1/builds/{id}/hijack`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct BuildQuery {
     /// The step whose container to enter (default `task`, a one-off build's step).
     #[serde(default)]
@@ -67,7 +68,7 @@ pub struct BuildQuery {
 }
 
 /// The client's first frame: the process to run.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HijackRequest {
     /// Executable (looked up in `PATH` when not absolute).
@@ -121,6 +122,22 @@ fn status(code: StatusCode, message: impl Into<String>) -> ApiError {
 }
 
 /// `GET /api/v1/builds/{id}/hijack?step=STEP`
+#[utoipa::path(
+    get,
+    path = "/api/v1/builds/{id}/hijack",
+    operation_id = "hijackBuild",
+    tag = "intercept",
+    params(("id" = i64, Path, description = "The build"), BuildQuery),
+    responses(
+        (status = 101, description = "Switching protocols: the websocket session (first client frame: the process as `HijackRequest`)"),
+        (status = 400, description = "Not a websocket handshake"),
+        (status = 404, description = "No such build (or another team's), or no container for the step"),
+        (status = 409, description = "The container is being created or destroyed"),
+        (status = 502, description = "Its worker cannot be reached"),
+        (status = 503, description = "Its worker is not registered or is stalled"),
+        (status = 500, description = "The engine or database failed"),
+    )
+)]
 pub async fn build(
     identity: Identity,
     state: web::Data<AppState>,
@@ -161,6 +178,22 @@ pub async fn build(
 }
 
 /// `GET /api/v1/containers/{handle}/hijack`
+#[utoipa::path(
+    get,
+    path = "/api/v1/containers/{handle}/hijack",
+    operation_id = "hijackContainer",
+    tag = "intercept",
+    params(("handle" = String, Path, description = "The container's handle")),
+    responses(
+        (status = 101, description = "Switching protocols: the websocket session (first client frame: the process as `HijackRequest`)"),
+        (status = 400, description = "Not a websocket handshake"),
+        (status = 404, description = "No such container (or another team's), or gone from its worker"),
+        (status = 409, description = "The container is being created or destroyed"),
+        (status = 502, description = "Its worker cannot be reached"),
+        (status = 503, description = "Its worker is not registered or is stalled"),
+        (status = 500, description = "The engine or database failed"),
+    )
+)]
 pub async fn container(
     identity: Identity,
     state: web::Data<AppState>,

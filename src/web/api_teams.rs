@@ -10,7 +10,7 @@ use crate::web::error::ApiError;
 use crate::web::AppState;
 
 /// The body of `POST /api/v1/teams/{team}/tokens`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateToken {
     /// Seconds until it expires; never when absent.
@@ -22,6 +22,13 @@ pub struct CreateToken {
 }
 
 /// `GET /api/v1/teams`: every team (the admin), or the caller's own.
+#[utoipa::path(
+    get,
+    path = "/api/v1/teams",
+    operation_id = "listTeams",
+    tag = "teams",
+    responses((status = 200, description = "Teams: name, created_at (unix ms), from_config", body = Vec<Object>))
+)]
 pub async fn list(
     identity: Identity,
     state: web::Data<AppState>,
@@ -47,6 +54,19 @@ pub async fn list(
 
 /// `PUT /api/v1/teams/{team}` (admin): creates the team if it does not
 /// exist; 201 when it was made, 200 when it was there.
+#[utoipa::path(
+    put,
+    path = "/api/v1/teams/{team}",
+    operation_id = "setTeam",
+    tag = "teams",
+    params(("team" = String, Path, description = "The team's name")),
+    responses(
+        (status = 201, description = "Created: {name, created: true}", body = Object),
+        (status = 200, description = "It existed: {name, created: false}", body = Object),
+        (status = 400, description = "Not a valid team name"),
+        (status = 403, description = "Not the admin"),
+    )
+)]
 pub async fn set(
     identity: Identity,
     state: web::Data<AppState>,
@@ -66,6 +86,20 @@ pub async fn set(
 /// `DELETE /api/v1/teams/{team}` (admin): removes the team and revokes its
 /// tokens; refused for `main`, a team of the config file, and a team with
 /// builds that have not ended.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/teams/{team}",
+    operation_id = "destroyTeam",
+    tag = "teams",
+    params(("team" = String, Path, description = "The team's name")),
+    responses(
+        (status = 200, description = "Removed: {removed: NAME}", body = Object),
+        (status = 400, description = "main, or a team with builds that have not ended"),
+        (status = 403, description = "Not the admin"),
+        (status = 404, description = "No such team"),
+        (status = 409, description = "A team of the config file"),
+    )
+)]
 pub async fn remove(
     identity: Identity,
     state: web::Data<AppState>,
@@ -85,6 +119,20 @@ pub async fn remove(
 
 /// `POST /api/v1/teams/{team}/tokens` (admin): makes a token for the team;
 /// the answer (201) is the only time its secret is shown.
+#[utoipa::path(
+    post,
+    path = "/api/v1/teams/{team}/tokens",
+    operation_id = "createToken",
+    tag = "teams",
+    params(("team" = String, Path, description = "The team the token acts for")),
+    request_body(content = Option<CreateToken>, description = "Optional expiry and description"),
+    responses(
+        (status = 201, description = "The token (shown only now) and its record", body = Object),
+        (status = 400, description = "Invalid body"),
+        (status = 403, description = "Not the admin"),
+        (status = 404, description = "No such team"),
+    )
+)]
 pub async fn create_token(
     identity: Identity,
     state: web::Data<AppState>,
@@ -117,6 +165,13 @@ pub async fn create_token(
 
 /// `GET /api/v1/tokens`: every token (the admin) or the caller team's, with
 /// no secrets.
+#[utoipa::path(
+    get,
+    path = "/api/v1/tokens",
+    operation_id = "listTokens",
+    tag = "teams",
+    responses((status = 200, description = "Tokens without their secrets: id, team, description, created_at, expires_at, revoked_at", body = Vec<Object>))
+)]
 pub async fn list_tokens(
     identity: Identity,
     state: web::Data<AppState>,
@@ -126,6 +181,19 @@ pub async fn list_tokens(
 }
 
 /// `DELETE /api/v1/tokens/{id}` (admin): revokes a token at once.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/tokens/{id}",
+    operation_id = "revokeToken",
+    tag = "teams",
+    params(("id" = String, Path, description = "The token's id")),
+    responses(
+        (status = 200, description = "Revoked: {revoked: ID}", body = Object),
+        (status = 400, description = "Already revoked"),
+        (status = 403, description = "Not the admin"),
+        (status = 404, description = "No such token"),
+    )
+)]
 pub async fn revoke_token(
     identity: Identity,
     state: web::Data<AppState>,

@@ -9,6 +9,22 @@ use crate::web::auth::Identity;
 use crate::web::error::ApiError;
 use crate::web::AppState;
 
+/// Answer of a registration or a heartbeat: the worker's state.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct StateAnswer {
+    /// The worker's lifecycle state.
+    pub state: WorkerState,
+}
+
+/// Answer of landing, retiring or pruning a worker.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct LifecycleAnswer {
+    /// The worker.
+    pub name: String,
+    /// Its new state.
+    pub state: WorkerState,
+}
+
 fn check_key(identity: &Identity) -> Result<(), ApiError> {
     match identity {
         Identity::Worker => Ok(()),
@@ -24,7 +40,21 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
 
-/// `POST /api/v1/workers/register`
+/// `POST /api/v1/workers/register` (the registration key).
+#[utoipa::path(
+    post,
+    path = "/api/v1/workers/register",
+    operation_id = "registerWorker",
+    tag = "workers",
+    security(()),
+    request_body = WorkerRegistration,
+    responses(
+        (status = 200, description = "Registered: the worker is running", body = StateAnswer),
+        (status = 400, description = "Invalid body or worker name"),
+        (status = 401, description = "Missing or wrong registration key"),
+        (status = "5XX", description = "The engine or database failed"),
+    )
+)]
 pub async fn register(
     identity: Identity,
     state: web::Data<AppState>,
@@ -38,10 +68,30 @@ pub async fn register(
         ));
     }
     state.engine.register_worker(reg).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({"state": WorkerState::Running})))
+    Ok(HttpResponse::Ok().json(StateAnswer {
+        state: WorkerState::Running,
+    }))
 }
 
-/// `POST /api/v1/workers/{name}/heartbeat`
+/// `POST /api/v1/workers/{name}/heartbeat` (the registration key).
+#[utoipa::path(
+    post,
+    path = "/api/v1/workers/{name}/heartbeat",
+    operation_id = "workerHeartbeat",
+    tag = "workers",
+    security(()),
+    params(("name" = String, Path, description = "The worker")),
+    request_body = Heartbeat,
+    responses(
+        (status = 200, description = "Recorded: the worker's state", body = StateAnswer),
+        (status = 400, description = "Invalid body"),
+        (status = 401, description = "Missing or wrong registration key"),
+        (status = 404, description = "Unknown worker: register again"),
+        (status = 409, description = "Registered with another incarnation: register again"),
+        (status = 410, description = "The worker was retired"),
+        (status = "5XX", description = "The engine or database failed"),
+    )
+)]
 pub async fn heartbeat(
     identity: Identity,
     state: web::Data<AppState>,
@@ -51,7 +101,7 @@ pub async fn heartbeat(
     check_key(&identity)?;
     let body: Heartbeat = parse(&body)?;
     match state.engine.worker_heartbeat(name.into_inner(), body).await {
-        Ok(s) => Ok(HttpResponse::Ok().json(serde_json::json!({"state": s}))),
+        Ok(state) => Ok(HttpResponse::Ok().json(StateAnswer { state })),
         Err(e @ HeartbeatRefused::Unknown(_)) => Err(ApiError::not_found(e.to_string())),
         Err(e @ HeartbeatRefused::NewIncarnation(_)) => Err(ApiError {
             status: actix_web::http::StatusCode::CONFLICT,
@@ -66,6 +116,16 @@ pub async fn heartbeat(
 }
 
 /// `GET /api/v1/workers`
+#[utoipa::path(
+    get,
+    path = "/api/v1/workers",
+    operation_id = "listWorkers",
+    tag = "workers",
+    responses(
+        (status = 200, description = "Every worker", body = Vec<gantry_actors::worker_info::WorkerView>),
+        (status = "5XX", description = "The engine or database failed"),
+    )
+)]
 pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(state.engine.worker_views().await?))
 }
@@ -76,7 +136,10 @@ async fn lifecycle(
     action: LifecycleAction,
 ) -> Result<HttpResponse, ApiError> {
     let new_state = state.engine.worker_lifecycle(name.clone(), action).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({"name": name, "state": new_state})))
+    Ok(HttpResponse::Ok().json(LifecycleAnswer {
+        name,
+        state: new_state,
+    }))
 }
 
 /// Landing or retiring: the admin, or a worker stopping itself.
@@ -88,6 +151,19 @@ fn admin_or_worker(identity: &Identity) -> Result<(), ApiError> {
 }
 
 /// `POST /api/v1/workers/{name}/land`: finish running steps, then `landed`.
+#[utoipa::path(
+    post,
+    path = "/api/v1/workers/{name}/land",
+    operation_id = "landWorker",
+    tag = "workers",
+    params(("name" = String, Path, description = "The worker")),
+    responses(
+        (status = 200, description = "The worker's new state", body = LifecycleAnswer),
+        (status = 403, description = "The admin token or the registration key is needed"),
+        (status = 404, description = "No such worker"),
+        (status = "5XX", description = "The engine or database failed"),
+    )
+)]
 pub async fn land(
     identity: Identity,
     state: web::Data<AppState>,
@@ -98,6 +174,19 @@ pub async fn land(
 }
 
 /// `POST /api/v1/workers/{name}/retire`: finish running steps, then delete.
+#[utoipa::path(
+    post,
+    path = "/api/v1/workers/{name}/retire",
+    operation_id = "retireWorker",
+    tag = "workers",
+    params(("name" = String, Path, description = "The worker")),
+    responses(
+        (status = 200, description = "The worker's new state", body = LifecycleAnswer),
+        (status = 403, description = "The admin token or the registration key is needed"),
+        (status = 404, description = "No such worker"),
+        (status = "5XX", description = "The engine or database failed"),
+    )
+)]
 pub async fn retire(
     identity: Identity,
     state: web::Data<AppState>,
@@ -108,6 +197,19 @@ pub async fn retire(
 }
 
 /// `POST /api/v1/workers/{name}/prune`: remove a worker that is not running.
+#[utoipa::path(
+    post,
+    path = "/api/v1/workers/{name}/prune",
+    operation_id = "pruneWorker",
+    tag = "workers",
+    params(("name" = String, Path, description = "The worker")),
+    responses(
+        (status = 200, description = "The worker's new state", body = LifecycleAnswer),
+        (status = 403, description = "The admin token is needed"),
+        (status = 404, description = "No such worker"),
+        (status = "5XX", description = "The engine or database failed"),
+    )
+)]
 pub async fn prune(
     identity: Identity,
     state: web::Data<AppState>,

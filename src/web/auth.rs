@@ -187,24 +187,31 @@ pub fn request_token(req: &HttpRequest) -> Option<String> {
         .and_then(|q| q.get("token").cloned())
 }
 
-/// Whether a path answers callers without a token: the dashboard's page
+/// Whether a route answers callers without a token: the dashboard's page
 /// and assets (which hold no data; the page asks the API with the token it
-/// is given), the API's info, the workers' registration and heartbeats
-/// (they check the registration key themselves), the health routes, and
-/// `/metrics` unless configured otherwise.
-fn open_path(path: &str, metrics_public: bool) -> bool {
+/// is given), the health routes, the OpenAPI document, `/api/v1/info`,
+/// `/metrics` (unless `metrics_public = false`), and the workers'
+/// registration and heartbeats (which check the registration key
+/// themselves). Open routes say `security(())` in their OpenAPI operation;
+/// a unit test compares.
+pub fn is_open(path: &str) -> bool {
     path == "/"
         || path.starts_with("/builds/")
         || path.starts_with("/dashboard/")
         || matches!(
             path,
-            "/api/v1/info" | "/api/v1/workers/register" | "/healthz" | "/readyz"
+            "/healthz"
+                | "/readyz"
+                | "/metrics"
+                | "/api/v1/openapi.json"
+                | "/api/v1/info"
+                | "/api/v1/workers/register"
         )
         || path.ends_with("/heartbeat")
-        || (path == "/metrics" && metrics_public)
 }
 
-/// Middleware: identifies the caller; a route other than [`open_path`]s
+/// Middleware: identifies the caller; a route that is not [`is_open`]
+/// refuses an anonymous caller with 401.
 /// refuses an anonymous caller with 401.
 pub async fn identify(
     req: ServiceRequest,
@@ -217,7 +224,9 @@ pub async fn identify(
     let metrics_public = req
         .app_data::<web::Data<AppState>>()
         .is_none_or(|s| s.tokens.metrics_public);
-    if identity == Identity::Anonymous && !open_path(req.path(), metrics_public) {
+    let path = req.path();
+    let open = is_open(path) && (metrics_public || path != "/metrics");
+    if identity == Identity::Anonymous && !open {
         return Err(ApiError::unauthorized(
             "missing or unknown token (Authorization: Bearer TOKEN, or GANTRY_TOKEN for the CLI)",
         )
@@ -284,8 +293,8 @@ mod tests {
             .insert_header(("authorization", "Bearer adm"))
             .to_http_request();
         assert_eq!(request_token(&header).as_deref(), Some("adm"));
-        assert!(open_path("/builds/7", false) && open_path("/dashboard/app.js", false));
-        assert!(open_path("/healthz", false) && open_path("/metrics", true));
-        assert!(!open_path("/api/v1/builds/7", true) && !open_path("/metrics", false));
+        assert!(is_open("/builds/7") && is_open("/dashboard/app.js"));
+        assert!(is_open("/healthz") && is_open("/metrics"));
+        assert!(!is_open("/api/v1/builds/7") && !is_open("/api/v1/dashboard/events"));
     }
 }

@@ -232,6 +232,16 @@ async fn gc_state(engine: &Engine) -> Result<GcState, ApiError> {
 }
 
 /// `GET /api/v1/dashboard/events`: the live feed (see the module's docs).
+#[utoipa::path(
+    get,
+    path = "/api/v1/dashboard/events",
+    operation_id = "dashboardEvents",
+    tag = "operations",
+    params(("token" = Option<String>, Query, description = "The token, for a browser's EventSource that cannot set a header (this route only)")),
+    responses(
+        (status = 200, description = "Server-sent events: a JSON snapshot of the fleet, builds, handles and GC state at once and on every change", content_type = "text/event-stream", body = String),
+    )
+)]
 pub async fn events(
     identity: Identity,
     state: web::Data<AppState>,

@@ -14,6 +14,13 @@ pub struct ApiError {
     pub message: String,
 }
 
+/// The body of every error answer: `{"error": "..."}`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong, for the user.
+    pub error: String,
+}
+
 impl ApiError {
     /// 400 with a message.
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -67,7 +74,9 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status).json(serde_json::json!({ "error": self.message }))
+        HttpResponse::build(self.status).json(ErrorBody {
+            error: self.message.clone(),
+        })
     }
 }
 

@@ -81,6 +81,19 @@ pub fn install() -> &'static PrometheusHandle {
 }
 
 /// `GET /metrics`
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "metrics",
+    tag = "operations",
+    description = "Open by default; with `metrics_public = false` in the web node's config it needs a token like any other route.",
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Prometheus text format", content_type = "text/plain", body = String),
+        (status = 401, description = "With `metrics_public = false`: no token, or one that is not accepted"),
+        (status = "5XX", description = "The engine or database failed"),
+    )
+)]
 pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let engine = &state.engine;
     let core = Core {

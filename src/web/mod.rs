@@ -12,11 +12,14 @@ pub mod artifact_files;
 pub mod auth;
 mod dashboard_feed;
 mod error;
+mod health;
 pub mod limits;
 mod metrics;
 mod metrics_collector;
 mod metrics_gc;
 mod metrics_streams;
+pub mod openapi;
+pub mod routes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -144,64 +147,7 @@ pub async fn start_web(
                     .error_handler(|e, _| ApiError::bad_request(e.to_string()).into()),
             )
             .wrap(actix_web::middleware::from_fn(auth::identify))
-            .route("/", web::get().to(dashboard))
-            .route("/builds/{id}", web::get().to(dashboard))
-            .route("/dashboard/app.js", web::get().to(dashboard_js))
-            .route("/dashboard/style.css", web::get().to(dashboard_css))
-            .route("/metrics", web::get().to(metrics::metrics))
-            .service(
-                web::scope("/api/v1")
-                    .route("/info", web::get().to(info))
-                    .route("/workers", web::get().to(api_workers::list))
-                    .route("/jobs", web::get().to(api_jobs::list))
-                    .route("/dashboard/events", web::get().to(dashboard_feed::events))
-                    .route("/workers/register", web::post().to(api_workers::register))
-                    .route(
-                        "/workers/{name}/heartbeat",
-                        web::post().to(api_workers::heartbeat),
-                    )
-                    .route("/workers/{name}/land", web::post().to(api_workers::land))
-                    .route(
-                        "/workers/{name}/retire",
-                        web::post().to(api_workers::retire),
-                    )
-                    .route("/workers/{name}/prune", web::post().to(api_workers::prune))
-                    .route("/workers/{name}/sweep", web::post().to(api_gc::begin))
-                    .route("/workers/{name}/report", web::post().to(api_gc::report))
-                    .route(
-                        "/teams/{team}/artifacts",
-                        web::post().to(api_artifacts::upload),
-                    )
-                    .route(
-                        "/teams/{team}/artifacts/{id}",
-                        web::get().to(api_artifacts::download),
-                    )
-                    .route("/teams/{team}/builds", web::post().to(api_builds::create))
-                    .route(
-                        "/teams/{team}/pipelines/{pipeline}/jobs/{job}/clear-task-cache",
-                        web::post().to(api_gc_admin::clear_task_cache),
-                    )
-                    .route("/builds", web::get().to(api_builds::list))
-                    .route("/builds/{id}", web::get().to(api_builds::get))
-                    .route("/builds/{id}/abort", web::post().to(api_builds::abort))
-                    .route("/builds/{id}/events", web::get().to(api_builds::events))
-                    .route("/builds/{id}/hijack", web::get().to(api_hijack::build))
-                    .route(
-                        "/containers/{handle}/hijack",
-                        web::get().to(api_hijack::container),
-                    )
-                    .route("/teams", web::get().to(api_teams::list))
-                    .route("/teams/{team}", web::put().to(api_teams::set))
-                    .route("/teams/{team}", web::delete().to(api_teams::remove))
-                    .route(
-                        "/teams/{team}/tokens",
-                        web::post().to(api_teams::create_token),
-                    )
-                    .route("/tokens", web::get().to(api_teams::list_tokens))
-                    .route("/tokens/{id}", web::delete().to(api_teams::revoke_token))
-                    .route("/containers", web::get().to(api_builds::containers))
-                    .route("/volumes", web::get().to(api_builds::volumes)),
-            )
+            .configure(routes::register)
             .default_service(web::to(not_found))
     })
     // Small streamed answers (build events) must not wait for Nagle's algorithm.
@@ -231,12 +177,38 @@ fn redact(url: &str) -> String {
     }
 }
 
-async fn info() -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({ "version": env!("CARGO_PKG_VERSION") }))
+/// Body of `GET /api/v1/info`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct Info {
+    /// The web node's Gantry version.
+    pub version: &'static str,
 }
 
-/// The dashboard's page, for `/` and `/builds/{id}` alike (it routes on
-/// `location.pathname` itself).
+/// `GET /api/v1/info`: the version (no token needed).
+#[utoipa::path(
+    get,
+    path = "/api/v1/info",
+    operation_id = "info",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "The web node's version", body = Info))
+)]
+async fn info() -> HttpResponse {
+    HttpResponse::Ok().json(Info {
+        version: env!("CARGO_PKG_VERSION"),
+    })
+}
+
+/// `GET /`: the dashboard's page (no token needed: it holds no data, and
+/// asks the API with the token it is given).
+#[utoipa::path(
+    get,
+    path = "/",
+    operation_id = "dashboard",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "The dashboard (HTML)", content_type = "text/html", body = String))
+)]
 async fn dashboard() -> HttpResponse {
     asset(
         "text/html; charset=utf-8",
@@ -244,6 +216,30 @@ async fn dashboard() -> HttpResponse {
     )
 }
 
+/// `GET /builds/{id}`: the dashboard's page of a build (the same page: it
+/// routes on `location.pathname` itself).
+#[utoipa::path(
+    get,
+    path = "/builds/{id}",
+    operation_id = "dashboardBuild",
+    tag = "operations",
+    security(()),
+    params(("id" = i64, Path, description = "The build")),
+    responses((status = 200, description = "The dashboard (HTML)", content_type = "text/html", body = String))
+)]
+async fn dashboard_build() -> HttpResponse {
+    dashboard().await
+}
+
+/// `GET /dashboard/app.js`: the dashboard's script.
+#[utoipa::path(
+    get,
+    path = "/dashboard/app.js",
+    operation_id = "dashboardScript",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "JavaScript", content_type = "text/javascript", body = String))
+)]
 async fn dashboard_js() -> HttpResponse {
     asset(
         "text/javascript; charset=utf-8",
@@ -251,6 +247,15 @@ async fn dashboard_js() -> HttpResponse {
     )
 }
 
+/// `GET /dashboard/style.css`: the dashboard's style sheet.
+#[utoipa::path(
+    get,
+    path = "/dashboard/style.css",
+    operation_id = "dashboardStyle",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "CSS", content_type = "text/css", body = String))
+)]
 async fn dashboard_css() -> HttpResponse {
     asset(
         "text/css; charset=utf-8",

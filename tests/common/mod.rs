@@ -75,6 +75,16 @@ impl TestDb {
     }
 }
 
+impl TestDb {
+    /// A database the test manages itself (not dropped at the end).
+    pub fn at(url: String) -> TestDb {
+        TestDb {
+            url: Some(url),
+            pg_name: None,
+        }
+    }
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
         if let Some(name) = &self.pg_name {

@@ -15,6 +15,7 @@ use crate::db::now_ms;
 
 /// What a job is doing now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     /// A unit of work is running.
@@ -50,6 +51,7 @@ impl JobState {
 /// One job's row, as operators see it. Times are unix milliseconds, like
 /// every stored time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub struct JobStatus {
     /// Which job (`worker-probe/w1`), so operators can tell rows apart.

@@ -7,6 +7,7 @@ use crate::error::EngineError;
 
 /// Where a build is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum BuildStatus {
     /// Created, not yet placed.
@@ -67,6 +68,7 @@ impl BuildStatus {
 
 /// A stored build.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BuildRow {
     /// Build id.
     pub id: i64,

@@ -96,6 +96,9 @@ impl Db {
         };
         let pool = AnyPoolOptions::new()
             .max_connections(max)
+            // A connection broken while the server was away is found and
+            // dropped when next taken, so the pool recovers by itself.
+            .test_before_acquire(true)
             .connect(url)
             .await?;
         if backend == Backend::Sqlite {
@@ -133,6 +136,14 @@ impl Db {
     /// (the web node is shutting down).
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+
+    /// Runs `SELECT 1`: whether the database answers (readiness). The pool
+    /// tests a connection before handing it out, so one broken while the
+    /// server was away is replaced, not reused.
+    pub async fn ping(&self) -> Result<(), EngineError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
     }
 
     /// The underlying pool.

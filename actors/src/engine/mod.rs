@@ -7,6 +7,7 @@ mod artifacts;
 mod builds;
 mod gc;
 mod handles;
+mod health;
 mod task_caches;
 mod teams;
 mod workers;

@@ -22,6 +22,7 @@ use crate::error::EngineError;
 
 /// How full a worker's volume store is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DiskUsage {
     /// Bytes in use on its file system.
     pub used_bytes: u64,
@@ -54,6 +55,7 @@ pub struct VolumeStoreReport {
 /// A worker's report: every container and volume it has, listed after it
 /// was handed `epoch`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SweepReport {
     /// The worker's name (on the wire, may be left out: the URL names it).
     #[serde(default)]
@@ -77,6 +79,7 @@ pub struct SweepReport {
 /// What the worker is to destroy: rows being destroyed, and handles the web
 /// node has no row for.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SweepAnswer {
     /// Containers to destroy (first).
     pub destroy_containers: Vec<String>,
