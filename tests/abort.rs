@@ -131,6 +131,7 @@ fn a_timeout_ends_a_running_step_and_a_wait_for_a_worker() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "quick\n");
-    let bad = client(&web.url, &["execute", "-c", &quick, "--timeout", "5d"]);
+    let bad = client(&web.url, &["execute", "-c", &quick, "--timeout", "5w"]);
     assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown unit"));
 }
