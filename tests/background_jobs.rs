@@ -52,11 +52,14 @@ fn a_workers_background_jobs_are_listed_with_their_runs_and_errors(kind: DbKind)
         .text()
         .unwrap();
     assert!(
-        metrics.contains("gantry_background_job_runs_total{job=\"worker-heartbeat/w1\"} "),
+        metrics
+            .contains("gantry_background_job_runs_total{background_job=\"worker-heartbeat/w1\"} "),
         "{metrics}"
     );
     assert!(
-        metrics.contains("gantry_background_job_errors_total{job=\"worker-heartbeat/w1\"} 0\n"),
+        metrics.contains(
+            "gantry_background_job_errors_total{background_job=\"worker-heartbeat/w1\"} 0\n"
+        ),
         "{metrics}"
     );
 

@@ -212,11 +212,13 @@ impl Core {
             "Whether each background job is waiting out a backoff after failures (1) or not (0)."
         );
         for j in &self.jobs {
-            counter!("gantry_background_job_runs_total", "job" => j.name.clone()).absolute(j.runs);
-            counter!("gantry_background_job_errors_total", "job" => j.name.clone())
+            counter!("gantry_background_job_runs_total", "background_job" => j.name.clone())
+                .absolute(j.runs);
+            counter!("gantry_background_job_errors_total", "background_job" => j.name.clone())
                 .absolute(j.errors);
             let backing_off = f64::from(u8::from(j.state == JobState::BackingOff));
-            gauge!("gantry_background_job_backing_off", "job" => j.name.clone()).set(backing_off);
+            gauge!("gantry_background_job_backing_off", "background_job" => j.name.clone())
+                .set(backing_off);
         }
     }
 }
