@@ -232,41 +232,15 @@ impl Db {
     /// Task caches with a ttl unused for longer than it at `now` (unix
     /// ms), oldest used first.
     pub async fn expired_task_caches(&self, now: i64) -> Result<Vec<TaskCacheRow>, EngineError> {
-        type Raw = (
-            String,
-            String,
-            String,
-            String,
-            String,
-            String,
-            String,
-            i64,
-            i64,
-        );
-        let rows: Vec<Raw> = sqlx::query_as(
-            "SELECT team, pipeline, job, step, path, worker, volume, created_at, last_used_at \
-             FROM task_caches WHERE ttl_ms IS NOT NULL AND $1 - last_used_at > ttl_ms \
+        let rows: Vec<super::task_caches::Raw> = sqlx::query_as(&format!(
+            "SELECT {} FROM task_caches WHERE ttl_ms IS NOT NULL AND $1 - last_used_at > ttl_ms \
              ORDER BY last_used_at, volume",
-        )
+            super::task_caches::COLUMNS
+        ))
         .bind(now)
         .fetch_all(self.pool())
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| TaskCacheRow {
-                key: TaskCacheKey {
-                    team: r.0,
-                    pipeline: r.1,
-                    job: r.2,
-                    step: r.3,
-                    path: r.4,
-                    worker: r.5,
-                },
-                volume: r.6,
-                created_at: r.7,
-                last_used_at: r.8,
-            })
-            .collect())
+        Ok(rows.into_iter().map(super::task_caches::decode).collect())
     }
 
     /// The task caches of a job (of one step, or of all), oldest first.

@@ -23,11 +23,12 @@
 //! started before the cache's last use keeps it, whichever worker it runs
 //! on, until it ends.
 
-use crate::db::{Db, TaskCacheKey, TaskCacheRow};
+use crate::db::{Db, TaskCacheRow};
 use crate::error::EngineError;
 use crate::state::HandleState;
 
 use super::gc_collect::ENDED;
+use super::task_caches::{decode, Raw, COLUMNS};
 
 /// The condition that the task cache (or leftover) in the row named `t`
 /// (columns `team`, `pipeline`, `job`, `step`, `worker`, `last_used_at`)
@@ -40,37 +41,6 @@ pub(super) fn in_use(t: &str) -> String {
          AND c.step = {t}.step AND c.state <> '{destroying}')))",
         destroying = HandleState::Destroying.as_str()
     )
-}
-
-/// The task cache columns, in [`TaskCacheRow`] order.
-const COLUMNS: &str = "team, pipeline, job, step, path, worker, volume, created_at, last_used_at";
-
-type Raw = (
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-    i64,
-    i64,
-);
-
-fn decode(r: Raw) -> TaskCacheRow {
-    TaskCacheRow {
-        key: TaskCacheKey {
-            team: r.0,
-            pipeline: r.1,
-            job: r.2,
-            step: r.3,
-            path: r.4,
-            worker: r.5,
-        },
-        volume: r.6,
-        created_at: r.7,
-        last_used_at: r.8,
-    }
 }
 
 /// Marks leftover `volume`'s volume `destroying` and forgets the leftover,

@@ -38,7 +38,8 @@ pub struct TaskCacheRow {
     pub last_used_at: i64,
 }
 
-type Raw = (
+/// A task cache row as selected with [`COLUMNS`].
+pub(super) type Raw = (
     String,
     String,
     String,
@@ -50,12 +51,15 @@ type Raw = (
     i64,
 );
 
-const COLUMNS: &str = "team, pipeline, job, step, path, worker, volume, created_at, last_used_at";
+/// The task cache columns, in [`TaskCacheRow`] order.
+pub(super) const COLUMNS: &str =
+    "team, pipeline, job, step, path, worker, volume, created_at, last_used_at";
 
 const KEY_MATCH: &str =
     "team = $1 AND pipeline = $2 AND job = $3 AND step = $4 AND path = $5 AND worker = $6";
 
-fn decode(r: Raw) -> TaskCacheRow {
+/// A selected row as a [`TaskCacheRow`].
+pub(super) fn decode(r: Raw) -> TaskCacheRow {
     TaskCacheRow {
         key: TaskCacheKey {
             team: r.0,
