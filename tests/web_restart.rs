@@ -197,3 +197,47 @@ fn job_build_across_a_web_restart(
     assert!(!wait_child(&mut run, Duration::from_secs(20)).success());
     (build, start_web_on(dir, port, "web2.log"), worker)
 }
+
+#[test]
+fn a_second_web_node_on_one_sqlite_database_is_refused_and_the_first_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = start_web_on(dir.path(), free_port(), "web1.log");
+    let mut second = gantry()
+        .args([
+            "web",
+            "--listen",
+            "127.0.0.1:0",
+            "--registration-key",
+            "k3y",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("web"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("web2.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let status = wait_child(&mut second, Duration::from_secs(30));
+    assert!(!status.success());
+    let log = std::fs::read_to_string(dir.path().join("web2.log")).unwrap();
+    assert!(
+        log.contains("another gantry web node is using the SQLite database"),
+        "{log}"
+    );
+    // The first still serves; once it is gone (even killed), a new node may start.
+    assert_eq!(
+        reqwest::blocking::get(format!("{}/healthz", first.url))
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+    first.kill();
+    let again = start_web_on(dir.path(), free_port(), "web3.log");
+    assert_eq!(
+        reqwest::blocking::get(format!("{}/healthz", again.url))
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+}

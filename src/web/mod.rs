@@ -55,6 +55,43 @@ pub struct WebHandle {
     pub server: actix_web::dev::Server,
     /// The engine.
     pub engine: Engine,
+    /// The lock on a SQLite database, held while the node runs (none on
+    /// PostgreSQL).
+    pub sqlite_lock: Option<std::fs::File>,
+}
+
+/// On SQLite, locks the database for this web node (`FILE.lock` next to
+/// it, an exclusive `flock` released when the process ends, however it
+/// ends): SQLite serves one web node; several share PostgreSQL.
+fn lock_sqlite(url: &str) -> anyhow::Result<Option<std::fs::File>> {
+    let Some(rest) = url.strip_prefix("sqlite:") else {
+        return Ok(None);
+    };
+    let path = rest.trim_start_matches("//");
+    let path = path.split('?').next().unwrap_or_default();
+    if path.is_empty() || path == ":memory:" {
+        return Ok(None);
+    }
+    let lock_path = format!("{path}.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("opening {lock_path}"))?;
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: flock on a descriptor this function owns.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            anyhow::bail!(
+                "another gantry web node is using the SQLite database {path}: SQLite serves one web node; run several on one PostgreSQL database (--database-url postgres://...)"
+            );
+        }
+        return Err(e).with_context(|| format!("locking {lock_path}"));
+    }
+    Ok(Some(file))
 }
 
 /// The database URL: the configured one, or SQLite in the data dir.
@@ -89,6 +126,7 @@ pub async fn start_web(
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
     let url = database_url(cfg);
+    let sqlite_lock = lock_sqlite(&url)?;
     let db = Db::connect(&url)
         .await
         .with_context(|| format!("opening database {}", redact(&url)))?;
@@ -160,6 +198,7 @@ pub async fn start_web(
         redact(&url)
     );
     Ok(WebHandle {
+        sqlite_lock,
         addr,
         server: server.run(),
         engine,
