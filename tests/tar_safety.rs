@@ -274,7 +274,7 @@ fn malicious_archives_are_refused_or_contained(kind: DbKind) {
                 }
                 Expect::TooLarge => {
                     let error = json["error"].as_str().unwrap_or_default();
-                    assert_eq!(status, 400, "{what}: {json}");
+                    assert_eq!(status, 413, "{what}: {json}");
                     assert!(
                         error.contains(&format!("exceeds the limit of {LIMIT} bytes")),
                         "{what}: {error}"
