@@ -45,7 +45,7 @@ impl Limits {
             Some(n) if n > self.max_artifact_bytes => Err(ApiError {
                 status: actix_web::http::StatusCode::PAYLOAD_TOO_LARGE,
                 message: format!(
-                    "artifact too large: the upload is {n} bytes, the limit is {} bytes (web.max_artifact_bytes)",
+                    "artifact too large: the upload of {n} bytes exceeds the limit of {} bytes (web.max_artifact_bytes)",
                     self.max_artifact_bytes
                 ),
             }),
