@@ -1,0 +1,247 @@
+use std::sync::Arc;
+
+use super::*;
+use crate::placement::Strategy;
+use crate::testing::DetachedWorker;
+use crate::worker_info::WorkerLimits;
+use crate::worker_info::{WorkerRegistration, WorkerState};
+
+pub(crate) fn candidate(
+    name: &str,
+    platform: &str,
+    tags: &[&str],
+    team: Option<&str>,
+    limits: WorkerLimits,
+) -> Candidate {
+    Candidate {
+        registration: WorkerRegistration {
+            platform: platform.into(),
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            team: team.map(str::to_string),
+            limits,
+            ..crate::testing::registration(name)
+        },
+        state: WorkerState::Running,
+        client: Arc::new(DetachedWorker(name.into())),
+    }
+}
+
+fn task(team: &str, platform: &str, tags: &[&str]) -> StepRequest {
+    StepRequest {
+        team: team.into(),
+        platform: platform.into(),
+        tags: tags.iter().map(|t| t.to_string()).collect(),
+        need: Load {
+            tasks: 1,
+            containers: 1,
+            volumes: 1,
+        },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn filters_name_every_constraint_and_what_each_excluded() {
+    let mut stalled = candidate("s", "linux", &[], None, WorkerLimits::default());
+    stalled.state = WorkerState::Stalled;
+    let all = [
+        candidate("a", "linux", &[], None, WorkerLimits::default()),
+        candidate("b", "windows", &[], None, WorkerLimits::default()),
+        candidate("c", "linux", &["db"], None, WorkerLimits::default()),
+        stalled,
+    ];
+    let refs: Vec<&Candidate> = all.iter().collect();
+    let err = filter(&task("main", "linux", &["gpu"]), &refs)
+        .err()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        err,
+        "no workers satisfying: platform \"linux\", tags [\"gpu\"], team \"main\": 4 workers registered, excluded: 1 stalled, 1 with another platform than \"linux\", 2 without tags [\"gpu\"]"
+    );
+    // Untagged steps avoid tagged workers; tagged steps need every tag.
+    let ok = filter(&task("main", "linux", &[]), &refs).unwrap();
+    assert_eq!(
+        ok.iter()
+            .map(|c| c.registration.name.as_str())
+            .collect::<Vec<_>>(),
+        ["a"]
+    );
+    let ok = filter(&task("main", "linux", &["db"]), &refs).unwrap();
+    assert_eq!(
+        ok.iter()
+            .map(|c| c.registration.name.as_str())
+            .collect::<Vec<_>>(),
+        ["c"]
+    );
+}
+
+#[test]
+fn resource_types_and_versions_are_hard_constraints() {
+    let mut git = candidate("git", "linux", &[], None, WorkerLimits::default());
+    git.registration.resource_types = vec!["git".into()];
+    let mut old = candidate("old", "linux", &[], None, WorkerLimits::default());
+    old.registration.version = "0.0.1".into();
+    old.registration.resource_types = vec!["git".into(), "s3".into()];
+    let plain = candidate("plain", "linux", &[], None, WorkerLimits::default());
+    let all = [git, old, plain];
+    let refs: Vec<&Candidate> = all.iter().collect();
+    let mut step = task("main", "linux", &[]);
+    step.resource_type = Some("git".into());
+    let ok = filter(&step, &refs).unwrap();
+    assert_eq!(
+        ok.iter()
+            .map(|c| c.registration.name.as_str())
+            .collect::<Vec<_>>(),
+        ["git"]
+    );
+    step.resource_type = Some("s3".into());
+    let err = filter(&step, &refs).err().unwrap().to_string();
+    assert!(err.contains("resource type \"s3\""), "{err}");
+    assert!(err.contains("2 without resource type \"s3\""), "{err}");
+    assert!(err.contains("1 running a version incompatible"), "{err}");
+}
+
+#[test]
+fn team_workers_serve_only_their_team_and_replace_the_general_pool() {
+    let all = [
+        candidate("general", "linux", &[], None, WorkerLimits::default()),
+        candidate("red", "linux", &[], Some("red"), WorkerLimits::default()),
+    ];
+    let refs: Vec<&Candidate> = all.iter().collect();
+    let names = |r: Vec<&Candidate>| {
+        r.iter()
+            .map(|c| c.registration.name.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(filter(&task("red", "linux", &[]), &refs).unwrap()),
+        ["red"]
+    );
+    assert_eq!(
+        names(filter(&task("blue", "linux", &[]), &refs).unwrap()),
+        ["general"]
+    );
+}
+
+#[actix_rt::test]
+async fn limits_are_exact_and_waiters_wake_on_release() {
+    let limits = WorkerLimits {
+        max_active_tasks: Some(2),
+        ..Default::default()
+    };
+    let scheduler = Scheduler::new(PlacementConfig {
+        with_inputs: vec![Strategy::LimitActiveTasks, Strategy::FewestBuildContainers],
+        without_inputs: vec![Strategy::LimitActiveTasks, Strategy::FewestBuildContainers],
+        checks: vec![Strategy::Random],
+    })
+    .start();
+    for n in ["w1", "w2"] {
+        scheduler
+            .send(WorkerUpdated(candidate(
+                n,
+                "linux",
+                &[],
+                None,
+                limits.clone(),
+            )))
+            .await
+            .unwrap();
+    }
+    // 10 concurrent requests: 4 placed, 6 queued.
+    let answers = futures::future::join_all(
+        (0..10).map(|_| scheduler.send(SelectWorker(task("main", "linux", &[])))),
+    )
+    .await;
+    let mut placed = Vec::new();
+    let mut tickets = Vec::new();
+    for a in answers {
+        match a.unwrap().unwrap() {
+            Selection::Placed(p) => placed.push(p),
+            Selection::Queued { ticket, reason } => {
+                assert!(reason.contains("2 at their max_active_tasks"), "{reason}");
+                tickets.push(ticket);
+            }
+        }
+    }
+    assert_eq!((placed.len(), tickets.len()), (4, 6));
+    let per = |p: &[Placement], w: &str| p.iter().filter(|p| p.worker == w).count();
+    assert_eq!((per(&placed, "w1"), per(&placed, "w2")), (2, 2));
+    let stats = scheduler.send(GetStats).await.unwrap();
+    assert_eq!(stats.waiting, 6);
+    // Releasing one wakes exactly the oldest waiter, on the freed worker.
+    let freed = placed.remove(0);
+    let worker = freed.worker.clone();
+    scheduler.send(ReleasePlacement(freed)).await.unwrap();
+    let first = tickets.remove(0).await.expect("oldest waiter placed");
+    assert_eq!(first.worker, worker);
+    assert_eq!(scheduler.send(GetStats).await.unwrap().waiting, 5);
+    // An abandoned ticket gives back anything it was handed.
+    let abandoned = tickets.remove(0);
+    abandon_ticket(abandoned, &scheduler).await;
+    scheduler.send(ReleasePlacement(first)).await.unwrap();
+    let next = tickets
+        .remove(0)
+        .await
+        .expect("next waiter placed, skipping the abandoned one");
+    let stats = scheduler.send(GetStats).await.unwrap();
+    assert_eq!(stats.load["w1"].tasks + stats.load["w2"].tasks, 4);
+    assert!(stats.load.values().all(|l| l.tasks <= 2));
+    drop(next);
+}
+
+#[actix_rt::test]
+async fn a_step_bigger_than_every_limit_fails_at_once_instead_of_waiting() {
+    let limits = WorkerLimits {
+        max_volumes: Some(2),
+        ..Default::default()
+    };
+    let scheduler = Scheduler::new(PlacementConfig {
+        with_inputs: vec![Strategy::LimitActiveVolumes],
+        without_inputs: vec![Strategy::LimitActiveVolumes],
+        checks: vec![Strategy::LimitActiveVolumes],
+    })
+    .start();
+    scheduler
+        .send(WorkerUpdated(candidate("w", "linux", &[], None, limits)))
+        .await
+        .unwrap();
+    let mut big = task("main", "linux", &[]);
+    big.need.volumes = 3;
+    let err = match scheduler.send(SelectWorker(big)).await.unwrap() {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a step needing 3 volumes was accepted by a worker with max_volumes 2"),
+    };
+    assert!(err.contains("it needs 3 where max_volumes is 2"), "{err}");
+}
+
+#[actix_rt::test]
+async fn when_idle_resolves_after_the_last_release() {
+    let scheduler = Scheduler::new(PlacementConfig::default()).start();
+    scheduler
+        .send(WorkerUpdated(candidate(
+            "w",
+            "linux",
+            &[],
+            None,
+            WorkerLimits::default(),
+        )))
+        .await
+        .unwrap();
+    let Selection::Placed(p) = scheduler
+        .send(SelectWorker(task("main", "linux", &[])))
+        .await
+        .unwrap()
+        .unwrap()
+    else {
+        panic!("expected a placement");
+    };
+    let idle = scheduler.send(WhenIdle("w".into()));
+    let mut idle = Box::pin(idle);
+    assert!(futures::poll!(&mut idle).is_pending());
+    scheduler.send(ReleasePlacement(p)).await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(5), idle)
+        .await
+        .unwrap()
+        .unwrap();
+}
