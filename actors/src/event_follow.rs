@@ -23,11 +23,8 @@ pub struct StoredEvent {
 const ROW_CHECK: Duration = Duration::from_secs(1);
 
 /// Checks of the row that must find the build finished before a follower
-/// gives up waiting for its final event. The row is finished before the
-/// final event is stored, and on a loaded SQLite that write may wait seconds
-/// for the writer's lock: a follower waits this many checks (10 s) so that a
-/// late final event is not mistaken for none.
-const FINISHED_CHECKS: u32 = 10;
+/// gives up waiting for its final event.
+const FINISHED_CHECKS: u32 = 3;
 
 /// Follows build `id` (which must exist) on a task of its own; the receiver
 /// yields its events in order and ends after the final one, after an error,
