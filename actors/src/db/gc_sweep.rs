@@ -172,20 +172,6 @@ impl Db {
         Ok(())
     }
 
-    /// How many rows of one kind are in each state (states with none
-    /// left out).
-    pub async fn count_by_state(
-        &self,
-        kind: HandleKind,
-    ) -> Result<Vec<(String, i64)>, EngineError> {
-        Ok(sqlx::query_as(&format!(
-            "SELECT state, COUNT(*) FROM {} GROUP BY state ORDER BY state",
-            kind.table()
-        ))
-        .fetch_all(self.pool())
-        .await?)
-    }
-
     /// How many rows of one kind are marked missing.
     pub async fn count_missing(&self, kind: HandleKind) -> Result<i64, EngineError> {
         let (n,): (i64,) = sqlx::query_as(&format!(

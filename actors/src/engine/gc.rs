@@ -52,19 +52,21 @@ impl Engine {
         Ok(kept)
     }
 
-    /// How many rows of one kind are in each state, every state listed.
+    /// How many rows of one kind are in each state, every state listed:
+    /// [`Engine::count_handles`] summed over workers.
     pub async fn handles_by_state(
         &self,
         kind: crate::db::HandleKind,
     ) -> Result<Vec<(crate::state::HandleState, i64)>, crate::error::EngineError> {
-        let counts = self.db.count_by_state(kind).await?;
+        let per_worker = self.db.count_handles(kind).await?;
         Ok(crate::state::HandleState::ALL
             .into_iter()
             .map(|state| {
-                let n = counts
+                let n = per_worker
                     .iter()
-                    .find(|(s, _)| s == state.as_str())
-                    .map_or(0, |(_, n)| *n);
+                    .filter(|(_, s, _)| *s == state)
+                    .map(|(_, _, n)| n)
+                    .sum();
                 (state, n)
             })
             .collect())
