@@ -78,6 +78,9 @@ pub struct WebConfig {
     /// Whether `/metrics` answers without a token when tokens are set.
     /// Default true (scrapers often have none).
     pub metrics_public: bool,
+    /// Kubernetes clusters this node runs steps on, each one worker of
+    /// backend `kubernetes` (`[[web.kubernetes]]`; see docs/kubernetes.md).
+    pub kubernetes: Vec<crate::k8s::KubernetesConfig>,
 }
 
 /// The garbage Collector's rules: how often they run and how long things
@@ -319,6 +322,7 @@ impl Default for WebConfig {
             streaming: StreamingConfig::default(),
             gc: GcConfig::default(),
             metrics_public: true,
+            kubernetes: Vec::new(),
             max_request_body_bytes: 4 << 20,
             builds_per_team_per_minute: 0,
         }

@@ -11,6 +11,7 @@ pub mod body;
 pub mod cli;
 pub mod config;
 pub mod dir_fd;
+pub mod k8s;
 pub mod tarball;
 pub mod url;
 pub mod web;

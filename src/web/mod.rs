@@ -158,9 +158,18 @@ pub async fn start_web(
     for team in cfg.teams.keys() {
         db.ensure_team(team).await?;
     }
+    let clusters = connect_clusters(cfg).await?;
+    let connector: Arc<dyn WorkerConnector> = if clusters.is_empty() {
+        connector
+    } else {
+        Arc::new(crate::k8s::FleetConnector::new(connector, clusters.clone()))
+    };
     // Before the engine starts, so it records its first durations.
     self::metrics::install();
     let engine = Engine::start(db, connector, Arc::new(artifacts), engine_config).await?;
+    for cluster in clusters {
+        crate::k8s::beacon::spawn(engine.clone(), cluster);
+    }
     let state = web::Data::new(AppState {
         engine: engine.clone(),
         tokens: auth::Tokens {
@@ -203,6 +212,22 @@ pub async fn start_web(
         server: server.run(),
         engine,
     })
+}
+
+/// The Kubernetes clusters of `[[web.kubernetes]]`, each reached and its
+/// permissions checked; any failure stops the node with its reason.
+async fn connect_clusters(cfg: &WebConfig) -> anyhow::Result<Vec<crate::k8s::KubeWorker>> {
+    let mut names = std::collections::HashSet::new();
+    let mut clusters = Vec::new();
+    for k in &cfg.kubernetes {
+        if !names.insert(k.name.clone()) {
+            anyhow::bail!("web.kubernetes: two clusters are named {:?}", k.name);
+        }
+        let client = crate::k8s::connect_cluster(k).await?;
+        let staging = cfg.data_dir.join("kubernetes").join(&k.name).join("volumes");
+        clusters.push(crate::k8s::KubeWorker::new(k.clone(), client, staging));
+    }
+    Ok(clusters)
 }
 
 /// Hides a password in a database URL for logs.

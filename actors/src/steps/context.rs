@@ -311,7 +311,7 @@ impl StepContext {
     }
 
     /// Creates the step's container from the spec `spec` returns for the
-    /// handle chosen here; the `build` and `step` properties are added.
+    /// handle chosen here; the `build`, `step` and `team` properties are added.
     pub async fn create_container(
         &mut self,
         spec: impl FnOnce(String) -> ContainerSpec + Send,
@@ -322,6 +322,7 @@ impl StepContext {
         spec.properties.extend([
             ("build".to_string(), self.scope.build.to_string()),
             ("step".to_string(), self.step.clone()),
+            ("team".to_string(), self.scope.team.clone()),
         ]);
         let container = self.worker.find_or_create_container(&spec).await?;
         self.scope

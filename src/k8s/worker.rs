@@ -1,0 +1,804 @@
+//! The runtime interface on a Kubernetes cluster: the cluster is one worker,
+//! a container is a pod, a process is an exec, a volume is a directory.
+//!
+//! Where a volume lives (its *home*): a volume is created on the web node's
+//! disk (`DATA_DIR/kubernetes/<worker>/volumes/<handle>`, "staged"), since a
+//! pod's volumes exist only with the pod. When a pod is created, every
+//! volume it mounts is copied into it (tar through exec) at the volume's
+//! home path in the pod; a volume mounted read-write then lives in that pod
+//! (its staged copy is removed), a read-only one stays where it was. A
+//! volume living in a pod that is destroyed is first copied back to the
+//! web node's disk, so caches and outputs outlive their pods. Reading a
+//! volume (stream-out, one file) reads it where it lives. The pods that
+//! hold volumes list them in the `gantry.dev/volumes` annotation, so a
+//! restarted web node finds where each volume lives (the newest pod wins;
+//! a staged copy wins over any pod).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dashmap::DashMap;
+use gantry_actors::runtime::{
+    ByteStream, Container, Process, ProcessIo, Volume, Worker, WorkerHandles,
+};
+use gantry_actors::spec::{ContainerSpec, Encoding, ProcessSpec, VolumeSpec, VolumeStrategy};
+use gantry_actors::RuntimeError;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::Api;
+use tokio::sync::Mutex;
+
+use super::config::KubernetesConfig;
+use super::exec::{chain, PodExec};
+use super::pod::{self, pod_for, pod_name, volume_home, HANDLE_LABEL, VOLUMES_ANNOTATION};
+use super::process::KubeProcess;
+use crate::dir_fd::Dir;
+
+/// Waiting reasons of a pod's container that mean it will not start.
+const FATAL_WAITING: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
+
+/// Where a volume's contents are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Home {
+    /// On the web node's disk.
+    Staged,
+    /// In this pod, at [`volume_home`].
+    Pod(String),
+}
+
+/// A Kubernetes namespace as one worker.
+#[derive(Clone)]
+pub struct KubeWorker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cfg: KubernetesConfig,
+    client: kube::Client,
+    exec: PodExec,
+    /// Staged volumes, one directory per handle.
+    staging: PathBuf,
+    /// Every volume, by handle, with where it lives.
+    volumes: DashMap<String, Home>,
+    /// Whether `volumes` was read back from the cluster and the disk.
+    recovered: tokio::sync::OnceCell<()>,
+    /// Held while a volume changes home (copies between places).
+    moves: Mutex<()>,
+}
+
+impl KubeWorker {
+    /// A worker for the cluster `cfg` reached by `client`, staging volumes
+    /// under `staging`.
+    pub fn new(cfg: KubernetesConfig, client: kube::Client, staging: PathBuf) -> Self {
+        let api: Api<Pod> = Api::namespaced(client.clone(), &cfg.namespace);
+        let exec = PodExec {
+            api,
+            worker: cfg.name.clone(),
+        };
+        KubeWorker {
+            inner: Arc::new(Inner {
+                cfg,
+                client,
+                exec,
+                staging,
+                volumes: DashMap::new(),
+                recovered: tokio::sync::OnceCell::new(),
+                moves: Mutex::new(()),
+            }),
+        }
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &KubernetesConfig {
+        &self.inner.cfg
+    }
+
+    /// The pods of this worker (by its label).
+    pub async fn pods(&self) -> Result<Vec<Pod>, RuntimeError> {
+        self.inner.pods().await
+    }
+}
+
+impl Inner {
+    fn error(&self, message: impl Into<String>) -> RuntimeError {
+        self.exec.error(message)
+    }
+
+    fn api(&self) -> &Api<Pod> {
+        &self.exec.api
+    }
+
+    fn selector(&self) -> String {
+        format!(
+            "{}={}",
+            pod::WORKER_LABEL,
+            pod::label_value(&self.cfg.name)
+        )
+    }
+
+    async fn pods(&self) -> Result<Vec<Pod>, RuntimeError> {
+        let list = self
+            .api()
+            .list(&ListParams::default().labels(&self.selector()))
+            .await
+            .map_err(|e| self.api_error("listing pods", e))?;
+        Ok(list.items)
+    }
+
+    fn api_error(&self, what: &str, e: kube::Error) -> RuntimeError {
+        match &e {
+            kube::Error::Api(_) => self.error(format!("{what}: {}", chain(&e))),
+            _ => RuntimeError::Unreachable {
+                worker: self.cfg.name.clone(),
+                reason: format!("{what}: {}", chain(&e)),
+            },
+        }
+    }
+
+    fn staged_dir(&self, handle: &str) -> Result<PathBuf, RuntimeError> {
+        if handle.is_empty() || handle.contains('/') || handle.starts_with('.') {
+            return Err(self.error(format!("invalid volume handle {handle:?}")));
+        }
+        Ok(self.staging.join(handle))
+    }
+
+    /// Reads back where every volume lives, once per process.
+    async fn recover(&self) -> Result<(), RuntimeError> {
+        self.recovered
+            .get_or_try_init(|| async {
+                let mut pods = self.pods().await?;
+                pods.sort_by(|a, b| {
+                    a.metadata
+                        .creation_timestamp
+                        .cmp(&b.metadata.creation_timestamp)
+                });
+                for p in &pods {
+                    let Some(name) = p.metadata.name.clone() else {
+                        continue;
+                    };
+                    let homed: Vec<String> = p
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(VOLUMES_ANNOTATION))
+                        .and_then(|v| serde_json::from_str(v).ok())
+                        .unwrap_or_default();
+                    for h in homed {
+                        self.volumes.insert(h, Home::Pod(name.clone()));
+                    }
+                }
+                std::fs::create_dir_all(&self.staging).map_err(|e| {
+                    self.error(format!("creating {}: {e}", self.staging.display()))
+                })?;
+                let entries = std::fs::read_dir(&self.staging).map_err(|e| {
+                    self.error(format!("reading {}: {e}", self.staging.display()))
+                })?;
+                for entry in entries.flatten() {
+                    if let Some(h) = entry.file_name().to_str() {
+                        self.volumes.insert(h.to_string(), Home::Staged);
+                    }
+                }
+                Ok::<(), RuntimeError>(())
+            })
+            .await
+            .map(|_| ())
+    }
+
+    fn home(&self, handle: &str) -> Result<Home, RuntimeError> {
+        self.volumes
+            .get(handle)
+            .map(|h| h.clone())
+            .ok_or_else(|| RuntimeError::NotFound {
+                worker: self.cfg.name.clone(),
+                kind: "volume",
+                handle: handle.to_string(),
+            })
+    }
+
+    /// A volume's contents as a plain tar stream, from where it lives.
+    async fn tar_of(&self, handle: &str) -> Result<ByteStream, RuntimeError> {
+        match self.home(handle)? {
+            Home::Staged => Ok(crate::tarball::pack_dir(
+                self.staged_dir(handle)?,
+                Encoding::Raw,
+            )),
+            Home::Pod(p) => {
+                self.exec
+                    .stdout_stream(&p, tar_out_command(&volume_home(handle)))
+                    .await
+            }
+        }
+    }
+
+    /// Waits until pod `name` runs; a pod that cannot start is deleted and
+    /// its reason returned.
+    async fn wait_running(&self, name: &str) -> Result<(), RuntimeError> {
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_secs(self.cfg.start_timeout_secs);
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let pod = self
+                .api()
+                .get_opt(name)
+                .await
+                .map_err(|e| self.api_error("reading a pod", e))?
+                .ok_or_else(|| self.error(format!("pod {name} is gone")))?;
+            let last = match pod_progress(&pod) {
+                Progress::Running => return Ok(()),
+                Progress::Waiting(why) => why,
+                Progress::Failed(why) => {
+                    let _ = self.api().delete(name, &DeleteParams::default()).await;
+                    return Err(self.error(format!("pod {name} cannot start: {why}")));
+                }
+            };
+            if tokio::time::Instant::now() >= deadline {
+                let _ = self.api().delete(name, &DeleteParams::default()).await;
+                return Err(self.error(format!(
+                    "pod {name} did not start within {} s: {last}",
+                    self.cfg.start_timeout_secs
+                )));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// Copies every volume `handles` into pod `name`; the ones in
+    /// `writable` then live there.
+    async fn populate(
+        &self,
+        name: &str,
+        handles: &[String],
+        writable: &HashSet<String>,
+    ) -> Result<(), RuntimeError> {
+        let _moving = self.moves.lock().await;
+        for h in handles {
+            let home = self.home(h)?;
+            if home != Home::Pod(name.to_string()) {
+                let tar = self.tar_of(h).await?;
+                self.exec
+                    .run(name, tar_in_command(&volume_home(h)), Some(tar))
+                    .await?;
+            }
+            if writable.contains(h) && home != Home::Pod(name.to_string()) {
+                self.volumes.insert(h.clone(), Home::Pod(name.to_string()));
+                if home == Home::Staged {
+                    let dir = self.staged_dir(h)?;
+                    let _ = tokio::task::spawn_blocking(move || {
+                        crate::agent::tree::remove_tree(&dir)
+                    })
+                    .await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the volumes living in pod `name` back to the web node's disk.
+    async fn evacuate(&self, name: &str) -> Result<(), RuntimeError> {
+        let _moving = self.moves.lock().await;
+        let living: Vec<String> = self
+            .volumes
+            .iter()
+            .filter(|e| *e.value() == Home::Pod(name.to_string()))
+            .map(|e| e.key().clone())
+            .collect();
+        for h in living {
+            let dir = self.staged_dir(&h)?;
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| self.error(format!("creating {}: {e}", dir.display())))?;
+            let tar = self.tar_of(&h).await?;
+            crate::tarball::unpack(tar, Encoding::Raw, dir, Default::default())
+                .await
+                .map_err(|e| self.error(format!("copying volume {h} out of pod {name}: {e}")))?;
+            self.volumes.insert(h, Home::Staged);
+        }
+        Ok(())
+    }
+}
+
+/// Where a pod is on its way to running.
+enum Progress {
+    Running,
+    Waiting(String),
+    Failed(String),
+}
+
+/// Reads a pod's status: running, still on its way (why), or not going to start (why).
+fn pod_progress(pod: &Pod) -> Progress {
+    let Some(status) = &pod.status else {
+        return Progress::Waiting("no status yet".into());
+    };
+    let phase = status.phase.as_deref().unwrap_or("Pending");
+    for cs in status.container_statuses.iter().flatten() {
+        if let Some(w) = cs.state.as_ref().and_then(|s| s.waiting.as_ref()) {
+            let reason = w.reason.clone().unwrap_or_default();
+            let why = format!("{reason}: {}", w.message.clone().unwrap_or_default());
+            if FATAL_WAITING.contains(&reason.as_str()) {
+                return Progress::Failed(why);
+            }
+            return Progress::Waiting(why);
+        }
+        if let Some(t) = cs.state.as_ref().and_then(|s| s.terminated.as_ref()) {
+            return Progress::Failed(format!(
+                "its container ended: {} (exit {}) {}",
+                t.reason.clone().unwrap_or_default(),
+                t.exit_code,
+                t.message.clone().unwrap_or_default()
+            ));
+        }
+    }
+    match phase {
+        "Running" => Progress::Running,
+        "Failed" | "Succeeded" => Progress::Failed(format!(
+            "{phase}: {} {}",
+            status.reason.clone().unwrap_or_default(),
+            status.message.clone().unwrap_or_default()
+        )),
+        _ => {
+            let why = status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.status == "False" && c.reason.is_some())
+                .map(|c| {
+                    format!(
+                        "{}: {}",
+                        c.reason.clone().unwrap_or_default(),
+                        c.message.clone().unwrap_or_default()
+                    )
+                })
+                .unwrap_or_else(|| format!("phase {phase}"));
+            Progress::Waiting(why)
+        }
+    }
+}
+
+/// `tar -x` of stdin into `dir` (created first).
+fn tar_in_command(dir: &str) -> Vec<String> {
+    sh(
+        "mkdir -p \"$1\" && exec tar -xf - -C \"$1\"",
+        &[dir.to_string()],
+    )
+}
+
+/// `tar -c` of `path` to stdout: a directory's contents, or one file under its name.
+fn tar_out_command(path: &str) -> Vec<String> {
+    sh(
+        "if [ -d \"$1\" ]; then cd \"$1\" && exec tar -cf - .; else cd \"$(dirname \"$1\")\" && exec tar -cf - \"$(basename \"$1\")\"; fi",
+        &[path.to_string()],
+    )
+}
+
+/// `sh -c SCRIPT sh ARGS...`: arguments passed as positional parameters, never parsed.
+pub(super) fn sh(script: &str, args: &[String]) -> Vec<String> {
+    let mut v = vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        script.to_string(),
+        "sh".to_string(),
+    ];
+    v.extend(args.iter().cloned());
+    v
+}
+
+/// `path` inside a volume, relative, with no `..`.
+fn relative(path: &str) -> Result<String, String> {
+    let trimmed = path.trim_start_matches('/');
+    let mut parts = Vec::new();
+    for c in trimmed.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => return Err(format!("path {path:?} climbs out of the volume")),
+            c => parts.push(c),
+        }
+    }
+    Ok(parts.join("/"))
+}
+
+/// `path` inside volume `handle`'s home in a pod.
+fn in_home(handle: &str, path: &str) -> Result<String, String> {
+    let rel = relative(path)?;
+    let home = volume_home(handle);
+    Ok(if rel.is_empty() {
+        home
+    } else {
+        format!("{home}/{rel}")
+    })
+}
+
+#[async_trait]
+impl Worker for KubeWorker {
+    fn name(&self) -> &str {
+        &self.inner.cfg.name
+    }
+
+    async fn create_volume(&self, spec: &VolumeSpec) -> Result<Arc<dyn Volume>, RuntimeError> {
+        let inner = &self.inner;
+        inner.recover().await?;
+        if inner.volumes.contains_key(&spec.handle) {
+            return Ok(self.volume(&spec.handle));
+        }
+        let dir = inner.staged_dir(&spec.handle)?;
+        match &spec.strategy {
+            VolumeStrategy::Empty => {
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| inner.error(format!("creating {}: {e}", dir.display())))?;
+            }
+            VolumeStrategy::Cow { parent } => {
+                let _moving = inner.moves.lock().await;
+                let tar = inner.tar_of(parent).await?;
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| inner.error(format!("creating {}: {e}", dir.display())))?;
+                if let Err(e) =
+                    crate::tarball::unpack(tar, Encoding::Raw, dir.clone(), Default::default())
+                        .await
+                {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(inner.error(format!("copying volume {parent}: {e}")));
+                }
+            }
+            VolumeStrategy::Import { path } => {
+                return Err(inner.error(format!(
+                    "a kubernetes worker has no host directory to import ({path})"
+                )))
+            }
+        }
+        inner.volumes.insert(spec.handle.clone(), Home::Staged);
+        Ok(self.volume(&spec.handle))
+    }
+
+    async fn lookup_volume(&self, handle: &str) -> Result<Option<Arc<dyn Volume>>, RuntimeError> {
+        self.inner.recover().await?;
+        Ok(self
+            .inner
+            .volumes
+            .contains_key(handle)
+            .then(|| self.volume(handle)))
+    }
+
+    async fn destroy_volume(&self, handle: &str) -> Result<(), RuntimeError> {
+        let inner = &self.inner;
+        inner.recover().await?;
+        let _moving = inner.moves.lock().await;
+        match inner.volumes.remove(handle).map(|(_, h)| h) {
+            None => Ok(()),
+            Some(Home::Staged) => {
+                let dir = inner.staged_dir(handle)?;
+                tokio::task::spawn_blocking(move || crate::agent::tree::remove_tree(&dir))
+                    .await
+                    .map_err(|e| inner.error(e.to_string()))?
+                    .or_else(|e| {
+                        if e.kind() == std::io::ErrorKind::NotFound {
+                            Ok(())
+                        } else {
+                            Err(inner.error(format!("removing volume {handle}: {e}")))
+                        }
+                    })
+            }
+            Some(Home::Pod(p)) => {
+                // The pod's emptyDir goes with the pod; empty it now to free
+                // the node's disk (the pod may already be gone).
+                let home = volume_home(handle);
+                let _ = inner
+                    .exec
+                    .run(
+                        &p,
+                        sh("rm -rf \"$1\"/* \"$1\"/.[!.]* 2>/dev/null; true", &[home]),
+                        None,
+                    )
+                    .await;
+                Ok(())
+            }
+        }
+    }
+
+    async fn find_or_create_container(
+        &self,
+        spec: &ContainerSpec,
+    ) -> Result<Arc<dyn Container>, RuntimeError> {
+        let inner = &self.inner;
+        inner.recover().await?;
+        let name = pod_name(&spec.handle);
+        let existing = inner
+            .api()
+            .get_opt(&name)
+            .await
+            .map_err(|e| inner.api_error("reading a pod", e))?;
+        if existing.is_some() {
+            inner.wait_running(&name).await?;
+            return Ok(self.container(&spec.handle));
+        }
+        let (mut pod, handles) = pod_for(spec, &inner.cfg).map_err(|m| inner.error(m))?;
+        for h in &handles {
+            inner.home(h)?;
+        }
+        let writable: HashSet<String> = spec
+            .mounts
+            .iter()
+            .filter(|m| !m.readonly)
+            .map(|m| m.volume.clone())
+            .collect();
+        // Only the volumes that will live in this pod are listed on it.
+        let homed: Vec<&String> = handles.iter().filter(|h| writable.contains(*h)).collect();
+        if let Some(a) = pod.metadata.annotations.as_mut() {
+            a.insert(
+                VOLUMES_ANNOTATION.to_string(),
+                serde_json::to_string(&homed).unwrap_or_default(),
+            );
+        }
+        match inner.api().create(&PostParams::default(), &pod).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(inner.api_error(&format!("creating pod {name}"), e)),
+        }
+        inner.wait_running(&name).await?;
+        if let Err(e) = inner.populate(&name, &handles, &writable).await {
+            let _ = inner.api().delete(&name, &DeleteParams::default()).await;
+            return Err(e);
+        }
+        Ok(self.container(&spec.handle))
+    }
+
+    async fn lookup_container(
+        &self,
+        handle: &str,
+    ) -> Result<Option<Arc<dyn Container>>, RuntimeError> {
+        let inner = &self.inner;
+        let found = inner
+            .api()
+            .get_opt(&pod_name(handle))
+            .await
+            .map_err(|e| inner.api_error("reading a pod", e))?;
+        Ok(found.map(|_| self.container(handle)))
+    }
+
+    async fn destroy_container(&self, handle: &str) -> Result<(), RuntimeError> {
+        let inner = &self.inner;
+        inner.recover().await?;
+        let name = pod_name(handle);
+        let exists = inner
+            .api()
+            .get_opt(&name)
+            .await
+            .map_err(|e| inner.api_error("reading a pod", e))?
+            .is_some();
+        if exists {
+            inner.evacuate(&name).await?;
+        }
+        match inner.api().delete(&name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(inner.api_error(&format!("deleting pod {name}"), e)),
+        }
+    }
+
+    async fn list_handles(&self) -> Result<WorkerHandles, RuntimeError> {
+        let inner = &self.inner;
+        inner.recover().await?;
+        let mut containers: Vec<String> = inner
+            .pods()
+            .await?
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.labels.as_ref()?.get(HANDLE_LABEL).cloned())
+            .collect();
+        containers.sort();
+        let mut volumes: Vec<String> = inner.volumes.iter().map(|e| e.key().clone()).collect();
+        volumes.sort();
+        Ok(WorkerHandles {
+            containers,
+            volumes,
+        })
+    }
+
+    async fn ping(&self) -> Result<(), RuntimeError> {
+        self.inner
+            .client
+            .apiserver_version()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.inner.api_error("reaching the API server", e))
+    }
+}
+
+impl KubeWorker {
+    fn volume(&self, handle: &str) -> Arc<dyn Volume> {
+        Arc::new(KubeVolume {
+            worker: self.inner.clone(),
+            handle: handle.to_string(),
+        })
+    }
+
+    fn container(&self, handle: &str) -> Arc<dyn Container> {
+        Arc::new(KubeContainer {
+            worker: self.inner.clone(),
+            handle: handle.to_string(),
+            pod: pod_name(handle),
+        })
+    }
+}
+
+/// A volume of a cluster worker.
+struct KubeVolume {
+    worker: Arc<Inner>,
+    handle: String,
+}
+
+#[async_trait]
+impl Volume for KubeVolume {
+    fn handle(&self) -> &str {
+        &self.handle
+    }
+
+    async fn stream_in(
+        &self,
+        path: &str,
+        encoding: Encoding,
+        body: ByteStream,
+    ) -> Result<(), RuntimeError> {
+        let w = &self.worker;
+        let rel = relative(path).map_err(|m| w.error(m))?;
+        match w.home(&self.handle)? {
+            Home::Staged => {
+                let root = w.staged_dir(&self.handle)?;
+                let dest = open_beneath_made(&root, &rel).map_err(|m| w.error(m))?;
+                crate::tarball::unpack_at(body, encoding, dest, Default::default())
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| RuntimeError::Stream(e.to_string()))
+            }
+            Home::Pod(p) => {
+                let dir = in_home(&self.handle, &rel).map_err(|m| w.error(m))?;
+                let raw = crate::tarball::decode(body, encoding);
+                w.exec.run(&p, tar_in_command(&dir), Some(raw)).await.map(|_| ())
+            }
+        }
+    }
+
+    async fn stream_out(&self, path: &str, encoding: Encoding) -> Result<ByteStream, RuntimeError> {
+        let w = &self.worker;
+        let rel = relative(path).map_err(|m| w.error(m))?;
+        match w.home(&self.handle)? {
+            Home::Staged => {
+                let root = Dir::open(&w.staged_dir(&self.handle)?)
+                    .map_err(|e| w.error(format!("volume {}: {e}", self.handle)))?;
+                let target = root.open_beneath(Path::new(&rel)).map_err(|e| {
+                    RuntimeError::NotFound {
+                        worker: w.cfg.name.clone(),
+                        kind: "file",
+                        handle: format!("{}/{rel}: {e}", self.handle),
+                    }
+                })?;
+                Ok(crate::tarball::pack_opened(target, encoding))
+            }
+            Home::Pod(p) => {
+                let at = in_home(&self.handle, &rel).map_err(|m| w.error(m))?;
+                exists_in(w, &p, "-e", &at, &self.handle).await?;
+                let raw = w.exec.stdout_stream(&p, tar_out_command(&at)).await?;
+                Ok(crate::tarball::encode(raw, encoding))
+            }
+        }
+    }
+
+    async fn stream_file_out(&self, path: &str) -> Result<ByteStream, RuntimeError> {
+        let w = &self.worker;
+        let rel = relative(path).map_err(|m| w.error(m))?;
+        match w.home(&self.handle)? {
+            Home::Staged => {
+                let root = Dir::open(&w.staged_dir(&self.handle)?)
+                    .map_err(|e| w.error(format!("volume {}: {e}", self.handle)))?;
+                let file = root.file_beneath(Path::new(&rel)).map_err(|e| {
+                    RuntimeError::NotFound {
+                        worker: w.cfg.name.clone(),
+                        kind: "file",
+                        handle: format!("{}/{rel}: {e}", self.handle),
+                    }
+                })?;
+                let file = tokio::fs::File::from_std(file);
+                Ok(Box::pin(tokio_util::io::ReaderStream::new(file)))
+            }
+            Home::Pod(p) => {
+                let at = in_home(&self.handle, &rel).map_err(|m| w.error(m))?;
+                exists_in(w, &p, "-f", &at, &self.handle).await?;
+                w.exec
+                    .stdout_stream(&p, vec!["cat".into(), at])
+                    .await
+            }
+        }
+    }
+
+    async fn stream_in_from(&self, _: &str, _: &str, _: Encoding) -> Result<u64, RuntimeError> {
+        // Pods are not given signed URLs to pull: the web node relays.
+        Err(RuntimeError::PeerUnreachable {
+            worker: self.worker.cfg.name.clone(),
+            reason: "a kubernetes worker does not pull from other workers".into(),
+        })
+    }
+}
+
+/// Fails with `NotFound` unless `test FLAG PATH` holds in pod `p`.
+async fn exists_in(
+    w: &Inner,
+    p: &str,
+    flag: &str,
+    path: &str,
+    handle: &str,
+) -> Result<(), RuntimeError> {
+    match w
+        .exec
+        .run(p, vec!["test".into(), flag.into(), path.into()], None)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(RuntimeError::Worker { message, .. }) if message.contains(" exited ") => {
+            Err(RuntimeError::NotFound {
+                worker: w.cfg.name.clone(),
+                kind: "file",
+                handle: format!("{handle}: {path}"),
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// `rel` beneath `root`, created, never through a symlink.
+fn open_beneath_made(root: &Path, rel: &str) -> Result<Dir, String> {
+    let dir = Dir::open(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    dir.make_dirs_beneath(Path::new(rel))
+        .map_err(|e| format!("{rel}: {e}"))
+}
+
+/// A pod.
+struct KubeContainer {
+    worker: Arc<Inner>,
+    handle: String,
+    pod: String,
+}
+
+#[async_trait]
+impl Container for KubeContainer {
+    fn handle(&self) -> &str {
+        &self.handle
+    }
+
+    async fn run(
+        &self,
+        spec: ProcessSpec,
+        io: ProcessIo,
+    ) -> Result<Box<dyn Process>, RuntimeError> {
+        let p = KubeProcess::start(self.worker.exec.clone(), &self.pod, spec, io).await?;
+        Ok(Box::new(p))
+    }
+
+    async fn attach(&self, id: &str, _: ProcessIo) -> Result<Box<dyn Process>, RuntimeError> {
+        Err(self.worker.error(format!(
+            "process {id} in pod {} cannot be reattached: an exec's output is not kept once its stream closes",
+            self.pod
+        )))
+    }
+}
+
+/// Container handles of `pods`, by the handle label, with their pod names.
+pub fn handles_by_label(pods: &[Pod]) -> HashMap<String, String> {
+    pods.iter()
+        .filter_map(|p| {
+            Some((
+                p.metadata.labels.as_ref()?.get(HANDLE_LABEL)?.clone(),
+                p.metadata.name.clone()?,
+            ))
+        })
+        .collect()
+}
