@@ -1,0 +1,349 @@
+//! End to end: the engine's builds on the `kubernetes` runtime, with no
+//! other worker. A real `gantry web` reaches the scripted API server of
+//! `kube_mock/` (real HTTP, exec over websockets, a fake kubelet running
+//! each exec for real with bubblewrap) through the `kube` client: a one-off
+//! task with inputs and outputs, a job of `in_parallel` tasks passing
+//! artifacts, hooks, an abort, and garbage collection deleting exactly the
+//! pods the web node has no use for.
+
+mod common;
+#[path = "kube_mock/mod.rs"]
+mod kube_mock;
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use common::*;
+use kube_mock::KubeMock;
+
+const PIPELINE: &str = r#"
+jobs:
+- name: build
+  plan:
+  - in_parallel:
+    - task: left
+      config:
+        platform: linux
+        outputs: [{name: left}]
+        run: {path: sh, args: [-c, "echo from-left > left/file.txt"]}
+    - task: right
+      output_mapping: {out: right-artifact}
+      config:
+        platform: linux
+        outputs: [{name: out}]
+        run: {path: sh, args: [-c, "echo from-right > out/file.txt"]}
+  - task: join
+    input_mapping: {r: right-artifact}
+    config:
+      platform: linux
+      inputs: [{name: left}, {name: r}]
+      container_limits: {memory: 268435456}
+      run: {path: sh, args: [-c, "cat left/file.txt r/file.txt"]}
+- name: failing
+  plan:
+  - task: boom
+    config:
+      platform: linux
+      run: {path: sh, args: [-c, "echo boom-ran; exit 1"]}
+    on_failure:
+      task: tell
+      config:
+        platform: linux
+        run: {path: echo, args: [on-failure-ran]}
+  ensure:
+    task: tidy
+    config:
+      platform: linux
+      run: {path: echo, args: [ensure-ran]}
+- name: long
+  plan:
+  - task: sleeper
+    config:
+      platform: linux
+      run: {path: sh, args: [-c, "trap 'echo got-term; exit 143' TERM; echo ready; while true; do sleep 0.1; done"]}
+    on_abort:
+      task: aborted
+      config:
+        platform: linux
+        run: {path: echo, args: [on-abort-ran]}
+"#;
+
+const TASK: &str = r#"
+platform: linux
+inputs: [{name: src}]
+outputs: [{name: out}]
+run:
+  path: sh
+  args:
+  - -c
+  - |
+    set -e
+    cat src/hello.txt
+    wc -c < src/big.bin
+    mkdir -p out/nested
+    echo made > out/nested/file.txt
+    sha256sum src/big.bin | cut -d' ' -f1 > out/sum.txt
+"#;
+
+/// A web node whose one worker is the mock's cluster, named `k8s`.
+fn start(dir: &Path, db: &TestDb, mock: &KubeMock) -> Server {
+    let kubeconfig = dir.join("kubeconfig");
+    mock.write_kubeconfig(&kubeconfig, "ci");
+    let config = format!(
+        r#"
+[[web.kubernetes]]
+name = "k8s"
+kubeconfig = "{}"
+namespace = "ci"
+default_image = "busybox:1.36"
+heartbeat_interval_secs = 1
+sweep_interval_secs = 1
+start_timeout_secs = 10
+"#,
+        kubeconfig.display()
+    );
+    let web = start_web(dir, db, &config);
+    let workers = wait_running(&web.url, 1);
+    assert_eq!(workers[0]["name"], "k8s");
+    assert_eq!(workers[0]["backend"], "kubernetes");
+    write(&dir.join("pipeline.yml"), PIPELINE);
+    web
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The label of every pod created so far.
+fn labels(mock: &KubeMock, key: &str) -> Vec<String> {
+    mock.created_pods()
+        .iter()
+        .filter_map(|p| p["metadata"]["labels"][key].as_str().map(String::from))
+        .collect()
+}
+
+/// Creates a pod through the API server, as someone else (or an earlier
+/// web node) would.
+fn raw_pod(mock: &KubeMock, name: &str, labels: &[(&str, &str)]) {
+    let labels: serde_json::Map<String, serde_json::Value> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+        .collect();
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"]}]}
+    });
+    let resp = reqwest::blocking::Client::new()
+        .post(format!("{}/api/v1/namespaces/ci/pods", mock.url()))
+        .json(&pod)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 201, "{}", resp.text().unwrap_or_default());
+}
+
+fn builds_on_kubernetes(kind: DbKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(kind);
+    let mock = KubeMock::start();
+    let web = start(dir.path(), &db, &mock);
+    let url = &web.url;
+
+    // A one-off task: an input uploaded, an output downloaded.
+    let big = noise(3 * 1024 * 1024 + 7, 3);
+    write(&dir.path().join("src/hello.txt"), "hello\n");
+    write(&dir.path().join("src/big.bin"), &big);
+    write(&dir.path().join("task.yml"), TASK);
+    let result = dir.path().join("result");
+    let out = gantry()
+        .current_dir(dir.path())
+        .args(["--url", url, "execute", "-c", "task.yml", "-i", "src=src", "-o"])
+        .arg(format!("out={}", result.display()))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}\n{}", web.log_text());
+    assert_eq!(stdout, format!("hello\n{}\n", big.len()));
+    let got = tree(&result);
+    assert_eq!(got["nested/file.txt"], b"made\n");
+    let sum = String::from_utf8(got["sum.txt"].clone()).unwrap();
+    use sha2::Digest;
+    assert_eq!(sum.trim(), format!("{:x}", sha2::Sha256::digest(&big)));
+    // It ran in a pod of the default image, labelled with its build and team.
+    let first = &mock.created_pods()[0];
+    assert_eq!(first["spec"]["containers"][0]["image"], "busybox:1.36");
+    assert_eq!(first["metadata"]["labels"]["gantry.dev/team"], "main");
+    assert!(mock
+        .execs()
+        .iter()
+        .any(|e| e.command.iter().any(|a| a == "tar")));
+
+    // A job: two parallel tasks' outputs read by a third, with limits.
+    let out = gantry_run(url, dir.path(), &["-p", "pipeline.yml", "-j", "build"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "from-left\nfrom-right\n", "{stderr}");
+    let steps = labels(&mock, "gantry.dev/step");
+    for step in ["left", "right", "join"] {
+        assert!(steps.iter().any(|s| s == step), "{steps:?}");
+    }
+    let join = mock
+        .created_pods()
+        .into_iter()
+        .find(|p| p["metadata"]["labels"]["gantry.dev/step"] == "join")
+        .unwrap();
+    assert_eq!(
+        join["spec"]["containers"][0]["resources"]["limits"]["memory"],
+        "268435456"
+    );
+
+    // Hooks: a failing task runs on_failure and the job's ensure.
+    let out = gantry_run(url, dir.path(), &["-p", "pipeline.yml", "-j", "failing"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "boom-ran\non-failure-ran\nensure-ran\n", "{stderr}");
+
+    // Garbage collection: the ended builds' pods are deleted, and so is a
+    // stray pod carrying the worker's label; a pod of someone else stays.
+    raw_pod(&mock, "gantry-stray", &[("gantry.dev/worker", "k8s"), ("gantry.dev/handle", "stray")]);
+    raw_pod(&mock, "not-ours", &[("app", "other")]);
+    wait_for("GC to delete every pod of ended builds", Duration::from_secs(60), || {
+        let names: Vec<String> = mock
+            .pods()
+            .iter()
+            .filter_map(|p| p["metadata"]["name"].as_str().map(String::from))
+            .collect();
+        (names == ["not-ours"]).then_some(())
+    });
+    let deleted = mock.deleted_pods();
+    assert!(deleted.iter().any(|n| n == "gantry-stray"), "{deleted:?}");
+    assert!(!deleted.iter().any(|n| n == "not-ours"), "{deleted:?}");
+    let created: Vec<String> = mock
+        .created_pods()
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str().map(String::from))
+        .collect();
+    for name in &created {
+        if name != "gantry-stray" && name != "not-ours" {
+            assert!(deleted.contains(name), "{name} not deleted: {deleted:?}");
+        }
+    }
+    assert!(mock
+        .pod_lists()
+        .iter()
+        .any(|(ns, sel)| ns == "ci" && sel.as_deref() == Some("gantry.dev/worker=k8s")));
+}
+
+#[test]
+fn builds_run_as_pods_sqlite() {
+    builds_on_kubernetes(DbKind::Sqlite);
+}
+
+#[test]
+fn builds_run_as_pods_postgres() {
+    builds_on_kubernetes(DbKind::Postgres);
+}
+
+#[test]
+fn aborting_a_build_signals_its_exec_and_runs_on_abort() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let mock = KubeMock::start();
+    let web = start(dir.path(), &db, &mock);
+    let mut child = spawn_run(&web.url, dir.path(), "long", &["-p", "pipeline.yml", "-j", "long"]);
+    let out_file = dir.path().join("long.out");
+    wait_for("the task to be ready", Duration::from_secs(30), || {
+        std::fs::read_to_string(&out_file)
+            .ok()?
+            .contains("ready")
+            .then_some(())
+    });
+    let build = run_build(&dir.path().join("long.err")).expect("build: N");
+    let out = client(&web.url, &["abort-build", "-b", &build.to_string()]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let status = wait_child(&mut child, Duration::from_secs(30));
+    let stderr = std::fs::read_to_string(dir.path().join("long.err")).unwrap();
+    let stdout = std::fs::read_to_string(&out_file).unwrap();
+    assert_eq!(status.code(), Some(3), "{stderr}");
+    assert_eq!(stdout, "ready\ngot-term\non-abort-ran\n", "{stderr}");
+    // The signal went through a second exec running `kill`.
+    assert!(mock
+        .execs()
+        .iter()
+        .any(|e| e.command.iter().any(|a| a.contains("kill -s"))));
+}
+
+#[test]
+fn a_pod_that_cannot_start_fails_its_step_with_the_pods_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let mock = KubeMock::start();
+    mock.fail_image("busybox:1.36", "ErrImagePull", "manifest for busybox:1.36 not found");
+    let web = start(dir.path(), &db, &mock);
+    write(
+        &dir.path().join("t.yml"),
+        "platform: linux\nrun: {path: echo, args: [hi]}\n",
+    );
+    let out = client(&web.url, &["execute", "-c", dir.path().join("t.yml").to_str().unwrap()]);
+    let last = failure_line(&out);
+    assert!(last.contains("ErrImagePull"), "{last}");
+    assert!(last.contains("manifest for busybox:1.36 not found"), "{last}");
+    // The pod that could not start was deleted.
+    wait_for("the pod to be deleted", Duration::from_secs(10), || {
+        mock.pods().is_empty().then_some(())
+    });
+}
+
+#[test]
+fn a_cluster_it_may_not_use_stops_the_web_node_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = KubeMock::start();
+    mock.deny("create", "pods", "exec");
+    let kubeconfig = dir.path().join("kubeconfig");
+    mock.write_kubeconfig(&kubeconfig, "ci");
+    let cfg = dir.path().join("web.toml");
+    write(
+        &cfg,
+        format!(
+            "[[web.kubernetes]]\nname = \"k8s\"\nkubeconfig = \"{}\"\nnamespace = \"ci\"\ndefault_image = \"busybox\"\n",
+            kubeconfig.display()
+        ),
+    );
+    let run = |cfg: &Path| {
+        gantry()
+            .args(["web", "--listen", "127.0.0.1:0", "--config"])
+            .arg(cfg)
+            .arg("--data-dir")
+            .arg(dir.path().join("web"))
+            .output()
+            .unwrap()
+    };
+    let out = run(&cfg);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("may not create pods/exec in namespace ci"), "{err}");
+    assert!(err.contains("config/kubernetes-rbac.yaml"), "{err}");
+
+    // An API server nobody answers at.
+    let port = free_port();
+    let dead = dir.path().join("dead-kubeconfig");
+    let text = std::fs::read_to_string(&kubeconfig)
+        .unwrap()
+        .replace(&mock.url(), &format!("http://127.0.0.1:{port}"));
+    write(&dead, text);
+    write(
+        &cfg,
+        format!(
+            "[[web.kubernetes]]\nname = \"k8s\"\nkubeconfig = \"{}\"\nnamespace = \"ci\"\ndefault_image = \"busybox\"\n",
+            dead.display()
+        ),
+    );
+    let out = run(&cfg);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot reach the Kubernetes API server"), "{err}");
+}
