@@ -143,7 +143,12 @@ fn raw_pod(mock: &KubeMock, name: &str, labels: &[(&str, &str)]) {
         .json(&pod)
         .send()
         .unwrap();
-    assert_eq!(resp.status().as_u16(), 201, "{}", resp.text().unwrap_or_default());
+    assert_eq!(
+        resp.status().as_u16(),
+        201,
+        "{}",
+        resp.text().unwrap_or_default()
+    );
 }
 
 fn builds_on_kubernetes(kind: DbKind) {
@@ -161,7 +166,9 @@ fn builds_on_kubernetes(kind: DbKind) {
     let result = dir.path().join("result");
     let out = gantry()
         .current_dir(dir.path())
-        .args(["--url", url, "execute", "-c", "task.yml", "-i", "src=src", "-o"])
+        .args([
+            "--url", url, "execute", "-c", "task.yml", "-i", "src=src", "-o",
+        ])
         .arg(format!("out={}", result.display()))
         .output()
         .unwrap();
@@ -180,7 +187,7 @@ fn builds_on_kubernetes(kind: DbKind) {
     assert!(mock
         .execs()
         .iter()
-        .any(|e| e.command.iter().any(|a| a == "tar")));
+        .any(|e| e.command.iter().any(|a| a.contains("tar -xf"))));
 
     // A job: two parallel tasks' outputs read by a third, with limits.
     let out = gantry_run(url, dir.path(), &["-p", "pipeline.yml", "-j", "build"]);
@@ -207,29 +214,55 @@ fn builds_on_kubernetes(kind: DbKind) {
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert_eq!(stdout, "boom-ran\non-failure-ran\nensure-ran\n", "{stderr}");
 
-    // Garbage collection: the ended builds' pods are deleted, and so is a
-    // stray pod carrying the worker's label; a pod of someone else stays.
-    raw_pod(&mock, "gantry-stray", &[("gantry.dev/worker", "k8s"), ("gantry.dev/handle", "stray")]);
+    // Garbage collection: the ended builds' pods are deleted (but those of
+    // a job's latest build that failed, kept for `gantry hijack` as
+    // Concourse keeps them), and so is a stray pod carrying the worker's
+    // label; a pod of someone else stays.
+    raw_pod(
+        &mock,
+        "gantry-stray",
+        &[("gantry.dev/worker", "k8s"), ("gantry.dev/handle", "stray")],
+    );
     raw_pod(&mock, "not-ours", &[("app", "other")]);
-    wait_for("GC to delete every pod of ended builds", Duration::from_secs(60), || {
-        let names: Vec<String> = mock
-            .pods()
+    let kept_steps = ["boom", "tell", "tidy"];
+    let left = || -> Vec<(String, String)> {
+        mock.pods()
             .iter()
-            .filter_map(|p| p["metadata"]["name"].as_str().map(String::from))
-            .collect();
-        (names == ["not-ours"]).then_some(())
-    });
+            .map(|p| {
+                (
+                    p["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                    p["metadata"]["labels"]["gantry.dev/step"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string(),
+                )
+            })
+            .collect()
+    };
+    let done = |pods: &[(String, String)]| {
+        pods.len() == kept_steps.len() + 1
+            && pods
+                .iter()
+                .all(|(name, step)| name == "not-ours" || kept_steps.contains(&step.as_str()))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !done(&left()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "GC left pods {:?}\n{}",
+            left(),
+            web.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let deleted = mock.deleted_pods();
     assert!(deleted.iter().any(|n| n == "gantry-stray"), "{deleted:?}");
     assert!(!deleted.iter().any(|n| n == "not-ours"), "{deleted:?}");
-    let created: Vec<String> = mock
-        .created_pods()
-        .iter()
-        .filter_map(|p| p["metadata"]["name"].as_str().map(String::from))
-        .collect();
-    for name in &created {
-        if name != "gantry-stray" && name != "not-ours" {
-            assert!(deleted.contains(name), "{name} not deleted: {deleted:?}");
+    let kept: Vec<String> = left().into_iter().map(|(n, _)| n).collect();
+    for pod in mock.created_pods() {
+        let name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
+        if !kept.contains(&name) {
+            assert!(deleted.contains(&name), "{name} not deleted: {deleted:?}");
         }
     }
     assert!(mock
@@ -254,7 +287,12 @@ fn aborting_a_build_signals_its_exec_and_runs_on_abort() {
     let db = TestDb::new(DbKind::Sqlite);
     let mock = KubeMock::start();
     let web = start(dir.path(), &db, &mock);
-    let mut child = spawn_run(&web.url, dir.path(), "long", &["-p", "pipeline.yml", "-j", "long"]);
+    let mut child = spawn_run(
+        &web.url,
+        dir.path(),
+        "long",
+        &["-p", "pipeline.yml", "-j", "long"],
+    );
     let out_file = dir.path().join("long.out");
     wait_for("the task to be ready", Duration::from_secs(30), || {
         std::fs::read_to_string(&out_file)
@@ -282,16 +320,26 @@ fn a_pod_that_cannot_start_fails_its_step_with_the_pods_reason() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(DbKind::Sqlite);
     let mock = KubeMock::start();
-    mock.fail_image("busybox:1.36", "ErrImagePull", "manifest for busybox:1.36 not found");
+    mock.fail_image(
+        "busybox:1.36",
+        "ErrImagePull",
+        "manifest for busybox:1.36 not found",
+    );
     let web = start(dir.path(), &db, &mock);
     write(
         &dir.path().join("t.yml"),
         "platform: linux\nrun: {path: echo, args: [hi]}\n",
     );
-    let out = client(&web.url, &["execute", "-c", dir.path().join("t.yml").to_str().unwrap()]);
+    let out = client(
+        &web.url,
+        &["execute", "-c", dir.path().join("t.yml").to_str().unwrap()],
+    );
     let last = failure_line(&out);
     assert!(last.contains("ErrImagePull"), "{last}");
-    assert!(last.contains("manifest for busybox:1.36 not found"), "{last}");
+    assert!(
+        last.contains("manifest for busybox:1.36 not found"),
+        "{last}"
+    );
     // The pod that could not start was deleted.
     wait_for("the pod to be deleted", Duration::from_secs(10), || {
         mock.pods().is_empty().then_some(())
@@ -325,7 +373,10 @@ fn a_cluster_it_may_not_use_stops_the_web_node_with_the_reason() {
     let out = run(&cfg);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("may not create pods/exec in namespace ci"), "{err}");
+    assert!(
+        err.contains("may not create pods/exec in namespace ci"),
+        "{err}"
+    );
     assert!(err.contains("config/kubernetes-rbac.yaml"), "{err}");
 
     // An API server nobody answers at.
@@ -345,5 +396,8 @@ fn a_cluster_it_may_not_use_stops_the_web_node_with_the_reason() {
     let out = run(&cfg);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cannot reach the Kubernetes API server"), "{err}");
+    assert!(
+        err.contains("cannot reach the Kubernetes API server"),
+        "{err}"
+    );
 }

@@ -13,9 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::StreamExt;
 use gantry::k8s::{connect_cluster, KubeWorker, KubernetesConfig};
-use gantry_actors::runtime::{
-    ByteStream, OutputStream, ProcessIo, ProcessSignal, Worker,
-};
+use gantry_actors::runtime::{ByteStream, OutputStream, ProcessIo, ProcessSignal, Worker};
 use gantry_actors::spec::{
     ContainerSpec, Encoding, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec, VolumeSpec,
     VolumeStrategy, WindowSize,
@@ -75,7 +73,12 @@ fn files_of(tar_bytes: &[u8]) -> BTreeMap<String, Vec<u8>> {
     for e in a.entries().unwrap() {
         let mut e = e.unwrap();
         if e.header().entry_type().is_file() {
-            let name = e.path().unwrap().to_string_lossy().trim_start_matches("./").to_string();
+            let name = e
+                .path()
+                .unwrap()
+                .to_string_lossy()
+                .trim_start_matches("./")
+                .to_string();
             let mut data = Vec::new();
             std::io::Read::read_to_end(&mut e, &mut data).unwrap();
             out.insert(name, data);
@@ -136,7 +139,13 @@ async fn run(
 ) -> (i32, String, String) {
     let (tx, mut rx) = mpsc::channel(64);
     let p = c
-        .run(process(id, script), ProcessIo { stdin: None, output: tx })
+        .run(
+            process(id, script),
+            ProcessIo {
+                stdin: None,
+                output: tx,
+            },
+        )
         .await
         .unwrap();
     let code = p.wait().await.unwrap();
@@ -163,8 +172,16 @@ async fn a_container_is_a_pod_with_its_image_limits_labels_and_mounts() {
     let spec = container(
         "c1",
         vec![
-            MountSpec { volume: "in".into(), path: "/tmp/build/w/in".into(), readonly: true },
-            MountSpec { volume: "out".into(), path: "/tmp/build/w/out".into(), readonly: false },
+            MountSpec {
+                volume: "in".into(),
+                path: "/tmp/build/w/in".into(),
+                readonly: true,
+            },
+            MountSpec {
+                volume: "out".into(),
+                path: "/tmp/build/w/out".into(),
+                readonly: false,
+            },
         ],
     );
     let c = r.worker.find_or_create_container(&spec).await.unwrap();
@@ -189,10 +206,21 @@ async fn a_container_is_a_pod_with_its_image_limits_labels_and_mounts() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| (m["mountPath"].as_str().unwrap().to_string(), m["readOnly"].as_bool().unwrap_or(false)))
+        .map(|m| {
+            (
+                m["mountPath"].as_str().unwrap().to_string(),
+                m["readOnly"].as_bool().unwrap_or(false),
+            )
+        })
         .collect();
-    assert!(mounts.contains(&("/tmp/build/w/in".into(), true)), "{mounts:?}");
-    assert!(mounts.contains(&("/tmp/build/w/out".into(), false)), "{mounts:?}");
+    assert!(
+        mounts.contains(&("/tmp/build/w/in".into(), true)),
+        "{mounts:?}"
+    );
+    assert!(
+        mounts.contains(&("/tmp/build/w/out".into(), false)),
+        "{mounts:?}"
+    );
     assert_eq!(pod["spec"]["restartPolicy"], "Never");
 
     // A process is an exec of the wrapped command with its streams.
@@ -214,8 +242,13 @@ async fn a_container_is_a_pod_with_its_image_limits_labels_and_mounts() {
     assert_eq!(exec.pod, "gantry-c1");
     assert_eq!(exec.container, "main");
     assert!(exec.stdout && exec.stderr && !exec.stdin && !exec.tty);
-    assert_eq!(&exec.command[exec.command.len() - 3..exec.command.len() - 1], ["sh", "-c"]);
-    assert!(exec.command.contains(&"env".to_string()) && exec.command.contains(&"EXTRA=1".to_string()));
+    assert_eq!(
+        &exec.command[exec.command.len() - 3..exec.command.len() - 1],
+        ["sh", "-c"]
+    );
+    assert!(
+        exec.command.contains(&"env".to_string()) && exec.command.contains(&"EXTRA=1".to_string())
+    );
 
     // The read-only input cannot be written; the output can be read back
     // through tar, as a whole and as one file.
@@ -249,7 +282,11 @@ async fn a_container_is_a_pod_with_its_image_limits_labels_and_mounts() {
         .worker
         .find_or_create_container(&container(
             "c2",
-            vec![MountSpec { volume: "out".into(), path: "/tmp/build/w/prev".into(), readonly: false }],
+            vec![MountSpec {
+                volume: "out".into(),
+                path: "/tmp/build/w/prev".into(),
+                readonly: false,
+            }],
         ))
         .await
         .unwrap();
@@ -260,12 +297,22 @@ async fn a_container_is_a_pod_with_its_image_limits_labels_and_mounts() {
 #[tokio::test]
 async fn signals_and_terminal_resizes_reach_the_process() {
     let r = rig("").await;
-    let c = r.worker.find_or_create_container(&container("c1", vec![])).await.unwrap();
+    let c = r
+        .worker
+        .find_or_create_container(&container("c1", vec![]))
+        .await
+        .unwrap();
     let (tx, mut rx) = mpsc::channel(64);
     let p = c
         .run(
-            process("long", "trap 'echo got-term; exit 143' TERM; echo ready; while true; do sleep 0.1; done"),
-            ProcessIo { stdin: None, output: tx },
+            process(
+                "long",
+                "trap 'echo got-term; exit 143' TERM; echo ready; while true; do sleep 0.1; done",
+            ),
+            ProcessIo {
+                stdin: None,
+                output: tx,
+            },
         )
         .await
         .unwrap();
@@ -277,13 +324,25 @@ async fn signals_and_terminal_resizes_reach_the_process() {
     // A TTY: stdin in, the size set at start, then changed.
     let (tx, mut rx) = mpsc::channel(64);
     let (in_tx, in_rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
-    let mut spec = process("tty", "read line; stty size; echo \"got $line\"; read again; stty size");
-    spec.tty = Some(WindowSize { columns: 100, rows: 30 });
+    let mut spec = process(
+        "tty",
+        "read line; stty size; echo \"got $line\"; read again; stty size",
+    );
+    spec.tty = Some(WindowSize {
+        columns: 100,
+        rows: 30,
+    });
     let stdin: ByteStream = Box::pin(futures::stream::unfold(in_rx, |mut rx| async move {
         rx.recv().await.map(|x| (x, rx))
     }));
     let p = c
-        .run(spec, ProcessIo { stdin: Some(stdin), output: tx })
+        .run(
+            spec,
+            ProcessIo {
+                stdin: Some(stdin),
+                output: tx,
+            },
+        )
         .await
         .unwrap();
     in_tx.send(Ok(Bytes::from_static(b"one\n"))).await.unwrap();
@@ -293,7 +352,12 @@ async fn signals_and_terminal_resizes_reach_the_process() {
         seen.push_str(&String::from_utf8_lossy(&chunk.data));
     }
     assert!(seen.contains("30 100"), "{seen:?}");
-    p.set_tty(WindowSize { columns: 120, rows: 40 }).await.unwrap();
+    p.set_tty(WindowSize {
+        columns: 120,
+        rows: 40,
+    })
+    .await
+    .unwrap();
     in_tx.send(Ok(Bytes::from_static(b"two\n"))).await.unwrap();
     while !seen.contains("40 120") {
         let chunk = rx.recv().await.expect("the new size printed");
@@ -307,7 +371,11 @@ async fn signals_and_terminal_resizes_reach_the_process() {
 #[tokio::test]
 async fn a_pod_that_cannot_start_is_an_error_naming_its_reason() {
     let r = rig("").await;
-    r.mock.fail_image("busybox:1.36", "ErrImagePull", "rpc error: busybox:1.36 not found");
+    r.mock.fail_image(
+        "busybox:1.36",
+        "ErrImagePull",
+        "rpc error: busybox:1.36 not found",
+    );
     let err = r
         .worker
         .find_or_create_container(&container("bad", vec![]))
@@ -315,11 +383,19 @@ async fn a_pod_that_cannot_start_is_an_error_naming_its_reason() {
         .err()
         .unwrap()
         .to_string();
-    assert!(err.contains("pod gantry-bad cannot start: ErrImagePull: rpc error: busybox:1.36 not found"), "{err}");
+    assert!(
+        err.contains(
+            "pod gantry-bad cannot start: ErrImagePull: rpc error: busybox:1.36 not found"
+        ),
+        "{err}"
+    );
     assert!(r.mock.pods().is_empty(), "the pod is deleted");
 
     let r = rig("").await;
-    r.mock.unschedulable_image("busybox:1.36", "0/3 nodes are available: 3 Insufficient memory.");
+    r.mock.unschedulable_image(
+        "busybox:1.36",
+        "0/3 nodes are available: 3 Insufficient memory.",
+    );
     let err = r
         .worker
         .find_or_create_container(&container("big", vec![]))
@@ -327,12 +403,21 @@ async fn a_pod_that_cannot_start_is_an_error_naming_its_reason() {
         .err()
         .unwrap()
         .to_string();
-    assert!(err.contains("did not start within 2 s: Unschedulable: 0/3 nodes are available"), "{err}");
+    assert!(
+        err.contains("did not start within 2 s: Unschedulable: 0/3 nodes are available"),
+        "{err}"
+    );
 
     // What a pod cannot do is refused before anything is created.
     let mut spec = container("pids", vec![]);
     spec.limits.pids = Some(10);
-    let err = r.worker.find_or_create_container(&spec).await.err().unwrap().to_string();
+    let err = r
+        .worker
+        .find_or_create_container(&spec)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("pids"), "{err}");
 }
 
@@ -340,7 +425,10 @@ async fn a_pod_that_cannot_start_is_an_error_naming_its_reason() {
 async fn a_sweep_lists_pods_by_label_and_destroys_exactly_what_it_is_told() {
     let r = rig("").await;
     for h in ["a", "b", "c"] {
-        r.worker.find_or_create_container(&container(h, vec![])).await.unwrap();
+        r.worker
+            .find_or_create_container(&container(h, vec![]))
+            .await
+            .unwrap();
     }
     volume(&r.worker, "v1").await;
     let handles = r.worker.list_handles().await.unwrap();
@@ -367,7 +455,11 @@ async fn a_sweep_lists_pods_by_label_and_destroys_exactly_what_it_is_told() {
     r.worker
         .find_or_create_container(&container(
             "d",
-            vec![MountSpec { volume: "kept".into(), path: "/tmp/build/w/k".into(), readonly: false }],
+            vec![MountSpec {
+                volume: "kept".into(),
+                path: "/tmp/build/w/k".into(),
+                readonly: false,
+            }],
         ))
         .await
         .unwrap();

@@ -92,11 +92,7 @@ impl PodExec {
     ) -> Result<Vec<u8>, RuntimeError> {
         let what = command.join(" ");
         let mut p = self
-            .open(
-                pod,
-                command,
-                AttachParams::default().stdin(stdin.is_some()),
-            )
+            .open(pod, command, AttachParams::default().stdin(stdin.is_some()))
             .await?;
         let status = p.take_status();
         let writer = p.stdin();
@@ -138,10 +134,9 @@ impl PodExec {
         fed.map_err(|e| self.error(format!("{what} in pod {pod}: {e}")))?;
         match exit_code(status) {
             Ok(0) => Ok(out),
-            Ok(code) => Err(self.error(format!(
-                "{what} in pod {pod} exited {code}: {}",
-                tail(&err)
-            ))),
+            Ok(code) => {
+                Err(self.error(format!("{what} in pod {pod} exited {code}: {}", tail(&err))))
+            }
             Err(e) => Err(self.error(format!("{what} in pod {pod}: {e}"))),
         }
     }
@@ -244,7 +239,10 @@ mod tests {
             message: Some("executable file not found".into()),
             ..Default::default()
         };
-        assert_eq!(exit_code(Some(broken)).unwrap_err(), "executable file not found");
+        assert_eq!(
+            exit_code(Some(broken)).unwrap_err(),
+            "executable file not found"
+        );
         assert!(exit_code(None).is_err());
     }
 }

@@ -40,7 +40,13 @@ pub fn pod_name(handle: &str) -> String {
     let clean: String = handle
         .to_ascii_lowercase()
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
         .collect();
     let mut name = format!("gantry-{clean}");
     name.truncate(253);
@@ -311,7 +317,10 @@ mod tests {
         assert_eq!(v["metadata"]["labels"]["gantry.dev/worker"], "k8s");
         let c = &v["spec"]["containers"][0];
         assert_eq!(c["image"], "busybox:1.36");
-        assert_eq!(c["env"][1], serde_json::json!({"name": "B", "value": "x=y"}));
+        assert_eq!(
+            c["env"][1],
+            serde_json::json!({"name": "B", "value": "x=y"})
+        );
         assert_eq!(c["resources"]["limits"]["memory"], "67108864");
         assert_eq!(c["resources"]["requests"]["cpu"], "500m");
         let mounts: Vec<(String, String, bool)> = c["volumeMounts"]
@@ -348,11 +357,15 @@ mod tests {
         s.hermetic = true;
         assert!(pod_for(&s, &cfg()).unwrap_err().contains("hermetic"));
         let mut s = spec();
-        s.rootfs = RootfsSpec::Raw { path: "/srv".into() };
+        s.rootfs = RootfsSpec::Raw {
+            path: "/srv".into(),
+        };
         assert!(pod_for(&s, &cfg()).unwrap_err().contains("raw:///srv"));
         let mut s = spec();
         s.resource_type = Some("time".into());
-        assert!(pod_for(&s, &cfg()).unwrap_err().contains("resource type time"));
+        assert!(pod_for(&s, &cfg())
+            .unwrap_err()
+            .contains("resource type time"));
         s.resource_type = Some("git".into());
         let (pod, _) = pod_for(&s, &cfg()).unwrap();
         assert_eq!(

@@ -57,7 +57,13 @@ pub fn command(spec: &ProcessSpec) -> Result<Vec<String>, String> {
 fn pid_file(id: &str) -> String {
     let clean: String = id
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     format!("{SCRATCH}/p/{clean}")
 }
@@ -185,7 +191,11 @@ impl Process for KubeProcess {
     }
 
     async fn set_tty(&self, size: WindowSize) -> Result<(), RuntimeError> {
-        let tx = self.resize.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let tx = self
+            .resize
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let Some(mut tx) = tx else {
             return Err(self
                 .exec
@@ -216,7 +226,16 @@ mod tests {
         assert_eq!(&cmd[..2], ["/bin/sh", "-c"]);
         assert_eq!(
             &cmd[3..],
-            ["sh", "/tmp/.gantry/p/task_1", "/tmp/build/x", "env", "A=1", "make", "test", "a b"]
+            [
+                "sh",
+                "/tmp/.gantry/p/task_1",
+                "/tmp/build/x",
+                "env",
+                "A=1",
+                "make",
+                "test",
+                "a b"
+            ]
         );
         let mut other = spec.clone();
         other.user = Some("nobody".into());

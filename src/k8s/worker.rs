@@ -120,11 +120,7 @@ impl Inner {
     }
 
     fn selector(&self) -> String {
-        format!(
-            "{}={}",
-            pod::WORKER_LABEL,
-            pod::label_value(&self.cfg.name)
-        )
+        format!("{}={}", pod::WORKER_LABEL, pod::label_value(&self.cfg.name))
     }
 
     async fn pods(&self) -> Result<Vec<Pod>, RuntimeError> {
@@ -178,12 +174,10 @@ impl Inner {
                         self.volumes.insert(h, Home::Pod(name.clone()));
                     }
                 }
-                std::fs::create_dir_all(&self.staging).map_err(|e| {
-                    self.error(format!("creating {}: {e}", self.staging.display()))
-                })?;
-                let entries = std::fs::read_dir(&self.staging).map_err(|e| {
-                    self.error(format!("reading {}: {e}", self.staging.display()))
-                })?;
+                std::fs::create_dir_all(&self.staging)
+                    .map_err(|e| self.error(format!("creating {}: {e}", self.staging.display())))?;
+                let entries = std::fs::read_dir(&self.staging)
+                    .map_err(|e| self.error(format!("reading {}: {e}", self.staging.display())))?;
                 for entry in entries.flatten() {
                     if let Some(h) = entry.file_name().to_str() {
                         self.volumes.insert(h.to_string(), Home::Staged);
@@ -275,10 +269,9 @@ impl Inner {
                 self.volumes.insert(h.clone(), Home::Pod(name.to_string()));
                 if home == Home::Staged {
                     let dir = self.staged_dir(h)?;
-                    let _ = tokio::task::spawn_blocking(move || {
-                        crate::agent::tree::remove_tree(&dir)
-                    })
-                    .await;
+                    let _ =
+                        tokio::task::spawn_blocking(move || crate::agent::tree::remove_tree(&dir))
+                            .await;
                 }
             }
         }
@@ -663,7 +656,10 @@ impl Volume for KubeVolume {
             Home::Pod(p) => {
                 let dir = in_home(&self.handle, &rel).map_err(|m| w.error(m))?;
                 let raw = crate::tarball::decode(body, encoding);
-                w.exec.run(&p, tar_in_command(&dir), Some(raw)).await.map(|_| ())
+                w.exec
+                    .run(&p, tar_in_command(&dir), Some(raw))
+                    .await
+                    .map(|_| ())
             }
         }
     }
@@ -675,13 +671,13 @@ impl Volume for KubeVolume {
             Home::Staged => {
                 let root = Dir::open(&w.staged_dir(&self.handle)?)
                     .map_err(|e| w.error(format!("volume {}: {e}", self.handle)))?;
-                let target = root.open_beneath(Path::new(&rel)).map_err(|e| {
-                    RuntimeError::NotFound {
-                        worker: w.cfg.name.clone(),
-                        kind: "file",
-                        handle: format!("{}/{rel}: {e}", self.handle),
-                    }
-                })?;
+                let target =
+                    root.open_beneath(Path::new(&rel))
+                        .map_err(|e| RuntimeError::NotFound {
+                            worker: w.cfg.name.clone(),
+                            kind: "file",
+                            handle: format!("{}/{rel}: {e}", self.handle),
+                        })?;
                 Ok(crate::tarball::pack_opened(target, encoding))
             }
             Home::Pod(p) => {
@@ -700,22 +696,20 @@ impl Volume for KubeVolume {
             Home::Staged => {
                 let root = Dir::open(&w.staged_dir(&self.handle)?)
                     .map_err(|e| w.error(format!("volume {}: {e}", self.handle)))?;
-                let file = root.file_beneath(Path::new(&rel)).map_err(|e| {
-                    RuntimeError::NotFound {
-                        worker: w.cfg.name.clone(),
-                        kind: "file",
-                        handle: format!("{}/{rel}: {e}", self.handle),
-                    }
-                })?;
+                let file =
+                    root.file_beneath(Path::new(&rel))
+                        .map_err(|e| RuntimeError::NotFound {
+                            worker: w.cfg.name.clone(),
+                            kind: "file",
+                            handle: format!("{}/{rel}: {e}", self.handle),
+                        })?;
                 let file = tokio::fs::File::from_std(file);
                 Ok(Box::pin(tokio_util::io::ReaderStream::new(file)))
             }
             Home::Pod(p) => {
                 let at = in_home(&self.handle, &rel).map_err(|m| w.error(m))?;
                 exists_in(w, &p, "-f", &at, &self.handle).await?;
-                w.exec
-                    .stdout_stream(&p, vec!["cat".into(), at])
-                    .await
+                w.exec.stdout_stream(&p, vec!["cat".into(), at]).await
             }
         }
     }

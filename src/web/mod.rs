@@ -224,7 +224,11 @@ async fn connect_clusters(cfg: &WebConfig) -> anyhow::Result<Vec<crate::k8s::Kub
             anyhow::bail!("web.kubernetes: two clusters are named {:?}", k.name);
         }
         let client = crate::k8s::connect_cluster(k).await?;
-        let staging = cfg.data_dir.join("kubernetes").join(&k.name).join("volumes");
+        let staging = cfg
+            .data_dir
+            .join("kubernetes")
+            .join(&k.name)
+            .join("volumes");
         clusters.push(crate::k8s::KubeWorker::new(k.clone(), client, staging));
     }
     Ok(clusters)

@@ -92,10 +92,14 @@ pub(super) async fn exec(
     let state = data.0.clone();
     let (dir, container) = match exec_target(&state, &ns, &name, container_name.as_deref()) {
         Ok(t) => t,
-        Err(answer) => return Ok(answer),
+        Err(answer) => return Ok(*answer),
     };
     if command.is_empty() {
-        return Ok(status(400, "BadRequest", "you must specify at least 1 command"));
+        return Ok(status(
+            400,
+            "BadRequest",
+            "you must specify at least 1 command",
+        ));
     }
     let (stdin, stdout, stderr, tty) = (flag("stdin"), flag("stdout"), flag("stderr"), flag("tty"));
     record_exec(
@@ -197,9 +201,7 @@ pub(super) async fn exec(
 
 /// The `Status` of an exit.
 fn exit_status(st: std::process::ExitStatus) -> Value {
-    let code = st
-        .code()
-        .unwrap_or_else(|| 128 + st.signal().unwrap_or(0));
+    let code = st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0));
     if code == 0 {
         json!({"metadata": {}, "status": "Success"})
     } else {
@@ -241,7 +243,9 @@ fn start_pipes(
             }
         }
     });
-    let relay = |mut r: Box<dyn tokio::io::AsyncRead + Unpin>, ch: u8, out: mpsc::Sender<Output>| async move {
+    let relay = |mut r: Box<dyn tokio::io::AsyncRead + Unpin>,
+                 ch: u8,
+                 out: mpsc::Sender<Output>| async move {
         let mut buf = vec![0u8; 32 * 1024];
         loop {
             match r.read(&mut buf).await {

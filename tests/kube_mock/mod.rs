@@ -106,7 +106,10 @@ impl KubeMock {
                         )
                         .route("/api/v1/namespaces/{ns}/pods", web::post().to(create_pod))
                         .route("/api/v1/namespaces/{ns}/pods", web::get().to(list_pods))
-                        .route("/api/v1/namespaces/{ns}/pods/{name}", web::get().to(get_pod))
+                        .route(
+                            "/api/v1/namespaces/{ns}/pods/{name}",
+                            web::get().to(get_pod),
+                        )
                         .route(
                             "/api/v1/namespaces/{ns}/pods/{name}",
                             web::delete().to(delete_pod),
@@ -193,7 +196,10 @@ impl KubeMock {
 
     /// SelfSubjectAccessReviews of this (verb, resource, subresource) are refused.
     pub fn deny(&self, verb: &str, resource: &str, subresource: &str) {
-        self.with(|s| s.denied.push((verb.into(), resource.into(), subresource.into())));
+        self.with(|s| {
+            s.denied
+                .push((verb.into(), resource.into(), subresource.into()))
+        });
     }
 }
 
@@ -209,7 +215,8 @@ impl Drop for KubeMock {
             // SAFETY: signalling a process group the mock started.
             unsafe { libc::kill(-g, libc::SIGKILL) };
         }
-        let _ = self.handle.stop(false);
+        // Sent at once; the server's thread finishes on its own.
+        drop(self.handle.stop(false));
         let _ = &self.root;
     }
 }
@@ -224,9 +231,11 @@ pub(crate) fn status(code: u16, reason: &str, message: &str) -> HttpResponse {
 }
 
 async fn version() -> HttpResponse {
-    HttpResponse::Ok().json(json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0-gantry-mock",
+    HttpResponse::Ok().json(
+        json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0-gantry-mock",
         "gitCommit": "0", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
-        "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64"}))
+        "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64"}),
+    )
 }
 
 async fn namespace(path: web::Path<String>) -> HttpResponse {
@@ -252,10 +261,21 @@ async fn create_pod(data: Data, path: web::Path<String>, body: web::Json<Value>)
     let ns = path.into_inner();
     let mut pod = body.into_inner();
     let Some(name) = pod["metadata"]["name"].as_str().map(String::from) else {
-        return status(422, "Invalid", "Pod is invalid: metadata.name: Required value");
+        return status(
+            422,
+            "Invalid",
+            "Pod is invalid: metadata.name: Required value",
+        );
     };
-    let containers = pod["spec"]["containers"].as_array().cloned().unwrap_or_default();
-    for v in pod["spec"]["volumes"].as_array().cloned().unwrap_or_default() {
+    let containers = pod["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for v in pod["spec"]["volumes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+    {
         if v.get("emptyDir").is_none() {
             return status(422, "Invalid", "the mock supports emptyDir volumes only");
         }
@@ -264,7 +284,11 @@ async fn create_pod(data: Data, path: web::Path<String>, body: web::Json<Value>)
         for m in c["volumeMounts"].as_array().cloned().unwrap_or_default() {
             let at = m["mountPath"].as_str().unwrap_or("");
             if !at.starts_with("/tmp/") {
-                return status(422, "Invalid", &format!("the mock mounts only under /tmp, not {at}"));
+                return status(
+                    422,
+                    "Invalid",
+                    &format!("the mock mounts only under /tmp, not {at}"),
+                );
             }
         }
         for e in c["env"].as_array().cloned().unwrap_or_default() {
@@ -278,11 +302,19 @@ async fn create_pod(data: Data, path: web::Path<String>, body: web::Json<Value>)
     s.created.push(pod.clone());
     let key = (ns.clone(), name.clone());
     if s.pods.contains_key(&key) {
-        return status(409, "AlreadyExists", &format!("pods \"{name}\" already exists"));
+        return status(
+            409,
+            "AlreadyExists",
+            &format!("pods \"{name}\" already exists"),
+        );
     }
     let dir = root.join(&ns).join(&name);
     std::fs::create_dir_all(dir.join("tmp")).unwrap();
-    for v in pod["spec"]["volumes"].as_array().cloned().unwrap_or_default() {
+    for v in pod["spec"]["volumes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+    {
         let vname = v["name"].as_str().unwrap_or("v");
         std::fs::create_dir_all(dir.join("volumes").join(vname)).unwrap();
     }
@@ -397,22 +429,33 @@ pub(crate) fn exec_target(
     ns: &str,
     name: &str,
     container: Option<&str>,
-) -> Result<(PathBuf, Value), HttpResponse> {
+) -> Result<(PathBuf, Value), Box<HttpResponse>> {
     let s = state.lock().unwrap();
     let Some(p) = s.pods.get(&(ns.to_string(), name.to_string())) else {
-        return Err(status(404, "NotFound", &format!("pods \"{name}\" not found")));
+        return Err(Box::new(status(
+            404,
+            "NotFound",
+            &format!("pods \"{name}\" not found"),
+        )));
     };
     if p.object["status"]["phase"] != "Running" {
-        return Err(status(400, "BadRequest", &format!("pod {name} is not running")));
+        return Err(Box::new(status(
+            400,
+            "BadRequest",
+            &format!("pod {name} is not running"),
+        )));
     }
-    let containers = p.object["spec"]["containers"].as_array().cloned().unwrap_or_default();
+    let containers = p.object["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let c = match container {
         Some(c) => containers.into_iter().find(|x| x["name"] == c),
         None => containers.into_iter().next(),
     };
     match c {
         Some(c) => Ok((p.dir.clone(), c)),
-        None => Err(status(400, "BadRequest", "no such container")),
+        None => Err(Box::new(status(400, "BadRequest", "no such container"))),
     }
 }
 
