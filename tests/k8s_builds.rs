@@ -56,6 +56,28 @@ jobs:
     config:
       platform: linux
       run: {path: echo, args: [ensure-ran]}
+- name: pulled
+  plan:
+  - task: on-alpine
+    config:
+      platform: linux
+      image_resource: {type: registry-image, source: {repository: alpine, tag: "3.20"}}
+      run: {path: echo, args: [pulled-ran]}
+  - task: pinned
+    config:
+      platform: linux
+      image_resource:
+        type: registry-image
+        source: {repository: alpine}
+        version: {digest: "sha256:0123"}
+      run: {path: echo, args: [pinned-ran]}
+- name: private
+  plan:
+  - task: creds
+    config:
+      platform: linux
+      image_resource: {type: registry-image, source: {repository: corp/app, username: bot, password: x}}
+      run: {path: echo}
 - name: long
   plan:
   - task: sleeper
@@ -213,6 +235,26 @@ fn builds_on_kubernetes(kind: DbKind) {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert_eq!(stdout, "boom-ran\non-failure-ran\nensure-ran\n", "{stderr}");
+
+    // A task's `image_resource` of type registry-image is the pod's image,
+    // pulled by the cluster (the worker ships no registry-image type).
+    let out = gantry_run(url, dir.path(), &["-p", "pipeline.yml", "-j", "pulled"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "pulled-ran\npinned-ran\n");
+    let image_of = |step: &str| {
+        mock.created_pods()
+            .into_iter()
+            .find(|p| p["metadata"]["labels"]["gantry.dev/step"] == step)
+            .map(|p| p["spec"]["containers"][0]["image"].clone())
+    };
+    assert_eq!(image_of("on-alpine").unwrap(), "alpine:3.20");
+    assert_eq!(image_of("pinned").unwrap(), "alpine@sha256:0123");
+    // Registry credentials in the source cannot be honoured: refused by name.
+    let out = gantry_run(url, dir.path(), &["-p", "pipeline.yml", "-j", "private"]);
+    let (stdout, stderr) = text(&out);
+    assert_ne!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stderr.contains("source.password cannot be used"), "{stderr}");
 
     // Garbage collection: the ended builds' pods are deleted (but those of
     // a job's latest build that failed, kept for `gantry hijack` as

@@ -175,6 +175,15 @@ pub trait Worker: Send + Sync {
     async fn destroy_container(&self, handle: &str) -> Result<(), RuntimeError>;
     /// Lists every container and volume the worker holds.
     async fn list_handles(&self) -> Result<WorkerHandles, RuntimeError>;
+    /// Whether the worker pulls the images of `resource_type` itself
+    /// ([`crate::spec::RootfsSpec::Image`]) instead of having them fetched
+    /// into a volume: a task whose `image_resource` has that type runs on
+    /// the image's reference, and the worker qualifies for it without
+    /// shipping the type.
+    fn pulls_images(&self, resource_type: &str) -> bool {
+        let _ = resource_type;
+        false
+    }
     /// Checks that the worker answers (used by its connection's supervisor).
     async fn ping(&self) -> Result<(), RuntimeError> {
         self.list_handles().await.map(|_| ())

@@ -55,6 +55,12 @@ pub enum RootfsSpec {
         /// Handle of the volume.
         handle: String,
     },
+    /// An image the worker pulls itself from a registry (a runtime whose
+    /// [`crate::runtime::Worker::pulls_images`] says so: Kubernetes).
+    Image {
+        /// `repository:tag` or `repository@digest`.
+        reference: String,
+    },
 }
 
 impl RootfsSpec {

@@ -241,6 +241,11 @@ impl ContainerRegistry {
                     )))
                 }
             },
+            RootfsSpec::Image { reference } => {
+                return Err(AgentError::BadRequest(format!(
+                    "image {reference}: this worker does not pull images from registries (a kubernetes worker does)"
+                )))
+            }
         };
         if let Some(image) = &image {
             let usable =

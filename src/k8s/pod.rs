@@ -100,6 +100,7 @@ pub fn image_of(spec: &ContainerSpec, cfg: &KubernetesConfig) -> Result<String, 
     }
     match &spec.rootfs {
         RootfsSpec::Default => Ok(cfg.default_image.clone()),
+        RootfsSpec::Image { reference } => Ok(reference.clone()),
         RootfsSpec::Raw { path } => Err(format!(
             "kubernetes worker {}: rootfs raw://{path} is a directory on a host; a pod's image comes from a registry",
             cfg.name

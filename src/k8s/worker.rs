@@ -48,6 +48,10 @@ const FATAL_WAITING: &[&str] = &[
     "RunContainerError",
 ];
 
+/// Image resource types whose images Kubernetes pulls itself: a task's
+/// `image_resource` of these types becomes the pod's image.
+pub const PULLED_TYPES: &[&str] = &["registry-image", "docker-image"];
+
 /// Where a volume's contents are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Home {
@@ -595,6 +599,10 @@ impl Worker for KubeWorker {
             containers,
             volumes,
         })
+    }
+
+    fn pulls_images(&self, resource_type: &str) -> bool {
+        PULLED_TYPES.contains(&resource_type)
     }
 
     async fn ping(&self) -> Result<(), RuntimeError> {

@@ -182,6 +182,45 @@ pub struct ImageSource {
 }
 
 impl ImageSource {
+    /// The reference a worker that pulls images itself uses for a
+    /// `registry-image` or `docker-image` source: `repository@digest` for a
+    /// pinned `version: {digest: ...}`, else `repository:tag` (tag default
+    /// `latest`). What a pulling worker cannot honour (credentials, mirrors,
+    /// `params`) is refused by name.
+    pub fn pull_reference(&self) -> Result<String, String> {
+        let source = self.config.source.as_object().cloned().unwrap_or_default();
+        for key in source.keys() {
+            if !matches!(key.as_str(), "repository" | "tag") {
+                return Err(format!(
+                    "source.{key} cannot be used by a worker that pulls images itself (it pulls with its own credentials); only repository and tag"
+                ));
+            }
+        }
+        if self.params.as_object().is_some_and(|p| !p.is_empty()) {
+            return Err("params cannot be used by a worker that pulls images itself".into());
+        }
+        let repository = source
+            .get("repository")
+            .and_then(Value::as_str)
+            .filter(|r| !r.is_empty())
+            .ok_or("source.repository is required")?;
+        if let Some(digest) = self
+            .version
+            .as_ref()
+            .and_then(|v| v.get("digest"))
+            .and_then(Value::as_str)
+        {
+            return Ok(format!("{repository}@{digest}"));
+        }
+        let tag = match source.get("tag") {
+            None => "latest".to_string(),
+            Some(Value::String(t)) => t.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            Some(other) => return Err(format!("source.tag {other} is not a tag")),
+        };
+        Ok(format!("{repository}:{tag}"))
+    }
+
     /// Resolves `image_resource` against the pipeline's types (none for a
     /// one-off build: base types only).
     pub fn of(
@@ -254,5 +293,28 @@ mod tests {
             a.cache_key(&v, &json!({"depth": 1}))
         );
         assert_eq!(a.key().len(), 64);
+    }
+
+    #[test]
+    fn a_pulled_image_is_referenced_by_tag_or_pinned_digest() {
+        let source = |src: Value, version: Option<Value>| ImageSource {
+            name: "image".into(),
+            config: ResourceConfig::base("registry-image", src),
+            params: json!({}),
+            version,
+        };
+        let s = source(json!({"repository": "alpine", "tag": 3.2}), None);
+        assert_eq!(s.pull_reference().unwrap(), "alpine:3.2");
+        let s = source(json!({"repository": "alpine"}), None);
+        assert_eq!(s.pull_reference().unwrap(), "alpine:latest");
+        let s = source(
+            json!({"repository": "alpine", "tag": "3"}),
+            Some(json!({"digest": "sha256:ab"})),
+        );
+        assert_eq!(s.pull_reference().unwrap(), "alpine@sha256:ab");
+        let s = source(json!({"repository": "alpine", "username": "u"}), None);
+        assert!(s.pull_reference().unwrap_err().contains("source.username"));
+        let s = source(json!({"tag": "3"}), None);
+        assert!(s.pull_reference().unwrap_err().contains("repository"));
     }
 }

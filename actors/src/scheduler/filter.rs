@@ -40,7 +40,7 @@ pub fn filter<'a>(
         } else if c
             .resource_type
             .as_ref()
-            .is_some_and(|t| !r.resource_types.contains(t))
+            .is_some_and(|t| !r.resource_types.contains(t) && !(c.image && w.client.pulls_images(t)))
         {
             no_resource_type += 1;
         } else {

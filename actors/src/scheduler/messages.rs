@@ -84,8 +84,13 @@ pub struct StepRequest {
     pub inputs: Vec<String>,
     /// Whether it is a check step.
     pub is_check: bool,
-    /// Resource type the worker must provide (get, put and check steps).
+    /// Resource type the worker must provide (get, put and check steps,
+    /// and a task's `image_resource`).
     pub resource_type: Option<String>,
+    /// `resource_type` is the type of a task's image: a worker that pulls
+    /// images of that type itself ([`crate::runtime::Worker::pulls_images`])
+    /// qualifies too.
+    pub image: bool,
     /// Workers not to use: they were lost while an earlier attempt ran there.
     pub avoid: Vec<String>,
     /// What the step will hold on its worker until released.

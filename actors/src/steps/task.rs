@@ -94,6 +94,7 @@ impl Step for TaskStep {
                 .cloned()
                 .collect(),
             is_check: false,
+            image: image_source.is_some(),
             resource_type: image_source.map(|i| i.config.type_.base().to_string()),
             need: Load {
                 tasks: 1,
@@ -288,8 +289,18 @@ impl TaskStep {
                 })?;
                 Some(image_of_artifact(ctx, name, &artifact).await?)
             }
+            // A worker that pulls images itself is given the reference.
+            (None, Some(source)) if pulled_by(ctx, &source) => None,
             (None, Some(source)) => Some(self.fetch_image(ctx, &source).await?),
             (None, None) => None,
+        };
+        let pulled = match self.image_source() {
+            Some(source) if self.image_artifact.is_none() && pulled_by(ctx, &source) => Some(
+                source
+                    .pull_reference()
+                    .map_err(|e| EngineError::Invalid(format!("image_resource: {e}")))?,
+            ),
+            _ => None,
         };
         let build_dir = format!("/tmp/build/{}", ctx.build());
         let mut mounts = Vec::new();
@@ -347,6 +358,9 @@ impl TaskStep {
                 handle: ctx.image_volume(artifact).await?,
             },
             (None, Some(image)) => image.rootfs(ctx).await?,
+            (None, None) if pulled.is_some() => RootfsSpec::Image {
+                reference: pulled.clone().unwrap_or_default(),
+            },
             (None, None) => {
                 RootfsSpec::from_uri(config.rootfs_uri.as_deref()).map_err(EngineError::Invalid)?
             }
@@ -463,6 +477,15 @@ impl TaskStep {
 }
 
 /// A volume mounted at the absolute path `path`.
+/// Whether the step's worker pulls `source`'s image itself: a base type
+/// the worker pulls (a type of the pipeline's is fetched as ever).
+fn pulled_by(ctx: &StepContext, source: &ImageSource) -> bool {
+    matches!(
+        &source.config.type_,
+        crate::resources::config::ResourceType::Base { name } if ctx.worker().pulls_images(name)
+    )
+}
+
 fn mount(volume: &Arc<dyn Volume>, path: &str) -> MountSpec {
     MountSpec {
         volume: volume.handle().to_string(),
