@@ -254,7 +254,10 @@ fn builds_on_kubernetes(kind: DbKind) {
     let out = gantry_run(url, dir.path(), &["-p", "pipeline.yml", "-j", "private"]);
     let (stdout, stderr) = text(&out);
     assert_ne!(out.status.code(), Some(0), "{stdout}\n{stderr}");
-    assert!(stderr.contains("source.password cannot be used"), "{stderr}");
+    assert!(
+        stderr.contains("source.password cannot be used"),
+        "{stderr}"
+    );
 
     // Garbage collection: the ended builds' pods are deleted (but those of
     // a job's latest build that failed, kept for `gantry hijack` as
@@ -442,4 +445,77 @@ fn a_cluster_it_may_not_use_stops_the_web_node_with_the_reason() {
         err.contains("cannot reach the Kubernetes API server"),
         "{err}"
     );
+}
+
+#[test]
+fn hijack_runs_a_process_in_a_running_tasks_pod() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let mock = KubeMock::start();
+    let web = start(dir.path(), &db, &mock);
+    write(
+        &dir.path().join("long.yml"),
+        "platform: linux\nrun:\n  path: sh\n  args: [-c, \"echo ready; i=0; while [ ! -e finish ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo finished\"]\n",
+    );
+    let task = dir.path().join("long.yml");
+    let mut execute = spawn_execute(
+        &web.url,
+        dir.path(),
+        "long",
+        &["-c", task.to_str().unwrap()],
+    );
+    let out_file = dir.path().join("long.out");
+    wait_for("the task to be ready", Duration::from_secs(30), || {
+        std::fs::read_to_string(&out_file)
+            .ok()?
+            .contains("ready")
+            .then_some(())
+    });
+    let id = wait_for("the build id", Duration::from_secs(10), || {
+        announced_build(&dir.path().join("long.err"))
+    });
+    // A command with stdin, through the exec API, with its exit status.
+    let hijack = |args: &[&str], stdin: &str| {
+        use std::io::Write;
+        let mut child = gantry()
+            .args(["--url", &web.url, "hijack", "-b", &id.to_string(), "--"])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = hijack(
+        &[
+            "sh",
+            "-c",
+            "read x; echo \"got $x in $(hostname -s >/dev/null; echo pod)\"; exit 7",
+        ],
+        "hello\n",
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(7), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "got hello in pod\n", "{stderr}");
+    let pod = mock
+        .execs()
+        .into_iter()
+        .rev()
+        .find(|e| e.command.iter().any(|a| a.contains("read x")))
+        .expect("the hijack was an exec");
+    assert!(pod.stdin, "the hijack's stdin was attached");
+    // The task sees what the hijacked process did in its pod.
+    let out = hijack(&["touch", &format!("/tmp/build/{id}/finish")], "");
+    assert!(out.status.success(), "{}", text(&out).1);
+    let status = wait_child(&mut execute, Duration::from_secs(30));
+    assert!(status.success());
+    let stdout = std::fs::read_to_string(&out_file).unwrap();
+    assert_eq!(stdout, "ready\nfinished\n");
 }

@@ -37,11 +37,11 @@ pub fn filter<'a>(
             tagged_only += 1;
         } else if r.team.as_deref().is_some_and(|t| t != c.team) {
             other_team += 1;
-        } else if c
-            .resource_type
-            .as_ref()
-            .is_some_and(|t| !r.resource_types.contains(t) && !(c.image && w.client.pulls_images(t)))
-        {
+        } else if c.resource_type.as_ref().is_some_and(|t| {
+            // A task's image type is also met by a worker that pulls such images.
+            let pulled = c.image && w.client.pulls_images(t);
+            !(r.resource_types.contains(t) || pulled)
+        }) {
             no_resource_type += 1;
         } else {
             passing.push(*w);
