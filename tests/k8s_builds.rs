@@ -78,6 +78,26 @@ jobs:
       platform: linux
       image_resource: {type: registry-image, source: {repository: corp/app, username: bot, password: x}}
       run: {path: echo}
+- name: mixed
+  plan:
+  - task: make
+    tags: [machines]
+    config:
+      platform: linux
+      outputs: [{name: made}]
+      run: {path: sh, args: [-c, "echo from-a-machine > made/file.txt"]}
+  - task: use
+    config:
+      platform: linux
+      inputs: [{name: made}]
+      outputs: [{name: used}]
+      run: {path: sh, args: [-c, "cat made/file.txt; echo from-a-pod > used/file.txt"]}
+  - task: back
+    tags: [machines]
+    config:
+      platform: linux
+      inputs: [{name: used}]
+      run: {path: cat, args: [used/file.txt]}
 - name: long
   plan:
   - task: sleeper
@@ -518,4 +538,37 @@ fn hijack_runs_a_process_in_a_running_tasks_pod() {
     assert!(status.success());
     let stdout = std::fs::read_to_string(&out_file).unwrap();
     assert_eq!(stdout, "ready\nfinished\n");
+}
+
+#[test]
+fn artifacts_move_between_a_machine_worker_and_the_cluster_through_the_web_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let mock = KubeMock::start();
+    let web = start(dir.path(), &db, &mock);
+    let extra: Vec<&str> = [worker_backend(), &["--tag", "machines"][..]].concat();
+    let _machine = start_worker(dir.path(), &web.url, "machine", &extra);
+    wait_running(&web.url, 2);
+    let out = gantry_run(&web.url, dir.path(), &["-p", "pipeline.yml", "-j", "mixed"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{stderr}\n{}",
+        web.log_text()
+    );
+    assert_eq!(stdout, "from-a-machine\nfrom-a-pod\n", "{stderr}");
+    // `use` ran in a pod; `make` and `back` did not.
+    let steps = labels(&mock, "gantry.dev/step");
+    assert_eq!(steps, ["use"], "{stderr}");
+    // Both moves were relayed by the web node: into the pod (which does not
+    // pull from other workers) and out of it (the cluster gives no stream URL).
+    assert!(
+        stderr.contains("from worker machine to worker k8s (relay,"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("from worker k8s to worker machine (relay,"),
+        "{stderr}"
+    );
 }
