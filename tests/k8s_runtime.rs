@@ -345,6 +345,30 @@ async fn signals_and_terminal_resizes_reach_the_process() {
         )
         .await
         .unwrap();
+    // Frames of the exec's channels may be sent in any order: type once
+    // the size has arrived.
+    let resized = |n: usize| {
+        let mock = &r.mock;
+        async move {
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let seen = mock
+                    .execs()
+                    .into_iter()
+                    .find(|e| e.tty)
+                    .map_or(0, |e| e.resizes.len());
+                if seen >= n {
+                    return;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "no resize reached the pod"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+    };
+    resized(1).await;
     in_tx.send(Ok(Bytes::from_static(b"one\n"))).await.unwrap();
     let mut seen = String::new();
     while !seen.contains("got one") {
@@ -358,6 +382,7 @@ async fn signals_and_terminal_resizes_reach_the_process() {
     })
     .await
     .unwrap();
+    resized(2).await;
     in_tx.send(Ok(Bytes::from_static(b"two\n"))).await.unwrap();
     while !seen.contains("40 120") {
         let chunk = rx.recv().await.expect("the new size printed");
@@ -366,6 +391,7 @@ async fn signals_and_terminal_resizes_reach_the_process() {
     assert_eq!(p.wait().await.unwrap(), 0);
     let rec = r.mock.execs().into_iter().find(|e| e.tty).unwrap();
     assert!(rec.stdin && !rec.stderr);
+    assert_eq!(rec.resizes, [(100, 30), (120, 40)]);
 }
 
 #[tokio::test]

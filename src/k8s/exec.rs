@@ -190,6 +190,18 @@ impl PodExec {
     }
 }
 
+/// `sh -c SCRIPT sh ARGS...`: arguments passed as positional parameters, never parsed.
+pub fn sh(script: &str, args: &[String]) -> Vec<String> {
+    let mut v = vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        script.to_string(),
+        "sh".to_string(),
+    ];
+    v.extend(args.iter().cloned());
+    v
+}
+
 /// A receiver as a stream.
 fn tokio_stream_of(
     mut rx: tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>,

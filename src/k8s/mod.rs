@@ -9,6 +9,7 @@ pub mod connect;
 pub mod exec;
 pub mod pod;
 pub mod process;
+pub mod volume;
 pub mod worker;
 
 pub use config::KubernetesConfig;

@@ -17,9 +17,8 @@ use kube::api::{AttachParams, TerminalSize};
 use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::sync::watch;
 
-use super::exec::{exit_code, PodExec};
+use super::exec::{exit_code, sh, PodExec};
 use super::pod::SCRATCH;
-use super::worker::sh;
 
 /// Records the pid, enters the directory, then becomes the command.
 const WRAPPER: &str = "mkdir -p \"${1%/*}\" && echo $$ > \"$1\" || exit 127; \

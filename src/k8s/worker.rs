@@ -14,8 +14,8 @@
 //! restarted web node finds where each volume lives (the newest pod wins;
 //! a staged copy wins over any pod).
 
-use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::collections::HashSet;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,10 +32,10 @@ use kube::Api;
 use tokio::sync::Mutex;
 
 use super::config::KubernetesConfig;
-use super::exec::{chain, PodExec};
+use super::exec::{chain, sh, PodExec};
 use super::pod::{self, pod_for, pod_name, volume_home, HANDLE_LABEL, VOLUMES_ANNOTATION};
 use super::process::KubeProcess;
-use crate::dir_fd::Dir;
+use super::volume::{tar_in_command, tar_out_command, KubeVolume};
 
 /// Waiting reasons of a pod's container that mean it will not start.
 const FATAL_WAITING: &[&str] = &[
@@ -54,7 +54,7 @@ pub const PULLED_TYPES: &[&str] = &["registry-image", "docker-image"];
 
 /// Where a volume's contents are.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Home {
+pub(super) enum Home {
     /// On the web node's disk.
     Staged,
     /// In this pod, at [`volume_home`].
@@ -67,10 +67,10 @@ pub struct KubeWorker {
     inner: Arc<Inner>,
 }
 
-struct Inner {
-    cfg: KubernetesConfig,
+pub(super) struct Inner {
+    pub(super) cfg: KubernetesConfig,
     client: kube::Client,
-    exec: PodExec,
+    pub(super) exec: PodExec,
     /// Staged volumes, one directory per handle.
     staging: PathBuf,
     /// Every volume, by handle, with where it lives.
@@ -115,7 +115,7 @@ impl KubeWorker {
 }
 
 impl Inner {
-    fn error(&self, message: impl Into<String>) -> RuntimeError {
+    pub(super) fn error(&self, message: impl Into<String>) -> RuntimeError {
         self.exec.error(message)
     }
 
@@ -146,7 +146,7 @@ impl Inner {
         }
     }
 
-    fn staged_dir(&self, handle: &str) -> Result<PathBuf, RuntimeError> {
+    pub(super) fn staged_dir(&self, handle: &str) -> Result<PathBuf, RuntimeError> {
         if handle.is_empty() || handle.contains('/') || handle.starts_with('.') {
             return Err(self.error(format!("invalid volume handle {handle:?}")));
         }
@@ -193,7 +193,7 @@ impl Inner {
             .map(|_| ())
     }
 
-    fn home(&self, handle: &str) -> Result<Home, RuntimeError> {
+    pub(super) fn home(&self, handle: &str) -> Result<Home, RuntimeError> {
         self.volumes
             .get(handle)
             .map(|h| h.clone())
@@ -205,7 +205,7 @@ impl Inner {
     }
 
     /// A volume's contents as a plain tar stream, from where it lives.
-    async fn tar_of(&self, handle: &str) -> Result<ByteStream, RuntimeError> {
+    pub(super) async fn tar_of(&self, handle: &str) -> Result<ByteStream, RuntimeError> {
         match self.home(handle)? {
             Home::Staged => Ok(crate::tarball::pack_dir(
                 self.staged_dir(handle)?,
@@ -361,59 +361,6 @@ fn pod_progress(pod: &Pod) -> Progress {
             Progress::Waiting(why)
         }
     }
-}
-
-/// `tar -x` of stdin into `dir` (created first).
-fn tar_in_command(dir: &str) -> Vec<String> {
-    sh(
-        "mkdir -p \"$1\" && exec tar -xf - -C \"$1\"",
-        &[dir.to_string()],
-    )
-}
-
-/// `tar -c` of `path` to stdout: a directory's contents, or one file under its name.
-fn tar_out_command(path: &str) -> Vec<String> {
-    sh(
-        "if [ -d \"$1\" ]; then cd \"$1\" && exec tar -cf - .; else cd \"$(dirname \"$1\")\" && exec tar -cf - \"$(basename \"$1\")\"; fi",
-        &[path.to_string()],
-    )
-}
-
-/// `sh -c SCRIPT sh ARGS...`: arguments passed as positional parameters, never parsed.
-pub(super) fn sh(script: &str, args: &[String]) -> Vec<String> {
-    let mut v = vec![
-        "/bin/sh".to_string(),
-        "-c".to_string(),
-        script.to_string(),
-        "sh".to_string(),
-    ];
-    v.extend(args.iter().cloned());
-    v
-}
-
-/// `path` inside a volume, relative, with no `..`.
-fn relative(path: &str) -> Result<String, String> {
-    let trimmed = path.trim_start_matches('/');
-    let mut parts = Vec::new();
-    for c in trimmed.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => return Err(format!("path {path:?} climbs out of the volume")),
-            c => parts.push(c),
-        }
-    }
-    Ok(parts.join("/"))
-}
-
-/// `path` inside volume `handle`'s home in a pod.
-fn in_home(handle: &str, path: &str) -> Result<String, String> {
-    let rel = relative(path)?;
-    let home = volume_home(handle);
-    Ok(if rel.is_empty() {
-        home
-    } else {
-        format!("{home}/{rel}")
-    })
 }
 
 #[async_trait]
@@ -632,137 +579,6 @@ impl KubeWorker {
     }
 }
 
-/// A volume of a cluster worker.
-struct KubeVolume {
-    worker: Arc<Inner>,
-    handle: String,
-}
-
-#[async_trait]
-impl Volume for KubeVolume {
-    fn handle(&self) -> &str {
-        &self.handle
-    }
-
-    async fn stream_in(
-        &self,
-        path: &str,
-        encoding: Encoding,
-        body: ByteStream,
-    ) -> Result<(), RuntimeError> {
-        let w = &self.worker;
-        let rel = relative(path).map_err(|m| w.error(m))?;
-        match w.home(&self.handle)? {
-            Home::Staged => {
-                let root = w.staged_dir(&self.handle)?;
-                let dest = open_beneath_made(&root, &rel).map_err(|m| w.error(m))?;
-                crate::tarball::unpack_at(body, encoding, dest, Default::default())
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| RuntimeError::Stream(e.to_string()))
-            }
-            Home::Pod(p) => {
-                let dir = in_home(&self.handle, &rel).map_err(|m| w.error(m))?;
-                let raw = crate::tarball::decode(body, encoding);
-                w.exec
-                    .run(&p, tar_in_command(&dir), Some(raw))
-                    .await
-                    .map(|_| ())
-            }
-        }
-    }
-
-    async fn stream_out(&self, path: &str, encoding: Encoding) -> Result<ByteStream, RuntimeError> {
-        let w = &self.worker;
-        let rel = relative(path).map_err(|m| w.error(m))?;
-        match w.home(&self.handle)? {
-            Home::Staged => {
-                let root = Dir::open(&w.staged_dir(&self.handle)?)
-                    .map_err(|e| w.error(format!("volume {}: {e}", self.handle)))?;
-                let target =
-                    root.open_beneath(Path::new(&rel))
-                        .map_err(|e| RuntimeError::NotFound {
-                            worker: w.cfg.name.clone(),
-                            kind: "file",
-                            handle: format!("{}/{rel}: {e}", self.handle),
-                        })?;
-                Ok(crate::tarball::pack_opened(target, encoding))
-            }
-            Home::Pod(p) => {
-                let at = in_home(&self.handle, &rel).map_err(|m| w.error(m))?;
-                exists_in(w, &p, "-e", &at, &self.handle).await?;
-                let raw = w.exec.stdout_stream(&p, tar_out_command(&at)).await?;
-                Ok(crate::tarball::encode(raw, encoding))
-            }
-        }
-    }
-
-    async fn stream_file_out(&self, path: &str) -> Result<ByteStream, RuntimeError> {
-        let w = &self.worker;
-        let rel = relative(path).map_err(|m| w.error(m))?;
-        match w.home(&self.handle)? {
-            Home::Staged => {
-                let root = Dir::open(&w.staged_dir(&self.handle)?)
-                    .map_err(|e| w.error(format!("volume {}: {e}", self.handle)))?;
-                let file =
-                    root.file_beneath(Path::new(&rel))
-                        .map_err(|e| RuntimeError::NotFound {
-                            worker: w.cfg.name.clone(),
-                            kind: "file",
-                            handle: format!("{}/{rel}: {e}", self.handle),
-                        })?;
-                let file = tokio::fs::File::from_std(file);
-                Ok(Box::pin(tokio_util::io::ReaderStream::new(file)))
-            }
-            Home::Pod(p) => {
-                let at = in_home(&self.handle, &rel).map_err(|m| w.error(m))?;
-                exists_in(w, &p, "-f", &at, &self.handle).await?;
-                w.exec.stdout_stream(&p, vec!["cat".into(), at]).await
-            }
-        }
-    }
-
-    async fn stream_in_from(&self, _: &str, _: &str, _: Encoding) -> Result<u64, RuntimeError> {
-        // Pods are not given signed URLs to pull: the web node relays.
-        Err(RuntimeError::PeerUnreachable {
-            worker: self.worker.cfg.name.clone(),
-            reason: "a kubernetes worker does not pull from other workers".into(),
-        })
-    }
-}
-
-/// Fails with `NotFound` unless `test FLAG PATH` holds in pod `p`.
-async fn exists_in(
-    w: &Inner,
-    p: &str,
-    flag: &str,
-    path: &str,
-    handle: &str,
-) -> Result<(), RuntimeError> {
-    match w
-        .exec
-        .run(p, vec!["test".into(), flag.into(), path.into()], None)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(RuntimeError::Worker { message, .. }) if message.contains(" exited ") => {
-            Err(RuntimeError::NotFound {
-                worker: w.cfg.name.clone(),
-                kind: "file",
-                handle: format!("{handle}: {path}"),
-            })
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// `rel` beneath `root`, created, never through a symlink.
-fn open_beneath_made(root: &Path, rel: &str) -> Result<Dir, String> {
-    let dir = Dir::open(root).map_err(|e| format!("{}: {e}", root.display()))?;
-    dir.make_dirs_beneath(Path::new(rel))
-        .map_err(|e| format!("{rel}: {e}"))
-}
-
 /// A pod.
 struct KubeContainer {
     worker: Arc<Inner>,
@@ -791,16 +607,4 @@ impl Container for KubeContainer {
             self.pod
         )))
     }
-}
-
-/// Container handles of `pods`, by the handle label, with their pod names.
-pub fn handles_by_label(pods: &[Pod]) -> HashMap<String, String> {
-    pods.iter()
-        .filter_map(|p| {
-            Some((
-                p.metadata.labels.as_ref()?.get(HANDLE_LABEL)?.clone(),
-                p.metadata.name.clone()?,
-            ))
-        })
-        .collect()
 }

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use super::{add_group, exec_target, record_exec, status, Data, ExecRecord};
+use super::{add_group, exec_target, record_exec, record_resize, status, Data, ExecRecord};
 
 /// What the client sent that the process must get.
 enum Input {
@@ -102,7 +102,7 @@ pub(super) async fn exec(
         ));
     }
     let (stdin, stdout, stderr, tty) = (flag("stdin"), flag("stdout"), flag("stderr"), flag("tty"));
-    record_exec(
+    let index = record_exec(
         &state,
         ExecRecord {
             namespace: ns.clone(),
@@ -113,6 +113,7 @@ pub(super) async fn exec(
             stdout,
             stderr,
             tty,
+            resizes: Vec::new(),
         },
     );
     let (mut res, session, mut messages) = actix_ws::handle(&req, body)?;
@@ -146,6 +147,7 @@ pub(super) async fn exec(
     }
     // Client -> process.
     let mut pong = session.clone();
+    let resizes = state.clone();
     actix_web::rt::spawn(async move {
         while let Some(Ok(msg)) = messages.next().await {
             match msg {
@@ -161,6 +163,7 @@ pub(super) async fn exec(
                             let w = v["Width"].as_u64().unwrap_or(80) as u16;
                             let h = v["Height"].as_u64().unwrap_or(24) as u16;
                             let _ = in_tx.send(Input::Resize(w, h));
+                            record_resize(&resizes, index, (w, h));
                         }
                     }
                     _ => {}

@@ -41,6 +41,8 @@ pub struct ExecRecord {
     pub stderr: bool,
     /// Whether a TTY was asked for.
     pub tty: bool,
+    /// Terminal sizes received on the resize channel, as (width, height).
+    pub resizes: Vec<(u16, u16)>,
 }
 
 /// A pod the mock holds.
@@ -459,9 +461,18 @@ pub(crate) fn exec_target(
     }
 }
 
-/// Records an exec and the process group it runs in.
-pub(crate) fn record_exec(state: &Shared, rec: ExecRecord) {
-    state.lock().unwrap().execs.push(rec);
+/// Records an exec; answers its index.
+pub(crate) fn record_exec(state: &Shared, rec: ExecRecord) -> usize {
+    let mut s = state.lock().unwrap();
+    s.execs.push(rec);
+    s.execs.len() - 1
+}
+
+/// Records a resize of exec `index`.
+pub(crate) fn record_resize(state: &Shared, index: usize, size: (u16, u16)) {
+    if let Some(e) = state.lock().unwrap().execs.get_mut(index) {
+        e.resizes.push(size);
+    }
 }
 
 /// Remembers a process group of pod `name` (killed with the pod).
