@@ -141,6 +141,26 @@ impl PodExec {
         }
     }
 
+    /// Runs `command` in `pod` (no input, output ignored) and answers its
+    /// exit code.
+    pub async fn code(&self, pod: &str, command: Vec<String>) -> Result<i32, RuntimeError> {
+        let what = command.join(" ");
+        let mut p = self.open(pod, command, AttachParams::default()).await?;
+        let status = p.take_status();
+        let (mut out, mut err) = (p.stdout(), p.stderr());
+        let drain = |r: Option<tokio::io::ReadHalf<tokio::io::SimplexStream>>| async move {
+            if let Some(mut r) = r {
+                let _ = tokio::io::copy(&mut r, &mut tokio::io::sink()).await;
+            }
+        };
+        tokio::join!(drain(out.take()), drain(err.take()));
+        let status = match status {
+            Some(s) => s.await,
+            None => None,
+        };
+        exit_code(status).map_err(|e| self.error(format!("{what} in pod {pod}: {e}")))
+    }
+
     /// Runs `command` in `pod` and streams its stdout; a non-zero exit ends
     /// the stream with an error naming it.
     pub async fn stdout_stream(

@@ -171,20 +171,14 @@ async fn exists_in(
     path: &str,
     handle: &str,
 ) -> Result<(), RuntimeError> {
-    match w
-        .exec
-        .run(p, vec!["test".into(), flag.into(), path.into()], None)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(RuntimeError::Worker { message, .. }) if message.contains(" exited ") => {
-            Err(RuntimeError::NotFound {
-                worker: w.cfg.name.clone(),
-                kind: "file",
-                handle: format!("{handle}: {path}"),
-            })
-        }
-        Err(e) => Err(e),
+    let test = vec!["test".into(), flag.into(), path.into()];
+    match w.exec.code(p, test).await? {
+        0 => Ok(()),
+        _ => Err(RuntimeError::NotFound {
+            worker: w.cfg.name.clone(),
+            kind: "file",
+            handle: format!("{handle}: {path}"),
+        }),
     }
 }
 

@@ -77,8 +77,8 @@ pub(super) struct Inner {
     volumes: DashMap<String, Home>,
     /// Whether `volumes` was read back from the cluster and the disk.
     recovered: tokio::sync::OnceCell<()>,
-    /// Held while a volume changes home (copies between places).
-    moves: Mutex<()>,
+    /// One lock per volume, held while it is copied or changes home.
+    moves: DashMap<String, Arc<Mutex<()>>>,
 }
 
 impl KubeWorker {
@@ -98,7 +98,7 @@ impl KubeWorker {
                 staging,
                 volumes: DashMap::new(),
                 recovered: tokio::sync::OnceCell::new(),
-                moves: Mutex::new(()),
+                moves: DashMap::new(),
             }),
         }
     }
@@ -252,6 +252,12 @@ impl Inner {
         }
     }
 
+    /// Holds volume `handle` still (no copy, move or destroy meanwhile).
+    async fn lock(&self, handle: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = self.moves.entry(handle.to_string()).or_default().clone();
+        lock.lock_owned().await
+    }
+
     /// Copies every volume `handles` into pod `name`; the ones in
     /// `writable` then live there.
     async fn populate(
@@ -260,8 +266,8 @@ impl Inner {
         handles: &[String],
         writable: &HashSet<String>,
     ) -> Result<(), RuntimeError> {
-        let _moving = self.moves.lock().await;
         for h in handles {
+            let _held = self.lock(h).await;
             let home = self.home(h)?;
             if home != Home::Pod(name.to_string()) {
                 let tar = self.tar_of(h).await?;
@@ -284,7 +290,6 @@ impl Inner {
 
     /// Copies the volumes living in pod `name` back to the web node's disk.
     async fn evacuate(&self, name: &str) -> Result<(), RuntimeError> {
-        let _moving = self.moves.lock().await;
         let living: Vec<String> = self
             .volumes
             .iter()
@@ -292,6 +297,11 @@ impl Inner {
             .map(|e| e.key().clone())
             .collect();
         for h in living {
+            let _held = self.lock(&h).await;
+            if self.volumes.get(&h).map(|e| e.clone()) != Some(Home::Pod(name.to_string())) {
+                // Destroyed, or moved to another pod, meanwhile.
+                continue;
+            }
             let dir = self.staged_dir(&h)?;
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir)
@@ -382,7 +392,7 @@ impl Worker for KubeWorker {
                     .map_err(|e| inner.error(format!("creating {}: {e}", dir.display())))?;
             }
             VolumeStrategy::Cow { parent } => {
-                let _moving = inner.moves.lock().await;
+                let _held = inner.lock(parent).await;
                 let tar = inner.tar_of(parent).await?;
                 std::fs::create_dir_all(&dir)
                     .map_err(|e| inner.error(format!("creating {}: {e}", dir.display())))?;
@@ -416,8 +426,11 @@ impl Worker for KubeWorker {
     async fn destroy_volume(&self, handle: &str) -> Result<(), RuntimeError> {
         let inner = &self.inner;
         inner.recover().await?;
-        let _moving = inner.moves.lock().await;
-        match inner.volumes.remove(handle).map(|(_, h)| h) {
+        let held = inner.lock(handle).await;
+        let removed = inner.volumes.remove(handle).map(|(_, h)| h);
+        drop(held);
+        inner.moves.remove(handle);
+        match removed {
             None => Ok(()),
             Some(Home::Staged) => {
                 let dir = inner.staged_dir(handle)?;
