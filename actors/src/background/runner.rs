@@ -103,6 +103,9 @@ pub struct Periodic<J: Job> {
     stopping: bool,
     /// Keeps [`Jobs::stopped`] waiting until this runner is gone.
     _running: RunningGuard,
+    /// Whether this node leads the job's role (see [`crate::db::Db::campaign`]);
+    /// none: it always runs.
+    leader: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl<J: Job> Periodic<J> {
@@ -118,6 +121,16 @@ impl<J: Job> Periodic<J> {
             next: None,
             stopping: false,
             _running: jobs.running(),
+            leader: None,
+        }
+    }
+
+    /// The same runner, ticking only while `leader` reads `true` (on
+    /// standby otherwise, looking again every interval).
+    pub fn led_by(self, leader: tokio::sync::watch::Receiver<bool>) -> Self {
+        Periodic {
+            leader: Some(leader),
+            ..self
         }
     }
 
@@ -130,6 +143,11 @@ impl<J: Job> Periodic<J> {
     /// Runs one tick; the job is handed to the tick and back.
     fn tick(&mut self, ctx: &mut Context<Self>) {
         self.next = None;
+        if self.leader.as_ref().is_some_and(|l| !*l.borrow()) {
+            let wait = self.schedule.interval;
+            self.plan(wait, JobState::Standby, ctx);
+            return;
+        }
         let Some(mut job) = self.job.take() else {
             return;
         };
@@ -349,6 +367,37 @@ mod tests {
             );
             assert!((10_000..10_050).contains(&wait_ms(&s)), "{s:?}");
             assert_eq!(jobs.list(), vec![s]);
+        });
+    }
+
+    #[test]
+    fn a_job_led_elsewhere_stands_by_and_runs_once_this_node_leads() {
+        run_paused(|| async {
+            let jobs = Jobs::default();
+            let (lead, leader) = tokio::sync::watch::channel(false);
+            let ticks = Rc::new(RefCell::new(Vec::new()));
+            let job = Scripted {
+                name: "gc",
+                script: VecDeque::new(),
+                ticks: ticks.clone(),
+                start: Instant::now(),
+            };
+            let every = Schedule::every(Duration::from_secs(10));
+            let _runner = Periodic::new(job, every, &jobs).led_by(leader).start();
+            sleep(Duration::from_secs(25)).await;
+            let s = jobs.get("gc").unwrap();
+            assert_eq!((s.state, s.runs), (JobState::Standby, 0));
+            assert!(ticks.borrow().is_empty());
+            // This node leads from now: the next look runs the job.
+            lead.send_replace(true);
+            sleep(Duration::from_secs(10)).await;
+            assert_eq!(*ticks.borrow(), secs(&[30.]));
+            assert_eq!(jobs.get("gc").unwrap().state, JobState::Idle);
+            // It loses the lead: it stands by again after its run.
+            lead.send_replace(false);
+            sleep(Duration::from_secs(20)).await;
+            assert_eq!(ticks.borrow().len(), 1);
+            assert_eq!(jobs.get("gc").unwrap().state, JobState::Standby);
         });
     }
 

@@ -26,15 +26,19 @@ pub enum JobState {
     BackingOff,
     /// It runs no more (told to stop, finished, or its owner went away).
     Stopped,
+    /// Another web node runs it (it must not run twice); this one waits to
+    /// take over should that node go.
+    Standby,
 }
 
 impl JobState {
     /// Every state, in the order above.
-    pub const ALL: [JobState; 4] = [
+    pub const ALL: [JobState; 5] = [
         JobState::Busy,
         JobState::Idle,
         JobState::BackingOff,
         JobState::Stopped,
+        JobState::Standby,
     ];
 
     /// The name shown to operators (JSON and `/metrics`).
@@ -44,6 +48,7 @@ impl JobState {
             JobState::Idle => "idle",
             JobState::BackingOff => "backing_off",
             JobState::Stopped => "stopped",
+            JobState::Standby => "standby",
         }
     }
 }

@@ -8,6 +8,7 @@ mod gc_collect;
 mod gc_pressure;
 mod gc_sweep;
 mod handles;
+mod leadership;
 mod resources;
 mod task_caches;
 mod teams;

@@ -214,12 +214,19 @@ pub fn start_collector(deps: &CollectorDeps, stats: &CollectorStats, jobs: &Jobs
         return;
     }
     let schedule = Schedule::every(deps.config.interval);
+    // One node runs the rules at a time; the others stand by.
+    let leader = deps.db.campaign(
+        "gc-collector",
+        deps.config.interval.min(std::time::Duration::from_secs(5)),
+    );
     for rule in Rule::ALL {
         let job = RuleJob {
             rule,
             deps: deps.clone(),
             stats: stats.clone(),
         };
-        Periodic::new(job, schedule, jobs).start();
+        Periodic::new(job, schedule, jobs)
+            .led_by(leader.clone())
+            .start();
     }
 }
