@@ -278,10 +278,7 @@ impl Inner {
             if writable.contains(h) && home != Home::Pod(name.to_string()) {
                 self.volumes.insert(h.clone(), Home::Pod(name.to_string()));
                 if home == Home::Staged {
-                    let dir = self.staged_dir(h)?;
-                    let _ =
-                        tokio::task::spawn_blocking(move || crate::agent::tree::remove_tree(&dir))
-                            .await;
+                    remove_staged(self.staged_dir(h)?).await;
                 }
             }
         }
@@ -303,7 +300,7 @@ impl Inner {
                 continue;
             }
             let dir = self.staged_dir(&h)?;
-            let _ = std::fs::remove_dir_all(&dir);
+            remove_staged(dir.clone()).await;
             std::fs::create_dir_all(&dir)
                 .map_err(|e| self.error(format!("creating {}: {e}", dir.display())))?;
             let tar = self.tar_of(&h).await?;
@@ -314,6 +311,11 @@ impl Inner {
         }
         Ok(())
     }
+}
+
+/// Removes a staged copy, off the async threads (it may be large).
+async fn remove_staged(dir: PathBuf) {
+    let _ = tokio::task::spawn_blocking(move || crate::agent::tree::remove_tree(&dir)).await;
 }
 
 /// Where a pod is on its way to running.
@@ -400,7 +402,7 @@ impl Worker for KubeWorker {
                     crate::tarball::unpack(tar, Encoding::Raw, dir.clone(), Default::default())
                         .await
                 {
-                    let _ = std::fs::remove_dir_all(&dir);
+                    remove_staged(dir.clone()).await;
                     return Err(inner.error(format!("copying volume {parent}: {e}")));
                 }
             }
