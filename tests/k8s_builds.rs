@@ -514,16 +514,12 @@ fn hijack_runs_a_process_in_a_running_tasks_pod() {
         child.wait_with_output().unwrap()
     };
     let out = hijack(
-        &[
-            "sh",
-            "-c",
-            "read x; echo \"got $x in $(hostname -s >/dev/null; echo pod)\"; exit 7",
-        ],
+        &["sh", "-c", "read x; echo \"got $x in the pod\"; exit 7"],
         "hello\n",
     );
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(7), "{stdout}\n{stderr}");
-    assert_eq!(stdout, "got hello in pod\n", "{stderr}");
+    assert_eq!(stdout, "got hello in the pod\n", "{stderr}");
     let pod = mock
         .execs()
         .into_iter()

@@ -332,9 +332,7 @@ async fn signals_and_terminal_resizes_reach_the_process() {
         columns: 100,
         rows: 30,
     });
-    let stdin: ByteStream = Box::pin(futures::stream::unfold(in_rx, |mut rx| async move {
-        rx.recv().await.map(|x| (x, rx))
-    }));
+    let stdin = gantry::body::channel_stream(in_rx);
     let p = c
         .run(
             spec,

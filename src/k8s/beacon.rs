@@ -106,17 +106,29 @@ pub async fn sweep(
             destroy_failures: failures,
         })
         .await?;
-    let failed_containers = futures::stream::iter(answer.destroy_containers)
-        .map(|h| async move { worker.destroy_container(&h).await.is_err() })
-        .buffer_unordered(PARALLEL_DESTROYS)
-        .filter(|failed| futures::future::ready(*failed))
-        .count()
-        .await;
-    let failed_volumes = futures::stream::iter(answer.destroy_volumes)
-        .map(|h| async move { worker.destroy_volume(&h).await.is_err() })
-        .buffer_unordered(PARALLEL_DESTROYS)
-        .filter(|failed| futures::future::ready(*failed))
-        .count()
-        .await;
+    // Containers first: a volume may be mounted in one of them.
+    let failed_containers = failures_of(answer.destroy_containers, |h| async move {
+        worker.destroy_container(&h).await
+    })
+    .await;
+    let failed_volumes = failures_of(answer.destroy_volumes, |h| async move {
+        worker.destroy_volume(&h).await
+    })
+    .await;
     Ok((failed_containers + failed_volumes) as u64)
+}
+
+/// Runs `destroy` on each handle, at most [`PARALLEL_DESTROYS`] at once;
+/// answers how many failed.
+async fn failures_of<F, Fut>(handles: Vec<String>, destroy: F) -> usize
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<(), gantry_actors::RuntimeError>>,
+{
+    futures::stream::iter(handles)
+        .map(destroy)
+        .buffer_unordered(PARALLEL_DESTROYS)
+        .filter(|r| futures::future::ready(r.is_err()))
+        .count()
+        .await
 }

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{AttachParams, AttachedProcess};
 use kube::Api;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, SimplexStream};
 
 use super::pod::CONTAINER;
 
@@ -82,14 +82,14 @@ impl PodExec {
             })
     }
 
-    /// Runs `command` in `pod` to its end, with `stdin` (closed at its end)
-    /// and its stdout collected; a non-zero exit is an error with its stderr.
-    pub async fn run(
+    /// Runs `command` in `pod` to its end, with `stdin` (closed at its end);
+    /// answers its exit code, stdout and stderr.
+    async fn complete(
         &self,
         pod: &str,
         command: Vec<String>,
         stdin: Option<ByteStream>,
-    ) -> Result<Vec<u8>, RuntimeError> {
+    ) -> Result<(i32, Vec<u8>, Vec<u8>), RuntimeError> {
         let what = command.join(" ");
         let mut p = self
             .open(pod, command, AttachParams::default().stdin(stdin.is_some()))
@@ -104,61 +104,45 @@ impl PodExec {
                         .await
                         .map_err(|e| format!("writing to the pod: {e}"))?;
                 }
+                // Dropping the writer would not close stdin: only shutdown does.
                 w.shutdown()
                     .await
                     .map_err(|e| format!("closing stdin: {e}"))?;
             }
             Ok::<(), String>(())
         };
-        let mut out_r = p.stdout();
-        let mut err_r = p.stderr();
-        let read_out = async {
-            let mut buf = Vec::new();
-            if let Some(r) = out_r.as_mut() {
-                let _ = r.read_to_end(&mut buf).await;
-            }
-            buf
-        };
-        let read_err = async {
-            let mut buf = Vec::new();
-            if let Some(r) = err_r.as_mut() {
-                let _ = r.read_to_end(&mut buf).await;
-            }
-            buf
-        };
-        let (fed, out, err) = tokio::join!(feed, read_out, read_err);
+        let (fed, out, err) = tokio::join!(feed, read_all(p.stdout()), read_all(p.stderr()));
         let status = match status {
             Some(s) => s.await,
             None => None,
         };
         fed.map_err(|e| self.error(format!("{what} in pod {pod}: {e}")))?;
-        match exit_code(status) {
-            Ok(0) => Ok(out),
-            Ok(code) => {
+        let code =
+            exit_code(status).map_err(|e| self.error(format!("{what} in pod {pod}: {e}")))?;
+        Ok((code, out, err))
+    }
+
+    /// Runs `command` in `pod` to its end, with `stdin`; answers its stdout.
+    /// A non-zero exit is an error with its stderr.
+    pub async fn run(
+        &self,
+        pod: &str,
+        command: Vec<String>,
+        stdin: Option<ByteStream>,
+    ) -> Result<Vec<u8>, RuntimeError> {
+        let what = command.join(" ");
+        match self.complete(pod, command, stdin).await? {
+            (0, out, _) => Ok(out),
+            (code, _, err) => {
                 Err(self.error(format!("{what} in pod {pod} exited {code}: {}", tail(&err))))
             }
-            Err(e) => Err(self.error(format!("{what} in pod {pod}: {e}"))),
         }
     }
 
     /// Runs `command` in `pod` (no input, output ignored) and answers its
     /// exit code.
     pub async fn code(&self, pod: &str, command: Vec<String>) -> Result<i32, RuntimeError> {
-        let what = command.join(" ");
-        let mut p = self.open(pod, command, AttachParams::default()).await?;
-        let status = p.take_status();
-        let (mut out, mut err) = (p.stdout(), p.stderr());
-        let drain = |r: Option<tokio::io::ReadHalf<tokio::io::SimplexStream>>| async move {
-            if let Some(mut r) = r {
-                let _ = tokio::io::copy(&mut r, &mut tokio::io::sink()).await;
-            }
-        };
-        tokio::join!(drain(out.take()), drain(err.take()));
-        let status = match status {
-            Some(s) => s.await,
-            None => None,
-        };
-        exit_code(status).map_err(|e| self.error(format!("{what} in pod {pod}: {e}")))
+        Ok(self.complete(pod, command, None).await?.0)
     }
 
     /// Runs `command` in `pod` and streams its stdout; a non-zero exit ends
@@ -174,18 +158,11 @@ impl PodExec {
         let out = p
             .stdout()
             .ok_or_else(|| self.error("exec without stdout"))?;
-        let mut err_r = p.stderr();
+        let errors = tokio::spawn(read_all(p.stderr()));
         let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
         let pod = pod.to_string();
         tokio::spawn(async move {
             let _keep = p;
-            let errors = tokio::spawn(async move {
-                let mut buf = Vec::new();
-                if let Some(r) = err_r.as_mut() {
-                    let _ = r.read_to_end(&mut buf).await;
-                }
-                buf
-            });
             let mut chunks = tokio_util::io::ReaderStream::with_capacity(out, 64 * 1024);
             while let Some(chunk) = chunks.next().await {
                 if tx.send(chunk).await.is_err() {
@@ -206,7 +183,7 @@ impl PodExec {
                 let _ = tx.send(Err(std::io::Error::other(message))).await;
             }
         });
-        Ok(Box::pin(tokio_stream_of(rx)))
+        Ok(crate::body::channel_stream(rx))
     }
 }
 
@@ -222,11 +199,13 @@ pub fn sh(script: &str, args: &[String]) -> Vec<String> {
     v
 }
 
-/// A receiver as a stream.
-fn tokio_stream_of(
-    mut rx: tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>,
-) -> impl futures::Stream<Item = std::io::Result<Bytes>> + Send {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+/// Everything an exec's output stream gives, until it ends.
+async fn read_all(reader: Option<ReadHalf<SimplexStream>>) -> Vec<u8> {
+    let mut buf = Vec::new();
+    if let Some(mut r) = reader {
+        let _ = r.read_to_end(&mut buf).await;
+    }
+    buf
 }
 
 /// The end of a command's stderr, as text.

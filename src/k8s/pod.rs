@@ -30,7 +30,8 @@ pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const WORKER_LABEL: &str = "gantry.dev/worker";
 /// Label holding the container's handle.
 pub const HANDLE_LABEL: &str = "gantry.dev/handle";
-/// Annotation listing the handles of the volumes mounted in the pod.
+/// Annotation listing the handles of the volumes that live in the pod
+/// (those it mounts read-write; see `worker.rs`).
 pub const VOLUMES_ANNOTATION: &str = "gantry.dev/volumes";
 /// PID 1 of every pod: idle until told to stop.
 const IDLE: &str = "trap 'exit 0' TERM INT; while true; do sleep 3600 & wait $!; done";
@@ -216,10 +217,15 @@ pub fn pod_for(spec: &ContainerSpec, cfg: &KubernetesConfig) -> Result<(Pod, Vec
             }
         }
     }
+    // The volumes that will live in this pod: those it mounts read-write.
+    let homed: Vec<&String> = handles
+        .iter()
+        .filter(|h| spec.mounts.iter().any(|m| &m.volume == *h && !m.readonly))
+        .collect();
     let annotations = BTreeMap::from([
         (
             VOLUMES_ANNOTATION.to_string(),
-            serde_json::to_string(&handles).unwrap_or_default(),
+            serde_json::to_string(&homed).unwrap_or_default(),
         ),
         (
             "gantry.dev/properties".to_string(),
@@ -347,6 +353,11 @@ mod tests {
             ]
         );
         assert_eq!(v["spec"]["restartPolicy"], "Never");
+        // Only the read-write volume will live in the pod.
+        assert_eq!(
+            v["metadata"]["annotations"]["gantry.dev/volumes"],
+            "[\"out\"]"
+        );
     }
 
     #[test]

@@ -50,7 +50,7 @@ const FATAL_WAITING: &[&str] = &[
 
 /// Image resource types whose images Kubernetes pulls itself: a task's
 /// `image_resource` of these types becomes the pod's image.
-pub const PULLED_TYPES: &[&str] = &["registry-image", "docker-image"];
+const PULLED_TYPES: &[&str] = &["registry-image", "docker-image"];
 
 /// Where a volume's contents are.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,11 +106,6 @@ impl KubeWorker {
     /// Its configuration.
     pub fn config(&self) -> &KubernetesConfig {
         &self.inner.cfg
-    }
-
-    /// The pods of this worker (by its label).
-    pub async fn pods(&self) -> Result<Vec<Pod>, RuntimeError> {
-        self.inner.pods().await
     }
 }
 
@@ -278,7 +273,7 @@ impl Inner {
             if writable.contains(h) && home != Home::Pod(name.to_string()) {
                 self.volumes.insert(h.clone(), Home::Pod(name.to_string()));
                 if home == Home::Staged {
-                    remove_staged(self.staged_dir(h)?).await;
+                    let _ = remove_staged(self.staged_dir(h)?).await;
                 }
             }
         }
@@ -300,7 +295,7 @@ impl Inner {
                 continue;
             }
             let dir = self.staged_dir(&h)?;
-            remove_staged(dir.clone()).await;
+            let _ = remove_staged(dir.clone()).await;
             std::fs::create_dir_all(&dir)
                 .map_err(|e| self.error(format!("creating {}: {e}", dir.display())))?;
             let tar = self.tar_of(&h).await?;
@@ -313,9 +308,16 @@ impl Inner {
     }
 }
 
-/// Removes a staged copy, off the async threads (it may be large).
-async fn remove_staged(dir: PathBuf) {
-    let _ = tokio::task::spawn_blocking(move || crate::agent::tree::remove_tree(&dir)).await;
+/// Removes a staged copy, off the async threads (it may be large); one
+/// that is not there is no error.
+async fn remove_staged(dir: PathBuf) -> std::io::Result<()> {
+    let removed = tokio::task::spawn_blocking(move || crate::agent::tree::remove_tree(&dir))
+        .await
+        .map_err(std::io::Error::other)?;
+    match removed {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
 }
 
 /// Where a pod is on its way to running.
@@ -402,7 +404,7 @@ impl Worker for KubeWorker {
                     crate::tarball::unpack(tar, Encoding::Raw, dir.clone(), Default::default())
                         .await
                 {
-                    remove_staged(dir.clone()).await;
+                    let _ = remove_staged(dir.clone()).await;
                     return Err(inner.error(format!("copying volume {parent}: {e}")));
                 }
             }
@@ -434,19 +436,9 @@ impl Worker for KubeWorker {
         inner.moves.remove(handle);
         match removed {
             None => Ok(()),
-            Some(Home::Staged) => {
-                let dir = inner.staged_dir(handle)?;
-                tokio::task::spawn_blocking(move || crate::agent::tree::remove_tree(&dir))
-                    .await
-                    .map_err(|e| inner.error(e.to_string()))?
-                    .or_else(|e| {
-                        if e.kind() == std::io::ErrorKind::NotFound {
-                            Ok(())
-                        } else {
-                            Err(inner.error(format!("removing volume {handle}: {e}")))
-                        }
-                    })
-            }
+            Some(Home::Staged) => remove_staged(inner.staged_dir(handle)?)
+                .await
+                .map_err(|e| inner.error(format!("removing volume {handle}: {e}"))),
             Some(Home::Pod(p)) => {
                 // The pod's emptyDir goes with the pod; empty it now to free
                 // the node's disk (the pod may already be gone).
@@ -480,7 +472,7 @@ impl Worker for KubeWorker {
             inner.wait_running(&name).await?;
             return Ok(self.container(&spec.handle));
         }
-        let (mut pod, handles) = pod_for(spec, &inner.cfg).map_err(|m| inner.error(m))?;
+        let (pod, handles) = pod_for(spec, &inner.cfg).map_err(|m| inner.error(m))?;
         for h in &handles {
             inner.home(h)?;
         }
@@ -490,14 +482,6 @@ impl Worker for KubeWorker {
             .filter(|m| !m.readonly)
             .map(|m| m.volume.clone())
             .collect();
-        // Only the volumes that will live in this pod are listed on it.
-        let homed: Vec<&String> = handles.iter().filter(|h| writable.contains(*h)).collect();
-        if let Some(a) = pod.metadata.annotations.as_mut() {
-            a.insert(
-                VOLUMES_ANNOTATION.to_string(),
-                serde_json::to_string(&homed).unwrap_or_default(),
-            );
-        }
         match inner.api().create(&PostParams::default(), &pod).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 => {}

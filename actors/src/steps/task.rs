@@ -280,7 +280,18 @@ impl TaskStep {
     async fn start(&self, ctx: &mut StepContext) -> Result<Started, EngineError> {
         let config = &self.config;
         // The image first: an input streamed for nothing is a waste.
-        let fetched = match (&self.image_artifact, self.image_source()) {
+        // A worker that pulls images itself is given the reference instead
+        // of a fetched image.
+        let source = self.image_source();
+        let pulled = match &source {
+            Some(source) if self.image_artifact.is_none() && pulled_by(ctx, source) => Some(
+                source
+                    .pull_reference()
+                    .map_err(|e| EngineError::Invalid(format!("image_resource: {e}")))?,
+            ),
+            _ => None,
+        };
+        let fetched = match (&self.image_artifact, source) {
             (Some(name), _) => {
                 let artifact = ctx.named_artifacts().get(name).ok_or_else(|| {
                     EngineError::Invalid(format!(
@@ -289,18 +300,8 @@ impl TaskStep {
                 })?;
                 Some(image_of_artifact(ctx, name, &artifact).await?)
             }
-            // A worker that pulls images itself is given the reference.
-            (None, Some(source)) if pulled_by(ctx, &source) => None,
-            (None, Some(source)) => Some(self.fetch_image(ctx, &source).await?),
-            (None, None) => None,
-        };
-        let pulled = match self.image_source() {
-            Some(source) if self.image_artifact.is_none() && pulled_by(ctx, &source) => Some(
-                source
-                    .pull_reference()
-                    .map_err(|e| EngineError::Invalid(format!("image_resource: {e}")))?,
-            ),
-            _ => None,
+            (None, Some(source)) if pulled.is_none() => Some(self.fetch_image(ctx, &source).await?),
+            (None, _) => None,
         };
         let build_dir = format!("/tmp/build/{}", ctx.build());
         let mut mounts = Vec::new();
@@ -353,15 +354,13 @@ impl TaskStep {
             };
             mounts.push(mount(&volume, &container_path(&build_dir, &cache.path)));
         }
-        let rootfs = match (&self.image, &fetched) {
-            (Some(artifact), _) => RootfsSpec::Volume {
+        let rootfs = match (&self.image, &fetched, pulled) {
+            (Some(artifact), _, _) => RootfsSpec::Volume {
                 handle: ctx.image_volume(artifact).await?,
             },
-            (None, Some(image)) => image.rootfs(ctx).await?,
-            (None, None) if pulled.is_some() => RootfsSpec::Image {
-                reference: pulled.clone().unwrap_or_default(),
-            },
-            (None, None) => {
+            (None, Some(image), _) => image.rootfs(ctx).await?,
+            (None, None, Some(reference)) => RootfsSpec::Image { reference },
+            (None, None, None) => {
                 RootfsSpec::from_uri(config.rootfs_uri.as_deref()).map_err(EngineError::Invalid)?
             }
         };
