@@ -65,6 +65,16 @@ pub struct WebConfig {
     /// This web node's name, stable across restarts (several web nodes may
     /// share a PostgreSQL database); default `HOSTNAME:PORT`.
     pub node_name: Option<String>,
+    /// How often this node records that it is alive in the database, in
+    /// seconds (several web nodes on PostgreSQL). Default 2.
+    pub node_heartbeat_secs: u64,
+    /// A web node not heard from for this many seconds is dead: another node
+    /// takes its running builds over. Default 10.
+    pub node_timeout_secs: u64,
+    /// Where artifacts (uploads, one-off outputs, resource caches, images)
+    /// are stored; several web nodes must share one directory (a network
+    /// file system every node mounts). Default `DATA_DIR/artifacts`.
+    pub artifacts_dir: Option<PathBuf>,
     /// How artifacts move between workers (`[web.streaming]`).
     pub streaming: StreamingConfig,
     /// The garbage Collector's rules (`[web.gc]`).
@@ -319,6 +329,9 @@ impl Default for WebConfig {
             admin_token: None,
             teams: Default::default(),
             node_name: None,
+            node_heartbeat_secs: 2,
+            node_timeout_secs: 10,
+            artifacts_dir: None,
             streaming: StreamingConfig::default(),
             gc: GcConfig::default(),
             metrics_public: true,

@@ -36,5 +36,5 @@ pub mod testing;
 pub mod worker_conn;
 pub mod worker_info;
 
-pub use engine::{Engine, EngineConfig};
+pub use engine::{Engine, EngineConfig, NodeConfig};
 pub use error::{EngineError, RuntimeError};

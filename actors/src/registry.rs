@@ -28,6 +28,8 @@ use crate::worker_info::{Heartbeat, WorkerRegistration, WorkerView};
 
 pub use crate::worker_conn::WorkerConn;
 
+mod fleet_sync;
+
 /// Name of the stalled-worker prune's row in [`Jobs`].
 pub const STALLED_PRUNE_JOB: &str = "stalled-worker-prune";
 
@@ -332,6 +334,7 @@ impl Actor for Registry {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        self.follow_fleet(ctx);
         let db = self.db.clone();
         async move { db.list_workers().await }
             .into_actor(self)
@@ -458,6 +461,18 @@ impl Handler<WorkerHeartbeat> for Registry {
 impl Handler<WorkerStalled> for Registry {
     type Result = ();
     fn handle(&mut self, msg: WorkerStalled, ctx: &mut Context<Self>) {
+        if self.db.is_shared() {
+            self.check_lapse(msg, ctx);
+        } else {
+            self.stall(msg, ctx);
+        }
+    }
+}
+
+impl Registry {
+    /// Marks a worker whose heartbeat TTL lapsed stalled (and schedules its
+    /// prune when a timeout is set).
+    fn stall(&mut self, msg: WorkerStalled, ctx: &mut Context<Self>) {
         let Some(entry) = self.workers.get_mut(&msg.name) else {
             return;
         };

@@ -36,6 +36,9 @@ const WRITE_BUFFER: usize = 256 * 1024;
 pub struct ArtifactFiles {
     /// `DATA_DIR/artifacts`; uploads in progress live in its `tmp/`.
     dir: PathBuf,
+    /// Prefix of this node's temporary files (`NODE.`): several web nodes
+    /// may share the directory, and each removes only its own leftovers.
+    node: String,
     /// Largest artifact accepted: its decoded tar stream (so a huge or
     /// highly compressed upload cannot fill the disk before it is checked)
     /// and the contents it unpacks to (`web.max_artifact_bytes`).
@@ -52,15 +55,42 @@ enum Format {
 }
 
 impl ArtifactFiles {
-    /// Opens (creating) the store under `dir`; leftovers of interrupted uploads are removed.
+    /// Opens (creating) the store under `dir` for the only web node;
+    /// leftovers of interrupted uploads are removed.
     pub fn open(dir: PathBuf) -> std::io::Result<Self> {
+        Self::open_for_node(dir, "web")
+    }
+
+    /// Opens (creating) the store under `dir`, which other web nodes may
+    /// share, for node `node`: leftovers of its own interrupted uploads are
+    /// removed, other nodes' uploads in progress are left alone.
+    pub fn open_for_node(dir: PathBuf, node: &str) -> std::io::Result<Self> {
         let tmp = dir.join("tmp");
-        if tmp.exists() {
-            std::fs::remove_dir_all(&tmp)?;
-        }
         std::fs::create_dir_all(&tmp)?;
+        let node: String = node
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let prefix = format!("{node}.");
+        for entry in std::fs::read_dir(&tmp)? {
+            let entry = entry?;
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                let path = entry.path();
+                match entry.file_type()?.is_dir() {
+                    true => std::fs::remove_dir_all(path)?,
+                    false => std::fs::remove_file(path)?,
+                }
+            }
+        }
         Ok(ArtifactFiles {
             dir,
+            node,
             max_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
         })
     }
@@ -134,8 +164,8 @@ impl ArtifactFiles {
 }
 
 /// Creates an empty temporary file in `tmp` (removed when dropped).
-async fn temp_file(tmp: PathBuf, id: &str) -> Result<NamedTempFile, EngineError> {
-    let prefix = format!("{id}.");
+async fn temp_file(tmp: PathBuf, node: &str, id: &str) -> Result<NamedTempFile, EngineError> {
+    let prefix = format!("{node}.{id}.");
     tokio::task::spawn_blocking(move || {
         tempfile::Builder::new()
             .prefix(&prefix)
@@ -192,7 +222,7 @@ impl ArtifactStore for ArtifactFiles {
     ) -> Result<StoredArtifact, EngineError> {
         let id = uuid::Uuid::new_v4().to_string();
         let dest = self.path(&id, Format::Zstd)?;
-        let tmp = temp_file(self.dir.join("tmp"), &id).await?;
+        let tmp = temp_file(self.dir.join("tmp"), &self.node, &id).await?;
         let out = BufWriter::with_capacity(WRITE_BUFFER, tmp);
         let hash = kind == ArtifactKind::Image;
         // On failure the temporary file is dropped, which removes it.

@@ -130,7 +130,15 @@ pub async fn start_web(
     let db = Db::connect(&url)
         .await
         .with_context(|| format!("opening database {}", redact(&url)))?;
-    let artifacts = ArtifactFiles::open(cfg.data_dir.join("artifacts"))
+    let node_name = cfg.node_name.clone().unwrap_or_else(|| {
+        let host = crate::config::host_name().unwrap_or_else(|| "web".into());
+        format!("{host}:{}", cfg.listen.port())
+    });
+    let artifacts_dir = cfg
+        .artifacts_dir
+        .clone()
+        .unwrap_or_else(|| cfg.data_dir.join("artifacts"));
+    let artifacts = ArtifactFiles::open_for_node(artifacts_dir, &node_name)
         .context("opening the artifact store")?
         .with_max_bytes(cfg.max_artifact_bytes);
     let encoding = Encoding::parse(&cfg.stream_encoding).with_context(|| {
@@ -139,10 +147,6 @@ pub async fn start_web(
             cfg.stream_encoding
         )
     })?;
-    let node_name = cfg.node_name.clone().unwrap_or_else(|| {
-        let host = crate::config::host_name().unwrap_or_else(|| "web".into());
-        format!("{host}:{}", cfg.listen.port())
-    });
     let engine_config = EngineConfig {
         node_name,
         placement: cfg.placement.parse()?,
@@ -154,6 +158,7 @@ pub async fn start_web(
         rerun_when_worker_disappears: cfg.rerun_when_worker_disappears,
         streaming: cfg.streaming.parse(encoding)?,
         gc: cfg.gc.parse()?,
+        nodes: node_config(cfg)?,
     };
     for team in cfg.teams.keys() {
         db.ensure_team(team).await?;
@@ -170,6 +175,14 @@ pub async fn start_web(
     for cluster in clusters {
         crate::k8s::beacon::spawn(engine.clone(), cluster);
     }
+    // Another node took this node's builds over: going on would run them twice.
+    let mut fenced = engine.fenced();
+    actix_web::rt::spawn(async move {
+        if fenced.wait_for(|f| *f).await.is_ok() {
+            eprintln!("gantry web: this node missed its heartbeats for node_timeout_secs and another web node took its builds over; stopping");
+            std::process::exit(1);
+        }
+    });
     let state = web::Data::new(AppState {
         engine: engine.clone(),
         tokens: auth::Tokens {
@@ -232,6 +245,21 @@ async fn connect_clusters(cfg: &WebConfig) -> anyhow::Result<Vec<crate::k8s::Kub
         clusters.push(crate::k8s::KubeWorker::new(k.clone(), client, staging));
     }
     Ok(clusters)
+}
+
+/// How this node and the others on its database watch each other.
+fn node_config(cfg: &WebConfig) -> anyhow::Result<gantry_actors::NodeConfig> {
+    if cfg.node_heartbeat_secs == 0 || cfg.node_timeout_secs < 2 * cfg.node_heartbeat_secs {
+        anyhow::bail!(
+            "node_timeout_secs ({}) must be at least twice node_heartbeat_secs ({}), which must be at least 1",
+            cfg.node_timeout_secs,
+            cfg.node_heartbeat_secs
+        );
+    }
+    Ok(gantry_actors::NodeConfig {
+        heartbeat: std::time::Duration::from_secs(cfg.node_heartbeat_secs),
+        timeout: std::time::Duration::from_secs(cfg.node_timeout_secs),
+    })
 }
 
 /// Hides a password in a database URL for logs.

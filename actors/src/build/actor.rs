@@ -16,7 +16,7 @@ use crate::db::{BuildStatus, Db};
 use crate::events::{BuildEvent, EventHub, EventSink};
 use crate::registry::WorkerStates;
 use crate::runtime::{Worker, WorkerConnector};
-use crate::scheduler::Scheduler;
+use crate::scheduler::Placer;
 use crate::spec::Encoding;
 use crate::steps::{
     ArtifactScope, BuildScope, Created, Events, ImportLocks, JobRef, LocalVars, StepContext, Stop,
@@ -30,8 +30,9 @@ pub struct BuildDeps {
     pub db: Db,
     /// Live event fan-out.
     pub hub: EventHub,
-    /// Places steps.
-    pub scheduler: Addr<Scheduler>,
+    /// Places steps (the Scheduler, under the shared ledger when several
+    /// web nodes may place).
+    pub placer: Placer,
     /// Stores inputs and outputs.
     pub artifacts: Artifacts,
     /// Encoding of streams to and from workers.
@@ -94,6 +95,9 @@ pub struct Build {
     running: RunningBuilds,
     /// Set when a restarted web node takes over a build that was running.
     resume: Option<Resume>,
+    /// Sequence number of the build's first event from this actor (1, or
+    /// the next one of a build taken over).
+    next_event: i64,
     /// The pipeline and job of a job build.
     job: Option<JobRef>,
 }
@@ -130,6 +134,7 @@ impl Build {
             hooks_stop: watch::channel(None).0,
             running,
             resume: None,
+            next_event: 1,
             job: None,
         }
     }
@@ -150,7 +155,24 @@ impl Build {
         resume: Resume,
     ) -> Self {
         Build {
+            next_event: resume.next_event,
             resume: Some(resume),
+            ..Build::of_plan(id, team, plan, timeout, deps, running)
+        }
+    }
+
+    /// A build of `plan` taken over before its step started: it runs from
+    /// the start, its events following those stored (`next_event` on).
+    pub fn restarting(
+        id: i64,
+        team: String,
+        (plan, timeout): (Plan, Option<Duration>),
+        deps: BuildDeps,
+        running: RunningBuilds,
+        next_event: i64,
+    ) -> Self {
+        Build {
+            next_event,
             ..Build::of_plan(id, team, plan, timeout, deps, running)
         }
     }
@@ -183,10 +205,9 @@ impl Actor for Build {
                 act.request_stop(StopReason::Timeout(limit))
             });
         }
-        let next_event = self.resume.as_ref().map_or(1, |r| r.next_event);
         let sink = EventSink::resume(
             self.id,
-            next_event,
+            self.next_event,
             self.deps.db.clone(),
             self.deps.hub.clone(),
         );
@@ -269,7 +290,7 @@ impl BuildRun {
             db: self.deps.db.clone(),
             artifacts: self.deps.artifacts.clone(),
             encoding: self.deps.encoding,
-            scheduler: self.deps.scheduler.clone(),
+            scheduler: self.deps.placer.scheduler().clone(),
             imports: self.deps.imports.clone(),
             events: self.events.clone(),
             stop: stop.clone(),

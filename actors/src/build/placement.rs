@@ -6,16 +6,13 @@
 
 use std::sync::Arc;
 
-use actix::Addr;
 use tokio::sync::oneshot;
 
 use crate::build::actor::BuildRun;
 use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::runtime::Worker;
-use crate::scheduler::{
-    abandon_ticket, Placement, ReleasePlacement, Scheduler, SelectWorker, Selection, StepRequest,
-};
+use crate::scheduler::{Placement, Placer, Selection, StepRequest};
 use crate::steps::{Created, Step, StepEnd, Stop, WorkerWatch};
 
 /// How often a step is run when its workers keep disappearing.
@@ -27,15 +24,15 @@ pub(super) struct HeldPlacement {
     /// The placement, until released.
     placement: Option<Placement>,
     /// Where it is released.
-    scheduler: Addr<Scheduler>,
+    placer: Placer,
 }
 
 impl HeldPlacement {
     /// Holds `placement` until dropped.
-    pub(super) fn new(placement: Placement, scheduler: Addr<Scheduler>) -> Self {
+    pub(super) fn new(placement: Placement, placer: Placer) -> Self {
         HeldPlacement {
             placement: Some(placement),
-            scheduler,
+            placer,
         }
     }
 }
@@ -43,7 +40,7 @@ impl HeldPlacement {
 impl Drop for HeldPlacement {
     fn drop(&mut self) {
         if let Some(p) = self.placement.take() {
-            self.scheduler.do_send(ReleasePlacement(p));
+            self.placer.release(p);
         }
     }
 }
@@ -102,13 +99,14 @@ impl BuildRun {
         let request = StepRequest {
             team: self.team.clone(),
             avoid: lost.to_vec(),
+            build_id: Some(self.id),
             ..step.worker_request()
         };
         let Some(placement) = self.place(step.name(), request, stop).await? else {
             return Ok(StepEnd::Stopped);
         };
         // Released when this function returns, on every path.
-        let held = HeldPlacement::new(placement.clone(), self.deps.scheduler.clone());
+        let held = HeldPlacement::new(placement.clone(), self.deps.placer.clone());
         let worker = placement.worker.clone();
         self.deps.db.start_build(self.id, &worker).await?;
         self.events
@@ -164,7 +162,7 @@ impl BuildRun {
             time: crate::db::now_ms(),
         };
         if let Err(e) = self.events.emit(&waiting).await {
-            abandon_ticket(ticket, &self.deps.scheduler).await;
+            self.deps.placer.abandon(ticket).await;
             return Err(e);
         }
         match self.wait_for_ticket(ticket, stop).await {
@@ -189,7 +187,7 @@ impl BuildRun {
 
     /// Asks the Scheduler for a worker.
     async fn select(&self, request: StepRequest) -> Result<Selection, EngineError> {
-        self.deps.scheduler.send(SelectWorker(request)).await?
+        self.deps.placer.select(request).await
     }
 
     /// Waits for a queued placement, giving the ticket up when the build is
@@ -206,7 +204,7 @@ impl BuildRun {
                 Err(_) => Ticket::Dropped,
             },
             _ = stop.requested() => {
-                abandon_ticket(ticket, &self.deps.scheduler).await;
+                self.deps.placer.abandon(ticket).await;
                 Ticket::Stopped
             }
         }

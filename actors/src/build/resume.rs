@@ -11,7 +11,7 @@ use crate::db::HandleKind;
 use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::placement::Load;
-use crate::scheduler::{Placement, RestorePlacement};
+use crate::scheduler::Placement;
 use crate::steps::{Created, Reattach, StepEnd, WorkerWatch};
 
 /// A build a restarted web node takes over: its step's process is still on
@@ -24,6 +24,9 @@ pub struct Resume {
     pub container: String,
     /// Sequence number of the build's next event.
     pub next_event: i64,
+    /// The step's row in the shared placement ledger, already recorded
+    /// again for this node (several web nodes).
+    pub ledger: Option<i64>,
 }
 
 impl BuildRun {
@@ -75,12 +78,10 @@ impl BuildRun {
                 containers: created.containers.len() as u32,
                 volumes: created.volumes.len() as u32,
             },
+            ledger: resume.ledger,
         };
-        self.deps
-            .scheduler
-            .send(RestorePlacement(placement.clone()))
-            .await?;
-        let held = HeldPlacement::new(placement, self.deps.scheduler.clone());
+        let placement = self.deps.placer.restore(placement, self.id).await?;
+        let held = HeldPlacement::new(placement, self.deps.placer.clone());
         // The step whose container it is.
         let step_name = containers
             .iter()

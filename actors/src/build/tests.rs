@@ -118,7 +118,7 @@ impl Harness {
             ),
             db: db.clone(),
             hub: EventHub::default(),
-            scheduler,
+            placer: crate::scheduler::Placer::local(scheduler),
             artifacts,
             encoding: Encoding::Raw,
             worker_states,
@@ -366,7 +366,7 @@ async fn a_timeout_ends_a_wait_for_a_worker_without_leaking_its_place() {
     assert_eq!(h.finished(holder).await.status, BuildStatus::Aborted);
     until("the holder's place to be released", || async {
         // The release also drops the waiter's abandoned place in the queue.
-        let stats = h.deps.scheduler.send(GetStats).await.unwrap();
+        let stats = h.deps.placer.scheduler().send(GetStats).await.unwrap();
         let idle = stats.load.get("w").is_none_or(Load::is_zero);
         (idle && stats.waiting == 0).then_some(())
     })
@@ -475,6 +475,7 @@ async fn a_restarted_web_node_errors_a_build_of_several_steps_and_leaves_what_it
         locals: Default::default(),
     };
     let resume = Resume {
+        ledger: None,
         worker: "w".into(),
         container: "c1".into(),
         next_event: 1,

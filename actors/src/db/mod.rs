@@ -9,9 +9,13 @@ mod gc_pressure;
 mod gc_sweep;
 mod handles;
 mod leadership;
+mod placements;
 mod resources;
 mod task_caches;
 mod teams;
+#[cfg(test)]
+pub(crate) mod test_pg;
+mod web_nodes;
 mod workers;
 
 pub use artifacts::ArtifactRow;
@@ -19,9 +23,11 @@ pub use builds::{BuildRow, BuildStatus};
 pub use gc_collect::{ArtifactCutoffs, ReleasedArtifact, ReleasedHandle, StaleResourceCache};
 pub use gc_sweep::{SweepRow, SweepWrites};
 pub use handles::{ArtifactCopy, HandleKind, HandleRow};
+pub use placements::{LedgerRow, LedgerTx, RELEASES_CHANNEL};
 pub use resources::{ResourceCacheRow, VersionRow};
 pub use task_caches::{TaskCacheKey, TaskCacheRow};
 pub use teams::{TeamRow, TokenRow};
+pub use web_nodes::WebNodeRow;
 pub use workers::WorkerRow;
 
 use std::sync::Arc;
@@ -50,6 +56,8 @@ pub struct Db {
     backend: Backend,
     /// Per-worker sequence numbers reserved by this web node, not yet used.
     sequences: Arc<SequenceBlocks>,
+    /// The URL it was opened with (PostgreSQL listeners connect to it).
+    url: Arc<str>,
 }
 
 /// Reserved blocks of per-worker sequence numbers: `[next, end)` by worker.
@@ -111,6 +119,7 @@ impl Db {
             pool,
             backend,
             sequences: Arc::default(),
+            url: Arc::from(url),
         };
         db.migrate().await?;
         Ok(db)
@@ -155,6 +164,17 @@ impl Db {
     /// Which server this is.
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// Whether several web nodes may share this database (PostgreSQL):
+    /// placements then go through the shared ledger.
+    pub fn is_shared(&self) -> bool {
+        self.backend == Backend::Postgres
+    }
+
+    /// The URL the database was opened with.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
     }
 
     /// Creates a team if it does not exist.

@@ -26,6 +26,9 @@ impl Engine {
                 "build {id} has already finished ({})",
                 b.status.as_str()
             ))),
+            // Run by another web node: it aborts the build at its next
+            // heartbeat.
+            Some(_) if self.db.is_shared() => self.db.request_abort(id).await,
             Some(_) => Err(EngineError::Invalid(format!(
                 "build {id} is not running on this web node"
             ))),

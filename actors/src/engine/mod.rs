@@ -8,6 +8,7 @@ mod builds;
 mod gc;
 mod handles;
 mod health;
+mod takeover;
 mod task_caches;
 mod teams;
 mod workers;
@@ -15,6 +16,7 @@ mod workers;
 pub use teams::{check_team_name, NewToken, TOKEN_PREFIX};
 
 pub use handles::HandleOwner;
+pub use takeover::{NodeConfig, NODE_HEARTBEAT_JOB};
 
 use std::sync::Arc;
 
@@ -23,13 +25,13 @@ use actix::prelude::*;
 use crate::artifact_store::ArtifactStore;
 use crate::artifacts::Artifacts;
 use crate::background::Jobs;
-use crate::build::{Build, BuildDeps, JobPlan, OneOffPlan, Plan, Resume};
-use crate::db::{BuildStatus, Db};
+use crate::build::BuildDeps;
+use crate::db::Db;
 use crate::error::EngineError;
-use crate::events::{BuildEvent, EventHub, EventSink};
+use crate::events::EventHub;
 use crate::registry::{LifecycleConfig, ListWorkers, Registry, WorkerStates};
 use crate::runtime::WorkerConnector;
-use crate::scheduler::{PlacementConfig, Scheduler};
+use crate::scheduler::{PlacementConfig, Placer, Scheduler};
 
 /// Settings of the engine.
 #[derive(Debug, Clone, Default)]
@@ -47,6 +49,8 @@ pub struct EngineConfig {
     pub node_name: String,
     /// The garbage Collector's rules: interval, grace periods, ages.
     pub gc: crate::gc::collector::CollectorConfig,
+    /// How web nodes sharing the database watch each other.
+    pub nodes: NodeConfig,
 }
 
 /// Handles to the running actors and shared services.
@@ -60,6 +64,11 @@ pub struct Engine {
     registry: Addr<Registry>,
     /// The pool.
     scheduler: Addr<Scheduler>,
+    /// Decides and holds placements (under the shared ledger on PostgreSQL).
+    placer: Placer,
+    /// Set when another node took this node's builds over (it missed its
+    /// heartbeats): the node must stop.
+    fenced: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
     /// Artifact storage and rows, kept in step.
     artifacts: Artifacts,
     /// Each worker's state, watched by running steps.
@@ -97,6 +106,7 @@ impl Engine {
     ) -> Result<Engine, EngineError> {
         let hub = EventHub::default();
         let scheduler = Scheduler::start_on_own_thread(config.placement.clone());
+        let placer = Placer::for_database(scheduler.clone(), &db, &config.node_name);
         let worker_states = WorkerStates::default();
         let jobs = Jobs::default();
         let registry = Registry::new(
@@ -125,6 +135,8 @@ impl Engine {
             hub,
             registry,
             scheduler,
+            placer,
+            fenced: std::sync::Arc::new(tokio::sync::watch::channel(false).0),
             worker_states,
             config,
             imports: Default::default(),
@@ -136,7 +148,7 @@ impl Engine {
             collector: Default::default(),
             sweeps: Default::default(),
         };
-        engine.take_over_unfinished_builds().await?;
+        engine.join_web_nodes().await?;
         crate::gc::collector::start_collector(
             &crate::gc::collector::CollectorDeps {
                 db: engine.db.clone(),
@@ -157,7 +169,7 @@ impl Engine {
         BuildDeps {
             db: self.db.clone(),
             hub: self.hub.clone(),
-            scheduler: self.scheduler.clone(),
+            placer: self.placer.clone(),
             artifacts: self.artifacts.clone(),
             encoding: self.config.streaming.encoding,
             worker_states: self.worker_states.clone(),
@@ -182,88 +194,11 @@ impl Engine {
         &self.resources
     }
 
-    /// Builds this web node was running when it stopped: a step whose
-    /// container still stands is taken over (its process reattached); the
-    /// others are recorded as errored, saying why.
-    async fn take_over_unfinished_builds(&self) -> Result<(), EngineError> {
-        let db = &self.db;
-        for id in db.unfinished_builds(&self.config.node_name).await? {
-            let Some(build) = db.get_build(id).await? else {
-                continue;
-            };
-            let next_event = db
-                .build_events_after(id, 0)
-                .await?
-                .last()
-                .map_or(0, |e| e.0)
-                + 1;
-            let mut reason =
-                "the web node stopped before the step's container was running".to_string();
-            let (plan, container) = match stored_plan(&build.plan) {
-                Ok(plan) => {
-                    // A plan of several steps is not followed: the Build
-                    // errors it and destroys what its steps created.
-                    let step = match plan.0.steps().as_slice() {
-                        [one] => one.name().to_string(),
-                        _ => String::new(),
-                    };
-                    let container = match step.is_empty() {
-                        true => None,
-                        false => db.find_step_container(id, &step).await?,
-                    };
-                    (Some(plan), container)
-                }
-                Err(why) => {
-                    reason = format!("a restarted web node cannot take the build over: {why}");
-                    (None, None)
-                }
-            };
-            // A build of several steps gets an empty resume: the Build errors
-            // it and destroys what its steps created.
-            let resume = match (&plan, container) {
-                (Some(plan), _) if !plan.0.is_one_step() => Some(Resume {
-                    worker: String::new(),
-                    container: String::new(),
-                    next_event,
-                }),
-                (Some(_), Some(c)) if c.state == crate::state::HandleState::Created => {
-                    Some(Resume {
-                        worker: c.worker,
-                        container: c.handle,
-                        next_event,
-                    })
-                }
-                _ => None,
-            };
-            match (plan, resume) {
-                (Some(plan), Some(resume)) => {
-                    Build::resuming(
-                        id,
-                        build.team,
-                        plan,
-                        self.build_deps(),
-                        self.builds.clone(),
-                        resume,
-                    )
-                    .for_job(stored_job(&build.plan))
-                    .start();
-                }
-                _ => {
-                    tracing::warn!(build = id, "{reason}");
-                    db.finish_build(id, BuildStatus::Errored, None, Some(&reason))
-                        .await?;
-                    let mut sink = EventSink::resume(id, next_event, db.clone(), self.hub.clone());
-                    sink.emit(&BuildEvent::Error {
-                        message: reason,
-                        time: crate::db::now_ms(),
-                    })
-                    .await?;
-                    sink.emit(&BuildEvent::status(BuildStatus::Errored, None))
-                        .await?;
-                }
-            }
-        }
-        Ok(())
+    /// Resolves to `true` once another web node has taken this node's
+    /// builds over (it missed its heartbeats): the node must stop, or it
+    /// would run them twice.
+    pub fn fenced(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.fenced.subscribe()
     }
 
     /// Every background job's status, by name.
@@ -288,30 +223,15 @@ impl Engine {
                 "engine: leaving running builds to the next web node on this database"
             );
         }
+        // Last, so no build of this node writes after another took it.
+        if self.db.is_shared() && !self.builds.is_empty() {
+            // Another node takes the running builds over at its next look.
+            if let Err(e) = self.db.leave_web_nodes(&self.config.node_name).await {
+                tracing::warn!("handing this node's builds over: {e}");
+            }
+        }
         tracing::info!("engine: closing the database");
         self.db.close().await;
         tracing::info!("engine: stopped");
     }
-}
-
-/// The plan stored with a build (a one-off build's or a job build's) and
-/// the build's own timeout, or why it cannot be read.
-fn stored_plan(json: &serde_json::Value) -> Result<(Plan, Option<std::time::Duration>), String> {
-    if let Ok(plan) = serde_json::from_value::<OneOffPlan>(json.clone()) {
-        let timeout = plan.timeout_secs.map(std::time::Duration::from_secs);
-        return Ok((Plan::from(plan), timeout));
-    }
-    let job = serde_json::from_value::<JobPlan>(json.clone())
-        .map_err(|e| format!("its stored plan is neither a one-off nor a job plan: {e}"))?;
-    let plan = job.plan().map_err(|e| e.to_string())?;
-    Ok((plan, None))
-}
-
-/// The pipeline and job of a stored job build's plan (none for a one-off
-/// build, or a name that is no longer valid).
-fn stored_job(json: &serde_json::Value) -> Option<crate::steps::JobRef> {
-    serde_json::from_value::<JobPlan>(json.clone())
-        .ok()?
-        .job_ref()
-        .ok()
 }

@@ -10,8 +10,7 @@ use crate::registry::{
 };
 use crate::runtime::Worker;
 use crate::scheduler::{
-    ArtifactLocality, GetStats, Placement, ReleasePlacement, SchedulerStats, SelectWorker,
-    Selection, StepRequest,
+    ArtifactLocality, GetStats, Placement, SchedulerStats, Selection, StepRequest,
 };
 use crate::state::WorkerState;
 use crate::worker_info::{Heartbeat, WorkerRegistration, WorkerView};
@@ -58,7 +57,13 @@ impl Engine {
 
     /// The Scheduler's counters and live loads.
     pub async fn scheduler_stats(&self) -> Result<SchedulerStats, EngineError> {
-        Ok(self.scheduler.send(GetStats).await?)
+        let mut stats = self.scheduler.send(GetStats).await?;
+        // Several web nodes: the ledger holds every node's load.
+        if let Some((loads, waiting)) = self.placer.shared_loads().await? {
+            stats.load = loads;
+            stats.waiting += waiting;
+        }
+        Ok(stats)
     }
 
     /// A client of the registered worker `name`, to reach a container it
@@ -83,12 +88,12 @@ impl Engine {
 
     /// Asks the Scheduler for a worker for a step: placed now, or queued.
     pub async fn select_worker(&self, request: StepRequest) -> Result<Selection, EngineError> {
-        self.scheduler.send(SelectWorker(request)).await?
+        self.placer.select(request).await
     }
 
     /// Gives a placement's capacity back to its worker.
     pub fn release_placement(&self, placement: Placement) {
-        self.scheduler.do_send(ReleasePlacement(placement));
+        self.placer.release(placement);
     }
 
     /// Tells the Scheduler that `worker` holds a copy of `artifact` (for the

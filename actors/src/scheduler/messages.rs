@@ -95,6 +95,8 @@ pub struct StepRequest {
     pub avoid: Vec<String>,
     /// What the step will hold on its worker until released.
     pub need: Load,
+    /// The build the step belongs to, recorded with its placement.
+    pub build_id: Option<i64>,
 }
 
 impl StepRequest {
@@ -118,6 +120,9 @@ pub struct Placement {
     pub client: Arc<dyn Worker>,
     /// What was reserved on the worker.
     pub reserved: Load,
+    /// Its row in the shared placement ledger (several web nodes), which
+    /// the release deletes.
+    pub ledger: Option<i64>,
 }
 
 /// The answer to [`SelectWorker`].
@@ -138,6 +143,18 @@ pub enum Selection {
 #[derive(Message)]
 #[rtype(result = "Result<Selection, EngineError>")]
 pub struct SelectWorker(pub StepRequest);
+
+/// Decides a placement against every worker's load as the shared ledger
+/// holds it (several web nodes): placed (and counted in this node's own
+/// view), or why it must wait. Never queues: the caller waits.
+#[derive(Message)]
+#[rtype(result = "Result<Result<Placement, String>, EngineError>")]
+pub struct DecideWith {
+    /// The step.
+    pub request: StepRequest,
+    /// Load by worker, all nodes together.
+    pub loads: HashMap<String, Load>,
+}
 
 /// Releases what a placement reserved.
 #[derive(Message)]

@@ -18,9 +18,11 @@ use crate::placement::{choose, could_ever_fit, Choice, Load};
 
 mod filter;
 mod messages;
+mod placer;
 
 pub use filter::filter;
 pub use messages::*;
+pub use placer::Placer;
 
 /// A request waiting for capacity.
 struct Waiter {
@@ -74,6 +76,17 @@ impl Scheduler {
     /// Tries to place a request: `Ok(Some)` placed, `Ok(None)` must wait
     /// (with the reason), `Err` no compatible worker.
     fn try_place(&mut self, req: &StepRequest) -> Result<Result<Placement, String>, EngineError> {
+        self.try_place_with(req, None)
+    }
+
+    /// [`Self::try_place`] against `loads` (the shared ledger's) instead of
+    /// this Scheduler's own view when given.
+    fn try_place_with(
+        &mut self,
+        req: &StepRequest,
+        loads: Option<&HashMap<String, Load>>,
+    ) -> Result<Result<Placement, String>, EngineError> {
+        let loads = loads.unwrap_or(&self.load);
         let all: Vec<&Candidate> = self.workers.values().collect();
         let mut compatible = filter(req, &all)?;
         let chain = match req.chain_kind() {
@@ -114,7 +127,7 @@ impl Scheduler {
                 Choice {
                     name,
                     limits: &c.registration.limits,
-                    load: self.load.get(name).copied().unwrap_or_default(),
+                    load: loads.get(name).copied().unwrap_or_default(),
                     local_inputs: holders.iter().filter(|w| w.contains(name)).count() as u32,
                 }
             })
@@ -127,6 +140,7 @@ impl Scheduler {
                     worker: c.registration.name.clone(),
                     client: c.client.clone(),
                     reserved: req.need,
+                    ledger: None,
                 };
                 self.load
                     .entry(placement.worker.clone())
@@ -233,6 +247,17 @@ impl Handler<SelectWorker> for Scheduler {
                 Ok(Selection::Queued { ticket: rx, reason })
             }
         }
+    }
+}
+
+impl Handler<DecideWith> for Scheduler {
+    type Result = Result<Result<Placement, String>, EngineError>;
+    fn handle(&mut self, msg: DecideWith, _: &mut Context<Self>) -> Self::Result {
+        let decided = self.try_place_with(&msg.request, Some(&msg.loads));
+        if decided.is_err() {
+            self.stats.unsatisfiable += 1;
+        }
+        decided
     }
 }
 

@@ -245,3 +245,75 @@ async fn when_idle_resolves_after_the_last_release() {
         .unwrap()
         .unwrap();
 }
+
+/// Two web nodes (two Schedulers) sharing one PostgreSQL database: limits
+/// hold across them, a release on one node wakes a step waiting on the
+/// other, and a step that gave up waiting holds nothing.
+#[actix_rt::test]
+async fn limits_hold_across_nodes_sharing_the_ledger() {
+    let pg = crate::db::test_pg::PgDb::new().await;
+    let limits = WorkerLimits {
+        max_active_tasks: Some(2),
+        ..WorkerLimits::default()
+    };
+    let config = PlacementConfig {
+        without_inputs: vec![Strategy::LimitActiveTasks],
+        ..PlacementConfig::default()
+    };
+    let mut placers = Vec::new();
+    for node in ["n1", "n2"] {
+        let scheduler = Scheduler::new(config.clone()).start();
+        scheduler
+            .send(WorkerUpdated(candidate(
+                "w",
+                "linux",
+                &[],
+                None,
+                limits.clone(),
+            )))
+            .await
+            .unwrap();
+        let placer = Placer::for_database(scheduler, &pg.db, node);
+        assert!(placer.is_shared());
+        placers.push(placer);
+    }
+    let placed = |s: Selection| match s {
+        Selection::Placed(p) => p,
+        Selection::Queued { reason, .. } => panic!("queued: {reason}"),
+    };
+    // One task through each node fills the worker.
+    let a = placed(placers[0].select(task("main", "linux", &[])).await.unwrap());
+    let b = placed(placers[1].select(task("main", "linux", &[])).await.unwrap());
+    assert!(a.ledger.is_some() && b.ledger.is_some());
+    assert_eq!(pg.db.ledger_loads().await.unwrap()["w"].tasks, 2);
+    // A third through either node waits; one that gives up holds nothing.
+    let Selection::Queued {
+        ticket: gave_up, ..
+    } = placers[0].select(task("main", "linux", &[])).await.unwrap()
+    else {
+        panic!("a third task was placed beyond max_active_tasks 2");
+    };
+    let Selection::Queued { ticket, .. } =
+        placers[0].select(task("main", "linux", &[])).await.unwrap()
+    else {
+        panic!("a fourth task was placed beyond max_active_tasks 2");
+    };
+    placers[0].abandon(gave_up).await;
+    // Released on node 2: the step waiting on node 1 is placed.
+    placers[1].release(b);
+    let c = tokio::time::timeout(std::time::Duration::from_secs(10), ticket)
+        .await
+        .expect("placed within 10 s of a release on the other node")
+        .expect("placed");
+    assert_eq!(c.worker, "w");
+    let loads = pg.db.ledger_loads().await.unwrap();
+    assert_eq!(loads["w"].tasks, 2, "{loads:?}");
+    placers[0].release(a);
+    placers[0].release(c);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while pg.db.ledger_loads().await.unwrap().contains_key("w") {
+        assert!(std::time::Instant::now() < deadline, "releases recorded");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    pg.drop().await;
+}

@@ -1,0 +1,191 @@
+//! The web nodes sharing the database: each running node's heartbeat
+//! (`web_nodes`), and taking over the builds of a node that stopped beating.
+//!
+//! Times come from the database server's clock on PostgreSQL, so nodes on
+//! machines whose clocks differ still agree on who is late.
+
+use super::{now_ms, Backend, Db};
+use crate::error::EngineError;
+
+/// One web node as the table holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebNodeRow {
+    /// Its name (`node_name`).
+    pub name: String,
+    /// When it started (unix ms).
+    pub started_at: i64,
+    /// Its last heartbeat (unix ms).
+    pub last_seen: i64,
+}
+
+impl Db {
+    /// Now, by the database server's clock on PostgreSQL (by this node's
+    /// on SQLite, where there is only one node).
+    pub async fn db_now_ms(&self) -> Result<i64, EngineError> {
+        match self.backend {
+            Backend::Sqlite => Ok(now_ms()),
+            Backend::Postgres => Ok(sqlx::query_scalar(
+                "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+            )
+            .fetch_one(&self.pool)
+            .await?),
+        }
+    }
+
+    /// Records that `node` started now.
+    pub async fn join_web_nodes(&self, node: &str) -> Result<(), EngineError> {
+        let now = self.db_now_ms().await?;
+        sqlx::query(
+            "INSERT INTO web_nodes (name, started_at, last_seen) VALUES ($1, $2, $2) \
+             ON CONFLICT (name) DO UPDATE SET started_at = excluded.started_at, last_seen = excluded.last_seen",
+        )
+        .bind(node)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// `node`'s heartbeat; false when its row is gone: another node found
+    /// it dead and took its builds over.
+    pub async fn beat_web_node(&self, node: &str) -> Result<bool, EngineError> {
+        let now = self.db_now_ms().await?;
+        let done = sqlx::query("UPDATE web_nodes SET last_seen = $1 WHERE name = $2")
+            .bind(now)
+            .bind(node)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Every web node's row, by name.
+    pub async fn list_web_nodes(&self) -> Result<Vec<WebNodeRow>, EngineError> {
+        let rows: Vec<(String, i64, i64)> =
+            sqlx::query_as("SELECT name, started_at, last_seen FROM web_nodes ORDER BY name")
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(name, started_at, last_seen)| WebNodeRow {
+                name,
+                started_at,
+                last_seen,
+            })
+            .collect())
+    }
+
+    /// Claims the nodes other than `me` not seen for `timeout_ms`: each
+    /// late node's row is deleted by exactly one claimant, which in the same
+    /// transaction becomes the owner of the node's unfinished builds (so a
+    /// node rejoining under that name meanwhile cannot also take them).
+    /// Returns each node claimed with its builds.
+    pub async fn claim_dead_web_nodes(
+        &self,
+        me: &str,
+        timeout_ms: i64,
+    ) -> Result<Vec<(String, Vec<i64>)>, EngineError> {
+        let cutoff = self.db_now_ms().await? - timeout_ms;
+        let late: Vec<(String,)> =
+            sqlx::query_as("SELECT name FROM web_nodes WHERE last_seen < $1 AND name <> $2")
+                .bind(cutoff)
+                .bind(me)
+                .fetch_all(&self.pool)
+                .await?;
+        let mut claimed = Vec::new();
+        for (name,) in late {
+            let mut tx = self.pool.begin().await?;
+            let done = sqlx::query("DELETE FROM web_nodes WHERE name = $1 AND last_seen < $2")
+                .bind(&name)
+                .bind(cutoff)
+                .execute(&mut *tx)
+                .await?;
+            if done.rows_affected() != 1 {
+                continue;
+            }
+            let rows: Vec<(i64,)> = sqlx::query_as(
+                "UPDATE builds SET web_node = $1 WHERE web_node = $2 AND status IN ('pending', 'started') RETURNING id",
+            )
+            .bind(me)
+            .bind(&name)
+            .fetch_all(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            let mut ids: Vec<i64> = rows.into_iter().map(|r| r.0).collect();
+            ids.sort_unstable();
+            claimed.push((name, ids));
+        }
+        Ok(claimed)
+    }
+
+    /// Asks the node running build `id` to abort it.
+    pub async fn request_abort(&self, id: i64) -> Result<(), EngineError> {
+        sqlx::query("UPDATE builds SET abort_requested = $1 WHERE id = $2")
+            .bind(now_ms())
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The unfinished builds of `node` whose abort was asked through another
+    /// node, with when it was last asked (unix ms).
+    pub async fn abort_requests(&self, node: &str) -> Result<Vec<(i64, i64)>, EngineError> {
+        Ok(sqlx::query_as(
+            "SELECT id, abort_requested FROM builds WHERE web_node = $1 AND abort_requested IS NOT NULL \
+             AND status IN ('pending', 'started')",
+        )
+        .bind(node)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// `node` stops on purpose: it is marked late at once, so another node
+    /// takes its builds over at its next look instead of after the timeout.
+    pub async fn leave_web_nodes(&self, node: &str) -> Result<(), EngineError> {
+        sqlx::query("UPDATE web_nodes SET last_seen = 0 WHERE name = $1")
+            .bind(node)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+
+    #[tokio::test]
+    async fn a_late_node_is_claimed_once_with_its_builds() {
+        let (db, _dir) = crate::db::test_db().await;
+        db.join_web_nodes("a").await.unwrap();
+        db.join_web_nodes("b").await.unwrap();
+        let id = db
+            .create_build("main", &serde_json::json!({}), "a")
+            .await
+            .unwrap();
+        // Nobody is late yet.
+        assert!(db
+            .claim_dead_web_nodes("b", 60_000)
+            .await
+            .unwrap()
+            .is_empty());
+        // a left on purpose: late at once. b claims a (with its build),
+        // never itself, and only once.
+        db.leave_web_nodes("a").await.unwrap();
+        assert_eq!(
+            db.claim_dead_web_nodes("b", 60_000).await.unwrap(),
+            vec![("a".to_string(), vec![id])]
+        );
+        assert!(db.claim_dead_web_nodes("b", -1).await.unwrap().is_empty());
+        assert!(!db.beat_web_node("a").await.unwrap(), "a's row is gone");
+        assert!(db.beat_web_node("b").await.unwrap());
+        assert_eq!(db.unfinished_builds("b").await.unwrap(), vec![id]);
+        let names: Vec<String> = db
+            .list_web_nodes()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|n| n.name)
+            .collect();
+        assert_eq!(names, vec!["b"]);
+    }
+}

@@ -1,0 +1,338 @@
+//! Taking builds over: those this web node was running when it stopped (at
+//! start), and those of another node that stopped beating (several nodes on
+//! one PostgreSQL database). Each node beats in `web_nodes`; a node late by
+//! the node timeout is claimed by one other node, which becomes the owner of
+//! its unfinished builds in the same transaction and takes them over as a
+//! restarted node does: a step whose container stands is reattached, a
+//! one-step build whose step had not started runs from its start.
+
+use std::time::Duration;
+
+use actix::Actor;
+
+use super::Engine;
+use crate::background::{Job, JobError, Outcome, Periodic, Schedule};
+use crate::build::{Build, JobPlan, OneOffPlan, Plan, Resume};
+use crate::db::{now_ms, BuildStatus, HandleKind};
+use crate::error::EngineError;
+use crate::events::{BuildEvent, EventSink};
+use crate::placement::Load;
+use crate::state::HandleState;
+
+/// How web nodes watch each other.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// How often a node beats (and looks for late nodes).
+    pub heartbeat: Duration,
+    /// A node not seen for this long is dead: its builds are taken over.
+    pub timeout: Duration,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            heartbeat: Duration::from_secs(2),
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Name of the node heartbeat's row in the jobs table.
+pub const NODE_HEARTBEAT_JOB: &str = "web-node-heartbeat";
+
+/// How a build is taken over.
+enum Takeover {
+    /// Reattach to its step's process.
+    Reattach(Resume),
+    /// Its step never started: run it from the start.
+    Restart,
+    /// It cannot be followed: record it errored, saying why.
+    Error(String),
+}
+
+impl Engine {
+    /// Joins the web nodes of the database: refuses to start when a live
+    /// node has this node's name; then takes over this node's own unfinished
+    /// builds, releases ledger rows no build took again, and starts the node
+    /// heartbeat (which also takes over nodes that stop beating).
+    pub(super) async fn join_web_nodes(&self) -> Result<(), EngineError> {
+        let me = &self.config.node_name;
+        let name_lock = self.hold_node_name().await?;
+        let started = now_ms();
+        self.db.join_web_nodes(me).await?;
+        let own = self.db.unfinished_builds(me).await?;
+        self.take_over_builds(own).await?;
+        self.placer.purge(me, started).await?;
+        if self.db.is_shared() {
+            let job = NodeWatch {
+                engine: self.clone(),
+                _name_lock: name_lock,
+                aborted: Default::default(),
+            };
+            Periodic::new(
+                job,
+                Schedule::every(self.config.nodes.heartbeat),
+                &self.jobs,
+            )
+            .start();
+        }
+        Ok(())
+    }
+
+    /// Holds this node's name among the live nodes (PostgreSQL: a session
+    /// advisory lock). Refuses to start when another node holding it still
+    /// beats; a holder that stopped beating (its machine died, and the
+    /// database has not noticed its connection is gone) is passed over.
+    async fn hold_node_name(&self) -> Result<tokio::sync::watch::Receiver<bool>, EngineError> {
+        let me = &self.config.node_name;
+        let lock = self
+            .db
+            .campaign(&format!("web-node/{me}"), Duration::from_secs(1));
+        let mut won = lock.clone();
+        let wait = self.config.nodes.timeout;
+        if matches!(
+            tokio::time::timeout(wait, won.wait_for(|w| *w)).await,
+            Ok(Ok(_))
+        ) {
+            return Ok(lock);
+        }
+        let now = self.db.db_now_ms().await?;
+        let beating = self.db.list_web_nodes().await?.into_iter().any(|n| {
+            n.name == *me && n.last_seen >= now - self.config.nodes.timeout.as_millis() as i64
+        });
+        if beating {
+            return Err(EngineError::Invalid(format!(
+                "a web node named {me:?} is already running on this database: give each web node its own node_name"
+            )));
+        }
+        tracing::warn!(node = %me, "a node of this name holds its lock but stopped beating: starting anyway");
+        Ok(lock)
+    }
+
+    /// Takes over the builds of dead node `dead` (already handed to this
+    /// node in the database).
+    async fn take_over_node(&self, dead: &str, builds: Vec<i64>) -> Result<(), EngineError> {
+        tracing::warn!(
+            node = dead,
+            builds = builds.len(),
+            "web node stopped beating: taking its builds over"
+        );
+        self.take_over_builds(builds).await?;
+        // Its placements no build took again (steps that had not started).
+        self.placer.purge(dead, i64::MAX).await?;
+        Ok(())
+    }
+
+    /// Takes over `builds`, owned by this node and not running here.
+    pub(super) async fn take_over_builds(&self, builds: Vec<i64>) -> Result<(), EngineError> {
+        for id in builds {
+            if self.builds.contains_key(&id) {
+                continue;
+            }
+            let Some(build) = self.db.get_build(id).await? else {
+                continue;
+            };
+            let next_event = self
+                .db
+                .build_events_after(id, 0)
+                .await?
+                .last()
+                .map_or(0, |e| e.0)
+                + 1;
+            let plan = stored_plan(&build.plan);
+            let how = match &plan {
+                Ok(plan) => self.how_to_take_over(id, &plan.0, next_event).await?,
+                Err(why) => Takeover::Error(format!(
+                    "a restarted web node cannot take the build over: {why}"
+                )),
+            };
+            let deps = self.build_deps();
+            match (plan, how) {
+                (Ok(plan), Takeover::Reattach(resume)) => {
+                    Build::resuming(id, build.team, plan, deps, self.builds.clone(), resume)
+                        .for_job(stored_job(&build.plan))
+                        .start();
+                }
+                (Ok(plan), Takeover::Restart) => {
+                    tracing::info!(
+                        build = id,
+                        "taking a build over: its step had not started; running it from the start"
+                    );
+                    Build::restarting(id, build.team, plan, deps, self.builds.clone(), next_event)
+                        .for_job(stored_job(&build.plan))
+                        .start();
+                }
+                (_, Takeover::Error(reason)) | (Err(reason), _) => {
+                    tracing::warn!(build = id, "{reason}");
+                    self.db
+                        .finish_build(id, BuildStatus::Errored, None, Some(&reason))
+                        .await?;
+                    let mut sink =
+                        EventSink::resume(id, next_event, self.db.clone(), self.hub.clone());
+                    sink.emit(&BuildEvent::Error {
+                        message: reason,
+                        time: now_ms(),
+                    })
+                    .await?;
+                    sink.emit(&BuildEvent::status(BuildStatus::Errored, None))
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether build `id`'s step can be reattached, run from its start, or
+    /// neither. A reattached step's placement is recorded again first, so
+    /// limits count it before anything else is placed.
+    async fn how_to_take_over(
+        &self,
+        id: i64,
+        plan: &Plan,
+        next_event: i64,
+    ) -> Result<Takeover, EngineError> {
+        // A plan of several steps is not followed: the Build errors it
+        // (an empty resume) and what its steps created goes with it.
+        let step = match plan.steps().as_slice() {
+            [one] => one.name().to_string(),
+            _ => {
+                return Ok(Takeover::Reattach(Resume {
+                    worker: String::new(),
+                    container: String::new(),
+                    next_event,
+                    ledger: None,
+                }))
+            }
+        };
+        let Some(container) = self.db.find_step_container(id, &step).await? else {
+            return Ok(Takeover::Restart);
+        };
+        let stands = match container.state {
+            HandleState::Created => true,
+            // Its node stopped between asking the worker and recording the
+            // answer: the worker says whether it stands.
+            HandleState::Creating => {
+                self.container_stands(&container.worker, &container.handle)
+                    .await
+            }
+            _ => false,
+        };
+        if !stands {
+            return Ok(match container.state {
+                HandleState::Creating => Takeover::Restart,
+                _ => Takeover::Error(
+                    "the web node stopped before the step's container was running".into(),
+                ),
+            });
+        }
+        let volumes = self.db.build_handles(HandleKind::Volume, id).await?.len();
+        let containers = self
+            .db
+            .build_handles(HandleKind::Container, id)
+            .await?
+            .len();
+        let load = Load {
+            tasks: 1,
+            containers: containers as u32,
+            volumes: volumes as u32,
+        };
+        let ledger = match self.db.is_shared() {
+            true => Some(
+                self.db
+                    .replace_build_placements(id, &container.worker, &self.config.node_name, &load)
+                    .await?,
+            ),
+            false => None,
+        };
+        Ok(Takeover::Reattach(Resume {
+            worker: container.worker,
+            container: container.handle,
+            next_event,
+            ledger,
+        }))
+    }
+
+    /// Whether container `handle` stands on `worker` (false when unsure).
+    async fn container_stands(&self, worker: &str, handle: &str) -> bool {
+        let Ok(Some(row)) = self.db.get_worker(worker).await else {
+            return false;
+        };
+        let client = self.connector.connect(&row.registration);
+        matches!(client.lookup_container(handle).await, Ok(Some(_)))
+    }
+}
+
+/// The node heartbeat: beats, and takes over nodes that stopped beating.
+struct NodeWatch {
+    /// The engine whose node beats.
+    engine: Engine,
+    /// This node's hold on its name, released when the job stops.
+    _name_lock: tokio::sync::watch::Receiver<bool>,
+    /// Abort requests already delivered: build and when it was asked.
+    aborted: std::collections::HashMap<i64, i64>,
+}
+
+impl Job for NodeWatch {
+    fn name(&self) -> String {
+        NODE_HEARTBEAT_JOB.into()
+    }
+
+    async fn tick(&mut self) -> Result<Outcome, JobError> {
+        let e = &self.engine;
+        let me = &e.config.node_name;
+        if !e.db.beat_web_node(me).await? {
+            // Another node found this one dead and took its builds over:
+            // going on would run them twice.
+            tracing::error!(node = %me, "this web node missed its heartbeats and another node took its builds over; it must stop");
+            e.fenced.send_replace(true);
+            return Ok(Outcome::Done);
+        }
+        // Each request once (a second abort also stops the hooks that run
+        // after the first); a build no longer asked about is forgotten.
+        let asked = e.db.abort_requests(me).await?;
+        self.aborted
+            .retain(|id, _| asked.iter().any(|(a, _)| a == id));
+        for (id, at) in asked {
+            if self.aborted.get(&id) == Some(&at) {
+                continue;
+            }
+            if let Some(build) = e.builds.get(&id).map(|b| b.clone()) {
+                tracing::info!(
+                    build = id,
+                    "aborting a build, as asked through another web node"
+                );
+                build.do_send(crate::build::AbortBuild);
+                self.aborted.insert(id, at);
+            }
+        }
+        let timeout = e.config.nodes.timeout.as_millis() as i64;
+        for (dead, builds) in e.db.claim_dead_web_nodes(me, timeout).await? {
+            e.take_over_node(&dead, builds).await?;
+        }
+        Ok(Outcome::Idle)
+    }
+}
+
+/// The plan stored with a build (a one-off build's or a job build's) and
+/// the build's own timeout, or why it cannot be read.
+pub(super) fn stored_plan(
+    json: &serde_json::Value,
+) -> Result<(Plan, Option<std::time::Duration>), String> {
+    if let Ok(plan) = serde_json::from_value::<OneOffPlan>(json.clone()) {
+        let timeout = plan.timeout_secs.map(std::time::Duration::from_secs);
+        return Ok((Plan::from(plan), timeout));
+    }
+    let job = serde_json::from_value::<JobPlan>(json.clone())
+        .map_err(|e| format!("its stored plan is neither a one-off nor a job plan: {e}"))?;
+    let plan = job.plan().map_err(|e| e.to_string())?;
+    Ok((plan, None))
+}
+
+/// The pipeline and job of a stored job build's plan (none for a one-off
+/// build, or a name that is no longer valid).
+pub(super) fn stored_job(json: &serde_json::Value) -> Option<crate::steps::JobRef> {
+    serde_json::from_value::<JobPlan>(json.clone())
+        .ok()?
+        .job_ref()
+        .ok()
+}
