@@ -348,7 +348,9 @@ impl Default for WebConfig {
 pub struct WorkerConfig {
     /// Unique worker name. Default: the host name.
     pub name: String,
-    /// Base URL of the web node. Default `http://127.0.0.1:8080`.
+    /// Base URL of the web node, or several separated by commas (web nodes
+    /// sharing one database): the worker talks to one and moves on to the
+    /// next when it cannot be reached. Default `http://127.0.0.1:8080`.
     pub web: String,
     /// Key presented to the web node when registering. Default `gantry-dev-key`.
     pub registration_key: String,

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use common::disk_db::*;
 use common::*;
 
 /// How many builds the soak runs (`GANTRY_SOAK_BUILDS` to change it).
@@ -241,237 +242,12 @@ fn wipe_machine(work: &Path) {
     std::fs::remove_dir_all(work).expect("removing the work dir");
 }
 
-/// The ids of runc's containers whose state is under `work/runc`.
-fn runc_ids(work: &Path) -> BTreeSet<String> {
-    let root = work.join("runc");
-    if !root.exists() {
-        return BTreeSet::new();
-    }
-    let out = Command::new("runc")
-        .arg("--root")
-        .arg(&root)
-        .args(["list", "-q"])
-        .output()
-        .expect("runc runs");
-    assert!(
-        out.status.success(),
-        "runc list: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .filter(|l| !l.is_empty())
+/// Each worker of the soak with its work dir.
+fn soak_workers(soak: &Soak) -> Vec<(String, PathBuf)> {
+    WORKERS
+        .iter()
+        .map(|w| (w.to_string(), soak.work_dir(w)))
         .collect()
-}
-
-/// Mount points at or below `dir` (from this process's mount table).
-fn mounts_under(dir: &Path) -> Vec<String> {
-    let prefix = format!("{}/", dir.display());
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|m| m.starts_with(&prefix))
-        .map(str::to_string)
-        .collect()
-}
-
-/// The names of the directories in `dir` (none when it does not exist).
-fn dirs_in(dir: &Path) -> BTreeSet<String> {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Read access to the web node's database.
-struct DbView {
-    rt: tokio::runtime::Runtime,
-    pool: sqlx::AnyPool,
-}
-
-impl DbView {
-    fn open(dir: &Path, db: &TestDb) -> DbView {
-        sqlx::any::install_default_drivers();
-        let url = match &db.url {
-            Some(u) => u.clone(),
-            None => format!("sqlite://{}", dir.join("web/gantry.db").display()),
-        };
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let pool = rt
-            .block_on(
-                sqlx::any::AnyPoolOptions::new()
-                    .max_connections(1)
-                    .connect(&url),
-            )
-            .expect("the test reads the database");
-        DbView { rt, pool }
-    }
-
-    /// Rows of `sql` as strings (every column cast to text by the query).
-    fn rows(&self, sql: &str) -> Vec<Vec<String>> {
-        use sqlx::Row as _;
-        let rows = self
-            .rt
-            .block_on(sqlx::query(sql).fetch_all(&self.pool))
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        rows.iter()
-            .map(|r| {
-                (0..r.len())
-                    .map(|i| r.try_get::<String, _>(i).unwrap_or_default())
-                    .collect()
-            })
-            .collect()
-    }
-
-    /// `(handle, state)` of the rows of `table` on `worker`.
-    fn handles(&self, table: &str, worker: &str) -> BTreeMap<String, String> {
-        self.rows(&format!(
-            "SELECT handle, state FROM {table} WHERE worker = '{worker}'"
-        ))
-        .into_iter()
-        .map(|r| (r[0].clone(), r[1].clone()))
-        .collect()
-    }
-}
-
-/// What one comparison found equal, for the printout.
-#[derive(Debug, Default)]
-struct Counts {
-    lines: Vec<String>,
-}
-
-/// Compares disk, runc and the store with the database once; `Err` names
-/// the first difference.
-fn compare(soak: &Soak, view: &DbView) -> Result<Counts, String> {
-    let mut counts = Counts::default();
-    let bad_states = view.rows(
-        "SELECT 'container', handle, worker, state FROM containers \
-         WHERE state IN ('creating', 'destroying') UNION ALL \
-         SELECT 'volume', handle, worker, state FROM volumes \
-         WHERE state IN ('creating', 'destroying')",
-    );
-    if let Some(r) = bad_states.first() {
-        return Err(format!(
-            "{} rows not settled, e.g. {} {} on {} is {}",
-            bad_states.len(),
-            r[0],
-            r[1],
-            r[2],
-            r[3]
-        ));
-    }
-    let strangers = view.rows(&format!(
-        "SELECT handle FROM volumes WHERE worker NOT IN ({0}) UNION ALL \
-         SELECT handle FROM containers WHERE worker NOT IN ({0})",
-        WORKERS.map(|w| format!("'{w}'")).join(", ")
-    ));
-    if !strangers.is_empty() {
-        return Err(format!("{} rows of unknown workers", strangers.len()));
-    }
-    for w in WORKERS {
-        let work = soak.work_dir(w);
-        let rows_c = view.handles("containers", w);
-        let rows_v = view.handles("volumes", w);
-        let db_c: BTreeSet<String> = rows_c.keys().cloned().collect();
-        let db_v: BTreeSet<String> = rows_v.keys().cloned().collect();
-        let disk_c = dirs_in(&work.join("containers"));
-        let disk_v = dirs_in(&work.join("volumes"));
-        let runc = runc_ids(&work);
-        let mounted: BTreeSet<String> = mounts_under(&work.join("containers"))
-            .iter()
-            .filter_map(|m| {
-                let rel = m.strip_prefix(&format!("{}/", work.join("containers").display()))?;
-                rel.split('/').next().map(str::to_string)
-            })
-            .collect();
-        if disk_c != db_c {
-            return Err(format!(
-                "{w}: containers on disk {:?} but in the database {:?}",
-                diff(&disk_c, &db_c),
-                diff(&db_c, &disk_c)
-            ));
-        }
-        if disk_v != db_v {
-            return Err(format!(
-                "{w}: volumes on disk only {:?}, in the database only {:?}",
-                diff(&disk_v, &db_v),
-                diff(&db_v, &disk_v)
-            ));
-        }
-        if !runc.is_subset(&db_c) {
-            return Err(format!(
-                "{w}: runc containers without a row: {:?}",
-                diff(&runc, &db_c)
-            ));
-        }
-        if !mounted.is_subset(&db_c) {
-            return Err(format!(
-                "{w}: mounts of containers without a row: {:?}",
-                diff(&mounted, &db_c)
-            ));
-        }
-        counts.lines.push(format!(
-            "soak: worker {w}: containers db={} disk={} runc={} mounted={}; volumes db={} disk={}",
-            db_c.len(),
-            disk_c.len(),
-            runc.len(),
-            mounted.len(),
-            db_v.len(),
-            disk_v.len()
-        ));
-    }
-    let store_dir = soak.dir.join("web/artifacts");
-    let in_store: BTreeSet<String> = view
-        .rows("SELECT id FROM artifacts WHERE in_store = 1")
-        .into_iter()
-        .map(|r| r[0].clone())
-        .collect();
-    let files: BTreeSet<String> = std::fs::read_dir(&store_dir)
-        .expect("the artifact store")
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.split('.').next().unwrap_or_default().to_string()
-        })
-        .collect();
-    if files != in_store {
-        return Err(format!(
-            "store: files only {:?}, database only {:?}",
-            diff(&files, &in_store),
-            diff(&in_store, &files)
-        ));
-    }
-    let tmp = dirs_in(&store_dir.join("tmp")).len()
-        + std::fs::read_dir(store_dir.join("tmp"))
-            .map(|d| d.count())
-            .unwrap_or(0);
-    if tmp != 0 {
-        return Err(format!("store: {tmp} temporary files left"));
-    }
-    let on_workers = view
-        .rows("SELECT id FROM artifacts WHERE in_store = 0")
-        .len();
-    counts.lines.push(format!(
-        "soak: artifact store: files={} db_in_store={} db_on_workers_only={on_workers}",
-        files.len(),
-        in_store.len()
-    ));
-    Ok(counts)
-}
-
-fn diff(a: &BTreeSet<String>, b: &BTreeSet<String>) -> Vec<String> {
-    a.difference(b).take(5).cloned().collect()
 }
 
 /// What a build owns: its containers, volumes and artifacts.
@@ -630,7 +406,7 @@ fn soak(kind: DbKind) {
     let settle_began = Instant::now();
     let deadline = settle_began + Duration::from_secs(180);
     let counts = loop {
-        match compare(&soak, &view) {
+        match compare(&view, &soak_workers(&soak), &soak.dir.join("web/artifacts")) {
             Ok(c) => break c,
             Err(e) => assert!(
                 Instant::now() < deadline,

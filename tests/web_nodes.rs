@@ -1,13 +1,23 @@
-//! End to end: two web nodes on one PostgreSQL database run the garbage
-//! Collector's rules one at a time: one node leads (a PostgreSQL advisory
-//! lock on a connection of its own), the other stands by, and takes over
-//! when the leader is killed. (The rest of several web nodes is not built
-//! yet: issue 13.)
+//! End to end: several web nodes on one PostgreSQL database.
+//! - The garbage Collector's rules run on one node at a time: one node leads
+//!   (a PostgreSQL advisory lock on a connection of its own), the other
+//!   stands by, and takes over when the leader is killed.
+//! - Two nodes share three workers, each worker registered through one
+//!   node: both list all three; 50 builds submitted alternately through both
+//!   nodes never run more than `limit-active-tasks` (2) at once on a worker
+//!   (intervals recorded inside the tasks); one node is killed with SIGKILL
+//!   while its builds run, the other takes them over, every build succeeds
+//!   with its full log, no worker is marked stalled, and GC leaves disk equal
+//!   to the database.
 
 mod common;
 
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Child;
+use std::time::{Duration, Instant};
 
+use common::disk_db::{compare, DbView};
 use common::*;
 
 /// `gantry jobs --json` rows of the Collector's rules on the node at `url`.
@@ -83,4 +93,287 @@ fn one_web_node_at_a_time_runs_the_collector_and_another_takes_over() {
         "{}",
         b.log_text()
     );
+}
+
+/// What one build's log says: its worker and the interval its task ran.
+#[derive(Debug)]
+struct Ran {
+    worker: String,
+    start: u128,
+    end: u128,
+}
+
+/// Build `id`'s events through the node at `url`, read to the final one.
+fn events(url: &str, id: i64) -> Vec<serde_json::Value> {
+    let body = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+        .get(format!("{url}/api/v1/builds/{id}/events"))
+        .send()
+        .and_then(|r| r.error_for_status())
+        .and_then(|r| r.text())
+        .unwrap_or_else(|e| panic!("events of build {id} through {url}: {e}"));
+    body.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["event"].take())
+        .collect()
+}
+
+/// The worker and interval in build `id`'s log: exactly one `start` and one
+/// `end` line (a repeated or missing line fails the test).
+fn ran(url: &str, id: i64) -> Ran {
+    let evs = events(url, id);
+    let stdout: String = evs
+        .iter()
+        .filter(|e| e["type"] == "log" && e["stream"] == "stdout")
+        .filter_map(|e| e["data"].as_str())
+        .collect();
+    let workers: Vec<&str> = evs
+        .iter()
+        .filter(|e| e["type"] == "selected_worker")
+        .filter_map(|e| e["worker"].as_str())
+        .collect();
+    let field = |p: &str| -> u128 {
+        let found: Vec<u128> = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(p))
+            .map(|n| n.trim().parse().unwrap())
+            .collect();
+        assert_eq!(found.len(), 1, "build {id}: {p:?} lines in {stdout:?}");
+        found[0]
+    };
+    Ran {
+        worker: workers
+            .last()
+            .unwrap_or_else(|| panic!("build {id}: no worker in {evs:?}"))
+            .to_string(),
+        start: field("start "),
+        end: field("end "),
+    }
+}
+
+/// The most intervals overlapping at any instant.
+fn most_at_once(spans: &[(u128, u128)]) -> i32 {
+    let mut edges: Vec<(u128, i32)> = spans
+        .iter()
+        .flat_map(|(s, e)| [(*s, 1), (*e, -1)])
+        .collect();
+    edges.sort_by_key(|(t, d)| (*t, *d));
+    let (mut now, mut most) = (0, 0);
+    for (_, d) in edges {
+        now += d;
+        most = most.max(now);
+    }
+    most
+}
+
+/// Build ids and statuses through the node at `url`.
+fn statuses(url: &str) -> BTreeMap<i64, String> {
+    builds_json(url)
+        .into_iter()
+        .filter_map(|b| Some((b["id"].as_i64()?, b["status"].as_str()?.to_string())))
+        .collect()
+}
+
+/// The names of the workers the node at `url` lists as running.
+fn running_workers(url: &str) -> Vec<String> {
+    let mut names: Vec<String> = workers_json(url)
+        .as_array()
+        .map(|ws| {
+            ws.iter()
+                .filter(|w| w["state"] == "running")
+                .filter_map(|w| w["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn two_web_nodes_share_the_fleet_keep_limits_exact_and_take_over_a_dead_node() {
+    const BUILDS: usize = 50;
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Postgres);
+    let store = dir.path().join("shared-artifacts");
+    let chain = r#"["limit-active-tasks", "fewest-build-containers"]"#;
+    let config = |node: &str| {
+        format!(
+            "[web]\nnode_name = \"{node}\"\nartifacts_dir = \"{}\"\n\
+             [web.placement]\nwith_inputs = {chain}\nwithout_inputs = {chain}\n\
+             [web.gc]\ninterval_secs = 1\nmissing_grace_secs = 2\ncreating_limit_secs = 3\n\
+             build_artifacts_secs = 1\n",
+            store.display()
+        )
+    };
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    let mut a = start_web(&a_dir, &db, &config("a"));
+    let b = start_web(&b_dir, &db, &config("b"));
+    // Each worker registers through one node; the other is its fallback.
+    let workers_dir = dir.path().join("workers");
+    std::fs::create_dir_all(&workers_dir).unwrap();
+    let first = [("w1", &a, &b), ("w2", &b, &a), ("w3", &a, &b)];
+    let _workers: Vec<Server> = first
+        .iter()
+        .map(|(name, one, other)| {
+            let web = format!("{},{}", one.url, other.url);
+            let mut extra = vec!["--max-active-tasks", "2"];
+            extra.extend(worker_backend());
+            start_worker(&workers_dir, &web, name, &extra)
+        })
+        .collect();
+    let all = vec!["w1".to_string(), "w2".to_string(), "w3".to_string()];
+    for node in [&a, &b] {
+        wait_for(
+            &format!("{} to list all three workers running", node.url),
+            Duration::from_secs(60),
+            || (running_workers(&node.url) == all).then_some(()),
+        );
+    }
+    for (name, one, _) in &first {
+        assert!(
+            one.log_text()
+                .contains(&format!("worker registered worker={name}")),
+            "{name} registered through its first node: {}",
+            one.log_text()
+        );
+    }
+
+    // 50 builds, submitted alternately through a and b.
+    let t = dir.path().join("slot.yml");
+    write(
+        &t,
+        "platform: linux\nrun:\n  path: sh\n  args: [-c, \"echo start $(date +%s%N); sleep 2; echo end $(date +%s%N)\"]\n",
+    );
+    let clients = dir.path().join("clients");
+    std::fs::create_dir_all(&clients).unwrap();
+    let mut children: Vec<(Child, &str, PathBuf)> = (0..BUILDS)
+        .map(|i| {
+            let (node, url) = if i % 2 == 0 {
+                ("a", &a.url)
+            } else {
+                ("b", &b.url)
+            };
+            let tag = format!("t{i}");
+            let child = spawn_execute(url, &clients, &tag, &["-c", t.to_str().unwrap()]);
+            (child, node, clients.join(format!("{tag}.err")))
+        })
+        .collect();
+    let ids: Vec<i64> = children
+        .iter()
+        .map(|(_, _, err)| {
+            wait_for("each build to be created", Duration::from_secs(60), || {
+                announced_build(err)
+            })
+        })
+        .collect();
+
+    // Kill a while builds it runs are running (and others of it wait).
+    let succeeded = |url: &str| statuses(url).values().filter(|s| *s == "succeeded").count();
+    wait_for(
+        "a tenth of the builds to succeed",
+        Duration::from_secs(180),
+        || (succeeded(&b.url) >= BUILDS / 10).then_some(()),
+    );
+    let running_of_a = statuses(&b.url)
+        .iter()
+        .filter(|(id, s)| {
+            *s == "started"
+                && ids
+                    .iter()
+                    .position(|i| i == *id)
+                    .is_some_and(|p| p % 2 == 0)
+        })
+        .count();
+    let killed = Instant::now();
+    a.kill();
+    println!("fleet: killed node a with {running_of_a} of its builds started");
+    let took = wait_for("b to take a's builds over", Duration::from_secs(60), || {
+        b.log_text()
+            .contains("web node stopped beating: taking its builds over")
+            .then(|| killed.elapsed())
+    });
+    println!("fleet: takeover began after {:.1} s", took.as_secs_f64());
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+
+    // Every build ends, and succeeds.
+    let finished = wait_for("all builds to finish", Duration::from_secs(300), || {
+        let st = statuses(&b.url);
+        ids.iter()
+            .all(|id| {
+                st.get(id)
+                    .is_some_and(|s| !matches!(s.as_str(), "pending" | "started"))
+            })
+            .then_some(st)
+    });
+    let failed: Vec<(i64, &String)> = ids
+        .iter()
+        .filter_map(|id| {
+            finished
+                .get(id)
+                .filter(|s| *s != "succeeded")
+                .map(|s| (*id, s))
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "builds not succeeded: {failed:?}\n{}",
+        b.log_text()
+    );
+    for (child, node, err) in &mut children {
+        if *node == "b" {
+            let status = wait_child(child, Duration::from_secs(60));
+            assert!(
+                status.success(),
+                "{}",
+                std::fs::read_to_string(err).unwrap_or_default()
+            );
+        } else {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    // Full logs (read through b, for a's builds too), and the limit held.
+    let mut spans: BTreeMap<String, Vec<(u128, u128)>> = BTreeMap::new();
+    for id in &ids {
+        let r = ran(&b.url, *id);
+        assert!(r.end > r.start, "build {id}: {r:?}");
+        spans.entry(r.worker).or_default().push((r.start, r.end));
+    }
+    for (worker, s) in &spans {
+        let most = most_at_once(s);
+        println!(
+            "fleet: worker {worker} ran {} builds, at most {most} at once",
+            s.len()
+        );
+        assert!(most <= 2, "worker {worker} ran {most} tasks at once");
+    }
+    assert_eq!(spans.values().map(Vec::len).sum::<usize>(), BUILDS);
+    assert!(
+        spans.values().any(|s| most_at_once(s) == 2),
+        "no worker ever ran 2 tasks at once: the limit was not exercised"
+    );
+
+    // No worker was marked stalled, by either node.
+    for log in [a.log_text(), b.log_text()] {
+        assert!(!log.contains("worker stalled"), "{log}");
+    }
+    assert_eq!(running_workers(&b.url), all);
+
+    // GC leaves disk equal to the database (the soak's comparison).
+    let view = DbView::open(&b_dir, &db);
+    let work_dirs: Vec<(String, PathBuf)> = all
+        .iter()
+        .map(|w| (w.clone(), workers_dir.join(w)))
+        .collect();
+    let counts = wait_for(
+        "disk to equal the database",
+        Duration::from_secs(120),
+        || compare(&view, &work_dirs, &store).ok(),
+    );
+    for line in counts.lines {
+        println!("fleet: {line}");
+    }
 }

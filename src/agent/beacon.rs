@@ -42,8 +42,8 @@ pub enum BeaconStatus {
 pub struct Beacon {
     /// HTTP client for the web node.
     pub http: reqwest::Client,
-    /// Base URL of the web node.
-    pub web: String,
+    /// The web nodes (any of them takes registrations and heartbeats).
+    pub web: super::web_nodes::WebNodes,
     /// Key presented as bearer token.
     pub registration_key: String,
     /// What is registered (its incarnation is fixed for this run).
@@ -81,25 +81,27 @@ impl std::fmt::Display for Failure {
 impl Beacon {
     /// Runs until `shutdown` becomes true.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
-        let base = self.web.trim_end_matches('/').to_string();
-        let register_url = format!("{base}/api/v1/workers/register");
-        let heartbeat_url = format!("{base}/api/v1/workers/{}/heartbeat", self.registration.name);
+        let register_path = "/api/v1/workers/register".to_string();
+        let heartbeat_path = format!(
+            "/api/v1/workers/{}/heartbeat",
+            crate::url::segment(&self.registration.name)
+        );
         let mut backoff = BACKOFF_START;
         let mut registered = false;
         loop {
             let wait = if !registered {
-                match self.post(&register_url, &self.registration).await {
+                match self.post(&register_path, &self.registration).await {
                     Ok(_) => {
                         self.status
                             .send_replace(BeaconStatus::Registered(WorkerState::Running));
-                        tracing::info!(web = %base, worker = %self.registration.name,
+                        tracing::info!(web = %self.web.current(), worker = %self.registration.name,
                             incarnation = %self.registration.incarnation, "registered with the web node");
                         registered = true;
                         backoff = BACKOFF_START;
                         self.interval
                     }
                     Err(f) => {
-                        tracing::warn!(web = %base, error = %f, retry_in = ?backoff, "registration failed");
+                        tracing::warn!(error = %f, retry_in = ?backoff, "registration failed");
                         next_backoff(&mut backoff)
                     }
                 }
@@ -110,7 +112,7 @@ impl Beacon {
                     containers,
                     volumes,
                 };
-                match self.post(&heartbeat_url, &beat).await {
+                match self.post(&heartbeat_path, &beat).await {
                     Ok(state) => {
                         if let Some(state) = state {
                             self.status.send_replace(BeaconStatus::Registered(state));
@@ -129,7 +131,7 @@ impl Beacon {
                         Duration::ZERO
                     }
                     Err(f) => {
-                        tracing::warn!(web = %base, error = %f, retry_in = ?backoff, "heartbeat failed");
+                        tracing::warn!(error = %f, retry_in = ?backoff, "heartbeat failed");
                         next_backoff(&mut backoff)
                     }
                 }
@@ -141,21 +143,25 @@ impl Beacon {
         }
     }
 
-    /// POSTs JSON with the registration key; returns the `state` the web
-    /// node answered, if it answered one this agent knows.
+    /// POSTs JSON to `path` of a web node with the registration key;
+    /// returns the `state` the web node answered, if it answered one this
+    /// agent knows.
     async fn post<T: serde::Serialize>(
         &self,
-        url: &str,
+        path: &str,
         body: &T,
     ) -> Result<Option<WorkerState>, Failure> {
         let resp = self
-            .http
-            .post(url)
-            .bearer_auth(&self.registration_key)
-            .json(body)
-            .send()
+            .web
+            .send(|base| {
+                self.http
+                    .post(format!("{base}{path}"))
+                    .bearer_auth(&self.registration_key)
+                    .json(body)
+            })
             .await
-            .map_err(|e| Failure::Retry(format!("cannot reach {url}: {e}")))?;
+            .map_err(Failure::Retry)?;
+        let url = resp.url().to_string();
         let status = resp.status();
         if status.is_success() {
             let answer: serde_json::Value = resp.json().await.unwrap_or_default();
@@ -206,8 +212,9 @@ mod tests {
         heartbeats: AtomicU32,
     }
 
-    #[actix_rt::test]
-    async fn beacon_registers_again_when_the_web_node_forgets_it() {
+    /// Starts a fake web node; with `forget`, it answers the first
+    /// heartbeat 404 (it does not know the worker).
+    fn fake_web(forget: bool) -> (String, web::Data<FakeWeb>, actix_web::dev::ServerHandle) {
         let web_state = web::Data::new(FakeWeb::default());
         let data = web_state.clone();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -228,9 +235,9 @@ mod tests {
                 .route(
                     "/api/v1/workers/w1/heartbeat",
                     web::post().to(
-                        |s: web::Data<FakeWeb>, b: web::Json<Heartbeat>| async move {
+                        move |s: web::Data<FakeWeb>, b: web::Json<Heartbeat>| async move {
                             assert_eq!((b.containers, b.volumes), (2, 3));
-                            if s.heartbeats.fetch_add(1, Ordering::SeqCst) == 0 {
+                            if s.heartbeats.fetch_add(1, Ordering::SeqCst) == 0 && forget {
                                 HttpResponse::NotFound().finish()
                             } else {
                                 HttpResponse::Ok().finish()
@@ -246,10 +253,13 @@ mod tests {
         .run();
         let handle = server.handle();
         actix_rt::spawn(server);
+        (format!("http://{addr}"), web_state, handle)
+    }
 
-        let beacon = Beacon {
+    fn beacon(web: &str) -> Beacon {
+        Beacon {
             http: reqwest::Client::new(),
-            web: format!("http://{addr}"),
+            web: crate::agent::web_nodes::WebNodes::parse(web).unwrap(),
             registration_key: "key".into(),
             registration: WorkerRegistration {
                 name: "w1".into(),
@@ -269,17 +279,45 @@ mod tests {
             interval: Duration::from_millis(20),
             counts: Arc::new(|| (2, 3)),
             status: watch::channel(BeaconStatus::Unregistered).0,
-        };
-        let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(beacon.run(stopped));
+        }
+    }
+
+    /// Waits until `n` heartbeats reached `web`.
+    async fn heartbeats(web: &FakeWeb, n: u32) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while web_state.heartbeats.load(Ordering::SeqCst) < 3 {
+        while web.heartbeats.load(Ordering::SeqCst) < n {
             assert!(tokio::time::Instant::now() < deadline, "no heartbeats");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    #[actix_rt::test]
+    async fn beacon_registers_again_when_the_web_node_forgets_it() {
+        let (url, web_state, handle) = fake_web(true);
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(beacon(&url).run(stopped));
+        heartbeats(&web_state, 3).await;
         assert_eq!(web_state.registrations.load(Ordering::SeqCst), 2);
         stop.send(true).unwrap();
         task.await.unwrap();
         handle.stop(false).await;
+    }
+
+    #[actix_rt::test]
+    async fn beacon_moves_to_the_next_web_node_when_its_node_stops() {
+        let (a_url, a, a_handle) = fake_web(false);
+        let (b_url, b, b_handle) = fake_web(false);
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(beacon(&format!("{a_url},{b_url}")).run(stopped));
+        heartbeats(&a, 2).await;
+        assert_eq!(b.heartbeats.load(Ordering::SeqCst), 0);
+        a_handle.stop(false).await;
+        // The same registration goes on heartbeating, to the other node.
+        heartbeats(&b, 3).await;
+        assert_eq!(a.registrations.load(Ordering::SeqCst), 1);
+        assert_eq!(b.registrations.load(Ordering::SeqCst), 0);
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        b_handle.stop(false).await;
     }
 }

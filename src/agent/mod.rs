@@ -49,6 +49,7 @@ pub mod stream_grant;
 pub mod sweeper;
 pub mod tree;
 pub mod volumes;
+pub mod web_nodes;
 pub mod worker;
 
 #[cfg(test)]

@@ -28,8 +28,8 @@ use super::{rootfs, tree, AgentState, BeaconStatus};
 pub struct Sweeper {
     /// HTTP client for the web node.
     pub http: reqwest::Client,
-    /// Base URL of the web node.
-    pub web: String,
+    /// The web nodes (any of them takes sweeps and reports).
+    pub web: super::web_nodes::WebNodes,
     /// Key presented as bearer token.
     pub registration_key: String,
     /// The worker's name.
@@ -106,11 +106,7 @@ impl Sweeper {
     /// One sweep: epoch, listing, report (with `failures`, the destroys that
     /// failed since the last report), destroys.
     pub async fn sweep(&self, failures: u64) -> anyhow::Result<SweepOutcome> {
-        let base = format!(
-            "{}/api/v1/workers/{}",
-            self.web.trim_end_matches('/'),
-            crate::url::segment(&self.worker)
-        );
+        let base = format!("/api/v1/workers/{}", crate::url::segment(&self.worker));
         let begun: serde_json::Value = self
             .post(
                 &format!("{base}/sweep"),
@@ -206,21 +202,24 @@ impl Sweeper {
             .collect()
     }
 
-    /// POSTs JSON with the registration key; decodes the JSON answer, or
-    /// fails with the web node's error.
+    /// POSTs JSON to `path` of a web node with the registration key;
+    /// decodes the JSON answer, or fails with the web node's error.
     async fn post<T: serde::Serialize, R: serde::de::DeserializeOwned>(
         &self,
-        url: &str,
+        path: &str,
         body: &T,
     ) -> anyhow::Result<R> {
         let resp = self
-            .http
-            .post(url)
-            .bearer_auth(&self.registration_key)
-            .json(body)
-            .send()
+            .web
+            .send(|base| {
+                self.http
+                    .post(format!("{base}{path}"))
+                    .bearer_auth(&self.registration_key)
+                    .json(body)
+            })
             .await
-            .with_context(|| format!("cannot reach {url}"))?;
+            .map_err(anyhow::Error::msg)?;
+        let url = resp.url().to_string();
         let status = resp.status();
         if !status.is_success() {
             let text = resp.text().await.unwrap_or_default();

@@ -30,7 +30,7 @@ pub struct WorkerHandle {
     /// The worker's state as the web node last answered it.
     status: watch::Receiver<BeaconStatus>,
     /// Web node URL and key, to land or retire this worker.
-    web: (String, String),
+    web: (super::web_nodes::WebNodes, String),
 }
 
 impl WorkerHandle {
@@ -64,19 +64,20 @@ impl WorkerHandle {
     ) -> anyhow::Result<()> {
         let (web, key) = &self.web;
         let action = if retire { "retire" } else { "land" };
-        let url = format!(
-            "{}/api/v1/workers/{}/{action}",
-            web.trim_end_matches('/'),
-            self.registration.name
+        let path = format!(
+            "/api/v1/workers/{}/{action}",
+            crate::url::segment(&self.registration.name)
         );
         tracing::info!(worker = %self.registration.name, "stopping: asking the web node to {action} this worker");
-        let resp = reqwest::Client::new()
-            .post(&url)
-            .bearer_auth(key)
-            .json(&serde_json::json!({}))
-            .send()
+        let http = reqwest::Client::new();
+        let resp = web
+            .send(|base| {
+                http.post(format!("{base}{path}"))
+                    .bearer_auth(key)
+                    .json(&serde_json::json!({}))
+            })
             .await
-            .with_context(|| format!("cannot reach the web node to {action} this worker"))?;
+            .map_err(|e| anyhow::anyhow!("cannot reach a web node to {action} this worker: {e}"))?;
         anyhow::ensure!(
             resp.status().is_success(),
             "the web node refused to {action} this worker: {}",
@@ -114,6 +115,7 @@ impl WorkerHandle {
 /// backend, serves the HTTP API on `cfg.listen` (port 0 picks a free port)
 /// and starts the beacon. Must be called inside an actix System.
 pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
+    let web = super::web_nodes::WebNodes::parse(&cfg.web)?;
     // The work directory and the backend's probes of the host (binaries,
     // cgroup mounts) touch the file system: on a blocking thread.
     let setup_cfg = cfg.clone();
@@ -216,7 +218,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
             .timeout(Duration::from_secs(30))
             .build()
             .context("building the beacon's HTTP client")?,
-        web: cfg.web.clone(),
+        web: web.clone(),
         registration_key: cfg.registration_key.clone(),
         registration: registration.clone(),
         interval: Duration::from_secs(registration.heartbeat_interval_secs),
@@ -237,7 +239,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
                 .timeout(Duration::from_secs(120))
                 .build()
                 .context("building the sweeper's HTTP client")?,
-            web: cfg.web.clone(),
+            web: web.clone(),
             registration_key: cfg.registration_key.clone(),
             worker: registration.name.clone(),
             incarnation: registration.incarnation.clone(),
@@ -260,7 +262,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
         beacon,
         state,
         status,
-        web: (cfg.web.clone(), cfg.registration_key.clone()),
+        web: (web, cfg.registration_key.clone()),
     })
 }
 

@@ -93,7 +93,8 @@ pub struct WorkerFlags {
     /// Unique worker name.
     #[arg(long, env = "GANTRY_WORKER_NAME")]
     pub name: Option<String>,
-    /// URL of the web node to register with.
+    /// URL of the web node to register with, or several separated by commas
+    /// (web nodes sharing one database; the worker fails over between them).
     #[arg(long, env = "GANTRY_WORKER_WEB")]
     pub web: Option<String>,
     /// Address of the worker agent's API (port 0: any free port).

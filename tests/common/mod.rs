@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod disk_db;
 pub mod git;
 pub mod oci;
 
