@@ -162,7 +162,7 @@ pub fn compare(
         let db_v: BTreeSet<String> = rows_v.keys().cloned().collect();
         let disk_c = dirs_in(&work.join("containers"));
         let disk_v = dirs_in(&work.join("volumes"));
-        let runc = runc_ids(&work);
+        let runc = runc_ids(work);
         let mounted: BTreeSet<String> = mounts_under(&work.join("containers"))
             .iter()
             .filter_map(|m| {
