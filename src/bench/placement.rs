@@ -5,6 +5,12 @@
 //! by the engine), then released. Measures placements per second and the
 //! p99 decision latency for each strategy chain, against a baseline of the
 //! same database writes with no scheduling.
+//!
+//! With `--nodes 2` (PostgreSQL), each chain also runs on two engines
+//! sharing the database, as two web nodes do (placements through the shared
+//! ledger, the workers registered through the first and known to the second
+//! from the workers table), their lanes alternating between the nodes; the
+//! figures are printed with their ratio to one node on the same database.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +37,8 @@ pub struct PlacementBench {
     pub concurrency: usize,
     /// Database URL; default a fresh SQLite file in a temporary directory.
     pub database_url: Option<String>,
+    /// Web nodes sharing the database (1 or 2; 2 needs PostgreSQL).
+    pub nodes: usize,
 }
 
 fn registration(name: &str) -> WorkerRegistration {
@@ -67,6 +75,7 @@ fn request(rng: &mut impl Rng) -> StepRequest {
 }
 
 /// Figures of one run.
+#[derive(Clone)]
 struct Figures {
     per_sec: f64,
     p99_ms: f64,
@@ -84,7 +93,7 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 /// Places `steps` steps with `concurrency` in flight; with `schedule`
 /// false, only the database writes run (the baseline).
 async fn run(
-    engine: &Engine,
+    engines: &[Engine],
     schedule: bool,
     workers: &[String],
     steps: usize,
@@ -97,8 +106,10 @@ async fn run(
         build: None,
         step: Some("bench"),
     };
-    let lanes = (0..concurrency).map(|_| {
+    let lanes = (0..concurrency).map(|lane| {
         let next = next.clone();
+        // Lanes alternate between the nodes.
+        let engine = &engines[lane % engines.len()];
         async move {
             let mut latencies = Vec::new();
             loop {
@@ -152,6 +163,7 @@ async fn start_engine(
     store: &std::path::Path,
     chain: &str,
     workers: &[String],
+    node: &str,
 ) -> anyhow::Result<Engine> {
     let db = Db::connect(url).await?;
     let strategies = parse_chain(chain).map_err(anyhow::Error::msg)?;
@@ -161,7 +173,7 @@ async fn start_engine(
             without_inputs: strategies.clone(),
             checks: strategies,
         },
-        node_name: "bench".into(),
+        node_name: node.into(),
         ..Default::default()
     };
     let artifacts = ArtifactFiles::open(store.to_path_buf()).context("artifact store")?;
@@ -173,6 +185,58 @@ async fn start_engine(
     Ok(engine)
 }
 
+/// `n` engines sharing `url`, as `n` web nodes: the workers registered
+/// through the first; the others wait until they know them all (from the
+/// workers table).
+async fn start_nodes(
+    n: usize,
+    url: &str,
+    store: &std::path::Path,
+    chain: &str,
+    workers: &[String],
+) -> anyhow::Result<Vec<Engine>> {
+    let mut engines = vec![start_engine(url, store, chain, workers, "bench-1").await?];
+    for i in 2..=n {
+        let engine = start_engine(url, store, chain, &[], &format!("bench-{i}")).await?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while engine.worker_views().await?.len() < workers.len() {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "node bench-{i} did not learn of the workers within 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        engines.push(engine);
+    }
+    let mut rng = rand::thread_rng();
+    for a in 0..ARTIFACTS {
+        for _ in 0..rng.gen_range(1..=3) {
+            let worker = &workers[rng.gen_range(0..workers.len())];
+            for engine in &engines {
+                engine.record_artifact_location(&format!("artifact-{a}"), worker);
+            }
+        }
+    }
+    Ok(engines)
+}
+
+/// Places the steps of one chain on `n` nodes; shuts them down.
+async fn run_nodes(
+    n: usize,
+    url: &str,
+    store: &std::path::Path,
+    chain: &str,
+    workers: &[String],
+    opts: &PlacementBench,
+) -> anyhow::Result<Figures> {
+    let engines = start_nodes(n, url, store, chain, workers).await?;
+    let f = run(&engines, true, workers, opts.steps, opts.concurrency).await;
+    for engine in &engines {
+        engine.shutdown().await;
+    }
+    f
+}
+
 /// Runs the benchmark and prints its figures.
 pub async fn bench(opts: PlacementBench) -> anyhow::Result<()> {
     let tmp = tempfile::tempdir().context("temporary directory")?;
@@ -180,22 +244,33 @@ pub async fn bench(opts: PlacementBench) -> anyhow::Result<()> {
         .database_url
         .clone()
         .unwrap_or_else(|| format!("sqlite://{}/bench.db?mode=rwc", tmp.path().display()));
+    let postgres = !url.starts_with("sqlite");
+    anyhow::ensure!(
+        (1..=2).contains(&opts.nodes),
+        "--nodes {}: 1 or 2 web nodes",
+        opts.nodes
+    );
+    anyhow::ensure!(
+        opts.nodes == 1 || postgres,
+        "--nodes 2 needs --database-url postgres://...: web nodes share a PostgreSQL database"
+    );
     let store = tmp.path().join("artifacts");
     let workers: Vec<String> = (0..opts.workers).map(|i| format!("sim-{i:05}")).collect();
     println!("workers: {}", opts.workers);
     println!("steps: {}", opts.steps);
     println!("concurrency: {}", opts.concurrency);
-    println!(
-        "database: {}",
-        if url.starts_with("sqlite") {
-            "sqlite"
-        } else {
-            "postgres"
-        }
-    );
+    println!("database: {}", if postgres { "postgres" } else { "sqlite" });
+    println!("nodes: {}", opts.nodes);
 
-    let engine = start_engine(&url, &store, "random", &workers).await?;
-    let base = run(&engine, false, &workers, opts.steps, opts.concurrency).await?;
+    let engine = start_engine(&url, &store, "random", &workers, "bench-1").await?;
+    let base = run(
+        std::slice::from_ref(&engine),
+        false,
+        &workers,
+        opts.steps,
+        opts.concurrency,
+    )
+    .await?;
     engine.shutdown().await;
     println!("baseline_db_only_per_sec: {:.0}", base.per_sec);
 
@@ -203,21 +278,27 @@ pub async fn bench(opts: PlacementBench) -> anyhow::Result<()> {
         "volume-locality,fewest-build-containers",
         "limit-active-tasks",
     ] {
-        let engine = start_engine(&url, &store, chain, &workers).await?;
-        let mut rng = rand::thread_rng();
-        for a in 0..ARTIFACTS {
-            for _ in 0..rng.gen_range(1..=3) {
-                let worker = &workers[rng.gen_range(0..workers.len())];
-                engine.record_artifact_location(&format!("artifact-{a}"), worker);
-            }
-        }
-        let f = run(&engine, true, &workers, opts.steps, opts.concurrency).await?;
-        engine.shutdown().await;
         let prefix = chain.replace([',', '-'], "_");
+        let one = run_nodes(1, &url, &store, chain, &workers, &opts).await?;
+        let f = match opts.nodes {
+            1 => one.clone(),
+            n => {
+                println!("{prefix}_one_node_placements_per_sec: {:.0}", one.per_sec);
+                println!("{prefix}_one_node_p99_ms: {:.3}", one.p99_ms);
+                run_nodes(n, &url, &store, chain, &workers, &opts).await?
+            }
+        };
         println!("{prefix}_placements_per_sec: {:.0}", f.per_sec);
         println!("{prefix}_p50_ms: {:.3}", f.p50_ms);
         println!("{prefix}_p99_ms: {:.3}", f.p99_ms);
         println!("{prefix}_vs_db_only_ratio: {:.2}", f.per_sec / base.per_sec);
+        if opts.nodes > 1 {
+            println!("{prefix}_vs_one_node_ratio: {:.2}", f.per_sec / one.per_sec);
+            println!(
+                "{prefix}_p99_vs_one_node_ratio: {:.2}",
+                f.p99_ms / one.p99_ms
+            );
+        }
     }
     Ok(())
 }

@@ -427,6 +427,10 @@ pub enum BenchCommand {
         /// Database URL (default: SQLite in a temporary directory).
         #[arg(long)]
         database_url: Option<String>,
+        /// Web nodes sharing the database: 2 also runs each chain on two
+        /// engines sharing a PostgreSQL database, with the ratio to one node.
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
     },
     /// Time from the web node's request to a trivial task running on one
     /// runc worker, against `runc run` of the same bundle (needs root).
@@ -513,12 +517,14 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     steps,
                     concurrency,
                     database_url,
+                    nodes,
                 } => actix_web::rt::System::new().block_on(crate::bench::placement::bench(
                     crate::bench::placement::PlacementBench {
                         workers,
                         steps,
                         concurrency,
                         database_url,
+                        nodes,
                     },
                 ))?,
                 BenchCommand::ContainerStart { tasks, warmup } => actix_web::rt::System::new()
