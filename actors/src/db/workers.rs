@@ -110,6 +110,41 @@ impl Db {
         row.map(decode).transpose()
     }
 
+    /// Records the volume store usage of `worker`'s latest sweep report.
+    pub async fn record_volume_store(
+        &self,
+        worker: &str,
+        used_bytes: u64,
+        total_bytes: u64,
+    ) -> Result<(), EngineError> {
+        sqlx::query(
+            "UPDATE workers SET volume_store_used = $1, volume_store_total = $2, \
+             volume_store_reports = volume_store_reports + 1 WHERE name = $3",
+        )
+        .bind(i64::try_from(used_bytes).unwrap_or(i64::MAX))
+        .bind(i64::try_from(total_bytes).unwrap_or(i64::MAX))
+        .bind(worker)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Each worker's last reported volume store usage (used and total
+    /// bytes) and how many reports gave one, by name.
+    pub async fn volume_stores(&self) -> Result<Vec<(String, u64, u64, u64)>, EngineError> {
+        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+            "SELECT name, volume_store_used, volume_store_total, volume_store_reports FROM workers \
+             WHERE volume_store_reports > 0 ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let n = |x: i64| u64::try_from(x).unwrap_or(0);
+        Ok(rows
+            .into_iter()
+            .map(|(w, used, total, reports)| (w, n(used), n(total), n(reports)))
+            .collect())
+    }
+
     /// Deletes a worker row.
     pub async fn delete_worker(&self, name: &str) -> Result<(), EngineError> {
         self.sequences.forget(name);

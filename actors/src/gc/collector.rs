@@ -129,7 +129,7 @@ pub async fn run_rule(rule: Rule, deps: &CollectorDeps, now_ms: i64) -> Result<u
         }
         Rule::TaskCaches => rules_artifacts::task_caches(db, now_ms).await,
         Rule::DiskPressure => {
-            rules_pressure::disk_pressure(db, &deps.sweeps, &deps.pressure, &cfg.disk_pressure)
+            rules_pressure::disk_pressure(db, &deps.pressure, &cfg.disk_pressure)
                 .await
         }
         Rule::Artifacts => {

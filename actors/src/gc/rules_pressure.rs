@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use crate::db::{Db, HandleKind};
 use crate::error::EngineError;
 
-use super::sweep::Sweeps;
+use super::sweep::{DiskUsage, VolumeStoreReport};
 
 /// When a worker's volume store is under pressure, and how much of it the
 /// rule frees at once.
@@ -89,11 +89,22 @@ impl PressureMemory {
 /// reports later). Answers how many caches went.
 pub async fn disk_pressure(
     db: &Db,
-    sweeps: &Sweeps,
     memory: &PressureMemory,
     cfg: &DiskPressure,
 ) -> Result<u64, EngineError> {
-    let reports = sweeps.volume_store_reports();
+    // From the database: the reports may have reached another web node.
+    let reports: Vec<(String, VolumeStoreReport)> = db
+        .volume_stores()
+        .await?
+        .into_iter()
+        .map(|(worker, used_bytes, total_bytes, reports)| {
+            let usage = DiskUsage {
+                used_bytes,
+                total_bytes,
+            };
+            (worker, VolumeStoreReport { usage, reports })
+        })
+        .collect();
     memory.keep_only(&reports.iter().map(|(w, _)| w.as_str()).collect::<Vec<_>>());
     let mut n = 0;
     for (worker, report) in reports {

@@ -149,7 +149,7 @@ async fn a_full_worker_loses_its_least_recently_used_unused_caches_a_batch_per_n
     }
     // `c` is mounted by a running build of its job on w1.
     let build_c = running(&db, "c", Some("w1")).await;
-    let run = || disk_pressure(&db, &sweeps, &memory, &CFG);
+    let run = || disk_pressure(&db, &memory, &CFG);
 
     // No report yet: nothing is known, nothing goes.
     assert_eq!(run().await.unwrap(), 0);
@@ -207,15 +207,15 @@ async fn a_batch_whose_destroy_keeps_failing_does_not_stall_the_rule() {
         batch: 1,
     };
     sweep(&db, &sweeps, "w1", 60, true).await;
-    assert_eq!(disk_pressure(&db, &sweeps, &memory, &cfg).await.unwrap(), 1);
+    assert_eq!(disk_pressure(&db, &memory, &cfg).await.unwrap(), 1);
     assert_eq!(state(&db, "a-w1").await, D);
     // `a` is never destroyed: the worker keeps listing it.
     for _ in 1..PATIENCE {
         sweep(&db, &sweeps, "w1", 60, false).await;
-        assert_eq!(disk_pressure(&db, &sweeps, &memory, &cfg).await.unwrap(), 0);
+        assert_eq!(disk_pressure(&db, &memory, &cfg).await.unwrap(), 0);
     }
     sweep(&db, &sweeps, "w1", 60, false).await;
-    assert_eq!(disk_pressure(&db, &sweeps, &memory, &cfg).await.unwrap(), 1);
+    assert_eq!(disk_pressure(&db, &memory, &cfg).await.unwrap(), 1);
     assert_eq!(state(&db, "b-w1").await, D);
     assert_eq!(state(&db, "c-w1").await, C);
 }
@@ -242,7 +242,7 @@ async fn a_cache_a_running_build_may_mount_is_kept_by_the_pressure_and_ttl_rules
         batch: 10,
     };
     sweep(&db, &sweeps, "w1", 99, true).await;
-    assert_eq!(disk_pressure(&db, &sweeps, &memory, &cfg).await.unwrap(), 1);
+    assert_eq!(disk_pressure(&db, &memory, &cfg).await.unwrap(), 1);
     assert_eq!(state(&db, &elsewhere.volume).await, D);
     assert_eq!(state(&db, &mounted.volume).await, C);
     assert_eq!(state(&db, &looked_up.volume).await, C);

@@ -252,6 +252,9 @@ impl Sweeps {
         )
         .await?;
         if let Some(usage) = report.volume_store {
+            // For the disk-pressure rule, on whichever node leads it.
+            db.record_volume_store(&report.worker, usage.used_bytes, usage.total_bytes)
+                .await?;
             self.disks
                 .entry(report.worker.clone())
                 .and_modify(|r| {
