@@ -95,6 +95,79 @@ fn one_web_node_at_a_time_runs_the_collector_and_another_takes_over() {
     );
 }
 
+/// A tar stream of one file `f` holding `text`.
+fn tar_of(text: &str) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(text.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    b.append_data(&mut h, "f", text.as_bytes()).unwrap();
+    b.into_inner().unwrap()
+}
+
+/// Uploads through `one`, builds through `other`, downloads through `one`.
+fn artifact_crosses_nodes(one: &str, other: &str) {
+    let http = reqwest::blocking::Client::new();
+    let kept: serde_json::Value = http
+        .post(format!("{one}/api/v1/teams/main/artifacts"))
+        .body(tar_of("made on one node\n"))
+        .send()
+        .and_then(|r| r.error_for_status())
+        .and_then(|r| r.json())
+        .expect("upload through the first node");
+    let input = kept["id"].as_str().unwrap().to_string();
+    let created: serde_json::Value = http
+        .post(format!("{other}/api/v1/teams/main/builds"))
+        .json(&serde_json::json!({
+            "config": {
+                "platform": "linux",
+                "inputs": [{"name": "in"}],
+                "outputs": [{"name": "out"}],
+                "run": {"path": "sh", "args": ["-c", "tr a-z A-Z < in/f > out/f"]}
+            },
+            "inputs": {"in": input}
+        }))
+        .send()
+        .and_then(|r| r.error_for_status())
+        .and_then(|r| r.json())
+        .expect("a build through the second node");
+    let id = created["id"].as_i64().unwrap();
+    // Its events, followed through the first node to the end.
+    let evs = events(one, id);
+    let status = evs.iter().rev().find(|e| e["type"] == "status").unwrap();
+    assert_eq!(status["status"], "succeeded", "{evs:?}");
+    let output = evs
+        .iter()
+        .find(|e| e["type"] == "output" && e["name"] == "out")
+        .and_then(|e| e["artifact_id"].as_str())
+        .unwrap_or_else(|| panic!("no output in {evs:?}"))
+        .to_string();
+    let tar = http
+        .get(format!("{one}/api/v1/teams/main/artifacts/{output}"))
+        .send()
+        .and_then(|r| r.error_for_status())
+        .and_then(|r| r.bytes())
+        .expect("download through the first node");
+    let mut archive = tar::Archive::new(&tar[..]);
+    let mut found = None;
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        if entry
+            .path()
+            .unwrap()
+            .to_string_lossy()
+            .trim_start_matches("./")
+            == "f"
+        {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut entry, &mut text).unwrap();
+            found = Some(text);
+        }
+    }
+    assert_eq!(found.as_deref(), Some("MADE ON ONE NODE\n"));
+}
+
 /// What one build's log says: its worker and the interval its task ran.
 #[derive(Debug)]
 struct Ran {
@@ -239,6 +312,10 @@ fn two_web_nodes_share_the_fleet_keep_limits_exact_and_take_over_a_dead_node() {
             one.log_text()
         );
     }
+
+    // An artifact uploaded through a is an input of a build created
+    // through b, whose output is downloaded through a (the shared store).
+    artifact_crosses_nodes(&a.url, &b.url);
 
     // 50 builds, submitted alternately through a and b.
     let t = dir.path().join("slot.yml");

@@ -129,8 +129,7 @@ pub async fn run_rule(rule: Rule, deps: &CollectorDeps, now_ms: i64) -> Result<u
         }
         Rule::TaskCaches => rules_artifacts::task_caches(db, now_ms).await,
         Rule::DiskPressure => {
-            rules_pressure::disk_pressure(db, &deps.pressure, &cfg.disk_pressure)
-                .await
+            rules_pressure::disk_pressure(db, &deps.pressure, &cfg.disk_pressure).await
         }
         Rule::Artifacts => {
             rules_artifacts::artifacts(db, deps.store.as_ref(), now_ms, &cfg.artifacts).await
