@@ -85,6 +85,12 @@ impl WorkerConnector for AgentConnector {
     fn connect(&self, registration: &WorkerRegistration) -> Arc<dyn Worker> {
         Arc::new(self.worker(registration))
     }
+
+    /// Agents only: a Kubernetes cluster is driven by the web node that
+    /// names it in its configuration.
+    fn serves(&self, registration: &WorkerRegistration) -> bool {
+        registration.backend != crate::k8s::BACKEND
+    }
 }
 
 /// How to reach one agent.

@@ -340,7 +340,12 @@ impl Actor for Registry {
             .into_actor(self)
             .map(|rows, act, ctx| match rows {
                 Ok(rows) => {
-                    for row in rows {
+                    // A worker this node cannot drive (a cluster another
+                    // node runs) is left to the nodes that can.
+                    for row in rows
+                        .into_iter()
+                        .filter(|r| act.connector.serves(&r.registration))
+                    {
                         let conn = act.start_conn(&row.registration, ctx);
                         let name = row.registration.name.clone();
                         let draining =

@@ -194,4 +194,12 @@ pub trait Worker: Send + Sync {
 pub trait WorkerConnector: Send + Sync {
     /// Builds a client for a worker from its registration.
     fn connect(&self, registration: &crate::worker_info::WorkerRegistration) -> Arc<dyn Worker>;
+
+    /// Whether this web node can reach the worker at all: a worker
+    /// registered through another node (several web nodes) that this one
+    /// cannot drive, such as a Kubernetes cluster another node runs, is not
+    /// placed on from here.
+    fn serves(&self, _registration: &crate::worker_info::WorkerRegistration) -> bool {
+        true
+    }
 }

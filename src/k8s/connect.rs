@@ -144,4 +144,11 @@ impl WorkerConnector for FleetConnector {
         }
         self.agents.connect(registration)
     }
+
+    fn serves(&self, registration: &WorkerRegistration) -> bool {
+        match registration.backend == BACKEND {
+            true => self.clusters.contains_key(&registration.name),
+            false => self.agents.serves(registration),
+        }
+    }
 }

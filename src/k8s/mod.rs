@@ -13,5 +13,5 @@ pub mod volume;
 pub mod worker;
 
 pub use config::KubernetesConfig;
-pub use connect::{connect_cluster, FleetConnector};
+pub use connect::{connect_cluster, FleetConnector, BACKEND};
 pub use worker::KubeWorker;

@@ -46,7 +46,9 @@ impl Registry {
             rows.iter().map(|r| r.registration.name.clone()).collect();
         for row in rows {
             let name = row.registration.name.clone();
-            if self.retired.get(&name) == Some(&row.registration.incarnation) {
+            if self.retired.get(&name) == Some(&row.registration.incarnation)
+                || !self.connector.serves(&row.registration)
+            {
                 continue;
             }
             let same = self
