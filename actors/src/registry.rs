@@ -320,9 +320,21 @@ impl Registry {
         };
         let scheduler = self.scheduler.clone();
         let me = ctx.address();
+        // Several web nodes: steps other nodes placed there count too.
+        let shared = self.db.is_shared().then(|| self.db.clone());
         ctx.spawn(
             async move {
                 let _ = scheduler.send(WhenIdle(msg.name.clone())).await;
+                if let Some(db) = shared {
+                    loop {
+                        match db.ledger_loads().await {
+                            Ok(loads) if !loads.contains_key(&msg.name) => break,
+                            Ok(_) => {}
+                            Err(e) => tracing::warn!(worker = %msg.name, "waiting for the worker's steps to end: {e}"),
+                        }
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    }
+                }
                 me.do_send(msg);
             }
             .into_actor(self),
