@@ -454,3 +454,124 @@ fn two_web_nodes_share_the_fleet_keep_limits_exact_and_take_over_a_dead_node() {
         println!("fleet: {line}");
     }
 }
+
+/// Sends `signal` to a server's process.
+fn signal(server: &Server, signal: i32) {
+    // SAFETY: a plain kill(2) of a child this test started.
+    let r = unsafe { libc::kill(server.child.id() as i32, signal) };
+    assert_eq!(r, 0, "kill: {}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn a_node_name_is_held_once_and_a_node_taken_over_while_hung_stops_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Postgres);
+    let store = dir.path().join("shared-artifacts");
+    let config = |node: &str| {
+        format!(
+            "[web]\nnode_name = \"{node}\"\nartifacts_dir = \"{}\"\n\
+             node_heartbeat_secs = 1\nnode_timeout_secs = 4\n",
+            store.display()
+        )
+    };
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    let mut a = start_web(&a_dir, &db, &config("a"));
+
+    // A second node named "a" on the same database is refused.
+    let twin_dir = dir.path().join("twin");
+    write(&twin_dir.join("web.toml"), config("a"));
+    let twin = gantry()
+        .args([
+            "web",
+            "--listen",
+            "127.0.0.1:0",
+            "--registration-key",
+            "k3y",
+        ])
+        .arg("--config")
+        .arg(twin_dir.join("web.toml"))
+        .arg("--data-dir")
+        .arg(twin_dir.join("web"))
+        .arg("--database-url")
+        .arg(db.url.as_ref().unwrap())
+        .output()
+        .expect("gantry runs");
+    assert!(!twin.status.success());
+    let err = String::from_utf8_lossy(&twin.stderr);
+    assert!(
+        err.contains("a web node named \"a\" is already running on this database"),
+        "{err}"
+    );
+
+    let b = start_web(&b_dir, &db, &config("b"));
+    let workers_dir = dir.path().join("workers");
+    std::fs::create_dir_all(&workers_dir).unwrap();
+    let mut extra = vec!["--heartbeat-interval", "2"];
+    extra.extend(worker_backend());
+    let _w = start_worker(&workers_dir, &format!("{},{}", a.url, b.url), "w1", &extra);
+    wait_for("w1 running on both nodes", Duration::from_secs(60), || {
+        (running_workers(&a.url) == ["w1"] && running_workers(&b.url) == ["w1"]).then_some(())
+    });
+
+    // A build through a, running.
+    let t = dir.path().join("long.yml");
+    write(
+        &t,
+        "platform: linux\nrun:\n  path: sh\n  args: [-c, \"echo begun; sleep 8; echo done\"]\n",
+    );
+    let mut client_a = spawn_execute(&a.url, dir.path(), "long", &["-c", t.to_str().unwrap()]);
+    let id = wait_for("the build to be created", Duration::from_secs(60), || {
+        announced_build(&dir.path().join("long.err"))
+    });
+    wait_for("the task to run", Duration::from_secs(60), || {
+        events_so_far(&b.url, id).contains("begun").then_some(())
+    });
+
+    // a hangs: b takes its build over; when a wakes, it stops itself.
+    signal(&a, libc::SIGSTOP);
+    wait_for("b to take a's build over", Duration::from_secs(30), || {
+        b.log_text()
+            .contains("web node stopped beating: taking its builds over")
+            .then_some(())
+    });
+    signal(&a, libc::SIGCONT);
+    let status = wait_child(&mut a.child, Duration::from_secs(30));
+    assert!(!status.success());
+    assert!(
+        a.log_text()
+            .contains("another web node took its builds over; stopping"),
+        "{}",
+        a.log_text()
+    );
+    let _ = client_a.kill();
+    let _ = client_a.wait();
+
+    // The build ends through b, its task run once, its log whole.
+    let evs = events(&b.url, id);
+    let status = evs.iter().rev().find(|e| e["type"] == "status").unwrap();
+    assert_eq!(status["status"], "succeeded", "{evs:?}");
+    let stdout: String = evs
+        .iter()
+        .filter(|e| e["type"] == "log" && e["stream"] == "stdout")
+        .filter_map(|e| e["data"].as_str())
+        .collect();
+    assert_eq!(stdout, "begun\ndone\n");
+    assert!(!b.log_text().contains("worker stalled"), "{}", b.log_text());
+}
+
+/// The stdout of build `id` stored so far, read through `url` without
+/// waiting for its end.
+fn events_so_far(url: &str, id: i64) -> String {
+    let resp = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap()
+        .get(format!("{url}/api/v1/builds/{id}/events"))
+        .send();
+    // A running build's event stream stays open: read what arrives in time.
+    let mut text = String::new();
+    if let Ok(mut r) = resp {
+        let _ = std::io::Read::read_to_string(&mut r, &mut text);
+    }
+    text
+}

@@ -151,12 +151,17 @@ impl Beacon {
         path: &str,
         body: &T,
     ) -> Result<Option<WorkerState>, Failure> {
+        // A web node that hangs (rather than refuses) must not hold the
+        // heartbeats back past the worker's TTL: after half an interval the
+        // next node is asked.
+        let timeout = (self.interval / 2).max(Duration::from_secs(1));
         let resp = self
             .web
             .send(|base| {
                 self.http
                     .post(format!("{base}{path}"))
                     .bearer_auth(&self.registration_key)
+                    .timeout(timeout)
                     .json(body)
             })
             .await

@@ -372,7 +372,8 @@ pub fn start_web_at(dir: &Path, db: &TestDb, config: &str, port: u16, log: &str)
     Server::start(cmd, "API on ", dir.join(log))
 }
 
-/// A `gantry worker` process registered with `web`, heartbeating every second.
+/// A `gantry worker` process registered with `web`, heartbeating every
+/// second (unless `extra` says otherwise).
 pub fn start_worker(dir: &Path, web: &str, name: &str, extra: &[&str]) -> Server {
     let mut cmd = gantry();
     cmd.args([
@@ -384,10 +385,14 @@ pub fn start_worker(dir: &Path, web: &str, name: &str, extra: &[&str]) -> Server
         "--listen",
         "127.0.0.1:0",
     ])
-    .args(["--registration-key", "k3y", "--heartbeat-interval", "1"])
+    .args(["--registration-key", "k3y"])
     .arg("--work-dir")
     .arg(dir.join(name))
     .args(extra);
+    // It heartbeats every second, unless told otherwise.
+    if !extra.contains(&"--heartbeat-interval") {
+        cmd.args(["--heartbeat-interval", "1"]);
+    }
     // It sweeps every second, unless told otherwise.
     if !extra.contains(&"--sweep-interval") {
         cmd.args(["--sweep-interval", "1"]);
