@@ -247,16 +247,7 @@ fn limit_active_tasks_never_runs_more_than_the_limit_on_a_worker() {
     }
     for (worker, spans) in &intervals {
         // The most tasks whose [start, end] overlap at any instant.
-        let mut edges: Vec<(u128, i32)> = spans
-            .iter()
-            .flat_map(|(s, e)| [(*s, 1), (*e, -1)])
-            .collect();
-        edges.sort_by_key(|(t, d)| (*t, *d));
-        let (mut now, mut most) = (0, 0);
-        for (_, d) in edges {
-            now += d;
-            most = most.max(now);
-        }
+        let most = most_at_once(spans);
         assert!(most <= 2, "worker {worker} ran {most} tasks at once");
     }
     assert_eq!(intervals.values().map(Vec::len).sum::<usize>(), 10);

@@ -226,21 +226,6 @@ fn ran(url: &str, id: i64) -> Ran {
     }
 }
 
-/// The most intervals overlapping at any instant.
-fn most_at_once(spans: &[(u128, u128)]) -> i32 {
-    let mut edges: Vec<(u128, i32)> = spans
-        .iter()
-        .flat_map(|(s, e)| [(*s, 1), (*e, -1)])
-        .collect();
-    edges.sort_by_key(|(t, d)| (*t, *d));
-    let (mut now, mut most) = (0, 0);
-    for (_, d) in edges {
-        now += d;
-        most = most.max(now);
-    }
-    most
-}
-
 /// Build ids and statuses through the node at `url`.
 fn statuses(url: &str) -> BTreeMap<i64, String> {
     builds_json(url)
@@ -478,22 +463,7 @@ fn a_node_name_is_held_once_and_a_node_taken_over_while_hung_stops_itself() {
     let mut a = start_web(&a_dir, &db, &config("a"));
 
     // A second node named "a" on the same database is refused.
-    let twin_dir = dir.path().join("twin");
-    write(&twin_dir.join("web.toml"), config("a"));
-    let twin = gantry()
-        .args([
-            "web",
-            "--listen",
-            "127.0.0.1:0",
-            "--registration-key",
-            "k3y",
-        ])
-        .arg("--config")
-        .arg(twin_dir.join("web.toml"))
-        .arg("--data-dir")
-        .arg(twin_dir.join("web"))
-        .arg("--database-url")
-        .arg(db.url.as_ref().unwrap())
+    let twin = web_command(&dir.path().join("twin"), &db, &config("a"), 0)
         .output()
         .expect("gantry runs");
     assert!(!twin.status.success());

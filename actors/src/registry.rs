@@ -354,28 +354,14 @@ impl Actor for Registry {
                 Ok(rows) => {
                     // A worker this node cannot drive (a cluster another
                     // node runs) is left to the nodes that can.
+                    let connector = act.connector.clone();
                     for row in rows
                         .into_iter()
-                        .filter(|r| act.connector.serves(&r.registration))
+                        .filter(|r| connector.serves(&r.registration))
                     {
-                        let conn = act.start_conn(&row.registration, ctx);
-                        let name = row.registration.name.clone();
                         let draining =
                             matches!(row.state, WorkerState::Landing | WorkerState::Retiring);
-                        act.workers.insert(
-                            name.clone(),
-                            Entry {
-                                client: act.connector.connect(&row.registration),
-                                registration: row.registration,
-                                state: row.state,
-                                containers: row.containers,
-                                volumes: row.volumes,
-                                last_heartbeat: row.last_heartbeat,
-                                conn,
-                                restarts: 0,
-                            },
-                        );
-                        act.publish(&name);
+                        let name = act.hold_row(row, 0, ctx);
                         // A web node that stopped mid-landing finishes the job.
                         if draining {
                             act.drain(&name, ctx);

@@ -355,6 +355,11 @@ pub fn free_port() -> u16 {
 /// A `gantry web` on `port` (0: an ephemeral one) with an optional TOML
 /// config, its data in `dir/web`, logging to `dir/LOG`.
 pub fn start_web_at(dir: &Path, db: &TestDb, config: &str, port: u16, log: &str) -> Server {
+    Server::start(web_command(dir, db, config, port), "API on ", dir.join(log))
+}
+
+/// The `gantry web` command [`start_web_at`] runs.
+pub fn web_command(dir: &Path, db: &TestDb, config: &str, port: u16) -> Command {
     let cfg = dir.join("web.toml");
     write(&cfg, config);
     let mut cmd = gantry();
@@ -369,7 +374,22 @@ pub fn start_web_at(dir: &Path, db: &TestDb, config: &str, port: u16, log: &str)
     if let Some(url) = &db.url {
         cmd.arg("--database-url").arg(url);
     }
-    Server::start(cmd, "API on ", dir.join(log))
+    cmd
+}
+
+/// The most of `spans` (start, end) that overlap at any instant.
+pub fn most_at_once(spans: &[(u128, u128)]) -> i32 {
+    let mut edges: Vec<(u128, i32)> = spans
+        .iter()
+        .flat_map(|(s, e)| [(*s, 1), (*e, -1)])
+        .collect();
+    edges.sort_by_key(|(t, d)| (*t, *d));
+    let (mut now, mut most) = (0, 0);
+    for (_, d) in edges {
+        now += d;
+        most = most.max(now);
+    }
+    most
 }
 
 /// A `gantry worker` process registered with `web`, heartbeating every

@@ -67,21 +67,7 @@ impl Registry {
                         }
                         None => 0,
                     };
-                    let conn = self.start_conn(&row.registration, ctx);
-                    self.workers.insert(
-                        name.clone(),
-                        Entry {
-                            client: self.connector.connect(&row.registration),
-                            registration: row.registration,
-                            state: row.state,
-                            containers: row.containers,
-                            volumes: row.volumes,
-                            last_heartbeat: row.last_heartbeat,
-                            conn,
-                            restarts,
-                        },
-                    );
-                    self.publish(&name);
+                    self.hold_row(row, restarts, ctx);
                 }
             }
         }
@@ -103,6 +89,34 @@ impl Registry {
             self.scheduler
                 .do_send(crate::scheduler::WorkerRemoved(name.clone()));
         }
+    }
+
+    /// Holds a worker as its stored row says (loaded at start, or
+    /// registered through another node), with a connection of its own, and
+    /// tells the Scheduler; answers its name.
+    pub(super) fn hold_row(
+        &mut self,
+        row: WorkerRow,
+        restarts: u32,
+        ctx: &mut Context<Self>,
+    ) -> String {
+        let name = row.registration.name.clone();
+        let conn = self.start_conn(&row.registration, ctx);
+        self.workers.insert(
+            name.clone(),
+            Entry {
+                client: self.connector.connect(&row.registration),
+                registration: row.registration,
+                state: row.state,
+                containers: row.containers,
+                volumes: row.volumes,
+                last_heartbeat: row.last_heartbeat,
+                conn,
+                restarts,
+            },
+        );
+        self.publish(&name);
+        name
     }
 
     /// One known incarnation: a newer heartbeat, a lifecycle state.
