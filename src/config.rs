@@ -63,7 +63,8 @@ pub struct WebConfig {
     /// Team tokens: `team name = "token"`; each team is created if missing.
     pub teams: std::collections::BTreeMap<String, String>,
     /// This web node's name, stable across restarts (several web nodes may
-    /// share a PostgreSQL database); default `HOSTNAME:PORT`.
+    /// share a PostgreSQL database); default `HOSTNAME:PORT` (with port 0,
+    /// `HOSTNAME:` and a random suffix).
     pub node_name: Option<String>,
     /// How often this node records that it is alive in the database, in
     /// seconds (several web nodes on PostgreSQL). Default 2.

@@ -132,7 +132,11 @@ pub async fn start_web(
         .with_context(|| format!("opening database {}", redact(&url)))?;
     let node_name = cfg.node_name.clone().unwrap_or_else(|| {
         let host = crate::config::host_name().unwrap_or_else(|| "web".into());
-        format!("{host}:{}", cfg.listen.port())
+        match cfg.listen.port() {
+            // Any free port: no name stays stable, so one no other node has.
+            0 => format!("{host}:{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
+            port => format!("{host}:{port}"),
+        }
     });
     let artifacts_dir = cfg
         .artifacts_dir
