@@ -18,38 +18,29 @@ impl Engine {
         self.sweeps.report(&self.db, report).await
     }
 
-    /// How full `worker`'s volume store was at its last report (0.0 to 1.0),
-    /// for the disk-pressure rule.
-    pub fn volume_store_fill(&self, worker: &str) -> Option<f64> {
-        self.sweeps.volume_store_fill(worker)
-    }
-
     /// The sweep protocol's counters since this web node started.
     pub fn gc_stats(&self) -> &GcStats {
         self.sweeps.stats()
     }
 
     /// Every registered worker's last reported volume store usage, by
-    /// name; the usage of a worker that was removed is forgotten.
+    /// name (from the database: the reports may have reached another node).
     pub async fn volume_stores(
         &self,
     ) -> Result<Vec<(String, crate::gc::sweep::DiskUsage)>, crate::error::EngineError> {
-        let registered: std::collections::HashSet<String> = self
+        Ok(self
             .db
-            .list_workers()
+            .volume_stores()
             .await?
             .into_iter()
-            .map(|w| w.registration.name)
-            .collect();
-        let (kept, gone): (Vec<_>, Vec<_>) = self
-            .sweeps
-            .volume_stores()
-            .into_iter()
-            .partition(|(name, _)| registered.contains(name));
-        for (name, _) in gone {
-            self.sweeps.forget(&name);
-        }
-        Ok(kept)
+            .map(|(name, used_bytes, total_bytes, _)| {
+                let usage = crate::gc::sweep::DiskUsage {
+                    used_bytes,
+                    total_bytes,
+                };
+                (name, usage)
+            })
+            .collect())
     }
 
     /// How many rows of one kind are in each state, every state listed:

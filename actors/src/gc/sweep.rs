@@ -12,7 +12,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -163,48 +162,19 @@ impl GcStats {
     }
 }
 
-/// The web side of the sweep protocol: reconciles reports, keeps the
-/// counters and each worker's last reported disk usage.
+/// The web side of the sweep protocol: reconciles reports (each worker's
+/// last reported disk usage goes to its row, read by whichever node leads
+/// the disk-pressure rule) and keeps this node's counters.
 #[derive(Debug, Clone, Default)]
 pub struct Sweeps {
     /// Counters for `/metrics`.
     stats: Arc<GcStats>,
-    /// Each worker's volume store usage, as last reported.
-    disks: Arc<DashMap<String, VolumeStoreReport>>,
 }
 
 impl Sweeps {
     /// The counters.
     pub fn stats(&self) -> &GcStats {
         &self.stats
-    }
-
-    /// How full `worker`'s volume store was at its last report (0.0 to 1.0).
-    pub fn volume_store_fill(&self, worker: &str) -> Option<f64> {
-        self.disks.get(worker).map(|d| d.usage.fill())
-    }
-
-    /// Every worker's last reported volume store usage, by name.
-    pub fn volume_stores(&self) -> Vec<(String, DiskUsage)> {
-        let mut all: Vec<(String, DiskUsage)> = self
-            .disks
-            .iter()
-            .map(|e| (e.key().clone(), e.value().usage))
-            .collect();
-        all.sort_by(|a, b| a.0.cmp(&b.0));
-        all
-    }
-
-    /// Every worker's last volume store report, with how many there were,
-    /// by name.
-    pub fn volume_store_reports(&self) -> Vec<(String, VolumeStoreReport)> {
-        let mut all: Vec<(String, VolumeStoreReport)> = self
-            .disks
-            .iter()
-            .map(|e| (e.key().clone(), *e.value()))
-            .collect();
-        all.sort_by(|a, b| a.0.cmp(&b.0));
-        all
     }
 
     /// Starts a sweep of `worker` (registered with `incarnation`): a new
@@ -255,13 +225,6 @@ impl Sweeps {
             // For the disk-pressure rule, on whichever node leads it.
             db.record_volume_store(&report.worker, usage.used_bytes, usage.total_bytes)
                 .await?;
-            self.disks
-                .entry(report.worker.clone())
-                .and_modify(|r| {
-                    r.usage = usage;
-                    r.reports += 1;
-                })
-                .or_insert(VolumeStoreReport { usage, reports: 1 });
         }
         self.count(&[&containers, &volumes], report.destroy_failures);
         tracing::debug!(
@@ -278,11 +241,6 @@ impl Sweeps {
             destroy_containers: containers.destroy,
             destroy_volumes: volumes.destroy,
         })
-    }
-
-    /// Forgets a worker's disk usage (it was removed).
-    pub fn forget(&self, worker: &str) {
-        self.disks.remove(worker);
     }
 
     fn count(&self, verdicts: &[&Verdict], destroy_failures: u64) {

@@ -146,7 +146,10 @@ async fn the_first_report_of_a_new_incarnation_deletes_absent_rows_at_once() {
         state(&db, v, "kept").await,
         Some((HandleState::Created, None))
     );
-    assert_eq!(sweeps.volume_store_fill("w"), Some(0.75));
+    assert_eq!(
+        db.volume_stores().await.unwrap(),
+        vec![("w".into(), 3, 4, 1)]
+    );
     assert_eq!(sweeps.stats().snapshot().destroy_failures, 2);
     // Its second report marks absent rows missing instead.
     created(&db, v, "later").await;
