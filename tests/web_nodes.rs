@@ -298,6 +298,18 @@ fn two_web_nodes_share_the_fleet_keep_limits_exact_and_take_over_a_dead_node() {
         );
     }
 
+    // Each node lists both, alive, and knows which it is.
+    let out = client(&b.url, &["web-nodes", "--json"]);
+    let nodes: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let seen: Vec<(&str, bool, bool)> = nodes
+        .iter()
+        .map(|n| {
+            let name = n["name"].as_str().unwrap();
+            (name, n["alive"] == true, n["this_node"] == true)
+        })
+        .collect();
+    assert_eq!(seen, [("a", true, false), ("b", true, true)], "{nodes:?}");
+
     // An artifact uploaded through a is an input of a build created
     // through b, whose output is downloaded through a (the shared store).
     artifact_crosses_nodes(&a.url, &b.url);
@@ -357,6 +369,9 @@ fn two_web_nodes_share_the_fleet_keep_limits_exact_and_take_over_a_dead_node() {
             .then(|| killed.elapsed())
     });
     println!("fleet: takeover began after {:.1} s", took.as_secs_f64());
+    let out = client(&b.url, &["web-nodes"]);
+    let listed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(!listed.lines().any(|l| l.starts_with("a ")), "{listed}");
     assert!(took < Duration::from_secs(30), "took {took:?}");
 
     // Every build ends, and succeeds.

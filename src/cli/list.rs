@@ -154,6 +154,29 @@ pub async fn jobs(client: &ApiClient, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `gantry web-nodes`
+pub async fn web_nodes(client: &ApiClient, json: bool) -> anyhow::Result<()> {
+    let rows: Vec<serde_json::Value> = client.get("/api/v1/web-nodes").await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    print_table(
+        &["name", "alive", "last_seen", "this_node"],
+        rows.iter()
+            .map(|r| {
+                vec![
+                    cell(r, "name"),
+                    cell(r, "alive"),
+                    cell(r, "last_seen"),
+                    cell(r, "this_node"),
+                ]
+            })
+            .collect(),
+    );
+    Ok(())
+}
+
 /// `land-worker`, `retire-worker`, `prune-worker`.
 pub async fn lifecycle(client: &ApiClient, name: &str, action: &str) -> anyhow::Result<()> {
     let answer: serde_json::Value = client

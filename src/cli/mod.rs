@@ -286,6 +286,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the web nodes sharing the database: alive or not, last heartbeat.
+    WebNodes {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Follow a build's output to its end; exits with its task's exit status.
     Watch {
         /// Build id.
@@ -645,6 +651,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         list::handles(&client, "volumes", json).await.map(|_| 0)
                     }
                     Command::Jobs { json } => list::jobs(&client, json).await.map(|_| 0),
+                    Command::WebNodes { json } => list::web_nodes(&client, json).await.map(|_| 0),
                     Command::Watch { build } => {
                         follow::follow(&client, build, follow::StepLines::Told)
                             .await?

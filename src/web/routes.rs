@@ -43,6 +43,7 @@ routes! {
     get "/api/v1/info" => super::info;
     get "/api/v1/workers" => api_workers::list;
     get "/api/v1/jobs" => api_jobs::list;
+    get "/api/v1/web-nodes" => api_jobs::web_nodes;
     post "/api/v1/workers/register" => api_workers::register;
     post "/api/v1/workers/{name}/heartbeat" => api_workers::heartbeat;
     post "/api/v1/workers/{name}/land" => api_workers::land;

@@ -16,7 +16,7 @@ mod workers;
 pub use teams::{check_team_name, NewToken, TOKEN_PREFIX};
 
 pub use handles::HandleOwner;
-pub use takeover::{NodeConfig, NODE_HEARTBEAT_JOB};
+pub use takeover::{NodeConfig, WebNodeView, NODE_HEARTBEAT_JOB};
 
 use std::sync::Arc;
 

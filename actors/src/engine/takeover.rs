@@ -37,6 +37,22 @@ impl Default for NodeConfig {
     }
 }
 
+/// A web node of the database, as the API shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WebNodeView {
+    /// Its `node_name`.
+    pub name: String,
+    /// When it started (unix ms).
+    pub started_at: i64,
+    /// Its last heartbeat (unix ms, the database's clock).
+    pub last_seen: i64,
+    /// Whether it beat within the node timeout (a late node is taken over).
+    pub alive: bool,
+    /// Whether it is the node that answered.
+    pub this_node: bool,
+}
+
 /// Name of the node heartbeat's row in the jobs table.
 pub const NODE_HEARTBEAT_JOB: &str = "web-node-heartbeat";
 
@@ -77,6 +93,25 @@ impl Engine {
             .start();
         }
         Ok(())
+    }
+
+    /// The web nodes sharing the database.
+    pub async fn web_nodes(&self) -> Result<Vec<WebNodeView>, EngineError> {
+        let now = self.db.db_now_ms().await?;
+        let timeout = self.config.nodes.timeout.as_millis() as i64;
+        Ok(self
+            .db
+            .list_web_nodes()
+            .await?
+            .into_iter()
+            .map(|n| WebNodeView {
+                alive: n.last_seen >= now - timeout,
+                this_node: n.name == self.config.node_name,
+                name: n.name,
+                started_at: n.started_at,
+                last_seen: n.last_seen,
+            })
+            .collect())
     }
 
     /// Holds this node's name among the live nodes (PostgreSQL: a session
