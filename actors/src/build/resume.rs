@@ -8,7 +8,7 @@ use crate::build::outcome::Outcome;
 use crate::build::placement::HeldPlacement;
 use crate::build::plan::Plan;
 use crate::db::HandleKind;
-use crate::error::EngineError;
+use crate::error::{EngineError, RuntimeError};
 use crate::events::BuildEvent;
 use crate::placement::Load;
 use crate::scheduler::Placement;
@@ -38,11 +38,64 @@ impl BuildRun {
             return self.refuse_resume().await;
         }
         tracing::info!(build = self.id, worker = %resume.worker, "resuming a build after a restart of the web node");
-        let result = self
-            .resume_step(plan, &resume)
+        let result = self.resume_step(plan, &resume).await;
+        if self.never_started(&result).await {
+            // Its node stopped between creating the container and starting
+            // the process: nothing ran. The container goes first, so a start
+            // still on its way to the worker cannot run beside the new one.
+            tracing::info!(build = self.id, container = %resume.container, "the step's process never started: running the step from its start");
+            self.discard_container(&resume).await;
+            return self.run(plan).await;
+        }
+        Outcome::of_step(result.map_err(EngineError::lost_if_unreachable), &self.stop)
+    }
+
+    /// Whether reattaching found no process and none ever wrote output.
+    async fn never_started(&self, result: &Result<StepEnd, EngineError>) -> bool {
+        let missing = matches!(
+            result,
+            Err(EngineError::Runtime(RuntimeError::NotFound {
+                kind: "process",
+                ..
+            }))
+        );
+        missing
+            && self
+                .deps
+                .db
+                .build_events_after(self.id, 0)
+                .await
+                .is_ok_and(|events| {
+                    !events.iter().any(|(_, json)| {
+                        matches!(
+                            serde_json::from_str(json),
+                            Ok(BuildEvent::Log { stream, .. }) if stream == "stdout" || stream == "stderr"
+                        )
+                    })
+                })
+    }
+
+    /// Destroys the container of a step that never started, now, and marks
+    /// its row `destroying` (the worker's sweeper finishes the row).
+    async fn discard_container(&self, resume: &Resume) {
+        let destroyed = match self.deps.db.get_worker(&resume.worker).await {
+            Ok(Some(row)) => {
+                let worker = self.deps.connector.connect(&row.registration);
+                worker.destroy_container(&resume.container).await
+            }
+            _ => Ok(()),
+        };
+        if let Err(e) = destroyed {
+            tracing::warn!(build = self.id, container = %resume.container, "destroying the container of a step that never started: {e}");
+        }
+        if let Err(e) = self
+            .deps
+            .db
+            .mark_destroying(HandleKind::Container, &resume.container)
             .await
-            .map_err(EngineError::lost_if_unreachable);
-        Outcome::of_step(result, &self.stop)
+        {
+            tracing::warn!(build = self.id, "marking a container destroying: {e}");
+        }
     }
 
     /// Errors a build whose plan has several steps; what its steps

@@ -496,3 +496,86 @@ async fn a_restarted_web_node_errors_a_build_of_several_steps_and_leaves_what_it
             .unwrap();
     assert!(!containers.is_empty());
 }
+
+#[actix_rt::test]
+async fn a_build_taken_over_whose_process_never_started_runs_its_step_from_the_start() {
+    let behaviour = Behaviour {
+        exit_after: Some(Duration::ZERO),
+        ..Behaviour::default()
+    };
+    let h = Harness::new(behaviour, None).await;
+    let id =
+        h.db.create_build("main", &serde_json::json!({}), "web")
+            .await
+            .unwrap();
+    // Its container was created (row and worker), its process never was.
+    h.db.insert_handle(
+        crate::db::HandleKind::Container,
+        "c1",
+        "w",
+        Some(id),
+        Some("a"),
+        "main",
+    )
+    .await
+    .unwrap();
+    h.db.set_handle_state(
+        crate::db::HandleKind::Container,
+        "c1",
+        crate::state::HandleState::Created,
+    )
+    .await
+    .unwrap();
+    let spec = crate::spec::ContainerSpec {
+        handle: "c1".into(),
+        rootfs: crate::spec::RootfsSpec::Default,
+        mounts: vec![],
+        env: vec![],
+        limits: Default::default(),
+        hermetic: false,
+        properties: Default::default(),
+        resource_type: None,
+    };
+    let worker: &dyn crate::runtime::Worker = h.worker.as_ref();
+    worker.find_or_create_container(&spec).await.unwrap();
+    let plan = Plan::Step(Arc::new(crate::steps::task::TaskStep {
+        name: "a".into(),
+        config: task("0"),
+        inputs: Default::default(),
+        tags: vec![],
+        image: None,
+        input_mapping: Default::default(),
+        output_mapping: Default::default(),
+        image_resource: None,
+        image_artifact: None,
+    }));
+    let (_stop, stop) = watch::channel(None);
+    let run = BuildRun {
+        id,
+        team: "main".into(),
+        deps: h.deps.clone(),
+        events: Events::new(EventSink::new(id, h.db.clone(), h.deps.hub.clone())),
+        stop: Stop::new(stop.clone()),
+        hooks_stop: Stop::new(stop),
+        named: Default::default(),
+        job: None,
+        locals: Default::default(),
+    };
+    let resume = Resume {
+        ledger: None,
+        worker: "w".into(),
+        container: "c1".into(),
+        next_event: 1,
+    };
+    let outcome = run.resume(&plan, resume).await;
+    assert_eq!(outcome, Outcome::Succeeded, "{:?}", h.events(id).await);
+    assert_eq!(h.worker.started(), 1, "the step ran once, afresh");
+    // The old container is gone from the worker, its row destroying.
+    assert!(worker.lookup_container("c1").await.unwrap().is_none());
+    let row =
+        h.db.get_handle(crate::db::HandleKind::Container, "c1")
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(row.state, crate::state::HandleState::Destroying);
+}

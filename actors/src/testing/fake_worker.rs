@@ -310,8 +310,19 @@ impl Worker for FakeWorker {
             record: self.record.clone(),
         }))
     }
-    async fn lookup_container(&self, _: &str) -> Result<Option<Arc<dyn Container>>, RuntimeError> {
-        Ok(None)
+    async fn lookup_container(
+        &self,
+        handle: &str,
+    ) -> Result<Option<Arc<dyn Container>>, RuntimeError> {
+        if !self.lock().containers.contains(handle) {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(FakeContainer {
+            handle: handle.to_string(),
+            step: String::new(),
+            behaviour: self.behaviour,
+            record: self.record.clone(),
+        })))
     }
     async fn destroy_container(&self, handle: &str) -> Result<(), RuntimeError> {
         self.lock().containers.remove(handle);
