@@ -1,183 +1,163 @@
 //! Intercept sessions (`gantry hijack`): which containers have a session
 //! open, so that nothing destroys a container while someone works in it.
 //!
+//! A session is a row of `intercept_sessions` (with the web node that holds
+//! it), so the garbage Collector sees sessions opened through any web node.
 //! A session [`Intercepts::enter`]s a container and holds the returned guard
-//! until it ends. Whoever is about to destroy the container first calls
-//! [`Intercepts::close`], which waits until the last session has ended (woken
-//! by that session's guard, no polling, no timeout) and then shuts the door:
-//! from then on `enter` fails, so a session can never start in a container
-//! that is being destroyed. [`Intercepts::forget`] drops the record after
-//! the destroy.
-//!
-//! This is in-memory state of one web node: sessions and builds of the same
-//! web node see each other.
+//! until it ends (the guard deletes its row). The Collector marks a
+//! container `destroying` only through [`Intercepts::close`], which does so
+//! only if no session is open, atomically against `enter` (both lock the
+//! container's row on PostgreSQL; SQLite has one writer): a session never
+//! starts in a container being destroyed, and a container with a session
+//! is never marked. The rows of a web node that died go when another node
+//! takes it over (and a restarted node drops its own at start).
 
-use std::sync::Arc;
-
-use dashmap::DashMap;
-use tokio::sync::Notify;
-
+use crate::db::{Closing, Db};
 use crate::error::EngineError;
 
-/// What is known of one container.
-#[derive(Default)]
-struct Slot {
-    /// Sessions open in it.
-    sessions: usize,
-    /// Set by [`Intercepts::close`]: no new session may start.
-    closing: bool,
-    /// Woken when the last session ends.
-    idle: Arc<Notify>,
-}
-
-/// The open intercept sessions of every container, by handle.
-#[derive(Clone, Default)]
+/// Open intercept sessions, in the database.
+#[derive(Clone, Debug)]
 pub struct Intercepts {
-    /// Containers with open sessions or being closed.
-    slots: Arc<DashMap<String, Slot>>,
+    /// Where sessions are recorded.
+    db: Db,
+    /// This web node's name, recorded with its sessions.
+    node: String,
 }
 
-/// An open session; dropping it ends the session.
+/// An open session; dropping it ends the session (its row is deleted on a
+/// task of its own).
+#[derive(Debug)]
 pub struct InterceptGuard {
-    /// Where the session is counted.
-    slots: Arc<DashMap<String, Slot>>,
-    /// The container's handle.
-    handle: String,
+    /// Where the session is recorded.
+    db: Db,
+    /// Its row.
+    id: i64,
 }
 
 impl Intercepts {
+    /// Sessions of web node `node` on `db`.
+    pub fn new(db: Db, node: &str) -> Self {
+        Intercepts {
+            db,
+            node: node.to_string(),
+        }
+    }
+
     /// Opens a session in container `handle`; fails when the container is
-    /// being destroyed.
-    pub fn enter(&self, handle: &str) -> Result<InterceptGuard, EngineError> {
-        let mut slot = self.slots.entry(handle.to_string()).or_default();
-        if slot.closing {
-            return Err(EngineError::Invalid(format!(
-                "container {handle} is being destroyed; it cannot be intercepted any more"
-            )));
-        }
-        slot.sessions += 1;
-        Ok(InterceptGuard {
-            slots: self.slots.clone(),
-            handle: handle.to_string(),
-        })
-    }
-
-    /// How many sessions are open in container `handle`.
-    pub fn open_sessions(&self, handle: &str) -> usize {
-        self.slots.get(handle).map_or(0, |s| s.sessions)
-    }
-
-    /// Waits until no session is open in container `handle`, then refuses
-    /// new ones. Returns whether it had to wait.
-    pub async fn close(&self, handle: &str) -> bool {
-        let mut waited = false;
-        loop {
-            let idle = {
-                let mut slot = self.slots.entry(handle.to_string()).or_default();
-                if slot.sessions == 0 {
-                    slot.closing = true;
-                    return waited;
-                }
-                slot.idle.clone()
-            };
-            waited = true;
-            let notified = idle.notified();
-            let mut notified = std::pin::pin!(notified);
-            // Registered before looking again, so the last session's wake-up
-            // cannot fall between the look and the wait.
-            notified.as_mut().enable();
-            if self.open_sessions(handle) == 0 {
-                continue;
-            }
-            notified.await;
+    /// not `created` (being created, or being destroyed).
+    pub async fn enter(&self, handle: &str) -> Result<InterceptGuard, EngineError> {
+        match self.db.open_intercept_session(handle, &self.node).await? {
+            Some(id) => Ok(InterceptGuard {
+                db: self.db.clone(),
+                id,
+            }),
+            None => Err(EngineError::Invalid(format!(
+                "container {handle} is not running or is being destroyed; it cannot be intercepted"
+            ))),
         }
     }
 
-    /// Refuses new sessions in container `handle` if none is open, at once
-    /// (under the same lock as [`Intercepts::enter`]); answers whether it
-    /// did. The garbage collector marks a container `destroying` only after
-    /// this succeeded.
-    pub fn try_close(&self, handle: &str) -> bool {
-        let mut slot = self.slots.entry(handle.to_string()).or_default();
-        if slot.sessions > 0 {
-            return false;
-        }
-        slot.closing = true;
-        true
+    /// Marks container `handle` `destroying` unless a session is open in
+    /// it, atomically against [`Intercepts::enter`].
+    pub async fn close(&self, handle: &str) -> Result<Closing, EngineError> {
+        self.db.mark_container_unless_intercepted(handle).await
     }
 
-    /// Forgets container `handle` once it is destroyed.
-    pub fn forget(&self, handle: &str) {
-        self.slots.remove(handle);
+    /// How many sessions are open in container `handle`, through any node.
+    pub async fn open_sessions(&self, handle: &str) -> Result<i64, EngineError> {
+        self.db.count_intercept_sessions(handle).await
     }
 }
 
 impl Drop for InterceptGuard {
     fn drop(&mut self) {
-        let mut remove = false;
-        if let Some(mut slot) = self.slots.get_mut(&self.handle) {
-            slot.sessions = slot.sessions.saturating_sub(1);
-            if slot.sessions == 0 {
-                slot.idle.notify_waiters();
-                remove = !slot.closing;
+        let (db, id) = (self.db.clone(), self.id);
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            tracing::error!(session = id, "an intercept session ended outside a runtime: its row stays until its web node is taken over");
+            return;
+        };
+        rt.spawn(async move {
+            if let Err(e) = db.close_intercept_session(id).await {
+                tracing::error!(session = id, "ending an intercept session: {e}");
             }
-        }
-        if remove {
-            self.slots
-                .remove_if(&self.handle, |_, s| s.sessions == 0 && !s.closing);
-        }
+        });
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use crate::db::HandleKind;
+    use crate::state::HandleState;
 
-    #[tokio::test]
-    async fn closing_waits_for_every_open_session_then_refuses_new_ones() {
-        let intercepts = Intercepts::default();
-        let first = intercepts.enter("c").unwrap();
-        let second = intercepts.enter("c").unwrap();
-        assert_eq!(intercepts.open_sessions("c"), 2);
-
-        let closer = tokio::spawn({
-            let intercepts = intercepts.clone();
-            async move { intercepts.close("c").await }
-        });
-        drop(first);
-        // One session is still open: the closer must still be waiting.
-        tokio::task::yield_now().await;
-        assert!(!closer.is_finished());
-        drop(second);
-        let waited = tokio::time::timeout(Duration::from_secs(5), closer)
+    async fn container(db: &Db, handle: &str, state: HandleState) {
+        db.insert_handle(HandleKind::Container, handle, "w", None, None, "main")
             .await
-            .expect("close returns once the last session ended")
             .unwrap();
-        assert!(waited);
-        assert!(intercepts.enter("c").is_err());
-        intercepts.forget("c");
-        assert!(intercepts.enter("c").is_ok());
+        db.set_handle_state(HandleKind::Container, handle, state)
+            .await
+            .unwrap();
+    }
+
+    async fn state(db: &Db, handle: &str) -> HandleState {
+        db.get_handle(HandleKind::Container, handle)
+            .await
+            .unwrap()
+            .unwrap()
+            .state
+    }
+
+    /// Waits (bounded) until the guard's row is gone.
+    async fn ended(i: &Intercepts, handle: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while i.open_sessions(handle).await.unwrap() > 0 {
+            assert!(std::time::Instant::now() < deadline, "session row left");
+            tokio::task::yield_now().await;
+        }
+    }
+
+    async fn sessions_keep_containers_across_nodes(db: Db) {
+        db.upsert_worker(&crate::testing::registration("w"))
+            .await
+            .unwrap();
+        container(&db, "c", HandleState::Created).await;
+        container(&db, "new", HandleState::Creating).await;
+        // A session opened through one node keeps the container from the
+        // Collector on another.
+        let one = Intercepts::new(db.clone(), "n1");
+        let other = Intercepts::new(db.clone(), "n2");
+        let a = one.enter("c").await.unwrap();
+        let b = one.enter("c").await.unwrap();
+        assert_eq!(other.open_sessions("c").await.unwrap(), 2);
+        assert_eq!(other.close("c").await.unwrap(), Closing::Intercepted);
+        assert_eq!(state(&db, "c").await, HandleState::Created);
+        drop(a);
+        drop(b);
+        ended(&other, "c").await;
+        assert_eq!(other.close("c").await.unwrap(), Closing::Marked);
+        assert_eq!(state(&db, "c").await, HandleState::Destroying);
+        // Closed: no session starts; nor in a container being created.
+        assert!(one.enter("c").await.is_err());
+        assert!(one.enter("new").await.is_err());
+        assert_eq!(other.close("new").await.unwrap(), Closing::Unchanged);
+        // A dead node's sessions go with it, another node's stay.
+        container(&db, "d", HandleState::Created).await;
+        let _kept = one.enter("d").await.unwrap();
+        let _other = other.enter("d").await.unwrap();
+        assert_eq!(db.forget_intercept_sessions("n1").await.unwrap(), 1);
+        assert_eq!(one.open_sessions("d").await.unwrap(), 1);
     }
 
     #[tokio::test]
-    async fn a_container_without_sessions_closes_at_once_and_idle_slots_go_away() {
-        let intercepts = Intercepts::default();
-        drop(intercepts.enter("a").unwrap());
-        assert!(intercepts.slots.is_empty());
-        assert!(!intercepts.close("b").await);
-        assert!(intercepts.enter("b").is_err());
-        assert_eq!(intercepts.open_sessions("b"), 0);
+    async fn sessions_keep_containers_across_nodes_on_sqlite() {
+        let (db, _dir) = crate::db::test_db().await;
+        sessions_keep_containers_across_nodes(db).await;
     }
 
-    #[test]
-    fn try_close_refuses_new_sessions_only_when_none_is_open() {
-        let intercepts = Intercepts::default();
-        let guard = intercepts.enter("c").unwrap();
-        assert!(!intercepts.try_close("c"), "a session is open");
-        assert!(intercepts.enter("c").is_ok(), "still open to sessions");
-        drop(guard);
-        assert!(intercepts.try_close("c"));
-        assert!(intercepts.enter("c").is_err(), "closed to new sessions");
+    #[tokio::test]
+    async fn sessions_keep_containers_across_nodes_on_postgres() {
+        let pg = crate::db::test_pg::PgDb::new().await;
+        sessions_keep_containers_across_nodes(pg.db.clone()).await;
+        pg.drop().await;
     }
 }

@@ -241,17 +241,21 @@ async fn open(
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let engine = &state.engine;
-    let guard = engine
-        .enter_container(&target.handle)
-        .map_err(|e| status(StatusCode::CONFLICT, e.to_string()))?;
-    // Looked at once the session counts, so that the garbage collector
-    // (which closes a container to sessions before marking it) cannot mark
-    // it unseen: only a `created` container is entered.
-    let row = engine
-        .container(&target.handle)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("{what} is gone")))?;
-    check_state(row.state, what)?;
+    // Only a `created` container is entered, atomically against the
+    // garbage collector marking it (see `intercept.rs`); otherwise its row
+    // says why.
+    let guard = match engine.enter_container(&target.handle).await {
+        Ok(guard) => guard,
+        Err(EngineError::Invalid(refused)) => {
+            let row = engine
+                .container(&target.handle)
+                .await?
+                .ok_or_else(|| ApiError::not_found(format!("{what} is gone")))?;
+            check_state(row.state, what)?;
+            return Err(status(StatusCode::CONFLICT, refused));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let worker = engine
         .worker_client(&target.worker)
         .await

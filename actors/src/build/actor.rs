@@ -46,8 +46,6 @@ pub struct BuildDeps {
     /// One lock per (worker, artifact) image import, so an image is streamed
     /// to a worker once while other builds wait for it.
     pub imports: ImportLocks,
-    /// Open intercept sessions: a container with one is kept until it ends.
-    pub intercepts: crate::intercept::Intercepts,
     /// Background work's status: a cleanup that must wait shows there.
     pub jobs: crate::background::Jobs,
     /// Counters of resource work, for `/metrics`.

@@ -125,7 +125,6 @@ impl Harness {
             rerun_when_worker_disappears: false,
             connector,
             imports: Default::default(),
-            intercepts: Default::default(),
             jobs: Default::default(),
             resources: Default::default(),
         };

@@ -39,10 +39,11 @@ impl Engine {
         self.db.find_step_container(build, step).await
     }
 
-    /// Opens an intercept session in a container: it is not destroyed while
-    /// the guard lives.
-    pub fn enter_container(&self, handle: &str) -> Result<InterceptGuard, EngineError> {
-        self.intercepts.enter(handle)
+    /// Opens an intercept session in a container (recorded in the
+    /// database, so no web node's Collector destroys it while the guard
+    /// lives); fails when the container is not `created`.
+    pub async fn enter_container(&self, handle: &str) -> Result<InterceptGuard, EngineError> {
+        self.intercepts.enter(handle).await
     }
 
     /// Records a container or volume (`creating`) before a worker is asked

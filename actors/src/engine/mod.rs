@@ -107,6 +107,7 @@ impl Engine {
         let hub = EventHub::default();
         let scheduler = Scheduler::start_on_own_thread(config.placement.clone());
         let placer = Placer::for_database(scheduler.clone(), &db, &config.node_name);
+        let intercepts = crate::intercept::Intercepts::new(db.clone(), &config.node_name);
         let worker_states = WorkerStates::default();
         let jobs = Jobs::default();
         let registry = Registry::new(
@@ -142,7 +143,7 @@ impl Engine {
             imports: Default::default(),
             resources: Default::default(),
             builds: Default::default(),
-            intercepts: Default::default(),
+            intercepts,
             connector,
             jobs,
             collector: Default::default(),
@@ -176,7 +177,6 @@ impl Engine {
             rerun_when_worker_disappears: self.config.rerun_when_worker_disappears,
             connector: self.connector.clone(),
             imports: self.imports.clone(),
-            intercepts: self.intercepts.clone(),
             jobs: self.jobs.clone(),
             resources: self.resources.clone(),
             streams: self.streams.clone(),

@@ -76,6 +76,8 @@ impl Engine {
         let name_lock = self.hold_node_name().await?;
         let started = now_ms();
         self.db.join_web_nodes(me).await?;
+        // Sessions of this node's previous run ended with it.
+        self.db.forget_intercept_sessions(me).await?;
         let own = self.db.unfinished_builds(me).await?;
         self.take_over_builds(own).await?;
         self.placer.purge(me, started).await?;
@@ -152,6 +154,8 @@ impl Engine {
             builds = builds.len(),
             "web node stopped beating: taking its builds over"
         );
+        // Its intercept sessions ended with it.
+        self.db.forget_intercept_sessions(dead).await?;
         self.take_over_builds(builds).await?;
         // Its placements no build took again (steps that had not started).
         self.placer.purge(dead, i64::MAX).await?;

@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::db::{Db, HandleKind};
+use crate::db::{Closing, Db, HandleKind};
 use crate::error::EngineError;
 use crate::intercept::Intercepts;
 
@@ -27,15 +27,16 @@ pub async fn ended_builds(db: &Db, intercepts: &Intercepts) -> Result<u64, Engin
     let mut marked = 0;
     let mut kept: HashSet<(i64, String)> = HashSet::new();
     for c in db.released_build_handles(HandleKind::Container).await? {
-        // Closed to new sessions first (atomically, none being open), then
-        // marked; a session that enters after the mark finds the container
-        // `destroying` and is refused (see `web/api_hijack.rs`).
-        if !intercepts.try_close(&c.handle) {
-            kept.insert((c.build_id, c.worker));
-            continue;
+        // Marked only if no session is open (through any web node),
+        // atomically against a session entering, which then finds the
+        // container `destroying` and is refused.
+        match intercepts.close(&c.handle).await? {
+            Closing::Marked => marked += 1,
+            Closing::Intercepted => {
+                kept.insert((c.build_id, c.worker));
+            }
+            Closing::Unchanged => {}
         }
-        marked += u64::from(db.mark_destroying(HandleKind::Container, &c.handle).await?);
-        intercepts.forget(&c.handle);
     }
     for v in db.released_build_handles(HandleKind::Volume).await? {
         if kept.contains(&(v.build_id, v.worker)) {

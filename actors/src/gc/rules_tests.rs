@@ -124,7 +124,7 @@ async fn ended_builds_release_their_rows_but_not_running_ones_nor_rows_of_no_bui
     )
     .await;
 
-    let n = rules_handles::ended_builds(&db, &Intercepts::default())
+    let n = rules_handles::ended_builds(&db, &Intercepts::new(db.clone(), "n"))
         .await
         .unwrap();
     assert_eq!(n, 5);
@@ -142,7 +142,7 @@ async fn ended_builds_release_their_rows_but_not_running_ones_nor_rows_of_no_bui
     assert_eq!(state(&db, HandleKind::Volume, "image").await, C);
     // Nothing left to do: a second run changes nothing.
     assert_eq!(
-        rules_handles::ended_builds(&db, &Intercepts::default())
+        rules_handles::ended_builds(&db, &Intercepts::new(db.clone(), "n"))
             .await
             .unwrap(),
         0
@@ -158,7 +158,7 @@ async fn the_latest_failed_build_of_a_job_keeps_its_rows_until_a_newer_build_has
     let (oc, ov) = build_rows(&db, old_failed, "w1").await;
     let (lc, lv) = build_rows(&db, latest_errored, "w1").await;
     build_rows(&db, other_job, "w1").await;
-    let none = Intercepts::default();
+    let none = Intercepts::new(db.clone(), "n");
 
     rules_handles::ended_builds(&db, &none).await.unwrap();
     // The older failed build has a newer ended build of its job: released.
@@ -187,8 +187,8 @@ async fn an_intercepted_container_keeps_itself_and_its_builds_volumes_on_its_wor
     let b = build(&db, None, Some(BuildStatus::Succeeded)).await;
     let (c1, v1) = build_rows(&db, b, "w1").await;
     let (c2, v2) = build_rows(&db, b, "w2").await;
-    let intercepts = Intercepts::default();
-    let session = intercepts.enter(&c1).unwrap();
+    let intercepts = Intercepts::new(db.clone(), "n");
+    let session = intercepts.enter(&c1).await.unwrap();
 
     rules_handles::ended_builds(&db, &intercepts).await.unwrap();
     assert_eq!(state(&db, HandleKind::Container, &c1).await, C);
@@ -198,6 +198,15 @@ async fn an_intercepted_container_keeps_itself_and_its_builds_volumes_on_its_wor
     assert_eq!(state(&db, HandleKind::Volume, &v2).await, D);
 
     drop(session);
+    // The session's row goes on a task of its own.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while intercepts.open_sessions(&c1).await.unwrap() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the session's row stayed"
+        );
+        tokio::task::yield_now().await;
+    }
     rules_handles::ended_builds(&db, &intercepts).await.unwrap();
     assert_eq!(state(&db, HandleKind::Container, &c1).await, D);
     assert_eq!(state(&db, HandleKind::Volume, &v1).await, D);
@@ -738,7 +747,7 @@ async fn each_rule_runs_as_a_timed_job_of_the_jobs_table() {
     let deps = CollectorDeps {
         db: db.clone(),
         store: Arc::new(Deletes::default()),
-        intercepts: Intercepts::default(),
+        intercepts: Intercepts::new(db.clone(), "n"),
         sweeps: Default::default(),
         pressure: Default::default(),
         config: CollectorConfig {
