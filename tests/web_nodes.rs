@@ -318,7 +318,8 @@ fn two_web_nodes_share_the_fleet_keep_limits_exact_and_take_over_a_dead_node() {
     let t = dir.path().join("slot.yml");
     write(
         &t,
-        "platform: linux\nrun:\n  path: sh\n  args: [-c, \"echo start $(date +%s%N); sleep 2; echo end $(date +%s%N)\"]\n",
+        "platform: linux\noutputs: [{name: out}]\nrun:\n  path: sh\n  \
+         args: [-c, \"echo start $(date +%s%N); sleep 2; echo ok > out/f; echo end $(date +%s%N)\"]\n",
     );
     let clients = dir.path().join("clients");
     std::fs::create_dir_all(&clients).unwrap();
@@ -330,7 +331,9 @@ fn two_web_nodes_share_the_fleet_keep_limits_exact_and_take_over_a_dead_node() {
                 ("b", &b.url)
             };
             let tag = format!("t{i}");
-            let child = spawn_execute(url, &clients, &tag, &["-c", t.to_str().unwrap()]);
+            let out = format!("out={}", clients.join(format!("out{i}")).display());
+            let args = ["-c", t.to_str().unwrap(), "-o", &out];
+            let child = spawn_execute(url, &clients, &tag, &args);
             (child, node, clients.join(format!("{tag}.err")))
         })
         .collect();
@@ -398,7 +401,7 @@ fn two_web_nodes_share_the_fleet_keep_limits_exact_and_take_over_a_dead_node() {
         "builds not succeeded: {failed:?}\n{}",
         b.log_text()
     );
-    for (child, node, err) in &mut children {
+    for (i, (child, node, err)) in children.iter_mut().enumerate() {
         if *node == "b" {
             let status = wait_child(child, Duration::from_secs(60));
             assert!(
@@ -406,6 +409,9 @@ fn two_web_nodes_share_the_fleet_keep_limits_exact_and_take_over_a_dead_node() {
                 "{}",
                 std::fs::read_to_string(err).unwrap_or_default()
             );
+            // Its output, downloaded through b.
+            let out = std::fs::read_to_string(clients.join(format!("out{i}/f")));
+            assert_eq!(out.ok().as_deref(), Some("ok\n"), "build {i}'s output");
         } else {
             let _ = child.kill();
             let _ = child.wait();
