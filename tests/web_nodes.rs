@@ -59,13 +59,18 @@ fn one_web_node_at_a_time_runs_the_collector_and_another_takes_over() {
     let db = TestDb::new(DbKind::Postgres);
     let a_dir = dir.path().join("a");
     let b_dir = dir.path().join("b");
-    let mut a = start_web(&a_dir, &db, "");
+    // Web nodes share one artifact store.
+    let shared = format!(
+        "[web]\nartifacts_dir = \"{}\"\n",
+        dir.path().join("artifacts").display()
+    );
+    let mut a = start_web(&a_dir, &db, &shared);
     wait_for(
         "node a to lead the Collector",
         Duration::from_secs(30),
         || leads(&a.url, 2).then_some(()),
     );
-    let b = start_web(&b_dir, &db, "");
+    let b = start_web(&b_dir, &db, &shared);
     // Node b stands by while a leads, and never runs a rule.
     wait_for("node b to stand by", Duration::from_secs(30), || {
         stands_by(&b.url).then_some(())
@@ -491,6 +496,18 @@ fn a_node_name_is_held_once_and_a_node_taken_over_while_hung_stops_itself() {
     let err = String::from_utf8_lossy(&twin.stderr);
     assert!(
         err.contains("a web node named \"a\" is already running on this database"),
+        "{err}"
+    );
+
+    // A node whose artifacts_dir is not the shared store is refused.
+    let elsewhere = web_command(&dir.path().join("c"), &db, "[web]\nnode_name = \"c\"\n", 0)
+        .output()
+        .expect("gantry runs");
+    assert!(!elsewhere.status.success());
+    let err = String::from_utf8_lossy(&elsewhere.stderr);
+    assert!(
+        err.contains("is not their artifact store (it has no .store-id)")
+            && err.contains("point artifacts_dir at the directory they share"),
         "{err}"
     );
 

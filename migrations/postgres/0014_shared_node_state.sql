@@ -8,3 +8,11 @@ ALTER TABLE builds ADD COLUMN abort_requested BIGINT;
 ALTER TABLE workers ADD COLUMN volume_store_used BIGINT;
 ALTER TABLE workers ADD COLUMN volume_store_total BIGINT;
 ALTER TABLE workers ADD COLUMN volume_store_reports BIGINT NOT NULL DEFAULT 0;
+
+-- The identity of the artifact store the web nodes share: every node must
+-- mount the same directory (`artifacts_dir`), which holds the same id in
+-- its `.store-id` file.
+CREATE TABLE artifact_store (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    store_id TEXT NOT NULL
+);

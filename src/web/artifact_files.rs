@@ -95,6 +95,22 @@ impl ArtifactFiles {
         })
     }
 
+    /// The store's id (`.store-id`), if it was given one.
+    pub fn store_id(&self) -> std::io::Result<Option<String>> {
+        match std::fs::read_to_string(self.dir.join(".store-id")) {
+            Ok(id) => Ok(Some(id.trim().to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives the store its id (written whole, then renamed into place).
+    pub fn set_store_id(&self, id: &str) -> std::io::Result<()> {
+        let tmp = self.dir.join("tmp").join(format!("{}.store-id", self.node));
+        std::fs::write(&tmp, format!("{id}\n"))?;
+        std::fs::rename(tmp, self.dir.join(".store-id"))
+    }
+
     /// Sets the largest artifact accepted, in bytes (see
     /// `WebConfig::max_artifact_bytes`).
     pub fn with_max_bytes(mut self, max_bytes: u64) -> Self {

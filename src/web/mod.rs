@@ -142,9 +142,12 @@ pub async fn start_web(
         .artifacts_dir
         .clone()
         .unwrap_or_else(|| cfg.data_dir.join("artifacts"));
-    let artifacts = ArtifactFiles::open_for_node(artifacts_dir, &node_name)
+    let artifacts = ArtifactFiles::open_for_node(artifacts_dir.clone(), &node_name)
         .context("opening the artifact store")?
         .with_max_bytes(cfg.max_artifact_bytes);
+    if db.is_shared() {
+        check_shared_store(&db, &artifacts, &artifacts_dir).await?;
+    }
     let encoding = Encoding::parse(&cfg.stream_encoding).with_context(|| {
         format!(
             "stream_encoding {:?}: use zstd, gzip or raw",
@@ -249,6 +252,37 @@ async fn connect_clusters(cfg: &WebConfig) -> anyhow::Result<Vec<crate::k8s::Kub
         clusters.push(crate::k8s::KubeWorker::new(k.clone(), client, staging));
     }
     Ok(clusters)
+}
+
+/// Several web nodes share one artifact store: this node's `artifacts_dir`
+/// must hold the store the database names (the first node's, recorded at
+/// its start), or the node refuses to start.
+async fn check_shared_store(
+    db: &Db,
+    artifacts: &ArtifactFiles,
+    dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    let local = artifacts
+        .store_id()
+        .with_context(|| format!("reading the artifact store's id in {}", dir.display()))?;
+    let proposed = local
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let shared = db.artifact_store_id(&proposed).await?;
+    match local {
+        Some(id) if id == shared => Ok(()),
+        None if shared == proposed => artifacts
+            .set_store_id(&shared)
+            .with_context(|| format!("writing the artifact store's id in {}", dir.display())),
+        found => anyhow::bail!(
+            "artifacts_dir {} is {}, but the web nodes of this database share the store {shared}: point artifacts_dir at the directory they share (if that store is lost for good, delete the row of table artifact_store)",
+            dir.display(),
+            match found {
+                Some(id) => format!("the artifact store {id}"),
+                None => "not their artifact store (it has no .store-id)".to_string(),
+            }
+        ),
+    }
 }
 
 /// How this node and the others on its database watch each other.

@@ -215,6 +215,8 @@ pub fn compare(
         .expect("the artifact store")
         .flatten()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        // `.store-id` names the store; it is no artifact.
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
         .map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
             name.split('.').next().unwrap_or_default().to_string()

@@ -139,6 +139,22 @@ impl Db {
         .await?)
     }
 
+    /// The id of the artifact store the nodes share: the one recorded, or
+    /// `proposed` when none was (the first node's store).
+    pub async fn artifact_store_id(&self, proposed: &str) -> Result<String, EngineError> {
+        sqlx::query(
+            "INSERT INTO artifact_store (id, store_id) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(proposed)
+        .execute(&self.pool)
+        .await?;
+        Ok(
+            sqlx::query_scalar("SELECT store_id FROM artifact_store WHERE id = 1")
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
     /// `node` stops on purpose: it is marked late at once, so another node
     /// takes its builds over at its next look instead of after the timeout.
     pub async fn leave_web_nodes(&self, node: &str) -> Result<(), EngineError> {
