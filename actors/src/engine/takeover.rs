@@ -156,66 +156,76 @@ impl Engine {
         );
         // Its intercept sessions ended with it.
         self.db.forget_intercept_sessions(dead).await?;
-        self.take_over_builds(builds).await?;
+        let taken = self.take_over_builds(builds).await;
         // Its placements no build took again (steps that had not started).
         self.placer.purge(dead, i64::MAX).await?;
-        Ok(())
+        taken
     }
 
     /// Takes over `builds`, owned by this node and not running here.
     pub(super) async fn take_over_builds(&self, builds: Vec<i64>) -> Result<(), EngineError> {
+        // One build that cannot be taken over does not hold back the others.
+        let mut first_error = None;
         for id in builds {
-            if self.builds.contains_key(&id) {
-                continue;
+            if let Err(e) = self.take_over_build(id).await {
+                tracing::error!(build = id, "taking a build over: {e}");
+                first_error.get_or_insert(e);
             }
-            let Some(build) = self.db.get_build(id).await? else {
-                continue;
-            };
-            let next_event = self
-                .db
-                .build_events_after(id, 0)
-                .await?
-                .last()
-                .map_or(0, |e| e.0)
-                + 1;
-            let plan = stored_plan(&build.plan);
-            let how = match &plan {
-                Ok(plan) => self.how_to_take_over(id, &plan.0, next_event).await?,
-                Err(why) => Takeover::Error(format!(
-                    "a restarted web node cannot take the build over: {why}"
-                )),
-            };
-            let deps = self.build_deps();
-            match (plan, how) {
-                (Ok(plan), Takeover::Reattach(resume)) => {
-                    Build::resuming(id, build.team, plan, deps, self.builds.clone(), resume)
-                        .for_job(stored_job(&build.plan))
-                        .start();
-                }
-                (Ok(plan), Takeover::Restart) => {
-                    tracing::info!(
-                        build = id,
-                        "taking a build over: its step had not started; running it from the start"
-                    );
-                    Build::restarting(id, build.team, plan, deps, self.builds.clone(), next_event)
-                        .for_job(stored_job(&build.plan))
-                        .start();
-                }
-                (_, Takeover::Error(reason)) | (Err(reason), _) => {
-                    tracing::warn!(build = id, "{reason}");
-                    self.db
-                        .finish_build(id, BuildStatus::Errored, None, Some(&reason))
-                        .await?;
-                    let mut sink =
-                        EventSink::resume(id, next_event, self.db.clone(), self.hub.clone());
-                    sink.emit(&BuildEvent::Error {
-                        message: reason,
-                        time: now_ms(),
-                    })
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Takes over build `id`, owned by this node and not running here.
+    async fn take_over_build(&self, id: i64) -> Result<(), EngineError> {
+        if self.builds.contains_key(&id) {
+            return Ok(());
+        }
+        let Some(build) = self.db.get_build(id).await? else {
+            return Ok(());
+        };
+        let next_event = self
+            .db
+            .build_events_after(id, 0)
+            .await?
+            .last()
+            .map_or(0, |e| e.0)
+            + 1;
+        let plan = stored_plan(&build.plan);
+        let how = match &plan {
+            Ok(plan) => self.how_to_take_over(id, &plan.0, next_event).await?,
+            Err(why) => Takeover::Error(format!(
+                "a restarted web node cannot take the build over: {why}"
+            )),
+        };
+        let deps = self.build_deps();
+        match (plan, how) {
+            (Ok(plan), Takeover::Reattach(resume)) => {
+                Build::resuming(id, build.team, plan, deps, self.builds.clone(), resume)
+                    .for_job(stored_job(&build.plan))
+                    .start();
+            }
+            (Ok(plan), Takeover::Restart) => {
+                tracing::info!(
+                    build = id,
+                    "taking a build over: its step had not started; running it from the start"
+                );
+                Build::restarting(id, build.team, plan, deps, self.builds.clone(), next_event)
+                    .for_job(stored_job(&build.plan))
+                    .start();
+            }
+            (_, Takeover::Error(reason)) | (Err(reason), _) => {
+                tracing::warn!(build = id, "{reason}");
+                self.db
+                    .finish_build(id, BuildStatus::Errored, None, Some(&reason))
                     .await?;
-                    sink.emit(&BuildEvent::status(BuildStatus::Errored, None))
-                        .await?;
-                }
+                let mut sink = EventSink::resume(id, next_event, self.db.clone(), self.hub.clone());
+                sink.emit(&BuildEvent::Error {
+                    message: reason,
+                    time: now_ms(),
+                })
+                .await?;
+                sink.emit(&BuildEvent::status(BuildStatus::Errored, None))
+                    .await?;
             }
         }
         Ok(())
