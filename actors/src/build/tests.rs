@@ -397,18 +397,7 @@ async fn a_sequence_runs_its_steps_in_order_until_one_fails() {
         }))
     };
     let plan = Plan::Do(vec![step("a", "0"), step("b", "3"), step("c", "0")]);
-    let (_stop, stop) = watch::channel(None);
-    let run = BuildRun {
-        id,
-        team: "main".into(),
-        deps: h.deps.clone(),
-        events: Events::new(EventSink::new(id, h.db.clone(), h.deps.hub.clone())),
-        stop: Stop::new(stop.clone()),
-        hooks_stop: Stop::new(stop),
-        named: Default::default(),
-        job: None,
-        locals: Default::default(),
-    };
+    let (_stop, run) = build_run(&h, id);
     assert_eq!(
         run.run(&plan).await,
         Outcome::Failed {
@@ -448,39 +437,10 @@ async fn a_restarted_web_node_errors_a_build_of_several_steps_and_leaves_what_it
             .await
             .unwrap();
     }
-    let step = |name: &str| {
-        Plan::Step(Arc::new(crate::steps::task::TaskStep {
-            name: name.into(),
-            config: task("0"),
-            inputs: Default::default(),
-            tags: vec![],
-            image: None,
-            input_mapping: Default::default(),
-            output_mapping: Default::default(),
-            image_resource: None,
-            image_artifact: None,
-        }))
-    };
-    let (_stop, stop) = watch::channel(None);
-    let run = BuildRun {
-        id,
-        team: "main".into(),
-        deps: h.deps.clone(),
-        events: Events::new(EventSink::new(id, h.db.clone(), h.deps.hub.clone())),
-        stop: Stop::new(stop.clone()),
-        hooks_stop: Stop::new(stop),
-        named: Default::default(),
-        job: None,
-        locals: Default::default(),
-    };
-    let resume = Resume {
-        ledger: None,
-        worker: "w".into(),
-        container: "c1".into(),
-        next_event: 1,
-    };
+    let (_stop, run) = build_run(&h, id);
+    let resume = resume_at("c1");
     let outcome = run
-        .resume(&Plan::Do(vec![step("a"), step("b")]), resume)
+        .resume(&Plan::Do(vec![task_plan("a"), task_plan("b")]), resume)
         .await;
     let Outcome::Errored(message) = outcome else {
         panic!("{outcome:?}");
@@ -537,35 +497,9 @@ async fn a_build_taken_over_whose_process_never_started_runs_its_step_from_the_s
     };
     let worker: &dyn crate::runtime::Worker = h.worker.as_ref();
     worker.find_or_create_container(&spec).await.unwrap();
-    let plan = Plan::Step(Arc::new(crate::steps::task::TaskStep {
-        name: "a".into(),
-        config: task("0"),
-        inputs: Default::default(),
-        tags: vec![],
-        image: None,
-        input_mapping: Default::default(),
-        output_mapping: Default::default(),
-        image_resource: None,
-        image_artifact: None,
-    }));
-    let (_stop, stop) = watch::channel(None);
-    let run = BuildRun {
-        id,
-        team: "main".into(),
-        deps: h.deps.clone(),
-        events: Events::new(EventSink::new(id, h.db.clone(), h.deps.hub.clone())),
-        stop: Stop::new(stop.clone()),
-        hooks_stop: Stop::new(stop),
-        named: Default::default(),
-        job: None,
-        locals: Default::default(),
-    };
-    let resume = Resume {
-        ledger: None,
-        worker: "w".into(),
-        container: "c1".into(),
-        next_event: 1,
-    };
+    let plan = task_plan("a");
+    let (_stop, run) = build_run(&h, id);
+    let resume = resume_at("c1");
     let outcome = run.resume(&plan, resume).await;
     assert_eq!(outcome, Outcome::Succeeded, "{:?}", h.events(id).await);
     assert_eq!(h.worker.started(), 1, "the step ran once, afresh");
@@ -577,4 +511,47 @@ async fn a_build_taken_over_whose_process_never_started_runs_its_step_from_the_s
             .unwrap()
             .unwrap();
     assert_eq!(row.state, crate::state::HandleState::Destroying);
+}
+
+/// A plan of one task step named `name` that exits 0.
+fn task_plan(name: &str) -> Plan {
+    Plan::Step(Arc::new(crate::steps::task::TaskStep {
+        name: name.into(),
+        config: task("0"),
+        inputs: Default::default(),
+        tags: vec![],
+        image: None,
+        input_mapping: Default::default(),
+        output_mapping: Default::default(),
+        image_resource: None,
+        image_artifact: None,
+    }))
+}
+
+/// The run of build `id` on the harness; it is stopped when the returned
+/// sender says so (or never, while it is kept).
+fn build_run(h: &Harness, id: i64) -> (watch::Sender<Option<StopReason>>, BuildRun) {
+    let (tx, stop) = watch::channel(None);
+    let run = BuildRun {
+        id,
+        team: "main".into(),
+        deps: h.deps.clone(),
+        events: Events::new(EventSink::new(id, h.db.clone(), h.deps.hub.clone())),
+        stop: Stop::new(stop.clone()),
+        hooks_stop: Stop::new(stop),
+        named: Default::default(),
+        job: None,
+        locals: Default::default(),
+    };
+    (tx, run)
+}
+
+/// Taking a build over at container `container` on worker `w`.
+fn resume_at(container: &str) -> Resume {
+    Resume {
+        ledger: None,
+        worker: "w".into(),
+        container: container.into(),
+        next_event: 1,
+    }
 }
