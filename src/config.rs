@@ -349,9 +349,11 @@ impl Default for WebConfig {
 pub struct WorkerConfig {
     /// Unique worker name. Default: the host name.
     pub name: String,
-    /// Base URL of the web node, or several separated by commas (web nodes
-    /// sharing one database): the worker talks to one and moves on to the
-    /// next when it cannot be reached. Default `http://127.0.0.1:8080`.
+    /// Base URL of the web node, or several (web nodes sharing one
+    /// database), as a TOML array or separated by commas: the worker talks
+    /// to one and moves on to the next when it cannot be reached. Default
+    /// `http://127.0.0.1:8080`.
+    #[serde(deserialize_with = "url_list")]
     pub web: String,
     /// Key presented to the web node when registering. Default `gantry-dev-key`.
     pub registration_key: String,
@@ -387,6 +389,24 @@ pub struct WorkerConfig {
     pub sweep_interval_secs: u64,
     /// Most destroys a sweep runs at once. Default 4.
     pub max_parallel_destroys: usize,
+}
+
+/// Reads `web = "URL[,URL...]"` or `web = ["URL", ...]` as one
+/// comma-separated list.
+fn url_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => Ok(s),
+        OneOrMany::Many(list) if list.iter().any(|u| u.contains(',')) => Err(
+            serde::de::Error::custom("web: an array's URLs may not contain commas"),
+        ),
+        OneOrMany::Many(list) => Ok(list.join(",")),
+    }
 }
 
 impl Default for WorkerConfig {
@@ -578,5 +598,19 @@ mod tests {
     fn unknown_keys_are_named() {
         let err = toml::from_str::<FileConfig>("[web]\nlisten_addr = \"x\"\n").unwrap_err();
         assert!(err.to_string().contains("listen_addr"), "{err}");
+    }
+
+    #[test]
+    fn worker_web_is_a_string_or_an_array() {
+        let one: FileConfig =
+            toml::from_str("[worker]\nweb = \"http://a:1,http://b:2\"\n").unwrap();
+        assert_eq!(one.worker.web, "http://a:1,http://b:2");
+        let many: FileConfig =
+            toml::from_str("[worker]\nweb = [\"http://a:1\", \"http://b:2\"]\n").unwrap();
+        assert_eq!(many.worker.web, "http://a:1,http://b:2");
+        let err = toml::from_str::<FileConfig>("[worker]\nweb = [\"http://a:1,http://b:2\"]\n")
+            .unwrap_err();
+        assert!(err.to_string().contains("commas"), "{err}");
+        assert!(toml::from_str::<FileConfig>("[worker]\nweb = 3\n").is_err());
     }
 }

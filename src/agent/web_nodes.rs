@@ -38,6 +38,10 @@ impl WebNodes {
                 matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some(),
                 "web: {u:?} is not an http:// or https:// URL"
             );
+            anyhow::ensure!(
+                parsed.query().is_none() && parsed.fragment().is_none(),
+                "web: {u:?} is a base URL and may not have a query or fragment"
+            );
         }
         Ok(WebNodes {
             urls: Arc::new(urls),
@@ -53,8 +57,11 @@ impl WebNodes {
     /// Sends the request `build` makes for a node's base URL: to the node
     /// that answered last, then to each other node once, while a node
     /// cannot be reached or answers 502, 503 or 504. Any other answer is
-    /// returned, and its node is tried first next time. When no node
-    /// answers, the error names each node's failure.
+    /// returned, and its node is tried first next time. When every node
+    /// is unavailable the last answer is returned, and the node tried
+    /// first stays the same (a node that only answered 503 is not
+    /// remembered). When no node answers, the error names each node's
+    /// failure.
     pub async fn send(&self, build: impl Fn(&str) -> RequestBuilder) -> Result<Response, String> {
         let n = self.urls.len();
         let first = self.current.load(Ordering::Relaxed) % n;
@@ -65,7 +72,7 @@ impl WebNodes {
             let last = k + 1 == n;
             match build(base).send().await {
                 Ok(resp) if last || !unavailable(resp.status()) => {
-                    if i != first {
+                    if i != first && !unavailable(resp.status()) {
                         tracing::info!(from = %self.urls[first], to = %base, "switched to another web node");
                         self.current.store(i, Ordering::Relaxed);
                     }
@@ -155,6 +162,17 @@ mod tests {
         let nodes = WebNodes::parse(&format!("{refusing},{ok}")).unwrap();
         assert_eq!(get(&nodes).await, Ok(409));
         assert_eq!(ok_hits.load(Ordering::SeqCst), 0);
+        // Every node unavailable: the last answer comes back, and the node
+        // tried first is still the first one.
+        let (busy_a, a_hits, _h3) = node(503);
+        let (busy_b, b_hits, _h4) = node(502);
+        let nodes = WebNodes::parse(&format!("{busy_a},{busy_b}")).unwrap();
+        assert_eq!(get(&nodes).await, Ok(502));
+        assert_eq!(nodes.current(), busy_a);
+        assert_eq!(
+            (a_hits.load(Ordering::SeqCst), b_hits.load(Ordering::SeqCst)),
+            (1, 1)
+        );
         let (a, b) = (nobody(), nobody());
         let err = get(&WebNodes::parse(&format!("{a},{b}")).unwrap())
             .await
@@ -172,5 +190,9 @@ mod tests {
         assert!(err.contains("ftp://b"), "{err}");
         let nodes = WebNodes::parse("http://a:1/, https://b").unwrap();
         assert_eq!(nodes.current(), "http://a:1");
+        for bad in ["http://a:1/?x=1", "http://a:1/#top"] {
+            let err = WebNodes::parse(bad).unwrap_err().to_string();
+            assert!(err.contains("query or fragment"), "{err}");
+        }
     }
 }

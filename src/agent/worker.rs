@@ -33,6 +33,10 @@ pub struct WorkerHandle {
     web: (super::web_nodes::WebNodes, String),
 }
 
+/// How long one web node may take to answer a request to land or retire
+/// this worker before the next node is asked.
+const DRAIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl WorkerHandle {
     /// Base URL of the agent's API, as advertised to the web node.
     pub fn agent_url(&self) -> &str {
@@ -70,14 +74,22 @@ impl WorkerHandle {
         );
         tracing::info!(worker = %self.registration.name, "stopping: asking the web node to {action} this worker");
         let http = reqwest::Client::new();
-        let resp = web
-            .send(|base| {
-                http.post(format!("{base}{path}"))
-                    .bearer_auth(key)
-                    .json(&serde_json::json!({}))
-            })
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot reach a web node to {action} this worker: {e}"))?;
+        // A node that hangs is given up after DRAIN_REQUEST_TIMEOUT and the
+        // next one asked; a second signal stops waiting at once.
+        let request = web.send(|base| {
+            http.post(format!("{base}{path}"))
+                .bearer_auth(key)
+                .timeout(DRAIN_REQUEST_TIMEOUT)
+                .json(&serde_json::json!({}))
+        });
+        let resp = tokio::select! {
+            r = request => r.map_err(|e| {
+                anyhow::anyhow!("cannot reach a web node to {action} this worker: {e}")
+            })?,
+            _ = abort.wait_for(|a| *a) => {
+                anyhow::bail!("stopped before a web node answered the request to {action} this worker")
+            }
+        };
         anyhow::ensure!(
             resp.status().is_success(),
             "the web node refused to {action} this worker: {}",
