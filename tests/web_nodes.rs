@@ -9,6 +9,8 @@
 //!   while its builds run, the other takes them over, every build succeeds
 //!   with its full log, no worker is marked stalled, and GC leaves disk equal
 //!   to the database.
+//! - A node name is held once; a node taken over while hung stops itself;
+//!   a team's allowance of builds is one across the nodes.
 
 mod common;
 
@@ -481,7 +483,7 @@ fn a_node_name_is_held_once_and_a_node_taken_over_while_hung_stops_itself() {
     let config = |node: &str| {
         format!(
             "[web]\nnode_name = \"{node}\"\nartifacts_dir = \"{}\"\n\
-             node_heartbeat_secs = 1\nnode_timeout_secs = 4\n",
+             node_heartbeat_secs = 1\nnode_timeout_secs = 4\nbuilds_per_team_per_minute = 3\n",
             store.display()
         )
     };
@@ -521,6 +523,20 @@ fn a_node_name_is_held_once_and_a_node_taken_over_while_hung_stops_itself() {
         (running_workers(&a.url) == ["w1"] && running_workers(&b.url) == ["w1"]).then_some(())
     });
 
+    // The team's allowance of builds (3 a minute) is one across the nodes:
+    // one build through each, then the long one through a, and the next
+    // through b is refused.
+    let http = reqwest::blocking::Client::new();
+    let quick = serde_json::json!({"config": {"platform": "linux", "run": {"path": "true"}}});
+    for url in [&a.url, &b.url] {
+        let resp = http
+            .post(format!("{url}/api/v1/teams/main/builds"))
+            .json(&quick)
+            .send()
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 201);
+    }
+
     // A build through a, running.
     let t = dir.path().join("long.yml");
     write(
@@ -534,6 +550,19 @@ fn a_node_name_is_held_once_and_a_node_taken_over_while_hung_stops_itself() {
     wait_for("the task to run", Duration::from_secs(60), || {
         events_so_far(&b.url, id).contains("begun").then_some(())
     });
+    let refused = http
+        .post(format!("{}/api/v1/teams/main/builds", b.url))
+        .json(&quick)
+        .send()
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 429);
+    let error: serde_json::Value = refused.json().unwrap();
+    assert!(
+        error["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("3 builds a minute")),
+        "{error}"
+    );
 
     // a hangs: b takes its build over; when a wakes, it stops itself.
     signal(&a, libc::SIGSTOP);

@@ -104,7 +104,7 @@ pub async fn create(
     body: web::Json<CreateBuild>,
 ) -> Result<HttpResponse, ApiError> {
     identity.require_team(&team, &format!("team {:?}", team.as_str()))?;
-    state.limits.take_build(&team, std::time::Instant::now())?;
+    state.limits.take_build(&team, &state.engine).await?;
     let body = body.into_inner();
     let id = match (&body.config, &body.pipeline) {
         (Some(_), Some(_)) => {

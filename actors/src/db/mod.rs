@@ -2,6 +2,7 @@
 //! `Any` driver, runtime-checked queries so a clean clone builds with no
 //! database at hand). One file per table group.
 
+mod allowance;
 mod artifacts;
 mod builds;
 mod gc_collect;

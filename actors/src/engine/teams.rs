@@ -55,6 +55,23 @@ fn same(a: &str, b: &str) -> bool {
 }
 
 impl Engine {
+    /// Takes one of `team`'s `per_minute` build creations
+    /// (`web.builds_per_team_per_minute`; every web node sharing the
+    /// database takes from the same allowance): `None` when taken, or how
+    /// long until the next one.
+    pub async fn take_team_build(
+        &self,
+        team: &str,
+        per_minute: u32,
+    ) -> Result<Option<std::time::Duration>, EngineError> {
+        if per_minute == 0 {
+            return Ok(None);
+        }
+        let now = self.db.db_now_ms().await?;
+        let wait = self.db.take_team_build(team, per_minute, now).await?;
+        Ok(wait.map(|ms| std::time::Duration::from_secs_f64(ms / 1000.0)))
+    }
+
     /// Every team.
     pub async fn teams(&self) -> Result<Vec<TeamRow>, EngineError> {
         self.db.list_teams().await
