@@ -11,6 +11,7 @@
 //!   to the database.
 //! - A node name is held once; a node taken over while hung stops itself;
 //!   a team's allowance of builds is one across the nodes.
+//! - A worker retired through one node while it reports to another stops.
 
 mod common;
 
@@ -611,4 +612,53 @@ fn events_so_far(url: &str, id: i64) -> String {
         let _ = std::io::Read::read_to_string(&mut r, &mut text);
     }
     text
+}
+
+/// A worker retired through one node while it reports to another stops:
+/// the node it reports to answers its heartbeat with 410 (the retirement is
+/// in the database), and it does not register again.
+#[test]
+fn a_worker_retired_through_another_node_stops_and_does_not_register_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Postgres);
+    let store = dir.path().join("shared-artifacts");
+    let config = |node: &str| {
+        format!(
+            "[web]\nnode_name = \"{node}\"\nartifacts_dir = \"{}\"\n",
+            store.display()
+        )
+    };
+    let a = start_web(&dir.path().join("a"), &db, &config("a"));
+    let b = start_web(&dir.path().join("b"), &db, &config("b"));
+    let workers_dir = dir.path().join("workers");
+    std::fs::create_dir_all(&workers_dir).unwrap();
+    // w1 reports to a only.
+    let mut w1 = start_worker(&workers_dir, &a.url, "w1", worker_backend());
+    wait_for("w1 running on both nodes", Duration::from_secs(60), || {
+        (running_workers(&a.url) == ["w1"] && running_workers(&b.url) == ["w1"]).then_some(())
+    });
+    let out = client(&b.url, &["retire-worker", "w1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exited = wait_child(&mut w1.child, Duration::from_secs(30));
+    assert!(exited.success(), "retired worker exited with {exited}");
+    assert!(
+        w1.log_text().contains("no more heartbeats"),
+        "{}",
+        w1.log_text()
+    );
+    for node in [&a, &b] {
+        assert!(worker_json(&node.url, "w1").is_none(), "{}", node.url);
+    }
+    let registrations = a.log_text().matches("worker registered worker=w1").count();
+    assert_eq!(registrations, 1, "{}", a.log_text());
+
+    // Started again (a new incarnation), it registers, through either node.
+    let _again = start_worker(&workers_dir, &b.url, "w1", worker_backend());
+    wait_for("w1 running again", Duration::from_secs(60), || {
+        (running_workers(&a.url) == ["w1"] && running_workers(&b.url) == ["w1"]).then_some(())
+    });
 }

@@ -177,7 +177,9 @@ pub struct Registry {
     workers: HashMap<String, Entry>,
     /// State of each worker, for the steps running on it.
     states: WorkerStates,
-    /// Incarnations retired here; their heartbeats and registrations are refused.
+    /// Incarnations retired here (a fast path: every retirement is also in
+    /// the database, where any node finds it); their heartbeats and
+    /// registrations are refused.
     retired: HashMap<String, String>,
     /// Lifecycle settings (the stalled-worker timeout).
     lifecycle: LifecycleConfig,
@@ -280,13 +282,7 @@ impl Registry {
     /// status table, its database row, the Scheduler. The deletion's outcome
     /// is reported to `job` when a job removes it.
     fn remove(&mut self, name: &str, ctx: &mut Context<Self>, job: Option<JobReport>) {
-        if let Some(e) = self.workers.remove(name) {
-            e.conn.do_send(StopConn);
-        }
-        self.jobs.remove(&probe_job_name(name));
-        self.jobs.remove(&heartbeat_job_name(name));
-        self.states.remove(name);
-        self.scheduler.do_send(WorkerRemoved(name.to_string()));
+        self.drop_entry(name);
         let db = self.db.clone();
         let name = name.to_string();
         ctx.spawn(
@@ -303,6 +299,37 @@ impl Registry {
                             job.failed(format_args!("deleting worker {name}: {e}"));
                         }
                     }
+                }
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// Forgets worker `name` here: its connection, jobs, state and place in
+    /// the Scheduler's pool (its row is another matter).
+    fn drop_entry(&mut self, name: &str) {
+        if let Some(e) = self.workers.remove(name) {
+            e.conn.do_send(StopConn);
+        }
+        self.jobs.remove(&probe_job_name(name));
+        self.jobs.remove(&heartbeat_job_name(name));
+        self.states.remove(name);
+        self.scheduler.do_send(WorkerRemoved(name.to_string()));
+    }
+
+    /// Retires incarnation `incarnation` of worker `name`: forgotten here,
+    /// its row deleted and the retirement recorded in the database, so every
+    /// web node refuses that incarnation's heartbeats and registrations.
+    fn retire(&mut self, name: &str, incarnation: String, ctx: &mut Context<Self>) {
+        tracing::info!(worker = %name, "worker retired");
+        self.retired.insert(name.to_string(), incarnation.clone());
+        self.drop_entry(name);
+        let db = self.db.clone();
+        let name = name.to_string();
+        ctx.spawn(
+            async move {
+                if let Err(e) = db.retire_worker(&name, &incarnation).await {
+                    tracing::error!(worker = %name, "recording the retirement: {e}");
                 }
             }
             .into_actor(self),
@@ -374,20 +401,29 @@ impl Actor for Registry {
     }
 }
 
+/// The refusal of a registration by an incarnation that was retired.
+fn retired_error(name: &str) -> EngineError {
+    EngineError::Invalid(format!(
+        "worker {name} was retired: restart it to register again"
+    ))
+}
+
 impl Handler<RegisterWorker> for Registry {
     type Result = ResponseActFuture<Self, Result<(), EngineError>>;
     fn handle(&mut self, msg: RegisterWorker, _: &mut Context<Self>) -> Self::Result {
         let reg = msg.0;
         if self.retired.get(&reg.name) == Some(&reg.incarnation) {
-            return Box::pin(fut::ready(Err(EngineError::Invalid(format!(
-                "worker {} was retired: restart it to register again",
-                reg.name
-            )))));
+            return Box::pin(fut::ready(Err(retired_error(&reg.name))));
         }
         self.retired.remove(&reg.name);
         let db = self.db.clone();
         Box::pin(
             async move {
+                // Retired through another web node (or before a restart).
+                if db.is_retired(&reg.name, &reg.incarnation).await? {
+                    return Err(retired_error(&reg.name));
+                }
+                db.forget_retired(&reg.name, &reg.incarnation).await?;
                 db.upsert_worker(&reg).await?;
                 Ok(reg)
             }
@@ -431,7 +467,18 @@ impl Handler<WorkerHeartbeat> for Registry {
             return Box::pin(fut::ready(Err(HeartbeatRefused::Retired(msg.name))));
         }
         let Some(entry) = self.workers.get_mut(&msg.name) else {
-            return Box::pin(fut::ready(Err(HeartbeatRefused::Unknown(msg.name))));
+            // Unknown here: perhaps retired through another web node.
+            let db = self.db.clone();
+            let incarnation = msg.heartbeat.incarnation.clone();
+            return Box::pin(
+                async move {
+                    match db.is_retired(&msg.name, &incarnation).await {
+                        Ok(true) => Err(HeartbeatRefused::Retired(msg.name)),
+                        _ => Err(HeartbeatRefused::Unknown(msg.name)),
+                    }
+                }
+                .into_actor(self),
+            );
         };
         if entry.registration.incarnation != msg.heartbeat.incarnation {
             return Box::pin(fut::ready(Err(HeartbeatRefused::NewIncarnation(msg.name))));
@@ -580,11 +627,7 @@ impl Handler<Drained> for Registry {
         }
         match e.state {
             WorkerState::Landing => self.set_state(&msg.name, WorkerState::Landed, ctx),
-            WorkerState::Retiring => {
-                tracing::info!(worker = %msg.name, "worker retired");
-                self.retired.insert(msg.name.clone(), msg.incarnation);
-                self.remove(&msg.name, ctx, None);
-            }
+            WorkerState::Retiring => self.retire(&msg.name, msg.incarnation, ctx),
             _ => {}
         }
     }

@@ -145,6 +145,52 @@ impl Db {
             .collect())
     }
 
+    /// Records that incarnation `incarnation` of worker `name` was retired,
+    /// and deletes its row, in one transaction: no web node sees the row
+    /// gone without the retirement.
+    pub async fn retire_worker(&self, name: &str, incarnation: &str) -> Result<(), EngineError> {
+        self.sequences.forget(name);
+        let mut tx = self.pool().begin().await?;
+        sqlx::query(
+            "INSERT INTO retired_workers (name, incarnation, retired_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO UPDATE SET incarnation = excluded.incarnation, retired_at = excluded.retired_at",
+        )
+        .bind(name)
+        .bind(incarnation)
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM workers WHERE name = $1")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Whether incarnation `incarnation` of worker `name` was retired.
+    pub async fn is_retired(&self, name: &str, incarnation: &str) -> Result<bool, EngineError> {
+        let found: Option<i64> = sqlx::query_scalar(
+            "SELECT retired_at FROM retired_workers WHERE name = $1 AND incarnation = $2",
+        )
+        .bind(name)
+        .bind(incarnation)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(found.is_some())
+    }
+
+    /// Forgets the retirement of an earlier incarnation of worker `name`
+    /// (a new one registers).
+    pub async fn forget_retired(&self, name: &str, incarnation: &str) -> Result<(), EngineError> {
+        sqlx::query("DELETE FROM retired_workers WHERE name = $1 AND incarnation <> $2")
+            .bind(name)
+            .bind(incarnation)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
     /// Deletes a worker row.
     pub async fn delete_worker(&self, name: &str) -> Result<(), EngineError> {
         self.sequences.forget(name);
