@@ -614,11 +614,15 @@ fn events_so_far(url: &str, id: i64) -> String {
     text
 }
 
-/// A worker retired through one node while it reports to another stops:
-/// the node it reports to answers its heartbeat with 410 (the retirement is
-/// in the database), and it does not register again.
+/// Through the node that does not run a build, or that a worker does not
+/// report to:
+/// - an abort of a build stops its process (SIGTERM) within a few seconds
+///   (the owner finds the request at its next heartbeat);
+/// - a worker retired stops: the node it reports to answers its heartbeat
+///   with 410 (the retirement is in the database), and it does not
+///   register again until it is started again.
 #[test]
-fn a_worker_retired_through_another_node_stops_and_does_not_register_again() {
+fn an_abort_and_a_retirement_through_another_node_take_effect() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(DbKind::Postgres);
     let store = dir.path().join("shared-artifacts");
@@ -637,6 +641,41 @@ fn a_worker_retired_through_another_node_stops_and_does_not_register_again() {
     wait_for("w1 running on both nodes", Duration::from_secs(60), || {
         (running_workers(&a.url) == ["w1"] && running_workers(&b.url) == ["w1"]).then_some(())
     });
+    // A build through a, aborted through b.
+    let t = dir.path().join("trap.yml");
+    write(
+        &t,
+        "platform: linux\nrun:\n  path: sh\n  args: [-c, \"trap 'echo got TERM; exit 143' TERM; \
+         echo ready; while true; do sleep 0.1; done\"]\n",
+    );
+    let mut exec = spawn_execute(&a.url, dir.path(), "trap", &["-c", t.to_str().unwrap()]);
+    let id = wait_for("the build to be created", Duration::from_secs(60), || {
+        announced_build(&dir.path().join("trap.err"))
+    });
+    wait_for("the task to run", Duration::from_secs(60), || {
+        events_so_far(&b.url, id).contains("ready").then_some(())
+    });
+    let asked = Instant::now();
+    let out = client(&b.url, &["abort-build", "-b", &id.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!wait_child(&mut exec, Duration::from_secs(30)).success());
+    let took = asked.elapsed();
+    println!(
+        "abort through the other node took {:.1} s",
+        took.as_secs_f64()
+    );
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    let err = std::fs::read_to_string(dir.path().join("trap.err")).unwrap();
+    assert!(err.contains(&format!("build {id} was aborted")), "{err}");
+    assert!(std::fs::read_to_string(dir.path().join("trap.out"))
+        .unwrap()
+        .contains("got TERM"));
+    assert_eq!(statuses(&b.url)[&id], "aborted");
+
     let out = client(&b.url, &["retire-worker", "w1"]);
     assert!(
         out.status.success(),
