@@ -11,7 +11,9 @@
 //!   to the database.
 //! - A node name is held once; a node taken over while hung stops itself;
 //!   a team's allowance of builds is one across the nodes.
-//! - A worker retired through one node while it reports to another stops.
+//!
+//! Aborts, retirements and intercept sessions through another node are in
+//! `web_nodes_sessions.rs`.
 
 mod common;
 
@@ -21,25 +23,8 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use common::disk_db::{compare, DbView};
+use common::nodes::*;
 use common::*;
-
-/// `gantry jobs --json` rows of the Collector's rules on the node at `url`.
-fn collector_jobs(url: &str) -> Vec<serde_json::Value> {
-    let out = client(url, &["jobs", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    rows.into_iter()
-        .filter(|j| {
-            j["name"]
-                .as_str()
-                .is_some_and(|n| n.starts_with("gc-collector/"))
-        })
-        .collect()
-}
 
 /// Whether every rule on `url` has run at least `runs` times.
 fn leads(url: &str, runs: u64) -> bool {
@@ -184,23 +169,6 @@ struct Ran {
     end: u128,
 }
 
-/// Build `id`'s events through the node at `url`, read to the final one.
-fn events(url: &str, id: i64) -> Vec<serde_json::Value> {
-    let body = reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
-        .get(format!("{url}/api/v1/builds/{id}/events"))
-        .send()
-        .and_then(|r| r.error_for_status())
-        .and_then(|r| r.text())
-        .unwrap_or_else(|e| panic!("events of build {id} through {url}: {e}"));
-    body.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["event"].take())
-        .collect()
-}
-
 /// The worker and interval in build `id`'s log: exactly one `start` and one
 /// `end` line (a repeated or missing line fails the test).
 fn ran(url: &str, id: i64) -> Ran {
@@ -232,29 +200,6 @@ fn ran(url: &str, id: i64) -> Ran {
         start: field("start "),
         end: field("end "),
     }
-}
-
-/// Build ids and statuses through the node at `url`.
-fn statuses(url: &str) -> BTreeMap<i64, String> {
-    builds_json(url)
-        .into_iter()
-        .filter_map(|b| Some((b["id"].as_i64()?, b["status"].as_str()?.to_string())))
-        .collect()
-}
-
-/// The names of the workers the node at `url` lists as running.
-fn running_workers(url: &str) -> Vec<String> {
-    let mut names: Vec<String> = workers_json(url)
-        .as_array()
-        .map(|ws| {
-            ws.iter()
-                .filter(|w| w["state"] == "running")
-                .filter_map(|w| w["name"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
 }
 
 #[test]
@@ -595,109 +540,4 @@ fn a_node_name_is_held_once_and_a_node_taken_over_while_hung_stops_itself() {
         .collect();
     assert_eq!(stdout, "begun\ndone\n");
     assert!(!b.log_text().contains("worker stalled"), "{}", b.log_text());
-}
-
-/// The stdout of build `id` stored so far, read through `url` without
-/// waiting for its end.
-fn events_so_far(url: &str, id: i64) -> String {
-    let resp = reqwest::blocking::Client::builder()
-        .timeout(Duration::from_millis(500))
-        .build()
-        .unwrap()
-        .get(format!("{url}/api/v1/builds/{id}/events"))
-        .send();
-    // A running build's event stream stays open: read what arrives in time.
-    let mut text = String::new();
-    if let Ok(mut r) = resp {
-        let _ = std::io::Read::read_to_string(&mut r, &mut text);
-    }
-    text
-}
-
-/// Through the node that does not run a build, or that a worker does not
-/// report to:
-/// - an abort of a build stops its process (SIGTERM) within a few seconds
-///   (the owner finds the request at its next heartbeat);
-/// - a worker retired stops: the node it reports to answers its heartbeat
-///   with 410 (the retirement is in the database), and it does not
-///   register again until it is started again.
-#[test]
-fn an_abort_and_a_retirement_through_another_node_take_effect() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = TestDb::new(DbKind::Postgres);
-    let store = dir.path().join("shared-artifacts");
-    let config = |node: &str| {
-        format!(
-            "[web]\nnode_name = \"{node}\"\nartifacts_dir = \"{}\"\n",
-            store.display()
-        )
-    };
-    let a = start_web(&dir.path().join("a"), &db, &config("a"));
-    let b = start_web(&dir.path().join("b"), &db, &config("b"));
-    let workers_dir = dir.path().join("workers");
-    std::fs::create_dir_all(&workers_dir).unwrap();
-    // w1 reports to a only.
-    let mut w1 = start_worker(&workers_dir, &a.url, "w1", worker_backend());
-    wait_for("w1 running on both nodes", Duration::from_secs(60), || {
-        (running_workers(&a.url) == ["w1"] && running_workers(&b.url) == ["w1"]).then_some(())
-    });
-    // A build through a, aborted through b.
-    let t = dir.path().join("trap.yml");
-    write(
-        &t,
-        "platform: linux\nrun:\n  path: sh\n  args: [-c, \"trap 'echo got TERM; exit 143' TERM; \
-         echo ready; while true; do sleep 0.1; done\"]\n",
-    );
-    let mut exec = spawn_execute(&a.url, dir.path(), "trap", &["-c", t.to_str().unwrap()]);
-    let id = wait_for("the build to be created", Duration::from_secs(60), || {
-        announced_build(&dir.path().join("trap.err"))
-    });
-    wait_for("the task to run", Duration::from_secs(60), || {
-        events_so_far(&b.url, id).contains("ready").then_some(())
-    });
-    let asked = Instant::now();
-    let out = client(&b.url, &["abort-build", "-b", &id.to_string()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!wait_child(&mut exec, Duration::from_secs(30)).success());
-    let took = asked.elapsed();
-    println!(
-        "abort through the other node took {:.1} s",
-        took.as_secs_f64()
-    );
-    assert!(took < Duration::from_secs(15), "took {took:?}");
-    let err = std::fs::read_to_string(dir.path().join("trap.err")).unwrap();
-    assert!(err.contains(&format!("build {id} was aborted")), "{err}");
-    assert!(std::fs::read_to_string(dir.path().join("trap.out"))
-        .unwrap()
-        .contains("got TERM"));
-    assert_eq!(statuses(&b.url)[&id], "aborted");
-
-    let out = client(&b.url, &["retire-worker", "w1"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let exited = wait_child(&mut w1.child, Duration::from_secs(30));
-    assert!(exited.success(), "retired worker exited with {exited}");
-    assert!(
-        w1.log_text().contains("no more heartbeats"),
-        "{}",
-        w1.log_text()
-    );
-    for node in [&a, &b] {
-        assert!(worker_json(&node.url, "w1").is_none(), "{}", node.url);
-    }
-    let registrations = a.log_text().matches("worker registered worker=w1").count();
-    assert_eq!(registrations, 1, "{}", a.log_text());
-
-    // Started again (a new incarnation), it registers, through either node.
-    let _again = start_worker(&workers_dir, &b.url, "w1", worker_backend());
-    wait_for("w1 running again", Duration::from_secs(60), || {
-        (running_workers(&a.url) == ["w1"] && running_workers(&b.url) == ["w1"]).then_some(())
-    });
 }

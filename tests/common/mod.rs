@@ -6,6 +6,7 @@
 
 pub mod disk_db;
 pub mod git;
+pub mod nodes;
 pub mod oci;
 
 use std::io::{BufRead, BufReader};
