@@ -181,6 +181,29 @@ mod tests {
         assert!(err.contains(&format!("cannot reach {b}")), "{err}");
     }
 
+    /// A node that accepts connections and never answers (hung): a
+    /// request with a timeout gives up on it and asks the next node (as a
+    /// heartbeat and a land/retire request do).
+    #[actix_web::test]
+    async fn a_hung_node_is_given_up_after_the_request_timeout() {
+        let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let hung_url = format!("http://{}", hung.local_addr().unwrap());
+        let (ok, ok_hits, _h) = node(200);
+        let nodes = WebNodes::parse(&format!("{hung_url},{ok}")).unwrap();
+        let http = reqwest::Client::new();
+        let answered = nodes
+            .send(|base| {
+                http.get(format!("{base}/x"))
+                    .timeout(std::time::Duration::from_millis(300))
+            })
+            .await
+            .map(|r| r.status().as_u16());
+        assert_eq!(answered, Ok(200));
+        assert_eq!(ok_hits.load(Ordering::SeqCst), 1);
+        assert_eq!(nodes.current(), ok);
+        drop(hung);
+    }
+
     #[test]
     fn lists_are_checked() {
         assert!(WebNodes::parse(" , ").is_err());
