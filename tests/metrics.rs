@@ -183,7 +183,12 @@ fn metrics_move_with_builds_and_pass_promtool() {
     let db = TestDb::new(DbKind::Sqlite);
     // Placement respects each worker's `max_active_tasks`.
     let chain = r#"["limit-active-tasks", "volume-locality"]"#;
-    let placement = format!("[web.placement]\nwith_inputs = {chain}\nwithout_inputs = {chain}\n");
+    // A node timeout of 2 s: the one node of a SQLite database (which has
+    // no node heartbeat) is still alive long after it.
+    let placement = format!(
+        "[web]\nnode_heartbeat_secs = 1\nnode_timeout_secs = 2\n\
+         [web.placement]\nwith_inputs = {chain}\nwithout_inputs = {chain}\n"
+    );
     let web = start_web(dir, &db, &placement);
     let url = &web.url;
     let mut worker_args = worker_backend().to_vec();
@@ -245,6 +250,29 @@ fn metrics_move_with_builds_and_pass_promtool() {
         },
     );
     let moved = |series: &str| after.or_zero(series) - before.or_zero(series);
+
+    // The web node, alive well past its node timeout.
+    let nodes: Vec<serde_json::Value> =
+        serde_json::from_slice(&client(url, &["web-nodes", "--json"]).stdout).unwrap();
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    let started_at = nodes[0]["started_at"].as_i64().unwrap();
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    wait_for(
+        "twice the node timeout to pass",
+        Duration::from_secs(10),
+        || (now_ms() - started_at > 4_000).then_some(()),
+    );
+    let nodes: Vec<serde_json::Value> =
+        serde_json::from_slice(&client(url, &["web-nodes", "--json"]).stdout).unwrap();
+    assert_eq!(nodes[0]["alive"], true, "{nodes:?}");
+    let now = Scrape::take(url);
+    assert_eq!(now.get("gantry_web_nodes{state=\"alive\"}"), 1.0);
+    assert_eq!(now.get("gantry_web_nodes{state=\"late\"}"), 0.0);
 
     // Workers.
     assert_eq!(after.get("gantry_workers{state=\"running\"}"), 1.0);

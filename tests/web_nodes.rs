@@ -262,6 +262,14 @@ fn two_web_nodes_share_the_fleet_keep_limits_exact_and_take_over_a_dead_node() {
         })
         .collect();
     assert_eq!(seen, [("a", true, false), ("b", true, true)], "{nodes:?}");
+    let metrics = reqwest::blocking::get(format!("{}/metrics", a.url))
+        .and_then(|r| r.text())
+        .unwrap();
+    assert!(
+        metrics.contains("gantry_web_nodes{state=\"alive\"} 2")
+            && metrics.contains("gantry_web_nodes{state=\"late\"} 0"),
+        "{metrics}"
+    );
 
     // An artifact uploaded through a is an input of a build created
     // through b, whose output is downloaded through a (the shared store).

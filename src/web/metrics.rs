@@ -103,6 +103,7 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
         scheduler: engine.scheduler_stats().await?,
         builds: engine.count_builds_by_status().await?.into_iter().collect(),
         jobs: engine.jobs(),
+        web_nodes: engine.web_nodes().await?,
     };
     let gc = super::metrics_gc::Gc::read(engine).await?;
     let resources = engine.resource_stats();
@@ -137,6 +138,8 @@ struct Core {
     builds: BTreeMap<String, i64>,
     /// Background jobs.
     jobs: Vec<JobStatus>,
+    /// The web nodes sharing the database.
+    web_nodes: Vec<gantry_actors::engine::WebNodeView>,
 }
 
 impl Core {
@@ -199,6 +202,13 @@ impl Core {
             let n = self.builds.get(s.as_str()).copied().unwrap_or(0);
             gauge!("gantry_builds", "status" => s.as_str()).set(n as f64);
         }
+        describe_gauge!(
+            "gantry_web_nodes",
+            "Web nodes of the database: alive, or late (not heard within node_timeout_secs; another node takes their builds over)."
+        );
+        let alive = self.web_nodes.iter().filter(|n| n.alive).count();
+        gauge!("gantry_web_nodes", "state" => "alive").set(alive as f64);
+        gauge!("gantry_web_nodes", "state" => "late").set((self.web_nodes.len() - alive) as f64);
         describe_counter!(
             "gantry_background_job_runs_total",
             "Runs of each background job."

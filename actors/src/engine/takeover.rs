@@ -101,13 +101,17 @@ impl Engine {
     pub async fn web_nodes(&self) -> Result<Vec<WebNodeView>, EngineError> {
         let now = self.db.db_now_ms().await?;
         let timeout = self.config.nodes.timeout.as_millis() as i64;
+        // On SQLite the one node does not beat (nothing would take its
+        // builds over): it is alive while it answers.
+        let only_node = !self.db.is_shared();
         Ok(self
             .db
             .list_web_nodes()
             .await?
             .into_iter()
             .map(|n| WebNodeView {
-                alive: n.last_seen >= now - timeout,
+                alive: (only_node && n.name == self.config.node_name)
+                    || n.last_seen >= now - timeout,
                 this_node: n.name == self.config.node_name,
                 name: n.name,
                 started_at: n.started_at,
