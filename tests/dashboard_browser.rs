@@ -1,8 +1,8 @@
 //! End to end: the dashboard in real headless Chromium (Debian's
 //! `chromium`, driven over the DevTools protocol) against a running
-//! quickstart. The overview shows the worker running; a job started through
-//! the API appears on its build page — the step tree, then the log lines,
-//! then the final status — without the page reloading. Screenshots go to
+//! quickstart. The overview shows the worker running and the web node; a
+//! job started through the API appears on its build page — the step tree,
+//! then the log lines, then the final status — without the page reloading. Screenshots go to
 //! `target/test-screenshots/`. A team token's live feed shows only that
 //! team's builds (plain HTTP on the server-sent events route).
 
@@ -88,6 +88,18 @@ fn step_log(browser: &mut Browser, step: &str) -> String {
     )
 }
 
+/// The name of the web node at `url` (`gantry web-nodes`).
+fn server_node_name(url: &str) -> String {
+    let out = client(url, &["web-nodes", "--json"]);
+    let nodes: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    nodes
+        .iter()
+        .find(|n| n["this_node"] == true)
+        .and_then(|n| n["name"].as_str())
+        .expect("this node in gantry web-nodes")
+        .to_string()
+}
+
 #[test]
 fn the_dashboard_shows_the_worker_and_a_build_live_in_chromium() {
     let Some(chromium) = chromium() else { return };
@@ -120,6 +132,14 @@ fn the_dashboard_shows_the_worker_and_a_build_live_in_chromium() {
     assert_eq!(
         text(&mut browser, "document.getElementById('live').textContent"),
         "live"
+    );
+    // The one web node, alive, marked as the one serving the page.
+    assert_eq!(
+        text(
+            &mut browser,
+            "[...document.querySelectorAll('[data-web-node]')].map(n => n.className + ' ' + n.textContent).join('|')"
+        ),
+        format!("web-node alive {} ◂", server_node_name(&server.url))
     );
     browser.eval("window.__marker = 1");
 

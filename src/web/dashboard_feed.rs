@@ -52,6 +52,20 @@ pub struct Snapshot {
     pub volumes: Vec<HandleRow>,
     /// The garbage collector's state.
     pub gc: GcState,
+    /// The web nodes sharing the database.
+    pub web_nodes: Vec<WebNodeEntry>,
+}
+
+/// A web node as the dashboard shows it (no heartbeat time: the feed sends
+/// a frame only when something shown changed).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct WebNodeEntry {
+    /// Its `node_name`.
+    pub name: String,
+    /// Whether it beat within the node timeout.
+    pub alive: bool,
+    /// Whether it is the node serving this dashboard.
+    pub this_node: bool,
 }
 
 /// A worker as the dashboard lists it.
@@ -190,6 +204,16 @@ impl Snapshot {
             containers: engine.list_handles(HandleKind::Container, team).await?,
             volumes: engine.list_handles(HandleKind::Volume, team).await?,
             gc: gc_state(engine).await?,
+            web_nodes: engine
+                .web_nodes()
+                .await?
+                .into_iter()
+                .map(|n| WebNodeEntry {
+                    name: n.name,
+                    alive: n.alive,
+                    this_node: n.this_node,
+                })
+                .collect(),
         })
     }
 }

@@ -22,6 +22,7 @@ fn snapshot(builds: Vec<BuildEntry>) -> Snapshot {
             rules: vec![],
             sweeps: GcStatsSnapshot::default(),
         },
+        web_nodes: vec![],
     }
 }
 

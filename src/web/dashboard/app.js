@@ -78,6 +78,7 @@ function overview() {
 
 function renderFleet(f) {
   $("viewer").textContent = f.viewer === "admin" ? "" : f.viewer;
+  $("web-nodes").innerHTML = f.web_nodes.map(webNode).join("");
   const stores = Object.fromEntries(f.gc.volume_stores.map((s) => [s.worker, s]));
   $("workers-count").textContent = f.workers.length;
   $("workers").innerHTML = f.workers.length
@@ -91,6 +92,11 @@ function renderFleet(f) {
   $("gc").innerHTML = gcPanel(f.gc);
   $("handles").innerHTML = handlesByWorker(f);
   tick();
+}
+
+function webNode(n) {
+  const title = (n.this_node ? "this node" : "another node") + (n.alive ? ", alive" : ", late: another node takes its builds over");
+  return `<span class="web-node ${n.alive ? "alive" : "late"}" data-web-node="${esc(n.name)}" title="${title}">${esc(n.name)}${n.this_node ? " ◂" : ""}</span>`;
 }
 
 function workerCard(w, store) {
