@@ -16,6 +16,16 @@ pub struct WebNodeRow {
     pub started_at: i64,
     /// Its last heartbeat (unix ms).
     pub last_seen: i64,
+    /// Its own node timeout (ms), as it declared when it joined.
+    pub timeout_ms: Option<i64>,
+}
+
+impl WebNodeRow {
+    /// Whether the node was not seen within its own timeout (`default_ms`
+    /// when it declared none) at `now` (ms, the database's clock).
+    pub fn late(&self, now: i64, default_ms: i64) -> bool {
+        self.last_seen < now - self.timeout_ms.unwrap_or(default_ms)
+    }
 }
 
 impl Db {
@@ -32,15 +42,17 @@ impl Db {
         }
     }
 
-    /// Records that `node` started now.
-    pub async fn join_web_nodes(&self, node: &str) -> Result<(), EngineError> {
+    /// Records that `node`, whose node timeout is `timeout_ms`, started now.
+    pub async fn join_web_nodes(&self, node: &str, timeout_ms: i64) -> Result<(), EngineError> {
         let now = self.db_now_ms().await?;
         sqlx::query(
-            "INSERT INTO web_nodes (name, started_at, last_seen) VALUES ($1, $2, $2) \
-             ON CONFLICT (name) DO UPDATE SET started_at = excluded.started_at, last_seen = excluded.last_seen",
+            "INSERT INTO web_nodes (name, started_at, last_seen, timeout_ms) VALUES ($1, $2, $2, $3) \
+             ON CONFLICT (name) DO UPDATE SET started_at = excluded.started_at, \
+             last_seen = excluded.last_seen, timeout_ms = excluded.timeout_ms",
         )
         .bind(node)
         .bind(now)
+        .bind(timeout_ms)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -60,21 +72,24 @@ impl Db {
 
     /// Every web node's row, by name.
     pub async fn list_web_nodes(&self) -> Result<Vec<WebNodeRow>, EngineError> {
-        let rows: Vec<(String, i64, i64)> =
-            sqlx::query_as("SELECT name, started_at, last_seen FROM web_nodes ORDER BY name")
-                .fetch_all(&self.pool)
-                .await?;
+        let rows: Vec<(String, i64, i64, Option<i64>)> = sqlx::query_as(
+            "SELECT name, started_at, last_seen, timeout_ms FROM web_nodes ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
         Ok(rows
             .into_iter()
-            .map(|(name, started_at, last_seen)| WebNodeRow {
+            .map(|(name, started_at, last_seen, timeout_ms)| WebNodeRow {
                 name,
                 started_at,
                 last_seen,
+                timeout_ms,
             })
             .collect())
     }
 
-    /// Claims the nodes other than `me` not seen for `timeout_ms`: each
+    /// Claims the nodes other than `me` not seen within their own node
+    /// timeout (`default_timeout_ms` for a node that declared none): each
     /// late node's row is deleted by exactly one claimant, which in the same
     /// transaction becomes the owner of the node's unfinished builds (so a
     /// node rejoining under that name meanwhile cannot also take them).
@@ -82,21 +97,23 @@ impl Db {
     pub async fn claim_dead_web_nodes(
         &self,
         me: &str,
-        timeout_ms: i64,
+        default_timeout_ms: i64,
     ) -> Result<Vec<(String, Vec<i64>)>, EngineError> {
-        let cutoff = self.db_now_ms().await? - timeout_ms;
-        let late: Vec<(String,)> =
-            sqlx::query_as("SELECT name FROM web_nodes WHERE last_seen < $1 AND name <> $2")
-                .bind(cutoff)
-                .bind(me)
-                .fetch_all(&self.pool)
-                .await?;
+        let now = self.db_now_ms().await?;
+        let late: Vec<WebNodeRow> = self
+            .list_web_nodes()
+            .await?
+            .into_iter()
+            .filter(|n| n.name != me && n.late(now, default_timeout_ms))
+            .collect();
         let mut claimed = Vec::new();
-        for (name,) in late {
+        for node in late {
+            let name = node.name;
             let mut tx = self.pool.begin().await?;
-            let done = sqlx::query("DELETE FROM web_nodes WHERE name = $1 AND last_seen < $2")
+            // Only as it was seen late: a heartbeat since keeps it.
+            let done = sqlx::query("DELETE FROM web_nodes WHERE name = $1 AND last_seen = $2")
                 .bind(&name)
-                .bind(cutoff)
+                .bind(node.last_seen)
                 .execute(&mut *tx)
                 .await?;
             if done.rows_affected() != 1 {
@@ -172,8 +189,8 @@ mod tests {
     #[tokio::test]
     async fn a_late_node_is_claimed_once_with_its_builds() {
         let (db, _dir) = crate::db::test_db().await;
-        db.join_web_nodes("a").await.unwrap();
-        db.join_web_nodes("b").await.unwrap();
+        db.join_web_nodes("a", 60_000).await.unwrap();
+        db.join_web_nodes("b", 60_000).await.unwrap();
         let id = db
             .create_build("main", &serde_json::json!({}), "a")
             .await
@@ -203,5 +220,26 @@ mod tests {
             .map(|n| n.name)
             .collect();
         assert_eq!(names, vec!["b"]);
+    }
+
+    /// A node is late by the timeout it declared, whatever the claimant's.
+    #[tokio::test]
+    async fn a_node_is_late_by_its_own_timeout() {
+        let (db, _dir) = crate::db::test_db().await;
+        db.join_web_nodes("patient", 3_600_000).await.unwrap();
+        db.join_web_nodes("b", 1).await.unwrap();
+        let id = db
+            .create_build("main", &serde_json::json!({}), "patient")
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        // b, whose own timeout is 1 ms, does not claim a node that may be
+        // an hour late; a claimant with a 1 ms timeout finds b late.
+        assert!(db.claim_dead_web_nodes("b", 1).await.unwrap().is_empty());
+        assert_eq!(
+            db.claim_dead_web_nodes("patient", 3_600_000).await.unwrap(),
+            vec![("b".to_string(), vec![])]
+        );
+        assert_eq!(db.unfinished_builds("patient").await.unwrap(), vec![id]);
     }
 }

@@ -75,7 +75,8 @@ impl Engine {
         let me = &self.config.node_name;
         let name_lock = self.hold_node_name().await?;
         let started = now_ms();
-        self.db.join_web_nodes(me).await?;
+        let timeout_ms = self.config.nodes.timeout.as_millis() as i64;
+        self.db.join_web_nodes(me, timeout_ms).await?;
         // Sessions of this node's previous run ended with it.
         self.db.forget_intercept_sessions(me).await?;
         let own = self.db.unfinished_builds(me).await?;
@@ -110,8 +111,7 @@ impl Engine {
             .await?
             .into_iter()
             .map(|n| WebNodeView {
-                alive: (only_node && n.name == self.config.node_name)
-                    || n.last_seen >= now - timeout,
+                alive: (only_node && n.name == self.config.node_name) || !n.late(now, timeout),
                 this_node: n.name == self.config.node_name,
                 name: n.name,
                 started_at: n.started_at,
@@ -138,9 +138,13 @@ impl Engine {
             return Ok(lock);
         }
         let now = self.db.db_now_ms().await?;
-        let beating = self.db.list_web_nodes().await?.into_iter().any(|n| {
-            n.name == *me && n.last_seen >= now - self.config.nodes.timeout.as_millis() as i64
-        });
+        let timeout = self.config.nodes.timeout.as_millis() as i64;
+        let beating = self
+            .db
+            .list_web_nodes()
+            .await?
+            .into_iter()
+            .any(|n| n.name == *me && !n.late(now, timeout));
         if beating {
             return Err(EngineError::Invalid(format!(
                 "a web node named {me:?} is already running on this database: give each web node its own node_name"
