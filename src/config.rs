@@ -94,6 +94,38 @@ pub struct WebConfig {
     pub kubernetes: Vec<crate::k8s::KubernetesConfig>,
 }
 
+impl WebConfig {
+    /// The settings every web node sharing a database should share, as a
+    /// short digest (12 hex digits of a SHA-256): everything but what is a
+    /// node's own (its address, name, data and artifact directories,
+    /// database URL, node heartbeat and timeout, Kubernetes clusters) and
+    /// the secrets (registration key and tokens), which the API shows no
+    /// function of (a weak one could be guessed against it offline).
+    pub fn shared_settings_digest(&self) -> String {
+        use sha2::{Digest as _, Sha256};
+        let mut json = serde_json::to_value(self).expect("settings serialise");
+        if let Some(map) = json.as_object_mut() {
+            for own in [
+                "listen",
+                "data_dir",
+                "database_url",
+                "node_name",
+                "node_heartbeat_secs",
+                "node_timeout_secs",
+                "artifacts_dir",
+                "kubernetes",
+                "registration_key",
+                "admin_token",
+                "teams",
+            ] {
+                map.remove(own);
+            }
+        }
+        let digest = Sha256::digest(json.to_string().as_bytes());
+        digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
 /// The garbage Collector's rules: how often they run and how long things
 /// are kept. Times in seconds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -598,6 +630,27 @@ mod tests {
     fn unknown_keys_are_named() {
         let err = toml::from_str::<FileConfig>("[web]\nlisten_addr = \"x\"\n").unwrap_err();
         assert!(err.to_string().contains("listen_addr"), "{err}");
+    }
+
+    #[test]
+    fn the_shared_settings_digest_leaves_out_what_is_a_nodes_own() {
+        let parse = |text: &str| toml::from_str::<FileConfig>(text).unwrap().web;
+        let base = parse("[web]\nnode_name = \"a\"\nlisten = \"127.0.0.1:1\"\n");
+        let digest = base.shared_settings_digest();
+        assert_eq!(digest.len(), 12);
+        let own = parse(
+            "[web]\nnode_name = \"b\"\nlisten = \"127.0.0.1:2\"\nnode_timeout_secs = 30\n\
+             data_dir = \"/elsewhere\"\nregistration_key = \"secret\"\n",
+        );
+        assert_eq!(own.shared_settings_digest(), digest);
+        for shared in [
+            "[web]\nrerun_when_worker_disappears = true\n",
+            "[web]\nbuilds_per_team_per_minute = 7\n",
+            "[web.placement]\nwithout_inputs = [\"random\"]\n",
+            "[web.gc]\ninterval_secs = 5\n",
+        ] {
+            assert_ne!(parse(shared).shared_settings_digest(), digest, "{shared}");
+        }
     }
 
     #[test]

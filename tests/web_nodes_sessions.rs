@@ -5,7 +5,8 @@
 //!   not register again until it is started again;
 //! - an intercept session opened through one node keeps the container of a
 //!   build another node ran, whichever node's Collector leads, until the
-//!   session closes.
+//!   session closes;
+//! - a node joining with other settings than the live nodes' warns.
 
 mod common;
 
@@ -38,6 +39,9 @@ fn two_nodes(dir: &std::path::Path, db: &TestDb, extra: &str) -> (Server, Server
 /// - a worker retired stops: the node it reports to answers its heartbeat
 ///   with 410 (the retirement is in the database), and it does not
 ///   register again until it is started again.
+///
+/// Then a third node joining with other settings warns of each live node
+/// whose settings differ.
 #[test]
 fn an_abort_and_a_retirement_through_another_node_take_effect() {
     let dir = tempfile::tempdir().unwrap();
@@ -109,6 +113,43 @@ fn an_abort_and_a_retirement_through_another_node_take_effect() {
     wait_for("w1 running again", Duration::from_secs(60), || {
         (running_workers(&a.url) == ["w1"] && running_workers(&b.url) == ["w1"]).then_some(())
     });
+
+    // a and b share their settings; a node joining with others warns,
+    // naming each live node whose settings differ, and the nodes list
+    // shows each one's digest.
+    let other = "rerun_when_worker_disappears = true\n";
+    let store = dir.path().join("shared-artifacts");
+    let c = start_web(
+        &dir.path().join("c"),
+        &db,
+        &format!(
+            "[web]\nnode_name = \"c\"\nartifacts_dir = \"{}\"\n{other}",
+            store.display()
+        ),
+    );
+    for node in [&a, &b] {
+        assert!(!node.log_text().contains("runs with other settings"));
+    }
+    for name in ["a", "b"] {
+        assert!(
+            c.log_text()
+                .contains(&format!("web node {name} runs with other settings")),
+            "{}",
+            c.log_text()
+        );
+    }
+    let out = client(&c.url, &["web-nodes", "--json"]);
+    let nodes: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let digest = |name: &str| {
+        nodes
+            .iter()
+            .find(|n| n["name"] == name)
+            .and_then(|n| n["settings"].as_str())
+            .unwrap_or_else(|| panic!("{name} in {nodes:?}"))
+            .to_string()
+    };
+    assert_eq!(digest("a"), digest("b"));
+    assert_ne!(digest("a"), digest("c"));
 }
 
 /// A task that says it is ready, then runs until a file `finish` exists in

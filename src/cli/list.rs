@@ -162,7 +162,7 @@ pub async fn web_nodes(client: &ApiClient, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     print_table(
-        &["name", "alive", "last_seen", "this_node"],
+        &["name", "alive", "last_seen", "this_node", "settings"],
         rows.iter()
             .map(|r| {
                 vec![
@@ -170,6 +170,7 @@ pub async fn web_nodes(client: &ApiClient, json: bool) -> anyhow::Result<()> {
                     cell(r, "alive"),
                     cell(r, "last_seen"),
                     cell(r, "this_node"),
+                    cell(r, "settings"),
                 ]
             })
             .collect(),

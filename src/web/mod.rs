@@ -297,6 +297,7 @@ fn node_config(cfg: &WebConfig) -> anyhow::Result<gantry_actors::NodeConfig> {
     Ok(gantry_actors::NodeConfig {
         heartbeat: std::time::Duration::from_secs(cfg.node_heartbeat_secs),
         timeout: std::time::Duration::from_secs(cfg.node_timeout_secs),
+        settings: cfg.shared_settings_digest(),
     })
 }
 

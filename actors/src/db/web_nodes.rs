@@ -18,6 +18,9 @@ pub struct WebNodeRow {
     pub last_seen: i64,
     /// Its own node timeout (ms), as it declared when it joined.
     pub timeout_ms: Option<i64>,
+    /// The digest of the settings it runs with (see
+    /// [`crate::NodeConfig::settings`]).
+    pub settings: Option<String>,
 }
 
 impl WebNodeRow {
@@ -42,17 +45,26 @@ impl Db {
         }
     }
 
-    /// Records that `node`, whose node timeout is `timeout_ms`, started now.
-    pub async fn join_web_nodes(&self, node: &str, timeout_ms: i64) -> Result<(), EngineError> {
+    /// Records that `node`, whose node timeout is `timeout_ms` and whose
+    /// settings digest is `settings`, started now.
+    pub async fn join_web_nodes(
+        &self,
+        node: &str,
+        timeout_ms: i64,
+        settings: &str,
+    ) -> Result<(), EngineError> {
         let now = self.db_now_ms().await?;
         sqlx::query(
-            "INSERT INTO web_nodes (name, started_at, last_seen, timeout_ms) VALUES ($1, $2, $2, $3) \
+            "INSERT INTO web_nodes (name, started_at, last_seen, timeout_ms, settings) \
+             VALUES ($1, $2, $2, $3, $4) \
              ON CONFLICT (name) DO UPDATE SET started_at = excluded.started_at, \
-             last_seen = excluded.last_seen, timeout_ms = excluded.timeout_ms",
+             last_seen = excluded.last_seen, timeout_ms = excluded.timeout_ms, \
+             settings = excluded.settings",
         )
         .bind(node)
         .bind(now)
         .bind(timeout_ms)
+        .bind(settings)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -72,19 +84,24 @@ impl Db {
 
     /// Every web node's row, by name.
     pub async fn list_web_nodes(&self) -> Result<Vec<WebNodeRow>, EngineError> {
-        let rows: Vec<(String, i64, i64, Option<i64>)> = sqlx::query_as(
-            "SELECT name, started_at, last_seen, timeout_ms FROM web_nodes ORDER BY name",
+        /// name, started_at, last_seen, timeout_ms, settings
+        type Row = (String, i64, i64, Option<i64>, Option<String>);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT name, started_at, last_seen, timeout_ms, settings FROM web_nodes ORDER BY name",
         )
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
             .into_iter()
-            .map(|(name, started_at, last_seen, timeout_ms)| WebNodeRow {
-                name,
-                started_at,
-                last_seen,
-                timeout_ms,
-            })
+            .map(
+                |(name, started_at, last_seen, timeout_ms, settings)| WebNodeRow {
+                    name,
+                    started_at,
+                    last_seen,
+                    timeout_ms,
+                    settings,
+                },
+            )
             .collect())
     }
 
@@ -189,8 +206,8 @@ mod tests {
     #[tokio::test]
     async fn a_late_node_is_claimed_once_with_its_builds() {
         let (db, _dir) = crate::db::test_db().await;
-        db.join_web_nodes("a", 60_000).await.unwrap();
-        db.join_web_nodes("b", 60_000).await.unwrap();
+        db.join_web_nodes("a", 60_000, "s").await.unwrap();
+        db.join_web_nodes("b", 60_000, "s").await.unwrap();
         let id = db
             .create_build("main", &serde_json::json!({}), "a")
             .await
@@ -226,8 +243,8 @@ mod tests {
     #[tokio::test]
     async fn a_node_is_late_by_its_own_timeout() {
         let (db, _dir) = crate::db::test_db().await;
-        db.join_web_nodes("patient", 3_600_000).await.unwrap();
-        db.join_web_nodes("b", 1).await.unwrap();
+        db.join_web_nodes("patient", 3_600_000, "s").await.unwrap();
+        db.join_web_nodes("b", 1, "s").await.unwrap();
         let id = db
             .create_build("main", &serde_json::json!({}), "patient")
             .await

@@ -26,6 +26,10 @@ pub struct NodeConfig {
     pub heartbeat: Duration,
     /// A node not seen for this long is dead: its builds are taken over.
     pub timeout: Duration,
+    /// A digest of the settings every node sharing the database should
+    /// share (the web node computes it from its configuration): a node
+    /// joining with another digest than a live node's warns.
+    pub settings: String,
 }
 
 impl Default for NodeConfig {
@@ -33,6 +37,7 @@ impl Default for NodeConfig {
         NodeConfig {
             heartbeat: Duration::from_secs(2),
             timeout: Duration::from_secs(10),
+            settings: String::new(),
         }
     }
 }
@@ -51,6 +56,10 @@ pub struct WebNodeView {
     pub alive: bool,
     /// Whether it is the node that answered.
     pub this_node: bool,
+    /// A digest of the settings it runs with, which every node sharing the
+    /// database should share (placement chains, limits, garbage
+    /// collection, streaming; not secrets).
+    pub settings: Option<String>,
 }
 
 /// Name of the node heartbeat's row in the jobs table.
@@ -76,7 +85,9 @@ impl Engine {
         let name_lock = self.hold_node_name().await?;
         let started = now_ms();
         let timeout_ms = self.config.nodes.timeout.as_millis() as i64;
-        self.db.join_web_nodes(me, timeout_ms).await?;
+        let settings = &self.config.nodes.settings;
+        self.db.join_web_nodes(me, timeout_ms, settings).await?;
+        self.warn_of_other_settings().await?;
         // Sessions of this node's previous run ended with it.
         self.db.forget_intercept_sessions(me).await?;
         let own = self.db.unfinished_builds(me).await?;
@@ -94,6 +105,26 @@ impl Engine {
                 &self.jobs,
             )
             .start();
+        }
+        Ok(())
+    }
+
+    /// Warns of each live node running with other settings than this one.
+    async fn warn_of_other_settings(&self) -> Result<(), EngineError> {
+        let mine = &self.config.nodes.settings;
+        for node in self.web_nodes().await? {
+            match node.settings {
+                Some(theirs) if node.alive && !node.this_node && theirs != *mine => {
+                    tracing::warn!(
+                        node = %node.name,
+                        "web node {} runs with other settings (digest {theirs}) than this node ({mine}): \
+                         placement, limits and the garbage Collector may differ by node; give every node \
+                         the same [web] settings",
+                        node.name
+                    );
+                }
+                _ => {}
+            }
         }
         Ok(())
     }
@@ -116,6 +147,7 @@ impl Engine {
                 name: n.name,
                 started_at: n.started_at,
                 last_seen: n.last_seen,
+                settings: n.settings,
             })
             .collect())
     }
