@@ -21,22 +21,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// A task that says it is ready, then runs until a file `finish` exists in
-/// its working directory, the build directory (a hijack creates it), for at
-/// most a minute.
-const TASK: &str = r#"
-platform: linux
-run:
-  path: sh
-  args:
-  - -c
-  - |
-    echo ready
-    i=0
-    while [ ! -e finish ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
-    echo finished
-"#;
-
 /// The command that ends the task of build `id`: a hijacked process starts
 /// in `/` (the container's root), the task in `/tmp/build/ID`.
 fn finish_command(id: i64) -> String {
@@ -258,7 +242,7 @@ fn hijack(url: &str, args: &[&str], stdin: &str) -> std::process::Output {
     child.wait_with_output().unwrap()
 }
 
-/// A quickstart with `backend`, running [`TASK`] in the background: the
+/// A quickstart with `backend`, running [`WAITING_TASK`] in the background: the
 /// server, the `execute` child and its output, and the build id once the
 /// task has said it is ready.
 fn start_task(
@@ -267,7 +251,7 @@ fn start_task(
     backend: &str,
 ) -> (Server, Killed, Collected, i64) {
     let server = quickstart(dir, db, &["--backend", backend]);
-    write(&dir.join("task.yml"), TASK);
+    write(&dir.join("task.yml"), WAITING_TASK);
     let mut execute = gantry()
         .current_dir(dir)
         .args(["--url", &server.url, "execute", "-c", "task.yml"])

@@ -152,22 +152,6 @@ fn an_abort_and_a_retirement_through_another_node_take_effect() {
     assert_ne!(digest("a"), digest("c"));
 }
 
-/// A task that says it is ready, then runs until a file `finish` exists in
-/// its working directory (a hijacked process creates it), for at most a
-/// minute.
-const WAITING_TASK: &str = r#"
-platform: linux
-run:
-  path: sh
-  args:
-  - -c
-  - |
-    echo ready
-    i=0
-    while [ ! -e finish ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
-    echo finished
-"#;
-
 /// The rows of build `id`'s containers through the node at `url`.
 fn build_containers(url: &str, id: i64) -> Vec<serde_json::Value> {
     let out = client(url, &["containers", "--json"]);

@@ -670,3 +670,19 @@ pub fn worker_backend() -> &'static [&'static str] {
         &[]
     }
 }
+
+/// A task that says it is ready, then runs until a file `finish` exists in
+/// its working directory, the build directory (a hijacked process creates
+/// it: `touch tmp/build/ID/finish` from `/`), for at most a minute.
+pub const WAITING_TASK: &str = r#"
+platform: linux
+run:
+  path: sh
+  args:
+  - -c
+  - |
+    echo ready
+    i=0
+    while [ ! -e finish ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+    echo finished
+"#;
