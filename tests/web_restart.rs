@@ -171,6 +171,65 @@ fn a_job_build_of_several_steps_is_errored_after_a_restart() {
     wait_no_handles(&web.url, Duration::from_secs(30));
 }
 
+/// A job build waiting for its turn (`serial`) when the web node dies has
+/// not begun: the restarted node runs it from its start, whatever its plan,
+/// once the build ahead of it has ended (that one, of several steps, is
+/// errored as above).
+#[test]
+fn a_build_waiting_for_its_turn_runs_from_its_start_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let port = free_port();
+    let mut web = start_web_on(dir, port, "web1.log");
+    let _worker = start_worker(dir, &web.url, "w", &[]);
+    wait_running(&web.url, 1);
+    write(
+        &dir.join("pipeline.yml"),
+        "jobs:\n- name: j\n  serial: true\n  plan:\n  - task: slow\n    config:\n      platform: linux\n      run: {path: sh, args: [-c, 'echo started; sleep 8']}\n  - task: next\n    config: {platform: linux, run: {path: echo, args: [next]}}\n",
+    );
+    let args = ["-p", "pipeline.yml", "-j", "j"];
+    let mut first = spawn_run(&web.url, dir, "first", &args);
+    wait_for("the first build's task", Duration::from_secs(30), || {
+        std::fs::read_to_string(dir.join("first.out"))
+            .ok()?
+            .contains("started")
+            .then_some(())
+    });
+    let first_id = run_build(&dir.join("first.err")).unwrap();
+    let mut second = spawn_run(&web.url, dir, "second", &args);
+    let second_id = wait_for("the second build to wait", Duration::from_secs(30), || {
+        let err = std::fs::read_to_string(dir.join("second.err")).ok()?;
+        err.contains("waiting for its turn")
+            .then(|| run_build_text(&err))
+            .flatten()
+    });
+    web.kill();
+    assert!(!wait_child(&mut first, Duration::from_secs(20)).success());
+    assert!(!wait_child(&mut second, Duration::from_secs(20)).success());
+
+    let web = start_web_on(dir, port, "web2.log");
+    let out = client(&web.url, &["watch", "-b", &second_id.to_string()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("started\n") && stdout.contains("next\n"),
+        "{stdout}"
+    );
+    let builds = builds_json(&web.url);
+    let status = |id: i64| {
+        builds
+            .iter()
+            .find(|b| b["id"] == id)
+            .map(|b| b["status"].as_str().unwrap_or_default().to_string())
+    };
+    assert_eq!(status(first_id).as_deref(), Some("errored"));
+    assert_eq!(status(second_id).as_deref(), Some("succeeded"));
+}
+
 /// Starts a web node and a worker `w` in `dir`, runs job `j` of `pipeline`
 /// with `gantry run` until its output shows `marker`, then kills the web
 /// node (SIGKILL) and starts another on the same database and port. Returns

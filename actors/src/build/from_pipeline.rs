@@ -83,33 +83,56 @@ impl JobPlan {
     /// pipeline, or the first thing Gantry cannot run, is an
     /// [`EngineError::Invalid`] naming it.
     pub fn plan(&self) -> Result<Plan, EngineError> {
+        self.plan_and_turns().map(|(plan, _)| plan)
+    }
+
+    /// [`JobPlan::plan`], and the turns a build of the job waits for
+    /// ([`job_turns`], keyed within `team`'s pipeline).
+    pub fn plan_and_turns(&self) -> Result<(Plan, Vec<(String, u32)>), EngineError> {
         let pipeline = Pipeline::load(&self.pipeline, &self.vars)
             .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
         let job = pipeline
             .job(&self.job)
             .map_err(|e| EngineError::Invalid(e.to_string()))?;
-        job_plan(&pipeline, job)
+        Ok((job_plan(&pipeline, job)?, job_turns(job)))
     }
+}
+
+/// The turns a build of `job` waits for before its plan starts, as
+/// (key, most builds at once), keys relative to the team's pipeline:
+/// `job:NAME` with the job's `max_in_flight` (1 with `serial` or
+/// `serial_groups`, as Concourse computes it), and `group:NAME` with 1 for
+/// each of its `serial_groups` (one build at a time across the group's
+/// jobs). None for a job with neither.
+pub fn job_turns(job: &pipeline::Job) -> Vec<(String, u32)> {
+    let mut turns: Vec<(String, u32)> = job
+        .effective_max_in_flight()
+        .map(|n| (format!("job:{}", job.name), n))
+        .into_iter()
+        .collect();
+    turns.extend(job.serial_groups.iter().map(|g| (format!("group:{g}"), 1)));
+    turns
 }
 
 /// The plan of a job: its steps one after another, under its hooks.
 ///
-/// Job settings that would change how or when its builds run and that
-/// Gantry does not honour yet (`serial`, `serial_groups`, `max_in_flight`,
-/// `disable_manual_trigger`, job `tags`) refuse the build; the ones about
+/// `serial`, `serial_groups` and `max_in_flight` are the build's turns
+/// ([`job_turns`]), waited for before the plan starts. A job with
+/// `disable_manual_trigger` is refused, as Concourse refuses triggering it
+/// by hand (every Gantry job build is started by hand). Job `tags`, which
+/// Gantry does not honour yet, refuse the build; the settings about
 /// history and display (`public`, `old_name`, `disable_reruns`,
 /// `interruptible`, log retention) do not change what a build does.
 pub fn job_plan(pipeline: &Pipeline, job: &pipeline::Job) -> Result<Plan, EngineError> {
-    let refused = [
-        ("serial", job.serial),
-        ("serial_groups", !job.serial_groups.is_empty()),
-        ("max_in_flight", job.max_in_flight.is_some()),
-        ("disable_manual_trigger", job.disable_manual_trigger),
-        ("tags", !job.tags.is_empty()),
-    ];
-    if let Some((field, _)) = refused.iter().find(|(_, set)| *set) {
+    if job.disable_manual_trigger {
         return Err(EngineError::Invalid(format!(
-            "job {:?}: {field} is not supported yet",
+            "job {:?} has disable_manual_trigger set: it may not be started by hand",
+            job.name
+        )));
+    }
+    if !job.tags.is_empty() {
+        return Err(EngineError::Invalid(format!(
+            "job {:?}: tags is not supported yet",
             job.name
         )));
     }
@@ -479,13 +502,45 @@ mod tests {
 
     #[test]
     fn job_settings_gantry_does_not_honour_are_refused() {
-        let yaml = format!("jobs:\n- name: j\n  serial: true\n  plan:\n  - {{task: t, {TASK}}}\n");
+        let yaml = format!("jobs:\n- name: j\n  tags: [gpu]\n  plan:\n  - {{task: t, {TASK}}}\n");
         assert_eq!(
             invalid(plan_of(&yaml, &[])),
-            "job \"j\": serial is not supported yet"
+            "job \"j\": tags is not supported yet"
+        );
+        let yaml = format!(
+            "jobs:\n- name: j\n  disable_manual_trigger: true\n  plan:\n  - {{task: t, {TASK}}}\n"
+        );
+        assert_eq!(
+            invalid(plan_of(&yaml, &[])),
+            "job \"j\" has disable_manual_trigger set: it may not be started by hand"
         );
         let yaml = format!("jobs:\n- name: j\n  public: true\n  plan:\n  - {{task: t, {TASK}}}\n");
         assert!(plan_of(&yaml, &[]).is_ok());
+    }
+
+    #[test]
+    fn serial_max_in_flight_and_serial_groups_are_turns() {
+        let turns = |job: &str| {
+            let yaml = format!("jobs:\n- name: j\n{job}  plan:\n  - {{task: t, {TASK}}}\n");
+            let pipeline = Pipeline::load(&yaml, &Vars::default()).unwrap();
+            let job = pipeline.job("j").unwrap();
+            assert!(job_plan(&pipeline, job).is_ok());
+            job_turns(job)
+        };
+        assert_eq!(turns(""), vec![]);
+        assert_eq!(turns("  serial: true\n"), vec![("job:j".to_string(), 1)]);
+        assert_eq!(
+            turns("  max_in_flight: 3\n"),
+            vec![("job:j".to_string(), 3)]
+        );
+        assert_eq!(
+            turns("  max_in_flight: 3\n  serial_groups: [a, b]\n"),
+            vec![
+                ("job:j".to_string(), 1),
+                ("group:a".to_string(), 1),
+                ("group:b".to_string(), 1)
+            ]
+        );
     }
 
     #[test]

@@ -16,6 +16,8 @@
 //! - `outcome.rs`: how a node ended and the build's status from it;
 //! - `placement.rs`: selecting a worker, waiting for one, reruns;
 //! - `resume.rs`: taking a build over after a restart of the web node;
+//! - `turns.rs`: waiting for a job build's turn (`serial`, `serial_groups`,
+//!   `max_in_flight`);
 //! - `cleanup.rs`: what a step created is left to the garbage collector.
 
 mod actor;
@@ -32,6 +34,7 @@ mod resource_plan;
 mod resume;
 #[cfg(test)]
 mod tests;
+mod turns;
 mod walker;
 
 pub use crate::steps::ImportLocks;

@@ -75,8 +75,13 @@ impl Scope {
 }
 
 impl BuildRun {
-    /// Starts the build and walks its plan; returns how the plan ended.
+    /// Starts the build, once its turn has come (a job's `serial`,
+    /// `serial_groups`, `max_in_flight`), and walks its plan; returns how
+    /// the plan ended.
     pub(super) async fn run(&self, plan: &Plan) -> Outcome {
+        if let Some(ended) = self.wait_for_turn().await {
+            return ended;
+        }
         self.emit_quietly(&BuildEvent::status(BuildStatus::Started, None))
             .await;
         self.emit_quietly(&BuildEvent::Plan {

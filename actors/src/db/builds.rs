@@ -118,6 +118,12 @@ fn decode(r: Raw) -> BuildRow {
     }
 }
 
+/// Inserts a pending build (team, plan, created_at, web_node), returning
+/// its id.
+pub(super) const INSERT_BUILD: &str =
+    "INSERT INTO builds (team, status, plan, created_at, web_node) \
+     VALUES ($1, 'pending', $2, $3, $4) RETURNING id";
+
 impl Db {
     /// Creates a pending build and returns its id.
     pub async fn create_build(
@@ -126,15 +132,13 @@ impl Db {
         plan: &serde_json::Value,
         web_node: &str,
     ) -> Result<i64, EngineError> {
-        let (id,): (i64,) = sqlx::query_as(
-            "INSERT INTO builds (team, status, plan, created_at, web_node) VALUES ($1, 'pending', $2, $3, $4) RETURNING id",
-        )
-        .bind(team)
-        .bind(plan.to_string())
-        .bind(now_ms())
-        .bind(web_node)
-        .fetch_one(self.pool())
-        .await?;
+        let (id,): (i64,) = sqlx::query_as(INSERT_BUILD)
+            .bind(team)
+            .bind(plan.to_string())
+            .bind(now_ms())
+            .bind(web_node)
+            .fetch_one(self.pool())
+            .await?;
         Ok(id)
     }
 

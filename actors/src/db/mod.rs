@@ -17,6 +17,7 @@ mod task_caches;
 mod teams;
 #[cfg(test)]
 pub(crate) mod test_pg;
+mod turns;
 mod web_nodes;
 mod workers;
 
@@ -30,6 +31,7 @@ pub use placements::{LedgerRow, LedgerTx, RELEASES_CHANNEL};
 pub use resources::{ResourceCacheRow, VersionRow};
 pub use task_caches::{TaskCacheKey, TaskCacheRow};
 pub use teams::{TeamRow, TokenRow};
+pub use turns::TurnAhead;
 pub use web_nodes::WebNodeRow;
 pub use workers::WorkerRow;
 

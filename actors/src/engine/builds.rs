@@ -113,18 +113,26 @@ impl Engine {
             vars,
         };
         let job_ref = stored.job_ref()?;
-        let plan = stored.plan()?;
-        self.start_stored(team, &stored, plan, Some(job_ref)).await
+        let (plan, turns) = stored.plan_and_turns()?;
+        // Turns are kept per team and pipeline.
+        let turns: Vec<(String, u32)> = turns
+            .into_iter()
+            .map(|(key, n)| (format!("{team}/{}/{key}", job_ref.pipeline), n))
+            .collect();
+        self.start_stored(team, &stored, plan, Some(job_ref), &turns)
+            .await
     }
 
     /// Stores `stored` as the plan of a new build of `team` (which must
-    /// exist) and starts that build running `plan`.
+    /// exist), with the `turns` it waits for before its plan starts, and
+    /// starts that build running `plan`.
     async fn start_stored(
         &self,
         team: &str,
         stored: &impl serde::Serialize,
         plan: crate::build::Plan,
         job: Option<crate::steps::JobRef>,
+        turns: &[(String, u32)],
     ) -> Result<i64, EngineError> {
         if !self.db.team_exists(team).await? {
             return Err(EngineError::NotFound {
@@ -135,7 +143,7 @@ impl Engine {
         let json = serde_json::to_value(stored).expect("plans serialise");
         let id = self
             .db
-            .create_build(team, &json, &self.config.node_name)
+            .create_build_taking_turns(team, &json, &self.config.node_name, turns)
             .await?;
         if let Some(j) = &job {
             self.db.set_build_job(id, &j.pipeline, &j.job).await?;
@@ -165,7 +173,7 @@ impl Engine {
             vars,
         };
         let plan = stored.plan()?;
-        self.start_stored(team, &stored, plan, None).await
+        self.start_stored(team, &stored, plan, None, &[]).await
     }
 
     /// A build by id.

@@ -223,15 +223,22 @@ impl Engine {
         let Some(build) = self.db.get_build(id).await? else {
             return Ok(());
         };
-        let next_event = self
-            .db
-            .build_events_after(id, 0)
-            .await?
-            .last()
-            .map_or(0, |e| e.0)
-            + 1;
+        let events = self.db.build_events_after(id, 0).await?;
+        let next_event = events.last().map_or(0, |e| e.0) + 1;
+        // A build whose plan never began (it waited for its turn) runs from
+        // its start, whatever its plan.
+        let begun = events.iter().any(|(_, json)| {
+            matches!(
+                serde_json::from_str(json),
+                Ok(BuildEvent::Status {
+                    status: BuildStatus::Started,
+                    ..
+                })
+            )
+        });
         let plan = stored_plan(&build.plan);
         let how = match &plan {
+            Ok(_) if !begun => Takeover::Restart,
             Ok(plan) => self.how_to_take_over(id, &plan.0, next_event).await?,
             Err(why) => Takeover::Error(format!(
                 "a restarted web node cannot take the build over: {why}"
@@ -247,7 +254,7 @@ impl Engine {
             (Ok(plan), Takeover::Restart) => {
                 tracing::info!(
                     build = id,
-                    "taking a build over: its step had not started; running it from the start"
+                    "taking a build over: its plan or its step had not started; running it from the start"
                 );
                 Build::restarting(id, build.team, plan, deps, self.builds.clone(), next_event)
                     .for_job(stored_job(&build.plan))
