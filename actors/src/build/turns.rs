@@ -20,6 +20,9 @@ impl BuildRun {
     /// build with no turns), or how the build ended while it waited
     /// (stopped, or errored when the database fails).
     pub(super) async fn wait_for_turn(&self) -> Option<Outcome> {
+        // Only a job's builds take turns (one-off and check builds have
+        // none): no query for the others.
+        self.job.as_ref()?;
         let mut told = false;
         let mut stop = self.stop.clone();
         loop {
@@ -58,12 +61,16 @@ impl BuildRun {
 /// What a build waiting on `turn` says.
 fn waiting_message(turn: &TurnAhead) -> String {
     let ahead: Vec<String> = turn.ahead.iter().map(|id| format!("#{id}")).collect();
-    let (what, setting) = match turn.key.rsplit_once('/').map(|(_, k)| k) {
-        Some(k) if k.starts_with("group:") => (
-            format!("serial group {}", &k["group:".len()..]),
-            "serial_groups",
-        ),
-        _ => ("its job".to_string(), "serial / max_in_flight"),
+    // TEAM/PIPELINE/KIND:NAME: team and pipeline names hold no `/`, a
+    // serial group's name may.
+    let (what, setting) = match turn
+        .key
+        .splitn(3, '/')
+        .nth(2)
+        .and_then(|k| k.strip_prefix("group:"))
+    {
+        Some(group) => (format!("serial group {group}"), "serial_groups"),
+        None => ("its job".to_string(), "serial / max_in_flight"),
     };
     format!(
         "waiting for its turn: {} of {what} still running or waiting ({}), at most {} at once ({setting})",
@@ -95,5 +102,14 @@ mod tests {
         };
         assert!(waiting_message(&group).contains("serial group deploy"));
         assert!(waiting_message(&group).contains("(#2, #3)"));
+        let slashed = TurnAhead {
+            key: "main/p/group:deploy/prod".into(),
+            ..group
+        };
+        let said = waiting_message(&slashed);
+        assert!(
+            said.contains("of serial group deploy/prod still") && said.ends_with("(serial_groups)"),
+            "{said}"
+        );
     }
 }
