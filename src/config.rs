@@ -29,6 +29,11 @@ impl FileConfig {
     }
 }
 
+/// The published development key: what an open loopback node takes when no
+/// key is configured, and a worker presents when given none. A node with
+/// tokens, or reachable from other hosts, never accepts it.
+pub const DEV_REGISTRATION_KEY: &str = "gantry-dev-key";
+
 /// Default of [`WebConfig::max_artifact_bytes`]: 10 GiB.
 pub const DEFAULT_MAX_ARTIFACT_BYTES: u64 = 10 * 1024 * 1024 * 1024;
 
@@ -42,14 +47,21 @@ pub struct WebConfig {
     pub data_dir: PathBuf,
     /// `sqlite://...` or `postgres://...`; default: SQLite file `gantry.db` in `data_dir`.
     pub database_url: Option<String>,
-    /// Key workers must present to register. Default `gantry-dev-key` (change it in production).
-    pub registration_key: String,
+    /// Key workers must present to register, heartbeat and sweep. A node
+    /// with any token set, or listening beyond loopback, refuses to start
+    /// without one, and never takes the published [`DEV_REGISTRATION_KEY`]
+    /// or an empty key. An open node on loopback without one takes
+    /// [`DEV_REGISTRATION_KEY`] (and warns). `quickstart` makes a random one
+    /// in its data dir. Default: none.
+    pub registration_key: Option<String>,
     /// Encoding used when streaming artifacts to and from workers. Default `zstd`.
     pub stream_encoding: String,
     /// Run a step again on another worker when its worker stalls or vanishes. Default false.
     pub rerun_when_worker_disappears: bool,
-    /// Prune a worker that stays stalled this many seconds; never when unset.
-    pub stalled_worker_timeout_secs: Option<u64>,
+    /// Prune a worker that stays stalled this many seconds; 0 never
+    /// prunes. Default 86400 (a day: long enough for a machine's repair,
+    /// short enough that a worker gone for good leaves the list).
+    pub stalled_worker_timeout_secs: u64,
     /// Largest artifact accepted, in bytes: both its decoded tar stream (what
     /// is stored) and the contents it unpacks to (a sparse file counts its
     /// full size). Larger uploads and task outputs are refused with an error
@@ -80,9 +92,17 @@ pub struct WebConfig {
     pub streaming: StreamingConfig,
     /// The garbage Collector's rules (`[web.gc]`).
     pub gc: GcConfig,
-    /// Largest JSON request body accepted, in bytes (uploads have
-    /// `max_artifact_bytes`). Default 4 MiB.
+    /// Largest request body accepted on every route but uploads (JSON
+    /// bodies, worker registrations and sweep reports), in bytes; uploads
+    /// have `max_artifact_bytes`. Default 4 MiB.
     pub max_request_body_bytes: u64,
+    /// Seconds any request body may take to arrive; after that it must have
+    /// kept `request_body_min_bytes_per_sec` on average, or the request is
+    /// answered 408 and its connection closed. Default 30.
+    pub request_body_timeout_secs: u64,
+    /// The average rate, in bytes a second, a body taking longer than
+    /// `request_body_timeout_secs` must keep (a large upload). Default 1024.
+    pub request_body_min_bytes_per_sec: u64,
     /// Builds a team may create per minute (a burst of that many, refilled
     /// evenly); 0, the default, for no limit.
     pub builds_per_team_per_minute: u32,
@@ -95,6 +115,37 @@ pub struct WebConfig {
 }
 
 impl WebConfig {
+    /// Whether any user token is set (otherwise the API is open).
+    pub fn secured(&self) -> bool {
+        self.admin_token.is_some() || !self.teams.is_empty()
+    }
+
+    /// The registration key this node accepts, or why it may not start: a
+    /// node with tokens or listening beyond loopback needs a key of its own
+    /// (neither empty nor [`DEV_REGISTRATION_KEY`]); an open loopback node
+    /// without one takes [`DEV_REGISTRATION_KEY`].
+    pub fn effective_registration_key(&self) -> anyhow::Result<String> {
+        let guarded = self.secured() || !self.listen.ip().is_loopback();
+        let why = if self.secured() {
+            "tokens are set"
+        } else {
+            "the node listens beyond loopback"
+        };
+        match self.registration_key.as_deref().map(str::trim) {
+            Some("") => anyhow::bail!(
+                "the registration key is empty: set --registration-key (GANTRY_REGISTRATION_KEY, web.registration_key) to a secret of your own"
+            ),
+            Some(DEV_REGISTRATION_KEY) if guarded => anyhow::bail!(
+                "the registration key is the published {DEV_REGISTRATION_KEY:?}, which a node is refused when {why}: set --registration-key (GANTRY_REGISTRATION_KEY, web.registration_key) to a secret of your own"
+            ),
+            Some(k) => Ok(k.to_string()),
+            None if guarded => anyhow::bail!(
+                "no registration key is set, which a node needs when {why} (a rogue worker could otherwise register and receive builds): set --registration-key (GANTRY_REGISTRATION_KEY, web.registration_key)"
+            ),
+            None => Ok(DEV_REGISTRATION_KEY.to_string()),
+        }
+    }
+
     /// The settings every web node sharing a database should share, as a
     /// short digest (12 hex digits of a SHA-256): everything but what is a
     /// node's own (its address, name, data and artifact directories,
@@ -353,10 +404,10 @@ impl Default for WebConfig {
             listen: "127.0.0.1:8080".parse().expect("valid default address"),
             data_dir: PathBuf::from(".gantry"),
             database_url: None,
-            registration_key: "gantry-dev-key".into(),
+            registration_key: None,
             stream_encoding: "zstd".into(),
             rerun_when_worker_disappears: false,
-            stalled_worker_timeout_secs: None,
+            stalled_worker_timeout_secs: 86_400,
             max_artifact_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
             placement: PlacementChains::default(),
             admin_token: None,
@@ -370,6 +421,8 @@ impl Default for WebConfig {
             metrics_public: true,
             kubernetes: Vec::new(),
             max_request_body_bytes: 4 << 20,
+            request_body_timeout_secs: 30,
+            request_body_min_bytes_per_sec: 1024,
             builds_per_team_per_minute: 0,
         }
     }
@@ -387,7 +440,8 @@ pub struct WorkerConfig {
     /// `http://127.0.0.1:8080`.
     #[serde(deserialize_with = "url_list")]
     pub web: String,
-    /// Key presented to the web node when registering. Default `gantry-dev-key`.
+    /// Key presented to the web node when registering. Default
+    /// [`DEV_REGISTRATION_KEY`], which only an open web node on loopback accepts.
     pub registration_key: String,
     /// Address of the worker agent's API; port 0 picks a free port. Default `127.0.0.1:7788`.
     pub listen: SocketAddr,
@@ -446,7 +500,7 @@ impl Default for WorkerConfig {
         WorkerConfig {
             name: default_worker_name(),
             web: "http://127.0.0.1:8080".into(),
-            registration_key: "gantry-dev-key".into(),
+            registration_key: DEV_REGISTRATION_KEY.into(),
             listen: "127.0.0.1:7788".parse().expect("valid default address"),
             advertise_url: None,
             work_dir: PathBuf::from(".gantry-worker"),
@@ -624,6 +678,43 @@ mod tests {
         let err =
             toml::from_str::<FileConfig>("[worker.default_limits]\nmemroy = 1\n").unwrap_err();
         assert!(err.to_string().contains("memroy"), "{err}");
+    }
+
+    #[test]
+    fn a_guarded_node_takes_no_default_or_empty_registration_key() {
+        // Each guarded node: its [web] lines, and its [web.teams] table.
+        let node = |web: &str, key: Option<&str>, teams: &str| {
+            let key = key.map(|k| format!("registration_key = {k:?}\n"));
+            let text = format!("[web]\n{web}{}{teams}", key.unwrap_or_default());
+            toml::from_str::<FileConfig>(&text).unwrap().web
+        };
+        // Open, on loopback: the development key is taken.
+        let open = node("", None, "");
+        assert_eq!(
+            open.effective_registration_key().unwrap(),
+            DEV_REGISTRATION_KEY
+        );
+        // Empty is refused even there.
+        assert!(node("", Some(""), "").effective_registration_key().is_err());
+        for (web, teams) in [
+            ("admin_token = \"a\"\n", ""),
+            ("", "[web.teams]\nred = \"r\"\n"),
+            ("listen = \"0.0.0.0:8080\"\n", ""),
+        ] {
+            let e = node(web, None, teams)
+                .effective_registration_key()
+                .unwrap_err();
+            assert!(
+                e.to_string().contains("--registration-key"),
+                "{web}{teams}: {e}"
+            );
+            for key in [DEV_REGISTRATION_KEY, "", "  "] {
+                let refused = node(web, Some(key), teams).effective_registration_key();
+                assert!(refused.is_err(), "{web}{teams} with {key:?}");
+            }
+            let own = node(web, Some("s3cret"), teams).effective_registration_key();
+            assert_eq!(own.unwrap(), "s3cret");
+        }
     }
 
     #[test]

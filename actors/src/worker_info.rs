@@ -20,9 +20,11 @@ pub struct WorkerLimits {
     pub max_active_tasks: Option<u32>,
 }
 
-/// Sent by a worker to `POST /api/v1/workers/register`.
+/// Sent by a worker to `POST /api/v1/workers/register`. Unknown fields are
+/// refused; [`WorkerRegistration::validate`] bounds every field.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct WorkerRegistration {
     /// Unique worker name.
     pub name: String,
@@ -62,6 +64,7 @@ pub struct WorkerRegistration {
 /// Sent by a worker to `POST /api/v1/workers/{name}/heartbeat`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct Heartbeat {
     /// Must match the registration's incarnation; otherwise the worker re-registers.
     pub incarnation: String,
@@ -106,6 +109,119 @@ pub struct WorkerView {
     pub restarts: u32,
 }
 
+/// The longest worker name: names are path segments, table cells and label
+/// values, so they stay short.
+pub const MAX_WORKER_NAME: usize = 64;
+
+/// The most tags (or resource types) a worker may advertise.
+pub const MAX_WORKER_LIST: usize = 64;
+
+/// The longest tag, platform, resource type, backend or version string.
+pub const MAX_WORKER_WORD: usize = 64;
+
+/// The longest URL or secret a worker may register.
+pub const MAX_WORKER_URL: usize = 2048;
+
+/// The longest heartbeat interval a worker may ask for, in seconds (its TTL
+/// is twice that): an hour.
+pub const MAX_HEARTBEAT_INTERVAL_SECS: u64 = 3600;
+
+/// Checks a worker name: 1 to [`MAX_WORKER_NAME`] letters, digits, `.`,
+/// `-` or `_`, not starting with `-` or `.`. The CLI, the configuration and
+/// the API all check names with this one rule.
+pub fn check_worker_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_WORKER_NAME
+        && !name.starts_with(['-', '.'])
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
+    if ok {
+        Ok(())
+    } else {
+        let shown: String = name.chars().take(40).collect();
+        let more = if name.chars().count() > 40 { "..." } else { "" };
+        Err(format!(
+            "worker name {shown:?}{more} ({} bytes): use 1 to {MAX_WORKER_NAME} letters, digits, '.', '-' or '_', not starting with '-' or '.'",
+            name.len()
+        ))
+    }
+}
+
+/// Checks that `value` (field `what`) is at most `max` bytes and, unless
+/// `may_be_empty`, not empty or blank.
+fn check_text(what: &str, value: &str, max: usize, may_be_empty: bool) -> Result<(), String> {
+    if !may_be_empty && value.trim().is_empty() {
+        return Err(format!("{what} must not be empty"));
+    }
+    if value.len() > max {
+        return Err(format!(
+            "{what} is {} bytes: the limit is {max}",
+            value.len()
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(format!("{what} must not hold control characters"));
+    }
+    Ok(())
+}
+
+/// Checks a list of short words (tags, resource types).
+fn check_words(what: &str, values: &[String]) -> Result<(), String> {
+    if values.len() > MAX_WORKER_LIST {
+        return Err(format!(
+            "{what}: {} given, the limit is {MAX_WORKER_LIST}",
+            values.len()
+        ));
+    }
+    for v in values {
+        check_text(what, v, MAX_WORKER_WORD, false)?;
+    }
+    Ok(())
+}
+
+impl WorkerRegistration {
+    /// Checks every field against its bound: the name's rule, short words,
+    /// URLs and secrets of at most [`MAX_WORKER_URL`] bytes, an `http(s)`
+    /// agent URL, and a heartbeat interval of 1 to
+    /// [`MAX_HEARTBEAT_INTERVAL_SECS`] seconds. The message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        check_worker_name(&self.name)?;
+        check_text("agent_url", &self.agent_url, MAX_WORKER_URL, false)?;
+        if !(self.agent_url.starts_with("http://") || self.agent_url.starts_with("https://")) {
+            return Err(format!(
+                "agent_url {:?}: give an http:// or https:// URL",
+                self.agent_url
+            ));
+        }
+        check_text("agent_token", &self.agent_token, MAX_WORKER_URL, false)?;
+        check_text("stream_key", &self.stream_key, MAX_WORKER_URL, true)?;
+        check_text("platform", &self.platform, MAX_WORKER_WORD, false)?;
+        check_words("tags", &self.tags)?;
+        if let Some(team) = &self.team {
+            check_text("team", team, MAX_WORKER_WORD, false)?;
+        }
+        check_words("resource_types", &self.resource_types)?;
+        check_text("version", &self.version, MAX_WORKER_WORD, false)?;
+        check_text("backend", &self.backend, MAX_WORKER_WORD, false)?;
+        check_text("incarnation", &self.incarnation, MAX_WORKER_WORD * 2, false)?;
+        if !(1..=MAX_HEARTBEAT_INTERVAL_SECS).contains(&self.heartbeat_interval_secs) {
+            return Err(format!(
+                "heartbeat_interval_secs {}: give 1 to {MAX_HEARTBEAT_INTERVAL_SECS} seconds",
+                self.heartbeat_interval_secs
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Heartbeat {
+    /// Checks the incarnation's length (the counts are bounded by their type).
+    pub fn validate(&self) -> Result<(), String> {
+        check_text("incarnation", &self.incarnation, MAX_WORKER_WORD * 2, false)
+    }
+}
+
 /// Whether a worker's version can serve a web node's: the same major
 /// version, and for 0.x the same minor version (semver's promise).
 pub fn versions_compatible(worker: &str, web: &str) -> bool {
@@ -131,5 +247,79 @@ mod tests {
         assert!(versions_compatible("0.1.7", "0.1.0"));
         assert!(!versions_compatible("0.2.0", "0.1.0"));
         assert!(!versions_compatible("garbage", "0.1.0"));
+    }
+
+    fn registration() -> WorkerRegistration {
+        WorkerRegistration {
+            name: "w-1.example_a".into(),
+            agent_url: "http://127.0.0.1:7788".into(),
+            agent_token: "t".into(),
+            stream_key: String::new(),
+            platform: "linux".into(),
+            tags: vec!["gpu".into()],
+            team: None,
+            resource_types: vec!["git".into()],
+            limits: WorkerLimits::default(),
+            version: "0.1.0".into(),
+            backend: "runc".into(),
+            incarnation: "i".into(),
+            heartbeat_interval_secs: 30,
+        }
+    }
+
+    #[test]
+    fn worker_names_follow_one_rule() {
+        for good in ["w1", "a.b-c_d", &"x".repeat(MAX_WORKER_NAME)] {
+            assert!(check_worker_name(good).is_ok(), "{good}");
+        }
+        let long = "x".repeat(100_000);
+        for bad in ["", "-w", ".w", "a/b", "a b", "é", &long] {
+            assert!(check_worker_name(bad).is_err(), "{bad}");
+        }
+        let message = check_worker_name(&long).unwrap_err();
+        assert!(message.len() < 200, "{message}");
+    }
+
+    #[test]
+    fn registrations_are_bounded_field_by_field() {
+        assert_eq!(registration().validate(), Ok(()));
+        type Change = Box<dyn Fn(&mut WorkerRegistration)>;
+        let cases: Vec<(&str, Change)> = vec![
+            ("worker name", Box::new(|r| r.name = "x".repeat(100_000))),
+            ("agent_url", Box::new(|r| r.agent_url = "ftp://x".into())),
+            (
+                "agent_url",
+                Box::new(|r| r.agent_url = format!("http://{}", "a".repeat(5000))),
+            ),
+            ("agent_token", Box::new(|r| r.agent_token = String::new())),
+            ("platform", Box::new(|r| r.platform = "p".repeat(65))),
+            ("tags", Box::new(|r| r.tags = vec!["t".into(); 65])),
+            ("tags", Box::new(|r| r.tags = vec!["t".repeat(100_000)])),
+            ("team", Box::new(|r| r.team = Some("t".repeat(65)))),
+            ("version", Box::new(|r| r.version = "v\n1".into())),
+            (
+                "heartbeat_interval_secs",
+                Box::new(|r| r.heartbeat_interval_secs = u64::MAX),
+            ),
+            (
+                "heartbeat_interval_secs",
+                Box::new(|r| r.heartbeat_interval_secs = 0),
+            ),
+        ];
+        for (field, change) in cases {
+            let mut r = registration();
+            change(&mut r);
+            let e = r.validate().unwrap_err();
+            assert!(e.contains(field), "{field}: {e}");
+        }
+    }
+
+    #[test]
+    fn unknown_registration_fields_are_refused() {
+        let mut v = serde_json::to_value(registration()).unwrap();
+        v["extra"] = serde_json::json!(1);
+        assert!(serde_json::from_value::<WorkerRegistration>(v).is_err());
+        let hb = serde_json::json!({"incarnation": "i", "containers": 0, "volumes": 0, "x": 1});
+        assert!(serde_json::from_value::<Heartbeat>(hb).is_err());
     }
 }

@@ -80,7 +80,8 @@ impl WorkerHandle {
             http.post(format!("{base}{path}"))
                 .bearer_auth(key)
                 .timeout(DRAIN_REQUEST_TIMEOUT)
-                .json(&serde_json::json!({}))
+                // The incarnation proves the worker acts on itself.
+                .json(&serde_json::json!({ "incarnation": self.registration.incarnation }))
         });
         let resp = tokio::select! {
             r = request => r.map_err(|e| {
@@ -127,6 +128,8 @@ impl WorkerHandle {
 /// backend, serves the HTTP API on `cfg.listen` (port 0 picks a free port)
 /// and starts the beacon. Must be called inside an actix System.
 pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
+    gantry_actors::worker_info::check_worker_name(&cfg.name)
+        .map_err(|e| anyhow::anyhow!("--name (worker.name): {e}"))?;
     let web = super::web_nodes::WebNodes::parse(&cfg.web)?;
     // The work directory and the backend's probes of the host (binaries,
     // cgroup mounts) touch the file system: on a blocking thread.

@@ -194,7 +194,7 @@ impl Rig {
             let worker_cfg = WorkerConfig {
                 name: worker_name.clone(),
                 web: format!("http://{}", web.addr),
-                registration_key: web_cfg.registration_key.clone(),
+                registration_key: web_cfg.effective_registration_key()?,
                 listen: "127.0.0.1:0".parse().context("loopback address")?,
                 work_dir,
                 backend: Some("runc".into()),

@@ -43,7 +43,7 @@ pub async fn check(client: &ApiClient, args: CheckArgs) -> anyhow::Result<i32> {
     });
     let (id, ended) = submit_and_follow(client, &args.team, &body).await?;
     for v in &ended.checked {
-        println!("{v}");
+        crate::outln!("{v}");
     }
     Ok(ended.run_exit_code(id))
 }

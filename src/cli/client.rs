@@ -87,6 +87,45 @@ impl ApiClient {
         self.json("GET", path, self.http.get(self.url(path))).await
     }
 
+    /// GETs a list route page by page (following each answer's
+    /// `Link: <URL>; rel="next"`) until it ends or `most` items are read.
+    pub async fn get_pages<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        most: usize,
+    ) -> anyhow::Result<Vec<T>> {
+        let mut items = Vec::new();
+        let mut next = Some(path.to_string());
+        while let Some(page) = next.take() {
+            let resp = self
+                .http
+                .get(self.url(&page))
+                .send()
+                .await
+                .map_err(|e| self.unreachable(e))?;
+            let resp = self.check(resp).await?;
+            next = resp
+                .headers()
+                .get("link")
+                .and_then(|v| v.to_str().ok())
+                .and_then(next_link);
+            let got: Vec<T> = resp
+                .json()
+                .await
+                .with_context(|| format!("reading the answer to GET {page}"))?;
+            let ended = got.is_empty();
+            items.extend(got);
+            if items.len() >= most {
+                items.truncate(most);
+                break;
+            }
+            if ended {
+                break;
+            }
+        }
+        Ok(items)
+    }
+
     /// POSTs JSON, returns JSON.
     pub async fn post<T: DeserializeOwned>(
         &self,
@@ -121,5 +160,31 @@ impl ApiClient {
             .json()
             .await
             .with_context(|| format!("reading the answer to {method} {path}"))
+    }
+}
+
+/// The path of a `Link` header's `rel="next"` target (a path on the same
+/// node, as the web node writes it).
+fn next_link(header: &str) -> Option<String> {
+    header.split(',').find_map(|part| {
+        let (target, params) = part.split_once(';')?;
+        let is_next = params
+            .split(';')
+            .any(|p| p.trim().eq_ignore_ascii_case("rel=\"next\""));
+        let target = target.trim().strip_prefix('<')?.strip_suffix('>')?;
+        (is_next && target.starts_with('/')).then(|| target.to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_next_link_is_read_from_a_link_header() {
+        assert_eq!(
+            super::next_link("</api/v1/builds?limit=2&cursor=7>; rel=\"next\"").as_deref(),
+            Some("/api/v1/builds?limit=2&cursor=7")
+        );
+        assert_eq!(super::next_link("</x>; rel=\"prev\""), None);
+        assert_eq!(super::next_link("<http://elsewhere/x>; rel=\"next\""), None);
     }
 }

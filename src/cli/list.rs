@@ -2,45 +2,17 @@
 
 use gantry_actors::worker_info::WorkerView;
 
+use anyhow::Context as _;
+
 use crate::cli::client::ApiClient;
 
-pub(crate) fn print_table(header: &[&str], rows: Vec<Vec<String>>) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in &rows {
-        for (i, c) in r.iter().enumerate() {
-            widths[i] = widths[i].max(c.len());
-        }
-    }
-    let line = |cells: Vec<String>| {
-        cells
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_string()
-    };
-    println!("{}", line(header.iter().map(|h| h.to_string()).collect()));
-    for r in rows {
-        println!("{}", line(r));
-    }
-}
-
-/// A JSON field as a table cell: strings bare, null empty.
-pub(crate) fn cell(v: &serde_json::Value, key: &str) -> String {
-    match &v[key] {
-        serde_json::Value::Null => String::new(),
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
+pub(crate) use crate::cli::table::{cell, print_table};
 
 /// `gantry workers`
 pub async fn workers(client: &ApiClient, json: bool) -> anyhow::Result<()> {
-    let workers: Vec<WorkerView> = client.get("/api/v1/workers").await?;
+    let workers: Vec<WorkerView> = client.get_pages("/api/v1/workers", usize::MAX).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&workers)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&workers)?);
         return Ok(());
     }
     print_table(
@@ -77,11 +49,48 @@ pub async fn workers(client: &ApiClient, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Which builds `gantry builds` lists.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct BuildFilters {
+    /// How many of the newest builds to list (the API is paged through).
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+    /// Only this team's builds.
+    #[arg(long)]
+    pub team: Option<String>,
+    /// Only builds in this status (pending, started, succeeded, failed, errored, aborted).
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Only builds of this pipeline's jobs.
+    #[arg(long)]
+    pub pipeline: Option<String>,
+    /// Only builds of a job of this name.
+    #[arg(long)]
+    pub job: Option<String>,
+}
+
 /// `gantry builds`
-pub async fn builds(client: &ApiClient, json: bool) -> anyhow::Result<()> {
-    let builds: Vec<serde_json::Value> = client.get("/api/v1/builds").await?;
+pub async fn builds(client: &ApiClient, filters: &BuildFilters, json: bool) -> anyhow::Result<()> {
+    anyhow::ensure!(filters.limit > 0, "--limit: give at least 1");
+    let page = filters.limit.min(100).to_string();
+    let mut query = vec![("limit", page.as_str())];
+    for (key, value) in [
+        ("team", &filters.team),
+        ("status", &filters.status),
+        ("pipeline", &filters.pipeline),
+        ("job", &filters.job),
+    ] {
+        if let Some(v) = value {
+            query.push((key, v.as_str()));
+        }
+    }
+    let path = format!(
+        "/api/v1/builds?{}",
+        serde_urlencoded::to_string(&query).context("encoding the query")?
+    );
+    let builds: Vec<serde_json::Value> = client.get_pages(&path, filters.limit).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&builds)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&builds)?);
         return Ok(());
     }
     print_table(
@@ -104,9 +113,11 @@ pub async fn builds(client: &ApiClient, json: bool) -> anyhow::Result<()> {
 
 /// `gantry containers` / `gantry volumes`
 pub async fn handles(client: &ApiClient, what: &str, json: bool) -> anyhow::Result<()> {
-    let rows: Vec<serde_json::Value> = client.get(&format!("/api/v1/{what}")).await?;
+    let rows: Vec<serde_json::Value> = client
+        .get_pages(&format!("/api/v1/{what}"), usize::MAX)
+        .await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
     print_table(
@@ -132,9 +143,9 @@ pub async fn handles(client: &ApiClient, what: &str, json: bool) -> anyhow::Resu
 
 /// `gantry jobs`
 pub async fn jobs(client: &ApiClient, json: bool) -> anyhow::Result<()> {
-    let rows: Vec<serde_json::Value> = client.get("/api/v1/jobs").await?;
+    let rows: Vec<serde_json::Value> = client.get_pages("/api/v1/jobs", usize::MAX).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
     print_table(
@@ -156,9 +167,9 @@ pub async fn jobs(client: &ApiClient, json: bool) -> anyhow::Result<()> {
 
 /// `gantry web-nodes`
 pub async fn web_nodes(client: &ApiClient, json: bool) -> anyhow::Result<()> {
-    let rows: Vec<serde_json::Value> = client.get("/api/v1/web-nodes").await?;
+    let rows: Vec<serde_json::Value> = client.get_pages("/api/v1/web-nodes", usize::MAX).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
     print_table(
@@ -178,15 +189,28 @@ pub async fn web_nodes(client: &ApiClient, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `land-worker`, `retire-worker`, `prune-worker`.
+/// `land-worker`, `retire-worker`, `prune-worker`. A prune names the
+/// worker in the body, so that any stored name can be pruned (also one from
+/// before the name rule, too long for a URL).
 pub async fn lifecycle(client: &ApiClient, name: &str, action: &str) -> anyhow::Result<()> {
-    let answer: serde_json::Value = client
-        .post(
-            &format!("/api/v1/workers/{name}/{action}"),
-            &serde_json::json!({}),
-        )
-        .await?;
-    println!(
+    let answer: serde_json::Value = if action == "prune" {
+        client
+            .post(
+                "/api/v1/workers/prune",
+                &serde_json::json!({ "name": name }),
+            )
+            .await?
+    } else {
+        gantry_actors::worker_info::check_worker_name(name).map_err(anyhow::Error::msg)?;
+        client
+            .post(
+                &format!("/api/v1/workers/{}/{action}", crate::url::segment(name)),
+                &serde_json::json!({}),
+            )
+            .await?
+    };
+    let name = crate::cli::table::shorten(name, crate::cli::table::MAX_CELL);
+    crate::outln!(
         "worker {name}: {}",
         answer["state"].as_str().unwrap_or("removed")
     );

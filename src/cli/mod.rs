@@ -7,9 +7,11 @@ mod execute;
 mod follow;
 mod hijack;
 mod list;
+pub mod output;
 mod progress;
 mod run;
 mod serve;
+pub mod table;
 mod teams;
 mod validate_plan;
 
@@ -34,6 +36,10 @@ pub struct Cli {
     /// Bearer token for the API (a team's or the admin's).
     #[arg(long, global = true, env = "GANTRY_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Show tables' cells whole (by default a cell shows at most 60
+    /// characters; `--json` prints every field whole).
+    #[arg(long, global = true)]
+    pub wide: bool,
     /// Log format of the servers: `human` or `json`.
     #[arg(
         long,
@@ -262,11 +268,14 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List builds.
+    /// List builds, newest first.
     Builds {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Which builds.
+        #[command(flatten)]
+        filters: list::BuildFilters,
     },
     /// List containers.
     Containers {
@@ -490,6 +499,7 @@ pub enum BenchCommand {
 
 /// Runs the CLI; returns the process exit code.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    table::set_wide(cli.wide);
     match cli.command {
         Command::Web { web } => serve::web(&cli.log_format, web).map(|_| 0),
         Command::Worker {
@@ -643,7 +653,9 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         hijack::hijack(&client, args).await
                     }
                     Command::Workers { json } => list::workers(&client, json).await.map(|_| 0),
-                    Command::Builds { json } => list::builds(&client, json).await.map(|_| 0),
+                    Command::Builds { json, filters } => {
+                        list::builds(&client, &filters, json).await.map(|_| 0)
+                    }
                     Command::Containers { json } => {
                         list::handles(&client, "containers", json).await.map(|_| 0)
                     }
@@ -664,7 +676,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                                 &serde_json::json!({}),
                             )
                             .await?;
-                        println!("build {build}: aborting");
+                        crate::outln!("build {build}: aborting");
                         Ok(0)
                     }
                     Command::LandWorker { name } => {
@@ -693,7 +705,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                             .await?;
                         let n = answer["cleared"].as_u64().unwrap_or(0);
                         let what = if n == 1 { "cache" } else { "caches" };
-                        println!("{n} task {what} cleared");
+                        crate::outln!("{n} task {what} cleared");
                         Ok(0)
                     }
                     Command::Teams { json } => teams::teams(&client, json).await.map(|_| 0),
@@ -721,7 +733,7 @@ fn validate_task(file: &std::path::Path) -> i32 {
     };
     match gantry_actors::task_config::TaskConfig::from_yaml(&text) {
         Ok(_) => {
-            println!("{}: valid", file.display());
+            crate::outln!("{}: valid", file.display());
             0
         }
         Err(problems) => {

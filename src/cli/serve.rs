@@ -44,8 +44,8 @@ fn apply_web(mut cfg: WebConfig, f: WebFlags) -> WebConfig {
     if f.database_url.is_some() {
         cfg.database_url = f.database_url;
     }
-    if let Some(v) = f.registration_key {
-        cfg.registration_key = v;
+    if f.registration_key.is_some() {
+        cfg.registration_key = f.registration_key;
     }
     if f.admin_token.is_some() {
         cfg.admin_token = f.admin_token;
@@ -123,7 +123,7 @@ pub fn web(log_format: &str, flags: WebFlags) -> anyhow::Result<()> {
     let cfg = apply_web(load(&flags.config)?.web, flags);
     actix_web::rt::System::new().block_on(async move {
         let handle = crate::web::start_web(&cfg, Arc::new(AgentConnector::new())).await?;
-        println!("gantry web: API on http://{}", handle.addr);
+        crate::outln!("gantry web: API on http://{}", handle.addr);
         let result = handle.server.await.context("web server");
         handle.engine.shutdown().await;
         result
@@ -163,12 +163,17 @@ pub fn quickstart(
     init_logging(log_format);
     let file = load(&flags.config)?;
     let gc_interval = flags.gc_interval;
-    let web_cfg = apply_web(file.web, flags);
+    let mut web_cfg = apply_web(file.web, flags);
     let mut worker_cfg = file.worker;
     if let Some(secs) = gc_interval {
         worker_cfg.sweep_interval_secs = secs;
     }
-    worker_cfg.registration_key = web_cfg.registration_key.clone();
+    let key = match web_cfg.registration_key.clone() {
+        Some(key) => key,
+        None => quickstart_key(&web_cfg.data_dir)?,
+    };
+    web_cfg.registration_key = Some(key.clone());
+    worker_cfg.registration_key = key;
     worker_cfg.work_dir = web_cfg.data_dir.join("worker");
     worker_cfg.listen = "127.0.0.1:0".parse().expect("valid address");
     if backend.is_some() {
@@ -178,7 +183,7 @@ pub fn quickstart(
         let handle = crate::web::start_web(&web_cfg, Arc::new(AgentConnector::new())).await?;
         worker_cfg.web = format!("http://{}", handle.addr);
         let worker = crate::agent::start_worker(worker_cfg).await?;
-        println!(
+        crate::outln!(
             "gantry quickstart: dashboard and API on http://{}",
             handle.addr
         );
@@ -187,6 +192,51 @@ pub fn quickstart(
         handle.engine.shutdown().await;
         result
     })
+}
+
+/// The file in a quickstart's data dir that keeps its registration key.
+pub const QUICKSTART_KEY_FILE: &str = "registration-key";
+
+/// The quickstart's registration key: the one kept in `DATA_DIR/registration-key`
+/// (readable by its owner only), or a new random one written there, so that
+/// the embedded worker's key is no published default and the same key
+/// serves outside workers across restarts.
+fn quickstart_key(data_dir: &std::path::Path) -> anyhow::Result<String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = data_dir.join(QUICKSTART_KEY_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(key) if !key.trim().is_empty() => return Ok(key.trim().to_string()),
+        Ok(_) => anyhow::bail!(
+            "{} is empty: delete it to have a new registration key made",
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating data dir {}", data_dir.display()))?;
+    let mut secret = [0u8; 32];
+    rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut secret);
+    let key: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    // Written whole under a temporary name, then renamed: never half a key.
+    let tmp = data_dir.join(format!(".{QUICKSTART_KEY_FILE}.tmp"));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    file.write_all(format!("{key}\n").as_bytes())
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+    tracing::info!(
+        "made a registration key for outside workers: {}",
+        path.display()
+    );
+    Ok(key)
 }
 
 /// Resolves on SIGINT or SIGTERM.
@@ -203,6 +253,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_quickstart_key_is_made_once_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = quickstart_key(dir.path()).unwrap();
+        assert_eq!(key.len(), 64);
+        assert_ne!(key, crate::config::DEV_REGISTRATION_KEY);
+        assert_eq!(quickstart_key(dir.path()).unwrap(), key);
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(dir.path().join(QUICKSTART_KEY_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
     fn flags_override_the_config_file_and_unset_flags_keep_it() {
         let file: FileConfig = toml::from_str(
             "[web]\nlisten = \"127.0.0.1:9000\"\nregistration_key = \"from-file\"\n[worker]\nname = \"filed\"\nplatform = \"plan9\"\ntags = [\"a\"]\n",
@@ -216,7 +281,7 @@ mod tests {
             },
         );
         assert_eq!(web.listen.port(), 9000);
-        assert_eq!(web.registration_key, "from-flag");
+        assert_eq!(web.registration_key.as_deref(), Some("from-flag"));
         let worker = apply_worker(
             file.worker,
             WorkerFlags {

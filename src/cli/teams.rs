@@ -33,9 +33,9 @@ fn when(v: &serde_json::Value) -> String {
 
 /// `gantry teams`
 pub async fn teams(client: &ApiClient, json: bool) -> anyhow::Result<()> {
-    let teams: Vec<serde_json::Value> = client.get("/api/v1/teams").await?;
+    let teams: Vec<serde_json::Value> = client.get_pages("/api/v1/teams", usize::MAX).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&teams)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&teams)?);
         return Ok(());
     }
     print_table(
@@ -60,9 +60,9 @@ pub async fn set_team(client: &ApiClient, name: &str) -> anyhow::Result<()> {
         .put(&format!("/api/v1/teams/{}", segment(name)))
         .await?;
     if answer["created"] == true {
-        println!("team {name} created");
+        crate::outln!("team {name} created");
     } else {
-        println!("team {name} exists");
+        crate::outln!("team {name} exists");
     }
     Ok(())
 }
@@ -72,15 +72,15 @@ pub async fn destroy_team(client: &ApiClient, name: &str) -> anyhow::Result<()> 
     let _: serde_json::Value = client
         .delete(&format!("/api/v1/teams/{}", segment(name)))
         .await?;
-    println!("team {name} removed, its tokens revoked");
+    crate::outln!("team {name} removed, its tokens revoked");
     Ok(())
 }
 
 /// `gantry tokens`
 pub async fn tokens(client: &ApiClient, json: bool) -> anyhow::Result<()> {
-    let tokens: Vec<serde_json::Value> = client.get("/api/v1/tokens").await?;
+    let tokens: Vec<serde_json::Value> = client.get_pages("/api/v1/tokens", usize::MAX).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&tokens)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&tokens)?);
         return Ok(());
     }
     print_table(
@@ -123,7 +123,7 @@ pub async fn token(client: &ApiClient, action: TokenCommand) -> anyhow::Result<(
                 .as_str()
                 .ok_or_else(|| anyhow::anyhow!("the server answered no token"))?;
             // The token alone on stdout (for scripts); what it is on stderr.
-            println!("{token}");
+            crate::outln!("{token}");
             let until = match when(&made["expires_at"]) {
                 e if e.is_empty() => "never expires".to_string(),
                 e => format!("expires {e} UTC"),
@@ -134,7 +134,7 @@ pub async fn token(client: &ApiClient, action: TokenCommand) -> anyhow::Result<(
             let _: serde_json::Value = client
                 .delete(&format!("/api/v1/tokens/{}", segment(&id)))
                 .await?;
-            println!("token {id} revoked");
+            crate::outln!("token {id} revoked");
         }
     }
     Ok(())

@@ -27,7 +27,7 @@ pub fn validate_plan(file: &Path, var_flags: &[String], var_files: &[PathBuf]) -
     };
     match pipeline::load(&text, vars.as_ref()) {
         Ok(Document::Pipeline(p)) => {
-            println!(
+            crate::outln!(
                 "{}: valid pipeline ({} {}, {} {})",
                 file.display(),
                 p.jobs.len(),
@@ -38,7 +38,7 @@ pub fn validate_plan(file: &Path, var_flags: &[String], var_files: &[PathBuf]) -
             0
         }
         Ok(Document::Plan(steps)) => {
-            println!(
+            crate::outln!(
                 "{}: valid plan ({} {})",
                 file.display(),
                 steps.len(),

@@ -95,9 +95,9 @@ impl KubernetesConfig {
     /// Checks what can be checked without the cluster.
     pub fn validate(&self) -> Result<(), String> {
         let at = format!("web.kubernetes {:?}", self.name);
-        if self.name.trim().is_empty() {
-            return Err("web.kubernetes: name must not be empty".into());
-        }
+        // The cluster is a worker of this name.
+        gantry_actors::worker_info::check_worker_name(&self.name)
+            .map_err(|e| format!("web.kubernetes: name: {e}"))?;
         if !super::pod::is_dns_label(&self.namespace) {
             return Err(format!(
                 "{at}: namespace {:?} is not a valid namespace name",

@@ -3,7 +3,7 @@
 
 use actix_web::{web, HttpResponse};
 use gantry_actors::build::OneOffPlan;
-use gantry_actors::db::HandleKind;
+use gantry_actors::db::{BuildQuery, BuildRow, BuildStatus, HandleKind};
 use gantry_actors::event_follow::StoredEvent;
 use gantry_actors::pipeline::Vars;
 use gantry_actors::task_config::TaskConfig;
@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
+use crate::web::paging::{Page, PageQuery};
 use crate::web::AppState;
 
 /// Body of `POST /api/v1/teams/{team}/builds`: a one-off task (`config`,
@@ -104,8 +105,9 @@ pub async fn create(
     body: web::Json<CreateBuild>,
 ) -> Result<HttpResponse, ApiError> {
     identity.require_team(&team, &format!("team {:?}", team.as_str()))?;
-    state.limits.take_build(&team, &state.engine).await?;
     let body = body.into_inner();
+    check_bounds(&body)?;
+    state.limits.take_build(&team, &state.engine).await?;
     let id = match (&body.config, &body.pipeline) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request(
@@ -125,6 +127,47 @@ pub async fn create(
 }
 
 /// Creates a one-off build of the body's task.
+/// Refuses a build request whose names, lists or timeout are out of bounds
+/// (see [`crate::web::bounds`]) before anything is stored.
+fn check_bounds(body: &CreateBuild) -> Result<(), ApiError> {
+    use crate::web::bounds::{check_count, check_text, check_timeout, MAX_NAME, MAX_REFERENCE};
+    for (what, value) in [
+        ("job", &body.job),
+        ("check", &body.check),
+        ("pipeline_name", &body.pipeline_name),
+    ] {
+        if let Some(v) = value {
+            check_text(what, v, MAX_NAME)?;
+        }
+    }
+    if let Some(image) = &body.image {
+        check_text("image", image, MAX_REFERENCE)?;
+    }
+    if let Some(tags) = &body.tags {
+        check_count("tags", tags.len())?;
+        for t in tags {
+            check_text("tag", t, MAX_NAME)?;
+        }
+    }
+    if let Some(inputs) = &body.inputs {
+        check_count("inputs", inputs.len())?;
+        for (name, artifact) in inputs {
+            check_text("input name", name, MAX_NAME)?;
+            check_text("input artifact", artifact, MAX_REFERENCE)?;
+        }
+    }
+    if let Some(vars) = &body.vars {
+        check_count("vars", vars.len())?;
+        for name in vars.keys() {
+            check_text("var name", name, MAX_NAME)?;
+        }
+    }
+    if let Some(secs) = body.timeout_secs {
+        check_timeout("timeout_secs", secs)?;
+    }
+    Ok(())
+}
+
 async fn create_one_off(state: &AppState, team: &str, body: CreateBuild) -> Result<i64, ApiError> {
     if let Some(field) = [
         ("job", body.job.is_some()),
@@ -281,22 +324,78 @@ pub async fn visible_build(
 }
 
 /// `GET /api/v1/builds`: the latest 100.
+/// Query of `GET /api/v1/builds`: a page, and filters that must all match.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct BuildsQuery {
+    /// Most builds in the page: 1 to 500, default 100.
+    limit: Option<u32>,
+    /// Where the page starts: the cursor of the link to the next page.
+    cursor: Option<String>,
+    /// Only this team's builds (a team token sees only its own team's).
+    team: Option<String>,
+    /// Only builds in this status (`pending`, `started`, `succeeded`,
+    /// `failed`, `errored`, `aborted`).
+    status: Option<String>,
+    /// Only builds of this pipeline's jobs.
+    pipeline: Option<String>,
+    /// Only builds of a job of this name.
+    job: Option<String>,
+}
+
+/// `GET /api/v1/builds`: a page of the builds the caller may see, newest
+/// first (see [`crate::web::paging`]).
 #[utoipa::path(
     get,
     path = "/api/v1/builds",
     operation_id = "listBuilds",
     tag = "builds",
+    params(BuildsQuery),
     responses(
-        (status = 200, description = "The latest 100 builds the caller may see", body = Vec<gantry_actors::db::BuildRow>),
+        (status = 200, description = "A page of the builds the caller may see, newest first; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::db::BuildRow>),
+        (status = 400, description = "A bad limit, cursor, status or unknown query parameter", body = crate::web::error::ErrorBody),
         (status = "5XX", description = "The database failed"),
     )
 )]
 pub async fn list(
     identity: Identity,
+    req: actix_web::HttpRequest,
     state: web::Data<AppState>,
+    query: web::Query<BuildsQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let team = identity.team_filter()?;
-    Ok(HttpResponse::Ok().json(state.engine.list_builds(team, 100).await?))
+    let query = query.into_inner();
+    let page = Page::new(query.limit, query.cursor)?;
+    let team = match (identity.team_filter()?, query.team) {
+        (None, asked) => asked,
+        (Some(own), Some(asked)) if asked != own => {
+            // Another team's builds: none the caller may see.
+            return Ok(page.answer(&req, Vec::<BuildRow>::new(), |b| b.id.to_string()));
+        }
+        (Some(own), _) => Some(own.to_string()),
+    };
+    let status = query
+        .status
+        .map(|s| {
+            BuildStatus::parse(&s).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "status {s:?}: use pending, started, succeeded, failed, errored or aborted"
+                ))
+            })
+        })
+        .transpose()?;
+    let builds = state
+        .engine
+        .list_builds_page(&BuildQuery {
+            team,
+            status,
+            pipeline: query.pipeline,
+            job: query.job,
+            before: page.cursor_id()?,
+            limit: page.fetch(),
+        })
+        .await?;
+    Ok(page.answer(&req, builds, |b| b.id.to_string()))
 }
 
 /// `GET /api/v1/containers`
@@ -305,16 +404,27 @@ pub async fn list(
     path = "/api/v1/containers",
     operation_id = "listContainers",
     tag = "builds",
+    params(PageQuery),
     responses(
-        (status = 200, description = "The containers the caller may see", body = Vec<gantry_actors::db::HandleRow>),
+        (status = 200, description = "A page of the containers the caller may see, by handle; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::db::HandleRow>),
+        (status = 400, description = "A bad limit, cursor or unknown query parameter", body = crate::web::error::ErrorBody),
         (status = "5XX", description = "The database failed"),
     )
 )]
 pub async fn containers(
     identity: Identity,
+    req: actix_web::HttpRequest,
     state: web::Data<AppState>,
+    query: web::Query<PageQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    handles(&identity, &state, HandleKind::Container).await
+    handles(
+        &identity,
+        &req,
+        &state,
+        query.into_inner(),
+        HandleKind::Container,
+    )
+    .await
 }
 
 /// `GET /api/v1/volumes`
@@ -323,26 +433,44 @@ pub async fn containers(
     path = "/api/v1/volumes",
     operation_id = "listVolumes",
     tag = "builds",
+    params(PageQuery),
     responses(
-        (status = 200, description = "The volumes the caller may see", body = Vec<gantry_actors::db::HandleRow>),
+        (status = 200, description = "A page of the volumes the caller may see, by handle; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::db::HandleRow>),
+        (status = 400, description = "A bad limit, cursor or unknown query parameter", body = crate::web::error::ErrorBody),
         (status = "5XX", description = "The database failed"),
     )
 )]
 pub async fn volumes(
     identity: Identity,
+    req: actix_web::HttpRequest,
     state: web::Data<AppState>,
+    query: web::Query<PageQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    handles(&identity, &state, HandleKind::Volume).await
+    handles(
+        &identity,
+        &req,
+        &state,
+        query.into_inner(),
+        HandleKind::Volume,
+    )
+    .await
 }
 
-/// The containers or volumes the caller may see.
+/// A page of the containers or volumes the caller may see.
 async fn handles(
     identity: &Identity,
+    req: &actix_web::HttpRequest,
     state: &AppState,
+    query: PageQuery,
     kind: HandleKind,
 ) -> Result<HttpResponse, ApiError> {
     let team = identity.team_filter()?;
-    Ok(HttpResponse::Ok().json(state.engine.list_handles(kind, team).await?))
+    let page = Page::new(query.limit, query.cursor)?;
+    let rows = state
+        .engine
+        .list_handles_page(kind, team, page.cursor.as_deref(), page.fetch())
+        .await?;
+    Ok(page.answer(req, rows, |r| r.handle.clone()))
 }
 
 /// `GET /api/v1/builds/{id}/events`: NDJSON, stored events then live ones,

@@ -7,7 +7,11 @@ use serde::Deserialize;
 
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
+use crate::web::paging::{Page, PageQuery};
 use crate::web::AppState;
+
+/// The longest a token may live: 10 years, in seconds.
+pub const MAX_TOKEN_EXPIRY_SECS: u64 = 10 * 365 * 24 * 3600;
 
 /// The body of `POST /api/v1/teams/{team}/tokens`.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
@@ -27,12 +31,20 @@ pub struct CreateToken {
     path = "/api/v1/teams",
     operation_id = "listTeams",
     tag = "teams",
-    responses((status = 200, description = "Teams: name, created_at (unix ms), from_config", body = Vec<Object>))
+    params(PageQuery),
+    responses(
+        (status = 200, description = "A page of teams by name: name, created_at (unix ms), from_config; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<Object>),
+        (status = 400, description = "A bad limit or unknown query parameter", body = crate::web::error::ErrorBody),
+    )
 )]
 pub async fn list(
     identity: Identity,
+    req: actix_web::HttpRequest,
     state: web::Data<AppState>,
+    query: web::Query<PageQuery>,
 ) -> Result<HttpResponse, ApiError> {
+    let query = query.into_inner();
+    let page = Page::new(query.limit, query.cursor)?;
     let filter = identity.team_filter()?;
     let teams: Vec<_> = state
         .engine
@@ -49,7 +61,9 @@ pub async fn list(
             })
         })
         .collect();
-    Ok(HttpResponse::Ok().json(teams))
+    Ok(page.of_sorted(&req, teams, |t: &serde_json::Value| {
+        t["name"].as_str().unwrap_or_default().to_string()
+    }))
 }
 
 /// `PUT /api/v1/teams/{team}` (admin): creates the team if it does not
@@ -60,19 +74,23 @@ pub async fn list(
     operation_id = "setTeam",
     tag = "teams",
     params(("team" = String, Path, description = "The team's name")),
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
     responses(
         (status = 201, description = "Created: {name, created: true}", body = Object),
         (status = 200, description = "It existed: {name, created: false}", body = Object),
-        (status = 400, description = "Not a valid team name"),
-        (status = 403, description = "Not the admin"),
+        (status = 400, description = "Not a valid team name, or a body (this request takes none)", body = crate::web::error::ErrorBody),
+        (status = 403, description = "Not the admin", body = crate::web::error::ErrorBody),
+        (status = 413, description = "Body over the request body limit", body = crate::web::error::ErrorBody),
     )
 )]
 pub async fn set(
     identity: Identity,
     state: web::Data<AppState>,
     path: web::Path<String>,
+    body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     identity.require_admin()?;
+    crate::web::api_workers::no_body(&body)?;
     let team = path.into_inner();
     let created = state.engine.set_team(&team).await?;
     let body = serde_json::json!({ "name": team, "created": created });
@@ -148,14 +166,17 @@ pub async fn create_token(
             .map_err(|e| ApiError::bad_request(format!("invalid body: {e}")))?
     };
     let ttl_ms = match req.expires_in_secs {
-        Some(0) => {
-            return Err(ApiError::bad_request(
-                "expires_in_secs: give a positive number of seconds, or none to never expire",
-            ))
+        Some(s) if !(1..=MAX_TOKEN_EXPIRY_SECS).contains(&s) => {
+            return Err(ApiError::bad_request(format!(
+                "expires_in_secs {s}: give 1 to {MAX_TOKEN_EXPIRY_SECS} seconds (10 years), or none to never expire"
+            )))
         }
-        Some(s) => Some(i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)),
+        Some(s) => Some((s * 1000) as i64),
         None => None,
     };
+    if let Some(d) = &req.description {
+        crate::web::bounds::check_text("description", d, crate::web::bounds::MAX_DESCRIPTION)?;
+    }
     let made = state
         .engine
         .create_token(&team, ttl_ms, req.description)
@@ -170,14 +191,26 @@ pub async fn create_token(
     path = "/api/v1/tokens",
     operation_id = "listTokens",
     tag = "teams",
-    responses((status = 200, description = "Tokens without their secrets: id, team, description, created_at, expires_at, revoked_at", body = Vec<Object>))
+    params(PageQuery),
+    responses(
+        (status = 200, description = "A page of tokens by id, without their secrets: id, team, description, created_at, expires_at, revoked_at; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<Object>),
+        (status = 400, description = "A bad limit or unknown query parameter", body = crate::web::error::ErrorBody),
+    )
 )]
 pub async fn list_tokens(
     identity: Identity,
+    req: actix_web::HttpRequest,
     state: web::Data<AppState>,
+    query: web::Query<PageQuery>,
 ) -> Result<HttpResponse, ApiError> {
+    let query = query.into_inner();
+    let page = Page::new(query.limit, query.cursor)?;
     let filter = identity.team_filter()?;
-    Ok(HttpResponse::Ok().json(state.engine.tokens(filter).await?))
+    let tokens = state
+        .engine
+        .tokens_page(filter, page.cursor.as_deref(), page.fetch())
+        .await?;
+    Ok(page.answer(&req, tokens, |t| t.id.clone()))
 }
 
 /// `DELETE /api/v1/tokens/{id}` (admin): revokes a token at once.

@@ -7,6 +7,7 @@ use gantry_actors::worker_info::{Heartbeat, WorkerRegistration};
 
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
+use crate::web::paging::{Page, PageQuery};
 use crate::web::AppState;
 
 /// Answer of a registration or a heartbeat: the worker's state.
@@ -34,8 +35,25 @@ fn check_key(identity: &Identity) -> Result<(), ApiError> {
     }
 }
 
-/// Parses a JSON body after the key was checked (so a stranger learns nothing).
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+/// Parses a JSON body after the key was checked (so a stranger learns
+/// nothing): the body must be declared `application/json`, and unknown
+/// fields are refused.
+fn parse<T: serde::de::DeserializeOwned>(
+    req: &actix_web::HttpRequest,
+    body: &[u8],
+) -> Result<T, ApiError> {
+    let json = req
+        .headers()
+        .get(actix_web::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return Err(ApiError {
+            status: actix_web::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            message: "the body must be JSON (Content-Type: application/json)".into(),
+        });
+    }
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
@@ -50,23 +68,22 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     request_body = WorkerRegistration,
     responses(
         (status = 200, description = "Registered: the worker is running", body = StateAnswer),
-        (status = 400, description = "Invalid body or worker name"),
-        (status = 401, description = "Missing or wrong registration key"),
+        (status = 400, description = "Invalid body: not JSON, an unknown field, or a field out of its bounds (the message names it)", body = crate::web::error::ErrorBody),
+        (status = 401, description = "Missing or wrong registration key", body = crate::web::error::ErrorBody),
+        (status = 413, description = "Body over the request body limit", body = crate::web::error::ErrorBody),
+        (status = 415, description = "Not declared as application/json", body = crate::web::error::ErrorBody),
         (status = "5XX", description = "The engine or database failed"),
     )
 )]
 pub async fn register(
     identity: Identity,
+    req: actix_web::HttpRequest,
     state: web::Data<AppState>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     check_key(&identity)?;
-    let reg: WorkerRegistration = parse(&body)?;
-    if reg.name.trim().is_empty() || reg.name.contains('/') {
-        return Err(ApiError::bad_request(
-            "worker name must be non-empty and have no '/'",
-        ));
-    }
+    let reg: WorkerRegistration = parse(&req, &body)?;
+    reg.validate().map_err(ApiError::bad_request)?;
     state.engine.register_worker(reg).await?;
     Ok(HttpResponse::Ok().json(StateAnswer {
         state: WorkerState::Running,
@@ -94,12 +111,14 @@ pub async fn register(
 )]
 pub async fn heartbeat(
     identity: Identity,
+    req: actix_web::HttpRequest,
     state: web::Data<AppState>,
     name: web::Path<String>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     check_key(&identity)?;
-    let body: Heartbeat = parse(&body)?;
+    let body: Heartbeat = parse(&req, &body)?;
+    body.validate().map_err(ApiError::bad_request)?;
     match state.engine.worker_heartbeat(name.into_inner(), body).await {
         Ok(state) => Ok(HttpResponse::Ok().json(StateAnswer { state })),
         Err(e @ HeartbeatRefused::Unknown(_)) => Err(ApiError::not_found(e.to_string())),
@@ -121,13 +140,22 @@ pub async fn heartbeat(
     path = "/api/v1/workers",
     operation_id = "listWorkers",
     tag = "workers",
+    params(PageQuery),
     responses(
-        (status = 200, description = "Every worker", body = Vec<gantry_actors::worker_info::WorkerView>),
+        (status = 200, description = "A page of the workers, by name; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::worker_info::WorkerView>),
+        (status = 400, description = "A bad limit or unknown query parameter", body = crate::web::error::ErrorBody),
         (status = "5XX", description = "The engine or database failed"),
     )
 )]
-pub async fn list(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(state.engine.worker_views().await?))
+pub async fn list(
+    req: actix_web::HttpRequest,
+    state: web::Data<AppState>,
+    query: web::Query<PageQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let query = query.into_inner();
+    let page = Page::new(query.limit, query.cursor)?;
+    let workers = state.engine.worker_views().await?;
+    Ok(page.of_sorted(&req, workers, |w| w.name.clone()))
 }
 
 async fn lifecycle(
@@ -142,10 +170,44 @@ async fn lifecycle(
     }))
 }
 
-/// Landing or retiring: the admin, or a worker stopping itself.
-fn admin_or_worker(identity: &Identity) -> Result<(), ApiError> {
+/// Body of a land or retire request: empty for the admin; a worker acting
+/// on itself proves which worker it is with its incarnation (new at every
+/// start, known only to the worker and the web nodes).
+#[derive(Debug, Default, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LifecycleRequest {
+    /// The incarnation the worker registered with (workers only).
+    #[serde(default)]
+    pub incarnation: Option<String>,
+}
+
+/// Landing or retiring: the admin, or a worker stopping itself — the
+/// registration key alone does not let one worker land or retire another.
+async fn admin_or_itself(
+    identity: &Identity,
+    state: &AppState,
+    name: &str,
+    body: &[u8],
+) -> Result<(), ApiError> {
+    let request: LifecycleRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        LifecycleRequest::default()
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?
+    };
     match identity {
-        Identity::Worker => Ok(()),
+        Identity::Worker => {
+            let stored = state.engine.worker_incarnation(name).await?;
+            match (stored, request.incarnation) {
+                (Some(stored), Some(given)) if stored == given => Ok(()),
+                _ => Err(ApiError {
+                    status: actix_web::http::StatusCode::FORBIDDEN,
+                    message: format!(
+                        "the registration key lets a worker land or retire only itself: the incarnation given is not worker {name:?}'s (an operator uses the admin token)"
+                    ),
+                }),
+            }
+        }
         other => other.require_admin(),
     }
 }
@@ -157,9 +219,11 @@ fn admin_or_worker(identity: &Identity) -> Result<(), ApiError> {
     operation_id = "landWorker",
     tag = "workers",
     params(("name" = String, Path, description = "The worker")),
+    request_body(content = Option<LifecycleRequest>, description = "A worker landing itself gives its incarnation"),
     responses(
         (status = 200, description = "The worker's new state", body = LifecycleAnswer),
-        (status = 403, description = "The admin token or the registration key is needed"),
+        (status = 400, description = "Invalid body", body = crate::web::error::ErrorBody),
+        (status = 403, description = "Neither the admin token nor the worker itself (the registration key with its incarnation)", body = crate::web::error::ErrorBody),
         (status = 404, description = "No such worker"),
         (status = "5XX", description = "The engine or database failed"),
     )
@@ -168,8 +232,9 @@ pub async fn land(
     identity: Identity,
     state: web::Data<AppState>,
     name: web::Path<String>,
+    body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    admin_or_worker(&identity)?;
+    admin_or_itself(&identity, &state, &name, &body).await?;
     lifecycle(&state, name.into_inner(), LifecycleAction::Land).await
 }
 
@@ -180,9 +245,11 @@ pub async fn land(
     operation_id = "retireWorker",
     tag = "workers",
     params(("name" = String, Path, description = "The worker")),
+    request_body(content = Option<LifecycleRequest>, description = "A worker retiring itself gives its incarnation"),
     responses(
         (status = 200, description = "The worker's new state", body = LifecycleAnswer),
-        (status = 403, description = "The admin token or the registration key is needed"),
+        (status = 400, description = "Invalid body", body = crate::web::error::ErrorBody),
+        (status = 403, description = "Neither the admin token nor the worker itself (the registration key with its incarnation)", body = crate::web::error::ErrorBody),
         (status = 404, description = "No such worker"),
         (status = "5XX", description = "The engine or database failed"),
     )
@@ -191,8 +258,9 @@ pub async fn retire(
     identity: Identity,
     state: web::Data<AppState>,
     name: web::Path<String>,
+    body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    admin_or_worker(&identity)?;
+    admin_or_itself(&identity, &state, &name, &body).await?;
     lifecycle(&state, name.into_inner(), LifecycleAction::Retire).await
 }
 
@@ -203,6 +271,7 @@ pub async fn retire(
     operation_id = "pruneWorker",
     tag = "workers",
     params(("name" = String, Path, description = "The worker")),
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
     responses(
         (status = 200, description = "The worker's new state", body = LifecycleAnswer),
         (status = 403, description = "The admin token is needed"),
@@ -214,7 +283,55 @@ pub async fn prune(
     identity: Identity,
     state: web::Data<AppState>,
     name: web::Path<String>,
+    body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     identity.require_admin()?;
+    no_body(&body)?;
     lifecycle(&state, name.into_inner(), LifecycleAction::Prune).await
+}
+
+/// Body of `POST /api/v1/workers/prune`.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PruneRequest {
+    /// The worker's name, as stored (any name, also one from before the
+    /// name rule that no URL can carry).
+    pub name: String,
+}
+
+/// `POST /api/v1/workers/prune`: the same as `/api/v1/workers/{name}/prune`
+/// with the name in the body, so that any stored name can be pruned.
+#[utoipa::path(
+    post,
+    path = "/api/v1/workers/prune",
+    operation_id = "pruneWorkerByName",
+    tag = "workers",
+    request_body = PruneRequest,
+    responses(
+        (status = 200, description = "The worker's new state", body = LifecycleAnswer),
+        (status = 400, description = "Invalid body", body = crate::web::error::ErrorBody),
+        (status = 403, description = "The admin token is needed", body = crate::web::error::ErrorBody),
+        (status = 404, description = "No such worker", body = crate::web::error::ErrorBody),
+        (status = "5XX", description = "The engine or database failed"),
+    )
+)]
+pub async fn prune_by_name(
+    identity: Identity,
+    state: web::Data<AppState>,
+    body: web::Json<PruneRequest>,
+) -> Result<HttpResponse, ApiError> {
+    identity.require_admin()?;
+    lifecycle(&state, body.into_inner().name, LifecycleAction::Prune).await
+}
+
+/// Refuses a body on a route that takes none (an empty one or `{}` is fine):
+/// a field sent and silently ignored would mislead its sender.
+pub fn no_body(body: &[u8]) -> Result<(), ApiError> {
+    let text = String::from_utf8_lossy(body);
+    match text.trim() {
+        "" | "{}" => Ok(()),
+        _ => Err(ApiError::bad_request(
+            "this request takes no body (or an empty JSON object)",
+        )),
+    }
 }

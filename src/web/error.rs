@@ -80,6 +80,65 @@ impl ResponseError for ApiError {
     }
 }
 
+/// Rewrites an error answer that is not JSON (actix's own: a body over its
+/// limit, a query that does not parse, a body cut off for its pace) into
+/// `{"error": "..."}` with the same status — 408 and a closed connection
+/// for a body cut off — so every error of the API has one shape.
+/// `max_body` names the body limit in the message of a 413.
+pub fn to_json<B>(
+    res: actix_web::dev::ServiceResponse<B>,
+    max_body: usize,
+) -> actix_web::Result<actix_web::middleware::ErrorHandlerResponse<B>> {
+    use actix_web::middleware::ErrorHandlerResponse;
+    let is_json = res
+        .headers()
+        .get(actix_web::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return Ok(ErrorHandlerResponse::Response(res.map_into_left_body()));
+    }
+    let mut status = res.status();
+    let error = res.response().error();
+    let too_slow = error.is_some_and(crate::web::body_pace::is_too_slow);
+    let message = if too_slow {
+        status = StatusCode::REQUEST_TIMEOUT;
+        format!(
+            "{} (web.request_body_timeout_secs, web.request_body_min_bytes_per_sec)",
+            crate::web::body_pace::TOO_SLOW
+        )
+    } else if status == StatusCode::PAYLOAD_TOO_LARGE {
+        format!(
+            "request body too large: the limit is {max_body} bytes (web.max_request_body_bytes)"
+        )
+    } else {
+        match error {
+            Some(e) => e.to_string(),
+            None => status
+                .canonical_reason()
+                .unwrap_or("request failed")
+                .to_lowercase(),
+        }
+    };
+    let mut answer = HttpResponse::build(status);
+    if too_slow {
+        answer.force_close();
+    }
+    let answer = answer.json(ErrorBody { error: message });
+    let (req, _) = res.into_parts();
+    Ok(ErrorHandlerResponse::Response(
+        actix_web::dev::ServiceResponse::new(req, answer).map_into_right_body(),
+    ))
+}
+
+/// Turns actix's own query errors into JSON errors naming the parameter.
+pub fn query_error_handler(
+    err: actix_web::error::QueryPayloadError,
+    _: &actix_web::HttpRequest,
+) -> actix_web::Error {
+    ApiError::bad_request(format!("invalid query: {err}")).into()
+}
+
 /// Turns actix's own extractor errors (bad JSON, bad path) into JSON errors.
 pub fn json_error_handler(
     err: actix_web::error::JsonPayloadError,
@@ -92,6 +151,20 @@ pub fn json_error_handler(
             message: format!(
                 "request body too large: the limit is {limit} bytes (web.max_request_body_bytes)"
             ),
+        }
+        .into(),
+        E::Payload(p) => {
+            let e: actix_web::Error = p.into();
+            if crate::web::body_pace::is_too_slow(&e) {
+                // to_json answers 408 and closes the connection.
+                e
+            } else {
+                ApiError::bad_request(format!("invalid JSON body: {e}")).into()
+            }
+        }
+        E::ContentType => ApiError {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            message: "the body must be JSON (Content-Type: application/json)".into(),
         }
         .into(),
         other => ApiError::bad_request(format!("invalid JSON body: {other}")).into(),

@@ -16,15 +16,27 @@ pub struct Limits {
     pub max_artifact_bytes: u64,
     /// Build creations allowed per team per minute (0: no limit).
     pub builds_per_minute: u32,
+    /// How fast a request body must arrive.
+    pub body_pace: crate::web::body_pace::BodyPace,
 }
 
 impl Limits {
-    /// Limits with the given figures.
+    /// Limits with the given figures (and the default body pace).
     pub fn new(max_artifact_bytes: u64, builds_per_minute: u32) -> Self {
         Limits {
             max_artifact_bytes,
             builds_per_minute,
+            body_pace: crate::web::body_pace::BodyPace {
+                timeout: std::time::Duration::from_secs(30),
+                min_bytes_per_sec: 1024,
+            },
         }
+    }
+
+    /// The same limits with another body pace.
+    pub fn with_body_pace(mut self, pace: crate::web::body_pace::BodyPace) -> Self {
+        self.body_pace = pace;
+        self
     }
 
     /// Refuses an upload that declares more than the artifact limit.

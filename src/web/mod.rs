@@ -10,6 +10,8 @@ mod api_teams;
 mod api_workers;
 pub mod artifact_files;
 pub mod auth;
+pub mod body_pace;
+pub mod bounds;
 mod dashboard_feed;
 mod error;
 mod health;
@@ -19,6 +21,7 @@ mod metrics_collector;
 mod metrics_gc;
 mod metrics_streams;
 pub mod openapi;
+pub mod paging;
 pub mod routes;
 
 use std::net::SocketAddr;
@@ -110,18 +113,29 @@ pub async fn start_web(
     cfg: &WebConfig,
     connector: Arc<dyn WorkerConnector>,
 ) -> anyhow::Result<WebHandle> {
-    let secured = cfg.admin_token.is_some() || !cfg.teams.is_empty();
+    let secured = cfg.secured();
     if !secured && !cfg.listen.ip().is_loopback() {
         anyhow::bail!(
             "web.listen {} is reachable from other hosts but no admin_token or team tokens are set: set --admin-token (GANTRY_ADMIN_TOKEN) or listen on 127.0.0.1",
             cfg.listen
         );
     }
+    let registration_key = cfg.effective_registration_key()?;
     if !secured {
         tracing::warn!(
             "no admin or team tokens are set: the API is open to anyone who can reach {}",
             cfg.listen
         );
+    }
+    if registration_key == crate::config::DEV_REGISTRATION_KEY {
+        tracing::warn!(
+            "workers register with the published key {:?}: set --registration-key before adding tokens or listening beyond loopback",
+            crate::config::DEV_REGISTRATION_KEY
+        );
+    }
+    for team in cfg.teams.keys() {
+        gantry_actors::engine::check_team_name(team)
+            .map_err(|e| anyhow::anyhow!("web.teams: {e}"))?;
     }
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
@@ -158,9 +172,8 @@ pub async fn start_web(
         node_name,
         placement: cfg.placement.parse()?,
         lifecycle: LifecycleConfig {
-            stalled_worker_timeout: cfg
-                .stalled_worker_timeout_secs
-                .map(std::time::Duration::from_secs),
+            stalled_worker_timeout: (cfg.stalled_worker_timeout_secs > 0)
+                .then(|| std::time::Duration::from_secs(cfg.stalled_worker_timeout_secs)),
         },
         rerun_when_worker_disappears: cfg.rerun_when_worker_disappears,
         streaming: cfg.streaming.parse(encoding)?,
@@ -195,10 +208,14 @@ pub async fn start_web(
         tokens: auth::Tokens {
             admin: cfg.admin_token.clone(),
             teams: cfg.teams.clone(),
-            registration_key: cfg.registration_key.clone(),
+            registration_key,
             metrics_public: cfg.metrics_public,
         },
-        limits: limits::Limits::new(cfg.max_artifact_bytes, cfg.builds_per_team_per_minute),
+        limits: limits::Limits::new(cfg.max_artifact_bytes, cfg.builds_per_team_per_minute)
+            .with_body_pace(body_pace::BodyPace {
+                timeout: std::time::Duration::from_secs(cfg.request_body_timeout_secs.max(1)),
+                min_bytes_per_sec: cfg.request_body_min_bytes_per_sec,
+            }),
     });
     let max_body = usize::try_from(cfg.max_request_body_bytes).unwrap_or(usize::MAX);
     let server = HttpServer::new(move || {
@@ -209,11 +226,20 @@ pub async fn start_web(
                     .limit(max_body)
                     .error_handler(error::json_error_handler),
             )
+            // Bodies read whole (`web::Bytes`) have the same limit as JSON ones.
+            .app_data(web::PayloadConfig::new(max_body))
             .app_data(
                 web::PathConfig::default()
                     .error_handler(|e, _| ApiError::bad_request(e.to_string()).into()),
             )
+            .app_data(web::QueryConfig::default().error_handler(error::query_error_handler))
             .wrap(actix_web::middleware::from_fn(auth::identify))
+            .wrap(actix_web::middleware::from_fn(body_pace::pace))
+            // Outermost: any error answer that is not JSON yet becomes JSON.
+            .wrap(
+                actix_web::middleware::ErrorHandlers::new()
+                    .default_handler(move |res| error::to_json(res, max_body)),
+            )
             .configure(routes::register)
             .default_service(web::to(not_found))
     })

@@ -45,6 +45,7 @@ routes! {
     get "/api/v1/jobs" => api_jobs::list;
     get "/api/v1/web-nodes" => api_jobs::web_nodes;
     post "/api/v1/workers/register" => api_workers::register;
+    post "/api/v1/workers/prune" => api_workers::prune_by_name;
     post "/api/v1/workers/{name}/heartbeat" => api_workers::heartbeat;
     post "/api/v1/workers/{name}/land" => api_workers::land;
     post "/api/v1/workers/{name}/retire" => api_workers::retire;

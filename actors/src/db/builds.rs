@@ -90,6 +90,24 @@ pub struct BuildRow {
     pub finished_at: Option<i64>,
 }
 
+/// Which builds a page lists (`GET /api/v1/builds`): every filter given
+/// must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BuildQuery {
+    /// Only this team's builds.
+    pub team: Option<String>,
+    /// Only builds in this status.
+    pub status: Option<BuildStatus>,
+    /// Only builds of this pipeline's jobs.
+    pub pipeline: Option<String>,
+    /// Only builds of a job of this name.
+    pub job: Option<String>,
+    /// Only builds with a smaller id (the cursor: the last id of the page before).
+    pub before: Option<i64>,
+    /// At most this many builds.
+    pub limit: i64,
+}
+
 type Raw = (
     i64,
     String,
@@ -208,6 +226,33 @@ impl Db {
                 .await?
             }
         };
+        Ok(rows.into_iter().map(decode).collect())
+    }
+
+    /// One page of builds, newest first: those matching every filter of
+    /// `query`, with ids below its `before` cursor, at most `limit`.
+    pub async fn list_builds_page(&self, query: &BuildQuery) -> Result<Vec<BuildRow>, EngineError> {
+        // The cursor is an integer, formatted here: a text bind does not
+        // compare with a BIGINT on PostgreSQL.
+        let before = query.before.map(|id| format!("id < {id}"));
+        let (filter, texts) = super::where_given(
+            &[
+                ("team =", query.team.as_deref()),
+                ("status =", query.status.map(|s| s.as_str())),
+                ("pipeline =", query.pipeline.as_deref()),
+                ("job =", query.job.as_deref()),
+            ],
+            before,
+        );
+        let sql = format!(
+            "SELECT {COLUMNS} FROM builds {filter} ORDER BY id DESC LIMIT {}",
+            query.limit.max(0)
+        );
+        let mut q = sqlx::query_as::<_, Raw>(&sql);
+        for t in texts {
+            q = q.bind(t);
+        }
+        let rows = q.fetch_all(self.pool()).await?;
         Ok(rows.into_iter().map(decode).collect())
     }
 

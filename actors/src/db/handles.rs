@@ -203,11 +203,39 @@ impl Db {
         }
     }
 
+    /// One page of a table's rows (of one team, when given), by handle: at
+    /// most `limit` rows whose handles sort after the cursor `after` (the
+    /// last handle of the page before).
+    pub async fn list_handles_page(
+        &self,
+        kind: HandleKind,
+        team: Option<&str>,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<HandleRow>, EngineError> {
+        let (filter, binds) = super::where_given(&[("team =", team), ("handle >", after)], None);
+        let order = format!("ORDER BY handle LIMIT {}", limit.max(0));
+        self.select_handles_in(kind, &filter, &order, &binds).await
+    }
+
     /// Rows matching a `WHERE` clause (string binds), oldest first.
     async fn select_handles(
         &self,
         kind: HandleKind,
         filter: &str,
+        binds: &[&str],
+    ) -> Result<Vec<HandleRow>, EngineError> {
+        self.select_handles_in(kind, filter, "ORDER BY created_at, handle", binds)
+            .await
+    }
+
+    /// Rows matching a `WHERE` clause (string binds), in `order` (an
+    /// `ORDER BY`, and a `LIMIT` if any).
+    async fn select_handles_in(
+        &self,
+        kind: HandleKind,
+        filter: &str,
+        order: &str,
         binds: &[&str],
     ) -> Result<Vec<HandleRow>, EngineError> {
         type Raw = (
@@ -227,7 +255,7 @@ impl Db {
             HandleKind::Container => "CAST(NULL AS TEXT)",
         };
         let sql = format!(
-            "SELECT handle, worker, state, sequence, build_id, step, team, {artifact}, missing_since FROM {} {filter} ORDER BY created_at, handle",
+            "SELECT handle, worker, state, sequence, build_id, step, team, {artifact}, missing_since FROM {} {filter} {order}",
             kind.table()
         );
         let mut q = sqlx::query_as::<_, Raw>(&sql);

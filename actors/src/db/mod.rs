@@ -22,7 +22,7 @@ mod web_nodes;
 mod workers;
 
 pub use artifacts::ArtifactRow;
-pub use builds::{BuildRow, BuildStatus};
+pub use builds::{BuildQuery, BuildRow, BuildStatus};
 pub use gc_collect::{ArtifactCutoffs, ReleasedArtifact, ReleasedHandle, StaleResourceCache};
 pub use gc_sweep::{SweepRow, SweepWrites};
 pub use handles::{ArtifactCopy, HandleKind, HandleRow};
@@ -217,4 +217,28 @@ pub(crate) async fn test_db() -> (Db, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}/t.db?mode=rwc", dir.path().display());
     (Db::connect(&url).await.expect("connect"), dir)
+}
+
+/// A `WHERE` clause (empty when no value is given) of one condition per
+/// given value: each `(left, value)` becomes `left $N`, `left` ending in
+/// its operator (`"team ="`), with the values to bind in order. `extra`
+/// conditions (with no bind) are added as they are.
+pub(crate) fn where_given<'a>(
+    pairs: &[(&str, Option<&'a str>)],
+    extra: Option<String>,
+) -> (String, Vec<&'a str>) {
+    let mut conditions = Vec::new();
+    let mut binds = Vec::new();
+    for (left, value) in pairs {
+        if let Some(v) = value {
+            binds.push(*v);
+            conditions.push(format!("{left} ${}", binds.len()));
+        }
+    }
+    conditions.extend(extra);
+    if conditions.is_empty() {
+        (String::new(), binds)
+    } else {
+        (format!("WHERE {}", conditions.join(" AND ")), binds)
+    }
 }

@@ -149,6 +149,30 @@ impl Db {
         Ok(rows.into_iter().map(token_row).collect())
     }
 
+    /// One page of tokens (of `team` only, when given) by id: at most
+    /// `limit` whose ids sort after the cursor `after`.
+    pub async fn list_tokens_page(
+        &self,
+        team: Option<&str>,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<TokenRow>, EngineError> {
+        let (filter, binds) = super::where_given(&[("team =", team), ("id >", after)], None);
+        let sql = format!(
+            "SELECT {TOKEN_COLUMNS} FROM api_tokens {filter} ORDER BY id LIMIT {}",
+            limit.max(0)
+        );
+        let mut q = sqlx::query_as::<_, TokenTuple>(&sql);
+        for b in binds {
+            q = q.bind(b);
+        }
+        Ok(q.fetch_all(self.pool())
+            .await?
+            .into_iter()
+            .map(token_row)
+            .collect())
+    }
+
     /// Revokes token `id` at `now`; answers whether it was valid until then.
     pub async fn revoke_token(&self, id: &str, now: i64) -> Result<bool, EngineError> {
         let done = sqlx::query(

@@ -4,7 +4,7 @@ use actix::prelude::*;
 
 use super::Engine;
 use crate::build::{Build, CheckPlan, JobPlan, OneOffPlan};
-use crate::db::BuildRow;
+use crate::db::{BuildQuery, BuildRow};
 use crate::error::EngineError;
 use crate::event_follow::{self, StoredEvent};
 use crate::pipeline::Vars;
@@ -194,6 +194,11 @@ impl Engine {
         limit: i64,
     ) -> Result<Vec<BuildRow>, EngineError> {
         self.db.list_builds(team, limit).await
+    }
+
+    /// One page of builds, newest first (see [`BuildQuery`]).
+    pub async fn list_builds_page(&self, query: &BuildQuery) -> Result<Vec<BuildRow>, EngineError> {
+        self.db.list_builds_page(query).await
     }
 
     /// How many builds there are in each status.

@@ -17,6 +17,18 @@ impl Engine {
         self.db.list_handles(kind, team).await
     }
 
+    /// One page of container or volume rows (of one team, when given), by
+    /// handle: at most `limit` after the handle `after`.
+    pub async fn list_handles_page(
+        &self,
+        kind: HandleKind,
+        team: Option<&str>,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<HandleRow>, EngineError> {
+        self.db.list_handles_page(kind, team, after, limit).await
+    }
+
     /// How many containers or volumes each worker has in each state.
     pub async fn count_handles(
         &self,

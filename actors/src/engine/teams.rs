@@ -153,6 +153,17 @@ impl Engine {
         self.db.list_tokens(team).await
     }
 
+    /// One page of tokens (of `team` only, when given) by id, without
+    /// secrets: at most `limit` after the id `after`.
+    pub async fn tokens_page(
+        &self,
+        team: Option<&str>,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<TokenRow>, EngineError> {
+        self.db.list_tokens_page(team, after, limit).await
+    }
+
     /// Revokes token `id`.
     pub async fn revoke_token(&self, id: &str) -> Result<(), EngineError> {
         match self.db.token(id).await? {

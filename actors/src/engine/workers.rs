@@ -46,6 +46,16 @@ impl Engine {
         Ok(views)
     }
 
+    /// The incarnation worker `name` registered with, if it is registered:
+    /// what a worker acting on itself proves it is with.
+    pub async fn worker_incarnation(&self, name: &str) -> Result<Option<String>, EngineError> {
+        Ok(self
+            .db
+            .get_worker(name)
+            .await?
+            .map(|row| row.registration.incarnation))
+    }
+
     /// Lands, retires or prunes a worker; answers its new state.
     pub async fn worker_lifecycle(
         &self,

@@ -127,7 +127,7 @@ impl Fleet {
                     &exe,
                     &worker_name,
                     &format!("http://{}", web.addr),
-                    &web_cfg.registration_key,
+                    &web_cfg.effective_registration_key()?,
                     base,
                 )?;
                 fleet.processes.push(p);

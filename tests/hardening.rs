@@ -1,0 +1,534 @@
+//! End to end: the hardening of the web node. No default or empty
+//! registration key on a guarded node, and a worker acts only on itself;
+//! registrations are bounded; every write route answers bad bodies with
+//! JSON 4xx; slow bodies are cut off while other requests go on; the
+//! quickstart makes its own key.
+
+mod common;
+
+use std::io::{Read as _, Write as _};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+const ADMIN: &str = "adm1n";
+const KEY: &str = "k3y";
+
+/// A `gantry web` with the admin token and `extra` config lines, and the
+/// registration key `k3y` (as every test web node).
+fn guarded_web(dir: &std::path::Path, extra: &str) -> Server {
+    start_web(
+        dir,
+        &TestDb::new(DbKind::Sqlite),
+        &format!("[web]\nadmin_token = \"{ADMIN}\"\n{extra}"),
+    )
+}
+
+/// Asserts an answer is a 4xx (or `status`, when given) with a JSON
+/// `{"error": "..."}` body; returns the message.
+fn json_error(resp: reqwest::blocking::Response, what: &str, status: Option<u16>) -> String {
+    let code = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let body = resp.text().unwrap_or_default();
+    match status {
+        Some(s) => assert_eq!(code, s, "{what}: {body}"),
+        None => assert!((400..500).contains(&code), "{what}: {code} {body}"),
+    }
+    assert!(
+        content_type.starts_with("application/json"),
+        "{what}: {code} answered {content_type:?}: {body:?}"
+    );
+    let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{what}: {body:?}: {e}"));
+    v["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{what}: no error string: {body}"))
+        .to_string()
+}
+
+/// A registration as a worker sends it, with `name`.
+fn registration(name: &str) -> Value {
+    json!({
+        "name": name,
+        "agent_url": "http://127.0.0.1:9",
+        "agent_token": "t",
+        "platform": "linux",
+        "version": env!("CARGO_PKG_VERSION"),
+        "backend": "local",
+        "incarnation": "i-1",
+        "heartbeat_interval_secs": 30,
+    })
+}
+
+fn admin_workers(http: &reqwest::blocking::Client, url: &str) -> Vec<Value> {
+    http.get(format!("{url}/api/v1/workers"))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap()
+        .json::<Vec<Value>>()
+        .unwrap()
+}
+
+#[test]
+fn a_guarded_node_refuses_to_start_without_a_key_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    for (listen, token, key) in [
+        ("127.0.0.1:0", Some(ADMIN), None),
+        ("127.0.0.1:0", Some(ADMIN), Some("gantry-dev-key")),
+        ("127.0.0.1:0", Some(ADMIN), Some("")),
+        ("0.0.0.0:0", Some(ADMIN), None),
+    ] {
+        let mut cmd = gantry();
+        cmd.args(["web", "--listen", listen])
+            .arg("--data-dir")
+            .arg(dir.path().join("web"));
+        if let Some(t) = token {
+            cmd.args(["--admin-token", t]);
+        }
+        if let Some(k) = key {
+            cmd.args(["--registration-key", k]);
+        }
+        let out = cmd.output().unwrap();
+        let err = one_error_line(&out);
+        assert!(
+            err.contains("--registration-key"),
+            "{listen} {key:?}: {err}"
+        );
+        // Nothing was written: no database was made.
+        assert!(!dir.path().join("web").join("gantry.db").exists(), "{err}");
+    }
+}
+
+#[test]
+fn workers_need_the_key_and_a_worker_cannot_land_or_retire_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let web = guarded_web(dir.path(), "");
+    let http = reqwest::blocking::Client::new();
+    let register = format!("{}/api/v1/workers/register", web.url);
+    // The published default key, and no key, are refused.
+    for key in [Some("gantry-dev-key"), None, Some("")] {
+        let mut req = http.post(&register).json(&registration("evil"));
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        let e = json_error(req.send().unwrap(), &format!("key {key:?}"), Some(401));
+        assert!(e.contains("registration key"), "{e}");
+    }
+    assert!(admin_workers(&http, &web.url).is_empty());
+
+    let mut w1 = start_worker(dir.path(), &web.url, "w1", worker_backend());
+    let _w2 = start_worker(dir.path(), &web.url, "w2", worker_backend());
+    wait_for("two running workers", Duration::from_secs(60), || {
+        let w = admin_workers(&http, &web.url);
+        (w.iter().filter(|w| w["state"] == "running").count() == 2).then_some(())
+    });
+    // The key alone lands, retires or prunes no other worker.
+    for action in ["land", "retire"] {
+        for body in ["{}", r#"{"incarnation": "a-guess"}"#] {
+            let resp = http
+                .post(format!("{}/api/v1/workers/w2/{action}", web.url))
+                .bearer_auth(KEY)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .unwrap();
+            let e = json_error(resp, &format!("{action} with {body}"), Some(403));
+            assert!(e.contains("only itself"), "{e}");
+        }
+    }
+    let resp = http
+        .post(format!("{}/api/v1/workers/prune", web.url))
+        .bearer_auth(KEY)
+        .json(&json!({"name": "w2"}))
+        .send()
+        .unwrap();
+    json_error(resp, "prune with the key", Some(403));
+    let w2 = admin_workers(&http, &web.url)
+        .into_iter()
+        .find(|w| w["name"] == "w2")
+        .unwrap();
+    assert_eq!(w2["state"], "running", "{w2}");
+
+    // A worker lands itself (its incarnation proves it) on SIGTERM.
+    // SAFETY: signalling a child this test started.
+    unsafe { libc::kill(w1.child.id() as i32, libc::SIGTERM) };
+    wait_for("w1 landed by itself", Duration::from_secs(30), || {
+        let w = admin_workers(&http, &web.url);
+        w.iter()
+            .any(|w| w["name"] == "w1" && w["state"] == "landed")
+            .then_some(())
+    });
+    let status = wait_child(&mut w1.child, Duration::from_secs(30));
+    assert!(status.success(), "w1 exited with {status}");
+    // The admin lands any worker.
+    let resp = http
+        .post(format!("{}/api/v1/workers/w2/land", web.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+}
+
+#[test]
+fn bad_registrations_are_refused_with_json_and_nothing_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let web = guarded_web(dir.path(), "");
+    let http = reqwest::blocking::Client::new();
+    let register = format!("{}/api/v1/workers/register", web.url);
+    let mut huge_interval = registration("w");
+    huge_interval["heartbeat_interval_secs"] = json!(i64::MAX);
+    let mut unknown = registration("w");
+    unknown["capabilities"] = json!(["root"]);
+    let mut long_tag = registration("w");
+    long_tag["tags"] = json!(["t".repeat(100_000)]);
+    let json_bodies = [
+        (
+            "a 100 KB name",
+            registration(&"n".repeat(100_000)),
+            "worker name",
+        ),
+        ("a huge interval", huge_interval, "heartbeat_interval_secs"),
+        ("an unknown field", unknown, "capabilities"),
+        ("a 100 KB tag", long_tag, "tags"),
+    ];
+    for (what, body, named) in json_bodies {
+        let resp = http
+            .post(&register)
+            .bearer_auth(KEY)
+            .json(&body)
+            .send()
+            .unwrap();
+        let e = json_error(resp, what, Some(400));
+        assert!(e.contains(named), "{what}: {e}");
+        assert!(e.len() < 300, "{what}: the message repeats the input: {e}");
+    }
+    let good = serde_json::to_string(&registration("w")).unwrap();
+    let raw_bodies = [
+        ("a text body", "text/plain", good.clone(), 415),
+        ("no content type", "", good, 415),
+        (
+            "truncated JSON",
+            "application/json",
+            r#"{"name": "w", "#.to_string(),
+            400,
+        ),
+        (
+            "not an object",
+            "application/json",
+            "[1, 2]".to_string(),
+            400,
+        ),
+    ];
+    for (what, content_type, body, status) in raw_bodies {
+        let mut req = http.post(&register).bearer_auth(KEY).body(body);
+        if !content_type.is_empty() {
+            req = req.header("content-type", content_type);
+        }
+        json_error(req.send().unwrap(), what, Some(status));
+    }
+    // A heartbeat is bounded as well.
+    let resp = http
+        .post(format!("{}/api/v1/workers/w/heartbeat", web.url))
+        .bearer_auth(KEY)
+        .json(&json!({"incarnation": "i".repeat(100_000), "containers": 0, "volumes": 0}))
+        .send()
+        .unwrap();
+    json_error(resp, "a heartbeat with a 100 KB incarnation", Some(400));
+    assert!(
+        admin_workers(&http, &web.url).is_empty(),
+        "a refused registration was stored"
+    );
+    // The CLI refuses a bad name before it asks.
+    let out = gantry()
+        .args(["worker", "--name", "a/b", "--web", &web.url])
+        .args(["--registration-key", KEY, "--listen", "127.0.0.1:0"])
+        .arg("--work-dir")
+        .arg(dir.path().join("bad"))
+        .output()
+        .unwrap();
+    let err = one_error_line(&out);
+    assert!(err.contains("worker name"), "{err}");
+}
+
+/// Fills a route's path parameters with values that exist or are at least
+/// well formed.
+fn fill(path: &str) -> String {
+    path.split('/')
+        .map(|s| match s {
+            "{team}" => "main",
+            "{name}" => "w",
+            s if s.starts_with('{') => "4242",
+            s => s,
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+#[test]
+fn every_write_route_answers_bad_bodies_with_json_4xx() {
+    let dir = tempfile::tempdir().unwrap();
+    // Small limits, so an oversize body is quick to send.
+    let web = guarded_web(
+        dir.path(),
+        "max_request_body_bytes = 65536\nmax_artifact_bytes = 65536\n",
+    );
+    let http = reqwest::blocking::Client::new();
+    let doc: Value = http
+        .get(format!("{}/api/v1/openapi.json", web.url))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let oversize = format!("{{\"x\": \"{}\"}}", "a".repeat(100_000));
+    let bodies = [
+        ("an oversize body", oversize.as_str()),
+        ("truncated JSON", r#"{"name": "#),
+        (
+            "wrong types",
+            r#"{"name": 5, "config": "x", "incarnation": [1], "expires_in_secs": "soon", "step": {}}"#,
+        ),
+        ("a string", r#""just a string""#),
+    ];
+    let mut routes = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in ["post", "put", "delete"] {
+            if item.get(method).is_none() {
+                continue;
+            }
+            routes += 1;
+            // The workers' own routes take the registration key.
+            let worker_route = ["/register", "/heartbeat", "/sweep", "/report"]
+                .iter()
+                .any(|r| path.ends_with(r));
+            let token = if worker_route { KEY } else { ADMIN };
+            let url = format!("{}{}", web.url, fill(path));
+            for (what, body) in &bodies {
+                let req = match method {
+                    "post" => http.post(&url),
+                    "put" => http.put(&url),
+                    _ => http.delete(&url),
+                };
+                let resp = req
+                    .bearer_auth(token)
+                    .header("content-type", "application/json")
+                    .body(body.to_string())
+                    .send()
+                    .unwrap();
+                let code = resp.status().as_u16();
+                if *what == "an oversize body" && !path.contains("{id}") {
+                    // Routes of a missing build answer 404 before reading.
+                    assert!(
+                        code == 413 || code == 400 || code == 404,
+                        "{method} {path}: {what} answered {code}"
+                    );
+                }
+                json_error(resp, &format!("{method} {path} with {what}"), None);
+            }
+        }
+    }
+    assert!(routes >= 15, "only {routes} write routes");
+    // Query errors are JSON too.
+    for query in ["limit=abc", "limit=0", "limit=100000", "bogus=1", "cursor="] {
+        let resp = http
+            .get(format!("{}/api/v1/builds?{query}", web.url))
+            .bearer_auth(ADMIN)
+            .send()
+            .unwrap();
+        json_error(resp, query, Some(400));
+    }
+    let resp = http
+        .post(format!(
+            "{}/api/v1/teams/main/artifacts?kind={}",
+            web.url,
+            "k".repeat(10_000)
+        ))
+        .bearer_auth(ADMIN)
+        .body("x")
+        .send()
+        .unwrap();
+    json_error(resp, "an artifact of a 10 KB kind", Some(400));
+}
+
+#[test]
+fn tokens_teams_and_builds_refuse_values_out_of_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let web = guarded_web(dir.path(), "");
+    let http = reqwest::blocking::Client::new();
+    let token = |body: Value| {
+        http.post(format!("{}/api/v1/teams/main/tokens", web.url))
+            .bearer_auth(ADMIN)
+            .json(&body)
+            .send()
+            .unwrap()
+    };
+    let e = json_error(
+        token(json!({"expires_in_secs": i64::MAX})),
+        "expiry",
+        Some(400),
+    );
+    assert!(e.contains("expires_in_secs"), "{e}");
+    let e = json_error(
+        token(json!({"description": "d".repeat(70_000)})),
+        "description",
+        Some(400),
+    );
+    assert!(e.contains("description"), "{e}");
+    let resp = http
+        .put(format!("{}/api/v1/teams/x", web.url))
+        .bearer_auth(ADMIN)
+        .body("z".repeat(20 << 20))
+        .send()
+        .unwrap();
+    json_error(resp, "a 20 MB team body", Some(413));
+    let resp = http
+        .put(format!("{}/api/v1/teams/x", web.url))
+        .bearer_auth(ADMIN)
+        .json(&json!({"members": ["a"]}))
+        .send()
+        .unwrap();
+    json_error(resp, "a team body", Some(400));
+    let task = json!({"platform": "linux", "run": {"path": "true"}});
+    for (field, value) in [
+        ("timeout_secs", json!(i64::MAX)),
+        ("tags", json!(["t".repeat(100_000)])),
+        ("image", json!("i".repeat(100_000))),
+    ] {
+        let mut body = json!({"config": task});
+        body[field] = value;
+        let resp = http
+            .post(format!("{}/api/v1/teams/main/builds", web.url))
+            .bearer_auth(ADMIN)
+            .json(&body)
+            .send()
+            .unwrap();
+        let e = json_error(resp, field, Some(400));
+        assert!(e.contains(&field[..3]), "{field}: {e}");
+    }
+    // Nothing of it was stored.
+    let tokens: Vec<Value> = http
+        .get(format!("{}/api/v1/tokens", web.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert!(tokens.is_empty(), "{tokens:?}");
+    let builds: Vec<Value> = http
+        .get(format!("{}/api/v1/builds", web.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert!(builds.is_empty(), "{builds:?}");
+}
+
+/// Sends `head`, then the body a byte every `gap`, until the server
+/// answers or closes; returns what it answered and when.
+fn trickle(addr: &str, head: &str, gap: Duration) -> (String, Duration) {
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(gap)).unwrap();
+    let started = Instant::now();
+    conn.write_all(head.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while started.elapsed() < Duration::from_secs(60) {
+        match conn.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                if !answer.is_empty() {
+                    break;
+                }
+                if conn.write_all(b" ").is_err() {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    (
+        String::from_utf8_lossy(&answer).into_owned(),
+        started.elapsed(),
+    )
+}
+
+#[test]
+fn a_slow_body_is_cut_off_while_other_requests_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let web = guarded_web(dir.path(), "request_body_timeout_secs = 2\n");
+    let addr = web.url.trim_start_matches("http://").to_string();
+    let head = format!(
+        "POST /api/v1/workers/register HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {KEY}\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n{{"
+    );
+    let slow = {
+        let addr = addr.clone();
+        std::thread::spawn(move || trickle(&addr, &head, Duration::from_millis(200)))
+    };
+    // Meanwhile the node answers others at once.
+    let http = reqwest::blocking::Client::new();
+    let mut slowest = Duration::ZERO;
+    while !slow.is_finished() {
+        let t = Instant::now();
+        let resp = http.get(format!("{}/healthz", web.url)).send().unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        slowest = slowest.max(t.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (answer, took) = slow.join().unwrap();
+    println!("slow body cut off after {took:?}; slowest other request {slowest:?}");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    assert!(
+        answer.contains("application/json") && answer.contains("too slowly"),
+        "{answer}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(5),
+        "cut off after {took:?}"
+    );
+    assert!(slowest < Duration::from_secs(1), "{slowest:?}");
+    // A body at a normal pace is not cut off.
+    let resp = http
+        .post(format!("{}/api/v1/workers/register", web.url))
+        .bearer_auth(KEY)
+        .json(&registration("paced"))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+}
+
+#[test]
+fn quickstart_makes_a_key_of_its_own_for_outside_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let qs = quickstart(dir.path(), &db, &[]);
+    let key = std::fs::read_to_string(dir.path().join("data").join("registration-key")).unwrap();
+    let key = key.trim();
+    assert_eq!(key.len(), 64, "{key}");
+    let http = reqwest::blocking::Client::new();
+    let register = format!("{}/api/v1/workers/register", qs.url);
+    let resp = http
+        .post(&register)
+        .bearer_auth("gantry-dev-key")
+        .json(&registration("outside"))
+        .send()
+        .unwrap();
+    json_error(resp, "the published key", Some(401));
+    let resp = http
+        .post(&register)
+        .bearer_auth(key)
+        .json(&registration("outside"))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+}
