@@ -34,8 +34,13 @@ pub const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// How long the feed may stay silent before it sends a keep-alive comment.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// How many of the latest builds a snapshot lists.
+/// How many of the latest builds a snapshot lists (the page shows older
+/// ones a page at a time from `GET /api/v1/builds`).
 const BUILDS: i64 = 50;
+
+/// How many containers and how many volumes a snapshot lists at most, so a
+/// frame stays small on a large fleet (the CLI lists them all).
+const HANDLES: i64 = 200;
 
 /// What the dashboard shows of the fleet at one moment.
 #[derive(Debug, Clone, Serialize)]
@@ -50,6 +55,8 @@ pub struct Snapshot {
     pub containers: Vec<HandleRow>,
     /// The volumes the viewer may see, with their owners.
     pub volumes: Vec<HandleRow>,
+    /// Whether there were more containers or volumes than a snapshot lists.
+    pub handles_cut: bool,
     /// The garbage collector's state.
     pub gc: GcState,
     /// The web nodes sharing the database.
@@ -197,12 +204,19 @@ impl Snapshot {
             .into_iter()
             .map(BuildEntry::of)
             .collect();
+        let containers = engine
+            .list_handles_page(HandleKind::Container, team, None, HANDLES + 1)
+            .await?;
+        let volumes = engine
+            .list_handles_page(HandleKind::Volume, team, None, HANDLES + 1)
+            .await?;
         Ok(Snapshot {
             viewer: team.map_or_else(|| "admin".to_string(), |t| format!("team {t}")),
             workers,
             builds,
-            containers: engine.list_handles(HandleKind::Container, team).await?,
-            volumes: engine.list_handles(HandleKind::Volume, team).await?,
+            handles_cut: containers.len() > HANDLES as usize || volumes.len() > HANDLES as usize,
+            containers: containers.into_iter().take(HANDLES as usize).collect(),
+            volumes: volumes.into_iter().take(HANDLES as usize).collect(),
             gc: gc_state(engine).await?,
             web_nodes: engine
                 .web_nodes()

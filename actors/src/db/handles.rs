@@ -191,18 +191,6 @@ impl Db {
             .pop())
     }
 
-    /// Every row of a table, optionally of one team, oldest first.
-    pub async fn list_handles(
-        &self,
-        kind: HandleKind,
-        team: Option<&str>,
-    ) -> Result<Vec<HandleRow>, EngineError> {
-        match team {
-            Some(t) => self.select_handles(kind, "WHERE team = $1", &[t]).await,
-            None => self.select_handles(kind, "", &[]).await,
-        }
-    }
-
     /// One page of a table's rows (of one team, when given), by handle: at
     /// most `limit` rows whose handles sort after the cursor `after` (the
     /// last handle of the page before).

@@ -8,15 +8,6 @@ use crate::intercept::InterceptGuard;
 use crate::state::HandleState;
 
 impl Engine {
-    /// Every container or volume row, of one team or of all, oldest first.
-    pub async fn list_handles(
-        &self,
-        kind: HandleKind,
-        team: Option<&str>,
-    ) -> Result<Vec<HandleRow>, EngineError> {
-        self.db.list_handles(kind, team).await
-    }
-
     /// One page of container or volume rows (of one team, when given), by
     /// handle: at most `limit` after the handle `after`.
     pub async fn list_handles_page(

@@ -148,11 +148,6 @@ impl Engine {
         Ok(NewToken { token, row })
     }
 
-    /// Every token (of `team` only, when given), without secrets.
-    pub async fn tokens(&self, team: Option<&str>) -> Result<Vec<TokenRow>, EngineError> {
-        self.db.list_tokens(team).await
-    }
-
     /// One page of tokens (of `team` only, when given) by id, without
     /// secrets: at most `limit` after the id `after`.
     pub async fn tokens_page(

@@ -61,8 +61,28 @@ function setLive(state, text) {
 
 // ---------------------------------------------------------------- overview
 
+// The live list holds the newest builds; older ones are read a page at a
+// time from the paged API (`Link: <...>; rel="next"`), below it.
+let olderCursor = null;
+async function moreBuilds() {
+  const button = $("more-builds");
+  if (olderCursor === null) {
+    const shown = [...document.querySelectorAll("#builds tr[data-build]")].map((r) => +r.dataset.build);
+    if (!shown.length) return;
+    olderCursor = Math.min(...shown);
+  }
+  const r = await fetch(`/api/v1/builds?limit=50&cursor=${olderCursor}`, { headers: authHeaders });
+  if (!r.ok) { button.textContent = "older builds: " + (await r.json()).error; return; }
+  const page = await r.json();
+  $("older-builds").insertAdjacentHTML("beforeend", page.map(buildRow).join(""));
+  if (page.length) olderCursor = page[page.length - 1].id;
+  button.hidden = !r.headers.get("link");
+  tick();
+}
+
 function overview() {
   $("overview").hidden = false;
+  $("more-builds").onclick = moreBuilds;
   const url = "/api/v1/dashboard/events" + (token ? "?token=" + encodeURIComponent(token) : "");
   const feed = new EventSource(url);
   feed.onopen = () => setLive(true, "live");
@@ -90,7 +110,8 @@ function renderFleet(f) {
       f.builds.map(buildRow).join("")
     : `<tr><td class="muted">No builds yet.</td></tr>`;
   $("gc").innerHTML = gcPanel(f.gc);
-  $("handles").innerHTML = handlesByWorker(f);
+  $("handles").innerHTML = handlesByWorker(f) +
+    (f.handles_cut ? `<p class="muted">Showing the first ${f.containers.length} containers and ${f.volumes.length} volumes: <code>gantry containers</code> and <code>gantry volumes</code> list them all.</p>` : "");
   tick();
 }
 
