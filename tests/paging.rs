@@ -164,6 +164,35 @@ fn builds_are_paged_filtered_and_listed_by_the_cli(kind: DbKind) {
         .unwrap();
     assert_eq!(resp.json::<Vec<Value>>().unwrap().len(), RED);
 
+    // A build's events resume after a cursor (the seq of the last one read).
+    let events = |query: &str| {
+        let resp = http
+            .get(format!(
+                "{}/api/v1/builds/{}/events{query}",
+                web.url, succeeded[0]
+            ))
+            .bearer_auth(ADMIN)
+            .send()
+            .unwrap();
+        (resp.status().as_u16(), resp.text().unwrap())
+    };
+    let seqs = |text: &str| -> Vec<i64> {
+        text.lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["seq"]
+                    .as_i64()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let (_, whole) = events("");
+    let whole = seqs(&whole);
+    assert!(whole.len() >= 3, "{whole:?}");
+    let (_, tail) = events("?after=2");
+    assert_eq!(seqs(&tail), whole[2..]);
+    assert_eq!(events("?after=-1").0, 400);
+    assert_eq!(events("?from=2").0, 400);
+
     // Containers, volumes, workers and tokens page the same way.
     for route in [
         "containers",

@@ -26,14 +26,24 @@ const ROW_CHECK: Duration = Duration::from_secs(1);
 /// gives up waiting for its final event.
 const FINISHED_CHECKS: u32 = 3;
 
-/// Follows build `id` (which must exist) on a task of its own; the receiver
-/// yields its events in order and ends after the final one, after an error,
-/// or when the build ended without one. Dropping the receiver stops it.
-pub fn follow(db: Db, hub: EventHub, id: i64) -> mpsc::Receiver<Result<StoredEvent, EngineError>> {
+/// How many stored events a follower reads at once (a long log is read a
+/// page at a time, never whole).
+const EVENTS_PAGE: i64 = 1000;
+
+/// Follows build `id` (which must exist) from after its event `after` (0:
+/// from the start) on a task of its own; the receiver yields its events in
+/// order and ends after the final one, after an error, or when the build
+/// ended without one. Dropping the receiver stops it.
+pub fn follow(
+    db: Db,
+    hub: EventHub,
+    id: i64,
+    after: i64,
+) -> mpsc::Receiver<Result<StoredEvent, EngineError>> {
     // Subscribe before reading what is stored, so nothing falls between.
     let rx = hub.subscribe(id);
     let (tx, out) = mpsc::channel(64);
-    tokio::spawn(Follower { db, hub, id, tx }.run(rx));
+    tokio::spawn(Follower { db, hub, id, tx }.run(rx, after.max(0)));
     out
 }
 
@@ -53,18 +63,19 @@ impl Follower {
     /// Sends stored events after the last one sent, then live ones; reads
     /// the database again whenever the live channel skipped (lag) so no event
     /// is lost or repeated.
-    async fn run(self, mut rx: broadcast::Receiver<SequencedEvent>) {
-        let mut last = 0i64;
+    async fn run(self, mut rx: broadcast::Receiver<SequencedEvent>, after: i64) {
+        let mut last = after;
         let mut tick = tokio::time::interval(ROW_CHECK);
         let mut finished_checks = 0;
         loop {
-            let stored = match self.db.build_events_after(self.id, last).await {
+            let stored = match self.db.build_events_page(self.id, last, EVENTS_PAGE).await {
                 Ok(s) => s,
                 Err(e) => {
                     let _ = self.tx.send(Err(e)).await;
                     return;
                 }
             };
+            let full_page = stored.len() as i64 == EVENTS_PAGE;
             for (seq, json) in stored {
                 last = seq;
                 let is_final =
@@ -75,6 +86,10 @@ impl Follower {
                 if !self.send(seq, json).await || is_final {
                     return;
                 }
+            }
+            if full_page {
+                // More is stored: read the next page before going live.
+                continue;
             }
             loop {
                 let got = tokio::select! {
@@ -104,9 +119,18 @@ impl Follower {
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
                     Err(broadcast::error::RecvError::Closed) => {
                         // The build finished before we subscribed: flush what is stored.
-                        if let Ok(stored) = self.db.build_events_after(self.id, last).await {
+                        while let Ok(stored) =
+                            self.db.build_events_page(self.id, last, EVENTS_PAGE).await
+                        {
+                            let full_page = stored.len() as i64 == EVENTS_PAGE;
                             for (seq, json) in stored {
-                                self.send(seq, json).await;
+                                last = seq;
+                                if !self.send(seq, json).await {
+                                    return;
+                                }
+                            }
+                            if !full_page {
+                                break;
                             }
                         }
                         self.hub.forget(self.id);
@@ -120,5 +144,50 @@ impl Follower {
     /// Sends one event; false when the receiver is gone.
     async fn send(&self, seq: i64, json: String) -> bool {
         self.tx.send(Ok(StoredEvent { seq, json })).await.is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::BuildStatus;
+    use crate::events::EventSink;
+
+    /// A finished build of `n` events (the last one final).
+    async fn finished_build(db: &Db, hub: &EventHub, n: usize) -> i64 {
+        let id = db
+            .create_build("main", &serde_json::json!({}), "a")
+            .await
+            .unwrap();
+        let mut sink = EventSink::new(id, db.clone(), hub.clone());
+        for _ in 1..n {
+            sink.emit(&BuildEvent::status(BuildStatus::Started, None))
+                .await
+                .unwrap();
+        }
+        sink.emit(&BuildEvent::status(BuildStatus::Succeeded, Some(0)))
+            .await
+            .unwrap();
+        id
+    }
+
+    async fn seqs(mut rx: mpsc::Receiver<Result<StoredEvent, EngineError>>) -> Vec<i64> {
+        let mut out = Vec::new();
+        while let Some(e) = rx.recv().await {
+            out.push(e.unwrap().seq);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_log_longer_than_a_page_is_followed_whole_and_from_a_cursor() {
+        let (db, _d) = crate::db::test_db().await;
+        let hub = EventHub::default();
+        let n = 2 * EVENTS_PAGE as usize + 5;
+        let id = finished_build(&db, &hub, n).await;
+        let all = seqs(follow(db.clone(), hub.clone(), id, 0)).await;
+        assert_eq!(all, (1..=n as i64).collect::<Vec<_>>());
+        let tail = seqs(follow(db.clone(), hub.clone(), id, n as i64 - 3)).await;
+        assert_eq!(tail, vec![n as i64 - 2, n as i64 - 1, n as i64]);
     }
 }

@@ -93,7 +93,7 @@ async fn submit(engine: &Engine) -> anyhow::Result<(i64, Instant)> {
 
 /// Follows build `id` to its final event, then reads its row.
 async fn finish(engine: Engine, id: i64, start: Instant) -> anyhow::Result<Finished> {
-    let mut events = engine.follow_build_events(id);
+    let mut events = engine.follow_build_events(id, 0);
     let mut output = String::new();
     while let Some(event) = events.recv().await {
         let event = event.with_context(|| format!("following build {id}"))?;

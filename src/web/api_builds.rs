@@ -473,6 +473,16 @@ async fn handles(
     Ok(page.answer(req, rows, |r| r.handle.clone()))
 }
 
+/// Query of `GET /api/v1/builds/{id}/events`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    /// Start after the event of this `seq` (its cursor: a reader that lost
+    /// its connection resumes where it was); default 0, from the first.
+    after: Option<i64>,
+}
+
 /// `GET /api/v1/builds/{id}/events`: NDJSON, stored events then live ones,
 /// until the build's final status. Each line is `{"seq": N, "event": {...}}`.
 #[utoipa::path(
@@ -480,9 +490,10 @@ async fn handles(
     path = "/api/v1/builds/{id}/events",
     operation_id = "buildEvents",
     tag = "builds",
-    params(("id" = i64, Path, description = "The build")),
+    params(("id" = i64, Path, description = "The build"), EventsQuery),
     responses(
         (status = 200, description = "NDJSON: one `EventLine` per line, stored events then live ones, until the build's final status", content_type = "application/x-ndjson", body = EventLine),
+        (status = 400, description = "A bad `after` or unknown query parameter", body = crate::web::error::ErrorBody),
         (status = 404, description = "No such build (or another team's)"),
         (status = "5XX", description = "The database failed"),
     )
@@ -491,10 +502,17 @@ pub async fn events(
     identity: Identity,
     state: web::Data<AppState>,
     id: web::Path<i64>,
+    query: web::Query<EventsQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let id = id.into_inner();
+    let after = query.after.unwrap_or(0);
+    if after < 0 {
+        return Err(ApiError::bad_request(format!(
+            "after {after}: give the seq of the last event read (0 or more)"
+        )));
+    }
     visible_build(&identity, &state, id).await?;
-    let events = state.engine.follow_build_events(id);
+    let events = state.engine.follow_build_events(id, after);
     let lines = ndjson_lines(events);
     Ok(HttpResponse::Ok()
         .content_type("application/x-ndjson")

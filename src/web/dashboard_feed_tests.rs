@@ -13,6 +13,7 @@ fn snapshot(builds: Vec<BuildEntry>) -> Snapshot {
         builds,
         containers: vec![],
         volumes: vec![],
+        handles_cut: false,
         gc: GcState {
             containers: BTreeMap::new(),
             volumes: BTreeMap::new(),

@@ -293,6 +293,25 @@ impl Db {
     }
 
     /// Events of a build with a sequence number above `after`, in order.
+    /// At most `limit` events of a build after `after`, in order: a page of
+    /// a follower's reading, so a long log is never read whole.
+    pub async fn build_events_page(
+        &self,
+        build_id: i64,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, String)>, EngineError> {
+        Ok(sqlx::query_as(&format!(
+            "SELECT seq, event FROM build_events WHERE build_id = $1 AND seq > $2 ORDER BY seq LIMIT {}",
+            limit.max(1)
+        ))
+        .bind(build_id)
+        .bind(after)
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    /// Every event of a build after `after`, in order.
     pub async fn build_events_after(
         &self,
         build_id: i64,

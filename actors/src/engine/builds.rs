@@ -206,11 +206,13 @@ impl Engine {
         self.db.count_builds_by_status().await
     }
 
-    /// Follows a build's events (see [`event_follow::follow`]).
+    /// Follows a build's events after its event `after` (0: all of them;
+    /// see [`event_follow::follow`]).
     pub fn follow_build_events(
         &self,
         id: i64,
+        after: i64,
     ) -> tokio::sync::mpsc::Receiver<Result<StoredEvent, EngineError>> {
-        event_follow::follow(self.db.clone(), self.hub.clone(), id)
+        event_follow::follow(self.db.clone(), self.hub.clone(), id, after)
     }
 }
