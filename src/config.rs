@@ -572,6 +572,17 @@ mod tests {
         assert_eq!(cfg.web.listen, d.web.listen);
         assert_eq!(cfg.web.registration_key, d.web.registration_key);
         assert_eq!(cfg.web.max_artifact_bytes, d.web.max_artifact_bytes);
+        // Stalled workers are pruned by default, after a day.
+        assert_eq!(cfg.web.stalled_worker_timeout_secs, 86_400);
+        assert_eq!(d.web.stalled_worker_timeout_secs, 86_400);
+        assert_eq!(
+            cfg.web.request_body_timeout_secs,
+            d.web.request_body_timeout_secs
+        );
+        assert_eq!(
+            cfg.web.request_body_min_bytes_per_sec,
+            d.web.request_body_min_bytes_per_sec
+        );
         assert_eq!(
             cfg.worker.heartbeat_interval_secs,
             d.worker.heartbeat_interval_secs

@@ -7,13 +7,7 @@ mod common;
 use common::*;
 
 fn with_token(url: &str, token: &str, args: &[&str]) -> std::process::Output {
-    gantry()
-        .env("GANTRY_TOKEN", token)
-        .arg("--url")
-        .arg(url)
-        .args(args)
-        .output()
-        .unwrap()
+    client_as(url, token, args)
 }
 
 #[test]

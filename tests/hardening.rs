@@ -172,6 +172,27 @@ fn workers_need_the_key_and_a_worker_cannot_land_or_retire_another() {
         .send()
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
+    // The admin prunes a worker that is not running, by any name: the CLI
+    // names it in the body, so even a name no URL could carry gets a clear
+    // answer.
+    let admin = |args: &[&str]| client_as(&web.url, ADMIN, args);
+    let out = admin(&["prune-worker", "w1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let long = "n".repeat(100_000);
+    let err = one_error_line(&admin(&["prune-worker", &long]));
+    assert!(
+        err.contains("404") && err.contains("worker"),
+        "{}",
+        &err[..err.len().min(300)]
+    );
+    assert!(err.len() < 2000, "the error repeats the whole name");
+    assert!(admin_workers(&http, &web.url)
+        .iter()
+        .all(|w| w["name"] != "w1"));
 }
 
 #[test]

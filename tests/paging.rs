@@ -208,14 +208,7 @@ fn builds_are_paged_filtered_and_listed_by_the_cli(kind: DbKind) {
     }
 
     // The CLI pages through (pages of 100) up to its --limit.
-    let cli = |args: &[&str]| {
-        gantry()
-            .env("GANTRY_TOKEN", ADMIN)
-            .args(["--url", &web.url])
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let cli = |args: &[&str]| client_as(&web.url, ADMIN, args);
     let out = cli(&["builds", "--limit", "250", "--json"]);
     assert!(
         out.status.success(),

@@ -465,7 +465,7 @@ async fn handles(
     kind: HandleKind,
 ) -> Result<HttpResponse, ApiError> {
     let team = identity.team_filter()?;
-    let page = Page::new(query.limit, query.cursor)?;
+    let page = query.page()?;
     let rows = state
         .engine
         .list_handles_page(kind, team, page.cursor.as_deref(), page.fetch())

@@ -4,7 +4,7 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use crate::web::error::ApiError;
-use crate::web::paging::{Page, PageQuery};
+use crate::web::paging::PageQuery;
 use crate::web::AppState;
 
 /// `GET /api/v1/jobs`: a page of the background jobs' statuses, by name.
@@ -24,8 +24,7 @@ pub async fn list(
     state: web::Data<AppState>,
     query: web::Query<PageQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let query = query.into_inner();
-    let page = Page::new(query.limit, query.cursor)?;
+    let page = query.into_inner().page()?;
     Ok(page.of_sorted(&req, state.engine.jobs(), |j| j.name.clone()))
 }
 
@@ -48,7 +47,6 @@ pub async fn web_nodes(
     state: web::Data<AppState>,
     query: web::Query<PageQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let query = query.into_inner();
-    let page = Page::new(query.limit, query.cursor)?;
+    let page = query.into_inner().page()?;
     Ok(page.of_sorted(&req, state.engine.web_nodes().await?, |n| n.name.clone()))
 }

@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
-use crate::web::paging::{Page, PageQuery};
+use crate::web::paging::PageQuery;
 use crate::web::AppState;
 
 /// The longest a token may live: 10 years, in seconds.
@@ -43,8 +43,7 @@ pub async fn list(
     state: web::Data<AppState>,
     query: web::Query<PageQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let query = query.into_inner();
-    let page = Page::new(query.limit, query.cursor)?;
+    let page = query.into_inner().page()?;
     let filter = identity.team_filter()?;
     let teams: Vec<_> = state
         .engine
@@ -203,8 +202,7 @@ pub async fn list_tokens(
     state: web::Data<AppState>,
     query: web::Query<PageQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let query = query.into_inner();
-    let page = Page::new(query.limit, query.cursor)?;
+    let page = query.into_inner().page()?;
     let filter = identity.team_filter()?;
     let tokens = state
         .engine

@@ -7,7 +7,7 @@ use gantry_actors::worker_info::{Heartbeat, WorkerRegistration};
 
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
-use crate::web::paging::{Page, PageQuery};
+use crate::web::paging::PageQuery;
 use crate::web::AppState;
 
 /// Answer of a registration or a heartbeat: the worker's state.
@@ -152,8 +152,7 @@ pub async fn list(
     state: web::Data<AppState>,
     query: web::Query<PageQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let query = query.into_inner();
-    let page = Page::new(query.limit, query.cursor)?;
+    let page = query.into_inner().page()?;
     let workers = state.engine.worker_views().await?;
     Ok(page.of_sorted(&req, workers, |w| w.name.clone()))
 }

@@ -75,9 +75,26 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         HttpResponse::build(self.status).json(ErrorBody {
-            error: self.message.clone(),
+            error: shorten(&self.message),
         })
     }
+}
+
+/// The longest error message answered: a message quoting what the caller
+/// sent (a 100 KB name) is cut, so an error never echoes a large input.
+pub const MAX_MESSAGE: usize = 1024;
+
+/// `message`, cut to [`MAX_MESSAGE`] bytes (at a character boundary) with
+/// `…` when longer.
+fn shorten(message: &str) -> String {
+    if message.len() <= MAX_MESSAGE {
+        return message.to_string();
+    }
+    let mut end = MAX_MESSAGE;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
 }
 
 /// Rewrites an error answer that is not JSON (actix's own: a body over its
@@ -124,7 +141,9 @@ pub fn to_json<B>(
     if too_slow {
         answer.force_close();
     }
-    let answer = answer.json(ErrorBody { error: message });
+    let answer = answer.json(ErrorBody {
+        error: shorten(&message),
+    });
     let (req, _) = res.into_parts();
     Ok(ErrorHandlerResponse::Response(
         actix_web::dev::ServiceResponse::new(req, answer).map_into_right_body(),
@@ -168,5 +187,21 @@ pub fn json_error_handler(
         }
         .into(),
         other => ApiError::bad_request(format!("invalid JSON body: {other}")).into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn long_messages_are_cut_at_a_character_boundary() {
+        assert_eq!(super::shorten("short"), "short");
+        let long = "é".repeat(2000);
+        let cut = super::shorten(&long);
+        assert!(
+            cut.len() <= super::MAX_MESSAGE + '…'.len_utf8(),
+            "{}",
+            cut.len()
+        );
+        assert!(cut.ends_with('…'));
     }
 }

@@ -35,11 +35,12 @@ pub struct PageQuery {
     pub cursor: Option<String>,
 }
 
-/// A list route's query with no parameter at all (any is refused).
-#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct NoQuery {}
+impl PageQuery {
+    /// The checked page it asks for.
+    pub fn page(self) -> Result<Page, ApiError> {
+        Page::new(self.limit, self.cursor)
+    }
+}
 
 /// A checked page request: its size and where it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]

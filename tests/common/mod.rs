@@ -205,6 +205,17 @@ pub fn client(url: &str, args: &[&str]) -> Output {
         .expect("gantry client runs")
 }
 
+/// Runs a client command with `token` (`GANTRY_TOKEN`) against a server.
+pub fn client_as(url: &str, token: &str, args: &[&str]) -> Output {
+    gantry()
+        .env("GANTRY_TOKEN", token)
+        .arg("--url")
+        .arg(url)
+        .args(args)
+        .output()
+        .expect("gantry client runs")
+}
+
 /// `gantry workers --json` as JSON.
 pub fn workers_json(url: &str) -> serde_json::Value {
     let out = client(url, &["workers", "--json"]);
