@@ -37,8 +37,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use gantry_actors::db::HandleKind;
+use gantry_actors::engine::HandleOwner;
 use gantry_actors::runtime::Volume;
 use gantry_actors::spec::{Encoding, VolumeSpec, VolumeStrategy};
+use gantry_actors::state::HandleState;
 use gantry_actors::streaming::StreamMode;
 
 use fleet::{Fleet, FleetWorker};
@@ -203,15 +206,36 @@ async fn verify(what: &str, dir: PathBuf, want: &TreeDigest) -> anyhow::Result<(
     .await
 }
 
-/// Creates an empty volume `handle` on `worker`.
-async fn create_volume(worker: &FleetWorker, handle: &str) -> anyhow::Result<Arc<dyn Volume>> {
+/// Creates an empty volume `handle` on `worker` as the engine's steps do:
+/// its row first (`creating`), then the volume, then the row `created`, so
+/// the workers' GC sweeps (at their default interval) see a volume they
+/// know and keep it. The row belongs to no build (`bench-stream`), which
+/// the Collector leaves alone.
+async fn create_volume(
+    engine: &gantry_actors::Engine,
+    worker: &FleetWorker,
+    handle: &str,
+) -> anyhow::Result<Arc<dyn Volume>> {
+    let owner = HandleOwner {
+        team: "main",
+        build: None,
+        step: Some("bench-stream"),
+    };
+    let name = &worker.registration.name;
+    engine
+        .record_handle(HandleKind::Volume, handle, name, owner)
+        .await?;
     let spec = VolumeSpec {
         handle: handle.into(),
         strategy: VolumeStrategy::Empty,
         privileged: false,
         properties: Default::default(),
     };
-    Ok(worker.client.create_volume(&spec).await?)
+    let volume = worker.client.create_volume(&spec).await?;
+    engine
+        .set_handle_state(HandleKind::Volume, handle, HandleState::Created)
+        .await?;
+    Ok(volume)
 }
 
 /// The directory of volume `handle`'s contents on `worker`.
@@ -232,7 +256,7 @@ async fn measure(
     };
 
     // The source volume, filled through Gantry (not timed) and checked.
-    let src = create_volume(src_worker, "bench-source").await?;
+    let src = create_volume(&fleet.engine, src_worker, "bench-source").await?;
     let body = crate::tarball::pack_dir(source.to_path_buf(), ENCODING);
     src.stream_in(".", ENCODING, body)
         .await
@@ -264,7 +288,9 @@ async fn measure(
                     .baseline
                     .push(time_baseline(base, &src_dir, round, &m.tree).await?),
                 1 => {
-                    let dst = create_volume(dst_worker, &format!("bench-p2p-{round}")).await?;
+                    let dst =
+                        create_volume(&fleet.engine, dst_worker, &format!("bench-p2p-{round}"))
+                            .await?;
                     sync().await?;
                     let start = Instant::now();
                     m.p2p_bytes =
@@ -275,7 +301,9 @@ async fn measure(
                     verify("p2p", volume_dir(dst_worker, dst.handle()), &m.tree).await?;
                 }
                 _ => {
-                    let dst = create_volume(dst_worker, &format!("bench-relay-{round}")).await?;
+                    let dst =
+                        create_volume(&fleet.engine, dst_worker, &format!("bench-relay-{round}"))
+                            .await?;
                     sync().await?;
                     let before = rss::rss_bytes()?;
                     let watch = rss::PeakWatch::start()?;
