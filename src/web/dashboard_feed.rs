@@ -6,7 +6,9 @@
 //! collector's state. The first is sent at once; then the feed looks every
 //! [`CHECK_EVERY`] and sends a snapshot only when it differs from the last
 //! one sent, with a comment line as a keep-alive when nothing changed for
-//! [`KEEP_ALIVE`].
+//! [`KEEP_ALIVE`]. Feeds of one viewer share one snapshot per interval
+//! (`dashboard_snapshots.rs`), so many open tabs cost the database no more
+//! than one.
 //!
 //! A team token sees only its team's builds, containers and volumes, as the
 //! list routes show them. A browser's `EventSource` cannot set headers, so
@@ -287,7 +289,7 @@ pub async fn events(
     let team = identity.team_filter()?.map(str::to_string);
     // The first snapshot is taken before answering, so a failure is an
     // HTTP error rather than a broken stream.
-    let first = Snapshot::take(&state.engine, team.as_deref()).await?;
+    let first = state.snapshots.get(&state.engine, team.as_deref()).await?;
     let feed = Feed {
         state,
         team,
@@ -307,7 +309,7 @@ struct Feed {
     state: web::Data<AppState>,
     team: Option<String>,
     changes: Changes,
-    first: Option<Snapshot>,
+    first: Option<std::sync::Arc<Snapshot>>,
     tick: tokio::time::Interval,
 }
 
@@ -336,7 +338,8 @@ impl Feed {
     /// What to send after a tick, if anything.
     async fn next_frame(&mut self) -> Option<String> {
         let now = Instant::now();
-        match Snapshot::take(&self.state.engine, self.team.as_deref()).await {
+        let shared = &self.state.snapshots;
+        match shared.get(&self.state.engine, self.team.as_deref()).await {
             Ok(s) => self.changes.frame(&s, now, now_ms()),
             Err(e) => self.changes.problem(&e.message, now),
         }

@@ -96,6 +96,9 @@ pub fn install() -> &'static PrometheusHandle {
 )]
 pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let engine = &state.engine;
+    // Read first, so the scrape's own statements count in the next one.
+    let queries = engine.database_queries();
+    let snapshots = state.snapshots.taken();
     let core = Core {
         workers: engine.worker_views().await?,
         containers: engine.count_handles(HandleKind::Container).await?,
@@ -118,6 +121,16 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
         super::metrics_streams::record(streams);
         super::metrics_collector::record(&collector);
         gc.record();
+        describe_counter!(
+            "gantry_db_queries_total",
+            "Statements this web node sent to the database."
+        );
+        counter!("gantry_db_queries_total").absolute(queries);
+        describe_counter!(
+            "gantry_dashboard_snapshots_total",
+            "Fleet snapshots the dashboard feeds took (one per viewer per second, shared by its open feeds)."
+        );
+        counter!("gantry_dashboard_snapshots_total").absolute(snapshots);
     });
     let mut body = handle.render();
     body.push_str(&install().render());

@@ -13,6 +13,7 @@ pub mod auth;
 pub mod body_pace;
 pub mod bounds;
 mod dashboard_feed;
+mod dashboard_snapshots;
 mod error;
 mod health;
 pub mod limits;
@@ -48,6 +49,8 @@ pub struct AppState {
     pub tokens: auth::Tokens,
     /// What a request may cost.
     pub limits: limits::Limits,
+    /// The dashboard feeds' shared snapshots.
+    pub snapshots: dashboard_snapshots::SharedSnapshots,
 }
 
 /// A running web node.
@@ -216,6 +219,7 @@ pub async fn start_web(
                 timeout: std::time::Duration::from_secs(cfg.request_body_timeout_secs.max(1)),
                 min_bytes_per_sec: cfg.request_body_min_bytes_per_sec,
             }),
+        snapshots: Default::default(),
     });
     let max_body = usize::try_from(cfg.max_request_body_bytes).unwrap_or(usize::MAX);
     let server = HttpServer::new(move || {

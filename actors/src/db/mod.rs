@@ -63,6 +63,10 @@ pub struct Db {
     sequences: Arc<SequenceBlocks>,
     /// The URL it was opened with (PostgreSQL listeners connect to it).
     url: Arc<str>,
+    /// Statements handed to the pool since the node started (each
+    /// `pool()` call is one), for `gantry_db_queries_total`: what shows
+    /// whether a load on the API grows the database's work.
+    queries: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Reserved blocks of per-worker sequence numbers: `[next, end)` by worker.
@@ -125,6 +129,7 @@ impl Db {
             backend,
             sequences: Arc::default(),
             url: Arc::from(url),
+            queries: Arc::default(),
         };
         db.migrate().await?;
         Ok(db)
@@ -161,9 +166,18 @@ impl Db {
         Ok(())
     }
 
-    /// The underlying pool.
+    /// The underlying pool, to run one statement (or begin a transaction)
+    /// on; counted in [`Db::queries`].
     pub fn pool(&self) -> &AnyPool {
+        self.queries
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         &self.pool
+    }
+
+    /// How many times the pool was asked for a statement or a transaction
+    /// since this node opened the database.
+    pub fn queries(&self) -> u64 {
+        self.queries.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Which server this is.

@@ -201,6 +201,12 @@ impl Engine {
         self.fenced.subscribe()
     }
 
+    /// Statements this node sent to the database since it started
+    /// (`gantry_db_queries_total`).
+    pub fn database_queries(&self) -> u64 {
+        self.db.queries()
+    }
+
     /// Every background job's status, by name.
     pub fn jobs(&self) -> Vec<crate::background::JobStatus> {
         self.jobs.list()
