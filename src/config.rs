@@ -92,9 +92,10 @@ pub struct WebConfig {
     pub streaming: StreamingConfig,
     /// The garbage Collector's rules (`[web.gc]`).
     pub gc: GcConfig,
-    /// Largest request body accepted on every route but uploads (JSON
-    /// bodies, worker registrations and sweep reports), in bytes; uploads
-    /// have `max_artifact_bytes`. Default 4 MiB.
+    /// Largest request body accepted on every route but uploads and sweep
+    /// reports (JSON bodies, worker registrations and heartbeats), in
+    /// bytes; uploads have `max_artifact_bytes`, a worker's sweep report
+    /// 64 MiB. Default 4 MiB.
     pub max_request_body_bytes: u64,
     /// Seconds any request body may take to arrive; after that it must have
     /// kept `request_body_min_bytes_per_sec` on average, or the request is

@@ -3,50 +3,7 @@
 
 use thiserror::Error;
 
-/// An error talking to a worker through the runtime interface.
-#[derive(Debug, Error)]
-pub enum RuntimeError {
-    /// The worker could not be reached at all.
-    #[error("worker {worker} is unreachable: {reason}")]
-    Unreachable {
-        /// Worker name.
-        worker: String,
-        /// What failed.
-        reason: String,
-    },
-    /// The worker answered with an error.
-    #[error("worker {worker}: {message}")]
-    Worker {
-        /// Worker name.
-        worker: String,
-        /// HTTP status of the answer (0 when not HTTP).
-        status: u16,
-        /// The worker's error message.
-        message: String,
-    },
-    /// A container, volume or process does not exist on the worker.
-    #[error("worker {worker}: {kind} {handle} not found")]
-    NotFound {
-        /// Worker name.
-        worker: String,
-        /// `container`, `volume` or `process`.
-        kind: &'static str,
-        /// Its handle or id.
-        handle: String,
-    },
-    /// Reading or writing a stream failed.
-    #[error("stream failed: {0}")]
-    Stream(String),
-    /// A worker pulling from another worker could not reach it (nothing
-    /// was written): the web node may relay the stream instead.
-    #[error("worker {worker} cannot reach the source worker: {reason}")]
-    PeerUnreachable {
-        /// The worker that pulled.
-        worker: String,
-        /// What failed.
-        reason: String,
-    },
-}
+pub use gantry_wire::error::RuntimeError;
 
 /// An error of the engine (database, scheduling, builds).
 #[derive(Debug, Error)]

@@ -23,18 +23,17 @@ pub mod pipeline;
 pub mod placement;
 pub mod registry;
 pub mod resources;
-pub mod runtime;
 pub mod scheduler;
-pub mod spec;
-pub mod state;
 pub mod steps;
-pub mod stream_url;
 pub mod streaming;
 pub mod task_config;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod worker_conn;
-pub mod worker_info;
+
+// The wire types, shared with the workers (`gantry-wire`), under the
+// engine's names so the engine's modules reach them as `crate::spec`, ...
+pub use gantry_wire::{runtime, spec, state, stream_url, worker_info};
 
 pub use engine::{Engine, EngineConfig, NodeConfig};
 pub use error::{EngineError, RuntimeError};

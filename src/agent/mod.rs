@@ -29,7 +29,7 @@
 //! WORK_DIR/resource-types/<type>/{check,in,out}  base resource types
 //! ```
 
-pub mod api;
+pub use gantry_wire::agent_api as api;
 pub mod backend;
 pub mod beacon;
 pub mod containers;

@@ -63,12 +63,22 @@ async fn json_body<T: serde::de::DeserializeOwned>(
 ) -> Result<T, ApiError> {
     let mut body = web::BytesMut::new();
     while let Some(chunk) = payload.next().await {
-        let chunk =
-            chunk.map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?;
+        let chunk = chunk.map_err(|e| {
+            let e: actix_web::Error = e.into();
+            let status = if crate::web::body_pace::is_too_slow(&e) {
+                StatusCode::REQUEST_TIMEOUT
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            ApiError {
+                status,
+                message: format!("reading the request body: {e}"),
+            }
+        })?;
         if body.len() + chunk.len() > limit {
             return Err(ApiError {
                 status: StatusCode::PAYLOAD_TOO_LARGE,
-                message: format!("request body over {limit} bytes"),
+                message: format!("sweep request body over {limit} bytes (a sweep report's limit)"),
             });
         }
         body.extend_from_slice(&chunk);

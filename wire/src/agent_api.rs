@@ -2,8 +2,8 @@
 //! the NDJSON lines of a process's output. The agent and the client
 //! (`crate::agent_client`) both use these, so the two cannot drift apart.
 
-use gantry_actors::runtime::{OutputStream, ProcessSignal};
-use gantry_actors::spec::{ContainerSpec, Encoding};
+use crate::runtime::{OutputStream, ProcessSignal};
+use crate::spec::{ContainerSpec, Encoding};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
