@@ -10,11 +10,12 @@ pub mod bench;
 pub mod body;
 pub mod cli;
 pub mod config;
-pub mod dir_fd;
 pub mod k8s;
-pub mod tarball;
 pub mod url;
 pub mod web;
+
+// Safe tar, dir fds and trees (`gantry-files`), under their old names.
+pub use gantry_files::{dir_fd, tarball};
 
 /// The malicious-archive catalogue shared with the end-to-end suites
 /// (`tests/malicious_tars/`), for the unit tests of tar handling.

@@ -8,7 +8,7 @@
 //! `pty.rs` (terminals of TTY processes), `backend/` (how processes are
 //! isolated: runc, bwrap, local), `rootfs.rs` (root filesystems),
 //! `images.rs` (unpacking images into volumes), `resource_types.rs` (the
-//! base resource types shipped with every worker), `tree.rs` (removing,
+//! base resource types shipped with every worker), `tree` (`gantry-files`: removing,
 //! copying and measuring directory trees), `beacon.rs` (registration and
 //! heartbeats), `slots.rs` (idempotent creation), `state.rs` (what handlers
 //! share), `stream_counters.rs` (streams in and out, now and at most),
@@ -47,7 +47,7 @@ pub mod stream_counters;
 pub mod stream_from;
 pub mod stream_grant;
 pub mod sweeper;
-pub mod tree;
+pub use gantry_files::tree;
 pub mod volumes;
 pub mod web_nodes;
 pub mod worker;

@@ -236,7 +236,7 @@ async fn a_container_swapping_directories_cannot_redirect_any_volume_operation()
     // the agent streams in and out, copies and measures the volume.
     let (_work, store, data, host) = volume_next_to_host().await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flipper = crate::dir_fd::tests::flip_until(&data.join("a"), &host.join("a"), stop.clone());
+    let flipper = gantry_files::testing::flip_until(&data.join("a"), &host.join("a"), stop.clone());
     let mut done = [0u32; 4];
     for i in 0..120 {
         let body = one_file_tar(&format!("new{i}.txt"), b"pwned");

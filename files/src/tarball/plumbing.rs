@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
-use gantry_actors::runtime::ByteStream;
+use gantry_wire::runtime::ByteStream;
 use tokio::sync::{mpsc, oneshot};
 
 use super::read_state::{ReadState, Shared};
@@ -353,7 +353,7 @@ impl Stream for JobStream {
 mod tests {
     use super::super::pack_dir;
     use super::super::test_support::collect;
-    use gantry_actors::spec::Encoding;
+    use gantry_wire::spec::Encoding;
     use std::fs;
     use tempfile::TempDir;
 

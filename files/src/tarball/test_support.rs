@@ -7,7 +7,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use gantry_actors::runtime::ByteStream;
+use gantry_wire::runtime::ByteStream;
 use tar::EntryType;
 
 use super::{TarError, UnpackSummary};

@@ -6,8 +6,8 @@
 
 use std::io::{self, BufReader, Read, Write};
 
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::spec::Encoding;
+use gantry_wire::runtime::ByteStream;
+use gantry_wire::spec::Encoding;
 use sha2::{Digest, Sha256};
 
 use super::encoding::{decoder, ZSTD_LEVEL};

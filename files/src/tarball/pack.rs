@@ -7,8 +7,8 @@ use std::io::{self, BufWriter, Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::spec::Encoding;
+use gantry_wire::runtime::ByteStream;
+use gantry_wire::spec::Encoding;
 use tar::{EntryType, Header};
 
 use super::encoding::with_encoder;

@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
-use gantry_actors::spec::Encoding;
+use gantry_wire::spec::Encoding;
 use tempfile::TempDir;
 
 use super::test_support::{collect, listing, stream_of, unsafe_reason};
@@ -143,7 +143,7 @@ async fn a_tree_changing_during_extraction_and_packing_never_leads_outside() {
     let fx = SwapFx::new();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flipper =
-        crate::dir_fd::tests::flip_until(&fx.vol.join("a"), &fx.host.join("a"), stop.clone());
+        crate::testing::flip_until(&fx.vol.join("a"), &fx.host.join("a"), stop.clone());
     let (mut extracted, mut packed) = (0, 0);
     for i in 0..150 {
         let name = format!("a/b/new{i}.txt");

@@ -8,7 +8,7 @@ use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
-use gantry_actors::spec::Encoding;
+use gantry_wire::spec::Encoding;
 use tempfile::TempDir;
 
 use super::test_support::{collect, names, pseudo_random, stream_of};

@@ -4,8 +4,8 @@
 
 use std::io::{self, Read, Write};
 
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::spec::Encoding;
+use gantry_wire::runtime::ByteStream;
+use gantry_wire::spec::Encoding;
 
 use super::plumbing::{reader_stream, CHUNK};
 

@@ -9,7 +9,7 @@ use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use gantry_actors::spec::Encoding;
+use gantry_wire::spec::Encoding;
 use tar::{EntryType, Header};
 use tempfile::TempDir;
 

@@ -9,8 +9,8 @@ use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::spec::Encoding;
+use gantry_wire::runtime::ByteStream;
+use gantry_wire::spec::Encoding;
 use tar::EntryType;
 
 use super::attrs::{is_root, Attrs};

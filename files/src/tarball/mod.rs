@@ -24,7 +24,7 @@
 //! `tee.rs` (an upload copied as zstd and checked in one pass),
 //! `limits.rs`, `summary.rs` and `error.rs`.
 //!
-//! [`Encoding`]: gantry_actors::spec::Encoding
+//! [`Encoding`]: gantry_wire::spec::Encoding
 
 mod attrs;
 mod encoding;

@@ -1,43 +1,10 @@
-//! Also used by the tests of the tar streams and the volume store:
-//! [`flip_until`] plays the attacker who swaps a directory for a symlink.
+//! The attacker who swaps a directory for a symlink is
+//! [`crate::testing::flip_until`], shared with the tests of the tar streams
+//! and the volume store.
 use super::*;
 use std::io::Read;
 use std::os::unix::fs::symlink;
 
-/// Starts a thread that atomically exchanges the directory `dir` with a
-/// symlink to `outside` (`renameat2(RENAME_EXCHANGE)`, as an attacker
-/// would, so that `dir` always exists) until `stop`, leaving the
-/// directory in place; it returns the number of exchanges.
-pub(crate) fn flip_until(
-    dir: &Path,
-    outside: &Path,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> std::thread::JoinHandle<u64> {
-    let link = dir.with_extension("flip");
-    symlink(outside, &link).unwrap();
-    let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).unwrap();
-    let (a, b) = (c(dir), c(&link));
-    std::thread::spawn(move || {
-        let mut flips = 0u64;
-        while flips % 2 == 1
-            || (!stop.load(std::sync::atomic::Ordering::Relaxed) && flips < 10_000_000)
-        {
-            // SAFETY: both paths are NUL-terminated and outlive the call.
-            let r = unsafe {
-                libc::renameat2(
-                    libc::AT_FDCWD,
-                    a.as_ptr(),
-                    libc::AT_FDCWD,
-                    b.as_ptr(),
-                    libc::RENAME_EXCHANGE,
-                )
-            };
-            assert_eq!(r, 0, "{}", io::Error::last_os_error());
-            flips += 1;
-        }
-        flips
-    })
-}
 
 /// A root `vol` with `a/b/f.txt`, next to `host/secret.txt`.
 fn fixture() -> (tempfile::TempDir, PathBuf) {
