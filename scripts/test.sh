@@ -46,5 +46,15 @@ if [ ! -x "$validator" ]; then
 fi
 export GANTRY_OPENAPI_VALIDATOR="$PWD/$validator"
 
+# The worker agent's dependency tree holds no database, Kubernetes client,
+# OpenAPI, metrics exporter, progress bars or engine (docs/architecture.md).
+forbidden=$(cargo tree -p gantry-agent -e normal --prefix none | sed 's/ v[0-9].*//' | sort -u |
+  grep -E '^(sqlx|kube|utoipa|metrics-exporter-prometheus|indicatif|gantry-actors)(-.*)?$' || true)
+if [ -n "$forbidden" ]; then
+  echo "gantry-agent must not depend on: $forbidden" >&2
+  exit 1
+fi
+echo "gantry-agent's dependency tree: no sqlx, kube, utoipa, metrics-exporter-prometheus, indicatif or gantry-actors"
+
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace -- --test-threads 2

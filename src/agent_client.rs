@@ -105,17 +105,7 @@ struct Endpoint {
     token: String,
 }
 
-/// The error with its causes, which reqwest keeps in its source chain.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
+pub(crate) use gantry_agent::error::error_chain;
 
 impl Endpoint {
     /// A request to `base/seg1/seg2...` with the bearer token.

@@ -4,18 +4,21 @@
 //! backends, volume store, its HTTP API), the client that implements the
 //! runtime interface over the agent's API, the CLI and configuration.
 
-pub mod agent;
 pub mod agent_client;
 pub mod bench;
-pub mod body;
 pub mod cli;
 pub mod config;
 pub mod k8s;
-pub mod url;
 pub mod web;
 
-// Safe tar, dir fds and trees (`gantry-files`), under their old names.
+// The worker agent (`gantry-agent`), safe tar, dir fds and trees
+// (`gantry-files`) and URL escaping (`gantry-wire`), under their old names.
+pub use gantry_agent::{self as agent, body};
 pub use gantry_files::{dir_fd, tarball};
+pub use gantry_wire::url;
+
+#[cfg(test)]
+mod agent_tests;
 
 /// The malicious-archive catalogue shared with the end-to-end suites
 /// (`tests/malicious_tars/`), for the unit tests of tar handling.

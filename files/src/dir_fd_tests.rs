@@ -5,7 +5,6 @@ use super::*;
 use std::io::Read;
 use std::os::unix::fs::symlink;
 
-
 /// A root `vol` with `a/b/f.txt`, next to `host/secret.txt`.
 fn fixture() -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();

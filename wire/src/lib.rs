@@ -2,8 +2,9 @@
 //! else. Container, volume and process specs (`spec`), the runtime
 //! interface the engine talks to workers through (`runtime`, `error`),
 //! what a worker says about itself (`worker_info`), the states of workers
-//! and handles (`state`), the signed stream URLs (`stream_url`) and the
-//! worker agent's HTTP API bodies (`agent_api`). It depends on neither the
+//! and handles (`state`), the signed stream URLs (`stream_url`), the
+//! worker agent's HTTP API bodies (`agent_api`), the sweep protocol's
+//! bodies (`sweep`) and URL path escaping (`url`). It depends on neither the
 //! engine nor the agent, so both sides of the wire build from one
 //! definition and cannot drift apart; it holds no I/O.
 
@@ -13,4 +14,6 @@ pub mod runtime;
 pub mod spec;
 pub mod state;
 pub mod stream_url;
+pub mod sweep;
+pub mod url;
 pub mod worker_info;

@@ -12,32 +12,14 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use thiserror::Error;
 
 use super::reconcile::{judge, Verdict};
 use crate::db::{now_ms, Db, HandleKind};
 use crate::error::EngineError;
 
-/// How full a worker's volume store is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct DiskUsage {
-    /// Bytes in use on its file system.
-    pub used_bytes: u64,
-    /// Size of its file system.
-    pub total_bytes: u64,
-}
-
-impl DiskUsage {
-    /// The fill level, 0.0 to 1.0 (0.0 for an empty file system).
-    pub fn fill(&self) -> f64 {
-        match self.total_bytes {
-            0 => 0.0,
-            total => self.used_bytes as f64 / total as f64,
-        }
-    }
-}
+pub use gantry_wire::sweep::{DiskUsage, SweepAnswer, SweepReport};
 
 /// A worker's last reported volume store usage, and how many reports with
 /// one this web node has reconciled from it (the `disk-pressure` rule acts
@@ -49,41 +31,6 @@ pub struct VolumeStoreReport {
     /// Reports with a usage received from the worker, 1 for the first
     /// (counted again from 1 when the worker was removed and came back).
     pub reports: u64,
-}
-
-/// A worker's report: every container and volume it has, listed after it
-/// was handed `epoch`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct SweepReport {
-    /// The worker's name (on the wire, may be left out: the URL names it).
-    #[serde(default)]
-    pub worker: String,
-    /// Its incarnation (a new one at every start).
-    pub incarnation: String,
-    /// The epoch [`Sweeps::begin`] answered before the worker listed.
-    pub epoch: i64,
-    /// Handles of its containers.
-    pub containers: Vec<String>,
-    /// Handles of its volumes.
-    pub volumes: Vec<String>,
-    /// How full its volume store is, when it could tell.
-    #[serde(default)]
-    pub volume_store: Option<DiskUsage>,
-    /// Destroys that failed on the worker since its last report.
-    #[serde(default)]
-    pub destroy_failures: u64,
-}
-
-/// What the worker is to destroy: rows being destroyed, and handles the web
-/// node has no row for.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct SweepAnswer {
-    /// Containers to destroy (first).
-    pub destroy_containers: Vec<String>,
-    /// Volumes to destroy (after the containers).
-    pub destroy_volumes: Vec<String>,
 }
 
 /// Why a sweep was refused.

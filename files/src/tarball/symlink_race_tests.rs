@@ -142,8 +142,7 @@ async fn a_tree_changing_during_extraction_and_packing_never_leads_outside() {
     // from the volume: each run either works inside or is refused.
     let fx = SwapFx::new();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flipper =
-        crate::testing::flip_until(&fx.vol.join("a"), &fx.host.join("a"), stop.clone());
+    let flipper = crate::testing::flip_until(&fx.vol.join("a"), &fx.host.join("a"), stop.clone());
     let (mut extracted, mut packed) = (0, 0);
     for i in 0..150 {
         let name = format!("a/b/new{i}.txt");

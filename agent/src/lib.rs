@@ -1,0 +1,62 @@
+//! The worker agent: containers, processes and volumes behind an HTTP API,
+//! plus the beacon that registers the worker with the web node.
+//!
+//! One concept per file: `server.rs` (the HTTP API), `api.rs` (its wire
+//! types), `volumes.rs` (the volume store), `containers.rs` (container
+//! bookkeeping), `processes.rs` (spawning, exit statuses, signals, stdin),
+//! `output_log.rs` (the framed output log and its followers),
+//! `pty.rs` (terminals of TTY processes), `backend/` (how processes are
+//! isolated: runc, bwrap, local), `rootfs.rs` (root filesystems),
+//! `images.rs` (unpacking images into volumes), `resource_types.rs` (the
+//! base resource types shipped with every worker), `tree` (`gantry-files`: removing,
+//! copying and measuring directory trees), `beacon.rs` (registration and
+//! heartbeats), `slots.rs` (idempotent creation), `state.rs` (what handlers
+//! share), `stream_counters.rs` (streams in and out, now and at most),
+//! `stream_grant.rs` (checking the signed stream URL another worker presents),
+//! `stream_from.rs` (pulling a volume from another worker), `error.rs`, `sweeper.rs` (the worker's half of
+//! garbage collection: reports its handles, destroys what the web node
+//! answers), `worker.rs` (the agent and beacon started together,
+//! and the `gantry worker` process around them).
+//!
+//! Everything lives under the work directory, so a restarted agent still
+//! lists its volumes and containers and serves the output and exit status of
+//! finished processes:
+//!
+//! ```text
+//! WORK_DIR/volumes/<handle>/{meta.json,data/,image.json}  (image.json: an imported image)
+//! WORK_DIR/containers/<handle>/{spec.json,config.json,rootfs/,processes/<id>.{log,exit}}
+//! WORK_DIR/runc/            runc's state (runc backend)
+//! WORK_DIR/resource-types/<type>/{check,in,out}  base resource types
+//! ```
+
+pub use gantry_wire::agent_api as api;
+pub mod backend;
+pub mod beacon;
+pub mod body;
+pub mod config;
+pub mod containers;
+pub mod error;
+pub mod images;
+pub mod output_log;
+pub mod processes;
+pub mod pty;
+pub mod resource_types;
+pub mod rootfs;
+pub mod server;
+pub mod slots;
+pub mod state;
+pub mod stream_counters;
+pub mod stream_from;
+pub mod stream_grant;
+pub mod sweeper;
+pub use gantry_files::tree;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+pub mod volumes;
+pub mod web_nodes;
+pub mod worker;
+
+pub use beacon::BeaconStatus;
+pub use error::AgentError;
+pub use state::AgentState;
+pub use worker::{run_worker, start_worker, WorkerHandle};

@@ -1,0 +1,333 @@
+//! A running worker: the agent's HTTP server and its beacon started together
+//! (`start_worker`), and the `gantry worker` process around them
+//! (`run_worker`: landing or retiring on a stop signal).
+
+use super::resource_types::ResourceTypes;
+use super::{
+    backend, beacon, containers, server, state, sweeper, volumes, AgentState, BeaconStatus,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use gantry_wire::worker_info::{WorkerRegistration, WorkerState};
+use tokio::sync::watch;
+
+use crate::config::WorkerConfig;
+
+/// A running worker agent: its HTTP server and its beacon.
+pub struct WorkerHandle {
+    /// What was (and keeps being) sent to the web node.
+    registration: WorkerRegistration,
+    /// Stops the HTTP server.
+    server: actix_web::dev::ServerHandle,
+    /// Tells the beacon to stop.
+    shutdown: watch::Sender<bool>,
+    /// The beacon's task.
+    beacon: tokio::task::JoinHandle<()>,
+    /// The shared state, for callers embedding the agent.
+    state: Arc<AgentState>,
+    /// The worker's state as the web node last answered it.
+    status: watch::Receiver<BeaconStatus>,
+    /// Web node URL and key, to land or retire this worker.
+    web: (super::web_nodes::WebNodes, String),
+}
+
+/// How long one web node may take to answer a request to land or retire
+/// this worker before the next node is asked.
+const DRAIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl WorkerHandle {
+    /// Base URL of the agent's API, as advertised to the web node.
+    pub fn agent_url(&self) -> &str {
+        &self.registration.agent_url
+    }
+
+    /// The bearer token the agent requires (new at every start).
+    pub fn agent_token(&self) -> &str {
+        &self.registration.agent_token
+    }
+
+    /// The registration the beacon sends to the web node.
+    pub fn registration(&self) -> &WorkerRegistration {
+        &self.registration
+    }
+
+    /// The agent's shared state (stores, backend).
+    pub fn state(&self) -> &Arc<AgentState> {
+        &self.state
+    }
+
+    /// Asks the web node to land (or retire) this worker, then waits until it
+    /// has (its running steps finished): `landed`, or `retired` (deleted).
+    /// Returns early when `abort` turns true (a second signal).
+    pub async fn drain(
+        &self,
+        retire: bool,
+        mut abort: watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
+        let (web, key) = &self.web;
+        let action = if retire { "retire" } else { "land" };
+        let path = format!(
+            "/api/v1/workers/{}/{action}",
+            gantry_wire::url::segment(&self.registration.name)
+        );
+        tracing::info!(worker = %self.registration.name, "stopping: asking the web node to {action} this worker");
+        let http = reqwest::Client::new();
+        // A node that hangs is given up after DRAIN_REQUEST_TIMEOUT and the
+        // next one asked; a second signal stops waiting at once.
+        let request = web.send(|base| {
+            http.post(format!("{base}{path}"))
+                .bearer_auth(key)
+                .timeout(DRAIN_REQUEST_TIMEOUT)
+                // The incarnation proves the worker acts on itself.
+                .json(&serde_json::json!({ "incarnation": self.registration.incarnation }))
+        });
+        let resp = tokio::select! {
+            r = request => r.map_err(|e| {
+                anyhow::anyhow!("cannot reach a web node to {action} this worker: {e}")
+            })?,
+            _ = abort.wait_for(|a| *a) => {
+                anyhow::bail!("stopped before a web node answered the request to {action} this worker")
+            }
+        };
+        anyhow::ensure!(
+            resp.status().is_success(),
+            "the web node refused to {action} this worker: {}",
+            resp.text().await.unwrap_or_default()
+        );
+        let (goal, reached) = if retire {
+            (BeaconStatus::Retired, "worker retired")
+        } else {
+            (
+                BeaconStatus::Registered(WorkerState::Landed),
+                "worker landed",
+            )
+        };
+        let mut status = self.status.clone();
+        tokio::select! {
+            r = status.wait_for(|s| *s == goal) => { r.context("the beacon stopped")?; }
+            _ = abort.wait_for(|a| *a) => tracing::warn!("stopping before the worker finished its steps"),
+        }
+        tracing::info!(worker = %self.registration.name, "{reached}");
+        Ok(())
+    }
+
+    /// Stops the beacon and the HTTP server (open output streams get a few
+    /// seconds to finish). Running processes are left alone; a restarted
+    /// agent records them as lost.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.beacon.await;
+        self.server.stop(true).await;
+        tracing::info!(worker = %self.registration.name, "worker agent stopped");
+    }
+}
+
+/// Starts the worker agent: opens the work directory, picks the container
+/// backend, serves the HTTP API on `cfg.listen` (port 0 picks a free port)
+/// and starts the beacon. Must be called inside an actix System.
+pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
+    gantry_wire::worker_info::check_worker_name(&cfg.name)
+        .map_err(|e| anyhow::anyhow!("--name (worker.name): {e}"))?;
+    let web = super::web_nodes::WebNodes::parse(&cfg.web)?;
+    // The work directory and the backend's probes of the host (binaries,
+    // cgroup mounts) touch the file system: on a blocking thread.
+    let setup_cfg = cfg.clone();
+    let (work_dir, backend, resource_types) =
+        tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let cfg = setup_cfg;
+            std::fs::create_dir_all(&cfg.work_dir).with_context(|| {
+                format!(
+                    "cannot create the work directory {}",
+                    cfg.work_dir.display()
+                )
+            })?;
+            let work_dir = cfg.work_dir.canonicalize().with_context(|| {
+                format!(
+                    "cannot resolve the work directory {}",
+                    cfg.work_dir.display()
+                )
+            })?;
+            let backend =
+                backend::select(&cfg, &work_dir).context("choosing the container backend")?;
+            let resource_types = install_resource_types(&work_dir, backend.name())?;
+            Ok((work_dir, backend, resource_types))
+        })
+        .await
+        .context("setting up the worker agent")??;
+    tracing::info!(backend = backend.name(), work_dir = %work_dir.display(), "worker agent starting");
+    if backend.name() == "local" {
+        tracing::warn!(
+            "backend \"local\" runs processes directly on this host with NO isolation; \
+             use it only on a development machine (run as root with runc for isolation)"
+        );
+    }
+    let volumes = Arc::new(
+        volumes::VolumeStore::open(&work_dir)
+            .await
+            .context("opening the volume store")?,
+    );
+    let containers = Arc::new(
+        containers::ContainerRegistry::open(
+            &work_dir,
+            backend.clone(),
+            volumes.clone(),
+            cfg.default_rootfs.clone(),
+            resource_types.clone(),
+        )
+        .await
+        .context("opening the container registry")?,
+    );
+    let state = Arc::new(AgentState {
+        name: cfg.name.clone(),
+        token: state::new_token(),
+        stream_key: state::new_token(),
+        streams: super::stream_counters::StreamCounters::new(),
+        backend: backend.name(),
+        volumes,
+        containers,
+        runtime: tokio::runtime::Handle::current(),
+    });
+
+    let listener = std::net::TcpListener::bind(cfg.listen)
+        .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    let bound = listener.local_addr().context("reading the bound address")?;
+    let agent_url = match &cfg.advertise_url {
+        Some(url) => url.trim_end_matches('/').to_string(),
+        None if bound.ip().is_unspecified() => {
+            tracing::warn!(%bound, "listening on all interfaces; advertising 127.0.0.1 (set worker.advertise_url for other hosts)");
+            format!("http://127.0.0.1:{}", bound.port())
+        }
+        None => format!("http://{bound}"),
+    };
+    let server =
+        server::build(state.clone(), listener).context("starting the agent's HTTP server")?;
+    let server_handle = server.handle();
+    actix_rt::spawn(async move {
+        if let Err(e) = server.await {
+            tracing::error!(error = %e, "the agent's HTTP server failed");
+        }
+    });
+    tracing::info!(%agent_url, worker = %cfg.name, "worker agent listening");
+
+    let registration = WorkerRegistration {
+        name: cfg.name.clone(),
+        agent_url,
+        agent_token: state.token.clone(),
+        stream_key: state.stream_key.clone(),
+        platform: cfg.platform.clone(),
+        tags: cfg.tags.clone(),
+        team: cfg.team.clone(),
+        resource_types: resource_types.names().to_vec(),
+        limits: cfg.limits.clone(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        backend: backend.name().to_string(),
+        incarnation: uuid::Uuid::new_v4().to_string(),
+        heartbeat_interval_secs: cfg.heartbeat_interval_secs.max(1),
+    };
+    let counts_state = state.clone();
+    let beacon = beacon::Beacon {
+        http: reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(30))
+            .build()
+            .context("building the beacon's HTTP client")?,
+        web: web.clone(),
+        registration_key: cfg.registration_key.clone(),
+        registration: registration.clone(),
+        interval: Duration::from_secs(registration.heartbeat_interval_secs),
+        counts: Arc::new(move || {
+            (
+                counts_state.containers.handles().len() as u32,
+                counts_state.volumes.handles().len() as u32,
+            )
+        }),
+        status: watch::channel(BeaconStatus::Unregistered).0,
+    };
+    let status = beacon.status.subscribe();
+    let (shutdown, stopped) = watch::channel(false);
+    if cfg.sweep_interval_secs > 0 {
+        let sweeper = sweeper::Sweeper {
+            http: reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(5))
+                .timeout(Duration::from_secs(120))
+                .build()
+                .context("building the sweeper's HTTP client")?,
+            web: web.clone(),
+            registration_key: cfg.registration_key.clone(),
+            worker: registration.name.clone(),
+            incarnation: registration.incarnation.clone(),
+            state: state.clone(),
+            work_dir: work_dir.clone(),
+            interval: Duration::from_secs(cfg.sweep_interval_secs),
+            max_parallel_destroys: cfg.max_parallel_destroys.max(1),
+        };
+        // Ends at the shutdown signal, after the sweep in progress.
+        tokio::spawn(sweeper.run(status.clone(), stopped.clone()));
+    } else {
+        tracing::warn!("sweep interval 0: this worker does not sweep (what it leaks stays)");
+    }
+    let beacon = tokio::spawn(beacon.run(stopped));
+
+    Ok(WorkerHandle {
+        registration,
+        server: server_handle,
+        shutdown,
+        beacon,
+        state,
+        status,
+        web: (web, cfg.registration_key.clone()),
+    })
+}
+
+/// Installs the base resource types this worker can run (see
+/// [`ResourceTypes::install`]). The local backend offers none: their `in`
+/// and `out` take container paths, which it does not map. Blocking.
+fn install_resource_types(
+    work_dir: &std::path::Path,
+    backend: &str,
+) -> anyhow::Result<ResourceTypes> {
+    if backend == "local" {
+        tracing::info!(
+            "backend \"local\" offers no base resource types (they need an isolated backend)"
+        );
+        return Ok(ResourceTypes::none(work_dir));
+    }
+    ResourceTypes::install(work_dir, |tool| backend::find_executable(tool).is_some())
+        .context("installing the base resource types")
+}
+
+/// Runs the worker agent until `shutdown` counts a first stop request (a
+/// signal), then lands it (or retires it, with `retire_on_stop`) so its
+/// running steps finish, and stops. A second request stops at once. Must be
+/// called inside an actix System.
+pub async fn run_worker(
+    cfg: WorkerConfig,
+    mut shutdown: watch::Receiver<u32>,
+) -> anyhow::Result<()> {
+    let retire = cfg.retire_on_stop;
+    let handle = start_worker(cfg).await?;
+    let mut status = handle.status.clone();
+    tokio::select! {
+        _ = shutdown.wait_for(|n| *n >= 1) => {}
+        // Retired by an operator (`gantry retire-worker`): nothing left to do.
+        _ = status.wait_for(|s| *s == BeaconStatus::Retired) => {
+            handle.stop().await;
+            return Ok(());
+        }
+    }
+    let (abort_tx, abort) = watch::channel(false);
+    let mut second = shutdown.clone();
+    let forward = tokio::spawn(async move {
+        if second.wait_for(|n| *n >= 2).await.is_ok() {
+            let _ = abort_tx.send(true);
+        }
+    });
+    if let Err(e) = handle.drain(retire, abort).await {
+        tracing::warn!("stopping without draining: {e:#}");
+    }
+    forward.abort();
+    handle.stop().await;
+    Ok(())
+}
