@@ -70,14 +70,6 @@ pub const TRANSFER: HistogramSpec = HistogramSpec {
 /// Every histogram the engine records.
 pub const ALL: [HistogramSpec; 4] = [STEP_WAIT, GC_RULE_RUN, BUILD_DURATION, TRANSFER];
 
-/// The statuses a build ends with.
-const ENDED: [BuildStatus; 4] = [
-    BuildStatus::Succeeded,
-    BuildStatus::Failed,
-    BuildStatus::Errored,
-    BuildStatus::Aborted,
-];
-
 /// The paths a transfer takes.
 const PATHS: [TransferPath; 3] = [TransferPath::P2p, TransferPath::Relay, TransferPath::Web];
 
@@ -91,7 +83,7 @@ pub fn describe() {
     for rule in Rule::ALL {
         let _ = metrics::histogram!(GC_RULE_RUN.name, "rule" => rule.as_str());
     }
-    for status in ENDED {
+    for status in BuildStatus::ENDED {
         let _ = metrics::histogram!(BUILD_DURATION.name, "status" => status.as_str());
     }
     for path in PATHS {

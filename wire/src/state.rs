@@ -1,4 +1,4 @@
-//! The states of workers, containers and volumes, and their one conversion to
+//! The states of workers, containers, volumes and builds, and their one conversion to
 //! and from the text stored in the database and shown to users.
 //!
 //! Garbage collection rests on these states: nothing else in Gantry spells
@@ -104,9 +104,108 @@ impl std::fmt::Display for HandleState {
     }
 }
 
+/// Where a build is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum BuildStatus {
+    /// Created, not yet placed.
+    Pending,
+    /// Running its plan.
+    Started,
+    /// Every step succeeded.
+    Succeeded,
+    /// A step failed (e.g. a task exited non-zero).
+    Failed,
+    /// Gantry could not run it (no worker, a worker failed, bad input found late).
+    Errored,
+    /// A user aborted it.
+    Aborted,
+}
+
+impl BuildStatus {
+    /// The stored name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            BuildStatus::Pending => "pending",
+            BuildStatus::Started => "started",
+            BuildStatus::Succeeded => "succeeded",
+            BuildStatus::Failed => "failed",
+            BuildStatus::Errored => "errored",
+            BuildStatus::Aborted => "aborted",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => BuildStatus::Pending,
+            "started" => BuildStatus::Started,
+            "succeeded" => BuildStatus::Succeeded,
+            "failed" => BuildStatus::Failed,
+            "errored" => BuildStatus::Errored,
+            "aborted" => BuildStatus::Aborted,
+            _ => return None,
+        })
+    }
+
+    /// Whether the build has ended.
+    pub fn is_finished(&self) -> bool {
+        !matches!(self, BuildStatus::Pending | BuildStatus::Started)
+    }
+
+    /// The statuses of a build that has not ended.
+    pub const UNFINISHED: [BuildStatus; 2] = [BuildStatus::Pending, BuildStatus::Started];
+
+    /// The statuses of a build that has ended.
+    pub const ENDED: [BuildStatus; 4] = [
+        BuildStatus::Succeeded,
+        BuildStatus::Failed,
+        BuildStatus::Errored,
+        BuildStatus::Aborted,
+    ];
+
+    /// `statuses` as an SQL list of their stored names, `('a', 'b')`, for
+    /// conditions composed into larger statements; made from the enum, so
+    /// no statement spells a status by hand.
+    pub fn sql_list(statuses: &[BuildStatus]) -> String {
+        let names: Vec<String> = statuses
+            .iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect();
+        format!("({})", names.join(", "))
+    }
+
+    /// Every status, for metrics.
+    pub const ALL: [BuildStatus; 6] = [
+        BuildStatus::Pending,
+        BuildStatus::Started,
+        BuildStatus::Succeeded,
+        BuildStatus::Failed,
+        BuildStatus::Errored,
+        BuildStatus::Aborted,
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn build_statuses_round_trip_and_split_into_unfinished_and_ended() {
+        for s in BuildStatus::ALL {
+            assert_eq!(BuildStatus::parse(s.as_str()), Some(s));
+            assert_eq!(
+                BuildStatus::UNFINISHED.contains(&s),
+                !BuildStatus::ENDED.contains(&s)
+            );
+            assert_eq!(s.is_finished(), BuildStatus::ENDED.contains(&s));
+        }
+        assert_eq!(
+            BuildStatus::sql_list(&BuildStatus::UNFINISHED),
+            "('pending', 'started')"
+        );
+    }
 
     #[test]
     fn every_state_round_trips_through_its_stored_name() {

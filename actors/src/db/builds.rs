@@ -5,66 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::db::{now_ms, Db};
 use crate::error::EngineError;
 
-/// Where a build is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "lowercase")]
-pub enum BuildStatus {
-    /// Created, not yet placed.
-    Pending,
-    /// Running its plan.
-    Started,
-    /// Every step succeeded.
-    Succeeded,
-    /// A step failed (e.g. a task exited non-zero).
-    Failed,
-    /// Gantry could not run it (no worker, a worker failed, bad input found late).
-    Errored,
-    /// A user aborted it.
-    Aborted,
-}
-
-impl BuildStatus {
-    /// The stored name.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            BuildStatus::Pending => "pending",
-            BuildStatus::Started => "started",
-            BuildStatus::Succeeded => "succeeded",
-            BuildStatus::Failed => "failed",
-            BuildStatus::Errored => "errored",
-            BuildStatus::Aborted => "aborted",
-        }
-    }
-
-    /// Parses a stored name.
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "pending" => BuildStatus::Pending,
-            "started" => BuildStatus::Started,
-            "succeeded" => BuildStatus::Succeeded,
-            "failed" => BuildStatus::Failed,
-            "errored" => BuildStatus::Errored,
-            "aborted" => BuildStatus::Aborted,
-            _ => return None,
-        })
-    }
-
-    /// Whether the build has ended.
-    pub fn is_finished(&self) -> bool {
-        !matches!(self, BuildStatus::Pending | BuildStatus::Started)
-    }
-
-    /// Every status, for metrics.
-    pub const ALL: [BuildStatus; 6] = [
-        BuildStatus::Pending,
-        BuildStatus::Started,
-        BuildStatus::Succeeded,
-        BuildStatus::Failed,
-        BuildStatus::Errored,
-        BuildStatus::Aborted,
-    ];
-}
+pub use crate::state::BuildStatus;
 
 /// A stored build.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -140,7 +81,7 @@ fn decode(r: Raw) -> BuildRow {
 /// its id.
 pub(super) const INSERT_BUILD: &str =
     "INSERT INTO builds (team, status, plan, created_at, web_node) \
-     VALUES ($1, 'pending', $2, $3, $4) RETURNING id";
+     VALUES ($1, $5, $2, $3, $4) RETURNING id";
 
 impl Db {
     /// Creates a pending build and returns its id.
@@ -155,6 +96,7 @@ impl Db {
             .bind(plan.to_string())
             .bind(now_ms())
             .bind(web_node)
+            .bind(BuildStatus::Pending.as_str())
             .fetch_one(self.pool())
             .await?;
         Ok(id)
@@ -162,7 +104,8 @@ impl Db {
 
     /// Marks a build started on a worker.
     pub async fn start_build(&self, id: i64, worker: &str) -> Result<(), EngineError> {
-        sqlx::query("UPDATE builds SET status = 'started', worker = $1 WHERE id = $2")
+        sqlx::query("UPDATE builds SET status = $1, worker = $2 WHERE id = $3")
+            .bind(BuildStatus::Started.as_str())
             .bind(worker)
             .bind(id)
             .execute(self.pool())
@@ -259,8 +202,10 @@ impl Db {
     /// Builds that had not ended (e.g. when a web node stopped under them).
     pub async fn unfinished_builds(&self, web_node: &str) -> Result<Vec<i64>, EngineError> {
         let rows: Vec<(i64,)> = sqlx::query_as(
-            "SELECT id FROM builds WHERE status IN ('pending', 'started') AND (web_node = $1 OR web_node IS NULL)",
+            "SELECT id FROM builds WHERE status IN ($1, $2) AND (web_node = $3 OR web_node IS NULL)",
         )
+        .bind(BuildStatus::Pending.as_str())
+        .bind(BuildStatus::Started.as_str())
         .bind(web_node)
         .fetch_all(self.pool())
         .await?;

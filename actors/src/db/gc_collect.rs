@@ -5,7 +5,7 @@
 
 use crate::db::{Db, TaskCacheKey, TaskCacheRow};
 use crate::error::EngineError;
-use crate::state::HandleState;
+use crate::state::{BuildStatus, HandleState};
 
 use super::handles::HandleKind;
 
@@ -17,18 +17,22 @@ fn table(kind: HandleKind) -> &'static str {
     }
 }
 
-/// Build statuses of an ended build, as an SQL list.
-pub(super) const ENDED: &str = "('succeeded', 'failed', 'errored', 'aborted')";
+/// Build statuses of an ended build, as an SQL list (made from the enum).
+pub(super) fn ended() -> String {
+    BuildStatus::sql_list(&BuildStatus::ENDED)
+}
 
 /// The condition (on builds aliased `b`) of a build whose containers,
 /// volumes and artifacts may go: it has ended, and it is not a failed or
 /// errored build of a job that no newer build of the same job has ended
 /// after (that one keeps them, for intercepting).
 fn released(b: &str) -> String {
+    let ended = ended();
+    let kept = BuildStatus::sql_list(&[BuildStatus::Failed, BuildStatus::Errored]);
     format!(
-        "{b}.status IN {ENDED} AND NOT ({b}.status IN ('failed', 'errored') AND {b}.job IS NOT NULL \
+        "{b}.status IN {ended} AND NOT ({b}.status IN {kept} AND {b}.job IS NOT NULL \
          AND NOT EXISTS (SELECT 1 FROM builds n WHERE n.team = {b}.team AND n.pipeline = {b}.pipeline \
-         AND n.job = {b}.job AND n.id > {b}.id AND n.status IN {ENDED}))"
+         AND n.job = {b}.job AND n.id > {b}.id AND n.status IN {ended}))"
     )
 }
 
@@ -170,9 +174,10 @@ impl Db {
     ) -> Result<u64, EngineError> {
         let done = sqlx::query(&format!(
             "UPDATE {t} SET state = $1 WHERE created_at < $2 AND ( \
-               (state = $3 AND (build_id IS NULL OR build_id IN (SELECT id FROM builds WHERE status IN {ENDED}))) \
+               (state = $3 AND (build_id IS NULL OR build_id IN (SELECT id FROM builds WHERE status IN {ended}))) \
                OR (state = $4 AND build_id IS NULL))",
-            t = table(kind)
+            t = table(kind),
+            ended = ended()
         ))
         .bind(HandleState::Destroying.as_str())
         .bind(created_before)

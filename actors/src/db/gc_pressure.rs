@@ -27,7 +27,7 @@ use crate::db::{Db, TaskCacheRow};
 use crate::error::EngineError;
 use crate::state::HandleState;
 
-use super::gc_collect::ENDED;
+use super::gc_collect::ended;
 use super::task_caches::{decode, Raw, COLUMNS};
 
 /// The condition that the task cache (or leftover) in the row named `t`
@@ -36,10 +36,11 @@ use super::task_caches::{decode, Raw, COLUMNS};
 pub(super) fn in_use(t: &str) -> String {
     format!(
         "EXISTS (SELECT 1 FROM builds b WHERE b.team = {t}.team AND b.pipeline = {t}.pipeline \
-         AND b.job = {t}.job AND b.status NOT IN {ENDED} AND (b.created_at <= {t}.last_used_at \
+         AND b.job = {t}.job AND b.status NOT IN {ended} AND (b.created_at <= {t}.last_used_at \
          OR EXISTS (SELECT 1 FROM containers c WHERE c.build_id = b.id AND c.worker = {t}.worker \
          AND c.step = {t}.step AND c.state <> '{destroying}')))",
-        destroying = HandleState::Destroying.as_str()
+        destroying = HandleState::Destroying.as_str(),
+        ended = ended()
     )
 }
 

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::db::Db;
 use crate::error::EngineError;
+use crate::state::BuildStatus;
 
 /// A team.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -81,12 +82,13 @@ impl Db {
 
     /// How many builds of `team` have not ended.
     pub async fn unfinished_builds_of_team(&self, team: &str) -> Result<i64, EngineError> {
-        let (n,): (i64,) = sqlx::query_as(
-            "SELECT COUNT(*) FROM builds WHERE team = $1 AND status IN ('pending', 'started')",
-        )
-        .bind(team)
-        .fetch_one(self.pool())
-        .await?;
+        let (n,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM builds WHERE team = $1 AND status IN ($2, $3)")
+                .bind(team)
+                .bind(BuildStatus::Pending.as_str())
+                .bind(BuildStatus::Started.as_str())
+                .fetch_one(self.pool())
+                .await?;
         Ok(n)
     }
 

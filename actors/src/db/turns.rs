@@ -5,6 +5,7 @@
 
 use super::{now_ms, Backend, Db};
 use crate::error::EngineError;
+use crate::state::BuildStatus;
 
 /// One key of a build's turns, and the unfinished builds ahead of it there.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +59,7 @@ impl Db {
             .bind(plan.to_string())
             .bind(now_ms())
             .bind(web_node)
+            .bind(BuildStatus::Pending.as_str())
             .fetch_one(&mut *tx)
             .await?;
         for (key, n) in turns {
@@ -87,11 +89,13 @@ impl Db {
         for (key, max_in_flight) in keys {
             let ahead: Vec<(i64,)> = sqlx::query_as(
                 "SELECT t.build_id FROM build_turns t JOIN builds b ON b.id = t.build_id \
-                 WHERE t.turn_key = $1 AND t.build_id < $2 AND b.status IN ('pending', 'started') \
+                 WHERE t.turn_key = $1 AND t.build_id < $2 AND b.status IN ($3, $4) \
                  ORDER BY t.build_id",
             )
             .bind(&key)
             .bind(id)
+            .bind(BuildStatus::Pending.as_str())
+            .bind(BuildStatus::Started.as_str())
             .fetch_all(self.pool())
             .await?;
             out.push(TurnAhead {

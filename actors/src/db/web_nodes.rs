@@ -6,6 +6,7 @@
 
 use super::{now_ms, Backend, Db};
 use crate::error::EngineError;
+use crate::state::BuildStatus;
 
 /// One web node as the table holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,10 +138,12 @@ impl Db {
                 continue;
             }
             let rows: Vec<(i64,)> = sqlx::query_as(
-                "UPDATE builds SET web_node = $1 WHERE web_node = $2 AND status IN ('pending', 'started') RETURNING id",
+                "UPDATE builds SET web_node = $1 WHERE web_node = $2 AND status IN ($3, $4) RETURNING id",
             )
             .bind(me)
             .bind(&name)
+            .bind(BuildStatus::Pending.as_str())
+            .bind(BuildStatus::Started.as_str())
             .fetch_all(&mut *tx)
             .await?;
             tx.commit().await?;
@@ -166,9 +169,11 @@ impl Db {
     pub async fn abort_requests(&self, node: &str) -> Result<Vec<(i64, i64)>, EngineError> {
         Ok(sqlx::query_as(
             "SELECT id, abort_requested FROM builds WHERE web_node = $1 AND abort_requested IS NOT NULL \
-             AND status IN ('pending', 'started')",
+             AND status IN ($2, $3)",
         )
         .bind(node)
+        .bind(BuildStatus::Pending.as_str())
+        .bind(BuildStatus::Started.as_str())
         .fetch_all(&self.pool)
         .await?)
     }
