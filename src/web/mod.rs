@@ -1,28 +1,15 @@
 //! The web node: the engine plus its HTTP API, dashboard and `/metrics`.
 
-mod api_artifacts;
-pub(crate) mod api_builds;
-mod api_gc;
-mod api_gc_admin;
-mod api_hijack;
-mod api_jobs;
-mod api_teams;
-mod api_workers;
+pub mod api;
 pub mod artifact_files;
 pub mod auth;
 pub mod body_pace;
-pub mod bounds;
-mod dashboard_feed;
-mod dashboard_snapshots;
+mod dashboard;
 mod error;
 mod health;
 pub mod limits;
 mod metrics;
-mod metrics_collector;
-mod metrics_gc;
-mod metrics_streams;
 pub mod openapi;
-pub mod paging;
 pub mod routes;
 
 use std::net::SocketAddr;
@@ -50,7 +37,7 @@ pub struct AppState {
     /// What a request may cost.
     pub limits: limits::Limits,
     /// The dashboard feeds' shared snapshots.
-    pub snapshots: dashboard_snapshots::SharedSnapshots,
+    pub snapshots: dashboard::SharedSnapshots,
 }
 
 /// A running web node.
@@ -362,78 +349,6 @@ async fn info() -> HttpResponse {
     HttpResponse::Ok().json(Info {
         version: env!("CARGO_PKG_VERSION"),
     })
-}
-
-/// `GET /`: the dashboard's page (no token needed: it holds no data, and
-/// asks the API with the token it is given).
-#[utoipa::path(
-    get,
-    path = "/",
-    operation_id = "dashboard",
-    tag = "operations",
-    security(()),
-    responses((status = 200, description = "The dashboard (HTML)", content_type = "text/html", body = String))
-)]
-async fn dashboard() -> HttpResponse {
-    asset(
-        "text/html; charset=utf-8",
-        include_str!("dashboard/index.html"),
-    )
-}
-
-/// `GET /builds/{id}`: the dashboard's page of a build (the same page: it
-/// routes on `location.pathname` itself).
-#[utoipa::path(
-    get,
-    path = "/builds/{id}",
-    operation_id = "dashboardBuild",
-    tag = "operations",
-    security(()),
-    params(("id" = i64, Path, description = "The build")),
-    responses((status = 200, description = "The dashboard (HTML)", content_type = "text/html", body = String))
-)]
-async fn dashboard_build() -> HttpResponse {
-    dashboard().await
-}
-
-/// `GET /dashboard/app.js`: the dashboard's script.
-#[utoipa::path(
-    get,
-    path = "/dashboard/app.js",
-    operation_id = "dashboardScript",
-    tag = "operations",
-    security(()),
-    responses((status = 200, description = "JavaScript", content_type = "text/javascript", body = String))
-)]
-async fn dashboard_js() -> HttpResponse {
-    asset(
-        "text/javascript; charset=utf-8",
-        include_str!("dashboard/app.js"),
-    )
-}
-
-/// `GET /dashboard/style.css`: the dashboard's style sheet.
-#[utoipa::path(
-    get,
-    path = "/dashboard/style.css",
-    operation_id = "dashboardStyle",
-    tag = "operations",
-    security(()),
-    responses((status = 200, description = "CSS", content_type = "text/css", body = String))
-)]
-async fn dashboard_css() -> HttpResponse {
-    asset(
-        "text/css; charset=utf-8",
-        include_str!("dashboard/style.css"),
-    )
-}
-
-/// An embedded file of the dashboard.
-fn asset(content_type: &'static str, body: &'static str) -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type(content_type)
-        .insert_header(("cache-control", "no-cache"))
-        .body(body)
 }
 
 async fn not_found(req: actix_web::HttpRequest) -> Result<HttpResponse, ApiError> {

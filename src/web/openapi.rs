@@ -10,7 +10,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, OpenApi as Document, RefOr, Response};
 use utoipa::OpenApi as _;
 
-use super::api_hijack::HijackRequest;
+use super::api::hijack::HijackRequest;
 use super::error::ErrorBody;
 use super::routes::Operations;
 

@@ -7,7 +7,7 @@
 //! [`CHECK_EVERY`] and sends a snapshot only when it differs from the last
 //! one sent, with a comment line as a keep-alive when nothing changed for
 //! [`KEEP_ALIVE`]. Feeds of one viewer share one snapshot per interval
-//! (`dashboard_snapshots.rs`), so many open tabs cost the database no more
+//! (`snapshots.rs`), so many open tabs cost the database no more
 //! than one.
 //!
 //! A team token sees only its team's builds, containers and volumes, as the
@@ -397,5 +397,5 @@ impl Changes {
 }
 
 #[cfg(test)]
-#[path = "dashboard_feed_tests.rs"]
+#[path = "feed_tests.rs"]
 mod tests;

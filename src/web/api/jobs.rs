@@ -3,8 +3,8 @@
 
 use actix_web::{web, HttpRequest, HttpResponse};
 
+use crate::web::api::paging::PageQuery;
 use crate::web::error::ApiError;
-use crate::web::paging::PageQuery;
 use crate::web::AppState;
 
 /// `GET /api/v1/jobs`: a page of the background jobs' statuses, by name.

@@ -5,9 +5,9 @@
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 
+use crate::web::api::paging::PageQuery;
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
-use crate::web::paging::PageQuery;
 use crate::web::AppState;
 
 /// The longest a token may live: 10 years, in seconds.
@@ -89,7 +89,7 @@ pub async fn set(
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     identity.require_admin()?;
-    crate::web::api_workers::no_body(&body)?;
+    crate::web::api::workers::no_body(&body)?;
     let team = path.into_inner();
     let created = state.engine.set_team(&team).await?;
     let body = serde_json::json!({ "name": team, "created": created });
@@ -174,7 +174,11 @@ pub async fn create_token(
         None => None,
     };
     if let Some(d) = &req.description {
-        crate::web::bounds::check_text("description", d, crate::web::bounds::MAX_DESCRIPTION)?;
+        crate::web::api::bounds::check_text(
+            "description",
+            d,
+            crate::web::api::bounds::MAX_DESCRIPTION,
+        )?;
     }
     let made = state
         .engine

@@ -151,7 +151,7 @@ pub async fn build(
         .step
         .clone()
         .unwrap_or_else(|| gantry_actors::build::ONE_OFF_STEP.to_string());
-    let build = crate::web::api_builds::visible_build(&identity, &state, id).await?;
+    let build = crate::web::api::builds::visible_build(&identity, &state, id).await?;
     let row = state.engine.step_container(id, &step).await?;
     let Some(row) = row else {
         let why = if build.status.is_finished() {

@@ -12,9 +12,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 
+use crate::web::api::paging::{Page, PageQuery};
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
-use crate::web::paging::{Page, PageQuery};
 use crate::web::AppState;
 
 /// Body of `POST /api/v1/teams/{team}/builds`: a one-off task (`config`,
@@ -128,9 +128,11 @@ pub async fn create(
 
 /// Creates a one-off build of the body's task.
 /// Refuses a build request whose names, lists or timeout are out of bounds
-/// (see [`crate::web::bounds`]) before anything is stored.
+/// (see [`crate::web::api::bounds`]) before anything is stored.
 fn check_bounds(body: &CreateBuild) -> Result<(), ApiError> {
-    use crate::web::bounds::{check_count, check_text, check_timeout, MAX_NAME, MAX_REFERENCE};
+    use crate::web::api::bounds::{
+        check_count, check_text, check_timeout, MAX_NAME, MAX_REFERENCE,
+    };
     for (what, value) in [
         ("job", &body.job),
         ("check", &body.check),
@@ -345,7 +347,7 @@ pub struct BuildsQuery {
 }
 
 /// `GET /api/v1/builds`: a page of the builds the caller may see, newest
-/// first (see [`crate::web::paging`]).
+/// first (see [`crate::web::api::paging`]).
 #[utoipa::path(
     get,
     path = "/api/v1/builds",

@@ -5,9 +5,9 @@ use gantry_actors::registry::{HeartbeatRefused, LifecycleAction};
 use gantry_actors::state::WorkerState;
 use gantry_actors::worker_info::{Heartbeat, WorkerRegistration};
 
+use crate::web::api::paging::PageQuery;
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
-use crate::web::paging::PageQuery;
 use crate::web::AppState;
 
 /// Answer of a registration or a heartbeat: the worker's state.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use gantry_actors::Engine;
 
-use crate::web::dashboard_feed::Snapshot;
+use super::feed::Snapshot;
 use crate::web::error::ApiError;
 
 /// How old a shared snapshot may be and still be used: just under the

@@ -24,6 +24,10 @@
 //! Every name starts with `gantry_`, carries its unit, counters end in
 //! `_total`, every metric has help text, and no label names a build.
 
+mod collector;
+mod gc;
+mod streams;
+
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -108,7 +112,7 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
         jobs: engine.jobs(),
         web_nodes: engine.web_nodes().await?,
     };
-    let gc = super::metrics_gc::Gc::read(engine).await?;
+    let gc = gc::Gc::read(engine).await?;
     let resources = engine.resource_stats();
     let collector = engine.collector_stats();
     let streams = engine.streams();
@@ -118,8 +122,8 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
     metrics::with_local_recorder(&scrape, || {
         core.record();
         record_resources(resources);
-        super::metrics_streams::record(streams);
-        super::metrics_collector::record(&collector);
+        streams::record(streams);
+        collector::record(&collector);
         gc.record();
         describe_counter!(
             "gantry_db_queries_total",

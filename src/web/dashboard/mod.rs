@@ -1,0 +1,73 @@
+//! The dashboard: its page, script and style sheet (embedded in the binary,
+//! nothing fetched from elsewhere), its live feed (`feed.rs`) and the
+//! snapshots its feeds share (`snapshots.rs`).
+
+pub mod feed;
+mod snapshots;
+
+use actix_web::HttpResponse;
+
+pub use snapshots::SharedSnapshots;
+
+/// `GET /`: the dashboard's page (no token needed: it holds no data, and
+/// asks the API with the token it is given).
+#[utoipa::path(
+    get,
+    path = "/",
+    operation_id = "dashboard",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "The dashboard (HTML)", content_type = "text/html", body = String))
+)]
+pub async fn page() -> HttpResponse {
+    asset("text/html; charset=utf-8", include_str!("index.html"))
+}
+
+/// `GET /builds/{id}`: the dashboard's page of a build (the same page: it
+/// routes on `location.pathname` itself).
+#[utoipa::path(
+    get,
+    path = "/builds/{id}",
+    operation_id = "dashboardBuild",
+    tag = "operations",
+    security(()),
+    params(("id" = i64, Path, description = "The build")),
+    responses((status = 200, description = "The dashboard (HTML)", content_type = "text/html", body = String))
+)]
+pub async fn build_page() -> HttpResponse {
+    page().await
+}
+
+/// `GET /dashboard/app.js`: the dashboard's script.
+#[utoipa::path(
+    get,
+    path = "/dashboard/app.js",
+    operation_id = "dashboardScript",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "JavaScript", content_type = "text/javascript", body = String))
+)]
+pub async fn script() -> HttpResponse {
+    asset("text/javascript; charset=utf-8", include_str!("app.js"))
+}
+
+/// `GET /dashboard/style.css`: the dashboard's style sheet.
+#[utoipa::path(
+    get,
+    path = "/dashboard/style.css",
+    operation_id = "dashboardStyle",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "CSS", content_type = "text/css", body = String))
+)]
+pub async fn style() -> HttpResponse {
+    asset("text/css; charset=utf-8", include_str!("style.css"))
+}
+
+/// An embedded file of the dashboard.
+fn asset(content_type: &'static str, body: &'static str) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type(content_type)
+        .insert_header(("cache-control", "no-cache"))
+        .body(body)
+}
