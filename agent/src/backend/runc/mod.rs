@@ -42,58 +42,24 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use gantry_wire::spec::ProcessSpec;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::{oneshot, watch, Mutex};
 
-use super::{process_env, BackendContainer, ContainerBackend, ContainerContext};
+use super::{BackendContainer, ContainerBackend, ContainerContext};
 use crate::config::ContainerLimitDefaults;
 use crate::error::AgentError;
 use crate::processes::{spawn_child, spawn_tty_child, ProcessEnd, SignalTarget, Spawned};
-use crate::rootfs::{self, RootfsPlan, UserIds};
+use crate::rootfs::{self, RootfsPlan};
+
+mod bundle;
+mod oom;
+
+pub use bundle::{config_json, process_json};
+pub use oom::oom_message;
+use oom::{cgroup_path, OomCounter};
 
 /// How long a second process waits for the container's init to start.
 const INIT_START_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Capabilities of container processes (Docker's default set).
-const CAPABILITIES: &[&str] = &[
-    "CAP_CHOWN",
-    "CAP_DAC_OVERRIDE",
-    "CAP_FSETID",
-    "CAP_FOWNER",
-    "CAP_MKNOD",
-    "CAP_NET_RAW",
-    "CAP_SETGID",
-    "CAP_SETUID",
-    "CAP_SETFCAP",
-    "CAP_SETPCAP",
-    "CAP_NET_BIND_SERVICE",
-    "CAP_SYS_CHROOT",
-    "CAP_KILL",
-    "CAP_AUDIT_WRITE",
-];
-
-/// Paths of `/proc` and `/sys` hidden from containers (runc's defaults).
-const MASKED_PATHS: &[&str] = &[
-    "/proc/acpi",
-    "/proc/asound",
-    "/proc/kcore",
-    "/proc/keys",
-    "/proc/latency_stats",
-    "/proc/timer_list",
-    "/proc/timer_stats",
-    "/proc/sched_debug",
-    "/proc/scsi",
-    "/sys/firmware",
-];
-
-/// Paths of `/proc` made read-only in containers (runc's defaults).
-const READONLY_PATHS: &[&str] = &[
-    "/proc/bus",
-    "/proc/fs",
-    "/proc/irq",
-    "/proc/sys",
-    "/proc/sysrq-trigger",
-];
 
 /// The runc backend.
 pub struct RuncBackend {
@@ -104,100 +70,6 @@ pub struct RuncBackend {
     /// Where the kernel counts out-of-memory kills; `None` without a memory
     /// cgroup controller (kills are then not explained).
     oom: Option<Arc<OomCounter>>,
-}
-
-/// Where the kernel counts the out-of-memory kills of containers' cgroups.
-#[derive(Debug)]
-struct OomCounter {
-    /// The memory controller's hierarchy (`/sys/fs/cgroup/memory` on cgroup
-    /// v1, `/sys/fs/cgroup` on v2).
-    hierarchy: PathBuf,
-    /// `memory.oom_control` (v1) or `memory.events` (v2).
-    file: &'static str,
-}
-
-impl OomCounter {
-    /// Finds the memory controller in `/proc/self/mountinfo`: a v1
-    /// hierarchy with `memory`, else a v2 one offering it. Only hierarchies
-    /// mounted from their root qualify (cgroup paths are taken from there).
-    /// Reads procfs and cgroupfs: blocking, called (through
-    /// [`RuncBackend::new`]) on a blocking thread when the agent starts.
-    fn detect() -> Option<Self> {
-        let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-        let mut v2 = None;
-        for line in info.lines() {
-            let (left, right) = line.split_once(" - ")?;
-            let fields: Vec<&str> = left.split(' ').collect();
-            let sys: Vec<&str> = right.split(' ').collect();
-            let (Some(root), Some(point), Some(fstype)) =
-                (fields.get(3), fields.get(4), sys.first())
-            else {
-                continue;
-            };
-            if *root != "/" {
-                continue;
-            }
-            let options = sys.get(2).copied().unwrap_or_default();
-            if *fstype == "cgroup" && options.split(',').any(|o| o == "memory") {
-                return Some(OomCounter {
-                    hierarchy: PathBuf::from(point),
-                    file: "memory.oom_control",
-                });
-            }
-            if *fstype == "cgroup2" {
-                let controllers = Path::new(point).join("cgroup.controllers");
-                let offered = std::fs::read_to_string(controllers).unwrap_or_default();
-                if offered.split_whitespace().any(|c| c == "memory") {
-                    v2 = Some(PathBuf::from(point));
-                }
-            }
-        }
-        v2.map(|hierarchy| OomCounter {
-            hierarchy,
-            file: "memory.events",
-        })
-    }
-
-    /// Out-of-memory kills so far in the cgroup `path` (as in config.json);
-    /// 0 when it does not exist (yet).
-    async fn kills(&self, path: &str) -> u64 {
-        let file = self
-            .hierarchy
-            .join(path.trim_start_matches('/'))
-            .join(self.file);
-        let text = tokio::fs::read_to_string(&file).await.unwrap_or_default();
-        text.lines()
-            .find_map(|l| l.strip_prefix("oom_kill "))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0)
-    }
-}
-
-/// The cgroup of a container, as config.json's `cgroupsPath`.
-fn cgroup_path(handle: &str) -> String {
-    format!("/gantry/{handle}")
-}
-
-/// `64 MiB`, `1 GiB`, or plain bytes.
-fn human_bytes(n: u64) -> String {
-    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    UNITS
-        .iter()
-        .find(|(size, _)| n >= *size && n.is_multiple_of(*size))
-        .map(|(size, unit)| format!("{} {unit}", n / size))
-        .unwrap_or_else(|| format!("{n} bytes"))
-}
-
-/// The line added to the stderr of a process that failed after an
-/// out-of-memory kill in its container.
-pub fn oom_message(memory_limit: Option<u64>) -> String {
-    match memory_limit {
-        Some(limit) => format!(
-            "task killed: out of memory (container memory limit {})\n",
-            human_bytes(limit)
-        ),
-        None => "task killed: out of memory (the worker host ran out of memory)\n".into(),
-    }
 }
 
 /// How to call runc.
@@ -480,171 +352,14 @@ fn start(
     }
 }
 
-/// The `process` object of config.json (and of `runc exec --process`).
-pub fn process_json(ctx: &ContainerContext, p: &ProcessSpec, user: UserIds) -> Value {
-    let cwd = match p.dir.as_deref() {
-        None | Some("") => "/".to_string(),
-        Some(d) if d.starts_with('/') => d.to_string(),
-        Some(d) => format!("/{d}"),
-    };
-    let home = if user.uid == 0 {
-        "HOME=/root"
-    } else {
-        "HOME=/tmp"
-    };
-    let args: Vec<&str> = std::iter::once(p.path.as_str())
-        .chain(p.args.iter().map(String::as_str))
-        .collect();
-    let mut defaults = vec![home.to_string()];
-    if p.tty.is_some() {
-        defaults.push(super::DEFAULT_TERM.to_string());
-    }
-    let mut process = json!({
-        "terminal": p.tty.is_some(),
-        "user": { "uid": user.uid, "gid": user.gid },
-        "args": args,
-        "env": process_env(&defaults, &ctx.spec.env, &p.env),
-        "cwd": cwd,
-        "capabilities": {
-            "bounding": CAPABILITIES,
-            "effective": CAPABILITIES,
-            "permitted": CAPABILITIES,
-        },
-        "noNewPrivileges": false,
-    });
-    if let Some(size) = p.tty {
-        process["consoleSize"] = json!({ "height": size.rows, "width": size.columns });
-    }
-    process
-}
-
-/// One entry of config.json's `mounts`.
-fn mount(dest: &str, kind: &str, source: &str, options: &[&str]) -> Value {
-    json!({ "destination": dest, "type": kind, "source": source, "options": options })
-}
-
-/// config.json of a container whose init runs `process`.
-pub fn config_json(ctx: &ContainerContext, rootfs: &RootfsPlan, process: Value) -> Value {
-    let mut mounts = vec![
-        mount("/proc", "proc", "proc", &["nosuid", "noexec", "nodev"]),
-        mount(
-            "/dev",
-            "tmpfs",
-            "tmpfs",
-            &["nosuid", "strictatime", "mode=755", "size=65536k"],
-        ),
-        mount(
-            "/dev/pts",
-            "devpts",
-            "devpts",
-            &[
-                "nosuid",
-                "noexec",
-                "newinstance",
-                "ptmxmode=0666",
-                "mode=0620",
-                "gid=5",
-            ],
-        ),
-        mount(
-            "/dev/shm",
-            "tmpfs",
-            "shm",
-            &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
-        ),
-        mount(
-            "/dev/mqueue",
-            "mqueue",
-            "mqueue",
-            &["nosuid", "noexec", "nodev"],
-        ),
-        mount(
-            "/sys",
-            "sysfs",
-            "sysfs",
-            &["nosuid", "noexec", "nodev", "ro"],
-        ),
-    ];
-    for b in &rootfs.binds {
-        mounts.push(mount(
-            &b.dest,
-            "bind",
-            &b.source.to_string_lossy(),
-            &["rbind", "ro", "nosuid", "nodev"],
-        ));
-    }
-    // /tmp before the volumes, so that volumes can live under /tmp.
-    mounts.push(mount(
-        "/tmp",
-        "tmpfs",
-        "tmpfs",
-        &["nosuid", "nodev", "mode=1777"],
-    ));
-    for m in &ctx.mounts {
-        let mode = if m.readonly { "ro" } else { "rw" };
-        mounts.push(mount(
-            &m.path,
-            "bind",
-            &m.source.to_string_lossy(),
-            &["rbind", mode],
-        ));
-    }
-
-    if rootfs.resolv_conf && !ctx.spec.hermetic {
-        mounts.push(mount(
-            "/etc/resolv.conf",
-            "bind",
-            "/etc/resolv.conf",
-            &["rbind", "ro", "nosuid", "nodev"],
-        ));
-    }
-
-    let mut resources = json!({ "devices": [{ "allow": false, "access": "rwm" }] });
-    let limits = &ctx.spec.limits;
-    if let Some(memory) = limits.memory {
-        // swap = memory + swap: the container never swaps, so it is killed
-        // at its limit instead of slowing the host down.
-        resources["memory"] = json!({ "limit": memory, "swap": memory });
-    }
-    if let Some(shares) = limits.cpu {
-        resources["cpu"] = json!({ "shares": shares });
-    }
-    if let Some(pids) = limits.pids {
-        resources["pids"] = json!({ "limit": pids });
-    }
-    let hostname: String = ctx.handle.chars().take(63).collect();
-    let mut namespaces = vec![
-        json!({ "type": "pid" }),
-        json!({ "type": "mount" }),
-        json!({ "type": "uts" }),
-        json!({ "type": "ipc" }),
-    ];
-    if ctx.spec.hermetic {
-        // A new network namespace: runc brings its loopback up.
-        namespaces.push(json!({ "type": "network" }));
-    }
-    json!({
-        "ociVersion": "1.0.2",
-        "process": process,
-        "root": { "path": rootfs.root.to_string_lossy(), "readonly": rootfs.readonly },
-        "hostname": hostname,
-        "mounts": mounts,
-        "linux": {
-            "namespaces": namespaces,
-            "resources": resources,
-            "cgroupsPath": cgroup_path(&ctx.handle),
-            "maskedPaths": MASKED_PATHS,
-            "readonlyPaths": READONLY_PATHS,
-        },
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backend::ResolvedMount;
     use crate::rootfs::HostBind;
+    use crate::rootfs::UserIds;
     use gantry_wire::spec::{ContainerSpec, ResourceLimits, RootfsSpec};
+    use serde_json::json;
 
     fn ctx() -> ContainerContext {
         ContainerContext {
