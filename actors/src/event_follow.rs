@@ -7,7 +7,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::db::Db;
 use crate::error::EngineError;
-use crate::events::{BuildEvent, EventHub, SequencedEvent};
+use crate::events::{EventHub, SequencedEvent};
 
 /// One event of a build as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,6 +16,9 @@ pub struct StoredEvent {
     pub seq: i64,
     /// The event as stored (JSON).
     pub json: String,
+    /// Whether it is the build's last event (stored with it, so no reader
+    /// parses the JSON back to know).
+    pub is_final: bool,
 }
 
 /// How often a follower checks the build's row, to notice a build that ended
@@ -76,14 +79,12 @@ impl Follower {
                 }
             };
             let full_page = stored.len() as i64 == EVENTS_PAGE;
-            for (seq, json) in stored {
+            for (seq, json, is_final) in stored {
                 last = seq;
-                let is_final =
-                    serde_json::from_str::<BuildEvent>(&json).is_ok_and(|e| e.is_final());
                 if is_final {
                     self.hub.forget(self.id);
                 }
-                if !self.send(seq, json).await || is_final {
+                if !self.send(seq, json, is_final).await || is_final {
                     return;
                 }
             }
@@ -111,7 +112,8 @@ impl Follower {
                     Ok(ev) if ev.seq <= last => continue,
                     Ok(ev) if ev.seq == last + 1 => {
                         last = ev.seq;
-                        if !self.send(ev.seq, ev.json.to_string()).await || ev.is_final {
+                        if !self.send(ev.seq, ev.json.to_string(), ev.is_final).await || ev.is_final
+                        {
                             return;
                         }
                     }
@@ -123,9 +125,9 @@ impl Follower {
                             self.db.build_events_page(self.id, last, EVENTS_PAGE).await
                         {
                             let full_page = stored.len() as i64 == EVENTS_PAGE;
-                            for (seq, json) in stored {
+                            for (seq, json, is_final) in stored {
                                 last = seq;
-                                if !self.send(seq, json).await {
+                                if !self.send(seq, json, is_final).await {
                                     return;
                                 }
                             }
@@ -142,8 +144,15 @@ impl Follower {
     }
 
     /// Sends one event; false when the receiver is gone.
-    async fn send(&self, seq: i64, json: String) -> bool {
-        self.tx.send(Ok(StoredEvent { seq, json })).await.is_ok()
+    async fn send(&self, seq: i64, json: String, is_final: bool) -> bool {
+        self.tx
+            .send(Ok(StoredEvent {
+                seq,
+                json,
+                is_final,
+            }))
+            .await
+            .is_ok()
     }
 }
 
@@ -151,7 +160,7 @@ impl Follower {
 mod tests {
     use super::*;
     use crate::db::BuildStatus;
-    use crate::events::EventSink;
+    use crate::events::{BuildEvent, EventSink};
 
     /// A finished build of `n` events (the last one final).
     async fn finished_build(db: &Db, hub: &EventHub, n: usize) -> i64 {

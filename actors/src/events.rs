@@ -323,8 +323,9 @@ impl EventSink {
     pub async fn emit(&mut self, event: &BuildEvent) -> Result<(), EngineError> {
         let json = serde_json::to_string(event).expect("events serialise");
         let seq = self.next;
+        let is_final = event.is_final();
         self.db
-            .append_build_event(self.build_id, seq, &json)
+            .append_build_event(self.build_id, seq, &json, is_final)
             .await?;
         self.next += 1;
         self.hub.publish(
@@ -332,7 +333,7 @@ impl EventSink {
             SequencedEvent {
                 seq,
                 json: json.into(),
-                is_final: event.is_final(),
+                is_final,
             },
         );
         Ok(())

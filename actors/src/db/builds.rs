@@ -221,39 +221,49 @@ impl Db {
         )
     }
 
-    /// Appends an event (already JSON) with its sequence number.
+    /// Appends an event (already JSON) with its sequence number, and
+    /// whether it is the build's last.
     pub async fn append_build_event(
         &self,
         build_id: i64,
         seq: i64,
         event: &str,
+        is_final: bool,
     ) -> Result<(), EngineError> {
-        sqlx::query("INSERT INTO build_events (build_id, seq, event) VALUES ($1, $2, $3)")
-            .bind(build_id)
-            .bind(seq)
-            .bind(event)
-            .execute(self.pool())
-            .await?;
+        sqlx::query(
+            "INSERT INTO build_events (build_id, seq, event, final) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(build_id)
+        .bind(seq)
+        .bind(event)
+        .bind(i64::from(is_final))
+        .execute(self.pool())
+        .await?;
         Ok(())
     }
 
-    /// Events of a build with a sequence number above `after`, in order.
-    /// At most `limit` events of a build after `after`, in order: a page of
-    /// a follower's reading, so a long log is never read whole.
+    /// At most `limit` events of a build after `after`, in order, each with
+    /// whether it is the build's last: a page of a follower's reading, so a
+    /// long log is never read whole, and no event is parsed back to know
+    /// whether it ends the build.
     pub async fn build_events_page(
         &self,
         build_id: i64,
         after: i64,
         limit: i64,
-    ) -> Result<Vec<(i64, String)>, EngineError> {
-        Ok(sqlx::query_as(&format!(
-            "SELECT seq, event FROM build_events WHERE build_id = $1 AND seq > $2 ORDER BY seq LIMIT {}",
+    ) -> Result<Vec<(i64, String, bool)>, EngineError> {
+        let rows: Vec<(i64, String, i64)> = sqlx::query_as(&format!(
+            "SELECT seq, event, final FROM build_events WHERE build_id = $1 AND seq > $2 ORDER BY seq LIMIT {}",
             limit.max(1)
         ))
         .bind(build_id)
         .bind(after)
         .fetch_all(self.pool())
-        .await?)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(seq, json, fin)| (seq, json, fin != 0))
+            .collect())
     }
 
     /// Every event of a build after `after`, in order.
@@ -283,8 +293,15 @@ mod tests {
             .create_build("main", &serde_json::json!({"task": "t"}), "a")
             .await
             .unwrap();
-        db.append_build_event(id, 1, "{\"a\":1}").await.unwrap();
-        db.append_build_event(id, 2, "{\"a\":2}").await.unwrap();
+        db.append_build_event(id, 1, "{\"a\":1}", false)
+            .await
+            .unwrap();
+        db.append_build_event(id, 2, "{\"a\":2}", true)
+            .await
+            .unwrap();
+        let page = db.build_events_page(id, 0, 10).await.unwrap();
+        let finals: Vec<bool> = page.iter().map(|e| e.2).collect();
+        assert_eq!(finals, vec![false, true]);
         assert_eq!(
             db.build_events_after(id, 1).await.unwrap(),
             vec![(2, "{\"a\":2}".into())]

@@ -527,7 +527,7 @@ fn ndjson_lines(
 ) -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> {
     futures::stream::unfold(events, |mut events| async move {
         let line = match events.recv().await? {
-            Ok(StoredEvent { seq, json }) => Ok(bytes::Bytes::from(format!(
+            Ok(StoredEvent { seq, json, .. }) => Ok(bytes::Bytes::from(format!(
                 "{{\"seq\":{seq},\"event\":{json}}}\n"
             ))),
             Err(e) => Err(std::io::Error::other(e.to_string())),
