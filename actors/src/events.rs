@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, Mutex as AsyncMutex};
 
 use crate::db::{now_ms, BuildStatus, Db};
 use crate::error::EngineError;
@@ -367,6 +367,23 @@ impl Utf8Carry {
         let text = String::from_utf8_lossy(&self.pending).into_owned();
         self.pending = rest;
         text
+    }
+}
+
+/// A build's event sink, shared by the walker and its steps; events keep
+/// their order.
+#[derive(Clone)]
+pub struct Events(Arc<AsyncMutex<EventSink>>);
+
+impl Events {
+    /// Shares `sink`.
+    pub fn new(sink: EventSink) -> Self {
+        Events(Arc::new(AsyncMutex::new(sink)))
+    }
+
+    /// Stores and publishes one event.
+    pub async fn emit(&self, event: &BuildEvent) -> Result<(), EngineError> {
+        self.0.lock().await.emit(event).await
     }
 }
 

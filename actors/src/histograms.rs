@@ -14,10 +14,6 @@
 
 use std::time::Duration;
 
-use crate::db::BuildStatus;
-use crate::gc::collector::Rule;
-use crate::streaming::TransferPath;
-
 /// One histogram the engine records: its name, help text and bucket bounds
 /// (seconds).
 #[derive(Debug, Clone, Copy)]
@@ -70,24 +66,33 @@ pub const TRANSFER: HistogramSpec = HistogramSpec {
 /// Every histogram the engine records.
 pub const ALL: [HistogramSpec; 4] = [STEP_WAIT, GC_RULE_RUN, BUILD_DURATION, TRANSFER];
 
-/// The paths a transfer takes.
-const PATHS: [TransferPath; 3] = [TransferPath::P2p, TransferPath::Relay, TransferPath::Web];
+/// The label values each labelled histogram has a series for, given by
+/// the modules that own them (this module knows no domain type).
+#[derive(Debug, Clone, Copy)]
+pub struct Labels<'a> {
+    /// The garbage collector's rules (`rule` of [`GC_RULE_RUN`]).
+    pub rules: &'a [&'static str],
+    /// The statuses a build ends with (`status` of [`BUILD_DURATION`]).
+    pub ended: &'a [&'static str],
+    /// The paths a transfer takes (`path` of [`TRANSFER`]).
+    pub paths: &'a [&'static str],
+}
 
 /// Gives every histogram its help text in the installed recorder and
 /// registers each of its series, so they are shown before they first move.
-pub fn describe() {
+pub fn describe(labels: Labels<'_>) {
     for spec in ALL {
         metrics::describe_histogram!(spec.name, metrics::Unit::Seconds, spec.help);
     }
     let _ = metrics::histogram!(STEP_WAIT.name);
-    for rule in Rule::ALL {
-        let _ = metrics::histogram!(GC_RULE_RUN.name, "rule" => rule.as_str());
+    for rule in labels.rules {
+        let _ = metrics::histogram!(GC_RULE_RUN.name, "rule" => *rule);
     }
-    for status in BuildStatus::ENDED {
-        let _ = metrics::histogram!(BUILD_DURATION.name, "status" => status.as_str());
+    for status in labels.ended {
+        let _ = metrics::histogram!(BUILD_DURATION.name, "status" => *status);
     }
-    for path in PATHS {
-        let _ = metrics::histogram!(TRANSFER.name, "path" => path.as_str());
+    for path in labels.paths {
+        let _ = metrics::histogram!(TRANSFER.name, "path" => *path);
     }
 }
 
@@ -96,20 +101,19 @@ pub fn step_waited(waited: Duration) {
     metrics::histogram!(STEP_WAIT.name).record(waited.as_secs_f64());
 }
 
-/// Records one run of `rule` that took `took`.
-pub fn rule_ran(rule: Rule, took: Duration) {
-    metrics::histogram!(GC_RULE_RUN.name, "rule" => rule.as_str()).record(took.as_secs_f64());
+/// Records one run of the rule named `rule` that took `took`.
+pub fn rule_ran(rule: &'static str, took: Duration) {
+    metrics::histogram!(GC_RULE_RUN.name, "rule" => rule).record(took.as_secs_f64());
 }
 
-/// Records a build that ended with `status` after `took`.
-pub fn build_ended(status: BuildStatus, took: Duration) {
-    metrics::histogram!(BUILD_DURATION.name, "status" => status.as_str())
-        .record(took.as_secs_f64());
+/// Records a build that ended with the status named `status` after `took`.
+pub fn build_ended(status: &'static str, took: Duration) {
+    metrics::histogram!(BUILD_DURATION.name, "status" => status).record(took.as_secs_f64());
 }
 
-/// Records a transfer on `path` that completed in `seconds`.
-pub fn transfer_completed(path: TransferPath, seconds: f64) {
-    metrics::histogram!(TRANSFER.name, "path" => path.as_str()).record(seconds);
+/// Records a transfer on the path named `path` that completed in `seconds`.
+pub fn transfer_completed(path: &'static str, seconds: f64) {
+    metrics::histogram!(TRANSFER.name, "path" => path).record(seconds);
 }
 
 #[cfg(test)]

@@ -29,7 +29,6 @@ pub mod streaming;
 pub mod task_config;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
-pub mod worker_conn;
 
 // The wire types, shared with the workers (`gantry-wire`), under the
 // engine's names so the engine's modules reach them as `crate::spec`, ...

@@ -2,7 +2,7 @@
 //! [`WorkerConn`] per registered worker, stores registrations and heartbeats,
 //! drives the lifecycle (stalled, landing, retiring, prune, and the prune of
 //! a worker stalled longer than `stalled_worker_timeout`) and tells the
-//! Scheduler what changed. A `WorkerConn` (in `worker_conn.rs`) watches its
+//! Scheduler what changed. A `WorkerConn` (in `registry/worker_conn.rs`) watches its
 //! worker's heartbeat TTL and reports the worker stalled when it lapses.
 //!
 //! The stalled-worker prune reports into the [`Jobs`] table as
@@ -23,12 +23,13 @@ use crate::error::EngineError;
 use crate::runtime::{Worker, WorkerConnector};
 use crate::scheduler::{Candidate, Scheduler, WhenIdle, WorkerRemoved, WorkerUpdated};
 use crate::state::WorkerState;
-use crate::worker_conn::{heartbeat_job_name, probe_job_name, HeartbeatSeen, StopConn};
 use crate::worker_info::{Heartbeat, WorkerRegistration, WorkerView};
+use worker_conn::{heartbeat_job_name, probe_job_name, HeartbeatSeen, StopConn};
 
-pub use crate::worker_conn::WorkerConn;
+pub use worker_conn::WorkerConn;
 
 mod fleet_sync;
+pub mod worker_conn;
 
 /// Name of the stalled-worker prune's row in [`Jobs`].
 pub const STALLED_PRUNE_JOB: &str = "stalled-worker-prune";

@@ -334,7 +334,7 @@ impl BuildRun {
         } else if let Ok(Some(row)) = self.deps.db.get_build(self.id).await {
             let took = row.finished_at.unwrap_or(row.created_at) - row.created_at;
             let took = Duration::from_millis(u64::try_from(took).unwrap_or(0));
-            crate::histograms::build_ended(status, took);
+            crate::histograms::build_ended(status.as_str(), took);
         }
         self.emit_quietly(&BuildEvent::status(status, exit)).await;
     }

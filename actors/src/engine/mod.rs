@@ -18,6 +18,29 @@ pub use teams::{check_team_name, NewToken, TOKEN_PREFIX};
 pub use handles::HandleOwner;
 pub use takeover::{NodeConfig, WebNodeView, NODE_HEARTBEAT_JOB};
 
+/// Gives every histogram of the engine its help text in the installed
+/// recorder and registers each of its series (every GC rule, every status a
+/// build ends with, every transfer path), so they show before they move.
+pub fn describe_histograms() {
+    let rules: Vec<&'static str> = crate::gc::collector::Rule::ALL
+        .iter()
+        .map(|r| r.as_str())
+        .collect();
+    let ended: Vec<&'static str> = crate::db::BuildStatus::ENDED
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    let paths: Vec<&'static str> = crate::streaming::TransferPath::ALL
+        .iter()
+        .map(|p| p.as_str())
+        .collect();
+    crate::histograms::describe(crate::histograms::Labels {
+        rules: &rules,
+        ended: &ended,
+        paths: &paths,
+    });
+}
+
 use std::sync::Arc;
 
 use actix::prelude::*;

@@ -165,7 +165,7 @@ impl CollectorStats {
         s.runs += 1;
         s.last_duration = took;
         s.total_duration += took;
-        crate::histograms::rule_ran(rule, took);
+        crate::histograms::rule_ran(rule.as_str(), took);
         match result {
             Ok(n) => s.collected += n,
             Err(_) => s.errors += 1,

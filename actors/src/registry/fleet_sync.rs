@@ -17,8 +17,8 @@ use actix::prelude::*;
 
 use super::{Entry, Registry, WorkerStalled};
 use crate::db::{now_ms, WorkerRow};
+use crate::registry::worker_conn::{heartbeat_job_name, probe_job_name, HeartbeatSeen, StopConn};
 use crate::state::WorkerState;
-use crate::worker_conn::{heartbeat_job_name, probe_job_name, HeartbeatSeen, StopConn};
 
 /// How often the Registry reads the workers table (several web nodes).
 pub(super) const FLEET_SYNC: Duration = Duration::from_millis(500);

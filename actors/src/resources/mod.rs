@@ -11,13 +11,13 @@
 //!
 //! - [`config`]: a resource (or an image resource) resolved down to a base
 //!   type, and the hashes that name its versions and caches.
-//! - [`script`]: running one script in a container and reading its answer.
-//! - [`fetch`]: `check` (versions are stored), `in` (kept once per
-//!   (config, version, params): the resource cache), and images.
+//!
+//! Running the scripts is step code (`crate::steps::resource_script`: one
+//! script in a container and its answer; `crate::steps::resource_fetch`:
+//! `check` with stored versions, `in` kept once per (config, version,
+//! params) as the resource cache, and images).
 
 pub mod config;
-pub mod fetch;
-pub mod script;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

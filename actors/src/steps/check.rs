@@ -5,9 +5,9 @@
 use async_trait::async_trait;
 
 use crate::error::EngineError;
-use crate::resources::fetch::{self, Halt, Resource};
 use crate::resources::ResourceConfig;
 use crate::scheduler::StepRequest;
+use crate::steps::resource_fetch::{self as fetch, Halt, Resource};
 use crate::steps::resource_step::{guarded, resource_request};
 use crate::steps::{Step, StepContext, StepEnd};
 

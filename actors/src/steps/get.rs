@@ -7,9 +7,9 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::error::EngineError;
-use crate::resources::fetch::{self, Halt, Resource};
 use crate::resources::ResourceConfig;
 use crate::scheduler::StepRequest;
+use crate::steps::resource_fetch::{self as fetch, Halt, Resource};
 use crate::steps::resource_step::{guarded, produce, resource_request};
 use crate::steps::{Step, StepContext, StepEnd};
 

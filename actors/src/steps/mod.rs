@@ -22,6 +22,8 @@ pub mod load_var;
 mod local_vars;
 pub mod process;
 pub mod put;
+pub mod resource_fetch;
+pub mod resource_script;
 mod resource_step;
 mod signals;
 mod step;

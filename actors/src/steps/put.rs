@@ -9,11 +9,11 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use crate::error::EngineError;
-use crate::resources::fetch::{self, Halt, Resource, RESOURCE_DIR};
-use crate::resources::script::{fetch_answer, run_script, Script, ScriptEnd};
 use crate::resources::{ResourceConfig, ResourceStats};
 use crate::scheduler::StepRequest;
 use crate::spec::MountSpec;
+use crate::steps::resource_fetch::{self as fetch, Halt, Resource, RESOURCE_DIR};
+use crate::steps::resource_script::{fetch_answer, run_script, Script, ScriptEnd};
 use crate::steps::resource_step::{guarded, produce, resource_request};
 use crate::steps::{Step, StepContext, StepEnd};
 

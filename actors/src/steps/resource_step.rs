@@ -5,9 +5,9 @@
 use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::placement::Load;
-use crate::resources::fetch::Halt;
 use crate::resources::ResourceConfig;
 use crate::scheduler::StepRequest;
+use crate::steps::resource_fetch::Halt;
 use crate::steps::{StepContext, StepEnd};
 
 /// What a resource step needs of a worker: its base type, its tags.

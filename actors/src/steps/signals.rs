@@ -1,32 +1,14 @@
 //! What a step watches and tells while it runs: the build's events, its stop
 //! signal (abort or timeout) and the state of the step's worker.
 
-use std::sync::Arc;
-
-use tokio::sync::{watch, Mutex};
+use tokio::sync::watch;
 
 use crate::build::StopReason;
 use crate::error::EngineError;
-use crate::events::{BuildEvent, EventSink};
 use crate::registry::WorkerStates;
 use crate::state::WorkerState;
 
-/// A build's event sink, shared by the walker and its steps; events keep
-/// their order.
-#[derive(Clone)]
-pub struct Events(Arc<Mutex<EventSink>>);
-
-impl Events {
-    /// Shares `sink`.
-    pub fn new(sink: EventSink) -> Self {
-        Events(Arc::new(Mutex::new(sink)))
-    }
-
-    /// Stores and publishes one event.
-    pub async fn emit(&self, event: &BuildEvent) -> Result<(), EngineError> {
-        self.0.lock().await.emit(event).await
-    }
-}
+pub use crate::events::Events;
 
 /// The stop signal a step sees: the build's (a user's abort or the build's
 /// timeout) and those of the scopes of the plan it runs in (an enclosing

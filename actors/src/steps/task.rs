@@ -22,12 +22,12 @@ use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::placement::Load;
 use crate::resources::config::ImageSource;
-use crate::resources::fetch::{fetch_image, image_of_artifact, Halt};
-use crate::resources::script::FetchedImage;
 use crate::runtime::{Process, ProcessIo, ProcessOutput, Volume};
 use crate::scheduler::StepRequest;
 use crate::spec::{ContainerSpec, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec};
 use crate::steps::process::{follow, ProcessEnd};
+use crate::steps::resource_fetch::{fetch_image, image_of_artifact, Halt};
+use crate::steps::resource_script::FetchedImage;
 use crate::steps::{Reattach, Step, StepContext, StepEnd};
 use crate::task_config::{container_path, TaskConfig};
 

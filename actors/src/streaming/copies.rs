@@ -12,11 +12,11 @@ use futures::FutureExt;
 use crate::db::HandleKind;
 use crate::error::EngineError;
 use crate::events::BuildEvent;
+use crate::events::Events;
 use crate::runtime::Worker;
 use crate::scheduler::{ArtifactLocality, Scheduler};
 use crate::spec::{VolumeSpec, VolumeStrategy};
 use crate::state::{HandleState, WorkerState};
-use crate::steps::Events;
 
 use super::limiter::Direction;
 use super::transfer::{OnWait, Source, StreamTransfer, TransferJob};

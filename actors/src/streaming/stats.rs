@@ -22,6 +22,8 @@ pub enum TransferPath {
 }
 
 impl TransferPath {
+    /// Every path a transfer takes.
+    pub const ALL: [TransferPath; 3] = [TransferPath::P2p, TransferPath::Relay, TransferPath::Web];
     /// `p2p`, `relay` or `web`.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -74,7 +76,7 @@ impl StreamStats {
         let t = totals.entry(path).or_default();
         t.transfers += 1;
         t.seconds += seconds;
-        crate::histograms::transfer_completed(path, seconds);
+        crate::histograms::transfer_completed(path.as_str(), seconds);
     }
 
     /// Counts a failed transfer.

@@ -69,7 +69,7 @@ pub fn install() -> &'static PrometheusHandle {
                 "a metrics recorder was already installed: /metrics shows no histograms"
             );
         }
-        gantry_actors::histograms::describe();
+        gantry_actors::engine::describe_histograms();
         let upkeep = handle.clone();
         let spawned = std::thread::Builder::new()
             .name("metrics-upkeep".into())

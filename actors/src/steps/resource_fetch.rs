@@ -18,12 +18,12 @@ use crate::artifacts::ArtifactOwner;
 use crate::db::ResourceCacheRow;
 use crate::error::EngineError;
 use crate::events::BuildEvent;
-use crate::resources::script::{
-    check_answer, fetch_answer, run_script, FetchedImage, Script, ScriptEnd, TypeImage,
-};
 use crate::resources::{ResourceConfig, ResourceStats, ResourceType};
 use crate::runtime::{ByteStream, Volume};
 use crate::spec::{Encoding, MountSpec};
+use crate::steps::resource_script::{
+    check_answer, fetch_answer, run_script, FetchedImage, Script, ScriptEnd, TypeImage,
+};
 use crate::steps::{StepContext, StepEnd};
 
 /// Where `in` and `out` find their directory in the container.
