@@ -1,0 +1,253 @@
+//! What each command of the grammar (`grammar.rs`) does: the servers, and
+//! the client verbs against a web node's API.
+
+use super::grammar::{BenchCommand, Cli, Command};
+use super::{check, execute, follow, hijack, list, serve, table, teams, validate_plan, ApiClient};
+
+/// Runs the CLI; returns the process exit code.
+pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    table::set_wide(cli.wide);
+    match cli.command {
+        Command::Web { web } => serve::web(&cli.log_format, web).map(|_| 0),
+        Command::Worker {
+            config,
+            registration_key,
+            worker,
+        } => serve::worker(&cli.log_format, config, registration_key, worker).map(|_| 0),
+        Command::Quickstart { web, backend } => {
+            serve::quickstart(&cli.log_format, web, backend).map(|_| 0)
+        }
+        Command::ValidateTask { file } => Ok(validate_task(&file)),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "gantry", &mut script);
+            // A reader that stops early (`| head`) is not an error.
+            match std::io::Write::write_all(&mut std::io::stdout(), &script) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(0),
+            }
+        }
+        Command::ValidatePlan {
+            file,
+            vars,
+            var_files,
+        } => Ok(validate_plan::validate_plan(&file, &vars, &var_files)),
+        Command::Bench { which } => {
+            match which {
+                BenchCommand::Placement {
+                    workers,
+                    steps,
+                    concurrency,
+                    database_url,
+                    nodes,
+                } => actix_web::rt::System::new().block_on(crate::bench::placement::bench(
+                    crate::bench::placement::PlacementBench {
+                        workers,
+                        steps,
+                        concurrency,
+                        database_url,
+                        nodes,
+                    },
+                ))?,
+                BenchCommand::ContainerStart { tasks, warmup } => actix_web::rt::System::new()
+                    .block_on(crate::bench::container_start::bench(
+                        crate::bench::container_start::ContainerStartBench { tasks, warmup },
+                    ))?,
+                BenchCommand::Builds {
+                    builds,
+                    workers,
+                    sequential,
+                } => actix_web::rt::System::new().block_on(crate::bench::builds::bench(
+                    crate::bench::builds::BuildsBench {
+                        builds,
+                        workers,
+                        sequential,
+                    },
+                ))?,
+                BenchCommand::Stream { size, rounds } => actix_web::rt::System::new().block_on(
+                    crate::bench::stream::bench(crate::bench::stream::StreamBench { size, rounds }),
+                )?,
+                BenchCommand::Gc {
+                    handles,
+                    reports,
+                    postgres_url,
+                } => actix_web::rt::System::new().block_on(crate::bench::gc::bench(
+                    crate::bench::gc::GcBench {
+                        handles,
+                        reports,
+                        postgres_url,
+                    },
+                ))?,
+            }
+            Ok(0)
+        }
+        command => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let client = ApiClient::new(&cli.url).with_token(cli.token.clone())?;
+            rt.block_on(async move {
+                match command {
+                    Command::Execute {
+                        config,
+                        inputs,
+                        outputs,
+                        tags,
+                        platform,
+                        team,
+                        image,
+                        timeout,
+                    } => {
+                        let args = execute::ExecuteArgs {
+                            config,
+                            inputs,
+                            outputs,
+                            tags,
+                            platform,
+                            team,
+                            image,
+                            timeout,
+                        };
+                        execute::execute(&client, args).await
+                    }
+                    Command::Run {
+                        pipeline,
+                        job,
+                        pipeline_name,
+                        vars,
+                        var_files,
+                        team,
+                    } => {
+                        let args = super::run::RunArgs {
+                            pipeline,
+                            job,
+                            pipeline_name,
+                            vars,
+                            var_files,
+                            team,
+                        };
+                        super::run::run(&client, args).await
+                    }
+                    Command::Check {
+                        pipeline,
+                        resource,
+                        vars,
+                        var_files,
+                        team,
+                    } => {
+                        let args = check::CheckArgs {
+                            pipeline,
+                            resource,
+                            vars,
+                            var_files,
+                            team,
+                        };
+                        check::check(&client, args).await
+                    }
+                    Command::Hijack {
+                        build,
+                        step,
+                        container,
+                        command,
+                    } => {
+                        let args = hijack::HijackArgs {
+                            build,
+                            step,
+                            container,
+                            command,
+                        };
+                        hijack::hijack(&client, args).await
+                    }
+                    Command::Workers { json } => list::workers(&client, json).await.map(|_| 0),
+                    Command::Builds { json, filters } => {
+                        list::builds(&client, &filters, json).await.map(|_| 0)
+                    }
+                    Command::Containers { json } => {
+                        list::handles(&client, "containers", json).await.map(|_| 0)
+                    }
+                    Command::Volumes { json } => {
+                        list::handles(&client, "volumes", json).await.map(|_| 0)
+                    }
+                    Command::Jobs { json } => list::jobs(&client, json).await.map(|_| 0),
+                    Command::WebNodes { json } => list::web_nodes(&client, json).await.map(|_| 0),
+                    Command::Watch { build } => {
+                        follow::follow(&client, build, follow::StepLines::Told)
+                            .await?
+                            .exit_code(build)
+                    }
+                    Command::AbortBuild { build } => {
+                        let _: serde_json::Value = client
+                            .post(
+                                &format!("/api/v1/builds/{build}/abort"),
+                                &serde_json::json!({}),
+                            )
+                            .await?;
+                        crate::outln!("build {build}: aborting");
+                        Ok(0)
+                    }
+                    Command::LandWorker { name } => {
+                        list::lifecycle(&client, &name, "land").await.map(|_| 0)
+                    }
+                    Command::RetireWorker { name } => {
+                        list::lifecycle(&client, &name, "retire").await.map(|_| 0)
+                    }
+                    Command::PruneWorker { name } => {
+                        list::lifecycle(&client, &name, "prune").await.map(|_| 0)
+                    }
+                    Command::ClearTaskCache {
+                        pipeline,
+                        job,
+                        step,
+                        team,
+                    } => {
+                        let path = format!(
+                            "/api/v1/teams/{}/pipelines/{}/jobs/{}/clear-task-cache",
+                            crate::url::segment(&team),
+                            crate::url::segment(&pipeline),
+                            crate::url::segment(&job)
+                        );
+                        let answer: serde_json::Value = client
+                            .post(&path, &serde_json::json!({ "step": step }))
+                            .await?;
+                        let n = answer["cleared"].as_u64().unwrap_or(0);
+                        let what = if n == 1 { "cache" } else { "caches" };
+                        crate::outln!("{n} task {what} cleared");
+                        Ok(0)
+                    }
+                    Command::Teams { json } => teams::teams(&client, json).await.map(|_| 0),
+                    Command::SetTeam { name } => teams::set_team(&client, &name).await.map(|_| 0),
+                    Command::DestroyTeam { name } => {
+                        teams::destroy_team(&client, &name).await.map(|_| 0)
+                    }
+                    Command::Tokens { json } => teams::tokens(&client, json).await.map(|_| 0),
+                    Command::Token { action } => teams::token(&client, action).await.map(|_| 0),
+                    _ => unreachable!("server commands are handled above"),
+                }
+            })
+        }
+    }
+}
+
+/// `gantry validate-task`: prints every problem and returns 1, or 0.
+fn validate_task(file: &std::path::Path) -> i32 {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: cannot read {}: {e}", file.display());
+            return 1;
+        }
+    };
+    match gantry_actors::task_config::TaskConfig::from_yaml(&text) {
+        Ok(_) => {
+            crate::outln!("{}: valid", file.display());
+            0
+        }
+        Err(problems) => {
+            for p in problems {
+                eprintln!("{}: {p}", file.display());
+            }
+            1
+        }
+    }
+}

@@ -1,0 +1,523 @@
+//! The command line's grammar: every command, its flags and their help
+//! (clap's derive). What each command does is `dispatch.rs`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use super::list;
+
+/// Gantry: a self-hosted CI runtime.
+#[derive(Parser, Debug)]
+#[command(name = "gantry", version, about)]
+pub struct Cli {
+    /// URL of the web node (client commands).
+    #[arg(
+        long,
+        global = true,
+        env = "GANTRY_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub url: String,
+    /// Bearer token for the API (a team's or the admin's).
+    #[arg(long, global = true, env = "GANTRY_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Show tables' cells whole (by default a cell shows at most 60
+    /// characters; `--json` prints every field whole).
+    #[arg(long, global = true)]
+    pub wide: bool,
+    /// Log format of the servers: `human` or `json`.
+    #[arg(
+        long,
+        global = true,
+        env = "GANTRY_LOG_FORMAT",
+        default_value = "human"
+    )]
+    pub log_format: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags of the web node (override the config file and `GANTRY_*` variables).
+#[derive(Args, Debug, Default)]
+pub struct WebFlags {
+    /// Config file (TOML with `[web]` and `[worker]` tables).
+    #[arg(long, env = "GANTRY_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address of the API and dashboard.
+    #[arg(long, env = "GANTRY_LISTEN")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Directory for the SQLite database and artifacts.
+    #[arg(long, env = "GANTRY_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// `postgres://...` or `sqlite://...`; default SQLite in the data dir.
+    #[arg(long, env = "GANTRY_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Key workers present to register.
+    #[arg(long, env = "GANTRY_REGISTRATION_KEY")]
+    pub registration_key: Option<String>,
+    /// Token that may see and do everything.
+    #[arg(long, env = "GANTRY_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Largest artifact accepted, in bytes (upload or task output).
+    #[arg(long, env = "GANTRY_MAX_ARTIFACT_BYTES")]
+    pub max_artifact_bytes: Option<u64>,
+    /// How artifacts move between workers: `p2p` (the destination pulls
+    /// from the source) or `relay` (through the web node).
+    #[arg(long, env = "GANTRY_STREAM_MODE")]
+    pub stream_mode: Option<String>,
+    /// Most concurrent streams out of one worker; more wait in order.
+    #[arg(long, env = "GANTRY_MAX_STREAMS_OUT")]
+    pub max_streams_out: Option<usize>,
+    /// Most concurrent streams into one worker; more wait in order.
+    #[arg(long, env = "GANTRY_MAX_STREAMS_IN")]
+    pub max_streams_in: Option<usize>,
+    /// Seconds between two runs of each garbage-collection rule (and, for
+    /// `quickstart`, between two sweeps of its embedded worker).
+    #[arg(long, env = "GANTRY_GC_INTERVAL")]
+    pub gc_interval: Option<u64>,
+}
+
+/// Flags of a worker (override the config file and `GANTRY_WORKER_*` variables).
+#[derive(Args, Debug, Default)]
+pub struct WorkerFlags {
+    /// Unique worker name.
+    #[arg(long, env = "GANTRY_WORKER_NAME")]
+    pub name: Option<String>,
+    /// URL of the web node to register with, or several separated by commas
+    /// (web nodes sharing one database; the worker fails over between them).
+    #[arg(long, env = "GANTRY_WORKER_WEB")]
+    pub web: Option<String>,
+    /// Address of the worker agent's API (port 0: any free port).
+    #[arg(long = "listen", env = "GANTRY_WORKER_LISTEN")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Directory for volumes and containers.
+    #[arg(long, env = "GANTRY_WORKER_WORK_DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// Tag (repeatable).
+    #[arg(long = "tag")]
+    pub tags: Vec<String>,
+    /// Platform advertised.
+    #[arg(long, env = "GANTRY_WORKER_PLATFORM")]
+    pub platform: Option<String>,
+    /// Team served (default: all).
+    #[arg(long, env = "GANTRY_WORKER_TEAM")]
+    pub team: Option<String>,
+    /// Container backend: runc, bwrap or local (default: best available).
+    #[arg(long, env = "GANTRY_WORKER_BACKEND")]
+    pub backend: Option<String>,
+    /// Seconds between heartbeats.
+    #[arg(long, env = "GANTRY_WORKER_HEARTBEAT_INTERVAL")]
+    pub heartbeat_interval: Option<u64>,
+    /// Most task steps at once (with the limit-active-tasks strategy).
+    #[arg(long)]
+    pub max_active_tasks: Option<u32>,
+    /// Most containers at once (with the limit-active-containers strategy).
+    #[arg(long)]
+    pub max_containers: Option<u32>,
+    /// Most volumes at once (with the limit-active-volumes strategy).
+    #[arg(long)]
+    pub max_volumes: Option<u32>,
+    /// On SIGTERM, retire instead of landing.
+    #[arg(long)]
+    pub retire_on_stop: bool,
+    /// Seconds between GC sweeps (each ± 20 % at random); 0: no sweeps.
+    #[arg(long, env = "GANTRY_WORKER_SWEEP_INTERVAL")]
+    pub sweep_interval: Option<u64>,
+    /// Most destroys a GC sweep runs at once.
+    #[arg(long)]
+    pub max_parallel_destroys: Option<usize>,
+}
+
+/// The commands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the web node (API, dashboard, scheduler, builds).
+    Web {
+        #[command(flatten)]
+        /// Web node flags.
+        web: WebFlags,
+    },
+    /// Run a worker that registers with a web node.
+    Worker {
+        /// Config file (TOML with a `[worker]` table).
+        #[arg(long, env = "GANTRY_CONFIG")]
+        config: Option<PathBuf>,
+        /// Key presented when registering.
+        #[arg(long, env = "GANTRY_REGISTRATION_KEY")]
+        registration_key: Option<String>,
+        #[command(flatten)]
+        /// Worker flags.
+        worker: WorkerFlags,
+    },
+    /// Run a web node and one embedded worker with SQLite: the one-command default.
+    Quickstart {
+        #[command(flatten)]
+        /// Web node flags.
+        web: WebFlags,
+        /// Container backend of the embedded worker.
+        #[arg(long, env = "GANTRY_WORKER_BACKEND")]
+        backend: Option<String>,
+    },
+    /// Run a one-off task with local inputs, streaming its output.
+    Execute {
+        /// The task config (task.yml).
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+        /// An input: NAME=DIR (repeatable).
+        #[arg(short = 'i', long = "input")]
+        inputs: Vec<String>,
+        /// An output to download: NAME=DIR (repeatable).
+        #[arg(short = 'o', long = "output")]
+        outputs: Vec<String>,
+        /// A tag the worker must have (repeatable).
+        #[arg(long = "tag")]
+        tags: Vec<String>,
+        /// Platform (overrides the task's).
+        #[arg(long)]
+        platform: Option<String>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+        /// Stop the step after this long (e.g. `90s`, `10m`, `1h`), waiting for a worker included.
+        #[arg(long, value_parser = parse_duration_secs)]
+        timeout: Option<u64>,
+        /// Run the task in this image: a rootfs tar or an OCI image layout tar
+        /// (`docker save`, `skopeo copy ... oci-archive:`).
+        #[arg(long)]
+        image: Option<PathBuf>,
+    },
+    /// Run a job of a Concourse pipeline (tasks with inline configs, do,
+    /// in_parallel, try, hooks, attempts, timeout) and follow its build:
+    /// exits 0 succeeded, 1 failed, 2 errored, 3 aborted.
+    Run {
+        /// The pipeline file.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: PathBuf,
+        /// The job to run.
+        #[arg(short = 'j', long = "job")]
+        job: String,
+        /// The pipeline's name, which with the job names its task caches
+        /// (default: the pipeline file's name without its extension).
+        #[arg(long = "pipeline-name")]
+        pipeline_name: Option<String>,
+        /// A var: NAME=VALUE (a string, as with fly -v).
+        #[arg(short = 'v', long = "var")]
+        vars: Vec<String>,
+        /// A YAML file of vars; later files and -v flags override.
+        #[arg(short = 'l', long = "load-vars-from")]
+        var_files: Vec<PathBuf>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Check a resource of a Concourse pipeline (a check build): its type's
+    /// `check` runs on a worker and the versions found are stored and
+    /// printed, oldest first, one JSON object a line.
+    Check {
+        /// The pipeline file.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: PathBuf,
+        /// The resource to check.
+        #[arg(short = 'r', long = "resource")]
+        resource: String,
+        /// A var: NAME=VALUE (a string, as with fly -v).
+        #[arg(short = 'v', long = "var")]
+        vars: Vec<String>,
+        /// A YAML file of vars; later files and -v flags override.
+        #[arg(short = 'l', long = "load-vars-from")]
+        var_files: Vec<PathBuf>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Run a shell or a command in a build step's container (or any container).
+    Hijack {
+        /// Build whose step container to enter.
+        #[arg(short = 'b', long = "build")]
+        build: Option<i64>,
+        /// Step of that build (default: task).
+        #[arg(short = 's', long = "step")]
+        step: Option<String>,
+        /// Enter this container instead (a handle from `gantry containers`).
+        #[arg(long)]
+        container: Option<String>,
+        /// The command and its arguments, after `--` (default: bash, or sh
+        /// when the container has no bash).
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// List workers.
+    Workers {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List builds, newest first.
+    Builds {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Which builds.
+        #[command(flatten)]
+        filters: list::BuildFilters,
+    },
+    /// List containers.
+    Containers {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List volumes.
+    Volumes {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the web node's background jobs: state, runs, errors, last error.
+    Jobs {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the web nodes sharing the database: alive or not, last heartbeat.
+    WebNodes {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Follow a build's output to its end; exits with its task's exit status.
+    Watch {
+        /// Build id.
+        #[arg(short = 'b', long = "build")]
+        build: i64,
+    },
+    /// Abort a running build.
+    AbortBuild {
+        /// Build id.
+        #[arg(short = 'b', long = "build")]
+        build: i64,
+    },
+    /// Land a worker: its running steps finish, then it takes no work.
+    LandWorker {
+        /// Worker name.
+        name: String,
+    },
+    /// Retire a worker: its running steps finish, then it is deleted.
+    RetireWorker {
+        /// Worker name.
+        name: String,
+    },
+    /// Remove a worker that is not running (stalled, landing, landed, retiring).
+    PruneWorker {
+        /// Worker name.
+        name: String,
+    },
+    /// Clear a job's task caches on every worker (of one step with -s);
+    /// prints how many were cleared.
+    ClearTaskCache {
+        /// The pipeline's name (as given to `gantry run --pipeline-name`).
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: String,
+        /// The job.
+        #[arg(short = 'j', long = "job")]
+        job: String,
+        /// Only this task step's caches.
+        #[arg(short = 's', long = "step")]
+        step: Option<String>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Print a shell completion script: `gantry completions bash >
+    /// /etc/bash_completion.d/gantry` (or zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// List teams (the admin sees all, a team token its own).
+    Teams {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a team if it does not exist (admin).
+    SetTeam {
+        /// Team name.
+        name: String,
+    },
+    /// Remove a team and revoke its tokens (admin); refused while its
+    /// builds run.
+    DestroyTeam {
+        /// Team name.
+        name: String,
+    },
+    /// List team tokens, without their secrets.
+    Tokens {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make or revoke a team token (admin).
+    Token {
+        /// What to do.
+        #[command(subcommand)]
+        action: TokenCommand,
+    },
+    /// Run a benchmark and print its figures as `name: value` lines.
+    Bench {
+        /// Which benchmark.
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+    /// Check a task config; prints every problem.
+    ValidateTask {
+        /// The task config file.
+        file: PathBuf,
+    },
+    /// Check a Concourse pipeline (or a bare plan); prints every problem.
+    ValidatePlan {
+        /// The pipeline file, or a plan (a list of steps).
+        file: PathBuf,
+        /// A var: NAME=VALUE, a string (repeatable; overrides -l).
+        #[arg(short = 'v', long = "var")]
+        vars: Vec<String>,
+        /// A YAML file of vars (repeatable; later files override earlier ones).
+        #[arg(short = 'l', long = "load-vars-from")]
+        var_files: Vec<PathBuf>,
+    },
+}
+
+/// `gantry token ...`
+#[derive(Subcommand, Debug)]
+pub enum TokenCommand {
+    /// Make a token for a team; prints it (the only time it is shown).
+    Create {
+        /// The team it acts for.
+        #[arg(long)]
+        team: String,
+        /// It expires after this long (e.g. `90s`, `12h`, `30d`); never by default.
+        #[arg(long, value_parser = parse_duration_secs)]
+        expires: Option<u64>,
+        /// What it is for.
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// Revoke a token at once, by its id (`gantry tokens`).
+    Revoke {
+        /// The token's id.
+        id: String,
+    },
+}
+
+/// The benchmarks.
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Placement throughput and decision latency of the Scheduler actor.
+    Placement {
+        /// Simulated workers.
+        #[arg(long, default_value_t = 1000)]
+        workers: usize,
+        /// Steps placed per strategy chain.
+        #[arg(long, default_value_t = 100_000)]
+        steps: usize,
+        /// Placements in flight at once.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        /// Database URL (default: SQLite in a temporary directory).
+        #[arg(long)]
+        database_url: Option<String>,
+        /// Web nodes sharing the database: 2 also runs each chain on two
+        /// engines sharing a PostgreSQL database, with the ratio to one node.
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
+    },
+    /// Time from the web node's request to a trivial task running on one
+    /// runc worker, against `runc run` of the same bundle (needs root).
+    ContainerStart {
+        /// Sequential tasks timed in each series.
+        #[arg(long, default_value_t = 200)]
+        tasks: usize,
+        /// Untimed runs of each series first.
+        #[arg(long, default_value_t = 5)]
+        warmup: usize,
+    },
+    /// Build throughput and latency of one-task jobs (`echo hi`) on a web
+    /// node with runc workers, against `runc run` of the same process
+    /// (needs root).
+    Builds {
+        /// Builds submitted as fast as the engine takes them.
+        #[arg(long, default_value_t = 100)]
+        builds: usize,
+        /// Runc workers.
+        #[arg(long, default_value_t = 2)]
+        workers: usize,
+        /// Builds run one at a time afterwards (single-build latency).
+        #[arg(long, default_value_t = 10)]
+        sequential: usize,
+    },
+    /// A volume of mixed files moved worker to worker (two `local` worker
+    /// processes) peer to peer and relayed through the web node, against
+    /// `tar -c | zstd -1 -T0 | zstd -d | tar -x`.
+    Stream {
+        /// Bytes of file contents moved (e.g. 1GiB, 16MiB).
+        #[arg(long, default_value = "1GiB", value_parser = crate::bench::stream::parse_size)]
+        size: u64,
+        /// Runs of each transfer, in a rotating order (figures are medians).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// GC sweep reports of one worker with many handles, reconciled on
+    /// SQLite and PostgreSQL, against only loading its rows.
+    Gc {
+        /// Rows of the worker (half containers, half volumes).
+        #[arg(long, default_value_t = 100_000)]
+        handles: usize,
+        /// Reports timed per database.
+        #[arg(long, default_value_t = 5)]
+        reports: usize,
+        /// PostgreSQL server on which a fresh database is created and dropped.
+        #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432")]
+        postgres_url: String,
+    },
+}
+
+/// Parses `90`, `90s`, `10m`, `1h` or `30d` into seconds.
+fn parse_duration_secs(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 90s, 10m, 1h)"))?;
+    let mult = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use s, m, h or d)")),
+    };
+    match n.saturating_mul(mult) {
+        0 => Err("a duration must be longer than 0s".into()),
+        secs => Ok(secs),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(super::parse_duration_secs("90"), Ok(90));
+        assert_eq!(super::parse_duration_secs("10m"), Ok(600));
+        assert_eq!(super::parse_duration_secs("1h"), Ok(3600));
+        assert!(super::parse_duration_secs("0s").is_err());
+        assert_eq!(super::parse_duration_secs("2d"), Ok(172_800));
+        assert!(super::parse_duration_secs("5w")
+            .unwrap_err()
+            .contains("unknown unit"));
+        assert!(super::parse_duration_secs("x").is_err());
+    }
+}
