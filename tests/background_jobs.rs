@@ -37,6 +37,11 @@ fn a_workers_background_jobs_are_listed_with_their_runs_and_errors(kind: DbKind)
     });
     assert_eq!(beat["errors"], 0, "{beat}");
     assert!(job(&web.url, "worker-probe/w1").is_some());
+    // The edges' long-lived work runs on the same runner: the metrics
+    // recorder's upkeep is a job too, and has run.
+    wait_for("the metrics upkeep ran", Duration::from_secs(20), || {
+        job(&web.url, "metrics-upkeep").filter(|j| j["runs"].as_u64() >= Some(1))
+    });
 
     let table = client(&web.url, &["jobs"]);
     let table = String::from_utf8_lossy(&table.stdout);

@@ -182,6 +182,7 @@ pub async fn start_web(
     // Before the engine starts, so it records its first durations.
     self::metrics::install();
     let engine = Engine::start(db, connector, Arc::new(artifacts), engine_config).await?;
+    engine.run_job(self::metrics::Upkeep::new(), self::metrics::Upkeep::EVERY);
     for cluster in clusters {
         crate::k8s::beacon::spawn(engine.clone(), cluster);
     }

@@ -70,18 +70,36 @@ pub fn install() -> &'static PrometheusHandle {
             );
         }
         gantry_actors::engine::describe_histograms();
-        let upkeep = handle.clone();
-        let spawned = std::thread::Builder::new()
-            .name("metrics-upkeep".into())
-            .spawn(move || loop {
-                std::thread::sleep(Duration::from_secs(5));
-                upkeep.run_upkeep();
-            });
-        if let Err(e) = spawned {
-            tracing::warn!("metrics upkeep thread: {e}");
-        }
         handle
     })
+}
+
+/// The recorder's upkeep (draining its histograms' buckets), a job of the
+/// engine's background runner: listed in `gantry jobs` as `metrics-upkeep`
+/// and stopped in order at shutdown.
+pub struct Upkeep(PrometheusHandle);
+
+impl Upkeep {
+    /// How often the upkeep runs.
+    pub const EVERY: Duration = Duration::from_secs(5);
+
+    /// The upkeep of the recorder [`install`] installed.
+    pub fn new() -> Self {
+        Upkeep(install().clone())
+    }
+}
+
+impl gantry_actors::background::Job for Upkeep {
+    fn name(&self) -> String {
+        "metrics-upkeep".into()
+    }
+
+    async fn tick(
+        &mut self,
+    ) -> Result<gantry_actors::background::Outcome, gantry_actors::background::JobError> {
+        self.0.run_upkeep();
+        Ok(gantry_actors::background::Outcome::Idle)
+    }
 }
 
 /// `GET /metrics`
