@@ -14,7 +14,7 @@ use gantry_wire::runtime::OutputStream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
-use super::processes::ProcessEnd;
+use super::api::OutputLine;
 
 /// The largest chunk of output stored in one frame.
 pub const MAX_CHUNK: usize = 64 * 1024;
@@ -207,5 +207,33 @@ impl LogReader {
         }
         self.pos += (HEADER + len) as u64;
         Ok(Some(LogEvent::Output(stream, Bytes::from(data))))
+    }
+}
+/// How a process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessEnd {
+    /// It exited with this status (128 + signal number when a signal killed it).
+    Exited(i32),
+    /// Its exit status is unknown; the message says why.
+    Lost(String),
+}
+
+impl ProcessEnd {
+    /// The NDJSON line (and `.exit` file contents) announcing the end.
+    pub fn to_line(&self) -> OutputLine {
+        match self {
+            ProcessEnd::Exited(n) => OutputLine::Exit { exit_status: *n },
+            ProcessEnd::Lost(e) => OutputLine::Error { error: e.clone() },
+        }
+    }
+
+    /// Converts a child's exit status: the code, or 128 + the signal.
+    pub fn from_status(status: std::process::ExitStatus) -> Self {
+        use std::os::unix::process::ExitStatusExt;
+        match (status.code(), status.signal()) {
+            (Some(code), _) => ProcessEnd::Exited(code),
+            (None, Some(sig)) => ProcessEnd::Exited(128 + sig),
+            (None, None) => ProcessEnd::Lost(format!("unknown exit status {status:?}")),
+        }
     }
 }

@@ -39,34 +39,7 @@ use super::pty::Pty;
 /// open for ever; runc's own copy has finished by the time runc exits).
 const PTY_DRAIN: std::time::Duration = std::time::Duration::from_millis(200);
 
-/// How a process ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProcessEnd {
-    /// It exited with this status (128 + signal number when a signal killed it).
-    Exited(i32),
-    /// Its exit status is unknown; the message says why.
-    Lost(String),
-}
-
-impl ProcessEnd {
-    /// The NDJSON line (and `.exit` file contents) announcing the end.
-    pub fn to_line(&self) -> OutputLine {
-        match self {
-            ProcessEnd::Exited(n) => OutputLine::Exit { exit_status: *n },
-            ProcessEnd::Lost(e) => OutputLine::Error { error: e.clone() },
-        }
-    }
-
-    /// Converts a child's exit status: the code, or 128 + the signal.
-    pub fn from_status(status: std::process::ExitStatus) -> Self {
-        use std::os::unix::process::ExitStatusExt;
-        match (status.code(), status.signal()) {
-            (Some(code), _) => ProcessEnd::Exited(code),
-            (None, Some(sig)) => ProcessEnd::Exited(128 + sig),
-            (None, None) => ProcessEnd::Lost(format!("unknown exit status {status:?}")),
-        }
-    }
-}
+pub use super::output_log::ProcessEnd;
 
 /// How to deliver a signal to a running process.
 #[derive(Debug, Clone)]

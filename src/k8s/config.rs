@@ -98,7 +98,7 @@ impl KubernetesConfig {
         // The cluster is a worker of this name.
         gantry_actors::worker_info::check_worker_name(&self.name)
             .map_err(|e| format!("web.kubernetes: name: {e}"))?;
-        if !super::pod::is_dns_label(&self.namespace) {
+        if !is_dns_label(&self.namespace) {
             return Err(format!(
                 "{at}: namespace {:?} is not a valid namespace name",
                 self.namespace
@@ -117,4 +117,13 @@ impl KubernetesConfig {
         }
         Ok(())
     }
+}
+/// Whether `s` is a DNS-1123 label (a namespace name).
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
 }

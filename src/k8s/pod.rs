@@ -59,16 +59,6 @@ pub fn volume_home(handle: &str) -> String {
     format!("{SCRATCH}/v/{handle}")
 }
 
-/// Whether `s` is a DNS-1123 label (a namespace name).
-pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
 /// `value` made a valid label value: at most 63 characters of `[A-Za-z0-9-_.]`,
 /// starting and ending with an alphanumeric.
 pub fn label_value(value: &str) -> String {
@@ -271,6 +261,7 @@ pub fn pod_for(spec: &ContainerSpec, cfg: &KubernetesConfig) -> Result<(Pod, Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::k8s::config::is_dns_label;
     use gantry_actors::spec::MountSpec;
 
     fn cfg() -> KubernetesConfig {

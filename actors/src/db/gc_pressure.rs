@@ -27,8 +27,8 @@ use crate::db::{Db, TaskCacheRow};
 use crate::error::EngineError;
 use crate::state::HandleState;
 
-use super::gc_collect::ended;
 use super::task_caches::{decode, Raw, COLUMNS};
+use crate::state::BuildStatus;
 
 /// The condition that the task cache (or leftover) in the row named `t`
 /// (columns `team`, `pipeline`, `job`, `step`, `worker`, `last_used_at`)
@@ -40,7 +40,7 @@ pub(super) fn in_use(t: &str) -> String {
          OR EXISTS (SELECT 1 FROM containers c WHERE c.build_id = b.id AND c.worker = {t}.worker \
          AND c.step = {t}.step AND c.state <> '{destroying}')))",
         destroying = HandleState::Destroying.as_str(),
-        ended = ended()
+        ended = BuildStatus::sql_list(&BuildStatus::ENDED)
     )
 }
 
