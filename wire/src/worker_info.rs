@@ -148,9 +148,10 @@ pub fn check_worker_name(name: &str) -> Result<(), String> {
     }
 }
 
-/// Checks that `value` (field `what`) is at most `max` bytes and, unless
-/// `may_be_empty`, not empty or blank.
-fn check_text(what: &str, value: &str, max: usize, may_be_empty: bool) -> Result<(), String> {
+/// Checks that `value` (field `what`) is at most `max` bytes, holds no
+/// control characters and, unless `may_be_empty`, is not empty or blank:
+/// the one text bound of every request, a worker's or an API client's.
+pub fn check_text(what: &str, value: &str, max: usize, may_be_empty: bool) -> Result<(), String> {
     if !may_be_empty && value.trim().is_empty() {
         return Err(format!("{what} must not be empty"));
     }

@@ -20,20 +20,9 @@ pub const MAX_ITEMS: usize = 256;
 pub const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
 
 /// Refuses `value` (field `what`) when it is longer than `max` bytes or
-/// holds control characters.
+/// holds control characters (the rule of [`gantry_wire::worker_info::check_text`]).
 pub fn check_text(what: &str, value: &str, max: usize) -> Result<(), ApiError> {
-    if value.len() > max {
-        return Err(ApiError::bad_request(format!(
-            "{what} is {} bytes: the limit is {max}",
-            value.len()
-        )));
-    }
-    if value.chars().any(char::is_control) {
-        return Err(ApiError::bad_request(format!(
-            "{what} must not hold control characters"
-        )));
-    }
-    Ok(())
+    gantry_wire::worker_info::check_text(what, value, max, true).map_err(ApiError::bad_request)
 }
 
 /// Refuses a list (field `what`) of more than [`MAX_ITEMS`] items.

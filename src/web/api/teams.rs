@@ -89,7 +89,7 @@ pub async fn set(
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     identity.require_admin()?;
-    crate::web::api::workers::no_body(&body)?;
+    super::no_body(&body)?;
     let team = path.into_inner();
     let created = state.engine.set_team(&team).await?;
     let body = serde_json::json!({ "name": team, "created": created });
@@ -158,12 +158,7 @@ pub async fn create_token(
 ) -> Result<HttpResponse, ApiError> {
     identity.require_admin()?;
     let team = path.into_inner();
-    let req: CreateToken = if body.iter().all(u8::is_ascii_whitespace) {
-        CreateToken::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::bad_request(format!("invalid body: {e}")))?
-    };
+    let req: CreateToken = super::optional_json(&body)?;
     let ttl_ms = match req.expires_in_secs {
         Some(s) if !(1..=MAX_TOKEN_EXPIRY_SECS).contains(&s) => {
             return Err(ApiError::bad_request(format!(

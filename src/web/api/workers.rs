@@ -188,12 +188,7 @@ async fn admin_or_itself(
     name: &str,
     body: &[u8],
 ) -> Result<(), ApiError> {
-    let request: LifecycleRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        LifecycleRequest::default()
-    } else {
-        serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?
-    };
+    let request: LifecycleRequest = super::optional_json(body)?;
     match identity {
         Identity::Worker => {
             let stored = state.engine.worker_incarnation(name).await?;
@@ -285,7 +280,7 @@ pub async fn prune(
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     identity.require_admin()?;
-    no_body(&body)?;
+    super::no_body(&body)?;
     lifecycle(&state, name.into_inner(), LifecycleAction::Prune).await
 }
 
@@ -323,14 +318,3 @@ pub async fn prune_by_name(
     lifecycle(&state, body.into_inner().name, LifecycleAction::Prune).await
 }
 
-/// Refuses a body on a route that takes none (an empty one or `{}` is fine):
-/// a field sent and silently ignored would mislead its sender.
-pub fn no_body(body: &[u8]) -> Result<(), ApiError> {
-    let text = String::from_utf8_lossy(body);
-    match text.trim() {
-        "" | "{}" => Ok(()),
-        _ => Err(ApiError::bad_request(
-            "this request takes no body (or an empty JSON object)",
-        )),
-    }
-}
