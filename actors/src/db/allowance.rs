@@ -28,7 +28,7 @@ impl Db {
         .bind(team)
         .bind(n)
         .bind(now_ms)
-        .execute(&self.pool)
+        .execute(self.pool())
         .await?;
         // The tokens at $3: those left plus those refilled since `at_ms`
         // (none when another node's clock reading was later), at most $2.
@@ -43,7 +43,7 @@ impl Db {
         .bind(n)
         .bind(now_ms)
         .bind(MINUTE_MS)
-        .execute(&self.pool)
+        .execute(self.pool())
         .await?;
         if taken.rows_affected() == 1 {
             return Ok(None);
@@ -51,7 +51,7 @@ impl Db {
         let (tokens, at_ms): (f64, i64) =
             sqlx::query_as("SELECT tokens, at_ms FROM team_build_allowance WHERE team = $1")
                 .bind(team)
-                .fetch_one(&self.pool)
+                .fetch_one(self.pool())
                 .await?;
         let refilled = (tokens + (now_ms - at_ms).max(0) as f64 * n / MINUTE_MS).min(n);
         Ok(Some(((1.0 - refilled) * MINUTE_MS / n).max(0.0)))

@@ -144,34 +144,6 @@ impl Db {
         Ok(row.map(decode))
     }
 
-    /// The latest builds, newest first, optionally of one team.
-    pub async fn list_builds(
-        &self,
-        team: Option<&str>,
-        limit: i64,
-    ) -> Result<Vec<BuildRow>, EngineError> {
-        let rows: Vec<Raw> = match team {
-            Some(t) => {
-                sqlx::query_as(&format!(
-                    "SELECT {COLUMNS} FROM builds WHERE team = $1 ORDER BY id DESC LIMIT $2"
-                ))
-                .bind(t)
-                .bind(limit)
-                .fetch_all(self.pool())
-                .await?
-            }
-            None => {
-                sqlx::query_as(&format!(
-                    "SELECT {COLUMNS} FROM builds ORDER BY id DESC LIMIT $1"
-                ))
-                .bind(limit)
-                .fetch_all(self.pool())
-                .await?
-            }
-        };
-        Ok(rows.into_iter().map(decode).collect())
-    }
-
     /// One page of builds, newest first: those matching every filter of
     /// `query`, with ids below its `before` cursor, at most `limit`.
     pub async fn list_builds_page(&self, query: &BuildQuery) -> Result<Vec<BuildRow>, EngineError> {

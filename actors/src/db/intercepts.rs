@@ -36,10 +36,10 @@ impl Db {
                 .bind(node)
                 .bind(now_ms())
                 .bind(created)
-                .fetch_optional(&self.pool)
+                .fetch_optional(self.pool())
                 .await?),
             Backend::Postgres => {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.pool().begin().await?;
                 let state: Option<String> =
                     sqlx::query_scalar("SELECT state FROM containers WHERE handle = $1 FOR UPDATE")
                         .bind(handle)
@@ -65,7 +65,7 @@ impl Db {
     pub async fn close_intercept_session(&self, id: i64) -> Result<(), EngineError> {
         sqlx::query("DELETE FROM intercept_sessions WHERE id = $1")
             .bind(id)
-            .execute(&self.pool)
+            .execute(self.pool())
             .await?;
         Ok(())
     }
@@ -75,7 +75,7 @@ impl Db {
         Ok(
             sqlx::query_scalar("SELECT COUNT(*) FROM intercept_sessions WHERE container = $1")
                 .bind(handle)
-                .fetch_one(&self.pool)
+                .fetch_one(self.pool())
                 .await?,
         )
     }
@@ -85,7 +85,7 @@ impl Db {
     pub async fn forget_intercept_sessions(&self, node: &str) -> Result<u64, EngineError> {
         let done = sqlx::query("DELETE FROM intercept_sessions WHERE web_node = $1")
             .bind(node)
-            .execute(&self.pool)
+            .execute(self.pool())
             .await?;
         Ok(done.rows_affected())
     }
@@ -107,12 +107,12 @@ impl Db {
         };
         let (marked, open) = match self.backend {
             Backend::Sqlite => {
-                let marked = run(mark).execute(&self.pool).await?.rows_affected() == 1;
+                let marked = run(mark).execute(self.pool()).await?.rows_affected() == 1;
                 let open = !marked && self.count_intercept_sessions(handle).await? > 0;
                 (marked, open)
             }
             Backend::Postgres => {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.pool().begin().await?;
                 sqlx::query("SELECT 1 FROM containers WHERE handle = $1 FOR UPDATE")
                     .bind(handle)
                     .fetch_optional(&mut *tx)

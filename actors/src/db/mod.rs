@@ -162,7 +162,7 @@ impl Db {
     /// tests a connection before handing it out, so one broken while the
     /// server was away is replaced, not reused.
     pub async fn ping(&self) -> Result<(), EngineError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        sqlx::query("SELECT 1").execute(self.pool()).await?;
         Ok(())
     }
 
@@ -202,7 +202,7 @@ impl Db {
             sqlx::query("INSERT INTO teams (name, created_at) VALUES ($1, $2)")
                 .bind(name)
                 .bind(now_ms())
-                .execute(&self.pool)
+                .execute(self.pool())
                 .await?;
         }
         Ok(())
@@ -212,7 +212,7 @@ impl Db {
     pub async fn team_exists(&self, name: &str) -> Result<bool, EngineError> {
         let row: Option<(i64,)> = sqlx::query_as("SELECT id FROM teams WHERE name = $1")
             .bind(name)
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.pool())
             .await?;
         Ok(row.is_some())
     }

@@ -44,7 +44,7 @@ impl Db {
     /// Opens a transaction that decides placements alone (PostgreSQL: under
     /// an advisory lock until it ends).
     pub async fn lock_ledger(&self) -> Result<LedgerTx, EngineError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().begin().await?;
         if self.backend == Backend::Postgres {
             sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock($1)) AS locked")
                 .bind(LEDGER_LOCK)
@@ -58,7 +58,7 @@ impl Db {
     pub async fn release_placement(&self, id: i64) -> Result<(), EngineError> {
         sqlx::query("DELETE FROM placements WHERE id = $1")
             .bind(id)
-            .execute(&self.pool)
+            .execute(self.pool())
             .await?;
         self.announce_release().await
     }
@@ -67,7 +67,7 @@ impl Db {
     async fn announce_release(&self) -> Result<(), EngineError> {
         if self.backend == Backend::Postgres {
             sqlx::query(&format!("NOTIFY {RELEASES_CHANNEL}"))
-                .execute(&self.pool)
+                .execute(self.pool())
                 .await?;
         }
         Ok(())
@@ -99,7 +99,7 @@ impl Db {
         let done = sqlx::query("DELETE FROM placements WHERE web_node = $1 AND created_at < $2")
             .bind(node)
             .bind(before)
-            .execute(&self.pool)
+            .execute(self.pool())
             .await?;
         if done.rows_affected() > 0 {
             self.announce_release().await?;
@@ -110,7 +110,7 @@ impl Db {
     /// The ledger's load by worker, outside any placement (for listings and
     /// metrics).
     pub async fn ledger_loads(&self) -> Result<HashMap<String, Load>, EngineError> {
-        loads(&mut *self.pool.acquire().await?).await
+        loads(&mut *self.pool().acquire().await?).await
     }
 
     /// Every row of the ledger, oldest first.
@@ -118,7 +118,7 @@ impl Db {
         let rows: Vec<(i64, String, i64, i64, i64)> = sqlx::query_as(
             "SELECT id, worker, tasks, containers, volumes FROM placements ORDER BY id",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.pool())
         .await?;
         Ok(rows
             .into_iter()

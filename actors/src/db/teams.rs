@@ -139,18 +139,6 @@ impl Db {
         Ok(row.map(token_row))
     }
 
-    /// Every token (of `team` only, when given), newest first.
-    pub async fn list_tokens(&self, team: Option<&str>) -> Result<Vec<TokenRow>, EngineError> {
-        let rows: Vec<TokenTuple> = sqlx::query_as(&format!(
-            "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE $1 IS NULL OR team = $1 \
-             ORDER BY created_at DESC, id"
-        ))
-        .bind(team)
-        .fetch_all(self.pool())
-        .await?;
-        Ok(rows.into_iter().map(token_row).collect())
-    }
-
     /// One page of tokens (of `team` only, when given) by id: at most
     /// `limit` whose ids sort after the cursor `after`.
     pub async fn list_tokens_page(
@@ -216,8 +204,22 @@ mod tests {
         let b = db.token("b").await.unwrap().unwrap();
         assert_eq!(b.token_hash, "hash-b");
         assert!(b.valid_at(99) && !b.valid_at(100), "expires at 100");
-        assert_eq!(db.list_tokens(Some("red")).await.unwrap().len(), 2);
-        assert_eq!(db.list_tokens(None).await.unwrap().len(), 3);
+        assert_eq!(
+            db.list_tokens_page(Some("red"), None, 10)
+                .await
+                .unwrap()
+                .len(),
+            2
+        );
+        let all = db.list_tokens_page(None, None, 10).await.unwrap();
+        assert_eq!(all.len(), 3);
+        // Pages by id: after the first, the other two.
+        let rest = db
+            .list_tokens_page(None, Some(&all[0].id), 10)
+            .await
+            .unwrap();
+        assert_eq!(rest.len(), 2);
+        assert!(rest.iter().all(|t| t.id > all[0].id));
         assert!(db.revoke_token("a", 50).await.unwrap());
         assert!(!db.revoke_token("a", 60).await.unwrap(), "once");
         assert!(!db.token("a").await.unwrap().unwrap().valid_at(51));

@@ -41,7 +41,7 @@ impl Db {
             Backend::Postgres => Ok(sqlx::query_scalar(
                 "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
             )
-            .fetch_one(&self.pool)
+            .fetch_one(self.pool())
             .await?),
         }
     }
@@ -66,7 +66,7 @@ impl Db {
         .bind(now)
         .bind(timeout_ms)
         .bind(settings)
-        .execute(&self.pool)
+        .execute(self.pool())
         .await?;
         Ok(())
     }
@@ -78,7 +78,7 @@ impl Db {
         let done = sqlx::query("UPDATE web_nodes SET last_seen = $1 WHERE name = $2")
             .bind(now)
             .bind(node)
-            .execute(&self.pool)
+            .execute(self.pool())
             .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -90,7 +90,7 @@ impl Db {
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT name, started_at, last_seen, timeout_ms, settings FROM web_nodes ORDER BY name",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.pool())
         .await?;
         Ok(rows
             .into_iter()
@@ -127,7 +127,7 @@ impl Db {
         let mut claimed = Vec::new();
         for node in late {
             let name = node.name;
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.pool().begin().await?;
             // Only as it was seen late: a heartbeat since keeps it.
             let done = sqlx::query("DELETE FROM web_nodes WHERE name = $1 AND last_seen = $2")
                 .bind(&name)
@@ -159,7 +159,7 @@ impl Db {
         sqlx::query("UPDATE builds SET abort_requested = $1 WHERE id = $2")
             .bind(now_ms())
             .bind(id)
-            .execute(&self.pool)
+            .execute(self.pool())
             .await?;
         Ok(())
     }
@@ -174,7 +174,7 @@ impl Db {
         .bind(node)
         .bind(BuildStatus::Pending.as_str())
         .bind(BuildStatus::Started.as_str())
-        .fetch_all(&self.pool)
+        .fetch_all(self.pool())
         .await?)
     }
 
@@ -185,11 +185,11 @@ impl Db {
             "INSERT INTO artifact_store (id, store_id) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
         )
         .bind(proposed)
-        .execute(&self.pool)
+        .execute(self.pool())
         .await?;
         Ok(
             sqlx::query_scalar("SELECT store_id FROM artifact_store WHERE id = 1")
-                .fetch_one(&self.pool)
+                .fetch_one(self.pool())
                 .await?,
         )
     }
@@ -199,7 +199,7 @@ impl Db {
     pub async fn leave_web_nodes(&self, node: &str) -> Result<(), EngineError> {
         sqlx::query("UPDATE web_nodes SET last_seen = 0 WHERE name = $1")
             .bind(node)
-            .execute(&self.pool)
+            .execute(self.pool())
             .await?;
         Ok(())
     }

@@ -124,7 +124,7 @@ impl Db {
         .bind(i64::try_from(used_bytes).unwrap_or(i64::MAX))
         .bind(i64::try_from(total_bytes).unwrap_or(i64::MAX))
         .bind(worker)
-        .execute(&self.pool)
+        .execute(self.pool())
         .await?;
         Ok(())
     }
@@ -136,7 +136,7 @@ impl Db {
             "SELECT name, volume_store_used, volume_store_total, volume_store_reports FROM workers \
              WHERE volume_store_reports > 0 ORDER BY name",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.pool())
         .await?;
         let n = |x: i64| u64::try_from(x).unwrap_or(0);
         Ok(rows

@@ -187,15 +187,6 @@ impl Engine {
             })
     }
 
-    /// The latest `limit` builds, of one team or of all.
-    pub async fn list_builds(
-        &self,
-        team: Option<&str>,
-        limit: i64,
-    ) -> Result<Vec<BuildRow>, EngineError> {
-        self.db.list_builds(team, limit).await
-    }
-
     /// One page of builds, newest first (see [`BuildQuery`]).
     pub async fn list_builds_page(&self, query: &BuildQuery) -> Result<Vec<BuildRow>, EngineError> {
         self.db.list_builds_page(query).await

@@ -53,12 +53,7 @@ pub async fn clear_task_cache(
 ) -> Result<HttpResponse, ApiError> {
     let (team, pipeline, job) = path.into_inner();
     identity.require_team(&team, &format!("team {team:?}"))?;
-    let req: ClearTaskCache = if body.iter().all(u8::is_ascii_whitespace) {
-        ClearTaskCache::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::bad_request(format!("invalid body: {e}")))?
-    };
+    let req: ClearTaskCache = super::optional_json(&body)?;
     if let Some(step) = &req.step {
         if step.trim().is_empty() {
             return Err(ApiError::bad_request(

@@ -317,4 +317,3 @@ pub async fn prune_by_name(
     identity.require_admin()?;
     lifecycle(&state, body.into_inner().name, LifecycleAction::Prune).await
 }
-

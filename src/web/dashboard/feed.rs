@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use actix_web::{web, HttpResponse};
-use gantry_actors::db::{now_ms, BuildRow, BuildStatus, HandleKind, HandleRow};
+use gantry_actors::db::{now_ms, BuildQuery, BuildRow, BuildStatus, HandleKind, HandleRow};
 use gantry_actors::gc::sweep::GcStatsSnapshot;
 use gantry_actors::placement::Load;
 use gantry_actors::worker_info::WorkerView;
@@ -201,7 +201,11 @@ impl Snapshot {
             })
             .collect();
         let builds = engine
-            .list_builds(team, BUILDS)
+            .list_builds_page(&BuildQuery {
+                team: team.map(str::to_string),
+                limit: BUILDS,
+                ..BuildQuery::default()
+            })
             .await?
             .into_iter()
             .map(BuildEntry::of)
@@ -309,7 +313,7 @@ struct Feed {
     state: web::Data<AppState>,
     team: Option<String>,
     changes: Changes,
-    first: Option<std::sync::Arc<Snapshot>>,
+    first: Option<std::sync::Arc<str>>,
     tick: tokio::time::Interval,
 }
 
@@ -320,7 +324,7 @@ impl Feed {
                 let frame = match feed.first.take() {
                     Some(first) => {
                         // Reconnect soon after the web node went away.
-                        let frame = feed.changes.frame(&first, Instant::now(), now_ms());
+                        let frame = feed.changes.frame_json(&first, Instant::now(), now_ms());
                         frame.map(|f| format!("retry: 2000\n{f}"))
                     }
                     None => {
@@ -340,7 +344,7 @@ impl Feed {
         let now = Instant::now();
         let shared = &self.state.snapshots;
         match shared.get(&self.state.engine, self.team.as_deref()).await {
-            Ok(s) => self.changes.frame(&s, now, now_ms()),
+            Ok(json) => self.changes.frame_json(&json, now, now_ms()),
             Err(e) => self.changes.problem(&e.message, now),
         }
         .or_else(|| self.changes.keep_alive(now))
@@ -359,15 +363,15 @@ pub struct Changes {
 }
 
 impl Changes {
-    /// The message carrying `snapshot`, unless it equals the last one sent.
-    pub fn frame(&mut self, snapshot: &Snapshot, now: Instant, now_ms: i64) -> Option<String> {
-        let json = serde_json::to_string(snapshot).expect("snapshots serialise");
+    /// The message carrying a snapshot already serialised (the shared one),
+    /// unless it equals the last one sent.
+    pub fn frame_json(&mut self, json: &str, now: Instant, now_ms: i64) -> Option<String> {
         self.last_problem = None;
-        if self.last.as_deref() == Some(json.as_str()) {
+        if self.last.as_deref() == Some(json) {
             return None;
         }
         let frame = format!("data: {{\"now\":{now_ms},\"fleet\":{json}}}\n\n");
-        self.last = Some(json);
+        self.last = Some(json.to_string());
         self.last_write = Some(now);
         Some(frame)
     }

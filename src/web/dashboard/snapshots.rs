@@ -19,8 +19,9 @@ use crate::web::error::ApiError;
 /// feeds' tick, so each tick of a feed sees the fleet of that second.
 pub const MAX_AGE: Duration = Duration::from_millis(900);
 
-/// The latest snapshot of one viewer, and when it was taken.
-type Slot = Arc<tokio::sync::Mutex<Option<(Instant, Arc<Snapshot>)>>>;
+/// The latest snapshot of one viewer as JSON (serialised once, whatever
+/// the number of feeds sending it), and when it was taken.
+type Slot = Arc<tokio::sync::Mutex<Option<(Instant, Arc<str>)>>>;
 
 /// The latest snapshot of each viewer.
 #[derive(Default)]
@@ -33,13 +34,9 @@ pub struct SharedSnapshots {
 }
 
 impl SharedSnapshots {
-    /// The fleet as `team` (`None`: the admin) sees it: the shared snapshot
-    /// when it is younger than [`MAX_AGE`], else a new one.
-    pub async fn get(
-        &self,
-        engine: &Engine,
-        team: Option<&str>,
-    ) -> Result<Arc<Snapshot>, ApiError> {
+    /// The fleet as `team` (`None`: the admin) sees it, as JSON: the shared
+    /// snapshot when it is younger than [`MAX_AGE`], else a new one.
+    pub async fn get(&self, engine: &Engine, team: Option<&str>) -> Result<Arc<str>, ApiError> {
         let slot = {
             let mut map = self.by_viewer.lock().unwrap_or_else(|e| e.into_inner());
             map.entry(team.map(str::to_string)).or_default().clone()
@@ -50,7 +47,10 @@ impl SharedSnapshots {
                 return Ok(snapshot.clone());
             }
         }
-        let snapshot = Arc::new(Snapshot::take(engine, team).await?);
+        let taken = Snapshot::take(engine, team).await?;
+        let snapshot: Arc<str> = serde_json::to_string(&taken)
+            .expect("snapshots serialise")
+            .into();
         self.taken.fetch_add(1, Ordering::Relaxed);
         *latest = Some((Instant::now(), snapshot.clone()));
         Ok(snapshot)
