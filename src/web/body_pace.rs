@@ -39,16 +39,33 @@ pub struct BodyPace {
 /// into 408).
 pub const TOO_SLOW: &str = "the request body arrived too slowly";
 
-/// Middleware: paces every request body but a WebSocket upgrade's.
+/// Whether a request declares a body (HTTP/1.1: a non-zero
+/// `Content-Length`, or `Transfer-Encoding`); one without has nothing to
+/// pace, and costs no timer.
+fn declares_body(req: &ServiceRequest) -> bool {
+    use actix_web::http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+    let headers = req.headers();
+    headers.contains_key(TRANSFER_ENCODING)
+        || headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .is_some_and(|n| n > 0)
+}
+
+/// Middleware: paces every request body but a WebSocket upgrade's (a
+/// request declaring none is left as it is).
 pub async fn pace(
     mut req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let upgrade = req.headers().contains_key(actix_web::http::header::UPGRADE);
+    // A WebSocket session's input is no request body.
+    let unpaced =
+        req.headers().contains_key(actix_web::http::header::UPGRADE) || !declares_body(&req);
     let pace = req
         .app_data::<web::Data<AppState>>()
         .map(|s| s.limits.body_pace);
-    if let (Some(pace), false) = (pace, upgrade) {
+    if let (Some(pace), false) = (pace, unpaced) {
         let body = req.take_payload();
         let paced: Pin<Box<dyn Stream<Item = Result<Bytes, PayloadError>>>> =
             Box::pin(Paced::new(body, pace));
