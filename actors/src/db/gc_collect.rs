@@ -5,6 +5,8 @@
 
 use crate::db::{Db, TaskCacheKey, TaskCacheRow};
 use crate::error::EngineError;
+
+use super::task_caches::BindKey;
 use crate::state::{BuildStatus, HandleState};
 
 use super::handles::HandleKind;
@@ -223,12 +225,7 @@ impl Db {
              AND step = $5 AND path = $6 AND worker = $7",
         )
         .bind(ttl_ms)
-        .bind(&key.team)
-        .bind(&key.pipeline)
-        .bind(&key.job)
-        .bind(&key.step)
-        .bind(&key.path)
-        .bind(&key.worker)
+        .bind_key(key)
         .execute(self.pool())
         .await?;
         Ok(())
@@ -285,12 +282,7 @@ impl Db {
              AND path = $5 AND worker = $6 AND volume = $7 AND last_used_at < $8 AND NOT {}",
             super::gc_pressure::in_use("task_caches")
         ))
-        .bind(&k.team)
-        .bind(&k.pipeline)
-        .bind(&k.job)
-        .bind(&k.step)
-        .bind(&k.path)
-        .bind(&k.worker)
+        .bind_key(k)
         .bind(&row.volume)
         .bind(used_before.unwrap_or(i64::MAX))
         .execute(&mut *tx)

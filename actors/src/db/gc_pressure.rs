@@ -25,6 +25,8 @@
 
 use crate::db::{Db, TaskCacheRow};
 use crate::error::EngineError;
+
+use super::task_caches::BindKey;
 use crate::state::HandleState;
 
 use super::task_caches::{decode, Raw, COLUMNS};
@@ -100,12 +102,7 @@ impl Db {
              AND job = $4 AND step = $5 AND path = $6 AND worker = $7 AND volume = $8",
         )
         .bind(at)
-        .bind(&k.team)
-        .bind(&k.pipeline)
-        .bind(&k.job)
-        .bind(&k.step)
-        .bind(&k.path)
-        .bind(&k.worker)
+        .bind_key(k)
         .bind(&row.volume)
         .execute(self.pool())
         .await?;
@@ -130,12 +127,7 @@ impl Db {
             "DELETE FROM task_caches WHERE team = $1 AND pipeline = $2 AND job = $3 AND step = $4 \
              AND path = $5 AND worker = $6 AND volume = $7 RETURNING last_used_at",
         )
-        .bind(&k.team)
-        .bind(&k.pipeline)
-        .bind(&k.job)
-        .bind(&k.step)
-        .bind(&k.path)
-        .bind(&k.worker)
+        .bind_key(k)
         .bind(&row.volume)
         .fetch_optional(&mut *tx)
         .await?;
@@ -149,12 +141,7 @@ impl Db {
              ON CONFLICT (volume) DO NOTHING",
         )
         .bind(&row.volume)
-        .bind(&k.team)
-        .bind(&k.pipeline)
-        .bind(&k.job)
-        .bind(&k.step)
-        .bind(&k.path)
-        .bind(&k.worker)
+        .bind_key(k)
         .bind(last_used_at)
         .bind(now)
         .execute(&mut *tx)

@@ -75,7 +75,8 @@ pub(super) fn decode(r: Raw) -> TaskCacheRow {
     }
 }
 
-/// Binds the key's six columns as `$1`..`$6`.
+/// Binds a [`TaskCacheKey`]'s six columns (team, pipeline, job, step,
+/// path, worker) as the query's next six parameters.
 macro_rules! bind_key {
     ($q:expr, $key:expr) => {
         $q.bind(&$key.team)
@@ -85,6 +86,25 @@ macro_rules! bind_key {
             .bind(&$key.path)
             .bind(&$key.worker)
     };
+}
+
+/// Binds a [`TaskCacheKey`] as a statement's next six parameters (see
+/// `bind_key!`), for statements written elsewhere in the database layer.
+pub(super) trait BindKey<'q>: Sized {
+    /// The statement with the key's columns bound.
+    fn bind_key(self, key: &'q TaskCacheKey) -> Self;
+}
+
+impl<'q> BindKey<'q> for sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    fn bind_key(self, key: &'q TaskCacheKey) -> Self {
+        bind_key!(self, key)
+    }
+}
+
+impl<'q, O> BindKey<'q> for sqlx::query::QueryAs<'q, sqlx::Any, O, sqlx::any::AnyArguments<'q>> {
+    fn bind_key(self, key: &'q TaskCacheKey) -> Self {
+        bind_key!(self, key)
+    }
 }
 
 impl Db {
