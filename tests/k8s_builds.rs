@@ -2,9 +2,10 @@
 //! other worker. A real `gantry web` reaches the scripted API server of
 //! `kube_mock/` (real HTTP, exec over websockets, a fake kubelet running
 //! each exec for real with bubblewrap) through the `kube` client: a one-off
-//! task with inputs and outputs, a job of `in_parallel` tasks passing
-//! artifacts, hooks, an abort, and garbage collection deleting exactly the
-//! pods the web node has no use for.
+//! task with inputs and outputs, the job suite shared with the runc runtime
+//! (`common/job_suite.rs`: artifacts between `in_parallel` tasks, hooks,
+//! `try`, `attempts`, limits, an abort), and garbage collection deleting
+//! exactly the pods the web node has no use for.
 
 mod common;
 #[path = "kube_mock/mod.rs"]
@@ -14,48 +15,14 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
+use common::job_suite;
 use common::*;
 use kube_mock::KubeMock;
 
-const PIPELINE: &str = r#"
+/// Jobs only a cluster worker runs this way (the suite's are in
+/// `common/job_suite.rs`), written as `k8s.yml`.
+const K8S_PIPELINE: &str = r#"
 jobs:
-- name: build
-  plan:
-  - in_parallel:
-    - task: left
-      config:
-        platform: linux
-        outputs: [{name: left}]
-        run: {path: sh, args: [-c, "echo from-left > left/file.txt"]}
-    - task: right
-      output_mapping: {out: right-artifact}
-      config:
-        platform: linux
-        outputs: [{name: out}]
-        run: {path: sh, args: [-c, "echo from-right > out/file.txt"]}
-  - task: join
-    input_mapping: {r: right-artifact}
-    config:
-      platform: linux
-      inputs: [{name: left}, {name: r}]
-      container_limits: {memory: 268435456}
-      run: {path: sh, args: [-c, "cat left/file.txt r/file.txt"]}
-- name: failing
-  plan:
-  - task: boom
-    config:
-      platform: linux
-      run: {path: sh, args: [-c, "echo boom-ran; exit 1"]}
-    on_failure:
-      task: tell
-      config:
-        platform: linux
-        run: {path: echo, args: [on-failure-ran]}
-  ensure:
-    task: tidy
-    config:
-      platform: linux
-      run: {path: echo, args: [ensure-ran]}
 - name: pulled
   plan:
   - task: on-alpine
@@ -98,17 +65,6 @@ jobs:
       platform: linux
       inputs: [{name: used}]
       run: {path: cat, args: [used/file.txt]}
-- name: long
-  plan:
-  - task: sleeper
-    config:
-      platform: linux
-      run: {path: sh, args: [-c, "trap 'echo got-term; exit 143' TERM; echo ready; while true; do sleep 0.1; done"]}
-    on_abort:
-      task: aborted
-      config:
-        platform: linux
-        run: {path: echo, args: [on-abort-ran]}
 "#;
 
 const TASK: &str = r#"
@@ -149,7 +105,8 @@ start_timeout_secs = 10
     let workers = wait_running(&web.url, 1);
     assert_eq!(workers[0]["name"], "k8s");
     assert_eq!(workers[0]["backend"], "kubernetes");
-    write(&dir.join("pipeline.yml"), PIPELINE);
+    write(&dir.join("pipeline.yml"), job_suite::PIPELINE);
+    write(&dir.join("k8s.yml"), K8S_PIPELINE);
     web
 }
 
@@ -231,11 +188,9 @@ fn builds_on_kubernetes(kind: DbKind) {
         .iter()
         .any(|e| e.command.iter().any(|a| a.contains("tar -xf"))));
 
-    // A job: two parallel tasks' outputs read by a third, with limits.
-    let out = gantry_run(url, dir.path(), &["-p", "pipeline.yml", "-j", "build"]);
-    let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
-    assert_eq!(stdout, "from-left\nfrom-right\n", "{stderr}");
+    // The job suite: two parallel tasks' outputs read by a third, with
+    // limits, each task in a pod.
+    job_suite::artifacts_flow_between_steps(url, dir.path());
     let steps = labels(&mock, "gantry.dev/step");
     for step in ["left", "right", "join"] {
         assert!(steps.iter().any(|s| s == step), "{steps:?}");
@@ -251,14 +206,11 @@ fn builds_on_kubernetes(kind: DbKind) {
     );
 
     // Hooks: a failing task runs on_failure and the job's ensure.
-    let out = gantry_run(url, dir.path(), &["-p", "pipeline.yml", "-j", "failing"]);
-    let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
-    assert_eq!(stdout, "boom-ran\non-failure-ran\nensure-ran\n", "{stderr}");
+    job_suite::a_failing_task_runs_its_hooks(url, dir.path());
 
     // A task's `image_resource` of type registry-image is the pod's image,
     // pulled by the cluster (the worker ships no registry-image type).
-    let out = gantry_run(url, dir.path(), &["-p", "pipeline.yml", "-j", "pulled"]);
+    let out = gantry_run(url, dir.path(), &["-p", "k8s.yml", "-j", "pulled"]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert_eq!(stdout, "pulled-ran\npinned-ran\n");
@@ -271,7 +223,7 @@ fn builds_on_kubernetes(kind: DbKind) {
     assert_eq!(image_of("on-alpine").unwrap(), "alpine:3.20");
     assert_eq!(image_of("pinned").unwrap(), "alpine@sha256:0123");
     // Registry credentials in the source cannot be honoured: refused by name.
-    let out = gantry_run(url, dir.path(), &["-p", "pipeline.yml", "-j", "private"]);
+    let out = gantry_run(url, dir.path(), &["-p", "k8s.yml", "-j", "private"]);
     let (stdout, stderr) = text(&out);
     assert_ne!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(
@@ -352,32 +304,25 @@ fn aborting_a_build_signals_its_exec_and_runs_on_abort() {
     let db = TestDb::new(DbKind::Sqlite);
     let mock = KubeMock::start();
     let web = start(dir.path(), &db, &mock);
-    let mut child = spawn_run(
-        &web.url,
-        dir.path(),
-        "long",
-        &["-p", "pipeline.yml", "-j", "long"],
-    );
-    let out_file = dir.path().join("long.out");
-    wait_for("the task to be ready", Duration::from_secs(30), || {
-        std::fs::read_to_string(&out_file)
-            .ok()?
-            .contains("ready")
-            .then_some(())
-    });
-    let build = run_build(&dir.path().join("long.err")).expect("build: N");
-    let out = client(&web.url, &["abort-build", "-b", &build.to_string()]);
-    assert!(out.status.success(), "{}", text(&out).1);
-    let status = wait_child(&mut child, Duration::from_secs(30));
-    let stderr = std::fs::read_to_string(dir.path().join("long.err")).unwrap();
-    let stdout = std::fs::read_to_string(&out_file).unwrap();
-    assert_eq!(status.code(), Some(3), "{stderr}");
-    assert_eq!(stdout, "ready\ngot-term\non-abort-ran\n", "{stderr}");
+    job_suite::aborting_runs_the_abort_hooks(&web.url, dir.path());
     // The signal went through a second exec running `kill`.
     assert!(mock
         .execs()
         .iter()
         .any(|e| e.command.iter().any(|a| a.contains("kill -s"))));
+}
+
+#[test]
+fn try_attempts_and_parallel_limits_run_as_pods() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let mock = KubeMock::start();
+    let web = start(dir.path(), &db, &mock);
+    job_suite::try_attempts_and_parallel_limits(&web.url, dir.path());
+    let steps = labels(&mock, "gantry.dev/step");
+    for step in ["after", "flaky", "first", "second", "quick-fail"] {
+        assert!(steps.iter().any(|s| s == step), "{step} not in {steps:?}");
+    }
 }
 
 #[test]
@@ -545,7 +490,7 @@ fn artifacts_move_between_a_machine_worker_and_the_cluster_through_the_web_node(
     let extra: Vec<&str> = [worker_backend(), &["--tag", "machines"][..]].concat();
     let _machine = start_worker(dir.path(), &web.url, "machine", &extra);
     wait_running(&web.url, 2);
-    let out = gantry_run(&web.url, dir.path(), &["-p", "pipeline.yml", "-j", "mixed"]);
+    let out = gantry_run(&web.url, dir.path(), &["-p", "k8s.yml", "-j", "mixed"]);
     let (stdout, stderr) = text(&out);
     assert_eq!(
         out.status.code(),

@@ -1,8 +1,9 @@
 //! End to end: `gantry run` runs a job of a Concourse pipeline made of
-//! tasks (real binary, quickstart, runc containers): artifacts passed
-//! between steps by name (with `input_mapping` and `output_mapping`),
-//! `in_parallel`, hooks, `try`, `attempts`, vars; what Gantry does not run
-//! yet is refused by name; the API takes a pipeline build too.
+//! tasks (real binary, quickstart, runc containers): the job suite shared
+//! with the Kubernetes runtime (`common/job_suite.rs`: artifacts passed
+//! between steps by name, `in_parallel`, hooks, `try`, `attempts`, vars,
+//! abort); what Gantry does not run yet is refused by name; the API takes
+//! a pipeline build too.
 
 mod common;
 
@@ -12,109 +13,7 @@ use std::time::Duration;
 
 use common::*;
 
-const PIPELINE: &str = r#"
-jobs:
-- name: build
-  plan:
-  - in_parallel:
-    - task: left
-      config:
-        platform: linux
-        outputs: [{name: left}]
-        run: {path: sh, args: [-c, "echo from-left > left/file.txt"]}
-    - task: right
-      output_mapping: {out: right-artifact}
-      config:
-        platform: linux
-        outputs: [{name: out}]
-        run: {path: sh, args: [-c, "echo from-right > out/file.txt"]}
-  - task: join
-    input_mapping: {r: right-artifact}
-    params: {GREETING: ((greeting))}
-    config:
-      platform: linux
-      inputs: [{name: left}, {name: r}]
-      params: {GREETING: from-config}
-      run: {path: sh, args: [-c, "cat left/file.txt r/file.txt; echo \"greeting=$GREETING\""]}
-- name: failing
-  plan:
-  - task: boom
-    config:
-      platform: linux
-      run: {path: sh, args: [-c, "echo boom-ran; exit 1"]}
-    on_failure:
-      task: tell
-      config:
-        platform: linux
-        run: {path: echo, args: [on-failure-ran]}
-  ensure:
-    task: tidy
-    config:
-      platform: linux
-      run: {path: echo, args: [ensure-ran]}
-- name: tried
-  plan:
-  - try:
-      task: boom
-      config:
-        platform: linux
-        run: {path: sh, args: [-c, "exit 1"]}
-  - task: after
-    config:
-      platform: linux
-      run: {path: echo, args: [after-try]}
-- name: retried
-  plan:
-  - task: flaky
-    attempts: 3
-    config:
-      platform: linux
-      run: {path: sh, args: [-c, "echo attempt-ran; exit 1"]}
-- name: long
-  plan:
-  - task: sleeper
-    config:
-      platform: linux
-      run: {path: sh, args: [-c, "trap 'echo got-term; exit 143' TERM; echo ready; while true; do sleep 0.1; done"]}
-    on_abort:
-      task: aborted
-      config:
-        platform: linux
-        run: {path: echo, args: [on-abort-ran]}
-    ensure:
-      task: ensured
-      config:
-        platform: linux
-        run: {path: echo, args: [ensure-ran-after-abort]}
-- name: missing-input
-  plan:
-  - task: lonely
-    config:
-      platform: linux
-      inputs: [{name: nowhere}]
-      run: {path: ls}
-    on_error:
-      task: on-error
-      config: {platform: linux, run: {path: echo, args: [on-error-ran]}}
-- name: limited
-  plan:
-  - in_parallel:
-      limit: 1
-      steps:
-      - task: first
-        config: {platform: linux, run: {path: sh, args: [-c, "sleep 0.3; echo first-done"]}}
-      - task: second
-        config: {platform: linux, run: {path: echo, args: [second-done]}}
-- name: fast-failing
-  plan:
-  - in_parallel:
-      fail_fast: true
-      steps:
-      - task: quick-fail
-        config: {platform: linux, run: {path: sh, args: [-c, "sleep 0.5; exit 1"]}}
-      - task: slow
-        config: {platform: linux, run: {path: sh, args: [-c, "sleep 60; echo slow-done"]}}
-"#;
+use common::job_suite::{self, PIPELINE};
 
 const GET: &str = r#"
 jobs:
@@ -137,38 +36,6 @@ fn text(out: &Output) -> (String, String) {
     )
 }
 
-/// The job whose two parallel tasks' outputs a third reads (one renamed
-/// on each side), with a var in its params.
-fn artifacts_flow_between_steps(url: &str, dir: &Path) {
-    let out = run(
-        url,
-        dir,
-        &["-p", "pipeline.yml", "-j", "build", "-v", "greeting=hello"],
-    );
-    let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
-    assert_eq!(
-        stdout, "from-left\nfrom-right\ngreeting=hello\n",
-        "{stderr}"
-    );
-    assert!(stderr.contains("step join: succeeded"), "{stderr}");
-    // `gantry builds` and `watch` see the job build.
-    let id = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("build: "))
-        .expect("build: N on stderr")
-        .to_string();
-    let watched = client(url, &["watch", "-b", &id]);
-    assert!(watched.status.success());
-    assert_eq!(text(&watched).0, stdout);
-    let builds = builds_json(url);
-    let row = builds
-        .iter()
-        .find(|b| b["id"].as_i64().map(|n| n.to_string()).as_deref() == Some(id.as_str()))
-        .expect("the build is listed");
-    assert_eq!(row["status"], "succeeded");
-}
-
 /// A quickstart on runc (detected, unless `GANTRY_REQUIRE_RUNC` asks for
 /// it) with the pipelines written in `dir`.
 fn start(dir: &Path, db: &TestDb) -> Server {
@@ -187,7 +54,7 @@ fn a_job_of_parallel_tasks_passes_artifacts_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(DbKind::Sqlite);
     let server = start(dir.path(), &db);
-    artifacts_flow_between_steps(&server.url, dir.path());
+    job_suite::artifacts_flow_between_steps(&server.url, dir.path());
 }
 
 #[test]
@@ -195,7 +62,7 @@ fn a_job_of_parallel_tasks_passes_artifacts_postgres() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(DbKind::Postgres);
     let server = start(dir.path(), &db);
-    artifacts_flow_between_steps(&server.url, dir.path());
+    job_suite::artifacts_flow_between_steps(&server.url, dir.path());
 }
 
 #[test]
@@ -203,98 +70,8 @@ fn failures_hooks_try_and_attempts() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(DbKind::Sqlite);
     let server = start(dir.path(), &db);
-    let url = &server.url;
-    let vars = ["-v", "greeting=x"];
-
-    // A failing task runs its on_failure hook and the job's ensure; exit 1.
-    let out = run(
-        url,
-        dir.path(),
-        &[&["-p", "pipeline.yml", "-j", "failing"][..], &vars].concat(),
-    );
-    let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
-    assert_eq!(stdout, "boom-ran\non-failure-ran\nensure-ran\n", "{stderr}");
-    assert!(
-        stderr.contains("step boom: failed (exit status 1)"),
-        "{stderr}"
-    );
-
-    // `try` lets the job go on and succeed.
-    let out = run(
-        url,
-        dir.path(),
-        &[&["-p", "pipeline.yml", "-j", "tried"][..], &vars].concat(),
-    );
-    let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
-    assert_eq!(stdout, "after-try\n");
-
-    // `attempts: 3` runs a task that always fails three times; exit 1.
-    let out = run(
-        url,
-        dir.path(),
-        &[&["-p", "pipeline.yml", "-j", "retried"][..], &vars].concat(),
-    );
-    let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
-    assert_eq!(stdout, "attempt-ran\n".repeat(3), "{stderr}");
-    for n in 1..=3 {
-        assert!(
-            stderr.contains(&format!("step flaky: started (attempt {n})")),
-            "{stderr}"
-        );
-    }
-
-    // A task input no earlier step produced errors the step, naming it.
-    let out = run(
-        url,
-        dir.path(),
-        &[&["-p", "pipeline.yml", "-j", "missing-input"][..], &vars].concat(),
-    );
-    let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
-    assert!(stderr.contains("input \"nowhere\""), "{stderr}");
-    // ... and runs its on_error hook.
-    assert_eq!(stdout, "on-error-ran\n", "{stderr}");
-
-    // `in_parallel` with `limit: 1`: the second starts once the first ended.
-    let out = run(
-        url,
-        dir.path(),
-        &[&["-p", "pipeline.yml", "-j", "limited"][..], &vars].concat(),
-    );
-    let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
-    assert_eq!(stdout, "first-done\nsecond-done\n", "{stderr}");
-    let at = |line: &str| {
-        stderr
-            .find(line)
-            .unwrap_or_else(|| panic!("{line:?} in {stderr}"))
-    };
-    assert!(
-        at("step first: succeeded") < at("step second: started"),
-        "{stderr}"
-    );
-
-    // `fail_fast`: the first failure stops the other at once; exit 1.
-    let started = std::time::Instant::now();
-    let out = run(
-        url,
-        dir.path(),
-        &[&["-p", "pipeline.yml", "-j", "fast-failing"][..], &vars].concat(),
-    );
-    let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
-    assert!(!stdout.contains("slow-done"), "{stdout}");
-    assert!(
-        stderr.contains("step quick-fail: failed (exit status 1)"),
-        "{stderr}"
-    );
-    assert!(
-        started.elapsed() < std::time::Duration::from_secs(30),
-        "the slow task was not stopped: {stderr}"
-    );
+    job_suite::a_failing_task_runs_its_hooks(&server.url, dir.path());
+    job_suite::try_attempts_and_parallel_limits(&server.url, dir.path());
 }
 
 #[test]
@@ -302,38 +79,10 @@ fn aborting_a_job_build_runs_its_on_abort_and_exits_3() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(DbKind::Sqlite);
     let server = start(dir.path(), &db);
-    let mut child = spawn_run(
-        &server.url,
-        dir.path(),
-        "long",
-        &["-p", "pipeline.yml", "-j", "long", "-v", "greeting=x"],
-    );
-    let out_file = dir.path().join("long.out");
-    wait_for("the task to be ready", Duration::from_secs(30), || {
-        std::fs::read_to_string(&out_file)
-            .ok()?
-            .contains("ready")
-            .then_some(())
-    });
-    let build = run_build(&dir.path().join("long.err")).expect("build: N");
-    let aborted = std::time::Instant::now();
-    let out = client(&server.url, &["abort-build", "-b", &build.to_string()]);
-    assert!(out.status.success(), "{}", text(&out).1);
-    let status = wait_child(&mut child, Duration::from_secs(30));
+    let took = job_suite::aborting_runs_the_abort_hooks(&server.url, dir.path());
     // The issue's bound: a job that stops on SIGTERM ends aborted, its
     // hooks run, within 5 s of the abort.
-    let took = aborted.elapsed();
-    let stderr = std::fs::read_to_string(dir.path().join("long.err")).unwrap();
-    assert_eq!(status.code(), Some(3), "{stderr}");
-    assert!(
-        took < Duration::from_secs(5),
-        "aborting took {took:?}: {stderr}"
-    );
-    assert_eq!(
-        std::fs::read_to_string(&out_file).unwrap(),
-        "ready\ngot-term\non-abort-ran\nensure-ran-after-abort\n",
-        "{stderr}"
-    );
+    assert!(took < Duration::from_secs(5), "aborting took {took:?}");
     // Nothing is left running: every container (and volume) is gone.
     wait_no_handles(&server.url, Duration::from_secs(30));
 }

@@ -24,6 +24,19 @@ use super::pod::SCRATCH;
 const WRAPPER: &str = "mkdir -p \"${1%/*}\" && echo $$ > \"$1\" || exit 127; \
 if [ -n \"$2\" ]; then mkdir -p \"$2\" && cd \"$2\" || exit 127; fi; shift 2; exec \"$@\"";
 
+/// Signals the process (`$1`: the signal, `$2`: its pid file). Before any
+/// other signal, the pids of the processes it started are kept beside the
+/// pid file (read from `/proc/PID/task/*/children`, children first); `KILL`
+/// goes to all of them and to any it started since, as a runc container's
+/// processes all die with it. A shell ended by `TERM` alone would leave its
+/// children (now the pod's init's) holding the exec's output open until
+/// they end.
+const SIGNAL: &str = "tree() { for t in /proc/$1/task/*/children; do \
+for c in $(cat \"$t\" 2>/dev/null); do tree \"$c\"; done; done; echo \"$1\"; }; \
+pid=$(cat \"$2\") || exit 1; \
+if [ \"$1\" = KILL ]; then kill -s KILL $(tree \"$pid\") $(cat \"$2.tree\" 2>/dev/null) 2>/dev/null; exit 0; fi; \
+tree \"$pid\" > \"$2.tree\"; kill -s \"$1\" \"$pid\"";
+
 /// A process running through an exec.
 pub struct KubeProcess {
     id: String,
@@ -179,8 +192,7 @@ impl Process for KubeProcess {
             ProcessSignal::Kill => "KILL",
             ProcessSignal::Interrupt => "INT",
         };
-        let script = "kill -s \"$1\" \"$(cat \"$2\")\"";
-        let cmd = sh(script, &[name.to_string(), pid_file(&self.id)]);
+        let cmd = sh(SIGNAL, &[name.to_string(), pid_file(&self.id)]);
         match self.exec.run(&self.pod, cmd, None).await {
             Ok(_) => Ok(()),
             // It ended between the check and the kill.

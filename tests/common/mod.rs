@@ -6,6 +6,7 @@
 
 pub mod disk_db;
 pub mod git;
+pub mod job_suite;
 pub mod nodes;
 pub mod oci;
 
