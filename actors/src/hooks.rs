@@ -1,6 +1,6 @@
 //! Concourse's step hooks, generic over what a hook is: a step of a
 //! pipeline file (`Hooks<pipeline::Step>`) or a plan the walker runs
-//! (`Hooks<build::Plan>`). The walker nests them as Concourse does:
+//! (`Hooks<plan::Plan<S>>`). The walker nests them as Concourse does:
 //! `ensure(on_error(on_abort(on_failure(on_success(plan)))))`.
 
 use serde::{Deserialize, Serialize};
@@ -65,5 +65,17 @@ impl<T> Hooks<T> {
             on_error: one(&self.on_error)?,
             ensure: one(&self.ensure)?,
         })
+    }
+
+    /// The same hooks, each turned into a `U` by `f`.
+    pub fn into_map<U>(self, f: impl Fn(T) -> U) -> Hooks<U> {
+        let one = |h: Option<Box<T>>| h.map(|t| Box::new(f(*t)));
+        Hooks {
+            on_success: one(self.on_success),
+            on_failure: one(self.on_failure),
+            on_abort: one(self.on_abort),
+            on_error: one(self.on_error),
+            ensure: one(self.ensure),
+        }
     }
 }

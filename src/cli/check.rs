@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use gantry_actors::build::CheckPlan;
+use gantry_actors::plan::CheckPlan;
 
 use crate::cli::client::ApiClient;
 use crate::cli::run::{load_pipeline, submit_and_follow};

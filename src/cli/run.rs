@@ -10,9 +10,9 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use gantry_actors::build::JobPlan;
 use gantry_actors::pipeline::Pipeline;
-use gantry_actors::steps::check_pipeline_name;
+use gantry_actors::plan::check_pipeline_name;
+use gantry_actors::plan::JobPlan;
 use serde::Deserialize;
 
 use crate::cli::client::ApiClient;

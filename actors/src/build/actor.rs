@@ -10,17 +10,18 @@ use tokio::sync::watch;
 
 use crate::artifacts::Artifacts;
 use crate::build::outcome::Outcome;
-use crate::build::plan::{OneOffPlan, Plan};
 use crate::build::resume::Resume;
 use crate::db::{BuildStatus, Db};
 use crate::events::{BuildEvent, EventHub, EventSink};
+use crate::plan::OneOffPlan;
 use crate::registry::WorkerStates;
 use crate::runtime::{Worker, WorkerConnector};
 use crate::scheduler::Placer;
 use crate::spec::Encoding;
+use crate::steps::Plan;
 use crate::steps::{
-    ArtifactScope, BuildScope, Created, Events, ImportLocks, JobRef, LocalVars, StepContext, Stop,
-    WorkerWatch,
+    runnable, ArtifactScope, BuildScope, Created, Events, ImportLocks, JobRef, LocalVars,
+    StepContext, Stop, StopReason, WorkerWatch,
 };
 
 /// What every build needs from the web node.
@@ -59,17 +60,6 @@ pub struct BuildDeps {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct AbortBuild;
-
-/// Why a build, or a scope of its plan, is being stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
-    /// A user aborted it.
-    Abort,
-    /// It ran past its timeout: the build's, or a `timeout` in its plan.
-    Timeout(Duration),
-    /// A sibling in an `in_parallel` with `fail_fast` did not succeed.
-    FailFast,
-}
 
 /// Running builds by id, so they can be aborted.
 pub type RunningBuilds = Arc<dashmap::DashMap<i64, Addr<Build>>>;
@@ -110,7 +100,7 @@ impl Build {
         running: RunningBuilds,
     ) -> Self {
         let timeout = plan.timeout_secs.map(Duration::from_secs);
-        Build::of_plan(id, team, Plan::from(plan), timeout, deps, running)
+        Build::of_plan(id, team, runnable(plan.into()), timeout, deps, running)
     }
 
     /// A build of `plan` ready to run, stopped (and errored) when it runs

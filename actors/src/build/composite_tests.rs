@@ -15,8 +15,8 @@ use super::tests::{advance_past, settle, until, Harness, TICK};
 use super::*;
 use crate::db::BuildStatus;
 use crate::events::{BuildEvent, NodeOutcome};
+use crate::plan::TaskStep;
 use crate::runtime::ProcessSignal;
-use crate::steps::task::TaskStep;
 use crate::task_config::TaskConfig;
 use crate::testing::fake_worker::{Behaviour, Run};
 
@@ -58,6 +58,8 @@ fn task_step(name: &str, config: TaskConfig) -> Plan {
         image_artifact: None,
     }))
 }
+
+type Hooks = crate::plan::Hooks<Arc<dyn crate::steps::Step>>;
 
 fn hooks(plan: Plan, set: impl FnOnce(&mut Hooks)) -> Plan {
     let mut hooks = Hooks::default();

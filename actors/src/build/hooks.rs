@@ -18,14 +18,21 @@
 //! build's second abort alone (Concourse runs them uninterruptible; here a
 //! second `gantry abort` still ends them).
 
+use std::sync::Arc;
+
 use crate::build::actor::BuildRun;
 use crate::build::outcome::Outcome;
-use crate::build::plan::{Hooks, Plan};
 use crate::build::walker::Scope;
+use crate::steps::{Plan, Step};
 
 impl BuildRun {
     /// A plan with its hooks.
-    pub(super) async fn walk_hooks(&self, plan: &Plan, hooks: &Hooks, scope: &Scope) -> Outcome {
+    pub(super) async fn walk_hooks(
+        &self,
+        plan: &Plan,
+        hooks: &crate::plan::Hooks<Arc<dyn Step>>,
+        scope: &Scope,
+    ) -> Outcome {
         let mut outcome = self.walk(plan, scope.child("plan")).await;
         if let (true, Some(hook)) = (outcome.succeeded(), &hooks.on_success) {
             outcome = self.walk(hook, scope.child("on_success")).await;

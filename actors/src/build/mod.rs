@@ -1,14 +1,11 @@
 //! Builds: one [`Build`] actor per running build walks its plan, placing
 //! each step on a worker and running it through [`crate::steps`], and
-//! records every event.
+//! records every event. What a build runs, and its translation from a
+//! pipeline, is the plan module's (`crate::plan`); the steps module makes
+//! it runnable ([`crate::steps::runnable`]).
 //!
 //! - `actor.rs`: the actor, its messages, stopping (abort, timeout) and how
 //!   a build ends;
-//! - `plan.rs`: what a build runs: steps, composites, modifiers, hooks;
-//! - `from_pipeline.rs`: a build of a Concourse job, its plan translated
-//!   from the pipeline's steps;
-//! - `resource_plan.rs`: `get`, `put` and check builds' steps, their
-//!   resources resolved;
 //! - `walker.rs`: running a plan (`do`, `try`, `attempts`, `timeout`),
 //!   each node in a scope with its own stop signal;
 //! - `parallel.rs`: `in_parallel`;
@@ -24,13 +21,10 @@ mod actor;
 mod cleanup;
 #[cfg(test)]
 mod composite_tests;
-pub(crate) mod from_pipeline;
 mod hooks;
 mod outcome;
 mod parallel;
 mod placement;
-mod plan;
-mod resource_plan;
 mod resume;
 #[cfg(test)]
 mod tests;
@@ -38,9 +32,7 @@ mod turns;
 mod walker;
 
 pub use crate::steps::ImportLocks;
-pub use actor::{AbortBuild, Build, BuildDeps, RunningBuilds, StopReason};
-pub use from_pipeline::{default_pipeline_name, job_plan, JobPlan};
+pub use crate::steps::{Plan, StopReason};
+pub use actor::{AbortBuild, Build, BuildDeps, RunningBuilds};
 pub use outcome::Outcome;
-pub use plan::{Hooks, OneOffPlan, Plan, ONE_OFF_STEP};
-pub use resource_plan::CheckPlan;
 pub use resume::Resume;

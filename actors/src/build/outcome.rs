@@ -10,10 +10,10 @@
 
 use std::time::Duration;
 
-use crate::build::actor::StopReason;
 use crate::db::BuildStatus;
 use crate::error::EngineError;
 use crate::events::NodeOutcome;
+use crate::steps::StopReason;
 use crate::steps::{StepEnd, Stop};
 
 /// How a node of the plan ended.

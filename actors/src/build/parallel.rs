@@ -10,10 +10,11 @@
 use futures::StreamExt;
 use tokio::sync::watch;
 
-use crate::build::actor::{BuildRun, StopReason};
+use crate::build::actor::BuildRun;
 use crate::build::outcome::Outcome;
-use crate::build::plan::Plan;
 use crate::build::walker::Scope;
+use crate::steps::Plan;
+use crate::steps::StopReason;
 
 impl BuildRun {
     /// Runs `plans` at once, at most `limit` at a time.

@@ -6,12 +6,12 @@
 use crate::build::actor::BuildRun;
 use crate::build::outcome::Outcome;
 use crate::build::placement::HeldPlacement;
-use crate::build::plan::Plan;
 use crate::db::HandleKind;
 use crate::error::{EngineError, RuntimeError};
 use crate::events::BuildEvent;
 use crate::placement::Load;
 use crate::scheduler::Placement;
+use crate::steps::Plan;
 use crate::steps::{Created, Reattach, StepEnd, WorkerWatch};
 
 /// A build a restarted web node takes over: its step's process is still on

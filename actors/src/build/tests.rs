@@ -24,6 +24,7 @@ use crate::build::outcome::Outcome;
 use crate::db::{BuildStatus, Db};
 use crate::events::{BuildEvent, EventHub, EventSink};
 use crate::placement::{Load, Strategy};
+use crate::plan::OneOffPlan;
 use crate::runtime::ProcessSignal;
 use crate::scheduler::{Candidate, GetStats, PlacementConfig, Scheduler, WorkerUpdated};
 use crate::spec::Encoding;
@@ -384,7 +385,7 @@ async fn a_sequence_runs_its_steps_in_order_until_one_fails() {
             .await
             .unwrap();
     let step = |name: &str, status: &str| {
-        Plan::Step(Arc::new(crate::steps::task::TaskStep {
+        Plan::Step(Arc::new(crate::plan::TaskStep {
             name: name.into(),
             config: task(status),
             inputs: Default::default(),
@@ -515,7 +516,7 @@ async fn a_build_taken_over_whose_process_never_started_runs_its_step_from_the_s
 
 /// A plan of one task step named `name` that exits 0.
 fn task_plan(name: &str) -> Plan {
-    Plan::Step(Arc::new(crate::steps::task::TaskStep {
+    Plan::Step(Arc::new(crate::plan::TaskStep {
         name: name.into(),
         config: task("0"),
         inputs: Default::default(),

@@ -21,11 +21,12 @@ use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use tokio::sync::watch;
 
-use crate::build::actor::{BuildRun, StopReason};
+use crate::build::actor::BuildRun;
 use crate::build::outcome::{duration, Outcome};
-use crate::build::plan::Plan;
 use crate::db::BuildStatus;
 use crate::events::{BuildEvent, Origin};
+use crate::steps::Plan;
+use crate::steps::StopReason;
 use crate::steps::{Prepared, Step, Stop};
 
 /// How many times one step of the plan is prepared at most before it runs.

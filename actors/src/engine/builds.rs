@@ -3,11 +3,13 @@
 use actix::prelude::*;
 
 use super::Engine;
-use crate::build::{Build, CheckPlan, JobPlan, OneOffPlan};
+use crate::build::Build;
 use crate::db::{BuildQuery, BuildRow};
 use crate::error::EngineError;
 use crate::event_follow::{self, StoredEvent};
 use crate::pipeline::Vars;
+use crate::plan::{CheckPlan, JobPlan, OneOffPlan};
+use crate::steps::runnable;
 
 impl Engine {
     /// Aborts a running build: its step is stopped (SIGTERM, then SIGKILL
@@ -119,7 +121,7 @@ impl Engine {
             .into_iter()
             .map(|(key, n)| (format!("{team}/{}/{key}", job_ref.pipeline), n))
             .collect();
-        self.start_stored(team, &stored, plan, Some(job_ref), &turns)
+        self.start_stored(team, &stored, runnable(plan), Some(job_ref), &turns)
             .await
     }
 
@@ -131,7 +133,7 @@ impl Engine {
         team: &str,
         stored: &impl serde::Serialize,
         plan: crate::build::Plan,
-        job: Option<crate::steps::JobRef>,
+        job: Option<crate::plan::JobRef>,
         turns: &[(String, u32)],
     ) -> Result<i64, EngineError> {
         if !self.db.team_exists(team).await? {
@@ -172,7 +174,7 @@ impl Engine {
             check: resource.to_string(),
             vars,
         };
-        let plan = stored.plan()?;
+        let plan = runnable(stored.plan()?);
         self.start_stored(team, &stored, plan, None, &[]).await
     }
 

@@ -12,12 +12,14 @@ use actix::Actor;
 
 use super::Engine;
 use crate::background::{Job, JobError, Outcome, Periodic, Schedule};
-use crate::build::{Build, JobPlan, OneOffPlan, Plan, Resume};
+use crate::build::{Build, Plan, Resume};
 use crate::db::{now_ms, BuildStatus, HandleKind};
 use crate::error::EngineError;
 use crate::events::{BuildEvent, EventSink};
 use crate::placement::Load;
+use crate::plan::{JobPlan, OneOffPlan};
 use crate::state::HandleState;
+use crate::steps::runnable;
 
 /// How web nodes watch each other.
 #[derive(Debug, Clone)]
@@ -416,17 +418,17 @@ pub(super) fn stored_plan(
 ) -> Result<(Plan, Option<std::time::Duration>), String> {
     if let Ok(plan) = serde_json::from_value::<OneOffPlan>(json.clone()) {
         let timeout = plan.timeout_secs.map(std::time::Duration::from_secs);
-        return Ok((Plan::from(plan), timeout));
+        return Ok((runnable(plan.into()), timeout));
     }
     let job = serde_json::from_value::<JobPlan>(json.clone())
         .map_err(|e| format!("its stored plan is neither a one-off nor a job plan: {e}"))?;
     let plan = job.plan().map_err(|e| e.to_string())?;
-    Ok((plan, None))
+    Ok((runnable(plan), None))
 }
 
 /// The pipeline and job of a stored job build's plan (none for a one-off
 /// build, or a name that is no longer valid).
-pub(super) fn stored_job(json: &serde_json::Value) -> Option<crate::steps::JobRef> {
+pub(super) fn stored_job(json: &serde_json::Value) -> Option<crate::plan::JobRef> {
     serde_json::from_value::<JobPlan>(json.clone())
         .ok()?
         .job_ref()

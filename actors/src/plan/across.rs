@@ -1,33 +1,23 @@
-//! Steps translated when they run, not when the build is created
-//! (Concourse fills build-local vars and reads task files at run time too):
-//! a [`DeferredStep`] keeps its pipeline definition; when the walker
-//! prepares it, it fills the definition's build-local vars (`((.:name))`)
-//! from the build's, reads a `file:` task's config from its artifact, and
-//! translates it with the same code as at creation
-//! (`build/from_pipeline.rs`) into the plan to run in its place.
-//!
-//! Also here: `across` expanded into one copy of the step per combination
-//! of values ([`expand_across`]), and filling the local vars of a typed
-//! pipeline step.
+//! Where a pipeline step is translated ([`At`]), and the translation work
+//! on build-local vars (`((.:name))`): whether a step's own definition holds
+//! them (such a step is deferred until it runs), filling them, and
+//! `across` expanded into one copy of the step per combination of values
+//! ([`expand_across`]).
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_yaml::Value;
 
-use crate::build::from_pipeline::{step_label, step_name, step_plan, task_step};
-use crate::build::Plan;
 use crate::error::EngineError;
-use crate::pipeline::vars::{find_vars, interpolate_local, interpolate_task_file, VarRef};
+use crate::pipeline::vars::{find_vars, interpolate_local, VarRef};
 use crate::pipeline::{
     Across, MaxInFlight, Pipeline, Step as PipelineStep, StepKind, Timeout, Vars,
 };
-use crate::scheduler::StepRequest;
-use crate::task_config::TaskConfig;
 
-use super::{read_artifact_file, BuildScope, LocalVars, Prepared, Step, StepContext, StepEnd};
+use super::translate::{step_label, step_plan};
+use super::{LocalVars, Plan, StepDef};
 
 /// Where a pipeline step is translated: the tags it inherits from an
 /// enclosing composite, and the suffix an enclosing `across` combination
@@ -72,107 +62,6 @@ impl At {
     }
 }
 
-/// A step translated when it runs: a step whose own definition holds
-/// build-local vars, or a `task` with `file:` (its config is read then).
-pub struct DeferredStep {
-    /// The name it shows while it waits to be prepared.
-    name: String,
-    /// The pipeline's definition.
-    step: PipelineStep,
-    /// Where it was translated.
-    at: At,
-}
-
-impl DeferredStep {
-    /// Defers `step`, found at `at`.
-    pub fn new(step: PipelineStep, at: At) -> DeferredStep {
-        let name = match first_name(&step) {
-            Some(name) if step_name(&step.kind).is_some() => at.name(name),
-            Some(name) => at.name(&format!("{}:{name}", step.kind.key())),
-            None => at.name(step.kind.key()),
-        };
-        DeferredStep { name, step, at }
-    }
-}
-
-/// The name of the step, or of the first named step inside it.
-fn first_name(step: &PipelineStep) -> Option<&str> {
-    let mut found = None;
-    step.visit(&mut |s| {
-        if found.is_none() {
-            found = step_name(&s.kind);
-        }
-    });
-    found
-}
-
-#[async_trait]
-impl Step for DeferredStep {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Never asked: the step is prepared into another before placement.
-    fn worker_request(&self) -> StepRequest {
-        StepRequest::default()
-    }
-
-    async fn prepare(&self, scope: &BuildScope) -> Result<Prepared, EngineError> {
-        let locals = scope.locals.snapshot();
-        let label = step_label(&self.step, &self.at);
-        let filled = fill_own(&self.step, &locals)
-            .map_err(|e| EngineError::Invalid(format!("{label}{}", e.join("; "))))?;
-        let at = At {
-            secrets: Some(scope.locals.clone()),
-            ..self.at.clone()
-        };
-        if let (StepKind::Task(task), true) = (&filled.kind, is_bare(&filled)) {
-            if let Some(file) = &task.file {
-                let config = task_file(scope, file, &task.vars, &locals)
-                    .await
-                    .map_err(|e| EngineError::Invalid(format!("{label}{e}")))?;
-                let step = task_step(task, Some(config), &at.with_tags(&filled.tags))?;
-                return Ok(Prepared::Plan(Plan::Step(Arc::new(step))));
-            }
-        }
-        Ok(Prepared::Plan(step_plan(&filled, &at)?))
-    }
-
-    async fn run(&self, _ctx: &mut StepContext) -> Result<StepEnd, EngineError> {
-        Err(EngineError::Invalid(format!(
-            "step {:?} was placed before it was prepared",
-            self.name
-        )))
-    }
-}
-
-/// Whether the step is its kind alone: no modifiers, hooks or `across`.
-fn is_bare(step: &PipelineStep) -> bool {
-    step.timeout.is_none()
-        && step.attempts.is_none()
-        && step.across.is_none()
-        && step.hooks.is_empty()
-}
-
-/// A `file:` task's config: read from the artifact, its `((vars))` filled
-/// from the step's `vars` and the build's local vars, then checked as a
-/// task.yml; every problem names the file.
-async fn task_file(
-    scope: &BuildScope,
-    file: &str,
-    vars: &crate::pipeline::Params,
-    locals: &Vars,
-) -> Result<TaskConfig, String> {
-    let data = read_artifact_file(scope, file)
-        .await
-        .map_err(|e| e.to_string())?;
-    let text = std::str::from_utf8(&data).map_err(|e| format!("file {file:?}: not UTF-8 ({e})"))?;
-    let doc = crate::pipeline::parse_yaml(text).map_err(|e| format!("file {file:?}: {e}"))?;
-    let doc = interpolate_task_file(&doc, &Vars::from(vars.clone()), locals)
-        .map_err(|p| format!("file {file:?}: {}", p.join("; ")))?;
-    TaskConfig::from_value(&doc).map_err(|p| format!("file {file:?}: {}", p.join("; ")))
-}
-
 /// Whether a step's own definition (not the steps inside it, which are
 /// translated on their own) holds a build-local var: for a step with
 /// `across`, its values; else its kind's fields (a leaf kind's) and its
@@ -209,7 +98,7 @@ fn holds_locals(v: &Value) -> bool {
 /// (every one must be known): its `across` values for an `across` step,
 /// else its leaf kind's fields and its `timeout`. What is inside it is
 /// left for when it runs.
-fn fill_own(step: &PipelineStep, locals: &Vars) -> Result<PipelineStep, Vec<String>> {
+pub fn fill_own(step: &PipelineStep, locals: &Vars) -> Result<PipelineStep, Vec<String>> {
     let mut out = step.clone();
     if let Some(across) = &mut out.across {
         for var in &mut across.vars {
@@ -287,7 +176,11 @@ fn fill_timeout(t: &Timeout, locals: &Vars, strict: bool) -> Result<Timeout, Vec
 /// combination as the suffix of its steps' names (a secret value redacted,
 /// with the combination's position: `[w=((redacted)),#2]`); a combination
 /// given twice is refused (two steps would share a name).
-pub fn expand_across(across: &Across, body: &PipelineStep, at: &At) -> Result<Plan, String> {
+pub fn expand_across(
+    across: &Across,
+    body: &PipelineStep,
+    at: &At,
+) -> Result<Plan<StepDef>, String> {
     let mut levels = Vec::new();
     for var in &across.vars {
         let values = match &var.values {
@@ -328,7 +221,7 @@ fn expand_level(
     at: &At,
     bound: &mut Vec<(String, Value)>,
     seen: &mut std::collections::BTreeSet<String>,
-) -> Result<Plan, String> {
+) -> Result<Plan<StepDef>, String> {
     let Some(((var, values, limit), rest)) = levels.split_first() else {
         return copy(body, at, bound, seen);
     };
@@ -352,7 +245,7 @@ fn copy(
     at: &At,
     bound: &[(String, Value)],
     seen: &mut std::collections::BTreeSet<String>,
-) -> Result<Plan, String> {
+) -> Result<Plan<StepDef>, String> {
     let mut vars = Vars::new();
     let mut shown = Vec::new();
     for (name, value) in bound {
@@ -392,6 +285,7 @@ fn copy(
 mod tests {
     use super::*;
     use crate::pipeline::Pipeline;
+    use crate::plan::Leaf;
 
     fn step_of(yaml: &str) -> PipelineStep {
         let text = format!("jobs:\n- name: j\n  plan:\n  - {yaml}\n");
@@ -430,7 +324,7 @@ mod tests {
             ]
         );
         // Each copy has its values filled: the args are concrete.
-        let request = plan.steps()[4].worker_request();
+        let request = crate::steps::runnable(plan).steps()[4].worker_request();
         assert_eq!(request.platform, "linux");
     }
 

@@ -7,13 +7,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::build::plan::Plan;
 use crate::error::EngineError;
 use crate::pipeline::{self, Pipeline, Vars, VersionSpec};
 use crate::resources::config::{params_json, resource_config};
-use crate::steps::check::CheckStep;
-use crate::steps::get::GetStep;
-use crate::steps::put::{PutInputs, PutStep};
+
+use super::{CheckStep, GetStep, Plan, PutInputs, PutStep, StepDef};
 
 /// The resource `name` of the pipeline, for step `step`.
 fn resource<'a>(
@@ -115,7 +113,7 @@ pub struct CheckPlan {
 
 impl CheckPlan {
     /// Loads the pipeline and finds the resource: a plan of one check step.
-    pub fn plan(&self) -> Result<Plan, EngineError> {
+    pub fn plan(&self) -> Result<Plan<StepDef>, EngineError> {
         let pipeline = Pipeline::load(&self.pipeline, &self.vars)
             .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
         let r = pipeline.resource(&self.check).ok_or_else(|| {
@@ -131,7 +129,7 @@ impl CheckPlan {
             ))
         })?;
         let config = resource_config(&pipeline, r).map_err(EngineError::Invalid)?;
-        Ok(Plan::Step(std::sync::Arc::new(CheckStep {
+        Ok(Plan::Step(StepDef::Check(CheckStep {
             name: r.name.clone(),
             config,
             tags: r.tags.clone(),
@@ -190,6 +188,10 @@ mod tests {
             check: "m".into(),
             ..plan
         };
-        assert!(plan.plan().unwrap().steps()[0].worker_request().is_check);
+        assert!(
+            crate::steps::runnable(plan.plan().unwrap()).steps()[0]
+                .worker_request()
+                .is_check
+        );
     }
 }

@@ -17,7 +17,7 @@
 //! the build is created: a step whose own definition holds one (or a
 //! `file:` task, whose config only exists then) becomes a
 //! [`DeferredStep`] keeping its pipeline definition; the walker prepares it
-//! just before placing it (see [`crate::steps::Step::prepare`]), which
+//! just before placing it (see `Step::prepare` in the steps module), which
 //! fills the vars from the build's and translates it with this module's
 //! code into the plan it stands for. A local var still unfilled then errors
 //! the build, naming it.
@@ -37,16 +37,13 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::build::plan::Plan;
-use crate::build::resource_plan;
 use crate::error::EngineError;
 use crate::pipeline::{self, Pipeline, Step, StepKind, Vars};
 use crate::resources::config::ImageSource;
-use crate::steps::deferred::{self, At, DeferredStep};
-use crate::steps::load_var::{Format, LoadVarStep};
-use crate::steps::task::TaskStep;
-use crate::steps::JobRef;
 use crate::task_config::{params_text, TaskConfig};
+
+use super::across::{expand_across, holds_own_locals};
+use super::{resources, At, DeferredStep, Format, JobRef, LoadVarStep, Plan, StepDef, TaskStep};
 
 /// The plan of a build of a pipeline's job, stored with the build as JSON
 /// so a reader sees what ran: the pipeline as given, the job and the vars.
@@ -82,13 +79,13 @@ impl JobPlan {
     /// the job and translates it into a plan; every problem of the
     /// pipeline, or the first thing Gantry cannot run, is an
     /// [`EngineError::Invalid`] naming it.
-    pub fn plan(&self) -> Result<Plan, EngineError> {
+    pub fn plan(&self) -> Result<Plan<StepDef>, EngineError> {
         self.plan_and_turns().map(|(plan, _)| plan)
     }
 
     /// [`JobPlan::plan`], and the turns a build of the job waits for
     /// ([`job_turns`], keyed within `team`'s pipeline).
-    pub fn plan_and_turns(&self) -> Result<(Plan, Vec<(String, u32)>), EngineError> {
+    pub fn plan_and_turns(&self) -> Result<(Plan<StepDef>, Turns), EngineError> {
         let pipeline = Pipeline::load(&self.pipeline, &self.vars)
             .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
         let job = pipeline
@@ -98,13 +95,17 @@ impl JobPlan {
     }
 }
 
+/// The turns a build waits for before its plan starts: (key, most builds
+/// at once) each.
+pub type Turns = Vec<(String, u32)>;
+
 /// The turns a build of `job` waits for before its plan starts, as
 /// (key, most builds at once), keys relative to the team's pipeline:
 /// `job:NAME` with the job's `max_in_flight` (1 with `serial` or
 /// `serial_groups`, as Concourse computes it), and `group:NAME` with 1 for
 /// each of its `serial_groups` (one build at a time across the group's
 /// jobs). None for a job with neither.
-pub fn job_turns(job: &pipeline::Job) -> Vec<(String, u32)> {
+pub fn job_turns(job: &pipeline::Job) -> Turns {
     let mut turns: Vec<(String, u32)> = job
         .effective_max_in_flight()
         .map(|n| (format!("job:{}", job.name), n))
@@ -123,7 +124,7 @@ pub fn job_turns(job: &pipeline::Job) -> Vec<(String, u32)> {
 /// Gantry does not honour yet, refuse the build; the settings about
 /// history and display (`public`, `old_name`, `disable_reruns`,
 /// `interruptible`, log retention) do not change what a build does.
-pub fn job_plan(pipeline: &Pipeline, job: &pipeline::Job) -> Result<Plan, EngineError> {
+pub fn job_plan(pipeline: &Pipeline, job: &pipeline::Job) -> Result<Plan<StepDef>, EngineError> {
     if job.disable_manual_trigger {
         return Err(EngineError::Invalid(format!(
             "job {:?} has disable_manual_trigger set: it may not be started by hand",
@@ -155,9 +156,9 @@ pub fn job_plan(pipeline: &Pipeline, job: &pipeline::Job) -> Result<Plan, Engine
 /// and the suffix of an enclosing `across` combination. A step whose own
 /// definition holds build-local vars is deferred: filled and translated
 /// when it runs.
-pub(crate) fn step_plan(step: &Step, at: &At) -> Result<Plan, EngineError> {
-    if deferred::holds_own_locals(step) {
-        return Ok(Plan::Step(Arc::new(DeferredStep::new(
+pub fn step_plan(step: &Step, at: &At) -> Result<Plan<StepDef>, EngineError> {
+    if holds_own_locals(step) {
+        return Ok(Plan::Step(StepDef::Deferred(DeferredStep::new(
             step.clone(),
             at.clone(),
         ))));
@@ -170,7 +171,7 @@ pub(crate) fn step_plan(step: &Step, at: &At) -> Result<Plan, EngineError> {
                 hooks: Default::default(),
                 ..step.clone()
             };
-            deferred::expand_across(across, &body, &inner)
+            expand_across(across, &body, &inner)
                 .map_err(|e| EngineError::Invalid(format!("{}across: {e}", step_label(step, at))))?
         }
         None => modified_plan(step, &inner)?,
@@ -181,7 +182,7 @@ pub(crate) fn step_plan(step: &Step, at: &At) -> Result<Plan, EngineError> {
 }
 
 /// A step's kind under its `attempts` and `timeout` (no hooks, no across).
-fn modified_plan(step: &Step, at: &At) -> Result<Plan, EngineError> {
+fn modified_plan(step: &Step, at: &At) -> Result<Plan<StepDef>, EngineError> {
     let mut plan = match &step.kind {
         StepKind::Task(task) if task.file.is_some() => {
             // Its config is read from an artifact when it runs.
@@ -193,10 +194,10 @@ fn modified_plan(step: &Step, at: &At) -> Result<Plan, EngineError> {
                 across: None,
                 hooks: Default::default(),
             };
-            Plan::Step(Arc::new(DeferredStep::new(bare, at.clone())))
+            Plan::Step(StepDef::Deferred(DeferredStep::new(bare, at.clone())))
         }
-        StepKind::Task(task) => Plan::Step(Arc::new(task_step(task, None, at)?)),
-        StepKind::LoadVar(load) => Plan::Step(Arc::new(load_var_step(load, at)?)),
+        StepKind::Task(task) => Plan::Step(StepDef::Task(task_step(task, None, at)?)),
+        StepKind::LoadVar(load) => Plan::Step(StepDef::LoadVar(load_var_step(load, at)?)),
         StepKind::Do(steps) => Plan::Do(
             steps
                 .iter()
@@ -213,13 +214,13 @@ fn modified_plan(step: &Step, at: &At) -> Result<Plan, EngineError> {
             fail_fast: p.fail_fast,
         },
         StepKind::Try(inner) => Plan::Try(Box::new(step_plan(inner, at)?)),
-        StepKind::Get(get) => Plan::Step(Arc::new(resource_plan::get_step(
+        StepKind::Get(get) => Plan::Step(StepDef::Get(resources::get_step(
             at.pipeline(step)?,
             get,
             &at.name(&get.name),
             &at.tags,
         )?)),
-        StepKind::Put(put) => Plan::Step(Arc::new(resource_plan::put_step(
+        StepKind::Put(put) => Plan::Step(StepDef::Put(resources::put_step(
             at.pipeline(step)?,
             put,
             &at.name(&put.name),
@@ -252,7 +253,11 @@ fn modified_plan(step: &Step, at: &At) -> Result<Plan, EngineError> {
 }
 
 /// `plan` under the hooks, when there are any.
-fn with_hooks(plan: Plan, hooks: &pipeline::Hooks, at: &At) -> Result<Plan, EngineError> {
+fn with_hooks(
+    plan: Plan<StepDef>,
+    hooks: &pipeline::Hooks,
+    at: &At,
+) -> Result<Plan<StepDef>, EngineError> {
     if hooks.is_empty() {
         return Ok(plan);
     }
@@ -288,7 +293,7 @@ fn load_var_step(load: &pipeline::LoadVarStep, at: &At) -> Result<LoadVarStep, E
 /// `hermetic` adds to its own; `input_mapping` and `output_mapping` rename
 /// artifacts. `image` and `privileged` are refused, and `vars` without
 /// `file:` (Concourse ignores them there).
-pub(crate) fn task_step(
+pub fn task_step(
     task: &pipeline::TaskStep,
     config: Option<TaskConfig>,
     at: &At,
@@ -361,7 +366,7 @@ fn unsupported_step(step: &Step, what: &str) -> EngineError {
 }
 
 /// `step "NAME": ` for a step with a name, else `KIND step: `.
-pub(crate) fn step_label(step: &Step, at: &At) -> String {
+pub fn step_label(step: &Step, at: &At) -> String {
     match step_name(&step.kind) {
         Some(name) => format!("step {:?}: ", at.name(name)),
         None => format!("{} step: ", step.kind.key()),
@@ -369,7 +374,7 @@ pub(crate) fn step_label(step: &Step, at: &At) -> String {
 }
 
 /// The name of a step of a kind that has one.
-pub(crate) fn step_name(kind: &StepKind) -> Option<&str> {
+pub fn step_name(kind: &StepKind) -> Option<&str> {
     match kind {
         StepKind::Task(t) => Some(&t.name),
         StepKind::Get(g) => Some(&g.name),
@@ -384,8 +389,9 @@ pub(crate) fn step_name(kind: &StepKind) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::Leaf;
 
-    fn plan_of(yaml: &str, vars: &[(&str, &str)]) -> Result<Plan, EngineError> {
+    fn plan_of(yaml: &str, vars: &[(&str, &str)]) -> Result<Plan<StepDef>, EngineError> {
         let mut v = Vars::new();
         for (k, val) in vars {
             v.set_flag(&format!("{k}={val}")).unwrap();
@@ -399,7 +405,7 @@ mod tests {
         .plan()
     }
 
-    fn invalid(r: Result<Plan, EngineError>) -> String {
+    fn invalid(r: Result<Plan<StepDef>, EngineError>) -> String {
         match r {
             Err(EngineError::Invalid(m)) => m,
             Err(e) => panic!("not Invalid: {e}"),
@@ -484,7 +490,7 @@ mod tests {
         let yaml = format!(
             "jobs:\n- name: j\n  plan:\n  - in_parallel:\n      steps:\n      - {{task: a, {TASK}}}\n      - {{task: b, {TASK}, tags: [own], ensure: {{task: c, {TASK}}}}}\n    tags: [pool]\n"
         );
-        let plan = plan_of(&yaml, &[]).unwrap();
+        let plan = crate::steps::runnable(plan_of(&yaml, &[]).unwrap());
         let tags: Vec<_> = plan
             .steps()
             .iter()

@@ -1,58 +1,35 @@
-//! What a build runs: its plan, a tree of steps, composites, modifiers and
-//! hooks, and the stored plan of a one-off build (`gantry execute`) it is
-//! made from.
+//! The plan tree: steps, composites (`do`, `in_parallel`), modifiers and
+//! hooks, generic over what stands at its leaves. Translation makes a tree
+//! of step definitions ([`super::StepDef`]); the steps module turns each
+//! into a runnable step, and the walker (`build/`) runs that tree.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::events::PlanNode;
-use crate::steps::task::TaskStep;
-use crate::steps::Step;
-use crate::task_config::TaskConfig;
 
-/// Name of the single step of a one-off build.
-pub const ONE_OFF_STEP: &str = "task";
-
-/// The plan of a one-off build (`gantry execute`): one task step. Stored
-/// with the build as JSON.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OneOffPlan {
-    /// The task's configuration.
-    pub config: TaskConfig,
-    /// Artifact id for each input name.
-    #[serde(default)]
-    pub inputs: BTreeMap<String, String>,
-    /// Tags a worker must have.
-    #[serde(default)]
-    pub tags: Vec<String>,
-    /// Artifact id of an image (rootfs tar or OCI layout) to run the task in.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
-    /// The step's timeout in seconds: waiting for a worker and running count.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_secs: Option<u64>,
+/// What a leaf of a plan is known by in events: its step's name.
+pub trait Leaf {
+    /// The step's name.
+    fn name(&self) -> &str;
 }
 
-/// A plan as the walker runs it: a tree of steps, composites (`do`,
-/// `in_parallel`), and modifiers and hooks (`try`, `attempts`, `timeout`,
-/// `on_success` ... `ensure`), with Concourse's semantics (see
-/// `walker.rs`). Step kinds are [`Step`]s and need no variant here.
+/// A plan: a tree of steps (`S`), composites (`do`, `in_parallel`), and
+/// modifiers and hooks (`try`, `attempts`, `timeout`, `on_success` ...
+/// `ensure`), with Concourse's semantics (see `build/walker.rs`). Step
+/// kinds need no variant here.
 #[derive(Clone)]
-pub enum Plan {
+pub enum Plan<S> {
     /// One step, placed on a worker and run there.
-    Step(Arc<dyn Step>),
+    Step(S),
     /// Plans run one after another; the first that does not succeed ends it.
-    Do(Vec<Plan>),
+    Do(Vec<Plan<S>>),
     /// Plans run at once, at most `limit` at a time (all when `None`), in
     /// order as places free up. Without `fail_fast` all of them run and it
     /// fails when any failed; with it, the first that does not succeed
     /// stops the others and the ones not started yet never start.
     InParallel {
         /// The plans.
-        plans: Vec<Plan>,
+        plans: Vec<Plan<S>>,
         /// How many run at once; `None` (or 0): all.
         limit: Option<usize>,
         /// Stop the others at the first that does not succeed.
@@ -60,20 +37,20 @@ pub enum Plan {
     },
     /// Its plan's failure or error does not fail the build; an abort still
     /// aborts it.
-    Try(Box<Plan>),
+    Try(Box<Plan<S>>),
     /// A plan with hooks, each run in its case after it; `ensure` always,
     /// last. A hook's failure fails the whole (see [`Hooks`]).
     Hooks {
         /// The plan the hooks are on.
-        plan: Box<Plan>,
+        plan: Box<Plan<S>>,
         /// The hooks.
-        hooks: Hooks,
+        hooks: Hooks<S>,
     },
     /// Its plan, run again after it fails or errors, until it succeeds or
     /// `attempts` runs were made; an abort ends it.
     Attempts {
         /// The plan.
-        plan: Box<Plan>,
+        plan: Box<Plan<S>>,
         /// How many runs at most (at least 1).
         attempts: u32,
     },
@@ -81,23 +58,23 @@ pub enum Plan {
     /// SIGKILL after the grace), which then fails with `timed out after ...`.
     Timeout {
         /// The plan.
-        plan: Box<Plan>,
+        plan: Box<Plan<S>>,
         /// How long it may run.
         duration: Duration,
     },
 }
 
 /// The hooks of a plan, each a plan of its own (see [`crate::hooks`]).
-pub type Hooks = crate::hooks::Hooks<Plan>;
+pub type Hooks<S> = crate::hooks::Hooks<Plan<S>>;
 
-impl Plan {
+impl<S: Leaf> Plan<S> {
     /// The step named `name`, wherever it is in the plan.
-    pub fn step(&self, name: &str) -> Option<&Arc<dyn Step>> {
+    pub fn step(&self, name: &str) -> Option<&S> {
         self.steps().into_iter().find(|s| s.name() == name)
     }
 
     /// Every step of the plan, in the order they appear.
-    pub fn steps(&self) -> Vec<&Arc<dyn Step>> {
+    pub fn steps(&self) -> Vec<&S> {
         let mut steps = Vec::new();
         self.visit(&mut |plan| {
             if let Plan::Step(step) = plan {
@@ -114,7 +91,7 @@ impl Plan {
     }
 
     /// The plan's children with the suffix each adds to its parent's position.
-    pub(super) fn children(&self) -> Vec<(String, &Plan)> {
+    pub fn children(&self) -> Vec<(String, &Plan<S>)> {
         match self {
             Plan::Step(_) => Vec::new(),
             Plan::Do(plans) | Plan::InParallel { plans, .. } => plans
@@ -133,7 +110,7 @@ impl Plan {
     }
 
     /// Calls `f` on this plan and every plan inside, parents first.
-    fn visit<'a>(&'a self, f: &mut impl FnMut(&'a Plan)) {
+    fn visit<'a>(&'a self, f: &mut impl FnMut(&'a Plan<S>)) {
         f(self);
         for (_, child) in self.children() {
             child.visit(f);
@@ -185,20 +162,35 @@ impl Plan {
             Plan::Timeout { .. } => "timeout",
         }
     }
-}
 
-impl From<OneOffPlan> for Plan {
-    fn from(plan: OneOffPlan) -> Self {
-        Plan::Step(Arc::new(TaskStep {
-            name: ONE_OFF_STEP.to_string(),
-            config: plan.config,
-            inputs: plan.inputs,
-            tags: plan.tags,
-            image: plan.image,
-            input_mapping: Default::default(),
-            output_mapping: Default::default(),
-            image_resource: None,
-            image_artifact: None,
-        }))
+    /// The same tree with each leaf turned by `f`.
+    pub fn map<T>(self, f: &impl Fn(S) -> T) -> Plan<T> {
+        let boxed = |p: Box<Plan<S>>| Box::new(p.map(f));
+        match self {
+            Plan::Step(s) => Plan::Step(f(s)),
+            Plan::Do(plans) => Plan::Do(plans.into_iter().map(|p| p.map(f)).collect()),
+            Plan::InParallel {
+                plans,
+                limit,
+                fail_fast,
+            } => Plan::InParallel {
+                plans: plans.into_iter().map(|p| p.map(f)).collect(),
+                limit,
+                fail_fast,
+            },
+            Plan::Try(plan) => Plan::Try(boxed(plan)),
+            Plan::Hooks { plan, hooks } => Plan::Hooks {
+                plan: boxed(plan),
+                hooks: hooks.into_map(|p| p.map(f)),
+            },
+            Plan::Attempts { plan, attempts } => Plan::Attempts {
+                plan: boxed(plan),
+                attempts,
+            },
+            Plan::Timeout { plan, duration } => Plan::Timeout {
+                plan: boxed(plan),
+                duration,
+            },
+        }
     }
 }

@@ -10,6 +10,7 @@ use crate::artifacts::Artifacts;
 use crate::db::{Db, HandleKind};
 use crate::error::EngineError;
 use crate::events::BuildEvent;
+use crate::plan::JobRef;
 use crate::resources::ResourceStats;
 use crate::runtime::{Container, Volume, Worker};
 use crate::scheduler::{ArtifactLocality, Scheduler};
@@ -50,57 +51,6 @@ pub struct BuildScope {
     pub locals: LocalVars,
     /// Moves artifacts to the workers that need them.
     pub streams: Streams,
-}
-
-/// Which job of which pipeline a build runs: what its task caches belong
-/// to (with the team), and what its steps are told as `BUILD_PIPELINE_NAME`
-/// and `BUILD_JOB_NAME`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct JobRef {
-    /// The pipeline's name.
-    pub pipeline: String,
-    /// The job's name.
-    pub job: String,
-}
-
-impl JobRef {
-    /// A job of the pipeline named `pipeline`, whose name is checked: it
-    /// must be non-empty, at most 128 characters of ASCII letters, digits,
-    /// `-`, `_` and `.`, starting with a letter or digit.
-    pub fn new(pipeline: &str, job: &str) -> Result<JobRef, EngineError> {
-        check_pipeline_name(pipeline)?;
-        Ok(JobRef {
-            pipeline: pipeline.to_string(),
-            job: job.to_string(),
-        })
-    }
-}
-
-/// The rule of [`JobRef::new`] for a pipeline's name.
-pub fn check_pipeline_name(name: &str) -> Result<(), EngineError> {
-    let bad = |why: &str| {
-        Err(EngineError::Invalid(format!(
-            "pipeline name {name:?}: {why}"
-        )))
-    };
-    if name.is_empty() {
-        return bad("it is empty");
-    }
-    if name.len() > 128 {
-        return bad("it is longer than 128 characters");
-    }
-    if let Some(c) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
-    {
-        return bad(&format!(
-            "{c:?} is not allowed (use letters, digits, '-', '_' and '.')"
-        ));
-    }
-    if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
-        return bad("it must start with a letter or a digit");
-    }
-    Ok(())
 }
 
 /// What a step created on its worker (told when it ends; a restarted web

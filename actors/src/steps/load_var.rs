@@ -12,92 +12,13 @@
 //! and the file, never the value.
 
 use async_trait::async_trait;
-use serde_yaml::Value;
 
 use crate::error::EngineError;
 use crate::events::BuildEvent;
+use crate::plan::{Format, LoadVarStep};
 use crate::scheduler::StepRequest;
 
 use super::{read_artifact_file, BuildScope, Prepared, Step, StepContext, StepEnd};
-
-/// How a `load_var` file is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// JSON, parsed.
-    Json,
-    /// YAML, parsed.
-    Yaml,
-    /// Text, whitespace trimmed at both ends.
-    Trim,
-    /// Text, as it is.
-    Raw,
-}
-
-impl Format {
-    /// A `format:` as written (`json`, `yaml`, `yml`, `trim`, `raw`).
-    pub fn parse(s: &str) -> Option<Format> {
-        Some(match s {
-            "json" => Format::Json,
-            "yaml" | "yml" => Format::Yaml,
-            "trim" => Format::Trim,
-            "raw" => Format::Raw,
-            _ => return None,
-        })
-    }
-
-    /// The format of a file without `format:`, by its extension as
-    /// Concourse decides it: `.json`, `.yml` and `.yaml` are parsed, any
-    /// other file is trimmed text.
-    pub fn of_file(path: &str) -> Format {
-        let name = path.rsplit('/').next().unwrap_or(path);
-        match name.rsplit_once('.') {
-            Some((_, "json")) => Format::Json,
-            Some((_, "yml" | "yaml")) => Format::Yaml,
-            _ => Format::Trim,
-        }
-    }
-
-    /// The format's name, for messages.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Format::Json => "json",
-            Format::Yaml => "yaml",
-            Format::Trim => "trim",
-            Format::Raw => "raw",
-        }
-    }
-
-    /// The var's value from the file's contents; a file that does not parse
-    /// (or is not UTF-8 text) is an error naming the format.
-    pub fn value(&self, data: &[u8]) -> Result<Value, String> {
-        let text = || std::str::from_utf8(data).map_err(|e| format!("not UTF-8 text ({e})"));
-        match self {
-            Format::Json => {
-                serde_json::from_slice::<Value>(data).map_err(|e| format!("not valid json: {e}"))
-            }
-            Format::Yaml => {
-                serde_yaml::from_slice::<Value>(data).map_err(|e| format!("not valid yaml: {e}"))
-            }
-            Format::Trim => Ok(Value::String(text()?.trim().to_string())),
-            Format::Raw => Ok(Value::String(text()?.to_string())),
-        }
-    }
-}
-
-/// A `load_var` step.
-#[derive(Debug, Clone)]
-pub struct LoadVarStep {
-    /// The step's name (the var's, with an `across` combination's suffix).
-    pub name: String,
-    /// The var it sets.
-    pub var: String,
-    /// `ARTIFACT/PATH` of the file.
-    pub file: String,
-    /// `format:`; by the file's extension when not given.
-    pub format: Option<Format>,
-    /// `reveal: true`: the value is not redacted.
-    pub reveal: bool,
-}
 
 #[async_trait]
 impl Step for LoadVarStep {
@@ -149,6 +70,7 @@ impl Step for LoadVarStep {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_yaml::Value;
 
     #[test]
     fn the_format_comes_from_the_extension_unless_given() {

@@ -19,7 +19,6 @@ pub mod get;
 pub mod image;
 mod inputs;
 pub mod load_var;
-mod local_vars;
 pub mod process;
 pub mod put;
 pub mod resource_fetch;
@@ -32,8 +31,9 @@ pub mod task_cache;
 
 pub use artifact_file::read_artifact_file;
 pub use artifact_scope::ArtifactScope;
-pub use context::{check_pipeline_name, BuildScope, Created, JobRef, StepContext};
+pub use context::{BuildScope, Created, StepContext};
 pub use image::ImportLocks;
-pub use local_vars::{LocalVars, REDACTED};
-pub use signals::{Events, Stop, WorkerWatch};
-pub use step::{Prepared, Reattach, Step, StepEnd};
+pub use signals::{Events, Stop, StopReason, WorkerWatch};
+pub use step::{runnable, Plan, Prepared, Reattach, Step, StepEnd};
+
+pub use crate::plan::{check_pipeline_name, JobRef, LocalVars, REDACTED};

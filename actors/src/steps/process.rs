@@ -3,6 +3,7 @@
 //! signal becomes SIGTERM and, after a grace period, SIGKILL, and the worker
 //! stalling or vanishing ends the step.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -10,7 +11,8 @@ use tokio::time::Instant;
 
 use crate::error::EngineError;
 use crate::events::{BuildEvent, Utf8Carry};
-use crate::runtime::{OutputStream, Process, ProcessOutput, ProcessSignal};
+use crate::runtime::{ByteStream, OutputStream, Process, ProcessIo, ProcessOutput, ProcessSignal};
+use crate::spec::{ContainerSpec, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec};
 use crate::steps::StepContext;
 
 /// How long a process has between SIGTERM and SIGKILL when its build stops.
@@ -23,6 +25,79 @@ pub enum ProcessEnd {
     Exited(i32),
     /// It was stopped (SIGTERM, then SIGKILL) because the build stopped.
     Stopped,
+}
+
+/// A step's container: what [`start`] makes it of (its handle is given
+/// when it is created).
+pub struct Container {
+    /// Its root filesystem.
+    pub rootfs: RootfsSpec,
+    /// Its mounts.
+    pub mounts: Vec<MountSpec>,
+    /// Its environment.
+    pub env: Vec<String>,
+    /// Its limits.
+    pub limits: ResourceLimits,
+    /// No network.
+    pub hermetic: bool,
+    /// The base resource type whose image it runs on, if any.
+    pub resource_type: Option<String>,
+}
+
+/// The one process of a step's container.
+pub struct Command {
+    /// Its id in the container (to attach to it again).
+    pub id: String,
+    /// The program.
+    pub path: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Its working directory.
+    pub dir: Option<String>,
+    /// The user it runs as; none: the image's.
+    pub user: Option<String>,
+    /// Its standard input; none: empty.
+    pub stdin: Option<ByteStream>,
+}
+
+/// Creates the step's container (recorded, and destroyed with the step) and
+/// starts `command` in it: the process and its output, to [`follow`].
+pub async fn start(
+    ctx: &mut StepContext,
+    container: Container,
+    command: Command,
+) -> Result<(Box<dyn Process>, mpsc::Receiver<ProcessOutput>), EngineError> {
+    let created = ctx
+        .create_container(|handle| ContainerSpec {
+            handle,
+            rootfs: container.rootfs,
+            mounts: container.mounts,
+            env: container.env,
+            limits: container.limits,
+            hermetic: container.hermetic,
+            properties: BTreeMap::new(),
+            resource_type: container.resource_type,
+        })
+        .await?;
+    let (tx, output) = mpsc::channel(256);
+    let process = created
+        .run(
+            ProcessSpec {
+                id: command.id,
+                path: command.path,
+                args: command.args,
+                dir: command.dir,
+                env: vec![],
+                user: command.user,
+                tty: None,
+            },
+            ProcessIo {
+                stdin: command.stdin,
+                output: tx,
+            },
+        )
+        .await?;
+    Ok((process, output))
 }
 
 /// Follows a started process until it has exited and its output has been

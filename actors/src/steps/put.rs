@@ -5,67 +5,18 @@
 
 use std::collections::BTreeMap;
 
-use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use crate::error::EngineError;
-use crate::resources::{ResourceConfig, ResourceStats};
-use crate::scheduler::StepRequest;
+use crate::plan::{PutInputs, PutStep};
+use crate::resources::ResourceStats;
 use crate::spec::MountSpec;
 use crate::steps::resource_fetch::{self as fetch, Halt, Resource, RESOURCE_DIR};
 use crate::steps::resource_script::{fetch_answer, run_script, Script, ScriptEnd};
-use crate::steps::resource_step::{guarded, produce, resource_request};
-use crate::steps::{Step, StepContext, StepEnd};
+use crate::steps::resource_step::{produce, resource_step};
+use crate::steps::{StepContext, StepEnd};
 
-/// Which of the build's artifacts a put sees (`inputs`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PutInputs {
-    /// Every artifact of the build (the default).
-    All,
-    /// The artifacts whose names start a path in the params.
-    Detect,
-    /// These, each required.
-    Listed(Vec<String>),
-}
-
-/// A put step.
-#[derive(Debug, Clone)]
-pub struct PutStep {
-    /// The step's name: the artifact of the implicit get.
-    pub name: String,
-    /// The resource pushed to.
-    pub resource: String,
-    /// Its type and source.
-    pub config: ResourceConfig,
-    /// `params` of `out`.
-    pub params: Value,
-    /// Which artifacts `out` sees.
-    pub inputs: PutInputs,
-    /// `params` of the implicit get.
-    pub get_params: Value,
-    /// Skip the implicit get.
-    pub no_get: bool,
-    /// Tags a worker must have.
-    pub tags: Vec<String>,
-}
-
-#[async_trait]
-impl Step for PutStep {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn worker_request(&self) -> StepRequest {
-        let mut request = resource_request(&self.config, &self.tags, false);
-        request.need.containers = 2;
-        request
-    }
-
-    async fn run(&self, ctx: &mut StepContext) -> Result<StepEnd, EngineError> {
-        let (stop, watch) = (ctx.stop(), ctx.worker_watch());
-        guarded(stop, watch, self.put(ctx)).await
-    }
-}
+resource_step!(PutStep, put, is_check: false, containers: 2);
 
 impl PutStep {
     async fn put(&self, ctx: &mut StepContext) -> Result<StepEnd, Halt> {
@@ -187,6 +138,7 @@ fn detect(params: &Value, names: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resources::ResourceConfig;
 
     fn put(inputs: PutInputs, params: Value) -> PutStep {
         PutStep {

@@ -2,17 +2,13 @@
 //! container of the step's worker: the request goes in on stdin, stderr
 //! becomes log events of the step, stdout is the answer.
 
-use std::collections::BTreeMap;
-
 use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::Value;
-use tokio::sync::mpsc;
 
 use crate::error::EngineError;
-use crate::runtime::ProcessIo;
-use crate::spec::{ContainerSpec, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec};
-use crate::steps::process::{follow_capturing, ProcessEnd};
+use crate::spec::{MountSpec, ResourceLimits, RootfsSpec};
+use crate::steps::process::{self, follow_capturing, ProcessEnd};
 use crate::steps::StepContext;
 
 /// The root filesystem a resource type's scripts run in.
@@ -95,39 +91,28 @@ pub async fn run_script(
         ),
     };
     env.extend(build_env(ctx));
-    let mounts = script.mounts;
-    let container = ctx
-        .create_container(|handle| ContainerSpec {
-            handle,
+    let request = Bytes::from(script.request.to_string());
+    let path = format!("/opt/resource/{}", script.name);
+    let (process, output) = process::start(
+        ctx,
+        process::Container {
             rootfs,
-            mounts,
+            mounts: script.mounts,
             env,
             limits: ResourceLimits::default(),
             hermetic: false,
-            properties: BTreeMap::new(),
             resource_type,
-        })
-        .await?;
-    let request = Bytes::from(script.request.to_string());
-    let (tx, output) = mpsc::channel(256);
-    let path = format!("/opt/resource/{}", script.name);
-    let process = container
-        .run(
-            ProcessSpec {
-                id: script.name.to_string(),
-                path: path.clone(),
-                args: script.dir.map(|d| vec![d.to_string()]).unwrap_or_default(),
-                dir: script.dir.map(str::to_string),
-                env: vec![],
-                user,
-                tty: None,
-            },
-            ProcessIo {
-                stdin: Some(futures::stream::once(async move { Ok(request) }).boxed()),
-                output: tx,
-            },
-        )
-        .await?;
+        },
+        process::Command {
+            id: script.name.to_string(),
+            path: path.clone(),
+            args: script.dir.map(|d| vec![d.to_string()]).unwrap_or_default(),
+            dir: script.dir.map(str::to_string),
+            user,
+            stdin: Some(futures::stream::once(async move { Ok(request) }).boxed()),
+        },
+    )
+    .await?;
     let (end, stdout) = follow_capturing(ctx, process.as_ref(), output).await?;
     match end {
         ProcessEnd::Stopped => Ok(ScriptEnd::Stopped),

@@ -10,8 +10,15 @@ use crate::scheduler::StepRequest;
 use crate::steps::resource_fetch::Halt;
 use crate::steps::{StepContext, StepEnd};
 
-/// What a resource step needs of a worker: its base type, its tags.
-pub fn resource_request(config: &ResourceConfig, tags: &[String], is_check: bool) -> StepRequest {
+/// What a resource step needs of a worker: its base type, its tags, and
+/// room for `containers` containers (a get checks, then fetches; a put
+/// pushes, then fetches) and one volume.
+pub fn resource_request(
+    config: &ResourceConfig,
+    tags: &[String],
+    is_check: bool,
+    containers: u32,
+) -> StepRequest {
     StepRequest {
         platform: "linux".into(),
         tags: tags.to_vec(),
@@ -19,12 +26,44 @@ pub fn resource_request(config: &ResourceConfig, tags: &[String], is_check: bool
         resource_type: Some(config.type_.base().to_string()),
         need: Load {
             tasks: 0,
-            containers: 1,
+            containers,
             volumes: 1,
         },
         ..StepRequest::default()
     }
 }
+
+/// The [`crate::steps::Step`] of a resource step type (a struct with
+/// `name`, `config` and `tags`): its request from [`resource_request`], and
+/// its work (the method `$work`) run [`guarded`].
+macro_rules! resource_step {
+    ($ty:ty, $work:ident, is_check: $check:expr, containers: $containers:expr) => {
+        #[async_trait::async_trait]
+        impl $crate::steps::Step for $ty {
+            fn name(&self) -> &str {
+                &self.name
+            }
+
+            fn worker_request(&self) -> $crate::scheduler::StepRequest {
+                $crate::steps::resource_step::resource_request(
+                    &self.config,
+                    &self.tags,
+                    $check,
+                    $containers,
+                )
+            }
+
+            async fn run(
+                &self,
+                ctx: &mut $crate::steps::StepContext,
+            ) -> Result<$crate::steps::StepEnd, $crate::error::EngineError> {
+                let (stop, watch) = (ctx.stop(), ctx.worker_watch());
+                $crate::steps::resource_step::guarded(stop, watch, self.$work(ctx)).await
+            }
+        }
+    };
+}
+pub(crate) use resource_step;
 
 /// Runs `body` (a resource step's work on `ctx`, whose stop signal and
 /// worker watch are given) until it ends, the build stops or the worker is

@@ -1,14 +1,26 @@
 //! What a step watches and tells while it runs: the build's events, its stop
 //! signal (abort or timeout) and the state of the step's worker.
 
+use std::time::Duration;
+
 use tokio::sync::watch;
 
-use crate::build::StopReason;
 use crate::error::EngineError;
 use crate::registry::WorkerStates;
 use crate::state::WorkerState;
 
 pub use crate::events::Events;
+
+/// Why a build, or a scope of its plan, is being stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// A user aborted it.
+    Abort,
+    /// It ran past its timeout: the build's, or a `timeout` in its plan.
+    Timeout(Duration),
+    /// A sibling in an `in_parallel` with `fail_fast` did not succeed.
+    FailFast,
+}
 
 /// The stop signal a step sees: the build's (a user's abort or the build's
 /// timeout) and those of the scopes of the plan it runs in (an enclosing

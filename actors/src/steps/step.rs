@@ -1,9 +1,12 @@
 //! The `Step` trait: what every kind of step (task, and later get, put,
 //! check) implements, and how a step ends.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 
 use crate::error::EngineError;
+use crate::plan::{Leaf, StepDef};
 use crate::scheduler::StepRequest;
 
 use super::{BuildScope, StepContext};
@@ -49,7 +52,7 @@ pub enum Prepared {
     Itself,
     /// Run this plan in the step's place: its nodes are walked (and their
     /// steps prepared and placed) as any plan's.
-    Plan(crate::build::Plan),
+    Plan(Plan),
     /// The step ran in full while preparing and needs no worker.
     Ended(StepEnd),
 }
@@ -75,4 +78,30 @@ pub struct Reattach {
     /// Bytes of stdout and stderr already stored as log events, not to be
     /// repeated when the output is replayed.
     pub already_stored: [u64; 2],
+}
+
+/// A plan as the walker runs it: each leaf a runnable step.
+pub type Plan = crate::plan::Plan<Arc<dyn Step>>;
+
+impl Leaf for Arc<dyn Step> {
+    fn name(&self) -> &str {
+        Step::name(self.as_ref())
+    }
+}
+
+/// The runnable step of a definition.
+pub fn step_of(def: StepDef) -> Arc<dyn Step> {
+    match def {
+        StepDef::Task(s) => Arc::new(s),
+        StepDef::Get(s) => Arc::new(s),
+        StepDef::Put(s) => Arc::new(s),
+        StepDef::Check(s) => Arc::new(s),
+        StepDef::LoadVar(s) => Arc::new(s),
+        StepDef::Deferred(s) => Arc::new(s),
+    }
+}
+
+/// The runnable plan of a translated one: each definition its step.
+pub fn runnable(plan: crate::plan::Plan<StepDef>) -> Plan {
+    plan.map(&step_of)
 }

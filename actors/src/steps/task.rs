@@ -21,45 +21,19 @@ use crate::artifacts::ArtifactOwner;
 use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::placement::Load;
+use crate::plan::TaskStep;
 use crate::resources::config::ImageSource;
 use crate::runtime::{Process, ProcessIo, ProcessOutput, Volume};
 use crate::scheduler::StepRequest;
-use crate::spec::{ContainerSpec, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec};
-use crate::steps::process::{follow, ProcessEnd};
+use crate::spec::{MountSpec, ResourceLimits, RootfsSpec};
+use crate::steps::process::{self, follow, ProcessEnd};
 use crate::steps::resource_fetch::{fetch_image, image_of_artifact, Halt};
 use crate::steps::resource_script::FetchedImage;
 use crate::steps::{Reattach, Step, StepContext, StepEnd};
-use crate::task_config::{container_path, TaskConfig};
+use crate::task_config::container_path;
 
 /// Id of the task's process in its container (to attach to it again).
 const PROCESS_ID: &str = "task";
-
-/// A task step.
-#[derive(Debug, Clone)]
-pub struct TaskStep {
-    /// The step's name.
-    pub name: String,
-    /// The task's configuration.
-    pub config: TaskConfig,
-    /// Artifact id for each input name.
-    pub inputs: BTreeMap<String, String>,
-    /// Tags a worker must have.
-    pub tags: Vec<String>,
-    /// Artifact id of an image (rootfs tar or OCI layout) to run the task in.
-    pub image: Option<String>,
-    /// `input_mapping`: for a task input not in `inputs`, the name of the
-    /// build artifact (an earlier step's output) it is; by default its own.
-    pub input_mapping: BTreeMap<String, String>,
-    /// `output_mapping`: the name each output is kept under in the build's
-    /// artifacts (and its `output` event); by default its own.
-    pub output_mapping: BTreeMap<String, String>,
-    /// `image:` of the step: the build artifact (a `get` of an image
-    /// resource) whose image the task runs in, instead of its config's.
-    pub image_artifact: Option<String>,
-    /// The config's `image_resource` resolved against the pipeline's
-    /// resource types; none: resolved at run time as a base type.
-    pub image_resource: Option<ImageSource>,
-}
 
 /// A task whose process has started.
 struct Started {
@@ -372,9 +346,13 @@ impl TaskStep {
             .user
             .clone()
             .or_else(|| fetched.as_ref().and_then(|i| i.user.clone()));
-        let container = ctx
-            .create_container(|handle| ContainerSpec {
-                handle,
+        let dir = match &config.run.dir {
+            Some(d) => container_path(&build_dir, d),
+            None => build_dir.clone(),
+        };
+        let (process, output) = process::start(
+            ctx,
+            process::Container {
                 rootfs,
                 mounts,
                 env,
@@ -384,32 +362,18 @@ impl TaskStep {
                     pids: config.container_limits.pids,
                 },
                 hermetic: config.hermetic,
-                properties: BTreeMap::new(),
                 resource_type: None,
-            })
-            .await?;
-        let dir = match &config.run.dir {
-            Some(d) => container_path(&build_dir, d),
-            None => build_dir.clone(),
-        };
-        let (tx, output) = mpsc::channel(256);
-        let process = container
-            .run(
-                ProcessSpec {
-                    id: PROCESS_ID.into(),
-                    path: config.run.path.clone(),
-                    args: config.run.args.clone(),
-                    dir: Some(dir),
-                    env: vec![],
-                    user,
-                    tty: None,
-                },
-                ProcessIo {
-                    stdin: None,
-                    output: tx,
-                },
-            )
-            .await?;
+            },
+            process::Command {
+                id: PROCESS_ID.into(),
+                path: config.run.path.clone(),
+                args: config.run.args.clone(),
+                dir: Some(dir),
+                user,
+                stdin: None,
+            },
+        )
+        .await?;
         Ok(Started {
             process,
             output,
@@ -496,6 +460,7 @@ fn mount(volume: &Arc<dyn Volume>, path: &str) -> MountSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task_config::TaskConfig;
 
     fn step(yaml: &str, given: &[&str]) -> TaskStep {
         TaskStep {

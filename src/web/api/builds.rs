@@ -2,10 +2,10 @@
 //! containers and volumes builds use.
 
 use actix_web::{web, HttpResponse};
-use gantry_actors::build::OneOffPlan;
 use gantry_actors::db::{BuildQuery, BuildRow, BuildStatus, HandleKind};
 use gantry_actors::event_follow::StoredEvent;
 use gantry_actors::pipeline::Vars;
+use gantry_actors::plan::OneOffPlan;
 use gantry_actors::task_config::TaskConfig;
 use gantry_actors::EngineError;
 use serde::{Deserialize, Serialize};
@@ -261,7 +261,7 @@ async fn create_job(state: &AppState, team: &str, body: CreateBuild) -> Result<i
     let pipeline = body.pipeline.unwrap_or_default();
     let pipeline_name = body
         .pipeline_name
-        .unwrap_or_else(gantry_actors::build::default_pipeline_name);
+        .unwrap_or_else(gantry_actors::plan::default_pipeline_name);
     Ok(state
         .engine
         .create_job_build(team, &pipeline_name, &pipeline, &job, vars)

@@ -150,7 +150,7 @@ pub async fn build(
     let step = query
         .step
         .clone()
-        .unwrap_or_else(|| gantry_actors::build::ONE_OFF_STEP.to_string());
+        .unwrap_or_else(|| gantry_actors::plan::ONE_OFF_STEP.to_string());
     let build = crate::web::api::builds::visible_build(&identity, &state, id).await?;
     let row = state.engine.step_container(id, &step).await?;
     let Some(row) = row else {

@@ -1,0 +1,250 @@
+//! The definitions of a plan's steps: what each step is to do, as data,
+//! made by translation (`translate.rs`, `resources.rs`) and by the one-off
+//! and check plans. How each kind runs is in the steps module
+//! (`steps/task.rs`, `steps/get.rs` ...), which implements its `Step` trait
+//! for these types; keeping the data here lets translation sit below both
+//! the steps and the walker.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::pipeline::Step as PipelineStep;
+use crate::resources::config::ImageSource;
+use crate::resources::ResourceConfig;
+use crate::task_config::TaskConfig;
+
+use super::translate::step_name;
+use super::{At, Leaf};
+
+/// One step of a plan, by kind. Variants differ in size, as the steps
+/// do; a definition is made once per step of a build and turned into its
+/// runnable step at once, so none is boxed.
+#[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
+pub enum StepDef {
+    /// A `task`.
+    Task(TaskStep),
+    /// A `get`.
+    Get(GetStep),
+    /// A `put` (and its implicit get).
+    Put(PutStep),
+    /// The check of a check build.
+    Check(CheckStep),
+    /// A `load_var`.
+    LoadVar(LoadVarStep),
+    /// A step translated when it runs.
+    Deferred(DeferredStep),
+}
+
+impl Leaf for StepDef {
+    fn name(&self) -> &str {
+        match self {
+            StepDef::Task(s) => &s.name,
+            StepDef::Get(s) => &s.name,
+            StepDef::Put(s) => &s.name,
+            StepDef::Check(s) => &s.name,
+            StepDef::LoadVar(s) => &s.name,
+            StepDef::Deferred(s) => &s.name,
+        }
+    }
+}
+
+/// A task step.
+#[derive(Debug, Clone)]
+pub struct TaskStep {
+    /// The step's name.
+    pub name: String,
+    /// The task's configuration.
+    pub config: TaskConfig,
+    /// Artifact id for each input name.
+    pub inputs: BTreeMap<String, String>,
+    /// Tags a worker must have.
+    pub tags: Vec<String>,
+    /// Artifact id of an image (rootfs tar or OCI layout) to run the task in.
+    pub image: Option<String>,
+    /// `input_mapping`: for a task input not in `inputs`, the name of the
+    /// build artifact (an earlier step's output) it is; by default its own.
+    pub input_mapping: BTreeMap<String, String>,
+    /// `output_mapping`: the name each output is kept under in the build's
+    /// artifacts (and its `output` event); by default its own.
+    pub output_mapping: BTreeMap<String, String>,
+    /// `image:` of the step: the build artifact (a `get` of an image
+    /// resource) whose image the task runs in, instead of its config's.
+    pub image_artifact: Option<String>,
+    /// The config's `image_resource` resolved against the pipeline's
+    /// resource types; none: resolved at run time as a base type.
+    pub image_resource: Option<ImageSource>,
+}
+
+/// A get step.
+#[derive(Debug, Clone)]
+pub struct GetStep {
+    /// The step's name: the artifact it produces.
+    pub name: String,
+    /// The resource fetched.
+    pub resource: String,
+    /// Its type and source.
+    pub config: ResourceConfig,
+    /// A pinned version (the step's `version: {...}`, or the resource's).
+    pub version: Option<Value>,
+    /// `params` of `in`.
+    pub params: Value,
+    /// Tags a worker must have.
+    pub tags: Vec<String>,
+}
+
+/// Which of the build's artifacts a put sees (`inputs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutInputs {
+    /// Every artifact of the build (the default).
+    All,
+    /// The artifacts whose names start a path in the params.
+    Detect,
+    /// These, each required.
+    Listed(Vec<String>),
+}
+
+/// A put step.
+#[derive(Debug, Clone)]
+pub struct PutStep {
+    /// The step's name: the artifact of the implicit get.
+    pub name: String,
+    /// The resource pushed to.
+    pub resource: String,
+    /// Its type and source.
+    pub config: ResourceConfig,
+    /// `params` of `out`.
+    pub params: Value,
+    /// Which artifacts `out` sees.
+    pub inputs: PutInputs,
+    /// `params` of the implicit get.
+    pub get_params: Value,
+    /// Skip the implicit get.
+    pub no_get: bool,
+    /// Tags a worker must have.
+    pub tags: Vec<String>,
+}
+
+/// A check step.
+#[derive(Debug, Clone)]
+pub struct CheckStep {
+    /// The step's name (the resource's).
+    pub name: String,
+    /// Its type and source.
+    pub config: ResourceConfig,
+    /// Tags a worker must have (the resource's).
+    pub tags: Vec<String>,
+}
+
+/// How a `load_var` file is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// JSON, parsed.
+    Json,
+    /// YAML, parsed.
+    Yaml,
+    /// Text, whitespace trimmed at both ends.
+    Trim,
+    /// Text, as it is.
+    Raw,
+}
+
+impl Format {
+    /// A `format:` as written (`json`, `yaml`, `yml`, `trim`, `raw`).
+    pub fn parse(s: &str) -> Option<Format> {
+        Some(match s {
+            "json" => Format::Json,
+            "yaml" | "yml" => Format::Yaml,
+            "trim" => Format::Trim,
+            "raw" => Format::Raw,
+            _ => return None,
+        })
+    }
+
+    /// The format of a file without `format:`, by its extension as
+    /// Concourse decides it: `.json`, `.yml` and `.yaml` are parsed, any
+    /// other file is trimmed text.
+    pub fn of_file(path: &str) -> Format {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        match name.rsplit_once('.') {
+            Some((_, "json")) => Format::Json,
+            Some((_, "yml" | "yaml")) => Format::Yaml,
+            _ => Format::Trim,
+        }
+    }
+
+    /// The format's name, for messages.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Format::Json => "json",
+            Format::Yaml => "yaml",
+            Format::Trim => "trim",
+            Format::Raw => "raw",
+        }
+    }
+
+    /// The var's value from the file's contents; a file that does not parse
+    /// (or is not UTF-8 text) is an error naming the format.
+    pub fn value(&self, data: &[u8]) -> Result<serde_yaml::Value, String> {
+        let text = || std::str::from_utf8(data).map_err(|e| format!("not UTF-8 text ({e})"));
+        match self {
+            Format::Json => serde_json::from_slice::<serde_yaml::Value>(data)
+                .map_err(|e| format!("not valid json: {e}")),
+            Format::Yaml => serde_yaml::from_slice::<serde_yaml::Value>(data)
+                .map_err(|e| format!("not valid yaml: {e}")),
+            Format::Trim => Ok(serde_yaml::Value::String(text()?.trim().to_string())),
+            Format::Raw => Ok(serde_yaml::Value::String(text()?.to_string())),
+        }
+    }
+}
+
+/// A `load_var` step.
+#[derive(Debug, Clone)]
+pub struct LoadVarStep {
+    /// The step's name (the var's, with an `across` combination's suffix).
+    pub name: String,
+    /// The var it sets.
+    pub var: String,
+    /// `ARTIFACT/PATH` of the file.
+    pub file: String,
+    /// `format:`; by the file's extension when not given.
+    pub format: Option<Format>,
+    /// `reveal: true`: the value is not redacted.
+    pub reveal: bool,
+}
+
+/// A step translated when it runs: a step whose own definition holds
+/// build-local vars, or a `task` with `file:` (its config is read then).
+#[derive(Debug, Clone)]
+pub struct DeferredStep {
+    /// The name it shows while it waits to be prepared.
+    pub name: String,
+    /// The pipeline's definition.
+    pub step: PipelineStep,
+    /// Where it was translated.
+    pub at: At,
+}
+
+impl DeferredStep {
+    /// Defers `step`, found at `at`.
+    pub fn new(step: PipelineStep, at: At) -> DeferredStep {
+        let name = match first_name(&step) {
+            Some(name) if step_name(&step.kind).is_some() => at.name(name),
+            Some(name) => at.name(&format!("{}:{name}", step.kind.key())),
+            None => at.name(step.kind.key()),
+        };
+        DeferredStep { name, step, at }
+    }
+}
+
+/// The name of the step, or of the first named step inside it.
+fn first_name(step: &PipelineStep) -> Option<&str> {
+    let mut found = None;
+    step.visit(&mut |s| {
+        if found.is_none() {
+            found = step_name(&s.kind);
+        }
+    });
+    found
+}
