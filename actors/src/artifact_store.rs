@@ -62,4 +62,19 @@ pub trait ArtifactStore: Send + Sync {
     ) -> Result<StoredArtifact, EngineError>;
     /// Deletes an artifact's data; deleting a missing one is not an error.
     async fn delete(&self, id: &str) -> Result<(), EngineError>;
+    /// Where the store is, for messages (its directory).
+    fn location(&self) -> String {
+        "the artifact store".into()
+    }
+    /// The store's id, if it was given one (see [`ArtifactStore::set_id`]).
+    /// Web nodes sharing a database must share one store: the engine
+    /// compares this id with the one the database records.
+    fn id(&self) -> Result<Option<String>, EngineError> {
+        Ok(None)
+    }
+    /// Gives the store its id.
+    fn set_id(&self, id: &str) -> Result<(), EngineError> {
+        let _ = id;
+        Ok(())
+    }
 }

@@ -21,6 +21,7 @@ pub mod hooks;
 pub mod intercept;
 pub mod pipeline;
 pub mod placement;
+pub mod plan;
 pub mod registry;
 pub mod resources;
 pub mod scheduler;
@@ -34,5 +35,5 @@ pub mod testing;
 // engine's names so the engine's modules reach them as `crate::spec`, ...
 pub use gantry_wire::{runtime, spec, state, stream_url, worker_info};
 
-pub use engine::{Engine, EngineConfig, NodeConfig};
+pub use engine::{Engine, EngineConfig, EngineSetup, NodeConfig};
 pub use error::{EngineError, RuntimeError};

@@ -208,6 +208,28 @@ async fn persist(file: BufWriter<NamedTempFile>, dest: &Path) -> Result<(), Engi
 
 #[async_trait]
 impl ArtifactStore for ArtifactFiles {
+    fn location(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn id(&self) -> Result<Option<String>, EngineError> {
+        self.store_id().map_err(|e| {
+            EngineError::Invalid(format!(
+                "reading the artifact store's id in {}: {e}",
+                self.dir.display()
+            ))
+        })
+    }
+
+    fn set_id(&self, id: &str) -> Result<(), EngineError> {
+        self.set_store_id(id).map_err(|e| {
+            EngineError::Invalid(format!(
+                "writing the artifact store's id in {}: {e}",
+                self.dir.display()
+            ))
+        })
+    }
+
     /// The stored zstd bytes as they are for `Encoding::Zstd`; decoded (and
     /// re-encoded for gzip) on the way otherwise, streaming. Earlier
     /// versions' plain files are encoded on the way.

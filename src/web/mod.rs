@@ -17,11 +17,10 @@ use std::sync::Arc;
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 use anyhow::Context as _;
-use gantry_actors::db::Db;
 use gantry_actors::registry::LifecycleConfig;
 use gantry_actors::runtime::WorkerConnector;
 use gantry_actors::spec::Encoding;
-use gantry_actors::{Engine, EngineConfig};
+use gantry_actors::{Engine, EngineConfig, EngineSetup};
 
 pub use artifact_files::ArtifactFiles;
 pub use error::ApiError;
@@ -131,9 +130,6 @@ pub async fn start_web(
         .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
     let url = database_url(cfg);
     let sqlite_lock = lock_sqlite(&url)?;
-    let db = Db::connect(&url)
-        .await
-        .with_context(|| format!("opening database {}", redact(&url)))?;
     let node_name = cfg.node_name.clone().unwrap_or_else(|| {
         let host = crate::config::host_name().unwrap_or_else(|| "web".into());
         match cfg.listen.port() {
@@ -149,9 +145,6 @@ pub async fn start_web(
     let artifacts = ArtifactFiles::open_for_node(artifacts_dir.clone(), &node_name)
         .context("opening the artifact store")?
         .with_max_bytes(cfg.max_artifact_bytes);
-    if db.is_shared() {
-        check_shared_store(&db, &artifacts, &artifacts_dir).await?;
-    }
     let encoding = Encoding::parse(&cfg.stream_encoding).with_context(|| {
         format!(
             "stream_encoding {:?}: use zstd, gzip or raw",
@@ -170,9 +163,6 @@ pub async fn start_web(
         gc: cfg.gc.parse()?,
         nodes: node_config(cfg)?,
     };
-    for team in cfg.teams.keys() {
-        db.ensure_team(team).await?;
-    }
     let clusters = connect_clusters(cfg).await?;
     let connector: Arc<dyn WorkerConnector> = if clusters.is_empty() {
         connector
@@ -181,7 +171,15 @@ pub async fn start_web(
     };
     // Before the engine starts, so it records its first durations.
     self::metrics::install();
-    let engine = Engine::start(db, connector, Arc::new(artifacts), engine_config).await?;
+    let engine = Engine::open(EngineSetup {
+        database_url: url.clone(),
+        teams: cfg.teams.keys().cloned().collect(),
+        connector,
+        artifacts: Arc::new(artifacts),
+        config: engine_config,
+    })
+    .await
+    .with_context(|| format!("opening the engine on database {}", redact(&url)))?;
     engine.run_job(self::metrics::Upkeep::new(), self::metrics::Upkeep::EVERY);
     for cluster in clusters {
         crate::k8s::beacon::spawn(engine.clone(), cluster);
@@ -270,37 +268,6 @@ async fn connect_clusters(cfg: &WebConfig) -> anyhow::Result<Vec<crate::k8s::Kub
         clusters.push(crate::k8s::KubeWorker::new(k.clone(), client, staging));
     }
     Ok(clusters)
-}
-
-/// Several web nodes share one artifact store: this node's `artifacts_dir`
-/// must hold the store the database names (the first node's, recorded at
-/// its start), or the node refuses to start.
-async fn check_shared_store(
-    db: &Db,
-    artifacts: &ArtifactFiles,
-    dir: &std::path::Path,
-) -> anyhow::Result<()> {
-    let local = artifacts
-        .store_id()
-        .with_context(|| format!("reading the artifact store's id in {}", dir.display()))?;
-    let proposed = local
-        .clone()
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let shared = db.artifact_store_id(&proposed).await?;
-    match local {
-        Some(id) if id == shared => Ok(()),
-        None if shared == proposed => artifacts
-            .set_store_id(&shared)
-            .with_context(|| format!("writing the artifact store's id in {}", dir.display())),
-        found => anyhow::bail!(
-            "artifacts_dir {} is {}, but the web nodes of this database share the store {shared}: point artifacts_dir at the directory they share (if that store is lost for good, delete the row of table artifact_store)",
-            dir.display(),
-            match found {
-                Some(id) => format!("the artifact store {id}"),
-                None => "not their artifact store (it has no .store-id)".to_string(),
-            }
-        ),
-    }
 }
 
 /// How this node and the others on its database watch each other.

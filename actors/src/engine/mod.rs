@@ -119,9 +119,38 @@ pub struct Engine {
     sweeps: crate::gc::sweep::Sweeps,
 }
 
+/// What the composition root opens an engine with.
+pub struct EngineSetup {
+    /// The database's URL (`sqlite://...` or `postgres://...`).
+    pub database_url: String,
+    /// Teams that must exist (from the configuration), made if missing.
+    pub teams: Vec<String>,
+    /// Reaches workers by their registration.
+    pub connector: Arc<dyn WorkerConnector>,
+    /// Where artifact data lives.
+    pub artifacts: Arc<dyn ArtifactStore>,
+    /// The engine's settings.
+    pub config: EngineConfig,
+}
+
 impl Engine {
-    /// Starts the actors (inside a running actix System).
-    pub async fn start(
+    /// Opens the engine: connects the database (migrating it), checks that
+    /// web nodes sharing it share the artifact store, makes the configured
+    /// teams, then starts the actors (inside a running actix System). The
+    /// one constructor of the edges: no edge opens the database.
+    pub async fn open(setup: EngineSetup) -> Result<Engine, EngineError> {
+        let db = Db::connect(&setup.database_url).await?;
+        if db.is_shared() {
+            check_shared_store(&db, setup.artifacts.as_ref()).await?;
+        }
+        for team in &setup.teams {
+            db.ensure_team(team).await?;
+        }
+        Engine::start(db, setup.connector, setup.artifacts, setup.config).await
+    }
+
+    /// Starts the actors on an open database (inside a running actix System).
+    async fn start(
         db: Db,
         connector: Arc<dyn WorkerConnector>,
         artifacts: Arc<dyn ArtifactStore>,
@@ -275,5 +304,28 @@ impl Engine {
         tracing::info!("engine: closing the database");
         self.db.close().await;
         tracing::info!("engine: stopped");
+    }
+}
+
+/// Several web nodes share one artifact store: `store` must be the store the
+/// database names (the first node's, recorded at its start), or the node
+/// refuses to start.
+async fn check_shared_store(db: &Db, store: &dyn ArtifactStore) -> Result<(), EngineError> {
+    let local = store.id()?;
+    let proposed = local
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let shared = db.artifact_store_id(&proposed).await?;
+    match local {
+        Some(id) if id == shared => Ok(()),
+        None if shared == proposed => store.set_id(&shared),
+        found => Err(EngineError::Invalid(format!(
+            "artifacts_dir {} is {}, but the web nodes of this database share the store {shared}: point artifacts_dir at the directory they share (if that store is lost for good, delete the row of table artifact_store)",
+            store.location(),
+            match found {
+                Some(id) => format!("the artifact store {id}"),
+                None => "not their artifact store (it has no .store-id)".to_string(),
+            }
+        ))),
     }
 }
