@@ -56,5 +56,11 @@ if [ -n "$forbidden" ]; then
 fi
 echo "gantry-agent's dependency tree: no sqlx, kube, utoipa, metrics-exporter-prometheus, indicatif or gantry-actors"
 
+# No import cycle between the engine's top-level modules (docs/architecture.md).
+python3 scripts/engine_cycles.py
+
+# The shipping build (no `bench` feature: no benchmarks, no test doubles)
+# must be as clean as the one the tests run, which has the benchmarks.
 cargo clippy --workspace --all-targets -- -D warnings
-cargo test --workspace -- --test-threads 2
+cargo clippy --workspace --all-targets --features gantry/bench -- -D warnings
+cargo test --workspace --features gantry/bench -- --test-threads 2

@@ -5,6 +5,7 @@
 //! runtime interface over the agent's API, the CLI and configuration.
 
 pub mod agent_client;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod cli;
 pub mod config;

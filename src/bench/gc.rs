@@ -1,6 +1,6 @@
 //! `gantry bench gc`: the web side of the GC sweep protocol at scale. One
 //! worker with `handles` rows (half containers, half volumes, `created`,
-//! inserted in bulk) reports all of them; the reconciliation (the worker's
+//! inserted in bulk by the database layer's bench helper) reports all of them; the reconciliation (the worker's
 //! rows loaded in one query and judged in memory, its writes batched in one
 //! transaction) is timed over several reports, on SQLite and on a fresh
 //! PostgreSQL database. The baseline, measured in the same run: only
@@ -46,34 +46,6 @@ struct Figures {
     peak_rss_mib: f64,
 }
 
-/// Inserts `handles` rows, `created` at epoch 1, in multi-row statements
-/// inside one transaction.
-async fn insert_rows(db: &Db, containers: &[String], volumes: &[String]) -> anyhow::Result<()> {
-    const ROWS: usize = 200;
-    let mut tx = db.pool().begin().await?;
-    for (table, handles) in [("containers", containers), ("volumes", volumes)] {
-        for chunk in handles.chunks(ROWS) {
-            let values: Vec<String> = (0..chunk.len())
-                .map(|i| {
-                    let b = i * 2;
-                    format!("(${}, $1, 'created', ${}, 'main', 0, 1)", b + 2, b + 3)
-                })
-                .collect();
-            let sql = format!(
-                "INSERT INTO {table} (handle, worker, state, sequence, team, created_at, created_epoch) VALUES {}",
-                values.join(", ")
-            );
-            let mut q = sqlx::query(&sql).bind(WORKER);
-            for (i, h) in chunk.iter().enumerate() {
-                q = q.bind(h).bind(i as i64);
-            }
-            q.execute(&mut *tx).await?;
-        }
-    }
-    tx.commit().await?;
-    Ok(())
-}
-
 /// The process's peak resident set since the last [`reset_peak_rss`], in MiB.
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -97,7 +69,8 @@ async fn measure(db: &Db, opts: &GcBench) -> anyhow::Result<Figures> {
     let volumes: Vec<String> = (0..opts.handles - half)
         .map(|i| format!("v-{i:08}"))
         .collect();
-    insert_rows(db, &containers, &volumes).await?;
+    db.insert_created_handles(WORKER, "main", &containers, &volumes)
+        .await?;
     let sweeps = Sweeps::default();
     let report = |epoch: i64, volumes: Vec<String>| SweepReport {
         worker: WORKER.into(),

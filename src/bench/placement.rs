@@ -16,13 +16,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use gantry_actors::db::{Db, HandleKind};
+use gantry_actors::db::HandleKind;
 use gantry_actors::engine::HandleOwner;
 use gantry_actors::placement::{parse_chain, Load};
 use gantry_actors::scheduler::{PlacementConfig, Selection, StepRequest};
 use gantry_actors::testing::DetachedConnector;
 use gantry_actors::worker_info::{WorkerLimits, WorkerRegistration};
-use gantry_actors::{Engine, EngineConfig};
+use gantry_actors::{Engine, EngineConfig, EngineSetup};
 use rand::Rng;
 
 use crate::web::artifact_files::ArtifactFiles;
@@ -165,7 +165,6 @@ async fn start_engine(
     workers: &[String],
     node: &str,
 ) -> anyhow::Result<Engine> {
-    let db = Db::connect(url).await?;
     let strategies = parse_chain(chain).map_err(anyhow::Error::msg)?;
     let config = EngineConfig {
         placement: PlacementConfig {
@@ -177,8 +176,14 @@ async fn start_engine(
         ..Default::default()
     };
     let artifacts = ArtifactFiles::open(store.to_path_buf()).context("artifact store")?;
-    let engine =
-        Engine::start(db, Arc::new(DetachedConnector), Arc::new(artifacts), config).await?;
+    let engine = Engine::open(EngineSetup {
+        database_url: url.to_string(),
+        teams: vec![],
+        connector: Arc::new(DetachedConnector),
+        artifacts: Arc::new(artifacts),
+        config,
+    })
+    .await?;
     for w in workers {
         engine.register_worker(registration(w)).await?;
     }

@@ -1,7 +1,9 @@
 //! What each command of the grammar (`grammar.rs`) does: the servers, and
 //! the client verbs against a web node's API.
 
-use super::grammar::{BenchCommand, Cli, Command};
+#[cfg(feature = "bench")]
+use super::grammar::BenchCommand;
+use super::grammar::{Cli, Command};
 use super::{check, execute, follow, hijack, list, serve, table, teams, validate_plan, ApiClient};
 
 /// Runs the CLI; returns the process exit code.
@@ -33,6 +35,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             vars,
             var_files,
         } => Ok(validate_plan::validate_plan(&file, &vars, &var_files)),
+        #[cfg(feature = "bench")]
         Command::Bench { which } => {
             match which {
                 BenchCommand::Placement {

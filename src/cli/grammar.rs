@@ -365,7 +365,9 @@ pub enum Command {
         #[command(subcommand)]
         action: TokenCommand,
     },
-    /// Run a benchmark and print its figures as `name: value` lines.
+    /// Run a benchmark and print its figures as `name: value` lines (in a
+    /// binary built with the `bench` feature).
+    #[cfg(feature = "bench")]
     Bench {
         /// Which benchmark.
         #[command(subcommand)]
@@ -412,6 +414,7 @@ pub enum TokenCommand {
 }
 
 /// The benchmarks.
+#[cfg(feature = "bench")]
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
     /// Placement throughput and decision latency of the Scheduler actor.

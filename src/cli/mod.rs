@@ -19,4 +19,6 @@ mod validate_plan;
 
 pub use client::ApiClient;
 pub use dispatch::run;
-pub use grammar::{BenchCommand, Cli, Command, TokenCommand, WebFlags, WorkerFlags};
+#[cfg(feature = "bench")]
+pub use grammar::BenchCommand;
+pub use grammar::{Cli, Command, TokenCommand, WebFlags, WorkerFlags};
