@@ -19,11 +19,21 @@ use async_trait::async_trait;
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
 use futures::{StreamExt, TryStreamExt};
-use gantry_actors::runtime::{
-    ByteStream, Container, Process, ProcessIo, ProcessOutput, ProcessSignal, Volume, Worker,
-    WorkerConnector, WorkerHandles,
-};
-use gantry_actors::spec::{ContainerSpec, Encoding, ProcessSpec, VolumeSpec, WindowSize};
+use gantry_actors::runtime::ByteStream;
+use gantry_actors::runtime::Container;
+use gantry_actors::runtime::Process;
+use gantry_actors::runtime::ProcessIo;
+use gantry_actors::runtime::ProcessOutput;
+use gantry_actors::runtime::ProcessSignal;
+use gantry_actors::runtime::Volume;
+use gantry_actors::runtime::Worker;
+use gantry_actors::runtime::WorkerConnector;
+use gantry_actors::runtime::WorkerHandles;
+use gantry_actors::spec::ContainerSpec;
+use gantry_actors::spec::Encoding;
+use gantry_actors::spec::ProcessSpec;
+use gantry_actors::spec::VolumeSpec;
+use gantry_actors::spec::WindowSize;
 use gantry_actors::worker_info::WorkerRegistration;
 use gantry_actors::RuntimeError;
 use reqwest::{Method, RequestBuilder, Response, StatusCode};

@@ -211,7 +211,7 @@ pub struct GcConfig {
 
 impl Default for GcConfig {
     fn default() -> Self {
-        use gantry_actors::gc::collector::CollectorConfig;
+        use gantry_actors::api::CollectorConfig;
         let d = CollectorConfig::default();
         GcConfig {
             enabled: d.enabled,
@@ -231,10 +231,10 @@ impl Default for GcConfig {
 impl GcConfig {
     /// The engine's Collector settings; an interval of 0, a fill level
     /// not in (0, 1] or a batch of 0 is an error.
-    pub fn parse(&self) -> anyhow::Result<gantry_actors::gc::collector::CollectorConfig> {
-        use gantry_actors::gc::collector::CollectorConfig;
-        use gantry_actors::gc::rules_artifacts::ArtifactAges;
-        use gantry_actors::gc::rules_pressure::DiskPressure;
+    pub fn parse(&self) -> anyhow::Result<gantry_actors::api::CollectorConfig> {
+        use gantry_actors::api::ArtifactAges;
+        use gantry_actors::api::CollectorConfig;
+        use gantry_actors::api::DiskPressure;
         use std::time::Duration;
         if self.interval_secs == 0 {
             anyhow::bail!("gc: interval_secs must be at least 1");
@@ -303,9 +303,9 @@ impl Default for StreamingConfig {
     fn default() -> Self {
         StreamingConfig {
             mode: "p2p".into(),
-            max_streams_out: gantry_actors::streaming::DEFAULT_MAX_STREAMS,
-            max_streams_in: gantry_actors::streaming::DEFAULT_MAX_STREAMS,
-            url_ttl_secs: gantry_actors::streaming::DEFAULT_URL_TTL.as_secs(),
+            max_streams_out: gantry_actors::api::DEFAULT_MAX_STREAMS,
+            max_streams_in: gantry_actors::api::DEFAULT_MAX_STREAMS,
+            url_ttl_secs: gantry_actors::api::DEFAULT_URL_TTL.as_secs(),
             links: Vec::new(),
         }
     }
@@ -317,8 +317,10 @@ impl StreamingConfig {
     pub fn parse(
         &self,
         encoding: gantry_actors::spec::Encoding,
-    ) -> anyhow::Result<gantry_actors::streaming::StreamConfig> {
-        use gantry_actors::streaming::{LinkRule, StreamConfig, StreamMode};
+    ) -> anyhow::Result<gantry_actors::api::StreamConfig> {
+        use gantry_actors::api::LinkRule;
+        use gantry_actors::api::StreamConfig;
+        use gantry_actors::api::StreamMode;
         let mode = |m: &str, what: &str| {
             StreamMode::parse(m).map_err(|e| anyhow::anyhow!("streaming {what}: {e}"))
         };
@@ -367,10 +369,9 @@ pub struct PlacementChains {
 
 impl Default for PlacementChains {
     fn default() -> Self {
-        let d = gantry_actors::scheduler::PlacementConfig::default();
-        let names = |v: &[gantry_actors::placement::Strategy]| {
-            v.iter().map(|s| s.as_str().to_string()).collect()
-        };
+        let d = gantry_actors::api::PlacementConfig::default();
+        let names =
+            |v: &[gantry_actors::api::Strategy]| v.iter().map(|s| s.as_str().to_string()).collect();
         PlacementChains {
             with_inputs: names(&d.with_inputs),
             without_inputs: names(&d.without_inputs),
@@ -381,10 +382,10 @@ impl Default for PlacementChains {
 
 impl PlacementChains {
     /// Parses the names; an unknown one is an error naming it.
-    pub fn parse(&self) -> anyhow::Result<gantry_actors::scheduler::PlacementConfig> {
+    pub fn parse(&self) -> anyhow::Result<gantry_actors::api::PlacementConfig> {
         let chain =
-            |what: &str, v: &[String]| -> anyhow::Result<Vec<gantry_actors::placement::Strategy>> {
-                let parsed = gantry_actors::placement::parse_chain(&v.join(","))
+            |what: &str, v: &[String]| -> anyhow::Result<Vec<gantry_actors::api::Strategy>> {
+                let parsed = gantry_actors::api::parse_chain(&v.join(","))
                     .map_err(|e| anyhow::anyhow!("placement.{what}: {e}"))?;
                 anyhow::ensure!(
                     !parsed.is_empty(),
@@ -392,7 +393,7 @@ impl PlacementChains {
                 );
                 Ok(parsed)
             };
-        Ok(gantry_actors::scheduler::PlacementConfig {
+        Ok(gantry_actors::api::PlacementConfig {
             with_inputs: chain("with_inputs", &self.with_inputs)?,
             without_inputs: chain("without_inputs", &self.without_inputs)?,
             checks: chain("checks", &self.checks)?,
@@ -468,7 +469,7 @@ mod tests {
     #[test]
     fn gc_settings_are_read_with_defaults_and_checked() {
         let d = FileConfig::default().web.gc.parse().unwrap();
-        assert_eq!(d, gantry_actors::gc::collector::CollectorConfig::default());
+        assert_eq!(d, gantry_actors::api::CollectorConfig::default());
         let cfg: FileConfig =
             toml::from_str("[web.gc]\ninterval_secs = 5\nunowned_artifact_secs = 60\n").unwrap();
         let gc = cfg.web.gc.parse().unwrap();
@@ -523,7 +524,7 @@ mod tests {
             .streaming
             .parse(gantry_actors::spec::Encoding::Zstd)
             .unwrap();
-        use gantry_actors::streaming::StreamMode;
+        use gantry_actors::api::StreamMode;
         assert_eq!(parsed.mode_for("a", "b"), StreamMode::P2p);
         assert_eq!(parsed.mode_for("b", "a"), StreamMode::Relay);
         let bad: FileConfig = toml::from_str("[web.streaming]\nmode = \"ftp\"\n").unwrap();

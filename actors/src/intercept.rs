@@ -64,6 +64,7 @@ impl Intercepts {
     }
 
     /// How many sessions are open in container `handle`, through any node.
+    #[cfg(test)]
     pub async fn open_sessions(&self, handle: &str) -> Result<i64, EngineError> {
         self.db.count_intercept_sessions(handle).await
     }

@@ -121,8 +121,6 @@ impl Load {
 /// A worker as the strategies see it.
 #[derive(Debug, Clone)]
 pub struct Choice<'a> {
-    /// Worker name.
-    pub name: &'a str,
     /// Its limits.
     pub limits: &'a WorkerLimits,
     /// What is placed on it now.
@@ -219,7 +217,6 @@ pub fn could_ever_fit(
     need: &Load,
 ) -> Result<(), String> {
     let idle = Choice {
-        name: "",
         limits,
         load: Load::default(),
         local_inputs: 0,
@@ -264,9 +261,8 @@ mod tests {
         }
     }
 
-    fn cand<'a>(name: &'a str, l: &'a WorkerLimits, load: Load, local: u32) -> Choice<'a> {
+    fn cand<'a>(_name: &'a str, l: &'a WorkerLimits, load: Load, local: u32) -> Choice<'a> {
         Choice {
-            name,
             limits: l,
             load,
             local_inputs: local,

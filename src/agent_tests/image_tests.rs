@@ -7,10 +7,18 @@
 
 use std::path::Path;
 
-use gantry_actors::runtime::{ByteStream, Container, OutputStream, ProcessIo, Worker};
-use gantry_actors::spec::{
-    ContainerSpec, Encoding, ProcessSpec, ResourceLimits, RootfsSpec, VolumeSpec, VolumeStrategy,
-};
+use gantry_actors::runtime::ByteStream;
+use gantry_actors::runtime::Container;
+use gantry_actors::runtime::OutputStream;
+use gantry_actors::runtime::ProcessIo;
+use gantry_actors::runtime::Worker;
+use gantry_actors::spec::ContainerSpec;
+use gantry_actors::spec::Encoding;
+use gantry_actors::spec::ProcessSpec;
+use gantry_actors::spec::ResourceLimits;
+use gantry_actors::spec::RootfsSpec;
+use gantry_actors::spec::VolumeSpec;
+use gantry_actors::spec::VolumeStrategy;
 use tokio::sync::mpsc;
 
 use super::test_support::{can_run_isolated, test_config};

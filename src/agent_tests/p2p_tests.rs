@@ -7,7 +7,9 @@ use std::io::Write;
 use std::time::Duration;
 
 use gantry_actors::runtime::Worker;
-use gantry_actors::spec::{Encoding, VolumeSpec, VolumeStrategy};
+use gantry_actors::spec::Encoding;
+use gantry_actors::spec::VolumeSpec;
+use gantry_actors::spec::VolumeStrategy;
 use gantry_actors::stream_url::StreamGrant;
 use gantry_actors::RuntimeError;
 

@@ -8,10 +8,18 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use gantry_actors::runtime::{ByteStream, OutputStream, ProcessIo, ProcessSignal, Volume, Worker};
-use gantry_actors::spec::{
-    Encoding, MountSpec, ResourceLimits, RootfsSpec, VolumeSpec, VolumeStrategy,
-};
+use gantry_actors::runtime::ByteStream;
+use gantry_actors::runtime::OutputStream;
+use gantry_actors::runtime::ProcessIo;
+use gantry_actors::runtime::ProcessSignal;
+use gantry_actors::runtime::Volume;
+use gantry_actors::runtime::Worker;
+use gantry_actors::spec::Encoding;
+use gantry_actors::spec::MountSpec;
+use gantry_actors::spec::ResourceLimits;
+use gantry_actors::spec::RootfsSpec;
+use gantry_actors::spec::VolumeSpec;
+use gantry_actors::spec::VolumeStrategy;
 use gantry_actors::RuntimeError;
 use tokio::sync::mpsc;
 

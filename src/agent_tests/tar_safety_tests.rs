@@ -10,8 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use gantry_actors::runtime::{ByteStream, Volume, Worker};
-use gantry_actors::spec::{Encoding, VolumeSpec};
+use gantry_actors::runtime::ByteStream;
+use gantry_actors::runtime::Volume;
+use gantry_actors::runtime::Worker;
+use gantry_actors::spec::Encoding;
+use gantry_actors::spec::VolumeSpec;
 use gantry_actors::RuntimeError;
 
 use super::test_support::test_config;

@@ -4,8 +4,14 @@
 
 use std::path::Path;
 
-use gantry_actors::runtime::{Container, OutputStream, ProcessIo};
-use gantry_actors::spec::{ContainerSpec, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec};
+use gantry_actors::runtime::Container;
+use gantry_actors::runtime::OutputStream;
+use gantry_actors::runtime::ProcessIo;
+use gantry_actors::spec::ContainerSpec;
+use gantry_actors::spec::MountSpec;
+use gantry_actors::spec::ProcessSpec;
+use gantry_actors::spec::ResourceLimits;
+use gantry_actors::spec::RootfsSpec;
 use gantry_actors::RuntimeError;
 use tokio::sync::mpsc;
 

@@ -29,9 +29,9 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use gantry_actors::db::BuildStatus;
-use gantry_actors::events::BuildEvent;
-use gantry_actors::pipeline::Vars;
+use gantry_actors::api::BuildEvent;
+use gantry_actors::api::BuildStatus;
+use gantry_actors::api::Vars;
 use gantry_actors::Engine;
 
 use super::rig::{RawRunc, Rig, Summary};

@@ -34,9 +34,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use gantry_actors::db::HandleKind;
-use gantry_actors::engine::HandleOwner;
-use gantry_actors::runtime::{ProcessIo, Worker};
+use gantry_actors::api::HandleKind;
+use gantry_actors::api::HandleOwner;
+use gantry_actors::runtime::ProcessIo;
+use gantry_actors::runtime::Worker;
 use gantry_actors::state::HandleState;
 use tokio::sync::mpsc;
 

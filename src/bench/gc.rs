@@ -11,8 +11,10 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use gantry_actors::db::{Db, HandleKind};
-use gantry_actors::gc::sweep::{SweepReport, Sweeps};
+use gantry_actors::api::bench::Db;
+use gantry_actors::api::bench::Sweeps;
+use gantry_actors::api::HandleKind;
+use gantry_actors::api::SweepReport;
 use gantry_actors::worker_info::WorkerRegistration;
 use sqlx::Connection as _;
 
@@ -34,7 +36,7 @@ fn registration() -> WorkerRegistration {
         backend: "simulated".into(),
         incarnation: INCARNATION.into(),
         heartbeat_interval_secs: 3600,
-        ..gantry_actors::testing::registration(WORKER)
+        ..gantry_actors::api::bench::registration(WORKER)
     }
 }
 

@@ -16,13 +16,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use gantry_actors::db::HandleKind;
-use gantry_actors::engine::HandleOwner;
-use gantry_actors::placement::{parse_chain, Load};
-use gantry_actors::scheduler::{PlacementConfig, Selection, StepRequest};
-use gantry_actors::testing::DetachedConnector;
-use gantry_actors::worker_info::{WorkerLimits, WorkerRegistration};
-use gantry_actors::{Engine, EngineConfig, EngineSetup};
+use gantry_actors::api::bench::DetachedConnector;
+use gantry_actors::api::parse_chain;
+use gantry_actors::api::HandleKind;
+use gantry_actors::api::HandleOwner;
+use gantry_actors::api::Load;
+use gantry_actors::api::PlacementConfig;
+use gantry_actors::api::Selection;
+use gantry_actors::api::StepRequest;
+use gantry_actors::worker_info::WorkerLimits;
+use gantry_actors::worker_info::WorkerRegistration;
+use gantry_actors::Engine;
+use gantry_actors::EngineConfig;
+use gantry_actors::EngineSetup;
 use rand::Rng;
 
 use crate::web::artifact_files::ArtifactFiles;
@@ -52,7 +58,7 @@ fn registration(name: &str) -> WorkerRegistration {
         incarnation: "bench".into(),
         // No heartbeats come: a TTL longer than any run keeps them running.
         heartbeat_interval_secs: 3600,
-        ..gantry_actors::testing::registration(name)
+        ..gantry_actors::api::bench::registration(name)
     }
 }
 

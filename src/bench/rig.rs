@@ -11,9 +11,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use gantry_actors::placement::Load;
-use gantry_actors::scheduler::{Selection, StepRequest};
-use gantry_actors::spec::{ContainerSpec, ProcessSpec, ResourceLimits, RootfsSpec};
+use gantry_actors::api::Load;
+use gantry_actors::api::Selection;
+use gantry_actors::api::StepRequest;
+use gantry_actors::spec::ContainerSpec;
+use gantry_actors::spec::ProcessSpec;
+use gantry_actors::spec::ResourceLimits;
+use gantry_actors::spec::RootfsSpec;
 
 use crate::agent::backend::{find_executable, runc as runc_backend, ContainerContext};
 use crate::agent::rootfs::{self, UserIds};
@@ -232,7 +236,7 @@ impl Rig {
     }
 
     /// Places a step; the workers have no limits, so it is never queued long.
-    pub async fn place(&self) -> anyhow::Result<gantry_actors::scheduler::Placement> {
+    pub async fn place(&self) -> anyhow::Result<gantry_actors::api::Placement> {
         match self.engine.select_worker(Self::request()).await? {
             Selection::Placed(p) => Ok(p),
             Selection::Queued { ticket, .. } => ticket.await.context("placement was dropped"),

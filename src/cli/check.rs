@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use gantry_actors::plan::CheckPlan;
+use gantry_actors::api::CheckPlan;
 
 use crate::cli::client::ApiClient;
 use crate::cli::run::{load_pipeline, submit_and_follow};

@@ -241,7 +241,7 @@ fn validate_task(file: &std::path::Path) -> i32 {
             return 1;
         }
     };
-    match gantry_actors::task_config::TaskConfig::from_yaml(&text) {
+    match gantry_actors::api::TaskConfig::from_yaml(&text) {
         Ok(_) => {
             crate::outln!("{}: valid", file.display());
             0

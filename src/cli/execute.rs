@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context as _};
 use futures::StreamExt;
+use gantry_actors::api::TaskConfig;
 use gantry_actors::spec::Encoding;
-use gantry_actors::task_config::TaskConfig;
 use serde::Deserialize;
 
 use crate::cli::client::ApiClient;

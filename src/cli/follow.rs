@@ -7,8 +7,9 @@ use std::io::Write as _;
 
 use anyhow::{anyhow, bail, Context as _};
 use futures::StreamExt;
-use gantry_actors::db::BuildStatus;
-use gantry_actors::events::{BuildEvent, NodeOutcome};
+use gantry_actors::api::BuildEvent;
+use gantry_actors::api::BuildStatus;
+use gantry_actors::api::NodeOutcome;
 use serde::Deserialize;
 
 use crate::cli::client::ApiClient;

@@ -10,9 +10,9 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use gantry_actors::pipeline::Pipeline;
-use gantry_actors::plan::check_pipeline_name;
-use gantry_actors::plan::JobPlan;
+use gantry_actors::api::check_pipeline_name;
+use gantry_actors::api::JobPlan;
+use gantry_actors::api::Pipeline;
 use serde::Deserialize;
 
 use crate::cli::client::ApiClient;
@@ -82,7 +82,7 @@ pub(super) fn load_pipeline(
     path: &std::path::Path,
     flags: &[String],
     files: &[PathBuf],
-) -> anyhow::Result<Option<(String, gantry_actors::pipeline::Vars)>> {
+) -> anyhow::Result<Option<(String, gantry_actors::api::Vars)>> {
     let file = path.display().to_string();
     let vars = read_vars(flags, files).map_err(anyhow::Error::msg)?;
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {file}"))?;

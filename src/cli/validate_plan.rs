@@ -5,7 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use gantry_actors::pipeline::{self, Document, Vars};
+use gantry_actors::api::Document;
+use gantry_actors::api::Vars;
 
 /// Runs the check; returns the exit code (0 valid, 1 not).
 pub fn validate_plan(file: &Path, var_flags: &[String], var_files: &[PathBuf]) -> i32 {
@@ -25,7 +26,7 @@ pub fn validate_plan(file: &Path, var_flags: &[String], var_files: &[PathBuf]) -
         Ok(t) => t,
         Err(e) => return fail(format!("cannot read: {e}")),
     };
-    match pipeline::load(&text, vars.as_ref()) {
+    match gantry_actors::api::load_pipeline(&text, vars.as_ref()) {
         Ok(Document::Pipeline(p)) => {
             crate::outln!(
                 "{}: valid pipeline ({} {}, {} {})",

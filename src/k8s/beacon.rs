@@ -5,9 +5,10 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use gantry_actors::gc::sweep::SweepReport;
+use gantry_actors::api::SweepReport;
 use gantry_actors::runtime::Worker;
-use gantry_actors::worker_info::{Heartbeat, WorkerRegistration};
+use gantry_actors::worker_info::Heartbeat;
+use gantry_actors::worker_info::WorkerRegistration;
 use gantry_actors::Engine;
 
 use super::connect::BACKEND;

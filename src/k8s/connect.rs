@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use gantry_actors::runtime::{Worker, WorkerConnector};
+use gantry_actors::runtime::Worker;
+use gantry_actors::runtime::WorkerConnector;
 use gantry_actors::worker_info::WorkerRegistration;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,

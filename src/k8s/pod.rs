@@ -10,7 +10,9 @@
 
 use std::collections::BTreeMap;
 
-use gantry_actors::spec::{ContainerSpec, ResourceLimits, RootfsSpec};
+use gantry_actors::spec::ContainerSpec;
+use gantry_actors::spec::ResourceLimits;
+use gantry_actors::spec::RootfsSpec;
 use k8s_openapi::api::core::v1::{
     Container as PodContainer, EmptyDirVolumeSource, EnvVar, LocalObjectReference, Pod, PodSpec,
     ResourceRequirements, Volume as PodVolume, VolumeMount,

@@ -6,7 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use gantry_actors::runtime::{ByteStream, Volume};
+use gantry_actors::runtime::ByteStream;
+use gantry_actors::runtime::Volume;
 use gantry_actors::spec::Encoding;
 use gantry_actors::RuntimeError;
 

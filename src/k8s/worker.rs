@@ -21,10 +21,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dashmap::DashMap;
-use gantry_actors::runtime::{
-    ByteStream, Container, Process, ProcessIo, Volume, Worker, WorkerHandles,
-};
-use gantry_actors::spec::{ContainerSpec, Encoding, ProcessSpec, VolumeSpec, VolumeStrategy};
+use gantry_actors::runtime::ByteStream;
+use gantry_actors::runtime::Container;
+use gantry_actors::runtime::Process;
+use gantry_actors::runtime::ProcessIo;
+use gantry_actors::runtime::Volume;
+use gantry_actors::runtime::Worker;
+use gantry_actors::runtime::WorkerHandles;
+use gantry_actors::spec::ContainerSpec;
+use gantry_actors::spec::Encoding;
+use gantry_actors::spec::ProcessSpec;
+use gantry_actors::spec::VolumeSpec;
+use gantry_actors::spec::VolumeStrategy;
 use gantry_actors::RuntimeError;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, PostParams};

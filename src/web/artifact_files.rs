@@ -14,7 +14,9 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use gantry_actors::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
+use gantry_actors::api::ArtifactKind;
+use gantry_actors::api::ArtifactStore;
+use gantry_actors::api::StoredArtifact;
 use gantry_actors::runtime::ByteStream;
 use gantry_actors::spec::Encoding;
 use gantry_actors::EngineError;

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use gantry_actors::artifact_store::{ArtifactKind, ArtifactStore};
+use gantry_actors::api::ArtifactKind;
+use gantry_actors::api::ArtifactStore;
 use gantry_actors::runtime::ByteStream;
 use gantry_actors::spec::Encoding;
 use gantry_actors::EngineError;

@@ -156,7 +156,7 @@ async fn identify_token(
 ) -> Result<Identity, ApiError> {
     let by_config = state.tokens.identify(token);
     match token {
-        Some(t) if t.starts_with(gantry_actors::engine::TOKEN_PREFIX) => {
+        Some(t) if t.starts_with(gantry_actors::api::TOKEN_PREFIX) => {
             if matches!(by_config, Identity::Admin | Identity::Team(_)) && state.tokens.secured() {
                 return Ok(by_config);
             }

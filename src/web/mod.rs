@@ -17,10 +17,12 @@ use std::sync::Arc;
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 use anyhow::Context as _;
-use gantry_actors::registry::LifecycleConfig;
+use gantry_actors::api::LifecycleConfig;
 use gantry_actors::runtime::WorkerConnector;
 use gantry_actors::spec::Encoding;
-use gantry_actors::{Engine, EngineConfig, EngineSetup};
+use gantry_actors::Engine;
+use gantry_actors::EngineConfig;
+use gantry_actors::EngineSetup;
 
 pub use artifact_files::ArtifactFiles;
 pub use error::ApiError;
@@ -123,8 +125,7 @@ pub async fn start_web(
         );
     }
     for team in cfg.teams.keys() {
-        gantry_actors::engine::check_team_name(team)
-            .map_err(|e| anyhow::anyhow!("web.teams: {e}"))?;
+        gantry_actors::api::check_team_name(team).map_err(|e| anyhow::anyhow!("web.teams: {e}"))?;
     }
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;

@@ -15,5 +15,5 @@ mod runner;
 mod status;
 
 pub use job::{Job, JobError, Outcome};
-pub use runner::{Backoff, Periodic, Schedule, StopJob};
+pub use runner::{Backoff, Periodic, Schedule};
 pub use status::{JobReport, JobState, JobStatus, Jobs};

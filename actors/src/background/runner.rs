@@ -58,11 +58,13 @@ impl Schedule {
     }
 
     /// The same with random jitter up to `jitter` on every wait.
+    #[cfg(test)]
     pub fn with_jitter(self, jitter: Duration) -> Self {
         Schedule { jitter, ..self }
     }
 
     /// The same with another backoff.
+    #[cfg(test)]
     pub fn with_backoff(self, backoff: Backoff) -> Self {
         Schedule { backoff, ..self }
     }

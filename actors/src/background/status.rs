@@ -157,6 +157,7 @@ impl Jobs {
     }
 
     /// One job's row.
+    #[cfg(test)]
     pub fn get(&self, name: &str) -> Option<JobStatus> {
         self.inner.rows.get(name).map(|r| r.status.clone())
     }
@@ -189,11 +190,6 @@ impl Jobs {
     /// later, to stop once its current tick has finished.
     pub fn stop_all(&self) {
         self.inner.stop.send_replace(true);
-    }
-
-    /// Whether [`stop_all`](Self::stop_all) was called.
-    pub fn is_stopping(&self) -> bool {
-        *self.inner.stop.borrow()
     }
 
     /// Resolves once no runner is left (at once when none was started).

@@ -47,8 +47,6 @@ pub struct BuildDeps {
     /// One lock per (worker, artifact) image import, so an image is streamed
     /// to a worker once while other builds wait for it.
     pub imports: ImportLocks,
-    /// Background work's status: a cleanup that must wait shows there.
-    pub jobs: crate::background::Jobs,
     /// Counters of resource work, for `/metrics`.
     pub resources: Arc<crate::resources::ResourceStats>,
     /// Moves artifacts to the workers that need them.

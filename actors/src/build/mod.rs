@@ -32,7 +32,6 @@ mod turns;
 mod walker;
 
 pub use crate::steps::ImportLocks;
-pub use crate::steps::{Plan, StopReason};
+pub use crate::steps::Plan;
 pub use actor::{AbortBuild, Build, BuildDeps, RunningBuilds};
-pub use outcome::Outcome;
 pub use resume::Resume;

@@ -30,7 +30,7 @@ use crate::scheduler::{Candidate, GetStats, PlacementConfig, Scheduler, WorkerUp
 use crate::spec::Encoding;
 use crate::state::WorkerState;
 use crate::steps::process::STOP_GRACE;
-use crate::steps::{Events, Stop};
+use crate::steps::{Events, Stop, StopReason};
 use crate::task_config::TaskConfig;
 use crate::testing::fake_worker::{Behaviour, FakeConnector, FakeWorker};
 use crate::worker_info::{WorkerLimits, WorkerRegistration};
@@ -126,7 +126,6 @@ impl Harness {
             rerun_when_worker_disappears: false,
             connector,
             imports: Default::default(),
-            jobs: Default::default(),
             resources: Default::default(),
         };
         Harness {

@@ -1,15 +1,12 @@
 //! The `builds` and `build_events` tables.
 
-use serde::{Deserialize, Serialize};
-
 use crate::db::{now_ms, Db};
 use crate::error::EngineError;
 
 pub use crate::state::BuildStatus;
 
 /// A stored build.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone)]
 pub struct BuildRow {
     /// Build id.
     pub id: i64,

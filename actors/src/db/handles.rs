@@ -29,8 +29,7 @@ impl HandleKind {
 }
 
 /// A stored container or volume.
-#[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone)]
 pub struct HandleRow {
     /// Handle on the worker.
     pub handle: String,

@@ -21,18 +21,16 @@ mod turns;
 mod web_nodes;
 mod workers;
 
-pub use artifacts::ArtifactRow;
 pub use builds::{BuildQuery, BuildRow, BuildStatus};
-pub use gc_collect::{ArtifactCutoffs, ReleasedArtifact, ReleasedHandle, StaleResourceCache};
+pub use gc_collect::ArtifactCutoffs;
 pub use gc_sweep::{SweepRow, SweepWrites};
 pub use handles::{ArtifactCopy, HandleKind, HandleRow};
 pub use intercepts::Closing;
-pub use placements::{LedgerRow, LedgerTx, RELEASES_CHANNEL};
-pub use resources::{ResourceCacheRow, VersionRow};
+pub use placements::RELEASES_CHANNEL;
+pub use resources::ResourceCacheRow;
 pub use task_caches::{TaskCacheKey, TaskCacheRow};
 pub use teams::{TeamRow, TokenRow};
 pub use turns::TurnAhead;
-pub use web_nodes::WebNodeRow;
 pub use workers::WorkerRow;
 
 use std::sync::Arc;

@@ -1,14 +1,12 @@
 //! Teams and the team tokens made through the API (table `api_tokens`:
 //! only a hash of each secret is stored).
 
-use serde::Serialize;
-
 use crate::db::Db;
 use crate::error::EngineError;
 use crate::state::BuildStatus;
 
 /// A team.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TeamRow {
     /// Its name.
     pub name: String,
@@ -17,14 +15,13 @@ pub struct TeamRow {
 }
 
 /// A team token, without its secret.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenRow {
     /// Its public id (the `<id>` of `gtk_<id>_<secret>`).
     pub id: String,
     /// The team it acts for.
     pub team: String,
     /// Hex SHA-256 of the whole token.
-    #[serde(skip)]
     pub token_hash: String,
     /// What it is for, as given when it was made.
     pub description: Option<String>,

@@ -4,12 +4,13 @@ use actix::prelude::*;
 
 use super::Engine;
 use crate::build::Build;
-use crate::db::{BuildQuery, BuildRow};
+use crate::db::BuildQuery;
 use crate::error::EngineError;
 use crate::event_follow::{self, StoredEvent};
 use crate::pipeline::Vars;
 use crate::plan::{CheckPlan, JobPlan, OneOffPlan};
 use crate::steps::runnable;
+use crate::views::Build as BuildView;
 
 impl Engine {
     /// Aborts a running build: its step is stopped (SIGTERM, then SIGKILL
@@ -179,10 +180,11 @@ impl Engine {
     }
 
     /// A build by id.
-    pub async fn build(&self, id: i64) -> Result<BuildRow, EngineError> {
+    pub async fn build(&self, id: i64) -> Result<BuildView, EngineError> {
         self.db
             .get_build(id)
             .await?
+            .map(BuildView::from)
             .ok_or_else(|| EngineError::NotFound {
                 kind: "build",
                 name: id.to_string(),
@@ -190,8 +192,12 @@ impl Engine {
     }
 
     /// One page of builds, newest first (see [`BuildQuery`]).
-    pub async fn list_builds_page(&self, query: &BuildQuery) -> Result<Vec<BuildRow>, EngineError> {
-        self.db.list_builds_page(query).await
+    pub async fn list_builds_page(
+        &self,
+        query: &BuildQuery,
+    ) -> Result<Vec<BuildView>, EngineError> {
+        let rows = self.db.list_builds_page(query).await?;
+        Ok(rows.into_iter().map(BuildView::from).collect())
     }
 
     /// How many builds there are in each status.

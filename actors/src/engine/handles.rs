@@ -2,10 +2,11 @@
 //! entering a container for an intercept session.
 
 use super::Engine;
-use crate::db::{HandleKind, HandleRow};
+use crate::db::HandleKind;
 use crate::error::EngineError;
 use crate::intercept::InterceptGuard;
 use crate::state::HandleState;
+use crate::views::Handle;
 
 impl Engine {
     /// One page of container or volume rows (of one team, when given), by
@@ -16,8 +17,9 @@ impl Engine {
         team: Option<&str>,
         after: Option<&str>,
         limit: i64,
-    ) -> Result<Vec<HandleRow>, EngineError> {
-        self.db.list_handles_page(kind, team, after, limit).await
+    ) -> Result<Vec<Handle>, EngineError> {
+        let rows = self.db.list_handles_page(kind, team, after, limit).await?;
+        Ok(rows.into_iter().map(Handle::from).collect())
     }
 
     /// How many containers or volumes each worker has in each state.
@@ -29,8 +31,9 @@ impl Engine {
     }
 
     /// A container by handle.
-    pub async fn container(&self, handle: &str) -> Result<Option<HandleRow>, EngineError> {
-        self.db.get_handle(HandleKind::Container, handle).await
+    pub async fn container(&self, handle: &str) -> Result<Option<Handle>, EngineError> {
+        let row = self.db.get_handle(HandleKind::Container, handle).await?;
+        Ok(row.map(Handle::from))
     }
 
     /// The latest container of a build's step.
@@ -38,8 +41,9 @@ impl Engine {
         &self,
         build: i64,
         step: &str,
-    ) -> Result<Option<HandleRow>, EngineError> {
-        self.db.find_step_container(build, step).await
+    ) -> Result<Option<Handle>, EngineError> {
+        let row = self.db.find_step_container(build, step).await?;
+        Ok(row.map(Handle::from))
     }
 
     /// Opens an intercept session in a container (recorded in the

@@ -13,10 +13,10 @@ mod task_caches;
 mod teams;
 mod workers;
 
-pub use teams::{check_team_name, NewToken, TOKEN_PREFIX};
+pub use teams::{check_team_name, TOKEN_PREFIX};
 
 pub use handles::HandleOwner;
-pub use takeover::{NodeConfig, WebNodeView, NODE_HEARTBEAT_JOB};
+pub use takeover::{NodeConfig, WebNodeView};
 
 /// Gives every histogram of the engine its help text in the installed
 /// recorder and registers each of its series (every GC rule, every status a
@@ -207,7 +207,6 @@ impl Engine {
                 db: engine.db.clone(),
                 store,
                 intercepts: engine.intercepts.clone(),
-                sweeps: engine.sweeps.clone(),
                 pressure: Default::default(),
                 config: engine.config.gc.clone(),
             },
@@ -229,7 +228,6 @@ impl Engine {
             rerun_when_worker_disappears: self.config.rerun_when_worker_disappears,
             connector: self.connector.clone(),
             imports: self.imports.clone(),
-            jobs: self.jobs.clone(),
             resources: self.resources.clone(),
             streams: self.streams.clone(),
         }

@@ -7,8 +7,9 @@ use rand::RngCore as _;
 use sha2::{Digest as _, Sha256};
 
 use super::Engine;
-use crate::db::{now_ms, TeamRow, TokenRow};
+use crate::db::{now_ms, TokenRow};
 use crate::error::EngineError;
+use crate::views::{Team, Token};
 
 /// The prefix of every token made through the API.
 pub const TOKEN_PREFIX: &str = "gtk_";
@@ -18,9 +19,9 @@ pub const TOKEN_PREFIX: &str = "gtk_";
 pub struct NewToken {
     /// The whole token, to present as `Authorization: Bearer TOKEN`.
     pub token: String,
-    /// What is stored of it.
+    /// What the API shows of it from now on.
     #[serde(flatten)]
-    pub row: TokenRow,
+    pub row: Token,
 }
 
 /// Checks a team name: 1 to 64 of `[A-Za-z0-9_-]`, not starting with `-`.
@@ -73,8 +74,9 @@ impl Engine {
     }
 
     /// Every team.
-    pub async fn teams(&self) -> Result<Vec<TeamRow>, EngineError> {
-        self.db.list_teams().await
+    pub async fn teams(&self) -> Result<Vec<Team>, EngineError> {
+        let rows = self.db.list_teams().await?;
+        Ok(rows.into_iter().map(Team::from).collect())
     }
 
     /// Creates team `name` if it does not exist; answers whether it was new.
@@ -145,7 +147,10 @@ impl Engine {
             revoked_at: None,
         };
         self.db.insert_token(&row).await?;
-        Ok(NewToken { token, row })
+        Ok(NewToken {
+            token,
+            row: row.into(),
+        })
     }
 
     /// One page of tokens (of `team` only, when given) by id, without
@@ -155,8 +160,9 @@ impl Engine {
         team: Option<&str>,
         after: Option<&str>,
         limit: i64,
-    ) -> Result<Vec<TokenRow>, EngineError> {
-        self.db.list_tokens_page(team, after, limit).await
+    ) -> Result<Vec<Token>, EngineError> {
+        let rows = self.db.list_tokens_page(team, after, limit).await?;
+        Ok(rows.into_iter().map(Token::from).collect())
     }
 
     /// Revokes token `id`.

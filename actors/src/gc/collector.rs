@@ -19,7 +19,6 @@ use crate::intercept::Intercepts;
 use super::rules_artifacts::{self, ArtifactAges};
 use super::rules_handles;
 use super::rules_pressure::{self, DiskPressure, PressureMemory};
-use super::sweep::Sweeps;
 
 /// Settings of the Collector.
 #[derive(Debug, Clone, PartialEq)]
@@ -108,8 +107,6 @@ pub struct CollectorDeps {
     pub store: Arc<dyn ArtifactStore>,
     /// Open intercept sessions, which keep their container.
     pub intercepts: Intercepts,
-    /// The workers' last sweep reports (their volume stores' fill).
-    pub sweeps: Sweeps,
     /// What `disk-pressure` did last on each worker.
     pub pressure: PressureMemory,
     /// Settings.

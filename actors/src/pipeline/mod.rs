@@ -30,16 +30,13 @@ mod tests;
 
 use serde_yaml::Value;
 
-pub use model::{
-    BuildLogRetention, CheckEvery, Display, Group, Job, Pipeline, PipelineError, Resource,
-    ResourceType, VarSource,
-};
+pub use model::{Job, Pipeline, Resource};
 pub use read::Params;
 pub use step::{
-    Across, AcrossVar, GetStep, Hooks, InParallel, Limits, LoadVarStep, MaxInFlight, PutInputs,
-    PutStep, RunStep, SetPipelineStep, Step, StepKind, TaskStep, Timeout, VersionSpec,
+    Across, GetStep, Hooks, LoadVarStep, MaxInFlight, PutInputs, PutStep, Step, StepKind, TaskStep,
+    Timeout, VersionSpec,
 };
-pub use vars::{interpolate, VarRef, Vars};
+pub use vars::{interpolate, Vars};
 
 /// A checked document: a pipeline, or a bare plan.
 #[derive(Debug, Clone, PartialEq)]

@@ -123,7 +123,7 @@ fn a_valid_pipeline_comes_out_typed() {
     );
     assert!(matches!(
         p.job("nope"),
-        Err(PipelineError::NoSuchJob { .. })
+        Err(super::model::PipelineError::NoSuchJob { .. })
     ));
 }
 

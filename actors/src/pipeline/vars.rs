@@ -130,11 +130,13 @@ fn is_var_body(body: &str) -> bool {
 }
 
 /// Whether a string holds at least one var.
+#[cfg(test)]
 pub fn has_vars(s: &str) -> bool {
     !find_vars(s).is_empty()
 }
 
 /// Whether a string is exactly one var (its value then keeps its YAML type).
+#[cfg(test)]
 pub fn whole_var(s: &str) -> Option<String> {
     match find_vars(s).as_slice() {
         [(range, body)] if range.start == 0 && range.end == s.len() => Some(body.clone()),

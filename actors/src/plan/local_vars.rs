@@ -120,7 +120,7 @@ mod tests {
         vars.set("token", Value::String("s3cret".into()), false);
         assert_eq!(shared.redact("s3cret"), "s3cret");
         let snap = shared.snapshot();
-        let var = crate::pipeline::VarRef::parse(".:creds.user").unwrap();
+        let var = crate::pipeline::vars::VarRef::parse(".:creds.user").unwrap();
         assert_eq!(
             snap.lookup(&var).unwrap(),
             Some(&Value::String("admin-user".into()))

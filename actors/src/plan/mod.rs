@@ -26,16 +26,13 @@ mod resources;
 mod translate;
 mod tree;
 
-pub use across::{expand_across, fill_own, holds_own_locals, At};
+pub use across::{fill_own, At};
 pub use defs::{
     CheckStep, DeferredStep, Format, GetStep, LoadVarStep, PutInputs, PutStep, StepDef, TaskStep,
 };
 pub use job_ref::{check_pipeline_name, JobRef};
-pub use local_vars::{LocalVars, REDACTED};
+pub use local_vars::LocalVars;
 pub use one_off::{OneOffPlan, ONE_OFF_STEP};
-pub use resources::{get_step, put_step, CheckPlan};
-pub use translate::{
-    default_pipeline_name, job_plan, job_turns, step_label, step_name, step_plan, task_step,
-    JobPlan,
-};
+pub use resources::CheckPlan;
+pub use translate::{default_pipeline_name, step_label, step_plan, task_step, JobPlan};
 pub use tree::{Hooks, Leaf, Plan};

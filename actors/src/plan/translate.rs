@@ -567,7 +567,7 @@ mod tests {
             vars: Default::default(),
             input_mapping: [("in".to_string(), "x".to_string())].into(),
             output_mapping: Default::default(),
-            container_limits: Some(pipeline::Limits {
+            container_limits: Some(pipeline::step::Limits {
                 cpu: None,
                 memory: Some(2048),
             }),

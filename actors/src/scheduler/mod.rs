@@ -125,7 +125,6 @@ impl Scheduler {
             .map(|c| {
                 let name = c.registration.name.as_str();
                 Choice {
-                    name,
                     limits: &c.registration.limits,
                     load: loads.get(name).copied().unwrap_or_default(),
                     local_inputs: holders.iter().filter(|w| w.contains(name)).count() as u32,

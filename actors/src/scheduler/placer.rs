@@ -70,6 +70,12 @@ impl Drop for Waiting {
 }
 
 impl Placer {
+    /// Whether placements go through the shared ledger.
+    #[cfg(test)]
+    pub fn is_shared(&self) -> bool {
+        self.ledger.is_some()
+    }
+
     /// Placements decided by `scheduler` alone.
     pub fn local(scheduler: Addr<Scheduler>) -> Placer {
         Placer {
@@ -102,11 +108,6 @@ impl Placer {
     /// The Scheduler behind it.
     pub fn scheduler(&self) -> &Addr<Scheduler> {
         &self.scheduler
-    }
-
-    /// Whether placements go through the shared ledger.
-    pub fn is_shared(&self) -> bool {
-        self.ledger.is_some()
     }
 
     /// Asks for a worker for a step: placed now, or queued.

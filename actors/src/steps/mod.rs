@@ -36,4 +36,4 @@ pub use image::ImportLocks;
 pub use signals::{Events, Stop, StopReason, WorkerWatch};
 pub use step::{runnable, Plan, Prepared, Reattach, Step, StepEnd};
 
-pub use crate::plan::{check_pipeline_name, JobRef, LocalVars, REDACTED};
+pub use crate::plan::{JobRef, LocalVars};

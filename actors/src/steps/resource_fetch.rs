@@ -74,8 +74,6 @@ fn answered(end: ScriptEnd) -> Result<Value, Halt> {
 pub struct Fetched {
     /// The kept files.
     pub cache: ResourceCacheRow,
-    /// Whether a resource cache answered (no `in` ran).
-    pub cached: bool,
 }
 
 /// One resource of a step: its name (for events), config and the image
@@ -200,10 +198,7 @@ pub async fn get(
             hit.worker.as_deref(),
         )
         .await?;
-        return Ok(Fetched {
-            cache: hit,
-            cached: true,
-        });
+        return Ok(Fetched { cache: hit });
     }
     ResourceStats::count(&ctx.resource_stats().cache_misses);
     let (volume, (answer_version, metadata)) = run_in(ctx, r, version, params).await?;
@@ -228,10 +223,7 @@ pub async fn get(
         row.worker.as_deref(),
     )
     .await?;
-    Ok(Fetched {
-        cache: row,
-        cached: false,
-    })
+    Ok(Fetched { cache: row })
 }
 
 /// A kept cache whose artifact still exists (one whose artifact is gone is

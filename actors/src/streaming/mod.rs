@@ -23,9 +23,9 @@ use futures::future::{BoxFuture, Shared};
 
 pub use config::{LinkRule, StreamConfig, StreamMode, DEFAULT_MAX_STREAMS, DEFAULT_URL_TTL};
 pub use copies::{waiting_event, CopyRequest};
-pub use limiter::{Direction, SideLoad, Slots, StreamLimiter};
-pub use stats::{PathTotals, StreamStats, TransferPath};
-pub use transfer::{OnWait, Source, StreamTransfer, TransferJob, Transferred};
+pub use limiter::StreamLimiter;
+pub use stats::{StreamStats, TransferPath};
+pub use transfer::{Source, StreamTransfer, TransferJob};
 
 use crate::artifacts::Artifacts;
 use crate::db::Db;

@@ -31,7 +31,7 @@ use crate::spec::RootfsSpec;
 pub use caches::TaskCache;
 pub use image_resource::ImageResource;
 pub use inputs::TaskInput;
-pub use limits::{cpu_shares, memory_bytes, parse_memory, ContainerLimits};
+pub use limits::{cpu_shares, memory_bytes, ContainerLimits};
 pub use outputs::TaskOutput;
 pub use params::params_text;
 pub use paths::container_path;

@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use gantry_actors::runtime::{Worker, WorkerConnector};
+use gantry_actors::runtime::Worker;
+use gantry_actors::runtime::WorkerConnector;
 use gantry_actors::state::WorkerState;
 use gantry_actors::worker_info::WorkerRegistration;
 

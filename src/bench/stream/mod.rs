@@ -37,12 +37,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use gantry_actors::db::HandleKind;
-use gantry_actors::engine::HandleOwner;
+use gantry_actors::api::HandleKind;
+use gantry_actors::api::HandleOwner;
+use gantry_actors::api::StreamMode;
 use gantry_actors::runtime::Volume;
-use gantry_actors::spec::{Encoding, VolumeSpec, VolumeStrategy};
+use gantry_actors::spec::Encoding;
+use gantry_actors::spec::VolumeSpec;
+use gantry_actors::spec::VolumeStrategy;
 use gantry_actors::state::HandleState;
-use gantry_actors::streaming::StreamMode;
 
 use fleet::{Fleet, FleetWorker};
 use tree::TreeDigest;

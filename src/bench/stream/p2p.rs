@@ -8,11 +8,15 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use gantry_actors::api::bench::Source;
+use gantry_actors::api::bench::StreamTransfer;
+use gantry_actors::api::bench::TransferJob;
+use gantry_actors::api::StreamConfig;
+use gantry_actors::api::StreamMode;
+use gantry_actors::api::Streams;
+use gantry_actors::api::TransferPath;
 use gantry_actors::runtime::Volume;
 use gantry_actors::spec::Encoding;
-use gantry_actors::streaming::{
-    Source, StreamConfig, StreamMode, StreamTransfer, Streams, TransferJob, TransferPath,
-};
 
 use super::fleet::FleetWorker;
 

@@ -1,8 +1,8 @@
 //! Artifact upload and download.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use gantry_actors::artifact_store::ArtifactKind;
-use gantry_actors::artifacts::ArtifactOwner;
+use gantry_actors::api::ArtifactKind;
+use gantry_actors::api::ArtifactOwner;
 use gantry_actors::spec::Encoding;
 
 use crate::web::auth::Identity;
@@ -26,8 +26,8 @@ pub struct UploadQuery {
     params(("team" = String, Path, description = "The team that owns the artifact"), UploadQuery),
     request_body(content = crate::web::openapi::TarStream, content_type = "application/x-tar", description = "A tar stream; `Content-Encoding` zstd, gzip or none"),
     responses(
-        (status = 201, description = "Stored", body = gantry_actors::artifacts::KeptArtifact),
-        (status = 200, description = "An identical image was stored already and is used instead", body = gantry_actors::artifacts::KeptArtifact),
+        (status = 201, description = "Stored", body = gantry_actors::api::KeptArtifact),
+        (status = 200, description = "An identical image was stored already and is used instead", body = gantry_actors::api::KeptArtifact),
         (status = 400, description = "Unknown kind or Content-Encoding, or not a valid tar"),
         (status = 404, description = "No such team (or another team's)"),
         (status = 413, description = "Over the artifact size limit"),

@@ -2,11 +2,14 @@
 //! containers and volumes builds use.
 
 use actix_web::{web, HttpResponse};
-use gantry_actors::db::{BuildQuery, BuildRow, BuildStatus, HandleKind};
-use gantry_actors::event_follow::StoredEvent;
-use gantry_actors::pipeline::Vars;
-use gantry_actors::plan::OneOffPlan;
-use gantry_actors::task_config::TaskConfig;
+use gantry_actors::api::Build;
+use gantry_actors::api::BuildQuery;
+use gantry_actors::api::BuildStatus;
+use gantry_actors::api::HandleKind;
+use gantry_actors::api::OneOffPlan;
+use gantry_actors::api::StoredEvent;
+use gantry_actors::api::TaskConfig;
+use gantry_actors::api::Vars;
 use gantry_actors::EngineError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -261,7 +264,7 @@ async fn create_job(state: &AppState, team: &str, body: CreateBuild) -> Result<i
     let pipeline = body.pipeline.unwrap_or_default();
     let pipeline_name = body
         .pipeline_name
-        .unwrap_or_else(gantry_actors::plan::default_pipeline_name);
+        .unwrap_or_else(gantry_actors::api::default_pipeline_name);
     Ok(state
         .engine
         .create_job_build(team, &pipeline_name, &pipeline, &job, vars)
@@ -300,7 +303,7 @@ pub async fn abort(
     tag = "builds",
     params(("id" = i64, Path, description = "The build")),
     responses(
-        (status = 200, description = "The build", body = gantry_actors::db::BuildRow),
+        (status = 200, description = "The build", body = gantry_actors::api::Build),
         (status = 404, description = "No such build (or another team's)"),
         (status = "5XX", description = "The database failed"),
     )
@@ -319,7 +322,7 @@ pub async fn visible_build(
     identity: &Identity,
     state: &AppState,
     id: i64,
-) -> Result<gantry_actors::db::BuildRow, ApiError> {
+) -> Result<gantry_actors::api::Build, ApiError> {
     let build = state.engine.build(id).await?;
     identity.require_team(&build.team, &format!("build {id}"))?;
     Ok(build)
@@ -355,7 +358,7 @@ pub struct BuildsQuery {
     tag = "builds",
     params(BuildsQuery),
     responses(
-        (status = 200, description = "A page of the builds the caller may see, newest first; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::db::BuildRow>),
+        (status = 200, description = "A page of the builds the caller may see, newest first; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::api::Build>),
         (status = 400, description = "A bad limit, cursor, status or unknown query parameter", body = crate::web::error::ErrorBody),
         (status = "5XX", description = "The database failed"),
     )
@@ -372,7 +375,7 @@ pub async fn list(
         (None, asked) => asked,
         (Some(own), Some(asked)) if asked != own => {
             // Another team's builds: none the caller may see.
-            return Ok(page.answer(&req, Vec::<BuildRow>::new(), |b| b.id.to_string()));
+            return Ok(page.answer(&req, Vec::<Build>::new(), |b| b.id.to_string()));
         }
         (Some(own), _) => Some(own.to_string()),
     };
@@ -408,7 +411,7 @@ pub async fn list(
     tag = "builds",
     params(PageQuery),
     responses(
-        (status = 200, description = "A page of the containers the caller may see, by handle; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::db::HandleRow>),
+        (status = 200, description = "A page of the containers the caller may see, by handle; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::api::Handle>),
         (status = 400, description = "A bad limit, cursor or unknown query parameter", body = crate::web::error::ErrorBody),
         (status = "5XX", description = "The database failed"),
     )
@@ -437,7 +440,7 @@ pub async fn containers(
     tag = "builds",
     params(PageQuery),
     responses(
-        (status = 200, description = "A page of the volumes the caller may see, by handle; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::db::HandleRow>),
+        (status = 200, description = "A page of the volumes the caller may see, by handle; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::api::Handle>),
         (status = 400, description = "A bad limit, cursor or unknown query parameter", body = crate::web::error::ErrorBody),
         (status = "5XX", description = "The database failed"),
     )

@@ -36,11 +36,17 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use actix_ws::AggregatedMessage;
 use bytes::Bytes;
-use gantry_actors::intercept::InterceptGuard;
-use gantry_actors::runtime::{ByteStream, Container, Process, ProcessIo, ProcessSignal};
-use gantry_actors::spec::{ProcessSpec, WindowSize};
+use gantry_actors::api::InterceptGuard;
+use gantry_actors::runtime::ByteStream;
+use gantry_actors::runtime::Container;
+use gantry_actors::runtime::Process;
+use gantry_actors::runtime::ProcessIo;
+use gantry_actors::runtime::ProcessSignal;
+use gantry_actors::spec::ProcessSpec;
+use gantry_actors::spec::WindowSize;
 use gantry_actors::state::HandleState;
-use gantry_actors::{EngineError, RuntimeError};
+use gantry_actors::EngineError;
+use gantry_actors::RuntimeError;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
@@ -150,7 +156,7 @@ pub async fn build(
     let step = query
         .step
         .clone()
-        .unwrap_or_else(|| gantry_actors::plan::ONE_OFF_STEP.to_string());
+        .unwrap_or_else(|| gantry_actors::api::ONE_OFF_STEP.to_string());
     let build = crate::web::api::builds::visible_build(&identity, &state, id).await?;
     let row = state.engine.step_container(id, &step).await?;
     let Some(row) = row else {

@@ -15,7 +15,7 @@ use crate::web::AppState;
     tag = "operations",
     params(PageQuery),
     responses(
-        (status = 200, description = "A page of the background jobs' statuses, by name; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::background::JobStatus>),
+        (status = 200, description = "A page of the background jobs' statuses, by name; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::api::JobStatus>),
         (status = 400, description = "A bad limit or unknown query parameter", body = crate::web::error::ErrorBody),
     )
 )]
@@ -37,7 +37,7 @@ pub async fn list(
     tag = "operations",
     params(PageQuery),
     responses(
-        (status = 200, description = "A page of the web nodes of the database, by name; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::engine::WebNodeView>),
+        (status = 200, description = "A page of the web nodes of the database, by name; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::api::WebNodeView>),
         (status = 400, description = "A bad limit or unknown query parameter", body = crate::web::error::ErrorBody),
         (status = 500, description = "The database failed", body = crate::web::error::ErrorBody)
     )

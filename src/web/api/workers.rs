@@ -1,9 +1,11 @@
 //! Worker registration, heartbeats and listing.
 
 use actix_web::{web, HttpResponse};
-use gantry_actors::registry::{HeartbeatRefused, LifecycleAction};
+use gantry_actors::api::HeartbeatRefused;
+use gantry_actors::api::LifecycleAction;
 use gantry_actors::state::WorkerState;
-use gantry_actors::worker_info::{Heartbeat, WorkerRegistration};
+use gantry_actors::worker_info::Heartbeat;
+use gantry_actors::worker_info::WorkerRegistration;
 
 use crate::web::api::paging::PageQuery;
 use crate::web::auth::Identity;

@@ -19,9 +19,14 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use actix_web::{web, HttpResponse};
-use gantry_actors::db::{now_ms, BuildQuery, BuildRow, BuildStatus, HandleKind, HandleRow};
-use gantry_actors::gc::sweep::GcStatsSnapshot;
-use gantry_actors::placement::Load;
+use gantry_actors::api::now_ms;
+use gantry_actors::api::Build;
+use gantry_actors::api::BuildQuery;
+use gantry_actors::api::BuildStatus;
+use gantry_actors::api::GcStatsSnapshot;
+use gantry_actors::api::Handle;
+use gantry_actors::api::HandleKind;
+use gantry_actors::api::Load;
 use gantry_actors::worker_info::WorkerView;
 use gantry_actors::Engine;
 use serde::Serialize;
@@ -54,9 +59,9 @@ pub struct Snapshot {
     /// The latest builds the viewer may see, newest first.
     pub builds: Vec<BuildEntry>,
     /// The containers the viewer may see, with their owners.
-    pub containers: Vec<HandleRow>,
+    pub containers: Vec<Handle>,
     /// The volumes the viewer may see, with their owners.
-    pub volumes: Vec<HandleRow>,
+    pub volumes: Vec<Handle>,
     /// Whether there were more containers or volumes than a snapshot lists.
     pub handles_cut: bool,
     /// The garbage collector's state.
@@ -116,7 +121,7 @@ pub struct BuildEntry {
 
 impl BuildEntry {
     /// The dashboard's view of a build row (its plan reduced to a label).
-    pub fn of(b: BuildRow) -> BuildEntry {
+    pub fn of(b: Build) -> BuildEntry {
         BuildEntry {
             job: job_label(&b.plan),
             duration_ms: b.finished_at.map(|f| (f - b.created_at).max(0)),

@@ -1,7 +1,8 @@
 use std::time::{Duration, Instant};
 
-use gantry_actors::db::{BuildRow, BuildStatus};
-use gantry_actors::gc::sweep::GcStatsSnapshot;
+use gantry_actors::api::Build;
+use gantry_actors::api::BuildStatus;
+use gantry_actors::api::GcStatsSnapshot;
 use serde_json::json;
 
 use super::*;
@@ -32,8 +33,8 @@ fn frame(changes: &mut Changes, s: &Snapshot, now: Instant, now_ms: i64) -> Opti
     changes.frame_json(&serde_json::to_string(s).unwrap(), now, now_ms)
 }
 
-fn row(id: i64, plan: serde_json::Value, finished_at: Option<i64>) -> BuildRow {
-    BuildRow {
+fn row(id: i64, plan: serde_json::Value, finished_at: Option<i64>) -> Build {
+    Build {
         id,
         team: "main".into(),
         status: BuildStatus::Succeeded,

@@ -3,7 +3,8 @@
 //! the histogram `gantry_gc_collector_run_seconds`, which the engine records
 //! as the rule runs (see `gantry_actors::histograms`).
 
-use gantry_actors::gc::collector::{Rule, RuleStats};
+use gantry_actors::api::Rule;
+use gantry_actors::api::RuleStats;
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 
 /// Records the Collector's figures into the current recorder.

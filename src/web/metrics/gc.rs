@@ -2,8 +2,8 @@
 //! counters, rows by state, rows marked missing, and each worker's volume
 //! store fill.
 
-use gantry_actors::db::HandleKind;
-use gantry_actors::gc::sweep::DiskUsage;
+use gantry_actors::api::DiskUsage;
+use gantry_actors::api::HandleKind;
 use gantry_actors::state::HandleState;
 use gantry_actors::Engine;
 use metrics::{counter, describe_counter, describe_gauge, gauge};
@@ -19,7 +19,7 @@ const KINDS: [(HandleKind, &str); 2] = [
 /// The GC figures, as read at a scrape.
 pub struct Gc {
     /// The sweep protocol's counters.
-    sweeps: gantry_actors::gc::sweep::GcStatsSnapshot,
+    sweeps: gantry_actors::api::GcStatsSnapshot,
     /// Rows by (kind, state).
     rows: Vec<(&'static str, HandleState, i64)>,
     /// Rows marked missing, by kind.

@@ -33,11 +33,13 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use actix_web::{web, HttpResponse};
-use gantry_actors::background::{JobState, JobStatus};
-use gantry_actors::db::HandleKind;
-use gantry_actors::scheduler::SchedulerStats;
+use gantry_actors::api::HandleKind;
+use gantry_actors::api::JobState;
+use gantry_actors::api::JobStatus;
+use gantry_actors::api::SchedulerStats;
 use gantry_actors::state::HandleState;
-use gantry_actors::worker_info::{WorkerState, WorkerView};
+use gantry_actors::worker_info::WorkerState;
+use gantry_actors::worker_info::WorkerView;
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -57,7 +59,7 @@ static EVENTS: OnceLock<PrometheusHandle> = OnceLock::new();
 pub fn install() -> &'static PrometheusHandle {
     EVENTS.get_or_init(|| {
         let mut builder = PrometheusBuilder::new();
-        for spec in gantry_actors::histograms::ALL {
+        for spec in gantry_actors::api::HISTOGRAMS {
             builder = builder
                 .set_buckets_for_metric(Matcher::Full(spec.name.into()), spec.buckets)
                 .expect("histogram buckets are not empty");
@@ -69,7 +71,7 @@ pub fn install() -> &'static PrometheusHandle {
                 "a metrics recorder was already installed: /metrics shows no histograms"
             );
         }
-        gantry_actors::engine::describe_histograms();
+        gantry_actors::api::describe_histograms();
         handle
     })
 }
@@ -89,16 +91,14 @@ impl Upkeep {
     }
 }
 
-impl gantry_actors::background::Job for Upkeep {
+impl gantry_actors::api::Job for Upkeep {
     fn name(&self) -> String {
         "metrics-upkeep".into()
     }
 
-    async fn tick(
-        &mut self,
-    ) -> Result<gantry_actors::background::Outcome, gantry_actors::background::JobError> {
+    async fn tick(&mut self) -> Result<gantry_actors::api::Outcome, gantry_actors::api::JobError> {
         self.0.run_upkeep();
-        Ok(gantry_actors::background::Outcome::Idle)
+        Ok(gantry_actors::api::Outcome::Idle)
     }
 }
 
@@ -174,7 +174,7 @@ struct Core {
     /// Background jobs.
     jobs: Vec<JobStatus>,
     /// The web nodes sharing the database.
-    web_nodes: Vec<gantry_actors::engine::WebNodeView>,
+    web_nodes: Vec<gantry_actors::api::WebNodeView>,
 }
 
 impl Core {
@@ -233,7 +233,7 @@ impl Core {
         );
         counter!("gantry_placements_unsatisfiable_total").absolute(stats.unsatisfiable);
         describe_gauge!("gantry_builds", "Builds by status.");
-        for s in gantry_actors::db::BuildStatus::ALL {
+        for s in gantry_actors::api::BuildStatus::ALL {
             let n = self.builds.get(s.as_str()).copied().unwrap_or(0);
             gauge!("gantry_builds", "status" => s.as_str()).set(n as f64);
         }
@@ -269,8 +269,8 @@ impl Core {
 }
 
 /// Records the resource counters into the current recorder.
-fn record_resources(r: &gantry_actors::resources::ResourceStats) {
-    use gantry_actors::resources::ResourceStats as R;
+fn record_resources(r: &gantry_actors::api::ResourceStats) {
+    use gantry_actors::api::ResourceStats as R;
     let counters = [
         (
             "gantry_resource_cache_hits_total",

@@ -4,7 +4,7 @@
 //! `gantry_stream_transfer_seconds`, which the engine records as transfers
 //! complete (see `gantry_actors::histograms`).
 
-use gantry_actors::streaming::Streams;
+use gantry_actors::api::Streams;
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 
 /// Records the streaming figures into the current recorder.

@@ -1,0 +1,53 @@
+//! The engine's one surface for its edges (the web node, the CLI, the
+//! Kubernetes runtime, the benchmarks): the [`Engine`] and what its
+//! methods take and answer. Every other module of the engine is private.
+//! Responses are types made for the API ([`Build`], [`Handle`], [`Team`],
+//! [`Token`]), never the database's rows. The wire types the engine shares
+//! with the workers (`gantry-wire`) are re-exported at the crate's root.
+
+pub use crate::views::{Build, Handle, Team, Token};
+
+// The engine, its settings, its errors.
+pub use crate::engine::{
+    check_team_name, describe_histograms, Engine, EngineConfig, EngineSetup, HandleOwner,
+    NodeConfig, WebNodeView, TOKEN_PREFIX,
+};
+pub use crate::error::{EngineError, RuntimeError};
+pub use crate::gc::collector::{CollectorConfig, Rule, RuleStats};
+pub use crate::gc::rules_artifacts::ArtifactAges;
+pub use crate::gc::rules_pressure::DiskPressure;
+pub use crate::placement::{parse_chain, Load, Strategy};
+pub use crate::registry::{HeartbeatRefused, LifecycleAction, LifecycleConfig};
+pub use crate::scheduler::{Placement, PlacementConfig, SchedulerStats, Selection, StepRequest};
+pub use crate::streaming::{
+    LinkRule, StreamConfig, StreamMode, Streams, TransferPath, DEFAULT_MAX_STREAMS, DEFAULT_URL_TTL,
+};
+
+// Builds: what is asked and what is told.
+pub use crate::db::{now_ms, BuildQuery, BuildStatus, HandleKind};
+pub use crate::event_follow::StoredEvent;
+pub use crate::events::{BuildEvent, NodeOutcome};
+pub use crate::pipeline::{load as load_pipeline, Document, Pipeline, Vars};
+pub use crate::plan::{
+    check_pipeline_name, default_pipeline_name, CheckPlan, JobPlan, OneOffPlan, ONE_OFF_STEP,
+};
+pub use crate::task_config::TaskConfig;
+
+// Artifacts, intercepts, background jobs, garbage collection, metrics.
+pub use crate::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
+pub use crate::artifacts::{ArtifactOwner, KeptArtifact};
+pub use crate::background::{Job, JobError, JobState, JobStatus, Outcome};
+pub use crate::gc::sweep::{DiskUsage, GcStatsSnapshot, SweepAnswer, SweepError, SweepReport};
+pub use crate::histograms::{HistogramSpec, ALL as HISTOGRAMS};
+pub use crate::intercept::InterceptGuard;
+pub use crate::resources::ResourceStats;
+
+/// What only the benchmarks use (with the `testing` feature): the database
+/// layer and the parts of the engine they time on their own.
+#[cfg(feature = "testing")]
+pub mod bench {
+    pub use crate::db::Db;
+    pub use crate::gc::sweep::Sweeps;
+    pub use crate::streaming::{Source, StreamTransfer, TransferJob};
+    pub use crate::testing::{registration, DetachedConnector};
+}
