@@ -1,11 +1,13 @@
 //! What the API answers about builds, containers and volumes, teams and
-//! tokens: types made for the API, filled from the database's rows, so
-//! that a column added to a table (or a secret such as a token's hash)
-//! never reaches a response by accident.
+//! tokens: types made for the API. The database layer decodes builds,
+//! handles and teams straight into them (its queries name each column);
+//! a token has a row of its own, which holds its hash, and is answered as
+//! [`Token`], which does not. A column added to a table (or a secret) never
+//! reaches a response by accident.
 
 use serde::{Deserialize, Serialize};
 
-use crate::db::{BuildRow, HandleRow, TeamRow, TokenRow};
+use crate::db::TokenRow;
 use crate::state::{BuildStatus, HandleState};
 
 /// A build.
@@ -30,22 +32,6 @@ pub struct Build {
     pub created_at: i64,
     /// Unix ms, once finished.
     pub finished_at: Option<i64>,
-}
-
-impl From<BuildRow> for Build {
-    fn from(r: BuildRow) -> Self {
-        Build {
-            id: r.id,
-            team: r.team,
-            status: r.status,
-            plan: r.plan,
-            worker: r.worker,
-            exit_status: r.exit_status,
-            error: r.error,
-            created_at: r.created_at,
-            finished_at: r.finished_at,
-        }
-    }
 }
 
 /// A container or a volume.
@@ -73,22 +59,6 @@ pub struct Handle {
     pub missing: bool,
 }
 
-impl From<HandleRow> for Handle {
-    fn from(r: HandleRow) -> Self {
-        Handle {
-            handle: r.handle,
-            worker: r.worker,
-            state: r.state,
-            sequence: r.sequence,
-            build_id: r.build_id,
-            step: r.step,
-            team: r.team,
-            owner: r.owner,
-            missing: r.missing,
-        }
-    }
-}
-
 /// A team.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -97,15 +67,6 @@ pub struct Team {
     pub name: String,
     /// Unix ms of its creation (0 for `main`).
     pub created_at: i64,
-}
-
-impl From<TeamRow> for Team {
-    fn from(r: TeamRow) -> Self {
-        Team {
-            name: r.name,
-            created_at: r.created_at,
-        }
-    }
 }
 
 /// A team token, never its secret nor its hash.

@@ -94,7 +94,7 @@ fn run_of(h: &Harness, name: &str) -> Run {
 }
 
 /// Starts a build of `plan` and waits for its end, with no clock moving.
-async fn run_quick(h: &Harness, plan: Plan) -> crate::db::BuildRow {
+async fn run_quick(h: &Harness, plan: Plan) -> crate::views::Build {
     let (id, _build) = h.start_plan(plan).await;
     h.finished(id).await
 }

@@ -174,7 +174,7 @@ impl Harness {
     }
 
     /// Waits until the build has stored its final status.
-    pub(super) async fn finished(&self, id: i64) -> crate::db::BuildRow {
+    pub(super) async fn finished(&self, id: i64) -> crate::views::Build {
         let hub_done = until("the build to finish", || async {
             let row = self.db.get_build(id).await.unwrap()?;
             let last = self.events(id).await.last().cloned()?;

@@ -5,28 +5,9 @@ use crate::error::EngineError;
 
 pub use crate::state::BuildStatus;
 
-/// A stored build.
-#[derive(Debug, Clone)]
-pub struct BuildRow {
-    /// Build id.
-    pub id: i64,
-    /// Owning team.
-    pub team: String,
-    /// Status.
-    pub status: BuildStatus,
-    /// The plan (JSON).
-    pub plan: serde_json::Value,
-    /// Worker its step ran on, once placed.
-    pub worker: Option<String>,
-    /// Exit status of its task, once it ran.
-    pub exit_status: Option<i64>,
-    /// Why it errored.
-    pub error: Option<String>,
-    /// Unix ms.
-    pub created_at: i64,
-    /// Unix ms, once finished.
-    pub finished_at: Option<i64>,
-}
+/// A stored build: the database layer decodes it straight into the type
+/// the API answers ([`crate::views::Build`]).
+pub type BuildRow = crate::views::Build;
 
 /// Which builds a page lists (`GET /api/v1/builds`): every filter given
 /// must match.

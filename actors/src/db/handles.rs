@@ -28,29 +28,9 @@ impl HandleKind {
     }
 }
 
-/// A stored container or volume.
-#[derive(Debug, Clone)]
-pub struct HandleRow {
-    /// Handle on the worker.
-    pub handle: String,
-    /// Worker holding it.
-    pub worker: String,
-    /// Where it is in its life.
-    pub state: HandleState,
-    /// Per-worker sequence number of its create.
-    pub sequence: i64,
-    /// Build that uses it.
-    pub build_id: Option<i64>,
-    /// Step of that build (containers).
-    pub step: Option<String>,
-    /// Owning team.
-    pub team: String,
-    /// Who keeps it: `build N (step or role)`, `task cache (PATH)`,
-    /// `image ARTIFACT`, or `none`.
-    pub owner: String,
-    /// Absent from its worker's last report (see `gc/`).
-    pub missing: bool,
-}
+/// A stored container or volume, decoded straight into the type the API
+/// answers ([`crate::views::Handle`]).
+pub type HandleRow = crate::views::Handle;
 
 /// Who keeps a container or volume, in words.
 fn owner_of(build: Option<i64>, step: Option<&str>, artifact: Option<&str>) -> String {

@@ -21,15 +21,15 @@ mod turns;
 mod web_nodes;
 mod workers;
 
-pub use builds::{BuildQuery, BuildRow, BuildStatus};
+pub use builds::{BuildQuery, BuildStatus};
 pub use gc_collect::ArtifactCutoffs;
 pub use gc_sweep::{SweepRow, SweepWrites};
-pub use handles::{ArtifactCopy, HandleKind, HandleRow};
+pub use handles::{ArtifactCopy, HandleKind};
 pub use intercepts::Closing;
 pub use placements::RELEASES_CHANNEL;
 pub use resources::ResourceCacheRow;
 pub use task_caches::{TaskCacheKey, TaskCacheRow};
-pub use teams::{TeamRow, TokenRow};
+pub use teams::TokenRow;
 pub use turns::TurnAhead;
 pub use workers::WorkerRow;
 

@@ -5,14 +5,9 @@ use crate::db::Db;
 use crate::error::EngineError;
 use crate::state::BuildStatus;
 
-/// A team.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TeamRow {
-    /// Its name.
-    pub name: String,
-    /// Unix ms of its creation (0 for `main`).
-    pub created_at: i64,
-}
+/// A team, decoded straight into the type the API answers
+/// ([`crate::views::Team`]).
+pub type TeamRow = crate::views::Team;
 
 /// A team token, without its secret.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -184,7 +184,6 @@ impl Engine {
         self.db
             .get_build(id)
             .await?
-            .map(BuildView::from)
             .ok_or_else(|| EngineError::NotFound {
                 kind: "build",
                 name: id.to_string(),
@@ -196,8 +195,7 @@ impl Engine {
         &self,
         query: &BuildQuery,
     ) -> Result<Vec<BuildView>, EngineError> {
-        let rows = self.db.list_builds_page(query).await?;
-        Ok(rows.into_iter().map(BuildView::from).collect())
+        self.db.list_builds_page(query).await
     }
 
     /// How many builds there are in each status.

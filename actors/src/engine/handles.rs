@@ -18,8 +18,7 @@ impl Engine {
         after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Handle>, EngineError> {
-        let rows = self.db.list_handles_page(kind, team, after, limit).await?;
-        Ok(rows.into_iter().map(Handle::from).collect())
+        self.db.list_handles_page(kind, team, after, limit).await
     }
 
     /// How many containers or volumes each worker has in each state.
@@ -32,8 +31,7 @@ impl Engine {
 
     /// A container by handle.
     pub async fn container(&self, handle: &str) -> Result<Option<Handle>, EngineError> {
-        let row = self.db.get_handle(HandleKind::Container, handle).await?;
-        Ok(row.map(Handle::from))
+        self.db.get_handle(HandleKind::Container, handle).await
     }
 
     /// The latest container of a build's step.
@@ -42,8 +40,7 @@ impl Engine {
         build: i64,
         step: &str,
     ) -> Result<Option<Handle>, EngineError> {
-        let row = self.db.find_step_container(build, step).await?;
-        Ok(row.map(Handle::from))
+        self.db.find_step_container(build, step).await
     }
 
     /// Opens an intercept session in a container (recorded in the

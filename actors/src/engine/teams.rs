@@ -75,8 +75,7 @@ impl Engine {
 
     /// Every team.
     pub async fn teams(&self) -> Result<Vec<Team>, EngineError> {
-        let rows = self.db.list_teams().await?;
-        Ok(rows.into_iter().map(Team::from).collect())
+        self.db.list_teams().await
     }
 
     /// Creates team `name` if it does not exist; answers whether it was new.
