@@ -77,6 +77,13 @@ impl Schedule {
     }
 }
 
+impl From<Duration> for Schedule {
+    /// [`Schedule::every`] `interval`.
+    fn from(interval: Duration) -> Self {
+        Schedule::every(interval)
+    }
+}
+
 /// Stops one runner once its current tick (if any) has finished.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -167,6 +174,7 @@ impl<J: Job> Periodic<J> {
                         Outcome::Idle => {
                             Some((act.schedule.wait(act.schedule.interval), JobState::Idle))
                         }
+                        Outcome::IdleFor(wait) => Some((act.schedule.wait(wait), JobState::Idle)),
                         Outcome::Busy => Some((Duration::ZERO, JobState::Busy)),
                         Outcome::Done => None,
                     }
@@ -221,7 +229,7 @@ impl<J: Job> Actor for Periodic<J> {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        tracing::debug!(job = self.report.name(), "background job stopped");
+        tracing::info!(job = self.report.name(), "background job stopped");
         self.report.stopped();
     }
 }
@@ -497,6 +505,29 @@ mod tests {
                 Duration::ZERO,
                 "a finished job is no longer running"
             );
+        });
+    }
+
+    #[test]
+    fn idle_for_waits_its_own_time_instead_of_the_interval() {
+        run_paused(|| async {
+            let jobs = Jobs::default();
+            let script = [
+                Step::Ok(Outcome::IdleFor(Duration::from_secs(1))),
+                Step::Ok(Outcome::IdleFor(Duration::from_secs(2))),
+            ];
+            let (_runner, ticks) = start(
+                "sweeper",
+                &script,
+                Schedule::every(Duration::from_secs(10)),
+                &jobs,
+            );
+            sleep(Duration::from_millis(1500)).await;
+            let s = jobs.get("sweeper").unwrap();
+            assert_eq!((s.state, s.runs), (JobState::Idle, 2), "{s:?}");
+            sleep(Duration::from_secs(20)).await;
+            // Waits 1 s, 2 s, then the interval once the script says Idle.
+            assert_eq!(*ticks.borrow(), secs(&[0., 1., 3., 13.]));
         });
     }
 

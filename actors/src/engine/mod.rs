@@ -230,17 +230,17 @@ impl Engine {
         self.db.queries()
     }
 
-    /// Runs `job` on the background runner every `every` (with backoff on
-    /// errors), listed in `gantry jobs` and stopped in order by
+    /// Runs `job` on the background runner on `schedule` (an interval, or
+    /// a [`Schedule`](crate::background::Schedule) with its own backoff),
+    /// listed in `gantry jobs` and stopped in order by
     /// [`Engine::shutdown`]: the one place the edges' long-lived work runs
     /// too. Must be called inside the actix System.
-    pub fn run_job<J: crate::background::Job>(&self, job: J, every: std::time::Duration) {
-        crate::background::Periodic::new(
-            job,
-            crate::background::Schedule::every(every),
-            &self.jobs,
-        )
-        .start();
+    pub fn run_job<J: crate::background::Job>(
+        &self,
+        job: J,
+        schedule: impl Into<crate::background::Schedule>,
+    ) {
+        crate::background::Periodic::new(job, schedule.into(), &self.jobs).start();
     }
 
     /// Every background job's status, by name.
