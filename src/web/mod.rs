@@ -237,8 +237,15 @@ pub async fn start_web(
     })
     // Small streamed answers (build events) must not wait for Nagle's algorithm.
     .tcp_nodelay(true)
-    .bind(cfg.listen)
-    .with_context(|| format!("binding {}", cfg.listen))?;
+    .bind(cfg.listen);
+    let server = match server {
+        Ok(server) => server,
+        Err(e) => {
+            // The engine's jobs stop inside the runtime, not as it goes.
+            engine.shutdown().await;
+            return Err(e).with_context(|| format!("binding {}", cfg.listen));
+        }
+    };
     let addr = server.addrs()[0];
     tracing::info!(
         "web node listening on http://{addr} (database: {})",

@@ -110,7 +110,7 @@ pub struct Periodic<J: Job> {
     stopping: bool,
     /// Keeps [`Jobs::stopped`] waiting until this runner is gone.
     _running: RunningGuard,
-    /// Whether this node leads the job's role (see [`crate::db::Db::campaign`]);
+    /// Whether this node leads the job's role (see [`super::campaign`]);
     /// none: it always runs.
     leader: Option<tokio::sync::watch::Receiver<bool>>,
 }

@@ -27,6 +27,7 @@ pub use gc_collect::{ArtifactCutoffs, ReleasedArtifact, ReleasedHandle, StaleRes
 pub use gc_sweep::{SweepRow, SweepWrites};
 pub use handles::{ArtifactCopy, HandleKind, HandleRow};
 pub use intercepts::Closing;
+pub use leadership::Lead;
 pub use placements::{LedgerRow, LedgerTx, RELEASES_CHANNEL};
 pub use resources::{ResourceCacheRow, VersionRow};
 pub use task_caches::{TaskCacheKey, TaskCacheRow};

@@ -172,7 +172,11 @@ impl Engine {
             collector: Default::default(),
             sweeps: Default::default(),
         };
-        engine.join_web_nodes().await?;
+        if let Err(e) = engine.join_web_nodes().await {
+            // What has started (jobs, connections) stops inside the runtime.
+            engine.shutdown().await;
+            return Err(e);
+        }
         crate::gc::collector::start_collector(
             &crate::gc::collector::CollectorDeps {
                 db: engine.db.clone(),
