@@ -129,10 +129,10 @@ impl Engine {
     ) -> Result<Engine, EngineError> {
         let hub = EventHub::default();
         let scheduler = Scheduler::start_on_own_thread(config.placement.clone());
-        let placer = Placer::for_database(scheduler.clone(), &db, &config.node_name);
+        let jobs = Jobs::default();
+        let placer = Placer::for_database(scheduler.clone(), &db, &config.node_name, &jobs);
         let intercepts = crate::intercept::Intercepts::new(db.clone(), &config.node_name);
         let worker_states = WorkerStates::default();
-        let jobs = Jobs::default();
         let registry = Registry::new(
             db.clone(),
             connector.clone(),
