@@ -184,7 +184,7 @@ pub async fn start_web(
     let engine = Engine::start(db, connector, Arc::new(artifacts), engine_config).await?;
     engine.run_job(self::metrics::Upkeep::new(), self::metrics::Upkeep::EVERY);
     for cluster in clusters {
-        crate::k8s::beacon::spawn(engine.clone(), cluster);
+        crate::k8s::beacon::start(&engine, cluster);
     }
     // Another node took this node's builds over: going on would run them twice.
     let mut fenced = engine.fenced();
