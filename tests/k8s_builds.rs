@@ -86,21 +86,7 @@ run:
 
 /// A web node whose one worker is the mock's cluster, named `k8s`.
 fn start(dir: &Path, db: &TestDb, mock: &KubeMock) -> Server {
-    let kubeconfig = dir.join("kubeconfig");
-    mock.write_kubeconfig(&kubeconfig, "ci");
-    let config = format!(
-        r#"
-[[web.kubernetes]]
-name = "k8s"
-kubeconfig = "{}"
-namespace = "ci"
-default_image = "busybox:1.36"
-heartbeat_interval_secs = 1
-sweep_interval_secs = 1
-start_timeout_secs = 10
-"#,
-        kubeconfig.display()
-    );
+    let config = mock.web_config(dir);
     let web = start_web(dir, db, &config);
     let workers = wait_running(&web.url, 1);
     assert_eq!(workers[0]["name"], "k8s");

@@ -7,7 +7,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::db::TokenRow;
 use crate::state::{BuildStatus, HandleState};
 
 /// A build.
@@ -85,17 +84,4 @@ pub struct Token {
     pub expires_at: Option<i64>,
     /// Unix ms of its revocation, if revoked.
     pub revoked_at: Option<i64>,
-}
-
-impl From<TokenRow> for Token {
-    fn from(r: TokenRow) -> Self {
-        Token {
-            id: r.id,
-            team: r.team,
-            description: r.description,
-            created_at: r.created_at,
-            expires_at: r.expires_at,
-            revoked_at: r.revoked_at,
-        }
-    }
 }

@@ -10,21 +10,25 @@
 //! published on [`Beacon::status`] as a [`BeaconStatus`], so a stopping
 //! worker can wait until it has landed (or was retired). It ends when
 //! shutdown is announced.
+//!
+//! One step of it ([`Beacon::beat`]) is generic over whom it speaks to
+//! ([`WebLink`]) and what it counts ([`Holdings`]): the worker process runs
+//! it in its own loop ([`Beacon::run`]), the web node runs it for its
+//! Kubernetes cluster worker as a background job (with the same backoff,
+//! [`BACKOFF_START`] to [`BACKOFF_CAP`]).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use gantry_wire::worker_info::{Heartbeat, WorkerRegistration, WorkerState};
-use reqwest::StatusCode;
 use tokio::sync::watch;
 
-/// First retry delay after a failure.
-const BACKOFF_START: Duration = Duration::from_millis(250);
-/// Longest retry delay.
-const BACKOFF_CAP: Duration = Duration::from_secs(10);
+use super::holdings::Holdings;
+use super::web_link::{Refusal, WebLink};
 
-/// Reports how many containers and volumes the worker holds.
-pub type Counts = Arc<dyn Fn() -> (u32, u32) + Send + Sync>;
+/// First retry delay after a failure.
+pub const BACKOFF_START: Duration = Duration::from_millis(250);
+/// Longest retry delay.
+pub const BACKOFF_CAP: Duration = Duration::from_secs(10);
 
 /// Where the worker stands with the web node, as the beacon last learned it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,101 +43,112 @@ pub enum BeaconStatus {
 }
 
 /// Registration and heartbeats of one worker incarnation.
-pub struct Beacon {
-    /// HTTP client for the web node.
-    pub http: reqwest::Client,
-    /// The web nodes (any of them takes registrations and heartbeats).
-    pub web: super::web_nodes::WebNodes,
-    /// Key presented as bearer token.
-    pub registration_key: String,
+pub struct Beacon<L, H> {
+    /// The web node it speaks to.
+    pub link: L,
+    /// What the worker holds: its counts go with each heartbeat.
+    pub holdings: H,
     /// What is registered (its incarnation is fixed for this run).
     pub registration: WorkerRegistration,
     /// Time between heartbeats.
     pub interval: Duration,
-    /// The live counts sent with each heartbeat.
-    pub counts: Counts,
     /// The worker's state as the web node last answered it
     /// ([`BeaconStatus::Retired`] after a 410).
     pub status: watch::Sender<BeaconStatus>,
+    /// Whether the web node took the registration: heartbeats follow.
+    registered: bool,
 }
 
-/// What a failed call to the web node means.
-#[derive(Debug)]
-enum Failure {
-    /// The web node does not know this worker (incarnation): register again.
-    Unknown(StatusCode),
-    /// The worker was retired: stop heartbeating.
+/// What one step of the beacon did, and so what comes next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Beat {
+    /// It registered: heartbeats follow every interval.
+    Registered,
+    /// A heartbeat was taken: the next one after the interval.
+    Beaten,
+    /// The web node no longer knows this incarnation: register again at once.
+    Forgotten,
+    /// The worker was retired: no more heartbeats.
     Retired,
-    /// Anything else: retry after a backoff.
-    Retry(String),
 }
 
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::Unknown(status) => write!(f, "the web node answered {status}"),
-            Failure::Retired => f.write_str("the worker was retired"),
-            Failure::Retry(reason) => f.write_str(reason),
+impl<L: WebLink, H: Holdings> Beacon<L, H> {
+    /// The beacon of `registration`, not registered yet.
+    pub fn new(link: L, holdings: H, registration: WorkerRegistration, interval: Duration) -> Self {
+        Beacon {
+            link,
+            holdings,
+            registration,
+            interval,
+            status: watch::channel(BeaconStatus::Unregistered).0,
+            registered: false,
         }
     }
-}
 
-impl Beacon {
-    /// Runs until `shutdown` becomes true.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
-        let register_path = "/api/v1/workers/register".to_string();
-        let heartbeat_path = format!(
-            "/api/v1/workers/{}/heartbeat",
-            gantry_wire::url::segment(&self.registration.name)
-        );
-        let mut backoff = BACKOFF_START;
-        let mut registered = false;
-        loop {
-            let wait = if !registered {
-                match self.post(&register_path, &self.registration).await {
-                    Ok(_) => {
-                        self.status
-                            .send_replace(BeaconStatus::Registered(WorkerState::Running));
-                        tracing::info!(web = %self.web.current(), worker = %self.registration.name,
-                            incarnation = %self.registration.incarnation, "registered with the web node");
-                        registered = true;
-                        backoff = BACKOFF_START;
-                        self.interval
-                    }
-                    Err(f) => {
-                        tracing::warn!(error = %f, retry_in = ?backoff, "registration failed");
-                        next_backoff(&mut backoff)
-                    }
+    /// One step: registers when not registered, else heartbeats with the
+    /// live counts. An error (a failure to retry after a backoff) says what
+    /// failed.
+    pub async fn beat(&mut self) -> Result<Beat, String> {
+        let reg = &self.registration;
+        if !self.registered {
+            self.link
+                .register(reg)
+                .await
+                .map_err(|f| format!("registration failed: {f}"))?;
+            self.status
+                .send_replace(BeaconStatus::Registered(WorkerState::Running));
+            tracing::info!(web = %self.link.describe(), worker = %reg.name,
+                incarnation = %reg.incarnation, "registered with the web node");
+            self.registered = true;
+            return Ok(Beat::Registered);
+        }
+        let (containers, volumes) = self
+            .holdings
+            .counts()
+            .await
+            .map_err(|e| format!("no heartbeat: {e}"))?;
+        let beat = Heartbeat {
+            incarnation: reg.incarnation.clone(),
+            containers,
+            volumes,
+        };
+        match self.link.heartbeat(&reg.name, &beat).await {
+            Ok(state) => {
+                if let Some(state) = state {
+                    self.status.send_replace(BeaconStatus::Registered(state));
                 }
-            } else {
-                let (containers, volumes) = (self.counts)();
-                let beat = Heartbeat {
-                    incarnation: self.registration.incarnation.clone(),
-                    containers,
-                    volumes,
-                };
-                match self.post(&heartbeat_path, &beat).await {
-                    Ok(state) => {
-                        if let Some(state) = state {
-                            self.status.send_replace(BeaconStatus::Registered(state));
-                        }
-                        backoff = BACKOFF_START;
-                        self.interval
-                    }
-                    Err(Failure::Retired) => {
-                        tracing::info!("the web node retired this worker; no more heartbeats");
-                        self.status.send_replace(BeaconStatus::Retired);
-                        return;
-                    }
-                    Err(Failure::Unknown(status)) => {
-                        tracing::info!(%status, "the web node does not know this worker; registering again");
-                        registered = false;
-                        Duration::ZERO
-                    }
-                    Err(f) => {
-                        tracing::warn!(error = %f, retry_in = ?backoff, "heartbeat failed");
-                        next_backoff(&mut backoff)
-                    }
+                Ok(Beat::Beaten)
+            }
+            Err(Refusal::Retired(_)) => {
+                tracing::info!(worker = %reg.name, "the web node retired this worker; no more heartbeats");
+                self.status.send_replace(BeaconStatus::Retired);
+                Ok(Beat::Retired)
+            }
+            Err(Refusal::Unknown(answer)) => {
+                tracing::info!(worker = %reg.name, %answer, "the web node does not know this worker; registering again");
+                self.registered = false;
+                Ok(Beat::Forgotten)
+            }
+            Err(Refusal::Failed(e)) => Err(format!("heartbeat failed: {e}")),
+        }
+    }
+
+    /// Beats until `shutdown` becomes true or the worker is retired:
+    /// every interval, at once after the web node forgot the worker,
+    /// after a doubling backoff following failures.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+        let mut backoff = BACKOFF_START;
+        loop {
+            let wait = match self.beat().await {
+                Ok(Beat::Registered | Beat::Beaten) => {
+                    backoff = BACKOFF_START;
+                    self.interval
+                }
+                Ok(Beat::Forgotten) => Duration::ZERO,
+                Ok(Beat::Retired) => return,
+                Err(e) => {
+                    tracing::warn!(retry_in = ?backoff, "{e}");
+                    next_backoff(&mut backoff)
                 }
             };
             tokio::select! {
@@ -141,48 +156,6 @@ impl Beacon {
                 _ = shutdown.wait_for(|stop| *stop) => return,
             }
         }
-    }
-
-    /// POSTs JSON to `path` of a web node with the registration key;
-    /// returns the `state` the web node answered, if it answered one this
-    /// agent knows.
-    async fn post<T: serde::Serialize>(
-        &self,
-        path: &str,
-        body: &T,
-    ) -> Result<Option<WorkerState>, Failure> {
-        // A web node that hangs (rather than refuses) must not hold the
-        // heartbeats back past the worker's TTL: after half an interval the
-        // next node is asked.
-        let timeout = (self.interval / 2).max(Duration::from_secs(1));
-        let resp = self
-            .web
-            .send(|base| {
-                self.http
-                    .post(format!("{base}{path}"))
-                    .bearer_auth(&self.registration_key)
-                    .timeout(timeout)
-                    .json(body)
-            })
-            .await
-            .map_err(Failure::Retry)?;
-        let url = resp.url().to_string();
-        let status = resp.status();
-        if status.is_success() {
-            let answer: serde_json::Value = resp.json().await.unwrap_or_default();
-            return Ok(answer["state"].as_str().and_then(WorkerState::parse));
-        }
-        if status == StatusCode::GONE {
-            return Err(Failure::Retired);
-        }
-        if matches!(status, StatusCode::NOT_FOUND | StatusCode::CONFLICT) {
-            return Err(Failure::Unknown(status));
-        }
-        let text = resp.text().await.unwrap_or_default();
-        Err(Failure::Retry(format!(
-            "{url} answered {status}: {}",
-            text.trim()
-        )))
     }
 }
 
@@ -196,6 +169,7 @@ fn next_backoff(backoff: &mut Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::web_link::HttpLink;
     use actix_web::{web, App, HttpResponse, HttpServer};
     use gantry_wire::worker_info::WorkerLimits;
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -261,30 +235,42 @@ mod tests {
         (format!("http://{addr}"), web_state, handle)
     }
 
-    fn beacon(web: &str) -> Beacon {
-        Beacon {
-            http: reqwest::Client::new(),
-            web: crate::web_nodes::WebNodes::parse(web).unwrap(),
-            registration_key: "key".into(),
-            registration: WorkerRegistration {
-                name: "w1".into(),
-                agent_url: "http://127.0.0.1:1".into(),
-                agent_token: "t".into(),
-                stream_key: String::new(),
-                platform: "linux".into(),
-                tags: vec![],
-                team: None,
-                resource_types: vec![],
-                limits: WorkerLimits::default(),
-                version: "0".into(),
-                backend: "local".into(),
-                incarnation: "i".into(),
-                heartbeat_interval_secs: 1,
-            },
-            interval: Duration::from_millis(20),
-            counts: Arc::new(|| (2, 3)),
-            status: watch::channel(BeaconStatus::Unregistered).0,
+    /// Holdings of two containers and three volumes.
+    struct Fixed;
+
+    #[async_trait::async_trait]
+    impl Holdings for Fixed {
+        async fn counts(&self) -> Result<(u32, u32), String> {
+            Ok((2, 3))
         }
+        async fn list(&self) -> Result<crate::holdings::Listing, String> {
+            Ok(Default::default())
+        }
+        async fn destroy(&self, _: crate::holdings::Kind, _: &str) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    fn beacon(web: &str) -> Beacon<HttpLink, Fixed> {
+        let web = crate::web_nodes::WebNodes::parse(web).unwrap();
+        let second = Some(Duration::from_secs(1));
+        let link = HttpLink::new(web, "key", Duration::from_secs(30), second).unwrap();
+        let registration = WorkerRegistration {
+            name: "w1".into(),
+            agent_url: "http://127.0.0.1:1".into(),
+            agent_token: "t".into(),
+            stream_key: String::new(),
+            platform: "linux".into(),
+            tags: vec![],
+            team: None,
+            resource_types: vec![],
+            limits: WorkerLimits::default(),
+            version: "0".into(),
+            backend: "local".into(),
+            incarnation: "i".into(),
+            heartbeat_interval_secs: 1,
+        };
+        Beacon::new(link, Fixed, registration, Duration::from_millis(20))
     }
 
     /// Waits until `n` heartbeats reached `web`.

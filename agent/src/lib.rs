@@ -10,7 +10,10 @@
 //! `images.rs` (unpacking images into volumes), `resource_types.rs` (the
 //! base resource types shipped with every worker), `tree` (`gantry-files`: removing,
 //! copying and measuring directory trees), `beacon.rs` (registration and
-//! heartbeats), `slots.rs` (idempotent creation), `state.rs` (what handlers
+//! heartbeats), `web_link.rs` (the web node as the beacon and the sweeper
+//! speak to it: over HTTP, or the engine's own methods for a worker inside
+//! the web node), `holdings.rs` (what a worker holds: counted, listed and
+//! destroyed for the beacon and the sweeper), `slots.rs` (idempotent creation), `state.rs` (what handlers
 //! share), `stream_counters.rs` (streams in and out, now and at most),
 //! `stream_grant.rs` (checking the signed stream URL another worker presents),
 //! `stream_from.rs` (pulling a volume from another worker), `error.rs`, `sweeper.rs` (the worker's half of
@@ -36,6 +39,7 @@ pub mod body;
 pub mod config;
 pub mod containers;
 pub mod error;
+pub mod holdings;
 pub mod images;
 pub mod output_log;
 pub mod processes;
@@ -53,6 +57,7 @@ pub use gantry_files::tree;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod volumes;
+pub mod web_link;
 pub mod web_nodes;
 pub mod worker;
 

@@ -4,7 +4,8 @@
 
 use super::resource_types::ResourceTypes;
 use super::{
-    backend, beacon, containers, server, state, sweeper, volumes, AgentState, BeaconStatus,
+    backend, beacon, containers, holdings, server, state, sweeper, volumes, web_link, AgentState,
+    BeaconStatus,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -226,40 +227,42 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
         incarnation: uuid::Uuid::new_v4().to_string(),
         heartbeat_interval_secs: cfg.heartbeat_interval_secs.max(1),
     };
-    let counts_state = state.clone();
-    let beacon = beacon::Beacon {
-        http: reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(30))
-            .build()
-            .context("building the beacon's HTTP client")?,
-        web: web.clone(),
-        registration_key: cfg.registration_key.clone(),
-        registration: registration.clone(),
-        interval: Duration::from_secs(registration.heartbeat_interval_secs),
-        counts: Arc::new(move || {
-            (
-                counts_state.containers.handles().len() as u32,
-                counts_state.volumes.handles().len() as u32,
-            )
-        }),
-        status: watch::channel(BeaconStatus::Unregistered).0,
+    let holdings = holdings::AgentHoldings {
+        state: state.clone(),
+        work_dir: work_dir.clone(),
     };
+    let interval = Duration::from_secs(registration.heartbeat_interval_secs);
+    // A web node that hangs (rather than refuses) must not hold the
+    // heartbeats back past the worker's TTL: after half an interval the
+    // next node is asked.
+    let per_node = (interval / 2).max(Duration::from_secs(1));
+    let beacon_link = web_link::HttpLink::new(
+        web.clone(),
+        &cfg.registration_key,
+        Duration::from_secs(30),
+        Some(per_node),
+    )
+    .context("building the beacon's HTTP client")?;
+    let beacon = beacon::Beacon::new(
+        beacon_link,
+        holdings.clone(),
+        registration.clone(),
+        interval,
+    );
     let status = beacon.status.subscribe();
     let (shutdown, stopped) = watch::channel(false);
     if cfg.sweep_interval_secs > 0 {
         let sweeper = sweeper::Sweeper {
-            http: reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(5))
-                .timeout(Duration::from_secs(120))
-                .build()
-                .context("building the sweeper's HTTP client")?,
-            web: web.clone(),
-            registration_key: cfg.registration_key.clone(),
+            link: web_link::HttpLink::new(
+                web.clone(),
+                &cfg.registration_key,
+                Duration::from_secs(120),
+                None,
+            )
+            .context("building the sweeper's HTTP client")?,
+            holdings,
             worker: registration.name.clone(),
             incarnation: registration.incarnation.clone(),
-            state: state.clone(),
-            work_dir: work_dir.clone(),
             interval: Duration::from_secs(cfg.sweep_interval_secs),
             max_parallel_destroys: cfg.max_parallel_destroys.max(1),
         };

@@ -182,7 +182,13 @@ pub fn quickstart(
     actix_web::rt::System::new().block_on(async move {
         let handle = crate::web::start_web(&web_cfg, Arc::new(AgentConnector::new())).await?;
         worker_cfg.web = format!("http://{}", handle.addr);
-        let worker = crate::agent::start_worker(worker_cfg).await?;
+        let worker = match crate::agent::start_worker(worker_cfg).await {
+            Ok(worker) => worker,
+            Err(e) => {
+                handle.engine.shutdown().await;
+                return Err(e);
+            }
+        };
         crate::outln!(
             "gantry quickstart: dashboard and API on http://{}",
             handle.addr

@@ -1,15 +1,25 @@
 //! The cluster worker's life inside the web node: it registers, heartbeats
-//! and sweeps through the engine's own methods, as a worker process does
-//! over HTTP (`agent/beacon.rs`, `agent/sweeper.rs`).
+//! and sweeps with the worker agent's own beacon and sweeper
+//! (`gantry_agent::beacon`, `gantry_agent::sweeper`), which speak to the
+//! engine's methods here ([`EngineLink`]) instead of HTTP, and count, list
+//! and destroy its pods and volumes ([`KubeWorker`] as their holdings).
+//! Both run as jobs of the engine's background runner,
+//! `kubernetes-beacon/{worker}` and `kubernetes-sweeper/{worker}`: listed in
+//! `gantry jobs` and stopped in order at shutdown.
 
 use std::time::Duration;
 
-use futures::StreamExt;
-use gantry_actors::api::SweepReport;
+use async_trait::async_trait;
+use gantry_actors::api::{Backoff, HeartbeatRefused, Job, JobError, Outcome, Schedule};
 use gantry_actors::runtime::Worker;
-use gantry_actors::worker_info::Heartbeat;
-use gantry_actors::worker_info::WorkerRegistration;
 use gantry_actors::Engine;
+use gantry_agent::beacon::{Beacon, BeaconStatus, Beat, BACKOFF_CAP, BACKOFF_START};
+use gantry_agent::holdings::{Holdings, Kind, Listing};
+use gantry_agent::sweeper::Sweeper;
+use gantry_agent::web_link::{Refusal, WebLink};
+use gantry_wire::sweep::{SweepAnswer, SweepReport};
+use gantry_wire::worker_info::{Heartbeat, WorkerRegistration, WorkerState};
+use tokio::sync::watch;
 
 use super::connect::BACKEND;
 use super::worker::KubeWorker;
@@ -17,7 +27,12 @@ use super::worker::KubeWorker;
 /// Most destroys at once in a sweep.
 const PARALLEL_DESTROYS: usize = 4;
 
-/// The registration of a cluster worker (a new incarnation each time).
+/// How often the sweeper looks whether the beacon has registered yet: the
+/// first sweep comes this soon after registering.
+const FIRST_SWEEP: Duration = Duration::from_secs(1);
+
+/// The registration of a cluster worker (a new incarnation at each start
+/// of the web node).
 pub fn registration(worker: &KubeWorker) -> WorkerRegistration {
     let cfg = worker.config();
     WorkerRegistration {
@@ -39,97 +54,167 @@ pub fn registration(worker: &KubeWorker) -> WorkerRegistration {
     }
 }
 
-/// Runs the cluster worker's beacon and sweeper until the process ends.
-pub fn spawn(engine: Engine, worker: KubeWorker) {
-    actix::spawn(async move {
-        let cfg = worker.config().clone();
-        let beat = Duration::from_secs(cfg.heartbeat_interval_secs);
-        let sweep_every = Duration::from_secs(cfg.sweep_interval_secs);
-        let mut failures = 0u64;
-        'register: loop {
-            let reg = registration(&worker);
-            if let Err(e) = engine.register_worker(reg.clone()).await {
-                tracing::warn!(worker = %cfg.name, "registering the cluster worker: {e}");
-                tokio::time::sleep(beat).await;
-                continue;
+/// Starts the cluster worker's beacon and sweeper on the engine's
+/// background runner (inside the actix System).
+pub fn start(engine: &Engine, worker: KubeWorker) {
+    let cfg = worker.config().clone();
+    let reg = registration(&worker);
+    let beat = Duration::from_secs(cfg.heartbeat_interval_secs);
+    let link = EngineLink(engine.clone());
+    let beacon = Beacon::new(link.clone(), worker.clone(), reg.clone(), beat);
+    let status = beacon.status.subscribe();
+    // The worker agent's backoff after failures.
+    let backoff = Backoff::doubling(BACKOFF_START, BACKOFF_CAP);
+    engine.run_job(
+        BeaconJob(beacon),
+        Schedule::every(beat).with_backoff(backoff),
+    );
+    let sweeper = Sweeper {
+        link,
+        holdings: worker,
+        worker: reg.name,
+        incarnation: reg.incarnation,
+        interval: Duration::from_secs(cfg.sweep_interval_secs),
+        max_parallel_destroys: PARALLEL_DESTROYS,
+    };
+    let job = SweeperJob {
+        sweeper,
+        status,
+        failures: 0,
+    };
+    engine.run_job(job, Duration::from_secs(cfg.sweep_interval_secs));
+}
+
+/// The engine of this web node, as a worker's beacon and sweeper speak to it.
+#[derive(Clone)]
+pub struct EngineLink(pub Engine);
+
+#[async_trait]
+impl WebLink for EngineLink {
+    fn describe(&self) -> String {
+        "this web node".into()
+    }
+
+    async fn register(&self, registration: &WorkerRegistration) -> Result<(), Refusal> {
+        self.0
+            .register_worker(registration.clone())
+            .await
+            .map_err(|e| Refusal::Failed(e.to_string()))
+    }
+
+    async fn heartbeat(
+        &self,
+        name: &str,
+        heartbeat: &Heartbeat,
+    ) -> Result<Option<WorkerState>, Refusal> {
+        match self
+            .0
+            .worker_heartbeat(name.to_string(), heartbeat.clone())
+            .await
+        {
+            Ok(state) => Ok(Some(state)),
+            Err(e @ (HeartbeatRefused::Unknown(_) | HeartbeatRefused::NewIncarnation(_))) => {
+                Err(Refusal::Unknown(e.to_string()))
             }
-            tracing::info!(worker = %cfg.name, namespace = %cfg.namespace, "kubernetes worker registered");
-            // The first sweep soon after registering, as a worker's does.
-            let mut next_sweep = tokio::time::Instant::now() + Duration::from_secs(1);
-            loop {
-                match worker.list_handles().await {
-                    Ok(h) => {
-                        let hb = Heartbeat {
-                            incarnation: reg.incarnation.clone(),
-                            containers: h.containers.len() as u32,
-                            volumes: h.volumes.len() as u32,
-                        };
-                        if let Err(e) = engine.worker_heartbeat(cfg.name.clone(), hb).await {
-                            tracing::warn!(worker = %cfg.name, "heartbeat refused: {e}");
-                            continue 'register;
-                        }
-                    }
-                    // No heartbeat: the cluster is out of reach, and the
-                    // worker stalls as an unreachable worker does.
-                    Err(e) => tracing::warn!(worker = %cfg.name, "cluster unreachable: {e}"),
-                }
-                if tokio::time::Instant::now() >= next_sweep {
-                    match sweep(&engine, &worker, &reg, failures).await {
-                        Ok(f) => failures = f,
-                        Err(e) => tracing::warn!(worker = %cfg.name, "sweep: {e}"),
-                    }
-                    next_sweep = tokio::time::Instant::now() + sweep_every;
-                }
-                tokio::time::sleep(beat.min(sweep_every)).await;
+            Err(e @ HeartbeatRefused::Retired(_)) => Err(Refusal::Retired(e.to_string())),
+            Err(HeartbeatRefused::Engine(e)) => Err(Refusal::Failed(e.to_string())),
+        }
+    }
+
+    async fn begin_sweep(&self, name: &str, incarnation: &str) -> Result<i64, Refusal> {
+        self.0
+            .begin_sweep(name, incarnation)
+            .await
+            .map_err(|e| Refusal::Failed(e.to_string()))
+    }
+
+    async fn report_sweep(&self, report: &SweepReport) -> Result<SweepAnswer, Refusal> {
+        self.0
+            .report_sweep(report.clone())
+            .await
+            .map_err(|e| Refusal::Failed(e.to_string()))
+    }
+}
+
+/// A cluster worker holds its pods (containers) and volumes.
+#[async_trait]
+impl Holdings for KubeWorker {
+    async fn counts(&self) -> Result<(u32, u32), String> {
+        // Unreachable: no heartbeat, and the worker stalls as an
+        // unreachable worker does.
+        let h = self
+            .list_handles()
+            .await
+            .map_err(|e| format!("cluster unreachable: {e}"))?;
+        Ok((h.containers.len() as u32, h.volumes.len() as u32))
+    }
+
+    async fn list(&self) -> Result<Listing, String> {
+        let h = self.list_handles().await.map_err(|e| e.to_string())?;
+        Ok(Listing {
+            containers: h.containers,
+            volumes: h.volumes,
+            volume_store: None,
+        })
+    }
+
+    async fn destroy(&self, kind: Kind, handle: &str) -> Result<(), String> {
+        let done = match kind {
+            Kind::Container => self.destroy_container(handle).await,
+            Kind::Volume => self.destroy_volume(handle).await,
+        };
+        done.map_err(|e| e.to_string())
+    }
+}
+
+/// The cluster worker's beacon: one step a tick (registering, or a
+/// heartbeat); after a failure the runner backs off as the agent does.
+struct BeaconJob(Beacon<EngineLink, KubeWorker>);
+
+impl Job for BeaconJob {
+    fn name(&self) -> String {
+        format!("kubernetes-beacon/{}", self.0.registration.name)
+    }
+
+    async fn tick(&mut self) -> Result<Outcome, JobError> {
+        match self.0.beat().await.map_err(JobError::Failed)? {
+            Beat::Registered | Beat::Beaten => Ok(Outcome::Idle),
+            Beat::Forgotten => Ok(Outcome::Busy),
+            Beat::Retired => Ok(Outcome::Done),
+        }
+    }
+}
+
+/// The cluster worker's sweeper: one sweep a tick once the beacon has
+/// registered; done once the worker is retired.
+struct SweeperJob {
+    /// The sweeper, shared with the worker agent.
+    sweeper: Sweeper<EngineLink, KubeWorker>,
+    /// What the beacon last learned.
+    status: watch::Receiver<BeaconStatus>,
+    /// Destroys that failed since the last report, sent with the next.
+    failures: u64,
+}
+
+impl Job for SweeperJob {
+    fn name(&self) -> String {
+        format!("kubernetes-sweeper/{}", self.sweeper.worker)
+    }
+
+    async fn tick(&mut self) -> Result<Outcome, JobError> {
+        let status = *self.status.borrow();
+        match status {
+            BeaconStatus::Retired => Ok(Outcome::Done),
+            BeaconStatus::Unregistered => Ok(Outcome::IdleFor(FIRST_SWEEP)),
+            BeaconStatus::Registered(_) => {
+                let outcome = self
+                    .sweeper
+                    .sweep(self.failures)
+                    .await
+                    .map_err(|e| JobError::Failed(format!("sweep: {e:#}")))?;
+                self.failures = outcome.failures;
+                Ok(Outcome::Idle)
             }
         }
-    });
-}
-
-/// One sweep: epoch, listing, report, destroys; answers the destroys that
-/// failed (sent with the next report).
-pub async fn sweep(
-    engine: &Engine,
-    worker: &KubeWorker,
-    reg: &WorkerRegistration,
-    failures: u64,
-) -> anyhow::Result<u64> {
-    let epoch = engine.begin_sweep(&reg.name, &reg.incarnation).await?;
-    let handles = worker.list_handles().await?;
-    let answer = engine
-        .report_sweep(SweepReport {
-            worker: reg.name.clone(),
-            incarnation: reg.incarnation.clone(),
-            epoch,
-            containers: handles.containers,
-            volumes: handles.volumes,
-            volume_store: None,
-            destroy_failures: failures,
-        })
-        .await?;
-    // Containers first: a volume may be mounted in one of them.
-    let failed_containers = failures_of(answer.destroy_containers, |h| async move {
-        worker.destroy_container(&h).await
-    })
-    .await;
-    let failed_volumes = failures_of(answer.destroy_volumes, |h| async move {
-        worker.destroy_volume(&h).await
-    })
-    .await;
-    Ok((failed_containers + failed_volumes) as u64)
-}
-
-/// Runs `destroy` on each handle, at most [`PARALLEL_DESTROYS`] at once;
-/// answers how many failed.
-async fn failures_of<F, Fut>(handles: Vec<String>, destroy: F) -> usize
-where
-    F: Fn(String) -> Fut,
-    Fut: std::future::Future<Output = Result<(), gantry_actors::RuntimeError>>,
-{
-    futures::stream::iter(handles)
-        .map(destroy)
-        .buffer_unordered(PARALLEL_DESTROYS)
-        .filter(|r| futures::future::ready(r.is_err()))
-        .count()
-        .await
+    }
 }

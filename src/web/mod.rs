@@ -183,7 +183,7 @@ pub async fn start_web(
     .with_context(|| format!("opening the engine on database {}", redact(&url)))?;
     engine.run_job(self::metrics::Upkeep::new(), self::metrics::Upkeep::EVERY);
     for cluster in clusters {
-        crate::k8s::beacon::spawn(engine.clone(), cluster);
+        crate::k8s::beacon::start(&engine, cluster);
     }
     // Another node took this node's builds over: going on would run them twice.
     let mut fenced = engine.fenced();
@@ -236,8 +236,15 @@ pub async fn start_web(
     })
     // Small streamed answers (build events) must not wait for Nagle's algorithm.
     .tcp_nodelay(true)
-    .bind(cfg.listen)
-    .with_context(|| format!("binding {}", cfg.listen))?;
+    .bind(cfg.listen);
+    let server = match server {
+        Ok(server) => server,
+        Err(e) => {
+            // The engine's jobs stop inside the runtime, not as it goes.
+            engine.shutdown().await;
+            return Err(e).with_context(|| format!("binding {}", cfg.listen));
+        }
+    };
     let addr = server.addrs()[0];
     tracing::info!(
         "web node listening on http://{addr} (database: {})",

@@ -154,6 +154,27 @@ impl KubeMock {
         std::fs::write(path, text).unwrap();
     }
 
+    /// The `[[web.kubernetes]]` section of a web node whose worker `k8s`
+    /// is the mock's namespace `ci`, heartbeating and swept every second
+    /// (its kubeconfig written in `dir`).
+    pub fn web_config(&self, dir: &Path) -> String {
+        let kubeconfig = dir.join("kubeconfig");
+        self.write_kubeconfig(&kubeconfig, "ci");
+        format!(
+            r#"
+[[web.kubernetes]]
+name = "k8s"
+kubeconfig = "{}"
+namespace = "ci"
+default_image = "busybox:1.36"
+heartbeat_interval_secs = 1
+sweep_interval_secs = 1
+start_timeout_secs = 10
+"#,
+            kubeconfig.display()
+        )
+    }
+
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         f(&mut self.state.lock().unwrap())
     }

@@ -23,6 +23,10 @@ pub trait Job: Unpin + 'static {
 pub enum Outcome {
     /// Nothing more to do for now: the next tick comes after the interval.
     Idle,
+    /// Nothing to do yet, and the next tick comes after this wait instead
+    /// of the interval (a job waiting for other work to happen first, such
+    /// as a sweeper for its worker's registration).
+    IdleFor(std::time::Duration),
     /// More work is waiting: the next tick runs at once.
     Busy,
     /// The job has finished for good: its runner stops.

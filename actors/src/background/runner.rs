@@ -64,7 +64,6 @@ impl Schedule {
     }
 
     /// The same with another backoff.
-    #[cfg(test)]
     pub fn with_backoff(self, backoff: Backoff) -> Self {
         Schedule { backoff, ..self }
     }
@@ -76,6 +75,13 @@ impl Schedule {
         } else {
             base + rand::thread_rng().gen_range(Duration::ZERO..=self.jitter)
         }
+    }
+}
+
+impl From<Duration> for Schedule {
+    /// [`Schedule::every`] `interval`.
+    fn from(interval: Duration) -> Self {
+        Schedule::every(interval)
     }
 }
 
@@ -105,7 +111,7 @@ pub struct Periodic<J: Job> {
     stopping: bool,
     /// Keeps [`Jobs::stopped`] waiting until this runner is gone.
     _running: RunningGuard,
-    /// Whether this node leads the job's role (see [`crate::db::Db::campaign`]);
+    /// Whether this node leads the job's role (see [`super::campaign`]);
     /// none: it always runs.
     leader: Option<tokio::sync::watch::Receiver<bool>>,
 }
@@ -169,6 +175,7 @@ impl<J: Job> Periodic<J> {
                         Outcome::Idle => {
                             Some((act.schedule.wait(act.schedule.interval), JobState::Idle))
                         }
+                        Outcome::IdleFor(wait) => Some((act.schedule.wait(wait), JobState::Idle)),
                         Outcome::Busy => Some((Duration::ZERO, JobState::Busy)),
                         Outcome::Done => None,
                     }
@@ -223,7 +230,7 @@ impl<J: Job> Actor for Periodic<J> {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        tracing::debug!(job = self.report.name(), "background job stopped");
+        tracing::info!(job = self.report.name(), "background job stopped");
         self.report.stopped();
     }
 }
@@ -499,6 +506,29 @@ mod tests {
                 Duration::ZERO,
                 "a finished job is no longer running"
             );
+        });
+    }
+
+    #[test]
+    fn idle_for_waits_its_own_time_instead_of_the_interval() {
+        run_paused(|| async {
+            let jobs = Jobs::default();
+            let script = [
+                Step::Ok(Outcome::IdleFor(Duration::from_secs(1))),
+                Step::Ok(Outcome::IdleFor(Duration::from_secs(2))),
+            ];
+            let (_runner, ticks) = start(
+                "sweeper",
+                &script,
+                Schedule::every(Duration::from_secs(10)),
+                &jobs,
+            );
+            sleep(Duration::from_millis(1500)).await;
+            let s = jobs.get("sweeper").unwrap();
+            assert_eq!((s.state, s.runs), (JobState::Idle, 2), "{s:?}");
+            sleep(Duration::from_secs(20)).await;
+            // Waits 1 s, 2 s, then the interval once the script says Idle.
+            assert_eq!(*ticks.borrow(), secs(&[0., 1., 3., 13.]));
         });
     }
 

@@ -3,18 +3,18 @@
 //! node that leads its role.
 //!
 //! On PostgreSQL a node leads while it holds a session advisory lock on a
-//! connection of its own (checked every interval, released with the
-//! connection: a node that dies, or loses the database, loses the lead, and
-//! another node's next try takes it). On SQLite a node always leads: only
-//! one node may open a SQLite database (its lock file).
-
-use std::time::Duration;
+//! connection of its own (a [`Lead`]: released with the connection, so a
+//! node that dies, or loses the database, loses the lead, and another
+//! node's next try takes it). On SQLite a node always leads: only one node
+//! may open a SQLite database (its lock file). The campaign that tries and
+//! checks every few seconds is a background job
+//! (`crate::background::campaign`).
 
 use sha2::{Digest, Sha256};
-use sqlx::Connection;
-use tokio::sync::watch;
+use sqlx::{AnyConnection, Connection};
 
 use super::{Backend, Db};
+use crate::error::EngineError;
 
 /// The advisory lock key of `role`: the first 8 bytes of its SHA-256.
 fn lock_key(role: &str) -> i64 {
@@ -24,47 +24,48 @@ fn lock_key(role: &str) -> i64 {
     i64::from_be_bytes(bytes)
 }
 
+/// This node's lead of one role: the connection holding its advisory lock,
+/// detached from the pool (it never goes back to it: closing it, or
+/// dropping the `Lead`, releases the lock).
+pub struct Lead {
+    /// The connection holding the lock.
+    conn: AnyConnection,
+}
+
 impl Db {
-    /// Campaigns for `role` until the receiver is dropped: it reads `true`
-    /// while this node leads. Tries (and, leading, checks its connection)
-    /// every `every`.
-    pub fn campaign(&self, role: &str, every: Duration) -> watch::Receiver<bool> {
-        if self.backend == Backend::Sqlite {
-            return watch::channel(true).1;
-        }
-        let (tx, rx) = watch::channel(false);
-        let pool = self.pool.clone();
-        let key = lock_key(role);
-        let role = role.to_string();
-        tokio::spawn(async move {
-            while !tx.is_closed() && !pool.is_closed() {
-                if let Ok(mut conn) = pool.acquire().await {
-                    let won: Result<bool, _> =
-                        sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-                            .bind(key)
-                            .fetch_one(&mut *conn)
-                            .await;
-                    if won.unwrap_or(false) {
-                        tracing::info!(role, "this web node leads");
-                        tx.send_replace(true);
-                        loop {
-                            tokio::time::sleep(every).await;
-                            let alive = sqlx::query("SELECT 1").execute(&mut *conn).await.is_ok();
-                            if !alive || tx.is_closed() || pool.is_closed() {
-                                break;
-                            }
-                        }
-                        tx.send_replace(false);
-                        tracing::info!(role, "this web node no longer leads");
-                        // Never hand a connection holding the lock back to
-                        // the pool: closing it releases the lock.
-                        let _ = conn.detach().close().await;
-                    }
-                }
-                tokio::time::sleep(every).await;
-            }
-        });
-        rx
+    /// Whether this node leads every role without campaigning: on SQLite
+    /// it is the only node.
+    pub fn leads_alone(&self) -> bool {
+        self.backend == Backend::Sqlite
+    }
+
+    /// Tries once to take the lead of `role` (PostgreSQL): the lead, or
+    /// none while another node holds it.
+    pub async fn try_lead(&self, role: &str) -> Result<Option<Lead>, EngineError> {
+        let mut conn = self.pool.acquire().await?;
+        let won: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(lock_key(role))
+            .fetch_one(&mut *conn)
+            .await?;
+        Ok(won.then(|| Lead {
+            conn: conn.detach(),
+        }))
+    }
+}
+
+impl Lead {
+    /// Whether the lock's connection still answers: the lock is held while
+    /// it does.
+    pub async fn holds(&mut self) -> bool {
+        sqlx::query("SELECT 1")
+            .execute(&mut self.conn)
+            .await
+            .is_ok()
+    }
+
+    /// Gives the lead up: closes its connection.
+    pub async fn release(self) {
+        let _ = self.conn.close().await;
     }
 }
 
@@ -81,7 +82,35 @@ mod tests {
     #[tokio::test]
     async fn a_single_sqlite_node_always_leads() {
         let (db, _dir) = crate::db::test_db().await;
-        let rx = db.campaign("gc-collector", Duration::from_millis(10));
-        assert!(*rx.borrow());
+        assert!(db.leads_alone());
+    }
+
+    /// Tries `role` until it is taken (the server releases a lock once the
+    /// backend of its closed connection has ended), at most 10 s.
+    async fn taken(db: &Db, role: &str) -> Lead {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            if let Some(lead) = db.try_lead(role).await.unwrap() {
+                return lead;
+            }
+            assert!(std::time::Instant::now() < deadline, "{role} stayed held");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn one_lead_at_a_time_and_released_with_its_connection() {
+        let pg = crate::db::test_pg::PgDb::new().await;
+        let mut first = pg.db.try_lead("gc-collector").await.unwrap().unwrap();
+        assert!(first.holds().await);
+        assert!(pg.db.try_lead("gc-collector").await.unwrap().is_none());
+        assert!(pg.db.try_lead("other-role").await.unwrap().is_some());
+        // Released: the lock goes with its connection.
+        first.release().await;
+        let second = taken(&pg.db, "gc-collector").await;
+        // Dropped, not released: the lock goes too.
+        drop(second);
+        taken(&pg.db, "gc-collector").await;
+        pg.drop().await;
     }
 }

@@ -26,6 +26,7 @@ pub use gc_collect::ArtifactCutoffs;
 pub use gc_sweep::{SweepRow, SweepWrites};
 pub use handles::{ArtifactCopy, HandleKind};
 pub use intercepts::Closing;
+pub use leadership::Lead;
 pub use placements::RELEASES_CHANNEL;
 pub use resources::ResourceCacheRow;
 pub use task_caches::{TaskCacheKey, TaskCacheRow};

@@ -168,6 +168,20 @@ impl Db {
     }
 }
 
+/// What the API shows of a token: all but its hash.
+impl From<TokenRow> for crate::views::Token {
+    fn from(r: TokenRow) -> Self {
+        crate::views::Token {
+            id: r.id,
+            team: r.team,
+            description: r.description,
+            created_at: r.created_at,
+            expires_at: r.expires_at,
+            revoked_at: r.revoked_at,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -158,10 +158,10 @@ impl Engine {
     ) -> Result<Engine, EngineError> {
         let hub = EventHub::default();
         let scheduler = Scheduler::start_on_own_thread(config.placement.clone());
-        let placer = Placer::for_database(scheduler.clone(), &db, &config.node_name);
+        let jobs = Jobs::default();
+        let placer = Placer::for_database(scheduler.clone(), &db, &config.node_name, &jobs);
         let intercepts = crate::intercept::Intercepts::new(db.clone(), &config.node_name);
         let worker_states = WorkerStates::default();
-        let jobs = Jobs::default();
         let registry = Registry::new(
             db.clone(),
             connector.clone(),
@@ -201,7 +201,11 @@ impl Engine {
             collector: Default::default(),
             sweeps: Default::default(),
         };
-        engine.join_web_nodes().await?;
+        if let Err(e) = engine.join_web_nodes().await {
+            // What has started (jobs, connections) stops inside the runtime.
+            engine.shutdown().await;
+            return Err(e);
+        }
         crate::gc::collector::start_collector(
             &crate::gc::collector::CollectorDeps {
                 db: engine.db.clone(),
@@ -257,17 +261,17 @@ impl Engine {
         self.db.queries()
     }
 
-    /// Runs `job` on the background runner every `every` (with backoff on
-    /// errors), listed in `gantry jobs` and stopped in order by
+    /// Runs `job` on the background runner on `schedule` (an interval, or
+    /// a [`Schedule`](crate::background::Schedule) with its own backoff),
+    /// listed in `gantry jobs` and stopped in order by
     /// [`Engine::shutdown`]: the one place the edges' long-lived work runs
     /// too. Must be called inside the actix System.
-    pub fn run_job<J: crate::background::Job>(&self, job: J, every: std::time::Duration) {
-        crate::background::Periodic::new(
-            job,
-            crate::background::Schedule::every(every),
-            &self.jobs,
-        )
-        .start();
+    pub fn run_job<J: crate::background::Job>(
+        &self,
+        job: J,
+        schedule: impl Into<crate::background::Schedule>,
+    ) {
+        crate::background::Periodic::new(job, schedule.into(), &self.jobs).start();
     }
 
     /// Every background job's status, by name.

@@ -160,9 +160,12 @@ impl Engine {
     /// database has not noticed its connection is gone) is passed over.
     async fn hold_node_name(&self) -> Result<tokio::sync::watch::Receiver<bool>, EngineError> {
         let me = &self.config.node_name;
-        let lock = self
-            .db
-            .campaign(&format!("web-node/{me}"), Duration::from_secs(1));
+        let lock = crate::background::campaign(
+            &self.db,
+            &format!("web-node/{me}"),
+            Duration::from_secs(1),
+            &self.jobs,
+        );
         let mut won = lock.clone();
         let wait = self.config.nodes.timeout;
         if matches!(

@@ -211,9 +211,11 @@ pub fn start_collector(deps: &CollectorDeps, stats: &CollectorStats, jobs: &Jobs
     }
     let schedule = Schedule::every(deps.config.interval);
     // One node runs the rules at a time; the others stand by.
-    let leader = deps.db.campaign(
+    let leader = crate::background::campaign(
+        &deps.db,
         "gc-collector",
         deps.config.interval.min(std::time::Duration::from_secs(5)),
+        jobs,
     );
     for rule in Rule::ALL {
         let job = RuleJob {

@@ -2,42 +2,83 @@
 //! `workers` table, so a worker registered, heartbeating or put through its
 //! lifecycle on another node is known, watched and placed on here too.
 //!
-//! Every [`FLEET_SYNC`] the Registry reads the table and, for each worker:
-//! one it does not know (or a new incarnation) gets a connection as if it had
-//! registered here; a heartbeat newer than the last one it saw counts as a
-//! heartbeat seen here (so a worker is stalled only when no node hears it);
-//! a lifecycle state another node set (landing, landed, retiring) is
-//! adopted; a worker whose row is gone (pruned or retired elsewhere) is
-//! forgotten. A worker's TTL lapsing here is checked against the table
-//! before it is marked stalled.
+//! Every [`FLEET_SYNC`] the background job `fleet-sync` reads the table and
+//! hands the rows to the Registry, which, for each worker: one it does not
+//! know (or a new incarnation) gets a connection as if it had registered
+//! here; a heartbeat newer than the last one it saw counts as a heartbeat
+//! seen here (so a worker is stalled only when no node hears it); a
+//! lifecycle state another node set (landing, landed, retiring) is adopted;
+//! a worker whose row is gone (pruned or retired elsewhere) is forgotten. A
+//! worker's TTL lapsing here is checked against the table before it is
+//! marked stalled.
 
 use std::time::Duration;
 
 use actix::prelude::*;
 
 use super::{Entry, Registry, WorkerStalled};
-use crate::db::{now_ms, WorkerRow};
+use crate::background::{Backoff, Job, JobError, Outcome, Periodic, Schedule};
+use crate::db::{now_ms, Db, WorkerRow};
+use crate::error::EngineError;
 use crate::registry::worker_conn::{heartbeat_job_name, probe_job_name, HeartbeatSeen, StopConn};
 use crate::state::WorkerState;
 
 /// How often the Registry reads the workers table (several web nodes).
 pub(super) const FLEET_SYNC: Duration = Duration::from_millis(500);
 
+/// Name of the fleet sync's row in the jobs table.
+pub const FLEET_SYNC_JOB: &str = "fleet-sync";
+
+/// The workers table's rows, for the Registry to follow.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct SyncRows(Vec<WorkerRow>);
+
+/// Reads the workers table for the Registry.
+struct FleetSync {
+    /// Where the table is.
+    db: Db,
+    /// The Registry that follows it.
+    registry: Addr<Registry>,
+}
+
+impl Job for FleetSync {
+    fn name(&self) -> String {
+        FLEET_SYNC_JOB.into()
+    }
+
+    async fn tick(&mut self) -> Result<Outcome, JobError> {
+        let rows = self.db.list_workers().await?;
+        self.registry
+            .send(SyncRows(rows))
+            .await
+            .map_err(EngineError::from)?;
+        Ok(Outcome::Idle)
+    }
+}
+
+impl Handler<SyncRows> for Registry {
+    type Result = ();
+    fn handle(&mut self, msg: SyncRows, ctx: &mut Context<Self>) {
+        self.sync_rows(msg.0, ctx);
+    }
+}
+
 impl Registry {
-    /// Starts following the workers table (on a database several nodes share).
+    /// Starts following the workers table (on a database several nodes
+    /// share), as a background job.
     pub(super) fn follow_fleet(&self, ctx: &mut Context<Self>) {
         if !self.db.is_shared() {
             return;
         }
-        ctx.run_interval(FLEET_SYNC, |act, ctx| {
-            let db = act.db.clone();
-            ctx.spawn(async move { db.list_workers().await }.into_actor(act).map(
-                |rows, act, ctx| match rows {
-                    Ok(rows) => act.sync_rows(rows, ctx),
-                    Err(e) => tracing::warn!("reading the workers table: {e}"),
-                },
-            ));
-        });
+        let job = FleetSync {
+            db: self.db.clone(),
+            registry: ctx.address(),
+        };
+        // A failed read is tried again at the same pace.
+        let schedule =
+            Schedule::every(FLEET_SYNC).with_backoff(Backoff::doubling(FLEET_SYNC, FLEET_SYNC));
+        Periodic::new(job, schedule, &self.jobs).start();
     }
 
     /// Brings this node's view in line with the table's rows.

@@ -15,9 +15,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::Addr;
+use actix::{Actor, Addr};
 use tokio::sync::{oneshot, watch};
 
+use crate::background::{Backoff, Job, JobError, Jobs, Outcome, Periodic, Schedule};
 use crate::db::Db;
 use crate::error::EngineError;
 use crate::placement::Load;
@@ -86,8 +87,8 @@ impl Placer {
 
     /// Placements through the ledger of `db` when it may be shared
     /// (PostgreSQL), else by `scheduler` alone. Starts the listener for
-    /// other nodes' releases.
-    pub fn for_database(scheduler: Addr<Scheduler>, db: &Db, node: &str) -> Placer {
+    /// other nodes' releases, a job of `jobs` (inside the actix System).
+    pub fn for_database(scheduler: Addr<Scheduler>, db: &Db, node: &str, jobs: &Jobs) -> Placer {
         if !db.is_shared() {
             return Placer::local(scheduler);
         }
@@ -98,7 +99,14 @@ impl Placer {
             released,
             waiting: Arc::default(),
         });
-        tokio::spawn(listen_for_releases(Arc::downgrade(&ledger)));
+        let listener = ReleaseListener {
+            ledger: Arc::downgrade(&ledger),
+            listener: None,
+        };
+        // Reconnects a second after a failure, every time.
+        let again = Duration::from_secs(1);
+        let schedule = Schedule::every(again).with_backoff(Backoff::doubling(again, again));
+        Periodic::new(listener, schedule, jobs).start();
         Placer {
             scheduler,
             ledger: Some(ledger),
@@ -286,34 +294,78 @@ impl Placer {
     }
 }
 
-/// Listens for releases announced by every node while the ledger lives,
-/// reconnecting after a failure.
-async fn listen_for_releases(ledger: std::sync::Weak<Ledger>) {
-    use sqlx::postgres::PgListener;
-    loop {
-        let Some(url) = ledger.upgrade().map(|l| l.db.url().to_string()) else {
-            return;
+/// Name of the release listener's row in the jobs table.
+pub const RELEASES_JOB: &str = "placement-releases";
+
+/// The longest one tick of the release listener waits for an announcement:
+/// how long it may hold a shutdown back.
+const LISTEN_WAIT: Duration = Duration::from_secs(1);
+
+/// Listens for releases announced by every node (PostgreSQL `NOTIFY`) while
+/// the ledger lives, as a background job: a tick connects (then looks again
+/// at once: anything may have been released while it was not listening),
+/// or waits up to [`LISTEN_WAIT`] for the next announcement and wakes the
+/// waiting steps; either way the next tick follows at once, so every
+/// announcement wakes them as it arrives.
+struct ReleaseListener {
+    /// The ledger whose waiting steps it wakes; gone: the job is done.
+    ledger: std::sync::Weak<Ledger>,
+    /// The listening connection, once connected.
+    listener: Option<sqlx::postgres::PgListener>,
+}
+
+impl Drop for ReleaseListener {
+    fn drop(&mut self) {
+        // A listener's drop spawns a task to close its connection: with no
+        // runtime left (the System ended without `Engine::shutdown`) it
+        // would panic, so the connection is left to the process's end.
+        if tokio::runtime::Handle::try_current().is_err() {
+            std::mem::forget(self.listener.take());
+        }
+    }
+}
+
+impl Job for ReleaseListener {
+    fn name(&self) -> String {
+        RELEASES_JOB.into()
+    }
+
+    async fn tick(&mut self) -> Result<Outcome, JobError> {
+        let Some(ledger) = self.ledger.upgrade() else {
+            return Ok(Outcome::Done);
         };
-        let listening = async {
-            let mut listener = PgListener::connect(&url).await?;
-            listener.listen(crate::db::RELEASES_CHANNEL).await?;
+        let Some(listener) = self.listener.as_mut() else {
+            let url = ledger.db.url().to_string();
+            drop(ledger);
+            let mut listener = sqlx::postgres::PgListener::connect(&url)
+                .await
+                .map_err(EngineError::from)?;
+            listener
+                .listen(crate::db::RELEASES_CHANNEL)
+                .await
+                .map_err(EngineError::from)?;
+            self.listener = Some(listener);
             // Anything released while not listening: look again now.
-            if let Some(l) = ledger.upgrade() {
+            if let Some(l) = self.ledger.upgrade() {
                 l.released.send_modify(|n| *n += 1);
             }
-            loop {
-                listener.recv().await?;
-                match ledger.upgrade() {
-                    Some(l) => l.released.send_modify(|n| *n += 1),
-                    None => return Ok::<(), sqlx::Error>(()),
-                }
-            }
+            return Ok(Outcome::Busy);
         };
-        match listening.await {
-            Ok(()) => return,
-            Err(e) => {
-                tracing::warn!("listening for placement releases: {e}; again in 1 s");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(ledger);
+        // `recv` is cancel-safe: a timeout loses no announcement.
+        match tokio::time::timeout(LISTEN_WAIT, listener.recv()).await {
+            Err(_) => Ok(Outcome::Busy),
+            Ok(Ok(_)) => {
+                if let Some(l) = self.ledger.upgrade() {
+                    l.released.send_modify(|n| *n += 1);
+                }
+                Ok(Outcome::Busy)
+            }
+            Ok(Err(e)) => {
+                self.listener = None;
+                Err(JobError::Failed(format!(
+                    "listening for placement releases: {e}"
+                )))
             }
         }
     }

@@ -261,7 +261,9 @@ async fn limits_hold_across_nodes_sharing_the_ledger() {
         ..PlacementConfig::default()
     };
     let mut placers = Vec::new();
+    let mut tables = Vec::new();
     for node in ["n1", "n2"] {
+        let jobs = crate::background::Jobs::default();
         let scheduler = Scheduler::new(config.clone()).start();
         scheduler
             .send(WorkerUpdated(candidate(
@@ -273,9 +275,10 @@ async fn limits_hold_across_nodes_sharing_the_ledger() {
             )))
             .await
             .unwrap();
-        let placer = Placer::for_database(scheduler, &pg.db, node);
+        let placer = Placer::for_database(scheduler, &pg.db, node, &jobs);
         assert!(placer.is_shared());
         placers.push(placer);
+        tables.push(jobs);
     }
     let placed = |s: Selection| match s {
         Selection::Placed(p) => p,
@@ -314,6 +317,16 @@ async fn limits_hold_across_nodes_sharing_the_ledger() {
     while pg.db.ledger_loads().await.unwrap().contains_key("w") {
         assert!(std::time::Instant::now() < deadline, "releases recorded");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Each node's listener is a background job, and stops with the others.
+    for jobs in &tables {
+        let row = jobs.get(super::placer::RELEASES_JOB).expect("listed");
+        assert!(row.runs >= 1 && row.errors == 0, "{row:?}");
+        tokio::time::timeout(std::time::Duration::from_secs(5), jobs.shutdown())
+            .await
+            .expect("the listener stops within its wait");
+        let row = jobs.get(super::placer::RELEASES_JOB).unwrap();
+        assert_eq!(row.state, crate::background::JobState::Stopped);
     }
     pg.drop().await;
 }
