@@ -219,6 +219,22 @@ pub fn chain(e: &dyn std::error::Error) -> String {
     crate::agent_client::error_chain(e)
 }
 
+/// `tar -x` of stdin into `dir` (created first).
+pub(super) fn tar_in_command(dir: &str) -> Vec<String> {
+    sh(
+        "mkdir -p \"$1\" && exec tar -xf - -C \"$1\"",
+        &[dir.to_string()],
+    )
+}
+
+/// `tar -c` of `path` to stdout: a directory's contents, or one file under its name.
+pub(super) fn tar_out_command(path: &str) -> Vec<String> {
+    sh(
+        "if [ -d \"$1\" ]; then cd \"$1\" && exec tar -cf - .; else cd \"$(dirname \"$1\")\" && exec tar -cf - \"$(basename \"$1\")\"; fi",
+        &[path.to_string()],
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

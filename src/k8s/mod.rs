@@ -4,6 +4,7 @@
 //! registers it, heartbeats it and sweeps it like any worker.
 
 pub mod beacon;
+mod cluster;
 pub mod config;
 pub mod connect;
 pub mod exec;

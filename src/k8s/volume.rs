@@ -11,26 +11,10 @@ use gantry_actors::runtime::Volume;
 use gantry_actors::spec::Encoding;
 use gantry_actors::RuntimeError;
 
-use super::exec::sh;
+use super::cluster::{Home, Inner};
+use super::exec::{tar_in_command, tar_out_command};
 use super::pod::volume_home;
-use super::worker::{Home, Inner};
 use crate::dir_fd::Dir;
-
-/// `tar -x` of stdin into `dir` (created first).
-pub(super) fn tar_in_command(dir: &str) -> Vec<String> {
-    sh(
-        "mkdir -p \"$1\" && exec tar -xf - -C \"$1\"",
-        &[dir.to_string()],
-    )
-}
-
-/// `tar -c` of `path` to stdout: a directory's contents, or one file under its name.
-pub(super) fn tar_out_command(path: &str) -> Vec<String> {
-    sh(
-        "if [ -d \"$1\" ]; then cd \"$1\" && exec tar -cf - .; else cd \"$(dirname \"$1\")\" && exec tar -cf - \"$(basename \"$1\")\"; fi",
-        &[path.to_string()],
-    )
-}
 
 /// `path` inside a volume, relative, with no `..`.
 fn relative(path: &str) -> Result<String, String> {
