@@ -15,6 +15,8 @@ fn builds_bench_prints_throughput_latencies_and_the_runc_baseline_and_cleans_up(
     let tmp = tempfile::tempdir().unwrap();
     let out = common::gantry()
         .env("TMPDIR", tmp.path())
+        // Sweeps every second, so the run spans several (the default is 30 s).
+        .env("GANTRY_WORKER_SWEEP_INTERVAL", "1")
         .args([
             "bench",
             "builds",

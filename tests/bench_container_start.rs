@@ -14,6 +14,8 @@ fn container_start_bench_prints_both_series_and_their_ratio_and_cleans_up() {
     let tmp = tempfile::tempdir().unwrap();
     let out = common::gantry()
         .env("TMPDIR", tmp.path())
+        // Sweeps every second, so the run spans several (the default is 30 s).
+        .env("GANTRY_WORKER_SWEEP_INTERVAL", "1")
         .args(["bench", "container-start", "--tasks", "6", "--warmup", "1"])
         .output()
         .unwrap();

@@ -146,6 +146,17 @@ pub struct Rig {
     _tmp: tempfile::TempDir,
 }
 
+/// The workers' sweep interval: `GANTRY_WORKER_SWEEP_INTERVAL` seconds if
+/// set (a test shortens it), else the fleet's default.
+fn sweep_interval() -> anyhow::Result<u64> {
+    match std::env::var("GANTRY_WORKER_SWEEP_INTERVAL") {
+        Ok(v) => v.parse().with_context(|| {
+            format!("GANTRY_WORKER_SWEEP_INTERVAL={v:?}: not a number of seconds")
+        }),
+        Err(_) => Ok(WorkerConfig::default().sweep_interval_secs),
+    }
+}
+
 impl Rig {
     /// Starts the web node and `workers` runc worker agents named
     /// `NAME-0`, `NAME-1`, ... and waits until the Scheduler places steps on
@@ -203,6 +214,10 @@ impl Rig {
                 work_dir,
                 backend: Some("runc".into()),
                 runc_path: runc.display().to_string(),
+                // The fleet's default, unless GANTRY_WORKER_SWEEP_INTERVAL
+                // (as `gantry worker` reads it) shortens it: the tests run
+                // every benchmark across several sweeps.
+                sweep_interval_secs: sweep_interval()?,
                 ..WorkerConfig::default()
             };
             match crate::agent::start_worker(worker_cfg).await {
