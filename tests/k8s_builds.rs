@@ -12,7 +12,6 @@ mod common;
 mod kube_mock;
 
 use std::path::Path;
-use std::process::Output;
 use std::time::Duration;
 
 use common::job_suite;
@@ -94,13 +93,6 @@ fn start(dir: &Path, db: &TestDb, mock: &KubeMock) -> Server {
     write(&dir.join("pipeline.yml"), job_suite::PIPELINE);
     write(&dir.join("k8s.yml"), K8S_PIPELINE);
     web
-}
-
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// The label of every pod created so far.

@@ -29,13 +29,6 @@ fn run(url: &str, dir: &Path, args: &[&str]) -> Output {
     gantry_run(url, dir, args)
 }
 
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// A quickstart on runc (detected, unless `GANTRY_REQUIRE_RUNC` asks for
 /// it) with the pipelines written in `dir`.
 fn start(dir: &Path, db: &TestDb) -> Server {

@@ -6,7 +6,6 @@
 //! their runtime shows (pods and execs, containers left).
 
 use std::path::Path;
-use std::process::Output;
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -116,14 +115,6 @@ jobs:
       - task: slow
         config: {platform: linux, run: {path: sh, args: [-c, "sleep 60; echo slow-done"]}}
 "#;
-
-/// The build's output and log.
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 /// The args of `gantry run` for `job`, with the var the pipeline needs.
 fn job(name: &str) -> [&str; 6] {

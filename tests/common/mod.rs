@@ -15,6 +15,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// A finished command's stdout and stderr, as text.
+pub fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// The binary under test.
 pub fn gantry() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_gantry"));

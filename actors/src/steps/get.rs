@@ -21,7 +21,7 @@ impl GetStep {
         };
         let version = fetch::version_to_fetch(ctx, &r, self.version.as_ref()).await?;
         let fetched = fetch::get(ctx, &r, &version, &self.params).await?;
-        produce(ctx, &self.name, &fetched.cache.artifact_id).await?;
+        produce(ctx, &self.name, &fetched.artifact_id).await?;
         Ok(StepEnd::Exited(0))
     }
 }

@@ -84,7 +84,7 @@ impl PutStep {
             image: &image,
         };
         let fetched = fetch::get(ctx, &r, &version, &self.get_params).await?;
-        produce(ctx, &self.name, &fetched.cache.artifact_id).await?;
+        produce(ctx, &self.name, &fetched.artifact_id).await?;
         Ok(StepEnd::Exited(0))
     }
 

@@ -69,13 +69,6 @@ fn answered(end: ScriptEnd) -> Result<Value, Halt> {
     }
 }
 
-/// What a `get` (or an image fetch) ended with.
-#[derive(Debug, Clone)]
-pub struct Fetched {
-    /// The kept files.
-    pub cache: ResourceCacheRow,
-}
-
 /// One resource of a step: its name (for events), config and the image
 /// its scripts run in.
 pub struct Resource<'a> {
@@ -178,13 +171,14 @@ pub async fn version_to_fetch(
 }
 
 /// Fetches `version` with `params`: from the resource cache when one was
-/// kept, else by running `in` (its files then kept as the cache).
+/// kept, else by running `in` (its files then kept as the cache): the
+/// cache, whose artifact holds the files.
 pub async fn get(
     ctx: &mut StepContext,
     r: &Resource<'_>,
     version: &Value,
     params: &Value,
-) -> Result<Fetched, Halt> {
+) -> Result<ResourceCacheRow, Halt> {
     let key = r.config.cache_key(version, params);
     if let Some(hit) = cached(ctx, &key).await? {
         ResourceStats::count(&ctx.resource_stats().cache_hits);
@@ -198,7 +192,7 @@ pub async fn get(
             hit.worker.as_deref(),
         )
         .await?;
-        return Ok(Fetched { cache: hit });
+        return Ok(hit);
     }
     ResourceStats::count(&ctx.resource_stats().cache_misses);
     let (volume, (answer_version, metadata)) = run_in(ctx, r, version, params).await?;
@@ -223,7 +217,7 @@ pub async fn get(
         row.worker.as_deref(),
     )
     .await?;
-    Ok(Fetched { cache: row })
+    Ok(row)
 }
 
 /// A kept cache whose artifact still exists (one whose artifact is gone is
