@@ -458,7 +458,7 @@ mod tests {
             cfg.worker.heartbeat_interval_secs,
             d.worker.heartbeat_interval_secs
         );
-        assert_eq!(cfg.worker.platform, d.worker.platform);
+        assert_eq!(cfg.worker.identity, d.worker.identity);
         let encoding = gantry_actors::spec::Encoding::Zstd;
         assert_eq!(
             cfg.web.streaming.parse(encoding).unwrap(),

@@ -673,9 +673,7 @@ impl Handler<ListWorkers> for Registry {
             .map(|e| WorkerView {
                 name: e.registration.name.clone(),
                 state: e.state,
-                platform: e.registration.platform.clone(),
-                tags: e.registration.tags.clone(),
-                team: e.registration.team.clone(),
+                identity: e.registration.identity.clone(),
                 resource_types: e.registration.resource_types.clone(),
                 containers: e.containers,
                 volumes: e.volumes,

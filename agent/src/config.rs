@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use gantry_wire::worker_info::WorkerLimits;
+use gantry_wire::worker_info::{WorkerIdentity, WorkerLimits};
 use serde::{Deserialize, Serialize};
 
 /// The published development key: what a worker presents when given none,
@@ -34,12 +34,10 @@ pub struct WorkerConfig {
     pub advertise_url: Option<String>,
     /// Directory for volumes, containers and images. Default `./.gantry-worker`.
     pub work_dir: PathBuf,
-    /// Tags; a tagged worker only takes work asking for its tags.
-    pub tags: Vec<String>,
-    /// Platform advertised to the scheduler. Default `linux`.
-    pub platform: String,
-    /// Team the worker serves; none means every team.
-    pub team: Option<String>,
+    /// `platform` (default `linux`), `tags` and `team` (none: every
+    /// team's), as the worker registers them.
+    #[serde(flatten)]
+    pub identity: WorkerIdentity,
     /// `runc`, `bwrap` or `local`; default: the best one available.
     pub backend: Option<String>,
     /// Directory used as the default image; default: a read-only view of the host.
@@ -89,9 +87,7 @@ impl Default for WorkerConfig {
             listen: "127.0.0.1:7788".parse().expect("valid default address"),
             advertise_url: None,
             work_dir: PathBuf::from(".gantry-worker"),
-            tags: Vec::new(),
-            platform: "linux".into(),
-            team: None,
+            identity: WorkerIdentity::default(),
             backend: None,
             default_rootfs: None,
             runc_path: "runc".into(),

@@ -131,6 +131,9 @@ impl WorkerHandle {
 pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
     gantry_wire::worker_info::check_worker_name(&cfg.name)
         .map_err(|e| anyhow::anyhow!("--name (worker.name): {e}"))?;
+    cfg.identity
+        .validate()
+        .map_err(|e| anyhow::anyhow!("[worker] (or --platform, --tag, --team): {e}"))?;
     let web = super::web_nodes::WebNodes::parse(&cfg.web)?;
     // The work directory and the backend's probes of the host (binaries,
     // cgroup mounts) touch the file system: on a blocking thread.
@@ -217,9 +220,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
         agent_url,
         agent_token: state.token.clone(),
         stream_key: state.stream_key.clone(),
-        platform: cfg.platform.clone(),
-        tags: cfg.tags.clone(),
-        team: cfg.team.clone(),
+        identity: cfg.identity.clone(),
         resource_types: resource_types.names().to_vec(),
         limits: cfg.limits.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),

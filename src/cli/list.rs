@@ -34,9 +34,9 @@ pub async fn workers(client: &ApiClient, json: bool) -> anyhow::Result<()> {
                 vec![
                     w.name,
                     w.state.as_str().into(),
-                    w.platform,
-                    w.tags.join(","),
-                    w.team.unwrap_or_default(),
+                    w.identity.platform,
+                    w.identity.tags.join(","),
+                    w.identity.team.unwrap_or_default(),
                     w.containers.to_string(),
                     w.volumes.to_string(),
                     w.active_tasks.to_string(),

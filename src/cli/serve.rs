@@ -82,13 +82,13 @@ fn apply_worker(mut cfg: WorkerConfig, f: WorkerFlags) -> WorkerConfig {
         cfg.work_dir = v;
     }
     if !f.tags.is_empty() {
-        cfg.tags = f.tags;
+        cfg.identity.tags = f.tags;
     }
     if let Some(v) = f.platform {
-        cfg.platform = v;
+        cfg.identity.platform = v;
     }
     if f.team.is_some() {
-        cfg.team = f.team;
+        cfg.identity.team = f.team;
     }
     if f.backend.is_some() {
         cfg.backend = f.backend;
@@ -297,8 +297,8 @@ mod tests {
             },
         );
         assert_eq!(worker.name, "flagged");
-        assert_eq!(worker.platform, "plan9");
-        assert_eq!(worker.tags, vec!["a".to_string()]);
+        assert_eq!(worker.identity.platform, "plan9");
+        assert_eq!(worker.identity.tags, vec!["a".to_string()]);
         assert_eq!(worker.limits.max_active_tasks, Some(2));
     }
 

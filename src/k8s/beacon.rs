@@ -42,11 +42,9 @@ pub fn registration(worker: &KubeWorker) -> WorkerRegistration {
         // No stream key: nothing pulls from a pod by signed URL; streams
         // out of the cluster are relayed by the web node.
         stream_key: String::new(),
-        platform: cfg.platform.clone(),
-        tags: cfg.tags.clone(),
-        team: cfg.team.clone(),
+        identity: cfg.identity.clone(),
         resource_types: cfg.resource_types.keys().cloned().collect(),
-        limits: cfg.limits(),
+        limits: cfg.limits.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         backend: BACKEND.to_string(),
         incarnation: uuid::Uuid::new_v4().to_string(),

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use gantry_actors::worker_info::WorkerLimits;
+use gantry_actors::worker_info::{WorkerIdentity, WorkerLimits};
 use serde::{Deserialize, Serialize};
 
 /// One cluster worker.
@@ -25,28 +25,19 @@ pub struct KubernetesConfig {
     /// The image of a task that names none (a task's `rootfs_uri` or
     /// uploaded image cannot be a pod's image).
     pub default_image: String,
-    /// Platform advertised to the Scheduler. Default `linux`.
-    #[serde(default = "default_platform")]
-    pub platform: String,
-    /// Tags of the worker (a step with `tags` runs only on workers having them all).
-    #[serde(default)]
-    pub tags: Vec<String>,
-    /// The only team whose steps it runs; none: every team's.
-    #[serde(default)]
-    pub team: Option<String>,
+    /// `platform` (default `linux`), `tags` and `team` (none: every
+    /// team's), as a worker process's `[worker]` has them.
+    #[serde(flatten)]
+    pub identity: WorkerIdentity,
     /// Resource types it runs, each an image holding `/opt/resource/{check,in,out}`
     /// (`git = "concourse/git-resource"`).
     #[serde(default)]
     pub resource_types: BTreeMap<String, String>,
-    /// Most pods at once (`limit-containers`).
-    #[serde(default)]
-    pub max_containers: Option<u32>,
-    /// Most volumes at once (`limit-volumes`).
-    #[serde(default)]
-    pub max_volumes: Option<u32>,
-    /// Most running steps at once (`limit-active-tasks`).
-    #[serde(default)]
-    pub max_active_tasks: Option<u32>,
+    /// `max_containers` (most pods at once), `max_volumes` and
+    /// `max_active_tasks` (most running steps at once), each unlimited when
+    /// unset, for the placement strategies that read them.
+    #[serde(flatten)]
+    pub limits: WorkerLimits,
     /// How long a pod may take to be running (scheduled, image pulled)
     /// before its step fails with the pod's reason. Default 300 s.
     #[serde(default = "default_start_timeout")]
@@ -66,10 +57,6 @@ pub struct KubernetesConfig {
     pub service_account: Option<String>,
 }
 
-fn default_platform() -> String {
-    "linux".into()
-}
-
 fn default_start_timeout() -> u64 {
     300
 }
@@ -83,21 +70,13 @@ fn default_sweep() -> u64 {
 }
 
 impl KubernetesConfig {
-    /// The limits it registers with.
-    pub fn limits(&self) -> WorkerLimits {
-        WorkerLimits {
-            max_containers: self.max_containers,
-            max_volumes: self.max_volumes,
-            max_active_tasks: self.max_active_tasks,
-        }
-    }
-
     /// Checks what can be checked without the cluster.
     pub fn validate(&self) -> Result<(), String> {
         let at = format!("web.kubernetes {:?}", self.name);
         // The cluster is a worker of this name.
         gantry_actors::worker_info::check_worker_name(&self.name)
             .map_err(|e| format!("web.kubernetes: name: {e}"))?;
+        self.identity.validate().map_err(|e| format!("{at}: {e}"))?;
         if !is_dns_label(&self.namespace) {
             return Err(format!(
                 "{at}: namespace {:?} is not a valid namespace name",
@@ -126,4 +105,44 @@ pub fn is_dns_label(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "name = \"k8s\"\nnamespace = \"ci\"\ndefault_image = \"busybox\"\n";
+
+    #[test]
+    fn the_identity_and_limits_are_read_beside_the_clusters_own_fields() {
+        let cfg: KubernetesConfig = toml::from_str(&format!(
+            "{BASE}platform = \"plan9\"\ntags = [\"gpu\"]\nteam = \"a\"\nmax_active_tasks = 3\n"
+        ))
+        .unwrap();
+        assert_eq!(cfg.identity.platform, "plan9");
+        assert_eq!(cfg.identity.tags, vec!["gpu".to_string()]);
+        assert_eq!(cfg.identity.team.as_deref(), Some("a"));
+        assert_eq!(cfg.limits.max_active_tasks, Some(3));
+        assert_eq!(cfg.limits.max_containers, None);
+        let plain: KubernetesConfig = toml::from_str(BASE).unwrap();
+        assert_eq!(plain.identity, WorkerIdentity::default());
+        assert_eq!(plain.identity.platform, "linux");
+        assert_eq!(plain.validate(), Ok(()));
+    }
+
+    #[test]
+    fn unknown_and_unbounded_fields_are_refused() {
+        for typo in ["max_container = 3", "tag = [\"gpu\"]", "capabilities = 1"] {
+            let e = toml::from_str::<KubernetesConfig>(&format!("{BASE}{typo}\n")).unwrap_err();
+            let field = typo.split(' ').next().unwrap();
+            assert!(
+                e.to_string().contains(&format!("unknown field `{field}`")),
+                "{e}"
+            );
+        }
+        let long_tag: KubernetesConfig =
+            toml::from_str(&format!("{BASE}tags = [\"{}\"]\n", "t".repeat(1000))).unwrap();
+        let e = long_tag.validate().unwrap_err();
+        assert!(e.contains("tags") && e.len() < 300, "{e}");
+    }
 }

@@ -6,8 +6,11 @@ use serde::{Deserialize, Serialize};
 pub use crate::state::WorkerState;
 
 /// Per-worker limits used by the placement strategies (`None`: unlimited).
+/// Unknown fields are refused, here and where it is flattened (serde's
+/// flattening hands it only its own fields).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct WorkerLimits {
     /// Most containers at once.
     #[serde(default)]
@@ -20,8 +23,44 @@ pub struct WorkerLimits {
     pub max_active_tasks: Option<u32>,
 }
 
+/// What a worker is, for placement: where its steps may run. One type for
+/// the registration, the web node's view of a worker, the worker's
+/// `[worker]` config and a cluster worker's `[[web.kubernetes]]` config, each
+/// of which flattens it (its fields sit beside theirs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct WorkerIdentity {
+    /// Platform, e.g. `linux` (the default).
+    #[serde(default = "default_platform")]
+    pub platform: String,
+    /// Tags; a tagged worker only takes work asking for its tags (a step
+    /// with `tags` runs only on workers having them all).
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// The only team whose steps it runs; none: every team's.
+    #[serde(default)]
+    pub team: Option<String>,
+}
+
+fn default_platform() -> String {
+    "linux".into()
+}
+
+impl Default for WorkerIdentity {
+    fn default() -> Self {
+        WorkerIdentity {
+            platform: default_platform(),
+            tags: Vec::new(),
+            team: None,
+        }
+    }
+}
+
 /// Sent by a worker to `POST /api/v1/workers/register`. Unknown fields are
-/// refused; [`WorkerRegistration::validate`] bounds every field.
+/// refused (serde refuses what neither it nor its flattened
+/// [`WorkerIdentity`] takes); [`WorkerRegistration::validate`] bounds every
+/// field.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
@@ -37,14 +76,9 @@ pub struct WorkerRegistration {
     /// every start. Stored with the registration, never shown by the API.
     #[serde(default)]
     pub stream_key: String,
-    /// Platform, e.g. `linux`.
-    pub platform: String,
-    /// Tags; a tagged worker only takes work asking for its tags.
-    #[serde(default)]
-    pub tags: Vec<String>,
-    /// Team that owns the worker, if it is not a general one.
-    #[serde(default)]
-    pub team: Option<String>,
+    /// Platform, tags and team.
+    #[serde(flatten)]
+    pub identity: WorkerIdentity,
     /// Resource types the worker provides.
     #[serde(default)]
     pub resource_types: Vec<String>,
@@ -82,12 +116,9 @@ pub struct WorkerView {
     pub name: String,
     /// Lifecycle state.
     pub state: WorkerState,
-    /// Platform.
-    pub platform: String,
-    /// Tags.
-    pub tags: Vec<String>,
-    /// Owning team, if any.
-    pub team: Option<String>,
+    /// Platform, tags and owning team.
+    #[serde(flatten)]
+    pub identity: WorkerIdentity,
     /// Base resource types it ships.
     #[serde(default)]
     pub resource_types: Vec<String>,
@@ -197,11 +228,7 @@ impl WorkerRegistration {
         }
         check_text("agent_token", &self.agent_token, MAX_WORKER_URL, false)?;
         check_text("stream_key", &self.stream_key, MAX_WORKER_URL, true)?;
-        check_text("platform", &self.platform, MAX_WORKER_WORD, false)?;
-        check_words("tags", &self.tags)?;
-        if let Some(team) = &self.team {
-            check_text("team", team, MAX_WORKER_WORD, false)?;
-        }
+        self.identity.validate()?;
         check_words("resource_types", &self.resource_types)?;
         check_text("version", &self.version, MAX_WORKER_WORD, false)?;
         check_text("backend", &self.backend, MAX_WORKER_WORD, false)?;
@@ -211,6 +238,20 @@ impl WorkerRegistration {
                 "heartbeat_interval_secs {}: give 1 to {MAX_HEARTBEAT_INTERVAL_SECS} seconds",
                 self.heartbeat_interval_secs
             ));
+        }
+        Ok(())
+    }
+}
+
+impl WorkerIdentity {
+    /// Checks the platform, each tag and the team against
+    /// [`MAX_WORKER_WORD`] and the tags' count against [`MAX_WORKER_LIST`].
+    /// The message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        check_text("platform", &self.platform, MAX_WORKER_WORD, false)?;
+        check_words("tags", &self.tags)?;
+        if let Some(team) = &self.team {
+            check_text("team", team, MAX_WORKER_WORD, false)?;
         }
         Ok(())
     }
@@ -256,9 +297,10 @@ mod tests {
             agent_url: "http://127.0.0.1:7788".into(),
             agent_token: "t".into(),
             stream_key: String::new(),
-            platform: "linux".into(),
-            tags: vec!["gpu".into()],
-            team: None,
+            identity: WorkerIdentity {
+                tags: vec!["gpu".into()],
+                ..WorkerIdentity::default()
+            },
             resource_types: vec!["git".into()],
             limits: WorkerLimits::default(),
             version: "0.1.0".into(),
@@ -293,10 +335,16 @@ mod tests {
                 Box::new(|r| r.agent_url = format!("http://{}", "a".repeat(5000))),
             ),
             ("agent_token", Box::new(|r| r.agent_token = String::new())),
-            ("platform", Box::new(|r| r.platform = "p".repeat(65))),
-            ("tags", Box::new(|r| r.tags = vec!["t".into(); 65])),
-            ("tags", Box::new(|r| r.tags = vec!["t".repeat(100_000)])),
-            ("team", Box::new(|r| r.team = Some("t".repeat(65)))),
+            (
+                "platform",
+                Box::new(|r| r.identity.platform = "p".repeat(65)),
+            ),
+            ("tags", Box::new(|r| r.identity.tags = vec!["t".into(); 65])),
+            (
+                "tags",
+                Box::new(|r| r.identity.tags = vec!["t".repeat(100_000)]),
+            ),
+            ("team", Box::new(|r| r.identity.team = Some("t".repeat(65)))),
             ("version", Box::new(|r| r.version = "v\n1".into())),
             (
                 "heartbeat_interval_secs",
@@ -316,10 +364,32 @@ mod tests {
     }
 
     #[test]
+    fn the_identity_sits_beside_the_registrations_own_fields() {
+        let v = serde_json::to_value(registration()).unwrap();
+        assert_eq!(v["platform"], "linux");
+        assert_eq!(v["tags"], serde_json::json!(["gpu"]));
+        assert!(v.get("identity").is_none(), "{v}");
+        let back: WorkerRegistration = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(back, registration());
+        let mut no_platform = v;
+        no_platform.as_object_mut().unwrap().remove("platform");
+        let back: WorkerRegistration = serde_json::from_value(no_platform).unwrap();
+        assert_eq!(back.identity.platform, "linux");
+    }
+
+    #[test]
     fn unknown_registration_fields_are_refused() {
         let mut v = serde_json::to_value(registration()).unwrap();
         v["extra"] = serde_json::json!(1);
-        assert!(serde_json::from_value::<WorkerRegistration>(v).is_err());
+        let e = serde_json::from_value::<WorkerRegistration>(v).unwrap_err();
+        assert!(e.to_string().contains("unknown field `extra`"), "{e}");
+        let mut v = serde_json::to_value(registration()).unwrap();
+        v["limits"] = serde_json::json!({"max_container": 1});
+        let e = serde_json::from_value::<WorkerRegistration>(v).unwrap_err();
+        assert!(
+            e.to_string().contains("unknown field `max_container`"),
+            "{e}"
+        );
         let hb = serde_json::json!({"incarnation": "i", "containers": 0, "volumes": 0, "x": 1});
         assert!(serde_json::from_value::<Heartbeat>(hb).is_err());
     }

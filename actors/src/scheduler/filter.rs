@@ -29,13 +29,13 @@ pub fn filter<'a>(
             lost_earlier += 1;
         } else if r.version != WEB_VERSION && !versions_compatible(&r.version, WEB_VERSION) {
             incompatible += 1;
-        } else if r.platform != c.platform {
+        } else if r.identity.platform != c.platform {
             wrong_platform += 1;
-        } else if !c.tags.iter().all(|t| r.tags.contains(t)) {
+        } else if !c.tags.iter().all(|t| r.identity.tags.contains(t)) {
             missing_tags += 1;
-        } else if c.tags.is_empty() && !r.tags.is_empty() {
+        } else if c.tags.is_empty() && !r.identity.tags.is_empty() {
             tagged_only += 1;
-        } else if r.team.as_deref().is_some_and(|t| t != c.team) {
+        } else if r.identity.team.as_deref().is_some_and(|t| t != c.team) {
             other_team += 1;
         } else if c.resource_type.as_ref().is_some_and(|t| {
             // A task's image type is also met by a worker that pulls such images.
@@ -48,8 +48,11 @@ pub fn filter<'a>(
         }
     }
     // A team with compatible workers of its own does not use the general pool.
-    if passing.iter().any(|w| w.registration.team.is_some()) {
-        passing.retain(|w| w.registration.team.is_some());
+    if passing
+        .iter()
+        .any(|w| w.registration.identity.team.is_some())
+    {
+        passing.retain(|w| w.registration.identity.team.is_some());
     }
     if !passing.is_empty() {
         return Ok(passing);

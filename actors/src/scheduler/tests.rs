@@ -3,7 +3,7 @@ use std::sync::Arc;
 use super::*;
 use crate::placement::Strategy;
 use crate::testing::DetachedWorker;
-use crate::worker_info::WorkerLimits;
+use crate::worker_info::{WorkerIdentity, WorkerLimits};
 use crate::worker_info::{WorkerRegistration, WorkerState};
 
 pub(crate) fn candidate(
@@ -15,9 +15,11 @@ pub(crate) fn candidate(
 ) -> Candidate {
     Candidate {
         registration: WorkerRegistration {
-            platform: platform.into(),
-            tags: tags.iter().map(|t| t.to_string()).collect(),
-            team: team.map(str::to_string),
+            identity: WorkerIdentity {
+                platform: platform.into(),
+                tags: tags.iter().map(|t| t.to_string()).collect(),
+                team: team.map(str::to_string),
+            },
             limits,
             ..crate::testing::registration(name)
         },
