@@ -491,3 +491,53 @@ fn artifacts_move_between_a_machine_worker_and_the_cluster_through_the_web_node(
         "{stderr}"
     );
 }
+
+/// A two-step job on the cluster, its web node killed during the second
+/// step and started again: the first step is not run again, and the second
+/// is followed to its end through a new exec (its output kept in the pod),
+/// with nothing of its log lost or repeated.
+#[test]
+fn a_job_build_on_the_cluster_is_taken_over_after_a_web_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let db = TestDb::new(DbKind::Sqlite);
+    let mock = KubeMock::start();
+    let config = mock.web_config(dir);
+    let port = free_port();
+    let mut web = start_web_at(dir, &db, &config, port, "web1.log");
+    wait_running(&web.url, 1);
+    write(
+        &dir.join("two.yml"),
+        "jobs:\n- name: two\n  plan:\n  - task: first\n    config: {platform: linux, run: {path: echo, args: [first-ran]}}\n  - task: second\n    config:\n      platform: linux\n      run:\n        path: sh\n        args: [-c, 'i=1; while [ $i -le 10 ]; do echo line $i; i=$((i+1)); sleep 0.3; done']\n",
+    );
+    let mut run = spawn_run(&web.url, dir, "two", &["-p", "two.yml", "-j", "two"]);
+    wait_for("the second step's output", Duration::from_secs(60), || {
+        std::fs::read_to_string(dir.join("two.out"))
+            .ok()?
+            .contains("line 2")
+            .then_some(())
+    });
+    let build = run_build(&dir.join("two.err")).expect("gantry run announced its build");
+    web.kill();
+    assert!(!wait_child(&mut run, Duration::from_secs(20)).success());
+    let web = start_web_at(dir, &db, &config, port, "web2.log");
+    let out = client(&web.url, &["watch", "-b", &build.to_string()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}\nweb log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        web.log_text()
+    );
+    let lines: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(
+        stdout,
+        format!("first-ran\n{lines}"),
+        "output lost or repeated"
+    );
+    assert!(
+        web.log_text().contains("reattaching to its step"),
+        "{}",
+        web.log_text()
+    );
+}

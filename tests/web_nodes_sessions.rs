@@ -266,3 +266,60 @@ fn an_intercept_session_through_one_node_keeps_a_container_of_a_build_the_other_
         || build_containers(&b.url, id).is_empty().then_some(()),
     );
 }
+
+/// An abort asked while the node running a job build is dead (killed, not
+/// yet taken over): the node that takes the build over starts it stopped,
+/// stops the step's process on its worker, runs `on_abort` once, and the
+/// build ends `aborted`.
+#[test]
+fn an_abort_asked_while_the_builds_node_is_dead_ends_it_aborted_after_takeover() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let db = TestDb::new(DbKind::Postgres);
+    let (mut a, b) = two_nodes(dir, &db, "node_heartbeat_secs = 1\nnode_timeout_secs = 4\n");
+    let web = format!("{},{}", a.url, b.url);
+    let _w = start_worker(dir, &web, "w1", worker_backend());
+    wait_for("w1 running on both nodes", Duration::from_secs(60), || {
+        (running_workers(&a.url) == ["w1"] && running_workers(&b.url) == ["w1"]).then_some(())
+    });
+    write(
+        &dir.join("pipeline.yml"),
+        "jobs:\n- name: j\n  plan:\n  - task: long\n    config:\n      platform: linux\n      run:\n        path: sh\n        args: [-c, \"trap 'echo got-term; exit 143' TERM; echo ready; i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo ran-to-the-end\"]\n  on_abort:\n    task: hook\n    config: {platform: linux, run: {path: echo, args: [on-abort-ran]}}\n",
+    );
+    let mut run = spawn_run(&a.url, dir, "long", &["-p", "pipeline.yml", "-j", "j"]);
+    let id = wait_for("the build to be created", Duration::from_secs(60), || {
+        run_build(&dir.join("long.err"))
+    });
+    wait_for("the task to run", Duration::from_secs(60), || {
+        events_so_far(&b.url, id).contains("ready").then_some(())
+    });
+    a.kill();
+    let _ = run.kill();
+    let _ = run.wait();
+    // Asked through b before b has taken a's builds over.
+    let out = client(&b.url, &["abort-build", "-b", &id.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = wait_for("the build to end", Duration::from_secs(60), || {
+        let st = statuses(&b.url).get(&id).cloned()?;
+        (st != "started" && st != "pending").then_some(st)
+    });
+    assert!(
+        b.log_text().contains("taking its builds over"),
+        "{}",
+        b.log_text()
+    );
+    assert_eq!(status, "aborted");
+    let out = client(&b.url, &["watch", "-b", &id.to_string()]);
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(log.matches("on-abort-ran").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("got-term").count(),
+        1,
+        "the process was stopped: {log}"
+    );
+    assert!(!log.contains("ran-to-the-end"), "{log}");
+}

@@ -47,6 +47,7 @@ pub use crate::resources::ResourceStats;
 #[cfg(feature = "testing")]
 pub mod bench {
     pub use crate::db::Db;
+    pub use crate::events::EventSink;
     pub use crate::gc::sweep::Sweeps;
     pub use crate::streaming::{Source, StreamTransfer, TransferJob};
     pub use crate::testing::{registration, DetachedConnector};

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::db::Db;
 use crate::error::EngineError;
@@ -22,7 +22,8 @@ pub struct StoredEvent {
 }
 
 /// How often a follower checks the build's row, to notice a build that ended
-/// without a final event (its web node died, or storing the event failed).
+/// without a final event (its web node died, or storing the event failed),
+/// and reads what is stored (on SQLite, or if a notification was missed).
 const ROW_CHECK: Duration = Duration::from_secs(1);
 
 /// Checks of the row that must find the build finished before a follower
@@ -45,8 +46,13 @@ pub fn follow(
 ) -> mpsc::Receiver<Result<StoredEvent, EngineError>> {
     // Subscribe before reading what is stored, so nothing falls between.
     let rx = hub.subscribe(id);
+    let elsewhere = hub.stored_elsewhere(id);
     let (tx, out) = mpsc::channel(64);
-    tokio::spawn(Follower { db, hub, id, tx }.run(rx, after.max(0)));
+    tokio::spawn(async move {
+        let follower = Follower { db, hub, id, tx };
+        follower.run(rx, elsewhere, after.max(0)).await;
+        follower.hub.forget_wakes(id);
+    });
     out
 }
 
@@ -64,13 +70,21 @@ struct Follower {
 
 impl Follower {
     /// Sends stored events after the last one sent, then live ones; reads
-    /// the database again whenever the live channel skipped (lag) so no event
-    /// is lost or repeated.
-    async fn run(self, mut rx: broadcast::Receiver<SequencedEvent>, after: i64) {
+    /// the database again whenever the live channel skipped (lag), and
+    /// whenever another web node stored an event of the build (`elsewhere`),
+    /// so no event is lost, repeated or late.
+    async fn run(
+        &self,
+        mut rx: broadcast::Receiver<SequencedEvent>,
+        mut elsewhere: watch::Receiver<u64>,
+        after: i64,
+    ) {
         let mut last = after;
         let mut tick = tokio::time::interval(ROW_CHECK);
         let mut finished_checks = 0;
         loop {
+            // Seen before reading: an event stored after the read wakes us.
+            elsewhere.borrow_and_update();
             let stored = match self.db.build_events_page(self.id, last, EVENTS_PAGE).await {
                 Ok(s) => s,
                 Err(e) => {
@@ -95,6 +109,7 @@ impl Follower {
             loop {
                 let got = tokio::select! {
                     got = rx.recv() => got,
+                    Ok(()) = elsewhere.changed() => break,
                     _ = tick.tick() => {
                         let finished = matches!(self.db.get_build(self.id).await, Ok(Some(b)) if b.status.is_finished());
                         finished_checks = if finished { finished_checks + 1 } else { 0 };

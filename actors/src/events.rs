@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{broadcast, Mutex as AsyncMutex};
+use tokio::sync::{broadcast, watch, Mutex as AsyncMutex};
 
 use crate::db::{now_ms, BuildStatus, Db};
 use crate::error::EngineError;
@@ -171,7 +171,7 @@ pub enum BuildEvent {
 }
 
 /// Where a node event belongs in the build's plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Origin {
     /// The node's position, as in [`PlanNode::id`].
     pub id: String,
@@ -179,6 +179,18 @@ pub struct Origin {
     /// empty outside any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<u32>,
+}
+
+impl Origin {
+    /// The node and attempts as one string (`0.2.1`, or `0.2.1@1.2` inside
+    /// attempts), as rows of what a step created store it.
+    pub fn key(&self) -> String {
+        if self.attempts.is_empty() {
+            return self.id.clone();
+        }
+        let attempts: Vec<String> = self.attempts.iter().map(u32::to_string).collect();
+        format!("{}@{}", self.id, attempts.join("."))
+    }
 }
 
 /// One node of a build's plan, as the `plan` event describes it.
@@ -258,14 +270,51 @@ pub struct SequencedEvent {
     pub is_final: bool,
 }
 
-/// Live fan-out of build events, one broadcast channel per running build.
+/// Live fan-out of build events, one broadcast channel per running build;
+/// and, for a build another web node runs, a wake-up each time that node
+/// stores one of its events (PostgreSQL `NOTIFY`), so this node's
+/// followers read it at once.
 #[derive(Clone, Default)]
 pub struct EventHub {
     /// Channels of builds that are running now.
     channels: Arc<DashMap<i64, broadcast::Sender<SequencedEvent>>>,
+    /// Wake-ups of builds followed here, counted.
+    stored: Arc<DashMap<i64, watch::Sender<u64>>>,
 }
 
 impl EventHub {
+    /// Counts the events of build `build_id` stored elsewhere; a follower
+    /// marks the count seen before it reads what is stored, then waits for
+    /// it to change.
+    pub fn stored_elsewhere(&self, build_id: i64) -> watch::Receiver<u64> {
+        self.stored
+            .entry(build_id)
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe()
+    }
+
+    /// Tells this node's followers of build `build_id` that another node
+    /// stored an event of it.
+    pub fn wake(&self, build_id: i64) {
+        if let Some(tx) = self.stored.get(&build_id) {
+            tx.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Tells every follower here to read what is stored (this node missed
+    /// what was announced while it was not listening).
+    pub fn wake_all(&self) {
+        for tx in self.stored.iter() {
+            tx.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Drops the wake-ups of a build nobody here follows any more (a
+    /// follower calls it once it has dropped its receiver).
+    pub fn forget_wakes(&self, build_id: i64) {
+        self.stored
+            .remove_if(&build_id, |_, tx| tx.receiver_count() == 0);
+    }
     /// Subscribes to a build's live events (call before reading stored ones).
     pub fn subscribe(&self, build_id: i64) -> broadcast::Receiver<SequencedEvent> {
         self.channels
@@ -277,6 +326,7 @@ impl EventHub {
     /// Drops a finished build's channel (idempotent).
     pub fn forget(&self, build_id: i64) {
         self.channels.remove(&build_id);
+        self.forget_wakes(build_id);
     }
 
     /// Publishes an event; nobody listening is fine.

@@ -3,6 +3,7 @@
 
 pub mod builds;
 pub mod container_start;
+pub mod follow;
 pub mod gc;
 pub mod placement;
 pub mod rig;

@@ -53,6 +53,17 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         nodes,
                     },
                 ))?,
+                BenchCommand::Follow {
+                    events,
+                    interval_ms,
+                    database_url,
+                } => actix_web::rt::System::new().block_on(crate::bench::follow::bench(
+                    crate::bench::follow::FollowBench {
+                        events,
+                        interval: std::time::Duration::from_millis(interval_ms),
+                        database_url,
+                    },
+                ))?,
                 BenchCommand::ContainerStart { tasks, warmup } => actix_web::rt::System::new()
                     .block_on(crate::bench::container_start::bench(
                         crate::bench::container_start::ContainerStartBench { tasks, warmup },

@@ -436,6 +436,20 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1)]
         nodes: usize,
     },
+    /// How late a follower on another web node sees a build's events (two
+    /// engines sharing a PostgreSQL database), against a follower on the
+    /// build's own node.
+    Follow {
+        /// Events stored.
+        #[arg(long, default_value_t = 1000)]
+        events: usize,
+        /// Milliseconds between two events.
+        #[arg(long, default_value_t = 5)]
+        interval_ms: u64,
+        /// The PostgreSQL database the nodes share (postgres://...).
+        #[arg(long)]
+        database_url: String,
+    },
     /// Time from the web node's request to a trivial task running on one
     /// runc worker, against `runc run` of the same bundle (needs root).
     ContainerStart {

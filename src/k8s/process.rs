@@ -1,9 +1,15 @@
 //! A process in a pod: one exec. Kubernetes' exec API has no environment,
-//! working directory or signals, so the command is wrapped: a shell records
-//! its pid under the pod's scratch directory, enters the directory and
-//! `exec`s `env K=V... PATH ARGS...` (the pid stays the process's); a signal
-//! is a second exec running `kill` on that pid, as the pod's containers
-//! share one pid namespace.
+//! working directory or signals, and an exec's output is gone once its
+//! stream closes, so the command is wrapped: a shell enters the directory
+//! and starts `env K=V... PATH ARGS...` in the background, its stdout,
+//! stderr and (once it has exited) exit status kept in files beside its pid
+//! under the pod's scratch directory, and follows those files to the exec's
+//! own streams, exiting with the process's status. A web node that took
+//! the build over reattaches with a new exec that follows the same files
+//! from their start ([`KubeProcess::attach`]); the process never noticed
+//! the first exec was gone. A signal is another exec running `kill` on the
+//! pid, as the pod's containers share one pid namespace. A process with a
+//! terminal (an intercepted shell) is not kept: its shell `exec`s it.
 
 use std::sync::Mutex;
 
@@ -25,9 +31,29 @@ use tokio::sync::watch;
 use super::exec::{exit_code, sh, PodExec};
 use super::pod::SCRATCH;
 
-/// Records the pid, enters the directory, then becomes the command.
-const WRAPPER: &str = "mkdir -p \"${1%/*}\" && echo $$ > \"$1\" || exit 127; \
+/// With a terminal: records the pid, enters the directory, then becomes
+/// the command.
+const WRAPPER_TTY: &str = "mkdir -p \"${1%/*}\" && echo $$ > \"$1\" || exit 127; \
 if [ -n \"$2\" ]; then mkdir -p \"$2\" && cd \"$2\" || exit 127; fi; shift 2; exec \"$@\"";
+
+/// Follows a kept process's output files (`$1.out`, `$1.err`) from the
+/// start to the exec's stdout and stderr until its status file
+/// (`$1.status`) is written, then exits with that status.
+const FOLLOW: &str = "o=0; e=0; while :; do [ -f \"$1.status\" ] && d=1 || d=0; \
+n=$(wc -c < \"$1.out\"); if [ \"$n\" -gt $o ]; then tail -c +$((o+1)) \"$1.out\" | head -c $((n-o)); o=$n; fi; \
+n=$(wc -c < \"$1.err\"); if [ \"$n\" -gt $e ]; then tail -c +$((e+1)) \"$1.err\" | head -c $((n-e)) >&2; e=$n; fi; \
+if [ $d = 1 ]; then exit \"$(cat \"$1.status\")\"; fi; sleep 0.1; done";
+
+/// Without a terminal: enters the directory, starts the command in the
+/// background with the exec's stdin, its output into files, records its
+/// pid (`$1`) and, once it exits, its status; then follows the files
+/// ([`FOLLOW`]). The runner ignores a hangup, so the process and its
+/// status outlive the exec's stream.
+const WRAPPER: &str = "mkdir -p \"${1%/*}\" || exit 127; \
+if [ -n \"$2\" ]; then mkdir -p \"$2\" && cd \"$2\" || exit 127; fi; p=$1; shift 2; \
+: > \"$p.out\"; : > \"$p.err\"; rm -f \"$p.status\"; exec 3<&0; \
+( trap '' HUP; \"$@\" <&3 >> \"$p.out\" 2>> \"$p.err\" & echo $! > \"$p\"; wait $!; echo $? > \"$p.s\"; mv \"$p.s\" \"$p.status\" ) \
+  > /dev/null 2>&1 & exec 3<&-; set -- \"$p\"; ";
 
 /// Signals the process (`$1`: the signal, `$2`: its pid file). Before any
 /// other signal, the pids of the processes it started are kept beside the
@@ -67,7 +93,19 @@ pub fn command(spec: &ProcessSpec) -> Result<Vec<String>, String> {
     args.extend(spec.env.iter().cloned());
     args.push(spec.path.clone());
     args.extend(spec.args.iter().cloned());
-    Ok(sh(WRAPPER, &args))
+    Ok(match spec.tty {
+        Some(_) => sh(WRAPPER_TTY, &args),
+        None => sh(&format!("{WRAPPER}{FOLLOW}"), &args),
+    })
+}
+
+/// The command that follows process `id`'s kept output again, or exits
+/// 127 saying `no process` when it never started (no pid file).
+pub fn follow_command(id: &str) -> Vec<String> {
+    let script = format!(
+        "[ -f \"$1\" ] && [ -f \"$1.out\" ] || {{ echo 'no process' >&2; exit 127; }}; {FOLLOW}"
+    );
+    sh(&script, &[pid_file(id)])
 }
 
 /// Where the process's pid is kept in the pod.
@@ -100,6 +138,50 @@ impl KubeProcess {
         } else {
             AttachParams::default().stdin(io.stdin.is_some())
         };
+        KubeProcess::open(exec, pod, spec.id, cmd, params, tty, io).await
+    }
+
+    /// Follows process `id` of `pod` again, from its start: its kept output
+    /// flows into `io.output` (stdin is not given again). Not found when
+    /// the process never started there.
+    pub async fn attach(
+        exec: PodExec,
+        pod: &str,
+        id: &str,
+        io: ProcessIo,
+    ) -> Result<KubeProcess, RuntimeError> {
+        let started = sh("[ -f \"$1\" ] && [ -f \"$1.out\" ]", &[pid_file(id)]);
+        if exec.code(pod, started).await? != 0 {
+            return Err(RuntimeError::NotFound {
+                worker: exec.worker.clone(),
+                kind: "process",
+                handle: format!("{id} in pod {pod}"),
+            });
+        }
+        let io = ProcessIo { stdin: None, ..io };
+        let params = AttachParams::default().stdin(false);
+        KubeProcess::open(
+            exec,
+            pod,
+            id.to_string(),
+            follow_command(id),
+            params,
+            None,
+            io,
+        )
+        .await
+    }
+
+    /// Opens the exec running `cmd`; its output flows into `io.output`.
+    async fn open(
+        exec: PodExec,
+        pod: &str,
+        id: String,
+        cmd: Vec<String>,
+        params: AttachParams,
+        tty: Option<WindowSize>,
+        io: ProcessIo,
+    ) -> Result<KubeProcess, RuntimeError> {
         let mut attached = exec.open(pod, cmd, params).await?;
         let resize = attached.terminal_size();
         if let (Some(size), Some(mut tx)) = (tty, resize.clone()) {
@@ -133,7 +215,7 @@ impl KubeProcess {
             let _ = status_tx.send(Some(exit_code(status)));
         });
         Ok(KubeProcess {
-            id: spec.id,
+            id,
             pod: pod.to_string(),
             exec,
             status,

@@ -304,10 +304,8 @@ impl Container for KubeContainer {
         Ok(Box::new(p))
     }
 
-    async fn attach(&self, id: &str, _: ProcessIo) -> Result<Box<dyn Process>, RuntimeError> {
-        Err(self.worker.error(format!(
-            "process {id} in pod {} cannot be reattached: an exec's output is not kept once its stream closes",
-            self.pod
-        )))
+    async fn attach(&self, id: &str, io: ProcessIo) -> Result<Box<dyn Process>, RuntimeError> {
+        let p = KubeProcess::attach(self.worker.exec.clone(), &self.pod, id, io).await?;
+        Ok(Box::new(p))
     }
 }

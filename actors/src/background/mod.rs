@@ -15,10 +15,12 @@
 
 mod job;
 mod leadership;
+mod listen;
 mod runner;
 mod status;
 
 pub use job::{Job, JobError, Outcome};
 pub use leadership::campaign;
+pub use listen::{listen, Heard};
 pub use runner::{Backoff, Periodic, Schedule};
 pub use status::{JobReport, JobState, JobStatus, Jobs};

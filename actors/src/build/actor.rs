@@ -9,8 +9,9 @@ use actix::prelude::*;
 use tokio::sync::watch;
 
 use crate::artifacts::Artifacts;
+use crate::build::journal::Journal;
 use crate::build::outcome::Outcome;
-use crate::build::resume::Resume;
+use crate::build::walker::Scope;
 use crate::db::{BuildStatus, Db};
 use crate::events::{BuildEvent, EventHub, EventSink};
 use crate::plan::OneOffPlan;
@@ -59,6 +60,14 @@ pub struct BuildDeps {
 #[rtype(result = "()")]
 pub struct AbortBuild;
 
+/// Leaves a running build to the next web node: its run stops where it is,
+/// writing nothing more (no event, no status), while its steps go on on
+/// their workers; the node that takes the build over resumes it from its
+/// stored events. Sent to every running build as the engine shuts down.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Detach;
+
 /// Running builds by id, so they can be aborted.
 pub type RunningBuilds = Arc<dashmap::DashMap<i64, Addr<Build>>>;
 
@@ -79,13 +88,17 @@ pub struct Build {
     hooks_stop: watch::Sender<Option<StopReason>>,
     /// Running builds, which this one leaves when it stops.
     running: RunningBuilds,
-    /// Set when a restarted web node takes over a build that was running.
-    resume: Option<Resume>,
+    /// What the build's stored events say of its progress: empty for a new
+    /// build, the record to resume from for a build taken over.
+    journal: Journal,
     /// Sequence number of the build's first event from this actor (1, or
     /// the next one of a build taken over).
     next_event: i64,
     /// The pipeline and job of a job build.
     job: Option<JobRef>,
+    /// Whether an abort was asked before the build started here (while no
+    /// web node ran it): it starts stopped.
+    aborted: bool,
 }
 
 impl Build {
@@ -119,9 +132,10 @@ impl Build {
             stop: watch::channel(None).0,
             hooks_stop: watch::channel(None).0,
             running,
-            resume: None,
+            journal: Journal::default(),
             next_event: 1,
             job: None,
+            aborted: false,
         }
     }
 
@@ -130,35 +144,36 @@ impl Build {
         Build { job, ..self }
     }
 
-    /// A build of `plan` (with the build's `timeout`) that a restarted web
-    /// node takes over where it was.
-    pub fn resuming(
-        id: i64,
-        team: String,
-        (plan, timeout): (Plan, Option<Duration>),
-        deps: BuildDeps,
-        running: RunningBuilds,
-        resume: Resume,
-    ) -> Self {
-        Build {
-            next_event: resume.next_event,
-            resume: Some(resume),
-            ..Build::of_plan(id, team, plan, timeout, deps, running)
-        }
+    /// The build was aborted before it started here (`aborted`: while no
+    /// web node ran it); it starts stopped, its `on_abort` hooks run.
+    pub fn aborted_before_start(self, aborted: bool) -> Self {
+        Build { aborted, ..self }
     }
 
-    /// A build of `plan` taken over before its step started: it runs from
-    /// the start, its events following those stored (`next_event` on).
-    pub fn restarting(
+    /// A build of `plan` (with the build's `timeout`) that this web node
+    /// takes over (after its own restart, or another node's death), with
+    /// its stored `events` (`(seq, json)` in order): its plan resumes where
+    /// they say it was (a build whose plan had not begun runs from its
+    /// start), its events following those stored.
+    pub fn taken_over(
         id: i64,
         team: String,
         (plan, timeout): (Plan, Option<Duration>),
         deps: BuildDeps,
         running: RunningBuilds,
-        next_event: i64,
+        events: &[(i64, String)],
     ) -> Self {
+        let journal = Journal::read(events);
+        // The build's timeout counts from its start, not from the takeover.
+        let timeout = timeout.map(|limit| {
+            let spent = journal.began_time().map_or(0, |t| {
+                u64::try_from(crate::db::now_ms().saturating_sub(t)).unwrap_or(0)
+            });
+            limit.saturating_sub(Duration::from_millis(spent))
+        });
         Build {
-            next_event,
+            next_event: events.last().map_or(0, |e| e.0) + 1,
+            journal,
             ..Build::of_plan(id, team, plan, timeout, deps, running)
         }
     }
@@ -186,6 +201,9 @@ impl Actor for Build {
             return;
         };
         self.running.insert(self.id, ctx.address());
+        if self.aborted {
+            self.request_stop(StopReason::Abort);
+        }
         if let Some(limit) = timeout {
             ctx.run_later(limit, move |act, _| {
                 act.request_stop(StopReason::Timeout(limit))
@@ -207,18 +225,29 @@ impl Actor for Build {
             named: ArtifactScope::new(),
             job: self.job.clone(),
             locals: LocalVars::new(),
+            journal: std::mem::take(&mut self.journal),
         };
-        let resume = self.resume.take();
+        // The artifacts the build had by name when it was taken over.
+        for (name, artifact) in run.journal.outputs() {
+            run.named.set(name, artifact);
+        }
         async move {
-            let outcome = match resume {
-                Some(resume) => run.resume(&plan, resume).await,
-                None => run.run(&plan).await,
-            };
+            let outcome = run.run(&plan).await;
             run.conclude(outcome).await;
         }
         .into_actor(self)
         .map(|_, _, ctx| ctx.stop())
         .spawn(ctx);
+    }
+}
+
+impl Handler<Detach> for Build {
+    type Result = ();
+    fn handle(&mut self, _: Detach, ctx: &mut Context<Self>) {
+        // Stopping the actor drops its run's future: nothing after this
+        // point of the plan runs or is recorded here.
+        tracing::info!(build = self.id, "leaving the build to the next web node");
+        ctx.stop();
     }
 }
 
@@ -250,21 +279,24 @@ pub(super) struct BuildRun {
     pub(super) job: Option<JobRef>,
     /// The build's local vars (`((.:name))`), shared by its steps.
     pub(super) locals: LocalVars,
+    /// What its stored events said of its progress when this run began
+    /// (empty unless the build was taken over).
+    pub(super) journal: Journal,
 }
 
 impl BuildRun {
-    /// The context of step `step` placed on `worker`, stopped by `stop`
-    /// (the stop of the step's scope in the plan).
+    /// The context of step `step` placed on `worker`, at its node in the
+    /// plan and stopped by that node's stop signal (`scope`).
     pub(super) fn step_context(
         &self,
         step: &str,
         worker: Arc<dyn Worker>,
         watch: WorkerWatch,
         created: Created,
-        stop: &Stop,
+        scope: &Scope,
     ) -> StepContext {
-        let scope = self.build_scope(stop);
-        StepContext::new(scope, step, worker, watch, created)
+        let services = self.build_scope(&scope.stop);
+        StepContext::new(services, step, worker, watch, created).at_node(scope.origin().key())
     }
 
     /// The build's shared services under `stop`, for a step's prepare

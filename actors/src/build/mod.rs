@@ -12,7 +12,9 @@
 //! - `hooks.rs`: `on_success`, `on_failure`, `on_abort`, `on_error`, `ensure`;
 //! - `outcome.rs`: how a node ended and the build's status from it;
 //! - `placement.rs`: selecting a worker, waiting for one, reruns;
-//! - `resume.rs`: taking a build over after a restart of the web node;
+//! - `journal.rs`: a build's progress as its stored events tell it, read
+//!   when a web node takes the build over;
+//! - `resume.rs`: taking over a step that began before the takeover;
 //! - `turns.rs`: waiting for a job build's turn (`serial`, `serial_groups`,
 //!   `max_in_flight`);
 //! - `cleanup.rs`: what a step created is left to the garbage collector.
@@ -22,6 +24,7 @@ mod cleanup;
 #[cfg(test)]
 mod composite_tests;
 mod hooks;
+mod journal;
 mod outcome;
 mod parallel;
 mod placement;
@@ -33,5 +36,4 @@ mod walker;
 
 pub use crate::steps::ImportLocks;
 pub use crate::steps::Plan;
-pub use actor::{AbortBuild, Build, BuildDeps, RunningBuilds};
-pub use resume::Resume;
+pub use actor::{AbortBuild, Build, BuildDeps, Detach, RunningBuilds};

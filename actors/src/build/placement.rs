@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use crate::build::actor::BuildRun;
+use crate::build::walker::Scope;
 use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::runtime::Worker;
@@ -64,12 +65,12 @@ impl BuildRun {
     pub(super) async fn run_step(
         &self,
         step: &dyn Step,
-        stop: &Stop,
+        scope: &Scope,
     ) -> Result<StepEnd, EngineError> {
         let mut attempt = 1;
         let mut lost: Vec<String> = Vec::new();
         loop {
-            match self.place_and_run(step, &lost, stop).await {
+            match self.place_and_run(step, &lost, scope).await {
                 Err(EngineError::WorkerLost { worker, reason })
                     if self.deps.rerun_when_worker_disappears && attempt < MAX_RERUNS =>
                 {
@@ -94,8 +95,9 @@ impl BuildRun {
         &self,
         step: &dyn Step,
         lost: &[String],
-        stop: &Stop,
+        scope: &Scope,
     ) -> Result<StepEnd, EngineError> {
+        let stop = &scope.stop;
         let request = StepRequest {
             team: self.team.clone(),
             avoid: lost.to_vec(),
@@ -116,7 +118,7 @@ impl BuildRun {
                 time: crate::db::now_ms(),
             })
             .await?;
-        let (result, created) = self.run_on(step, placement.client.clone(), stop).await;
+        let (result, created) = self.run_on(step, placement.client.clone(), scope).await;
         let result = result.map_err(EngineError::lost_if_unreachable);
         let lost = matches!(result, Err(EngineError::WorkerLost { .. }));
         self.left_to_gc(&placement.worker, &created, lost);
@@ -129,7 +131,7 @@ impl BuildRun {
         &self,
         step: &dyn Step,
         worker: Arc<dyn Worker>,
-        stop: &Stop,
+        scope: &Scope,
     ) -> (Result<StepEnd, EngineError>, Created) {
         // Watch the worker before creating anything on it.
         let Some(watch) = WorkerWatch::subscribe(&self.deps.worker_states, worker.name()) else {
@@ -139,7 +141,7 @@ impl BuildRun {
             };
             return (Err(lost), Created::default());
         };
-        let mut ctx = self.step_context(step.name(), worker, watch, Created::default(), stop);
+        let mut ctx = self.step_context(step.name(), worker, watch, Created::default(), scope);
         let result = step.run(&mut ctx).await;
         (result, ctx.take_created())
     }

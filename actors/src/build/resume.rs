@@ -1,195 +1,229 @@
-//! Taking a build over after a restart of the web node: its step's process
-//! is still on its worker (or has ended there, its exit status kept). The
-//! step reattaches to it (output already stored is not repeated), then the
-//! build goes on as usual: outputs, cleanup, final status.
+//! Taking over a step that began before its build was taken over (a
+//! restart of the web node, or another node's death): the walker reaches
+//! it with the journal saying it began and did not end. What the step
+//! created is found by its node in the plan (rows store it), and then:
+//! - nothing stands on a worker yet: the step runs;
+//! - its container stands: the step reattaches to its process, whose
+//!   output the worker kept, and goes on without repeating what is stored
+//!   (a process that never started runs the step afresh; a `put` follows
+//!   its `out`, so it never pushes twice); a step whose work can simply be
+//!   done again (`get`, `check`) runs again;
+//! - its worker is gone: the step runs elsewhere when
+//!   `rerun_when_worker_disappears` is on, as a step whose worker is lost
+//!   while it runs does.
 
 use crate::build::actor::BuildRun;
-use crate::build::outcome::Outcome;
+use crate::build::journal::Began;
 use crate::build::placement::HeldPlacement;
+use crate::build::walker::Scope;
 use crate::db::HandleKind;
 use crate::error::{EngineError, RuntimeError};
 use crate::events::BuildEvent;
 use crate::placement::Load;
 use crate::scheduler::Placement;
-use crate::steps::Plan;
-use crate::steps::{Created, Reattach, StepEnd, WorkerWatch};
-
-/// A build a restarted web node takes over: its step's process is still on
-/// its worker (or has ended there, its exit status kept).
-#[derive(Debug, Clone)]
-pub struct Resume {
-    /// The worker running the step.
-    pub worker: String,
-    /// The step's container.
-    pub container: String,
-    /// Sequence number of the build's next event.
-    pub next_event: i64,
-    /// The step's row in the shared placement ledger, already recorded
-    /// again for this node (several web nodes).
-    pub ledger: Option<i64>,
-}
+use crate::state::HandleState;
+use crate::steps::{Created, OnTakeover, Reattach, Step, StepEnd, WorkerWatch};
+use crate::views::Handle as HandleRow;
 
 impl BuildRun {
-    /// Takes over the build's step where it was and follows it to its end.
-    /// Only a plan of one step can be taken over: a build of several is
-    /// errored (and what it created destroyed).
-    pub(super) async fn resume(&self, plan: &Plan, resume: Resume) -> Outcome {
-        if !plan.is_one_step() {
-            return self.refuse_resume().await;
+    /// Takes over `step`, which began at `began` (its node's start) before
+    /// the build was taken over, and follows it to its end.
+    pub(super) async fn resume_step(
+        &self,
+        step: &dyn Step,
+        scope: &Scope,
+        began: Began,
+    ) -> Result<StepEnd, EngineError> {
+        let node = scope.origin().key();
+        let containers = self
+            .deps
+            .db
+            .node_handles(HandleKind::Container, self.id, &node)
+            .await?;
+        // Its last container is its process's (a get's or put's first ones
+        // ran its resource type's check or image).
+        let stopped = scope.stop.reason().is_some();
+        let Some(container) = containers.last().cloned() else {
+            if stopped {
+                return Ok(StepEnd::Stopped);
+            }
+            tracing::info!(
+                build = self.id,
+                step = step.name(),
+                "taking a step over: it had not reached a worker; running it"
+            );
+            return self.run_step(step, scope).await;
+        };
+        match step.on_takeover() {
+            OnTakeover::Reattach => {}
+            // Stopped (aborted while its build had no web node): not again.
+            OnTakeover::Rerun if stopped => return Ok(StepEnd::Stopped),
+            OnTakeover::Rerun => {
+                tracing::info!(
+                    build = self.id,
+                    step = step.name(),
+                    "taking a step over: running it again"
+                );
+                return self.run_step(step, scope).await;
+            }
         }
-        tracing::info!(build = self.id, worker = %resume.worker, "resuming a build after a restart of the web node");
-        let result = self.resume_step(plan, &resume).await;
-        if self.never_started(&result).await {
+        let stands = match container.state {
+            HandleState::Created => true,
+            // Its node stopped between asking the worker and recording the
+            // answer: the worker says whether it stands.
+            HandleState::Creating => self.container_stands(&container).await,
+            _ => false,
+        };
+        if !stands {
+            if stopped {
+                return Ok(StepEnd::Stopped);
+            }
+            if container.state == HandleState::Creating {
+                return self.run_step(step, scope).await;
+            }
+            return Err(EngineError::Invalid(format!(
+                "the step's container {} was already {} when the build was taken over",
+                container.handle,
+                container.state.as_str()
+            )));
+        }
+        tracing::info!(build = self.id, step = step.name(), worker = %container.worker, "resuming a build: reattaching to its step");
+        let result = self
+            .reattach(step, scope, &container, began)
+            .await
+            .map_err(EngineError::lost_if_unreachable);
+        if never_started(&result) && self.journal.stored_output(step.name(), began.seq) == [0, 0] {
             // Its node stopped between creating the container and starting
             // the process: nothing ran. The container goes first, so a start
             // still on its way to the worker cannot run beside the new one.
-            tracing::info!(build = self.id, container = %resume.container, "the step's process never started: running the step from its start");
-            self.discard_container(&resume).await;
-            return self.run(plan).await;
-        }
-        Outcome::of_step(result.map_err(EngineError::lost_if_unreachable), &self.stop)
-    }
-
-    /// Whether reattaching found no process and none ever wrote output.
-    async fn never_started(&self, result: &Result<StepEnd, EngineError>) -> bool {
-        let missing = matches!(
-            result,
-            Err(EngineError::Runtime(RuntimeError::NotFound {
-                kind: "process",
-                ..
-            }))
-        );
-        missing
-            && self
-                .deps
-                .db
-                .build_events_after(self.id, 0)
-                .await
-                .is_ok_and(|events| {
-                    !events.iter().any(|(_, json)| {
-                        matches!(
-                            serde_json::from_str(json),
-                            Ok(BuildEvent::Log { stream, .. }) if stream == "stdout" || stream == "stderr"
-                        )
-                    })
-                })
-    }
-
-    /// Destroys the container of a step that never started, now, and marks
-    /// its row `destroying` (the worker's sweeper finishes the row).
-    async fn discard_container(&self, resume: &Resume) {
-        let destroyed = match self.deps.db.get_worker(&resume.worker).await {
-            Ok(Some(row)) => {
-                let worker = self.deps.connector.connect(&row.registration);
-                worker.destroy_container(&resume.container).await
+            tracing::info!(build = self.id, container = %container.handle, "the step's process never started: running the step from its start");
+            self.discard_container(&container).await;
+            if stopped {
+                return Ok(StepEnd::Stopped);
             }
-            _ => Ok(()),
+            return self.run_step(step, scope).await;
+        }
+        match result {
+            Err(EngineError::WorkerLost { worker, reason })
+                if self.deps.rerun_when_worker_disappears =>
+            {
+                self.emit_quietly(&BuildEvent::Error {
+                    message: format!(
+                        "worker {worker} {reason}; running the step again on another worker"
+                    ),
+                    time: crate::db::now_ms(),
+                })
+                .await;
+                self.run_step(step, scope).await
+            }
+            other => other,
+        }
+    }
+
+    /// Whether container `row` stands on its worker (false when unsure).
+    async fn container_stands(&self, row: &HandleRow) -> bool {
+        let Ok(Some(worker)) = self.deps.db.get_worker(&row.worker).await else {
+            return false;
         };
-        if let Err(e) = destroyed {
-            tracing::warn!(build = self.id, container = %resume.container, "destroying the container of a step that never started: {e}");
-        }
-        if let Err(e) = self
-            .deps
-            .db
-            .mark_destroying(HandleKind::Container, &resume.container)
-            .await
-        {
-            tracing::warn!(build = self.id, "marking a container destroying: {e}");
-        }
+        let client = self.deps.connector.connect(&worker.registration);
+        matches!(client.lookup_container(&row.handle).await, Ok(Some(_)))
     }
 
-    /// Errors a build whose plan has several steps; what its steps
-    /// created goes with the build (the garbage collector).
-    async fn refuse_resume(&self) -> Outcome {
-        let message = "the build's plan has several steps, and a restarted web node can take over only a build of one step; its steps were not followed to their end".to_string();
-        tracing::warn!(build = self.id, "{message}");
-        Outcome::Errored(message)
-    }
-
-    async fn resume_step(&self, plan: &Plan, resume: &Resume) -> Result<StepEnd, EngineError> {
+    /// Reattaches `step` to its process in `container`, holding the step's
+    /// capacity on its worker again first (the Scheduler of this node did
+    /// not place it).
+    async fn reattach(
+        &self,
+        step: &dyn Step,
+        scope: &Scope,
+        container: &HandleRow,
+        began: Began,
+    ) -> Result<StepEnd, EngineError> {
         let db = &self.deps.db;
         let removed = || EngineError::WorkerLost {
-            worker: resume.worker.clone(),
-            reason: "was removed while the web node was down".into(),
+            worker: container.worker.clone(),
+            reason: "was removed while the build had no web node".into(),
         };
-        let row = db.get_worker(&resume.worker).await?.ok_or_else(removed)?;
+        let row = db
+            .get_worker(&container.worker)
+            .await?
+            .ok_or_else(removed)?;
         let worker = self.deps.connector.connect(&row.registration);
-        let watch =
-            WorkerWatch::subscribe(&self.deps.worker_states, &resume.worker).ok_or_else(removed)?;
-        let containers = db.build_handles(HandleKind::Container, self.id).await?;
-        let volumes = db.build_handles(HandleKind::Volume, self.id).await?;
+        let watch = WorkerWatch::subscribe(&self.deps.worker_states, &container.worker)
+            .ok_or_else(removed)?;
+        let node = scope.origin().key();
+        let containers = db
+            .node_handles(HandleKind::Container, self.id, &node)
+            .await?;
+        let volumes = db.node_handles(HandleKind::Volume, self.id, &node).await?;
         let created = Created {
             containers: containers.iter().map(|r| r.handle.clone()).collect(),
             volumes: volumes.iter().map(|r| r.handle.clone()).collect(),
         };
-        // The Scheduler restarted empty: hold this step's capacity again.
         let placement = Placement {
-            worker: resume.worker.clone(),
+            worker: container.worker.clone(),
             client: worker.clone(),
             reserved: Load {
                 tasks: 1,
                 containers: created.containers.len() as u32,
                 volumes: created.volumes.len() as u32,
             },
-            ledger: resume.ledger,
+            ledger: None,
         };
         let placement = self.deps.placer.restore(placement, self.id).await?;
         let held = HeldPlacement::new(placement, self.deps.placer.clone());
-        // The step whose container it is.
-        let step_name = containers
-            .iter()
-            .find(|r| r.handle == resume.container)
-            .and_then(|r| r.step.clone())
-            .unwrap_or_default();
-        let mut ctx = self.step_context(&step_name, worker.clone(), watch, created, &self.stop);
-        let result = async {
-            let step = plan.step(&step_name).ok_or_else(|| {
-                EngineError::Invalid(format!(
-                    "the plan has no step {step_name:?} for container {}",
-                    resume.container
-                ))
-            })?;
-            let at = Reattach {
-                container: resume.container.clone(),
-                volumes: volumes
-                    .iter()
-                    .filter_map(|r| Some((r.step.clone()?, r.handle.clone())))
-                    .collect(),
-                already_stored: self.stored_output_bytes(&step_name).await?,
-            };
-            step.reattach(&mut ctx, at).await
-        }
-        .await
-        .map_err(EngineError::lost_if_unreachable);
+        let mut ctx = self.step_context(step.name(), worker, watch, created, scope);
+        let at = Reattach {
+            container: container.handle.clone(),
+            volumes: volumes
+                .iter()
+                .filter_map(|r| Some((r.step.clone()?, r.handle.clone())))
+                .collect(),
+            already_stored: self.journal.stored_output(step.name(), began.seq),
+            containers: containers.iter().map(|r| r.handle.clone()).collect(),
+            told: self.journal.told(step.name(), began.seq),
+        };
+        let result = step
+            .reattach(&mut ctx, at)
+            .await
+            .map_err(EngineError::lost_if_unreachable);
         let lost = matches!(result, Err(EngineError::WorkerLost { .. }));
-        self.left_to_gc(&resume.worker, &ctx.take_created(), lost);
+        self.left_to_gc(&container.worker, &ctx.take_created(), lost);
         drop(held);
         result
     }
 
-    /// Bytes of stdout and stderr of step `step` already stored as log events.
-    async fn stored_output_bytes(&self, step: &str) -> Result<[u64; 2], EngineError> {
-        let mut bytes = [0u64; 2];
-        for (_, json) in self.deps.db.build_events_after(self.id, 0).await? {
-            if let Ok(BuildEvent::Log {
-                step: logged,
-                stream,
-                data,
-                ..
-            }) = serde_json::from_str(&json)
-            {
-                // Only the process's own output: Gantry's lines (the
-                // `gantry` stream, e.g. task caches) are not in its log.
-                let i = match stream.as_str() {
-                    "stdout" => 0,
-                    "stderr" => 1,
-                    _ => continue,
-                };
-                if logged == step {
-                    bytes[i] += data.len() as u64;
-                }
+    /// Destroys the container of a step that never started, now, and marks
+    /// its row `destroying` (the worker's sweeper finishes the row).
+    async fn discard_container(&self, row: &HandleRow) {
+        let destroyed = match self.deps.db.get_worker(&row.worker).await {
+            Ok(Some(worker)) => {
+                let client = self.deps.connector.connect(&worker.registration);
+                client.destroy_container(&row.handle).await
             }
+            _ => Ok(()),
+        };
+        if let Err(e) = destroyed {
+            tracing::warn!(build = self.id, container = %row.handle, "destroying the container of a step that never started: {e}");
         }
-        Ok(bytes)
+        if let Err(e) = self
+            .deps
+            .db
+            .mark_destroying(HandleKind::Container, &row.handle)
+            .await
+        {
+            tracing::warn!(build = self.id, "marking a container destroying: {e}");
+        }
     }
+}
+
+/// Whether reattaching found no process.
+fn never_started(result: &Result<StepEnd, EngineError>) -> bool {
+    matches!(
+        result,
+        Err(EngineError::Runtime(RuntimeError::NotFound {
+            kind: "process",
+            ..
+        }))
+    )
 }

@@ -422,71 +422,48 @@ async fn a_sequence_runs_its_steps_in_order_until_one_fails() {
     assert_eq!(placed, ["a", "b"]);
 }
 
-#[actix_rt::test]
-async fn a_restarted_web_node_errors_a_build_of_several_steps_and_leaves_what_it_made_to_gc() {
-    let h = Harness::new(Behaviour::default(), None).await;
-    let id =
-        h.db.create_build("main", &serde_json::json!({}), "web")
-            .await
-            .unwrap();
-    for (kind, handle) in [
-        (crate::db::HandleKind::Container, "c1"),
-        (crate::db::HandleKind::Volume, "v1"),
-    ] {
-        h.db.insert_handle(kind, handle, "w", Some(id), Some("a"), "main")
-            .await
-            .unwrap();
+/// Stores `events` as build `id`'s, in order.
+async fn store_events(h: &Harness, id: i64, events: &[BuildEvent]) {
+    let mut sink = EventSink::new(id, h.db.clone(), h.deps.hub.clone());
+    for e in events {
+        sink.emit(e).await.unwrap();
     }
-    let (_stop, run) = build_run(&h, id);
-    let resume = resume_at("c1");
-    let outcome = run
-        .resume(&Plan::Do(vec![task_plan("a"), task_plan("b")]), resume)
-        .await;
-    let Outcome::Errored(message) = outcome else {
-        panic!("{outcome:?}");
-    };
-    assert!(message.contains("several steps"), "{message}");
-    assert_eq!(h.worker.started(), 0);
-    // What its steps created is left to the garbage collector: the rows
-    // stay for the Collector to mark once the build has ended.
-    let containers =
-        h.db.build_handles(crate::db::HandleKind::Container, id)
-            .await
-            .unwrap();
-    assert!(!containers.is_empty());
 }
 
-#[actix_rt::test]
-async fn a_build_taken_over_whose_process_never_started_runs_its_step_from_the_start() {
-    let behaviour = Behaviour {
-        exit_after: Some(Duration::ZERO),
-        ..Behaviour::default()
+fn node(id: &str, step: Option<&str>, finished: Option<crate::events::NodeOutcome>) -> BuildEvent {
+    let origin = crate::events::Origin {
+        id: id.into(),
+        attempts: vec![],
     };
-    let h = Harness::new(behaviour, None).await;
-    let id =
-        h.db.create_build("main", &serde_json::json!({}), "web")
-            .await
-            .unwrap();
-    // Its container was created (row and worker), its process never was.
-    h.db.insert_handle(
-        crate::db::HandleKind::Container,
-        "c1",
-        "w",
-        Some(id),
-        Some("a"),
-        "main",
-    )
-    .await
-    .unwrap();
-    h.db.set_handle_state(
-        crate::db::HandleKind::Container,
-        "c1",
-        crate::state::HandleState::Created,
-    )
-    .await
-    .unwrap();
+    match finished {
+        None => BuildEvent::NodeStarted {
+            origin,
+            step: step.map(str::to_string),
+            time: 1,
+        },
+        Some(outcome) => BuildEvent::NodeFinished {
+            origin,
+            step: step.map(str::to_string),
+            outcome,
+            exit_status: None,
+            message: None,
+            time: 2,
+        },
+    }
+}
+
+/// Records container `handle` of build `id`'s step `step` at plan node
+/// `node`, created on the harness's worker (no process in it).
+async fn standing_container(h: &Harness, id: i64, handle: &str, step: &str, node: &str) {
+    let kind = crate::db::HandleKind::Container;
+    h.db.insert_node_handle(kind, handle, "w", Some(id), Some(step), "main", Some(node))
+        .await
+        .unwrap();
+    h.db.set_handle_state(kind, handle, crate::state::HandleState::Created)
+        .await
+        .unwrap();
     let spec = crate::spec::ContainerSpec {
-        handle: "c1".into(),
+        handle: handle.into(),
         rootfs: crate::spec::RootfsSpec::Default,
         mounts: vec![],
         env: vec![],
@@ -497,20 +474,137 @@ async fn a_build_taken_over_whose_process_never_started_runs_its_step_from_the_s
     };
     let worker: &dyn crate::runtime::Worker = h.worker.as_ref();
     worker.find_or_create_container(&spec).await.unwrap();
-    let plan = task_plan("a");
-    let (_stop, run) = build_run(&h, id);
-    let resume = resume_at("c1");
-    let outcome = run.resume(&plan, resume).await;
-    assert_eq!(outcome, Outcome::Succeeded, "{:?}", h.events(id).await);
-    assert_eq!(h.worker.started(), 1, "the step ran once, afresh");
-    // The old container is gone from the worker, its row destroying.
-    assert!(worker.lookup_container("c1").await.unwrap().is_none());
-    let row =
-        h.db.get_handle(crate::db::HandleKind::Container, "c1")
+}
+
+#[actix_rt::test]
+async fn a_build_taken_over_runs_none_of_its_steps_that_ended_and_the_rest_once() {
+    let behaviour = Behaviour {
+        exit_after: Some(Duration::ZERO),
+        ..Behaviour::default()
+    };
+    let h = Harness::new(behaviour, None).await;
+    let id =
+        h.db.create_build("main", &serde_json::json!({}), "web")
             .await
-            .unwrap()
             .unwrap();
+    use crate::events::NodeOutcome::Succeeded;
+    // Step a ended; b began, its container made but its process never
+    // started (the node died in between); c had not begun.
+    store_events(
+        &h,
+        id,
+        &[
+            BuildEvent::status(BuildStatus::Started, None),
+            node("0", None, None),
+            node("0.0", Some("a"), None),
+            node("0.0", Some("a"), Some(Succeeded)),
+            node("0.1", Some("b"), None),
+        ],
+    )
+    .await;
+    standing_container(&h, id, "c1", "b", "0.1").await;
+    let plan = Plan::Do(vec![task_plan("a"), task_plan("b"), task_plan("c")]);
+    let (_stop, run) = taken_over_run(&h, id).await;
+    let outcome = run.run(&plan).await;
+    assert_eq!(outcome, Outcome::Succeeded, "{:?}", h.events(id).await);
+    let events = h.events(id).await;
+    let placed: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            BuildEvent::SelectedWorker { step, .. } => Some(step.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(placed, ["b", "c"], "a is not run again: {events:?}");
+    assert_eq!(h.worker.started(), 2);
+    // Nothing told twice: one start of each node, one end.
+    for id in ["0", "0.0", "0.1", "0.2"] {
+        let count = |finished: bool| {
+            events
+                .iter()
+                .filter(|e| match e {
+                    BuildEvent::NodeStarted { origin, .. } => !finished && origin.id == id,
+                    BuildEvent::NodeFinished { origin, .. } => finished && origin.id == id,
+                    _ => false,
+                })
+                .count()
+        };
+        assert_eq!((count(false), count(true)), (1, 1), "node {id}: {events:?}");
+    }
+    let started = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                BuildEvent::Status {
+                    status: BuildStatus::Started,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(started, 1, "the build's start is not told again");
+    // b's old container is gone from the worker, its row destroying; b's
+    // new one was recorded at its node.
+    let worker: &dyn crate::runtime::Worker = h.worker.as_ref();
+    assert!(worker.lookup_container("c1").await.unwrap().is_none());
+    let kind = crate::db::HandleKind::Container;
+    let row = h.db.get_handle(kind, "c1").await.unwrap().unwrap();
     assert_eq!(row.state, crate::state::HandleState::Destroying);
+    let at_b = h.db.node_handles(kind, id, "0.1").await.unwrap();
+    assert_eq!(at_b.len(), 2, "{at_b:?}");
+    assert_eq!(h.db.node_handles(kind, id, "0.2").await.unwrap().len(), 1);
+}
+
+#[actix_rt::test]
+async fn a_put_whose_version_was_told_before_a_takeover_does_not_push_again() {
+    let h = Harness::new(Behaviour::default(), None).await;
+    let id =
+        h.db.create_build("main", &serde_json::json!({}), "web")
+            .await
+            .unwrap();
+    let pushed = BuildEvent::Resource {
+        step: "push".into(),
+        resource: "r".into(),
+        action: "put".into(),
+        version: serde_json::json!({"v": "1"}),
+        metadata: serde_json::json!([]),
+        cached: false,
+        worker: Some("w".into()),
+        time: 3,
+    };
+    store_events(
+        &h,
+        id,
+        &[
+            BuildEvent::status(BuildStatus::Started, None),
+            node("0", Some("push"), None),
+            pushed,
+        ],
+    )
+    .await;
+    standing_container(&h, id, "c1", "push", "0").await;
+    let put = crate::plan::PutStep {
+        name: "push".into(),
+        resource: "r".into(),
+        config: crate::resources::ResourceConfig::base("mock", serde_json::json!({})),
+        params: Default::default(),
+        get_params: Default::default(),
+        inputs: crate::plan::PutInputs::All,
+        no_get: true,
+        tags: vec![],
+    };
+    let (_stop, run) = taken_over_run(&h, id).await;
+    let outcome = run.run(&Plan::Step(Arc::new(put))).await;
+    assert_eq!(outcome, Outcome::Succeeded, "{:?}", h.events(id).await);
+    assert_eq!(h.worker.started(), 0, "out did not run again");
+    let told = h
+        .events(id)
+        .await
+        .into_iter()
+        .filter(|e| matches!(e, BuildEvent::Resource { action, .. } if action == "put"))
+        .count();
+    assert_eq!(told, 1, "the version is told once");
 }
 
 /// A plan of one task step named `name` that exits 0.
@@ -542,16 +636,22 @@ fn build_run(h: &Harness, id: i64) -> (watch::Sender<Option<StopReason>>, BuildR
         named: Default::default(),
         job: None,
         locals: Default::default(),
+        journal: Default::default(),
     };
     (tx, run)
 }
 
-/// Taking a build over at container `container` on worker `w`.
-fn resume_at(container: &str) -> Resume {
-    Resume {
-        ledger: None,
-        worker: "w".into(),
-        container: container.into(),
-        next_event: 1,
-    }
+/// The run of build `id` taken over with the events stored so far.
+async fn taken_over_run(h: &Harness, id: i64) -> (watch::Sender<Option<StopReason>>, BuildRun) {
+    let stored = h.db.build_events_after(id, 0).await.unwrap();
+    let next = stored.last().map_or(0, |e| e.0) + 1;
+    let (tx, mut run) = build_run(h, id);
+    run.journal = crate::build::journal::Journal::read(&stored);
+    run.events = Events::new(EventSink::resume(
+        id,
+        next,
+        h.db.clone(),
+        h.deps.hub.clone(),
+    ));
+    (tx, run)
 }

@@ -13,6 +13,15 @@
 //! stops only its steps. A node whose scope is stopped before it starts
 //! does not start. Each node's start and end are events (`node_started`,
 //! `node_finished`) with its position and attempt.
+//!
+//! A build taken over by another web node (or by this one after a restart)
+//! walks its plan again with the [`Journal`] its events make: a node that
+//! ended is walked *quietly* (nothing runs, no event is stored; a step only
+//! restores what it left in the build, see [`Step::restore`]) and answers
+//! the outcome it had; a step that began and did not end is taken over
+//! where it is (`resume.rs`); the rest runs as in any build.
+//!
+//! [`Journal`]: crate::build::journal::Journal
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +51,9 @@ pub(super) struct Scope {
     pub(super) id: String,
     /// The attempt of each enclosing `attempts`, outermost first.
     pub(super) attempts: Vec<u32>,
+    /// Whether the node is inside a node that ended before the build was
+    /// taken over: walked again only to restore what its steps left.
+    pub(super) replaying: bool,
 }
 
 impl Scope {
@@ -51,6 +63,7 @@ impl Scope {
             stop,
             id: "0".into(),
             attempts: Vec::new(),
+            replaying: false,
         }
     }
 
@@ -67,7 +80,16 @@ impl Scope {
         Scope { stop, ..self }
     }
 
-    fn origin(&self) -> Origin {
+    /// The same node, walked quietly (it ended before a takeover).
+    fn replaying(&self) -> Scope {
+        Scope {
+            replaying: true,
+            ..self.clone()
+        }
+    }
+
+    /// The node and attempts as events and handle rows give them.
+    pub(super) fn origin(&self) -> Origin {
         Origin {
             id: self.id.clone(),
             attempts: self.attempts.clone(),
@@ -80,53 +102,58 @@ impl BuildRun {
     /// `serial_groups`, `max_in_flight`), and walks its plan; returns how
     /// the plan ended.
     pub(super) async fn run(&self, plan: &Plan) -> Outcome {
-        if let Some(ended) = self.wait_for_turn().await {
-            return ended;
-        }
-        self.emit_quietly(&BuildEvent::status(BuildStatus::Started, None))
+        if self.journal.began() {
+            // Taken over: its turn had come, its start and plan are told.
+            tracing::info!(build = self.id, "resuming a build where its plan was");
+        } else {
+            if let Some(ended) = self.wait_for_turn().await {
+                return ended;
+            }
+            self.emit_quietly(&BuildEvent::status(BuildStatus::Started, None))
+                .await;
+            self.emit_quietly(&BuildEvent::Plan {
+                tree: plan.describe("0"),
+                time: crate::db::now_ms(),
+            })
             .await;
-        self.emit_quietly(&BuildEvent::Plan {
-            tree: plan.describe("0"),
-            time: crate::db::now_ms(),
-        })
-        .await;
+        }
         self.walk(plan, Scope::root(self.stop.clone())).await
     }
 
     /// Runs `plan` in `scope`, between its node events; a node whose scope
-    /// is already stopped does not start.
+    /// is already stopped does not start. A node that ended before the
+    /// build was taken over is walked quietly and answers how it ended.
     pub(super) fn walk<'a>(&'a self, plan: &'a Plan, scope: Scope) -> LocalBoxFuture<'a, Outcome> {
         async move {
-            if let Some(reason) = scope.stop.reason() {
+            let origin = scope.origin();
+            if let Some(outcome) = self.journal.outcome(&origin) {
+                self.replay(plan, &scope.replaying()).await;
+                return outcome;
+            }
+            if scope.replaying {
+                // It never began inside a node that ended (a sibling
+                // stopped it first): it does not begin now.
+                return Outcome::Stopped(StopReason::FailFast);
+            }
+            let began = self.journal.began_at(&origin).is_some();
+            // A node that began before a takeover is walked even when
+            // stopped: what it started on a worker is stopped there.
+            if let (Some(reason), false) = (scope.stop.reason(), began) {
                 return Outcome::Stopped(reason);
             }
             let step = match plan {
                 Plan::Step(step) => Some(step.name().to_string()),
                 _ => None,
             };
-            self.emit_quietly(&BuildEvent::NodeStarted {
-                origin: scope.origin(),
-                step: step.clone(),
-                time: crate::db::now_ms(),
-            })
-            .await;
-            let outcome = match plan {
-                Plan::Step(s) => self.walk_step(s, &scope).await,
-                Plan::Do(plans) => self.walk_do(plans, &scope).await,
-                Plan::InParallel {
-                    plans,
-                    limit,
-                    fail_fast,
-                } => self.walk_parallel(plans, *limit, *fail_fast, &scope).await,
-                Plan::Try(plan) => self.walk_try(plan, &scope).await,
-                Plan::Hooks { plan, hooks } => self.walk_hooks(plan, hooks, &scope).await,
-                Plan::Attempts { plan, attempts } => {
-                    self.walk_attempts(plan, *attempts, &scope).await
-                }
-                Plan::Timeout { plan, duration } => {
-                    self.walk_timeout(plan, *duration, &scope).await
-                }
-            };
+            if !began {
+                self.emit_quietly(&BuildEvent::NodeStarted {
+                    origin: origin.clone(),
+                    step: step.clone(),
+                    time: crate::db::now_ms(),
+                })
+                .await;
+            }
+            let outcome = self.walk_node(plan, &scope).await;
             self.emit_quietly(&BuildEvent::NodeFinished {
                 origin: scope.origin(),
                 step,
@@ -139,6 +166,65 @@ impl BuildRun {
             outcome
         }
         .boxed_local()
+    }
+
+    /// Runs the node `plan` (its own kind's rules) in `scope`.
+    async fn walk_node(&self, plan: &Plan, scope: &Scope) -> Outcome {
+        match plan {
+            Plan::Step(s) => self.walk_step(s, scope).await,
+            Plan::Do(plans) => self.walk_do(plans, scope).await,
+            Plan::InParallel {
+                plans,
+                limit,
+                fail_fast,
+            } => self.walk_parallel(plans, *limit, *fail_fast, scope).await,
+            Plan::Try(plan) => self.walk_try(plan, scope).await,
+            Plan::Hooks { plan, hooks } => self.walk_hooks(plan, hooks, scope).await,
+            Plan::Attempts { plan, attempts } => self.walk_attempts(plan, *attempts, scope).await,
+            Plan::Timeout { plan, duration } => self.walk_timeout(plan, *duration, scope).await,
+        }
+    }
+
+    /// Walks a node that ended before the build was taken over, quietly:
+    /// its children as they ran, each answering how it ended, and each step
+    /// restoring what it left in the build (the vars `load_var` set, the
+    /// plan a deferred step became), so later nodes see the build as it was.
+    async fn replay(&self, plan: &Plan, scope: &Scope) {
+        match plan {
+            Plan::Step(step) => self.replay_step(step, scope).await,
+            // No timer: whatever a timeout did is in its outcome.
+            Plan::Timeout { plan, .. } => {
+                self.walk(plan, scope.child(0)).await;
+            }
+            _ => {
+                self.walk_node(plan, scope).await;
+            }
+        }
+    }
+
+    /// Restores what a step that ended left in the build; a step that
+    /// became a plan when it ran walks that plan again, quietly, where it
+    /// ran (a step in the step's own place, a plan under child `0`).
+    async fn replay_step(&self, step: &Arc<dyn Step>, scope: &Scope) {
+        let mut step = step.clone();
+        for _ in 0..MAX_PREPARES {
+            match step.restore(&self.build_scope(&scope.stop)).await {
+                Ok(Some(Plan::Step(next))) => step = next,
+                Ok(Some(plan)) => {
+                    self.walk(&plan, scope.child(0)).await;
+                    return;
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(
+                        build = self.id,
+                        step = step.name(),
+                        "restoring what a step left in its build: {e}"
+                    );
+                    return;
+                }
+            }
+        }
     }
 
     /// A step: prepared first ([`Step::prepare`], before placement), then
@@ -155,7 +241,11 @@ impl BuildRun {
                 Err(e) => return Outcome::of_step(Err(e), &scope.stop),
                 Ok(Prepared::Ended(end)) => return Outcome::of_step(Ok(end), &scope.stop),
                 Ok(Prepared::Itself) => {
-                    let result = self.run_step(step.as_ref(), &scope.stop).await;
+                    let result = match self.journal.began_at(&scope.origin()) {
+                        // It began before the build was taken over.
+                        Some(began) => self.resume_step(step.as_ref(), scope, began).await,
+                        None => self.run_step(step.as_ref(), scope).await,
+                    };
                     return Outcome::of_step(result, &scope.stop);
                 }
                 Ok(Prepared::Plan(Plan::Step(next))) => step = next,
@@ -218,11 +308,16 @@ impl BuildRun {
     async fn walk_timeout(&self, plan: &Plan, limit: Duration, scope: &Scope) -> Outcome {
         let (timer, rx) = watch::channel(None);
         let child = scope.child(0).under(scope.stop.within(rx));
+        // Taken over: the time it ran before counts.
+        let spent = self.journal.began_at(&scope.origin()).map_or(0, |b| {
+            crate::db::now_ms().saturating_sub(b.time).max(0) as u64
+        });
+        let left = limit.saturating_sub(Duration::from_millis(spent));
         let walk = self.walk(plan, child);
         tokio::pin!(walk);
         let outcome = tokio::select! {
             outcome = &mut walk => outcome,
-            () = tokio::time::sleep(limit) => {
+            () = tokio::time::sleep(left) => {
                 timer.send_replace(Some(StopReason::Timeout(limit)));
                 walk.await
             }

@@ -39,6 +39,10 @@ type Raw = (
     Option<i64>,
 );
 
+/// The channel a stored event is announced on (PostgreSQL `NOTIFY`, the
+/// payload the build's id), so followers on every web node read it at once.
+pub const EVENTS_CHANNEL: &str = "gantry_events";
+
 const COLUMNS: &str = "id, team, status, plan, worker, exit_status, error, created_at, finished_at";
 
 fn decode(r: Raw) -> BuildRow {
@@ -172,7 +176,8 @@ impl Db {
     }
 
     /// Appends an event (already JSON) with its sequence number, and
-    /// whether it is the build's last.
+    /// whether it is the build's last; on PostgreSQL, notifies
+    /// [`EVENTS_CHANNEL`] with the build's id.
     pub async fn append_build_event(
         &self,
         build_id: i64,
@@ -180,15 +185,25 @@ impl Db {
         event: &str,
         is_final: bool,
     ) -> Result<(), EngineError> {
-        sqlx::query(
-            "INSERT INTO build_events (build_id, seq, event, final) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(build_id)
-        .bind(seq)
-        .bind(event)
-        .bind(i64::from(is_final))
-        .execute(self.pool())
-        .await?;
+        // Several web nodes: the build's followers on other nodes are told
+        // in the same statement (`LISTEN` on [`EVENTS_CHANNEL`]).
+        let sql = match self.is_shared() {
+            true => {
+                "WITH stored AS (INSERT INTO build_events (build_id, seq, event, final) \
+                     VALUES ($1, $2, $3, $4) RETURNING build_id) \
+                     SELECT pg_notify('gantry_events', CAST(build_id AS TEXT)) FROM stored"
+            }
+            false => {
+                "INSERT INTO build_events (build_id, seq, event, final) VALUES ($1, $2, $3, $4)"
+            }
+        };
+        sqlx::query(sql)
+            .bind(build_id)
+            .bind(seq)
+            .bind(event)
+            .bind(i64::from(is_final))
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 

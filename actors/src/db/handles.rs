@@ -62,10 +62,28 @@ impl Db {
         step: Option<&str>,
         team: &str,
     ) -> Result<(), EngineError> {
+        self.insert_node_handle(kind, handle, worker, build_id, step, team, None)
+            .await
+    }
+
+    /// Writes a `creating` row as [`Db::insert_handle`] does, with the plan
+    /// node (see [`crate::events::Origin::key`]) of the step that creates
+    /// it, by which a web node taking the build over finds it again.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn insert_node_handle(
+        &self,
+        kind: HandleKind,
+        handle: &str,
+        worker: &str,
+        build_id: Option<i64>,
+        step: Option<&str>,
+        team: &str,
+        node: Option<&str>,
+    ) -> Result<(), EngineError> {
         let seq = self.next_sequence(worker).await?;
         sqlx::query(&format!(
-            "INSERT INTO {} (handle, worker, state, sequence, build_id, step, team, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO {} (handle, worker, state, sequence, build_id, step, team, created_at, node) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             kind.table()
         ))
         .bind(handle)
@@ -76,6 +94,7 @@ impl Db {
         .bind(step)
         .bind(team)
         .bind(now_ms())
+        .bind(node)
         .execute(self.pool())
         .await?;
         Ok(())
@@ -194,6 +213,23 @@ impl Db {
         let id = build_id.to_string();
         self.select_handles(kind, "WHERE build_id = CAST($1 AS BIGINT)", &[&id])
             .await
+    }
+
+    /// The rows of what the step at plan node `node` of build `build_id`
+    /// created, oldest first.
+    pub async fn node_handles(
+        &self,
+        kind: HandleKind,
+        build_id: i64,
+        node: &str,
+    ) -> Result<Vec<HandleRow>, EngineError> {
+        let id = build_id.to_string();
+        self.select_handles(
+            kind,
+            "WHERE build_id = CAST($1 AS BIGINT) AND node = $2",
+            &[&id, node],
+        )
+        .await
     }
 
     /// The latest container of a build's step.

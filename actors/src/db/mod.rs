@@ -21,6 +21,7 @@ mod turns;
 mod web_nodes;
 mod workers;
 
+pub use builds::EVENTS_CHANNEL;
 pub use builds::{BuildQuery, BuildStatus};
 pub use gc_collect::ArtifactCutoffs;
 pub use gc_sweep::{SweepRow, SweepWrites};

@@ -73,9 +73,10 @@ impl Db {
         Ok(())
     }
 
-    /// Replaces build `build_id`'s rows with one held by `node` on `worker`
-    /// (a build taken over after its node stopped); returns the new row's id.
-    pub async fn replace_build_placements(
+    /// Records a row held by `node` for a step of build `build_id` on
+    /// `worker` that it took over (the step's node had stopped; its rows go
+    /// when that node's are purged); returns the new row's id.
+    pub async fn record_build_placement(
         &self,
         build_id: i64,
         worker: &str,
@@ -83,10 +84,6 @@ impl Db {
         load: &Load,
     ) -> Result<i64, EngineError> {
         let mut tx = self.lock_ledger().await?;
-        sqlx::query("DELETE FROM placements WHERE build_id = $1")
-            .bind(build_id)
-            .execute(&mut *tx.tx)
-            .await?;
         let id = tx.record(worker, Some(build_id), node, load).await?;
         tx.commit().await?;
         Ok(id)
@@ -225,12 +222,13 @@ mod tests {
         assert_eq!(loads["w2"].tasks, 1);
         db.release_placement(a).await.unwrap();
         assert_eq!(db.ledger_loads().await.unwrap()["w1"].tasks, 1);
-        // Build 2 taken over by n1: its row is replaced, then n2's are purged.
+        // Build 2 taken over by n1: its step's row is recorded again for
+        // n1, then n2's rows are purged.
         let b = db
-            .replace_build_placements(2, "w1", "n1", &load(1))
+            .record_build_placement(2, "w1", "n1", &load(1))
             .await
             .unwrap();
-        assert_eq!(db.purge_placements("n2", now_ms() + 1).await.unwrap(), 0);
+        assert_eq!(db.purge_placements("n2", now_ms() + 1).await.unwrap(), 1);
         assert_eq!(db.purge_placements("n1", 0).await.unwrap(), 0);
         let rows = db.ledger_rows().await.unwrap();
         assert_eq!(rows.len(), 2);

@@ -164,6 +164,18 @@ impl Db {
         Ok(())
     }
 
+    /// Takes build `id`'s abort request, asked while no web node ran it:
+    /// true when there was one (it is cleared, so it is delivered once).
+    pub async fn take_abort_request(&self, id: i64) -> Result<bool, EngineError> {
+        let done = sqlx::query(
+            "UPDATE builds SET abort_requested = NULL WHERE id = $1 AND abort_requested IS NOT NULL",
+        )
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// The unfinished builds of `node` whose abort was asked through another
     /// node, with when it was last asked (unix ms).
     pub async fn abort_requests(&self, node: &str) -> Result<Vec<(i64, i64)>, EngineError> {

@@ -212,4 +212,20 @@ impl Engine {
     ) -> tokio::sync::mpsc::Receiver<Result<StoredEvent, EngineError>> {
         event_follow::follow(self.db.clone(), self.hub.clone(), id, after)
     }
+
+    /// Bench helper (`gantry bench follow`): a build of team `team` owned
+    /// by this node, and the sink its events are stored and published
+    /// through, as a running build's are.
+    #[cfg(any(test, feature = "testing"))]
+    pub async fn bench_event_sink(
+        &self,
+        team: &str,
+    ) -> Result<(i64, crate::events::EventSink), EngineError> {
+        let id = self
+            .db
+            .create_build(team, &serde_json::json!({}), &self.config.node_name)
+            .await?;
+        let sink = crate::events::EventSink::new(id, self.db.clone(), self.hub.clone());
+        Ok((id, sink))
+    }
 }

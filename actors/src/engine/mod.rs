@@ -47,8 +47,8 @@ use actix::prelude::*;
 
 use crate::artifact_store::ArtifactStore;
 use crate::artifacts::Artifacts;
-use crate::background::Jobs;
-use crate::build::BuildDeps;
+use crate::background::{Heard, Jobs};
+use crate::build::{BuildDeps, RunningBuilds};
 use crate::db::Db;
 use crate::error::EngineError;
 use crate::events::EventHub;
@@ -181,6 +181,10 @@ impl Engine {
             artifacts.clone(),
             connector.clone(),
         );
+        let builds = RunningBuilds::default();
+        if db.is_shared() {
+            listen_for_events(&jobs, &db, &hub, &builds);
+        }
         let engine = Engine {
             artifacts,
             streams,
@@ -194,7 +198,7 @@ impl Engine {
             config,
             imports: Default::default(),
             resources: Default::default(),
-            builds: Default::default(),
+            builds,
             intercepts,
             connector,
             jobs,
@@ -280,25 +284,21 @@ impl Engine {
     }
 
     /// Shuts the engine down in order, once the API has stopped taking
-    /// requests: background jobs finish their current run and stop; the
-    /// worker connections stop; then the database is closed. Running builds
-    /// are not aborted: their steps go on on the workers, and the next web
-    /// node started on this database takes them over.
+    /// requests: running builds are detached first (each stops where it
+    /// is and writes nothing more, while its steps go on on the workers;
+    /// the next web node on this database takes them over), so nothing
+    /// that stops after them can fail them; then background jobs finish
+    /// their current run and stop; the worker connections stop; then the
+    /// database is closed.
     pub async fn shutdown(&self) {
+        let running = self.detach_builds().await;
         tracing::info!("engine: stopping background jobs");
         self.jobs.shutdown().await;
         tracing::info!("engine: stopping worker connections");
         let _ = self.registry.send(crate::registry::StopRegistry).await;
-        let running = self.builds.len();
-        if running > 0 {
-            tracing::info!(
-                running,
-                "engine: leaving running builds to the next web node on this database"
-            );
-        }
         // Last, so no build of this node writes after another took it.
-        if self.db.is_shared() && !self.builds.is_empty() {
-            // Another node takes the running builds over at its next look.
+        if self.db.is_shared() && running > 0 {
+            // Another node takes the builds over at its next heartbeat.
             if let Err(e) = self.db.leave_web_nodes(&self.config.node_name).await {
                 tracing::warn!("handing this node's builds over: {e}");
             }
@@ -307,6 +307,52 @@ impl Engine {
         self.db.close().await;
         tracing::info!("engine: stopped");
     }
+}
+
+impl Engine {
+    /// Detaches every running build ([`crate::build::Detach`]) and waits
+    /// (at most 10 s) until their actors have stopped; answers how many
+    /// there were.
+    async fn detach_builds(&self) -> usize {
+        let running: Vec<_> = self.builds.iter().map(|b| b.value().clone()).collect();
+        if running.is_empty() {
+            return 0;
+        }
+        tracing::info!(
+            running = running.len(),
+            "engine: leaving running builds to the next web node on this database"
+        );
+        for build in &running {
+            build.do_send(crate::build::Detach);
+        }
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !self.builds.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        running.len()
+    }
+}
+
+/// Name of the job that hears of events other web nodes store.
+pub const EVENTS_JOB: &str = "build-events";
+
+/// Several web nodes: each event another node stores wakes this node's
+/// followers of its build at once (PostgreSQL `LISTEN`), so they read it
+/// as it is stored, not at their next look. A build running here needs
+/// none: its followers get its events live.
+fn listen_for_events(jobs: &Jobs, db: &Db, hub: &EventHub, running: &RunningBuilds) {
+    let (hub, running) = (hub.clone(), running.clone());
+    let channel = crate::db::EVENTS_CHANNEL;
+    crate::background::listen(jobs, EVENTS_JOB, db.url(), channel, move |heard| {
+        match heard {
+            Heard::Connected => hub.wake_all(),
+            Heard::Notice(id) => match id.parse::<i64>() {
+                Ok(id) if !running.contains_key(&id) => hub.wake(id),
+                _ => {}
+            },
+        }
+        true
+    });
 }
 
 /// Several web nodes share one artifact store: `store` must be the store the

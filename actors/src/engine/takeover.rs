@@ -3,8 +3,10 @@
 //! one PostgreSQL database). Each node beats in `web_nodes`; a node late by
 //! the node timeout is claimed by one other node, which becomes the owner of
 //! its unfinished builds in the same transaction and takes them over as a
-//! restarted node does: a step whose container stands is reattached, a
-//! one-step build whose step had not started runs from its start.
+//! restarted node does: each build's plan resumes where its stored events
+//! say it was (`build/journal.rs`): steps that ended are not run again, a
+//! step whose container stands is reattached, steps that had not started
+//! run, and a build whose plan had not begun runs from its start.
 
 use std::time::Duration;
 
@@ -12,13 +14,11 @@ use actix::Actor;
 
 use super::Engine;
 use crate::background::{Job, JobError, Outcome, Periodic, Schedule};
-use crate::build::{Build, Plan, Resume};
-use crate::db::{now_ms, BuildStatus, HandleKind};
+use crate::build::{Build, Plan};
+use crate::db::{now_ms, BuildStatus};
 use crate::error::EngineError;
 use crate::events::{BuildEvent, EventSink};
-use crate::placement::Load;
 use crate::plan::{JobPlan, OneOffPlan};
-use crate::state::HandleState;
 use crate::steps::runnable;
 
 /// How web nodes watch each other.
@@ -66,16 +66,6 @@ pub struct WebNodeView {
 
 /// Name of the node heartbeat's row in the jobs table.
 pub const NODE_HEARTBEAT_JOB: &str = "web-node-heartbeat";
-
-/// How a build is taken over.
-enum Takeover {
-    /// Reattach to its step's process.
-    Reattach(Resume),
-    /// Its step never started: run it from the start.
-    Restart,
-    /// It cannot be followed: record it errored, saying why.
-    Error(String),
-}
 
 impl Engine {
     /// Joins the web nodes of the database: refuses to start when a live
@@ -229,137 +219,46 @@ impl Engine {
             return Ok(());
         };
         let events = self.db.build_events_after(id, 0).await?;
-        let next_event = events.last().map_or(0, |e| e.0) + 1;
-        // A build whose plan never began (it waited for its turn) runs from
-        // its start, whatever its plan.
-        let begun = events.iter().any(|(_, json)| {
-            matches!(
-                serde_json::from_str(json),
-                Ok(BuildEvent::Status {
-                    status: BuildStatus::Started,
-                    ..
-                })
-            )
-        });
-        let plan = stored_plan(&build.plan);
-        let how = match &plan {
-            Ok(_) if !begun => Takeover::Restart,
-            Ok(plan) => self.how_to_take_over(id, &plan.0, next_event).await?,
-            Err(why) => Takeover::Error(format!(
-                "a restarted web node cannot take the build over: {why}"
-            )),
+        let plan = match stored_plan(&build.plan) {
+            Ok(plan) => plan,
+            Err(why) => {
+                let reason = format!("a web node cannot take the build over: {why}");
+                return self.error_taken_over(id, &events, reason).await;
+            }
         };
+        tracing::info!(build = id, "taking a build over where its plan was");
+        // An abort asked while no node ran it stops it at once.
+        let aborted = self.db.take_abort_request(id).await?;
         let deps = self.build_deps();
-        match (plan, how) {
-            (Ok(plan), Takeover::Reattach(resume)) => {
-                Build::resuming(id, build.team, plan, deps, self.builds.clone(), resume)
-                    .for_job(stored_job(&build.plan))
-                    .start();
-            }
-            (Ok(plan), Takeover::Restart) => {
-                tracing::info!(
-                    build = id,
-                    "taking a build over: its plan or its step had not started; running it from the start"
-                );
-                Build::restarting(id, build.team, plan, deps, self.builds.clone(), next_event)
-                    .for_job(stored_job(&build.plan))
-                    .start();
-            }
-            (_, Takeover::Error(reason)) | (Err(reason), _) => {
-                tracing::warn!(build = id, "{reason}");
-                self.db
-                    .finish_build(id, BuildStatus::Errored, None, Some(&reason))
-                    .await?;
-                let mut sink = EventSink::resume(id, next_event, self.db.clone(), self.hub.clone());
-                sink.emit(&BuildEvent::Error {
-                    message: reason,
-                    time: now_ms(),
-                })
-                .await?;
-                sink.emit(&BuildEvent::status(BuildStatus::Errored, None))
-                    .await?;
-            }
-        }
+        Build::taken_over(id, build.team, plan, deps, self.builds.clone(), &events)
+            .for_job(stored_job(&build.plan))
+            .aborted_before_start(aborted)
+            .start();
         Ok(())
     }
 
-    /// Whether build `id`'s step can be reattached, run from its start, or
-    /// neither. A reattached step's placement is recorded again first, so
-    /// limits count it before anything else is placed.
-    async fn how_to_take_over(
+    /// Records build `id` errored for `reason`, its events following the
+    /// stored `events`.
+    async fn error_taken_over(
         &self,
         id: i64,
-        plan: &Plan,
-        next_event: i64,
-    ) -> Result<Takeover, EngineError> {
-        // A plan of several steps is not followed: the Build errors it
-        // (an empty resume) and what its steps created goes with it.
-        let step = match plan.steps().as_slice() {
-            [one] => one.name().to_string(),
-            _ => {
-                return Ok(Takeover::Reattach(Resume {
-                    worker: String::new(),
-                    container: String::new(),
-                    next_event,
-                    ledger: None,
-                }))
-            }
-        };
-        let Some(container) = self.db.find_step_container(id, &step).await? else {
-            return Ok(Takeover::Restart);
-        };
-        let stands = match container.state {
-            HandleState::Created => true,
-            // Its node stopped between asking the worker and recording the
-            // answer: the worker says whether it stands.
-            HandleState::Creating => {
-                self.container_stands(&container.worker, &container.handle)
-                    .await
-            }
-            _ => false,
-        };
-        if !stands {
-            return Ok(match container.state {
-                HandleState::Creating => Takeover::Restart,
-                _ => Takeover::Error(
-                    "the web node stopped before the step's container was running".into(),
-                ),
-            });
-        }
-        let volumes = self.db.build_handles(HandleKind::Volume, id).await?.len();
-        let containers = self
-            .db
-            .build_handles(HandleKind::Container, id)
-            .await?
-            .len();
-        let load = Load {
-            tasks: 1,
-            containers: containers as u32,
-            volumes: volumes as u32,
-        };
-        let ledger = match self.db.is_shared() {
-            true => Some(
-                self.db
-                    .replace_build_placements(id, &container.worker, &self.config.node_name, &load)
-                    .await?,
-            ),
-            false => None,
-        };
-        Ok(Takeover::Reattach(Resume {
-            worker: container.worker,
-            container: container.handle,
-            next_event,
-            ledger,
-        }))
-    }
-
-    /// Whether container `handle` stands on `worker` (false when unsure).
-    async fn container_stands(&self, worker: &str, handle: &str) -> bool {
-        let Ok(Some(row)) = self.db.get_worker(worker).await else {
-            return false;
-        };
-        let client = self.connector.connect(&row.registration);
-        matches!(client.lookup_container(handle).await, Ok(Some(_)))
+        events: &[(i64, String)],
+        reason: String,
+    ) -> Result<(), EngineError> {
+        tracing::warn!(build = id, "{reason}");
+        let next_event = events.last().map_or(0, |e| e.0) + 1;
+        self.db
+            .finish_build(id, BuildStatus::Errored, None, Some(&reason))
+            .await?;
+        let mut sink = EventSink::resume(id, next_event, self.db.clone(), self.hub.clone());
+        sink.emit(&BuildEvent::Error {
+            message: reason,
+            time: now_ms(),
+        })
+        .await?;
+        sink.emit(&BuildEvent::status(BuildStatus::Errored, None))
+            .await?;
+        Ok(())
     }
 }
 

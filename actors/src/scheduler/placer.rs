@@ -15,10 +15,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::{Actor, Addr};
+use actix::Addr;
 use tokio::sync::{oneshot, watch};
 
-use crate::background::{Backoff, Job, JobError, Jobs, Outcome, Periodic, Schedule};
+use crate::background::Jobs;
 use crate::db::Db;
 use crate::error::EngineError;
 use crate::placement::Load;
@@ -99,14 +99,22 @@ impl Placer {
             released,
             waiting: Arc::default(),
         });
-        let listener = ReleaseListener {
-            ledger: Arc::downgrade(&ledger),
-            listener: None,
-        };
-        // Reconnects a second after a failure, every time.
-        let again = Duration::from_secs(1);
-        let schedule = Schedule::every(again).with_backoff(Backoff::doubling(again, again));
-        Periodic::new(listener, schedule, jobs).start();
+        // Every release (and a reconnection, after which anything may have
+        // been released) wakes the waiting steps, while the ledger lives.
+        let weak = Arc::downgrade(&ledger);
+        crate::background::listen(
+            jobs,
+            RELEASES_JOB,
+            db.url(),
+            crate::db::RELEASES_CHANNEL,
+            move |_| {
+                let Some(ledger) = weak.upgrade() else {
+                    return false;
+                };
+                ledger.released.send_modify(|n| *n += 1);
+                true
+            },
+        );
         Placer {
             scheduler,
             ledger: Some(ledger),
@@ -239,7 +247,7 @@ impl Placer {
             placement.ledger = Some(
                 ledger
                     .db
-                    .replace_build_placements(
+                    .record_build_placement(
                         build_id,
                         &placement.worker,
                         &ledger.node,
@@ -296,77 +304,3 @@ impl Placer {
 
 /// Name of the release listener's row in the jobs table.
 pub const RELEASES_JOB: &str = "placement-releases";
-
-/// The longest one tick of the release listener waits for an announcement:
-/// how long it may hold a shutdown back.
-const LISTEN_WAIT: Duration = Duration::from_secs(1);
-
-/// Listens for releases announced by every node (PostgreSQL `NOTIFY`) while
-/// the ledger lives, as a background job: a tick connects (then looks again
-/// at once: anything may have been released while it was not listening),
-/// or waits up to [`LISTEN_WAIT`] for the next announcement and wakes the
-/// waiting steps; either way the next tick follows at once, so every
-/// announcement wakes them as it arrives.
-struct ReleaseListener {
-    /// The ledger whose waiting steps it wakes; gone: the job is done.
-    ledger: std::sync::Weak<Ledger>,
-    /// The listening connection, once connected.
-    listener: Option<sqlx::postgres::PgListener>,
-}
-
-impl Drop for ReleaseListener {
-    fn drop(&mut self) {
-        // A listener's drop spawns a task to close its connection: with no
-        // runtime left (the System ended without `Engine::shutdown`) it
-        // would panic, so the connection is left to the process's end.
-        if tokio::runtime::Handle::try_current().is_err() {
-            std::mem::forget(self.listener.take());
-        }
-    }
-}
-
-impl Job for ReleaseListener {
-    fn name(&self) -> String {
-        RELEASES_JOB.into()
-    }
-
-    async fn tick(&mut self) -> Result<Outcome, JobError> {
-        let Some(ledger) = self.ledger.upgrade() else {
-            return Ok(Outcome::Done);
-        };
-        let Some(listener) = self.listener.as_mut() else {
-            let url = ledger.db.url().to_string();
-            drop(ledger);
-            let mut listener = sqlx::postgres::PgListener::connect(&url)
-                .await
-                .map_err(EngineError::from)?;
-            listener
-                .listen(crate::db::RELEASES_CHANNEL)
-                .await
-                .map_err(EngineError::from)?;
-            self.listener = Some(listener);
-            // Anything released while not listening: look again now.
-            if let Some(l) = self.ledger.upgrade() {
-                l.released.send_modify(|n| *n += 1);
-            }
-            return Ok(Outcome::Busy);
-        };
-        drop(ledger);
-        // `recv` is cancel-safe: a timeout loses no announcement.
-        match tokio::time::timeout(LISTEN_WAIT, listener.recv()).await {
-            Err(_) => Ok(Outcome::Busy),
-            Ok(Ok(_)) => {
-                if let Some(l) = self.ledger.upgrade() {
-                    l.released.send_modify(|n| *n += 1);
-                }
-                Ok(Outcome::Busy)
-            }
-            Ok(Err(e)) => {
-                self.listener = None;
-                Err(JobError::Failed(format!(
-                    "listening for placement releases: {e}"
-                )))
-            }
-        }
-    }
-}

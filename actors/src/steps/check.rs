@@ -7,7 +7,9 @@ use crate::steps::resource_fetch::{self as fetch, Halt, Resource};
 use crate::steps::resource_step::resource_step;
 use crate::steps::{StepContext, StepEnd};
 
-resource_step!(CheckStep, check, is_check: true, containers: 1);
+// Checking again stores no version twice.
+resource_step!(CheckStep, check, is_check: true, containers: 1,
+    on_takeover: |_: &CheckStep| crate::steps::OnTakeover::Rerun);
 
 impl CheckStep {
     async fn check(&self, ctx: &mut StepContext) -> Result<StepEnd, Halt> {

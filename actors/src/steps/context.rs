@@ -80,6 +80,9 @@ pub struct StepContext {
     /// What the step created there so far (behind a lock: a step's
     /// inputs are made in parallel).
     created: std::sync::Mutex<Created>,
+    /// The step's node in the plan (see [`crate::events::Origin::key`]),
+    /// stored with the rows of what it creates.
+    node: Option<String>,
 }
 
 impl StepContext {
@@ -98,6 +101,16 @@ impl StepContext {
             worker,
             watch,
             created: std::sync::Mutex::new(created),
+            node: None,
+        }
+    }
+
+    /// The same context, for the step at plan node `node`: the rows of what
+    /// it creates say so (a web node taking the build over finds them).
+    pub fn at_node(self, node: String) -> Self {
+        StepContext {
+            node: Some(node),
+            ..self
         }
     }
 
@@ -289,13 +302,14 @@ impl StepContext {
         let handle = uuid::Uuid::new_v4().to_string();
         self.scope
             .db
-            .insert_handle(
+            .insert_node_handle(
                 kind,
                 &handle,
                 self.worker.name(),
                 Some(self.scope.build),
                 Some(step),
                 &self.scope.team,
+                self.node.as_deref(),
             )
             .await?;
         let mut created = self.created.lock().expect("created handles");

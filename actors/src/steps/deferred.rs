@@ -49,6 +49,15 @@ impl Step for DeferredStep {
         Ok(Prepared::Plan(runnable(step_plan(&filled, &at)?)))
     }
 
+    /// The plan it became when it ran (its translation is the same again:
+    /// the build's vars are restored first, in the plan's order).
+    async fn restore(&self, scope: &BuildScope) -> Result<Option<super::Plan>, EngineError> {
+        match self.prepare(scope).await? {
+            Prepared::Plan(plan) => Ok(Some(plan)),
+            _ => Ok(None),
+        }
+    }
+
     async fn run(&self, _ctx: &mut StepContext) -> Result<StepEnd, EngineError> {
         Err(EngineError::Invalid(format!(
             "step {:?} was placed before it was prepared",

@@ -8,7 +8,9 @@ use crate::steps::resource_fetch::{self as fetch, Halt, Resource};
 use crate::steps::resource_step::{produce, resource_step};
 use crate::steps::{StepContext, StepEnd};
 
-resource_step!(GetStep, fetch, is_check: false, containers: 2);
+// A get's script is not reattached: fetching the version again is safe.
+resource_step!(GetStep, fetch, is_check: false, containers: 2,
+    on_takeover: |_: &GetStep| crate::steps::OnTakeover::Rerun);
 
 impl GetStep {
     /// Finds the version, fetches it and produces the artifact.

@@ -18,7 +18,23 @@ use crate::events::BuildEvent;
 use crate::plan::{Format, LoadVarStep};
 use crate::scheduler::StepRequest;
 
-use super::{read_artifact_file, BuildScope, Prepared, Step, StepContext, StepEnd};
+use super::{read_artifact_file, BuildScope, Plan, Prepared, Step, StepContext, StepEnd};
+
+impl LoadVarStep {
+    /// Reads the file and sets the var; answers the format it was read as.
+    async fn load(&self, scope: &BuildScope) -> Result<Format, EngineError> {
+        let named = |e: String| EngineError::Invalid(format!("step {:?}: {e}", self.name));
+        let data = read_artifact_file(scope, &self.file)
+            .await
+            .map_err(|e| named(e.to_string()))?;
+        let format = self.format.unwrap_or_else(|| Format::of_file(&self.file));
+        let value = format
+            .value(&data)
+            .map_err(|e| named(format!("file {:?}: {e}", self.file)))?;
+        scope.locals.set(&self.var, value, !self.reveal);
+        Ok(format)
+    }
+}
 
 #[async_trait]
 impl Step for LoadVarStep {
@@ -32,15 +48,7 @@ impl Step for LoadVarStep {
     }
 
     async fn prepare(&self, scope: &BuildScope) -> Result<Prepared, EngineError> {
-        let named = |e: String| EngineError::Invalid(format!("step {:?}: {e}", self.name));
-        let data = read_artifact_file(scope, &self.file)
-            .await
-            .map_err(|e| named(e.to_string()))?;
-        let format = self.format.unwrap_or_else(|| Format::of_file(&self.file));
-        let value = format
-            .value(&data)
-            .map_err(|e| named(format!("file {:?}: {e}", self.file)))?;
-        scope.locals.set(&self.var, value, !self.reveal);
+        let format = self.load(scope).await?;
         let shown = if self.reveal { "" } else { " (redacted)" };
         scope
             .events
@@ -57,6 +65,14 @@ impl Step for LoadVarStep {
             })
             .await?;
         Ok(Prepared::Ended(StepEnd::Exited(0)))
+    }
+
+    /// Sets the var again from its file (an artifact of the build, which
+    /// lives as long as the build): a value is never stored, so a secret
+    /// one is nowhere at rest.
+    async fn restore(&self, scope: &BuildScope) -> Result<Option<Plan>, EngineError> {
+        self.load(scope).await?;
+        Ok(None)
     }
 
     async fn run(&self, _ctx: &mut StepContext) -> Result<StepEnd, EngineError> {

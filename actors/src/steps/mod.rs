@@ -34,6 +34,6 @@ pub use artifact_scope::ArtifactScope;
 pub use context::{BuildScope, Created, StepContext};
 pub use image::ImportLocks;
 pub use signals::{Events, Stop, StopReason, WorkerWatch};
-pub use step::{runnable, Plan, Prepared, Reattach, Step, StepEnd};
+pub use step::{runnable, OnTakeover, Plan, Prepared, Reattach, Step, StepEnd};
 
 pub use crate::plan::{JobRef, LocalVars};

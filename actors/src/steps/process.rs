@@ -117,14 +117,16 @@ pub const CAPTURE_LIMIT: usize = 4 << 20;
 
 /// Follows a started process as [`follow`] does, but keeps its stdout
 /// (up to [`CAPTURE_LIMIT`] bytes; more is an error) instead of logging it:
-/// a resource script answers on stdout and logs on stderr.
+/// a resource script answers on stdout and logs on stderr (whose first
+/// `skip_stderr` bytes are stored already, when it is followed again).
 pub async fn follow_capturing(
     ctx: &StepContext,
     process: &dyn Process,
     output: mpsc::Receiver<ProcessOutput>,
+    skip_stderr: u64,
 ) -> Result<(ProcessEnd, Vec<u8>), EngineError> {
     let mut stdout = Vec::new();
-    let end = follow_into(ctx, process, output, [0, 0], Some(&mut stdout)).await?;
+    let end = follow_into(ctx, process, output, [0, skip_stderr], Some(&mut stdout)).await?;
     Ok((end, stdout))
 }
 

@@ -12,11 +12,15 @@ use crate::plan::{PutInputs, PutStep};
 use crate::resources::ResourceStats;
 use crate::spec::MountSpec;
 use crate::steps::resource_fetch::{self as fetch, Halt, Resource, RESOURCE_DIR};
-use crate::steps::resource_script::{fetch_answer, run_script, Script, ScriptEnd};
+use crate::steps::resource_script::{
+    fetch_answer, reattach_script, run_script, Script, ScriptEnd, TypeImage,
+};
 use crate::steps::resource_step::{produce, resource_step};
-use crate::steps::{StepContext, StepEnd};
+use crate::steps::{Reattach, StepContext, StepEnd};
 
-resource_step!(PutStep, put, is_check: false, containers: 2);
+// Taken over, a put is followed where it was, never pushed twice.
+resource_step!(PutStep, put, is_check: false, containers: 2,
+    on_takeover: |_: &PutStep| crate::steps::OnTakeover::Reattach, reattach: take_over);
 
 impl PutStep {
     async fn put(&self, ctx: &mut StepContext) -> Result<StepEnd, Halt> {
@@ -51,6 +55,33 @@ impl PutStep {
             },
         )
         .await?;
+        self.after_out(ctx, &image, end).await
+    }
+
+    /// Takes the put over where it was when its build was taken over by
+    /// another web node (or this one, restarted), so nothing is pushed
+    /// twice: once `out`'s version was told, only the implicit get is left;
+    /// an `out` that began is followed to its answer (its output the worker
+    /// kept); an `out` that never started runs now.
+    async fn take_over(&self, ctx: &mut StepContext, at: Reattach) -> Result<StepEnd, Halt> {
+        let image = fetch::type_image(ctx, &self.config.type_).await?;
+        if let Some((_, version)) = at.told.iter().find(|(action, _)| action == "put") {
+            return self.implicit_get(ctx, &image, version).await;
+        }
+        match reattach_script(ctx, &at.containers, "out", at.already_stored[1]).await? {
+            Some(end) => self.after_out(ctx, &image, end).await,
+            None => self.put(ctx).await,
+        }
+    }
+
+    /// What follows `out`: the version it made stored and told, then the
+    /// implicit get.
+    async fn after_out(
+        &self,
+        ctx: &mut StepContext,
+        image: &TypeImage,
+        end: ScriptEnd,
+    ) -> Result<StepEnd, Halt> {
         let answer = match end {
             ScriptEnd::Answered(v) => v,
             ScriptEnd::Failed(status) => return Ok(StepEnd::Exited(status)),
@@ -75,15 +106,26 @@ impl PutStep {
             Some(&worker),
         )
         .await?;
+        self.implicit_get(ctx, image, &version).await
+    }
+
+    /// Fetches the version `out` made as the artifact of the step's name
+    /// (Concourse's implicit get), unless `no_get`.
+    async fn implicit_get(
+        &self,
+        ctx: &mut StepContext,
+        image: &TypeImage,
+        version: &Value,
+    ) -> Result<StepEnd, Halt> {
         if self.no_get {
             return Ok(StepEnd::Exited(0));
         }
         let r = Resource {
             name: &self.resource,
             config: &self.config,
-            image: &image,
+            image,
         };
-        let fetched = fetch::get(ctx, &r, &version, &self.get_params).await?;
+        let fetched = fetch::get(ctx, &r, version, &self.get_params).await?;
         produce(ctx, &self.name, &fetched.artifact_id).await?;
         Ok(StepEnd::Exited(0))
     }

@@ -113,10 +113,48 @@ pub async fn run_script(
         },
     )
     .await?;
-    let (end, stdout) = follow_capturing(ctx, process.as_ref(), output).await?;
+    let (end, stdout) = follow_capturing(ctx, process.as_ref(), output, 0).await?;
+    script_end(&path, end, &stdout)
+}
+
+/// Follows script `name` of the step again after its build was taken over:
+/// the process in the newest of `containers` (the step's, oldest first)
+/// that has one of that id, its kept output replayed (the first
+/// `stored_stderr` bytes of stderr are in the log already) and its answer
+/// read back. `None` when no container holds the process: it never started.
+pub async fn reattach_script(
+    ctx: &StepContext,
+    containers: &[String],
+    name: &str,
+    stored_stderr: u64,
+) -> Result<Option<ScriptEnd>, EngineError> {
+    let worker = ctx.worker().clone();
+    for handle in containers.iter().rev() {
+        let Some(container) = worker.lookup_container(handle).await? else {
+            continue;
+        };
+        let (tx, output) = tokio::sync::mpsc::channel(256);
+        let io = crate::runtime::ProcessIo {
+            stdin: None,
+            output: tx,
+        };
+        let process = match container.attach(name, io).await {
+            Ok(p) => p,
+            Err(crate::error::RuntimeError::NotFound { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let (end, stdout) = follow_capturing(ctx, process.as_ref(), output, stored_stderr).await?;
+        let path = format!("/opt/resource/{name}");
+        return script_end(&path, end, &stdout).map(Some);
+    }
+    Ok(None)
+}
+
+/// How script `path` ended, from its end and its stdout.
+fn script_end(path: &str, end: ProcessEnd, stdout: &[u8]) -> Result<ScriptEnd, EngineError> {
     match end {
         ProcessEnd::Stopped => Ok(ScriptEnd::Stopped),
-        ProcessEnd::Exited(0) => serde_json::from_slice(&stdout)
+        ProcessEnd::Exited(0) => serde_json::from_slice(stdout)
             .map(ScriptEnd::Answered)
             .map_err(|e| {
                 EngineError::Invalid(format!(

@@ -35,9 +35,12 @@ pub fn resource_request(
 
 /// The [`crate::steps::Step`] of a resource step type (a struct with
 /// `name`, `config` and `tags`): its request from [`resource_request`], and
-/// its work (the method `$work`) run [`guarded`].
+/// its work (the method `$work`) run [`guarded`], what a web node that
+/// takes its build over does with it once it began (`on_takeover`), and
+/// the method that takes it over where it was, if it has one (`reattach`).
 macro_rules! resource_step {
-    ($ty:ty, $work:ident, is_check: $check:expr, containers: $containers:expr) => {
+    ($ty:ty, $work:ident, is_check: $check:expr, containers: $containers:expr,
+     on_takeover: $takeover:expr $(, reattach: $reattach:ident)?) => {
         #[async_trait::async_trait]
         impl $crate::steps::Step for $ty {
             fn name(&self) -> &str {
@@ -53,6 +56,10 @@ macro_rules! resource_step {
                 )
             }
 
+            fn on_takeover(&self) -> $crate::steps::OnTakeover {
+                ($takeover)(self)
+            }
+
             async fn run(
                 &self,
                 ctx: &mut $crate::steps::StepContext,
@@ -60,6 +67,17 @@ macro_rules! resource_step {
                 let (stop, watch) = (ctx.stop(), ctx.worker_watch());
                 $crate::steps::resource_step::guarded(stop, watch, self.$work(ctx)).await
             }
+
+            $(
+            async fn reattach(
+                &self,
+                ctx: &mut $crate::steps::StepContext,
+                at: $crate::steps::Reattach,
+            ) -> Result<$crate::steps::StepEnd, $crate::error::EngineError> {
+                let (stop, watch) = (ctx.stop(), ctx.worker_watch());
+                $crate::steps::resource_step::guarded(stop, watch, self.$reattach(ctx, at)).await
+            }
+            )?
         }
     };
 }

@@ -36,6 +36,24 @@ pub trait Step: Send + Sync {
     /// with [`StepEnd::Stopped`].
     async fn run(&self, ctx: &mut StepContext) -> Result<StepEnd, EngineError>;
 
+    /// What a web node that takes the build over does with the step when
+    /// it began before and its container stands: reattach to its process
+    /// by default (a step that cannot says otherwise).
+    fn on_takeover(&self) -> OnTakeover {
+        OnTakeover::Reattach
+    }
+
+    /// Restores what the step left in its build, when it ended before a
+    /// web node took the build over and is walked again quietly: nothing
+    /// runs and no event is stored. A step that sets build-local vars sets
+    /// them again (read again from their file); a step that became a plan
+    /// when it ran answers that plan, to be walked again the same way. By
+    /// default nothing.
+    async fn restore(&self, scope: &BuildScope) -> Result<Option<Plan>, EngineError> {
+        let _ = scope;
+        Ok(None)
+    }
+
     /// Takes the step over after a restart of the web node, where it was.
     async fn reattach(&self, ctx: &mut StepContext, at: Reattach) -> Result<StepEnd, EngineError> {
         let _ = (ctx, at);
@@ -44,6 +62,17 @@ pub trait Step: Send + Sync {
             self.name()
         )))
     }
+}
+
+/// What a web node taking a build over does with a step that began before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnTakeover {
+    /// Reattach to its process ([`Step::reattach`]), whose output the
+    /// worker kept.
+    Reattach,
+    /// Run it again from its start: running it twice changes nothing (a
+    /// `get` fetches the same version again).
+    Rerun,
 }
 
 /// What [`Step::prepare`] decided.
@@ -78,6 +107,12 @@ pub struct Reattach {
     /// Bytes of stdout and stderr already stored as log events, not to be
     /// repeated when the output is replayed.
     pub already_stored: [u64; 2],
+    /// Every container the step had created, oldest first (`container` is
+    /// the last).
+    pub containers: Vec<String>,
+    /// What the step told of resources before it was taken over: each
+    /// `resource` event's action (`get`, `put`, `image`) and version.
+    pub told: Vec<(String, serde_json::Value)>,
 }
 
 /// A plan as the walker runs it: each leaf a runnable step.
