@@ -63,4 +63,8 @@ python3 scripts/engine_cycles.py
 # must be as clean as the one the tests run, which has the benchmarks.
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy --workspace --all-targets --features gantry/bench -- -D warnings
-cargo test --workspace --features gantry/bench -- --test-threads 2
+# Every test binary built first, then run three at a time (scripts/run_tests.py:
+# the end-to-end tests mostly wait, so one binary at a time leaves the cores idle).
+cargo test --workspace --features gantry/bench --no-run --message-format=json-render-diagnostics \
+  > target/test-binaries.json
+python3 scripts/run_tests.py < target/test-binaries.json

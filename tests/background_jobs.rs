@@ -163,6 +163,8 @@ fn every_loop_of_a_web_node_with_a_cluster_worker_is_a_job_that_stops_at_sigterm
         "fleet-sync",
         "leadership/gc-collector",
         "placement-releases",
+        "build-events",
+        "web-node-departures",
         "kubernetes-beacon/k8s",
         "kubernetes-sweeper/k8s",
         "metrics-upkeep",

@@ -178,6 +178,14 @@ impl Build {
         }
     }
 
+    /// Starts the build on the System's arbiter: a build belongs to the
+    /// engine, not to the HTTP worker thread whose request created it (a
+    /// stopping web node stops those threads, and with them what runs on
+    /// them, before the engine detaches its builds).
+    pub fn spawn(self) -> Addr<Build> {
+        Build::start_in_arbiter(actix::System::current().arbiter(), move |_| self)
+    }
+
     /// Sets the stop signal, unless it is set already (the first reason
     /// wins); an abort after that stops the hooks that run after a stop.
     fn request_stop(&self, reason: StopReason) {

@@ -33,6 +33,7 @@ pub use resources::ResourceCacheRow;
 pub use task_caches::{TaskCacheKey, TaskCacheRow};
 pub use teams::TokenRow;
 pub use turns::TurnAhead;
+pub use web_nodes::DEPARTURES_CHANNEL;
 pub use workers::WorkerRow;
 
 use std::sync::Arc;

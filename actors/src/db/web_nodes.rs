@@ -32,6 +32,10 @@ impl WebNodeRow {
     }
 }
 
+/// The channel a node leaving the database announces itself on (PostgreSQL
+/// `NOTIFY`), so another node takes its builds over at once.
+pub const DEPARTURES_CHANNEL: &str = "gantry_web_nodes";
+
 impl Db {
     /// Now, by the database server's clock on PostgreSQL (by this node's
     /// on SQLite, where there is only one node).
@@ -206,13 +210,20 @@ impl Db {
         )
     }
 
-    /// `node` stops on purpose: it is marked late at once, so another node
-    /// takes its builds over at its next look instead of after the timeout.
+    /// `node` stops on purpose: it is marked late at once and announces it
+    /// ([`DEPARTURES_CHANNEL`]), so another node takes its builds over now
+    /// (at the latest at its next heartbeat) instead of after the timeout.
     pub async fn leave_web_nodes(&self, node: &str) -> Result<(), EngineError> {
         sqlx::query("UPDATE web_nodes SET last_seen = 0 WHERE name = $1")
             .bind(node)
             .execute(self.pool())
             .await?;
+        if self.is_shared() {
+            // The other nodes claim it now, not at their next heartbeat.
+            sqlx::query(&format!("NOTIFY {DEPARTURES_CHANNEL}"))
+                .execute(self.pool())
+                .await?;
+        }
         Ok(())
     }
 }

@@ -1,7 +1,5 @@
 //! Builds through the engine: create, abort, read, list, follow.
 
-use actix::prelude::*;
-
 use super::Engine;
 use crate::build::Build;
 use crate::db::BuildQuery;
@@ -91,7 +89,7 @@ impl Engine {
             .create_build(team, &json, &self.config.node_name)
             .await?;
         let deps = self.build_deps();
-        Build::new(id, team.to_string(), plan, deps, self.builds.clone()).start();
+        Build::new(id, team.to_string(), plan, deps, self.builds.clone()).spawn();
         Ok(id)
     }
 
@@ -154,7 +152,7 @@ impl Engine {
         let deps = self.build_deps();
         Build::of_plan(id, team.to_string(), plan, None, deps, self.builds.clone())
             .for_job(job)
-            .start();
+            .spawn();
         Ok(id)
     }
 

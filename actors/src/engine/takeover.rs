@@ -67,6 +67,9 @@ pub struct WebNodeView {
 /// Name of the node heartbeat's row in the jobs table.
 pub const NODE_HEARTBEAT_JOB: &str = "web-node-heartbeat";
 
+/// Name of the job that hears of nodes leaving on purpose.
+pub const DEPARTURES_JOB: &str = "web-node-departures";
+
 impl Engine {
     /// Joins the web nodes of the database: refuses to start when a live
     /// node has this node's name; then takes over this node's own unfinished
@@ -97,6 +100,7 @@ impl Engine {
                 &self.jobs,
             )
             .start();
+            self.listen_for_departures();
         }
         Ok(())
     }
@@ -181,6 +185,38 @@ impl Engine {
         Ok(lock)
     }
 
+    /// Claims every node late by the timeout (or gone on purpose), each
+    /// with its unfinished builds, and takes them over. Another node
+    /// claiming at the same moment claims none of the same (the claim is
+    /// one transaction per node).
+    async fn claim_dead_nodes(&self) -> Result<(), EngineError> {
+        let me = &self.config.node_name;
+        let timeout = self.config.nodes.timeout.as_millis() as i64;
+        for (dead, builds) in self.db.claim_dead_web_nodes(me, timeout).await? {
+            self.take_over_node(&dead, builds).await?;
+        }
+        Ok(())
+    }
+
+    /// Listens for nodes leaving on purpose (a SIGTERM): each departure is
+    /// claimed at once, as a heartbeat would claim it a little later.
+    fn listen_for_departures(&self) {
+        let engine = self.clone();
+        let url = self.db.url().to_string();
+        let channel = crate::db::DEPARTURES_CHANNEL;
+        crate::background::listen(&self.jobs, DEPARTURES_JOB, &url, channel, move |heard| {
+            if let crate::background::Heard::Notice(_) = heard {
+                let engine = engine.clone();
+                actix::spawn(async move {
+                    if let Err(e) = engine.claim_dead_nodes().await {
+                        tracing::warn!("taking over a node that left: {e}");
+                    }
+                });
+            }
+            true
+        });
+    }
+
     /// Takes over the builds of dead node `dead` (already handed to this
     /// node in the database).
     async fn take_over_node(&self, dead: &str, builds: Vec<i64>) -> Result<(), EngineError> {
@@ -233,7 +269,7 @@ impl Engine {
         Build::taken_over(id, build.team, plan, deps, self.builds.clone(), &events)
             .for_job(stored_job(&build.plan))
             .aborted_before_start(aborted)
-            .start();
+            .spawn();
         Ok(())
     }
 
@@ -305,10 +341,7 @@ impl Job for NodeWatch {
                 self.aborted.insert(id, at);
             }
         }
-        let timeout = e.config.nodes.timeout.as_millis() as i64;
-        for (dead, builds) in e.db.claim_dead_web_nodes(me, timeout).await? {
-            e.take_over_node(&dead, builds).await?;
-        }
+        e.claim_dead_nodes().await?;
         Ok(Outcome::Idle)
     }
 }
