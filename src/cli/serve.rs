@@ -124,6 +124,7 @@ pub fn web(log_format: &str, flags: WebFlags) -> anyhow::Result<()> {
     actix_web::rt::System::new().block_on(async move {
         let handle = crate::web::start_web(&cfg, Arc::new(AgentConnector::new())).await?;
         crate::outln!("gantry web: API on http://{}", handle.addr);
+        stop_web_on_signals(&handle);
         let result = handle.server.await.context("web server");
         handle.engine.shutdown().await;
         result
@@ -193,6 +194,7 @@ pub fn quickstart(
             "gantry quickstart: dashboard and API on http://{}",
             handle.addr
         );
+        stop_web_on_signals(&handle);
         let result = handle.server.await.context("web server");
         worker.stop().await;
         handle.engine.shutdown().await;
@@ -243,6 +245,29 @@ fn quickstart_key(data_dir: &std::path::Path) -> anyhow::Result<String> {
         path.display()
     );
     Ok(key)
+}
+
+/// Stops a web node on SIGTERM or SIGINT: its builds are left to the next
+/// web node first ([`gantry_actors::Engine::drain`]), so the API's stopping
+/// (its threads, their connections) cannot fail them; then the API stops
+/// taking requests and finishes those in flight. A second signal stops it
+/// at once.
+fn stop_web_on_signals(handle: &crate::web::WebHandle) {
+    let server = handle.server.handle();
+    let engine = handle.engine.clone();
+    actix_web::rt::spawn(async move {
+        if shutdown_signal().await.is_err() {
+            return;
+        }
+        tracing::info!("stopping: leaving the builds to the next web node, then stopping the API");
+        engine.drain().await;
+        let graceful = server.stop(true);
+        tokio::pin!(graceful);
+        tokio::select! {
+            () = &mut graceful => {}
+            _ = shutdown_signal() => server.stop(false).await,
+        }
+    });
 }
 
 /// Resolves on SIGINT or SIGTERM.

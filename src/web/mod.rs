@@ -236,6 +236,9 @@ pub async fn start_web(
     })
     // Small streamed answers (build events) must not wait for Nagle's algorithm.
     .tcp_nodelay(true)
+    // The binary stops it on signals, once the engine has left its builds
+    // to the next node (`gantry web`, `quickstart`).
+    .disable_signals()
     .bind(cfg.listen);
     let server = match server {
         Ok(server) => server,

@@ -89,7 +89,10 @@ impl Engine {
             .create_build(team, &json, &self.config.node_name)
             .await?;
         let deps = self.build_deps();
-        Build::new(id, team.to_string(), plan, deps, self.builds.clone()).spawn();
+        self.start_build(
+            id,
+            Build::new(id, team.to_string(), plan, deps, self.builds.clone()),
+        );
         Ok(id)
     }
 
@@ -150,9 +153,8 @@ impl Engine {
             self.db.set_build_job(id, &j.pipeline, &j.job).await?;
         }
         let deps = self.build_deps();
-        Build::of_plan(id, team.to_string(), plan, None, deps, self.builds.clone())
-            .for_job(job)
-            .spawn();
+        let build = Build::of_plan(id, team.to_string(), plan, None, deps, self.builds.clone());
+        self.start_build(id, build.for_job(job));
         Ok(id)
     }
 

@@ -100,6 +100,9 @@ pub struct Engine {
     config: EngineConfig,
     /// Builds running on this web node, for aborting them.
     builds: crate::build::RunningBuilds,
+    /// Set once the node stops: no build starts here any more (one
+    /// created now is left to the next node, as a running one is).
+    stopping: Arc<std::sync::atomic::AtomicBool>,
     /// Image imports in progress.
     imports: crate::build::ImportLocks,
     /// Counters of resource work, for `/metrics`.
@@ -199,6 +202,7 @@ impl Engine {
             imports: Default::default(),
             resources: Default::default(),
             builds,
+            stopping: Default::default(),
             intercepts,
             connector,
             jobs,
@@ -291,7 +295,7 @@ impl Engine {
     /// their current run and stop; the worker connections stop; then the
     /// database is closed.
     pub async fn shutdown(&self) {
-        let running = self.detach_builds().await;
+        let running = self.drain().await;
         tracing::info!("engine: stopping background jobs");
         self.jobs.shutdown().await;
         tracing::info!("engine: stopping worker connections");
@@ -310,10 +314,17 @@ impl Engine {
 }
 
 impl Engine {
-    /// Detaches every running build ([`crate::build::Detach`]) and waits
-    /// (at most 10 s) until their actors have stopped; answers how many
-    /// there were.
-    async fn detach_builds(&self) -> usize {
+    /// Stops running builds here, for the node is stopping: no build
+    /// starts any more (one created from now on is left to the next node),
+    /// and every running build is detached ([`crate::build::Detach`]: it
+    /// stops where it is and writes nothing more, its steps go on on their
+    /// workers). Call it before the API stops, so nothing the API's
+    /// stopping takes with it (its threads' connections) can fail a build;
+    /// [`Engine::shutdown`] calls it too. Answers how many builds were
+    /// detached, once their actors have stopped (at most 10 s).
+    pub async fn drain(&self) -> usize {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let running: Vec<_> = self.builds.iter().map(|b| b.value().clone()).collect();
         if running.is_empty() {
             return 0;
@@ -330,6 +341,19 @@ impl Engine {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         running.len()
+    }
+
+    /// Starts build `id` here, on the System's arbiter; when the node is
+    /// stopping it is detached at once, left to the next node like the
+    /// builds that were running.
+    pub(crate) fn start_build(&self, id: i64, build: crate::build::Build) {
+        let addr = build.spawn();
+        // Listed before the flag is read: a drain either sees it or is
+        // seen here.
+        self.builds.insert(id, addr.clone());
+        if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            addr.do_send(crate::build::Detach);
+        }
     }
 }
 

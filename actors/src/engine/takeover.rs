@@ -266,10 +266,10 @@ impl Engine {
         // An abort asked while no node ran it stops it at once.
         let aborted = self.db.take_abort_request(id).await?;
         let deps = self.build_deps();
-        Build::taken_over(id, build.team, plan, deps, self.builds.clone(), &events)
+        let taken = Build::taken_over(id, build.team, plan, deps, self.builds.clone(), &events)
             .for_job(stored_job(&build.plan))
-            .aborted_before_start(aborted)
-            .spawn();
+            .aborted_before_start(aborted);
+        self.start_build(id, taken);
         Ok(())
     }
 
