@@ -584,18 +584,8 @@ async fn a_put_whose_version_was_told_before_a_takeover_does_not_push_again() {
     )
     .await;
     standing_container(&h, id, "c1", "push", "0").await;
-    let put = crate::plan::PutStep {
-        name: "push".into(),
-        resource: "r".into(),
-        config: crate::resources::ResourceConfig::base("mock", serde_json::json!({})),
-        params: Default::default(),
-        get_params: Default::default(),
-        inputs: crate::plan::PutInputs::All,
-        no_get: true,
-        tags: vec![],
-    };
     let (_stop, run) = taken_over_run(&h, id).await;
-    let outcome = run.run(&Plan::Step(Arc::new(put))).await;
+    let outcome = run.run(&Plan::Step(Arc::new(mock_put()))).await;
     assert_eq!(outcome, Outcome::Succeeded, "{:?}", h.events(id).await);
     assert_eq!(h.worker.started(), 0, "out did not run again");
     let told = h
@@ -605,6 +595,53 @@ async fn a_put_whose_version_was_told_before_a_takeover_does_not_push_again() {
         .filter(|e| matches!(e, BuildEvent::Resource { action, .. } if action == "put"))
         .count();
     assert_eq!(told, 1, "the version is told once");
+}
+
+#[actix_rt::test]
+async fn a_put_whose_container_is_gone_after_a_takeover_is_not_run_again() {
+    let h = Harness::new(Behaviour::default(), None).await;
+    let id =
+        h.db.create_build("main", &serde_json::json!({}), "web")
+            .await
+            .unwrap();
+    store_events(
+        &h,
+        id,
+        &[
+            BuildEvent::status(BuildStatus::Started, None),
+            node("0", Some("push"), None),
+        ],
+    )
+    .await;
+    // Its row says created; the worker no longer has it.
+    let kind = crate::db::HandleKind::Container;
+    h.db.insert_node_handle(kind, "c1", "w", Some(id), Some("push"), "main", Some("0"))
+        .await
+        .unwrap();
+    h.db.set_handle_state(kind, "c1", crate::state::HandleState::Created)
+        .await
+        .unwrap();
+    let (_stop, run) = taken_over_run(&h, id).await;
+    let outcome = run.run(&Plan::Step(Arc::new(mock_put()))).await;
+    let Outcome::Errored(message) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(message.contains("is not run again"), "{message}");
+    assert_eq!(h.worker.started(), 0, "out did not run");
+}
+
+/// A put of `mock` resource `r`, with no implicit get.
+fn mock_put() -> crate::plan::PutStep {
+    crate::plan::PutStep {
+        name: "push".into(),
+        resource: "r".into(),
+        config: crate::resources::ResourceConfig::base("mock", serde_json::json!({})),
+        params: Default::default(),
+        get_params: Default::default(),
+        inputs: crate::plan::PutInputs::All,
+        no_get: true,
+        tags: vec![],
+    }
 }
 
 /// A plan of one task step named `name` that exits 0.

@@ -13,7 +13,7 @@ use crate::resources::ResourceStats;
 use crate::spec::MountSpec;
 use crate::steps::resource_fetch::{self as fetch, Halt, Resource, RESOURCE_DIR};
 use crate::steps::resource_script::{
-    fetch_answer, reattach_script, run_script, Script, ScriptEnd, TypeImage,
+    fetch_answer, reattach_script, run_script, Reattached, Script, ScriptEnd, TypeImage,
 };
 use crate::steps::resource_step::{produce, resource_step};
 use crate::steps::{Reattach, StepContext, StepEnd};
@@ -62,15 +62,16 @@ impl PutStep {
     /// another web node (or this one, restarted), so nothing is pushed
     /// twice: once `out`'s version was told, only the implicit get is left;
     /// an `out` that began is followed to its answer (its output the worker
-    /// kept); an `out` that never started runs now.
+    /// kept); an `out` that never started runs now; when that cannot be
+    /// known (a container of the step is gone), the step errors saying so.
     async fn take_over(&self, ctx: &mut StepContext, at: Reattach) -> Result<StepEnd, Halt> {
         let image = fetch::type_image(ctx, &self.config.type_).await?;
         if let Some((_, version)) = at.told.iter().find(|(action, _)| action == "put") {
             return self.implicit_get(ctx, &image, version).await;
         }
         match reattach_script(ctx, &at.containers, "out", at.already_stored[1]).await? {
-            Some(end) => self.after_out(ctx, &image, end).await,
-            None => self.put(ctx).await,
+            Reattached::Ended(end) => self.after_out(ctx, &image, end).await,
+            Reattached::NeverStarted => self.put(ctx).await,
         }
     }
 

@@ -117,21 +117,37 @@ pub async fn run_script(
     script_end(&path, end, &stdout)
 }
 
+/// What following a script again found.
+#[derive(Debug)]
+pub enum Reattached {
+    /// The script's process, followed to its end.
+    Ended(ScriptEnd),
+    /// Every container of the step stands and none holds the process: it
+    /// never started (the worker keeps every process it started on disk,
+    /// its output and exit status, until the container goes).
+    NeverStarted,
+}
+
 /// Follows script `name` of the step again after its build was taken over:
 /// the process in the newest of `containers` (the step's, oldest first)
 /// that has one of that id, its kept output replayed (the first
 /// `stored_stderr` bytes of stderr are in the log already) and its answer
-/// read back. `None` when no container holds the process: it never started.
+/// read back. A container gone from the worker is an error: whether the
+/// script ran in it cannot be known.
 pub async fn reattach_script(
     ctx: &StepContext,
     containers: &[String],
     name: &str,
     stored_stderr: u64,
-) -> Result<Option<ScriptEnd>, EngineError> {
+) -> Result<Reattached, EngineError> {
     let worker = ctx.worker().clone();
     for handle in containers.iter().rev() {
         let Some(container) = worker.lookup_container(handle).await? else {
-            continue;
+            return Err(EngineError::Invalid(format!(
+                "container {handle} of step {:?} is gone from worker {}, so whether its {name} ran is not known; it is not run again",
+                ctx.step(),
+                worker.name()
+            )));
         };
         let (tx, output) = tokio::sync::mpsc::channel(256);
         let io = crate::runtime::ProcessIo {
@@ -145,9 +161,9 @@ pub async fn reattach_script(
         };
         let (end, stdout) = follow_capturing(ctx, process.as_ref(), output, stored_stderr).await?;
         let path = format!("/opt/resource/{name}");
-        return script_end(&path, end, &stdout).map(Some);
+        return script_end(&path, end, &stdout).map(Reattached::Ended);
     }
-    Ok(None)
+    Ok(Reattached::NeverStarted)
 }
 
 /// How script `path` ended, from its end and its stdout.
