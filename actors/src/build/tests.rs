@@ -559,10 +559,6 @@ async fn a_build_taken_over_runs_none_of_its_steps_that_ended_and_the_rest_once(
 #[actix_rt::test]
 async fn a_put_whose_version_was_told_before_a_takeover_does_not_push_again() {
     let h = Harness::new(Behaviour::default(), None).await;
-    let id =
-        h.db.create_build("main", &serde_json::json!({}), "web")
-            .await
-            .unwrap();
     let pushed = BuildEvent::Resource {
         step: "push".into(),
         resource: "r".into(),
@@ -573,16 +569,7 @@ async fn a_put_whose_version_was_told_before_a_takeover_does_not_push_again() {
         worker: Some("w".into()),
         time: 3,
     };
-    store_events(
-        &h,
-        id,
-        &[
-            BuildEvent::status(BuildStatus::Started, None),
-            node("0", Some("push"), None),
-            pushed,
-        ],
-    )
-    .await;
+    let id = put_begun(&h, vec![pushed]).await;
     standing_container(&h, id, "c1", "push", "0").await;
     let (_stop, run) = taken_over_run(&h, id).await;
     let outcome = run.run(&Plan::Step(Arc::new(mock_put()))).await;
@@ -600,19 +587,7 @@ async fn a_put_whose_version_was_told_before_a_takeover_does_not_push_again() {
 #[actix_rt::test]
 async fn a_put_whose_container_is_gone_after_a_takeover_is_not_run_again() {
     let h = Harness::new(Behaviour::default(), None).await;
-    let id =
-        h.db.create_build("main", &serde_json::json!({}), "web")
-            .await
-            .unwrap();
-    store_events(
-        &h,
-        id,
-        &[
-            BuildEvent::status(BuildStatus::Started, None),
-            node("0", Some("push"), None),
-        ],
-    )
-    .await;
+    let id = put_begun(&h, vec![]).await;
     // Its row says created; the worker no longer has it.
     let kind = crate::db::HandleKind::Container;
     h.db.insert_node_handle(kind, "c1", "w", Some(id), Some("push"), "main", Some("0"))
@@ -628,6 +603,22 @@ async fn a_put_whose_container_is_gone_after_a_takeover_is_not_run_again() {
     };
     assert!(message.contains("is not run again"), "{message}");
     assert_eq!(h.worker.started(), 0, "out did not run");
+}
+
+/// A build of [`mock_put`] whose put had begun (then `told`) when its web
+/// node stopped.
+async fn put_begun(h: &Harness, told: Vec<BuildEvent>) -> i64 {
+    let id =
+        h.db.create_build("main", &serde_json::json!({}), "web")
+            .await
+            .unwrap();
+    let mut events = vec![
+        BuildEvent::status(BuildStatus::Started, None),
+        node("0", Some("push"), None),
+    ];
+    events.extend(told);
+    store_events(h, id, &events).await;
+    id
 }
 
 /// A put of `mock` resource `r`, with no implicit get.
