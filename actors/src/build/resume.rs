@@ -42,66 +42,46 @@ impl BuildRun {
             .await?;
         // Its last container is its process's (a get's or put's first ones
         // ran its resource type's check or image).
-        let stopped = scope.stop.reason().is_some();
-        let Some(container) = containers.last().cloned() else {
-            if stopped {
-                return Ok(StepEnd::Stopped);
-            }
-            tracing::info!(
-                build = self.id,
-                step = step.name(),
-                "taking a step over: it had not reached a worker; running it"
-            );
-            return self.run_step(step, scope).await;
+        let Some(container) = containers.last() else {
+            return self
+                .afresh(step, scope, "it had not reached a worker")
+                .await;
         };
-        match step.on_takeover() {
-            OnTakeover::Reattach => {}
-            // Stopped (aborted while its build had no web node): not again.
-            OnTakeover::Rerun if stopped => return Ok(StepEnd::Stopped),
-            OnTakeover::Rerun => {
-                tracing::info!(
-                    build = self.id,
-                    step = step.name(),
-                    "taking a step over: running it again"
-                );
-                return self.run_step(step, scope).await;
-            }
+        if step.on_takeover() == OnTakeover::Rerun {
+            return self
+                .afresh(step, scope, "its work is safe to do again")
+                .await;
         }
         let stands = match container.state {
             HandleState::Created => true,
             // Its node stopped between asking the worker and recording the
             // answer: the worker says whether it stands.
-            HandleState::Creating => self.container_stands(&container).await,
+            HandleState::Creating => self.container_stands(container).await,
             _ => false,
         };
-        if !stands {
-            if stopped {
-                return Ok(StepEnd::Stopped);
-            }
-            if container.state == HandleState::Creating {
-                return self.run_step(step, scope).await;
-            }
+        if !stands && container.state == HandleState::Creating {
+            return self
+                .afresh(step, scope, "its container was never made")
+                .await;
+        }
+        if !stands && scope.stop.reason().is_none() {
             return Err(EngineError::Invalid(format!(
                 "the step's container {} was already {} when the build was taken over",
                 container.handle,
                 container.state.as_str()
             )));
         }
+        if !stands {
+            return Ok(StepEnd::Stopped);
+        }
         tracing::info!(build = self.id, step = step.name(), worker = %container.worker, "resuming a build: reattaching to its step");
-        let result = self
-            .reattach(step, scope, &container, began)
-            .await
-            .map_err(EngineError::lost_if_unreachable);
+        let result = self.reattach(step, scope, &containers, began).await;
         if never_started(&result) && self.journal.stored_output(step.name(), began.seq) == [0, 0] {
             // Its node stopped between creating the container and starting
             // the process: nothing ran. The container goes first, so a start
             // still on its way to the worker cannot run beside the new one.
-            tracing::info!(build = self.id, container = %container.handle, "the step's process never started: running the step from its start");
-            self.discard_container(&container).await;
-            if stopped {
-                return Ok(StepEnd::Stopped);
-            }
-            return self.run_step(step, scope).await;
+            self.discard_container(container).await;
+            return self.afresh(step, scope, "its process never started").await;
         }
         match result {
             Err(EngineError::WorkerLost { worker, reason })
@@ -120,6 +100,26 @@ impl BuildRun {
         }
     }
 
+    /// Runs a step taken over from its start (`why` says why that is
+    /// safe), unless its build was stopped meanwhile (aborted while no web
+    /// node ran it): then it does not start again.
+    async fn afresh(
+        &self,
+        step: &dyn Step,
+        scope: &Scope,
+        why: &str,
+    ) -> Result<StepEnd, EngineError> {
+        if scope.stop.reason().is_some() {
+            return Ok(StepEnd::Stopped);
+        }
+        tracing::info!(
+            build = self.id,
+            step = step.name(),
+            "taking a step over: {why}; running it from its start"
+        );
+        self.run_step(step, scope).await
+    }
+
     /// Whether container `row` stands on its worker (false when unsure).
     async fn container_stands(&self, row: &HandleRow) -> bool {
         let Ok(Some(worker)) = self.deps.db.get_worker(&row.worker).await else {
@@ -129,16 +129,19 @@ impl BuildRun {
         matches!(client.lookup_container(&row.handle).await, Ok(Some(_)))
     }
 
-    /// Reattaches `step` to its process in `container`, holding the step's
-    /// capacity on its worker again first (the Scheduler of this node did
-    /// not place it).
+    /// Reattaches `step` to its process in the last of `containers` (the
+    /// step's, oldest first), holding the step's capacity on its worker
+    /// again first (the Scheduler of this node did not place it).
     async fn reattach(
         &self,
         step: &dyn Step,
         scope: &Scope,
-        container: &HandleRow,
+        containers: &[HandleRow],
         began: Began,
     ) -> Result<StepEnd, EngineError> {
+        let container = containers
+            .last()
+            .expect("a step taken over at its container");
         let db = &self.deps.db;
         let removed = || EngineError::WorkerLost {
             worker: container.worker.clone(),
@@ -152,9 +155,6 @@ impl BuildRun {
         let watch = WorkerWatch::subscribe(&self.deps.worker_states, &container.worker)
             .ok_or_else(removed)?;
         let node = scope.origin().key();
-        let containers = db
-            .node_handles(HandleKind::Container, self.id, &node)
-            .await?;
         let volumes = db.node_handles(HandleKind::Volume, self.id, &node).await?;
         let created = Created {
             containers: containers.iter().map(|r| r.handle.clone()).collect(),
@@ -174,7 +174,6 @@ impl BuildRun {
         let held = HeldPlacement::new(placement, self.deps.placer.clone());
         let mut ctx = self.step_context(step.name(), worker, watch, created, scope);
         let at = Reattach {
-            container: container.handle.clone(),
             volumes: volumes
                 .iter()
                 .filter_map(|r| Some((r.step.clone()?, r.handle.clone())))

@@ -379,10 +379,7 @@ async fn a_sequence_runs_its_steps_in_order_until_one_fails() {
         ..Behaviour::default()
     };
     let h = Harness::new(behaviour, None).await;
-    let id =
-        h.db.create_build("main", &serde_json::json!({}), "web")
-            .await
-            .unwrap();
+    let id = new_build(&h).await;
     let step = |name: &str, status: &str| {
         Plan::Step(Arc::new(crate::plan::TaskStep {
             name: name.into(),
@@ -483,10 +480,7 @@ async fn a_build_taken_over_runs_none_of_its_steps_that_ended_and_the_rest_once(
         ..Behaviour::default()
     };
     let h = Harness::new(behaviour, None).await;
-    let id =
-        h.db.create_build("main", &serde_json::json!({}), "web")
-            .await
-            .unwrap();
+    let id = new_build(&h).await;
     use crate::events::NodeOutcome::Succeeded;
     // Step a ended; b began, its container made but its process never
     // started (the node died in between); c had not begun.
@@ -605,13 +599,17 @@ async fn a_put_whose_container_is_gone_after_a_takeover_is_not_run_again() {
     assert_eq!(h.worker.started(), 0, "out did not run");
 }
 
+/// A build of team `main` with nothing stored yet.
+async fn new_build(h: &Harness) -> i64 {
+    h.db.create_build("main", &serde_json::json!({}), "web")
+        .await
+        .unwrap()
+}
+
 /// A build of [`mock_put`] whose put had begun (then `told`) when its web
 /// node stopped.
 async fn put_begun(h: &Harness, told: Vec<BuildEvent>) -> i64 {
-    let id =
-        h.db.create_build("main", &serde_json::json!({}), "web")
-            .await
-            .unwrap();
+    let id = new_build(h).await;
     let mut events = vec![
         BuildEvent::status(BuildStatus::Started, None),
         node("0", Some("push"), None),

@@ -187,23 +187,26 @@ impl Db {
     ) -> Result<(), EngineError> {
         // Several web nodes: the build's followers on other nodes are told
         // in the same statement (`LISTEN` on [`EVENTS_CHANNEL`]).
-        let sql = match self.is_shared() {
+        let shared = self.is_shared();
+        let sql = match shared {
             true => {
                 "WITH stored AS (INSERT INTO build_events (build_id, seq, event, final) \
                      VALUES ($1, $2, $3, $4) RETURNING build_id) \
-                     SELECT pg_notify('gantry_events', CAST(build_id AS TEXT)) FROM stored"
+                     SELECT pg_notify($5, CAST(build_id AS TEXT)) FROM stored"
             }
             false => {
                 "INSERT INTO build_events (build_id, seq, event, final) VALUES ($1, $2, $3, $4)"
             }
         };
-        sqlx::query(sql)
+        let mut query = sqlx::query(sql)
             .bind(build_id)
             .bind(seq)
             .bind(event)
-            .bind(i64::from(is_final))
-            .execute(self.pool())
-            .await?;
+            .bind(i64::from(is_final));
+        if shared {
+            query = query.bind(EVENTS_CHANNEL);
+        }
+        query.execute(self.pool()).await?;
         Ok(())
     }
 

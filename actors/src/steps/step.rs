@@ -98,8 +98,6 @@ pub enum StepEnd {
 /// Where a step taken over after a restart of the web node was.
 #[derive(Debug, Clone)]
 pub struct Reattach {
-    /// The step's container.
-    pub container: String,
     /// The build's volumes on the worker, as (role, handle) in the order
     /// they were created; roles are those given to
     /// [`StepContext::create_volume`].
@@ -107,12 +105,19 @@ pub struct Reattach {
     /// Bytes of stdout and stderr already stored as log events, not to be
     /// repeated when the output is replayed.
     pub already_stored: [u64; 2],
-    /// Every container the step had created, oldest first (`container` is
-    /// the last).
+    /// Every container the step had created, oldest first; the last is
+    /// its process's ([`Reattach::container`]).
     pub containers: Vec<String>,
     /// What the step told of resources before it was taken over: each
     /// `resource` event's action (`get`, `put`, `image`) and version.
     pub told: Vec<(String, serde_json::Value)>,
+}
+
+impl Reattach {
+    /// The container of the step's process: the last it created.
+    pub fn container(&self) -> &str {
+        self.containers.last().map_or("", String::as_str)
+    }
 }
 
 /// A plan as the walker runs it: each leaf a runnable step.

@@ -96,12 +96,12 @@ impl Step for TaskStep {
     async fn reattach(&self, ctx: &mut StepContext, at: Reattach) -> Result<StepEnd, EngineError> {
         let worker = ctx.worker().clone();
         let container = worker
-            .lookup_container(&at.container)
+            .lookup_container(at.container())
             .await?
             .ok_or_else(|| {
                 EngineError::Invalid(format!(
                     "the step's container {} is gone from worker {}",
-                    at.container,
+                    at.container(),
                     worker.name()
                 ))
             })?;
