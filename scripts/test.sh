@@ -18,6 +18,12 @@ command -v chromium >/dev/null || need_pkgs+=(chromium)
 # promtool checks /metrics (tests/metrics.rs); the package's server is not needed.
 command -v promtool >/dev/null || need_pkgs+=(prometheus)
 command -v runuser >/dev/null || need_pkgs+=(util-linux)
+# The registry image tests: a real registry (the CNCF distribution registry),
+# skopeo to push images into it, htpasswd and openssl for its auth and TLS.
+command -v docker-registry >/dev/null || need_pkgs+=(docker-registry)
+command -v skopeo >/dev/null || need_pkgs+=(skopeo)
+command -v htpasswd >/dev/null || need_pkgs+=(apache2-utils)
+command -v openssl >/dev/null || need_pkgs+=(openssl)
 command -v python3 >/dev/null || need_pkgs+=(python3)
 dpkg -s python3-venv >/dev/null 2>&1 || need_pkgs+=(python3-venv)
 if [ ${#need_pkgs[@]} -gt 0 ]; then

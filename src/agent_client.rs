@@ -297,6 +297,20 @@ impl Worker for AgentWorker {
         self.ep.send(rb, "container", handle).await.map(drop)
     }
 
+    /// `POST /resource-types/{type}/run`.
+    async fn run_native(
+        &self,
+        resource_type: &str,
+        run: &gantry_wire::native::NativeRun,
+    ) -> Result<gantry_wire::native::NativeAnswer, RuntimeError> {
+        let rb = self
+            .ep
+            .request(Method::POST, &["resource-types", resource_type, "run"])
+            .json(run);
+        let resp = self.ep.send(rb, "resource type", resource_type).await?;
+        self.ep.json(resp).await
+    }
+
     /// One authenticated request that the agent answers from memory.
     async fn ping(&self) -> Result<(), RuntimeError> {
         let resp = self
@@ -416,6 +430,19 @@ impl Volume for AgentVolume {
         let query = [("encoding", encoding.as_str())];
         self.upload("image", &query, body, "importing an image into")
             .await
+    }
+
+    /// `PUT /volumes/{handle}/pull-image`.
+    async fn pull_image(
+        &self,
+        pull: &gantry_wire::native::PullImage,
+    ) -> Result<gantry_wire::native::PulledImage, RuntimeError> {
+        let rb = self
+            .ep
+            .request(Method::PUT, &["volumes", &self.handle, "pull-image"])
+            .json(pull);
+        let resp = self.ep.send(rb, "volume", &self.handle).await?;
+        self.ep.json(resp).await
     }
 
     /// `PUT /volumes/{handle}/stream-from`: the agent pulls the signed URL

@@ -44,6 +44,7 @@ pub mod images;
 pub mod output_log;
 pub mod processes;
 pub mod pty;
+pub mod registry;
 pub mod resource_types;
 pub mod rootfs;
 pub mod server;

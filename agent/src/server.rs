@@ -6,13 +6,15 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `GET /health` | `{"name","backend","images_unpacked","streams"}` |
+//! | `GET /health` | `{"name","backend","images_unpacked","blobs_fetched","blobs_reused","streams"}` |
 //! | `POST /volumes` (`VolumeSpec`) | 201 (200 if it existed) `{"handle","path"}` |
 //! | `GET /volumes` | `["handle", ...]` |
 //! | `GET /volumes/{h}[?size=false]` | `{"handle","path","size_bytes","properties"}` |
 //! | `DELETE /volumes/{h}` | 204 |
 //! | `PUT /volumes/{h}/stream-in?path=&encoding=` (tar body) | 204 |
 //! | `PUT /volumes/{h}/image?encoding=` (image tar body) | 200 `{"format","layers","entries","millis","unpacked"}` |
+//! | `PUT /volumes/{h}/pull-image` (`PullImage`) | 200 `PulledImage`: the image's root filesystem from the blob cache or its registry |
+//! | `POST /resource-types/{type}/run` (`NativeRun`) | 200 `NativeAnswer`: a script of a type run natively (`registry-image`, `docker-image`) |
 //! | `GET /volumes/{h}/stream-out?path=&encoding=` | tar stream |
 //! | `GET /volumes/{h}/file?path=` | the file's bytes |
 //! | `PUT /volumes/{h}/stream-from` (`{"url","path","encoding"}`) | 200 `{"bytes"}`; 502 when the source fails |
@@ -52,6 +54,7 @@ use actix_web::middleware::{from_fn, Next};
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer, ResponseError};
 use base64::Engine;
 use bytes::Bytes;
+use gantry_wire::native::{NativeRun, PullImage};
 use gantry_wire::spec::{ContainerSpec, Encoding, ProcessSpec, VolumeSpec, WindowSize};
 use serde::Deserialize;
 
@@ -119,6 +122,8 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .route("/volumes/{handle}", web::delete().to(destroy_volume))
         .route("/volumes/{handle}/stream-in", web::put().to(stream_in))
         .route("/volumes/{handle}/image", web::put().to(import_image))
+        .route("/volumes/{handle}/pull-image", web::put().to(pull_image))
+        .route("/resource-types/{type}/run", web::post().to(run_native))
         .route("/volumes/{handle}/stream-out", web::get().to(stream_out))
         .route("/volumes/{handle}/file", web::get().to(file_out))
         .route(
@@ -204,6 +209,8 @@ async fn health(state: State) -> HttpResponse {
         name: state.name.clone(),
         backend: state.backend.to_string(),
         images_unpacked: state.volumes.images_unpacked(),
+        blobs_fetched: state.native.counts().0,
+        blobs_reused: state.native.counts().1,
         streams: state.streams.snapshot(),
     })
 }
@@ -315,6 +322,41 @@ async fn import_image(
         state.on_main(async move { st.volumes.import_image(&handle, encoding, body).await });
     let ((), result) = tokio::join!(pump, import);
     Ok(HttpResponse::Ok().json(result?))
+}
+
+/// `PUT /volumes/{handle}/pull-image`.
+async fn pull_image(
+    state: State,
+    handle: web::Path<String>,
+    pull: web::Json<PullImage>,
+) -> Result<HttpResponse, AgentError> {
+    let st = state.clone().into_inner();
+    let (handle, pull) = (handle.into_inner(), pull.into_inner());
+    let pulled = state
+        .on_main(async move { st.volumes.pull_image(&handle, &st.native, &pull).await })
+        .await?;
+    Ok(HttpResponse::Ok().json(pulled))
+}
+
+/// `POST /resource-types/{type}/run`.
+async fn run_native(
+    state: State,
+    resource_type: web::Path<String>,
+    run: web::Json<NativeRun>,
+) -> Result<HttpResponse, AgentError> {
+    let name = resource_type.into_inner();
+    if !gantry_wire::native::is_native(&name) {
+        return Err(AgentError::BadRequest(format!(
+            "resource type {name:?} is not run natively (native: {})",
+            gantry_wire::native::NATIVE_TYPES.join(", ")
+        )));
+    }
+    let st = state.clone().into_inner();
+    let run = run.into_inner();
+    let answer = state
+        .on_main(async move { Ok(st.native.run(&st.volumes, &name, run).await) })
+        .await?;
+    Ok(HttpResponse::Ok().json(answer))
 }
 
 /// `GET /volumes/{handle}/stream-out`.

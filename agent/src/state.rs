@@ -26,6 +26,8 @@ pub struct AgentState {
     pub volumes: Arc<VolumeStore>,
     /// The containers and their processes.
     pub containers: Arc<ContainerRegistry>,
+    /// The image types run natively, with the blob cache.
+    pub native: Arc<crate::registry::NativeTypes>,
     /// The runtime the agent was started on. actix-web serves requests on
     /// worker threads with runtimes of their own, which stop with the
     /// server; child processes, their waiters and output copiers must

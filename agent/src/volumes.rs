@@ -25,6 +25,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use gantry_wire::native::{PullImage, PulledImage};
 use gantry_wire::runtime::ByteStream;
 use gantry_wire::spec::{Encoding, VolumeSpec, VolumeStrategy};
 use tokio_util::io::ReaderStream;
@@ -103,6 +104,57 @@ impl Drop for ImportClaim<'_> {
     }
 }
 
+/// What claiming a volume for an image found.
+enum Begun<'a, R> {
+    /// It holds an image already: its record.
+    Holds(R),
+    /// It is empty, claimed to be filled.
+    Empty(ImageSlot<'a>),
+}
+
+/// An empty volume claimed for an image.
+struct ImageSlot<'a> {
+    /// Held until the image is in or abandoned.
+    _claim: ImportClaim<'a>,
+    handle: String,
+    /// Where what was unpacked is recorded.
+    record: PathBuf,
+    /// A work directory beside the data.
+    work: PathBuf,
+    /// The volume's data: the root filesystem.
+    data: PathBuf,
+}
+
+impl ImageSlot<'_> {
+    /// Records what filled the volume.
+    async fn finish<R: serde::Serialize>(&self, done: &R) -> Result<(), AgentError> {
+        let body = serde_json::to_vec_pretty(done)
+            .map_err(|e| AgentError::Backend(format!("encoding image.json: {e}")))?;
+        let record = self.record.clone();
+        blocking("recording an image", move || {
+            let tmp = record.with_extension("json.tmp");
+            std::fs::write(&tmp, body)
+                .and_then(|()| std::fs::rename(&tmp, &record))
+                .map_err(|e| AgentError::io(format!("writing {}", record.display()), e))
+        })
+        .await
+    }
+
+    /// Empties the volume again after a failure.
+    async fn abandon(self) {
+        let (work, data) = (self.work.clone(), self.data.clone());
+        let cleaned = blocking("cleaning up a failed import", move || {
+            remove_tree(&work)
+                .and_then(|()| clear_dir(&data))
+                .map_err(|e| AgentError::io(format!("emptying {}", data.display()), e))
+        })
+        .await;
+        if let Err(c) = cleaned {
+            tracing::warn!(volume = %self.handle, error = %c, "cannot clean up after a failed image import");
+        }
+    }
+}
+
 impl VolumeStore {
     /// Opens the store under `work_dir` (absolute), loading the volumes on
     /// disk and removing unfinished ones.
@@ -140,8 +192,103 @@ impl VolumeStore {
         mut body: ByteStream,
     ) -> Result<ImageImport, AgentError> {
         use futures::StreamExt;
+        let slot = match self.begin_image::<ImageImport>(handle).await? {
+            Begun::Holds(done) => {
+                while let Some(chunk) = body.next().await {
+                    chunk
+                        .map_err(|e| AgentError::BadRequest(format!("reading the upload: {e}")))?;
+                }
+                tracing::info!(volume = %handle, "volume already holds an image; not unpacking again");
+                return Ok(ImageImport {
+                    unpacked: false,
+                    ..done
+                });
+            }
+            Begun::Empty(slot) => slot,
+        };
+        let started = std::time::Instant::now();
+        match images::unpack_image(body, encoding, slot.work.clone(), slot.data.clone()).await {
+            Ok(summary) => {
+                let done = ImageImport {
+                    summary,
+                    millis: started.elapsed().as_millis() as u64,
+                    unpacked: true,
+                };
+                slot.finish(&done).await?;
+                self.images_unpacked.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    entries = done.summary.entries,
+                    layers = done.summary.layers,
+                    format = done.summary.format.as_str(),
+                    millis = done.millis,
+                    "unpacked image into volume {handle} ({} entries in {} ms)",
+                    done.summary.entries,
+                    done.millis
+                );
+                Ok(done)
+            }
+            Err(e) => {
+                slot.abandon().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Makes an empty volume the root filesystem of a registry image,
+    /// through the worker's blob cache (see `registry/`). A volume that
+    /// holds the image already answers `unpacked: false`; a failed pull
+    /// leaves the volume empty again.
+    pub async fn pull_image(
+        &self,
+        handle: &str,
+        native: &crate::registry::NativeTypes,
+        pull: &PullImage,
+    ) -> Result<PulledImage, AgentError> {
+        let slot = match self.begin_image::<PulledImage>(handle).await? {
+            Begun::Holds(done) => {
+                return Ok(PulledImage {
+                    unpacked: false,
+                    fetched: 0,
+                    ..done
+                })
+            }
+            Begun::Empty(slot) => slot,
+        };
+        let started = std::time::Instant::now();
+        match native.pull_into(pull, &slot.work, &slot.data).await {
+            Ok(done) => {
+                let w = slot.work.clone();
+                let _ = blocking("removing an image work directory", move || {
+                    remove_tree(&w).map_err(|e| AgentError::io("removing", e))
+                })
+                .await;
+                slot.finish(&done).await?;
+                self.images_unpacked.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    layers = done.layers,
+                    fetched = done.fetched,
+                    millis = started.elapsed().as_millis() as u64,
+                    "pulled image {} into volume {handle}",
+                    pull.digest
+                );
+                Ok(done)
+            }
+            Err(e) => {
+                slot.abandon().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Claims volume `handle` for an image: what it holds already (its
+    /// record reads as `R`), or the empty volume to fill. A volume with
+    /// other contents is a conflict.
+    async fn begin_image<R: serde::de::DeserializeOwned + Send + 'static>(
+        &self,
+        handle: &str,
+    ) -> Result<Begun<'_, R>, AgentError> {
         let volume = self.get(handle)?;
-        let _claim = {
+        let claim = {
             let mut set = self.importing.lock().unwrap_or_else(|e| e.into_inner());
             if !set.insert(handle.to_string()) {
                 return Err(AgentError::Conflict(format!(
@@ -166,7 +313,7 @@ impl VolumeStore {
         );
         let existing = blocking("inspecting an image volume", move || {
             if let Ok(bytes) = std::fs::read(&r) {
-                if let Ok(done) = serde_json::from_slice::<ImageImport>(&bytes) {
+                if let Ok(done) = serde_json::from_slice::<R>(&bytes) {
                     return Ok(Some(done));
                 }
             }
@@ -184,60 +331,17 @@ impl VolumeStore {
             Ok(None)
         })
         .await?;
-        if let Some(done) = existing {
-            while let Some(chunk) = body.next().await {
-                chunk.map_err(|e| AgentError::BadRequest(format!("reading the upload: {e}")))?;
-            }
-            tracing::info!(volume = %handle, "volume already holds an image; not unpacking again");
-            return Ok(ImageImport {
-                unpacked: false,
-                ..done
-            });
-        }
-        let started = std::time::Instant::now();
-        match images::unpack_image(body, encoding, work.clone(), data.clone()).await {
-            Ok(summary) => {
-                let done = ImageImport {
-                    summary,
-                    millis: started.elapsed().as_millis() as u64,
-                    unpacked: true,
-                };
-                let body = serde_json::to_vec_pretty(&done)
-                    .map_err(|e| AgentError::Backend(format!("encoding image.json: {e}")))?;
-                blocking("recording an image", move || {
-                    let tmp = record.with_extension("json.tmp");
-                    std::fs::write(&tmp, body)
-                        .and_then(|()| std::fs::rename(&tmp, &record))
-                        .map_err(|e| AgentError::io(format!("writing {}", record.display()), e))
-                })
-                .await?;
-                self.images_unpacked.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(
-                    entries = done.summary.entries,
-                    layers = done.summary.layers,
-                    format = done.summary.format.as_str(),
-                    millis = done.millis,
-                    "unpacked image into volume {handle} ({} entries in {} ms)",
-                    done.summary.entries,
-                    done.millis
-                );
-                Ok(done)
-            }
-            Err(e) => {
-                let cleaned = blocking("cleaning up a failed import", move || {
-                    remove_tree(&work)
-                        .and_then(|()| clear_dir(&data))
-                        .map_err(|e| AgentError::io(format!("emptying {}", data.display()), e))
-                })
-                .await;
-                if let Err(c) = cleaned {
-                    tracing::warn!(volume = %handle, error = %c, "cannot clean up after a failed image import");
-                }
-                Err(e)
-            }
-        }
+        Ok(match existing {
+            Some(done) => Begun::Holds(done),
+            None => Begun::Empty(ImageSlot {
+                _claim: claim,
+                handle: handle.to_string(),
+                record,
+                work,
+                data,
+            }),
+        })
     }
-
     /// Creates a volume; returns it and whether this call created it.
     pub async fn create(&self, spec: VolumeSpec) -> Result<(Arc<Volume>, bool), AgentError> {
         check_name("volume handle", &spec.handle)?;

@@ -138,7 +138,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
     // The work directory and the backend's probes of the host (binaries,
     // cgroup mounts) touch the file system: on a blocking thread.
     let setup_cfg = cfg.clone();
-    let (work_dir, backend, resource_types) =
+    let (work_dir, backend, resource_types, native) =
         tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let cfg = setup_cfg;
             std::fs::create_dir_all(&cfg.work_dir).with_context(|| {
@@ -156,7 +156,9 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
             let backend =
                 backend::select(&cfg, &work_dir).context("choosing the container backend")?;
             let resource_types = install_resource_types(&work_dir, backend.name())?;
-            Ok((work_dir, backend, resource_types))
+            let native = crate::registry::NativeTypes::open(&work_dir)
+                .context("opening the image blob cache")?;
+            Ok((work_dir, backend, resource_types, native))
         })
         .await
         .context("setting up the worker agent")??;
@@ -191,6 +193,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
         backend: backend.name(),
         volumes,
         containers,
+        native: Arc::new(native),
         runtime: tokio::runtime::Handle::current(),
     });
 
@@ -221,7 +224,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
         agent_token: state.token.clone(),
         stream_key: state.stream_key.clone(),
         identity: cfg.identity.clone(),
-        resource_types: resource_types.names().to_vec(),
+        resource_types: offered_types(&resource_types, backend.name()),
         limits: cfg.limits.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         backend: backend.name().to_string(),
@@ -283,6 +286,22 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
         status,
         web: (web, cfg.registration_key.clone()),
     })
+}
+
+/// The base types a worker advertises: its script types and, on an
+/// isolating backend (whose containers can use a pulled image), the types
+/// it runs natively (`gantry_wire::native`).
+fn offered_types(scripts: &ResourceTypes, backend: &str) -> Vec<String> {
+    let mut names = scripts.names().to_vec();
+    if backend != "local" {
+        names.extend(
+            gantry_wire::native::NATIVE_TYPES
+                .iter()
+                .map(|t| t.to_string()),
+        );
+        names.sort();
+    }
+    names
 }
 
 /// Installs the base resource types this worker can run (see

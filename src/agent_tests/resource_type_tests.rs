@@ -76,7 +76,10 @@ async fn runc_containers_mount_a_resource_type_and_run_its_check() {
     }
     let work = tempfile::tempdir().unwrap();
     let agent = start_worker(config(work.path(), "runc")).await.unwrap();
-    assert_eq!(agent.registration().resource_types, ["git", "mock", "time"]);
+    assert_eq!(
+        agent.registration().resource_types,
+        ["docker-image", "git", "mock", "registry-image", "time"]
+    );
     let worker = worker(&agent);
     let (vh, ch) = (uuid(), uuid());
     let _cleanup = RuncCleanup {

@@ -32,6 +32,12 @@ pub struct Health {
     /// by many containers is unpacked once).
     #[serde(default)]
     pub images_unpacked: u64,
+    /// Image blobs (layers, configs) fetched from registries since start.
+    #[serde(default)]
+    pub blobs_fetched: u64,
+    /// Image blobs found in the worker's blob cache instead.
+    #[serde(default)]
+    pub blobs_reused: u64,
     /// Tar streams going out and coming in, now and at most at once.
     #[serde(default)]
     pub streams: StreamCounts,

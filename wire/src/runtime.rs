@@ -124,6 +124,20 @@ pub trait Volume: Send + Sync {
         )))
     }
 
+    /// Makes the (empty) volume the root filesystem of a registry image
+    /// ([`crate::native::PullImage`]): layers from the worker's cache, else
+    /// from the registry; used like an imported image.
+    async fn pull_image(
+        &self,
+        pull: &crate::native::PullImage,
+    ) -> Result<crate::native::PulledImage, RuntimeError> {
+        let _ = pull;
+        Err(RuntimeError::Stream(format!(
+            "volume {}: this worker cannot pull images",
+            self.handle()
+        )))
+    }
+
     /// Pulls a tar stream in `encoding` from `url` (a signed stream URL of
     /// another worker's volume, see [`crate::stream_url`]) and extracts it at
     /// `path`; returns the bytes received.
@@ -183,6 +197,19 @@ pub trait Worker: Send + Sync {
     fn pulls_images(&self, resource_type: &str) -> bool {
         let _ = resource_type;
         false
+    }
+    /// Runs a script of a type the worker runs natively
+    /// ([`crate::native::NATIVE_TYPES`]) and answers what it printed.
+    async fn run_native(
+        &self,
+        resource_type: &str,
+        run: &crate::native::NativeRun,
+    ) -> Result<crate::native::NativeAnswer, RuntimeError> {
+        let _ = run;
+        Err(RuntimeError::Stream(format!(
+            "worker {}: this runtime does not run {resource_type:?} natively",
+            self.name()
+        )))
     }
     /// Checks that the worker answers (used by its connection's supervisor).
     async fn ping(&self) -> Result<(), RuntimeError> {

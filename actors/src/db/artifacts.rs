@@ -140,6 +140,30 @@ impl Db {
         Ok(())
     }
 
+    /// Records a registry image pulled onto workers (the native
+    /// `registry-image` and `docker-image`): an image artifact named by its
+    /// digest that only volumes on workers hold, collected like any image.
+    pub async fn insert_pulled_image(
+        &self,
+        id: &str,
+        team: &str,
+        name: &str,
+        digest: &str,
+    ) -> Result<(), EngineError> {
+        sqlx::query(
+            "INSERT INTO artifacts (id, team, name, build_id, size_bytes, created_at, in_store, kind, digest) \
+             VALUES ($1, $2, $3, NULL, 0, $4, 0, 'image', $5)",
+        )
+        .bind(id)
+        .bind(team)
+        .bind(name)
+        .bind(now_ms())
+        .bind(digest)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
     /// Whether the web node's store holds artifact `id` (an artifact that
     /// is not recorded answers `true`: the store says whether it has it).
     pub async fn artifact_in_store(&self, id: &str) -> Result<bool, EngineError> {

@@ -12,6 +12,16 @@ use crate::scheduler::ArtifactLocality;
 
 use crate::state::HandleState;
 use crate::steps::StepContext;
+use gantry_wire::native::{PullImage, PulledImage};
+
+/// How an image volume is filled when the worker has none.
+#[derive(Clone, Copy)]
+pub enum Fill<'a> {
+    /// From the artifact in the web node's store (an upload, a fetched image).
+    Import,
+    /// Pulled by the worker from the image's registry.
+    Pull(&'a PullImage),
+}
 
 /// Locks of image imports in progress, by (worker, artifact).
 pub type ImportLocks = Arc<dashmap::DashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
@@ -21,6 +31,18 @@ impl StepContext {
     /// worker, imported there first if it is not. The volume belongs to no
     /// build: it is kept for later steps.
     pub async fn image_volume(&self, artifact: &str) -> Result<String, EngineError> {
+        self.image_volume_by(artifact, Fill::Import)
+            .await
+            .map(|(handle, _)| handle)
+    }
+
+    /// [`Self::image_volume`], filled as `fill` says; with what a pull
+    /// answered (the image's env and user) when it pulled or found one.
+    pub async fn image_volume_by(
+        &self,
+        artifact: &str,
+        fill: Fill<'_>,
+    ) -> Result<(String, Option<PulledImage>), EngineError> {
         self.scope
             .db
             .touch_artifact(artifact, crate::db::now_ms())
@@ -29,7 +51,7 @@ impl StepContext {
         let key = (self.worker.name().to_string(), artifact.to_string());
         let lock = imports.entry(key.clone()).or_default().clone();
         let guard = lock.lock().await;
-        let found = self.find_or_import_image(artifact).await;
+        let found = self.find_or_import_image(artifact, fill).await;
         drop(guard);
         drop(lock);
         // The last one out removes the lock, so the map holds only imports in use.
@@ -38,13 +60,24 @@ impl StepContext {
     }
 
     /// [`Self::image_volume`] under its lock.
-    async fn find_or_import_image(&self, artifact: &str) -> Result<String, EngineError> {
+    async fn find_or_import_image(
+        &self,
+        artifact: &str,
+        fill: Fill<'_>,
+    ) -> Result<(String, Option<PulledImage>), EngineError> {
         let db = &self.scope.db;
         let worker = &self.worker;
         let encoding = self.scope.encoding;
         if let Some(handle) = db.find_artifact_volume(worker.name(), artifact).await? {
-            if worker.lookup_volume(&handle).await?.is_some() {
-                return Ok(handle);
+            if let Some(volume) = worker.lookup_volume(&handle).await? {
+                // A pulled image's volume answers its env and user again.
+                let pulled = match fill {
+                    Fill::Pull(pull) => Some(volume.pull_image(pull).await.map_err(|e| {
+                        EngineError::Invalid(format!("the image could not be used: {e}"))
+                    })?),
+                    Fill::Import => None,
+                };
+                return Ok((handle, pulled));
             }
             // The worker lost it (e.g. a new disk): forget the row, import again.
             db.delete_handle(HandleKind::Volume, &handle).await?;
@@ -54,15 +87,18 @@ impl StepContext {
         let handle = volume.handle().to_string();
         let imported = async {
             db.set_volume_artifact(&handle, artifact).await?;
-            let body = self.scope.artifacts.open(None, artifact, encoding).await?;
-            volume
-                .import_image(encoding, body)
-                .await
-                .map_err(|e| EngineError::Invalid(format!("the image could not be used: {e}")))
+            match fill {
+                Fill::Import => {
+                    let body = self.scope.artifacts.open(None, artifact, encoding).await?;
+                    volume.import_image(encoding, body).await.map(|()| None)
+                }
+                Fill::Pull(pull) => volume.pull_image(pull).await.map(Some),
+            }
+            .map_err(|e| EngineError::Invalid(format!("the image could not be used: {e}")))
         }
         .await;
         match imported {
-            Ok(()) => {
+            Ok(pulled) => {
                 db.set_handle_state(HandleKind::Volume, &handle, HandleState::Created)
                     .await?;
                 self.scope.scheduler.do_send(ArtifactLocality {
@@ -70,7 +106,7 @@ impl StepContext {
                     worker: worker.name().to_string(),
                     present: true,
                 });
-                Ok(handle)
+                Ok((handle, pulled))
             }
             Err(e) => {
                 // Half imported: the worker's sweeper destroys it.

@@ -191,7 +191,11 @@ async fn follow_into(
 }
 
 /// Stores a log event of the step, unless `data` is empty.
-async fn log(ctx: &StepContext, stream: OutputStream, data: String) -> Result<(), EngineError> {
+pub(crate) async fn log(
+    ctx: &StepContext,
+    stream: OutputStream,
+    data: String,
+) -> Result<(), EngineError> {
     if data.is_empty() {
         return Ok(());
     }

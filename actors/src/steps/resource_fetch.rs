@@ -179,6 +179,9 @@ pub async fn get(
     version: &Value,
     params: &Value,
 ) -> Result<ResourceCacheRow, Halt> {
+    if is_native(r.config) {
+        return get_native(ctx, r, version, params).await;
+    }
     let key = r.config.cache_key(version, params);
     if let Some(hit) = cached(ctx, &key).await? {
         ResourceStats::count(&ctx.resource_stats().cache_hits);
@@ -218,6 +221,46 @@ pub async fn get(
     )
     .await?;
     Ok(row)
+}
+
+/// Whether `config`'s type is a base type the workers run natively.
+fn is_native(config: &ResourceConfig) -> bool {
+    matches!(&config.type_, ResourceType::Base { name } if gantry_wire::native::is_native(name))
+}
+
+/// `get` of a type the workers run natively (`registry-image`,
+/// `docker-image`): `in` runs every time, from the worker's blob cache (a
+/// second get of an image fetches no blob), and what it wrote stays on the
+/// worker as the build's artifact, like a task's output, instead of going
+/// through the web node's store: an image's root filesystem is large, and
+/// its absolute symlinks are refused by the store's rules for files.
+async fn get_native(
+    ctx: &mut StepContext,
+    r: &Resource<'_>,
+    version: &Value,
+    params: &Value,
+) -> Result<ResourceCacheRow, Halt> {
+    let (volume, (version, metadata)) = run_in(ctx, r, version, params).await?;
+    let artifact_id = ctx.keep_on_worker(r.name, &volume).await?;
+    let worker = ctx.worker().name().to_string();
+    tell(
+        ctx,
+        r.name,
+        "get",
+        &version,
+        &metadata,
+        false,
+        Some(&worker),
+    )
+    .await?;
+    Ok(ResourceCacheRow {
+        artifact_id,
+        version,
+        metadata,
+        worker: Some(worker),
+        image_env: None,
+        image_user: None,
+    })
 }
 
 /// A kept cache whose artifact still exists (one whose artifact is gone is
@@ -338,12 +381,34 @@ pub async fn fetch_image(
     };
     let version = version_to_fetch(ctx, &r, pinned).await?;
     let key = config.cache_key(&version, &json!({"image": params}));
+    let pull = native_pull(name, config, params, &version)?;
     if let Some(hit) = cached(ctx, &key).await? {
         ResourceStats::count(&ctx.resource_stats().cache_hits);
         tell(ctx, name, "image", &hit.version, &hit.metadata, true, None).await?;
-        return Ok(image_of(&hit, Some(config.type_.base())));
+        return Ok(FetchedImage {
+            pull,
+            ..image_of(&hit, Some(config.type_.base()))
+        });
     }
     ResourceStats::count(&ctx.resource_stats().cache_misses);
+    if let Some(pull) = pull {
+        let row = pull_image(ctx, name, &pull, version).await?;
+        let row = ctx.db().save_resource_cache(ctx.team(), &key, &row).await?;
+        tell(
+            ctx,
+            name,
+            "image",
+            &row.version,
+            &row.metadata,
+            false,
+            row.worker.as_deref(),
+        )
+        .await?;
+        return Ok(FetchedImage {
+            pull: Some(pull),
+            ..image_of(&row, None)
+        });
+    }
     let (volume, (version, metadata)) = run_in(ctx, &r, &version, params).await?;
     let row = keep_image(ctx, name, volume.as_ref(), version, metadata).await?;
     let row = ctx.db().save_resource_cache(ctx.team(), &key, &row).await?;
@@ -358,6 +423,80 @@ pub async fn fetch_image(
     )
     .await?;
     Ok(image_of(&row, Some(config.type_.base())))
+}
+
+/// What a worker pulls for an image of a type the workers run natively
+/// (`registry-image`, `docker-image`); none for other types. Such an image
+/// is pulled by digest straight into a volume of the step's worker: no `in`,
+/// nothing through the web node. `params` would be `in`'s: refused.
+fn native_pull(
+    name: &str,
+    config: &ResourceConfig,
+    params: &Value,
+    version: &Value,
+) -> Result<Option<gantry_wire::native::PullImage>, Halt> {
+    let ResourceType::Base { name: type_name } = &config.type_ else {
+        return Ok(None);
+    };
+    if !gantry_wire::native::is_native(type_name) {
+        return Ok(None);
+    }
+    if params.as_object().is_some_and(|p| !p.is_empty()) {
+        return Err(Halt::Error(EngineError::Invalid(format!(
+            "image {name:?}: params are not used when a worker pulls a {type_name} image; remove them"
+        ))));
+    }
+    let digest = version
+        .get("digest")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            Halt::Error(EngineError::Invalid(format!(
+                "image {name:?}: the version {version} has no digest"
+            )))
+        })?;
+    Ok(Some(gantry_wire::native::PullImage {
+        resource_type: type_name.clone(),
+        source: config.source.clone(),
+        digest: digest.to_string(),
+    }))
+}
+
+/// Pulls a registry image onto the step's worker: the image is an artifact
+/// of the team named by its digest (recorded once, kept only in volumes on
+/// workers), and the cache row says its env and user.
+async fn pull_image(
+    ctx: &StepContext,
+    name: &str,
+    pull: &gantry_wire::native::PullImage,
+    version: Value,
+) -> Result<ResourceCacheRow, EngineError> {
+    let db = ctx.db();
+    let artifact = match db
+        .find_artifact_by_digest(ctx.team(), "image", &pull.digest)
+        .await?
+    {
+        Some(id) => id,
+        None => {
+            let id = uuid::Uuid::new_v4().to_string();
+            db.insert_pulled_image(&id, ctx.team(), name, &pull.digest)
+                .await?;
+            id
+        }
+    };
+    let (_, pulled) = ctx
+        .image_volume_by(&artifact, crate::steps::image::Fill::Pull(pull))
+        .await?;
+    let pulled = pulled.ok_or_else(|| {
+        EngineError::Invalid(format!("image {name:?}: the worker answered no image"))
+    })?;
+    Ok(ResourceCacheRow {
+        artifact_id: artifact,
+        version,
+        metadata: json!([]),
+        worker: Some(ctx.worker().name().to_string()),
+        image_env: Some(pulled.env),
+        image_user: pulled.user,
+    })
 }
 
 /// Keeps the image a volume holds (as a resource's `in` writes it: the
@@ -425,6 +564,7 @@ fn image_of(row: &ResourceCacheRow, fetched_by: Option<&str>) -> FetchedImage {
         mirror_of: fetched_by.filter(|_| mirrored).map(str::to_string),
         env: row.image_env.clone().unwrap_or_default(),
         user: row.image_user.clone().filter(|u| !u.is_empty()),
+        pull: None,
     }
 }
 

@@ -36,15 +36,23 @@ pub struct FetchedImage {
     /// itself (`mock` with `mirror_self`); a custom type on such an image
     /// runs that base type's scripts, as the mirrored image holds them.
     pub mirror_of: Option<String>,
+    /// For an image the workers pull themselves (`registry-image`,
+    /// `docker-image`): what a worker without it pulls.
+    pub pull: Option<gantry_wire::native::PullImage>,
 }
 
 impl FetchedImage {
     /// The root filesystem of a container on the step's worker running in
     /// this image (imported there first if it is not yet).
     pub async fn rootfs(&self, ctx: &StepContext) -> Result<RootfsSpec, EngineError> {
+        use crate::steps::image::Fill;
+        let fill = match &self.pull {
+            Some(pull) => Fill::Pull(pull),
+            None => Fill::Import,
+        };
         Ok(match &self.artifact {
             Some(artifact) => RootfsSpec::Volume {
-                handle: ctx.image_volume(artifact).await?,
+                handle: ctx.image_volume_by(artifact, fill).await?.0,
             },
             None => RootfsSpec::Default,
         })
@@ -81,6 +89,11 @@ pub async fn run_script(
     image: &TypeImage,
     script: Script<'_>,
 ) -> Result<ScriptEnd, EngineError> {
+    if let TypeImage::Base(name) = image {
+        if gantry_wire::native::is_native(name) {
+            return run_native(ctx, name, script).await;
+        }
+    }
     let (rootfs, resource_type, mut env, user) = match image {
         TypeImage::Base(name) => (RootfsSpec::Default, Some(name.clone()), vec![], None),
         TypeImage::Fetched(fetched) => (
@@ -115,6 +128,38 @@ pub async fn run_script(
     .await?;
     let (end, stdout) = follow_capturing(ctx, process.as_ref(), output, 0).await?;
     script_end(&path, end, &stdout)
+}
+
+/// Runs `script` of a type the step's worker runs natively (no container:
+/// the worker runs it in its own process, `gantry_wire::native`). Its log
+/// lines and its failure become stderr of the step; a failure is exit 1, as
+/// a script's would be. The build's stop signal ends the wait.
+async fn run_native(
+    ctx: &StepContext,
+    name: &str,
+    script: Script<'_>,
+) -> Result<ScriptEnd, EngineError> {
+    let run = gantry_wire::native::NativeRun {
+        script: script.name.to_string(),
+        request: script.request,
+        dir: script.dir.map(str::to_string),
+        mounts: script.mounts,
+    };
+    let mut stop = ctx.stop();
+    let worker = ctx.worker().clone();
+    let answer = tokio::select! {
+        answer = worker.run_native(name, &run) => answer?,
+        () = stop.requested() => return Ok(ScriptEnd::Stopped),
+    };
+    let mut text: String = answer.log.iter().map(|l| format!("{l}\n")).collect();
+    if let Some(failure) = &answer.failure {
+        text.push_str(&format!("{name} {}: {failure}\n", script.name));
+    }
+    process::log(ctx, crate::runtime::OutputStream::Stderr, text).await?;
+    match (answer.answer, answer.failure) {
+        (Some(v), None) => Ok(ScriptEnd::Answered(v)),
+        _ => Ok(ScriptEnd::Failed(1)),
+    }
 }
 
 /// What following a script again found.

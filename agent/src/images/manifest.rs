@@ -23,9 +23,9 @@ const INDEX_DEPTH: usize = 4;
 
 /// One layer to apply.
 #[derive(Debug, Clone)]
-pub(super) struct Layer {
+pub(crate) struct Layer {
     /// Its file, relative to the archive's root.
-    pub(super) path: PathBuf,
+    pub(crate) path: PathBuf,
     /// How to name it in errors.
     pub(super) name: String,
     /// sha256 (hex) of the file, when the format gives one.
@@ -109,9 +109,19 @@ pub(super) struct RootfsConfig {
     diff_ids: Vec<String>,
 }
 
-/// Reads the archive's layout: `None` for a plain root filesystem, else its
-/// format and layers (their digests not yet checked).
-pub(super) fn plan_layers(archive: &Path) -> Result<Option<(ImageFormat, Vec<Layer>)>, AgentError> {
+/// What an image archive holds: its format, layers (their digests not yet
+/// checked) and config file, relative to the archive.
+pub(crate) struct Plan {
+    /// The archive's format.
+    pub(crate) format: ImageFormat,
+    /// Its layers, lowest first.
+    pub(crate) layers: Vec<Layer>,
+    /// Its config file, if it names one.
+    pub(crate) config: Option<PathBuf>,
+}
+
+/// Reads the archive's layout: `None` for a plain root filesystem.
+pub(crate) fn plan_layers(archive: &Path) -> Result<Option<Plan>, AgentError> {
     let is_file = |name: &str| {
         std::fs::symlink_metadata(archive.join(name)).is_ok_and(|m| m.file_type().is_file())
     };
@@ -132,7 +142,15 @@ pub(super) fn plan_layers(archive: &Path) -> Result<Option<(ImageFormat, Vec<Lay
                 diff_id: diff_ids.get(i).cloned().flatten(),
             });
         }
-        return Ok(Some((ImageFormat::Oci, layers)));
+        let config = match &manifest.config {
+            Some(c) => Some(blob_path(&c.digest)?),
+            None => None,
+        };
+        return Ok(Some(Plan {
+            format: ImageFormat::Oci,
+            layers,
+            config,
+        }));
     }
     if is_file("manifest.json") {
         let images: Vec<SavedImage> = read_json(archive, Path::new("manifest.json"), None)?;
@@ -168,7 +186,12 @@ pub(super) fn plan_layers(archive: &Path) -> Result<Option<(ImageFormat, Vec<Lay
                 diff_id: diff_ids.get(i).cloned().flatten(),
             });
         }
-        return Ok(Some((ImageFormat::DockerSave, layers)));
+        let config = image.config.as_deref().map(relative).transpose()?;
+        return Ok(Some(Plan {
+            format: ImageFormat::DockerSave,
+            layers,
+            config,
+        }));
     }
     Ok(None)
 }
@@ -276,7 +299,7 @@ pub(super) fn relative(name: &str) -> Result<PathBuf, AgentError> {
 /// Opens the regular file `rel` of the archive, resolved from the
 /// archive's directory one component at a time without following a symlink
 /// (the archive may hold absolute ones).
-pub(super) fn open_inside(archive: &Path, rel: &Path) -> Result<File, AgentError> {
+pub(crate) fn open_inside(archive: &Path, rel: &Path) -> Result<File, AgentError> {
     let shown = rel.display();
     let root = Dir::open(archive)
         .map_err(|e| AgentError::io(format!("opening {}", archive.display()), e))?;

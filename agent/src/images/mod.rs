@@ -35,7 +35,7 @@ use gantry_wire::spec::Encoding;
 use super::error::{blocking, AgentError};
 
 mod layers;
-mod manifest;
+pub(crate) mod manifest;
 
 use super::tree::remove_tree;
 use gantry_files::tarball::{self, UnpackLimits};
@@ -126,7 +126,7 @@ async fn unpack_in(
         .map_err(|e| with_context("the image archive", e.into()))?;
     let a = archive.clone();
     let plan = blocking("reading the image's manifest", move || plan_layers(&a)).await?;
-    let Some((format, layers)) = plan else {
+    let Some(manifest::Plan { format, layers, .. }) = plan else {
         // A plain root filesystem: the archive is the image; `data` is empty.
         let (a, d) = (archive, data.to_path_buf());
         blocking("moving the root filesystem into place", move || {
@@ -148,34 +148,48 @@ async fn unpack_in(
         let layer_encoding = blocking("checking an image layer", move || check_layer(&a, &l))
             .await
             .map_err(|e| with_context(&what, e))?;
-        let dir = work.join("layer");
-        let (a, l, d) = (archive.clone(), layer.path.clone(), dir.clone());
-        let opened = blocking("opening an image layer", move || {
-            remove_tree(&d)
-                .and_then(|()| std::fs::create_dir(&d))
-                .map_err(|e| AgentError::io(format!("creating {}", d.display()), e))?;
-            open_inside(&a, &l)
-        })
-        .await?;
-        let stream: ByteStream = Box::pin(tokio_util::io::ReaderStream::with_capacity(
-            tokio::fs::File::from_std(opened),
-            64 * 1024,
-        ));
-        let summary = tarball::unpack(stream, layer_encoding, dir.clone(), image_limits())
-            .await
-            .map_err(|e| with_context(&what, e.into()))?;
-        entries += summary.entries;
-        let d = data.to_path_buf();
-        blocking("applying an image layer", move || {
-            merge_layer(&dir, &d).map_err(|e| AgentError::io(format!("applying {what}"), e))
-        })
-        .await?;
+        let (a, l) = (archive.clone(), layer.path.clone());
+        let opened = blocking("opening an image layer", move || open_inside(&a, &l)).await?;
+        entries += apply_layer(opened, layer_encoding, &what, work, data).await?;
     }
     Ok(ImageSummary {
         format,
         layers: layers.len(),
         entries,
     })
+}
+
+/// Applies one layer (a tar in `encoding`, open in `file`) to the root
+/// filesystem `data`: extracted into `work/layer` first, then merged with
+/// its whiteouts. Answers the tar entries extracted.
+pub async fn apply_layer(
+    file: std::fs::File,
+    encoding: Encoding,
+    what: &str,
+    work: &Path,
+    data: &Path,
+) -> Result<u64, AgentError> {
+    let dir = work.join("layer");
+    let d = dir.clone();
+    blocking("preparing an image layer", move || {
+        remove_tree(&d)
+            .and_then(|()| std::fs::create_dir_all(&d))
+            .map_err(|e| AgentError::io(format!("creating {}", d.display()), e))
+    })
+    .await?;
+    let stream: ByteStream = Box::pin(tokio_util::io::ReaderStream::with_capacity(
+        tokio::fs::File::from_std(file),
+        64 * 1024,
+    ));
+    let summary = tarball::unpack(stream, encoding, dir.clone(), image_limits())
+        .await
+        .map_err(|e| with_context(what, e.into()))?;
+    let (d, what) = (data.to_path_buf(), what.to_string());
+    blocking("applying an image layer", move || {
+        merge_layer(&dir, &d).map_err(|e| AgentError::io(format!("applying {what}"), e))
+    })
+    .await?;
+    Ok(summary.entries)
 }
 
 /// Prefixes an error's message with what was being unpacked.
@@ -189,7 +203,7 @@ fn with_context(what: &str, e: AgentError) -> AgentError {
 }
 
 /// The encoding a stream's first bytes show (gzip or zstd magic), else raw.
-pub(super) fn magic_encoding(head: &[u8]) -> Encoding {
+pub(crate) fn magic_encoding(head: &[u8]) -> Encoding {
     if head.starts_with(&[0x1f, 0x8b]) {
         Encoding::Gzip
     } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {

@@ -1,0 +1,161 @@
+//! The worker's layer cache: every blob (layer, config) fetched from a
+//! registry is stored once by digest under `WORK_DIR/registry/blobs`, checked
+//! against its digest as it arrives, and shared by every image that names
+//! it. Concurrent pulls of one blob wait for the first.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use oci_client::manifest::OciDescriptor;
+use oci_client::Reference;
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+
+use super::client::{error_chain, Remote};
+
+/// The blob cache of one worker.
+pub struct Blobs {
+    /// `WORK_DIR/registry/blobs/sha256`.
+    root: PathBuf,
+    /// Fetches in progress, by digest.
+    fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Blobs fetched from a registry since the agent started.
+    pub fetched: AtomicU64,
+    /// Blobs found in the cache instead.
+    pub reused: AtomicU64,
+}
+
+/// The hex part of a `sha256:` digest, checked.
+pub fn sha256_hex(digest: &str) -> Result<&str, String> {
+    match digest.strip_prefix("sha256:") {
+        Some(hex) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => Ok(hex),
+        _ => Err(format!("{digest:?} is not a sha256 digest")),
+    }
+}
+
+impl Blobs {
+    /// The cache under `work_dir` (made if missing; blobs kept from before
+    /// a restart are used again).
+    pub fn open(work_dir: &Path) -> std::io::Result<Self> {
+        let root = work_dir.join("registry").join("blobs").join("sha256");
+        std::fs::create_dir_all(&root)?;
+        Ok(Blobs {
+            root,
+            fetching: Mutex::new(HashMap::new()),
+            fetched: AtomicU64::new(0),
+            reused: AtomicU64::new(0),
+        })
+    }
+
+    /// Where blob `digest` is (or would be) kept.
+    pub fn path(&self, digest: &str) -> Result<PathBuf, String> {
+        Ok(self.root.join(sha256_hex(digest)?))
+    }
+
+    /// The path of blob `desc` of `image`, fetched first unless cached;
+    /// answers whether it was fetched.
+    pub async fn ensure(
+        &self,
+        remote: &Remote,
+        image: &Reference,
+        desc: &OciDescriptor,
+    ) -> Result<(PathBuf, bool), String> {
+        let path = self.path(&desc.digest)?;
+        let lock = {
+            let mut map = self.fetching.lock().unwrap_or_else(|e| e.into_inner());
+            map.entry(desc.digest.clone()).or_default().clone()
+        };
+        let guard = lock.lock().await;
+        let result = if tokio::fs::metadata(&path).await.is_ok() {
+            self.reused.fetch_add(1, Ordering::Relaxed);
+            Ok((path, false))
+        } else {
+            self.fetch(remote, image, desc, &path).await.map(|()| {
+                self.fetched.fetch_add(1, Ordering::Relaxed);
+                (path, true)
+            })
+        };
+        drop(guard);
+        let mut map = self.fetching.lock().unwrap_or_else(|e| e.into_inner());
+        if Arc::strong_count(&lock) == 2 {
+            map.remove(&desc.digest);
+        }
+        result
+    }
+
+    /// Downloads a blob next to its place, checks its digest and size,
+    /// then renames it into place.
+    async fn fetch(
+        &self,
+        remote: &Remote,
+        image: &Reference,
+        desc: &OciDescriptor,
+        path: &Path,
+    ) -> Result<(), String> {
+        let tmp = self
+            .root
+            .join(format!(".part-{}", uuid::Uuid::new_v4().simple()));
+        let result = async {
+            let mut stream = remote
+                .client
+                .pull_blob_stream(image, desc)
+                .await
+                .map_err(|e| remote.explain(&format!("blob {}", desc.digest), &e))?;
+            let mut file = tokio::fs::File::create(&tmp)
+                .await
+                .map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+            let mut hash = Sha256::new();
+            let mut size: u64 = 0;
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| {
+                    format!(
+                        "fetching blob {} from {}: {}",
+                        desc.digest,
+                        remote.repository,
+                        error_chain(&e)
+                    )
+                })?;
+                hash.update(&chunk);
+                size += chunk.len() as u64;
+                file.write_all(&chunk)
+                    .await
+                    .map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+            }
+            file.sync_all()
+                .await
+                .map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+            let got = format!("sha256:{:x}", hash.finalize());
+            if got != desc.digest {
+                return Err(format!(
+                    "blob {} from {} arrived with digest {got}: refused",
+                    desc.digest, remote.repository
+                ));
+            }
+            if desc.size >= 0 && size != desc.size as u64 {
+                return Err(format!(
+                    "blob {} from {} is {size} bytes, its descriptor says {}: refused",
+                    desc.digest, remote.repository, desc.size
+                ));
+            }
+            tokio::fs::rename(&tmp, path)
+                .await
+                .map_err(|e| format!("keeping blob {}: {e}", desc.digest))
+        }
+        .await;
+        if result.is_err() {
+            let _ = tokio::fs::remove_file(&tmp).await;
+        }
+        result
+    }
+
+    /// Reads a small cached blob (a config) whole.
+    pub async fn read(&self, digest: &str) -> Result<Vec<u8>, String> {
+        let path = self.path(digest)?;
+        tokio::fs::read(&path)
+            .await
+            .map_err(|e| format!("reading blob {digest}: {e}"))
+    }
+}

@@ -1,0 +1,179 @@
+//! End to end against a real registry (Debian's `docker-registry` over TLS
+//! with a CA made here and htpasswd auth; images built here from
+//! busybox-static and pushed with skopeo): a job's task runs in an
+//! `image_resource` of type `registry-image` with the image's env and
+//! user; a second build fetches no blob (the registry's access log shows
+//! none); a `get` of a registry-image resource writes `rootfs/` and the
+//! version's files; a resource type declared `type: registry-image` is
+//! pulled and its own `check` and `in` run; a wrong password, an unknown
+//! tag and an untrusted certificate each fail with one line naming the
+//! cause.
+
+mod common;
+
+use common::oci::tar_of;
+use common::registry::{busybox_layer, oci_layout_dir, Registry, PASSWORD, USER};
+use common::*;
+
+const CHECK: &[u8] = b"#!/bin/sh\ncat >/dev/null\necho '[{\"v\":\"1\"}]'\n";
+const IN: &[u8] = b"#!/bin/sh\ncat >/dev/null\necho hello-from-custom > \"$1/greeting\"\necho '{\"version\":{\"v\":\"1\"},\"metadata\":[]}'\n";
+
+fn pipeline(reg: &Registry) -> String {
+    let app = reg.source("app", "1.0");
+    let greeter = reg.source("greeter", "latest");
+    let bad_password = app.replace(PASSWORD, "wrong-password");
+    let unknown_tag = reg.source("app", "9.9");
+    let untrusted = format!(
+        "{{repository: \"{}/app\", tag: \"1.0\", username: {USER}, password: {PASSWORD}}}",
+        reg.host
+    );
+    let task = |source: &str| {
+        format!(
+            "    config:\n      platform: linux\n      image_resource:\n        type: registry-image\n        source: {source}\n      run: {{path: sh, args: [-c, 'echo \"greeting=$GREETING\"; echo \"uid=$(id -u)\"; cat /hello.txt']}}\n"
+        )
+    };
+    format!(
+        r#"
+resource_types:
+- name: greeter
+  type: registry-image
+  source: {greeter}
+resources:
+- name: hello
+  type: greeter
+  source: {{anything: here}}
+- name: app-image
+  type: registry-image
+  source: {app}
+jobs:
+- name: run-in-image
+  plan:
+  - task: show
+{show}
+- name: custom-type
+  plan:
+  - get: hello
+  - get: app-image
+  - task: look
+    config:
+      platform: linux
+      image_resource:
+        type: registry-image
+        source: {app}
+      inputs: [{{name: hello}}, {{name: app-image}}]
+      run: {{path: sh, args: [-c, 'cat hello/greeting; cat app-image/tag; echo; cat app-image/digest; echo; cat app-image/rootfs/hello.txt; cat app-image/metadata.json']}}
+- name: bad-password
+  plan:
+  - task: show
+{bad_password}
+- name: unknown-tag
+  plan:
+  - task: show
+{unknown_tag}
+- name: untrusted
+  plan:
+  - task: show
+{untrusted}
+"#,
+        show = task(&app),
+        bad_password = task(&bad_password),
+        unknown_tag = task(&unknown_tag),
+        untrusted = task(&untrusted),
+    )
+}
+
+#[test]
+fn tasks_run_in_images_from_a_registry_pulled_once_per_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::start(dir.path());
+    let top = tar_of(&[("hello.txt", b"hello from the registry\n", false, 0o644)]);
+    let app = dir.path().join("app-layout");
+    oci_layout_dir(
+        &app,
+        &[busybox_layer(), top],
+        &["PATH=/bin", "GREETING=from-image"],
+        "nobody",
+    );
+    reg.push(&app, "app", "1.0");
+    let greeter = dir.path().join("greeter-layout");
+    let scripts = tar_of(&[
+        ("opt/", b"", false, 0o755),
+        ("opt/resource/", b"", false, 0o755),
+        ("opt/resource/check", CHECK, false, 0o755),
+        ("opt/resource/in", IN, false, 0o755),
+    ]);
+    oci_layout_dir(&greeter, &[busybox_layer(), scripts], &["PATH=/bin"], "");
+    reg.push(&greeter, "greeter", "latest");
+    let pushed = reg.blob_gets().len();
+
+    let db = TestDb::new(DbKind::Sqlite);
+    let server = quickstart(dir.path(), &db, &["--backend", "runc"]);
+    write(&dir.path().join("pipeline.yml"), pipeline(&reg));
+    let run = |job: &str| gantry_run(&server.url, dir.path(), &["-p", "pipeline.yml", "-j", job]);
+
+    let out = run("run-in-image");
+    let (stdout, stderr) = text(&out);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{stderr}\nlog:\n{}",
+        server.log_text()
+    );
+    assert!(stdout.contains("greeting=from-image"), "{stdout}");
+    assert!(stdout.contains("uid=65534"), "{stdout}");
+    assert!(stdout.contains("hello from the registry"), "{stdout}");
+    let first = reg.blob_gets().len() - pushed;
+    // Two layers and a config.
+    assert_eq!(
+        first,
+        3,
+        "blob fetches of the first build:\n{}",
+        reg.log_text()
+    );
+
+    let out = run("run-in-image");
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert!(text(&out).0.contains("greeting=from-image"));
+    let second = reg.blob_gets().len() - pushed - first;
+    assert_eq!(second, 0, "the second build fetched {second} blobs");
+
+    let out = run("custom-type");
+    let (stdout, stderr) = text(&out);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{stderr}\nlog:\n{}",
+        server.log_text()
+    );
+    assert!(stdout.contains("hello-from-custom"), "{stdout}");
+    assert!(stdout.contains(&reg.digest("app", "1.0")), "{stdout}");
+    assert!(stdout.contains("1.0\n"), "{stdout}");
+    assert!(stdout.contains("\"GREETING=from-image\""), "{stdout}");
+    // The base layer the greeter image shares with app came from the cache.
+    let busybox_gets = reg
+        .blob_gets()
+        .iter()
+        .filter(|d| d.contains(&common::oci::sha(&common::oci::gzip(&busybox_layer()))))
+        .count();
+    assert_eq!(
+        busybox_gets, 1,
+        "the shared base layer was fetched {busybox_gets} times"
+    );
+
+    for (job, cause) in [
+        ("bad-password", "the registry refused the credentials for"),
+        ("unknown-tag", "tag \"9.9\": not found in"),
+        ("untrusted", "TLS certificate"),
+    ] {
+        let out = run(job);
+        let (stdout, stderr) = text(&out);
+        assert!(!out.status.success(), "{job}: {stdout}");
+        let line = format!("{stdout}{stderr}")
+            .lines()
+            .find(|l| l.contains("registry-image check:"))
+            .unwrap_or_else(|| {
+                panic!("{job}: no line naming the check's failure:\n{stdout}\n{stderr}")
+            })
+            .to_string();
+        eprintln!("{job}: {line}");
+        assert!(line.contains(cause), "{job}: {line}");
+    }
+}
