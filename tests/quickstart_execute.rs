@@ -388,13 +388,10 @@ fn image_resource_of_a_base_type_runs_one_off_tasks() {
     let other = dir.path().join("other.yml");
     write(
         &other,
-        "platform: linux\nimage_resource: {type: registry-image, source: {repository: busybox}}\nrun: {path: ls}\n",
+        "platform: linux\nimage_resource: {type: s3, source: {bucket: images}}\nrun: {path: ls}\n",
     );
     let out = client(&server.url, &["execute", "-c", other.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = failure_line(&out);
-    assert!(
-        err.contains("without resource type \"registry-image\""),
-        "{err}"
-    );
+    assert!(err.contains("without resource type \"s3\""), "{err}");
 }

@@ -177,3 +177,92 @@ fn tasks_run_in_images_from_a_registry_pulled_once_per_worker() {
         assert!(line.contains(cause), "{job}: {line}");
     }
 }
+
+/// A task writes a `docker save` tarball of one layer (as
+/// concourse/oci-build-task writes `image/image.tar`).
+const BUILD_TARBALL: &str = r#"set -e
+mkdir -p image/l
+echo pushed-by-gantry > image/l/pushed.txt
+cd image
+tar -cf layer.tar -C l pushed.txt
+diff=$(sha256sum layer.tar | cut -d' ' -f1)
+printf '{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin","PUSHED=yes"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$diff" > config.json
+printf '[{"Config":"config.json","RepoTags":[],"Layers":["layer.tar"]}]' > manifest.json
+tar -cf image.tar config.json manifest.json layer.tar
+printf 'extra-one\nextra-two\n' > tags
+"#;
+
+#[test]
+fn a_pushed_image_tarball_is_tagged_and_got_back_by_its_digest() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::start(dir.path());
+    let app = dir.path().join("app-layout");
+    oci_layout_dir(&app, &[busybox_layer()], &["PATH=/bin"], "");
+    reg.push(&app, "app", "1.0");
+    let pipeline = format!(
+        r#"
+resources:
+- name: out-image
+  type: registry-image
+  source: {out}
+jobs:
+- name: build-and-push
+  plan:
+  - task: build
+    config:
+      platform: linux
+      image_resource:
+        type: registry-image
+        source: {app}
+      outputs: [{{name: image}}]
+      run: {{path: sh, args: [-c, {script}]}}
+  - put: out-image
+    params: {{image: image/image.tar, additional_tags: image/tags}}
+- name: get-back
+  plan:
+  - get: out-image
+  - task: show
+    config:
+      platform: linux
+      image_resource:
+        type: registry-image
+        source: {app}
+      inputs: [{{name: out-image}}]
+      run: {{path: sh, args: [-c, 'echo "digest=$(cat out-image/digest)"; cat out-image/rootfs/pushed.txt; cat out-image/metadata.json']}}
+"#,
+        out = reg.source("pushed", "2.0"),
+        app = reg.source("app", "1.0"),
+        script = serde_json::to_string(BUILD_TARBALL).unwrap(),
+    );
+    let db = TestDb::new(DbKind::Sqlite);
+    let server = quickstart(dir.path(), &db, &["--backend", "runc"]);
+    write(&dir.path().join("pipeline.yml"), pipeline);
+    let run = |job: &str| gantry_run(&server.url, dir.path(), &["-p", "pipeline.yml", "-j", job]);
+    let out = run("build-and-push");
+    let (stdout, stderr) = text(&out);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{stderr}\nlog:\n{}",
+        server.log_text()
+    );
+    let digest = reg.digest("pushed", "2.0");
+    assert!(digest.starts_with("sha256:"), "{digest}");
+    for tag in ["extra-one", "extra-two"] {
+        assert_eq!(reg.digest("pushed", tag), digest, "tag {tag}");
+    }
+    assert!(
+        format!("{stdout}{stderr}").contains(&digest),
+        "the put names the digest it pushed:\n{stdout}\n{stderr}"
+    );
+
+    let out = run("get-back");
+    let (stdout, stderr) = text(&out);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{stderr}\nlog:\n{}",
+        server.log_text()
+    );
+    assert!(stdout.contains(&format!("digest={digest}")), "{stdout}");
+    assert!(stdout.contains("pushed-by-gantry"), "{stdout}");
+    assert!(stdout.contains("PUSHED=yes"), "{stdout}");
+}
