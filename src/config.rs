@@ -285,6 +285,9 @@ pub struct StreamingConfig {
     /// Per-link modes, the first match winning: `{ from = "w1", to = "*",
     /// mode = "relay" }` (`*` matches any worker).
     pub links: Vec<StreamLink>,
+    /// A worker pulling a registry image takes the image's blobs from
+    /// workers that hold it before the registry. Default true.
+    pub image_peers: bool,
 }
 
 /// The mode of the streams from one worker to another.
@@ -307,6 +310,7 @@ impl Default for StreamingConfig {
             max_streams_in: gantry_actors::api::DEFAULT_MAX_STREAMS,
             url_ttl_secs: gantry_actors::api::DEFAULT_URL_TTL.as_secs(),
             links: Vec::new(),
+            image_peers: true,
         }
     }
 }
@@ -348,6 +352,7 @@ impl StreamingConfig {
             max_out: self.max_streams_out,
             max_in: self.max_streams_in,
             url_ttl: std::time::Duration::from_secs(self.url_ttl_secs),
+            image_peers: self.image_peers,
         })
     }
 }

@@ -266,3 +266,91 @@ jobs:
     assert!(stdout.contains("pushed-by-gantry"), "{stdout}");
     assert!(stdout.contains("PUSHED=yes"), "{stdout}");
 }
+
+/// Ten tasks over three workers (by tags) on one new image of three layers.
+fn fleet_pipeline(source: &str) -> String {
+    let mut tasks = String::new();
+    for i in 0..10 {
+        tasks.push_str(&format!(
+            "    - task: t{i}\n      tags: [w{w}]\n      config:\n        platform: linux\n        image_resource:\n          type: registry-image\n          source: {source}\n        run: {{path: sh, args: [-c, 'cat /one.txt /two.txt']}}\n",
+            w = i % 3
+        ));
+    }
+    format!("jobs:\n- name: spread\n  plan:\n  - in_parallel:\n{tasks}")
+}
+
+#[test]
+fn one_pull_per_fleet_the_other_workers_take_the_layers_from_a_peer() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::start(dir.path());
+    let app = dir.path().join("layout");
+    oci_layout_dir(
+        &app,
+        &[
+            busybox_layer(),
+            tar_of(&[("one.txt", b"layer one\n", false, 0o644)]),
+            tar_of(&[("two.txt", b"layer two\n", false, 0o644)]),
+        ],
+        &["PATH=/bin"],
+        "",
+    );
+    reg.push(&app, "three", "1");
+    let pushed = reg.blob_gets().len();
+    let db = TestDb::new(DbKind::Sqlite);
+    let web = start_web(dir.path(), &db, "");
+    let _workers: Vec<Server> = (0..3)
+        .map(|i| {
+            let tag = format!("w{i}");
+            start_worker(
+                dir.path(),
+                &web.url,
+                &format!("worker-{i}"),
+                &["--backend", "runc", "--tag", &tag],
+            )
+        })
+        .collect();
+    let listed = wait_running(&web.url, 3);
+    write(
+        &dir.path().join("pipeline.yml"),
+        fleet_pipeline(&reg.source("three", "1")),
+    );
+    let out = gantry_run(
+        &web.url,
+        dir.path(),
+        &["-p", "pipeline.yml", "-j", "spread"],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{stderr}\nlog:\n{}",
+        web.log_text()
+    );
+    assert_eq!(stdout.matches("layer two").count(), 10, "{stdout}");
+
+    // Each blob (config and three layers) left the registry exactly once.
+    let gets = reg.blob_gets();
+    let fetched = &gets[pushed..];
+    let mut unique: Vec<&String> = fetched.iter().collect();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 4, "blobs fetched: {fetched:?}");
+    assert_eq!(fetched.len(), 4, "a blob was fetched twice: {fetched:?}");
+
+    // One worker fetched them; the two others took them from a peer.
+    let mut from_registry = Vec::new();
+    let mut from_peers = Vec::new();
+    for w in listed.as_array().unwrap() {
+        let url = format!("{}/health", w["agent_url"].as_str().unwrap());
+        let health: serde_json::Value = reqwest::blocking::get(&url).unwrap().json().unwrap();
+        from_registry.push(health["blobs_fetched"].as_u64().unwrap());
+        from_peers.push(health["blobs_from_peers"].as_u64().unwrap());
+    }
+    from_registry.sort();
+    from_peers.sort();
+    assert_eq!(
+        from_registry,
+        [0, 0, 4],
+        "blobs from the registry per worker"
+    );
+    assert_eq!(from_peers, [0, 4, 4], "blobs from peers per worker");
+}

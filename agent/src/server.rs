@@ -6,7 +6,7 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `GET /health` | `{"name","backend","images_unpacked","blobs_fetched","blobs_reused","streams"}` |
+//! | `GET /health` | `{"name","backend","images_unpacked","blobs_fetched","blobs_reused","blobs_from_peers","streams"}` |
 //! | `POST /volumes` (`VolumeSpec`) | 201 (200 if it existed) `{"handle","path"}` |
 //! | `GET /volumes` | `["handle", ...]` |
 //! | `GET /volumes/{h}[?size=false]` | `{"handle","path","size_bytes","properties"}` |
@@ -19,6 +19,7 @@
 //! | `GET /volumes/{h}/file?path=` | the file's bytes |
 //! | `PUT /volumes/{h}/stream-from` (`{"url","path","encoding"}`) | 200 `{"bytes"}`; 502 when the source fails |
 //! | `GET /p2p/volumes/{h}/stream-out?worker=&path=&encoding=&expires=&sig=` (no token) | tar stream; 403 unless signed for this worker and not expired |
+//! | `GET /p2p/volumes/{h}/blobs/{digest}?worker=&path=@blobs&encoding=raw&expires=&sig=` (no token) | a blob of the image pulled into `h`; 403 as above, 404 for a blob not of that image |
 //! | `POST /containers` (`ContainerSpec`) | 201 (200 if it existed) `{"handle"}` |
 //! | `GET /containers` | `["handle", ...]` |
 //! | `GET /containers/{h}` | `{"handle","spec","state","processes"}` |
@@ -134,6 +135,10 @@ fn routes(cfg: &mut web::ServiceConfig) {
             "/p2p/volumes/{handle}/stream-out",
             web::get().to(p2p_stream_out),
         )
+        .route(
+            "/p2p/volumes/{handle}/blobs/{digest}",
+            web::get().to(p2p_blob),
+        )
         .route("/containers", web::post().to(create_container))
         .route("/containers", web::get().to(list_containers))
         .route("/containers/{handle}", web::get().to(get_container))
@@ -211,6 +216,7 @@ async fn health(state: State) -> HttpResponse {
         images_unpacked: state.volumes.images_unpacked(),
         blobs_fetched: state.native.counts().0,
         blobs_reused: state.native.counts().1,
+        blobs_from_peers: state.native.counts().2,
         streams: state.streams.snapshot(),
     })
 }
@@ -368,6 +374,32 @@ async fn stream_out(
     let encoding = encoding(&query)?;
     let sub = query.path.clone().unwrap_or_default();
     let stream = state.volumes.stream_out(&handle, &sub, encoding).await?;
+    Ok(HttpResponse::Ok()
+        .content_type("application/octet-stream")
+        .streaming(state.streams.guard_out(stream)))
+}
+
+/// `GET /p2p/volumes/{handle}/blobs/{digest}`: a blob of the image pulled
+/// into volume `handle`, for another worker presenting a signed URL for
+/// that volume's blobs (`StreamGrant::blob_url`).
+async fn p2p_blob(
+    state: State,
+    path: web::Path<(String, String)>,
+    query: web::Query<P2pStreamQuery>,
+) -> Result<HttpResponse, AgentError> {
+    let (handle, digest) = path.into_inner();
+    let grant = stream_grant::check(&state, &handle, &query)?;
+    if grant.path != gantry_wire::stream_url::BLOBS_PATH {
+        return Err(AgentError::Forbidden(
+            "stream URL refused: it grants no blobs".into(),
+        ));
+    }
+    let pulled = state.volumes.pulled_record(&grant.volume).await?;
+    let file = state.native.open_for_peer(&pulled, &digest).await?;
+    let stream = Box::pin(tokio_util::io::ReaderStream::with_capacity(
+        file,
+        256 * 1024,
+    ));
     Ok(HttpResponse::Ok()
         .content_type("application/octet-stream")
         .streaming(state.streams.guard_out(stream)))

@@ -14,9 +14,17 @@ use super::state::AgentState;
 /// (`/p2p/volumes/{handle}/stream-out`, one segment for the handle): the
 /// only path the bearer token is not asked for (besides `/health`).
 pub fn is_p2p_stream_path(path: &str) -> bool {
-    path.strip_prefix("/p2p/volumes/")
-        .and_then(|rest| rest.strip_suffix("/stream-out"))
-        .is_some_and(|handle| !handle.is_empty() && !handle.contains('/'))
+    let Some(rest) = path.strip_prefix("/p2p/volumes/") else {
+        return false;
+    };
+    if let Some(handle) = rest.strip_suffix("/stream-out") {
+        return !handle.is_empty() && !handle.contains('/');
+    }
+    // `/p2p/volumes/{handle}/blobs/{digest}`: a blob of an image volume.
+    match rest.split('/').collect::<Vec<_>>().as_slice() {
+        [handle, "blobs", digest] => !handle.is_empty() && !digest.is_empty(),
+        _ => false,
+    }
 }
 
 /// The current time in unix milliseconds.
@@ -89,6 +97,7 @@ mod tests {
     #[test]
     fn only_the_stream_route_of_one_volume_is_exempt_from_the_token() {
         assert!(is_p2p_stream_path("/p2p/volumes/v1/stream-out"));
+        assert!(is_p2p_stream_path("/p2p/volumes/v1/blobs/sha256:ab"));
         for path in [
             "/p2p/volumes//stream-out",
             "/p2p/volumes/a/b/stream-out",
@@ -97,6 +106,9 @@ mod tests {
             "/p2p/",
             "/volumes/v1/stream-out",
             "/p2p/volumes/v1/stream-out/",
+            "/p2p/volumes/v1/blobs",
+            "/p2p/volumes/v1/blobs/",
+            "/p2p/volumes/v1/blobs/a/b",
         ] {
             assert!(!is_p2p_stream_path(path), "{path}");
         }

@@ -249,6 +249,7 @@ impl VolumeStore {
                 return Ok(PulledImage {
                     unpacked: false,
                     fetched: 0,
+                    from_peers: 0,
                     ..done
                 })
             }
@@ -278,6 +279,20 @@ impl VolumeStore {
                 Err(e)
             }
         }
+    }
+
+    /// What pulling filled image volume `handle` with (its record); a
+    /// volume that holds no pulled image is not found.
+    pub async fn pulled_record(&self, handle: &str) -> Result<PulledImage, AgentError> {
+        let record = self.get(handle)?.image_record();
+        let h = handle.to_string();
+        blocking("reading an image record", move || {
+            std::fs::read(&record)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<PulledImage>(&bytes).ok())
+                .ok_or_else(|| AgentError::no_volume(&h))
+        })
+        .await
     }
 
     /// Claims volume `handle` for an image: what it holds already (its

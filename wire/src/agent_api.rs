@@ -38,6 +38,9 @@ pub struct Health {
     /// Image blobs found in the worker's blob cache instead.
     #[serde(default)]
     pub blobs_reused: u64,
+    /// Image blobs fetched from other workers (peers) since start.
+    #[serde(default)]
+    pub blobs_from_peers: u64,
     /// Tar streams going out and coming in, now and at most at once.
     #[serde(default)]
     pub streams: StreamCounts,

@@ -63,6 +63,12 @@ pub struct PullImage {
     pub source: Value,
     /// The image's digest (`sha256:...`), as `check` found it.
     pub digest: String,
+    /// Signed URLs of workers holding the image, with `{digest}` for a
+    /// blob's digest (`StreamGrant::blob_url`): tried, in order, for a blob
+    /// missing from the cache before the registry. A blob from a peer is
+    /// checked against its digest as one from the registry is.
+    #[serde(default)]
+    pub peers: Vec<String>,
 }
 
 /// What pulling an image into a volume did.
@@ -79,8 +85,15 @@ pub struct PulledImage {
     /// Layers applied.
     pub layers: usize,
     /// Layers fetched from the registry for this pull (the rest were in
-    /// the worker's cache).
+    /// the worker's cache, or came from a peer).
     pub fetched: usize,
+    /// Layers fetched from peers for this pull.
+    #[serde(default)]
+    pub from_peers: usize,
+    /// The digests of the image's blobs (config and layers): what a peer
+    /// may fetch from this volume.
+    #[serde(default)]
+    pub blobs: Vec<String>,
     /// False when the volume already held the image.
     pub unpacked: bool,
 }

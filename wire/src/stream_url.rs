@@ -18,6 +18,9 @@ use crate::spec::Encoding;
 /// HMAC-SHA256.
 type HmacSha256 = Hmac<Sha256>;
 
+/// The `path` of a grant for an image volume's blobs ([`StreamGrant::blob_url`]).
+pub const BLOBS_PATH: &str = "@blobs";
+
 /// What a signed stream URL grants: one path of one volume on one worker,
 /// in one encoding, until a time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +78,24 @@ impl StreamGrant {
             HmacSha256::new_from_slice(key.as_bytes()).expect("HMAC takes keys of any length");
         mac.update(&self.canonical());
         mac
+    }
+
+    /// The URL of one blob of an image volume on the source agent, with
+    /// `{digest}` left for the puller to fill:
+    /// `{agent_url}/p2p/volumes/{volume}/blobs/{digest}?worker=..&path=..&encoding=..&expires=..&sig=..`.
+    /// The grant's `path` is [`BLOBS_PATH`]: it lets the holder of the URL
+    /// fetch the blobs of that one image and nothing else.
+    pub fn blob_url(&self, agent_url: &str, key: &str) -> String {
+        format!(
+            "{}/p2p/volumes/{}/blobs/{{digest}}?worker={}&path={}&encoding={}&expires={}&sig={}",
+            agent_url.trim_end_matches('/'),
+            escape(&self.volume),
+            escape(&self.worker),
+            escape(&self.path),
+            self.encoding.as_str(),
+            self.expires_ms,
+            self.sign(key)
+        )
     }
 
     /// Hex HMAC-SHA256 with `key` over a canonical, unambiguous encoding of

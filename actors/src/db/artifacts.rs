@@ -143,6 +143,8 @@ impl Db {
     /// Records a registry image pulled onto workers (the native
     /// `registry-image` and `docker-image`): an image artifact named by its
     /// digest that only volumes on workers hold, collected like any image.
+    /// Its id is made from the team and digest, so builds (on any web
+    /// node) recording it at once record one row.
     pub async fn insert_pulled_image(
         &self,
         id: &str,
@@ -152,7 +154,7 @@ impl Db {
     ) -> Result<(), EngineError> {
         sqlx::query(
             "INSERT INTO artifacts (id, team, name, build_id, size_bytes, created_at, in_store, kind, digest) \
-             VALUES ($1, $2, $3, NULL, 0, $4, 0, 'image', $5)",
+             VALUES ($1, $2, $3, NULL, 0, $4, 0, 'image', $5) ON CONFLICT (id) DO NOTHING",
         )
         .bind(id)
         .bind(team)

@@ -393,6 +393,24 @@ impl Db {
 }
 
 impl Db {
+    /// Every `created` volume holding `artifact`, on any worker, oldest
+    /// first (an image pulled onto several workers).
+    pub async fn artifact_holders(&self, artifact: &str) -> Result<Vec<ArtifactCopy>, EngineError> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT worker, handle FROM volumes WHERE artifact_id = $1 AND state = $2 ORDER BY created_at, handle",
+        )
+        .bind(artifact)
+        .bind(HandleState::Created.as_str())
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(worker, volume)| ArtifactCopy { worker, volume })
+            .collect())
+    }
+}
+
+impl Db {
     /// The volumes of build `build` holding its artifacts (task outputs and
     /// copies streamed to other workers), newest first: what goes when the
     /// build ends. Each with its worker and artifact.

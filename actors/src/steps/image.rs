@@ -92,13 +92,25 @@ impl StepContext {
                     let body = self.scope.artifacts.open(None, artifact, encoding).await?;
                     volume.import_image(encoding, body).await.map(|()| None)
                 }
-                Fill::Pull(pull) => volume.pull_image(pull).await.map(Some),
+                Fill::Pull(pull) => {
+                    return self.pull_from_fleet(volume.as_ref(), artifact, pull).await
+                }
             }
             .map_err(|e| EngineError::Invalid(format!("the image could not be used: {e}")))
         }
         .await;
         match imported {
             Ok(pulled) => {
+                if let Some(p) = &pulled {
+                    tracing::info!(
+                        worker = %worker.name(),
+                        artifact,
+                        layers = p.layers,
+                        from_registry = p.fetched,
+                        from_peers = p.from_peers,
+                        "image pulled onto the worker"
+                    );
+                }
                 db.set_handle_state(HandleKind::Volume, &handle, HandleState::Created)
                     .await?;
                 self.scope.scheduler.do_send(ArtifactLocality {
@@ -116,5 +128,91 @@ impl StepContext {
                 Err(e)
             }
         }
+    }
+}
+
+impl StepContext {
+    /// Pulls image `artifact` into `volume` (empty, on the step's worker):
+    /// its blobs from workers holding the image when there are any (signed
+    /// URLs of their image volumes), else from the registry. With image
+    /// peers on (the fleet's setting), the first worker of the fleet to
+    /// pull an image holds a lock of the image while it does, so the others
+    /// wait for it and then pull from it: N workers cost the registry one
+    /// fetch of each blob, not N.
+    async fn pull_from_fleet(
+        &self,
+        volume: &dyn crate::runtime::Volume,
+        artifact: &str,
+        pull: &PullImage,
+    ) -> Result<Option<PulledImage>, EngineError> {
+        let pulled = |e: crate::error::RuntimeError| {
+            EngineError::Invalid(format!("the image could not be used: {e}"))
+        };
+        if !self.scope.streams.config().image_peers {
+            return volume.pull_image(pull).await.map(Some).map_err(pulled);
+        }
+        let peers = self.image_peers(artifact).await?;
+        if !peers.is_empty() {
+            let with = PullImage {
+                peers,
+                ..pull.clone()
+            };
+            return volume.pull_image(&with).await.map(Some).map_err(pulled);
+        }
+        // No worker holds it yet: the first pulls from the registry under
+        // the image's fleet lock (key: no worker), the others wait for it.
+        let imports = &self.scope.imports;
+        let key = (String::new(), artifact.to_string());
+        let lock = imports.entry(key.clone()).or_default().clone();
+        let guard = lock.lock().await;
+        let result = async {
+            let peers = self.image_peers(artifact).await?;
+            let with = PullImage {
+                peers,
+                ..pull.clone()
+            };
+            let done = volume.pull_image(&with).await.map_err(pulled)?;
+            // Marked created before the lock goes, so the workers waiting
+            // for it find this worker as a peer.
+            self.scope
+                .db
+                .set_handle_state(HandleKind::Volume, volume.handle(), HandleState::Created)
+                .await?;
+            Ok(Some(done))
+        }
+        .await;
+        drop(guard);
+        drop(lock);
+        imports.remove_if(&key, |_, l| Arc::strong_count(l) == 1);
+        result
+    }
+
+    /// Signed blob URLs of the image volumes holding `artifact` on other
+    /// running workers that can check a signed URL.
+    async fn image_peers(&self, artifact: &str) -> Result<Vec<String>, EngineError> {
+        let db = &self.scope.db;
+        let ttl = self.scope.streams.config().url_ttl;
+        let mut urls = Vec::new();
+        for copy in db.artifact_holders(artifact).await? {
+            if copy.worker == self.worker.name() {
+                continue;
+            }
+            let Some(row) = db.get_worker(&copy.worker).await? else {
+                continue;
+            };
+            let reg = &row.registration;
+            if row.state != crate::state::WorkerState::Running || reg.stream_key.is_empty() {
+                continue;
+            }
+            let grant = gantry_wire::stream_url::StreamGrant {
+                worker: reg.name.clone(),
+                volume: copy.volume,
+                path: gantry_wire::stream_url::BLOBS_PATH.to_string(),
+                encoding: crate::spec::Encoding::Raw,
+                expires_ms: crate::db::now_ms() + ttl.as_millis() as i64,
+            };
+            urls.push(grant.blob_url(&reg.agent_url, &reg.stream_key));
+        }
+        Ok(urls)
     }
 }

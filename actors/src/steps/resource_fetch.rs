@@ -458,7 +458,18 @@ fn native_pull(
         resource_type: type_name.clone(),
         source: config.source.clone(),
         digest: digest.to_string(),
+        peers: Vec::new(),
     }))
+}
+
+/// The artifact id of image `digest` pulled for `team`: the same for every
+/// build, so concurrent first pulls share one artifact (and one fleet lock).
+fn pulled_image_id(team: &str, digest: &str) -> String {
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(format!("{team}\0{digest}").as_bytes());
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&hash[..16]);
+    uuid::Uuid::from_bytes(bytes).to_string()
 }
 
 /// Pulls a registry image onto the step's worker: the image is an artifact
@@ -471,18 +482,9 @@ async fn pull_image(
     version: Value,
 ) -> Result<ResourceCacheRow, EngineError> {
     let db = ctx.db();
-    let artifact = match db
-        .find_artifact_by_digest(ctx.team(), "image", &pull.digest)
-        .await?
-    {
-        Some(id) => id,
-        None => {
-            let id = uuid::Uuid::new_v4().to_string();
-            db.insert_pulled_image(&id, ctx.team(), name, &pull.digest)
-                .await?;
-            id
-        }
-    };
+    let artifact = pulled_image_id(ctx.team(), &pull.digest);
+    db.insert_pulled_image(&artifact, ctx.team(), name, &pull.digest)
+        .await?;
     let (_, pulled) = ctx
         .image_volume_by(&artifact, crate::steps::image::Fill::Pull(pull))
         .await?;

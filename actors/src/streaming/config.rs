@@ -82,6 +82,9 @@ pub struct StreamConfig {
     pub max_in: usize,
     /// How long a signed stream URL is accepted after it is made.
     pub url_ttl: Duration,
+    /// Whether a worker pulling a registry image takes its blobs from
+    /// workers that hold the image before the registry (one pull per fleet).
+    pub image_peers: bool,
 }
 
 impl Default for StreamConfig {
@@ -93,6 +96,7 @@ impl Default for StreamConfig {
             max_out: DEFAULT_MAX_STREAMS,
             max_in: DEFAULT_MAX_STREAMS,
             url_ttl: DEFAULT_URL_TTL,
+            image_peers: true,
         }
     }
 }

@@ -26,6 +26,21 @@ pub struct Blobs {
     pub fetched: AtomicU64,
     /// Blobs found in the cache instead.
     pub reused: AtomicU64,
+    /// Blobs fetched from other workers (peers) instead.
+    pub from_peers: AtomicU64,
+    /// The client blobs are fetched from peers with.
+    http: reqwest::Client,
+}
+
+/// Where a blob came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// This worker's cache.
+    Cache,
+    /// Another worker.
+    Peer,
+    /// The registry.
+    Registry,
 }
 
 /// The hex part of a `sha256:` digest, checked.
@@ -47,6 +62,11 @@ impl Blobs {
             fetching: Mutex::new(HashMap::new()),
             fetched: AtomicU64::new(0),
             reused: AtomicU64::new(0),
+            from_peers: AtomicU64::new(0),
+            http: reqwest::Client::builder()
+                .connect_timeout(std::time::Duration::from_secs(10))
+                .build()
+                .map_err(std::io::Error::other)?,
         })
     }
 
@@ -55,14 +75,16 @@ impl Blobs {
         Ok(self.root.join(sha256_hex(digest)?))
     }
 
-    /// The path of blob `desc` of `image`, fetched first unless cached;
-    /// answers whether it was fetched.
+    /// The path of blob `desc` of `image`, fetched first unless cached:
+    /// from the first of `peers` that has it (signed URLs with `{digest}`),
+    /// else from the registry; and where it came from.
     pub async fn ensure(
         &self,
         remote: &Remote,
         image: &Reference,
         desc: &OciDescriptor,
-    ) -> Result<(PathBuf, bool), String> {
+        peers: &[String],
+    ) -> Result<(PathBuf, Origin), String> {
         let path = self.path(&desc.digest)?;
         let lock = {
             let mut map = self.fetching.lock().unwrap_or_else(|e| e.into_inner());
@@ -71,12 +93,11 @@ impl Blobs {
         let guard = lock.lock().await;
         let result = if tokio::fs::metadata(&path).await.is_ok() {
             self.reused.fetch_add(1, Ordering::Relaxed);
-            Ok((path, false))
+            Ok((path, Origin::Cache))
         } else {
-            self.fetch(remote, image, desc, &path).await.map(|()| {
-                self.fetched.fetch_add(1, Ordering::Relaxed);
-                (path, true)
-            })
+            self.fetch_anywhere(remote, image, desc, peers, &path)
+                .await
+                .map(|origin| (path, origin))
         };
         drop(guard);
         let mut map = self.fetching.lock().unwrap_or_else(|e| e.into_inner());
@@ -86,24 +107,70 @@ impl Blobs {
         result
     }
 
-    /// Downloads a blob next to its place, checks its digest and size,
-    /// then renames it into place.
-    async fn fetch(
+    /// Fetches a missing blob from a peer, else from the registry.
+    async fn fetch_anywhere(
         &self,
         remote: &Remote,
         image: &Reference,
         desc: &OciDescriptor,
+        peers: &[String],
         path: &Path,
+    ) -> Result<Origin, String> {
+        for peer in peers {
+            let url = peer.replace("{digest}", &desc.digest);
+            let from = url.split("/p2p/").next().unwrap_or_default().to_string();
+            let got = async {
+                let resp = self
+                    .http
+                    .get(&url)
+                    .send()
+                    .await
+                    .map_err(|e| format!("peer {from}: {}", error_chain(&e)))?;
+                if !resp.status().is_success() {
+                    return Err(format!("peer {from} answered {}", resp.status()));
+                }
+                let stream = resp
+                    .bytes_stream()
+                    .map(|c| c.map_err(std::io::Error::other))
+                    .boxed();
+                self.store(stream, desc, path, &from).await
+            }
+            .await;
+            match got {
+                Ok(()) => {
+                    self.from_peers.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(digest = %desc.digest, peer = %from, "blob fetched from a peer");
+                    return Ok(Origin::Peer);
+                }
+                Err(e) => {
+                    tracing::warn!(digest = %desc.digest, "blob not fetched from a peer, trying the next source: {e}")
+                }
+            }
+        }
+        let stream = remote
+            .client
+            .pull_blob_stream(image, desc)
+            .await
+            .map_err(|e| remote.explain(&format!("blob {}", desc.digest), &e))?;
+        self.store(stream.stream, desc, path, &remote.repository)
+            .await?;
+        self.fetched.fetch_add(1, Ordering::Relaxed);
+        Ok(Origin::Registry)
+    }
+
+    /// Writes a blob arriving from `from` next to its place, checks its
+    /// digest and size, then renames it into place.
+    async fn store(
+        &self,
+        mut stream: futures::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>,
+        desc: &OciDescriptor,
+        path: &Path,
+        from: &str,
     ) -> Result<(), String> {
         let tmp = self
             .root
             .join(format!(".part-{}", uuid::Uuid::new_v4().simple()));
         let result = async {
-            let mut stream = remote
-                .client
-                .pull_blob_stream(image, desc)
-                .await
-                .map_err(|e| remote.explain(&format!("blob {}", desc.digest), &e))?;
             let mut file = tokio::fs::File::create(&tmp)
                 .await
                 .map_err(|e| format!("creating {}: {e}", tmp.display()))?;
@@ -112,9 +179,8 @@ impl Blobs {
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| {
                     format!(
-                        "fetching blob {} from {}: {}",
+                        "fetching blob {} from {from}: {}",
                         desc.digest,
-                        remote.repository,
                         error_chain(&e)
                     )
                 })?;
@@ -130,14 +196,14 @@ impl Blobs {
             let got = format!("sha256:{:x}", hash.finalize());
             if got != desc.digest {
                 return Err(format!(
-                    "blob {} from {} arrived with digest {got}: refused",
-                    desc.digest, remote.repository
+                    "blob {} from {from} arrived with digest {got}: refused",
+                    desc.digest
                 ));
             }
             if desc.size >= 0 && size != desc.size as u64 {
                 return Err(format!(
-                    "blob {} from {} is {size} bytes, its descriptor says {}: refused",
-                    desc.digest, remote.repository, desc.size
+                    "blob {} from {from} is {size} bytes, its descriptor says {}: refused",
+                    desc.digest, desc.size
                 ));
             }
             tokio::fs::rename(&tmp, path)

@@ -103,6 +103,7 @@ pub async fn resolve(
     blobs: &Blobs,
     digest: &str,
     platform: &super::source::Platform,
+    peers: &[String],
 ) -> Result<Image, String> {
     super::blobs::sha256_hex(digest)?;
     let reference = remote.at(digest);
@@ -129,7 +130,9 @@ pub async fn resolve(
     };
     let manifest: OciImageManifest = serde_json::from_slice(&manifest_raw)
         .map_err(|e| format!("the manifest of {}@{digest}: {e}", remote.repository))?;
-    blobs.ensure(remote, &reference, &manifest.config).await?;
+    blobs
+        .ensure(remote, &reference, &manifest.config, peers)
+        .await?;
     let config_raw = blobs.read(&manifest.config.digest).await?;
     let config = serde_json::from_slice::<ConfigFile>(&config_raw)
         .map_err(|e| format!("the config of {}@{digest}: {e}", remote.repository))?
@@ -166,32 +169,46 @@ async fn pull_manifest(
     Ok((raw, got))
 }
 
-/// Fetches every layer of `image` (through the cache, several at once) and
-/// applies them in order to the empty directory `data`, using `work`.
-/// Answers how many layers were fetched from the registry.
+/// How many layers of an unpacked image came from where.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Fetched {
+    /// From the registry.
+    pub registry: usize,
+    /// From peers.
+    pub peers: usize,
+}
+
+/// Fetches every layer of `image` (through the cache, then `peers`, then
+/// the registry; several at once) and applies them in order to the empty
+/// directory `data`, using `work`.
 pub async fn unpack(
     remote: &Remote,
     blobs: &Blobs,
     image: &Image,
+    peers: &[String],
     work: &Path,
     data: &Path,
-) -> Result<usize, String> {
+) -> Result<Fetched, String> {
     let layers = image.manifest.layers.clone();
     let total = layers.len();
     let mut fetches = futures::stream::iter(layers.into_iter().map(|layer| {
         let reference = image.reference.clone();
         async move {
-            let got = blobs.ensure(remote, &reference, &layer).await;
+            let got = blobs.ensure(remote, &reference, &layer, peers).await;
             (layer, got)
         }
     }))
     .buffered(PARALLEL_FETCHES);
-    let mut fetched = 0;
+    let mut fetched = Fetched::default();
     let mut i = 0;
     while let Some((layer, got)) = fetches.next().await {
         i += 1;
-        let (path, was_fetched) = got?;
-        fetched += usize::from(was_fetched);
+        let (path, origin) = got?;
+        match origin {
+            super::blobs::Origin::Registry => fetched.registry += 1,
+            super::blobs::Origin::Peer => fetched.peers += 1,
+            super::blobs::Origin::Cache => {}
+        }
         apply(&layer, &path, i, total, work, data).await?;
     }
     Ok(fetched)

@@ -62,12 +62,33 @@ impl NativeTypes {
         })
     }
 
-    /// Blobs fetched from registries and found in the cache since start.
-    pub fn counts(&self) -> (u64, u64) {
+    /// Blobs fetched from registries, found in the cache, and fetched from
+    /// peers since start.
+    pub fn counts(&self) -> (u64, u64, u64) {
         (
             self.blobs.fetched.load(Ordering::Relaxed),
             self.blobs.reused.load(Ordering::Relaxed),
+            self.blobs.from_peers.load(Ordering::Relaxed),
         )
+    }
+
+    /// Opens blob `digest` for a peer holding a grant for image volume
+    /// `volume` (whose record `pulled` lists the image's blobs): only a
+    /// blob of that image, and only one this worker has.
+    pub async fn open_for_peer(
+        &self,
+        pulled: &PulledImage,
+        digest: &str,
+    ) -> Result<tokio::fs::File, AgentError> {
+        let missing = || AgentError::NotFound {
+            kind: "blob",
+            handle: digest.to_string(),
+        };
+        if !pulled.blobs.iter().any(|b| b == digest) {
+            return Err(missing());
+        }
+        let path = self.blobs.path(digest).map_err(AgentError::BadRequest)?;
+        tokio::fs::File::open(&path).await.map_err(|_| missing())
     }
 
     fn work_dir(&self) -> WorkDir {
@@ -185,7 +206,7 @@ impl NativeTypes {
         let resolved = check::with_mirror(source, |remote| {
             let (digest, platform) = (digest.clone(), platform.clone());
             async move {
-                let image = image::resolve(&remote, blobs, &digest, &platform).await?;
+                let image = image::resolve(&remote, blobs, &digest, &platform, &[]).await?;
                 Ok((remote, image))
             }
         })
@@ -200,10 +221,11 @@ impl NativeTypes {
                 let rootfs = dest.join("rootfs");
                 std::fs::create_dir_all(&rootfs).map_err(|e| format!("creating rootfs: {e}"))?;
                 let work = self.work_dir();
-                let fetched = image::unpack(&remote, blobs, &image, &work.0, &rootfs).await?;
+                let fetched = image::unpack(&remote, blobs, &image, &[], &work.0, &rootfs).await?;
                 log.push(format!(
-                    "{} layers, {fetched} fetched from the registry",
-                    image.manifest.layers.len()
+                    "{} layers, {} fetched from the registry",
+                    image.manifest.layers.len(),
+                    fetched.registry
                 ));
                 let meta = json!({
                     "env": config.env.clone().unwrap_or_default(),
@@ -252,7 +274,10 @@ impl NativeTypes {
         let blobs_dir = dir.join("blobs").join("sha256");
         std::fs::create_dir_all(&blobs_dir).map_err(|e| format!("creating oci/: {e}"))?;
         for layer in &image.manifest.layers {
-            let (path, _) = self.blobs.ensure(remote, &image.reference, layer).await?;
+            let (path, _) = self
+                .blobs
+                .ensure(remote, &image.reference, layer, &[])
+                .await?;
             let to = blobs_dir.join(blobs::sha256_hex(&layer.digest)?);
             std::fs::hard_link(&path, &to)
                 .or_else(|_| std::fs::copy(&path, &to).map(|_| ()))
@@ -298,22 +323,27 @@ impl NativeTypes {
         let blobs = &self.blobs;
         let (remote, image) = check::with_mirror(&source, |remote| {
             let (digest, platform) = (pull.digest.clone(), platform.clone());
+            let peers = &pull.peers;
             async move {
-                let image = image::resolve(&remote, blobs, &digest, &platform).await?;
+                let image = image::resolve(&remote, blobs, &digest, &platform, peers).await?;
                 Ok((remote, image))
             }
         })
         .await
         .map_err(AgentError::Backend)?;
-        let fetched = image::unpack(&remote, blobs, &image, work, data)
+        let fetched = image::unpack(&remote, blobs, &image, &pull.peers, work, data)
             .await
             .map_err(AgentError::Backend)?;
+        let mut blobs: Vec<String> = vec![image.manifest.config.digest.clone()];
+        blobs.extend(image.manifest.layers.iter().map(|l| l.digest.clone()));
         Ok(PulledImage {
             manifest: image.manifest_digest.clone(),
             env: image.config.env.clone().unwrap_or_default(),
             user: image.config.user.clone().filter(|u| !u.is_empty()),
             layers: image.manifest.layers.len(),
-            fetched,
+            fetched: fetched.registry,
+            from_peers: fetched.peers,
+            blobs,
             unpacked: true,
         })
     }
