@@ -24,12 +24,25 @@ command -v docker-registry >/dev/null || need_pkgs+=(docker-registry)
 command -v skopeo >/dev/null || need_pkgs+=(skopeo)
 command -v htpasswd >/dev/null || need_pkgs+=(apache2-utils)
 command -v openssl >/dev/null || need_pkgs+=(openssl)
+# The crun backend's tests, and the image pull benchmark's baseline.
+command -v crun >/dev/null || need_pkgs+=(crun)
+command -v umoci >/dev/null || need_pkgs+=(umoci)
 command -v python3 >/dev/null || need_pkgs+=(python3)
 dpkg -s python3-venv >/dev/null 2>&1 || need_pkgs+=(python3-venv)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing: ${need_pkgs[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+# crun refuses a hybrid cgroup layout whose v2 hierarchy holds controllers
+# (on these machines hugetlb, which no v1 hierarchy mounts): mount each as v1
+# beside the others, as the worker's error message says.
+if [ -r /sys/fs/cgroup/unified/cgroup.controllers ]; then
+  for c in $(cat /sys/fs/cgroup/unified/cgroup.controllers); do
+    echo "mounting cgroup controller $c as v1 (for crun)"
+    mkdir -p "/sys/fs/cgroup/$c" && mount -t cgroup -o "$c" "$c" "/sys/fs/cgroup/$c" || true
+  done
 fi
 
 pg_up() { psql "postgres://postgres@127.0.0.1:5432/postgres" -qAtc 'select 1' >/dev/null 2>&1; }

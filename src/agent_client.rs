@@ -62,6 +62,9 @@ impl AgentConnector {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .tcp_keepalive(Duration::from_secs(30))
+            // Below the agent's keep-alive (actix-web's 5 s): a pooled
+            // connection the agent has closed is never reused.
+            .pool_idle_timeout(Duration::from_secs(4))
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
         AgentConnector { http }

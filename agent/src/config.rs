@@ -38,7 +38,7 @@ pub struct WorkerConfig {
     /// team's), as the worker registers them.
     #[serde(flatten)]
     pub identity: WorkerIdentity,
-    /// `runc`, `bwrap` or `local`; default: the best one available.
+    /// `runc`, `crun`, `bwrap` or `local`; default: the best one available.
     pub backend: Option<String>,
     /// Directory used as the default image; default: a read-only view of the host.
     pub default_rootfs: Option<PathBuf>,

@@ -214,9 +214,23 @@ async fn runc_agent_isolates_processes_and_keeps_images_unchanged() {
     if !can_run_isolated(&[RUNC]) {
         return;
     }
+    isolates_processes_and_keeps_images_unchanged("runc").await;
+}
+
+#[actix_rt::test]
+async fn crun_agent_isolates_processes_and_keeps_images_unchanged() {
+    if !can_run_isolated(&[RUNC, "/usr/bin/crun"]) {
+        return;
+    }
+    isolates_processes_and_keeps_images_unchanged("crun").await;
+}
+
+/// The isolation, exec, users, overlays and limits of an OCI runtime
+/// backend (`runc` or `crun`: the same bundle, the same commands).
+async fn isolates_processes_and_keeps_images_unchanged(backend: &str) {
     let work = tempfile::tempdir().unwrap();
-    let agent = start_worker(config(work.path(), "runc")).await.unwrap();
-    assert_eq!(agent.registration().backend, "runc");
+    let agent = start_worker(config(work.path(), backend)).await.unwrap();
+    assert_eq!(agent.registration().backend, backend);
     let worker = worker(&agent);
 
     let (vh, ch, rh) = (uuid(), uuid(), uuid());

@@ -125,9 +125,15 @@ pub(super) struct RuncCleanup {
 impl Drop for RuncCleanup {
     fn drop(&mut self) {
         for h in &self.handles {
+            // Whichever OCI runtime the test's worker used.
             let _ = std::process::Command::new(RUNC)
                 .arg("--root")
                 .arg(self.work_dir.join("runc"))
+                .args(["delete", "--force", h])
+                .output();
+            let _ = std::process::Command::new("crun")
+                .arg("--root")
+                .arg(self.work_dir.join("crun"))
                 .args(["delete", "--force", h])
                 .output();
             let rootfs = self.work_dir.join("containers").join(h).join("rootfs");

@@ -5,6 +5,7 @@ pub mod builds;
 pub mod container_start;
 pub mod follow;
 pub mod gc;
+pub mod image_pull;
 pub mod placement;
 pub mod rig;
 pub mod stream;

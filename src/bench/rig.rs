@@ -236,6 +236,11 @@ impl Rig {
         Ok(rig)
     }
 
+    /// The worker agent `i` (its registration, its state).
+    pub fn agent(&self, i: usize) -> &WorkerHandle {
+        &self.agents[i]
+    }
+
     /// A step request as a one-off task without inputs makes it.
     pub fn request() -> StepRequest {
         StepRequest {

@@ -68,6 +68,17 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     .block_on(crate::bench::container_start::bench(
                         crate::bench::container_start::ContainerStartBench { tasks, warmup },
                     ))?,
+                BenchCommand::ImagePull {
+                    size,
+                    layers,
+                    tasks,
+                } => actix_web::rt::System::new().block_on(crate::bench::image_pull::bench(
+                    crate::bench::image_pull::ImagePullBench {
+                        size,
+                        layers,
+                        tasks,
+                    },
+                ))?,
                 BenchCommand::Builds {
                     builds,
                     workers,

@@ -104,7 +104,8 @@ pub struct WorkerFlags {
     /// Team served (default: all).
     #[arg(long, env = "GANTRY_WORKER_TEAM")]
     pub team: Option<String>,
-    /// Container backend: runc, bwrap or local (default: best available).
+    /// Container backend: runc, crun, bwrap or local (default: runc as root
+    /// when installed, else crun, else bwrap, else local).
     #[arg(long, env = "GANTRY_WORKER_BACKEND")]
     pub backend: Option<String>,
     /// Seconds between heartbeats.
@@ -459,6 +460,21 @@ pub enum BenchCommand {
         /// Untimed runs of each series first.
         #[arg(long, default_value_t = 5)]
         warmup: usize,
+    },
+    /// Pulling a registry image onto runc workers (cold, then a second
+    /// worker from its peer) and starting a task on it, against `skopeo
+    /// copy` plus `umoci unpack` and raw `runc run` (needs root, Debian's
+    /// docker-registry, skopeo and umoci).
+    ImagePull {
+        /// Bytes of layer contents (e.g. 300MiB).
+        #[arg(long, default_value = "300MiB", value_parser = crate::bench::stream::parse_size)]
+        size: u64,
+        /// Layers the contents are split into.
+        #[arg(long, default_value_t = 5)]
+        layers: usize,
+        /// Warm task starts timed (medians).
+        #[arg(long, default_value_t = 10)]
+        tasks: usize,
     },
     /// Build throughput and latency of one-task jobs (`echo hi`) on a web
     /// node with runc workers, against `runc run` of the same process

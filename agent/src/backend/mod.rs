@@ -119,6 +119,8 @@ pub fn process_env(defaults: &[String], container: &[String], process: &[String]
 pub enum BackendKind {
     /// runc, at this path.
     Runc(PathBuf),
+    /// crun, at this path (the runc backend driving crun).
+    Crun(PathBuf),
     /// bubblewrap, at this path.
     Bwrap(PathBuf),
     /// No isolation.
@@ -134,6 +136,12 @@ pub struct HostFacts {
     pub root: bool,
     /// The runc binary, if one is executable.
     pub runc: Option<PathBuf>,
+    /// The crun binary, if one is executable.
+    pub crun: Option<PathBuf>,
+    /// Why crun cannot run containers here although installed: a hybrid
+    /// cgroup layout whose v2 hierarchy holds controllers, which crun
+    /// refuses.
+    pub crun_blocked: Option<String>,
     /// The bwrap binary, if one is executable.
     pub bwrap: Option<PathBuf>,
 }
@@ -146,14 +154,33 @@ impl HostFacts {
             // SAFETY: geteuid has no preconditions and cannot fail.
             root: unsafe { libc::geteuid() } == 0,
             runc: find_executable(runc_path),
+            crun: find_executable("crun"),
+            crun_blocked: hybrid_v2_controllers(),
             bwrap: find_executable("bwrap"),
         }
     }
 }
 
+/// On a hybrid cgroup layout (v1 controllers and a v2 hierarchy at
+/// `/sys/fs/cgroup/unified`), the controllers the v2 hierarchy holds, as
+/// the reason crun cannot run there; `None` otherwise.
+fn hybrid_v2_controllers() -> Option<String> {
+    let held = std::fs::read_to_string("/sys/fs/cgroup/unified/cgroup.controllers").ok()?;
+    let held = held.trim();
+    (!held.is_empty()).then(|| {
+        format!(
+            "this host's cgroups are hybrid and cgroup v2 holds {held:?}, which crun refuses; \
+             mount it as v1 (e.g. mount -t cgroup -o {c} {c} /sys/fs/cgroup/{c}) or use runc",
+            c = held.split_whitespace().next().unwrap_or_default()
+        )
+    })
+}
+
 /// Picks the backend: the requested one (an error when it cannot work here),
-/// else runc when running as root on Linux with runc installed, else bwrap
-/// when installed on Linux, else local.
+/// else runc when running as root on Linux with runc installed, else crun
+/// when so with crun installed (runc first: it is the reference runtime,
+/// and a host that has it chose it), else bwrap when installed on Linux,
+/// else local.
 pub fn choose(requested: Option<&str>, host: &HostFacts) -> Result<BackendKind, String> {
     let runc_ok = || -> Result<BackendKind, String> {
         if !host.linux {
@@ -168,6 +195,22 @@ pub fn choose(requested: Option<&str>, host: &HostFacts) -> Result<BackendKind, 
             "backend runc: runc binary not found or not executable; install runc or set worker.runc_path".into()
         })
     };
+    let crun_ok = || -> Result<BackendKind, String> {
+        if !host.linux {
+            return Err("backend crun needs Linux".into());
+        }
+        if !host.root {
+            return Err(
+                "backend crun needs root; run the worker as root or use backend \"local\"".into(),
+            );
+        }
+        if let Some(why) = &host.crun_blocked {
+            return Err(format!("backend crun: {why}"));
+        }
+        host.crun.clone().map(BackendKind::Crun).ok_or_else(|| {
+            "backend crun: crun binary not found or not executable; install crun".into()
+        })
+    };
     let bwrap_ok = || -> Result<BackendKind, String> {
         if !host.linux {
             return Err("backend bwrap needs Linux".into());
@@ -178,13 +221,15 @@ pub fn choose(requested: Option<&str>, host: &HostFacts) -> Result<BackendKind, 
     };
     match requested.map(str::trim) {
         None | Some("") => Ok(runc_ok()
+            .or_else(|_| crun_ok())
             .or_else(|_| bwrap_ok())
             .unwrap_or(BackendKind::Local)),
         Some("runc") => runc_ok(),
+        Some("crun") => crun_ok(),
         Some("bwrap") => bwrap_ok(),
         Some("local") => Ok(BackendKind::Local),
         Some(other) => Err(format!(
-            "unknown backend {other:?}; use \"runc\", \"bwrap\" or \"local\" (or leave it unset to detect)"
+            "unknown backend {other:?}; use \"runc\", \"crun\", \"bwrap\" or \"local\" (or leave it unset to detect)"
         )),
     }
 }
@@ -202,6 +247,12 @@ pub fn select(
         BackendKind::Runc(path) => Arc::new(runc::RuncBackend::new(
             path,
             work_dir.join("runc"),
+            cfg.default_limits,
+        )),
+        BackendKind::Crun(path) => Arc::new(runc::RuncBackend::with_runtime(
+            runc::OciRuntime::Crun,
+            path,
+            work_dir.join("crun"),
             cfg.default_limits,
         )),
         BackendKind::Bwrap(path) => Arc::new(bwrap::BwrapBackend::new(path)),
@@ -241,8 +292,45 @@ mod tests {
             linux,
             root,
             runc: runc.then(|| PathBuf::from("/usr/sbin/runc")),
+            crun: None,
+            crun_blocked: None,
             bwrap: None,
         }
+    }
+
+    #[test]
+    fn crun_is_chosen_when_asked_or_when_runc_is_missing() {
+        let crun = Ok(BackendKind::Crun("/usr/bin/crun".into()));
+        let mut both = with_bwrap(host(true, true, true));
+        both.crun = Some(PathBuf::from("/usr/bin/crun"));
+        // runc first when both are installed; crun when asked.
+        assert_eq!(
+            choose(None, &both),
+            Ok(BackendKind::Runc("/usr/sbin/runc".into()))
+        );
+        assert_eq!(choose(Some("crun"), &both), crun);
+        // crun, not bwrap, when runc is missing.
+        let mut no_runc = with_bwrap(host(true, true, false));
+        no_runc.crun = Some(PathBuf::from("/usr/bin/crun"));
+        assert_eq!(choose(None, &no_runc), crun);
+        // Not as an ordinary user, and not when it is not installed.
+        let mut user = no_runc.clone();
+        user.root = false;
+        assert!(choose(Some("crun"), &user).unwrap_err().contains("root"));
+        assert!(choose(Some("crun"), &host(true, true, true))
+            .unwrap_err()
+            .contains("install crun"));
+        // Nor on cgroups crun refuses, saying why.
+        let mut hybrid = no_runc.clone();
+        hybrid.crun_blocked = Some("this host's cgroups are hybrid".into());
+        assert!(choose(Some("crun"), &hybrid)
+            .unwrap_err()
+            .contains("hybrid"));
+        // Detection passes it over for the next backend.
+        assert_eq!(
+            choose(None, &hybrid),
+            Ok(BackendKind::Bwrap("/usr/bin/bwrap".into()))
+        );
     }
 
     fn with_bwrap(mut host: HostFacts) -> HostFacts {

@@ -72,18 +72,47 @@ pub struct RuncBackend {
     oom: Option<Arc<OomCounter>>,
 }
 
-/// How to call runc.
+/// Which OCI runtime drives the containers: both take the same commands
+/// (`run --keep --bundle --pid-file`, `exec --process --pid-file`, `delete
+/// --force`) and the same bundle, so one backend serves both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OciRuntime {
+    /// runc (Go; the reference implementation).
+    Runc,
+    /// crun (C; starts a container in less time and memory).
+    Crun,
+}
+
+impl OciRuntime {
+    /// Its name, as the backend's.
+    pub fn name(self) -> &'static str {
+        match self {
+            OciRuntime::Runc => "runc",
+            OciRuntime::Crun => "crun",
+        }
+    }
+}
+
+/// How to call runc (or crun).
 struct Runc {
-    /// The runc binary.
+    /// Which runtime it is.
+    kind: OciRuntime,
+    /// The runtime's binary.
     binary: PathBuf,
-    /// `--root`: runc's state directory.
+    /// `--root`: the runtime's state directory.
     state_root: PathBuf,
 }
 
 impl Runc {
-    /// A runc command with the global flags set.
+    /// A command of the runtime with the global flags set. crun is told to
+    /// manage cgroups as runc does (cgroupfs, the path of the bundle's
+    /// `cgroupsPath`), not through systemd, so limits and out-of-memory
+    /// counting are the same under both.
     fn command(&self) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(&self.binary);
+        if self.kind == OciRuntime::Crun {
+            cmd.arg("--cgroup-manager=cgroupfs");
+        }
         cmd.arg("--root").arg(&self.state_root);
         cmd
     }
@@ -104,7 +133,8 @@ impl Runc {
             Ok(())
         } else {
             Err(AgentError::Backend(format!(
-                "runc delete {id} failed: {}",
+                "{} delete {id} failed: {}",
+                self.kind.name(),
                 stderr.trim()
             )))
         }
@@ -116,6 +146,16 @@ impl RuncBackend {
     /// the worker's default limits. Blocking (it probes the host's cgroup
     /// mounts): call it on a blocking thread.
     pub fn new(binary: PathBuf, state_root: PathBuf, defaults: ContainerLimitDefaults) -> Self {
+        Self::with_runtime(OciRuntime::Runc, binary, state_root, defaults)
+    }
+
+    /// [`Self::new`] for the OCI runtime `kind` (runc or crun).
+    pub fn with_runtime(
+        kind: OciRuntime,
+        binary: PathBuf,
+        state_root: PathBuf,
+        defaults: ContainerLimitDefaults,
+    ) -> Self {
         let oom = OomCounter::detect();
         if oom.is_none() {
             tracing::warn!(
@@ -123,7 +163,11 @@ impl RuncBackend {
             );
         }
         RuncBackend {
-            runc: Arc::new(Runc { binary, state_root }),
+            runc: Arc::new(Runc {
+                kind,
+                binary,
+                state_root,
+            }),
             defaults,
             oom: oom.map(Arc::new),
         }
@@ -156,7 +200,7 @@ struct RuncContainer {
 #[async_trait]
 impl ContainerBackend for RuncBackend {
     fn name(&self) -> &'static str {
-        "runc"
+        self.runc.kind.name()
     }
 
     async fn prepare(
@@ -304,9 +348,14 @@ impl BackendContainer for RuncContainer {
         // runc creates the cgroup afresh (the kept one of an earlier init
         // was deleted above), so every kill it counts is this init's.
         let mut cmd = self.runc.command();
-        cmd.arg("run")
-            .arg("--keep")
-            .arg("--bundle")
+        cmd.arg("run");
+        // runc keeps the stopped container (and its cgroup, where its
+        // out-of-memory kills are counted) until `delete`; crun (1.8) has
+        // no `--keep` and removes them when the init exits.
+        if self.runc.kind == OciRuntime::Runc {
+            cmd.arg("--keep");
+        }
+        cmd.arg("--bundle")
             .arg(&self.ctx.dir)
             .arg("--pid-file")
             .arg(&pid_file)
