@@ -29,8 +29,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use gantry_actors::api::{HandleKind, HandleOwner};
 use gantry_actors::runtime::{ProcessIo, Worker, WorkerConnector};
 use gantry_actors::spec::{ContainerSpec, Encoding, RootfsSpec, VolumeSpec, VolumeStrategy};
+use gantry_actors::state::HandleState;
 use gantry_wire::native::PullImage;
 use gantry_wire::stream_url::{StreamGrant, BLOBS_PATH};
 use sha2::{Digest, Sha256};
@@ -218,6 +220,12 @@ fn write_image(out: &Path, size: u64, layers: usize) -> anyhow::Result<()> {
         let mut tar = tar::Builder::new(Vec::new());
         if l == 0 {
             let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::Directory);
+            h.set_size(0);
+            h.set_mode(0o755);
+            h.set_mtime(1_700_000_000);
+            tar.append_data(&mut h, "bin/", std::io::empty())?;
+            let mut h = tar::Header::new_gnu();
             h.set_size(busybox.len() as u64);
             h.set_mode(0o755);
             h.set_mtime(1_700_000_000);
@@ -280,10 +288,25 @@ fn write_image(out: &Path, size: u64, layers: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// An empty volume on `worker`, made the image's root filesystem; the
+/// Who the benchmark's rows belong to.
+const OWNER: HandleOwner<'static> = HandleOwner {
+    team: "main",
+    build: None,
+    step: Some("bench"),
+};
+
+/// An empty volume on `worker`, made the image's root filesystem (its row
+/// recorded first, as a step does, so the worker's sweeper keeps it); the
 /// seconds it took.
-async fn pull(worker: &Arc<dyn Worker>, pull: &PullImage) -> anyhow::Result<(String, f64)> {
+async fn pull(
+    rig: &Rig,
+    worker: &Arc<dyn Worker>,
+    pull: &PullImage,
+) -> anyhow::Result<(String, f64)> {
     let handle = uuid::Uuid::new_v4().to_string();
+    rig.engine
+        .record_handle(HandleKind::Volume, &handle, worker.name(), OWNER)
+        .await?;
     let spec = VolumeSpec {
         handle: handle.clone(),
         strategy: VolumeStrategy::Empty,
@@ -294,6 +317,9 @@ async fn pull(worker: &Arc<dyn Worker>, pull: &PullImage) -> anyhow::Result<(Str
     let volume = worker.create_volume(&spec).await?;
     let done = volume.pull_image(pull).await?;
     let secs = start.elapsed().as_secs_f64();
+    rig.engine
+        .set_handle_state(HandleKind::Volume, &handle, HandleState::Created)
+        .await?;
     if !done.unpacked {
         bail!("worker {} found the image already unpacked", worker.name());
     }
@@ -302,8 +328,11 @@ async fn pull(worker: &Arc<dyn Worker>, pull: &PullImage) -> anyhow::Result<(Str
 
 /// One task (`echo started`) in a new container on the image volume `image`,
 /// created, run and waited for; the time it took.
-async fn warm_start(worker: &Arc<dyn Worker>, image: &str) -> anyhow::Result<Duration> {
+async fn warm_start(rig: &Rig, worker: &Arc<dyn Worker>, image: &str) -> anyhow::Result<Duration> {
     let handle = uuid::Uuid::new_v4().to_string();
+    rig.engine
+        .record_handle(HandleKind::Container, &handle, worker.name(), OWNER)
+        .await?;
     let spec = ContainerSpec {
         rootfs: RootfsSpec::Volume {
             handle: image.to_string(),
@@ -325,6 +354,9 @@ async fn warm_start(worker: &Arc<dyn Worker>, image: &str) -> anyhow::Result<Dur
     let status = process.wait().await?;
     let took = start.elapsed();
     worker.destroy_container(&handle).await?;
+    rig.engine
+        .forget_handle(HandleKind::Container, &handle)
+        .await?;
     if status != 0 {
         bail!("the task on the pulled image exited with {status}");
     }
@@ -422,7 +454,7 @@ async fn measure(rig: &Rig, opts: &ImagePullBench) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&bundle);
     let _ = std::fs::remove_dir_all(&oci);
 
-    let (image, cold) = pull(&workers[0], &request).await?;
+    let (image, cold) = pull(rig, &workers[0], &request).await?;
     println!("cold_pull_s: {cold:.3}");
     println!("skopeo_umoci_s: {skopeo_umoci:.3}");
     println!("cold_ratio: {:.3}", cold / skopeo_umoci);
@@ -431,7 +463,7 @@ async fn measure(rig: &Rig, opts: &ImagePullBench) -> anyhow::Result<()> {
     let mut gantry_ms = Vec::new();
     let mut raw_ms = Vec::new();
     for _ in 0..opts.tasks {
-        gantry_ms.push(warm_start(&workers[0], &image).await?.as_secs_f64() * 1000.0);
+        gantry_ms.push(warm_start(rig, &workers[0], &image).await?.as_secs_f64() * 1000.0);
         raw_ms.push(raw.sample_async().await?.exited.as_secs_f64() * 1000.0);
     }
     let (warm, raw_warm) = (median(gantry_ms), median(raw_ms));
@@ -451,7 +483,7 @@ async fn measure(rig: &Rig, opts: &ImagePullBench) -> anyhow::Result<()> {
         peers: vec![grant.blob_url(&holder.agent_url, &holder.stream_key)],
         ..request
     };
-    let (_, second) = pull(&workers[1], &with_peer).await?;
+    let (_, second) = pull(rig, &workers[1], &with_peer).await?;
     let peers = rig.agent(1).state().native.counts().2;
     if peers == 0 {
         bail!("the second worker took no blob from its peer");
