@@ -33,6 +33,10 @@
 //! a last line on its stderr, `task killed: out of memory (container memory
 //! limit 64 MiB)`, and keeps its exit status (137 when it was the victim).
 //!
+//! A process runc could not start (its program missing or not executable)
+//! ends [`crate::processes::ProcessEnd::NotStarted`], not with runc's exit
+//! status: see `start_error.rs`.
+//!
 //! Not yet: there are no user namespaces (container root is host root, with
 //! Docker's capability set).
 
@@ -53,10 +57,12 @@ use crate::rootfs::{self, RootfsPlan};
 
 mod bundle;
 mod oom;
+mod start_error;
 
 pub use bundle::{config_json, process_json};
 pub use oom::oom_message;
 use oom::{cgroup_path, OomCounter};
+use start_error::explain_start;
 
 /// How long a second process waits for the container's init to start.
 const INIT_START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -85,6 +91,14 @@ impl Runc {
     fn command(&self) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(&self.binary);
         cmd.arg("--root").arg(&self.state_root);
+        cmd
+    }
+
+    /// A runc command that writes its own failures to `log` as JSON lines
+    /// (see `start_error.rs`).
+    fn command_logging(&self, log: &Path) -> tokio::process::Command {
+        let mut cmd = self.command();
+        cmd.arg("--log").arg(log).args(["--log-format", "json"]);
         cmd
     }
 
@@ -268,6 +282,8 @@ impl BackendContainer for RuncContainer {
         let process_value = process_json(&self.ctx, process, user);
         let procs = self.ctx.dir.join("processes");
         let pid_file = procs.join(format!("{}.pid", process.id));
+        let runc_log = procs.join(format!("{}.runc.log", process.id));
+        let _ = tokio::fs::remove_file(&runc_log).await;
         let what = format!("runc for process {}", process.id);
 
         let mut init = self.init.lock().await;
@@ -279,7 +295,7 @@ impl BackendContainer for RuncContainer {
             let before = self.oom_kills().await;
             let file = procs.join(format!("{}.process.json", process.id));
             write_json(&file, &process_value).await?;
-            let mut cmd = self.runc.command();
+            let mut cmd = self.runc.command_logging(&runc_log);
             cmd.arg("exec")
                 .arg("--process")
                 .arg(&file)
@@ -291,7 +307,7 @@ impl BackendContainer for RuncContainer {
                 path: pid_file,
                 fallback: pid as i32,
             };
-            return Ok(self.explain_oom(spawned, before));
+            return Ok(explain_start(self.explain_oom(spawned, before), runc_log));
         }
 
         if init.is_some() {
@@ -303,7 +319,7 @@ impl BackendContainer for RuncContainer {
         write_json(&file, &config).await?;
         // runc creates the cgroup afresh (the kept one of an earlier init
         // was deleted above), so every kill it counts is this init's.
-        let mut cmd = self.runc.command();
+        let mut cmd = self.runc.command_logging(&runc_log);
         cmd.arg("run")
             .arg("--keep")
             .arg("--bundle")
@@ -316,7 +332,7 @@ impl BackendContainer for RuncContainer {
             path: pid_file.clone(),
             fallback: pid as i32,
         };
-        let spawned = self.explain_oom(spawned, 0);
+        let spawned = explain_start(self.explain_oom(spawned, 0), runc_log);
         *init = Some(Init {
             exit: spawned.exit.clone(),
             pid_file,
