@@ -77,6 +77,11 @@ impl KubernetesConfig {
         gantry_actors::worker_info::check_worker_name(&self.name)
             .map_err(|e| format!("web.kubernetes: name: {e}"))?;
         self.identity.validate().map_err(|e| format!("{at}: {e}"))?;
+        if self.identity.allow_privileged {
+            return Err(format!(
+                "{at}: allow_privileged: the kubernetes runtime does not run privileged containers yet"
+            ));
+        }
         if !is_dns_label(&self.namespace) {
             return Err(format!(
                 "{at}: namespace {:?} is not a valid namespace name",

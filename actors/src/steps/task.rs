@@ -69,6 +69,12 @@ impl Step for TaskStep {
                 .collect(),
             is_check: false,
             image: image_source.is_some(),
+            // Its own container, or the `in` fetching its image with a
+            // privileged type, on the same worker.
+            privileged: self.privileged
+                || image_source
+                    .as_ref()
+                    .is_some_and(|i| i.config.type_.needs_privileged()),
             resource_type: image_source.map(|i| i.config.type_.base().to_string()),
             need: Load {
                 tasks: 1,
@@ -363,6 +369,7 @@ impl TaskStep {
                 },
                 hermetic: config.hermetic,
                 resource_type: None,
+                privileged: self.privileged,
             },
             process::Command {
                 id: PROCESS_ID.into(),
@@ -483,6 +490,7 @@ mod tests {
             output_mapping: Default::default(),
             image_resource: None,
             image_artifact: None,
+            privileged: false,
         }
     }
 

@@ -87,6 +87,12 @@ impl ContainerBackend for BwrapBackend {
         ctx: Arc<ContainerContext>,
         _recovered: bool,
     ) -> Result<Box<dyn BackendContainer>, AgentError> {
+        if ctx.spec.privileged {
+            return Err(super::privileged_refused(
+                &ctx.handle,
+                "backend bwrap cannot run privileged containers",
+            ));
+        }
         let rootfs = rootfs::prepare(
             ctx.image.clone(),
             ctx.dir.clone(),
@@ -259,6 +265,7 @@ mod tests {
                 hermetic,
                 properties: Default::default(),
                 resource_type: None,
+                privileged: false,
             },
             dir: "/w/containers/c1".into(),
             mounts: vec![ResolvedMount {

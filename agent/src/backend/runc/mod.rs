@@ -76,6 +76,8 @@ pub struct RuncBackend {
     /// Where the kernel counts out-of-memory kills; `None` without a memory
     /// cgroup controller (kills are then not explained).
     oom: Option<Arc<OomCounter>>,
+    /// Whether privileged containers are allowed (`--allow-privileged`).
+    allow_privileged: bool,
 }
 
 /// How to call runc.
@@ -129,7 +131,12 @@ impl RuncBackend {
     /// A backend using `binary`, keeping runc's state in `state_root`, with
     /// the worker's default limits. Blocking (it probes the host's cgroup
     /// mounts): call it on a blocking thread.
-    pub fn new(binary: PathBuf, state_root: PathBuf, defaults: ContainerLimitDefaults) -> Self {
+    pub fn new(
+        binary: PathBuf,
+        state_root: PathBuf,
+        defaults: ContainerLimitDefaults,
+        allow_privileged: bool,
+    ) -> Self {
         let oom = OomCounter::detect();
         if oom.is_none() {
             tracing::warn!(
@@ -140,6 +147,7 @@ impl RuncBackend {
             runc: Arc::new(Runc { binary, state_root }),
             defaults,
             oom: oom.map(Arc::new),
+            allow_privileged,
         }
     }
 }
@@ -178,6 +186,12 @@ impl ContainerBackend for RuncBackend {
         ctx: Arc<ContainerContext>,
         recovered: bool,
     ) -> Result<Box<dyn BackendContainer>, AgentError> {
+        if ctx.spec.privileged && !self.allow_privileged {
+            return Err(super::privileged_refused(
+                &ctx.handle,
+                "this worker does not allow privileged containers (start it with --allow-privileged)",
+            ));
+        }
         if recovered {
             // Its processes died with the previous agent; clear runc's state.
             self.runc.delete(&ctx.handle).await?;
@@ -393,6 +407,7 @@ mod tests {
                 hermetic: false,
                 properties: Default::default(),
                 resource_type: None,
+                privileged: false,
             },
             dir: "/w/containers/c1".into(),
             mounts: vec![ResolvedMount {
@@ -490,6 +505,39 @@ mod tests {
         assert!(!mounts
             .iter()
             .any(|m| m["destination"] == "/etc/resolv.conf"));
+    }
+
+    #[test]
+    fn only_a_privileged_container_gets_every_capability_and_device() {
+        let plan = RootfsPlan {
+            root: "/w/containers/c1/rootfs".into(),
+            readonly: false,
+            binds: vec![],
+            overlay: false,
+            passwd: "/etc/passwd".into(),
+            resolv_conf: false,
+        };
+        let root = UserIds { uid: 0, gid: 0 };
+        for privileged in [false, true] {
+            let mut c = ctx();
+            c.spec.privileged = privileged;
+            let p = process_json(&c, &process(), root);
+            let caps = p["capabilities"]["bounding"].as_array().unwrap().clone();
+            assert_eq!(caps.contains(&json!("CAP_SYS_ADMIN")), privileged);
+            assert!(caps.contains(&json!("CAP_CHOWN")));
+            let config = config_json(&c, &plan, p);
+            let linux = &config["linux"];
+            assert_eq!(linux["resources"]["devices"][0]["allow"], privileged);
+            assert_eq!(
+                linux["maskedPaths"].as_array().unwrap().is_empty(),
+                privileged
+            );
+            assert_eq!(
+                linux["readonlyPaths"].as_array().unwrap().is_empty(),
+                privileged
+            );
+            assert!(linux.get("seccomp").is_none());
+        }
     }
 
     #[test]
