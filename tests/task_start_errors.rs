@@ -3,7 +3,7 @@
 //! status: no such program, a program that is not executable, a user the
 //! image does not have, an image without a shell. A program that starts and
 //! exits 1 still fails. On a quickstart with runc, from a busybox OCI image
-//! built in the test.
+//! built in the test; the bwrap backend errors such a task too.
 
 mod common;
 
@@ -93,5 +93,59 @@ fn a_process_that_cannot_start_errors_the_task_naming_the_cause() {
             "{name}: {last}\n--- stderr\n{stderr}"
         );
         assert!(!stdout.contains("ran"), "{name}: {stdout}");
+    }
+}
+
+#[test]
+fn a_process_bwrap_cannot_start_errors_the_task_too() {
+    if !Path::new("/usr/bin/bwrap").exists() {
+        assert!(
+            std::env::var_os("GANTRY_REQUIRE_RUNC").is_none(),
+            "GANTRY_REQUIRE_RUNC is set, so this test may not be skipped: needs /usr/bin/bwrap"
+        );
+        eprintln!("skipped: needs /usr/bin/bwrap");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let server = quickstart(dir.path(), &db, &["--backend", "bwrap"]);
+    let image = dir.path().join("busybox.tar");
+    oci_image_with(
+        &image,
+        &[("bin/not-executable", b"#!/bin/busybox sh\n", false, 0o644)],
+    );
+    let out = execute(
+        &server.url,
+        dir.path(),
+        &image,
+        "exits-1",
+        "{path: /bin/busybox, args: [\"false\"]}",
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out).1);
+    for (name, path, cause) in [
+        ("no-such-file", "/no/such", "No such file or directory"),
+        ("not-executable", "/bin/not-executable", "Permission denied"),
+    ] {
+        let out = execute(
+            &server.url,
+            dir.path(),
+            &image,
+            name,
+            &format!("{{path: {path}}}"),
+        );
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        let last = failure_line(&out);
+        assert!(
+            last.contains(&format!(
+                "errored: run.path {path:?} could not be started: bwrap could not execute it"
+            )),
+            "{name}: {last}"
+        );
+        // bwrap's reason is on the task's stderr, just before.
+        assert!(
+            stderr.contains(&format!("bwrap: execvp {path}: {cause}")),
+            "{name}: {stderr}"
+        );
     }
 }
