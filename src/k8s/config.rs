@@ -133,6 +133,14 @@ mod tests {
         assert_eq!(plain.identity, WorkerIdentity::default());
         assert_eq!(plain.identity.platform, "linux");
         assert_eq!(plain.validate(), Ok(()));
+        // Privileged pods are not made: the flag is refused, not ignored.
+        let privileged: KubernetesConfig =
+            toml::from_str(&format!("{BASE}allow_privileged = true\n")).unwrap();
+        let e = privileged.validate().unwrap_err();
+        assert!(
+            e.contains("allow_privileged: the kubernetes runtime"),
+            "{e}"
+        );
     }
 
     #[test]

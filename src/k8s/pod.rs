@@ -369,6 +369,9 @@ mod tests {
         s.hermetic = true;
         assert!(pod_for(&s, &cfg()).unwrap_err().contains("hermetic"));
         let mut s = spec();
+        s.privileged = true;
+        assert!(pod_for(&s, &cfg()).unwrap_err().contains("privileged"));
+        let mut s = spec();
         s.rootfs = RootfsSpec::Raw {
             path: "/srv".into(),
         };
