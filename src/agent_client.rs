@@ -183,6 +183,12 @@ impl Endpoint {
                 });
             }
         }
+        if body.as_ref().and_then(|b| b.kind.as_deref()) == Some(crate::agent::error::NOT_STARTED) {
+            return Err(RuntimeError::NotStarted {
+                worker: self.name.clone(),
+                reason: body.map(|b| b.error).unwrap_or_default(),
+            });
+        }
         if status == StatusCode::BAD_GATEWAY
             && body.as_ref().and_then(|b| b.kind.as_deref())
                 == Some(crate::agent::error::PEER_UNREACHABLE)
@@ -560,6 +566,8 @@ enum End {
     Exit(i32),
     /// The agent reported no exit status.
     Failed(String),
+    /// The process could not be started; why.
+    NotStarted(String),
     /// The output connection broke before the exit status arrived.
     Lost(String),
 }
@@ -621,6 +629,9 @@ async fn read_output(
                 }
                 Ok(OutputLine::Exit { exit_status }) => return finish(End::Exit(exit_status)),
                 Ok(OutputLine::Error { error }) => return finish(End::Failed(error)),
+                Ok(OutputLine::NotStarted { not_started }) => {
+                    return finish(End::NotStarted(not_started))
+                }
                 Err(e) => {
                     return finish(End::Failed(format!(
                         "unreadable output line from {what}: {e}"
@@ -667,6 +678,10 @@ impl Process for AgentProcess {
                 worker: self.ep.name.clone(),
                 status: 0,
                 message,
+            }),
+            Some(End::NotStarted(reason)) => Err(RuntimeError::NotStarted {
+                worker: self.ep.name.clone(),
+                reason,
             }),
             Some(End::Lost(reason)) => Err(self.ep.unreachable(reason)),
             None => Err(self.ep.unreachable(format!(

@@ -464,6 +464,9 @@ mod tests {
             d.worker.heartbeat_interval_secs
         );
         assert_eq!(cfg.worker.identity, d.worker.identity);
+        assert!(!d.worker.identity.allow_privileged);
+        let on: FileConfig = toml::from_str("[worker]\nallow_privileged = true\n").unwrap();
+        assert!(on.worker.identity.allow_privileged);
         let encoding = gantry_actors::spec::Encoding::Zstd;
         assert_eq!(
             cfg.web.streaming.parse(encoding).unwrap(),

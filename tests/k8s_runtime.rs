@@ -116,6 +116,7 @@ fn container(handle: &str, mounts: Vec<MountSpec>) -> ContainerSpec {
             ("team".into(), "main".into()),
         ]),
         resource_type: None,
+        privileged: false,
     }
 }
 

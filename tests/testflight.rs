@@ -13,13 +13,14 @@ use std::path::Path;
 use common::*;
 
 /// One job run: file, job, exit code, then texts expected on stdout and on
-/// stderr, and texts that must not be on stderr.
+/// stderr, and texts that must not be on stdout or stderr.
 struct Case {
     file: &'static str,
     job: &'static str,
     exit: i32,
     stdout: &'static [&'static str],
     stderr: &'static [&'static str],
+    not_stdout: &'static [&'static str],
     not_stderr: &'static [&'static str],
 }
 
@@ -30,6 +31,7 @@ const fn case(file: &'static str, job: &'static str, exit: i32) -> Case {
         exit,
         stdout: &[],
         stderr: &[],
+        not_stdout: &[],
         not_stderr: &[],
     }
 }
@@ -68,6 +70,27 @@ fn cases() -> Vec<Case> {
                 "failing job on job failure",
             ],
             ..case("hooks.yml", "some-failing-job", 1)
+        },
+        // `run.path: error` does not exist: the task errors (it never ran),
+        // so on_error and ensure run, on_failure does not, and the build
+        // errors (exit 2, as fly's).
+        Case {
+            stdout: &[
+                "errored job on error",
+                "errored job ensure",
+                "errored job on job error",
+                "errored job on job ensure",
+            ],
+            stderr: &[
+                "run.path \"error\" could not be started: executable file not found in $PATH",
+            ],
+            not_stdout: &[
+                "errored job on failure",
+                "errored job on success",
+                "errored job on job failure",
+                "errored job on job success",
+            ],
+            ..case("hooks.yml", "some-errored-job", 2)
         },
         Case {
             stderr: &["step use-vars: succeeded"],
@@ -162,6 +185,9 @@ fn run_case(url: &str, dir: &Path, c: &Case) -> Result<(), String> {
     }
     if let Some(t) = c.stderr.iter().find(|t| !stderr.contains(**t)) {
         return fail(format!("no {t:?} on stderr"));
+    }
+    if let Some(t) = c.not_stdout.iter().find(|t| stdout.contains(**t)) {
+        return fail(format!("{t:?} on stdout"));
     }
     if let Some(t) = c.not_stderr.iter().find(|t| stderr.contains(**t)) {
         return fail(format!("{t:?} on stderr"));

@@ -17,6 +17,15 @@ pub enum EngineError {
     /// A worker failed.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// A step's process could not be started (its program missing or not
+    /// executable, its user unknown): the step errors, it did not fail.
+    #[error("{what} could not be started: {reason}")]
+    NotStarted {
+        /// What the step would have run (`run.path "/no/such"`).
+        what: String,
+        /// Why, as the worker said it (`no such file or directory`).
+        reason: String,
+    },
     /// The worker running a step stalled or vanished.
     #[error("worker {worker} {reason}")]
     WorkerLost {
@@ -66,6 +75,21 @@ impl EngineError {
                 EngineError::WorkerLost {
                     worker,
                     reason: format!("is unreachable: {reason}"),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Names what could not be started when the worker could not start a
+    /// process (`what` is, say, `run.path "/no/such"`); any other error
+    /// is kept.
+    pub fn not_started_as(self, what: impl FnOnce() -> String) -> Self {
+        match self {
+            EngineError::Runtime(RuntimeError::NotStarted { reason, .. }) => {
+                EngineError::NotStarted {
+                    what: what(),
+                    reason,
                 }
             }
             other => other,

@@ -34,8 +34,9 @@ pub struct WorkerConfig {
     pub advertise_url: Option<String>,
     /// Directory for volumes, containers and images. Default `./.gantry-worker`.
     pub work_dir: PathBuf,
-    /// `platform` (default `linux`), `tags` and `team` (none: every
-    /// team's), as the worker registers them.
+    /// `platform` (default `linux`), `tags`, `team` (none: every team's)
+    /// and `allow_privileged` (default false: privileged containers are
+    /// refused; runc only), as the worker registers them.
     #[serde(flatten)]
     pub identity: WorkerIdentity,
     /// `runc`, `crun`, `bwrap` or `local`; default: the best one available.

@@ -83,15 +83,17 @@ impl Container {
 
 /// What `GET .../processes/{id}` says about a process.
 pub fn process_info(p: &ProcessRecord) -> ProcessInfo {
-    let (exit_status, error) = match p.end() {
-        None => (None, None),
-        Some(ProcessEnd::Exited(n)) => (Some(n), None),
-        Some(ProcessEnd::Lost(e)) => (None, Some(e)),
+    let (exit_status, error, not_started) = match p.end() {
+        None => (None, None, None),
+        Some(ProcessEnd::Exited(n)) => (Some(n), None, None),
+        Some(ProcessEnd::Lost(e)) => (None, Some(e), None),
+        Some(ProcessEnd::NotStarted(why)) => (None, None, Some(why)),
     };
     ProcessInfo {
         id: p.id.clone(),
         exit_status,
         error,
+        not_started,
     }
 }
 

@@ -55,6 +55,11 @@ pub enum AgentError {
         /// The cause.
         source: std::io::Error,
     },
+    /// A process could not be started: its user does not exist in the
+    /// image, its program is missing or cannot be executed (422, kind
+    /// [`NOT_STARTED`]).
+    #[error("{0}")]
+    NotStarted(String),
     /// The container backend failed (500).
     #[error("{0}")]
     Backend(String),
@@ -115,6 +120,7 @@ impl ResponseError for AgentError {
             AgentError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             AgentError::Forbidden(_) => StatusCode::FORBIDDEN,
             AgentError::BadGateway(_) | AgentError::PeerUnreachable(_) => StatusCode::BAD_GATEWAY,
+            AgentError::NotStarted(_) => StatusCode::UNPROCESSABLE_ENTITY,
             AgentError::Io { .. } | AgentError::Backend(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -123,6 +129,7 @@ impl ResponseError for AgentError {
         let (kind, handle) = match self {
             AgentError::NotFound { kind, handle } => (Some(kind.to_string()), Some(handle.clone())),
             AgentError::PeerUnreachable(_) => (Some(PEER_UNREACHABLE.to_string()), None),
+            AgentError::NotStarted(_) => (Some(NOT_STARTED.to_string()), None),
             _ => (None, None),
         };
         if self.status_code().is_server_error() {
@@ -138,6 +145,10 @@ impl ResponseError for AgentError {
 
 /// The `kind` of a 502 answer whose source worker could not be reached.
 pub const PEER_UNREACHABLE: &str = "peer_unreachable";
+
+/// The `kind` of a 422 answer to starting a process that could not be
+/// started.
+pub const NOT_STARTED: &str = "not_started";
 
 /// Runs blocking work on a blocking thread; a panic there becomes a 500.
 pub async fn blocking<T, F>(what: &str, f: F) -> Result<T, AgentError>

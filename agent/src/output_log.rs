@@ -216,6 +216,9 @@ pub enum ProcessEnd {
     Exited(i32),
     /// Its exit status is unknown; the message says why.
     Lost(String),
+    /// It could not be started (its program is missing or not executable,
+    /// or the backend failed to start it); the message says why.
+    NotStarted(String),
 }
 
 impl ProcessEnd {
@@ -224,6 +227,9 @@ impl ProcessEnd {
         match self {
             ProcessEnd::Exited(n) => OutputLine::Exit { exit_status: *n },
             ProcessEnd::Lost(e) => OutputLine::Error { error: e.clone() },
+            ProcessEnd::NotStarted(why) => OutputLine::NotStarted {
+                not_started: why.clone(),
+            },
         }
     }
 

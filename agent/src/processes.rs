@@ -105,6 +105,28 @@ pub struct Spawned {
     pub epilogue: Option<tokio::sync::oneshot::Receiver<String>>,
 }
 
+/// Announces `spawned`'s end only after `judge` has looked at it (and
+/// maybe changed it): a backend telling a process that could not be
+/// started from one that exited.
+pub fn judge_end<F, Fut>(mut spawned: Spawned, judge: F) -> Spawned
+where
+    F: FnOnce(ProcessEnd) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ProcessEnd> + Send,
+{
+    let mut inner = spawned.exit.clone();
+    let (tx, rx) = watch::channel(None);
+    tokio::spawn(async move {
+        let end = match inner.wait_for(Option::is_some).await {
+            Ok(end) => end.clone(),
+            Err(_) => None,
+        };
+        let end = end.unwrap_or_else(|| ProcessEnd::Lost("the process's waiter went away".into()));
+        let _ = tx.send(Some(judge(end).await));
+    });
+    spawned.exit = rx;
+    spawned
+}
+
 /// Starts a task that waits for `child` and announces its end.
 fn watch_exit(mut child: tokio::process::Child) -> watch::Receiver<Option<ProcessEnd>> {
     let (tx, rx) = watch::channel(None);
@@ -463,6 +485,7 @@ impl ProcessRecord {
             Ok(bytes) => match serde_json::from_slice::<OutputLine>(&bytes) {
                 Ok(OutputLine::Exit { exit_status }) => ProcessEnd::Exited(exit_status),
                 Ok(OutputLine::Error { error }) => ProcessEnd::Lost(error),
+                Ok(OutputLine::NotStarted { not_started }) => ProcessEnd::NotStarted(not_started),
                 _ => ProcessEnd::Lost(format!("unreadable exit file {}", exit_file.display())),
             },
             Err(_) => {

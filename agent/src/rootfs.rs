@@ -274,7 +274,7 @@ pub async fn resolve_user(plan: &RootfsPlan, user: Option<&str>) -> Result<UserI
             blocking("reading /etc/passwd", move || Ok(read_passwd(&plan))).await?
         }
     };
-    lookup_user(user, &passwd).map_err(AgentError::BadRequest)
+    lookup_user(user, &passwd).map_err(AgentError::NotStarted)
 }
 
 /// Mounts an overlay file system.

@@ -206,6 +206,7 @@ async fn two_containers_share_one_unpacked_image(backend: &str) {
             hermetic: true,
             properties: Default::default(),
             resource_type: None,
+            privileged: false,
         };
         let container = worker.find_or_create_container(&spec).await.unwrap();
         let (out, err, status) = run(

@@ -42,6 +42,7 @@ pub(super) fn container_spec(
         hermetic: false,
         properties: Default::default(),
         resource_type: None,
+        privileged: false,
     }
 }
 

@@ -323,6 +323,7 @@ pub fn container_spec(handle: &str) -> ContainerSpec {
         hermetic: false,
         properties: Default::default(),
         resource_type: None,
+        privileged: false,
     }
 }
 

@@ -123,6 +123,10 @@ pub struct WorkerFlags {
     /// On SIGTERM, retire instead of landing.
     #[arg(long)]
     pub retire_on_stop: bool,
+    /// Run privileged containers (`privileged: true` tasks), which are root
+    /// on this host in all but name; runc only.
+    #[arg(long, env = "GANTRY_WORKER_ALLOW_PRIVILEGED")]
+    pub allow_privileged: bool,
     /// Seconds between GC sweeps (each ± 20 % at random); 0: no sweeps.
     #[arg(long, env = "GANTRY_WORKER_SWEEP_INTERVAL")]
     pub sweep_interval: Option<u64>,

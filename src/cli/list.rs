@@ -22,6 +22,7 @@ pub async fn workers(client: &ApiClient, json: bool) -> anyhow::Result<()> {
             "platform",
             "tags",
             "team",
+            "privileged",
             "containers",
             "volumes",
             "active_tasks",
@@ -37,6 +38,12 @@ pub async fn workers(client: &ApiClient, json: bool) -> anyhow::Result<()> {
                     w.identity.platform,
                     w.identity.tags.join(","),
                     w.identity.team.unwrap_or_default(),
+                    if w.identity.allow_privileged {
+                        "allowed"
+                    } else {
+                        "no"
+                    }
+                    .into(),
                     w.containers.to_string(),
                     w.volumes.to_string(),
                     w.active_tasks.to_string(),

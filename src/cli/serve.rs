@@ -108,6 +108,9 @@ fn apply_worker(mut cfg: WorkerConfig, f: WorkerFlags) -> WorkerConfig {
     if f.retire_on_stop {
         cfg.retire_on_stop = true;
     }
+    if f.allow_privileged {
+        cfg.identity.allow_privileged = true;
+    }
     if let Some(v) = f.sweep_interval {
         cfg.sweep_interval_secs = v;
     }

@@ -77,6 +77,11 @@ impl KubernetesConfig {
         gantry_actors::worker_info::check_worker_name(&self.name)
             .map_err(|e| format!("web.kubernetes: name: {e}"))?;
         self.identity.validate().map_err(|e| format!("{at}: {e}"))?;
+        if self.identity.allow_privileged {
+            return Err(format!(
+                "{at}: allow_privileged: the kubernetes runtime does not run privileged containers yet"
+            ));
+        }
         if !is_dns_label(&self.namespace) {
             return Err(format!(
                 "{at}: namespace {:?} is not a valid namespace name",
@@ -128,6 +133,14 @@ mod tests {
         assert_eq!(plain.identity, WorkerIdentity::default());
         assert_eq!(plain.identity.platform, "linux");
         assert_eq!(plain.validate(), Ok(()));
+        // Privileged pods are not made: the flag is refused, not ignored.
+        let privileged: KubernetesConfig =
+            toml::from_str(&format!("{BASE}allow_privileged = true\n")).unwrap();
+        let e = privileged.validate().unwrap_err();
+        assert!(
+            e.contains("allow_privileged: the kubernetes runtime"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -143,6 +143,12 @@ pub fn pod_for(spec: &ContainerSpec, cfg: &KubernetesConfig) -> Result<(Pod, Vec
             cfg.name
         ));
     }
+    if spec.privileged {
+        return Err(format!(
+            "kubernetes worker {}: privileged containers are not run by the kubernetes runtime yet",
+            cfg.name
+        ));
+    }
     let image = image_of(spec, cfg)?;
     let mut volumes = vec![PodVolume {
         name: "gantry".into(),
@@ -302,6 +308,7 @@ mod tests {
                 ("team".into(), "main".into()),
             ]),
             resource_type: None,
+            privileged: false,
         }
     }
 
@@ -361,6 +368,9 @@ mod tests {
         let mut s = spec();
         s.hermetic = true;
         assert!(pod_for(&s, &cfg()).unwrap_err().contains("hermetic"));
+        let mut s = spec();
+        s.privileged = true;
+        assert!(pod_for(&s, &cfg()).unwrap_err().contains("privileged"));
         let mut s = spec();
         s.rootfs = RootfsSpec::Raw {
             path: "/srv".into(),

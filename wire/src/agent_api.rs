@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 pub struct ErrorBody {
     /// What went wrong, naming the thing and, where there is one, the fix.
     pub error: String,
-    /// `container`, `volume` or `process` when a handle is unknown.
+    /// `container`, `volume` or `process` when a handle is unknown;
+    /// `not_started` when a process could not be started (422).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     /// The unknown handle or process id.
@@ -183,6 +184,9 @@ pub struct ProcessInfo {
     /// while it ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why it could not be started, when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_started: Option<String>,
 }
 
 /// `POST /containers/{handle}/processes/{id}/signal`.
@@ -229,6 +233,12 @@ pub enum OutputLine {
         /// Exit code, or 128 + signal number when killed by a signal.
         exit_status: i32,
     },
+    /// The process could not be started (the last line): its program is
+    /// missing or not executable, or the runtime failed to start it.
+    NotStarted {
+        /// Why, as the runtime said it (`no such file or directory`).
+        not_started: String,
+    },
     /// The process ended without a known exit status (the last line).
     Error {
         /// Why.
@@ -250,6 +260,9 @@ mod tests {
             OutputLine::Exit { exit_status: 3 },
             OutputLine::Error {
                 error: "lost".into(),
+            },
+            OutputLine::NotStarted {
+                not_started: "no such file or directory".into(),
             },
         ] {
             let text = serde_json::to_string(&line).unwrap();

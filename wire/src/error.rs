@@ -34,6 +34,17 @@ pub enum RuntimeError {
         /// Its handle or id.
         handle: String,
     },
+    /// A process could not be started in its container: its program does
+    /// not exist or cannot be executed, its user does not exist in the
+    /// image, or the container's runtime failed to start it. The step that
+    /// ran it errors (it never ran, so it did not fail).
+    #[error("worker {worker}: the process could not be started: {reason}")]
+    NotStarted {
+        /// Worker name.
+        worker: String,
+        /// Why, as the runtime said it (`no such file or directory`).
+        reason: String,
+    },
     /// Reading or writing a stream failed.
     #[error("stream failed: {0}")]
     Stream(String),

@@ -137,6 +137,11 @@ pub struct ContainerSpec {
     /// the container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_type: Option<String>,
+    /// Privileged: every capability, every device, no masked paths (a
+    /// `privileged: true` task). Only a worker started with
+    /// `--allow-privileged` creates one; any other refuses it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub privileged: bool,
 }
 
 /// A process to run in a container.

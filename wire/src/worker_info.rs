@@ -41,6 +41,11 @@ pub struct WorkerIdentity {
     /// The only team whose steps it runs; none: every team's.
     #[serde(default)]
     pub team: Option<String>,
+    /// Whether it runs privileged containers (`privileged: true` tasks):
+    /// only a worker started with `--allow-privileged` takes such steps.
+    /// A privileged container is root on its host in all but name.
+    #[serde(default)]
+    pub allow_privileged: bool,
 }
 
 fn default_platform() -> String {
@@ -53,6 +58,7 @@ impl Default for WorkerIdentity {
             platform: default_platform(),
             tags: Vec::new(),
             team: None,
+            allow_privileged: false,
         }
     }
 }

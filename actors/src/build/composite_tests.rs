@@ -56,6 +56,7 @@ fn task_step(name: &str, config: TaskConfig) -> Plan {
         output_mapping: Default::default(),
         image_resource: None,
         image_artifact: None,
+        privileged: false,
     }))
 }
 

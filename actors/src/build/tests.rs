@@ -391,6 +391,7 @@ async fn a_sequence_runs_its_steps_in_order_until_one_fails() {
             output_mapping: Default::default(),
             image_resource: None,
             image_artifact: None,
+            privileged: false,
         }))
     };
     let plan = Plan::Do(vec![step("a", "0"), step("b", "3"), step("c", "0")]);
@@ -468,6 +469,7 @@ async fn standing_container(h: &Harness, id: i64, handle: &str, step: &str, node
         hermetic: false,
         properties: Default::default(),
         resource_type: None,
+        privileged: false,
     };
     let worker: &dyn crate::runtime::Worker = h.worker.as_ref();
     worker.find_or_create_container(&spec).await.unwrap();
@@ -645,6 +647,7 @@ fn task_plan(name: &str) -> Plan {
         output_mapping: Default::default(),
         image_resource: None,
         image_artifact: None,
+        privileged: false,
     }))
 }
 

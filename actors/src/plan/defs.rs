@@ -75,6 +75,9 @@ pub struct TaskStep {
     /// The config's `image_resource` resolved against the pipeline's
     /// resource types; none: resolved at run time as a base type.
     pub image_resource: Option<ImageSource>,
+    /// `privileged: true`: its container is privileged, so it runs only on
+    /// a worker started with `--allow-privileged`.
+    pub privileged: bool,
 }
 
 /// A get step.

@@ -43,6 +43,7 @@ impl From<OneOffPlan> for Plan<StepDef> {
             output_mapping: Default::default(),
             image_resource: None,
             image_artifact: None,
+            privileged: false,
         }))
     }
 }

@@ -291,23 +291,19 @@ fn load_var_step(load: &pipeline::LoadVarStep, at: &At) -> Result<LoadVarStep, E
 /// given: read from its `file:` at run time; else the inline one):
 /// `params` override the config's, `container_limits` its limits,
 /// `hermetic` adds to its own; `input_mapping` and `output_mapping` rename
-/// artifacts. `image` and `privileged` are refused, and `vars` without
-/// `file:` (Concourse ignores them there).
+/// artifacts; `privileged` makes its container privileged (placed only on
+/// workers allowing it). `vars` without `file:` are refused (Concourse
+/// ignores them there).
 pub fn task_step(
     task: &pipeline::TaskStep,
     config: Option<TaskConfig>,
     at: &At,
 ) -> Result<TaskStep, EngineError> {
     let name = &at.name(&task.name);
-    let refuse =
-        |what: &str| EngineError::Invalid(format!("step {name:?}: {what} is not supported yet"));
     if task.file.is_some() && task.config.is_some() {
         return Err(EngineError::Invalid(format!(
             "step {name:?}: a task has either file: or config:, not both"
         )));
-    }
-    if task.privileged {
-        return Err(refuse("privileged: true"));
     }
     if task.file.is_none() && !task.vars.is_empty() {
         return Err(EngineError::Invalid(format!(
@@ -354,6 +350,7 @@ pub fn task_step(
         output_mapping: task.output_mapping.clone(),
         image_resource,
         image_artifact: task.image.clone(),
+        privileged: task.privileged,
     })
 }
 
@@ -448,9 +445,11 @@ mod tests {
         assert_eq!(plan_of(yaml, &[]).unwrap().steps()[0].name(), "src");
         let yaml = format!("jobs:\n- name: j\n  plan:\n  - {{task: t, {TASK}, vars: {{a: b}}}}\n");
         assert!(invalid(plan_of(&yaml, &[])).contains("step \"t\": vars: fill a file: task config"));
+        // privileged: true makes the task's container privileged.
         let yaml =
             format!("jobs:\n- name: j\n  plan:\n  - {{task: t, {TASK}, privileged: true}}\n");
-        assert!(invalid(plan_of(&yaml, &[])).contains("privileged"));
+        let plan = plan_of(&yaml, &[]).unwrap();
+        assert!(matches!(plan.steps()[0], StepDef::Task(t) if t.privileged));
     }
 
     #[test]

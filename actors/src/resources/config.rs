@@ -30,6 +30,12 @@ pub enum ResourceType {
         params: Value,
         /// A version of the image to fetch instead of the latest.
         version: Option<Value>,
+        /// `privileged: true`: its `check`, `in` and `out` run in
+        /// privileged containers (only on workers allowing them). Not
+        /// written when false, so the versions of an unprivileged type
+        /// keep their key.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        privileged: bool,
     },
 }
 
@@ -39,6 +45,18 @@ impl ResourceType {
         match self {
             ResourceType::Base { name } => name,
             ResourceType::Custom { image, .. } => image.type_.base(),
+        }
+    }
+
+    /// Whether a step using this type runs a privileged container: its own
+    /// scripts, or those of a type below it that fetches its image on the
+    /// same worker.
+    pub fn needs_privileged(&self) -> bool {
+        match self {
+            ResourceType::Base { .. } => false,
+            ResourceType::Custom {
+                privileged, image, ..
+            } => *privileged || image.type_.needs_privileged(),
         }
     }
 
@@ -117,11 +135,6 @@ fn resolve_type_in(
             seen.join(" -> ")
         ));
     }
-    if declared.privileged {
-        return Err(format!(
-            "resource type {name:?}: privileged resource types are not supported yet"
-        ));
-    }
     seen.push(name.to_string());
     // A type named like the base type it builds on (`type: git` named
     // `git`) is built on the base type, as in Concourse.
@@ -143,6 +156,7 @@ fn resolve_type_in(
         params: params_json(&declared.params)
             .map_err(|e| format!("resource type {name:?}: params: {e}"))?,
         version: None,
+        privileged: declared.privileged,
     })
 }
 
@@ -275,6 +289,35 @@ mod tests {
             "resource_types:\n- {name: a, type: b}\n- {name: b, type: a}\njobs:\n- {name: j, plan: [{task: t, config: {platform: linux, run: {path: x}}}]}\n",
         );
         assert!(resolve_type(&p, "a").unwrap_err().contains("a -> b -> a"));
+    }
+
+    #[test]
+    fn a_privileged_type_makes_its_steps_and_those_built_on_it_privileged() {
+        let yaml = |privileged: bool| {
+            format!(
+                "resource_types:\n- {{name: a, type: b}}\n- {{name: b, type: git, privileged: {privileged}}}\njobs:\n- {{name: j, plan: [{{task: t, config: {{platform: linux, run: {{path: x}}}}}}]}}\n"
+            )
+        };
+        let p = pipeline(&yaml(true));
+        let b = resolve_type(&p, "b").unwrap();
+        assert!(b.needs_privileged());
+        // `a`'s image is fetched by `b`, on the same worker.
+        let a = resolve_type(&p, "a").unwrap();
+        assert!(matches!(
+            a,
+            ResourceType::Custom {
+                privileged: false,
+                ..
+            }
+        ));
+        assert!(a.needs_privileged());
+        assert!(!resolve_type(&p, "git").unwrap().needs_privileged());
+        // An unprivileged type's key is what it was before the field.
+        let plain = resolve_type(&pipeline(&yaml(false)), "b").unwrap();
+        assert!(!plain.needs_privileged());
+        assert!(!serde_json::to_string(&plain)
+            .unwrap()
+            .contains("privileged"));
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub fn filter<'a>(
     let mut tagged_only = 0;
     let mut other_team = 0;
     let mut no_resource_type = 0;
+    let mut unprivileged = 0;
     let mut incompatible = 0;
     let mut lost_earlier = 0;
     let mut passing = Vec::new();
@@ -43,6 +44,8 @@ pub fn filter<'a>(
             !(r.resource_types.contains(t) || pulled)
         }) {
             no_resource_type += 1;
+        } else if c.privileged && !r.identity.allow_privileged {
+            unprivileged += 1;
         } else {
             passing.push(*w);
         }
@@ -64,6 +67,9 @@ pub fn filter<'a>(
     wanted.push(format!("team {:?}", c.team));
     if let Some(t) = &c.resource_type {
         wanted.push(format!("resource type {t:?}"));
+    }
+    if c.privileged {
+        wanted.push("privileged".to_string());
     }
     let mut why = vec![];
     let mut states: Vec<_> = not_running.into_iter().collect();
@@ -88,6 +94,10 @@ pub fn filter<'a>(
                 "without resource type {:?}",
                 c.resource_type.as_deref().unwrap_or_default()
             ),
+        ),
+        (
+            unprivileged,
+            "not allowing privileged containers (start one with --allow-privileged)".to_string(),
         ),
         (
             lost_earlier,

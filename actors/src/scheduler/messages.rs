@@ -91,6 +91,9 @@ pub struct StepRequest {
     /// images of that type itself ([`crate::runtime::Worker::pulls_images`])
     /// qualifies too.
     pub image: bool,
+    /// The step's container is privileged: only a worker allowing
+    /// privileged containers (`--allow-privileged`) takes it.
+    pub privileged: bool,
     /// Workers not to use: they were lost while an earlier attempt ran there.
     pub avoid: Vec<String>,
     /// What the step will hold on its worker until released.

@@ -19,6 +19,7 @@ pub(crate) fn candidate(
                 platform: platform.into(),
                 tags: tags.iter().map(|t| t.to_string()).collect(),
                 team: team.map(str::to_string),
+                allow_privileged: false,
             },
             limits,
             ..crate::testing::registration(name)
@@ -102,6 +103,34 @@ fn resource_types_and_versions_are_hard_constraints() {
     assert!(err.contains("resource type \"s3\""), "{err}");
     assert!(err.contains("2 without resource type \"s3\""), "{err}");
     assert!(err.contains("1 running a version incompatible"), "{err}");
+}
+
+#[test]
+fn a_privileged_step_goes_only_to_workers_allowing_privileged_containers() {
+    let mut allowed = candidate("allowed", "linux", &[], None, WorkerLimits::default());
+    allowed.registration.identity.allow_privileged = true;
+    let plain = candidate("plain", "linux", &[], None, WorkerLimits::default());
+    let all = [allowed, plain];
+    let refs: Vec<&Candidate> = all.iter().collect();
+    let mut step = task("main", "linux", &[]);
+    step.privileged = true;
+    let ok = filter(&step, &refs).unwrap();
+    assert_eq!(
+        ok.iter()
+            .map(|c| c.registration.name.as_str())
+            .collect::<Vec<_>>(),
+        ["allowed"]
+    );
+    // An unprivileged step may go to either.
+    step.privileged = false;
+    assert_eq!(filter(&step, &refs).unwrap().len(), 2);
+    // Without an allowing worker it is refused, the constraint named.
+    step.privileged = true;
+    let err = filter(&step, &refs[1..]).err().unwrap().to_string();
+    assert_eq!(
+        err,
+        "no workers satisfying: platform \"linux\", team \"main\", privileged: 1 worker registered, excluded: 1 not allowing privileged containers (start one with --allow-privileged)"
+    );
 }
 
 #[test]

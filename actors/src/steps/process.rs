@@ -42,6 +42,8 @@ pub struct Container {
     pub hermetic: bool,
     /// The base resource type whose image it runs on, if any.
     pub resource_type: Option<String>,
+    /// Privileged (placed only on a worker allowing it).
+    pub privileged: bool,
 }
 
 /// The one process of a step's container.
@@ -77,6 +79,7 @@ pub async fn start(
             hermetic: container.hermetic,
             properties: BTreeMap::new(),
             resource_type: container.resource_type,
+            privileged: container.privileged,
         })
         .await?;
     let (tx, output) = mpsc::channel(256);

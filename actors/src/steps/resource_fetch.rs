@@ -355,9 +355,11 @@ pub fn type_image<'a>(
                 image,
                 params,
                 version,
-            } => Ok(TypeImage::Fetched(
-                fetch_image(ctx, name, image, params, version.as_ref()).await?,
-            )),
+                privileged,
+            } => Ok(TypeImage::Fetched {
+                image: fetch_image(ctx, name, image, params, version.as_ref()).await?,
+                privileged: *privileged,
+            }),
         }
     })
 }

@@ -17,8 +17,14 @@ pub enum TypeImage {
     /// A base type: the worker's default image with the type's scripts
     /// mounted at `/opt/resource`.
     Base(String),
-    /// A custom type: the image its parent type fetched.
-    Fetched(FetchedImage),
+    /// A custom type: the image its parent type fetched, and whether the
+    /// type's containers are privileged.
+    Fetched {
+        /// The image.
+        image: FetchedImage,
+        /// `privileged: true` on the type.
+        privileged: bool,
+    },
 }
 
 /// An image a resource fetched (for a custom type, or a task's
@@ -94,13 +100,17 @@ pub async fn run_script(
             return run_native(ctx, name, script).await;
         }
     }
-    let (rootfs, resource_type, mut env, user) = match image {
-        TypeImage::Base(name) => (RootfsSpec::Default, Some(name.clone()), vec![], None),
-        TypeImage::Fetched(fetched) => (
+    let (rootfs, resource_type, mut env, user, privileged) = match image {
+        TypeImage::Base(name) => (RootfsSpec::Default, Some(name.clone()), vec![], None, false),
+        TypeImage::Fetched {
+            image: fetched,
+            privileged,
+        } => (
             fetched.rootfs(ctx).await?,
             fetched.mirror_of.clone(),
             fetched.env.clone(),
             fetched.user.clone(),
+            *privileged,
         ),
     };
     env.extend(build_env(ctx));
@@ -115,6 +125,7 @@ pub async fn run_script(
             limits: ResourceLimits::default(),
             hermetic: false,
             resource_type,
+            privileged,
         },
         process::Command {
             id: script.name.to_string(),

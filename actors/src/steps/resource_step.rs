@@ -24,6 +24,7 @@ pub fn resource_request(
         tags: tags.to_vec(),
         is_check,
         resource_type: Some(config.type_.base().to_string()),
+        privileged: config.type_.needs_privileged(),
         need: Load {
             tasks: 0,
             containers,

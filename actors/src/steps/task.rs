@@ -30,7 +30,7 @@ use crate::steps::process::{self, follow, ProcessEnd};
 use crate::steps::resource_fetch::{fetch_image, image_of_artifact, Halt};
 use crate::steps::resource_script::FetchedImage;
 use crate::steps::{Reattach, Step, StepContext, StepEnd};
-use crate::task_config::container_path;
+use crate::task_config::{container_path, TaskConfig};
 
 /// Id of the task's process in its container (to attach to it again).
 const PROCESS_ID: &str = "task";
@@ -69,6 +69,12 @@ impl Step for TaskStep {
                 .collect(),
             is_check: false,
             image: image_source.is_some(),
+            // Its own container, or the `in` fetching its image with a
+            // privileged type, on the same worker.
+            privileged: self.privileged
+                || image_source
+                    .as_ref()
+                    .is_some_and(|i| i.config.type_.needs_privileged()),
             resource_type: image_source.map(|i| i.config.type_.base().to_string()),
             need: Load {
                 tasks: 1,
@@ -363,6 +369,7 @@ impl TaskStep {
                 },
                 hermetic: config.hermetic,
                 resource_type: None,
+                privileged: self.privileged,
             },
             process::Command {
                 id: PROCESS_ID.into(),
@@ -373,7 +380,8 @@ impl TaskStep {
                 stdin: None,
             },
         )
-        .await?;
+        .await
+        .map_err(|e| e.not_started_as(|| run_path(config)))?;
         Ok(Started {
             process,
             output,
@@ -394,7 +402,8 @@ impl TaskStep {
             output,
             outputs,
         } = started;
-        let status = match follow(ctx, process.as_ref(), output, skip).await? {
+        let followed = follow(ctx, process.as_ref(), output, skip).await;
+        let status = match followed.map_err(|e| e.not_started_as(|| run_path(&self.config)))? {
             ProcessEnd::Stopped => return Ok(StepEnd::Stopped),
             ProcessEnd::Exited(status) => status,
         };
@@ -439,7 +448,11 @@ impl TaskStep {
     }
 }
 
-/// A volume mounted at the absolute path `path`.
+/// What a task runs, as a step that could not start it names it.
+fn run_path(config: &TaskConfig) -> String {
+    format!("run.path {:?}", config.run.path)
+}
+
 /// Whether the step's worker pulls `source`'s image itself: a base type
 /// the worker pulls (a type of the pipeline's is fetched as ever).
 fn pulled_by(ctx: &StepContext, source: &ImageSource) -> bool {
@@ -449,6 +462,7 @@ fn pulled_by(ctx: &StepContext, source: &ImageSource) -> bool {
     )
 }
 
+/// A volume mounted at the absolute path `path`.
 fn mount(volume: &Arc<dyn Volume>, path: &str) -> MountSpec {
     MountSpec {
         volume: volume.handle().to_string(),
@@ -476,6 +490,7 @@ mod tests {
             output_mapping: Default::default(),
             image_resource: None,
             image_artifact: None,
+            privileged: false,
         }
     }
 

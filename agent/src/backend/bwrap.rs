@@ -23,6 +23,12 @@
 //! is that user without any capability, while its files on the host belong
 //! to root.
 //!
+//! A process bwrap could not start (its program missing or not
+//! executable) ends [`ProcessEnd::NotStarted`]: bwrap reports
+//! `{"exit-code": N}` on its `--json-status-fd` only once the program was
+//! executed, and exits 1 when it could not execute it (saying why on
+//! stderr, the process's own).
+//!
 //! Not like runc: there are no resource limits (bwrap has no cgroups), and
 //! the processes of one container do not share namespaces: each is a sandbox
 //! of its own over the same root filesystem and volumes.
@@ -36,7 +42,7 @@ use gantry_wire::spec::ProcessSpec;
 
 use super::{process_env, BackendContainer, ContainerBackend, ContainerContext};
 use crate::error::AgentError;
-use crate::processes::{spawn_child, spawn_tty_child, Spawned};
+use crate::processes::{judge_end, spawn_child, spawn_tty_child, ProcessEnd, Spawned};
 use crate::rootfs::{self, RootfsPlan, UserIds};
 
 /// The bwrap backend.
@@ -81,6 +87,12 @@ impl ContainerBackend for BwrapBackend {
         ctx: Arc<ContainerContext>,
         _recovered: bool,
     ) -> Result<Box<dyn BackendContainer>, AgentError> {
+        if ctx.spec.privileged {
+            return Err(super::privileged_refused(
+                &ctx.handle,
+                "backend bwrap cannot run privileged containers",
+            ));
+        }
         let rootfs = rootfs::prepare(
             ctx.image.clone(),
             ctx.dir.clone(),
@@ -112,8 +124,30 @@ impl BackendContainer for BwrapContainer {
             defaults.push(super::DEFAULT_TERM.to_string());
         }
         let env = process_env(&defaults, &self.ctx.spec.env, &process.env);
+        // bwrap writes its status to this file, open in the child as the
+        // same descriptor (no longer closed on exec).
+        let status_path = self
+            .ctx
+            .dir
+            .join("processes")
+            .join(format!("{}.bwrap-status.json", process.id));
+        let status = std::fs::File::create(&status_path)
+            .map_err(|e| AgentError::io(format!("creating {}", status_path.display()), e))?;
+        let status_fd = std::os::fd::AsRawFd::as_raw_fd(&status);
         let mut cmd = tokio::process::Command::new(&self.binary);
-        cmd.args(args).env_clear();
+        cmd.arg("--json-status-fd")
+            .arg(status_fd.to_string())
+            .args(args)
+            .env_clear();
+        // SAFETY: fcntl is async-signal-safe and touches only this descriptor.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fcntl(status_fd, libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         for kv in &env {
             if let Some((k, v)) = kv.split_once('=') {
                 cmd.env(k, v);
@@ -124,7 +158,23 @@ impl BackendContainer for BwrapContainer {
             Some(size) => spawn_tty_child(cmd, &what, size)?,
             None => spawn_child(&mut cmd, &what)?,
         };
-        Ok(spawned)
+        drop(status);
+        Ok(judge_end(spawned, |end| async move {
+            // bwrap's own failures exit 1; a status without an exit code
+            // means the program was never executed.
+            if end != ProcessEnd::Exited(1) {
+                return end;
+            }
+            let status = tokio::fs::read_to_string(&status_path)
+                .await
+                .unwrap_or_default();
+            if status.contains("\"exit-code\"") {
+                return end;
+            }
+            ProcessEnd::NotStarted(
+                "bwrap could not execute it (its reason is the last line of its stderr)".into(),
+            )
+        }))
     }
 
     async fn destroy(&self) -> Result<(), AgentError> {
@@ -215,6 +265,7 @@ mod tests {
                 hermetic,
                 properties: Default::default(),
                 resource_type: None,
+                privileged: false,
             },
             dir: "/w/containers/c1".into(),
             mounts: vec![ResolvedMount {

@@ -42,6 +42,12 @@ impl ContainerBackend for LocalBackend {
         ctx: Arc<ContainerContext>,
         _recovered: bool,
     ) -> Result<Box<dyn BackendContainer>, AgentError> {
+        if ctx.spec.privileged {
+            return Err(super::privileged_refused(
+                &ctx.handle,
+                "backend local does not run privileged containers",
+            ));
+        }
         if let Some(name) = &ctx.spec.resource_type {
             return Err(AgentError::BadRequest(format!(
                 "backend local cannot run resource type {name}: its scripts take container \

@@ -236,28 +236,52 @@ pub fn choose(requested: Option<&str>, host: &HostFacts) -> Result<BackendKind, 
 
 /// Builds the backend for this worker (see [`choose`]). Blocking (it
 /// probes the host for binaries and cgroup mounts): call it on a blocking
-/// thread, as [`crate::start_worker`] does.
+/// thread, as [`crate::start_worker`] does. `allow_privileged` is refused
+/// unless the backend is runc (bwrap cannot give a sandbox every
+/// capability, and local has no container to give them to).
 pub fn select(
     cfg: &WorkerConfig,
     work_dir: &Path,
 ) -> Result<Arc<dyn ContainerBackend>, AgentError> {
     let host = HostFacts::detect(&cfg.runc_path);
     let kind = choose(cfg.backend.as_deref(), &host).map_err(AgentError::BadRequest)?;
+    check_privileged(&kind, cfg.identity.allow_privileged).map_err(AgentError::BadRequest)?;
     Ok(match kind {
         BackendKind::Runc(path) => Arc::new(runc::RuncBackend::new(
             path,
             work_dir.join("runc"),
             cfg.default_limits,
+            cfg.identity.allow_privileged,
         )),
         BackendKind::Crun(path) => Arc::new(runc::RuncBackend::with_runtime(
             runc::OciRuntime::Crun,
             path,
             work_dir.join("crun"),
             cfg.default_limits,
+            cfg.identity.allow_privileged,
         )),
         BackendKind::Bwrap(path) => Arc::new(bwrap::BwrapBackend::new(path)),
         BackendKind::Local => Arc::new(local::LocalBackend),
     })
+}
+
+/// Whether backend `kind` may allow privileged containers: only runc can.
+pub fn check_privileged(kind: &BackendKind, allow_privileged: bool) -> Result<(), String> {
+    let name = match kind {
+        BackendKind::Runc(_) | BackendKind::Crun(_) => return Ok(()),
+        _ if !allow_privileged => return Ok(()),
+        BackendKind::Bwrap(_) => "bwrap",
+        BackendKind::Local => "local",
+    };
+    Err(format!(
+        "allow_privileged: backend {name} cannot run privileged containers; use backend runc or crun, or drop --allow-privileged"
+    ))
+}
+
+/// The refusal of a privileged container by a worker that does not allow
+/// them (`backend`: why not).
+pub fn privileged_refused(handle: &str, why: &str) -> AgentError {
+    AgentError::BadRequest(format!("container {handle} is privileged, but {why}"))
 }
 
 /// Resolves an executable: a path with a `/` as is, else searched in `PATH`
@@ -395,6 +419,20 @@ mod tests {
         assert!(choose(Some("docker"), &host(true, true, true))
             .unwrap_err()
             .contains("unknown backend"));
+    }
+
+    #[test]
+    fn only_runc_may_allow_privileged_containers() {
+        let runc = BackendKind::Runc("/usr/sbin/runc".into());
+        let bwrap = BackendKind::Bwrap("/usr/bin/bwrap".into());
+        assert_eq!(check_privileged(&runc, true), Ok(()));
+        assert_eq!(check_privileged(&bwrap, false), Ok(()));
+        assert_eq!(check_privileged(&BackendKind::Local, false), Ok(()));
+        let err = check_privileged(&bwrap, true).unwrap_err();
+        assert!(err.contains("backend bwrap cannot run privileged"), "{err}");
+        assert!(check_privileged(&BackendKind::Local, true)
+            .unwrap_err()
+            .contains("backend local"));
     }
 
     #[test]

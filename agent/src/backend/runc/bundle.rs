@@ -1,6 +1,13 @@
 //! A container's OCI bundle configuration: `config.json` (runtime spec
 //! 1.0.2: namespaces, mounts, cgroup limits, capabilities) and the
 //! `process` object a `runc exec` takes.
+//!
+//! A privileged container (`ContainerSpec::privileged`, only on a worker
+//! started with `--allow-privileged`) gets every capability the agent
+//! holds, every device in its cgroup, a writable `/sys` and no masked or
+//! read-only paths, as Docker's `--privileged` does: it may mount file
+//! systems, load modules, reach the host's devices. No seccomp filter is
+//! set for any container. Still its own namespaces, and still root.
 
 use gantry_wire::spec::ProcessSpec;
 use serde_json::{json, Value};
@@ -26,6 +33,80 @@ const CAPABILITIES: &[&str] = &[
     "CAP_KILL",
     "CAP_AUDIT_WRITE",
 ];
+
+/// Every capability, by number (`CAP_CHOWN` is 0): a privileged container
+/// gets those in the agent's own bounding set.
+const ALL_CAPABILITIES: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_DAC_READ_SEARCH",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_LINUX_IMMUTABLE",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_NET_BROADCAST",
+    "CAP_NET_ADMIN",
+    "CAP_NET_RAW",
+    "CAP_IPC_LOCK",
+    "CAP_IPC_OWNER",
+    "CAP_SYS_MODULE",
+    "CAP_SYS_RAWIO",
+    "CAP_SYS_CHROOT",
+    "CAP_SYS_PTRACE",
+    "CAP_SYS_PACCT",
+    "CAP_SYS_ADMIN",
+    "CAP_SYS_BOOT",
+    "CAP_SYS_NICE",
+    "CAP_SYS_RESOURCE",
+    "CAP_SYS_TIME",
+    "CAP_SYS_TTY_CONFIG",
+    "CAP_MKNOD",
+    "CAP_LEASE",
+    "CAP_AUDIT_WRITE",
+    "CAP_AUDIT_CONTROL",
+    "CAP_SETFCAP",
+    "CAP_MAC_OVERRIDE",
+    "CAP_MAC_ADMIN",
+    "CAP_SYSLOG",
+    "CAP_WAKE_ALARM",
+    "CAP_BLOCK_SUSPEND",
+    "CAP_AUDIT_READ",
+    "CAP_PERFMON",
+    "CAP_BPF",
+    "CAP_CHECKPOINT_RESTORE",
+];
+
+/// The capabilities of a privileged container: every one the agent may
+/// give, its own bounding set (`CapBnd` of `/proc/self/status`; a kernel
+/// without one, or an agent itself confined, has fewer than
+/// [`ALL_CAPABILITIES`], and runc cannot grant what the agent lacks).
+fn all_capabilities() -> &'static [&'static str] {
+    static HELD: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    HELD.get_or_init(|| {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        held_capabilities(&status)
+    })
+}
+
+/// The capabilities of [`ALL_CAPABILITIES`] whose bit is set in `CapBnd`
+/// of a `/proc/PID/status` text (all of them when it has none).
+fn held_capabilities(status: &str) -> Vec<&'static str> {
+    let bounding = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(u64::MAX);
+    ALL_CAPABILITIES
+        .iter()
+        .enumerate()
+        .filter(|(bit, _)| bounding & (1 << bit) != 0)
+        .map(|(_, name)| *name)
+        .collect()
+}
 
 /// Paths of `/proc` and `/sys` hidden from containers (runc's defaults).
 const MASKED_PATHS: &[&str] = &[
@@ -69,6 +150,11 @@ pub fn process_json(ctx: &ContainerContext, p: &ProcessSpec, user: UserIds) -> V
     if p.tty.is_some() {
         defaults.push(super::super::DEFAULT_TERM.to_string());
     }
+    let caps: &[&str] = if ctx.spec.privileged {
+        all_capabilities()
+    } else {
+        CAPABILITIES
+    };
     let mut process = json!({
         "terminal": p.tty.is_some(),
         "user": { "uid": user.uid, "gid": user.gid },
@@ -76,9 +162,9 @@ pub fn process_json(ctx: &ContainerContext, p: &ProcessSpec, user: UserIds) -> V
         "env": process_env(&defaults, &ctx.spec.env, &p.env),
         "cwd": cwd,
         "capabilities": {
-            "bounding": CAPABILITIES,
-            "effective": CAPABILITIES,
-            "permitted": CAPABILITIES,
+            "bounding": caps,
+            "effective": caps,
+            "permitted": caps,
         },
         "noNewPrivileges": false,
     });
@@ -132,7 +218,11 @@ pub fn config_json(ctx: &ContainerContext, rootfs: &RootfsPlan, process: Value) 
             "/sys",
             "sysfs",
             "sysfs",
-            &["nosuid", "noexec", "nodev", "ro"],
+            if ctx.spec.privileged {
+                &["nosuid", "noexec", "nodev", "rw"]
+            } else {
+                &["nosuid", "noexec", "nodev", "ro"]
+            },
         ),
     ];
     for b in &rootfs.binds {
@@ -169,7 +259,8 @@ pub fn config_json(ctx: &ContainerContext, rootfs: &RootfsPlan, process: Value) 
         ));
     }
 
-    let mut resources = json!({ "devices": [{ "allow": false, "access": "rwm" }] });
+    // Every device is denied, or allowed to a privileged container.
+    let mut resources = json!({ "devices": [{ "allow": ctx.spec.privileged, "access": "rwm" }] });
     let limits = &ctx.spec.limits;
     if let Some(memory) = limits.memory {
         // swap = memory + swap: the container never swaps, so it is killed
@@ -193,6 +284,11 @@ pub fn config_json(ctx: &ContainerContext, rootfs: &RootfsPlan, process: Value) 
         // A new network namespace: runc brings its loopback up.
         namespaces.push(json!({ "type": "network" }));
     }
+    let (masked, readonly): (&[&str], &[&str]) = if ctx.spec.privileged {
+        (&[], &[])
+    } else {
+        (MASKED_PATHS, READONLY_PATHS)
+    };
     json!({
         "ociVersion": "1.0.2",
         "process": process,
@@ -203,8 +299,22 @@ pub fn config_json(ctx: &ContainerContext, rootfs: &RootfsPlan, process: Value) 
             "namespaces": namespaces,
             "resources": resources,
             "cgroupsPath": cgroup_path(&ctx.handle),
-            "maskedPaths": MASKED_PATHS,
-            "readonlyPaths": READONLY_PATHS,
+            "maskedPaths": masked,
+            "readonlyPaths": readonly,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_privileged_container_gets_the_capabilities_the_agent_holds() {
+        // Every capability but CAP_SYS_RESOURCE (24).
+        let held = held_capabilities("Name:\tgantry\nCapBnd:\t000001fffeffffff\n");
+        assert_eq!(held.len(), ALL_CAPABILITIES.len() - 1);
+        assert!(held.contains(&"CAP_SYS_ADMIN") && !held.contains(&"CAP_SYS_RESOURCE"));
+        assert_eq!(held_capabilities("").len(), ALL_CAPABILITIES.len());
+    }
 }

@@ -33,6 +33,10 @@
 //! a last line on its stderr, `task killed: out of memory (container memory
 //! limit 64 MiB)`, and keeps its exit status (137 when it was the victim).
 //!
+//! A process runc could not start (its program missing or not executable)
+//! ends [`crate::processes::ProcessEnd::NotStarted`], not with runc's exit
+//! status: see `start_error.rs`.
+//!
 //! Not yet: there are no user namespaces (container root is host root, with
 //! Docker's capability set).
 
@@ -53,10 +57,12 @@ use crate::rootfs::{self, RootfsPlan};
 
 mod bundle;
 mod oom;
+mod start_error;
 
 pub use bundle::{config_json, process_json};
 pub use oom::oom_message;
 use oom::{cgroup_path, OomCounter};
+use start_error::explain_start;
 
 /// How long a second process waits for the container's init to start.
 const INIT_START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -70,6 +76,8 @@ pub struct RuncBackend {
     /// Where the kernel counts out-of-memory kills; `None` without a memory
     /// cgroup controller (kills are then not explained).
     oom: Option<Arc<OomCounter>>,
+    /// Whether privileged containers are allowed (`--allow-privileged`).
+    allow_privileged: bool,
 }
 
 /// Which OCI runtime drives the containers: both take the same commands
@@ -117,6 +125,14 @@ impl Runc {
         cmd
     }
 
+    /// A runc command that writes its own failures to `log` as JSON lines
+    /// (see `start_error.rs`).
+    fn command_logging(&self, log: &Path) -> tokio::process::Command {
+        let mut cmd = self.command();
+        cmd.arg("--log").arg(log).args(["--log-format", "json"]);
+        cmd
+    }
+
     /// `runc delete --force`: kills the container and removes its state; a
     /// container that does not exist is fine.
     async fn delete(&self, id: &str) -> Result<(), AgentError> {
@@ -145,8 +161,19 @@ impl RuncBackend {
     /// A backend using `binary`, keeping runc's state in `state_root`, with
     /// the worker's default limits. Blocking (it probes the host's cgroup
     /// mounts): call it on a blocking thread.
-    pub fn new(binary: PathBuf, state_root: PathBuf, defaults: ContainerLimitDefaults) -> Self {
-        Self::with_runtime(OciRuntime::Runc, binary, state_root, defaults)
+    pub fn new(
+        binary: PathBuf,
+        state_root: PathBuf,
+        defaults: ContainerLimitDefaults,
+        allow_privileged: bool,
+    ) -> Self {
+        Self::with_runtime(
+            OciRuntime::Runc,
+            binary,
+            state_root,
+            defaults,
+            allow_privileged,
+        )
     }
 
     /// [`Self::new`] for the OCI runtime `kind` (runc or crun).
@@ -155,6 +182,7 @@ impl RuncBackend {
         binary: PathBuf,
         state_root: PathBuf,
         defaults: ContainerLimitDefaults,
+        allow_privileged: bool,
     ) -> Self {
         let oom = OomCounter::detect();
         if oom.is_none() {
@@ -170,6 +198,7 @@ impl RuncBackend {
             }),
             defaults,
             oom: oom.map(Arc::new),
+            allow_privileged,
         }
     }
 }
@@ -208,6 +237,12 @@ impl ContainerBackend for RuncBackend {
         ctx: Arc<ContainerContext>,
         recovered: bool,
     ) -> Result<Box<dyn BackendContainer>, AgentError> {
+        if ctx.spec.privileged && !self.allow_privileged {
+            return Err(super::privileged_refused(
+                &ctx.handle,
+                "this worker does not allow privileged containers (start it with --allow-privileged)",
+            ));
+        }
         if recovered {
             // Its processes died with the previous agent; clear runc's state.
             self.runc.delete(&ctx.handle).await?;
@@ -312,6 +347,8 @@ impl BackendContainer for RuncContainer {
         let process_value = process_json(&self.ctx, process, user);
         let procs = self.ctx.dir.join("processes");
         let pid_file = procs.join(format!("{}.pid", process.id));
+        let runc_log = procs.join(format!("{}.runc.log", process.id));
+        let _ = tokio::fs::remove_file(&runc_log).await;
         let what = format!("runc for process {}", process.id);
 
         let mut init = self.init.lock().await;
@@ -323,7 +360,7 @@ impl BackendContainer for RuncContainer {
             let before = self.oom_kills().await;
             let file = procs.join(format!("{}.process.json", process.id));
             write_json(&file, &process_value).await?;
-            let mut cmd = self.runc.command();
+            let mut cmd = self.runc.command_logging(&runc_log);
             cmd.arg("exec")
                 .arg("--process")
                 .arg(&file)
@@ -335,7 +372,7 @@ impl BackendContainer for RuncContainer {
                 path: pid_file,
                 fallback: pid as i32,
             };
-            return Ok(self.explain_oom(spawned, before));
+            return Ok(explain_start(self.explain_oom(spawned, before), runc_log));
         }
 
         if init.is_some() {
@@ -347,7 +384,7 @@ impl BackendContainer for RuncContainer {
         write_json(&file, &config).await?;
         // runc creates the cgroup afresh (the kept one of an earlier init
         // was deleted above), so every kill it counts is this init's.
-        let mut cmd = self.runc.command();
+        let mut cmd = self.runc.command_logging(&runc_log);
         cmd.arg("run");
         // runc keeps the stopped container (and its cgroup, where its
         // out-of-memory kills are counted) until `delete`; crun (1.8) has
@@ -365,7 +402,7 @@ impl BackendContainer for RuncContainer {
             path: pid_file.clone(),
             fallback: pid as i32,
         };
-        let spawned = self.explain_oom(spawned, 0);
+        let spawned = explain_start(self.explain_oom(spawned, 0), runc_log);
         *init = Some(Init {
             exit: spawned.exit.clone(),
             pid_file,
@@ -426,6 +463,7 @@ mod tests {
                 hermetic: false,
                 properties: Default::default(),
                 resource_type: None,
+                privileged: false,
             },
             dir: "/w/containers/c1".into(),
             mounts: vec![ResolvedMount {
@@ -523,6 +561,39 @@ mod tests {
         assert!(!mounts
             .iter()
             .any(|m| m["destination"] == "/etc/resolv.conf"));
+    }
+
+    #[test]
+    fn only_a_privileged_container_gets_every_capability_and_device() {
+        let plan = RootfsPlan {
+            root: "/w/containers/c1/rootfs".into(),
+            readonly: false,
+            binds: vec![],
+            overlay: false,
+            passwd: "/etc/passwd".into(),
+            resolv_conf: false,
+        };
+        let root = UserIds { uid: 0, gid: 0 };
+        for privileged in [false, true] {
+            let mut c = ctx();
+            c.spec.privileged = privileged;
+            let p = process_json(&c, &process(), root);
+            let caps = p["capabilities"]["bounding"].as_array().unwrap().clone();
+            assert_eq!(caps.contains(&json!("CAP_SYS_ADMIN")), privileged);
+            assert!(caps.contains(&json!("CAP_CHOWN")));
+            let config = config_json(&c, &plan, p);
+            let linux = &config["linux"];
+            assert_eq!(linux["resources"]["devices"][0]["allow"], privileged);
+            assert_eq!(
+                linux["maskedPaths"].as_array().unwrap().is_empty(),
+                privileged
+            );
+            assert_eq!(
+                linux["readonlyPaths"].as_array().unwrap().is_empty(),
+                privileged
+            );
+            assert!(linux.get("seccomp").is_none());
+        }
     }
 
     #[test]
