@@ -48,3 +48,54 @@ fn container_start_bench_prints_both_series_and_their_ratio_and_cleans_up() {
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+#[test]
+fn on_crun_the_bench_measures_raw_runc_and_raw_crun_in_the_same_run() {
+    if !common::runc_runs_here() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = common::gantry()
+        .env("TMPDIR", tmp.path())
+        .env("GANTRY_WORKER_SWEEP_INTERVAL", "1")
+        .args([
+            "bench",
+            "container-start",
+            "--backend",
+            "crun",
+            "--tasks",
+            "6",
+            "--warmup",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let figures = common::Figures::of(&out);
+    let stdout = &figures.stdout;
+    let number = |name: &str| figures.number(name);
+    assert_eq!(figures.get("backend"), Some("crun"), "{stdout}");
+    for name in [
+        "gantry_p50_ms",
+        "runc_p50_ms",
+        "crun_p50_ms",
+        "crun_exit_p50_ms",
+    ] {
+        assert!(number(name) > 0.0, "{name} is not positive:\n{stdout}");
+    }
+    for (ratio, over, under) in [
+        ("p50_ratio", "gantry_p50_ms", "runc_p50_ms"),
+        ("crun_p50_ratio", "gantry_p50_ms", "crun_p50_ms"),
+    ] {
+        let want = number(over) / number(under);
+        assert!(
+            (number(ratio) - want).abs() < 0.02 * want.max(1.0),
+            "{ratio} does not match its figures:\n{stdout}"
+        );
+    }
+    assert_eq!(common::bench_mounts(), Vec::<String>::new());
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -49,6 +49,9 @@ pub struct ContainerStartBench {
     pub tasks: usize,
     /// Untimed runs of each series before the timed ones.
     pub warmup: usize,
+    /// The worker's backend: `runc`, or `crun` (then raw `crun run` is
+    /// measured too, besides raw `runc run`).
+    pub backend: String,
 }
 
 /// The worker's name (`-0` appended), as registered with the benchmark's
@@ -152,56 +155,94 @@ pub async fn bench(opts: ContainerStartBench) -> anyhow::Result<()> {
     if opts.tasks == 0 {
         bail!("--tasks must be at least 1");
     }
+    let crun = match opts.backend.as_str() {
+        "runc" => None,
+        "crun" => Some(gantry_agent::backend::find_executable("crun").context(
+            "bench container-start --backend crun needs crun; install it (apt-get install crun)",
+        )?),
+        other => bail!("--backend {other:?}: use runc or crun"),
+    };
     let run = async {
-        let mut rig = Rig::start(runc, WORKER, 1).await?;
+        let mut rig = Rig::start_on(runc.clone(), &opts.backend, WORKER, 1).await?;
         let result = async {
             let raw = RawRunc::prepare_async(&rig, ARGS).await?;
-            measure(&rig, &raw, &opts).await
+            let raw_crun = match &crun {
+                Some(c) => Some(RawRunc::prepare_with(&rig, c.clone(), ARGS).await?),
+                None => None,
+            };
+            measure(&rig, &raw, raw_crun.as_ref(), &opts).await
         }
         .await;
         rig.stop().await;
         result
     };
-    let (gantry, baseline) = tokio::select! {
+    let (gantry, baseline, crun_baseline) = tokio::select! {
         r = run => r?,
         _ = tokio::signal::ctrl_c() => bail!("interrupted"),
     };
-    print(opts.tasks, &gantry, &baseline);
+    print(&opts, &gantry, &baseline);
+    if let Some(c) = crun_baseline {
+        let running = |s: &[Sample]| Summary::of(s.iter().map(|x| x.running).collect());
+        let exited = |s: &[Sample]| Summary::of(s.iter().map(|x| x.exited).collect());
+        let (g, r) = (running(&gantry), running(&c));
+        println!("crun_p50_ms: {:.2}", r.p50);
+        println!("crun_p99_ms: {:.2}", r.p99);
+        println!("crun_p50_ratio: {:.2}", g.p50 / r.p50);
+        println!("crun_exit_p50_ms: {:.2}", exited(&c).p50);
+        println!(
+            "crun_exit_p50_ratio: {:.2}",
+            exited(&gantry).p50 / exited(&c).p50
+        );
+    }
     Ok(())
 }
 
-/// Warms up, then takes the timed samples of both series, alternating.
+/// The samples of Gantry, raw runc and (when measured) raw crun.
+type Series = (Vec<Sample>, Vec<Sample>, Option<Vec<Sample>>);
+
+/// Warms up, then takes the timed samples of every series, alternating
+/// (which goes first rotates).
 async fn measure(
     web: &Rig,
     raw: &Arc<RawRunc>,
+    raw_crun: Option<&Arc<RawRunc>>,
     opts: &ContainerStartBench,
-) -> anyhow::Result<(Vec<Sample>, Vec<Sample>)> {
+) -> anyhow::Result<Series> {
     for _ in 0..opts.warmup {
         gantry_sample(web).await.context("warming up Gantry")?;
         raw.sample_async().await.context("warming up runc")?;
+        if let Some(c) = raw_crun {
+            c.sample_async().await.context("warming up crun")?;
+        }
     }
     let mut gantry = Vec::with_capacity(opts.tasks);
     let mut baseline = Vec::with_capacity(opts.tasks);
+    let mut crun = raw_crun.map(|_| Vec::with_capacity(opts.tasks));
     for i in 0..opts.tasks {
-        if i % 2 == 0 {
-            gantry.push(gantry_sample(web).await?);
-            baseline.push(raw.sample_async().await?.into());
-        } else {
-            baseline.push(raw.sample_async().await?.into());
-            gantry.push(gantry_sample(web).await?);
+        for turn in 0..3 {
+            match (i + turn) % 3 {
+                0 => gantry.push(gantry_sample(web).await?),
+                1 => baseline.push(raw.sample_async().await?.into()),
+                _ => {
+                    if let (Some(c), Some(all)) = (raw_crun, crun.as_mut()) {
+                        all.push(c.sample_async().await?.into());
+                    }
+                }
+            }
         }
     }
-    Ok((gantry, baseline))
+    Ok((gantry, baseline, crun))
 }
 
 /// Prints every figure as `name: value`.
-fn print(tasks: usize, gantry: &[Sample], baseline: &[Sample]) {
+fn print(opts: &ContainerStartBench, gantry: &[Sample], baseline: &[Sample]) {
+    let tasks = opts.tasks;
     let running = |s: &[Sample]| Summary::of(s.iter().map(|x| x.running).collect());
     let exited = |s: &[Sample]| Summary::of(s.iter().map(|x| x.exited).collect());
     let (g, r) = (running(gantry), running(baseline));
     let (ge, re) = (exited(gantry), exited(baseline));
     println!("tasks: {tasks}");
-    println!("backend: runc");
+    println!("backend: {}", opts.backend);
     println!("measured_to: first_output_byte");
     println!("gantry_p50_ms: {:.2}", g.p50);
     println!("gantry_p99_ms: {:.2}", g.p99);

@@ -84,18 +84,17 @@ pub fn require_runc(what: &str) -> anyhow::Result<PathBuf> {
 /// unmounts any root filesystem left under the agents' containers, on every
 /// exit path (including errors), before the temporary directory goes.
 struct Cleanup {
-    /// The runc binary.
-    runc: PathBuf,
-    /// runc `--root` directories to empty.
-    state_roots: Vec<PathBuf>,
+    /// `--root` directories to empty, each with the OCI runtime (runc or
+    /// crun) whose state it is.
+    state_roots: Vec<(PathBuf, PathBuf)>,
     /// `WORK_DIR/containers` of each agent.
     containers: Vec<PathBuf>,
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        for root in &self.state_roots {
-            let Ok(out) = std::process::Command::new(&self.runc)
+        for (binary, root) in &self.state_roots {
+            let Ok(out) = std::process::Command::new(binary)
                 .arg("--root")
                 .arg(root)
                 .args(["list", "-q"])
@@ -104,7 +103,7 @@ impl Drop for Cleanup {
                 continue;
             };
             for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                let _ = std::process::Command::new(&self.runc)
+                let _ = std::process::Command::new(binary)
                     .arg("--root")
                     .arg(root)
                     .args(["delete", "--force", id])
@@ -162,6 +161,16 @@ impl Rig {
     /// `NAME-0`, `NAME-1`, ... and waits until the Scheduler places steps on
     /// every one. Must be called inside an actix System.
     pub async fn start(runc: PathBuf, name: &str, workers: usize) -> anyhow::Result<Rig> {
+        Self::start_on(runc, "runc", name, workers).await
+    }
+
+    /// [`Self::start`] with the workers on `backend` (`runc` or `crun`).
+    pub async fn start_on(
+        runc: PathBuf,
+        backend: &str,
+        name: &str,
+        workers: usize,
+    ) -> anyhow::Result<Rig> {
         if workers == 0 {
             bail!("at least one worker is needed");
         }
@@ -176,10 +185,19 @@ impl Rig {
         let work_dirs: Vec<PathBuf> = (0..workers)
             .map(|i| base.join(format!("worker-{i}")))
             .collect();
-        let mut state_roots: Vec<PathBuf> = work_dirs.iter().map(|w| w.join("runc")).collect();
-        state_roots.push(base.join("baseline/runc"));
+        let crun = find_executable("crun").unwrap_or_else(|| PathBuf::from("crun"));
+        let mut state_roots: Vec<(PathBuf, PathBuf)> = work_dirs
+            .iter()
+            .flat_map(|w| {
+                [
+                    (runc.clone(), w.join("runc")),
+                    (crun.clone(), w.join("crun")),
+                ]
+            })
+            .collect();
+        state_roots.push((runc.clone(), base.join("baseline/runc")));
+        state_roots.push((crun.clone(), base.join("baseline-crun/runc")));
         let cleanup = Cleanup {
-            runc: runc.clone(),
             state_roots,
             containers: work_dirs.iter().map(|w| w.join("containers")).collect(),
         };
@@ -212,7 +230,7 @@ impl Rig {
                 registration_key: web_cfg.effective_registration_key()?,
                 listen: "127.0.0.1:0".parse().context("loopback address")?,
                 work_dir,
-                backend: Some("runc".into()),
+                backend: Some(backend.into()),
                 runc_path: runc.display().to_string(),
                 // The fleet's default, unless GANTRY_WORKER_SWEEP_INTERVAL
                 // (as `gantry worker` reads it) shortens it: the tests run
@@ -351,8 +369,10 @@ pub struct RuncSample {
 
 /// The directly driven runc: binary, state root and the prepared bundle.
 pub struct RawRunc {
-    /// The runc binary.
+    /// The runc (or crun) binary.
     binary: PathBuf,
+    /// Global flags (crun: the cgroup manager the backend gives it).
+    global: Vec<&'static str>,
     /// `--root`, separate from the agents'.
     state_root: PathBuf,
     /// The bundle (config.json and rootfs/).
@@ -371,10 +391,12 @@ impl RawRunc {
             .with_context(|| format!("creating {}", state_root.display()))?;
         let plan = rootfs::host_view(&bundle.join("rootfs"), Path::new("/"))
             .context("preparing the baseline's root filesystem")?;
-        let id = "gantry-bench-baseline";
+        // Its own cgroup path (named after the id): benchmarks running at
+        // once, or the runc and crun baselines of one, never share one.
+        let id = format!("gantry-bench-baseline-{}", uuid::Uuid::new_v4().simple());
         let ctx = ContainerContext {
-            handle: id.into(),
-            spec: container_spec(id),
+            handle: id.clone(),
+            spec: container_spec(&id),
             dir: bundle.clone(),
             mounts: vec![],
             image: None,
@@ -385,8 +407,14 @@ impl RawRunc {
         let body = serde_json::to_vec_pretty(&config).context("encoding config.json")?;
         std::fs::write(bundle.join("config.json"), body)
             .with_context(|| format!("writing {}/config.json", bundle.display()))?;
+        let crun = binary.file_name().is_some_and(|n| n == "crun");
         Ok(RawRunc {
             binary,
+            global: if crun {
+                vec!["--cgroup-manager=cgroupfs"]
+            } else {
+                vec![]
+            },
             state_root,
             bundle,
         })
@@ -397,8 +425,21 @@ impl RawRunc {
         rig: &Rig,
         args: &'static [&'static str],
     ) -> anyhow::Result<Arc<Self>> {
-        let dir = rig.base.join("baseline");
-        let runc = rig.runc.clone();
+        Self::prepare_with(rig, rig.runc.clone(), args).await
+    }
+
+    /// [`Self::prepare_async`] for the OCI runtime `binary` (runc or
+    /// crun; crun's bundle is `base/baseline-crun`).
+    pub async fn prepare_with(
+        rig: &Rig,
+        binary: PathBuf,
+        args: &'static [&'static str],
+    ) -> anyhow::Result<Arc<Self>> {
+        let crun = binary.file_name().is_some_and(|n| n == "crun");
+        let dir = rig
+            .base
+            .join(if crun { "baseline-crun" } else { "baseline" });
+        let runc = binary;
         Ok(Arc::new(
             tokio::task::spawn_blocking(move || RawRunc::prepare(runc, &dir, args)).await??,
         ))
@@ -410,6 +451,7 @@ impl RawRunc {
         let id = format!("baseline-{}", uuid::Uuid::new_v4());
         let start = Instant::now();
         let mut child = std::process::Command::new(&self.binary)
+            .args(&self.global)
             .arg("--root")
             .arg(&self.state_root)
             .arg("run")
@@ -436,6 +478,7 @@ impl RawRunc {
             let _ = e.read_to_string(&mut stderr);
         }
         let _ = std::process::Command::new(&self.binary)
+            .args(&self.global)
             .arg("--root")
             .arg(&self.state_root)
             .args(["delete", "--force", &id])

@@ -64,10 +64,19 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         database_url,
                     },
                 ))?,
-                BenchCommand::ContainerStart { tasks, warmup } => actix_web::rt::System::new()
-                    .block_on(crate::bench::container_start::bench(
-                        crate::bench::container_start::ContainerStartBench { tasks, warmup },
-                    ))?,
+                BenchCommand::ContainerStart {
+                    tasks,
+                    warmup,
+                    backend,
+                } => {
+                    actix_web::rt::System::new().block_on(crate::bench::container_start::bench(
+                        crate::bench::container_start::ContainerStartBench {
+                            tasks,
+                            warmup,
+                            backend,
+                        },
+                    ))?
+                }
                 BenchCommand::ImagePull {
                     size,
                     layers,

@@ -464,6 +464,10 @@ pub enum BenchCommand {
         /// Untimed runs of each series first.
         #[arg(long, default_value_t = 5)]
         warmup: usize,
+        /// The worker's backend: runc, or crun (then raw `crun run` is
+        /// measured too).
+        #[arg(long, default_value = "runc")]
+        backend: String,
     },
     /// Pulling a registry image onto runc workers (cold, then a second
     /// worker from its peer) and starting a task on it, against `skopeo
