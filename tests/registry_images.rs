@@ -23,6 +23,18 @@ fn pipeline(reg: &Registry) -> String {
     let greeter = reg.source("greeter", "latest");
     let bad_password = app.replace(PASSWORD, "wrong-password");
     let unknown_tag = reg.source("app", "9.9");
+    let semver = format!(
+        "{{repository: \"{}/app\", semver_constraint: \"~1\", username: {USER}, password: {PASSWORD}, ca_certs: [{}]}}",
+        reg.host,
+        serde_json::to_string(&reg.ca_pem).unwrap()
+    );
+    // docker-image's ca_certs name their registry.
+    let docker = format!(
+        "{{repository: \"{}/app\", tag: \"1.0\", username: {USER}, password: {PASSWORD}, ca_certs: [{{domain: \"{}\", cert: {}}}]}}",
+        reg.host,
+        reg.host,
+        serde_json::to_string(&reg.ca_pem).unwrap()
+    );
     let untrusted = format!(
         "{{repository: \"{}/app\", tag: \"1.0\", username: {USER}, password: {PASSWORD}}}",
         reg.host
@@ -45,6 +57,12 @@ resources:
 - name: app-image
   type: registry-image
   source: {app}
+- name: app-oci
+  type: registry-image
+  source: {app}
+- name: app-semver
+  type: registry-image
+  source: {semver}
 jobs:
 - name: run-in-image
   plan:
@@ -62,6 +80,22 @@ jobs:
         source: {app}
       inputs: [{{name: hello}}, {{name: app-image}}]
       run: {{path: sh, args: [-c, 'cat hello/greeting; cat app-image/tag; echo; cat app-image/digest; echo; cat app-image/rootfs/hello.txt; cat app-image/metadata.json']}}
+- name: other-forms
+  plan:
+  - get: app-oci
+    params: {{format: oci}}
+  - get: app-version-only
+    resource: app-image
+    params: {{skip_download: true}}
+  - get: app-semver
+  - task: look
+    config:
+      platform: linux
+      image_resource:
+        type: docker-image
+        source: {docker}
+      inputs: [{{name: app-oci}}, {{name: app-version-only}}, {{name: app-semver}}]
+      run: {{path: sh, args: [-c, 'echo "docker-image greeting=$GREETING"; test -s app-oci/image.tar && echo oci-tar; test -e app-oci/rootfs || echo no-rootfs; test -e app-version-only/rootfs || echo version-only; cat app-version-only/digest; echo; echo "semver=$(cat app-semver/tag)"']}}
 - name: bad-password
   plan:
   - task: show
@@ -76,6 +110,8 @@ jobs:
 {untrusted}
 "#,
         show = task(&app),
+        semver = semver,
+        docker = docker,
         bad_password = task(&bad_password),
         unknown_tag = task(&unknown_tag),
         untrusted = task(&untrusted),
@@ -95,6 +131,10 @@ fn tasks_run_in_images_from_a_registry_pulled_once_per_worker() {
         "nobody",
     );
     reg.push(&app, "app", "1.0");
+    // Tags for the semver constraint `~1` (1.x): 1.2.0 is the newest match.
+    for tag in ["1.1.0", "1.2.0", "2.0.0", "1.3.0-rc.1"] {
+        reg.push(&app, "app", tag);
+    }
     let greeter = dir.path().join("greeter-layout");
     let scripts = tar_of(&[
         ("opt/", b"", false, 0o755),
@@ -157,6 +197,24 @@ fn tasks_run_in_images_from_a_registry_pulled_once_per_worker() {
         busybox_gets, 1,
         "the shared base layer was fetched {busybox_gets} times"
     );
+
+    let out = run("other-forms");
+    let (stdout, stderr) = text(&out);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{stderr}\nlog:\n{}",
+        server.log_text()
+    );
+    assert!(
+        stdout.contains("docker-image greeting=from-image"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("oci-tar\nno-rootfs\nversion-only\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(&reg.digest("app", "1.0")), "{stdout}");
+    assert!(stdout.contains("semver=1.2.0"), "{stdout}");
 
     for (job, cause) in [
         ("bad-password", "the registry refused the credentials for"),

@@ -57,6 +57,12 @@ pub trait Holdings: Send + Sync {
 
     /// Destroys one container or volume; one that is gone is not an error.
     async fn destroy(&self, kind: Kind, handle: &str) -> Result<(), String>;
+
+    /// Collects what the worker keeps for itself after a sweep destroyed
+    /// what it was told to (the agent: image blobs no image holds any more).
+    async fn tidy(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// The worker agent's holdings: its stores and its work directory.
@@ -90,6 +96,32 @@ impl Holdings for AgentHoldings {
         })
         .await
         .map_err(|e| format!("listing the work directory: {e}"))
+    }
+
+    async fn tidy(&self) -> Result<(), String> {
+        let state = self.state.clone();
+        let keep = state
+            .volumes
+            .pulled_blobs()
+            .await
+            .map_err(|e| e.to_string())?;
+        let (removed, bytes) = tokio::task::spawn_blocking(move || {
+            state
+                .native
+                .blobs
+                .prune(&keep, crate::registry::blobs::UNUSED_BLOB_AGE)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("pruning the image blob cache: {e}"))?;
+        if removed > 0 {
+            tracing::info!(
+                removed,
+                bytes,
+                "image blobs no image volume holds, unused for an hour, removed"
+            );
+        }
+        Ok(())
     }
 
     async fn destroy(&self, kind: Kind, handle: &str) -> Result<(), String> {

@@ -107,6 +107,9 @@ impl<L: WebLink, H: Holdings> Sweeper<L, H> {
         };
         let answer = self.link.report_sweep(&report).await?;
         let (destroyed, failures) = self.destroy(&answer).await;
+        if let Err(e) = self.holdings.tidy().await {
+            tracing::warn!(worker = %self.worker, "{e}");
+        }
         let outcome = SweepOutcome {
             epoch,
             listed,

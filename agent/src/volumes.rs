@@ -281,6 +281,30 @@ impl VolumeStore {
         }
     }
 
+    /// The blobs of every image pulled into a volume of this store: what the
+    /// blob cache must keep.
+    pub async fn pulled_blobs(&self) -> Result<HashSet<String>, AgentError> {
+        let records: Vec<PathBuf> = self
+            .handles()
+            .iter()
+            .filter_map(|h| self.get(h).ok())
+            .map(|v| v.image_record())
+            .collect();
+        blocking("reading image records", move || {
+            let mut blobs = HashSet::new();
+            for record in records {
+                let pulled = std::fs::read(&record)
+                    .ok()
+                    .and_then(|bytes| serde_json::from_slice::<PulledImage>(&bytes).ok());
+                if let Some(p) = pulled {
+                    blobs.extend(p.blobs);
+                }
+            }
+            Ok(blobs)
+        })
+        .await
+    }
+
     /// What pulling filled image volume `handle` with (its record); a
     /// volume that holds no pulled image is not found.
     pub async fn pulled_record(&self, handle: &str) -> Result<PulledImage, AgentError> {

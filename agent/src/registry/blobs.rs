@@ -16,6 +16,10 @@ use tokio::io::AsyncWriteExt;
 
 use super::client::{error_chain, Remote};
 
+/// How long a blob no image volume holds is kept after its last use (a
+/// `get` of the image fetches it again from here meanwhile).
+pub const UNUSED_BLOB_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// The blob cache of one worker.
 pub struct Blobs {
     /// `WORK_DIR/registry/blobs/sha256`.
@@ -93,6 +97,7 @@ impl Blobs {
         let guard = lock.lock().await;
         let result = if tokio::fs::metadata(&path).await.is_ok() {
             self.reused.fetch_add(1, Ordering::Relaxed);
+            touch(&path);
             Ok((path, Origin::Cache))
         } else {
             self.fetch_anywhere(remote, image, desc, peers, &path)
@@ -217,11 +222,100 @@ impl Blobs {
         result
     }
 
+    /// Removes the blobs not in `keep` (digests) unused for `unused_for`, and
+    /// leftovers of fetches cut short as old; answers how many and their
+    /// bytes. Blocking.
+    pub fn prune(
+        &self,
+        keep: &std::collections::HashSet<String>,
+        unused_for: std::time::Duration,
+    ) -> std::io::Result<(usize, u64)> {
+        let cutoff = std::time::SystemTime::now() - unused_for;
+        let (mut removed, mut bytes) = (0, 0);
+        for entry in std::fs::read_dir(&self.root)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if keep.contains(&format!("sha256:{name}")) {
+                continue;
+            }
+            let meta = entry.metadata()?;
+            if meta.modified()? > cutoff {
+                continue;
+            }
+            // Not while a pull holds the blob: it was just found or fetched.
+            let busy = self.fetching.lock().unwrap_or_else(|e| e.into_inner());
+            if busy.contains_key(&format!("sha256:{name}")) {
+                continue;
+            }
+            if std::fs::remove_file(entry.path()).is_ok() {
+                removed += 1;
+                bytes += meta.len();
+            }
+        }
+        Ok((removed, bytes))
+    }
+
     /// Reads a small cached blob (a config) whole.
     pub async fn read(&self, digest: &str) -> Result<Vec<u8>, String> {
         let path = self.path(digest)?;
         tokio::fs::read(&path)
             .await
             .map_err(|e| format!("reading blob {digest}: {e}"))
+    }
+}
+
+/// Marks a blob used now (its modification time: what `prune` goes by).
+fn touch(path: &Path) {
+    if let Ok(f) = std::fs::File::options().append(true).open(path) {
+        let _ = f.set_modified(std::time::SystemTime::now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pruning_keeps_the_blobs_of_images_and_recent_ones_and_removes_the_rest() {
+        let work = tempfile::tempdir().unwrap();
+        let blobs = Blobs::open(work.path()).unwrap();
+        let hex = |c: char| c.to_string().repeat(64);
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+        for (name, aged) in [
+            (hex('a'), true),
+            (hex('b'), true),
+            (hex('c'), false),
+            (".part-x".to_string(), true),
+        ] {
+            let path = blobs.root.join(&name);
+            std::fs::write(&path, b"blob").unwrap();
+            if aged {
+                let f = std::fs::File::options().append(true).open(&path).unwrap();
+                f.set_modified(old).unwrap();
+            }
+        }
+        let keep = std::collections::HashSet::from([format!("sha256:{}", hex('a'))]);
+        let (removed, bytes) = blobs.prune(&keep, UNUSED_BLOB_AGE).unwrap();
+        assert_eq!((removed, bytes), (2, 8));
+        let mut left: Vec<String> = std::fs::read_dir(&blobs.root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        // Held by an image volume, and recently used, stay.
+        assert_eq!(left, [hex('a'), hex('c')]);
+        // Touched on use: an aged blob used again is recent.
+        let path = blobs.root.join(hex('a'));
+        std::fs::File::options()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        touch(&path);
+        let (removed, _) = blobs
+            .prune(&std::collections::HashSet::new(), UNUSED_BLOB_AGE)
+            .unwrap();
+        assert_eq!(removed, 0);
     }
 }
