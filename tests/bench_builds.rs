@@ -59,10 +59,5 @@ fn builds_bench_prints_throughput_latencies_and_the_runc_baseline_and_cleans_up(
     // Ten builds at once on two workers: both take some.
     assert_eq!(figures.get("workers_used"), Some("2"), "{stdout}");
 
-    assert_eq!(common::bench_mounts(), Vec::<String>::new());
-    let left: Vec<_> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
+    common::assert_bench_left_nothing(tmp.path());
 }

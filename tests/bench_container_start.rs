@@ -41,12 +41,7 @@ fn container_start_bench_prints_both_series_and_their_ratio_and_cleans_up() {
         "p50_ratio does not match the p50s:\n{stdout}"
     );
 
-    assert_eq!(common::bench_mounts(), Vec::<String>::new());
-    let left: Vec<_> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
+    common::assert_bench_left_nothing(tmp.path());
 }
 
 #[test]
@@ -92,10 +87,5 @@ fn on_crun_the_bench_measures_raw_runc_and_raw_crun_in_the_same_run() {
             "{ratio} does not match its figures:\n{stdout}"
         );
     }
-    assert_eq!(common::bench_mounts(), Vec::<String>::new());
-    let left: Vec<_> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
+    common::assert_bench_left_nothing(tmp.path());
 }

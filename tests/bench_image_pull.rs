@@ -64,10 +64,5 @@ fn image_pull_bench_prints_each_figure_with_its_baseline_and_cleans_up() {
         "{stdout}"
     );
 
-    assert_eq!(common::bench_mounts(), Vec::<String>::new());
-    let left: Vec<_> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
+    common::assert_bench_left_nothing(tmp.path());
 }

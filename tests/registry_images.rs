@@ -11,8 +11,8 @@
 
 mod common;
 
-use common::oci::tar_of;
-use common::registry::{busybox_layer, oci_layout_dir, Registry, PASSWORD, USER};
+use common::oci::{busybox_layer, tar_of};
+use common::registry::{oci_layout_dir, Registry, PASSWORD, USER};
 use common::*;
 
 const CHECK: &[u8] = b"#!/bin/sh\ncat >/dev/null\necho '[{\"v\":\"1\"}]'\n";

@@ -590,6 +590,17 @@ pub fn bench_mounts() -> Vec<String> {
         .collect()
 }
 
+/// A benchmark left no mount behind and nothing in its temporary directory
+/// `tmp` (its `TMPDIR`).
+pub fn assert_bench_left_nothing(tmp: &Path) {
+    assert_eq!(bench_mounts(), Vec::<String>::new());
+    let left: Vec<_> = std::fs::read_dir(tmp)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
 /// Waits until the web node at `url` lists no container and no volume.
 /// Waits until no container is left and exactly `n` volumes, each owned by
 /// no build (image volumes, task caches), are.

@@ -43,31 +43,7 @@ pub fn gzip(data: &[u8]) -> Vec<u8> {
 /// Writes an OCI image layout tar at `out`: a busybox root filesystem,
 /// then a second layer of `top` (entries as for [`tar_of`]).
 pub fn oci_image_with(out: &Path, top: &[(&str, &[u8], bool, u32)]) {
-    let busybox = std::fs::read(
-        ["/bin/busybox", "/usr/bin/busybox"]
-            .iter()
-            .find(|p| Path::new(p).exists())
-            .unwrap(),
-    )
-    .unwrap();
-    let mut base: Vec<(&str, &[u8], bool, u32)> = vec![
-        ("bin/", b"", false, 0o755),
-        ("bin/busybox", &busybox, false, 0o755),
-        ("etc/", b"", false, 0o755),
-        (
-            "etc/passwd",
-            b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n",
-            false,
-            0o644,
-        ),
-        ("tmp/", b"", false, 0o1777),
-    ];
-    // Absolute symlinks, as real images have them.
-    for tool in ["sh", "ls", "cat", "echo", "id", "wc", "test", "head"] {
-        let path: &'static str = Box::leak(format!("bin/{tool}").into_boxed_str());
-        base.push((path, b"/bin/busybox", true, 0o777));
-    }
-    let layer1 = tar_of(&base);
+    let layer1 = busybox_layer();
     let layer2 = tar_of(top);
     let mut blobs: Vec<(String, Vec<u8>)> = Vec::new();
     let mut layers = Vec::new();
@@ -130,4 +106,40 @@ pub fn oci_image(out: &Path) {
             ("hello.txt", b"from the second layer\n", false, 0o644),
         ],
     );
+}
+
+/// A busybox-static base layer: `/bin/busybox` with its applets as
+/// absolute symlinks (as real images have them), `/etc/passwd` and
+/// `/etc/group` with root and nobody, `/tmp`.
+pub fn busybox_layer() -> Vec<u8> {
+    let busybox = std::fs::read(
+        ["/bin/busybox", "/usr/bin/busybox"]
+            .iter()
+            .find(|p| Path::new(p).exists())
+            .unwrap(),
+    )
+    .unwrap();
+    let mut base: Vec<(&str, &[u8], bool, u32)> = vec![
+        ("bin/", b"", false, 0o755),
+        ("bin/busybox", &busybox, false, 0o755),
+        ("etc/", b"", false, 0o755),
+        (
+            "etc/passwd",
+            b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n",
+            false,
+            0o644,
+        ),
+        ("etc/group", b"root:x:0:\nnogroup:x:65534:\n", false, 0o644),
+        ("tmp/", b"", false, 0o1777),
+    ];
+    let tools: Vec<String> = [
+        "sh", "ls", "cat", "echo", "id", "wc", "test", "head", "mount", "mkdir", "cp", "grep",
+    ]
+    .iter()
+    .map(|t| format!("bin/{t}"))
+    .collect();
+    for path in &tools {
+        base.push((path.as_str(), b"/bin/busybox", true, 0o777));
+    }
+    tar_of(&base)
 }

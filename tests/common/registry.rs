@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::oci::{gzip, sha, tar_of};
+use super::oci::{gzip, sha};
 use super::{free_port, wait_for, Server};
 
 /// The user and password the registry accepts.
@@ -190,40 +190,6 @@ impl Registry {
             serde_json::to_string(&self.ca_pem).unwrap()
         )
     }
-}
-
-/// The busybox-static base layer's entries.
-pub fn busybox_layer() -> Vec<u8> {
-    let busybox = std::fs::read(
-        ["/bin/busybox", "/usr/bin/busybox"]
-            .iter()
-            .find(|p| Path::new(p).exists())
-            .unwrap(),
-    )
-    .unwrap();
-    let mut base: Vec<(&str, &[u8], bool, u32)> = vec![
-        ("bin/", b"", false, 0o755),
-        ("bin/busybox", &busybox, false, 0o755),
-        ("etc/", b"", false, 0o755),
-        (
-            "etc/passwd",
-            b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n",
-            false,
-            0o644,
-        ),
-        ("etc/group", b"root:x:0:\nnogroup:x:65534:\n", false, 0o644),
-        ("tmp/", b"", false, 0o1777),
-    ];
-    let tools: Vec<String> = [
-        "sh", "ls", "cat", "echo", "id", "wc", "test", "head", "mount", "mkdir", "cp", "grep",
-    ]
-    .iter()
-    .map(|t| format!("bin/{t}"))
-    .collect();
-    for path in &tools {
-        base.push((path.as_str(), b"/bin/busybox", true, 0o777));
-    }
-    tar_of(&base)
 }
 
 /// Writes an OCI image layout directory at `out` whose layers are the

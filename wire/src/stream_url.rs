@@ -86,8 +86,13 @@ impl StreamGrant {
     /// The grant's `path` is [`BLOBS_PATH`]: it lets the holder of the URL
     /// fetch the blobs of that one image and nothing else.
     pub fn blob_url(&self, agent_url: &str, key: &str) -> String {
+        self.url_of(agent_url, "blobs/{digest}", key)
+    }
+
+    /// `{agent_url}/p2p/volumes/{volume}/{route}?` and the signed query.
+    fn url_of(&self, agent_url: &str, route: &str, key: &str) -> String {
         format!(
-            "{}/p2p/volumes/{}/blobs/{{digest}}?worker={}&path={}&encoding={}&expires={}&sig={}",
+            "{}/p2p/volumes/{}/{route}?worker={}&path={}&encoding={}&expires={}&sig={}",
             agent_url.trim_end_matches('/'),
             escape(&self.volume),
             escape(&self.worker),
@@ -108,16 +113,7 @@ impl StreamGrant {
     /// `{agent_url}/p2p/volumes/{volume}/stream-out?worker=..&path=..&encoding=..&expires=..&sig=..`
     /// (path segment and query values percent-escaped).
     pub fn url(&self, agent_url: &str, key: &str) -> String {
-        format!(
-            "{}/p2p/volumes/{}/stream-out?worker={}&path={}&encoding={}&expires={}&sig={}",
-            agent_url.trim_end_matches('/'),
-            escape(&self.volume),
-            escape(&self.worker),
-            escape(&self.path),
-            self.encoding.as_str(),
-            self.expires_ms,
-            self.sign(key)
-        )
+        self.url_of(agent_url, "stream-out", key)
     }
 
     /// Checks `sig` in constant time (a signature that is not 64 hex digits

@@ -377,14 +377,32 @@ impl Db {
         artifact: &str,
         build: i64,
     ) -> Result<Vec<ArtifactCopy>, EngineError> {
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "SELECT worker, handle FROM volumes WHERE artifact_id = $1 AND build_id = $2 AND state = $3 ORDER BY created_at, handle",
-        )
-        .bind(artifact)
-        .bind(build)
-        .bind(HandleState::Created.as_str())
-        .fetch_all(self.pool())
-        .await?;
+        self.copies(artifact, Some(build)).await
+    }
+
+    /// The `created` volumes holding `artifact` (of build `build` only,
+    /// when given), oldest first.
+    async fn copies(
+        &self,
+        artifact: &str,
+        build: Option<i64>,
+    ) -> Result<Vec<ArtifactCopy>, EngineError> {
+        let of_build = if build.is_some() {
+            "AND build_id = $3"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "SELECT worker, handle FROM volumes WHERE artifact_id = $1 AND state = $2 {of_build} \
+             ORDER BY created_at, handle"
+        );
+        let mut query = sqlx::query_as(&sql)
+            .bind(artifact)
+            .bind(HandleState::Created.as_str());
+        if let Some(b) = build {
+            query = query.bind(b);
+        }
+        let rows: Vec<(String, String)> = query.fetch_all(self.pool()).await?;
         Ok(rows
             .into_iter()
             .map(|(worker, volume)| ArtifactCopy { worker, volume })
@@ -396,17 +414,7 @@ impl Db {
     /// Every `created` volume holding `artifact`, on any worker, oldest
     /// first (an image pulled onto several workers).
     pub async fn artifact_holders(&self, artifact: &str) -> Result<Vec<ArtifactCopy>, EngineError> {
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "SELECT worker, handle FROM volumes WHERE artifact_id = $1 AND state = $2 ORDER BY created_at, handle",
-        )
-        .bind(artifact)
-        .bind(HandleState::Created.as_str())
-        .fetch_all(self.pool())
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(worker, volume)| ArtifactCopy { worker, volume })
-            .collect())
+        self.copies(artifact, None).await
     }
 }
 

@@ -393,26 +393,13 @@ pub async fn fetch_image(
         });
     }
     ResourceStats::count(&ctx.resource_stats().cache_misses);
-    if let Some(pull) = pull {
-        let row = pull_image(ctx, name, &pull, version).await?;
-        let row = ctx.db().save_resource_cache(ctx.team(), &key, &row).await?;
-        tell(
-            ctx,
-            name,
-            "image",
-            &row.version,
-            &row.metadata,
-            false,
-            row.worker.as_deref(),
-        )
-        .await?;
-        return Ok(FetchedImage {
-            pull: Some(pull),
-            ..image_of(&row, None)
-        });
-    }
-    let (volume, (version, metadata)) = run_in(ctx, &r, &version, params).await?;
-    let row = keep_image(ctx, name, volume.as_ref(), version, metadata).await?;
+    let row = match &pull {
+        Some(pull) => pull_image(ctx, name, pull, version).await?,
+        None => {
+            let (volume, (version, metadata)) = run_in(ctx, &r, &version, params).await?;
+            keep_image(ctx, name, volume.as_ref(), version, metadata).await?
+        }
+    };
     let row = ctx.db().save_resource_cache(ctx.team(), &key, &row).await?;
     tell(
         ctx,
@@ -424,7 +411,10 @@ pub async fn fetch_image(
         row.worker.as_deref(),
     )
     .await?;
-    Ok(image_of(&row, Some(config.type_.base())))
+    Ok(FetchedImage {
+        pull,
+        ..image_of(&row, Some(config.type_.base()))
+    })
 }
 
 /// What a worker pulls for an image of a type the workers run natively
