@@ -36,8 +36,8 @@ impl StepContext {
             .map(|(handle, _)| handle)
     }
 
-    /// [`Self::image_volume`], filled as `fill` says; with what a pull
-    /// answered (the image's env and user) when it pulled or found one.
+    /// [`Self::image_volume`], filled as `fill` says; with what the pull
+    /// answered (the image's env and user) when it pulled now.
     pub async fn image_volume_by(
         &self,
         artifact: &str,
@@ -69,15 +69,8 @@ impl StepContext {
         let worker = &self.worker;
         let encoding = self.scope.encoding;
         if let Some(handle) = db.find_artifact_volume(worker.name(), artifact).await? {
-            if let Some(volume) = worker.lookup_volume(&handle).await? {
-                // A pulled image's volume answers its env and user again.
-                let pulled = match fill {
-                    Fill::Pull(pull) => Some(volume.pull_image(pull).await.map_err(|e| {
-                        EngineError::Invalid(format!("the image could not be used: {e}"))
-                    })?),
-                    Fill::Import => None,
-                };
-                return Ok((handle, pulled));
+            if worker.lookup_volume(&handle).await?.is_some() {
+                return Ok((handle, None));
             }
             // The worker lost it (e.g. a new disk): forget the row, import again.
             db.delete_handle(HandleKind::Volume, &handle).await?;

@@ -477,12 +477,22 @@ async fn pull_image(
     let artifact = pulled_image_id(ctx.team(), &pull.digest);
     db.insert_pulled_image(&artifact, ctx.team(), name, &pull.digest)
         .await?;
-    let (_, pulled) = ctx
+    let (handle, pulled) = ctx
         .image_volume_by(&artifact, crate::steps::image::Fill::Pull(pull))
         .await?;
-    let pulled = pulled.ok_or_else(|| {
-        EngineError::Invalid(format!("image {name:?}: the worker answered no image"))
-    })?;
+    let pulled = match pulled {
+        Some(p) => p,
+        // The worker held the image already (its cache row had gone): its
+        // volume answers the image's env and user from its record.
+        None => {
+            let volume = ctx.worker().lookup_volume(&handle).await?.ok_or_else(|| {
+                EngineError::Invalid(format!("image {name:?}: volume {handle} went away"))
+            })?;
+            volume.pull_image(pull).await.map_err(|e| {
+                EngineError::Invalid(format!("image {name:?} could not be used: {e}"))
+            })?
+        }
+    };
     Ok(ResourceCacheRow {
         artifact_id: artifact,
         version,

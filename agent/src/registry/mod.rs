@@ -263,7 +263,8 @@ impl NativeTypes {
         Ok(())
     }
 
-    /// Writes `image` as an OCI image layout at `dir`.
+    /// Writes `image` as an OCI image layout at `dir` (its layers linked, or
+    /// copied, from the blob cache on a blocking thread).
     async fn write_layout(
         &self,
         remote: &Remote,
@@ -271,24 +272,14 @@ impl NativeTypes {
         tag: &str,
         dir: &Path,
     ) -> Result<(), String> {
-        let blobs_dir = dir.join("blobs").join("sha256");
-        std::fs::create_dir_all(&blobs_dir).map_err(|e| format!("creating oci/: {e}"))?;
+        let mut files: Vec<(PathBuf, String)> = Vec::new();
         for layer in &image.manifest.layers {
             let (path, _) = self
                 .blobs
                 .ensure(remote, &image.reference, layer, &[])
                 .await?;
-            let to = blobs_dir.join(blobs::sha256_hex(&layer.digest)?);
-            std::fs::hard_link(&path, &to)
-                .or_else(|_| std::fs::copy(&path, &to).map(|_| ()))
-                .map_err(|e| format!("writing blob {}: {e}", layer.digest))?;
+            files.push((path, blobs::sha256_hex(&layer.digest)?.to_string()));
         }
-        let put = |digest: &str, bytes: &[u8]| -> Result<(), String> {
-            std::fs::write(blobs_dir.join(blobs::sha256_hex(digest)?), bytes)
-                .map_err(|e| format!("writing blob {digest}: {e}"))
-        };
-        put(&image.manifest.config.digest, &image.config_raw)?;
-        put(&image.manifest_digest, &image.manifest_raw)?;
         let media_type = image
             .manifest
             .media_type
@@ -303,11 +294,37 @@ impl NativeTypes {
                 "annotations": {"org.opencontainers.image.ref.name": tag},
             }],
         });
-        std::fs::write(dir.join("index.json"), index.to_string())
-            .and_then(|()| {
-                std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#)
-            })
-            .map_err(|e| format!("writing the OCI layout: {e}"))
+        let small = vec![
+            (
+                blobs::sha256_hex(&image.manifest.config.digest)?.to_string(),
+                image.config_raw.clone(),
+            ),
+            (
+                blobs::sha256_hex(&image.manifest_digest)?.to_string(),
+                image.manifest_raw.to_vec(),
+            ),
+        ];
+        let dir = dir.to_path_buf();
+        blocking("writing an OCI layout", move || {
+            let io = |what: &str, e| AgentError::io(format!("writing the OCI layout: {what}"), e);
+            let blobs_dir = dir.join("blobs").join("sha256");
+            std::fs::create_dir_all(&blobs_dir).map_err(|e| io("blobs/", e))?;
+            for (from, hex) in files {
+                let to = blobs_dir.join(&hex);
+                std::fs::hard_link(&from, &to)
+                    .or_else(|_| std::fs::copy(&from, &to).map(|_| ()))
+                    .map_err(|e| io(&hex, e))?;
+            }
+            for (hex, bytes) in small {
+                std::fs::write(blobs_dir.join(&hex), bytes).map_err(|e| io(&hex, e))?;
+            }
+            std::fs::write(dir.join("index.json"), index.to_string())
+                .map_err(|e| io("index.json", e))?;
+            std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#)
+                .map_err(|e| io("oci-layout", e))
+        })
+        .await
+        .map_err(|e| e.to_string())
     }
 
     /// Makes the empty volume `data` the root filesystem of `pull`'s image.
