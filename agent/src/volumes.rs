@@ -327,6 +327,18 @@ impl VolumeStore {
         handle: &str,
     ) -> Result<Begun<'_, R>, AgentError> {
         let volume = self.get(handle)?;
+        // A volume that holds its image answers from its record, even while
+        // others ask too: only filling it is claimed.
+        let r = volume.image_record();
+        let held = blocking("reading an image record", move || {
+            Ok(std::fs::read(&r)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<R>(&bytes).ok()))
+        })
+        .await?;
+        if let Some(done) = held {
+            return Ok(Begun::Holds(done));
+        }
         let claim = {
             let mut set = self.importing.lock().unwrap_or_else(|e| e.into_inner());
             if !set.insert(handle.to_string()) {
