@@ -50,11 +50,9 @@ fn on_crun_the_bench_measures_raw_runc_and_raw_crun_in_the_same_run() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let out = common::gantry()
-        .env("TMPDIR", tmp.path())
-        .env("GANTRY_WORKER_SWEEP_INTERVAL", "1")
-        .args([
-            "bench",
+    let figures = common::run_bench(
+        tmp.path(),
+        &[
             "container-start",
             "--backend",
             "crun",
@@ -62,30 +60,21 @@ fn on_crun_the_bench_measures_raw_runc_and_raw_crun_in_the_same_run() {
             "6",
             "--warmup",
             "1",
-        ])
-        .output()
-        .unwrap();
-    let figures = common::Figures::of(&out);
-    let stdout = &figures.stdout;
-    let number = |name: &str| figures.number(name);
-    assert_eq!(figures.get("backend"), Some("crun"), "{stdout}");
-    for name in [
+        ],
+    );
+    assert_eq!(figures.get("backend"), Some("crun"), "{}", figures.stdout);
+    figures.assert_positive(&[
         "gantry_p50_ms",
         "runc_p50_ms",
         "crun_p50_ms",
         "crun_exit_p50_ms",
-    ] {
-        assert!(number(name) > 0.0, "{name} is not positive:\n{stdout}");
-    }
-    for (ratio, over, under) in [
-        ("p50_ratio", "gantry_p50_ms", "runc_p50_ms"),
-        ("crun_p50_ratio", "gantry_p50_ms", "crun_p50_ms"),
-    ] {
-        let want = number(over) / number(under);
-        assert!(
-            (number(ratio) - want).abs() < 0.02 * want.max(1.0),
-            "{ratio} does not match its figures:\n{stdout}"
-        );
-    }
+    ]);
+    figures.assert_ratio("p50_ratio", "gantry_p50_ms", "runc_p50_ms");
+    figures.assert_ratio("crun_p50_ratio", "gantry_p50_ms", "crun_p50_ms");
+    figures.assert_ratio(
+        "crun_exit_p50_ratio",
+        "gantry_exit_p50_ms",
+        "crun_exit_p50_ms",
+    );
     common::assert_bench_left_nothing(tmp.path());
 }

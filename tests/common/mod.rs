@@ -590,6 +590,20 @@ pub fn bench_mounts() -> Vec<String> {
         .collect()
 }
 
+/// Runs `gantry bench ARGS` with its temporary files under `tmp` and its
+/// workers sweeping every second (so a run spans several sweeps); its
+/// figures, the run having succeeded.
+pub fn run_bench(tmp: &Path, args: &[&str]) -> Figures {
+    let out = gantry()
+        .env("TMPDIR", tmp)
+        .env("GANTRY_WORKER_SWEEP_INTERVAL", "1")
+        .arg("bench")
+        .args(args)
+        .output()
+        .unwrap();
+    Figures::of(&out)
+}
+
 /// A benchmark left no mount behind and nothing in its temporary directory
 /// `tmp` (its `TMPDIR`).
 pub fn assert_bench_left_nothing(tmp: &Path) {
@@ -666,6 +680,27 @@ impl Figures {
     /// The figure `name` as printed, if there is one.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.values.get(name).map(String::as_str)
+    }
+
+    /// Every one of `names` is a positive number.
+    pub fn assert_positive(&self, names: &[&str]) {
+        for name in names {
+            assert!(
+                self.number(name) > 0.0,
+                "{name} is not positive:\n{}",
+                self.stdout
+            );
+        }
+    }
+
+    /// The figure `ratio` is `over / under` (to 2 %, as printed).
+    pub fn assert_ratio(&self, ratio: &str, over: &str, under: &str) {
+        let want = self.number(over) / self.number(under);
+        assert!(
+            (self.number(ratio) - want).abs() < 0.02 * want.max(1.0),
+            "{ratio} is not {over} / {under}:\n{}",
+            self.stdout
+        );
     }
 
     /// The figure `name` as a number; panics naming it when absent or not one.
