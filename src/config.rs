@@ -114,6 +114,17 @@ pub struct WebConfig {
     /// Kubernetes clusters this node runs steps on, each one worker of
     /// backend `kubernetes` (`[[web.kubernetes]]`; see docs/kubernetes.md).
     pub kubernetes: Vec<crate::k8s::KubernetesConfig>,
+    /// Stored pipelines keep one history of versions per resource config
+    /// (type and source), shared by every pipeline and team using it, so
+    /// one check serves them all. Default true; false keeps one per
+    /// pipeline resource, as Concourse does by default.
+    pub global_resources: bool,
+    /// How often stored pipelines' jobs are scheduled and due checks
+    /// started, in milliseconds. Default 1000.
+    pub pipeline_interval_ms: u64,
+    /// Checks started per interval at most, across the fleet (a burst of
+    /// due checks waits for the next intervals). Default 50.
+    pub max_checks_per_interval: usize,
 }
 
 impl WebConfig {
@@ -415,6 +426,9 @@ impl Default for WebConfig {
             registration_key: None,
             stream_encoding: "zstd".into(),
             rerun_when_worker_disappears: false,
+            global_resources: true,
+            pipeline_interval_ms: 1000,
+            max_checks_per_interval: 50,
             stalled_worker_timeout_secs: 86_400,
             max_artifact_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
             placement: PlacementChains::default(),

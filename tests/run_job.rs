@@ -16,11 +16,15 @@ use common::*;
 use common::job_suite::{self, PIPELINE};
 
 const GET: &str = r#"
+prototypes:
+- name: some-prototype
+  type: registry-image
+  source: {repository: example/proto}
 jobs:
 - name: fetch
   plan:
-  - set_pipeline: other
-    file: config/other.yml
+  - run: other
+    type: some-prototype
   - task: t
     config: {platform: linux, run: {path: echo}}
 "#;
@@ -93,12 +97,12 @@ fn what_cannot_run_is_refused_by_name() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("unfilled var ((greeting))"), "{stderr}");
 
-    // A step Gantry does not run (set_pipeline) is refused naming the step.
+    // A step Gantry does not run (a prototype's `run`) is refused naming the step.
     let out = run(url, dir.path(), &["-p", "get.yml", "-j", "fetch"]);
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("step \"other\": set_pipeline steps are not supported yet"),
+        stderr.contains("step \"other\": run steps are not supported yet"),
         "{stderr}"
     );
     assert!(builds_json(url).is_empty(), "nothing was created");
@@ -120,7 +124,7 @@ fn what_cannot_run_is_refused_by_name() {
     assert!(body["error"]
         .as_str()
         .unwrap()
-        .contains("set_pipeline steps are not supported yet"));
+        .contains("run steps are not supported yet"));
     let (status, body) = post(serde_json::json!({"pipeline": PIPELINE, "job": "build"}));
     assert_eq!(status, 400, "{body}");
     assert!(body["error"].as_str().unwrap().contains("((greeting))"));

@@ -5,12 +5,15 @@
 //! [`Token`]), never the database's rows. The wire types the engine shares
 //! with the workers (`gantry-wire`) are re-exported at the crate's root.
 
-pub use crate::views::{Build, Handle, Team, Token};
+pub use crate::views::{
+    Build, BuildResources, BuildVersion, Handle, JobView, PipelineView, ResourceView, Team, Token,
+    VersionView,
+};
 
 // The engine, its settings, its errors.
 pub use crate::engine::{
     check_team_name, describe_histograms, Engine, EngineConfig, EngineSetup, HandleOwner,
-    NodeConfig, WebNodeView, TOKEN_PREFIX,
+    NodeConfig, PipelinesConfig, SetPipeline, WebNodeView, DEFAULT_CHECK_EVERY, TOKEN_PREFIX,
 };
 pub use crate::error::{EngineError, RuntimeError};
 pub use crate::gc::collector::{CollectorConfig, Rule, RuleStats};

@@ -51,6 +51,10 @@ pub enum EngineError {
     /// The request is invalid; the message says why.
     #[error("{0}")]
     Invalid(String),
+    /// The request conflicts with what is stored (a write against a stale
+    /// version, a name already taken); the message says what.
+    #[error("{0}")]
+    Conflict(String),
     /// Something is larger than a configured limit; the message names it.
     #[error("{0}")]
     TooLarge(String),

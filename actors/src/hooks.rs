@@ -55,6 +55,19 @@ impl<T> Hooks<T> {
         .filter_map(|(key, hook)| Some((key, hook.as_deref()?)))
     }
 
+    /// The hooks that are set, mutably.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        [
+            &mut self.on_success,
+            &mut self.on_failure,
+            &mut self.on_abort,
+            &mut self.on_error,
+            &mut self.ensure,
+        ]
+        .into_iter()
+        .filter_map(|hook| hook.as_deref_mut())
+    }
+
     /// The same hooks, each turned into a `U` by `f`; the first error ends it.
     pub fn try_map<U, E>(&self, mut f: impl FnMut(&T) -> Result<U, E>) -> Result<Hooks<U>, E> {
         let mut one = |h: &Option<Box<T>>| h.as_deref().map(|t| f(t).map(Box::new)).transpose();

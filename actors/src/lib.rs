@@ -32,6 +32,7 @@ mod streaming;
 mod task_config;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+mod triggers;
 mod views;
 
 // The wire types, shared with the workers (`gantry-wire`), under the

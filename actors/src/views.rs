@@ -31,6 +31,15 @@ pub struct Build {
     pub created_at: i64,
     /// Unix ms, once finished.
     pub finished_at: Option<i64>,
+    /// The pipeline of a job build.
+    #[serde(default)]
+    pub pipeline: Option<String>,
+    /// The job of a job build.
+    #[serde(default)]
+    pub job: Option<String>,
+    /// A stored pipeline's job build's number within its job (`P/J #N`).
+    #[serde(default)]
+    pub build_number: Option<i64>,
 }
 
 /// A container or a volume.
@@ -84,4 +93,92 @@ pub struct Token {
     pub expires_at: Option<i64>,
     /// Unix ms of its revocation, if revoked.
     pub revoked_at: Option<i64>,
+}
+
+/// A stored pipeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PipelineView {
+    /// Its name.
+    pub name: String,
+    /// Its team.
+    pub team: String,
+    /// Whether it is paused (nothing is checked or triggered).
+    pub paused: bool,
+    /// Counted from 1; each set adds one (`--config-version`).
+    pub config_version: i64,
+    /// Its YAML text as set (vars not filled); only in a single answer.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub config: Option<String>,
+}
+
+/// A job of a stored pipeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobView {
+    /// Its name.
+    pub name: String,
+    /// Whether it is paused (no build is triggered).
+    pub paused: bool,
+    /// Its newest build, if any.
+    pub latest_build: Option<Build>,
+    /// The last scheduling decision: the versions chosen per input, why
+    /// inputs could not be satisfied, and what was done.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub decision: Option<serde_json::Value>,
+}
+
+/// A resource of a stored pipeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ResourceView {
+    /// Its name.
+    pub name: String,
+    /// Its type.
+    pub type_: String,
+    /// How often it is checked, in milliseconds (none: never).
+    pub check_every_ms: Option<i64>,
+    /// The version pinned by hand, if any.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub pinned: Option<serde_json::Value>,
+    /// The last check build, if any.
+    pub last_check: Option<Build>,
+    /// Why the last check failed or errored, if it did.
+    pub check_error: Option<String>,
+}
+
+/// A version of a pipeline's resource.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct VersionView {
+    /// The version.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub version: serde_json::Value,
+    /// Its place in the order of versions (higher: newer).
+    pub check_order: i64,
+    /// Whether it is disabled in this pipeline.
+    pub disabled: bool,
+}
+
+/// A version a build used or made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BuildVersion {
+    /// The step (a `get`'s or `put`'s name).
+    pub name: String,
+    /// The resource.
+    pub resource: String,
+    /// The version.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub version: serde_json::Value,
+}
+
+/// The versions a build of a pipeline job used and made.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BuildResources {
+    /// Its inputs (its gets), by step.
+    pub inputs: Vec<BuildVersion>,
+    /// Its outputs (its puts), by step.
+    pub outputs: Vec<BuildVersion>,
 }

@@ -106,10 +106,10 @@ impl Holdings for AgentHoldings {
             .await
             .map_err(|e| e.to_string())?;
         let (removed, bytes) = tokio::task::spawn_blocking(move || {
-            state
-                .native
-                .blobs
-                .prune(&keep, crate::registry::blobs::UNUSED_BLOB_AGE)
+            let age = crate::registry::blobs::UNUSED_BLOB_AGE;
+            let (b, bb) = state.native.blobs.prune(&keep, age)?;
+            let (d, db) = state.native.diffs.prune(&keep, age)?;
+            Ok::<_, std::io::Error>((b + d, bb + db))
         })
         .await
         .map_err(|e| e.to_string())?
@@ -118,7 +118,7 @@ impl Holdings for AgentHoldings {
             tracing::info!(
                 removed,
                 bytes,
-                "image blobs no image volume holds, unused for an hour, removed"
+                "image blobs and layers no image volume holds, unused for an hour, removed"
             );
         }
         Ok(())

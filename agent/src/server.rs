@@ -20,6 +20,7 @@
 //! | `PUT /volumes/{h}/stream-from` (`{"url","path","encoding"}`) | 200 `{"bytes"}`; 502 when the source fails |
 //! | `GET /p2p/volumes/{h}/stream-out?worker=&path=&encoding=&expires=&sig=` (no token) | tar stream; 403 unless signed for this worker and not expired |
 //! | `GET /p2p/volumes/{h}/blobs/{digest}?worker=&path=@blobs&encoding=raw&expires=&sig=` (no token) | a blob of the image pulled into `h`; 403 as above, 404 for a blob not of that image |
+//! | `GET /p2p/volumes/{h}/diffs/{diff_id}?...` (no token, the same grant) | a layer of that image as this worker keeps it decompressed (zstd); 404 for a layer not of that image or not kept |
 //! | `POST /containers` (`ContainerSpec`) | 201 (200 if it existed) `{"handle"}` |
 //! | `GET /containers` | `["handle", ...]` |
 //! | `GET /containers/{h}` | `{"handle","spec","state","processes"}` |
@@ -138,6 +139,10 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .route(
             "/p2p/volumes/{handle}/blobs/{digest}",
             web::get().to(p2p_blob),
+        )
+        .route(
+            "/p2p/volumes/{handle}/diffs/{diff_id}",
+            web::get().to(p2p_diff),
         )
         .route("/containers", web::post().to(create_container))
         .route("/containers", web::get().to(list_containers))
@@ -388,21 +393,49 @@ async fn p2p_blob(
     query: web::Query<P2pStreamQuery>,
 ) -> Result<HttpResponse, AgentError> {
     let (handle, digest) = path.into_inner();
-    let grant = stream_grant::check(&state, &handle, &query)?;
+    let pulled = granted_image(&state, &handle, &query).await?;
+    let file = state.native.open_for_peer(&pulled, &digest).await?;
+    Ok(serve_file(&state, file))
+}
+
+/// `GET /p2p/volumes/{handle}/diffs/{diff_id}`: a layer of the image pulled
+/// into volume `handle` as this worker keeps it decompressed (zstd), under
+/// the same grant as its blobs (`diff_url_of`).
+async fn p2p_diff(
+    state: State,
+    path: web::Path<(String, String)>,
+    query: web::Query<P2pStreamQuery>,
+) -> Result<HttpResponse, AgentError> {
+    let (handle, diff_id) = path.into_inner();
+    let pulled = granted_image(&state, &handle, &query).await?;
+    let file = state.native.open_diff_for_peer(&pulled, &diff_id).await?;
+    Ok(serve_file(&state, file))
+}
+
+/// The record of the image volume a peer's signed URL grants the blobs of.
+async fn granted_image(
+    state: &State,
+    handle: &str,
+    query: &P2pStreamQuery,
+) -> Result<gantry_wire::native::PulledImage, AgentError> {
+    let grant = stream_grant::check(state, handle, query)?;
     if grant.path != gantry_wire::stream_url::BLOBS_PATH {
         return Err(AgentError::Forbidden(
             "stream URL refused: it grants no blobs".into(),
         ));
     }
-    let pulled = state.volumes.pulled_record(&grant.volume).await?;
-    let file = state.native.open_for_peer(&pulled, &digest).await?;
+    state.volumes.pulled_record(&grant.volume).await
+}
+
+/// A file served to a peer, counted as a stream out.
+fn serve_file(state: &State, file: tokio::fs::File) -> HttpResponse {
     let stream = Box::pin(tokio_util::io::ReaderStream::with_capacity(
         file,
         256 * 1024,
     ));
-    Ok(HttpResponse::Ok()
+    HttpResponse::Ok()
         .content_type("application/octet-stream")
-        .streaming(state.streams.guard_out(stream)))
+        .streaming(state.streams.guard_out(stream))
 }
 
 /// `GET /p2p/volumes/{handle}/stream-out`: as `stream-out`, for another

@@ -20,9 +20,10 @@ pub fn is_p2p_stream_path(path: &str) -> bool {
     if let Some(handle) = rest.strip_suffix("/stream-out") {
         return !handle.is_empty() && !handle.contains('/');
     }
-    // `/p2p/volumes/{handle}/blobs/{digest}`: a blob of an image volume.
+    // `/p2p/volumes/{handle}/blobs/{digest}`: a blob of an image volume;
+    // `.../diffs/{diff_id}`: one of its layers, decompressed.
     match rest.split('/').collect::<Vec<_>>().as_slice() {
-        [handle, "blobs", digest] => !handle.is_empty() && !digest.is_empty(),
+        [handle, "blobs" | "diffs", digest] => !handle.is_empty() && !digest.is_empty(),
         _ => false,
     }
 }
@@ -98,6 +99,7 @@ mod tests {
     fn only_the_stream_route_of_one_volume_is_exempt_from_the_token() {
         assert!(is_p2p_stream_path("/p2p/volumes/v1/stream-out"));
         assert!(is_p2p_stream_path("/p2p/volumes/v1/blobs/sha256:ab"));
+        assert!(is_p2p_stream_path("/p2p/volumes/v1/diffs/sha256:ab"));
         for path in [
             "/p2p/volumes//stream-out",
             "/p2p/volumes/a/b/stream-out",

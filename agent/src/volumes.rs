@@ -281,8 +281,8 @@ impl VolumeStore {
         }
     }
 
-    /// The blobs of every image pulled into a volume of this store: what the
-    /// blob cache must keep.
+    /// The blobs and layer diff ids of every image pulled into a volume of
+    /// this store: what the blob and diff caches must keep.
     pub async fn pulled_blobs(&self) -> Result<HashSet<String>, AgentError> {
         let records: Vec<PathBuf> = self
             .handles()
@@ -298,6 +298,7 @@ impl VolumeStore {
                     .and_then(|bytes| serde_json::from_slice::<PulledImage>(&bytes).ok());
                 if let Some(p) = pulled {
                     blobs.extend(p.blobs);
+                    blobs.extend(p.diffs);
                 }
             }
             Ok(blobs)

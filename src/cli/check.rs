@@ -34,6 +34,7 @@ pub async fn check(client: &ApiClient, args: CheckArgs) -> anyhow::Result<i32> {
         pipeline: text,
         check: args.resource,
         vars,
+        scope: None,
     };
     stored.plan().map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let body = serde_json::json!({

@@ -141,6 +141,31 @@ impl ApiClient {
         self.json("PUT", path, self.http.put(self.url(path))).await
     }
 
+    /// PUTs JSON, returns JSON.
+    pub async fn put_json<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> anyhow::Result<T> {
+        self.json("PUT", path, self.http.put(self.url(path)).json(body))
+            .await
+    }
+
+    /// POSTs JSON to a route that answers no body (204).
+    pub async fn post_done(&self, path: &str, body: &serde_json::Value) -> anyhow::Result<()> {
+        self.done(self.http.post(self.url(path)).json(body)).await
+    }
+
+    /// DELETEs on a route that answers no body (204).
+    pub async fn delete_done(&self, path: &str) -> anyhow::Result<()> {
+        self.done(self.http.delete(self.url(path))).await
+    }
+
+    async fn done(&self, request: reqwest::RequestBuilder) -> anyhow::Result<()> {
+        let resp = request.send().await.map_err(|e| self.unreachable(e))?;
+        self.check(resp).await.map(drop)
+    }
+
     /// DELETEs, returns JSON.
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
         self.json("DELETE", path, self.http.delete(self.url(path)))

@@ -203,7 +203,15 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     Command::Volumes { json } => {
                         list::handles(&client, "volumes", json).await.map(|_| 0)
                     }
-                    Command::Jobs { json } => list::jobs(&client, json).await.map(|_| 0),
+                    Command::Jobs {
+                        json,
+                        pipeline: Some(pipeline),
+                        team,
+                    } => list::pipeline_jobs(&client, &team, &pipeline, json)
+                        .await
+                        .map(|_| 0),
+                    Command::Jobs { json, .. } => list::jobs(&client, json).await.map(|_| 0),
+                    Command::Pipelines(command) => super::pipelines::run(&client, command).await,
                     Command::WebNodes { json } => list::web_nodes(&client, json).await.map(|_| 0),
                     Command::Watch { build } => {
                         follow::follow(&client, build, follow::StepLines::Told)

@@ -77,6 +77,11 @@ pub struct WebFlags {
     /// `quickstart`, between two sweeps of its embedded worker).
     #[arg(long, env = "GANTRY_GC_INTERVAL")]
     pub gc_interval: Option<u64>,
+    /// One history of versions per resource config, shared by every
+    /// pipeline and team using the same type and source (default true);
+    /// false: one per pipeline resource, as Concourse does by default.
+    #[arg(long, env = "GANTRY_GLOBAL_RESOURCES")]
+    pub global_resources: Option<bool>,
 }
 
 /// Flags of a worker (override the config file and `GANTRY_WORKER_*` variables).
@@ -280,12 +285,23 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List the web node's background jobs: state, runs, errors, last error.
+    /// List the web node's background jobs (state, runs, errors, last
+    /// error); with `-p`, a stored pipeline's jobs instead (paused, newest
+    /// build, last scheduling outcome).
     Jobs {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// A stored pipeline whose jobs to list.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: Option<String>,
+        /// Team (with `-p`).
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
     },
+    /// The stored pipeline verbs.
+    #[command(flatten)]
+    Pipelines(crate::cli::pipeline_grammar::PipelineCommand),
     /// List the web nodes sharing the database: alive or not, last heartbeat.
     WebNodes {
         /// Print JSON.

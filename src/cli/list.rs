@@ -71,8 +71,8 @@ pub struct BuildFilters {
     /// Only builds of this pipeline's jobs.
     #[arg(long)]
     pub pipeline: Option<String>,
-    /// Only builds of a job of this name.
-    #[arg(long)]
+    /// Only builds of a job of this name, or of PIPELINE/JOB.
+    #[arg(short = 'j', long)]
     pub job: Option<String>,
 }
 
@@ -81,11 +81,16 @@ pub async fn builds(client: &ApiClient, filters: &BuildFilters, json: bool) -> a
     anyhow::ensure!(filters.limit > 0, "--limit: give at least 1");
     let page = filters.limit.min(100).to_string();
     let mut query = vec![("limit", page.as_str())];
+    // `-j PIPELINE/JOB` names both.
+    let (pipeline, job) = match filters.job.as_deref().and_then(|j| j.split_once('/')) {
+        Some((p, j)) => (Some(p.to_string()), Some(j.to_string())),
+        None => (filters.pipeline.clone(), filters.job.clone()),
+    };
     for (key, value) in [
         ("team", &filters.team),
         ("status", &filters.status),
-        ("pipeline", &filters.pipeline),
-        ("job", &filters.job),
+        ("pipeline", &pipeline),
+        ("job", &job),
     ] {
         if let Some(v) = value {
             query.push((key, v.as_str()));
@@ -220,6 +225,44 @@ pub async fn lifecycle(client: &ApiClient, name: &str, action: &str) -> anyhow::
     crate::outln!(
         "worker {name}: {}",
         answer["state"].as_str().unwrap_or("removed")
+    );
+    Ok(())
+}
+
+/// `gantry jobs -p PIPELINE`: a stored pipeline's jobs.
+pub async fn pipeline_jobs(
+    client: &ApiClient,
+    team: &str,
+    pipeline: &str,
+    json: bool,
+) -> anyhow::Result<()> {
+    let path = format!(
+        "/api/v1/teams/{}/pipelines/{}/jobs",
+        crate::url::segment(team),
+        crate::url::segment(pipeline)
+    );
+    let jobs: Vec<serde_json::Value> = client.get(&path).await?;
+    if json {
+        crate::outln!("{}", serde_json::to_string_pretty(&jobs)?);
+        return Ok(());
+    }
+    print_table(
+        &["name", "paused", "build", "status", "scheduling"],
+        jobs.iter()
+            .map(|j| {
+                let b = &j["latest_build"];
+                vec![
+                    cell(j, "name"),
+                    cell(j, "paused"),
+                    cell(b, "build_number"),
+                    cell(b, "status"),
+                    j["decision"]["outcome"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                ]
+            })
+            .collect(),
     );
     Ok(())
 }

@@ -10,6 +10,8 @@ mod grammar;
 mod hijack;
 mod list;
 pub mod output;
+mod pipeline_grammar;
+mod pipelines;
 mod progress;
 mod run;
 mod serve;

@@ -61,6 +61,7 @@ pub async fn run(client: &ApiClient, args: RunArgs) -> anyhow::Result<i32> {
         pipeline: text,
         job: args.job,
         vars,
+        inputs: Default::default(),
     };
     // What the web node would refuse (an unknown job, a step kind Gantry
     // does not run yet), refused before anything is created.

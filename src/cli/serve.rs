@@ -47,6 +47,9 @@ fn apply_web(mut cfg: WebConfig, f: WebFlags) -> WebConfig {
     if f.registration_key.is_some() {
         cfg.registration_key = f.registration_key;
     }
+    if let Some(v) = f.global_resources {
+        cfg.global_resources = v;
+    }
     if f.admin_token.is_some() {
         cfg.admin_token = f.admin_token;
     }

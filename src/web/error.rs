@@ -51,6 +51,7 @@ impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> Self {
         let status = match &e {
             EngineError::Invalid(_) => StatusCode::BAD_REQUEST,
+            EngineError::Conflict(_) => StatusCode::CONFLICT,
             EngineError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             EngineError::NotFound { .. } => StatusCode::NOT_FOUND,
             EngineError::NoWorkers(_) => StatusCode::SERVICE_UNAVAILABLE,

@@ -163,6 +163,11 @@ pub async fn start_web(
         streaming: cfg.streaming.parse(encoding)?,
         gc: cfg.gc.parse()?,
         nodes: node_config(cfg)?,
+        pipelines: gantry_actors::api::PipelinesConfig {
+            global_resources: cfg.global_resources,
+            interval: std::time::Duration::from_millis(cfg.pipeline_interval_ms.max(100)),
+            max_checks_per_interval: cfg.max_checks_per_interval,
+        },
     };
     let clusters = connect_clusters(cfg).await?;
     let connector: Arc<dyn WorkerConnector> = if clusters.is_empty() {

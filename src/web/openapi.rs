@@ -47,6 +47,7 @@ pub struct TarStream(pub Vec<u8>);
         (name = "gc", description = "Garbage collection: sweeps and task caches"),
         (name = "intercept", description = "Websocket sessions in containers (`gantry hijack`)"),
         (name = "teams", description = "Teams and team tokens (admin)"),
+        (name = "pipelines", description = "Stored pipelines, their jobs and resources"),
         (name = "operations", description = "Health, readiness, metrics, the dashboard and this document"),
     )
 )]

@@ -6,7 +6,7 @@
 
 use actix_web::web;
 
-use super::api::{artifacts, builds, gc, gc_admin, hijack, jobs, teams, workers};
+use super::api::{artifacts, builds, gc, gc_admin, hijack, jobs, pipelines, teams, workers};
 use super::{dashboard, health, metrics, openapi};
 
 /// Expands the route table into [`register`], [`ROUTES`] and [`Operations`].
@@ -58,6 +58,7 @@ routes! {
     get "/api/v1/builds/{id}" => builds::get;
     post "/api/v1/builds/{id}/abort" => builds::abort;
     get "/api/v1/builds/{id}/events" => builds::events;
+    get "/api/v1/builds/{id}/resources" => builds::resources;
     get "/api/v1/builds/{id}/hijack" => hijack::build;
     get "/api/v1/containers/{handle}/hijack" => hijack::container;
     get "/api/v1/teams" => teams::list;
@@ -68,4 +69,25 @@ routes! {
     delete "/api/v1/tokens/{id}" => teams::revoke_token;
     get "/api/v1/containers" => builds::containers;
     get "/api/v1/volumes" => builds::volumes;
+    get "/api/v1/teams/{team}/pipelines" => pipelines::list;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}" => pipelines::get;
+    put "/api/v1/teams/{team}/pipelines/{pipeline}" => pipelines::set;
+    delete "/api/v1/teams/{team}/pipelines/{pipeline}" => pipelines::destroy;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/rename" => pipelines::rename;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/pause" => pipelines::pause;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/unpause" => pipelines::unpause;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs" => pipelines::jobs;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}" => pipelines::job;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds" => pipelines::job_builds;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds" => pipelines::trigger;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/pause" => pipelines::pause_job;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/unpause" => pipelines::unpause_job;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/resources" => pipelines::resources;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions" => pipelines::versions;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check" => pipelines::check;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check/webhook" => pipelines::webhook;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/pin" => pipelines::pin;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/unpin" => pipelines::unpin;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/disable" => pipelines::disable;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/enable" => pipelines::enable;
 }

@@ -9,6 +9,7 @@ pub mod git;
 pub mod job_suite;
 pub mod nodes;
 pub mod oci;
+pub mod pipelines;
 pub mod registry;
 
 use std::io::{BufRead, BufReader};

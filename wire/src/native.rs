@@ -94,6 +94,11 @@ pub struct PulledImage {
     /// may fetch from this volume.
     #[serde(default)]
     pub blobs: Vec<String>,
+    /// The diff ids of the image's layers this worker keeps decompressed
+    /// (see the agent's `registry/diffs.rs`): what a peer may fetch from
+    /// this volume instead of the blobs.
+    #[serde(default)]
+    pub diffs: Vec<String>,
     /// False when the volume already held the image.
     pub unpacked: bool,
 }

@@ -152,6 +152,16 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// The URL of one layer of an image volume as its holder keeps it
+/// decompressed (the layer's tar named by its diff id, zstd-encoded), made
+/// from a [`StreamGrant::blob_url`]: the same grant, route `diffs/{digest}`
+/// with `{digest}` left for the diff id. None for a URL that is not a blob
+/// URL.
+pub fn diff_url_of(blob_url: &str) -> Option<String> {
+    let (head, query) = blob_url.split_once("/blobs/{digest}?")?;
+    Some(format!("{head}/diffs/{{digest}}?{query}"))
+}
+
 /// Percent-encodes `s` for use as one URL path segment or query value:
 /// every byte but RFC 3986's unreserved characters (`A-Z a-z 0-9 - _ . ~`)
 /// becomes `%XX`, so a `/`, `?`, `#`, `&` or space cannot change the URL's
@@ -173,6 +183,22 @@ mod tests {
     use super::*;
 
     const KEY: &str = "0123456789abcdef-the-source-workers-key";
+
+    #[test]
+    fn a_diff_url_is_a_blob_url_under_the_same_grant_on_the_diffs_route() {
+        let grant = StreamGrant {
+            worker: "w".into(),
+            volume: "v 1".into(),
+            path: BLOBS_PATH.into(),
+            encoding: Encoding::Raw,
+            expires_ms: 5,
+        };
+        let blob = grant.blob_url("http://a:1/", KEY);
+        let diff = diff_url_of(&blob).unwrap();
+        assert_eq!(diff, blob.replace("/blobs/{digest}?", "/diffs/{digest}?"));
+        assert!(diff.starts_with("http://a:1/p2p/volumes/v%201/diffs/{digest}?worker=w&"));
+        assert_eq!(diff_url_of(&grant.url("http://a:1", KEY)), None);
+    }
 
     fn grant() -> StreamGrant {
         StreamGrant {

@@ -52,6 +52,9 @@ pub struct BuildDeps {
     pub resources: Arc<crate::resources::ResourceStats>,
     /// Moves artifacts to the workers that need them.
     pub streams: crate::streaming::Streams,
+    /// Stored pipelines share versions per resource config (a
+    /// `set_pipeline` step stores its pipeline's resources so).
+    pub global_resources: bool,
 }
 
 /// Asks a running build to stop. A second one also stops the hooks that run
@@ -325,6 +328,7 @@ impl BuildRun {
             job: self.job.clone(),
             locals: self.locals.clone(),
             streams: self.deps.streams.clone(),
+            global_resources: self.deps.global_resources,
         }
     }
 

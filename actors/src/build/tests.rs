@@ -127,6 +127,7 @@ impl Harness {
             connector,
             imports: Default::default(),
             resources: Default::default(),
+            global_resources: true,
         };
         Harness {
             db,

@@ -37,13 +37,17 @@ type Raw = (
     Option<String>,
     i64,
     Option<i64>,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
 );
 
 /// The channel a stored event is announced on (PostgreSQL `NOTIFY`, the
 /// payload the build's id), so followers on every web node read it at once.
 pub const EVENTS_CHANNEL: &str = "gantry_events";
 
-const COLUMNS: &str = "id, team, status, plan, worker, exit_status, error, created_at, finished_at";
+const COLUMNS: &str =
+    "id, team, status, plan, worker, exit_status, error, created_at, finished_at, pipeline, job, build_number";
 
 fn decode(r: Raw) -> BuildRow {
     BuildRow {
@@ -56,6 +60,9 @@ fn decode(r: Raw) -> BuildRow {
         error: r.6,
         created_at: r.7,
         finished_at: r.8,
+        pipeline: r.9,
+        job: r.10,
+        build_number: r.11,
     }
 }
 

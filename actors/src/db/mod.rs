@@ -4,6 +4,7 @@
 
 mod allowance;
 mod artifacts;
+mod build_versions;
 mod builds;
 mod gc_collect;
 mod gc_pressure;
@@ -11,6 +12,7 @@ mod gc_sweep;
 mod handles;
 mod intercepts;
 mod leadership;
+mod pipelines;
 mod placements;
 mod resources;
 mod task_caches;
@@ -21,6 +23,7 @@ mod turns;
 mod web_nodes;
 mod workers;
 
+pub use build_versions::{Bound, Direction, JobAt, OrderedVersion, VersionsAt};
 pub use builds::EVENTS_CHANNEL;
 pub use builds::{BuildQuery, BuildStatus};
 pub use gc_collect::ArtifactCutoffs;
@@ -28,6 +31,7 @@ pub use gc_sweep::{SweepRow, SweepWrites};
 pub use handles::{ArtifactCopy, HandleKind};
 pub use intercepts::Closing;
 pub use leadership::Lead;
+pub use pipelines::{PipelineRow, ResourceRow, PIPELINE_ID};
 pub use placements::RELEASES_CHANNEL;
 pub use resources::ResourceCacheRow;
 pub use task_caches::{TaskCacheKey, TaskCacheRow};

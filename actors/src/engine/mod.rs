@@ -8,6 +8,8 @@ mod builds;
 mod gc;
 mod handles;
 mod health;
+mod pipeline_jobs;
+mod pipelines;
 mod takeover;
 mod task_caches;
 mod teams;
@@ -15,7 +17,9 @@ mod workers;
 
 pub use teams::{check_team_name, TOKEN_PREFIX};
 
+pub use crate::triggers::DEFAULT_CHECK_EVERY;
 pub use handles::HandleOwner;
+pub use pipelines::{PipelinesConfig, SetPipeline};
 pub use takeover::{NodeConfig, WebNodeView};
 
 /// Gives every histogram of the engine its help text in the installed
@@ -74,6 +78,8 @@ pub struct EngineConfig {
     pub gc: crate::gc::collector::CollectorConfig,
     /// How web nodes sharing the database watch each other.
     pub nodes: NodeConfig,
+    /// Stored pipelines: global resources, scheduling and check pace.
+    pub pipelines: PipelinesConfig,
 }
 
 /// Handles to the running actors and shared services.
@@ -225,6 +231,7 @@ impl Engine {
             &engine.collector,
             &engine.jobs,
         );
+        pipeline_jobs::start(&engine);
         Ok(engine)
     }
 
@@ -242,6 +249,7 @@ impl Engine {
             imports: self.imports.clone(),
             resources: self.resources.clone(),
             streams: self.streams.clone(),
+            global_resources: self.config.pipelines.global_resources,
         }
     }
 

@@ -33,6 +33,8 @@ pub enum StepDef {
     Check(CheckStep),
     /// A `load_var`.
     LoadVar(LoadVarStep),
+    /// A `set_pipeline`.
+    SetPipeline(SetPipelineStep),
     /// A step translated when it runs.
     Deferred(DeferredStep),
 }
@@ -45,6 +47,7 @@ impl Leaf for StepDef {
             StepDef::Put(s) => &s.name,
             StepDef::Check(s) => &s.name,
             StepDef::LoadVar(s) => &s.name,
+            StepDef::SetPipeline(s) => &s.name,
             StepDef::Deferred(s) => &s.name,
         }
     }
@@ -138,6 +141,8 @@ pub struct CheckStep {
     pub config: ResourceConfig,
     /// Tags a worker must have (the resource's).
     pub tags: Vec<String>,
+    /// Where the versions found are kept (none: the build's team).
+    pub scope: Option<String>,
 }
 
 /// How a `load_var` file is read.
@@ -215,6 +220,23 @@ pub struct LoadVarStep {
     pub format: Option<Format>,
     /// `reveal: true`: the value is not redacted.
     pub reveal: bool,
+}
+
+/// A `set_pipeline` step: stores a pipeline of the build's team from a
+/// file of the build's artifacts.
+#[derive(Debug, Clone)]
+pub struct SetPipelineStep {
+    /// The step's name (`self` or the pipeline's, with an `across` suffix).
+    pub name: String,
+    /// The pipeline set: `self` (the build's own) or a name.
+    pub pipeline: String,
+    /// `ARTIFACT/PATH` of the pipeline file.
+    pub file: String,
+    /// `vars`, over those of `var_files`.
+    pub vars: crate::pipeline::Params,
+    /// `var_files`: `ARTIFACT/PATH` YAML files of vars, later ones over
+    /// earlier ones.
+    pub var_files: Vec<String>,
 }
 
 /// A step translated when it runs: a step whose own definition holds

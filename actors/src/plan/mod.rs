@@ -28,11 +28,12 @@ mod tree;
 
 pub use across::{fill_own, At};
 pub use defs::{
-    CheckStep, DeferredStep, Format, GetStep, LoadVarStep, PutInputs, PutStep, StepDef, TaskStep,
+    CheckStep, DeferredStep, Format, GetStep, LoadVarStep, PutInputs, PutStep, SetPipelineStep,
+    StepDef, TaskStep,
 };
 pub use job_ref::{check_pipeline_name, JobRef};
 pub use local_vars::LocalVars;
 pub use one_off::{OneOffPlan, ONE_OFF_STEP};
 pub use resources::CheckPlan;
-pub use translate::{default_pipeline_name, step_label, step_plan, task_step, JobPlan};
+pub use translate::{default_pipeline_name, job_plan, step_label, step_plan, task_step, JobPlan};
 pub use tree::{Hooks, Leaf, Plan};

@@ -109,6 +109,11 @@ pub struct CheckPlan {
     /// The vars that fill the pipeline's `((vars))`.
     #[serde(default)]
     pub vars: Vars,
+    /// Where the versions found are kept (`resource_versions.team`): a
+    /// stored pipeline's periodic check names its resource's scope; none
+    /// is the build's team (`gantry check`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
 
 impl CheckPlan {
@@ -133,6 +138,7 @@ impl CheckPlan {
             name: r.name.clone(),
             config,
             tags: r.tags.clone(),
+            scope: self.scope.clone(),
         })))
     }
 }
@@ -176,6 +182,7 @@ mod tests {
             pipeline: PIPELINE.into(),
             check: "nope".into(),
             vars: Vars::new(),
+            scope: None,
         };
         let Err(EngineError::Invalid(m)) = plan.plan() else {
             panic!()

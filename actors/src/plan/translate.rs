@@ -33,6 +33,7 @@
 //! step runs. Departure: vars set by a `load_var` inside an `across` copy
 //! are the build's, not local to the copy.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -43,7 +44,10 @@ use crate::resources::config::ImageSource;
 use crate::task_config::{params_text, TaskConfig};
 
 use super::across::{expand_across, holds_own_locals};
-use super::{resources, At, DeferredStep, Format, JobRef, LoadVarStep, Plan, StepDef, TaskStep};
+use super::{
+    resources, At, DeferredStep, Format, JobRef, LoadVarStep, Plan, SetPipelineStep, StepDef,
+    TaskStep,
+};
 
 /// The plan of a build of a pipeline's job, stored with the build as JSON
 /// so a reader sees what ran: the pipeline as given, the job and the vars.
@@ -61,6 +65,11 @@ pub struct JobPlan {
     /// The vars that fill the pipeline's `((vars))`.
     #[serde(default)]
     pub vars: Vars,
+    /// The versions scheduling chose for the job's `get` steps, by step
+    /// name: each such step fetches that version (none: every get finds
+    /// its own, as a build typed with `gantry run` does).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inputs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// The pipeline name of a job plan that names none.
@@ -91,7 +100,45 @@ impl JobPlan {
         let job = pipeline
             .job(&self.job)
             .map_err(|e| EngineError::Invalid(e.to_string()))?;
-        Ok((job_plan(&pipeline, job)?, job_turns(job)))
+        if self.inputs.is_empty() {
+            // A build by hand; scheduling chose the inputs of the others.
+            if job.disable_manual_trigger {
+                return Err(EngineError::Invalid(format!(
+                    "job {:?} has disable_manual_trigger set: it may not be started by hand",
+                    job.name
+                )));
+            }
+            return Ok((job_plan(&pipeline, job)?, job_turns(job)));
+        }
+        let mut job = job.clone();
+        pin_inputs(&mut job, &self.inputs);
+        Ok((job_plan(&pipeline, &job)?, job_turns(&job)))
+    }
+}
+
+/// Pins each `get` step of `job` named in `inputs` to its version there.
+fn pin_inputs(job: &mut pipeline::Job, inputs: &BTreeMap<String, BTreeMap<String, String>>) {
+    fn pin(step: &mut Step, inputs: &BTreeMap<String, BTreeMap<String, String>>) {
+        match &mut step.kind {
+            StepKind::Get(get) => {
+                if let Some(v) = inputs.get(&get.name) {
+                    get.version = Some(pipeline::VersionSpec::Pinned(v.clone()));
+                }
+            }
+            StepKind::Do(steps) => steps.iter_mut().for_each(|s| pin(s, inputs)),
+            StepKind::InParallel(p) => p.steps.iter_mut().for_each(|s| pin(s, inputs)),
+            StepKind::Try(s) => pin(s, inputs),
+            _ => {}
+        }
+        for hook in step.hooks.iter_mut() {
+            pin(hook, inputs);
+        }
+    }
+    for s in &mut job.plan {
+        pin(s, inputs);
+    }
+    for hook in job.hooks.iter_mut() {
+        pin(hook, inputs);
     }
 }
 
@@ -118,27 +165,16 @@ pub fn job_turns(job: &pipeline::Job) -> Turns {
 /// The plan of a job: its steps one after another, under its hooks.
 ///
 /// `serial`, `serial_groups` and `max_in_flight` are the build's turns
-/// ([`job_turns`]), waited for before the plan starts. A job with
-/// `disable_manual_trigger` is refused, as Concourse refuses triggering it
-/// by hand (every Gantry job build is started by hand). Job `tags`, which
-/// Gantry does not honour yet, refuse the build; the settings about
-/// history and display (`public`, `old_name`, `disable_reruns`,
-/// `interruptible`, log retention) do not change what a build does.
+/// ([`job_turns`]), waited for before the plan starts. Job `tags` are the
+/// tags of every step that has none of its own (and of no enclosing
+/// `do` or `in_parallel`). The settings about history and display
+/// (`public`, `old_name`, `disable_reruns`, `interruptible`, log
+/// retention) do not change what a build does. `disable_manual_trigger`
+/// is [`JobPlan`]'s to refuse (a build by hand), not this translation's.
 pub fn job_plan(pipeline: &Pipeline, job: &pipeline::Job) -> Result<Plan<StepDef>, EngineError> {
-    if job.disable_manual_trigger {
-        return Err(EngineError::Invalid(format!(
-            "job {:?} has disable_manual_trigger set: it may not be started by hand",
-            job.name
-        )));
-    }
-    if !job.tags.is_empty() {
-        return Err(EngineError::Invalid(format!(
-            "job {:?}: tags is not supported yet",
-            job.name
-        )));
-    }
     let at = At {
         pipeline: Some(Arc::new(pipeline.clone())),
+        tags: job.tags.clone(),
         ..At::default()
     };
     let body = Plan::Do(
@@ -226,9 +262,10 @@ fn modified_plan(step: &Step, at: &At) -> Result<Plan<StepDef>, EngineError> {
             &at.name(&put.name),
             &at.tags,
         )?)),
-        StepKind::SetPipeline(_) | StepKind::Run(_) => {
-            return Err(unsupported_step(step, step.kind.key()))
+        StepKind::SetPipeline(set) => {
+            Plan::Step(StepDef::SetPipeline(set_pipeline_step(step, set, at)?))
         }
+        StepKind::Run(_) => return Err(unsupported_step(step, step.kind.key())),
     };
     if let Some(timeout) = &step.timeout {
         let duration = timeout.duration.ok_or_else(|| {
@@ -355,6 +392,34 @@ pub fn task_step(
 }
 
 /// The refusal of a step Gantry cannot run, naming the step and its kind.
+/// The step running a `set_pipeline`. `instance_vars` (instanced
+/// pipelines) and `team` (another team's pipeline) are refused by name.
+fn set_pipeline_step(
+    step: &Step,
+    set: &crate::pipeline::step::SetPipelineStep,
+    at: &At,
+) -> Result<SetPipelineStep, EngineError> {
+    let refuse = |what: &str| {
+        EngineError::Invalid(format!(
+            "{}set_pipeline: {what} is not supported yet",
+            step_label(step, at)
+        ))
+    };
+    if !set.instance_vars.is_empty() {
+        return Err(refuse("instance_vars (instanced pipelines)"));
+    }
+    if set.team.is_some() {
+        return Err(refuse("team (setting another team's pipeline)"));
+    }
+    Ok(SetPipelineStep {
+        name: at.name(&set.name),
+        pipeline: set.name.clone(),
+        file: set.file.clone(),
+        vars: set.vars.clone(),
+        var_files: set.var_files.clone(),
+    })
+}
+
 fn unsupported_step(step: &Step, what: &str) -> EngineError {
     EngineError::Invalid(format!(
         "{}{what} steps are not supported yet",
@@ -398,6 +463,7 @@ mod tests {
             pipeline_name: "p".into(),
             job: "j".into(),
             vars: v,
+            inputs: Default::default(),
         }
         .plan()
     }
@@ -435,11 +501,18 @@ mod tests {
 
     #[test]
     fn steps_gantry_does_not_run_are_refused_by_name() {
-        let yaml = "jobs:\n- name: j\n  plan:\n  - {set_pipeline: p, file: c/p.yml}\n";
+        let yaml = "prototypes:\n- {name: proto, type: registry-image, source: {}}\njobs:\n- name: j\n  plan:\n  - {run: p, type: proto}\n";
         assert_eq!(
             invalid(plan_of(yaml, &[])),
-            "step \"p\": set_pipeline steps are not supported yet"
+            "step \"p\": run steps are not supported yet"
         );
+        let yaml = "jobs:\n- name: j\n  plan:\n  - {set_pipeline: p, file: c/p.yml, instance_vars: {a: b}}\n";
+        assert_eq!(
+            invalid(plan_of(yaml, &[])),
+            "step \"p\": set_pipeline: instance_vars (instanced pipelines) is not supported yet"
+        );
+        let yaml = "jobs:\n- name: j\n  plan:\n  - {set_pipeline: self, file: c/p.yml, vars: {a: b}, var_files: [c/v.yml]}\n";
+        assert_eq!(plan_of(yaml, &[]).unwrap().steps()[0].name(), "self");
         // A get names a resource the pipeline declares.
         let yaml = "resources:\n- {name: repo, type: git, source: {}}\njobs:\n- name: j\n  plan:\n  - {get: src, resource: repo}\n";
         assert_eq!(plan_of(yaml, &[]).unwrap().steps()[0].name(), "src");
@@ -479,6 +552,7 @@ mod tests {
             pipeline_name: "p".into(),
             job: "j".into(),
             vars: Vars::new(),
+            inputs: Default::default(),
         };
         let json = serde_json::to_value(&stored).unwrap();
         assert_eq!(serde_json::from_value::<JobPlan>(json).unwrap(), stored);
@@ -506,11 +580,22 @@ mod tests {
     }
 
     #[test]
-    fn job_settings_gantry_does_not_honour_are_refused() {
-        let yaml = format!("jobs:\n- name: j\n  tags: [gpu]\n  plan:\n  - {{task: t, {TASK}}}\n");
+    fn job_tags_are_the_tags_of_steps_without_their_own_and_manual_triggers_can_be_refused() {
+        let yaml = format!(
+            "jobs:\n- name: j\n  tags: [gpu]\n  plan:\n  - {{task: t, {TASK}}}\n  - {{task: u, {TASK}, tags: [own]}}\n"
+        );
+        let plan = crate::steps::runnable(plan_of(&yaml, &[]).unwrap());
+        let tags: Vec<_> = plan
+            .steps()
+            .iter()
+            .map(|s| (s.name().to_string(), s.worker_request().tags))
+            .collect();
         assert_eq!(
-            invalid(plan_of(&yaml, &[])),
-            "job \"j\": tags is not supported yet"
+            tags,
+            [
+                ("t".to_string(), vec!["gpu".to_string()]),
+                ("u".into(), vec!["own".into()])
+            ]
         );
         let yaml = format!(
             "jobs:\n- name: j\n  disable_manual_trigger: true\n  plan:\n  - {{task: t, {TASK}}}\n"
@@ -519,6 +604,13 @@ mod tests {
             invalid(plan_of(&yaml, &[])),
             "job \"j\" has disable_manual_trigger set: it may not be started by hand"
         );
+        // Scheduling chose its inputs: a triggered build runs.
+        let mut stored: JobPlan = serde_json::from_value(serde_json::json!({
+            "pipeline": yaml, "pipeline_name": "p", "job": "j",
+        }))
+        .unwrap();
+        stored.inputs.insert("x".into(), Default::default());
+        assert!(stored.plan().is_ok());
         let yaml = format!("jobs:\n- name: j\n  public: true\n  plan:\n  - {{task: t, {TASK}}}\n");
         assert!(plan_of(&yaml, &[]).is_ok());
     }

@@ -19,7 +19,7 @@ impl CheckStep {
             config: &self.config,
             image: &image,
         };
-        fetch::check(ctx, &r).await?;
+        fetch::check(ctx, &r, self.scope.as_deref()).await?;
         Ok(StepEnd::Exited(0))
     }
 }

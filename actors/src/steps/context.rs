@@ -51,6 +51,8 @@ pub struct BuildScope {
     pub locals: LocalVars,
     /// Moves artifacts to the workers that need them.
     pub streams: Streams,
+    /// Stored pipelines share versions per resource config.
+    pub global_resources: bool,
 }
 
 /// What a step created on its worker (told when it ends; a restarted web

@@ -3,6 +3,7 @@
 //! with the type's `in`; the files become the build's artifact of the
 //! step's name.
 
+use crate::db::Direction;
 use crate::plan::GetStep;
 use crate::steps::resource_fetch::{self as fetch, Halt, Resource};
 use crate::steps::resource_step::{produce, resource_step};
@@ -23,6 +24,18 @@ impl GetStep {
         };
         let version = fetch::version_to_fetch(ctx, &r, self.version.as_ref()).await?;
         let fetched = fetch::get(ctx, &r, &version, &self.params).await?;
+        // What `passed` of later jobs reads.
+        if ctx.job().is_some() {
+            ctx.db()
+                .record_build_version(
+                    ctx.build(),
+                    Direction::In,
+                    &self.name,
+                    &self.resource,
+                    &fetched.version,
+                )
+                .await?;
+        }
         produce(ctx, &self.name, &fetched.artifact_id).await?;
         Ok(StepEnd::Exited(0))
     }

@@ -24,6 +24,7 @@ pub mod put;
 pub mod resource_fetch;
 pub mod resource_script;
 mod resource_step;
+pub mod set_pipeline;
 mod signals;
 mod step;
 pub mod task;

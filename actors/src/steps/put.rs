@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
+use crate::db::Direction;
 use crate::error::EngineError;
 use crate::plan::{PutInputs, PutStep};
 use crate::resources::ResourceStats;
@@ -107,6 +108,17 @@ impl PutStep {
             Some(&worker),
         )
         .await?;
+        if ctx.job().is_some() {
+            ctx.db()
+                .record_build_version(
+                    ctx.build(),
+                    Direction::Out,
+                    &self.name,
+                    &self.resource,
+                    &version,
+                )
+                .await?;
+        }
         self.implicit_get(ctx, image, &version).await
     }
 

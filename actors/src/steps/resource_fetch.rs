@@ -106,11 +106,16 @@ pub async fn tell(
 }
 
 /// Runs `check` from the newest stored version, stores what it reports
-/// and returns it (oldest first).
-pub async fn check(ctx: &mut StepContext, r: &Resource<'_>) -> Result<Vec<Value>, Halt> {
+/// (under `scope`, else the build's team) and returns it (oldest first).
+pub async fn check(
+    ctx: &mut StepContext,
+    r: &Resource<'_>,
+    scope: Option<&str>,
+) -> Result<Vec<Value>, Halt> {
     let db = ctx.db().clone();
     let key = r.config.key();
-    let from = db.versions(ctx.team(), &key, 1).await?.pop();
+    let scope = scope.unwrap_or(ctx.team()).to_string();
+    let from = db.versions(&scope, &key, 1).await?.pop();
     let request = json!({
         "source": r.config.source,
         "version": from.map(|v| v.version),
@@ -131,7 +136,7 @@ pub async fn check(ctx: &mut StepContext, r: &Resource<'_>) -> Result<Vec<Value>
     )?;
     let versions = check_answer(&answer)?;
     let rows: Vec<(Value, Value)> = versions.iter().map(|v| (v.clone(), json!([]))).collect();
-    db.save_versions(ctx.team(), &key, &rows).await?;
+    db.save_versions(&scope, &key, &rows).await?;
     let worker = ctx.worker().name().to_string();
     tell(
         ctx,
@@ -155,7 +160,7 @@ pub async fn version_to_fetch(
     if let Some(v) = pinned {
         return Ok(v.clone());
     }
-    check(ctx, r).await?;
+    check(ctx, r, None).await?;
     let newest = ctx
         .db()
         .versions(ctx.team(), &r.config.key(), 1)

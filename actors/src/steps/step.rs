@@ -137,6 +137,7 @@ pub fn step_of(def: StepDef) -> Arc<dyn Step> {
         StepDef::Put(s) => Arc::new(s),
         StepDef::Check(s) => Arc::new(s),
         StepDef::LoadVar(s) => Arc::new(s),
+        StepDef::SetPipeline(s) => Arc::new(s),
         StepDef::Deferred(s) => Arc::new(s),
     }
 }

@@ -25,7 +25,7 @@ pub struct Blobs {
     /// `WORK_DIR/registry/blobs/sha256`.
     root: PathBuf,
     /// Fetches in progress, by digest.
-    fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    in_flight: InFlight,
     /// Blobs fetched from a registry since the agent started.
     pub fetched: AtomicU64,
     /// Blobs found in the cache instead.
@@ -63,7 +63,7 @@ impl Blobs {
         std::fs::create_dir_all(&root)?;
         Ok(Blobs {
             root,
-            fetching: Mutex::new(HashMap::new()),
+            in_flight: InFlight::default(),
             fetched: AtomicU64::new(0),
             reused: AtomicU64::new(0),
             from_peers: AtomicU64::new(0),
@@ -72,6 +72,11 @@ impl Blobs {
                 .build()
                 .map_err(std::io::Error::other)?,
         })
+    }
+
+    /// The client peers are fetched from with (shared with the diffs).
+    pub(super) fn http(&self) -> reqwest::Client {
+        self.http.clone()
     }
 
     /// Where blob `digest` is (or would be) kept.
@@ -90,26 +95,19 @@ impl Blobs {
         peers: &[String],
     ) -> Result<(PathBuf, Origin), String> {
         let path = self.path(&desc.digest)?;
-        let lock = {
-            let mut map = self.fetching.lock().unwrap_or_else(|e| e.into_inner());
-            map.entry(desc.digest.clone()).or_default().clone()
-        };
-        let guard = lock.lock().await;
-        let result = if tokio::fs::metadata(&path).await.is_ok() {
-            self.reused.fetch_add(1, Ordering::Relaxed);
-            touch(&path);
-            Ok((path, Origin::Cache))
-        } else {
-            self.fetch_anywhere(remote, image, desc, peers, &path)
-                .await
-                .map(|origin| (path, origin))
-        };
-        drop(guard);
-        let mut map = self.fetching.lock().unwrap_or_else(|e| e.into_inner());
-        if Arc::strong_count(&lock) == 2 {
-            map.remove(&desc.digest);
-        }
-        result
+        self.in_flight
+            .run(&desc.digest, async {
+                if tokio::fs::metadata(&path).await.is_ok() {
+                    self.reused.fetch_add(1, Ordering::Relaxed);
+                    touch(&path);
+                    Ok((path, Origin::Cache))
+                } else {
+                    self.fetch_anywhere(remote, image, desc, peers, &path)
+                        .await
+                        .map(|origin| (path, origin))
+                }
+            })
+            .await
     }
 
     /// Fetches a missing blob from a peer, else from the registry.
@@ -122,27 +120,14 @@ impl Blobs {
         path: &Path,
     ) -> Result<Origin, String> {
         for peer in peers {
-            let url = peer.replace("{digest}", &desc.digest);
-            let from = url.split("/p2p/").next().unwrap_or_default().to_string();
             let got = async {
-                let resp = self
-                    .http
-                    .get(&url)
-                    .send()
-                    .await
-                    .map_err(|e| format!("peer {from}: {}", error_chain(&e)))?;
-                if !resp.status().is_success() {
-                    return Err(format!("peer {from} answered {}", resp.status()));
-                }
-                let stream = resp
-                    .bytes_stream()
-                    .map(|c| c.map_err(std::io::Error::other))
-                    .boxed();
-                self.store(stream, desc, path, &from).await
+                let (stream, from) = peer_get(&self.http, peer, &desc.digest).await?;
+                self.store(stream, desc, path, &from).await?;
+                Ok::<_, String>(from)
             }
             .await;
             match got {
-                Ok(()) => {
+                Ok(from) => {
                     self.from_peers.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(digest = %desc.digest, peer = %from, "blob fetched from a peer");
                     return Ok(Origin::Peer);
@@ -230,29 +215,7 @@ impl Blobs {
         keep: &std::collections::HashSet<String>,
         unused_for: std::time::Duration,
     ) -> std::io::Result<(usize, u64)> {
-        let cutoff = std::time::SystemTime::now() - unused_for;
-        let (mut removed, mut bytes) = (0, 0);
-        for entry in std::fs::read_dir(&self.root)? {
-            let entry = entry?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if keep.contains(&format!("sha256:{name}")) {
-                continue;
-            }
-            let meta = entry.metadata()?;
-            if meta.modified()? > cutoff {
-                continue;
-            }
-            // Not while a pull holds the blob: it was just found or fetched.
-            let busy = self.fetching.lock().unwrap_or_else(|e| e.into_inner());
-            if busy.contains_key(&format!("sha256:{name}")) {
-                continue;
-            }
-            if std::fs::remove_file(entry.path()).is_ok() {
-                removed += 1;
-                bytes += meta.len();
-            }
-        }
-        Ok((removed, bytes))
+        prune_dir(&self.root, &self.in_flight, keep, unused_for)
     }
 
     /// Reads a small cached blob (a config) whole.
@@ -265,10 +228,99 @@ impl Blobs {
 }
 
 /// Marks a blob used now (its modification time: what `prune` goes by).
-fn touch(path: &Path) {
+pub(super) fn touch(path: &Path) {
     if let Ok(f) = std::fs::File::options().append(true).open(path) {
         let _ = f.set_modified(std::time::SystemTime::now());
     }
+}
+
+/// The body of peer URL template `peer` for `digest`, and the peer's
+/// address (for messages).
+pub(super) async fn peer_get(
+    http: &reqwest::Client,
+    peer: &str,
+    digest: &str,
+) -> Result<
+    (
+        futures::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>,
+        String,
+    ),
+    String,
+> {
+    let url = peer.replace("{digest}", digest);
+    let from = url.split("/p2p/").next().unwrap_or_default().to_string();
+    let resp = http
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| format!("peer {from}: {}", error_chain(&e)))?;
+    if !resp.status().is_success() {
+        return Err(format!("peer {from} answered {}", resp.status()));
+    }
+    let stream = resp
+        .bytes_stream()
+        .map(|c| c.map_err(std::io::Error::other))
+        .boxed();
+    Ok((stream, from))
+}
+
+/// Per-digest locks: concurrent fetches of one digest wait for the first,
+/// and a digest being fetched is not pruned.
+#[derive(Default)]
+pub(super) struct InFlight(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+
+impl InFlight {
+    /// Runs `work` holding `digest`'s lock.
+    pub async fn run<T>(&self, digest: &str, work: impl std::future::Future<Output = T>) -> T {
+        let lock = {
+            let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            map.entry(digest.to_string()).or_default().clone()
+        };
+        let guard = lock.lock().await;
+        let out = work.await;
+        drop(guard);
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if Arc::strong_count(&lock) == 2 {
+            map.remove(digest);
+        }
+        out
+    }
+
+    /// Whether `digest` is being fetched or used by a pull.
+    fn busy(&self, digest: &str) -> bool {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.contains_key(digest)
+    }
+}
+
+/// Removes the files of cache directory `root` (named by a digest's hex)
+/// not in `keep` (digests) unused for `unused_for`, and leftovers of fetches
+/// cut short as old; answers how many and their bytes. Blocking.
+pub(super) fn prune_dir(
+    root: &Path,
+    in_flight: &InFlight,
+    keep: &std::collections::HashSet<String>,
+    unused_for: std::time::Duration,
+) -> std::io::Result<(usize, u64)> {
+    let cutoff = std::time::SystemTime::now() - unused_for;
+    let (mut removed, mut bytes) = (0, 0);
+    for entry in std::fs::read_dir(root)? {
+        let entry = entry?;
+        let digest = format!("sha256:{}", entry.file_name().to_string_lossy());
+        if keep.contains(&digest) {
+            continue;
+        }
+        let meta = entry.metadata()?;
+        // Not while a pull holds it: it was just found or fetched.
+        if meta.modified()? > cutoff || in_flight.busy(&digest) {
+            continue;
+        }
+        if std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+            bytes += meta.len();
+        }
+    }
+    Ok((removed, bytes))
 }
 
 #[cfg(test)]

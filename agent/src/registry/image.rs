@@ -16,8 +16,9 @@ use oci_client::Reference;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::blobs::Blobs;
+use super::blobs::{sha256_hex, Blobs, Origin};
 use super::client::Remote;
+use super::diffs::Diffs;
 use crate::error::blocking;
 use crate::images::{apply_layer, magic_encoding};
 
@@ -46,6 +47,10 @@ pub struct Image {
     pub config_raw: Vec<u8>,
     /// Its config's runtime part.
     pub config: RuntimeConfig,
+    /// Its layers' diff ids (the digests of their uncompressed tars), one
+    /// per layer; empty when the config does not list one per layer (then
+    /// layers are applied from their blobs, not through the diff cache).
+    pub diff_ids: Vec<String>,
 }
 
 /// The `config` part of an image config that Gantry reads.
@@ -72,6 +77,16 @@ pub struct RuntimeConfig {
 struct ConfigFile {
     #[serde(default)]
     config: Option<RuntimeConfig>,
+    #[serde(default)]
+    rootfs: Option<RootFs>,
+}
+
+/// The `rootfs` part of an image config: the digest of each layer's
+/// uncompressed tar, in order.
+#[derive(Deserialize)]
+struct RootFs {
+    #[serde(default)]
+    diff_ids: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -105,7 +120,7 @@ pub async fn resolve(
     platform: &super::source::Platform,
     peers: &[String],
 ) -> Result<Image, String> {
-    super::blobs::sha256_hex(digest)?;
+    sha256_hex(digest)?;
     let reference = remote.at(digest);
     let (raw, _) = pull_manifest(remote, &reference, digest).await?;
     let (manifest_digest, manifest_raw) = if let Ok(index) = serde_json::from_slice::<Index>(&raw) {
@@ -134,9 +149,15 @@ pub async fn resolve(
         .ensure(remote, &reference, &manifest.config, peers)
         .await?;
     let config_raw = blobs.read(&manifest.config.digest).await?;
-    let config = serde_json::from_slice::<ConfigFile>(&config_raw)
-        .map_err(|e| format!("the config of {}@{digest}: {e}", remote.repository))?
-        .config
+    let file = serde_json::from_slice::<ConfigFile>(&config_raw)
+        .map_err(|e| format!("the config of {}@{digest}: {e}", remote.repository))?;
+    let config = file.config.unwrap_or_default();
+    let diff_ids = file
+        .rootfs
+        .map(|r| r.diff_ids)
+        .filter(|ids| {
+            ids.len() == manifest.layers.len() && ids.iter().all(|id| sha256_hex(id).is_ok())
+        })
         .unwrap_or_default();
     Ok(Image {
         reference,
@@ -145,6 +166,7 @@ pub async fn resolve(
         manifest,
         config_raw,
         config,
+        diff_ids,
     })
 }
 
@@ -178,23 +200,36 @@ pub struct Fetched {
     pub peers: usize,
 }
 
-/// Fetches every layer of `image` (through the cache, then `peers`, then
-/// the registry; several at once) and applies them in order to the empty
-/// directory `data`, using `work`.
+/// Fetches every layer of `image` (several at once) and applies them in
+/// order to the empty directory `data`, using `work`. A layer comes
+/// decompressed from the diff cache, else from a peer's (`peers` are blob
+/// URL templates; their diff URLs are asked first), else its blob (through
+/// the blob cache, then peers, then the registry) is decompressed into the
+/// diff cache.
 pub async fn unpack(
     remote: &Remote,
-    blobs: &Blobs,
+    (blobs, diffs): (&Blobs, &Diffs),
     image: &Image,
     peers: &[String],
     work: &Path,
     data: &Path,
 ) -> Result<Fetched, String> {
+    let diff_peers: Vec<String> = peers
+        .iter()
+        .filter_map(|p| gantry_wire::stream_url::diff_url_of(p))
+        .collect();
     let layers = image.manifest.layers.clone();
     let total = layers.len();
-    let mut fetches = futures::stream::iter(layers.into_iter().map(|layer| {
+    let diff_peers = &diff_peers;
+    let mut fetches = futures::stream::iter(layers.into_iter().enumerate().map(|(i, layer)| {
         let reference = image.reference.clone();
+        let diff_id = image.diff_ids.get(i).cloned();
         async move {
-            let got = blobs.ensure(remote, &reference, &layer, peers).await;
+            let blob = || blobs.ensure(remote, &reference, &layer, peers);
+            let got = match &diff_id {
+                Some(id) => diffs.ensure(id, diff_peers, blob).await,
+                None => blob().await,
+            };
             (layer, got)
         }
     }))
@@ -205,16 +240,16 @@ pub async fn unpack(
         i += 1;
         let (path, origin) = got?;
         match origin {
-            super::blobs::Origin::Registry => fetched.registry += 1,
-            super::blobs::Origin::Peer => fetched.peers += 1,
-            super::blobs::Origin::Cache => {}
+            Origin::Registry => fetched.registry += 1,
+            Origin::Peer => fetched.peers += 1,
+            Origin::Cache => {}
         }
         apply(&layer, &path, i, total, work, data).await?;
     }
     Ok(fetched)
 }
 
-/// Applies one cached layer blob.
+/// Applies one cached layer (its blob or its diff).
 async fn apply(
     layer: &OciDescriptor,
     path: &Path,

@@ -24,18 +24,22 @@ use crate::volumes::VolumeStore;
 pub mod blobs;
 mod check;
 mod client;
+pub mod diffs;
 mod image;
 mod push;
 pub mod source;
 
 use blobs::Blobs;
 use client::Remote;
+use diffs::Diffs;
 use source::{GetParams, PutParams, Source, Version};
 
 /// The worker's native image types: the blob cache and a work directory.
 pub struct NativeTypes {
     /// Every blob fetched, by digest.
     pub blobs: Blobs,
+    /// Every layer applied, decompressed, by diff id.
+    pub diffs: Diffs,
     /// `WORK_DIR/registry/work`: a directory per pull or push, removed after.
     work: PathBuf,
 }
@@ -56,19 +60,19 @@ impl NativeTypes {
         let work = work_dir.join("registry").join("work");
         remove_tree(&work)?;
         std::fs::create_dir_all(&work)?;
-        Ok(NativeTypes {
-            blobs: Blobs::open(work_dir)?,
-            work,
-        })
+        let blobs = Blobs::open(work_dir)?;
+        let diffs = Diffs::open(work_dir, blobs.http())?;
+        Ok(NativeTypes { blobs, diffs, work })
     }
 
     /// Blobs fetched from registries, found in the cache, and fetched from
-    /// peers since start.
+    /// peers (as blobs or decompressed layers) since start.
     pub fn counts(&self) -> (u64, u64, u64) {
         (
             self.blobs.fetched.load(Ordering::Relaxed),
             self.blobs.reused.load(Ordering::Relaxed),
-            self.blobs.from_peers.load(Ordering::Relaxed),
+            self.blobs.from_peers.load(Ordering::Relaxed)
+                + self.diffs.from_peers.load(Ordering::Relaxed),
         )
     }
 
@@ -89,6 +93,24 @@ impl NativeTypes {
         }
         let path = self.blobs.path(digest).map_err(AgentError::BadRequest)?;
         tokio::fs::File::open(&path).await.map_err(|_| missing())
+    }
+
+    /// Opens the decompressed layer (zstd) `diff_id` for a peer holding a
+    /// grant for the image volume whose record is `pulled`: only a layer of
+    /// that image, and only one this worker has.
+    pub async fn open_diff_for_peer(
+        &self,
+        pulled: &PulledImage,
+        diff_id: &str,
+    ) -> Result<tokio::fs::File, AgentError> {
+        let missing = || AgentError::NotFound {
+            kind: "layer",
+            handle: diff_id.to_string(),
+        };
+        if !pulled.diffs.iter().any(|d| d == diff_id) {
+            return Err(missing());
+        }
+        self.diffs.open_diff(diff_id).await.ok_or_else(missing)
     }
 
     fn work_dir(&self) -> WorkDir {
@@ -221,7 +243,9 @@ impl NativeTypes {
                 let rootfs = dest.join("rootfs");
                 std::fs::create_dir_all(&rootfs).map_err(|e| format!("creating rootfs: {e}"))?;
                 let work = self.work_dir();
-                let fetched = image::unpack(&remote, blobs, &image, &[], &work.0, &rootfs).await?;
+                let fetched =
+                    image::unpack(&remote, (blobs, &self.diffs), &image, &[], &work.0, &rootfs)
+                        .await?;
                 log.push(format!(
                     "{} layers, {} fetched from the registry",
                     image.manifest.layers.len(),
@@ -348,9 +372,16 @@ impl NativeTypes {
         })
         .await
         .map_err(AgentError::Backend)?;
-        let fetched = image::unpack(&remote, blobs, &image, &pull.peers, work, data)
-            .await
-            .map_err(AgentError::Backend)?;
+        let fetched = image::unpack(
+            &remote,
+            (blobs, &self.diffs),
+            &image,
+            &pull.peers,
+            work,
+            data,
+        )
+        .await
+        .map_err(AgentError::Backend)?;
         let mut blobs: Vec<String> = vec![image.manifest.config.digest.clone()];
         blobs.extend(image.manifest.layers.iter().map(|l| l.digest.clone()));
         Ok(PulledImage {
@@ -361,6 +392,7 @@ impl NativeTypes {
             fetched: fetched.registry,
             from_peers: fetched.peers,
             blobs,
+            diffs: image.diff_ids.clone(),
             unpacked: true,
         })
     }

@@ -202,7 +202,9 @@ async fn create_one_off(state: &AppState, team: &str, body: CreateBuild) -> Resu
 }
 
 /// The body's `vars` as the engine takes them.
-fn body_vars(vars: Option<BTreeMap<String, serde_json::Value>>) -> Result<Vars, ApiError> {
+pub(crate) fn body_vars(
+    vars: Option<BTreeMap<String, serde_json::Value>>,
+) -> Result<Vars, ApiError> {
     let mut out = Vars::new();
     for (name, value) in vars.unwrap_or_default() {
         let value = serde_yaml::to_value(value)
@@ -315,6 +317,29 @@ pub async fn get(
 ) -> Result<HttpResponse, ApiError> {
     let build = visible_build(&identity, &state, id.into_inner()).await?;
     Ok(HttpResponse::Ok().json(build))
+}
+
+/// `GET /api/v1/builds/{id}/resources`
+#[utoipa::path(
+    get,
+    path = "/api/v1/builds/{id}/resources",
+    operation_id = "getBuildResources",
+    tag = "builds",
+    params(("id" = i64, Path, description = "The build")),
+    responses(
+        (status = 200, description = "The versions the build used (gets) and made (puts)", body = gantry_actors::api::BuildResources),
+        (status = 404, description = "No such build (or another team's)"),
+        (status = "5XX", description = "The database failed"),
+    )
+)]
+pub async fn resources(
+    identity: Identity,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, ApiError> {
+    let id = id.into_inner();
+    visible_build(&identity, &state, id).await?;
+    Ok(HttpResponse::Ok().json(state.engine.build_resources(id).await?))
 }
 
 /// The build, if it exists and the caller may see it (404 otherwise).

@@ -1,6 +1,7 @@
 //! The HTTP API's handlers, one file per subject (`builds.rs`,
 //! `workers.rs`, `artifacts.rs`, `teams.rs`, `jobs.rs`, `hijack.rs`, the
-//! workers' sweep routes in `gc.rs`, `clear-task-cache` in `gc_admin.rs`),
+//! workers' sweep routes in `gc.rs`, `clear-task-cache` in `gc_admin.rs`,
+//! stored pipelines with their jobs and resources in `pipelines.rs`),
 //! and what every handler shares: paging of list routes (`paging.rs`) and
 //! the bounds of names, descriptions, tags and times (`bounds.rs`).
 
@@ -12,6 +13,7 @@ pub mod gc_admin;
 pub mod hijack;
 pub mod jobs;
 pub mod paging;
+pub mod pipelines;
 pub mod teams;
 pub mod workers;
 

@@ -44,6 +44,9 @@ fn row(id: i64, plan: serde_json::Value, finished_at: Option<i64>) -> Build {
         error: None,
         created_at: 1_000,
         finished_at,
+        pipeline: None,
+        job: None,
+        build_number: None,
     }
 }
 

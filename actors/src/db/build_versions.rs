@@ -1,0 +1,329 @@
+//! The `build_versions` table: the versions each build of a pipeline job
+//! used (its gets) and made (its puts), and the questions scheduling asks
+//! of them and of `resource_versions`. Every query reads a page at a time:
+//! no question loads a resource's whole history.
+
+use serde_json::Value;
+
+use crate::db::{BuildStatus, Db};
+use crate::error::EngineError;
+
+/// Which way a version went through a build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Fetched by a `get` (an input).
+    In,
+    /// Made by a `put` (an output).
+    Out,
+}
+
+impl Direction {
+    /// As stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::In => "in",
+            Direction::Out => "out",
+        }
+    }
+}
+
+/// A job's place: team, pipeline name, job name.
+#[derive(Debug, Clone, Copy)]
+pub struct JobAt<'a> {
+    /// The team.
+    pub team: &'a str,
+    /// The pipeline's name.
+    pub pipeline: &'a str,
+    /// The job's name.
+    pub job: &'a str,
+}
+
+/// A resource's versions: where they are kept.
+#[derive(Debug, Clone, Copy)]
+pub struct VersionsAt<'a> {
+    /// `resource_versions.team` (a team, a pipeline resource, or global).
+    pub scope: &'a str,
+    /// The resource config's hash.
+    pub config: &'a str,
+}
+
+/// A version and its place in the order of its resource's versions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OrderedVersion {
+    /// The version (a JSON object), as stored.
+    pub version: String,
+    /// Higher: newer.
+    pub check_order: i64,
+}
+
+impl Db {
+    /// Records that build `build` used (`In`) or made (`Out`) `version` of
+    /// `resource` in step `name`.
+    pub async fn record_build_version(
+        &self,
+        build: i64,
+        direction: Direction,
+        name: &str,
+        resource: &str,
+        version: &Value,
+    ) -> Result<(), EngineError> {
+        sqlx::query(
+            "INSERT INTO build_versions (build_id, direction, name, resource, version) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (build_id, direction, name) DO UPDATE SET resource = excluded.resource, version = excluded.version",
+        )
+        .bind(build)
+        .bind(direction.as_str())
+        .bind(name)
+        .bind(resource)
+        .bind(version.to_string())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// What build `build` used and made: (direction, step, resource,
+    /// version), inputs first.
+    pub async fn build_versions(
+        &self,
+        build: i64,
+    ) -> Result<Vec<(String, String, String, String)>, EngineError> {
+        Ok(sqlx::query_as(
+            "SELECT direction, name, resource, version FROM build_versions WHERE build_id = $1 ORDER BY direction, name",
+        )
+        .bind(build)
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    /// The newest build of a job (by id, any status) and the inputs it was
+    /// given (step → version).
+    pub async fn last_job_build(
+        &self,
+        at: JobAt<'_>,
+    ) -> Result<Option<(i64, Vec<(String, String)>)>, EngineError> {
+        let last: Option<(i64,)> = sqlx::query_as(
+            "SELECT id FROM builds WHERE team = $1 AND pipeline = $2 AND job = $3 ORDER BY id DESC LIMIT 1",
+        )
+        .bind(at.team)
+        .bind(at.pipeline)
+        .bind(at.job)
+        .fetch_optional(self.pool())
+        .await?;
+        let Some((id,)) = last else { return Ok(None) };
+        let inputs: Vec<(String, String)> = sqlx::query_as(
+            "SELECT name, version FROM build_versions WHERE build_id = $1 AND direction = 'in'",
+        )
+        .bind(id)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(Some((id, inputs)))
+    }
+
+    /// The newest place (check order) among the versions the job's builds
+    /// used as input `name`: where `version: every` goes on from.
+    pub async fn last_used_order(
+        &self,
+        at: JobAt<'_>,
+        name: &str,
+        versions: VersionsAt<'_>,
+    ) -> Result<Option<i64>, EngineError> {
+        let (order,): (Option<i64>,) = sqlx::query_as(
+            "SELECT MAX(v.check_order) FROM builds b \
+             JOIN build_versions bv ON bv.build_id = b.id AND bv.direction = 'in' AND bv.name = $4 \
+             JOIN resource_versions v ON v.team = $5 AND v.config = $6 AND v.version = bv.version \
+             WHERE b.team = $1 AND b.pipeline = $2 AND b.job = $3",
+        )
+        .bind(at.team)
+        .bind(at.pipeline)
+        .bind(at.job)
+        .bind(name)
+        .bind(versions.scope)
+        .bind(versions.config)
+        .fetch_one(self.pool())
+        .await?;
+        Ok(order)
+    }
+
+    /// A page of a resource's versions, not disabled in pipeline
+    /// `pipeline_id` for `resource`: newest first below `before` (none:
+    /// from the newest), or oldest first above `after`.
+    pub async fn versions_page(
+        &self,
+        versions: VersionsAt<'_>,
+        (pipeline_id, resource): (i64, &str),
+        bound: Bound,
+        limit: i64,
+    ) -> Result<Vec<OrderedVersion>, EngineError> {
+        let (cmp, order, edge) = bound.sql();
+        let rows: Vec<(String, i64)> = sqlx::query_as(&format!(
+            "SELECT v.version, v.check_order FROM resource_versions v \
+             WHERE v.team = $1 AND v.config = $2 AND v.check_order {cmp} $3 \
+             AND NOT EXISTS (SELECT 1 FROM disabled_versions d WHERE d.pipeline_id = $4 AND d.resource = $5 AND d.version = v.version) \
+             ORDER BY v.check_order {order} LIMIT $6"
+        ))
+        .bind(versions.scope)
+        .bind(versions.config)
+        .bind(edge)
+        .bind(pipeline_id)
+        .bind(resource)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(ordered(rows))
+    }
+
+    /// A page of a resource's versions, disabled ones too, newest first
+    /// below `before`.
+    pub async fn all_versions_page(
+        &self,
+        scope: &str,
+        config: &str,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<OrderedVersion>, EngineError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT version, check_order FROM resource_versions WHERE team = $1 AND config = $2 AND check_order < $3 \
+             ORDER BY check_order DESC LIMIT $4",
+        )
+        .bind(scope)
+        .bind(config)
+        .bind(before.unwrap_or(i64::MAX))
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(ordered(rows))
+    }
+
+    /// A page of the versions of `resource` that succeeded builds of job
+    /// `upstream` used or made (`passed: [upstream]`), not disabled in
+    /// pipeline `pipeline_id`, ordered as [`Db::versions_page`].
+    pub async fn passed_versions_page(
+        &self,
+        upstream: JobAt<'_>,
+        versions: VersionsAt<'_>,
+        (pipeline_id, resource): (i64, &str),
+        bound: Bound,
+        limit: i64,
+    ) -> Result<Vec<OrderedVersion>, EngineError> {
+        let (cmp, order, edge) = bound.sql();
+        let rows: Vec<(String, i64)> = sqlx::query_as(&format!(
+            "SELECT DISTINCT v.version, v.check_order FROM builds b \
+             JOIN build_versions bv ON bv.build_id = b.id AND bv.resource = $1 \
+             JOIN resource_versions v ON v.team = $2 AND v.config = $3 AND v.version = bv.version \
+             WHERE b.team = $4 AND b.pipeline = $5 AND b.job = $6 AND b.status = $7 AND v.check_order {cmp} $8 \
+             AND NOT EXISTS (SELECT 1 FROM disabled_versions d WHERE d.pipeline_id = $9 AND d.resource = $1 AND d.version = v.version) \
+             ORDER BY v.check_order {order} LIMIT $10"
+        ))
+        .bind(resource)
+        .bind(versions.scope)
+        .bind(versions.config)
+        .bind(upstream.team)
+        .bind(upstream.pipeline)
+        .bind(upstream.job)
+        .bind(BuildStatus::Succeeded.as_str())
+        .bind(edge)
+        .bind(pipeline_id)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(ordered(rows))
+    }
+
+    /// The place of `version` among a resource's versions, if it was
+    /// found by a check.
+    pub async fn version_order(
+        &self,
+        versions: VersionsAt<'_>,
+        version: &str,
+    ) -> Result<Option<i64>, EngineError> {
+        let row: Option<(i64,)> = sqlx::query_as(
+            "SELECT check_order FROM resource_versions WHERE team = $1 AND config = $2 AND version = $3",
+        )
+        .bind(versions.scope)
+        .bind(versions.config)
+        .bind(version)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(|(o,)| o))
+    }
+
+    /// The succeeded builds of job `at` that used or made `version` of
+    /// `resource`: what `passed: [job]` asks of a candidate.
+    pub async fn passed_builds(
+        &self,
+        at: JobAt<'_>,
+        resource: &str,
+        version: &str,
+    ) -> Result<Vec<i64>, EngineError> {
+        let rows: Vec<(i64,)> = sqlx::query_as(
+            "SELECT DISTINCT b.id FROM build_versions bv JOIN builds b ON b.id = bv.build_id \
+             WHERE bv.resource = $1 AND bv.version = $2 AND b.team = $3 AND b.pipeline = $4 AND b.job = $5 AND b.status = $6",
+        )
+        .bind(resource)
+        .bind(version)
+        .bind(at.team)
+        .bind(at.pipeline)
+        .bind(at.job)
+        .bind(BuildStatus::Succeeded.as_str())
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    /// Whether `version` of `resource` is disabled in pipeline `pipeline_id`.
+    pub async fn version_disabled(
+        &self,
+        pipeline_id: i64,
+        resource: &str,
+        version: &str,
+    ) -> Result<bool, EngineError> {
+        let row: Option<(i64,)> = sqlx::query_as(
+            "SELECT 1 FROM disabled_versions WHERE pipeline_id = $1 AND resource = $2 AND version = $3",
+        )
+        .bind(pipeline_id)
+        .bind(resource)
+        .bind(version)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.is_some())
+    }
+
+    /// Sets the per-job build number of build `build`.
+    pub async fn set_build_number(&self, build: i64, number: i64) -> Result<(), EngineError> {
+        sqlx::query("UPDATE builds SET build_number = $1 WHERE id = $2")
+            .bind(number)
+            .bind(build)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+}
+
+/// Which side of a place in the order a page of versions is read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// Newest first, older than this place (none: from the newest).
+    Before(Option<i64>),
+    /// Oldest first, newer than this place.
+    After(i64),
+}
+
+impl Bound {
+    /// The comparison, the order and the edge of a page's query.
+    fn sql(self) -> (&'static str, &'static str, i64) {
+        match self {
+            Bound::Before(b) => ("<", "DESC", b.unwrap_or(i64::MAX)),
+            Bound::After(a) => (">", "ASC", a),
+        }
+    }
+}
+
+/// Rows of (version, check order) as [`OrderedVersion`]s.
+fn ordered(rows: Vec<(String, i64)>) -> Vec<OrderedVersion> {
+    rows.into_iter()
+        .map(|(version, check_order)| OrderedVersion {
+            version,
+            check_order,
+        })
+        .collect()
+}

@@ -1,0 +1,590 @@
+//! The stored pipelines (`pipelines`, `pipeline_jobs`,
+//! `pipeline_resources`, `disabled_versions`) and when each resource
+//! config is checked next (`resource_checks`).
+
+use crate::db::{now_ms, Db};
+use crate::error::EngineError;
+
+/// A stored pipeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineRow {
+    /// Its id.
+    pub id: i64,
+    /// Its team.
+    pub team: String,
+    /// Its name.
+    pub name: String,
+    /// Its YAML text as set (vars not filled).
+    pub config: String,
+    /// The vars it was set with (a JSON object).
+    pub vars: String,
+    /// Counted from 1; each set adds one.
+    pub config_version: i64,
+    /// Whether it is paused (nothing is checked or triggered).
+    pub paused: bool,
+}
+
+/// A resource of a stored pipeline, as set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceRow {
+    /// Its name in the pipeline.
+    pub name: String,
+    /// Where its versions are kept (`resource_versions.team`).
+    pub scope: String,
+    /// Its resource config's hash (`resource_versions.config`).
+    pub config: String,
+    /// How often it is checked (none: never).
+    pub check_every_ms: Option<i64>,
+    /// The version pinned by hand (JSON), if any; not written by
+    /// [`Db::set_pipeline`].
+    pub pinned: Option<String>,
+}
+
+/// A job of a stored pipeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRow {
+    /// Its name.
+    pub name: String,
+    /// Whether it is paused (no build is triggered).
+    pub paused: bool,
+    /// The last scheduling decision (JSON), if any.
+    pub decision: Option<String>,
+}
+
+/// A resource config due for a check, with one pipeline resource naming
+/// it (whose pipeline the check build runs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DueCheck {
+    /// Where its versions are kept.
+    pub scope: String,
+    /// Its config's hash.
+    pub config: String,
+    /// When it was due (what claiming it compares).
+    pub next_check_at: i64,
+    /// The pipeline whose resource is checked.
+    pub pipeline_id: i64,
+    /// That resource's name.
+    pub resource: String,
+    /// Its interval.
+    pub check_every_ms: i64,
+}
+
+type PipelineRaw = (i64, String, String, String, String, i64, i64);
+
+fn pipeline_row(
+    (id, team, name, config, vars, config_version, paused): PipelineRaw,
+) -> PipelineRow {
+    PipelineRow {
+        id,
+        team,
+        name,
+        config,
+        vars,
+        config_version,
+        paused: paused != 0,
+    }
+}
+
+/// In a resource's scope given to [`Db::set_pipeline`], stands for the
+/// pipeline's id (not known before a new pipeline is stored).
+pub const PIPELINE_ID: &str = "{pipeline_id}";
+
+const PIPELINE_COLUMNS: &str = "id, team, name, config, vars, config_version, paused";
+
+impl Db {
+    /// Stores pipeline `name` of `team` (`config` as given, `vars` as JSON)
+    /// with its `jobs` and `resources`, as a new config version; a new
+    /// pipeline starts paused. With `expected`, a pipeline whose stored
+    /// version differs (or, for 0, one that exists) is a
+    /// [`EngineError::Conflict`]. Jobs and resources already stored keep
+    /// their state (paused, build numbers, pins); those gone are removed.
+    /// Answers the pipeline as stored and whether it is new.
+    pub async fn set_pipeline(
+        &self,
+        team: &str,
+        name: &str,
+        (config, vars): (&str, &str),
+        expected: Option<i64>,
+        jobs: &[String],
+        resources: &[ResourceRow],
+    ) -> Result<(PipelineRow, bool), EngineError> {
+        let mut tx = self.pool().begin().await?;
+        let now = now_ms();
+        let current: Option<(i64, i64)> = sqlx::query_as(
+            "SELECT id, config_version FROM pipelines WHERE team = $1 AND name = $2",
+        )
+        .bind(team)
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let stale = |have: i64| {
+            EngineError::Conflict(format!(
+                "pipeline {name:?} is at config version {have}, not {}: it was set meanwhile; look at it again and set it with --config-version {have}",
+                expected.unwrap_or_default()
+            ))
+        };
+        let (id, created) = match current {
+            Some((id, have)) => {
+                if expected.is_some_and(|e| e != have) {
+                    return Err(stale(have));
+                }
+                sqlx::query(
+                    "UPDATE pipelines SET config = $1, vars = $2, config_version = config_version + 1, updated_at = $3 WHERE id = $4",
+                )
+                .bind(config)
+                .bind(vars)
+                .bind(now)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+                (id, false)
+            }
+            None => {
+                if expected.is_some_and(|e| e != 0) {
+                    return Err(stale(0));
+                }
+                let (id,): (i64,) = sqlx::query_as(
+                    "INSERT INTO pipelines (team, name, config, vars, config_version, paused, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, 1, 1, $5, $5) RETURNING id",
+                )
+                .bind(team)
+                .bind(name)
+                .bind(config)
+                .bind(vars)
+                .bind(now)
+                .fetch_one(&mut *tx)
+                .await?;
+                (id, true)
+            }
+        };
+        let stored_jobs: Vec<(String,)> =
+            sqlx::query_as("SELECT name FROM pipeline_jobs WHERE pipeline_id = $1")
+                .bind(id)
+                .fetch_all(&mut *tx)
+                .await?;
+        for (job,) in &stored_jobs {
+            if !jobs.contains(job) {
+                sqlx::query("DELETE FROM pipeline_jobs WHERE pipeline_id = $1 AND name = $2")
+                    .bind(id)
+                    .bind(job)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        for job in jobs {
+            sqlx::query(
+                "INSERT INTO pipeline_jobs (pipeline_id, name) VALUES ($1, $2) ON CONFLICT (pipeline_id, name) DO NOTHING",
+            )
+            .bind(id)
+            .bind(job)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let stored_resources: Vec<(String,)> =
+            sqlx::query_as("SELECT name FROM pipeline_resources WHERE pipeline_id = $1")
+                .bind(id)
+                .fetch_all(&mut *tx)
+                .await?;
+        for (resource,) in &stored_resources {
+            if !resources.iter().any(|r| &r.name == resource) {
+                for table in ["pipeline_resources", "disabled_versions"] {
+                    let column = if table == "pipeline_resources" {
+                        "name"
+                    } else {
+                        "resource"
+                    };
+                    sqlx::query(&format!(
+                        "DELETE FROM {table} WHERE pipeline_id = $1 AND {column} = $2"
+                    ))
+                    .bind(id)
+                    .bind(resource)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+            }
+        }
+        for r in resources {
+            let scope = r.scope.replace(PIPELINE_ID, &id.to_string());
+            sqlx::query(
+                "INSERT INTO pipeline_resources (pipeline_id, name, scope, config, check_every_ms) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (pipeline_id, name) DO UPDATE SET scope = excluded.scope, config = excluded.config, check_every_ms = excluded.check_every_ms",
+            )
+            .bind(id)
+            .bind(&r.name)
+            .bind(&scope)
+            .bind(&r.config)
+            .bind(r.check_every_ms)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "INSERT INTO resource_checks (scope, config, next_check_at) VALUES ($1, $2, $3) ON CONFLICT (scope, config) DO NOTHING",
+            )
+            .bind(&scope)
+            .bind(&r.config)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let row: PipelineRaw = sqlx::query_as(&format!(
+            "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok((pipeline_row(row), created))
+    }
+
+    /// The pipelines of `team`, by name.
+    pub async fn pipelines(&self, team: &str) -> Result<Vec<PipelineRow>, EngineError> {
+        let rows: Vec<PipelineRaw> = sqlx::query_as(&format!(
+            "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE team = $1 ORDER BY name"
+        ))
+        .bind(team)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().map(pipeline_row).collect())
+    }
+
+    /// Every unpaused pipeline, of every team.
+    pub async fn unpaused_pipelines(&self) -> Result<Vec<PipelineRow>, EngineError> {
+        let rows: Vec<PipelineRaw> = sqlx::query_as(&format!(
+            "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE paused = 0 ORDER BY id"
+        ))
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().map(pipeline_row).collect())
+    }
+
+    /// Pipeline `name` of `team`, if stored.
+    pub async fn pipeline(
+        &self,
+        team: &str,
+        name: &str,
+    ) -> Result<Option<PipelineRow>, EngineError> {
+        let row: Option<PipelineRaw> = sqlx::query_as(&format!(
+            "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE team = $1 AND name = $2"
+        ))
+        .bind(team)
+        .bind(name)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(pipeline_row))
+    }
+
+    /// Pipeline `id`, if stored.
+    pub async fn pipeline_by_id(&self, id: i64) -> Result<Option<PipelineRow>, EngineError> {
+        let row: Option<PipelineRaw> = sqlx::query_as(&format!(
+            "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(pipeline_row))
+    }
+
+    /// Pauses or unpauses pipeline `id`.
+    pub async fn set_pipeline_paused(&self, id: i64, paused: bool) -> Result<(), EngineError> {
+        sqlx::query("UPDATE pipelines SET paused = $1 WHERE id = $2")
+            .bind(i64::from(paused))
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Renames pipeline `id` of `team` from `from` to `to`, its builds
+    /// with it (what `passed` reads); a name already taken in its team is
+    /// a [`EngineError::Conflict`].
+    pub async fn rename_pipeline(
+        &self,
+        id: i64,
+        team: &str,
+        from: &str,
+        to: &str,
+    ) -> Result<(), EngineError> {
+        if self.pipeline(team, to).await?.is_some() {
+            return Err(EngineError::Conflict(format!(
+                "team {team:?} already has a pipeline {to:?}"
+            )));
+        }
+        let mut tx = self.pool().begin().await?;
+        sqlx::query("UPDATE pipelines SET name = $1 WHERE id = $2")
+            .bind(to)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE builds SET pipeline = $1 WHERE team = $2 AND pipeline = $3")
+            .bind(to)
+            .bind(team)
+            .bind(from)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Removes pipeline `id` with its jobs, resources and disabled versions
+    /// (its builds stay, as history).
+    pub async fn destroy_pipeline(&self, id: i64) -> Result<(), EngineError> {
+        let mut tx = self.pool().begin().await?;
+        for table in ["pipeline_jobs", "pipeline_resources", "disabled_versions"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE pipeline_id = $1"))
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query("DELETE FROM pipelines WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The jobs of pipeline `id`, by name.
+    pub async fn pipeline_jobs(&self, id: i64) -> Result<Vec<JobRow>, EngineError> {
+        let rows: Vec<(String, i64, Option<String>)> = sqlx::query_as(
+            "SELECT name, paused, decision FROM pipeline_jobs WHERE pipeline_id = $1 ORDER BY name",
+        )
+        .bind(id)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(name, paused, decision)| JobRow {
+                name,
+                paused: paused != 0,
+                decision,
+            })
+            .collect())
+    }
+
+    /// Pauses or unpauses job `job` of pipeline `id`; false when it has no
+    /// such job.
+    pub async fn set_job_paused(
+        &self,
+        id: i64,
+        job: &str,
+        paused: bool,
+    ) -> Result<bool, EngineError> {
+        let done = sqlx::query(
+            "UPDATE pipeline_jobs SET paused = $1 WHERE pipeline_id = $2 AND name = $3",
+        )
+        .bind(i64::from(paused))
+        .bind(id)
+        .bind(job)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Stores the last scheduling decision of a job (JSON).
+    pub async fn set_job_decision(
+        &self,
+        id: i64,
+        job: &str,
+        decision: &str,
+    ) -> Result<(), EngineError> {
+        sqlx::query("UPDATE pipeline_jobs SET decision = $1 WHERE pipeline_id = $2 AND name = $3")
+            .bind(decision)
+            .bind(id)
+            .bind(job)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Takes the next build number of job `job` of pipeline `id`.
+    pub async fn take_build_number(&self, id: i64, job: &str) -> Result<i64, EngineError> {
+        let (n,): (i64,) = sqlx::query_as(
+            "UPDATE pipeline_jobs SET next_build_number = next_build_number + 1 \
+             WHERE pipeline_id = $1 AND name = $2 RETURNING next_build_number - 1",
+        )
+        .bind(id)
+        .bind(job)
+        .fetch_one(self.pool())
+        .await?;
+        Ok(n)
+    }
+
+    /// The resources of pipeline `id`, by name.
+    pub async fn pipeline_resources(&self, id: i64) -> Result<Vec<ResourceRow>, EngineError> {
+        type Raw = (String, String, String, Option<i64>, Option<String>);
+        let rows: Vec<Raw> = sqlx::query_as(
+            "SELECT name, scope, config, check_every_ms, pinned FROM pipeline_resources WHERE pipeline_id = $1 ORDER BY name",
+        )
+        .bind(id)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(name, scope, config, check_every_ms, pinned)| ResourceRow {
+                    name,
+                    scope,
+                    config,
+                    check_every_ms,
+                    pinned,
+                },
+            )
+            .collect())
+    }
+
+    /// Resource configs of unpaused pipelines due for a check at `now`,
+    /// soonest first, at most `limit`, each with one pipeline resource
+    /// naming it (the shortest interval's).
+    pub async fn due_checks(&self, now: i64, limit: i64) -> Result<Vec<DueCheck>, EngineError> {
+        let rows: Vec<(String, String, i64, i64, String, i64)> = sqlx::query_as(
+            "SELECT c.scope, c.config, c.next_check_at, r.pipeline_id, r.name, r.check_every_ms \
+             FROM resource_checks c \
+             JOIN pipeline_resources r ON r.scope = c.scope AND r.config = c.config \
+             JOIN pipelines p ON p.id = r.pipeline_id \
+             WHERE c.next_check_at <= $1 AND p.paused = 0 AND r.check_every_ms IS NOT NULL \
+             ORDER BY c.next_check_at, r.check_every_ms, r.pipeline_id LIMIT $2",
+        )
+        .bind(now)
+        .bind(limit * 4)
+        .fetch_all(self.pool())
+        .await?;
+        let mut due: Vec<DueCheck> = Vec::new();
+        for (scope, config, next_check_at, pipeline_id, resource, every) in rows {
+            if due.iter().any(|d| d.scope == scope && d.config == config) {
+                continue;
+            }
+            due.push(DueCheck {
+                scope,
+                config,
+                next_check_at,
+                pipeline_id,
+                resource,
+                check_every_ms: every,
+            });
+            if due.len() as i64 >= limit {
+                break;
+            }
+        }
+        Ok(due)
+    }
+
+    /// Claims a due check: moves its next check to `next` only if it is
+    /// still `was` (so of nodes racing, one wins); answers whether this
+    /// call did.
+    pub async fn claim_check(&self, due: &DueCheck, next: i64) -> Result<bool, EngineError> {
+        let done = sqlx::query(
+            "UPDATE resource_checks SET next_check_at = $1 WHERE scope = $2 AND config = $3 AND next_check_at = $4",
+        )
+        .bind(next)
+        .bind(&due.scope)
+        .bind(&due.config)
+        .bind(due.next_check_at)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Makes resource config (`scope`, `config`) due now (a webhook, a
+    /// `check-resource`).
+    pub async fn check_now(&self, scope: &str, config: &str) -> Result<(), EngineError> {
+        sqlx::query(
+            "UPDATE resource_checks SET next_check_at = $1 WHERE scope = $2 AND config = $3",
+        )
+        .bind(now_ms())
+        .bind(scope)
+        .bind(config)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Records the check build that checked (`scope`, `config`).
+    pub async fn record_check_build(
+        &self,
+        scope: &str,
+        config: &str,
+        build: i64,
+    ) -> Result<(), EngineError> {
+        sqlx::query("UPDATE resource_checks SET last_build = $1, last_checked_at = $2 WHERE scope = $3 AND config = $4")
+            .bind(build)
+            .bind(now_ms())
+            .bind(scope)
+            .bind(config)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Records how the last check of (`scope`, `config`) ended: `None` when
+    /// it succeeded, else why not.
+    pub async fn record_check_error(
+        &self,
+        scope: &str,
+        config: &str,
+        error: Option<&str>,
+    ) -> Result<(), EngineError> {
+        sqlx::query("UPDATE resource_checks SET last_error = $1 WHERE scope = $2 AND config = $3")
+            .bind(error)
+            .bind(scope)
+            .bind(config)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// The last check of (`scope`, `config`): its build, its error, when.
+    pub async fn last_check(
+        &self,
+        scope: &str,
+        config: &str,
+    ) -> Result<Option<(Option<i64>, Option<String>, Option<i64>)>, EngineError> {
+        Ok(sqlx::query_as(
+            "SELECT last_build, last_error, last_checked_at FROM resource_checks WHERE scope = $1 AND config = $2",
+        )
+        .bind(scope)
+        .bind(config)
+        .fetch_optional(self.pool())
+        .await?)
+    }
+
+    /// Pins resource `resource` of pipeline `id` to `version` (JSON), or
+    /// unpins it; false when the pipeline has no such resource.
+    pub async fn pin_resource(
+        &self,
+        id: i64,
+        resource: &str,
+        version: Option<&str>,
+    ) -> Result<bool, EngineError> {
+        let done = sqlx::query(
+            "UPDATE pipeline_resources SET pinned = $1 WHERE pipeline_id = $2 AND name = $3",
+        )
+        .bind(version)
+        .bind(id)
+        .bind(resource)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Disables (never an input again) or enables `version` (JSON) of
+    /// resource `resource` of pipeline `id`.
+    pub async fn set_version_disabled(
+        &self,
+        id: i64,
+        resource: &str,
+        version: &str,
+        disabled: bool,
+    ) -> Result<(), EngineError> {
+        let sql = if disabled {
+            "INSERT INTO disabled_versions (pipeline_id, resource, version) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING"
+        } else {
+            "DELETE FROM disabled_versions WHERE pipeline_id = $1 AND resource = $2 AND version = $3"
+        };
+        sqlx::query(sql)
+            .bind(id)
+            .bind(resource)
+            .bind(version)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+}

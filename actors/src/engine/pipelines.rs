@@ -1,0 +1,578 @@
+//! The engine's front door for stored pipelines: setting one (checked as a
+//! build of each job would be, vars filled), reading, pausing, renaming
+//! and destroying it, its jobs (pausing, triggering by hand, their
+//! builds), its resources (checking now, pinning, disabling versions).
+//! Everything is scoped to a team; another team's pipeline is not found.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::builds::JobStart;
+use super::Engine;
+use crate::db::{BuildQuery, JobAt, PipelineRow, ResourceRow};
+use crate::error::EngineError;
+use crate::pipeline::{Pipeline, Vars};
+use crate::plan::{check_pipeline_name, JobPlan};
+use crate::triggers::{job_inputs, resolve, store_pipeline, Decision, JobInput, Resolution};
+use crate::views::{
+    Build, BuildResources, BuildVersion, JobView, PipelineView, ResourceView, VersionView,
+};
+
+/// Settings of stored pipelines.
+#[derive(Debug, Clone)]
+pub struct PipelinesConfig {
+    /// One history of versions per resource config (type and source),
+    /// shared by every pipeline and team using it (the default); false:
+    /// one per pipeline resource, as Concourse does by default.
+    pub global_resources: bool,
+    /// How often jobs are scheduled and due checks looked for.
+    pub interval: std::time::Duration,
+    /// Checks started per interval at most, across the fleet.
+    pub max_checks_per_interval: usize,
+}
+
+impl Default for PipelinesConfig {
+    fn default() -> Self {
+        PipelinesConfig {
+            global_resources: true,
+            interval: std::time::Duration::from_secs(1),
+            max_checks_per_interval: 50,
+        }
+    }
+}
+
+/// What setting a pipeline answers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SetPipeline {
+    /// The pipeline as stored now.
+    pub pipeline: PipelineView,
+    /// Whether it is new (it starts paused).
+    pub created: bool,
+}
+
+fn view(row: &PipelineRow, with_config: bool) -> PipelineView {
+    PipelineView {
+        name: row.name.clone(),
+        team: row.team.clone(),
+        paused: row.paused,
+        config_version: row.config_version,
+        config: with_config.then(|| row.config.clone()),
+    }
+}
+
+/// The vars a pipeline was stored with.
+pub(super) fn stored_vars(row: &PipelineRow) -> Result<Vars, EngineError> {
+    serde_json::from_str(&row.vars)
+        .map_err(|e| EngineError::Invalid(format!("pipeline {:?}: stored vars: {e}", row.name)))
+}
+
+/// The pipeline a row holds, loaded with its vars.
+pub(super) fn loaded(row: &PipelineRow) -> Result<Pipeline, EngineError> {
+    Pipeline::load(&row.config, &stored_vars(row)?)
+        .map_err(|problems| EngineError::Invalid(problems.join("; ")))
+}
+
+impl Engine {
+    /// Stores pipeline `name` of `team` from its YAML text and `vars` as a
+    /// new config version (`expected`: refuse unless the stored version is
+    /// this one, 0 for none). Every var must be filled and every job must
+    /// translate as a build would; each problem is named and nothing is
+    /// stored.
+    pub async fn set_pipeline(
+        &self,
+        team: &str,
+        name: &str,
+        config: &str,
+        vars: Vars,
+        expected: Option<i64>,
+    ) -> Result<SetPipeline, EngineError> {
+        let global = self.config.pipelines.global_resources;
+        let (row, created) =
+            store_pipeline(&self.db, (team, name), config, &vars, expected, global).await?;
+        Ok(SetPipeline {
+            pipeline: view(&row, false),
+            created,
+        })
+    }
+
+    /// Pipeline `name` of `team`, stored.
+    pub(super) async fn pipeline_row(
+        &self,
+        team: &str,
+        name: &str,
+    ) -> Result<PipelineRow, EngineError> {
+        self.db
+            .pipeline(team, name)
+            .await?
+            .ok_or_else(|| EngineError::NotFound {
+                kind: "pipeline",
+                name: format!("{team}/{name}"),
+            })
+    }
+
+    /// The pipelines of `team`, by name.
+    pub async fn pipelines(&self, team: &str) -> Result<Vec<PipelineView>, EngineError> {
+        Ok(self
+            .db
+            .pipelines(team)
+            .await?
+            .iter()
+            .map(|r| view(r, false))
+            .collect())
+    }
+
+    /// Pipeline `name` of `team`, with its config.
+    pub async fn pipeline(&self, team: &str, name: &str) -> Result<PipelineView, EngineError> {
+        Ok(view(&self.pipeline_row(team, name).await?, true))
+    }
+
+    /// Destroys pipeline `name` of `team` (its builds stay, as history).
+    pub async fn destroy_pipeline(&self, team: &str, name: &str) -> Result<(), EngineError> {
+        let row = self.pipeline_row(team, name).await?;
+        self.db.destroy_pipeline(row.id).await
+    }
+
+    /// Renames pipeline `name` of `team` to `to` (its builds follow).
+    pub async fn rename_pipeline(
+        &self,
+        team: &str,
+        name: &str,
+        to: &str,
+    ) -> Result<(), EngineError> {
+        check_pipeline_name(to)?;
+        let row = self.pipeline_row(team, name).await?;
+        self.db.rename_pipeline(row.id, team, name, to).await
+    }
+
+    /// Pauses or unpauses pipeline `name` of `team`.
+    pub async fn pause_pipeline(
+        &self,
+        team: &str,
+        name: &str,
+        paused: bool,
+    ) -> Result<(), EngineError> {
+        let row = self.pipeline_row(team, name).await?;
+        self.db.set_pipeline_paused(row.id, paused).await
+    }
+
+    /// The jobs of pipeline `name` of `team`, with their newest builds and
+    /// last scheduling decisions.
+    pub async fn pipeline_jobs(&self, team: &str, name: &str) -> Result<Vec<JobView>, EngineError> {
+        let row = self.pipeline_row(team, name).await?;
+        let mut out = Vec::new();
+        for job in self.db.pipeline_jobs(row.id).await? {
+            let latest_build = self.job_builds(team, name, &job.name, None, 1).await?.pop();
+            out.push(JobView {
+                decision: job
+                    .decision
+                    .as_deref()
+                    .and_then(|d| serde_json::from_str(d).ok()),
+                name: job.name,
+                paused: job.paused,
+                latest_build,
+            });
+        }
+        Ok(out)
+    }
+
+    /// One job of pipeline `pipeline` of `team`.
+    pub async fn pipeline_job(
+        &self,
+        team: &str,
+        pipeline: &str,
+        job: &str,
+    ) -> Result<JobView, EngineError> {
+        self.pipeline_jobs(team, pipeline)
+            .await?
+            .into_iter()
+            .find(|j| j.name == job)
+            .ok_or_else(|| EngineError::NotFound {
+                kind: "job",
+                name: format!("{pipeline}/{job}"),
+            })
+    }
+
+    /// Builds of job `job` of pipeline `pipeline` of `team`, newest first,
+    /// before build id `before`, at most `limit`.
+    pub async fn job_builds(
+        &self,
+        team: &str,
+        pipeline: &str,
+        job: &str,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<Build>, EngineError> {
+        self.db
+            .list_builds_page(&BuildQuery {
+                team: Some(team.to_string()),
+                status: None,
+                pipeline: Some(pipeline.to_string()),
+                job: Some(job.to_string()),
+                before,
+                limit,
+            })
+            .await
+    }
+
+    /// Pauses or unpauses job `job` of pipeline `pipeline` of `team`.
+    pub async fn pause_job(
+        &self,
+        team: &str,
+        pipeline: &str,
+        job: &str,
+        paused: bool,
+    ) -> Result<(), EngineError> {
+        let row = self.pipeline_row(team, pipeline).await?;
+        if self.db.set_job_paused(row.id, job, paused).await? {
+            Ok(())
+        } else {
+            Err(EngineError::NotFound {
+                kind: "job",
+                name: format!("{pipeline}/{job}"),
+            })
+        }
+    }
+
+    /// Starts a build of job `job` of pipeline `pipeline` of `team` by
+    /// hand, with the newest versions that satisfy its inputs (as a
+    /// trigger would choose them). Inputs that cannot be satisfied are an
+    /// [`EngineError::Conflict`] saying why; a job with
+    /// `disable_manual_trigger` is refused.
+    pub async fn trigger_job(
+        &self,
+        team: &str,
+        pipeline: &str,
+        job: &str,
+    ) -> Result<Build, EngineError> {
+        let row = self.pipeline_row(team, pipeline).await?;
+        let loaded = loaded(&row)?;
+        let j = loaded.job(job).map_err(|e| EngineError::NotFound {
+            kind: "job",
+            name: format!("{pipeline}/{job}: {e}"),
+        })?;
+        if j.disable_manual_trigger {
+            return Err(EngineError::Invalid(format!(
+                "job {job:?} has disable_manual_trigger set: it may not be started by hand"
+            )));
+        }
+        let resources = self.db.pipeline_resources(row.id).await?;
+        let inputs = job_inputs(&loaded, j, &resources).map_err(EngineError::Invalid)?;
+        let at = JobAt {
+            team,
+            pipeline,
+            job,
+        };
+        match resolve(&self.db, at, row.id, &inputs).await? {
+            Resolution::Resolved(chosen) => {
+                let id = self
+                    .start_pipeline_build(&row, job, &inputs, &chosen)
+                    .await?;
+                self.build(id).await
+            }
+            Resolution::Unsatisfied(why) => Err(EngineError::Conflict(format!(
+                "job {pipeline}/{job} cannot start: {}",
+                why.iter()
+                    .map(|(input, why)| format!("input {input:?}: {why}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ))),
+        }
+    }
+
+    /// Creates and starts a build of job `job` of stored pipeline `row`
+    /// with `inputs` and the versions `chosen` for them (step → version
+    /// JSON), numbered within its job, its inputs recorded before it
+    /// starts; answers its id.
+    pub(super) async fn start_pipeline_build(
+        &self,
+        row: &PipelineRow,
+        job: &str,
+        inputs: &[JobInput],
+        chosen: &BTreeMap<String, String>,
+    ) -> Result<i64, EngineError> {
+        let mut pinned = BTreeMap::new();
+        let mut recorded = Vec::new();
+        for (name, version) in chosen {
+            let bad = |e: serde_json::Error| {
+                EngineError::Invalid(format!(
+                    "input {name:?}: version {version} is not a map of strings: {e}"
+                ))
+            };
+            let v: BTreeMap<String, String> = serde_json::from_str(version).map_err(bad)?;
+            let resource = inputs
+                .iter()
+                .find(|i| &i.name == name)
+                .map(|i| i.resource.clone())
+                .unwrap_or_default();
+            recorded.push((
+                name.clone(),
+                resource,
+                serde_json::from_str(version).map_err(bad)?,
+            ));
+            pinned.insert(name.clone(), v);
+        }
+        let stored = JobPlan {
+            pipeline: row.config.clone(),
+            pipeline_name: row.name.clone(),
+            job: job.to_string(),
+            vars: stored_vars(row)?,
+            inputs: pinned,
+        };
+        let number = self.db.take_build_number(row.id, job).await?;
+        let start = JobStart {
+            number: Some(number),
+            inputs: recorded,
+        };
+        self.start_job_plan(&row.team, stored, start).await
+    }
+
+    /// The resources of pipeline `name` of `team`, with their check status.
+    pub async fn pipeline_resources(
+        &self,
+        team: &str,
+        name: &str,
+    ) -> Result<Vec<ResourceView>, EngineError> {
+        let row = self.pipeline_row(team, name).await?;
+        let loaded = loaded(&row)?;
+        let mut out = Vec::new();
+        for r in self.db.pipeline_resources(row.id).await? {
+            let last = self.db.last_check(&r.scope, &r.config).await?;
+            let last_check = match last.and_then(|(build, _, _)| build) {
+                Some(id) => self.db.get_build(id).await?,
+                None => None,
+            };
+            let check_error = last_check.as_ref().and_then(|b| match b.status {
+                crate::db::BuildStatus::Failed | crate::db::BuildStatus::Errored => Some(
+                    b.error
+                        .clone()
+                        .unwrap_or_else(|| format!("the check {}", b.status.as_str())),
+                ),
+                _ => None,
+            });
+            out.push(ResourceView {
+                type_: loaded
+                    .resource(&r.name)
+                    .map(|d| d.type_.clone())
+                    .unwrap_or_default(),
+                name: r.name,
+                check_every_ms: r.check_every_ms,
+                pinned: r
+                    .pinned
+                    .as_deref()
+                    .and_then(|p| serde_json::from_str(p).ok()),
+                last_check,
+                check_error,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Resource `resource` of pipeline `pipeline` of `team`, stored.
+    async fn resource_row(
+        &self,
+        row: &PipelineRow,
+        resource: &str,
+    ) -> Result<ResourceRow, EngineError> {
+        self.db
+            .pipeline_resources(row.id)
+            .await?
+            .into_iter()
+            .find(|r| r.name == resource)
+            .ok_or_else(|| EngineError::NotFound {
+                kind: "resource",
+                name: format!("{}/{resource}", row.name),
+            })
+    }
+
+    /// The versions of resource `resource` of pipeline `pipeline` of
+    /// `team`, newest first, below check order `before`, at most `limit`
+    /// (disabled ones included, marked).
+    pub async fn resource_versions(
+        &self,
+        team: &str,
+        pipeline: &str,
+        resource: &str,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<VersionView>, EngineError> {
+        let row = self.pipeline_row(team, pipeline).await?;
+        let r = self.resource_row(&row, resource).await?;
+        let mut out = Vec::new();
+        for v in self
+            .db
+            .all_versions_page(&r.scope, &r.config, before, limit)
+            .await?
+        {
+            out.push(VersionView {
+                disabled: self
+                    .db
+                    .version_disabled(row.id, resource, &v.version)
+                    .await?,
+                version: serde_json::from_str(&v.version).unwrap_or(Value::Null),
+                check_order: v.check_order,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Checks resource `resource` of pipeline `pipeline` of `team` now (from
+    /// version `from` when given, else from the newest stored): a check
+    /// build, answered.
+    pub async fn check_resource(
+        &self,
+        team: &str,
+        pipeline: &str,
+        resource: &str,
+        from: Option<Value>,
+    ) -> Result<Build, EngineError> {
+        let row = self.pipeline_row(team, pipeline).await?;
+        let r = self.resource_row(&row, resource).await?;
+        if let Some(from) = &from {
+            if !from.is_object() {
+                return Err(EngineError::Invalid(format!(
+                    "--from: {from} is not a version (a map)"
+                )));
+            }
+            // Checking from a version means starting from it: it becomes
+            // the newest stored one, as Concourse's `check-resource --from`.
+            self.db
+                .save_versions(
+                    &r.scope,
+                    &r.config,
+                    &[(from.clone(), serde_json::json!([]))],
+                )
+                .await?;
+        }
+        let id = self.start_check(&row, &r).await?;
+        self.build(id).await
+    }
+
+    /// The `webhook_token` of resource `resource` of pipeline `pipeline` of
+    /// `team`, if it has one (a resource or pipeline not found is not
+    /// found).
+    pub async fn webhook_token(
+        &self,
+        team: &str,
+        pipeline: &str,
+        resource: &str,
+    ) -> Result<Option<String>, EngineError> {
+        let row = self.pipeline_row(team, pipeline).await?;
+        self.resource_row(&row, resource).await?;
+        let loaded = loaded(&row)?;
+        Ok(loaded
+            .resource(resource)
+            .and_then(|r| r.other.get("webhook_token"))
+            .and_then(|t| match t {
+                serde_yaml::Value::String(s) => Some(s.clone()),
+                serde_yaml::Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            }))
+    }
+
+    /// Starts the check build of stored resource `r` of pipeline `row`,
+    /// recorded as its config's last check; answers its id.
+    pub(super) async fn start_check(
+        &self,
+        row: &PipelineRow,
+        r: &ResourceRow,
+    ) -> Result<i64, EngineError> {
+        let stored = crate::plan::CheckPlan {
+            pipeline: row.config.clone(),
+            check: r.name.clone(),
+            vars: stored_vars(row)?,
+            scope: Some(r.scope.clone()),
+        };
+        let plan = crate::steps::runnable(stored.plan()?);
+        let id = self
+            .start_stored(&row.team, &stored, plan, None, &[])
+            .await?;
+        self.db.record_check_build(&r.scope, &r.config, id).await?;
+        Ok(id)
+    }
+
+    /// Pins resource `resource` of pipeline `pipeline` of `team` to
+    /// `version` (it must have been found by a check), or unpins it.
+    pub async fn pin_resource(
+        &self,
+        team: &str,
+        pipeline: &str,
+        resource: &str,
+        version: Option<Value>,
+    ) -> Result<(), EngineError> {
+        let row = self.pipeline_row(team, pipeline).await?;
+        let r = self.resource_row(&row, resource).await?;
+        let text = match &version {
+            Some(v) => Some(self.known_version(&r, v).await?),
+            None => None,
+        };
+        self.db
+            .pin_resource(row.id, resource, text.as_deref())
+            .await?;
+        Ok(())
+    }
+
+    /// Disables or enables `version` of resource `resource` of pipeline
+    /// `pipeline` of `team` (it must have been found by a check).
+    pub async fn disable_version(
+        &self,
+        team: &str,
+        pipeline: &str,
+        resource: &str,
+        version: Value,
+        disabled: bool,
+    ) -> Result<(), EngineError> {
+        let row = self.pipeline_row(team, pipeline).await?;
+        let r = self.resource_row(&row, resource).await?;
+        let text = self.known_version(&r, &version).await?;
+        self.db
+            .set_version_disabled(row.id, resource, &text, disabled)
+            .await
+    }
+
+    /// `version` as stored, if a check found it; else not found.
+    async fn known_version(&self, r: &ResourceRow, version: &Value) -> Result<String, EngineError> {
+        let text = version.to_string();
+        let at = crate::db::VersionsAt {
+            scope: &r.scope,
+            config: &r.config,
+        };
+        match self.db.version_order(at, &text).await? {
+            Some(_) => Ok(text),
+            None => Err(EngineError::NotFound {
+                kind: "version",
+                name: format!("{text} of resource {:?}", r.name),
+            }),
+        }
+    }
+
+    /// Records what scheduling decided for job `job` of pipeline `row`.
+    pub(super) async fn record_decision(
+        &self,
+        row: &PipelineRow,
+        job: &str,
+        decision: &Decision,
+    ) -> Result<(), EngineError> {
+        let text = serde_json::to_string(decision).expect("decisions serialize");
+        self.db.set_job_decision(row.id, job, &text).await
+    }
+
+    /// The versions build `id` used and made (empty for a build that is
+    /// not a job's).
+    pub async fn build_resources(&self, id: i64) -> Result<BuildResources, EngineError> {
+        let mut out = BuildResources::default();
+        for (direction, name, resource, version) in self.db.build_versions(id).await? {
+            let v = BuildVersion {
+                name,
+                resource,
+                version: serde_json::from_str(&version).unwrap_or(Value::Null),
+            };
+            if direction == "in" {
+                out.inputs.push(v);
+            } else {
+                out.outputs.push(v);
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,15 @@
+//! Scheduling a stored pipeline's jobs, as Concourse's scheduler does: a
+//! job's inputs are its `get` steps (`inputs.rs`), resolved to versions
+//! under `version`, pins, disabled versions and `passed` with its
+//! consistency rule (`resolve.rs`); a job whose `trigger: true` input
+//! resolves to a version its last build did not use gets a new build. The
+//! periodic jobs that check resources and trigger builds are the engine's
+//! (`engine/pipeline_jobs.rs`), which owns creating builds.
+
+mod inputs;
+mod resolve;
+mod set;
+
+pub use inputs::{job_inputs, JobInput};
+pub use resolve::{resolve, Decision, Resolution};
+pub use set::{store_pipeline, DEFAULT_CHECK_EVERY};

@@ -1,0 +1,74 @@
+//! Storing a pipeline: what `set-pipeline` (the API) and the `set_pipeline`
+//! step share. The pipeline is loaded with its vars (every var filled),
+//! each job is translated as a build of it would be (so a step Gantry
+//! cannot run is refused now, not at its first build), and its resources
+//! are stored with where their versions are kept and how often they are
+//! checked.
+
+use crate::db::{Db, PipelineRow, ResourceRow};
+use crate::error::EngineError;
+use crate::pipeline::model::CheckEvery;
+use crate::pipeline::{Pipeline, Vars};
+use crate::plan::{check_pipeline_name, job_plan};
+use crate::resources::config::resource_config;
+
+use super::inputs::versions_scope;
+
+/// How often a resource is checked when it says nothing (Concourse's 1m).
+pub const DEFAULT_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Stores pipeline `name` of `team` (`config` with `vars`) as a new config
+/// version (`expected`: refuse unless the stored version is this one, 0
+/// for none), its resources' versions kept per config when `global`;
+/// answers it and whether it is new. Nothing is stored when it has a
+/// problem, each named.
+pub async fn store_pipeline(
+    db: &Db,
+    (team, name): (&str, &str),
+    config: &str,
+    vars: &Vars,
+    expected: Option<i64>,
+    global: bool,
+) -> Result<(PipelineRow, bool), EngineError> {
+    check_pipeline_name(name)?;
+    if !db.team_exists(team).await? {
+        return Err(EngineError::NotFound {
+            kind: "team",
+            name: team.into(),
+        });
+    }
+    let pipeline = Pipeline::load(config, vars)
+        .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
+    for job in &pipeline.jobs {
+        job_plan(&pipeline, job)?;
+    }
+    let resources = pipeline
+        .resources
+        .iter()
+        .map(|r| {
+            let config = resource_config(&pipeline, r).map_err(EngineError::Invalid)?;
+            Ok(ResourceRow {
+                name: r.name.clone(),
+                scope: versions_scope(global, &r.name),
+                config: config.key(),
+                check_every_ms: match r.check_every {
+                    Some(CheckEvery::Never) => None,
+                    Some(CheckEvery::Interval(d)) => Some(d.as_millis().max(1) as i64),
+                    None => Some(DEFAULT_CHECK_EVERY.as_millis() as i64),
+                },
+                pinned: None,
+            })
+        })
+        .collect::<Result<Vec<_>, EngineError>>()?;
+    let jobs: Vec<String> = pipeline.jobs.iter().map(|j| j.name.clone()).collect();
+    let vars_json = serde_json::to_string(vars).expect("vars serialize");
+    db.set_pipeline(
+        team,
+        name,
+        (config, &vars_json),
+        expected,
+        &jobs,
+        &resources,
+    )
+    .await
+}

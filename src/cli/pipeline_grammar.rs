@@ -1,0 +1,219 @@
+//! The verbs of stored pipelines, as `fly` names them: `set-pipeline`,
+//! `pipelines`, `get-pipeline`, `destroy-pipeline`, `rename-pipeline`,
+//! `pause-pipeline`/`unpause-pipeline`, `pause-job`/`unpause-job`,
+//! `trigger-job`, `why`, `resources`, `resource-versions`,
+//! `check-resource`, `pin-resource`/`unpin-resource`,
+//! `disable-resource-version`/`enable-resource-version`. (`jobs -p` and
+//! `builds -j P/J` extend the verbs of the same names.)
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+
+/// The stored pipeline verbs.
+#[derive(Subcommand, Debug)]
+pub enum PipelineCommand {
+    /// Store a pipeline from its file: shows the difference from the stored
+    /// config, then sets it as a new config version (a new pipeline starts
+    /// paused).
+    SetPipeline {
+        /// The pipeline's name.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: String,
+        /// The pipeline file.
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+        /// A var: NAME=VALUE (a string, as with fly -v).
+        #[arg(short = 'v', long = "var")]
+        vars: Vec<String>,
+        /// A YAML file of vars; later files and -v flags override.
+        #[arg(short = 'l', long = "load-vars-from")]
+        var_files: Vec<PathBuf>,
+        /// Refuse unless the stored config version is this one (0: the
+        /// pipeline must be new): no write over a change made meanwhile.
+        #[arg(long = "config-version")]
+        config_version: Option<i64>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// List the team's pipelines.
+    Pipelines {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Print a stored pipeline's config (as set, vars not filled).
+    GetPipeline {
+        /// The pipeline.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: String,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Destroy a stored pipeline (its builds stay).
+    DestroyPipeline {
+        /// The pipeline.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: String,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Rename a stored pipeline.
+    RenamePipeline {
+        /// Its name.
+        #[arg(short = 'o', long = "old-name")]
+        old: String,
+        /// Its new name.
+        #[arg(short = 'n', long = "new-name")]
+        new: String,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Pause a pipeline: nothing is checked or triggered.
+    PausePipeline {
+        /// The pipeline.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: String,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Unpause a pipeline.
+    UnpausePipeline {
+        /// The pipeline.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: String,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Pause a job: no build is triggered.
+    PauseJob {
+        /// PIPELINE/JOB.
+        #[arg(short = 'j', long = "job")]
+        job: String,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Unpause a job.
+    UnpauseJob {
+        /// PIPELINE/JOB.
+        #[arg(short = 'j', long = "job")]
+        job: String,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Start a build of a job with the newest versions its inputs allow.
+    TriggerJob {
+        /// PIPELINE/JOB.
+        #[arg(short = 'j', long = "job")]
+        job: String,
+        /// Follow the build: exits 0 succeeded, 1 failed, 2 errored, 3 aborted.
+        #[arg(short = 'w', long)]
+        watch: bool,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Why a job was or was not triggered: the versions chosen per input,
+    /// or why an input could not be satisfied.
+    Why {
+        /// PIPELINE/JOB.
+        #[arg(short = 'j', long = "job")]
+        job: String,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// List a pipeline's resources: last check, its error, pin.
+    Resources {
+        /// The pipeline.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// List a resource's versions, newest first.
+    ResourceVersions {
+        /// PIPELINE/RESOURCE.
+        #[arg(short = 'r', long = "resource")]
+        resource: String,
+        /// How many.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Check a stored resource now (a check build), optionally from a
+    /// version; waits for it and exits non-zero when it did not succeed.
+    CheckResource {
+        /// PIPELINE/RESOURCE.
+        #[arg(short = 'r', long = "resource")]
+        resource: String,
+        /// Check from this version: KEY:VALUE (repeatable).
+        #[arg(short = 'f', long = "from")]
+        from: Vec<String>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Pin a resource to a version its checks found: KEY:VALUE.
+    PinResource {
+        /// PIPELINE/RESOURCE.
+        #[arg(short = 'r', long = "resource")]
+        resource: String,
+        /// The version: KEY:VALUE (repeatable).
+        #[arg(short = 'v', long = "version", required = true)]
+        version: Vec<String>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Unpin a resource.
+    UnpinResource {
+        /// PIPELINE/RESOURCE.
+        #[arg(short = 'r', long = "resource")]
+        resource: String,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Disable a version of a resource: it is never an input again.
+    DisableResourceVersion {
+        /// PIPELINE/RESOURCE.
+        #[arg(short = 'r', long = "resource")]
+        resource: String,
+        /// The version: KEY:VALUE (repeatable).
+        #[arg(short = 'v', long = "version", required = true)]
+        version: Vec<String>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Enable a disabled version of a resource.
+    EnableResourceVersion {
+        /// PIPELINE/RESOURCE.
+        #[arg(short = 'r', long = "resource")]
+        resource: String,
+        /// The version: KEY:VALUE (repeatable).
+        #[arg(short = 'v', long = "version", required = true)]
+        version: Vec<String>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+}

@@ -1,0 +1,347 @@
+//! The stored pipeline verbs (see `pipeline_grammar.rs`): each one call of
+//! the team's pipeline routes, printed as a table, text or JSON; a problem
+//! is one line and a non-zero exit.
+
+use anyhow::{anyhow, bail, Context as _};
+use serde_json::{json, Value};
+
+use crate::cli::client::ApiClient;
+use crate::cli::follow::{follow, StepLines};
+use crate::cli::pipeline_grammar::PipelineCommand;
+use crate::cli::run::load_pipeline;
+use crate::cli::table::{cell, print_table};
+use crate::url::segment;
+
+/// `/api/v1/teams/T/pipelines/P` with each part escaped.
+fn pipeline_path(team: &str, pipeline: &str) -> String {
+    format!(
+        "/api/v1/teams/{}/pipelines/{}",
+        segment(team),
+        segment(pipeline)
+    )
+}
+
+/// `PIPELINE/NAME` split, or a one-line error naming the flag.
+fn split<'a>(flag: &str, value: &'a str) -> anyhow::Result<(&'a str, &'a str)> {
+    match value.split_once('/') {
+        Some((p, n)) if !p.is_empty() && !n.is_empty() && !n.contains('/') => Ok((p, n)),
+        _ => bail!("{flag} {value:?}: give PIPELINE/NAME"),
+    }
+}
+
+/// `KEY:VALUE` pairs as a version object.
+fn version_of(flag: &str, pairs: &[String]) -> anyhow::Result<Value> {
+    let mut version = serde_json::Map::new();
+    for pair in pairs {
+        let (k, v) = pair
+            .split_once(':')
+            .ok_or_else(|| anyhow!("{flag} {pair:?}: give KEY:VALUE"))?;
+        version.insert(k.to_string(), Value::String(v.to_string()));
+    }
+    Ok(Value::Object(version))
+}
+
+/// Runs one verb; returns the exit code.
+pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result<i32> {
+    use PipelineCommand as C;
+    match command {
+        C::SetPipeline {
+            pipeline,
+            config,
+            vars,
+            var_files,
+            config_version,
+            team,
+        } => {
+            let Some((text, vars)) = load_pipeline(&config, &vars, &var_files)? else {
+                return Ok(1);
+            };
+            set_pipeline(client, &team, &pipeline, &text, &vars, config_version).await
+        }
+        C::Pipelines { json, team } => {
+            let path = format!("/api/v1/teams/{}/pipelines", segment(&team));
+            let all: Vec<Value> = client.get_pages(&path, usize::MAX).await?;
+            if json {
+                crate::outln!("{}", serde_json::to_string_pretty(&all)?);
+            } else {
+                print_table(
+                    &["name", "paused", "config_version"],
+                    all.iter()
+                        .map(|p| {
+                            vec![
+                                cell(p, "name"),
+                                cell(p, "paused"),
+                                cell(p, "config_version"),
+                            ]
+                        })
+                        .collect(),
+                );
+            }
+            Ok(0)
+        }
+        C::GetPipeline { pipeline, team } => {
+            let p: Value = client.get(&pipeline_path(&team, &pipeline)).await?;
+            crate::out!("{}", p["config"].as_str().unwrap_or_default());
+            Ok(0)
+        }
+        C::DestroyPipeline { pipeline, team } => {
+            client.delete_done(&pipeline_path(&team, &pipeline)).await?;
+            crate::outln!("pipeline {pipeline} destroyed");
+            Ok(0)
+        }
+        C::RenamePipeline { old, new, team } => {
+            let path = format!("{}/rename", pipeline_path(&team, &old));
+            client.post_done(&path, &json!({ "name": new })).await?;
+            crate::outln!("pipeline {old} renamed to {new}");
+            Ok(0)
+        }
+        C::PausePipeline { pipeline, team } => {
+            pause(client, &pipeline_path(&team, &pipeline), "pause", &pipeline).await
+        }
+        C::UnpausePipeline { pipeline, team } => {
+            pause(
+                client,
+                &pipeline_path(&team, &pipeline),
+                "unpause",
+                &pipeline,
+            )
+            .await
+        }
+        C::PauseJob { job, team } => {
+            let (p, j) = split("--job", &job)?;
+            let path = format!("{}/jobs/{}", pipeline_path(&team, p), segment(j));
+            pause(client, &path, "pause", &job).await
+        }
+        C::UnpauseJob { job, team } => {
+            let (p, j) = split("--job", &job)?;
+            let path = format!("{}/jobs/{}", pipeline_path(&team, p), segment(j));
+            pause(client, &path, "unpause", &job).await
+        }
+        C::TriggerJob { job, watch, team } => {
+            let (p, j) = split("--job", &job)?;
+            let path = format!("{}/jobs/{}/builds", pipeline_path(&team, p), segment(j));
+            let build: Value = client.post(&path, &json!({})).await?;
+            let id = build["id"]
+                .as_i64()
+                .context("the answer holds no build id")?;
+            crate::outln!(
+                "started {job} #{} (build {id})",
+                cell(&build, "build_number")
+            );
+            if !watch {
+                return Ok(0);
+            }
+            Ok(follow(client, id, StepLines::Told).await?.run_exit_code(id))
+        }
+        C::Why { job, team } => {
+            let (p, j) = split("--job", &job)?;
+            let path = format!("{}/jobs/{}", pipeline_path(&team, p), segment(j));
+            let view: Value = client.get(&path).await?;
+            print_why(&job, &view);
+            Ok(0)
+        }
+        C::Resources {
+            pipeline,
+            json,
+            team,
+        } => {
+            let path = format!("{}/resources", pipeline_path(&team, &pipeline));
+            let all: Vec<Value> = client.get(&path).await?;
+            if json {
+                crate::outln!("{}", serde_json::to_string_pretty(&all)?);
+                return Ok(0);
+            }
+            print_table(
+                &["name", "type", "pinned", "check", "error"],
+                all.iter()
+                    .map(|r| {
+                        vec![
+                            cell(r, "name"),
+                            cell(r, "type_"),
+                            r["pinned"]
+                                .as_object()
+                                .map(|_| r["pinned"].to_string())
+                                .unwrap_or_default(),
+                            r["last_check"]["status"]
+                                .as_str()
+                                .unwrap_or("never")
+                                .to_string(),
+                            cell(r, "check_error"),
+                        ]
+                    })
+                    .collect(),
+            );
+            Ok(0)
+        }
+        C::ResourceVersions {
+            resource,
+            limit,
+            team,
+        } => {
+            let (p, r) = split("--resource", &resource)?;
+            let path = format!(
+                "{}/resources/{}/versions?limit={}",
+                pipeline_path(&team, p),
+                segment(r),
+                limit.clamp(1, 500)
+            );
+            let all: Vec<Value> = client.get_pages(&path, limit).await?;
+            print_table(
+                &["version", "disabled"],
+                all.iter()
+                    .map(|v| vec![v["version"].to_string(), cell(v, "disabled")])
+                    .collect(),
+            );
+            Ok(0)
+        }
+        C::CheckResource {
+            resource,
+            from,
+            team,
+        } => {
+            let (p, r) = split("--resource", &resource)?;
+            let path = format!("{}/resources/{}/check", pipeline_path(&team, p), segment(r));
+            let body = if from.is_empty() {
+                json!({})
+            } else {
+                json!({ "from": version_of("--from", &from)? })
+            };
+            let build: Value = client.post(&path, &body).await?;
+            let id = build["id"]
+                .as_i64()
+                .context("the answer holds no build id")?;
+            eprintln!("checking {resource} (build {id})");
+            let ended = follow(client, id, StepLines::Told).await?;
+            Ok(ended.run_exit_code(id))
+        }
+        C::PinResource {
+            resource,
+            version,
+            team,
+        } => {
+            let (p, r) = split("--resource", &resource)?;
+            let path = format!("{}/resources/{}/pin", pipeline_path(&team, p), segment(r));
+            let v = version_of("--version", &version)?;
+            client.post_done(&path, &json!({ "version": v })).await?;
+            crate::outln!("{resource} pinned to {v}");
+            Ok(0)
+        }
+        C::UnpinResource { resource, team } => {
+            let (p, r) = split("--resource", &resource)?;
+            let path = format!("{}/resources/{}/unpin", pipeline_path(&team, p), segment(r));
+            client.post_done(&path, &json!({})).await?;
+            crate::outln!("{resource} unpinned");
+            Ok(0)
+        }
+        C::DisableResourceVersion {
+            resource,
+            version,
+            team,
+        } => able(client, &team, &resource, &version, "disable").await,
+        C::EnableResourceVersion {
+            resource,
+            version,
+            team,
+        } => able(client, &team, &resource, &version, "enable").await,
+    }
+}
+
+/// `pause` or `unpause` of a pipeline or job at `path`.
+async fn pause(client: &ApiClient, path: &str, verb: &str, what: &str) -> anyhow::Result<i32> {
+    client
+        .post_done(&format!("{path}/{verb}"), &json!({}))
+        .await?;
+    crate::outln!("{what} {verb}d");
+    Ok(0)
+}
+
+/// `disable-` or `enable-resource-version`.
+async fn able(
+    client: &ApiClient,
+    team: &str,
+    resource: &str,
+    version: &[String],
+    verb: &str,
+) -> anyhow::Result<i32> {
+    let (p, r) = split("--resource", resource)?;
+    let path = format!(
+        "{}/resources/{}/versions/{verb}",
+        pipeline_path(team, p),
+        segment(r)
+    );
+    let v = version_of("--version", version)?;
+    client.post_done(&path, &json!({ "version": v })).await?;
+    crate::outln!("{resource} version {v} {verb}d");
+    Ok(0)
+}
+
+/// `set-pipeline`: the diff against the stored config, then the write.
+async fn set_pipeline(
+    client: &ApiClient,
+    team: &str,
+    name: &str,
+    text: &str,
+    vars: &gantry_actors::api::Vars,
+    config_version: Option<i64>,
+) -> anyhow::Result<i32> {
+    let path = pipeline_path(team, name);
+    let stored: Option<Value> = match client.get::<Value>(&path).await {
+        Ok(v) => Some(v),
+        Err(e) if e.to_string().contains("answered 404") => None,
+        Err(e) => return Err(e),
+    };
+    let before = stored
+        .as_ref()
+        .and_then(|s| s["config"].as_str())
+        .unwrap_or_default();
+    if before == text {
+        crate::outln!("no changes to the config of {name}");
+    } else {
+        let diff = similar::TextDiff::from_lines(before, text);
+        crate::out!(
+            "{}",
+            diff.unified_diff()
+                .context_radius(3)
+                .header(&format!("{name} (stored)"), &format!("{name} (new)"))
+        );
+    }
+    let mut body = json!({ "config": text, "vars": vars });
+    if let Some(v) = config_version {
+        body["config_version"] = json!(v);
+    }
+    let answer: Value = client.put_json(&path, &body).await?;
+    let p = &answer["pipeline"];
+    crate::outln!(
+        "pipeline {name} set: config version {}",
+        cell(p, "config_version")
+    );
+    if answer["created"].as_bool() == Some(true) {
+        crate::outln!("it is paused, as every new pipeline: gantry unpause-pipeline -p {name}");
+    }
+    Ok(0)
+}
+
+/// `why`: what the last scheduling round decided for a job.
+fn print_why(job: &str, view: &Value) {
+    let Some(d) = view["decision"].as_object() else {
+        crate::outln!("{job}: not scheduled yet (no trigger input, a paused pipeline, or no round since it was set)");
+        return;
+    };
+    if view["paused"].as_bool() == Some(true) {
+        crate::outln!("{job} is paused");
+    }
+    crate::outln!(
+        "{job}: {}",
+        d.get("outcome").and_then(Value::as_str).unwrap_or_default()
+    );
+    if let Some(inputs) = d.get("inputs").and_then(Value::as_object) {
+        for (name, v) in inputs {
+            crate::outln!("  input {name}: {v}");
+        }
+    }
+    if let Some(why) = d.get("unsatisfied").and_then(Value::as_object) {
+        for (name, reason) in why {
+            crate::outln!("  input {name}: {}", reason.as_str().unwrap_or_default());
+        }
+    }
+}

@@ -1,0 +1,675 @@
+//! Stored pipelines, per team: set (`PUT`), read, list, destroy, rename,
+//! pause and unpause; their jobs (list, pause, trigger, builds) and
+//! resources (list, versions, check now, pin, disable versions). Every
+//! route is the team's: another team's pipeline answers 404.
+
+use std::collections::BTreeMap;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use gantry_actors::api::{Build, JobView, PipelineView, ResourceView, VersionView};
+use serde::{Deserialize, Serialize};
+
+use crate::web::api::bounds::{check_text, MAX_NAME};
+use crate::web::api::paging::{Page, PageQuery};
+use crate::web::auth::Identity;
+use crate::web::error::{ApiError, ErrorBody};
+use crate::web::AppState;
+
+/// The largest pipeline config accepted (its YAML text).
+pub const MAX_CONFIG: usize = 4 * 1024 * 1024;
+
+/// Body of `PUT /api/v1/teams/{team}/pipelines/{pipeline}`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetPipelineBody {
+    /// The pipeline's YAML text.
+    config: String,
+    /// Values of its `((vars))` (every var must be filled).
+    #[serde(default)]
+    vars: Option<BTreeMap<String, serde_json::Value>>,
+    /// Refuse (409) unless the stored config version is this one (0: the
+    /// pipeline must not exist yet).
+    #[serde(default)]
+    config_version: Option<i64>,
+}
+
+/// Answer of setting a pipeline.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct PipelineSet {
+    /// The pipeline as stored now.
+    pub pipeline: PipelineView,
+    /// Whether it is new (new pipelines start paused).
+    pub created: bool,
+}
+
+/// Body of `POST .../rename`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RenameBody {
+    /// The new name.
+    name: String,
+}
+
+/// Body of `POST .../resources/{resource}/check`.
+#[derive(Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckBody {
+    /// Check from this version (it becomes the newest), as
+    /// `check-resource --from`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    from: Option<serde_json::Value>,
+}
+
+/// Body of pinning a resource or disabling or enabling a version.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VersionBody {
+    /// The version (it must have been found by a check).
+    #[schema(value_type = Object)]
+    version: serde_json::Value,
+}
+
+type PipelinePath = web::Path<(String, String)>;
+type JobPath = web::Path<(String, String, String)>;
+
+/// Checks the caller may use `team` and the names are in bounds.
+fn allowed(identity: &Identity, team: &str, names: &[(&str, &str)]) -> Result<(), ApiError> {
+    for (what, value) in names {
+        check_text(what, value, MAX_NAME)?;
+    }
+    identity.require_team(team, &format!("team {team:?}"))
+}
+
+/// `PUT /api/v1/teams/{team}/pipelines/{pipeline}`
+#[utoipa::path(
+    put,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}",
+    operation_id = "setPipeline",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path)),
+    request_body = SetPipelineBody,
+    responses(
+        (status = 200, description = "Stored as a new config version", body = PipelineSet),
+        (status = 400, description = "Invalid pipeline (each problem named), unfilled var, bad name", body = ErrorBody),
+        (status = 404, description = "No such team (or another team's)", body = ErrorBody),
+        (status = 409, description = "config_version is stale", body = ErrorBody),
+        (status = "5XX", description = "The database failed"),
+    )
+)]
+pub async fn set(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: PipelinePath,
+    body: web::Json<SetPipelineBody>,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name) = path.into_inner();
+    allowed(&identity, &team, &[("pipeline", &name)])?;
+    let body = body.into_inner();
+    if body.config.len() > MAX_CONFIG {
+        return Err(ApiError::bad_request(format!(
+            "config: {} bytes, the limit is {MAX_CONFIG}",
+            body.config.len()
+        )));
+    }
+    let vars = crate::web::api::builds::body_vars(body.vars)?;
+    let set = state
+        .engine
+        .set_pipeline(&team, &name, &body.config, vars, body.config_version)
+        .await?;
+    Ok(HttpResponse::Ok().json(PipelineSet {
+        pipeline: set.pipeline,
+        created: set.created,
+    }))
+}
+
+/// `GET /api/v1/teams/{team}/pipelines`
+#[utoipa::path(
+    get,
+    path = "/api/v1/teams/{team}/pipelines",
+    operation_id = "listPipelines",
+    tag = "pipelines",
+    params(("team" = String, Path), PageQuery),
+    responses(
+        (status = 200, description = "A page of the team's pipelines, by name", body = Vec<PipelineView>),
+        (status = 404, description = "No such team (or another team's)", body = ErrorBody),
+    )
+)]
+pub async fn list(
+    identity: Identity,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    team: web::Path<String>,
+    query: web::Query<PageQuery>,
+) -> Result<HttpResponse, ApiError> {
+    allowed(&identity, &team, &[])?;
+    let page = query.into_inner().page()?;
+    let all = state.engine.pipelines(&team).await?;
+    Ok(page.of_sorted(&req, all, |p| p.name.clone()))
+}
+
+/// `GET /api/v1/teams/{team}/pipelines/{pipeline}`
+#[utoipa::path(
+    get,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}",
+    operation_id = "getPipeline",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path)),
+    responses(
+        (status = 200, description = "The pipeline with its config", body = PipelineView),
+        (status = 404, description = "No such pipeline", body = ErrorBody),
+    )
+)]
+pub async fn get(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: PipelinePath,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name) = path.into_inner();
+    allowed(&identity, &team, &[("pipeline", &name)])?;
+    Ok(HttpResponse::Ok().json(state.engine.pipeline(&team, &name).await?))
+}
+
+/// `DELETE /api/v1/teams/{team}/pipelines/{pipeline}`
+#[utoipa::path(
+    delete,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}",
+    operation_id = "destroyPipeline",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path)),
+    responses(
+        (status = 204, description = "Destroyed (its builds stay)"),
+        (status = 404, description = "No such pipeline", body = ErrorBody),
+    )
+)]
+pub async fn destroy(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: PipelinePath,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name) = path.into_inner();
+    allowed(&identity, &team, &[("pipeline", &name)])?;
+    state.engine.destroy_pipeline(&team, &name).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/rename`
+#[utoipa::path(
+    post,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/rename",
+    operation_id = "renamePipeline",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path)),
+    request_body = RenameBody,
+    responses(
+        (status = 204, description = "Renamed"),
+        (status = 404, description = "No such pipeline", body = ErrorBody),
+        (status = 409, description = "The name is taken", body = ErrorBody),
+    )
+)]
+pub async fn rename(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: PipelinePath,
+    body: web::Json<RenameBody>,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name) = path.into_inner();
+    allowed(
+        &identity,
+        &team,
+        &[("pipeline", &name), ("name", &body.name)],
+    )?;
+    state
+        .engine
+        .rename_pipeline(&team, &name, &body.name)
+        .await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/pause`
+#[utoipa::path(
+    post,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/pause",
+    operation_id = "pausePipeline",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path)),
+    responses((status = 204, description = "Paused"), (status = 404, description = "No such pipeline", body = ErrorBody))
+)]
+pub async fn pause(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: PipelinePath,
+) -> Result<HttpResponse, ApiError> {
+    set_paused(identity, state, path, true).await
+}
+
+/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/unpause`
+#[utoipa::path(
+    post,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/unpause",
+    operation_id = "unpausePipeline",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path)),
+    responses((status = 204, description = "Unpaused"), (status = 404, description = "No such pipeline", body = ErrorBody))
+)]
+pub async fn unpause(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: PipelinePath,
+) -> Result<HttpResponse, ApiError> {
+    set_paused(identity, state, path, false).await
+}
+
+async fn set_paused(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: PipelinePath,
+    paused: bool,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name) = path.into_inner();
+    allowed(&identity, &team, &[("pipeline", &name)])?;
+    state.engine.pause_pipeline(&team, &name, paused).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// `GET /api/v1/teams/{team}/pipelines/{pipeline}/jobs`
+#[utoipa::path(
+    get,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/jobs",
+    operation_id = "listPipelineJobs",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path)),
+    responses(
+        (status = 200, description = "The pipeline's jobs with their newest builds and last scheduling decisions", body = Vec<JobView>),
+        (status = 404, description = "No such pipeline", body = ErrorBody),
+    )
+)]
+pub async fn jobs(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: PipelinePath,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name) = path.into_inner();
+    allowed(&identity, &team, &[("pipeline", &name)])?;
+    Ok(HttpResponse::Ok().json(state.engine.pipeline_jobs(&team, &name).await?))
+}
+
+/// `GET /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}`
+#[utoipa::path(
+    get,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}",
+    operation_id = "getPipelineJob",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path), ("job" = String, Path)),
+    responses(
+        (status = 200, description = "The job, its newest build and why it was (not) triggered", body = JobView),
+        (status = 404, description = "No such job", body = ErrorBody),
+    )
+)]
+pub async fn job(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: JobPath,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name, job) = path.into_inner();
+    allowed(&identity, &team, &[("pipeline", &name), ("job", &job)])?;
+    Ok(HttpResponse::Ok().json(state.engine.pipeline_job(&team, &name, &job).await?))
+}
+
+/// `GET /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds`
+#[utoipa::path(
+    get,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds",
+    operation_id = "listJobBuilds",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path), ("job" = String, Path), PageQuery),
+    responses(
+        (status = 200, description = "A page of the job's builds, newest first", body = Vec<Build>),
+        (status = 404, description = "No such pipeline", body = ErrorBody),
+    )
+)]
+pub async fn job_builds(
+    identity: Identity,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: JobPath,
+    query: web::Query<PageQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name, job) = path.into_inner();
+    allowed(&identity, &team, &[("pipeline", &name), ("job", &job)])?;
+    let page: Page = query.into_inner().page()?;
+    state.engine.pipeline(&team, &name).await?;
+    let builds = state
+        .engine
+        .job_builds(&team, &name, &job, page.cursor_id()?, page.fetch())
+        .await?;
+    Ok(page.answer(&req, builds, |b| b.id.to_string()))
+}
+
+/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds`
+#[utoipa::path(
+    post,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds",
+    operation_id = "triggerJob",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path), ("job" = String, Path)),
+    responses(
+        (status = 201, description = "A build with the newest versions that satisfy the job's inputs", body = Build),
+        (status = 400, description = "The job has disable_manual_trigger", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+        (status = 409, description = "Its inputs cannot be satisfied (why, per input)", body = ErrorBody),
+    )
+)]
+pub async fn trigger(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: JobPath,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name, job) = path.into_inner();
+    allowed(&identity, &team, &[("pipeline", &name), ("job", &job)])?;
+    state.limits.take_build(&team, &state.engine).await?;
+    Ok(HttpResponse::Created().json(state.engine.trigger_job(&team, &name, &job).await?))
+}
+
+/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/pause`
+#[utoipa::path(
+    post,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/pause",
+    operation_id = "pauseJob",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path), ("job" = String, Path)),
+    responses((status = 204, description = "Paused"), (status = 404, description = "No such job", body = ErrorBody))
+)]
+pub async fn pause_job(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: JobPath,
+) -> Result<HttpResponse, ApiError> {
+    set_job_paused(identity, state, path, true).await
+}
+
+/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/unpause`
+#[utoipa::path(
+    post,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/unpause",
+    operation_id = "unpauseJob",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path), ("job" = String, Path)),
+    responses((status = 204, description = "Unpaused"), (status = 404, description = "No such job", body = ErrorBody))
+)]
+pub async fn unpause_job(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: JobPath,
+) -> Result<HttpResponse, ApiError> {
+    set_job_paused(identity, state, path, false).await
+}
+
+async fn set_job_paused(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: JobPath,
+    paused: bool,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name, job) = path.into_inner();
+    allowed(&identity, &team, &[("pipeline", &name), ("job", &job)])?;
+    state.engine.pause_job(&team, &name, &job, paused).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// `GET /api/v1/teams/{team}/pipelines/{pipeline}/resources`
+#[utoipa::path(
+    get,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources",
+    operation_id = "listResources",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path)),
+    responses(
+        (status = 200, description = "The pipeline's resources with their last checks and pins", body = Vec<ResourceView>),
+        (status = 404, description = "No such pipeline", body = ErrorBody),
+    )
+)]
+pub async fn resources(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: PipelinePath,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name) = path.into_inner();
+    allowed(&identity, &team, &[("pipeline", &name)])?;
+    Ok(HttpResponse::Ok().json(state.engine.pipeline_resources(&team, &name).await?))
+}
+
+/// `GET /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions`
+#[utoipa::path(
+    get,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions",
+    operation_id = "listResourceVersions",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path), PageQuery),
+    responses(
+        (status = 200, description = "A page of the resource's versions, newest first", body = Vec<VersionView>),
+        (status = 404, description = "No such resource", body = ErrorBody),
+    )
+)]
+pub async fn versions(
+    identity: Identity,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: JobPath,
+    query: web::Query<PageQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name, resource) = path.into_inner();
+    allowed(
+        &identity,
+        &team,
+        &[("pipeline", &name), ("resource", &resource)],
+    )?;
+    let page = query.into_inner().page()?;
+    let versions = state
+        .engine
+        .resource_versions(&team, &name, &resource, page.cursor_id()?, page.fetch())
+        .await?;
+    Ok(page.answer(&req, versions, |v| v.check_order.to_string()))
+}
+
+/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check`
+#[utoipa::path(
+    post,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check",
+    operation_id = "checkResource",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
+    request_body(content = CheckBody, description = "Optional: `from`"),
+    responses(
+        (status = 201, description = "The check build", body = Build),
+        (status = 400, description = "A bad `from`", body = ErrorBody),
+        (status = 404, description = "No such resource", body = ErrorBody),
+    )
+)]
+pub async fn check(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: JobPath,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name, resource) = path.into_inner();
+    allowed(
+        &identity,
+        &team,
+        &[("pipeline", &name), ("resource", &resource)],
+    )?;
+    let body: CheckBody = crate::web::api::optional_json(&body)?;
+    let build = state
+        .engine
+        .check_resource(&team, &name, &resource, body.from)
+        .await?;
+    Ok(HttpResponse::Created().json(build))
+}
+
+/// Query of the webhook route.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookQuery {
+    /// The resource's `webhook_token`.
+    webhook_token: String,
+}
+
+/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check/webhook`:
+/// a check now, for a caller (a git server's hook) presenting the
+/// resource's `webhook_token` instead of a bearer token.
+#[utoipa::path(
+    post,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check/webhook",
+    operation_id = "checkResourceWebhook",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path), WebhookQuery),
+    security(()),
+    responses(
+        (status = 201, description = "The check build", body = Build),
+        (status = 401, description = "A wrong webhook token, or the resource has none", body = ErrorBody),
+        (status = 404, description = "No such resource", body = ErrorBody),
+    )
+)]
+pub async fn webhook(
+    state: web::Data<AppState>,
+    path: JobPath,
+    query: web::Query<WebhookQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name, resource) = path.into_inner();
+    for (what, value) in [
+        ("team", &team),
+        ("pipeline", &name),
+        ("resource", &resource),
+    ] {
+        check_text(what, value, MAX_NAME)?;
+    }
+    let token = state.engine.webhook_token(&team, &name, &resource).await?;
+    let good = token
+        .as_deref()
+        .is_some_and(|t| crate::web::auth::same(t, &query.webhook_token));
+    if !good {
+        return Err(ApiError::unauthorized(format!(
+            "the webhook token of resource {name}/{resource} does not match (or it has none)"
+        )));
+    }
+    let build = state
+        .engine
+        .check_resource(&team, &name, &resource, None)
+        .await?;
+    Ok(HttpResponse::Created().json(build))
+}
+
+/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/pin`
+#[utoipa::path(
+    post,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/pin",
+    operation_id = "pinResource",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
+    request_body = VersionBody,
+    responses((status = 204, description = "Pinned"), (status = 404, description = "No such resource or version", body = ErrorBody))
+)]
+pub async fn pin(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: JobPath,
+    body: web::Json<VersionBody>,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name, resource) = path.into_inner();
+    allowed(
+        &identity,
+        &team,
+        &[("pipeline", &name), ("resource", &resource)],
+    )?;
+    state
+        .engine
+        .pin_resource(&team, &name, &resource, Some(body.into_inner().version))
+        .await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/unpin`
+#[utoipa::path(
+    post,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/unpin",
+    operation_id = "unpinResource",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
+    responses((status = 204, description = "Unpinned"), (status = 404, description = "No such resource", body = ErrorBody))
+)]
+pub async fn unpin(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: JobPath,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name, resource) = path.into_inner();
+    allowed(
+        &identity,
+        &team,
+        &[("pipeline", &name), ("resource", &resource)],
+    )?;
+    state
+        .engine
+        .pin_resource(&team, &name, &resource, None)
+        .await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/disable`
+#[utoipa::path(
+    post,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/disable",
+    operation_id = "disableResourceVersion",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
+    request_body = VersionBody,
+    responses((status = 204, description = "Disabled: never an input again"), (status = 404, description = "No such resource or version", body = ErrorBody))
+)]
+pub async fn disable(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: JobPath,
+    body: web::Json<VersionBody>,
+) -> Result<HttpResponse, ApiError> {
+    set_disabled(identity, state, path, body, true).await
+}
+
+/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/enable`
+#[utoipa::path(
+    post,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/enable",
+    operation_id = "enableResourceVersion",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
+    request_body = VersionBody,
+    responses((status = 204, description = "Enabled"), (status = 404, description = "No such resource or version", body = ErrorBody))
+)]
+pub async fn enable(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: JobPath,
+    body: web::Json<VersionBody>,
+) -> Result<HttpResponse, ApiError> {
+    set_disabled(identity, state, path, body, false).await
+}
+
+async fn set_disabled(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: JobPath,
+    body: web::Json<VersionBody>,
+    disabled: bool,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name, resource) = path.into_inner();
+    allowed(
+        &identity,
+        &team,
+        &[("pipeline", &name), ("resource", &resource)],
+    )?;
+    state
+        .engine
+        .disable_version(&team, &name, &resource, body.into_inner().version, disabled)
+        .await?;
+    Ok(HttpResponse::NoContent().finish())
+}

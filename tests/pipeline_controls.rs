@@ -1,0 +1,223 @@
+//! End to end: the controls of a stored pipeline, on a quickstart (runc when
+//! `GANTRY_REQUIRE_RUNC` is set). Versions come on demand from the `mock`
+//! type: `check-resource --from version:X` checks from X, which mock
+//! reports back, so X becomes the newest version. Job `j` is triggered by
+//! `m`; pausing the job or the pipeline holds it back, unpausing lets it
+//! go; a pin, a disabled version and the webhook each change what it gets.
+//! A `set_pipeline: self` step updates its own pipeline, and the next
+//! build runs the new config.
+
+mod common;
+
+use std::time::Duration;
+
+use common::git::{bare_repo_of, GitDaemon};
+use common::pipelines::*;
+use common::*;
+
+const M: Input = Input {
+    name: "m",
+    key: "version",
+};
+
+const CONTROLS: &str = "resources:\n- name: m\n  type: mock\n  check_every: never\n  webhook_token: s3cret\n  source: {initial_version: v0}\n\
+jobs:\n- name: j\n  plan:\n  - get: m\n    trigger: true\n  - task: t\n    config: {platform: linux, run: {path: echo, args: [ran]}}\n";
+
+/// Checks `m` from `version` (it becomes the newest); waits for the check.
+fn new_version(url: &str, version: &str) {
+    let from = format!("version:{version}");
+    ok(&client(
+        url,
+        &["check-resource", "-r", "c/m", "--from", &from],
+    ));
+}
+
+#[test]
+fn pausing_pinning_disabling_and_the_webhook_steer_a_pipelines_triggers() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let node = quickstart_runc(dir.path(), &db);
+    let url = &node.url;
+    write(&dir.path().join("c.yml"), CONTROLS);
+    let file = dir.path().join("c.yml");
+    ok(&client(
+        url,
+        &["set-pipeline", "-p", "c", "-c", file.to_str().unwrap()],
+    ));
+    ok(&client(url, &["unpause-pipeline", "-p", "c"]));
+
+    new_version(url, "v1");
+    wait_run_of(url, "c", "j", M, "v1", "succeeded");
+
+    // A paused job is not triggered; unpaused, it is.
+    ok(&client(url, &["pause-job", "-j", "c/j"]));
+    new_version(url, "v2");
+    wait_rounds_after(url, now_ms());
+    assert!(runs_of(url, "c", "j", M).iter().all(|(_, v, _)| v != "v2"));
+    let jobs = ok(&client(url, &["jobs", "-p", "c"]));
+    assert!(
+        jobs.lines()
+            .any(|l| l.starts_with("j") && l.contains("true")),
+        "{jobs}"
+    );
+    ok(&client(url, &["unpause-job", "-j", "c/j"]));
+    wait_run_of(url, "c", "j", M, "v2", "succeeded");
+
+    // A paused pipeline triggers nothing; unpaused, it does.
+    ok(&client(url, &["pause-pipeline", "-p", "c"]));
+    new_version(url, "v3");
+    wait_rounds_after(url, now_ms());
+    assert!(runs_of(url, "c", "j", M).iter().all(|(_, v, _)| v != "v3"));
+    ok(&client(url, &["unpause-pipeline", "-p", "c"]));
+    wait_run_of(url, "c", "j", M, "v3", "succeeded");
+
+    // Pinned to v1, j runs v1; unpinned, the newest again.
+    ok(&client(
+        url,
+        &["pin-resource", "-r", "c/m", "-v", "version:v1"],
+    ));
+    let pinned = wait_run_of(url, "c", "j", M, "v1", "succeeded");
+    assert!(pinned["build_number"].as_i64() > Some(3), "{pinned}");
+    let resources = ok(&client(url, &["resources", "-p", "c", "--json"]));
+    assert!(resources.contains("\"pinned\": {"), "{resources}");
+    ok(&client(url, &["unpin-resource", "-r", "c/m"]));
+    wait_for(
+        "j to run v3 again after the unpin",
+        Duration::from_secs(60),
+        || {
+            let runs = runs_of(url, "c", "j", M);
+            (runs.last()?.1 == "v3" && runs.last()?.2 == "succeeded" && runs.len() >= 5)
+                .then_some(())
+        },
+    );
+
+    // Disabled, v3 is never an input: j goes back to v2; enabled, to v3.
+    ok(&client(
+        url,
+        &["disable-resource-version", "-r", "c/m", "-v", "version:v3"],
+    ));
+    wait_for(
+        "j to run v2 with v3 disabled",
+        Duration::from_secs(60),
+        || {
+            let runs = runs_of(url, "c", "j", M);
+            (runs.last()?.1 == "v2" && runs.last()?.2 == "succeeded" && runs.len() >= 6)
+                .then_some(())
+        },
+    );
+    let versions = ok(&client(url, &["resource-versions", "-r", "c/m"]));
+    assert!(
+        versions
+            .lines()
+            .any(|l| l.contains("v3") && l.contains("true")),
+        "{versions}"
+    );
+    ok(&client(
+        url,
+        &["enable-resource-version", "-r", "c/m", "-v", "version:v3"],
+    ));
+    wait_for("j to run v3 once enabled", Duration::from_secs(60), || {
+        let runs = runs_of(url, "c", "j", M);
+        (runs.last()?.1 == "v3" && runs.len() >= 7).then_some(())
+    });
+    // A version no check found cannot be pinned or disabled.
+    let out = client(url, &["pin-resource", "-r", "c/m", "-v", "version:nope"]);
+    assert!(!out.status.success());
+    assert!(
+        one_error_line(&out).contains("not found"),
+        "{}",
+        one_error_line(&out)
+    );
+
+    // The webhook: a wrong token is refused, the right one checks at once.
+    let hook = |token: &str| {
+        reqwest::blocking::Client::new()
+            .post(format!(
+                "{url}/api/v1/teams/main/pipelines/c/resources/m/check/webhook?webhook_token={token}"
+            ))
+            .send()
+            .unwrap()
+    };
+    let wrong = hook("guess");
+    assert_eq!(wrong.status().as_u16(), 401);
+    let body: serde_json::Value = wrong.json().unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("webhook token"),
+        "{body}"
+    );
+    let right = hook("s3cret");
+    assert_eq!(right.status().as_u16(), 201);
+    let build: serde_json::Value = right.json().unwrap();
+    let id = build["id"].as_i64().unwrap();
+    wait_for(
+        "the webhook's check to succeed",
+        Duration::from_secs(60),
+        || (api(url, &format!("/api/v1/builds/{id}"))["status"] == "succeeded").then_some(()),
+    );
+    let resources = api(url, "/api/v1/teams/main/pipelines/c/resources");
+    assert_eq!(
+        resources[0]["last_check"]["id"].as_i64(),
+        Some(id),
+        "{resources}"
+    );
+}
+
+/// Unix ms now.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn self_setting(say: &str) -> String {
+    format!(
+        "resources:\n- {{name: repo, type: git, check_every: never, source: {{uri: ((uri)), branch: main}}}}\n\
+jobs:\n- name: configure\n  plan:\n  - get: repo\n  - task: say\n    config: {{platform: linux, run: {{path: echo, args: ['{say}']}}}}\n\
+  - set_pipeline: self\n    file: repo/ci/pipeline.yml\n    vars: {{uri: ((uri))}}\n"
+    )
+}
+
+#[test]
+fn a_set_pipeline_self_step_updates_its_pipeline_and_the_next_build_runs_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let node = quickstart_runc(dir.path(), &db);
+    let url = &node.url;
+    let next = self_setting("config two");
+    bare_repo_of(dir.path(), "repo", &[("ci/pipeline.yml", next.as_bytes())]);
+    let daemon = GitDaemon::serve(dir.path());
+    let uri = format!("uri={}", daemon.uri("repo.git"));
+    write(&dir.path().join("p.yml"), self_setting("config one"));
+    let file = dir.path().join("p.yml");
+    ok(&client(
+        url,
+        &[
+            "set-pipeline",
+            "-p",
+            "s",
+            "-c",
+            file.to_str().unwrap(),
+            "-v",
+            &uri,
+        ],
+    ));
+    ok(&client(url, &["unpause-pipeline", "-p", "s"]));
+    ok(&client(url, &["check-resource", "-r", "s/repo"]));
+
+    let out = client(url, &["trigger-job", "-j", "s/configure", "--watch"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("config one"), "{stdout}");
+    assert!(
+        stderr.contains("pipeline s updated from repo/ci/pipeline.yml: config version 2"),
+        "{stderr}"
+    );
+    let stored = ok(&client(url, &["get-pipeline", "-p", "s"]));
+    assert_eq!(stored, next);
+
+    let out = client(url, &["trigger-job", "-j", "s/configure", "--watch"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("config two"), "{stdout}");
+}

@@ -1,0 +1,375 @@
+//! End to end: stored pipelines that run themselves, on a quickstart (runc
+//! when `GANTRY_REQUIRE_RUNC` is set) with a real git repository served by
+//! `git daemon`. `set-pipeline` stores the pipeline paused; unpaused, its
+//! `git` resource is checked every second, job `a` is triggered by each new
+//! commit, `b` (`passed: [a]`) by each commit `a` passed, and `each`
+//! (`version: every`) gets one build per commit, in order. A diamond shows
+//! the `passed` rule across two upstream jobs.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::git::{bare_repo_of, git, GitDaemon};
+use common::pipelines::*;
+use common::*;
+use serde_json::Value;
+
+const SHOW: &str = "      platform: linux\n      inputs: [{name: repo}]\n      run: {path: sh, args: [-ec, 'cat repo/msg']}\n";
+
+fn pipeline() -> String {
+    format!(
+        "resources:\n- name: repo\n  type: git\n  check_every: 1s\n  source: {{uri: ((uri)), branch: main}}\n\
+jobs:\n\
+- name: a\n  plan:\n  - get: repo\n    trigger: true\n  - task: t\n    config:\n{SHOW}\
+- name: b\n  plan:\n  - get: repo\n    trigger: true\n    passed: [a]\n  - task: t\n    config:\n{SHOW}\
+- name: each\n  plan:\n  - get: repo\n    trigger: true\n    version: every\n  - task: t\n    config:\n{SHOW}"
+    )
+}
+
+fn a_pushed_commit_triggers_its_jobs_through_passed_and_every(kind: DbKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(kind);
+    let node = quickstart_runc(dir.path(), &db);
+    let url = &node.url;
+    let bare = bare_repo_of(dir.path(), "repo", &[("msg", b"seed")]);
+    let work = dir.path().join("repo-seed");
+    git(&work, &["remote", "add", "origin", bare.to_str().unwrap()]);
+    let seed = git(&work, &["rev-parse", "HEAD"]);
+    let daemon = GitDaemon::serve(dir.path());
+    write(&dir.path().join("pipeline.yml"), pipeline());
+    let uri = format!("uri={}", daemon.uri("repo.git"));
+
+    // Set: shown as a diff, stored paused.
+    let out = client(
+        url,
+        &[
+            "set-pipeline",
+            "-p",
+            "p",
+            "-c",
+            dir.path().join("pipeline.yml").to_str().unwrap(),
+            "-v",
+            &uri,
+        ],
+    );
+    let stdout = ok(&out);
+    assert!(stdout.contains("+- name: each"), "{stdout}");
+    assert!(stdout.contains("it is paused"), "{stdout}");
+    let listed: Value = serde_json::from_str(&ok(&client(url, &["pipelines", "--json"]))).unwrap();
+    assert_eq!(listed[0]["name"], "p");
+    assert_eq!(listed[0]["paused"], true);
+    // A stale --config-version is refused, naming the stored one.
+    let out = client(
+        url,
+        &[
+            "set-pipeline",
+            "-p",
+            "p",
+            "-c",
+            dir.path().join("pipeline.yml").to_str().unwrap(),
+            "-v",
+            &uri,
+            "--config-version",
+            "7",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        one_error_line(&out).contains("is at config version 1"),
+        "{}",
+        one_error_line(&out)
+    );
+
+    ok(&client(url, &["unpause-pipeline", "-p", "p"]));
+    // The seed commit goes through a, then b; `each` takes it too.
+    wait_run(url, "p", "a", &seed, "succeeded");
+    wait_run(url, "p", "b", &seed, "succeeded");
+    wait_run(url, "p", "each", &seed, "succeeded");
+
+    // A new commit triggers a within 5 s of the push, then b with it.
+    let c1 = commit(&work, "one");
+    let pushed_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    git(&work, &["push", "-q", "origin", "main"]);
+    let started = Instant::now();
+    let a_created = wait_run(url, "p", "a", &c1, "succeeded")["created_at"]
+        .as_i64()
+        .unwrap();
+    assert!(
+        a_created - pushed_at < 5_000,
+        "a was triggered {} ms after the push",
+        a_created - pushed_at
+    );
+    wait_run(url, "p", "b", &c1, "succeeded");
+    eprintln!(
+        "a and b ran commit one {:?} after its push",
+        started.elapsed()
+    );
+
+    // Three commits pushed at once: `each` runs every one of them, in order.
+    let batch: Vec<String> = ["two", "three", "four"]
+        .iter()
+        .map(|m| commit(&work, m))
+        .collect();
+    git(&work, &["push", "-q", "origin", "main"]);
+    wait_run(url, "p", "each", &batch[2], "succeeded");
+    wait_run(url, "p", "b", &batch[2], "succeeded");
+    let each: Vec<String> = runs(url, "p", "each")
+        .into_iter()
+        .map(|(_, c, _)| c)
+        .collect();
+    let mut expected = vec![seed.clone(), c1.clone()];
+    expected.extend(batch.iter().cloned());
+    assert_eq!(each, expected, "one build of `each` per commit, in order");
+    // Numbered per job, from 1.
+    let numbers: Vec<i64> = runs(url, "p", "each")
+        .into_iter()
+        .map(|(n, _, _)| n)
+        .collect();
+    assert_eq!(numbers, (1..=5).collect::<Vec<_>>());
+    // a and b never ran one commit twice, and b only ran what a passed.
+    let a_runs = runs(url, "p", "a");
+    for job in ["a", "b"] {
+        let commits: Vec<String> = runs(url, "p", job).into_iter().map(|(_, c, _)| c).collect();
+        let mut unique = commits.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            commits.len(),
+            "job {job} ran a commit twice: {commits:?}"
+        );
+        for c in &commits {
+            assert!(
+                a_runs.iter().any(|(_, ac, s)| ac == c && s == "succeeded"),
+                "{job} ran {c}, which a did not pass"
+            );
+        }
+    }
+
+    // `why` says what the last round decided; `jobs -p` lists them.
+    let why = ok(&client(url, &["why", "-j", "p/b"]));
+    assert!(
+        why.contains(&format!("input repo: {{\"ref\":\"{}\"}}", batch[2])),
+        "{why}"
+    );
+    let jobs = ok(&client(url, &["jobs", "-p", "p"]));
+    assert!(jobs.lines().any(|l| l.starts_with("each")), "{jobs}");
+    // A build by hand takes the newest versions its inputs allow.
+    let out = client(url, &["trigger-job", "-j", "p/b", "--watch"]);
+    let stdout = ok(&out);
+    assert!(stdout.contains("started p/b #"), "{stdout}");
+    let last = job_builds(url, "p", "b").pop().unwrap();
+    assert_eq!(
+        input_ref(url, last["id"].as_i64().unwrap()).as_deref(),
+        Some(batch[2].as_str())
+    );
+    // Checks are periodic builds of their own, shown on the resource.
+    let resources: Value =
+        serde_json::from_str(&ok(&client(url, &["resources", "-p", "p", "--json"]))).unwrap();
+    assert_eq!(
+        resources[0]["last_check"]["status"], "succeeded",
+        "{resources}"
+    );
+    assert_eq!(resources[0]["check_error"], Value::Null);
+}
+
+#[test]
+fn a_pushed_commit_triggers_its_jobs_through_passed_and_every_on_sqlite() {
+    a_pushed_commit_triggers_its_jobs_through_passed_and_every(DbKind::Sqlite);
+}
+
+#[test]
+fn a_pushed_commit_triggers_its_jobs_through_passed_and_every_on_postgres() {
+    a_pushed_commit_triggers_its_jobs_through_passed_and_every(DbKind::Postgres);
+}
+
+/// Job `up` passes every commit; `left` fails commits whose message says
+/// `bad`; `right` passes all; `down` needs both.
+fn diamond() -> String {
+    let fail_bad = "      platform: linux\n      inputs: [{name: repo}]\n      run: {path: sh, args: [-ec, 'cat repo/msg; ! grep -q bad repo/msg']}\n";
+    format!(
+        "resources:\n- name: repo\n  type: git\n  check_every: 1s\n  source: {{uri: ((uri)), branch: main}}\n\
+jobs:\n\
+- name: up\n  plan:\n  - get: repo\n    trigger: true\n  - task: t\n    config:\n{SHOW}\
+- name: left\n  plan:\n  - get: repo\n    trigger: true\n    passed: [up]\n  - task: t\n    config:\n{fail_bad}\
+- name: right\n  plan:\n  - get: repo\n    trigger: true\n    passed: [up]\n  - task: t\n    config:\n{SHOW}\
+- name: down\n  plan:\n  - get: repo\n    trigger: true\n    passed: [left, right]\n  - task: t\n    config:\n{SHOW}"
+    )
+}
+
+#[test]
+fn in_a_diamond_the_last_job_only_gets_versions_that_passed_both_branches() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let node = quickstart_runc(dir.path(), &db);
+    let url = &node.url;
+    let bare = bare_repo_of(dir.path(), "repo", &[("msg", b"seed")]);
+    let work = dir.path().join("repo-seed");
+    git(&work, &["remote", "add", "origin", bare.to_str().unwrap()]);
+    let seed = git(&work, &["rev-parse", "HEAD"]);
+    let daemon = GitDaemon::serve(dir.path());
+    write(&dir.path().join("diamond.yml"), diamond());
+    let uri = format!("uri={}", daemon.uri("repo.git"));
+    ok(&client(
+        url,
+        &[
+            "set-pipeline",
+            "-p",
+            "d",
+            "-c",
+            dir.path().join("diamond.yml").to_str().unwrap(),
+            "-v",
+            &uri,
+        ],
+    ));
+    ok(&client(url, &["unpause-pipeline", "-p", "d"]));
+    wait_run(url, "d", "down", &seed, "succeeded");
+
+    // A bad commit: left fails it, right passes it; down must not take it.
+    let bad = commit(&work, "bad");
+    git(&work, &["push", "-q", "origin", "main"]);
+    let left = wait_run(url, "d", "left", &bad, "failed");
+    let right = wait_run(url, "d", "right", &bad, "succeeded");
+    let right_done = left["finished_at"]
+        .as_i64()
+        .unwrap()
+        .max(right["finished_at"].as_i64().unwrap());
+    // Two scheduling rounds that began after both branches ran: down is
+    // still on seed.
+    wait_rounds_after(url, right_done);
+    let decided = api(url, "/api/v1/teams/main/pipelines/d/jobs/down");
+    assert_eq!(
+        decided["decision"]["inputs"]["repo"]["ref"],
+        seed.as_str(),
+        "{decided}"
+    );
+    assert!(runs(url, "d", "down").iter().all(|(_, c, _)| c != &bad));
+
+    // A good commit on top goes through both: down takes it.
+    let good = commit(&work, "good");
+    git(&work, &["push", "-q", "origin", "main"]);
+    wait_run(url, "d", "down", &good, "succeeded");
+    let down: Vec<String> = runs(url, "d", "down")
+        .into_iter()
+        .map(|(_, c, _)| c)
+        .collect();
+    assert_eq!(down, [seed, good]);
+    let by_job: BTreeMap<&str, Vec<(i64, String, String)>> = ["left", "right"]
+        .iter()
+        .map(|j| (*j, runs(url, "d", j)))
+        .collect();
+    for c in &down {
+        for (job, runs) in &by_job {
+            assert!(
+                runs.iter().any(|(_, rc, s)| rc == c && s == "succeeded"),
+                "down ran {c}, which {job} did not pass"
+            );
+        }
+    }
+}
+
+/// Two web nodes on one PostgreSQL database run the pipeline of the first
+/// test for 20 commits, the first node killed halfway: no job runs a
+/// commit twice, and the resource is never checked twice at once (one
+/// check build a second at most: the checks were not doubled).
+#[test]
+fn two_web_nodes_trigger_each_commit_once_and_check_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Postgres);
+    let shared = format!(
+        "[web]\nartifacts_dir = \"{}\"\nregistration_key = \"k3y\"\n",
+        dir.path().join("artifacts").display()
+    );
+    let mut a = start_web(&dir.path().join("a"), &db, &shared);
+    let b = start_web(&dir.path().join("b"), &db, &shared);
+    let webs = format!("{},{}", a.url, b.url);
+    let _worker = start_worker(dir.path(), &webs, "w1", worker_backend());
+    wait_running(&b.url, 1);
+    let bare = bare_repo_of(dir.path(), "repo", &[("msg", b"seed")]);
+    let work = dir.path().join("repo-seed");
+    git(&work, &["remote", "add", "origin", bare.to_str().unwrap()]);
+    let seed = git(&work, &["rev-parse", "HEAD"]);
+    let daemon = GitDaemon::serve(dir.path());
+    write(&dir.path().join("pipeline.yml"), pipeline());
+    let uri = format!("uri={}", daemon.uri("repo.git"));
+    let file = dir.path().join("pipeline.yml");
+    ok(&client(
+        &a.url,
+        &[
+            "set-pipeline",
+            "-p",
+            "p",
+            "-c",
+            file.to_str().unwrap(),
+            "-v",
+            &uri,
+        ],
+    ));
+    ok(&client(&b.url, &["unpause-pipeline", "-p", "p"]));
+    wait_run(&b.url, "p", "b", &seed, "succeeded");
+
+    let mut commits = Vec::new();
+    for i in 0..20 {
+        if i == 10 {
+            // The first node dies; the other goes on alone.
+            a.kill();
+        }
+        commits.push(commit(&work, &format!("commit {i}")));
+        git(&work, &["push", "-q", "origin", "main"]);
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    let last = commits.last().unwrap();
+    wait_run(&b.url, "p", "each", last, "succeeded");
+    wait_run(&b.url, "p", "b", last, "succeeded");
+    for job in ["a", "b", "each"] {
+        let ran: Vec<String> = runs(&b.url, "p", job)
+            .into_iter()
+            .map(|(_, c, _)| c)
+            .collect();
+        let mut unique = ran.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            ran.len(),
+            "job {job} ran a commit twice: {ran:?}"
+        );
+    }
+    // `each` ran every commit, once, in order.
+    let each: Vec<String> = runs(&b.url, "p", "each")
+        .into_iter()
+        .map(|(_, c, _)| c)
+        .collect();
+    let mut expected = vec![seed];
+    expected.extend(commits);
+    assert_eq!(each, expected);
+    // Check builds of the resource, by creation: never two within 900 ms.
+    let checks: Vec<i64> = {
+        let mut all: Vec<serde_json::Value> = Vec::new();
+        let mut cursor = String::new();
+        loop {
+            let page = api(&b.url, &format!("/api/v1/builds?limit=500{cursor}"));
+            let page = page.as_array().unwrap().clone();
+            let Some(id) = page.last().and_then(|p| p["id"].as_i64()) else {
+                break;
+            };
+            cursor = format!("&cursor={id}");
+            all.extend(page);
+        }
+        let mut t: Vec<i64> = all
+            .iter()
+            .filter(|b| b["plan"]["check"] == "repo")
+            .map(|b| b["created_at"].as_i64().unwrap())
+            .collect();
+        t.sort();
+        t
+    };
+    assert!(checks.len() >= 5, "{checks:?}");
+    let closest = checks.windows(2).map(|w| w[1] - w[0]).min().unwrap();
+    assert!(closest >= 900, "two checks {closest} ms apart: {checks:?}");
+}
