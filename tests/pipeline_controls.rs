@@ -76,8 +76,10 @@ fn pausing_pinning_disabling_and_the_webhook_steer_a_pipelines_triggers() {
         url,
         &["pin-resource", "-r", "c/m", "-v", "version:v1"],
     ));
-    let pinned = wait_run_of(url, "c", "j", M, "v1", "succeeded");
-    assert!(pinned["build_number"].as_i64() > Some(3), "{pinned}");
+    wait_for("j to run v1 again, pinned", Duration::from_secs(60), || {
+        let runs = runs_of(url, "c", "j", M);
+        (runs.last()?.1 == "v1" && runs.last()?.2 == "succeeded" && runs.len() >= 4).then_some(())
+    });
     let resources = ok(&client(url, &["resources", "-p", "c", "--json"]));
     assert!(resources.contains("\"pinned\": {"), "{resources}");
     ok(&client(url, &["unpin-resource", "-r", "c/m"]));
@@ -171,11 +173,21 @@ fn now_ms() -> i64 {
 }
 
 fn self_setting(say: &str) -> String {
-    format!(
-        "resources:\n- {{name: repo, type: git, check_every: never, source: {{uri: ((uri)), branch: main}}}}\n\
-jobs:\n- name: configure\n  plan:\n  - get: repo\n  - task: say\n    config: {{platform: linux, run: {{path: echo, args: ['{say}']}}}}\n\
-  - set_pipeline: self\n    file: repo/ci/pipeline.yml\n    vars: {{uri: ((uri))}}\n"
-    )
+    [
+        "resources:",
+        "- {name: repo, type: git, check_every: never, source: {uri: ((uri)), branch: main}}",
+        "jobs:",
+        "- name: configure",
+        "  plan:",
+        "  - get: repo",
+        "  - task: say",
+        &format!("    config: {{platform: linux, run: {{path: echo, args: ['{say}']}}}}"),
+        "  - set_pipeline: self",
+        "    file: repo/ci/pipeline.yml",
+        "    vars: {uri: ((uri))}",
+        "",
+    ]
+    .join("\n")
 }
 
 #[test]

@@ -94,6 +94,7 @@ fn allowed(identity: &Identity, team: &str, names: &[(&str, &str)]) -> Result<()
         (status = 400, description = "Invalid pipeline (each problem named), unfilled var, bad name", body = ErrorBody),
         (status = 404, description = "No such team (or another team's)", body = ErrorBody),
         (status = 409, description = "config_version is stale", body = ErrorBody),
+        (status = 415, description = "The body is not JSON", body = ErrorBody),
         (status = "5XX", description = "The database failed"),
     )
 )]
@@ -203,6 +204,7 @@ pub async fn destroy(
     request_body = RenameBody,
     responses(
         (status = 204, description = "Renamed"),
+        (status = 400, description = "A bad body or name", body = ErrorBody),
         (status = 404, description = "No such pipeline", body = ErrorBody),
         (status = 409, description = "The name is taken", body = ErrorBody),
     )
@@ -527,6 +529,7 @@ pub struct WebhookQuery {
     security(()),
     responses(
         (status = 201, description = "The check build", body = Build),
+        (status = 400, description = "No webhook_token given", body = ErrorBody),
         (status = 401, description = "A wrong webhook token, or the resource has none", body = ErrorBody),
         (status = 404, description = "No such resource", body = ErrorBody),
     )
@@ -568,7 +571,7 @@ pub async fn webhook(
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
     request_body = VersionBody,
-    responses((status = 204, description = "Pinned"), (status = 404, description = "No such resource or version", body = ErrorBody))
+    responses((status = 204, description = "Pinned"), (status = 400, description = "A bad body", body = ErrorBody), (status = 404, description = "No such resource or version", body = ErrorBody))
 )]
 pub async fn pin(
     identity: Identity,
@@ -624,7 +627,7 @@ pub async fn unpin(
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
     request_body = VersionBody,
-    responses((status = 204, description = "Disabled: never an input again"), (status = 404, description = "No such resource or version", body = ErrorBody))
+    responses((status = 204, description = "Disabled: never an input again"), (status = 400, description = "A bad body", body = ErrorBody), (status = 404, description = "No such resource or version", body = ErrorBody))
 )]
 pub async fn disable(
     identity: Identity,
@@ -643,7 +646,7 @@ pub async fn disable(
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
     request_body = VersionBody,
-    responses((status = 204, description = "Enabled"), (status = 404, description = "No such resource or version", body = ErrorBody))
+    responses((status = 204, description = "Enabled"), (status = 400, description = "A bad body", body = ErrorBody), (status = 404, description = "No such resource or version", body = ErrorBody))
 )]
 pub async fn enable(
     identity: Identity,
