@@ -4,7 +4,9 @@
 //! job started through the API appears on its build page — the step tree,
 //! then the log lines, then the final status — without the page reloading. Screenshots go to
 //! `target/test-screenshots/`. A team token's live feed shows only that
-//! team's builds (plain HTTP on the server-sent events route).
+//! team's builds (plain HTTP on the server-sent events route). A stored
+//! pipeline's page draws its jobs and resources, and a pushed commit turns
+//! a job's box to running, then succeeded, without a reload.
 
 mod common;
 
@@ -360,5 +362,144 @@ fn a_team_tokens_live_feed_shows_only_its_team() {
     assert!(
         ids.contains(&main_build) && ids.contains(&red_build),
         "{ids:?}"
+    );
+}
+
+/// Job `a` takes a few seconds, so its box is seen running; `b` follows it.
+fn graph_pipeline() -> String {
+    [
+        "resources:",
+        "- {name: repo, type: git, check_every: 1s, source: {uri: ((uri)), branch: main}}",
+        "jobs:",
+        "- name: a",
+        "  plan:",
+        "  - {get: repo, trigger: true}",
+        "  - task: slow",
+        "    config: {platform: linux, inputs: [{name: repo}], run: {path: sh, args: [-c, 'sleep 4; cat repo/msg']}}",
+        "- name: b",
+        "  plan:",
+        "  - {get: repo, trigger: true, passed: [a]}",
+        "  - task: t",
+        "    config: {platform: linux, run: {path: echo, args: [b]}}",
+        "",
+    ]
+    .join("\n")
+}
+
+/// The status job `job`'s box shows and its text.
+fn job_box(browser: &mut Browser, job: &str) -> (String, String) {
+    let q = format!(r#"document.querySelector('#pipeline-graph [data-job="{job}"]')"#);
+    (
+        text(browser, &format!("{q}?.dataset.status")),
+        text(browser, &format!("{q}?.textContent")),
+    )
+}
+
+#[test]
+fn a_pipelines_page_shows_a_new_commit_run_through_its_jobs_live_in_chromium() {
+    use common::git::{bare_repo_of, git, GitDaemon};
+    use common::pipelines::{commit, ok};
+    let Some(chromium) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let server = quickstart_runc(dir.path(), &db);
+    let url = &server.url;
+    let bare = bare_repo_of(dir.path(), "repo", &[("msg", b"seed")]);
+    let work = dir.path().join("repo-seed");
+    git(&work, &["remote", "add", "origin", bare.to_str().unwrap()]);
+    let daemon = GitDaemon::serve(dir.path());
+    write(&dir.path().join("graph.yml"), graph_pipeline());
+    let uri = format!("uri={}", daemon.uri("repo.git"));
+    let file = dir.path().join("graph.yml");
+    ok(&client(
+        url,
+        &[
+            "set-pipeline",
+            "-p",
+            "g",
+            "-c",
+            file.to_str().unwrap(),
+            "-v",
+            &uri,
+        ],
+    ));
+    let shots = screenshot_dir();
+    let mut browser = Browser::launch(&chromium, dir.path());
+
+    // The overview lists it, paused; its page draws both jobs and the
+    // resource, with an edge from a to b.
+    browser.navigate(&format!("{url}/"));
+    wait_for(
+        "the pipeline on the overview",
+        Duration::from_secs(30),
+        || {
+            let row = text(
+                &mut browser,
+                "document.querySelector('[data-pipeline=\"main/g\"]')?.textContent",
+            );
+            row.contains("paused").then_some(())
+        },
+    );
+    ok(&client(url, &["unpause-pipeline", "-p", "g"]));
+    browser.navigate(&format!("{url}/teams/main/pipelines/g"));
+    browser.eval("window.__marker = 3");
+    wait_for("b to run the seed commit", Duration::from_secs(90), || {
+        let (status, label) = job_box(&mut browser, "b");
+        (status == "succeeded" && label.contains("#1")).then_some(())
+    });
+    assert_eq!(
+        text(
+            &mut browser,
+            "document.querySelector('#pipeline-graph [data-resource=\"repo\"]')?.textContent.replace(/\\s+/g, '')"
+        ),
+        "repogit"
+    );
+    assert_eq!(
+        text(
+            &mut browser,
+            "String(document.querySelectorAll('#pipeline-graph path.edge.trigger').length)"
+        ),
+        "2",
+        "repo -> a and a -> b"
+    );
+
+    // A new commit: a's box turns to running, then succeeded; b follows.
+    commit(&work, "second");
+    git(&work, &["push", "-q", "origin", "main"]);
+    wait_for("a running the new commit", Duration::from_secs(30), || {
+        let (status, label) = job_box(&mut browser, "a");
+        (status == "started" && label.contains("#2")).then_some(())
+    });
+    let running = shots.join("pipeline-running.png");
+    browser.screenshot(&running);
+    println!("screenshot: {}", running.display());
+    wait_for("a and b done with it", Duration::from_secs(90), || {
+        let (a, a_label) = job_box(&mut browser, "a");
+        let (b, b_label) = job_box(&mut browser, "b");
+        (a == "succeeded" && a_label.contains("#2") && b == "succeeded" && b_label.contains("#2"))
+            .then_some(())
+    });
+    assert_eq!(
+        browser.eval("window.__marker"),
+        3,
+        "the pipeline page reloaded"
+    );
+    let done = shots.join("pipeline.png");
+    browser.screenshot(&done);
+    println!("screenshot: {}", done.display());
+
+    // The job's page lists its builds with the commits they ran.
+    let head = git(&work, &["rev-parse", "HEAD"]);
+    browser.navigate(&format!("{url}/teams/main/pipelines/g/jobs/a"));
+    wait_for(
+        "a's builds with their inputs",
+        Duration::from_secs(30),
+        || {
+            let rows = text(
+                &mut browser,
+                "document.getElementById('job-builds').textContent",
+            );
+            (rows.contains(&head) && rows.contains("#2") && rows.contains("#1")).then_some(())
+        },
     );
 }

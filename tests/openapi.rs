@@ -213,7 +213,7 @@ fn every_route_that_needs_a_token_refuses_none_and_a_wrong_one_with_401() {
     // The open ones are the health routes, the document, info, metrics,
     // the dashboard's page and assets, the workers' registration and
     // heartbeats, and a resource's webhook (its own token instead).
-    assert_eq!(open, 12, "open operations");
+    assert_eq!(open, 16, "open operations");
 }
 
 #[test]

@@ -122,10 +122,28 @@ pub struct JobView {
     pub paused: bool,
     /// Its newest build, if any.
     pub latest_build: Option<Build>,
+    /// Its inputs (its gets), for the pipeline's graph.
+    pub inputs: Vec<JobInputView>,
+    /// The resources it puts.
+    pub outputs: Vec<String>,
     /// The last scheduling decision: the versions chosen per input, why
     /// inputs could not be satisfied, and what was done.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub decision: Option<serde_json::Value>,
+}
+
+/// An input of a job: a get step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobInputView {
+    /// The step's name.
+    pub name: String,
+    /// The resource fetched.
+    pub resource: String,
+    /// `passed`: the jobs its versions must have gone through.
+    pub passed: Vec<String>,
+    /// `trigger`: whether a new version starts the job.
+    pub trigger: bool,
 }
 
 /// A resource of a stored pipeline.

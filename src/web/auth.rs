@@ -197,6 +197,7 @@ pub fn request_token(req: &HttpRequest) -> Option<String> {
 pub fn is_open(path: &str) -> bool {
     path == "/"
         || path.starts_with("/builds/")
+        || path.starts_with("/teams/")
         || path.starts_with("/dashboard/")
         || matches!(
             path,

@@ -32,6 +32,10 @@ routes! {
     get "/" => dashboard::page;
     get "/builds/{id}" => dashboard::build_page;
     get "/dashboard/app.js" => dashboard::script;
+    get "/dashboard/pipelines.js" => dashboard::pipelines_script;
+    get "/teams/{team}/pipelines/{pipeline}" => dashboard::pipeline_page;
+    get "/teams/{team}/pipelines/{pipeline}/jobs/{job}" => dashboard::job_page;
+    get "/teams/{team}/pipelines/{pipeline}/resources/{resource}" => dashboard::resource_page;
     get "/dashboard/style.css" => dashboard::style;
     get "/api/v1/dashboard/events" => dashboard::feed::events;
     get "/metrics" => metrics::metrics;

@@ -135,6 +135,18 @@ impl Job for Triggers {
     }
 }
 
+impl Engine {
+    /// Bench helper (`gantry bench scheduling`): one scheduling round of
+    /// every unpaused pipeline, as `pipeline-triggers` runs it.
+    #[cfg(any(test, feature = "testing"))]
+    pub async fn bench_schedule_round(&self) -> Result<(), EngineError> {
+        for row in self.db.unpaused_pipelines().await? {
+            schedule_pipeline(self, &row).await?;
+        }
+        Ok(())
+    }
+}
+
 /// One scheduling round of pipeline `row`.
 async fn schedule_pipeline(engine: &Engine, row: &PipelineRow) -> Result<(), EngineError> {
     let db = &engine.db;

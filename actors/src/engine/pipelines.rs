@@ -16,7 +16,8 @@ use crate::pipeline::{Pipeline, Vars};
 use crate::plan::{check_pipeline_name, JobPlan};
 use crate::triggers::{job_inputs, resolve, store_pipeline, Decision, JobInput, Resolution};
 use crate::views::{
-    Build, BuildResources, BuildVersion, JobView, PipelineView, ResourceView, VersionView,
+    Build, BuildResources, BuildVersion, JobInputView, JobView, PipelineView, ResourceView,
+    VersionView,
 };
 
 /// Settings of stored pipelines.
@@ -160,9 +161,35 @@ impl Engine {
     /// last scheduling decisions.
     pub async fn pipeline_jobs(&self, team: &str, name: &str) -> Result<Vec<JobView>, EngineError> {
         let row = self.pipeline_row(team, name).await?;
+        let pipeline = loaded(&row)?;
+        let resources = self.db.pipeline_resources(row.id).await?;
         let mut out = Vec::new();
         for job in self.db.pipeline_jobs(row.id).await? {
             let latest_build = self.job_builds(team, name, &job.name, None, 1).await?.pop();
+            let (inputs, outputs) = match pipeline.job(&job.name) {
+                Ok(def) => {
+                    let inputs = job_inputs(&pipeline, def, &resources)
+                        .map_err(EngineError::Invalid)?
+                        .into_iter()
+                        .map(|i| JobInputView {
+                            name: i.name,
+                            resource: i.resource,
+                            passed: i.passed,
+                            trigger: i.trigger,
+                        })
+                        .collect();
+                    let mut puts: Vec<String> = Vec::new();
+                    def.visit(&mut |s| {
+                        if let crate::pipeline::StepKind::Put(p) = &s.kind {
+                            if !puts.contains(&p.resource) {
+                                puts.push(p.resource.clone());
+                            }
+                        }
+                    });
+                    (inputs, puts)
+                }
+                Err(_) => Default::default(),
+            };
             out.push(JobView {
                 decision: job
                     .decision
@@ -171,6 +198,8 @@ impl Engine {
                 name: job.name,
                 paused: job.paused,
                 latest_build,
+                inputs,
+                outputs,
             });
         }
         Ok(out)

@@ -311,3 +311,7 @@ impl<'a> Candidates<'a> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "resolve_tests.rs"]
+mod tests;

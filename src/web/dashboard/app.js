@@ -452,4 +452,8 @@ function apply(e, tree, b, header, outputs) {
 
 const route = /^\/builds\/(\d+)\/?$/.exec(location.pathname);
 if (route) buildPage(Number(route[1]));
-else overview();
+else if (!pipelineRoutes()) {
+  overview();
+  pipelinesPanel();
+  setInterval(pipelinesPanel, 5000);
+}

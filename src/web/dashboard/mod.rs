@@ -38,6 +38,66 @@ pub async fn build_page() -> HttpResponse {
     page().await
 }
 
+/// `GET /teams/{team}/pipelines/{pipeline}`: the dashboard's page of a
+/// stored pipeline (the same page, routed by its script).
+#[utoipa::path(
+    get,
+    path = "/teams/{team}/pipelines/{pipeline}",
+    operation_id = "dashboardPipeline",
+    tag = "operations",
+    security(()),
+    params(("team" = String, Path), ("pipeline" = String, Path)),
+    responses((status = 200, description = "The dashboard (HTML)", content_type = "text/html", body = String))
+)]
+pub async fn pipeline_page() -> HttpResponse {
+    page().await
+}
+
+/// `GET /teams/{team}/pipelines/{pipeline}/jobs/{job}`: a job's page.
+#[utoipa::path(
+    get,
+    path = "/teams/{team}/pipelines/{pipeline}/jobs/{job}",
+    operation_id = "dashboardJob",
+    tag = "operations",
+    security(()),
+    params(("team" = String, Path), ("pipeline" = String, Path), ("job" = String, Path)),
+    responses((status = 200, description = "The dashboard (HTML)", content_type = "text/html", body = String))
+)]
+pub async fn job_page() -> HttpResponse {
+    page().await
+}
+
+/// `GET /teams/{team}/pipelines/{pipeline}/resources/{resource}`: a
+/// resource's page.
+#[utoipa::path(
+    get,
+    path = "/teams/{team}/pipelines/{pipeline}/resources/{resource}",
+    operation_id = "dashboardResource",
+    tag = "operations",
+    security(()),
+    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
+    responses((status = 200, description = "The dashboard (HTML)", content_type = "text/html", body = String))
+)]
+pub async fn resource_page() -> HttpResponse {
+    page().await
+}
+
+/// `GET /dashboard/pipelines.js`: the script of the pipeline pages.
+#[utoipa::path(
+    get,
+    path = "/dashboard/pipelines.js",
+    operation_id = "dashboardPipelinesScript",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "JavaScript", content_type = "text/javascript", body = String))
+)]
+pub async fn pipelines_script() -> HttpResponse {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("pipelines.js"),
+    )
+}
+
 /// `GET /dashboard/app.js`: the dashboard's script.
 #[utoipa::path(
     get,
