@@ -120,7 +120,8 @@ pub struct WebConfig {
     /// pipeline resource, as Concourse does by default.
     pub global_resources: bool,
     /// How often stored pipelines' jobs are scheduled and due checks
-    /// started, in milliseconds. Default 1000.
+    /// started, in milliseconds. Default 500 (a round in which nothing
+    /// changed is a few indexed reads).
     pub pipeline_interval_ms: u64,
     /// Checks started per interval at most, across the fleet (a burst of
     /// due checks waits for the next intervals). Default 50.
@@ -427,7 +428,7 @@ impl Default for WebConfig {
             stream_encoding: "zstd".into(),
             rerun_when_worker_disappears: false,
             global_resources: true,
-            pipeline_interval_ms: 1000,
+            pipeline_interval_ms: 500,
             max_checks_per_interval: 50,
             stalled_worker_timeout_secs: 86_400,
             max_artifact_bytes: DEFAULT_MAX_ARTIFACT_BYTES,

@@ -168,13 +168,13 @@ fn a_pushed_commit_triggers_its_jobs_through_passed_and_every(kind: DbKind) {
         input_ref(url, last["id"].as_i64().unwrap()).as_deref(),
         Some(batch[2].as_str())
     );
-    // Checks are periodic builds of their own, shown on the resource.
-    let resources: Value =
-        serde_json::from_str(&ok(&client(url, &["resources", "-p", "p", "--json"]))).unwrap();
-    assert_eq!(
-        resources[0]["last_check"]["status"], "succeeded",
-        "{resources}"
-    );
+    // Checks are periodic builds of their own, shown on the resource (a
+    // check may be running: its last finished one succeeded).
+    let resources: Value = wait_for("a succeeded last check", Duration::from_secs(30), || {
+        let r: Value =
+            serde_json::from_str(&ok(&client(url, &["resources", "-p", "p", "--json"]))).ok()?;
+        (r[0]["last_check"]["status"] == "succeeded").then_some(r)
+    });
     assert_eq!(resources[0]["check_error"], Value::Null);
 }
 
@@ -249,6 +249,18 @@ fn in_a_diamond_the_last_job_only_gets_versions_that_passed_both_branches() {
         "{decided}"
     );
     assert!(runs(url, "d", "down").iter().all(|(_, c, _)| c != &bad));
+    // `why` says so, version by version.
+    let why = ok(&client(url, &["why", "-j", "d/down"]));
+    assert!(
+        why.contains(&format!(
+            "{{\"ref\":\"{bad}\"}}: not yet through a succeeded build of \"left\""
+        )),
+        "{why}"
+    );
+    assert!(
+        why.contains(&format!("{{\"ref\":\"{seed}\"}}: chosen")),
+        "{why}"
+    );
 
     // A good commit on top goes through both: down takes it.
     let good = commit(&work, "good");

@@ -130,6 +130,10 @@ pub struct JobView {
     /// inputs could not be satisfied, and what was done.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub decision: Option<serde_json::Value>,
+    /// For one job asked alone: each input's newest versions and what each
+    /// is to the job (`chosen`, or why not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidates: Option<std::collections::BTreeMap<String, Vec<crate::triggers::Candidate>>>,
 }
 
 /// An input of a job: a get step.

@@ -8,4 +8,5 @@ pub mod gc;
 pub mod image_pull;
 pub mod placement;
 pub mod rig;
+pub mod scheduling;
 pub mod stream;

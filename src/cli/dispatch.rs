@@ -53,6 +53,23 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         nodes,
                     },
                 ))?,
+                BenchCommand::Scheduling {
+                    pipelines,
+                    chain_jobs,
+                    chains,
+                    versions,
+                    more_versions,
+                    database_url,
+                } => actix_web::rt::System::new().block_on(crate::bench::scheduling::bench(
+                    crate::bench::scheduling::SchedulingBench {
+                        pipelines,
+                        chain_jobs,
+                        chains,
+                        versions,
+                        more_versions,
+                        database_url,
+                    },
+                ))?,
                 BenchCommand::Follow {
                     events,
                     interval_ms,

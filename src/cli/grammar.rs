@@ -457,6 +457,30 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1)]
         nodes: usize,
     },
+    /// Stored pipelines scheduled by a real engine: one new version fanned
+    /// out to `--pipelines` single-job pipelines, and one round of a
+    /// pipeline of `--chain-jobs` jobs in `passed` chains as its history
+    /// grows from `--versions` to `--more-versions` versions per resource.
+    Scheduling {
+        /// Single-job pipelines sharing one resource.
+        #[arg(long, default_value_t = 4000)]
+        pipelines: usize,
+        /// Jobs of the chained pipeline.
+        #[arg(long, default_value_t = 500)]
+        chain_jobs: usize,
+        /// Resources (one chain each) of the chained pipeline.
+        #[arg(long, default_value_t = 10)]
+        chains: usize,
+        /// Versions per resource for the first chained rounds.
+        #[arg(long, default_value_t = 10_000)]
+        versions: usize,
+        /// Versions per resource for the second.
+        #[arg(long, default_value_t = 100_000)]
+        more_versions: usize,
+        /// Database URL (default: SQLite in a temporary directory).
+        #[arg(long)]
+        database_url: Option<String>,
+    },
     /// How late a follower on another web node sees a build's events (two
     /// engines sharing a PostgreSQL database), against a follower on the
     /// build's own node.

@@ -344,4 +344,16 @@ fn print_why(job: &str, view: &Value) {
             crate::outln!("  input {name}: {}", reason.as_str().unwrap_or_default());
         }
     }
+    if let Some(candidates) = view["candidates"].as_object() {
+        for (name, list) in candidates {
+            crate::outln!("  newest versions of input {name}:");
+            for c in list.as_array().into_iter().flatten() {
+                crate::outln!(
+                    "    {}: {}",
+                    c["version"],
+                    c["verdict"].as_str().unwrap_or_default()
+                );
+            }
+        }
+    }
 }

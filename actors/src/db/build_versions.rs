@@ -101,21 +101,23 @@ impl Db {
         &self,
         at: JobAt<'_>,
     ) -> Result<Option<(i64, Vec<(String, String)>)>, EngineError> {
-        let last: Option<(i64,)> = sqlx::query_as(
-            "SELECT id FROM builds WHERE team = $1 AND pipeline = $2 AND job = $3 ORDER BY id DESC LIMIT 1",
+        let rows: Vec<(i64, Option<String>, Option<String>)> = sqlx::query_as(
+            "SELECT b.id, bv.name, bv.version FROM \
+             (SELECT id FROM builds WHERE team = $1 AND pipeline = $2 AND job = $3 ORDER BY id DESC LIMIT 1) b \
+             LEFT JOIN build_versions bv ON bv.build_id = b.id AND bv.direction = 'in'",
         )
         .bind(at.team)
         .bind(at.pipeline)
         .bind(at.job)
-        .fetch_optional(self.pool())
-        .await?;
-        let Some((id,)) = last else { return Ok(None) };
-        let inputs: Vec<(String, String)> = sqlx::query_as(
-            "SELECT name, version FROM build_versions WHERE build_id = $1 AND direction = 'in'",
-        )
-        .bind(id)
         .fetch_all(self.pool())
         .await?;
+        let Some(&(id, _, _)) = rows.first() else {
+            return Ok(None);
+        };
+        let inputs = rows
+            .into_iter()
+            .filter_map(|(_, name, version)| Some((name?, version?)))
+            .collect();
         Ok(Some((id, inputs)))
     }
 
@@ -128,10 +130,12 @@ impl Db {
         versions: VersionsAt<'_>,
     ) -> Result<Option<i64>, EngineError> {
         let (order,): (Option<i64>,) = sqlx::query_as(
+            // The job's builds first (see `passed_versions_page`).
             "SELECT MAX(v.check_order) FROM builds b \
-             JOIN build_versions bv ON bv.build_id = b.id AND bv.direction = 'in' AND bv.name = $4 \
-             JOIN resource_versions v ON v.team = $5 AND v.config = $6 AND v.version = bv.version \
-             WHERE b.team = $1 AND b.pipeline = $2 AND b.job = $3",
+             CROSS JOIN build_versions bv CROSS JOIN resource_versions v \
+             WHERE b.team = $1 AND b.pipeline = $2 AND b.job = $3 \
+             AND bv.build_id = b.id AND bv.direction = 'in' AND bv.name = $4 \
+             AND v.team = $5 AND v.config = $6 AND v.version = bv.version",
         )
         .bind(at.team)
         .bind(at.pipeline)
@@ -207,10 +211,16 @@ impl Db {
     ) -> Result<Vec<OrderedVersion>, EngineError> {
         let (cmp, order, edge) = bound.sql();
         let rows: Vec<(String, i64)> = sqlx::query_as(&format!(
-            "SELECT DISTINCT v.version, v.check_order FROM builds b \
-             JOIN build_versions bv ON bv.build_id = b.id AND bv.resource = $1 \
-             JOIN resource_versions v ON v.team = $2 AND v.config = $3 AND v.version = bv.version \
-             WHERE b.team = $4 AND b.pipeline = $5 AND b.job = $6 AND b.status = $7 AND v.check_order {cmp} $8 \
+            // From the upstream job's builds to the versions they had (a
+            // page of the resource's versions scanned for the few that went
+            // through it would read its whole history): SQLite takes a
+            // CROSS JOIN's tables in the order written.
+            "SELECT v.version, v.check_order FROM \
+             (SELECT DISTINCT bv.version FROM builds b \
+              JOIN build_versions bv ON bv.build_id = b.id AND bv.resource = $1 \
+              WHERE b.team = $4 AND b.pipeline = $5 AND b.job = $6 AND b.status = $7) p \
+             CROSS JOIN resource_versions v \
+             WHERE v.team = $2 AND v.config = $3 AND v.version = p.version AND v.check_order {cmp} $8 \
              AND NOT EXISTS (SELECT 1 FROM disabled_versions d WHERE d.pipeline_id = $9 AND d.resource = $1 AND d.version = v.version) \
              ORDER BY v.check_order {order} LIMIT $10"
         ))

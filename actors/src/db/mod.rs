@@ -11,6 +11,7 @@ mod gc_pressure;
 mod gc_sweep;
 mod handles;
 mod intercepts;
+mod job_builds;
 mod leadership;
 mod pipelines;
 mod placements;
@@ -30,6 +31,7 @@ pub use gc_collect::ArtifactCutoffs;
 pub use gc_sweep::{SweepRow, SweepWrites};
 pub use handles::{ArtifactCopy, HandleKind};
 pub use intercepts::Closing;
+pub use job_builds::{NewJobBuild, PipelineHead};
 pub use leadership::Lead;
 pub use pipelines::{PipelineRow, ResourceRow, PIPELINE_ID};
 pub use placements::RELEASES_CHANNEL;
@@ -120,8 +122,10 @@ impl Db {
         let pool = AnyPoolOptions::new()
             .max_connections(max)
             // A connection broken while the server was away is found and
-            // dropped when next taken, so the pool recovers by itself.
-            .test_before_acquire(true)
+            // dropped when next taken, so the pool recovers by itself. A
+            // SQLite file has no server to go away, and the test would
+            // double the cost of every statement.
+            .test_before_acquire(backend == Backend::Postgres)
             .connect(url)
             .await?;
         if backend == Backend::Sqlite {

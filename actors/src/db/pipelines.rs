@@ -109,6 +109,17 @@ impl Db {
         resources: &[ResourceRow],
     ) -> Result<(PipelineRow, bool), EngineError> {
         let mut tx = self.pool().begin().await?;
+        // A write first: the transaction takes the write lock now (SQLite
+        // refuses to upgrade a reading transaction another writer raced;
+        // on PostgreSQL it locks the pipeline's row), so two sets of one
+        // pipeline are one after the other.
+        sqlx::query(
+            "UPDATE pipelines SET config_version = config_version WHERE team = $1 AND name = $2",
+        )
+        .bind(team)
+        .bind(name)
+        .execute(&mut *tx)
+        .await?;
         let now = now_ms();
         let current: Option<(i64, i64)> = sqlx::query_as(
             "SELECT id, config_version FROM pipelines WHERE team = $1 AND name = $2",
@@ -309,9 +320,10 @@ impl Db {
             )));
         }
         let mut tx = self.pool().begin().await?;
-        sqlx::query("UPDATE pipelines SET name = $1 WHERE id = $2")
+        sqlx::query("UPDATE pipelines SET name = $1, updated_at = $3 WHERE id = $2")
             .bind(to)
             .bind(id)
+            .bind(now_ms())
             .execute(&mut *tx)
             .await?;
         sqlx::query("UPDATE builds SET pipeline = $1 WHERE team = $2 AND pipeline = $3")
@@ -376,22 +388,31 @@ impl Db {
         .bind(job)
         .execute(self.pool())
         .await?;
+        self.touch_pipeline(id).await?;
         Ok(done.rows_affected() > 0)
     }
 
-    /// Stores the last scheduling decision of a job (JSON).
-    pub async fn set_job_decision(
+    /// Stores the decisions of several jobs (pipeline, job, JSON) in one
+    /// transaction.
+    pub async fn set_job_decisions(
         &self,
-        id: i64,
-        job: &str,
-        decision: &str,
+        decisions: &[(i64, &str, String)],
     ) -> Result<(), EngineError> {
-        sqlx::query("UPDATE pipeline_jobs SET decision = $1 WHERE pipeline_id = $2 AND name = $3")
+        if decisions.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.pool().begin().await?;
+        for (id, job, decision) in decisions {
+            sqlx::query(
+                "UPDATE pipeline_jobs SET decision = $1 WHERE pipeline_id = $2 AND name = $3",
+            )
             .bind(decision)
             .bind(id)
             .bind(job)
-            .execute(self.pool())
+            .execute(&mut *tx)
             .await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 
@@ -562,6 +583,7 @@ impl Db {
         .bind(resource)
         .execute(self.pool())
         .await?;
+        self.touch_pipeline(id).await?;
         Ok(done.rows_affected() > 0)
     }
 
@@ -585,6 +607,6 @@ impl Db {
             .bind(version)
             .execute(self.pool())
             .await?;
-        Ok(())
+        self.touch_pipeline(id).await
     }
 }

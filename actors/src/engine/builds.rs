@@ -117,17 +117,6 @@ impl Engine {
             vars,
             inputs: Default::default(),
         };
-        self.start_job_plan(team, stored, JobStart::default()).await
-    }
-
-    /// Creates a build of `team` running job plan `stored` (with `start`'s
-    /// number and inputs recorded before it starts) and starts it.
-    pub(super) async fn start_job_plan(
-        &self,
-        team: &str,
-        stored: JobPlan,
-        start: JobStart,
-    ) -> Result<i64, EngineError> {
         let job_ref = stored.job_ref()?;
         let (plan, turns) = stored.plan_and_turns()?;
         // Turns are kept per team and pipeline.
@@ -135,8 +124,7 @@ impl Engine {
             .into_iter()
             .map(|(key, n)| (format!("{team}/{}/{key}", job_ref.pipeline), n))
             .collect();
-        let job = Some((job_ref, start));
-        self.start_stored(team, &stored, runnable(plan), job, &turns)
+        self.start_stored(team, &stored, runnable(plan), Some(job_ref), &turns)
             .await
     }
 
@@ -148,7 +136,7 @@ impl Engine {
         team: &str,
         stored: &impl serde::Serialize,
         plan: crate::build::Plan,
-        job: Option<(crate::plan::JobRef, JobStart)>,
+        job: Option<crate::plan::JobRef>,
         turns: &[(String, u32)],
     ) -> Result<i64, EngineError> {
         if !self.db.team_exists(team).await? {
@@ -162,21 +150,9 @@ impl Engine {
             .db
             .create_build_taking_turns(team, &json, &self.config.node_name, turns)
             .await?;
-        let job = match job {
-            Some((j, start)) => {
-                self.db.set_build_job(id, &j.pipeline, &j.job).await?;
-                if let Some(n) = start.number {
-                    self.db.set_build_number(id, n).await?;
-                }
-                for (name, resource, version) in &start.inputs {
-                    self.db
-                        .record_build_version(id, crate::db::Direction::In, name, resource, version)
-                        .await?;
-                }
-                Some(j)
-            }
-            None => None,
-        };
+        if let Some(j) = &job {
+            self.db.set_build_job(id, &j.pipeline, &j.job).await?;
+        }
         let deps = self.build_deps();
         let build = Build::of_plan(id, team.to_string(), plan, None, deps, self.builds.clone());
         self.start_build(id, build.for_job(job));
@@ -254,13 +230,4 @@ impl Engine {
         let sink = crate::events::EventSink::new(id, self.db.clone(), self.hub.clone());
         Ok((id, sink))
     }
-}
-
-/// What a job build of a stored pipeline is started with.
-#[derive(Debug, Default)]
-pub(super) struct JobStart {
-    /// Its number within its job.
-    pub number: Option<i64>,
-    /// The inputs scheduling chose: (step, resource, version).
-    pub inputs: Vec<(String, String, serde_json::Value)>,
 }

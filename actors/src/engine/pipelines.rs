@@ -8,13 +8,12 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::builds::JobStart;
 use super::Engine;
-use crate::db::{BuildQuery, JobAt, PipelineRow, ResourceRow};
+use crate::db::{BuildQuery, JobAt, NewJobBuild, PipelineRow, ResourceRow};
 use crate::error::EngineError;
 use crate::pipeline::{Pipeline, Vars};
 use crate::plan::{check_pipeline_name, JobPlan};
-use crate::triggers::{job_inputs, resolve, store_pipeline, Decision, JobInput, Resolution};
+use crate::triggers::{explain, job_inputs, resolve, store_pipeline, JobInput, Resolution};
 use crate::views::{
     Build, BuildResources, BuildVersion, JobInputView, JobView, PipelineView, ResourceView,
     VersionView,
@@ -37,10 +36,36 @@ impl Default for PipelinesConfig {
     fn default() -> Self {
         PipelinesConfig {
             global_resources: true,
-            interval: std::time::Duration::from_secs(1),
+            interval: std::time::Duration::from_millis(500),
             max_checks_per_interval: 50,
         }
     }
+}
+
+/// A build asked of a job of a stored pipeline: the versions chosen
+/// (step → version JSON) for its inputs.
+pub(super) struct BuildRequest<'a> {
+    /// The job's pipeline, as stored.
+    pub row: &'a PipelineRow,
+    /// That pipeline, loaded with its vars.
+    pub pipeline: &'a Pipeline,
+    /// The job.
+    pub job: &'a str,
+    /// Its inputs.
+    pub inputs: &'a [JobInput],
+    /// The versions chosen for them.
+    pub chosen: &'a BTreeMap<String, String>,
+}
+
+/// A build of a stored pipeline's job, created, not started yet.
+pub(super) struct CreatedBuild {
+    /// Its id.
+    pub id: i64,
+    /// Its number within its job.
+    pub number: i64,
+    team: String,
+    plan: crate::build::Plan,
+    job_ref: crate::plan::JobRef,
 }
 
 /// What setting a pipeline answers.
@@ -200,26 +225,48 @@ impl Engine {
                 latest_build,
                 inputs,
                 outputs,
+                candidates: None,
             });
         }
         Ok(out)
     }
 
-    /// One job of pipeline `pipeline` of `team`.
+    /// One job of pipeline `pipeline` of `team`, with each input's newest
+    /// versions and what each is to the job ("why not?").
     pub async fn pipeline_job(
         &self,
         team: &str,
         pipeline: &str,
         job: &str,
     ) -> Result<JobView, EngineError> {
-        self.pipeline_jobs(team, pipeline)
+        let mut view = self
+            .pipeline_jobs(team, pipeline)
             .await?
             .into_iter()
             .find(|j| j.name == job)
             .ok_or_else(|| EngineError::NotFound {
                 kind: "job",
                 name: format!("{pipeline}/{job}"),
-            })
+            })?;
+        let row = self.pipeline_row(team, pipeline).await?;
+        let loaded = loaded(&row)?;
+        if let Ok(def) = loaded.job(job) {
+            let resources = self.db.pipeline_resources(row.id).await?;
+            let inputs = job_inputs(&loaded, def, &resources).map_err(EngineError::Invalid)?;
+            let chosen: BTreeMap<String, Value> = view
+                .decision
+                .as_ref()
+                .and_then(|d| d.get("inputs"))
+                .and_then(|i| serde_json::from_value(i.clone()).ok())
+                .unwrap_or_default();
+            let at = JobAt {
+                team,
+                pipeline,
+                job,
+            };
+            view.candidates = Some(explain(&self.db, at, row.id, &inputs, &chosen).await?);
+        }
+        Ok(view)
     }
 
     /// Builds of job `job` of pipeline `pipeline` of `team`, newest first,
@@ -294,9 +341,16 @@ impl Engine {
         };
         match resolve(&self.db, at, row.id, &inputs).await? {
             Resolution::Resolved(chosen) => {
-                let id = self
-                    .start_pipeline_build(&row, job, &inputs, &chosen)
-                    .await?;
+                let request = BuildRequest {
+                    row: &row,
+                    pipeline: &loaded,
+                    job,
+                    inputs: &inputs,
+                    chosen: &chosen,
+                };
+                let created = self.create_pipeline_builds(&[request]).await?;
+                let id = created[0].id;
+                self.start_created(created);
                 self.build(id).await
             }
             Resolution::Unsatisfied(why) => Err(EngineError::Conflict(format!(
@@ -309,51 +363,93 @@ impl Engine {
         }
     }
 
-    /// Creates and starts a build of job `job` of stored pipeline `row`
-    /// with `inputs` and the versions `chosen` for them (step → version
-    /// JSON), numbered within its job, its inputs recorded before it
-    /// starts; answers its id.
-    pub(super) async fn start_pipeline_build(
+    /// Creates the builds `requests` asks of jobs of stored pipelines, in
+    /// one transaction, each numbered within its job and its inputs
+    /// recorded; they start with [`Engine::start_created`].
+    pub(super) async fn create_pipeline_builds(
         &self,
-        row: &PipelineRow,
-        job: &str,
-        inputs: &[JobInput],
-        chosen: &BTreeMap<String, String>,
-    ) -> Result<i64, EngineError> {
-        let mut pinned = BTreeMap::new();
-        let mut recorded = Vec::new();
-        for (name, version) in chosen {
-            let bad = |e: serde_json::Error| {
-                EngineError::Invalid(format!(
-                    "input {name:?}: version {version} is not a map of strings: {e}"
-                ))
+        requests: &[BuildRequest<'_>],
+    ) -> Result<Vec<CreatedBuild>, EngineError> {
+        let mut new = Vec::with_capacity(requests.len());
+        let mut runs = Vec::with_capacity(requests.len());
+        for r in requests {
+            let row = r.row;
+            let mut pinned = BTreeMap::new();
+            let mut recorded = Vec::new();
+            for (name, version) in r.chosen {
+                let bad = |e: serde_json::Error| {
+                    EngineError::Invalid(format!(
+                        "input {name:?}: version {version} is not a map of strings: {e}"
+                    ))
+                };
+                let v: BTreeMap<String, String> = serde_json::from_str(version).map_err(bad)?;
+                let resource = r
+                    .inputs
+                    .iter()
+                    .find(|i| &i.name == name)
+                    .map(|i| i.resource.clone())
+                    .unwrap_or_default();
+                recorded.push((
+                    name.clone(),
+                    resource,
+                    serde_json::from_str(version).map_err(bad)?,
+                ));
+                pinned.insert(name.clone(), v);
+            }
+            let stored = JobPlan {
+                pipeline: row.config.clone(),
+                pipeline_name: row.name.clone(),
+                job: r.job.to_string(),
+                vars: stored_vars(row)?,
+                inputs: pinned,
             };
-            let v: BTreeMap<String, String> = serde_json::from_str(version).map_err(bad)?;
-            let resource = inputs
-                .iter()
-                .find(|i| &i.name == name)
-                .map(|i| i.resource.clone())
-                .unwrap_or_default();
-            recorded.push((
-                name.clone(),
-                resource,
-                serde_json::from_str(version).map_err(bad)?,
-            ));
-            pinned.insert(name.clone(), v);
+            let job_ref = stored.job_ref()?;
+            let (plan, turns) = stored.plan_and_turns_of(r.pipeline)?;
+            new.push(NewJobBuild {
+                team: row.team.clone(),
+                pipeline_id: row.id,
+                pipeline: row.name.clone(),
+                job: r.job.to_string(),
+                plan: serde_json::to_value(&stored).expect("plans serialise"),
+                // Turns are kept per team and pipeline.
+                turns: turns
+                    .into_iter()
+                    .map(|(key, n)| (format!("{}/{}/{key}", row.team, job_ref.pipeline), n))
+                    .collect(),
+                inputs: recorded,
+            });
+            runs.push((crate::steps::runnable(plan), job_ref, row.team.clone()));
         }
-        let stored = JobPlan {
-            pipeline: row.config.clone(),
-            pipeline_name: row.name.clone(),
-            job: job.to_string(),
-            vars: stored_vars(row)?,
-            inputs: pinned,
-        };
-        let number = self.db.take_build_number(row.id, job).await?;
-        let start = JobStart {
-            number: Some(number),
-            inputs: recorded,
-        };
-        self.start_job_plan(&row.team, stored, start).await
+        let created = self
+            .db
+            .create_job_builds(&new, &self.config.node_name)
+            .await?;
+        Ok(created
+            .into_iter()
+            .zip(runs)
+            .map(|((id, number), (plan, job_ref, team))| CreatedBuild {
+                id,
+                number,
+                team,
+                plan,
+                job_ref,
+            })
+            .collect())
+    }
+
+    /// Starts builds created by [`Engine::create_pipeline_builds`].
+    pub(super) fn start_created(&self, created: Vec<CreatedBuild>) {
+        for c in created {
+            let build = crate::build::Build::of_plan(
+                c.id,
+                c.team,
+                c.plan,
+                None,
+                self.build_deps(),
+                self.builds.clone(),
+            );
+            self.start_build(c.id, build.for_job(Some(c.job_ref)));
+        }
     }
 
     /// The resources of pipeline `name` of `team`, with their check status.
@@ -573,17 +669,6 @@ impl Engine {
                 name: format!("{text} of resource {:?}", r.name),
             }),
         }
-    }
-
-    /// Records what scheduling decided for job `job` of pipeline `row`.
-    pub(super) async fn record_decision(
-        &self,
-        row: &PipelineRow,
-        job: &str,
-        decision: &Decision,
-    ) -> Result<(), EngineError> {
-        let text = serde_json::to_string(decision).expect("decisions serialize");
-        self.db.set_job_decision(row.id, job, &text).await
     }
 
     /// The versions build `id` used and made (empty for a build that is

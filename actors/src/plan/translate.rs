@@ -97,6 +97,16 @@ impl JobPlan {
     pub fn plan_and_turns(&self) -> Result<(Plan<StepDef>, Turns), EngineError> {
         let pipeline = Pipeline::load(&self.pipeline, &self.vars)
             .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
+        self.plan_and_turns_of(&pipeline)
+    }
+
+    /// [`JobPlan::plan_and_turns`] of `pipeline`, this plan's pipeline
+    /// already loaded with its vars (scheduling loads it once for many
+    /// builds).
+    pub fn plan_and_turns_of(
+        &self,
+        pipeline: &Pipeline,
+    ) -> Result<(Plan<StepDef>, Turns), EngineError> {
         let job = pipeline
             .job(&self.job)
             .map_err(|e| EngineError::Invalid(e.to_string()))?;
@@ -108,11 +118,11 @@ impl JobPlan {
                     job.name
                 )));
             }
-            return Ok((job_plan(&pipeline, job)?, job_turns(job)));
+            return Ok((job_plan(pipeline, job)?, job_turns(job)));
         }
         let mut job = job.clone();
         pin_inputs(&mut job, &self.inputs);
-        Ok((job_plan(&pipeline, &job)?, job_turns(&job)))
+        Ok((job_plan(pipeline, &job)?, job_turns(&job)))
     }
 }
 

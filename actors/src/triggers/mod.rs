@@ -6,10 +6,12 @@
 //! periodic jobs that check resources and trigger builds are the engine's
 //! (`engine/pipeline_jobs.rs`), which owns creating builds.
 
+mod explain;
 mod inputs;
 mod resolve;
 mod set;
 
+pub use explain::{explain, Candidate};
 pub use inputs::{job_inputs, JobInput};
 pub use resolve::{resolve, Decision, Resolution};
 pub use set::{store_pipeline, DEFAULT_CHECK_EVERY};
