@@ -397,19 +397,16 @@ fn job_box(browser: &mut Browser, job: &str) -> (String, String) {
 
 #[test]
 fn a_pipelines_page_shows_a_new_commit_run_through_its_jobs_live_in_chromium() {
-    use common::git::{bare_repo_of, git, GitDaemon};
-    use common::pipelines::{commit, ok};
+    use common::git::git;
+    use common::pipelines::{ok, GitRepo};
     let Some(chromium) = chromium() else { return };
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(DbKind::Sqlite);
     let server = quickstart_runc(dir.path(), &db);
     let url = &server.url;
-    let bare = bare_repo_of(dir.path(), "repo", &[("msg", b"seed")]);
-    let work = dir.path().join("repo-seed");
-    git(&work, &["remote", "add", "origin", bare.to_str().unwrap()]);
-    let daemon = GitDaemon::serve(dir.path());
+    let repo = GitRepo::new(dir.path());
     write(&dir.path().join("graph.yml"), graph_pipeline());
-    let uri = format!("uri={}", daemon.uri("repo.git"));
+    let uri = repo.uri_var.clone();
     let file = dir.path().join("graph.yml");
     ok(&client(
         url,
@@ -464,8 +461,7 @@ fn a_pipelines_page_shows_a_new_commit_run_through_its_jobs_live_in_chromium() {
     );
 
     // A new commit: a's box turns to running, then succeeded; b follows.
-    commit(&work, "second");
-    git(&work, &["push", "-q", "origin", "main"]);
+    repo.push("second");
     wait_for("a running the new commit", Duration::from_secs(30), || {
         let (status, label) = job_box(&mut browser, "a");
         (status == "started" && label.contains("#2")).then_some(())
@@ -489,7 +485,7 @@ fn a_pipelines_page_shows_a_new_commit_run_through_its_jobs_live_in_chromium() {
     println!("screenshot: {}", done.display());
 
     // The job's page lists its builds with the commits they ran.
-    let head = git(&work, &["rev-parse", "HEAD"]);
+    let head = git(&repo.work, &["rev-parse", "HEAD"]);
     browser.navigate(&format!("{url}/teams/main/pipelines/g/jobs/a"));
     wait_for(
         "a's builds with their inputs",

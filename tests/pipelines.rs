@@ -11,7 +11,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::git::{bare_repo_of, git, GitDaemon};
+use common::git::git;
 use common::pipelines::*;
 use common::*;
 use serde_json::Value;
@@ -33,13 +33,10 @@ fn a_pushed_commit_triggers_its_jobs_through_passed_and_every(kind: DbKind) {
     let db = TestDb::new(kind);
     let node = quickstart_runc(dir.path(), &db);
     let url = &node.url;
-    let bare = bare_repo_of(dir.path(), "repo", &[("msg", b"seed")]);
-    let work = dir.path().join("repo-seed");
-    git(&work, &["remote", "add", "origin", bare.to_str().unwrap()]);
-    let seed = git(&work, &["rev-parse", "HEAD"]);
-    let daemon = GitDaemon::serve(dir.path());
+    let repo = GitRepo::new(dir.path());
+    let (work, seed) = (repo.work.clone(), repo.seed.clone());
     write(&dir.path().join("pipeline.yml"), pipeline());
-    let uri = format!("uri={}", daemon.uri("repo.git"));
+    let uri = repo.uri_var.clone();
 
     // Set: shown as a diff, stored paused.
     let out = client(
@@ -208,13 +205,10 @@ fn in_a_diamond_the_last_job_only_gets_versions_that_passed_both_branches() {
     let db = TestDb::new(DbKind::Sqlite);
     let node = quickstart_runc(dir.path(), &db);
     let url = &node.url;
-    let bare = bare_repo_of(dir.path(), "repo", &[("msg", b"seed")]);
-    let work = dir.path().join("repo-seed");
-    git(&work, &["remote", "add", "origin", bare.to_str().unwrap()]);
-    let seed = git(&work, &["rev-parse", "HEAD"]);
-    let daemon = GitDaemon::serve(dir.path());
+    let repo = GitRepo::new(dir.path());
+    let seed = repo.seed.clone();
     write(&dir.path().join("diamond.yml"), diamond());
-    let uri = format!("uri={}", daemon.uri("repo.git"));
+    let uri = repo.uri_var.clone();
     ok(&client(
         url,
         &[
@@ -231,8 +225,7 @@ fn in_a_diamond_the_last_job_only_gets_versions_that_passed_both_branches() {
     wait_run(url, "d", "down", &seed, "succeeded");
 
     // A bad commit: left fails it, right passes it; down must not take it.
-    let bad = commit(&work, "bad");
-    git(&work, &["push", "-q", "origin", "main"]);
+    let bad = repo.push("bad");
     let left = wait_run(url, "d", "left", &bad, "failed");
     let right = wait_run(url, "d", "right", &bad, "succeeded");
     let right_done = left["finished_at"]
@@ -263,8 +256,7 @@ fn in_a_diamond_the_last_job_only_gets_versions_that_passed_both_branches() {
     );
 
     // A good commit on top goes through both: down takes it.
-    let good = commit(&work, "good");
-    git(&work, &["push", "-q", "origin", "main"]);
+    let good = repo.push("good");
     wait_run(url, "d", "down", &good, "succeeded");
     let down: Vec<String> = runs(url, "d", "down")
         .into_iter()
@@ -302,13 +294,10 @@ fn two_web_nodes_trigger_each_commit_once_and_check_once() {
     let webs = format!("{},{}", a.url, b.url);
     let _worker = start_worker(dir.path(), &webs, "w1", worker_backend());
     wait_running(&b.url, 1);
-    let bare = bare_repo_of(dir.path(), "repo", &[("msg", b"seed")]);
-    let work = dir.path().join("repo-seed");
-    git(&work, &["remote", "add", "origin", bare.to_str().unwrap()]);
-    let seed = git(&work, &["rev-parse", "HEAD"]);
-    let daemon = GitDaemon::serve(dir.path());
+    let repo = GitRepo::new(dir.path());
+    let seed = repo.seed.clone();
     write(&dir.path().join("pipeline.yml"), pipeline());
-    let uri = format!("uri={}", daemon.uri("repo.git"));
+    let uri = repo.uri_var.clone();
     let file = dir.path().join("pipeline.yml");
     ok(&client(
         &a.url,
@@ -331,8 +320,7 @@ fn two_web_nodes_trigger_each_commit_once_and_check_once() {
             // The first node dies; the other goes on alone.
             a.kill();
         }
-        commits.push(commit(&work, &format!("commit {i}")));
-        git(&work, &["push", "-q", "origin", "main"]);
+        commits.push(repo.push(&format!("commit {i}")));
         std::thread::sleep(Duration::from_millis(400));
     }
     let last = commits.last().unwrap();

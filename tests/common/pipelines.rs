@@ -6,8 +6,45 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::git::git;
+use super::git::{bare_repo_of, git, GitDaemon};
 use super::{text, wait_for, write};
+
+/// A git repository a pipeline's `git` resource follows: a bare
+/// `repo.git` with one commit of `msg` = `seed`, served by `git daemon`,
+/// and the work tree it came from, pushing to it.
+pub struct GitRepo {
+    /// The work tree.
+    pub work: std::path::PathBuf,
+    /// The first commit.
+    pub seed: String,
+    /// `uri=git://...`, the `-v` flag of the pipelines' `((uri))`.
+    pub uri_var: String,
+    _daemon: GitDaemon,
+}
+
+impl GitRepo {
+    /// The repository, under `dir`.
+    pub fn new(dir: &Path) -> GitRepo {
+        let bare = bare_repo_of(dir, "repo", &[("msg", b"seed")]);
+        let work = dir.join("repo-seed");
+        git(&work, &["remote", "add", "origin", bare.to_str().unwrap()]);
+        let seed = git(&work, &["rev-parse", "HEAD"]);
+        let daemon = GitDaemon::serve(dir);
+        GitRepo {
+            uri_var: format!("uri={}", daemon.uri("repo.git")),
+            work,
+            seed,
+            _daemon: daemon,
+        }
+    }
+
+    /// Commits `msg` (as the file `msg`) and pushes it; answers the commit.
+    pub fn push(&self, msg: &str) -> String {
+        let c = commit(&self.work, msg);
+        git(&self.work, &["push", "-q", "origin", "main"]);
+        c
+    }
+}
 
 /// GET `path` of the node at `url` as JSON.
 pub fn api(url: &str, path: &str) -> Value {
