@@ -133,7 +133,7 @@ pub struct JobView {
     /// For one job asked alone: each input's newest versions and what each
     /// is to the job (`chosen`, or why not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub candidates: Option<std::collections::BTreeMap<String, Vec<crate::triggers::Candidate>>>,
+    pub candidates: Option<std::collections::BTreeMap<String, Vec<Candidate>>>,
 }
 
 /// An input of a job: a get step.
@@ -203,4 +203,15 @@ pub struct BuildResources {
     pub inputs: Vec<BuildVersion>,
     /// Its outputs (its puts), by step.
     pub outputs: Vec<BuildVersion>,
+}
+
+/// One of a job input's newest versions and what it is to the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Candidate {
+    /// The version.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub version: serde_json::Value,
+    /// `chosen`, or why not.
+    pub verdict: String,
 }

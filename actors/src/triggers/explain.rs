@@ -9,20 +9,10 @@ use std::collections::BTreeMap;
 use super::inputs::JobInput;
 use crate::db::{Db, JobAt};
 use crate::error::EngineError;
+use crate::views::Candidate;
 
 /// Versions shown per input.
 pub const SHOWN: i64 = 5;
-
-/// One of an input's newest versions and what it is to the job.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Candidate {
-    /// The version (JSON).
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
-    pub version: serde_json::Value,
-    /// `chosen`, or why not.
-    pub verdict: String,
-}
 
 /// The newest versions of each input of job `at` (of pipeline
 /// `pipeline_id`) with their verdicts, given the versions `chosen` by the

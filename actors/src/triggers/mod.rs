@@ -11,7 +11,7 @@ mod inputs;
 mod resolve;
 mod set;
 
-pub use explain::{explain, Candidate};
+pub use explain::explain;
 pub use inputs::{job_inputs, JobInput};
 pub use resolve::{resolve, Decision, Resolution};
 pub use set::{store_pipeline, DEFAULT_CHECK_EVERY};
