@@ -214,13 +214,14 @@ fn teams_and_tokens(kind: DbKind) {
     let forged = format!("gtk_{red_id}_{}", "0".repeat(64));
     assert_eq!(status("GET", url, "/api/v1/builds", &forged), 401);
 
-    // Expired: accepted until its time, refused after.
+    // Expired: accepted until its time, refused after (timed from before
+    // it was asked for: its two seconds start when the server makes it).
+    let made = Instant::now();
     let short = ok(as_token(
         url,
         ADMIN,
         &["token", "create", "--team", "red", "--expires", "2s"],
     ));
-    let made = Instant::now();
     assert_eq!(status("GET", url, "/api/v1/builds", &short), 200);
     wait_for("the token to expire", Duration::from_secs(10), || {
         (status("GET", url, "/api/v1/builds", &short) == 401).then_some(())
