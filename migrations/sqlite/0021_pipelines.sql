@@ -39,15 +39,13 @@ CREATE TABLE pipeline_resources (
 );
 CREATE INDEX pipeline_resources_by_config ON pipeline_resources (scope, config);
 
--- When each resource config (scope, config) is checked next, and how its
--- last check went: one check serves every pipeline resource naming it.
+-- When each resource config (scope, config) is checked next, and its last
+-- check build: one check serves every pipeline resource naming it.
 CREATE TABLE resource_checks (
     scope TEXT NOT NULL,
     config TEXT NOT NULL,
     next_check_at BIGINT NOT NULL,
     last_build BIGINT,
-    last_error TEXT,
-    last_checked_at BIGINT,
     PRIMARY KEY (scope, config)
 );
 

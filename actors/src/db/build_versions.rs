@@ -297,16 +297,6 @@ impl Db {
         .await?;
         Ok(row.is_some())
     }
-
-    /// Sets the per-job build number of build `build`.
-    pub async fn set_build_number(&self, build: i64, number: i64) -> Result<(), EngineError> {
-        sqlx::query("UPDATE builds SET build_number = $1 WHERE id = $2")
-            .bind(number)
-            .bind(build)
-            .execute(self.pool())
-            .await?;
-        Ok(())
-    }
 }
 
 /// Which side of a place in the order a page of versions is read from.

@@ -257,16 +257,6 @@ impl Db {
         Ok(rows.into_iter().map(pipeline_row).collect())
     }
 
-    /// Every unpaused pipeline, of every team.
-    pub async fn unpaused_pipelines(&self) -> Result<Vec<PipelineRow>, EngineError> {
-        let rows: Vec<PipelineRaw> = sqlx::query_as(&format!(
-            "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE paused = 0 ORDER BY id"
-        ))
-        .fetch_all(self.pool())
-        .await?;
-        Ok(rows.into_iter().map(pipeline_row).collect())
-    }
-
     /// Pipeline `name` of `team`, if stored.
     pub async fn pipeline(
         &self,
@@ -416,19 +406,6 @@ impl Db {
         Ok(())
     }
 
-    /// Takes the next build number of job `job` of pipeline `id`.
-    pub async fn take_build_number(&self, id: i64, job: &str) -> Result<i64, EngineError> {
-        let (n,): (i64,) = sqlx::query_as(
-            "UPDATE pipeline_jobs SET next_build_number = next_build_number + 1 \
-             WHERE pipeline_id = $1 AND name = $2 RETURNING next_build_number - 1",
-        )
-        .bind(id)
-        .bind(job)
-        .fetch_one(self.pool())
-        .await?;
-        Ok(n)
-    }
-
     /// The resources of pipeline `id`, by name.
     pub async fn pipeline_resources(&self, id: i64) -> Result<Vec<ResourceRow>, EngineError> {
         type Raw = (String, String, String, Option<i64>, Option<String>);
@@ -504,20 +481,6 @@ impl Db {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Makes resource config (`scope`, `config`) due now (a webhook, a
-    /// `check-resource`).
-    pub async fn check_now(&self, scope: &str, config: &str) -> Result<(), EngineError> {
-        sqlx::query(
-            "UPDATE resource_checks SET next_check_at = $1 WHERE scope = $2 AND config = $3",
-        )
-        .bind(now_ms())
-        .bind(scope)
-        .bind(config)
-        .execute(self.pool())
-        .await?;
-        Ok(())
-    }
-
     /// Records the check build that checked (`scope`, `config`).
     pub async fn record_check_build(
         &self,
@@ -525,9 +488,8 @@ impl Db {
         config: &str,
         build: i64,
     ) -> Result<(), EngineError> {
-        sqlx::query("UPDATE resource_checks SET last_build = $1, last_checked_at = $2 WHERE scope = $3 AND config = $4")
+        sqlx::query("UPDATE resource_checks SET last_build = $1 WHERE scope = $2 AND config = $3")
             .bind(build)
-            .bind(now_ms())
             .bind(scope)
             .bind(config)
             .execute(self.pool())
@@ -535,36 +497,17 @@ impl Db {
         Ok(())
     }
 
-    /// Records how the last check of (`scope`, `config`) ended: `None` when
-    /// it succeeded, else why not.
-    pub async fn record_check_error(
-        &self,
-        scope: &str,
-        config: &str,
-        error: Option<&str>,
-    ) -> Result<(), EngineError> {
-        sqlx::query("UPDATE resource_checks SET last_error = $1 WHERE scope = $2 AND config = $3")
-            .bind(error)
-            .bind(scope)
-            .bind(config)
-            .execute(self.pool())
-            .await?;
-        Ok(())
-    }
-
-    /// The last check of (`scope`, `config`): its build, its error, when.
-    pub async fn last_check(
-        &self,
-        scope: &str,
-        config: &str,
-    ) -> Result<Option<(Option<i64>, Option<String>, Option<i64>)>, EngineError> {
-        Ok(sqlx::query_as(
-            "SELECT last_build, last_error, last_checked_at FROM resource_checks WHERE scope = $1 AND config = $2",
+    /// The build of the last check of (`scope`, `config`), if any (its
+    /// status and error are the check's).
+    pub async fn last_check(&self, scope: &str, config: &str) -> Result<Option<i64>, EngineError> {
+        let row: Option<(Option<i64>,)> = sqlx::query_as(
+            "SELECT last_build FROM resource_checks WHERE scope = $1 AND config = $2",
         )
         .bind(scope)
         .bind(config)
         .fetch_optional(self.pool())
-        .await?)
+        .await?;
+        Ok(row.and_then(|(b,)| b))
     }
 
     /// Pins resource `resource` of pipeline `id` to `version` (JSON), or

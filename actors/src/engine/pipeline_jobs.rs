@@ -94,7 +94,7 @@ impl Job for Checks {
             let next = now + d.check_every_ms + jitter;
             // A check still running is not doubled: it is looked at again
             // at its next time.
-            if let Some((Some(build), _, _)) = db.last_check(&d.scope, &d.config).await? {
+            if let Some(build) = db.last_check(&d.scope, &d.config).await? {
                 if db
                     .get_build(build)
                     .await?

@@ -463,7 +463,7 @@ impl Engine {
         let mut out = Vec::new();
         for r in self.db.pipeline_resources(row.id).await? {
             let last = self.db.last_check(&r.scope, &r.config).await?;
-            let last_check = match last.and_then(|(build, _, _)| build) {
+            let last_check = match last {
                 Some(id) => self.db.get_build(id).await?,
                 None => None,
             };
