@@ -242,8 +242,14 @@ impl Triggers {
                 let Ok(def) = pipeline.job(&job.name) else {
                     continue;
                 };
-                let inputs =
-                    job_inputs(&pipeline, def, &resources).map_err(EngineError::Invalid)?;
+                // One job that cannot be scheduled holds no other back.
+                let inputs = match job_inputs(&pipeline, def, &resources) {
+                    Ok(inputs) => inputs,
+                    Err(e) => {
+                        tracing::warn!(team = %row.team, pipeline = %row.name, job = %job.name, "scheduling: {e}");
+                        continue;
+                    }
+                };
                 if job.paused || !inputs.iter().any(|i| i.trigger) {
                     continue;
                 }
