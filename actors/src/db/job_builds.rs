@@ -31,6 +31,11 @@ pub struct NewJobBuild {
     pub inputs: Vec<(String, String, Value)>,
 }
 
+/// The next `updated_at` of a pipeline, with now bound as `$1`: always
+/// greater than the last, even within one millisecond (a round that read
+/// the old stamp must see a change).
+pub(super) const NEXT_STAMP: &str = "CASE WHEN updated_at < $1 THEN $1 ELSE updated_at + 1 END";
+
 /// What a scheduling round first reads of an unpaused pipeline: enough to
 /// tell whether anything of it changed since the last round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,11 +146,13 @@ impl Db {
     /// Marks pipeline `id` changed (a job paused, a pin, a disabled
     /// version): the next scheduling round looks at it again.
     pub async fn touch_pipeline(&self, id: i64) -> Result<(), EngineError> {
-        sqlx::query("UPDATE pipelines SET updated_at = $1 WHERE id = $2")
-            .bind(now_ms().max(1))
-            .bind(id)
-            .execute(self.pool())
-            .await?;
+        sqlx::query(&format!(
+            "UPDATE pipelines SET updated_at = {NEXT_STAMP} WHERE id = $2"
+        ))
+        .bind(now_ms())
+        .bind(id)
+        .execute(self.pool())
+        .await?;
         Ok(())
     }
 
@@ -187,5 +194,27 @@ impl Db {
         .fetch_one(self.pool())
         .await?;
         Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::db::test_db;
+
+    #[tokio::test]
+    async fn every_change_to_a_pipeline_moves_its_head_even_within_a_millisecond() {
+        let (db, _dir) = test_db().await;
+        let (row, _) = db
+            .set_pipeline("main", "p", ("jobs: []", "{}"), None, &[], &[])
+            .await
+            .unwrap();
+        db.set_pipeline_paused(row.id, false).await.unwrap();
+        let mut last = db.pipeline_heads().await.unwrap()[0].updated_at;
+        for _ in 0..5 {
+            db.touch_pipeline(row.id).await.unwrap();
+            let now = db.pipeline_heads().await.unwrap()[0].updated_at;
+            assert!(now > last, "{now} after {last}");
+            last = now;
+        }
     }
 }

@@ -310,12 +310,15 @@ impl Db {
             )));
         }
         let mut tx = self.pool().begin().await?;
-        sqlx::query("UPDATE pipelines SET name = $1, updated_at = $3 WHERE id = $2")
-            .bind(to)
-            .bind(id)
-            .bind(now_ms())
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(&format!(
+            "UPDATE pipelines SET name = $3, updated_at = {} WHERE id = $2",
+            super::job_builds::NEXT_STAMP
+        ))
+        .bind(now_ms())
+        .bind(id)
+        .bind(to)
+        .execute(&mut *tx)
+        .await?;
         sqlx::query("UPDATE builds SET pipeline = $1 WHERE team = $2 AND pipeline = $3")
             .bind(to)
             .bind(team)
