@@ -144,7 +144,7 @@ async fn fan_out(
             .await?;
     }
     let base_ms = t0.elapsed().as_secs_f64() * 1000.0;
-    println!("fan_out_baseline_insert_ms: {base_ms:.0}");
+    println!("fan_out_baseline_insert_ms: {base_ms:.1}");
     println!("fan_out_ratio: {:.2}", fan_out_ms / base_ms.max(0.001));
     Ok(())
 }
@@ -199,7 +199,7 @@ async fn fan_out_on(engine: &Engine, opts: &SchedulingBench, db: &Db) -> anyhow:
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let fan_out_ms = t0.elapsed().as_secs_f64() * 1000.0;
-    println!("fan_out_ms: {fan_out_ms:.0}");
+    println!("fan_out_ms: {fan_out_ms:.1}");
     Ok(fan_out_ms)
 }
 
