@@ -50,12 +50,23 @@ async fn read_until(rx: &mut mpsc::Receiver<ProcessOutput>, seen: &mut String, n
 /// the script waits (at most 5 s) for the size to change before it tells.
 /// `resizes`: whether a resize reaches the process (not under crun 1.8,
 /// which does not pass its terminal's new size on in the foreground).
+/// Under crun the first size also arrives a moment late: `crun exec` sizes
+/// the container's terminal in its parent after the child has exec'd, so a
+/// process may see 0x0 at its very start. There the script waits (at most
+/// 5 s) for the first size too; under runc it reads it at once.
 async fn tty_round_trip(container: &dyn Container, id: &str, resizes: bool) {
+    let first_size = if resizes {
+        "s=$(stty size)"
+    } else {
+        "i=0; while [ $i -lt 50 ]; do s=$(stty size); [ \"$s\" != '0 0' ] && break; sleep 0.1; i=$((i+1)); done"
+    };
     let mut spec = process(
         id,
-        "[ -t 0 ] && echo on-a-tty; echo \"size $(stty size)\"; read line; \
-         i=0; while [ $i -lt 50 ]; do s=$(stty size); [ \"$s\" != '24 80' ] && break; sleep 0.1; i=$((i+1)); done; \
-         echo \"size $s\"; echo \"got $line $TERM\"; exit 3",
+        &format!(
+            "[ -t 0 ] && echo on-a-tty; {first_size}; echo \"size $s\"; read line; \
+             i=0; while [ $i -lt 50 ]; do s=$(stty size); [ \"$s\" != '24 80' ] && break; sleep 0.1; i=$((i+1)); done; \
+             echo \"size $s\"; echo \"got $line $TERM\"; exit 3"
+        ),
         None,
     );
     spec.tty = Some(WindowSize {
