@@ -129,6 +129,7 @@ fn process(id: &str, script: &str) -> ProcessSpec {
         env: vec!["EXTRA=1".into()],
         user: None,
         tty: None,
+        input: None,
     }
 }
 

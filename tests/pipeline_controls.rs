@@ -233,3 +233,104 @@ fn a_set_pipeline_self_step_updates_its_pipeline_and_the_next_build_runs_it() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("config two"), "{stdout}");
 }
+
+const WAITS: &str = "resources:\n- name: m\n  type: mock\n  check_every: never\n  source: {initial_version: v0}\n\
+- name: n\n  type: mock\n  check_every: never\n  source: {initial_version: n0}\n\
+jobs:\n- name: up\n  plan:\n  - get: m\n- name: down\n  plan:\n  - get: n\n  - get: m\n    passed: [up]\n  - task: t\n    config: {platform: linux, run: {path: echo, args: [ran]}}\n";
+
+/// The build `trigger-job` made, from its output.
+fn triggered(out: &str) -> i64 {
+    let id = out
+        .split("(build ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .unwrap_or_else(|| panic!("no build in {out:?}"));
+    id.parse().unwrap()
+}
+
+#[test]
+fn a_build_triggered_by_hand_waits_for_inputs_it_cannot_have_yet_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let mut node = quickstart_runc(dir.path(), &db);
+    write(&dir.path().join("w.yml"), WAITS);
+    let file = dir.path().join("w.yml");
+    ok(&client(
+        &node.url,
+        &["set-pipeline", "-p", "w", "-c", file.to_str().unwrap()],
+    ));
+    ok(&client(&node.url, &["unpause-pipeline", "-p", "w"]));
+
+    // No version of m yet: the build is created pending and says why.
+    let out = ok(&client(&node.url, &["trigger-job", "-j", "w/down"]));
+    assert!(
+        out.contains("pending: waiting for inputs: input \"n\""),
+        "{out}"
+    );
+    let waiting = triggered(&out);
+    let build = build_json(&node.url, waiting);
+    assert_eq!(build["status"], "pending", "{build}");
+    assert!(build["waiting"].as_str().is_some(), "{build}");
+    // A second one, aborted while it waits, ends there.
+    let aborted = triggered(&ok(&client(&node.url, &["trigger-job", "-j", "w/down"])));
+    ok(&client(
+        &node.url,
+        &["abort-build", "-b", &aborted.to_string()],
+    ));
+    assert_eq!(build_json(&node.url, aborted)["status"], "aborted");
+
+    // A waiting build runs nowhere: a restart of its node leaves it waiting.
+    node.kill();
+    drop(node);
+    let node = quickstart_runc(dir.path(), &db);
+    let url = &node.url;
+    let build = build_json(url, waiting);
+    assert_eq!(build["status"], "pending", "{build}");
+    let first = build["waiting"].as_str().unwrap().to_string();
+    assert!(first.contains("input \"n\""), "{first}");
+
+    // `n` has a version now, `m` none through `up`: it still waits, with
+    // a new reason.
+    new_version_of(url, "w/n", "n1");
+    let second = wait_for("a new reason", Duration::from_secs(30), || {
+        let b = build_json(url, waiting);
+        b["waiting"]
+            .as_str()
+            .filter(|w| *w != first)
+            .map(str::to_string)
+    });
+    assert!(!second.contains("input \"n\""), "{second}");
+    assert!(second.contains("succeeded build of \"up\""), "{second}");
+    new_version_of(url, "w/m", "v1");
+
+    // Through `up`, it starts with that version and runs; nothing else of
+    // `down` ran, and the aborted build stayed aborted.
+    ok(&client(url, &["trigger-job", "-j", "w/up", "--watch"]));
+    wait_run_of(url, "w", "down", M, "v1", "succeeded");
+    let runs = job_builds(url, "w", "down");
+    let ids: Vec<i64> = runs.iter().map(|b| b["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids.len(), 2, "{runs:?}");
+    assert!(ids.contains(&waiting) && ids.contains(&aborted), "{runs:?}");
+    assert_eq!(build_json(url, waiting)["status"], "succeeded");
+    assert_eq!(build_json(url, aborted)["status"], "aborted");
+    let out = client(url, &["watch", "-b", &waiting.to_string()]);
+    let (stdout, stderr) = text(&out);
+    assert!(stdout.contains("ran"), "{stdout}");
+    assert_eq!(
+        stderr.matches("waiting for inputs:").count(),
+        2,
+        "each reason told once: {stderr}"
+    );
+}
+
+/// Checks resource `r` (`P/R`) of mock type from `version`, which becomes
+/// its newest.
+fn new_version_of(url: &str, r: &str, version: &str) {
+    let from = format!("version:{version}");
+    ok(&client(url, &["check-resource", "-r", r, "--from", &from]));
+}
+
+/// Build `id` as the API shows it.
+fn build_json(url: &str, id: i64) -> serde_json::Value {
+    api(url, &format!("/api/v1/builds/{id}"))
+}

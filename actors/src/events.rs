@@ -45,6 +45,14 @@ pub enum BuildEvent {
         /// Unix ms.
         time: i64,
     },
+    /// A job build triggered by hand waits for its inputs: they cannot be
+    /// satisfied yet (told again whenever the reason changes).
+    WaitingForInputs {
+        /// Why, input by input.
+        message: String,
+        /// Unix ms.
+        time: i64,
+    },
     /// A step was placed on a worker.
     SelectedWorker {
         /// Step name.

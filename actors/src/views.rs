@@ -40,6 +40,10 @@ pub struct Build {
     /// A stored pipeline's job build's number within its job (`P/J #N`).
     #[serde(default)]
     pub build_number: Option<i64>,
+    /// Why a build triggered by hand is still pending: its inputs cannot
+    /// be satisfied yet (it starts once they can).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
 }
 
 /// A container or a volume.

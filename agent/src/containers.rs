@@ -363,6 +363,12 @@ impl ContainerRegistry {
         stdin: bool,
     ) -> Result<Arc<ProcessRecord>, AgentError> {
         check_name("process id", &spec.id)?;
+        if spec.input.is_some() && (stdin || spec.tty.is_some()) {
+            return Err(AgentError::BadRequest(
+                "a process given its whole input with its start takes no streamed stdin and no TTY"
+                    .into(),
+            ));
+        }
         let container = self.get(handle)?;
         let dir = container.process_dir();
         let log = ProcessRecord::create_log(&dir, &spec.id).await?;
@@ -375,8 +381,20 @@ impl ContainerRegistry {
             }
         };
         let record = ProcessRecord::start(&dir, &spec.id, log, spawned);
-        if !stdin {
-            record.close_stdin();
+        match spec.input {
+            // Its whole input, written and closed here: it never waits on
+            // a caller that went away before feeding it.
+            Some(input) => {
+                let feed = record.clone();
+                let input = futures::stream::once(async move { Ok(bytes::Bytes::from(input)) });
+                tokio::spawn(async move {
+                    if let Err(e) = feed.feed_stdin(input).await {
+                        tracing::warn!("writing a process's input: {e}");
+                    }
+                });
+            }
+            _ if !stdin => record.close_stdin(),
+            _ => {}
         }
         lock(&container.processes).push(record.clone());
         tracing::debug!(container = %handle, process = %spec.id, path = %spec.path, "process started");

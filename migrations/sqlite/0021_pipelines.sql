@@ -70,3 +70,9 @@ CREATE TABLE disabled_versions (
 );
 
 ALTER TABLE builds ADD COLUMN build_number BIGINT;
+
+-- A build triggered by hand whose inputs cannot be satisfied yet waits,
+-- pending, with why (its plan is written once they can): no web node runs
+-- or takes it over until then.
+ALTER TABLE builds ADD COLUMN waiting TEXT;
+CREATE INDEX builds_waiting ON builds (id) WHERE waiting IS NOT NULL;

@@ -116,6 +116,7 @@ async fn run(container: &dyn Container, id: &str, script: &str) -> (String, Stri
         env: vec![],
         user: None,
         tty: None,
+        input: None,
     };
     let io = ProcessIo {
         stdin: None,

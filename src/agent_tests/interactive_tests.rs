@@ -166,6 +166,20 @@ async fn stdin_round_trip(container: &dyn Container, id: &str) {
         (vec![(OutputStream::Stdout, "eof\n".to_string())], 0)
     );
 
+    // Given its whole input with its start, a process reads it to its end
+    // with no caller feeding it (its caller may be gone).
+    let given = format!("{id}-given");
+    let mut spec = process(&given, "cat; echo end", None);
+    spec.input = Some("the request\n".into());
+    let (out, status) = run(container, Some(spec), &given).await;
+    assert_eq!(
+        (out, status.unwrap()),
+        (
+            vec![(OutputStream::Stdout, "the request\nend\n".to_string())],
+            0
+        )
+    );
+
     let (tx, _rx) = mpsc::channel(4);
     let sleeper = container
         .run(

@@ -39,6 +39,7 @@ async fn run_with_stdin(
         env: vec![],
         user: None,
         tty: None,
+        input: None,
     };
     let io = ProcessIo {
         stdin: Some(stdin),

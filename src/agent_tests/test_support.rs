@@ -56,6 +56,7 @@ pub(super) fn process(id: &str, script: &str, dir: Option<&str>) -> ProcessSpec 
         env: vec![],
         user: None,
         tty: None,
+        input: None,
     }
 }
 

@@ -355,6 +355,7 @@ pub fn process_spec(args: &[&str]) -> ProcessSpec {
         env: vec![],
         user: None,
         tty: None,
+        input: None,
     }
 }
 

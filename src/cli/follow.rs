@@ -138,6 +138,9 @@ pub async fn follow(client: &ApiClient, build_id: i64, lines: StepLines) -> anyh
                     }
                 }
                 BuildEvent::Waiting { message, .. } => eprintln!("waiting for a worker: {message}"),
+                BuildEvent::WaitingForInputs { message, .. } => {
+                    eprintln!("waiting for inputs: {message}")
+                }
                 BuildEvent::SelectedWorker { worker, .. } => {
                     eprintln!("running on worker {worker}")
                 }

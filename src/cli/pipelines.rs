@@ -124,10 +124,16 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
             let id = build["id"]
                 .as_i64()
                 .context("the answer holds no build id")?;
-            crate::outln!(
-                "started {job} #{} (build {id})",
-                cell(&build, "build_number")
-            );
+            match build["waiting"].as_str() {
+                Some(why) => crate::outln!(
+                    "created {job} #{} (build {id}), pending: waiting for inputs: {why}",
+                    cell(&build, "build_number")
+                ),
+                None => crate::outln!(
+                    "started {job} #{} (build {id})",
+                    cell(&build, "build_number")
+                ),
+            }
             if !watch {
                 return Ok(0);
             }

@@ -128,10 +128,25 @@ impl KubeProcess {
     pub async fn start(
         exec: PodExec,
         pod: &str,
-        spec: ProcessSpec,
+        mut spec: ProcessSpec,
         io: ProcessIo,
     ) -> Result<KubeProcess, RuntimeError> {
         let cmd = command(&spec).map_err(|m| exec.error(m))?;
+        // Its whole input given with its start goes in as the exec's stdin
+        // (the exec lives with this node: one that dies closes it).
+        let io = match spec.input.take() {
+            Some(_) if io.stdin.is_some() || spec.tty.is_some() => {
+                return Err(exec
+                    .error("a process given its whole input takes no streamed stdin and no TTY"))
+            }
+            Some(input) => ProcessIo {
+                stdin: Some(Box::pin(futures::stream::once(async move {
+                    Ok(Bytes::from(input))
+                }))),
+                ..io
+            },
+            None => io,
+        };
         let tty = spec.tty;
         let params = if tty.is_some() {
             AttachParams::interactive_tty()
@@ -319,6 +334,7 @@ mod tests {
             env: vec!["A=1".into()],
             user: None,
             tty: None,
+            input: None,
         };
         let cmd = command(&spec).unwrap();
         assert_eq!(&cmd[..2], ["/bin/sh", "-c"]);

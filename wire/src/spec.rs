@@ -166,6 +166,13 @@ pub struct ProcessSpec {
     /// Allocate a TTY of this size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tty: Option<WindowSize>,
+    /// The whole of its stdin, given with its start (a resource script's
+    /// request): the worker writes it and closes stdin itself, so the
+    /// process never waits on a caller that went away between starting it
+    /// and feeding it (a web node that died). Not with a TTY, nor with
+    /// input streamed separately.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
 }
 
 /// A terminal's size.

@@ -142,6 +142,15 @@ impl Build {
         }
     }
 
+    /// The build's events so far end at `last` (it waited for its inputs
+    /// and said so): its own follow them.
+    pub fn after_events(self, last: i64) -> Self {
+        Build {
+            next_event: last + 1,
+            ..self
+        }
+    }
+
     /// This build runs `job` (none: a one-off build).
     pub fn for_job(self, job: Option<JobRef>) -> Self {
         Build { job, ..self }

@@ -103,7 +103,8 @@ impl Db {
     ) -> Result<Option<(i64, Vec<(String, String)>)>, EngineError> {
         let rows: Vec<(i64, Option<String>, Option<String>)> = sqlx::query_as(
             "SELECT b.id, bv.name, bv.version FROM \
-             (SELECT id FROM builds WHERE team = $1 AND pipeline = $2 AND job = $3 ORDER BY id DESC LIMIT 1) b \
+             (SELECT id FROM builds WHERE team = $1 AND pipeline = $2 AND job = $3 AND waiting IS NULL \
+             ORDER BY id DESC LIMIT 1) b \
              LEFT JOIN build_versions bv ON bv.build_id = b.id AND bv.direction = 'in'",
         )
         .bind(at.team)

@@ -40,6 +40,7 @@ type Raw = (
     Option<String>,
     Option<String>,
     Option<i64>,
+    Option<String>,
 );
 
 /// The channel a stored event is announced on (PostgreSQL `NOTIFY`, the
@@ -47,7 +48,7 @@ type Raw = (
 pub const EVENTS_CHANNEL: &str = "gantry_events";
 
 const COLUMNS: &str =
-    "id, team, status, plan, worker, exit_status, error, created_at, finished_at, pipeline, job, build_number";
+    "id, team, status, plan, worker, exit_status, error, created_at, finished_at, pipeline, job, build_number, waiting";
 
 fn decode(r: Raw) -> BuildRow {
     BuildRow {
@@ -63,6 +64,7 @@ fn decode(r: Raw) -> BuildRow {
         pipeline: r.9,
         job: r.10,
         build_number: r.11,
+        waiting: r.12,
     }
 }
 
@@ -163,7 +165,8 @@ impl Db {
     /// Builds that had not ended (e.g. when a web node stopped under them).
     pub async fn unfinished_builds(&self, web_node: &str) -> Result<Vec<i64>, EngineError> {
         let rows: Vec<(i64,)> = sqlx::query_as(
-            "SELECT id FROM builds WHERE status IN ($1, $2) AND (web_node = $3 OR web_node IS NULL)",
+            "SELECT id FROM builds WHERE status IN ($1, $2) AND (web_node = $3 OR web_node IS NULL) \
+             AND waiting IS NULL",
         )
         .bind(BuildStatus::Pending.as_str())
         .bind(BuildStatus::Started.as_str())

@@ -48,7 +48,63 @@ pub struct PipelineHead {
     pub updated_at: i64,
 }
 
+/// Writes build `id`'s turns and the inputs chosen for it, in `tx`.
+pub(super) async fn insert_build_details(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    id: i64,
+    b: &NewJobBuild,
+) -> Result<(), EngineError> {
+    for (key, n) in &b.turns {
+        sqlx::query(
+            "INSERT INTO build_turns (build_id, turn_key, max_in_flight) VALUES ($1, $2, $3)",
+        )
+        .bind(id)
+        .bind(key)
+        .bind(i64::from(*n))
+        .execute(&mut **tx)
+        .await?;
+    }
+    for (name, resource, version) in &b.inputs {
+        sqlx::query(
+            "INSERT INTO build_versions (build_id, direction, name, resource, version) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(id)
+        .bind(Direction::In.as_str())
+        .bind(name)
+        .bind(resource)
+        .bind(version.to_string())
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
 impl Db {
+    /// On PostgreSQL, takes the lock of each turn key of `builds` in `tx`,
+    /// as [`Db::create_build_taking_turns`] does.
+    pub(super) async fn lock_turn_keys(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        builds: &[NewJobBuild],
+    ) -> Result<(), EngineError> {
+        if self.backend() != Backend::Postgres {
+            return Ok(());
+        }
+        let mut keys: Vec<&str> = builds
+            .iter()
+            .flat_map(|b| b.turns.iter().map(|(k, _)| k.as_str()))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
+            sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock(7, hashtext($1))) AS locked")
+                .bind(key)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Creates `builds` (pending, owned by `web_node`) in one transaction;
     /// answers their ids and numbers, in order. On PostgreSQL the
     /// transaction first takes the lock of each turn key, as
@@ -59,22 +115,7 @@ impl Db {
         web_node: &str,
     ) -> Result<Vec<(i64, i64)>, EngineError> {
         let mut tx = self.pool().begin().await?;
-        if self.backend() == Backend::Postgres {
-            let mut keys: Vec<&str> = builds
-                .iter()
-                .flat_map(|b| b.turns.iter().map(|(k, _)| k.as_str()))
-                .collect();
-            keys.sort_unstable();
-            keys.dedup();
-            for key in keys {
-                sqlx::query(
-                    "SELECT 1 FROM (SELECT pg_advisory_xact_lock(7, hashtext($1))) AS locked",
-                )
-                .bind(key)
-                .execute(&mut *tx)
-                .await?;
-            }
-        }
+        self.lock_turn_keys(&mut tx, builds).await?;
         let mut out = Vec::with_capacity(builds.len());
         let now = now_ms();
         for b in builds {
@@ -100,26 +141,7 @@ impl Db {
             .bind(number)
             .fetch_one(&mut *tx)
             .await?;
-            for (key, n) in &b.turns {
-                sqlx::query("INSERT INTO build_turns (build_id, turn_key, max_in_flight) VALUES ($1, $2, $3)")
-                    .bind(id)
-                    .bind(key)
-                    .bind(i64::from(*n))
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            for (name, resource, version) in &b.inputs {
-                sqlx::query(
-                    "INSERT INTO build_versions (build_id, direction, name, resource, version) VALUES ($1, $2, $3, $4, $5)",
-                )
-                .bind(id)
-                .bind(Direction::In.as_str())
-                .bind(name)
-                .bind(resource)
-                .bind(version.to_string())
-                .execute(&mut *tx)
-                .await?;
-            }
+            insert_build_details(&mut tx, id, b).await?;
             out.push((id, number));
         }
         tx.commit().await?;

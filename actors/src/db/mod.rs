@@ -21,6 +21,7 @@ mod teams;
 #[cfg(test)]
 pub(crate) mod test_pg;
 mod turns;
+mod waiting_builds;
 mod web_nodes;
 mod workers;
 
@@ -39,6 +40,7 @@ pub use resources::ResourceCacheRow;
 pub use task_caches::{TaskCacheKey, TaskCacheRow};
 pub use teams::TokenRow;
 pub use turns::TurnAhead;
+pub use waiting_builds::WaitingBuild;
 pub use web_nodes::DEPARTURES_CHANNEL;
 pub use workers::WorkerRow;
 

@@ -142,7 +142,8 @@ impl Db {
                 continue;
             }
             let rows: Vec<(i64,)> = sqlx::query_as(
-                "UPDATE builds SET web_node = $1 WHERE web_node = $2 AND status IN ($3, $4) RETURNING id",
+                "UPDATE builds SET web_node = $1 WHERE web_node = $2 AND status IN ($3, $4) \
+                 AND waiting IS NULL RETURNING id",
             )
             .bind(me)
             .bind(&name)

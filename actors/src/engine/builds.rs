@@ -27,6 +27,8 @@ impl Engine {
                 "build {id} has already finished ({})",
                 b.status.as_str()
             ))),
+            // Waiting for its inputs: it runs nowhere, and ends here.
+            Some(b) if b.waiting.is_some() && self.abort_waiting(id).await? => Ok(()),
             // Run by another web node: it aborts the build at its next
             // heartbeat.
             Some(_) if self.db.is_shared() => self.db.request_abort(id).await,

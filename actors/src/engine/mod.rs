@@ -8,6 +8,7 @@ mod builds;
 mod gc;
 mod handles;
 mod health;
+mod job_builds;
 mod pipeline_jobs;
 mod pipelines;
 mod takeover;

@@ -27,7 +27,8 @@ use rand::Rng;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::pipelines::{loaded, BuildRequest};
+use super::job_builds::BuildRequest;
+use super::pipelines::loaded;
 use super::Engine;
 use crate::background::{campaign, Job, JobError, Outcome, Periodic, Schedule};
 use crate::db::{now_ms, JobAt, PipelineHead, PipelineRow, VersionsAt};
@@ -192,6 +193,10 @@ impl Triggers {
     /// passes; a job that got a build for a `version: every` input is
     /// resolved again in the next pass, up to [`MAX_BUILDS_PER_ROUND`].
     async fn round(&mut self) -> Result<(), EngineError> {
+        // Builds started by hand that wait for their inputs go first: one
+        // that starts now is the job's newest build its triggers compare
+        // with, so a version does not start it and a triggered build both.
+        self.engine.start_waiting_builds().await?;
         self.refresh().await?;
         let fingerprints = self.fingerprints().await?;
         let mut work: Vec<(i64, usize)> = Vec::new();

@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::Engine;
-use crate::db::{BuildQuery, JobAt, NewJobBuild, PipelineRow, ResourceRow};
+use crate::db::{BuildQuery, JobAt, PipelineRow, ResourceRow};
 use crate::error::EngineError;
 use crate::pipeline::{Pipeline, Vars};
-use crate::plan::{check_pipeline_name, JobPlan};
-use crate::triggers::{explain, job_inputs, resolve, store_pipeline, JobInput, Resolution};
+use crate::plan::check_pipeline_name;
+use crate::triggers::{explain, job_inputs, store_pipeline};
 use crate::views::{
     Build, BuildResources, BuildVersion, JobInputView, JobView, PipelineView, ResourceView,
     VersionView,
@@ -40,32 +40,6 @@ impl Default for PipelinesConfig {
             max_checks_per_interval: 50,
         }
     }
-}
-
-/// A build asked of a job of a stored pipeline: the versions chosen
-/// (step → version JSON) for its inputs.
-pub(super) struct BuildRequest<'a> {
-    /// The job's pipeline, as stored.
-    pub row: &'a PipelineRow,
-    /// That pipeline, loaded with its vars.
-    pub pipeline: &'a Pipeline,
-    /// The job.
-    pub job: &'a str,
-    /// Its inputs.
-    pub inputs: &'a [JobInput],
-    /// The versions chosen for them.
-    pub chosen: &'a BTreeMap<String, String>,
-}
-
-/// A build of a stored pipeline's job, created, not started yet.
-pub(super) struct CreatedBuild {
-    /// Its id.
-    pub id: i64,
-    /// Its number within its job.
-    pub number: i64,
-    team: String,
-    plan: crate::build::Plan,
-    job_ref: crate::plan::JobRef,
 }
 
 /// What setting a pipeline answers.
@@ -307,148 +281,6 @@ impl Engine {
                 kind: "job",
                 name: format!("{pipeline}/{job}"),
             })
-        }
-    }
-
-    /// Starts a build of job `job` of pipeline `pipeline` of `team` by
-    /// hand, with the newest versions that satisfy its inputs (as a
-    /// trigger would choose them). Inputs that cannot be satisfied are an
-    /// [`EngineError::Conflict`] saying why; a job with
-    /// `disable_manual_trigger` is refused.
-    pub async fn trigger_job(
-        &self,
-        team: &str,
-        pipeline: &str,
-        job: &str,
-    ) -> Result<Build, EngineError> {
-        let row = self.pipeline_row(team, pipeline).await?;
-        let loaded = loaded(&row)?;
-        let j = loaded.job(job).map_err(|e| EngineError::NotFound {
-            kind: "job",
-            name: format!("{pipeline}/{job}: {e}"),
-        })?;
-        if j.disable_manual_trigger {
-            return Err(EngineError::Invalid(format!(
-                "job {job:?} has disable_manual_trigger set: it may not be started by hand"
-            )));
-        }
-        let resources = self.db.pipeline_resources(row.id).await?;
-        let inputs = job_inputs(&loaded, j, &resources).map_err(EngineError::Invalid)?;
-        let at = JobAt {
-            team,
-            pipeline,
-            job,
-        };
-        match resolve(&self.db, at, row.id, &inputs).await? {
-            Resolution::Resolved(chosen) => {
-                let request = BuildRequest {
-                    row: &row,
-                    pipeline: &loaded,
-                    job,
-                    inputs: &inputs,
-                    chosen: &chosen,
-                };
-                let created = self.create_pipeline_builds(&[request]).await?;
-                let id = created[0].id;
-                self.start_created(created);
-                self.build(id).await
-            }
-            Resolution::Unsatisfied(why) => Err(EngineError::Conflict(format!(
-                "job {pipeline}/{job} cannot start: {}",
-                why.iter()
-                    .map(|(input, why)| format!("input {input:?}: {why}"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ))),
-        }
-    }
-
-    /// Creates the builds `requests` asks of jobs of stored pipelines, in
-    /// one transaction, each numbered within its job and its inputs
-    /// recorded; they start with [`Engine::start_created`].
-    pub(super) async fn create_pipeline_builds(
-        &self,
-        requests: &[BuildRequest<'_>],
-    ) -> Result<Vec<CreatedBuild>, EngineError> {
-        let mut new = Vec::with_capacity(requests.len());
-        let mut runs = Vec::with_capacity(requests.len());
-        for r in requests {
-            let row = r.row;
-            let mut pinned = BTreeMap::new();
-            let mut recorded = Vec::new();
-            for (name, version) in r.chosen {
-                let bad = |e: serde_json::Error| {
-                    EngineError::Invalid(format!(
-                        "input {name:?}: version {version} is not a map of strings: {e}"
-                    ))
-                };
-                let v: BTreeMap<String, String> = serde_json::from_str(version).map_err(bad)?;
-                let resource = r
-                    .inputs
-                    .iter()
-                    .find(|i| &i.name == name)
-                    .map(|i| i.resource.clone())
-                    .unwrap_or_default();
-                recorded.push((
-                    name.clone(),
-                    resource,
-                    serde_json::from_str(version).map_err(bad)?,
-                ));
-                pinned.insert(name.clone(), v);
-            }
-            let stored = JobPlan {
-                pipeline: row.config.clone(),
-                pipeline_name: row.name.clone(),
-                job: r.job.to_string(),
-                vars: stored_vars(row)?,
-                inputs: pinned,
-            };
-            let job_ref = stored.job_ref()?;
-            let (plan, turns) = stored.plan_and_turns_of(r.pipeline)?;
-            new.push(NewJobBuild {
-                team: row.team.clone(),
-                pipeline_id: row.id,
-                pipeline: row.name.clone(),
-                job: r.job.to_string(),
-                plan: serde_json::to_value(&stored).expect("plans serialise"),
-                // Turns are kept per team and pipeline.
-                turns: turns
-                    .into_iter()
-                    .map(|(key, n)| (format!("{}/{}/{key}", row.team, job_ref.pipeline), n))
-                    .collect(),
-                inputs: recorded,
-            });
-            runs.push((crate::steps::runnable(plan), job_ref, row.team.clone()));
-        }
-        let created = self
-            .db
-            .create_job_builds(&new, &self.config.node_name)
-            .await?;
-        Ok(created
-            .into_iter()
-            .zip(runs)
-            .map(|((id, number), (plan, job_ref, team))| CreatedBuild {
-                id,
-                number,
-                team,
-                plan,
-                job_ref,
-            })
-            .collect())
-    }
-
-    /// Starts builds created by [`Engine::create_pipeline_builds`].
-    pub(super) fn start_created(&self, created: Vec<CreatedBuild>) {
-        for c in created {
-            let build = crate::build::Build::of_plan(
-                c.id,
-                c.team,
-                c.plan,
-                None,
-                self.build_deps(),
-                self.builds.clone(),
-            );
-            self.start_build(c.id, build.for_job(Some(c.job_ref)));
         }
     }
 

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::error::EngineError;
 use crate::events::{BuildEvent, Utf8Carry};
-use crate::runtime::{ByteStream, OutputStream, Process, ProcessIo, ProcessOutput, ProcessSignal};
+use crate::runtime::{OutputStream, Process, ProcessIo, ProcessOutput, ProcessSignal};
 use crate::spec::{ContainerSpec, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec};
 use crate::steps::StepContext;
 
@@ -58,8 +58,8 @@ pub struct Command {
     pub dir: Option<String>,
     /// The user it runs as; none: the image's.
     pub user: Option<String>,
-    /// Its standard input; none: empty.
-    pub stdin: Option<ByteStream>,
+    /// Its whole standard input, given with its start; none: empty.
+    pub input: Option<String>,
 }
 
 /// Creates the step's container (recorded, and destroyed with the step) and
@@ -93,9 +93,10 @@ pub async fn start(
                 env: vec![],
                 user: command.user,
                 tty: None,
+                input: command.input,
             },
             ProcessIo {
-                stdin: command.stdin,
+                stdin: None,
                 output: tx,
             },
         )

@@ -2,8 +2,6 @@
 //! container of the step's worker: the request goes in on stdin, stderr
 //! becomes log events of the step, stdout is the answer.
 
-use bytes::Bytes;
-use futures::StreamExt;
 use serde_json::Value;
 
 use crate::error::EngineError;
@@ -114,7 +112,7 @@ pub async fn run_script(
         ),
     };
     env.extend(build_env(ctx));
-    let request = Bytes::from(script.request.to_string());
+    let request = script.request.to_string();
     let path = format!("/opt/resource/{}", script.name);
     let (process, output) = process::start(
         ctx,
@@ -133,7 +131,7 @@ pub async fn run_script(
             args: script.dir.map(|d| vec![d.to_string()]).unwrap_or_default(),
             dir: script.dir.map(str::to_string),
             user,
-            stdin: Some(futures::stream::once(async move { Ok(request) }).boxed()),
+            input: Some(request),
         },
     )
     .await?;

@@ -377,7 +377,7 @@ impl TaskStep {
                 args: config.run.args.clone(),
                 dir: Some(dir),
                 user,
-                stdin: None,
+                input: None,
             },
         )
         .await

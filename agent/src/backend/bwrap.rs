@@ -300,6 +300,7 @@ mod tests {
             env: vec![],
             user: None,
             tty: None,
+            input: None,
         }
     }
 

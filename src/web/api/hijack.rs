@@ -378,6 +378,7 @@ impl Session {
             env: request.env,
             user: request.user,
             tty: request.tty,
+            input: None,
         };
         let io = ProcessIo {
             stdin: Some(stdin),

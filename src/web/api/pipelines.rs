@@ -356,10 +356,9 @@ pub async fn job_builds(
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path), ("job" = String, Path)),
     responses(
-        (status = 201, description = "A build with the newest versions that satisfy the job's inputs", body = Build),
+        (status = 201, description = "A build with the newest versions that satisfy the job's inputs; when they cannot be satisfied yet, a pending build whose `waiting` says why, started once they can", body = Build),
         (status = 400, description = "The job has disable_manual_trigger", body = ErrorBody),
         (status = 404, description = "No such job", body = ErrorBody),
-        (status = 409, description = "Its inputs cannot be satisfied (why, per input)", body = ErrorBody),
     )
 )]
 pub async fn trigger(

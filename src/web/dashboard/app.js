@@ -417,6 +417,12 @@ function apply(e, tree, b, header, outputs) {
     case "node_finished": tree.finished(e); break;
     case "log": tree.log(e); break;
     case "waiting": tree.meta(tree.step(e.step), `waiting: ${e.message}`); break;
+    case "waiting_for_inputs": {
+      const el = $("build-waiting");
+      el.hidden = false;
+      el.textContent = `waiting for inputs: ${e.message}`;
+      break;
+    }
     case "selected_worker":
       tree.meta(tree.step(e.step), `on ${e.worker}`);
       header.worker = e.worker;
@@ -439,6 +445,7 @@ function apply(e, tree, b, header, outputs) {
     }
     case "error": showError(e.message); break;
     case "status":
+      if (e.status !== "pending") $("build-waiting").hidden = true;
       header.status = e.status;
       if (FINAL.includes(e.status)) header.finished_at = e.time;
       renderHeader(b, header);

@@ -484,6 +484,7 @@ mod tests {
             env: vec!["A=2".into()],
             user: None,
             tty: None,
+            input: None,
         }
     }
 

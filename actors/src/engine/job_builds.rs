@@ -1,0 +1,368 @@
+//! Making the builds of stored pipelines' jobs: those scheduling triggers
+//! (many per transaction), and those started by hand (`trigger-job`).
+//!
+//! A build started by hand whose inputs cannot be satisfied yet is not
+//! refused: it is created pending, waiting, and says why (in the build,
+//! and as a `waiting_for_inputs` event, again whenever the reason
+//! changes). Each scheduling round tries its inputs again; once they
+//! resolve, the build gets its plan, turns and inputs in one transaction
+//! (only while it still waits: an abort in between wins) and starts on
+//! the node leading the round. A waiting build runs nowhere, so no node
+//! takes it over; an abort ends it where it waits.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::pipelines::{loaded, stored_vars};
+use super::Engine;
+use crate::db::{BuildStatus, JobAt, NewJobBuild, PipelineRow, WaitingBuild};
+use crate::error::EngineError;
+use crate::events::{BuildEvent, EventSink};
+use crate::pipeline::Pipeline;
+use crate::plan::{JobPlan, JobRef};
+use crate::triggers::{job_inputs, resolve, JobInput, Resolution};
+use crate::views::Build;
+
+/// A build asked of a job of a stored pipeline: the versions chosen
+/// (step → version JSON) for its inputs.
+pub(super) struct BuildRequest<'a> {
+    /// The job's pipeline, as stored.
+    pub row: &'a PipelineRow,
+    /// That pipeline, loaded with its vars.
+    pub pipeline: &'a Pipeline,
+    /// The job.
+    pub job: &'a str,
+    /// Its inputs.
+    pub inputs: &'a [JobInput],
+    /// The versions chosen for them.
+    pub chosen: &'a BTreeMap<String, String>,
+}
+
+/// A build of a stored pipeline's job, created, not started yet.
+pub(super) struct CreatedBuild {
+    /// Its id.
+    pub id: i64,
+    /// Its number within its job.
+    pub number: i64,
+    run: Runnable,
+}
+
+/// What a job build runs: its team, plan and job.
+struct Runnable {
+    team: String,
+    plan: crate::build::Plan,
+    job_ref: JobRef,
+}
+
+/// What a job's inputs resolve to, for the builds waiting on it in one
+/// round: the versions, or why they cannot be satisfied.
+type Resolved = Result<BTreeMap<String, String>, String>;
+
+/// The reasons of unsatisfied inputs, as one line.
+fn reasons(why: &BTreeMap<String, String>) -> String {
+    why.iter()
+        .map(|(input, why)| format!("input {input:?}: {why}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl Engine {
+    /// Starts a build of job `job` of pipeline `pipeline` of `team` by
+    /// hand, with the newest versions that satisfy its inputs (as a
+    /// trigger would choose them). When they cannot be satisfied yet, the
+    /// build is created pending and waits for them, saying why. A job with
+    /// `disable_manual_trigger` is refused.
+    pub async fn trigger_job(
+        &self,
+        team: &str,
+        pipeline: &str,
+        job: &str,
+    ) -> Result<Build, EngineError> {
+        let row = self.pipeline_row(team, pipeline).await?;
+        let loaded = loaded(&row)?;
+        let j = loaded.job(job).map_err(|e| EngineError::NotFound {
+            kind: "job",
+            name: format!("{pipeline}/{job}: {e}"),
+        })?;
+        if j.disable_manual_trigger {
+            return Err(EngineError::Invalid(format!(
+                "job {job:?} has disable_manual_trigger set: it may not be started by hand"
+            )));
+        }
+        let id = match self.resolve_job(&row, &loaded, job).await? {
+            (inputs, Ok(chosen)) => {
+                let request = BuildRequest {
+                    row: &row,
+                    pipeline: &loaded,
+                    job,
+                    inputs: &inputs,
+                    chosen: &chosen,
+                };
+                let created = self.create_pipeline_builds(&[request]).await?;
+                let id = created[0].id;
+                self.start_created(created);
+                id
+            }
+            (_, Err(why)) => {
+                let (id, _) = self
+                    .db
+                    .create_waiting_build((team, row.id, pipeline), job, &why)
+                    .await?;
+                self.tell_waiting(id, &why).await?;
+                id
+            }
+        };
+        self.build(id).await
+    }
+
+    /// Job `job`'s inputs, and what they resolve to now.
+    async fn resolve_job(
+        &self,
+        row: &PipelineRow,
+        pipeline: &Pipeline,
+        job: &str,
+    ) -> Result<(Vec<JobInput>, Resolved), EngineError> {
+        let j = pipeline.job(job).map_err(|e| EngineError::NotFound {
+            kind: "job",
+            name: format!("{}/{job}: {e}", row.name),
+        })?;
+        let resources = self.db.pipeline_resources(row.id).await?;
+        let inputs = job_inputs(pipeline, j, &resources).map_err(EngineError::Invalid)?;
+        let at = JobAt {
+            team: &row.team,
+            pipeline: &row.name,
+            job,
+        };
+        let resolved = match resolve(&self.db, at, row.id, &inputs).await? {
+            Resolution::Resolved(chosen) => Ok(chosen),
+            Resolution::Unsatisfied(why) => Err(reasons(&why.into_iter().collect())),
+        };
+        Ok((inputs, resolved))
+    }
+
+    /// Tells build `id`'s followers why it waits (an event after those
+    /// stored).
+    async fn tell_waiting(&self, id: i64, why: &str) -> Result<(), EngineError> {
+        self.emit_outside(
+            id,
+            &BuildEvent::WaitingForInputs {
+                message: why.to_string(),
+                time: crate::db::now_ms(),
+            },
+        )
+        .await
+    }
+
+    /// Emits `event` for build `id`, which no build actor runs (it waits).
+    async fn emit_outside(&self, id: i64, event: &BuildEvent) -> Result<(), EngineError> {
+        let last = self.db.build_events_after(id, 0).await?.last().map(|e| e.0);
+        let mut sink =
+            EventSink::resume(id, last.unwrap_or(0) + 1, self.db.clone(), self.hub.clone());
+        sink.emit(event).await
+    }
+
+    /// Ends waiting build `id` aborted, if it still waits (then true).
+    pub(super) async fn abort_waiting(&self, id: i64) -> Result<bool, EngineError> {
+        if !self.db.abort_waiting_build(id).await? {
+            return Ok(false);
+        }
+        self.emit_outside(
+            id,
+            &BuildEvent::Status {
+                status: BuildStatus::Aborted,
+                exit_status: None,
+                time: crate::db::now_ms(),
+            },
+        )
+        .await?;
+        Ok(true)
+    }
+
+    /// Tries the inputs of every build waiting for them (a job's once per
+    /// call): each whose inputs resolve gets its plan and starts here; one
+    /// whose reason changed says so. One build that cannot be looked at
+    /// holds no other back.
+    pub(super) async fn start_waiting_builds(&self) -> Result<(), EngineError> {
+        let waiting = self.db.waiting_builds().await?;
+        let mut jobs: HashMap<(String, String, String), Option<Job>> = HashMap::new();
+        for w in waiting {
+            let key = (w.team.clone(), w.pipeline.clone(), w.job.clone());
+            if !jobs.contains_key(&key) {
+                let job = match self.waiting_job(&w).await {
+                    Ok(job) => Some(job),
+                    Err(e) => {
+                        tracing::warn!(build = w.id, "a build waiting for its inputs: {e}");
+                        None
+                    }
+                };
+                jobs.insert(key.clone(), job);
+            }
+            let Some(job) = &jobs[&key] else { continue };
+            if let Err(e) = self.start_waiting(&w, job).await {
+                tracing::warn!(build = w.id, "a build waiting for its inputs: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// The job waiting build `w` is of, its inputs resolved now.
+    async fn waiting_job(&self, w: &WaitingBuild) -> Result<Job, EngineError> {
+        let row = self.pipeline_row(&w.team, &w.pipeline).await?;
+        let pipeline = loaded(&row)?;
+        let (inputs, resolved) = self.resolve_job(&row, &pipeline, &w.job).await?;
+        Ok(Job {
+            row,
+            pipeline,
+            inputs,
+            resolved,
+        })
+    }
+
+    /// Starts waiting build `w` of `job` when its inputs resolved, or
+    /// tells why it still waits when that changed.
+    async fn start_waiting(&self, w: &WaitingBuild, job: &Job) -> Result<(), EngineError> {
+        let chosen = match &job.resolved {
+            Ok(chosen) => chosen,
+            Err(why) if *why == w.waiting => return Ok(()),
+            Err(why) => {
+                if self.db.set_waiting(w.id, why).await? {
+                    self.tell_waiting(w.id, why).await?;
+                }
+                return Ok(());
+            }
+        };
+        let request = BuildRequest {
+            row: &job.row,
+            pipeline: &job.pipeline,
+            job: &w.job,
+            inputs: &job.inputs,
+            chosen,
+        };
+        let (new, run) = prepare(&request)?;
+        if !self
+            .db
+            .fill_waiting_build(w.id, &new, &self.config.node_name)
+            .await?
+        {
+            return Ok(());
+        }
+        tracing::info!(build = w.id, job = %w.job, "a build waiting for its inputs starts");
+        let last = self
+            .db
+            .build_events_after(w.id, 0)
+            .await?
+            .last()
+            .map(|e| e.0);
+        self.start_runnable(w.id, run, last.unwrap_or(0));
+        Ok(())
+    }
+
+    /// Creates the builds `requests` asks of jobs of stored pipelines, in
+    /// one transaction, each numbered within its job and its inputs
+    /// recorded; they start with [`Engine::start_created`].
+    pub(super) async fn create_pipeline_builds(
+        &self,
+        requests: &[BuildRequest<'_>],
+    ) -> Result<Vec<CreatedBuild>, EngineError> {
+        let mut new = Vec::with_capacity(requests.len());
+        let mut runs = Vec::with_capacity(requests.len());
+        for r in requests {
+            let (build, run) = prepare(r)?;
+            new.push(build);
+            runs.push(run);
+        }
+        let created = self
+            .db
+            .create_job_builds(&new, &self.config.node_name)
+            .await?;
+        Ok(created
+            .into_iter()
+            .zip(runs)
+            .map(|((id, number), run)| CreatedBuild { id, number, run })
+            .collect())
+    }
+
+    /// Starts builds created by [`Engine::create_pipeline_builds`].
+    pub(super) fn start_created(&self, created: Vec<CreatedBuild>) {
+        for c in created {
+            self.start_runnable(c.id, c.run, 0);
+        }
+    }
+
+    /// Starts build `id`, whose events so far end at `last_event`.
+    fn start_runnable(&self, id: i64, run: Runnable, last_event: i64) {
+        let build = crate::build::Build::of_plan(
+            id,
+            run.team,
+            run.plan,
+            None,
+            self.build_deps(),
+            self.builds.clone(),
+        )
+        .after_events(last_event);
+        self.start_build(id, build.for_job(Some(run.job_ref)));
+    }
+}
+
+/// A job whose builds wait, as one round sees it.
+struct Job {
+    row: PipelineRow,
+    pipeline: Pipeline,
+    inputs: Vec<JobInput>,
+    resolved: Resolved,
+}
+
+/// The row to write for build request `r`, and what the build runs: its
+/// plan with every input pinned to the version chosen.
+fn prepare(r: &BuildRequest<'_>) -> Result<(NewJobBuild, Runnable), EngineError> {
+    let row = r.row;
+    let mut pinned = BTreeMap::new();
+    let mut recorded = Vec::new();
+    for (name, version) in r.chosen {
+        let bad = |e: serde_json::Error| {
+            EngineError::Invalid(format!(
+                "input {name:?}: version {version} is not a map of strings: {e}"
+            ))
+        };
+        let v: BTreeMap<String, String> = serde_json::from_str(version).map_err(bad)?;
+        let resource = r
+            .inputs
+            .iter()
+            .find(|i| &i.name == name)
+            .map(|i| i.resource.clone())
+            .unwrap_or_default();
+        recorded.push((
+            name.clone(),
+            resource,
+            serde_json::from_str(version).map_err(bad)?,
+        ));
+        pinned.insert(name.clone(), v);
+    }
+    let stored = JobPlan {
+        pipeline: row.config.clone(),
+        pipeline_name: row.name.clone(),
+        job: r.job.to_string(),
+        vars: stored_vars(row)?,
+        inputs: pinned,
+    };
+    let job_ref = stored.job_ref()?;
+    let (plan, turns) = stored.plan_and_turns_of(r.pipeline)?;
+    let build = NewJobBuild {
+        team: row.team.clone(),
+        pipeline_id: row.id,
+        pipeline: row.name.clone(),
+        job: r.job.to_string(),
+        plan: serde_json::to_value(&stored).expect("plans serialise"),
+        // Turns are kept per team and pipeline.
+        turns: turns
+            .into_iter()
+            .map(|(key, n)| (format!("{}/{}/{key}", row.team, job_ref.pipeline), n))
+            .collect(),
+        inputs: recorded,
+    };
+    let run = Runnable {
+        team: row.team.clone(),
+        plan: crate::steps::runnable(plan),
+        job_ref,
+    };
+    Ok((build, run))
+}
