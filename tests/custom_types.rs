@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::git::{bare_repo_of, GitDaemon};
+use common::git::{bare_repo_of, git, GitDaemon};
 use common::oci::oci_image_with;
 use common::*;
 
@@ -135,4 +135,161 @@ fn a_custom_type_from_an_oci_image_and_image_resource_postgres() {
         return;
     }
     custom_type_and_image_resource(DbKind::Postgres);
+}
+
+/// A stored pipeline's custom type with its own `check_every`.
+const STORED: &str = r#"
+resource_types:
+- name: greeter
+  type: git
+  check_every: 1s
+  source: {uri: ((uri)), branch: main}
+resources:
+- name: hello
+  type: greeter
+  check_every: 1s
+  source: {anything: here}
+jobs:
+- name: use
+  plan:
+  - get: hello
+    trigger: true
+  - task: show
+    config:
+      platform: linux
+      image_resource:
+        type: mock
+        source: {mirror_self: true}
+      inputs: [{name: hello}]
+      run: {path: cat, args: [hello/greeting]}
+"#;
+
+/// The `resources` entry of the resource type `greeter` of pipeline `p`.
+fn greeter_entry(url: &str) -> serde_json::Value {
+    let out = client(url, &["resources", "-p", "p", "--json"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let all: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    all.into_iter()
+        .find(|r| r["name"] == "greeter" && r["resource_type"] == true)
+        .unwrap_or_else(|| panic!("no resource type greeter listed"))
+}
+
+/// The image versions of `greeter` build `id` was told (its `image`
+/// events), and whether it checked the type itself.
+fn greeter_in_build(url: &str, id: i64) -> (Vec<serde_json::Value>, bool) {
+    let events = common::nodes::events(url, id);
+    let of = |action: &str| -> Vec<serde_json::Value> {
+        events
+            .iter()
+            .filter(|e| {
+                e["type"] == "resource" && e["resource"] == "greeter" && e["action"] == action
+            })
+            .map(|e| e["version"].clone())
+            .collect()
+    };
+    (of("image"), !of("check").is_empty())
+}
+
+#[test]
+fn a_stored_pipelines_resource_type_is_checked_on_its_own_and_its_builds_use_what_it_found() {
+    if !runc_runs_here() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let image = dir.path().join("image.tar");
+    oci_image_with(
+        &image,
+        &[
+            ("opt/", b"", false, 0o755),
+            ("opt/resource/", b"", false, 0o755),
+            ("opt/resource/check", CHECK, false, 0o755),
+            ("opt/resource/in", IN, false, 0o755),
+        ],
+    );
+    let tar = std::fs::read(&image).unwrap();
+    let bare = bare_repo_of(dir.path(), "greeter", &[("image.tar", &tar)]);
+    let seed = dir.path().join("greeter-seed");
+    let first = git(&seed, &["rev-parse", "HEAD"]).trim().to_string();
+    let daemon = GitDaemon::serve(dir.path());
+    let server = quickstart(dir.path(), &db, &["--backend", "runc"]);
+    let url = &server.url;
+    write(&dir.path().join("p.yml"), STORED);
+    let uri = format!("uri={}", daemon.uri("greeter.git"));
+    let file = dir.path().join("p.yml");
+    let set = client(
+        url,
+        &[
+            "set-pipeline",
+            "-p",
+            "p",
+            "-c",
+            file.to_str().unwrap(),
+            "-v",
+            &uri,
+        ],
+    );
+    assert!(set.status.success(), "{}", text(&set).1);
+    assert!(client(url, &["unpause-pipeline", "-p", "p"])
+        .status
+        .success());
+
+    // The type's image is checked on its own, again and again.
+    let checked = wait_for("the type's first check", Duration::from_secs(60), || {
+        let g = greeter_entry(url);
+        (g["last_check"]["status"] == "succeeded").then(|| g["last_check"]["id"].as_i64().unwrap())
+    });
+    assert_eq!(greeter_entry(url)["type_"], "git");
+    wait_for("the type's next check", Duration::from_secs(30), || {
+        let g = greeter_entry(url);
+        (g["last_check"]["id"]
+            .as_i64()
+            .is_some_and(|id| id > checked))
+        .then_some(())
+    });
+
+    // The job's build fetched the version those checks found, checking
+    // nothing of the type itself.
+    let build = wait_for("a build of use", Duration::from_secs(90), || {
+        common::pipelines::job_builds(url, "p", "use")
+            .into_iter()
+            .find(|b| b["status"] == "succeeded")
+    });
+    let (images, checked_itself) = greeter_in_build(url, build["id"].as_i64().unwrap());
+    assert_eq!(images, [serde_json::json!({"ref": first})]);
+    assert!(!checked_itself);
+
+    // A new commit is a new version of the type: found by its checks, and
+    // the next build uses it.
+    write(&seed.join("note"), "two");
+    git(&seed, &["add", "note"]);
+    git(&seed, &["commit", "-q", "-m", "two"]);
+    git(&seed, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    let second = git(&seed, &["rev-parse", "HEAD"]).trim().to_string();
+    let found = || {
+        let out = client(url, &["check-resource", "-r", "p/hello"]);
+        assert!(out.status.success(), "{}", text(&out).1);
+        // "checking p/hello (build N)"
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        let id = stderr
+            .split("(build ")
+            .nth(1)
+            .and_then(|rest| rest.split(')').next())
+            .and_then(|n| n.parse::<i64>().ok());
+        id.map(|id| greeter_in_build(url, id))
+    };
+    wait_for(
+        "a check of hello in the new image",
+        Duration::from_secs(60),
+        || found().filter(|(images, _)| images.contains(&serde_json::json!({"ref": second}))),
+    );
+    let out = client(url, &["trigger-job", "-j", "p/use", "--watch"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let id = common::pipelines::job_builds(url, "p", "use")
+        .last()
+        .and_then(|b| b["id"].as_i64())
+        .unwrap();
+    let (images, checked_itself) = greeter_in_build(url, id);
+    assert_eq!(images, [serde_json::json!({"ref": second})]);
+    assert!(!checked_itself);
 }

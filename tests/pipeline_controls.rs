@@ -321,6 +321,18 @@ fn a_build_triggered_by_hand_waits_for_inputs_it_cannot_have_yet_and_says_why() 
         2,
         "each reason told once: {stderr}"
     );
+
+    // Destroying the pipeline ends what still waits (pinned to a version
+    // that never went through `up`, `down` waits again).
+    new_version_of(url, "w/m", "v2");
+    ok(&client(
+        url,
+        &["pin-resource", "-r", "w/m", "-v", "version:v2"],
+    ));
+    let left = triggered(&ok(&client(url, &["trigger-job", "-j", "w/down"])));
+    assert_eq!(build_json(url, left)["status"], "pending");
+    ok(&client(url, &["destroy-pipeline", "-p", "w"]));
+    assert_eq!(build_json(url, left)["status"], "aborted");
 }
 
 /// Checks resource `r` (`P/R`) of mock type from `version`, which becomes

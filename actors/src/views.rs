@@ -171,6 +171,10 @@ pub struct ResourceView {
     pub last_check: Option<Build>,
     /// Why the last check failed or errored, if it did.
     pub check_error: Option<String>,
+    /// Whether this is a resource type of the pipeline (its image is what
+    /// is checked), not a resource.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resource_type: bool,
 }
 
 /// A version of a pipeline's resource.

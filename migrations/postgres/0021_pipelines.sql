@@ -39,6 +39,19 @@ CREATE TABLE pipeline_resources (
 );
 CREATE INDEX pipeline_resources_by_config ON pipeline_resources (scope, config);
 
+-- The resource types of the stored pipelines, checked periodically as
+-- resources are: where the versions of each type's image are kept
+-- (`scope`, `config`), and how often it is checked.
+CREATE TABLE pipeline_resource_types (
+    pipeline_id BIGINT NOT NULL,
+    name TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    config TEXT NOT NULL,
+    check_every_ms BIGINT,
+    PRIMARY KEY (pipeline_id, name)
+);
+CREATE INDEX pipeline_resource_types_by_config ON pipeline_resource_types (config, scope);
+
 -- When each resource config (scope, config) is checked next, and its last
 -- check build: one check serves every pipeline resource naming it.
 CREATE TABLE resource_checks (

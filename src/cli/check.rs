@@ -35,6 +35,7 @@ pub async fn check(client: &ApiClient, args: CheckArgs) -> anyhow::Result<i32> {
         check: args.resource,
         vars,
         scope: None,
+        resource_type: false,
     };
     stored.plan().map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let body = serde_json::json!({

@@ -162,7 +162,10 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
                 all.iter()
                     .map(|r| {
                         vec![
-                            cell(r, "name"),
+                            match r["resource_type"].as_bool() {
+                                Some(true) => format!("{} (resource type)", cell(r, "name")),
+                                _ => cell(r, "name"),
+                            },
                             cell(r, "type_"),
                             r["pinned"]
                                 .as_object()

@@ -227,7 +227,7 @@ mod tests {
     async fn every_change_to_a_pipeline_moves_its_head_even_within_a_millisecond() {
         let (db, _dir) = test_db().await;
         let (row, _) = db
-            .set_pipeline("main", "p", ("jobs: []", "{}"), None, &[], &[])
+            .set_pipeline("main", "p", ("jobs: []", "{}"), None, &[], (&[], &[]))
             .await
             .unwrap();
         db.set_pipeline_paused(row.id, false).await.unwrap();

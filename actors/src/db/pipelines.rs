@@ -63,11 +63,18 @@ pub struct DueCheck {
     pub next_check_at: i64,
     /// The pipeline whose resource is checked.
     pub pipeline_id: i64,
-    /// That resource's name.
+    /// That resource's name (or resource type's, for [`DueCheck::of_type`]).
     pub resource: String,
     /// Its interval.
     pub check_every_ms: i64,
+    /// Whether what is checked is a resource type's image.
+    pub of_type: bool,
 }
+
+/// The check row of a config (scope, config, now), unless it has one.
+const CHECK_ROW: &str =
+    "INSERT INTO resource_checks (scope, config, next_check_at) VALUES ($1, $2, $3) \
+     ON CONFLICT (scope, config) DO NOTHING";
 
 type PipelineRaw = (i64, String, String, String, String, i64, i64);
 
@@ -106,7 +113,7 @@ impl Db {
         (config, vars): (&str, &str),
         expected: Option<i64>,
         jobs: &[String],
-        resources: &[ResourceRow],
+        (resources, types): (&[ResourceRow], &[ResourceRow]),
     ) -> Result<(PipelineRow, bool), EngineError> {
         let mut tx = self.pool().begin().await?;
         // A write first: the transaction takes the write lock now (SQLite
@@ -227,14 +234,37 @@ impl Db {
             .bind(r.check_every_ms)
             .execute(&mut *tx)
             .await?;
-            sqlx::query(
-                "INSERT INTO resource_checks (scope, config, next_check_at) VALUES ($1, $2, $3) ON CONFLICT (scope, config) DO NOTHING",
-            )
-            .bind(&scope)
-            .bind(&r.config)
-            .bind(now)
+            sqlx::query(CHECK_ROW)
+                .bind(&scope)
+                .bind(&r.config)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+        }
+        // Types keep nothing of their own: written again whole.
+        sqlx::query("DELETE FROM pipeline_resource_types WHERE pipeline_id = $1")
+            .bind(id)
             .execute(&mut *tx)
             .await?;
+        for t in types {
+            let scope = t.scope.replace(PIPELINE_ID, &id.to_string());
+            sqlx::query(
+                "INSERT INTO pipeline_resource_types (pipeline_id, name, scope, config, check_every_ms) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(id)
+            .bind(&t.name)
+            .bind(&scope)
+            .bind(&t.config)
+            .bind(t.check_every_ms)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(CHECK_ROW)
+                .bind(&scope)
+                .bind(&t.config)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
         }
         let row: PipelineRaw = sqlx::query_as(&format!(
             "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE id = $1"
@@ -333,7 +363,12 @@ impl Db {
     /// (its builds stay, as history).
     pub async fn destroy_pipeline(&self, id: i64) -> Result<(), EngineError> {
         let mut tx = self.pool().begin().await?;
-        for table in ["pipeline_jobs", "pipeline_resources", "disabled_versions"] {
+        for table in [
+            "pipeline_jobs",
+            "pipeline_resources",
+            "pipeline_resource_types",
+            "disabled_versions",
+        ] {
             sqlx::query(&format!("DELETE FROM {table} WHERE pipeline_id = $1"))
                 .bind(id)
                 .execute(&mut *tx)
@@ -433,23 +468,26 @@ impl Db {
     }
 
     /// Resource configs of unpaused pipelines due for a check at `now`,
-    /// soonest first, at most `limit`, each with one pipeline resource
-    /// naming it (the shortest interval's).
+    /// soonest first, at most `limit`, each with one pipeline resource (or
+    /// resource type) naming it (the shortest interval's).
     pub async fn due_checks(&self, now: i64, limit: i64) -> Result<Vec<DueCheck>, EngineError> {
-        let rows: Vec<(String, String, i64, i64, String, i64)> = sqlx::query_as(
-            "SELECT c.scope, c.config, c.next_check_at, r.pipeline_id, r.name, r.check_every_ms \
+        let rows: Vec<(String, String, i64, i64, String, i64, i64)> = sqlx::query_as(
+            "SELECT c.scope, c.config, c.next_check_at, r.pipeline_id, r.name, r.check_every_ms, r.of_type \
              FROM resource_checks c \
-             JOIN pipeline_resources r ON r.scope = c.scope AND r.config = c.config \
+             JOIN (SELECT pipeline_id, name, scope, config, check_every_ms, 0 AS of_type FROM pipeline_resources \
+                   UNION ALL \
+                   SELECT pipeline_id, name, scope, config, check_every_ms, 1 AS of_type FROM pipeline_resource_types) r \
+               ON r.scope = c.scope AND r.config = c.config \
              JOIN pipelines p ON p.id = r.pipeline_id \
              WHERE c.next_check_at <= $1 AND p.paused = 0 AND r.check_every_ms IS NOT NULL \
-             ORDER BY c.next_check_at, r.check_every_ms, r.pipeline_id LIMIT $2",
+             ORDER BY c.next_check_at, r.check_every_ms, r.pipeline_id, r.of_type LIMIT $2",
         )
         .bind(now)
         .bind(limit * 4)
         .fetch_all(self.pool())
         .await?;
         let mut due: Vec<DueCheck> = Vec::new();
-        for (scope, config, next_check_at, pipeline_id, resource, every) in rows {
+        for (scope, config, next_check_at, pipeline_id, resource, every, of_type) in rows {
             if due.iter().any(|d| d.scope == scope && d.config == config) {
                 continue;
             }
@@ -460,12 +498,55 @@ impl Db {
                 pipeline_id,
                 resource,
                 check_every_ms: every,
+                of_type: of_type != 0,
             });
             if due.len() as i64 >= limit {
                 break;
             }
         }
         Ok(due)
+    }
+
+    /// The resource types of pipeline `id`, by name.
+    pub async fn pipeline_resource_types(&self, id: i64) -> Result<Vec<ResourceRow>, EngineError> {
+        let rows: Vec<(String, String, String, Option<i64>)> = sqlx::query_as(
+            "SELECT name, scope, config, check_every_ms FROM pipeline_resource_types \
+             WHERE pipeline_id = $1 ORDER BY name",
+        )
+        .bind(id)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(name, scope, config, check_every_ms)| ResourceRow {
+                name,
+                scope,
+                config,
+                check_every_ms,
+                pinned: None,
+            })
+            .collect())
+    }
+
+    /// Where periodic checks of a resource type of one of `team`'s
+    /// pipelines keep the versions of image config `config`, if any does
+    /// (the scope; one of them when several do).
+    pub async fn resource_type_scope(
+        &self,
+        team: &str,
+        config: &str,
+    ) -> Result<Option<String>, EngineError> {
+        let row: Option<(String,)> = sqlx::query_as(
+            "SELECT t.scope FROM pipeline_resource_types t \
+             JOIN pipelines p ON p.id = t.pipeline_id \
+             WHERE t.config = $1 AND p.team = $2 AND t.check_every_ms IS NOT NULL \
+             ORDER BY t.scope LIMIT 1",
+        )
+        .bind(config)
+        .bind(team)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(|(scope,)| scope))
     }
 
     /// Claims a due check: moves its next check to `next` only if it is

@@ -159,7 +159,7 @@ mod tests {
                 ("jobs: []", "{}"),
                 None,
                 &["j".to_string()],
-                &[],
+                (&[], &[]),
             )
             .await
             .unwrap();

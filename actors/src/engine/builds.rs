@@ -178,6 +178,7 @@ impl Engine {
             check: resource.to_string(),
             vars,
             scope: None,
+            resource_type: false,
         };
         let plan = runnable(stored.plan()?);
         self.start_stored(team, &stored, plan, None, &[]).await

@@ -1,7 +1,8 @@
 //! The periodic work of stored pipelines, led by one web node at a time
 //! (the `pipelines` role, `background::campaign`):
 //! - `pipeline-checks` (Concourse's "lidar") starts a check build for each
-//!   resource config that is due, one per config however many pipelines
+//!   resource config that is due (a resource's, or a resource type's
+//!   image: builds then use the versions these checks found), one per config however many pipelines
 //!   and teams name it, at most `max_checks_per_interval` per interval
 //!   across the fleet. Each is claimed by moving its next check time with
 //!   a compare-and-set (`Db::claim_check`), so even two nodes that both
@@ -111,12 +112,15 @@ impl Job for Checks {
             let Some(row) = db.pipeline_by_id(d.pipeline_id).await? else {
                 continue;
             };
-            let resources = db.pipeline_resources(row.id).await?;
-            let Some(r) = resources.iter().find(|r| r.name == d.resource) else {
+            let named = match d.of_type {
+                true => db.pipeline_resource_types(row.id).await?,
+                false => db.pipeline_resources(row.id).await?,
+            };
+            let Some(r) = named.iter().find(|r| r.name == d.resource) else {
                 continue;
             };
-            if let Err(e) = engine.start_check(&row, r).await {
-                tracing::warn!(pipeline = %row.name, resource = %r.name, "a check could not start: {e}");
+            if let Err(e) = engine.start_check(&row, r, d.of_type).await {
+                tracing::warn!(pipeline = %row.name, resource = %r.name, of_type = d.of_type, "a check could not start: {e}");
             }
         }
         // More may be due: they wait for the next interval (the rate).

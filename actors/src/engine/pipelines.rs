@@ -127,10 +127,18 @@ impl Engine {
         Ok(view(&self.pipeline_row(team, name).await?, true))
     }
 
-    /// Destroys pipeline `name` of `team` (its builds stay, as history).
+    /// Destroys pipeline `name` of `team` (its builds stay, as history;
+    /// those waiting for their inputs end aborted).
     pub async fn destroy_pipeline(&self, team: &str, name: &str) -> Result<(), EngineError> {
         let row = self.pipeline_row(team, name).await?;
-        self.db.destroy_pipeline(row.id).await
+        self.db.destroy_pipeline(row.id).await?;
+        // Its builds waiting for inputs would wait for ever: they end.
+        for w in self.db.waiting_builds().await? {
+            if (w.team.as_str(), w.pipeline.as_str()) == (team, name) {
+                self.abort_waiting(w.id).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Renames pipeline `name` of `team` to `to` (its builds follow).
@@ -284,7 +292,8 @@ impl Engine {
         }
     }
 
-    /// The resources of pipeline `name` of `team`, with their check status.
+    /// The resources of pipeline `name` of `team`, then its resource types,
+    /// each with its check status.
     pub async fn pipeline_resources(
         &self,
         team: &str,
@@ -292,8 +301,14 @@ impl Engine {
     ) -> Result<Vec<ResourceView>, EngineError> {
         let row = self.pipeline_row(team, name).await?;
         let loaded = loaded(&row)?;
+        let resources = self.db.pipeline_resources(row.id).await?;
+        let types = self.db.pipeline_resource_types(row.id).await?;
         let mut out = Vec::new();
-        for r in self.db.pipeline_resources(row.id).await? {
+        for (r, of_type) in resources
+            .into_iter()
+            .map(|r| (r, false))
+            .chain(types.into_iter().map(|t| (t, true)))
+        {
             let last = self.db.last_check(&r.scope, &r.config).await?;
             let last_check = match last {
                 Some(id) => self.db.get_build(id).await?,
@@ -307,11 +322,12 @@ impl Engine {
                 ),
                 _ => None,
             });
+            let type_ = match of_type {
+                true => loaded.resource_type(&r.name).map(|d| d.type_.clone()),
+                false => loaded.resource(&r.name).map(|d| d.type_.clone()),
+            };
             out.push(ResourceView {
-                type_: loaded
-                    .resource(&r.name)
-                    .map(|d| d.type_.clone())
-                    .unwrap_or_default(),
+                type_: type_.unwrap_or_default(),
                 name: r.name,
                 check_every_ms: r.check_every_ms,
                 pinned: r
@@ -320,6 +336,7 @@ impl Engine {
                     .and_then(|p| serde_json::from_str(p).ok()),
                 last_check,
                 check_error,
+                resource_type: of_type,
             });
         }
         Ok(out)
@@ -401,7 +418,7 @@ impl Engine {
                 )
                 .await?;
         }
-        let id = self.start_check(&row, &r).await?;
+        let id = self.start_check(&row, &r, false).await?;
         self.build(id).await
     }
 
@@ -427,18 +444,21 @@ impl Engine {
             }))
     }
 
-    /// Starts the check build of stored resource `r` of pipeline `row`,
-    /// recorded as its config's last check; answers its id.
+    /// Starts the check build of stored resource `r` of pipeline `row`
+    /// (of the image of its resource type `r` when `of_type`), recorded as
+    /// its config's last check; answers its id.
     pub(super) async fn start_check(
         &self,
         row: &PipelineRow,
         r: &ResourceRow,
+        of_type: bool,
     ) -> Result<i64, EngineError> {
         let stored = crate::plan::CheckPlan {
             pipeline: row.config.clone(),
             check: r.name.clone(),
             vars: stored_vars(row)?,
             scope: Some(r.scope.clone()),
+            resource_type: of_type,
         };
         let plan = crate::steps::runnable(stored.plan()?);
         let id = self

@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use crate::error::EngineError;
 use crate::pipeline::{self, Pipeline, Vars, VersionSpec};
-use crate::resources::config::{params_json, resource_config};
+use crate::resources::config::{params_json, resolve_type, resource_config};
+use crate::resources::ResourceType;
 
 use super::{CheckStep, GetStep, Plan, PutInputs, PutStep, StepDef};
 
@@ -114,13 +115,21 @@ pub struct CheckPlan {
     /// is the build's team (`gantry check`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
+    /// Whether `check` names a resource type of the pipeline, whose image
+    /// is checked (a stored pipeline's periodic check of its types).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resource_type: bool,
 }
 
 impl CheckPlan {
-    /// Loads the pipeline and finds the resource: a plan of one check step.
+    /// Loads the pipeline and finds the resource (or resource type): a
+    /// plan of one check step.
     pub fn plan(&self) -> Result<Plan<StepDef>, EngineError> {
         let pipeline = Pipeline::load(&self.pipeline, &self.vars)
             .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
+        if self.resource_type {
+            return self.type_plan(&pipeline);
+        }
         let r = pipeline.resource(&self.check).ok_or_else(|| {
             EngineError::Invalid(format!(
                 "no resource {:?} in the pipeline (resources: {})",
@@ -138,6 +147,28 @@ impl CheckPlan {
             name: r.name.clone(),
             config,
             tags: r.tags.clone(),
+            scope: self.scope.clone(),
+        })))
+    }
+
+    /// A check of the image of resource type `check`.
+    fn type_plan(&self, pipeline: &Pipeline) -> Result<Plan<StepDef>, EngineError> {
+        let declared = pipeline.resource_type(&self.check).ok_or_else(|| {
+            EngineError::Invalid(format!("no resource type {:?} in the pipeline", self.check))
+        })?;
+        let image = match resolve_type(pipeline, &self.check).map_err(EngineError::Invalid)? {
+            ResourceType::Custom { image, .. } => *image,
+            ResourceType::Base { .. } => {
+                return Err(EngineError::Invalid(format!(
+                    "resource type {:?} is a base type: it has no image to check",
+                    self.check
+                )))
+            }
+        };
+        Ok(Plan::Step(StepDef::Check(CheckStep {
+            name: self.check.clone(),
+            config: image,
+            tags: declared.tags.clone(),
             scope: self.scope.clone(),
         })))
     }
@@ -183,6 +214,7 @@ mod tests {
             check: "nope".into(),
             vars: Vars::new(),
             scope: None,
+            resource_type: false,
         };
         let Err(EngineError::Invalid(m)) = plan.plan() else {
             panic!()
@@ -200,5 +232,35 @@ mod tests {
                 .worker_request()
                 .is_check
         );
+    }
+
+    #[test]
+    fn a_check_plan_of_a_resource_type_checks_its_image() {
+        let pipeline = "resource_types:\n- {name: mine, type: mock, source: {mirror_self: true}, tags: [tt]}\nresources: []\njobs: []\n";
+        let plan = CheckPlan {
+            pipeline: pipeline.into(),
+            check: "mine".into(),
+            vars: Vars::new(),
+            scope: Some("*".into()),
+            resource_type: true,
+        };
+        let Plan::Step(StepDef::Check(step)) = plan.plan().unwrap() else {
+            panic!()
+        };
+        assert_eq!(step.name, "mine");
+        assert_eq!(step.config.source, json!({"mirror_self": true}));
+        assert_eq!(step.config.type_.name(), "mock");
+        assert_eq!(
+            (step.tags, step.scope.as_deref()),
+            (vec!["tt".to_string()], Some("*"))
+        );
+        let Err(EngineError::Invalid(m)) = CheckPlan {
+            check: "other".into(),
+            ..plan
+        }
+        .plan() else {
+            panic!()
+        };
+        assert!(m.contains("no resource type \"other\""), "{m}");
     }
 }

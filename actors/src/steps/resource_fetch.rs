@@ -175,6 +175,37 @@ pub async fn version_to_fetch(
     }
 }
 
+/// The version of image `r` to fetch: `pinned`; else, when periodic checks
+/// of a resource type of one of the build's team's pipelines keep the
+/// versions of this image (`pipeline-checks`), the newest they found
+/// (checked now only when they found none yet, into the same history);
+/// else checked now, as a `get` does.
+async fn image_version(
+    ctx: &mut StepContext,
+    r: &Resource<'_>,
+    pinned: Option<&Value>,
+) -> Result<Value, Halt> {
+    let key = r.config.key();
+    let periodic = match pinned {
+        None => ctx.db().resource_type_scope(ctx.team(), &key).await?,
+        Some(_) => None,
+    };
+    let Some(scope) = periodic else {
+        return version_to_fetch(ctx, r, pinned).await;
+    };
+    if let Some(row) = ctx.db().versions(&scope, &key, 1).await?.pop() {
+        return Ok(row.version);
+    }
+    check(ctx, r, Some(&scope)).await?;
+    match ctx.db().versions(&scope, &key, 1).await?.pop() {
+        Some(row) => Ok(row.version),
+        None => Err(Halt::Error(EngineError::Invalid(format!(
+            "resource type {:?}: check found no version of its image",
+            r.name
+        )))),
+    }
+}
+
 /// Fetches `version` with `params`: from the resource cache when one was
 /// kept, else by running `in` (its files then kept as the cache): the
 /// cache, whose artifact holds the files.
@@ -386,7 +417,7 @@ pub async fn fetch_image(
         config,
         image: &image,
     };
-    let version = version_to_fetch(ctx, &r, pinned).await?;
+    let version = image_version(ctx, &r, pinned).await?;
     let key = config.cache_key(&version, &json!({"image": params}));
     let pull = native_pull(name, config, params, &version)?;
     if let Some(hit) = cached(ctx, &key).await? {

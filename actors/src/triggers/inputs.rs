@@ -22,6 +22,17 @@ pub fn versions_scope(global: bool, resource: &str) -> String {
     }
 }
 
+/// Where a pipeline's resource type `name` keeps the versions of its
+/// image: the global scope, or (global resources off) the pipeline's own,
+/// apart from its resources'.
+pub fn type_versions_scope(global: bool, name: &str) -> String {
+    if global {
+        GLOBAL_SCOPE.to_string()
+    } else {
+        format!("pipeline:{}/type:{name}", crate::db::PIPELINE_ID)
+    }
+}
+
 /// Where a version pin of an input comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pin {

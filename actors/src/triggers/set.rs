@@ -10,9 +10,10 @@ use crate::error::EngineError;
 use crate::pipeline::model::CheckEvery;
 use crate::pipeline::{Pipeline, Vars};
 use crate::plan::{check_pipeline_name, job_plan};
-use crate::resources::config::resource_config;
+use crate::resources::config::{resolve_type, resource_config};
+use crate::resources::ResourceType;
 
-use super::inputs::versions_scope;
+use super::inputs::{type_versions_scope, versions_scope};
 
 /// How often a resource is checked when it says nothing (Concourse's 1m).
 pub const DEFAULT_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
@@ -51,13 +52,25 @@ pub async fn store_pipeline(
                 name: r.name.clone(),
                 scope: versions_scope(global, &r.name),
                 config: config.key(),
-                check_every_ms: match r.check_every {
-                    Some(CheckEvery::Never) => None,
-                    Some(CheckEvery::Interval(d)) => Some(d.as_millis().max(1) as i64),
-                    None => Some(DEFAULT_CHECK_EVERY.as_millis() as i64),
-                },
+                check_every_ms: check_every_ms(r.check_every),
                 pinned: None,
             })
+        })
+        .collect::<Result<Vec<_>, EngineError>>()?;
+    // Each resource type's image is checked as a resource is.
+    let types = pipeline
+        .resource_types
+        .iter()
+        .filter_map(|t| match resolve_type(&pipeline, &t.name) {
+            Ok(ResourceType::Custom { image, .. }) => Some(Ok(ResourceRow {
+                name: t.name.clone(),
+                scope: type_versions_scope(global, &t.name),
+                config: image.key(),
+                check_every_ms: check_every_ms(t.check_every),
+                pinned: None,
+            })),
+            Ok(ResourceType::Base { .. }) => None,
+            Err(e) => Some(Err(EngineError::Invalid(e))),
         })
         .collect::<Result<Vec<_>, EngineError>>()?;
     let jobs: Vec<String> = pipeline.jobs.iter().map(|j| j.name.clone()).collect();
@@ -68,7 +81,16 @@ pub async fn store_pipeline(
         (config, &vars_json),
         expected,
         &jobs,
-        &resources,
+        (&resources, &types),
     )
     .await
+}
+
+/// A `check_every` in ms; none for `never`.
+fn check_every_ms(every: Option<CheckEvery>) -> Option<i64> {
+    match every {
+        Some(CheckEvery::Never) => None,
+        Some(CheckEvery::Interval(d)) => Some(d.as_millis().max(1) as i64),
+        None => Some(DEFAULT_CHECK_EVERY.as_millis() as i64),
+    }
 }

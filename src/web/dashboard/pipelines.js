@@ -144,7 +144,8 @@ function pipelinePage(team, name) {
     api(apiPipeline(team, name)),
     api(`${apiPipeline(team, name)}/jobs`),
     api(`${apiPipeline(team, name)}/resources`),
-  ]), ([p, jobs, resources]) => drawPipeline(team, name, jobs, resources, p.paused));
+  ]), ([p, jobs, resources]) =>
+    drawPipeline(team, name, jobs, resources.filter((r) => !r.resource_type), p.paused));
 }
 
 // ----------------------------------------------------------------- a job
@@ -187,7 +188,7 @@ function resourcePage(team, name, resource) {
     api(`${apiPipeline(team, name)}/resources`),
     api(`${apiPipeline(team, name)}/resources/${enc(resource)}/versions?limit=50`),
   ]), ([resources, versions]) => {
-    const r = resources.find((x) => x.name === resource);
+    const r = resources.find((x) => x.name === resource && !x.resource_type);
     if (!r) throw new Error(`no resource ${resource}`);
     const c = r.last_check;
     $("resource-check").innerHTML = (c ? `last check ${badge(c.status)} <a href="/builds/${c.id}">build ${c.id}</a> <span class="muted" data-since="${c.created_at}">${ago(c.created_at)}</span>` : "not checked yet")
