@@ -262,7 +262,17 @@ fn limit_active_tasks_never_runs_more_than_the_limit_on_a_worker() {
         .unwrap()
         .text()
         .unwrap();
-    assert!(metrics.contains("gantry_steps_waiting 0\n"), "{metrics}");
+    assert!(
+        metrics.contains("gantry_node_steps_waiting 0\n"),
+        "{metrics}"
+    );
+    // Nothing waits any more: the fleet's queue has no series, and its
+    // oldest wait is none.
+    assert!(!metrics.contains("gantry_steps_waiting{"), "{metrics}");
+    assert!(
+        metrics.contains("gantry_steps_waiting_oldest_seconds 0\n"),
+        "{metrics}"
+    );
     assert!(
         metrics.contains("gantry_placements_total{chain=\"without_inputs\"} 10\n"),
         "{metrics}"
@@ -408,4 +418,91 @@ fn a_frozen_worker_stalls_its_connection_restarts_and_it_recovers() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The fleet's queue through the API and `/metrics`: `team`'s steps
+/// waiting for tag `big` (API), and the gauge's value for them.
+fn queued_big(url: &str) -> (i64, Option<f64>) {
+    let kinds: Vec<serde_json::Value> = reqwest::blocking::get(format!("{url}/api/v1/queue"))
+        .unwrap()
+        .json()
+        .unwrap();
+    let api = kinds
+        .iter()
+        .filter(|k| k["tags"] == serde_json::json!(["big"]) && k["team"] == "main")
+        .map(|k| k["waiting"].as_i64().unwrap())
+        .sum();
+    let metrics = reqwest::blocking::get(format!("{url}/metrics"))
+        .unwrap()
+        .text()
+        .unwrap();
+    let gauge = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("gantry_steps_waiting{")
+                && l.contains("tags=\"big\"")
+                && l.contains("team=\"main\"")
+                && l.contains("platform=\"linux\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .map(|v| v.parse().unwrap());
+    (api, gauge)
+}
+
+#[test]
+fn the_queue_shows_steps_waiting_for_a_busy_tagged_worker_by_tag() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let chain = "[\"limit-active-tasks\", \"fewest-build-containers\"]";
+    let web = start_web(
+        dir.path(),
+        &db,
+        &format!("[web.placement]\nwith_inputs = {chain}\nwithout_inputs = {chain}\n"),
+    );
+    let _w = start_worker(
+        dir.path(),
+        &web.url,
+        "big",
+        &["--tag", "big", "--max-active-tasks", "1"],
+    );
+    wait_running(&web.url, 1);
+    let t = task(dir.path(), "long", "sleep 120");
+    let mut children: Vec<_> = (0..6)
+        .map(|i| {
+            spawn_execute(
+                &web.url,
+                dir.path(),
+                &format!("q{i}"),
+                &["-c", &t, "--tag", "big"],
+            )
+        })
+        .collect();
+    // One runs, five wait for the busy worker: the queue says five, by tag.
+    wait_for(
+        "five steps queued for tag big",
+        Duration::from_secs(60),
+        || (queued_big(&web.url) == (5, Some(5.0))).then_some(()),
+    );
+    let out = client(&web.url, &["queue"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("main"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cells[..3], ["main", "linux", "big"], "{stdout}");
+    assert!(cells.contains(&"5"), "{stdout}");
+
+    // Aborted, they leave the queue.
+    for b in builds_json(&web.url) {
+        let id = b["id"].as_i64().unwrap().to_string();
+        let _ = client(&web.url, &["abort-build", "-b", &id]);
+    }
+    wait_for("the queue to empty", Duration::from_secs(60), || {
+        (queued_big(&web.url) == (0, None)).then_some(())
+    });
+    for c in &mut children {
+        wait_child(c, Duration::from_secs(60));
+    }
 }

@@ -287,7 +287,8 @@ fn metrics_move_with_builds_and_pass_promtool() {
     let placed = after.sum("gantry_placements_total") - before.sum("gantry_placements_total");
     assert!(placed >= 3.0, "{placed} placements");
     assert!(moved("gantry_placements_total{chain=\"with_inputs\"}") >= 1.0);
-    assert_eq!(after.get("gantry_steps_waiting"), 0.0);
+    assert_eq!(after.get("gantry_node_steps_waiting"), 0.0);
+    assert_eq!(after.get("gantry_steps_waiting_oldest_seconds"), 0.0);
     assert!(
         moved("gantry_step_wait_seconds_count") >= 1.0,
         "{}",

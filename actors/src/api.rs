@@ -6,8 +6,8 @@
 //! with the workers (`gantry-wire`) are re-exported at the crate's root.
 
 pub use crate::views::{
-    Build, BuildResources, BuildVersion, Handle, JobInputView, JobView, PipelineView, ResourceView,
-    Team, Token, VersionView,
+    Build, BuildResources, BuildVersion, Handle, JobInputView, JobView, PipelineView, QueueKind,
+    ResourceView, Team, Token, VersionView,
 };
 
 // The engine, its settings, its errors.

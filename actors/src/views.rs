@@ -223,3 +223,24 @@ pub struct Candidate {
     /// `chosen`, or why not.
     pub verdict: String,
 }
+
+/// Steps waiting for a worker that need the same kind of worker: what an
+/// autoscaler reads (`GET /api/v1/queue`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QueueKind {
+    /// Their team.
+    pub team: String,
+    /// The platform they need.
+    pub platform: String,
+    /// The tags they need (a worker must have every one), sorted.
+    pub tags: Vec<String>,
+    /// The resource type they need, if any.
+    pub resource_type: Option<String>,
+    /// Whether they need a worker started with `--allow-privileged`.
+    pub privileged: bool,
+    /// How many wait.
+    pub waiting: i64,
+    /// How long the oldest of them has waited, in seconds.
+    pub oldest_seconds: f64,
+}

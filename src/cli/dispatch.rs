@@ -211,6 +211,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         hijack::hijack(&client, args).await
                     }
                     Command::Workers { json } => list::workers(&client, json).await.map(|_| 0),
+                    Command::Queue { json } => list::queue(&client, json).await.map(|_| 0),
                     Command::Builds { json, filters } => {
                         list::builds(&client, &filters, json).await.map(|_| 0)
                     }

@@ -264,6 +264,13 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the fleet's steps waiting for a worker, by the kind of worker
+    /// they need (what an autoscaler reads).
+    Queue {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// List builds, newest first.
     Builds {
         /// Print JSON.

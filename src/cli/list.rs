@@ -9,6 +9,44 @@ use crate::cli::client::ApiClient;
 pub(crate) use crate::cli::table::{cell, print_table};
 
 /// `gantry workers`
+/// `gantry queue`: the fleet's steps waiting for a worker, by the kind of
+/// worker they need.
+pub async fn queue(client: &ApiClient, json: bool) -> anyhow::Result<()> {
+    let kinds: Vec<gantry_actors::api::QueueKind> =
+        client.get_pages("/api/v1/queue", usize::MAX).await?;
+    if json {
+        crate::outln!("{}", serde_json::to_string_pretty(&kinds)?);
+        return Ok(());
+    }
+    print_table(
+        &[
+            "team",
+            "platform",
+            "tags",
+            "resource_type",
+            "privileged",
+            "waiting",
+            "oldest",
+        ],
+        kinds
+            .into_iter()
+            .map(|k| {
+                vec![
+                    k.team,
+                    k.platform,
+                    k.tags.join(","),
+                    k.resource_type.unwrap_or_default(),
+                    if k.privileged { "yes" } else { "no" }.into(),
+                    k.waiting.to_string(),
+                    format!("{:.0}s", k.oldest_seconds),
+                ]
+            })
+            .collect(),
+    );
+    Ok(())
+}
+
+/// `gantry workers`.
 pub async fn workers(client: &ApiClient, json: bool) -> anyhow::Result<()> {
     let workers: Vec<WorkerView> = client.get_pages("/api/v1/workers", usize::MAX).await?;
     if json {

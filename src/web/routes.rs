@@ -6,7 +6,7 @@
 
 use actix_web::web;
 
-use super::api::{artifacts, builds, gc, gc_admin, hijack, jobs, pipelines, teams, workers};
+use super::api::{artifacts, builds, gc, gc_admin, hijack, jobs, pipelines, queue, teams, workers};
 use super::{dashboard, health, metrics, openapi};
 
 /// Expands the route table into [`register`], [`ROUTES`] and [`Operations`].
@@ -44,6 +44,7 @@ routes! {
     get "/api/v1/openapi.json" => openapi::serve;
     get "/api/v1/info" => super::info;
     get "/api/v1/workers" => workers::list;
+    get "/api/v1/queue" => queue::list;
     get "/api/v1/jobs" => jobs::list;
     get "/api/v1/web-nodes" => jobs::web_nodes;
     post "/api/v1/workers/register" => workers::register;

@@ -55,6 +55,9 @@ pub struct BuildDeps {
     /// Stored pipelines share versions per resource config (a
     /// `set_pipeline` step stores its pipeline's resources so).
     pub global_resources: bool,
+    /// This web node's name (on the rows of its steps waiting for a
+    /// worker, the fleet's queue).
+    pub node_name: String,
 }
 
 /// Asks a running build to stop. A second one also stops the hooks that run

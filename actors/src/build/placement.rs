@@ -10,6 +10,7 @@ use tokio::sync::oneshot;
 
 use crate::build::actor::BuildRun;
 use crate::build::walker::Scope;
+use crate::db::WaitingStep;
 use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::runtime::Worker;
@@ -43,6 +44,24 @@ impl Drop for HeldPlacement {
         if let Some(p) = self.placement.take() {
             self.placer.release(p);
         }
+    }
+}
+
+/// A step's row in the fleet's queue, deleted when dropped (placed,
+/// stopped, or the wait given up on any path).
+struct Queued {
+    db: crate::db::Db,
+    id: String,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        let (db, id) = (self.db.clone(), std::mem::take(&mut self.id));
+        tokio::spawn(async move {
+            if let Err(e) = db.delete_waiting_step(&id).await {
+                tracing::warn!("a placed step stays in the queue: {e}");
+            }
+        });
     }
 }
 
@@ -158,6 +177,8 @@ impl BuildRun {
             Selection::Placed(p) => return Ok(Some(p)),
             Selection::Queued { ticket, reason } => (ticket, reason),
         };
+        // In the fleet's queue while it waits (the row goes with `_queued`).
+        let _queued = self.enqueue(step, &request, &reason).await;
         let waiting = BuildEvent::Waiting {
             step: step.into(),
             message: reason,
@@ -184,6 +205,40 @@ impl BuildRun {
             Ticket::Dropped => Err(EngineError::NoWorkers(
                 "the workers this step waited for are gone".into(),
             )),
+        }
+    }
+
+    /// Records that `step` (asking `request`) waits, for `reason`: a row
+    /// of the fleet's queue, removed when the answer is dropped. A queue
+    /// row that cannot be written only goes unseen by autoscalers: the
+    /// step waits all the same.
+    async fn enqueue(&self, step: &str, request: &StepRequest, reason: &str) -> Option<Queued> {
+        let row = WaitingStep {
+            id: uuid::Uuid::new_v4().to_string(),
+            web_node: self.deps.node_name.clone(),
+            build_id: self.id,
+            step: step.to_string(),
+            team: request.team.clone(),
+            platform: request.platform.clone(),
+            tags: request.tags.clone(),
+            resource_type: request.resource_type.clone(),
+            privileged: request.privileged,
+            reason: reason.to_string(),
+            since: crate::db::now_ms(),
+        };
+        match self.deps.db.insert_waiting_step(&row).await {
+            Ok(()) => Some(Queued {
+                db: self.deps.db.clone(),
+                id: row.id,
+            }),
+            Err(e) => {
+                tracing::warn!(
+                    build = self.id,
+                    step,
+                    "the queue does not show a waiting step: {e}"
+                );
+                None
+            }
         }
     }
 

@@ -128,6 +128,7 @@ impl Harness {
             imports: Default::default(),
             resources: Default::default(),
             global_resources: true,
+            node_name: "test".into(),
         };
         Harness {
             db,

@@ -22,6 +22,7 @@ mod teams;
 pub(crate) mod test_pg;
 mod turns;
 mod waiting_builds;
+mod waiting_steps;
 mod web_nodes;
 mod workers;
 
@@ -41,6 +42,7 @@ pub use task_caches::{TaskCacheKey, TaskCacheRow};
 pub use teams::TokenRow;
 pub use turns::TurnAhead;
 pub use waiting_builds::WaitingBuild;
+pub use waiting_steps::WaitingStep;
 pub use web_nodes::DEPARTURES_CHANNEL;
 pub use workers::WorkerRow;
 

@@ -151,6 +151,11 @@ impl Db {
             .bind(BuildStatus::Started.as_str())
             .fetch_all(&mut *tx)
             .await?;
+            // Its steps waiting for a worker wait again where resumed.
+            sqlx::query("DELETE FROM waiting_steps WHERE web_node = $1")
+                .bind(&name)
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await?;
             let mut ids: Vec<i64> = rows.into_iter().map(|r| r.0).collect();
             ids.sort_unstable();

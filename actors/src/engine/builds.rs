@@ -203,6 +203,31 @@ impl Engine {
         self.db.list_builds_page(query).await
     }
 
+    /// The fleet's queue: steps waiting for a worker (every compatible one
+    /// at its limits), by what they need, of `team` when given (any web
+    /// node's builds: each writes its waiting steps to the database).
+    pub async fn queue(
+        &self,
+        team: Option<&str>,
+    ) -> Result<Vec<crate::views::QueueKind>, EngineError> {
+        let now = crate::db::now_ms();
+        Ok(self
+            .db
+            .waiting_kinds(team)
+            .await?
+            .into_iter()
+            .map(|k| crate::views::QueueKind {
+                team: k.team,
+                platform: k.platform,
+                tags: k.tags,
+                resource_type: k.resource_type,
+                privileged: k.privileged,
+                waiting: k.count,
+                oldest_seconds: (now - k.oldest).max(0) as f64 / 1000.0,
+            })
+            .collect())
+    }
+
     /// How many builds there are in each status.
     pub async fn count_builds_by_status(&self) -> Result<Vec<(String, i64)>, EngineError> {
         self.db.count_builds_by_status().await

@@ -251,6 +251,7 @@ impl Engine {
             resources: self.resources.clone(),
             streams: self.streams.clone(),
             global_resources: self.config.pipelines.global_resources,
+            node_name: self.config.node_name.clone(),
         }
     }
 

@@ -85,6 +85,8 @@ impl Engine {
         self.warn_of_other_settings().await?;
         // Sessions of this node's previous run ended with it.
         self.db.forget_intercept_sessions(me).await?;
+        // Its steps waiting for a worker wait again where their builds resume.
+        self.db.purge_waiting_steps(me).await?;
         let own = self.db.unfinished_builds(me).await?;
         self.take_over_builds(own).await?;
         self.placer.purge(me, started).await?;

@@ -236,7 +236,7 @@ mod tests {
 
     #[test]
     fn a_check_plan_of_a_resource_type_checks_its_image() {
-        let pipeline = "resource_types:\n- {name: mine, type: mock, source: {mirror_self: true}, tags: [tt]}\nresources: []\njobs: []\n";
+        let pipeline = "resource_types:\n- {name: mine, type: mock, source: {mirror_self: true}, tags: [tt]}\nresources:\n- {name: r, type: mine, source: {}}\njobs:\n- {name: j, plan: [{get: r}]}\n";
         let plan = CheckPlan {
             pipeline: pipeline.into(),
             check: "mine".into(),

@@ -14,6 +14,7 @@ pub mod hijack;
 pub mod jobs;
 pub mod paging;
 pub mod pipelines;
+pub mod queue;
 pub mod teams;
 pub mod workers;
 

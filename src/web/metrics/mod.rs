@@ -129,6 +129,7 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
         builds: engine.count_builds_by_status().await?.into_iter().collect(),
         jobs: engine.jobs(),
         web_nodes: engine.web_nodes().await?,
+        queue: engine.queue(None).await?,
     };
     let gc = gc::Gc::read(engine).await?;
     let resources = engine.resource_stats();
@@ -175,11 +176,39 @@ struct Core {
     jobs: Vec<JobStatus>,
     /// The web nodes sharing the database.
     web_nodes: Vec<gantry_actors::api::WebNodeView>,
+    /// The fleet's waiting steps, by kind.
+    queue: Vec<gantry_actors::api::QueueKind>,
 }
 
 impl Core {
+    /// Records the fleet's queue: waiting steps by (platform, tags, team),
+    /// and the age of the oldest (what an autoscaler scales on).
+    fn record_queue(&self) {
+        describe_gauge!(
+            "gantry_steps_waiting",
+            "Steps of the whole fleet waiting for a worker (every compatible one at its limits), by the platform and tags (sorted, comma-joined) they need and their team."
+        );
+        describe_gauge!(
+            "gantry_steps_waiting_oldest_seconds",
+            "How long the longest-waiting step of the whole fleet has waited for a worker (0 when none waits)."
+        );
+        let mut by: BTreeMap<(String, String, String), i64> = BTreeMap::new();
+        let mut oldest: f64 = 0.0;
+        for k in &self.queue {
+            *by.entry((k.platform.clone(), k.tags.join(","), k.team.clone()))
+                .or_default() += k.waiting;
+            oldest = oldest.max(k.oldest_seconds);
+        }
+        for ((platform, tags, team), n) in by {
+            gauge!("gantry_steps_waiting", "platform" => platform, "tags" => tags, "team" => team)
+                .set(n as f64);
+        }
+        gauge!("gantry_steps_waiting_oldest_seconds").set(oldest);
+    }
+
     /// Records its figures into the current recorder.
     fn record(&self) {
+        self.record_queue();
         describe_gauge!("gantry_workers", "Workers by state.");
         for s in WorkerState::ALL {
             let n = self.workers.iter().filter(|w| w.state == s).count();
@@ -218,10 +247,10 @@ impl Core {
         }
         let stats = &self.scheduler;
         describe_gauge!(
-            "gantry_steps_waiting",
-            "Steps waiting for a worker with capacity."
+            "gantry_node_steps_waiting",
+            "Steps of this web node's builds waiting for a worker with capacity (the fleet's are gantry_steps_waiting)."
         );
-        gauge!("gantry_steps_waiting").set(stats.waiting as f64);
+        gauge!("gantry_node_steps_waiting").set(stats.waiting as f64);
         describe_counter!("gantry_placements_total", "Placements by strategy chain.");
         for chain in ["with_inputs", "without_inputs", "checks"] {
             let n = stats.placements.get(chain).copied().unwrap_or(0);
