@@ -39,10 +39,10 @@ jobs:
       run: {path: sh, args: [-c, 'cat hello/greeting; echo "mirrored=$MIRRORED_VERSION"']}
 "#;
 
-fn custom_type_and_image_resource(db: DbKind) {
-    let dir = tempfile::tempdir().unwrap();
-    let db = TestDb::new(db);
-    let image = dir.path().join("image.tar");
+/// The bare repository `greeter.git` under `dir`, whose `image.tar` is
+/// the custom type's image (an OCI layout with `check` and `in`).
+fn greeter_repo(dir: &std::path::Path) -> std::path::PathBuf {
+    let image = dir.join("image.tar");
     oci_image_with(
         &image,
         &[
@@ -53,7 +53,13 @@ fn custom_type_and_image_resource(db: DbKind) {
         ],
     );
     let tar = std::fs::read(&image).unwrap();
-    bare_repo_of(dir.path(), "greeter", &[("image.tar", &tar)]);
+    bare_repo_of(dir, "greeter", &[("image.tar", &tar)])
+}
+
+fn custom_type_and_image_resource(db: DbKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(db);
+    greeter_repo(dir.path());
     let daemon = GitDaemon::serve(dir.path());
     let server = quickstart(dir.path(), &db, &["--backend", "runc"]);
     write(&dir.path().join("pipeline.yml"), PIPELINE);
@@ -197,18 +203,7 @@ fn a_stored_pipelines_resource_type_is_checked_on_its_own_and_its_builds_use_wha
     }
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(DbKind::Sqlite);
-    let image = dir.path().join("image.tar");
-    oci_image_with(
-        &image,
-        &[
-            ("opt/", b"", false, 0o755),
-            ("opt/resource/", b"", false, 0o755),
-            ("opt/resource/check", CHECK, false, 0o755),
-            ("opt/resource/in", IN, false, 0o755),
-        ],
-    );
-    let tar = std::fs::read(&image).unwrap();
-    let bare = bare_repo_of(dir.path(), "greeter", &[("image.tar", &tar)]);
+    let bare = greeter_repo(dir.path());
     let seed = dir.path().join("greeter-seed");
     let first = git(&seed, &["rev-parse", "HEAD"]).trim().to_string();
     let daemon = GitDaemon::serve(dir.path());

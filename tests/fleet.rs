@@ -194,16 +194,21 @@ fn with_rerun_a_step_whose_worker_vanishes_runs_again_elsewhere() {
     });
 }
 
+/// A web node whose steps go first to workers under their task limit.
+fn web_limiting_tasks(dir: &std::path::Path, db: &TestDb) -> Server {
+    let chain = "[\"limit-active-tasks\", \"fewest-build-containers\"]";
+    start_web(
+        dir,
+        db,
+        &format!("[web.placement]\nwith_inputs = {chain}\nwithout_inputs = {chain}\n"),
+    )
+}
+
 #[test]
 fn limit_active_tasks_never_runs_more_than_the_limit_on_a_worker() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(DbKind::Sqlite);
-    let chain = "[\"limit-active-tasks\", \"fewest-build-containers\"]";
-    let web = start_web(
-        dir.path(),
-        &db,
-        &format!("[web.placement]\nwith_inputs = {chain}\nwithout_inputs = {chain}\n"),
-    );
+    let web = web_limiting_tasks(dir.path(), &db);
     let _w: Vec<Server> = ["l1", "l2"]
         .iter()
         .map(|n| start_worker(dir.path(), &web.url, n, &["--max-active-tasks", "2"]))
@@ -453,12 +458,7 @@ fn queued_big(url: &str) -> (i64, Option<f64>) {
 fn the_queue_shows_steps_waiting_for_a_busy_tagged_worker_by_tag() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(DbKind::Sqlite);
-    let chain = "[\"limit-active-tasks\", \"fewest-build-containers\"]";
-    let web = start_web(
-        dir.path(),
-        &db,
-        &format!("[web.placement]\nwith_inputs = {chain}\nwithout_inputs = {chain}\n"),
-    );
+    let web = web_limiting_tasks(dir.path(), &db);
     let _w = start_worker(
         dir.path(),
         &web.url,
