@@ -329,10 +329,34 @@ fn a_build_triggered_by_hand_waits_for_inputs_it_cannot_have_yet_and_says_why() 
         url,
         &["pin-resource", "-r", "w/m", "-v", "version:v2"],
     ));
+    // A job gone from the pipeline ends what of it waits, saying why.
+    let gone = triggered(&ok(&client(url, &["trigger-job", "-j", "w/down"])));
+    assert_eq!(build_json(url, gone)["status"], "pending");
+    write(
+        &dir.path().join("w.yml"),
+        WAITS.replace("- name: down", "- name: renamed"),
+    );
+    ok(&client(
+        url,
+        &["set-pipeline", "-p", "w", "-c", file.to_str().unwrap()],
+    ));
+    wait_for(
+        "the build of a removed job to end",
+        Duration::from_secs(30),
+        || (build_json(url, gone)["status"] == "aborted").then_some(()),
+    );
+    assert!(error_of(url, gone).contains("no longer startable"));
+
+    write(&dir.path().join("w.yml"), WAITS);
+    ok(&client(
+        url,
+        &["set-pipeline", "-p", "w", "-c", file.to_str().unwrap()],
+    ));
     let left = triggered(&ok(&client(url, &["trigger-job", "-j", "w/down"])));
     assert_eq!(build_json(url, left)["status"], "pending");
     ok(&client(url, &["destroy-pipeline", "-p", "w"]));
     assert_eq!(build_json(url, left)["status"], "aborted");
+    assert_eq!(error_of(url, left), "its pipeline was destroyed");
 }
 
 /// Checks resource `r` (`P/R`) of mock type from `version`, which becomes
@@ -345,4 +369,13 @@ fn new_version_of(url: &str, r: &str, version: &str) {
 /// Build `id` as the API shows it.
 fn build_json(url: &str, id: i64) -> serde_json::Value {
     api(url, &format!("/api/v1/builds/{id}"))
+}
+
+/// The message of build `id`'s error event.
+fn error_of(url: &str, id: i64) -> String {
+    common::nodes::events(url, id)
+        .iter()
+        .find(|e| e["type"] == "error")
+        .and_then(|e| e["message"].as_str().map(str::to_string))
+        .unwrap_or_else(|| panic!("build {id} has no error event"))
 }

@@ -162,8 +162,25 @@ impl Engine {
 
     /// Ends waiting build `id` aborted, if it still waits (then true).
     pub(super) async fn abort_waiting(&self, id: i64) -> Result<bool, EngineError> {
+        self.abort_waiting_because(id, None).await
+    }
+
+    /// Ends waiting build `id` aborted, if it still waits (then true),
+    /// saying `why` first when given.
+    pub(super) async fn abort_waiting_because(
+        &self,
+        id: i64,
+        why: Option<&str>,
+    ) -> Result<bool, EngineError> {
         if !self.db.abort_waiting_build(id).await? {
             return Ok(false);
+        }
+        if let Some(why) = why {
+            let error = BuildEvent::Error {
+                message: why.to_string(),
+                time: crate::db::now_ms(),
+            };
+            self.emit_outside(id, &error).await?;
         }
         self.emit_outside(
             id,
@@ -189,6 +206,12 @@ impl Engine {
             if !jobs.contains_key(&key) {
                 let job = match self.waiting_job(&w).await {
                     Ok(job) => Some(job),
+                    // Its job (or pipeline) is gone: it would wait for ever.
+                    Err(e @ EngineError::NotFound { .. }) => {
+                        self.end_waiting(&w, &format!("no longer startable: {e}"))
+                            .await?;
+                        continue;
+                    }
                     Err(e) => {
                         tracing::warn!(build = w.id, "a build waiting for its inputs: {e}");
                         None
@@ -202,6 +225,12 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Ends waiting build `w` aborted (if it still waits), saying `why`
+    /// in its log.
+    async fn end_waiting(&self, w: &WaitingBuild, why: &str) -> Result<(), EngineError> {
+        self.abort_waiting_because(w.id, Some(why)).await.map(drop)
     }
 
     /// The job waiting build `w` is of, its inputs resolved now.

@@ -135,7 +135,8 @@ impl Engine {
         // Its builds waiting for inputs would wait for ever: they end.
         for w in self.db.waiting_builds().await? {
             if (w.team.as_str(), w.pipeline.as_str()) == (team, name) {
-                self.abort_waiting(w.id).await?;
+                self.abort_waiting_because(w.id, Some("its pipeline was destroyed"))
+                    .await?;
             }
         }
         Ok(())
