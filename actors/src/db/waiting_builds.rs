@@ -150,8 +150,19 @@ mod tests {
     /// once (a second fill or an abort after it does nothing), and an
     /// abort ends one that still waits.
     #[tokio::test]
-    async fn a_waiting_build_is_filled_or_aborted_once() {
+    async fn a_waiting_build_is_filled_or_aborted_once_on_sqlite() {
         let (db, _dir) = crate::db::test_db().await;
+        filled_or_aborted_once(&db).await;
+    }
+
+    #[tokio::test]
+    async fn a_waiting_build_is_filled_or_aborted_once_on_postgres() {
+        let pg = crate::db::test_pg::PgDb::new().await;
+        filled_or_aborted_once(&pg.db).await;
+        pg.drop().await;
+    }
+
+    async fn filled_or_aborted_once(db: &Db) {
         let (row, _) = db
             .set_pipeline(
                 "main",

@@ -159,8 +159,19 @@ mod tests {
     /// Steps are grouped by what they need (tags in any order are one
     /// kind), per team, and a node's go with it.
     #[tokio::test]
-    async fn waiting_steps_are_grouped_and_purged() {
+    async fn waiting_steps_are_grouped_and_purged_on_sqlite() {
         let (db, _dir) = crate::db::test_db().await;
+        grouped_and_purged(&db).await;
+    }
+
+    #[tokio::test]
+    async fn waiting_steps_are_grouped_and_purged_on_postgres() {
+        let pg = crate::db::test_pg::PgDb::new().await;
+        grouped_and_purged(&pg.db).await;
+        pg.drop().await;
+    }
+
+    async fn grouped_and_purged(db: &Db) {
         db.insert_waiting_step(&step("1", "main", &["gpu", "big"], 10))
             .await
             .unwrap();
