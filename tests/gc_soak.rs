@@ -225,10 +225,11 @@ fn wipe_machine(work: &Path) {
             .args(["delete", "--force", &id])
             .output()
             .expect("runc runs");
+        // One a `runc` of the killed worker deleted meanwhile is gone too.
+        let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
-            out.status.success(),
-            "runc delete {id}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            out.status.success() || runc_lost_a_container(&stderr),
+            "runc delete {id}: {stderr}"
         );
     }
     let mut mounts = mounts_under(work);

@@ -7,23 +7,37 @@ use std::process::Command;
 
 use super::TestDb;
 
-/// The ids of runc's containers whose state is under `work/runc`.
+/// Whether runc failed only because a container went away while it
+/// looked (its state deleted by a `runc` still finishing).
+pub fn runc_lost_a_container(stderr: &str) -> bool {
+    stderr.contains("does not exist") || stderr.contains("no such file or directory")
+}
+
+/// The ids of runc's containers whose state is under `work/runc`. A
+/// container deleted while runc lists them (a `runc` of a killed worker
+/// still finishing) makes runc fail: the list is read again, at most 50
+/// times.
 pub fn runc_ids(work: &Path) -> BTreeSet<String> {
     let root = work.join("runc");
     if !root.exists() {
         return BTreeSet::new();
     }
-    let out = Command::new("runc")
-        .arg("--root")
-        .arg(&root)
-        .args(["list", "-q"])
-        .output()
-        .expect("runc runs");
-    assert!(
-        out.status.success(),
-        "runc list: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut tries = 0;
+    let out = loop {
+        let out = Command::new("runc")
+            .arg("--root")
+            .arg(&root)
+            .args(["list", "-q"])
+            .output()
+            .expect("runc runs");
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        tries += 1;
+        if out.status.success() || !runc_lost_a_container(&stderr) || tries == 50 {
+            assert!(out.status.success(), "runc list: {stderr}");
+            break out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(str::to_string)
