@@ -244,6 +244,16 @@ impl Db {
             .collect())
     }
 
+    /// The sequence number of a build's last event (0 when it has none).
+    pub async fn last_event_seq(&self, build_id: i64) -> Result<i64, EngineError> {
+        let (seq,): (Option<i64>,) =
+            sqlx::query_as("SELECT MAX(seq) FROM build_events WHERE build_id = $1")
+                .bind(build_id)
+                .fetch_one(self.pool())
+                .await?;
+        Ok(seq.unwrap_or(0))
+    }
+
     /// Every event of a build after `after`, in order.
     pub async fn build_events_after(
         &self,

@@ -154,9 +154,8 @@ impl Engine {
 
     /// Emits `event` for build `id`, which no build actor runs (it waits).
     async fn emit_outside(&self, id: i64, event: &BuildEvent) -> Result<(), EngineError> {
-        let last = self.db.build_events_after(id, 0).await?.last().map(|e| e.0);
-        let mut sink =
-            EventSink::resume(id, last.unwrap_or(0) + 1, self.db.clone(), self.hub.clone());
+        let next = self.db.last_event_seq(id).await? + 1;
+        let mut sink = EventSink::resume(id, next, self.db.clone(), self.hub.clone());
         sink.emit(event).await
     }
 
@@ -275,13 +274,8 @@ impl Engine {
             return Ok(());
         }
         tracing::info!(build = w.id, job = %w.job, "a build waiting for its inputs starts");
-        let last = self
-            .db
-            .build_events_after(w.id, 0)
-            .await?
-            .last()
-            .map(|e| e.0);
-        self.start_runnable(w.id, run, last.unwrap_or(0));
+        let last = self.db.last_event_seq(w.id).await?;
+        self.start_runnable(w.id, run, last);
         Ok(())
     }
 

@@ -157,16 +157,22 @@ pub async fn version_to_fetch(
     r: &Resource<'_>,
     pinned: Option<&Value>,
 ) -> Result<Value, Halt> {
-    if let Some(v) = pinned {
-        return Ok(v.clone());
+    match pinned {
+        Some(v) => Ok(v.clone()),
+        None => checked_newest(ctx, r, None).await,
     }
-    check(ctx, r, None).await?;
-    let newest = ctx
-        .db()
-        .versions(ctx.team(), &r.config.key(), 1)
-        .await?
-        .pop();
-    match newest {
+}
+
+/// Checks `r` into `scope` (else the build's team) and answers the newest
+/// version stored there.
+async fn checked_newest(
+    ctx: &mut StepContext,
+    r: &Resource<'_>,
+    scope: Option<&str>,
+) -> Result<Value, Halt> {
+    check(ctx, r, scope).await?;
+    let scope = scope.unwrap_or(ctx.team()).to_string();
+    match ctx.db().versions(&scope, &r.config.key(), 1).await?.pop() {
         Some(row) => Ok(row.version),
         None => Err(Halt::Error(EngineError::Invalid(format!(
             "resource {:?}: check found no version to fetch",
@@ -193,16 +199,9 @@ async fn image_version(
     let Some(scope) = periodic else {
         return version_to_fetch(ctx, r, pinned).await;
     };
-    if let Some(row) = ctx.db().versions(&scope, &key, 1).await?.pop() {
-        return Ok(row.version);
-    }
-    check(ctx, r, Some(&scope)).await?;
     match ctx.db().versions(&scope, &key, 1).await?.pop() {
         Some(row) => Ok(row.version),
-        None => Err(Halt::Error(EngineError::Invalid(format!(
-            "resource type {:?}: check found no version of its image",
-            r.name
-        )))),
+        None => checked_newest(ctx, r, Some(&scope)).await,
     }
 }
 
