@@ -694,14 +694,28 @@ impl Figures {
         }
     }
 
-    /// The figure `ratio` is `over / under` (to 2 %, as printed).
+    /// The figure `ratio` is `over / under`, within what printing each of
+    /// the three rounded away (half a unit of its last printed digit: a
+    /// small figure printed to 0.1 carries a large relative error).
     pub fn assert_ratio(&self, ratio: &str, over: &str, under: &str) {
-        let want = self.number(over) / self.number(under);
+        let (o, u) = (self.number(over), self.number(under));
+        let want = o / u;
+        let (eo, eu) = (self.rounding(over) / o, self.rounding(under) / u);
+        // (o ± eo·o) / (u ∓ eu·u), at its widest.
+        let spread = want * ((1.0 + eo) / (1.0 - eu) - 1.0);
+        let tolerance = spread + self.rounding(ratio) + 1e-9;
         assert!(
-            (self.number(ratio) - want).abs() < 0.02 * want.max(1.0),
-            "{ratio} is not {over} / {under}:\n{}",
+            (self.number(ratio) - want).abs() <= tolerance,
+            "{ratio} is not {over} / {under} (within {tolerance}):\n{}",
             self.stdout
         );
+    }
+
+    /// Half a unit of the last digit figure `name` is printed with.
+    fn rounding(&self, name: &str) -> f64 {
+        let text = self.get(name).unwrap_or_default();
+        let decimals = text.split_once('.').map_or(0, |(_, d)| d.len());
+        0.5 * 10f64.powi(-(decimals as i32))
     }
 
     /// The figure `name` as a number; panics naming it when absent or not one.
