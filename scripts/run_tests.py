@@ -26,6 +26,7 @@ SLOW_FIRST = [
     "gc_soak",
     "testflight",
     "web_nodes",
+    "web_nodes_s3",
     "gc_pressure",
     "rolling_upgrade",
     "fleet",

@@ -65,15 +65,27 @@ if [ ! -x "$validator" ]; then
 fi
 export GANTRY_OPENAPI_VALIDATOR="$PWD/$validator"
 
+# The object storage tests' S3 server: s3s-fs, the s3s project's server
+# keeping objects as files (a server killed and started again on the same
+# data dir keeps them), built from crates.io (0.14.1: the last release for
+# Rust 1.92-1.95).
+s3s=target/s3s/bin/s3s-fs
+if [ ! -x "$s3s" ]; then
+  echo "installing s3s-fs in target/s3s"
+  cargo install s3s-fs --version 0.14.1 --features binary --locked --root target/s3s
+fi
+export GANTRY_S3_SERVER="$PWD/$s3s"
+
 # The worker agent's dependency tree holds no database, Kubernetes client,
-# OpenAPI, metrics exporter, progress bars or engine (docs/architecture.md).
+# OpenAPI, metrics exporter, progress bars, object storage client or engine
+# (docs/architecture.md).
 forbidden=$(cargo tree -p gantry-agent -e normal --prefix none | sed 's/ v[0-9].*//' | sort -u |
-  grep -E '^(sqlx|kube|utoipa|metrics-exporter-prometheus|indicatif|gantry-actors)(-.*)?$' || true)
+  grep -E '^(sqlx|kube|utoipa|metrics-exporter-prometheus|indicatif|object_store|gantry-actors)(-.*)?$' || true)
 if [ -n "$forbidden" ]; then
   echo "gantry-agent must not depend on: $forbidden" >&2
   exit 1
 fi
-echo "gantry-agent's dependency tree: no sqlx, kube, utoipa, metrics-exporter-prometheus, indicatif or gantry-actors"
+echo "gantry-agent's dependency tree: no sqlx, kube, utoipa, metrics-exporter-prometheus, indicatif, object_store or gantry-actors"
 
 # No import cycle between the engine's top-level modules (docs/architecture.md).
 python3 scripts/engine_cycles.py

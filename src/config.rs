@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 
 pub use gantry_agent::config::{host_name, ContainerLimitDefaults, WorkerConfig};
 
+#[path = "config_store.rs"]
+mod store;
+pub use store::{parse_s3_url, ArtifactLocation, S3Config};
+
 /// The whole configuration file: a `[web]` and a `[worker]` table.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -89,6 +93,14 @@ pub struct WebConfig {
     /// are stored; several web nodes must share one directory (a network
     /// file system every node mounts). Default `DATA_DIR/artifacts`.
     pub artifacts_dir: Option<PathBuf>,
+    /// Keep artifacts in S3-compatible object storage instead of a
+    /// directory: `s3://BUCKET/PREFIX` (the prefix may be left out).
+    /// Several web nodes share it with no shared file system. Its
+    /// endpoint, region and credentials are `[web.s3]` or the `AWS_*`
+    /// environment. Default: none (the directory `artifacts_dir`).
+    pub artifacts: Option<String>,
+    /// The object storage of `artifacts` (`[web.s3]`).
+    pub s3: S3Config,
     /// How artifacts move between workers (`[web.streaming]`).
     pub streaming: StreamingConfig,
     /// The garbage Collector's rules (`[web.gc]`).
@@ -129,6 +141,16 @@ pub struct WebConfig {
 }
 
 impl WebConfig {
+    /// Where artifacts are kept (see [`ArtifactLocation::resolve`]).
+    pub fn artifact_location(&self) -> anyhow::Result<ArtifactLocation> {
+        ArtifactLocation::resolve(
+            self.artifacts.as_deref(),
+            self.artifacts_dir.as_ref(),
+            &self.s3,
+            &self.data_dir,
+        )
+    }
+
     /// Whether any user token is set (otherwise the API is open).
     pub fn secured(&self) -> bool {
         self.admin_token.is_some() || !self.teams.is_empty()
@@ -163,7 +185,9 @@ impl WebConfig {
     /// The settings every web node sharing a database should share, as a
     /// short digest (12 hex digits of a SHA-256): everything but what is a
     /// node's own (its address, name, data and artifact directories,
-    /// database URL, node heartbeat and timeout, Kubernetes clusters) and
+    /// database URL, node heartbeat and timeout, Kubernetes clusters; the
+    /// artifact store, whose sharing its id proves, and whose `[web.s3]`
+    /// holds secrets) and
     /// the secrets (registration key and tokens), which the API shows no
     /// function of (a weak one could be guessed against it offline).
     pub fn shared_settings_digest(&self) -> String {
@@ -178,6 +202,8 @@ impl WebConfig {
                 "node_heartbeat_secs",
                 "node_timeout_secs",
                 "artifacts_dir",
+                "artifacts",
+                "s3",
                 "kubernetes",
                 "registration_key",
                 "admin_token",
@@ -439,6 +465,8 @@ impl Default for WebConfig {
             node_heartbeat_secs: 2,
             node_timeout_secs: 10,
             artifacts_dir: None,
+            artifacts: None,
+            s3: S3Config::default(),
             streaming: StreamingConfig::default(),
             gc: GcConfig::default(),
             metrics_public: true,

@@ -164,19 +164,6 @@ fn unix_ms() -> i64 {
         .as_millis() as i64
 }
 
-/// `/readyz`'s status and body, or `None` when the node does not answer.
-fn readyz(url: &str) -> Option<(u16, String)> {
-    let resp = reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()
-        .ok()?
-        .get(format!("{url}/readyz"))
-        .send()
-        .ok()?;
-    let status = resp.status().as_u16();
-    Some((status, resp.text().ok()?))
-}
-
 /// Runs a one-off task that prints `word`; panics with the logs if it fails.
 fn build_prints(web: &Server, worker: &Server, dir: &Path, word: &str) {
     let task = dir.join(format!("{word}.yml"));

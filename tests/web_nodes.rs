@@ -88,23 +88,12 @@ fn one_web_node_at_a_time_runs_the_collector_and_another_takes_over() {
     );
 }
 
-/// A tar stream of one file `f` holding `text`.
-fn tar_of(text: &str) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    let mut h = tar::Header::new_gnu();
-    h.set_size(text.len() as u64);
-    h.set_mode(0o644);
-    h.set_cksum();
-    b.append_data(&mut h, "f", text.as_bytes()).unwrap();
-    b.into_inner().unwrap()
-}
-
 /// Uploads through `one`, builds through `other`, downloads through `one`.
 fn artifact_crosses_nodes(one: &str, other: &str) {
     let http = reqwest::blocking::Client::new();
     let kept: serde_json::Value = http
         .post(format!("{one}/api/v1/teams/main/artifacts"))
-        .body(tar_of("made on one node\n"))
+        .body(one_file_tar(b"made on one node\n"))
         .send()
         .and_then(|r| r.error_for_status())
         .and_then(|r| r.json())

@@ -1,5 +1,6 @@
 //! Where artifacts live when they are on no worker: the interface the engine
-//! uses; the web node implements it on its disk.
+//! uses; the web node implements it on its disk or on S3-compatible object
+//! storage.
 
 use async_trait::async_trait;
 
@@ -62,19 +63,32 @@ pub trait ArtifactStore: Send + Sync {
     ) -> Result<StoredArtifact, EngineError>;
     /// Deletes an artifact's data; deleting a missing one is not an error.
     async fn delete(&self, id: &str) -> Result<(), EngineError>;
-    /// Where the store is, for messages (its directory).
+    /// Where the store is, for messages (its directory, or its
+    /// `s3://bucket/prefix`).
     fn location(&self) -> String {
         "the artifact store".into()
+    }
+    /// What an operator does to point this node at the store the other
+    /// web nodes share, for the message refusing a node whose store is not
+    /// theirs.
+    fn share_hint(&self) -> String {
+        "point artifacts_dir at the directory they share".into()
     }
     /// The store's id, if it was given one (see [`ArtifactStore::set_id`]).
     /// Web nodes sharing a database must share one store: the engine
     /// compares this id with the one the database records.
-    fn id(&self) -> Result<Option<String>, EngineError> {
+    async fn id(&self) -> Result<Option<String>, EngineError> {
         Ok(None)
     }
     /// Gives the store its id.
-    fn set_id(&self, id: &str) -> Result<(), EngineError> {
+    async fn set_id(&self, id: &str) -> Result<(), EngineError> {
         let _ = id;
+        Ok(())
+    }
+    /// Whether the store answers now, for readiness (`/readyz`): a cheap
+    /// request, failing with [`EngineError::Unavailable`] when the store
+    /// cannot be reached. A local directory always answers.
+    async fn check(&self) -> Result<(), EngineError> {
         Ok(())
     }
 }

@@ -54,6 +54,11 @@ impl Artifacts {
         Artifacts { store, db }
     }
 
+    /// Whether the store answers now (see [`ArtifactStore::check`]).
+    pub async fn check_store(&self) -> Result<(), EngineError> {
+        self.store.check().await
+    }
+
     /// Stores `body` (a tar stream in `encoding`, checked as `kind` requires)
     /// and records it for `owner`. An image whose digest the team has stored
     /// already is dropped in favour of the one stored. On any failure nothing

@@ -58,6 +58,11 @@ pub enum EngineError {
     /// Something is larger than a configured limit; the message names it.
     #[error("{0}")]
     TooLarge(String),
+    /// A service the call needs (the artifact store's object storage) does
+    /// not answer; the message names it and what failed. Nothing stored
+    /// before is lost: the call may be tried again once it is back.
+    #[error("{0}")]
+    Unavailable(String),
     /// A local file operation failed.
     #[error("{context}: {source}")]
     Io {

@@ -8,5 +8,6 @@ pub mod gc;
 pub mod image_pull;
 pub mod placement;
 pub mod rig;
+pub mod s3;
 pub mod scheduling;
 pub mod stream;

@@ -119,6 +119,15 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 BenchCommand::Stream { size, rounds } => actix_web::rt::System::new().block_on(
                     crate::bench::stream::bench(crate::bench::stream::StreamBench { size, rounds }),
                 )?,
+                BenchCommand::S3 { size, s3_server } => {
+                    let server = crate::agent::backend::find_executable(&s3_server)
+                        .ok_or_else(|| {
+                            anyhow::anyhow!("bench s3 needs s3s-fs, and {s3_server:?} is not found: install it (cargo install s3s-fs --version 0.14.1 --features binary --locked) or pass --s3-server PATH (GANTRY_S3_SERVER)")
+                        })?;
+                    actix_web::rt::System::new().block_on(crate::bench::s3::bench(
+                        crate::bench::s3::S3Bench { size, server },
+                    ))?
+                }
                 BenchCommand::Gc {
                     handles,
                     reports,

@@ -569,6 +569,19 @@ pub enum BenchCommand {
         #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432")]
         postgres_url: String,
     },
+    /// One artifact uploaded to and downloaded from a web node keeping
+    /// artifacts on S3-compatible object storage (a real `s3s-fs` on
+    /// loopback), with its memory watched, against the same on a web node
+    /// keeping them in a directory.
+    S3 {
+        /// Bytes of the artifact's file (e.g. 1GiB, 64MiB).
+        #[arg(long, default_value = "1GiB", value_parser = crate::bench::stream::parse_size)]
+        size: u64,
+        /// The `s3s-fs` binary (`cargo install s3s-fs --version 0.14.1
+        /// --features binary --locked`).
+        #[arg(long, env = "GANTRY_S3_SERVER", default_value = "s3s-fs")]
+        s3_server: String,
+    },
 }
 
 /// Parses `90`, `90s`, `10m`, `1h` or `30d` into seconds.

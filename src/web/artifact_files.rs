@@ -23,7 +23,8 @@ use gantry_actors::EngineError;
 use tempfile::NamedTempFile;
 
 use crate::config::DEFAULT_MAX_ARTIFACT_BYTES;
-use crate::tarball::{self, CopyError, TarError, UnpackLimits};
+use crate::tarball;
+use crate::web::artifact_format::{checked_id, serve_zstd, UploadRules};
 
 /// Suffix of the artifacts stored by this version: zstd tar.
 const ZSTD_SUFFIX: &str = "tar.zst";
@@ -41,10 +42,10 @@ pub struct ArtifactFiles {
     /// Prefix of this node's temporary files (`NODE.`): several web nodes
     /// may share the directory, and each removes only its own leftovers.
     node: String,
-    /// Largest artifact accepted: its decoded tar stream (so a huge or
-    /// highly compressed upload cannot fill the disk before it is checked)
-    /// and the contents it unpacks to (`web.max_artifact_bytes`).
-    max_bytes: u64,
+    /// What an upload must pass; its largest artifact bounds the decoded
+    /// tar stream too, so a huge or highly compressed upload cannot fill
+    /// the disk before it is checked.
+    rules: UploadRules,
 }
 
 /// How an artifact's file holds its tar stream.
@@ -93,7 +94,9 @@ impl ArtifactFiles {
         Ok(ArtifactFiles {
             dir,
             node,
-            max_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
+            rules: UploadRules {
+                max_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
+            },
         })
     }
 
@@ -116,42 +119,19 @@ impl ArtifactFiles {
     /// Sets the largest artifact accepted, in bytes (see
     /// `WebConfig::max_artifact_bytes`).
     pub fn with_max_bytes(mut self, max_bytes: u64) -> Self {
-        self.max_bytes = max_bytes;
+        self.rules.max_bytes = max_bytes;
         self
-    }
-
-    fn too_large(&self) -> EngineError {
-        EngineError::TooLarge(format!(
-            "artifact too large: it exceeds the limit of {} bytes (web.max_artifact_bytes)",
-            self.max_bytes
-        ))
     }
 
     /// The file of artifact `id` in `format`; an id that cannot be one is
     /// not found.
     fn path(&self, id: &str, format: Format) -> Result<PathBuf, EngineError> {
-        if id.is_empty() || !id.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-            return Err(EngineError::NotFound {
-                kind: "artifact",
-                name: id.to_string(),
-            });
-        }
+        let id = checked_id(id)?;
         let suffix = match format {
             Format::Zstd => ZSTD_SUFFIX,
             Format::Plain => PLAIN_SUFFIX,
         };
         Ok(self.dir.join(format!("{id}.{suffix}")))
-    }
-
-    /// The extraction rules an upload of this kind must pass.
-    fn limits(&self, kind: ArtifactKind) -> UnpackLimits {
-        UnpackLimits {
-            max_bytes: self.max_bytes,
-            // Images hold absolute symlinks (resolved inside the container's
-            // root); extraction never follows a symlink, so they are safe.
-            allow_absolute_symlinks: kind == ArtifactKind::Image,
-            ..UnpackLimits::default()
-        }
     }
 
     /// Opens artifact `id`'s file, in this version's format or an earlier one.
@@ -167,17 +147,6 @@ impl ArtifactFiles {
             kind: "artifact",
             name: id.to_string(),
         })
-    }
-
-    /// The engine's answer to a failed upload.
-    fn refusal(&self, e: CopyError) -> EngineError {
-        match e {
-            CopyError::Write(e) => EngineError::io("writing artifact file", e),
-            CopyError::Tar(TarError::TooLarge { .. }) => self.too_large(),
-            CopyError::Tar(e) => {
-                EngineError::Invalid(format!("the upload is not an acceptable tar stream: {e}"))
-            }
-        }
     }
 }
 
@@ -214,7 +183,7 @@ impl ArtifactStore for ArtifactFiles {
         self.dir.display().to_string()
     }
 
-    fn id(&self) -> Result<Option<String>, EngineError> {
+    async fn id(&self) -> Result<Option<String>, EngineError> {
         self.store_id().map_err(|e| {
             EngineError::Invalid(format!(
                 "reading the artifact store's id in {}: {e}",
@@ -223,7 +192,7 @@ impl ArtifactStore for ArtifactFiles {
         })
     }
 
-    fn set_id(&self, id: &str) -> Result<(), EngineError> {
+    async fn set_id(&self, id: &str) -> Result<(), EngineError> {
         self.set_store_id(id).map_err(|e| {
             EngineError::Invalid(format!(
                 "writing the artifact store's id in {}: {e}",
@@ -241,13 +210,9 @@ impl ArtifactStore for ArtifactFiles {
             file,
             WRITE_BUFFER,
         ));
-        Ok(match (format, encoding) {
-            (Format::Zstd, Encoding::Zstd) => stored,
-            (Format::Zstd, Encoding::Raw) => tarball::decode(stored, Encoding::Zstd),
-            (Format::Zstd, other) => {
-                tarball::encode(tarball::decode(stored, Encoding::Zstd), other)
-            }
-            (Format::Plain, encoding) => tarball::encode(stored, encoding),
+        Ok(match format {
+            Format::Zstd => serve_zstd(stored, encoding),
+            Format::Plain => tarball::encode(stored, encoding),
         })
     }
 
@@ -266,9 +231,13 @@ impl ArtifactStore for ArtifactFiles {
         let out = BufWriter::with_capacity(WRITE_BUFFER, tmp);
         let hash = kind == ArtifactKind::Image;
         // On failure the temporary file is dropped, which removes it.
-        let (copy, out) = tarball::copy_checked(body, encoding, self.limits(kind), hash, out)
+        let limits = self.rules.limits(kind);
+        let (copy, out) = tarball::copy_checked(body, encoding, limits, hash, out)
             .await
-            .map_err(|e| self.refusal(e))?;
+            .map_err(|e| {
+                self.rules
+                    .refusal(e, |e| EngineError::io("writing artifact file", e))
+            })?;
         persist(out, &dest).await?;
         Ok(StoredArtifact {
             id,
@@ -292,4 +261,4 @@ impl ArtifactStore for ArtifactFiles {
 
 #[cfg(test)]
 #[path = "artifact_files_tests.rs"]
-mod tests;
+pub(crate) mod tests;

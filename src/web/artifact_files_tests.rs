@@ -19,7 +19,7 @@ use tempfile::TempDir;
 use super::ArtifactFiles;
 
 /// A stream of `data` in uneven chunks.
-fn stream_of(data: Vec<u8>) -> ByteStream {
+pub(crate) fn stream_of(data: Vec<u8>) -> ByteStream {
     let chunks: Vec<io::Result<Bytes>> = data
         .chunks(7919)
         .map(|c| Ok(Bytes::copy_from_slice(c)))
@@ -28,7 +28,7 @@ fn stream_of(data: Vec<u8>) -> ByteStream {
 }
 
 /// Everything `s` yields, or its first error.
-async fn collect(mut s: ByteStream) -> io::Result<Vec<u8>> {
+pub(crate) async fn collect(mut s: ByteStream) -> io::Result<Vec<u8>> {
     let mut out = Vec::new();
     while let Some(item) = s.next().await {
         out.extend_from_slice(&item?);
@@ -37,7 +37,7 @@ async fn collect(mut s: ByteStream) -> io::Result<Vec<u8>> {
 }
 
 /// `len` bytes of xorshift noise from `seed` (incompressible).
-fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+pub(crate) fn noise(len: usize, mut seed: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(len + 8);
     while out.len() < len {
         seed ^= seed << 13;
@@ -50,7 +50,7 @@ fn noise(len: usize, mut seed: u64) -> Vec<u8> {
 }
 
 /// A tar of a few files, over a MiB, partly compressible.
-fn sample_tar() -> Vec<u8> {
+pub(crate) fn sample_tar() -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     let mut add = |path: &str, data: &[u8], kind: EntryType, link: Option<&str>| {
         let mut h = Header::new_gnu();
@@ -76,7 +76,7 @@ fn sample_tar() -> Vec<u8> {
 }
 
 /// A tar holding one file at a raw (unchecked) path.
-fn tar_with_path(path: &[u8]) -> Vec<u8> {
+pub(crate) fn tar_with_path(path: &[u8]) -> Vec<u8> {
     let data = b"pwned";
     let mut h = Header::new_gnu();
     h.as_old_mut().name[..path.len()].copy_from_slice(path);

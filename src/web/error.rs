@@ -56,6 +56,7 @@ impl From<EngineError> for ApiError {
             EngineError::NotFound { .. } => StatusCode::NOT_FOUND,
             EngineError::NoWorkers(_) => StatusCode::SERVICE_UNAVAILABLE,
             EngineError::Mailbox(_) => StatusCode::SERVICE_UNAVAILABLE,
+            EngineError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             EngineError::Runtime(_) => StatusCode::BAD_GATEWAY,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };

@@ -1,6 +1,6 @@
 //! Health routes for load balancers and orchestrators (no token needed):
 //! `/healthz` answers while the process serves; `/readyz` only while the
-//! database answers and the Scheduler runs.
+//! database answers, the Scheduler runs and the artifact store answers.
 
 use std::time::Duration;
 
@@ -37,9 +37,10 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(OK)
 }
 
-/// `GET /readyz`: 200 when a `SELECT 1` on the database and a message to
-/// the Scheduler are both answered within [`CHECK_TIMEOUT`]; otherwise 503
-/// saying which failed.
+/// `GET /readyz`: 200 when a `SELECT 1` on the database, a message to the
+/// Scheduler and a cheap request to the artifact store (object storage: a
+/// `HEAD` of its id object) are all answered within [`CHECK_TIMEOUT`];
+/// otherwise 503 saying which failed.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -47,20 +48,25 @@ pub async fn healthz() -> HttpResponse {
     tag = "operations",
     security(()),
     responses(
-        (status = 200, description = "The database answers and the Scheduler runs", body = Status),
-        (status = 503, description = "The database or the Scheduler does not answer"),
+        (status = 200, description = "The database answers, the Scheduler runs and the artifact store answers", body = Status),
+        (status = 503, description = "The database, the Scheduler or the artifact store does not answer"),
     )
 )]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let engine = &state.engine;
-    let (db, scheduler) = futures::join!(
+    let (db, scheduler, store) = futures::join!(
         check(engine.ping_database()),
-        check(engine.ping_scheduler())
+        check(engine.ping_scheduler()),
+        check(engine.ping_artifact_store())
     );
-    let failures: Vec<String> = [("database", db), ("scheduler", scheduler)]
-        .into_iter()
-        .filter_map(|(what, r)| r.err().map(|e| format!("{what}: {e}")))
-        .collect();
+    let failures: Vec<String> = [
+        ("database", db),
+        ("scheduler", scheduler),
+        ("artifact store", store),
+    ]
+    .into_iter()
+    .filter_map(|(what, r)| r.err().map(|e| format!("{what}: {e}")))
+    .collect();
     if failures.is_empty() {
         Ok(HttpResponse::Ok().json(OK))
     } else {

@@ -2,6 +2,8 @@
 
 pub mod api;
 pub mod artifact_files;
+pub mod artifact_format;
+pub mod artifact_s3;
 pub mod auth;
 pub mod body_pace;
 mod dashboard;
@@ -25,6 +27,7 @@ use gantry_actors::EngineConfig;
 use gantry_actors::EngineSetup;
 
 pub use artifact_files::ArtifactFiles;
+pub use artifact_s3::ArtifactS3;
 pub use error::ApiError;
 
 use crate::config::WebConfig;
@@ -98,6 +101,28 @@ pub fn database_url(cfg: &WebConfig) -> String {
     })
 }
 
+/// Opens the artifact store `cfg` names: a directory (several web nodes
+/// share it through a network file system) or object storage.
+fn open_artifact_store(
+    cfg: &WebConfig,
+    node_name: &str,
+) -> anyhow::Result<Arc<dyn gantry_actors::api::ArtifactStore>> {
+    Ok(match cfg.artifact_location()? {
+        crate::config::ArtifactLocation::Dir(dir) => Arc::new(
+            ArtifactFiles::open_for_node(dir, node_name)
+                .context("opening the artifact store")?
+                .with_max_bytes(cfg.max_artifact_bytes),
+        ),
+        crate::config::ArtifactLocation::S3 {
+            bucket,
+            prefix,
+            config,
+        } => Arc::new(
+            ArtifactS3::connect(&bucket, &prefix, &config)?.with_max_bytes(cfg.max_artifact_bytes),
+        ),
+    })
+}
+
 /// Connects the database, starts the engine's actors and binds the API
 /// (inside a running actix System).
 pub async fn start_web(
@@ -139,13 +164,7 @@ pub async fn start_web(
             port => format!("{host}:{port}"),
         }
     });
-    let artifacts_dir = cfg
-        .artifacts_dir
-        .clone()
-        .unwrap_or_else(|| cfg.data_dir.join("artifacts"));
-    let artifacts = ArtifactFiles::open_for_node(artifacts_dir.clone(), &node_name)
-        .context("opening the artifact store")?
-        .with_max_bytes(cfg.max_artifact_bytes);
+    let artifacts = open_artifact_store(cfg, &node_name)?;
     let encoding = Encoding::parse(&cfg.stream_encoding).with_context(|| {
         format!(
             "stream_encoding {:?}: use zstd, gzip or raw",
@@ -181,7 +200,7 @@ pub async fn start_web(
         database_url: url.clone(),
         teams: cfg.teams.keys().cloned().collect(),
         connector,
-        artifacts: Arc::new(artifacts),
+        artifacts,
         config: engine_config,
     })
     .await

@@ -140,6 +140,40 @@ pub fn compare(
     workers: &[(String, PathBuf)],
     store_dir: &Path,
 ) -> Result<Counts, String> {
+    compare_with_store(view, workers, || store_files(store_dir))
+}
+
+/// The artifact ids of the files in the directory store `store_dir`;
+/// `Err` when temporary files are left.
+pub fn store_files(store_dir: &Path) -> Result<BTreeSet<String>, String> {
+    let files: BTreeSet<String> = std::fs::read_dir(store_dir)
+        .expect("the artifact store")
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        // `.store-id` names the store; it is no artifact.
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.split('.').next().unwrap_or_default().to_string()
+        })
+        .collect();
+    let tmp = dirs_in(&store_dir.join("tmp")).len()
+        + std::fs::read_dir(store_dir.join("tmp"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+    if tmp != 0 {
+        return Err(format!("store: {tmp} temporary files left"));
+    }
+    Ok(files)
+}
+
+/// [`compare`], with the ids of the artifacts the store holds listed by
+/// `stored` (files of a directory, objects of a bucket).
+pub fn compare_with_store(
+    view: &DbView,
+    workers: &[(String, PathBuf)],
+    stored: impl FnOnce() -> Result<BTreeSet<String>, String>,
+) -> Result<Counts, String> {
     let mut counts = Counts::default();
     let bad_states = view.rows(
         "SELECT 'container', handle, worker, state FROM containers \
@@ -225,30 +259,13 @@ pub fn compare(
         .into_iter()
         .map(|r| r[0].clone())
         .collect();
-    let files: BTreeSet<String> = std::fs::read_dir(store_dir)
-        .expect("the artifact store")
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        // `.store-id` names the store; it is no artifact.
-        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-        .map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.split('.').next().unwrap_or_default().to_string()
-        })
-        .collect();
+    let files = stored()?;
     if files != in_store {
         return Err(format!(
             "store: files only {:?}, database only {:?}",
             diff(&files, &in_store),
             diff(&in_store, &files)
         ));
-    }
-    let tmp = dirs_in(&store_dir.join("tmp")).len()
-        + std::fs::read_dir(store_dir.join("tmp"))
-            .map(|d| d.count())
-            .unwrap_or(0);
-    if tmp != 0 {
-        return Err(format!("store: {tmp} temporary files left"));
     }
     let on_workers = view
         .rows("SELECT id FROM artifacts WHERE in_store = 0")

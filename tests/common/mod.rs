@@ -11,6 +11,7 @@ pub mod nodes;
 pub mod oci;
 pub mod pipelines;
 pub mod registry;
+pub mod s3;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -320,6 +321,17 @@ pub fn noise(len: usize, seed: u64) -> Vec<u8> {
     }
     out.truncate(len);
     out
+}
+
+/// A tar stream of one file `f` holding `data`.
+pub fn one_file_tar(data: &[u8]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    b.append_data(&mut h, "f", data).unwrap();
+    b.into_inner().unwrap()
 }
 
 /// Every regular file under `dir` with its contents, by relative path.
@@ -726,6 +738,19 @@ impl Figures {
             .parse()
             .unwrap_or_else(|e| panic!("{name} is not a number ({e}):\n{stdout}"))
     }
+}
+
+/// `/readyz`'s status and body, or `None` when the node does not answer.
+pub fn readyz(url: &str) -> Option<(u16, String)> {
+    let resp = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .ok()?
+        .get(format!("{url}/readyz"))
+        .send()
+        .ok()?;
+    let status = resp.status().as_u16();
+    Some((status, resp.text().ok()?))
 }
 
 /// The value of the sample `series` (a metric's name, with its labels if

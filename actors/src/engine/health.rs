@@ -1,5 +1,5 @@
-//! Readiness through the engine: whether the database answers and the
-//! Scheduler serves its mailbox.
+//! Readiness through the engine: whether the database answers, the
+//! Scheduler serves its mailbox and the artifact store answers.
 
 use super::Engine;
 use crate::error::EngineError;
@@ -9,6 +9,12 @@ impl Engine {
     /// Runs `SELECT 1` on the database.
     pub async fn ping_database(&self) -> Result<(), EngineError> {
         self.db.ping().await
+    }
+
+    /// Asks the artifact store whether it answers (a cheap request to
+    /// object storage; a local directory always does).
+    pub async fn ping_artifact_store(&self) -> Result<(), EngineError> {
+        self.artifacts.check_store().await
     }
 
     /// Sends the Scheduler a message it answers at once: fails when its

@@ -393,21 +393,22 @@ fn listen_for_events(jobs: &Jobs, db: &Db, hub: &EventHub, running: &RunningBuil
 /// database names (the first node's, recorded at its start), or the node
 /// refuses to start.
 async fn check_shared_store(db: &Db, store: &dyn ArtifactStore) -> Result<(), EngineError> {
-    let local = store.id()?;
+    let local = store.id().await?;
     let proposed = local
         .clone()
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let shared = db.artifact_store_id(&proposed).await?;
     match local {
         Some(id) if id == shared => Ok(()),
-        None if shared == proposed => store.set_id(&shared),
+        None if shared == proposed => store.set_id(&shared).await,
         found => Err(EngineError::Invalid(format!(
-            "artifacts_dir {} is {}, but the web nodes of this database share the store {shared}: point artifacts_dir at the directory they share (if that store is lost for good, delete the row of table artifact_store)",
+            "the artifact store {} is {}, but the web nodes of this database share the store {shared}: {} (if that store is lost for good, delete the row of table artifact_store)",
             store.location(),
             match found {
                 Some(id) => format!("the artifact store {id}"),
                 None => "not their artifact store (it has no .store-id)".to_string(),
-            }
+            },
+            store.share_hint(),
         ))),
     }
 }

@@ -29,7 +29,7 @@
 
 mod fleet;
 mod p2p;
-mod rss;
+pub mod rss;
 mod tree;
 
 use std::path::{Path, PathBuf};
