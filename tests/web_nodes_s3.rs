@@ -80,7 +80,7 @@ fn two_web_nodes_share_artifacts_on_s3_with_no_shared_directory() {
             .and_then(|r| r.bytes())
             .expect("a download through the other node");
         assert!(back[..] == tar[..], "artifact {id} read back differs");
-        // Owned by nothing, it is kept 12 h: it stays to the end.
+        // Owned by no build, it is kept 12 h: it stays to the end.
         unowned.insert(id);
     }
 
@@ -145,29 +145,44 @@ fn two_web_nodes_share_artifacts_on_s3_with_no_shared_directory() {
     println!("fleet on s3: {made} artifacts in the store after the builds");
 
     // GC deletes the builds' objects with their rows: the bucket lists
-    // exactly the rows in the store, only the unowned uploads once the
-    // builds' artifacts went.
+    // exactly the rows in the store, and none of a build once they ended.
     let work_dirs: Vec<(String, PathBuf)> = all
         .iter()
         .map(|w| (w.clone(), workers_dir.join(w)))
         .collect();
+    let last = std::cell::RefCell::new(String::new());
     let counts = wait_for(
         "the bucket and disks to equal the database, the builds' artifacts collected",
         Duration::from_secs(120),
         || {
-            let counts = compare_with_store(&view, &work_dirs, || s3.artifact_ids(PREFIX)).ok()?;
-            let left: std::collections::BTreeSet<String> = view
-                .rows("SELECT id FROM artifacts WHERE in_store = 1")
-                .into_iter()
-                .map(|r| r[0].clone())
-                .collect();
-            (left == unowned).then_some(counts)
+            // Each new reason it is not there yet, for a failure's log.
+            let differs = |why: String| {
+                if *last.borrow() != why {
+                    println!("fleet on s3: not yet: {why}");
+                    *last.borrow_mut() = why;
+                }
+            };
+            let counts = compare_with_store(&view, &work_dirs, || s3.artifact_ids(PREFIX))
+                .map_err(&differs)
+                .ok()?;
+            let left = view
+                .rows("SELECT id FROM artifacts WHERE in_store = 1 AND build_id IS NOT NULL")
+                .len();
+            if left != 0 {
+                differs(format!("{left} artifacts of builds in the store"));
+                return None;
+            }
+            Some(counts)
         },
     );
     for line in counts.lines {
         println!("fleet on s3: {line}");
     }
-    assert_eq!(s3.artifact_ids(PREFIX), Ok(unowned));
+    // What is left is owned by no build: the uploads (each build's input
+    // and the two above), kept for `unowned_artifact_secs` (12 h).
+    let listed = s3.artifact_ids(PREFIX).unwrap();
+    assert!(listed.is_superset(&unowned), "{listed:?}");
+    assert_eq!(listed.len(), BUILDS + unowned.len(), "{listed:?}");
     assert!(
         s3.list(PREFIX).contains(&format!("{PREFIX}/.store-id")),
         "the store's id object stays"
