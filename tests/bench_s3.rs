@@ -55,9 +55,5 @@ fn s3_bench_moves_a_verified_artifact_within_bounded_memory_and_prints_every_fig
     assert!((0.0..64.0).contains(&growth), "{stdout}");
     assert!(figures.number("file_rss_growth_mib") >= 0.0, "{stdout}");
 
-    let left: Vec<_> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
+    common::assert_bench_left_nothing(tmp.path());
 }

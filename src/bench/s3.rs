@@ -27,6 +27,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::agent_client::AgentConnector;
 use crate::bench::stream::rss::{rss_bytes, PeakWatch};
+use crate::bench::stream::tree::Rng;
 use crate::config::{S3Config, WebConfig};
 use crate::web::artifact_s3::{IN_FLIGHT, PART};
 
@@ -152,7 +153,7 @@ fn tar_len(size: u64) -> u64 {
     512 + size.div_ceil(512) * 512 + 1024
 }
 
-/// The tar stream of one file `data` of `size` bytes of xorshift noise,
+/// The tar stream of one file `data` of `size` bytes of random bytes,
 /// generated as it is read.
 fn tar_stream(size: u64) -> impl futures::Stream<Item = std::io::Result<Bytes>> {
     let mut header = tar::Header::new_gnu();
@@ -161,21 +162,15 @@ fn tar_stream(size: u64) -> impl futures::Stream<Item = std::io::Result<Bytes>> 
     header.set_mode(0o644);
     header.set_cksum();
     let head = Bytes::copy_from_slice(header.as_bytes());
-    let mut x = SEED | 1;
+    let mut rng = Rng(SEED);
     let mut left = size;
     let body = futures::stream::poll_fn(move |_| {
         if left == 0 {
             return std::task::Poll::Ready(None);
         }
         let n = left.min(CHUNK as u64) as usize;
-        let mut chunk = Vec::with_capacity(n + 8);
-        while chunk.len() < n {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            chunk.extend_from_slice(&x.to_le_bytes());
-        }
-        chunk.truncate(n);
+        let mut chunk = vec![0u8; n];
+        rng.fill_random(&mut chunk);
         left -= n as u64;
         std::task::Poll::Ready(Some(Bytes::from(chunk)))
     });

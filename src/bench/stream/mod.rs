@@ -30,7 +30,7 @@
 mod fleet;
 mod p2p;
 pub mod rss;
-mod tree;
+pub(crate) mod tree;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -93,8 +93,8 @@ pub struct TreeStats {
 }
 
 /// A fast deterministic generator (splitmix64): the data must be cheap to
-/// make, not good randomness.
-struct Rng(u64);
+/// make, not good randomness. Seeded with its state.
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -111,7 +111,7 @@ impl Rng {
     }
 
     /// Fills `buf` with random (incompressible) bytes.
-    fn fill_random(&mut self, buf: &mut [u8]) {
+    pub(crate) fn fill_random(&mut self, buf: &mut [u8]) {
         let mut chunks = buf.chunks_exact_mut(8);
         for c in chunks.by_ref() {
             c.copy_from_slice(&self.next().to_le_bytes());
