@@ -159,9 +159,12 @@ fn an_outage_of_the_object_storage_mid_upload_fails_it_clearly_and_loses_nothing
     assert_eq!(status, 503, "{}", String::from_utf8_lossy(&body));
     let error: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert!(
-        error["error"].as_str().is_some_and(
-            |e| e.contains("the artifact store s3://gantry-artifacts/ci/gantry failed")
-        ),
+        error["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with(&format!(
+                "the artifact store s3://gantry-artifacts/{PREFIX} failed reading artifact {}: ",
+                earlier[0].0
+            ))),
         "{error}"
     );
 

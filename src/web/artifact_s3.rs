@@ -184,15 +184,15 @@ impl ArtifactS3 {
         Ok(self.key(&format!("{id}.{SUFFIX}")))
     }
 
-    /// The store failed while doing `what`: not found for a missing
+    /// The store failed reading artifact `id`: not found for a missing
     /// object, unavailable otherwise, naming the store.
-    fn failed(&self, what: &str, e: object_store::Error) -> EngineError {
+    fn failed_reading(&self, id: &str, e: object_store::Error) -> EngineError {
         match e {
             object_store::Error::NotFound { .. } => EngineError::NotFound {
                 kind: "artifact",
-                name: what.to_string(),
+                name: id.to_string(),
             },
-            e => self.unavailable(what, e),
+            e => self.unavailable(&format!("reading artifact {id}"), e),
         }
     }
 
@@ -463,7 +463,7 @@ impl ArtifactStore for ArtifactS3 {
             .client
             .get(&object)
             .await
-            .map_err(|e| self.failed(id, e))?;
+            .map_err(|e| self.failed_reading(id, e))?;
         let location = self.location.clone();
         let id = id.to_string();
         let stored = got.into_stream().map_err(move |e| {
