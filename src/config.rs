@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::telemetry::TelemetryConfig;
 pub use gantry_agent::config::{host_name, ContainerLimitDefaults, WorkerConfig};
 
 /// The whole configuration file: a `[web]` and a `[worker]` table.
@@ -18,6 +19,9 @@ pub struct FileConfig {
     pub web: WebConfig,
     /// Settings of `gantry worker` (and of the embedded worker of `quickstart`).
     pub worker: WorkerConfig,
+    /// Where the process exports its traces (`[telemetry]`), whichever
+    /// role it runs.
+    pub telemetry: TelemetryConfig,
 }
 
 impl FileConfig {
@@ -479,6 +483,8 @@ mod tests {
             d.worker.heartbeat_interval_secs
         );
         assert_eq!(cfg.worker.identity, d.worker.identity);
+        assert_eq!(cfg.telemetry, d.telemetry);
+        assert_eq!(d.telemetry.otlp_endpoint, None);
         assert!(!d.worker.identity.allow_privileged);
         let on: FileConfig = toml::from_str("[worker]\nallow_privileged = true\n").unwrap();
         assert!(on.worker.identity.allow_privileged);

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
+use tracing::Instrument as _;
 
 use crate::build::actor::BuildRun;
 use crate::build::walker::Scope;
@@ -123,9 +124,29 @@ impl BuildRun {
             build_id: Some(self.id),
             ..step.worker_request()
         };
-        let Some(placement) = self.place(step.name(), request, stop).await? else {
+        // The placement's span: the strategies' decision, or why it waited.
+        let span = tracing::info_span!(
+            "placement",
+            placement.chain = request.chain_kind().as_str(),
+            placement.strategies = tracing::field::Empty,
+            placement.candidates = tracing::field::Empty,
+            placement.worker = tracing::field::Empty,
+            placement.inputs = request.inputs.len(),
+            placement.avoid = %request.avoid.join(","),
+            placement.waited = false,
+            placement.reason = tracing::field::Empty,
+        );
+        let placed = self.place(step.name(), request, stop);
+        let Some(placement) = placed.instrument(span.clone()).await? else {
             return Ok(StepEnd::Stopped);
         };
+        span.record("placement.worker", placement.worker.as_str());
+        span.record(
+            "placement.strategies",
+            placement.decision.strategies.as_str(),
+        );
+        span.record("placement.candidates", placement.decision.candidates);
+        drop(span);
         // Released when this function returns, on every path.
         let held = HeldPlacement::new(placement.clone(), self.deps.placer.clone());
         let worker = placement.worker.clone();
@@ -177,6 +198,9 @@ impl BuildRun {
             Selection::Placed(p) => return Ok(Some(p)),
             Selection::Queued { ticket, reason } => (ticket, reason),
         };
+        let span = tracing::Span::current();
+        span.record("placement.waited", true);
+        span.record("placement.reason", reason.as_str());
         // In the fleet's queue while it waits (the row goes with `_queued`).
         let _queued = self.enqueue(step, &request, &reason).await;
         let waiting = BuildEvent::Waiting {

@@ -668,6 +668,7 @@ fn build_run(h: &Harness, id: i64) -> (watch::Sender<Option<StopReason>>, BuildR
         job: None,
         locals: Default::default(),
         journal: Default::default(),
+        trace: None,
     };
     (tx, run)
 }

@@ -126,6 +126,19 @@ pub struct Placement {
     /// Its row in the shared placement ledger (several web nodes), which
     /// the release deletes.
     pub ledger: Option<i64>,
+    /// How the strategies chose it, for the placement's span.
+    pub decision: PlacementDecision,
+}
+
+/// How a worker was chosen: what a placement's span tells.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlacementDecision {
+    /// The strategy chain that ranked the workers (`volume-locality,
+    /// fewest-build-containers`); empty for a placement held again after a
+    /// takeover (its step's worker was known).
+    pub strategies: String,
+    /// Workers that passed the filters and could ever fit the step.
+    pub candidates: usize,
 }
 
 /// The answer to [`SelectWorker`].

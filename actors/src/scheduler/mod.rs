@@ -140,6 +140,14 @@ impl Scheduler {
                     client: c.client.clone(),
                     reserved: req.need,
                     ledger: None,
+                    decision: PlacementDecision {
+                        strategies: chain
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(","),
+                        candidates: compatible.len(),
+                    },
                 };
                 self.load
                     .entry(placement.worker.clone())
