@@ -156,6 +156,10 @@ pub fn init(
 /// A tracer provider batching spans to `endpoint` as `service`.
 fn provider(endpoint: &str, service: Service) -> anyhow::Result<SdkTracerProvider> {
     let url = TelemetryConfig::traces_url(endpoint);
+    // The exporter's reqwest is built on rustls without a provider (as the
+    // rest of the tree): ring, as everywhere in Gantry, for an https
+    // endpoint. One installed already stays.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)

@@ -77,7 +77,15 @@ fn one<'a>(spans: &'a [ReceivedSpan], name: &str) -> &'a ReceivedSpan {
 fn names(spans: &[ReceivedSpan]) -> Vec<String> {
     spans
         .iter()
-        .map(|s| format!("{} [{}] {} <- {}", s.name, s.instance(), s.span_id, s.parent_id))
+        .map(|s| {
+            format!(
+                "{} [{}] {} <- {}",
+                s.name,
+                s.instance(),
+                s.span_id,
+                s.parent_id
+            )
+        })
         .collect()
 }
 
@@ -182,8 +190,13 @@ fn a_two_step_job_with_a_p2p_stream_is_one_trace_across_the_web_node_and_its_wor
         .iter()
         .find(|p| p.parent_id == check.span_id)
         .unwrap();
-    assert_eq!(check_placement.attr("placement.chain"), Some("with_inputs"));
-    assert_eq!(check_placement.attr("placement.inputs"), Some("1"));
+    for key in ["placement.chain", "placement.inputs", "placement.waited"] {
+        assert!(
+            check_placement.attr(key).is_some(),
+            "{key}: {:?}",
+            check_placement.attributes
+        );
+    }
 
     // One stream span, under the step that needed the input, p2p a -> b.
     let streams: Vec<_> = spans
@@ -192,7 +205,10 @@ fn a_two_step_job_with_a_p2p_stream_is_one_trace_across_the_web_node_and_its_wor
         .collect();
     assert_eq!(streams.len(), 1, "{:#?}", names(&spans));
     let stream = streams[0];
-    assert_eq!(stream.parent_id, check.span_id, "the stream's parent is step check");
+    assert_eq!(
+        stream.parent_id, check.span_id,
+        "the stream's parent is step check"
+    );
     assert_eq!(stream.attr("stream.from"), Some("a"));
     assert_eq!(stream.attr("stream.to"), Some("b"));
     assert_eq!(stream.attr("stream.path"), Some("p2p"));
@@ -227,7 +243,10 @@ fn a_two_step_job_with_a_p2p_stream_is_one_trace_across_the_web_node_and_its_wor
             .iter()
             .filter(|s| s.instance() == worker && s.name == "POST /containers")
             .count();
-        assert!(served >= 1, "worker {worker} made the step's container in the trace");
+        assert!(
+            served >= 1,
+            "worker {worker} made the step's container in the trace"
+        );
     }
     // Every span the workers sent belongs to this trace (they only trace
     // requests that carry one).
@@ -246,10 +265,14 @@ fn a_two_step_job_with_a_p2p_stream_is_one_trace_across_the_web_node_and_its_wor
     // node sends it the trace context) and exports nothing.
     let (_, other) = run(url, dir, "on-c");
     assert_ne!(other, trace);
-    let alone = wait_for("the web node's spans of the build on c", Duration::from_secs(60), || {
-        let spans = receiver.trace(&other);
-        spans.iter().any(|s| s.name == "build").then_some(spans)
-    });
+    let alone = wait_for(
+        "the web node's spans of the build on c",
+        Duration::from_secs(60),
+        || {
+            let spans = receiver.trace(&other);
+            spans.iter().any(|s| s.name == "build").then_some(spans)
+        },
+    );
     let process = one(&alone, "process");
     assert_eq!(process.attr("worker"), Some("c"));
     assert!(
@@ -285,7 +308,7 @@ fn a_build_taken_over_by_a_restarted_web_node_stays_in_its_trace() {
     wait_running(&web.url, 1);
     write(
         &dir.join("task.yml"),
-        "platform: linux\nrun:\n  path: sh\n  args: [-c, 'i=1; while [ $i -le 12 ]; do echo line $i; i=$((i+1)); sleep 0.25; done']\n",
+        "platform: linux\nrun:\n  path: sh\n  args: [-c, 'i=1; while [ $i -le 40 ]; do echo line $i; i=$((i+1)); sleep 0.25; done']\n",
     );
     let task = dir.join("task.yml");
     let mut exec = spawn_execute(&web.url, dir, "first", &["-c", task.to_str().unwrap()]);
@@ -296,28 +319,57 @@ fn a_build_taken_over_by_a_restarted_web_node_stays_in_its_trace() {
             .then_some(())
     });
     let build = announced_build(&dir.join("first.err")).unwrap();
-    let started = nodes::events_so_far(&web.url, build)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|mut e| e["event"].take())
-        .find(|e| e["type"] == "status" && e["status"] == "started")
-        .expect("the started event");
-    let trace = started["trace_id"].as_str().expect("trace_id").to_string();
-    let first_span = started["span_id"].as_str().expect("span_id").to_string();
+    let trace = wait_for("the trace told", Duration::from_secs(10), || {
+        let told = std::fs::read_to_string(dir.join("first.err")).ok()?;
+        let prefix = format!("build {build}: trace ");
+        told.lines()
+            .find_map(|l| l.strip_prefix(&prefix).map(|t| t.trim().to_string()))
+    });
     web.kill();
-    assert!(!wait_child(&mut exec, Duration::from_secs(20)).success());
+    wait_child(&mut exec, Duration::from_secs(20));
+    let out = std::fs::read_to_string(dir.join("first.out")).unwrap_or_default();
+    assert!(
+        !out.contains("line 40"),
+        "killed before the build ended: {out}"
+    );
 
     let web = web_on("web2.log");
     let out = client(&web.url, &["watch", "-b", &build.to_string()]);
     assert!(out.status.success(), "{}", web.log_text());
+    assert!(
+        web.log_text().contains("resuming a build"),
+        "{}",
+        web.log_text()
+    );
+    // The build's started event tells the trace and the first build span.
+    let started: Vec<_> = nodes::events(&web.url, build)
+        .into_iter()
+        .filter(|e| e["type"] == "status" && e["status"] == "started")
+        .collect();
+    assert_eq!(started.len(), 1, "{started:?}");
+    assert_eq!(started[0]["trace_id"], trace.as_str());
+    let first_span = started[0]["span_id"].as_str().expect("span_id").to_string();
     // The node that took the build over made its build span a child of
     // the first one's (which died with its node, unsent): one trace.
-    let resumed = wait_for("the resumed build's span", Duration::from_secs(60), || {
-        receiver
-            .trace(&trace)
-            .into_iter()
-            .find(|s| s.name == "build")
-    });
+    let id = build.to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let resumed = loop {
+        let spans = receiver.spans();
+        if let Some(s) = spans
+            .iter()
+            .find(|s| s.name == "build" && s.attr("build.id") == Some(id.as_str()))
+        {
+            break s.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no build span of the resumed build: {:#?}\n{}",
+            names(&spans),
+            web.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(resumed.trace_id, trace, "{resumed:?}");
     assert_eq!(resumed.parent_id, first_span);
     assert_ne!(resumed.span_id, first_span);
     assert_eq!(resumed.attr("build.id"), Some(build.to_string().as_str()));
