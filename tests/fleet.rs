@@ -494,6 +494,57 @@ fn the_queue_shows_steps_waiting_for_a_busy_tagged_worker_by_tag() {
     assert_eq!(&cells[..3], ["main", "linux", "big"], "{stdout}");
     assert!(cells.contains(&"5"), "{stdout}");
 
+    // A one-build worker started for the queue takes one build's steps,
+    // and the four others keep waiting for the busy worker.
+    let mut eph = start_worker(
+        dir.path(),
+        &web.url,
+        "eph",
+        &["--tag", "big", "--ephemeral"],
+    );
+    let bound = wait_for(
+        "the one-build worker to take a build",
+        Duration::from_secs(60),
+        || worker_json(&web.url, "eph")?["bound_build"].as_i64(),
+    );
+    wait_for(
+        "four steps queued for tag big",
+        Duration::from_secs(60),
+        || (queued_big(&web.url) == (4, Some(4.0))).then_some(()),
+    );
+    wait_for("its step to run there", Duration::from_secs(60), || {
+        (worker_of(&web.url, bound).as_deref() == Some("eph")).then_some(())
+    });
+    let holdings = |what: &str| -> Vec<serde_json::Value> {
+        let out = client(&web.url, &[what, "--json"]);
+        let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        all.as_array()
+            .map(|a| a.iter().filter(|h| h["worker"] == "eph").cloned().collect())
+            .unwrap_or_default()
+    };
+    assert!(
+        !holdings("containers").is_empty(),
+        "its container is recorded"
+    );
+    // Its build ends (aborted here: the task sleeps): the worker is retired,
+    // destroys what it held and exits 0.
+    let out = client(&web.url, &["abort-build", "-b", &bound.to_string()]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let status = wait_child(&mut eph.child, Duration::from_secs(60));
+    assert!(status.success(), "{status:?}: {}", eph.log_text());
+    assert!(worker_json(&web.url, "eph").is_none(), "its row is gone");
+    for sub in ["containers", "volumes"] {
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("eph").join(sub))
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{sub} left on its disk: {left:?}");
+    }
+    // The collector deletes the rows of what it held.
+    wait_for("its rows to be collected", Duration::from_secs(60), || {
+        (holdings("containers").is_empty() && holdings("volumes").is_empty()).then_some(())
+    });
+    assert_eq!(queued_big(&web.url), (4, Some(4.0)));
+
     // Aborted, they leave the queue.
     for b in builds_json(&web.url) {
         let id = b["id"].as_i64().unwrap().to_string();
@@ -505,4 +556,91 @@ fn the_queue_shows_steps_waiting_for_a_busy_tagged_worker_by_tag() {
     for c in &mut children {
         wait_child(c, Duration::from_secs(60));
     }
+}
+
+/// A one-build worker runs a one-off build with an output; once the build
+/// has ended the worker exits 0 having destroyed everything it held, and
+/// the output (in the web node's store) outlives it.
+#[test]
+fn a_one_build_worker_runs_a_one_off_build_and_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let web = start_web(dir.path(), &db, "");
+    let mut solo = start_worker(
+        dir.path(),
+        &web.url,
+        "solo",
+        &["--tag", "solo", "--ephemeral"],
+    );
+    wait_running(&web.url, 1);
+    let shown = worker_json(&web.url, "solo").unwrap();
+    assert_eq!(shown["ephemeral"], true, "{shown}");
+    let t = dir.path().join("out.yml");
+    write(
+        &t,
+        "platform: linux\noutputs:\n- name: out\nrun:\n  path: sh\n  args: [-c, 'echo handed > out/file']\n",
+    );
+    let got = dir.path().join("got");
+    let out = client(
+        &web.url,
+        &[
+            "execute",
+            "-c",
+            t.to_str().unwrap(),
+            "--tag",
+            "solo",
+            "-o",
+            &format!("out={}", got.display()),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert_eq!(
+        std::fs::read_to_string(got.join("file")).unwrap(),
+        "handed\n"
+    );
+    let status = wait_child(&mut solo.child, Duration::from_secs(60));
+    assert!(status.success(), "{status:?}: {}", solo.log_text());
+    let log = solo.log_text();
+    assert!(
+        log.contains("one-build worker: destroyed what it held"),
+        "{log}"
+    );
+    let volumes: Vec<_> = std::fs::read_dir(dir.path().join("solo").join("volumes"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(volumes.is_empty(), "volumes left: {volumes:?}");
+    // The output outlives the worker.
+    let build = builds_json(&web.url)[0]["id"].as_i64().unwrap();
+    let events = reqwest::blocking::get(format!("{}/api/v1/builds/{build}/events", web.url))
+        .unwrap()
+        .text()
+        .unwrap();
+    let artifact = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["event"]["type"] == "output")
+        .and_then(|e| e["event"]["artifact_id"].as_str().map(str::to_string))
+        .expect("an output event");
+    let resp = reqwest::blocking::get(format!(
+        "{}/api/v1/teams/main/artifacts/{artifact}",
+        web.url
+    ))
+    .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+    let tar = resp.bytes().unwrap();
+    let mut archive = tar::Archive::new(&tar[..]);
+    let files: Vec<String> = archive
+        .entries()
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().unwrap().display().to_string())
+        .collect();
+    assert!(files.iter().any(|f| f.ends_with("file")), "{files:?}");
+    // A second build for the tag finds no worker now, and says why.
+    let out = client(
+        &web.url,
+        &["execute", "-c", t.to_str().unwrap(), "--tag", "solo"],
+    );
+    assert!(!out.status.success());
+    assert!(text(&out).1.contains("no workers"), "{}", text(&out).1);
 }

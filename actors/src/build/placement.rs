@@ -129,6 +129,14 @@ impl BuildRun {
         // Released when this function returns, on every path.
         let held = HeldPlacement::new(placement.clone(), self.deps.placer.clone());
         let worker = placement.worker.clone();
+        // A one-build worker's binding is recorded before it takes the step,
+        // so a restarted web node (or another one) keeps it to this build.
+        if placement.binds && !self.deps.db.bind_worker(&worker, self.id).await? {
+            return Err(EngineError::WorkerLost {
+                worker,
+                reason: "is a one-build worker bound to another build".into(),
+            });
+        }
         self.deps.db.start_build(self.id, &worker).await?;
         self.events
             .emit(&BuildEvent::SelectedWorker {

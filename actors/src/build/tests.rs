@@ -99,6 +99,7 @@ impl Harness {
                     registration: registration(name, limits.clone()),
                     state: WorkerState::Running,
                     client: worker.clone(),
+                    bound_build: None,
                 }))
                 .await
                 .unwrap();

@@ -9,6 +9,7 @@ mod gc;
 mod handles;
 mod health;
 mod job_builds;
+mod one_build;
 mod pipeline_jobs;
 mod pipelines;
 mod takeover;
@@ -232,7 +233,8 @@ impl Engine {
             &engine.collector,
             &engine.jobs,
         );
-        pipeline_jobs::start(&engine);
+        let leader = pipeline_jobs::start(&engine);
+        one_build::start(&engine, leader);
         Ok(engine)
     }
 

@@ -25,6 +25,9 @@ pub struct Candidate {
     pub state: WorkerState,
     /// The client to reach it.
     pub client: Arc<dyn Worker>,
+    /// The build a one-build worker (`--ephemeral`) took: it takes no other
+    /// build's steps, and that build's steps prefer it.
+    pub bound_build: Option<i64>,
 }
 
 /// Strategy chains by kind of step.
@@ -126,6 +129,9 @@ pub struct Placement {
     /// Its row in the shared placement ledger (several web nodes), which
     /// the release deletes.
     pub ledger: Option<i64>,
+    /// The worker is a one-build worker, now bound to the step's build:
+    /// the binding is to be recorded (see [`crate::db::Db::bind_worker`]).
+    pub binds: bool,
 }
 
 /// The answer to [`SelectWorker`].
@@ -157,6 +163,8 @@ pub struct DecideWith {
     pub request: StepRequest,
     /// Load by worker, all nodes together.
     pub loads: HashMap<String, Load>,
+    /// The build each one-build worker is bound to, all nodes together.
+    pub bindings: HashMap<String, i64>,
 }
 
 /// Releases what a placement reserved.
