@@ -425,16 +425,21 @@ fn a_frozen_worker_stalls_its_connection_restarts_and_it_recovers() {
     );
 }
 
-/// The fleet's queue through the API and `/metrics`: `team`'s steps
+/// The fleet's queue through the API and `/metrics`: team main's steps
 /// waiting for tag `big` (API), and the gauge's value for them.
 fn queued_big(url: &str) -> (i64, Option<f64>) {
+    queued_for(url, "big")
+}
+
+/// [`queued_big`] for tag `tag`.
+fn queued_for(url: &str, tag: &str) -> (i64, Option<f64>) {
     let kinds: Vec<serde_json::Value> = reqwest::blocking::get(format!("{url}/api/v1/queue"))
         .unwrap()
         .json()
         .unwrap();
     let api = kinds
         .iter()
-        .filter(|k| k["tags"] == serde_json::json!(["big"]) && k["team"] == "main")
+        .filter(|k| k["tags"] == serde_json::json!([tag]) && k["team"] == "main")
         .map(|k| k["waiting"].as_i64().unwrap())
         .sum();
     let metrics = reqwest::blocking::get(format!("{url}/metrics"))
@@ -445,7 +450,7 @@ fn queued_big(url: &str) -> (i64, Option<f64>) {
         .lines()
         .find(|l| {
             l.starts_with("gantry_steps_waiting{")
-                && l.contains("tags=\"big\"")
+                && l.contains(&format!("tags=\"{tag}\""))
                 && l.contains("team=\"main\"")
                 && l.contains("platform=\"linux\"")
         })
@@ -643,4 +648,64 @@ fn a_one_build_worker_runs_a_one_off_build_and_exits() {
     );
     assert!(!out.status.success());
     assert!(text(&out).1.contains("no workers"), "{}", text(&out).1);
+}
+
+/// With `wait_for_workers_secs`, a step no registered worker could take
+/// waits in the queue (where an autoscaler sees it) instead of failing: a
+/// one-build worker started for it takes it and leaves. Without a worker
+/// in time, the step fails naming why.
+#[test]
+fn a_step_waits_for_a_worker_to_register_when_told_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let web = start_web(
+        dir.path(),
+        &db,
+        "[web.placement]\nwait_for_workers_secs = 300\n",
+    );
+    let t = task(dir.path(), "hello", "echo from-zero");
+    let mut waiting = spawn_execute(&web.url, dir.path(), "zero", &["-c", &t, "--tag", "zero"]);
+    wait_for(
+        "the step queued for tag zero",
+        Duration::from_secs(60),
+        || (queued_for(&web.url, "zero") == (1, Some(1.0))).then_some(()),
+    );
+    let mut eph = start_worker(
+        dir.path(),
+        &web.url,
+        "eph0",
+        &["--tag", "zero", "--ephemeral"],
+    );
+    let status = wait_child(&mut waiting, Duration::from_secs(120));
+    let out = std::fs::read_to_string(dir.path().join("zero.out")).unwrap_or_default();
+    assert!(status.success(), "{out}");
+    assert!(out.contains("from-zero"), "{out}");
+    let status = wait_child(&mut eph.child, Duration::from_secs(60));
+    assert!(status.success(), "{status:?}: {}", eph.log_text());
+    assert_eq!(queued_for(&web.url, "zero"), (0, None));
+
+    // A short wait runs out: the step fails with the full reason.
+    let (short_dir, short_db) = (tempfile::tempdir().unwrap(), TestDb::new(DbKind::Sqlite));
+    let short = start_web(
+        short_dir.path(),
+        &short_db,
+        "[web.placement]\nwait_for_workers_secs = 1\n",
+    );
+    let out = client(&short.url, &["execute", "-c", &t, "--tag", "never"]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no workers satisfying") && stderr.contains("never"),
+        "{stderr}"
+    );
+    // It waited first, then failed with the reason alone.
+    assert!(
+        stderr.contains("waiting for such a worker to register"),
+        "{stderr}"
+    );
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("no workers are registered") && !last.contains("waiting for"),
+        "{stderr}"
+    );
 }

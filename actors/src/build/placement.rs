@@ -14,7 +14,7 @@ use crate::db::WaitingStep;
 use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::runtime::Worker;
-use crate::scheduler::{Placement, Placer, Selection, StepRequest};
+use crate::scheduler::{Placement, Placer, Selection, StepRequest, WAITING_FOR_WORKERS};
 use crate::steps::{Created, Step, StepEnd, Stop, WorkerWatch};
 
 /// How often a step is run when its workers keep disappearing.
@@ -73,6 +73,8 @@ enum Ticket {
     Stopped,
     /// The Scheduler dropped the request (the workers it waited for changed).
     Dropped,
+    /// The wait for a worker to register ran out; the ticket was given up.
+    TimedOut,
 }
 
 impl BuildRun {
@@ -178,13 +180,18 @@ impl BuildRun {
     async fn place(
         &self,
         step: &str,
-        request: StepRequest,
+        mut request: StepRequest,
         stop: &Stop,
     ) -> Result<Option<Placement>, EngineError> {
+        let wait_for_workers = self.deps.wait_for_workers;
+        request.may_wait_for_workers = wait_for_workers.is_some();
         let (ticket, reason) = match self.select(request.clone()).await? {
             Selection::Placed(p) => return Ok(Some(p)),
             Selection::Queued { ticket, reason } => (ticket, reason),
         };
+        // Only a wait for a worker to register is limited; one for
+        // capacity lasts until the step is placed or stopped.
+        let limit = wait_for_workers.filter(|_| reason.ends_with(WAITING_FOR_WORKERS));
         // In the fleet's queue while it waits (the row goes with `_queued`).
         let _queued = self.enqueue(step, &request, &reason).await;
         let waiting = BuildEvent::Waiting {
@@ -196,21 +203,23 @@ impl BuildRun {
             self.deps.placer.abandon(ticket).await;
             return Err(e);
         }
-        match self.wait_for_ticket(ticket, stop).await {
+        match self.wait_for_ticket(ticket, stop, limit).await {
             Ticket::Placed(p) => return Ok(Some(p)),
             Ticket::Stopped => return Ok(None),
-            Ticket::Dropped => {}
+            Ticket::Dropped | Ticket::TimedOut => {}
         }
-        // The waiters' workers changed under them: ask again for the full
-        // answer (placed, queued or why not).
+        // The waiters' workers changed under them, or no worker registered
+        // in time: ask again for the full answer (placed, queued for
+        // capacity, or why not), no longer waiting for workers to register.
+        request.may_wait_for_workers = false;
         let ticket = match self.select(request).await? {
             Selection::Placed(p) => return Ok(Some(p)),
             Selection::Queued { ticket, .. } => ticket,
         };
-        match self.wait_for_ticket(ticket, stop).await {
+        match self.wait_for_ticket(ticket, stop, None).await {
             Ticket::Placed(p) => Ok(Some(p)),
             Ticket::Stopped => Ok(None),
-            Ticket::Dropped => Err(EngineError::NoWorkers(
+            Ticket::Dropped | Ticket::TimedOut => Err(EngineError::NoWorkers(
                 "the workers this step waited for are gone".into(),
             )),
         }
@@ -256,13 +265,20 @@ impl BuildRun {
     }
 
     /// Waits for a queued placement, giving the ticket up when the build is
-    /// stopped first.
+    /// stopped first, or when `limit` (if any) runs out.
     async fn wait_for_ticket(
         &self,
         mut ticket: oneshot::Receiver<Placement>,
         stop: &Stop,
+        limit: Option<std::time::Duration>,
     ) -> Ticket {
         let mut stop = stop.clone();
+        let timeout = async {
+            match limit {
+                Some(limit) => tokio::time::sleep(limit).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             got = &mut ticket => match got {
                 Ok(p) => Ticket::Placed(p),
@@ -271,6 +287,10 @@ impl BuildRun {
             _ = stop.requested() => {
                 self.deps.placer.abandon(ticket).await;
                 Ticket::Stopped
+            }
+            _ = timeout => {
+                self.deps.placer.abandon(ticket).await;
+                Ticket::TimedOut
             }
         }
     }

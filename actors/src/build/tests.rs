@@ -130,6 +130,7 @@ impl Harness {
             resources: Default::default(),
             global_resources: true,
             node_name: "test".into(),
+            wait_for_workers: None,
         };
         Harness {
             db,

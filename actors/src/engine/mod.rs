@@ -254,6 +254,7 @@ impl Engine {
             streams: self.streams.clone(),
             global_resources: self.config.pipelines.global_resources,
             node_name: self.config.node_name.clone(),
+            wait_for_workers: self.config.placement.wait_for_workers,
         }
     }
 

@@ -39,6 +39,10 @@ pub struct PlacementConfig {
     pub without_inputs: Vec<Strategy>,
     /// Check steps.
     pub checks: Vec<Strategy>,
+    /// How long a build's step that no registered worker could take waits
+    /// in the queue for such a worker to register (an autoscaler scaling
+    /// a pool from zero starts one); `None`: it fails at once, naming why.
+    pub wait_for_workers: Option<std::time::Duration>,
 }
 
 impl Default for PlacementConfig {
@@ -47,6 +51,7 @@ impl Default for PlacementConfig {
             with_inputs: vec![Strategy::VolumeLocality, Strategy::FewestBuildContainers],
             without_inputs: vec![Strategy::FewestBuildContainers],
             checks: vec![Strategy::FewestBuildContainers],
+            wait_for_workers: None,
         }
     }
 }
@@ -103,6 +108,10 @@ pub struct StepRequest {
     pub need: Load,
     /// The build the step belongs to, recorded with its placement.
     pub build_id: Option<i64>,
+    /// With [`PlacementConfig::wait_for_workers`] set: when no registered
+    /// worker could take the step, it waits for one to register instead of
+    /// failing (the build asks once more without it when that wait ends).
+    pub may_wait_for_workers: bool,
 }
 
 impl StepRequest {

@@ -24,6 +24,10 @@ pub use filter::filter;
 pub use messages::*;
 pub use placer::Placer;
 
+/// How the reason of a step that waits for a worker to register ends
+/// (see [`PlacementConfig::wait_for_workers`]).
+pub const WAITING_FOR_WORKERS: &str = "(waiting for such a worker to register)";
+
 /// A request waiting for capacity.
 struct Waiter {
     /// The request.
@@ -98,7 +102,14 @@ impl Scheduler {
     ) -> Result<Result<Placement, String>, EngineError> {
         let loads = loads.unwrap_or(&self.load);
         let all: Vec<&Candidate> = self.workers.values().collect();
-        let mut compatible = filter(req, &all)?;
+        let mut compatible = match filter(req, &all) {
+            Ok(c) => c,
+            // Scaling from zero: the step waits for such a worker.
+            Err(e) if req.may_wait_for_workers && self.config.wait_for_workers.is_some() => {
+                return Ok(Err(format!("{e} {WAITING_FOR_WORKERS}")));
+            }
+            Err(e) => return Err(e),
+        };
         let chain = match req.chain_kind() {
             ChainKind::WithInputs => &self.config.with_inputs,
             ChainKind::WithoutInputs => &self.config.without_inputs,

@@ -167,6 +167,7 @@ async fn limits_are_exact_and_waiters_wake_on_release() {
         with_inputs: vec![Strategy::LimitActiveTasks, Strategy::FewestBuildContainers],
         without_inputs: vec![Strategy::LimitActiveTasks, Strategy::FewestBuildContainers],
         checks: vec![Strategy::Random],
+        wait_for_workers: None,
     })
     .start();
     for n in ["w1", "w2"] {
@@ -233,6 +234,7 @@ async fn a_step_bigger_than_every_limit_fails_at_once_instead_of_waiting() {
         with_inputs: vec![Strategy::LimitActiveVolumes],
         without_inputs: vec![Strategy::LimitActiveVolumes],
         checks: vec![Strategy::LimitActiveVolumes],
+        wait_for_workers: None,
     })
     .start();
     scheduler
