@@ -386,6 +386,10 @@ pub struct PlacementChains {
     pub without_inputs: Vec<String>,
     /// Check steps. Default `["fewest-build-containers"]`.
     pub checks: Vec<String>,
+    /// Seconds a build's step that no registered worker could take waits in
+    /// the queue for one to register (autoscalers scaling a pool from
+    /// zero); 0 (the default): it fails at once, naming why.
+    pub wait_for_workers_secs: u64,
 }
 
 impl Default for PlacementChains {
@@ -397,6 +401,7 @@ impl Default for PlacementChains {
             with_inputs: names(&d.with_inputs),
             without_inputs: names(&d.without_inputs),
             checks: names(&d.checks),
+            wait_for_workers_secs: 0,
         }
     }
 }
@@ -418,6 +423,8 @@ impl PlacementChains {
             with_inputs: chain("with_inputs", &self.with_inputs)?,
             without_inputs: chain("without_inputs", &self.without_inputs)?,
             checks: chain("checks", &self.checks)?,
+            wait_for_workers: (self.wait_for_workers_secs > 0)
+                .then(|| std::time::Duration::from_secs(self.wait_for_workers_secs)),
         })
     }
 }

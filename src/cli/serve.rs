@@ -116,6 +116,9 @@ fn apply_worker(mut cfg: WorkerConfig, f: WorkerFlags) -> WorkerConfig {
     if f.allow_privileged {
         cfg.identity.allow_privileged = true;
     }
+    if f.ephemeral {
+        cfg.identity.ephemeral = true;
+    }
     if let Some(v) = f.sweep_interval {
         cfg.sweep_interval_secs = v;
     }

@@ -60,6 +60,9 @@ pub struct BuildDeps {
     /// This web node's name (on the rows of its steps waiting for a
     /// worker, the fleet's queue).
     pub node_name: String,
+    /// How long a step no registered worker could take waits for one to
+    /// register (`PlacementConfig::wait_for_workers`).
+    pub wait_for_workers: Option<std::time::Duration>,
 }
 
 /// Asks a running build to stop. A second one also stops the hooks that run

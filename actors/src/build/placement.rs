@@ -15,7 +15,7 @@ use crate::db::WaitingStep;
 use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::runtime::Worker;
-use crate::scheduler::{Placement, Placer, Selection, StepRequest};
+use crate::scheduler::{Placement, Placer, Selection, StepRequest, WAITING_FOR_WORKERS};
 use crate::steps::{Created, Step, StepEnd, Stop, WorkerWatch};
 
 /// How often a step is run when its workers keep disappearing.
@@ -74,6 +74,8 @@ enum Ticket {
     Stopped,
     /// The Scheduler dropped the request (the workers it waited for changed).
     Dropped,
+    /// The wait for a worker to register ran out; the ticket was given up.
+    TimedOut,
 }
 
 impl BuildRun {
@@ -150,6 +152,14 @@ impl BuildRun {
         // Released when this function returns, on every path.
         let held = HeldPlacement::new(placement.clone(), self.deps.placer.clone());
         let worker = placement.worker.clone();
+        // A one-build worker's binding is recorded before it takes the step,
+        // so a restarted web node (or another one) keeps it to this build.
+        if placement.binds && !self.deps.db.bind_worker(&worker, self.id).await? {
+            return Err(EngineError::WorkerLost {
+                worker,
+                reason: "is a one-build worker bound to another build".into(),
+            });
+        }
         self.deps.db.start_build(self.id, &worker).await?;
         self.events
             .emit(&BuildEvent::SelectedWorker {
@@ -191,9 +201,11 @@ impl BuildRun {
     async fn place(
         &self,
         step: &str,
-        request: StepRequest,
+        mut request: StepRequest,
         stop: &Stop,
     ) -> Result<Option<Placement>, EngineError> {
+        let wait_for_workers = self.deps.wait_for_workers;
+        request.may_wait_for_workers = wait_for_workers.is_some();
         let (ticket, reason) = match self.select(request.clone()).await? {
             Selection::Placed(p) => return Ok(Some(p)),
             Selection::Queued { ticket, reason } => (ticket, reason),
@@ -201,6 +213,9 @@ impl BuildRun {
         let span = tracing::Span::current();
         span.record("placement.waited", true);
         span.record("placement.reason", reason.as_str());
+        // Only a wait for a worker to register is limited; one for
+        // capacity lasts until the step is placed or stopped.
+        let limit = wait_for_workers.filter(|_| reason.ends_with(WAITING_FOR_WORKERS));
         // In the fleet's queue while it waits (the row goes with `_queued`).
         let _queued = self.enqueue(step, &request, &reason).await;
         let waiting = BuildEvent::Waiting {
@@ -212,21 +227,23 @@ impl BuildRun {
             self.deps.placer.abandon(ticket).await;
             return Err(e);
         }
-        match self.wait_for_ticket(ticket, stop).await {
+        match self.wait_for_ticket(ticket, stop, limit).await {
             Ticket::Placed(p) => return Ok(Some(p)),
             Ticket::Stopped => return Ok(None),
-            Ticket::Dropped => {}
+            Ticket::Dropped | Ticket::TimedOut => {}
         }
-        // The waiters' workers changed under them: ask again for the full
-        // answer (placed, queued or why not).
+        // The waiters' workers changed under them, or no worker registered
+        // in time: ask again for the full answer (placed, queued for
+        // capacity, or why not), no longer waiting for workers to register.
+        request.may_wait_for_workers = false;
         let ticket = match self.select(request).await? {
             Selection::Placed(p) => return Ok(Some(p)),
             Selection::Queued { ticket, .. } => ticket,
         };
-        match self.wait_for_ticket(ticket, stop).await {
+        match self.wait_for_ticket(ticket, stop, None).await {
             Ticket::Placed(p) => Ok(Some(p)),
             Ticket::Stopped => Ok(None),
-            Ticket::Dropped => Err(EngineError::NoWorkers(
+            Ticket::Dropped | Ticket::TimedOut => Err(EngineError::NoWorkers(
                 "the workers this step waited for are gone".into(),
             )),
         }
@@ -272,13 +289,20 @@ impl BuildRun {
     }
 
     /// Waits for a queued placement, giving the ticket up when the build is
-    /// stopped first.
+    /// stopped first, or when `limit` (if any) runs out.
     async fn wait_for_ticket(
         &self,
         mut ticket: oneshot::Receiver<Placement>,
         stop: &Stop,
+        limit: Option<std::time::Duration>,
     ) -> Ticket {
         let mut stop = stop.clone();
+        let timeout = async {
+            match limit {
+                Some(limit) => tokio::time::sleep(limit).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             got = &mut ticket => match got {
                 Ok(p) => Ticket::Placed(p),
@@ -287,6 +311,10 @@ impl BuildRun {
             _ = stop.requested() => {
                 self.deps.placer.abandon(ticket).await;
                 Ticket::Stopped
+            }
+            _ = timeout => {
+                self.deps.placer.abandon(ticket).await;
+                Ticket::TimedOut
             }
         }
     }

@@ -170,6 +170,7 @@ impl BuildRun {
             },
             ledger: None,
             decision: Default::default(),
+            binds: false,
         };
         let placement = self.deps.placer.restore(placement, self.id).await?;
         let held = HeldPlacement::new(placement, self.deps.placer.clone());
