@@ -121,14 +121,16 @@ struct Endpoint {
 pub(crate) use gantry_agent::error::error_chain;
 
 impl Endpoint {
-    /// A request to `base/seg1/seg2...` with the bearer token.
+    /// A request to `base/seg1/seg2...` with the bearer token (and the
+    /// current span's `traceparent` when traces are exported).
     fn request(&self, method: Method, segments: &[&str]) -> RequestBuilder {
         let mut url = self.base.clone();
         for s in segments {
             url.push('/');
             url.push_str(&crate::url::segment(s));
         }
-        self.http.request(method, url).bearer_auth(&self.token)
+        // The agent's spans join the caller's trace.
+        gantry_agent::trace_context::traced(self.http.request(method, url).bearer_auth(&self.token))
     }
 
     /// The worker could not be reached.

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::telemetry::TelemetryConfig;
 pub use gantry_agent::config::{host_name, ContainerLimitDefaults, WorkerConfig};
 
 #[path = "config_store.rs"]
@@ -22,6 +23,9 @@ pub struct FileConfig {
     pub web: WebConfig,
     /// Settings of `gantry worker` (and of the embedded worker of `quickstart`).
     pub worker: WorkerConfig,
+    /// Where the process exports its traces (`[telemetry]`), whichever
+    /// role it runs.
+    pub telemetry: TelemetryConfig,
 }
 
 impl FileConfig {
@@ -408,6 +412,10 @@ pub struct PlacementChains {
     pub without_inputs: Vec<String>,
     /// Check steps. Default `["fewest-build-containers"]`.
     pub checks: Vec<String>,
+    /// Seconds a build's step that no registered worker could take waits in
+    /// the queue for one to register (autoscalers scaling a pool from
+    /// zero); 0 (the default): it fails at once, naming why.
+    pub wait_for_workers_secs: u64,
 }
 
 impl Default for PlacementChains {
@@ -419,6 +427,7 @@ impl Default for PlacementChains {
             with_inputs: names(&d.with_inputs),
             without_inputs: names(&d.without_inputs),
             checks: names(&d.checks),
+            wait_for_workers_secs: 0,
         }
     }
 }
@@ -440,6 +449,8 @@ impl PlacementChains {
             with_inputs: chain("with_inputs", &self.with_inputs)?,
             without_inputs: chain("without_inputs", &self.without_inputs)?,
             checks: chain("checks", &self.checks)?,
+            wait_for_workers: (self.wait_for_workers_secs > 0)
+                .then(|| std::time::Duration::from_secs(self.wait_for_workers_secs)),
         })
     }
 }
@@ -507,6 +518,8 @@ mod tests {
             d.worker.heartbeat_interval_secs
         );
         assert_eq!(cfg.worker.identity, d.worker.identity);
+        assert_eq!(cfg.telemetry, d.telemetry);
+        assert_eq!(d.telemetry.otlp_endpoint, None);
         assert!(!d.worker.identity.allow_privileged);
         let on: FileConfig = toml::from_str("[worker]\nallow_privileged = true\n").unwrap();
         assert!(on.worker.identity.allow_privileged);

@@ -425,16 +425,21 @@ fn a_frozen_worker_stalls_its_connection_restarts_and_it_recovers() {
     );
 }
 
-/// The fleet's queue through the API and `/metrics`: `team`'s steps
+/// The fleet's queue through the API and `/metrics`: team main's steps
 /// waiting for tag `big` (API), and the gauge's value for them.
 fn queued_big(url: &str) -> (i64, Option<f64>) {
+    queued_for(url, "big")
+}
+
+/// [`queued_big`] for tag `tag`.
+fn queued_for(url: &str, tag: &str) -> (i64, Option<f64>) {
     let kinds: Vec<serde_json::Value> = reqwest::blocking::get(format!("{url}/api/v1/queue"))
         .unwrap()
         .json()
         .unwrap();
     let api = kinds
         .iter()
-        .filter(|k| k["tags"] == serde_json::json!(["big"]) && k["team"] == "main")
+        .filter(|k| k["tags"] == serde_json::json!([tag]) && k["team"] == "main")
         .map(|k| k["waiting"].as_i64().unwrap())
         .sum();
     let metrics = reqwest::blocking::get(format!("{url}/metrics"))
@@ -445,7 +450,7 @@ fn queued_big(url: &str) -> (i64, Option<f64>) {
         .lines()
         .find(|l| {
             l.starts_with("gantry_steps_waiting{")
-                && l.contains("tags=\"big\"")
+                && l.contains(&format!("tags=\"{tag}\""))
                 && l.contains("team=\"main\"")
                 && l.contains("platform=\"linux\"")
         })
@@ -494,6 +499,57 @@ fn the_queue_shows_steps_waiting_for_a_busy_tagged_worker_by_tag() {
     assert_eq!(&cells[..3], ["main", "linux", "big"], "{stdout}");
     assert!(cells.contains(&"5"), "{stdout}");
 
+    // A one-build worker started for the queue takes one build's steps,
+    // and the four others keep waiting for the busy worker.
+    let mut eph = start_worker(
+        dir.path(),
+        &web.url,
+        "eph",
+        &["--tag", "big", "--ephemeral"],
+    );
+    let bound = wait_for(
+        "the one-build worker to take a build",
+        Duration::from_secs(60),
+        || worker_json(&web.url, "eph")?["bound_build"].as_i64(),
+    );
+    wait_for(
+        "four steps queued for tag big",
+        Duration::from_secs(60),
+        || (queued_big(&web.url) == (4, Some(4.0))).then_some(()),
+    );
+    wait_for("its step to run there", Duration::from_secs(60), || {
+        (worker_of(&web.url, bound).as_deref() == Some("eph")).then_some(())
+    });
+    let holdings = |what: &str| -> Vec<serde_json::Value> {
+        let out = client(&web.url, &[what, "--json"]);
+        let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        all.as_array()
+            .map(|a| a.iter().filter(|h| h["worker"] == "eph").cloned().collect())
+            .unwrap_or_default()
+    };
+    assert!(
+        !holdings("containers").is_empty(),
+        "its container is recorded"
+    );
+    // Its build ends (aborted here: the task sleeps): the worker is retired,
+    // destroys what it held and exits 0.
+    let out = client(&web.url, &["abort-build", "-b", &bound.to_string()]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let status = wait_child(&mut eph.child, Duration::from_secs(60));
+    assert!(status.success(), "{status:?}: {}", eph.log_text());
+    assert!(worker_json(&web.url, "eph").is_none(), "its row is gone");
+    for sub in ["containers", "volumes"] {
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("eph").join(sub))
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{sub} left on its disk: {left:?}");
+    }
+    // The collector deletes the rows of what it held.
+    wait_for("its rows to be collected", Duration::from_secs(60), || {
+        (holdings("containers").is_empty() && holdings("volumes").is_empty()).then_some(())
+    });
+    assert_eq!(queued_big(&web.url), (4, Some(4.0)));
+
     // Aborted, they leave the queue.
     for b in builds_json(&web.url) {
         let id = b["id"].as_i64().unwrap().to_string();
@@ -505,4 +561,151 @@ fn the_queue_shows_steps_waiting_for_a_busy_tagged_worker_by_tag() {
     for c in &mut children {
         wait_child(c, Duration::from_secs(60));
     }
+}
+
+/// A one-build worker runs a one-off build with an output; once the build
+/// has ended the worker exits 0 having destroyed everything it held, and
+/// the output (in the web node's store) outlives it.
+#[test]
+fn a_one_build_worker_runs_a_one_off_build_and_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let web = start_web(dir.path(), &db, "");
+    let mut solo = start_worker(
+        dir.path(),
+        &web.url,
+        "solo",
+        &["--tag", "solo", "--ephemeral"],
+    );
+    wait_running(&web.url, 1);
+    let shown = worker_json(&web.url, "solo").unwrap();
+    assert_eq!(shown["ephemeral"], true, "{shown}");
+    let t = dir.path().join("out.yml");
+    write(
+        &t,
+        "platform: linux\noutputs:\n- name: out\nrun:\n  path: sh\n  args: [-c, 'echo handed > out/file']\n",
+    );
+    let got = dir.path().join("got");
+    let out = client(
+        &web.url,
+        &[
+            "execute",
+            "-c",
+            t.to_str().unwrap(),
+            "--tag",
+            "solo",
+            "-o",
+            &format!("out={}", got.display()),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert_eq!(
+        std::fs::read_to_string(got.join("file")).unwrap(),
+        "handed\n"
+    );
+    let status = wait_child(&mut solo.child, Duration::from_secs(60));
+    assert!(status.success(), "{status:?}: {}", solo.log_text());
+    let log = solo.log_text();
+    assert!(
+        log.contains("one-build worker: destroyed what it held"),
+        "{log}"
+    );
+    let volumes: Vec<_> = std::fs::read_dir(dir.path().join("solo").join("volumes"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(volumes.is_empty(), "volumes left: {volumes:?}");
+    // The output outlives the worker.
+    let build = builds_json(&web.url)[0]["id"].as_i64().unwrap();
+    let events = reqwest::blocking::get(format!("{}/api/v1/builds/{build}/events", web.url))
+        .unwrap()
+        .text()
+        .unwrap();
+    let artifact = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["event"]["type"] == "output")
+        .and_then(|e| e["event"]["artifact_id"].as_str().map(str::to_string))
+        .expect("an output event");
+    let resp = reqwest::blocking::get(format!(
+        "{}/api/v1/teams/main/artifacts/{artifact}",
+        web.url
+    ))
+    .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+    let tar = resp.bytes().unwrap();
+    let mut archive = tar::Archive::new(&tar[..]);
+    let files: Vec<String> = archive
+        .entries()
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().unwrap().display().to_string())
+        .collect();
+    assert!(files.iter().any(|f| f.ends_with("file")), "{files:?}");
+    // A second build for the tag finds no worker now, and says why.
+    let out = client(
+        &web.url,
+        &["execute", "-c", t.to_str().unwrap(), "--tag", "solo"],
+    );
+    assert!(!out.status.success());
+    assert!(text(&out).1.contains("no workers"), "{}", text(&out).1);
+}
+
+/// With `wait_for_workers_secs`, a step no registered worker could take
+/// waits in the queue (where an autoscaler sees it) instead of failing: a
+/// one-build worker started for it takes it and leaves. Without a worker
+/// in time, the step fails naming why.
+#[test]
+fn a_step_waits_for_a_worker_to_register_when_told_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let web = start_web(
+        dir.path(),
+        &db,
+        "[web.placement]\nwait_for_workers_secs = 300\n",
+    );
+    let t = task(dir.path(), "hello", "echo from-zero");
+    let mut waiting = spawn_execute(&web.url, dir.path(), "zero", &["-c", &t, "--tag", "zero"]);
+    wait_for(
+        "the step queued for tag zero",
+        Duration::from_secs(60),
+        || (queued_for(&web.url, "zero") == (1, Some(1.0))).then_some(()),
+    );
+    let mut eph = start_worker(
+        dir.path(),
+        &web.url,
+        "eph0",
+        &["--tag", "zero", "--ephemeral"],
+    );
+    let status = wait_child(&mut waiting, Duration::from_secs(120));
+    let out = std::fs::read_to_string(dir.path().join("zero.out")).unwrap_or_default();
+    assert!(status.success(), "{out}");
+    assert!(out.contains("from-zero"), "{out}");
+    let status = wait_child(&mut eph.child, Duration::from_secs(60));
+    assert!(status.success(), "{status:?}: {}", eph.log_text());
+    assert_eq!(queued_for(&web.url, "zero"), (0, None));
+
+    // A short wait runs out: the step fails with the full reason.
+    let (short_dir, short_db) = (tempfile::tempdir().unwrap(), TestDb::new(DbKind::Sqlite));
+    let short = start_web(
+        short_dir.path(),
+        &short_db,
+        "[web.placement]\nwait_for_workers_secs = 1\n",
+    );
+    let out = client(&short.url, &["execute", "-c", &t, "--tag", "never"]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no workers satisfying") && stderr.contains("never"),
+        "{stderr}"
+    );
+    // It waited first, then failed with the reason alone.
+    assert!(
+        stderr.contains("waiting for such a worker to register"),
+        "{stderr}"
+    );
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("no workers are registered") && !last.contains("waiting for"),
+        "{stderr}"
+    );
 }

@@ -21,6 +21,16 @@ pub enum BuildEvent {
         /// Exit status of the task, when it ran.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         exit_status: Option<i32>,
+        /// The build's trace (32 hex digits), on its `started` status when
+        /// the web node exports traces: the id to look the build up by in
+        /// a tracing backend, and in the log lines (`trace_id`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace_id: Option<String>,
+        /// The build's span in that trace (16 hex digits): a web node
+        /// taking the build over makes its own build span a child of it,
+        /// so the build keeps one trace.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        span_id: Option<String>,
         /// Unix ms.
         time: i64,
     },
@@ -257,6 +267,20 @@ impl BuildEvent {
         BuildEvent::Status {
             status,
             exit_status,
+            trace_id: None,
+            span_id: None,
+            time: now_ms(),
+        }
+    }
+
+    /// The `started` status of a build traced as `trace` (none when traces
+    /// are not exported).
+    pub fn started(trace: Option<&crate::telemetry::TraceIds>) -> Self {
+        BuildEvent::Status {
+            status: BuildStatus::Started,
+            exit_status: None,
+            trace_id: trace.map(|t| t.trace_id.clone()),
+            span_id: trace.map(|t| t.span_id.clone()),
             time: now_ms(),
         }
     }

@@ -30,6 +30,7 @@ mod scheduler;
 mod steps;
 mod streaming;
 mod task_config;
+mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod triggers;

@@ -163,6 +163,8 @@ struct Entry {
     /// How often its connection was restarted (kept across
     /// re-registrations), shown to users and in `/metrics`.
     restarts: u32,
+    /// The build a one-build worker took, as its row said when read.
+    bound_build: Option<i64>,
 }
 
 /// Supervisor of worker connections.
@@ -239,6 +241,7 @@ impl Registry {
                 registration: e.registration.clone(),
                 state: e.state,
                 client: e.client.clone(),
+                bound_build: e.bound_build,
             }));
         }
     }
@@ -425,12 +428,12 @@ impl Handler<RegisterWorker> for Registry {
                     return Err(retired_error(&reg.name));
                 }
                 db.forget_retired(&reg.name, &reg.incarnation).await?;
-                db.upsert_worker(&reg).await?;
-                Ok(reg)
+                let bound_build = db.upsert_worker(&reg).await?;
+                Ok((reg, bound_build))
             }
             .into_actor(self)
-            .map(|res: Result<WorkerRegistration, EngineError>, act, ctx| {
-                let reg = res?;
+            .map(|res: Result<(WorkerRegistration, Option<i64>), EngineError>, act, ctx| {
+                let (reg, bound_build) = res?;
                 let name = reg.name.clone();
                 let restarts = match act.workers.remove(&name) {
                     Some(old) => {
@@ -452,6 +455,7 @@ impl Handler<RegisterWorker> for Registry {
                         last_heartbeat: now_ms(),
                         conn,
                         restarts,
+                        bound_build,
                     },
                 );
                 act.publish(&name);
@@ -683,6 +687,7 @@ impl Handler<ListWorkers> for Registry {
                 agent_url: e.registration.agent_url.clone(),
                 last_heartbeat: e.last_heartbeat,
                 restarts: e.restarts,
+                bound_build: e.bound_build,
             })
             .collect();
         views.sort_by(|a, b| a.name.cmp(&b.name));

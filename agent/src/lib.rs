@@ -54,6 +54,7 @@ pub mod stream_counters;
 pub mod stream_from;
 pub mod stream_grant;
 pub mod sweeper;
+pub mod trace_context;
 pub use gantry_files::tree;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

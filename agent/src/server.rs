@@ -69,7 +69,7 @@ use super::error::AgentError;
 use super::output_log::LogEvent;
 use super::state::AgentState;
 use super::stream_counters::Direction;
-use super::{stream_from, stream_grant};
+use super::{stream_from, stream_grant, trace_context};
 
 /// The shared state as handlers receive it.
 type State = web::Data<AgentState>;
@@ -100,6 +100,8 @@ pub fn build(state: Arc<AgentState>, listener: std::net::TcpListener) -> std::io
                     AgentError::BadRequest(format!("invalid path: {e}")).into()
                 }))
                 .wrap(from_fn(require_token))
+                // Outermost: a traced request's span covers its whole service.
+                .wrap(from_fn(trace_request))
                 .configure(routes)
                 .default_service(web::to(no_route))
         })
@@ -172,6 +174,16 @@ fn routes(cfg: &mut web::ServiceConfig) {
             "/containers/{handle}/processes/{id}/tty",
             web::put().to(resize_process),
         );
+}
+
+/// Serves a request that carries a `traceparent` inside a span of its
+/// trace (see [`trace_context::request_span`]).
+async fn trace_request(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let span = trace_context::request_span(&req);
+    trace_context::serve_traced(span, next.call(req)).await
 }
 
 /// Rejects requests without the agent's token (except `/health` and the

@@ -43,8 +43,10 @@ impl AgentState {
         F: Future<Output = Result<T, AgentError>> + Send + 'static,
         T: Send + 'static,
     {
+        // In the request's span (a traced request's work joins its trace).
+        use tracing::Instrument as _;
         self.runtime
-            .spawn(work)
+            .spawn(work.in_current_span())
             .await
             .map_err(|e| AgentError::Backend(format!("agent task failed: {e}")))?
     }

@@ -60,7 +60,9 @@ pub async fn pull(
         url.port_or_known_default().unwrap_or_default()
     );
     let _counted = state.streams.start(Direction::In);
-    let resp = client().get(url).send().await.map_err(|e| {
+    // The source agent's span joins this pull's trace.
+    let pull = crate::trace_context::traced(client().get(url));
+    let resp = pull.send().await.map_err(|e| {
         AgentError::PeerUnreachable(format!("pulling from {source}: {}", error_chain(&e)))
     })?;
     let status = resp.status();

@@ -32,6 +32,8 @@ pub struct WorkerHandle {
     status: watch::Receiver<BeaconStatus>,
     /// Web node URL and key, to land or retire this worker.
     web: (super::web_nodes::WebNodes, String),
+    /// What it holds, destroyed when a one-build worker leaves.
+    holdings: holdings::AgentHoldings,
 }
 
 /// How long one web node may take to answer a request to land or retire
@@ -112,6 +114,47 @@ impl WorkerHandle {
         }
         tracing::info!(worker = %self.registration.name, "{reached}");
         Ok(())
+    }
+
+    /// Destroys every container, then every volume, the worker holds (its
+    /// stores' and any directory left on disk): a one-build worker leaves
+    /// nothing behind. Answers how many of each were destroyed; what cannot
+    /// be destroyed is named in the error.
+    pub async fn wipe(&self) -> anyhow::Result<(usize, usize)> {
+        use holdings::{Holdings as _, Kind};
+        let listing = self.holdings.list().await.map_err(anyhow::Error::msg)?;
+        let mut failed = Vec::new();
+        for (kind, handles) in [
+            (Kind::Container, &listing.containers),
+            (Kind::Volume, &listing.volumes),
+        ] {
+            for handle in handles {
+                if let Err(e) = self.holdings.destroy(kind, handle).await {
+                    failed.push(format!("{} {handle}: {e}", kind.as_str()));
+                }
+            }
+        }
+        anyhow::ensure!(failed.is_empty(), "not destroyed: {}", failed.join("; "));
+        Ok((listing.containers.len(), listing.volumes.len()))
+    }
+
+    /// A one-build worker's last act: destroys what it holds (see
+    /// [`WorkerHandle::wipe`]), then stops.
+    async fn leave(self) {
+        if self.registration.identity.ephemeral {
+            match self.wipe().await {
+                Ok((containers, volumes)) => tracing::info!(
+                    worker = %self.registration.name,
+                    containers,
+                    volumes,
+                    "one-build worker: destroyed what it held"
+                ),
+                Err(e) => {
+                    tracing::warn!(worker = %self.registration.name, "one-build worker: {e:#}")
+                }
+            }
+        }
+        self.stop().await;
     }
 
     /// Stops the beacon and the HTTP server (open output streams get a few
@@ -264,7 +307,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
                 None,
             )
             .context("building the sweeper's HTTP client")?,
-            holdings,
+            holdings: holdings.clone(),
             worker: registration.name.clone(),
             incarnation: registration.incarnation.clone(),
             interval: Duration::from_secs(cfg.sweep_interval_secs),
@@ -285,6 +328,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
         state,
         status,
         web: (web, cfg.registration_key.clone()),
+        holdings,
     })
 }
 
@@ -322,21 +366,24 @@ fn install_resource_types(
 }
 
 /// Runs the worker agent until `shutdown` counts a first stop request (a
-/// signal), then lands it (or retires it, with `retire_on_stop`) so its
-/// running steps finish, and stops. A second request stops at once. Must be
-/// called inside an actix System.
+/// signal), then lands it (or retires it, with `retire_on_stop` or as a
+/// one-build worker) so its running steps finish, and stops. A second
+/// request stops at once. A one-build worker (`ephemeral`) is retired by
+/// the web node once its build has ended: it then destroys its containers
+/// and volumes and returns. Must be called inside an actix System.
 pub async fn run_worker(
     cfg: WorkerConfig,
     mut shutdown: watch::Receiver<u32>,
 ) -> anyhow::Result<()> {
-    let retire = cfg.retire_on_stop;
+    let retire = cfg.retire_on_stop || cfg.identity.ephemeral;
     let handle = start_worker(cfg).await?;
     let mut status = handle.status.clone();
     tokio::select! {
         _ = shutdown.wait_for(|n| *n >= 1) => {}
-        // Retired by an operator (`gantry retire-worker`): nothing left to do.
+        // Retired by an operator (`gantry retire-worker`), or a one-build
+        // worker's build ended: nothing left to do.
         _ = status.wait_for(|s| *s == BeaconStatus::Retired) => {
-            handle.stop().await;
+            handle.leave().await;
             return Ok(());
         }
     }
@@ -347,10 +394,15 @@ pub async fn run_worker(
             let _ = abort_tx.send(true);
         }
     });
-    if let Err(e) = handle.drain(retire, abort).await {
-        tracing::warn!("stopping without draining: {e:#}");
-    }
+    let drained = handle.drain(retire, abort).await;
     forward.abort();
-    handle.stop().await;
+    match drained {
+        // Retired: a one-build worker leaves nothing behind.
+        Ok(()) => handle.leave().await,
+        Err(e) => {
+            tracing::warn!("stopping without draining: {e:#}");
+            handle.stop().await;
+        }
+    }
     Ok(())
 }

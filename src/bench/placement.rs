@@ -177,6 +177,7 @@ async fn start_engine(
             with_inputs: strategies.clone(),
             without_inputs: strategies.clone(),
             checks: strategies,
+            wait_for_workers: None,
         },
         node_name: node.into(),
         ..Default::default()

@@ -149,6 +149,11 @@ pub async fn follow(client: &ApiClient, build_id: i64, lines: StepLines) -> anyh
                 } => {
                     produced.insert(name, artifact_id);
                 }
+                BuildEvent::Status {
+                    status: BuildStatus::Started,
+                    trace_id: Some(trace),
+                    ..
+                } => eprintln!("build {build_id}: trace {trace}"),
                 BuildEvent::NodeStarted {
                     step: Some(step),
                     origin,

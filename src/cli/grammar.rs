@@ -128,6 +128,10 @@ pub struct WorkerFlags {
     /// On SIGTERM, retire instead of landing.
     #[arg(long)]
     pub retire_on_stop: bool,
+    /// A one-build worker: it takes the steps of exactly one build, then is
+    /// retired, destroys its containers and volumes and exits 0.
+    #[arg(long, env = "GANTRY_WORKER_EPHEMERAL")]
+    pub ephemeral: bool,
     /// Run privileged containers (`privileged: true` tasks), which are root
     /// on this host in all but name; runc only.
     #[arg(long, env = "GANTRY_WORKER_ALLOW_PRIVILEGED")]

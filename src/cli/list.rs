@@ -66,6 +66,7 @@ pub async fn workers(client: &ApiClient, json: bool) -> anyhow::Result<()> {
             "active_tasks",
             "backend",
             "version",
+            "one_build",
         ],
         workers
             .into_iter()
@@ -87,6 +88,11 @@ pub async fn workers(client: &ApiClient, json: bool) -> anyhow::Result<()> {
                     w.active_tasks.to_string(),
                     w.backend,
                     w.version,
+                    match (w.identity.ephemeral, w.bound_build) {
+                        (false, _) => "no".into(),
+                        (true, None) => "unbound".into(),
+                        (true, Some(b)) => format!("build {b}"),
+                    },
                 ]
             })
             .collect(),

@@ -8,23 +8,25 @@ use anyhow::Context as _;
 use crate::agent_client::AgentConnector;
 use crate::cli::{WebFlags, WorkerFlags};
 use crate::config::{FileConfig, WebConfig, WorkerConfig};
+use crate::telemetry::{Service, Telemetry};
 
-/// Sets up `tracing` (human format, coloured only on a terminal, or JSON);
-/// `RUST_LOG` filters.
-fn init_logging(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour codes only on a terminal: a log file or journal gets plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr);
-    let _ = if format == "json" {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
+/// The name a web node goes by in its traces: its configured name, or
+/// `HOST:PORT`.
+fn web_instance(cfg: &WebConfig) -> String {
+    cfg.node_name.clone().unwrap_or_else(|| {
+        let host = crate::config::host_name().unwrap_or_else(|| "web".into());
+        format!("{host}:{}", cfg.listen.port())
+    })
+}
+
+/// Runs `serve` (a server process), then flushes its last spans.
+fn with_telemetry(
+    telemetry: Telemetry,
+    serve: impl FnOnce() -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let result = serve();
+    telemetry.shutdown();
+    result
 }
 
 fn load(path: &Option<PathBuf>) -> anyhow::Result<FileConfig> {
@@ -114,6 +116,9 @@ fn apply_worker(mut cfg: WorkerConfig, f: WorkerFlags) -> WorkerConfig {
     if f.allow_privileged {
         cfg.identity.allow_privileged = true;
     }
+    if f.ephemeral {
+        cfg.identity.ephemeral = true;
+    }
     if let Some(v) = f.sweep_interval {
         cfg.sweep_interval_secs = v;
     }
@@ -125,15 +130,22 @@ fn apply_worker(mut cfg: WorkerConfig, f: WorkerFlags) -> WorkerConfig {
 
 /// `gantry web`
 pub fn web(log_format: &str, flags: WebFlags) -> anyhow::Result<()> {
-    init_logging(log_format);
-    let cfg = apply_web(load(&flags.config)?.web, flags);
-    actix_web::rt::System::new().block_on(async move {
-        let handle = crate::web::start_web(&cfg, Arc::new(AgentConnector::new())).await?;
-        crate::outln!("gantry web: API on http://{}", handle.addr);
-        stop_web_on_signals(&handle);
-        let result = handle.server.await.context("web server");
-        handle.engine.shutdown().await;
-        result
+    let file = load(&flags.config)?;
+    let cfg = apply_web(file.web, flags);
+    let service = Service {
+        name: "gantry-web",
+        instance: web_instance(&cfg),
+    };
+    let telemetry = crate::telemetry::init(log_format, &file.telemetry, service)?;
+    with_telemetry(telemetry, || {
+        actix_web::rt::System::new().block_on(async move {
+            let handle = crate::web::start_web(&cfg, Arc::new(AgentConnector::new())).await?;
+            crate::outln!("gantry web: API on http://{}", handle.addr);
+            stop_web_on_signals(&handle);
+            let result = handle.server.await.context("web server");
+            handle.engine.shutdown().await;
+            result
+        })
     })
 }
 
@@ -144,20 +156,27 @@ pub fn worker(
     registration_key: Option<String>,
     flags: WorkerFlags,
 ) -> anyhow::Result<()> {
-    init_logging(log_format);
-    let mut cfg = apply_worker(load(&config)?.worker, flags);
+    let file = load(&config)?;
+    let mut cfg = apply_worker(file.worker, flags);
     if let Some(k) = registration_key {
         cfg.registration_key = k;
     }
-    actix_web::rt::System::new().block_on(async move {
-        // Counts stop signals: the first lands (or retires) the worker, the second stops at once.
-        let (tx, rx) = tokio::sync::watch::channel(0u32);
-        actix_web::rt::spawn(async move {
-            while shutdown_signal().await.is_ok() {
-                tx.send_modify(|n| *n += 1);
-            }
-        });
-        crate::agent::run_worker(cfg, rx).await
+    let service = Service {
+        name: "gantry-worker",
+        instance: cfg.name.clone(),
+    };
+    let telemetry = crate::telemetry::init(log_format, &file.telemetry, service)?;
+    with_telemetry(telemetry, || {
+        actix_web::rt::System::new().block_on(async move {
+            // Counts stop signals: the first lands (or retires) the worker, the second stops at once.
+            let (tx, rx) = tokio::sync::watch::channel(0u32);
+            actix_web::rt::spawn(async move {
+                while shutdown_signal().await.is_ok() {
+                    tx.send_modify(|n| *n += 1);
+                }
+            });
+            crate::agent::run_worker(cfg, rx).await
+        })
     })
 }
 
@@ -167,10 +186,14 @@ pub fn quickstart(
     flags: WebFlags,
     backend: Option<String>,
 ) -> anyhow::Result<()> {
-    init_logging(log_format);
     let file = load(&flags.config)?;
     let gc_interval = flags.gc_interval;
     let mut web_cfg = apply_web(file.web, flags);
+    let service = Service {
+        name: "gantry-quickstart",
+        instance: web_instance(&web_cfg),
+    };
+    let telemetry = crate::telemetry::init(log_format, &file.telemetry, service)?;
     let mut worker_cfg = file.worker;
     if let Some(secs) = gc_interval {
         worker_cfg.sweep_interval_secs = secs;
@@ -186,25 +209,27 @@ pub fn quickstart(
     if backend.is_some() {
         worker_cfg.backend = backend;
     }
-    actix_web::rt::System::new().block_on(async move {
-        let handle = crate::web::start_web(&web_cfg, Arc::new(AgentConnector::new())).await?;
-        worker_cfg.web = format!("http://{}", handle.addr);
-        let worker = match crate::agent::start_worker(worker_cfg).await {
-            Ok(worker) => worker,
-            Err(e) => {
-                handle.engine.shutdown().await;
-                return Err(e);
-            }
-        };
-        crate::outln!(
-            "gantry quickstart: dashboard and API on http://{}",
-            handle.addr
-        );
-        stop_web_on_signals(&handle);
-        let result = handle.server.await.context("web server");
-        worker.stop().await;
-        handle.engine.shutdown().await;
-        result
+    with_telemetry(telemetry, || {
+        actix_web::rt::System::new().block_on(async move {
+            let handle = crate::web::start_web(&web_cfg, Arc::new(AgentConnector::new())).await?;
+            worker_cfg.web = format!("http://{}", handle.addr);
+            let worker = match crate::agent::start_worker(worker_cfg).await {
+                Ok(worker) => worker,
+                Err(e) => {
+                    handle.engine.shutdown().await;
+                    return Err(e);
+                }
+            };
+            crate::outln!(
+                "gantry quickstart: dashboard and API on http://{}",
+                handle.addr
+            );
+            stop_web_on_signals(&handle);
+            let result = handle.server.await.context("web server");
+            worker.stop().await;
+            handle.engine.shutdown().await;
+            result
+        })
     })
 }
 

@@ -9,6 +9,7 @@ pub mod git;
 pub mod job_suite;
 pub mod nodes;
 pub mod oci;
+pub mod otlp;
 pub mod pipelines;
 pub mod registry;
 pub mod s3;
@@ -29,7 +30,10 @@ pub fn text(out: &Output) -> (String, String) {
 /// The binary under test.
 pub fn gantry() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_gantry"));
-    c.env_remove("GANTRY_URL").env("RUST_LOG", "info");
+    // No trace export a test does not ask for (`tests/traces.rs` does).
+    c.env_remove("GANTRY_URL")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env("RUST_LOG", "info");
     c
 }
 
@@ -430,6 +434,14 @@ pub fn most_at_once(spans: &[(u128, u128)]) -> i32 {
 /// A `gantry worker` process registered with `web`, heartbeating every
 /// second (unless `extra` says otherwise).
 pub fn start_worker(dir: &Path, web: &str, name: &str, extra: &[&str]) -> Server {
+    Server::spawn(
+        worker_command(dir, web, name, extra),
+        dir.join(format!("{name}.log")),
+    )
+}
+
+/// The `gantry worker` command [`start_worker`] runs.
+pub fn worker_command(dir: &Path, web: &str, name: &str, extra: &[&str]) -> Command {
     let mut cmd = gantry();
     cmd.args([
         "worker",
@@ -452,7 +464,7 @@ pub fn start_worker(dir: &Path, web: &str, name: &str, extra: &[&str]) -> Server
     if !extra.contains(&"--sweep-interval") {
         cmd.args(["--sweep-interval", "1"]);
     }
-    Server::spawn(cmd, dir.join(format!("{name}.log")))
+    cmd
 }
 
 /// The worker named `name` in `gantry workers --json`, if listed.

@@ -46,6 +46,11 @@ pub struct WorkerIdentity {
     /// A privileged container is root on its host in all but name.
     #[serde(default)]
     pub allow_privileged: bool,
+    /// A one-build worker (`gantry worker --ephemeral`): it takes the steps
+    /// of exactly one build, then is retired and exits. Sent only when set,
+    /// so web nodes of earlier versions still take other workers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ephemeral: bool,
 }
 
 fn default_platform() -> String {
@@ -59,6 +64,7 @@ impl Default for WorkerIdentity {
             tags: Vec::new(),
             team: None,
             allow_privileged: false,
+            ephemeral: false,
         }
     }
 }
@@ -144,6 +150,9 @@ pub struct WorkerView {
     pub last_heartbeat: i64,
     /// How often its connection actor was restarted.
     pub restarts: u32,
+    /// The build a one-build worker (`ephemeral`) took, once it took one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_build: Option<i64>,
 }
 
 /// The longest worker name: names are path segments, table cells and label

@@ -24,6 +24,8 @@ use crate::steps::{
     runnable, ArtifactScope, BuildScope, Created, Events, ImportLocks, JobRef, LocalVars,
     StepContext, Stop, StopReason, WorkerWatch,
 };
+use crate::telemetry::TraceIds;
+use tracing::Instrument as _;
 
 /// What every build needs from the web node.
 #[derive(Clone)]
@@ -58,6 +60,9 @@ pub struct BuildDeps {
     /// This web node's name (on the rows of its steps waiting for a
     /// worker, the fleet's queue).
     pub node_name: String,
+    /// How long a step no registered worker could take waits for one to
+    /// register (`PlacementConfig::wait_for_workers`).
+    pub wait_for_workers: Option<std::time::Duration>,
 }
 
 /// Asks a running build to stop. A second one also stops the hooks that run
@@ -232,6 +237,22 @@ impl Actor for Build {
                 act.request_stop(StopReason::Timeout(limit))
             });
         }
+        // The build's span: its steps' spans are its children. A build
+        // taken over stays in the trace it began in, under its first span.
+        let span = tracing::info_span!(
+            "build",
+            build.id = self.id,
+            build.team = %self.team,
+            build.job = self.job.as_ref().map(|j| j.job.as_str()),
+            trace_id = tracing::field::Empty,
+        );
+        if let Some(first) = self.journal.trace() {
+            first.adopt(&span);
+        }
+        let trace = TraceIds::of(&span);
+        if let Some(ids) = &trace {
+            span.record("trace_id", ids.trace_id.as_str());
+        }
         let sink = EventSink::resume(
             self.id,
             self.next_event,
@@ -249,6 +270,7 @@ impl Actor for Build {
             job: self.job.clone(),
             locals: LocalVars::new(),
             journal: std::mem::take(&mut self.journal),
+            trace,
         };
         // The artifacts the build had by name when it was taken over.
         for (name, artifact) in run.journal.outputs() {
@@ -258,6 +280,7 @@ impl Actor for Build {
             let outcome = run.run(&plan).await;
             run.conclude(outcome).await;
         }
+        .instrument(span)
         .into_actor(self)
         .map(|_, _, ctx| ctx.stop())
         .spawn(ctx);
@@ -305,6 +328,9 @@ pub(super) struct BuildRun {
     /// What its stored events said of its progress when this run began
     /// (empty unless the build was taken over).
     pub(super) journal: Journal,
+    /// The build's trace and span, when traces are exported (told in its
+    /// `started` event).
+    pub(super) trace: Option<TraceIds>,
 }
 
 impl BuildRun {

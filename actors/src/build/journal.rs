@@ -18,6 +18,7 @@ use crate::build::outcome::Outcome;
 use crate::db::BuildStatus;
 use crate::events::{BuildEvent, NodeOutcome, Origin};
 use crate::steps::StopReason;
+use crate::telemetry::TraceIds;
 
 /// How a node of the plan ended, as its `node_finished` event says.
 #[derive(Debug, Clone)]
@@ -53,6 +54,9 @@ pub(super) struct Journal {
     began: bool,
     /// When it began (unix ms).
     began_time: Option<i64>,
+    /// The trace and build span its `started` status told (the node that
+    /// began it exported traces).
+    trace: Option<TraceIds>,
     started: HashMap<Origin, Began>,
     finished: HashMap<Origin, Finished>,
     /// The build's artifacts by name, in the order they were produced.
@@ -82,10 +86,13 @@ impl Journal {
             BuildEvent::Status {
                 status: BuildStatus::Started,
                 time,
+                trace_id,
+                span_id,
                 ..
             } => {
                 self.began = true;
                 self.began_time = Some(time);
+                self.trace = TraceIds::told(trace_id, span_id);
             }
             BuildEvent::NodeStarted { origin, time, .. } => {
                 self.started.insert(origin, Began { seq, time });
@@ -138,6 +145,11 @@ impl Journal {
     /// Whether the plan began before the build was taken over.
     pub(super) fn began(&self) -> bool {
         self.began
+    }
+
+    /// The trace and build span the build began in, when told.
+    pub(super) fn trace(&self) -> Option<&TraceIds> {
+        self.trace.as_ref()
     }
 
     /// When the plan began (unix ms), if it did.
@@ -279,5 +291,26 @@ mod tests {
         assert_eq!(j.outputs(), &[("out".to_string(), "a1".to_string())]);
         let new = Journal::read(&[]);
         assert!(!new.began() && new.began_at(&origin("0", &[])).is_none());
+        // An untraced build's start tells no trace.
+        assert_eq!(j.trace(), None);
+    }
+
+    #[test]
+    fn the_trace_a_build_began_in_is_read_back_from_its_started_event() {
+        let ids = TraceIds::told(
+            Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+            Some("00f067aa0ba902b7".into()),
+        );
+        let stored = events(vec![BuildEvent::started(ids.as_ref())]);
+        // Older readers see the same event, with two more fields.
+        let json: serde_json::Value = serde_json::from_str(&stored[0].1).unwrap();
+        assert_eq!(json["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(json["span_id"], "00f067aa0ba902b7");
+        let j = Journal::read(&stored);
+        assert!(j.began());
+        assert_eq!(j.trace(), ids.as_ref());
+        let untraced = events(vec![BuildEvent::started(None)]);
+        assert!(!untraced[0].1.contains("trace_id"), "{}", untraced[0].1);
+        assert_eq!(Journal::read(&untraced).trace(), None);
     }
 }

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
+use tracing::Instrument as _;
 
 use crate::build::actor::BuildRun;
 use crate::build::walker::Scope;
@@ -14,7 +15,7 @@ use crate::db::WaitingStep;
 use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::runtime::Worker;
-use crate::scheduler::{Placement, Placer, Selection, StepRequest};
+use crate::scheduler::{Placement, Placer, Selection, StepRequest, WAITING_FOR_WORKERS};
 use crate::steps::{Created, Step, StepEnd, Stop, WorkerWatch};
 
 /// How often a step is run when its workers keep disappearing.
@@ -73,6 +74,8 @@ enum Ticket {
     Stopped,
     /// The Scheduler dropped the request (the workers it waited for changed).
     Dropped,
+    /// The wait for a worker to register ran out; the ticket was given up.
+    TimedOut,
 }
 
 impl BuildRun {
@@ -123,12 +126,40 @@ impl BuildRun {
             build_id: Some(self.id),
             ..step.worker_request()
         };
-        let Some(placement) = self.place(step.name(), request, stop).await? else {
+        // The placement's span: the strategies' decision, or why it waited.
+        let span = tracing::info_span!(
+            "placement",
+            placement.chain = request.chain_kind().as_str(),
+            placement.strategies = tracing::field::Empty,
+            placement.candidates = tracing::field::Empty,
+            placement.worker = tracing::field::Empty,
+            placement.inputs = request.inputs.len(),
+            placement.avoid = %request.avoid.join(","),
+            placement.waited = false,
+            placement.reason = tracing::field::Empty,
+        );
+        let placed = self.place(step.name(), request, stop);
+        let Some(placement) = placed.instrument(span.clone()).await? else {
             return Ok(StepEnd::Stopped);
         };
+        span.record("placement.worker", placement.worker.as_str());
+        span.record(
+            "placement.strategies",
+            placement.decision.strategies.as_str(),
+        );
+        span.record("placement.candidates", placement.decision.candidates);
+        drop(span);
         // Released when this function returns, on every path.
         let held = HeldPlacement::new(placement.clone(), self.deps.placer.clone());
         let worker = placement.worker.clone();
+        // A one-build worker's binding is recorded before it takes the step,
+        // so a restarted web node (or another one) keeps it to this build.
+        if placement.binds && !self.deps.db.bind_worker(&worker, self.id).await? {
+            return Err(EngineError::WorkerLost {
+                worker,
+                reason: "is a one-build worker bound to another build".into(),
+            });
+        }
         self.deps.db.start_build(self.id, &worker).await?;
         self.events
             .emit(&BuildEvent::SelectedWorker {
@@ -170,13 +201,21 @@ impl BuildRun {
     async fn place(
         &self,
         step: &str,
-        request: StepRequest,
+        mut request: StepRequest,
         stop: &Stop,
     ) -> Result<Option<Placement>, EngineError> {
+        let wait_for_workers = self.deps.wait_for_workers;
+        request.may_wait_for_workers = wait_for_workers.is_some();
         let (ticket, reason) = match self.select(request.clone()).await? {
             Selection::Placed(p) => return Ok(Some(p)),
             Selection::Queued { ticket, reason } => (ticket, reason),
         };
+        let span = tracing::Span::current();
+        span.record("placement.waited", true);
+        span.record("placement.reason", reason.as_str());
+        // Only a wait for a worker to register is limited; one for
+        // capacity lasts until the step is placed or stopped.
+        let limit = wait_for_workers.filter(|_| reason.ends_with(WAITING_FOR_WORKERS));
         // In the fleet's queue while it waits (the row goes with `_queued`).
         let _queued = self.enqueue(step, &request, &reason).await;
         let waiting = BuildEvent::Waiting {
@@ -188,21 +227,23 @@ impl BuildRun {
             self.deps.placer.abandon(ticket).await;
             return Err(e);
         }
-        match self.wait_for_ticket(ticket, stop).await {
+        match self.wait_for_ticket(ticket, stop, limit).await {
             Ticket::Placed(p) => return Ok(Some(p)),
             Ticket::Stopped => return Ok(None),
-            Ticket::Dropped => {}
+            Ticket::Dropped | Ticket::TimedOut => {}
         }
-        // The waiters' workers changed under them: ask again for the full
-        // answer (placed, queued or why not).
+        // The waiters' workers changed under them, or no worker registered
+        // in time: ask again for the full answer (placed, queued for
+        // capacity, or why not), no longer waiting for workers to register.
+        request.may_wait_for_workers = false;
         let ticket = match self.select(request).await? {
             Selection::Placed(p) => return Ok(Some(p)),
             Selection::Queued { ticket, .. } => ticket,
         };
-        match self.wait_for_ticket(ticket, stop).await {
+        match self.wait_for_ticket(ticket, stop, None).await {
             Ticket::Placed(p) => Ok(Some(p)),
             Ticket::Stopped => Ok(None),
-            Ticket::Dropped => Err(EngineError::NoWorkers(
+            Ticket::Dropped | Ticket::TimedOut => Err(EngineError::NoWorkers(
                 "the workers this step waited for are gone".into(),
             )),
         }
@@ -248,13 +289,20 @@ impl BuildRun {
     }
 
     /// Waits for a queued placement, giving the ticket up when the build is
-    /// stopped first.
+    /// stopped first, or when `limit` (if any) runs out.
     async fn wait_for_ticket(
         &self,
         mut ticket: oneshot::Receiver<Placement>,
         stop: &Stop,
+        limit: Option<std::time::Duration>,
     ) -> Ticket {
         let mut stop = stop.clone();
+        let timeout = async {
+            match limit {
+                Some(limit) => tokio::time::sleep(limit).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             got = &mut ticket => match got {
                 Ok(p) => Ticket::Placed(p),
@@ -263,6 +311,10 @@ impl BuildRun {
             _ = stop.requested() => {
                 self.deps.placer.abandon(ticket).await;
                 Ticket::Stopped
+            }
+            _ = timeout => {
+                self.deps.placer.abandon(ticket).await;
+                Ticket::TimedOut
             }
         }
     }

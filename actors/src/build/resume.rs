@@ -169,6 +169,8 @@ impl BuildRun {
                 volumes: created.volumes.len() as u32,
             },
             ledger: None,
+            decision: Default::default(),
+            binds: false,
         };
         let placement = self.deps.placer.restore(placement, self.id).await?;
         let held = HeldPlacement::new(placement, self.deps.placer.clone());

@@ -99,6 +99,7 @@ impl Harness {
                     registration: registration(name, limits.clone()),
                     state: WorkerState::Running,
                     client: worker.clone(),
+                    bound_build: None,
                 }))
                 .await
                 .unwrap();
@@ -129,6 +130,7 @@ impl Harness {
             resources: Default::default(),
             global_resources: true,
             node_name: "test".into(),
+            wait_for_workers: None,
         };
         Harness {
             db,
@@ -668,6 +670,7 @@ fn build_run(h: &Harness, id: i64) -> (watch::Sender<Option<StopReason>>, BuildR
         job: None,
         locals: Default::default(),
         journal: Default::default(),
+        trace: None,
     };
     (tx, run)
 }

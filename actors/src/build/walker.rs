@@ -29,10 +29,10 @@ use std::time::Duration;
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use tokio::sync::watch;
+use tracing::Instrument as _;
 
 use crate::build::actor::BuildRun;
 use crate::build::outcome::{duration, Outcome};
-use crate::db::BuildStatus;
 use crate::events::{BuildEvent, Origin};
 use crate::steps::Plan;
 use crate::steps::StopReason;
@@ -109,7 +109,7 @@ impl BuildRun {
             if let Some(ended) = self.wait_for_turn().await {
                 return ended;
             }
-            self.emit_quietly(&BuildEvent::status(BuildStatus::Started, None))
+            self.emit_quietly(&BuildEvent::started(self.trace.as_ref()))
                 .await;
             self.emit_quietly(&BuildEvent::Plan {
                 tree: plan.describe("0"),
@@ -171,7 +171,15 @@ impl BuildRun {
     /// Runs the node `plan` (its own kind's rules) in `scope`.
     async fn walk_node(&self, plan: &Plan, scope: &Scope) -> Outcome {
         match plan {
-            Plan::Step(s) => self.walk_step(s, scope).await,
+            Plan::Step(s) => {
+                let span = tracing::info_span!(
+                    "step",
+                    otel.name = %format!("step {}", s.name()),
+                    step.name = s.name(),
+                    step.node = %scope.origin().key(),
+                );
+                self.walk_step(s, scope).instrument(span).await
+            }
             Plan::Do(plans) => self.walk_do(plans, scope).await,
             Plan::InParallel {
                 plans,

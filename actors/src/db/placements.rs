@@ -158,6 +158,26 @@ impl LedgerTx {
         Ok(id)
     }
 
+    /// The build each bound one-build worker took (see
+    /// [`Db::bind_worker`]), as every node left it.
+    pub async fn bindings(&mut self) -> Result<HashMap<String, i64>, EngineError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(crate::db::workers::BINDINGS)
+            .fetch_all(&mut *self.tx)
+            .await?;
+        Ok(rows.into_iter().collect())
+    }
+
+    /// Binds one-build worker `worker` to `build` under the ledger's lock:
+    /// false when it is bound to another build.
+    pub async fn bind(&mut self, worker: &str, build: i64) -> Result<bool, EngineError> {
+        let done = sqlx::query(crate::db::workers::BIND_WORKER)
+            .bind(build)
+            .bind(worker)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
     /// Commits, releasing the lock.
     pub async fn commit(self) -> Result<(), EngineError> {
         self.tx.commit().await?;

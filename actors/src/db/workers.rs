@@ -20,12 +20,25 @@ pub struct WorkerRow {
     pub volumes: u32,
     /// Unix ms of its last heartbeat.
     pub last_heartbeat: i64,
+    /// The build a one-build worker took, once it took one.
+    pub bound_build: Option<i64>,
 }
 
-type Raw = (String, String, i64, i64, i64);
+type Raw = (String, String, i64, i64, i64, Option<i64>);
+
+/// The columns [`decode`] reads.
+const COLUMNS: &str = "state, registration, containers, volumes, last_heartbeat, bound_build";
+
+/// Binds a one-build worker to a build (`$1`) unless it is bound to another.
+pub(crate) const BIND_WORKER: &str = "UPDATE workers SET bound_build = $1 \
+     WHERE name = $2 AND (bound_build IS NULL OR bound_build = $1)";
+
+/// The bound one-build workers and their builds.
+pub(crate) const BINDINGS: &str =
+    "SELECT name, bound_build FROM workers WHERE bound_build IS NOT NULL";
 
 fn decode(raw: Raw) -> Result<WorkerRow, EngineError> {
-    let (state, registration, containers, volumes, last_heartbeat) = raw;
+    let (state, registration, containers, volumes, last_heartbeat, bound_build) = raw;
     Ok(WorkerRow {
         registration: serde_json::from_str(&registration)
             .map_err(|e| EngineError::Invalid(format!("stored worker registration: {e}")))?,
@@ -34,25 +47,35 @@ fn decode(raw: Raw) -> Result<WorkerRow, EngineError> {
         containers: containers as u32,
         volumes: volumes as u32,
         last_heartbeat,
+        bound_build,
     })
 }
 
 impl Db {
     /// Inserts or replaces a worker's registration; it becomes `running`.
-    pub async fn upsert_worker(&self, reg: &WorkerRegistration) -> Result<(), EngineError> {
+    /// A one-build worker registering again keeps the build it is bound to
+    /// (it finishes that build, or is retired); any other worker is bound to
+    /// none. Answers the binding kept.
+    pub async fn upsert_worker(
+        &self,
+        reg: &WorkerRegistration,
+    ) -> Result<Option<i64>, EngineError> {
         let json = serde_json::to_string(reg).expect("registration serialises");
-        sqlx::query(
+        let (bound,): (Option<i64>,) = sqlx::query_as(
             "INSERT INTO workers (name, state, registration, last_heartbeat) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (name) DO UPDATE SET state = excluded.state, registration = excluded.registration, \
-             last_heartbeat = excluded.last_heartbeat",
+             last_heartbeat = excluded.last_heartbeat, \
+             bound_build = CASE WHEN $5 = 1 THEN workers.bound_build ELSE NULL END \
+             RETURNING bound_build",
         )
         .bind(&reg.name)
         .bind(WorkerState::Running.as_str())
         .bind(json)
         .bind(now_ms())
-        .execute(self.pool())
+        .bind(i64::from(reg.identity.ephemeral))
+        .fetch_one(self.pool())
         .await?;
-        Ok(())
+        Ok(bound)
     }
 
     /// Records a heartbeat's counts and time (the state is written only by
@@ -91,23 +114,62 @@ impl Db {
 
     /// Every stored worker.
     pub async fn list_workers(&self) -> Result<Vec<WorkerRow>, EngineError> {
-        let rows: Vec<Raw> = sqlx::query_as(
-            "SELECT state, registration, containers, volumes, last_heartbeat FROM workers ORDER BY name",
-        )
-        .fetch_all(self.pool())
-        .await?;
+        let rows: Vec<Raw> =
+            sqlx::query_as(&format!("SELECT {COLUMNS} FROM workers ORDER BY name"))
+                .fetch_all(self.pool())
+                .await?;
         rows.into_iter().map(decode).collect()
     }
 
     /// One stored worker.
     pub async fn get_worker(&self, name: &str) -> Result<Option<WorkerRow>, EngineError> {
-        let row: Option<Raw> = sqlx::query_as(
-            "SELECT state, registration, containers, volumes, last_heartbeat FROM workers WHERE name = $1",
-        )
-        .bind(name)
-        .fetch_optional(self.pool())
-        .await?;
+        let row: Option<Raw> =
+            sqlx::query_as(&format!("SELECT {COLUMNS} FROM workers WHERE name = $1"))
+                .bind(name)
+                .fetch_optional(self.pool())
+                .await?;
         row.map(decode).transpose()
+    }
+
+    /// Binds one-build worker `name` to `build`, the build whose steps it
+    /// takes: false when it is bound to another build (or gone).
+    pub async fn bind_worker(&self, name: &str, build: i64) -> Result<bool, EngineError> {
+        let done = sqlx::query(BIND_WORKER)
+            .bind(build)
+            .bind(name)
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// The build one-build worker `name` is bound to, if any.
+    pub async fn worker_binding(&self, name: &str) -> Result<Option<i64>, EngineError> {
+        let row: Option<(Option<i64>,)> =
+            sqlx::query_as("SELECT bound_build FROM workers WHERE name = $1")
+                .bind(name)
+                .fetch_optional(self.pool())
+                .await?;
+        Ok(row.and_then(|r| r.0))
+    }
+
+    /// The build each bound one-build worker took, by worker.
+    pub async fn worker_bindings(
+        &self,
+    ) -> Result<std::collections::HashMap<String, i64>, EngineError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(BINDINGS).fetch_all(self.pool()).await?;
+        Ok(rows.into_iter().collect())
+    }
+
+    /// One-build workers still running or stalled whose build has ended:
+    /// they are to be retired.
+    pub async fn ephemeral_workers_done(&self) -> Result<Vec<(String, i64)>, EngineError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT w.name, w.bound_build FROM workers w JOIN builds b ON b.id = w.bound_build \
+             WHERE b.finished_at IS NOT NULL AND w.state IN ('running', 'stalled') ORDER BY w.name",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows)
     }
 
     /// Records the volume store usage of `worker`'s latest sweep report.

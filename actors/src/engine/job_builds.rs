@@ -181,15 +181,8 @@ impl Engine {
             };
             self.emit_outside(id, &error).await?;
         }
-        self.emit_outside(
-            id,
-            &BuildEvent::Status {
-                status: BuildStatus::Aborted,
-                exit_status: None,
-                time: crate::db::now_ms(),
-            },
-        )
-        .await?;
+        self.emit_outside(id, &BuildEvent::status(BuildStatus::Aborted, None))
+            .await?;
         Ok(true)
     }
 

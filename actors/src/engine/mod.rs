@@ -9,6 +9,7 @@ mod gc;
 mod handles;
 mod health;
 mod job_builds;
+mod one_build;
 mod pipeline_jobs;
 mod pipelines;
 mod takeover;
@@ -232,7 +233,8 @@ impl Engine {
             &engine.collector,
             &engine.jobs,
         );
-        pipeline_jobs::start(&engine);
+        let leader = pipeline_jobs::start(&engine);
+        one_build::start(&engine, leader);
         Ok(engine)
     }
 
@@ -252,6 +254,7 @@ impl Engine {
             streams: self.streams.clone(),
             global_resources: self.config.pipelines.global_resources,
             node_name: self.config.node_name.clone(),
+            wait_for_workers: self.config.placement.wait_for_workers,
         }
     }
 

@@ -47,9 +47,10 @@ const BATCH: usize = 500;
 /// Jobs resolved at once in a pass.
 const DECIDE_AT_ONCE: usize = 4;
 
-/// Starts both jobs, led by the `pipelines` role. Must be called inside
-/// the actix System.
-pub fn start(engine: &Engine) {
+/// Starts both jobs, led by the `pipelines` role; answers the lead, which
+/// other fleet-wide jobs follow too (one campaign, one held connection).
+/// Must be called inside the actix System.
+pub fn start(engine: &Engine) -> tokio::sync::watch::Receiver<bool> {
     let every = engine.config.pipelines.interval;
     let leader = campaign(
         &engine.db,
@@ -71,8 +72,9 @@ pub fn start(engine: &Engine) {
         Schedule::every(every),
         &engine.jobs,
     )
-    .led_by(leader)
+    .led_by(leader.clone())
     .start();
+    leader
 }
 
 /// `pipeline-checks`.

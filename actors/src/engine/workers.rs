@@ -40,8 +40,17 @@ impl Engine {
     pub async fn worker_views(&self) -> Result<Vec<WorkerView>, EngineError> {
         let mut views = self.registry.send(ListWorkers).await?;
         let stats = self.scheduler_stats().await?;
+        // One-build workers are bound as they take their build's first
+        // step, which the Registry does not follow: the rows say.
+        let bindings = match views.iter().any(|v| v.identity.ephemeral) {
+            true => self.db.worker_bindings().await?,
+            false => Default::default(),
+        };
         for v in &mut views {
             v.active_tasks = stats.load.get(&v.name).map_or(0, |l| l.tasks);
+            if v.identity.ephemeral {
+                v.bound_build = bindings.get(&v.name).copied();
+            }
         }
         Ok(views)
     }

@@ -154,6 +154,7 @@ impl Registry {
                 last_heartbeat: row.last_heartbeat,
                 conn,
                 restarts,
+                bound_build: row.bound_build,
             },
         );
         self.publish(&name);

@@ -21,6 +21,7 @@ pub fn filter<'a>(
     let mut unprivileged = 0;
     let mut incompatible = 0;
     let mut lost_earlier = 0;
+    let mut build_steps_only = 0;
     let mut passing = Vec::new();
     for w in all {
         let r = &w.registration;
@@ -46,6 +47,8 @@ pub fn filter<'a>(
             no_resource_type += 1;
         } else if c.privileged && !r.identity.allow_privileged {
             unprivileged += 1;
+        } else if r.identity.ephemeral && c.build_id.is_none() {
+            build_steps_only += 1;
         } else {
             passing.push(*w);
         }
@@ -56,6 +59,10 @@ pub fn filter<'a>(
         .any(|w| w.registration.identity.team.is_some())
     {
         passing.retain(|w| w.registration.identity.team.is_some());
+    }
+    // A build that has a one-build worker of its own keeps to it.
+    if c.build_id.is_some() && passing.iter().any(|w| w.bound_build == c.build_id) {
+        passing.retain(|w| w.bound_build == c.build_id);
     }
     if !passing.is_empty() {
         return Ok(passing);
@@ -102,6 +109,10 @@ pub fn filter<'a>(
         (
             lost_earlier,
             "lost during an earlier attempt of this step".to_string(),
+        ),
+        (
+            build_steps_only,
+            "one-build (--ephemeral): they take only build steps".to_string(),
         ),
         (
             incompatible,

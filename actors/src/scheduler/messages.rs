@@ -25,6 +25,9 @@ pub struct Candidate {
     pub state: WorkerState,
     /// The client to reach it.
     pub client: Arc<dyn Worker>,
+    /// The build a one-build worker (`--ephemeral`) took: it takes no other
+    /// build's steps, and that build's steps prefer it.
+    pub bound_build: Option<i64>,
 }
 
 /// Strategy chains by kind of step.
@@ -36,6 +39,10 @@ pub struct PlacementConfig {
     pub without_inputs: Vec<Strategy>,
     /// Check steps.
     pub checks: Vec<Strategy>,
+    /// How long a build's step that no registered worker could take waits
+    /// in the queue for such a worker to register (an autoscaler scaling
+    /// a pool from zero starts one); `None`: it fails at once, naming why.
+    pub wait_for_workers: Option<std::time::Duration>,
 }
 
 impl Default for PlacementConfig {
@@ -44,6 +51,7 @@ impl Default for PlacementConfig {
             with_inputs: vec![Strategy::VolumeLocality, Strategy::FewestBuildContainers],
             without_inputs: vec![Strategy::FewestBuildContainers],
             checks: vec![Strategy::FewestBuildContainers],
+            wait_for_workers: None,
         }
     }
 }
@@ -100,6 +108,10 @@ pub struct StepRequest {
     pub need: Load,
     /// The build the step belongs to, recorded with its placement.
     pub build_id: Option<i64>,
+    /// With [`PlacementConfig::wait_for_workers`] set: when no registered
+    /// worker could take the step, it waits for one to register instead of
+    /// failing (the build asks once more without it when that wait ends).
+    pub may_wait_for_workers: bool,
 }
 
 impl StepRequest {
@@ -126,6 +138,22 @@ pub struct Placement {
     /// Its row in the shared placement ledger (several web nodes), which
     /// the release deletes.
     pub ledger: Option<i64>,
+    /// The worker is a one-build worker, now bound to the step's build:
+    /// the binding is to be recorded (see [`crate::db::Db::bind_worker`]).
+    pub binds: bool,
+    /// How the strategies chose it, for the placement's span.
+    pub decision: PlacementDecision,
+}
+
+/// How a worker was chosen: what a placement's span tells.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlacementDecision {
+    /// The strategy chain that ranked the workers (`volume-locality,
+    /// fewest-build-containers`); empty for a placement held again after a
+    /// takeover (its step's worker was known).
+    pub strategies: String,
+    /// Workers that passed the filters and could ever fit the step.
+    pub candidates: usize,
 }
 
 /// The answer to [`SelectWorker`].
@@ -157,6 +185,8 @@ pub struct DecideWith {
     pub request: StepRequest,
     /// Load by worker, all nodes together.
     pub loads: HashMap<String, Load>,
+    /// The build each one-build worker is bound to, all nodes together.
+    pub bindings: HashMap<String, i64>,
 }
 
 /// Releases what a placement reserved.

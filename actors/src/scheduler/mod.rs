@@ -24,6 +24,10 @@ pub use filter::filter;
 pub use messages::*;
 pub use placer::Placer;
 
+/// How the reason of a step that waits for a worker to register ends
+/// (see [`PlacementConfig::wait_for_workers`]).
+pub const WAITING_FOR_WORKERS: &str = "(waiting for such a worker to register)";
+
 /// A request waiting for capacity.
 struct Waiter {
     /// The request.
@@ -79,6 +83,16 @@ impl Scheduler {
         self.try_place_with(req, None)
     }
 
+    /// Takes the one-build workers' bindings as the shared ledger holds
+    /// them (several web nodes bind workers).
+    fn adopt_bindings(&mut self, bindings: &HashMap<String, i64>) {
+        for (name, c) in self.workers.iter_mut() {
+            if c.registration.identity.ephemeral {
+                c.bound_build = bindings.get(name).copied();
+            }
+        }
+    }
+
     /// [`Self::try_place`] against `loads` (the shared ledger's) instead of
     /// this Scheduler's own view when given.
     fn try_place_with(
@@ -88,7 +102,14 @@ impl Scheduler {
     ) -> Result<Result<Placement, String>, EngineError> {
         let loads = loads.unwrap_or(&self.load);
         let all: Vec<&Candidate> = self.workers.values().collect();
-        let mut compatible = filter(req, &all)?;
+        let mut compatible = match filter(req, &all) {
+            Ok(c) => c,
+            // Scaling from zero: the step waits for such a worker.
+            Err(e) if req.may_wait_for_workers && self.config.wait_for_workers.is_some() => {
+                return Ok(Err(format!("{e} {WAITING_FOR_WORKERS}")));
+            }
+            Err(e) => return Err(e),
+        };
         let chain = match req.chain_kind() {
             ChainKind::WithInputs => &self.config.with_inputs,
             ChainKind::WithoutInputs => &self.config.without_inputs,
@@ -114,6 +135,17 @@ impl Scheduler {
                 too_small.unwrap_or_default()
             )));
         }
+        // A one-build worker bound to another build is busy for good: the
+        // step waits for another worker (or for one to join).
+        compatible.retain(|c| {
+            !(c.registration.identity.ephemeral
+                && c.bound_build.is_some_and(|b| Some(b) != req.build_id))
+        });
+        if compatible.is_empty() {
+            return Ok(Err(
+                "every compatible worker is a one-build worker bound to another build".into(),
+            ));
+        }
         // The worker sets of the step's inputs, looked up once per request.
         let holders: Vec<&HashSet<String>> = req
             .inputs
@@ -135,12 +167,27 @@ impl Scheduler {
             Err(at_limit) => Ok(Err(at_limit.0)),
             Ok(i) => {
                 let c = compatible[i];
+                let binds = c.registration.identity.ephemeral;
                 let placement = Placement {
                     worker: c.registration.name.clone(),
                     client: c.client.clone(),
                     reserved: req.need,
                     ledger: None,
+                    decision: PlacementDecision {
+                        strategies: chain
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(","),
+                        candidates: compatible.len(),
+                    },
+                    binds,
                 };
+                if binds {
+                    if let Some(w) = self.workers.get_mut(&placement.worker) {
+                        w.bound_build = req.build_id;
+                    }
+                }
                 self.load
                     .entry(placement.worker.clone())
                     .or_default()
@@ -207,7 +254,18 @@ impl Actor for Scheduler {
 impl Handler<WorkerUpdated> for Scheduler {
     type Result = ();
     fn handle(&mut self, msg: WorkerUpdated, _: &mut Context<Self>) {
-        self.workers.insert(msg.0.registration.name.clone(), msg.0);
+        let mut update = msg.0;
+        // A binding made here since the Registry last read the worker's row
+        // stays (the same incarnation took a build's steps).
+        if let Some(old) = self.workers.get(&update.registration.name) {
+            if update.bound_build.is_none()
+                && old.registration.incarnation == update.registration.incarnation
+            {
+                update.bound_build = old.bound_build;
+            }
+        }
+        self.workers
+            .insert(update.registration.name.clone(), update);
         self.drain_queue();
     }
 }
@@ -252,6 +310,7 @@ impl Handler<SelectWorker> for Scheduler {
 impl Handler<DecideWith> for Scheduler {
     type Result = Result<Result<Placement, String>, EngineError>;
     fn handle(&mut self, msg: DecideWith, _: &mut Context<Self>) -> Self::Result {
+        self.adopt_bindings(&msg.bindings);
         let decided = self.try_place_with(&msg.request, Some(&msg.loads));
         if decided.is_err() {
             self.stats.unsatisfiable += 1;

@@ -182,25 +182,39 @@ impl Placer {
     ) -> Result<Result<Placement, String>, EngineError> {
         let mut tx = ledger.db.lock_ledger().await?;
         let loads = tx.loads().await?;
+        let bindings = tx.bindings().await?;
         let decided = self
             .scheduler
             .send(DecideWith {
                 request: request.clone(),
                 loads,
+                bindings,
             })
             .await??;
         let mut placement = match decided {
             Ok(p) => p,
             Err(reason) => return Ok(Err(reason)),
         };
-        let recorded = tx
-            .record(
+        let recorded = async {
+            // A one-build worker is bound under the same lock it was chosen
+            // under, so no other node binds it to another build meanwhile.
+            if let (true, Some(build)) = (placement.binds, request.build_id) {
+                if !tx.bind(&placement.worker, build).await? {
+                    return Err(EngineError::Invalid(format!(
+                        "worker {} is bound to another build",
+                        placement.worker
+                    )));
+                }
+            }
+            tx.record(
                 &placement.worker,
                 request.build_id,
                 &ledger.node,
                 &placement.reserved,
             )
-            .await;
+            .await
+        }
+        .await;
         let committed = match recorded {
             Ok(id) => tx.commit().await.map(|()| id),
             Err(e) => Err(e),

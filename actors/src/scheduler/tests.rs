@@ -20,12 +20,14 @@ pub(crate) fn candidate(
                 tags: tags.iter().map(|t| t.to_string()).collect(),
                 team: team.map(str::to_string),
                 allow_privileged: false,
+                ephemeral: false,
             },
             limits,
             ..crate::testing::registration(name)
         },
         state: WorkerState::Running,
         client: Arc::new(DetachedWorker(name.into())),
+        bound_build: None,
     }
 }
 
@@ -165,6 +167,7 @@ async fn limits_are_exact_and_waiters_wake_on_release() {
         with_inputs: vec![Strategy::LimitActiveTasks, Strategy::FewestBuildContainers],
         without_inputs: vec![Strategy::LimitActiveTasks, Strategy::FewestBuildContainers],
         checks: vec![Strategy::Random],
+        wait_for_workers: None,
     })
     .start();
     for n in ["w1", "w2"] {
@@ -231,6 +234,7 @@ async fn a_step_bigger_than_every_limit_fails_at_once_instead_of_waiting() {
         with_inputs: vec![Strategy::LimitActiveVolumes],
         without_inputs: vec![Strategy::LimitActiveVolumes],
         checks: vec![Strategy::LimitActiveVolumes],
+        wait_for_workers: None,
     })
     .start();
     scheduler
@@ -360,4 +364,134 @@ async fn limits_hold_across_nodes_sharing_the_ledger() {
         assert_eq!(row.state, crate::background::JobState::Stopped);
     }
     pg.drop().await;
+}
+
+/// A one-build worker in `scheduler`'s pool, bound to nothing yet.
+fn one_build(name: &str) -> Candidate {
+    let mut c = candidate(name, "linux", &[], None, WorkerLimits::default());
+    c.registration.identity.ephemeral = true;
+    c
+}
+
+/// A step of build `build`.
+fn step_of(build: i64) -> StepRequest {
+    StepRequest {
+        build_id: Some(build),
+        ..task("main", "linux", &[])
+    }
+}
+
+#[actix_rt::test]
+async fn a_one_build_worker_takes_the_steps_of_one_build_only() {
+    let scheduler = Scheduler::new(PlacementConfig::default()).start();
+    for c in [
+        one_build("eph"),
+        candidate("plain", "linux", &["other"], None, WorkerLimits::default()),
+    ] {
+        scheduler.send(WorkerUpdated(c)).await.unwrap();
+    }
+    let placed = |s: Result<Selection, EngineError>| match s.unwrap() {
+        Selection::Placed(p) => p,
+        Selection::Queued { reason, .. } => panic!("queued: {reason}"),
+    };
+    // Build 7's first step binds the worker; its later steps keep to it.
+    let first = placed(scheduler.send(SelectWorker(step_of(7))).await.unwrap());
+    assert_eq!((first.worker.as_str(), first.binds), ("eph", true));
+    let second = placed(scheduler.send(SelectWorker(step_of(7))).await.unwrap());
+    assert_eq!(second.worker, "eph");
+    // Build 8's step waits, saying why, and is not placed on a release.
+    let Selection::Queued { mut ticket, reason } = scheduler
+        .send(SelectWorker(step_of(8)))
+        .await
+        .unwrap()
+        .unwrap()
+    else {
+        panic!("build 8 was placed on a worker bound to build 7");
+    };
+    assert_eq!(
+        reason,
+        "every compatible worker is a one-build worker bound to another build"
+    );
+    scheduler.send(ReleasePlacement(first)).await.unwrap();
+    scheduler.send(ReleasePlacement(second)).await.unwrap();
+    assert!(
+        ticket.try_recv().is_err(),
+        "build 8 placed on build 7's worker"
+    );
+    // A re-registration of the same incarnation keeps the binding.
+    scheduler
+        .send(WorkerUpdated(one_build("eph")))
+        .await
+        .unwrap();
+    let Selection::Queued { .. } = scheduler
+        .send(SelectWorker(step_of(9)))
+        .await
+        .unwrap()
+        .unwrap()
+    else {
+        panic!("the binding was lost when the worker's registration was published again");
+    };
+    // A worker that joins takes the waiting step.
+    scheduler
+        .send(WorkerUpdated(one_build("eph2")))
+        .await
+        .unwrap();
+    let p = tokio::time::timeout(std::time::Duration::from_secs(5), ticket)
+        .await
+        .expect("placed when a free worker joined")
+        .expect("placed");
+    assert_eq!(p.worker, "eph2");
+    // Steps of no build (checks) never go to one-build workers.
+    let err = match scheduler
+        .send(SelectWorker(task("main", "linux", &[])))
+        .await
+        .unwrap()
+    {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a step of no build was placed on a one-build worker"),
+    };
+    assert!(
+        err.contains("2 one-build (--ephemeral): they take only build steps"),
+        "{err}"
+    );
+}
+
+/// Two web nodes bind one-build workers under the shared ledger's lock: a
+/// worker bound through one node takes no other build's steps through the
+/// other, and the binding is in its row.
+#[actix_rt::test]
+async fn a_one_build_worker_is_bound_once_across_nodes() {
+    let pg = crate::db::test_pg::PgDb::new().await;
+    let mut reg = one_build("eph").registration;
+    reg.incarnation = "i1".into();
+    pg.db.upsert_worker(&reg).await.unwrap();
+    let mut placers = Vec::new();
+    let mut tables = Vec::new();
+    for node in ["n1", "n2"] {
+        let jobs = crate::background::Jobs::default();
+        let scheduler = Scheduler::new(PlacementConfig::default()).start();
+        let mut c = one_build("eph");
+        c.registration = reg.clone();
+        scheduler.send(WorkerUpdated(c)).await.unwrap();
+        placers.push(Placer::for_database(scheduler, &pg.db, node, &jobs));
+        tables.push(jobs);
+    }
+    let Selection::Placed(p) = placers[0].select(step_of(7)).await.unwrap() else {
+        panic!("build 7 waited for a free one-build worker");
+    };
+    assert_eq!(p.worker, "eph");
+    assert_eq!(pg.db.worker_binding("eph").await.unwrap(), Some(7));
+    let Selection::Queued { reason, .. } = placers[1].select(step_of(8)).await.unwrap() else {
+        panic!("node 2 placed build 8 on the worker node 1 bound to build 7");
+    };
+    assert!(reason.contains("bound to another build"), "{reason}");
+    let Selection::Placed(q) = placers[1].select(step_of(7)).await.unwrap() else {
+        panic!("build 7's step through node 2 did not go to its worker");
+    };
+    assert_eq!(q.worker, "eph");
+    placers[0].release(p);
+    placers[1].release(q);
+    for jobs in &tables {
+        jobs.shutdown().await;
+    }
 }

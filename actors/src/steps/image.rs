@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tracing::Instrument as _;
 
 use crate::db::HandleKind;
 use crate::error::EngineError;
@@ -39,6 +40,20 @@ impl StepContext {
     /// [`Self::image_volume`], filled as `fill` says; with what the pull
     /// answered (the image's env and user) when it pulled now.
     pub async fn image_volume_by(
+        &self,
+        artifact: &str,
+        fill: Fill<'_>,
+    ) -> Result<(String, Option<PulledImage>), EngineError> {
+        let span = tracing::info_span!(
+            "image import",
+            image.artifact = artifact,
+            worker = self.worker.name(),
+        );
+        self.image_volume_in(artifact, fill).instrument(span).await
+    }
+
+    /// [`Self::image_volume_by`], in its span.
+    async fn image_volume_in(
         &self,
         artifact: &str,
         fill: Fill<'_>,

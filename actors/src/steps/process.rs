@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use crate::error::EngineError;
 use crate::events::{BuildEvent, Utf8Carry};
@@ -65,6 +66,21 @@ pub struct Command {
 /// Creates the step's container (recorded, and destroyed with the step) and
 /// starts `command` in it: the process and its output, to [`follow`].
 pub async fn start(
+    ctx: &mut StepContext,
+    container: Container,
+    command: Command,
+) -> Result<(Box<dyn Process>, mpsc::Receiver<ProcessOutput>), EngineError> {
+    let span = tracing::info_span!(
+        "container",
+        otel.name = "container start",
+        worker = ctx.worker().name(),
+        process.path = %command.path,
+    );
+    start_in(ctx, container, command).instrument(span).await
+}
+
+/// [`start`], in its span.
+async fn start_in(
     ctx: &mut StepContext,
     container: Container,
     command: Command,
@@ -134,8 +150,39 @@ pub async fn follow_capturing(
     Ok((end, stdout))
 }
 
-/// [`follow`], with stdout kept in `capture` when given.
+/// [`follow`], with stdout kept in `capture` when given, in the process's
+/// span (until it has exited; its exit status recorded).
 async fn follow_into(
+    ctx: &StepContext,
+    process: &dyn Process,
+    output: mpsc::Receiver<ProcessOutput>,
+    skip: [u64; 2],
+    capture: Option<&mut Vec<u8>>,
+) -> Result<ProcessEnd, EngineError> {
+    let span = tracing::info_span!(
+        "process",
+        worker = ctx.worker().name(),
+        process.id = process.id(),
+        process.exit_status = tracing::field::Empty,
+        process.stopped = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        otel.status_message = tracing::field::Empty,
+    );
+    let end = follow_in(ctx, process, output, skip, capture)
+        .instrument(span.clone())
+        .await;
+    match &end {
+        Ok(ProcessEnd::Exited(status)) => span.record("process.exit_status", status),
+        Ok(ProcessEnd::Stopped) => span.record("process.stopped", true),
+        Err(e) => span
+            .record("otel.status_code", "ERROR")
+            .record("otel.status_message", tracing::field::display(e)),
+    };
+    end
+}
+
+/// [`follow_into`] in its span.
+async fn follow_in(
     ctx: &StepContext,
     process: &dyn Process,
     mut output: mpsc::Receiver<ProcessOutput>,

@@ -9,6 +9,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use tracing::Instrument as _;
 
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -214,6 +215,23 @@ pub async fn get(
     version: &Value,
     params: &Value,
 ) -> Result<ResourceCacheRow, Halt> {
+    let span = tracing::info_span!(
+        "resource fetch",
+        otel.name = %format!("get {}", r.name),
+        resource.name = r.name,
+        resource.type = r.config.type_.name(),
+        worker = ctx.worker().name(),
+    );
+    get_in(ctx, r, version, params).instrument(span).await
+}
+
+/// [`get`], in its span.
+async fn get_in(
+    ctx: &mut StepContext,
+    r: &Resource<'_>,
+    version: &Value,
+    params: &Value,
+) -> Result<ResourceCacheRow, Halt> {
     if is_native(r.config) {
         return get_native(ctx, r, version, params).await;
     }
@@ -404,6 +422,26 @@ pub fn type_image<'a>(
 /// `image.tar`) and `metadata.json` with `env` and `user`. Kept once per
 /// (config, version, params); the worker imports it once.
 pub async fn fetch_image(
+    ctx: &mut StepContext,
+    name: &str,
+    config: &ResourceConfig,
+    params: &Value,
+    pinned: Option<&Value>,
+) -> Result<FetchedImage, Halt> {
+    let span = tracing::info_span!(
+        "image fetch",
+        otel.name = %format!("image {name}"),
+        image.name = name,
+        image.type = config.type_.name(),
+        worker = ctx.worker().name(),
+    );
+    fetch_image_in(ctx, name, config, params, pinned)
+        .instrument(span)
+        .await
+}
+
+/// [`fetch_image`], in its span.
+async fn fetch_image_in(
     ctx: &mut StepContext,
     name: &str,
     config: &ResourceConfig,

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tracing::Instrument as _;
 
 use actix::Addr;
 use futures::FutureExt;
@@ -60,7 +61,10 @@ impl Streams {
             .entry(key.clone())
             .or_insert_with(|| {
                 let streams = self.clone();
+                // In the span of the step that asked first, whichever
+                // waiter polls it.
                 async move { streams.make_copy(req).await.map_err(|e| e.to_string()) }
+                    .instrument(tracing::Span::current())
                     .boxed()
                     .shared()
             })

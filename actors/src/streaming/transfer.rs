@@ -13,6 +13,7 @@ use std::time::Instant;
 use actix::prelude::*;
 use futures::StreamExt;
 use tokio::sync::oneshot;
+use tracing::Instrument as _;
 
 use crate::error::{EngineError, RuntimeError};
 use crate::runtime::{ByteStream, Volume};
@@ -86,6 +87,9 @@ pub struct StreamTransfer {
     job: Option<TransferJob>,
     /// Where the outcome goes.
     done: Option<oneshot::Sender<Result<Transferred, EngineError>>>,
+    /// The span of the step that asked for the transfer (the first one,
+    /// when several wait for it): the parent of the transfer's span.
+    asked_in: tracing::Span,
 }
 
 impl StreamTransfer {
@@ -96,6 +100,7 @@ impl StreamTransfer {
             streams,
             job: Some(job),
             done: Some(done),
+            asked_in: tracing::Span::current(),
         }
         .start();
         outcome.await.map_err(|_| {
@@ -113,7 +118,19 @@ impl Actor for StreamTransfer {
             return;
         };
         let streams = self.streams.clone();
+        let span = tracing::info_span!(
+            parent: &self.asked_in,
+            "stream",
+            otel.name = %format!("stream {}", job.what),
+            stream.what = %job.what,
+            stream.from = job.source.name(),
+            stream.to = %job.to,
+            stream.path = tracing::field::Empty,
+            stream.bytes = tracing::field::Empty,
+            stream.seconds = tracing::field::Empty,
+        );
         async move { transfer(&streams, job).await }
+            .instrument(span)
             .into_actor(self)
             .map(move |outcome, _, ctx| {
                 let _ = done.send(outcome);
@@ -164,8 +181,12 @@ async fn transfer(streams: &Streams, mut job: TransferJob) -> Result<Transferred
         moved = move_bytes(streams, &job, path).await;
     }
     let seconds = started.elapsed().as_secs_f64();
+    let span = tracing::Span::current();
+    span.record("stream.path", path.as_str());
+    span.record("stream.seconds", seconds);
     match moved {
         Ok(bytes) => {
+            span.record("stream.bytes", bytes);
             streams.stats().completed(path, encoding, bytes, seconds);
             Ok(Transferred {
                 path,

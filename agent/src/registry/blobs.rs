@@ -249,8 +249,8 @@ pub(super) async fn peer_get(
 > {
     let url = peer.replace("{digest}", digest);
     let from = url.split("/p2p/").next().unwrap_or_default().to_string();
-    let resp = http
-        .get(&url)
+    // The peer's span joins the pull's trace.
+    let resp = crate::trace_context::traced(http.get(&url))
         .send()
         .await
         .map_err(|e| format!("peer {from}: {}", error_chain(&e)))?;
