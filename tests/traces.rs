@@ -197,6 +197,10 @@ fn a_two_step_job_with_a_p2p_stream_is_one_trace_across_the_web_node_and_its_wor
             check_placement.attributes
         );
     }
+    // The input it finds by name in the build counts: the with-inputs
+    // chain (volume locality) places it.
+    assert_eq!(check_placement.attr("placement.chain"), Some("with_inputs"));
+    assert_eq!(check_placement.attr("placement.inputs"), Some("1"));
 
     // One stream span, under the step that needed the input, p2p a -> b.
     let streams: Vec<_> = spans

@@ -120,12 +120,20 @@ impl BuildRun {
         scope: &Scope,
     ) -> Result<StepEnd, EngineError> {
         let stop = &scope.stop;
-        let request = StepRequest {
+        let mut request = StepRequest {
             team: self.team.clone(),
             avoid: lost.to_vec(),
             build_id: Some(self.id),
             ..step.worker_request()
         };
+        // Inputs found by name in the build (a job's earlier outputs).
+        for name in step.named_inputs() {
+            if let Some(id) = self.named.get(&name) {
+                if !request.inputs.contains(&id) {
+                    request.inputs.push(id);
+                }
+            }
+        }
         // The placement's span: the strategies' decision, or why it waited.
         let span = tracing::info_span!(
             "placement",

@@ -32,6 +32,14 @@ pub trait Step: Send + Sync {
     /// and `avoid` (workers lost under earlier attempts).
     fn worker_request(&self) -> StepRequest;
 
+    /// Names of the build's artifacts the step will read (an earlier step's
+    /// outputs, found by name when it runs): placement adds their ids to
+    /// [`StepRequest::inputs`], so such a step uses the `with_inputs` chain
+    /// and volume locality sees where they are. By default none.
+    fn named_inputs(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Runs the step on the worker in `ctx`. A stop (abort, timeout) ends it
     /// with [`StepEnd::Stopped`].
     async fn run(&self, ctx: &mut StepContext) -> Result<StepEnd, EngineError>;

@@ -86,6 +86,16 @@ impl Step for TaskStep {
         }
     }
 
+    /// The inputs not given with the step, under their mapped names.
+    fn named_inputs(&self) -> Vec<String> {
+        self.config
+            .inputs
+            .iter()
+            .filter(|i| !self.inputs.contains_key(&i.name))
+            .map(|i| self.input_mapping.get(&i.name).unwrap_or(&i.name).clone())
+            .collect()
+    }
+
     async fn run(&self, ctx: &mut StepContext) -> Result<StepEnd, EngineError> {
         // Setting up (volumes, inputs, image, container, process start) ends
         // early on an abort, a timeout or the worker stalling.
