@@ -25,21 +25,7 @@ fn web_and_two_workers_run_a_task(kind: DbKind) {
     let web = Server::start(cmd, "API on ", dir.path().join("web.log"));
     let mut workers = Vec::new();
     for name in ["w1", "w2"] {
-        let mut cmd = gantry();
-        cmd.args([
-            "worker",
-            "--name",
-            name,
-            "--web",
-            &web.url,
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .args(["--registration-key", "k3y", "--heartbeat-interval", "1"])
-        .args(["--sweep-interval", "1"])
-        .arg("--work-dir")
-        .arg(dir.path().join(name));
-        workers.push(Server::spawn(cmd, dir.path().join(format!("{name}.log"))));
+        workers.push(start_worker(dir.path(), &web.url, name, &[]));
     }
     let listed = wait_running(&web.url, 2);
     let mut names: Vec<&str> = listed

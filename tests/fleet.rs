@@ -616,16 +616,7 @@ fn a_one_build_worker_runs_a_one_off_build_and_exits() {
     assert!(volumes.is_empty(), "volumes left: {volumes:?}");
     // The output outlives the worker.
     let build = builds_json(&web.url)[0]["id"].as_i64().unwrap();
-    let events = reqwest::blocking::get(format!("{}/api/v1/builds/{build}/events", web.url))
-        .unwrap()
-        .text()
-        .unwrap();
-    let artifact = events
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|e| e["event"]["type"] == "output")
-        .and_then(|e| e["event"]["artifact_id"].as_str().map(str::to_string))
-        .expect("an output event");
+    let artifact = output_artifact(&web.url, build);
     let resp = reqwest::blocking::get(format!(
         "{}/api/v1/teams/main/artifacts/{artifact}",
         web.url

@@ -61,16 +61,7 @@ fn a_restarted_web_node_takes_over_a_running_build() {
         "output lost or repeated"
     );
     // The output was kept, and nothing is left on the worker.
-    let events = reqwest::blocking::get(format!("{}/api/v1/builds/{build}/events", web.url))
-        .unwrap()
-        .text()
-        .unwrap();
-    let artifact = events
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|e| e["event"]["type"] == "output")
-        .and_then(|e| e["event"]["artifact_id"].as_str().map(str::to_string))
-        .expect("an output event");
+    let artifact = output_artifact(&web.url, build);
     let tar = reqwest::blocking::get(format!(
         "{}/api/v1/teams/main/artifacts/{artifact}",
         web.url

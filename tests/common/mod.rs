@@ -406,6 +406,20 @@ pub fn most_at_once(spans: &[(u128, u128)]) -> i32 {
     most
 }
 
+/// The artifact id of build `build`'s first output, from its events.
+pub fn output_artifact(url: &str, build: i64) -> String {
+    let events = reqwest::blocking::get(format!("{url}/api/v1/builds/{build}/events"))
+        .unwrap()
+        .text()
+        .unwrap();
+    events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["event"]["type"] == "output")
+        .and_then(|e| e["event"]["artifact_id"].as_str().map(str::to_string))
+        .expect("an output event")
+}
+
 /// `gantry builds --json`.
 pub fn builds_json(url: &str) -> Vec<serde_json::Value> {
     let out = client(url, &["builds", "--json"]);
