@@ -406,8 +406,34 @@ fn soak(kind: DbKind) {
     // Settle: every difference goes within the deadline.
     let settle_began = Instant::now();
     let deadline = settle_began + Duration::from_secs(180);
+    // Settled: the disks equal the database, and `/metrics` counts the
+    // rows by state as the database has them, nothing creating or
+    // destroying (read together: a late collection may mark a row between
+    // two reads, and the next round must agree again).
+    let metrics_agree = || -> Result<(), String> {
+        for kind in ["containers", "volumes"] {
+            let rows = view.rows(&format!("SELECT CAST(COUNT(*) AS TEXT) FROM {kind}"));
+            let by_state = |state: &str| {
+                metric(
+                    &url,
+                    &format!("gantry_gc_rows{{kind=\"{kind}\",state=\"{state}\"}}"),
+                )
+            };
+            let listed = by_state("created") + by_state("failed");
+            let moving = by_state("creating") + by_state("destroying");
+            if listed.to_string() != rows[0][0] || moving != 0.0 {
+                return Err(format!(
+                    "{kind}: /metrics lists {listed} created or failed and {moving} creating or destroying, the database {}",
+                    rows[0][0]
+                ));
+            }
+        }
+        Ok(())
+    };
     let counts = loop {
-        match compare(&view, &soak_workers(&soak), &soak.dir.join("web/artifacts")) {
+        let settled = compare(&view, &soak_workers(&soak), &soak.dir.join("web/artifacts"))
+            .and_then(|c| metrics_agree().map(|()| c));
+        match settled {
             Ok(c) => break c,
             Err(e) => assert!(
                 Instant::now() < deadline,
@@ -416,19 +442,6 @@ fn soak(kind: DbKind) {
         }
         std::thread::sleep(Duration::from_millis(250));
     };
-    // `/metrics` counts the rows by state as the database has them.
-    for kind in ["containers", "volumes"] {
-        let rows = view.rows(&format!("SELECT CAST(COUNT(*) AS TEXT) FROM {kind}"));
-        let by_state = |state: &str| {
-            metric(
-                &url,
-                &format!("gantry_gc_rows{{kind=\"{kind}\",state=\"{state}\"}}"),
-            )
-        };
-        let listed = by_state("created") + by_state("failed");
-        assert_eq!(listed.to_string(), rows[0][0], "{kind} in /metrics");
-        assert_eq!(by_state("creating") + by_state("destroying"), 0.0, "{kind}");
-    }
     let (handles_after, artifacts_after) = owned_by(&view, last_failed);
     assert_eq!(
         handles_after, kept_handles,
