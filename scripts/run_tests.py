@@ -3,8 +3,10 @@
 
 Reads cargo's JSON messages (`cargo test --no-run --message-format=json`)
 on stdin, runs each test binary from its package's directory (as `cargo
-test` does) with `--test-threads 2`, JOBS binaries at a time (the
-environment's GANTRY_TEST_JOBS, default 3), the slowest first. Most
+test` does) with `--test-threads 2`, JOBS at a time (the environment's
+GANTRY_TEST_JOBS, default 3), the slowest first. The end-to-end binary
+(`e2e`, tests/e2e.rs) holds every area as a module: each module runs as a
+process of its own (`e2e --exact NAME...`), as when each area was a binary. Most
 end-to-end tests wait on processes, containers and the network, so the two
 cores are mostly idle while one binary runs; running several at once uses
 them. Each binary's output goes to target/test-logs/NAME.log; a line per
@@ -63,6 +65,26 @@ def binaries(messages):
     return found
 
 
+def split_modules(found):
+    """The e2e binary's modules, each a run of its own: (name, argv, dir)."""
+    runs = []
+    for name, exe, cwd in found:
+        if name != "e2e":
+            runs.append((name, [exe], cwd))
+            continue
+        listed = subprocess.run([exe, "--list", "--format", "terse"], cwd=cwd,
+                                capture_output=True, text=True, check=True).stdout
+        modules = {}
+        for line in listed.splitlines():
+            if not line.endswith(": test"):
+                continue
+            test = line[: -len(": test")]
+            modules.setdefault(test.split("::", 1)[0], []).append(test)
+        for module, tests in modules.items():
+            runs.append((module, [exe, "--exact", *tests], cwd))
+    return runs
+
+
 def order(found):
     """The slow ones first, then the rest in cargo's order."""
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
@@ -70,11 +92,11 @@ def order(found):
 
 
 def run(binary, logs):
-    name, exe, cwd = binary
+    name, argv, cwd = binary
     log_path = os.path.join(logs, re.sub(r"[^\w.-]", "_", name) + ".log")
     started = time.monotonic()
     with open(log_path, "w") as log:
-        code = subprocess.call([exe, "--test-threads", "2"], cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+        code = subprocess.call([*argv, "--test-threads", "2"], cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
     took = time.monotonic() - started
     with open(log_path) as log:
         text = log.read()
@@ -87,13 +109,13 @@ def run(binary, logs):
 
 def main():
     jobs = int(os.environ.get("GANTRY_TEST_JOBS", "3"))
-    found = order(binaries(sys.stdin))
+    found = order(split_modules(binaries(sys.stdin)))
     if not found:
         print("run_tests: cargo built no test binary", file=sys.stderr)
         return 1
     logs = os.path.join("target", "test-logs")
     os.makedirs(logs, exist_ok=True)
-    print(f"running {len(found)} test binaries, {jobs} at a time")
+    print(f"running {len(found)} test processes, {jobs} at a time")
     started = time.monotonic()
     failed = []
     totals = [0, 0, 0]

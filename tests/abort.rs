@@ -1,7 +1,7 @@
 //! End to end: aborting builds (API, CLI, Ctrl-C) and step timeouts, while
 //! running and while waiting for a worker.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

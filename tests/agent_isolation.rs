@@ -3,7 +3,7 @@
 //! what the task config asks for: memory and pids limits, a hermetic
 //! network, `run.user` and `run.dir`.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::net::TcpListener;

@@ -8,7 +8,7 @@
 //!   no partial object is listed and no row was recorded for it.
 //! - Bad artifact settings refuse to start with one line naming the fix.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::sync::mpsc;

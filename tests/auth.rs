@@ -2,7 +2,7 @@
 //! see and touch only their own things, the admin everything; workers use
 //! the registration key; an open API is refused beyond loopback.
 
-mod common;
+use crate::common;
 
 use common::*;
 

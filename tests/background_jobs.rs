@@ -3,9 +3,8 @@
 //! web node runs on its background runner, and `gantry web` shuts its
 //! engine down in order on SIGTERM.
 
-mod common;
-#[path = "kube_mock/mod.rs"]
-mod kube_mock;
+use crate::common;
+use crate::kube_mock;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! and bare `runc run`s, prints every figure, and leaves no container or
 //! mount behind.
 
-mod common;
+use crate::common;
 
 #[test]
 fn builds_bench_prints_throughput_latencies_and_the_runc_baseline_and_cleans_up() {

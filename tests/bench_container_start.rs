@@ -2,7 +2,7 @@
 //! node and a runc worker, runs real containers through both paths and
 //! prints every figure, then leaves no container or mount behind.
 
-mod common;
+use crate::common;
 
 #[test]
 fn container_start_bench_prints_both_series_and_their_ratio_and_cleans_up() {

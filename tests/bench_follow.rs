@@ -2,7 +2,7 @@
 //! database; a follower on the other node gets every event of a build, in
 //! order, and the benchmark prints its latency figures as `name: value`.
 
-mod common;
+use crate::common;
 
 #[test]
 fn follow_bench_prints_the_latency_of_a_follower_on_another_node() {

@@ -2,7 +2,7 @@
 //! of one worker's rows on SQLite and a fresh PostgreSQL database and
 //! prints every figure as `name: value`.
 
-mod common;
+use crate::common;
 
 #[test]
 fn gc_bench_prints_report_times_and_peak_memory_per_database() {

@@ -3,7 +3,7 @@
 //! peer, runs the usual tools on it and tasks on the pulled image, prints
 //! every figure, and leaves no container, mount or file behind.
 
-mod common;
+use crate::common;
 
 #[test]
 fn image_pull_bench_prints_each_figure_with_its_baseline_and_cleans_up() {

@@ -2,7 +2,7 @@
 //! a fresh database, registers simulated workers through it, places steps
 //! with each strategy chain and prints every figure as `name: value`.
 
-mod common;
+use crate::common;
 
 #[test]
 fn placement_bench_prints_every_chain_and_its_ratio_to_the_database_baseline() {

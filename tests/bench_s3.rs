@@ -4,7 +4,7 @@
 //! artifacts in a directory, prints every figure, keeps its memory growth
 //! under the bound, and leaves nothing behind.
 
-mod common;
+use crate::common;
 
 use common::s3::s3_server_here;
 

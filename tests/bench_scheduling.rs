@@ -2,7 +2,7 @@
 //! stored pipelines on a fresh SQLite database and on PostgreSQL, and
 //! prints every figure as `name: value` with its baseline.
 
-mod common;
+use crate::common;
 
 fn scheduling_bench_prints_its_figures(database_url: Option<&str>) {
     let tmp = tempfile::tempdir().unwrap();

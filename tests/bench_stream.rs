@@ -3,7 +3,7 @@
 //! between them (peer to peer, and relayed through the web node), runs the shell baseline,
 //! checks every copy, prints every figure, and leaves nothing behind.
 
-mod common;
+use crate::common;
 
 #[test]
 fn stream_bench_moves_a_verified_tree_and_prints_every_figure() {

@@ -3,7 +3,7 @@
 //! URL or a refused token is one error line; a server's log written to a
 //! file carries no colour codes.
 
-mod common;
+use crate::common;
 
 use common::*;
 

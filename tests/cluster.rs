@@ -1,7 +1,7 @@
 //! End to end: `gantry web` and two `gantry worker` processes on loopback
 //! ports; both register, heartbeat and take work.
 
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -5,7 +5,7 @@
 //! image `image_resource` (`mock` with `mirror_self`) gives it. The image
 //! is fetched once: the second build's fetches come from the cache.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! pipeline's page draws its jobs and resources, and a pushed commit turns
 //! a job's box to running, then succeeded, without a reload.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! statements a second (`gantry_db_queries_total`) stay those of one feed
 //! when 50 are open.
 
-mod common;
+use crate::common;
 
 use std::io::Read as _;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

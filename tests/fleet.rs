@@ -3,7 +3,7 @@
 //! their steps, reruns elsewhere, exact limits with waiting, and the worker
 //! lifecycle (land, retire, prune, SIGTERM, stalled pruning).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

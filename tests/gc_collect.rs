@@ -4,7 +4,7 @@
 //! error, and every Collector rule runs as a background job shown in
 //! `/metrics`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! clear-task-cache` of a job whose build is running forgets its cache at
 //! once but leaves the volume until that build has ended.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

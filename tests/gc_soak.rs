@@ -15,7 +15,7 @@
 //! build of the failing job owns is all still there. It prints the counts
 //! it compared. On SQLite and on PostgreSQL.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //! afterwards are untouched. The protocol's routes refuse bad callers with
 //! JSON errors. On SQLite and PostgreSQL.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

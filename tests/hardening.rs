@@ -4,7 +4,7 @@
 //! JSON 4xx; slow bodies are cut off while other requests go on; the
 //! quickstart makes its own key.
 
-mod common;
+use crate::common;
 
 use std::io::{Read as _, Write as _};
 use std::time::{Duration, Instant};

@@ -10,7 +10,7 @@
 //! pins that down). The keep-while-intercepted rule is shown with the local
 //! backend, where a session does outlive its task.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

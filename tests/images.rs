@@ -3,7 +3,7 @@
 //! whiteout); a second container from the same image reuses the unpacked
 //! image instead of unpacking it again.
 
-mod common;
+use crate::common;
 
 use common::oci::{oci_image, tar_of};
 use common::*;

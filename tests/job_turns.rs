@@ -5,7 +5,7 @@
 //! ends its wait without running anything. Intervals are recorded inside
 //! the tasks.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Child;

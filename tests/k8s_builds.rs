@@ -7,9 +7,8 @@
 //! `try`, `attempts`, limits, an abort), and garbage collection deleting
 //! exactly the pods the web node has no use for.
 
-mod common;
-#[path = "kube_mock/mod.rs"]
-mod kube_mock;
+use crate::common;
+use crate::kube_mock;
 
 use std::path::Path;
 use std::time::Duration;

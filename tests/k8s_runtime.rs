@@ -4,8 +4,7 @@
 //! streamed in and out through tar and outliving their pods, a pod that
 //! cannot start, and what a sweep lists and destroys.
 
-#[path = "kube_mock/mod.rs"]
-mod kube_mock;
+use crate::kube_mock;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

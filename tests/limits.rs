@@ -3,7 +3,7 @@
 //! with a JSON error and store nothing; a team creating builds faster than
 //! its allowance gets 429 and no build.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

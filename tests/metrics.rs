@@ -6,7 +6,7 @@
 //! `promtool check metrics` (Debian's `prometheus` package) accepts the
 //! after-scrape with no lint problem.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;

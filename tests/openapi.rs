@@ -4,7 +4,7 @@
 //! every operation that needs a token refuses none, a wrong one and a
 //! forged one with 401; the health routes answer without a token.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -10,7 +10,7 @@
 //! route still needs the bearer token; neither secret shows in the web
 //! node's worker listing.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};

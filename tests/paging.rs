@@ -2,7 +2,7 @@
 //! next one, honour their filters, and the CLI pages through them and
 //! quits quietly when its reader goes away. On SQLite and PostgreSQL.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

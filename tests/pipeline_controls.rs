@@ -7,7 +7,7 @@
 //! A `set_pipeline: self` step updates its own pipeline, and the next
 //! build runs the new config.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! (`version: every`) gets one build per commit, in order. A diamond shows
 //! the `passed` rule across two upstream jobs.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! and mounts a tmpfs. A privileged resource type's steps follow the same
 //! rule. A bwrap worker refuses `--allow-privileged` at start.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Output, Stdio};

@@ -1,7 +1,7 @@
 //! End to end: `gantry quickstart` (real binary, real database, real runc
 //! containers) and `gantry execute` with inputs, outputs and exit codes.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! directory, on a free port), so stopping it does not disturb the shared
 //! server other tests use.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

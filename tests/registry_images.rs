@@ -9,7 +9,7 @@
 //! tag and an untrusted certificate each fail with one line naming the
 //! cause.
 
-mod common;
+use crate::common;
 
 use common::oci::{busybox_layer, tar_of};
 use common::registry::{oci_layout_dir, Registry, PASSWORD, USER};

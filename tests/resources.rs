@@ -7,7 +7,7 @@
 //! `gantry check` stores versions; `image_resource` runs a task in the
 //! image a resource fetched.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -11,7 +11,7 @@
 //! PostgreSQL). Every build succeeds with its full log: each task's marker
 //! appears exactly once in it, each build pushed once, hooks ran once.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

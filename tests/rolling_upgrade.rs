@@ -5,7 +5,7 @@
 //! started again, twice over. Every build succeeds with each step's line
 //! once in its log, and GC leaves disk equal to the database.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! abort); what Gantry does not run yet is refused by name; the API takes
 //! a pipeline build too.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Output;

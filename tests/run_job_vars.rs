@@ -5,7 +5,7 @@
 //! (given, or loaded), with `max_in_flight` and `fail_fast`; a local var no
 //! step set errors the build naming it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Output;

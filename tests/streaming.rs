@@ -8,7 +8,7 @@
 //! and a source worker killed mid-stream leaves nothing behind on the
 //! destination.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -10,7 +10,8 @@
 //! next to the data dir is never created, changed or hardlinked, and nothing
 //! appears next to it.
 
-mod common;
+use crate::common;
+#[path = "malicious_tars/mod.rs"]
 mod malicious_tars;
 
 use std::collections::BTreeSet;

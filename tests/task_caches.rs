@@ -5,7 +5,7 @@
 //! after the builds end while their other volumes are gone; a cache unused
 //! for longer than its ttl is replaced by an empty one and destroyed.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Output;

@@ -5,7 +5,7 @@
 //! exits 1 still fails. On a quickstart with runc, from a busybox OCI image
 //! built in the test; the bwrap backend errors such a task too.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -6,7 +6,7 @@
 //! (`--team`) runs only that team's steps. Workers with a wrong
 //! registration key are refused.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 use std::time::{Duration, Instant};

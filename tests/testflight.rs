@@ -6,7 +6,7 @@
 //! as Concourse's testflight expects (some end failed on purpose: a task
 //! left to be hijacked) and prints what its test looks for.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

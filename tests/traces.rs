@@ -23,7 +23,7 @@
 //! output and in the workers' log lines. A third worker without an
 //! endpoint runs a step of a traced build and sends nothing.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! some of Concourse's own testflight pipelines), names every problem of bad
 //! ones with its path, and fails in one line on a bad file.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -1,6 +1,6 @@
 //! `gantry validate-task`: accepts valid configs, names every problem of bad ones.
 
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -15,7 +15,7 @@
 //! Aborts, retirements and intercept sessions through another node are in
 //! `web_nodes_sessions.rs`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

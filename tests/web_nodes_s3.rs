@@ -9,7 +9,7 @@
 //! - After GC, the objects the bucket lists equal the `in_store` rows, and
 //!   workers' disks equal the database (the soak's comparison).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Child;

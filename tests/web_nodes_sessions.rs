@@ -8,7 +8,7 @@
 //!   session closes;
 //! - a node joining with other settings than the live nodes' warns.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::Stdio;

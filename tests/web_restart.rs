@@ -2,7 +2,7 @@
 //! it takes the build over (reattaching to the step's process on the worker),
 //! without losing or repeating output, and keeps the build's outputs.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,0 +1,86 @@
+//! Gantry's end-to-end tests, in one test binary.
+//!
+//! Each module is one area (a file beside this one) driving the real
+//! `gantry` binary against a real database, real containers and real worker
+//! processes. They share one binary so the support code in `common/` and
+//! the dependency tree are compiled and linked once, not once per area;
+//! `scripts/run_tests.py` still runs each module in a process of its own
+//! (`e2e --exact NAME...`), so per-process state stays per area as it was.
+//!
+//! Run one area with `cargo test --features gantry/bench --test e2e fleet::`.
+
+// The benchmarks' areas run `gantry bench`, built only with the `bench`
+// feature.
+
+mod common;
+#[path = "kube_mock/mod.rs"]
+mod kube_mock;
+
+mod abort;
+mod agent_isolation;
+mod artifacts_s3;
+mod auth;
+mod background_jobs;
+#[cfg(feature = "bench")]
+mod bench_builds;
+#[cfg(feature = "bench")]
+mod bench_container_start;
+#[cfg(feature = "bench")]
+mod bench_follow;
+#[cfg(feature = "bench")]
+mod bench_gc;
+mod bench_image_pull;
+#[cfg(feature = "bench")]
+mod bench_placement;
+#[cfg(feature = "bench")]
+mod bench_s3;
+#[cfg(feature = "bench")]
+mod bench_scheduling;
+#[cfg(feature = "bench")]
+mod bench_stream;
+mod cli;
+mod cluster;
+mod custom_types;
+mod dashboard_browser;
+mod dashboard_feeds;
+mod fleet;
+mod gc_collect;
+mod gc_pressure;
+mod gc_soak;
+mod gc_sweep;
+mod hardening;
+mod hijack;
+mod images;
+mod job_turns;
+mod k8s_builds;
+mod k8s_runtime;
+mod limits;
+mod metrics;
+mod openapi;
+mod p2p_security;
+mod paging;
+mod pipeline_controls;
+mod pipelines;
+mod privileged;
+mod quickstart_execute;
+mod readyz_postgres;
+mod registry_images;
+mod resource_scripts;
+mod resources;
+mod resume_plans;
+mod rolling_upgrade;
+mod run_job;
+mod run_job_vars;
+mod streaming;
+mod tar_safety;
+mod task_caches;
+mod task_start_errors;
+mod teams;
+mod testflight;
+mod traces;
+mod validate_plan;
+mod validate_task;
+mod web_nodes;
+mod web_nodes_s3;
+mod web_nodes_sessions;
+mod web_restart;
