@@ -131,9 +131,10 @@ pub struct WebConfig {
     /// backend `kubernetes` (`[[web.kubernetes]]`; see docs/kubernetes.md).
     pub kubernetes: Vec<crate::k8s::KubernetesConfig>,
     /// Stored pipelines keep one history of versions per resource config
-    /// (type and source), shared by every pipeline and team using it, so
-    /// one check serves them all. Default true; false keeps one per
-    /// pipeline resource, as Concourse does by default.
+    /// (type and source), shared by every pipeline of one team using it,
+    /// so one check serves them all (never shared across teams: a team is
+    /// the trust boundary). Default true; false keeps one per pipeline
+    /// resource, as Concourse does by default.
     pub global_resources: bool,
     /// How often stored pipelines' jobs are scheduled and due checks
     /// started, in milliseconds. Default 500 (a round in which nothing

@@ -151,6 +151,8 @@ fn pausing_pinning_disabling_and_the_webhook_steer_a_pipelines_triggers() {
     assert_eq!(right.status().as_u16(), 201);
     let build: serde_json::Value = right.json().unwrap();
     let id = build["id"].as_i64().unwrap();
+    // The hook learns the build's id, not the pipeline's config and vars.
+    assert_eq!(build.as_object().map(|b| b.len()), Some(1), "{build}");
     wait_for(
         "the webhook's check to succeed",
         Duration::from_secs(60),

@@ -4,7 +4,10 @@
 //! events, artifacts, abort and hijack answer 404), and is refused once
 //! revoked or expired or once its team is removed. A team's worker
 //! (`--team`) runs only that team's steps. Workers with a wrong
-//! registration key are refused.
+//! registration key are refused. Two teams whose pipelines declare the
+//! same resource (type and source) share no history: neither sees the
+//! other's config, vars, params, check builds or errors, and nothing one
+//! does changes the versions the other's jobs take.
 
 use crate::common;
 
@@ -254,4 +257,342 @@ fn sqlite_teams_and_tokens_through_the_api() {
 #[test]
 fn postgres_teams_and_tokens_through_the_api() {
     teams_and_tokens(DbKind::Postgres);
+}
+
+/// Team alpha's secret: a var of its pipeline, in a task's params and in
+/// a resource's tags (so its check's error names it).
+const SECRET: &str = "s3cr3t-alpha-7f1c";
+
+/// Alpha's pipeline's name, which beta must never see either.
+const ALPHA_PIPELINE: &str = "alpha-private";
+
+/// The pipeline both teams set: `ticker` (checked only by hand, so its
+/// versions are what `check-resource --from` plants) and `flaky`, with
+/// the same type and source in both; alpha's `flaky` asks for a tag no
+/// worker has, so alpha's checks of it error, and alpha's job `use`
+/// passes its secret to a task (job `watch`, never run, uses `flaky`).
+fn shared_config(alpha: bool) -> String {
+    let (tags, params) = if alpha {
+        (
+            "\n  tags: [((secret))]",
+            "\n    params: {SECRET: ((secret))}",
+        )
+    } else {
+        ("", "")
+    };
+    format!(
+        "resources:\n\
+- name: ticker\n  type: mock\n  check_every: never\n  source: {{initial_version: v0}}\n\
+- name: flaky\n  type: mock\n  check_every: 1h{tags}\n  source: {{initial_version: f0}}\n\
+jobs:\n\
+- name: use\n  plan:\n  - get: ticker\n  - task: t{params}\n    config: {{platform: linux, run: {{path: sh, args: [-ec, 'echo ran']}}}}\n\
+- name: watch\n  plan:\n  - get: flaky\n"
+    )
+}
+
+/// A client command of `team` with its token.
+fn as_team(url: &str, token: &str, team: &str, args: &[&str]) -> Output {
+    gantry()
+        .env("GANTRY_TOKEN", token)
+        .env("GANTRY_TEAM", team)
+        .arg("--url")
+        .arg(url)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// `GET path` with `token`: its status and body.
+fn get_as(url: &str, path: &str, token: &str) -> (u16, String) {
+    let resp = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+        .get(format!("{url}{path}"))
+        .bearer_auth(token)
+        .send()
+        .unwrap();
+    (resp.status().as_u16(), resp.text().unwrap())
+}
+
+/// `GET path` with `token`, which must answer 200 with JSON.
+fn json_as(url: &str, path: &str, token: &str) -> serde_json::Value {
+    let (status, body) = get_as(url, path, token);
+    assert_eq!(status, 200, "GET {path}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+}
+
+/// The version (`version` field) build `id` fetched as `ticker`, read with
+/// `token`.
+fn ticker_of(url: &str, id: i64, token: &str) -> String {
+    let r = json_as(url, &format!("/api/v1/builds/{id}/resources"), token);
+    r["inputs"]
+        .as_array()
+        .and_then(|i| i.iter().find(|i| i["name"] == "ticker"))
+        .and_then(|i| i["version"]["version"].as_str())
+        .unwrap_or_else(|| panic!("build {id} fetched no ticker: {r}"))
+        .to_string()
+}
+
+/// The id of the build `trigger-job --watch` announced (`started P/J #N`,
+/// then its build), which must have succeeded.
+fn triggered(url: &str, token: &str, team: &str, job: &str) -> i64 {
+    let out = as_team(url, token, team, &["trigger-job", "-j", job, "--watch"]);
+    ok(out.clone());
+    let (pipeline, job) = job.split_once('/').unwrap();
+    let builds = json_as(
+        url,
+        &format!("/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds"),
+        token,
+    );
+    builds[0]["id"].as_i64().expect("a build of the job")
+}
+
+/// The resource `name` of a `resources --json` listing.
+fn resource<'a>(listing: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    listing
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["name"] == name))
+        .unwrap_or_else(|| panic!("no resource {name}: {listing}"))
+}
+
+/// The first snapshot of the dashboard's feed, as `token` sees it.
+fn feed_snapshot(url: &str, token: &str) -> String {
+    use std::io::BufRead;
+    let resp = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+        .get(format!("{url}/api/v1/dashboard/events"))
+        .bearer_auth(token)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    std::io::BufReader::new(resp)
+        .lines()
+        .map(|l| l.unwrap())
+        .find(|l| l.starts_with("data: "))
+        .expect("a snapshot")
+}
+
+fn two_teams_sharing_a_resource_config(kind: DbKind) {
+    if !runc_runs_here() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let db = TestDb::new(kind);
+    let web = start_web(dir, &db, &format!("[web]\nadmin_token = \"{ADMIN}\"\n"));
+    let url = &web.url;
+    let _worker = start_worker(dir, url, "general", worker_backend());
+    wait_for("a running worker", Duration::from_secs(60), || {
+        let out = as_token(url, ADMIN, &["workers", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        (v.as_array()?.iter().any(|w| w["state"] == "running")).then_some(())
+    });
+    ok(as_token(url, ADMIN, &["set-team", "alpha"]));
+    ok(as_token(url, ADMIN, &["set-team", "beta"]));
+    let a = ok(as_token(
+        url,
+        ADMIN,
+        &["token", "create", "--team", "alpha"],
+    ));
+    let b = ok(as_token(url, ADMIN, &["token", "create", "--team", "beta"]));
+
+    // Both teams set the same resources; alpha's pipeline holds its secret.
+    for (team, token, name, alpha) in [
+        ("alpha", &a, ALPHA_PIPELINE, true),
+        ("beta", &b, "beta-ci", false),
+    ] {
+        let file = dir.join(format!("{team}.yml"));
+        write(&file, shared_config(alpha));
+        let secret = format!("secret={SECRET}");
+        let mut args = vec!["set-pipeline", "-p", name, "-c", file.to_str().unwrap()];
+        if alpha {
+            args.extend(["-v", &secret]);
+        }
+        ok(as_team(url, token, team, &args));
+        ok(as_team(url, token, team, &["unpause-pipeline", "-p", name]));
+    }
+
+    // Alpha checks its own version; its `flaky` check errors, naming the
+    // tag (its secret), while beta's check of the same config succeeds.
+    let alpha_ticker = format!("{ALPHA_PIPELINE}/ticker");
+    ok(as_team(
+        url,
+        &a,
+        "alpha",
+        &[
+            "check-resource",
+            "-r",
+            &alpha_ticker,
+            "--from",
+            "version:alpha-own",
+        ],
+    ));
+    let alpha_resources = wait_for(
+        "alpha's flaky check to error",
+        Duration::from_secs(60),
+        || {
+            let r = json_as(
+                url,
+                &format!("/api/v1/teams/alpha/pipelines/{ALPHA_PIPELINE}/resources"),
+                &a,
+            );
+            let error = resource(&r, "flaky")["check_error"].as_str()?.to_string();
+            Some((r, error))
+        },
+    );
+    let (alpha_resources, alpha_error) = alpha_resources;
+    assert!(alpha_error.contains(SECRET), "{alpha_error}");
+    wait_for(
+        "beta's flaky check to succeed",
+        Duration::from_secs(60),
+        || {
+            let r = json_as(url, "/api/v1/teams/beta/pipelines/beta-ci/resources", &b);
+            (resource(&r, "flaky")["last_check"]["status"] == "succeeded").then_some(())
+        },
+    );
+
+    // Beta plants a version in its history of the same config, and checks
+    // again: alpha's job still takes alpha's own version.
+    ok(as_team(
+        url,
+        &b,
+        "beta",
+        &[
+            "check-resource",
+            "-r",
+            "beta-ci/ticker",
+            "--from",
+            "version:planted",
+        ],
+    ));
+    ok(as_team(
+        url,
+        &b,
+        "beta",
+        &["check-resource", "-r", "beta-ci/ticker"],
+    ));
+    ok(as_team(
+        url,
+        &b,
+        "beta",
+        &["check-resource", "-r", "beta-ci/flaky"],
+    ));
+    let alpha_build = triggered(url, &a, "alpha", &format!("{ALPHA_PIPELINE}/use"));
+    assert_eq!(ticker_of(url, alpha_build, &a), "alpha-own");
+    let beta_build = triggered(url, &b, "beta", "beta-ci/use");
+    assert_eq!(ticker_of(url, beta_build, &b), "planted");
+    let alpha_versions = json_as(
+        url,
+        &format!("/api/v1/teams/alpha/pipelines/{ALPHA_PIPELINE}/resources/ticker/versions"),
+        &a,
+    );
+    assert!(
+        !alpha_versions.to_string().contains("planted"),
+        "{alpha_versions}"
+    );
+
+    // Everything beta lists: its own things, none of alpha's.
+    let beta_resources = json_as(url, "/api/v1/teams/beta/pipelines/beta-ci/resources", &b);
+    for r in ["ticker", "flaky"] {
+        let last = &resource(&beta_resources, r)["last_check"];
+        assert_eq!(last["team"], "beta", "{beta_resources}");
+        assert_eq!(last["status"], "succeeded", "{beta_resources}");
+    }
+    let mut answers: Vec<(String, String)> = Vec::new();
+    for args in [
+        vec!["pipelines", "--json"],
+        vec!["resources", "-p", "beta-ci", "--json"],
+        vec!["resource-versions", "-r", "beta-ci/ticker"],
+        vec!["resource-versions", "-r", "beta-ci/flaky"],
+        vec!["builds", "--json"],
+        vec!["jobs", "-p", "beta-ci"],
+        vec!["why", "-j", "beta-ci/use"],
+        vec!["containers", "--json"],
+        vec!["volumes", "--json"],
+    ] {
+        answers.push((args.join(" "), ok(as_team(url, &b, "beta", &args))));
+    }
+    let mut paths: Vec<String> = [
+        "/api/v1/teams/beta/pipelines",
+        "/api/v1/teams/beta/pipelines/beta-ci",
+        "/api/v1/teams/beta/pipelines/beta-ci/resources",
+        "/api/v1/teams/beta/pipelines/beta-ci/resources/ticker/versions",
+        "/api/v1/teams/beta/pipelines/beta-ci/resources/flaky/versions",
+        "/api/v1/teams/beta/pipelines/beta-ci/jobs",
+        "/api/v1/teams/beta/pipelines/beta-ci/jobs/use",
+        "/api/v1/teams/beta/pipelines/beta-ci/jobs/use/builds",
+        "/api/v1/builds?limit=500",
+    ]
+    .iter()
+    .map(|p| p.to_string())
+    .collect();
+    let beta_builds = json_as(url, "/api/v1/builds?limit=500", &b);
+    let beta_ids: Vec<i64> = beta_builds
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["id"].as_i64().unwrap())
+        .collect();
+    // Its job build and its checks (two by hand, two periodic at least).
+    assert!(beta_ids.len() >= 5, "{beta_builds}");
+    for id in &beta_ids {
+        for tail in ["", "/events", "/resources"] {
+            paths.push(format!("/api/v1/builds/{id}{tail}"));
+        }
+    }
+    for path in &paths {
+        let (status, body) = get_as(url, path, &b);
+        assert_eq!(status, 200, "GET {path}: {body}");
+        answers.push((format!("GET {path}"), body));
+    }
+    answers.push(("the dashboard feed".into(), feed_snapshot(url, &b)));
+    assert!(
+        answers.iter().any(|(_, a)| a.contains("planted")),
+        "beta sees its own versions"
+    );
+    for (what, answer) in &answers {
+        for leak in [SECRET, ALPHA_PIPELINE, "alpha-own", &alpha_error] {
+            assert!(
+                !answer.contains(leak),
+                "beta's {what} shows alpha's {leak:?}: {answer}"
+            );
+        }
+    }
+
+    // Alpha's check builds and job build, and its pipeline, are not found
+    // by beta.
+    let alpha_ids = [
+        resource(&alpha_resources, "ticker")["last_check"]["id"].as_i64(),
+        resource(&alpha_resources, "flaky")["last_check"]["id"].as_i64(),
+        Some(alpha_build),
+    ];
+    for id in alpha_ids {
+        let id = id.expect("alpha's build");
+        for tail in ["", "/events", "/resources"] {
+            let path = format!("/api/v1/builds/{id}{tail}");
+            let (status, body) = get_as(url, &path, &b);
+            assert_eq!(status, 404, "beta: GET {path}: {body}");
+            assert!(!body.contains(SECRET), "{body}");
+        }
+    }
+    let path = format!("/api/v1/teams/alpha/pipelines/{ALPHA_PIPELINE}/resources");
+    let (status, body) = get_as(url, &path, &b);
+    assert!(
+        matches!(status, 403 | 404),
+        "beta: GET {path}: {status} {body}"
+    );
+    assert!(!body.contains(SECRET), "{body}");
+}
+
+#[test]
+fn sqlite_two_teams_sharing_a_resource_config_share_no_secret_and_no_version() {
+    two_teams_sharing_a_resource_config(DbKind::Sqlite);
+}
+
+#[test]
+fn postgres_two_teams_sharing_a_resource_config_share_no_secret_and_no_version() {
+    two_teams_sharing_a_resource_config(DbKind::Postgres);
 }

@@ -167,7 +167,8 @@ pub struct ResourceView {
     /// The version pinned by hand, if any.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub pinned: Option<serde_json::Value>,
-    /// The last check build, if any.
+    /// The last check build of its history, if any (always one of the
+    /// asking team's: histories are never shared across teams).
     pub last_check: Option<Build>,
     /// Why the last check failed or errored, if it did.
     pub check_error: Option<String>,

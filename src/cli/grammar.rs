@@ -78,8 +78,9 @@ pub struct WebFlags {
     #[arg(long, env = "GANTRY_GC_INTERVAL")]
     pub gc_interval: Option<u64>,
     /// One history of versions per resource config, shared by every
-    /// pipeline and team using the same type and source (default true);
-    /// false: one per pipeline resource, as Concourse does by default.
+    /// pipeline of one team using the same type and source, never across
+    /// teams (default true); false: one per pipeline resource, as
+    /// Concourse does by default.
     #[arg(long, env = "GANTRY_GLOBAL_RESOURCES")]
     pub global_resources: Option<bool>,
 }

@@ -74,13 +74,12 @@ impl GitDaemon {
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new("git")
-            .args([
-                "daemon",
-                "--reuseaddr",
-                "--export-all",
-                "--enable=receive-pack",
-            ])
+        // `git-daemon` itself, not `git daemon`: the `git` wrapper runs the
+        // daemon as its child, which killing the wrapper would leave
+        // behind, serving and holding the test's output open.
+        let exec_path = git(root, &["--exec-path"]);
+        let child = Command::new(Path::new(&exec_path).join("git-daemon"))
+            .args(["--reuseaddr", "--export-all", "--enable=receive-pack"])
             .arg(format!("--base-path={}", root.display()))
             .args(["--listen=127.0.0.1", &format!("--port={port}")])
             .arg(root)

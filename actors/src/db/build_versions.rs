@@ -41,7 +41,8 @@ pub struct JobAt<'a> {
 /// A resource's versions: where they are kept.
 #[derive(Debug, Clone, Copy)]
 pub struct VersionsAt<'a> {
-    /// `resource_versions.team` (a team, a pipeline resource, or global).
+    /// `resource_versions.team`: a scope (a team's one-off or shared
+    /// history, or a pipeline resource's; see `crate::resources::scope`).
     pub scope: &'a str,
     /// The resource config's hash.
     pub config: &'a str,

@@ -16,6 +16,8 @@ mod leadership;
 mod pipelines;
 mod placements;
 mod resources;
+#[cfg(test)]
+mod scope_migration;
 mod task_caches;
 mod teams;
 #[cfg(test)]

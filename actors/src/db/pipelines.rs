@@ -29,7 +29,8 @@ pub struct PipelineRow {
 pub struct ResourceRow {
     /// Its name in the pipeline.
     pub name: String,
-    /// Where its versions are kept (`resource_versions.team`).
+    /// Where its versions are kept (`resource_versions.team`, made by
+    /// `crate::resources::scope`).
     pub scope: String,
     /// Its resource config's hash (`resource_versions.config`).
     pub config: String,
@@ -581,8 +582,31 @@ impl Db {
         Ok(())
     }
 
-    /// The build of the last check of (`scope`, `config`), if any (its
-    /// status and error are the check's).
+    /// The build of the last check of (`scope`, `config`) if it is a build
+    /// of `team` (its status and error are the check's): what `team` is
+    /// shown, never another team's check build (its plan holds that team's
+    /// pipeline config and vars).
+    pub async fn team_last_check(
+        &self,
+        scope: &str,
+        config: &str,
+        team: &str,
+    ) -> Result<Option<i64>, EngineError> {
+        let row: Option<(i64,)> = sqlx::query_as(
+            "SELECT c.last_build FROM resource_checks c JOIN builds b ON b.id = c.last_build \
+             WHERE c.scope = $1 AND c.config = $2 AND b.team = $3",
+        )
+        .bind(scope)
+        .bind(config)
+        .bind(team)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(|(b,)| b))
+    }
+
+    /// The build of the last check of (`scope`, `config`), if any, whoever
+    /// ran it: for the checker, which does not double a running check.
+    /// What a team is shown is [`Db::team_last_check`].
     pub async fn last_check(&self, scope: &str, config: &str) -> Result<Option<i64>, EngineError> {
         let row: Option<(Option<i64>,)> = sqlx::query_as(
             "SELECT last_build FROM resource_checks WHERE scope = $1 AND config = $2",

@@ -23,8 +23,9 @@ use crate::views::{
 #[derive(Debug, Clone)]
 pub struct PipelinesConfig {
     /// One history of versions per resource config (type and source),
-    /// shared by every pipeline and team using it (the default); false:
-    /// one per pipeline resource, as Concourse does by default.
+    /// shared by every pipeline of one team using it (the default; never
+    /// across teams, see [`crate::resources::scope`]); false: one per
+    /// pipeline resource, as Concourse does by default.
     pub global_resources: bool,
     /// How often jobs are scheduled and due checks looked for.
     pub interval: std::time::Duration,
@@ -294,7 +295,8 @@ impl Engine {
     }
 
     /// The resources of pipeline `name` of `team`, then its resource types,
-    /// each with its check status.
+    /// each with its check status: the last check build of its history,
+    /// only when it is one of `team`'s.
     pub async fn pipeline_resources(
         &self,
         team: &str,
@@ -310,7 +312,7 @@ impl Engine {
             .map(|r| (r, false))
             .chain(types.into_iter().map(|t| (t, true)))
         {
-            let last = self.db.last_check(&r.scope, &r.config).await?;
+            let last = self.db.team_last_check(&r.scope, &r.config, team).await?;
             let last_check = match last {
                 Some(id) => self.db.get_build(id).await?,
                 None => None,

@@ -141,7 +141,8 @@ pub struct CheckStep {
     pub config: ResourceConfig,
     /// Tags a worker must have (the resource's).
     pub tags: Vec<String>,
-    /// Where the versions found are kept (none: the build's team).
+    /// Where the versions found are kept (none: the build's team's one-off
+    /// history; see `crate::resources::scope`).
     pub scope: Option<String>,
 }
 

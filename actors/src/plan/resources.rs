@@ -112,7 +112,9 @@ pub struct CheckPlan {
     pub vars: Vars,
     /// Where the versions found are kept (`resource_versions.team`): a
     /// stored pipeline's periodic check names its resource's scope; none
-    /// is the build's team (`gantry check`).
+    /// is the build's team's one-off history (`gantry check`). Read by
+    /// `crate::resources::scope::check_scope`; a check refuses a scope not
+    /// its build's team's. Never taken from a caller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
     /// Whether `check` names a resource type of the pipeline, whose image
@@ -241,7 +243,7 @@ mod tests {
             pipeline: pipeline.into(),
             check: "mine".into(),
             vars: Vars::new(),
-            scope: Some("*".into()),
+            scope: Some("team:main".into()),
             resource_type: true,
         };
         let Plan::Step(StepDef::Check(step)) = plan.plan().unwrap() else {
@@ -252,7 +254,7 @@ mod tests {
         assert_eq!(step.config.type_.name(), "mock");
         assert_eq!(
             (step.tags, step.scope.as_deref()),
-            (vec!["tt".to_string()], Some("*"))
+            (vec!["tt".to_string()], Some("team:main"))
         );
         let Err(EngineError::Invalid(m)) = CheckPlan {
             check: "other".into(),

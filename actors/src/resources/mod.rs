@@ -11,6 +11,8 @@
 //!
 //! - [`config`]: a resource (or an image resource) resolved down to a base
 //!   type, and the hashes that name its versions and caches.
+//! - [`scope`]: where a resource config's versions are kept, and the trust
+//!   model of shared histories (a team is the boundary).
 //!
 //! Running the scripts is step code (`crate::steps::resource_script`: one
 //! script in a container and its answer; `crate::steps::resource_fetch`:
@@ -18,6 +20,7 @@
 //! params) as the resource cache, and images).
 
 pub mod config;
+pub mod scope;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::db::Direction;
 use crate::error::EngineError;
 use crate::plan::{PutInputs, PutStep};
-use crate::resources::ResourceStats;
+use crate::resources::{scope, ResourceStats};
 use crate::spec::MountSpec;
 use crate::steps::resource_fetch::{self as fetch, Halt, Resource, RESOURCE_DIR};
 use crate::steps::resource_script::{
@@ -92,7 +92,7 @@ impl PutStep {
         let (version, metadata) = fetch_answer("out", &answer)?;
         ctx.db()
             .save_versions(
-                ctx.team(),
+                &scope::one_off(ctx.team()),
                 &self.config.key(),
                 &[(version.clone(), metadata.clone())],
             )

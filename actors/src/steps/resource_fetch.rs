@@ -19,6 +19,7 @@ use crate::artifacts::ArtifactOwner;
 use crate::db::ResourceCacheRow;
 use crate::error::EngineError;
 use crate::events::BuildEvent;
+use crate::resources::scope::{self, Owner};
 use crate::resources::{ResourceConfig, ResourceStats, ResourceType};
 use crate::runtime::{ByteStream, Volume};
 use crate::spec::{Encoding, MountSpec};
@@ -106,8 +107,34 @@ pub async fn tell(
     .await
 }
 
+/// Where a check of this build stores what it finds: `stored` (the scope
+/// its plan names) read by [`scope::check_scope`]. A history that is not
+/// the build's team's is refused: one team's check never writes another
+/// team's versions (see [`crate::resources::scope`]).
+async fn own_scope(ctx: &StepContext, stored: Option<&str>) -> Result<String, EngineError> {
+    let team = ctx.team();
+    let scope = scope::check_scope(stored, team);
+    let own = match scope::owner(&scope) {
+        Owner::Team(t) => t == team,
+        Owner::Pipeline(id) => ctx
+            .db()
+            .pipeline_by_id(id)
+            .await?
+            .is_some_and(|p| p.team == team),
+        Owner::Nobody => false,
+    };
+    if own {
+        Ok(scope)
+    } else {
+        Err(EngineError::Invalid(format!(
+            "versions kept as {scope:?} are not team {team:?}'s to check (its pipeline is gone, or another team's)"
+        )))
+    }
+}
+
 /// Runs `check` from the newest stored version, stores what it reports
-/// (under `scope`, else the build's team) and returns it (oldest first).
+/// (under `scope`, else the build's team's one-off history) and returns it
+/// (oldest first).
 pub async fn check(
     ctx: &mut StepContext,
     r: &Resource<'_>,
@@ -115,7 +142,7 @@ pub async fn check(
 ) -> Result<Vec<Value>, Halt> {
     let db = ctx.db().clone();
     let key = r.config.key();
-    let scope = scope.unwrap_or(ctx.team()).to_string();
+    let scope = own_scope(ctx, scope).await?;
     let from = db.versions(&scope, &key, 1).await?.pop();
     let request = json!({
         "source": r.config.source,
@@ -164,15 +191,15 @@ pub async fn version_to_fetch(
     }
 }
 
-/// Checks `r` into `scope` (else the build's team) and answers the newest
-/// version stored there.
+/// Checks `r` into `scope` (else the build's team's one-off history) and
+/// answers the newest version stored there.
 async fn checked_newest(
     ctx: &mut StepContext,
     r: &Resource<'_>,
     scope: Option<&str>,
 ) -> Result<Value, Halt> {
     check(ctx, r, scope).await?;
-    let scope = scope.unwrap_or(ctx.team()).to_string();
+    let scope = own_scope(ctx, scope).await?;
     match ctx.db().versions(&scope, &r.config.key(), 1).await?.pop() {
         Some(row) => Ok(row.version),
         None => Err(Halt::Error(EngineError::Invalid(format!(

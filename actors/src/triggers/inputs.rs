@@ -6,33 +6,6 @@ use crate::db::ResourceRow;
 use crate::pipeline::{self, Pipeline, StepKind, VersionSpec};
 use crate::resources::config::params_json;
 
-/// The scope of versions shared by every pipeline and team whose resource
-/// has the same type and source (`[web] global_resources`, the default).
-pub const GLOBAL_SCOPE: &str = "*";
-
-/// Where a pipeline's resource `resource` keeps its versions, as given
-/// to `Db::set_pipeline`: the global scope, or (global resources off,
-/// Concourse's default) its own history, named by the pipeline's id
-/// ([`crate::db::PIPELINE_ID`] until it is stored) and the resource.
-pub fn versions_scope(global: bool, resource: &str) -> String {
-    if global {
-        GLOBAL_SCOPE.to_string()
-    } else {
-        format!("pipeline:{}/{resource}", crate::db::PIPELINE_ID)
-    }
-}
-
-/// Where a pipeline's resource type `name` keeps the versions of its
-/// image: the global scope, or (global resources off) the pipeline's own,
-/// apart from its resources'.
-pub fn type_versions_scope(global: bool, name: &str) -> String {
-    if global {
-        GLOBAL_SCOPE.to_string()
-    } else {
-        format!("pipeline:{}/type:{name}", crate::db::PIPELINE_ID)
-    }
-}
-
 /// Where a version pin of an input comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pin {

@@ -11,16 +11,16 @@ use crate::pipeline::model::CheckEvery;
 use crate::pipeline::{Pipeline, Vars};
 use crate::plan::{check_pipeline_name, job_plan};
 use crate::resources::config::{resolve_type, resource_config};
+use crate::resources::scope;
 use crate::resources::ResourceType;
-
-use super::inputs::{type_versions_scope, versions_scope};
 
 /// How often a resource is checked when it says nothing (Concourse's 1m).
 pub const DEFAULT_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Stores pipeline `name` of `team` (`config` with `vars`) as a new config
 /// version (`expected`: refuse unless the stored version is this one, 0
-/// for none), its resources' versions kept per config when `global`;
+/// for none), its resources' versions kept per config in the team's
+/// shared history when `global` (see [`crate::resources::scope`]);
 /// answers it and whether it is new. Nothing is stored when it has a
 /// problem, each named.
 pub async fn store_pipeline(
@@ -50,7 +50,7 @@ pub async fn store_pipeline(
             let config = resource_config(&pipeline, r).map_err(EngineError::Invalid)?;
             Ok(ResourceRow {
                 name: r.name.clone(),
-                scope: versions_scope(global, &r.name),
+                scope: scope::of_resource(global, team, &r.name),
                 config: config.key(),
                 check_every_ms: check_every_ms(r.check_every),
                 pinned: None,
@@ -64,7 +64,7 @@ pub async fn store_pipeline(
         .filter_map(|t| match resolve_type(&pipeline, &t.name) {
             Ok(ResourceType::Custom { image, .. }) => Some(Ok(ResourceRow {
                 name: t.name.clone(),
-                scope: type_versions_scope(global, &t.name),
+                scope: scope::of_type(global, team, &t.name),
                 config: image.key(),
                 check_every_ms: check_every_ms(t.check_every),
                 pinned: None,

@@ -518,7 +518,9 @@ pub struct WebhookQuery {
 
 /// `POST /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check/webhook`:
 /// a check now, for a caller (a git server's hook) presenting the
-/// resource's `webhook_token` instead of a bearer token.
+/// resource's `webhook_token` instead of a bearer token. It answers the
+/// check build's id only: the build's plan holds the pipeline's config and
+/// vars, which are the team's, not the hook's.
 #[utoipa::path(
     post,
     path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check/webhook",
@@ -527,7 +529,7 @@ pub struct WebhookQuery {
     params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path), WebhookQuery),
     security(()),
     responses(
-        (status = 201, description = "The check build", body = Build),
+        (status = 201, description = "The check build's id", body = crate::web::api::builds::CreatedBuild),
         (status = 400, description = "No webhook_token given", body = ErrorBody),
         (status = 401, description = "A wrong webhook token, or the resource has none", body = ErrorBody),
         (status = 404, description = "No such resource", body = ErrorBody),
@@ -559,7 +561,7 @@ pub async fn webhook(
         .engine
         .check_resource(&team, &name, &resource, None)
         .await?;
-    Ok(HttpResponse::Created().json(build))
+    Ok(HttpResponse::Created().json(crate::web::api::builds::CreatedBuild { id: build.id }))
 }
 
 /// `POST /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/pin`

@@ -1,0 +1,132 @@
+//! Tests of migration 0024: the global history `*`, once shared by every
+//! team, becomes each team's own (see `crate::resources::scope`).
+
+use serde_json::json;
+
+use super::{Backend, Db, ResourceRow};
+
+/// The migration's statements, comments left out.
+fn statements(backend: Backend) -> Vec<String> {
+    let sql = match backend {
+        Backend::Sqlite => include_str!("../../../migrations/sqlite/0024_team_scopes.sql"),
+        Backend::Postgres => include_str!("../../../migrations/postgres/0024_team_scopes.sql"),
+    };
+    let text: String = sql
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    text.split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn row(name: &str, config: &str) -> ResourceRow {
+    ResourceRow {
+        name: name.into(),
+        scope: "*".into(),
+        config: config.into(),
+        check_every_ms: Some(60_000),
+        pinned: None,
+    }
+}
+
+/// Two teams' pipelines kept `cfg` (and team a's type image `img`) in
+/// `*`, with a check build of team a as the last check: after the
+/// migration each team has its own copy, in the same order, and only a's
+/// history names a's check build.
+async fn global_histories_become_each_teams_own(db: &Db) {
+    let (a, _) = db
+        .set_pipeline(
+            "a",
+            "pa",
+            ("jobs: []", "{}"),
+            None,
+            &[],
+            (&[row("r", "cfg")], &[row("t", "img")]),
+        )
+        .await
+        .unwrap();
+    let (b, _) = db
+        .set_pipeline(
+            "b",
+            "pb",
+            ("jobs: []", "{}"),
+            None,
+            &[],
+            (&[row("same", "cfg")], &[]),
+        )
+        .await
+        .unwrap();
+    let versions = [
+        (json!({"v": "1"}), json!([])),
+        (json!({"v": "2"}), json!([])),
+    ];
+    db.save_versions("*", "cfg", &versions).await.unwrap();
+    db.save_versions("*", "img", &versions[..1]).await.unwrap();
+    let check = db.create_build("a", &json!({}), "n").await.unwrap();
+    db.record_check_build("*", "cfg", check).await.unwrap();
+
+    for statement in statements(db.backend()) {
+        sqlx::query(&statement)
+            .execute(db.pool())
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+
+    let scopes = |rows: Vec<ResourceRow>| rows.into_iter().map(|r| r.scope).collect::<Vec<_>>();
+    assert_eq!(
+        scopes(db.pipeline_resources(a.id).await.unwrap()),
+        ["team:a"]
+    );
+    assert_eq!(
+        scopes(db.pipeline_resource_types(a.id).await.unwrap()),
+        ["team:a"]
+    );
+    assert_eq!(
+        scopes(db.pipeline_resources(b.id).await.unwrap()),
+        ["team:b"]
+    );
+    let newest = |v: Vec<super::resources::VersionRow>| {
+        v.into_iter()
+            .map(|r| (r.version["v"].as_str().unwrap().to_string(), r.check_order))
+            .collect::<Vec<_>>()
+    };
+    for team in ["team:a", "team:b"] {
+        assert_eq!(
+            newest(db.versions(team, "cfg", 10).await.unwrap()),
+            [("2".to_string(), 2), ("1".to_string(), 1)],
+            "{team}"
+        );
+    }
+    assert_eq!(db.versions("team:a", "img", 10).await.unwrap().len(), 1);
+    assert!(db.versions("team:b", "img", 10).await.unwrap().is_empty());
+    assert!(db.versions("*", "cfg", 10).await.unwrap().is_empty());
+    assert_eq!(db.last_check("team:a", "cfg").await.unwrap(), Some(check));
+    assert_eq!(db.last_check("team:b", "cfg").await.unwrap(), None);
+    assert_eq!(db.last_check("*", "cfg").await.unwrap(), None);
+    // What a team is shown is its own check build only.
+    assert_eq!(
+        db.team_last_check("team:a", "cfg", "a").await.unwrap(),
+        Some(check)
+    );
+    assert_eq!(
+        db.team_last_check("team:a", "cfg", "b").await.unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn on_sqlite_global_histories_become_each_teams_own() {
+    let (db, _dir) = super::test_db().await;
+    global_histories_become_each_teams_own(&db).await;
+}
+
+#[tokio::test]
+async fn on_postgres_global_histories_become_each_teams_own() {
+    let pg = super::test_pg::PgDb::new().await;
+    global_histories_become_each_teams_own(&pg.db).await;
+    pg.drop().await;
+}
