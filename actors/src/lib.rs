@@ -10,6 +10,7 @@ pub mod api;
 mod artifact_store;
 mod artifacts;
 mod background;
+mod bounded_yaml;
 mod build;
 mod db;
 mod engine;

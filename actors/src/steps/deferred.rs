@@ -87,7 +87,8 @@ async fn task_file(
         .await
         .map_err(|e| e.to_string())?;
     let text = std::str::from_utf8(&data).map_err(|e| format!("file {file:?}: not UTF-8 ({e})"))?;
-    let doc = crate::pipeline::parse_yaml(text).map_err(|e| format!("file {file:?}: {e}"))?;
+    let doc = crate::pipeline::parse_yaml(text, "task file")
+        .map_err(|e| format!("file {file:?}: {e}"))?;
     let doc = interpolate_task_file(&doc, &Vars::from(vars.clone()), locals)
         .map_err(|p| format!("file {file:?}: {}", p.join("; ")))?;
     TaskConfig::from_value(&doc).map_err(|p| format!("file {file:?}: {}", p.join("; ")))
