@@ -22,6 +22,7 @@ mod go_duration;
 mod histograms;
 mod hooks;
 mod intercept;
+mod off_thread;
 mod pipeline;
 mod placement;
 mod plan;

@@ -96,6 +96,7 @@ pub(crate) fn parse_pipeline(r: &mut Reader, top: &Mapping) -> Pipeline {
             .filter(|v| !v.is_null())
             .and_then(|v| parse_display(r, v)),
         ignored_keys,
+        names: Default::default(),
     }
 }
 

@@ -375,6 +375,61 @@ fn job_globs_follow_go_path_match() {
     assert!(!glob_match("a?c", "ac"));
     assert!(glob_match("\\*", "*"));
     assert!(!glob_match("build", "build-2"));
+    assert!(glob_match("*", ""));
+    assert!(glob_match("a*b*c", "a-b-b-c"));
+    assert!(!glob_match("a*b*c", "a-b-b-d"));
+    assert!(glob_match("*-?", "build-2"));
+    assert!(glob_match("x\\", "x\\"));
+    // Many stars against a long name that almost matches: a quick no
+    // (backtracking to every star would take ages).
+    let pattern = format!("{}b", "*a".repeat(30));
+    let started = std::time::Instant::now();
+    assert!(!glob_match(&pattern, &"a".repeat(128)));
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+/// A pipeline of `n` jobs in one `passed` chain (`j0` to `j{n-1}`), and
+/// `extra` added to the last job's plan.
+fn chain(n: usize, extra: &str) -> String {
+    let mut s = String::from("resources:\n- {name: r, type: mock, source: {}}\njobs:\n");
+    for i in 0..n {
+        let passed = if i == 0 {
+            String::new()
+        } else {
+            format!(", passed: [j{}]", i - 1)
+        };
+        s += &format!("- name: j{i}\n  plan:\n  - {{get: r{passed}}}\n");
+    }
+    s + extra
+}
+
+#[test]
+fn a_chain_of_ten_thousand_jobs_is_checked_and_looked_up() {
+    let p = Pipeline::load(&chain(10_000, ""), &Vars::new()).unwrap();
+    assert_eq!(p.jobs.len(), 10_000);
+    assert_eq!(p.job("j9999").unwrap().name, "j9999");
+    assert_eq!(p.jobs_matching("j42").len(), 1);
+    assert_eq!(p.jobs_matching("j999?").len(), 10);
+    assert!(p.resource("r").is_some() && p.resource("s").is_none());
+    assert!(p.job("nope").is_err());
+    // A chain closed into a cycle is found (walked without a call per job).
+    let cyclic = chain(10_000, "").replacen("- {get: r}", "- {get: r, passed: [j9999]}", 1);
+    let problems = Pipeline::load(&cyclic, &Vars::new())
+        .unwrap_err()
+        .join("\n");
+    assert!(
+        problems.contains("the passed constraints form a cycle"),
+        "{problems}"
+    );
+}
+
+#[test]
+fn lookups_by_name_stay_right_when_a_pipeline_changes() {
+    let mut p = Pipeline::load(&chain(3, ""), &Vars::new()).unwrap();
+    assert_eq!(p.job("j1").unwrap().name, "j1");
+    p.jobs.remove(0);
+    assert_eq!(p.job("j1").unwrap().name, "j1");
+    assert!(p.job("j0").is_err());
 }
 
 #[test]

@@ -159,11 +159,7 @@ impl<'a, 'p> StepChecker<'a, 'p> {
                 let Some(p) = self.pipeline else { return };
                 self.resource_declared(p, &g.resource, &join(at, key));
                 for glob in &g.passed {
-                    let matching: Vec<_> = p
-                        .jobs
-                        .iter()
-                        .filter(|j| glob_match(glob, &j.name))
-                        .collect();
+                    let matching = p.jobs_matching(glob);
                     if matching.is_empty() {
                         self.problem(&join(at, "passed"), format!("no job matches {glob:?}"));
                     }
@@ -237,7 +233,7 @@ fn check_groups(p: &Pipeline, problems: &mut Vec<String>) {
     for g in &p.groups {
         for glob in &g.jobs {
             let mut any = false;
-            for j in p.jobs.iter().filter(|j| glob_match(glob, &j.name)) {
+            for j in p.jobs_matching(glob) {
                 grouped.insert(j.name.as_str());
                 any = true;
             }
@@ -296,35 +292,44 @@ fn check_cycles(p: &Pipeline, problems: &mut Vec<String>) {
             j.visit(&mut |s| {
                 if let StepKind::Get(g) = &s.kind {
                     for glob in &g.passed {
-                        before.extend(
-                            p.jobs
-                                .iter()
-                                .filter(|o| glob_match(glob, &o.name))
-                                .map(|o| o.name.as_str()),
-                        );
+                        before.extend(p.jobs_matching(glob).iter().map(|o| o.name.as_str()));
                     }
                 }
             });
             (j.name.as_str(), before)
         })
         .collect();
+    // A depth-first walk with a stack of its own (a chain of 10,000 jobs
+    // is 10,000 deep): `false` while a job is on the path, `true` once
+    // everything upstream of it is known to have no cycle.
     fn visit<'a>(
-        job: &'a str,
+        start: &'a str,
         upstream: &BTreeMap<&'a str, Vec<&'a str>>,
         state: &mut BTreeMap<&'a str, bool>,
     ) -> Option<&'a str> {
-        match state.get(job) {
-            Some(false) => return Some(job),
-            Some(true) => return None,
-            None => {}
+        if state.contains_key(start) {
+            return None;
         }
-        state.insert(job, false);
-        for next in upstream.get(job).into_iter().flatten() {
-            if let Some(c) = visit(next, upstream, state) {
-                return Some(c);
+        let none: &[&str] = &[];
+        let edges = |job: &str| upstream.get(job).map_or(none, Vec::as_slice);
+        state.insert(start, false);
+        let mut path: Vec<(&'a str, usize)> = vec![(start, 0)];
+        while let Some((job, next)) = path.last_mut() {
+            let Some(&up) = edges(job).get(*next) else {
+                state.insert(*job, true);
+                path.pop();
+                continue;
+            };
+            *next += 1;
+            match state.get(up) {
+                Some(false) => return Some(up),
+                Some(true) => {}
+                None => {
+                    state.insert(up, false);
+                    path.push((up, 0));
+                }
             }
         }
-        state.insert(job, true);
         None
     }
     let mut state = BTreeMap::new();
@@ -339,20 +344,55 @@ fn check_cycles(p: &Pipeline, problems: &mut Vec<String>) {
 }
 
 /// Go's `path.Match` for job globs: `*` any run of characters, `?` one
-/// character, `\x` a literal x; anything else matches itself.
+/// character, `\x` a literal x; anything else matches itself. Time
+/// linear in the product of the lengths, whatever the stars (the
+/// classic walk that goes back only to the last star).
 pub(crate) fn glob_match(pattern: &str, name: &str) -> bool {
-    fn go(p: &[char], n: &[char]) -> bool {
-        match p.split_first() {
-            None => n.is_empty(),
-            Some(('*', rest)) => (0..=n.len()).any(|i| go(rest, &n[i..])),
-            Some(('?', rest)) => !n.is_empty() && go(rest, &n[1..]),
-            Some(('\\', rest)) if !rest.is_empty() => {
-                n.first() == Some(&rest[0]) && go(&rest[1..], &n[1..])
+    /// One element of a pattern.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Tok {
+        Star,
+        Any,
+        Lit(char),
+    }
+    let mut toks = Vec::new();
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        toks.push(match c {
+            '*' => Tok::Star,
+            '?' => Tok::Any,
+            '\\' => Tok::Lit(chars.next().unwrap_or('\\')),
+            c => Tok::Lit(c),
+        });
+    }
+    let n: Vec<char> = name.chars().collect();
+    let (mut t, mut i) = (0, 0);
+    // The last star seen and where in the name it was tried to end.
+    let mut star: Option<(usize, usize)> = None;
+    while i < n.len() {
+        match toks.get(t) {
+            Some(Tok::Star) => {
+                star = Some((t, i));
+                t += 1;
             }
-            Some((c, rest)) => n.first() == Some(c) && go(rest, &n[1..]),
+            Some(Tok::Any) => {
+                t += 1;
+                i += 1;
+            }
+            Some(Tok::Lit(c)) if *c == n[i] => {
+                t += 1;
+                i += 1;
+            }
+            _ => match star {
+                // The star takes one more character.
+                Some((st, si)) => {
+                    star = Some((st, si + 1));
+                    t = st + 1;
+                    i = si + 1;
+                }
+                None => return false,
+            },
         }
     }
-    let p: Vec<char> = pattern.chars().collect();
-    let n: Vec<char> = name.chars().collect();
-    go(&p, &n)
+    toks[t..].iter().all(|tok| *tok == Tok::Star)
 }
