@@ -36,6 +36,7 @@ pub use step::{
     Across, GetStep, Hooks, LoadVarStep, MaxInFlight, PutInputs, PutStep, Step, StepKind, TaskStep,
     Timeout, VersionSpec,
 };
+pub use validate::MAX_NAME;
 pub use vars::{interpolate, Vars};
 
 /// A checked document: a pipeline, or a bare plan.

@@ -424,6 +424,39 @@ fn a_chain_of_ten_thousand_jobs_is_checked_and_looked_up() {
 }
 
 #[test]
+fn names_follow_the_rule_of_names_in_api_paths() {
+    let long = "n".repeat(MAX_NAME + 1);
+    let doc = format!(
+        "resources:\n- {{name: \"r\\x07\", type: mock, source: {{}}}}\n\
+         resource_types:\n- {{name: \"t\\n\", type: registry-image, source: {{}}}}\n\
+         groups:\n- {{name: \"g\\e\", jobs: [\"*\"]}}\n\
+         jobs:\n- name: \"bad\\x1b[31m\"\n  plan:\n  - {{get: \"r\\x07\"}}\n  - {{task: \"t\\r\", file: a/t.yml}}\n\
+         - name: {long}\n  plan:\n  - {{put: \"p\\x00\", resource: \"r\\x07\"}}\n"
+    );
+    let problems = Pipeline::load(&doc, &Vars::new()).unwrap_err();
+    for want in [
+        "jobs[0].name must not hold control characters",
+        "jobs[1].name is 129 bytes: the limit is 128",
+        "resources[0].name must not hold control characters",
+        "resource_types[0].name must not hold control characters",
+        "groups[0].name must not hold control characters",
+        "jobs[0].plan[0].get must not hold control characters",
+        "jobs[0].plan[1].task must not hold control characters",
+        "jobs[1].plan[0].put must not hold control characters",
+    ] {
+        assert!(problems.iter().any(|p| p == want), "{want}: {problems:#?}");
+    }
+    // No problem's path carries a control character.
+    assert!(
+        problems.iter().all(|p| !p.chars().any(char::is_control)),
+        "{problems:#?}"
+    );
+    // Names of the API's rule pass: spaces and any printable text.
+    let ok = "resources:\n- {name: my repo, type: mock, source: {}}\njobs:\n- name: build (linux) ✓\n  plan:\n  - {get: my repo}\n";
+    Pipeline::load(ok, &Vars::new()).unwrap();
+}
+
+#[test]
 fn lookups_by_name_stay_right_when_a_pipeline_changes() {
     let mut p = Pipeline::load(&chain(3, ""), &Vars::new()).unwrap();
     assert_eq!(p.job("j1").unwrap().name, "j1");

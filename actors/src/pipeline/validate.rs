@@ -14,6 +14,29 @@ use super::model::Pipeline;
 use super::read::join;
 use super::step::{Step, StepKind};
 
+/// The longest name of a job, resource, resource type, group or step: the
+/// bound the API puts on the names in its paths (`.../jobs/{job}`).
+pub const MAX_NAME: usize = 128;
+
+/// Checks a name given in a config (field `at`: `jobs[3].name`) by the
+/// rule of the names in the API's paths: at most [`MAX_NAME`] bytes, no
+/// control characters. A name the config cannot give could not be named
+/// by any route either.
+pub fn check_name(at: &str, name: &str) -> Result<(), String> {
+    gantry_wire::worker_info::check_text(at, name, MAX_NAME, true)
+}
+
+/// `section[name]` for an entry whose name passes [`check_name`] (and is
+/// not empty), else `section[index]`: a problem's path never carries a
+/// control character.
+pub(crate) fn entry_at(section: &str, index: usize, name: &str) -> String {
+    if !name.is_empty() && check_name("", name).is_ok() {
+        format!("{section}[{name}]")
+    } else {
+        format!("{section}[{index}]")
+    }
+}
+
 /// Var source types Concourse accepts in a pipeline.
 const VAR_SOURCE_TYPES: &[&str] = &["vault", "dummy", "ssm", "secretsmanager", "idtoken"];
 
@@ -42,18 +65,45 @@ pub(crate) fn check_pipeline(p: &Pipeline, problems: &mut Vec<String>) {
         "var_sources",
         p.var_sources.iter().map(|v| v.name.as_str()),
     );
-    for v in &p.var_sources {
+    let sections: [(&str, Vec<&str>); 6] = [
+        ("jobs", p.jobs.iter().map(|j| j.name.as_str()).collect()),
+        (
+            "resources",
+            p.resources.iter().map(|r| r.name.as_str()).collect(),
+        ),
+        (
+            "resource_types",
+            p.resource_types.iter().map(|t| t.name.as_str()).collect(),
+        ),
+        (
+            "prototypes",
+            p.prototypes.iter().map(|t| t.name.as_str()).collect(),
+        ),
+        ("groups", p.groups.iter().map(|g| g.name.as_str()).collect()),
+        (
+            "var_sources",
+            p.var_sources.iter().map(|v| v.name.as_str()).collect(),
+        ),
+    ];
+    for (section, names) in sections {
+        for (i, name) in names.into_iter().enumerate() {
+            if let Err(e) = check_name(&format!("{section}[{i}].name"), name) {
+                problems.push(e);
+            }
+        }
+    }
+    for (i, v) in p.var_sources.iter().enumerate() {
         if !VAR_SOURCE_TYPES.contains(&v.type_.as_str()) && !v.type_.is_empty() {
             problems.push(format!(
-                "var_sources[{}].type: unknown credential manager type {:?} (one of: {})",
-                v.name,
+                "{}.type: unknown credential manager type {:?} (one of: {})",
+                entry_at("var_sources", i, &v.name),
                 v.type_,
                 VAR_SOURCE_TYPES.join(", ")
             ));
         }
     }
-    for job in &p.jobs {
-        let at = format!("jobs[{}]", job.name);
+    for (i, job) in p.jobs.iter().enumerate() {
+        let at = entry_at("jobs", i, &job.name);
         let mut c = StepChecker::new(Some(p), problems);
         c.plan(&job.plan, &join(&at, "plan"));
         for (key, hook) in job.hooks.iter() {
@@ -140,6 +190,19 @@ impl<'a, 'p> StepChecker<'a, 'p> {
     }
 
     fn kind(&mut self, kind: &StepKind, at: &str) {
+        let named = match kind {
+            StepKind::Get(g) => Some(("get", &g.name)),
+            StepKind::Put(put) => Some(("put", &put.name)),
+            StepKind::Task(t) => Some(("task", &t.name)),
+            StepKind::LoadVar(l) => Some(("load_var", &l.name)),
+            StepKind::SetPipeline(s) => Some(("set_pipeline", &s.name)),
+            _ => None,
+        };
+        if let Some((key, name)) = named {
+            if let Err(e) = check_name(&join(at, key), name) {
+                self.problems.push(e);
+            }
+        }
         match kind {
             StepKind::Get(g) => {
                 if !self.seen_gets.insert(g.name.clone()) {
@@ -230,7 +293,8 @@ fn job_uses_resource(job: &super::model::Job, resource: &str) -> bool {
 
 fn check_groups(p: &Pipeline, problems: &mut Vec<String>) {
     let mut grouped = HashSet::new();
-    for g in &p.groups {
+    for (i, g) in p.groups.iter().enumerate() {
+        let at = entry_at("groups", i, &g.name);
         for glob in &g.jobs {
             let mut any = false;
             for j in p.jobs_matching(glob) {
@@ -238,22 +302,20 @@ fn check_groups(p: &Pipeline, problems: &mut Vec<String>) {
                 any = true;
             }
             if !any {
-                problems.push(format!("groups[{}].jobs: no job matches {glob:?}", g.name));
+                problems.push(format!("{at}.jobs: no job matches {glob:?}"));
             }
         }
         for r in &g.resources {
             if p.resource(r).is_none() {
-                problems.push(format!(
-                    "groups[{}].resources: unknown resource {r:?}",
-                    g.name
-                ));
+                problems.push(format!("{at}.resources: unknown resource {r:?}"));
             }
         }
     }
     if !p.groups.is_empty() {
-        for j in &p.jobs {
+        for (i, j) in p.jobs.iter().enumerate() {
             if !grouped.contains(j.name.as_str()) {
-                problems.push(format!("jobs[{}]: job belongs to no group", j.name));
+                let at = entry_at("jobs", i, &j.name);
+                problems.push(format!("{at}: job belongs to no group"));
             }
         }
     }
@@ -272,11 +334,11 @@ fn check_unused_resources(p: &Pipeline, problems: &mut Vec<String>) {
             _ => {}
         });
     }
-    for r in &p.resources {
+    for (i, r) in p.resources.iter().enumerate() {
         if !r.name.is_empty() && !used.contains(&r.name) {
             problems.push(format!(
-                "resources[{}]: resource is not used by any job",
-                r.name
+                "{}: resource is not used by any job",
+                entry_at("resources", i, &r.name)
             ));
         }
     }
