@@ -729,12 +729,10 @@ fn yaml_and_json_bombs_are_refused_naming_their_bound_while_the_node_stays_small
     let p99 = times[times.len() * 99 / 100];
     assert!(times.len() >= 20, "{} answers", times.len());
     // The node did the work off its request threads: /healthz kept
-    // answering at once (p99 under 100 ms; the slowest answer, which a
-    // shared CI machine's scheduler alone may delay, well under a second).
-    assert!(p99 < Duration::from_millis(100), "/healthz p99 {p99:?}");
+    // answering at once (a few ms; each under 100 ms).
     assert!(
-        times[times.len() - 1] < Duration::from_millis(500),
-        "{times:?}"
+        times[times.len() - 1] < Duration::from_millis(100),
+        "/healthz answers: {times:?}"
     );
     // Nothing was built: the node's peak resident memory stayed small.
     let status = std::fs::read_to_string(format!("/proc/{}/status", web.child.id())).unwrap();
