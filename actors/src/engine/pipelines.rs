@@ -471,7 +471,10 @@ impl Engine {
             scope: Some(r.scope.clone()),
             resource_type: of_type,
         };
-        let plan = crate::steps::runnable(stored.plan()?);
+        let plan_of = stored.clone();
+        let what = format!("reading pipeline {:?}", row.name);
+        let plan = off_thread(&what, PIPELINE_BUDGET, move |_| plan_of.plan()).await?;
+        let plan = crate::steps::runnable(plan);
         let id = self
             .start_stored(&row.team, &stored, plan, None, &[])
             .await?;
