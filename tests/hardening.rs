@@ -553,3 +553,202 @@ fn quickstart_makes_a_key_of_its_own_for_outside_workers() {
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
 }
+
+/// The YAML bombs, each with what its refusal must say: one anchor of
+/// 8,000 items referenced 8,000 times (40 KB of text, 64 million nodes
+/// once built), nested anchors (billion laughs) and 10,000 levels.
+fn yaml_bombs() -> Vec<(&'static str, String, &'static str)> {
+    let items = vec!["x"; 8_000].join(",");
+    let aliases = vec!["*a"; 8_000].join(",");
+    let quadratic = format!("a: &a [{items}]\nb: [{aliases}]\n");
+    assert!(quadratic.len() < 50_000);
+    let mut laughs = String::from("l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    for i in 1..=9 {
+        let refs = vec![format!("*l{}", i - 1); 10].join(", ");
+        laughs += &format!("l{i}: &l{i} [{refs}]\n");
+    }
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    vec![
+        (
+            "the quadratic bomb",
+            quadratic,
+            "expands to more than 1000000 nodes after aliases (limit 1000000)",
+        ),
+        (
+            "a billion laughs",
+            laughs,
+            "expands its aliases more than 100 times its own size",
+        ),
+        (
+            "10,000 levels of YAML",
+            deep,
+            "nests deeper than 100 levels (limit 100)",
+        ),
+    ]
+}
+
+/// `/healthz` answered in a loop until `stop`: every answer's time.
+fn poll_health(url: String, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Vec<Duration> {
+    let http = reqwest::blocking::Client::new();
+    let mut times = Vec::new();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let t0 = Instant::now();
+        let resp = http.get(format!("{url}/healthz")).send().unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        times.push(t0.elapsed());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    times
+}
+
+#[test]
+fn yaml_and_json_bombs_are_refused_naming_their_bound_while_the_node_stays_small() {
+    let dir = tempfile::tempdir().unwrap();
+    let web = guarded_web(dir.path(), "");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let (url, stop) = (web.url.clone(), stop.clone());
+        std::thread::spawn(move || poll_health(url, stop))
+    };
+    let http = reqwest::blocking::Client::new();
+    let api = |method: &str, path: &str, body: String| {
+        let url = format!("{}{path}", web.url);
+        let req = match method {
+            "post" => http.post(&url),
+            "put" => http.put(&url),
+            _ => http.delete(&url),
+        };
+        let token = if path.starts_with("/api/v1/workers/") && !path.ends_with("/prune") {
+            KEY
+        } else {
+            ADMIN
+        };
+        req.bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .unwrap()
+    };
+    for (what, bomb, bound) in yaml_bombs() {
+        // Every route that reads YAML: a pipeline set, a job's build and a
+        // check build of a pipeline given whole.
+        for (path, body) in [
+            ("/api/v1/teams/main/pipelines/p", json!({ "config": bomb })),
+            (
+                "/api/v1/teams/main/builds",
+                json!({ "pipeline": bomb, "job": "j" }),
+            ),
+            (
+                "/api/v1/teams/main/builds",
+                json!({ "pipeline": bomb, "check": "r" }),
+            ),
+        ] {
+            let method = if path.contains("/pipelines/") {
+                "put"
+            } else {
+                "post"
+            };
+            let e = json_error(api(method, path, body.to_string()), what, Some(400));
+            assert!(e.contains(bound), "{path} with {what}: {e}");
+        }
+        // Every CLI verb that reads YAML, each as a pipeline, task or vars file.
+        let file = dir.path().join("bomb.yml");
+        write(&file, &bomb);
+        let ok = dir.path().join("ok.yml");
+        write(&ok, "jobs:\n- name: j\n  plan:\n  - task: t\n    config: {platform: linux, run: {path: \"true\"}}\n");
+        let f = file.to_str().unwrap();
+        for args in [
+            vec!["validate-plan", f],
+            vec!["validate-plan", ok.to_str().unwrap(), "-l", f],
+            vec!["validate-task", f],
+            vec!["execute", "-c", f],
+            vec!["set-pipeline", "-p", "p", "-c", f],
+            vec![
+                "set-pipeline",
+                "-p",
+                "p",
+                "-c",
+                ok.to_str().unwrap(),
+                "-l",
+                f,
+            ],
+            vec!["run", "-p", f, "-j", "j"],
+        ] {
+            let e = one_error_line(&client_as(&web.url, ADMIN, &args));
+            assert!(e.contains(bound), "gantry {args:?} with {what}: {e}");
+        }
+    }
+    // JSON 10,000 levels deep, to every route: refused with a 400 (a typed
+    // body at its first token, a route that takes no body at once). As a
+    // free-form field (a task config, a var, a version), serde_json's
+    // recursion limit refuses it.
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    let doc: Value = http
+        .get(format!("{}/api/v1/openapi.json", web.url))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let mut sent = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        // An artifact's body is a tar, a webhook's the git server's own.
+        if path.ends_with("/artifacts") || path.ends_with("/webhook") {
+            continue;
+        }
+        for method in ["post", "put", "delete"] {
+            if item.get(method).is_none() {
+                continue;
+            }
+            let what = format!("{method} {path} with 10,000 levels of JSON");
+            json_error(api(method, &fill(path), deep.clone()), &what, Some(400));
+            sent += 1;
+        }
+    }
+    assert!(sent >= 25, "only {sent} routes");
+    for (path, body) in [
+        (
+            "/api/v1/teams/main/builds",
+            format!(r#"{{"config": {deep}}}"#),
+        ),
+        (
+            "/api/v1/teams/main/pipelines/p",
+            format!(r#"{{"config": "jobs: []", "vars": {{"v": {deep}}}}}"#),
+        ),
+        (
+            "/api/v1/teams/main/pipelines/p/resources/r/pin",
+            format!(r#"{{"version": {deep}}}"#),
+        ),
+    ] {
+        let method = if path.ends_with("/p") { "put" } else { "post" };
+        let e = json_error(api(method, path, body), path, Some(400));
+        assert!(e.contains("recursion limit exceeded"), "{path}: {e}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut times = poller.join().unwrap();
+    times.sort();
+    let p99 = times[times.len() * 99 / 100];
+    assert!(times.len() >= 20, "{} answers", times.len());
+    // The node did the work off its request threads: /healthz kept
+    // answering at once (a few ms; each under 100 ms).
+    assert!(
+        times[times.len() - 1] < Duration::from_millis(100),
+        "/healthz answers: {times:?}"
+    );
+    // Nothing was built: the node's peak resident memory stayed small.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", web.child.id())).unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    eprintln!(
+        "/healthz: {} answers, p99 {p99:?}, slowest {:?}; peak RSS {} MiB",
+        times.len(),
+        times[times.len() - 1],
+        peak_kib / 1024
+    );
+    assert!(peak_kib < 300 * 1024, "peak RSS {} MiB", peak_kib / 1024);
+    // Nothing was stored.
+    let pipelines = client_as(&web.url, ADMIN, &["pipelines", "--json"]);
+    assert_eq!(String::from_utf8_lossy(&pipelines.stdout).trim(), "[]");
+}

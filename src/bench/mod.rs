@@ -10,4 +10,5 @@ pub mod placement;
 pub mod rig;
 pub mod s3;
 pub mod scheduling;
+pub mod set_pipeline;
 pub mod stream;

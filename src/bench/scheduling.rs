@@ -18,6 +18,9 @@
 //!   versions per resource; then again with `--more-versions` (older ones
 //!   added), with the resident memory after each: versions are read a
 //!   page at a time, so neither should grow with the history.
+//! - `set_pipeline_10k_jobs_ms` and `set_pipeline_10k_healthz_p99_ms`: a
+//!   pipeline of 10,000 jobs set through a web node's API, and `/healthz`
+//!   meanwhile (see [`super::set_pipeline`]).
 //! - `peak_rss_mib`: the process's (the web node's) peak resident memory.
 
 use std::sync::Arc;
@@ -115,6 +118,12 @@ pub async fn bench(opts: SchedulingBench) -> anyhow::Result<()> {
         .execute(db.pool())
         .await?;
     chain(&opts, &url, &store, &db).await?;
+    // The chained pipeline stays stored, paused, out of the way of the
+    // sets timed next.
+    sqlx::query("UPDATE pipelines SET paused = 1")
+        .execute(db.pool())
+        .await?;
+    super::set_pipeline::bench(&url, &store, &tmp.path().join("web")).await?;
     println!("peak_rss_mib: {:.1}", rss_mib("VmHWM:"));
     Ok(())
 }

@@ -243,6 +243,7 @@ pub async fn start_web(
             )
             // Bodies read whole (`web::Bytes`) have the same limit as JSON ones.
             .app_data(web::PayloadConfig::new(max_body))
+            .app_data(api::BodyLimit(max_body))
             .app_data(
                 web::PathConfig::default()
                     .error_handler(|e, _| ApiError::bad_request(e.to_string()).into()),

@@ -2,6 +2,8 @@
 //! `pipeline_resources`, `disabled_versions`) and when each resource
 //! config is checked next (`resource_checks`).
 
+use std::collections::HashSet;
+
 use crate::db::{now_ms, Db};
 use crate::error::EngineError;
 
@@ -97,6 +99,10 @@ fn pipeline_row(
 /// pipeline's id (not known before a new pipeline is stored).
 pub const PIPELINE_ID: &str = "{pipeline_id}";
 
+/// Jobs written by one statement when a pipeline is stored (401
+/// parameters, well under SQLite's oldest limit of 999).
+const JOBS_PER_INSERT: usize = 400;
+
 const PIPELINE_COLUMNS: &str = "id, team, name, config, vars, config_version, paused";
 
 impl Db {
@@ -176,13 +182,17 @@ impl Db {
                 (id, true)
             }
         };
+        // Sets, not scans: a pipeline of 10,000 jobs is stored in time
+        // linear in its jobs, and only the jobs new to it are written.
         let stored_jobs: Vec<(String,)> =
             sqlx::query_as("SELECT name FROM pipeline_jobs WHERE pipeline_id = $1")
                 .bind(id)
                 .fetch_all(&mut *tx)
                 .await?;
+        let given: HashSet<&str> = jobs.iter().map(String::as_str).collect();
+        let kept: HashSet<&str> = stored_jobs.iter().map(|(j,)| j.as_str()).collect();
         for (job,) in &stored_jobs {
-            if !jobs.contains(job) {
+            if !given.contains(job.as_str()) {
                 sqlx::query("DELETE FROM pipeline_jobs WHERE pipeline_id = $1 AND name = $2")
                     .bind(id)
                     .bind(job)
@@ -190,22 +200,35 @@ impl Db {
                     .await?;
             }
         }
-        for job in jobs {
-            sqlx::query(
-                "INSERT INTO pipeline_jobs (pipeline_id, name) VALUES ($1, $2) ON CONFLICT (pipeline_id, name) DO NOTHING",
-            )
-            .bind(id)
-            .bind(job)
-            .execute(&mut *tx)
-            .await?;
+        // In the config's order, each once.
+        let mut seen = HashSet::new();
+        let new_jobs: Vec<&str> = jobs
+            .iter()
+            .map(String::as_str)
+            .filter(|j| !kept.contains(j) && seen.insert(*j))
+            .collect();
+        for batch in new_jobs.chunks(JOBS_PER_INSERT) {
+            let values: Vec<String> = (0..batch.len())
+                .map(|i| format!("($1, ${})", i + 2))
+                .collect();
+            let sql = format!(
+                "INSERT INTO pipeline_jobs (pipeline_id, name) VALUES {} ON CONFLICT (pipeline_id, name) DO NOTHING",
+                values.join(", ")
+            );
+            let mut insert = sqlx::query(&sql).persistent(false).bind(id);
+            for job in batch {
+                insert = insert.bind(*job);
+            }
+            insert.execute(&mut *tx).await?;
         }
         let stored_resources: Vec<(String,)> =
             sqlx::query_as("SELECT name FROM pipeline_resources WHERE pipeline_id = $1")
                 .bind(id)
                 .fetch_all(&mut *tx)
                 .await?;
+        let given: HashSet<&str> = resources.iter().map(|r| r.name.as_str()).collect();
         for (resource,) in &stored_resources {
-            if !resources.iter().any(|r| &r.name == resource) {
+            if !given.contains(resource.as_str()) {
                 for table in ["pipeline_resources", "disabled_versions"] {
                     let column = if table == "pipeline_resources" {
                         "name"

@@ -5,6 +5,7 @@ use crate::build::Build;
 use crate::db::BuildQuery;
 use crate::error::EngineError;
 use crate::event_follow::{self, StoredEvent};
+use crate::off_thread::{off_thread, PIPELINE_BUDGET};
 use crate::pipeline::Vars;
 use crate::plan::{CheckPlan, JobPlan, OneOffPlan};
 use crate::steps::runnable;
@@ -120,7 +121,11 @@ impl Engine {
             inputs: Default::default(),
         };
         let job_ref = stored.job_ref()?;
-        let (plan, turns) = stored.plan_and_turns()?;
+        let plan_of = stored.clone();
+        let (plan, turns) = off_thread("reading the pipeline", PIPELINE_BUDGET, move |_| {
+            plan_of.plan_and_turns()
+        })
+        .await?;
         // Turns are kept per team and pipeline.
         let turns: Vec<(String, u32)> = turns
             .into_iter()
@@ -180,8 +185,13 @@ impl Engine {
             scope: None,
             resource_type: false,
         };
-        let plan = runnable(stored.plan()?);
-        self.start_stored(team, &stored, plan, None, &[]).await
+        let plan_of = stored.clone();
+        let plan = off_thread("reading the pipeline", PIPELINE_BUDGET, move |_| {
+            plan_of.plan()
+        })
+        .await?;
+        self.start_stored(team, &stored, runnable(plan), None, &[])
+            .await
     }
 
     /// A build by id.

@@ -11,6 +11,7 @@
 //! takes it over; an abort ends it where it waits.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use super::pipelines::{loaded, stored_vars};
 use super::Engine;
@@ -28,7 +29,7 @@ pub(super) struct BuildRequest<'a> {
     /// The job's pipeline, as stored.
     pub row: &'a PipelineRow,
     /// That pipeline, loaded with its vars.
-    pub pipeline: &'a Pipeline,
+    pub pipeline: &'a Arc<Pipeline>,
     /// The job.
     pub job: &'a str,
     /// Its inputs.
@@ -78,7 +79,7 @@ impl Engine {
         job: &str,
     ) -> Result<Build, EngineError> {
         let row = self.pipeline_row(team, pipeline).await?;
-        let loaded = loaded(&row)?;
+        let loaded = loaded(&row).await?;
         let j = loaded.job(job).map_err(|e| EngineError::NotFound {
             kind: "job",
             name: format!("{pipeline}/{job}: {e}"),
@@ -228,7 +229,7 @@ impl Engine {
     /// The job waiting build `w` is of, its inputs resolved now.
     async fn waiting_job(&self, w: &WaitingBuild) -> Result<Job, EngineError> {
         let row = self.pipeline_row(&w.team, &w.pipeline).await?;
-        let pipeline = loaded(&row)?;
+        let pipeline = loaded(&row).await?;
         let (inputs, resolved) = self.resolve_job(&row, &pipeline, &w.job).await?;
         Ok(Job {
             row,
@@ -322,7 +323,7 @@ impl Engine {
 /// A job whose builds wait, as one round sees it.
 struct Job {
     row: PipelineRow,
-    pipeline: Pipeline,
+    pipeline: Arc<Pipeline>,
     inputs: Vec<JobInput>,
     resolved: Resolved,
 }

@@ -20,6 +20,7 @@
 //! those steps would both create it. One leader makes the round a single
 //! writer, and the lead is already how the Collector runs once.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Actor;
@@ -144,7 +145,7 @@ struct Triggers {
 struct Loaded {
     head: PipelineHead,
     row: PipelineRow,
-    pipeline: Pipeline,
+    pipeline: Arc<Pipeline>,
     /// Its unpaused jobs with a `trigger: true` input.
     jobs: Vec<LoadedJob>,
 }
@@ -239,7 +240,7 @@ impl Triggers {
             let Some(row) = db.pipeline_by_id(head.id).await? else {
                 continue;
             };
-            let pipeline = match loaded(&row) {
+            let pipeline = match loaded(&row).await {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(team = %row.team, pipeline = %row.name, "scheduling: {e}");

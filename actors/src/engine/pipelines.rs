@@ -5,12 +5,14 @@
 //! Everything is scoped to a team; another team's pipeline is not found.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::Engine;
 use crate::db::{BuildQuery, JobAt, PipelineRow, ResourceRow};
 use crate::error::EngineError;
+use crate::off_thread::{off_thread, PIPELINE_BUDGET};
 use crate::pipeline::{Pipeline, Vars};
 use crate::plan::check_pipeline_name;
 use crate::triggers::{explain, job_inputs, store_pipeline};
@@ -68,10 +70,18 @@ pub(super) fn stored_vars(row: &PipelineRow) -> Result<Vars, EngineError> {
         .map_err(|e| EngineError::Invalid(format!("pipeline {:?}: stored vars: {e}", row.name)))
 }
 
-/// The pipeline a row holds, loaded with its vars.
-pub(super) fn loaded(row: &PipelineRow) -> Result<Pipeline, EngineError> {
-    Pipeline::load(&row.config, &stored_vars(row)?)
-        .map_err(|problems| EngineError::Invalid(problems.join("; ")))
+/// The pipeline a row holds, loaded with its vars, off the caller's
+/// thread (see [`off_thread`]).
+pub(super) async fn loaded(row: &PipelineRow) -> Result<Arc<Pipeline>, EngineError> {
+    let vars = stored_vars(row)?;
+    let config = row.config.clone();
+    let what = format!("reading pipeline {:?}", row.name);
+    off_thread(&what, PIPELINE_BUDGET, move |_| {
+        Pipeline::load(&config, &vars)
+            .map(Arc::new)
+            .map_err(|problems| EngineError::Invalid(problems.join("; ")))
+    })
+    .await
 }
 
 impl Engine {
@@ -170,7 +180,7 @@ impl Engine {
     /// last scheduling decisions.
     pub async fn pipeline_jobs(&self, team: &str, name: &str) -> Result<Vec<JobView>, EngineError> {
         let row = self.pipeline_row(team, name).await?;
-        let pipeline = loaded(&row)?;
+        let pipeline = loaded(&row).await?;
         let resources = self.db.pipeline_resources(row.id).await?;
         let mut out = Vec::new();
         for job in self.db.pipeline_jobs(row.id).await? {
@@ -233,7 +243,7 @@ impl Engine {
                 name: format!("{pipeline}/{job}"),
             })?;
         let row = self.pipeline_row(team, pipeline).await?;
-        let loaded = loaded(&row)?;
+        let loaded = loaded(&row).await?;
         if let Ok(def) = loaded.job(job) {
             let resources = self.db.pipeline_resources(row.id).await?;
             let inputs = job_inputs(&loaded, def, &resources).map_err(EngineError::Invalid)?;
@@ -303,7 +313,7 @@ impl Engine {
         name: &str,
     ) -> Result<Vec<ResourceView>, EngineError> {
         let row = self.pipeline_row(team, name).await?;
-        let loaded = loaded(&row)?;
+        let loaded = loaded(&row).await?;
         let resources = self.db.pipeline_resources(row.id).await?;
         let types = self.db.pipeline_resource_types(row.id).await?;
         let mut out = Vec::new();
@@ -436,7 +446,7 @@ impl Engine {
     ) -> Result<Option<String>, EngineError> {
         let row = self.pipeline_row(team, pipeline).await?;
         self.resource_row(&row, resource).await?;
-        let loaded = loaded(&row)?;
+        let loaded = loaded(&row).await?;
         Ok(loaded
             .resource(resource)
             .and_then(|r| r.other.get("webhook_token"))
@@ -463,7 +473,10 @@ impl Engine {
             scope: Some(r.scope.clone()),
             resource_type: of_type,
         };
-        let plan = crate::steps::runnable(stored.plan()?);
+        let plan_of = stored.clone();
+        let what = format!("reading pipeline {:?}", row.name);
+        let plan = off_thread(&what, PIPELINE_BUDGET, move |_| plan_of.plan()).await?;
+        let plan = crate::steps::runnable(plan);
         let id = self
             .start_stored(&row.team, &stored, plan, None, &[])
             .await?;

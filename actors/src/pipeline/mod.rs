@@ -36,6 +36,7 @@ pub use step::{
     Across, GetStep, Hooks, LoadVarStep, MaxInFlight, PutInputs, PutStep, Step, StepKind, TaskStep,
     Timeout, VersionSpec,
 };
+pub use validate::MAX_NAME;
 pub use vars::{interpolate, Vars};
 
 /// A checked document: a pipeline, or a bare plan.
@@ -47,9 +48,12 @@ pub enum Document {
     Plan(Vec<Step>),
 }
 
-/// Parses YAML text into a document, YAML merge keys (`<<: *anchor`)
-/// applied. The one problem it can have is returned as a single line.
-pub fn parse_yaml(text: &str) -> Result<Value, String> {
+/// Parses YAML text (document `what`, as errors name it: `pipeline
+/// config`) into a document, YAML merge keys (`<<: *anchor`) applied,
+/// once it is known to stay within the bounds of
+/// [`crate::bounded_yaml`]. The one problem it can have is returned as a
+/// single line.
+pub fn parse_yaml(text: &str, what: &str) -> Result<Value, String> {
     if let Some(line) = text
         .lines()
         .find(|l| l.trim_start().starts_with("#@") || l.contains(" #@ "))
@@ -59,8 +63,8 @@ pub fn parse_yaml(text: &str) -> Result<Value, String> {
             line.trim()
         ));
     }
-    let mut doc: Value = serde_yaml::from_str(text)
-        .map_err(|e| format!("not valid YAML: {}", e.to_string().replace('\n', " ")))?;
+    let mut doc: Value =
+        crate::bounded_yaml::parse_bounded_yaml(text, what).map_err(|e| e.to_string())?;
     doc.apply_merge()
         .map_err(|e| format!("not valid YAML: {}", e.to_string().replace('\n', " ")))?;
     Ok(doc)
@@ -115,7 +119,7 @@ pub fn check(doc: &Value, vars_may_be_unfilled: bool) -> Result<Document, Vec<St
 /// first and an unfilled one is a problem naming it; without, vars may
 /// stay unfilled (validation only).
 pub fn load(text: &str, vars: Option<&Vars>) -> Result<Document, Vec<String>> {
-    let doc = parse_yaml(text).map_err(|e| vec![e])?;
+    let doc = parse_yaml(text, "pipeline config").map_err(|e| vec![e])?;
     match vars {
         None => check(&doc, true),
         Some(vars) => check(&interpolate(&doc, vars)?, false),
@@ -137,7 +141,7 @@ impl Pipeline {
     /// Reads a pipeline file, fills its vars and checks it (the whole of
     /// it, as Concourse does when it is set).
     pub fn load(text: &str, vars: &Vars) -> Result<Pipeline, Vec<String>> {
-        let doc = parse_yaml(text).map_err(|e| vec![e])?;
+        let doc = parse_yaml(text, "pipeline config").map_err(|e| vec![e])?;
         Pipeline::from_value(&interpolate(&doc, vars)?)
     }
 }

@@ -2,6 +2,8 @@
 //! `resources`, `resource_types`, and what means nothing to a runtime but is
 //! accepted: `groups`, `var_sources`, `prototypes`, `display`, `user_data`).
 
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -30,6 +32,69 @@ pub struct Pipeline {
     pub display: Option<Display>,
     /// Top-level keys Concourse ignores (usually holders of YAML anchors).
     pub ignored_keys: Vec<String>,
+    /// Where each job, resource and resource type is, by name: made at
+    /// the first lookup (never stored or compared).
+    #[serde(skip)]
+    pub names: NameIndex,
+}
+
+/// Positions of a pipeline's jobs, resources and resource types by name,
+/// made at the first lookup: a pipeline of 10,000 jobs is looked up once
+/// per job and per step, and a scan each would be quadratic. A lookup
+/// checks the entry it finds still has the name (a pipeline changed after
+/// its first lookup, or a clone changed after the index was made, which it
+/// shares, is scanned instead), so it is never wrong, only slower.
+#[derive(Clone, Default)]
+pub struct NameIndex(Arc<OnceLock<Names>>);
+
+/// The positions, first of each name first (as a scan finds them).
+#[derive(Clone, Default)]
+struct Names {
+    jobs: HashMap<String, usize>,
+    resources: HashMap<String, usize>,
+    resource_types: HashMap<String, usize>,
+}
+
+impl PartialEq for NameIndex {
+    /// An index is derived from its pipeline: never a difference.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for NameIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NameIndex")
+    }
+}
+
+/// The positions of `names`, the first of each name kept.
+fn positions<'a>(names: impl Iterator<Item = &'a str>) -> HashMap<String, usize> {
+    let mut out = HashMap::new();
+    for (i, name) in names.enumerate() {
+        out.entry(name.to_string()).or_insert(i);
+    }
+    out
+}
+
+/// The entry `index` points at in `items` when it has `name`; else the
+/// first with that name, scanned.
+fn find<'a, T>(
+    items: &'a [T],
+    index: &HashMap<String, usize>,
+    name: &str,
+    name_of: impl Fn(&T) -> &str,
+) -> Option<&'a T> {
+    match index.get(name).and_then(|&i| items.get(i)) {
+        Some(item) if name_of(item) == name => Some(item),
+        _ => items.iter().find(|item| name_of(item) == name),
+    }
+}
+
+/// Whether a job glob (`passed`, a group's `jobs`) is a plain name: one
+/// without `*`, `?`, `[` or `\`, which only that job matches.
+fn is_plain_name(glob: &str) -> bool {
+    !glob.contains(['*', '?', '[', '\\'])
 }
 
 /// Why [`Pipeline::job`] found no job.
@@ -46,25 +111,49 @@ pub enum PipelineError {
 }
 
 impl Pipeline {
+    fn names(&self) -> &Names {
+        self.names.0.get_or_init(|| Names {
+            jobs: positions(self.jobs.iter().map(|j| j.name.as_str())),
+            resources: positions(self.resources.iter().map(|r| r.name.as_str())),
+            resource_types: positions(self.resource_types.iter().map(|t| t.name.as_str())),
+        })
+    }
+
     /// The job of that name: what a build of it runs.
     pub fn job(&self, name: &str) -> Result<&Job, PipelineError> {
-        self.jobs
-            .iter()
-            .find(|j| j.name == name)
-            .ok_or_else(|| PipelineError::NoSuchJob {
+        find(&self.jobs, &self.names().jobs, name, |j| &j.name).ok_or_else(|| {
+            PipelineError::NoSuchJob {
                 name: name.to_string(),
                 known: self.jobs.iter().map(|j| j.name.clone()).collect(),
-            })
+            }
+        })
+    }
+
+    /// The jobs a job glob (`passed`, a group's `jobs`) matches, in order:
+    /// a plain name is looked up, a pattern matched against every job.
+    pub fn jobs_matching(&self, glob: &str) -> Vec<&Job> {
+        if is_plain_name(glob) {
+            return self.job(glob).into_iter().collect();
+        }
+        self.jobs
+            .iter()
+            .filter(|j| super::validate::glob_match(glob, &j.name))
+            .collect()
     }
 
     /// The resource of that name.
     pub fn resource(&self, name: &str) -> Option<&Resource> {
-        self.resources.iter().find(|r| r.name == name)
+        find(&self.resources, &self.names().resources, name, |r| &r.name)
     }
 
     /// The declared resource type of that name (none for a base type).
     pub fn resource_type(&self, name: &str) -> Option<&ResourceType> {
-        self.resource_types.iter().find(|r| r.name == name)
+        find(
+            &self.resource_types,
+            &self.names().resource_types,
+            name,
+            |t| &t.name,
+        )
     }
 }
 

@@ -96,6 +96,7 @@ pub(crate) fn parse_pipeline(r: &mut Reader, top: &Mapping) -> Pipeline {
             .filter(|v| !v.is_null())
             .and_then(|v| parse_display(r, v)),
         ignored_keys,
+        names: Default::default(),
     }
 }
 
@@ -122,12 +123,11 @@ fn section<T>(
         .collect()
 }
 
-/// `section[name]` for an entry with a string name, else `section[index]`.
+/// `section[name]` for an entry with a string name fit for a path (see
+/// [`super::validate::entry_at`]), else `section[index]`.
 pub(crate) fn entry_path(section: &str, index: usize, v: &Value) -> String {
-    match v.get("name").and_then(Value::as_str) {
-        Some(name) if !name.is_empty() => format!("{section}[{name}]"),
-        _ => format!("{section}[{index}]"),
-    }
+    let name = v.get("name").and_then(Value::as_str).unwrap_or_default();
+    super::validate::entry_at(section, index, name)
 }
 
 fn parse_job(r: &mut Reader, v: &Value, at: &str) -> Option<Job> {

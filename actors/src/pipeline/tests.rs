@@ -375,6 +375,94 @@ fn job_globs_follow_go_path_match() {
     assert!(!glob_match("a?c", "ac"));
     assert!(glob_match("\\*", "*"));
     assert!(!glob_match("build", "build-2"));
+    assert!(glob_match("*", ""));
+    assert!(glob_match("a*b*c", "a-b-b-c"));
+    assert!(!glob_match("a*b*c", "a-b-b-d"));
+    assert!(glob_match("*-?", "build-2"));
+    assert!(glob_match("x\\", "x\\"));
+    // Many stars against a long name that almost matches: a quick no
+    // (backtracking to every star would take ages).
+    let pattern = format!("{}b", "*a".repeat(30));
+    let started = std::time::Instant::now();
+    assert!(!glob_match(&pattern, &"a".repeat(128)));
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+/// A pipeline of `n` jobs in one `passed` chain (`j0` to `j{n-1}`), and
+/// `extra` added to the last job's plan.
+fn chain(n: usize, extra: &str) -> String {
+    let mut s = String::from("resources:\n- {name: r, type: mock, source: {}}\njobs:\n");
+    for i in 0..n {
+        let passed = if i == 0 {
+            String::new()
+        } else {
+            format!(", passed: [j{}]", i - 1)
+        };
+        s += &format!("- name: j{i}\n  plan:\n  - {{get: r{passed}}}\n");
+    }
+    s + extra
+}
+
+#[test]
+fn a_chain_of_ten_thousand_jobs_is_checked_and_looked_up() {
+    let p = Pipeline::load(&chain(10_000, ""), &Vars::new()).unwrap();
+    assert_eq!(p.jobs.len(), 10_000);
+    assert_eq!(p.job("j9999").unwrap().name, "j9999");
+    assert_eq!(p.jobs_matching("j42").len(), 1);
+    assert_eq!(p.jobs_matching("j999?").len(), 10);
+    assert!(p.resource("r").is_some() && p.resource("s").is_none());
+    assert!(p.job("nope").is_err());
+    // A chain closed into a cycle is found (walked without a call per job).
+    let cyclic = chain(10_000, "").replacen("- {get: r}", "- {get: r, passed: [j9999]}", 1);
+    let problems = Pipeline::load(&cyclic, &Vars::new())
+        .unwrap_err()
+        .join("\n");
+    assert!(
+        problems.contains("the passed constraints form a cycle"),
+        "{problems}"
+    );
+}
+
+#[test]
+fn names_follow_the_rule_of_names_in_api_paths() {
+    let long = "n".repeat(MAX_NAME + 1);
+    let doc = format!(
+        "resources:\n- {{name: \"r\\x07\", type: mock, source: {{}}}}\n\
+         resource_types:\n- {{name: \"t\\n\", type: registry-image, source: {{}}}}\n\
+         groups:\n- {{name: \"g\\e\", jobs: [\"*\"]}}\n\
+         jobs:\n- name: \"bad\\x1b[31m\"\n  plan:\n  - {{get: \"r\\x07\"}}\n  - {{task: \"t\\r\", file: a/t.yml}}\n\
+         - name: {long}\n  plan:\n  - {{put: \"p\\x00\", resource: \"r\\x07\"}}\n"
+    );
+    let problems = Pipeline::load(&doc, &Vars::new()).unwrap_err();
+    for want in [
+        "jobs[0].name must not hold control characters",
+        "jobs[1].name is 129 bytes: the limit is 128",
+        "resources[0].name must not hold control characters",
+        "resource_types[0].name must not hold control characters",
+        "groups[0].name must not hold control characters",
+        "jobs[0].plan[0].get must not hold control characters",
+        "jobs[0].plan[1].task must not hold control characters",
+        "jobs[1].plan[0].put must not hold control characters",
+    ] {
+        assert!(problems.iter().any(|p| p == want), "{want}: {problems:#?}");
+    }
+    // No problem's path carries a control character.
+    assert!(
+        problems.iter().all(|p| !p.chars().any(char::is_control)),
+        "{problems:#?}"
+    );
+    // Names of the API's rule pass: spaces and any printable text.
+    let ok = "resources:\n- {name: my repo, type: mock, source: {}}\njobs:\n- name: build (linux) ✓\n  plan:\n  - {get: my repo}\n";
+    Pipeline::load(ok, &Vars::new()).unwrap();
+}
+
+#[test]
+fn lookups_by_name_stay_right_when_a_pipeline_changes() {
+    let mut p = Pipeline::load(&chain(3, ""), &Vars::new()).unwrap();
+    assert_eq!(p.job("j1").unwrap().name, "j1");
+    p.jobs.remove(0);
+    assert_eq!(p.job("j1").unwrap().name, "j1");
+    assert!(p.job("j0").is_err());
 }
 
 #[test]

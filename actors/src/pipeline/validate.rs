@@ -14,6 +14,29 @@ use super::model::Pipeline;
 use super::read::join;
 use super::step::{Step, StepKind};
 
+/// The longest name of a job, resource, resource type, group or step: the
+/// bound the API puts on the names in its paths (`.../jobs/{job}`).
+pub const MAX_NAME: usize = 128;
+
+/// Checks a name given in a config (field `at`: `jobs[3].name`) by the
+/// rule of the names in the API's paths: at most [`MAX_NAME`] bytes, no
+/// control characters. A name the config cannot give could not be named
+/// by any route either.
+pub fn check_name(at: &str, name: &str) -> Result<(), String> {
+    gantry_wire::worker_info::check_text(at, name, MAX_NAME, true)
+}
+
+/// `section[name]` for an entry whose name passes [`check_name`] (and is
+/// not empty), else `section[index]`: a problem's path never carries a
+/// control character.
+pub(crate) fn entry_at(section: &str, index: usize, name: &str) -> String {
+    if !name.is_empty() && check_name("", name).is_ok() {
+        format!("{section}[{name}]")
+    } else {
+        format!("{section}[{index}]")
+    }
+}
+
 /// Var source types Concourse accepts in a pipeline.
 const VAR_SOURCE_TYPES: &[&str] = &["vault", "dummy", "ssm", "secretsmanager", "idtoken"];
 
@@ -42,18 +65,45 @@ pub(crate) fn check_pipeline(p: &Pipeline, problems: &mut Vec<String>) {
         "var_sources",
         p.var_sources.iter().map(|v| v.name.as_str()),
     );
-    for v in &p.var_sources {
+    let sections: [(&str, Vec<&str>); 6] = [
+        ("jobs", p.jobs.iter().map(|j| j.name.as_str()).collect()),
+        (
+            "resources",
+            p.resources.iter().map(|r| r.name.as_str()).collect(),
+        ),
+        (
+            "resource_types",
+            p.resource_types.iter().map(|t| t.name.as_str()).collect(),
+        ),
+        (
+            "prototypes",
+            p.prototypes.iter().map(|t| t.name.as_str()).collect(),
+        ),
+        ("groups", p.groups.iter().map(|g| g.name.as_str()).collect()),
+        (
+            "var_sources",
+            p.var_sources.iter().map(|v| v.name.as_str()).collect(),
+        ),
+    ];
+    for (section, names) in sections {
+        for (i, name) in names.into_iter().enumerate() {
+            if let Err(e) = check_name(&format!("{section}[{i}].name"), name) {
+                problems.push(e);
+            }
+        }
+    }
+    for (i, v) in p.var_sources.iter().enumerate() {
         if !VAR_SOURCE_TYPES.contains(&v.type_.as_str()) && !v.type_.is_empty() {
             problems.push(format!(
-                "var_sources[{}].type: unknown credential manager type {:?} (one of: {})",
-                v.name,
+                "{}.type: unknown credential manager type {:?} (one of: {})",
+                entry_at("var_sources", i, &v.name),
                 v.type_,
                 VAR_SOURCE_TYPES.join(", ")
             ));
         }
     }
-    for job in &p.jobs {
-        let at = format!("jobs[{}]", job.name);
+    for (i, job) in p.jobs.iter().enumerate() {
+        let at = entry_at("jobs", i, &job.name);
         let mut c = StepChecker::new(Some(p), problems);
         c.plan(&job.plan, &join(&at, "plan"));
         for (key, hook) in job.hooks.iter() {
@@ -140,6 +190,19 @@ impl<'a, 'p> StepChecker<'a, 'p> {
     }
 
     fn kind(&mut self, kind: &StepKind, at: &str) {
+        let named = match kind {
+            StepKind::Get(g) => Some(("get", &g.name)),
+            StepKind::Put(put) => Some(("put", &put.name)),
+            StepKind::Task(t) => Some(("task", &t.name)),
+            StepKind::LoadVar(l) => Some(("load_var", &l.name)),
+            StepKind::SetPipeline(s) => Some(("set_pipeline", &s.name)),
+            _ => None,
+        };
+        if let Some((key, name)) = named {
+            if let Err(e) = check_name(&join(at, key), name) {
+                self.problems.push(e);
+            }
+        }
         match kind {
             StepKind::Get(g) => {
                 if !self.seen_gets.insert(g.name.clone()) {
@@ -159,11 +222,7 @@ impl<'a, 'p> StepChecker<'a, 'p> {
                 let Some(p) = self.pipeline else { return };
                 self.resource_declared(p, &g.resource, &join(at, key));
                 for glob in &g.passed {
-                    let matching: Vec<_> = p
-                        .jobs
-                        .iter()
-                        .filter(|j| glob_match(glob, &j.name))
-                        .collect();
+                    let matching = p.jobs_matching(glob);
                     if matching.is_empty() {
                         self.problem(&join(at, "passed"), format!("no job matches {glob:?}"));
                     }
@@ -234,30 +293,29 @@ fn job_uses_resource(job: &super::model::Job, resource: &str) -> bool {
 
 fn check_groups(p: &Pipeline, problems: &mut Vec<String>) {
     let mut grouped = HashSet::new();
-    for g in &p.groups {
+    for (i, g) in p.groups.iter().enumerate() {
+        let at = entry_at("groups", i, &g.name);
         for glob in &g.jobs {
             let mut any = false;
-            for j in p.jobs.iter().filter(|j| glob_match(glob, &j.name)) {
+            for j in p.jobs_matching(glob) {
                 grouped.insert(j.name.as_str());
                 any = true;
             }
             if !any {
-                problems.push(format!("groups[{}].jobs: no job matches {glob:?}", g.name));
+                problems.push(format!("{at}.jobs: no job matches {glob:?}"));
             }
         }
         for r in &g.resources {
             if p.resource(r).is_none() {
-                problems.push(format!(
-                    "groups[{}].resources: unknown resource {r:?}",
-                    g.name
-                ));
+                problems.push(format!("{at}.resources: unknown resource {r:?}"));
             }
         }
     }
     if !p.groups.is_empty() {
-        for j in &p.jobs {
+        for (i, j) in p.jobs.iter().enumerate() {
             if !grouped.contains(j.name.as_str()) {
-                problems.push(format!("jobs[{}]: job belongs to no group", j.name));
+                let at = entry_at("jobs", i, &j.name);
+                problems.push(format!("{at}: job belongs to no group"));
             }
         }
     }
@@ -276,11 +334,11 @@ fn check_unused_resources(p: &Pipeline, problems: &mut Vec<String>) {
             _ => {}
         });
     }
-    for r in &p.resources {
+    for (i, r) in p.resources.iter().enumerate() {
         if !r.name.is_empty() && !used.contains(&r.name) {
             problems.push(format!(
-                "resources[{}]: resource is not used by any job",
-                r.name
+                "{}: resource is not used by any job",
+                entry_at("resources", i, &r.name)
             ));
         }
     }
@@ -296,35 +354,44 @@ fn check_cycles(p: &Pipeline, problems: &mut Vec<String>) {
             j.visit(&mut |s| {
                 if let StepKind::Get(g) = &s.kind {
                     for glob in &g.passed {
-                        before.extend(
-                            p.jobs
-                                .iter()
-                                .filter(|o| glob_match(glob, &o.name))
-                                .map(|o| o.name.as_str()),
-                        );
+                        before.extend(p.jobs_matching(glob).iter().map(|o| o.name.as_str()));
                     }
                 }
             });
             (j.name.as_str(), before)
         })
         .collect();
+    // A depth-first walk with a stack of its own (a chain of 10,000 jobs
+    // is 10,000 deep): `false` while a job is on the path, `true` once
+    // everything upstream of it is known to have no cycle.
     fn visit<'a>(
-        job: &'a str,
+        start: &'a str,
         upstream: &BTreeMap<&'a str, Vec<&'a str>>,
         state: &mut BTreeMap<&'a str, bool>,
     ) -> Option<&'a str> {
-        match state.get(job) {
-            Some(false) => return Some(job),
-            Some(true) => return None,
-            None => {}
+        if state.contains_key(start) {
+            return None;
         }
-        state.insert(job, false);
-        for next in upstream.get(job).into_iter().flatten() {
-            if let Some(c) = visit(next, upstream, state) {
-                return Some(c);
+        let none: &[&str] = &[];
+        let edges = |job: &str| upstream.get(job).map_or(none, Vec::as_slice);
+        state.insert(start, false);
+        let mut path: Vec<(&'a str, usize)> = vec![(start, 0)];
+        while let Some((job, next)) = path.last_mut() {
+            let Some(&up) = edges(job).get(*next) else {
+                state.insert(*job, true);
+                path.pop();
+                continue;
+            };
+            *next += 1;
+            match state.get(up) {
+                Some(false) => return Some(up),
+                Some(true) => {}
+                None => {
+                    state.insert(up, false);
+                    path.push((up, 0));
+                }
             }
         }
-        state.insert(job, true);
         None
     }
     let mut state = BTreeMap::new();
@@ -339,20 +406,55 @@ fn check_cycles(p: &Pipeline, problems: &mut Vec<String>) {
 }
 
 /// Go's `path.Match` for job globs: `*` any run of characters, `?` one
-/// character, `\x` a literal x; anything else matches itself.
+/// character, `\x` a literal x; anything else matches itself. Time
+/// linear in the product of the lengths, whatever the stars (the
+/// classic walk that goes back only to the last star).
 pub(crate) fn glob_match(pattern: &str, name: &str) -> bool {
-    fn go(p: &[char], n: &[char]) -> bool {
-        match p.split_first() {
-            None => n.is_empty(),
-            Some(('*', rest)) => (0..=n.len()).any(|i| go(rest, &n[i..])),
-            Some(('?', rest)) => !n.is_empty() && go(rest, &n[1..]),
-            Some(('\\', rest)) if !rest.is_empty() => {
-                n.first() == Some(&rest[0]) && go(&rest[1..], &n[1..])
+    /// One element of a pattern.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Tok {
+        Star,
+        Any,
+        Lit(char),
+    }
+    let mut toks = Vec::new();
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        toks.push(match c {
+            '*' => Tok::Star,
+            '?' => Tok::Any,
+            '\\' => Tok::Lit(chars.next().unwrap_or('\\')),
+            c => Tok::Lit(c),
+        });
+    }
+    let n: Vec<char> = name.chars().collect();
+    let (mut t, mut i) = (0, 0);
+    // The last star seen and where in the name it was tried to end.
+    let mut star: Option<(usize, usize)> = None;
+    while i < n.len() {
+        match toks.get(t) {
+            Some(Tok::Star) => {
+                star = Some((t, i));
+                t += 1;
             }
-            Some((c, rest)) => n.first() == Some(c) && go(rest, &n[1..]),
+            Some(Tok::Any) => {
+                t += 1;
+                i += 1;
+            }
+            Some(Tok::Lit(c)) if *c == n[i] => {
+                t += 1;
+                i += 1;
+            }
+            _ => match star {
+                // The star takes one more character.
+                Some((st, si)) => {
+                    star = Some((st, si + 1));
+                    t = st + 1;
+                    i = si + 1;
+                }
+                None => return false,
+            },
         }
     }
-    let p: Vec<char> = pattern.chars().collect();
-    let n: Vec<char> = name.chars().collect();
-    go(&p, &n)
+    toks[t..].iter().all(|tok| *tok == Tok::Star)
 }

@@ -208,7 +208,8 @@ impl Vars {
     /// Adds the vars of a YAML vars file (a mapping of name to value); later
     /// files and `-v` flags override earlier values.
     pub fn load_yaml(&mut self, text: &str) -> Result<(), String> {
-        let doc: Value = serde_yaml::from_str(text).map_err(|e| format!("not valid YAML: {e}"))?;
+        let doc: Value = crate::bounded_yaml::parse_bounded_yaml(text, "vars file")
+            .map_err(|e| e.to_string())?;
         match doc {
             Value::Null => Ok(()),
             Value::Mapping(m) => {

@@ -200,8 +200,8 @@ impl Format {
         match self {
             Format::Json => serde_json::from_slice::<serde_yaml::Value>(data)
                 .map_err(|e| format!("not valid json: {e}")),
-            Format::Yaml => serde_yaml::from_slice::<serde_yaml::Value>(data)
-                .map_err(|e| format!("not valid yaml: {e}")),
+            Format::Yaml => crate::bounded_yaml::parse_bounded_yaml(text()?, "yaml file")
+                .map_err(|e| e.to_string()),
             Format::Trim => Ok(serde_yaml::Value::String(text()?.trim().to_string())),
             Format::Raw => Ok(serde_yaml::Value::String(text()?.to_string())),
         }

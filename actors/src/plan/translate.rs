@@ -97,7 +97,7 @@ impl JobPlan {
     pub fn plan_and_turns(&self) -> Result<(Plan<StepDef>, Turns), EngineError> {
         let pipeline = Pipeline::load(&self.pipeline, &self.vars)
             .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
-        self.plan_and_turns_of(&pipeline)
+        self.plan_and_turns_of(&Arc::new(pipeline))
     }
 
     /// [`JobPlan::plan_and_turns`] of `pipeline`, this plan's pipeline
@@ -105,7 +105,7 @@ impl JobPlan {
     /// builds).
     pub fn plan_and_turns_of(
         &self,
-        pipeline: &Pipeline,
+        pipeline: &Arc<Pipeline>,
     ) -> Result<(Plan<StepDef>, Turns), EngineError> {
         let job = pipeline
             .job(&self.job)
@@ -181,9 +181,15 @@ pub fn job_turns(job: &pipeline::Job) -> Turns {
 /// (`public`, `old_name`, `disable_reruns`, `interruptible`, log
 /// retention) do not change what a build does. `disable_manual_trigger`
 /// is [`JobPlan`]'s to refuse (a build by hand), not this translation's.
-pub fn job_plan(pipeline: &Pipeline, job: &pipeline::Job) -> Result<Plan<StepDef>, EngineError> {
+///
+/// The plan shares `pipeline` (the steps that need it hold the `Arc`), so
+/// translating every job of a pipeline is linear in its size.
+pub fn job_plan(
+    pipeline: &Arc<Pipeline>,
+    job: &pipeline::Job,
+) -> Result<Plan<StepDef>, EngineError> {
     let at = At {
-        pipeline: Some(Arc::new(pipeline.clone())),
+        pipeline: Some(Arc::clone(pipeline)),
         tags: job.tags.clone(),
         ..At::default()
     };
@@ -629,7 +635,7 @@ mod tests {
     fn serial_max_in_flight_and_serial_groups_are_turns() {
         let turns = |job: &str| {
             let yaml = format!("jobs:\n- name: j\n{job}  plan:\n  - {{task: t, {TASK}}}\n");
-            let pipeline = Pipeline::load(&yaml, &Vars::default()).unwrap();
+            let pipeline = Arc::new(Pipeline::load(&yaml, &Vars::default()).unwrap());
             let job = pipeline.job("j").unwrap();
             assert!(job_plan(&pipeline, job).is_ok());
             job_turns(job)

@@ -9,6 +9,7 @@
 use async_trait::async_trait;
 
 use crate::error::EngineError;
+use crate::off_thread::{off_thread, PIPELINE_BUDGET};
 use crate::pipeline::vars::interpolate_task_file;
 use crate::pipeline::{Step as PipelineStep, StepKind, Vars};
 use crate::plan::{fill_own, step_label, step_plan, task_step, At, DeferredStep, Plan, StepDef};
@@ -86,9 +87,26 @@ async fn task_file(
     let data = read_artifact_file(scope, file)
         .await
         .map_err(|e| e.to_string())?;
-    let text = std::str::from_utf8(&data).map_err(|e| format!("file {file:?}: not UTF-8 ({e})"))?;
-    let doc = crate::pipeline::parse_yaml(text).map_err(|e| format!("file {file:?}: {e}"))?;
-    let doc = interpolate_task_file(&doc, &Vars::from(vars.clone()), locals)
+    let (file, vars, locals) = (file.to_string(), Vars::from(vars.clone()), locals.clone());
+    // Off the build's event loop: a file may be a few MiB of YAML.
+    let read = off_thread("reading a task file", PIPELINE_BUDGET, move |_| {
+        Ok(read_task_file(&data, &file, &vars, &locals))
+    });
+    read.await.map_err(|e| e.to_string())?
+}
+
+/// The task config of task file `file` (its contents `data`), its vars
+/// filled from the step's `vars` and the build's `locals`.
+fn read_task_file(
+    data: &[u8],
+    file: &str,
+    vars: &Vars,
+    locals: &Vars,
+) -> Result<TaskConfig, String> {
+    let text = std::str::from_utf8(data).map_err(|e| format!("file {file:?}: not UTF-8 ({e})"))?;
+    let doc = crate::pipeline::parse_yaml(text, "task file")
+        .map_err(|e| format!("file {file:?}: {e}"))?;
+    let doc = interpolate_task_file(&doc, vars, locals)
         .map_err(|p| format!("file {file:?}: {}", p.join("; ")))?;
     TaskConfig::from_value(&doc).map_err(|p| format!("file {file:?}: {}", p.join("; ")))
 }

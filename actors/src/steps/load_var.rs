@@ -15,6 +15,7 @@ use async_trait::async_trait;
 
 use crate::error::EngineError;
 use crate::events::BuildEvent;
+use crate::off_thread::{off_thread, PIPELINE_BUDGET};
 use crate::plan::{Format, LoadVarStep};
 use crate::scheduler::StepRequest;
 
@@ -28,9 +29,12 @@ impl LoadVarStep {
             .await
             .map_err(|e| named(e.to_string()))?;
         let format = self.format.unwrap_or_else(|| Format::of_file(&self.file));
-        let value = format
-            .value(&data)
-            .map_err(|e| named(format!("file {:?}: {e}", self.file)))?;
+        // Off the build's event loop: a file may be a few MiB of YAML.
+        let value = off_thread("reading a load_var file", PIPELINE_BUDGET, move |_| {
+            Ok(format.value(&data))
+        })
+        .await?
+        .map_err(|e| named(format!("file {:?}: {e}", self.file)))?;
         scope.locals.set(&self.var, value, !self.reveal);
         Ok(format)
     }

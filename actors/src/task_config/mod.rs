@@ -90,8 +90,8 @@ const TOP_FIELDS: &[&str] = &[
 impl TaskConfig {
     /// Parses and validates YAML; on failure returns every problem found.
     pub fn from_yaml(text: &str) -> Result<TaskConfig, Vec<String>> {
-        let doc: Value =
-            serde_yaml::from_str(text).map_err(|e| vec![format!("not valid YAML: {e}")])?;
+        let doc: Value = crate::bounded_yaml::parse_bounded_yaml(text, "task config")
+            .map_err(|e| vec![e.to_string()])?;
         Self::from_value(&doc)
     }
 

@@ -3,10 +3,14 @@
 //! each job is translated as a build of it would be (so a step Gantry
 //! cannot run is refused now, not at its first build), and its resources
 //! are stored with where their versions are kept and how often they are
-//! checked.
+//! checked. Reading and translating run off the caller's thread within
+//! [`PIPELINE_BUDGET`], in time linear in the pipeline's size.
+
+use std::sync::Arc;
 
 use crate::db::{Db, PipelineRow, ResourceRow};
 use crate::error::EngineError;
+use crate::off_thread::{off_thread, Deadline, PIPELINE_BUDGET};
 use crate::pipeline::model::CheckEvery;
 use crate::pipeline::{Pipeline, Vars};
 use crate::plan::{check_pipeline_name, job_plan};
@@ -38,10 +42,58 @@ pub async fn store_pipeline(
             name: team.into(),
         });
     }
-    let pipeline = Pipeline::load(config, vars)
-        .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
-    for job in &pipeline.jobs {
+    let (config_text, vars_given) = (config.to_string(), vars.clone());
+    let what = format!("setting pipeline {name:?}");
+    let Rows {
+        jobs,
+        resources,
+        types,
+    } = off_thread(&what, PIPELINE_BUDGET, move |deadline| {
+        checked_rows(&config_text, &vars_given, global, deadline)
+    })
+    .await?;
+    let vars_json = serde_json::to_string(vars).expect("vars serialize");
+    db.set_pipeline(
+        team,
+        name,
+        (config, &vars_json),
+        expected,
+        &jobs,
+        (&resources, &types),
+    )
+    .await
+}
+
+/// What [`store_pipeline`] writes of a pipeline.
+struct Rows {
+    /// Its jobs' names.
+    jobs: Vec<String>,
+    /// Its resources.
+    resources: Vec<ResourceRow>,
+    /// Its custom resource types (their images are checked as resources).
+    types: Vec<ResourceRow>,
+}
+
+/// The [`Rows`] of pipeline `config`, loaded with `vars` and each job
+/// translated as a build of it would be. Linear in the pipeline's size
+/// (the jobs share one loaded pipeline); stops with an error once
+/// `deadline` has passed.
+fn checked_rows(
+    config: &str,
+    vars: &Vars,
+    global: bool,
+    deadline: Deadline,
+) -> Result<Rows, EngineError> {
+    let pipeline = Arc::new(
+        Pipeline::load(config, vars)
+            .map_err(|problems| EngineError::Invalid(problems.join("; ")))?,
+    );
+    deadline.check("reading the pipeline")?;
+    for (i, job) in pipeline.jobs.iter().enumerate() {
         job_plan(&pipeline, job)?;
+        if i % 256 == 0 {
+            deadline.check("translating the pipeline's jobs")?;
+        }
     }
     let resources = pipeline
         .resources
@@ -74,16 +126,11 @@ pub async fn store_pipeline(
         })
         .collect::<Result<Vec<_>, EngineError>>()?;
     let jobs: Vec<String> = pipeline.jobs.iter().map(|j| j.name.clone()).collect();
-    let vars_json = serde_json::to_string(vars).expect("vars serialize");
-    db.set_pipeline(
-        team,
-        name,
-        (config, &vars_json),
-        expected,
-        &jobs,
-        (&resources, &types),
-    )
-    .await
+    Ok(Rows {
+        jobs,
+        resources,
+        types,
+    })
 }
 
 /// A `check_every` in ms; none for `never`.

@@ -7,8 +7,10 @@ use crate::web::error::ApiError;
 /// The longest description (of a token).
 pub const MAX_DESCRIPTION: usize = 256;
 
-/// The longest name (a pipeline, job, resource, input or tag).
-pub const MAX_NAME: usize = 128;
+/// The longest name (a pipeline, job, resource, input or tag): the
+/// engine's bound on the names a pipeline config gives, so that every
+/// name a config sets can be named in a path.
+pub const MAX_NAME: usize = gantry_actors::api::MAX_NAME;
 
 /// The longest reference (an image, an artifact id).
 pub const MAX_REFERENCE: usize = 2048;

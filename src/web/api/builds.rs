@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 
 use crate::web::api::paging::{Page, PageQuery};
+use crate::web::api::NoBody;
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
 use crate::web::AppState;
@@ -280,7 +281,9 @@ async fn create_job(state: &AppState, team: &str, body: CreateBuild) -> Result<i
     operation_id = "abortBuild",
     tag = "builds",
     params(("id" = i64, Path, description = "The build")),
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
     responses(
+        (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody),
         (status = 200, description = "The build is being aborted", body = Aborting),
         (status = 404, description = "No such build (or another team's)"),
         (status = "5XX", description = "The engine or database failed"),
@@ -290,6 +293,7 @@ pub async fn abort(
     identity: Identity,
     state: web::Data<AppState>,
     id: web::Path<i64>,
+    _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
     let id = id.into_inner();
     visible_build(&identity, &state, id).await?;

@@ -33,12 +33,78 @@ pub fn optional_json<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> R
 /// The body of a request that takes none: empty, or an empty JSON object.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NoBody {}
+struct EmptyObject {}
 
-/// Refuses a body on a route that takes none (an empty one or `{}` is
-/// fine): a field sent and silently ignored would mislead its sender.
-pub fn no_body(body: &[u8]) -> Result<(), ApiError> {
-    optional_json::<NoBody>(body)
-        .map(|_| ())
-        .map_err(|_| ApiError::bad_request("this request takes no body (or an empty JSON object)"))
+/// The most a body sent to a route that takes none may be (an empty JSON
+/// object with some whitespace); more is refused before the rest is read.
+const NO_BODY_MAX: usize = 64;
+
+/// The request body limit (`web.max_request_body_bytes`), as app data: a
+/// body declaring more is answered 413 on every route, [`NoBody`]'s too.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+/// The argument of every handler whose route takes no body: an empty
+/// body, or an empty JSON object (`{}`, what clients send), is fine; any
+/// other is refused with a 400 before the handler runs, since a field sent
+/// and silently ignored would mislead its sender. A body declaring or
+/// reaching more than [`NO_BODY_MAX`] bytes is refused without reading
+/// the rest (declaring more than the [`BodyLimit`]: 413, as elsewhere).
+pub struct NoBody;
+
+impl NoBody {
+    fn refused() -> ApiError {
+        ApiError::bad_request("this request takes no body (or an empty JSON object)")
+    }
+
+    /// Refuses `body` unless it is empty, blank or `{}`.
+    fn check(body: &[u8]) -> Result<NoBody, ApiError> {
+        optional_json::<EmptyObject>(body)
+            .map(|_| NoBody)
+            .map_err(|_| Self::refused())
+    }
+}
+
+impl actix_web::FromRequest for NoBody {
+    type Error = ApiError;
+    type Future = futures::future::LocalBoxFuture<'static, Result<NoBody, ApiError>>;
+
+    fn from_request(
+        req: &actix_web::HttpRequest,
+        payload: &mut actix_web::dev::Payload,
+    ) -> Self::Future {
+        use futures::StreamExt as _;
+        let declared = req
+            .headers()
+            .get(actix_web::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let limit = req.app_data::<BodyLimit>().map(|l| l.0);
+        let mut payload = payload.take();
+        Box::pin(async move {
+            if let (Some(n), Some(limit)) = (declared, limit) {
+                if n > limit as u64 {
+                    return Err(ApiError {
+                        status: actix_web::http::StatusCode::PAYLOAD_TOO_LARGE,
+                        message: format!(
+                            "request body too large: the limit is {limit} bytes (web.max_request_body_bytes)"
+                        ),
+                    });
+                }
+            }
+            if declared.is_some_and(|n| n > NO_BODY_MAX as u64) {
+                return Err(NoBody::refused());
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = payload.next().await {
+                let chunk = chunk
+                    .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?;
+                body.extend_from_slice(&chunk);
+                if body.len() > NO_BODY_MAX {
+                    return Err(NoBody::refused());
+                }
+            }
+            NoBody::check(&body)
+        })
+    }
 }

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::web::api::bounds::{check_text, MAX_NAME};
 use crate::web::api::paging::{Page, PageQuery};
+use crate::web::api::NoBody;
 use crate::web::auth::Identity;
 use crate::web::error::{ApiError, ErrorBody};
 use crate::web::AppState;
@@ -178,7 +179,9 @@ pub async fn get(
     operation_id = "destroyPipeline",
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path)),
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
     responses(
+        (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody),
         (status = 204, description = "Destroyed (its builds stay)"),
         (status = 404, description = "No such pipeline", body = ErrorBody),
     )
@@ -187,6 +190,7 @@ pub async fn destroy(
     identity: Identity,
     state: web::Data<AppState>,
     path: PipelinePath,
+    _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name) = path.into_inner();
     allowed(&identity, &team, &[("pipeline", &name)])?;
@@ -235,12 +239,14 @@ pub async fn rename(
     operation_id = "pausePipeline",
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path)),
-    responses((status = 204, description = "Paused"), (status = 404, description = "No such pipeline", body = ErrorBody))
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
+    responses((status = 204, description = "Paused"), (status = 404, description = "No such pipeline", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
 )]
 pub async fn pause(
     identity: Identity,
     state: web::Data<AppState>,
     path: PipelinePath,
+    _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
     set_paused(identity, state, path, true).await
 }
@@ -252,12 +258,14 @@ pub async fn pause(
     operation_id = "unpausePipeline",
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path)),
-    responses((status = 204, description = "Unpaused"), (status = 404, description = "No such pipeline", body = ErrorBody))
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
+    responses((status = 204, description = "Unpaused"), (status = 404, description = "No such pipeline", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
 )]
 pub async fn unpause(
     identity: Identity,
     state: web::Data<AppState>,
     path: PipelinePath,
+    _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
     set_paused(identity, state, path, false).await
 }
@@ -355,9 +363,10 @@ pub async fn job_builds(
     operation_id = "triggerJob",
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path), ("job" = String, Path)),
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
     responses(
         (status = 201, description = "A build with the newest versions that satisfy the job's inputs; when they cannot be satisfied yet, a pending build whose `waiting` says why, started once they can", body = Build),
-        (status = 400, description = "The job has disable_manual_trigger", body = ErrorBody),
+        (status = 400, description = "The job has disable_manual_trigger, or a body was sent (this request takes none)", body = ErrorBody),
         (status = 404, description = "No such job", body = ErrorBody),
     )
 )]
@@ -365,6 +374,7 @@ pub async fn trigger(
     identity: Identity,
     state: web::Data<AppState>,
     path: JobPath,
+    _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name, job) = path.into_inner();
     allowed(&identity, &team, &[("pipeline", &name), ("job", &job)])?;
@@ -379,12 +389,14 @@ pub async fn trigger(
     operation_id = "pauseJob",
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path), ("job" = String, Path)),
-    responses((status = 204, description = "Paused"), (status = 404, description = "No such job", body = ErrorBody))
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
+    responses((status = 204, description = "Paused"), (status = 404, description = "No such job", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
 )]
 pub async fn pause_job(
     identity: Identity,
     state: web::Data<AppState>,
     path: JobPath,
+    _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
     set_job_paused(identity, state, path, true).await
 }
@@ -396,12 +408,14 @@ pub async fn pause_job(
     operation_id = "unpauseJob",
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path), ("job" = String, Path)),
-    responses((status = 204, description = "Unpaused"), (status = 404, description = "No such job", body = ErrorBody))
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
+    responses((status = 204, description = "Unpaused"), (status = 404, description = "No such job", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
 )]
 pub async fn unpause_job(
     identity: Identity,
     state: web::Data<AppState>,
     path: JobPath,
+    _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
     set_job_paused(identity, state, path, false).await
 }
@@ -600,12 +614,14 @@ pub async fn pin(
     operation_id = "unpinResource",
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
-    responses((status = 204, description = "Unpinned"), (status = 404, description = "No such resource", body = ErrorBody))
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
+    responses((status = 204, description = "Unpinned"), (status = 404, description = "No such resource", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
 )]
 pub async fn unpin(
     identity: Identity,
     state: web::Data<AppState>,
     path: JobPath,
+    _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name, resource) = path.into_inner();
     allowed(

@@ -6,6 +6,7 @@ use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 
 use crate::web::api::paging::PageQuery;
+use crate::web::api::NoBody;
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
 use crate::web::AppState;
@@ -86,10 +87,9 @@ pub async fn set(
     identity: Identity,
     state: web::Data<AppState>,
     path: web::Path<String>,
-    body: web::Bytes,
+    _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
     identity.require_admin()?;
-    super::no_body(&body)?;
     let team = path.into_inner();
     let created = state.engine.set_team(&team).await?;
     let body = serde_json::json!({ "name": team, "created": created });
@@ -109,6 +109,7 @@ pub async fn set(
     operation_id = "destroyTeam",
     tag = "teams",
     params(("team" = String, Path, description = "The team's name")),
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
     responses(
         (status = 200, description = "Removed: {removed: NAME}", body = Object),
         (status = 400, description = "main, or a team with builds that have not ended"),
@@ -121,6 +122,7 @@ pub async fn remove(
     identity: Identity,
     state: web::Data<AppState>,
     path: web::Path<String>,
+    _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
     identity.require_admin()?;
     let team = path.into_inner();
@@ -217,6 +219,7 @@ pub async fn list_tokens(
     operation_id = "revokeToken",
     tag = "teams",
     params(("id" = String, Path, description = "The token's id")),
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
     responses(
         (status = 200, description = "Revoked: {revoked: ID}", body = Object),
         (status = 400, description = "Already revoked"),
@@ -228,6 +231,7 @@ pub async fn revoke_token(
     identity: Identity,
     state: web::Data<AppState>,
     path: web::Path<String>,
+    _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
     identity.require_admin()?;
     let id = path.into_inner();

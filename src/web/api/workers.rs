@@ -8,6 +8,7 @@ use gantry_actors::worker_info::Heartbeat;
 use gantry_actors::worker_info::WorkerRegistration;
 
 use crate::web::api::paging::PageQuery;
+use crate::web::api::NoBody;
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
 use crate::web::AppState;
@@ -279,10 +280,9 @@ pub async fn prune(
     identity: Identity,
     state: web::Data<AppState>,
     name: web::Path<String>,
-    body: web::Bytes,
+    _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
     identity.require_admin()?;
-    super::no_body(&body)?;
     lifecycle(&state, name.into_inner(), LifecycleAction::Prune).await
 }
 
