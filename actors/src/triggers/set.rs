@@ -42,14 +42,14 @@ pub async fn store_pipeline(
             name: team.into(),
         });
     }
-    let (config_text, vars_given) = (config.to_string(), vars.clone());
+    let (config_text, vars_given, team_name) = (config.to_string(), vars.clone(), team.to_string());
     let what = format!("setting pipeline {name:?}");
     let Rows {
         jobs,
         resources,
         types,
     } = off_thread(&what, PIPELINE_BUDGET, move |deadline| {
-        checked_rows(&config_text, &vars_given, global, deadline)
+        checked_rows(&config_text, &vars_given, (global, &team_name), deadline)
     })
     .await?;
     let vars_json = serde_json::to_string(vars).expect("vars serialize");
@@ -75,13 +75,14 @@ struct Rows {
 }
 
 /// The [`Rows`] of pipeline `config`, loaded with `vars` and each job
-/// translated as a build of it would be. Linear in the pipeline's size
-/// (the jobs share one loaded pipeline); stops with an error once
-/// `deadline` has passed.
+/// translated as a build of it would be, its resources' versions kept as
+/// `global` and `team` say (`resources/scope.rs`). Linear in the
+/// pipeline's size (the jobs share one loaded pipeline); stops with an
+/// error once `deadline` has passed.
 fn checked_rows(
     config: &str,
     vars: &Vars,
-    global: bool,
+    (global, team): (bool, &str),
     deadline: Deadline,
 ) -> Result<Rows, EngineError> {
     let pipeline = Arc::new(
