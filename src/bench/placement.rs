@@ -183,7 +183,12 @@ async fn start_engine(
         ..Default::default()
     };
     let artifacts = ArtifactFiles::open(store.to_path_buf()).context("artifact store")?;
+    // The nodes share one database: they share its key.
+    static SEALER: std::sync::OnceLock<gantry_actors::api::Sealer> = std::sync::OnceLock::new();
     let engine = Engine::open(EngineSetup {
+        sealer: SEALER
+            .get_or_init(gantry_actors::api::Sealer::ephemeral)
+            .clone(),
         database_url: url.to_string(),
         teams: vec![],
         connector: Arc::new(DetachedConnector),
