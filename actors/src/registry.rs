@@ -456,7 +456,7 @@ impl Handler<RegisterPinned> for Registry {
 }
 
 /// The refusal of a registrant under a name pinned to another worker.
-fn name_taken_error(name: &str) -> EngineError {
+pub(crate) fn name_taken_error(name: &str) -> EngineError {
     EngineError::Conflict(format!(
         "worker {name} is registered by another worker (a worker's identity is pinned at its first \
          registration, and this registration did not present that worker's secret): an admin must \

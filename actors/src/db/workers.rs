@@ -236,6 +236,25 @@ impl Db {
         })
     }
 
+    /// Whether worker `name` is pinned to another identity than the one
+    /// whose secret hashes to `given` (a quick check before its agent is
+    /// probed; [`Db::register_pinned`] decides atomically).
+    pub async fn pinned_to_another(
+        &self,
+        name: &str,
+        given: Option<&str>,
+    ) -> Result<bool, EngineError> {
+        let pin: Option<(Option<String>,)> =
+            sqlx::query_as("SELECT identity_hash FROM workers WHERE name = $1")
+                .bind(name)
+                .fetch_optional(self.pool())
+                .await?;
+        Ok(match pin.and_then(|p| p.0) {
+            Some(pinned) => given != Some(pinned.as_str()),
+            None => false,
+        })
+    }
+
     /// Records a heartbeat's counts and time (the state is written only by
     /// the Registry when it changes); returns false when the worker is unknown.
     pub async fn record_heartbeat(

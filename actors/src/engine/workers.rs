@@ -41,6 +41,17 @@ impl Engine {
         registration: WorkerRegistration,
         proof: WorkerProof,
     ) -> Result<Option<String>, EngineError> {
+        // A name pinned to another worker is refused before anything is
+        // asked of the registrant's URL.
+        let given = proof.secret.as_deref().map(crate::db::identity_hash);
+        if self
+            .db
+            .pinned_to_another(&registration.name, given.as_deref())
+            .await?
+        {
+            tracing::warn!(worker = %registration.name, url = %registration.agent_url, "registration refused: the name is pinned to another worker");
+            return Err(crate::registry::name_taken_error(&registration.name));
+        }
         let client = self.connector.connect(&registration);
         let probed = tokio::time::timeout(AGENT_PROBE_TIMEOUT, client.ping()).await;
         let failure = match probed {
