@@ -252,6 +252,8 @@ mod tests {
     struct FakeWeb {
         registrations: AtomicU32,
         heartbeats: AtomicU32,
+        /// The identity secret each registration presented.
+        presented: std::sync::Mutex<Vec<Option<String>>>,
     }
 
     /// Starts a fake web node; with `forget`, it answers the first
@@ -267,10 +269,23 @@ mod tests {
                 .route(
                     "/api/v1/workers/register",
                     web::post().to(
-                        |s: web::Data<FakeWeb>, r: web::Json<WorkerRegistration>| async move {
+                        |s: web::Data<FakeWeb>,
+                         req: actix_web::HttpRequest,
+                         r: web::Json<WorkerRegistration>| async move {
                             assert_eq!(r.name, "w1");
+                            let secret = req
+                                .headers()
+                                .get(crate::web_link::WORKER_SECRET_HEADER)
+                                .map(|v| v.to_str().unwrap().to_string());
                             s.registrations.fetch_add(1, Ordering::SeqCst);
-                            HttpResponse::Ok().finish()
+                            // A secret is issued at the first registration only.
+                            let first = secret.is_none();
+                            s.presented.lock().unwrap().push(secret);
+                            match first {
+                                true => HttpResponse::Ok()
+                                    .json(serde_json::json!({"state": "running", "worker_secret": "s3cret"})),
+                                false => HttpResponse::Ok().json(serde_json::json!({"state": "running"})),
+                            }
                         },
                     ),
                 )
@@ -352,6 +367,36 @@ mod tests {
         assert_eq!(web_state.registrations.load(Ordering::SeqCst), 2);
         stop.send(true).unwrap();
         task.await.unwrap();
+        handle.stop(false).await;
+    }
+
+    #[actix_rt::test]
+    async fn beacon_keeps_its_issued_identity_and_presents_it_after_a_restart() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(IDENTITY_FILE);
+        let (url, web_state, handle) = fake_web(true);
+        let (stop, stopped) = watch::channel(false);
+        let b = beacon(&url).with_identity_file(file.clone()).unwrap();
+        let task = tokio::spawn(b.run(stopped));
+        // Forgotten at its first heartbeat, it registers again with its secret.
+        heartbeats(&web_state, 3).await;
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        let presented = web_state.presented.lock().unwrap().clone();
+        assert_eq!(presented, vec![None, Some("s3cret".to_string())]);
+        assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), "s3cret");
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // A new process with the same work dir presents it at once.
+        let (stop, stopped) = watch::channel(false);
+        let b = beacon(&url).with_identity_file(file).unwrap();
+        let task = tokio::spawn(b.run(stopped));
+        heartbeats(&web_state, 4).await;
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        let presented = web_state.presented.lock().unwrap().clone();
+        assert_eq!(presented[2], Some("s3cret".to_string()));
         handle.stop(false).await;
     }
 

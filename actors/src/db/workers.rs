@@ -475,6 +475,107 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_name_is_pinned_at_its_first_registration_until_its_row_goes() {
+        let (db, _dir) = crate::db::test_db().await;
+        let r = reg("w");
+        let (s1, s2) = (identity_hash("one"), identity_hash("two"));
+        let first = Pin::Presented {
+            given: None,
+            fresh: &s1,
+        };
+        let taken = db.register_pinned(&r, first).await.unwrap();
+        assert_eq!(
+            taken,
+            Registered::Taken {
+                bound_build: None,
+                pinned_now: true
+            }
+        );
+        // No secret, or another one: refused; the pinned one: taken, and
+        // the pin stays (no new secret is issued).
+        for given in [None, Some(s2.as_str())] {
+            let pin = Pin::Presented { given, fresh: &s2 };
+            assert_eq!(
+                db.register_pinned(&r, pin).await.unwrap(),
+                Registered::Refused
+            );
+            assert!(db.pinned_to_another("w", given).await.unwrap());
+        }
+        let again = Pin::Presented {
+            given: Some(&s1),
+            fresh: &s2,
+        };
+        assert_eq!(
+            db.register_pinned(&r, again).await.unwrap(),
+            Registered::Taken {
+                bound_build: None,
+                pinned_now: false
+            }
+        );
+        assert!(!db.pinned_to_another("w", Some(&s1)).await.unwrap());
+        // Pruned: the next registrant pins the name anew.
+        db.delete_worker("w").await.unwrap();
+        assert!(!db.pinned_to_another("w", None).await.unwrap());
+        let other = Pin::Presented {
+            given: None,
+            fresh: &s2,
+        };
+        assert!(matches!(
+            db.register_pinned(&r, other).await.unwrap(),
+            Registered::Taken {
+                pinned_now: true,
+                ..
+            }
+        ));
+    }
+
+    #[tokio::test]
+    async fn secrets_are_stored_sealed_and_plain_rows_are_sealed_at_start() {
+        let (db, dir) = crate::db::test_db().await;
+        let mut r = reg("w");
+        r.agent_token = "agent-token-0123456789".into();
+        r.stream_key = "stream-key-0123456789".into();
+        db.upsert_worker(&r).await.unwrap();
+        let raw = |db: &Db| {
+            let db = db.clone();
+            async move {
+                let (json,): (String,) =
+                    sqlx::query_as("SELECT registration FROM workers WHERE name = 'w'")
+                        .fetch_one(db.pool())
+                        .await
+                        .unwrap();
+                json
+            }
+        };
+        let stored = raw(&db).await;
+        assert!(!stored.contains("agent-token") && !stored.contains("stream-key"));
+        let row = db.get_worker("w").await.unwrap().unwrap();
+        assert_eq!(row.registration, r);
+        // A row of before sealing, in plain text, is sealed by the pass.
+        sqlx::query("UPDATE workers SET registration = $1 WHERE name = 'w'")
+            .bind(serde_json::to_string(&r).unwrap())
+            .execute(db.pool())
+            .await
+            .unwrap();
+        assert_eq!(db.seal_plain_workers().await.unwrap(), 1);
+        assert!(!raw(&db).await.contains("agent-token"));
+        assert_eq!(db.get_worker("w").await.unwrap().unwrap().registration, r);
+        assert_eq!(db.seal_plain_workers().await.unwrap(), 0);
+        // Another web node with another key is refused at once.
+        let url = format!("sqlite://{}/t.db?mode=rwc", dir.path().display());
+        let key = crate::sealer::Sealer::ephemeral();
+        let kept = Db::connect(&url).await.unwrap().sealed_with(key.clone());
+        assert!(kept.await.is_ok());
+        let other = Db::connect(&url).await.unwrap();
+        let e = other
+            .sealed_with(crate::sealer::Sealer::ephemeral())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not the key"), "{e}");
+    }
+
+    #[tokio::test]
     async fn sequence_numbers_are_unique_across_web_nodes_sharing_a_database() {
         let (a, dir) = crate::db::test_db().await;
         let url = format!("sqlite://{}/t.db?mode=rwc", dir.path().display());
