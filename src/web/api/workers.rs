@@ -339,7 +339,9 @@ pub struct PruneRequest {
 }
 
 /// `POST /api/v1/workers/prune`: the same as `/api/v1/workers/{name}/prune`
-/// with the name in the body, so that any stored name can be pruned.
+/// with the name in the body, so that any stored name can be pruned; with
+/// `"force": true`, a running worker too (what frees a name pinned to a
+/// worker that lost its identity, or lets another worker take it).
 #[utoipa::path(
     post,
     path = "/api/v1/workers/prune",
