@@ -54,11 +54,24 @@ pub struct RegisterWorker(pub WorkerRegistration);
 
 /// How a worker process proves it is the worker that first registered
 /// under its name.
-#[derive(Debug, Clone, Default)]
-pub struct WorkerProof {
+#[derive(Debug, Clone)]
+pub enum WorkerProof {
     /// The identity secret it was issued at its first registration; none
-    /// at its first registration (or from an agent of an earlier version).
-    pub secret: Option<String>,
+    /// at its first registration.
+    Secret(Option<String>),
+    /// An agent of an earlier version, which keeps no identity: taken only
+    /// under a name no worker is pinned to, which it does not pin.
+    Unaware,
+}
+
+impl WorkerProof {
+    /// The SHA-256 of the secret presented, if one was.
+    pub(crate) fn given_hash(&self) -> Option<String> {
+        match self {
+            WorkerProof::Secret(Some(s)) => Some(crate::db::identity_hash(s)),
+            _ => None,
+        }
+    }
 }
 
 /// A worker process registers with the registration key and its proof:
@@ -491,10 +504,13 @@ impl Registry {
                 Some(proof) => {
                     let fresh = crate::db::new_identity_secret();
                     let fresh_hash = crate::db::identity_hash(&fresh);
-                    let given = proof.secret.as_deref().map(crate::db::identity_hash);
-                    let pin = crate::db::Pin::Presented {
-                        given: given.as_deref(),
-                        fresh: &fresh_hash,
+                    let given = proof.given_hash();
+                    let pin = match proof {
+                        WorkerProof::Secret(_) => crate::db::Pin::Presented {
+                            given: given.as_deref(),
+                            fresh: &fresh_hash,
+                        },
+                        WorkerProof::Unaware => crate::db::Pin::Unaware,
                     };
                     match db.register_pinned(&reg, pin).await? {
                         crate::db::Registered::Refused => {

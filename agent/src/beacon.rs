@@ -279,7 +279,7 @@ mod tests {
                                 .map(|v| v.to_str().unwrap().to_string());
                             s.registrations.fetch_add(1, Ordering::SeqCst);
                             // A secret is issued at the first registration only.
-                            let first = secret.is_none();
+                            let first = secret.as_deref() == Some("none");
                             s.presented.lock().unwrap().push(secret);
                             match first {
                                 true => HttpResponse::Ok()
@@ -384,7 +384,10 @@ mod tests {
         stop.send(true).unwrap();
         task.await.unwrap();
         let presented = web_state.presented.lock().unwrap().clone();
-        assert_eq!(presented, vec![None, Some("s3cret".to_string())]);
+        assert_eq!(
+            presented,
+            vec![Some("none".to_string()), Some("s3cret".to_string())]
+        );
         assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), "s3cret");
         let mode = std::fs::metadata(&file).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);

@@ -15,6 +15,11 @@ use reqwest::StatusCode;
 /// the web node at its first registration) when it registers again.
 pub const WORKER_SECRET_HEADER: &str = "x-gantry-worker-secret";
 
+/// The value of [`WORKER_SECRET_HEADER`] of a worker that keeps an
+/// identity but was issued none yet (its first registration). A worker
+/// sending no header at all is an agent of an earlier version.
+pub const NO_WORKER_SECRET: &str = "none";
+
 /// Why the web node did not take a call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -184,8 +189,10 @@ impl WebLink for HttpLink {
         registration: &WorkerRegistration,
         secret: Option<&str>,
     ) -> Result<Option<String>, Refusal> {
+        // Always the header: `none` says this agent keeps an identity.
+        let secret = secret.unwrap_or(NO_WORKER_SECRET);
         let answer = self
-            .post_with("/api/v1/workers/register", registration, secret)
+            .post_with("/api/v1/workers/register", registration, Some(secret))
             .await?;
         // A web node of an earlier version answers no secret.
         Ok(answer

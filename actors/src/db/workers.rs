@@ -53,6 +53,11 @@ pub enum Pin<'a> {
         /// SHA-256 (hex) of the secret to issue when the name is not pinned.
         fresh: &'a str,
     },
+    /// A worker process of an earlier version, which keeps no identity:
+    /// it registers only under a name no worker is pinned to, and does not
+    /// pin it (so a rolling upgrade of web nodes before workers leaves no
+    /// worker unable to register after its own upgrade).
+    Unaware,
 }
 
 /// What [`Db::register_pinned`] did.
@@ -203,9 +208,12 @@ impl Db {
             Pin::Trusted => {
                 // A secret nobody holds: no worker process can present it.
                 let nobody = identity_hash(&uuid::Uuid::new_v4().to_string());
-                (None, nobody, 1i64)
+                (None, Some(nobody), 1i64)
             }
-            Pin::Presented { given, fresh } => (given.map(str::to_string), fresh.to_string(), 0),
+            Pin::Presented { given, fresh } => {
+                (given.map(str::to_string), Some(fresh.to_string()), 0)
+            }
+            Pin::Unaware => (None, None, 0),
         };
         let row: Option<(Option<i64>, Option<String>)> = sqlx::query_as(
             "INSERT INTO workers (name, state, registration, last_heartbeat, identity_hash) \
@@ -230,7 +238,7 @@ impl Db {
         Ok(match row {
             Some((bound_build, pinned)) => Registered::Taken {
                 bound_build,
-                pinned_now: trusted == 0 && pinned.as_deref() == Some(fresh.as_str()),
+                pinned_now: trusted == 0 && fresh.is_some() && pinned == fresh,
             },
             None => Registered::Refused,
         })
@@ -513,6 +521,23 @@ mod tests {
             }
         );
         assert!(!db.pinned_to_another("w", Some(&s1)).await.unwrap());
+        // An agent that keeps no identity takes no pinned name...
+        assert_eq!(
+            db.register_pinned(&r, Pin::Unaware).await.unwrap(),
+            Registered::Refused
+        );
+        // ... and pins none it takes.
+        let u = reg("u");
+        for _ in 0..2 {
+            assert_eq!(
+                db.register_pinned(&u, Pin::Unaware).await.unwrap(),
+                Registered::Taken {
+                    bound_build: None,
+                    pinned_now: false
+                }
+            );
+        }
+        assert!(!db.pinned_to_another("u", None).await.unwrap());
         // Pruned: the next registrant pins the name anew.
         db.delete_worker("w").await.unwrap();
         assert!(!db.pinned_to_another("w", None).await.unwrap());

@@ -43,7 +43,7 @@ impl Engine {
     ) -> Result<Option<String>, EngineError> {
         // A name pinned to another worker is refused before anything is
         // asked of the registrant's URL.
-        let given = proof.secret.as_deref().map(crate::db::identity_hash);
+        let given = proof.given_hash();
         if self
             .db
             .pinned_to_another(&registration.name, given.as_deref())

@@ -80,7 +80,7 @@ fn parse<T: serde::de::DeserializeOwned>(
     tag = "workers",
     security(()),
     request_body = WorkerRegistration,
-    params(("X-Gantry-Worker-Secret" = Option<String>, Header, description = "The identity secret the worker was issued at its first registration under its name")),
+    params(("X-Gantry-Worker-Secret" = Option<String>, Header, description = "The identity secret the worker was issued at its first registration under its name, or `none` at its first registration; absent (an agent of an earlier version): registered only under a name no worker is pinned to, which it does not pin")),
     responses(
         (status = 200, description = "Registered: the worker is running (at its first registration, with its identity secret)", body = StateAnswer),
         (status = 400, description = "Invalid body: not JSON, an unknown field, or a field out of its bounds (the message names it)", body = crate::web::error::ErrorBody),
@@ -101,8 +101,9 @@ pub async fn register(
     check_key(&identity)?;
     let reg: WorkerRegistration = parse(&req, &body)?;
     reg.validate().map_err(ApiError::bad_request)?;
-    let secret = match req.headers().get(WORKER_SECRET_HEADER) {
-        None => None,
+    let proof = match req.headers().get(WORKER_SECRET_HEADER) {
+        // An agent of an earlier version: it keeps no identity.
+        None => WorkerProof::Unaware,
         Some(v) => {
             let v = v.to_str().map_err(|_| {
                 ApiError::bad_request(format!("{WORKER_SECRET_HEADER}: not visible ASCII"))
@@ -114,13 +115,13 @@ pub async fn register(
                 false,
             )
             .map_err(ApiError::bad_request)?;
-            Some(v.to_string())
+            match v {
+                gantry_agent::web_link::NO_WORKER_SECRET => WorkerProof::Secret(None),
+                secret => WorkerProof::Secret(Some(secret.to_string())),
+            }
         }
     };
-    let issued = state
-        .engine
-        .register_worker_process(reg, WorkerProof { secret })
-        .await?;
+    let issued = state.engine.register_worker_process(reg, proof).await?;
     Ok(HttpResponse::Ok().json(StateAnswer {
         state: WorkerState::Running,
         worker_secret: issued,
