@@ -93,10 +93,14 @@ fn lock_sqlite(url: &str) -> anyhow::Result<Option<std::fs::File>> {
 
 /// Makes the data directory, and the artifact directory when it lies
 /// elsewhere, private (see [`crate::private_files`]); the quickstart's
-/// embedded worker's work directory is made 0700 without its volumes'
-/// contents being changed.
+/// embedded worker's work directory and the Kubernetes staging directory
+/// are made 0700 without their volumes' contents being changed.
 fn make_private(cfg: &WebConfig) -> anyhow::Result<()> {
-    let skip = [cfg.data_dir.join(crate::cli::serve::QUICKSTART_WORKER_DIR)];
+    let skip = [
+        cfg.data_dir.join(crate::cli::serve::QUICKSTART_WORKER_DIR),
+        // Volumes staged for Kubernetes pods keep their tasks' modes.
+        cfg.data_dir.join("kubernetes"),
+    ];
     let mut done = crate::private_files::tighten(&cfg.data_dir, &skip)?;
     if let Ok(crate::config::ArtifactLocation::Dir(dir)) = cfg.artifact_location() {
         if !dir.starts_with(&cfg.data_dir) && dir.exists() {
