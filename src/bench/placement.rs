@@ -184,11 +184,8 @@ async fn start_engine(
     };
     let artifacts = ArtifactFiles::open(store.to_path_buf()).context("artifact store")?;
     // The nodes share one database: they share its key.
-    static SEALER: std::sync::OnceLock<gantry_actors::api::Sealer> = std::sync::OnceLock::new();
     let engine = Engine::open(EngineSetup {
-        sealer: SEALER
-            .get_or_init(gantry_actors::api::Sealer::ephemeral)
-            .clone(),
+        sealer: crate::bench::sealer(),
         database_url: url.to_string(),
         teams: vec![],
         connector: Arc::new(DetachedConnector),
