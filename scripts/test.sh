@@ -31,6 +31,8 @@ command -v bwrap >/dev/null || need_pkgs+=(bubblewrap)
 command -v jq >/dev/null || need_pkgs+=(jq)
 command -v git >/dev/null || need_pkgs+=(git)
 command -v psql >/dev/null || need_pkgs+=(postgresql-client)
+# The database dump of tests/p2p_security.rs (pg_dump is in postgresql-client).
+command -v sqlite3 >/dev/null || need_pkgs+=(sqlite3)
 command -v pg_ctlcluster >/dev/null || need_pkgs+=(postgresql)
 # The dashboard's browser test drives headless Chromium.
 command -v chromium >/dev/null || need_pkgs+=(chromium)

@@ -56,6 +56,14 @@ pub struct WebConfig {
     pub data_dir: PathBuf,
     /// `sqlite://...` or `postgres://...`; default: SQLite file `gantry.db` in `data_dir`.
     pub database_url: Option<String>,
+    /// The file of the key that seals the secrets the database stores
+    /// (workers' agent tokens and stream keys): 64 hex digits, made
+    /// (mode 0600) at the first start when missing. Keep it apart from
+    /// the database and its backups: the database alone then hands over
+    /// no secret. Web nodes sharing one database must use the same key (a
+    /// node with another key refuses to start). Default
+    /// `DATA_DIR/secret.key`.
+    pub encryption_key_file: Option<PathBuf>,
     /// Key workers must present to register, heartbeat and sweep. A node
     /// with any token set, or listening beyond loopback, refuses to start
     /// without one, and never takes the published [`DEV_REGISTRATION_KEY`]
@@ -161,6 +169,14 @@ impl WebConfig {
         self.admin_token.is_some() || !self.teams.is_empty()
     }
 
+    /// The file of the key that seals stored secrets: `encryption_key_file`,
+    /// or [`DEFAULT_KEY_FILE`] in the data directory.
+    pub fn encryption_key_file(&self) -> PathBuf {
+        self.encryption_key_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join(DEFAULT_KEY_FILE))
+    }
+
     /// The registration key this node accepts, or why it may not start: a
     /// node with tokens or listening beyond loopback needs a key of its own
     /// (neither empty nor [`DEV_REGISTRATION_KEY`]); an open loopback node
@@ -203,6 +219,7 @@ impl WebConfig {
                 "listen",
                 "data_dir",
                 "database_url",
+                "encryption_key_file",
                 "node_name",
                 "node_heartbeat_secs",
                 "node_timeout_secs",
@@ -456,12 +473,17 @@ impl PlacementChains {
     }
 }
 
+/// The file of the key that seals stored secrets, in the data directory,
+/// when `encryption_key_file` is not set.
+pub const DEFAULT_KEY_FILE: &str = "secret.key";
+
 impl Default for WebConfig {
     fn default() -> Self {
         WebConfig {
             listen: "127.0.0.1:8080".parse().expect("valid default address"),
             data_dir: PathBuf::from(".gantry"),
             database_url: None,
+            encryption_key_file: None,
             registration_key: None,
             stream_encoding: "zstd".into(),
             rerun_when_worker_disappears: false,

@@ -10,6 +10,7 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod k8s;
+pub mod private_files;
 pub mod telemetry;
 pub mod web;
 

@@ -1,7 +1,9 @@
 //! End to end: a fleet of real worker processes. Placement by platform and
 //! tags, the constraint-by-constraint error, stalled workers (SIGKILL) and
 //! their steps, reruns elsewhere, exact limits with waiting, and the worker
-//! lifecycle (land, retire, prune, SIGTERM, stalled pruning).
+//! lifecycle (land, retire, prune, SIGTERM, stalled pruning). A worker's
+//! name is pinned to the worker that first registered under it until an
+//! admin prunes it; a worker whose agent does not answer is given no work.
 
 use crate::common;
 
@@ -699,4 +701,144 @@ fn a_step_waits_for_a_worker_to_register_when_told_to() {
         last.contains("no workers are registered") && !last.contains("waiting for"),
         "{stderr}"
     );
+}
+
+/// Sends `signal` to a child this test started.
+fn signal(server: &Server, signal: i32) {
+    // SAFETY: kill(2) of a child process this test started.
+    let r = unsafe { libc::kill(server.child.id() as i32, signal) };
+    assert_eq!(r, 0, "kill: {}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn a_second_registrant_under_a_workers_name_is_refused_until_an_admin_prunes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let web = start_web(dir.path(), &db, "");
+    let first = start_worker(dir.path(), &web.url, "w", &[]);
+    let listed = wait_running(&web.url, 1);
+    let first_url = listed[0]["agent_url"].as_str().unwrap().to_string();
+    // The worker keeps the identity secret it was issued, private.
+    use std::os::unix::fs::PermissionsExt as _;
+    let identity = dir.path().join("w").join("worker-identity");
+    let mode = std::fs::metadata(&identity).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    // Another worker under the same name (same key, its own work dir) is
+    // refused with a 409 naming the worker and the way out.
+    let rogue_dir = dir.path().join("rogue");
+    std::fs::create_dir_all(&rogue_dir).unwrap();
+    let rogue = Server::spawn(
+        worker_command(&rogue_dir, &web.url, "w", &[]),
+        dir.path().join("rogue.log"),
+    );
+    let refusal = wait_for("the rogue's refusal", Duration::from_secs(30), || {
+        let log = rogue.log_text();
+        log.lines()
+            .find(|l| l.contains("409 Conflict"))
+            .map(str::to_string)
+    });
+    assert!(
+        refusal.contains("worker w is registered by another worker")
+            && refusal.contains("an admin must prune it (gantry prune-worker w --force)"),
+        "{refusal}"
+    );
+    let w = worker_json(&web.url, "w").unwrap();
+    assert_eq!(
+        w["agent_url"],
+        first_url.as_str(),
+        "the name was taken over"
+    );
+    assert_eq!(w["state"], "running");
+
+    // The first worker freezes; the admin prunes it, running as it is
+    // listed, by force; the other worker then takes the name.
+    signal(&first, libc::SIGSTOP);
+    let out = client(&web.url, &["prune-worker", "w", "--force"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rogue_url = wait_for("the other worker under w", Duration::from_secs(30), || {
+        let w = worker_json(&web.url, "w")?;
+        let url = w["agent_url"].as_str()?.to_string();
+        (w["state"] == "running" && url != first_url).then_some(url)
+    });
+    // The first worker, back, is now the one refused.
+    signal(&first, libc::SIGCONT);
+    wait_for(
+        "the first worker's refusal",
+        Duration::from_secs(30),
+        || {
+            first
+                .log_text()
+                .contains("worker w is registered by another worker")
+                .then_some(())
+        },
+    );
+    assert_eq!(
+        worker_json(&web.url, "w").unwrap()["agent_url"],
+        rogue_url.as_str()
+    );
+
+    // The worker that holds the name restarts with its work dir: it keeps
+    // its identity, and its name.
+    let mut rogue = rogue;
+    rogue.kill();
+    let _again = Server::spawn(
+        worker_command(&rogue_dir, &web.url, "w", &[]),
+        dir.path().join("rogue-again.log"),
+    );
+    wait_for(
+        "the restarted worker under w",
+        Duration::from_secs(30),
+        || {
+            let w = worker_json(&web.url, "w")?;
+            let url = w["agent_url"].as_str()?;
+            (w["state"] == "running" && url != rogue_url && url != first_url).then_some(())
+        },
+    );
+}
+
+#[test]
+fn a_worker_whose_agent_does_not_answer_is_refused_and_gets_no_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let web = start_web(dir.path(), &db, "");
+    let _good = start_worker(dir.path(), &web.url, "good", &[]);
+    wait_running(&web.url, 1);
+    // A worker advertising an agent nobody answers at (a port just freed).
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let registration = serde_json::json!({
+        "name": "ghost",
+        "agent_url": dead,
+        "agent_token": "t",
+        "version": env!("CARGO_PKG_VERSION"),
+        "backend": "local",
+        "incarnation": "i-1",
+        "heartbeat_interval_secs": 30,
+    });
+    let resp = reqwest::blocking::Client::new()
+        .post(format!("{}/api/v1/workers/register", web.url))
+        .bearer_auth("k3y")
+        .json(&registration)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 503);
+    let body: serde_json::Value = resp.json().unwrap();
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("worker ghost: its agent at") && error.contains(&dead),
+        "{body}"
+    );
+    assert!(worker_json(&web.url, "ghost").is_none());
+    // Every step goes to the worker that answers.
+    let t = task(dir.path(), "hello", "echo hello");
+    for _ in 0..3 {
+        let out = client(&web.url, &["execute", "-c", &t]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("running on worker good\n"), "{err}");
+    }
 }

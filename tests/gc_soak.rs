@@ -4,8 +4,10 @@
 //! workers, a job that fails, and one-off builds with uploaded inputs and
 //! downloaded outputs — some of them aborted at random. Meanwhile one worker
 //! is killed with SIGKILL twice: restarted on its work dir the first time,
-//! on a wiped machine (containers killed, mounts gone, work dir removed) the
-//! second; and the web node is killed with SIGKILL and restarted.
+//! on a wiped machine (containers killed, mounts gone, work dir removed,
+//! the worker pruned by force, as its name is pinned to the identity the
+//! wipe lost) the second; and the web node is killed with SIGKILL and
+//! restarted.
 //!
 //! Then, once it settles (a bounded wait on the conditions themselves):
 //! for every worker the containers and volumes on its disk (and runc's
@@ -163,6 +165,14 @@ impl Soak<'_> {
         self.workers.get_mut(name).expect("worker").kill();
         if wipe {
             wipe_machine(&self.work_dir(name));
+            // The wiped machine lost the identity its name is pinned to:
+            // the admin prunes the worker so it may register again.
+            let out = client(&self.url(), &["prune-worker", name, "--force"]);
+            assert!(
+                out.status.success(),
+                "prune-worker {name} --force: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         self.start_worker(name);
         wait_worker_state(&self.url(), name, "running", Duration::from_secs(60));

@@ -518,14 +518,16 @@ fn a_slow_body_is_cut_off_while_other_requests_answer() {
         "cut off after {took:?}"
     );
     assert!(slowest < Duration::from_secs(1), "{slowest:?}");
-    // A body at a normal pace is not cut off.
+    // A body at a normal pace is not cut off: it is read whole and judged
+    // (its agent does not answer).
     let resp = http
         .post(format!("{}/api/v1/workers/register", web.url))
         .bearer_auth(KEY)
         .json(&registration("paced"))
         .send()
         .unwrap();
-    assert_eq!(resp.status().as_u16(), 200);
+    let e = json_error(resp, "a paced registration", Some(503));
+    assert!(e.contains("worker paced: its agent"), "{e}");
 }
 
 #[test]
@@ -545,13 +547,103 @@ fn quickstart_makes_a_key_of_its_own_for_outside_workers() {
         .send()
         .unwrap();
     json_error(resp, "the published key", Some(401));
+    // The key is taken: what refuses this registration is its agent,
+    // which does not answer.
     let resp = http
         .post(&register)
         .bearer_auth(key)
         .json(&registration("outside"))
         .send()
         .unwrap();
-    assert_eq!(resp.status().as_u16(), 200);
+    let e = json_error(resp, "an unreachable agent", Some(503));
+    assert!(
+        e.contains("worker outside: its agent at http://127.0.0.1:9 does not answer"),
+        "{e}"
+    );
+    // Its data dir, the embedded worker's work dir within, is private.
+    assert_eq!(readable_by_others(&dir.path().join("data")), "");
+}
+
+/// What `find DIR -perm /o=r` lists: every entry under `dir` that other
+/// users may read.
+fn readable_by_others(dir: &std::path::Path) -> String {
+    let out = std::process::Command::new("find")
+        .arg(dir)
+        .args(["-perm", "/o=r"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Gives every directory under `dir` mode 0755 and every file 0644, as an
+/// install made before its files were private has them.
+fn open_up(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |p: &std::path::Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    mode(dir, 0o755);
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            open_up(&entry.path());
+        } else if kind.is_file() {
+            mode(&entry.path(), 0o644);
+        }
+    }
+}
+
+#[test]
+fn the_data_dir_is_private_after_start_and_an_open_install_is_tightened() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let data = dir.path().join("web");
+    let web = start_web(dir.path(), &db, "");
+    let listed: Vec<String> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for made in [
+        "gantry.db",
+        "gantry.db-wal",
+        "gantry.db-shm",
+        "secret.key",
+        "artifacts",
+    ] {
+        assert!(listed.iter().any(|n| n == made), "{made} in {listed:?}");
+    }
+    assert_eq!(readable_by_others(&data), "");
+    drop(web);
+
+    // An install of before: everything readable by all, a stray file too.
+    write(&data.join("artifacts").join("old-upload"), "x");
+    open_up(&data);
+    assert!(readable_by_others(&data).contains("gantry.db"));
+    let _web = start_web(dir.path(), &db, "");
+    assert_eq!(readable_by_others(&data), "");
+}
+
+#[test]
+fn a_web_node_with_another_key_than_the_databases_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Postgres);
+    let _first = start_web(&dir.path().join("a"), &db, "");
+    // The same database, another key file (made at its start).
+    let other = TestDb::at(db.url.clone().unwrap());
+    let out = web_command(&dir.path().join("b"), &other, "", 0)
+        .output()
+        .unwrap();
+    if let Some(key) = &other.key_file {
+        let _ = std::fs::remove_file(key);
+    }
+    let err = failure_line(&out);
+    assert!(
+        err.contains("is not the key this database's secrets were sealed with")
+            && err.contains("encryption_key_file"),
+        "{err}"
+    );
 }
 
 /// The YAML bombs, each with what its refusal must say: one anchor of

@@ -9,6 +9,10 @@
 //! writing nothing; the p2p route without a signature is 403, every other
 //! route still needs the bearer token; neither secret shows in the web
 //! node's worker listing.
+//!
+//! A dump of the database (SQLite and PostgreSQL) holds neither secret,
+//! and no string in it works as either: the agent refuses each as a
+//! bearer token, and refuses a URL signed with each.
 
 use crate::common;
 
@@ -50,7 +54,7 @@ fn forward(conn: TcpStream, web: &str, seen: &Seen) {
         return;
     }
     let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
-    let (mut length, mut auth) = (0usize, String::new());
+    let (mut length, mut auth, mut secret) = (0usize, String::new(), None);
     loop {
         let mut header = String::new();
         if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
@@ -60,6 +64,7 @@ fn forward(conn: TcpStream, web: &str, seen: &Seen) {
         match name.trim().to_ascii_lowercase().as_str() {
             "content-length" => length = value.trim().parse().unwrap_or(0),
             "authorization" => auth = value.trim().to_string(),
+            "x-gantry-worker-secret" => secret = Some(value.trim().to_string()),
             _ => {}
         }
     }
@@ -73,12 +78,14 @@ fn forward(conn: TcpStream, web: &str, seen: &Seen) {
             seen.lock().unwrap().insert(name, reg);
         }
     }
-    let answer = reqwest::blocking::Client::new()
+    let mut request = reqwest::blocking::Client::new()
         .post(format!("{web}{path}"))
         .header("authorization", auth)
-        .header("content-type", "application/json")
-        .body(body)
-        .send();
+        .header("content-type", "application/json");
+    if let Some(secret) = secret {
+        request = request.header("x-gantry-worker-secret", secret);
+    }
+    let answer = request.body(body).send();
     let (status, text) = match answer {
         Ok(r) => (r.status().as_u16(), r.text().unwrap_or_default()),
         Err(e) => (502, json!({ "error": e.to_string() }).to_string()),
@@ -362,4 +369,122 @@ fn only_signed_unexpired_urls_for_the_worker_stream_its_volumes_to_another() {
         let idle = |h: &Value| h["streams"]["out_now"] == 0 && h["streams"]["in_now"] == 0;
         (idle(&ha) && idle(&hb)).then_some(())
     });
+}
+
+/// Every text of a dump of the web node's database, whole: `sqlite3 .dump`
+/// of its SQLite file, or `pg_dump` of its PostgreSQL database (every
+/// table, every column, blobs written out in hex).
+fn dump_database(dir: &std::path::Path, db: &TestDb) -> String {
+    let out = match &db.url {
+        None => std::process::Command::new("sqlite3")
+            .arg(dir.join("web").join("gantry.db"))
+            .arg(".dump")
+            .output()
+            .expect("sqlite3 runs (the test script installs it)"),
+        Some(url) => std::process::Command::new("pg_dump")
+            .args(["--data-only", "--no-owner", url])
+            .output()
+            .expect("pg_dump runs (the test script installs postgresql-client)"),
+    };
+    assert!(
+        out.status.success(),
+        "dumping the database: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Every word of `dump` that could be a secret: runs of token and base64
+/// characters of 16 or more, and each part of them between `:` (a sealed
+/// value's prefix) and JSON escapes.
+fn candidate_secrets(dump: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let word = |c: char| c.is_ascii_alphanumeric() || "+/=_-.:".contains(c);
+    for w in dump.split(|c: char| !word(c)) {
+        for part in std::iter::once(w).chain(w.split(':')) {
+            let part = part.trim_matches(|c: char| c == '.' || c == ':');
+            if part.len() >= 16 {
+                out.insert(part.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// The agent token and stream key of a registered worker are sealed in the
+/// database: its dump holds neither (as text or as hex), and no string in
+/// it is taken by the agent as its token or signs a URL the agent takes.
+fn a_dump_hands_over_no_working_agent_secret(kind: DbKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(kind);
+    let web = start_web(dir.path(), &db, "");
+    let seen = Seen::default();
+    let tap = registration_tap(&web.url, seen.clone());
+    let _wa = start_worker(
+        dir.path(),
+        &tap,
+        "wa",
+        &["--backend", "local", "--sweep-interval", "0"],
+    );
+    wait_running(&web.url, 1);
+    let a = wait_for("the registration", Duration::from_secs(30), || {
+        Some(Agent::of(seen.lock().unwrap().get("wa")?))
+    });
+    create_volume(&a, "src");
+    let grant = |key: &str| {
+        StreamGrant {
+            worker: a.name.clone(),
+            volume: "src".into(),
+            path: ".".into(),
+            encoding: Encoding::Raw,
+            expires_ms: in_secs(120),
+        }
+        .url(&a.url, key)
+    };
+    let status_as = |token: &str| {
+        http()
+            .get(format!("{}/containers", a.url))
+            .bearer_auth(token)
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    // The real secrets work: what follows would catch a leaked one.
+    assert_eq!(status_as(&a.token), 200);
+    assert_eq!(http().get(grant(&a.key)).send().unwrap().status(), 200);
+
+    let dump = dump_database(dir.path(), &db);
+    assert!(
+        dump.contains("\"name\":\"wa\""),
+        "the worker's row is dumped"
+    );
+    for (what, secret) in [("agent token", &a.token), ("stream key", &a.key)] {
+        let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
+        for form in [secret.clone(), hex.clone(), hex.to_uppercase()] {
+            assert!(!dump.contains(&form), "the {what} is in the dump");
+        }
+    }
+    let candidates = candidate_secrets(&dump);
+    assert!(
+        candidates
+            .iter()
+            .any(|c| c.starts_with("sealed") || c.len() > 60),
+        "the sealed values are among the candidates: {candidates:?}"
+    );
+    for c in &candidates {
+        assert_eq!(status_as(c), 401, "{c:?} is taken as the agent token");
+        let status = http().get(grant(c)).send().unwrap().status().as_u16();
+        assert_eq!(status, 403, "a URL signed with {c:?} is taken");
+    }
+}
+
+#[test]
+fn a_sqlite_dump_hands_over_no_working_agent_token_or_stream_key() {
+    a_dump_hands_over_no_working_agent_secret(DbKind::Sqlite);
+}
+
+#[test]
+fn a_postgres_dump_hands_over_no_working_agent_token_or_stream_key() {
+    a_dump_hands_over_no_working_agent_secret(DbKind::Postgres);
 }

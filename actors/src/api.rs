@@ -20,8 +20,9 @@ pub use crate::gc::collector::{CollectorConfig, Rule, RuleStats};
 pub use crate::gc::rules_artifacts::ArtifactAges;
 pub use crate::gc::rules_pressure::DiskPressure;
 pub use crate::placement::{parse_chain, Load, Strategy};
-pub use crate::registry::{HeartbeatRefused, LifecycleAction, LifecycleConfig};
+pub use crate::registry::{HeartbeatRefused, LifecycleAction, LifecycleConfig, WorkerProof};
 pub use crate::scheduler::{Placement, PlacementConfig, SchedulerStats, Selection, StepRequest};
+pub use crate::sealer::{SealError, Sealer};
 pub use crate::streaming::{
     LinkRule, StreamConfig, StreamMode, Streams, TransferPath, DEFAULT_MAX_STREAMS, DEFAULT_URL_TTL,
 };

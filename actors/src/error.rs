@@ -71,6 +71,10 @@ pub enum EngineError {
         /// The cause.
         source: std::io::Error,
     },
+    /// A stored secret could not be sealed or opened (the encryption key
+    /// is not the database's); the message names the key and the value.
+    #[error(transparent)]
+    Seal(#[from] crate::sealer::SealError),
     /// An actor's mailbox is gone (the system is shutting down).
     #[error("engine is shutting down: {0}")]
     Mailbox(#[from] actix::MailboxError),

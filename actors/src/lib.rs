@@ -29,6 +29,7 @@ mod plan;
 mod registry;
 mod resources;
 mod scheduler;
+mod sealer;
 mod steps;
 mod streaming;
 mod task_config;

@@ -45,10 +45,47 @@ pub struct LifecycleConfig {
     pub stalled_worker_timeout: Option<Duration>,
 }
 
-/// A worker registers (or registers again with a new incarnation).
+/// A worker registers (or registers again with a new incarnation), as
+/// this web node itself vouches for it (its Kubernetes cluster worker, the
+/// engine's tests): see [`crate::db::Pin::Trusted`].
 #[derive(Message)]
 #[rtype(result = "Result<(), EngineError>")]
 pub struct RegisterWorker(pub WorkerRegistration);
+
+/// How a worker process proves it is the worker that first registered
+/// under its name.
+#[derive(Debug, Clone)]
+pub enum WorkerProof {
+    /// The identity secret it was issued at its first registration; none
+    /// at its first registration.
+    Secret(Option<String>),
+    /// An agent of an earlier version, which keeps no identity: taken only
+    /// under a name no worker is pinned to, which it does not pin.
+    Unaware,
+}
+
+impl WorkerProof {
+    /// The SHA-256 of the secret presented, if one was.
+    pub(crate) fn given_hash(&self) -> Option<String> {
+        match self {
+            WorkerProof::Secret(Some(s)) => Some(crate::db::identity_hash(s)),
+            _ => None,
+        }
+    }
+}
+
+/// A worker process registers with the registration key and its proof:
+/// refused ([`EngineError::Conflict`]) when its name is pinned to another
+/// worker. Answers the identity secret issued when the name was pinned now
+/// (returned once; the database keeps only its hash).
+#[derive(Message)]
+#[rtype(result = "Result<Option<String>, EngineError>")]
+pub struct RegisterPinned {
+    /// What it registers.
+    pub registration: WorkerRegistration,
+    /// Its proof of identity.
+    pub proof: WorkerProof,
+}
 
 /// A worker's heartbeat.
 #[derive(Message)]
@@ -91,6 +128,11 @@ pub enum LifecycleAction {
     Retire,
     /// Remove a worker that is not running, now.
     Prune,
+    /// Remove a worker whatever its state, now (`prune-worker --force`):
+    /// its steps are lost, and its name is free for any worker to register
+    /// under (the running worker itself registers again at its next
+    /// heartbeat, unless another took the name first).
+    ForcePrune,
 }
 
 /// `land-worker`, `retire-worker`, `prune-worker`.
@@ -415,25 +457,82 @@ fn retired_error(name: &str) -> EngineError {
 impl Handler<RegisterWorker> for Registry {
     type Result = ResponseActFuture<Self, Result<(), EngineError>>;
     fn handle(&mut self, msg: RegisterWorker, _: &mut Context<Self>) -> Self::Result {
-        let reg = msg.0;
-        if self.retired.get(&reg.name) == Some(&reg.incarnation) {
-            return Box::pin(fut::ready(Err(retired_error(&reg.name))));
+        Box::pin(self.register(msg.0, None).map(|res, _, _| res.map(|_| ())))
+    }
+}
+
+impl Handler<RegisterPinned> for Registry {
+    type Result = ResponseActFuture<Self, Result<Option<String>, EngineError>>;
+    fn handle(&mut self, msg: RegisterPinned, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(self.register(msg.registration, Some(msg.proof)))
+    }
+}
+
+/// The refusal of a registrant under a name pinned to another worker.
+pub(crate) fn name_taken_error(name: &str) -> EngineError {
+    EngineError::Conflict(format!(
+        "worker {name} is registered by another worker (a worker's identity is pinned at its first \
+         registration, and this registration did not present that worker's secret): an admin must \
+         prune it (gantry prune-worker {name} --force) before another worker can take the name"
+    ))
+}
+
+impl Registry {
+    /// Stores a registration (pinned to `proof`'s identity, or trusted
+    /// when none), then holds the worker: answers the identity secret
+    /// issued now, if one was.
+    fn register(
+        &mut self,
+        reg: WorkerRegistration,
+        proof: Option<WorkerProof>,
+    ) -> impl ActorFuture<Self, Output = Result<Option<String>, EngineError>> {
+        let retired_here = self.retired.get(&reg.name) == Some(&reg.incarnation);
+        if !retired_here {
+            self.retired.remove(&reg.name);
         }
-        self.retired.remove(&reg.name);
         let db = self.db.clone();
-        Box::pin(
-            async move {
-                // Retired through another web node (or before a restart).
-                if db.is_retired(&reg.name, &reg.incarnation).await? {
-                    return Err(retired_error(&reg.name));
-                }
-                db.forget_retired(&reg.name, &reg.incarnation).await?;
-                let bound_build = db.upsert_worker(&reg).await?;
-                Ok((reg, bound_build))
+        async move {
+            if retired_here {
+                return Err(retired_error(&reg.name));
             }
-            .into_actor(self)
-            .map(|res: Result<(WorkerRegistration, Option<i64>), EngineError>, act, ctx| {
-                let (reg, bound_build) = res?;
+            // Retired through another web node (or before a restart).
+            if db.is_retired(&reg.name, &reg.incarnation).await? {
+                return Err(retired_error(&reg.name));
+            }
+            let (bound_build, issued) = match proof {
+                None => (db.upsert_worker(&reg).await?, None),
+                Some(proof) => {
+                    let fresh = crate::db::new_identity_secret();
+                    let fresh_hash = crate::db::identity_hash(&fresh);
+                    let given = proof.given_hash();
+                    let pin = match proof {
+                        WorkerProof::Secret(_) => crate::db::Pin::Presented {
+                            given: given.as_deref(),
+                            fresh: &fresh_hash,
+                        },
+                        WorkerProof::Unaware => crate::db::Pin::Unaware,
+                    };
+                    match db.register_pinned(&reg, pin).await? {
+                        crate::db::Registered::Refused => {
+                            tracing::warn!(worker = %reg.name, url = %reg.agent_url, "registration refused: the name is pinned to another worker");
+                            return Err(name_taken_error(&reg.name));
+                        }
+                        crate::db::Registered::Taken {
+                            bound_build,
+                            pinned_now,
+                        } => (bound_build, pinned_now.then_some(fresh)),
+                    }
+                }
+            };
+            db.forget_retired(&reg.name, &reg.incarnation).await?;
+            Ok((reg, bound_build, issued))
+        }
+        .into_actor(self)
+        .map(
+            |res: Result<(WorkerRegistration, Option<i64>, Option<String>), EngineError>,
+             act,
+             ctx| {
+                let (reg, bound_build, issued) = res?;
                 let name = reg.name.clone();
                 let restarts = match act.workers.remove(&name) {
                     Some(old) => {
@@ -459,8 +558,8 @@ impl Handler<RegisterWorker> for Registry {
                     },
                 );
                 act.publish(&name);
-                Ok(())
-            }),
+                Ok(issued)
+            },
         )
     }
 }
@@ -587,10 +686,15 @@ impl Handler<WorkerLifecycle> for Registry {
             LifecycleAction::Prune => {
                 if state == WorkerState::Running {
                     return Err(EngineError::Invalid(format!(
-                        "worker {} is running: only a stalled, landing, landed or retiring worker can be pruned (land or retire it first)",
+                        "worker {} is running: only a stalled, landing, landed or retiring worker can be pruned (land or retire it first, or prune it with --force)",
                         msg.name
                     )));
                 }
+                self.remove(&msg.name, ctx, None);
+                Ok(state)
+            }
+            LifecycleAction::ForcePrune => {
+                tracing::warn!(worker = %msg.name, state = state.as_str(), "worker pruned by force");
                 self.remove(&msg.name, ctx, None);
                 Ok(state)
             }

@@ -57,7 +57,17 @@ pub struct Beacon<L, H> {
     pub status: watch::Sender<BeaconStatus>,
     /// Whether the web node took the registration: heartbeats follow.
     registered: bool,
+    /// The identity secret the web node issued at this worker's first
+    /// registration, presented at every registration after it: the name
+    /// is pinned to it until an admin prunes the worker.
+    secret: Option<String>,
+    /// Where the secret is kept across restarts (the work directory's
+    /// [`IDENTITY_FILE`], mode 0600); none: in memory only.
+    secret_file: Option<std::path::PathBuf>,
 }
+
+/// The file in a worker's work directory that keeps its identity secret.
+pub const IDENTITY_FILE: &str = "worker-identity";
 
 /// What one step of the beacon did, and so what comes next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,19 +92,55 @@ impl<L: WebLink, H: Holdings> Beacon<L, H> {
             interval,
             status: watch::channel(BeaconStatus::Unregistered).0,
             registered: false,
+            secret: None,
+            secret_file: None,
         }
+    }
+
+    /// Keeps the worker's identity secret in `path` (read now if it is
+    /// there; written, mode 0600, when the web node issues one), so a
+    /// restarted worker with the same work directory keeps its name.
+    pub fn with_identity_file(mut self, path: std::path::PathBuf) -> std::io::Result<Self> {
+        match std::fs::read_to_string(&path) {
+            Ok(text) if !text.trim().is_empty() => self.secret = Some(text.trim().to_string()),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        self.secret_file = Some(path);
+        Ok(self)
+    }
+
+    /// Keeps a secret the web node issued: in memory, and in the identity
+    /// file (written whole under a temporary name, then renamed).
+    async fn keep_secret(&mut self, secret: String) {
+        if let Some(path) = &self.secret_file {
+            let path = path.clone();
+            let text = secret.clone();
+            let written = tokio::task::spawn_blocking(move || write_private(&path, &text)).await;
+            match written {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::error!("keeping the worker's identity secret: {e} (a restart will need an admin to prune the worker)"),
+                Err(e) => tracing::error!("keeping the worker's identity secret: {e}"),
+            }
+        }
+        self.secret = Some(secret);
     }
 
     /// One step: registers when not registered, else heartbeats with the
     /// live counts. An error (a failure to retry after a backoff) says what
     /// failed.
     pub async fn beat(&mut self) -> Result<Beat, String> {
-        let reg = &self.registration;
         if !self.registered {
-            self.link
-                .register(reg)
+            let issued = self
+                .link
+                .register(&self.registration, self.secret.as_deref())
                 .await
                 .map_err(|f| format!("registration failed: {f}"))?;
+            if let Some(secret) = issued {
+                self.keep_secret(secret).await;
+            }
+            let reg = &self.registration;
             self.status
                 .send_replace(BeaconStatus::Registered(WorkerState::Running));
             tracing::info!(web = %self.link.describe(), worker = %reg.name,
@@ -102,6 +148,7 @@ impl<L: WebLink, H: Holdings> Beacon<L, H> {
             self.registered = true;
             return Ok(Beat::Registered);
         }
+        let reg = &self.registration;
         let (containers, volumes) = self
             .holdings
             .counts()
@@ -159,6 +206,22 @@ impl<L: WebLink, H: Holdings> Beacon<L, H> {
     }
 }
 
+/// Writes `text` to `path` readable by its owner only, whole or not at all.
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(format!("{text}\n").as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
 /// Returns the current delay and doubles it up to the cap.
 fn next_backoff(backoff: &mut Duration) -> Duration {
     let now = *backoff;
@@ -189,6 +252,8 @@ mod tests {
     struct FakeWeb {
         registrations: AtomicU32,
         heartbeats: AtomicU32,
+        /// The identity secret each registration presented.
+        presented: std::sync::Mutex<Vec<Option<String>>>,
     }
 
     /// Starts a fake web node; with `forget`, it answers the first
@@ -204,10 +269,23 @@ mod tests {
                 .route(
                     "/api/v1/workers/register",
                     web::post().to(
-                        |s: web::Data<FakeWeb>, r: web::Json<WorkerRegistration>| async move {
+                        |s: web::Data<FakeWeb>,
+                         req: actix_web::HttpRequest,
+                         r: web::Json<WorkerRegistration>| async move {
                             assert_eq!(r.name, "w1");
+                            let secret = req
+                                .headers()
+                                .get(crate::web_link::WORKER_SECRET_HEADER)
+                                .map(|v| v.to_str().unwrap().to_string());
                             s.registrations.fetch_add(1, Ordering::SeqCst);
-                            HttpResponse::Ok().finish()
+                            // A secret is issued at the first registration only.
+                            let first = secret.as_deref() == Some("none");
+                            s.presented.lock().unwrap().push(secret);
+                            match first {
+                                true => HttpResponse::Ok()
+                                    .json(serde_json::json!({"state": "running", "worker_secret": "s3cret"})),
+                                false => HttpResponse::Ok().json(serde_json::json!({"state": "running"})),
+                            }
                         },
                     ),
                 )
@@ -289,6 +367,39 @@ mod tests {
         assert_eq!(web_state.registrations.load(Ordering::SeqCst), 2);
         stop.send(true).unwrap();
         task.await.unwrap();
+        handle.stop(false).await;
+    }
+
+    #[actix_rt::test]
+    async fn beacon_keeps_its_issued_identity_and_presents_it_after_a_restart() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(IDENTITY_FILE);
+        let (url, web_state, handle) = fake_web(true);
+        let (stop, stopped) = watch::channel(false);
+        let b = beacon(&url).with_identity_file(file.clone()).unwrap();
+        let task = tokio::spawn(b.run(stopped));
+        // Forgotten at its first heartbeat, it registers again with its secret.
+        heartbeats(&web_state, 3).await;
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        let presented = web_state.presented.lock().unwrap().clone();
+        assert_eq!(
+            presented,
+            vec![Some("none".to_string()), Some("s3cret".to_string())]
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), "s3cret");
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // A new process with the same work dir presents it at once.
+        let (stop, stopped) = watch::channel(false);
+        let b = beacon(&url).with_identity_file(file).unwrap();
+        let task = tokio::spawn(b.run(stopped));
+        heartbeats(&web_state, 4).await;
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        let presented = web_state.presented.lock().unwrap().clone();
+        assert_eq!(presented[2], Some("s3cret".to_string()));
         handle.stop(false).await;
     }
 

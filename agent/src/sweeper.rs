@@ -211,8 +211,12 @@ mod tests {
         fn describe(&self) -> String {
             "test".into()
         }
-        async fn register(&self, _: &WorkerRegistration) -> Result<(), Refusal> {
-            Ok(())
+        async fn register(
+            &self,
+            _: &WorkerRegistration,
+            _: Option<&str>,
+        ) -> Result<Option<String>, Refusal> {
+            Ok(None)
         }
         async fn heartbeat(&self, _: &str, _: &Heartbeat) -> Result<Option<WorkerState>, Refusal> {
             Ok(None)

@@ -11,6 +11,15 @@ use gantry_wire::sweep::{SweepAnswer, SweepReport};
 use gantry_wire::worker_info::{Heartbeat, WorkerRegistration, WorkerState};
 use reqwest::StatusCode;
 
+/// The header in which a worker presents its identity secret (issued by
+/// the web node at its first registration) when it registers again.
+pub const WORKER_SECRET_HEADER: &str = "x-gantry-worker-secret";
+
+/// The value of [`WORKER_SECRET_HEADER`] of a worker that keeps an
+/// identity but was issued none yet (its first registration). A worker
+/// sending no header at all is an agent of an earlier version.
+pub const NO_WORKER_SECRET: &str = "none";
+
 /// Why the web node did not take a call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -33,8 +42,14 @@ pub trait WebLink: Send + Sync {
     /// Which web node it reaches, for the logs.
     fn describe(&self) -> String;
 
-    /// Registers (or registers again) `registration`.
-    async fn register(&self, registration: &WorkerRegistration) -> Result<(), Refusal>;
+    /// Registers (or registers again) `registration`, presenting the
+    /// worker's identity `secret` when it has one; answers the secret the
+    /// web node issued at the worker's first registration, if it issued one.
+    async fn register(
+        &self,
+        registration: &WorkerRegistration,
+        secret: Option<&str>,
+    ) -> Result<Option<String>, Refusal>;
 
     /// Records a heartbeat of worker `name`; answers the worker's state
     /// when the web node told one.
@@ -111,14 +126,27 @@ impl HttpLink {
         path: &str,
         body: &T,
     ) -> Result<Answer, Refusal> {
+        self.post_with(path, body, None).await
+    }
+
+    /// [`HttpLink::post`] with the worker's identity secret, when given.
+    async fn post_with<T: serde::Serialize + Sync>(
+        &self,
+        path: &str,
+        body: &T,
+        secret: Option<&str>,
+    ) -> Result<Answer, Refusal> {
         let resp = self
             .web
             .send(|base| {
-                let request = self
+                let mut request = self
                     .http
                     .post(format!("{base}{path}"))
                     .bearer_auth(&self.registration_key)
                     .json(body);
+                if let Some(secret) = secret {
+                    request = request.header(WORKER_SECRET_HEADER, secret);
+                }
                 match self.timeout {
                     Some(t) => request.timeout(t),
                     None => request,
@@ -156,10 +184,21 @@ impl WebLink for HttpLink {
         self.web.current().to_string()
     }
 
-    async fn register(&self, registration: &WorkerRegistration) -> Result<(), Refusal> {
-        self.post("/api/v1/workers/register", registration)
-            .await
-            .map(|_| ())
+    async fn register(
+        &self,
+        registration: &WorkerRegistration,
+        secret: Option<&str>,
+    ) -> Result<Option<String>, Refusal> {
+        // Always the header: `none` says this agent keeps an identity.
+        let secret = secret.unwrap_or(NO_WORKER_SECRET);
+        let answer = self
+            .post_with("/api/v1/workers/register", registration, Some(secret))
+            .await?;
+        // A web node of an earlier version answers no secret.
+        Ok(answer
+            .json::<serde_json::Value>()
+            .ok()
+            .and_then(|v| v["worker_secret"].as_str().map(str::to_string)))
     }
 
     async fn heartbeat(

@@ -196,6 +196,18 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
                     cfg.work_dir.display()
                 )
             })?;
+            // It keeps the worker's identity secret, volumes and
+            // containers: its owner's only (tightened on every start).
+            {
+                use std::os::unix::fs::PermissionsExt as _;
+                std::fs::set_permissions(&work_dir, std::fs::Permissions::from_mode(0o700))
+                    .with_context(|| {
+                        format!(
+                            "cannot make the work directory {} private",
+                            work_dir.display()
+                        )
+                    })?;
+            }
             let backend =
                 backend::select(&cfg, &work_dir).context("choosing the container backend")?;
             let resource_types = install_resource_types(&work_dir, backend.name())?;
@@ -228,6 +240,10 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
         .await
         .context("opening the container registry")?,
     );
+    let private = work_dir.clone();
+    tokio::task::spawn_blocking(move || private_layout(&private))
+        .await
+        .context("making the work directory private")??;
     let state = Arc::new(AgentState {
         name: cfg.name.clone(),
         token: state::new_token(),
@@ -295,7 +311,9 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
         holdings.clone(),
         registration.clone(),
         interval,
-    );
+    )
+    .with_identity_file(work_dir.join(beacon::IDENTITY_FILE))
+    .context("reading the worker's identity secret")?;
     let status = beacon.status.subscribe();
     let (shutdown, stopped) = watch::channel(false);
     if cfg.sweep_interval_secs > 0 {
@@ -330,6 +348,61 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
         web: (web, cfg.registration_key.clone()),
         holdings,
     })
+}
+
+/// The work directory's own directories: made 0700 at every start (the
+/// work directory is already), so no other user lists what the worker
+/// holds. What they hold (a volume, a container's bundle, an unpacked
+/// layer) keeps the modes its tasks and images expect: others cannot reach
+/// it through these directories anyway.
+const PRIVATE_DIRS: &[&str] = &[
+    "volumes",
+    "containers",
+    "registry",
+    "registry/blobs",
+    "registry/blobs/sha256",
+    "registry/diffs",
+    "registry/diffs/sha256",
+    "registry/work",
+];
+
+/// Makes each of [`PRIVATE_DIRS`] that exists under `work_dir` 0700, and
+/// the installed base resource types (scripts the worker runs as root in
+/// their containers) their owner's only. Blocking.
+fn private_layout(work_dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut scripts = vec![work_dir.join("resource-types")];
+    while let Some(path) = scripts.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !(meta.is_dir() || meta.is_file()) {
+            continue;
+        }
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & 0o077 != 0 {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode & !0o077))
+                .with_context(|| format!("making {} private", path.display()))?;
+        }
+        if meta.is_dir() {
+            for entry in
+                std::fs::read_dir(&path).with_context(|| format!("listing {}", path.display()))?
+            {
+                scripts.push(entry?.path());
+            }
+        }
+    }
+    for dir in PRIVATE_DIRS {
+        let path = work_dir.join(dir);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
+                    .with_context(|| format!("making {} private", path.display()))?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The base types a worker advertises: its script types and, on an

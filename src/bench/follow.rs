@@ -32,6 +32,7 @@ pub struct FollowBench {
 async fn start_node(url: &str, store: &std::path::Path, node: &str) -> anyhow::Result<Engine> {
     let artifacts = ArtifactFiles::open(store.to_path_buf()).context("artifact store")?;
     Ok(Engine::open(EngineSetup {
+        sealer: crate::bench::sealer(),
         database_url: url.to_string(),
         teams: vec!["main".into()],
         connector: Arc::new(DetachedConnector),

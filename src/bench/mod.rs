@@ -12,3 +12,13 @@ pub mod s3;
 pub mod scheduling;
 pub mod set_pipeline;
 pub mod stream;
+
+/// The key the benchmarks' engines seal stored secrets with: one per
+/// process, so engines opened one after another (or side by side) on one
+/// database agree with it.
+pub(crate) fn sealer() -> gantry_actors::api::Sealer {
+    static SEALER: std::sync::OnceLock<gantry_actors::api::Sealer> = std::sync::OnceLock::new();
+    SEALER
+        .get_or_init(gantry_actors::api::Sealer::ephemeral)
+        .clone()
+}

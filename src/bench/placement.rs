@@ -183,7 +183,9 @@ async fn start_engine(
         ..Default::default()
     };
     let artifacts = ArtifactFiles::open(store.to_path_buf()).context("artifact store")?;
+    // The nodes share one database: they share its key.
     let engine = Engine::open(EngineSetup {
+        sealer: crate::bench::sealer(),
         database_url: url.to_string(),
         teams: vec![],
         connector: Arc::new(DetachedConnector),

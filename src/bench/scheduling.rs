@@ -68,6 +68,7 @@ async fn start_engine(
 ) -> anyhow::Result<Engine> {
     let artifacts = ArtifactFiles::open(store.to_path_buf()).context("artifact store")?;
     Ok(Engine::open(EngineSetup {
+        sealer: crate::bench::sealer(),
         database_url: url.to_string(),
         teams: vec!["main".into()],
         connector: Arc::new(DetachedConnector),

@@ -261,8 +261,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     Command::RetireWorker { name } => {
                         list::lifecycle(&client, &name, "retire").await.map(|_| 0)
                     }
-                    Command::PruneWorker { name } => {
-                        list::lifecycle(&client, &name, "prune").await.map(|_| 0)
+                    Command::PruneWorker { name, force } => {
+                        list::prune(&client, &name, force).await.map(|_| 0)
                     }
                     Command::ClearTaskCache {
                         pipeline,

@@ -54,6 +54,10 @@ pub struct WebFlags {
     /// `postgres://...` or `sqlite://...`; default SQLite in the data dir.
     #[arg(long, env = "GANTRY_DATABASE_URL")]
     pub database_url: Option<String>,
+    /// File of the key that seals stored secrets (made when missing);
+    /// default DATA_DIR/secret.key. Web nodes sharing a database share it.
+    #[arg(long, env = "GANTRY_ENCRYPTION_KEY_FILE")]
+    pub encryption_key_file: Option<PathBuf>,
     /// Key workers present to register.
     #[arg(long, env = "GANTRY_REGISTRATION_KEY")]
     pub registration_key: Option<String>,
@@ -342,10 +346,17 @@ pub enum Command {
         /// Worker name.
         name: String,
     },
-    /// Remove a worker that is not running (stalled, landing, landed, retiring).
+    /// Remove a worker that is not running (stalled, landing, landed,
+    /// retiring); with --force, whatever its state. A worker's name is
+    /// pinned to the worker that first registered under it until it is
+    /// pruned.
     PruneWorker {
         /// Worker name.
         name: String,
+        /// Prune it even when it is running (its running steps are lost,
+        /// and any worker may then register under its name).
+        #[arg(long)]
+        force: bool,
     },
     /// Clear a job's task caches on every worker (of one step with -s);
     /// prints how many were cleared.

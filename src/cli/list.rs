@@ -245,32 +245,40 @@ pub async fn web_nodes(client: &ApiClient, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `land-worker`, `retire-worker`, `prune-worker`. A prune names the
-/// worker in the body, so that any stored name can be pruned (also one from
-/// before the name rule, too long for a URL).
+/// `land-worker`, `retire-worker`.
 pub async fn lifecycle(client: &ApiClient, name: &str, action: &str) -> anyhow::Result<()> {
-    let answer: serde_json::Value = if action == "prune" {
-        client
-            .post(
-                "/api/v1/workers/prune",
-                &serde_json::json!({ "name": name }),
-            )
-            .await?
-    } else {
-        gantry_actors::worker_info::check_worker_name(name).map_err(anyhow::Error::msg)?;
-        client
-            .post(
-                &format!("/api/v1/workers/{}/{action}", crate::url::segment(name)),
-                &serde_json::json!({}),
-            )
-            .await?
-    };
+    gantry_actors::worker_info::check_worker_name(name).map_err(anyhow::Error::msg)?;
+    let answer: serde_json::Value = client
+        .post(
+            &format!("/api/v1/workers/{}/{action}", crate::url::segment(name)),
+            &serde_json::json!({}),
+        )
+        .await?;
+    print_lifecycle(name, &answer);
+    Ok(())
+}
+
+/// `prune-worker [--force]`: names the worker in the body, so that any
+/// stored name can be pruned (also one from before the name rule, too long
+/// for a URL).
+pub async fn prune(client: &ApiClient, name: &str, force: bool) -> anyhow::Result<()> {
+    let answer: serde_json::Value = client
+        .post(
+            "/api/v1/workers/prune",
+            &serde_json::json!({ "name": name, "force": force }),
+        )
+        .await?;
+    print_lifecycle(name, &answer);
+    Ok(())
+}
+
+/// `worker NAME: STATE` of a lifecycle command's answer.
+fn print_lifecycle(name: &str, answer: &serde_json::Value) {
     let name = crate::cli::table::shorten(name, crate::cli::table::MAX_CELL);
     crate::outln!(
         "worker {name}: {}",
         answer["state"].as_str().unwrap_or("removed")
     );
-    Ok(())
 }
 
 /// `gantry jobs -p PIPELINE`: a stored pipeline's jobs.

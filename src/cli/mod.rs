@@ -14,7 +14,7 @@ mod pipeline_grammar;
 mod pipelines;
 mod progress;
 mod run;
-mod serve;
+pub(crate) mod serve;
 pub mod table;
 mod teams;
 mod validate_plan;

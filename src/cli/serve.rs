@@ -49,6 +49,9 @@ fn apply_web(mut cfg: WebConfig, f: WebFlags) -> WebConfig {
     if f.registration_key.is_some() {
         cfg.registration_key = f.registration_key;
     }
+    if f.encryption_key_file.is_some() {
+        cfg.encryption_key_file = f.encryption_key_file;
+    }
     if let Some(v) = f.global_resources {
         cfg.global_resources = v;
     }
@@ -130,6 +133,9 @@ fn apply_worker(mut cfg: WorkerConfig, f: WorkerFlags) -> WorkerConfig {
 
 /// `gantry web`
 pub fn web(log_format: &str, flags: WebFlags) -> anyhow::Result<()> {
+    // Everything the web node writes is its owner's only (it runs no
+    // containers: no task's files are made here).
+    crate::private_files::private_umask();
     let file = load(&flags.config)?;
     let cfg = apply_web(file.web, flags);
     let service = Service {
@@ -204,7 +210,7 @@ pub fn quickstart(
     };
     web_cfg.registration_key = Some(key.clone());
     worker_cfg.registration_key = key;
-    worker_cfg.work_dir = web_cfg.data_dir.join("worker");
+    worker_cfg.work_dir = web_cfg.data_dir.join(QUICKSTART_WORKER_DIR);
     worker_cfg.listen = "127.0.0.1:0".parse().expect("valid address");
     if backend.is_some() {
         worker_cfg.backend = backend;
@@ -232,6 +238,9 @@ pub fn quickstart(
         })
     })
 }
+
+/// The quickstart's embedded worker's work directory, in its data dir.
+pub const QUICKSTART_WORKER_DIR: &str = "worker";
 
 /// The file in a quickstart's data dir that keeps its registration key.
 pub const QUICKSTART_KEY_FILE: &str = "registration-key";

@@ -93,10 +93,18 @@ impl WebLink for EngineLink {
         "this web node".into()
     }
 
-    async fn register(&self, registration: &WorkerRegistration) -> Result<(), Refusal> {
+    /// The web node vouches for its own cluster worker: no identity
+    /// secret is presented or issued (its name is pinned to no worker
+    /// process, so none can register under it).
+    async fn register(
+        &self,
+        registration: &WorkerRegistration,
+        _secret: Option<&str>,
+    ) -> Result<Option<String>, Refusal> {
         self.0
             .register_worker(registration.clone())
             .await
+            .map(|()| None)
             .map_err(|e| Refusal::Failed(e.to_string()))
     }
 

@@ -96,13 +96,13 @@ impl Worker for KubeWorker {
         let dir = inner.staged_dir(&spec.handle)?;
         match &spec.strategy {
             VolumeStrategy::Empty => {
-                std::fs::create_dir_all(&dir)
+                create_volume_dir(&dir)
                     .map_err(|e| inner.error(format!("creating {}: {e}", dir.display())))?;
             }
             VolumeStrategy::Cow { parent } => {
                 let _held = inner.lock(parent).await;
                 let tar = inner.tar_of(parent).await?;
-                std::fs::create_dir_all(&dir)
+                create_volume_dir(&dir)
                     .map_err(|e| inner.error(format!("creating {}: {e}", dir.display())))?;
                 if let Err(e) =
                     crate::tarball::unpack(tar, Encoding::Raw, dir.clone(), Default::default())
@@ -308,4 +308,13 @@ impl Container for KubeContainer {
         let p = KubeProcess::attach(self.worker.exec.clone(), &self.pod, id, io).await?;
         Ok(Box::new(p))
     }
+}
+
+/// Creates a staged volume's directory with mode 0755 whatever the web
+/// node's umask (077: its data directory is private), as a pod's tasks
+/// expect a volume's root (the staging directory above it is private).
+fn create_volume_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
 }

@@ -91,6 +91,33 @@ fn lock_sqlite(url: &str) -> anyhow::Result<Option<std::fs::File>> {
     Ok(Some(file))
 }
 
+/// Makes the data directory, and the artifact directory when it lies
+/// elsewhere, private (see [`crate::private_files`]); the quickstart's
+/// embedded worker's work directory and the Kubernetes staging directory
+/// are made 0700 without their volumes' contents being changed.
+fn make_private(cfg: &WebConfig) -> anyhow::Result<()> {
+    let skip = [
+        cfg.data_dir.join(crate::cli::serve::QUICKSTART_WORKER_DIR),
+        // Volumes staged for Kubernetes pods keep their tasks' modes.
+        cfg.data_dir.join("kubernetes"),
+    ];
+    let mut done = crate::private_files::tighten(&cfg.data_dir, &skip)?;
+    if let Ok(crate::config::ArtifactLocation::Dir(dir)) = cfg.artifact_location() {
+        if !dir.starts_with(&cfg.data_dir) && dir.exists() {
+            let more = crate::private_files::tighten(&dir, &[])?;
+            done.seen += more.seen;
+            done.changed += more.changed;
+        }
+    }
+    if done.changed > 0 {
+        tracing::info!(
+            changed = done.changed,
+            "made the data directory's files private (readable by their owner only)"
+        );
+    }
+    Ok(())
+}
+
 /// The database URL: the configured one, or SQLite in the data dir.
 pub fn database_url(cfg: &WebConfig) -> String {
     cfg.database_url.clone().unwrap_or_else(|| {
@@ -152,8 +179,11 @@ pub async fn start_web(
     for team in cfg.teams.keys() {
         gantry_actors::api::check_team_name(team).map_err(|e| anyhow::anyhow!("web.teams: {e}"))?;
     }
-    std::fs::create_dir_all(&cfg.data_dir)
+    crate::private_files::private_dir(&cfg.data_dir)
         .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
+    // An install made before its files were private is tightened first.
+    make_private(cfg)?;
+    let sealer = gantry_actors::api::Sealer::load_or_create(&cfg.encryption_key_file())?;
     let url = database_url(cfg);
     let sqlite_lock = lock_sqlite(&url)?;
     let node_name = cfg.node_name.clone().unwrap_or_else(|| {
@@ -202,9 +232,12 @@ pub async fn start_web(
         connector,
         artifacts,
         config: engine_config,
+        sealer,
     })
     .await
     .with_context(|| format!("opening the engine on database {}", redact(&url)))?;
+    // What opening made (the database's files, the artifact store's).
+    make_private(cfg)?;
     engine.run_job(self::metrics::Upkeep::new(), self::metrics::Upkeep::EVERY);
     for cluster in clusters {
         crate::k8s::beacon::start(&engine, cluster);

@@ -55,6 +55,22 @@ pub struct TestDb {
     pub url: Option<String>,
     /// Name of the PostgreSQL database to drop.
     pg_name: Option<String>,
+    /// The key that seals the database's secrets, which every web node
+    /// on it must share (`--encryption-key-file`): none on SQLite (one
+    /// node, its key in its data dir).
+    pub key_file: Option<PathBuf>,
+}
+
+/// The shared key file of the web nodes on PostgreSQL database `name`
+/// (made by the first node that starts).
+fn shared_key_file(name: &str) -> PathBuf {
+    let safe: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    std::env::temp_dir()
+        .join("gantry-e2e-keys")
+        .join(format!("{safe}.key"))
 }
 
 /// The PostgreSQL server the tests use (`GANTRY_TEST_PG`, default the local one).
@@ -78,6 +94,7 @@ impl TestDb {
             DbKind::Sqlite => TestDb {
                 url: None,
                 pg_name: None,
+                key_file: None,
             },
             DbKind::Postgres => {
                 let name = format!("gantry_e2e_{}", uuid::Uuid::new_v4().simple());
@@ -89,6 +106,7 @@ impl TestDb {
                 );
                 TestDb {
                     url: Some(format!("{}/{name}", pg_base())),
+                    key_file: Some(shared_key_file(&name)),
                     pg_name: Some(name),
                 }
             }
@@ -100,6 +118,7 @@ impl TestDb {
     /// A database the test manages itself (not dropped at the end).
     pub fn at(url: String) -> TestDb {
         TestDb {
+            key_file: Some(shared_key_file(&url)),
             url: Some(url),
             pg_name: None,
         }
@@ -110,6 +129,9 @@ impl Drop for TestDb {
     fn drop(&mut self) {
         if let Some(name) = &self.pg_name {
             let _ = psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+            if let Some(key) = &self.key_file {
+                let _ = std::fs::remove_file(key);
+            }
         }
     }
 }
@@ -277,6 +299,9 @@ pub fn quickstart(dir: &Path, db: &TestDb, extra: &[&str]) -> Server {
     if let Some(url) = &db.url {
         cmd.arg("--database-url").arg(url);
     }
+    if let Some(key) = &db.key_file {
+        cmd.arg("--encryption-key-file").arg(key);
+    }
     let s = Server::start(cmd, "API on ", dir.join("quickstart.log"));
     wait_running(&s.url, 1);
     s
@@ -387,6 +412,9 @@ pub fn web_command(dir: &Path, db: &TestDb, config: &str, port: u16) -> Command 
         .args(["--gc-interval", "1"]);
     if let Some(url) = &db.url {
         cmd.arg("--database-url").arg(url);
+    }
+    if let Some(key) = &db.key_file {
+        cmd.arg("--encryption-key-file").arg(key);
     }
     cmd
 }

@@ -46,7 +46,7 @@ pub use turns::TurnAhead;
 pub use waiting_builds::WaitingBuild;
 pub use waiting_steps::WaitingStep;
 pub use web_nodes::DEPARTURES_CHANNEL;
-pub use workers::WorkerRow;
+pub use workers::{identity_hash, new_identity_secret, Pin, Registered, WorkerRow};
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -80,6 +80,10 @@ pub struct Db {
     /// `pool()` call is one), for `gantry_db_queries_total`: what shows
     /// whether a load on the API grows the database's work.
     queries: Arc<std::sync::atomic::AtomicU64>,
+    /// Seals the secrets stored here (workers' agent tokens and stream
+    /// keys) with the key kept outside the database
+    /// ([`Db::sealed_with`]); a random key of the process until then.
+    sealer: crate::sealer::Sealer,
 }
 
 /// Reserved blocks of per-worker sequence numbers: `[next, end)` by worker.
@@ -145,9 +149,47 @@ impl Db {
             sequences: Arc::default(),
             url: Arc::from(url),
             queries: Arc::default(),
+            sealer: crate::sealer::Sealer::ephemeral(),
         };
         db.migrate().await?;
         Ok(db)
+    }
+
+    /// This database, its secrets sealed with `sealer` from now on. The
+    /// first web node records a check of its key; a node whose key
+    /// cannot open the check is refused (web nodes sharing a database
+    /// must share the key). Then every secret stored in plain text
+    /// (before sealing began) is sealed.
+    pub async fn sealed_with(mut self, sealer: crate::sealer::Sealer) -> Result<Db, EngineError> {
+        const CONTEXT: &str = "seal_key_check";
+        const KNOWN: &str = "gantry seal key check";
+        // Whoever writes first sets the check; every node reads it back.
+        sqlx::query(
+            "INSERT INTO seal_key_check (id, sealed) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(sealer.seal(CONTEXT, KNOWN))
+        .execute(self.pool())
+        .await?;
+        let (check,): (String,) = sqlx::query_as("SELECT sealed FROM seal_key_check WHERE id = 1")
+            .fetch_one(self.pool())
+            .await?;
+        if sealer.open(CONTEXT, &check).ok().as_deref() != Some(KNOWN) {
+            return Err(EngineError::Invalid(format!(
+                "the encryption key ({}) is not the key this database's secrets were sealed with: \
+                 every web node on one database must use the same key (set [web] encryption_key_file \
+                 to a copy of the first node's key on each node)",
+                sealer.origin()
+            )));
+        }
+        self.sealer = sealer;
+        let sealed = self.seal_plain_workers().await?;
+        if sealed > 0 {
+            tracing::info!(
+                workers = sealed,
+                "sealed the secrets of workers stored in plain text"
+            );
+        }
+        Ok(self)
     }
 
     /// Runs the migrations of this database's flavour.

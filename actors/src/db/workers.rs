@@ -26,7 +26,7 @@ pub struct WorkerRow {
 
 type Raw = (String, String, i64, i64, i64, Option<i64>);
 
-/// The columns [`decode`] reads.
+/// The columns [`Db::decode`] reads.
 const COLUMNS: &str = "state, registration, containers, volumes, last_heartbeat, bound_build";
 
 /// Binds a one-build worker to a build (`$1`) unless it is bound to another.
@@ -37,45 +37,230 @@ pub(crate) const BIND_WORKER: &str = "UPDATE workers SET bound_build = $1 \
 pub(crate) const BINDINGS: &str =
     "SELECT name, bound_build FROM workers WHERE bound_build IS NOT NULL";
 
-fn decode(raw: Raw) -> Result<WorkerRow, EngineError> {
-    let (state, registration, containers, volumes, last_heartbeat, bound_build) = raw;
-    Ok(WorkerRow {
-        registration: serde_json::from_str(&registration)
-            .map_err(|e| EngineError::Invalid(format!("stored worker registration: {e}")))?,
-        state: WorkerState::parse(&state)
-            .ok_or_else(|| EngineError::Invalid(format!("stored worker state {state:?}")))?,
-        containers: containers as u32,
-        volumes: volumes as u32,
-        last_heartbeat,
-        bound_build,
-    })
+/// Who registers a worker, for its pinned identity (see [`Db::register_pinned`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Pin<'a> {
+    /// This web node itself (its Kubernetes cluster worker): takes the
+    /// name; a new row is pinned to a secret nobody holds, so no worker
+    /// process can register under the name until an admin prunes it.
+    Trusted,
+    /// A worker process: `given` is the hash of the secret it presented
+    /// (none at its first registration); `fresh` the hash of a new
+    /// secret, pinned if the row has no pin yet.
+    Presented {
+        /// SHA-256 (hex) of the presented secret.
+        given: Option<&'a str>,
+        /// SHA-256 (hex) of the secret to issue when the name is not pinned.
+        fresh: &'a str,
+    },
+    /// A worker process of an earlier version, which keeps no identity:
+    /// it registers only under a name no worker is pinned to, and does not
+    /// pin it (so a rolling upgrade of web nodes before workers leaves no
+    /// worker unable to register after its own upgrade).
+    Unaware,
+}
+
+/// What [`Db::register_pinned`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Registered {
+    /// The registration was stored: the build a one-build worker stays
+    /// bound to, and whether the `fresh` secret was pinned now (to be
+    /// handed to the worker, once).
+    Taken {
+        /// The binding kept.
+        bound_build: Option<i64>,
+        /// Whether the name was pinned to the fresh secret now.
+        pinned_now: bool,
+    },
+    /// The name is pinned to another secret than the one presented.
+    Refused,
+}
+
+/// Where a worker's stored secret `field` is sealed, bound to its row.
+fn seal_context(name: &str, field: &str) -> String {
+    format!("workers/{name}/{field}")
+}
+
+/// A new identity secret for a worker (256 random bits, hex), issued at
+/// its first registration.
+pub fn new_identity_secret() -> String {
+    use rand::RngCore as _;
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// SHA-256 (hex) of a worker's identity secret: what the database keeps.
+pub fn identity_hash(secret: &str) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(secret.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 impl Db {
-    /// Inserts or replaces a worker's registration; it becomes `running`.
-    /// A one-build worker registering again keeps the build it is bound to
-    /// (it finishes that build, or is retired); any other worker is bound to
+    /// The registration as stored: its agent token and stream key sealed.
+    fn encode_registration(&self, reg: &WorkerRegistration) -> String {
+        let mut stored = reg.clone();
+        for (field, value) in [
+            ("agent_token", &mut stored.agent_token),
+            ("stream_key", &mut stored.stream_key),
+        ] {
+            if !value.is_empty() && !crate::sealer::Sealer::is_sealed(value) {
+                *value = self.sealer.seal(&seal_context(&reg.name, field), value);
+            }
+        }
+        serde_json::to_string(&stored).expect("registration serialises")
+    }
+
+    /// A stored registration with its secrets opened (a value stored
+    /// before sealing began is taken as it is, until the start-up pass
+    /// seals it).
+    fn decode_registration(&self, json: &str) -> Result<WorkerRegistration, EngineError> {
+        let mut reg: WorkerRegistration = serde_json::from_str(json)
+            .map_err(|e| EngineError::Invalid(format!("stored worker registration: {e}")))?;
+        let name = reg.name.clone();
+        for (field, value) in [
+            ("agent_token", &mut reg.agent_token),
+            ("stream_key", &mut reg.stream_key),
+        ] {
+            if crate::sealer::Sealer::is_sealed(value) {
+                *value = self.sealer.open(&seal_context(&name, field), value)?;
+            }
+        }
+        Ok(reg)
+    }
+
+    fn decode(&self, raw: Raw) -> Result<WorkerRow, EngineError> {
+        let (state, registration, containers, volumes, last_heartbeat, bound_build) = raw;
+        Ok(WorkerRow {
+            registration: self.decode_registration(&registration)?,
+            state: WorkerState::parse(&state)
+                .ok_or_else(|| EngineError::Invalid(format!("stored worker state {state:?}")))?,
+            containers: containers as u32,
+            volumes: volumes as u32,
+            last_heartbeat,
+            bound_build,
+        })
+    }
+
+    /// Seals the secrets of every registration stored before sealing
+    /// began (a start-up pass; a row already sealed is left alone).
+    /// Answers how many rows it sealed.
+    pub(crate) async fn seal_plain_workers(&self) -> Result<usize, EngineError> {
+        let rows: Vec<(String, String)> = sqlx::query_as("SELECT name, registration FROM workers")
+            .fetch_all(self.pool())
+            .await?;
+        let mut sealed = 0;
+        for (name, json) in rows {
+            let stored: WorkerRegistration = serde_json::from_str(&json)
+                .map_err(|e| EngineError::Invalid(format!("stored worker registration: {e}")))?;
+            let sealed_or_empty = |v: &str| v.is_empty() || crate::sealer::Sealer::is_sealed(v);
+            if sealed_or_empty(&stored.agent_token) && sealed_or_empty(&stored.stream_key) {
+                continue;
+            }
+            let stored = self.encode_registration(&self.decode_registration(&json)?);
+            // Only the row as read: a registration since is sealed already.
+            sqlx::query(
+                "UPDATE workers SET registration = $1 WHERE name = $2 AND registration = $3",
+            )
+            .bind(stored)
+            .bind(&name)
+            .bind(&json)
+            .execute(self.pool())
+            .await?;
+            sealed += 1;
+        }
+        Ok(sealed)
+    }
+}
+
+impl Db {
+    /// Inserts or replaces a worker's registration as this web node
+    /// itself (see [`Pin::Trusted`]); it becomes `running`. A one-build
+    /// worker registering again keeps the build it is bound to (it
+    /// finishes that build, or is retired); any other worker is bound to
     /// none. Answers the binding kept.
     pub async fn upsert_worker(
         &self,
         reg: &WorkerRegistration,
     ) -> Result<Option<i64>, EngineError> {
-        let json = serde_json::to_string(reg).expect("registration serialises");
-        let (bound,): (Option<i64>,) = sqlx::query_as(
-            "INSERT INTO workers (name, state, registration, last_heartbeat) VALUES ($1, $2, $3, $4) \
+        match self.register_pinned(reg, Pin::Trusted).await? {
+            Registered::Taken { bound_build, .. } => Ok(bound_build),
+            Registered::Refused => unreachable!("a trusted registration is never refused"),
+        }
+    }
+
+    /// Inserts or replaces a worker's registration (it becomes `running`)
+    /// unless its name is pinned to another identity than `pin` presents,
+    /// in one statement, so two registrants racing on several web nodes
+    /// cannot both take a name. The first registration of a name pins it
+    /// to `fresh`; the pin lasts until the row is deleted (an admin's
+    /// prune, a retirement). Secrets are stored sealed.
+    pub async fn register_pinned(
+        &self,
+        reg: &WorkerRegistration,
+        pin: Pin<'_>,
+    ) -> Result<Registered, EngineError> {
+        let json = self.encode_registration(reg);
+        let (given, fresh, trusted) = match pin {
+            Pin::Trusted => {
+                // A secret nobody holds: no worker process can present it.
+                let nobody = identity_hash(&uuid::Uuid::new_v4().to_string());
+                (None, Some(nobody), 1i64)
+            }
+            Pin::Presented { given, fresh } => {
+                (given.map(str::to_string), Some(fresh.to_string()), 0)
+            }
+            Pin::Unaware => (None, None, 0),
+        };
+        let row: Option<(Option<i64>, Option<String>)> = sqlx::query_as(
+            "INSERT INTO workers (name, state, registration, last_heartbeat, identity_hash) \
+             VALUES ($1, $2, $3, $4, $6) \
              ON CONFLICT (name) DO UPDATE SET state = excluded.state, registration = excluded.registration, \
              last_heartbeat = excluded.last_heartbeat, \
-             bound_build = CASE WHEN $5 = 1 THEN workers.bound_build ELSE NULL END \
-             RETURNING bound_build",
+             bound_build = CASE WHEN $5 = 1 THEN workers.bound_build ELSE NULL END, \
+             identity_hash = COALESCE(workers.identity_hash, excluded.identity_hash) \
+             WHERE workers.identity_hash IS NULL OR workers.identity_hash = $7 OR $8 = 1 \
+             RETURNING bound_build, identity_hash",
         )
         .bind(&reg.name)
         .bind(WorkerState::Running.as_str())
         .bind(json)
         .bind(now_ms())
         .bind(i64::from(reg.identity.ephemeral))
-        .fetch_one(self.pool())
+        .bind(&fresh)
+        .bind(given)
+        .bind(trusted)
+        .fetch_optional(self.pool())
         .await?;
-        Ok(bound)
+        Ok(match row {
+            Some((bound_build, pinned)) => Registered::Taken {
+                bound_build,
+                pinned_now: trusted == 0 && fresh.is_some() && pinned == fresh,
+            },
+            None => Registered::Refused,
+        })
+    }
+
+    /// Whether worker `name` is pinned to another identity than the one
+    /// whose secret hashes to `given` (a quick check before its agent is
+    /// probed; [`Db::register_pinned`] decides atomically).
+    pub async fn pinned_to_another(
+        &self,
+        name: &str,
+        given: Option<&str>,
+    ) -> Result<bool, EngineError> {
+        let pin: Option<(Option<String>,)> =
+            sqlx::query_as("SELECT identity_hash FROM workers WHERE name = $1")
+                .bind(name)
+                .fetch_optional(self.pool())
+                .await?;
+        Ok(match pin.and_then(|p| p.0) {
+            Some(pinned) => given != Some(pinned.as_str()),
+            None => false,
+        })
     }
 
     /// Records a heartbeat's counts and time (the state is written only by
@@ -118,7 +303,7 @@ impl Db {
             sqlx::query_as(&format!("SELECT {COLUMNS} FROM workers ORDER BY name"))
                 .fetch_all(self.pool())
                 .await?;
-        rows.into_iter().map(decode).collect()
+        rows.into_iter().map(|r| self.decode(r)).collect()
     }
 
     /// One stored worker.
@@ -128,7 +313,7 @@ impl Db {
                 .bind(name)
                 .fetch_optional(self.pool())
                 .await?;
-        row.map(decode).transpose()
+        row.map(|r| self.decode(r)).transpose()
     }
 
     /// Binds one-build worker `name` to `build`, the build whose steps it
@@ -295,6 +480,124 @@ mod tests {
 
     fn reg(name: &str) -> WorkerRegistration {
         crate::testing::registration(name)
+    }
+
+    #[tokio::test]
+    async fn a_name_is_pinned_at_its_first_registration_until_its_row_goes() {
+        let (db, _dir) = crate::db::test_db().await;
+        let r = reg("w");
+        let (s1, s2) = (identity_hash("one"), identity_hash("two"));
+        let first = Pin::Presented {
+            given: None,
+            fresh: &s1,
+        };
+        let taken = db.register_pinned(&r, first).await.unwrap();
+        assert_eq!(
+            taken,
+            Registered::Taken {
+                bound_build: None,
+                pinned_now: true
+            }
+        );
+        // No secret, or another one: refused; the pinned one: taken, and
+        // the pin stays (no new secret is issued).
+        for given in [None, Some(s2.as_str())] {
+            let pin = Pin::Presented { given, fresh: &s2 };
+            assert_eq!(
+                db.register_pinned(&r, pin).await.unwrap(),
+                Registered::Refused
+            );
+            assert!(db.pinned_to_another("w", given).await.unwrap());
+        }
+        let again = Pin::Presented {
+            given: Some(&s1),
+            fresh: &s2,
+        };
+        assert_eq!(
+            db.register_pinned(&r, again).await.unwrap(),
+            Registered::Taken {
+                bound_build: None,
+                pinned_now: false
+            }
+        );
+        assert!(!db.pinned_to_another("w", Some(&s1)).await.unwrap());
+        // An agent that keeps no identity takes no pinned name...
+        assert_eq!(
+            db.register_pinned(&r, Pin::Unaware).await.unwrap(),
+            Registered::Refused
+        );
+        // ... and pins none it takes.
+        let u = reg("u");
+        for _ in 0..2 {
+            assert_eq!(
+                db.register_pinned(&u, Pin::Unaware).await.unwrap(),
+                Registered::Taken {
+                    bound_build: None,
+                    pinned_now: false
+                }
+            );
+        }
+        assert!(!db.pinned_to_another("u", None).await.unwrap());
+        // Pruned: the next registrant pins the name anew.
+        db.delete_worker("w").await.unwrap();
+        assert!(!db.pinned_to_another("w", None).await.unwrap());
+        let other = Pin::Presented {
+            given: None,
+            fresh: &s2,
+        };
+        assert!(matches!(
+            db.register_pinned(&r, other).await.unwrap(),
+            Registered::Taken {
+                pinned_now: true,
+                ..
+            }
+        ));
+    }
+
+    #[tokio::test]
+    async fn secrets_are_stored_sealed_and_plain_rows_are_sealed_at_start() {
+        let (db, dir) = crate::db::test_db().await;
+        let mut r = reg("w");
+        r.agent_token = "agent-token-0123456789".into();
+        r.stream_key = "stream-key-0123456789".into();
+        db.upsert_worker(&r).await.unwrap();
+        let raw = |db: &Db| {
+            let db = db.clone();
+            async move {
+                let (json,): (String,) =
+                    sqlx::query_as("SELECT registration FROM workers WHERE name = 'w'")
+                        .fetch_one(db.pool())
+                        .await
+                        .unwrap();
+                json
+            }
+        };
+        let stored = raw(&db).await;
+        assert!(!stored.contains("agent-token") && !stored.contains("stream-key"));
+        let row = db.get_worker("w").await.unwrap().unwrap();
+        assert_eq!(row.registration, r);
+        // A row of before sealing, in plain text, is sealed by the pass.
+        sqlx::query("UPDATE workers SET registration = $1 WHERE name = 'w'")
+            .bind(serde_json::to_string(&r).unwrap())
+            .execute(db.pool())
+            .await
+            .unwrap();
+        assert_eq!(db.seal_plain_workers().await.unwrap(), 1);
+        assert!(!raw(&db).await.contains("agent-token"));
+        assert_eq!(db.get_worker("w").await.unwrap().unwrap().registration, r);
+        assert_eq!(db.seal_plain_workers().await.unwrap(), 0);
+        // Another web node with another key is refused at once.
+        let url = format!("sqlite://{}/t.db?mode=rwc", dir.path().display());
+        let key = crate::sealer::Sealer::ephemeral();
+        let kept = Db::connect(&url).await.unwrap().sealed_with(key.clone());
+        assert!(kept.await.is_ok());
+        let other = Db::connect(&url).await.unwrap();
+        let e = other
+            .sealed_with(crate::sealer::Sealer::ephemeral())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not the key"), "{e}");
     }
 
     #[tokio::test]

@@ -142,6 +142,8 @@ pub struct EngineSetup {
     pub artifacts: Arc<dyn ArtifactStore>,
     /// The engine's settings.
     pub config: EngineConfig,
+    /// Seals the secrets the database stores, with a key kept outside it.
+    pub sealer: crate::sealer::Sealer,
 }
 
 impl Engine {
@@ -150,7 +152,10 @@ impl Engine {
     /// teams, then starts the actors (inside a running actix System). The
     /// one constructor of the edges: no edge opens the database.
     pub async fn open(setup: EngineSetup) -> Result<Engine, EngineError> {
-        let db = Db::connect(&setup.database_url).await?;
+        let db = Db::connect(&setup.database_url)
+            .await?
+            .sealed_with(setup.sealer)
+            .await?;
         if db.is_shared() {
             check_shared_store(&db, setup.artifacts.as_ref()).await?;
         }

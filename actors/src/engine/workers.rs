@@ -5,8 +5,8 @@ use std::sync::Arc;
 use super::Engine;
 use crate::error::EngineError;
 use crate::registry::{
-    HeartbeatRefused, LifecycleAction, ListWorkers, RegisterWorker, WorkerHeartbeat,
-    WorkerLifecycle,
+    HeartbeatRefused, LifecycleAction, ListWorkers, RegisterPinned, RegisterWorker,
+    WorkerHeartbeat, WorkerLifecycle, WorkerProof,
 };
 use crate::runtime::Worker;
 use crate::scheduler::{
@@ -15,13 +15,68 @@ use crate::scheduler::{
 use crate::state::WorkerState;
 use crate::worker_info::{Heartbeat, WorkerRegistration, WorkerView};
 
+/// How long the web node waits for a registering worker's agent to answer
+/// its probe.
+pub const AGENT_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Engine {
-    /// Registers (or re-registers) a worker; it becomes `running`.
+    /// Registers (or re-registers) a worker this web node vouches for (its
+    /// Kubernetes cluster worker); it becomes `running`.
     pub async fn register_worker(
         &self,
         registration: WorkerRegistration,
     ) -> Result<(), EngineError> {
         self.registry.send(RegisterWorker(registration)).await?
+    }
+
+    /// Registers (or re-registers) a worker process that came with the
+    /// registration key: its agent must answer an authenticated probe
+    /// first (a worker the web node cannot reach is given no work:
+    /// [`EngineError::Unavailable`] names it and why), and its name must
+    /// not be pinned to another worker ([`EngineError::Conflict`]).
+    /// Answers the identity secret issued at its first registration, to
+    /// hand to the worker once.
+    pub async fn register_worker_process(
+        &self,
+        registration: WorkerRegistration,
+        proof: WorkerProof,
+    ) -> Result<Option<String>, EngineError> {
+        // A name pinned to another worker is refused before anything is
+        // asked of the registrant's URL.
+        let given = proof.given_hash();
+        if self
+            .db
+            .pinned_to_another(&registration.name, given.as_deref())
+            .await?
+        {
+            tracing::warn!(worker = %registration.name, url = %registration.agent_url, "registration refused: the name is pinned to another worker");
+            return Err(crate::registry::name_taken_error(&registration.name));
+        }
+        let client = self.connector.connect(&registration);
+        let probed = tokio::time::timeout(AGENT_PROBE_TIMEOUT, client.ping()).await;
+        let failure = match probed {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some(format!(
+                "no answer within {}s",
+                AGENT_PROBE_TIMEOUT.as_secs()
+            )),
+        };
+        if let Some(why) = failure {
+            tracing::warn!(worker = %registration.name, url = %registration.agent_url, "registration refused: the agent does not answer: {why}");
+            return Err(EngineError::Unavailable(format!(
+                "worker {}: its agent at {} does not answer the web node's authenticated probe ({why}): \
+                 a worker the web node cannot reach is given no work; check worker.advertise_url and that \
+                 the web node can reach it",
+                registration.name, registration.agent_url
+            )));
+        }
+        self.registry
+            .send(RegisterPinned {
+                registration,
+                proof,
+            })
+            .await?
     }
 
     /// Records a worker's heartbeat; answers its state, or why it was refused.

@@ -3,6 +3,7 @@
 use actix_web::{web, HttpResponse};
 use gantry_actors::api::HeartbeatRefused;
 use gantry_actors::api::LifecycleAction;
+use gantry_actors::api::WorkerProof;
 use gantry_actors::state::WorkerState;
 use gantry_actors::worker_info::Heartbeat;
 use gantry_actors::worker_info::WorkerRegistration;
@@ -18,7 +19,18 @@ use crate::web::AppState;
 pub struct StateAnswer {
     /// The worker's lifecycle state.
     pub state: WorkerState,
+    /// The identity secret issued at a worker's first registration
+    /// (answered once, never stored in the clear): the worker keeps it and
+    /// presents it in the [`WORKER_SECRET_HEADER`] header of every later
+    /// registration under its name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_secret: Option<String>,
 }
+
+/// The header in which a worker presents its identity secret when it
+/// registers (a header, so web nodes of earlier versions, which refuse
+/// unknown body fields, still take its registration).
+pub const WORKER_SECRET_HEADER: &str = gantry_agent::web_link::WORKER_SECRET_HEADER;
 
 /// Answer of landing, retiring or pruning a worker.
 #[derive(serde::Serialize, utoipa::ToSchema)]
@@ -69,10 +81,13 @@ fn parse<T: serde::de::DeserializeOwned>(
     tag = "workers",
     security(()),
     request_body = WorkerRegistration,
+    params(("X-Gantry-Worker-Secret" = Option<String>, Header, description = "The identity secret the worker was issued at its first registration under its name, or `none` at its first registration; absent (an agent of an earlier version): registered only under a name no worker is pinned to, which it does not pin")),
     responses(
-        (status = 200, description = "Registered: the worker is running", body = StateAnswer),
+        (status = 200, description = "Registered: the worker is running (at its first registration, with its identity secret)", body = StateAnswer),
         (status = 400, description = "Invalid body: not JSON, an unknown field, or a field out of its bounds (the message names it)", body = crate::web::error::ErrorBody),
         (status = 401, description = "Missing or wrong registration key", body = crate::web::error::ErrorBody),
+        (status = 409, description = "The name is pinned to another worker (no or another identity secret): an admin must prune it first", body = crate::web::error::ErrorBody),
+        (status = 503, description = "The worker's agent does not answer the web node's probe: it is given no work", body = crate::web::error::ErrorBody),
         (status = 413, description = "Body over the request body limit", body = crate::web::error::ErrorBody),
         (status = 415, description = "Not declared as application/json", body = crate::web::error::ErrorBody),
         (status = "5XX", description = "The engine or database failed"),
@@ -87,9 +102,30 @@ pub async fn register(
     check_key(&identity)?;
     let reg: WorkerRegistration = parse(&req, &body)?;
     reg.validate().map_err(ApiError::bad_request)?;
-    state.engine.register_worker(reg).await?;
+    let proof = match req.headers().get(WORKER_SECRET_HEADER) {
+        // An agent of an earlier version: it keeps no identity.
+        None => WorkerProof::Unaware,
+        Some(v) => {
+            let v = v.to_str().map_err(|_| {
+                ApiError::bad_request(format!("{WORKER_SECRET_HEADER}: not visible ASCII"))
+            })?;
+            gantry_actors::worker_info::check_text(
+                WORKER_SECRET_HEADER,
+                v,
+                gantry_actors::worker_info::MAX_WORKER_URL,
+                false,
+            )
+            .map_err(ApiError::bad_request)?;
+            match v {
+                gantry_agent::web_link::NO_WORKER_SECRET => WorkerProof::Secret(None),
+                secret => WorkerProof::Secret(Some(secret.to_string())),
+            }
+        }
+    };
+    let issued = state.engine.register_worker_process(reg, proof).await?;
     Ok(HttpResponse::Ok().json(StateAnswer {
         state: WorkerState::Running,
+        worker_secret: issued,
     }))
 }
 
@@ -123,7 +159,10 @@ pub async fn heartbeat(
     let body: Heartbeat = parse(&req, &body)?;
     body.validate().map_err(ApiError::bad_request)?;
     match state.engine.worker_heartbeat(name.into_inner(), body).await {
-        Ok(state) => Ok(HttpResponse::Ok().json(StateAnswer { state })),
+        Ok(state) => Ok(HttpResponse::Ok().json(StateAnswer {
+            state,
+            worker_secret: None,
+        })),
         Err(e @ HeartbeatRefused::Unknown(_)) => Err(ApiError::not_found(e.to_string())),
         Err(e @ HeartbeatRefused::NewIncarnation(_)) => Err(ApiError {
             status: actix_web::http::StatusCode::CONFLICT,
@@ -293,10 +332,17 @@ pub struct PruneRequest {
     /// The worker's name, as stored (any name, also one from before the
     /// name rule that no URL can carry).
     pub name: String,
+    /// Prune it even when it is running (its running steps are lost): the
+    /// way to free a name pinned to a worker that is gone for good, or to
+    /// let another worker take it. Default false.
+    #[serde(default)]
+    pub force: bool,
 }
 
 /// `POST /api/v1/workers/prune`: the same as `/api/v1/workers/{name}/prune`
-/// with the name in the body, so that any stored name can be pruned.
+/// with the name in the body, so that any stored name can be pruned; with
+/// `"force": true`, a running worker too (what frees a name pinned to a
+/// worker that lost its identity, or lets another worker take it).
 #[utoipa::path(
     post,
     path = "/api/v1/workers/prune",
@@ -317,5 +363,10 @@ pub async fn prune_by_name(
     body: web::Json<PruneRequest>,
 ) -> Result<HttpResponse, ApiError> {
     identity.require_admin()?;
-    lifecycle(&state, body.into_inner().name, LifecycleAction::Prune).await
+    let body = body.into_inner();
+    let action = match body.force {
+        true => LifecycleAction::ForcePrune,
+        false => LifecycleAction::Prune,
+    };
+    lifecycle(&state, body.name, action).await
 }

@@ -1,0 +1,303 @@
+//! Secrets at rest: the [`Sealer`] encrypts every secret the database
+//! stores (a worker's agent token and stream key today; credentials
+//! tomorrow) with one key kept outside the database, so that a copy of the
+//! database alone (a dump, a backup, a reader of its files) hands over no
+//! secret that works.
+//!
+//! The cipher is ChaCha20-Poly1305 (an AEAD: it encrypts and
+//! authenticates) from `ring`, already in the tree through rustls: a
+//! well-kept, audited implementation, no new crate. Each seal draws a
+//! fresh random 96-bit nonce from the system's generator, and binds the
+//! ciphertext to where it is stored (its *context*, e.g.
+//! `workers/w1/agent_token`, as associated data), so a sealed value moved
+//! to another row or column does not open.
+//!
+//! A sealed value is text: `sealed:v1:` then base64 (no padding) of the
+//! nonce followed by the ciphertext and its tag.
+
+use std::path::Path;
+
+use base64::Engine as _;
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305, NONCE_LEN};
+use ring::rand::{SecureRandom, SystemRandom};
+
+/// The prefix of every sealed value (and its format's version).
+pub const SEALED_PREFIX: &str = "sealed:v1:";
+
+/// The key's length in bytes (256 bits).
+pub const KEY_LEN: usize = 32;
+
+/// Why a value could not be sealed or opened, or a key not loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum SealError {
+    /// The value is not in the sealed format.
+    #[error("{context}: not a sealed value")]
+    NotSealed {
+        /// Where the value was stored.
+        context: String,
+    },
+    /// The key does not open it (another key sealed it, or it was altered).
+    #[error("{context}: the encryption key does not open this value (sealed with another key, or altered)")]
+    WrongKey {
+        /// Where the value was stored.
+        context: String,
+    },
+    /// The key file is unreadable, malformed or cannot be written.
+    #[error("encryption key file {path}: {reason}")]
+    KeyFile {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Seals and opens stored secrets with one 256-bit key.
+#[derive(Clone)]
+pub struct Sealer {
+    /// The AEAD key.
+    key: std::sync::Arc<LessSafeKey>,
+    /// Where the key came from, for messages (`a random key` in tests).
+    origin: std::sync::Arc<str>,
+}
+
+impl std::fmt::Debug for Sealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("Sealer")
+            .field("origin", &self.origin)
+            .finish()
+    }
+}
+
+impl Sealer {
+    /// A sealer of `key`; `origin` names where it came from in messages.
+    pub fn from_key(key: &[u8; KEY_LEN], origin: &str) -> Sealer {
+        let unbound = UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte key");
+        Sealer {
+            key: std::sync::Arc::new(LessSafeKey::new(unbound)),
+            origin: std::sync::Arc::from(origin),
+        }
+    }
+
+    /// A sealer of a new random key that lives as long as the process
+    /// (tests, and a database no secret outlives).
+    pub fn ephemeral() -> Sealer {
+        let mut key = [0u8; KEY_LEN];
+        SystemRandom::new()
+            .fill(&mut key)
+            .expect("the system's random generator");
+        Sealer::from_key(&key, "a random key of this process")
+    }
+
+    /// Where the key came from (a file's path), for messages.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The sealer of the key in file `path` (64 hex digits), made with a
+    /// new random key (mode 0600, written whole or not at all) when the
+    /// file does not exist. Several processes making it at once agree on
+    /// one key: the file is linked into place only if absent, and the
+    /// loser reads the winner's.
+    pub fn load_or_create(path: &Path) -> Result<Sealer, SealError> {
+        let err = |reason: String| SealError::KeyFile {
+            path: path.display().to_string(),
+            reason,
+        };
+        match std::fs::read_to_string(path) {
+            Ok(text) => return Self::parse(&text, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(err(e.to_string())),
+        }
+        let mut key = [0u8; KEY_LEN];
+        SystemRandom::new()
+            .fill(&mut key)
+            .map_err(|_| err("the system's random generator failed".into()))?;
+        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        let dir = path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(|e| err(format!("creating its directory: {e}")))?;
+        let tmp = dir.join(format!(
+            ".{}.{}.tmp",
+            path.file_name()
+                .map_or("key".into(), |n| n.to_string_lossy()),
+            uuid::Uuid::new_v4().simple()
+        ));
+        {
+            use std::io::Write as _;
+            use std::os::unix::fs::OpenOptionsExt as _;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(|e| err(format!("writing {}: {e}", tmp.display())))?;
+            f.write_all(format!("{hex}\n").as_bytes())
+                .and_then(|()| f.sync_all())
+                .map_err(|e| err(format!("writing {}: {e}", tmp.display())))?;
+        }
+        // A hard link fails when the name exists: whoever links first wins.
+        let linked = std::fs::hard_link(&tmp, path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => {
+                tracing::info!(file = %path.display(), "made a new key to seal stored secrets with: keep it (and back it up) apart from the database");
+                Ok(Sealer::from_key(&key, &path.display().to_string()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+                Self::parse(&text, path)
+            }
+            Err(e) => Err(err(e.to_string())),
+        }
+    }
+
+    /// Reads a key file's text: 64 hex digits (white space around them
+    /// is ignored).
+    fn parse(text: &str, path: &Path) -> Result<Sealer, SealError> {
+        let hex = text.trim();
+        let bad = || SealError::KeyFile {
+            path: path.display().to_string(),
+            reason: format!(
+                "expected {} hex digits (a 256-bit key), found {} characters",
+                KEY_LEN * 2,
+                hex.len()
+            ),
+        };
+        if hex.len() != KEY_LEN * 2 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        let mut key = [0u8; KEY_LEN];
+        for (i, byte) in key.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        Ok(Sealer::from_key(&key, &path.display().to_string()))
+    }
+
+    /// Seals `plain`, bound to `context` (where it is stored).
+    pub fn seal(&self, context: &str, plain: &str) -> String {
+        let mut nonce = [0u8; NONCE_LEN];
+        SystemRandom::new()
+            .fill(&mut nonce)
+            .expect("the system's random generator");
+        let mut data = plain.as_bytes().to_vec();
+        self.key
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(context.as_bytes()),
+                &mut data,
+            )
+            .expect("sealing fits in memory");
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(&data);
+        format!(
+            "{SEALED_PREFIX}{}",
+            base64::engine::general_purpose::STANDARD_NO_PAD.encode(out)
+        )
+    }
+
+    /// Opens a value [`Sealer::seal`] made for the same `context`.
+    pub fn open(&self, context: &str, sealed: &str) -> Result<String, SealError> {
+        let not_sealed = || SealError::NotSealed {
+            context: context.to_string(),
+        };
+        let body = sealed.strip_prefix(SEALED_PREFIX).ok_or_else(not_sealed)?;
+        let mut data = base64::engine::general_purpose::STANDARD_NO_PAD
+            .decode(body)
+            .map_err(|_| not_sealed())?;
+        if data.len() < NONCE_LEN {
+            return Err(not_sealed());
+        }
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&data[..NONCE_LEN]);
+        let cipher = &mut data[NONCE_LEN..];
+        let plain = self
+            .key
+            .open_in_place(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(context.as_bytes()),
+                cipher,
+            )
+            .map_err(|_| SealError::WrongKey {
+                context: context.to_string(),
+            })?;
+        String::from_utf8(plain.to_vec()).map_err(|_| SealError::WrongKey {
+            context: context.to_string(),
+        })
+    }
+
+    /// Whether `value` is in the sealed format (a value stored before
+    /// sealing began is not).
+    pub fn is_sealed(value: &str) -> bool {
+        value.starts_with(SEALED_PREFIX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sealed_value_opens_with_its_key_and_context_only() {
+        let s = Sealer::ephemeral();
+        let sealed = s.seal("workers/w1/agent_token", "t0ken");
+        assert!(Sealer::is_sealed(&sealed));
+        assert!(!sealed.contains("t0ken"));
+        assert_eq!(s.open("workers/w1/agent_token", &sealed).unwrap(), "t0ken");
+        // Fresh nonces: the same secret seals differently each time.
+        assert_ne!(sealed, s.seal("workers/w1/agent_token", "t0ken"));
+        // Moved to another row, or opened with another key: refused.
+        assert!(matches!(
+            s.open("workers/w2/agent_token", &sealed),
+            Err(SealError::WrongKey { .. })
+        ));
+        assert!(matches!(
+            Sealer::ephemeral().open("workers/w1/agent_token", &sealed),
+            Err(SealError::WrongKey { .. })
+        ));
+        let mut altered = sealed.clone();
+        altered.pop();
+        assert!(s.open("workers/w1/agent_token", &altered).is_err());
+        assert!(matches!(
+            s.open("x", "plain"),
+            Err(SealError::NotSealed { .. })
+        ));
+    }
+
+    #[test]
+    fn a_key_file_is_made_private_once_and_then_kept() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub").join("secret.key");
+        let a = Sealer::load_or_create(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let b = Sealer::load_or_create(&path).unwrap();
+        assert_eq!(b.open("c", &a.seal("c", "x")).unwrap(), "x");
+        // Nothing but the key is left in its directory.
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("secret.key")]);
+        std::fs::write(&path, "not a key").unwrap();
+        let e = Sealer::load_or_create(&path).unwrap_err().to_string();
+        assert!(e.contains("64 hex digits"), "{e}");
+    }
+
+    #[test]
+    fn processes_making_the_key_at_once_agree_on_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret.key");
+        let sealers: Vec<Sealer> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| Sealer::load_or_create(&path).unwrap()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let sealed = sealers[0].seal("c", "same");
+        for s in &sealers {
+            assert_eq!(s.open("c", &sealed).unwrap(), "same");
+        }
+    }
+}
