@@ -14,11 +14,34 @@ pub mod set_pipeline;
 pub mod stream;
 
 /// The key the benchmarks' engines seal stored secrets with: one per
-/// process, so engines opened one after another (or side by side) on one
-/// database agree with it.
+/// process, random, so engines opened one after another (or side by side)
+/// on one database agree with it, and so does a web node a benchmark
+/// starts on that database (through [`write_key_file`]).
+fn bench_key() -> &'static [u8; 32] {
+    static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        let mut key = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut key);
+        key
+    })
+}
+
+/// The sealer of the benchmarks' key ([`bench_key`]).
 pub(crate) fn sealer() -> gantry_actors::api::Sealer {
-    static SEALER: std::sync::OnceLock<gantry_actors::api::Sealer> = std::sync::OnceLock::new();
-    SEALER
-        .get_or_init(gantry_actors::api::Sealer::ephemeral)
-        .clone()
+    gantry_actors::api::Sealer::from_key(bench_key(), "the benchmark's key")
+}
+
+/// Writes the benchmarks' key to `path` (mode 0600), as a web node's
+/// `encryption_key_file`, so a node started on a benchmark's database
+/// opens what its engines sealed.
+pub(crate) fn write_key_file(path: &std::path::Path) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let hex: String = bench_key().iter().map(|b| format!("{b:02x}")).collect();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(format!("{hex}\n").as_bytes())
 }

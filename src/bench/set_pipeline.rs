@@ -109,9 +109,13 @@ pub async fn bench(
     store: &std::path::Path,
     dir: &std::path::Path,
 ) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let key_file = dir.join("bench.key");
+    super::write_key_file(&key_file).context("writing the benchmark's key")?;
     let cfg = WebConfig {
         listen: "127.0.0.1:0".parse().context("loopback address")?,
         data_dir: dir.to_path_buf(),
+        encryption_key_file: Some(key_file),
         database_url: Some(url.to_string()),
         artifacts_dir: Some(store.to_path_buf()),
         ..WebConfig::default()
