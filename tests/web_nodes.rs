@@ -538,3 +538,56 @@ fn a_node_name_is_held_once_and_a_node_taken_over_while_hung_stops_itself() {
     assert_eq!(stdout, "begun\ndone\n");
     assert!(!b.log_text().contains("worker stalled"), "{}", b.log_text());
 }
+
+/// Web nodes started together.
+const TOGETHER: usize = 5;
+
+/// Rounds of nodes started together, each on a fresh database.
+const ROUNDS: usize = 10;
+
+/// Five web nodes started at the same moment on a fresh PostgreSQL
+/// database sharing one artifacts directory, ten times: every node starts
+/// (migrations, the store's id, the teams of the configuration, leadership
+/// and node names all settle whoever comes first), and the store id the
+/// database records is the one in the directory.
+#[test]
+fn five_web_nodes_started_together_on_a_fresh_database_agree_on_one_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    for round in 0..ROUNDS {
+        let db = TestDb::new(DbKind::Postgres);
+        let round_dir = dir.path().join(format!("round{round}"));
+        let store = round_dir.join("shared-artifacts");
+        let config = |node: &str| {
+            format!(
+                "[web]\nnode_name = \"{node}\"\nartifacts_dir = \"{}\"\n\
+                 [web.teams]\nalpha = \"alpha-token-of-round-{round}-0123456789\"\n",
+                store.display()
+            )
+        };
+        let mut nodes = Vec::new();
+        for (i, node) in start_web_nodes_together(&round_dir, &db, &config, TOGETHER)
+            .into_iter()
+            .enumerate()
+        {
+            match node {
+                Ok(node) => nodes.push(node),
+                Err(log) => panic!("round {round}: node{i} did not start:\n{log}"),
+            }
+        }
+        let recorded = db.query_value("SELECT store_id FROM artifact_store");
+        let in_dir = std::fs::read_to_string(store.join(".store-id")).unwrap();
+        assert_eq!(recorded, in_dir.trim(), "round {round}");
+        assert_eq!(
+            db.query_value("SELECT COUNT(*) FROM teams WHERE name = 'alpha'"),
+            "1"
+        );
+        for node in &mut nodes {
+            node.kill();
+        }
+    }
+    eprintln!(
+        "{ROUNDS} rounds of {TOGETHER} web nodes started together in {:?}",
+        started.elapsed()
+    );
+}
