@@ -16,7 +16,7 @@ use std::process::Child;
 use std::time::Duration;
 
 use common::disk_db::{compare_with_store, DbView};
-use common::nodes::{running_workers, start_web_nodes_together};
+use common::nodes::running_workers;
 use common::s3::{s3_server_here, S3Server};
 use common::*;
 
@@ -186,54 +186,5 @@ fn two_web_nodes_share_artifacts_on_s3_with_no_shared_directory() {
     assert!(
         s3.list(PREFIX).contains(&format!("{PREFIX}/.store-id")),
         "the store's id object stays"
-    );
-}
-
-/// Five web nodes started at the same moment on a fresh PostgreSQL
-/// database sharing one S3 bucket and prefix, ten times: every node
-/// starts, and the store id the database records is the one under the
-/// prefix.
-#[test]
-fn five_web_nodes_started_together_on_a_fresh_database_agree_on_one_bucket() {
-    let Some(binary) = s3_server_here() else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let s3 = S3Server::start(binary, dir.path());
-    let started = std::time::Instant::now();
-    for round in 0..10 {
-        let db = TestDb::new(DbKind::Postgres);
-        let prefix = format!("round{round}");
-        let config = |node: &str| {
-            let (artifacts, table) = s3.web_config(&prefix);
-            format!("[web]\nnode_name = \"{node}\"\n{artifacts}{table}")
-        };
-        let round_dir = dir.path().join(&prefix);
-        let mut nodes = Vec::new();
-        for (i, node) in start_web_nodes_together(&round_dir, &db, &config, 5)
-            .into_iter()
-            .enumerate()
-        {
-            match node {
-                Ok(node) => nodes.push(node),
-                Err(log) => panic!("round {round}: node{i} did not start:\n{log}"),
-            }
-        }
-        let recorded = db.query_value("SELECT store_id FROM artifact_store");
-        let in_bucket = s3
-            .get(&format!("{prefix}/.store-id"))
-            .expect("the store's id under the prefix");
-        assert_eq!(
-            recorded,
-            String::from_utf8_lossy(&in_bucket).trim(),
-            "round {round}"
-        );
-        for node in &mut nodes {
-            node.kill();
-        }
-    }
-    eprintln!(
-        "10 rounds of 5 web nodes on one bucket started together in {:?}",
-        started.elapsed()
     );
 }

@@ -54,8 +54,14 @@ impl BuildRun {
                 .afresh(step, scope, "it had not reached a worker")
                 .await;
         };
-        self.await_worker(step.name(), &container.worker, &container.handle)
-            .await?;
+        // Only a container that stood (or was being made) is asked about.
+        if matches!(
+            container.state,
+            HandleState::Created | HandleState::Creating
+        ) {
+            self.await_worker(step.name(), &container.worker, &container.handle)
+                .await?;
+        }
         if step.on_takeover() == OnTakeover::Rerun {
             return self
                 .afresh(step, scope, "its work is safe to do again")
