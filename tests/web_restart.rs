@@ -436,3 +436,51 @@ fn a_quickstart_stopped_with_sigterm_resumes_its_running_builds_each_step_once()
         let _ = run.wait();
     }
 }
+
+/// A quickstart killed with SIGKILL while a build is in its slow step
+/// loses that step: its process's output went with the embedded worker's
+/// agent (no shim holds it yet), so the restarted quickstart takes the
+/// build over, waits for the worker to register again, and errors the
+/// build saying the step's exit status is lost; it never runs the step a
+/// second time, and the build does not hang.
+#[test]
+fn a_quickstart_killed_with_sigkill_errors_the_steps_it_lost_and_runs_none_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let port = free_port();
+    let mut quickstart = start_quickstart_on(dir, port, "quickstart1.log");
+    write(&dir.join("pipeline.yml"), THREE_STEPS);
+    let mut run = spawn_run(
+        &quickstart.url,
+        dir,
+        "r",
+        &["-p", "pipeline.yml", "-j", "j"],
+    );
+    let build = wait_for(
+        "the build in its slow step",
+        Duration::from_secs(60),
+        || {
+            let out = std::fs::read_to_string(dir.join("r.out")).ok()?;
+            out.contains("marker-slow")
+                .then(|| run_build(&dir.join("r.err")))
+                .flatten()
+        },
+    );
+    quickstart.kill();
+    let _ = wait_child(&mut run, Duration::from_secs(20));
+
+    let quickstart = start_quickstart_on(dir, port, "quickstart2.log");
+    let out = client(&quickstart.url, &["watch", "-b", &build.to_string()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("errored: worker vm: the process was running when the worker agent stopped; its exit status is lost")
+            && !stderr.contains("errored: worker vm is unreachable"),
+        "{stdout}\n{stderr}\nquickstart log:\n{}",
+        quickstart.log_text()
+    );
+    assert_eq!(stdout.matches("marker-first").count(), 1, "{stdout}");
+    assert_eq!(stdout.matches("marker-slow").count(), 1, "{stdout}");
+    assert_eq!(stdout.matches("marker-last").count(), 0, "{stdout}");
+}
