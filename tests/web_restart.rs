@@ -439,8 +439,8 @@ fn a_quickstart_stopped_with_sigterm_resumes_its_running_builds_each_step_once()
 
 /// A quickstart killed with SIGKILL while a build is in its slow step
 /// loses that step: its process's output went with the embedded worker's
-/// agent (no shim holds it yet), so the restarted quickstart takes the
-/// build over, waits for the worker to register again, and errors the
+/// agent (no shim holds it yet), so the quickstart restarted (here on
+/// another port, which names its node anew) takes the build over, waits for the worker to register again, and errors the
 /// build saying the step's exit status is lost; it never runs the step a
 /// second time, and the build does not hang.
 #[test]
@@ -469,7 +469,9 @@ fn a_quickstart_killed_with_sigkill_errors_the_steps_it_lost_and_runs_none_twice
     quickstart.kill();
     let _ = wait_child(&mut run, Duration::from_secs(20));
 
-    let quickstart = start_quickstart_on(dir, port, "quickstart2.log");
+    // Started again on another port (so under another node name): the only
+    // node of its SQLite database takes over what the previous run left.
+    let quickstart = start_quickstart_on(dir, free_port(), "quickstart2.log");
     let out = client(&quickstart.url, &["watch", "-b", &build.to_string()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
