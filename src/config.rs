@@ -75,6 +75,12 @@ pub struct WebConfig {
     pub stream_encoding: String,
     /// Run a step again on another worker when its worker stalls or vanishes. Default false.
     pub rerun_when_worker_disappears: bool,
+    /// How long a build taken over (after a restart of this node or of
+    /// `quickstart`, or another web node's death) waits for the worker of a
+    /// step it resumes to answer again, in seconds, before the step errors
+    /// naming the worker and the wait. A worker restarted with its web node
+    /// registers again on a new port a moment later. Default 60.
+    pub worker_return_timeout_secs: u64,
     /// Prune a worker that stays stalled this many seconds; 0 never
     /// prunes. Default 86400 (a day: long enough for a machine's repair,
     /// short enough that a worker gone for good leaves the list).
@@ -487,6 +493,7 @@ impl Default for WebConfig {
             registration_key: None,
             stream_encoding: "zstd".into(),
             rerun_when_worker_disappears: false,
+            worker_return_timeout_secs: gantry_actors::api::DEFAULT_WORKER_RETURN.as_secs(),
             global_resources: true,
             pipeline_interval_ms: 500,
             max_checks_per_interval: 50,

@@ -306,3 +306,183 @@ fn a_second_web_node_on_one_sqlite_database_is_refused_and_the_first_keeps_servi
         200
     );
 }
+
+/// Starts `gantry quickstart` on `dir`'s data dir and `port` (the same at
+/// every start: the node keeps its name), on runc when the test script asks
+/// for it, and waits for its embedded worker.
+fn start_quickstart_on(dir: &std::path::Path, port: u16, log: &str) -> Server {
+    let mut cmd = gantry();
+    cmd.args(["quickstart", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(dir.join("data"));
+    if std::env::var_os("GANTRY_REQUIRE_RUNC").is_some() {
+        cmd.args(["--backend", "runc"]);
+    }
+    let server = Server::start(cmd, "API on ", dir.join(log));
+    wait_running(&server.url, 1);
+    server
+}
+
+/// A job of three steps; the second runs for a few seconds.
+const THREE_STEPS: &str = r#"jobs:
+- name: j
+  plan:
+  - task: first
+    config:
+      platform: linux
+      outputs: [{name: made}]
+      run: {path: sh, args: [-c, 'echo marker-first; echo from-first > made/f']}
+  - task: slow
+    config:
+      platform: linux
+      inputs: [{name: made}]
+      run: {path: sh, args: [-c, 'echo marker-slow; sleep 3; cat made/f; echo slow-done']}
+  - task: last
+    config: {platform: linux, run: {path: echo, args: [marker-last]}}
+"#;
+
+/// Three builds of [`THREE_STEPS`] run on a quickstart; once each is in
+/// its slow step, the quickstart is stopped with SIGTERM and started again
+/// on the same data dir. The steps running on the embedded worker finish
+/// before it stops (their output and exit status kept on disk), and the
+/// restarted quickstart takes the builds over: each waits for the embedded
+/// worker to register again (on a new port), reattaches to its slow step
+/// (ended meanwhile), and runs its last step. Every build succeeds with
+/// every step run once.
+#[test]
+fn a_quickstart_stopped_with_sigterm_resumes_its_running_builds_each_step_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let port = free_port();
+    let mut quickstart = start_quickstart_on(dir, port, "quickstart1.log");
+    write(&dir.join("pipeline.yml"), THREE_STEPS);
+    let tags = ["r0", "r1", "r2"];
+    let mut runs: Vec<_> = tags
+        .iter()
+        .map(|tag| {
+            spawn_run(
+                &quickstart.url,
+                dir,
+                tag,
+                &["-p", "pipeline.yml", "-j", "j"],
+            )
+        })
+        .collect();
+    let builds: Vec<i64> = tags
+        .iter()
+        .map(|tag| {
+            wait_for(
+                &format!("build {tag} in its slow step"),
+                Duration::from_secs(60),
+                || {
+                    let out = std::fs::read_to_string(dir.join(format!("{tag}.out"))).ok()?;
+                    out.contains("marker-slow")
+                        .then(|| run_build(&dir.join(format!("{tag}.err"))))
+                        .flatten()
+                },
+            )
+        })
+        .collect();
+    unsafe {
+        libc::kill(quickstart.child.id() as i32, libc::SIGTERM);
+    }
+    let stopped = wait_child(&mut quickstart.child, Duration::from_secs(60));
+    assert!(stopped.success(), "{}", quickstart.log_text());
+    let first_log = quickstart.log_text();
+    assert!(
+        first_log.contains("waiting for the processes running on the embedded worker to end"),
+        "{first_log}"
+    );
+
+    let quickstart = start_quickstart_on(dir, port, "quickstart2.log");
+    for build in &builds {
+        let out = client(&quickstart.url, &["watch", "-b", &build.to_string()]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "build {build}: {stdout}\n{}\nquickstart log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            quickstart.log_text()
+        );
+        for marker in [
+            "marker-first",
+            "marker-slow",
+            "from-first",
+            "slow-done",
+            "marker-last",
+        ] {
+            assert_eq!(
+                stdout.matches(marker).count(),
+                1,
+                "build {build}: {marker} once in the log:\n{stdout}"
+            );
+        }
+    }
+    let statuses = builds_json(&quickstart.url);
+    for build in &builds {
+        let status = statuses
+            .iter()
+            .find(|b| b["id"] == *build)
+            .and_then(|b| b["status"].as_str());
+        assert_eq!(status, Some("succeeded"), "build {build}");
+    }
+    assert!(
+        quickstart.log_text().contains("resuming a build"),
+        "{}",
+        quickstart.log_text()
+    );
+    for run in &mut runs {
+        let _ = run.kill();
+        let _ = run.wait();
+    }
+}
+
+/// A quickstart killed with SIGKILL while a build is in its slow step
+/// loses that step: its process's output went with the embedded worker's
+/// agent (no shim holds it yet), so the quickstart restarted (here on
+/// another port, which names its node anew) takes the build over, waits for the worker to register again, and errors the
+/// build saying the step's exit status is lost; it never runs the step a
+/// second time, and the build does not hang.
+#[test]
+fn a_quickstart_killed_with_sigkill_errors_the_steps_it_lost_and_runs_none_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let port = free_port();
+    let mut quickstart = start_quickstart_on(dir, port, "quickstart1.log");
+    write(&dir.join("pipeline.yml"), THREE_STEPS);
+    let mut run = spawn_run(
+        &quickstart.url,
+        dir,
+        "r",
+        &["-p", "pipeline.yml", "-j", "j"],
+    );
+    let build = wait_for(
+        "the build in its slow step",
+        Duration::from_secs(60),
+        || {
+            let out = std::fs::read_to_string(dir.join("r.out")).ok()?;
+            out.contains("marker-slow")
+                .then(|| run_build(&dir.join("r.err")))
+                .flatten()
+        },
+    );
+    quickstart.kill();
+    let _ = wait_child(&mut run, Duration::from_secs(20));
+
+    // Started again on another port (so under another node name): the only
+    // node of its SQLite database takes over what the previous run left.
+    let quickstart = start_quickstart_on(dir, free_port(), "quickstart2.log");
+    let out = client(&quickstart.url, &["watch", "-b", &build.to_string()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("errored: worker vm: the process was running when the worker agent stopped; its exit status is lost")
+            && !stderr.contains("errored: worker vm is unreachable"),
+        "{stdout}\n{stderr}\nquickstart log:\n{}",
+        quickstart.log_text()
+    );
+    assert_eq!(stdout.matches("marker-first").count(), 1, "{stdout}");
+    assert_eq!(stdout.matches("marker-slow").count(), 1, "{stdout}");
+    assert_eq!(stdout.matches("marker-last").count(), 0, "{stdout}");
+}

@@ -13,7 +13,8 @@ pub use crate::views::{
 // The engine, its settings, its errors.
 pub use crate::engine::{
     check_team_name, describe_histograms, Engine, EngineConfig, EngineSetup, HandleOwner,
-    NodeConfig, PipelinesConfig, SetPipeline, WebNodeView, DEFAULT_CHECK_EVERY, TOKEN_PREFIX,
+    NodeConfig, PipelinesConfig, SetPipeline, WebNodeView, DEFAULT_CHECK_EVERY,
+    DEFAULT_WORKER_RETURN, TOKEN_PREFIX,
 };
 pub use crate::error::{EngineError, RuntimeError};
 pub use crate::gc::collector::{CollectorConfig, Rule, RuleStats};

@@ -330,6 +330,21 @@ impl ContainerRegistry {
         self.containers.handles()
     }
 
+    /// The processes of every container that have not ended yet.
+    pub fn running_processes(&self) -> Vec<Arc<ProcessRecord>> {
+        self.containers
+            .items()
+            .iter()
+            .flat_map(|c| {
+                lock(&c.processes)
+                    .iter()
+                    .filter(|p| p.end().is_none())
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// Destroys a container: kills its processes, undoes the backend's
     /// set-up and removes its directory. An absent one is not an error.
     pub async fn destroy(&self, handle: &str) -> Result<(), AgentError> {

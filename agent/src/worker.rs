@@ -168,6 +168,33 @@ impl WorkerHandle {
     }
 }
 
+impl AgentState {
+    /// Waits until every process running on this worker has ended (its
+    /// output and exit status stored on disk), or `abort` turns true.
+    /// Answers how many were still running when `abort` came. A worker
+    /// embedded in `quickstart` waits so before stopping: a restarted
+    /// agent cannot follow processes its previous run started, but it
+    /// serves their stored output and exit status, so builds taken over
+    /// after the restart go on where they were and run no step twice.
+    pub async fn finish_running(&self, mut abort: watch::Receiver<bool>) -> usize {
+        let running = self.containers.running_processes();
+        if running.is_empty() {
+            return 0;
+        }
+        tracing::info!(
+            worker = %self.name,
+            running = running.len(),
+            "stopping: waiting for the processes running on the embedded worker to end \
+             (stop again to stop now: their builds then lose those steps)"
+        );
+        let all = futures::future::join_all(running.iter().map(|p| p.wait()));
+        tokio::select! {
+            _ = all => 0,
+            _ = abort.wait_for(|a| *a) => running.iter().filter(|p| p.end().is_none()).count(),
+        }
+    }
+}
+
 /// Starts the worker agent: opens the work directory, picks the container
 /// backend, serves the HTTP API on `cfg.listen` (port 0 picks a free port)
 /// and starts the beacon. Must be called inside an actix System.

@@ -147,7 +147,7 @@ pub fn web(log_format: &str, flags: WebFlags) -> anyhow::Result<()> {
         actix_web::rt::System::new().block_on(async move {
             let handle = crate::web::start_web(&cfg, Arc::new(AgentConnector::new())).await?;
             crate::outln!("gantry web: API on http://{}", handle.addr);
-            stop_web_on_signals(&handle);
+            stop_web_on_signals(&handle, None);
             let result = handle.server.await.context("web server");
             handle.engine.shutdown().await;
             result
@@ -230,7 +230,7 @@ pub fn quickstart(
                 "gantry quickstart: dashboard and API on http://{}",
                 handle.addr
             );
-            stop_web_on_signals(&handle);
+            stop_web_on_signals(&handle, Some(worker.state().clone()));
             let result = handle.server.await.context("web server");
             worker.stop().await;
             handle.engine.shutdown().await;
@@ -292,7 +292,17 @@ fn quickstart_key(data_dir: &std::path::Path) -> anyhow::Result<String> {
 /// (its threads, their connections) cannot fail them; then the API stops
 /// taking requests and finishes those in flight. A second signal stops it
 /// at once.
-fn stop_web_on_signals(handle: &crate::web::WebHandle) {
+///
+/// With an `embedded` worker (quickstart), the processes running on it
+/// are let finish before the API stops (see
+/// [`crate::agent::AgentState::finish_running`]): the next start takes the
+/// builds over and finds those steps ended, their output and exit status
+/// kept, so they resume without running a step twice. A second signal stops
+/// at once (those steps' builds then error, their processes' ends unknown).
+fn stop_web_on_signals(
+    handle: &crate::web::WebHandle,
+    embedded: Option<Arc<crate::agent::AgentState>>,
+) {
     let server = handle.server.handle();
     let engine = handle.engine.clone();
     actix_web::rt::spawn(async move {
@@ -300,12 +310,28 @@ fn stop_web_on_signals(handle: &crate::web::WebHandle) {
             return;
         }
         tracing::info!("stopping: leaving the builds to the next web node, then stopping the API");
+        let (again_tx, again) = tokio::sync::watch::channel(false);
+        actix_web::rt::spawn(async move {
+            if shutdown_signal().await.is_ok() {
+                let _ = again_tx.send(true);
+            }
+        });
         engine.drain().await;
+        if let Some(worker) = embedded {
+            let cut = worker.finish_running(again.clone()).await;
+            if cut > 0 {
+                tracing::warn!(
+                    processes = cut,
+                    "stopping now: {cut} processes of the embedded worker were still running"
+                );
+            }
+        }
         let graceful = server.stop(true);
         tokio::pin!(graceful);
+        let mut again = again;
         tokio::select! {
             () = &mut graceful => {}
-            _ = shutdown_signal() => server.stop(false).await,
+            _ = again.wait_for(|a| *a) => server.stop(false).await,
         }
     });
 }

@@ -209,6 +209,9 @@ pub async fn start_web(
                 .then(|| std::time::Duration::from_secs(cfg.stalled_worker_timeout_secs)),
         },
         rerun_when_worker_disappears: cfg.rerun_when_worker_disappears,
+        worker_return_timeout: Some(std::time::Duration::from_secs(
+            cfg.worker_return_timeout_secs,
+        )),
         streaming: cfg.streaming.parse(encoding)?,
         gc: cfg.gc.parse()?,
         nodes: node_config(cfg)?,

@@ -115,6 +115,23 @@ impl TestDb {
 }
 
 impl TestDb {
+    /// The text of the one value `sql` answers on this PostgreSQL
+    /// database (psql's unaligned output, trimmed).
+    pub fn query_value(&self, sql: &str) -> String {
+        let url = self.url.as_deref().expect("a PostgreSQL database");
+        let out = Command::new("psql")
+            .arg(url)
+            .args(["-v", "ON_ERROR_STOP=1", "-q", "-t", "-A", "-c", sql])
+            .output()
+            .expect("psql runs");
+        assert!(
+            out.status.success(),
+            "{sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     /// A database the test manages itself (not dropped at the end).
     pub fn at(url: String) -> TestDb {
         TestDb {

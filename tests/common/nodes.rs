@@ -80,3 +80,37 @@ pub fn events_so_far(url: &str, id: i64) -> String {
     }
     text
 }
+
+/// Starts `n` web nodes on `db` at the same moment (one thread each, all
+/// released together), node `i` named `node{i}` in `dir/node{i}` with the
+/// TOML `config(name)`; answers each node's start: the node, or the log of
+/// one that did not announce its API (it refused to start).
+pub fn start_web_nodes_together(
+    dir: &std::path::Path,
+    db: &super::TestDb,
+    config: &(dyn Fn(&str) -> String + Sync),
+    n: usize,
+) -> Vec<Result<super::Server, String>> {
+    let gate = std::sync::Barrier::new(n);
+    std::thread::scope(|s| {
+        let started: Vec<_> = (0..n)
+            .map(|i| {
+                let gate = &gate;
+                let name = format!("node{i}");
+                let node_dir = dir.join(&name);
+                let cmd = super::web_command(&node_dir, db, &config(&name), 0);
+                s.spawn(move || {
+                    let log = node_dir.join("web.log");
+                    gate.wait();
+                    let start = || super::Server::start(cmd, "API on ", log.clone());
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(start))
+                        .map_err(|_| std::fs::read_to_string(&log).unwrap_or_default())
+                })
+            })
+            .collect();
+        started
+            .into_iter()
+            .map(|t| t.join().expect("a starting thread"))
+            .collect()
+    })
+}

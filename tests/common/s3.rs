@@ -138,7 +138,34 @@ impl S3Server {
     pub fn list(&self, prefix: &str) -> BTreeSet<String> {
         use futures::TryStreamExt as _;
         use object_store::ObjectStore as _;
-        let client = object_store::aws::AmazonS3Builder::new()
+        let prefix = object_store::path::Path::from(prefix);
+        runtime()
+            .block_on(
+                self.client()
+                    .list(Some(&prefix))
+                    .map_ok(|m| m.location.to_string())
+                    .try_collect(),
+            )
+            .unwrap_or_else(|e| panic!("listing the bucket: {e}"))
+    }
+
+    /// The bytes of object `key` of the bucket, or `None` when it has none.
+    pub fn get(&self, key: &str) -> Option<Vec<u8>> {
+        use object_store::ObjectStoreExt as _;
+        let client = self.client();
+        let key = object_store::path::Path::from(key);
+        runtime().block_on(async {
+            match client.get(&key).await {
+                Ok(got) => Some(got.bytes().await.expect("reading an object").to_vec()),
+                Err(object_store::Error::NotFound { .. }) => None,
+                Err(e) => panic!("reading {key}: {e}"),
+            }
+        })
+    }
+
+    /// A client of the bucket.
+    fn client(&self) -> object_store::aws::AmazonS3 {
+        object_store::aws::AmazonS3Builder::new()
             .with_bucket_name(BUCKET)
             .with_endpoint(self.endpoint())
             .with_allow_http(true)
@@ -146,19 +173,7 @@ impl S3Server {
             .with_access_key_id(ACCESS_KEY)
             .with_secret_access_key(SECRET_KEY)
             .build()
-            .unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let prefix = object_store::path::Path::from(prefix);
-        rt.block_on(
-            client
-                .list(Some(&prefix))
-                .map_ok(|m| m.location.to_string())
-                .try_collect(),
-        )
-        .unwrap_or_else(|e| panic!("listing the bucket: {e}"))
+            .unwrap()
     }
 
     /// The artifact ids (`PREFIX/{id}.tar.zst`) the bucket lists under
@@ -189,4 +204,12 @@ impl S3Server {
             })
             .unwrap_or(0)
     }
+}
+
+/// A runtime for one blocking call of the object store client.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }

@@ -45,6 +45,9 @@ pub struct BuildDeps {
     pub worker_states: WorkerStates,
     /// Run a step again elsewhere when its worker stalls or vanishes.
     pub rerun_when_worker_disappears: bool,
+    /// How long a step taken over waits for its worker to answer again
+    /// (`EngineConfig::worker_return_timeout`).
+    pub worker_return: std::time::Duration,
     /// Builds clients of workers (a lost worker may come back restarted).
     pub connector: Arc<dyn WorkerConnector>,
     /// One lock per (worker, artifact) image import, so an image is streamed

@@ -11,6 +11,13 @@
 //! - its worker is gone: the step runs elsewhere when
 //!   `rerun_when_worker_disappears` is on, as a step whose worker is lost
 //!   while it runs does.
+//!
+//! A worker restarted together with the web node (the embedded worker of
+//! `quickstart`) registers again a moment after the build is taken over,
+//! on a new port and with a new token: until then the stored registration
+//! points at an agent that is gone. So before anything asks the worker, the
+//! step waits for it to answer, up to `worker_return` (60 s by default), and
+//! only then errors, naming the worker and the wait.
 
 use crate::build::actor::BuildRun;
 use crate::build::journal::Began;
@@ -47,6 +54,14 @@ impl BuildRun {
                 .afresh(step, scope, "it had not reached a worker")
                 .await;
         };
+        // Only a container that stood (or was being made) is asked about.
+        if matches!(
+            container.state,
+            HandleState::Created | HandleState::Creating
+        ) {
+            self.await_worker(step.name(), &container.worker, &container.handle)
+                .await?;
+        }
         if step.on_takeover() == OnTakeover::Rerun {
             return self
                 .afresh(step, scope, "its work is safe to do again")
@@ -118,6 +133,76 @@ impl BuildRun {
             "taking a step over: {why}; running it from its start"
         );
         self.run_step(step, scope).await
+    }
+
+    /// Waits until `worker` answers (asked about its container `handle`;
+    /// `step` is told in the build's events while it waits)
+    /// through its registration as stored now, which changes when it
+    /// registers again, for at most `worker_return`. A worker removed
+    /// meanwhile, or silent for the whole wait, is lost.
+    async fn await_worker(
+        &self,
+        step: &str,
+        worker: &str,
+        handle: &str,
+    ) -> Result<(), EngineError> {
+        let wait = self.deps.worker_return;
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut told = false;
+        loop {
+            let Some(row) = self.deps.db.get_worker(worker).await? else {
+                return Err(EngineError::WorkerLost {
+                    worker: worker.to_string(),
+                    reason: "was removed while the build had no web node".into(),
+                });
+            };
+            let client = self.deps.connector.connect(&row.registration);
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let why = match tokio::time::timeout(
+                left.min(PROBE_TIMEOUT),
+                client.lookup_container(handle),
+            )
+            .await
+            {
+                Ok(Ok(_)) => {
+                    if told {
+                        tracing::info!(
+                            build = self.id,
+                            worker,
+                            "the worker answers again: resuming"
+                        );
+                    }
+                    return Ok(());
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {}s", PROBE_TIMEOUT.as_secs()),
+            };
+            if tokio::time::Instant::now() + PROBE_INTERVAL >= deadline {
+                return Err(EngineError::WorkerLost {
+                    worker: worker.to_string(),
+                    reason: format!(
+                        "did not come back within {}s of the build being taken over \
+                         (worker_return_timeout_secs; last try: {why})",
+                        wait.as_secs()
+                    ),
+                });
+            }
+            if !told {
+                told = true;
+                let message = format!(
+                    "waiting up to {}s for worker {worker} to come back (the build was taken over): {why}",
+                    wait.as_secs()
+                );
+                tracing::info!(build = self.id, worker, "{message}");
+                self.emit_quietly(&BuildEvent::Waiting {
+                    step: step.to_string(),
+                    message,
+                    time: crate::db::now_ms(),
+                })
+                .await;
+            }
+            tokio::time::sleep(PROBE_INTERVAL).await;
+        }
     }
 
     /// Whether container `row` stands on its worker (false when unsure).
@@ -217,6 +302,12 @@ impl BuildRun {
         }
     }
 }
+
+/// How often a step taken over asks again whether its worker is back.
+const PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// How long one such question may take.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Whether reattaching found no process.
 fn never_started(result: &Result<StepEnd, EngineError>) -> bool {

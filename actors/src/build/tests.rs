@@ -125,6 +125,7 @@ impl Harness {
             encoding: Encoding::Raw,
             worker_states,
             rerun_when_worker_disappears: false,
+            worker_return: std::time::Duration::from_secs(5),
             connector,
             imports: Default::default(),
             resources: Default::default(),

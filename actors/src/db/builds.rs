@@ -176,6 +176,23 @@ impl Db {
         Ok(rows.into_iter().map(|r| r.0).collect())
     }
 
+    /// Every build that had not ended, made this node's (`web_node`): the
+    /// one node of a SQLite database takes over what a previous run left,
+    /// whatever that run's name was (`quickstart` started again on another
+    /// `--listen` port is named anew).
+    pub async fn adopt_unfinished_builds(&self, web_node: &str) -> Result<Vec<i64>, EngineError> {
+        sqlx::query(
+            "UPDATE builds SET web_node = $1 WHERE status IN ($2, $3) AND waiting IS NULL \
+             AND web_node IS NOT NULL AND web_node <> $1",
+        )
+        .bind(web_node)
+        .bind(BuildStatus::Pending.as_str())
+        .bind(BuildStatus::Started.as_str())
+        .execute(self.pool())
+        .await?;
+        self.unfinished_builds(web_node).await
+    }
+
     /// Counts of builds by status.
     pub async fn count_builds_by_status(&self) -> Result<Vec<(String, i64)>, EngineError> {
         Ok(

@@ -255,13 +255,15 @@ impl Db {
 
     /// Creates a team if it does not exist.
     pub async fn ensure_team(&self, name: &str) -> Result<(), EngineError> {
-        if !self.team_exists(name).await? {
-            sqlx::query("INSERT INTO teams (name, created_at) VALUES ($1, $2)")
-                .bind(name)
-                .bind(now_ms())
-                .execute(self.pool())
-                .await?;
-        }
+        // Insert-if-absent: web nodes starting at once with the same
+        // teams in their configuration all succeed.
+        sqlx::query(
+            "INSERT INTO teams (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name)
+        .bind(now_ms())
+        .execute(self.pool())
+        .await?;
         Ok(())
     }
 

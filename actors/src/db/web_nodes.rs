@@ -201,19 +201,34 @@ impl Db {
     }
 
     /// The id of the artifact store the nodes share: the one recorded, or
-    /// `proposed` when none was (the first node's store).
-    pub async fn artifact_store_id(&self, proposed: &str) -> Result<String, EngineError> {
+    /// `proposed` when none was (the first node's store); and whether a
+    /// node has written it into the store yet (see
+    /// [`Db::artifact_store_written`]). Several nodes asking at once all
+    /// get the first one's id (an insert-if-absent on one row).
+    pub async fn artifact_store_id(&self, proposed: &str) -> Result<(String, bool), EngineError> {
         sqlx::query(
             "INSERT INTO artifact_store (id, store_id) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
         )
         .bind(proposed)
         .execute(self.pool())
         .await?;
-        Ok(
-            sqlx::query_scalar("SELECT store_id FROM artifact_store WHERE id = 1")
+        let (id, written): (String, Option<i64>) =
+            sqlx::query_as("SELECT store_id, written_at FROM artifact_store WHERE id = 1")
                 .fetch_one(self.pool())
-                .await?,
+                .await?;
+        Ok((id, written.is_some()))
+    }
+
+    /// Records that the shared artifact store holds the recorded id: from
+    /// now on a node finding a store without an id is on another store.
+    pub async fn artifact_store_written(&self) -> Result<(), EngineError> {
+        sqlx::query(
+            "UPDATE artifact_store SET written_at = $1 WHERE id = 1 AND written_at IS NULL",
         )
+        .bind(now_ms())
+        .execute(self.pool())
+        .await?;
+        Ok(())
     }
 
     /// `node` stops on purpose: it is marked late at once and announces it

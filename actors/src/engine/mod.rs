@@ -62,6 +62,10 @@ use crate::registry::{LifecycleConfig, ListWorkers, Registry, WorkerStates};
 use crate::runtime::WorkerConnector;
 use crate::scheduler::{PlacementConfig, Placer, Scheduler};
 
+/// How long a build taken over waits for a step's worker to answer again,
+/// unless configured (`EngineConfig::worker_return_timeout`).
+pub const DEFAULT_WORKER_RETURN: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Settings of the engine.
 #[derive(Debug, Clone, Default)]
 pub struct EngineConfig {
@@ -71,6 +75,12 @@ pub struct EngineConfig {
     pub lifecycle: LifecycleConfig,
     /// Run a step again elsewhere when its worker stalls or vanishes.
     pub rerun_when_worker_disappears: bool,
+    /// How long a build taken over (after a restart of its web node or
+    /// quickstart, or another node's death) waits for the worker of a step
+    /// it resumes to answer again (a worker restarted with it registers
+    /// anew, on a new port and with a new token) before the step errors.
+    /// `None`: [`DEFAULT_WORKER_RETURN`].
+    pub worker_return_timeout: Option<std::time::Duration>,
     /// How artifacts move to and between workers (path per link,
     /// encoding, caps on concurrent streams).
     pub streaming: crate::streaming::StreamConfig,
@@ -253,6 +263,10 @@ impl Engine {
             encoding: self.config.streaming.encoding,
             worker_states: self.worker_states.clone(),
             rerun_when_worker_disappears: self.config.rerun_when_worker_disappears,
+            worker_return: self
+                .config
+                .worker_return_timeout
+                .unwrap_or(DEFAULT_WORKER_RETURN),
             connector: self.connector.clone(),
             imports: self.imports.clone(),
             resources: self.resources.clone(),
@@ -400,15 +414,38 @@ fn listen_for_events(jobs: &Jobs, db: &Db, hub: &EventHub, running: &RunningBuil
 /// Several web nodes share one artifact store: `store` must be the store the
 /// database names (the first node's, recorded at its start), or the node
 /// refuses to start.
+///
+/// Race-free when several nodes start at once on a fresh database: the
+/// database settles the id (one row, insert-if-absent: the first proposal
+/// wins, every node reads the winner's), and every node that finds the store
+/// without an id while the row says it was not written yet writes that same
+/// id (the same bytes, so writers in any order agree), then records it
+/// written. The row is read before the store: a node that reads the row as
+/// written finds the id in the store, since it was written first. Once it is
+/// recorded written, a store without an id is another store.
 async fn check_shared_store(db: &Db, store: &dyn ArtifactStore) -> Result<(), EngineError> {
-    let local = store.id().await?;
-    let proposed = local
+    let before = store.id().await?;
+    let proposed = before
         .clone()
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let shared = db.artifact_store_id(&proposed).await?;
+    let (shared, written) = db.artifact_store_id(&proposed).await?;
+    // Read again after the row: a node that started at the same moment
+    // may have written it meanwhile.
+    let local = match before {
+        Some(id) => Some(id),
+        None => store.id().await?,
+    };
     match local {
-        Some(id) if id == shared => Ok(()),
-        None if shared == proposed => store.set_id(&shared).await,
+        Some(id) if id == shared => {
+            if !written {
+                db.artifact_store_written().await?;
+            }
+            Ok(())
+        }
+        None if !written => {
+            store.set_id(&shared).await?;
+            db.artifact_store_written().await
+        }
         found => Err(EngineError::Invalid(format!(
             "the artifact store {} is {}, but the web nodes of this database share the store {shared}: {} (if that store is lost for good, delete the row of table artifact_store)",
             store.location(),

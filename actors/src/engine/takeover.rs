@@ -87,7 +87,13 @@ impl Engine {
         self.db.forget_intercept_sessions(me).await?;
         // Its steps waiting for a worker wait again where their builds resume.
         self.db.purge_waiting_steps(me).await?;
-        let own = self.db.unfinished_builds(me).await?;
+        let own = if self.db.is_shared() {
+            self.db.unfinished_builds(me).await?
+        } else {
+            // The only node of its database: whatever a previous run left,
+            // under whichever name, is its own.
+            self.db.adopt_unfinished_builds(me).await?
+        };
         self.take_over_builds(own).await?;
         self.placer.purge(me, started).await?;
         if self.db.is_shared() {
