@@ -73,6 +73,17 @@ if ! pg_up; then
   for _ in $(seq 1 60); do pg_up && break; sleep 1; done
   pg_up || { echo "PostgreSQL is not reachable on 127.0.0.1:5432" >&2; exit 1; }
 fi
+# Several web nodes per test (five in web_nodes_start), three tests at a
+# time: more than PostgreSQL's default 100 connections at peak.
+pg_max=$(psql "postgres://postgres@127.0.0.1:5432/postgres" -qAtc 'show max_connections')
+if [ "$pg_max" -lt 300 ]; then
+  echo "raising PostgreSQL's max_connections from $pg_max to 300"
+  psql "postgres://postgres@127.0.0.1:5432/postgres" -qAtc 'alter system set max_connections = 300' >/dev/null
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main restart ||
+    echo "warning: PostgreSQL could not be restarted; max_connections stays $pg_max" >&2
+  for _ in $(seq 1 60); do pg_up && break; sleep 1; done
+  pg_up || { echo "PostgreSQL is not reachable on 127.0.0.1:5432 after its restart" >&2; exit 1; }
+fi
 export GANTRY_TEST_PG="postgres://postgres@127.0.0.1:5432"
 # The runc tests must run here (root, runc installed above), never skip.
 export GANTRY_REQUIRE_RUNC=1

@@ -83,4 +83,5 @@ mod validate_task;
 mod web_nodes;
 mod web_nodes_s3;
 mod web_nodes_sessions;
+mod web_nodes_start;
 mod web_restart;

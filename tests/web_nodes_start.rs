@@ -9,7 +9,7 @@
 //! connections, which beside another binary's nodes could pass the
 //! server's limit.
 
-mod common;
+use crate::common;
 
 use std::time::Instant;
 
