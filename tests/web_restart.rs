@@ -143,27 +143,7 @@ fn a_job_build_of_several_steps_resumes_after_a_restart() {
 "#,
         "marker-slow",
     );
-    let out = client(&web.url, &["watch", "-b", &build.to_string()]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}\nweb log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        web.log_text()
-    );
-    for marker in [
-        "marker-first",
-        "marker-slow",
-        "from-first",
-        "slow-done",
-        "marker-last",
-    ] {
-        assert_eq!(
-            stdout.matches(marker).count(),
-            1,
-            "{marker} once in the log:\n{stdout}"
-        );
-    }
+    succeeds_running_each_step_once(&web, build);
     assert!(
         web.log_text().contains("resuming a build"),
         "{}",
@@ -396,27 +376,7 @@ fn a_quickstart_stopped_with_sigterm_resumes_its_running_builds_each_step_once()
 
     let quickstart = start_quickstart_on(dir, port, "quickstart2.log");
     for build in &builds {
-        let out = client(&quickstart.url, &["watch", "-b", &build.to_string()]);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "build {build}: {stdout}\n{}\nquickstart log:\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            quickstart.log_text()
-        );
-        for marker in [
-            "marker-first",
-            "marker-slow",
-            "from-first",
-            "slow-done",
-            "marker-last",
-        ] {
-            assert_eq!(
-                stdout.matches(marker).count(),
-                1,
-                "build {build}: {marker} once in the log:\n{stdout}"
-            );
-        }
+        succeeds_running_each_step_once(&quickstart, *build);
     }
     let statuses = builds_json(&quickstart.url);
     for build in &builds {
@@ -485,4 +445,31 @@ fn a_quickstart_killed_with_sigkill_errors_the_steps_it_lost_and_runs_none_twice
     assert_eq!(stdout.matches("marker-first").count(), 1, "{stdout}");
     assert_eq!(stdout.matches("marker-slow").count(), 1, "{stdout}");
     assert_eq!(stdout.matches("marker-last").count(), 0, "{stdout}");
+}
+
+/// Watches build `build` on `server` to its end and checks it succeeded
+/// with each step of the three-step job run once: each marker once in its
+/// log.
+fn succeeds_running_each_step_once(server: &Server, build: i64) {
+    let out = client(&server.url, &["watch", "-b", &build.to_string()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "build {build}: {stdout}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log_text()
+    );
+    for marker in [
+        "marker-first",
+        "marker-slow",
+        "from-first",
+        "slow-done",
+        "marker-last",
+    ] {
+        assert_eq!(
+            stdout.matches(marker).count(),
+            1,
+            "build {build}: {marker} once in the log:\n{stdout}"
+        );
+    }
 }
