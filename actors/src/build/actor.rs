@@ -113,6 +113,8 @@ pub struct Build {
     /// Whether an abort was asked before the build started here (while no
     /// web node ran it): it starts stopped.
     aborted: bool,
+    /// When this web node took the build over (none: a build it began).
+    taken_over: Option<tokio::time::Instant>,
 }
 
 impl Build {
@@ -150,6 +152,7 @@ impl Build {
             next_event: 1,
             job: None,
             aborted: false,
+            taken_over: None,
         }
     }
 
@@ -197,6 +200,7 @@ impl Build {
         Build {
             next_event: events.last().map_or(0, |e| e.0) + 1,
             journal,
+            taken_over: Some(tokio::time::Instant::now()),
             ..Build::of_plan(id, team, plan, timeout, deps, running)
         }
     }
@@ -273,6 +277,7 @@ impl Actor for Build {
             job: self.job.clone(),
             locals: LocalVars::new(),
             journal: std::mem::take(&mut self.journal),
+            taken_over: self.taken_over,
             trace,
         };
         // The artifacts the build had by name when it was taken over.
@@ -331,6 +336,10 @@ pub(super) struct BuildRun {
     /// What its stored events said of its progress when this run began
     /// (empty unless the build was taken over).
     pub(super) journal: Journal,
+    /// When this web node took the build over (none: a build it began).
+    /// A step whose worker is unreachable waits for it to register again
+    /// for at most `worker_return` from then (`resume.rs`).
+    pub(super) taken_over: Option<tokio::time::Instant>,
     /// The build's trace and span, when traces are exported (told in its
     /// `started` event).
     pub(super) trace: Option<TraceIds>,

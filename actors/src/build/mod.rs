@@ -30,6 +30,8 @@ mod parallel;
 mod placement;
 mod resume;
 #[cfg(test)]
+mod return_tests;
+#[cfg(test)]
 mod tests;
 mod turns;
 mod walker;

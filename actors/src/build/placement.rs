@@ -2,7 +2,10 @@
 //! ticket when every compatible worker is full ("waiting for worker" in the
 //! build log) until placed or stopped, holding the placement while the step
 //! runs and releasing it on every path, and running the step again on
-//! another worker when its worker is lost.
+//! another worker when its worker is lost. In a build taken over, a step
+//! whose worker is unreachable before any container of it was made waits
+//! for the worker to register again (a restarted quickstart's embedded
+//! worker comes back on a new port), then is placed again.
 
 use std::sync::Arc;
 
@@ -10,12 +13,14 @@ use tokio::sync::oneshot;
 use tracing::Instrument as _;
 
 use crate::build::actor::BuildRun;
+use crate::build::resume::PROBE_INTERVAL;
 use crate::build::walker::Scope;
-use crate::db::WaitingStep;
-use crate::error::EngineError;
+use crate::db::{HandleKind, WaitingStep};
+use crate::error::{EngineError, RuntimeError};
 use crate::events::BuildEvent;
 use crate::runtime::Worker;
 use crate::scheduler::{Placement, Placer, Selection, StepRequest, WAITING_FOR_WORKERS};
+use crate::state::HandleState;
 use crate::steps::{Created, Step, StepEnd, Stop, WorkerWatch};
 
 /// How often a step is run when its workers keep disappearing.
@@ -91,8 +96,35 @@ impl BuildRun {
     ) -> Result<StepEnd, EngineError> {
         let mut attempt = 1;
         let mut lost: Vec<String> = Vec::new();
+        let mut awaited = false;
         loop {
-            match self.place_and_run(step, &lost, scope).await {
+            let (mut result, untouched) = self.place_and_run(step, &lost, scope).await;
+            // Taken over, its worker's registration may be the one before
+            // the restart: nothing of the step was made there, so it waits
+            // for the worker to answer again and is placed again (at most
+            // until `worker_return` after the takeover). A worker that
+            // never answers is lost.
+            if let (Err(EngineError::WorkerLost { worker, .. }), true) =
+                (&result, untouched && self.may_await_return())
+            {
+                if awaited {
+                    // It answered, yet was placed through its old
+                    // registration: the Scheduler hears of the new one
+                    // shortly.
+                    tokio::time::sleep(PROBE_INTERVAL).await;
+                }
+                awaited = true;
+                let mut stop = scope.stop.clone();
+                let back = tokio::select! {
+                    back = self.await_worker(step.name(), worker, None) => back,
+                    _ = stop.requested() => return Ok(StepEnd::Stopped),
+                };
+                match back {
+                    Ok(()) => continue,
+                    Err(e) => result = Err(e),
+                }
+            }
+            match result {
                 Err(EngineError::WorkerLost { worker, reason })
                     if self.deps.rerun_when_worker_disappears && attempt < MAX_RERUNS =>
                 {
@@ -111,14 +143,36 @@ impl BuildRun {
         }
     }
 
+    /// Whether a step whose worker is unreachable waits for it to come
+    /// back: the build was taken over less than `worker_return` ago.
+    fn may_await_return(&self) -> bool {
+        self.worker_return_deadline()
+            .is_some_and(|deadline| tokio::time::Instant::now() < deadline)
+    }
+
     /// Waits for a placement (or a stop), runs the step there, cleans up
-    /// what it created and releases the placement.
+    /// what it created and releases the placement. Also answers whether
+    /// the step failed on its worker being unreachable before any
+    /// container of it was made there (nothing of it ran).
     async fn place_and_run(
         &self,
         step: &dyn Step,
         lost: &[String],
         scope: &Scope,
-    ) -> Result<StepEnd, EngineError> {
+    ) -> (Result<StepEnd, EngineError>, bool) {
+        match self.place_and_run_once(step, lost, scope).await {
+            Ok(ran) => ran,
+            Err(e) => (Err(e), false),
+        }
+    }
+
+    /// [`Self::place_and_run`], its errors before the step runs apart.
+    async fn place_and_run_once(
+        &self,
+        step: &dyn Step,
+        lost: &[String],
+        scope: &Scope,
+    ) -> Result<(Result<StepEnd, EngineError>, bool), EngineError> {
         let stop = &scope.stop;
         let mut request = StepRequest {
             team: self.team.clone(),
@@ -148,7 +202,7 @@ impl BuildRun {
         );
         let placed = self.place(step.name(), request, stop);
         let Some(placement) = placed.instrument(span.clone()).await? else {
-            return Ok(StepEnd::Stopped);
+            return Ok((Ok(StepEnd::Stopped), false));
         };
         span.record("placement.worker", placement.worker.as_str());
         span.record(
@@ -177,11 +231,28 @@ impl BuildRun {
             })
             .await?;
         let (result, created) = self.run_on(step, placement.client.clone(), scope).await;
+        let untouched = matches!(
+            result,
+            Err(EngineError::Runtime(RuntimeError::Unreachable { .. }))
+        ) && self.none_made(&created).await;
         let result = result.map_err(EngineError::lost_if_unreachable);
         let lost = matches!(result, Err(EngineError::WorkerLost { .. }));
         self.left_to_gc(&placement.worker, &created, lost);
         drop(held);
-        result
+        Ok((result, untouched))
+    }
+
+    /// Whether no container of `created` was made on its worker: each row
+    /// is still `creating` (the worker never answered that it made it).
+    async fn none_made(&self, created: &Created) -> bool {
+        for handle in &created.containers {
+            match self.deps.db.get_handle(HandleKind::Container, handle).await {
+                Ok(Some(row)) if row.state == HandleState::Creating => {}
+                Ok(None) => {}
+                _ => return false,
+            }
+        }
+        true
     }
 
     /// Runs `step` on `worker`; returns how it ended and what it created.

@@ -16,8 +16,11 @@
 //! `quickstart`) registers again a moment after the build is taken over,
 //! on a new port and with a new token: until then the stored registration
 //! points at an agent that is gone. So before anything asks the worker, the
-//! step waits for it to answer, up to `worker_return` (60 s by default), and
-//! only then errors, naming the worker and the wait.
+//! step waits for it to answer, until `worker_return` (60 s by default)
+//! after the takeover, and only then errors, naming the worker and the
+//! wait. A step that had not begun (or begins after the takeover) and
+//! finds its worker unreachable before any container of it was made waits
+//! the same way, then is placed again (`placement.rs`).
 
 use crate::build::actor::BuildRun;
 use crate::build::journal::Began;
@@ -59,7 +62,7 @@ impl BuildRun {
             container.state,
             HandleState::Created | HandleState::Creating
         ) {
-            self.await_worker(step.name(), &container.worker, &container.handle)
+            self.await_worker(step.name(), &container.worker, Some(&container.handle))
                 .await?;
         }
         if step.on_takeover() == OnTakeover::Rerun {
@@ -135,19 +138,29 @@ impl BuildRun {
         self.run_step(step, scope).await
     }
 
-    /// Waits until `worker` answers (asked about its container `handle`;
-    /// `step` is told in the build's events while it waits)
-    /// through its registration as stored now, which changes when it
-    /// registers again, for at most `worker_return`. A worker removed
-    /// meanwhile, or silent for the whole wait, is lost.
-    async fn await_worker(
+    /// The instant until which a step of this build waits for its worker
+    /// to register again: `worker_return` after the takeover (none: a
+    /// build this web node began).
+    pub(super) fn worker_return_deadline(&self) -> Option<tokio::time::Instant> {
+        self.taken_over.map(|at| at + self.deps.worker_return)
+    }
+
+    /// Waits until `worker` answers (asked about its container `handle`,
+    /// or pinged when the step has none there yet; `step` is told in the
+    /// build's events while it waits) through its registration as stored
+    /// now, which changes when it registers again, until `worker_return`
+    /// after the takeover. A worker removed meanwhile, or silent for the
+    /// whole wait, is lost.
+    pub(super) async fn await_worker(
         &self,
         step: &str,
         worker: &str,
-        handle: &str,
+        handle: Option<&str>,
     ) -> Result<(), EngineError> {
         let wait = self.deps.worker_return;
-        let deadline = tokio::time::Instant::now() + wait;
+        let deadline = self
+            .worker_return_deadline()
+            .unwrap_or_else(|| tokio::time::Instant::now() + wait);
         let mut told = false;
         loop {
             let Some(row) = self.deps.db.get_worker(worker).await? else {
@@ -158,13 +171,16 @@ impl BuildRun {
             };
             let client = self.deps.connector.connect(&row.registration);
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let why = match tokio::time::timeout(
-                left.min(PROBE_TIMEOUT),
-                client.lookup_container(handle),
-            )
-            .await
-            {
-                Ok(Ok(_)) => {
+            let probe = async {
+                match handle {
+                    Some(handle) => client.lookup_container(handle).await.map(|_| ()),
+                    None => client.ping().await,
+                }
+            };
+            // Even past the deadline, one try gets a moment to answer.
+            let limit = left.min(PROBE_TIMEOUT).max(PROBE_INTERVAL);
+            let why = match tokio::time::timeout(limit, probe).await {
+                Ok(Ok(())) => {
                     if told {
                         tracing::info!(
                             build = self.id,
@@ -304,7 +320,7 @@ impl BuildRun {
 }
 
 /// How often a step taken over asks again whether its worker is back.
-const PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
+pub(super) const PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// How long one such question may take.
 const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);

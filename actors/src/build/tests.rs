@@ -48,7 +48,7 @@ pub(super) struct Harness {
     _dir: tempfile::TempDir,
 }
 
-fn registration(name: &str, limits: WorkerLimits) -> WorkerRegistration {
+pub(super) fn registration(name: &str, limits: WorkerLimits) -> WorkerRegistration {
     WorkerRegistration {
         limits,
         incarnation: "1".into(),
@@ -426,14 +426,18 @@ async fn a_sequence_runs_its_steps_in_order_until_one_fails() {
 }
 
 /// Stores `events` as build `id`'s, in order.
-async fn store_events(h: &Harness, id: i64, events: &[BuildEvent]) {
+pub(super) async fn store_events(h: &Harness, id: i64, events: &[BuildEvent]) {
     let mut sink = EventSink::new(id, h.db.clone(), h.deps.hub.clone());
     for e in events {
         sink.emit(e).await.unwrap();
     }
 }
 
-fn node(id: &str, step: Option<&str>, finished: Option<crate::events::NodeOutcome>) -> BuildEvent {
+pub(super) fn node(
+    id: &str,
+    step: Option<&str>,
+    finished: Option<crate::events::NodeOutcome>,
+) -> BuildEvent {
     let origin = crate::events::Origin {
         id: id.into(),
         attempts: vec![],
@@ -607,7 +611,7 @@ async fn a_put_whose_container_is_gone_after_a_takeover_is_not_run_again() {
 }
 
 /// A build of team `main` with nothing stored yet.
-async fn new_build(h: &Harness) -> i64 {
+pub(super) async fn new_build(h: &Harness) -> i64 {
     h.db.create_build("main", &serde_json::json!({}), "web")
         .await
         .unwrap()
@@ -641,7 +645,7 @@ fn mock_put() -> crate::plan::PutStep {
 }
 
 /// A plan of one task step named `name` that exits 0.
-fn task_plan(name: &str) -> Plan {
+pub(super) fn task_plan(name: &str) -> Plan {
     Plan::Step(Arc::new(crate::plan::TaskStep {
         name: name.into(),
         config: task("0"),
@@ -658,7 +662,7 @@ fn task_plan(name: &str) -> Plan {
 
 /// The run of build `id` on the harness; it is stopped when the returned
 /// sender says so (or never, while it is kept).
-fn build_run(h: &Harness, id: i64) -> (watch::Sender<Option<StopReason>>, BuildRun) {
+pub(super) fn build_run(h: &Harness, id: i64) -> (watch::Sender<Option<StopReason>>, BuildRun) {
     let (tx, stop) = watch::channel(None);
     let run = BuildRun {
         id,
@@ -671,17 +675,22 @@ fn build_run(h: &Harness, id: i64) -> (watch::Sender<Option<StopReason>>, BuildR
         job: None,
         locals: Default::default(),
         journal: Default::default(),
+        taken_over: None,
         trace: None,
     };
     (tx, run)
 }
 
 /// The run of build `id` taken over with the events stored so far.
-async fn taken_over_run(h: &Harness, id: i64) -> (watch::Sender<Option<StopReason>>, BuildRun) {
+pub(super) async fn taken_over_run(
+    h: &Harness,
+    id: i64,
+) -> (watch::Sender<Option<StopReason>>, BuildRun) {
     let stored = h.db.build_events_after(id, 0).await.unwrap();
     let next = stored.last().map_or(0, |e| e.0) + 1;
     let (tx, mut run) = build_run(h, id);
     run.journal = crate::build::journal::Journal::read(&stored);
+    run.taken_over = Some(Instant::now());
     run.events = Events::new(EventSink::resume(
         id,
         next,
