@@ -77,8 +77,9 @@ pub struct WebConfig {
     pub rerun_when_worker_disappears: bool,
     /// How long a build taken over (after a restart of this node or of
     /// `quickstart`, or another web node's death) waits for the worker of a
-    /// step it resumes to answer again, in seconds, before the step errors
-    /// naming the worker and the wait. A worker restarted with its web node
+    /// step it resumes (or of a step it starts, unreachable before anything
+    /// of the step was made there) to answer again, in seconds after the
+    /// takeover, before the step errors naming the worker and the wait. A worker restarted with its web node
     /// registers again on a new port a moment later. Default 60.
     pub worker_return_timeout_secs: u64,
     /// Prune a worker that stays stalled this many seconds; 0 never

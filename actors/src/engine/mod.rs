@@ -77,8 +77,10 @@ pub struct EngineConfig {
     pub rerun_when_worker_disappears: bool,
     /// How long a build taken over (after a restart of its web node or
     /// quickstart, or another node's death) waits for the worker of a step
-    /// it resumes to answer again (a worker restarted with it registers
-    /// anew, on a new port and with a new token) before the step errors.
+    /// it resumes, or of a step it starts that finds its worker unreachable
+    /// before anything of the step was made there, to answer again (a
+    /// worker restarted with it registers anew, on a new port and with a
+    /// new token) before the step errors; counted from the takeover.
     /// `None`: [`DEFAULT_WORKER_RETURN`].
     pub worker_return_timeout: Option<std::time::Duration>,
     /// How artifacts move to and between workers (path per link,
