@@ -201,12 +201,18 @@ async fn passed_takes_the_newest_upstream_builds_outputs_before_its_inputs() {
         other => panic!("{other:?}"),
     };
     let down = input("m", "cm", &["up"]);
-    assert_eq!(chosen(resolved(&db, &[down.clone()]).await), v("1"));
+    assert_eq!(
+        chosen(resolved(&db, std::slice::from_ref(&down)).await),
+        v("1")
+    );
     // The put's version disabled: the same build's input.
     db.set_version_disabled(1, "m", &v("1"), true)
         .await
         .unwrap();
-    assert_eq!(chosen(resolved(&db, &[down.clone()]).await), v("2"));
+    assert_eq!(
+        chosen(resolved(&db, std::slice::from_ref(&down)).await),
+        v("2")
+    );
     // Many newer builds with one version: read past them to the others.
     db.set_version_disabled(1, "m", &v("2"), true)
         .await
