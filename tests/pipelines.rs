@@ -399,10 +399,9 @@ jobs:\n\
     )
 }
 
-#[test]
-fn a_puts_version_reaches_downstream_jobs_through_passed_outputs_first() {
+fn a_puts_version_reaches_downstream_jobs_through_passed_outputs_first(kind: DbKind) {
     let dir = tempfile::tempdir().unwrap();
-    let db = TestDb::new(DbKind::Sqlite);
+    let db = TestDb::new(kind);
     let node = quickstart_runc(dir.path(), &db);
     let url = &node.url;
     let repo = GitRepo::new(dir.path());
@@ -466,6 +465,13 @@ fn a_puts_version_reaches_downstream_jobs_through_passed_outputs_first() {
         "{:?}",
         runs_of(url, "rel", "after", M)
     );
+    // `why` says why v2, newer, was not taken.
+    let why = ok(&client(url, &["why", "-j", "rel/after"]));
+    assert!(
+        why.contains("{\"version\":\"v1\"}: chosen")
+            && why.contains("{\"version\":\"v2\"}: the version chosen came from a newer build"),
+        "{why}"
+    );
     // v1 kept its place: v2 is still the newest version of m.
     let versions = ok(&client(url, &["resource-versions", "-r", "rel/m"]));
     let order: Vec<&str> = versions
@@ -473,4 +479,14 @@ fn a_puts_version_reaches_downstream_jobs_through_passed_outputs_first() {
         .filter_map(|l| ["v1", "v2"].into_iter().find(|v| l.contains(v)))
         .collect();
     assert_eq!(order, ["v2", "v1"], "{versions}");
+}
+
+#[test]
+fn a_puts_version_reaches_downstream_jobs_through_passed_outputs_first_on_sqlite() {
+    a_puts_version_reaches_downstream_jobs_through_passed_outputs_first(DbKind::Sqlite);
+}
+
+#[test]
+fn a_puts_version_reaches_downstream_jobs_through_passed_outputs_first_on_postgres() {
+    a_puts_version_reaches_downstream_jobs_through_passed_outputs_first(DbKind::Postgres);
 }
