@@ -373,3 +373,120 @@ fn two_web_nodes_trigger_each_commit_once_and_check_once() {
     let closest = checks.windows(2).map(|w| w[1] - w[0]).min().unwrap();
     assert!(closest >= 900, "two checks {closest} ms apart: {checks:?}");
 }
+
+/// Bump → build → push → deploy: `build` makes an artifact of each commit
+/// and puts it (a `mock` version read from a file); `deploy` takes what
+/// `build` put (`passed: [build]`). And `flip` gets the newest `m` (v2)
+/// and puts v1 again: v1 keeps its place in `m`'s history (no build is
+/// triggered by it), and `after` (`passed: [flip]`) takes v1, the output
+/// of flip's newest build, before its input v2.
+fn delivery() -> String {
+    let build = "      platform: linux\n      inputs: [{name: repo}]\n      outputs: [{name: out}]\n      run: {path: sh, args: [-ec, 'printf %s \"$(cat repo/msg)\" > out/version']}\n";
+    let show = |input: &str| {
+        format!("      platform: linux\n      inputs: [{{name: {input}}}]\n      run: {{path: sh, args: [-ec, 'cat {input}/version']}}\n")
+    };
+    format!(
+        "resources:\n- name: repo\n  type: git\n  check_every: 1s\n  source: {{uri: ((uri)), branch: main}}\n\
+- name: artifact\n  type: mock\n  check_every: never\n  source: {{log: artifact}}\n\
+- name: m\n  type: mock\n  check_every: never\n  source: {{log: m}}\n\
+jobs:\n\
+- name: build\n  plan:\n  - get: repo\n    trigger: true\n  - task: t\n    config:\n{build}  - put: artifact\n    params: {{file: out/version}}\n\
+- name: deploy\n  plan:\n  - get: artifact\n    trigger: true\n    passed: [build]\n  - task: t\n    config:\n{}\
+- name: flip\n  plan:\n  - get: m\n  - put: m\n    params: {{version: v1}}\n\
+- name: after\n  plan:\n  - get: m\n    trigger: true\n    passed: [flip]\n  - task: t\n    config:\n{}",
+        show("artifact"),
+        show("m"),
+    )
+}
+
+fn a_puts_version_reaches_downstream_jobs_through_passed_outputs_first(kind: DbKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(kind);
+    let node = quickstart_runc(dir.path(), &db);
+    let url = &node.url;
+    let repo = GitRepo::new(dir.path());
+    write(&dir.path().join("delivery.yml"), delivery());
+    let uri = repo.uri_var.clone();
+    ok(&client(
+        url,
+        &[
+            "set-pipeline",
+            "-p",
+            "rel",
+            "-c",
+            dir.path().join("delivery.yml").to_str().unwrap(),
+            "-v",
+            &uri,
+        ],
+    ));
+    ok(&client(url, &["unpause-pipeline", "-p", "rel"]));
+
+    // Each commit is built, pushed, and deployed through `passed`.
+    const ARTIFACT: Input = Input {
+        name: "artifact",
+        key: "version",
+    };
+    wait_run_of(url, "rel", "deploy", ARTIFACT, "seed", "succeeded");
+    repo.push("two");
+    wait_run_of(url, "rel", "deploy", ARTIFACT, "two", "succeeded");
+    let pushed = ok(&client(url, &["resource-versions", "-r", "rel/artifact"]));
+    assert!(
+        pushed.contains("two") && pushed.contains("seed"),
+        "{pushed}"
+    );
+
+    // m has v1 then v2 (newest); flip gets v2 and puts v1.
+    const M: Input = Input {
+        name: "m",
+        key: "version",
+    };
+    for v in ["v1", "v2"] {
+        let from = format!("version:{v}");
+        ok(&client(
+            url,
+            &["check-resource", "-r", "rel/m", "--from", &from],
+        ));
+    }
+    let flip = client(url, &["trigger-job", "-j", "rel/flip", "--watch"]);
+    ok(&flip);
+    let flipped = job_builds(url, "rel", "flip");
+    assert_eq!(flipped.len(), 1);
+    assert_eq!(
+        input_of(url, flipped[0]["id"].as_i64().unwrap(), M).as_deref(),
+        Some("v2")
+    );
+    // after takes flip's output, v1, not its input v2.
+    let after = wait_run_of(url, "rel", "after", M, "v1", "succeeded");
+    wait_rounds_after(url, after["finished_at"].as_i64().unwrap());
+    assert!(
+        runs_of(url, "rel", "after", M)
+            .iter()
+            .all(|(_, v, _)| v == "v1"),
+        "{:?}",
+        runs_of(url, "rel", "after", M)
+    );
+    // `why` says why v2, newer, was not taken.
+    let why = ok(&client(url, &["why", "-j", "rel/after"]));
+    assert!(
+        why.contains("{\"version\":\"v1\"}: chosen")
+            && why.contains("{\"version\":\"v2\"}: the version chosen came from a newer build"),
+        "{why}"
+    );
+    // v1 kept its place: v2 is still the newest version of m.
+    let versions = ok(&client(url, &["resource-versions", "-r", "rel/m"]));
+    let order: Vec<&str> = versions
+        .lines()
+        .filter_map(|l| ["v1", "v2"].into_iter().find(|v| l.contains(v)))
+        .collect();
+    assert_eq!(order, ["v2", "v1"], "{versions}");
+}
+
+#[test]
+fn a_puts_version_reaches_downstream_jobs_through_passed_outputs_first_on_sqlite() {
+    a_puts_version_reaches_downstream_jobs_through_passed_outputs_first(DbKind::Sqlite);
+}
+
+#[test]
+fn a_puts_version_reaches_downstream_jobs_through_passed_outputs_first_on_postgres() {
+    a_puts_version_reaches_downstream_jobs_through_passed_outputs_first(DbKind::Postgres);
+}

@@ -13,7 +13,7 @@
 //!   median of five, after one to warm up; a round that remembers the
 //!   last skips the jobs nothing changed for: `chain_quiet_round_ms`) of a
 //!   pipeline of `--chain-jobs` jobs in `passed` chains,
-//!   one chain per resource, each job's last build having used the newest
+//!   one chain per resource (every other one through put outputs), each job's last build having used the newest
 //!   version (the steady state: nothing to trigger), with `--versions`
 //!   versions per resource; then again with `--more-versions` (older ones
 //!   added), with the resident memory after each: versions are read a
@@ -215,7 +215,8 @@ async fn fan_out_on(engine: &Engine, opts: &SchedulingBench, db: &Db) -> anyhow:
 
 /// The chained pipeline: chain `k` is resource `r{k}` and jobs
 /// `c{k}-0 .. c{k}-{n-1}`, each but the first taking `r{k}` `passed` the
-/// one before it.
+/// one before it; in odd chains each job also puts `r{k}` (a `passed`
+/// chain through put outputs).
 fn chain_config(chains: usize, per_chain: usize) -> String {
     let mut s = String::from("resources:\n");
     for k in 0..chains {
@@ -230,6 +231,9 @@ fn chain_config(chains: usize, per_chain: usize) -> String {
                 format!(", passed: [c{k}-{}]", i - 1)
             };
             s += &format!("- name: c{k}-{i}\n  plan:\n  - {{get: r{k}, trigger: true{passed}}}\n");
+            if k % 2 == 1 {
+                s += &format!("  - {{put: r{k}, params: {{version: chain-{k}}}}}\n");
+            }
         }
     }
     s
@@ -338,6 +342,17 @@ async fn chain_on(engine: &Engine, opts: &SchedulingBench, db: &Db) -> anyhow::R
                 &json!({"v": newest.to_string()}),
             )
             .await?;
+            if k % 2 == 1 {
+                // What its put made: the version it got, put again.
+                db.record_build_version(
+                    build,
+                    gantry_actors::api::bench::Direction::Out,
+                    &r,
+                    &r,
+                    &json!({"v": newest.to_string()}),
+                )
+                .await?;
+            }
             db.finish_build(build, BuildStatus::Succeeded, Some(0), None)
                 .await?;
         }

@@ -82,6 +82,30 @@ impl Db {
         Ok(())
     }
 
+    /// Where the versions of resource `resource` (config `config`) of
+    /// build `build`'s pipeline are kept, when the build is a job build of
+    /// a stored pipeline that has that resource with that config: where
+    /// its puts' versions go (else the team's one-off history).
+    pub async fn output_scope(
+        &self,
+        build: i64,
+        resource: &str,
+        config: &str,
+    ) -> Result<Option<String>, EngineError> {
+        let row: Option<(String,)> = sqlx::query_as(
+            "SELECT r.scope FROM builds b \
+             JOIN pipelines p ON p.team = b.team AND p.name = b.pipeline \
+             JOIN pipeline_resources r ON r.pipeline_id = p.id AND r.name = $2 AND r.config = $3 \
+             WHERE b.id = $1",
+        )
+        .bind(build)
+        .bind(resource)
+        .bind(config)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(|(s,)| s))
+    }
+
     /// What build `build` used and made: (direction, step, resource,
     /// version), inputs first.
     pub async fn build_versions(
@@ -241,6 +265,73 @@ impl Db {
         Ok(ordered(rows))
     }
 
+    /// A page of what succeeded builds of job `upstream` made and used of
+    /// `resource` (`passed: [upstream]` with `version: latest`), as
+    /// Concourse's resolver walks them: builds newest first, and within a
+    /// build its outputs (puts) before its inputs (gets); versions not in
+    /// the resource's history or disabled in pipeline `pipeline_id` left
+    /// out. Read after `after` (none: from the newest build); a version
+    /// appears once per build that had it.
+    pub async fn passed_by_build_page(
+        &self,
+        upstream: JobAt<'_>,
+        versions: VersionsAt<'_>,
+        (pipeline_id, resource): (i64, &str),
+        after: Option<&BuildCursor>,
+        limit: i64,
+    ) -> Result<Vec<(OrderedVersion, BuildCursor)>, EngineError> {
+        let start = BuildCursor {
+            build: i64::MAX,
+            direction: String::new(),
+            name: String::new(),
+        };
+        let after = after.unwrap_or(&start);
+        let rows: Vec<(i64, String, String, String, i64)> = sqlx::query_as(
+            // The upstream job's builds first, newest first (its index),
+            // then what each had of the resource, then its place in the
+            // history: SQLite takes a CROSS JOIN's tables in the order
+            // written. 'out' > 'in': outputs first.
+            "SELECT b.id, bv.direction, bv.name, v.version, v.check_order FROM builds b \
+             CROSS JOIN build_versions bv CROSS JOIN resource_versions v \
+             WHERE b.team = $4 AND b.pipeline = $5 AND b.job = $6 AND b.status = $7 AND b.id <= $8 \
+             AND bv.build_id = b.id AND bv.resource = $1 \
+             AND (b.id < $8 OR bv.direction < $9 OR (bv.direction = $9 AND bv.name < $10)) \
+             AND v.team = $2 AND v.config = $3 AND v.version = bv.version \
+             AND NOT EXISTS (SELECT 1 FROM disabled_versions d WHERE d.pipeline_id = $11 AND d.resource = $1 AND d.version = v.version) \
+             ORDER BY b.id DESC, bv.direction DESC, bv.name DESC LIMIT $12",
+        )
+        .bind(resource)
+        .bind(versions.scope)
+        .bind(versions.config)
+        .bind(upstream.team)
+        .bind(upstream.pipeline)
+        .bind(upstream.job)
+        .bind(BuildStatus::Succeeded.as_str())
+        .bind(after.build)
+        .bind(&after.direction)
+        .bind(&after.name)
+        .bind(pipeline_id)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(build, direction, name, version, check_order)| {
+                (
+                    OrderedVersion {
+                        version,
+                        check_order,
+                    },
+                    BuildCursor {
+                        build,
+                        direction,
+                        name,
+                    },
+                )
+            })
+            .collect())
+    }
+
     /// The place of `version` among a resource's versions, if it was
     /// found by a check.
     pub async fn version_order(
@@ -299,6 +390,18 @@ impl Db {
         .await?;
         Ok(row.is_some())
     }
+}
+
+/// A place in the walk of [`Db::passed_by_build_page`]: a build, and a
+/// step's version in it (direction, step name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildCursor {
+    /// The build's id.
+    pub build: i64,
+    /// `out` or `in`.
+    pub direction: String,
+    /// The step's name.
+    pub name: String,
 }
 
 /// Which side of a place in the order a page of versions is read from.

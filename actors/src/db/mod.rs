@@ -28,7 +28,7 @@ mod waiting_steps;
 mod web_nodes;
 mod workers;
 
-pub use build_versions::{Bound, Direction, JobAt, OrderedVersion, VersionsAt};
+pub use build_versions::{Bound, BuildCursor, Direction, JobAt, OrderedVersion, VersionsAt};
 pub use builds::EVENTS_CHANNEL;
 pub use builds::{BuildQuery, BuildStatus};
 pub use gc_collect::ArtifactCutoffs;

@@ -71,6 +71,33 @@ impl Db {
         Ok(())
     }
 
+    /// Saves the version a `put` made (Concourse's `SaveOutput`): a new
+    /// version becomes the newest; one already known keeps its place in
+    /// the order (its metadata is updated when the put told some).
+    pub async fn save_output_version(
+        &self,
+        scope: &str,
+        config: &str,
+        version: &Value,
+        metadata: &Value,
+    ) -> Result<(), EngineError> {
+        sqlx::query(
+            "INSERT INTO resource_versions (team, config, version, metadata, check_order, created_at) \
+             SELECT $1, $2, $3, $4, COALESCE(MAX(check_order), 0) + 1, $5 FROM resource_versions \
+             WHERE team = $1 AND config = $2 \
+             ON CONFLICT (team, config, version) DO UPDATE SET metadata = CASE \
+             WHEN excluded.metadata = '[]' THEN resource_versions.metadata ELSE excluded.metadata END",
+        )
+        .bind(scope)
+        .bind(config)
+        .bind(version.to_string())
+        .bind(metadata.to_string())
+        .bind(now_ms())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
     /// The versions of a resource config, newest first, at most `limit`.
     pub async fn versions(
         &self,

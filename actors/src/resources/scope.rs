@@ -14,7 +14,9 @@
 //!   `pipeline:{id}/type:{name}`): one history per pipeline resource (or
 //!   resource type image), global resources off (Concourse's default);
 //! - [`one_off`] (the team's name): what builds not scheduled by a stored
-//!   pipeline check and put (`gantry check`, `gantry run`, a put's output).
+//!   pipeline check and put (`gantry check`, `gantry run`). A put of a job
+//!   build of a stored pipeline saves its version in its resource's scope
+//!   (the one its `pipeline_resources` row names).
 //!
 //! Team names are letters, digits, `-` and `_`, so the three forms never
 //! collide. Before migration 0024 the global history was `*`, shared by
@@ -40,7 +42,7 @@ pub fn shared(team: &str) -> String {
 }
 
 /// The history of builds of `team` that no stored pipeline schedules: a
-/// one-off check or get, and the versions puts make.
+/// one-off check or get, and the versions their puts make.
 pub fn one_off(team: &str) -> String {
     team.to_string()
 }

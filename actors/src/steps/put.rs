@@ -1,5 +1,7 @@
 //! The put step: runs the resource type's `out` with the build's artifacts
-//! it sees mounted under its directory, stores the version `out` made, then
+//! it sees mounted under its directory, stores the version `out` made (in
+//! its resource's history for a job build of a stored pipeline, else the
+//! team's one-off history; a known version keeps its place), then
 //! (unless `no_get`) fetches that version as the artifact of the step's
 //! name: Concourse's implicit get, with `get_params`.
 
@@ -90,12 +92,21 @@ impl PutStep {
             ScriptEnd::Stopped => return Ok(StepEnd::Stopped),
         };
         let (version, metadata) = fetch_answer("out", &answer)?;
+        // A job build of a stored pipeline saves it in the resource's own
+        // history (where scheduling and `passed` read); others in the
+        // team's one-off history.
+        let key = self.config.key();
+        let scope = match ctx.job() {
+            Some(_) => {
+                ctx.db()
+                    .output_scope(ctx.build(), &self.resource, &key)
+                    .await?
+            }
+            None => None,
+        }
+        .unwrap_or_else(|| scope::one_off(ctx.team()));
         ctx.db()
-            .save_versions(
-                &scope::one_off(ctx.team()),
-                &self.config.key(),
-                &[(version.clone(), metadata.clone())],
-            )
+            .save_output_version(&scope, &key, &version, &metadata)
             .await?;
         let worker = ctx.worker().name().to_string();
         fetch::tell(

@@ -65,7 +65,7 @@ pub async fn explain(
                     } else if input.passed.is_empty() {
                         "older than the version chosen".to_string()
                     } else {
-                        "older than the version chosen, or through other builds of the passed jobs than the other inputs' versions".to_string()
+                        "the version chosen came from a newer build of the passed jobs (a build's puts before its gets), or this one went through other builds of them than the other inputs' versions".to_string()
                     }
                 })
             };

@@ -3,14 +3,19 @@
 //!   resource's `version:`) takes that version alone;
 //! - `version: latest` (the default) takes the newest version, `every` the
 //!   oldest one newer than the last its job used (else that last one);
+//! - with `passed: [J, ...]` and `latest`, candidates come by upstream
+//!   build, as Concourse's resolver takes them: the succeeded builds of the
+//!   first J newest first, within each its outputs (puts) before its
+//!   inputs (gets), each version once;
 //! - disabled versions are never taken;
 //! - `passed: [J, ...]`: the version went through a succeeded build of
 //!   each J (as an input or an output), and inputs that share a job J must
 //!   have gone through the *same* build of J (the consistency rule).
 //!
-//! Versions are read a page at a time, newest (or, for `every`, oldest)
-//! first, and candidates are tried in that order with backtracking: the
-//! first combination found is the newest that satisfies every input. The
+//! Versions are read a page at a time, newest (or, for `every`, oldest;
+//! for `passed`, by upstream build) first, and candidates are tried in that
+//! order with backtracking: the first combination found is the newest that
+//! satisfies every input. The
 //! work is bounded ([`BUDGET`] candidates per resolution), so a job whose
 //! inputs cannot agree never holds the scheduler: it is unsatisfied,
 //! saying so.
@@ -21,7 +26,7 @@ use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 
 use super::inputs::JobInput;
-use crate::db::{Bound, Db, JobAt, OrderedVersion, VersionsAt};
+use crate::db::{Bound, BuildCursor, Db, JobAt, OrderedVersion, VersionsAt};
 use crate::error::EngineError;
 
 /// Versions read per page.
@@ -114,7 +119,7 @@ impl Search {
             let Some(input) = inputs.get(i) else {
                 return Ok(true);
             };
-            let mut candidates = Candidates::new(job, input).await?;
+            let mut candidates = Candidates::new(job, input, &held).await?;
             let mut any = false;
             let mut through_all = false;
             while let Some(c) = candidates.next(job).await? {
@@ -203,10 +208,22 @@ struct Candidates<'a> {
     done: bool,
     /// For `every`: the last version its job used, tried when none is newer.
     fallback: Option<i64>,
+    /// For `passed` with `latest`: where the walk of the upstream job's
+    /// builds is (none: not begun), and the versions already given.
+    walk: Option<BuildCursor>,
+    seen: HashSet<String>,
+    /// The builds of the first upstream job the inputs chosen before hold
+    /// this one to: the walk takes only theirs (Concourse's resolver
+    /// takes a version from one build).
+    held: Option<HashSet<i64>>,
 }
 
 impl<'a> Candidates<'a> {
-    async fn new(job: &Job<'_>, input: &'a JobInput) -> Result<Candidates<'a>, EngineError> {
+    async fn new(
+        job: &Job<'_>,
+        input: &'a JobInput,
+        held: &HashMap<String, HashSet<i64>>,
+    ) -> Result<Candidates<'a>, EngineError> {
         let versions = VersionsAt {
             scope: &input.scope,
             config: &input.config,
@@ -242,6 +259,9 @@ impl<'a> Candidates<'a> {
             bound,
             done: false,
             fallback,
+            walk: None,
+            seen: HashSet::new(),
+            held: input.passed.first().and_then(|j| held.get(j)).cloned(),
         })
     }
 
@@ -250,7 +270,8 @@ impl<'a> Candidates<'a> {
         if let Some(pinned) = &mut self.pinned {
             return Ok(pinned.take());
         }
-        if self.buffer.is_empty() && !self.done {
+        // A page of builds may hold only versions already given.
+        while self.buffer.is_empty() && !self.done {
             self.fill(job).await?;
         }
         Ok(self.buffer.pop_front())
@@ -263,6 +284,28 @@ impl<'a> Candidates<'a> {
             config: &input.config,
         };
         let of = (job.pipeline_id, input.resource.as_str());
+        if let (Some(upstream), Bound::Before(_)) = (input.passed.first(), self.bound) {
+            let at = JobAt {
+                job: upstream,
+                ..job.at
+            };
+            let page = job
+                .db
+                .passed_by_build_page(at, versions, of, self.walk.as_ref(), PAGE)
+                .await?;
+            self.done = (page.len() as i64) < PAGE;
+            for (version, at) in page {
+                let build = at.build;
+                self.walk = Some(at);
+                if self.held.as_ref().is_some_and(|h| !h.contains(&build)) {
+                    continue;
+                }
+                if self.seen.insert(version.version.clone()) {
+                    self.buffer.push_back(version);
+                }
+            }
+            return Ok(());
+        }
         let page = match input.passed.first() {
             Some(upstream) => {
                 let at = JobAt {

@@ -59,7 +59,8 @@ async fn inputs_sharing_an_upstream_job_take_versions_from_the_same_build_of_it(
             .collect();
         db.save_versions("*", config, &rows).await.unwrap();
     }
-    // x2 and y2 are the newest, but no build of `up` had both.
+    // x2 and y2 are the newest, but no build of `up` had both; the newest
+    // build of `up` (by upstream build, as Concourse) had x1 and y2.
     build(
         &db,
         "up",
@@ -88,6 +89,17 @@ async fn inputs_sharing_an_upstream_job_take_versions_from_the_same_build_of_it(
     };
     assert_eq!(
         (chosen["x"].clone(), chosen["y"].clone()),
+        (v("x1"), v("y2"))
+    );
+    // With y held to y1, x2 (a newer build than x1's with y1).
+    let mut held = inputs.clone();
+    held[1].pin = Some(Pin::Api(v("y1")));
+    held.swap(0, 1);
+    let Resolution::Resolved(chosen) = resolved(&db, &held).await else {
+        panic!("unsatisfied")
+    };
+    assert_eq!(
+        (chosen["x"].clone(), chosen["y"].clone()),
         (v("x2"), v("y1"))
     );
 
@@ -101,7 +113,7 @@ async fn inputs_sharing_an_upstream_job_take_versions_from_the_same_build_of_it(
         (v("x2"), v("y2"))
     );
 
-    // x2 disabled: x1 with y2, which one build of `up` had.
+    // x2 disabled: still x1 with y2, which one build of `up` had.
     db.set_version_disabled(1, "x", &v("x2"), true)
         .await
         .unwrap();
@@ -168,4 +180,45 @@ async fn every_goes_on_from_the_last_version_used_and_unsatisfied_inputs_say_why
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test]
+async fn passed_takes_the_newest_upstream_builds_outputs_before_its_inputs() {
+    let (db, _dir) = test_db().await;
+    let rows: Vec<_> = ["1", "2", "3"]
+        .iter()
+        .map(|n| (json!({ "v": n }), json!([])))
+        .collect();
+    db.save_versions("*", "cm", &rows).await.unwrap();
+    // An older build had 3; the newest got 2 and put 1.
+    build(&db, "up", BuildStatus::Succeeded, &[("m", "3")]).await;
+    let newest = build(&db, "up", BuildStatus::Succeeded, &[("m", "2")]).await;
+    db.record_build_version(newest, Direction::Out, "push", "m", &json!({ "v": "1" }))
+        .await
+        .unwrap();
+    let chosen = |r: Resolution| match r {
+        Resolution::Resolved(c) => c["m"].clone(),
+        other => panic!("{other:?}"),
+    };
+    let down = input("m", "cm", &["up"]);
+    assert_eq!(
+        chosen(resolved(&db, std::slice::from_ref(&down)).await),
+        v("1")
+    );
+    // The put's version disabled: the same build's input.
+    db.set_version_disabled(1, "m", &v("1"), true)
+        .await
+        .unwrap();
+    assert_eq!(
+        chosen(resolved(&db, std::slice::from_ref(&down)).await),
+        v("2")
+    );
+    // Many newer builds with one version: read past them to the others.
+    db.set_version_disabled(1, "m", &v("2"), true)
+        .await
+        .unwrap();
+    for _ in 0..(PAGE + 5) {
+        build(&db, "up", BuildStatus::Succeeded, &[("m", "2")]).await;
+    }
+    assert_eq!(chosen(resolved(&db, &[down]).await), v("3"));
 }
