@@ -4,6 +4,8 @@
 //! reports back, so X becomes the newest version. Job `j` is triggered by
 //! `m`; pausing the job or the pipeline holds it back, unpausing lets it
 //! go; a pin, a disabled version and the webhook each change what it gets.
+//! A build triggered by hand of a paused job (or pipeline) is held pending
+//! until both are unpaused.
 //! A `set_pipeline: self` step updates its own pipeline, and the next
 //! build runs the new config.
 
@@ -266,7 +268,7 @@ fn a_build_triggered_by_hand_waits_for_inputs_it_cannot_have_yet_and_says_why() 
     // No version of m yet: the build is created pending and says why.
     let out = ok(&client(&node.url, &["trigger-job", "-j", "w/down"]));
     assert!(
-        out.contains("pending: waiting for inputs: input \"n\""),
+        out.contains("pending: waiting: input \"n\""),
         "{out}"
     );
     let waiting = triggered(&out);
@@ -319,7 +321,7 @@ fn a_build_triggered_by_hand_waits_for_inputs_it_cannot_have_yet_and_says_why() 
     let (stdout, stderr) = text(&out);
     assert!(stdout.contains("ran"), "{stdout}");
     assert_eq!(
-        stderr.matches("waiting for inputs:").count(),
+        stderr.matches("waiting: input").count(),
         2,
         "each reason told once: {stderr}"
     );
@@ -359,6 +361,76 @@ fn a_build_triggered_by_hand_waits_for_inputs_it_cannot_have_yet_and_says_why() 
     ok(&client(url, &["destroy-pipeline", "-p", "w"]));
     assert_eq!(build_json(url, left)["status"], "aborted");
     assert_eq!(error_of(url, left), "its pipeline was destroyed");
+}
+
+const HELD: &str = "resources:\n- name: m\n  type: mock\n  check_every: never\n  source: {initial_version: v0}\n\
+jobs:\n- name: j\n  plan:\n  - get: m\n  - task: t\n    config: {platform: linux, run: {path: echo, args: [held]}}\n\
+- name: other\n  plan:\n  - task: t\n    config: {platform: linux, run: {path: echo, args: [other]}}\n";
+
+/// Triggers `h/j` by hand while `paused` says it is held; the build is
+/// pending and says why, and stays so while `h/other` runs to the end
+/// and scheduling rounds pass. Answers its id.
+fn held_build(url: &str, paused: &str) -> i64 {
+    let out = ok(&client(url, &["trigger-job", "-j", "h/j"]));
+    assert!(out.contains(&format!("pending: waiting: {paused}")), "{out}");
+    let held = triggered(&out);
+    ok(&client(url, &["trigger-job", "-j", "h/other", "--watch"]));
+    wait_rounds_after(url, now_ms());
+    let build = build_json(url, held);
+    assert_eq!(build["status"], "pending", "{build}");
+    assert_eq!(build["waiting"].as_str(), Some(paused), "{build}");
+    held
+}
+
+/// Waits for build `id` to have succeeded.
+fn wait_succeeded(url: &str, id: i64) {
+    wait_for("the held build to succeed", Duration::from_secs(60), || {
+        let status = build_json(url, id)["status"].clone();
+        assert!(status != "failed" && status != "errored" && status != "aborted", "{status}");
+        (status == "succeeded").then_some(())
+    });
+}
+
+#[test]
+fn a_paused_job_or_pipeline_holds_a_build_triggered_by_hand_until_unpaused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let node = quickstart_runc(dir.path(), &db);
+    let url = &node.url;
+    write(&dir.path().join("h.yml"), HELD);
+    let file = dir.path().join("h.yml");
+    ok(&client(
+        url,
+        &["set-pipeline", "-p", "h", "-c", file.to_str().unwrap()],
+    ));
+    ok(&client(url, &["unpause-pipeline", "-p", "h"]));
+    new_version_of(url, "h/m", "v1");
+
+    // A paused job holds it: pending, saying so, until unpaused.
+    ok(&client(url, &["pause-job", "-j", "h/j"]));
+    let held = held_build(url, "job \"j\" is paused");
+    // One aborted while held ends there.
+    let aborted = triggered(&ok(&client(url, &["trigger-job", "-j", "h/j"])));
+    ok(&client(url, &["abort-build", "-b", &aborted.to_string()]));
+    assert_eq!(build_json(url, aborted)["status"], "aborted");
+    ok(&client(url, &["unpause-job", "-j", "h/j"]));
+    wait_succeeded(url, held);
+    let out = client(url, &["watch", "-b", &held.to_string()]);
+    let (stdout, stderr) = text(&out);
+    assert!(stdout.contains("held"), "{stdout}");
+    assert!(stderr.contains("waiting: job \"j\" is paused"), "{stderr}");
+    assert_eq!(build_json(url, aborted)["status"], "aborted");
+
+    // So does a paused pipeline (all its jobs are held, `other` too):
+    // rounds that retry waiting builds pass, and it still waits.
+    ok(&client(url, &["pause-pipeline", "-p", "h"]));
+    let out = ok(&client(url, &["trigger-job", "-j", "h/j"]));
+    assert!(out.contains("pending: waiting: pipeline \"h\" is paused"), "{out}");
+    let held = triggered(&out);
+    wait_rounds_after(url, now_ms());
+    assert_eq!(build_json(url, held)["status"], "pending");
+    ok(&client(url, &["unpause-pipeline", "-p", "h"]));
+    wait_succeeded(url, held);
 }
 
 /// Checks resource `r` (`P/R`) of mock type from `version`, which becomes

@@ -139,7 +139,7 @@ pub async fn follow(client: &ApiClient, build_id: i64, lines: StepLines) -> anyh
                 }
                 BuildEvent::Waiting { message, .. } => eprintln!("waiting for a worker: {message}"),
                 BuildEvent::WaitingForInputs { message, .. } => {
-                    eprintln!("waiting for inputs: {message}")
+                    eprintln!("waiting: {message}")
                 }
                 BuildEvent::SelectedWorker { worker, .. } => {
                     eprintln!("running on worker {worker}")

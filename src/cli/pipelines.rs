@@ -126,7 +126,7 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
                 .context("the answer holds no build id")?;
             match build["waiting"].as_str() {
                 Some(why) => crate::outln!(
-                    "created {job} #{} (build {id}), pending: waiting for inputs: {why}",
+                    "created {job} #{} (build {id}), pending: waiting: {why}",
                     cell(&build, "build_number")
                 ),
                 None => crate::outln!(

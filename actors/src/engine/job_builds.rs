@@ -1,8 +1,9 @@
 //! Making the builds of stored pipelines' jobs: those scheduling triggers
 //! (many per transaction), and those started by hand (`trigger-job`).
 //!
-//! A build started by hand whose inputs cannot be satisfied yet is not
-//! refused: it is created pending, waiting, and says why (in the build,
+//! A build started by hand whose inputs cannot be satisfied yet, or whose
+//! job or pipeline is paused, is not refused: it is created pending,
+//! waiting, and says why (in the build,
 //! and as a `waiting_for_inputs` event, again whenever the reason
 //! changes). Each scheduling round tries its inputs again; once they
 //! resolve, the build gets its plan, turns and inputs in one transaction
@@ -69,8 +70,9 @@ fn reasons(why: &BTreeMap<String, String>) -> String {
 impl Engine {
     /// Starts a build of job `job` of pipeline `pipeline` of `team` by
     /// hand, with the newest versions that satisfy its inputs (as a
-    /// trigger would choose them). When they cannot be satisfied yet, the
-    /// build is created pending and waits for them, saying why. A job with
+    /// trigger would choose them). When they cannot be satisfied yet, or
+    /// the job or its pipeline is paused, the build is created pending and
+    /// waits, saying why, until it can start. A job with
     /// `disable_manual_trigger` is refused.
     pub async fn trigger_job(
         &self,
@@ -115,7 +117,8 @@ impl Engine {
         self.build(id).await
     }
 
-    /// Job `job`'s inputs, and what they resolve to now.
+    /// Job `job`'s inputs, and what they resolve to now (not resolved
+    /// while the job or its pipeline is paused: that is why it waits).
     async fn resolve_job(
         &self,
         row: &PipelineRow,
@@ -128,6 +131,16 @@ impl Engine {
         })?;
         let resources = self.db.pipeline_resources(row.id).await?;
         let inputs = job_inputs(pipeline, j, &resources).map_err(EngineError::Invalid)?;
+        // A paused pipeline or job holds its builds (as Concourse does):
+        // they wait, saying so, and start once both are unpaused.
+        if row.paused {
+            let why = format!("pipeline {:?} is paused", row.name);
+            return Ok((inputs, Err(why)));
+        }
+        let jobs = self.db.pipeline_jobs(row.id).await?;
+        if jobs.iter().any(|r| r.name == job && r.paused) {
+            return Ok((inputs, Err(format!("job {job:?} is paused"))));
+        }
         let at = JobAt {
             team: &row.team,
             pipeline: &row.name,
