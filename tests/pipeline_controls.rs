@@ -267,10 +267,7 @@ fn a_build_triggered_by_hand_waits_for_inputs_it_cannot_have_yet_and_says_why() 
 
     // No version of m yet: the build is created pending and says why.
     let out = ok(&client(&node.url, &["trigger-job", "-j", "w/down"]));
-    assert!(
-        out.contains("pending: waiting: input \"n\""),
-        "{out}"
-    );
+    assert!(out.contains("pending: waiting: input \"n\""), "{out}");
     let waiting = triggered(&out);
     let build = build_json(&node.url, waiting);
     assert_eq!(build["status"], "pending", "{build}");
@@ -372,7 +369,10 @@ jobs:\n- name: j\n  plan:\n  - get: m\n  - task: t\n    config: {platform: linux
 /// and scheduling rounds pass. Answers its id.
 fn held_build(url: &str, paused: &str) -> i64 {
     let out = ok(&client(url, &["trigger-job", "-j", "h/j"]));
-    assert!(out.contains(&format!("pending: waiting: {paused}")), "{out}");
+    assert!(
+        out.contains(&format!("pending: waiting: {paused}")),
+        "{out}"
+    );
     let held = triggered(&out);
     ok(&client(url, &["trigger-job", "-j", "h/other", "--watch"]));
     wait_rounds_after(url, now_ms());
@@ -386,7 +386,10 @@ fn held_build(url: &str, paused: &str) -> i64 {
 fn wait_succeeded(url: &str, id: i64) {
     wait_for("the held build to succeed", Duration::from_secs(60), || {
         let status = build_json(url, id)["status"].clone();
-        assert!(status != "failed" && status != "errored" && status != "aborted", "{status}");
+        assert!(
+            status != "failed" && status != "errored" && status != "aborted",
+            "{status}"
+        );
         (status == "succeeded").then_some(())
     });
 }
@@ -425,7 +428,10 @@ fn a_paused_job_or_pipeline_holds_a_build_triggered_by_hand_until_unpaused() {
     // rounds that retry waiting builds pass, and it still waits.
     ok(&client(url, &["pause-pipeline", "-p", "h"]));
     let out = ok(&client(url, &["trigger-job", "-j", "h/j"]));
-    assert!(out.contains("pending: waiting: pipeline \"h\" is paused"), "{out}");
+    assert!(
+        out.contains("pending: waiting: pipeline \"h\" is paused"),
+        "{out}"
+    );
     let held = triggered(&out);
     wait_rounds_after(url, now_ms());
     assert_eq!(build_json(url, held)["status"], "pending");
