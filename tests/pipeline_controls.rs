@@ -3,7 +3,8 @@
 //! type: `check-resource --from version:X` checks from X, which mock
 //! reports back, so X becomes the newest version. Job `j` is triggered by
 //! `m`; pausing the job or the pipeline holds it back, unpausing lets it
-//! go; a pin, a disabled version and the webhook each change what it gets.
+//! go; a pin, a disabled version and the webhook each change what it gets,
+//! and a version triggers the job once (Concourse's first occurrence).
 //! A build triggered by hand of a paused job (or pipeline) is held pending
 //! until both are unpaused.
 //! A `set_pipeline: self` step updates its own pipeline, and the next
@@ -73,39 +74,50 @@ fn pausing_pinning_disabling_and_the_webhook_steer_a_pipelines_triggers() {
     ok(&client(url, &["unpause-pipeline", "-p", "c"]));
     wait_run_of(url, "c", "j", M, "v3", "succeeded");
 
-    // Pinned to v1, j runs v1; unpinned, the newest again.
+    // Pinned to v1, which j already ran: no build starts (a version
+    // triggers a job once, Concourse's first occurrence) and `why` says
+    // so; a build by hand runs v1.
     ok(&client(
         url,
         &["pin-resource", "-r", "c/m", "-v", "version:v1"],
     ));
-    wait_for("j to run v1 again, pinned", Duration::from_secs(60), || {
-        let runs = runs_of(url, "c", "j", M);
-        (runs.last()?.1 == "v1" && runs.last()?.2 == "succeeded" && runs.len() >= 4).then_some(())
-    });
-    let resources = ok(&client(url, &["resources", "-p", "c", "--json"]));
-    assert!(resources.contains("\"pinned\": {"), "{resources}");
-    ok(&client(url, &["unpin-resource", "-r", "c/m"]));
+    wait_rounds_after(url, now_ms());
+    assert_eq!(runs_of(url, "c", "j", M).len(), 3);
+    let why = ok(&client(url, &["why", "-j", "c/j"]));
+    assert!(why.contains("already ran input \"m\"'s version"), "{why}");
+    ok(&client(url, &["trigger-job", "-j", "c/j"]));
     wait_for(
-        "j to run v3 again after the unpin",
+        "j to run v1 again by hand, pinned",
         Duration::from_secs(60),
         || {
             let runs = runs_of(url, "c", "j", M);
-            (runs.last()?.1 == "v3" && runs.last()?.2 == "succeeded" && runs.len() >= 5)
+            (runs.last()?.1 == "v1" && runs.last()?.2 == "succeeded" && runs.len() == 4)
                 .then_some(())
         },
     );
+    let resources = ok(&client(url, &["resources", "-p", "c", "--json"]));
+    assert!(resources.contains("\"pinned\": {"), "{resources}");
+    // Unpinned, the newest (v3, which j ran) starts nothing; a new version does.
+    ok(&client(url, &["unpin-resource", "-r", "c/m"]));
+    new_version(url, "v4");
+    wait_run_of(url, "c", "j", M, "v4", "succeeded");
+    assert_eq!(runs_of(url, "c", "j", M).len(), 5);
 
-    // Disabled, v3 is never an input: j goes back to v2; enabled, to v3.
+    // Disabled, v4 is never an input: the newest left is v3, which j ran,
+    // so nothing starts; by hand, j runs v3.
     ok(&client(
         url,
-        &["disable-resource-version", "-r", "c/m", "-v", "version:v3"],
+        &["disable-resource-version", "-r", "c/m", "-v", "version:v4"],
     ));
+    wait_rounds_after(url, now_ms());
+    assert_eq!(runs_of(url, "c", "j", M).len(), 5);
+    ok(&client(url, &["trigger-job", "-j", "c/j"]));
     wait_for(
-        "j to run v2 with v3 disabled",
+        "j to run v3 with v4 disabled",
         Duration::from_secs(60),
         || {
             let runs = runs_of(url, "c", "j", M);
-            (runs.last()?.1 == "v2" && runs.last()?.2 == "succeeded" && runs.len() >= 6)
+            (runs.last()?.1 == "v3" && runs.last()?.2 == "succeeded" && runs.len() == 6)
                 .then_some(())
         },
     );
@@ -113,16 +125,17 @@ fn pausing_pinning_disabling_and_the_webhook_steer_a_pipelines_triggers() {
     assert!(
         versions
             .lines()
-            .any(|l| l.contains("v3") && l.contains("true")),
+            .any(|l| l.contains("v4") && l.contains("true")),
         "{versions}"
     );
     ok(&client(
         url,
-        &["enable-resource-version", "-r", "c/m", "-v", "version:v3"],
+        &["enable-resource-version", "-r", "c/m", "-v", "version:v4"],
     ));
-    wait_for("j to run v3 once enabled", Duration::from_secs(60), || {
+    ok(&client(url, &["trigger-job", "-j", "c/j"]));
+    wait_for("j to run v4 once enabled", Duration::from_secs(60), || {
         let runs = runs_of(url, "c", "j", M);
-        (runs.last()?.1 == "v3" && runs.len() >= 7).then_some(())
+        (runs.last()?.1 == "v4" && runs.len() == 7).then_some(())
     });
     // A version no check found cannot be pinned or disabled.
     let out = client(url, &["pin-resource", "-r", "c/m", "-v", "version:nope"]);

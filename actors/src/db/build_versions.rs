@@ -147,6 +147,34 @@ impl Db {
         Ok(Some((id, inputs)))
     }
 
+    /// The newest build of the job (not one still waiting for its inputs)
+    /// that was given `version` of `resource` as input `name`, if any: a
+    /// version is a trigger's first occurrence for the job when none was
+    /// (Concourse's `IsFirstOccurrence`).
+    pub async fn job_build_given(
+        &self,
+        at: JobAt<'_>,
+        name: &str,
+        resource: &str,
+        version: &str,
+    ) -> Result<Option<i64>, EngineError> {
+        let row: Option<(i64,)> = sqlx::query_as(
+            "SELECT bv.build_id FROM build_versions bv CROSS JOIN builds b \
+             WHERE bv.resource = $1 AND bv.version = $2 AND bv.direction = 'in' AND bv.name = $3 \
+             AND b.id = bv.build_id AND b.team = $4 AND b.pipeline = $5 AND b.job = $6 \
+             AND b.waiting IS NULL ORDER BY bv.build_id DESC LIMIT 1",
+        )
+        .bind(resource)
+        .bind(version)
+        .bind(name)
+        .bind(at.team)
+        .bind(at.pipeline)
+        .bind(at.job)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(|(id,)| id))
+    }
+
     /// The newest place (check order) among the versions the job's builds
     /// used as input `name`: where `version: every` goes on from.
     pub async fn last_used_order(

@@ -12,8 +12,8 @@
 //! - `pipeline-triggers` schedules every job of every unpaused pipeline:
 //!   it resolves the inputs of each unpaused job with a `trigger: true`
 //!   input, and creates a build when a trigger input resolves to a version
-//!   the job's newest build did not use (for `version: every`, one build
-//!   per version in turn). What it decided is kept on the job (`why`).
+//!   no build of the job was given as that input (Concourse's first
+//!   occurrence; for `version: every`, one build per version in turn). What it decided is kept on the job (`why`).
 //!
 //! Why a leader rather than row locks for scheduling: a round reads the
 //! job's newest build and then creates the next; two nodes interleaving
@@ -439,7 +439,8 @@ impl Triggers {
     }
 
     /// Resolves job `i` of pipeline `id` and decides whether it triggers:
-    /// a trigger input's version differs from what its newest build used.
+    /// a trigger input resolves to a version no build of the job was given
+    /// as that input.
     async fn decide(&self, id: i64, i: usize) -> Result<Decided, EngineError> {
         let db = &self.engine.db;
         let l = &self.pipelines[&id];
@@ -467,28 +468,52 @@ impl Triggers {
                     .map(|(k, v)| (k.clone(), serde_json::from_str(v).unwrap_or_default()))
                     .collect();
                 let newest = db.last_job_build(at).await?;
-                let fresh = job
-                    .inputs
-                    .iter()
-                    .filter(|i| i.trigger)
-                    .find(|i| match &newest {
-                        None => true,
-                        Some((_, used)) => {
-                            used.iter().find(|(n, _)| n == &i.name).map(|(_, v)| v)
-                                != versions.get(&i.name)
-                        }
+                // A trigger fires on a version's first occurrence for the
+                // job, as in Concourse: one no build of the job was given
+                // as that input (a pin or a disabled version steering the
+                // job back to a version it ran does not start it again).
+                let mut fresh = None;
+                let mut ran = None;
+                for input in job.inputs.iter().filter(|i| i.trigger) {
+                    let Some(version) = versions.get(&input.name) else {
+                        continue;
+                    };
+                    let by_newest = newest.as_ref().is_some_and(|(_, used)| {
+                        used.iter().any(|(n, v)| n == &input.name && v == version)
                     });
-                match (fresh, &newest) {
-                    (Some(input), _) => {
+                    if by_newest {
+                        continue;
+                    }
+                    match db
+                        .job_build_given(at, &input.name, &input.resource, version)
+                        .await?
+                    {
+                        None => {
+                            fresh = Some(input);
+                            break;
+                        }
+                        Some(build) => {
+                            ran.get_or_insert((input.name.as_str(), build));
+                        }
+                    }
+                }
+                match (fresh, ran, &newest) {
+                    (Some(input), _, _) => {
                         decision.outcome = format!("by a new version of input {:?}", input.name);
                         chosen = Some(versions);
                     }
-                    (None, Some((build, _))) => {
+                    (None, Some((input, build)), _) => {
+                        decision.outcome = format!(
+                            "not triggered: build {build} already ran input {input:?}'s version \
+                             (a version triggers a job once; trigger it by hand to run it again)"
+                        );
+                    }
+                    (None, None, Some((build, _))) => {
                         decision.outcome = format!(
                             "not triggered: no trigger input has a version build {build} did not use"
                         );
                     }
-                    (None, None) => decision.outcome = "not triggered".into(),
+                    (None, None, None) => decision.outcome = "not triggered".into(),
                 }
             }
         }

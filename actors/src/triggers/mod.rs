@@ -2,7 +2,8 @@
 //! job's inputs are its `get` steps (`inputs.rs`), resolved to versions
 //! under `version`, pins, disabled versions and `passed` with its
 //! consistency rule (`resolve.rs`); a job whose `trigger: true` input
-//! resolves to a version its last build did not use gets a new build. The
+//! resolves to a version no build of the job was given as that input (its
+//! first occurrence, as in Concourse) gets a new build. The
 //! periodic jobs that check resources and trigger builds are the engine's
 //! (`engine/pipeline_jobs.rs`), which owns creating builds.
 
