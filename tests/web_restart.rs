@@ -416,7 +416,7 @@ fn a_quickstart_killed_with_sigkill_adopts_the_running_steps_and_runs_none_twice
     let dir = dir.path();
     let port = free_port();
     let mut quickstart = start_quickstart_on(dir, port, "quickstart1.log");
-    write(&dir.join("pipeline.yml"), &three_steps_slow_for(15));
+    write(&dir.join("pipeline.yml"), three_steps_slow_for(15));
     let tags = ["k0", "k1", "k2"];
     let mut runs: Vec<_> = tags
         .iter()
