@@ -289,12 +289,13 @@ fn a_second_web_node_on_one_sqlite_database_is_refused_and_the_first_keeps_servi
 
 /// Starts `gantry quickstart` on `dir`'s data dir and `port` (the same at
 /// every start: the node keeps its name), on runc when the test script asks
-/// for it, and waits for its embedded worker.
-fn start_quickstart_on(dir: &std::path::Path, port: u16, log: &str) -> Server {
+/// for it, with `extra` arguments, and waits for its embedded worker.
+fn start_quickstart_on(dir: &std::path::Path, port: u16, log: &str, extra: &[&str]) -> Server {
     let mut cmd = gantry();
     cmd.args(["quickstart", "--listen", &format!("127.0.0.1:{port}")])
         .arg("--data-dir")
-        .arg(dir.join("data"));
+        .arg(dir.join("data"))
+        .args(extra);
     if std::env::var_os("GANTRY_REQUIRE_RUNC").is_some() {
         cmd.args(["--backend", "runc"]);
     }
@@ -334,7 +335,7 @@ fn a_quickstart_stopped_with_sigterm_resumes_its_running_builds_each_step_once()
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let port = free_port();
-    let mut quickstart = start_quickstart_on(dir, port, "quickstart1.log");
+    let mut quickstart = start_quickstart_on(dir, port, "quickstart1.log", &[]);
     write(&dir.join("pipeline.yml"), THREE_STEPS);
     let tags = ["r0", "r1", "r2"];
     let mut runs: Vec<_> = tags
@@ -374,7 +375,7 @@ fn a_quickstart_stopped_with_sigterm_resumes_its_running_builds_each_step_once()
         "{first_log}"
     );
 
-    let quickstart = start_quickstart_on(dir, port, "quickstart2.log");
+    let quickstart = start_quickstart_on(dir, port, "quickstart2.log", &[]);
     for build in &builds {
         succeeds_running_each_step_once(&quickstart, *build);
     }
@@ -408,14 +409,14 @@ fn three_steps_slow_for(secs: u32) -> String {
 /// on the same data dir. The slow steps' processes outlive it: each runs
 /// under a keeper of its own (`gantry keep`), which holds its output and
 /// end. The restarted embedded worker adopts them (still running), the web
-/// node takes the builds over and reattaches to them, and every build
-/// succeeds with every step run once.
+/// node takes the builds over and reattaches to them, every build
+/// succeeds with every step run once, and their containers are destroyed.
 #[test]
 fn a_quickstart_killed_with_sigkill_adopts_the_running_steps_and_runs_none_twice() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let port = free_port();
-    let mut quickstart = start_quickstart_on(dir, port, "quickstart1.log");
+    let mut quickstart = start_quickstart_on(dir, port, "quickstart1.log", &[]);
     write(&dir.join("pipeline.yml"), three_steps_slow_for(15));
     let tags = ["k0", "k1", "k2"];
     let mut runs: Vec<_> = tags
@@ -446,7 +447,8 @@ fn a_quickstart_killed_with_sigkill_adopts_the_running_steps_and_runs_none_twice
         .collect();
     quickstart.kill();
 
-    let quickstart = start_quickstart_on(dir, port, "quickstart2.log");
+    // Collecting every second, so that the containers go soon.
+    let quickstart = start_quickstart_on(dir, port, "quickstart2.log", &["--gc-interval", "1"]);
     for build in &builds {
         succeeds_running_each_step_once(&quickstart, *build);
     }
@@ -466,6 +468,17 @@ fn a_quickstart_killed_with_sigkill_adopts_the_running_steps_and_runs_none_twice
         "{log}"
     );
     assert!(log.contains("resuming a build"), "{log}");
+    // The containers of the adopted processes are destroyed as any other:
+    // gone from the web node's view and from the worker's disk.
+    wait_no_handles(&quickstart.url, Duration::from_secs(90));
+    let containers = dir.join("data/worker/containers");
+    wait_for("no container left on disk", Duration::from_secs(30), || {
+        std::fs::read_dir(&containers)
+            .ok()?
+            .next()
+            .is_none()
+            .then_some(())
+    });
     for run in &mut runs {
         let _ = run.kill();
         let _ = run.wait();
