@@ -197,18 +197,11 @@ async fn keep(opts: Options, tell: impl FnOnce(&str)) -> i32 {
         child_pid,
     };
     let record_path = process_file(&opts.dir, &opts.id, "keeper");
-    if let Err(e) = serde_json::to_vec(&record)
+    // Without it a restarted agent cannot find the process (it is then
+    // lost, as without a keeper); the running agent follows it all the same.
+    let _ = serde_json::to_vec(&record)
         .map_err(std::io::Error::other)
-        .and_then(|body| write_atomically(&record_path, &body))
-    {
-        // Without it a restarted agent cannot find the process: say so, but
-        // the running agent still follows it.
-        let _ = write_end(
-            &opts.dir,
-            &opts.id,
-            &ProcessEnd::Lost(format!("cannot record the process's keeper: {e}")),
-        );
-    }
+        .and_then(|body| write_atomically(&record_path, &body));
     tell(&format!("pid {child_pid}"));
     let_go_of_stdin();
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {

@@ -8,8 +8,9 @@
 //! `AsyncFd`: no thread, no polling, and no crate for three system calls)
 //! and, at each change, advances the log's length over the complete frames
 //! now in it (a frame being written is left for the next change), which
-//! wakes the readers. Where inotify cannot be had (no instances left), the
-//! length is looked at every [`POLL`] instead.
+//! wakes the readers. Each followed process takes one inotify instance;
+//! where none can be had (past `fs.inotify.max_user_instances`, 128 by
+//! default), the length is looked at every [`POLL`] instead.
 //!
 //! The end: while the agent runs, the keeper is its child and is waited
 //! for; an adopted keeper (not the agent's child) is watched through a
