@@ -423,6 +423,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_adopted_process_is_signalled_through_its_childs_group() {
+        use std::os::unix::process::CommandExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        append(d, "running");
+        // Its own group, as a keeper's child is: the keeper and the child
+        // in one for this test.
+        let mut keeper = std::process::Command::new("sleep")
+            .arg("60")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        record(d, keeper.id(), start_time(keeper.id() as i32).unwrap());
+        let Recovered::Kept(found) = ProcessRecord::recover(d, "p").await else {
+            panic!("not adopted")
+        };
+        let rec = ProcessRecord::resume(d, "p", found.spawned);
+        rec.signal(gantry_wire::runtime::ProcessSignal::Kill)
+            .await
+            .unwrap();
+        let status = tokio::task::spawn_blocking(move || keeper.wait().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(ProcessEnd::from_status(status), ProcessEnd::Exited(137));
+        // Killed before it recorded an end: lost, saying so.
+        let end = tokio::time::timeout(Duration::from_secs(10), rec.wait())
+            .await
+            .expect("the keeper's exit was seen");
+        assert!(
+            matches!(&end, ProcessEnd::Lost(why) if why.contains("without recording its end")),
+            "{end:?}"
+        );
+    }
+
+    #[tokio::test]
     async fn a_pid_taken_over_by_another_process_is_no_keeper() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
