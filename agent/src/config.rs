@@ -61,7 +61,7 @@ pub struct WorkerConfig {
     pub max_parallel_destroys: usize,
     /// The keeper program each process without a TTY runs under (see
     /// `keeper.rs`), so that it outlives the agent: set by `gantry worker`
-    /// and `gantry quickstart` to their own binary, never read from the
+    /// and `gantry quickstart` to their own binary (`/proc/self/exe`), never read from the
     /// config file. `None`: processes are started directly and end with
     /// the agent.
     #[serde(skip)]

@@ -14,12 +14,12 @@
 //! 2. starts `PROGRAM` as its child, in a process group of its own, with
 //!    the keeper's environment, working directory, descriptors and stdin
 //!    (so the backend's `env_clear` and bwrap's status descriptor still
-//!    hold) and new pipes for stdout and stderr; it then lets go of stdin;
+//!    hold) and new pipes for stdout and stderr;
 //! 3. records who it is in `DIR/ID.keeper` ([`KeeperRecord`]: its pid and
 //!    start time, which guard against pid reuse, and the child's pid) and
 //!    tells the agent the child's pid in one line on its stdout
 //!    (`pid N`), or why the child could not be started (`error ...`, then
-//!    it exits);
+//!    it exits); it then points its stdin and stdout at `/dev/null`;
 //! 4. appends what the child writes to `DIR/ID.log` as frames (the format of
 //!    `output_log.rs`, written by its [`LogWriter`]);
 //! 5. once the child has exited and both pipes are drained, writes its raw
@@ -143,7 +143,10 @@ pub fn main() -> i32 {
             return 1;
         }
     };
-    runtime.block_on(keep(opts, report))
+    runtime.block_on(keep(opts, |line| {
+        report(line);
+        let_go_of_stdio();
+    }))
 }
 
 /// Writes one line to the agent (stdout); a gone agent is ignored.
@@ -154,7 +157,8 @@ fn report(line: &str) {
 }
 
 /// Starts the child, records it, copies its output into the log and records
-/// its end. `tell` carries the one line for the agent. Returns the exit code.
+/// its end. `tell` carries the one line for the agent (and lets go of the
+/// keeper's stdin and stdout). Returns the exit code.
 async fn keep(opts: Options, tell: impl FnOnce(&str)) -> i32 {
     let log_path = process_file(&opts.dir, &opts.id, "log");
     let log = match tokio::fs::OpenOptions::new()
@@ -203,7 +207,6 @@ async fn keep(opts: Options, tell: impl FnOnce(&str)) -> i32 {
         .map_err(std::io::Error::other)
         .and_then(|body| write_atomically(&record_path, &body));
     tell(&format!("pid {child_pid}"));
-    let_go_of_stdin();
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         let _ = child.kill().await;
         let _ = write_end(
@@ -228,13 +231,20 @@ async fn keep(opts: Options, tell: impl FnOnce(&str)) -> i32 {
     }
 }
 
-/// Points stdin at `/dev/null`: the child has the pipe, and the keeper
-/// holding its read end would keep a writer blocked after the child ended.
-fn let_go_of_stdin() {
-    if let Ok(null) = std::fs::File::open("/dev/null") {
-        // SAFETY: dup2 onto descriptor 0, which this process owns.
+/// Points stdin and stdout at `/dev/null`: the child has the stdin pipe
+/// (the keeper holding its read end would keep a writer blocked after the
+/// child ended), and the agent has had its one line.
+fn let_go_of_stdio() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        let null = std::os::fd::AsRawFd::as_raw_fd(&null);
+        // SAFETY: dup2 onto descriptors 0 and 1, which this process owns.
         unsafe {
-            libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 0);
+            libc::dup2(null, 0);
+            libc::dup2(null, 1);
         }
     }
 }

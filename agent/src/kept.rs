@@ -47,7 +47,13 @@ pub fn keeper_command(
     program: &std::ffi::OsStr,
 ) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(keeper);
-    cmd.arg(SUBCOMMAND).arg(dir).arg(id).arg("--").arg(program);
+    // Named so in `ps` whatever path starts it (`/proc/self/exe`).
+    cmd.arg0("gantry")
+        .arg(SUBCOMMAND)
+        .arg(dir)
+        .arg(id)
+        .arg("--")
+        .arg(program);
     cmd
 }
 

@@ -242,8 +242,15 @@ pub fn quickstart(
 }
 
 /// This binary, which runs each process's keeper (`gantry keep`, see
-/// `gantry_agent::keeper`) so that processes outlive the worker agent.
+/// `gantry_agent::keeper`) so that processes outlive the worker agent:
+/// `/proc/self/exe`, which in the started child still names the image the
+/// agent runs, so keepers start (and match the agent's version) even after
+/// the binary was replaced on disk by an upgrade; its path elsewhere.
 fn keeper_program() -> anyhow::Result<PathBuf> {
+    let own = PathBuf::from("/proc/self/exe");
+    if own.exists() {
+        return Ok(own);
+    }
     std::env::current_exe().context("finding the gantry binary to keep processes with")
 }
 
