@@ -3,6 +3,11 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    // A process's keeper (started by the worker agent): before anything
+    // else is set up (no runtime, no logging, no descriptor of ours).
+    if std::env::args_os().nth(1).as_deref() == Some(gantry_agent::keeper::SUBCOMMAND.as_ref()) {
+        std::process::exit(gantry_agent::keeper::main());
+    }
     let cli = gantry::cli::Cli::parse();
     match gantry::cli::run(cli) {
         Ok(code) => std::process::ExitCode::from(code.clamp(0, 255) as u8),

@@ -289,12 +289,13 @@ fn a_second_web_node_on_one_sqlite_database_is_refused_and_the_first_keeps_servi
 
 /// Starts `gantry quickstart` on `dir`'s data dir and `port` (the same at
 /// every start: the node keeps its name), on runc when the test script asks
-/// for it, and waits for its embedded worker.
-fn start_quickstart_on(dir: &std::path::Path, port: u16, log: &str) -> Server {
+/// for it, with `extra` arguments, and waits for its embedded worker.
+fn start_quickstart_on(dir: &std::path::Path, port: u16, log: &str, extra: &[&str]) -> Server {
     let mut cmd = gantry();
     cmd.args(["quickstart", "--listen", &format!("127.0.0.1:{port}")])
         .arg("--data-dir")
-        .arg(dir.join("data"));
+        .arg(dir.join("data"))
+        .args(extra);
     if std::env::var_os("GANTRY_REQUIRE_RUNC").is_some() {
         cmd.args(["--backend", "runc"]);
     }
@@ -334,7 +335,7 @@ fn a_quickstart_stopped_with_sigterm_resumes_its_running_builds_each_step_once()
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let port = free_port();
-    let mut quickstart = start_quickstart_on(dir, port, "quickstart1.log");
+    let mut quickstart = start_quickstart_on(dir, port, "quickstart1.log", &[]);
     write(&dir.join("pipeline.yml"), THREE_STEPS);
     let tags = ["r0", "r1", "r2"];
     let mut runs: Vec<_> = tags
@@ -374,7 +375,7 @@ fn a_quickstart_stopped_with_sigterm_resumes_its_running_builds_each_step_once()
         "{first_log}"
     );
 
-    let quickstart = start_quickstart_on(dir, port, "quickstart2.log");
+    let quickstart = start_quickstart_on(dir, port, "quickstart2.log", &[]);
     for build in &builds {
         succeeds_running_each_step_once(&quickstart, *build);
     }
@@ -397,54 +398,91 @@ fn a_quickstart_stopped_with_sigterm_resumes_its_running_builds_each_step_once()
     }
 }
 
-/// A quickstart killed with SIGKILL while a build is in its slow step
-/// loses that step: its process's output went with the embedded worker's
-/// agent (no shim holds it yet), so the quickstart restarted (here on
-/// another port, which names its node anew) takes the build over, waits for the worker to register again, and errors the
-/// build saying the step's exit status is lost; it never runs the step a
-/// second time, and the build does not hang.
+/// [`THREE_STEPS`] with a slow step that outlasts a restart of the
+/// quickstart.
+fn three_steps_slow_for(secs: u32) -> String {
+    THREE_STEPS.replace("sleep 3;", &format!("sleep {secs};"))
+}
+
+/// Three builds of the three-step job run on a quickstart; once each is in
+/// its slow step, the quickstart is killed with SIGKILL and started again
+/// on the same data dir. The slow steps' processes outlive it: each runs
+/// under a keeper of its own (`gantry keep`), which holds its output and
+/// end. The restarted embedded worker adopts them (still running), the web
+/// node takes the builds over and reattaches to them, every build
+/// succeeds with every step run once, and their containers are destroyed.
 #[test]
-fn a_quickstart_killed_with_sigkill_errors_the_steps_it_lost_and_runs_none_twice() {
+fn a_quickstart_killed_with_sigkill_adopts_the_running_steps_and_runs_none_twice() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let port = free_port();
-    let mut quickstart = start_quickstart_on(dir, port, "quickstart1.log");
-    write(&dir.join("pipeline.yml"), THREE_STEPS);
-    let mut run = spawn_run(
-        &quickstart.url,
-        dir,
-        "r",
-        &["-p", "pipeline.yml", "-j", "j"],
-    );
-    let build = wait_for(
-        "the build in its slow step",
-        Duration::from_secs(60),
-        || {
-            let out = std::fs::read_to_string(dir.join("r.out")).ok()?;
-            out.contains("marker-slow")
-                .then(|| run_build(&dir.join("r.err")))
-                .flatten()
-        },
-    );
+    let mut quickstart = start_quickstart_on(dir, port, "quickstart1.log", &[]);
+    write(&dir.join("pipeline.yml"), three_steps_slow_for(15));
+    let tags = ["k0", "k1", "k2"];
+    let mut runs: Vec<_> = tags
+        .iter()
+        .map(|tag| {
+            spawn_run(
+                &quickstart.url,
+                dir,
+                tag,
+                &["-p", "pipeline.yml", "-j", "j"],
+            )
+        })
+        .collect();
+    let builds: Vec<i64> = tags
+        .iter()
+        .map(|tag| {
+            wait_for(
+                &format!("build {tag} in its slow step"),
+                Duration::from_secs(60),
+                || {
+                    let out = std::fs::read_to_string(dir.join(format!("{tag}.out"))).ok()?;
+                    out.contains("marker-slow")
+                        .then(|| run_build(&dir.join(format!("{tag}.err"))))
+                        .flatten()
+                },
+            )
+        })
+        .collect();
     quickstart.kill();
-    let _ = wait_child(&mut run, Duration::from_secs(20));
 
-    // Started again on another port (so under another node name): the only
-    // node of its SQLite database takes over what the previous run left.
-    let quickstart = start_quickstart_on(dir, free_port(), "quickstart2.log");
-    let out = client(&quickstart.url, &["watch", "-b", &build.to_string()]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stdout}\n{stderr}");
-    assert!(
-        stderr.contains("errored: worker vm: the process was running when the worker agent stopped; its exit status is lost")
-            && !stderr.contains("errored: worker vm is unreachable"),
-        "{stdout}\n{stderr}\nquickstart log:\n{}",
-        quickstart.log_text()
+    // Collecting every second, so that the containers go soon.
+    let quickstart = start_quickstart_on(dir, port, "quickstart2.log", &["--gc-interval", "1"]);
+    for build in &builds {
+        succeeds_running_each_step_once(&quickstart, *build);
+    }
+    let statuses = builds_json(&quickstart.url);
+    for build in &builds {
+        let status = statuses
+            .iter()
+            .find(|b| b["id"] == *build)
+            .and_then(|b| b["status"].as_str());
+        assert_eq!(status, Some("succeeded"), "build {build}");
+    }
+    let log = quickstart.log_text();
+    assert_eq!(
+        log.matches("adopted a process its keeper kept running")
+            .count(),
+        3,
+        "{log}"
     );
-    assert_eq!(stdout.matches("marker-first").count(), 1, "{stdout}");
-    assert_eq!(stdout.matches("marker-slow").count(), 1, "{stdout}");
-    assert_eq!(stdout.matches("marker-last").count(), 0, "{stdout}");
+    assert!(log.contains("resuming a build"), "{log}");
+    // The containers of the adopted processes are destroyed as any other:
+    // gone from the web node's view and from the worker's disk.
+    wait_no_handles(&quickstart.url, Duration::from_secs(90));
+    let containers = dir.join("data/worker/containers");
+    wait_for("no container left on disk", Duration::from_secs(30), || {
+        std::fs::read_dir(&containers)
+            .ok()?
+            .next()
+            .is_none()
+            .then_some(())
+    });
+    for run in &mut runs {
+        let _ = run.kill();
+        let _ = run.wait();
+    }
 }
 
 /// Watches build `build` on `server` to its end and checks it succeeded

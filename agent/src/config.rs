@@ -59,6 +59,13 @@ pub struct WorkerConfig {
     pub sweep_interval_secs: u64,
     /// Most destroys a sweep runs at once. Default 4.
     pub max_parallel_destroys: usize,
+    /// The keeper program each process without a TTY runs under (see
+    /// `keeper.rs`), so that it outlives the agent: set by `gantry worker`
+    /// and `gantry quickstart` to their own binary (`/proc/self/exe`), never read from the
+    /// config file. `None`: processes are started directly and end with
+    /// the agent.
+    #[serde(skip)]
+    pub keeper: Option<PathBuf>,
 }
 
 /// Reads `web = "URL[,URL...]"` or `web = ["URL", ...]` as one
@@ -98,6 +105,7 @@ impl Default for WorkerConfig {
             retire_on_stop: false,
             sweep_interval_secs: 30,
             max_parallel_destroys: 4,
+            keeper: None,
         }
     }
 }

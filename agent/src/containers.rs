@@ -14,9 +14,9 @@ use gantry_wire::runtime::ProcessSignal;
 use gantry_wire::spec::{ContainerSpec, ProcessSpec, RootfsSpec};
 
 use super::api::{ContainerInfo, ContainerState, ProcessInfo};
-use super::backend::{BackendContainer, ContainerBackend, ContainerContext, ResolvedMount};
+use super::backend::{BackendContainer, ContainerBackend, ContainerContext, Origin, ResolvedMount};
 use super::error::{blocking, AgentError};
-use super::processes::{ProcessEnd, ProcessRecord};
+use super::processes::{ProcessEnd, ProcessRecord, Recovered};
 use super::resource_types::{ResourceTypes, RESOURCE_DIR};
 use super::rootfs;
 use super::slots::{check_name, Slots};
@@ -111,18 +111,22 @@ pub struct ContainerRegistry {
     default_rootfs: Option<PathBuf>,
     /// The base resource types a container may mount.
     resource_types: ResourceTypes,
+    /// The keeper program processes run under (see `keeper.rs`), if any.
+    keeper: Option<PathBuf>,
 }
 
 impl ContainerRegistry {
     /// Opens the registry under `work_dir` (absolute): loads the containers on
-    /// disk, prepares them again in the backend (their processes are gone)
-    /// and removes unfinished ones.
+    /// disk, prepares them again in the backend, adopts the processes their
+    /// keepers kept running (the others are gone) and removes unfinished
+    /// containers. Processes without a TTY run under `keeper` when given.
     pub async fn open(
         work_dir: &Path,
         backend: Arc<dyn ContainerBackend>,
         volumes: Arc<VolumeStore>,
         default_rootfs: Option<PathBuf>,
         resource_types: ResourceTypes,
+        keeper: Option<PathBuf>,
     ) -> Result<Self, AgentError> {
         let registry = ContainerRegistry {
             root: work_dir.join("containers"),
@@ -131,6 +135,7 @@ impl ContainerRegistry {
             volumes,
             default_rootfs,
             resource_types,
+            keeper,
         };
         let root = registry.root.clone();
         let found = blocking("loading containers", move || scan(&root)).await?;
@@ -145,10 +150,12 @@ impl ContainerRegistry {
         Ok(registry)
     }
 
-    /// Rebuilds a container found on disk.
+    /// Rebuilds a container found on disk: its ended processes are served
+    /// from disk, and those its keepers still run are adopted (followed,
+    /// signalled, their ends judged by the backend), so the container is
+    /// prepared without touching what runs in it.
     async fn recover(&self, spec: ContainerSpec, dir: PathBuf) -> Result<Container, AgentError> {
         let ctx = Arc::new(self.context(&spec, dir.clone(), true).await?);
-        let backend = self.backend.prepare(ctx.clone(), true).await?;
         let mut processes = Vec::new();
         let mut ids: Vec<(std::time::SystemTime, String)> = Vec::new();
         if let Ok(mut entries) = tokio::fs::read_dir(dir.join("processes")).await {
@@ -165,10 +172,31 @@ impl ContainerRegistry {
             }
         }
         ids.sort();
+        let pdir = dir.join("processes");
+        let mut found = Vec::new();
         for (_, id) in ids {
-            processes.push(Arc::new(
-                ProcessRecord::load(&dir.join("processes"), &id).await,
-            ));
+            found.push((ProcessRecord::recover(&pdir, &id).await, id));
+        }
+        let running = found
+            .iter()
+            .any(|(r, _)| matches!(r, Recovered::Kept(k) if k.alive));
+        let backend = self
+            .backend
+            .prepare(ctx.clone(), Origin::Found { running })
+            .await?;
+        for (recovered, id) in found {
+            let record = match recovered {
+                Recovered::Ended(record) => Arc::new(record),
+                Recovered::Kept(kept) => {
+                    if kept.alive {
+                        tracing::info!(container = %ctx.handle, process = %id,
+                            "adopted a process its keeper kept running");
+                    }
+                    let spawned = backend.adopt(&id, kept.spawned).await;
+                    ProcessRecord::resume(&pdir, &id, spawned)
+                }
+            };
+            processes.push(record);
         }
         Ok(Container {
             ctx,
@@ -265,6 +293,7 @@ impl ContainerRegistry {
             dir,
             mounts,
             image,
+            keeper: self.keeper.clone(),
         })
     }
 
@@ -289,7 +318,7 @@ impl ContainerRegistry {
                     tokio::fs::create_dir_all(dir.join("processes"))
                         .await
                         .map_err(|e| AgentError::io(format!("creating {}", dir.display()), e))?;
-                    let backend = self.backend.prepare(ctx.clone(), false).await?;
+                    let backend = self.backend.prepare(ctx.clone(), Origin::New).await?;
                     let body = serde_json::to_vec_pretty(&ctx.spec)
                         .map_err(|e| AgentError::Backend(format!("encoding spec.json: {e}")))?;
                     let tmp = dir.join("spec.json.tmp");

@@ -4,7 +4,10 @@
 //! One concept per file: `server.rs` (the HTTP API), `api.rs` (its wire
 //! types), `volumes.rs` (the volume store), `containers.rs` (container
 //! bookkeeping), `processes.rs` (spawning, exit statuses, signals, stdin),
-//! `output_log.rs` (the framed output log and its followers),
+//! `output_log.rs` (the framed output log and its followers), `keeper.rs`
+//! (the keeper: the process that holds each process's output and end, so it
+//! outlives the agent), `kept.rs` (the agent's side of kept processes:
+//! starting, following, adopting them),
 //! `pty.rs` (terminals of TTY processes), `backend/` (how processes are
 //! isolated: runc, bwrap, local), `rootfs.rs` (root filesystems),
 //! `images.rs` (unpacking images into volumes), `resource_types.rs` (the
@@ -27,7 +30,7 @@
 //!
 //! ```text
 //! WORK_DIR/volumes/<handle>/{meta.json,data/,image.json}  (image.json: an imported image)
-//! WORK_DIR/containers/<handle>/{spec.json,config.json,rootfs/,processes/<id>.{log,exit}}
+//! WORK_DIR/containers/<handle>/{spec.json,config.json,rootfs/,processes/<id>.{log,keeper,end,exit}}
 //! WORK_DIR/runc/            runc's state (runc backend)
 //! WORK_DIR/resource-types/<type>/{check,in,out}  base resource types
 //! ```
@@ -41,6 +44,8 @@ pub mod containers;
 pub mod error;
 pub mod holdings;
 pub mod images;
+pub mod keeper;
+pub mod kept;
 pub mod output_log;
 pub mod processes;
 pub mod pty;

@@ -52,6 +52,16 @@ impl LogWriter {
         }
     }
 
+    /// The writer of a log already `len` bytes long, opened for appending
+    /// (a kept process's, after its keeper has ended).
+    pub(super) fn at(file: tokio::fs::File, len: u64) -> Self {
+        LogWriter {
+            file,
+            len,
+            failed: false,
+        }
+    }
+
     /// Appends one frame; returns the new length once it is in the file.
     pub(super) async fn append(
         &mut self,

@@ -6,9 +6,20 @@
 //! follow it: a `watch` channel announces each new frame and the exit, so no
 //! one polls, any number of readers can follow at once, and memory stays
 //! bounded by one chunk per reader. Because everything is on disk, a restarted
-//! agent still serves the output and exit status of finished processes.
+//! agent still serves the output and exit status of finished processes
+//! (and follows those its keepers kept running, see below).
 //!
 //! The log's frame format and its readers are in `output_log.rs`.
+//!
+//! Keepers: when the agent has a keeper program (`WorkerConfig::keeper`),
+//! a process without a TTY runs under a keeper of its own
+//! ([`ProcessCommand`], `keeper.rs`), which writes the log and the raw end
+//! (`<id>.end`) itself, so the process and its output outlive the agent;
+//! the agent follows the log and the keeper's end (`kept.rs`), judges the
+//! end as its backend does and writes `<id>.exit`. A restarted agent adopts
+//! a process whose keeper still runs ([`ProcessRecord::recover`],
+//! [`ProcessRecord::resume`]). TTY processes run directly and end with the
+//! agent, as every process does without a keeper.
 //!
 //! Input: every child starts with a stdin pipe (or, with a TTY, the pty
 //! master) kept in its record. The container registry closes the pipe at once
@@ -29,7 +40,6 @@ use gantry_wire::spec::WindowSize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{watch, Mutex};
 
-use super::api::OutputLine;
 use super::error::AgentError;
 use super::output_log::{LogReader, LogWriter, Progress, MAX_CHUNK};
 use super::pty::Pty;
@@ -67,6 +77,56 @@ pub enum ChildOutput {
     },
     /// Its terminal: one stream, recorded as stdout.
     Pty(Arc<Pty>),
+    /// Its keeper writes the log itself; the agent follows the file.
+    Kept,
+}
+
+/// The command a backend builds for a process: run directly, or under a
+/// keeper (see `keeper.rs`) when the agent has one and the process has no
+/// TTY. It derefs to the [`tokio::process::Command`], to which the backend
+/// adds arguments, environment, working directory and `pre_exec` as for a
+/// direct start: the keeper passes all of them on to the process.
+pub struct ProcessCommand {
+    /// The command (the keeper's when kept).
+    cmd: tokio::process::Command,
+    /// When kept: the process's directory and id.
+    kept: Option<(PathBuf, String)>,
+}
+
+impl ProcessCommand {
+    /// `program`, run directly.
+    pub fn direct(program: impl AsRef<std::ffi::OsStr>) -> Self {
+        ProcessCommand {
+            cmd: tokio::process::Command::new(program),
+            kept: None,
+        }
+    }
+
+    /// `program` run under `keeper` as process `id`, whose files are in `dir`.
+    pub fn kept(keeper: &Path, dir: &Path, id: &str, program: impl AsRef<std::ffi::OsStr>) -> Self {
+        ProcessCommand {
+            cmd: super::kept::keeper_command(keeper, dir, id, program.as_ref()),
+            kept: Some((dir.to_path_buf(), id.to_string())),
+        }
+    }
+
+    /// The command itself (a TTY process's, which is never kept).
+    pub fn into_inner(self) -> tokio::process::Command {
+        self.cmd
+    }
+}
+
+impl std::ops::Deref for ProcessCommand {
+    type Target = tokio::process::Command;
+    fn deref(&self) -> &Self::Target {
+        &self.cmd
+    }
+}
+
+impl std::ops::DerefMut for ProcessCommand {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.cmd
+    }
 }
 
 /// Where a process's input is written.
@@ -141,12 +201,17 @@ fn watch_exit(mut child: tokio::process::Child) -> watch::Receiver<Option<Proces
 }
 
 /// Spawns `cmd` in its own process group with stdin, stdout and stderr
-/// piped, plus a task that waits for it and announces its end. Returns the
-/// child and its pid.
-pub fn spawn_child(
-    cmd: &mut tokio::process::Command,
+/// piped, plus a task that waits for it and announces its end; under its
+/// keeper when `cmd` is kept (the keeper starts it so, and writes its
+/// output and end). Returns the child and its pid.
+pub async fn spawn_child(
+    cmd: &mut ProcessCommand,
     what: &str,
 ) -> Result<(Spawned, u32), AgentError> {
+    if let Some((dir, id)) = cmd.kept.clone() {
+        return super::kept::spawn_kept(&mut cmd.cmd, &dir, &id, what).await;
+    }
+    let cmd = &mut cmd.cmd;
     cmd.stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -201,6 +266,15 @@ pub fn spawn_tty_child(
         epilogue: None,
     };
     Ok((spawned, pid))
+}
+
+/// What start-up finds of a process on disk ([`ProcessRecord::recover`]).
+pub enum Recovered {
+    /// It has ended, or its end is lost: served from disk.
+    Ended(ProcessRecord),
+    /// Its keeper kept it running (or recorded its end): handed to its
+    /// backend's `adopt`, then to [`ProcessRecord::resume`].
+    Kept(super::kept::Found),
 }
 
 /// One process of a container: its log, its end, how to signal it.
@@ -259,7 +333,7 @@ impl ProcessRecord {
         let (progress, _) = watch::channel(Progress::default());
         let pty = match &child.output {
             ChildOutput::Pty(pty) => Some(pty.clone()),
-            ChildOutput::Pipes { .. } => None,
+            ChildOutput::Pipes { .. } | ChildOutput::Kept => None,
         };
         let record = Arc::new(ProcessRecord {
             id: id.to_string(),
@@ -271,22 +345,68 @@ impl ProcessRecord {
             pty: std::sync::Mutex::new(pty),
         });
         let exit_file = exit_path(dir, id);
-        tokio::spawn(record.clone().supervise(log, child, exit_file));
+        tokio::spawn(record.clone().supervise(Some(log), child, exit_file));
+        record
+    }
+
+    /// Takes back a kept process found at start-up ([`Recovered::Kept`],
+    /// after its backend wrapped its end in its judges): follows its log
+    /// from the start and records its end as [`Self::start`] does.
+    pub fn resume(dir: &Path, id: &str, child: Spawned) -> Arc<Self> {
+        let (progress, _) = watch::channel(Progress::default());
+        let record = Arc::new(ProcessRecord {
+            id: id.to_string(),
+            log_path: log_path(dir, id),
+            progress,
+            signal: Some(child.signal.clone()),
+            stdin: std::sync::Mutex::new(None),
+            tty: false,
+            pty: std::sync::Mutex::new(None),
+        });
+        let exit_file = exit_path(dir, id);
+        tokio::spawn(record.clone().supervise(None, child, exit_file));
         record
     }
 
     /// Copies output into the log until the process ends, then records the end.
-    async fn supervise(self: Arc<Self>, log: tokio::fs::File, child: Spawned, exit_file: PathBuf) {
-        let writer = Mutex::new(LogWriter::new(log));
-        match child.output {
-            ChildOutput::Pipes { stdout, stderr } => {
+    /// `log` is the new log's handle (`None` for a resumed kept process).
+    async fn supervise(
+        self: Arc<Self>,
+        log: Option<tokio::fs::File>,
+        child: Spawned,
+        exit_file: PathBuf,
+    ) {
+        let writer = match (child.output, log) {
+            (ChildOutput::Pipes { stdout, stderr }, Some(log)) => {
+                let writer = Mutex::new(LogWriter::new(log));
                 tokio::join!(
                     self.pump(stdout, OutputStream::Stdout, &writer),
                     self.pump(stderr, OutputStream::Stderr, &writer),
                 );
+                Some(writer)
             }
-            ChildOutput::Pty(pty) => self.pump_pty(&pty, child.exit.clone(), &writer).await,
-        }
+            (ChildOutput::Pty(pty), Some(log)) => {
+                let writer = Mutex::new(LogWriter::new(log));
+                self.pump_pty(&pty, child.exit.clone(), &writer).await;
+                Some(writer)
+            }
+            // The keeper writes the log: follow it, and append after it.
+            _ => {
+                let len =
+                    super::kept::follow(&self.log_path, &self.progress, child.exit.clone()).await;
+                let appending = tokio::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&self.log_path)
+                    .await;
+                match appending {
+                    Ok(file) => Some(Mutex::new(LogWriter::at(file, len))),
+                    Err(e) => {
+                        tracing::warn!(process = %self.id, error = %e, "cannot open the output log");
+                        None
+                    }
+                }
+            }
+        };
         let mut exit = child.exit;
         let end = match exit.wait_for(Option::is_some).await {
             Ok(end) => end
@@ -294,7 +414,8 @@ impl ProcessRecord {
                 .unwrap_or_else(|| ProcessEnd::Lost("no exit status".into())),
             Err(_) => ProcessEnd::Lost("the process's waiter went away".into()),
         };
-        if let Some(note) = child.epilogue.and_then(|mut rx| rx.try_recv().ok()) {
+        let note = child.epilogue.and_then(|mut rx| rx.try_recv().ok());
+        if let (Some(note), Some(writer)) = (note, &writer) {
             let mut w = writer.lock().await;
             if let Some(len) = w
                 .append(OutputStream::Stderr, note.as_bytes(), &self.id)
@@ -472,8 +593,21 @@ impl ProcessRecord {
         }
     }
 
+    /// What start-up finds of process `id` in `dir`: one without an exit
+    /// file whose keeper still runs (or recorded its end) is
+    /// [`Recovered::Kept`]; any other is loaded ([`Self::load`]).
+    pub async fn recover(dir: &Path, id: &str) -> Recovered {
+        if tokio::fs::metadata(exit_path(dir, id)).await.is_err() {
+            if let Some(found) = super::kept::find(dir, id).await {
+                return Recovered::Kept(found);
+            }
+        }
+        Recovered::Ended(Self::load(dir, id).await)
+    }
+
     /// Loads a process found on disk at start-up. One without an exit file
-    /// was running when the agent stopped: it is recorded as lost.
+    /// (and without a keeper, see [`Self::recover`]) was running when the
+    /// agent stopped: it is recorded as lost.
     pub async fn load(dir: &Path, id: &str) -> Self {
         let log = log_path(dir, id);
         let len = tokio::fs::metadata(&log)
@@ -482,12 +616,7 @@ impl ProcessRecord {
             .unwrap_or(0);
         let exit_file = exit_path(dir, id);
         let end = match tokio::fs::read(&exit_file).await {
-            Ok(bytes) => match serde_json::from_slice::<OutputLine>(&bytes) {
-                Ok(OutputLine::Exit { exit_status }) => ProcessEnd::Exited(exit_status),
-                Ok(OutputLine::Error { error }) => ProcessEnd::Lost(error),
-                Ok(OutputLine::NotStarted { not_started }) => ProcessEnd::NotStarted(not_started),
-                _ => ProcessEnd::Lost(format!("unreadable exit file {}", exit_file.display())),
-            },
+            Ok(bytes) => super::kept::parse_end(&bytes, &exit_file),
             Err(_) => {
                 let end = ProcessEnd::Lost(
                     "the process was running when the worker agent stopped; its exit status is lost"
@@ -587,10 +716,10 @@ mod tests {
     use crate::output_log::{encode_frame, LogEvent};
 
     /// Starts `sh -c script` as a recorded child.
-    fn sh(script: &str) -> Spawned {
-        let mut cmd = tokio::process::Command::new("sh");
+    async fn sh(script: &str) -> Spawned {
+        let mut cmd = ProcessCommand::direct("sh");
         cmd.arg("-c").arg(script);
-        spawn_child(&mut cmd, "sh").unwrap().0
+        spawn_child(&mut cmd, "sh").await.unwrap().0
     }
 
     async fn collect(mut r: LogReader) -> Vec<LogEvent> {
@@ -604,7 +733,7 @@ mod tests {
     #[tokio::test]
     async fn output_is_framed_in_order_and_replayed_to_every_reader() {
         let dir = tempfile::tempdir().unwrap();
-        let child = sh("printf one; printf two >&2; sleep 0.05; printf three");
+        let child = sh("printf one; printf two >&2; sleep 0.05; printf three").await;
         let log = ProcessRecord::create_log(dir.path(), "p1").await.unwrap();
         let rec = ProcessRecord::start(dir.path(), "p1", log, child);
         let live = tokio::spawn(collect(rec.reader()));
@@ -669,7 +798,7 @@ mod tests {
     async fn stdin_is_fed_by_one_writer_and_closed_at_the_end_of_its_stream() {
         let dir = tempfile::tempdir().unwrap();
         let log = ProcessRecord::create_log(dir.path(), "cat").await.unwrap();
-        let rec = ProcessRecord::start(dir.path(), "cat", log, sh("cat; echo end"));
+        let rec = ProcessRecord::start(dir.path(), "cat", log, sh("cat; echo end").await);
         let input = futures::stream::iter([
             Ok(Bytes::from_static(b"one\n")),
             Ok(Bytes::from_static(b"two\n")),
@@ -690,7 +819,7 @@ mod tests {
 
         // Closed before anyone writes: the process reads end-of-file.
         let log = ProcessRecord::create_log(dir.path(), "eof").await.unwrap();
-        let rec = ProcessRecord::start(dir.path(), "eof", log, sh("cat; echo eof"));
+        let rec = ProcessRecord::start(dir.path(), "eof", log, sh("cat; echo eof").await);
         rec.close_stdin();
         assert_eq!(rec.wait().await, ProcessEnd::Exited(0));
         assert_eq!(stdout_text(&rec).await, "eof\n");

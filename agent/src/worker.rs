@@ -158,8 +158,9 @@ impl WorkerHandle {
     }
 
     /// Stops the beacon and the HTTP server (open output streams get a few
-    /// seconds to finish). Running processes are left alone; a restarted
-    /// agent records them as lost.
+    /// seconds to finish). Running processes are left alone: under their
+    /// keepers they go on, and a restarted agent adopts them (without a
+    /// keeper, it records them as lost).
     pub async fn stop(self) {
         let _ = self.shutdown.send(true);
         let _ = self.beacon.await;
@@ -172,10 +173,11 @@ impl AgentState {
     /// Waits until every process running on this worker has ended (its
     /// output and exit status stored on disk), or `abort` turns true.
     /// Answers how many were still running when `abort` came. A worker
-    /// embedded in `quickstart` waits so before stopping: a restarted
-    /// agent cannot follow processes its previous run started, but it
-    /// serves their stored output and exit status, so builds taken over
-    /// after the restart go on where they were and run no step twice.
+    /// embedded in `quickstart` waits so before stopping, so builds taken
+    /// over after the restart find those steps ended (their stored output
+    /// and exit status served) and run no step twice; the processes it
+    /// stops without waiting for go on under their keepers and are adopted
+    /// by the restarted agent.
     pub async fn finish_running(&self, mut abort: watch::Receiver<bool>) -> usize {
         let running = self.containers.running_processes();
         if running.is_empty() {
@@ -263,6 +265,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
             volumes.clone(),
             cfg.default_rootfs.clone(),
             resource_types.clone(),
+            cfg.keeper.clone(),
         )
         .await
         .context("opening the container registry")?,

@@ -401,6 +401,7 @@ impl RawRunc {
             dir: bundle.clone(),
             mounts: vec![],
             image: None,
+            keeper: None,
         };
         let process =
             runc_backend::process_json(&ctx, &process_spec(args), UserIds { uid: 0, gid: 0 });

@@ -164,6 +164,7 @@ pub fn worker(
 ) -> anyhow::Result<()> {
     let file = load(&config)?;
     let mut cfg = apply_worker(file.worker, flags);
+    cfg.keeper = Some(keeper_program()?);
     if let Some(k) = registration_key {
         cfg.registration_key = k;
     }
@@ -215,6 +216,7 @@ pub fn quickstart(
     if backend.is_some() {
         worker_cfg.backend = backend;
     }
+    worker_cfg.keeper = Some(keeper_program()?);
     with_telemetry(telemetry, || {
         actix_web::rt::System::new().block_on(async move {
             let handle = crate::web::start_web(&web_cfg, Arc::new(AgentConnector::new())).await?;
@@ -237,6 +239,19 @@ pub fn quickstart(
             result
         })
     })
+}
+
+/// This binary, which runs each process's keeper (`gantry keep`, see
+/// `gantry_agent::keeper`) so that processes outlive the worker agent:
+/// `/proc/self/exe`, which in the started child still names the image the
+/// agent runs, so keepers start (and match the agent's version) even after
+/// the binary was replaced on disk by an upgrade; its path elsewhere.
+fn keeper_program() -> anyhow::Result<PathBuf> {
+    let own = PathBuf::from("/proc/self/exe");
+    if own.exists() {
+        return Ok(own);
+    }
+    std::env::current_exe().context("finding the gantry binary to keep processes with")
 }
 
 /// The quickstart's embedded worker's work directory, in its data dir.

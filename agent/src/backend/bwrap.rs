@@ -85,7 +85,7 @@ impl ContainerBackend for BwrapBackend {
     async fn prepare(
         &self,
         ctx: Arc<ContainerContext>,
-        _recovered: bool,
+        _origin: super::Origin,
     ) -> Result<Box<dyn BackendContainer>, AgentError> {
         if ctx.spec.privileged {
             return Err(super::privileged_refused(
@@ -134,7 +134,7 @@ impl BackendContainer for BwrapContainer {
         let status = std::fs::File::create(&status_path)
             .map_err(|e| AgentError::io(format!("creating {}", status_path.display()), e))?;
         let status_fd = std::os::fd::AsRawFd::as_raw_fd(&status);
-        let mut cmd = tokio::process::Command::new(&self.binary);
+        let mut cmd = self.ctx.command(process, &self.binary);
         cmd.arg("--json-status-fd")
             .arg(status_fd.to_string())
             .args(args)
@@ -155,26 +155,20 @@ impl BackendContainer for BwrapContainer {
         }
         let what = format!("bwrap for process {}", process.id);
         let (spawned, _pid) = match process.tty {
-            Some(size) => spawn_tty_child(cmd, &what, size)?,
-            None => spawn_child(&mut cmd, &what)?,
+            Some(size) => spawn_tty_child(cmd.into_inner(), &what, size)?,
+            None => spawn_child(&mut cmd, &what).await?,
         };
         drop(status);
-        Ok(judge_end(spawned, |end| async move {
-            // bwrap's own failures exit 1; a status without an exit code
-            // means the program was never executed.
-            if end != ProcessEnd::Exited(1) {
-                return end;
-            }
-            let status = tokio::fs::read_to_string(&status_path)
-                .await
-                .unwrap_or_default();
-            if status.contains("\"exit-code\"") {
-                return end;
-            }
-            ProcessEnd::NotStarted(
-                "bwrap could not execute it (its reason is the last line of its stderr)".into(),
-            )
-        }))
+        Ok(judge_by_status(spawned, status_path))
+    }
+
+    async fn adopt(&self, id: &str, spawned: Spawned) -> Spawned {
+        let status_path = self
+            .ctx
+            .dir
+            .join("processes")
+            .join(format!("{id}.bwrap-status.json"));
+        judge_by_status(spawned, status_path)
     }
 
     async fn destroy(&self) -> Result<(), AgentError> {
@@ -182,6 +176,26 @@ impl BackendContainer for BwrapContainer {
         // it); only an overlay needs undoing.
         rootfs::release(&self.rootfs).await
     }
+}
+
+/// Announces `spawned`'s end once bwrap's status file was read: bwrap's
+/// own failures exit 1, and a status without an exit code means the
+/// program was never executed ([`ProcessEnd::NotStarted`]).
+fn judge_by_status(spawned: Spawned, status_path: PathBuf) -> Spawned {
+    judge_end(spawned, |end| async move {
+        if end != ProcessEnd::Exited(1) {
+            return end;
+        }
+        let status = tokio::fs::read_to_string(&status_path)
+            .await
+            .unwrap_or_default();
+        if status.contains("\"exit-code\"") {
+            return end;
+        }
+        ProcessEnd::NotStarted(
+            "bwrap could not execute it (its reason is the last line of its stderr)".into(),
+        )
+    })
 }
 
 /// The working directory of a process: absolute, `/` by default.
@@ -274,6 +288,7 @@ mod tests {
                 readonly: true,
             }],
             image: None,
+            keeper: None,
         }
     }
 

@@ -40,7 +40,7 @@ impl ContainerBackend for LocalBackend {
     async fn prepare(
         &self,
         ctx: Arc<ContainerContext>,
-        _recovered: bool,
+        _origin: super::Origin,
     ) -> Result<Box<dyn BackendContainer>, AgentError> {
         if ctx.spec.privileged {
             return Err(super::privileged_refused(
@@ -113,7 +113,7 @@ impl BackendContainer for LocalContainer {
             defaults.push(super::DEFAULT_TERM.to_string());
         }
         let env = process_env(&defaults, &self.ctx.spec.env, &process.env);
-        let mut cmd = tokio::process::Command::new(program);
+        let mut cmd = self.ctx.command(process, program);
         cmd.args(&process.args).current_dir(&cwd).env_clear();
         for kv in &env {
             if let Some((k, v)) = kv.split_once('=') {
@@ -122,8 +122,8 @@ impl BackendContainer for LocalContainer {
         }
         let what = format!("process {:?}", process.path);
         let (spawned, _pid) = match process.tty {
-            Some(size) => spawn_tty_child(cmd, &what, size),
-            None => spawn_child(&mut cmd, &what),
+            Some(size) => spawn_tty_child(cmd.into_inner(), &what, size),
+            None => spawn_child(&mut cmd, &what).await,
         }
         .map_err(|e| AgentError::BadRequest(e.to_string()))?;
         Ok(spawned)

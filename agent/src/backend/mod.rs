@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use gantry_wire::spec::{ContainerSpec, ProcessSpec};
 
 use super::error::AgentError;
-use super::processes::Spawned;
+use super::processes::{ProcessCommand, Spawned};
 use crate::config::WorkerConfig;
 
 /// `PATH` every process starts with (the container's or process's env may
@@ -51,9 +51,27 @@ pub struct ContainerContext {
     pub mounts: Vec<ResolvedMount>,
     /// The image directory, or `None` for the default read-only view of the host.
     pub image: Option<PathBuf>,
+    /// The keeper program processes without a TTY run under (see
+    /// `keeper.rs`); `None`: they are started directly.
+    pub keeper: Option<PathBuf>,
 }
 
 impl ContainerContext {
+    /// The command that starts `program` for `process`: under the keeper
+    /// when there is one and the process has no TTY, else directly.
+    pub fn command(
+        &self,
+        process: &ProcessSpec,
+        program: impl AsRef<std::ffi::OsStr>,
+    ) -> ProcessCommand {
+        match (&self.keeper, process.tty) {
+            (Some(keeper), None) => {
+                ProcessCommand::kept(keeper, &self.dir.join("processes"), &process.id, program)
+            }
+            _ => ProcessCommand::direct(program),
+        }
+    }
+
     /// Mountpoints that fall inside the host directories of the default
     /// view and must be made room for (see `rootfs::host_view_with`): the
     /// resource type's directory, if the container mounts one.
@@ -72,12 +90,26 @@ pub trait ContainerBackend: Send + Sync {
     fn name(&self) -> &'static str;
 
     /// Sets up a container: a new one, or one found on disk at start-up
-    /// (`recovered`), whose processes are gone. Cleans up after itself on failure.
+    /// (see [`Origin`]). Cleans up after itself on failure.
     async fn prepare(
         &self,
         ctx: Arc<ContainerContext>,
-        recovered: bool,
+        origin: Origin,
     ) -> Result<Box<dyn BackendContainer>, AgentError>;
+}
+
+/// Where a container being prepared comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// It is being created.
+    New,
+    /// It was found on disk at start-up. `running`: a process of it still
+    /// runs under its keeper and is adopted, so whatever runs in the
+    /// container must be left alone; otherwise its processes are gone.
+    Found {
+        /// Whether a kept process of it still runs.
+        running: bool,
+    },
 }
 
 /// A prepared container in a backend.
@@ -87,6 +119,15 @@ pub trait BackendContainer: Send + Sync {
     /// (`processes::spawn_child`), or on a terminal of its own when
     /// `process.tty` asks for one (`processes::spawn_tty_child`).
     async fn spawn(&self, process: &ProcessSpec) -> Result<Spawned, AgentError>;
+
+    /// Takes back process `id`, found at start-up kept by its keeper (its
+    /// end announced when the keeper ends, at once if it has): wraps its
+    /// end in the judges [`Self::spawn`] would have, and sets how it is
+    /// signalled. By default it is taken as it is.
+    async fn adopt(&self, id: &str, spawned: Spawned) -> Spawned {
+        let _ = id;
+        spawned
+    }
 
     /// Kills whatever still runs in it and undoes `prepare` (the registry
     /// removes the container's directory afterwards).

@@ -49,10 +49,13 @@ use gantry_wire::spec::ProcessSpec;
 use serde_json::Value;
 use tokio::sync::{oneshot, watch, Mutex};
 
+use super::Origin;
 use super::{BackendContainer, ContainerBackend, ContainerContext};
 use crate::config::ContainerLimitDefaults;
 use crate::error::AgentError;
-use crate::processes::{spawn_child, spawn_tty_child, ProcessEnd, SignalTarget, Spawned};
+use crate::processes::{
+    spawn_child, spawn_tty_child, ProcessCommand, ProcessEnd, SignalTarget, Spawned,
+};
 use crate::rootfs::{self, RootfsPlan};
 
 mod bundle;
@@ -118,17 +121,30 @@ impl Runc {
     /// counting are the same under both.
     fn command(&self) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(&self.binary);
+        self.global_args(&mut cmd);
+        cmd
+    }
+
+    /// Adds the global flags (see [`Self::command`]) to `cmd`.
+    fn global_args(&self, cmd: &mut tokio::process::Command) {
         if self.kind == OciRuntime::Crun {
             cmd.arg("--cgroup-manager=cgroupfs");
         }
         cmd.arg("--root").arg(&self.state_root);
-        cmd
     }
 
-    /// A runc command that writes its own failures to `log` as JSON lines
-    /// (see `start_error.rs`).
-    fn command_logging(&self, log: &Path) -> tokio::process::Command {
-        let mut cmd = self.command();
+    /// The runtime's command for `process` of the container `ctx` (under
+    /// its keeper when it has one, see [`ContainerContext::command`]),
+    /// writing its own failures to `log` as JSON lines (see
+    /// `start_error.rs`).
+    fn process_command(
+        &self,
+        ctx: &ContainerContext,
+        process: &ProcessSpec,
+        log: &Path,
+    ) -> ProcessCommand {
+        let mut cmd = ctx.command(process, &self.binary);
+        self.global_args(&mut cmd);
         cmd.arg("--log").arg(log).args(["--log-format", "json"]);
         cmd
     }
@@ -235,7 +251,7 @@ impl ContainerBackend for RuncBackend {
     async fn prepare(
         &self,
         ctx: Arc<ContainerContext>,
-        recovered: bool,
+        origin: Origin,
     ) -> Result<Box<dyn BackendContainer>, AgentError> {
         if ctx.spec.privileged && !self.allow_privileged {
             return Err(super::privileged_refused(
@@ -243,8 +259,9 @@ impl ContainerBackend for RuncBackend {
                 "this worker does not allow privileged containers (start it with --allow-privileged)",
             ));
         }
-        if recovered {
-            // Its processes died with the previous agent; clear runc's state.
+        if origin == (Origin::Found { running: false }) {
+            // Its processes ended with the previous agent; clear runc's
+            // state. One with an adopted process keeps running as it is.
             self.runc.delete(&ctx.handle).await?;
         }
         tokio::fs::create_dir_all(&self.runc.state_root)
@@ -360,14 +377,14 @@ impl BackendContainer for RuncContainer {
             let before = self.oom_kills().await;
             let file = procs.join(format!("{}.process.json", process.id));
             write_json(&file, &process_value).await?;
-            let mut cmd = self.runc.command_logging(&runc_log);
+            let mut cmd = self.runc.process_command(&self.ctx, process, &runc_log);
             cmd.arg("exec")
                 .arg("--process")
                 .arg(&file)
                 .arg("--pid-file")
                 .arg(&pid_file)
                 .arg(&self.ctx.handle);
-            let (mut spawned, pid) = start(cmd, &what, process)?;
+            let (mut spawned, pid) = start(cmd, &what, process).await?;
             spawned.signal = SignalTarget::PidFile {
                 path: pid_file,
                 fallback: pid as i32,
@@ -384,7 +401,7 @@ impl BackendContainer for RuncContainer {
         write_json(&file, &config).await?;
         // runc creates the cgroup afresh (the kept one of an earlier init
         // was deleted above), so every kill it counts is this init's.
-        let mut cmd = self.runc.command_logging(&runc_log);
+        let mut cmd = self.runc.process_command(&self.ctx, process, &runc_log);
         cmd.arg("run");
         // runc keeps the stopped container (and its cgroup, where its
         // out-of-memory kills are counted) until `delete`; crun (1.8) has
@@ -397,7 +414,7 @@ impl BackendContainer for RuncContainer {
             .arg("--pid-file")
             .arg(&pid_file)
             .arg(&self.ctx.handle);
-        let (mut spawned, pid) = start(cmd, &what, process)?;
+        let (mut spawned, pid) = start(cmd, &what, process).await?;
         spawned.signal = SignalTarget::PidFile {
             path: pid_file.clone(),
             fallback: pid as i32,
@@ -408,6 +425,34 @@ impl BackendContainer for RuncContainer {
             pid_file,
         });
         Ok(spawned)
+    }
+
+    async fn adopt(&self, id: &str, mut spawned: Spawned) -> Spawned {
+        let procs = self.ctx.dir.join("processes");
+        let pid_file = procs.join(format!("{id}.pid"));
+        if let SignalTarget::ProcessGroup(pid) = spawned.signal {
+            spawned.signal = SignalTarget::PidFile {
+                path: pid_file.clone(),
+                fallback: pid,
+            };
+        }
+        let runc_log = procs.join(format!("{id}.runc.log"));
+        // `runc exec` reads a process.json; the init's process is in config.json.
+        let exec = tokio::fs::metadata(procs.join(format!("{id}.process.json")))
+            .await
+            .is_ok();
+        if exec {
+            // Kills counted while no agent followed it are not told apart
+            // from earlier ones: counting starts at adoption.
+            let before = self.oom_kills().await;
+            return explain_start(self.explain_oom(spawned, before), runc_log);
+        }
+        let spawned = explain_start(self.explain_oom(spawned, 0), runc_log);
+        *self.init.lock().await = Some(Init {
+            exit: spawned.exit.clone(),
+            pid_file,
+        });
+        spawned
     }
 
     async fn destroy(&self) -> Result<(), AgentError> {
@@ -426,15 +471,16 @@ async fn write_json(file: &Path, value: &Value) -> Result<(), AgentError> {
         .map_err(|e| AgentError::io(format!("writing {}", file.display()), e))
 }
 
-/// Starts runc with pipes, or on a terminal when the process has a TTY.
-fn start(
-    mut cmd: tokio::process::Command,
+/// Starts runc with pipes (under its keeper when it has one), or on a
+/// terminal when the process has a TTY.
+async fn start(
+    mut cmd: ProcessCommand,
     what: &str,
     process: &ProcessSpec,
 ) -> Result<(Spawned, u32), AgentError> {
     match process.tty {
-        Some(size) => spawn_tty_child(cmd, what, size),
-        None => spawn_child(&mut cmd, what),
+        Some(size) => spawn_tty_child(cmd.into_inner(), what, size),
+        None => spawn_child(&mut cmd, what).await,
     }
 }
 
@@ -472,6 +518,7 @@ mod tests {
                 readonly: true,
             }],
             image: None,
+            keeper: None,
         }
     }
 
