@@ -22,6 +22,9 @@ pub struct WaitingBuild {
     pub job: String,
     /// Why it waits.
     pub waiting: String,
+    /// When it was created (unix ms): the checks it waits for are those
+    /// that finished since.
+    pub created_at: i64,
 }
 
 impl Db {
@@ -64,8 +67,8 @@ impl Db {
     pub async fn waiting_builds(&self) -> Result<Vec<WaitingBuild>, EngineError> {
         // Only a waiting build's own insert writes `waiting`, always with
         // its pipeline and job.
-        let rows: Vec<(i64, String, String, String, String)> = sqlx::query_as(
-            "SELECT id, team, pipeline, job, waiting FROM builds \
+        let rows: Vec<(i64, String, String, String, String, i64)> = sqlx::query_as(
+            "SELECT id, team, pipeline, job, waiting, created_at FROM builds \
              WHERE waiting IS NOT NULL AND status = $1 ORDER BY id",
         )
         .bind(BuildStatus::Pending.as_str())
@@ -73,13 +76,16 @@ impl Db {
         .await?;
         Ok(rows
             .into_iter()
-            .map(|(id, team, pipeline, job, waiting)| WaitingBuild {
-                id,
-                team,
-                pipeline,
-                job,
-                waiting,
-            })
+            .map(
+                |(id, team, pipeline, job, waiting, created_at)| WaitingBuild {
+                    id,
+                    team,
+                    pipeline,
+                    job,
+                    waiting,
+                    created_at,
+                },
+            )
             .collect())
     }
 
