@@ -566,6 +566,37 @@ fn a_build_triggered_by_hand_checks_its_inputs_first(kind: DbKind) {
         ),
         "{stderr}"
     );
+    // On a terminal (no -n) it asks first, as fly does: "n" writes
+    // nothing, "y" writes a new config version.
+    let on_a_terminal = |answer: &str| {
+        let command = format!(
+            "{} --url {url} set-pipeline -p x -c {} -v {} -y tries=3",
+            env!("CARGO_BIN_EXE_gantry"),
+            file.display(),
+            repo.uri_var
+        );
+        let mut child = std::process::Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("script(1), to run set-pipeline on a terminal");
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(format!("{answer}\n").as_bytes()).unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        assert!(stdout.contains("apply configuration? [yN]"), "{stdout}");
+        stdout
+    };
+    assert!(on_a_terminal("n").contains("bailing out"));
+    let version = || api(url, "/api/v1/teams/main/pipelines/x")["config_version"].clone();
+    assert_eq!(version(), 1);
+    assert!(on_a_terminal("y").contains("pipeline x set: config version 2"));
+    assert_eq!(version(), 2);
     let validated = gantry()
         .args(["validate-plan", file.to_str().unwrap()])
         .output()
