@@ -349,12 +349,23 @@ impl Engine {
     /// done: so with every version those checks found); else tells why
     /// it still waits when that changed.
     async fn start_waiting(&self, w: &WaitingBuild, job: &mut Job) -> Result<(), EngineError> {
+        let pending = match (&job.state.held, w.inputs_checked) {
+            (None, false) => {
+                let pending = self
+                    .checks_pending(&job.row, &job.state, w.created_at)
+                    .await?;
+                if pending.is_none() {
+                    // Once done, done (as Concourse's `ResourcesChecked`):
+                    // a later check does not hold it again.
+                    self.db.set_inputs_checked(w.id).await?;
+                }
+                pending
+            }
+            _ => None,
+        };
         let resolved = match &job.state.held {
             Some(why) => Err(why.clone()),
-            None => match self
-                .checks_pending(&job.row, &job.state, w.created_at)
-                .await?
-            {
+            None => match pending {
                 Some(why) => Err(why),
                 None => match &job.resolved {
                     Some(r) => r.clone(),

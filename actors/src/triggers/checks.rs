@@ -7,7 +7,8 @@
 //! only once every such config has a check that finished (succeeded or
 //! not, as Concourse's `last_check_end_time`) at or after the build was
 //! created; until then it waits, saying so, and a config whose last check
-//! finished before is checked again.
+//! finished before is checked again. Once done, a build waits for no check
+//! again (`builds.inputs_checked_at`), as Concourse's end time only grows.
 
 use super::inputs::JobInput;
 use crate::views::Build;
