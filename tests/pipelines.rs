@@ -4,7 +4,10 @@
 //! `git` resource is checked every second, job `a` is triggered by each new
 //! commit, `b` (`passed: [a]`) by each commit `a` passed, and `each`
 //! (`version: every`) gets one build per commit, in order. A diamond shows
-//! the `passed` rule across two upstream jobs.
+//! the `passed` rule across two upstream jobs. A build triggered by hand
+//! checks its inputs first (`check_every: never` ones too), and the fly
+//! flags scripts use (`set-pipeline -n -y`, `pin-resource --comment`,
+//! `resource-versions --json`, `--team`) work.
 
 use crate::common;
 
@@ -495,7 +498,8 @@ fn a_puts_version_reaches_downstream_jobs_through_passed_outputs_first_on_postgr
 /// `check_every: never`) fetched twice (one config), and `m` (mock,
 /// `never`, a check that takes a while) with `version: newest-please`
 /// (taken as `latest`, with a warning). Its task's `attempts` is a typed
-/// var: `-y` fills it, `-v` (a string) cannot.
+/// var: `-y` fills it, `-v` (a string) cannot. Job `k` gets `broken`,
+/// whose check always fails.
 fn by_hand() -> String {
     [
         "resources:",
@@ -507,7 +511,14 @@ fn by_hand() -> String {
         "  type: mock",
         "  check_every: never",
         "  source: {initial_version: v0, check_delay: 2s}",
+        "- name: broken",
+        "  type: mock",
+        "  check_every: never",
+        "  source: {check_failure: boom}",
         "jobs:",
+        "- name: k",
+        "  plan:",
+        "  - get: broken",
         "- name: j",
         "  plan:",
         "  - get: repo",
@@ -689,6 +700,38 @@ fn a_build_triggered_by_hand_checks_its_inputs_first(kind: DbKind) {
             (b["status"] == "succeeded").then_some(())
         },
     );
+    // A check that fails lets the build go on with the versions known
+    // (as Concourse: its end is what counts, not its outcome).
+    let planted = client(
+        url,
+        &["check-resource", "-r", "x/broken", "--from", "version:b1"],
+    );
+    assert!(!planted.status.success());
+    let out = client(url, &["trigger-job", "-j", "x/k", "--watch"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("pending: waiting: for checks of resource \"broken\""),
+        "{stdout}"
+    );
+    const BROKEN: Input = Input {
+        name: "broken",
+        key: "version",
+    };
+    let k = job_builds(url, "x", "k");
+    assert_eq!(k.len(), 1);
+    assert_eq!(
+        input_of(url, k[0]["id"].as_i64().unwrap(), BROKEN).as_deref(),
+        Some("b1")
+    );
+    let resources = ok(&client(url, &["resources", "-p", "x"]));
+    assert!(
+        resources
+            .lines()
+            .any(|l| l.starts_with("broken") && l.contains("the check failed")),
+        "{resources}"
+    );
+
     // A comment alone needs a pin.
     ok(&client(url, &["unpin-resource", "-r", "x/m"]));
     let refused = client(url, &["pin-resource", "-r", "x/m", "--comment", "why"]);
