@@ -6,7 +6,7 @@
 //! go; a pin, a disabled version and the webhook each change what it gets,
 //! and a version triggers the job once (Concourse's first occurrence).
 //! A build triggered by hand of a paused job (or pipeline) is held pending
-//! until both are unpaused.
+//! until both are unpaused; one that can run checks its inputs first.
 //! A `set_pipeline: self` step updates its own pipeline, and the next
 //! build runs the new config.
 
@@ -252,7 +252,7 @@ fn a_set_pipeline_self_step_updates_its_pipeline_and_the_next_build_runs_it() {
 }
 
 const WAITS: &str = "resources:\n- name: m\n  type: mock\n  check_every: never\n  source: {initial_version: v0}\n\
-- name: n\n  type: mock\n  check_every: never\n  source: {initial_version: n0}\n\
+- name: n\n  type: mock\n  check_every: never\n  source: {no_initial_version: true}\n\
 jobs:\n- name: up\n  plan:\n  - get: m\n- name: down\n  plan:\n  - get: n\n  - get: m\n    passed: [up]\n  - task: t\n    config: {platform: linux, run: {path: echo, args: [ran]}}\n";
 
 /// The build `trigger-job` made, from its output.
@@ -278,13 +278,22 @@ fn a_build_triggered_by_hand_waits_for_inputs_it_cannot_have_yet_and_says_why() 
     ));
     ok(&client(&node.url, &["unpause-pipeline", "-p", "w"]));
 
-    // No version of m yet: the build is created pending and says why.
+    // It checks n first (not m: it has `passed`); n has no version even
+    // then: the build is created pending and says why.
     let out = ok(&client(&node.url, &["trigger-job", "-j", "w/down"]));
-    assert!(out.contains("pending: waiting: input \"n\""), "{out}");
+    assert!(
+        out.contains("pending: waiting: for checks of resource \"n\""),
+        "{out}"
+    );
     let waiting = triggered(&out);
-    let build = build_json(&node.url, waiting);
-    assert_eq!(build["status"], "pending", "{build}");
-    assert!(build["waiting"].as_str().is_some(), "{build}");
+    wait_for("n's check to be done", Duration::from_secs(30), || {
+        let build = build_json(&node.url, waiting);
+        assert_eq!(build["status"], "pending", "{build}");
+        build["waiting"]
+            .as_str()
+            .filter(|w| w.contains("input \"n\""))
+            .map(drop)
+    });
     // A second one, aborted while it waits, ends there.
     let aborted = triggered(&ok(&client(&node.url, &["trigger-job", "-j", "w/down"])));
     ok(&client(
@@ -304,7 +313,7 @@ fn a_build_triggered_by_hand_waits_for_inputs_it_cannot_have_yet_and_says_why() 
     assert!(first.contains("input \"n\""), "{first}");
 
     // `n` has a version now, `m` none through `up`: it still waits, with
-    // a new reason.
+    // a new reason (not for that check of n: its checks were done).
     new_version_of(url, "w/n", "n1");
     let second = wait_for("a new reason", Duration::from_secs(30), || {
         let b = build_json(url, waiting);

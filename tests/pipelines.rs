@@ -4,7 +4,10 @@
 //! `git` resource is checked every second, job `a` is triggered by each new
 //! commit, `b` (`passed: [a]`) by each commit `a` passed, and `each`
 //! (`version: every`) gets one build per commit, in order. A diamond shows
-//! the `passed` rule across two upstream jobs.
+//! the `passed` rule across two upstream jobs. A build triggered by hand
+//! checks its inputs first (`check_every: never` ones too), and the fly
+//! flags scripts use (`set-pipeline -n -y`, `pin-resource --comment`,
+//! `resource-versions --json`, `--team`) work.
 
 use crate::common;
 
@@ -489,4 +492,270 @@ fn a_puts_version_reaches_downstream_jobs_through_passed_outputs_first_on_sqlite
 #[test]
 fn a_puts_version_reaches_downstream_jobs_through_passed_outputs_first_on_postgres() {
     a_puts_version_reaches_downstream_jobs_through_passed_outputs_first(DbKind::Postgres);
+}
+
+/// A job whose inputs only a manual trigger checks: `repo` (git,
+/// `check_every: never`) fetched twice (one config), and `m` (mock,
+/// `never`, a check that takes a while) with `version: newest-please`
+/// (taken as `latest`, with a warning). Its task's `attempts` is a typed
+/// var: `-y` fills it, `-v` (a string) cannot. Job `k` gets `broken`,
+/// whose check always fails.
+fn by_hand() -> String {
+    [
+        "resources:",
+        "- name: repo",
+        "  type: git",
+        "  check_every: never",
+        "  source: {uri: ((uri)), branch: main}",
+        "- name: m",
+        "  type: mock",
+        "  check_every: never",
+        "  source: {initial_version: v0, check_delay: 2s}",
+        "- name: broken",
+        "  type: mock",
+        "  check_every: never",
+        "  source: {check_failure: boom}",
+        "jobs:",
+        "- name: k",
+        "  plan:",
+        "  - get: broken",
+        "- name: j",
+        "  plan:",
+        "  - get: repo",
+        "  - get: again",
+        "    resource: repo",
+        "  - get: m",
+        "    version: newest-please",
+        "  - task: t",
+        "    attempts: ((tries))",
+        "    config:",
+        "      platform: linux",
+        "      inputs: [{name: repo}]",
+        "      run: {path: sh, args: [-ec, 'cat repo/msg']}",
+        "",
+    ]
+    .join("\n")
+}
+
+fn a_build_triggered_by_hand_checks_its_inputs_first(kind: DbKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(kind);
+    let node = quickstart_runc(dir.path(), &db);
+    let url = &node.url;
+    let repo = GitRepo::new(dir.path());
+    let file = dir.path().join("by-hand.yml");
+    write(&file, by_hand());
+    let set = |typed: &str| {
+        client(
+            url,
+            &[
+                "set-pipeline",
+                "-n",
+                "-p",
+                "x",
+                "-c",
+                file.to_str().unwrap(),
+                "-v",
+                &repo.uri_var,
+                typed,
+                "tries=2",
+            ],
+        )
+    };
+    // -v gives a string, which `attempts` is not; -y gives YAML.
+    let refused = set("-v");
+    assert!(one_error_line(&refused).contains("attempts"), "{refused:?}");
+    let out = set("-y");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("pipeline x set"), "{stdout}");
+    assert!(
+        stderr.contains(
+            "warning: ",
+        ) && stderr.contains(
+            "get \"m\": version \"newest-please\" is neither latest nor every nor a version: it is treated as latest"
+        ),
+        "{stderr}"
+    );
+    // On a terminal (no -n) it asks first, as fly does: "n" writes
+    // nothing, "y" writes a new config version.
+    let on_a_terminal = |answer: &str| {
+        let command = format!(
+            "{} --url {url} set-pipeline -p x -c {} -v {} -y tries=3",
+            env!("CARGO_BIN_EXE_gantry"),
+            file.display(),
+            repo.uri_var
+        );
+        let mut child = std::process::Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("script(1), to run set-pipeline on a terminal");
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(format!("{answer}\n").as_bytes()).unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        assert!(stdout.contains("apply configuration? [yN]"), "{stdout}");
+        stdout
+    };
+    assert!(on_a_terminal("n").contains("bailing out"));
+    let version = || api(url, "/api/v1/teams/main/pipelines/x")["config_version"].clone();
+    assert_eq!(version(), 1);
+    assert!(on_a_terminal("y").contains("pipeline x set: config version 2"));
+    assert_eq!(version(), 2);
+    let validated = gantry()
+        .args(["validate-plan", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&validated);
+    assert!(validated.status.success(), "{stderr}");
+    assert!(stderr.contains("treated as latest"), "{stderr}");
+    ok(&client(
+        url,
+        &["unpause-pipeline", "-p", "x", "--team", "main"],
+    ));
+
+    // Nothing was ever checked: the trigger checks both configs (repo's
+    // once for its two inputs) and waits for them, saying so.
+    let out = ok(&client(url, &["trigger-job", "-j", "x/j"]));
+    assert!(
+        out.contains("pending: waiting: for checks of resources \"repo\", \"m\""),
+        "{out}"
+    );
+    // m's check takes two seconds: meanwhile `jobs` and `why` say so.
+    let jobs = ok(&client(url, &["jobs", "-p", "x"]));
+    assert!(jobs.contains("pending (waiting: for checks of"), "{jobs}");
+    let why = ok(&client(url, &["why", "-j", "x/j"]));
+    assert!(why.contains("is pending: waiting: for checks of"), "{why}");
+    let first = wait_run(url, "x", "j", &repo.seed, "succeeded");
+    const M: Input = Input {
+        name: "m",
+        key: "version",
+    };
+    let id = first["id"].as_i64().unwrap();
+    assert_eq!(input_of(url, id, M).as_deref(), Some("v0"));
+
+    // A new commit, never checked on its own: the next trigger finds it.
+    let two = repo.push("two");
+    let out = client(url, &["trigger-job", "-j", "x/j", "--watch"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("two"), "{stdout}");
+    assert!(stderr.contains("waiting: for checks of"), "{stderr}");
+    wait_run(url, "x", "j", &two, "succeeded");
+    let versions: Value = serde_json::from_str(&ok(&client(
+        url,
+        &["resource-versions", "-r", "x/repo", "--json"],
+    )))
+    .unwrap();
+    let refs: Vec<&str> = versions
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["version"]["ref"].as_str())
+        .collect();
+    assert_eq!(refs, [two.as_str(), repo.seed.as_str()], "{versions}");
+
+    // Pinned (with a comment, shown where the pin is), m is not checked.
+    let out = ok(&client(
+        url,
+        &[
+            "pin-resource",
+            "-r",
+            "x/m",
+            "-v",
+            "version:v0",
+            "--comment",
+            "v0 until v1 is fixed",
+        ],
+    ));
+    assert!(out.contains("pin comment"), "{out}");
+    let resources = ok(&client(url, &["resources", "-p", "x"]));
+    assert!(resources.contains("(v0 until v1 is fixed)"), "{resources}");
+    let viewed = api(url, "/api/v1/teams/main/pipelines/x/resources");
+    let m = viewed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "m")
+        .unwrap();
+    assert_eq!(m["pin_comment"], "v0 until v1 is fixed", "{viewed}");
+    let out = ok(&client(url, &["trigger-job", "-j", "x/j"]));
+    assert!(
+        out.contains("pending: waiting: for checks of resource \"repo\""),
+        "{out}"
+    );
+    let third = triggered(&out);
+    wait_for(
+        "the third build to succeed",
+        Duration::from_secs(60),
+        || {
+            let b = api(url, &format!("/api/v1/builds/{third}"));
+            assert!(b["status"] != "failed" && b["status"] != "errored", "{b}");
+            (b["status"] == "succeeded").then_some(())
+        },
+    );
+    // A check that fails lets the build go on with the versions known
+    // (as Concourse: its end is what counts, not its outcome).
+    let planted = client(
+        url,
+        &["check-resource", "-r", "x/broken", "--from", "version:b1"],
+    );
+    assert!(!planted.status.success());
+    let out = client(url, &["trigger-job", "-j", "x/k", "--watch"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("pending: waiting: for checks of resource \"broken\""),
+        "{stdout}"
+    );
+    const BROKEN: Input = Input {
+        name: "broken",
+        key: "version",
+    };
+    let k = job_builds(url, "x", "k");
+    assert_eq!(k.len(), 1);
+    assert_eq!(
+        input_of(url, k[0]["id"].as_i64().unwrap(), BROKEN).as_deref(),
+        Some("b1")
+    );
+    let resources = ok(&client(url, &["resources", "-p", "x"]));
+    assert!(
+        resources
+            .lines()
+            .any(|l| l.starts_with("broken") && l.contains("the check failed")),
+        "{resources}"
+    );
+
+    // A comment alone needs a pin.
+    ok(&client(url, &["unpin-resource", "-r", "x/m"]));
+    let refused = client(url, &["pin-resource", "-r", "x/m", "--comment", "why"]);
+    assert!(
+        one_error_line(&refused).contains("not pinned by hand"),
+        "{refused:?}"
+    );
+}
+
+/// The build `trigger-job` made, from its output.
+fn triggered(out: &str) -> i64 {
+    out.split("(build ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("no build in {out:?}"))
+}
+
+#[test]
+fn a_build_triggered_by_hand_checks_its_inputs_first_on_sqlite() {
+    a_build_triggered_by_hand_checks_its_inputs_first(DbKind::Sqlite);
+}
+
+#[test]
+fn a_build_triggered_by_hand_checks_its_inputs_first_on_postgres() {
+    a_build_triggered_by_hand_checks_its_inputs_first(DbKind::Postgres);
 }

@@ -412,8 +412,26 @@ fn two_teams_sharing_a_resource_config(kind: DbKind) {
             args.extend(["-v", &secret]);
         }
         ok(as_team(url, token, team, &args));
-        ok(as_team(url, token, team, &["unpause-pipeline", "-p", name]));
+        // The admin acts on any team's pipeline with --team (as fly's
+        // --team); a team's token reaches no other team's.
+        ok(as_token(
+            url,
+            ADMIN,
+            &["unpause-pipeline", "-p", name, "--team", team],
+        ));
     }
+    let refused = as_token(
+        url,
+        &b,
+        &["pause-pipeline", "-p", ALPHA_PIPELINE, "--team", "alpha"],
+    );
+    assert!(one_error_line(&refused).contains("not found"));
+    let listed = ok(as_token(
+        url,
+        ADMIN,
+        &["pipelines", "--team", "beta", "--json"],
+    ));
+    assert!(listed.contains("\"paused\": false"), "{listed}");
 
     // Alpha checks its own version; its `flaky` check errors, naming the
     // tag (its secret), while beta's check of the same config succeeds.

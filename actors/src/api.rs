@@ -32,7 +32,9 @@ pub use crate::streaming::{
 pub use crate::db::{now_ms, BuildQuery, BuildStatus, HandleKind};
 pub use crate::event_follow::StoredEvent;
 pub use crate::events::{BuildEvent, NodeOutcome};
-pub use crate::pipeline::{load as load_pipeline, Document, Pipeline, Vars, MAX_NAME};
+pub use crate::pipeline::{
+    load as load_pipeline, load_warned as load_pipeline_warned, Document, Pipeline, Vars, MAX_NAME,
+};
 pub use crate::plan::{
     check_pipeline_name, default_pipeline_name, CheckPlan, JobPlan, OneOffPlan, ONE_OFF_STEP,
 };

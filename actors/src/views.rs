@@ -167,6 +167,9 @@ pub struct ResourceView {
     /// The version pinned by hand, if any.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub pinned: Option<serde_json::Value>,
+    /// The comment on its pin by hand, if any (`pin-resource --comment`).
+    #[serde(default)]
+    pub pin_comment: Option<String>,
     /// The last check build of its history, if any (always one of the
     /// asking team's: histories are never shared across teams).
     pub last_check: Option<Build>,

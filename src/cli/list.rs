@@ -307,7 +307,11 @@ pub async fn pipeline_jobs(
                     cell(j, "name"),
                     cell(j, "paused"),
                     cell(b, "build_number"),
-                    cell(b, "status"),
+                    // A build triggered by hand that waits says why.
+                    match b["waiting"].as_str() {
+                        Some(why) => format!("{} (waiting: {why})", cell(b, "status")),
+                        None => cell(b, "status"),
+                    },
                     j["decision"]["outcome"]
                         .as_str()
                         .unwrap_or_default()

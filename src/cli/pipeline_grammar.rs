@@ -26,6 +26,10 @@ pub enum PipelineCommand {
         /// A var: NAME=VALUE (a string, as with fly -v).
         #[arg(short = 'v', long = "var")]
         vars: Vec<String>,
+        /// A var: NAME=YAML (the value read as YAML: a number, a list, a
+        /// mapping..., as with fly -y); applied after -v.
+        #[arg(short = 'y', long = "yaml-var")]
+        yaml_vars: Vec<String>,
         /// A YAML file of vars; later files and -v flags override.
         #[arg(short = 'l', long = "load-vars-from")]
         var_files: Vec<PathBuf>,
@@ -33,6 +37,10 @@ pub enum PipelineCommand {
         /// pipeline must be new): no write over a change made meanwhile.
         #[arg(long = "config-version")]
         config_version: Option<i64>,
+        /// Apply without asking "apply configuration? [yN]" (asked only
+        /// when stdin is a terminal), as fly -n.
+        #[arg(short = 'n', long = "non-interactive")]
+        non_interactive: bool,
         /// Team.
         #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
         team: String,
@@ -154,6 +162,9 @@ pub enum PipelineCommand {
         /// How many.
         #[arg(long, default_value_t = 50)]
         limit: usize,
+        /// Print JSON (the API's versions: version, check_order, disabled).
+        #[arg(long)]
+        json: bool,
         /// Team.
         #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
         team: String,
@@ -171,14 +182,19 @@ pub enum PipelineCommand {
         #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
         team: String,
     },
-    /// Pin a resource to a version its checks found: KEY:VALUE.
+    /// Pin a resource to a version its checks found: KEY:VALUE; and/or
+    /// comment on its pin.
     PinResource {
         /// PIPELINE/RESOURCE.
         #[arg(short = 'r', long = "resource")]
         resource: String,
         /// The version: KEY:VALUE (repeatable).
-        #[arg(short = 'v', long = "version", required = true)]
+        #[arg(short = 'v', long = "version", required_unless_present = "comment")]
         version: Vec<String>,
+        /// A comment saved on the pin (as fly's): the resource must be
+        /// pinned, by this -v or before.
+        #[arg(short = 'c', long = "comment")]
+        comment: Option<String>,
         /// Team.
         #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
         team: String,

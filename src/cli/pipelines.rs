@@ -2,13 +2,15 @@
 //! the team's pipeline routes, printed as a table, text or JSON; a problem
 //! is one line and a non-zero exit.
 
+use std::io::IsTerminal as _;
+
 use anyhow::{anyhow, bail, Context as _};
 use serde_json::{json, Value};
 
 use crate::cli::client::ApiClient;
 use crate::cli::follow::{follow, StepLines};
 use crate::cli::pipeline_grammar::PipelineCommand;
-use crate::cli::run::load_pipeline;
+use crate::cli::run::load_typed_pipeline;
 use crate::cli::table::{cell, print_table};
 use crate::url::segment;
 
@@ -49,14 +51,25 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
             pipeline,
             config,
             vars,
+            yaml_vars,
             var_files,
             config_version,
+            non_interactive,
             team,
         } => {
-            let Some((text, vars)) = load_pipeline(&config, &vars, &var_files)? else {
+            let Some((text, vars)) = load_typed_pipeline(&config, &vars, &yaml_vars, &var_files)?
+            else {
                 return Ok(1);
             };
-            set_pipeline(client, &team, &pipeline, &text, &vars, config_version).await
+            let set = SetPipeline {
+                team: &team,
+                name: &pipeline,
+                text: &text,
+                vars: &vars,
+                config_version,
+                ask: !non_interactive && std::io::stdin().is_terminal(),
+            };
+            set_pipeline(client, set).await
         }
         C::Pipelines { json, team } => {
             let path = format!("/api/v1/teams/{}/pipelines", segment(&team));
@@ -167,10 +180,11 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
                                 _ => cell(r, "name"),
                             },
                             cell(r, "type_"),
-                            r["pinned"]
-                                .as_object()
-                                .map(|_| r["pinned"].to_string())
-                                .unwrap_or_default(),
+                            match (r["pinned"].as_object(), r["pin_comment"].as_str()) {
+                                (Some(_), Some(c)) => format!("{} ({c})", r["pinned"]),
+                                (Some(_), None) => r["pinned"].to_string(),
+                                _ => String::new(),
+                            },
                             r["last_check"]["status"]
                                 .as_str()
                                 .unwrap_or("never")
@@ -185,6 +199,7 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
         C::ResourceVersions {
             resource,
             limit,
+            json,
             team,
         } => {
             let (p, r) = split("--resource", &resource)?;
@@ -195,6 +210,10 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
                 limit.clamp(1, 500)
             );
             let all: Vec<Value> = client.get_pages(&path, limit).await?;
+            if json {
+                crate::outln!("{}", serde_json::to_string_pretty(&all)?);
+                return Ok(0);
+            }
             print_table(
                 &["version", "disabled"],
                 all.iter()
@@ -226,13 +245,25 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
         C::PinResource {
             resource,
             version,
+            comment,
             team,
         } => {
             let (p, r) = split("--resource", &resource)?;
             let path = format!("{}/resources/{}/pin", pipeline_path(&team, p), segment(r));
-            let v = version_of("--version", &version)?;
-            client.post_done(&path, &json!({ "version": v })).await?;
-            crate::outln!("{resource} pinned to {v}");
+            let mut body = json!({});
+            if !version.is_empty() {
+                body["version"] = version_of("--version", &version)?;
+            }
+            if let Some(c) = &comment {
+                body["comment"] = json!(c);
+            }
+            client.post_done(&path, &body).await?;
+            if !version.is_empty() {
+                crate::outln!("{resource} pinned to {}", body["version"]);
+            }
+            if let Some(c) = &comment {
+                crate::outln!("pin comment {c:?} saved on {resource}");
+            }
             Ok(0)
         }
         C::UnpinResource { resource, team } => {
@@ -284,15 +315,42 @@ async fn able(
     Ok(0)
 }
 
-/// `set-pipeline`: the diff against the stored config, then the write.
-async fn set_pipeline(
-    client: &ApiClient,
-    team: &str,
-    name: &str,
-    text: &str,
-    vars: &gantry_actors::api::Vars,
+/// What `set-pipeline` sets, and how.
+struct SetPipeline<'a> {
+    team: &'a str,
+    name: &'a str,
+    text: &'a str,
+    vars: &'a gantry_actors::api::Vars,
     config_version: Option<i64>,
-) -> anyhow::Result<i32> {
+    /// Ask "apply configuration? [yN]" before the write (as fly does,
+    /// unless -n).
+    ask: bool,
+}
+
+/// Asks `question [yN]` on the terminal: true for `y` or `yes`.
+fn confirm(question: &str) -> anyhow::Result<bool> {
+    use std::io::Write as _;
+    print!("{question} [yN]: ");
+    std::io::stdout().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
+}
+
+/// `set-pipeline`: the diff against the stored config, the question
+/// (when asked), then the write.
+async fn set_pipeline(client: &ApiClient, set: SetPipeline<'_>) -> anyhow::Result<i32> {
+    let SetPipeline {
+        team,
+        name,
+        text,
+        vars,
+        config_version,
+        ask,
+    } = set;
     let path = pipeline_path(team, name);
     let stored: Option<Value> = match client.get::<Value>(&path).await {
         Ok(v) => Some(v),
@@ -314,6 +372,11 @@ async fn set_pipeline(
                 .header(&format!("{name} (stored)"), &format!("{name} (new)"))
         );
     }
+    if ask && !confirm("apply configuration?")? {
+        // As fly: nothing written, and not a failure.
+        crate::outln!("bailing out");
+        return Ok(0);
+    }
     let mut body = json!({ "config": text, "vars": vars });
     if let Some(v) = config_version {
         body["config_version"] = json!(v);
@@ -330,8 +393,17 @@ async fn set_pipeline(
     Ok(0)
 }
 
-/// `why`: what the last scheduling round decided for a job.
+/// `why`: what the last scheduling round decided for a job (and why its
+/// newest build, triggered by hand, still waits, if it does).
 fn print_why(job: &str, view: &Value) {
+    let latest = &view["latest_build"];
+    if let Some(why) = latest["waiting"].as_str() {
+        crate::outln!(
+            "{job} #{} (build {}) is pending: waiting: {why}",
+            cell(latest, "build_number"),
+            cell(latest, "id")
+        );
+    }
     let Some(d) = view["decision"].as_object() else {
         crate::outln!("{job}: not scheduled yet (no trigger input, a paused pipeline, or no round since it was set)");
         return;

@@ -17,7 +17,6 @@ use serde::Deserialize;
 
 use crate::cli::client::ApiClient;
 use crate::cli::follow::{follow, Ended, StepLines};
-use crate::cli::validate_plan::read_vars;
 
 /// What `run` was asked to do.
 pub struct RunArgs {
@@ -78,20 +77,41 @@ pub async fn run(client: &ApiClient, args: RunArgs) -> anyhow::Result<i32> {
 
 /// Reads a pipeline file and its vars (`-v` flags, `-l` files) and checks
 /// the pipeline with them; `None` when it has problems, each printed on
-/// stderr as one line naming the file.
+/// stderr as one line naming the file (and its warnings, see
+/// [`load_typed_pipeline`]).
 pub(super) fn load_pipeline(
     path: &std::path::Path,
     flags: &[String],
     files: &[PathBuf],
 ) -> anyhow::Result<Option<(String, gantry_actors::api::Vars)>> {
+    load_typed_pipeline(path, flags, &[], files)
+}
+
+/// [`load_pipeline`] with `-y NAME=YAML` flags too. What the pipeline
+/// has that is accepted but not taken as written is said on stderr, one
+/// `warning:` line each.
+pub(super) fn load_typed_pipeline(
+    path: &std::path::Path,
+    flags: &[String],
+    yaml_flags: &[String],
+    files: &[PathBuf],
+) -> anyhow::Result<Option<(String, gantry_actors::api::Vars)>> {
     let file = path.display().to_string();
-    let vars = read_vars(flags, files).map_err(anyhow::Error::msg)?;
+    let vars = super::validate_plan::read_typed_vars(flags, yaml_flags, files)
+        .map_err(anyhow::Error::msg)?;
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {file}"))?;
-    if let Err(problems) = Pipeline::load(&text, &vars) {
-        for p in problems {
-            eprintln!("error: {file}: {p}");
+    match Pipeline::load_warned(&text, &vars) {
+        Err(problems) => {
+            for p in problems {
+                eprintln!("error: {file}: {p}");
+            }
+            return Ok(None);
         }
-        return Ok(None);
+        Ok((_, warnings)) => {
+            for w in warnings {
+                eprintln!("warning: {file}: {w}");
+            }
+        }
     }
     Ok(Some((text, vars)))
 }

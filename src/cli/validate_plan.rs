@@ -26,7 +26,12 @@ pub fn validate_plan(file: &Path, var_flags: &[String], var_files: &[PathBuf]) -
         Ok(t) => t,
         Err(e) => return fail(format!("cannot read: {e}")),
     };
-    match gantry_actors::api::load_pipeline(&text, vars.as_ref()) {
+    let (loaded, warnings) = gantry_actors::api::load_pipeline_warned(&text, vars.as_ref());
+    // Accepted, but not taken as written: said, not refused.
+    for w in warnings {
+        eprintln!("warning: {}: {w}", file.display());
+    }
+    match loaded {
         Ok(Document::Pipeline(p)) => {
             crate::outln!(
                 "{}: valid pipeline ({} {}, {} {})",
@@ -59,6 +64,16 @@ pub fn validate_plan(file: &Path, var_flags: &[String], var_files: &[PathBuf]) -
 /// The vars of `-l` files (in order) then `-v` flags, later ones
 /// overriding earlier ones; or the one problem found.
 pub fn read_vars(var_flags: &[String], var_files: &[PathBuf]) -> Result<Vars, String> {
+    read_typed_vars(var_flags, &[], var_files)
+}
+
+/// [`read_vars`] with `-y NAME=YAML` flags too (their values read as
+/// YAML, as with `fly -y`), applied after the `-v` ones.
+pub fn read_typed_vars(
+    var_flags: &[String],
+    yaml_flags: &[String],
+    var_files: &[PathBuf],
+) -> Result<Vars, String> {
     let mut vars = Vars::new();
     for f in var_files {
         let text = std::fs::read_to_string(f)
@@ -68,6 +83,9 @@ pub fn read_vars(var_flags: &[String], var_files: &[PathBuf]) -> Result<Vars, St
     }
     for flag in var_flags {
         vars.set_flag(flag)?;
+    }
+    for flag in yaml_flags {
+        vars.set_yaml_flag(flag)?;
     }
     Ok(vars)
 }

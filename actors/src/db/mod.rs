@@ -13,6 +13,7 @@ mod handles;
 mod intercepts;
 mod job_builds;
 mod leadership;
+mod pins;
 mod pipelines;
 mod placements;
 mod resources;

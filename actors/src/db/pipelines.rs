@@ -642,21 +642,24 @@ impl Db {
     }
 
     /// Pins resource `resource` of pipeline `id` to `version` (JSON), or
-    /// unpins it; false when the pipeline has no such resource.
+    /// unpins it (its pin's comment goes with it); false when the
+    /// pipeline has no such resource.
     pub async fn pin_resource(
         &self,
         id: i64,
         resource: &str,
         version: Option<&str>,
     ) -> Result<bool, EngineError> {
-        let done = sqlx::query(
-            "UPDATE pipeline_resources SET pinned = $1 WHERE pipeline_id = $2 AND name = $3",
-        )
-        .bind(version)
-        .bind(id)
-        .bind(resource)
-        .execute(self.pool())
-        .await?;
+        let sql = match version {
+            Some(_) => "UPDATE pipeline_resources SET pinned = $1 WHERE pipeline_id = $2 AND name = $3",
+            None => "UPDATE pipeline_resources SET pinned = $1, pin_comment = NULL WHERE pipeline_id = $2 AND name = $3",
+        };
+        let done = sqlx::query(sql)
+            .bind(version)
+            .bind(id)
+            .bind(resource)
+            .execute(self.pool())
+            .await?;
         self.touch_pipeline(id).await?;
         Ok(done.rows_affected() > 0)
     }

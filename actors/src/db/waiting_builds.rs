@@ -22,6 +22,12 @@ pub struct WaitingBuild {
     pub job: String,
     /// Why it waits.
     pub waiting: String,
+    /// When it was created (unix ms): the checks it waits for are those
+    /// that finished since.
+    pub created_at: i64,
+    /// Whether it found the checks of its inputs done (then it waits for
+    /// no check again).
+    pub inputs_checked: bool,
 }
 
 impl Db {
@@ -64,8 +70,9 @@ impl Db {
     pub async fn waiting_builds(&self) -> Result<Vec<WaitingBuild>, EngineError> {
         // Only a waiting build's own insert writes `waiting`, always with
         // its pipeline and job.
-        let rows: Vec<(i64, String, String, String, String)> = sqlx::query_as(
-            "SELECT id, team, pipeline, job, waiting FROM builds \
+        type Row = (i64, String, String, String, String, i64, Option<i64>);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT id, team, pipeline, job, waiting, created_at, inputs_checked_at FROM builds \
              WHERE waiting IS NOT NULL AND status = $1 ORDER BY id",
         )
         .bind(BuildStatus::Pending.as_str())
@@ -73,14 +80,32 @@ impl Db {
         .await?;
         Ok(rows
             .into_iter()
-            .map(|(id, team, pipeline, job, waiting)| WaitingBuild {
-                id,
-                team,
-                pipeline,
-                job,
-                waiting,
-            })
+            .map(
+                |(id, team, pipeline, job, waiting, created_at, checked)| WaitingBuild {
+                    id,
+                    team,
+                    pipeline,
+                    job,
+                    waiting,
+                    created_at,
+                    inputs_checked: checked.is_some(),
+                },
+            )
             .collect())
+    }
+
+    /// Records that waiting build `id` found the checks of its inputs
+    /// done: it waits for no check again.
+    pub async fn set_inputs_checked(&self, id: i64) -> Result<(), EngineError> {
+        sqlx::query(
+            "UPDATE builds SET inputs_checked_at = $1 \
+             WHERE id = $2 AND waiting IS NOT NULL AND inputs_checked_at IS NULL",
+        )
+        .bind(now_ms())
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        Ok(())
     }
 
     /// Says why build `id` still waits; false when it no longer does.
@@ -186,6 +211,16 @@ mod tests {
         assert_eq!((n, m), (1, 2));
         let waiting = db.waiting_builds().await.unwrap();
         assert_eq!(waiting.iter().map(|w| w.id).collect::<Vec<_>>(), [a, b]);
+        assert!(waiting.iter().all(|w| !w.inputs_checked));
+        db.set_inputs_checked(b).await.unwrap();
+        let checked: Vec<bool> = db
+            .waiting_builds()
+            .await
+            .unwrap()
+            .iter()
+            .map(|w| w.inputs_checked)
+            .collect();
+        assert_eq!(checked, [false, true]);
         assert!(db.unfinished_builds("any").await.unwrap().is_empty());
         assert!(db.set_waiting(a, "input x: disabled").await.unwrap());
         assert_eq!(

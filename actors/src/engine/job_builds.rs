@@ -1,9 +1,12 @@
 //! Making the builds of stored pipelines' jobs: those scheduling triggers
 //! (many per transaction), and those started by hand (`trigger-job`).
 //!
-//! A build started by hand whose inputs cannot be satisfied yet, or whose
-//! job or pipeline is paused, is not refused: it is created pending,
-//! waiting, and says why (in the build,
+//! A build started by hand checks its inputs first (those with no
+//! `passed` and no pin, `triggers/checks.rs`, as Concourse does) and
+//! resolves them once those checks finished. A build waiting for those
+//! checks, whose inputs cannot be satisfied yet, or whose job or pipeline
+//! is paused, is not refused: it is created pending, waiting, and says
+//! why (in the build,
 //! and as a `waiting_for_inputs` event, again whenever the reason
 //! changes). Each scheduling round tries its inputs again; once they
 //! resolve, the build gets its plan, turns and inputs in one transaction
@@ -16,12 +19,14 @@ use std::sync::Arc;
 
 use super::pipelines::{loaded, stored_vars};
 use super::Engine;
-use crate::db::{BuildStatus, JobAt, NewJobBuild, PipelineRow, WaitingBuild};
+use crate::db::{BuildStatus, JobAt, NewJobBuild, PipelineRow, ResourceRow, WaitingBuild};
 use crate::error::EngineError;
 use crate::events::{BuildEvent, EventSink};
 use crate::pipeline::Pipeline;
 use crate::plan::{JobPlan, JobRef};
-use crate::triggers::{job_inputs, resolve, JobInput, Resolution};
+use crate::triggers::{
+    check_state, job_inputs, resolve, to_check, waiting_for, CheckState, JobInput, Resolution,
+};
 use crate::views::Build;
 
 /// A build asked of a job of a stored pipeline: the versions chosen
@@ -70,10 +75,12 @@ fn reasons(why: &BTreeMap<String, String>) -> String {
 impl Engine {
     /// Starts a build of job `job` of pipeline `pipeline` of `team` by
     /// hand, with the newest versions that satisfy its inputs (as a
-    /// trigger would choose them). When they cannot be satisfied yet, or
-    /// the job or its pipeline is paused, the build is created pending and
-    /// waits, saying why, until it can start. A job with
-    /// `disable_manual_trigger` is refused.
+    /// trigger would choose them) once the inputs it checks first
+    /// (`triggers/checks.rs`) were checked. While those checks run, when
+    /// its inputs cannot be satisfied yet, or while the job or its
+    /// pipeline is paused, the build is created pending and waits, saying
+    /// why, until it can start. A job with `disable_manual_trigger` is
+    /// refused.
     pub async fn trigger_job(
         &self,
         team: &str,
@@ -91,40 +98,59 @@ impl Engine {
                 "job {job:?} has disable_manual_trigger set: it may not be started by hand"
             )));
         }
-        let id = match self.resolve_job(&row, &loaded, job).await? {
-            (inputs, Ok(chosen)) => {
-                let request = BuildRequest {
-                    row: &row,
-                    pipeline: &loaded,
-                    job,
-                    inputs: &inputs,
-                    chosen: &chosen,
-                };
-                let created = self.create_pipeline_builds(&[request]).await?;
-                let id = created[0].id;
-                self.start_created(created);
-                id
-            }
-            (_, Err(why)) => {
-                let (id, _) = self
-                    .db
-                    .create_waiting_build((team, row.id, pipeline), job, &why)
-                    .await?;
-                self.tell_waiting(id, &why).await?;
-                id
-            }
+        let state = self.job_state(&row, &loaded, job).await?;
+        // Why it waits, when not for the checks of its inputs.
+        let other = match &state.held {
+            Some(why) => Some(why.clone()),
+            // Its inputs are checked first: it waits for those checks.
+            None if !to_check(&state.inputs).is_empty() => None,
+            None => match self.resolve_inputs(&row, job, &state.inputs).await? {
+                Ok(chosen) => {
+                    let request = BuildRequest {
+                        row: &row,
+                        pipeline: &loaded,
+                        job,
+                        inputs: &state.inputs,
+                        chosen: &chosen,
+                    };
+                    let created = self.create_pipeline_builds(&[request]).await?;
+                    let id = created[0].id;
+                    self.start_created(created);
+                    return self.build(id).await;
+                }
+                Err(why) => Some(why),
+            },
         };
+        let first = match &other {
+            Some(why) => why.clone(),
+            None => waiting_for(&names_to_check(&state.inputs)),
+        };
+        let (id, _) = self
+            .db
+            .create_waiting_build((team, row.id, pipeline), job, &first)
+            .await?;
+        let mut why = first.clone();
+        if other.is_none() {
+            // Checked from now: checks that finish after its creation.
+            let created_at = self.db.get_build(id).await?.map_or(0, |b| b.created_at);
+            if let Some(now) = self.checks_pending(&row, &state, created_at).await? {
+                if now != first && self.db.set_waiting(id, &now).await? {
+                    why = now;
+                }
+            }
+        }
+        self.tell_waiting(id, &why).await?;
         self.build(id).await
     }
 
-    /// Job `job`'s inputs, and what they resolve to now (not resolved
-    /// while the job or its pipeline is paused: that is why it waits).
-    async fn resolve_job(
+    /// Job `job`'s inputs, its pipeline's stored resources, and why it is
+    /// held (its job or pipeline paused), if it is.
+    async fn job_state(
         &self,
         row: &PipelineRow,
         pipeline: &Pipeline,
         job: &str,
-    ) -> Result<(Vec<JobInput>, Resolved), EngineError> {
+    ) -> Result<JobState, EngineError> {
         let j = pipeline.job(job).map_err(|e| EngineError::NotFound {
             kind: "job",
             name: format!("{}/{job}: {e}", row.name),
@@ -133,24 +159,86 @@ impl Engine {
         let inputs = job_inputs(pipeline, j, &resources).map_err(EngineError::Invalid)?;
         // A paused pipeline or job holds its builds (as Concourse does):
         // they wait, saying so, and start once both are unpaused.
-        if row.paused {
-            let why = format!("pipeline {:?} is paused", row.name);
-            return Ok((inputs, Err(why)));
-        }
-        let jobs = self.db.pipeline_jobs(row.id).await?;
-        if jobs.iter().any(|r| r.name == job && r.paused) {
-            return Ok((inputs, Err(format!("job {job:?} is paused"))));
-        }
+        let held = if row.paused {
+            Some(format!("pipeline {:?} is paused", row.name))
+        } else if self
+            .db
+            .pipeline_jobs(row.id)
+            .await?
+            .iter()
+            .any(|r| r.name == job && r.paused)
+        {
+            Some(format!("job {job:?} is paused"))
+        } else {
+            None
+        };
+        Ok(JobState {
+            inputs,
+            resources,
+            held,
+        })
+    }
+
+    /// What the `inputs` of job `job` resolve to now.
+    async fn resolve_inputs(
+        &self,
+        row: &PipelineRow,
+        job: &str,
+        inputs: &[JobInput],
+    ) -> Result<Resolved, EngineError> {
         let at = JobAt {
             team: &row.team,
             pipeline: &row.name,
             job,
         };
-        let resolved = match resolve(&self.db, at, row.id, &inputs).await? {
+        Ok(match resolve(&self.db, at, row.id, inputs).await? {
             Resolution::Resolved(chosen) => Ok(chosen),
             Resolution::Unsatisfied(why) => Err(reasons(&why.into_iter().collect())),
-        };
-        Ok((inputs, resolved))
+        })
+    }
+
+    /// Why a build triggered by hand at `created_at` still waits for the
+    /// checks of its inputs (none once each finished since): a config
+    /// whose last check finished before is checked now, one whose check
+    /// runs is waited for (so a config is checked once, however many
+    /// inputs or builds wait for it).
+    async fn checks_pending(
+        &self,
+        row: &PipelineRow,
+        state: &JobState,
+        created_at: i64,
+    ) -> Result<Option<String>, EngineError> {
+        let mut pending = Vec::new();
+        let mut failed = Vec::new();
+        for input in to_check(&state.inputs) {
+            let last = match self.db.last_check(&input.scope, &input.config).await? {
+                Some(id) => self.db.get_build(id).await?,
+                None => None,
+            };
+            match check_state(created_at, last.as_ref()) {
+                CheckState::Done => continue,
+                CheckState::Running => {}
+                CheckState::Needed => {
+                    let Some(r) = state.resources.iter().find(|r| r.name == input.resource) else {
+                        continue;
+                    };
+                    // One that cannot start is tried again next round.
+                    if let Err(e) = self.start_check(row, r, false).await {
+                        tracing::warn!(pipeline = %row.name, resource = %r.name, "a check of a manual build's input could not start: {e}");
+                        failed.push(format!("the check of {:?} could not start: {e}", r.name));
+                    }
+                }
+            }
+            pending.push(input.resource.clone());
+        }
+        if pending.is_empty() {
+            return Ok(None);
+        }
+        let mut why = waiting_for(&pending);
+        if !failed.is_empty() {
+            why = format!("{why} ({})", failed.join("; "));
+        }
+        Ok(Some(why))
     }
 
     /// Tells build `id`'s followers why it waits (an event after those
@@ -225,7 +313,9 @@ impl Engine {
                 };
                 jobs.insert(key.clone(), job);
             }
-            let Some(job) = &jobs[&key] else { continue };
+            let Some(job) = jobs.get_mut(&key).and_then(Option::as_mut) else {
+                continue;
+            };
             if let Err(e) = self.start_waiting(&w, job).await {
                 tracing::warn!(build = w.id, "a build waiting for its inputs: {e}");
             }
@@ -239,23 +329,57 @@ impl Engine {
         self.abort_waiting_because(w.id, Some(why)).await.map(drop)
     }
 
-    /// The job waiting build `w` is of, its inputs resolved now.
+    /// The job waiting build `w` is of (its inputs resolved when a build
+    /// of it is ready to).
     async fn waiting_job(&self, w: &WaitingBuild) -> Result<Job, EngineError> {
         let row = self.pipeline_row(&w.team, &w.pipeline).await?;
         let pipeline = loaded(&row).await?;
-        let (inputs, resolved) = self.resolve_job(&row, &pipeline, &w.job).await?;
+        let state = self.job_state(&row, &pipeline, &w.job).await?;
         Ok(Job {
             row,
             pipeline,
-            inputs,
-            resolved,
+            state,
+            resolved: None,
         })
     }
 
-    /// Starts waiting build `w` of `job` when its inputs resolved, or
-    /// tells why it still waits when that changed.
-    async fn start_waiting(&self, w: &WaitingBuild, job: &Job) -> Result<(), EngineError> {
-        let chosen = match &job.resolved {
+    /// Starts waiting build `w` of `job` when it is not held, the checks
+    /// of its inputs finished and its inputs resolved (resolved once per
+    /// job and round, after the first of its builds found its checks
+    /// done: so with every version those checks found); else tells why
+    /// it still waits when that changed.
+    async fn start_waiting(&self, w: &WaitingBuild, job: &mut Job) -> Result<(), EngineError> {
+        let pending = match (&job.state.held, w.inputs_checked) {
+            (None, false) => {
+                let pending = self
+                    .checks_pending(&job.row, &job.state, w.created_at)
+                    .await?;
+                if pending.is_none() {
+                    // Once done, done (as Concourse's `ResourcesChecked`):
+                    // a later check does not hold it again.
+                    self.db.set_inputs_checked(w.id).await?;
+                }
+                pending
+            }
+            _ => None,
+        };
+        let resolved = match &job.state.held {
+            Some(why) => Err(why.clone()),
+            None => match pending {
+                Some(why) => Err(why),
+                None => match &job.resolved {
+                    Some(r) => r.clone(),
+                    None => {
+                        let r = self
+                            .resolve_inputs(&job.row, &w.job, &job.state.inputs)
+                            .await?;
+                        job.resolved = Some(r.clone());
+                        r
+                    }
+                },
+            },
+        };
+        let chosen = match &resolved {
             Ok(chosen) => chosen,
             Err(why) if *why == w.waiting => return Ok(()),
             Err(why) => {
@@ -269,7 +393,7 @@ impl Engine {
             row: &job.row,
             pipeline: &job.pipeline,
             job: &w.job,
-            inputs: &job.inputs,
+            inputs: &job.state.inputs,
             chosen,
         };
         let (new, run) = prepare(&request)?;
@@ -337,8 +461,26 @@ impl Engine {
 struct Job {
     row: PipelineRow,
     pipeline: Arc<Pipeline>,
+    state: JobState,
+    /// What its inputs resolve to, once a build of it was ready to.
+    resolved: Option<Resolved>,
+}
+
+/// A job's inputs as stored, and whether it is held.
+struct JobState {
     inputs: Vec<JobInput>,
-    resolved: Resolved,
+    /// Its pipeline's stored resources (what checks start from).
+    resources: Vec<ResourceRow>,
+    /// Why its builds are held (its job or pipeline paused), if they are.
+    held: Option<String>,
+}
+
+/// The resources of the `inputs` a build triggered by hand checks first.
+fn names_to_check(inputs: &[JobInput]) -> Vec<String> {
+    to_check(inputs)
+        .into_iter()
+        .map(|i| i.resource.clone())
+        .collect()
 }
 
 /// The row to write for build request `r`, and what the build runs: its

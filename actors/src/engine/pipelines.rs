@@ -15,7 +15,7 @@ use crate::error::EngineError;
 use crate::off_thread::{off_thread, PIPELINE_BUDGET};
 use crate::pipeline::{Pipeline, Vars};
 use crate::plan::check_pipeline_name;
-use crate::triggers::{explain, job_inputs, store_pipeline};
+use crate::triggers::{explain, job_inputs, store_pipeline_warned};
 use crate::views::{
     Build, BuildResources, BuildVersion, JobInputView, JobView, PipelineView, ResourceView,
     VersionView,
@@ -52,6 +52,10 @@ pub struct SetPipeline {
     pub pipeline: PipelineView,
     /// Whether it is new (it starts paused).
     pub created: bool,
+    /// What its config has that is accepted but not taken as written
+    /// (e.g. a `get`'s `version: some-string`, taken as `latest`), each
+    /// with its path.
+    pub warnings: Vec<String>,
 }
 
 fn view(row: &PipelineRow, with_config: bool) -> PipelineView {
@@ -99,11 +103,12 @@ impl Engine {
         expected: Option<i64>,
     ) -> Result<SetPipeline, EngineError> {
         let global = self.config.pipelines.global_resources;
-        let (row, created) =
-            store_pipeline(&self.db, (team, name), config, &vars, expected, global).await?;
+        let (row, created, warnings) =
+            store_pipeline_warned(&self.db, (team, name), config, &vars, expected, global).await?;
         Ok(SetPipeline {
             pipeline: view(&row, false),
             created,
+            warnings,
         })
     }
 
@@ -316,6 +321,7 @@ impl Engine {
         let loaded = loaded(&row).await?;
         let resources = self.db.pipeline_resources(row.id).await?;
         let types = self.db.pipeline_resource_types(row.id).await?;
+        let mut comments = self.db.pin_comments(row.id).await?;
         let mut out = Vec::new();
         for (r, of_type) in resources
             .into_iter()
@@ -339,6 +345,10 @@ impl Engine {
                 true => loaded.resource_type(&r.name).map(|d| d.type_.clone()),
                 false => loaded.resource(&r.name).map(|d| d.type_.clone()),
             };
+            let pin_comment = match of_type {
+                true => None,
+                false => comments.remove(&r.name),
+            };
             out.push(ResourceView {
                 type_: type_.unwrap_or_default(),
                 name: r.name,
@@ -347,6 +357,7 @@ impl Engine {
                     .pinned
                     .as_deref()
                     .and_then(|p| serde_json::from_str(p).ok()),
+                pin_comment,
                 last_check,
                 check_error,
                 resource_type: of_type,
@@ -503,6 +514,27 @@ impl Engine {
             .pin_resource(row.id, resource, text.as_deref())
             .await?;
         Ok(())
+    }
+
+    /// Sets the comment of the pin by hand of resource `resource` of
+    /// pipeline `pipeline` of `team` (as Concourse's `pin_comment`): it
+    /// must be pinned by hand.
+    pub async fn comment_pin(
+        &self,
+        team: &str,
+        pipeline: &str,
+        resource: &str,
+        comment: &str,
+    ) -> Result<(), EngineError> {
+        let row = self.pipeline_row(team, pipeline).await?;
+        self.resource_row(&row, resource).await?;
+        if self.db.set_pin_comment(row.id, resource, comment).await? {
+            Ok(())
+        } else {
+            Err(EngineError::Invalid(format!(
+                "resource {resource:?} is not pinned by hand: pin it to a version to comment on its pin"
+            )))
+        }
     }
 
     /// Disables or enables `version` of resource `resource` of pipeline

@@ -80,9 +80,20 @@ pub fn parse_yaml(text: &str, what: &str) -> Result<Value, String> {
 /// A document checked with unfilled vars is for reporting: fields held by
 /// vars read as absent.
 pub fn check(doc: &Value, vars_may_be_unfilled: bool) -> Result<Document, Vec<String>> {
+    check_warned(doc, vars_may_be_unfilled).0
+}
+
+/// [`check`], with the warnings found: what is accepted but not taken as
+/// written (e.g. a `get`'s `version: some-string`, taken as `latest`),
+/// each with its path.
+pub fn check_warned(
+    doc: &Value,
+    vars_may_be_unfilled: bool,
+) -> (Result<Document, Vec<String>>, Vec<String>) {
     let mut r = read::Reader {
         problems: Vec::new(),
         vars_may_be_unfilled,
+        warnings: Vec::new(),
     };
     let document = match doc {
         Value::Mapping(top) => {
@@ -96,22 +107,28 @@ pub fn check(doc: &Value, vars_may_be_unfilled: bool) -> Result<Document, Vec<St
             Document::Plan(steps)
         }
         Value::Null => {
-            return Err(vec![
+            return (
+                Err(vec![
             "empty document: expected a pipeline (a mapping with jobs) or a plan (a list of steps)"
                 .into(),
-        ])
+        ]),
+                Vec::new(),
+            )
         }
         other => {
-            return Err(vec![format!(
-                "expected a pipeline (a mapping with jobs) or a plan (a list of steps), not {}",
-                read::kind_of(other)
-            )])
+            return (
+                Err(vec![format!(
+                    "expected a pipeline (a mapping with jobs) or a plan (a list of steps), not {}",
+                    read::kind_of(other)
+                )]),
+                Vec::new(),
+            )
         }
     };
     if r.problems.is_empty() {
-        Ok(document)
+        (Ok(document), r.warnings)
     } else {
-        Err(r.problems)
+        (Err(r.problems), r.warnings)
     }
 }
 
@@ -119,10 +136,24 @@ pub fn check(doc: &Value, vars_may_be_unfilled: bool) -> Result<Document, Vec<St
 /// first and an unfilled one is a problem naming it; without, vars may
 /// stay unfilled (validation only).
 pub fn load(text: &str, vars: Option<&Vars>) -> Result<Document, Vec<String>> {
-    let doc = parse_yaml(text, "pipeline config").map_err(|e| vec![e])?;
+    load_warned(text, vars).0
+}
+
+/// [`load`], with the warnings found (see [`check_warned`]).
+pub fn load_warned(
+    text: &str,
+    vars: Option<&Vars>,
+) -> (Result<Document, Vec<String>>, Vec<String>) {
+    let doc = match parse_yaml(text, "pipeline config") {
+        Ok(doc) => doc,
+        Err(e) => return (Err(vec![e]), Vec::new()),
+    };
     match vars {
-        None => check(&doc, true),
-        Some(vars) => check(&interpolate(&doc, vars)?, false),
+        None => check_warned(&doc, true),
+        Some(vars) => match interpolate(&doc, vars) {
+            Ok(doc) => check_warned(&doc, false),
+            Err(problems) => (Err(problems), Vec::new()),
+        },
     }
 }
 
@@ -141,7 +172,18 @@ impl Pipeline {
     /// Reads a pipeline file, fills its vars and checks it (the whole of
     /// it, as Concourse does when it is set).
     pub fn load(text: &str, vars: &Vars) -> Result<Pipeline, Vec<String>> {
+        Pipeline::load_warned(text, vars).map(|(p, _)| p)
+    }
+
+    /// [`Pipeline::load`], with the warnings found (see [`check_warned`]).
+    pub fn load_warned(text: &str, vars: &Vars) -> Result<(Pipeline, Vec<String>), Vec<String>> {
         let doc = parse_yaml(text, "pipeline config").map_err(|e| vec![e])?;
-        Pipeline::from_value(&interpolate(&doc, vars)?)
+        match check_warned(&interpolate(&doc, vars)?, false) {
+            (Ok(Document::Pipeline(p)), warnings) => Ok((p, warnings)),
+            (Ok(Document::Plan(_)), _) => Err(vec![
+                "expected a pipeline (a mapping with jobs), not a plan".into(),
+            ]),
+            (Err(problems), _) => Err(problems),
+        }
     }
 }

@@ -350,7 +350,7 @@ fn parse_kind(r: &mut Reader, kind: &str, m: &Mapping, at: &str) -> Option<StepK
             let name = name(r);
             let resource = r.opt_str(m, "resource", at).unwrap_or_else(|| name.clone());
             StepKind::Get(GetStep {
-                version: version(r, m, at),
+                version: version(r, m, at, &name),
                 params: r.params(m, "params", at),
                 passed: r.strings(m, "passed", at),
                 trigger: r.bool(m, "trigger", at),
@@ -512,13 +512,25 @@ fn limits(r: &mut Reader, m: &Mapping, at: &str) -> Option<Limits> {
     Some(Limits { cpu, memory })
 }
 
-fn version(r: &mut Reader, m: &Mapping, at: &str) -> Option<VersionSpec> {
+fn version(r: &mut Reader, m: &Mapping, at: &str, step: &str) -> Option<VersionSpec> {
     let v = m.get("version").filter(|v| !v.is_null())?;
     let at = join(at, "version");
     match v {
         Value::String(s) if s == "latest" => Some(VersionSpec::Latest),
         Value::String(s) if s == "every" => Some(VersionSpec::Every),
         v if r.deferred_typed(v, &at) => None,
+        // Concourse takes any other string as `latest` (`atc/steps.go`,
+        // `VersionConfig`): so does Gantry, saying so.
+        Value::String(s) => {
+            r.warn(
+                &at,
+                format!(
+                    "get {step:?}: version {s:?} is neither latest nor every nor a version: \
+                     it is treated as latest (as Concourse does)"
+                ),
+            );
+            Some(VersionSpec::Latest)
+        }
         Value::Mapping(fields) => {
             let mut pinned = BTreeMap::new();
             for (k, val) in fields {

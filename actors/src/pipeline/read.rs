@@ -24,6 +24,8 @@ pub(crate) struct Reader {
     pub problems: Vec<String>,
     /// Whether unfilled vars are allowed (validation without vars).
     pub vars_may_be_unfilled: bool,
+    /// What is accepted but not taken as written, `path: message`.
+    pub warnings: Vec<String>,
 }
 
 /// `parent.key`, or `key` at the top.
@@ -56,6 +58,12 @@ impl Reader {
         } else {
             self.problems.push(format!("{at}: {message}"));
         }
+    }
+
+    /// Records a warning at a path: something accepted but not taken as
+    /// written (shown by `set-pipeline` and `validate-plan`).
+    pub fn warn(&mut self, at: &str, message: impl Display) {
+        self.warnings.push(format!("{at}: {message}"));
     }
 
     /// Whether a value is a string holding vars that are filled later, so

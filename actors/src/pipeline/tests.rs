@@ -492,3 +492,35 @@ fn a_local_var_standing_for_a_whole_typed_field_is_refused_not_lost() {
         assert!(Pipeline::load(&job(step), &Vars::new()).is_ok(), "{step}");
     }
 }
+
+/// A `get`'s `version:` string other than `latest` or `every` is taken as
+/// `latest`, as Concourse does, with a warning naming the step; `latest`,
+/// `every` and a mapping warn of nothing, and a number is still refused.
+#[test]
+fn a_version_string_other_than_latest_or_every_is_latest_with_a_warning() {
+    let doc = |v: &str| {
+        format!(
+            "resources:\n- {{name: r, type: git, source: {{uri: x}}}}\njobs:\n- name: j\n  plan:\n  - get: r\n    version: {v}\n"
+        )
+    };
+    let (p, warnings) = Pipeline::load_warned(&doc("pinned-please"), &Vars::new()).unwrap();
+    let StepKind::Get(get) = &p.job("j").unwrap().plan[0].kind else {
+        panic!("a get")
+    };
+    assert_eq!(get.version, Some(VersionSpec::Latest));
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].ends_with(
+            "version: get \"r\": version \"pinned-please\" is neither latest nor every nor a version: it is treated as latest (as Concourse does)"
+        ),
+        "{warnings:?}"
+    );
+    assert!(warnings[0].contains("treated as latest"), "{warnings:?}");
+    let (_, w) = load_warned(&doc("pinned-please"), None);
+    assert_eq!(w, warnings, "validation without vars warns the same");
+    for fine in ["latest", "every", "{ref: abc}"] {
+        let (_, warnings) = Pipeline::load_warned(&doc(fine), &Vars::new()).unwrap();
+        assert!(warnings.is_empty(), "{fine}: {warnings:?}");
+    }
+    assert!(Pipeline::load(&doc("3"), &Vars::new()).is_err());
+}

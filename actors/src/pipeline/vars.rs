@@ -205,6 +205,20 @@ impl Vars {
         }
     }
 
+    /// Applies a `-y NAME=YAML` flag: the value is read as YAML (a number,
+    /// a boolean, a list, a mapping, ...), as with `fly -y`.
+    pub fn set_yaml_flag(&mut self, flag: &str) -> Result<(), String> {
+        match flag.split_once('=') {
+            Some((name, value)) if !name.trim().is_empty() => {
+                let v = crate::bounded_yaml::parse_bounded_yaml(value, "-y value")
+                    .map_err(|e| format!("-y {flag:?}: {e}"))?;
+                self.set(name.trim(), v);
+                Ok(())
+            }
+            _ => Err(format!("-y {flag:?}: expected NAME=YAML")),
+        }
+    }
+
     /// Adds the vars of a YAML vars file (a mapping of name to value); later
     /// files and `-v` flags override earlier values.
     pub fn load_yaml(&mut self, text: &str) -> Result<(), String> {
@@ -575,6 +589,39 @@ mod tests {
         assert!(v.set_flag("novalue").is_err());
         let out = interpolate(&yaml("n: ((number))\nu: ((creds.user))\n"), &v).unwrap();
         assert_eq!(out, yaml("n: \"9000\"\nu: me\n"));
+    }
+
+    /// `-y` reads its value as YAML (whole-value vars keep the type), `-v`
+    /// keeps a string.
+    #[test]
+    fn yaml_flags_set_typed_values() {
+        let mut v = Vars::new();
+        v.set_yaml_flag("n=3").unwrap();
+        v.set_yaml_flag("tags=[a, b]").unwrap();
+        v.set_yaml_flag("src={uri: x}").unwrap();
+        v.set_flag("s=3").unwrap();
+        assert!(v.set_yaml_flag("novalue").is_err());
+        assert!(v.set_yaml_flag("bad=[unclosed").is_err());
+        let out = interpolate(
+            &yaml(
+                "n: ((n))
+t: ((tags))
+u: ((src.uri))
+s: ((s))
+",
+            ),
+            &v,
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            yaml(
+                "n: 3
+t: [a, b]
+u: x
+s: \"3\"\n"
+            )
+        );
     }
 
     #[test]

@@ -5,14 +5,18 @@
 //! resolves to a version no build of the job was given as that input (its
 //! first occurrence, as in Concourse) gets a new build. The
 //! periodic jobs that check resources and trigger builds are the engine's
-//! (`engine/pipeline_jobs.rs`), which owns creating builds.
+//! (`engine/pipeline_jobs.rs`), which owns creating builds. A build
+//! triggered by hand checks its inputs before resolving them
+//! (`checks.rs`).
 
+mod checks;
 mod explain;
 mod inputs;
 mod resolve;
 mod set;
 
+pub use checks::{check_state, to_check, waiting_for, CheckState};
 pub use explain::explain;
 pub use inputs::{job_inputs, JobInput};
 pub use resolve::{resolve, Decision, Resolution};
-pub use set::{store_pipeline, DEFAULT_CHECK_EVERY};
+pub use set::{store_pipeline, store_pipeline_warned, DEFAULT_CHECK_EVERY};

@@ -29,12 +29,28 @@ pub const DEFAULT_CHECK_EVERY: std::time::Duration = std::time::Duration::from_s
 /// problem, each named.
 pub async fn store_pipeline(
     db: &Db,
-    (team, name): (&str, &str),
+    at: (&str, &str),
     config: &str,
     vars: &Vars,
     expected: Option<i64>,
     global: bool,
 ) -> Result<(PipelineRow, bool), EngineError> {
+    store_pipeline_warned(db, at, config, vars, expected, global)
+        .await
+        .map(|(row, created, _)| (row, created))
+}
+
+/// [`store_pipeline`], answering the config's warnings too: what it
+/// accepts but does not take as written (e.g. a `get`'s `version:
+/// some-string`, taken as `latest`).
+pub async fn store_pipeline_warned(
+    db: &Db,
+    (team, name): (&str, &str),
+    config: &str,
+    vars: &Vars,
+    expected: Option<i64>,
+    global: bool,
+) -> Result<(PipelineRow, bool, Vec<String>), EngineError> {
     check_pipeline_name(name)?;
     if !db.team_exists(team).await? {
         return Err(EngineError::NotFound {
@@ -48,20 +64,23 @@ pub async fn store_pipeline(
         jobs,
         resources,
         types,
+        warnings,
     } = off_thread(&what, PIPELINE_BUDGET, move |deadline| {
         checked_rows(&config_text, &vars_given, (global, &team_name), deadline)
     })
     .await?;
     let vars_json = serde_json::to_string(vars).expect("vars serialize");
-    db.set_pipeline(
-        team,
-        name,
-        (config, &vars_json),
-        expected,
-        &jobs,
-        (&resources, &types),
-    )
-    .await
+    let (row, created) = db
+        .set_pipeline(
+            team,
+            name,
+            (config, &vars_json),
+            expected,
+            &jobs,
+            (&resources, &types),
+        )
+        .await?;
+    Ok((row, created, warnings))
 }
 
 /// What [`store_pipeline`] writes of a pipeline.
@@ -72,6 +91,8 @@ struct Rows {
     resources: Vec<ResourceRow>,
     /// Its custom resource types (their images are checked as resources).
     types: Vec<ResourceRow>,
+    /// What it accepts but does not take as written.
+    warnings: Vec<String>,
 }
 
 /// The [`Rows`] of pipeline `config`, loaded with `vars` and each job
@@ -85,10 +106,9 @@ fn checked_rows(
     (global, team): (bool, &str),
     deadline: Deadline,
 ) -> Result<Rows, EngineError> {
-    let pipeline = Arc::new(
-        Pipeline::load(config, vars)
-            .map_err(|problems| EngineError::Invalid(problems.join("; ")))?,
-    );
+    let (pipeline, warnings) = Pipeline::load_warned(config, vars)
+        .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
+    let pipeline = Arc::new(pipeline);
     deadline.check("reading the pipeline")?;
     for (i, job) in pipeline.jobs.iter().enumerate() {
         job_plan(&pipeline, job)?;
@@ -131,6 +151,7 @@ fn checked_rows(
         jobs,
         resources,
         types,
+        warnings,
     })
 }
 

@@ -41,6 +41,11 @@ pub struct PipelineSet {
     pub pipeline: PipelineView,
     /// Whether it is new (new pipelines start paused).
     pub created: bool,
+    /// What the config has that is accepted but not taken as written
+    /// (e.g. a `get`'s `version: some-string`, taken as `latest`), each
+    /// with its path.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Body of `POST .../rename`.
@@ -62,7 +67,25 @@ pub struct CheckBody {
     from: Option<serde_json::Value>,
 }
 
-/// Body of pinning a resource or disabling or enabling a version.
+/// Body of pinning a resource: the version to pin, a comment on the pin
+/// (Concourse's `pin_comment`; pinning again keeps it), or both.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PinBody {
+    /// The version (it must have been found by a check).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    version: Option<serde_json::Value>,
+    /// A comment on the pin (the resource must be pinned by hand, by this
+    /// request or before).
+    #[serde(default)]
+    comment: Option<String>,
+}
+
+/// The longest pin comment, in bytes.
+const MAX_PIN_COMMENT: usize = 4096;
+
+/// Body of disabling or enabling a version.
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VersionBody {
@@ -122,6 +145,7 @@ pub async fn set(
     Ok(HttpResponse::Ok().json(PipelineSet {
         pipeline: set.pipeline,
         created: set.created,
+        warnings: set.warnings,
     }))
 }
 
@@ -585,14 +609,14 @@ pub async fn webhook(
     operation_id = "pinResource",
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
-    request_body = VersionBody,
-    responses((status = 204, description = "Pinned"), (status = 400, description = "A bad body", body = ErrorBody), (status = 404, description = "No such resource or version", body = ErrorBody))
+    request_body = PinBody,
+    responses((status = 204, description = "Pinned, its comment set"), (status = 400, description = "A bad body (neither version nor comment, a comment on a resource not pinned by hand)", body = ErrorBody), (status = 404, description = "No such resource or version", body = ErrorBody))
 )]
 pub async fn pin(
     identity: Identity,
     state: web::Data<AppState>,
     path: JobPath,
-    body: web::Json<VersionBody>,
+    body: web::Json<PinBody>,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name, resource) = path.into_inner();
     allowed(
@@ -600,10 +624,27 @@ pub async fn pin(
         &team,
         &[("pipeline", &name), ("resource", &resource)],
     )?;
-    state
-        .engine
-        .pin_resource(&team, &name, &resource, Some(body.into_inner().version))
-        .await?;
+    let PinBody { version, comment } = body.into_inner();
+    if version.is_none() && comment.is_none() {
+        return Err(ApiError::bad_request(
+            "give a version to pin, a comment on the pin, or both",
+        ));
+    }
+    if let Some(c) = &comment {
+        check_text("comment", c, MAX_PIN_COMMENT)?;
+    }
+    if let Some(v) = version {
+        state
+            .engine
+            .pin_resource(&team, &name, &resource, Some(v))
+            .await?;
+    }
+    if let Some(c) = comment {
+        state
+            .engine
+            .comment_pin(&team, &name, &resource, &c)
+            .await?;
+    }
     Ok(HttpResponse::NoContent().finish())
 }
 
