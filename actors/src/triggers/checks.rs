@@ -1,8 +1,10 @@
 //! A build triggered by hand checks its inputs first, as Concourse's
 //! (`atc/scheduler/buildstarter.go` `createChecks`, `atc/db/build.go`
-//! `ResourcesChecked`): every input with no `passed` and no pin (the
-//! step's `version: {...}`, a pin by hand, the resource's `version:`) has
-//! its resource config checked, even one with `check_every: never`, each
+//! `ResourcesChecked`): every input with no `passed` whose resource is
+//! not pinned (by hand or by its `version:`; a get's own `version: {...}`
+//! does not spare its resource the check, as in Concourse, whose
+//! `CurrentPinnedVersion` is the resource's) has its resource config
+//! checked, even one with `check_every: never`, each
 //! config once however many inputs name it. The build resolves its inputs
 //! only once every such config has a check that finished (succeeded or
 //! not, as Concourse's `last_check_end_time`) at or after the build was
@@ -10,15 +12,17 @@
 //! finished before is checked again. Once done, a build waits for no check
 //! again (`builds.inputs_checked_at`), as Concourse's end time only grows.
 
-use super::inputs::JobInput;
+use super::inputs::{JobInput, Pin};
 use crate::views::Build;
 
 /// The inputs whose resource configs a build triggered by hand checks:
-/// no `passed`, no pin; one per (scope, config), in the inputs' order.
+/// no `passed`, no pin of the resource (a get's own pinned version is
+/// checked); one per (scope, config), in the inputs' order.
 pub fn to_check(inputs: &[JobInput]) -> Vec<&JobInput> {
     let mut out: Vec<&JobInput> = Vec::new();
     for input in inputs {
-        if !input.passed.is_empty() || input.pin.is_some() {
+        let resource_pinned = matches!(input.pin, Some(Pin::Api(_) | Pin::Config(_)));
+        if !input.passed.is_empty() || resource_pinned {
             continue;
         }
         if out
@@ -70,7 +74,6 @@ pub fn waiting_for(resources: &[String]) -> String {
 mod tests {
     use super::*;
     use crate::state::BuildStatus;
-    use crate::triggers::inputs::Pin;
 
     fn input(name: &str, resource: &str, config: &str) -> JobInput {
         JobInput {
@@ -85,10 +88,11 @@ mod tests {
         }
     }
 
-    /// Inputs with `passed` or a pin are not checked; a config named by
-    /// several inputs is checked once; trigger inputs are checked too.
+    /// Inputs with `passed` or a pinned resource are not checked (a get's
+    /// own pinned version is); a config named by several inputs is
+    /// checked once; trigger inputs are checked too.
     #[test]
-    fn inputs_with_passed_or_a_pin_are_not_checked_and_a_config_is_checked_once() {
+    fn inputs_with_passed_or_a_pinned_resource_are_not_checked_and_a_config_is_checked_once() {
         let mut passed = input("p", "up", "c-up");
         passed.passed = vec!["j".into()];
         let mut step_pin = input("s", "s", "c-s");
@@ -113,7 +117,7 @@ mod tests {
             elsewhere,
         ];
         let names: Vec<&str> = to_check(&inputs).iter().map(|i| i.name.as_str()).collect();
-        assert_eq!(names, ["repo", "t", "other-scope"]);
+        assert_eq!(names, ["repo", "s", "t", "other-scope"]);
         assert!(to_check(&[]).is_empty());
     }
 
