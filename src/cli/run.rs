@@ -84,10 +84,24 @@ pub(super) fn load_pipeline(
     flags: &[String],
     files: &[PathBuf],
 ) -> anyhow::Result<Option<(String, gantry_actors::api::Vars)>> {
+    load_instance(path, (flags, files), &[])
+}
+
+/// [`load_pipeline`] of an instance: its instance vars (`instance`) fill
+/// the config over the others (and are not among the vars answered).
+pub(super) fn load_instance(
+    path: &std::path::Path,
+    (flags, files): (&[String], &[PathBuf]),
+    instance: &[(String, serde_yaml::Value)],
+) -> anyhow::Result<Option<(String, gantry_actors::api::Vars)>> {
     let file = path.display().to_string();
     let vars = read_vars(flags, files).map_err(anyhow::Error::msg)?;
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {file}"))?;
-    if let Err(problems) = Pipeline::load(&text, &vars) {
+    let mut all = vars.clone();
+    for (k, v) in instance {
+        all.insert(k, v.clone());
+    }
+    if let Err(problems) = Pipeline::load(&text, &all) {
         for p in problems {
             eprintln!("error: {file}: {p}");
         }

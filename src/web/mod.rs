@@ -9,6 +9,7 @@ pub mod body_pace;
 mod dashboard;
 mod error;
 mod health;
+mod instance_query;
 pub mod limits;
 mod metrics;
 pub mod openapi;
@@ -286,6 +287,8 @@ pub async fn start_web(
             )
             .app_data(web::QueryConfig::default().error_handler(error::query_error_handler))
             .wrap(actix_web::middleware::from_fn(auth::identify))
+            // `?vars.K=V` names an instance: its path names it before routing.
+            .wrap(actix_web::middleware::from_fn(instance_query::rewrite))
             .wrap(actix_web::middleware::from_fn(body_pace::pace))
             // Outermost: any error answer that is not JSON yet becomes JSON.
             .wrap(

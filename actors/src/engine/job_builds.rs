@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::pipelines::{loaded, stored_vars};
+use super::pipelines::{archived_error, loaded, stored_vars};
 use super::Engine;
 use crate::db::{BuildStatus, JobAt, NewJobBuild, PipelineRow, WaitingBuild};
 use crate::error::EngineError;
@@ -81,6 +81,9 @@ impl Engine {
         job: &str,
     ) -> Result<Build, EngineError> {
         let row = self.pipeline_row(team, pipeline).await?;
+        if row.archived {
+            return Err(archived_error(&row));
+        }
         let loaded = loaded(&row).await?;
         let j = loaded.job(job).map_err(|e| EngineError::NotFound {
             kind: "job",

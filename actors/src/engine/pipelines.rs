@@ -14,7 +14,7 @@ use crate::db::{BuildQuery, JobAt, PipelineRow, ResourceRow};
 use crate::error::EngineError;
 use crate::off_thread::{off_thread, PIPELINE_BUDGET};
 use crate::pipeline::{Pipeline, Vars};
-use crate::plan::check_pipeline_name;
+use crate::plan::{check_pipeline_name, PipelineRef};
 use crate::triggers::{explain, job_inputs, store_pipeline};
 use crate::views::{
     Build, BuildResources, BuildVersion, JobInputView, JobView, PipelineView, ResourceView,
@@ -59,9 +59,22 @@ fn view(row: &PipelineRow, with_config: bool) -> PipelineView {
         name: row.name.clone(),
         team: row.team.clone(),
         paused: row.paused,
+        archived: row.archived,
+        instance_vars: row
+            .instance_vars
+            .as_deref()
+            .and_then(|v| serde_json::from_str(v).ok()),
         config_version: row.config_version,
         config: with_config.then(|| row.config.clone()),
     }
+}
+
+/// What acting on archived pipeline `row` answers (Concourse: 409).
+pub(super) fn archived_error(row: &PipelineRow) -> EngineError {
+    EngineError::Conflict(format!(
+        "pipeline {:?} is archived: set it again (set-pipeline) to use it",
+        row.name
+    ))
 }
 
 /// The vars a pipeline was stored with.
@@ -99,8 +112,15 @@ impl Engine {
         expected: Option<i64>,
     ) -> Result<SetPipeline, EngineError> {
         let global = self.config.pipelines.global_resources;
-        let (row, created) =
-            store_pipeline(&self.db, (team, name), config, &vars, expected, global).await?;
+        let (row, created) = store_pipeline(
+            &self.db,
+            (team, name),
+            config,
+            &vars,
+            expected,
+            (global, None),
+        )
+        .await?;
         Ok(SetPipeline {
             pipeline: view(&row, false),
             created,
@@ -113,8 +133,10 @@ impl Engine {
         team: &str,
         name: &str,
     ) -> Result<PipelineRow, EngineError> {
+        // An instance is named however its vars are ordered or quoted.
+        let canonical = PipelineRef::parse(name).map(|r| r.to_string());
         self.db
-            .pipeline(team, name)
+            .pipeline(team, canonical.as_deref().unwrap_or(name))
             .await?
             .ok_or_else(|| EngineError::NotFound {
                 kind: "pipeline",
@@ -145,7 +167,7 @@ impl Engine {
         self.db.destroy_pipeline(row.id).await?;
         // Its builds waiting for inputs would wait for ever: they end.
         for w in self.db.waiting_builds().await? {
-            if (w.team.as_str(), w.pipeline.as_str()) == (team, name) {
+            if (w.team.as_str(), w.pipeline.as_str()) == (team, row.name.as_str()) {
                 self.abort_waiting_because(w.id, Some("its pipeline was destroyed"))
                     .await?;
             }
@@ -162,10 +184,17 @@ impl Engine {
     ) -> Result<(), EngineError> {
         check_pipeline_name(to)?;
         let row = self.pipeline_row(team, name).await?;
-        self.db.rename_pipeline(row.id, team, name, to).await
+        if row.instance_vars.is_some() {
+            return Err(EngineError::Invalid(format!(
+                "pipeline {:?} is an instance: renaming instances is not supported",
+                row.name
+            )));
+        }
+        self.db.rename_pipeline(row.id, team, &row.name, to).await
     }
 
-    /// Pauses or unpauses pipeline `name` of `team`.
+    /// Pauses or unpauses pipeline `name` of `team`; an archived one
+    /// cannot be unpaused.
     pub async fn pause_pipeline(
         &self,
         team: &str,
@@ -173,7 +202,51 @@ impl Engine {
         paused: bool,
     ) -> Result<(), EngineError> {
         let row = self.pipeline_row(team, name).await?;
+        if row.archived && !paused {
+            return Err(archived_error(&row));
+        }
         self.db.set_pipeline_paused(row.id, paused).await
+    }
+
+    /// Archives pipeline `name` of `team` by hand (Concourse's
+    /// `archive-pipeline`): paused and kept until set again; its builds
+    /// waiting for their inputs end aborted, and the pipelines its jobs
+    /// set are archived in turn. Archiving an archived pipeline is no
+    /// change.
+    pub async fn archive_pipeline(&self, team: &str, name: &str) -> Result<(), EngineError> {
+        let row = self.pipeline_row(team, name).await?;
+        if self.db.archive_pipeline(row.id).await? {
+            self.archived(&[row]).await?;
+        }
+        self.archive_abandoned_pipelines().await
+    }
+
+    /// Archives the pipelines `set_pipeline` steps no longer set (see
+    /// `Db::archive_abandoned_pipelines`), recursively.
+    pub(super) async fn archive_abandoned_pipelines(&self) -> Result<(), EngineError> {
+        let rows = self.db.archive_abandoned_pipelines().await?;
+        for row in &rows {
+            tracing::info!(team = %row.team, pipeline = %row.name, "archived: the job that set it no longer does");
+        }
+        self.archived(&rows).await
+    }
+
+    /// Ends the builds of archived pipelines `rows` that wait for their
+    /// inputs: they would wait for ever.
+    async fn archived(&self, rows: &[PipelineRow]) -> Result<(), EngineError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        for w in self.db.waiting_builds().await? {
+            if rows
+                .iter()
+                .any(|r| (r.team.as_str(), r.name.as_str()) == (&w.team, &w.pipeline))
+            {
+                self.abort_waiting_because(w.id, Some("its pipeline was archived"))
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     /// The jobs of pipeline `name` of `team`, with their newest builds and

@@ -259,7 +259,7 @@ pub async fn pause(
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path)),
     request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
-    responses((status = 204, description = "Unpaused"), (status = 404, description = "No such pipeline", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
+    responses((status = 204, description = "Unpaused"), (status = 404, description = "No such pipeline", body = ErrorBody), (status = 409, description = "The pipeline is archived", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
 )]
 pub async fn unpause(
     identity: Identity,
@@ -268,6 +268,32 @@ pub async fn unpause(
     _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
     set_paused(identity, state, path, false).await
+}
+
+/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/archive`
+#[utoipa::path(
+    post,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/archive",
+    operation_id = "archivePipeline",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path)),
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
+    responses(
+        (status = 204, description = "Archived: paused, its jobs not triggered, until set again (its config and builds kept)"),
+        (status = 404, description = "No such pipeline", body = ErrorBody),
+        (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody),
+    )
+)]
+pub async fn archive(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: PipelinePath,
+    _: NoBody,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name) = path.into_inner();
+    allowed(&identity, &team, &[("pipeline", &name)])?;
+    state.engine.archive_pipeline(&team, &name).await?;
+    Ok(HttpResponse::NoContent().finish())
 }
 
 async fn set_paused(
@@ -368,6 +394,7 @@ pub async fn job_builds(
         (status = 201, description = "A build with the newest versions that satisfy the job's inputs; when they cannot be satisfied yet, a pending build whose `waiting` says why, started once they can", body = Build),
         (status = 400, description = "The job has disable_manual_trigger, or a body was sent (this request takes none)", body = ErrorBody),
         (status = 404, description = "No such job", body = ErrorBody),
+        (status = 409, description = "The pipeline is archived", body = ErrorBody),
     )
 )]
 pub async fn trigger(
