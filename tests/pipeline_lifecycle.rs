@@ -10,7 +10,8 @@
 //! unarchives it (paused still). `archive-pipeline` archives by hand.
 //!
 //! Two instances of one instanced pipeline run side by side, each with
-//! its own resource history, jobs and builds.
+//! its own resource history, jobs and builds; an archived one is destroyed
+//! past the node's retention.
 
 use crate::common;
 
@@ -190,7 +191,12 @@ const M: Input = Input {
 fn two_instances_of_one_pipeline_run_side_by_side() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(DbKind::Postgres);
-    let node = quickstart_runc(dir.path(), &db);
+    // Archived pipelines are destroyed 2 seconds after (Concourse v8).
+    let mut args = vec!["--archived-pipeline-retention-secs", "2"];
+    if std::env::var_os("GANTRY_REQUIRE_RUNC").is_some() {
+        args.extend(["--backend", "runc"]);
+    }
+    let node = quickstart(dir.path(), &db, &args);
     let url = &node.url;
     let file = dir.path().join("p.yml");
     write(&file, INSTANCED);
@@ -278,6 +284,20 @@ fn two_instances_of_one_pipeline_run_side_by_side() {
         .map(|p| p["archived"].clone())
         .collect();
     assert_eq!(states, [Value::Bool(true), Value::Bool(false)]);
+    // Past the retention, the archived one is destroyed, its builds kept.
+    wait_for(
+        "the archived instance to be destroyed",
+        Duration::from_secs(30),
+        || {
+            let names: Vec<Value> = pipelines(url)
+                .into_iter()
+                .map(|p| p["name"].clone())
+                .collect();
+            (names == [Value::from("p/branch:main")]).then_some(())
+        },
+    );
+    let out = ok(&client(url, &["builds", "-j", "p/branch:dev/j"]));
+    assert!(out.contains("succeeded"), "{out}");
     refused(
         &client(url, &["set-pipeline", "-p", "p/branch", "-c", file]),
         "KEY:VALUE",

@@ -1,6 +1,6 @@
 -- Archived pipelines (Concourse's `archived`): paused, never scheduled or
 -- checked, their jobs not triggered, until set again; their config and
--- builds are kept. `archived_at`: when (for a retention, none kept yet).
+-- builds are kept. `archived_at`: when (what a retention counts from).
 ALTER TABLE pipelines ADD COLUMN archived BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE pipelines ADD COLUMN archived_at BIGINT;
 

@@ -220,6 +220,8 @@ pub async fn start_web(
             global_resources: cfg.global_resources,
             interval: std::time::Duration::from_millis(cfg.pipeline_interval_ms.max(100)),
             max_checks_per_interval: cfg.max_checks_per_interval,
+            archived_retention: (cfg.archived_pipeline_retention_secs > 0)
+                .then(|| std::time::Duration::from_secs(cfg.archived_pipeline_retention_secs)),
         },
     };
     let clusters = connect_clusters(cfg).await?;

@@ -52,6 +52,17 @@ impl Db {
         Ok(())
     }
 
+    /// The pipelines archived before `cutoff` (unix ms).
+    pub async fn archived_before(&self, cutoff: i64) -> Result<Vec<PipelineRow>, EngineError> {
+        let rows: Vec<PipelineRaw> = sqlx::query_as(&format!(
+            "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE archived <> 0 AND archived_at < $1 ORDER BY id"
+        ))
+        .bind(cutoff)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().map(pipeline_row).collect())
+    }
+
     /// Archives every abandoned child pipeline, then their children in
     /// turn (an archived parent abandons them); answers those archived.
     pub async fn archive_abandoned_pipelines(&self) -> Result<Vec<PipelineRow>, EngineError> {
@@ -208,6 +219,16 @@ mod tests {
         // The parent destroyed: its children are abandoned.
         db.destroy_pipeline(parent.id).await.unwrap();
         assert_eq!(archived(db).await, ["kept"]);
+        // Those archived before a time, for the retention.
+        let names = |rows: Vec<crate::db::PipelineRow>| -> Vec<String> {
+            rows.into_iter().map(|r| r.name).collect()
+        };
+        let later = crate::db::now_ms() + 1;
+        assert_eq!(
+            names(db.archived_before(later).await.unwrap()),
+            ["kept", "grand"]
+        );
+        assert!(db.archived_before(0).await.unwrap().is_empty());
     }
 
     #[tokio::test]

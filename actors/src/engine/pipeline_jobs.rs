@@ -207,6 +207,7 @@ impl Triggers {
         // Child pipelines their parent job no longer sets are archived
         // (Concourse archives them when the job's build succeeds).
         self.engine.archive_abandoned_pipelines().await?;
+        self.engine.destroy_expired_archived().await?;
         self.refresh().await?;
         let fingerprints = self.fingerprints().await?;
         let mut work: Vec<(i64, usize)> = Vec::new();

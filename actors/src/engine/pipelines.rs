@@ -33,6 +33,9 @@ pub struct PipelinesConfig {
     pub interval: std::time::Duration,
     /// Checks started per interval at most, across the fleet.
     pub max_checks_per_interval: usize,
+    /// How long an archived pipeline is kept before it is destroyed (its
+    /// builds stay); none: until destroyed by hand.
+    pub archived_retention: Option<std::time::Duration>,
 }
 
 impl Default for PipelinesConfig {
@@ -41,6 +44,7 @@ impl Default for PipelinesConfig {
             global_resources: true,
             interval: std::time::Duration::from_millis(500),
             max_checks_per_interval: 50,
+            archived_retention: None,
         }
     }
 }
@@ -229,6 +233,21 @@ impl Engine {
             tracing::info!(team = %row.team, pipeline = %row.name, "archived: the job that set it no longer does");
         }
         self.archived(&rows).await
+    }
+
+    /// Destroys the pipelines archived longer than the retention, if one
+    /// is set (Concourse v8's `DestroyArchivedPipelines`); their builds
+    /// stay, as history.
+    pub(super) async fn destroy_expired_archived(&self) -> Result<(), EngineError> {
+        let Some(keep) = self.config.pipelines.archived_retention else {
+            return Ok(());
+        };
+        let cutoff = crate::db::now_ms() - keep.as_millis() as i64;
+        for row in self.db.archived_before(cutoff).await? {
+            tracing::info!(team = %row.team, pipeline = %row.name, "destroyed: archived longer than the retention");
+            self.db.destroy_pipeline(row.id).await?;
+        }
+        Ok(())
     }
 
     /// Ends the builds of archived pipelines `rows` that wait for their
