@@ -124,6 +124,10 @@ fn set_pipeline_steps_set_and_archive_child_pipelines(kind: DbKind) {
         &client(url, &["unpause-pipeline", "-p", "other"]),
         "is archived",
     );
+    refused(
+        &client(url, &["check-resource", "-r", "other/cfg"]),
+        "is archived",
+    );
     assert_eq!(job_builds(url, "other", "hello").len(), 1);
     // Set again by hand: unarchived, paused still (as Concourse).
     let child_file = dir.path().join("child.yml");

@@ -216,6 +216,17 @@ mod tests {
         assert!(db.archive_pipeline(kept).await.unwrap());
         assert!(!db.archive_pipeline(kept).await.unwrap(), "once");
         set_by(db, "kept", parent.id, b3).await;
+        // The job that set it gone from its pipeline: abandoned.
+        let texts = ("jobs: []", "{}");
+        db.set_pipeline("main", "parent", texts, None, &[], (&[], &[]))
+            .await
+            .unwrap();
+        assert_eq!(archived(db).await, ["kept"]);
+        db.set_pipeline("main", "parent", texts, None, &jobs, (&[], &[]))
+            .await
+            .unwrap();
+        set_by(db, "kept", parent.id, b3).await;
+        assert_eq!(archived(db).await, Vec::<String>::new());
         // The parent destroyed: its children are abandoned.
         db.destroy_pipeline(parent.id).await.unwrap();
         assert_eq!(archived(db).await, ["kept"]);

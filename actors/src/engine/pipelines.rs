@@ -497,7 +497,7 @@ impl Engine {
 
     /// Checks resource `resource` of pipeline `pipeline` of `team` now (from
     /// version `from` when given, else from the newest stored): a check
-    /// build, answered.
+    /// build, answered. An archived pipeline's resources are not checked.
     pub async fn check_resource(
         &self,
         team: &str,
@@ -506,6 +506,9 @@ impl Engine {
         from: Option<Value>,
     ) -> Result<Build, EngineError> {
         let row = self.pipeline_row(team, pipeline).await?;
+        if row.archived {
+            return Err(archived_error(&row));
+        }
         let r = self.resource_row(&row, resource).await?;
         if let Some(from) = &from {
             if !from.is_object() {

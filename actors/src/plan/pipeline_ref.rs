@@ -48,10 +48,24 @@ impl PipelineRef {
         instance_vars: Option<Map<String, Value>>,
     ) -> Result<PipelineRef, EngineError> {
         check_pipeline_name(name)?;
-        Ok(PipelineRef {
+        let r = PipelineRef {
             name: name.to_string(),
             instance_vars: instance_vars.filter(|v| !v.is_empty()),
-        })
+        };
+        // Within the bound of a name in the API's paths, so an instance a
+        // step sets can be named there too.
+        let text = r.to_string();
+        if text.len() > crate::pipeline::MAX_NAME {
+            return Err(invalid(
+                &text,
+                format_args!(
+                    "its name with its instance vars is {} bytes: the limit is {}",
+                    text.len(),
+                    crate::pipeline::MAX_NAME
+                ),
+            ));
+        }
+        Ok(r)
     }
 
     /// The instance vars as vars of the pipeline's config (they fill its
@@ -225,12 +239,14 @@ mod tests {
 
     #[test]
     fn bad_refs_are_named() {
+        let long = format!("p/a:{}", "x".repeat(130));
         for (text, want) in [
             ("p/", "KEY:VALUE"),
             ("p/novalue", "KEY:VALUE"),
             ("p/:v", "give KEY:VALUE"),
             ("bad name/a:b", "is not allowed"),
             ("p/a:[", "invalid value"),
+            (long.as_str(), "the limit is 128"),
         ] {
             let e = PipelineRef::parse(text).unwrap_err().to_string();
             assert!(e.contains(want), "{text}: {e}");

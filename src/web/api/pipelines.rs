@@ -526,6 +526,7 @@ pub async fn versions(
         (status = 201, description = "The check build", body = Build),
         (status = 400, description = "A bad `from`", body = ErrorBody),
         (status = 404, description = "No such resource", body = ErrorBody),
+        (status = 409, description = "The pipeline is archived", body = ErrorBody),
     )
 )]
 pub async fn check(
@@ -574,6 +575,7 @@ pub struct WebhookQuery {
         (status = 400, description = "No webhook_token given", body = ErrorBody),
         (status = 401, description = "A wrong webhook token, or the resource has none", body = ErrorBody),
         (status = 404, description = "No such resource", body = ErrorBody),
+        (status = 409, description = "The pipeline is archived", body = ErrorBody),
     )
 )]
 pub async fn webhook(
