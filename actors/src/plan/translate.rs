@@ -550,6 +550,21 @@ mod tests {
             ),
             (None, Some(1))
         );
+        assert!(
+            set.check_team("any").is_ok(),
+            "team \"\" is the build's own"
+        );
+        // Another team than the build's is refused, naming both.
+        let yaml = "jobs:\n- name: j\n  plan:\n  - {set_pipeline: p, file: c/p.yml, team: other}\n";
+        let plan = plan_of(yaml, &[]).unwrap();
+        let StepDef::SetPipeline(set) = plan.steps()[0] else {
+            panic!("a set_pipeline step")
+        };
+        assert!(set.check_team("other").is_ok());
+        assert_eq!(
+            set.check_team("main").unwrap_err().to_string(),
+            "step \"p\": set_pipeline: team \"other\": only the build's own team (\"main\") can be set"
+        );
         let yaml = "jobs:\n- name: j\n  plan:\n  - {set_pipeline: self, file: c/p.yml, vars: {a: b}, var_files: [c/v.yml]}\n";
         assert_eq!(plan_of(yaml, &[]).unwrap().steps()[0].name(), "self");
         // A get names a resource the pipeline declares.
