@@ -3,8 +3,10 @@
 //! `GANTRY_REQUIRE_RUNC` is set), on SQLite and on PostgreSQL.
 //!
 //! Job `sp` of pipeline `parent` gets a `mock` version whose files hold a
-//! child pipeline, and sets it thrice: `child` with `team: ""` (the
-//! build's own team), the instance `kid/branch:main` and `other`. Its log says Concourse's lines. Set again
+//! child pipeline, and sets it: `child` with `team: ""` (the build's own
+//! team), an instance `kid/branch:B` per branch its files name (`across`
+//! with `instance_vars`, Concourse's multi-branch example) and `other`.
+//! Its log says Concourse's lines. Set again
 //! without `other`, the next successful build archives `other`: paused,
 //! its jobs refused, not unpausable, shown archived; `set-pipeline`
 //! unarchives it (paused still). `archive-pipeline` archives by hand.
@@ -27,13 +29,36 @@ fn child(word: &str) -> String {
 }
 
 /// The parent pipeline: `sp` sets `child` (team ""), an instance of
-/// `kid` and, when `other`, `other`.
+/// `kid` per branch its files name (Concourse's multi-branch example:
+/// `load_var` and `across`) and, when `other`, `other`.
 fn parent(other: bool) -> String {
-    let files = serde_json::json!({ "child.yml": child("hi from a step") }).to_string();
-    let mut p = format!(
-        "resources:\n- name: cfg\n  type: mock\n  check_every: never\n  source: {{initial_version: v1, create_files: {files}}}\n\
-jobs:\n- name: sp\n  plan:\n  - get: cfg\n  - set_pipeline: child\n    file: cfg/child.yml\n    team: \"\"\n  - set_pipeline: kid\n    file: cfg/child.yml\n    instance_vars: {{branch: main}}\n"
-    );
+    let files = serde_json::json!({
+        "child.yml": child("hi from a step"),
+        "branches.json": "[\"a\", \"b\"]",
+    })
+    .to_string();
+    let mut p = [
+        "resources:",
+        "- name: cfg",
+        "  type: mock",
+        "  check_every: never",
+        &format!("  source: {{initial_version: v1, create_files: {files}}}"),
+        "jobs:",
+        "- name: sp",
+        "  plan:",
+        "  - get: cfg",
+        "  - set_pipeline: child",
+        "    file: cfg/child.yml",
+        "    team: \"\"",
+        "  - load_var: branches",
+        "    file: cfg/branches.json",
+        "  - set_pipeline: kid",
+        "    across: [{var: branch, values: ((.:branches))}]",
+        "    file: cfg/child.yml",
+        "    instance_vars: {branch: ((.:branch))}",
+        "",
+    ]
+    .join("\n");
     if other {
         p.push_str("  - set_pipeline: other\n    file: cfg/child.yml\n");
     }
@@ -79,12 +104,18 @@ fn set_pipeline_steps_set_and_archive_child_pipelines(kind: DbKind) {
     assert!(out.contains("+  - task: say\n"), "{out}");
     assert!(out.contains("setting pipeline: child\ndone\n"), "{out}");
     assert!(out.contains("setting pipeline: other\ndone\n"), "{out}");
-    assert!(
-        out.contains("setting pipeline: kid/branch:main\ndone\n"),
-        "{out}"
-    );
-    let kid = listed(url, "kid/branch:main");
-    assert_eq!(kid["instance_vars"], serde_json::json!({"branch": "main"}));
+    for branch in ["a", "b"] {
+        let name = format!("kid/branch:{branch}");
+        assert!(
+            out.contains(&format!("setting pipeline: {name}\ndone\n")),
+            "{out}"
+        );
+        let kid = listed(url, &name);
+        assert_eq!(
+            kid["instance_vars"],
+            serde_json::json!({ "branch": branch })
+        );
+    }
     // Set by a step: unpaused, not archived, and it runs.
     let set = listed(url, "child");
     assert_eq!(
