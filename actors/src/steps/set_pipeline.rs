@@ -94,8 +94,13 @@ impl SetPipelineStep {
         for (k, v) in pipeline_ref.vars() {
             vars.insert(&k, v);
         }
-        let parent = self.parent(scope).await?;
         let stored = scope.db.pipeline(&scope.team, &name).await?;
+        // A pipeline that sets itself (`self`) is not its own child: it
+        // never archives itself when its job stops setting it.
+        let parent = self
+            .parent(scope)
+            .await?
+            .filter(|p| stored.as_ref().map(|r| r.id) != Some(p.pipeline_id));
         if let Some(row) = &stored {
             // Concourse's ErrSetByNewerBuild: a newer build's set stands.
             if parent.is_some() && row.parent_build_id.is_some_and(|b| b > scope.build) {
