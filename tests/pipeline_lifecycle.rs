@@ -289,7 +289,7 @@ fn two_instances_of_one_pipeline_run_side_by_side() {
         let build = wait_run_of(url, &escaped, "j", M, &format!("{branch}-v1"), "succeeded");
         let out = ok(&client(
             url,
-            &["builds", "-j", &format!("p/branch:{branch}/j")],
+            &["builds", "-j", &format!("p/branch:\"{branch}\"/j")],
         ));
         assert!(out.contains(&build["id"].to_string()), "{out}");
         assert_eq!(runs_of(url, &escaped, "j", M).len(), 1);
