@@ -158,6 +158,10 @@ pub struct WebConfig {
     /// Checks started per interval at most, across the fleet (a burst of
     /// due checks waits for the next intervals). Default 50.
     pub max_checks_per_interval: usize,
+    /// Seconds an archived pipeline is kept before it is destroyed, its
+    /// builds kept (Concourse v8's retention of archived pipelines).
+    /// Default 0: kept until destroyed by hand.
+    pub archived_pipeline_retention_secs: u64,
 }
 
 impl WebConfig {
@@ -498,6 +502,7 @@ impl Default for WebConfig {
             global_resources: true,
             pipeline_interval_ms: 500,
             max_checks_per_interval: 50,
+            archived_pipeline_retention_secs: 0,
             stalled_worker_timeout_secs: 86_400,
             max_artifact_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
             placement: PlacementChains::default(),

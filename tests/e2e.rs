@@ -60,6 +60,7 @@ mod openapi;
 mod p2p_security;
 mod paging;
 mod pipeline_controls;
+mod pipeline_lifecycle;
 mod pipelines;
 mod privileged;
 mod quickstart_execute;

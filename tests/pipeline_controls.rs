@@ -238,10 +238,12 @@ fn a_set_pipeline_self_step_updates_its_pipeline_and_the_next_build_runs_it() {
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("config one"), "{stdout}");
+    // Concourse's lines, on stdout: the difference, then what is set.
     assert!(
-        stderr.contains("pipeline s updated from repo/ci/pipeline.yml: config version 2"),
-        "{stderr}"
+        stdout.contains("+    config: {platform: linux, run: {path: echo, args: ['config two']}}"),
+        "{stdout}"
     );
+    assert!(stdout.contains("setting pipeline: s\ndone\n"), "{stdout}");
     let stored = ok(&client(url, &["get-pipeline", "-p", "s"]));
     assert_eq!(stored, next);
 
@@ -249,6 +251,12 @@ fn a_set_pipeline_self_step_updates_its_pipeline_and_the_next_build_runs_it() {
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("config two"), "{stdout}");
+    // Set again as it is stored: nothing is written.
+    assert!(stdout.contains("no changes to apply.\n"), "{stdout}");
+    assert!(!stdout.contains("setting pipeline:"), "{stdout}");
+    let p: serde_json::Value =
+        serde_json::from_str(&ok(&client(url, &["pipelines", "--json"]))).unwrap();
+    assert_eq!(p[0]["config_version"], 2, "{p}");
 }
 
 const WAITS: &str = "resources:\n- name: m\n  type: mock\n  check_every: never\n  source: {initial_version: v0}\n\

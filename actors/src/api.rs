@@ -36,7 +36,8 @@ pub use crate::pipeline::{
     load as load_pipeline, load_warned as load_pipeline_warned, Document, Pipeline, Vars, MAX_NAME,
 };
 pub use crate::plan::{
-    check_pipeline_name, default_pipeline_name, CheckPlan, JobPlan, OneOffPlan, ONE_OFF_STEP,
+    check_pipeline_name, default_pipeline_name, instance_vars_text, set_dotted, CheckPlan, JobPlan,
+    OneOffPlan, PipelineRef, ONE_OFF_STEP,
 };
 pub use crate::task_config::TaskConfig;
 

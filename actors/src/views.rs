@@ -103,12 +103,22 @@ pub struct Token {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PipelineView {
-    /// Its name.
+    /// Its name; for an instance of an instanced pipeline `NAME/K:V,...`
+    /// (its instance vars, canonical): what `-p` and the API's paths take.
     pub name: String,
     /// Its team.
     pub team: String,
     /// Whether it is paused (nothing is checked or triggered).
     pub paused: bool,
+    /// Whether it is archived: paused, its jobs not triggered, until it is
+    /// set again (Concourse's `archive-pipeline`, or its parent job no
+    /// longer sets it).
+    #[serde(default)]
+    pub archived: bool,
+    /// Its instance vars, for an instance of an instanced pipeline.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub instance_vars: Option<serde_json::Value>,
     /// Counted from 1; each set adds one (`--config-version`).
     pub config_version: i64,
     /// Its YAML text as set (vars not filled); only in a single answer.

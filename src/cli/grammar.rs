@@ -87,6 +87,10 @@ pub struct WebFlags {
     /// Concourse does by default.
     #[arg(long, env = "GANTRY_GLOBAL_RESOURCES")]
     pub global_resources: Option<bool>,
+    /// Seconds an archived pipeline is kept before it is destroyed (its
+    /// builds stay); 0 (the default): kept until destroyed by hand.
+    #[arg(long, env = "GANTRY_ARCHIVED_PIPELINE_RETENTION_SECS")]
+    pub archived_pipeline_retention_secs: Option<u64>,
 }
 
 /// Flags of a worker (override the config file and `GANTRY_WORKER_*` variables).

@@ -126,7 +126,7 @@ pub async fn builds(client: &ApiClient, filters: &BuildFilters, json: bool) -> a
     let page = filters.limit.min(100).to_string();
     let mut query = vec![("limit", page.as_str())];
     // `-j PIPELINE/JOB` names both.
-    let (pipeline, job) = match filters.job.as_deref().and_then(|j| j.split_once('/')) {
+    let (pipeline, job) = match filters.job.as_deref().and_then(|j| j.rsplit_once('/')) {
         Some((p, j)) => (Some(p.to_string()), Some(j.to_string())),
         None => (filters.pipeline.clone(), filters.job.clone()),
     };

@@ -1,6 +1,7 @@
 //! The verbs of stored pipelines, as `fly` names them: `set-pipeline`,
 //! `pipelines`, `get-pipeline`, `destroy-pipeline`, `rename-pipeline`,
-//! `pause-pipeline`/`unpause-pipeline`, `pause-job`/`unpause-job`,
+//! `pause-pipeline`/`unpause-pipeline`, `archive-pipeline`,
+//! `pause-job`/`unpause-job`,
 //! `trigger-job`, `why`, `resources`, `resource-versions`,
 //! `check-resource`, `pin-resource`/`unpin-resource`,
 //! `disable-resource-version`/`enable-resource-version`. (`jobs -p` and
@@ -17,9 +18,13 @@ pub enum PipelineCommand {
     /// config, then sets it as a new config version (a new pipeline starts
     /// paused).
     SetPipeline {
-        /// The pipeline's name.
+        /// The pipeline's name (an instance: NAME/KEY:VALUE,...).
         #[arg(short = 'p', long = "pipeline")]
         pipeline: String,
+        /// An instance var: KEY=VALUE (a YAML value), making the pipeline
+        /// set an instance of an instanced pipeline.
+        #[arg(long = "instance-var")]
+        instance_vars: Vec<String>,
         /// The pipeline file.
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
@@ -98,6 +103,20 @@ pub enum PipelineCommand {
         /// The pipeline.
         #[arg(short = 'p', long = "pipeline")]
         pipeline: String,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Archive a pipeline: paused, its jobs never triggered, until it is
+    /// set again (its config and builds are kept). Asks first on a
+    /// terminal, as fly does.
+    ArchivePipeline {
+        /// The pipeline.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: String,
+        /// Do not ask for confirmation.
+        #[arg(short = 'n', long = "non-interactive")]
+        non_interactive: bool,
         /// Team.
         #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
         team: String,

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::cli::client::ApiClient;
 use crate::cli::follow::{follow, StepLines};
 use crate::cli::pipeline_grammar::PipelineCommand;
-use crate::cli::run::load_typed_pipeline;
+use crate::cli::run::load_instance;
 use crate::cli::table::{cell, print_table};
 use crate::url::segment;
 
@@ -23,12 +23,31 @@ fn pipeline_path(team: &str, pipeline: &str) -> String {
     )
 }
 
-/// `PIPELINE/NAME` split, or a one-line error naming the flag.
+/// `PIPELINE/NAME` split (an instance: `PIPELINE/K:V,.../NAME`), or a
+/// one-line error naming the flag.
 fn split<'a>(flag: &str, value: &'a str) -> anyhow::Result<(&'a str, &'a str)> {
-    match value.split_once('/') {
-        Some((p, n)) if !p.is_empty() && !n.is_empty() && !n.contains('/') => Ok((p, n)),
+    match value.rsplit_once('/') {
+        Some((p, n)) if !p.is_empty() && !n.is_empty() => Ok((p, n)),
         _ => bail!("{flag} {value:?}: give PIPELINE/NAME"),
     }
+}
+
+/// The pipeline `-p` and `--instance-var KEY=VALUE` flags name, as the
+/// API names it (`NAME/K:V,...`, canonical).
+fn instance_of(pipeline: &str, instance_vars: &[String]) -> anyhow::Result<String> {
+    use gantry_actors::api::{set_dotted, PipelineRef};
+    let mut r = PipelineRef::parse(pipeline).map_err(|e| anyhow!("-p: {e}"))?;
+    let mut vars = r.instance_vars.take().unwrap_or_default();
+    for flag in instance_vars {
+        let Some((k, v)) = flag.split_once('=').filter(|(k, _)| !k.trim().is_empty()) else {
+            bail!("--instance-var {flag:?}: give KEY=VALUE");
+        };
+        let value: Value = serde_yaml::from_str(v)
+            .map_err(|e| anyhow!("--instance-var {flag:?}: invalid value: {e}"))?;
+        set_dotted(&mut vars, k.trim(), value);
+    }
+    let r = PipelineRef::new(&r.name, Some(vars)).map_err(|e| anyhow!("-p: {e}"))?;
+    Ok(r.to_string())
 }
 
 /// `KEY:VALUE` pairs as a version object.
@@ -49,6 +68,7 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
     match command {
         C::SetPipeline {
             pipeline,
+            instance_vars,
             config,
             vars,
             yaml_vars,
@@ -57,7 +77,10 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
             non_interactive,
             team,
         } => {
-            let Some((text, vars)) = load_typed_pipeline(&config, &vars, &yaml_vars, &var_files)?
+            let pipeline = instance_of(&pipeline, &instance_vars)?;
+            let instance = gantry_actors::api::PipelineRef::parse(&pipeline)?.vars();
+            let Some((text, vars)) =
+                load_instance(&config, (&vars, &yaml_vars, &var_files), &instance)?
             else {
                 return Ok(1);
             };
@@ -78,12 +101,13 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
                 crate::outln!("{}", serde_json::to_string_pretty(&all)?);
             } else {
                 print_table(
-                    &["name", "paused", "config_version"],
+                    &["name", "paused", "archived", "config_version"],
                     all.iter()
                         .map(|p| {
                             vec![
                                 cell(p, "name"),
                                 cell(p, "paused"),
+                                cell(p, "archived"),
                                 cell(p, "config_version"),
                             ]
                         })
@@ -119,6 +143,20 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
                 &pipeline,
             )
             .await
+        }
+        C::ArchivePipeline {
+            pipeline,
+            non_interactive,
+            team,
+        } => {
+            if !non_interactive && !confirm(&format!("archive pipeline '{pipeline}'?"))? {
+                crate::outln!("bailing out");
+                return Ok(1);
+            }
+            let path = format!("{}/archive", pipeline_path(&team, &pipeline));
+            client.post_done(&path, &json!({})).await?;
+            crate::outln!("archived '{pipeline}'");
+            Ok(0)
         }
         C::PauseJob { job, team } => {
             let (p, j) = split("--job", &job)?;
@@ -286,6 +324,24 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
     }
 }
 
+/// Asks `question [yN]` on a terminal (as fly, on stdout): true for `y`
+/// or `yes`; off a terminal (a script) there is nobody to ask: true, as
+/// with `-n`.
+fn confirm(question: &str) -> anyhow::Result<bool> {
+    use std::io::{BufRead as _, IsTerminal as _, Write as _};
+    if !std::io::stdin().is_terminal() {
+        return Ok(true);
+    }
+    print!("{question} [yN]: ");
+    std::io::stdout().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
+}
+
 /// `pause` or `unpause` of a pipeline or job at `path`.
 async fn pause(client: &ApiClient, path: &str, verb: &str, what: &str) -> anyhow::Result<i32> {
     client
@@ -325,19 +381,6 @@ struct SetPipeline<'a> {
     /// Ask "apply configuration? [yN]" before the write (as fly does,
     /// unless -n).
     ask: bool,
-}
-
-/// Asks `question [yN]` on the terminal: true for `y` or `yes`.
-fn confirm(question: &str) -> anyhow::Result<bool> {
-    use std::io::Write as _;
-    print!("{question} [yN]: ");
-    std::io::stdout().flush()?;
-    let mut answer = String::new();
-    std::io::stdin().read_line(&mut answer)?;
-    Ok(matches!(
-        answer.trim().to_ascii_lowercase().as_str(),
-        "y" | "yes"
-    ))
 }
 
 /// `set-pipeline`: the diff against the stored config, the question

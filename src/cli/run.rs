@@ -78,29 +78,34 @@ pub async fn run(client: &ApiClient, args: RunArgs) -> anyhow::Result<i32> {
 /// Reads a pipeline file and its vars (`-v` flags, `-l` files) and checks
 /// the pipeline with them; `None` when it has problems, each printed on
 /// stderr as one line naming the file (and its warnings, see
-/// [`load_typed_pipeline`]).
+/// [`load_instance`]).
 pub(super) fn load_pipeline(
     path: &std::path::Path,
     flags: &[String],
     files: &[PathBuf],
 ) -> anyhow::Result<Option<(String, gantry_actors::api::Vars)>> {
-    load_typed_pipeline(path, flags, &[], files)
+    load_instance(path, (flags, &[], files), &[])
 }
 
-/// [`load_pipeline`] with `-y NAME=YAML` flags too. What the pipeline
-/// has that is accepted but not taken as written is said on stderr, one
+/// [`load_pipeline`] with `-y NAME=YAML` flags too (`yaml_flags`), of an
+/// instance: its instance vars (`instance`) fill the config over the
+/// others (and are not among the vars answered). What the pipeline has
+/// that is accepted but not taken as written is said on stderr, one
 /// `warning:` line each.
-pub(super) fn load_typed_pipeline(
+pub(super) fn load_instance(
     path: &std::path::Path,
-    flags: &[String],
-    yaml_flags: &[String],
-    files: &[PathBuf],
+    (flags, yaml_flags, files): (&[String], &[String], &[PathBuf]),
+    instance: &[(String, serde_yaml::Value)],
 ) -> anyhow::Result<Option<(String, gantry_actors::api::Vars)>> {
     let file = path.display().to_string();
     let vars = super::validate_plan::read_typed_vars(flags, yaml_flags, files)
         .map_err(anyhow::Error::msg)?;
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {file}"))?;
-    match Pipeline::load_warned(&text, &vars) {
+    let mut all = vars.clone();
+    for (k, v) in instance {
+        all.insert(k, v.clone());
+    }
+    match Pipeline::load_warned(&text, &all) {
         Err(problems) => {
             for p in problems {
                 eprintln!("error: {file}: {p}");

@@ -55,6 +55,9 @@ fn apply_web(mut cfg: WebConfig, f: WebFlags) -> WebConfig {
     if let Some(v) = f.global_resources {
         cfg.global_resources = v;
     }
+    if let Some(v) = f.archived_pipeline_retention_secs {
+        cfg.archived_pipeline_retention_secs = v;
+    }
     if f.admin_token.is_some() {
         cfg.admin_token = f.admin_token;
     }

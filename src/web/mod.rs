@@ -9,6 +9,7 @@ pub mod body_pace;
 mod dashboard;
 mod error;
 mod health;
+mod instance_query;
 pub mod limits;
 mod metrics;
 pub mod openapi;
@@ -219,6 +220,8 @@ pub async fn start_web(
             global_resources: cfg.global_resources,
             interval: std::time::Duration::from_millis(cfg.pipeline_interval_ms.max(100)),
             max_checks_per_interval: cfg.max_checks_per_interval,
+            archived_retention: (cfg.archived_pipeline_retention_secs > 0)
+                .then(|| std::time::Duration::from_secs(cfg.archived_pipeline_retention_secs)),
         },
     };
     let clusters = connect_clusters(cfg).await?;
@@ -286,6 +289,8 @@ pub async fn start_web(
             )
             .app_data(web::QueryConfig::default().error_handler(error::query_error_handler))
             .wrap(actix_web::middleware::from_fn(auth::identify))
+            // `?vars.K=V` names an instance: its path names it before routing.
+            .wrap(actix_web::middleware::from_fn(instance_query::rewrite))
             .wrap(actix_web::middleware::from_fn(body_pace::pace))
             // Outermost: any error answer that is not JSON yet becomes JSON.
             .wrap(

@@ -81,6 +81,7 @@ routes! {
     post "/api/v1/teams/{team}/pipelines/{pipeline}/rename" => pipelines::rename;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/pause" => pipelines::pause;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/unpause" => pipelines::unpause;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/archive" => pipelines::archive;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs" => pipelines::jobs;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}" => pipelines::job;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds" => pipelines::job_builds;

@@ -24,6 +24,35 @@ pub struct PipelineRow {
     pub config_version: i64,
     /// Whether it is paused (nothing is checked or triggered).
     pub paused: bool,
+    /// Whether it is archived (paused until set again).
+    pub archived: bool,
+    /// The build whose `set_pipeline` step last set it (none: by hand).
+    pub parent_build_id: Option<i64>,
+    /// Its instance vars (a JSON object) when it is an instance of an
+    /// instanced pipeline; its name is then `NAME/K:V,...`.
+    pub instance_vars: Option<String>,
+}
+
+/// The job build whose `set_pipeline` step sets a pipeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parent {
+    /// The pipeline of the job.
+    pub pipeline_id: i64,
+    /// The job's name.
+    pub job: String,
+    /// The build.
+    pub build_id: i64,
+}
+
+/// Who sets a pipeline, beyond its config: [`Db::set_pipeline_by`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SetBy<'a> {
+    /// The job build whose step sets it (none: by hand). A pipeline set by
+    /// a step is unpaused when new or archived; one set by hand stays as
+    /// it is (a new one paused).
+    pub parent: Option<&'a Parent>,
+    /// Its instance vars (a JSON object), for an instance.
+    pub instance_vars: Option<&'a str>,
 }
 
 /// A resource of a stored pipeline, as set.
@@ -79,10 +108,32 @@ const CHECK_ROW: &str =
     "INSERT INTO resource_checks (scope, config, next_check_at) VALUES ($1, $2, $3) \
      ON CONFLICT (scope, config) DO NOTHING";
 
-type PipelineRaw = (i64, String, String, String, String, i64, i64);
+pub(super) type PipelineRaw = (
+    i64,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    i64,
+    i64,
+    Option<i64>,
+    Option<String>,
+);
 
-fn pipeline_row(
-    (id, team, name, config, vars, config_version, paused): PipelineRaw,
+pub(super) fn pipeline_row(
+    (
+        id,
+        team,
+        name,
+        config,
+        vars,
+        config_version,
+        paused,
+        archived,
+        parent_build_id,
+        instance_vars,
+    ): PipelineRaw,
 ) -> PipelineRow {
     PipelineRow {
         id,
@@ -92,6 +143,9 @@ fn pipeline_row(
         vars,
         config_version,
         paused: paused != 0,
+        archived: archived != 0,
+        parent_build_id,
+        instance_vars,
     }
 }
 
@@ -103,7 +157,8 @@ pub const PIPELINE_ID: &str = "{pipeline_id}";
 /// parameters, well under SQLite's oldest limit of 999).
 const JOBS_PER_INSERT: usize = 400;
 
-const PIPELINE_COLUMNS: &str = "id, team, name, config, vars, config_version, paused";
+pub(super) const PIPELINE_COLUMNS: &str =
+    "id, team, name, config, vars, config_version, paused, archived, parent_build_id, instance_vars";
 
 impl Db {
     /// Stores pipeline `name` of `team` (`config` as given, `vars` as JSON)
@@ -117,11 +172,35 @@ impl Db {
         &self,
         team: &str,
         name: &str,
+        texts: (&str, &str),
+        expected: Option<i64>,
+        jobs: &[String],
+        rows: (&[ResourceRow], &[ResourceRow]),
+    ) -> Result<(PipelineRow, bool), EngineError> {
+        let by = SetBy::default();
+        self.set_pipeline_by(team, name, texts, expected, jobs, rows, by)
+            .await
+    }
+
+    /// [`Db::set_pipeline`], set `by` a job build's step or with instance
+    /// vars. Setting a pipeline unarchives it (Concourse's `savePipeline`):
+    /// by hand it stays paused, by a step it is unpaused; its parent
+    /// becomes `by.parent` (none by hand: it is nobody's child then).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn set_pipeline_by(
+        &self,
+        team: &str,
+        name: &str,
         (config, vars): (&str, &str),
         expected: Option<i64>,
         jobs: &[String],
         (resources, types): (&[ResourceRow], &[ResourceRow]),
+        by: SetBy<'_>,
     ) -> Result<(PipelineRow, bool), EngineError> {
+        let (parent_pipeline, parent_job, parent_build) = match by.parent {
+            Some(p) => (Some(p.pipeline_id), Some(p.job.as_str()), Some(p.build_id)),
+            None => (None, None, None),
+        };
         let mut tx = self.pool().begin().await?;
         // A write first: the transaction takes the write lock now (SQLite
         // refuses to upgrade a reading transaction another writer raced;
@@ -153,13 +232,24 @@ impl Db {
                 if expected.is_some_and(|e| e != have) {
                     return Err(stale(have));
                 }
-                sqlx::query(
-                    "UPDATE pipelines SET config = $1, vars = $2, config_version = config_version + 1, updated_at = $3 WHERE id = $4",
-                )
+                // A step's set unpauses an archived pipeline; by hand it
+                // stays paused (`paused` reads the row before the update).
+                let paused = match by.parent {
+                    Some(_) => "CASE WHEN archived <> 0 THEN 0 ELSE paused END",
+                    None => "paused",
+                };
+                sqlx::query(&format!(
+                    "UPDATE pipelines SET config = $1, vars = $2, config_version = config_version + 1, updated_at = $3, \
+                     paused = {paused}, archived = 0, archived_at = NULL, \
+                     parent_pipeline_id = $5, parent_job = $6, parent_build_id = $7 WHERE id = $4"
+                ))
                 .bind(config)
                 .bind(vars)
                 .bind(now)
                 .bind(id)
+                .bind(parent_pipeline)
+                .bind(parent_job)
+                .bind(parent_build)
                 .execute(&mut *tx)
                 .await?;
                 (id, false)
@@ -169,14 +259,20 @@ impl Db {
                     return Err(stale(0));
                 }
                 let (id,): (i64,) = sqlx::query_as(
-                    "INSERT INTO pipelines (team, name, config, vars, config_version, paused, created_at, updated_at) \
-                     VALUES ($1, $2, $3, $4, 1, 1, $5, $5) RETURNING id",
+                    "INSERT INTO pipelines (team, name, config, vars, config_version, paused, created_at, updated_at, \
+                     parent_pipeline_id, parent_job, parent_build_id, instance_vars) \
+                     VALUES ($1, $2, $3, $4, 1, $6, $5, $5, $7, $8, $9, $10) RETURNING id",
                 )
                 .bind(team)
                 .bind(name)
                 .bind(config)
                 .bind(vars)
                 .bind(now)
+                .bind(i64::from(by.parent.is_none()))
+                .bind(parent_pipeline)
+                .bind(parent_job)
+                .bind(parent_build)
+                .bind(by.instance_vars)
                 .fetch_one(&mut *tx)
                 .await?;
                 (id, true)

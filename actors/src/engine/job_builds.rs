@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::pipelines::{loaded, stored_vars};
+use super::pipelines::{archived_error, loaded, stored_vars};
 use super::Engine;
 use crate::db::{BuildStatus, JobAt, NewJobBuild, PipelineRow, ResourceRow, WaitingBuild};
 use crate::error::EngineError;
@@ -88,6 +88,9 @@ impl Engine {
         job: &str,
     ) -> Result<Build, EngineError> {
         let row = self.pipeline_row(team, pipeline).await?;
+        if row.archived {
+            return Err(archived_error(&row));
+        }
         let loaded = loaded(&row).await?;
         let j = loaded.job(job).map_err(|e| EngineError::NotFound {
             kind: "job",

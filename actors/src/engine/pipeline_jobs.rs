@@ -204,6 +204,10 @@ impl Triggers {
         // that starts now is the job's newest build its triggers compare
         // with, so a version does not start it and a triggered build both.
         self.engine.start_waiting_builds().await?;
+        // Child pipelines their parent job no longer sets are archived
+        // (Concourse archives them when the job's build succeeds).
+        self.engine.archive_abandoned_pipelines().await?;
+        self.engine.destroy_expired_archived().await?;
         self.refresh().await?;
         let fingerprints = self.fingerprints().await?;
         let mut work: Vec<(i64, usize)> = Vec::new();

@@ -14,7 +14,7 @@ use crate::db::{BuildQuery, JobAt, PipelineRow, ResourceRow};
 use crate::error::EngineError;
 use crate::off_thread::{off_thread, PIPELINE_BUDGET};
 use crate::pipeline::{Pipeline, Vars};
-use crate::plan::check_pipeline_name;
+use crate::plan::{check_pipeline_name, PipelineRef};
 use crate::triggers::{explain, job_inputs, store_pipeline_warned};
 use crate::views::{
     Build, BuildResources, BuildVersion, JobInputView, JobView, PipelineView, ResourceView,
@@ -33,6 +33,9 @@ pub struct PipelinesConfig {
     pub interval: std::time::Duration,
     /// Checks started per interval at most, across the fleet.
     pub max_checks_per_interval: usize,
+    /// How long an archived pipeline is kept before it is destroyed (its
+    /// builds stay); none: until destroyed by hand.
+    pub archived_retention: Option<std::time::Duration>,
 }
 
 impl Default for PipelinesConfig {
@@ -41,6 +44,7 @@ impl Default for PipelinesConfig {
             global_resources: true,
             interval: std::time::Duration::from_millis(500),
             max_checks_per_interval: 50,
+            archived_retention: None,
         }
     }
 }
@@ -63,9 +67,22 @@ fn view(row: &PipelineRow, with_config: bool) -> PipelineView {
         name: row.name.clone(),
         team: row.team.clone(),
         paused: row.paused,
+        archived: row.archived,
+        instance_vars: row
+            .instance_vars
+            .as_deref()
+            .and_then(|v| serde_json::from_str(v).ok()),
         config_version: row.config_version,
         config: with_config.then(|| row.config.clone()),
     }
+}
+
+/// What acting on archived pipeline `row` answers (Concourse: 409).
+pub(super) fn archived_error(row: &PipelineRow) -> EngineError {
+    EngineError::Conflict(format!(
+        "pipeline {:?} is archived: set it again (set-pipeline) to use it",
+        row.name
+    ))
 }
 
 /// The vars a pipeline was stored with.
@@ -103,8 +120,15 @@ impl Engine {
         expected: Option<i64>,
     ) -> Result<SetPipeline, EngineError> {
         let global = self.config.pipelines.global_resources;
-        let (row, created, warnings) =
-            store_pipeline_warned(&self.db, (team, name), config, &vars, expected, global).await?;
+        let (row, created, warnings) = store_pipeline_warned(
+            &self.db,
+            (team, name),
+            config,
+            &vars,
+            expected,
+            (global, None),
+        )
+        .await?;
         Ok(SetPipeline {
             pipeline: view(&row, false),
             created,
@@ -118,8 +142,10 @@ impl Engine {
         team: &str,
         name: &str,
     ) -> Result<PipelineRow, EngineError> {
+        // An instance is named however its vars are ordered or quoted.
+        let canonical = PipelineRef::parse(name).map(|r| r.to_string());
         self.db
-            .pipeline(team, name)
+            .pipeline(team, canonical.as_deref().unwrap_or(name))
             .await?
             .ok_or_else(|| EngineError::NotFound {
                 kind: "pipeline",
@@ -150,7 +176,7 @@ impl Engine {
         self.db.destroy_pipeline(row.id).await?;
         // Its builds waiting for inputs would wait for ever: they end.
         for w in self.db.waiting_builds().await? {
-            if (w.team.as_str(), w.pipeline.as_str()) == (team, name) {
+            if (w.team.as_str(), w.pipeline.as_str()) == (team, row.name.as_str()) {
                 self.abort_waiting_because(w.id, Some("its pipeline was destroyed"))
                     .await?;
             }
@@ -167,10 +193,17 @@ impl Engine {
     ) -> Result<(), EngineError> {
         check_pipeline_name(to)?;
         let row = self.pipeline_row(team, name).await?;
-        self.db.rename_pipeline(row.id, team, name, to).await
+        if row.instance_vars.is_some() {
+            return Err(EngineError::Invalid(format!(
+                "pipeline {:?} is an instance: renaming instances is not supported",
+                row.name
+            )));
+        }
+        self.db.rename_pipeline(row.id, team, &row.name, to).await
     }
 
-    /// Pauses or unpauses pipeline `name` of `team`.
+    /// Pauses or unpauses pipeline `name` of `team`; an archived one
+    /// cannot be unpaused.
     pub async fn pause_pipeline(
         &self,
         team: &str,
@@ -178,7 +211,66 @@ impl Engine {
         paused: bool,
     ) -> Result<(), EngineError> {
         let row = self.pipeline_row(team, name).await?;
+        if row.archived && !paused {
+            return Err(archived_error(&row));
+        }
         self.db.set_pipeline_paused(row.id, paused).await
+    }
+
+    /// Archives pipeline `name` of `team` by hand (Concourse's
+    /// `archive-pipeline`): paused and kept until set again; its builds
+    /// waiting for their inputs end aborted, and the pipelines its jobs
+    /// set are archived in turn. Archiving an archived pipeline is no
+    /// change.
+    pub async fn archive_pipeline(&self, team: &str, name: &str) -> Result<(), EngineError> {
+        let row = self.pipeline_row(team, name).await?;
+        if self.db.archive_pipeline(row.id).await? {
+            self.archived(&[row]).await?;
+        }
+        self.archive_abandoned_pipelines().await
+    }
+
+    /// Archives the pipelines `set_pipeline` steps no longer set (see
+    /// `Db::archive_abandoned_pipelines`), recursively.
+    pub(super) async fn archive_abandoned_pipelines(&self) -> Result<(), EngineError> {
+        let rows = self.db.archive_abandoned_pipelines().await?;
+        for row in &rows {
+            tracing::info!(team = %row.team, pipeline = %row.name, "archived: the job that set it no longer does");
+        }
+        self.archived(&rows).await
+    }
+
+    /// Destroys the pipelines archived longer than the retention, if one
+    /// is set (Concourse v8's `DestroyArchivedPipelines`); their builds
+    /// stay, as history.
+    pub(super) async fn destroy_expired_archived(&self) -> Result<(), EngineError> {
+        let Some(keep) = self.config.pipelines.archived_retention else {
+            return Ok(());
+        };
+        let cutoff = crate::db::now_ms() - keep.as_millis() as i64;
+        for row in self.db.archived_before(cutoff).await? {
+            tracing::info!(team = %row.team, pipeline = %row.name, "destroyed: archived longer than the retention");
+            self.db.destroy_pipeline(row.id).await?;
+        }
+        Ok(())
+    }
+
+    /// Ends the builds of archived pipelines `rows` that wait for their
+    /// inputs: they would wait for ever.
+    async fn archived(&self, rows: &[PipelineRow]) -> Result<(), EngineError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        for w in self.db.waiting_builds().await? {
+            if rows
+                .iter()
+                .any(|r| (r.team.as_str(), r.name.as_str()) == (&w.team, &w.pipeline))
+            {
+                self.abort_waiting_because(w.id, Some("its pipeline was archived"))
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     /// The jobs of pipeline `name` of `team`, with their newest builds and
@@ -416,7 +508,7 @@ impl Engine {
 
     /// Checks resource `resource` of pipeline `pipeline` of `team` now (from
     /// version `from` when given, else from the newest stored): a check
-    /// build, answered.
+    /// build, answered. An archived pipeline's resources are not checked.
     pub async fn check_resource(
         &self,
         team: &str,
@@ -425,6 +517,9 @@ impl Engine {
         from: Option<Value>,
     ) -> Result<Build, EngineError> {
         let row = self.pipeline_row(team, pipeline).await?;
+        if row.archived {
+            return Err(archived_error(&row));
+        }
         let r = self.resource_row(&row, resource).await?;
         if let Some(from) = &from {
             if !from.is_object() {

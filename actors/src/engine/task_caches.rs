@@ -25,6 +25,9 @@ impl Engine {
                 name: team.into(),
             });
         }
+        // An instance is named however its vars are ordered or quoted.
+        let canonical = crate::plan::PipelineRef::parse(pipeline).map(|r| r.to_string());
+        let pipeline = canonical.as_deref().unwrap_or(pipeline);
         crate::gc::rules_artifacts::clear_task_caches(&self.db, team, pipeline, job, step).await
     }
 

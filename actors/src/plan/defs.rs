@@ -238,6 +238,13 @@ pub struct SetPipelineStep {
     /// `var_files`: `ARTIFACT/PATH` YAML files of vars, later ones over
     /// earlier ones.
     pub var_files: Vec<String>,
+    /// `team`, when it names one (`""` is the build's own, as none): only
+    /// the build's own team is set, checked when the pipeline is set and
+    /// again when the step runs.
+    pub team: Option<String>,
+    /// `instance_vars`: the instance of the pipeline set (none: the
+    /// pipeline itself).
+    pub instance_vars: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// A step translated when it runs: a step whose own definition holds

@@ -14,15 +14,29 @@ pub struct JobRef {
 }
 
 impl JobRef {
-    /// A job of the pipeline named `pipeline`, whose name is checked: it
-    /// must be non-empty, at most 128 characters of ASCII letters, digits,
-    /// `-`, `_` and `.`, starting with a letter or digit.
+    /// A job of the pipeline named `pipeline` (an instance's
+    /// `NAME/K:V,...`, see [`super::PipelineRef`]), whose name is checked:
+    /// it must be non-empty, at most 128 characters of ASCII letters,
+    /// digits, `-`, `_` and `.`, starting with a letter or digit.
     pub fn new(pipeline: &str, job: &str) -> Result<JobRef, EngineError> {
-        check_pipeline_name(pipeline)?;
+        let pipeline = super::PipelineRef::parse(pipeline)?.to_string();
         Ok(JobRef {
-            pipeline: pipeline.to_string(),
+            pipeline,
             job: job.to_string(),
         })
+    }
+
+    /// The pipeline's name without its instance vars (`BUILD_PIPELINE_NAME`)
+    /// and those as JSON, for an instance (`BUILD_PIPELINE_INSTANCE_VARS`).
+    pub fn pipeline_name_and_vars(&self) -> (String, Option<String>) {
+        match super::PipelineRef::parse(&self.pipeline) {
+            Ok(r) => (
+                r.name,
+                r.instance_vars
+                    .map(|v| serde_json::Value::Object(v).to_string()),
+            ),
+            Err(_) => (self.pipeline.clone(), None),
+        }
     }
 }
 

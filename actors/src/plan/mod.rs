@@ -22,6 +22,7 @@ mod defs;
 mod job_ref;
 mod local_vars;
 mod one_off;
+mod pipeline_ref;
 mod resources;
 mod translate;
 mod tree;
@@ -34,6 +35,7 @@ pub use defs::{
 pub use job_ref::{check_pipeline_name, JobRef};
 pub use local_vars::LocalVars;
 pub use one_off::{OneOffPlan, ONE_OFF_STEP};
+pub use pipeline_ref::{instance_vars_text, set_dotted, PipelineRef};
 pub use resources::CheckPlan;
 pub use translate::{default_pipeline_name, job_plan, step_label, step_plan, task_step, JobPlan};
 pub use tree::{Hooks, Leaf, Plan};

@@ -407,35 +407,46 @@ pub fn task_step(
     })
 }
 
-/// The refusal of a step Gantry cannot run, naming the step and its kind.
-/// The step running a `set_pipeline`. `instance_vars` (instanced
-/// pipelines) and `team` (another team's pipeline) are refused by name.
+/// The step running a `set_pipeline`: `team: ""` is the build's own
+/// team; `instance_vars` name the instance set (with `self`, refused: a
+/// build sets its own pipeline, instance and all).
 fn set_pipeline_step(
     step: &Step,
     set: &crate::pipeline::step::SetPipelineStep,
     at: &At,
 ) -> Result<SetPipelineStep, EngineError> {
-    let refuse = |what: &str| {
-        EngineError::Invalid(format!(
-            "{}set_pipeline: {what} is not supported yet",
-            step_label(step, at)
-        ))
+    let bad = |what: String| {
+        EngineError::Invalid(format!("{}set_pipeline: {what}", step_label(step, at)))
     };
-    if !set.instance_vars.is_empty() {
-        return Err(refuse("instance_vars (instanced pipelines)"));
-    }
-    if set.team.is_some() {
-        return Err(refuse("team (setting another team's pipeline)"));
-    }
+    let instance_vars = match set.instance_vars.is_empty() {
+        true => None,
+        false if set.name == "self" => {
+            return Err(bad(
+                "instance_vars: self is the build's own pipeline, instance and all".into(),
+            ))
+        }
+        false => {
+            let mut vars = serde_json::Map::new();
+            for (k, v) in &set.instance_vars {
+                let v = serde_json::to_value(v)
+                    .map_err(|e| bad(format!("instance_vars: {k:?}: {e}")))?;
+                vars.insert(k.clone(), v);
+            }
+            Some(vars)
+        }
+    };
     Ok(SetPipelineStep {
         name: at.name(&set.name),
         pipeline: set.name.clone(),
         file: set.file.clone(),
         vars: set.vars.clone(),
         var_files: set.var_files.clone(),
+        team: set.team.clone().filter(|t| !t.is_empty()),
+        instance_vars,
     })
 }
 
+/// The refusal of a step Gantry cannot run, naming the step and its kind.
 fn unsupported_step(step: &Step, what: &str) -> EngineError {
     EngineError::Invalid(format!(
         "{}{what} steps are not supported yet",
@@ -522,10 +533,37 @@ mod tests {
             invalid(plan_of(yaml, &[])),
             "step \"p\": run steps are not supported yet"
         );
-        let yaml = "jobs:\n- name: j\n  plan:\n  - {set_pipeline: p, file: c/p.yml, instance_vars: {a: b}}\n";
+        let yaml = "jobs:\n- name: j\n  plan:\n  - {set_pipeline: self, file: c/p.yml, instance_vars: {a: b}}\n";
         assert_eq!(
             invalid(plan_of(yaml, &[])),
-            "step \"p\": set_pipeline: instance_vars (instanced pipelines) is not supported yet"
+            "step \"self\": set_pipeline: instance_vars: self is the build's own pipeline, instance and all"
+        );
+        let yaml = "jobs:\n- name: j\n  plan:\n  - {set_pipeline: p, file: c/p.yml, team: '', instance_vars: {a: {b: 1}}}\n";
+        let plan = plan_of(yaml, &[]).unwrap();
+        let StepDef::SetPipeline(set) = plan.steps()[0] else {
+            panic!("a set_pipeline step")
+        };
+        assert_eq!(
+            (
+                set.team.as_deref(),
+                set.instance_vars.as_ref().map(|v| v.len())
+            ),
+            (None, Some(1))
+        );
+        assert!(
+            set.check_team("any").is_ok(),
+            "team \"\" is the build's own"
+        );
+        // Another team than the build's is refused, naming both.
+        let yaml = "jobs:\n- name: j\n  plan:\n  - {set_pipeline: p, file: c/p.yml, team: other}\n";
+        let plan = plan_of(yaml, &[]).unwrap();
+        let StepDef::SetPipeline(set) = plan.steps()[0] else {
+            panic!("a set_pipeline step")
+        };
+        assert!(set.check_team("other").is_ok());
+        assert_eq!(
+            set.check_team("main").unwrap_err().to_string(),
+            "step \"p\": set_pipeline: team \"other\": only the build's own team (\"main\") can be set"
         );
         let yaml = "jobs:\n- name: j\n  plan:\n  - {set_pipeline: self, file: c/p.yml, vars: {a: b}, var_files: [c/v.yml]}\n";
         assert_eq!(plan_of(yaml, &[]).unwrap().steps()[0].name(), "self");

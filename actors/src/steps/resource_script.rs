@@ -244,7 +244,11 @@ fn build_env(ctx: &StepContext) -> Vec<String> {
         format!("BUILD_TEAM_NAME={}", ctx.team()),
     ];
     if let Some(job) = ctx.job() {
-        env.push(format!("BUILD_PIPELINE_NAME={}", job.pipeline));
+        let (name, instance_vars) = job.pipeline_name_and_vars();
+        env.push(format!("BUILD_PIPELINE_NAME={name}"));
+        if let Some(vars) = instance_vars {
+            env.push(format!("BUILD_PIPELINE_INSTANCE_VARS={vars}"));
+        }
         env.push(format!("BUILD_JOB_NAME={}", job.job));
     }
     env

@@ -1,10 +1,14 @@
 //! The `set_pipeline` step (Concourse's `atc/exec/set_pipeline_step.go`):
-//! stores a pipeline of the build's team, `self` (the build's own) or
-//! another by name, from a file of the build's artifacts, with `vars` over
-//! the vars of `var_files`. It is stored as `gantry set-pipeline` stores
-//! one (checked whole, each job translated, a new config version); a
-//! pipeline it creates starts unpaused, as Concourse's step leaves it.
-//! The next build of a job of that pipeline runs the new config.
+//! stores a pipeline of the build's team (`team:` may only name it, or be
+//! `""`), `self` (the build's own) or another by name, from a file of the
+//! build's artifacts, with `vars` over the vars of `var_files`. It is
+//! stored as `gantry set-pipeline` stores one (checked whole, each job
+//! translated, a new config version); a pipeline it creates starts
+//! unpaused, as Concourse's step leaves it. Its log (stdout) is
+//! Concourse's: the difference from the stored config, `setting pipeline:
+//! NAME`, then `done`; or `no changes to apply.` when the config and vars
+//! are those stored (nothing is written then). The next build of a job of
+//! that pipeline runs the new config.
 //!
 //! Like `load_var` it needs no worker: it reads its files on the web node
 //! and ends in its prepare phase. Taken over after it ended, it does
@@ -12,16 +16,29 @@
 
 use async_trait::async_trait;
 
+use crate::db::{Parent, PipelineRow};
 use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::pipeline::Vars;
-use crate::plan::SetPipelineStep;
+use crate::plan::{PipelineRef, SetPipelineStep};
 use crate::scheduler::StepRequest;
 use crate::triggers::store_pipeline;
 
 use super::{read_artifact_file, BuildScope, Prepared, Step, StepContext, StepEnd};
 
 impl SetPipelineStep {
+    /// Refuses a `team` other than `team` (the build's own): Gantry sets
+    /// only the build's team's pipelines.
+    pub fn check_team(&self, team: &str) -> Result<(), EngineError> {
+        match &self.team {
+            Some(t) if t != team => Err(EngineError::Invalid(format!(
+                "step {:?}: set_pipeline: team {t:?}: only the build's own team ({team:?}) can be set",
+                self.name
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// The pipeline set: the build's own for `self`.
     fn target<'a>(&'a self, scope: &'a BuildScope) -> Result<&'a str, EngineError> {
         if self.pipeline != "self" {
@@ -39,9 +56,12 @@ impl SetPipelineStep {
             })
     }
 
-    /// Reads the file and the vars, and stores the pipeline; answers its
-    /// name, config version and whether it is new.
-    async fn set(&self, scope: &BuildScope) -> Result<(String, i64, bool), EngineError> {
+    /// Reads the file and the vars and stores the pipeline, saying so in
+    /// the step's log as Concourse's step does: the difference from the
+    /// stored config, `setting pipeline: NAME`, `done` (or `no changes to
+    /// apply.` when config and vars are those stored).
+    async fn set(&self, scope: &BuildScope) -> Result<(), EngineError> {
+        self.check_team(&scope.team)?;
         let named = |e: String| EngineError::Invalid(format!("step {:?}: {e}", self.name));
         let read = |file: &str| {
             let file = file.to_string();
@@ -63,21 +83,108 @@ impl SetPipelineStep {
         for (name, value) in &self.vars {
             vars.set(name, value.clone());
         }
-        let name = self.target(scope)?.to_string();
+        let name = match &self.instance_vars {
+            None => self.target(scope)?.to_string(),
+            Some(v) => PipelineRef::new(&self.pipeline, Some(v.clone()))
+                .map_err(|e| named(e.to_string()))?
+                .to_string(),
+        };
+        // As stored: an instance's vars fill it over the others.
+        let pipeline_ref = PipelineRef::parse(&name).map_err(|e| named(e.to_string()))?;
+        for (k, v) in pipeline_ref.vars() {
+            vars.insert(&k, v);
+        }
+        let stored = scope.db.pipeline(&scope.team, &name).await?;
+        // A pipeline that sets itself (`self`) is not its own child: it
+        // never archives itself when its job stops setting it.
+        let parent = self
+            .parent(scope)
+            .await?
+            .filter(|p| stored.as_ref().map(|r| r.id) != Some(p.pipeline_id));
+        if let Some(row) = &stored {
+            // Concourse's ErrSetByNewerBuild: a newer build's set stands.
+            if parent.is_some() && row.parent_build_id.is_some_and(|b| b > scope.build) {
+                let warning = "WARNING: the pipeline was not saved because it was already saved by a newer build\n";
+                return self.log_to(scope, "stderr", warning).await;
+            }
+        }
+        let vars_json = serde_json::to_string(&vars).expect("vars serialize");
+        // An archived pipeline is set again however like its config is.
+        let same = |r: &&PipelineRow| r.config == config && r.vars == vars_json && !r.archived;
+        if let Some(row) = stored.as_ref().filter(same) {
+            self.log(scope, "no changes to apply.\n").await?;
+            if let Some(parent) = &parent {
+                scope.db.set_pipeline_parent(row.id, parent).await?;
+            }
+            return Ok(());
+        }
+        let before = stored
+            .as_ref()
+            .map(|r| r.config.as_str())
+            .unwrap_or_default();
+        let diff = similar::TextDiff::from_lines(before, config.as_str())
+            .unified_diff()
+            .context_radius(3)
+            .header(&format!("{name} (stored)"), &format!("{name} (new)"))
+            .to_string();
+        self.log(scope, &format!("{diff}setting pipeline: {name}\n"))
+            .await?;
         let (row, created) = store_pipeline(
             &scope.db,
             (&scope.team, &name),
             &config,
             &vars,
             None,
-            scope.global_resources,
+            (scope.global_resources, parent.as_ref()),
         )
         .await
         .map_err(|e| named(format!("pipeline {name:?}: {e}")))?;
-        if created {
+        if created && parent.is_none() {
+            // A one-off build has no job to be the parent; its pipeline
+            // starts unpaused all the same.
             scope.db.set_pipeline_paused(row.id, false).await?;
         }
-        Ok((name, row.config_version, created))
+        self.log(scope, "done\n").await
+    }
+
+    /// The job build running the step, when it is a job's: the parent of
+    /// the pipelines it sets.
+    async fn parent(&self, scope: &BuildScope) -> Result<Option<Parent>, EngineError> {
+        let Some(job) = &scope.job else {
+            return Ok(None);
+        };
+        Ok(scope
+            .db
+            .pipeline(&scope.team, &job.pipeline)
+            .await?
+            .map(|p| Parent {
+                pipeline_id: p.id,
+                job: job.job.clone(),
+                build_id: scope.build,
+            }))
+    }
+
+    /// Writes `text` to the step's stdout.
+    async fn log(&self, scope: &BuildScope, text: &str) -> Result<(), EngineError> {
+        self.log_to(scope, "stdout", text).await
+    }
+
+    /// Writes `text` to the step's `stream`.
+    async fn log_to(
+        &self,
+        scope: &BuildScope,
+        stream: &str,
+        text: &str,
+    ) -> Result<(), EngineError> {
+        scope
+            .events
+            .emit(&BuildEvent::Log {
+                step: self.name.clone(),
+                stream: stream.into(),
+                data: text.to_string(),
+                time: crate::db::now_ms(),
+            })
+            .await
     }
 }
 
@@ -93,24 +200,7 @@ impl Step for SetPipelineStep {
     }
 
     async fn prepare(&self, scope: &BuildScope) -> Result<Prepared, EngineError> {
-        let (name, version, created) = self.set(scope).await?;
-        let what = if created {
-            "created (unpaused)"
-        } else {
-            "updated"
-        };
-        scope
-            .events
-            .emit(&BuildEvent::Log {
-                step: self.name.clone(),
-                stream: "stderr".into(),
-                data: format!(
-                    "pipeline {name} {what} from {}: config version {version}\n",
-                    self.file
-                ),
-                time: crate::db::now_ms(),
-            })
-            .await?;
+        self.set(scope).await?;
         Ok(Prepared::Ended(StepEnd::Exited(0)))
     }
 

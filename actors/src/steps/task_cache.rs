@@ -301,9 +301,14 @@ mod tests {
     fn pipeline_names_are_checked() {
         assert!(JobRef::new("main", "j").is_ok());
         assert!(JobRef::new("ci.v2_x-1", "j").is_ok());
+        // An instance's name holds its instance vars, canonical.
+        let instance = JobRef::new("ci/z:1,a:x", "j").unwrap();
+        assert_eq!(instance.pipeline, "ci/a:x,z:1");
+        let e = JobRef::new("a/b", "j").unwrap_err().to_string();
+        assert!(e.contains("KEY:VALUE"), "{e}");
         for (bad, why) in [
             ("", "empty"),
-            ("a/b", "'/' is not allowed"),
+            ("a b/k:v", "' ' is not allowed"),
             ("a b", "' ' is not allowed"),
             ("-x", "start with a letter or a digit"),
         ] {

@@ -8,12 +8,12 @@
 
 use std::sync::Arc;
 
-use crate::db::{Db, PipelineRow, ResourceRow};
+use crate::db::{Db, Parent, PipelineRow, ResourceRow, SetBy};
 use crate::error::EngineError;
 use crate::off_thread::{off_thread, Deadline, PIPELINE_BUDGET};
 use crate::pipeline::model::CheckEvery;
 use crate::pipeline::{Pipeline, Vars};
-use crate::plan::{check_pipeline_name, job_plan};
+use crate::plan::{job_plan, PipelineRef, StepDef};
 use crate::resources::config::{resolve_type, resource_config};
 use crate::resources::scope;
 use crate::resources::ResourceType;
@@ -21,11 +21,13 @@ use crate::resources::ResourceType;
 /// How often a resource is checked when it says nothing (Concourse's 1m).
 pub const DEFAULT_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Stores pipeline `name` of `team` (`config` with `vars`) as a new config
+/// Stores pipeline `name` of `team` (`config` with `vars`; an instance's
+/// `NAME/K:V,...`, whose instance vars fill it over `vars`) as a new config
 /// version (`expected`: refuse unless the stored version is this one, 0
 /// for none), its resources' versions kept per config in the team's
-/// shared history when `global` (see [`crate::resources::scope`]);
-/// answers it and whether it is new. Nothing is stored when it has a
+/// shared history when `global` (see [`crate::resources::scope`]), set
+/// by `parent`'s `set_pipeline` step when given (see
+/// [`Db::set_pipeline_by`]); answers it and whether it is new. Nothing is stored when it has a
 /// problem, each named.
 pub async fn store_pipeline(
     db: &Db,
@@ -33,9 +35,9 @@ pub async fn store_pipeline(
     config: &str,
     vars: &Vars,
     expected: Option<i64>,
-    global: bool,
+    (global, parent): (bool, Option<&Parent>),
 ) -> Result<(PipelineRow, bool), EngineError> {
-    store_pipeline_warned(db, at, config, vars, expected, global)
+    store_pipeline_warned(db, at, config, vars, expected, (global, parent))
         .await
         .map(|(row, created, _)| (row, created))
 }
@@ -49,9 +51,19 @@ pub async fn store_pipeline_warned(
     config: &str,
     vars: &Vars,
     expected: Option<i64>,
-    global: bool,
+    (global, parent): (bool, Option<&Parent>),
 ) -> Result<(PipelineRow, bool, Vec<String>), EngineError> {
-    check_pipeline_name(name)?;
+    // An instance's vars fill the config over any other var.
+    let pipeline_ref = PipelineRef::parse(name)?;
+    let name = &pipeline_ref.to_string();
+    let mut vars = vars.clone();
+    for (k, v) in pipeline_ref.vars() {
+        vars.insert(&k, v);
+    }
+    let vars = &vars;
+    let instance_vars = pipeline_ref
+        .instance_vars
+        .map(|v| serde_json::Value::Object(v).to_string());
     if !db.team_exists(team).await? {
         return Err(EngineError::NotFound {
             kind: "team",
@@ -70,14 +82,19 @@ pub async fn store_pipeline_warned(
     })
     .await?;
     let vars_json = serde_json::to_string(vars).expect("vars serialize");
+    let by = SetBy {
+        parent,
+        instance_vars: instance_vars.as_deref(),
+    };
     let (row, created) = db
-        .set_pipeline(
+        .set_pipeline_by(
             team,
             name,
             (config, &vars_json),
             expected,
             &jobs,
             (&resources, &types),
+            by,
         )
         .await?;
     Ok((row, created, warnings))
@@ -111,7 +128,12 @@ fn checked_rows(
     let pipeline = Arc::new(pipeline);
     deadline.check("reading the pipeline")?;
     for (i, job) in pipeline.jobs.iter().enumerate() {
-        job_plan(&pipeline, job)?;
+        let plan = job_plan(&pipeline, job)?;
+        for step in plan.steps() {
+            if let StepDef::SetPipeline(set) = step {
+                set.check_team(team)?;
+            }
+        }
         if i % 256 == 0 {
             deadline.check("translating the pipeline's jobs")?;
         }

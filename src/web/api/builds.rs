@@ -7,6 +7,7 @@ use gantry_actors::api::BuildQuery;
 use gantry_actors::api::BuildStatus;
 use gantry_actors::api::HandleKind;
 use gantry_actors::api::OneOffPlan;
+use gantry_actors::api::PipelineRef;
 use gantry_actors::api::StoredEvent;
 use gantry_actors::api::TaskConfig;
 use gantry_actors::api::Vars;
@@ -423,7 +424,11 @@ pub async fn list(
         .list_builds_page(&BuildQuery {
             team,
             status,
-            pipeline: query.pipeline,
+            // An instance is named however its vars are ordered or quoted.
+            pipeline: query.pipeline.map(|p| match PipelineRef::parse(&p) {
+                Ok(r) => r.to_string(),
+                Err(_) => p,
+            }),
             job: query.job,
             before: page.cursor_id()?,
             limit: page.fetch(),

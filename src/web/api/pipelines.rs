@@ -283,7 +283,7 @@ pub async fn pause(
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path)),
     request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
-    responses((status = 204, description = "Unpaused"), (status = 404, description = "No such pipeline", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
+    responses((status = 204, description = "Unpaused"), (status = 404, description = "No such pipeline", body = ErrorBody), (status = 409, description = "The pipeline is archived", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
 )]
 pub async fn unpause(
     identity: Identity,
@@ -292,6 +292,32 @@ pub async fn unpause(
     _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
     set_paused(identity, state, path, false).await
+}
+
+/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/archive`
+#[utoipa::path(
+    post,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/archive",
+    operation_id = "archivePipeline",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path)),
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
+    responses(
+        (status = 204, description = "Archived: paused, its jobs not triggered, until set again (its config and builds kept)"),
+        (status = 404, description = "No such pipeline", body = ErrorBody),
+        (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody),
+    )
+)]
+pub async fn archive(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: PipelinePath,
+    _: NoBody,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name) = path.into_inner();
+    allowed(&identity, &team, &[("pipeline", &name)])?;
+    state.engine.archive_pipeline(&team, &name).await?;
+    Ok(HttpResponse::NoContent().finish())
 }
 
 async fn set_paused(
@@ -392,6 +418,7 @@ pub async fn job_builds(
         (status = 201, description = "A build with the newest versions that satisfy the job's inputs; when they cannot be satisfied yet, a pending build whose `waiting` says why, started once they can", body = Build),
         (status = 400, description = "The job has disable_manual_trigger, or a body was sent (this request takes none)", body = ErrorBody),
         (status = 404, description = "No such job", body = ErrorBody),
+        (status = 409, description = "The pipeline is archived", body = ErrorBody),
     )
 )]
 pub async fn trigger(
@@ -523,6 +550,7 @@ pub async fn versions(
         (status = 201, description = "The check build", body = Build),
         (status = 400, description = "A bad `from`", body = ErrorBody),
         (status = 404, description = "No such resource", body = ErrorBody),
+        (status = 409, description = "The pipeline is archived", body = ErrorBody),
     )
 )]
 pub async fn check(
@@ -571,6 +599,7 @@ pub struct WebhookQuery {
         (status = 400, description = "No webhook_token given", body = ErrorBody),
         (status = 401, description = "A wrong webhook token, or the resource has none", body = ErrorBody),
         (status = 404, description = "No such resource", body = ErrorBody),
+        (status = 409, description = "The pipeline is archived", body = ErrorBody),
     )
 )]
 pub async fn webhook(
