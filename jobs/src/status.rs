@@ -198,7 +198,9 @@ impl Jobs {
 
     /// Tells every [`Periodic`](crate::Periodic) runner, running or started
     /// later, to stop once its current tick has finished.
+    /// Shutdown begins here: the owned tasks' report counts from now.
     pub fn stop_all(&self) {
+        self.inner.tasks.begin_shutdown();
         self.inner.stop.send_replace(true);
     }
 

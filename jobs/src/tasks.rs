@@ -3,6 +3,8 @@
 //! it, with a bound, and say how many were left.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -16,6 +18,17 @@ pub struct Tasks {
     tracker: TaskTracker,
     /// Cancelled once, at shutdown.
     stop: CancellationToken,
+    /// What the shutdown report counts.
+    counts: Arc<Counts>,
+}
+
+/// Counts behind the shutdown report.
+#[derive(Debug, Default)]
+struct Counts {
+    /// Tasks spawned since the start.
+    spawned: AtomicUsize,
+    /// Tasks that had ended when shutdown began (set once, then).
+    ended_before: OnceLock<usize>,
 }
 
 /// What a shutdown's drain found: logged as the shutdown report, and read
@@ -44,6 +57,7 @@ impl Tasks {
         F: Future<Output = ()> + Send + 'static,
     {
         let stop = self.stop.clone();
+        self.counted();
         self.tracker.spawn(async move {
             tokio::select! {
                 () = task => {}
@@ -59,6 +73,7 @@ impl Tasks {
         F: Future<Output = ()> + 'static,
     {
         let stop = self.stop.clone();
+        self.counted();
         self.tracker.spawn_local(async move {
             tokio::select! {
                 () = task => {}
@@ -75,6 +90,7 @@ impl Tasks {
     where
         F: Future<Output = ()> + Send + 'static,
     {
+        self.counted();
         self.tracker.spawn(task(self.stop.clone()));
     }
 
@@ -83,7 +99,24 @@ impl Tasks {
     where
         F: Future<Output = ()> + 'static,
     {
+        self.counted();
         self.tracker.spawn_local(task(self.stop.clone()));
+    }
+
+    /// Counts one more spawned task.
+    fn counted(&self) {
+        self.counts.spawned.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Marks the start of shutdown (once; later calls change nothing):
+    /// every task running from now on, or spawned later, is counted by the
+    /// report of [`Tasks::drain`], even one that ends before the drain
+    /// (a job's runner told to stop first, a server stopped first).
+    pub fn begin_shutdown(&self) {
+        self.counts.ended_before.get_or_init(|| {
+            let spawned = self.counts.spawned.load(Ordering::Relaxed);
+            spawned.saturating_sub(self.tracker.len())
+        });
     }
 
     /// How many owned tasks are running now.
@@ -104,14 +137,18 @@ impl Tasks {
     /// Tells every task to stop and waits for them, at most `bound`.
     /// Tasks spawned after this are told at once (and counted if they are
     /// still running when the bound passes).
+    /// The report counts every task running since shutdown began (see
+    /// [`Tasks::begin_shutdown`]; at the latest, now).
     pub async fn drain(&self, bound: Duration) -> Drained {
-        let before = self.tracker.len();
+        self.begin_shutdown();
         self.stop.cancel();
         self.tracker.close();
         let _ = tokio::time::timeout(bound, self.tracker.wait()).await;
         let left = self.tracker.len();
+        let spawned = self.counts.spawned.load(Ordering::Relaxed);
+        let ended_before = self.counts.ended_before.get().copied().unwrap_or(0);
         Drained {
-            drained: before.saturating_sub(left),
+            drained: spawned.saturating_sub(ended_before).saturating_sub(left),
             left,
         }
     }
@@ -174,6 +211,33 @@ mod tests {
             "waits the bound, no more"
         );
         assert!(tasks.stopping());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tasks_that_end_after_shutdown_began_but_before_the_drain_are_counted_drained() {
+        let tasks = Tasks::default();
+        // Ended before shutdown: not counted.
+        tasks.spawn(async {});
+        tokio::task::yield_now().await;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tasks.spawn(async move {
+            let _ = rx.await;
+        });
+        tasks.spawn(std::future::pending());
+        tokio::task::yield_now().await;
+        tasks.begin_shutdown();
+        // Stopped by its owner first (a server stopped before the drain).
+        drop(tx);
+        tokio::task::yield_now().await;
+        assert_eq!(tasks.live(), 1);
+        let report = tasks.drain(Duration::from_secs(1)).await;
+        assert_eq!(
+            report,
+            Drained {
+                drained: 2,
+                left: 0
+            }
+        );
     }
 
     #[tokio::test(start_paused = true)]

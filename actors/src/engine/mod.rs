@@ -206,6 +206,7 @@ impl Engine {
         .start();
         // Answered once the registry has loaded the stored workers.
         registry.send(ListWorkers).await?;
+        artifacts.own_tasks(jobs.tasks().clone());
         let store = artifacts.clone();
         let artifacts = Artifacts::new(artifacts, db.clone());
         let streams = crate::streaming::Streams::new(
@@ -213,7 +214,8 @@ impl Engine {
             db.clone(),
             artifacts.clone(),
             connector.clone(),
-        );
+        )
+        .owned_by(jobs.tasks().clone());
         let builds = RunningBuilds::default();
         if db.is_shared() {
             listen_for_events(&jobs, &db, &hub, &builds);
@@ -377,6 +379,8 @@ impl Engine {
     /// [`Engine::shutdown`] calls it too. Answers how many builds were
     /// detached, once their actors have stopped (at most 10 s).
     pub async fn drain(&self) -> usize {
+        // Shutdown begins: the shutdown report counts the owned tasks from now.
+        self.jobs.tasks().begin_shutdown();
         self.stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
         let running: Vec<_> = self.builds.iter().map(|b| b.value().clone()).collect();
