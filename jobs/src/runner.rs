@@ -425,6 +425,34 @@ mod tests {
     }
 
     #[test]
+    fn a_drain_counts_the_runners_and_reports_one_whose_tick_hangs_as_left() {
+        run_paused(|| async {
+            let jobs = Jobs::default();
+            let every = Schedule::every(Duration::from_secs(10));
+            start("quick", &[], every, &jobs);
+            let hangs = [Step::Slow(Duration::from_secs(3600))];
+            start("hangs", &hangs, every, &jobs);
+            sleep(Duration::from_secs(1)).await;
+            let t0 = Instant::now();
+            let report = jobs.drain(Duration::from_secs(5)).await;
+            assert_eq!(
+                t0.elapsed(),
+                Duration::from_secs(5),
+                "waits the bound, no more"
+            );
+            assert_eq!(
+                report,
+                crate::Drained {
+                    drained: 1,
+                    left: 1
+                }
+            );
+            assert_eq!(jobs.get("quick").unwrap().state, JobState::Stopped);
+            assert_eq!(jobs.get("hangs").unwrap().state, JobState::Busy);
+        });
+    }
+
+    #[test]
     fn busy_runs_again_at_once_and_done_stops_the_runner() {
         run_paused(|| async {
             let jobs = Jobs::default();
