@@ -239,3 +239,132 @@ fn every_loop_of_a_web_node_with_a_cluster_worker_is_a_job_that_stops_at_sigterm
         "a job stopped before the shutdown; log:\n{log}"
     );
 }
+
+/// The shutdown reports in `log` (`shutdown report: N tasks drained, M
+/// left`), as (drained, left) pairs in order.
+fn shutdown_reports(log: &str) -> Vec<(u64, u64)> {
+    log.lines()
+        .filter_map(|l| l.split("shutdown report: ").nth(1))
+        .map(|rest| {
+            let mut words = rest.split_whitespace();
+            let drained = words.next().and_then(|w| w.parse().ok());
+            let left = rest
+                .split("drained, ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|w| w.parse().ok());
+            (
+                drained.unwrap_or_else(|| panic!("unreadable report: {rest}")),
+                left.unwrap_or_else(|| panic!("unreadable report: {rest}")),
+            )
+        })
+        .collect()
+}
+
+/// Sends SIGTERM to `server`, waits (at most `within`, longer than no
+/// shutdown bound) for it to exit 0, and answers its shutdown reports:
+/// each process counts the tasks it owns and says how many its ordered
+/// shutdown left running.
+fn sigterm_reports(server: &mut Server, within: Duration) -> Vec<(u64, u64)> {
+    // SAFETY: a plain kill(2) of a child this test started.
+    unsafe {
+        libc::kill(server.child.id() as i32, libc::SIGTERM);
+    }
+    let status = wait_for("the process to exit", within, || {
+        server.child.try_wait().unwrap()
+    });
+    let log = server.log_text();
+    assert!(status.success(), "exit {status:?}; log:\n{log}");
+    let reports = shutdown_reports(&log);
+    assert!(!reports.is_empty(), "no shutdown report; log:\n{log}");
+    for (drained, left) in &reports {
+        assert_eq!(*left, 0, "tasks left running; log:\n{log}");
+        assert!(*drained > 0, "nothing counted; log:\n{log}");
+    }
+    reports
+}
+
+/// `gantry jobs --worker NAME --json` as JSON rows, by name.
+fn worker_jobs(url: &str, worker: &str) -> Vec<serde_json::Value> {
+    let out = client(url, &["jobs", "--worker", worker, "--json"]);
+    assert!(
+        out.status.success(),
+        "jobs --worker failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("jobs --worker --json prints JSON")
+}
+
+/// Waits until `worker`'s beacon and sweeper have both run without error.
+fn wait_beacon_and_sweeper(url: &str, worker: &str) -> Vec<serde_json::Value> {
+    wait_for(
+        "the worker's beacon and sweeper to run",
+        Duration::from_secs(30),
+        || {
+            let rows = worker_jobs(url, worker);
+            let ran = |name: &str| {
+                rows.iter()
+                    .find(|j| j["name"] == name)
+                    .is_some_and(|j| j["runs"].as_u64() >= Some(2))
+            };
+            (ran("beacon") && ran("sweeper")).then_some(rows)
+        },
+    )
+}
+
+#[test]
+fn a_workers_own_jobs_are_listed_and_sigterm_leaves_no_task_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let mut web = start_web(dir.path(), &db, "");
+    let mut worker = start_worker(dir.path(), &web.url, "w1", &[]);
+    wait_running(&web.url, 1);
+
+    // The worker's beacon and sweeper, as its agent lists them, relayed.
+    let rows = wait_beacon_and_sweeper(&web.url, "w1");
+    let names: Vec<&str> = rows.iter().filter_map(|j| j["name"].as_str()).collect();
+    assert_eq!(names, ["beacon", "sweeper"], "{rows:#?}");
+    for row in &rows {
+        assert_eq!(row["errors"], 0, "{row}");
+        assert!(row["last_error"].is_null(), "{row}");
+        let state = row["state"].as_str().unwrap_or_default();
+        assert!(["idle", "busy"].contains(&state), "{row}");
+    }
+    // The table, as `gantry jobs` prints the web node's.
+    let table = client(&web.url, &["jobs", "--worker", "w1"]);
+    assert!(table.status.success());
+    let table = String::from_utf8_lossy(&table.stdout);
+    let header = table.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with("name") && header.contains("state") && header.contains("last_error"),
+        "{table}"
+    );
+    assert!(table.lines().any(|l| l.starts_with("beacon")), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("sweeper")), "{table}");
+    // An unknown worker: one line naming it, non-zero.
+    let unknown = client(&web.url, &["jobs", "--worker", "nope"]);
+    assert!(!unknown.status.success());
+    assert!(one_error_line(&unknown).contains("nope"), "{unknown:?}");
+
+    // SIGTERM: each process drains what it owns; none is left running.
+    // The worker owns at least its beacon, sweeper and HTTP server.
+    let reports = sigterm_reports(&mut worker, Duration::from_secs(60));
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(reports[0].0 >= 3, "{reports:?}");
+    // The web node owns at least its jobs' runners.
+    let reports = sigterm_reports(&mut web, Duration::from_secs(60));
+    assert_eq!(reports.len(), 1, "{reports:?}");
+
+    // A quickstart: its embedded worker's jobs are listed the same way,
+    // and both halves report at SIGTERM, the worker's first.
+    let qs_dir = tempfile::tempdir().unwrap();
+    let qs_db = TestDb::new(DbKind::Sqlite);
+    let mut qs = quickstart(qs_dir.path(), &qs_db, &[]);
+    let name = workers_json(&qs.url)[0]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_beacon_and_sweeper(&qs.url, &name);
+    let reports = sigterm_reports(&mut qs, Duration::from_secs(60));
+    assert_eq!(reports.len(), 2, "{reports:?}");
+}

@@ -517,12 +517,17 @@ fn a_node_name_is_held_once_and_a_node_taken_over_while_hung_stops_itself() {
     signal(&a, libc::SIGCONT);
     let status = wait_child(&mut a.child, Duration::from_secs(30));
     assert!(!status.success());
+    let a_log = a.log_text();
     assert!(
-        a.log_text()
-            .contains("another web node took its builds over; stopping"),
-        "{}",
-        a.log_text()
+        a_log.contains("another web node took its builds over; stopping"),
+        "{a_log}"
     );
+    // Through the ordered shutdown, not an exit on the spot: its owned
+    // tasks drained, none left, the database closed.
+    let fenced_at = a_log.find("took its builds over; stopping").unwrap();
+    let rest = &a_log[fenced_at..];
+    assert!(rest.contains(", 0 left"), "{a_log}");
+    assert!(rest.contains("engine: stopped"), "{a_log}");
     let _ = client_a.kill();
     let _ = client_a.wait();
 

@@ -44,7 +44,9 @@ pub use crate::task_config::TaskConfig;
 // Artifacts, intercepts, background jobs, garbage collection, metrics.
 pub use crate::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
 pub use crate::artifacts::{ArtifactOwner, KeptArtifact};
-pub use crate::background::{Backoff, Job, JobError, JobState, JobStatus, Outcome, Schedule};
+pub use crate::background::{
+    Backoff, Drained, Job, JobError, JobState, JobStatus, Outcome, Schedule, Tasks,
+};
 pub use crate::gc::sweep::{DiskUsage, GcStatsSnapshot, SweepAnswer, SweepError, SweepReport};
 pub use crate::histograms::{HistogramSpec, ALL as HISTOGRAMS};
 pub use crate::intercept::InterceptGuard;

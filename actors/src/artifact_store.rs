@@ -63,6 +63,12 @@ pub trait ArtifactStore: Send + Sync {
     ) -> Result<StoredArtifact, EngineError>;
     /// Deletes an artifact's data; deleting a missing one is not an error.
     async fn delete(&self, id: &str) -> Result<(), EngineError>;
+    /// Hands the store the engine's owned tasks, for the tasks it spawns
+    /// (aborting an upload its request left): at shutdown they are drained
+    /// and counted with the others. A store that spawns none ignores it.
+    fn own_tasks(&self, tasks: crate::background::Tasks) {
+        let _ = tasks;
+    }
     /// Where the store is, for messages (its directory, or its
     /// `s3://bucket/prefix`).
     fn location(&self) -> String {

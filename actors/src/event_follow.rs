@@ -43,12 +43,13 @@ pub fn follow(
     hub: EventHub,
     id: i64,
     after: i64,
+    tasks: &crate::background::Tasks,
 ) -> mpsc::Receiver<Result<StoredEvent, EngineError>> {
     // Subscribe before reading what is stored, so nothing falls between.
     let rx = hub.subscribe(id);
     let elsewhere = hub.stored_elsewhere(id);
     let (tx, out) = mpsc::channel(64);
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         let follower = Follower { db, hub, id, tx };
         follower.run(rx, elsewhere, after.max(0)).await;
         follower.hub.forget_wakes(id);
@@ -209,9 +210,16 @@ mod tests {
         let hub = EventHub::default();
         let n = 2 * EVENTS_PAGE as usize + 5;
         let id = finished_build(&db, &hub, n).await;
-        let all = seqs(follow(db.clone(), hub.clone(), id, 0)).await;
+        let all = seqs(follow(db.clone(), hub.clone(), id, 0, &Default::default())).await;
         assert_eq!(all, (1..=n as i64).collect::<Vec<_>>());
-        let tail = seqs(follow(db.clone(), hub.clone(), id, n as i64 - 3)).await;
+        let tail = seqs(follow(
+            db.clone(),
+            hub.clone(),
+            id,
+            n as i64 - 3,
+            &Default::default(),
+        ))
+        .await;
         assert_eq!(tail, vec![n as i64 - 2, n as i64 - 1, n as i64]);
     }
 }

@@ -22,6 +22,8 @@ pub struct Intercepts {
     db: Db,
     /// This web node's name, recorded with its sessions.
     node: String,
+    /// Where a closed session's row is deleted: the engine's owned tasks.
+    tasks: crate::background::Tasks,
 }
 
 /// An open session; dropping it ends the session (its row is deleted on a
@@ -32,6 +34,8 @@ pub struct InterceptGuard {
     db: Db,
     /// Its row.
     id: i64,
+    /// Where its row's deletion runs (shutdown waits for it).
+    tasks: crate::background::Tasks,
 }
 
 impl Intercepts {
@@ -40,7 +44,13 @@ impl Intercepts {
         Intercepts {
             db,
             node: node.to_string(),
+            tasks: Default::default(),
         }
+    }
+
+    /// The same, its sessions' rows deleted on `tasks` (the engine's).
+    pub fn with_tasks(self, tasks: crate::background::Tasks) -> Self {
+        Intercepts { tasks, ..self }
     }
 
     /// Opens a session in container `handle`; fails when the container is
@@ -50,6 +60,7 @@ impl Intercepts {
             Some(id) => Ok(InterceptGuard {
                 db: self.db.clone(),
                 id,
+                tasks: self.tasks.clone(),
             }),
             None => Err(EngineError::Invalid(format!(
                 "container {handle} is not running or is being destroyed; it cannot be intercepted"
@@ -73,11 +84,11 @@ impl Intercepts {
 impl Drop for InterceptGuard {
     fn drop(&mut self) {
         let (db, id) = (self.db.clone(), self.id);
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        if tokio::runtime::Handle::try_current().is_err() {
             tracing::error!(session = id, "an intercept session ended outside a runtime: its row stays until its web node is taken over");
             return;
-        };
-        rt.spawn(async move {
+        }
+        self.tasks.spawn_graceful(|_| async move {
             if let Err(e) = db.close_intercept_session(id).await {
                 tracing::error!(session = id, "ending an intercept session: {e}");
             }

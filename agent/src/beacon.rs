@@ -12,13 +12,15 @@
 //! shutdown is announced.
 //!
 //! One step of it ([`Beacon::beat`]) is generic over whom it speaks to
-//! ([`WebLink`]) and what it counts ([`Holdings`]): the worker process runs
-//! it in its own loop ([`Beacon::run`]), the web node runs it for its
-//! Kubernetes cluster worker as a background job (with the same backoff,
-//! [`BACKOFF_START`] to [`BACKOFF_CAP`]).
+//! ([`WebLink`]) and what it counts ([`Holdings`]); it runs as a
+//! [`BeaconJob`] on the shared background runner (`gantry-jobs`), in the
+//! worker process (`beacon`, listed by `gantry jobs --worker NAME`) and in
+//! the web node for its Kubernetes cluster worker, with the same backoff
+//! ([`BACKOFF_START`] to [`BACKOFF_CAP`]).
 
 use std::time::Duration;
 
+use gantry_jobs::{Backoff, Job, JobError, Outcome, Schedule};
 use gantry_wire::worker_info::{Heartbeat, WorkerRegistration, WorkerState};
 use tokio::sync::watch;
 
@@ -182,7 +184,9 @@ impl<L: WebLink, H: Holdings> Beacon<L, H> {
 
     /// Beats until `shutdown` becomes true or the worker is retired:
     /// every interval, at once after the web node forgot the worker,
-    /// after a doubling backoff following failures.
+    /// after a doubling backoff following failures. The tests' driver:
+    /// processes run the beacon as a [`BeaconJob`] on the shared runner.
+    #[cfg(test)]
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         let mut backoff = BACKOFF_START;
         loop {
@@ -206,6 +210,42 @@ impl<L: WebLink, H: Holdings> Beacon<L, H> {
     }
 }
 
+/// The beacon as a job of the shared background runner (`gantry-jobs`):
+/// one step a tick (registering, or a heartbeat), listed with its state,
+/// runs and last error; after a failure the runner backs off from
+/// [`BACKOFF_START`] to [`BACKOFF_CAP`] (see [`BeaconJob::schedule`]). The
+/// worker agent runs it as `beacon`, the web node for a Kubernetes cluster
+/// worker as `kubernetes-beacon/{worker}`.
+pub struct BeaconJob<L, H> {
+    /// The beacon.
+    pub beacon: Beacon<L, H>,
+    /// The name it is listed under.
+    pub name: String,
+}
+
+impl<L: WebLink + 'static, H: Holdings + 'static> BeaconJob<L, H> {
+    /// When it beats: every interval, backing off after failures as the
+    /// worker agent always has.
+    pub fn schedule(&self) -> Schedule {
+        Schedule::every(self.beacon.interval)
+            .with_backoff(Backoff::doubling(BACKOFF_START, BACKOFF_CAP))
+    }
+}
+
+impl<L: WebLink + 'static, H: Holdings + 'static> Job for BeaconJob<L, H> {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    async fn tick(&mut self) -> Result<Outcome, JobError> {
+        match self.beacon.beat().await.map_err(JobError::Failed)? {
+            Beat::Registered | Beat::Beaten => Ok(Outcome::Idle),
+            Beat::Forgotten => Ok(Outcome::Busy),
+            Beat::Retired => Ok(Outcome::Done),
+        }
+    }
+}
+
 /// Writes `text` to `path` readable by its owner only, whole or not at all.
 fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
@@ -223,6 +263,7 @@ fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
 }
 
 /// Returns the current delay and doubles it up to the cap.
+#[cfg(test)]
 fn next_backoff(backoff: &mut Duration) -> Duration {
     let now = *backoff;
     *backoff = (*backoff * 2).min(BACKOFF_CAP);

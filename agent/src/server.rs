@@ -120,6 +120,7 @@ pub fn build(state: Arc<AgentState>, listener: std::net::TcpListener) -> std::io
 /// Registers every route.
 fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/health", web::get().to(health))
+        .route("/jobs", web::get().to(list_jobs))
         .route("/volumes", web::post().to(create_volume))
         .route("/volumes", web::get().to(list_volumes))
         .route("/volumes/{handle}", web::get().to(get_volume))
@@ -226,6 +227,12 @@ async fn no_route(req: HttpRequest) -> HttpResponse {
 }
 
 /// `GET /health`.
+/// `GET /jobs`: the agent's background jobs (beacon, sweeper) with their
+/// state, runs, errors, last error and next run, by name.
+async fn list_jobs(state: State) -> HttpResponse {
+    HttpResponse::Ok().json(state.jobs.list())
+}
+
 async fn health(state: State) -> HttpResponse {
     HttpResponse::Ok().json(Health {
         name: state.name.clone(),

@@ -33,6 +33,9 @@ pub struct AgentState {
     /// server; child processes, their waiters and output copiers must
     /// outlive any one request, so mutations run here.
     pub runtime: tokio::runtime::Handle,
+    /// The agent's background jobs (its beacon and sweeper) on the shared
+    /// runner, and its owned tasks: listed by `GET /jobs`, drained at stop.
+    pub jobs: gantry_jobs::Jobs,
 }
 
 impl AgentState {

@@ -10,13 +10,15 @@
 //! named again by the next answer.
 //!
 //! One sweep ([`Sweeper::sweep`]) is generic over whom it reports to
-//! ([`WebLink`]) and what it lists and destroys ([`Holdings`]): the worker
-//! process runs it in its own loop ([`Sweeper::run`]), the web node runs it
-//! for its Kubernetes cluster worker as a background job.
+//! ([`WebLink`]) and what it lists and destroys ([`Holdings`]); it runs as
+//! a [`SweeperJob`] on the shared background runner (`gantry-jobs`), in the
+//! worker process (`sweeper`) and in the web node for its Kubernetes
+//! cluster worker.
 
 use std::time::Duration;
 
 use futures::StreamExt as _;
+use gantry_jobs::{Job, JobError, Outcome, Schedule};
 use gantry_wire::sweep::{SweepAnswer, SweepReport};
 use rand::Rng as _;
 use tokio::sync::watch;
@@ -54,39 +56,61 @@ pub struct SweepOutcome {
     pub failures: u64,
 }
 
+/// How often the sweeper looks whether the beacon has registered yet: the
+/// first sweep comes this soon after registering.
+pub const FIRST_SWEEP: Duration = Duration::from_secs(1);
+
+/// The sweeper as a job of the shared background runner: one sweep a tick
+/// once the beacon has registered; done once the worker is retired.
+pub struct SweeperJob<L, H> {
+    /// The sweeper.
+    pub sweeper: Sweeper<L, H>,
+    /// What the beacon last learned.
+    pub status: watch::Receiver<BeaconStatus>,
+    /// The name it is listed under (`sweeper`, `kubernetes-sweeper/{worker}`).
+    pub name: String,
+    /// Destroys that failed since the last report, sent with the next.
+    pub failures: u64,
+}
+
+impl<L: WebLink + 'static, H: Holdings + 'static> SweeperJob<L, H> {
+    /// Every interval ± 20 % at random (a fleet's sweepers do not sweep in
+    /// step).
+    pub fn schedule(&self) -> Schedule {
+        let interval = self.sweeper.interval;
+        Schedule::every(interval.mul_f64(0.8)).with_jitter(interval.mul_f64(0.4))
+    }
+}
+
+impl<L: WebLink + 'static, H: Holdings + 'static> Job for SweeperJob<L, H> {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    async fn tick(&mut self) -> Result<Outcome, JobError> {
+        let status = *self.status.borrow();
+        match status {
+            BeaconStatus::Retired => Ok(Outcome::Done),
+            BeaconStatus::Unregistered => Ok(Outcome::IdleFor(FIRST_SWEEP)),
+            BeaconStatus::Registered(_) => {
+                let outcome = self
+                    .sweeper
+                    .sweep(self.failures)
+                    .await
+                    .map_err(|e| JobError::Failed(format!("sweep: {e:#}")))?;
+                self.failures = outcome.failures;
+                Ok(Outcome::Idle)
+            }
+        }
+    }
+}
+
 /// `interval` scaled by a random factor in [0.8, 1.2].
 pub fn jittered(interval: Duration) -> Duration {
     interval.mul_f64(rand::thread_rng().gen_range(0.8..=1.2))
 }
 
 impl<L: WebLink, H: Holdings> Sweeper<L, H> {
-    /// Sweeps once the beacon has registered, then at every jittered
-    /// interval, until `shutdown` turns true or the worker is retired.
-    pub async fn run(
-        self,
-        mut status: watch::Receiver<BeaconStatus>,
-        mut shutdown: watch::Receiver<bool>,
-    ) {
-        tokio::select! {
-            r = status.wait_for(|s| matches!(s, BeaconStatus::Registered(_))) => {
-                if r.is_err() { return; }
-            }
-            _ = shutdown.wait_for(|stop| *stop) => return,
-        }
-        let mut failures = 0;
-        loop {
-            match self.sweep(failures).await {
-                Ok(outcome) => failures = outcome.failures,
-                Err(e) => tracing::warn!(error = %format!("{e:#}"), "sweep failed"),
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(jittered(self.interval)) => {}
-                _ = shutdown.wait_for(|stop| *stop) => return,
-                _ = status.wait_for(|s| *s == BeaconStatus::Retired) => return,
-            }
-        }
-    }
-
     /// One sweep: epoch, listing, report (with `failures`, the destroys that
     /// failed since the last report), destroys.
     pub async fn sweep(&self, failures: u64) -> anyhow::Result<SweepOutcome> {

@@ -22,10 +22,9 @@ pub struct WorkerHandle {
     registration: WorkerRegistration,
     /// Stops the HTTP server.
     server: actix_web::dev::ServerHandle,
-    /// Tells the beacon to stop.
-    shutdown: watch::Sender<bool>,
-    /// The beacon's task.
-    beacon: tokio::task::JoinHandle<()>,
+    /// Its background jobs (beacon, sweeper) and owned tasks (the HTTP
+    /// server among them), drained at stop.
+    jobs: gantry_jobs::Jobs,
     /// The shared state, for callers embedding the agent.
     state: Arc<AgentState>,
     /// The worker's state as the web node last answered it.
@@ -35,6 +34,10 @@ pub struct WorkerHandle {
     /// What it holds, destroyed when a one-build worker leaves.
     holdings: holdings::AgentHoldings,
 }
+
+/// How long stopping waits for the jobs' current ticks and the owned tasks
+/// before it reports what is left.
+pub const SHUTDOWN_BOUND: Duration = Duration::from_secs(20);
 
 /// How long one web node may take to answer a request to land or retire
 /// this worker before the next node is asked.
@@ -157,15 +160,23 @@ impl WorkerHandle {
         self.stop().await;
     }
 
-    /// Stops the beacon and the HTTP server (open output streams get a few
-    /// seconds to finish). Running processes are left alone: under their
-    /// keepers they go on, and a restarted agent adopts them (without a
-    /// keeper, it records them as lost).
-    pub async fn stop(self) {
-        let _ = self.shutdown.send(true);
-        let _ = self.beacon.await;
+    /// Stops the beacon and sweeper (after their current tick) and the
+    /// HTTP server (open output streams get a few seconds to finish), then
+    /// drains every owned task, at most [`SHUTDOWN_BOUND`], and answers
+    /// (and logs) how many were left. Running processes are left alone:
+    /// under their keepers they go on, and a restarted agent adopts them
+    /// (without a keeper, it records them as lost).
+    pub async fn stop(self) -> gantry_jobs::Drained {
+        self.jobs.stop_all();
         self.server.stop(true).await;
+        let drained = self.jobs.drain(SHUTDOWN_BOUND).await;
         tracing::info!(worker = %self.registration.name, "worker agent stopped");
+        drained
+    }
+
+    /// The agent's background jobs.
+    pub fn jobs(&self) -> &gantry_jobs::Jobs {
+        &self.jobs
     }
 }
 
@@ -284,7 +295,9 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
         containers,
         native: Arc::new(native),
         runtime: tokio::runtime::Handle::current(),
+        jobs: gantry_jobs::Jobs::default(),
     });
+    let jobs = state.jobs.clone();
 
     let listener = std::net::TcpListener::bind(cfg.listen)
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
@@ -300,7 +313,8 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
     let server =
         server::build(state.clone(), listener).context("starting the agent's HTTP server")?;
     let server_handle = server.handle();
-    actix_rt::spawn(async move {
+    // Owned, not cut short: it ends once stopped gracefully.
+    jobs.tasks().spawn_graceful(|_| async move {
         if let Err(e) = server.await {
             tracing::error!(error = %e, "the agent's HTTP server failed");
         }
@@ -345,7 +359,6 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
     .with_identity_file(work_dir.join(beacon::IDENTITY_FILE))
     .context("reading the worker's identity secret")?;
     let status = beacon.status.subscribe();
-    let (shutdown, stopped) = watch::channel(false);
     if cfg.sweep_interval_secs > 0 {
         let sweeper = sweeper::Sweeper {
             link: web_link::HttpLink::new(
@@ -361,18 +374,29 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
             interval: Duration::from_secs(cfg.sweep_interval_secs),
             max_parallel_destroys: cfg.max_parallel_destroys.max(1),
         };
-        // Ends at the shutdown signal, after the sweep in progress.
-        tokio::spawn(sweeper.run(status.clone(), stopped.clone()));
+        // Stops at shutdown, after the sweep in progress.
+        let job = sweeper::SweeperJob {
+            sweeper,
+            status: status.clone(),
+            name: "sweeper".into(),
+            failures: 0,
+        };
+        let schedule = job.schedule();
+        gantry_jobs::Periodic::new(job, schedule, &jobs).start();
     } else {
         tracing::warn!("sweep interval 0: this worker does not sweep (what it leaks stays)");
     }
-    let beacon = tokio::spawn(beacon.run(stopped));
+    let beacon = beacon::BeaconJob {
+        beacon,
+        name: "beacon".into(),
+    };
+    let schedule = beacon.schedule();
+    gantry_jobs::Periodic::new(beacon, schedule, &jobs).start();
 
     Ok(WorkerHandle {
         registration,
         server: server_handle,
-        shutdown,
-        beacon,
+        jobs,
         state,
         status,
         web: (web, cfg.registration_key.clone()),

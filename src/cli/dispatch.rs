@@ -234,9 +234,15 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         json,
                         pipeline: Some(pipeline),
                         team,
+                        ..
                     } => list::pipeline_jobs(&client, &team, &pipeline, json)
                         .await
                         .map(|_| 0),
+                    Command::Jobs {
+                        json,
+                        worker: Some(worker),
+                        ..
+                    } => list::worker_jobs(&client, &worker, json).await.map(|_| 0),
                     Command::Jobs { json, .. } => list::jobs(&client, json).await.map(|_| 0),
                     Command::Pipelines(command) => super::pipelines::run(&client, command).await,
                     Command::WebNodes { json } => list::web_nodes(&client, json).await.map(|_| 0),

@@ -306,15 +306,19 @@ pub enum Command {
         json: bool,
     },
     /// List the web node's background jobs (state, runs, errors, last
-    /// error); with `-p`, a stored pipeline's jobs instead (paused, newest
-    /// build, last scheduling outcome).
+    /// error); with `--worker`, a worker's (its beacon and sweeper); with
+    /// `-p`, a stored pipeline's jobs instead (paused, newest build, last
+    /// scheduling outcome).
     Jobs {
         /// Print JSON.
         #[arg(long)]
         json: bool,
         /// A stored pipeline whose jobs to list.
-        #[arg(short = 'p', long = "pipeline")]
+        #[arg(short = 'p', long = "pipeline", conflicts_with = "worker")]
         pipeline: Option<String>,
+        /// A worker whose background jobs to list.
+        #[arg(long = "worker")]
+        worker: Option<String>,
         /// Team (with `-p`).
         #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
         team: String,

@@ -200,6 +200,22 @@ pub async fn handles(client: &ApiClient, what: &str, json: bool) -> anyhow::Resu
 /// `gantry jobs`
 pub async fn jobs(client: &ApiClient, json: bool) -> anyhow::Result<()> {
     let rows: Vec<serde_json::Value> = client.get_pages("/api/v1/jobs", usize::MAX).await?;
+    print_jobs(&rows, json)
+}
+
+/// `gantry jobs --worker NAME`: a worker's background jobs, as `gantry jobs`.
+pub async fn worker_jobs(client: &ApiClient, worker: &str, json: bool) -> anyhow::Result<()> {
+    let rows: Vec<serde_json::Value> = client
+        .get(&format!(
+            "/api/v1/workers/{}/jobs",
+            crate::url::segment(worker)
+        ))
+        .await?;
+    print_jobs(&rows, json)
+}
+
+/// Prints background jobs' rows as a table (or JSON).
+fn print_jobs(rows: &[serde_json::Value], json: bool) -> anyhow::Result<()> {
     if json {
         crate::outln!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());

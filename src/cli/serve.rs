@@ -153,6 +153,7 @@ pub fn web(log_format: &str, flags: WebFlags) -> anyhow::Result<()> {
             stop_web_on_signals(&handle, None);
             let result = handle.server.await.context("web server");
             handle.engine.shutdown().await;
+            fenced_exit(&handle.engine)?;
             result
         })
     })
@@ -239,6 +240,7 @@ pub fn quickstart(
             let result = handle.server.await.context("web server");
             worker.stop().await;
             handle.engine.shutdown().await;
+            fenced_exit(&handle.engine)?;
             result
         })
     })
@@ -323,9 +325,18 @@ fn stop_web_on_signals(
 ) {
     let server = handle.server.handle();
     let engine = handle.engine.clone();
+    let mut fenced = engine.fenced();
     actix_web::rt::spawn(async move {
-        if shutdown_signal().await.is_err() {
-            return;
+        tokio::select! {
+            r = shutdown_signal() => if r.is_err() { return },
+            // Another node took this node's builds over: going on would run
+            // them twice. It stops through the same ordered shutdown, and
+            // the process exits non-zero after it.
+            r = fenced.wait_for(|f| *f) => {
+                if r.is_err() { return }
+                eprintln!("gantry web: this node missed its heartbeats for node_timeout_secs and another web node took its builds over; stopping");
+                tracing::error!("fenced: another web node took this node's builds over; stopping");
+            }
         }
         tracing::info!("stopping: leaving the builds to the next web node, then stopping the API");
         let (again_tx, again) = tokio::sync::watch::channel(false);
@@ -352,6 +363,15 @@ fn stop_web_on_signals(
             _ = again.wait_for(|a| *a) => server.stop(false).await,
         }
     });
+}
+
+/// After the ordered shutdown: an error (the process exits non-zero) if
+/// the node stopped because it was fenced.
+fn fenced_exit(engine: &gantry_actors::Engine) -> anyhow::Result<()> {
+    if engine.was_fenced() {
+        anyhow::bail!("stopped: another web node took this node's builds over");
+    }
+    Ok(())
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -3,33 +3,29 @@
 //! (`gantry_agent::beacon`, `gantry_agent::sweeper`), which speak to the
 //! engine's methods here ([`EngineLink`]) instead of HTTP, and count, list
 //! and destroy its pods and volumes ([`KubeWorker`] as their holdings).
-//! Both run as jobs of the engine's background runner,
+//! Both run as the agent's own jobs ([`BeaconJob`], [`SweeperJob`]) on
+//! the engine's table of the shared runner,
 //! `kubernetes-beacon/{worker}` and `kubernetes-sweeper/{worker}`: listed in
 //! `gantry jobs` and stopped in order at shutdown.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use gantry_actors::api::{Backoff, HeartbeatRefused, Job, JobError, Outcome, Schedule};
+use gantry_actors::api::HeartbeatRefused;
 use gantry_actors::runtime::Worker;
 use gantry_actors::Engine;
-use gantry_agent::beacon::{Beacon, BeaconStatus, Beat, BACKOFF_CAP, BACKOFF_START};
+use gantry_agent::beacon::{Beacon, BeaconJob};
 use gantry_agent::holdings::{Holdings, Kind, Listing};
-use gantry_agent::sweeper::Sweeper;
+use gantry_agent::sweeper::{Sweeper, SweeperJob};
 use gantry_agent::web_link::{Refusal, WebLink};
 use gantry_wire::sweep::{SweepAnswer, SweepReport};
 use gantry_wire::worker_info::{Heartbeat, WorkerRegistration, WorkerState};
-use tokio::sync::watch;
 
 use super::connect::BACKEND;
 use super::worker::KubeWorker;
 
 /// Most destroys at once in a sweep.
 const PARALLEL_DESTROYS: usize = 4;
-
-/// How often the sweeper looks whether the beacon has registered yet: the
-/// first sweep comes this soon after registering.
-const FIRST_SWEEP: Duration = Duration::from_secs(1);
 
 /// The registration of a cluster worker (a new incarnation at each start
 /// of the web node).
@@ -61,12 +57,13 @@ pub fn start(engine: &Engine, worker: KubeWorker) {
     let link = EngineLink(engine.clone());
     let beacon = Beacon::new(link.clone(), worker.clone(), reg.clone(), beat);
     let status = beacon.status.subscribe();
-    // The worker agent's backoff after failures.
-    let backoff = Backoff::doubling(BACKOFF_START, BACKOFF_CAP);
-    engine.run_job(
-        BeaconJob(beacon),
-        Schedule::every(beat).with_backoff(backoff),
-    );
+    let beacon = BeaconJob {
+        name: format!("kubernetes-beacon/{}", reg.name),
+        beacon,
+    };
+    // The worker agent's schedule, backoff after failures included.
+    let schedule = beacon.schedule();
+    engine.run_job(beacon, schedule);
     let sweeper = Sweeper {
         link,
         holdings: worker,
@@ -76,10 +73,13 @@ pub fn start(engine: &Engine, worker: KubeWorker) {
         max_parallel_destroys: PARALLEL_DESTROYS,
     };
     let job = SweeperJob {
+        name: format!("kubernetes-sweeper/{}", sweeper.worker),
         sweeper,
         status,
         failures: 0,
     };
+    // Every interval, without the agent's jitter: one cluster worker per
+    // cluster, nothing to spread.
     engine.run_job(job, Duration::from_secs(cfg.sweep_interval_secs));
 }
 
@@ -170,57 +170,5 @@ impl Holdings for KubeWorker {
             Kind::Volume => self.destroy_volume(handle).await,
         };
         done.map_err(|e| e.to_string())
-    }
-}
-
-/// The cluster worker's beacon: one step a tick (registering, or a
-/// heartbeat); after a failure the runner backs off as the agent does.
-struct BeaconJob(Beacon<EngineLink, KubeWorker>);
-
-impl Job for BeaconJob {
-    fn name(&self) -> String {
-        format!("kubernetes-beacon/{}", self.0.registration.name)
-    }
-
-    async fn tick(&mut self) -> Result<Outcome, JobError> {
-        match self.0.beat().await.map_err(JobError::Failed)? {
-            Beat::Registered | Beat::Beaten => Ok(Outcome::Idle),
-            Beat::Forgotten => Ok(Outcome::Busy),
-            Beat::Retired => Ok(Outcome::Done),
-        }
-    }
-}
-
-/// The cluster worker's sweeper: one sweep a tick once the beacon has
-/// registered; done once the worker is retired.
-struct SweeperJob {
-    /// The sweeper, shared with the worker agent.
-    sweeper: Sweeper<EngineLink, KubeWorker>,
-    /// What the beacon last learned.
-    status: watch::Receiver<BeaconStatus>,
-    /// Destroys that failed since the last report, sent with the next.
-    failures: u64,
-}
-
-impl Job for SweeperJob {
-    fn name(&self) -> String {
-        format!("kubernetes-sweeper/{}", self.sweeper.worker)
-    }
-
-    async fn tick(&mut self) -> Result<Outcome, JobError> {
-        let status = *self.status.borrow();
-        match status {
-            BeaconStatus::Retired => Ok(Outcome::Done),
-            BeaconStatus::Unregistered => Ok(Outcome::IdleFor(FIRST_SWEEP)),
-            BeaconStatus::Registered(_) => {
-                let outcome = self
-                    .sweeper
-                    .sweep(self.failures)
-                    .await
-                    .map_err(|e| JobError::Failed(format!("sweep: {e:#}")))?;
-                self.failures = outcome.failures;
-                Ok(Outcome::Idle)
-            }
-        }
     }
 }

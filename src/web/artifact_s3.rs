@@ -96,6 +96,9 @@ pub struct ArtifactS3 {
     /// Bytes of each part of an upload but the last: [`PART`], or more
     /// when the largest artifact would need more than [`MOST_PARTS`].
     part: usize,
+    /// The engine's owned tasks (see `ArtifactStore::own_tasks`), where an
+    /// abandoned upload is aborted.
+    tasks: Arc<std::sync::OnceLock<gantry_actors::api::Tasks>>,
 }
 
 impl ArtifactS3 {
@@ -162,6 +165,7 @@ impl ArtifactS3 {
                 max_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
             },
             part: part_size(DEFAULT_MAX_ARTIFACT_BYTES),
+            tasks: Default::default(),
         }
     }
 
@@ -388,7 +392,11 @@ async fn send_parts(
 
 /// A multipart upload not completed yet: aborted if dropped (the request
 /// that made it went away), so its parts do not linger.
-struct Unfinished(Option<Box<dyn MultipartUpload>>);
+struct Unfinished(
+    Option<Box<dyn MultipartUpload>>,
+    /// Where the abort runs when dropped (the engine's owned tasks).
+    Option<gantry_actors::api::Tasks>,
+);
 
 impl Unfinished {
     fn upload(&mut self) -> &mut dyn MultipartUpload {
@@ -410,10 +418,17 @@ impl Unfinished {
 impl Drop for Unfinished {
     fn drop(&mut self) {
         if let Some(mut upload) = self.0.take() {
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move {
-                    let _ = upload.abort().await;
-                });
+            let abort = async move {
+                let _ = upload.abort().await;
+            };
+            match (&self.1, tokio::runtime::Handle::try_current()) {
+                // Not cut short at shutdown: the abort is sent first.
+                (Some(tasks), Ok(_)) => tasks.spawn_graceful(|_| abort),
+                // A store the engine did not open (a test's).
+                (None, Ok(rt)) => drop(rt.spawn(abort)),
+                (_, Err(_)) => tracing::warn!(
+                    "an upload to the artifact store was left outside a runtime: its parts stay until the bucket's lifecycle rule removes them"
+                ),
             }
         }
     }
@@ -421,6 +436,10 @@ impl Drop for Unfinished {
 
 #[async_trait]
 impl ArtifactStore for ArtifactS3 {
+    fn own_tasks(&self, tasks: gantry_actors::api::Tasks) {
+        let _ = self.tasks.set(tasks);
+    }
+
     fn location(&self) -> String {
         self.location.clone()
     }
@@ -489,7 +508,7 @@ impl ArtifactStore for ArtifactS3 {
             .put_multipart(&object)
             .await
             .map_err(|e| self.unavailable(&format!("starting to store artifact {id}"), e))?;
-        let mut upload = Unfinished(Some(upload));
+        let mut upload = Unfinished(Some(upload), self.tasks.get().cloned());
         let checked = match self
             .receive(upload.upload(), body, encoding, kind, &id)
             .await

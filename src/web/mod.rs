@@ -248,14 +248,8 @@ pub async fn start_web(
     for cluster in clusters {
         crate::k8s::beacon::start(&engine, cluster);
     }
-    // Another node took this node's builds over: going on would run them twice.
-    let mut fenced = engine.fenced();
-    actix_web::rt::spawn(async move {
-        if fenced.wait_for(|f| *f).await.is_ok() {
-            eprintln!("gantry web: this node missed its heartbeats for node_timeout_secs and another web node took its builds over; stopping");
-            std::process::exit(1);
-        }
-    });
+    // Another node taking this node's builds over (it is fenced) stops it
+    // through the ordered shutdown: see `cli::serve`.
     let state = web::Data::new(AppState {
         engine: engine.clone(),
         tokens: auth::Tokens {

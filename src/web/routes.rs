@@ -55,6 +55,7 @@ routes! {
     post "/api/v1/workers/{name}/prune" => workers::prune;
     post "/api/v1/workers/{name}/sweep" => gc::begin;
     post "/api/v1/workers/{name}/report" => gc::report;
+    get "/api/v1/workers/{name}/jobs" => jobs::worker_jobs;
     post "/api/v1/teams/{team}/artifacts" => artifacts::upload;
     get "/api/v1/teams/{team}/artifacts/{id}" => artifacts::download;
     post "/api/v1/teams/{team}/builds" => builds::create;

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use actix::Actor;
 use tokio::sync::watch;
 
 use super::{Backoff, Job, JobError, Jobs, Outcome, Periodic, Schedule};

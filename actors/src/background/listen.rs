@@ -10,8 +10,6 @@
 
 use std::time::Duration;
 
-use actix::Actor;
-
 use super::{Backoff, Job, JobError, Jobs, Outcome, Periodic, Schedule};
 use crate::error::EngineError;
 

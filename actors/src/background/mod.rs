@@ -1,26 +1,32 @@
-//! One shape for periodic background work, after Garage's background
-//! workers: a [`Job`] does one unit of work per [`tick`](Job::tick); a
-//! [`Periodic`] actor drives it on an interval (with optional jitter), turns
-//! its errors into exponential backoff instead of a crash, and records its
-//! status in the shared [`Jobs`] table that operators see. Work that stays
-//! event-driven in another actor (a worker connection's probes) reports into
-//! the same table through a [`JobReport`].
+//! The engine's background work on the shared runner (the `gantry-jobs`
+//! crate, which the worker agent uses too): a [`Job`] does one unit of work
+//! per [`tick`](Job::tick); a [`Periodic`] runner drives it on an interval
+//! (with optional jitter), turns its errors into exponential backoff
+//! instead of a crash, and records its status in the shared [`Jobs`] table
+//! that operators see. Work that stays event-driven in another actor (a
+//! worker connection's probes) reports into the same table through a
+//! [`JobReport`]. The engine's other long-lived tasks are owned by the
+//! table's [`Tasks`].
 //!
 //! Leadership among the web nodes of one database is campaigned for by a
 //! job too ([`campaign`]), and the jobs that must not run twice are led by it.
 //!
-//! Shutdown is explicit: [`Jobs::stop_all`] tells every runner to stop once
-//! its current tick has finished, and [`Jobs::stopped`] resolves when the
-//! last of them has.
+//! Shutdown is explicit: [`Jobs::drain`] tells every runner to stop once
+//! its current tick has finished and every owned task to stop, waits for
+//! them with a bound, and reports how many were left.
 
-mod job;
 mod leadership;
 mod listen;
-mod runner;
-mod status;
 
-pub use job::{Job, JobError, Outcome};
+pub use gantry_jobs::{
+    Backoff, Drained, Job, JobError, JobReport, JobState, JobStatus, Jobs, Outcome, Periodic,
+    Schedule, Tasks,
+};
 pub use leadership::campaign;
 pub use listen::{listen, Heard};
-pub use runner::{Backoff, Periodic, Schedule};
-pub use status::{JobReport, JobState, JobStatus, Jobs};
+
+impl From<crate::error::EngineError> for JobError {
+    fn from(e: crate::error::EngineError) -> Self {
+        JobError::Source(Box::new(e))
+    }
+}

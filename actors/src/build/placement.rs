@@ -58,12 +58,15 @@ impl Drop for HeldPlacement {
 struct Queued {
     db: crate::db::Db,
     id: String,
+    /// The engine's owned tasks: the row's removal runs there (not cut
+    /// short at shutdown, which waits for it).
+    tasks: crate::background::Tasks,
 }
 
 impl Drop for Queued {
     fn drop(&mut self) {
         let (db, id) = (self.db.clone(), std::mem::take(&mut self.id));
-        tokio::spawn(async move {
+        self.tasks.spawn_graceful(|_| async move {
             if let Err(e) = db.delete_waiting_step(&id).await {
                 tracing::warn!("a placed step stays in the queue: {e}");
             }
@@ -350,6 +353,7 @@ impl BuildRun {
             Ok(()) => Some(Queued {
                 db: self.deps.db.clone(),
                 id: row.id,
+                tasks: self.deps.placer.tasks().clone(),
             }),
             Err(e) => {
                 tracing::warn!(

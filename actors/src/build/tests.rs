@@ -120,7 +120,7 @@ impl Harness {
             ),
             db: db.clone(),
             hub: EventHub::default(),
-            placer: crate::scheduler::Placer::local(scheduler),
+            placer: crate::scheduler::Placer::local(scheduler, Default::default()),
             artifacts,
             encoding: Encoding::Raw,
             worker_states,

@@ -250,7 +250,13 @@ impl Engine {
         id: i64,
         after: i64,
     ) -> tokio::sync::mpsc::Receiver<Result<StoredEvent, EngineError>> {
-        event_follow::follow(self.db.clone(), self.hub.clone(), id, after)
+        event_follow::follow(
+            self.db.clone(),
+            self.hub.clone(),
+            id,
+            after,
+            self.jobs.tasks(),
+        )
     }
 
     /// Bench helper (`gantry bench follow`): a build of team `team` owned

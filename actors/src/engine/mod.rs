@@ -62,6 +62,10 @@ use crate::registry::{LifecycleConfig, ListWorkers, Registry, WorkerStates};
 use crate::runtime::WorkerConnector;
 use crate::scheduler::{PlacementConfig, Placer, Scheduler};
 
+/// How long shutdown waits for the background jobs' current ticks and the
+/// owned tasks before it reports what is left and goes on.
+pub const SHUTDOWN_BOUND: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// How long a build taken over waits for a step's worker to answer again,
 /// unless configured (`EngineConfig::worker_return_timeout`).
 pub const DEFAULT_WORKER_RETURN: std::time::Duration = std::time::Duration::from_secs(60);
@@ -188,7 +192,8 @@ impl Engine {
         let scheduler = Scheduler::start_on_own_thread(config.placement.clone());
         let jobs = Jobs::default();
         let placer = Placer::for_database(scheduler.clone(), &db, &config.node_name, &jobs);
-        let intercepts = crate::intercept::Intercepts::new(db.clone(), &config.node_name);
+        let intercepts = crate::intercept::Intercepts::new(db.clone(), &config.node_name)
+            .with_tasks(jobs.tasks().clone());
         let worker_states = WorkerStates::default();
         let registry = Registry::new(
             db.clone(),
@@ -201,6 +206,7 @@ impl Engine {
         .start();
         // Answered once the registry has loaded the stored workers.
         registry.send(ListWorkers).await?;
+        artifacts.own_tasks(jobs.tasks().clone());
         let store = artifacts.clone();
         let artifacts = Artifacts::new(artifacts, db.clone());
         let streams = crate::streaming::Streams::new(
@@ -208,7 +214,8 @@ impl Engine {
             db.clone(),
             artifacts.clone(),
             connector.clone(),
-        );
+        )
+        .owned_by(jobs.tasks().clone());
         let builds = RunningBuilds::default();
         if db.is_shared() {
             listen_for_events(&jobs, &db, &hub, &builds);
@@ -321,17 +328,31 @@ impl Engine {
         self.jobs.list()
     }
 
+    /// The process's owned tasks: every long-lived task of the web node
+    /// (the engine's and the edges') is spawned here, so that
+    /// [`Engine::shutdown`] stops it and counts it.
+    pub fn tasks(&self) -> &crate::background::Tasks {
+        self.jobs.tasks()
+    }
+
+    /// Whether this node was fenced (another took its builds over): the
+    /// process exits non-zero after its ordered shutdown.
+    pub fn was_fenced(&self) -> bool {
+        *self.fenced.borrow()
+    }
+
     /// Shuts the engine down in order, once the API has stopped taking
     /// requests: running builds are detached first (each stops where it
     /// is and writes nothing more, while its steps go on on the workers;
     /// the next web node on this database takes them over), so nothing
     /// that stops after them can fail them; then background jobs finish
-    /// their current run and stop; the worker connections stop; then the
-    /// database is closed.
-    pub async fn shutdown(&self) {
+    /// their current run and stop, and every owned task is stopped, waited
+    /// for at most [`SHUTDOWN_BOUND`] and counted (the shutdown report, also
+    /// answered); the worker connections stop; then the database is closed.
+    pub async fn shutdown(&self) -> crate::background::Drained {
         let running = self.drain().await;
-        tracing::info!("engine: stopping background jobs");
-        self.jobs.shutdown().await;
+        tracing::info!("engine: stopping background jobs and owned tasks");
+        let drained = self.jobs.drain(SHUTDOWN_BOUND).await;
         tracing::info!("engine: stopping worker connections");
         let _ = self.registry.send(crate::registry::StopRegistry).await;
         // Last, so no build of this node writes after another took it.
@@ -344,6 +365,7 @@ impl Engine {
         tracing::info!("engine: closing the database");
         self.db.close().await;
         tracing::info!("engine: stopped");
+        drained
     }
 }
 
@@ -357,6 +379,8 @@ impl Engine {
     /// [`Engine::shutdown`] calls it too. Answers how many builds were
     /// detached, once their actors have stopped (at most 10 s).
     pub async fn drain(&self) -> usize {
+        // Shutdown begins: the shutdown report counts the owned tasks from now.
+        self.jobs.tasks().begin_shutdown();
         self.stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
         let running: Vec<_> = self.builds.iter().map(|b| b.value().clone()).collect();

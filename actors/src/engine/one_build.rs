@@ -14,8 +14,6 @@
 
 use std::time::Duration;
 
-use actix::Actor as _;
-
 use super::Engine;
 use crate::background::{Job, JobError, Outcome, Periodic, Schedule};
 use crate::error::EngineError;

@@ -23,7 +23,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::Actor;
 use futures::{StreamExt, TryStreamExt};
 use rand::Rng;
 

@@ -10,8 +10,6 @@
 
 use std::time::Duration;
 
-use actix::Actor;
-
 use super::Engine;
 use crate::background::{Job, JobError, Outcome, Periodic, Schedule};
 use crate::build::{Build, Plan};
@@ -214,8 +212,9 @@ impl Engine {
         let channel = crate::db::DEPARTURES_CHANNEL;
         crate::background::listen(&self.jobs, DEPARTURES_JOB, &url, channel, move |heard| {
             if let crate::background::Heard::Notice(_) = heard {
+                let owner = engine.clone();
                 let engine = engine.clone();
-                actix::spawn(async move {
+                owner.jobs.tasks().spawn_local(async move {
                     if let Err(e) = engine.claim_dead_nodes().await {
                         tracing::warn!("taking over a node that left: {e}");
                     }

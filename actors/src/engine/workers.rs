@@ -120,6 +120,15 @@ impl Engine {
             .map(|row| row.registration.incarnation))
     }
 
+    /// What worker `name` registered (its agent's URL and token), if it
+    /// is registered.
+    pub async fn worker_registration(
+        &self,
+        name: &str,
+    ) -> Result<Option<gantry_wire::worker_info::WorkerRegistration>, EngineError> {
+        Ok(self.db.get_worker(name).await?.map(|row| row.registration))
+    }
+
     /// Lands, retires or prunes a worker; answers its new state.
     pub async fn worker_lifecycle(
         &self,

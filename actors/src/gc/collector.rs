@@ -8,8 +8,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use actix::prelude::*;
-
 use crate::artifact_store::ArtifactStore;
 use crate::background::{Job, JobError, Jobs, Outcome, Periodic, Schedule};
 use crate::db::{now_ms, Db};

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use actix::Addr;
 use tokio::sync::{oneshot, watch};
 
-use crate::background::Jobs;
+use crate::background::{Jobs, Tasks};
 use crate::db::Db;
 use crate::error::EngineError;
 use crate::placement::Load;
@@ -40,6 +40,9 @@ pub struct Placer {
     scheduler: Addr<Scheduler>,
     /// The shared ledger, when several nodes may place.
     ledger: Option<Arc<Ledger>>,
+    /// Where its tasks (waits for capacity, releases, queue rows' removal)
+    /// run: the engine's owned tasks, drained at shutdown.
+    tasks: Tasks,
 }
 
 /// The shared ledger of one node.
@@ -77,12 +80,18 @@ impl Placer {
         self.ledger.is_some()
     }
 
-    /// Placements decided by `scheduler` alone.
-    pub fn local(scheduler: Addr<Scheduler>) -> Placer {
+    /// Placements decided by `scheduler` alone, its tasks owned by `tasks`.
+    pub fn local(scheduler: Addr<Scheduler>, tasks: Tasks) -> Placer {
         Placer {
             scheduler,
             ledger: None,
+            tasks,
         }
+    }
+
+    /// The owned tasks its work runs on (the engine's).
+    pub fn tasks(&self) -> &Tasks {
+        &self.tasks
     }
 
     /// Placements through the ledger of `db` when it may be shared
@@ -90,7 +99,7 @@ impl Placer {
     /// other nodes' releases, a job of `jobs` (inside the actix System).
     pub fn for_database(scheduler: Addr<Scheduler>, db: &Db, node: &str, jobs: &Jobs) -> Placer {
         if !db.is_shared() {
-            return Placer::local(scheduler);
+            return Placer::local(scheduler, jobs.tasks().clone());
         }
         let (released, _) = watch::channel(0);
         let ledger = Arc::new(Ledger {
@@ -117,6 +126,7 @@ impl Placer {
         );
         Placer {
             scheduler,
+            tasks: jobs.tasks().clone(),
             ledger: Some(ledger),
         }
     }
@@ -139,7 +149,7 @@ impl Placer {
         let (tx, ticket) = oneshot::channel();
         let placer = self.clone();
         let ledger = ledger.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let _waiting = Waiting::count(&ledger.waiting);
             let since = Instant::now();
             let mut tx = tx;
@@ -236,7 +246,8 @@ impl Placer {
     pub fn release(&self, placement: Placement) {
         if let (Some(ledger), Some(id)) = (&self.ledger, placement.ledger) {
             let ledger = ledger.clone();
-            tokio::spawn(async move {
+            // Not cut short at shutdown: the release is written first.
+            self.tasks.spawn_graceful(|_| async move {
                 match ledger.db.release_placement(id).await {
                     Ok(()) => {
                         ledger.released.send_modify(|n| *n += 1);

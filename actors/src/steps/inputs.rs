@@ -82,7 +82,12 @@ impl StepContext {
             },
             to: self.worker().name().to_string(),
             dest: volume.clone(),
-            on_wait: crate::streaming::waiting_event(&self.scope.events, self.step(), name, config),
+            on_wait: crate::streaming::waiting_event(
+                streams,
+                &self.scope.events,
+                self.step(),
+                name,
+            ),
         };
         let done = StreamTransfer::run(streams.clone(), job).await?;
         self.emit(&BuildEvent::Transfer {

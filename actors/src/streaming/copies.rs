@@ -21,7 +21,7 @@ use crate::state::{HandleState, WorkerState};
 
 use super::limiter::Direction;
 use super::transfer::{OnWait, Source, StreamTransfer, TransferJob};
-use super::{StreamConfig, Streams};
+use super::Streams;
 
 /// A step's need of an artifact of its build on its worker.
 #[derive(Clone)]
@@ -123,7 +123,7 @@ impl Streams {
             source: source.clone(),
             to: to.clone(),
             dest,
-            on_wait: waiting_event(&req.events, &req.step, &req.name, self.config()),
+            on_wait: waiting_event(self, &req.events, &req.step, &req.name),
         };
         match StreamTransfer::run(self.clone(), job).await {
             Ok(done) => {
@@ -197,9 +197,12 @@ impl Streams {
 }
 
 /// A callback telling the build's log that a step waits for a stream slot.
-pub fn waiting_event(events: &Events, step: &str, name: &str, config: &StreamConfig) -> OnWait {
+/// The event is written on the streams' owned tasks.
+pub fn waiting_event(streams: &Streams, events: &Events, step: &str, name: &str) -> OnWait {
     let (events, step, name) = (events.clone(), step.to_string(), name.to_string());
+    let config = streams.config();
     let (max_out, max_in) = (config.max_out, config.max_in);
+    let tasks = streams.tasks().clone();
     Box::new(move |worker: &str, direction: Direction| {
         let (way, cap) = match direction {
             Direction::Out => ("out of", max_out),
@@ -213,7 +216,7 @@ pub fn waiting_event(events: &Events, step: &str, name: &str, config: &StreamCon
             time: crate::db::now_ms(),
         };
         let events = events.clone();
-        actix::spawn(async move {
+        tasks.spawn_local(async move {
             let _ = events.emit(&event).await;
         });
     })

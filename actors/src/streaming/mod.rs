@@ -40,6 +40,9 @@ type PendingCopy = Shared<BoxFuture<'static, Result<String, String>>>;
 pub struct Streams {
     /// Everything, shared.
     inner: Arc<Inner>,
+    /// Where its small tasks run (a build's waiting events): the engine's
+    /// owned tasks, drained at shutdown.
+    tasks: crate::background::Tasks,
 }
 
 /// What [`Streams`] shares.
@@ -78,7 +81,18 @@ impl Streams {
                 connector,
                 pending: DashMap::new(),
             }),
+            tasks: Default::default(),
         }
+    }
+
+    /// The same, its tasks owned by `tasks` (the engine's).
+    pub fn owned_by(self, tasks: crate::background::Tasks) -> Streams {
+        Streams { tasks, ..self }
+    }
+
+    /// The owned tasks its small tasks run on.
+    pub fn tasks(&self) -> &crate::background::Tasks {
+        &self.tasks
     }
 
     /// The same services (database, store, worker clients) under another
@@ -91,6 +105,7 @@ impl Streams {
             self.inner.artifacts.clone(),
             self.inner.connector.clone(),
         )
+        .owned_by(self.tasks.clone())
     }
 
     /// How streams go.

@@ -28,6 +28,64 @@ pub async fn list(
     Ok(page.of_sorted(&req, state.engine.jobs(), |j| j.name.clone()))
 }
 
+/// `GET /api/v1/workers/{name}/jobs`: a worker's background jobs (its
+/// beacon and sweeper), relayed from its agent's `GET /jobs`; for a
+/// Kubernetes cluster worker, whose beacon and sweeper run in this web
+/// node, its rows of this node's table.
+#[utoipa::path(
+    get,
+    path = "/api/v1/workers/{name}/jobs",
+    operation_id = "listWorkerJobs",
+    tag = "workers",
+    params(("name" = String, Path, description = "The worker")),
+    responses(
+        (status = 200, description = "The worker's background jobs' statuses, by name", body = Vec<gantry_actors::api::JobStatus>),
+        (status = 404, description = "No such worker", body = crate::web::error::ErrorBody),
+        (status = 502, description = "The worker's agent did not answer", body = crate::web::error::ErrorBody),
+        (status = "5XX", description = "The engine or database failed", body = crate::web::error::ErrorBody),
+    )
+)]
+pub async fn worker_jobs(
+    state: web::Data<AppState>,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let name = name.into_inner();
+    let Some(reg) = state.engine.worker_registration(&name).await? else {
+        return Err(ApiError::not_found(format!("no worker named {name:?}")));
+    };
+    if reg.agent_url.starts_with("kubernetes://") {
+        let suffix = format!("/{name}");
+        let rows: Vec<_> = state
+            .engine
+            .jobs()
+            .into_iter()
+            .filter(|j| j.name.starts_with("kubernetes-") && j.name.ends_with(&suffix))
+            .collect();
+        return Ok(HttpResponse::Ok().json(rows));
+    }
+    let unreachable = |e: String| ApiError {
+        status: actix_web::http::StatusCode::BAD_GATEWAY,
+        message: format!("worker {name}'s agent: {e}"),
+    };
+    let url = format!("{}/jobs", reg.agent_url.trim_end_matches('/'));
+    let answer = reqwest::Client::new()
+        .get(&url)
+        .bearer_auth(&reg.agent_token)
+        .timeout(std::time::Duration::from_secs(10))
+        .send()
+        .await
+        .map_err(|e| unreachable(e.to_string()))?;
+    if !answer.status().is_success() {
+        return Err(unreachable(format!("answered {}", answer.status())));
+    }
+    let mut rows: Vec<gantry_actors::api::JobStatus> = answer
+        .json()
+        .await
+        .map_err(|e| unreachable(format!("unreadable job list: {e}")))?;
+    rows.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(HttpResponse::Ok().json(rows))
+}
+
 /// `GET /api/v1/web-nodes`: the web nodes sharing this node's database,
 /// with their last heartbeats, a page by name.
 #[utoipa::path(

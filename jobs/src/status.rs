@@ -8,13 +8,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::db::now_ms;
+use crate::tasks::{Drained, Tasks};
+
+/// Now, in unix milliseconds.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
 
 /// What a job is doing now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
@@ -55,7 +63,7 @@ impl JobState {
 
 /// One job's row, as operators see it. Times are unix milliseconds, like
 /// every stored time.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub struct JobStatus {
@@ -111,6 +119,8 @@ struct Inner {
     stop: watch::Sender<bool>,
     /// How many runners have not stopped yet; [`Jobs::stopped`] waits for zero.
     running: watch::Sender<usize>,
+    /// The process's owned tasks, the runners among them.
+    tasks: Tasks,
 }
 
 /// The status table of every background job, cheap to clone: the engine
@@ -129,6 +139,7 @@ impl Default for Jobs {
                 next_owner: AtomicU64::new(1),
                 stop: watch::channel(false).0,
                 running: watch::channel(0).0,
+                tasks: Tasks::default(),
             }),
         }
     }
@@ -157,7 +168,6 @@ impl Jobs {
     }
 
     /// One job's row.
-    #[cfg(test)]
     pub fn get(&self, name: &str) -> Option<JobStatus> {
         self.inner.rows.get(name).map(|r| r.status.clone())
     }
@@ -186,9 +196,11 @@ impl Jobs {
         self.inner.rows.remove(name);
     }
 
-    /// Tells every [`Periodic`](super::Periodic) runner, running or started
+    /// Tells every [`Periodic`](crate::Periodic) runner, running or started
     /// later, to stop once its current tick has finished.
+    /// Shutdown begins here: the owned tasks' report counts from now.
     pub fn stop_all(&self) {
+        self.inner.tasks.begin_shutdown();
         self.inner.stop.send_replace(true);
     }
 
@@ -205,13 +217,42 @@ impl Jobs {
         self.stopped().await;
     }
 
+    /// The owned tasks of the process this table belongs to: spawn every
+    /// long-lived task here, so that [`Jobs::drain`] stops and counts it.
+    pub fn tasks(&self) -> &Tasks {
+        &self.inner.tasks
+    }
+
+    /// The ordered shutdown's last step for background work: tells every
+    /// runner to stop after its current tick and every owned task to stop,
+    /// waits for them at most `bound`, and answers how many were drained
+    /// and how many were left (logged as the shutdown report).
+    pub async fn drain(&self, bound: Duration) -> Drained {
+        self.stop_all();
+        let report = self.inner.tasks.drain(bound).await;
+        if report.left == 0 {
+            tracing::info!(
+                drained = report.drained,
+                left = 0,
+                "shutdown report: {report}"
+            );
+        } else {
+            tracing::error!(
+                drained = report.drained,
+                left = report.left,
+                "shutdown report: {report}"
+            );
+        }
+        report
+    }
+
     /// The stop signal, for a runner to watch.
-    pub(super) fn stop_signal(&self) -> watch::Receiver<bool> {
+    pub(crate) fn stop_signal(&self) -> watch::Receiver<bool> {
         self.inner.stop.subscribe()
     }
 
     /// Counts a runner until the guard is dropped.
-    pub(super) fn running(&self) -> RunningGuard {
+    pub(crate) fn running(&self) -> RunningGuard {
         self.inner.running.send_modify(|n| *n += 1);
         RunningGuard(self.clone())
     }
@@ -227,7 +268,7 @@ impl Jobs {
 }
 
 /// Keeps [`Jobs::stopped`] waiting while a runner exists.
-pub(super) struct RunningGuard(
+pub(crate) struct RunningGuard(
     /// The table whose count of runners this guard holds up.
     Jobs,
 );

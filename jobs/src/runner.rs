@@ -1,14 +1,13 @@
-//! The driver of periodic jobs: a [`Periodic`] actor ticks its [`Job`] on
-//! a [`Schedule`], backs off exponentially after errors, reports into
+//! The driver of periodic jobs: a [`Periodic`] runner ticks its [`Job`]
+//! on a [`Schedule`], backs off exponentially after errors, reports into
 //! [`Jobs`], and stops when told to.
 
 use std::time::Duration;
 
-use actix::prelude::*;
 use rand::Rng;
 
-use super::job::{Job, Outcome};
-use super::status::{JobReport, JobState, Jobs, RunningGuard};
+use crate::job::{Job, Outcome};
+use crate::status::{JobReport, JobState, Jobs, RunningGuard};
 
 /// How long to wait after failures in a row: `first`, then twice as long
 /// after each further failure, never more than `max`.
@@ -58,7 +57,6 @@ impl Schedule {
     }
 
     /// The same with random jitter up to `jitter` on every wait.
-    #[cfg(test)]
     pub fn with_jitter(self, jitter: Duration) -> Self {
         Schedule { jitter, ..self }
     }
@@ -85,50 +83,38 @@ impl From<Duration> for Schedule {
     }
 }
 
-/// Stops one runner once its current tick (if any) has finished.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct StopJob;
-
-/// The actor that drives one [`Job`]: it ticks it on its schedule, turns
-/// errors into backoff (they never stop it), records everything in its row
-/// of [`Jobs`], and stops on [`StopJob`], on [`Jobs::stop_all`] or when the
-/// job says it is done.
+/// The runner of one [`Job`]: it ticks it on its schedule, turns errors
+/// into backoff (they never stop it), records everything in its row of
+/// [`Jobs`], and stops on [`Jobs::stop_all`] (or [`Jobs::drain`]) once its
+/// current tick has finished, or when the job says it is done. It runs as
+/// an owned task of the table's [`Tasks`](crate::Tasks), so shutdown counts
+/// it.
 pub struct Periodic<J: Job> {
-    /// The job; `None` while a tick owns it.
-    job: Option<J>,
+    /// The job.
+    job: J,
     /// When to tick.
     schedule: Schedule,
     /// Where its stop signal comes from.
     jobs: Jobs,
     /// Its row in the status table.
     report: JobReport,
-    /// Failed ticks in a row: the backoff grows with them; a success resets it.
-    failures: u32,
-    /// The timer of the next tick, cancelled when the runner stops.
-    next: Option<SpawnHandle>,
-    /// Told to stop while a tick ran: it stops when the tick has finished.
-    stopping: bool,
     /// Keeps [`Jobs::stopped`] waiting until this runner is gone.
-    _running: RunningGuard,
-    /// Whether this node leads the job's role (see [`super::campaign`]);
-    /// none: it always runs.
+    running: RunningGuard,
+    /// Whether this node leads the job's role; none: it always runs.
     leader: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl<J: Job> Periodic<J> {
     /// A runner for `job`, reporting into `jobs` under the job's name
-    /// (counted by [`Jobs::stopped`] from now on; start it with `.start()`).
+    /// (counted by [`Jobs::stopped`] from now on; start it with
+    /// [`start`](Periodic::start)).
     pub fn new(job: J, schedule: Schedule, jobs: &Jobs) -> Self {
         Periodic {
             report: jobs.report(job.name()),
-            job: Some(job),
+            job,
             schedule,
             jobs: jobs.clone(),
-            failures: 0,
-            next: None,
-            stopping: false,
-            _running: jobs.running(),
+            running: jobs.running(),
             leader: None,
         }
     }
@@ -142,103 +128,71 @@ impl<J: Job> Periodic<J> {
         }
     }
 
-    /// Plans the next tick in `delay`, showing `state` until then.
-    fn plan(&mut self, delay: Duration, state: JobState, ctx: &mut Context<Self>) {
-        self.report.waiting(state, Some(delay));
-        self.next = Some(ctx.run_later(delay, |act, ctx| act.tick(ctx)));
+    /// Starts it as an owned task of the table. Must be called inside a
+    /// `LocalSet` (an actix System is one): a job's tick need not be `Send`.
+    pub fn start(self) {
+        let tasks = self.jobs.tasks().clone();
+        tasks.spawn_local_graceful(move |cancel| self.run(cancel));
     }
 
-    /// Runs one tick; the job is handed to the tick and back.
-    fn tick(&mut self, ctx: &mut Context<Self>) {
-        self.next = None;
-        if self.leader.as_ref().is_some_and(|l| !*l.borrow()) {
-            let wait = self.schedule.interval;
-            self.plan(wait, JobState::Standby, ctx);
-            return;
-        }
-        let Some(mut job) = self.job.take() else {
-            return;
-        };
-        self.report.busy();
-        async move {
-            let result = job.tick().await;
-            (job, result)
-        }
-        .into_actor(self)
-        .map(|(job, result), act, ctx| {
-            act.job = Some(job);
-            let next = match result {
+    /// Ticks until told to stop or done.
+    async fn run(mut self, cancel: tokio_util::sync::CancellationToken) {
+        let mut stop = self.jobs.stop_signal();
+        let mut failures: u32 = 0;
+        let mut delay = self.schedule.wait(Duration::ZERO);
+        let mut state = JobState::Idle;
+        loop {
+            if *stop.borrow() || cancel.is_cancelled() {
+                break;
+            }
+            self.report.waiting(state, Some(delay));
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                _ = stop.wait_for(|stop| *stop) => break,
+                () = cancel.cancelled() => break,
+            }
+            if self.leader.as_ref().is_some_and(|l| !*l.borrow()) {
+                delay = self.schedule.interval;
+                state = JobState::Standby;
+                continue;
+            }
+            self.report.busy();
+            // A running tick is not cut short: shutdown waits for it.
+            let next = match self.job.tick().await {
                 Ok(outcome) => {
-                    act.failures = 0;
-                    act.report.succeeded();
+                    failures = 0;
+                    self.report.succeeded();
                     match outcome {
-                        Outcome::Idle => {
-                            Some((act.schedule.wait(act.schedule.interval), JobState::Idle))
-                        }
-                        Outcome::IdleFor(wait) => Some((act.schedule.wait(wait), JobState::Idle)),
+                        Outcome::Idle => Some((self.schedule.interval, JobState::Idle)),
+                        Outcome::IdleFor(wait) => Some((wait, JobState::Idle)),
                         Outcome::Busy => Some((Duration::ZERO, JobState::Busy)),
                         Outcome::Done => None,
                     }
                 }
                 Err(e) => {
-                    act.failures += 1;
+                    failures += 1;
                     tracing::warn!(
-                        job = act.report.name(),
-                        failures = act.failures,
+                        job = self.report.name(),
+                        failures,
                         "background job failed: {e}"
                     );
-                    act.report.failed(&e);
-                    let backoff = act.schedule.backoff.delay(act.failures);
-                    Some((act.schedule.wait(backoff), JobState::BackingOff))
+                    self.report.failed(&e);
+                    Some((self.schedule.backoff.delay(failures), JobState::BackingOff))
                 }
             };
-            match next {
-                Some((delay, state)) if !act.stopping => act.plan(delay, state, ctx),
-                _ => ctx.stop(),
-            }
-        })
-        .spawn(ctx);
-    }
-
-    /// Stops now when idle, after the running tick otherwise.
-    fn stop(&mut self, ctx: &mut Context<Self>) {
-        if let Some(next) = self.next.take() {
-            ctx.cancel_future(next);
+            let Some((base, next_state)) = next else {
+                break;
+            };
+            delay = if base.is_zero() {
+                base
+            } else {
+                self.schedule.wait(base)
+            };
+            state = next_state;
         }
-        if self.job.is_some() {
-            ctx.stop();
-        } else {
-            self.stopping = true;
-        }
-    }
-}
-
-impl<J: Job> Actor for Periodic<J> {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        let mut stop = self.jobs.stop_signal();
-        async move {
-            // The sender lives as long as the table this runner holds.
-            let _ = stop.wait_for(|stop| *stop).await;
-        }
-        .into_actor(self)
-        .map(|_, act, ctx| act.stop(ctx))
-        .spawn(ctx);
-        let first = self.schedule.wait(Duration::ZERO);
-        self.plan(first, JobState::Idle, ctx);
-    }
-
-    fn stopped(&mut self, _: &mut Context<Self>) {
         tracing::info!(job = self.report.name(), "background job stopped");
         self.report.stopped();
-    }
-}
-
-impl<J: Job> Handler<StopJob> for Periodic<J> {
-    type Result = ();
-    fn handle(&mut self, _: StopJob, ctx: &mut Context<Self>) {
-        self.stop(ctx);
+        drop(self.running);
     }
 }
 
@@ -252,8 +206,18 @@ mod tests {
     use tokio::time::{sleep, sleep_until, Instant};
 
     use super::*;
-    use crate::background::{JobError, JobStatus};
-    use crate::testing::clock::run_paused;
+    use crate::{JobError, JobStatus};
+
+    /// Runs `test` on a current-thread runtime with a paused clock, inside
+    /// a `LocalSet` (as in an actix System).
+    fn run_paused<F: Future<Output = ()>>(test: impl FnOnce() -> F) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("a current-thread runtime");
+        tokio::task::LocalSet::new().block_on(&rt, test());
+    }
 
     /// What a scripted tick does.
     #[derive(Clone, Copy)]
@@ -292,13 +256,13 @@ mod tests {
         }
     }
 
-    /// Starts `script` as job `name` every `schedule`; returns its runner and tick times.
+    /// Starts `script` as job `name` every `schedule`; returns its tick times.
     fn start(
         name: &'static str,
         script: &[Step],
         schedule: Schedule,
         jobs: &Jobs,
-    ) -> (Addr<Periodic<Scripted>>, Rc<RefCell<Vec<Duration>>>) {
+    ) -> Rc<RefCell<Vec<Duration>>> {
         let ticks = Rc::new(RefCell::new(Vec::new()));
         let job = Scripted {
             name,
@@ -306,7 +270,8 @@ mod tests {
             ticks: ticks.clone(),
             start: Instant::now(),
         };
-        (Periodic::new(job, schedule, jobs).start(), ticks)
+        Periodic::new(job, schedule, jobs).start();
+        ticks
     }
 
     fn secs(list: &[f64]) -> Vec<Duration> {
@@ -322,7 +287,7 @@ mod tests {
             );
             let e = Step::Err("boom");
             let ok = Step::Ok(Outcome::Idle);
-            let (_runner, ticks) = start("j", &[e, e, e, e, ok, e, ok], schedule, &jobs);
+            let ticks = start("j", &[e, e, e, e, ok, e, ok], schedule, &jobs);
             sleep(Duration::from_millis(32_500)).await;
             // Waits 1, 2, 4, 4 (capped) after errors; 10 after a success; 1 again after the next error.
             assert_eq!(*ticks.borrow(), secs(&[0., 1., 3., 7., 11., 21., 22., 32.]));
@@ -341,7 +306,7 @@ mod tests {
                 Step::Err("disk on fire"),
                 Step::Ok(Outcome::Idle),
             ];
-            let (_runner, _) = start("gc", &script, schedule, &jobs);
+            start("gc", &script, schedule, &jobs);
             let t0 = Instant::now();
             let wait_ms = |s: &JobStatus| s.next_run.unwrap() - s.last_run.unwrap();
 
@@ -392,7 +357,7 @@ mod tests {
                 start: Instant::now(),
             };
             let every = Schedule::every(Duration::from_secs(10));
-            let _runner = Periodic::new(job, every, &jobs).led_by(leader).start();
+            Periodic::new(job, every, &jobs).led_by(leader).start();
             sleep(Duration::from_secs(25)).await;
             let s = jobs.get("gc").unwrap();
             assert_eq!((s.state, s.runs), (JobState::Standby, 0));
@@ -415,7 +380,7 @@ mod tests {
         run_paused(|| async {
             let jobs = Jobs::default();
             let slow = [Step::Slow(Duration::from_secs(5))];
-            let (_runner, _) = start(
+            start(
                 "slow",
                 &slow,
                 Schedule::every(Duration::from_secs(10)),
@@ -435,9 +400,9 @@ mod tests {
         run_paused(|| async {
             let jobs = Jobs::default();
             let every = Schedule::every(Duration::from_secs(10));
-            let (_quick, quick) = start("quick", &[], every, &jobs);
+            let quick = start("quick", &[], every, &jobs);
             let slow = [Step::Slow(Duration::from_secs(5))];
-            let (_slow, slow) = start("slow", &slow, every, &jobs);
+            let slow = start("slow", &slow, every, &jobs);
             let t0 = Instant::now();
             sleep(Duration::from_secs(1)).await;
             jobs.shutdown().await;
@@ -460,22 +425,30 @@ mod tests {
     }
 
     #[test]
-    fn a_stop_message_stops_only_its_job() {
+    fn a_drain_counts_the_runners_and_reports_one_whose_tick_hangs_as_left() {
         run_paused(|| async {
             let jobs = Jobs::default();
             let every = Schedule::every(Duration::from_secs(10));
-            let (a, a_ticks) = start("a", &[], every, &jobs);
-            let (_b, b_ticks) = start("b", &[], every, &jobs);
-            sleep(Duration::from_secs(15)).await;
-            a.send(StopJob).await.unwrap();
-            sleep(Duration::from_secs(20)).await;
-            assert_eq!(*a_ticks.borrow(), secs(&[0., 10.]));
-            assert_eq!(*b_ticks.borrow(), secs(&[0., 10., 20., 30.]));
-            assert_eq!(jobs.get("a").unwrap().state, JobState::Stopped);
-            assert_eq!(jobs.get("b").unwrap().state, JobState::Idle);
-            let t = Instant::now();
-            jobs.shutdown().await;
-            assert_eq!(t.elapsed(), Duration::ZERO);
+            start("quick", &[], every, &jobs);
+            let hangs = [Step::Slow(Duration::from_secs(3600))];
+            start("hangs", &hangs, every, &jobs);
+            sleep(Duration::from_secs(1)).await;
+            let t0 = Instant::now();
+            let report = jobs.drain(Duration::from_secs(5)).await;
+            assert_eq!(
+                t0.elapsed(),
+                Duration::from_secs(5),
+                "waits the bound, no more"
+            );
+            assert_eq!(
+                report,
+                crate::Drained {
+                    drained: 1,
+                    left: 1
+                }
+            );
+            assert_eq!(jobs.get("quick").unwrap().state, JobState::Stopped);
+            assert_eq!(jobs.get("hangs").unwrap().state, JobState::Busy);
         });
     }
 
@@ -489,7 +462,7 @@ mod tests {
                 Step::Ok(Outcome::Idle),
                 Step::Ok(Outcome::Done),
             ];
-            let (_runner, ticks) = start(
+            let ticks = start(
                 "drain",
                 &script,
                 Schedule::every(Duration::from_secs(10)),
@@ -517,7 +490,7 @@ mod tests {
                 Step::Ok(Outcome::IdleFor(Duration::from_secs(1))),
                 Step::Ok(Outcome::IdleFor(Duration::from_secs(2))),
             ];
-            let (_runner, ticks) = start(
+            let ticks = start(
                 "sweeper",
                 &script,
                 Schedule::every(Duration::from_secs(10)),
@@ -538,7 +511,7 @@ mod tests {
             let jobs = Jobs::default();
             let schedule =
                 Schedule::every(Duration::from_secs(10)).with_jitter(Duration::from_secs(5));
-            let (_runner, ticks) = start("sweeper", &[], schedule, &jobs);
+            let ticks = start("sweeper", &[], schedule, &jobs);
             sleep(Duration::from_secs(200)).await;
             let ticks = ticks.borrow();
             assert!(ticks[0] <= Duration::from_secs(5), "{ticks:?}");

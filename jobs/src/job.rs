@@ -3,13 +3,11 @@
 
 use std::future::Future;
 
-use crate::error::{EngineError, RuntimeError};
-
 /// One kind of periodic work (a GC pass, a sweep of a worker's handles): a
-/// name, and one unit of work per tick. A [`Periodic`](super::Periodic)
+/// name, and one unit of work per tick. A [`Periodic`](crate::Periodic)
 /// actor decides when the next tick runs.
-pub trait Job: Unpin + 'static {
-    /// The name it is listed under in [`Jobs`](super::Jobs), e.g.
+pub trait Job: 'static {
+    /// The name it is listed under in [`Jobs`](crate::Jobs), e.g.
     /// `gc-collector` or `worker-probe/w1`; unique among running jobs.
     fn name(&self) -> String;
 
@@ -36,12 +34,10 @@ pub enum Outcome {
 /// Why a tick failed; its runner backs off and shows the message.
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
-    /// The engine (most often the database) failed.
+    /// A typed error of the crate the job lives in (the engine's, a
+    /// worker's); that crate converts its errors into this one.
     #[error(transparent)]
-    Engine(#[from] EngineError),
-    /// A worker failed or did not answer.
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
+    Source(Box<dyn std::error::Error + Send + Sync>),
     /// Anything else; the message names what failed.
     #[error("{0}")]
     Failed(String),
