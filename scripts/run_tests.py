@@ -24,14 +24,18 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 # The binaries that take longest, started first so none is left alone at the end.
 SLOW_FIRST = [
+    "testflight",
+    "pipelines",
     "resume_plans",
     "gc_soak",
-    "testflight",
     "web_nodes",
+    "pipeline_controls",
+    "web_nodes_start",
+    "fleet",
+    "resources",
     "web_nodes_s3",
     "gc_pressure",
     "rolling_upgrade",
-    "fleet",
     "abort",
     "streaming",
     "k8s_builds",
