@@ -236,7 +236,7 @@ fn copy(
 mod tests {
     use super::*;
     use crate::pipeline::Pipeline;
-    use crate::plan::Leaf;
+    use crate::plan::{step_plan, Leaf, LocalVars};
 
     fn step_of(yaml: &str) -> PipelineStep {
         let text = format!("jobs:\n- name: j\n  plan:\n  - {yaml}\n");
