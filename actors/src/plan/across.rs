@@ -1,8 +1,8 @@
-//! Where a pipeline step is translated ([`At`]), and the translation work
-//! on build-local vars (`((.:name))`): whether a step's own definition holds
-//! them (such a step is deferred until it runs), filling them, and
-//! `across` expanded into one copy of the step per combination of values
-//! ([`expand_across`]).
+//! The translation work on build-local vars (`((.:name))`): whether a
+//! step's own definition holds them (such a step is deferred until it
+//! runs), filling them, and `across` expanded into one copy of the step per
+//! combination of values, each with where it is translated
+//! ([`expand_across`]; `translate.rs` translates the copies).
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
