@@ -56,6 +56,14 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
 
+# The source gates (docs/architecture.md, "Gates"), before anything is
+# built: no production file over 800 lines, no import cycle between the
+# modules of a crate or the files of a module, no stored state spelled in
+# SQL outside the engine's state mapping. Their self-tests first: each gate
+# must refuse a fixture tree that breaks it.
+python3 scripts/gates_test.py -q
+python3 scripts/gates.py all
+
 # crun refuses a hybrid cgroup layout whose v2 hierarchy holds controllers
 # (on these machines hugetlb, which no v1 hierarchy mounts): mount each as v1
 # beside the others, as the worker's error message says.
@@ -108,9 +116,6 @@ if [ -n "$forbidden" ]; then
   exit 1
 fi
 echo "gantry-agent's dependency tree: no sqlx, kube, utoipa, metrics-exporter-prometheus, indicatif, object_store or gantry-actors"
-
-# No import cycle between the engine's top-level modules (docs/architecture.md).
-python3 scripts/engine_cycles.py
 
 # The shipping build (no `bench` feature: no benchmarks, no test doubles)
 # must be as clean as the one the tests run, which has the benchmarks.

@@ -43,6 +43,9 @@ impl FileConfig {
 /// reachable from other hosts, never accepts it.
 pub use gantry_agent::config::DEV_REGISTRATION_KEY;
 
+/// The quickstart's embedded worker's work directory, in its data dir.
+pub const QUICKSTART_WORKER_DIR: &str = "worker";
+
 /// Default of [`WebConfig::max_artifact_bytes`]: 10 GiB.
 pub const DEFAULT_MAX_ARTIFACT_BYTES: u64 = 10 * 1024 * 1024 * 1024;
 

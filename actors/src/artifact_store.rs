@@ -8,33 +8,7 @@ use crate::error::EngineError;
 use crate::runtime::ByteStream;
 use crate::spec::Encoding;
 
-/// What an artifact holds, which decides how an upload is checked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ArtifactKind {
-    /// A directory tree (inputs, outputs): every entry must stay inside it.
-    #[default]
-    Files,
-    /// An image (rootfs tar or OCI image layout tar): absolute symlinks are
-    /// allowed, since they are resolved inside the container's root.
-    Image,
-}
-
-impl ArtifactKind {
-    /// The name stored with an artifact's digest.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            ArtifactKind::Files => "files",
-            ArtifactKind::Image => "image",
-        }
-    }
-
-    /// Parses a name given by a client (`files` or `image`).
-    pub fn parse(s: &str) -> Option<Self> {
-        [ArtifactKind::Files, ArtifactKind::Image]
-            .into_iter()
-            .find(|k| k.as_str() == s)
-    }
-}
+pub use crate::state::ArtifactKind;
 
 /// What [`ArtifactStore::store`] kept.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -91,4 +91,16 @@ impl<T> Hooks<T> {
             ensure: one(self.ensure),
         }
     }
+
+    /// The same hooks, each turned by `f`; the first error `f` answers.
+    pub fn try_into_map<U, E>(self, f: impl Fn(T) -> Result<U, E>) -> Result<Hooks<U>, E> {
+        let one = |h: Option<Box<T>>| h.map(|t| f(*t).map(Box::new)).transpose();
+        Ok(Hooks {
+            on_success: one(self.on_success)?,
+            on_failure: one(self.on_failure)?,
+            on_abort: one(self.on_abort)?,
+            on_error: one(self.on_error)?,
+            ensure: one(self.ensure)?,
+        })
+    }
 }

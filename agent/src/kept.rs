@@ -26,10 +26,10 @@ use tokio::io::AsyncBufReadExt as _;
 use tokio::sync::watch;
 
 use super::api::OutputLine;
+use super::child::{ChildOutput, SignalTarget, Spawned, StdinSink};
 use super::error::AgentError;
 use super::keeper::{process_file, start_time, KeeperRecord, SUBCOMMAND};
 use super::output_log::{ProcessEnd, Progress, MAX_CHUNK};
-use super::processes::{ChildOutput, SignalTarget, Spawned, StdinSink};
 
 /// How often the log's length is looked at when inotify cannot be had.
 const POLL: Duration = Duration::from_millis(100);

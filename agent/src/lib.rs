@@ -39,6 +39,7 @@ pub use gantry_wire::agent_api as api;
 pub mod backend;
 pub mod beacon;
 pub mod body;
+pub mod child;
 pub mod config;
 pub mod containers;
 pub mod error;

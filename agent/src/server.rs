@@ -363,7 +363,7 @@ async fn pull_image(
     let st = state.clone().into_inner();
     let (handle, pull) = (handle.into_inner(), pull.into_inner());
     let pulled = state
-        .on_main(async move { st.volumes.pull_image(&handle, &st.native, &pull).await })
+        .on_main(async move { st.volumes.pull_image(&handle, &*st.native, &pull).await })
         .await?;
     Ok(HttpResponse::Ok().json(pulled))
 }

@@ -104,6 +104,19 @@ impl Drop for ImportClaim<'_> {
     }
 }
 
+/// What pulls a registry image into a directory: the worker's native image
+/// types (`registry/`), given to [`VolumeStore::pull_image`].
+#[async_trait::async_trait]
+pub trait PullInto: Send + Sync {
+    /// Pulls `pull` into `data`, working in `work`.
+    async fn pull_into(
+        &self,
+        pull: &PullImage,
+        work: &Path,
+        data: &Path,
+    ) -> Result<PulledImage, AgentError>;
+}
+
 /// What claiming a volume for an image found.
 enum Begun<'a, R> {
     /// It holds an image already: its record.
@@ -241,7 +254,7 @@ impl VolumeStore {
     pub async fn pull_image(
         &self,
         handle: &str,
-        native: &crate::registry::NativeTypes,
+        native: &dyn PullInto,
         pull: &PullImage,
     ) -> Result<PulledImage, AgentError> {
         let slot = match self.begin_image::<PulledImage>(handle).await? {

@@ -16,7 +16,6 @@ use gantry_actors::api::bench::Sweeps;
 use gantry_actors::api::HandleKind;
 use gantry_actors::api::SweepReport;
 use gantry_actors::worker_info::WorkerRegistration;
-use sqlx::Connection as _;
 
 /// Options of the benchmark.
 pub struct GcBench {
@@ -164,14 +163,9 @@ pub async fn bench(opts: GcBench) -> anyhow::Result<()> {
 
     let base = opts.postgres_url.trim_end_matches('/');
     let name = format!("gantry_bench_gc_{}", uuid::Uuid::new_v4().simple());
-    sqlx::any::install_default_drivers();
-    let mut admin = sqlx::AnyConnection::connect(&format!("{base}/postgres"))
+    Db::bench_create_database(base, &name)
         .await
-        .with_context(|| format!("connecting to PostgreSQL at {base}"))?;
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut admin)
-        .await
-        .context("creating the benchmark's PostgreSQL database")?;
+        .with_context(|| format!("creating the benchmark's PostgreSQL database at {base}"))?;
     let result = async {
         let db = Db::connect(&format!("{base}/{name}")).await?;
         let figures = measure(&db, &opts).await;
@@ -179,9 +173,7 @@ pub async fn bench(opts: GcBench) -> anyhow::Result<()> {
         figures
     }
     .await;
-    let dropped = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .execute(&mut admin)
-        .await;
+    let dropped = Db::bench_drop_database(base, &name).await;
     let postgres = result.context("PostgreSQL")?;
     dropped.context("dropping the benchmark's PostgreSQL database")?;
     print("postgres", &postgres);

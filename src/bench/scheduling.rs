@@ -110,30 +110,29 @@ pub async fn bench(opts: SchedulingBench) -> anyhow::Result<()> {
     fan_out(&opts, &url, &store, &db, interval).await?;
     // The fan-out's pipelines stay stored: paused, they are left out of the
     // chained rounds.
-    sqlx::query("UPDATE pipelines SET paused = 1")
-        .execute(db.pool())
-        .await?;
+    pause_every_pipeline(&db).await?;
     // Its builds are over: the next engine (the same node, started again)
     // would otherwise take them over while the rounds are timed.
-    sqlx::query("UPDATE builds SET status = 'aborted', finished_at = 1 WHERE finished_at IS NULL")
-        .execute(db.pool())
-        .await?;
+    db.bench_abort_unfinished_builds().await?;
     chain(&opts, &url, &store, &db).await?;
     // The chained pipeline stays stored, paused, out of the way of the
     // sets timed next.
-    sqlx::query("UPDATE pipelines SET paused = 1")
-        .execute(db.pool())
-        .await?;
+    pause_every_pipeline(&db).await?;
     super::set_pipeline::bench(&url, &store, &tmp.path().join("web")).await?;
     println!("peak_rss_mib: {:.1}", rss_mib("VmHWM:"));
     Ok(())
 }
 
+/// Pauses every pipeline of team `main` (the benchmark's one team).
+async fn pause_every_pipeline(db: &Db) -> anyhow::Result<()> {
+    for p in db.pipelines("main").await? {
+        db.set_pipeline_paused(p.id, true).await?;
+    }
+    Ok(())
+}
+
 async fn count_job_builds(db: &Db) -> anyhow::Result<i64> {
-    let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM builds WHERE job IS NOT NULL")
-        .fetch_one(db.pool())
-        .await?;
-    Ok(n)
+    Ok(db.bench_count_job_builds().await?)
 }
 
 async fn fan_out(
@@ -239,43 +238,6 @@ fn chain_config(chains: usize, per_chain: usize) -> String {
     s
 }
 
-/// Stores versions `orders` (their check orders; the version's text is
-/// `{"v": "N"}`) of config (`scope`, `config`), in batches.
-async fn insert_versions(
-    db: &Db,
-    scope: &str,
-    config: &str,
-    orders: std::ops::Range<i64>,
-) -> anyhow::Result<()> {
-    let orders: Vec<i64> = orders.collect();
-    for batch in orders.chunks(500) {
-        let mut sql = String::from(
-            "INSERT INTO resource_versions (team, config, version, metadata, check_order, created_at) VALUES ",
-        );
-        let values: Vec<String> = batch
-            .iter()
-            .map(|o| format!("('{scope}', '{config}', '{{\"v\":\"{o}\"}}', '[]', {o}, 0)"))
-            .collect();
-        sql += &values.join(", ");
-        // Not kept as a prepared statement: each batch's text is new.
-        sqlx::query(&sql)
-            .persistent(false)
-            .execute(db.pool())
-            .await?;
-    }
-    Ok(())
-}
-
-/// On PostgreSQL, refreshes the planner's statistics after a bulk insert,
-/// as autovacuum would soon after (the rounds would otherwise be timed on
-/// plans made for an empty table).
-async fn analyze(db: &Db, postgres: bool) -> anyhow::Result<()> {
-    if postgres {
-        sqlx::query("ANALYZE").execute(db.pool()).await?;
-    }
-    Ok(())
-}
-
 /// The median of five timed rounds, after one to warm up.
 async fn rounds(engine: &Engine) -> anyhow::Result<f64> {
     engine.bench_schedule_round(true).await?;
@@ -305,26 +267,23 @@ async fn chain(
 }
 
 async fn chain_on(engine: &Engine, opts: &SchedulingBench, db: &Db) -> anyhow::Result<()> {
-    let postgres = db.is_shared();
     let per_chain = opts.chain_jobs / opts.chains;
     let config = chain_config(opts.chains, per_chain);
     engine
         .set_pipeline("main", "chain", &config, Vars::new(), None)
         .await?;
-    let (id,): (i64,) = sqlx::query_as("SELECT id FROM pipelines WHERE name = 'chain'")
-        .fetch_one(db.pool())
-        .await?;
-    let resources: Vec<(String, String, String)> = sqlx::query_as(
-        "SELECT name, scope, config FROM pipeline_resources WHERE pipeline_id = $1 ORDER BY name",
-    )
-    .bind(id)
-    .fetch_all(db.pool())
-    .await?;
+    let id = db
+        .pipeline("main", "chain")
+        .await?
+        .context("the chained pipeline was not stored")?
+        .id;
+    let resources = db.pipeline_resources(id).await?;
     let newest = opts.versions as i64;
-    for (_, scope, config) in &resources {
-        insert_versions(db, scope, config, 1..newest + 1).await?;
+    for r in &resources {
+        db.bench_insert_versions(&r.scope, &r.config, 1..newest + 1)
+            .await?;
     }
-    analyze(db, postgres).await?;
+    db.bench_analyze().await?;
     // Every job's last build used the newest version: the steady state.
     for k in 0..opts.chains {
         for i in 0..per_chain {
@@ -376,10 +335,11 @@ async fn chain_on(engine: &Engine, opts: &SchedulingBench, db: &Db) -> anyhow::R
     println!("chain_rss_mib: {rss:.1}");
     // Older versions, so the newest (and the steady state) stay.
     let extra = (opts.more_versions - opts.versions) as i64;
-    for (_, scope, config) in &resources {
-        insert_versions(db, scope, config, -extra + 1..1).await?;
+    for r in &resources {
+        db.bench_insert_versions(&r.scope, &r.config, -extra + 1..1)
+            .await?;
     }
-    analyze(db, postgres).await?;
+    db.bench_analyze().await?;
     println!("chain_more_versions_per_resource: {}", opts.more_versions);
     let more = rounds(engine).await?;
     let rss_more = rss_mib("VmRSS:");

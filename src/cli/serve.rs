@@ -215,7 +215,7 @@ pub fn quickstart(
     };
     web_cfg.registration_key = Some(key.clone());
     worker_cfg.registration_key = key;
-    worker_cfg.work_dir = web_cfg.data_dir.join(QUICKSTART_WORKER_DIR);
+    worker_cfg.work_dir = web_cfg.data_dir.join(crate::config::QUICKSTART_WORKER_DIR);
     worker_cfg.listen = "127.0.0.1:0".parse().expect("valid address");
     if backend.is_some() {
         worker_cfg.backend = backend;
@@ -258,9 +258,6 @@ fn keeper_program() -> anyhow::Result<PathBuf> {
     }
     std::env::current_exe().context("finding the gantry binary to keep processes with")
 }
-
-/// The quickstart's embedded worker's work directory, in its data dir.
-pub const QUICKSTART_WORKER_DIR: &str = "worker";
 
 /// The file in a quickstart's data dir that keeps its registration key.
 pub const QUICKSTART_KEY_FILE: &str = "registration-key";

@@ -216,7 +216,7 @@ fn tail(err: &[u8]) -> String {
 
 /// An error with its causes.
 pub fn chain(e: &dyn std::error::Error) -> String {
-    crate::agent_client::error_chain(e)
+    gantry_agent::error::error_chain(e)
 }
 
 /// `tar -x` of stdin into `dir` (created first).

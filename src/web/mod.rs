@@ -98,7 +98,7 @@ fn lock_sqlite(url: &str) -> anyhow::Result<Option<std::fs::File>> {
 /// are made 0700 without their volumes' contents being changed.
 fn make_private(cfg: &WebConfig) -> anyhow::Result<()> {
     let skip = [
-        cfg.data_dir.join(crate::cli::serve::QUICKSTART_WORKER_DIR),
+        cfg.data_dir.join(crate::config::QUICKSTART_WORKER_DIR),
         // Volumes staged for Kubernetes pods keep their tasks' modes.
         cfg.data_dir.join("kubernetes"),
     ];

@@ -1,30 +1,21 @@
-//! The API's OpenAPI document, served at `GET /api/v1/openapi.json`: the
-//! operations of the handlers in the route table (their `#[utoipa::path]`
-//! attributes and the types they take and answer), the error schema
-//! [`ErrorBody`] behind every 4xx and 5xx answer, and the bearer scheme.
+//! The API's OpenAPI document, served at `GET /api/v1/openapi.json` (by
+//! `routes.rs`, which gives it the operations of the handlers in the route
+//! table: their `#[utoipa::path]` attributes and the types they take and
+//! answer): the error schema [`ErrorBody`] behind every 4xx and 5xx answer,
+//! and the bearer scheme.
 
-use std::sync::OnceLock;
-
-use actix_web::HttpResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, OpenApi as Document, RefOr, Response};
 use utoipa::OpenApi as _;
 
 use super::api::hijack::HijackRequest;
 use super::error::ErrorBody;
-use super::routes::Operations;
 
 /// The name of the error schema in the document's components.
 pub const ERROR_SCHEMA: &str = "ErrorBody";
 
 /// The name of the bearer security scheme.
 pub const BEARER: &str = "bearer";
-
-/// A tar stream, as artifacts are uploaded and downloaded (in the document
-/// only: the handlers stream the bytes).
-#[derive(utoipa::ToSchema)]
-#[schema(value_type = String, format = Binary)]
-pub struct TarStream(pub Vec<u8>);
 
 /// What the document holds besides the operations.
 #[derive(utoipa::OpenApi)]
@@ -53,12 +44,12 @@ pub struct TarStream(pub Vec<u8>);
 )]
 struct Base;
 
-/// The whole document, built once.
-pub fn document() -> &'static Document {
-    static DOC: OnceLock<Document> = OnceLock::new();
-    DOC.get_or_init(|| {
+/// The whole document: what it holds besides the operations, and
+/// `operations` (the route table's, `routes::Operations`).
+pub fn assemble(operations: Document) -> Document {
+    {
         let mut doc = Base::openapi();
-        doc.merge(Operations::openapi());
+        doc.merge(operations);
         let components = doc.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             BEARER,
@@ -73,7 +64,7 @@ pub fn document() -> &'static Document {
         );
         error_answers(&mut doc);
         doc
-    })
+    }
 }
 
 /// Gives every 4xx and 5xx answer the error schema, and every operation
@@ -114,23 +105,6 @@ fn error_answers(doc: &mut Document) {
             }
         }
     }
-}
-
-/// `GET /api/v1/openapi.json`: this document (no token needed).
-#[utoipa::path(
-    get,
-    path = "/api/v1/openapi.json",
-    operation_id = "openapi",
-    tag = "operations",
-    security(()),
-    responses((status = 200, description = "The OpenAPI document", content_type = "application/json", body = Object))
-)]
-pub async fn serve() -> HttpResponse {
-    static JSON: OnceLock<String> = OnceLock::new();
-    let json = JSON.get_or_init(|| document().to_json().unwrap_or_else(|_| "{}".into()));
-    HttpResponse::Ok()
-        .content_type("application/json")
-        .body(json.clone())
 }
 
 #[cfg(test)]

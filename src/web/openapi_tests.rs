@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use super::*;
 use crate::web::auth;
-use crate::web::routes::ROUTES;
+use crate::web::routes::{document, ROUTES};
 
 const METHODS: [&str; 8] = [
     "get", "put", "post", "delete", "options", "head", "patch", "trace",

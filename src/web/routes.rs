@@ -4,7 +4,11 @@
 //! served without being in the OpenAPI document; a unit test checks that
 //! each handler documents the method and path it is registered under.
 
-use actix_web::web;
+use std::sync::OnceLock;
+
+use actix_web::{web, HttpResponse};
+use utoipa::openapi::OpenApi as Document;
+use utoipa::OpenApi as _;
 
 use super::api::{artifacts, builds, gc, gc_admin, hijack, jobs, pipelines, queue, teams, workers};
 use super::{dashboard, health, metrics, openapi};
@@ -41,7 +45,7 @@ routes! {
     get "/metrics" => metrics::metrics;
     get "/healthz" => health::healthz;
     get "/readyz" => health::readyz;
-    get "/api/v1/openapi.json" => openapi::serve;
+    get "/api/v1/openapi.json" => serve_openapi;
     get "/api/v1/info" => super::info;
     get "/api/v1/workers" => workers::list;
     get "/api/v1/queue" => queue::list;
@@ -97,4 +101,28 @@ routes! {
     post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/unpin" => pipelines::unpin;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/disable" => pipelines::disable;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/enable" => pipelines::enable;
+}
+
+/// The whole OpenAPI document ([`openapi::assemble`]) of the table's
+/// operations, built once.
+pub fn document() -> &'static Document {
+    static DOC: OnceLock<Document> = OnceLock::new();
+    DOC.get_or_init(|| openapi::assemble(Operations::openapi()))
+}
+
+/// `GET /api/v1/openapi.json`: this document (no token needed).
+#[utoipa::path(
+    get,
+    path = "/api/v1/openapi.json",
+    operation_id = "openapi",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "The OpenAPI document", content_type = "application/json", body = Object))
+)]
+pub async fn serve_openapi() -> HttpResponse {
+    static JSON: OnceLock<String> = OnceLock::new();
+    let json = JSON.get_or_init(|| document().to_json().unwrap_or_else(|_| "{}".into()));
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(json.clone())
 }

@@ -1,8 +1,11 @@
-//! The states of workers, containers, volumes and builds, and their one conversion to
-//! and from the text stored in the database and shown to users.
+//! The states of workers, containers, volumes and builds, and the kinds of
+//! artifacts, and their one conversion to and from the names stored and
+//! shown to users.
 //!
 //! Garbage collection rests on these states: nothing else in Gantry spells
-//! them as strings.
+//! them as strings. How they meet SQL (lists in conditions, decoding a
+//! stored name) is the engine's (`gantry-actors`' `db/states.rs`), not this
+//! crate's.
 
 use serde::{Deserialize, Serialize};
 
@@ -165,17 +168,6 @@ impl BuildStatus {
         BuildStatus::Aborted,
     ];
 
-    /// `statuses` as an SQL list of their stored names, `('a', 'b')`, for
-    /// conditions composed into larger statements; made from the enum, so
-    /// no statement spells a status by hand.
-    pub fn sql_list(statuses: &[BuildStatus]) -> String {
-        let names: Vec<String> = statuses
-            .iter()
-            .map(|s| format!("'{}'", s.as_str()))
-            .collect();
-        format!("({})", names.join(", "))
-    }
-
     /// Every status, for metrics.
     pub const ALL: [BuildStatus; 6] = [
         BuildStatus::Pending,
@@ -185,6 +177,35 @@ impl BuildStatus {
         BuildStatus::Errored,
         BuildStatus::Aborted,
     ];
+}
+
+/// What an artifact holds, which decides how an upload is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ArtifactKind {
+    /// A directory tree (inputs, outputs): every entry must stay inside it.
+    #[default]
+    Files,
+    /// An image (rootfs tar or OCI image layout tar): absolute symlinks are
+    /// allowed, since they are resolved inside the container's root.
+    Image,
+}
+
+impl ArtifactKind {
+    /// The name stored with an artifact's digest.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ArtifactKind::Files => "files",
+            ArtifactKind::Image => "image",
+        }
+    }
+
+    /// Every kind.
+    pub const ALL: [ArtifactKind; 2] = [ArtifactKind::Files, ArtifactKind::Image];
+
+    /// Parses a name given by a client (`files` or `image`) or stored.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
 }
 
 #[cfg(test)]
@@ -201,10 +222,6 @@ mod tests {
             );
             assert_eq!(s.is_finished(), BuildStatus::ENDED.contains(&s));
         }
-        assert_eq!(
-            BuildStatus::sql_list(&BuildStatus::UNFINISHED),
-            "('pending', 'started')"
-        );
     }
 
     #[test]

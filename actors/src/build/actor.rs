@@ -8,65 +8,14 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::watch;
 
-use crate::artifacts::Artifacts;
 use crate::build::journal::Journal;
-use crate::build::outcome::Outcome;
-use crate::build::walker::Scope;
-use crate::db::{BuildStatus, Db};
-use crate::events::{BuildEvent, EventHub, EventSink};
+use crate::build::run::{BuildDeps, BuildRun};
+use crate::events::EventSink;
 use crate::plan::OneOffPlan;
-use crate::registry::WorkerStates;
-use crate::runtime::{Worker, WorkerConnector};
-use crate::scheduler::Placer;
-use crate::spec::Encoding;
 use crate::steps::Plan;
-use crate::steps::{
-    runnable, ArtifactScope, BuildScope, Created, Events, ImportLocks, JobRef, LocalVars,
-    StepContext, Stop, StopReason, WorkerWatch,
-};
+use crate::steps::{runnable, ArtifactScope, Events, JobRef, LocalVars, Stop, StopReason};
 use crate::telemetry::TraceIds;
 use tracing::Instrument as _;
-
-/// What every build needs from the web node.
-#[derive(Clone)]
-pub struct BuildDeps {
-    /// Where builds, events and rows are stored.
-    pub db: Db,
-    /// Live event fan-out.
-    pub hub: EventHub,
-    /// Places steps (the Scheduler, under the shared ledger when several
-    /// web nodes may place).
-    pub placer: Placer,
-    /// Stores inputs and outputs.
-    pub artifacts: Artifacts,
-    /// Encoding of streams to and from workers.
-    pub encoding: Encoding,
-    /// Each worker's state, to notice a worker stalling under a step.
-    pub worker_states: WorkerStates,
-    /// Run a step again elsewhere when its worker stalls or vanishes.
-    pub rerun_when_worker_disappears: bool,
-    /// How long a step taken over waits for its worker to answer again
-    /// (`EngineConfig::worker_return_timeout`).
-    pub worker_return: std::time::Duration,
-    /// Builds clients of workers (a lost worker may come back restarted).
-    pub connector: Arc<dyn WorkerConnector>,
-    /// One lock per (worker, artifact) image import, so an image is streamed
-    /// to a worker once while other builds wait for it.
-    pub imports: ImportLocks,
-    /// Counters of resource work, for `/metrics`.
-    pub resources: Arc<crate::resources::ResourceStats>,
-    /// Moves artifacts to the workers that need them.
-    pub streams: crate::streaming::Streams,
-    /// Stored pipelines share versions per resource config (a
-    /// `set_pipeline` step stores its pipeline's resources so).
-    pub global_resources: bool,
-    /// This web node's name (on the rows of its steps waiting for a
-    /// worker, the fleet's queue).
-    pub node_name: String,
-    /// How long a step no registered worker could take waits for one to
-    /// register (`PlacementConfig::wait_for_workers`).
-    pub wait_for_workers: Option<std::time::Duration>,
-}
 
 /// Asks a running build to stop. A second one also stops the hooks that run
 /// after the first (`on_abort`, `ensure`).
@@ -309,115 +258,5 @@ impl Handler<AbortBuild> for Build {
     type Result = ();
     fn handle(&mut self, _: AbortBuild, _: &mut Context<Self>) {
         self.request_stop(StopReason::Abort);
-    }
-}
-
-/// One build's run, owned by the Build actor's future: what the walker,
-/// placement, resuming and cleanup share.
-pub(super) struct BuildRun {
-    /// Build id.
-    pub(super) id: i64,
-    /// Owning team.
-    pub(super) team: String,
-    /// Shared services.
-    pub(super) deps: BuildDeps,
-    /// The build's events.
-    pub(super) events: Events,
-    /// The build's stop signal.
-    pub(super) stop: Stop,
-    /// What stops hooks that run after the build was stopped: a second abort.
-    pub(super) hooks_stop: Stop,
-    /// The build's artifacts by name, shared by its steps.
-    pub(super) named: ArtifactScope,
-    /// The pipeline and job of a job build.
-    pub(super) job: Option<JobRef>,
-    /// The build's local vars (`((.:name))`), shared by its steps.
-    pub(super) locals: LocalVars,
-    /// What its stored events said of its progress when this run began
-    /// (empty unless the build was taken over).
-    pub(super) journal: Journal,
-    /// When this web node took the build over (none: a build it began).
-    /// A step whose worker is unreachable waits for it to register again
-    /// for at most `worker_return` from then (`resume.rs`).
-    pub(super) taken_over: Option<tokio::time::Instant>,
-    /// The build's trace and span, when traces are exported (told in its
-    /// `started` event).
-    pub(super) trace: Option<TraceIds>,
-}
-
-impl BuildRun {
-    /// The context of step `step` placed on `worker`, at its node in the
-    /// plan and stopped by that node's stop signal (`scope`).
-    pub(super) fn step_context(
-        &self,
-        step: &str,
-        worker: Arc<dyn Worker>,
-        watch: WorkerWatch,
-        created: Created,
-        scope: &Scope,
-    ) -> StepContext {
-        let services = self.build_scope(&scope.stop);
-        StepContext::new(services, step, worker, watch, created).at_node(scope.origin().key())
-    }
-
-    /// The build's shared services under `stop`, for a step's prepare
-    /// phase (before it is placed).
-    pub(super) fn build_scope(&self, stop: &Stop) -> BuildScope {
-        BuildScope {
-            build: self.id,
-            team: self.team.clone(),
-            db: self.deps.db.clone(),
-            artifacts: self.deps.artifacts.clone(),
-            encoding: self.deps.encoding,
-            scheduler: self.deps.placer.scheduler().clone(),
-            imports: self.deps.imports.clone(),
-            events: self.events.clone(),
-            stop: stop.clone(),
-            named: self.named.clone(),
-            resources: self.deps.resources.clone(),
-            job: self.job.clone(),
-            locals: self.locals.clone(),
-            streams: self.deps.streams.clone(),
-            global_resources: self.deps.global_resources,
-        }
-    }
-
-    /// Stores an event and goes on if it cannot be stored: how the build
-    /// ends is recorded all the same.
-    pub(super) async fn emit_quietly(&self, event: &BuildEvent) {
-        let _ = self.events.emit(event).await;
-    }
-
-    /// Records how the build ended: its status follows the plan's outcome
-    /// (or the build's own stop, see [`Outcome::build_status`]).
-    async fn conclude(&self, outcome: Outcome) {
-        let (status, exit, error) = outcome.build_status(self.stop.reason());
-        self.finish(status, exit, error).await
-    }
-
-    /// Stores the build's end; an errored build's message is also an event
-    /// (a failure's was told where it happened).
-    async fn finish(&self, status: BuildStatus, exit: Option<i32>, error: Option<String>) {
-        if let (BuildStatus::Errored, Some(msg)) = (status, &error) {
-            tracing::warn!(build = self.id, "build errored: {msg}");
-            self.emit_quietly(&BuildEvent::Error {
-                message: msg.clone(),
-                time: crate::db::now_ms(),
-            })
-            .await;
-        }
-        if let Err(e) = self
-            .deps
-            .db
-            .finish_build(self.id, status, exit, error.as_deref())
-            .await
-        {
-            tracing::error!(build = self.id, "storing build status: {e}");
-        } else if let Ok(Some(row)) = self.deps.db.get_build(self.id).await {
-            let took = row.finished_at.unwrap_or(row.created_at) - row.created_at;
-            let took = Duration::from_millis(u64::try_from(took).unwrap_or(0));
-            crate::histograms::build_ended(status.as_str(), took);
-        }
-        self.emit_quietly(&BuildEvent::status(status, exit)).await;
     }
 }

@@ -20,9 +20,9 @@
 
 use std::sync::Arc;
 
-use crate::build::actor::BuildRun;
 use crate::build::outcome::Outcome;
-use crate::build::walker::Scope;
+use crate::build::run::BuildRun;
+use crate::build::run::Scope;
 use crate::steps::{Plan, Step};
 
 impl BuildRun {

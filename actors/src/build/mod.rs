@@ -4,8 +4,10 @@
 //! pipeline, is the plan module's (`crate::plan`); the steps module makes
 //! it runnable ([`crate::steps::runnable`]).
 //!
-//! - `actor.rs`: the actor, its messages, stopping (abort, timeout) and how
-//!   a build ends;
+//! - `actor.rs`: the actor, its messages, stopping (abort, timeout);
+//! - `run.rs`: one build's run, below the actor and the walker: what every
+//!   build needs (`BuildDeps`), what its parts share (`BuildRun`, how it
+//!   ends), a node's `Scope`;
 //! - `walker.rs`: running a plan (`do`, `try`, `attempts`, `timeout`),
 //!   each node in a scope with its own stop signal;
 //! - `parallel.rs`: `in_parallel`;
@@ -31,6 +33,7 @@ mod placement;
 mod resume;
 #[cfg(test)]
 mod return_tests;
+mod run;
 #[cfg(test)]
 mod tests;
 mod turns;
@@ -38,4 +41,5 @@ mod walker;
 
 pub use crate::steps::ImportLocks;
 pub use crate::steps::Plan;
-pub use actor::{AbortBuild, Build, BuildDeps, Detach, RunningBuilds};
+pub use actor::{AbortBuild, Build, Detach, RunningBuilds};
+pub use run::BuildDeps;

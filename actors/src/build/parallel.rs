@@ -10,9 +10,9 @@
 use futures::StreamExt;
 use tokio::sync::watch;
 
-use crate::build::actor::BuildRun;
 use crate::build::outcome::Outcome;
-use crate::build::walker::Scope;
+use crate::build::run::BuildRun;
+use crate::build::run::Scope;
 use crate::steps::Plan;
 use crate::steps::StopReason;
 

@@ -12,9 +12,8 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tracing::Instrument as _;
 
-use crate::build::actor::BuildRun;
-use crate::build::resume::PROBE_INTERVAL;
-use crate::build::walker::Scope;
+use crate::build::run::Scope;
+use crate::build::run::{BuildRun, PROBE_INTERVAL};
 use crate::db::{HandleKind, WaitingStep};
 use crate::error::{EngineError, RuntimeError};
 use crate::events::BuildEvent;

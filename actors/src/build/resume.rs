@@ -22,10 +22,10 @@
 //! finds its worker unreachable before any container of it was made waits
 //! the same way, then is placed again (`placement.rs`).
 
-use crate::build::actor::BuildRun;
 use crate::build::journal::Began;
 use crate::build::placement::HeldPlacement;
-use crate::build::walker::Scope;
+use crate::build::run::Scope;
+use crate::build::run::{BuildRun, PROBE_INTERVAL};
 use crate::db::HandleKind;
 use crate::error::{EngineError, RuntimeError};
 use crate::events::BuildEvent;
@@ -318,9 +318,6 @@ impl BuildRun {
         }
     }
 }
-
-/// How often a step taken over asks again whether its worker is back.
-pub(super) const PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// How long one such question may take.
 const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);

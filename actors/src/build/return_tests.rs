@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::build::outcome::Outcome;
-use crate::build::resume::PROBE_INTERVAL;
+use crate::build::run::PROBE_INTERVAL;
 use crate::build::tests::{
     build_run, new_build, node, registration, settle, store_events, taken_over_run, task_plan,
     until, Harness, TICK,

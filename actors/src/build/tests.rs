@@ -19,8 +19,8 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::artifacts::Artifacts;
-use crate::build::actor::BuildRun;
 use crate::build::outcome::Outcome;
+use crate::build::run::BuildRun;
 use crate::db::{BuildStatus, Db};
 use crate::events::{BuildEvent, EventHub, EventSink};
 use crate::placement::{Load, Strategy};

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use crate::build::actor::BuildRun;
 use crate::build::outcome::Outcome;
+use crate::build::run::BuildRun;
 use crate::db::{now_ms, TurnAhead};
 use crate::events::BuildEvent;
 use crate::steps::task_cache::GANTRY_STREAM;

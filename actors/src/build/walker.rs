@@ -31,71 +31,15 @@ use futures::FutureExt;
 use tokio::sync::watch;
 use tracing::Instrument as _;
 
-use crate::build::actor::BuildRun;
 use crate::build::outcome::{duration, Outcome};
-use crate::events::{BuildEvent, Origin};
+use crate::build::run::{BuildRun, Scope};
+use crate::events::BuildEvent;
 use crate::steps::Plan;
 use crate::steps::StopReason;
-use crate::steps::{Prepared, Step, Stop};
+use crate::steps::{Prepared, Step};
 
 /// How many times one step of the plan is prepared at most before it runs.
 const MAX_PREPARES: usize = 8;
-
-/// Where in the plan a node runs, and what stops it.
-#[derive(Clone)]
-pub(super) struct Scope {
-    /// Stops the node's steps: the build's stop, then the stop of each
-    /// enclosing `timeout` and `fail_fast` group, outermost first.
-    pub(super) stop: Stop,
-    /// The node's position (see [`crate::events::PlanNode::id`]).
-    pub(super) id: String,
-    /// The attempt of each enclosing `attempts`, outermost first.
-    pub(super) attempts: Vec<u32>,
-    /// Whether the node is inside a node that ended before the build was
-    /// taken over: walked again only to restore what its steps left.
-    pub(super) replaying: bool,
-}
-
-impl Scope {
-    /// The root of a plan run under `stop`.
-    pub(super) fn root(stop: Stop) -> Scope {
-        Scope {
-            stop,
-            id: "0".into(),
-            attempts: Vec::new(),
-            replaying: false,
-        }
-    }
-
-    /// The scope of the child at `suffix`, under the same stop.
-    pub(super) fn child(&self, suffix: impl std::fmt::Display) -> Scope {
-        Scope {
-            id: format!("{}.{suffix}", self.id),
-            ..self.clone()
-        }
-    }
-
-    /// The same node position under another stop signal.
-    pub(super) fn under(self, stop: Stop) -> Scope {
-        Scope { stop, ..self }
-    }
-
-    /// The same node, walked quietly (it ended before a takeover).
-    fn replaying(&self) -> Scope {
-        Scope {
-            replaying: true,
-            ..self.clone()
-        }
-    }
-
-    /// The node and attempts as events and handle rows give them.
-    pub(super) fn origin(&self) -> Origin {
-        Origin {
-            id: self.id.clone(),
-            attempts: self.attempts.clone(),
-        }
-    }
-}
 
 impl BuildRun {
     /// Starts the build, once its turn has come (a job's `serial`,

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::artifact_store::ArtifactKind;
 use crate::db::{now_ms, Db};
 use crate::error::EngineError;
 
@@ -154,13 +155,14 @@ impl Db {
     ) -> Result<(), EngineError> {
         sqlx::query(
             "INSERT INTO artifacts (id, team, name, build_id, size_bytes, created_at, in_store, kind, digest) \
-             VALUES ($1, $2, $3, NULL, 0, $4, 0, 'image', $5) ON CONFLICT (id) DO NOTHING",
+             VALUES ($1, $2, $3, NULL, 0, $4, 0, $6, $5) ON CONFLICT (id) DO NOTHING",
         )
         .bind(id)
         .bind(team)
         .bind(name)
         .bind(now_ms())
         .bind(digest)
+        .bind(ArtifactKind::Image.as_str())
         .execute(self.pool())
         .await?;
         Ok(())

@@ -5,27 +5,9 @@
 
 use serde_json::Value;
 
+pub use super::states::Direction;
 use crate::db::{BuildStatus, Db};
 use crate::error::EngineError;
-
-/// Which way a version went through a build.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    /// Fetched by a `get` (an input).
-    In,
-    /// Made by a `put` (an output).
-    Out,
-}
-
-impl Direction {
-    /// As stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Direction::In => "in",
-            Direction::Out => "out",
-        }
-    }
-}
 
 /// A job's place: team, pipeline name, job name.
 #[derive(Debug, Clone, Copy)]
@@ -130,11 +112,12 @@ impl Db {
             "SELECT b.id, bv.name, bv.version FROM \
              (SELECT id FROM builds WHERE team = $1 AND pipeline = $2 AND job = $3 AND waiting IS NULL \
              ORDER BY id DESC LIMIT 1) b \
-             LEFT JOIN build_versions bv ON bv.build_id = b.id AND bv.direction = 'in'",
+             LEFT JOIN build_versions bv ON bv.build_id = b.id AND bv.direction = $4",
         )
         .bind(at.team)
         .bind(at.pipeline)
         .bind(at.job)
+        .bind(Direction::In.as_str())
         .fetch_all(self.pool())
         .await?;
         let Some(&(id, _, _)) = rows.first() else {
@@ -160,7 +143,7 @@ impl Db {
     ) -> Result<Option<i64>, EngineError> {
         let row: Option<(i64,)> = sqlx::query_as(
             "SELECT bv.build_id FROM build_versions bv CROSS JOIN builds b \
-             WHERE bv.resource = $1 AND bv.version = $2 AND bv.direction = 'in' AND bv.name = $3 \
+             WHERE bv.resource = $1 AND bv.version = $2 AND bv.direction = $7 AND bv.name = $3 \
              AND b.id = bv.build_id AND b.team = $4 AND b.pipeline = $5 AND b.job = $6 \
              AND b.waiting IS NULL ORDER BY bv.build_id DESC LIMIT 1",
         )
@@ -170,6 +153,7 @@ impl Db {
         .bind(at.team)
         .bind(at.pipeline)
         .bind(at.job)
+        .bind(Direction::In.as_str())
         .fetch_optional(self.pool())
         .await?;
         Ok(row.map(|(id,)| id))
@@ -188,7 +172,7 @@ impl Db {
             "SELECT MAX(v.check_order) FROM builds b \
              CROSS JOIN build_versions bv CROSS JOIN resource_versions v \
              WHERE b.team = $1 AND b.pipeline = $2 AND b.job = $3 \
-             AND bv.build_id = b.id AND bv.direction = 'in' AND bv.name = $4 \
+             AND bv.build_id = b.id AND bv.direction = $7 AND bv.name = $4 \
              AND v.team = $5 AND v.config = $6 AND v.version = bv.version",
         )
         .bind(at.team)
@@ -197,6 +181,7 @@ impl Db {
         .bind(name)
         .bind(versions.scope)
         .bind(versions.config)
+        .bind(Direction::In.as_str())
         .fetch_one(self.pool())
         .await?;
         Ok(order)

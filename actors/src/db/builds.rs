@@ -50,11 +50,12 @@ pub const EVENTS_CHANNEL: &str = "gantry_events";
 const COLUMNS: &str =
     "id, team, status, plan, worker, exit_status, error, created_at, finished_at, pipeline, job, build_number, waiting";
 
-fn decode(r: Raw) -> BuildRow {
-    BuildRow {
+/// A stored build; an unknown status is an error naming it.
+fn decode(r: Raw) -> Result<BuildRow, EngineError> {
+    Ok(BuildRow {
         id: r.0,
         team: r.1,
-        status: BuildStatus::parse(&r.2).unwrap_or(BuildStatus::Errored),
+        status: super::states::decode(&r.2)?,
         plan: serde_json::from_str(&r.3).unwrap_or(serde_json::Value::Null),
         worker: r.4,
         exit_status: r.5,
@@ -65,7 +66,7 @@ fn decode(r: Raw) -> BuildRow {
         job: r.10,
         build_number: r.11,
         waiting: r.12,
-    }
+    })
 }
 
 /// Inserts a pending build (team, plan, created_at, web_node), returning
@@ -132,7 +133,7 @@ impl Db {
                 .bind(id)
                 .fetch_optional(self.pool())
                 .await?;
-        Ok(row.map(decode))
+        row.map(decode).transpose()
     }
 
     /// One page of builds, newest first: those matching every filter of
@@ -159,7 +160,7 @@ impl Db {
             q = q.bind(t);
         }
         let rows = q.fetch_all(self.pool()).await?;
-        Ok(rows.into_iter().map(decode).collect())
+        rows.into_iter().map(decode).collect()
     }
 
     /// Builds that had not ended (e.g. when a web node stopped under them).

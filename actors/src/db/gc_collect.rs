@@ -6,7 +6,9 @@
 use crate::db::{Db, TaskCacheKey, TaskCacheRow};
 use crate::error::EngineError;
 
+use super::states::{sql_list, sql_literal};
 use super::task_caches::BindKey;
+use crate::artifact_store::ArtifactKind;
 use crate::state::{BuildStatus, HandleState};
 
 use super::handles::HandleKind;
@@ -21,7 +23,7 @@ fn table(kind: HandleKind) -> &'static str {
 
 /// Build statuses of an ended build, as an SQL list (made from the enum).
 pub(super) fn ended() -> String {
-    BuildStatus::sql_list(&BuildStatus::ENDED)
+    sql_list(&BuildStatus::ENDED)
 }
 
 /// The condition (on builds aliased `b`) of a build whose containers,
@@ -30,7 +32,7 @@ pub(super) fn ended() -> String {
 /// after (that one keeps them, for intercepting).
 fn released(b: &str) -> String {
     let ended = ended();
-    let kept = BuildStatus::sql_list(&[BuildStatus::Failed, BuildStatus::Errored]);
+    let kept = sql_list(&[BuildStatus::Failed, BuildStatus::Errored]);
     format!(
         "{b}.status IN {ended} AND NOT ({b}.status IN {kept} AND {b}.job IS NOT NULL \
          AND NOT EXISTS (SELECT 1 FROM builds n WHERE n.team = {b}.team AND n.pipeline = {b}.pipeline \
@@ -338,11 +340,12 @@ impl Db {
             "SELECT r.team, r.key, r.artifact_id FROM resource_caches r \
              LEFT JOIN artifacts a ON a.id = r.artifact_id \
              WHERE COALESCE(r.last_used_at, r.created_at) < \
-               CASE WHEN a.kind = 'image' THEN $2 ELSE $1 END \
+               CASE WHEN a.kind = $3 THEN $2 ELSE $1 END \
              ORDER BY COALESCE(r.last_used_at, r.created_at), r.key",
         )
         .bind(cut.resource_cache_used_before)
         .bind(cut.image_used_before)
+        .bind(ArtifactKind::Image.as_str())
         .fetch_all(self.pool())
         .await?;
         Ok(rows
@@ -387,10 +390,11 @@ impl Db {
         let sql = format!(
             "SELECT a.id, a.in_store FROM artifacts a LEFT JOIN builds b ON b.id = a.build_id WHERE {no_cache} AND ( \
                (a.build_id IS NOT NULL AND b.finished_at IS NOT NULL AND b.finished_at < $1 AND {rel}) \
-               OR (a.build_id IS NULL AND a.kind <> 'image' AND a.created_at < $2) \
-               OR (a.build_id IS NULL AND a.kind = 'image' AND COALESCE(a.last_used_at, a.created_at) < $3)) \
+               OR (a.build_id IS NULL AND a.kind <> {image} AND a.created_at < $2) \
+               OR (a.build_id IS NULL AND a.kind = {image} AND COALESCE(a.last_used_at, a.created_at) < $3)) \
              ORDER BY a.created_at, a.id",
-            rel = released("b")
+            rel = released("b"),
+            image = sql_literal(ArtifactKind::Image)
         );
         let rows: Vec<(String, i64)> = sqlx::query_as(&sql)
             .bind(cut.build_ended_before)

@@ -26,6 +26,7 @@
 use crate::db::{Db, TaskCacheRow};
 use crate::error::EngineError;
 
+use super::states::{sql_list, sql_literal};
 use super::task_caches::BindKey;
 use crate::state::HandleState;
 
@@ -40,9 +41,9 @@ pub(super) fn in_use(t: &str) -> String {
         "EXISTS (SELECT 1 FROM builds b WHERE b.team = {t}.team AND b.pipeline = {t}.pipeline \
          AND b.job = {t}.job AND b.status NOT IN {ended} AND (b.created_at <= {t}.last_used_at \
          OR EXISTS (SELECT 1 FROM containers c WHERE c.build_id = b.id AND c.worker = {t}.worker \
-         AND c.step = {t}.step AND c.state <> '{destroying}')))",
-        destroying = HandleState::Destroying.as_str(),
-        ended = BuildStatus::sql_list(&BuildStatus::ENDED)
+         AND c.step = {t}.step AND c.state <> {destroying})))",
+        destroying = sql_literal(HandleState::Destroying),
+        ended = sql_list(&BuildStatus::ENDED)
     )
 }
 

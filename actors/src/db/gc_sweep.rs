@@ -98,9 +98,7 @@ impl Db {
         rows.into_iter()
             .map(|(handle, state, created_epoch, missing)| {
                 Ok(SweepRow {
-                    state: HandleState::parse(&state).ok_or_else(|| {
-                        EngineError::Invalid(format!("stored handle state {state:?}"))
-                    })?,
+                    state: super::states::decode(&state)?,
                     handle,
                     created_epoch,
                     missing: missing != 0,

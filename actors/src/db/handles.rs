@@ -48,7 +48,7 @@ fn owner_of(build: Option<i64>, step: Option<&str>, artifact: Option<&str>) -> S
 
 /// A stored state name as a [`HandleState`].
 fn stored_state(s: &str) -> Result<HandleState, EngineError> {
-    HandleState::parse(s).ok_or_else(|| EngineError::Invalid(format!("stored handle state {s:?}")))
+    super::states::decode(s)
 }
 
 impl Db {

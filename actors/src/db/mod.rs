@@ -4,6 +4,8 @@
 
 mod allowance;
 mod artifacts;
+#[cfg(feature = "testing")]
+mod bench;
 mod build_versions;
 mod builds;
 mod gc_collect;
@@ -20,6 +22,7 @@ mod placements;
 mod resources;
 #[cfg(test)]
 mod scope_migration;
+mod states;
 mod task_caches;
 mod teams;
 #[cfg(test)]

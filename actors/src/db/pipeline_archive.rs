@@ -3,7 +3,7 @@
 //! pipeline is paused and kept, config and builds, until it is set again.
 
 use crate::db::pipelines::{pipeline_row, PipelineRaw, PIPELINE_COLUMNS};
-use crate::db::{now_ms, Db, PipelineRow};
+use crate::db::{now_ms, BuildStatus, Db, PipelineRow};
 use crate::error::EngineError;
 
 use super::pipelines::Parent;
@@ -18,7 +18,7 @@ const ABANDONED: &str = "SELECT p.id FROM pipelines p \
      WHERE p.parent_pipeline_id IS NOT NULL AND p.archived = 0 AND ( \
        parent.id IS NULL OR parent.archived <> 0 OR j.name IS NULL OR EXISTS ( \
          SELECT 1 FROM builds b WHERE b.team = parent.team AND b.pipeline = parent.name \
-         AND b.job = p.parent_job AND b.id > p.parent_build_id AND b.status = 'succeeded')) \
+         AND b.job = p.parent_job AND b.id > p.parent_build_id AND b.status = $1)) \
      ORDER BY p.id";
 
 impl Db {
@@ -68,7 +68,10 @@ impl Db {
     pub async fn archive_abandoned_pipelines(&self) -> Result<Vec<PipelineRow>, EngineError> {
         let mut archived = Vec::new();
         loop {
-            let ids: Vec<(i64,)> = sqlx::query_as(ABANDONED).fetch_all(self.pool()).await?;
+            let ids: Vec<(i64,)> = sqlx::query_as(ABANDONED)
+                .bind(BuildStatus::Succeeded.as_str())
+                .fetch_all(self.pool())
+                .await?;
             if ids.is_empty() {
                 return Ok(archived);
             }

@@ -4,6 +4,7 @@ use crate::db::{now_ms, Db};
 
 /// How many sequence numbers a web node reserves at once.
 pub const SEQUENCE_BLOCK: i64 = 64;
+use super::states::{decode, sql_list};
 use crate::error::EngineError;
 use crate::worker_info::{WorkerRegistration, WorkerState};
 
@@ -136,8 +137,7 @@ impl Db {
         let (state, registration, containers, volumes, last_heartbeat, bound_build) = raw;
         Ok(WorkerRow {
             registration: self.decode_registration(&registration)?,
-            state: WorkerState::parse(&state)
-                .ok_or_else(|| EngineError::Invalid(format!("stored worker state {state:?}")))?,
+            state: decode(&state)?,
             containers: containers as u32,
             volumes: volumes as u32,
             last_heartbeat,
@@ -348,12 +348,12 @@ impl Db {
     /// One-build workers still running or stalled whose build has ended:
     /// they are to be retired.
     pub async fn ephemeral_workers_done(&self) -> Result<Vec<(String, i64)>, EngineError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(
+        let sql = format!(
             "SELECT w.name, w.bound_build FROM workers w JOIN builds b ON b.id = w.bound_build \
-             WHERE b.finished_at IS NOT NULL AND w.state IN ('running', 'stalled') ORDER BY w.name",
-        )
-        .fetch_all(self.pool())
-        .await?;
+             WHERE b.finished_at IS NOT NULL AND w.state IN {} ORDER BY w.name",
+            sql_list(&[WorkerState::Running, WorkerState::Stalled])
+        );
+        let rows: Vec<(String, i64)> = sqlx::query_as(&sql).fetch_all(self.pool()).await?;
         Ok(rows)
     }
 

@@ -137,7 +137,7 @@ impl Pipeline {
         }
         self.jobs
             .iter()
-            .filter(|j| super::validate::glob_match(glob, &j.name))
+            .filter(|j| glob_match(glob, &j.name))
             .collect()
     }
 
@@ -304,4 +304,58 @@ pub struct Display {
     pub background_image: Option<String>,
     /// `background_filter`: a CSS filter.
     pub background_filter: Option<String>,
+}
+
+/// Go's `path.Match` for job globs: `*` any run of characters, `?` one
+/// character, `\x` a literal x; anything else matches itself. Time
+/// linear in the product of the lengths, whatever the stars (the
+/// classic walk that goes back only to the last star).
+pub(crate) fn glob_match(pattern: &str, name: &str) -> bool {
+    /// One element of a pattern.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Tok {
+        Star,
+        Any,
+        Lit(char),
+    }
+    let mut toks = Vec::new();
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        toks.push(match c {
+            '*' => Tok::Star,
+            '?' => Tok::Any,
+            '\\' => Tok::Lit(chars.next().unwrap_or('\\')),
+            c => Tok::Lit(c),
+        });
+    }
+    let n: Vec<char> = name.chars().collect();
+    let (mut t, mut i) = (0, 0);
+    // The last star seen and where in the name it was tried to end.
+    let mut star: Option<(usize, usize)> = None;
+    while i < n.len() {
+        match toks.get(t) {
+            Some(Tok::Star) => {
+                star = Some((t, i));
+                t += 1;
+            }
+            Some(Tok::Any) => {
+                t += 1;
+                i += 1;
+            }
+            Some(Tok::Lit(c)) if *c == n[i] => {
+                t += 1;
+                i += 1;
+            }
+            _ => match star {
+                // The star takes one more character.
+                Some((st, si)) => {
+                    star = Some((st, si + 1));
+                    t = st + 1;
+                    i = si + 1;
+                }
+                None => return false,
+            },
+        }
+    }
+    toks[t..].iter().all(|tok| *tok == Tok::Star)
 }

@@ -369,7 +369,7 @@ fn bad_documents_are_one_problem() {
 
 #[test]
 fn job_globs_follow_go_path_match() {
-    use super::validate::glob_match;
+    use super::model::glob_match;
     assert!(glob_match("deploy-*", "deploy-dev"));
     assert!(glob_match("a?c", "abc"));
     assert!(!glob_match("a?c", "ac"));

@@ -1,66 +1,17 @@
-//! Where a pipeline step is translated ([`At`]), and the translation work
-//! on build-local vars (`((.:name))`): whether a step's own definition holds
-//! them (such a step is deferred until it runs), filling them, and
-//! `across` expanded into one copy of the step per combination of values
-//! ([`expand_across`]).
-
-use std::sync::Arc;
+//! The translation work on build-local vars (`((.:name))`): whether a
+//! step's own definition holds them (such a step is deferred until it
+//! runs), filling them, and `across` expanded into one copy of the step per
+//! combination of values, each with where it is translated
+//! ([`expand_across`]; `translate.rs` translates the copies).
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_yaml::Value;
 
-use crate::error::EngineError;
 use crate::pipeline::vars::{find_vars, interpolate_local, VarRef};
-use crate::pipeline::{
-    Across, MaxInFlight, Pipeline, Step as PipelineStep, StepKind, Timeout, Vars,
-};
+use crate::pipeline::{Across, MaxInFlight, Step as PipelineStep, StepKind, Timeout, Vars};
 
-use super::translate::{step_label, step_plan};
-use super::{LocalVars, Plan, StepDef};
-
-/// Where a pipeline step is translated: the tags it inherits from an
-/// enclosing composite, and the suffix an enclosing `across` combination
-/// adds to the names of its steps.
-#[derive(Debug, Clone, Default)]
-pub struct At {
-    /// Tags for steps that have none.
-    pub tags: Vec<String>,
-    /// `[var=value,...]` of the enclosing `across` combinations.
-    pub suffix: String,
-    /// The build's local vars, when translating at run time: values shown
-    /// in step names are redacted through them.
-    pub secrets: Option<LocalVars>,
-    /// The pipeline, for the resources and resource types `get`, `put` and
-    /// `image_resource` name.
-    pub pipeline: Option<Arc<Pipeline>>,
-}
-
-impl At {
-    /// The name of step `name` here.
-    pub fn name(&self, name: &str) -> String {
-        format!("{name}{}", self.suffix)
-    }
-
-    /// The pipeline, which step `step` (a `get` or a `put`) needs.
-    pub fn pipeline(&self, step: &PipelineStep) -> Result<&Pipeline, EngineError> {
-        self.pipeline.as_deref().ok_or_else(|| {
-            EngineError::Invalid(format!(
-                "{}resources are only known in a build of a pipeline's job",
-                step_label(step, self)
-            ))
-        })
-    }
-
-    /// Here, for the insides of a step with tags `tags` (none: these).
-    pub fn with_tags(&self, tags: &[String]) -> At {
-        let mut at = self.clone();
-        if !tags.is_empty() {
-            at.tags = tags.to_vec();
-        }
-        at
-    }
-}
+use super::{At, Plan};
 
 /// Whether a step's own definition (not the steps inside it, which are
 /// translated on their own) holds a build-local var: for a step with
@@ -180,7 +131,7 @@ pub fn expand_across(
     across: &Across,
     body: &PipelineStep,
     at: &At,
-) -> Result<Plan<StepDef>, String> {
+) -> Result<Plan<(PipelineStep, At)>, String> {
     let mut levels = Vec::new();
     for var in &across.vars {
         let values = match &var.values {
@@ -221,7 +172,7 @@ fn expand_level(
     at: &At,
     bound: &mut Vec<(String, Value)>,
     seen: &mut std::collections::BTreeSet<String>,
-) -> Result<Plan<StepDef>, String> {
+) -> Result<Plan<(PipelineStep, At)>, String> {
     let Some(((var, values, limit), rest)) = levels.split_first() else {
         return copy(body, at, bound, seen);
     };
@@ -245,7 +196,7 @@ fn copy(
     at: &At,
     bound: &[(String, Value)],
     seen: &mut std::collections::BTreeSet<String>,
-) -> Result<Plan<StepDef>, String> {
+) -> Result<Plan<(PipelineStep, At)>, String> {
     let mut vars = Vars::new();
     let mut shown = Vec::new();
     for (name, value) in bound {
@@ -278,14 +229,14 @@ fn copy(
         suffix: format!("{}{suffix}", at.suffix),
         ..at.clone()
     };
-    step_plan(&copy, &at).map_err(|e| e.to_string())
+    Ok(Plan::Step((copy, at)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::pipeline::Pipeline;
-    use crate::plan::Leaf;
+    use crate::plan::{step_plan, Leaf, LocalVars};
 
     fn step_of(yaml: &str) -> PipelineStep {
         let text = format!("jobs:\n- name: j\n  plan:\n  - {yaml}\n");

@@ -14,7 +14,7 @@ use crate::resources::config::ImageSource;
 use crate::resources::ResourceConfig;
 use crate::task_config::TaskConfig;
 
-use super::translate::step_name;
+use super::at::step_name;
 use super::{At, Leaf};
 
 /// One step of a plan, by kind. Variants differ in size, as the steps

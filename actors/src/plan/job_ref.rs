@@ -39,30 +39,3 @@ impl JobRef {
         }
     }
 }
-
-/// The rule of [`JobRef::new`] for a pipeline's name.
-pub fn check_pipeline_name(name: &str) -> Result<(), EngineError> {
-    let bad = |why: &str| {
-        Err(EngineError::Invalid(format!(
-            "pipeline name {name:?}: {why}"
-        )))
-    };
-    if name.is_empty() {
-        return bad("it is empty");
-    }
-    if name.len() > 128 {
-        return bad("it is longer than 128 characters");
-    }
-    if let Some(c) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
-    {
-        return bad(&format!(
-            "{c:?} is not allowed (use letters, digits, '-', '_' and '.')"
-        ));
-    }
-    if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
-        return bad("it must start with a letter or a digit");
-    }
-    Ok(())
-}

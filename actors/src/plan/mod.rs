@@ -18,6 +18,7 @@
 //! - `job_ref.rs`, `one_off.rs`: a job build's job, a one-off build's plan.
 
 mod across;
+mod at;
 mod defs;
 mod job_ref;
 mod local_vars;
@@ -27,15 +28,16 @@ mod resources;
 mod translate;
 mod tree;
 
-pub use across::{fill_own, At};
+pub use across::fill_own;
+pub use at::{step_label, At};
 pub use defs::{
     CheckStep, DeferredStep, Format, GetStep, LoadVarStep, PutInputs, PutStep, SetPipelineStep,
     StepDef, TaskStep,
 };
-pub use job_ref::{check_pipeline_name, JobRef};
+pub use job_ref::JobRef;
 pub use local_vars::LocalVars;
 pub use one_off::{OneOffPlan, ONE_OFF_STEP};
-pub use pipeline_ref::{instance_vars_text, set_dotted, PipelineRef};
+pub use pipeline_ref::{check_pipeline_name, instance_vars_text, set_dotted, PipelineRef};
 pub use resources::CheckPlan;
-pub use translate::{default_pipeline_name, job_plan, step_label, step_plan, task_step, JobPlan};
+pub use translate::{default_pipeline_name, job_plan, step_plan, task_step, JobPlan};
 pub use tree::{Hooks, Leaf, Plan};

@@ -13,8 +13,6 @@ use serde_json::{Map, Value};
 
 use crate::error::EngineError;
 
-use super::check_pipeline_name;
-
 /// A pipeline, or an instance of an instanced pipeline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PipelineRef {
@@ -199,6 +197,33 @@ pub fn set_dotted(vars: &mut Map<String, Value>, key: &str, value: Value) {
         slot = entry.as_object_mut().expect("an object");
     }
     slot.insert(last.to_string(), value);
+}
+
+/// The rule of [`JobRef::new`] for a pipeline's name.
+pub fn check_pipeline_name(name: &str) -> Result<(), EngineError> {
+    let bad = |why: &str| {
+        Err(EngineError::Invalid(format!(
+            "pipeline name {name:?}: {why}"
+        )))
+    };
+    if name.is_empty() {
+        return bad("it is empty");
+    }
+    if name.len() > 128 {
+        return bad("it is longer than 128 characters");
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return bad(&format!(
+            "{c:?} is not allowed (use letters, digits, '-', '_' and '.')"
+        ));
+    }
+    if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        return bad("it must start with a letter or a digit");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

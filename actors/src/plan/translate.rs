@@ -44,6 +44,7 @@ use crate::resources::config::ImageSource;
 use crate::task_config::{params_text, TaskConfig};
 
 use super::across::{expand_across, holds_own_locals};
+use super::at::step_label;
 use super::{
     resources, At, DeferredStep, Format, JobRef, LoadVarStep, Plan, SetPipelineStep, StepDef,
     TaskStep,
@@ -223,8 +224,14 @@ pub fn step_plan(step: &Step, at: &At) -> Result<Plan<StepDef>, EngineError> {
                 hooks: Default::default(),
                 ..step.clone()
             };
+            // Each combination's copy is translated as a step of its own.
             expand_across(across, &body, &inner)
                 .map_err(|e| EngineError::Invalid(format!("{}across: {e}", step_label(step, at))))?
+                .try_flat_map(&|(copy, copy_at)| {
+                    step_plan(&copy, &copy_at).map_err(|e| {
+                        EngineError::Invalid(format!("{}across: {e}", step_label(step, at)))
+                    })
+                })?
         }
         None => modified_plan(step, &inner)?,
     };
@@ -452,27 +459,6 @@ fn unsupported_step(step: &Step, what: &str) -> EngineError {
         "{}{what} steps are not supported yet",
         step_label(step, &At::default())
     ))
-}
-
-/// `step "NAME": ` for a step with a name, else `KIND step: `.
-pub fn step_label(step: &Step, at: &At) -> String {
-    match step_name(&step.kind) {
-        Some(name) => format!("step {:?}: ", at.name(name)),
-        None => format!("{} step: ", step.kind.key()),
-    }
-}
-
-/// The name of a step of a kind that has one.
-pub fn step_name(kind: &StepKind) -> Option<&str> {
-    match kind {
-        StepKind::Task(t) => Some(&t.name),
-        StepKind::Get(g) => Some(&g.name),
-        StepKind::Put(p) => Some(&p.name),
-        StepKind::LoadVar(l) => Some(&l.name),
-        StepKind::SetPipeline(s) => Some(&s.name),
-        StepKind::Run(r) => Some(&r.message),
-        StepKind::Do(_) | StepKind::InParallel(_) | StepKind::Try(_) => None,
-    }
 }
 
 #[cfg(test)]

@@ -194,3 +194,40 @@ impl<S: Leaf> Plan<S> {
         }
     }
 }
+
+impl<S> Plan<S> {
+    /// The same tree with each leaf replaced by the tree `f` makes of it;
+    /// the first error `f` answers.
+    pub fn try_flat_map<T, E>(self, f: &impl Fn(S) -> Result<Plan<T>, E>) -> Result<Plan<T>, E> {
+        let boxed = |p: Box<Plan<S>>| p.try_flat_map(f).map(Box::new);
+        let all = |plans: Vec<Plan<S>>| -> Result<Vec<Plan<T>>, E> {
+            plans.into_iter().map(|p| p.try_flat_map(f)).collect()
+        };
+        Ok(match self {
+            Plan::Step(s) => f(s)?,
+            Plan::Do(plans) => Plan::Do(all(plans)?),
+            Plan::InParallel {
+                plans,
+                limit,
+                fail_fast,
+            } => Plan::InParallel {
+                plans: all(plans)?,
+                limit,
+                fail_fast,
+            },
+            Plan::Try(plan) => Plan::Try(boxed(plan)?),
+            Plan::Hooks { plan, hooks } => Plan::Hooks {
+                plan: boxed(plan)?,
+                hooks: hooks.try_into_map(|p| p.try_flat_map(f))?,
+            },
+            Plan::Attempts { plan, attempts } => Plan::Attempts {
+                plan: boxed(plan)?,
+                attempts,
+            },
+            Plan::Timeout { plan, duration } => Plan::Timeout {
+                plan: boxed(plan)?,
+                duration,
+            },
+        })
+    }
+}

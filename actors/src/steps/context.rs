@@ -18,7 +18,10 @@ use crate::spec::{ContainerSpec, Encoding, VolumeSpec, VolumeStrategy};
 use crate::state::HandleState;
 use crate::streaming::Streams;
 
-use super::{ArtifactScope, Events, ImportLocks, LocalVars, Stop, WorkerWatch};
+use super::{ArtifactScope, Events, LocalVars, Stop, WorkerWatch};
+
+/// Locks of image imports in progress, by (worker, artifact).
+pub type ImportLocks = Arc<dashmap::DashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
 
 /// signal and the engine's services steps use.
 #[derive(Clone)]

@@ -24,9 +24,6 @@ pub enum Fill<'a> {
     Pull(&'a PullImage),
 }
 
-/// Locks of image imports in progress, by (worker, artifact).
-pub type ImportLocks = Arc<dashmap::DashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
-
 impl StepContext {
     /// The handle of the volume holding image `artifact` on the step's
     /// worker, imported there first if it is not. The volume belongs to no

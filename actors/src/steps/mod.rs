@@ -32,8 +32,8 @@ pub mod task_cache;
 
 pub use artifact_file::read_artifact_file;
 pub use artifact_scope::ArtifactScope;
+pub use context::ImportLocks;
 pub use context::{BuildScope, Created, StepContext};
-pub use image::ImportLocks;
 pub use signals::{Events, Stop, StopReason, WorkerWatch};
 pub use step::{runnable, OnTakeover, Plan, Prepared, Reattach, Step, StepEnd};
 

@@ -44,6 +44,18 @@ pub struct NativeTypes {
     work: PathBuf,
 }
 
+#[async_trait::async_trait]
+impl crate::volumes::PullInto for NativeTypes {
+    async fn pull_into(
+        &self,
+        pull: &PullImage,
+        work: &Path,
+        data: &Path,
+    ) -> Result<PulledImage, AgentError> {
+        NativeTypes::pull_into(self, pull, work, data).await
+    }
+}
+
 /// A work directory removed when dropped.
 struct WorkDir(PathBuf);
 

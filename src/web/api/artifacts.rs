@@ -9,6 +9,12 @@ use crate::web::auth::Identity;
 use crate::web::error::ApiError;
 use crate::web::AppState;
 
+/// A tar stream, as artifacts are uploaded and downloaded (in the document
+/// only: the handlers stream the bytes).
+#[derive(utoipa::ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct TarStream(pub Vec<u8>);
+
 /// Query of an upload.
 #[derive(serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -24,7 +30,7 @@ pub struct UploadQuery {
     operation_id = "uploadArtifact",
     tag = "artifacts",
     params(("team" = String, Path, description = "The team that owns the artifact"), UploadQuery),
-    request_body(content = crate::web::openapi::TarStream, content_type = "application/x-tar", description = "A tar stream; `Content-Encoding` zstd, gzip or none"),
+    request_body(content = TarStream, content_type = "application/x-tar", description = "A tar stream; `Content-Encoding` zstd, gzip or none"),
     responses(
         (status = 201, description = "Stored", body = gantry_actors::api::KeptArtifact),
         (status = 200, description = "An identical image was stored already and is used instead", body = gantry_actors::api::KeptArtifact),
@@ -97,7 +103,7 @@ pub async fn upload(
         ("id" = String, Path, description = "The artifact"),
     ),
     responses(
-        (status = 200, description = "The artifact as a tar stream (zstd when asked for with `Accept-Encoding`)", content_type = "application/x-tar", body = crate::web::openapi::TarStream),
+        (status = 200, description = "The artifact as a tar stream (zstd when asked for with `Accept-Encoding`)", content_type = "application/x-tar", body = TarStream),
         (status = 404, description = "No such artifact (or another team's)"),
         (status = "5XX", description = "The artifact store, a worker holding it or the database failed"),
     )

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""The gates of `scripts/gates.py` gate: each is run on a small fixture
+tree (made in a temporary directory) that it must refuse, and on one it
+must pass. Run by `scripts/test.sh` before the gates themselves."""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+GATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gates.py")
+
+STATE_RS = """pub enum BuildStatus { Pending, Aborted }
+impl BuildStatus {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            BuildStatus::Pending => "pending",
+            BuildStatus::Aborted => "aborted",
+        }
+    }
+}
+"""
+
+
+def tree(files):
+    """A temporary tree holding `files` {relative path: text}."""
+    root = tempfile.mkdtemp(prefix="gates-fixture-")
+    for rel, text in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    return root
+
+
+def run(gate, files):
+    root = tree(files)
+    try:
+        p = subprocess.run(
+            [sys.executable, GATES, "--root", root, gate], capture_output=True, text=True
+        )
+    finally:
+        shutil.rmtree(root)
+    return p.returncode, p.stdout + p.stderr
+
+
+CRATE = {"Cargo.toml": "[package]\nname = \"x\"\n", "wire/src/state.rs": STATE_RS}
+
+
+class Lines(unittest.TestCase):
+    def test_a_long_production_file_fails_naming_it(self):
+        code, out = run("lines", {"src/big.rs": "fn f() {}\n" * 801})
+        self.assertEqual(code, 1, out)
+        self.assertIn("src/big.rs: 801 lines", out)
+
+    def test_tests_after_cfg_test_and_under_tests_do_not_count(self):
+        body = "fn f() {}\n" * 800 + "#[cfg(test)]\nmod tests {\n" + "\n" * 900 + "}\n"
+        code, out = run("lines", {"src/ok.rs": body, "tests/e2e.rs": "\n" * 2000})
+        self.assertEqual(code, 0, out)
+
+
+class Cycles(unittest.TestCase):
+    def test_a_cycle_between_modules_fails_naming_both(self):
+        code, out = run(
+            "cycles",
+            dict(
+                CRATE,
+                **{
+                    "src/lib.rs": "mod a;\nmod b;\n",
+                    "src/a.rs": "use crate::b::B;\npub struct A;\n",
+                    "src/b.rs": "pub struct B;\nfn f() { let _ = crate::a::A; }\n",
+                },
+            ),
+        )
+        self.assertEqual(code, 1, out)
+        self.assertIn("import cycle between the modules of crate src/lib.rs: a, b", out)
+
+    def test_a_cycle_between_files_of_a_module_fails_through_a_re_export(self):
+        code, out = run(
+            "cycles",
+            dict(
+                CRATE,
+                **{
+                    "src/lib.rs": "mod m;\n",
+                    "src/m/mod.rs": "mod x;\nmod y;\npub use y::Y;\n",
+                    # x names y's item through its parent's re-export.
+                    "src/m/x.rs": "use super::Y;\npub struct X;\n",
+                    "src/m/y.rs": "use super::{x::X};\npub struct Y;\n",
+                },
+            ),
+        )
+        self.assertEqual(code, 1, out)
+        self.assertIn("import cycle between the files of module m (src/m/mod.rs): x, y", out)
+
+    def test_one_way_paths_parents_tests_and_comments_pass(self):
+        code, out = run(
+            "cycles",
+            dict(
+                CRATE,
+                **{
+                    "src/lib.rs": "mod a;\nmod b;\n#[cfg(test)]\nmod t;\n",
+                    "src/a.rs": "mod inner;\nuse crate::b::B;\npub struct A;\n",
+                    "src/a/inner.rs": "use super::A;\n",
+                    # A comment, a string and a test module name `a`.
+                    "src/b.rs": "// crate::a::A\npub struct B;\nconst S: &str = \"crate::a\";\n"
+                    "#[cfg(test)]\nmod tests {\n    use crate::a::A;\n}\n",
+                    "src/t.rs": "use crate::a::A;\n",
+                },
+            ),
+        )
+        self.assertEqual(code, 0, out)
+
+
+class SqlStates(unittest.TestCase):
+    def test_a_state_literal_in_sql_fails_naming_the_file(self):
+        code, out = run(
+            "sql-states",
+            dict(
+                CRATE,
+                **{
+                    "src/lib.rs": "mod db;\n",
+                    "src/db.rs": 'fn f() { q("UPDATE builds SET status = \'aborted\' \\\n WHERE id = $1"); }\n',
+                },
+            ),
+        )
+        self.assertEqual(code, 1, out)
+        self.assertIn("src/db.rs:1: the state 'aborted' spelled in SQL", out)
+
+    def test_the_mapping_tests_and_prose_may_spell_a_state(self):
+        code, out = run(
+            "sql-states",
+            dict(
+                CRATE,
+                **{
+                    "actors/Cargo.toml": "[package]\nname = \"e\"\n",
+                    "actors/src/lib.rs": "mod db;\n",
+                    "actors/src/db/mod.rs": "mod states;\nfn f() { msg(\"the build was 'aborted'\"); }\n"
+                    "#[cfg(test)]\nmod tests {\n    fn g() { q(\"UPDATE builds SET status = 'pending'\"); }\n}\n",
+                    "actors/src/db/states.rs": "const ENDED: &str = \"status IN ('aborted')\";\n",
+                },
+            ),
+        )
+        self.assertEqual(code, 0, out)
+
+
+if __name__ == "__main__":
+    unittest.main()
