@@ -548,4 +548,17 @@ fn a_rerun_runs_a_job_again_with_the_versions_a_build_was_given() {
         let err = one_error_line(&client(url, &["rerun-build", "-j", "c/j", "-b", bad]));
         assert!(err.contains("not found"), "{bad}: {err}");
     }
+    // A rerun of a rerun reruns the original: 1.2, given v1.
+    let out = ok(&client(
+        url,
+        &["rerun-build", "-j", "c/j", "-b", "1.1", "--watch"],
+    ));
+    assert!(out.contains("started c/j #1.2 (build "), "{out}");
+    let again = build_json(url, triggered(&out));
+    assert_eq!(again["rerun_of"], first["id"], "{again}");
+    assert_eq!(input_of(url, triggered(&out), M).as_deref(), Some("v1"));
+    // An archived pipeline's builds are not rerun.
+    ok(&client(url, &["archive-pipeline", "-p", "c", "-n"]));
+    let err = one_error_line(&client(url, &["rerun-build", "-j", "c/j", "-b", "1"]));
+    assert!(err.contains("archived"), "{err}");
 }

@@ -13,6 +13,8 @@
 //! (only while it still waits: an abort in between wins) and starts on
 //! the node leading the round. A waiting build runs nowhere, so no node
 //! takes it over; an abort ends it where it waits.
+//! A waiting rerun (`reruns.rs`) checks and resolves nothing: once
+//! unheld it is filled with the versions its original was given.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -355,6 +357,11 @@ impl Engine {
         if let (None, Some(of)) = (&job.state.held, w.rerun_of) {
             // A rerun checks nothing: its inputs are its original's.
             let chosen = self.rerun_inputs(of).await?;
+            if let Some(why) = super::reruns::inputs_changed(&job.state.inputs, &chosen) {
+                return self
+                    .end_waiting(w, &format!("no longer startable: {why}"))
+                    .await;
+            }
             return self.fill_waiting(w, job, &chosen).await;
         }
         let pending = match (&job.state.held, w.inputs_checked) {

@@ -13,7 +13,21 @@ use super::pipelines::{archived_error, loaded};
 use super::Engine;
 use crate::db::{Direction, NewRerun};
 use crate::error::EngineError;
+use crate::triggers::JobInput;
 use crate::views::Build;
+
+/// Why versions `chosen` (input → version) no longer fit a job taking
+/// `inputs`: its input names changed since they were chosen.
+pub(super) fn inputs_changed(
+    inputs: &[JobInput],
+    chosen: &BTreeMap<String, String>,
+) -> Option<String> {
+    let now: BTreeSet<&str> = inputs.iter().map(|i| i.name.as_str()).collect();
+    let then: BTreeSet<&str> = chosen.keys().map(String::as_str).collect();
+    (now != then).then(|| {
+        format!("the job's inputs changed since (it was given {then:?}, the job now takes {now:?})")
+    })
+}
 
 /// Parses a job build's name: `N`, or `N.M` for a rerun.
 fn parse_name(name: &str) -> Option<(i64, Option<i64>)> {
@@ -64,12 +78,9 @@ impl Engine {
         let chosen = self.rerun_inputs(original.id).await?;
         let pipeline_loaded = loaded(&row).await?;
         let state = self.job_state(&row, &pipeline_loaded, job).await?;
-        let now: BTreeSet<&str> = state.inputs.iter().map(|i| i.name.as_str()).collect();
-        let then: BTreeSet<&str> = chosen.keys().map(String::as_str).collect();
-        if now != then {
+        if let Some(why) = inputs_changed(&state.inputs, &chosen) {
             return Err(EngineError::Conflict(format!(
-                "build {name} of job {pipeline}/{job} cannot be rerun: the job's inputs changed since \
-                 (it was given {then:?}, the job now takes {now:?})"
+                "build {name} of job {pipeline}/{job} cannot be rerun: {why}"
             )));
         }
         let at = (&original, row.id, number);
