@@ -8,7 +8,8 @@
 //! A build triggered by hand of a paused job (or pipeline) is held pending
 //! until both are unpaused; one that can run checks its inputs first.
 //! A `set_pipeline: self` step updates its own pipeline, and the next
-//! build runs the new config.
+//! build runs the new config. A rerun (`rerun-build`) runs a job again
+//! with the versions one of its builds was given, named `N.M`.
 
 use crate::common;
 
@@ -488,4 +489,76 @@ fn error_of(url: &str, id: i64) -> String {
         .find(|e| e["type"] == "error")
         .and_then(|e| e["message"].as_str().map(str::to_string))
         .unwrap_or_else(|| panic!("build {id} has no error event"))
+}
+
+#[test]
+fn a_rerun_runs_a_job_again_with_the_versions_a_build_was_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let node = quickstart_runc(dir.path(), &db);
+    let url = &node.url;
+    write(&dir.path().join("c.yml"), CONTROLS);
+    let file = dir.path().join("c.yml");
+    ok(&client(
+        url,
+        &["set-pipeline", "-p", "c", "-c", file.to_str().unwrap()],
+    ));
+    ok(&client(url, &["unpause-pipeline", "-p", "c"]));
+    new_version(url, "v1");
+    let first = wait_run_of(url, "c", "j", M, "v1", "succeeded");
+    new_version(url, "v2");
+    wait_run_of(url, "c", "j", M, "v2", "succeeded");
+
+    // Build 1 again, after v2: named 1.1, given v1, and it triggers
+    // nothing (v2 is no new version to j).
+    let out = ok(&client(
+        url,
+        &["rerun-build", "-j", "c/j", "-b", "1", "--watch"],
+    ));
+    assert!(out.contains("started c/j #1.1 (build "), "{out}");
+    let rerun = triggered(&out);
+    let build = build_json(url, rerun);
+    assert_eq!(build["status"], "succeeded", "{build}");
+    assert_eq!(build["name"], "1.1", "{build}");
+    assert_eq!(build["rerun_of"], first["id"], "{build}");
+    assert_eq!(input_of(url, rerun, M).as_deref(), Some("v1"));
+    let builds = ok(&client(url, &["builds", "-j", "c/j"]));
+    assert!(builds.contains("c/j #1.1"), "{builds}");
+    wait_rounds_after(url, now_ms());
+    assert_eq!(runs_of(url, "c", "j", M).len(), 3);
+
+    // A paused job holds a rerun pending until unpaused; `jobs` names it.
+    ok(&client(url, &["pause-job", "-j", "c/j"]));
+    let out = ok(&client(url, &["rerun-build", "-j", "c/j", "-b", "2"]));
+    assert!(
+        out.contains("created c/j #2.1 (build ") && out.contains("waiting: job \"j\" is paused"),
+        "{out}"
+    );
+    let held = triggered(&out);
+    wait_rounds_after(url, now_ms());
+    assert_eq!(build_json(url, held)["status"], "pending");
+    let jobs = ok(&client(url, &["jobs", "-p", "c"]));
+    assert!(jobs.contains("2.1"), "{jobs}");
+    ok(&client(url, &["unpause-job", "-j", "c/j"]));
+    wait_succeeded(url, held);
+    assert_eq!(input_of(url, held, M).as_deref(), Some("v2"));
+
+    // A build the job does not have is refused in one line.
+    for bad in ["9", "1.7", "x"] {
+        let err = one_error_line(&client(url, &["rerun-build", "-j", "c/j", "-b", bad]));
+        assert!(err.contains("not found"), "{bad}: {err}");
+    }
+    // A rerun of a rerun reruns the original: 1.2, given v1.
+    let out = ok(&client(
+        url,
+        &["rerun-build", "-j", "c/j", "-b", "1.1", "--watch"],
+    ));
+    assert!(out.contains("started c/j #1.2 (build "), "{out}");
+    let again = build_json(url, triggered(&out));
+    assert_eq!(again["rerun_of"], first["id"], "{again}");
+    assert_eq!(input_of(url, triggered(&out), M).as_deref(), Some("v1"));
+    // An archived pipeline's builds are not rerun.
+    ok(&client(url, &["archive-pipeline", "-p", "c", "-n"]));
+    let err = one_error_line(&client(url, &["rerun-build", "-j", "c/j", "-b", "1"]));
+    assert!(err.contains("archived"), "{err}");
 }

@@ -40,6 +40,13 @@ pub struct Build {
     /// A stored pipeline's job build's number within its job (`P/J #N`).
     #[serde(default)]
     pub build_number: Option<i64>,
+    /// A job build's name within its job: its number, `N.M` for the
+    /// M-th rerun of build N (`rerun-build`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The id of the build a rerun reruns (its inputs are that build's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_of: Option<i64>,
     /// Why a build triggered by hand is still pending: its inputs cannot
     /// be satisfied yet (it starts once they can).
     #[serde(default, skip_serializing_if = "Option::is_none")]

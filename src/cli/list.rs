@@ -150,7 +150,7 @@ pub async fn builds(client: &ApiClient, filters: &BuildFilters, json: bool) -> a
         return Ok(());
     }
     print_table(
-        &["id", "team", "status", "worker", "exit"],
+        &["id", "team", "status", "worker", "exit", "build"],
         builds
             .iter()
             .map(|b| {
@@ -160,6 +160,15 @@ pub async fn builds(client: &ApiClient, filters: &BuildFilters, json: bool) -> a
                     cell(b, "status"),
                     cell(b, "worker"),
                     cell(b, "exit_status"),
+                    // A job build's job and name (`P/J #1.1` for a rerun).
+                    match (
+                        b["pipeline"].as_str(),
+                        b["job"].as_str(),
+                        b["name"].as_str(),
+                    ) {
+                        (Some(p), Some(j), Some(n)) => format!("{p}/{j} #{n}"),
+                        _ => String::new(),
+                    },
                 ]
             })
             .collect(),
@@ -322,7 +331,7 @@ pub async fn pipeline_jobs(
                 vec![
                     cell(j, "name"),
                     cell(j, "paused"),
-                    cell(b, "build_number"),
+                    cell(b, "name"),
                     // A build triggered by hand that waits says why.
                     match b["waiting"].as_str() {
                         Some(why) => format!("{} (waiting: {why})", cell(b, "status")),

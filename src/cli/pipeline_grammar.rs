@@ -151,6 +151,22 @@ pub enum PipelineCommand {
         #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
         team: String,
     },
+    /// Start a new build of a job with exactly the versions one of its
+    /// builds was given (named N.M, the M-th rerun of build N).
+    RerunBuild {
+        /// PIPELINE/JOB.
+        #[arg(short = 'j', long = "job")]
+        job: String,
+        /// The build's name within the job (N, or N.M).
+        #[arg(short = 'b', long = "build")]
+        build: String,
+        /// Follow the build: exits 0 succeeded, 1 failed, 2 errored, 3 aborted.
+        #[arg(short = 'w', long)]
+        watch: bool,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
     /// Why a job was or was not triggered: the versions chosen per input,
     /// or why an input could not be satisfied.
     Why {

@@ -171,24 +171,22 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
         C::TriggerJob { job, watch, team } => {
             let (p, j) = split("--job", &job)?;
             let path = format!("{}/jobs/{}/builds", pipeline_path(&team, p), segment(j));
-            let build: Value = client.post(&path, &json!({})).await?;
-            let id = build["id"]
-                .as_i64()
-                .context("the answer holds no build id")?;
-            match build["waiting"].as_str() {
-                Some(why) => crate::outln!(
-                    "created {job} #{} (build {id}), pending: waiting: {why}",
-                    cell(&build, "build_number")
-                ),
-                None => crate::outln!(
-                    "started {job} #{} (build {id})",
-                    cell(&build, "build_number")
-                ),
-            }
-            if !watch {
-                return Ok(0);
-            }
-            Ok(follow(client, id, StepLines::Told).await?.run_exit_code(id))
+            start_build(client, &path, &job, watch).await
+        }
+        C::RerunBuild {
+            job,
+            build,
+            watch,
+            team,
+        } => {
+            let (p, j) = split("--job", &job)?;
+            let path = format!(
+                "{}/jobs/{}/builds/{}/rerun",
+                pipeline_path(&team, p),
+                segment(j),
+                segment(&build)
+            );
+            start_build(client, &path, &job, watch).await
         }
         C::Why { job, team } => {
             let (p, j) = split("--job", &job)?;
@@ -443,7 +441,7 @@ fn print_why(job: &str, view: &Value) {
     if let Some(why) = latest["waiting"].as_str() {
         crate::outln!(
             "{job} #{} (build {}) is pending: waiting: {why}",
-            cell(latest, "build_number"),
+            cell(latest, "name"),
             cell(latest, "id")
         );
     }
@@ -480,4 +478,29 @@ fn print_why(job: &str, view: &Value) {
             }
         }
     }
+}
+
+/// Asks for a build of `job` at `path` (a trigger or a rerun), prints its
+/// name and id (and why it waits), and follows it when `watch` is set.
+async fn start_build(
+    client: &ApiClient,
+    path: &str,
+    job: &str,
+    watch: bool,
+) -> anyhow::Result<i32> {
+    let build: Value = client.post(path, &json!({})).await?;
+    let id = build["id"]
+        .as_i64()
+        .context("the answer holds no build id")?;
+    match build["waiting"].as_str() {
+        Some(why) => crate::outln!(
+            "created {job} #{} (build {id}), pending: waiting: {why}",
+            cell(&build, "name")
+        ),
+        None => crate::outln!("started {job} #{} (build {id})", cell(&build, "name")),
+    }
+    if !watch {
+        return Ok(0);
+    }
+    Ok(follow(client, id, StepLines::Told).await?.run_exit_code(id))
 }

@@ -10,7 +10,9 @@ use actix_web::{web, HttpResponse};
 use utoipa::openapi::OpenApi as Document;
 use utoipa::OpenApi as _;
 
-use super::api::{artifacts, builds, gc, gc_admin, hijack, jobs, pipelines, queue, teams, workers};
+use super::api::{
+    artifacts, builds, gc, gc_admin, hijack, jobs, pipelines, queue, reruns, teams, workers,
+};
 use super::{dashboard, health, metrics, openapi};
 
 /// Expands the route table into [`register`], [`ROUTES`] and [`Operations`].
@@ -91,6 +93,7 @@ routes! {
     get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}" => pipelines::job;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds" => pipelines::job_builds;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds" => pipelines::trigger;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds/{build}/rerun" => reruns::rerun;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/pause" => pipelines::pause_job;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/unpause" => pipelines::unpause_job;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/resources" => pipelines::resources;

@@ -41,6 +41,8 @@ type Raw = (
     Option<String>,
     Option<i64>,
     Option<String>,
+    Option<i64>,
+    Option<i64>,
 );
 
 /// The channel a stored event is announced on (PostgreSQL `NOTIFY`, the
@@ -48,7 +50,7 @@ type Raw = (
 pub const EVENTS_CHANNEL: &str = "gantry_events";
 
 const COLUMNS: &str =
-    "id, team, status, plan, worker, exit_status, error, created_at, finished_at, pipeline, job, build_number, waiting";
+    "id, team, status, plan, worker, exit_status, error, created_at, finished_at, pipeline, job, build_number, waiting, rerun_of, rerun_number";
 
 /// A stored build; an unknown status is an error naming it.
 fn decode(r: Raw) -> Result<BuildRow, EngineError> {
@@ -65,8 +67,19 @@ fn decode(r: Raw) -> Result<BuildRow, EngineError> {
         pipeline: r.9,
         job: r.10,
         build_number: r.11,
+        name: r.11.map(|n| build_name(n, r.14)),
+        rerun_of: r.13,
         waiting: r.12,
     })
+}
+
+/// A job build's name: its number `n`, `n.m` for the m-th rerun of
+/// build `n`.
+pub fn build_name(n: i64, rerun: Option<i64>) -> String {
+    match rerun {
+        Some(m) => format!("{n}.{m}"),
+        None => n.to_string(),
+    }
 }
 
 /// Inserts a pending build (team, plan, created_at, web_node), returning

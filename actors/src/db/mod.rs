@@ -19,6 +19,7 @@ mod pins;
 mod pipeline_archive;
 mod pipelines;
 mod placements;
+mod reruns;
 mod resources;
 #[cfg(test)]
 mod scope_migration;
@@ -44,6 +45,7 @@ pub use job_builds::{NewJobBuild, PipelineHead};
 pub use leadership::Lead;
 pub use pipelines::{Parent, PipelineRow, ResourceRow, SetBy, PIPELINE_ID};
 pub use placements::RELEASES_CHANNEL;
+pub use reruns::NewRerun;
 pub use resources::ResourceCacheRow;
 pub use task_caches::{TaskCacheKey, TaskCacheRow};
 pub use teams::TokenRow;

@@ -28,6 +28,8 @@ pub struct WaitingBuild {
     /// Whether it found the checks of its inputs done (then it waits for
     /// no check again).
     pub inputs_checked: bool,
+    /// The build it reruns (its inputs are that build's), for a rerun.
+    pub rerun_of: Option<i64>,
 }
 
 impl Db {
@@ -70,9 +72,18 @@ impl Db {
     pub async fn waiting_builds(&self) -> Result<Vec<WaitingBuild>, EngineError> {
         // Only a waiting build's own insert writes `waiting`, always with
         // its pipeline and job.
-        type Row = (i64, String, String, String, String, i64, Option<i64>);
+        type Row = (
+            i64,
+            String,
+            String,
+            String,
+            String,
+            i64,
+            Option<i64>,
+            Option<i64>,
+        );
         let rows: Vec<Row> = sqlx::query_as(
-            "SELECT id, team, pipeline, job, waiting, created_at, inputs_checked_at FROM builds \
+            "SELECT id, team, pipeline, job, waiting, created_at, inputs_checked_at, rerun_of FROM builds \
              WHERE waiting IS NOT NULL AND status = $1 ORDER BY id",
         )
         .bind(BuildStatus::Pending.as_str())
@@ -81,7 +92,7 @@ impl Db {
         Ok(rows
             .into_iter()
             .map(
-                |(id, team, pipeline, job, waiting, created_at, checked)| WaitingBuild {
+                |(id, team, pipeline, job, waiting, created_at, checked, rerun_of)| WaitingBuild {
                     id,
                     team,
                     pipeline,
@@ -89,6 +100,7 @@ impl Db {
                     waiting,
                     created_at,
                     inputs_checked: checked.is_some(),
+                    rerun_of,
                 },
             )
             .collect())

@@ -13,6 +13,8 @@
 //! (only while it still waits: an abort in between wins) and starts on
 //! the node leading the round. A waiting build runs nowhere, so no node
 //! takes it over; an abort ends it where it waits.
+//! A waiting rerun (`reruns.rs`) checks and resolves nothing: once
+//! unheld it is filled with the versions its original was given.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -54,7 +56,7 @@ pub(super) struct CreatedBuild {
 }
 
 /// What a job build runs: its team, plan and job.
-struct Runnable {
+pub(super) struct Runnable {
     team: String,
     plan: crate::build::Plan,
     job_ref: JobRef,
@@ -148,7 +150,7 @@ impl Engine {
 
     /// Job `job`'s inputs, its pipeline's stored resources, and why it is
     /// held (its job or pipeline paused), if it is.
-    async fn job_state(
+    pub(super) async fn job_state(
         &self,
         row: &PipelineRow,
         pipeline: &Pipeline,
@@ -246,7 +248,7 @@ impl Engine {
 
     /// Tells build `id`'s followers why it waits (an event after those
     /// stored).
-    async fn tell_waiting(&self, id: i64, why: &str) -> Result<(), EngineError> {
+    pub(super) async fn tell_waiting(&self, id: i64, why: &str) -> Result<(), EngineError> {
         self.emit_outside(
             id,
             &BuildEvent::WaitingForInputs {
@@ -352,6 +354,16 @@ impl Engine {
     /// done: so with every version those checks found); else tells why
     /// it still waits when that changed.
     async fn start_waiting(&self, w: &WaitingBuild, job: &mut Job) -> Result<(), EngineError> {
+        if let (None, Some(of)) = (&job.state.held, w.rerun_of) {
+            // A rerun checks nothing: its inputs are its original's.
+            let chosen = self.rerun_inputs(of).await?;
+            if let Some(why) = super::reruns::inputs_changed(&job.state.inputs, &chosen) {
+                return self
+                    .end_waiting(w, &format!("no longer startable: {why}"))
+                    .await;
+            }
+            return self.fill_waiting(w, job, &chosen).await;
+        }
         let pending = match (&job.state.held, w.inputs_checked) {
             (None, false) => {
                 let pending = self
@@ -392,6 +404,17 @@ impl Engine {
                 return Ok(());
             }
         };
+        self.fill_waiting(w, job, chosen).await
+    }
+
+    /// Fills waiting build `w` of `job` with the versions `chosen` for its
+    /// inputs and starts it here (unless it no longer waits).
+    async fn fill_waiting(
+        &self,
+        w: &WaitingBuild,
+        job: &Job,
+        chosen: &BTreeMap<String, String>,
+    ) -> Result<(), EngineError> {
         let request = BuildRequest {
             row: &job.row,
             pipeline: &job.pipeline,
@@ -446,7 +469,7 @@ impl Engine {
     }
 
     /// Starts build `id`, whose events so far end at `last_event`.
-    fn start_runnable(&self, id: i64, run: Runnable, last_event: i64) {
+    pub(super) fn start_runnable(&self, id: i64, run: Runnable, last_event: i64) {
         let build = crate::build::Build::of_plan(
             id,
             run.team,
@@ -470,12 +493,12 @@ struct Job {
 }
 
 /// A job's inputs as stored, and whether it is held.
-struct JobState {
-    inputs: Vec<JobInput>,
+pub(super) struct JobState {
+    pub(super) inputs: Vec<JobInput>,
     /// Its pipeline's stored resources (what checks start from).
     resources: Vec<ResourceRow>,
     /// Why its builds are held (its job or pipeline paused), if they are.
-    held: Option<String>,
+    pub(super) held: Option<String>,
 }
 
 /// The resources of the `inputs` a build triggered by hand checks first.
@@ -488,7 +511,7 @@ fn names_to_check(inputs: &[JobInput]) -> Vec<String> {
 
 /// The row to write for build request `r`, and what the build runs: its
 /// plan with every input pinned to the version chosen.
-fn prepare(r: &BuildRequest<'_>) -> Result<(NewJobBuild, Runnable), EngineError> {
+pub(super) fn prepare(r: &BuildRequest<'_>) -> Result<(NewJobBuild, Runnable), EngineError> {
     let row = r.row;
     let mut pinned = BTreeMap::new();
     let mut recorded = Vec::new();

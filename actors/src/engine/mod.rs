@@ -12,6 +12,7 @@ mod job_builds;
 mod one_build;
 mod pipeline_jobs;
 mod pipelines;
+mod reruns;
 mod takeover;
 mod task_caches;
 mod teams;

@@ -135,6 +135,8 @@ mod tests {
             pipeline: None,
             job: None,
             build_number: None,
+            name: None,
+            rerun_of: None,
             waiting: None,
         }
     }

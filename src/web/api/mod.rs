@@ -15,6 +15,7 @@ pub mod jobs;
 pub mod paging;
 pub mod pipelines;
 pub mod queue;
+pub mod reruns;
 pub mod teams;
 pub mod workers;
 

@@ -98,7 +98,11 @@ type PipelinePath = web::Path<(String, String)>;
 type JobPath = web::Path<(String, String, String)>;
 
 /// Checks the caller may use `team` and the names are in bounds.
-fn allowed(identity: &Identity, team: &str, names: &[(&str, &str)]) -> Result<(), ApiError> {
+pub(super) fn allowed(
+    identity: &Identity,
+    team: &str,
+    names: &[(&str, &str)],
+) -> Result<(), ApiError> {
     for (what, value) in names {
         check_text(what, value, MAX_NAME)?;
     }

@@ -47,6 +47,8 @@ fn row(id: i64, plan: serde_json::Value, finished_at: Option<i64>) -> Build {
         pipeline: None,
         job: None,
         build_number: None,
+        name: None,
+        rerun_of: None,
         waiting: None,
     }
 }
