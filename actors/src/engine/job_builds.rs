@@ -16,7 +16,7 @@
 //! A waiting rerun (`reruns.rs`) checks and resolves nothing: once
 //! unheld it is filled with the versions its original was given.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::pipelines::{archived_error, loaded, stored_vars};
@@ -357,7 +357,7 @@ impl Engine {
         if let (None, Some(of)) = (&job.state.held, w.rerun_of) {
             // A rerun checks nothing: its inputs are its original's.
             let chosen = self.rerun_inputs(of).await?;
-            if let Some(why) = super::reruns::inputs_changed(&job.state.inputs, &chosen) {
+            if let Some(why) = inputs_changed(&job.state.inputs, &chosen) {
                 return self
                     .end_waiting(w, &format!("no longer startable: {why}"))
                     .await;
@@ -563,4 +563,17 @@ pub(super) fn prepare(r: &BuildRequest<'_>) -> Result<(NewJobBuild, Runnable), E
         job_ref,
     };
     Ok((build, run))
+}
+
+/// Why versions `chosen` (input → version) no longer fit a job taking
+/// `inputs`: its input names changed since they were chosen.
+pub(super) fn inputs_changed(
+    inputs: &[JobInput],
+    chosen: &BTreeMap<String, String>,
+) -> Option<String> {
+    let now: BTreeSet<&str> = inputs.iter().map(|i| i.name.as_str()).collect();
+    let then: BTreeSet<&str> = chosen.keys().map(String::as_str).collect();
+    (now != then).then(|| {
+        format!("the job's inputs changed since (it was given {then:?}, the job now takes {now:?})")
+    })
 }

@@ -6,28 +6,14 @@
 //! through it and triggering is unchanged; a paused job or pipeline
 //! holds it pending like a build triggered by hand, until unpaused.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use super::job_builds::{prepare, BuildRequest};
+use super::job_builds::{inputs_changed, prepare, BuildRequest};
 use super::pipelines::{archived_error, loaded};
 use super::Engine;
 use crate::db::{Direction, NewRerun};
 use crate::error::EngineError;
-use crate::triggers::JobInput;
 use crate::views::Build;
-
-/// Why versions `chosen` (input → version) no longer fit a job taking
-/// `inputs`: its input names changed since they were chosen.
-pub(super) fn inputs_changed(
-    inputs: &[JobInput],
-    chosen: &BTreeMap<String, String>,
-) -> Option<String> {
-    let now: BTreeSet<&str> = inputs.iter().map(|i| i.name.as_str()).collect();
-    let then: BTreeSet<&str> = chosen.keys().map(String::as_str).collect();
-    (now != then).then(|| {
-        format!("the job's inputs changed since (it was given {then:?}, the job now takes {now:?})")
-    })
-}
 
 /// Parses a job build's name: `N`, or `N.M` for a rerun.
 fn parse_name(name: &str) -> Option<(i64, Option<i64>)> {
