@@ -247,6 +247,19 @@ impl AgentWorker {
             handle,
         })
     }
+
+    /// The agent's background jobs (its beacon and sweeper), by name,
+    /// answered within `within`.
+    pub async fn jobs(
+        &self,
+        within: Duration,
+    ) -> Result<Vec<gantry_actors::api::JobStatus>, RuntimeError> {
+        let rb = self.ep.request(Method::GET, &["jobs"]).timeout(within);
+        let resp = self.ep.send(rb, "jobs", "").await?;
+        let mut rows: Vec<gantry_actors::api::JobStatus> = self.ep.json(resp).await?;
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(rows)
+    }
 }
 
 #[async_trait]

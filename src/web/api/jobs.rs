@@ -63,26 +63,16 @@ pub async fn worker_jobs(
             .collect();
         return Ok(HttpResponse::Ok().json(rows));
     }
-    let unreachable = |e: String| ApiError {
-        status: actix_web::http::StatusCode::BAD_GATEWAY,
-        message: format!("worker {name}'s agent: {e}"),
-    };
-    let url = format!("{}/jobs", reg.agent_url.trim_end_matches('/'));
-    let answer = reqwest::Client::new()
-        .get(&url)
-        .bearer_auth(&reg.agent_token)
-        .timeout(std::time::Duration::from_secs(10))
-        .send()
+    // Through the engine's agent client (its connect timeout, token and
+    // trace header, its error mapping), not a request of its own.
+    let rows = crate::agent_client::AgentConnector::default()
+        .worker(&reg)
+        .jobs(std::time::Duration::from_secs(10))
         .await
-        .map_err(|e| unreachable(e.to_string()))?;
-    if !answer.status().is_success() {
-        return Err(unreachable(format!("answered {}", answer.status())));
-    }
-    let mut rows: Vec<gantry_actors::api::JobStatus> = answer
-        .json()
-        .await
-        .map_err(|e| unreachable(format!("unreadable job list: {e}")))?;
-    rows.sort_by(|a, b| a.name.cmp(&b.name));
+        .map_err(|e| ApiError {
+            status: actix_web::http::StatusCode::BAD_GATEWAY,
+            message: format!("worker {name}'s agent: {e}"),
+        })?;
     Ok(HttpResponse::Ok().json(rows))
 }
 
