@@ -5,25 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The object storage tests' S3 server: s3s-fs, the s3s project's server
-# keeping objects as files (a server killed and started again on the same
-# data dir keeps them), built from crates.io (0.14.1: the last release for
-# Rust 1.92-1.95). Its build starts first, in the background, so it overlaps
-# the package installs and clippy; the tests wait for it. It is a test
-# server: opt-level 1 and no LTO build in a fraction of the release time.
-s3s=target/s3s/bin/s3s-fs
-s3s_pid=
-if [ ! -x "$s3s" ]; then
-  echo "installing s3s-fs in target/s3s (in the background)"
-  mkdir -p target
-  CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_LTO=false \
-    CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_DEBUG=false \
-    cargo install s3s-fs --version 0.14.1 --features binary --locked --root target/s3s \
-    --target-dir target/s3s-build >target/s3s-install.log 2>&1 &
-  s3s_pid=$!
-fi
-export GANTRY_S3_SERVER="$PWD/$s3s"
-
 need_pkgs=()
 command -v runc >/dev/null || need_pkgs+=(runc)
 command -v bwrap >/dev/null || need_pkgs+=(bubblewrap)
@@ -127,8 +108,4 @@ cargo clippy --workspace --all-targets --features gantry/bench -- -D warnings
 # leaves the cores idle).
 cargo test --workspace --features gantry/bench --no-run --message-format=json-render-diagnostics \
   > target/test-binaries.json
-if [ -n "$s3s_pid" ]; then
-  wait "$s3s_pid" || { cat target/s3s-install.log >&2; echo "installing s3s-fs failed" >&2; exit 1; }
-  rm -rf target/s3s-build
-fi
 python3 scripts/run_tests.py < target/test-binaries.json

@@ -11,9 +11,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::telemetry::TelemetryConfig;
 pub use gantry_agent::config::{host_name, ContainerLimitDefaults, WorkerConfig};
 
-#[path = "config_store.rs"]
-mod store;
-pub use store::{parse_s3_url, ArtifactLocation, S3Config};
+pub use gantry_artifacts::{parse_s3_url, ArtifactLocation, S3Config, DEFAULT_MAX_ARTIFACT_BYTES};
 
 /// The whole configuration file: a `[web]` and a `[worker]` table.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -45,9 +43,6 @@ pub use gantry_agent::config::DEV_REGISTRATION_KEY;
 
 /// The quickstart's embedded worker's work directory, in its data dir.
 pub const QUICKSTART_WORKER_DIR: &str = "worker";
-
-/// Default of [`WebConfig::max_artifact_bytes`]: 10 GiB.
-pub const DEFAULT_MAX_ARTIFACT_BYTES: u64 = 10 * 1024 * 1024 * 1024;
 
 /// Settings of the web node.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -147,7 +142,7 @@ pub struct WebConfig {
     pub metrics_public: bool,
     /// Kubernetes clusters this node runs steps on, each one worker of
     /// backend `kubernetes` (`[[web.kubernetes]]`; see docs/kubernetes.md).
-    pub kubernetes: Vec<crate::k8s::KubernetesConfig>,
+    pub kubernetes: Vec<gantry_kubernetes::KubernetesConfig>,
     /// Stored pipelines keep one history of versions per resource config
     /// (type and source), shared by every pipeline of one team using it,
     /// so one check serves them all (never shared across teams: a team is
@@ -394,7 +389,7 @@ impl StreamingConfig {
     /// an unknown mode or a cap of 0 is an error naming it.
     pub fn parse(
         &self,
-        encoding: gantry_actors::spec::Encoding,
+        encoding: gantry_wire::spec::Encoding,
     ) -> anyhow::Result<gantry_actors::api::StreamConfig> {
         use gantry_actors::api::LinkRule;
         use gantry_actors::api::StreamConfig;
@@ -562,7 +557,7 @@ mod tests {
         assert!(!d.worker.identity.allow_privileged);
         let on: FileConfig = toml::from_str("[worker]\nallow_privileged = true\n").unwrap();
         assert!(on.worker.identity.allow_privileged);
-        let encoding = gantry_actors::spec::Encoding::Zstd;
+        let encoding = gantry_wire::spec::Encoding::Zstd;
         assert_eq!(
             cfg.web.streaming.parse(encoding).unwrap(),
             d.web.streaming.parse(encoding).unwrap()
@@ -625,7 +620,7 @@ mod tests {
         let parsed = cfg
             .web
             .streaming
-            .parse(gantry_actors::spec::Encoding::Zstd)
+            .parse(gantry_wire::spec::Encoding::Zstd)
             .unwrap();
         use gantry_actors::api::StreamMode;
         assert_eq!(parsed.mode_for("a", "b"), StreamMode::P2p);
@@ -634,7 +629,7 @@ mod tests {
         let err = bad
             .web
             .streaming
-            .parse(gantry_actors::spec::Encoding::Zstd)
+            .parse(gantry_wire::spec::Encoding::Zstd)
             .unwrap_err()
             .to_string();
         assert!(err.contains("\"ftp\""), "{err}");
@@ -642,7 +637,7 @@ mod tests {
         assert!(zero
             .web
             .streaming
-            .parse(gantry_actors::spec::Encoding::Zstd)
+            .parse(gantry_wire::spec::Encoding::Zstd)
             .is_err());
     }
 
@@ -650,7 +645,7 @@ mod tests {
     fn default_limits_fill_what_a_task_leaves_unset() {
         let cfg: FileConfig =
             toml::from_str("[worker.default_limits]\nmemory = 1048576\npids = 100\n").unwrap();
-        let task = gantry_actors::spec::ResourceLimits {
+        let task = gantry_wire::spec::ResourceLimits {
             memory: Some(42),
             cpu: None,
             pids: None,

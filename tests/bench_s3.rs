@@ -1,23 +1,17 @@
 //! `gantry bench s3` end to end at a small size: the real binary starts a
-//! real `s3s-fs` and a web node on it, uploads and downloads a generated
+//! real S3 server (`gantry s3-test-server`) and a web node on it, uploads and downloads a generated
 //! artifact (checked by its SHA-256), does the same on a web node keeping
 //! artifacts in a directory, prints every figure, keeps its memory growth
 //! under the bound, and leaves nothing behind.
 
 use crate::common;
 
-use common::s3::s3_server_here;
-
 #[test]
 fn s3_bench_moves_a_verified_artifact_within_bounded_memory_and_prints_every_figure() {
-    let Some(server) = s3_server_here() else {
-        return;
-    };
     let tmp = tempfile::tempdir().unwrap();
     // 48 MiB: six parts of 8 MiB, more than the parts in flight.
     let out = common::gantry()
         .env("TMPDIR", tmp.path())
-        .env("GANTRY_S3_SERVER", &server)
         .args(["bench", "s3", "--size", "48MiB"])
         .output()
         .unwrap();

@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use gantry::k8s::{connect_cluster, KubeWorker, KubernetesConfig};
-use gantry_actors::runtime::{ByteStream, OutputStream, ProcessIo, ProcessSignal, Worker};
-use gantry_actors::spec::{
+use gantry_kubernetes::{connect_cluster, KubeWorker, KubernetesConfig};
+use gantry_wire::runtime::{ByteStream, OutputStream, ProcessIo, ProcessSignal, Worker};
+use gantry_wire::spec::{
     ContainerSpec, Encoding, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec, VolumeSpec,
     VolumeStrategy, WindowSize,
 };
@@ -134,7 +134,7 @@ fn process(id: &str, script: &str) -> ProcessSpec {
 
 /// Runs `script` in the container; answers its exit code, stdout and stderr.
 async fn run(
-    c: &Arc<dyn gantry_actors::runtime::Container>,
+    c: &Arc<dyn gantry_wire::runtime::Container>,
     id: &str,
     script: &str,
 ) -> (i32, String, String) {
@@ -262,7 +262,7 @@ async fn a_container_is_a_pod_with_its_image_limits_labels_and_mounts() {
     assert_eq!(one, b"made\n");
     assert!(matches!(
         outv.stream_file_out("missing.txt").await,
-        Err(gantry_actors::RuntimeError::NotFound { .. })
+        Err(gantry_wire::error::RuntimeError::NotFound { .. })
     ));
     let zstd = collect(outv.stream_out(".", Encoding::Zstd).await.unwrap()).await;
     let plain = zstd::decode_all(&zstd[..]).unwrap();
@@ -270,7 +270,7 @@ async fn a_container_is_a_pod_with_its_image_limits_labels_and_mounts() {
     // Streams from another worker are relayed: the pod does not pull.
     assert!(matches!(
         outv.stream_in_from("http://x", ".", Encoding::Zstd).await,
-        Err(gantry_actors::RuntimeError::PeerUnreachable { .. })
+        Err(gantry_wire::error::RuntimeError::PeerUnreachable { .. })
     ));
 
     // Destroying the pod keeps the output it held: it is copied back first.
@@ -333,7 +333,7 @@ async fn signals_and_terminal_resizes_reach_the_process() {
         columns: 100,
         rows: 30,
     });
-    let stdin = gantry::body::channel_stream(in_rx);
+    let stdin = gantry_agent::body::channel_stream(in_rx);
     let p = c
         .run(
             spec,

@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use gantry_actors::spec::Encoding;
-use gantry_actors::stream_url::StreamGrant;
+use gantry_wire::spec::Encoding;
+use gantry_wire::stream_url::StreamGrant;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use common::disk_db::{compare_with_store, DbView};
 use common::nodes::running_workers;
-use common::s3::{s3_server_here, S3Server};
+use common::s3::S3Server;
 use common::*;
 
 /// The key prefix of the store in the bucket.
@@ -31,11 +31,8 @@ const AT_ONCE: usize = 10;
 
 #[test]
 fn two_web_nodes_share_artifacts_on_s3_with_no_shared_directory() {
-    let Some(binary) = s3_server_here() else {
-        return;
-    };
     let dir = tempfile::tempdir().unwrap();
-    let s3 = S3Server::start(binary, dir.path());
+    let s3 = S3Server::start(dir.path());
     let db = TestDb::new(DbKind::Postgres);
     let config = |node: &str, prefix: &str| {
         let (artifacts, table) = s3.web_config(prefix);

@@ -14,7 +14,7 @@ use crate::common;
 use std::time::Instant;
 
 use common::nodes::start_web_nodes_together;
-use common::s3::{s3_server_here, S3Server};
+use common::s3::S3Server;
 use common::*;
 
 /// Web nodes started together.
@@ -78,10 +78,7 @@ fn five_web_nodes_started_together_on_a_fresh_database_agree_on_one_store() {
     );
 
     // One bucket and prefix.
-    let Some(binary) = s3_server_here() else {
-        return;
-    };
-    let s3 = S3Server::start(binary, dir.path());
+    let s3 = S3Server::start(dir.path());
     let started = Instant::now();
     for round in 0..ROUNDS {
         let db = TestDb::new(DbKind::Postgres);

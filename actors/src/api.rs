@@ -16,7 +16,7 @@ pub use crate::engine::{
     NodeConfig, PipelinesConfig, SetPipeline, WebNodeView, DEFAULT_CHECK_EVERY,
     DEFAULT_WORKER_RETURN, TOKEN_PREFIX,
 };
-pub use crate::error::{EngineError, RuntimeError};
+pub use crate::error::EngineError;
 pub use crate::gc::collector::{CollectorConfig, Rule, RuleStats};
 pub use crate::gc::rules_artifacts::ArtifactAges;
 pub use crate::gc::rules_pressure::DiskPressure;
@@ -29,7 +29,7 @@ pub use crate::streaming::{
 };
 
 // Builds: what is asked and what is told.
-pub use crate::db::{now_ms, BuildQuery, BuildStatus, HandleKind};
+pub use crate::db::{now_ms, BuildQuery, HandleKind};
 pub use crate::event_follow::StoredEvent;
 pub use crate::events::{BuildEvent, NodeOutcome};
 pub use crate::pipeline::{
@@ -42,12 +42,9 @@ pub use crate::plan::{
 pub use crate::task_config::TaskConfig;
 
 // Artifacts, intercepts, background jobs, garbage collection, metrics.
-pub use crate::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
+pub use crate::artifact_store::{ArtifactStore, StoredArtifact};
 pub use crate::artifacts::{ArtifactOwner, KeptArtifact};
-pub use crate::background::{
-    Backoff, Drained, Job, JobError, JobState, JobStatus, Outcome, Schedule, Tasks,
-};
-pub use crate::gc::sweep::{DiskUsage, GcStatsSnapshot, SweepAnswer, SweepError, SweepReport};
+pub use crate::gc::sweep::{GcStatsSnapshot, SweepError};
 pub use crate::histograms::{HistogramSpec, ALL as HISTOGRAMS};
 pub use crate::intercept::InterceptGuard;
 pub use crate::resources::ResourceStats;

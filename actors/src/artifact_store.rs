@@ -5,10 +5,10 @@
 use async_trait::async_trait;
 
 use crate::error::EngineError;
-use crate::runtime::ByteStream;
-use crate::spec::Encoding;
+use gantry_wire::runtime::ByteStream;
+use gantry_wire::spec::Encoding;
 
-pub use crate::state::ArtifactKind;
+use gantry_wire::state::ArtifactKind;
 
 /// What [`ArtifactStore::store`] kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +40,7 @@ pub trait ArtifactStore: Send + Sync {
     /// Hands the store the engine's owned tasks, for the tasks it spawns
     /// (aborting an upload its request left): at shutdown they are drained
     /// and counted with the others. A store that spawns none ignores it.
-    fn own_tasks(&self, tasks: crate::background::Tasks) {
+    fn own_tasks(&self, tasks: gantry_jobs::Tasks) {
         let _ = tasks;
     }
     /// Where the store is, for messages (its directory, or its

@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::artifact_store::{ArtifactKind, ArtifactStore};
+use crate::artifact_store::ArtifactStore;
 use crate::db::Db;
 use crate::error::EngineError;
-use crate::runtime::ByteStream;
-use crate::spec::Encoding;
+use gantry_wire::runtime::ByteStream;
+use gantry_wire::spec::Encoding;
+use gantry_wire::state::ArtifactKind;
 
 /// Who an artifact about to be kept belongs to.
 #[derive(Debug, Clone, Copy)]

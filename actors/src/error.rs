@@ -3,7 +3,7 @@
 
 use thiserror::Error;
 
-pub use gantry_wire::error::RuntimeError;
+use gantry_wire::error::RuntimeError;
 
 /// An error of the engine (database, scheduling, builds).
 #[derive(Debug, Error)]

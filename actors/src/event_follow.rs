@@ -43,7 +43,7 @@ pub fn follow(
     hub: EventHub,
     id: i64,
     after: i64,
-    tasks: &crate::background::Tasks,
+    tasks: &gantry_jobs::Tasks,
 ) -> mpsc::Receiver<Result<StoredEvent, EngineError>> {
     // Subscribe before reading what is stored, so nothing falls between.
     let rx = hub.subscribe(id);
@@ -175,8 +175,8 @@ impl Follower {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::BuildStatus;
     use crate::events::{BuildEvent, EventSink};
+    use gantry_wire::state::BuildStatus;
 
     /// A finished build of `n` events (the last one final).
     async fn finished_build(db: &Db, hub: &EventHub, n: usize) -> i64 {

@@ -7,8 +7,9 @@ use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch, Mutex as AsyncMutex};
 
-use crate::db::{now_ms, BuildStatus, Db};
+use crate::db::{now_ms, Db};
 use crate::error::EngineError;
+use gantry_wire::state::BuildStatus;
 
 /// Something that happened in a build.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -23,7 +23,7 @@ pub struct Intercepts {
     /// This web node's name, recorded with its sessions.
     node: String,
     /// Where a closed session's row is deleted: the engine's owned tasks.
-    tasks: crate::background::Tasks,
+    tasks: gantry_jobs::Tasks,
 }
 
 /// An open session; dropping it ends the session (its row is deleted on a
@@ -35,7 +35,7 @@ pub struct InterceptGuard {
     /// Its row.
     id: i64,
     /// Where its row's deletion runs (shutdown waits for it).
-    tasks: crate::background::Tasks,
+    tasks: gantry_jobs::Tasks,
 }
 
 impl Intercepts {
@@ -49,7 +49,7 @@ impl Intercepts {
     }
 
     /// The same, its sessions' rows deleted on `tasks` (the engine's).
-    pub fn with_tasks(self, tasks: crate::background::Tasks) -> Self {
+    pub fn with_tasks(self, tasks: gantry_jobs::Tasks) -> Self {
         Intercepts { tasks, ..self }
     }
 
@@ -100,7 +100,7 @@ impl Drop for InterceptGuard {
 mod tests {
     use super::*;
     use crate::db::HandleKind;
-    use crate::state::HandleState;
+    use gantry_wire::state::HandleState;
 
     async fn container(db: &Db, handle: &str, state: HandleState) {
         db.insert_handle(HandleKind::Container, handle, "w", None, None, "main")

@@ -3,8 +3,9 @@
 //! The domain model, the database layer, the runtime interface through which
 //! the engine talks to workers, and the actors (registry, scheduler, builds).
 //! Nothing here knows about HTTP routes, the CLI or a concrete container
-//! backend. Its edges see only [`api`] (and the wire types re-exported
-//! here); every other module is private.
+//! backend. Its edges see only [`api`], and reach the wire types shared
+//! with the workers by their one name, `gantry_wire::...`; every other
+//! module is private.
 
 pub mod api;
 mod artifact_store;
@@ -39,8 +40,4 @@ pub mod testing;
 mod triggers;
 mod views;
 
-// The wire types, shared with the workers (`gantry-wire`), under the
-// engine's names so the engine's modules reach them as `crate::spec`, ...
-pub use gantry_wire::{runtime, spec, state, stream_url, worker_info};
-
-pub use api::{Engine, EngineConfig, EngineError, EngineSetup, NodeConfig, RuntimeError};
+pub use api::{Engine, EngineConfig, EngineError, EngineSetup, NodeConfig};

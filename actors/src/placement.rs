@@ -11,7 +11,7 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::worker_info::WorkerLimits;
+use gantry_wire::worker_info::WorkerLimits;
 
 /// One placement strategy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

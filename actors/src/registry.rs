@@ -17,13 +17,13 @@ use dashmap::DashMap;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::background::{JobReport, JobState, Jobs};
 use crate::db::{now_ms, Db};
 use crate::error::EngineError;
-use crate::runtime::{Worker, WorkerConnector};
 use crate::scheduler::{Candidate, Scheduler, WhenIdle, WorkerRemoved, WorkerUpdated};
-use crate::state::WorkerState;
-use crate::worker_info::{Heartbeat, WorkerRegistration, WorkerView};
+use gantry_jobs::{JobReport, JobState, Jobs};
+use gantry_wire::runtime::{Worker, WorkerConnector};
+use gantry_wire::state::WorkerState;
+use gantry_wire::worker_info::{Heartbeat, WorkerRegistration, WorkerView};
 use worker_conn::{heartbeat_job_name, probe_job_name, HeartbeatSeen, StopConn};
 
 pub use worker_conn::WorkerConn;

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{BuildStatus, HandleState};
+use gantry_wire::state::{BuildStatus, HandleState};
 
 /// A build.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -34,11 +34,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use gantry_actors::api::HandleKind;
-use gantry_actors::api::HandleOwner;
-use gantry_actors::runtime::ProcessIo;
-use gantry_actors::runtime::Worker;
-use gantry_actors::state::HandleState;
+use gantry_actors::api::{HandleKind, HandleOwner};
+use gantry_wire::runtime::{ProcessIo, Worker};
+use gantry_wire::state::HandleState;
 use tokio::sync::mpsc;
 
 use super::rig::{container_spec, process_spec, RawRunc, Rig, RuncSample, Summary};

@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use gantry_actors::api::bench::DetachedConnector;
-use gantry_actors::api::{BuildEvent, BuildStatus, StoredEvent};
+use gantry_actors::api::{BuildEvent, StoredEvent};
 use gantry_actors::{Engine, EngineConfig, EngineError, EngineSetup};
+use gantry_wire::state::BuildStatus;
 use tokio::sync::mpsc;
 
-use crate::web::artifact_files::ArtifactFiles;
+use gantry_artifacts::ArtifactFiles;
 
 /// Options of the benchmark.
 pub struct FollowBench {

@@ -11,11 +11,10 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use gantry_actors::api::bench::Db;
-use gantry_actors::api::bench::Sweeps;
+use gantry_actors::api::bench::{Db, Sweeps};
 use gantry_actors::api::HandleKind;
-use gantry_actors::api::SweepReport;
-use gantry_actors::worker_info::WorkerRegistration;
+use gantry_wire::sweep::SweepReport;
+use gantry_wire::worker_info::WorkerRegistration;
 
 /// Options of the benchmark.
 pub struct GcBench {

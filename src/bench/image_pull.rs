@@ -30,10 +30,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use gantry_actors::api::{HandleKind, HandleOwner};
-use gantry_actors::runtime::{ProcessIo, Worker, WorkerConnector};
-use gantry_actors::spec::{ContainerSpec, Encoding, RootfsSpec, VolumeSpec, VolumeStrategy};
-use gantry_actors::state::HandleState;
 use gantry_wire::native::PullImage;
+use gantry_wire::runtime::{ProcessIo, Worker, WorkerConnector};
+use gantry_wire::spec::{ContainerSpec, Encoding, RootfsSpec, VolumeSpec, VolumeStrategy};
+use gantry_wire::state::HandleState;
 use gantry_wire::stream_url::{StreamGrant, BLOBS_PATH};
 use sha2::{Digest, Sha256};
 
@@ -405,7 +405,7 @@ async fn measure(rig: &Rig, opts: &ImagePullBench) -> anyhow::Result<()> {
         "tag": "1",
         "ca_certs": [registry.ca_pem],
     });
-    let connector = crate::agent_client::AgentConnector::new();
+    let connector = gantry_agent_client::AgentConnector::new();
     let workers: Vec<Arc<dyn Worker>> = (0..2)
         .map(|i| connector.connect(rig.agent(i).registration()))
         .collect();

@@ -17,21 +17,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use gantry_actors::api::bench::DetachedConnector;
-use gantry_actors::api::parse_chain;
-use gantry_actors::api::HandleKind;
-use gantry_actors::api::HandleOwner;
-use gantry_actors::api::Load;
-use gantry_actors::api::PlacementConfig;
-use gantry_actors::api::Selection;
-use gantry_actors::api::StepRequest;
-use gantry_actors::worker_info::WorkerLimits;
-use gantry_actors::worker_info::WorkerRegistration;
-use gantry_actors::Engine;
-use gantry_actors::EngineConfig;
-use gantry_actors::EngineSetup;
+use gantry_actors::api::{
+    parse_chain, HandleKind, HandleOwner, Load, PlacementConfig, Selection, StepRequest,
+};
+use gantry_actors::{Engine, EngineConfig, EngineSetup};
+use gantry_wire::worker_info::{WorkerLimits, WorkerRegistration};
 use rand::Rng;
 
-use crate::web::artifact_files::ArtifactFiles;
+use gantry_artifacts::ArtifactFiles;
 
 /// Options of the benchmark.
 pub struct PlacementBench {

@@ -11,19 +11,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use gantry_actors::api::Load;
-use gantry_actors::api::Selection;
-use gantry_actors::api::StepRequest;
-use gantry_actors::spec::ContainerSpec;
-use gantry_actors::spec::ProcessSpec;
-use gantry_actors::spec::ResourceLimits;
-use gantry_actors::spec::RootfsSpec;
+use gantry_actors::api::{Load, Selection, StepRequest};
+use gantry_wire::spec::{ContainerSpec, ProcessSpec, ResourceLimits, RootfsSpec};
 
-use crate::agent::backend::{find_executable, runc as runc_backend, ContainerContext};
-use crate::agent::rootfs::{self, UserIds};
-use crate::agent::WorkerHandle;
-use crate::agent_client::AgentConnector;
 use crate::config::{WebConfig, WorkerConfig};
+use gantry_agent::backend::{find_executable, runc as runc_backend, ContainerContext};
+use gantry_agent::rootfs::{self, UserIds};
+use gantry_agent::WorkerHandle;
+use gantry_agent_client::AgentConnector;
 
 /// How long the workers may take to register and become placeable.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -238,7 +233,7 @@ impl Rig {
                 sweep_interval_secs: sweep_interval()?,
                 ..WorkerConfig::default()
             };
-            match crate::agent::start_worker(worker_cfg).await {
+            match gantry_agent::start_worker(worker_cfg).await {
                 Ok(agent) => rig.agents.push(agent),
                 Err(e) => {
                     rig.stop().await;

@@ -1,6 +1,7 @@
 //! `gantry bench s3`: one artifact of `--size` bytes uploaded to and
 //! downloaded from a web node keeping its artifacts on S3-compatible object
-//! storage (a real `s3s-fs` server on loopback, in its own process), against
+//! storage (s3s-fs's store on loopback, `gantry s3-test-server` in its own
+//! process: see `s3_server.rs`), against
 //! the same upload and download on a web node keeping them in a directory,
 //! in the same run.
 //!
@@ -16,7 +17,7 @@
 //! does not reuse memory the directory round's allocations left.
 //! Throughputs are bytes of the tar stream per second, in MB (10^6 bytes).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,18 +26,16 @@ use bytes::Bytes;
 use futures::StreamExt as _;
 use sha2::{Digest as _, Sha256};
 
-use crate::agent_client::AgentConnector;
 use crate::bench::stream::rss::{rss_bytes, PeakWatch};
 use crate::bench::stream::tree::Rng;
 use crate::config::{S3Config, WebConfig};
-use crate::web::artifact_s3::{IN_FLIGHT, PART};
+use gantry_agent_client::AgentConnector;
+use gantry_artifacts::{IN_FLIGHT, PART};
 
 /// Options of the benchmark.
 pub struct S3Bench {
     /// Bytes of the file in the artifact.
     pub size: u64,
-    /// The `s3s-fs` binary.
-    pub server: PathBuf,
 }
 
 /// The bucket and prefix of the object storage round.
@@ -60,7 +59,7 @@ struct Round {
     rss_growth: u64,
 }
 
-/// An `s3s-fs` process, killed when dropped.
+/// The S3 server's process, killed when dropped.
 struct Server(std::process::Child);
 
 impl Drop for Server {
@@ -83,7 +82,7 @@ pub async fn bench(opts: S3Bench) -> anyhow::Result<()> {
     let base = tmp.path().to_path_buf();
     let tar_len = tar_len(opts.size);
     let want = digest(opts.size).await?;
-    let (server, endpoint) = start_server(&opts.server, &base).await?;
+    let (server, endpoint) = start_server(&base).await?;
     let s3 = WebConfig {
         artifacts: Some(format!("s3://{BUCKET}/artifacts")),
         s3: S3Config {
@@ -114,16 +113,19 @@ fn web_config(dir: &Path) -> anyhow::Result<WebConfig> {
     })
 }
 
-/// Starts `binary` on a free loopback port serving `base/s3` (with the
-/// bucket), waiting until it accepts connections; its endpoint.
-async fn start_server(binary: &Path, base: &Path) -> anyhow::Result<(Server, String)> {
+/// Starts this binary's `s3-test-server` on a free loopback port serving
+/// `base/s3` (with the bucket), waiting until it accepts connections; its
+/// endpoint.
+async fn start_server(base: &Path) -> anyhow::Result<(Server, String)> {
+    let binary = std::env::current_exe().context("finding this binary")?;
     let root = base.join("s3");
     std::fs::create_dir_all(root.join(BUCKET)).context("creating the bucket's directory")?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .context("finding a free port")?
         .port();
-    let child = std::process::Command::new(binary)
+    let child = std::process::Command::new(&binary)
+        .arg("s3-test-server")
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
         .arg(&root)
@@ -138,10 +140,7 @@ async fn start_server(binary: &Path, base: &Path) -> anyhow::Result<(Server, Str
         .is_err()
     {
         if Instant::now() > deadline {
-            bail!(
-                "{} did not listen on port {port} within 30 s",
-                binary.display()
-            );
+            bail!("the S3 test server did not listen on port {port} within 30 s");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -28,11 +28,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use gantry_actors::api::bench::{Db, DetachedConnector};
-use gantry_actors::api::{BuildStatus, PipelinesConfig, Vars};
+use gantry_actors::api::{PipelinesConfig, Vars};
 use gantry_actors::{Engine, EngineConfig, EngineSetup};
+use gantry_wire::state::BuildStatus;
 use serde_json::json;
 
-use crate::web::artifact_files::ArtifactFiles;
+use gantry_artifacts::ArtifactFiles;
 
 /// Options of the benchmark.
 pub struct SchedulingBench {

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 
-use crate::agent_client::AgentConnector;
 use crate::config::WebConfig;
+use gantry_agent_client::AgentConnector;
 
 /// Jobs of the large pipeline (the figures' names say 10k).
 const JOBS: usize = 10_000;

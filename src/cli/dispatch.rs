@@ -36,6 +36,23 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             var_files,
         } => Ok(validate_plan::validate_plan(&file, &vars, &var_files)),
         #[cfg(feature = "bench")]
+        Command::S3TestServer {
+            host,
+            port,
+            access_key,
+            secret_key,
+            root,
+        } => {
+            crate::bench::s3_server::serve(crate::bench::s3_server::S3TestServer {
+                host,
+                port,
+                access_key,
+                secret_key,
+                root,
+            })?;
+            Ok(0)
+        }
+        #[cfg(feature = "bench")]
         Command::Bench { which } => {
             match which {
                 BenchCommand::Placement {
@@ -119,15 +136,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 BenchCommand::Stream { size, rounds } => actix_web::rt::System::new().block_on(
                     crate::bench::stream::bench(crate::bench::stream::StreamBench { size, rounds }),
                 )?,
-                BenchCommand::S3 { size, s3_server } => {
-                    let server = crate::agent::backend::find_executable(&s3_server)
-                        .ok_or_else(|| {
-                            anyhow::anyhow!("bench s3 needs s3s-fs, and {s3_server:?} is not found: install it (cargo install s3s-fs --version 0.14.1 --features binary --locked) or pass --s3-server PATH (GANTRY_S3_SERVER)")
-                        })?;
-                    actix_web::rt::System::new().block_on(crate::bench::s3::bench(
-                        crate::bench::s3::S3Bench { size, server },
-                    ))?
-                }
+                BenchCommand::S3 { size } => actix_web::rt::System::new()
+                    .block_on(crate::bench::s3::bench(crate::bench::s3::S3Bench { size }))?,
                 BenchCommand::Gc {
                     handles,
                     reports,
@@ -278,9 +288,9 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     } => {
                         let path = format!(
                             "/api/v1/teams/{}/pipelines/{}/jobs/{}/clear-task-cache",
-                            crate::url::segment(&team),
-                            crate::url::segment(&pipeline),
-                            crate::url::segment(&job)
+                            gantry_wire::url::segment(&team),
+                            gantry_wire::url::segment(&pipeline),
+                            gantry_wire::url::segment(&job)
                         );
                         let answer: serde_json::Value = client
                             .post(&path, &serde_json::json!({ "step": step }))

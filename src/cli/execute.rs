@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context as _};
 use futures::StreamExt;
 use gantry_actors::api::TaskConfig;
-use gantry_actors::spec::Encoding;
+use gantry_wire::spec::Encoding;
 use serde::Deserialize;
 
 use crate::cli::client::ApiClient;
 use crate::cli::follow::{follow, StepLines};
 use crate::cli::progress::Transfers;
-use crate::tarball::{self, UnpackLimits};
+use gantry_files::tarball::{self, UnpackLimits};
 
 /// What `execute` was asked to do.
 pub struct ExecuteArgs {
@@ -133,7 +133,7 @@ async fn upload_image(
         .await
         .with_context(|| format!("cannot open image {}", file.display()))?;
     let size = f.metadata().await.ok().map(|m| m.len());
-    let plain: gantry_actors::runtime::ByteStream =
+    let plain: gantry_wire::runtime::ByteStream =
         Box::pin(tokio_util::io::ReaderStream::with_capacity(f, 256 * 1024));
     let plain = Box::pin(transfers.track("image", size, plain));
     upload_stream(
@@ -150,7 +150,7 @@ async fn upload_stream(
     client: &ApiClient,
     team: &str,
     name: &str,
-    body: gantry_actors::runtime::ByteStream,
+    body: gantry_wire::runtime::ByteStream,
     kind: &str,
 ) -> anyhow::Result<String> {
     let resp = client

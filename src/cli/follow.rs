@@ -7,9 +7,8 @@ use std::io::Write as _;
 
 use anyhow::{anyhow, bail, Context as _};
 use futures::StreamExt;
-use gantry_actors::api::BuildEvent;
-use gantry_actors::api::BuildStatus;
-use gantry_actors::api::NodeOutcome;
+use gantry_actors::api::{BuildEvent, NodeOutcome};
+use gantry_wire::state::BuildStatus;
 use serde::Deserialize;
 
 use crate::cli::client::ApiClient;

@@ -425,6 +425,26 @@ pub enum Command {
         #[command(subcommand)]
         which: BenchCommand,
     },
+    /// Serve S3 from a directory: the object storage of the tests and of
+    /// `gantry bench s3` (in a binary built with the `bench` feature).
+    #[cfg(feature = "bench")]
+    #[command(hide = true)]
+    S3TestServer {
+        /// The address to listen on.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// The port to listen on.
+        #[arg(long)]
+        port: u16,
+        /// The one access key it accepts.
+        #[arg(long)]
+        access_key: String,
+        /// The secret of the access key.
+        #[arg(long)]
+        secret_key: String,
+        /// The data dir: `ROOT/BUCKET/KEY` is an object.
+        root: PathBuf,
+    },
     /// Check a task config; prints every problem.
     ValidateTask {
         /// The task config file.
@@ -594,17 +614,13 @@ pub enum BenchCommand {
         postgres_url: String,
     },
     /// One artifact uploaded to and downloaded from a web node keeping
-    /// artifacts on S3-compatible object storage (a real `s3s-fs` on
-    /// loopback), with its memory watched, against the same on a web node
+    /// artifacts on S3-compatible object storage (s3s-fs's store on
+    /// loopback, `gantry s3-test-server`), with its memory watched, against the same on a web node
     /// keeping them in a directory.
     S3 {
         /// Bytes of the artifact's file (e.g. 1GiB, 64MiB).
         #[arg(long, default_value = "1GiB", value_parser = crate::bench::stream::parse_size)]
         size: u64,
-        /// The `s3s-fs` binary (`cargo install s3s-fs --version 0.14.1
-        /// --features binary --locked`).
-        #[arg(long, env = "GANTRY_S3_SERVER", default_value = "s3s-fs")]
-        s3_server: String,
     },
 }
 

@@ -16,7 +16,7 @@ use std::io::Write;
 
 use anyhow::{anyhow, bail, Context as _};
 use futures::{SinkExt, StreamExt};
-use gantry_actors::spec::WindowSize;
+use gantry_wire::spec::WindowSize;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -52,10 +52,10 @@ fn hijack_url(client: &ApiClient, args: &HijackArgs) -> anyhow::Result<String> {
             let step = args.step.as_deref().unwrap_or("task");
             format!(
                 "/api/v1/builds/{b}/hijack?step={}",
-                crate::url::segment(step)
+                gantry_wire::url::segment(step)
             )
         }
-        (None, Some(h)) => format!("/api/v1/containers/{}/hijack", crate::url::segment(h)),
+        (None, Some(h)) => format!("/api/v1/containers/{}/hijack", gantry_wire::url::segment(h)),
     };
     let url = client.url(&path);
     if let Some(rest) = url.strip_prefix("http://") {

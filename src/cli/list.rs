@@ -1,6 +1,6 @@
 //! The listing verbs: `workers`, `builds`, `containers`, `volumes`, `jobs`.
 
-use gantry_actors::worker_info::WorkerView;
+use gantry_wire::worker_info::WorkerView;
 
 use anyhow::Context as _;
 
@@ -217,7 +217,7 @@ pub async fn worker_jobs(client: &ApiClient, worker: &str, json: bool) -> anyhow
     let rows: Vec<serde_json::Value> = client
         .get(&format!(
             "/api/v1/workers/{}/jobs",
-            crate::url::segment(worker)
+            gantry_wire::url::segment(worker)
         ))
         .await?;
     print_jobs(&rows, json)
@@ -272,10 +272,13 @@ pub async fn web_nodes(client: &ApiClient, json: bool) -> anyhow::Result<()> {
 
 /// `land-worker`, `retire-worker`.
 pub async fn lifecycle(client: &ApiClient, name: &str, action: &str) -> anyhow::Result<()> {
-    gantry_actors::worker_info::check_worker_name(name).map_err(anyhow::Error::msg)?;
+    gantry_wire::worker_info::check_worker_name(name).map_err(anyhow::Error::msg)?;
     let answer: serde_json::Value = client
         .post(
-            &format!("/api/v1/workers/{}/{action}", crate::url::segment(name)),
+            &format!(
+                "/api/v1/workers/{}/{action}",
+                gantry_wire::url::segment(name)
+            ),
             &serde_json::json!({}),
         )
         .await?;
@@ -315,8 +318,8 @@ pub async fn pipeline_jobs(
 ) -> anyhow::Result<()> {
     let path = format!(
         "/api/v1/teams/{}/pipelines/{}/jobs",
-        crate::url::segment(team),
-        crate::url::segment(pipeline)
+        gantry_wire::url::segment(team),
+        gantry_wire::url::segment(pipeline)
     );
     let jobs: Vec<serde_json::Value> = client.get(&path).await?;
     if json {

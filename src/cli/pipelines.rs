@@ -12,7 +12,7 @@ use crate::cli::follow::{follow, StepLines};
 use crate::cli::pipeline_grammar::PipelineCommand;
 use crate::cli::run::load_instance;
 use crate::cli::table::{cell, print_table};
-use crate::url::segment;
+use gantry_wire::url::segment;
 
 /// `/api/v1/teams/T/pipelines/P` with each part escaped.
 fn pipeline_path(team: &str, pipeline: &str) -> String {

@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures::Stream;
-use gantry_actors::runtime::ByteStream;
+use gantry_wire::runtime::ByteStream;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Transfers of at most this many bytes get no bar (1 MiB).

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
-use crate::agent_client::AgentConnector;
 use crate::cli::{WebFlags, WorkerFlags};
 use crate::config::{FileConfig, WebConfig, WorkerConfig};
 use crate::telemetry::{Service, Telemetry};
+use gantry_agent_client::AgentConnector;
 
 /// The name a web node goes by in its traces: its configured name, or
 /// `HOST:PORT`.
@@ -186,7 +186,7 @@ pub fn worker(
                     tx.send_modify(|n| *n += 1);
                 }
             });
-            crate::agent::run_worker(cfg, rx).await
+            gantry_agent::run_worker(cfg, rx).await
         })
     })
 }
@@ -225,7 +225,7 @@ pub fn quickstart(
         actix_web::rt::System::new().block_on(async move {
             let handle = crate::web::start_web(&web_cfg, Arc::new(AgentConnector::new())).await?;
             worker_cfg.web = format!("http://{}", handle.addr);
-            let worker = match crate::agent::start_worker(worker_cfg).await {
+            let worker = match gantry_agent::start_worker(worker_cfg).await {
                 Ok(worker) => worker,
                 Err(e) => {
                     handle.engine.shutdown().await;
@@ -312,13 +312,13 @@ fn quickstart_key(data_dir: &std::path::Path) -> anyhow::Result<String> {
 ///
 /// With an `embedded` worker (quickstart), the processes running on it
 /// are let finish before the API stops (see
-/// [`crate::agent::AgentState::finish_running`]): the next start takes the
+/// [`gantry_agent::AgentState::finish_running`]): the next start takes the
 /// builds over and finds those steps ended, their output and exit status
 /// kept, so they resume without running a step twice. A second signal stops
 /// at once (those steps' builds then error, their processes' ends unknown).
 fn stop_web_on_signals(
     handle: &crate::web::WebHandle,
-    embedded: Option<Arc<crate::agent::AgentState>>,
+    embedded: Option<Arc<gantry_agent::AgentState>>,
 ) {
     let server = handle.server.handle();
     let engine = handle.engine.clone();

@@ -4,7 +4,7 @@
 use crate::cli::client::ApiClient;
 use crate::cli::list::{cell, print_table};
 use crate::cli::TokenCommand;
-use crate::url::segment;
+use gantry_wire::url::segment;
 
 /// Unix ms as `YYYY-MM-DD HH:MM:SS` UTC (empty for none).
 fn when(v: &serde_json::Value) -> String {

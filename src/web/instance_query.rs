@@ -72,7 +72,7 @@ fn rewritten(uri: &Uri) -> Result<Option<Uri>, String> {
     let mut new_path = format!(
         "{TEAMS}{}/pipelines/{}",
         parts[0],
-        crate::url::segment(&r.to_string())
+        gantry_wire::url::segment(&r.to_string())
     );
     if let Some(tail) = parts.get(3) {
         new_path.push('/');

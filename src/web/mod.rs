@@ -1,9 +1,6 @@
 //! The web node: the engine plus its HTTP API, dashboard and `/metrics`.
 
 pub mod api;
-pub mod artifact_files;
-pub mod artifact_format;
-pub mod artifact_s3;
 pub mod auth;
 pub mod body_pace;
 mod dashboard;
@@ -21,15 +18,12 @@ use std::sync::Arc;
 use actix_web::{web, App, HttpResponse, HttpServer};
 use anyhow::Context as _;
 use gantry_actors::api::LifecycleConfig;
-use gantry_actors::runtime::WorkerConnector;
-use gantry_actors::spec::Encoding;
-use gantry_actors::Engine;
-use gantry_actors::EngineConfig;
-use gantry_actors::EngineSetup;
+use gantry_actors::{Engine, EngineConfig, EngineSetup};
+use gantry_wire::runtime::WorkerConnector;
+use gantry_wire::spec::Encoding;
 
-pub use artifact_files::ArtifactFiles;
-pub use artifact_s3::ArtifactS3;
 pub use error::ApiError;
+use gantry_artifacts::{ArtifactFiles, ArtifactS3};
 
 use crate::config::WebConfig;
 
@@ -228,7 +222,10 @@ pub async fn start_web(
     let connector: Arc<dyn WorkerConnector> = if clusters.is_empty() {
         connector
     } else {
-        Arc::new(crate::k8s::FleetConnector::new(connector, clusters.clone()))
+        Arc::new(gantry_kubernetes::FleetConnector::new(
+            connector,
+            clusters.clone(),
+        ))
     };
     // Before the engine starts, so it records its first durations.
     self::metrics::install();
@@ -246,7 +243,7 @@ pub async fn start_web(
     make_private(cfg)?;
     engine.run_job(self::metrics::Upkeep::new(), self::metrics::Upkeep::EVERY);
     for cluster in clusters {
-        crate::k8s::beacon::start(&engine, cluster);
+        gantry_kubernetes::beacon::start(&engine, cluster);
     }
     // Another node taking this node's builds over (it is fenced) stops it
     // through the ordered shutdown: see `cli::serve`.
@@ -323,20 +320,24 @@ pub async fn start_web(
 
 /// The Kubernetes clusters of `[[web.kubernetes]]`, each reached and its
 /// permissions checked; any failure stops the node with its reason.
-async fn connect_clusters(cfg: &WebConfig) -> anyhow::Result<Vec<crate::k8s::KubeWorker>> {
+async fn connect_clusters(cfg: &WebConfig) -> anyhow::Result<Vec<gantry_kubernetes::KubeWorker>> {
     let mut names = std::collections::HashSet::new();
     let mut clusters = Vec::new();
     for k in &cfg.kubernetes {
         if !names.insert(k.name.clone()) {
             anyhow::bail!("web.kubernetes: two clusters are named {:?}", k.name);
         }
-        let client = crate::k8s::connect_cluster(k).await?;
+        let client = gantry_kubernetes::connect_cluster(k).await?;
         let staging = cfg
             .data_dir
             .join("kubernetes")
             .join(&k.name)
             .join("volumes");
-        clusters.push(crate::k8s::KubeWorker::new(k.clone(), client, staging));
+        clusters.push(gantry_kubernetes::KubeWorker::new(
+            k.clone(),
+            client,
+            staging,
+        ));
     }
     Ok(clusters)
 }

@@ -1,10 +1,9 @@
-//! A real S3-compatible server for the tests: `s3s-fs` (the s3s project's
-//! server, from crates.io), which keeps each object as a file under its
-//! data dir, so a server killed and started again on the same port and
-//! data dir still has every object it stored. `scripts/test.sh` installs
-//! it and names it in `GANTRY_S3_SERVER`; without it a test skips, except
-//! when the test script requires every test to run (`GANTRY_REQUIRE_RUNC`),
-//! where it fails.
+//! A real S3-compatible server for the tests: `gantry s3-test-server`
+//! (the test build's binary, `bench` feature: the s3s project's
+//! file-system store, `s3s-fs`, behind its S3 protocol layer), which keeps
+//! each object as a file under its data dir, so a server killed and
+//! started again on the same port and data dir still has every object it
+//! stored.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -20,52 +19,13 @@ pub const SECRET_KEY: &str = "gantry-test-secret";
 /// The bucket every test uses.
 pub const BUCKET: &str = "gantry-artifacts";
 
-/// The `s3s-fs` binary: `GANTRY_S3_SERVER`, else the test script's install
-/// (`target/s3s/bin/s3s-fs`), else one on `PATH`.
-fn binary() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("GANTRY_S3_SERVER") {
-        let path = PathBuf::from(path);
-        assert!(
-            path.is_file(),
-            "GANTRY_S3_SERVER={} is not a file",
-            path.display()
-        );
-        return Some(path);
-    }
-    let installed = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/s3s/bin/s3s-fs");
-    if installed.is_file() {
-        return Some(installed);
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("s3s-fs"))
-            .find(|p| p.is_file())
-    })
-}
-
-/// The `s3s-fs` binary, or `None` (the test skips) when it is missing and
-/// the test script does not require every test to run.
-pub fn s3_server_here() -> Option<PathBuf> {
-    let found = binary();
-    if found.is_none() {
-        assert!(
-            std::env::var_os("GANTRY_REQUIRE_RUNC").is_none(),
-            "GANTRY_REQUIRE_RUNC is set, so this test may not be skipped: needs s3s-fs (GANTRY_S3_SERVER; scripts/test.sh installs it)"
-        );
-        eprintln!("skipped: needs s3s-fs (GANTRY_S3_SERVER; scripts/test.sh installs it)");
-    }
-    found
-}
-
-/// An `s3s-fs` serving `127.0.0.1:port` from `root`, with [`BUCKET`].
+/// An S3 server serving `127.0.0.1:port` from `root`, with [`BUCKET`].
 pub struct S3Server {
     /// Its port, kept across a restart.
     pub port: u16,
     /// Its data dir: `root/BUCKET/KEY` is an object; multipart uploads in
     /// progress are files at the top.
     pub root: PathBuf,
-    /// The binary.
-    binary: PathBuf,
     /// Where its logs go.
     dir: PathBuf,
     /// The process, while it runs.
@@ -75,14 +35,13 @@ pub struct S3Server {
 }
 
 impl S3Server {
-    /// Starts `binary` on a free port with its data under `dir/s3`.
-    pub fn start(binary: PathBuf, dir: &Path) -> S3Server {
+    /// Starts the server on a free port with its data under `dir/s3`.
+    pub fn start(dir: &Path) -> S3Server {
         let root = dir.join("s3/data");
         std::fs::create_dir_all(root.join(BUCKET)).unwrap();
         let mut s = S3Server {
             port: free_port(),
             root,
-            binary,
             dir: dir.join("s3"),
             server: None,
             starts: 0,
@@ -108,14 +67,15 @@ impl S3Server {
     pub fn restart(&mut self) {
         self.kill();
         self.starts += 1;
-        let mut cmd = Command::new(&self.binary);
-        cmd.args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gantry"));
+        cmd.arg("s3-test-server")
+            .args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
             .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
             .arg(&self.root);
-        let log = self.dir.join(format!("s3s-fs.{}.log", self.starts));
+        let log = self.dir.join(format!("s3-server.{}.log", self.starts));
         self.server = Some(Server::spawn(cmd, log));
         let addr = format!("127.0.0.1:{}", self.port);
-        wait_for("s3s-fs to listen", Duration::from_secs(30), || {
+        wait_for("the S3 server to listen", Duration::from_secs(30), || {
             std::net::TcpStream::connect(&addr).ok()
         });
     }

@@ -1,6 +1,6 @@
 //! The wire types of the agent's HTTP API: request and response bodies and
 //! the NDJSON lines of a process's output. The agent and the client
-//! (`crate::agent_client`) both use these, so the two cannot drift apart.
+//! (`gantry-agent-client`) both use these, so the two cannot drift apart.
 
 use crate::runtime::{OutputStream, ProcessSignal};
 use crate::spec::{ContainerSpec, Encoding};
@@ -89,7 +89,7 @@ pub struct StreamFromDone {
 }
 
 /// Query of `GET /p2p/volumes/{handle}/stream-out`: a signed grant (see
-/// `gantry_actors::stream_url`). Every field is needed; missing ones are
+/// `gantry_wire::stream_url`). Every field is needed; missing ones are
 /// refused with 403 naming them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct P2pStreamQuery {

@@ -107,6 +107,11 @@ pub struct WorkerRegistration {
     pub heartbeat_interval_secs: u64,
 }
 
+/// The `backend` of a Kubernetes cluster worker (`gantry-kubernetes`): a
+/// namespace driven by the web node that names it in its configuration,
+/// never reached over an agent's URL.
+pub const KUBERNETES_BACKEND: &str = "kubernetes";
+
 /// Sent by a worker to `POST /api/v1/workers/{name}/heartbeat`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::{Backoff, Job, JobError, Jobs, Outcome, Periodic, Schedule};
 use crate::db::{Db, Lead};
+use gantry_jobs::{Backoff, Job, JobError, Jobs, Outcome, Periodic, Schedule};
 
 /// Campaigns for `role` while a receiver lives: it reads `true` while this
 /// node leads. On PostgreSQL a job `leadership/{role}` of `jobs` tries
@@ -96,7 +96,7 @@ impl Drop for Campaign {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::background::JobState;
+    use gantry_jobs::JobState;
 
     /// Waits until `rx` reads `want`, at most 10 s.
     async fn reads(rx: &mut watch::Receiver<bool>, want: bool) {

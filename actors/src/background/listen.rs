@@ -10,8 +10,8 @@
 
 use std::time::Duration;
 
-use super::{Backoff, Job, JobError, Jobs, Outcome, Periodic, Schedule};
 use crate::error::EngineError;
+use gantry_jobs::{Backoff, Job, JobError, Jobs, Outcome, Periodic, Schedule};
 
 /// The longest one tick waits for a notification.
 const LISTEN_WAIT: Duration = Duration::from_secs(1);

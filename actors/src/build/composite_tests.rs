@@ -13,12 +13,12 @@ use tokio::time::Instant;
 
 use super::tests::{advance_past, settle, until, Harness, TICK};
 use super::*;
-use crate::db::BuildStatus;
 use crate::events::{BuildEvent, NodeOutcome};
 use crate::plan::TaskStep;
-use crate::runtime::ProcessSignal;
 use crate::task_config::TaskConfig;
 use crate::testing::fake_worker::{Behaviour, Run};
+use gantry_wire::runtime::ProcessSignal;
+use gantry_wire::state::BuildStatus;
 
 /// Processes run until told (or signalled) and exit at once on SIGTERM.
 const BEHAVIOUR: Behaviour = Behaviour {
@@ -182,7 +182,7 @@ async fn in_parallel_runs_its_steps_at_once_on_different_workers() {
     assert_eq!(rows.len(), 2);
     assert!(rows
         .iter()
-        .all(|r| r.state == crate::state::HandleState::Created));
+        .all(|r| r.state == gantry_wire::state::HandleState::Created));
 }
 
 #[actix_rt::test]

@@ -21,8 +21,7 @@
 use std::sync::Arc;
 
 use crate::build::outcome::Outcome;
-use crate::build::run::BuildRun;
-use crate::build::run::Scope;
+use crate::build::run::{BuildRun, Scope};
 use crate::steps::{Plan, Step};
 
 impl BuildRun {

@@ -15,10 +15,10 @@
 use std::collections::HashMap;
 
 use crate::build::outcome::Outcome;
-use crate::db::BuildStatus;
 use crate::events::{BuildEvent, NodeOutcome, Origin};
 use crate::steps::StopReason;
 use crate::telemetry::TraceIds;
+use gantry_wire::state::BuildStatus;
 
 /// How a node of the plan ended, as its `node_finished` event says.
 #[derive(Debug, Clone)]

@@ -10,11 +10,10 @@
 
 use std::time::Duration;
 
-use crate::db::BuildStatus;
 use crate::error::EngineError;
 use crate::events::NodeOutcome;
-use crate::steps::StopReason;
-use crate::steps::{StepEnd, Stop};
+use crate::steps::{StepEnd, Stop, StopReason};
+use gantry_wire::state::BuildStatus;
 
 /// How a node of the plan ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

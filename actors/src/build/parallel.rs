@@ -11,10 +11,8 @@ use futures::StreamExt;
 use tokio::sync::watch;
 
 use crate::build::outcome::Outcome;
-use crate::build::run::BuildRun;
-use crate::build::run::Scope;
-use crate::steps::Plan;
-use crate::steps::StopReason;
+use crate::build::run::{BuildRun, Scope};
+use crate::steps::{Plan, StopReason};
 
 impl BuildRun {
     /// Runs `plans` at once, at most `limit` at a time.

@@ -12,15 +12,15 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tracing::Instrument as _;
 
-use crate::build::run::Scope;
-use crate::build::run::{BuildRun, PROBE_INTERVAL};
+use crate::build::run::{BuildRun, Scope, PROBE_INTERVAL};
 use crate::db::{HandleKind, WaitingStep};
-use crate::error::{EngineError, RuntimeError};
+use crate::error::EngineError;
 use crate::events::BuildEvent;
-use crate::runtime::Worker;
 use crate::scheduler::{Placement, Placer, Selection, StepRequest, WAITING_FOR_WORKERS};
-use crate::state::HandleState;
 use crate::steps::{Created, Step, StepEnd, Stop, WorkerWatch};
+use gantry_wire::error::RuntimeError;
+use gantry_wire::runtime::Worker;
+use gantry_wire::state::HandleState;
 
 /// How often a step is run when its workers keep disappearing.
 const MAX_RERUNS: u32 = 3;
@@ -59,7 +59,7 @@ struct Queued {
     id: String,
     /// The engine's owned tasks: the row's removal runs there (not cut
     /// short at shutdown, which waits for it).
-    tasks: crate::background::Tasks,
+    tasks: gantry_jobs::Tasks,
 }
 
 impl Drop for Queued {

@@ -24,16 +24,16 @@
 
 use crate::build::journal::Began;
 use crate::build::placement::HeldPlacement;
-use crate::build::run::Scope;
-use crate::build::run::{BuildRun, PROBE_INTERVAL};
+use crate::build::run::{BuildRun, Scope, PROBE_INTERVAL};
 use crate::db::HandleKind;
-use crate::error::{EngineError, RuntimeError};
+use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::placement::Load;
 use crate::scheduler::Placement;
-use crate::state::HandleState;
 use crate::steps::{Created, OnTakeover, Reattach, Step, StepEnd, WorkerWatch};
 use crate::views::Handle as HandleRow;
+use gantry_wire::error::RuntimeError;
+use gantry_wire::state::HandleState;
 
 impl BuildRun {
     /// Takes over `step`, which began at `began` (its node's start) before

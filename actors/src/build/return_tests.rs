@@ -19,16 +19,15 @@ use crate::build::tests::{
     build_run, new_build, node, registration, settle, store_events, taken_over_run, task_plan,
     until, Harness, TICK,
 };
-use crate::db::BuildStatus;
-use crate::error::RuntimeError;
 use crate::events::BuildEvent;
-use crate::runtime::{Container, Volume, Worker, WorkerConnector, WorkerHandles};
 use crate::scheduler::{Candidate, WorkerUpdated};
-use crate::spec::{ContainerSpec, VolumeSpec};
-use crate::state::WorkerState;
 use crate::steps::Plan;
 use crate::testing::fake_worker::Behaviour;
-use crate::worker_info::{WorkerLimits, WorkerRegistration};
+use gantry_wire::error::RuntimeError;
+use gantry_wire::runtime::{Container, Volume, Worker, WorkerConnector, WorkerHandles};
+use gantry_wire::spec::{ContainerSpec, VolumeSpec};
+use gantry_wire::state::{BuildStatus, WorkerState};
+use gantry_wire::worker_info::{WorkerLimits, WorkerRegistration};
 
 /// The agent URL the worker registers with after the restart (the one
 /// before it, `registration`'s, no longer answers).

@@ -10,17 +10,18 @@ use std::time::Duration;
 use crate::artifacts::Artifacts;
 use crate::build::journal::Journal;
 use crate::build::outcome::Outcome;
-use crate::db::{BuildStatus, Db};
+use crate::db::Db;
 use crate::events::{BuildEvent, EventHub, Origin};
 use crate::registry::WorkerStates;
-use crate::runtime::{Worker, WorkerConnector};
 use crate::scheduler::Placer;
-use crate::spec::Encoding;
 use crate::steps::{
     ArtifactScope, BuildScope, Created, Events, ImportLocks, JobRef, LocalVars, StepContext, Stop,
     WorkerWatch,
 };
 use crate::telemetry::TraceIds;
+use gantry_wire::runtime::{Worker, WorkerConnector};
+use gantry_wire::spec::Encoding;
+use gantry_wire::state::BuildStatus;
 /// How often a step taken over asks again whether its worker is back
 /// (`resume.rs`), and how long placement waits for the Scheduler to hear of
 /// a worker's new registration (`placement.rs`).

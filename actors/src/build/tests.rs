@@ -21,19 +21,19 @@ use super::*;
 use crate::artifacts::Artifacts;
 use crate::build::outcome::Outcome;
 use crate::build::run::BuildRun;
-use crate::db::{BuildStatus, Db};
+use crate::db::Db;
 use crate::events::{BuildEvent, EventHub, EventSink};
 use crate::placement::{Load, Strategy};
 use crate::plan::OneOffPlan;
-use crate::runtime::ProcessSignal;
 use crate::scheduler::{Candidate, GetStats, PlacementConfig, Scheduler, WorkerUpdated};
-use crate::spec::Encoding;
-use crate::state::WorkerState;
 use crate::steps::process::STOP_GRACE;
 use crate::steps::{Events, Stop, StopReason};
 use crate::task_config::TaskConfig;
 use crate::testing::fake_worker::{Behaviour, FakeConnector, FakeWorker};
-use crate::worker_info::{WorkerLimits, WorkerRegistration};
+use gantry_wire::runtime::ProcessSignal;
+use gantry_wire::spec::Encoding;
+use gantry_wire::state::{BuildStatus, WorkerState};
+use gantry_wire::worker_info::{WorkerLimits, WorkerRegistration};
 
 /// Workers (`w`, unless told), the services a build needs, and the clock
 /// paused.
@@ -109,7 +109,7 @@ impl Harness {
             Arc::new(crate::testing::empty_store::EmptyStore::default()),
             db.clone(),
         );
-        let connector: Arc<dyn crate::runtime::WorkerConnector> =
+        let connector: Arc<dyn gantry_wire::runtime::WorkerConnector> =
             Arc::new(FakeConnector(workers.clone()));
         let deps = BuildDeps {
             streams: crate::streaming::Streams::new(
@@ -466,12 +466,12 @@ async fn standing_container(h: &Harness, id: i64, handle: &str, step: &str, node
     h.db.insert_node_handle(kind, handle, "w", Some(id), Some(step), "main", Some(node))
         .await
         .unwrap();
-    h.db.set_handle_state(kind, handle, crate::state::HandleState::Created)
+    h.db.set_handle_state(kind, handle, gantry_wire::state::HandleState::Created)
         .await
         .unwrap();
-    let spec = crate::spec::ContainerSpec {
+    let spec = gantry_wire::spec::ContainerSpec {
         handle: handle.into(),
-        rootfs: crate::spec::RootfsSpec::Default,
+        rootfs: gantry_wire::spec::RootfsSpec::Default,
         mounts: vec![],
         env: vec![],
         limits: Default::default(),
@@ -480,7 +480,7 @@ async fn standing_container(h: &Harness, id: i64, handle: &str, step: &str, node
         resource_type: None,
         privileged: false,
     };
-    let worker: &dyn crate::runtime::Worker = h.worker.as_ref();
+    let worker: &dyn gantry_wire::runtime::Worker = h.worker.as_ref();
     worker.find_or_create_container(&spec).await.unwrap();
 }
 
@@ -551,11 +551,11 @@ async fn a_build_taken_over_runs_none_of_its_steps_that_ended_and_the_rest_once(
     assert_eq!(started, 1, "the build's start is not told again");
     // b's old container is gone from the worker, its row destroying; b's
     // new one was recorded at its node.
-    let worker: &dyn crate::runtime::Worker = h.worker.as_ref();
+    let worker: &dyn gantry_wire::runtime::Worker = h.worker.as_ref();
     assert!(worker.lookup_container("c1").await.unwrap().is_none());
     let kind = crate::db::HandleKind::Container;
     let row = h.db.get_handle(kind, "c1").await.unwrap().unwrap();
-    assert_eq!(row.state, crate::state::HandleState::Destroying);
+    assert_eq!(row.state, gantry_wire::state::HandleState::Destroying);
     let at_b = h.db.node_handles(kind, id, "0.1").await.unwrap();
     assert_eq!(at_b.len(), 2, "{at_b:?}");
     assert_eq!(h.db.node_handles(kind, id, "0.2").await.unwrap().len(), 1);
@@ -598,7 +598,7 @@ async fn a_put_whose_container_is_gone_after_a_takeover_is_not_run_again() {
     h.db.insert_node_handle(kind, "c1", "w", Some(id), Some("push"), "main", Some("0"))
         .await
         .unwrap();
-    h.db.set_handle_state(kind, "c1", crate::state::HandleState::Created)
+    h.db.set_handle_state(kind, "c1", gantry_wire::state::HandleState::Created)
         .await
         .unwrap();
     let (_stop, run) = taken_over_run(&h, id).await;

@@ -34,9 +34,7 @@ use tracing::Instrument as _;
 use crate::build::outcome::{duration, Outcome};
 use crate::build::run::{BuildRun, Scope};
 use crate::events::BuildEvent;
-use crate::steps::Plan;
-use crate::steps::StopReason;
-use crate::steps::{Prepared, Step};
+use crate::steps::{Plan, Prepared, Step, StopReason};
 
 /// How many times one step of the plan is prepared at most before it runs.
 const MAX_PREPARES: usize = 8;

@@ -2,9 +2,9 @@
 
 use serde::Serialize;
 
-use crate::artifact_store::ArtifactKind;
 use crate::db::{now_ms, Db};
 use crate::error::EngineError;
+use gantry_wire::state::ArtifactKind;
 
 /// A stored artifact.
 #[derive(Debug, Clone, Serialize)]

@@ -5,7 +5,7 @@
 use super::states::sql_list;
 use super::Db;
 use crate::error::EngineError;
-use crate::state::BuildStatus;
+use gantry_wire::state::BuildStatus;
 
 impl Db {
     /// Ends every build that has not ended as aborted: a benchmark's

@@ -6,8 +6,9 @@
 use serde_json::Value;
 
 pub use super::states::Direction;
-use crate::db::{BuildStatus, Db};
+use crate::db::Db;
 use crate::error::EngineError;
+use gantry_wire::state::BuildStatus;
 
 /// A job's place: team, pipeline name, job name.
 #[derive(Debug, Clone, Copy)]

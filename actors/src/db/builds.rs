@@ -3,7 +3,7 @@
 use crate::db::{now_ms, Db};
 use crate::error::EngineError;
 
-pub use crate::state::BuildStatus;
+use gantry_wire::state::BuildStatus;
 
 /// A stored build: the database layer decodes it straight into the type
 /// the API answers ([`crate::views::Build`]).

@@ -8,8 +8,7 @@ use crate::error::EngineError;
 
 use super::states::{sql_list, sql_literal};
 use super::task_caches::BindKey;
-use crate::artifact_store::ArtifactKind;
-use crate::state::{BuildStatus, HandleState};
+use gantry_wire::state::{ArtifactKind, BuildStatus, HandleState};
 
 use super::handles::HandleKind;
 

@@ -28,10 +28,10 @@ use crate::error::EngineError;
 
 use super::states::{sql_list, sql_literal};
 use super::task_caches::BindKey;
-use crate::state::HandleState;
+use gantry_wire::state::HandleState;
 
 use super::task_caches::{decode, Raw, COLUMNS};
-use crate::state::BuildStatus;
+use gantry_wire::state::BuildStatus;
 
 /// The condition that the task cache (or leftover) in the row named `t`
 /// (columns `team`, `pipeline`, `job`, `step`, `worker`, `last_used_at`)

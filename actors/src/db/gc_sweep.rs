@@ -3,7 +3,7 @@
 
 use crate::db::{Db, HandleKind};
 use crate::error::EngineError;
-use crate::state::HandleState;
+use gantry_wire::state::HandleState;
 
 /// How many handles go in one `IN (...)` list (below SQLite's and
 /// PostgreSQL's limits on bound parameters).

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::db::{now_ms, Db};
 use crate::error::EngineError;
-use crate::state::HandleState;
+use gantry_wire::state::HandleState;
 
 /// Which of the two tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]

@@ -5,7 +5,7 @@
 
 use super::{now_ms, Backend, Db};
 use crate::error::EngineError;
-use crate::state::HandleState;
+use gantry_wire::state::HandleState;
 
 /// What [`Db::mark_container_unless_intercepted`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

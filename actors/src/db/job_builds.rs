@@ -9,8 +9,9 @@
 use serde_json::Value;
 
 use super::build_versions::{Direction, JobAt, VersionsAt};
-use super::{now_ms, Backend, BuildStatus, Db};
+use super::{now_ms, Backend, Db};
 use crate::error::EngineError;
+use gantry_wire::state::BuildStatus;
 
 /// A build of a stored pipeline's job to create.
 #[derive(Debug, Clone)]

@@ -35,8 +35,7 @@ mod web_nodes;
 mod workers;
 
 pub use build_versions::{Bound, BuildCursor, Direction, JobAt, OrderedVersion, VersionsAt};
-pub use builds::EVENTS_CHANNEL;
-pub use builds::{BuildQuery, BuildStatus};
+pub use builds::{BuildQuery, EVENTS_CHANNEL};
 pub use gc_collect::ArtifactCutoffs;
 pub use gc_sweep::{SweepRow, SweepWrites};
 pub use handles::{ArtifactCopy, HandleKind};

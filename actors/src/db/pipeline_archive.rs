@@ -3,8 +3,9 @@
 //! pipeline is paused and kept, config and builds, until it is set again.
 
 use crate::db::pipelines::{pipeline_row, PipelineRaw, PIPELINE_COLUMNS};
-use crate::db::{now_ms, BuildStatus, Db, PipelineRow};
+use crate::db::{now_ms, Db, PipelineRow};
 use crate::error::EngineError;
+use gantry_wire::state::BuildStatus;
 
 use super::pipelines::Parent;
 

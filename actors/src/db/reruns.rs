@@ -2,9 +2,10 @@
 //! the job was given, named `N.M` (the M-th rerun of build N).
 
 use super::job_builds::{insert_build_details, NewJobBuild};
-use super::{now_ms, BuildStatus, Db};
+use super::{now_ms, Db};
 use crate::error::EngineError;
 use crate::views::Build;
+use gantry_wire::state::BuildStatus;
 
 /// What a rerun is created as: started at once (its plan, turns and
 /// inputs) or waiting (why: its job or pipeline is paused).

@@ -9,9 +9,8 @@
 //! refuses a name it does not know. No other file spells a state in SQL:
 //! `scripts/gates.py sql-states` fails the test script when one does.
 
-use crate::artifact_store::ArtifactKind;
 use crate::error::EngineError;
-use crate::state::{BuildStatus, HandleState, WorkerState};
+use gantry_wire::state::{ArtifactKind, BuildStatus, HandleState, WorkerState};
 
 /// Which way a version went through a build (`build_versions.direction`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 
 use crate::db::Db;
 use crate::error::EngineError;
-use crate::state::BuildStatus;
+use gantry_wire::state::BuildStatus;
 
 /// A team, decoded straight into the type the API answers
 /// ([`crate::views::Team`]).

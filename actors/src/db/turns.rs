@@ -5,7 +5,7 @@
 
 use super::{now_ms, Backend, Db};
 use crate::error::EngineError;
-use crate::state::BuildStatus;
+use gantry_wire::state::BuildStatus;
 
 /// One key of a build's turns, and the unfinished builds ahead of it there.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,7 +112,7 @@ impl Db {
 mod tests {
     use super::*;
     use crate::db::test_pg::PgDb;
-    use crate::db::BuildStatus;
+    use gantry_wire::state::BuildStatus;
 
     async fn turns_round_trip(db: &Db) {
         let build = |turns: Vec<(String, u32)>| async move {

@@ -6,8 +6,9 @@
 //! it where it waits.
 
 use super::job_builds::{insert_build_details, NewJobBuild};
-use super::{now_ms, BuildStatus, Db};
+use super::{now_ms, Db};
 use crate::error::EngineError;
+use gantry_wire::state::BuildStatus;
 
 /// A build waiting for its inputs.
 #[derive(Debug, Clone, PartialEq, Eq)]

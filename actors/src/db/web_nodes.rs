@@ -6,7 +6,7 @@
 
 use super::{now_ms, Backend, Db};
 use crate::error::EngineError;
-use crate::state::BuildStatus;
+use gantry_wire::state::BuildStatus;
 
 /// One web node as the table holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use crate::db::{now_ms, Db};
 pub const SEQUENCE_BLOCK: i64 = 64;
 use super::states::{decode, sql_list};
 use crate::error::EngineError;
-use crate::worker_info::{WorkerRegistration, WorkerState};
+use gantry_wire::worker_info::{WorkerRegistration, WorkerState};
 
 /// A stored worker.
 #[derive(Debug, Clone)]

@@ -1,11 +1,11 @@
 //! Artifacts through the engine: uploads kept once, downloads by team.
 
 use super::Engine;
-use crate::artifact_store::ArtifactKind;
 use crate::artifacts::{ArtifactOwner, KeptArtifact};
 use crate::error::EngineError;
-use crate::runtime::ByteStream;
-use crate::spec::Encoding;
+use gantry_wire::runtime::ByteStream;
+use gantry_wire::spec::Encoding;
+use gantry_wire::state::ArtifactKind;
 
 impl Engine {
     /// Keeps an uploaded artifact (see [`Artifacts::keep`]); the team must exist.

@@ -2,7 +2,8 @@
 //! workers' Sweepers (see [`crate::gc::sweep`]).
 
 use super::Engine;
-use crate::gc::sweep::{GcStats, SweepAnswer, SweepError, SweepReport};
+use crate::gc::sweep::{GcStats, SweepError};
+use gantry_wire::sweep::{SweepAnswer, SweepReport};
 
 impl Engine {
     /// Starts a sweep of `worker`, which must be registered with
@@ -27,14 +28,14 @@ impl Engine {
     /// name (from the database: the reports may have reached another node).
     pub async fn volume_stores(
         &self,
-    ) -> Result<Vec<(String, crate::gc::sweep::DiskUsage)>, crate::error::EngineError> {
+    ) -> Result<Vec<(String, gantry_wire::sweep::DiskUsage)>, crate::error::EngineError> {
         Ok(self
             .db
             .volume_stores()
             .await?
             .into_iter()
             .map(|(name, used_bytes, total_bytes, _)| {
-                let usage = crate::gc::sweep::DiskUsage {
+                let usage = gantry_wire::sweep::DiskUsage {
                     used_bytes,
                     total_bytes,
                 };
@@ -48,9 +49,9 @@ impl Engine {
     pub async fn handles_by_state(
         &self,
         kind: crate::db::HandleKind,
-    ) -> Result<Vec<(crate::state::HandleState, i64)>, crate::error::EngineError> {
+    ) -> Result<Vec<(gantry_wire::state::HandleState, i64)>, crate::error::EngineError> {
         let per_worker = self.db.count_handles(kind).await?;
-        Ok(crate::state::HandleState::ALL
+        Ok(gantry_wire::state::HandleState::ALL
             .into_iter()
             .map(|state| {
                 let n = per_worker

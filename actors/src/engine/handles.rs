@@ -5,8 +5,8 @@ use super::Engine;
 use crate::db::HandleKind;
 use crate::error::EngineError;
 use crate::intercept::InterceptGuard;
-use crate::state::HandleState;
 use crate::views::Handle;
+use gantry_wire::state::HandleState;
 
 impl Engine {
     /// One page of container or volume rows (of one team, when given), by

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use super::pipelines::{archived_error, loaded, stored_vars};
 use super::Engine;
-use crate::db::{BuildStatus, JobAt, NewJobBuild, PipelineRow, ResourceRow, WaitingBuild};
+use crate::db::{JobAt, NewJobBuild, PipelineRow, ResourceRow, WaitingBuild};
 use crate::error::EngineError;
 use crate::events::{BuildEvent, EventSink};
 use crate::pipeline::Pipeline;
@@ -30,6 +30,7 @@ use crate::triggers::{
     check_state, job_inputs, resolve, to_check, waiting_for, CheckState, JobInput, Resolution,
 };
 use crate::views::Build;
+use gantry_wire::state::BuildStatus;
 
 /// A build asked of a job of a stored pipeline: the versions chosen
 /// (step → version JSON) for its inputs.

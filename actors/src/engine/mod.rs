@@ -33,7 +33,7 @@ pub fn describe_histograms() {
         .iter()
         .map(|r| r.as_str())
         .collect();
-    let ended: Vec<&'static str> = crate::db::BuildStatus::ENDED
+    let ended: Vec<&'static str> = gantry_wire::state::BuildStatus::ENDED
         .iter()
         .map(|s| s.as_str())
         .collect();
@@ -54,14 +54,15 @@ use actix::prelude::*;
 
 use crate::artifact_store::ArtifactStore;
 use crate::artifacts::Artifacts;
-use crate::background::{Heard, Jobs};
+use crate::background::Heard;
 use crate::build::{BuildDeps, RunningBuilds};
 use crate::db::Db;
 use crate::error::EngineError;
 use crate::events::EventHub;
 use crate::registry::{LifecycleConfig, ListWorkers, Registry, WorkerStates};
-use crate::runtime::WorkerConnector;
 use crate::scheduler::{PlacementConfig, Placer, Scheduler};
+use gantry_jobs::Jobs;
+use gantry_wire::runtime::WorkerConnector;
 
 /// How long shutdown waits for the background jobs' current ticks and the
 /// owned tasks before it reports what is left and goes on.
@@ -312,27 +313,23 @@ impl Engine {
     }
 
     /// Runs `job` on the background runner on `schedule` (an interval, or
-    /// a [`Schedule`](crate::background::Schedule) with its own backoff),
+    /// a [`Schedule`](gantry_jobs::Schedule) with its own backoff),
     /// listed in `gantry jobs` and stopped in order by
     /// [`Engine::shutdown`]: the one place the edges' long-lived work runs
     /// too. Must be called inside the actix System.
-    pub fn run_job<J: crate::background::Job>(
-        &self,
-        job: J,
-        schedule: impl Into<crate::background::Schedule>,
-    ) {
-        crate::background::Periodic::new(job, schedule.into(), &self.jobs).start();
+    pub fn run_job<J: gantry_jobs::Job>(&self, job: J, schedule: impl Into<gantry_jobs::Schedule>) {
+        gantry_jobs::Periodic::new(job, schedule.into(), &self.jobs).start();
     }
 
     /// Every background job's status, by name.
-    pub fn jobs(&self) -> Vec<crate::background::JobStatus> {
+    pub fn jobs(&self) -> Vec<gantry_jobs::JobStatus> {
         self.jobs.list()
     }
 
     /// The process's owned tasks: every long-lived task of the web node
     /// (the engine's and the edges') is spawned here, so that
     /// [`Engine::shutdown`] stops it and counts it.
-    pub fn tasks(&self) -> &crate::background::Tasks {
+    pub fn tasks(&self) -> &gantry_jobs::Tasks {
         self.jobs.tasks()
     }
 
@@ -350,7 +347,7 @@ impl Engine {
     /// their current run and stop, and every owned task is stopped, waited
     /// for at most [`SHUTDOWN_BOUND`] and counted (the shutdown report, also
     /// answered); the worker connections stop; then the database is closed.
-    pub async fn shutdown(&self) -> crate::background::Drained {
+    pub async fn shutdown(&self) -> gantry_jobs::Drained {
         let running = self.drain().await;
         tracing::info!("engine: stopping background jobs and owned tasks");
         let drained = self.jobs.drain(SHUTDOWN_BOUND).await;

@@ -15,9 +15,9 @@
 use std::time::Duration;
 
 use super::Engine;
-use crate::background::{Job, JobError, Outcome, Periodic, Schedule};
 use crate::error::EngineError;
 use crate::registry::{LifecycleAction, WorkerLifecycle};
+use gantry_jobs::{Job, JobError, Outcome, Periodic, Schedule};
 
 /// How often ended builds' one-build workers are looked for.
 const EVERY: Duration = Duration::from_secs(1);

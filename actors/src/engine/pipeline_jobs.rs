@@ -31,11 +31,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::job_builds::BuildRequest;
 use super::pipelines::loaded;
 use super::Engine;
-use crate::background::{campaign, Job, JobError, Outcome, Periodic, Schedule};
+use crate::background::campaign;
 use crate::db::{now_ms, JobAt, PipelineHead, PipelineRow, VersionsAt};
 use crate::error::EngineError;
 use crate::pipeline::Pipeline;
 use crate::triggers::{job_inputs, resolve, Decision, JobInput, Resolution};
+use gantry_jobs::{Job, JobError, Outcome, Periodic, Schedule};
 
 /// Builds one job gets in one round at most (`version: every` makes one
 /// per version, a pass each).

@@ -426,7 +426,8 @@ impl Engine {
                 None => None,
             };
             let check_error = last_check.as_ref().and_then(|b| match b.status {
-                crate::db::BuildStatus::Failed | crate::db::BuildStatus::Errored => Some(
+                gantry_wire::state::BuildStatus::Failed
+                | gantry_wire::state::BuildStatus::Errored => Some(
                     b.error
                         .clone()
                         .unwrap_or_else(|| format!("the check {}", b.status.as_str())),

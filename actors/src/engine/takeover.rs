@@ -11,13 +11,14 @@
 use std::time::Duration;
 
 use super::Engine;
-use crate::background::{Job, JobError, Outcome, Periodic, Schedule};
 use crate::build::{Build, Plan};
-use crate::db::{now_ms, BuildStatus};
+use crate::db::now_ms;
 use crate::error::EngineError;
 use crate::events::{BuildEvent, EventSink};
 use crate::plan::{JobPlan, OneOffPlan};
 use crate::steps::runnable;
+use gantry_jobs::{Job, JobError, Outcome, Periodic, Schedule};
+use gantry_wire::state::BuildStatus;
 
 /// How web nodes watch each other.
 #[derive(Debug, Clone)]

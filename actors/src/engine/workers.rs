@@ -8,12 +8,12 @@ use crate::registry::{
     HeartbeatRefused, LifecycleAction, ListWorkers, RegisterPinned, RegisterWorker,
     WorkerHeartbeat, WorkerLifecycle, WorkerProof,
 };
-use crate::runtime::Worker;
 use crate::scheduler::{
     ArtifactLocality, GetStats, Placement, SchedulerStats, Selection, StepRequest,
 };
-use crate::state::WorkerState;
-use crate::worker_info::{Heartbeat, WorkerRegistration, WorkerView};
+use gantry_wire::runtime::Worker;
+use gantry_wire::state::WorkerState;
+use gantry_wire::worker_info::{Heartbeat, WorkerRegistration, WorkerView};
 
 /// How long the web node waits for a registering worker's agent to answer
 /// its probe.

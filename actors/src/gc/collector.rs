@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::artifact_store::ArtifactStore;
-use crate::background::{Job, JobError, Jobs, Outcome, Periodic, Schedule};
 use crate::db::{now_ms, Db};
 use crate::error::EngineError;
 use crate::intercept::Intercepts;
+use gantry_jobs::{Job, JobError, Jobs, Outcome, Periodic, Schedule};
 
 use super::rules_artifacts::{self, ArtifactAges};
 use super::rules_handles;

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use crate::db::{SweepRow, SweepWrites};
-use crate::state::HandleState;
+use gantry_wire::state::HandleState;
 
 /// The verdict on one kind (containers or volumes) of one report.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -23,7 +23,8 @@ use std::sync::{Arc, Mutex};
 use crate::db::{Db, HandleKind};
 use crate::error::EngineError;
 
-use super::sweep::{DiskUsage, VolumeStoreReport};
+use super::sweep::VolumeStoreReport;
+use gantry_wire::sweep::DiskUsage;
 
 /// When a worker's volume store is under pressure, and how much of it the
 /// rule frees at once.

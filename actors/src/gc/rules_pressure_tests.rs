@@ -7,9 +7,10 @@ use serde_json::json;
 
 use super::rules_artifacts;
 use super::rules_pressure::{disk_pressure, DiskPressure, PressureMemory, PATIENCE};
-use super::sweep::{DiskUsage, SweepReport, Sweeps};
-use crate::db::{now_ms, BuildStatus, Db, HandleKind, TaskCacheKey, TaskCacheRow};
-use crate::state::HandleState;
+use super::sweep::Sweeps;
+use crate::db::{now_ms, Db, HandleKind, TaskCacheKey, TaskCacheRow};
+use gantry_wire::state::{BuildStatus, HandleState};
+use gantry_wire::sweep::{DiskUsage, SweepReport};
 
 const MIN: i64 = 60_000;
 const HOUR: i64 = 60 * MIN;

@@ -12,11 +12,10 @@ use super::collector::{
 };
 use super::rules_artifacts::{self, ArtifactAges};
 use super::rules_handles;
-use crate::artifact_store::ArtifactKind;
-use crate::db::{now_ms, BuildStatus, Db, HandleKind, ResourceCacheRow, TaskCacheKey};
+use crate::db::{now_ms, Db, HandleKind, ResourceCacheRow, TaskCacheKey};
 use crate::intercept::Intercepts;
-use crate::state::HandleState;
-use crate::worker_info::WorkerRegistration;
+use gantry_wire::state::{ArtifactKind, BuildStatus, HandleState};
+use gantry_wire::worker_info::WorkerRegistration;
 
 const MIN: i64 = 60_000;
 const HOUR: i64 = 60 * MIN;
@@ -755,7 +754,7 @@ async fn each_rule_runs_as_a_timed_job_of_the_jobs_table() {
         },
     };
     let stats = CollectorStats::default();
-    let jobs = crate::background::Jobs::default();
+    let jobs = gantry_jobs::Jobs::default();
     start_collector(&deps, &stats, &jobs);
     // Every rule ticks at once; wait (with a deadline) until all have run.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);

@@ -19,7 +19,7 @@ use super::reconcile::{judge, Verdict};
 use crate::db::{now_ms, Db, HandleKind};
 use crate::error::EngineError;
 
-pub use gantry_wire::sweep::{DiskUsage, SweepAnswer, SweepReport};
+use gantry_wire::sweep::{DiskUsage, SweepAnswer, SweepReport};
 
 /// A worker's last reported volume store usage, and how many reports with
 /// one this web node has reconciled from it (the `disk-pressure` rule acts

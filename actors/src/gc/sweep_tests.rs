@@ -1,8 +1,8 @@
 //! The sweep protocol against a real (SQLite) database.
 
 use super::*;
-use crate::state::HandleState;
-use crate::worker_info::WorkerRegistration;
+use gantry_wire::state::HandleState;
+use gantry_wire::worker_info::WorkerRegistration;
 
 fn reg(name: &str, incarnation: &str) -> WorkerRegistration {
     WorkerRegistration {

@@ -17,11 +17,11 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use super::{Entry, Registry, WorkerStalled};
-use crate::background::{Backoff, Job, JobError, Outcome, Periodic, Schedule};
 use crate::db::{now_ms, Db, WorkerRow};
 use crate::error::EngineError;
 use crate::registry::worker_conn::{heartbeat_job_name, probe_job_name, HeartbeatSeen, StopConn};
-use crate::state::WorkerState;
+use gantry_jobs::{Backoff, Job, JobError, Outcome, Periodic, Schedule};
+use gantry_wire::state::WorkerState;
 
 /// How often the Registry reads the workers table (several web nodes).
 pub(super) const FLEET_SYNC: Duration = Duration::from_millis(500);

@@ -9,8 +9,8 @@ use super::worker_conn::StopConn;
 use super::{Entry, Registry};
 use crate::db::now_ms;
 use crate::error::EngineError;
-use crate::state::WorkerState;
-use crate::worker_info::WorkerRegistration;
+use gantry_wire::state::WorkerState;
+use gantry_wire::worker_info::WorkerRegistration;
 
 /// A worker registers (or registers again with a new incarnation), as
 /// this web node itself vouches for it (its Kubernetes cluster worker, the

@@ -8,11 +8,11 @@ use async_trait::async_trait;
 use tokio::time::sleep_until;
 
 use super::*;
-use crate::error::RuntimeError;
-use crate::runtime::{Container, Volume, WorkerHandles};
 use crate::scheduler::PlacementConfig;
-use crate::spec::{ContainerSpec, VolumeSpec};
 use crate::testing::clock::{eventually, held, run_paused};
+use gantry_wire::error::RuntimeError;
+use gantry_wire::runtime::{Container, Volume, WorkerHandles};
+use gantry_wire::spec::{ContainerSpec, VolumeSpec};
 
 /// The waits before the first probe after each restart of a connection.
 const RESTART_BACKOFFS: [u64; 7] = [1, 2, 4, 8, 16, 30, 30];

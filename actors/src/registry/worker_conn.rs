@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::background::{Backoff, JobReport, JobState, Jobs};
 use crate::registry::{ConnRestarted, Registry, WorkerStalled};
-use crate::runtime::Worker;
-use crate::worker_info::WorkerRegistration;
+use gantry_jobs::{Backoff, JobReport, JobState, Jobs};
+use gantry_wire::runtime::Worker;
+use gantry_wire::worker_info::WorkerRegistration;
 
 /// Failed probes in a row after which the connection is restarted.
 const FAILED_PROBES_BEFORE_RESTART: u32 = 3;

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use super::{Candidate, StepRequest, WEB_VERSION};
 use crate::error::EngineError;
-use crate::worker_info::{versions_compatible, WorkerState};
+use gantry_wire::worker_info::{versions_compatible, WorkerState};
 
 /// Applies the hard filters; when none passes, the error names every
 /// constraint and how many workers each excluded.

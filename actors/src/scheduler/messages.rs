@@ -10,8 +10,8 @@ use tokio::sync::oneshot;
 
 use crate::error::EngineError;
 use crate::placement::{Load, Strategy};
-use crate::runtime::Worker;
-use crate::worker_info::{WorkerRegistration, WorkerState};
+use gantry_wire::runtime::Worker;
+use gantry_wire::worker_info::{WorkerRegistration, WorkerState};
 
 /// This web node's version; workers must run a compatible one.
 pub(crate) const WEB_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -96,7 +96,7 @@ pub struct StepRequest {
     /// and a task's `image_resource`).
     pub resource_type: Option<String>,
     /// `resource_type` is the type of a task's image: a worker that pulls
-    /// images of that type itself ([`crate::runtime::Worker::pulls_images`])
+    /// images of that type itself ([`gantry_wire::runtime::Worker::pulls_images`])
     /// qualifies too.
     pub image: bool,
     /// The step's container is privileged: only a worker allowing

@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 use actix::Addr;
 use tokio::sync::{oneshot, watch};
 
-use crate::background::{Jobs, Tasks};
 use crate::db::Db;
 use crate::error::EngineError;
 use crate::placement::Load;
+use gantry_jobs::{Jobs, Tasks};
 
 use super::{
     abandon_ticket, DecideWith, Placement, ReleasePlacement, RestorePlacement, Scheduler,

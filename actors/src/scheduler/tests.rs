@@ -3,8 +3,7 @@ use std::sync::Arc;
 use super::*;
 use crate::placement::Strategy;
 use crate::testing::DetachedWorker;
-use crate::worker_info::{WorkerIdentity, WorkerLimits};
-use crate::worker_info::{WorkerRegistration, WorkerState};
+use gantry_wire::worker_info::{WorkerIdentity, WorkerLimits, WorkerRegistration, WorkerState};
 
 pub(crate) fn candidate(
     name: &str,
@@ -298,7 +297,7 @@ async fn limits_hold_across_nodes_sharing_the_ledger() {
     let mut placers = Vec::new();
     let mut tables = Vec::new();
     for node in ["n1", "n2"] {
-        let jobs = crate::background::Jobs::default();
+        let jobs = gantry_jobs::Jobs::default();
         let scheduler = Scheduler::new(config.clone()).start();
         scheduler
             .send(WorkerUpdated(candidate(
@@ -361,7 +360,7 @@ async fn limits_hold_across_nodes_sharing_the_ledger() {
             .await
             .expect("the listener stops within its wait");
         let row = jobs.get(super::placer::RELEASES_JOB).unwrap();
-        assert_eq!(row.state, crate::background::JobState::Stopped);
+        assert_eq!(row.state, gantry_jobs::JobState::Stopped);
     }
     pg.drop().await;
 }
@@ -468,7 +467,7 @@ async fn a_one_build_worker_is_bound_once_across_nodes() {
     let mut placers = Vec::new();
     let mut tables = Vec::new();
     for node in ["n1", "n2"] {
-        let jobs = crate::background::Jobs::default();
+        let jobs = gantry_jobs::Jobs::default();
         let scheduler = Scheduler::new(PlacementConfig::default()).start();
         let mut c = one_build("eph");
         c.registration = reg.clone();

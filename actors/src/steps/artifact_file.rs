@@ -11,7 +11,7 @@ use futures::StreamExt;
 use tokio_util::io::{StreamReader, SyncIoBridge};
 
 use crate::error::EngineError;
-use crate::spec::Encoding;
+use gantry_wire::spec::Encoding;
 
 use super::BuildScope;
 

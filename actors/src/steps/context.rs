@@ -12,11 +12,11 @@ use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::plan::JobRef;
 use crate::resources::ResourceStats;
-use crate::runtime::{Container, Volume, Worker};
 use crate::scheduler::{ArtifactLocality, Scheduler};
-use crate::spec::{ContainerSpec, Encoding, VolumeSpec, VolumeStrategy};
-use crate::state::HandleState;
 use crate::streaming::Streams;
+use gantry_wire::runtime::{Container, Volume, Worker};
+use gantry_wire::spec::{ContainerSpec, Encoding, VolumeSpec, VolumeStrategy};
+use gantry_wire::state::HandleState;
 
 use super::{ArtifactScope, Events, LocalVars, Stop, WorkerWatch};
 

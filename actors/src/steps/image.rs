@@ -11,9 +11,9 @@ use crate::db::HandleKind;
 use crate::error::EngineError;
 use crate::scheduler::ArtifactLocality;
 
-use crate::state::HandleState;
 use crate::steps::StepContext;
 use gantry_wire::native::{PullImage, PulledImage};
+use gantry_wire::state::HandleState;
 
 /// How an image volume is filled when the worker has none.
 #[derive(Clone, Copy)]
@@ -146,11 +146,11 @@ impl StepContext {
     /// fetch of each blob, not N.
     async fn pull_from_fleet(
         &self,
-        volume: &dyn crate::runtime::Volume,
+        volume: &dyn gantry_wire::runtime::Volume,
         artifact: &str,
         pull: &PullImage,
     ) -> Result<Option<PulledImage>, EngineError> {
-        let pulled = |e: crate::error::RuntimeError| {
+        let pulled = |e: gantry_wire::error::RuntimeError| {
             EngineError::Invalid(format!("the image could not be used: {e}"))
         };
         if !self.scope.streams.config().image_peers {
@@ -206,14 +206,14 @@ impl StepContext {
                 continue;
             };
             let reg = &row.registration;
-            if row.state != crate::state::WorkerState::Running || reg.stream_key.is_empty() {
+            if row.state != gantry_wire::state::WorkerState::Running || reg.stream_key.is_empty() {
                 continue;
             }
             let grant = gantry_wire::stream_url::StreamGrant {
                 worker: reg.name.clone(),
                 volume: copy.volume,
                 path: gantry_wire::stream_url::BLOBS_PATH.to_string(),
-                encoding: crate::spec::Encoding::Raw,
+                encoding: gantry_wire::spec::Encoding::Raw,
                 expires_ms: crate::db::now_ms() + ttl.as_millis() as i64,
             };
             urls.push(grant.blob_url(&reg.agent_url, &reg.stream_key));

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use crate::error::EngineError;
 use crate::events::BuildEvent;
-use crate::runtime::Volume;
-use crate::spec::VolumeStrategy;
 use crate::steps::StepContext;
 use crate::streaming::{CopyRequest, Source, StreamTransfer, TransferJob};
+use gantry_wire::runtime::Volume;
+use gantry_wire::spec::VolumeStrategy;
 
 impl StepContext {
     /// A new volume of the step, with `role`, holding artifact `artifact`

@@ -12,9 +12,9 @@ use tracing::Instrument as _;
 
 use crate::error::EngineError;
 use crate::events::{BuildEvent, Utf8Carry};
-use crate::runtime::{OutputStream, Process, ProcessIo, ProcessOutput, ProcessSignal};
-use crate::spec::{ContainerSpec, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec};
 use crate::steps::StepContext;
+use gantry_wire::runtime::{OutputStream, Process, ProcessIo, ProcessOutput, ProcessSignal};
+use gantry_wire::spec::{ContainerSpec, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec};
 
 /// How long a process has between SIGTERM and SIGKILL when its build stops.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);

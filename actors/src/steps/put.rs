@@ -13,13 +13,13 @@ use crate::db::Direction;
 use crate::error::EngineError;
 use crate::plan::{PutInputs, PutStep};
 use crate::resources::{scope, ResourceStats};
-use crate::spec::MountSpec;
 use crate::steps::resource_fetch::{self as fetch, Halt, Resource, RESOURCE_DIR};
 use crate::steps::resource_script::{
     fetch_answer, reattach_script, run_script, Reattached, Script, ScriptEnd, TypeImage,
 };
 use crate::steps::resource_step::{produce, resource_step};
 use crate::steps::{Reattach, StepContext, StepEnd};
+use gantry_wire::spec::MountSpec;
 
 // Taken over, a put is followed where it was, never pushed twice.
 resource_step!(PutStep, put, is_check: false, containers: 2,

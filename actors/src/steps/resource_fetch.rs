@@ -14,19 +14,19 @@ use tracing::Instrument as _;
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use crate::artifact_store::ArtifactKind;
 use crate::artifacts::ArtifactOwner;
 use crate::db::ResourceCacheRow;
 use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::resources::scope::{self, Owner};
 use crate::resources::{ResourceConfig, ResourceStats, ResourceType};
-use crate::runtime::{ByteStream, Volume};
-use crate::spec::{Encoding, MountSpec};
 use crate::steps::resource_script::{
     check_answer, fetch_answer, run_script, FetchedImage, Script, ScriptEnd, TypeImage,
 };
 use crate::steps::{StepContext, StepEnd};
+use gantry_wire::runtime::{ByteStream, Volume};
+use gantry_wire::spec::{Encoding, MountSpec};
+use gantry_wire::state::ArtifactKind;
 
 /// Where `in` and `out` find their directory in the container.
 pub const RESOURCE_DIR: &str = "/tmp/build/resource";
@@ -46,8 +46,8 @@ impl From<EngineError> for Halt {
     }
 }
 
-impl From<crate::error::RuntimeError> for Halt {
-    fn from(e: crate::error::RuntimeError) -> Self {
+impl From<gantry_wire::error::RuntimeError> for Halt {
+    fn from(e: gantry_wire::error::RuntimeError) -> Self {
         Halt::Error(e.into())
     }
 }

@@ -5,9 +5,9 @@
 use serde_json::Value;
 
 use crate::error::EngineError;
-use crate::spec::{MountSpec, ResourceLimits, RootfsSpec};
 use crate::steps::process::{self, follow_capturing, ProcessEnd};
 use crate::steps::StepContext;
+use gantry_wire::spec::{MountSpec, ResourceLimits, RootfsSpec};
 
 /// The root filesystem a resource type's scripts run in.
 #[derive(Debug, Clone, PartialEq)]
@@ -164,7 +164,7 @@ async fn run_native(
     if let Some(failure) = &answer.failure {
         text.push_str(&format!("{name} {}: {failure}\n", script.name));
     }
-    process::log(ctx, crate::runtime::OutputStream::Stderr, text).await?;
+    process::log(ctx, gantry_wire::runtime::OutputStream::Stderr, text).await?;
     match (answer.answer, answer.failure) {
         (Some(v), None) => Ok(ScriptEnd::Answered(v)),
         _ => Ok(ScriptEnd::Failed(1)),
@@ -204,13 +204,13 @@ pub async fn reattach_script(
             )));
         };
         let (tx, output) = tokio::sync::mpsc::channel(256);
-        let io = crate::runtime::ProcessIo {
+        let io = gantry_wire::runtime::ProcessIo {
             stdin: None,
             output: tx,
         };
         let process = match container.attach(name, io).await {
             Ok(p) => p,
-            Err(crate::error::RuntimeError::NotFound { .. }) => continue,
+            Err(gantry_wire::error::RuntimeError::NotFound { .. }) => continue,
             Err(e) => return Err(e.into()),
         };
         let (end, stdout) = follow_capturing(ctx, process.as_ref(), output, stored_stderr).await?;

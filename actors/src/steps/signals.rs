@@ -7,7 +7,7 @@ use tokio::sync::watch;
 
 use crate::error::EngineError;
 use crate::registry::WorkerStates;
-use crate::state::WorkerState;
+use gantry_wire::state::WorkerState;
 
 pub use crate::events::Events;
 

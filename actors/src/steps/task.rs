@@ -16,21 +16,21 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use crate::artifact_store::ArtifactKind;
 use crate::artifacts::ArtifactOwner;
 use crate::error::EngineError;
 use crate::events::BuildEvent;
 use crate::placement::Load;
 use crate::plan::TaskStep;
 use crate::resources::config::ImageSource;
-use crate::runtime::{Process, ProcessIo, ProcessOutput, Volume};
 use crate::scheduler::StepRequest;
-use crate::spec::{MountSpec, ResourceLimits, RootfsSpec};
 use crate::steps::process::{self, follow, ProcessEnd};
 use crate::steps::resource_fetch::{fetch_image, image_of_artifact, Halt};
 use crate::steps::resource_script::FetchedImage;
 use crate::steps::{Reattach, Step, StepContext, StepEnd};
 use crate::task_config::{container_path, TaskConfig};
+use gantry_wire::runtime::{Process, ProcessIo, ProcessOutput, Volume};
+use gantry_wire::spec::{MountSpec, ResourceLimits, RootfsSpec};
+use gantry_wire::state::ArtifactKind;
 
 /// Id of the task's process in its container (to attach to it again).
 const PROCESS_ID: &str = "task";

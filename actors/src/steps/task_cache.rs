@@ -27,11 +27,11 @@ use std::time::Duration;
 use crate::db::{now_ms, HandleKind, TaskCacheKey, TaskCacheRow};
 use crate::error::EngineError;
 use crate::events::BuildEvent;
-use crate::runtime::Volume;
+use gantry_wire::runtime::Volume;
 
-use crate::state::HandleState;
 use crate::steps::{JobRef, StepContext};
 use crate::task_config::TaskCache;
+use gantry_wire::state::HandleState;
 
 /// The stream of the build's log lines written by Gantry itself (not by a
 /// process): the CLI shows them on stderr.

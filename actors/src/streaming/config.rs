@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::EngineError;
-use crate::spec::Encoding;
+use gantry_wire::spec::Encoding;
 
 /// The path bytes take from one worker to another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

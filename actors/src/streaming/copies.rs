@@ -12,12 +12,11 @@ use futures::FutureExt;
 
 use crate::db::HandleKind;
 use crate::error::EngineError;
-use crate::events::BuildEvent;
-use crate::events::Events;
-use crate::runtime::Worker;
+use crate::events::{BuildEvent, Events};
 use crate::scheduler::{ArtifactLocality, Scheduler};
-use crate::spec::{VolumeSpec, VolumeStrategy};
-use crate::state::{HandleState, WorkerState};
+use gantry_wire::runtime::Worker;
+use gantry_wire::spec::{VolumeSpec, VolumeStrategy};
+use gantry_wire::state::{HandleState, WorkerState};
 
 use super::limiter::Direction;
 use super::transfer::{OnWait, Source, StreamTransfer, TransferJob};

@@ -29,7 +29,7 @@ pub use transfer::{Source, StreamTransfer, TransferJob};
 
 use crate::artifacts::Artifacts;
 use crate::db::Db;
-use crate::runtime::WorkerConnector;
+use gantry_wire::runtime::WorkerConnector;
 
 /// A copy being made: the destination volume's handle once it holds the
 /// artifact, or the error (as text: every waiter gets it).
@@ -42,7 +42,7 @@ pub struct Streams {
     inner: Arc<Inner>,
     /// Where its small tasks run (a build's waiting events): the engine's
     /// owned tasks, drained at shutdown.
-    tasks: crate::background::Tasks,
+    tasks: gantry_jobs::Tasks,
 }
 
 /// What [`Streams`] shares.
@@ -86,12 +86,12 @@ impl Streams {
     }
 
     /// The same, its tasks owned by `tasks` (the engine's).
-    pub fn owned_by(self, tasks: crate::background::Tasks) -> Streams {
+    pub fn owned_by(self, tasks: gantry_jobs::Tasks) -> Streams {
         Streams { tasks, ..self }
     }
 
     /// The owned tasks its small tasks run on.
-    pub fn tasks(&self) -> &crate::background::Tasks {
+    pub fn tasks(&self) -> &gantry_jobs::Tasks {
         &self.tasks
     }
 
@@ -148,8 +148,8 @@ impl Streams {
         &self,
         team: Option<&str>,
         id: &str,
-        encoding: crate::spec::Encoding,
-    ) -> Result<crate::runtime::ByteStream, crate::error::EngineError> {
+        encoding: gantry_wire::spec::Encoding,
+    ) -> Result<gantry_wire::runtime::ByteStream, crate::error::EngineError> {
         use crate::error::EngineError;
         if self.db().artifact_in_store(id).await? {
             return self.artifacts().open(team, id, encoding).await;
@@ -168,7 +168,7 @@ impl Streams {
             let Some(worker) = self.db().get_worker(&copy.worker).await? else {
                 continue;
             };
-            if worker.state != crate::state::WorkerState::Running {
+            if worker.state != gantry_wire::state::WorkerState::Running {
                 continue;
             }
             let client = self.connector().connect(&worker.registration);

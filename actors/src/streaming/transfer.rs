@@ -15,10 +15,11 @@ use futures::StreamExt;
 use tokio::sync::oneshot;
 use tracing::Instrument as _;
 
-use crate::error::{EngineError, RuntimeError};
-use crate::runtime::{ByteStream, Volume};
-use crate::stream_url::StreamGrant;
-use crate::worker_info::WorkerRegistration;
+use crate::error::EngineError;
+use gantry_wire::error::RuntimeError;
+use gantry_wire::runtime::{ByteStream, Volume};
+use gantry_wire::stream_url::StreamGrant;
+use gantry_wire::worker_info::WorkerRegistration;
 
 use super::limiter::Direction;
 use super::stats::TransferPath;
@@ -281,10 +282,10 @@ mod tests {
     use super::*;
 
     use crate::artifacts::Artifacts;
-    use crate::runtime::{Container, Worker, WorkerConnector, WorkerHandles};
-    use crate::spec::{ContainerSpec, Encoding, VolumeSpec};
     use async_trait::async_trait;
     use bytes::Bytes;
+    use gantry_wire::runtime::{Container, Worker, WorkerConnector, WorkerHandles};
+    use gantry_wire::spec::{ContainerSpec, Encoding, VolumeSpec};
     use std::sync::Mutex;
 
     /// A volume that cannot reach any peer and keeps what is streamed in.

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_yaml::Value;
 
-use crate::spec::RootfsSpec;
+use gantry_wire::spec::RootfsSpec;
 
 pub use caches::TaskCache;
 pub use image_resource::ImageResource;

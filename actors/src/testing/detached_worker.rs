@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::error::RuntimeError;
-use crate::runtime::{Container, Volume, Worker, WorkerConnector, WorkerHandles};
-use crate::spec::{ContainerSpec, VolumeSpec};
-use crate::worker_info::WorkerRegistration;
+use gantry_wire::error::RuntimeError;
+use gantry_wire::runtime::{Container, Volume, Worker, WorkerConnector, WorkerHandles};
+use gantry_wire::spec::{ContainerSpec, VolumeSpec};
+use gantry_wire::worker_info::WorkerRegistration;
 
 /// A worker with a name and nothing behind it.
 pub struct DetachedWorker(pub String);

@@ -6,10 +6,11 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::artifact_store::{ArtifactKind, ArtifactStore, StoredArtifact};
+use crate::artifact_store::{ArtifactStore, StoredArtifact};
 use crate::error::EngineError;
-use crate::runtime::ByteStream;
-use crate::spec::Encoding;
+use gantry_wire::runtime::ByteStream;
+use gantry_wire::spec::Encoding;
+use gantry_wire::state::ArtifactKind;
 
 /// A store with no artifact in it, which records what it is asked to delete.
 #[derive(Default)]

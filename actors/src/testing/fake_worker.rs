@@ -19,13 +19,13 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::error::RuntimeError;
-use crate::runtime::{
+use gantry_wire::error::RuntimeError;
+use gantry_wire::runtime::{
     ByteStream, Container, OutputStream, Process, ProcessIo, ProcessOutput, ProcessSignal, Volume,
     Worker, WorkerConnector, WorkerHandles,
 };
-use crate::spec::{ContainerSpec, Encoding, ProcessSpec, VolumeSpec, WindowSize};
-use crate::worker_info::WorkerRegistration;
+use gantry_wire::spec::{ContainerSpec, Encoding, ProcessSpec, VolumeSpec, WindowSize};
+use gantry_wire::worker_info::WorkerRegistration;
 
 /// How the processes of a [`FakeWorker`] behave.
 #[derive(Debug, Clone, Copy, Default)]

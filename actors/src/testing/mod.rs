@@ -13,7 +13,7 @@ pub(crate) mod fake_worker;
 
 pub use detached_worker::{DetachedConnector, DetachedWorker};
 
-use crate::worker_info::WorkerRegistration;
+use gantry_wire::worker_info::WorkerRegistration;
 
 /// A registration of a Linux worker `name` (incarnation `i`, no tags, no
 /// limits, an agent that is never reached) for tests to adjust.

@@ -73,7 +73,7 @@ pub fn waiting_for(resources: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::BuildStatus;
+    use gantry_wire::state::BuildStatus;
 
     fn input(name: &str, resource: &str, config: &str) -> JobInput {
         JobInput {

@@ -6,8 +6,9 @@
 use serde_json::json;
 
 use super::*;
-use crate::db::{test_db, BuildStatus, Direction};
+use crate::db::{test_db, Direction};
 use crate::triggers::inputs::Pin;
+use gantry_wire::state::BuildStatus;
 
 fn input(name: &str, config: &str, passed: &[&str]) -> JobInput {
     JobInput {

@@ -13,13 +13,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use gantry_actors::runtime::Worker;
-use gantry_actors::runtime::WorkerConnector;
-use gantry_actors::state::WorkerState;
-use gantry_actors::worker_info::WorkerRegistration;
+use gantry_wire::runtime::{Worker, WorkerConnector};
+use gantry_wire::state::WorkerState;
+use gantry_wire::worker_info::WorkerRegistration;
 
-use crate::agent_client::AgentConnector;
 use crate::config::WebConfig;
+use gantry_agent_client::AgentConnector;
 
 /// How long the workers may take to start and register.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);

@@ -37,14 +37,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use gantry_actors::api::HandleKind;
-use gantry_actors::api::HandleOwner;
-use gantry_actors::api::StreamMode;
-use gantry_actors::runtime::Volume;
-use gantry_actors::spec::Encoding;
-use gantry_actors::spec::VolumeSpec;
-use gantry_actors::spec::VolumeStrategy;
-use gantry_actors::state::HandleState;
+use gantry_actors::api::{HandleKind, HandleOwner, StreamMode};
+use gantry_wire::runtime::Volume;
+use gantry_wire::spec::{Encoding, VolumeSpec, VolumeStrategy};
+use gantry_wire::state::HandleState;
 
 use fleet::{Fleet, FleetWorker};
 use tree::TreeDigest;
@@ -153,7 +149,7 @@ pub async fn bench(opts: StreamBench) -> anyhow::Result<()> {
 /// Checks the baseline's tools are installed.
 fn require_tools() -> anyhow::Result<()> {
     for tool in ["bash", "tar", "zstd"] {
-        crate::agent::backend::find_executable(tool).with_context(|| {
+        gantry_agent::backend::find_executable(tool).with_context(|| {
             format!(
                 "bench stream needs {tool} for its baseline; install it (apt-get install {tool})"
             )
@@ -259,7 +255,7 @@ async fn measure(
 
     // The source volume, filled through Gantry (not timed) and checked.
     let src = create_volume(&fleet.engine, src_worker, "bench-source").await?;
-    let body = crate::tarball::pack_dir(source.to_path_buf(), ENCODING);
+    let body = gantry_files::tarball::pack_dir(source.to_path_buf(), ENCODING);
     src.stream_in(".", ENCODING, body)
         .await
         .context("filling the source volume")?;
@@ -397,7 +393,7 @@ fn print(m: &Measured) {
     println!("backend: local");
     println!("rounds: {}", m.baseline.len());
     println!("encoding: {}", ENCODING.as_str());
-    println!("zstd_level: {}", crate::tarball::ZSTD_LEVEL);
+    println!("zstd_level: {}", gantry_files::tarball::ZSTD_LEVEL);
     println!("baseline: {BASELINE}");
     println!("baseline_runs_s: {}", list(&m.baseline));
     println!("p2p_runs_s: {}", list(&m.p2p));

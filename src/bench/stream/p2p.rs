@@ -8,15 +8,10 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use gantry_actors::api::bench::Source;
-use gantry_actors::api::bench::StreamTransfer;
-use gantry_actors::api::bench::TransferJob;
-use gantry_actors::api::StreamConfig;
-use gantry_actors::api::StreamMode;
-use gantry_actors::api::Streams;
-use gantry_actors::api::TransferPath;
-use gantry_actors::runtime::Volume;
-use gantry_actors::spec::Encoding;
+use gantry_actors::api::bench::{Source, StreamTransfer, TransferJob};
+use gantry_actors::api::{StreamConfig, StreamMode, Streams, TransferPath};
+use gantry_wire::runtime::Volume;
+use gantry_wire::spec::Encoding;
 
 use super::fleet::FleetWorker;
 

@@ -1,9 +1,9 @@
 //! Artifact upload and download.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use gantry_actors::api::ArtifactKind;
 use gantry_actors::api::ArtifactOwner;
-use gantry_actors::spec::Encoding;
+use gantry_wire::spec::Encoding;
+use gantry_wire::state::ArtifactKind;
 
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
@@ -72,7 +72,7 @@ pub async fn upload(
             ))
         })?,
     };
-    let (body, pump) = crate::body::bridge(payload);
+    let (body, pump) = gantry_agent::body::bridge(payload);
     actix_web::rt::spawn(pump);
     let owner = ArtifactOwner {
         team: &team,

@@ -2,16 +2,11 @@
 //! containers and volumes builds use.
 
 use actix_web::{web, HttpResponse};
-use gantry_actors::api::Build;
-use gantry_actors::api::BuildQuery;
-use gantry_actors::api::BuildStatus;
-use gantry_actors::api::HandleKind;
-use gantry_actors::api::OneOffPlan;
-use gantry_actors::api::PipelineRef;
-use gantry_actors::api::StoredEvent;
-use gantry_actors::api::TaskConfig;
-use gantry_actors::api::Vars;
+use gantry_actors::api::{
+    Build, BuildQuery, HandleKind, OneOffPlan, PipelineRef, StoredEvent, TaskConfig, Vars,
+};
 use gantry_actors::EngineError;
+use gantry_wire::state::BuildStatus;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tokio::sync::mpsc;

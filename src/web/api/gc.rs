@@ -7,7 +7,7 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 use futures::StreamExt as _;
 use gantry_actors::api::SweepError;
-use gantry_actors::api::SweepReport;
+use gantry_wire::sweep::SweepReport;
 use serde::Deserialize;
 
 use crate::web::auth::Identity;
@@ -128,7 +128,7 @@ pub async fn begin(
     params(("name" = String, Path, description = "The worker")),
     request_body = SweepReport,
     responses(
-        (status = 200, description = "What the worker is to destroy", body = gantry_actors::api::SweepAnswer),
+        (status = 200, description = "What the worker is to destroy", body = gantry_wire::sweep::SweepAnswer),
         (status = 400, description = "Invalid body, handle or epoch, or another worker's report"),
         (status = 401, description = "Missing or wrong registration key"),
         (status = 404, description = "The worker is not registered"),

@@ -37,16 +37,11 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use actix_ws::AggregatedMessage;
 use bytes::Bytes;
 use gantry_actors::api::InterceptGuard;
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::runtime::Container;
-use gantry_actors::runtime::Process;
-use gantry_actors::runtime::ProcessIo;
-use gantry_actors::runtime::ProcessSignal;
-use gantry_actors::spec::ProcessSpec;
-use gantry_actors::spec::WindowSize;
-use gantry_actors::state::HandleState;
 use gantry_actors::EngineError;
-use gantry_actors::RuntimeError;
+use gantry_wire::error::RuntimeError;
+use gantry_wire::runtime::{ByteStream, Container, Process, ProcessIo, ProcessSignal};
+use gantry_wire::spec::{ProcessSpec, WindowSize};
+use gantry_wire::state::HandleState;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
@@ -368,7 +363,7 @@ impl Session {
                 }
             };
         let (stdin_tx, stdin_rx) = mpsc::channel::<std::io::Result<Bytes>>(16);
-        let stdin: ByteStream = crate::body::channel_stream(stdin_rx);
+        let stdin: ByteStream = gantry_agent::body::channel_stream(stdin_rx);
         let (out_tx, mut out_rx) = mpsc::channel(64);
         let spec = ProcessSpec {
             id: format!("hijack-{}", uuid::Uuid::new_v4()),
@@ -395,8 +390,8 @@ impl Session {
                 chunk = out_rx.recv() => {
                     let Some(chunk) = chunk else { break Relay::Ended };
                     let tag = match chunk.stream {
-                        gantry_actors::runtime::OutputStream::Stdout => 1u8,
-                        gantry_actors::runtime::OutputStream::Stderr => 2u8,
+                        gantry_wire::runtime::OutputStream::Stdout => 1u8,
+                        gantry_wire::runtime::OutputStream::Stderr => 2u8,
                     };
                     let mut frame = Vec::with_capacity(chunk.data.len() + 1);
                     frame.push(tag);

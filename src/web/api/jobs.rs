@@ -15,7 +15,7 @@ use crate::web::AppState;
     tag = "operations",
     params(PageQuery),
     responses(
-        (status = 200, description = "A page of the background jobs' statuses, by name; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::api::JobStatus>),
+        (status = 200, description = "A page of the background jobs' statuses, by name; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_jobs::JobStatus>),
         (status = 400, description = "A bad limit or unknown query parameter", body = crate::web::error::ErrorBody),
     )
 )]
@@ -39,7 +39,7 @@ pub async fn list(
     tag = "workers",
     params(("name" = String, Path, description = "The worker")),
     responses(
-        (status = 200, description = "The worker's background jobs' statuses, by name", body = Vec<gantry_actors::api::JobStatus>),
+        (status = 200, description = "The worker's background jobs' statuses, by name", body = Vec<gantry_jobs::JobStatus>),
         (status = 404, description = "No such worker", body = crate::web::error::ErrorBody),
         (status = 502, description = "The worker's agent did not answer", body = crate::web::error::ErrorBody),
         (status = "5XX", description = "The engine or database failed", body = crate::web::error::ErrorBody),
@@ -65,7 +65,7 @@ pub async fn worker_jobs(
     }
     // Through the engine's agent client (its connect timeout, token and
     // trace header, its error mapping), not a request of its own.
-    let rows = crate::agent_client::AgentConnector::default()
+    let rows = gantry_agent_client::AgentConnector::default()
         .worker(&reg)
         .jobs(std::time::Duration::from_secs(10))
         .await

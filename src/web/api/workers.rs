@@ -1,12 +1,9 @@
 //! Worker registration, heartbeats and listing.
 
 use actix_web::{web, HttpResponse};
-use gantry_actors::api::HeartbeatRefused;
-use gantry_actors::api::LifecycleAction;
-use gantry_actors::api::WorkerProof;
-use gantry_actors::state::WorkerState;
-use gantry_actors::worker_info::Heartbeat;
-use gantry_actors::worker_info::WorkerRegistration;
+use gantry_actors::api::{HeartbeatRefused, LifecycleAction, WorkerProof};
+use gantry_wire::state::WorkerState;
+use gantry_wire::worker_info::{Heartbeat, WorkerRegistration};
 
 use crate::web::api::paging::PageQuery;
 use crate::web::api::NoBody;
@@ -109,10 +106,10 @@ pub async fn register(
             let v = v.to_str().map_err(|_| {
                 ApiError::bad_request(format!("{WORKER_SECRET_HEADER}: not visible ASCII"))
             })?;
-            gantry_actors::worker_info::check_text(
+            gantry_wire::worker_info::check_text(
                 WORKER_SECRET_HEADER,
                 v,
-                gantry_actors::worker_info::MAX_WORKER_URL,
+                gantry_wire::worker_info::MAX_WORKER_URL,
                 false,
             )
             .map_err(ApiError::bad_request)?;
@@ -184,7 +181,7 @@ pub async fn heartbeat(
     tag = "workers",
     params(PageQuery),
     responses(
-        (status = 200, description = "A page of the workers, by name; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::worker_info::WorkerView>),
+        (status = 200, description = "A page of the workers, by name; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_wire::worker_info::WorkerView>),
         (status = 400, description = "A bad limit or unknown query parameter", body = crate::web::error::ErrorBody),
         (status = "5XX", description = "The engine or database failed"),
     )

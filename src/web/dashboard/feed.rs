@@ -19,16 +19,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use actix_web::{web, HttpResponse};
-use gantry_actors::api::now_ms;
-use gantry_actors::api::Build;
-use gantry_actors::api::BuildQuery;
-use gantry_actors::api::BuildStatus;
-use gantry_actors::api::GcStatsSnapshot;
-use gantry_actors::api::Handle;
-use gantry_actors::api::HandleKind;
-use gantry_actors::api::Load;
-use gantry_actors::worker_info::WorkerView;
+use gantry_actors::api::{now_ms, Build, BuildQuery, GcStatsSnapshot, Handle, HandleKind, Load};
 use gantry_actors::Engine;
+use gantry_wire::state::BuildStatus;
+use gantry_wire::worker_info::WorkerView;
 use serde::Serialize;
 
 use crate::web::auth::Identity;
@@ -245,7 +239,7 @@ impl Snapshot {
 
 /// The garbage collector's state now.
 async fn gc_state(engine: &Engine) -> Result<GcState, ApiError> {
-    let by_state = |rows: Vec<(gantry_actors::state::HandleState, i64)>| {
+    let by_state = |rows: Vec<(gantry_wire::state::HandleState, i64)>| {
         rows.into_iter()
             .map(|(s, n)| (s.as_str(), n))
             .collect::<BTreeMap<_, _>>()

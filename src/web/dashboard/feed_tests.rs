@@ -1,8 +1,7 @@
 use std::time::{Duration, Instant};
 
-use gantry_actors::api::Build;
-use gantry_actors::api::BuildStatus;
-use gantry_actors::api::GcStatsSnapshot;
+use gantry_actors::api::{Build, GcStatsSnapshot};
+use gantry_wire::state::BuildStatus;
 use serde_json::json;
 
 use super::*;

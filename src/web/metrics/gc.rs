@@ -2,10 +2,10 @@
 //! counters, rows by state, rows marked missing, and each worker's volume
 //! store fill.
 
-use gantry_actors::api::DiskUsage;
 use gantry_actors::api::HandleKind;
-use gantry_actors::state::HandleState;
 use gantry_actors::Engine;
+use gantry_wire::state::HandleState;
+use gantry_wire::sweep::DiskUsage;
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 
 use crate::web::error::ApiError;

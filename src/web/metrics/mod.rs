@@ -33,13 +33,10 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use actix_web::{web, HttpResponse};
-use gantry_actors::api::HandleKind;
-use gantry_actors::api::JobState;
-use gantry_actors::api::JobStatus;
-use gantry_actors::api::SchedulerStats;
-use gantry_actors::state::HandleState;
-use gantry_actors::worker_info::WorkerState;
-use gantry_actors::worker_info::WorkerView;
+use gantry_actors::api::{HandleKind, SchedulerStats};
+use gantry_jobs::{JobState, JobStatus};
+use gantry_wire::state::HandleState;
+use gantry_wire::worker_info::{WorkerState, WorkerView};
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -91,14 +88,14 @@ impl Upkeep {
     }
 }
 
-impl gantry_actors::api::Job for Upkeep {
+impl gantry_jobs::Job for Upkeep {
     fn name(&self) -> String {
         "metrics-upkeep".into()
     }
 
-    async fn tick(&mut self) -> Result<gantry_actors::api::Outcome, gantry_actors::api::JobError> {
+    async fn tick(&mut self) -> Result<gantry_jobs::Outcome, gantry_jobs::JobError> {
         self.0.run_upkeep();
-        Ok(gantry_actors::api::Outcome::Idle)
+        Ok(gantry_jobs::Outcome::Idle)
     }
 }
 
@@ -262,7 +259,7 @@ impl Core {
         );
         counter!("gantry_placements_unsatisfiable_total").absolute(stats.unsatisfiable);
         describe_gauge!("gantry_builds", "Builds by status.");
-        for s in gantry_actors::api::BuildStatus::ALL {
+        for s in gantry_wire::state::BuildStatus::ALL {
             let n = self.builds.get(s.as_str()).copied().unwrap_or(0);
             gauge!("gantry_builds", "status" => s.as_str()).set(n as f64);
         }

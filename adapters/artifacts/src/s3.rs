@@ -30,12 +30,11 @@ use anyhow::Context as _;
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use futures::TryStreamExt as _;
-use gantry_actors::api::ArtifactKind;
-use gantry_actors::api::ArtifactStore;
-use gantry_actors::api::StoredArtifact;
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::spec::Encoding;
+use gantry_actors::api::{ArtifactStore, StoredArtifact};
 use gantry_actors::EngineError;
+use gantry_wire::runtime::ByteStream;
+use gantry_wire::spec::Encoding;
+use gantry_wire::state::ArtifactKind;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::path::Path;
 use object_store::{
@@ -45,9 +44,9 @@ use object_store::{
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::config::{S3Config, DEFAULT_MAX_ARTIFACT_BYTES};
-use crate::tarball;
-use crate::web::artifact_format::{checked_id, serve_zstd, UploadRules};
+use crate::format::{checked_id, serve_zstd, UploadRules};
+use crate::{S3Config, DEFAULT_MAX_ARTIFACT_BYTES};
+use gantry_files::tarball;
 
 /// Bytes of the zstd copy handed over the channel at a time.
 pub const BLOCK: usize = 1 << 20;
@@ -98,7 +97,7 @@ pub struct ArtifactS3 {
     part: usize,
     /// The engine's owned tasks (see `ArtifactStore::own_tasks`), where an
     /// abandoned upload is aborted.
-    tasks: Arc<std::sync::OnceLock<gantry_actors::api::Tasks>>,
+    tasks: Arc<std::sync::OnceLock<gantry_jobs::Tasks>>,
 }
 
 impl ArtifactS3 {
@@ -395,7 +394,7 @@ async fn send_parts(
 struct Unfinished(
     Option<Box<dyn MultipartUpload>>,
     /// Where the abort runs when dropped (the engine's owned tasks).
-    Option<gantry_actors::api::Tasks>,
+    Option<gantry_jobs::Tasks>,
 );
 
 impl Unfinished {
@@ -436,7 +435,7 @@ impl Drop for Unfinished {
 
 #[async_trait]
 impl ArtifactStore for ArtifactS3 {
-    fn own_tasks(&self, tasks: gantry_actors::api::Tasks) {
+    fn own_tasks(&self, tasks: gantry_jobs::Tasks) {
         let _ = self.tasks.set(tasks);
     }
 
@@ -540,5 +539,5 @@ impl ArtifactStore for ArtifactS3 {
 }
 
 #[cfg(test)]
-#[path = "artifact_s3_tests.rs"]
+#[path = "s3_tests.rs"]
 mod tests;

@@ -1,5 +1,5 @@
-//! The `kubernetes` runtime: a namespace of a Kubernetes cluster as one
-//! worker (the Scheduler places steps on it; Kubernetes places the pods).
+//! `gantry-kubernetes`, the `kubernetes` runtime: a namespace of a
+//! Kubernetes cluster as one worker (the Scheduler places steps on it; Kubernetes places the pods).
 //! It runs inside the web node (see `docs/kubernetes.md` for why), which
 //! registers it, heartbeats it and sweeps it like any worker.
 
@@ -14,5 +14,5 @@ pub mod volume;
 pub mod worker;
 
 pub use config::KubernetesConfig;
-pub use connect::{connect_cluster, FleetConnector, BACKEND};
+pub use connect::{connect_cluster, FleetConnector};
 pub use worker::KubeWorker;

@@ -7,9 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use gantry_actors::runtime::Worker;
-use gantry_actors::runtime::WorkerConnector;
-use gantry_actors::worker_info::WorkerRegistration;
+use gantry_wire::runtime::{Worker, WorkerConnector};
+use gantry_wire::worker_info::{WorkerRegistration, KUBERNETES_BACKEND};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -20,9 +19,6 @@ use kube::{Api, Client, Config};
 use super::config::KubernetesConfig;
 use super::exec::chain;
 use super::worker::KubeWorker;
-
-/// The `backend` a cluster worker registers with.
-pub const BACKEND: &str = "kubernetes";
 
 /// What the web node does in a cluster's namespace: (verb, resource,
 /// subresource). `config/kubernetes-rbac.yaml` grants exactly these.
@@ -138,7 +134,7 @@ impl FleetConnector {
 
 impl WorkerConnector for FleetConnector {
     fn connect(&self, registration: &WorkerRegistration) -> Arc<dyn Worker> {
-        if registration.backend == BACKEND {
+        if registration.backend == KUBERNETES_BACKEND {
             if let Some(w) = self.clusters.get(&registration.name) {
                 return Arc::new(w.clone());
             }
@@ -147,7 +143,7 @@ impl WorkerConnector for FleetConnector {
     }
 
     fn serves(&self, registration: &WorkerRegistration) -> bool {
-        match registration.backend == BACKEND {
+        match registration.backend == KUBERNETES_BACKEND {
             true => self.clusters.contains_key(&registration.name),
             false => self.agents.serves(registration),
         }

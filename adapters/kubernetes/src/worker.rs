@@ -20,18 +20,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use dashmap::DashMap;
-use gantry_actors::runtime::Container;
-use gantry_actors::runtime::Process;
-use gantry_actors::runtime::ProcessIo;
-use gantry_actors::runtime::Volume;
-use gantry_actors::runtime::Worker;
-use gantry_actors::runtime::WorkerHandles;
-use gantry_actors::spec::ContainerSpec;
-use gantry_actors::spec::Encoding;
-use gantry_actors::spec::ProcessSpec;
-use gantry_actors::spec::VolumeSpec;
-use gantry_actors::spec::VolumeStrategy;
-use gantry_actors::RuntimeError;
+use gantry_wire::error::RuntimeError;
+use gantry_wire::runtime::{Container, Process, ProcessIo, Volume, Worker, WorkerHandles};
+use gantry_wire::spec::{ContainerSpec, Encoding, ProcessSpec, VolumeSpec, VolumeStrategy};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, PostParams};
 use kube::Api;
@@ -104,9 +95,13 @@ impl Worker for KubeWorker {
                 let tar = inner.tar_of(parent).await?;
                 create_volume_dir(&dir)
                     .map_err(|e| inner.error(format!("creating {}: {e}", dir.display())))?;
-                if let Err(e) =
-                    crate::tarball::unpack(tar, Encoding::Raw, dir.clone(), Default::default())
-                        .await
+                if let Err(e) = gantry_files::tarball::unpack(
+                    tar,
+                    Encoding::Raw,
+                    dir.clone(),
+                    Default::default(),
+                )
+                .await
                 {
                     let _ = remove_staged(dir.clone()).await;
                     return Err(inner.error(format!("copying volume {parent}: {e}")));

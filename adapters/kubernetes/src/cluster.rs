@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::spec::Encoding;
-use gantry_actors::RuntimeError;
+use gantry_wire::error::RuntimeError;
+use gantry_wire::runtime::ByteStream;
+use gantry_wire::spec::Encoding;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams};
 use kube::Api;
@@ -148,7 +148,7 @@ impl Inner {
     /// A volume's contents as a plain tar stream, from where it lives.
     pub(super) async fn tar_of(&self, handle: &str) -> Result<ByteStream, RuntimeError> {
         match self.home(handle)? {
-            Home::Staged => Ok(crate::tarball::pack_dir(
+            Home::Staged => Ok(gantry_files::tarball::pack_dir(
                 self.staged_dir(handle)?,
                 Encoding::Raw,
             )),
@@ -245,7 +245,7 @@ impl Inner {
             std::fs::create_dir_all(&dir)
                 .map_err(|e| self.error(format!("creating {}: {e}", dir.display())))?;
             let tar = self.tar_of(&h).await?;
-            crate::tarball::unpack(tar, Encoding::Raw, dir, Default::default())
+            gantry_files::tarball::unpack(tar, Encoding::Raw, dir, Default::default())
                 .await
                 .map_err(|e| self.error(format!("copying volume {h} out of pod {name}: {e}")))?;
             self.volumes.insert(h, Home::Staged);
@@ -257,7 +257,7 @@ impl Inner {
 /// Removes a staged copy, off the async threads (it may be large); one
 /// that is not there is no error.
 pub(super) async fn remove_staged(dir: PathBuf) -> std::io::Result<()> {
-    let removed = tokio::task::spawn_blocking(move || crate::agent::tree::remove_tree(&dir))
+    let removed = tokio::task::spawn_blocking(move || gantry_agent::tree::remove_tree(&dir))
         .await
         .map_err(std::io::Error::other)?;
     match removed {

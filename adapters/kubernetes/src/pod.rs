@@ -10,9 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use gantry_actors::spec::ContainerSpec;
-use gantry_actors::spec::ResourceLimits;
-use gantry_actors::spec::RootfsSpec;
+use gantry_wire::spec::{ContainerSpec, ResourceLimits, RootfsSpec};
 use k8s_openapi::api::core::v1::{
     Container as PodContainer, EmptyDirVolumeSource, EnvVar, LocalObjectReference, Pod, PodSpec,
     ResourceRequirements, Volume as PodVolume, VolumeMount,
@@ -269,8 +267,8 @@ pub fn pod_for(spec: &ContainerSpec, cfg: &KubernetesConfig) -> Result<(Pod, Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::k8s::config::is_dns_label;
-    use gantry_actors::spec::MountSpec;
+    use crate::config::is_dns_label;
+    use gantry_wire::spec::MountSpec;
 
     fn cfg() -> KubernetesConfig {
         toml::from_str(

@@ -5,16 +5,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::runtime::Container;
-use gantry_actors::runtime::OutputStream;
-use gantry_actors::runtime::ProcessIo;
-use gantry_actors::runtime::ProcessOutput;
-use gantry_actors::runtime::ProcessSignal;
-use gantry_actors::runtime::Worker;
-use gantry_actors::spec::RootfsSpec;
-use gantry_actors::spec::WindowSize;
-use gantry_actors::RuntimeError;
+use gantry_wire::error::RuntimeError;
+use gantry_wire::runtime::{
+    ByteStream, Container, OutputStream, ProcessIo, ProcessOutput, ProcessSignal, Worker,
+};
+use gantry_wire::spec::{RootfsSpec, WindowSize};
 use tokio::sync::mpsc;
 
 use super::test_support::{

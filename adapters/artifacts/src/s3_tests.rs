@@ -6,15 +6,15 @@
 use std::sync::Arc;
 
 use futures::TryStreamExt as _;
-use gantry_actors::api::ArtifactKind;
 use gantry_actors::api::ArtifactStore;
-use gantry_actors::spec::Encoding;
 use gantry_actors::EngineError;
+use gantry_wire::spec::Encoding;
+use gantry_wire::state::ArtifactKind;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
 
 use super::{part_size, plain_http_allowed, ArtifactS3, PART};
-use crate::web::artifact_files::tests::{collect, noise, sample_tar, stream_of, tar_with_path};
+use crate::files::tests::{collect, noise, sample_tar, stream_of, tar_with_path};
 
 fn store() -> (ArtifactS3, Arc<InMemory>) {
     let client = Arc::new(InMemory::new());
@@ -116,7 +116,7 @@ async fn a_refused_upload_leaves_no_object() {
         "{too_large:?}"
     );
     // Cut off after more than a part (within the limit).
-    let broken: gantry_actors::runtime::ByteStream = Box::pin(futures::stream::iter(vec![
+    let broken: gantry_wire::runtime::ByteStream = Box::pin(futures::stream::iter(vec![
         Ok(bytes::Bytes::from(
             big_tar(PART)[..PART / 2 + 4096].to_vec(),
         )),

@@ -7,11 +7,11 @@ use std::path::Path;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use gantry_actors::api::ArtifactKind;
 use gantry_actors::api::ArtifactStore;
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::spec::Encoding;
 use gantry_actors::EngineError;
+use gantry_wire::runtime::ByteStream;
+use gantry_wire::spec::Encoding;
+use gantry_wire::state::ArtifactKind;
 use sha2::{Digest, Sha256};
 use tar::{EntryType, Header};
 use tempfile::TempDir;
@@ -140,7 +140,7 @@ async fn a_zstd_upload_is_stored_and_served_as_sent() {
     let tar = sample_tar();
     // A level the store does not use: recompressing would change the bytes.
     let sent = zstd_at(&tar, 12);
-    assert_ne!(sent, zstd_at(&tar, crate::tarball::ZSTD_LEVEL));
+    assert_ne!(sent, zstd_at(&tar, gantry_files::tarball::ZSTD_LEVEL));
     let stored = store
         .store(stream_of(sent.clone()), Encoding::Zstd, ArtifactKind::Files)
         .await

@@ -12,16 +12,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use gantry_actors::api::HeartbeatRefused;
-use gantry_actors::runtime::Worker;
 use gantry_actors::Engine;
 use gantry_agent::beacon::{Beacon, BeaconJob};
 use gantry_agent::holdings::{Holdings, Kind, Listing};
 use gantry_agent::sweeper::{Sweeper, SweeperJob};
 use gantry_agent::web_link::{Refusal, WebLink};
+use gantry_wire::runtime::Worker;
 use gantry_wire::sweep::{SweepAnswer, SweepReport};
-use gantry_wire::worker_info::{Heartbeat, WorkerRegistration, WorkerState};
+use gantry_wire::worker_info::{Heartbeat, WorkerRegistration, WorkerState, KUBERNETES_BACKEND};
 
-use super::connect::BACKEND;
 use super::worker::KubeWorker;
 
 /// Most destroys at once in a sweep.
@@ -42,7 +41,7 @@ pub fn registration(worker: &KubeWorker) -> WorkerRegistration {
         resource_types: cfg.resource_types.keys().cloned().collect(),
         limits: cfg.limits.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
-        backend: BACKEND.to_string(),
+        backend: KUBERNETES_BACKEND.to_string(),
         incarnation: uuid::Uuid::new_v4().to_string(),
         heartbeat_interval_secs: cfg.heartbeat_interval_secs,
     }

@@ -6,15 +6,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::runtime::Volume;
-use gantry_actors::spec::Encoding;
-use gantry_actors::RuntimeError;
+use gantry_wire::error::RuntimeError;
+use gantry_wire::runtime::{ByteStream, Volume};
+use gantry_wire::spec::Encoding;
 
 use super::cluster::{Home, Inner};
 use super::exec::{tar_in_command, tar_out_command};
 use super::pod::volume_home;
-use crate::dir_fd::Dir;
+use gantry_files::dir_fd::Dir;
 
 /// `path` inside a volume, relative, with no `..`.
 fn relative(path: &str) -> Result<String, String> {
@@ -83,14 +82,14 @@ impl Volume for KubeVolume {
             Home::Staged => {
                 let root = w.staged_dir(&self.handle)?;
                 let dest = open_beneath_made(&root, &rel).map_err(|m| w.error(m))?;
-                crate::tarball::unpack_at(body, encoding, dest, Default::default())
+                gantry_files::tarball::unpack_at(body, encoding, dest, Default::default())
                     .await
                     .map(|_| ())
                     .map_err(|e| RuntimeError::Stream(e.to_string()))
             }
             Home::Pod(p) => {
                 let dir = in_home(&self.handle, &rel).map_err(|m| w.error(m))?;
-                let raw = crate::tarball::decode(body, encoding);
+                let raw = gantry_files::tarball::decode(body, encoding);
                 w.exec
                     .run(&p, tar_in_command(&dir), Some(raw))
                     .await
@@ -108,13 +107,13 @@ impl Volume for KubeVolume {
                     .staged_root()?
                     .open_beneath(Path::new(&rel))
                     .map_err(|e| self.no_file(&rel, e))?;
-                Ok(crate::tarball::pack_opened(target, encoding))
+                Ok(gantry_files::tarball::pack_opened(target, encoding))
             }
             Home::Pod(p) => {
                 let at = in_home(&self.handle, &rel).map_err(|m| w.error(m))?;
                 exists_in(w, &p, "-e", &at, &self.handle).await?;
                 let raw = w.exec.stdout_stream(&p, tar_out_command(&at)).await?;
-                Ok(crate::tarball::encode(raw, encoding))
+                Ok(gantry_files::tarball::encode(raw, encoding))
             }
         }
     }

@@ -6,17 +6,14 @@
 use std::io::Write;
 use std::time::Duration;
 
-use gantry_actors::runtime::Worker;
-use gantry_actors::spec::Encoding;
-use gantry_actors::spec::VolumeSpec;
-use gantry_actors::spec::VolumeStrategy;
-use gantry_actors::stream_url::StreamGrant;
-use gantry_actors::RuntimeError;
+use gantry_wire::error::RuntimeError;
+use gantry_wire::runtime::Worker;
+use gantry_wire::spec::{Encoding, VolumeSpec, VolumeStrategy};
+use gantry_wire::stream_url::StreamGrant;
 
 use super::test_support::{test_config, uuid, worker};
 use gantry_agent::api::{Health, StreamCounts};
-use gantry_agent::start_worker;
-use gantry_agent::WorkerHandle;
+use gantry_agent::{start_worker, WorkerHandle};
 
 /// An empty volume's spec.
 fn volume_spec(handle: &str) -> VolumeSpec {

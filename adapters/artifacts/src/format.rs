@@ -1,16 +1,16 @@
 //! What every artifact store of the web node shares (the directory one,
-//! `artifact_files.rs`, and the object storage one, `artifact_s3.rs`): an
+//! `files.rs`, and the object storage one, `s3.rs`): an
 //! artifact is kept as one zstd tar stream, received in one pass
 //! ([`tarball::copy_checked`]) under the same extraction rules and size
 //! limit, named by an id that can only be a UUID, and served in the
 //! encoding asked for from its stored zstd bytes.
 
-use gantry_actors::api::ArtifactKind;
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::spec::Encoding;
 use gantry_actors::EngineError;
+use gantry_wire::runtime::ByteStream;
+use gantry_wire::spec::Encoding;
+use gantry_wire::state::ArtifactKind;
 
-use crate::tarball::{self, CopyError, TarError, UnpackLimits};
+use gantry_files::tarball::{self, CopyError, TarError, UnpackLimits};
 
 /// An upload's rules: what its tar stream may hold, and how large it and
 /// its contents may be.

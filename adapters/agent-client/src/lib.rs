@@ -1,5 +1,8 @@
-//! The runtime interface (`gantry_actors::runtime`) over the worker agent's
-//! HTTP API (see `crate::agent::server`).
+//! `gantry-agent-client`: the engine's runtime interface
+//! (`gantry_wire::runtime`: [`Worker`], [`Container`], [`Volume`],
+//! [`Process`]) over the worker agent's HTTP API (`gantry_agent::server`).
+//! The web node hands the engine an [`AgentConnector`]; the engine reaches
+//! every agent through it.
 //!
 //! Errors map onto [`RuntimeError`]: a connection that fails is
 //! `Unreachable`, a 404 for a container, volume or process is `NotFound`, any
@@ -19,27 +22,17 @@ use async_trait::async_trait;
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
 use futures::{StreamExt, TryStreamExt};
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::runtime::Container;
-use gantry_actors::runtime::Process;
-use gantry_actors::runtime::ProcessIo;
-use gantry_actors::runtime::ProcessOutput;
-use gantry_actors::runtime::ProcessSignal;
-use gantry_actors::runtime::Volume;
-use gantry_actors::runtime::Worker;
-use gantry_actors::runtime::WorkerConnector;
-use gantry_actors::runtime::WorkerHandles;
-use gantry_actors::spec::ContainerSpec;
-use gantry_actors::spec::Encoding;
-use gantry_actors::spec::ProcessSpec;
-use gantry_actors::spec::VolumeSpec;
-use gantry_actors::spec::WindowSize;
-use gantry_actors::worker_info::WorkerRegistration;
-use gantry_actors::RuntimeError;
+use gantry_wire::error::RuntimeError;
+use gantry_wire::runtime::{
+    ByteStream, Container, Process, ProcessIo, ProcessOutput, ProcessSignal, Volume, Worker,
+    WorkerConnector, WorkerHandles,
+};
+use gantry_wire::spec::{ContainerSpec, Encoding, ProcessSpec, VolumeSpec, WindowSize};
+use gantry_wire::worker_info::WorkerRegistration;
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use tokio::sync::{mpsc, watch};
 
-use crate::agent::api::{
+use gantry_agent::api::{
     ContainerCreated, ErrorBody, OutputLine, ProcessCreated, SignalRequest, StreamFromDone,
     StreamFromRequest, VolumeCreated,
 };
@@ -102,7 +95,7 @@ impl WorkerConnector for AgentConnector {
     /// Agents only: a Kubernetes cluster is driven by the web node that
     /// names it in its configuration.
     fn serves(&self, registration: &WorkerRegistration) -> bool {
-        registration.backend != crate::k8s::BACKEND
+        registration.backend != gantry_wire::worker_info::KUBERNETES_BACKEND
     }
 }
 
@@ -127,7 +120,7 @@ impl Endpoint {
         let mut url = self.base.clone();
         for s in segments {
             url.push('/');
-            url.push_str(&crate::url::segment(s));
+            url.push_str(&gantry_wire::url::segment(s));
         }
         // The agent's spans join the caller's trace.
         gantry_agent::trace_context::traced(self.http.request(method, url).bearer_auth(&self.token))
@@ -185,7 +178,7 @@ impl Endpoint {
                 });
             }
         }
-        if body.as_ref().and_then(|b| b.kind.as_deref()) == Some(crate::agent::error::NOT_STARTED) {
+        if body.as_ref().and_then(|b| b.kind.as_deref()) == Some(gantry_agent::error::NOT_STARTED) {
             return Err(RuntimeError::NotStarted {
                 worker: self.name.clone(),
                 reason: body.map(|b| b.error).unwrap_or_default(),
@@ -193,7 +186,7 @@ impl Endpoint {
         }
         if status == StatusCode::BAD_GATEWAY
             && body.as_ref().and_then(|b| b.kind.as_deref())
-                == Some(crate::agent::error::PEER_UNREACHABLE)
+                == Some(gantry_agent::error::PEER_UNREACHABLE)
         {
             return Err(RuntimeError::PeerUnreachable {
                 worker: self.name.clone(),
@@ -253,10 +246,10 @@ impl AgentWorker {
     pub async fn jobs(
         &self,
         within: Duration,
-    ) -> Result<Vec<gantry_actors::api::JobStatus>, RuntimeError> {
+    ) -> Result<Vec<gantry_jobs::JobStatus>, RuntimeError> {
         let rb = self.ep.request(Method::GET, &["jobs"]).timeout(within);
         let resp = self.ep.send(rb, "jobs", "").await?;
-        let mut rows: Vec<gantry_actors::api::JobStatus> = self.ep.json(resp).await?;
+        let mut rows: Vec<gantry_jobs::JobStatus> = self.ep.json(resp).await?;
         rows.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(rows)
     }
@@ -734,3 +727,6 @@ impl Process for AgentProcess {
         self.ep.send(rb, "process", &self.id).await.map(drop)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -10,18 +10,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::runtime::Volume;
-use gantry_actors::runtime::Worker;
-use gantry_actors::spec::Encoding;
-use gantry_actors::spec::VolumeSpec;
-use gantry_actors::RuntimeError;
+use gantry_wire::error::RuntimeError;
+use gantry_wire::runtime::{ByteStream, Volume, Worker};
+use gantry_wire::spec::{Encoding, VolumeSpec};
 
 use super::test_support::test_config;
-use crate::agent_client::AgentConnector;
+use crate::AgentConnector;
 use gantry_agent::{start_worker, WorkerHandle};
 
-use crate::malicious_tars;
+use super::malicious_tars;
 
 use malicious_tars::{catalogue, Expect, Outside, RawTar};
 

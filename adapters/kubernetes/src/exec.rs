@@ -3,8 +3,8 @@
 
 use bytes::Bytes;
 use futures::StreamExt;
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::RuntimeError;
+use gantry_wire::error::RuntimeError;
+use gantry_wire::runtime::ByteStream;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{AttachParams, AttachedProcess};
@@ -183,7 +183,7 @@ impl PodExec {
                 let _ = tx.send(Err(std::io::Error::other(message))).await;
             }
         });
-        Ok(crate::body::channel_stream(rx))
+        Ok(gantry_agent::body::channel_stream(rx))
     }
 }
 

@@ -4,16 +4,8 @@
 //! request on stdin; a type the worker does not offer is refused by name.
 
 use bytes::Bytes;
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::runtime::Container;
-use gantry_actors::runtime::OutputStream;
-use gantry_actors::runtime::ProcessIo;
-use gantry_actors::runtime::Worker;
-use gantry_actors::spec::MountSpec;
-use gantry_actors::spec::ProcessSpec;
-use gantry_actors::spec::RootfsSpec;
-use gantry_actors::spec::VolumeSpec;
-use gantry_actors::spec::VolumeStrategy;
+use gantry_wire::runtime::{ByteStream, Container, OutputStream, ProcessIo, Worker};
+use gantry_wire::spec::{MountSpec, ProcessSpec, RootfsSpec, VolumeSpec, VolumeStrategy};
 use tokio::sync::mpsc;
 
 use super::test_support::{

@@ -1,4 +1,4 @@
-//! The agent through the runtime interface (`crate::agent_client` over its
+//! The agent through the runtime interface (`gantry-agent-client` over its
 //! HTTP API): processes run in containers mounting volumes, output replayed
 //! on attach and after a restart, volumes streamed in and out, errors typed;
 //! with runc, isolation, images left unchanged and limits in the kernel.
@@ -8,27 +8,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::runtime::OutputStream;
-use gantry_actors::runtime::ProcessIo;
-use gantry_actors::runtime::ProcessSignal;
-use gantry_actors::runtime::Volume;
-use gantry_actors::runtime::Worker;
-use gantry_actors::spec::Encoding;
-use gantry_actors::spec::MountSpec;
-use gantry_actors::spec::ResourceLimits;
-use gantry_actors::spec::RootfsSpec;
-use gantry_actors::spec::VolumeSpec;
-use gantry_actors::spec::VolumeStrategy;
-use gantry_actors::RuntimeError;
+use gantry_wire::error::RuntimeError;
+use gantry_wire::runtime::{ByteStream, OutputStream, ProcessIo, ProcessSignal, Volume, Worker};
+use gantry_wire::spec::{
+    Encoding, MountSpec, ResourceLimits, RootfsSpec, VolumeSpec, VolumeStrategy,
+};
 use tokio::sync::mpsc;
 
 use super::test_support::{
     can_run_isolated, config, container_spec, process, run, uuid, worker, RuncCleanup, RUNC,
 };
-use crate::agent_client::AgentConnector;
-use crate::tarball;
+use crate::AgentConnector;
 use gantry_agent::start_worker;
+use gantry_files::tarball;
 
 /// An empty volume's spec.
 fn volume_spec(handle: &str) -> VolumeSpec {

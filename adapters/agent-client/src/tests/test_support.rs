@@ -4,18 +4,12 @@
 
 use std::path::Path;
 
-use gantry_actors::runtime::Container;
-use gantry_actors::runtime::OutputStream;
-use gantry_actors::runtime::ProcessIo;
-use gantry_actors::spec::ContainerSpec;
-use gantry_actors::spec::MountSpec;
-use gantry_actors::spec::ProcessSpec;
-use gantry_actors::spec::ResourceLimits;
-use gantry_actors::spec::RootfsSpec;
-use gantry_actors::RuntimeError;
+use gantry_wire::error::RuntimeError;
+use gantry_wire::runtime::{Container, OutputStream, ProcessIo};
+use gantry_wire::spec::{ContainerSpec, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec};
 use tokio::sync::mpsc;
 
-use crate::agent_client::{AgentConnector, AgentWorker};
+use crate::{AgentConnector, AgentWorker};
 use gantry_agent::config::WorkerConfig;
 use gantry_agent::WorkerHandle;
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use gantry_actors::worker_info::{WorkerIdentity, WorkerLimits};
+use gantry_wire::worker_info::{WorkerIdentity, WorkerLimits};
 use serde::{Deserialize, Serialize};
 
 /// One cluster worker.
@@ -74,7 +74,7 @@ impl KubernetesConfig {
     pub fn validate(&self) -> Result<(), String> {
         let at = format!("web.kubernetes {:?}", self.name);
         // The cluster is a worker of this name.
-        gantry_actors::worker_info::check_worker_name(&self.name)
+        gantry_wire::worker_info::check_worker_name(&self.name)
             .map_err(|e| format!("web.kubernetes: name: {e}"))?;
         self.identity.validate().map_err(|e| format!("{at}: {e}"))?;
         if self.identity.allow_privileged {

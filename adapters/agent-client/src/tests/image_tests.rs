@@ -7,22 +7,14 @@
 
 use std::path::Path;
 
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::runtime::Container;
-use gantry_actors::runtime::OutputStream;
-use gantry_actors::runtime::ProcessIo;
-use gantry_actors::runtime::Worker;
-use gantry_actors::spec::ContainerSpec;
-use gantry_actors::spec::Encoding;
-use gantry_actors::spec::ProcessSpec;
-use gantry_actors::spec::ResourceLimits;
-use gantry_actors::spec::RootfsSpec;
-use gantry_actors::spec::VolumeSpec;
-use gantry_actors::spec::VolumeStrategy;
+use gantry_wire::runtime::{ByteStream, Container, OutputStream, ProcessIo, Worker};
+use gantry_wire::spec::{
+    ContainerSpec, Encoding, ProcessSpec, ResourceLimits, RootfsSpec, VolumeSpec, VolumeStrategy,
+};
 use tokio::sync::mpsc;
 
 use super::test_support::{can_run_isolated, test_config};
-use crate::agent_client::AgentConnector;
+use crate::AgentConnector;
 use gantry_agent::api::Health;
 use gantry_agent::start_worker;
 use gantry_agent::testing::{entry, oci_layout, tar_of};

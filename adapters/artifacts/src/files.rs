@@ -14,17 +14,16 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use gantry_actors::api::ArtifactKind;
-use gantry_actors::api::ArtifactStore;
-use gantry_actors::api::StoredArtifact;
-use gantry_actors::runtime::ByteStream;
-use gantry_actors::spec::Encoding;
+use gantry_actors::api::{ArtifactStore, StoredArtifact};
 use gantry_actors::EngineError;
+use gantry_wire::runtime::ByteStream;
+use gantry_wire::spec::Encoding;
+use gantry_wire::state::ArtifactKind;
 use tempfile::NamedTempFile;
 
-use crate::config::DEFAULT_MAX_ARTIFACT_BYTES;
-use crate::tarball;
-use crate::web::artifact_format::{checked_id, serve_zstd, UploadRules};
+use crate::format::{checked_id, serve_zstd, UploadRules};
+use crate::DEFAULT_MAX_ARTIFACT_BYTES;
+use gantry_files::tarball;
 
 /// Suffix of the artifacts stored by this version: zstd tar.
 const ZSTD_SUFFIX: &str = "tar.zst";
@@ -260,5 +259,5 @@ impl ArtifactStore for ArtifactFiles {
 }
 
 #[cfg(test)]
-#[path = "artifact_files_tests.rs"]
+#[path = "files_tests.rs"]
 pub(crate) mod tests;
