@@ -98,14 +98,23 @@ if [ -n "$forbidden" ]; then
 fi
 echo "gantry-agent's dependency tree: no sqlx, kube, utoipa, metrics-exporter-prometheus, indicatif, object_store or gantry-actors"
 
-# The shipping build (no `bench` feature: no benchmarks, no test doubles)
-# must be as clean as the one the tests run, which has the benchmarks.
-cargo clippy --workspace --lib --bins -- -D warnings
-cargo clippy --workspace --all-targets --features gantry/bench -- -D warnings
-# Every test binary built first (the end-to-end tests are one binary, e2e),
-# then run three processes at a time, one per unit-test binary or e2e area
-# (scripts/run_tests.py: the end-to-end tests mostly wait, so one at a time
-# leaves the cores idle).
+# The lints run inside the builds, as `cargo clippy` runs them in check
+# mode: clippy's driver is the workspace's compiler wrapper, denying every
+# warning, so each dependency compiles once (a separate `cargo clippy`
+# would check the whole dependency tree again, several minutes of a fresh
+# clone). Only the workspace's crates are linted.
+export RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-driver"
+export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+# The shipping code (no `bench` feature: no benchmarks, no test doubles)
+# must be as clean as the one the tests run: its libraries and binaries,
+# with their unit tests (which brings in the dev-dependencies, so both
+# builds share one set of dependency features and nothing compiles twice).
+cargo test --workspace --no-run --lib --bins
+# Every test binary built (the end-to-end tests are one binary, e2e, and
+# the S3 test server an example), linted, then run three processes at a
+# time, one per unit-test binary or e2e area (scripts/run_tests.py: the
+# end-to-end tests mostly wait, so one at a time leaves the cores idle).
 cargo test --workspace --features gantry/bench --no-run --message-format=json-render-diagnostics \
   > target/test-binaries.json
+unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
 python3 scripts/run_tests.py < target/test-binaries.json

@@ -1,5 +1,5 @@
 //! `gantry bench s3` end to end at a small size: the real binary starts a
-//! real S3 server (`gantry s3-test-server`) and a web node on it, uploads and downloads a generated
+//! real S3 server (the `s3_test_server` example) and a web node on it, uploads and downloads a generated
 //! artifact (checked by its SHA-256), does the same on a web node keeping
 //! artifacts in a directory, prints every figure, keeps its memory growth
 //! under the bound, and leaves nothing behind.
@@ -12,6 +12,7 @@ fn s3_bench_moves_a_verified_artifact_within_bounded_memory_and_prints_every_fig
     // 48 MiB: six parts of 8 MiB, more than the parts in flight.
     let out = common::gantry()
         .env("TMPDIR", tmp.path())
+        .env("GANTRY_S3_SERVER", common::s3::binary())
         .args(["bench", "s3", "--size", "48MiB"])
         .output()
         .unwrap();

@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::oci::{oci_image, tar_of};
+use common::oci::{oci_image, tar_with_modes};
 use common::*;
 
 #[test]
@@ -52,7 +52,7 @@ fn a_task_runs_from_an_oci_image_unpacked_once_per_worker() {
     let bad = dir.path().join("bad.tar");
     std::fs::write(
         &bad,
-        tar_of(&[
+        tar_with_modes(&[
             (
                 "oci-layout",
                 b"{\"imageLayoutVersion\":\"1.0.0\"}",

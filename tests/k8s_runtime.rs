@@ -45,16 +45,9 @@ async fn rig(extra: &str) -> Rig {
     }
 }
 
-fn tar_of(files: &[(&str, &[u8])]) -> ByteStream {
-    let mut b = tar::Builder::new(Vec::new());
-    for (name, data) in files {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(data.len() as u64);
-        h.set_mode(0o644);
-        h.set_cksum();
-        b.append_data(&mut h, name, *data).unwrap();
-    }
-    let bytes = Bytes::from(b.into_inner().unwrap());
+/// A tar stream of `files`.
+fn tar_stream(files: &[(&str, &[u8])]) -> ByteStream {
+    let bytes = Bytes::from(gantry_files::testing::tar_of(files));
     Box::pin(futures::stream::iter([Ok(bytes)]))
 }
 
@@ -166,7 +159,7 @@ async fn a_container_is_a_pod_with_its_image_limits_labels_and_mounts() {
     let r = rig("").await;
     volume(&r.worker, "in").await;
     let v = r.worker.lookup_volume("in").await.unwrap().unwrap();
-    v.stream_in(".", Encoding::Raw, tar_of(&[("hello.txt", b"hi\n")]))
+    v.stream_in(".", Encoding::Raw, tar_stream(&[("hello.txt", b"hi\n")]))
         .await
         .unwrap();
     volume(&r.worker, "out").await;

@@ -32,14 +32,9 @@ fn stored(dir: &std::path::Path) -> Vec<String> {
     all
 }
 
-fn tar_of(size: usize) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    let data = noise(size, 7);
-    let mut h = tar::Header::new_gnu();
-    h.set_size(data.len() as u64);
-    h.set_mode(0o644);
-    b.append_data(&mut h, "big", &data[..]).unwrap();
-    b.into_inner().unwrap()
+/// A tar of one file `big` of `size` incompressible bytes.
+fn big_tar(size: usize) -> Vec<u8> {
+    gantry_files::testing::tar_of(&[("big", &noise(size, 7))])
 }
 
 fn error_of(resp: reqwest::blocking::Response) -> (u16, String) {
@@ -76,7 +71,7 @@ fn oversized_bodies_get_413_and_build_floods_429_storing_nothing() {
     // An upload declaring more than the artifact limit: 413 before it is
     // read; one that declares nothing and turns out too large: 413 too.
     // Nothing is stored either way.
-    let tar = tar_of(2 << 20);
+    let tar = big_tar(2 << 20);
     let upload = format!("{url}/api/v1/teams/main/artifacts");
     let (status, error) = error_of(http.post(&upload).body(tar.clone()).send().unwrap());
     assert_eq!(status, 413, "{error}");

@@ -11,7 +11,7 @@
 
 use crate::common;
 
-use common::oci::{busybox_layer, tar_of};
+use common::oci::{busybox_layer, tar_with_modes};
 use common::registry::{oci_layout_dir, Registry, PASSWORD, USER};
 use common::*;
 
@@ -122,7 +122,7 @@ jobs:
 fn tasks_run_in_images_from_a_registry_pulled_once_per_worker() {
     let dir = tempfile::tempdir().unwrap();
     let reg = Registry::start(dir.path());
-    let top = tar_of(&[("hello.txt", b"hello from the registry\n", false, 0o644)]);
+    let top = tar_with_modes(&[("hello.txt", b"hello from the registry\n", false, 0o644)]);
     let app = dir.path().join("app-layout");
     oci_layout_dir(
         &app,
@@ -136,7 +136,7 @@ fn tasks_run_in_images_from_a_registry_pulled_once_per_worker() {
         reg.push(&app, "app", tag);
     }
     let greeter = dir.path().join("greeter-layout");
-    let scripts = tar_of(&[
+    let scripts = tar_with_modes(&[
         ("opt/", b"", false, 0o755),
         ("opt/resource/", b"", false, 0o755),
         ("opt/resource/check", CHECK, false, 0o755),
@@ -346,8 +346,8 @@ fn one_pull_per_fleet_the_other_workers_take_the_layers_from_a_peer() {
         &app,
         &[
             busybox_layer(),
-            tar_of(&[("one.txt", b"layer one\n", false, 0o644)]),
-            tar_of(&[("two.txt", b"layer two\n", false, 0o644)]),
+            tar_with_modes(&[("one.txt", b"layer one\n", false, 0o644)]),
+            tar_with_modes(&[("two.txt", b"layer two\n", false, 0o644)]),
         ],
         &["PATH=/bin"],
         "",

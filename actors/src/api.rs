@@ -31,7 +31,6 @@ pub use crate::streaming::{
 // Builds: what is asked and what is told.
 pub use crate::db::{now_ms, BuildQuery, HandleKind};
 pub use crate::event_follow::StoredEvent;
-pub use crate::events::{BuildEvent, NodeOutcome};
 pub use crate::pipeline::{
     load as load_pipeline, load_warned as load_pipeline_warned, Document, Pipeline, Vars, MAX_NAME,
 };

@@ -175,7 +175,7 @@ impl Follower {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::{BuildEvent, EventSink};
+    use crate::events::EventSink;
     use gantry_wire::state::BuildStatus;
 
     /// A finished build of `n` events (the last one final).
@@ -186,13 +186,16 @@ mod tests {
             .unwrap();
         let mut sink = EventSink::new(id, db.clone(), hub.clone());
         for _ in 1..n {
-            sink.emit(&BuildEvent::status(BuildStatus::Started, None))
+            sink.emit(&crate::events::status_event(BuildStatus::Started, None))
                 .await
                 .unwrap();
         }
-        sink.emit(&BuildEvent::status(BuildStatus::Succeeded, Some(0)))
-            .await
-            .unwrap();
+        sink.emit(&crate::events::status_event(
+            BuildStatus::Succeeded,
+            Some(0),
+        ))
+        .await
+        .unwrap();
         id
     }
 

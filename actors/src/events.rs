@@ -4,291 +4,28 @@
 use std::sync::Arc;
 
 use dashmap::DashMap;
-use serde::{Deserialize, Serialize};
+
 use tokio::sync::{broadcast, watch, Mutex as AsyncMutex};
 
 use crate::db::{now_ms, Db};
 use crate::error::EngineError;
+use gantry_wire::events::BuildEvent;
 use gantry_wire::state::BuildStatus;
 
-/// Something that happened in a build.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum BuildEvent {
-    /// The build's status changed; a finished status is the last event.
-    Status {
-        /// New status.
-        status: BuildStatus,
-        /// Exit status of the task, when it ran.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        exit_status: Option<i32>,
-        /// The build's trace (32 hex digits), on its `started` status when
-        /// the web node exports traces: the id to look the build up by in
-        /// a tracing backend, and in the log lines (`trace_id`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        trace_id: Option<String>,
-        /// The build's span in that trace (16 hex digits): a web node
-        /// taking the build over makes its own build span a child of it,
-        /// so the build keeps one trace.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        span_id: Option<String>,
-        /// Unix ms.
-        time: i64,
-    },
-    /// Output of a step's process.
-    Log {
-        /// Step name.
-        step: String,
-        /// `stdout` or `stderr` of the step's process, or `gantry` for
-        /// lines Gantry itself writes about the step (shown on stderr).
-        stream: String,
-        /// The text (UTF-8; a character split across chunks is kept whole).
-        data: String,
-        /// Unix ms.
-        time: i64,
-    },
-    /// A step waits for a worker; says for what.
-    Waiting {
-        /// Step name.
-        step: String,
-        /// Why.
-        message: String,
-        /// Unix ms.
-        time: i64,
-    },
-    /// A job build triggered by hand waits for its inputs: they cannot be
-    /// satisfied yet (told again whenever the reason changes).
-    WaitingForInputs {
-        /// Why, input by input.
-        message: String,
-        /// Unix ms.
-        time: i64,
-    },
-    /// A step was placed on a worker.
-    SelectedWorker {
-        /// Step name.
-        step: String,
-        /// Worker name.
-        worker: String,
-        /// Unix ms.
-        time: i64,
-    },
-    /// Progress of streaming an artifact.
-    Streaming {
-        /// Step name.
-        step: String,
-        /// What is being moved (`input src`, `output result`).
-        what: String,
-        /// Bytes moved so far.
-        bytes: u64,
-        /// Unix ms.
-        time: i64,
-    },
-    /// One artifact moved to a step's worker: from the web node's store,
-    /// or from the worker holding it, directly (`p2p`) or through the web
-    /// node (`relay`).
-    Transfer {
-        /// Step name (of the step that asked first, when several wait for
-        /// one transfer).
-        step: String,
-        /// The artifact's name in the build (the input's).
-        name: String,
-        /// The artifact id.
-        artifact: String,
-        /// Where it came from: a worker's name, or `web` (the store).
-        from: String,
-        /// The worker it went to.
-        to: String,
-        /// `p2p`, `relay` or `web`.
-        path: String,
-        /// The stream's encoding.
-        encoding: String,
-        /// Bytes on the wire.
-        bytes: u64,
-        /// Seconds the stream took (after its slots were free).
-        seconds: f64,
-        /// Unix ms.
-        time: i64,
-    },
-    /// A task output was kept as an artifact.
-    Output {
-        /// Output name.
-        name: String,
-        /// The artifact id to download.
-        artifact_id: String,
-        /// Unix ms.
-        time: i64,
-    },
-    /// The build's plan as a tree, once, when it starts: what a dashboard
-    /// draws and what the `origin` of node events points into.
-    Plan {
-        /// The root of the plan.
-        tree: PlanNode,
-        /// Unix ms.
-        time: i64,
-    },
-    /// A node of the plan (a step, a composite, a modifier or a hook) started;
-    /// under `attempts`, once per attempt.
-    NodeStarted {
-        /// Which node, in which attempt.
-        origin: Origin,
-        /// The step's name, when the node is a step.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        step: Option<String>,
-        /// Unix ms.
-        time: i64,
-    },
-    /// A node of the plan ended.
-    NodeFinished {
-        /// Which node, in which attempt.
-        origin: Origin,
-        /// The step's name, when the node is a step.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        step: Option<String>,
-        /// How it ended.
-        outcome: NodeOutcome,
-        /// The exit status of the step's process, when it decided the outcome.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        exit_status: Option<i32>,
-        /// Why it failed or errored (e.g. `timed out after 5s`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        message: Option<String>,
-        /// Unix ms.
-        time: i64,
-    },
-    /// A resource step's script answered: the version(s) `check` found,
-    /// the version `in` fetched (or the resource cache held), or the
-    /// version `out` made.
-    Resource {
-        /// Step name.
-        step: String,
-        /// The resource (or, for an image, the type fetching it).
-        resource: String,
-        /// `check`, `get`, `put` or `image`.
-        action: String,
-        /// The version (for `check`, the list of versions found).
-        version: serde_json::Value,
-        /// The metadata the script returned (a list of `{name, value}`).
-        #[serde(default)]
-        metadata: serde_json::Value,
-        /// Whether a resource cache answered: no `in` ran.
-        #[serde(default)]
-        cached: bool,
-        /// The worker it ran on (or whose cache answered).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        worker: Option<String>,
-        /// Unix ms.
-        time: i64,
-    },
-    /// Gantry could not go on; the message says why.
-    Error {
-        /// Human-readable reason.
-        message: String,
-        /// Unix ms.
-        time: i64,
-    },
+/// A status event now.
+pub fn status_event(status: BuildStatus, exit_status: Option<i32>) -> BuildEvent {
+    BuildEvent::status_at(status, exit_status, now_ms())
 }
 
-/// Where a node event belongs in the build's plan.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Origin {
-    /// The node's position, as in [`PlanNode::id`].
-    pub id: String,
-    /// The attempt (1-based) of each enclosing `attempts`, outermost first;
-    /// empty outside any.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub attempts: Vec<u32>,
-}
-
-impl Origin {
-    /// The node and attempts as one string (`0.2.1`, or `0.2.1@1.2` inside
-    /// attempts), as rows of what a step created store it.
-    pub fn key(&self) -> String {
-        if self.attempts.is_empty() {
-            return self.id.clone();
-        }
-        let attempts: Vec<String> = self.attempts.iter().map(u32::to_string).collect();
-        format!("{}@{}", self.id, attempts.join("."))
-    }
-}
-
-/// One node of a build's plan, as the `plan` event describes it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PlanNode {
-    /// Position in the tree: `0` is the root; a child appends `.N` (its
-    /// index in `do` and `in_parallel`, `0` under a modifier) or the role
-    /// it has in `hooks` (`.plan`, `.on_success`, `.on_failure`,
-    /// `.on_abort`, `.on_error`, `.ensure`).
-    pub id: String,
-    /// `step`, `do`, `in_parallel`, `try`, `hooks`, `attempts` or `timeout`.
-    pub kind: String,
-    /// The step's name (steps only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step: Option<String>,
-    /// How many children of an `in_parallel` run at once (none: all).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit: Option<usize>,
-    /// Whether an `in_parallel` stops its other children at the first that
-    /// does not succeed.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub fail_fast: bool,
-    /// How many times `attempts` may run its plan.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attempts: Option<u32>,
-    /// The limit of a `timeout`, in milliseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
-    /// The nodes inside, in order.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub children: Vec<PlanNode>,
-}
-
-/// How a node of the plan ended (Concourse's succeeded, failed, errored,
-/// aborted, plus why a node stopped early).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NodeOutcome {
-    /// It did what it should (a task exited 0).
-    Succeeded,
-    /// It ran and did not succeed (a task exited non-zero, a timeout lapsed).
-    Failed,
-    /// Gantry could not run it (configuration, worker or infrastructure).
-    Errored,
-    /// A user aborted the build while it ran.
-    Aborted,
-    /// An `in_parallel` with `fail_fast` stopped it when a sibling failed.
-    Cancelled,
-    /// An enclosing timeout (or the build's) stopped it.
-    TimedOut,
-}
-
-impl BuildEvent {
-    /// A status event now.
-    pub fn status(status: BuildStatus, exit_status: Option<i32>) -> Self {
-        BuildEvent::Status {
-            status,
-            exit_status,
-            trace_id: None,
-            span_id: None,
-            time: now_ms(),
-        }
-    }
-
-    /// The `started` status of a build traced as `trace` (none when traces
-    /// are not exported).
-    pub fn started(trace: Option<&crate::telemetry::TraceIds>) -> Self {
-        BuildEvent::Status {
-            status: BuildStatus::Started,
-            exit_status: None,
-            trace_id: trace.map(|t| t.trace_id.clone()),
-            span_id: trace.map(|t| t.span_id.clone()),
-            time: now_ms(),
-        }
-    }
-
-    /// Whether this is the build's last event.
-    pub fn is_final(&self) -> bool {
-        matches!(self, BuildEvent::Status { status, .. } if status.is_finished())
+/// The `started` status of a build traced as `trace` (none when traces
+/// are not exported).
+pub fn started_event(trace: Option<&crate::telemetry::TraceIds>) -> BuildEvent {
+    BuildEvent::Status {
+        status: BuildStatus::Started,
+        exit_status: None,
+        trace_id: trace.map(|t| t.trace_id.clone()),
+        span_id: trace.map(|t| t.span_id.clone()),
+        time: now_ms(),
     }
 }
 
@@ -493,10 +230,10 @@ mod tests {
         let hub = EventHub::default();
         let mut rx = hub.subscribe(id);
         let mut sink = EventSink::new(id, db.clone(), hub.clone());
-        sink.emit(&BuildEvent::status(BuildStatus::Started, None))
+        sink.emit(&status_event(BuildStatus::Started, None))
             .await
             .unwrap();
-        sink.emit(&BuildEvent::status(BuildStatus::Succeeded, Some(0)))
+        sink.emit(&status_event(BuildStatus::Succeeded, Some(0)))
             .await
             .unwrap();
         let a = rx.recv().await.unwrap();

@@ -12,7 +12,7 @@ mod artifact_store;
 mod artifacts;
 mod background;
 mod bounded_yaml;
-mod build;
+mod builds;
 mod db;
 mod engine;
 mod error;

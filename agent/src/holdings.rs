@@ -106,7 +106,7 @@ impl Holdings for AgentHoldings {
             .await
             .map_err(|e| e.to_string())?;
         let (removed, bytes) = tokio::task::spawn_blocking(move || {
-            let age = crate::registry::blobs::UNUSED_BLOB_AGE;
+            let age = crate::native_images::blobs::UNUSED_BLOB_AGE;
             let (b, bb) = state.native.blobs.prune(&keep, age)?;
             let (d, db) = state.native.diffs.prune(&keep, age)?;
             Ok::<_, std::io::Error>((b + d, bb + db))

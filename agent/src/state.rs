@@ -27,7 +27,7 @@ pub struct AgentState {
     /// The containers and their processes.
     pub containers: Arc<ContainerRegistry>,
     /// The image types run natively, with the blob cache.
-    pub native: Arc<crate::registry::NativeTypes>,
+    pub native: Arc<crate::native_images::NativeTypes>,
     /// The runtime the agent was started on. actix-web serves requests on
     /// worker threads with runtimes of their own, which stop with the
     /// server; child processes, their waiters and output copiers must

@@ -8,6 +8,7 @@ use std::path::Path;
 use sha2::{Digest as _, Sha256};
 
 use crate::config::WorkerConfig;
+use gantry_files::testing::entry;
 
 /// The runc binary the isolated tests use.
 pub const RUNC: &str = "/usr/sbin/runc";
@@ -28,46 +29,6 @@ pub fn test_config(name: &str, work_dir: &Path, backend: &str) -> WorkerConfig {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Appends a tar entry; the path and link target are written as they
-/// are (at most 100 bytes each), even `..` ones.
-pub fn entry(
-    b: &mut tar::Builder<Vec<u8>>,
-    path: &str,
-    kind: tar::EntryType,
-    link: &str,
-    data: &[u8],
-    mode: u32,
-) {
-    let mut h = tar::Header::new_gnu();
-    {
-        let old = h.as_old_mut();
-        old.name[..path.len()].copy_from_slice(path.as_bytes());
-        old.linkname[..link.len()].copy_from_slice(link.as_bytes());
-    }
-    h.set_entry_type(kind);
-    h.set_size(data.len() as u64);
-    h.set_mode(mode);
-    h.set_mtime(1_600_000_000);
-    h.set_cksum();
-    b.append(&h, data).unwrap();
-}
-
-/// A tar archive of files (`name`, contents), directories (`name/`) and
-/// symlinks (`name -> target`).
-pub fn tar_of(items: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for (name, data) in items {
-        if let Some((link, target)) = name.split_once(" -> ") {
-            entry(&mut b, link, tar::EntryType::Symlink, target, b"", 0o777);
-        } else if name.ends_with('/') {
-            entry(&mut b, name, tar::EntryType::Directory, "", b"", 0o755);
-        } else {
-            entry(&mut b, name, tar::EntryType::Regular, "", data, 0o755);
-        }
-    }
-    b.into_inner().unwrap()
 }
 
 /// `sha256:<hex>` of bytes.

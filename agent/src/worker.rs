@@ -251,7 +251,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
             let backend =
                 backend::select(&cfg, &work_dir).context("choosing the container backend")?;
             let resource_types = install_resource_types(&work_dir, backend.name())?;
-            let native = crate::registry::NativeTypes::open(&work_dir)
+            let native = crate::native_images::NativeTypes::open(&work_dir)
                 .context("opening the image blob cache")?;
             Ok((work_dir, backend, resource_types, native))
         })

@@ -29,8 +29,9 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use gantry_actors::api::{BuildEvent, Vars};
+use gantry_actors::api::Vars;
 use gantry_actors::Engine;
+use gantry_wire::events::BuildEvent;
 use gantry_wire::state::BuildStatus;
 
 use super::rig::{RawRunc, Rig, Summary};

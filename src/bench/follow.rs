@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use gantry_actors::api::bench::DetachedConnector;
-use gantry_actors::api::{BuildEvent, StoredEvent};
+use gantry_actors::api::StoredEvent;
 use gantry_actors::{Engine, EngineConfig, EngineError, EngineSetup};
+use gantry_wire::events::BuildEvent;
 use gantry_wire::state::BuildStatus;
 use tokio::sync::mpsc;
 
@@ -95,7 +96,11 @@ pub async fn bench(opts: FollowBench) -> anyhow::Result<()> {
     let mut stored = Vec::with_capacity(opts.events);
     for i in 1..=opts.events {
         let event = match i == opts.events {
-            true => BuildEvent::status(BuildStatus::Succeeded, Some(0)),
+            true => BuildEvent::status_at(
+                BuildStatus::Succeeded,
+                Some(0),
+                gantry_actors::api::now_ms(),
+            ),
             false => BuildEvent::Log {
                 step: "bench".into(),
                 stream: "stdout".into(),

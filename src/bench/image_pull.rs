@@ -263,7 +263,7 @@ fn write_image(out: &Path, size: u64, layers: usize) -> anyhow::Result<()> {
         }));
     }
     let config = serde_json::to_vec(&serde_json::json!({
-        "architecture": gantry_agent::registry::source::host_arch(),
+        "architecture": gantry_agent::native_images::source::host_arch(),
         "os": "linux",
         "config": {"Env": ["PATH=/usr/bin:/bin"]},
         "rootfs": {"type": "layers", "diff_ids": diff_ids},

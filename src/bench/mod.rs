@@ -9,7 +9,6 @@ pub mod image_pull;
 pub mod placement;
 pub mod rig;
 pub mod s3;
-pub mod s3_server;
 pub mod scheduling;
 pub mod set_pipeline;
 pub mod stream;

@@ -1,7 +1,7 @@
 //! `gantry bench s3`: one artifact of `--size` bytes uploaded to and
 //! downloaded from a web node keeping its artifacts on S3-compatible object
-//! storage (s3s-fs's store on loopback, `gantry s3-test-server` in its own
-//! process: see `s3_server.rs`), against
+//! storage (s3s-fs's store on loopback, the `s3_test_server` example in
+//! its own process), against
 //! the same upload and download on a web node keeping them in a directory,
 //! in the same run.
 //!
@@ -17,7 +17,7 @@
 //! does not reuse memory the directory round's allocations left.
 //! Throughputs are bytes of the tar stream per second, in MB (10^6 bytes).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,27 @@ use gantry_artifacts::{IN_FLIGHT, PART};
 pub struct S3Bench {
     /// Bytes of the file in the artifact.
     pub size: u64,
+    /// The S3 server's binary (the `s3_test_server` example).
+    pub server: PathBuf,
+}
+
+/// The S3 server to start: `given`, else the `s3_test_server` example
+/// beside this binary (`target/{debug,release}/examples/`).
+pub fn server_binary(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let path = match given {
+        Some(path) => path,
+        None => std::env::current_exe()
+            .context("finding this binary")?
+            .with_file_name("examples")
+            .join("s3_test_server"),
+    };
+    if !path.is_file() {
+        bail!(
+            "bench s3 needs its S3 server and {} is not a file: build it (cargo build --release --example s3_test_server) or pass --s3-server PATH (GANTRY_S3_SERVER)",
+            path.display()
+        );
+    }
+    Ok(path)
 }
 
 /// The bucket and prefix of the object storage round.
@@ -82,7 +103,7 @@ pub async fn bench(opts: S3Bench) -> anyhow::Result<()> {
     let base = tmp.path().to_path_buf();
     let tar_len = tar_len(opts.size);
     let want = digest(opts.size).await?;
-    let (server, endpoint) = start_server(&base).await?;
+    let (server, endpoint) = start_server(&opts.server, &base).await?;
     let s3 = WebConfig {
         artifacts: Some(format!("s3://{BUCKET}/artifacts")),
         s3: S3Config {
@@ -113,19 +134,16 @@ fn web_config(dir: &Path) -> anyhow::Result<WebConfig> {
     })
 }
 
-/// Starts this binary's `s3-test-server` on a free loopback port serving
-/// `base/s3` (with the bucket), waiting until it accepts connections; its
-/// endpoint.
-async fn start_server(base: &Path) -> anyhow::Result<(Server, String)> {
-    let binary = std::env::current_exe().context("finding this binary")?;
+/// Starts the S3 server `binary` on a free loopback port serving `base/s3`
+/// (with the bucket), waiting until it accepts connections; its endpoint.
+async fn start_server(binary: &Path, base: &Path) -> anyhow::Result<(Server, String)> {
     let root = base.join("s3");
     std::fs::create_dir_all(root.join(BUCKET)).context("creating the bucket's directory")?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .context("finding a free port")?
         .port();
-    let child = std::process::Command::new(&binary)
-        .arg("s3-test-server")
+    let child = std::process::Command::new(binary)
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
         .arg(&root)

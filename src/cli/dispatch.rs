@@ -36,23 +36,6 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             var_files,
         } => Ok(validate_plan::validate_plan(&file, &vars, &var_files)),
         #[cfg(feature = "bench")]
-        Command::S3TestServer {
-            host,
-            port,
-            access_key,
-            secret_key,
-            root,
-        } => {
-            crate::bench::s3_server::serve(crate::bench::s3_server::S3TestServer {
-                host,
-                port,
-                access_key,
-                secret_key,
-                root,
-            })?;
-            Ok(0)
-        }
-        #[cfg(feature = "bench")]
         Command::Bench { which } => {
             match which {
                 BenchCommand::Placement {
@@ -136,8 +119,12 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 BenchCommand::Stream { size, rounds } => actix_web::rt::System::new().block_on(
                     crate::bench::stream::bench(crate::bench::stream::StreamBench { size, rounds }),
                 )?,
-                BenchCommand::S3 { size } => actix_web::rt::System::new()
-                    .block_on(crate::bench::s3::bench(crate::bench::s3::S3Bench { size }))?,
+                BenchCommand::S3 { size, s3_server } => {
+                    let server = crate::bench::s3::server_binary(s3_server)?;
+                    actix_web::rt::System::new().block_on(crate::bench::s3::bench(
+                        crate::bench::s3::S3Bench { size, server },
+                    ))?
+                }
                 BenchCommand::Gc {
                     handles,
                     reports,

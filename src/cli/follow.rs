@@ -7,16 +7,12 @@ use std::io::Write as _;
 
 use anyhow::{anyhow, bail, Context as _};
 use futures::StreamExt;
-use gantry_actors::api::{BuildEvent, NodeOutcome};
+use gantry_wire::events::BuildEvent;
+use gantry_wire::events::EventLine;
+use gantry_wire::events::NodeOutcome;
 use gantry_wire::state::BuildStatus;
-use serde::Deserialize;
 
 use crate::cli::client::ApiClient;
-
-#[derive(Deserialize)]
-struct EventLine {
-    event: BuildEvent,
-}
 
 /// Whether the steps' starts and ends are told on stderr (a build of
 /// several steps) or not (a one-off task, whose output is all there is).

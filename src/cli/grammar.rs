@@ -425,26 +425,6 @@ pub enum Command {
         #[command(subcommand)]
         which: BenchCommand,
     },
-    /// Serve S3 from a directory: the object storage of the tests and of
-    /// `gantry bench s3` (in a binary built with the `bench` feature).
-    #[cfg(feature = "bench")]
-    #[command(hide = true)]
-    S3TestServer {
-        /// The address to listen on.
-        #[arg(long, default_value = "127.0.0.1")]
-        host: String,
-        /// The port to listen on.
-        #[arg(long)]
-        port: u16,
-        /// The one access key it accepts.
-        #[arg(long)]
-        access_key: String,
-        /// The secret of the access key.
-        #[arg(long)]
-        secret_key: String,
-        /// The data dir: `ROOT/BUCKET/KEY` is an object.
-        root: PathBuf,
-    },
     /// Check a task config; prints every problem.
     ValidateTask {
         /// The task config file.
@@ -615,12 +595,17 @@ pub enum BenchCommand {
     },
     /// One artifact uploaded to and downloaded from a web node keeping
     /// artifacts on S3-compatible object storage (s3s-fs's store on
-    /// loopback, `gantry s3-test-server`), with its memory watched, against the same on a web node
+    /// loopback, the `s3_test_server` example), with its memory watched, against the same on a web node
     /// keeping them in a directory.
     S3 {
         /// Bytes of the artifact's file (e.g. 1GiB, 64MiB).
         #[arg(long, default_value = "1GiB", value_parser = crate::bench::stream::parse_size)]
         size: u64,
+        /// The S3 server to start (`cargo build --release --example
+        /// s3_test_server`); default: `examples/s3_test_server` beside
+        /// this binary.
+        #[arg(long, env = "GANTRY_S3_SERVER")]
+        s3_server: Option<std::path::PathBuf>,
     },
 }
 

@@ -155,3 +155,45 @@ fn every_reference_resolves() {
         );
     }
 }
+
+#[test]
+fn a_builds_events_have_a_schema_for_each_event_type() {
+    let doc = doc();
+    let op = &doc["paths"]["/api/v1/builds/{id}/events"]["get"];
+    let body = &op["responses"]["200"]["content"]["application/x-ndjson"]["schema"];
+    assert_eq!(body["$ref"], "#/components/schemas/EventLine", "{body}");
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(
+        schemas["EventLine"]["properties"]["event"]["$ref"], "#/components/schemas/BuildEvent",
+        "{}",
+        schemas["EventLine"]
+    );
+    // One alternative per event type, each naming its `type` tag.
+    let mut tags = BTreeSet::new();
+    for alt in schemas["BuildEvent"]["oneOf"]
+        .as_array()
+        .expect("BuildEvent is one of its event types")
+    {
+        let tag = &alt["properties"]["type"]["enum"][0];
+        tags.insert(tag.as_str().expect("a type tag").to_string());
+    }
+    let want: BTreeSet<String> = [
+        "status",
+        "log",
+        "waiting",
+        "waiting_for_inputs",
+        "selected_worker",
+        "streaming",
+        "transfer",
+        "output",
+        "plan",
+        "node_started",
+        "node_finished",
+        "resource",
+        "error",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    assert_eq!(tags, want);
+}

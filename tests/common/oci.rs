@@ -3,32 +3,27 @@
 use std::io::Write;
 use std::path::Path;
 
+use gantry_files::testing::entry;
 use sha2::{Digest, Sha256};
 
 pub fn sha(data: &[u8]) -> String {
     format!("{:x}", Sha256::digest(data))
 }
 
-/// A tar of entries: (path, contents or symlink target, is_symlink, mode).
-pub fn tar_of(entries: &[(&str, &[u8], bool, u32)]) -> Vec<u8> {
+/// A tar of entries with their modes: (path, contents or symlink target,
+/// is_symlink, mode); a path ending in `/` is a directory. Built with the
+/// tests' one tar helper, `gantry_files::testing::entry`.
+pub fn tar_with_modes(entries: &[(&str, &[u8], bool, u32)]) -> Vec<u8> {
+    use tar::EntryType;
     let mut b = tar::Builder::new(Vec::new());
     for (path, data, link, mode) in entries {
-        let mut h = tar::Header::new_gnu();
-        h.set_mode(*mode);
-        h.set_mtime(1_700_000_000);
         if *link {
-            h.set_entry_type(tar::EntryType::Symlink);
-            h.set_size(0);
-            b.append_link(&mut h, path, std::str::from_utf8(data).unwrap())
-                .unwrap();
+            let target = std::str::from_utf8(data).unwrap();
+            entry(&mut b, path, EntryType::Symlink, target, b"", *mode);
         } else if path.ends_with('/') {
-            h.set_entry_type(tar::EntryType::Directory);
-            h.set_size(0);
-            b.append_data(&mut h, path, std::io::empty()).unwrap();
+            entry(&mut b, path, EntryType::Directory, "", b"", *mode);
         } else {
-            h.set_entry_type(tar::EntryType::Regular);
-            h.set_size(data.len() as u64);
-            b.append_data(&mut h, path, *data).unwrap();
+            entry(&mut b, path, EntryType::Regular, "", data, *mode);
         }
     }
     b.into_inner().unwrap()
@@ -41,10 +36,10 @@ pub fn gzip(data: &[u8]) -> Vec<u8> {
 }
 
 /// Writes an OCI image layout tar at `out`: a busybox root filesystem,
-/// then a second layer of `top` (entries as for [`tar_of`]).
+/// then a second layer of `top` (entries as for [`tar_with_modes`]).
 pub fn oci_image_with(out: &Path, top: &[(&str, &[u8], bool, u32)]) {
     let layer1 = busybox_layer();
-    let layer2 = tar_of(top);
+    let layer2 = tar_with_modes(top);
     let mut blobs: Vec<(String, Vec<u8>)> = Vec::new();
     let mut layers = Vec::new();
     let mut diff_ids = Vec::new();
@@ -93,7 +88,7 @@ pub fn oci_image_with(out: &Path, top: &[(&str, &[u8], bool, u32)]) {
         .iter()
         .map(|(p, d)| (p.as_str(), d.as_slice(), false, 0o644))
         .collect();
-    std::fs::write(out, tar_of(&refs)).unwrap();
+    std::fs::write(out, tar_with_modes(&refs)).unwrap();
 }
 
 /// The image of the image tests: a second layer with a whiteout of
@@ -141,5 +136,5 @@ pub fn busybox_layer() -> Vec<u8> {
     for path in &tools {
         base.push((path.as_str(), b"/bin/busybox", true, 0o777));
     }
-    tar_of(&base)
+    tar_with_modes(&base)
 }

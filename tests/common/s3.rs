@@ -1,6 +1,7 @@
-//! A real S3-compatible server for the tests: `gantry s3-test-server`
-//! (the test build's binary, `bench` feature: the s3s project's
-//! file-system store, `s3s-fs`, behind its S3 protocol layer), which keeps
+//! A real S3-compatible server for the tests: the `s3_test_server`
+//! example (`examples/s3_test_server.rs`, which `cargo test` builds: the
+//! s3s project's file-system store, `s3s-fs`, behind its S3 protocol
+//! layer), which keeps
 //! each object as a file under its data dir, so a server killed and
 //! started again on the same port and data dir still has every object it
 //! stored.
@@ -18,6 +19,19 @@ pub const ACCESS_KEY: &str = "gantry-test";
 pub const SECRET_KEY: &str = "gantry-test-secret";
 /// The bucket every test uses.
 pub const BUCKET: &str = "gantry-artifacts";
+
+/// The `s3_test_server` example, beside the `gantry` binary the tests run.
+pub fn binary() -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_gantry"))
+        .with_file_name("examples")
+        .join("s3_test_server");
+    assert!(
+        path.is_file(),
+        "{} is missing: `cargo test` builds it (cargo build --example s3_test_server)",
+        path.display()
+    );
+    path
+}
 
 /// An S3 server serving `127.0.0.1:port` from `root`, with [`BUCKET`].
 pub struct S3Server {
@@ -67,9 +81,8 @@ impl S3Server {
     pub fn restart(&mut self) {
         self.kill();
         self.starts += 1;
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gantry"));
-        cmd.arg("s3-test-server")
-            .args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
+        let mut cmd = Command::new(binary());
+        cmd.args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
             .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
             .arg(&self.root);
         let log = self.dir.join(format!("s3-server.{}.log", self.starts));

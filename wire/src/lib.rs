@@ -10,6 +10,7 @@
 
 pub mod agent_api;
 pub mod error;
+pub mod events;
 pub mod native;
 pub mod runtime;
 pub mod spec;

@@ -67,7 +67,7 @@ impl Db {
     }
 
     /// Writes a `creating` row as [`Db::insert_handle`] does, with the plan
-    /// node (see [`crate::events::Origin::key`]) of the step that creates
+    /// node (see [`gantry_wire::events::Origin::key`]) of the step that creates
     /// it, by which a web node taking the build over finds it again.
     #[allow(clippy::too_many_arguments)]
     pub async fn insert_node_handle(

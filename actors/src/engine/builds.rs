@@ -1,7 +1,7 @@
 //! Builds through the engine: create, abort, read, list, follow.
 
 use super::Engine;
-use crate::build::Build;
+use crate::builds::Build;
 use crate::db::BuildQuery;
 use crate::error::EngineError;
 use crate::event_follow::{self, StoredEvent};
@@ -16,7 +16,7 @@ impl Engine {
     /// after a grace period) or its wait for a worker ends.
     pub async fn abort_build(&self, id: i64) -> Result<(), EngineError> {
         if let Some(build) = self.builds.get(&id).map(|b| b.clone()) {
-            build.send(crate::build::AbortBuild).await?;
+            build.send(crate::builds::AbortBuild).await?;
             return Ok(());
         }
         match self.db.get_build(id).await? {
@@ -142,7 +142,7 @@ impl Engine {
         &self,
         team: &str,
         stored: &impl serde::Serialize,
-        plan: crate::build::Plan,
+        plan: crate::builds::Plan,
         job: Option<crate::plan::JobRef>,
         turns: &[(String, u32)],
     ) -> Result<i64, EngineError> {

@@ -23,13 +23,14 @@ use super::pipelines::{archived_error, loaded, stored_vars};
 use super::Engine;
 use crate::db::{JobAt, NewJobBuild, PipelineRow, ResourceRow, WaitingBuild};
 use crate::error::EngineError;
-use crate::events::{BuildEvent, EventSink};
+use crate::events::EventSink;
 use crate::pipeline::Pipeline;
 use crate::plan::{JobPlan, JobRef};
 use crate::triggers::{
     check_state, job_inputs, resolve, to_check, waiting_for, CheckState, JobInput, Resolution,
 };
 use crate::views::Build;
+use gantry_wire::events::BuildEvent;
 use gantry_wire::state::BuildStatus;
 
 /// A build asked of a job of a stored pipeline: the versions chosen
@@ -59,7 +60,7 @@ pub(super) struct CreatedBuild {
 /// What a job build runs: its team, plan and job.
 pub(super) struct Runnable {
     team: String,
-    plan: crate::build::Plan,
+    plan: crate::builds::Plan,
     job_ref: JobRef,
 }
 
@@ -289,7 +290,7 @@ impl Engine {
             };
             self.emit_outside(id, &error).await?;
         }
-        self.emit_outside(id, &BuildEvent::status(BuildStatus::Aborted, None))
+        self.emit_outside(id, &crate::events::status_event(BuildStatus::Aborted, None))
             .await?;
         Ok(true)
     }
@@ -471,7 +472,7 @@ impl Engine {
 
     /// Starts build `id`, whose events so far end at `last_event`.
     pub(super) fn start_runnable(&self, id: i64, run: Runnable, last_event: i64) {
-        let build = crate::build::Build::of_plan(
+        let build = crate::builds::Build::of_plan(
             id,
             run.team,
             run.plan,

@@ -55,7 +55,7 @@ use actix::prelude::*;
 use crate::artifact_store::ArtifactStore;
 use crate::artifacts::Artifacts;
 use crate::background::Heard;
-use crate::build::{BuildDeps, RunningBuilds};
+use crate::builds::{BuildDeps, RunningBuilds};
 use crate::db::Db;
 use crate::error::EngineError;
 use crate::events::EventHub;
@@ -125,12 +125,12 @@ pub struct Engine {
     /// The settings it was started with.
     config: EngineConfig,
     /// Builds running on this web node, for aborting them.
-    builds: crate::build::RunningBuilds,
+    builds: crate::builds::RunningBuilds,
     /// Set once the node stops: no build starts here any more (one
     /// created now is left to the next node, as a running one is).
     stopping: Arc<std::sync::atomic::AtomicBool>,
     /// Image imports in progress.
-    imports: crate::build::ImportLocks,
+    imports: crate::builds::ImportLocks,
     /// Counters of resource work, for `/metrics`.
     resources: std::sync::Arc<crate::resources::ResourceStats>,
     /// Open intercept (`gantry hijack`) sessions, by container: a build
@@ -370,7 +370,7 @@ impl Engine {
 impl Engine {
     /// Stops running builds here, for the node is stopping: no build
     /// starts any more (one created from now on is left to the next node),
-    /// and every running build is detached ([`crate::build::Detach`]: it
+    /// and every running build is detached ([`crate::builds::Detach`]: it
     /// stops where it is and writes nothing more, its steps go on on their
     /// workers). Call it before the API stops, so nothing the API's
     /// stopping takes with it (its threads' connections) can fail a build;
@@ -390,7 +390,7 @@ impl Engine {
             "engine: leaving running builds to the next web node on this database"
         );
         for build in &running {
-            build.do_send(crate::build::Detach);
+            build.do_send(crate::builds::Detach);
         }
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
         while !self.builds.is_empty() && tokio::time::Instant::now() < deadline {
@@ -402,13 +402,13 @@ impl Engine {
     /// Starts build `id` here, on the System's arbiter; when the node is
     /// stopping it is detached at once, left to the next node like the
     /// builds that were running.
-    pub(crate) fn start_build(&self, id: i64, build: crate::build::Build) {
+    pub(crate) fn start_build(&self, id: i64, build: crate::builds::Build) {
         let addr = build.spawn();
         // Listed before the flag is read: a drain either sees it or is
         // seen here.
         self.builds.insert(id, addr.clone());
         if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
-            addr.do_send(crate::build::Detach);
+            addr.do_send(crate::builds::Detach);
         }
     }
 }

@@ -11,13 +11,14 @@
 use std::time::Duration;
 
 use super::Engine;
-use crate::build::{Build, Plan};
+use crate::builds::{Build, Plan};
 use crate::db::now_ms;
 use crate::error::EngineError;
-use crate::events::{BuildEvent, EventSink};
+use crate::events::EventSink;
 use crate::plan::{JobPlan, OneOffPlan};
 use crate::steps::runnable;
 use gantry_jobs::{Job, JobError, Outcome, Periodic, Schedule};
+use gantry_wire::events::BuildEvent;
 use gantry_wire::state::BuildStatus;
 
 /// How web nodes watch each other.
@@ -300,7 +301,7 @@ impl Engine {
             time: now_ms(),
         })
         .await?;
-        sink.emit(&BuildEvent::status(BuildStatus::Errored, None))
+        sink.emit(&crate::events::status_event(BuildStatus::Errored, None))
             .await?;
         Ok(())
     }
@@ -345,7 +346,7 @@ impl Job for NodeWatch {
                     build = id,
                     "aborting a build, as asked through another web node"
                 );
-                build.do_send(crate::build::AbortBuild);
+                build.do_send(crate::builds::AbortBuild);
                 self.aborted.insert(id, at);
             }
         }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::events::PlanNode;
+use gantry_wire::events::PlanNode;
 
 /// What a leaf of a plan is known by in events: its step's name.
 pub trait Leaf {

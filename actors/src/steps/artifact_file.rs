@@ -102,18 +102,7 @@ fn find_in_tar(reader: impl Read, wanted: &[String], file: &str) -> Result<Vec<u
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn tar_of(files: &[(&str, &[u8])]) -> Vec<u8> {
-        let mut b = tar::Builder::new(Vec::new());
-        for (name, data) in files {
-            let mut h = tar::Header::new_gnu();
-            h.set_size(data.len() as u64);
-            h.set_mode(0o644);
-            h.set_cksum();
-            b.append_data(&mut h, name, *data).unwrap();
-        }
-        b.into_inner().unwrap()
-    }
+    use gantry_files::testing::tar_of;
 
     #[test]
     fn a_file_is_found_by_path_and_a_missing_one_named() {

@@ -9,11 +9,11 @@ use actix::Addr;
 use crate::artifacts::Artifacts;
 use crate::db::{Db, HandleKind};
 use crate::error::EngineError;
-use crate::events::BuildEvent;
 use crate::plan::JobRef;
 use crate::resources::ResourceStats;
 use crate::scheduler::{ArtifactLocality, Scheduler};
 use crate::streaming::Streams;
+use gantry_wire::events::BuildEvent;
 use gantry_wire::runtime::{Container, Volume, Worker};
 use gantry_wire::spec::{ContainerSpec, Encoding, VolumeSpec, VolumeStrategy};
 use gantry_wire::state::HandleState;
@@ -85,7 +85,7 @@ pub struct StepContext {
     /// What the step created there so far (behind a lock: a step's
     /// inputs are made in parallel).
     created: std::sync::Mutex<Created>,
-    /// The step's node in the plan (see [`crate::events::Origin::key`]),
+    /// The step's node in the plan (see [`gantry_wire::events::Origin::key`]),
     /// stored with the rows of what it creates.
     node: Option<String>,
 }

@@ -7,9 +7,9 @@
 use std::sync::Arc;
 
 use crate::error::EngineError;
-use crate::events::BuildEvent;
 use crate::steps::StepContext;
 use crate::streaming::{CopyRequest, Source, StreamTransfer, TransferJob};
+use gantry_wire::events::BuildEvent;
 use gantry_wire::runtime::Volume;
 use gantry_wire::spec::VolumeStrategy;
 

@@ -14,10 +14,10 @@
 use async_trait::async_trait;
 
 use crate::error::EngineError;
-use crate::events::BuildEvent;
 use crate::off_thread::{off_thread, PIPELINE_BUDGET};
 use crate::plan::{Format, LoadVarStep};
 use crate::scheduler::StepRequest;
+use gantry_wire::events::BuildEvent;
 
 use super::{read_artifact_file, BuildScope, Plan, Prepared, Step, StepContext, StepEnd};
 

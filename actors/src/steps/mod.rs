@@ -4,7 +4,7 @@
 //! A step implements [`Step`] and sees only its [`StepContext`]: the worker
 //! placement chose, a way to create volumes and containers recorded in the
 //! database, the build's events, its stop signal and the artifact keeper.
-//! The plan walker (`crate::build`) first asks a step to prepare
+//! The plan walker (`crate::builds`) first asks a step to prepare
 //! ([`Step::prepare`]: a step defined with build-local vars is filled and
 //! translated then, `load_var` does all its work there without a worker),
 //! then places the step it got and hands it a context; it never changes

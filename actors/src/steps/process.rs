@@ -11,8 +11,9 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use crate::error::EngineError;
-use crate::events::{BuildEvent, Utf8Carry};
+use crate::events::Utf8Carry;
 use crate::steps::StepContext;
+use gantry_wire::events::BuildEvent;
 use gantry_wire::runtime::{OutputStream, Process, ProcessIo, ProcessOutput, ProcessSignal};
 use gantry_wire::spec::{ContainerSpec, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec};
 

@@ -17,13 +17,13 @@ use serde_json::{json, Value};
 use crate::artifacts::ArtifactOwner;
 use crate::db::ResourceCacheRow;
 use crate::error::EngineError;
-use crate::events::BuildEvent;
 use crate::resources::scope::{self, Owner};
 use crate::resources::{ResourceConfig, ResourceStats, ResourceType};
 use crate::steps::resource_script::{
     check_answer, fetch_answer, run_script, FetchedImage, Script, ScriptEnd, TypeImage,
 };
 use crate::steps::{StepContext, StepEnd};
+use gantry_wire::events::BuildEvent;
 use gantry_wire::runtime::{ByteStream, Volume};
 use gantry_wire::spec::{Encoding, MountSpec};
 use gantry_wire::state::ArtifactKind;

@@ -3,12 +3,12 @@
 //! worker's watch, and producing an artifact of the build.
 
 use crate::error::EngineError;
-use crate::events::BuildEvent;
 use crate::placement::Load;
 use crate::resources::ResourceConfig;
 use crate::scheduler::StepRequest;
 use crate::steps::resource_fetch::Halt;
 use crate::steps::{StepContext, StepEnd};
+use gantry_wire::events::BuildEvent;
 
 /// What a resource step needs of a worker: its base type, its tags, and
 /// room for `containers` containers (a get checks, then fetches; a put

@@ -18,11 +18,11 @@ use async_trait::async_trait;
 
 use crate::db::{Parent, PipelineRow};
 use crate::error::EngineError;
-use crate::events::BuildEvent;
 use crate::pipeline::Vars;
 use crate::plan::{PipelineRef, SetPipelineStep};
 use crate::scheduler::StepRequest;
 use crate::triggers::store_pipeline;
+use gantry_wire::events::BuildEvent;
 
 use super::{read_artifact_file, BuildScope, Prepared, Step, StepContext, StepEnd};
 

@@ -18,7 +18,6 @@ use tokio::sync::mpsc;
 
 use crate::artifacts::ArtifactOwner;
 use crate::error::EngineError;
-use crate::events::BuildEvent;
 use crate::placement::Load;
 use crate::plan::TaskStep;
 use crate::resources::config::ImageSource;
@@ -28,6 +27,7 @@ use crate::steps::resource_fetch::{fetch_image, image_of_artifact, Halt};
 use crate::steps::resource_script::FetchedImage;
 use crate::steps::{Reattach, Step, StepContext, StepEnd};
 use crate::task_config::{container_path, TaskConfig};
+use gantry_wire::events::BuildEvent;
 use gantry_wire::runtime::{Process, ProcessIo, ProcessOutput, Volume};
 use gantry_wire::spec::{MountSpec, ResourceLimits, RootfsSpec};
 use gantry_wire::state::ArtifactKind;

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use crate::db::{now_ms, HandleKind, TaskCacheKey, TaskCacheRow};
 use crate::error::EngineError;
-use crate::events::BuildEvent;
+use gantry_wire::events::BuildEvent;
 use gantry_wire::runtime::Volume;
 
 use crate::steps::{JobRef, StepContext};

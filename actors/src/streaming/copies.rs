@@ -12,8 +12,9 @@ use futures::FutureExt;
 
 use crate::db::HandleKind;
 use crate::error::EngineError;
-use crate::events::{BuildEvent, Events};
+use crate::events::Events;
 use crate::scheduler::{ArtifactLocality, Scheduler};
+use gantry_wire::events::BuildEvent;
 use gantry_wire::runtime::Worker;
 use gantry_wire::spec::{VolumeSpec, VolumeStrategy};
 use gantry_wire::state::{HandleState, WorkerState};

@@ -1,7 +1,8 @@
 //! The image store's tests; their archives are built by hand with
 //! `crate::testing`.
 use super::*;
-use crate::testing::{digest, entry, oci_layout, tar_of};
+use crate::testing::{digest, oci_layout};
+use gantry_files::testing::{entry, tar_of};
 
 fn stream(bytes: Vec<u8>) -> ByteStream {
     Box::pin(futures::stream::iter(

@@ -73,16 +73,6 @@ pub struct Aborting {
     pub aborting: bool,
 }
 
-/// One line of `GET /api/v1/builds/{id}/events` (NDJSON).
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct EventLine {
-    /// The event's sequence number in the build.
-    pub seq: i64,
-    /// The event (`{"type": ..., ...}`).
-    #[schema(value_type = Object)]
-    pub event: serde_json::Value,
-}
-
 /// `POST /api/v1/teams/{team}/builds`: answers `{"id": N}`.
 #[utoipa::path(
     post,
@@ -526,7 +516,7 @@ pub struct EventsQuery {
     tag = "builds",
     params(("id" = i64, Path, description = "The build"), EventsQuery),
     responses(
-        (status = 200, description = "NDJSON: one `EventLine` per line, stored events then live ones, until the build's final status", content_type = "application/x-ndjson", body = EventLine),
+        (status = 200, description = "NDJSON: one `EventLine` per line, stored events then live ones, until the build's final status", content_type = "application/x-ndjson", body = gantry_wire::events::EventLine),
         (status = 400, description = "A bad `after` or unknown query parameter", body = crate::web::error::ErrorBody),
         (status = 404, description = "No such build (or another team's)"),
         (status = "5XX", description = "The database failed"),
@@ -553,7 +543,10 @@ pub async fn events(
         .streaming(lines))
 }
 
-/// The followed events as NDJSON lines.
+/// The followed events as NDJSON lines, each an
+/// [`EventLine`](gantry_wire::events::EventLine): written from the event's
+/// stored JSON as it is (no parse and re-encode per event), in the shape
+/// the type reads (the test below holds them to it).
 fn ndjson_lines(
     events: mpsc::Receiver<Result<StoredEvent, EngineError>>,
 ) -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> {
@@ -566,4 +559,44 @@ fn ndjson_lines(
         };
         Some((line, events))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt as _;
+    use gantry_wire::events::{BuildEvent, EventLine};
+    use gantry_wire::state::BuildStatus;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn every_ndjson_line_reads_as_the_wire_event_line() {
+        let events = [
+            BuildEvent::Log {
+                step: "unit".into(),
+                stream: "stdout".into(),
+                data: "a \"quoted\" line\n".into(),
+                time: 1,
+            },
+            BuildEvent::status_at(BuildStatus::Succeeded, Some(0), 2),
+        ];
+        let (tx, rx) = mpsc::channel(events.len());
+        for (seq, event) in (1..).zip(&events) {
+            let stored = StoredEvent {
+                seq,
+                json: serde_json::to_string(event).unwrap(),
+                is_final: event.is_final(),
+            };
+            tx.send(Ok(stored)).await.unwrap();
+        }
+        drop(tx);
+        let lines: Vec<_> = ndjson_lines(rx).collect().await;
+        assert_eq!(lines.len(), events.len());
+        for (seq, (line, event)) in (1..).zip(lines.into_iter().zip(events)) {
+            let line = line.unwrap();
+            assert!(line.ends_with(b"\n"), "{line:?}");
+            let read: EventLine = serde_json::from_slice(&line).unwrap();
+            assert_eq!(read, EventLine { seq, event });
+        }
+    }
 }

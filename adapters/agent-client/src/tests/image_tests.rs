@@ -17,7 +17,8 @@ use super::test_support::{can_run_isolated, test_config};
 use crate::AgentConnector;
 use gantry_agent::api::Health;
 use gantry_agent::start_worker;
-use gantry_agent::testing::{entry, oci_layout, tar_of};
+use gantry_agent::testing::oci_layout;
+use gantry_files::testing::{entry, tar_of};
 
 /// The busybox-static binary the image is built from.
 const BUSYBOX: &str = "/usr/bin/busybox";

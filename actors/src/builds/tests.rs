@@ -19,10 +19,10 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::artifacts::Artifacts;
-use crate::build::outcome::Outcome;
-use crate::build::run::BuildRun;
+use crate::builds::outcome::Outcome;
+use crate::builds::run::BuildRun;
 use crate::db::Db;
-use crate::events::{BuildEvent, EventHub, EventSink};
+use crate::events::{EventHub, EventSink};
 use crate::placement::{Load, Strategy};
 use crate::plan::OneOffPlan;
 use crate::scheduler::{Candidate, GetStats, PlacementConfig, Scheduler, WorkerUpdated};
@@ -30,6 +30,7 @@ use crate::steps::process::STOP_GRACE;
 use crate::steps::{Events, Stop, StopReason};
 use crate::task_config::TaskConfig;
 use crate::testing::fake_worker::{Behaviour, FakeConnector, FakeWorker};
+use gantry_wire::events::BuildEvent;
 use gantry_wire::runtime::ProcessSignal;
 use gantry_wire::spec::Encoding;
 use gantry_wire::state::{BuildStatus, WorkerState};
@@ -436,9 +437,9 @@ pub(super) async fn store_events(h: &Harness, id: i64, events: &[BuildEvent]) {
 pub(super) fn node(
     id: &str,
     step: Option<&str>,
-    finished: Option<crate::events::NodeOutcome>,
+    finished: Option<gantry_wire::events::NodeOutcome>,
 ) -> BuildEvent {
-    let origin = crate::events::Origin {
+    let origin = gantry_wire::events::Origin {
         id: id.into(),
         attempts: vec![],
     };
@@ -492,14 +493,14 @@ async fn a_build_taken_over_runs_none_of_its_steps_that_ended_and_the_rest_once(
     };
     let h = Harness::new(behaviour, None).await;
     let id = new_build(&h).await;
-    use crate::events::NodeOutcome::Succeeded;
+    use gantry_wire::events::NodeOutcome::Succeeded;
     // Step a ended; b began, its container made but its process never
     // started (the node died in between); c had not begun.
     store_events(
         &h,
         id,
         &[
-            BuildEvent::status(BuildStatus::Started, None),
+            crate::events::status_event(BuildStatus::Started, None),
             node("0", None, None),
             node("0.0", Some("a"), None),
             node("0.0", Some("a"), Some(Succeeded)),
@@ -622,7 +623,7 @@ pub(super) async fn new_build(h: &Harness) -> i64 {
 async fn put_begun(h: &Harness, told: Vec<BuildEvent>) -> i64 {
     let id = new_build(h).await;
     let mut events = vec![
-        BuildEvent::status(BuildStatus::Started, None),
+        crate::events::status_event(BuildStatus::Started, None),
         node("0", Some("push"), None),
     ];
     events.extend(told);
@@ -689,7 +690,7 @@ pub(super) async fn taken_over_run(
     let stored = h.db.build_events_after(id, 0).await.unwrap();
     let next = stored.last().map_or(0, |e| e.0) + 1;
     let (tx, mut run) = build_run(h, id);
-    run.journal = crate::build::journal::Journal::read(&stored);
+    run.journal = crate::builds::journal::Journal::read(&stored);
     run.taken_over = Some(Instant::now());
     run.events = Events::new(EventSink::resume(
         id,

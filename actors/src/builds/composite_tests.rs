@@ -13,10 +13,11 @@ use tokio::time::Instant;
 
 use super::tests::{advance_past, settle, until, Harness, TICK};
 use super::*;
-use crate::events::{BuildEvent, NodeOutcome};
 use crate::plan::TaskStep;
 use crate::task_config::TaskConfig;
 use crate::testing::fake_worker::{Behaviour, Run};
+use gantry_wire::events::BuildEvent;
+use gantry_wire::events::NodeOutcome;
 use gantry_wire::runtime::ProcessSignal;
 use gantry_wire::state::BuildStatus;
 

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::artifacts::Artifacts;
-use crate::build::journal::Journal;
-use crate::build::outcome::Outcome;
+use crate::builds::journal::Journal;
+use crate::builds::outcome::Outcome;
 use crate::db::Db;
-use crate::events::{BuildEvent, EventHub, Origin};
+use crate::events::EventHub;
 use crate::registry::WorkerStates;
 use crate::scheduler::Placer;
 use crate::steps::{
@@ -19,6 +19,8 @@ use crate::steps::{
     WorkerWatch,
 };
 use crate::telemetry::TraceIds;
+use gantry_wire::events::BuildEvent;
+use gantry_wire::events::Origin;
 use gantry_wire::runtime::{Worker, WorkerConnector};
 use gantry_wire::spec::Encoding;
 use gantry_wire::state::BuildStatus;
@@ -174,7 +176,8 @@ impl BuildRun {
             let took = Duration::from_millis(u64::try_from(took).unwrap_or(0));
             crate::histograms::build_ended(status.as_str(), took);
         }
-        self.emit_quietly(&BuildEvent::status(status, exit)).await;
+        self.emit_quietly(&crate::events::status_event(status, exit))
+            .await;
     }
 }
 
@@ -184,7 +187,7 @@ pub(super) struct Scope {
     /// Stops the node's steps: the build's stop, then the stop of each
     /// enclosing `timeout` and `fail_fast` group, outermost first.
     pub(super) stop: Stop,
-    /// The node's position (see [`crate::events::PlanNode::id`]).
+    /// The node's position (see [`gantry_wire::events::PlanNode::id`]).
     pub(super) id: String,
     /// The attempt of each enclosing `attempts`, outermost first.
     pub(super) attempts: Vec<u32>,

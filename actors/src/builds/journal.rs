@@ -14,10 +14,12 @@
 
 use std::collections::HashMap;
 
-use crate::build::outcome::Outcome;
-use crate::events::{BuildEvent, NodeOutcome, Origin};
+use crate::builds::outcome::Outcome;
 use crate::steps::StopReason;
 use crate::telemetry::TraceIds;
+use gantry_wire::events::BuildEvent;
+use gantry_wire::events::NodeOutcome;
+use gantry_wire::events::Origin;
 use gantry_wire::state::BuildStatus;
 
 /// How a node of the plan ended, as its `node_finished` event says.
@@ -239,7 +241,7 @@ mod tests {
             time: 1,
         };
         let mut stored = events(vec![
-            BuildEvent::status(BuildStatus::Started, None),
+            crate::events::status_event(BuildStatus::Started, None),
             BuildEvent::NodeStarted {
                 origin: origin("0", &[]),
                 step: None,
@@ -301,7 +303,7 @@ mod tests {
             Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
             Some("00f067aa0ba902b7".into()),
         );
-        let stored = events(vec![BuildEvent::started(ids.as_ref())]);
+        let stored = events(vec![crate::events::started_event(ids.as_ref())]);
         // Older readers see the same event, with two more fields.
         let json: serde_json::Value = serde_json::from_str(&stored[0].1).unwrap();
         assert_eq!(json["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
@@ -309,7 +311,7 @@ mod tests {
         let j = Journal::read(&stored);
         assert!(j.began());
         assert_eq!(j.trace(), ids.as_ref());
-        let untraced = events(vec![BuildEvent::started(None)]);
+        let untraced = events(vec![crate::events::started_event(None)]);
         assert!(!untraced[0].1.contains("trace_id"), "{}", untraced[0].1);
         assert_eq!(Journal::read(&untraced).trace(), None);
     }

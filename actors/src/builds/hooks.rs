@@ -20,8 +20,8 @@
 
 use std::sync::Arc;
 
-use crate::build::outcome::Outcome;
-use crate::build::run::{BuildRun, Scope};
+use crate::builds::outcome::Outcome;
+use crate::builds::run::{BuildRun, Scope};
 use crate::steps::{Plan, Step};
 
 impl BuildRun {

@@ -13,17 +13,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::build::outcome::Outcome;
-use crate::build::run::PROBE_INTERVAL;
-use crate::build::tests::{
+use crate::builds::outcome::Outcome;
+use crate::builds::run::PROBE_INTERVAL;
+use crate::builds::tests::{
     build_run, new_build, node, registration, settle, store_events, taken_over_run, task_plan,
     until, Harness, TICK,
 };
-use crate::events::BuildEvent;
 use crate::scheduler::{Candidate, WorkerUpdated};
 use crate::steps::Plan;
 use crate::testing::fake_worker::Behaviour;
 use gantry_wire::error::RuntimeError;
+use gantry_wire::events::BuildEvent;
 use gantry_wire::runtime::{Container, Volume, Worker, WorkerConnector, WorkerHandles};
 use gantry_wire::spec::{ContainerSpec, VolumeSpec};
 use gantry_wire::state::{BuildStatus, WorkerState};
@@ -160,13 +160,13 @@ async fn a_ended(h: &Harness) -> (i64, Plan) {
         h,
         id,
         &[
-            BuildEvent::status(BuildStatus::Started, None),
+            crate::events::status_event(BuildStatus::Started, None),
             node("0", None, None),
             node("0.0", Some("a"), None),
             node(
                 "0.0",
                 Some("a"),
-                Some(crate::events::NodeOutcome::Succeeded),
+                Some(gantry_wire::events::NodeOutcome::Succeeded),
             ),
         ],
     )

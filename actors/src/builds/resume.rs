@@ -22,17 +22,17 @@
 //! finds its worker unreachable before any container of it was made waits
 //! the same way, then is placed again (`placement.rs`).
 
-use crate::build::journal::Began;
-use crate::build::placement::HeldPlacement;
-use crate::build::run::{BuildRun, Scope, PROBE_INTERVAL};
+use crate::builds::journal::Began;
+use crate::builds::placement::HeldPlacement;
+use crate::builds::run::{BuildRun, Scope, PROBE_INTERVAL};
 use crate::db::HandleKind;
 use crate::error::EngineError;
-use crate::events::BuildEvent;
 use crate::placement::Load;
 use crate::scheduler::Placement;
 use crate::steps::{Created, OnTakeover, Reattach, Step, StepEnd, WorkerWatch};
 use crate::views::Handle as HandleRow;
 use gantry_wire::error::RuntimeError;
+use gantry_wire::events::BuildEvent;
 use gantry_wire::state::HandleState;
 
 impl BuildRun {

@@ -10,8 +10,8 @@
 use futures::StreamExt;
 use tokio::sync::watch;
 
-use crate::build::outcome::Outcome;
-use crate::build::run::{BuildRun, Scope};
+use crate::builds::outcome::Outcome;
+use crate::builds::run::{BuildRun, Scope};
 use crate::steps::{Plan, StopReason};
 
 impl BuildRun {

@@ -21,7 +21,7 @@
 //! the outcome it had; a step that began and did not end is taken over
 //! where it is (`resume.rs`); the rest runs as in any build.
 //!
-//! [`Journal`]: crate::build::journal::Journal
+//! [`Journal`]: crate::builds::journal::Journal
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,10 +31,10 @@ use futures::FutureExt;
 use tokio::sync::watch;
 use tracing::Instrument as _;
 
-use crate::build::outcome::{duration, Outcome};
-use crate::build::run::{BuildRun, Scope};
-use crate::events::BuildEvent;
+use crate::builds::outcome::{duration, Outcome};
+use crate::builds::run::{BuildRun, Scope};
 use crate::steps::{Plan, Prepared, Step, StopReason};
+use gantry_wire::events::BuildEvent;
 
 /// How many times one step of the plan is prepared at most before it runs.
 const MAX_PREPARES: usize = 8;
@@ -51,7 +51,7 @@ impl BuildRun {
             if let Some(ended) = self.wait_for_turn().await {
                 return ended;
             }
-            self.emit_quietly(&BuildEvent::started(self.trace.as_ref()))
+            self.emit_quietly(&crate::events::started_event(self.trace.as_ref()))
                 .await;
             self.emit_quietly(&BuildEvent::Plan {
                 tree: plan.describe("0"),

@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
-use crate::build::outcome::Outcome;
-use crate::build::run::BuildRun;
+use crate::builds::outcome::Outcome;
+use crate::builds::run::BuildRun;
 use crate::db::{now_ms, TurnAhead};
-use crate::events::BuildEvent;
 use crate::steps::task_cache::GANTRY_STREAM;
+use gantry_wire::events::BuildEvent;
 
 /// How often a waiting build looks whether its turn has come.
 const TURN_CHECK: Duration = Duration::from_secs(1);

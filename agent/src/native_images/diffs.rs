@@ -256,18 +256,7 @@ fn transcode(blob: &Path, diff_id: &str, root: &Path, to: &Path) -> Result<(), S
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn tar_of(files: &[(&str, &[u8])]) -> Vec<u8> {
-        let mut b = tar::Builder::new(Vec::new());
-        for (name, data) in files {
-            let mut h = tar::Header::new_gnu();
-            h.set_size(data.len() as u64);
-            h.set_mode(0o644);
-            h.set_cksum();
-            b.append_data(&mut h, name, *data).unwrap();
-        }
-        b.into_inner().unwrap()
-    }
+    use gantry_files::testing::tar_of;
 
     fn sha(bytes: &[u8]) -> String {
         format!("sha256:{:x}", Sha256::digest(bytes))

@@ -12,13 +12,13 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tracing::Instrument as _;
 
-use crate::build::run::{BuildRun, Scope, PROBE_INTERVAL};
+use crate::builds::run::{BuildRun, Scope, PROBE_INTERVAL};
 use crate::db::{HandleKind, WaitingStep};
 use crate::error::EngineError;
-use crate::events::BuildEvent;
 use crate::scheduler::{Placement, Placer, Selection, StepRequest, WAITING_FOR_WORKERS};
 use crate::steps::{Created, Step, StepEnd, Stop, WorkerWatch};
 use gantry_wire::error::RuntimeError;
+use gantry_wire::events::BuildEvent;
 use gantry_wire::runtime::Worker;
 use gantry_wire::state::HandleState;
 

@@ -1,12 +1,16 @@
-//! The S3-compatible server of the tests and of `gantry bench s3`:
-//! `gantry s3-test-server`, only in binaries built with the `bench`
-//! feature. It is the s3s project's file-system store (`s3s-fs`: each
+//! The S3-compatible server of the tests and of `gantry bench s3`
+//! (`cargo build --example s3_test_server`; `cargo test` builds it). It is
+//! the s3s project's file-system store (`s3s-fs`: each
 //! object a file under the data dir, so a server killed and started again
 //! on the same data dir still has every object it stored) behind its S3
 //! protocol layer (`s3s`: SigV4 signatures checked, multipart uploads,
 //! conditional writes), served over hyper on loopback — the `s3s-fs`
-//! binary's own set-up, built with the rest of the workspace (sharing its
-//! dependencies) instead of installed and compiled apart.
+//! binary's own set-up, built with the tests (an example, on the package's
+//! dev-dependencies, so it shares their dependencies and features) instead
+//! of installed and compiled apart.
+//!
+//! `s3_test_server --port PORT --access-key KEY --secret-key SECRET ROOT`
+//! (`--host`, default `127.0.0.1`).
 
 use std::path::PathBuf;
 
@@ -17,22 +21,37 @@ use s3s::auth::SimpleAuth;
 use s3s::service::S3ServiceBuilder;
 
 /// Where and how the server serves.
-#[derive(Debug, Clone)]
-pub struct S3TestServer {
+#[derive(Debug, Clone, clap::Parser)]
+struct S3TestServer {
     /// The address to listen on.
-    pub host: String,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
     /// The port to listen on.
-    pub port: u16,
+    #[arg(long)]
+    port: u16,
     /// The one access key it accepts.
-    pub access_key: String,
+    #[arg(long)]
+    access_key: String,
     /// The secret of the access key.
-    pub secret_key: String,
-    /// The data dir: `root/BUCKET/KEY` is an object.
-    pub root: PathBuf,
+    #[arg(long)]
+    secret_key: String,
+    /// The data dir: `ROOT/BUCKET/KEY` is an object.
+    root: PathBuf,
+}
+
+fn main() -> std::process::ExitCode {
+    let opts = <S3TestServer as clap::Parser>::parse();
+    match serve(opts) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            std::process::ExitCode::from(2)
+        }
+    }
 }
 
 /// Serves until the process is killed.
-pub fn serve(opts: S3TestServer) -> anyhow::Result<()> {
+fn serve(opts: S3TestServer) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -11,8 +11,8 @@
 use std::time::Duration;
 
 use crate::error::EngineError;
-use crate::events::NodeOutcome;
 use crate::steps::{StepEnd, Stop, StopReason};
+use gantry_wire::events::NodeOutcome;
 use gantry_wire::state::BuildStatus;
 
 /// How a node of the plan ended.

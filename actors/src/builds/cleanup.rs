@@ -6,7 +6,7 @@
 //! lost worker's handles wait for the worker to come back (its sweeper
 //! reports them) or to be removed (its rows go with it).
 
-use crate::build::run::BuildRun;
+use crate::builds::run::BuildRun;
 use crate::steps::Created;
 
 impl BuildRun {

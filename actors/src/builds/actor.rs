@@ -8,8 +8,8 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::watch;
 
-use crate::build::journal::Journal;
-use crate::build::run::{BuildDeps, BuildRun};
+use crate::builds::journal::Journal;
+use crate::builds::run::{BuildDeps, BuildRun};
 use crate::events::EventSink;
 use crate::plan::OneOffPlan;
 use crate::steps::Plan;
