@@ -104,6 +104,13 @@ impl TestDb {
                     "creating PostgreSQL database failed (is PostgreSQL running?): {}",
                     String::from_utf8_lossy(&out.stderr)
                 );
+                // A test's database need not survive a crash of PostgreSQL:
+                // commits do not wait for the WAL's fsync (what the tests
+                // kill is Gantry, never the database server).
+                let out = psql(&format!(
+                    "ALTER DATABASE {name} SET synchronous_commit = off"
+                ));
+                assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
                 TestDb {
                     url: Some(format!("{}/{name}", pg_base())),
                     key_file: Some(shared_key_file(&name)),
@@ -241,6 +248,10 @@ impl Drop for Server {
 /// Waits until `f` returns `Some`, polling, or panics with `what` after `timeout`.
 pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;
+    // Soon at first, then less often: a long wait polls a few times a
+    // second, not ten (each poll is requests, and often a CLI process, that
+    // take CPU from what the test waits for on a loaded machine).
+    let mut pause = Duration::from_millis(25);
     loop {
         if let Some(v) = f() {
             return v;
@@ -249,7 +260,8 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
             Instant::now() < deadline,
             "timed out after {timeout:?} waiting for {what}"
         );
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(250));
     }
 }
 

@@ -22,6 +22,14 @@ impl PgDb {
             .execute(&admin)
             .await
             .expect("creating a PostgreSQL database (is PostgreSQL running?)");
+        // A test's database need not survive a crash of PostgreSQL: commits
+        // do not wait for the WAL's fsync.
+        sqlx::query(&format!(
+            "ALTER DATABASE {name} SET synchronous_commit = off"
+        ))
+        .execute(&admin)
+        .await
+        .expect("setting the test database's synchronous_commit");
         admin.close().await;
         let db = Db::connect(&format!("{base}/{name}"))
             .await
