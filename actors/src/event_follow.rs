@@ -38,7 +38,7 @@ const EVENTS_PAGE: i64 = 1000;
 /// from the start) on a task of its own; the receiver yields its events in
 /// order and ends after the final one, after an error, or when the build
 /// ended without one. Dropping the receiver stops it.
-pub fn follow(
+pub(crate) fn follow(
     db: Db,
     hub: EventHub,
     id: i64,

@@ -13,13 +13,13 @@ use gantry_wire::events::BuildEvent;
 use gantry_wire::state::BuildStatus;
 
 /// A status event now.
-pub fn status_event(status: BuildStatus, exit_status: Option<i32>) -> BuildEvent {
+pub(crate) fn status_event(status: BuildStatus, exit_status: Option<i32>) -> BuildEvent {
     BuildEvent::status_at(status, exit_status, now_ms())
 }
 
 /// The `started` status of a build traced as `trace` (none when traces
 /// are not exported).
-pub fn started_event(trace: Option<&crate::telemetry::TraceIds>) -> BuildEvent {
+pub(crate) fn started_event(trace: Option<&crate::telemetry::TraceIds>) -> BuildEvent {
     BuildEvent::Status {
         status: BuildStatus::Started,
         exit_status: None,
@@ -163,7 +163,7 @@ impl EventSink {
 /// Turns byte chunks into text without splitting a UTF-8 character across
 /// two events: an incomplete sequence at the end waits for the next chunk.
 #[derive(Default)]
-pub struct Utf8Carry {
+pub(crate) struct Utf8Carry {
     /// Bytes of an incomplete character from the previous chunk.
     pending: Vec<u8>,
 }
@@ -171,12 +171,12 @@ pub struct Utf8Carry {
 impl Utf8Carry {
     /// The bytes still held (an incomplete character at the end of the
     /// output), as text with a replacement character.
-    pub fn finish(&mut self) -> String {
+    pub(crate) fn finish(&mut self) -> String {
         String::from_utf8_lossy(&std::mem::take(&mut self.pending)).into_owned()
     }
 
     /// Returns the text decodable so far.
-    pub fn push(&mut self, chunk: &[u8]) -> String {
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> String {
         self.pending.extend_from_slice(chunk);
         let valid = match std::str::from_utf8(&self.pending) {
             Ok(_) => self.pending.len(),

@@ -27,7 +27,7 @@ pub struct HistogramSpec {
 }
 
 /// Time a placed step waited for a worker with capacity.
-pub const STEP_WAIT: HistogramSpec = HistogramSpec {
+pub(crate) const STEP_WAIT: HistogramSpec = HistogramSpec {
     name: "gantry_step_wait_seconds",
     help: "Time steps that had to wait for a worker with capacity waited before they were placed.",
     buckets: &[
@@ -36,7 +36,7 @@ pub const STEP_WAIT: HistogramSpec = HistogramSpec {
 };
 
 /// Time one run of a garbage collector rule took, by rule.
-pub const GC_RULE_RUN: HistogramSpec = HistogramSpec {
+pub(crate) const GC_RULE_RUN: HistogramSpec = HistogramSpec {
     name: "gantry_gc_collector_run_seconds",
     help:
         "Time each run of each garbage collector rule took (its sum is the time spent in the rule).",
@@ -46,7 +46,7 @@ pub const GC_RULE_RUN: HistogramSpec = HistogramSpec {
 };
 
 /// Time from a build's creation to its end, by final status.
-pub const BUILD_DURATION: HistogramSpec = HistogramSpec {
+pub(crate) const BUILD_DURATION: HistogramSpec = HistogramSpec {
     name: "gantry_build_duration_seconds",
     help: "Time from a build's creation to its end, by the status it ended with.",
     buckets: &[
@@ -55,7 +55,7 @@ pub const BUILD_DURATION: HistogramSpec = HistogramSpec {
 };
 
 /// Time a completed artifact transfer took once its slots were free, by path.
-pub const TRANSFER: HistogramSpec = HistogramSpec {
+pub(crate) const TRANSFER: HistogramSpec = HistogramSpec {
     name: "gantry_stream_transfer_seconds",
     help: "Time completed artifact transfers took once their slots were free, by path (p2p, relay, web).",
     buckets: &[
@@ -69,7 +69,7 @@ pub const ALL: [HistogramSpec; 4] = [STEP_WAIT, GC_RULE_RUN, BUILD_DURATION, TRA
 /// The label values each labelled histogram has a series for, given by
 /// the modules that own them (this module knows no domain type).
 #[derive(Debug, Clone, Copy)]
-pub struct Labels<'a> {
+pub(crate) struct Labels<'a> {
     /// The garbage collector's rules (`rule` of [`GC_RULE_RUN`]).
     pub rules: &'a [&'static str],
     /// The statuses a build ends with (`status` of [`BUILD_DURATION`]).
@@ -80,7 +80,7 @@ pub struct Labels<'a> {
 
 /// Gives every histogram its help text in the installed recorder and
 /// registers each of its series, so they are shown before they first move.
-pub fn describe(labels: Labels<'_>) {
+pub(crate) fn describe(labels: Labels<'_>) {
     for spec in ALL {
         metrics::describe_histogram!(spec.name, metrics::Unit::Seconds, spec.help);
     }
@@ -97,22 +97,22 @@ pub fn describe(labels: Labels<'_>) {
 }
 
 /// Records that a step waited `waited` before it was placed.
-pub fn step_waited(waited: Duration) {
+pub(crate) fn step_waited(waited: Duration) {
     metrics::histogram!(STEP_WAIT.name).record(waited.as_secs_f64());
 }
 
 /// Records one run of the rule named `rule` that took `took`.
-pub fn rule_ran(rule: &'static str, took: Duration) {
+pub(crate) fn rule_ran(rule: &'static str, took: Duration) {
     metrics::histogram!(GC_RULE_RUN.name, "rule" => rule).record(took.as_secs_f64());
 }
 
 /// Records a build that ended with the status named `status` after `took`.
-pub fn build_ended(status: &'static str, took: Duration) {
+pub(crate) fn build_ended(status: &'static str, took: Duration) {
     metrics::histogram!(BUILD_DURATION.name, "status" => status).record(took.as_secs_f64());
 }
 
 /// Records a transfer on the path named `path` that completed in `seconds`.
-pub fn transfer_completed(path: &'static str, seconds: f64) {
+pub(crate) fn transfer_completed(path: &'static str, seconds: f64) {
     metrics::histogram!(TRANSFER.name, "path" => path).record(seconds);
 }
 

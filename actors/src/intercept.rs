@@ -17,7 +17,7 @@ use crate::error::EngineError;
 
 /// Open intercept sessions, in the database.
 #[derive(Clone, Debug)]
-pub struct Intercepts {
+pub(crate) struct Intercepts {
     /// Where sessions are recorded.
     db: Db,
     /// This web node's name, recorded with its sessions.
@@ -40,7 +40,7 @@ pub struct InterceptGuard {
 
 impl Intercepts {
     /// Sessions of web node `node` on `db`.
-    pub fn new(db: Db, node: &str) -> Self {
+    pub(crate) fn new(db: Db, node: &str) -> Self {
         Intercepts {
             db,
             node: node.to_string(),
@@ -49,13 +49,13 @@ impl Intercepts {
     }
 
     /// The same, its sessions' rows deleted on `tasks` (the engine's).
-    pub fn with_tasks(self, tasks: gantry_jobs::Tasks) -> Self {
+    pub(crate) fn with_tasks(self, tasks: gantry_jobs::Tasks) -> Self {
         Intercepts { tasks, ..self }
     }
 
     /// Opens a session in container `handle`; fails when the container is
     /// not `created` (being created, or being destroyed).
-    pub async fn enter(&self, handle: &str) -> Result<InterceptGuard, EngineError> {
+    pub(crate) async fn enter(&self, handle: &str) -> Result<InterceptGuard, EngineError> {
         match self.db.open_intercept_session(handle, &self.node).await? {
             Some(id) => Ok(InterceptGuard {
                 db: self.db.clone(),
@@ -70,13 +70,13 @@ impl Intercepts {
 
     /// Marks container `handle` `destroying` unless a session is open in
     /// it, atomically against [`Intercepts::enter`].
-    pub async fn close(&self, handle: &str) -> Result<Closing, EngineError> {
+    pub(crate) async fn close(&self, handle: &str) -> Result<Closing, EngineError> {
         self.db.mark_container_unless_intercepted(handle).await
     }
 
     /// How many sessions are open in container `handle`, through any node.
     #[cfg(test)]
-    pub async fn open_sessions(&self, handle: &str) -> Result<i64, EngineError> {
+    pub(crate) async fn open_sessions(&self, handle: &str) -> Result<i64, EngineError> {
         self.db.count_intercept_sessions(handle).await
     }
 }

@@ -7,6 +7,11 @@
 //! with the workers by their one name, `gantry_wire::...`; every other
 //! module is private.
 
+// `pub` means reachable from outside: everything else is `pub(crate)` (with
+// the `testing` feature, the build whose surface is widest, the lint holds
+// every item to it).
+#![cfg_attr(feature = "testing", warn(unreachable_pub))]
+
 pub mod api;
 mod artifact_store;
 mod artifacts;

@@ -10,11 +10,11 @@ use crate::error::EngineError;
 
 /// How long reading, checking and translating one pipeline may take (a
 /// pipeline of 10,000 jobs takes a few seconds at most).
-pub const PIPELINE_BUDGET: Duration = Duration::from_secs(30);
+pub(crate) const PIPELINE_BUDGET: Duration = Duration::from_secs(30);
 
 /// When work started on its budget must be over.
 #[derive(Debug, Clone, Copy)]
-pub struct Deadline {
+pub(crate) struct Deadline {
     /// The instant the budget runs out.
     at: Instant,
     /// The budget, for the error.
@@ -23,7 +23,7 @@ pub struct Deadline {
 
 impl Deadline {
     /// A deadline `budget` from now.
-    pub fn after(budget: Duration) -> Deadline {
+    pub(crate) fn after(budget: Duration) -> Deadline {
         Deadline {
             at: Instant::now() + budget,
             budget,
@@ -32,7 +32,7 @@ impl Deadline {
 
     /// Refuses going on with `what` once the budget has run out: a long
     /// loop calls it now and then, so it stops soon after.
-    pub fn check(&self, what: &str) -> Result<(), EngineError> {
+    pub(crate) fn check(&self, what: &str) -> Result<(), EngineError> {
         if Instant::now() > self.at {
             return Err(over_budget(what, self.budget));
         }
@@ -50,7 +50,7 @@ fn over_budget(what: &str, budget: Duration) -> EngineError {
 /// blocking thread; answers its result, or an [`EngineError::Invalid`]
 /// naming `budget` when it has not answered by then (`f` is given the
 /// same deadline, to stop soon after).
-pub async fn off_thread<T, F>(what: &str, budget: Duration, f: F) -> Result<T, EngineError>
+pub(crate) async fn off_thread<T, F>(what: &str, budget: Duration, f: F) -> Result<T, EngineError>
 where
     T: Send + 'static,
     F: FnOnce(Deadline) -> Result<T, EngineError> + Send + 'static,

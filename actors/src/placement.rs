@@ -120,7 +120,7 @@ impl Load {
 
 /// A worker as the strategies see it.
 #[derive(Debug, Clone)]
-pub struct Choice<'a> {
+pub(crate) struct Choice<'a> {
     /// Its limits.
     pub limits: &'a WorkerLimits,
     /// What is placed on it now.
@@ -131,11 +131,11 @@ pub struct Choice<'a> {
 
 /// Why every candidate was excluded by a limit strategy.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllAtLimit(pub String);
+pub(crate) struct AllAtLimit(pub String);
 
 /// Chooses among candidates; returns the index of the chosen one, or why
 /// they are all at their limits. `need` is what the step would add.
-pub fn choose<R: Rng>(
+pub(crate) fn choose<R: Rng>(
     chain: &[Strategy],
     candidates: &[Choice<'_>],
     need: &Load,
@@ -211,7 +211,7 @@ fn fits(s: Strategy, c: &Choice<'_>, need: &Load) -> bool {
 /// Whether a step could ever be placed on a worker with these limits (on an
 /// idle worker), for the limits the chain enforces; `Err` names the limit it
 /// can never fit under.
-pub fn could_ever_fit(
+pub(crate) fn could_ever_fit(
     chain: &[Strategy],
     limits: &WorkerLimits,
     need: &Load,

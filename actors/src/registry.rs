@@ -26,21 +26,22 @@ use gantry_wire::state::WorkerState;
 use gantry_wire::worker_info::{Heartbeat, WorkerRegistration, WorkerView};
 use worker_conn::{heartbeat_job_name, probe_job_name, HeartbeatSeen, StopConn};
 
-pub use worker_conn::WorkerConn;
+pub(crate) use worker_conn::WorkerConn;
 
 mod fleet_sync;
 mod registration;
-pub mod worker_conn;
+pub(crate) mod worker_conn;
 
 pub(crate) use registration::name_taken_error;
-pub use registration::{RegisterPinned, RegisterWorker, WorkerProof};
+pub use registration::WorkerProof;
+pub(crate) use registration::{RegisterPinned, RegisterWorker};
 
 /// Name of the stalled-worker prune's row in [`Jobs`].
-pub const STALLED_PRUNE_JOB: &str = "stalled-worker-prune";
+pub(crate) const STALLED_PRUNE_JOB: &str = "stalled-worker-prune";
 
 /// Each worker's state, watched by the steps running on it (a dropped sender
 /// means the worker was removed).
-pub type WorkerStates = Arc<DashMap<String, watch::Sender<WorkerState>>>;
+pub(crate) type WorkerStates = Arc<DashMap<String, watch::Sender<WorkerState>>>;
 
 /// Lifecycle settings of the registry.
 #[derive(Debug, Clone, Default)]
@@ -52,7 +53,7 @@ pub struct LifecycleConfig {
 /// A worker's heartbeat.
 #[derive(Message)]
 #[rtype(result = "Result<WorkerState, HeartbeatRefused>")]
-pub struct WorkerHeartbeat {
+pub(crate) struct WorkerHeartbeat {
     /// Worker name.
     pub name: String,
     /// What it said.
@@ -79,7 +80,7 @@ pub enum HeartbeatRefused {
 /// Lists every worker as users see it.
 #[derive(Message)]
 #[rtype(result = "Vec<WorkerView>")]
-pub struct ListWorkers;
+pub(crate) struct ListWorkers;
 
 /// What a lifecycle command does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +101,7 @@ pub enum LifecycleAction {
 /// `land-worker`, `retire-worker`, `prune-worker`.
 #[derive(Message)]
 #[rtype(result = "Result<WorkerState, EngineError>")]
-pub struct WorkerLifecycle {
+pub(crate) struct WorkerLifecycle {
     /// Worker name.
     pub name: String,
     /// What to do.
@@ -130,7 +131,7 @@ struct StalledTooLong {
 /// A [`WorkerConn`] was restarted by its supervisor.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct ConnRestarted {
+pub(crate) struct ConnRestarted {
     /// Worker name.
     pub name: String,
     /// Incarnation watched: a restart of a replaced connection is not counted.
@@ -140,7 +141,7 @@ pub struct ConnRestarted {
 /// Sent by a [`WorkerConn`] when its worker's heartbeat TTL lapsed.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct WorkerStalled {
+pub(crate) struct WorkerStalled {
     /// Worker name.
     pub name: String,
     /// Incarnation the connection was watching (a newer one ignores the report).
@@ -172,7 +173,7 @@ struct Entry {
 }
 
 /// Supervisor of worker connections.
-pub struct Registry {
+pub(crate) struct Registry {
     /// Where registrations, heartbeats and states are stored, so a restarted
     /// web node knows its workers.
     db: Db,
@@ -202,7 +203,7 @@ pub struct Registry {
 impl Registry {
     /// A registry that loads the stored workers when it starts; its periodic
     /// work and its connections' report into `jobs`.
-    pub fn new(
+    pub(crate) fn new(
         db: Db,
         connector: Arc<dyn WorkerConnector>,
         scheduler: Addr<Scheduler>,
@@ -603,7 +604,7 @@ impl Handler<ConnRestarted> for Registry {
 /// loads them again.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct StopRegistry;
+pub(crate) struct StopRegistry;
 
 impl Handler<StopRegistry> for Registry {
     type Result = ();

@@ -22,10 +22,10 @@ use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305, NONCE_L
 use ring::rand::{SecureRandom, SystemRandom};
 
 /// The prefix of every sealed value (and its format's version).
-pub const SEALED_PREFIX: &str = "sealed:v1:";
+pub(crate) const SEALED_PREFIX: &str = "sealed:v1:";
 
 /// The key's length in bytes (256 bits).
-pub const KEY_LEN: usize = 32;
+pub(crate) const KEY_LEN: usize = 32;
 
 /// Why a value could not be sealed or opened, or a key not loaded.
 #[derive(Debug, thiserror::Error)]

@@ -12,7 +12,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// A span's ids in its trace, in W3C hex.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceIds {
+pub(crate) struct TraceIds {
     /// The trace (32 hex digits).
     pub trace_id: String,
     /// The span (16 hex digits).
@@ -22,7 +22,7 @@ pub struct TraceIds {
 impl TraceIds {
     /// The ids of `span`'s OpenTelemetry span (which this starts); none
     /// when spans are not exported.
-    pub fn of(span: &tracing::Span) -> Option<TraceIds> {
+    pub(crate) fn of(span: &tracing::Span) -> Option<TraceIds> {
         let cx = span.context();
         let sc = cx.span().span_context().clone();
         sc.is_valid().then(|| TraceIds {
@@ -32,7 +32,7 @@ impl TraceIds {
     }
 
     /// The ids a `started` event told, when both are there and valid.
-    pub fn told(trace_id: Option<String>, span_id: Option<String>) -> Option<TraceIds> {
+    pub(crate) fn told(trace_id: Option<String>, span_id: Option<String>) -> Option<TraceIds> {
         let ids = TraceIds {
             trace_id: trace_id?,
             span_id: span_id?,
@@ -50,7 +50,7 @@ impl TraceIds {
 
     /// Makes `span` (not yet started) a child of the span these ids name:
     /// a build taken over stays in the trace it began in.
-    pub fn adopt(&self, span: &tracing::Span) {
+    pub(crate) fn adopt(&self, span: &tracing::Span) {
         if let Some(sc) = self.span_context() {
             let parent = opentelemetry::Context::new().with_remote_span_context(sc);
             // Fails only when spans are not exported: nothing to adopt.

@@ -110,7 +110,11 @@ impl TestDb {
                 let out = psql(&format!(
                     "ALTER DATABASE {name} SET synchronous_commit = off"
                 ));
-                assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
                 TestDb {
                     url: Some(format!("{}/{name}", pg_base())),
                     key_file: Some(shared_key_file(&name)),

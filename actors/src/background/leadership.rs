@@ -15,7 +15,7 @@ use gantry_jobs::{Backoff, Job, JobError, Jobs, Outcome, Periodic, Schedule};
 /// (and, leading, checks its connection) every `every`, stopped in order
 /// with the other jobs (the lead goes with it); on SQLite the one node
 /// always leads, and no job runs. Must be called inside the actix System.
-pub fn campaign(db: &Db, role: &str, every: Duration, jobs: &Jobs) -> watch::Receiver<bool> {
+pub(crate) fn campaign(db: &Db, role: &str, every: Duration, jobs: &Jobs) -> watch::Receiver<bool> {
     if db.leads_alone() {
         return watch::channel(true).1;
     }

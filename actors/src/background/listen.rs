@@ -17,7 +17,7 @@ use gantry_jobs::{Backoff, Job, JobError, Jobs, Outcome, Periodic, Schedule};
 const LISTEN_WAIT: Duration = Duration::from_secs(1);
 
 /// What a listener hands its handler.
-pub enum Heard<'a> {
+pub(crate) enum Heard<'a> {
     /// It (re)connected: whatever was sent before may have been missed.
     Connected,
     /// A notification's payload.
@@ -27,7 +27,7 @@ pub enum Heard<'a> {
 /// Listens on `channel` of the PostgreSQL database at `url` as job `name`,
 /// handing what it hears to `handle`, until `handle` answers false. It
 /// reconnects a second after a failure, every time.
-pub fn listen<F>(jobs: &Jobs, name: &str, url: &str, channel: &'static str, handle: F)
+pub(crate) fn listen<F>(jobs: &Jobs, name: &str, url: &str, channel: &'static str, handle: F)
 where
     F: FnMut(Heard<'_>) -> bool + Unpin + 'static,
 {

@@ -18,8 +18,8 @@
 mod leadership;
 mod listen;
 
-pub use leadership::campaign;
-pub use listen::{listen, Heard};
+pub(crate) use leadership::campaign;
+pub(crate) use listen::{listen, Heard};
 
 impl From<crate::error::EngineError> for gantry_jobs::JobError {
     fn from(e: crate::error::EngineError) -> Self {

@@ -21,7 +21,7 @@ use tracing::Instrument as _;
 /// after the first (`on_abort`, `ensure`).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct AbortBuild;
+pub(crate) struct AbortBuild;
 
 /// Leaves a running build to the next web node: its run stops where it is,
 /// writing nothing more (no event, no status), while its steps go on on
@@ -29,13 +29,13 @@ pub struct AbortBuild;
 /// stored events. Sent to every running build as the engine shuts down.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Detach;
+pub(crate) struct Detach;
 
 /// Running builds by id, so they can be aborted.
-pub type RunningBuilds = Arc<dashmap::DashMap<i64, Addr<Build>>>;
+pub(crate) type RunningBuilds = Arc<dashmap::DashMap<i64, Addr<Build>>>;
 
 /// One running build.
-pub struct Build {
+pub(crate) struct Build {
     /// Build id.
     id: i64,
     /// Owning team.
@@ -68,7 +68,7 @@ pub struct Build {
 
 impl Build {
     /// A one-off build ready to run; start it with [`Actor::start`].
-    pub fn new(
+    pub(crate) fn new(
         id: i64,
         team: String,
         plan: OneOffPlan,
@@ -81,7 +81,7 @@ impl Build {
 
     /// A build of `plan` ready to run, stopped (and errored) when it runs
     /// longer than `timeout`; start it with [`Actor::start`].
-    pub fn of_plan(
+    pub(crate) fn of_plan(
         id: i64,
         team: String,
         plan: Plan,
@@ -107,7 +107,7 @@ impl Build {
 
     /// The build's events so far end at `last` (it waited for its inputs
     /// and said so): its own follow them.
-    pub fn after_events(self, last: i64) -> Self {
+    pub(crate) fn after_events(self, last: i64) -> Self {
         Build {
             next_event: last + 1,
             ..self
@@ -115,13 +115,13 @@ impl Build {
     }
 
     /// This build runs `job` (none: a one-off build).
-    pub fn for_job(self, job: Option<JobRef>) -> Self {
+    pub(crate) fn for_job(self, job: Option<JobRef>) -> Self {
         Build { job, ..self }
     }
 
     /// The build was aborted before it started here (`aborted`: while no
     /// web node ran it); it starts stopped, its `on_abort` hooks run.
-    pub fn aborted_before_start(self, aborted: bool) -> Self {
+    pub(crate) fn aborted_before_start(self, aborted: bool) -> Self {
         Build { aborted, ..self }
     }
 
@@ -130,7 +130,7 @@ impl Build {
     /// its stored `events` (`(seq, json)` in order): its plan resumes where
     /// they say it was (a build whose plan had not begun runs from its
     /// start), its events following those stored.
-    pub fn taken_over(
+    pub(crate) fn taken_over(
         id: i64,
         team: String,
         (plan, timeout): (Plan, Option<Duration>),
@@ -158,7 +158,7 @@ impl Build {
     /// engine, not to the HTTP worker thread whose request created it (a
     /// stopping web node stops those threads, and with them what runs on
     /// them, before the engine detaches its builds).
-    pub fn spawn(self) -> Addr<Build> {
+    pub(crate) fn spawn(self) -> Addr<Build> {
         Build::start_in_arbiter(actix::System::current().arbiter(), move |_| self)
     }
 

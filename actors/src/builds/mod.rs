@@ -39,7 +39,7 @@ mod tests;
 mod turns;
 mod walker;
 
-pub use crate::steps::ImportLocks;
-pub use crate::steps::Plan;
-pub use actor::{AbortBuild, Build, Detach, RunningBuilds};
-pub use run::BuildDeps;
+pub(crate) use crate::steps::ImportLocks;
+pub(crate) use crate::steps::Plan;
+pub(crate) use actor::{AbortBuild, Build, Detach, RunningBuilds};
+pub(crate) use run::BuildDeps;

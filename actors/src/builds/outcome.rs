@@ -17,7 +17,7 @@ use gantry_wire::state::BuildStatus;
 
 /// How a node of the plan ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(super) enum Outcome {
     /// It did what it should: every step it ran that counts exited 0.
     Succeeded,
     /// It ran and did not succeed.
@@ -35,7 +35,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// How a step ended, `stop` being the signal it ran under.
-    pub fn of_step(result: Result<StepEnd, EngineError>, stop: &Stop) -> Outcome {
+    pub(super) fn of_step(result: Result<StepEnd, EngineError>, stop: &Stop) -> Outcome {
         match result {
             Ok(StepEnd::Exited(0)) => Outcome::Succeeded,
             Ok(StepEnd::Exited(n)) => Outcome::Failed {
@@ -48,24 +48,24 @@ impl Outcome {
     }
 
     /// Whether it succeeded.
-    pub fn succeeded(&self) -> bool {
+    pub(super) fn succeeded(&self) -> bool {
         *self == Outcome::Succeeded
     }
 
     /// Whether it failed (not errored, not stopped).
-    pub fn failed(&self) -> bool {
+    pub(super) fn failed(&self) -> bool {
         matches!(self, Outcome::Failed { .. })
     }
 
     /// Whether a stop ended it.
-    pub fn stopped(&self) -> bool {
+    pub(super) fn stopped(&self) -> bool {
         matches!(self, Outcome::Stopped(_))
     }
 
     /// Concourse's `context.Canceled`: an abort, or `fail_fast` stopping a
     /// sibling. `try` passes these on, `on_abort` runs on them, `on_error`
     /// does not.
-    pub fn cancelled(&self) -> bool {
+    pub(super) fn cancelled(&self) -> bool {
         matches!(
             self,
             Outcome::Stopped(StopReason::Abort | StopReason::FailFast)
@@ -74,7 +74,7 @@ impl Outcome {
 
     /// Concourse's errors other than a cancellation: errored, or stopped by
     /// a timeout. `on_error` runs on these.
-    pub fn errored_or_timed_out(&self) -> bool {
+    pub(super) fn errored_or_timed_out(&self) -> bool {
         matches!(
             self,
             Outcome::Errored(_) | Outcome::Stopped(StopReason::Timeout(_))
@@ -82,7 +82,7 @@ impl Outcome {
     }
 
     /// The outcome as node events tell it.
-    pub fn event(&self) -> NodeOutcome {
+    pub(super) fn event(&self) -> NodeOutcome {
         match self {
             Outcome::Succeeded => NodeOutcome::Succeeded,
             Outcome::Failed { .. } => NodeOutcome::Failed,
@@ -94,7 +94,7 @@ impl Outcome {
     }
 
     /// The exit status of the step that decided it, if one did.
-    pub fn exit_status(&self) -> Option<i32> {
+    pub(super) fn exit_status(&self) -> Option<i32> {
         match self {
             Outcome::Succeeded => Some(0),
             Outcome::Failed { exit_status, .. } => *exit_status,
@@ -103,7 +103,7 @@ impl Outcome {
     }
 
     /// Why it failed or errored, if there is a message.
-    pub fn message(&self) -> Option<String> {
+    pub(super) fn message(&self) -> Option<String> {
         match self {
             Outcome::Failed { message, .. } => message.clone(),
             Outcome::Errored(message) => Some(message.clone()),
@@ -113,7 +113,7 @@ impl Outcome {
 
     /// The errors of two nodes as one (Concourse's multierror); `None` when
     /// neither errored.
-    pub fn join_errors(a: &Outcome, b: &Outcome) -> Option<Outcome> {
+    pub(super) fn join_errors(a: &Outcome, b: &Outcome) -> Option<Outcome> {
         let messages: Vec<&str> = [a, b]
             .into_iter()
             .filter_map(|o| match o {
@@ -128,7 +128,7 @@ impl Outcome {
     /// ended this way; `stopped` is why the build itself was stopped, if it
     /// was (that wins over what the plan made of it, e.g. a `try` that
     /// swallowed the build's timeout).
-    pub fn build_status(
+    pub(super) fn build_status(
         &self,
         stopped: Option<StopReason>,
     ) -> (BuildStatus, Option<i32>, Option<String>) {
@@ -162,7 +162,7 @@ impl Outcome {
 }
 
 /// A duration as messages show it: whole seconds as `5s`, else milliseconds.
-pub fn duration(d: Duration) -> String {
+pub(super) fn duration(d: Duration) -> String {
     if d.subsec_millis() == 0 {
         format!("{}s", d.as_secs())
     } else {

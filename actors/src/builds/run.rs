@@ -31,7 +31,7 @@ pub(super) const PROBE_INTERVAL: Duration = Duration::from_millis(200);
 
 /// What every build needs from the web node.
 #[derive(Clone)]
-pub struct BuildDeps {
+pub(crate) struct BuildDeps {
     /// Where builds, events and rows are stored.
     pub db: Db,
     /// Live event fan-out.

@@ -7,7 +7,7 @@ use gantry_wire::state::BuildStatus;
 
 /// A stored build: the database layer decodes it straight into the type
 /// the API answers ([`crate::views::Build`]).
-pub type BuildRow = crate::views::Build;
+pub(super) type BuildRow = crate::views::Build;
 
 /// Which builds a page lists (`GET /api/v1/builds`): every filter given
 /// must match.
@@ -47,7 +47,7 @@ type Raw = (
 
 /// The channel a stored event is announced on (PostgreSQL `NOTIFY`, the
 /// payload the build's id), so followers on every web node read it at once.
-pub const EVENTS_CHANNEL: &str = "gantry_events";
+pub(crate) const EVENTS_CHANNEL: &str = "gantry_events";
 
 const COLUMNS: &str =
     "id, team, status, plan, worker, exit_status, error, created_at, finished_at, pipeline, job, build_number, waiting, rerun_of, rerun_number";
@@ -75,7 +75,7 @@ fn decode(r: Raw) -> Result<BuildRow, EngineError> {
 
 /// A job build's name: its number `n`, `n.m` for the m-th rerun of
 /// build `n`.
-pub fn build_name(n: i64, rerun: Option<i64>) -> String {
+pub(super) fn build_name(n: i64, rerun: Option<i64>) -> String {
     match rerun {
         Some(m) => format!("{n}.{m}"),
         None => n.to_string(),

@@ -30,7 +30,7 @@ impl HandleKind {
 
 /// A stored container or volume, decoded straight into the type the API
 /// answers ([`crate::views::Handle`]).
-pub type HandleRow = crate::views::Handle;
+pub(super) type HandleRow = crate::views::Handle;
 
 /// Who keeps a container or volume, in words.
 fn owner_of(build: Option<i64>, step: Option<&str>, artifact: Option<&str>) -> String {

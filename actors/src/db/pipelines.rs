@@ -151,7 +151,7 @@ pub(super) fn pipeline_row(
 
 /// In a resource's scope given to [`Db::set_pipeline`], stands for the
 /// pipeline's id (not known before a new pipeline is stored).
-pub const PIPELINE_ID: &str = "{pipeline_id}";
+pub(crate) const PIPELINE_ID: &str = "{pipeline_id}";
 
 /// Jobs written by one statement when a pipeline is stored (401
 /// parameters, well under SQLite's oldest limit of 999).

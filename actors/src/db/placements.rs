@@ -17,7 +17,7 @@ use crate::error::EngineError;
 use crate::placement::Load;
 
 /// The channel a release is announced on (PostgreSQL `NOTIFY`).
-pub const RELEASES_CHANNEL: &str = "gantry_placements";
+pub(crate) const RELEASES_CHANNEL: &str = "gantry_placements";
 
 /// Advisory lock key held while a placement is decided.
 const LEDGER_LOCK: i64 = 0x6761_6e74_7279_4c44; // "gantryLD"

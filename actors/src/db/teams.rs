@@ -7,7 +7,7 @@ use gantry_wire::state::BuildStatus;
 
 /// A team, decoded straight into the type the API answers
 /// ([`crate::views::Team`]).
-pub type TeamRow = crate::views::Team;
+pub(super) type TeamRow = crate::views::Team;
 
 /// A team token, without its secret.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -34,7 +34,7 @@ impl WebNodeRow {
 
 /// The channel a node leaving the database announces itself on (PostgreSQL
 /// `NOTIFY`), so another node takes its builds over at once.
-pub const DEPARTURES_CHANNEL: &str = "gantry_web_nodes";
+pub(crate) const DEPARTURES_CHANNEL: &str = "gantry_web_nodes";
 
 impl Db {
     /// Now, by the database server's clock on PostgreSQL (by this node's

@@ -3,7 +3,7 @@
 use crate::db::{now_ms, Db};
 
 /// How many sequence numbers a web node reserves at once.
-pub const SEQUENCE_BLOCK: i64 = 64;
+pub(super) const SEQUENCE_BLOCK: i64 = 64;
 use super::states::{decode, sql_list};
 use crate::error::EngineError;
 use gantry_wire::worker_info::{WorkerRegistration, WorkerState};
@@ -84,7 +84,7 @@ fn seal_context(name: &str, field: &str) -> String {
 
 /// A new identity secret for a worker (256 random bits, hex), issued at
 /// its first registration.
-pub fn new_identity_secret() -> String {
+pub(crate) fn new_identity_secret() -> String {
     use rand::RngCore as _;
     let mut bytes = [0u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut bytes);
@@ -92,7 +92,7 @@ pub fn new_identity_secret() -> String {
 }
 
 /// SHA-256 (hex) of a worker's identity secret: what the database keeps.
-pub fn identity_hash(secret: &str) -> String {
+pub(crate) fn identity_hash(secret: &str) -> String {
     use sha2::Digest as _;
     sha2::Sha256::digest(secret.as_bytes())
         .iter()

@@ -66,7 +66,7 @@ use gantry_wire::runtime::WorkerConnector;
 
 /// How long shutdown waits for the background jobs' current ticks and the
 /// owned tasks before it reports what is left and goes on.
-pub const SHUTDOWN_BOUND: std::time::Duration = std::time::Duration::from_secs(20);
+pub(crate) const SHUTDOWN_BOUND: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// How long a build taken over waits for a step's worker to answer again,
 /// unless configured (`EngineConfig::worker_return_timeout`).
@@ -414,7 +414,7 @@ impl Engine {
 }
 
 /// Name of the job that hears of events other web nodes store.
-pub const EVENTS_JOB: &str = "build-events";
+pub(crate) const EVENTS_JOB: &str = "build-events";
 
 /// Several web nodes: each event another node stores wakes this node's
 /// followers of its build at once (PostgreSQL `LISTEN`), so they read it

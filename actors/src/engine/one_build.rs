@@ -23,11 +23,11 @@ use gantry_jobs::{Job, JobError, Outcome, Periodic, Schedule};
 const EVERY: Duration = Duration::from_secs(1);
 
 /// Name of the job's row in the jobs table.
-pub const ONE_BUILD_JOB: &str = "one-build-workers";
+pub(super) const ONE_BUILD_JOB: &str = "one-build-workers";
 
 /// Starts the job, led by `leader` (the node leading the pipelines' jobs).
 /// Must be called inside the actix System.
-pub fn start(engine: &Engine, leader: tokio::sync::watch::Receiver<bool>) {
+pub(super) fn start(engine: &Engine, leader: tokio::sync::watch::Receiver<bool>) {
     Periodic::new(
         RetireOneBuild {
             engine: engine.clone(),

@@ -51,7 +51,7 @@ const DECIDE_AT_ONCE: usize = 4;
 /// Starts both jobs, led by the `pipelines` role; answers the lead, which
 /// other fleet-wide jobs follow too (one campaign, one held connection).
 /// Must be called inside the actix System.
-pub fn start(engine: &Engine) -> tokio::sync::watch::Receiver<bool> {
+pub(super) fn start(engine: &Engine) -> tokio::sync::watch::Receiver<bool> {
     let every = engine.config.pipelines.interval;
     let leader = campaign(
         &engine.db,

@@ -65,10 +65,10 @@ pub struct WebNodeView {
 }
 
 /// Name of the node heartbeat's row in the jobs table.
-pub const NODE_HEARTBEAT_JOB: &str = "web-node-heartbeat";
+pub(super) const NODE_HEARTBEAT_JOB: &str = "web-node-heartbeat";
 
 /// Name of the job that hears of nodes leaving on purpose.
-pub const DEPARTURES_JOB: &str = "web-node-departures";
+pub(super) const DEPARTURES_JOB: &str = "web-node-departures";
 
 impl Engine {
     /// Joins the web nodes of the database: refuses to start when a live

@@ -17,7 +17,7 @@ use gantry_wire::worker_info::{Heartbeat, WorkerRegistration, WorkerView};
 
 /// How long the web node waits for a registering worker's agent to answer
 /// its probe.
-pub const AGENT_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+pub(super) const AGENT_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Engine {
     /// Registers (or re-registers) a worker this web node vouches for (its

@@ -98,7 +98,7 @@ impl Rule {
 
 /// What the Collector's rules need.
 #[derive(Clone)]
-pub struct CollectorDeps {
+pub(crate) struct CollectorDeps {
     /// The database.
     pub db: Db,
     /// The web node's artifact store (artifacts that go are deleted there).
@@ -113,7 +113,11 @@ pub struct CollectorDeps {
 
 /// Runs `rule` once at `now_ms`; answers how many rows (or artifacts) it
 /// changed.
-pub async fn run_rule(rule: Rule, deps: &CollectorDeps, now_ms: i64) -> Result<u64, EngineError> {
+pub(crate) async fn run_rule(
+    rule: Rule,
+    deps: &CollectorDeps,
+    now_ms: i64,
+) -> Result<u64, EngineError> {
     let db = &deps.db;
     let cfg = &deps.config;
     match rule {
@@ -150,7 +154,7 @@ pub struct RuleStats {
 
 /// The statistics of every rule, shared with `/metrics`.
 #[derive(Debug, Clone, Default)]
-pub struct CollectorStats(Arc<Mutex<BTreeMap<Rule, RuleStats>>>);
+pub(crate) struct CollectorStats(Arc<Mutex<BTreeMap<Rule, RuleStats>>>);
 
 impl CollectorStats {
     /// Records one run of `rule` that took `took`.
@@ -168,14 +172,14 @@ impl CollectorStats {
     }
 
     /// Every rule that ran, with its statistics.
-    pub fn snapshot(&self) -> Vec<(Rule, RuleStats)> {
+    pub(crate) fn snapshot(&self) -> Vec<(Rule, RuleStats)> {
         let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
         map.iter().map(|(r, s)| (*r, s.clone())).collect()
     }
 }
 
 /// The background job of one rule.
-pub struct RuleJob {
+pub(crate) struct RuleJob {
     /// Its rule.
     rule: Rule,
     /// What the rule needs.
@@ -203,7 +207,7 @@ impl Job for RuleJob {
 
 /// Starts one [`Periodic`] job per rule, reporting into `jobs` and
 /// `stats` (nothing when the Collector is disabled).
-pub fn start_collector(deps: &CollectorDeps, stats: &CollectorStats, jobs: &Jobs) {
+pub(crate) fn start_collector(deps: &CollectorDeps, stats: &CollectorStats, jobs: &Jobs) {
     if !deps.config.enabled {
         return;
     }

@@ -3,10 +3,10 @@
 //! Sweeper reports what it has and destroys what the web node answers.
 
 // The Collector and its rules.
-pub mod collector;
-pub mod rules_artifacts;
-pub mod rules_handles;
-pub mod rules_pressure;
+pub(crate) mod collector;
+pub(crate) mod rules_artifacts;
+pub(crate) mod rules_handles;
+pub(crate) mod rules_pressure;
 
 #[cfg(test)]
 mod rules_pressure_tests;
@@ -14,5 +14,5 @@ mod rules_pressure_tests;
 mod rules_tests;
 
 // The sweep protocol: worker reports, the GC epoch, reconciliation.
-pub mod reconcile;
-pub mod sweep;
+pub(crate) mod reconcile;
+pub(crate) mod sweep;

@@ -9,7 +9,7 @@ use gantry_wire::state::HandleState;
 
 /// The verdict on one kind (containers or volumes) of one report.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// What to write in the database.
     pub writes: SweepWrites,
     /// Handles the worker is to destroy.
@@ -31,7 +31,12 @@ pub struct Verdict {
 /// - a row seen again is no longer missing;
 /// - a `creating` row is never judged;
 /// - a reported handle with no row is unknown: the worker destroys it.
-pub fn judge(rows: &[SweepRow], reported: &[String], epoch: i64, new_incarnation: bool) -> Verdict {
+pub(crate) fn judge(
+    rows: &[SweepRow],
+    reported: &[String],
+    epoch: i64,
+    new_incarnation: bool,
+) -> Verdict {
     let present: HashSet<&str> = reported.iter().map(String::as_str).collect();
     let mut known: HashSet<&str> = HashSet::with_capacity(rows.len());
     let mut v = Verdict::default();

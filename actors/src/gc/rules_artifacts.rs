@@ -61,7 +61,7 @@ impl ArtifactAges {
 /// `destroying` the volumes of forgotten caches (leftovers of
 /// [`clear_task_caches`]) that no running build may mount any more.
 /// Answers how many caches and leftovers went.
-pub async fn task_caches(db: &Db, now_ms: i64) -> Result<u64, EngineError> {
+pub(crate) async fn task_caches(db: &Db, now_ms: i64) -> Result<u64, EngineError> {
     let mut n = 0;
     for row in db.expired_task_caches(now_ms).await? {
         // Only while unused since it was listed: a build that used it
@@ -79,7 +79,7 @@ pub async fn task_caches(db: &Db, now_ms: i64) -> Result<u64, EngineError> {
 /// is marked `destroying` at once unless a running build may still mount
 /// it; such a volume is kept as a leftover until that build has ended, and
 /// the `task-caches` rule then marks it. Answers how many caches went.
-pub async fn clear_task_caches(
+pub(crate) async fn clear_task_caches(
     db: &Db,
     team: &str,
     pipeline: &str,
@@ -97,7 +97,7 @@ pub async fn clear_task_caches(
 /// their age, then deletes every artifact nothing owns any more (see
 /// [`Db::collectable_artifacts`]): its data from `store`, then its row, its
 /// volumes marked `destroying`. Answers how many artifacts and caches went.
-pub async fn artifacts(
+pub(crate) async fn artifacts(
     db: &Db,
     store: &dyn ArtifactStore,
     now_ms: i64,

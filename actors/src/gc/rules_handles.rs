@@ -23,7 +23,7 @@ pub(crate) fn ms(d: Duration) -> i64 {
 /// session together with every volume of its build on its worker. Rows of
 /// no build (images, task caches) are not touched. Answers how many rows
 /// it marked.
-pub async fn ended_builds(db: &Db, intercepts: &Intercepts) -> Result<u64, EngineError> {
+pub(crate) async fn ended_builds(db: &Db, intercepts: &Intercepts) -> Result<u64, EngineError> {
     let mut marked = 0;
     let mut kept: HashSet<(i64, String)> = HashSet::new();
     for c in db.released_build_handles(HandleKind::Container).await? {
@@ -49,7 +49,7 @@ pub async fn ended_builds(db: &Db, intercepts: &Intercepts) -> Result<u64, Engin
 
 /// `missing`: deletes containers and volumes missing from their worker's
 /// reports for longer than `grace` at `now_ms`. Answers how many.
-pub async fn missing(db: &Db, now_ms: i64, grace: Duration) -> Result<u64, EngineError> {
+pub(crate) async fn missing(db: &Db, now_ms: i64, grace: Duration) -> Result<u64, EngineError> {
     let before = now_ms.saturating_sub(ms(grace));
     let mut n = 0;
     for kind in [HandleKind::Container, HandleKind::Volume] {
@@ -61,7 +61,11 @@ pub async fn missing(db: &Db, now_ms: i64, grace: Duration) -> Result<u64, Engin
 /// `failed-creations`: marks `destroying` the rows still `creating` for
 /// longer than `limit` at `now_ms` whose build has ended (or that have
 /// none), and `failed` rows of no build as old. Answers how many.
-pub async fn failed_creations(db: &Db, now_ms: i64, limit: Duration) -> Result<u64, EngineError> {
+pub(crate) async fn failed_creations(
+    db: &Db,
+    now_ms: i64,
+    limit: Duration,
+) -> Result<u64, EngineError> {
     let before = now_ms.saturating_sub(ms(limit));
     let mut n = 0;
     for kind in [HandleKind::Container, HandleKind::Volume] {
@@ -72,6 +76,6 @@ pub async fn failed_creations(db: &Db, now_ms: i64, limit: Duration) -> Result<u
 
 /// `removed-workers`: deletes the containers, volumes and task caches of
 /// workers no longer registered (pruned or retired). Answers how many.
-pub async fn removed_workers(db: &Db) -> Result<u64, EngineError> {
+pub(crate) async fn removed_workers(db: &Db) -> Result<u64, EngineError> {
     db.delete_rows_of_removed_workers().await
 }

@@ -48,7 +48,7 @@ impl Default for DiskPressure {
 
 /// Reports of a worker after which the rule drops another batch even though
 /// some volume of the last one still has a row (its destroy failed).
-pub const PATIENCE: u64 = 3;
+pub(crate) const PATIENCE: u64 = 3;
 
 /// What the rule did last on one worker.
 #[derive(Debug, Clone, Default)]
@@ -63,7 +63,7 @@ struct Acted {
 /// What the rule remembers between runs: the last report it acted on per
 /// worker, and what it dropped then.
 #[derive(Debug, Clone, Default)]
-pub struct PressureMemory(Arc<Mutex<HashMap<String, Acted>>>);
+pub(crate) struct PressureMemory(Arc<Mutex<HashMap<String, Acted>>>);
 
 impl PressureMemory {
     fn get(&self, worker: &str) -> Acted {
@@ -88,7 +88,7 @@ impl PressureMemory {
 /// up to `cfg.batch` of its least-recently-used task caches that no running
 /// build may mount, once the last batch is destroyed (or [`PATIENCE`]
 /// reports later). Answers how many caches went.
-pub async fn disk_pressure(
+pub(crate) async fn disk_pressure(
     db: &Db,
     memory: &PressureMemory,
     cfg: &DiskPressure,

@@ -25,7 +25,7 @@ use gantry_wire::sweep::{DiskUsage, SweepAnswer, SweepReport};
 /// one this web node has reconciled from it (the `disk-pressure` rule acts
 /// once per new report).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct VolumeStoreReport {
+pub(crate) struct VolumeStoreReport {
     /// The usage, as last reported.
     pub usage: DiskUsage,
     /// Reports with a usage received from the worker, 1 for the first

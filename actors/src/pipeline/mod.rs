@@ -17,27 +17,29 @@
 //! refuses is what Concourse refuses, plus vars it cannot fill (var
 //! sources) when vars are required.
 
-pub mod model;
+pub(crate) mod model;
 mod parse_pipeline;
 mod parse_step;
 mod read;
-pub mod step;
+pub(crate) mod step;
 mod validate;
-pub mod vars;
+pub(crate) mod vars;
 
 #[cfg(test)]
 mod tests;
 
 use serde_yaml::Value;
 
-pub use model::{Job, Pipeline, Resource};
-pub use read::Params;
-pub use step::{
+pub use model::Pipeline;
+pub(crate) use model::{Job, Resource};
+pub(crate) use read::Params;
+pub(crate) use step::{
     Across, GetStep, Hooks, LoadVarStep, MaxInFlight, PutInputs, PutStep, Step, StepKind, TaskStep,
     Timeout, VersionSpec,
 };
 pub use validate::MAX_NAME;
-pub use vars::{interpolate, Vars};
+pub(crate) use vars::interpolate;
+pub use vars::Vars;
 
 /// A checked document: a pipeline, or a bare plan.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,7 +55,7 @@ pub enum Document {
 /// once it is known to stay within the bounds of
 /// [`crate::bounded_yaml`]. The one problem it can have is returned as a
 /// single line.
-pub fn parse_yaml(text: &str, what: &str) -> Result<Value, String> {
+pub(crate) fn parse_yaml(text: &str, what: &str) -> Result<Value, String> {
     if let Some(line) = text
         .lines()
         .find(|l| l.trim_start().starts_with("#@") || l.contains(" #@ "))
@@ -79,14 +81,14 @@ pub fn parse_yaml(text: &str, what: &str) -> Result<Value, String> {
 ///
 /// A document checked with unfilled vars is for reporting: fields held by
 /// vars read as absent.
-pub fn check(doc: &Value, vars_may_be_unfilled: bool) -> Result<Document, Vec<String>> {
+pub(crate) fn check(doc: &Value, vars_may_be_unfilled: bool) -> Result<Document, Vec<String>> {
     check_warned(doc, vars_may_be_unfilled).0
 }
 
 /// [`check`], with the warnings found: what is accepted but not taken as
 /// written (e.g. a `get`'s `version: some-string`, taken as `latest`),
 /// each with its path.
-pub fn check_warned(
+pub(crate) fn check_warned(
     doc: &Value,
     vars_may_be_unfilled: bool,
 ) -> (Result<Document, Vec<String>>, Vec<String>) {

@@ -15,7 +15,7 @@ use serde_yaml::{Mapping, Value};
 use super::vars::{find_vars, VarRef};
 
 /// Free-form values (`params`, `source`, `vars`): string keys, any values.
-pub type Params = BTreeMap<String, Value>;
+pub(crate) type Params = BTreeMap<String, Value>;
 
 /// Collects problems while reading a document.
 #[derive(Debug, Default)]
@@ -52,7 +52,7 @@ pub(crate) fn kind_of(v: &Value) -> &'static str {
 
 impl Reader {
     /// Records a problem at a path.
-    pub fn problem(&mut self, at: &str, message: impl Display) {
+    pub(super) fn problem(&mut self, at: &str, message: impl Display) {
         if at.is_empty() {
             self.problems.push(message.to_string());
         } else {
@@ -62,13 +62,13 @@ impl Reader {
 
     /// Records a warning at a path: something accepted but not taken as
     /// written (shown by `set-pipeline` and `validate-plan`).
-    pub fn warn(&mut self, at: &str, message: impl Display) {
+    pub(super) fn warn(&mut self, at: &str, message: impl Display) {
         self.warnings.push(format!("{at}: {message}"));
     }
 
     /// Whether a value is a string holding vars that are filled later, so
     /// its type cannot be checked now.
-    pub fn deferred(&self, v: &Value) -> bool {
+    pub(super) fn deferred(&self, v: &Value) -> bool {
         let Value::String(s) = v else { return false };
         let vars = find_vars(s);
         !vars.is_empty()
@@ -82,7 +82,7 @@ impl Reader {
     /// mapping): one held wholly by a build-local var (`((.:name))`) is a
     /// problem at `at`, since those are filled only inside strings when the
     /// step runs and the field would be lost.
-    pub fn deferred_typed(&mut self, v: &Value, at: &str) -> bool {
+    pub(super) fn deferred_typed(&mut self, v: &Value, at: &str) -> bool {
         if !self.deferred(v) {
             return false;
         }
@@ -104,7 +104,7 @@ impl Reader {
 
     /// A mapping, with its unknown keys reported (`what` names the thing
     /// for the message, e.g. "a resource").
-    pub fn mapping<'a>(
+    pub(super) fn mapping<'a>(
         &mut self,
         v: &'a Value,
         at: &str,
@@ -124,7 +124,7 @@ impl Reader {
     }
 
     /// Reports every key of `m` not in `known`.
-    pub fn unknown_keys(&mut self, m: &Mapping, at: &str, what: &str, known: &[&str]) {
+    pub(super) fn unknown_keys(&mut self, m: &Mapping, at: &str, what: &str, known: &[&str]) {
         for k in m.keys() {
             let name = match k.as_str() {
                 Some(s) => s.to_string(),
@@ -143,7 +143,7 @@ impl Reader {
     }
 
     /// A required string field.
-    pub fn required_str(&mut self, m: &Mapping, key: &str, at: &str) -> String {
+    pub(super) fn required_str(&mut self, m: &Mapping, key: &str, at: &str) -> String {
         match m.get(key) {
             None | Some(Value::Null) => {
                 self.problem(at, format!("missing field {key}"));
@@ -154,7 +154,7 @@ impl Reader {
     }
 
     /// An optional string field.
-    pub fn opt_str(&mut self, m: &Mapping, key: &str, at: &str) -> Option<String> {
+    pub(super) fn opt_str(&mut self, m: &Mapping, key: &str, at: &str) -> Option<String> {
         match m.get(key) {
             None | Some(Value::Null) => None,
             Some(v) => self.str(v, &join(at, key)),
@@ -162,7 +162,7 @@ impl Reader {
     }
 
     /// A string value (vars inside it included).
-    pub fn str(&mut self, v: &Value, at: &str) -> Option<String> {
+    pub(super) fn str(&mut self, v: &Value, at: &str) -> Option<String> {
         match v {
             Value::String(s) => Some(s.clone()),
             _ => {
@@ -173,7 +173,7 @@ impl Reader {
     }
 
     /// An optional boolean field (absent: false).
-    pub fn bool(&mut self, m: &Mapping, key: &str, at: &str) -> bool {
+    pub(super) fn bool(&mut self, m: &Mapping, key: &str, at: &str) -> bool {
         match m.get(key) {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
@@ -189,7 +189,7 @@ impl Reader {
     }
 
     /// An optional integer field.
-    pub fn int(&mut self, m: &Mapping, key: &str, at: &str) -> Option<i64> {
+    pub(super) fn int(&mut self, m: &Mapping, key: &str, at: &str) -> Option<i64> {
         match m.get(key) {
             None | Some(Value::Null) => None,
             Some(Value::Number(n)) if n.as_i64().is_some() => n.as_i64(),
@@ -205,7 +205,7 @@ impl Reader {
     }
 
     /// An optional integer field that must be at least 1.
-    pub fn positive(&mut self, m: &Mapping, key: &str, at: &str) -> Option<u32> {
+    pub(super) fn positive(&mut self, m: &Mapping, key: &str, at: &str) -> Option<u32> {
         let n = self.int(m, key, at)?;
         match u32::try_from(n) {
             Ok(n) if n >= 1 => Some(n),
@@ -217,7 +217,7 @@ impl Reader {
     }
 
     /// An optional non-negative integer field.
-    pub fn non_negative(&mut self, m: &Mapping, key: &str, at: &str) -> Option<u32> {
+    pub(super) fn non_negative(&mut self, m: &Mapping, key: &str, at: &str) -> Option<u32> {
         let n = self.int(m, key, at)?;
         match u32::try_from(n) {
             Ok(n) => Some(n),
@@ -229,7 +229,7 @@ impl Reader {
     }
 
     /// An optional list of strings (absent: empty).
-    pub fn strings(&mut self, m: &Mapping, key: &str, at: &str) -> Vec<String> {
+    pub(super) fn strings(&mut self, m: &Mapping, key: &str, at: &str) -> Vec<String> {
         let at = join(at, key);
         let items = match m.get(key) {
             None | Some(Value::Null) => return Vec::new(),
@@ -251,7 +251,7 @@ impl Reader {
     }
 
     /// An optional mapping of string keys to any values (absent: empty).
-    pub fn params(&mut self, m: &Mapping, key: &str, at: &str) -> Params {
+    pub(super) fn params(&mut self, m: &Mapping, key: &str, at: &str) -> Params {
         let at = join(at, key);
         match m.get(key) {
             None | Some(Value::Null) => Params::new(),
@@ -274,7 +274,12 @@ impl Reader {
     }
 
     /// An optional mapping of string keys to string values.
-    pub fn string_map(&mut self, m: &Mapping, key: &str, at: &str) -> BTreeMap<String, String> {
+    pub(super) fn string_map(
+        &mut self,
+        m: &Mapping,
+        key: &str,
+        at: &str,
+    ) -> BTreeMap<String, String> {
         let params = self.params(m, key, at);
         let at = join(at, key);
         params

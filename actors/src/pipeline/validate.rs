@@ -22,7 +22,7 @@ pub const MAX_NAME: usize = 128;
 /// rule of the names in the API's paths: at most [`MAX_NAME`] bytes, no
 /// control characters. A name the config cannot give could not be named
 /// by any route either.
-pub fn check_name(at: &str, name: &str) -> Result<(), String> {
+pub(super) fn check_name(at: &str, name: &str) -> Result<(), String> {
     gantry_wire::worker_info::check_text(at, name, MAX_NAME, true)
 }
 

@@ -97,7 +97,7 @@ fn find_unquoted(s: &str, wanted: char) -> Option<usize> {
 /// The vars of a string: each `((...))` whose text is a var name, with its
 /// byte range (the parentheses included). Mirrors Concourse's pattern
 /// `\(\((([-/\.\w\pL]+\:)?[-/\.:@"\w\pL]+)\)\)`.
-pub fn find_vars(s: &str) -> Vec<(std::ops::Range<usize>, String)> {
+pub(crate) fn find_vars(s: &str) -> Vec<(std::ops::Range<usize>, String)> {
     let mut found = Vec::new();
     let mut from = 0;
     while let Some(open) = s[from..].find("((").map(|i| i + from) {
@@ -131,13 +131,13 @@ fn is_var_body(body: &str) -> bool {
 
 /// Whether a string holds at least one var.
 #[cfg(test)]
-pub fn has_vars(s: &str) -> bool {
+pub(crate) fn has_vars(s: &str) -> bool {
     !find_vars(s).is_empty()
 }
 
 /// Whether a string is exactly one var (its value then keeps its YAML type).
 #[cfg(test)]
-pub fn whole_var(s: &str) -> Option<String> {
+pub(crate) fn whole_var(s: &str) -> Option<String> {
     match find_vars(s).as_slice() {
         [(range, body)] if range.start == 0 && range.end == s.len() => Some(body.clone()),
         _ => None,
@@ -272,7 +272,7 @@ impl From<BTreeMap<String, Value>> for Vars {
 /// Fills every var of a document. Build-local vars (`((.:name))`) are left
 /// for the build; any other var that cannot be filled is a problem naming it
 /// (and where it is first used), each var once.
-pub fn interpolate(doc: &Value, vars: &Vars) -> Result<Value, Vec<String>> {
+pub(crate) fn interpolate(doc: &Value, vars: &Vars) -> Result<Value, Vec<String>> {
     Filler::new(Some(vars), Locals::Keep).fill(doc)
 }
 
@@ -281,7 +281,11 @@ pub fn interpolate(doc: &Value, vars: &Vars) -> Result<Value, Vec<String>> {
 /// With `strict`, a local var `locals` lacks is a problem naming it (what a
 /// step about to run needs); without, it stays for later (an `across`
 /// combination filling only its own vars).
-pub fn interpolate_local(doc: &Value, locals: &Vars, strict: bool) -> Result<Value, Vec<String>> {
+pub(crate) fn interpolate_local(
+    doc: &Value,
+    locals: &Vars,
+    strict: bool,
+) -> Result<Value, Vec<String>> {
     let mode = if strict {
         Locals::Require(locals)
     } else {
@@ -294,7 +298,7 @@ pub fn interpolate_local(doc: &Value, locals: &Vars, strict: bool) -> Result<Val
 /// Concourse does: its plain vars from the step's `vars` (the pipeline's
 /// vars do not reach it), its build-local vars from the build's; every var
 /// must be filled.
-pub fn interpolate_task_file(
+pub(crate) fn interpolate_task_file(
     doc: &Value,
     task_vars: &Vars,
     locals: &Vars,

@@ -17,7 +17,7 @@ use super::{At, Plan};
 /// translated on their own) holds a build-local var: for a step with
 /// `across`, its values; else its kind's fields (a leaf kind's) and its
 /// `timeout`. Such a step is deferred until it runs.
-pub fn holds_own_locals(step: &PipelineStep) -> bool {
+pub(super) fn holds_own_locals(step: &PipelineStep) -> bool {
     if let Some(across) = &step.across {
         return across.vars.iter().any(|v| holds_locals(&v.values));
     }
@@ -49,7 +49,7 @@ fn holds_locals(v: &Value) -> bool {
 /// (every one must be known): its `across` values for an `across` step,
 /// else its leaf kind's fields and its `timeout`. What is inside it is
 /// left for when it runs.
-pub fn fill_own(step: &PipelineStep, locals: &Vars) -> Result<PipelineStep, Vec<String>> {
+pub(crate) fn fill_own(step: &PipelineStep, locals: &Vars) -> Result<PipelineStep, Vec<String>> {
     let mut out = step.clone();
     if let Some(across) = &mut out.across {
         for var in &mut across.vars {
@@ -127,7 +127,7 @@ fn fill_timeout(t: &Timeout, locals: &Vars, strict: bool) -> Result<Timeout, Vec
 /// combination as the suffix of its steps' names (a secret value redacted,
 /// with the combination's position: `[w=((redacted)),#2]`); a combination
 /// given twice is refused (two steps would share a name).
-pub fn expand_across(
+pub(super) fn expand_across(
     across: &Across,
     body: &PipelineStep,
     at: &At,

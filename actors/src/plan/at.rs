@@ -55,7 +55,7 @@ impl At {
 }
 
 /// `step "NAME": ` for a step with a name, else `KIND step: `.
-pub fn step_label(step: &Step, at: &At) -> String {
+pub(crate) fn step_label(step: &Step, at: &At) -> String {
     match step_name(&step.kind) {
         Some(name) => format!("step {:?}: ", at.name(name)),
         None => format!("{} step: ", step.kind.key()),
@@ -63,7 +63,7 @@ pub fn step_label(step: &Step, at: &At) -> String {
 }
 
 /// The name of a step of a kind that has one.
-pub fn step_name(kind: &StepKind) -> Option<&str> {
+pub(super) fn step_name(kind: &StepKind) -> Option<&str> {
     match kind {
         StepKind::Task(t) => Some(&t.name),
         StepKind::Get(g) => Some(&g.name),

@@ -13,7 +13,7 @@ use serde_yaml::Value;
 use crate::pipeline::Vars;
 
 /// What replaces a secret value in the build log (Concourse's text).
-pub const REDACTED: &str = "((redacted))";
+pub(super) const REDACTED: &str = "((redacted))";
 
 /// The build-local vars of one build, shared by its steps.
 #[derive(Debug, Clone, Default)]

@@ -28,16 +28,17 @@ mod resources;
 mod translate;
 mod tree;
 
-pub use across::fill_own;
-pub use at::{step_label, At};
-pub use defs::{
+pub(crate) use across::fill_own;
+pub(crate) use at::{step_label, At};
+pub(crate) use defs::{
     CheckStep, DeferredStep, Format, GetStep, LoadVarStep, PutInputs, PutStep, SetPipelineStep,
     StepDef, TaskStep,
 };
-pub use job_ref::JobRef;
-pub use local_vars::LocalVars;
+pub(crate) use job_ref::JobRef;
+pub(crate) use local_vars::LocalVars;
 pub use one_off::{OneOffPlan, ONE_OFF_STEP};
 pub use pipeline_ref::{check_pipeline_name, instance_vars_text, set_dotted, PipelineRef};
 pub use resources::CheckPlan;
-pub use translate::{default_pipeline_name, job_plan, step_plan, task_step, JobPlan};
-pub use tree::{Hooks, Leaf, Plan};
+pub use translate::{default_pipeline_name, JobPlan};
+pub(crate) use translate::{job_plan, step_plan, task_step};
+pub(crate) use tree::{Hooks, Leaf, Plan};

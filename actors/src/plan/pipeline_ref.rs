@@ -152,7 +152,7 @@ fn find_unquoted(s: &str, stop: char, nested: bool) -> Option<usize> {
 }
 
 /// Parses `k:v,k2:v2` (fly's `unmarshalInstanceVars`).
-pub fn parse_instance_vars(text: &str) -> Result<Map<String, Value>, String> {
+pub(super) fn parse_instance_vars(text: &str) -> Result<Map<String, Value>, String> {
     let mut vars = Map::new();
     let mut rest = text;
     while let Some(colon) = find_unquoted(rest, ':', false) {

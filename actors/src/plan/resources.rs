@@ -45,7 +45,7 @@ fn params(step: &str, what: &str, p: &pipeline::Params) -> Result<Value, EngineE
 /// version (`every` means something only to a scheduler of triggers);
 /// a pinned version, the step's or the resource's, is fetched as it is.
 /// `name`: the step's name in the build (an `across` copy's is suffixed).
-pub fn get_step(
+pub(super) fn get_step(
     pipeline: &Pipeline,
     get: &pipeline::GetStep,
     name: &str,
@@ -73,7 +73,7 @@ pub fn get_step(
 
 /// The step running a `put` and its implicit get; `name` as for
 /// [`get_step`].
-pub fn put_step(
+pub(super) fn put_step(
     pipeline: &Pipeline,
     put: &pipeline::PutStep,
     name: &str,

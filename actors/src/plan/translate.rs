@@ -155,7 +155,7 @@ fn pin_inputs(job: &mut pipeline::Job, inputs: &BTreeMap<String, BTreeMap<String
 
 /// The turns a build waits for before its plan starts: (key, most builds
 /// at once) each.
-pub type Turns = Vec<(String, u32)>;
+pub(super) type Turns = Vec<(String, u32)>;
 
 /// The turns a build of `job` waits for before its plan starts, as
 /// (key, most builds at once), keys relative to the team's pipeline:
@@ -163,7 +163,7 @@ pub type Turns = Vec<(String, u32)>;
 /// `serial_groups`, as Concourse computes it), and `group:NAME` with 1 for
 /// each of its `serial_groups` (one build at a time across the group's
 /// jobs). None for a job with neither.
-pub fn job_turns(job: &pipeline::Job) -> Turns {
+pub(super) fn job_turns(job: &pipeline::Job) -> Turns {
     let mut turns: Vec<(String, u32)> = job
         .effective_max_in_flight()
         .map(|n| (format!("job:{}", job.name), n))
@@ -185,7 +185,7 @@ pub fn job_turns(job: &pipeline::Job) -> Turns {
 ///
 /// The plan shares `pipeline` (the steps that need it hold the `Arc`), so
 /// translating every job of a pipeline is linear in its size.
-pub fn job_plan(
+pub(crate) fn job_plan(
     pipeline: &Arc<Pipeline>,
     job: &pipeline::Job,
 ) -> Result<Plan<StepDef>, EngineError> {
@@ -209,7 +209,7 @@ pub fn job_plan(
 /// and the suffix of an enclosing `across` combination. A step whose own
 /// definition holds build-local vars is deferred: filled and translated
 /// when it runs.
-pub fn step_plan(step: &Step, at: &At) -> Result<Plan<StepDef>, EngineError> {
+pub(crate) fn step_plan(step: &Step, at: &At) -> Result<Plan<StepDef>, EngineError> {
     if holds_own_locals(step) {
         return Ok(Plan::Step(StepDef::Deferred(DeferredStep::new(
             step.clone(),
@@ -354,7 +354,7 @@ fn load_var_step(load: &pipeline::LoadVarStep, at: &At) -> Result<LoadVarStep, E
 /// artifacts; `privileged` makes its container privileged (placed only on
 /// workers allowing it). `vars` without `file:` are refused (Concourse
 /// ignores them there).
-pub fn task_step(
+pub(crate) fn task_step(
     task: &pipeline::TaskStep,
     config: Option<TaskConfig>,
     at: &At,

@@ -65,7 +65,7 @@ pub enum Plan<S> {
 }
 
 /// The hooks of a plan, each a plan of its own (see [`crate::hooks`]).
-pub type Hooks<S> = crate::hooks::Hooks<Plan<S>>;
+pub(crate) type Hooks<S> = crate::hooks::Hooks<Plan<S>>;
 
 impl<S: Leaf> Plan<S> {
     /// The step named `name`, wherever it is in the plan.

@@ -27,7 +27,7 @@ use gantry_wire::state::WorkerState;
 pub(super) const FLEET_SYNC: Duration = Duration::from_millis(500);
 
 /// Name of the fleet sync's row in the jobs table.
-pub const FLEET_SYNC_JOB: &str = "fleet-sync";
+pub(super) const FLEET_SYNC_JOB: &str = "fleet-sync";
 
 /// The workers table's rows, for the Registry to follow.
 #[derive(Message)]

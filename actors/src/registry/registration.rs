@@ -17,7 +17,7 @@ use gantry_wire::worker_info::WorkerRegistration;
 /// engine's tests): see [`crate::db::Pin::Trusted`].
 #[derive(Message)]
 #[rtype(result = "Result<(), EngineError>")]
-pub struct RegisterWorker(pub WorkerRegistration);
+pub(crate) struct RegisterWorker(pub WorkerRegistration);
 
 /// How a worker process proves it is the worker that first registered
 /// under its name.
@@ -47,7 +47,7 @@ impl WorkerProof {
 /// (returned once; the database keeps only its hash).
 #[derive(Message)]
 #[rtype(result = "Result<Option<String>, EngineError>")]
-pub struct RegisterPinned {
+pub(crate) struct RegisterPinned {
     /// What it registers.
     pub registration: WorkerRegistration,
     /// Its proof of identity.

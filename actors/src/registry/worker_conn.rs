@@ -29,12 +29,12 @@ const RESTART_BACKOFF: Backoff = Backoff {
 };
 
 /// Name of the row of `worker`'s agent probes in [`Jobs`].
-pub fn probe_job_name(worker: &str) -> String {
+pub(crate) fn probe_job_name(worker: &str) -> String {
     format!("worker-probe/{worker}")
 }
 
 /// Name of the row of `worker`'s heartbeat TTL watch in [`Jobs`].
-pub fn heartbeat_job_name(worker: &str) -> String {
+pub(crate) fn heartbeat_job_name(worker: &str) -> String {
     format!("worker-heartbeat/{worker}")
 }
 
@@ -52,7 +52,7 @@ pub(crate) struct StopConn;
 /// answers. A connection whose agent fails three probes in a row stops; its
 /// supervisor restarts it on the same address with a backoff, and the
 /// Registry counts the restart.
-pub struct WorkerConn {
+pub(crate) struct WorkerConn {
     /// Worker name, for the messages to the Registry and the logs.
     name: String,
     /// Incarnation being watched: the Registry ignores reports about an older one.

@@ -107,14 +107,14 @@ fn hash(v: &Value) -> String {
 }
 
 /// YAML params as JSON (keys of maps become strings).
-pub fn params_json(params: &pipeline::Params) -> Result<Value, String> {
+pub(crate) fn params_json(params: &pipeline::Params) -> Result<Value, String> {
     serde_json::to_value(params).map_err(|e| format!("params are not JSON: {e}"))
 }
 
 /// Resolves type `name` of the pipeline: a declared resource type (its image
 /// fetched by its own type, recursively) or a base type. A cycle of types
 /// is an error naming it.
-pub fn resolve_type(pipeline: &Pipeline, name: &str) -> Result<ResourceType, String> {
+pub(crate) fn resolve_type(pipeline: &Pipeline, name: &str) -> Result<ResourceType, String> {
     resolve_type_in(pipeline, name, &mut Vec::new())
 }
 
@@ -162,7 +162,7 @@ fn resolve_type_in(
 
 /// The config of resource `resource`: its type resolved, its source with
 /// its type's `defaults` under it.
-pub fn resource_config(
+pub(crate) fn resource_config(
     pipeline: &Pipeline,
     resource: &pipeline::Resource,
 ) -> Result<ResourceConfig, String> {

@@ -19,12 +19,12 @@
 //! `check` with stored versions, `in` kept once per (config, version,
 //! params) as the resource cache, and images).
 
-pub mod config;
-pub mod scope;
+pub(crate) mod config;
+pub(crate) mod scope;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub use config::{ResourceConfig, ResourceType};
+pub(crate) use config::{ResourceConfig, ResourceType};
 
 /// Counters of resource work since the web node started, for `/metrics`.
 #[derive(Debug, Default)]

@@ -27,7 +27,7 @@
 use crate::db::PIPELINE_ID;
 
 /// The scope every team's global resources shared before migration 0024.
-pub const LEGACY_GLOBAL: &str = "*";
+pub(crate) const LEGACY_GLOBAL: &str = "*";
 
 /// The prefix of a team's shared history.
 const TEAM_PREFIX: &str = "team:";
@@ -37,32 +37,32 @@ const PIPELINE_PREFIX: &str = "pipeline:";
 
 /// The history every pipeline of `team` shares for one resource config
 /// (global resources).
-pub fn shared(team: &str) -> String {
+pub(crate) fn shared(team: &str) -> String {
     format!("{TEAM_PREFIX}{team}")
 }
 
 /// The history of builds of `team` that no stored pipeline schedules: a
 /// one-off check or get, and the versions their puts make.
-pub fn one_off(team: &str) -> String {
+pub(crate) fn one_off(team: &str) -> String {
     team.to_string()
 }
 
 /// The history of a pipeline's resource `resource` of its own (global
 /// resources off), as given to `Db::set_pipeline`: the pipeline's id is
 /// [`PIPELINE_ID`] until it is stored.
-pub fn pipeline_resource(resource: &str) -> String {
+pub(crate) fn pipeline_resource(resource: &str) -> String {
     format!("{PIPELINE_PREFIX}{PIPELINE_ID}/{resource}")
 }
 
 /// The history of the image of a pipeline's resource type `name` of its
 /// own (global resources off), apart from its resources'.
-pub fn pipeline_type(name: &str) -> String {
+pub(crate) fn pipeline_type(name: &str) -> String {
     format!("{PIPELINE_PREFIX}{PIPELINE_ID}/type:{name}")
 }
 
 /// Where resource `resource` of a pipeline of `team` keeps its versions:
 /// the team's shared history when `global`, else its own.
-pub fn of_resource(global: bool, team: &str, resource: &str) -> String {
+pub(crate) fn of_resource(global: bool, team: &str, resource: &str) -> String {
     if global {
         shared(team)
     } else {
@@ -72,7 +72,7 @@ pub fn of_resource(global: bool, team: &str, resource: &str) -> String {
 
 /// Where the image of resource type `name` of a pipeline of `team` keeps
 /// its versions: the team's shared history when `global`, else its own.
-pub fn of_type(global: bool, team: &str, name: &str) -> String {
+pub(crate) fn of_type(global: bool, team: &str, name: &str) -> String {
     if global {
         shared(team)
     } else {
@@ -84,7 +84,7 @@ pub fn of_type(global: bool, team: &str, name: &str) -> String {
 /// plan names (a stored pipeline's periodic check), `*` read as the team's
 /// shared history (a plan stored before migration 0024), or none: the
 /// team's one-off history.
-pub fn check_scope(stored: Option<&str>, team: &str) -> String {
+pub(crate) fn check_scope(stored: Option<&str>, team: &str) -> String {
     match stored {
         None => one_off(team),
         Some(LEGACY_GLOBAL) => shared(team),
@@ -94,7 +94,7 @@ pub fn check_scope(stored: Option<&str>, team: &str) -> String {
 
 /// Who a scope belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Owner<'a> {
+pub(crate) enum Owner<'a> {
     /// A team: its shared or one-off history.
     Team(&'a str),
     /// A stored pipeline, by id: its team is the pipeline's.
@@ -104,7 +104,7 @@ pub enum Owner<'a> {
 }
 
 /// Who `scope` belongs to.
-pub fn owner(scope: &str) -> Owner<'_> {
+pub(crate) fn owner(scope: &str) -> Owner<'_> {
     if let Some(team) = scope.strip_prefix(TEAM_PREFIX) {
         return Owner::Team(team);
     }

@@ -8,7 +8,7 @@ use gantry_wire::worker_info::{versions_compatible, WorkerState};
 
 /// Applies the hard filters; when none passes, the error names every
 /// constraint and how many workers each excluded.
-pub fn filter<'a>(
+pub(crate) fn filter<'a>(
     c: &StepRequest,
     all: &[&'a Candidate],
 ) -> Result<Vec<&'a Candidate>, EngineError> {

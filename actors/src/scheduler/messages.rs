@@ -59,7 +59,7 @@ impl Default for PlacementConfig {
 /// Which chain a step uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ChainKind {
+pub(crate) enum ChainKind {
     /// `with_inputs`.
     WithInputs,
     /// `without_inputs`.
@@ -70,7 +70,7 @@ pub enum ChainKind {
 
 impl ChainKind {
     /// Name used in metrics.
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             ChainKind::WithInputs => "with_inputs",
             ChainKind::WithoutInputs => "without_inputs",

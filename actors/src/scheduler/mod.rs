@@ -20,13 +20,13 @@ mod filter;
 mod messages;
 mod placer;
 
-pub use filter::filter;
+pub(crate) use filter::filter;
 pub use messages::*;
-pub use placer::Placer;
+pub(crate) use placer::Placer;
 
 /// How the reason of a step that waits for a worker to register ends
 /// (see [`PlacementConfig::wait_for_workers`]).
-pub const WAITING_FOR_WORKERS: &str = "(waiting for such a worker to register)";
+pub(crate) const WAITING_FOR_WORKERS: &str = "(waiting for such a worker to register)";
 
 /// A request waiting for capacity.
 struct Waiter {
@@ -385,7 +385,10 @@ impl Handler<Ping> for Scheduler {
 
 /// Gives up a queued ticket without leaking capacity: a placement that
 /// arrived meanwhile is released.
-pub async fn abandon_ticket(mut ticket: oneshot::Receiver<Placement>, scheduler: &Addr<Scheduler>) {
+pub(crate) async fn abandon_ticket(
+    mut ticket: oneshot::Receiver<Placement>,
+    scheduler: &Addr<Scheduler>,
+) {
     ticket.close();
     if let Ok(p) = ticket.try_recv() {
         scheduler.do_send(ReleasePlacement(p));

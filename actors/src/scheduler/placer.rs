@@ -34,7 +34,7 @@ const RETRY: Duration = Duration::from_secs(2);
 
 /// Decides, holds and releases placements.
 #[derive(Clone)]
-pub struct Placer {
+pub(crate) struct Placer {
     /// This node's Scheduler: filters and strategies, and its own view of
     /// the load.
     scheduler: Addr<Scheduler>,
@@ -76,12 +76,12 @@ impl Drop for Waiting {
 impl Placer {
     /// Whether placements go through the shared ledger.
     #[cfg(test)]
-    pub fn is_shared(&self) -> bool {
+    pub(crate) fn is_shared(&self) -> bool {
         self.ledger.is_some()
     }
 
     /// Placements decided by `scheduler` alone, its tasks owned by `tasks`.
-    pub fn local(scheduler: Addr<Scheduler>, tasks: Tasks) -> Placer {
+    pub(crate) fn local(scheduler: Addr<Scheduler>, tasks: Tasks) -> Placer {
         Placer {
             scheduler,
             ledger: None,
@@ -90,14 +90,19 @@ impl Placer {
     }
 
     /// The owned tasks its work runs on (the engine's).
-    pub fn tasks(&self) -> &Tasks {
+    pub(crate) fn tasks(&self) -> &Tasks {
         &self.tasks
     }
 
     /// Placements through the ledger of `db` when it may be shared
     /// (PostgreSQL), else by `scheduler` alone. Starts the listener for
     /// other nodes' releases, a job of `jobs` (inside the actix System).
-    pub fn for_database(scheduler: Addr<Scheduler>, db: &Db, node: &str, jobs: &Jobs) -> Placer {
+    pub(crate) fn for_database(
+        scheduler: Addr<Scheduler>,
+        db: &Db,
+        node: &str,
+        jobs: &Jobs,
+    ) -> Placer {
         if !db.is_shared() {
             return Placer::local(scheduler, jobs.tasks().clone());
         }
@@ -132,12 +137,12 @@ impl Placer {
     }
 
     /// The Scheduler behind it.
-    pub fn scheduler(&self) -> &Addr<Scheduler> {
+    pub(crate) fn scheduler(&self) -> &Addr<Scheduler> {
         &self.scheduler
     }
 
     /// Asks for a worker for a step: placed now, or queued.
-    pub async fn select(&self, request: StepRequest) -> Result<Selection, EngineError> {
+    pub(crate) async fn select(&self, request: StepRequest) -> Result<Selection, EngineError> {
         let Some(ledger) = &self.ledger else {
             return self.scheduler.send(SelectWorker(request)).await?;
         };
@@ -243,7 +248,7 @@ impl Placer {
     }
 
     /// Gives a placement's capacity back.
-    pub fn release(&self, placement: Placement) {
+    pub(crate) fn release(&self, placement: Placement) {
         if let (Some(ledger), Some(id)) = (&self.ledger, placement.ledger) {
             let ledger = ledger.clone();
             // Not cut short at shutdown: the release is written first.
@@ -263,7 +268,7 @@ impl Placer {
 
     /// Holds again a placement made before this node took its build over
     /// (a restart, or another node's death), so limits count it.
-    pub async fn restore(
+    pub(crate) async fn restore(
         &self,
         mut placement: Placement,
         build_id: i64,
@@ -288,7 +293,7 @@ impl Placer {
     }
 
     /// Gives up a queued ticket without leaking capacity.
-    pub async fn abandon(&self, mut ticket: oneshot::Receiver<Placement>) {
+    pub(crate) async fn abandon(&self, mut ticket: oneshot::Receiver<Placement>) {
         if self.ledger.is_none() {
             return abandon_ticket(ticket, &self.scheduler).await;
         }
@@ -301,7 +306,7 @@ impl Placer {
     /// With the shared ledger, every worker's load (all nodes) and this
     /// node's steps waiting for capacity; `None` when the Scheduler's own
     /// figures are the whole truth.
-    pub async fn shared_loads(
+    pub(crate) async fn shared_loads(
         &self,
     ) -> Result<Option<(HashMap<String, Load>, usize)>, EngineError> {
         match &self.ledger {
@@ -315,7 +320,7 @@ impl Placer {
 
     /// Deletes the ledger rows `node` recorded before `before` that no build
     /// took again (a node taken over, or this node's previous run).
-    pub async fn purge(&self, node: &str, before: i64) -> Result<(), EngineError> {
+    pub(crate) async fn purge(&self, node: &str, before: i64) -> Result<(), EngineError> {
         if let Some(ledger) = &self.ledger {
             let n = ledger.db.purge_placements(node, before).await?;
             if n > 0 {
@@ -328,4 +333,4 @@ impl Placer {
 }
 
 /// Name of the release listener's row in the jobs table.
-pub const RELEASES_JOB: &str = "placement-releases";
+pub(super) const RELEASES_JOB: &str = "placement-releases";

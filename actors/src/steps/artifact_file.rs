@@ -17,10 +17,10 @@ use super::BuildScope;
 
 /// Largest file read out of an artifact (var files and task configs are
 /// small; a larger one is an error naming it).
-pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+pub(super) const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Splits `ARTIFACT/path/in/it` into the artifact's name and the path.
-pub fn split_artifact_path(file: &str) -> Result<(&str, &str), EngineError> {
+pub(super) fn split_artifact_path(file: &str) -> Result<(&str, &str), EngineError> {
     match file.split_once('/') {
         Some((artifact, path)) if !artifact.is_empty() && !path.trim_matches('/').is_empty() => {
             Ok((artifact, path))
@@ -34,7 +34,10 @@ pub fn split_artifact_path(file: &str) -> Result<(&str, &str), EngineError> {
 /// The contents of `file` (`ARTIFACT/PATH`) in the build's artifact of that
 /// name. A missing artifact or file, a file that is not a regular file or
 /// is larger than [`MAX_FILE_BYTES`], is an error naming it.
-pub async fn read_artifact_file(scope: &BuildScope, file: &str) -> Result<Vec<u8>, EngineError> {
+pub(crate) async fn read_artifact_file(
+    scope: &BuildScope,
+    file: &str,
+) -> Result<Vec<u8>, EngineError> {
     let (artifact, path) = split_artifact_path(file)?;
     let id = scope.named.get(artifact).ok_or_else(|| {
         EngineError::Invalid(format!(

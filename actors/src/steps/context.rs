@@ -21,7 +21,7 @@ use gantry_wire::state::HandleState;
 use super::{ArtifactScope, Events, LocalVars, Stop, WorkerWatch};
 
 /// Locks of image imports in progress, by (worker, artifact).
-pub type ImportLocks = Arc<dashmap::DashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
+pub(crate) type ImportLocks = Arc<dashmap::DashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
 
 /// signal and the engine's services steps use.
 #[derive(Clone)]

@@ -12,29 +12,29 @@
 
 mod artifact_file;
 mod artifact_scope;
-pub mod check;
+pub(crate) mod check;
 mod context;
-pub mod deferred;
-pub mod get;
-pub mod image;
+pub(crate) mod deferred;
+pub(crate) mod get;
+pub(crate) mod image;
 mod inputs;
-pub mod load_var;
-pub mod process;
-pub mod put;
-pub mod resource_fetch;
-pub mod resource_script;
+pub(crate) mod load_var;
+pub(crate) mod process;
+pub(crate) mod put;
+pub(crate) mod resource_fetch;
+pub(crate) mod resource_script;
 mod resource_step;
-pub mod set_pipeline;
+pub(crate) mod set_pipeline;
 mod signals;
 mod step;
-pub mod task;
-pub mod task_cache;
+pub(crate) mod task;
+pub(crate) mod task_cache;
 
-pub use artifact_file::read_artifact_file;
-pub use artifact_scope::ArtifactScope;
-pub use context::ImportLocks;
-pub use context::{BuildScope, Created, StepContext};
-pub use signals::{Events, Stop, StopReason, WorkerWatch};
-pub use step::{runnable, OnTakeover, Plan, Prepared, Reattach, Step, StepEnd};
+pub(crate) use artifact_file::read_artifact_file;
+pub(crate) use artifact_scope::ArtifactScope;
+pub(crate) use context::ImportLocks;
+pub(crate) use context::{BuildScope, Created, StepContext};
+pub(crate) use signals::{Events, Stop, StopReason, WorkerWatch};
+pub(crate) use step::{runnable, OnTakeover, Plan, Prepared, Reattach, Step, StepEnd};
 
-pub use crate::plan::{JobRef, LocalVars};
+pub(crate) use crate::plan::{JobRef, LocalVars};

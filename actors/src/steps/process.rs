@@ -18,11 +18,11 @@ use gantry_wire::runtime::{OutputStream, Process, ProcessIo, ProcessOutput, Proc
 use gantry_wire::spec::{ContainerSpec, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec};
 
 /// How long a process has between SIGTERM and SIGKILL when its build stops.
-pub const STOP_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// How a followed process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProcessEnd {
+pub(crate) enum ProcessEnd {
     /// It exited on its own with this status.
     Exited(i32),
     /// It was stopped (SIGTERM, then SIGKILL) because the build stopped.
@@ -31,7 +31,7 @@ pub enum ProcessEnd {
 
 /// A step's container: what [`start`] makes it of (its handle is given
 /// when it is created).
-pub struct Container {
+pub(crate) struct Container {
     /// Its root filesystem.
     pub rootfs: RootfsSpec,
     /// Its mounts.
@@ -49,7 +49,7 @@ pub struct Container {
 }
 
 /// The one process of a step's container.
-pub struct Command {
+pub(crate) struct Command {
     /// Its id in the container (to attach to it again).
     pub id: String,
     /// The program.
@@ -66,7 +66,7 @@ pub struct Command {
 
 /// Creates the step's container (recorded, and destroyed with the step) and
 /// starts `command` in it: the process and its output, to [`follow`].
-pub async fn start(
+pub(crate) async fn start(
     ctx: &mut StepContext,
     container: Container,
     command: Command,
@@ -124,7 +124,7 @@ async fn start_in(
 /// Follows a started process until it has exited and its output has been
 /// stored as log events of the step, skipping the first `skip` bytes of
 /// stdout and stderr (already stored before a restart of the web node).
-pub async fn follow(
+pub(crate) async fn follow(
     ctx: &StepContext,
     process: &dyn Process,
     output: mpsc::Receiver<ProcessOutput>,
@@ -134,13 +134,13 @@ pub async fn follow(
 }
 
 /// Most bytes of stdout [`follow_capturing`] keeps (a resource's JSON answer).
-pub const CAPTURE_LIMIT: usize = 4 << 20;
+pub(crate) const CAPTURE_LIMIT: usize = 4 << 20;
 
 /// Follows a started process as [`follow`] does, but keeps its stdout
 /// (up to [`CAPTURE_LIMIT`] bytes; more is an error) instead of logging it:
 /// a resource script answers on stdout and logs on stderr (whose first
 /// `skip_stderr` bytes are stored already, when it is followed again).
-pub async fn follow_capturing(
+pub(crate) async fn follow_capturing(
     ctx: &StepContext,
     process: &dyn Process,
     output: mpsc::Receiver<ProcessOutput>,

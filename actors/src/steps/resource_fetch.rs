@@ -29,11 +29,11 @@ use gantry_wire::spec::{Encoding, MountSpec};
 use gantry_wire::state::ArtifactKind;
 
 /// Where `in` and `out` find their directory in the container.
-pub const RESOURCE_DIR: &str = "/tmp/build/resource";
+pub(crate) const RESOURCE_DIR: &str = "/tmp/build/resource";
 
 /// Why resource work stopped short of an answer.
 #[derive(Debug)]
-pub enum Halt {
+pub(crate) enum Halt {
     /// The step ends this way: a script failed, or the build was stopped.
     End(StepEnd),
     /// Gantry could not go on.
@@ -54,7 +54,7 @@ impl From<gantry_wire::error::RuntimeError> for Halt {
 
 impl Halt {
     /// The step's end, or its error.
-    pub fn into_end(self) -> Result<StepEnd, EngineError> {
+    pub(crate) fn into_end(self) -> Result<StepEnd, EngineError> {
         match self {
             Halt::End(end) => Ok(end),
             Halt::Error(e) => Err(e),
@@ -73,7 +73,7 @@ fn answered(end: ScriptEnd) -> Result<Value, Halt> {
 
 /// One resource of a step: its name (for events), config and the image
 /// its scripts run in.
-pub struct Resource<'a> {
+pub(crate) struct Resource<'a> {
     /// The resource's name, or the type's for an image.
     pub name: &'a str,
     /// Its type and source.
@@ -85,7 +85,7 @@ pub struct Resource<'a> {
 /// Stores and shows what a resource's script answered (a `resource` event
 /// of the step).
 #[allow(clippy::too_many_arguments)]
-pub async fn tell(
+pub(crate) async fn tell(
     ctx: &StepContext,
     resource: &str,
     action: &str,
@@ -135,7 +135,7 @@ async fn own_scope(ctx: &StepContext, stored: Option<&str>) -> Result<String, En
 /// Runs `check` from the newest stored version, stores what it reports
 /// (under `scope`, else the build's team's one-off history) and returns it
 /// (oldest first).
-pub async fn check(
+pub(crate) async fn check(
     ctx: &mut StepContext,
     r: &Resource<'_>,
     scope: Option<&str>,
@@ -180,7 +180,7 @@ pub async fn check(
 }
 
 /// The version to fetch: the one pinned, else the newest after a `check`.
-pub async fn version_to_fetch(
+pub(crate) async fn version_to_fetch(
     ctx: &mut StepContext,
     r: &Resource<'_>,
     pinned: Option<&Value>,
@@ -236,7 +236,7 @@ async fn image_version(
 /// Fetches `version` with `params`: from the resource cache when one was
 /// kept, else by running `in` (its files then kept as the cache): the
 /// cache, whose artifact holds the files.
-pub async fn get(
+pub(crate) async fn get(
     ctx: &mut StepContext,
     r: &Resource<'_>,
     version: &Value,
@@ -416,14 +416,14 @@ async fn keep(
 
 /// The artifact id a cache row holds for an image that is the worker's
 /// default image (`mock` with `mirror_self`): there is nothing to keep.
-pub const DEFAULT_IMAGE: &str = "worker-default-image";
+pub(crate) const DEFAULT_IMAGE: &str = "worker-default-image";
 
 /// The marker `mock`'s `in` writes with `mirror_self`.
 const MIRROR_SELF_MARKER: &str = "rootfs/.gantry-mirror-self";
 
 /// Where the scripts of type `t` run: a base type's in the worker's default
 /// image; a custom type's in the image its parent type fetches (cached).
-pub fn type_image<'a>(
+pub(crate) fn type_image<'a>(
     ctx: &'a mut StepContext,
     t: &'a ResourceType,
 ) -> Pin<Box<dyn Future<Output = Result<TypeImage, Halt>> + Send + 'a>> {
@@ -448,7 +448,7 @@ pub fn type_image<'a>(
 /// `pinned`), as Concourse does: `in` writes `rootfs/` (or an OCI layout
 /// `image.tar`) and `metadata.json` with `env` and `user`. Kept once per
 /// (config, version, params); the worker imports it once.
-pub async fn fetch_image(
+pub(crate) async fn fetch_image(
     ctx: &mut StepContext,
     name: &str,
     config: &ResourceConfig,
@@ -641,7 +641,7 @@ async fn keep_image(
 /// image resource (a task's `image:`). Converted once per artifact (kept
 /// as a cache row named after it); its type is unknown, so a mirrored
 /// image is the worker's default image without resource scripts.
-pub async fn image_of_artifact(
+pub(crate) async fn image_of_artifact(
     ctx: &mut StepContext,
     name: &str,
     artifact: &str,

@@ -11,7 +11,7 @@ use gantry_wire::spec::{MountSpec, ResourceLimits, RootfsSpec};
 
 /// The root filesystem a resource type's scripts run in.
 #[derive(Debug, Clone, PartialEq)]
-pub enum TypeImage {
+pub(crate) enum TypeImage {
     /// A base type: the worker's default image with the type's scripts
     /// mounted at `/opt/resource`.
     Base(String),
@@ -28,7 +28,7 @@ pub enum TypeImage {
 /// An image a resource fetched (for a custom type, or a task's
 /// `image_resource`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct FetchedImage {
+pub(crate) struct FetchedImage {
     /// The image artifact (a root filesystem tar or an OCI layout tar);
     /// none: the worker's default image (`mock` with `mirror_self`).
     pub artifact: Option<String>,
@@ -48,7 +48,7 @@ pub struct FetchedImage {
 impl FetchedImage {
     /// The root filesystem of a container on the step's worker running in
     /// this image (imported there first if it is not yet).
-    pub async fn rootfs(&self, ctx: &StepContext) -> Result<RootfsSpec, EngineError> {
+    pub(crate) async fn rootfs(&self, ctx: &StepContext) -> Result<RootfsSpec, EngineError> {
         use crate::steps::image::Fill;
         let fill = match &self.pull {
             Some(pull) => Fill::Pull(pull),
@@ -64,7 +64,7 @@ impl FetchedImage {
 }
 
 /// One run of a script.
-pub struct Script<'a> {
+pub(crate) struct Script<'a> {
     /// `check`, `in` or `out`.
     pub name: &'static str,
     /// The directory argument of `in` and `out`.
@@ -77,7 +77,7 @@ pub struct Script<'a> {
 
 /// How a script ended.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ScriptEnd {
+pub(crate) enum ScriptEnd {
     /// It exited 0 and answered this JSON.
     Answered(Value),
     /// It exited with this non-zero status (its stderr is in the log).
@@ -88,7 +88,7 @@ pub enum ScriptEnd {
 
 /// Runs `script` of a type whose image is `image` in a new container of the
 /// step's worker (recorded, and destroyed with the step).
-pub async fn run_script(
+pub(crate) async fn run_script(
     ctx: &mut StepContext,
     image: &TypeImage,
     script: Script<'_>,
@@ -173,7 +173,7 @@ async fn run_native(
 
 /// What following a script again found.
 #[derive(Debug)]
-pub enum Reattached {
+pub(crate) enum Reattached {
     /// The script's process, followed to its end.
     Ended(ScriptEnd),
     /// Every container of the step stands and none holds the process: it
@@ -188,7 +188,7 @@ pub enum Reattached {
 /// `stored_stderr` bytes of stderr are in the log already) and its answer
 /// read back. A container gone from the worker is an error: whether the
 /// script ran in it cannot be known.
-pub async fn reattach_script(
+pub(crate) async fn reattach_script(
     ctx: &StepContext,
     containers: &[String],
     name: &str,
@@ -255,7 +255,7 @@ fn build_env(ctx: &StepContext) -> Vec<String> {
 }
 
 /// A version: a JSON object of strings.
-pub fn version_of(v: &Value, what: &str) -> Result<Value, EngineError> {
+pub(crate) fn version_of(v: &Value, what: &str) -> Result<Value, EngineError> {
     match v {
         Value::Object(m) if m.values().all(Value::is_string) => Ok(v.clone()),
         _ => Err(EngineError::Invalid(format!(
@@ -265,7 +265,7 @@ pub fn version_of(v: &Value, what: &str) -> Result<Value, EngineError> {
 }
 
 /// The versions of `check`'s answer, oldest first.
-pub fn check_answer(answer: &Value) -> Result<Vec<Value>, EngineError> {
+pub(crate) fn check_answer(answer: &Value) -> Result<Vec<Value>, EngineError> {
     let Value::Array(list) = answer else {
         return Err(EngineError::Invalid(format!(
             "check answered {answer}, not a list of versions"
@@ -275,7 +275,7 @@ pub fn check_answer(answer: &Value) -> Result<Vec<Value>, EngineError> {
 }
 
 /// The version and metadata of `in`'s or `out`'s answer.
-pub fn fetch_answer(script: &str, answer: &Value) -> Result<(Value, Value), EngineError> {
+pub(crate) fn fetch_answer(script: &str, answer: &Value) -> Result<(Value, Value), EngineError> {
     let version = answer.get("version").ok_or_else(|| {
         EngineError::Invalid(format!("{script} answered {answer}, with no version"))
     })?;

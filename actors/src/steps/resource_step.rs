@@ -13,7 +13,7 @@ use gantry_wire::events::BuildEvent;
 /// What a resource step needs of a worker: its base type, its tags, and
 /// room for `containers` containers (a get checks, then fetches; a put
 /// pushes, then fetches) and one volume.
-pub fn resource_request(
+pub(super) fn resource_request(
     config: &ResourceConfig,
     tags: &[String],
     is_check: bool,
@@ -87,7 +87,7 @@ pub(crate) use resource_step;
 /// Runs `body` (a resource step's work on `ctx`, whose stop signal and
 /// worker watch are given) until it ends, the build stops or the worker is
 /// lost; a stop destroys the script's container with the step.
-pub async fn guarded<F>(
+pub(super) async fn guarded<F>(
     mut stop: crate::steps::Stop,
     mut watch: crate::steps::WorkerWatch,
     body: F,
@@ -106,7 +106,11 @@ where
 }
 
 /// Makes `artifact` the build's artifact `name` and tells it.
-pub async fn produce(ctx: &StepContext, name: &str, artifact: &str) -> Result<(), EngineError> {
+pub(super) async fn produce(
+    ctx: &StepContext,
+    name: &str,
+    artifact: &str,
+) -> Result<(), EngineError> {
     ctx.named_artifacts().set(name, artifact);
     ctx.emit(&BuildEvent::Output {
         name: name.to_string(),

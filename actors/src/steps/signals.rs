@@ -9,7 +9,7 @@ use crate::error::EngineError;
 use crate::registry::WorkerStates;
 use gantry_wire::state::WorkerState;
 
-pub use crate::events::Events;
+pub(crate) use crate::events::Events;
 
 /// Why a build, or a scope of its plan, is being stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -129,7 +129,7 @@ impl Reattach {
 }
 
 /// A plan as the walker runs it: each leaf a runnable step.
-pub type Plan = crate::plan::Plan<Arc<dyn Step>>;
+pub(crate) type Plan = crate::plan::Plan<Arc<dyn Step>>;
 
 impl Leaf for Arc<dyn Step> {
     fn name(&self) -> &str {
@@ -138,7 +138,7 @@ impl Leaf for Arc<dyn Step> {
 }
 
 /// The runnable step of a definition.
-pub fn step_of(def: StepDef) -> Arc<dyn Step> {
+pub(super) fn step_of(def: StepDef) -> Arc<dyn Step> {
     match def {
         StepDef::Task(s) => Arc::new(s),
         StepDef::Get(s) => Arc::new(s),
@@ -151,6 +151,6 @@ pub fn step_of(def: StepDef) -> Arc<dyn Step> {
 }
 
 /// The runnable plan of a translated one: each definition its step.
-pub fn runnable(plan: crate::plan::Plan<StepDef>) -> Plan {
+pub(crate) fn runnable(plan: crate::plan::Plan<StepDef>) -> Plan {
     plan.map(&step_of)
 }

@@ -35,11 +35,11 @@ use gantry_wire::state::HandleState;
 
 /// The stream of the build's log lines written by Gantry itself (not by a
 /// process): the CLI shows them on stderr.
-pub const GANTRY_STREAM: &str = "gantry";
+pub(crate) const GANTRY_STREAM: &str = "gantry";
 
 /// Where a mounted cache came from, as told in the build's log.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CacheOrigin {
+pub(crate) enum CacheOrigin {
     /// An earlier build's cache, still on the worker.
     Reused,
     /// None was recorded: a new empty volume.
@@ -56,7 +56,7 @@ pub enum CacheOrigin {
 
 impl CacheOrigin {
     /// The log line telling it, for the cache at `path` on `worker`.
-    pub fn message(&self, path: &str, worker: &str) -> String {
+    pub(crate) fn message(&self, path: &str, worker: &str) -> String {
         let head = format!("cache {path:?}: ");
         match self {
             CacheOrigin::Reused => format!("{head}reused from an earlier build on {worker}"),
@@ -75,7 +75,13 @@ impl CacheOrigin {
 }
 
 /// The key of the cache at `path` of step `step` of `job` on `worker`.
-pub fn cache_key(team: &str, job: &JobRef, step: &str, path: &str, worker: &str) -> TaskCacheKey {
+pub(crate) fn cache_key(
+    team: &str,
+    job: &JobRef,
+    step: &str,
+    path: &str,
+    worker: &str,
+) -> TaskCacheKey {
     TaskCacheKey {
         team: team.to_string(),
         pipeline: job.pipeline.clone(),
@@ -88,7 +94,7 @@ pub fn cache_key(team: &str, job: &JobRef, step: &str, path: &str, worker: &str)
 
 /// Whether a cache last used at `last_used_at` (unix ms) has outlived its
 /// `ttl` at `now`: unused for strictly longer than the ttl. No ttl: never.
-pub fn cache_expired(last_used_at: i64, ttl: Option<Duration>, now: i64) -> bool {
+pub(crate) fn cache_expired(last_used_at: i64, ttl: Option<Duration>, now: i64) -> bool {
     match ttl {
         None => false,
         Some(ttl) => {
@@ -99,7 +105,7 @@ pub fn cache_expired(last_used_at: i64, ttl: Option<Duration>, now: i64) -> bool
 }
 
 /// The role stored with a cache volume's row.
-pub fn cache_role(path: &str) -> String {
+pub(crate) fn cache_role(path: &str) -> String {
     format!("task-cache:{path}")
 }
 

@@ -198,7 +198,7 @@ impl Streams {
 
 /// A callback telling the build's log that a step waits for a stream slot.
 /// The event is written on the streams' owned tasks.
-pub fn waiting_event(streams: &Streams, events: &Events, step: &str, name: &str) -> OnWait {
+pub(crate) fn waiting_event(streams: &Streams, events: &Events, step: &str, name: &str) -> OnWait {
     let (events, step, name) = (events.clone(), step.to_string(), name.to_string());
     let config = streams.config();
     let (max_out, max_in) = (config.max_out, config.max_in);

@@ -22,9 +22,10 @@ use dashmap::DashMap;
 use futures::future::{BoxFuture, Shared};
 
 pub use config::{LinkRule, StreamConfig, StreamMode, DEFAULT_MAX_STREAMS, DEFAULT_URL_TTL};
-pub use copies::{waiting_event, CopyRequest};
-pub use limiter::StreamLimiter;
-pub use stats::{StreamStats, TransferPath};
+pub(crate) use copies::{waiting_event, CopyRequest};
+pub(crate) use limiter::StreamLimiter;
+pub(crate) use stats::StreamStats;
+pub use stats::TransferPath;
 pub use transfer::{Source, StreamTransfer, TransferJob};
 
 use crate::artifacts::Artifacts;

@@ -53,7 +53,7 @@ impl Source {
 }
 
 /// Told the worker and direction of each slot a transfer waits for.
-pub type OnWait = Box<dyn FnMut(&str, Direction) + Send>;
+pub(super) type OnWait = Box<dyn FnMut(&str, Direction) + Send>;
 
 /// One transfer to run.
 pub struct TransferJob {

@@ -49,7 +49,7 @@ pub(super) fn read_limits(v: Option<&Value>, p: &mut Problems) -> ContainerLimit
 }
 
 /// A memory limit: bytes as a number, or a string with a unit.
-pub fn memory_bytes(v: &Value) -> Result<u64, String> {
+pub(crate) fn memory_bytes(v: &Value) -> Result<u64, String> {
     match v {
         Value::Number(_) => whole(v, "memory limit"),
         Value::String(s) => parse_memory(s),
@@ -62,7 +62,7 @@ pub fn memory_bytes(v: &Value) -> Result<u64, String> {
 
 /// Parses Concourse's memory syntax: digits, then optionally `K`, `M` or
 /// `G`, an optional `i` and an optional `B`, in any case; binary units.
-pub fn parse_memory(s: &str) -> Result<u64, String> {
+pub(super) fn parse_memory(s: &str) -> Result<u64, String> {
     let refuse = || {
         format!("could not parse container memory limit {s:?} (give bytes or a size such as 512MB or 1GB)")
     };
@@ -92,7 +92,7 @@ pub fn parse_memory(s: &str) -> Result<u64, String> {
 }
 
 /// CPU shares: a whole number (Concourse: "cpu limit must be an integer").
-pub fn cpu_shares(v: &Value) -> Result<u64, String> {
+pub(crate) fn cpu_shares(v: &Value) -> Result<u64, String> {
     whole(v, "cpu limit")
 }
 

@@ -18,7 +18,7 @@ use crate::views::Build;
 /// The inputs whose resource configs a build triggered by hand checks:
 /// no `passed`, no pin of the resource (a get's own pinned version is
 /// checked); one per (scope, config), in the inputs' order.
-pub fn to_check(inputs: &[JobInput]) -> Vec<&JobInput> {
+pub(crate) fn to_check(inputs: &[JobInput]) -> Vec<&JobInput> {
     let mut out: Vec<&JobInput> = Vec::new();
     for input in inputs {
         let resource_pinned = matches!(input.pin, Some(Pin::Api(_) | Pin::Config(_)));
@@ -38,7 +38,7 @@ pub fn to_check(inputs: &[JobInput]) -> Vec<&JobInput> {
 
 /// Where the check of a config stands for a build created at some time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CheckState {
+pub(crate) enum CheckState {
     /// A check finished at or after the build was created: done.
     Done,
     /// Its last check still runs: it is waited for.
@@ -50,7 +50,7 @@ pub enum CheckState {
 
 /// Where the check of a config stands for a build created at
 /// `created_at`, given the config's last check build.
-pub fn check_state(created_at: i64, last: Option<&Build>) -> CheckState {
+pub(crate) fn check_state(created_at: i64, last: Option<&Build>) -> CheckState {
     let Some(last) = last else {
         return CheckState::Needed;
     };
@@ -62,7 +62,7 @@ pub fn check_state(created_at: i64, last: Option<&Build>) -> CheckState {
 }
 
 /// Why a build waits for the checks of `resources` (their names).
-pub fn waiting_for(resources: &[String]) -> String {
+pub(crate) fn waiting_for(resources: &[String]) -> String {
     let names: Vec<String> = resources.iter().map(|r| format!("{r:?}")).collect();
     match names.len() {
         1 => format!("for checks of resource {}", names[0]),

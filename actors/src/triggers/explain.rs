@@ -12,12 +12,12 @@ use crate::error::EngineError;
 use crate::views::Candidate;
 
 /// Versions shown per input.
-pub const SHOWN: i64 = 5;
+pub(super) const SHOWN: i64 = 5;
 
 /// The newest versions of each input of job `at` (of pipeline
 /// `pipeline_id`) with their verdicts, given the versions `chosen` by the
 /// last resolution (step → version JSON; empty when none satisfied).
-pub async fn explain(
+pub(crate) async fn explain(
     db: &Db,
     at: JobAt<'_>,
     pipeline_id: i64,

@@ -8,7 +8,7 @@ use crate::resources::config::params_json;
 
 /// Where a version pin of an input comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Pin {
+pub(crate) enum Pin {
     /// The step's `version: {...}`.
     Step(String),
     /// The resource pinned by hand (`pin-resource`).
@@ -19,7 +19,7 @@ pub enum Pin {
 
 impl Pin {
     /// The version pinned (JSON text).
-    pub fn version(&self) -> &str {
+    pub(crate) fn version(&self) -> &str {
         match self {
             Pin::Step(v) | Pin::Api(v) | Pin::Config(v) => v,
         }
@@ -28,7 +28,7 @@ impl Pin {
 
 /// One input of a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobInput {
+pub(crate) struct JobInput {
     /// The get step's name (the artifact's).
     pub name: String,
     /// The resource fetched.
@@ -50,7 +50,7 @@ pub struct JobInput {
 /// The inputs of `job` (the first `get` of each name, hooks included), with
 /// the stored `resources` of its pipeline (and their pins by hand). A get
 /// of a resource not stored is a problem named.
-pub fn job_inputs(
+pub(crate) fn job_inputs(
     pipeline: &Pipeline,
     job: &pipeline::Job,
     resources: &[ResourceRow],

@@ -15,8 +15,9 @@ mod inputs;
 mod resolve;
 mod set;
 
-pub use checks::{check_state, to_check, waiting_for, CheckState};
-pub use explain::explain;
-pub use inputs::{job_inputs, JobInput};
-pub use resolve::{resolve, Decision, Resolution};
-pub use set::{store_pipeline, store_pipeline_warned, DEFAULT_CHECK_EVERY};
+pub(crate) use checks::{check_state, to_check, waiting_for, CheckState};
+pub(crate) use explain::explain;
+pub(crate) use inputs::{job_inputs, JobInput};
+pub(crate) use resolve::{resolve, Decision, Resolution};
+pub use set::DEFAULT_CHECK_EVERY;
+pub(crate) use set::{store_pipeline, store_pipeline_warned};

@@ -33,11 +33,11 @@ use crate::error::EngineError;
 const PAGE: i64 = 50;
 
 /// Candidates tried per resolution at most.
-pub const BUDGET: usize = 5_000;
+pub(super) const BUDGET: usize = 5_000;
 
 /// How a job's inputs resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Resolution {
+pub(crate) enum Resolution {
     /// Every input has a version: step name → version (JSON text).
     Resolved(BTreeMap<String, String>),
     /// No combination satisfies the inputs: (input, why) for the inputs
@@ -47,7 +47,7 @@ pub enum Resolution {
 
 /// What scheduling decided for a job, kept for `gantry why`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Decision {
+pub(crate) struct Decision {
     /// When it was decided (unix ms).
     pub at: i64,
     /// The versions chosen, by input (none when unsatisfied).
@@ -67,7 +67,7 @@ struct Job<'a> {
 }
 
 /// Resolves the `inputs` of job `at` of pipeline `pipeline_id`.
-pub async fn resolve(
+pub(crate) async fn resolve(
     db: &Db,
     at: JobAt<'_>,
     pipeline_id: i64,

@@ -29,7 +29,7 @@ pub const DEFAULT_CHECK_EVERY: std::time::Duration = std::time::Duration::from_s
 /// by `parent`'s `set_pipeline` step when given (see
 /// [`Db::set_pipeline_by`]); answers it and whether it is new. Nothing is stored when it has a
 /// problem, each named.
-pub async fn store_pipeline(
+pub(crate) async fn store_pipeline(
     db: &Db,
     at: (&str, &str),
     config: &str,
@@ -45,7 +45,7 @@ pub async fn store_pipeline(
 /// [`store_pipeline`], answering the config's warnings too: what it
 /// accepts but does not take as written (e.g. a `get`'s `version:
 /// some-string`, taken as `latest`).
-pub async fn store_pipeline_warned(
+pub(crate) async fn store_pipeline_warned(
     db: &Db,
     (team, name): (&str, &str),
     config: &str,
