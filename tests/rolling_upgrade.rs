@@ -190,10 +190,10 @@ fn a_rolling_restart_of_both_web_nodes_errors_no_build() {
         .iter()
         .map(|w| (w.to_string(), workers_dir.join(w)))
         .collect();
-    wait_for(
+    wait_until(
         "disk to equal the database",
         Duration::from_secs(120),
-        || compare(&view, &work_dirs, &store).ok(),
+        || compare(&view, &work_dirs, &store),
     );
     drop(workers);
 }

@@ -401,10 +401,10 @@ fn two_web_nodes_share_the_fleet_keep_limits_exact_and_take_over_a_dead_node() {
         .iter()
         .map(|w| (w.clone(), workers_dir.join(w)))
         .collect();
-    let counts = wait_for(
+    let counts = wait_until(
         "disk to equal the database",
         Duration::from_secs(120),
-        || compare(&view, &work_dirs, &store).ok(),
+        || compare(&view, &work_dirs, &store),
     );
     for line in counts.lines {
         println!("fleet: {line}");

@@ -269,6 +269,25 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
     }
 }
 
+/// [`wait_for`] on a check that says why it does not hold yet: on timeout,
+/// the panic names the last reason.
+pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
+    let mut last = String::new();
+    let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for(what, timeout, || match f() {
+            Ok(v) => Some(v),
+            Err(e) => {
+                last = e;
+                None
+            }
+        })
+    }));
+    match found {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after {timeout:?} waiting for {what}; last: {last}"),
+    }
+}
+
 /// Runs a client command against a server and returns its output.
 pub fn client(url: &str, args: &[&str]) -> Output {
     gantry()

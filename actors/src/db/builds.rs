@@ -2,12 +2,9 @@
 
 use crate::db::{now_ms, Db};
 use crate::error::EngineError;
+use crate::views::Build;
 
 use gantry_wire::state::BuildStatus;
-
-/// A stored build: the database layer decodes it straight into the type
-/// the API answers ([`crate::views::Build`]).
-pub(super) type BuildRow = crate::views::Build;
 
 /// Which builds a page lists (`GET /api/v1/builds`): every filter given
 /// must match.
@@ -53,8 +50,8 @@ const COLUMNS: &str =
     "id, team, status, plan, worker, exit_status, error, created_at, finished_at, pipeline, job, build_number, waiting, rerun_of, rerun_number";
 
 /// A stored build; an unknown status is an error naming it.
-fn decode(r: Raw) -> Result<BuildRow, EngineError> {
-    Ok(BuildRow {
+fn decode(r: Raw) -> Result<Build, EngineError> {
+    Ok(Build {
         id: r.0,
         team: r.1,
         status: super::states::decode(&r.2)?,
@@ -140,7 +137,7 @@ impl Db {
     }
 
     /// One build.
-    pub async fn get_build(&self, id: i64) -> Result<Option<BuildRow>, EngineError> {
+    pub async fn get_build(&self, id: i64) -> Result<Option<Build>, EngineError> {
         let row: Option<Raw> =
             sqlx::query_as(&format!("SELECT {COLUMNS} FROM builds WHERE id = $1"))
                 .bind(id)
@@ -151,7 +148,7 @@ impl Db {
 
     /// One page of builds, newest first: those matching every filter of
     /// `query`, with ids below its `before` cursor, at most `limit`.
-    pub async fn list_builds_page(&self, query: &BuildQuery) -> Result<Vec<BuildRow>, EngineError> {
+    pub async fn list_builds_page(&self, query: &BuildQuery) -> Result<Vec<Build>, EngineError> {
         // The cursor is an integer, formatted here: a text bind does not
         // compare with a BIGINT on PostgreSQL.
         let before = query.before.map(|id| format!("id < {id}"));
