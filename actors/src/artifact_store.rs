@@ -37,6 +37,13 @@ pub trait ArtifactStore: Send + Sync {
     ) -> Result<StoredArtifact, EngineError>;
     /// Deletes an artifact's data; deleting a missing one is not an error.
     async fn delete(&self, id: &str) -> Result<(), EngineError>;
+    /// Removes what web node `node`, taken over as dead, left of its
+    /// uploads in progress: it will never finish them. A store whose
+    /// unfinished uploads leave nothing behind ignores it.
+    async fn forget_node(&self, node: &str) -> Result<(), EngineError> {
+        let _ = node;
+        Ok(())
+    }
     /// Hands the store the engine's owned tasks, for the tasks it spawns
     /// (aborting an upload its request left): at shutdown they are drained
     /// and counted with the others. A store that spawns none ignores it.

@@ -56,6 +56,11 @@ impl Artifacts {
     }
 
     /// Whether the store answers now (see [`ArtifactStore::check`]).
+    pub async fn forget_node(&self, node: &str) -> Result<(), EngineError> {
+        self.store.forget_node(node).await
+    }
+
+    /// Whether the store answers (readiness).
     pub async fn check_store(&self) -> Result<(), EngineError> {
         self.store.check().await
     }

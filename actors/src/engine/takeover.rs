@@ -234,8 +234,11 @@ impl Engine {
             builds = builds.len(),
             "web node stopped beating: taking its builds over"
         );
-        // Its intercept sessions ended with it.
+        // Its intercept sessions ended with it, and its uploads in progress.
         self.db.forget_intercept_sessions(dead).await?;
+        if let Err(e) = self.artifacts.forget_node(dead).await {
+            tracing::warn!(node = dead, error = %e, "removing a dead web node's unfinished uploads");
+        }
         let taken = self.take_over_builds(builds).await;
         // Its placements no build took again (steps that had not started).
         self.placer.purge(dead, i64::MAX).await?;

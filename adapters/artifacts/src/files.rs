@@ -69,27 +69,8 @@ impl ArtifactFiles {
     pub fn open_for_node(dir: PathBuf, node: &str) -> std::io::Result<Self> {
         let tmp = dir.join("tmp");
         std::fs::create_dir_all(&tmp)?;
-        let node: String = node
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        let prefix = format!("{node}.");
-        for entry in std::fs::read_dir(&tmp)? {
-            let entry = entry?;
-            if entry.file_name().to_string_lossy().starts_with(&prefix) {
-                let path = entry.path();
-                match entry.file_type()?.is_dir() {
-                    true => std::fs::remove_dir_all(path)?,
-                    false => std::fs::remove_file(path)?,
-                }
-            }
-        }
+        let node = file_name_of(node);
+        remove_leftovers(&tmp, &node)?;
         Ok(ArtifactFiles {
             dir,
             node,
@@ -147,6 +128,40 @@ impl ArtifactFiles {
             name: id.to_string(),
         })
     }
+}
+
+/// A node's name as the prefix of its temporary files.
+fn file_name_of(node: &str) -> String {
+    node.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Removes node `node`'s temporary files (`tmp/NODE.*`): its uploads in
+/// progress, which it will never finish.
+fn remove_leftovers(tmp: &Path, node: &str) -> std::io::Result<()> {
+    let prefix = format!("{node}.");
+    for entry in std::fs::read_dir(tmp)? {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            let path = entry.path();
+            let removed = match entry.file_type()?.is_dir() {
+                true => std::fs::remove_dir_all(path),
+                false => std::fs::remove_file(path),
+            };
+            match removed {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Creates an empty temporary file in `tmp` (removed when dropped).
@@ -255,6 +270,18 @@ impl ArtifactStore for ArtifactFiles {
             }
         }
         Ok(())
+    }
+
+    /// A dead node's temporary files (`tmp/NODE.*`) are removed, as it
+    /// would have removed them at its next start.
+    async fn forget_node(&self, node: &str) -> Result<(), EngineError> {
+        let tmp = self.dir.join("tmp");
+        let node = file_name_of(node);
+        let what = format!("removing web node {node}'s unfinished uploads");
+        tokio::task::spawn_blocking(move || remove_leftovers(&tmp, &node))
+            .await
+            .map_err(|e| EngineError::io(what.clone(), std::io::Error::other(e)))?
+            .map_err(|e| EngineError::io(what, e))
     }
 }
 

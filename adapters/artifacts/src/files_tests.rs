@@ -341,6 +341,23 @@ async fn a_failing_upload_stream_leaves_nothing() {
 }
 
 #[tokio::test]
+async fn a_dead_nodes_unfinished_uploads_are_removed_and_the_others_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = ArtifactFiles::open_for_node(dir.path().to_path_buf(), "node-a").unwrap();
+    let b = ArtifactFiles::open_for_node(dir.path().to_path_buf(), "node-b").unwrap();
+    // Uploads in progress of both nodes (node a was killed during its own).
+    let tmp = dir.path().join("tmp");
+    std::fs::write(tmp.join("node-a.upload-1.x"), b"half").unwrap();
+    std::fs::write(tmp.join("node-b.upload-2.x"), b"half").unwrap();
+    drop(a);
+    b.forget_node("node-a").await.unwrap();
+    let kept = tmp.join("node-b.upload-2.x").display().to_string();
+    assert_eq!(leftovers(dir.path()), vec![kept]);
+    // Forgetting a node that left nothing is no error.
+    b.forget_node("node-c").await.unwrap();
+}
+
+#[tokio::test]
 async fn an_artifact_of_the_earlier_plain_format_still_opens() {
     let dir = TempDir::new().unwrap();
     let store = store_in(&dir);
