@@ -1,10 +1,10 @@
 //! Build events: stored in the database in order, and fanned out live to
-//! whoever follows a build.
+//! whoever follows a build. The events themselves are wire types
+//! (`gantry_wire::events`), what the API serves and the CLI reads.
 
 use std::sync::Arc;
 
 use dashmap::DashMap;
-
 use tokio::sync::{broadcast, watch, Mutex as AsyncMutex};
 
 use crate::db::{now_ms, Db};
