@@ -55,12 +55,13 @@ impl Artifacts {
         Artifacts { store, db }
     }
 
-    /// Whether the store answers now (see [`ArtifactStore::check`]).
+    /// Removes what dead web node `node` left of its uploads in progress
+    /// (see [`ArtifactStore::forget_node`]).
     pub async fn forget_node(&self, node: &str) -> Result<(), EngineError> {
         self.store.forget_node(node).await
     }
 
-    /// Whether the store answers (readiness).
+    /// Whether the store answers now (see [`ArtifactStore::check`]).
     pub async fn check_store(&self) -> Result<(), EngineError> {
         self.store.check().await
     }
