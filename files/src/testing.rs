@@ -1,13 +1,49 @@
 //! Test helpers for the crates that use this one (with the `testing`
 //! feature): an attacker racing the extraction, and tar archives built by
 //! hand (entries written as they are, `..` ones too): the one `tar_of`
-//! every crate's tests use.
+//! every crate's tests use; byte streams in uneven chunks and back.
 
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::symlink;
 use std::path::Path;
+
+use bytes::Bytes;
+use futures::StreamExt as _;
+use gantry_wire::runtime::ByteStream;
+
+/// A stream of `data` in uneven chunks (7919 bytes, a prime: no chunk
+/// lines up with a tar block).
+pub fn stream_of(data: Vec<u8>) -> ByteStream {
+    let chunks: Vec<io::Result<Bytes>> = data
+        .chunks(7919)
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    Box::pin(futures::stream::iter(chunks))
+}
+
+/// Everything `s` yields, or its first error.
+pub async fn collect(mut s: ByteStream) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    while let Some(item) = s.next().await {
+        out.extend_from_slice(&item?);
+    }
+    Ok(out)
+}
+
+/// `len` bytes of xorshift noise from `seed` (incompressible).
+pub fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        out.extend_from_slice(&seed.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
 
 /// Starts a thread that atomically exchanges the directory `dir` with a
 /// symlink to `outside` (`renameat2(RENAME_EXCHANGE)`, as an attacker

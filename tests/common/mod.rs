@@ -251,40 +251,30 @@ impl Drop for Server {
 
 /// Waits until `f` returns `Some`, polling, or panics with `what` after `timeout`.
 pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    wait_until(what, timeout, || f().ok_or_else(String::new))
+}
+
+/// [`wait_for`] on a check that says why it does not hold yet: on timeout,
+/// the panic names the last reason.
+pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
     let deadline = Instant::now() + timeout;
     // Soon at first, then less often: a long wait polls a few times a
     // second, not ten (each poll is requests, and often a CLI process, that
     // take CPU from what the test waits for on a loaded machine).
     let mut pause = Duration::from_millis(25);
     loop {
-        if let Some(v) = f() {
-            return v;
+        let last = match f() {
+            Ok(v) => return v,
+            Err(last) => last,
+        };
+        if Instant::now() >= deadline {
+            if last.is_empty() {
+                panic!("timed out after {timeout:?} waiting for {what}");
+            }
+            panic!("timed out after {timeout:?} waiting for {what}; last: {last}");
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(250));
-    }
-}
-
-/// [`wait_for`] on a check that says why it does not hold yet: on timeout,
-/// the panic names the last reason.
-pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
-    let mut last = String::new();
-    let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        wait_for(what, timeout, || match f() {
-            Ok(v) => Some(v),
-            Err(e) => {
-                last = e;
-                None
-            }
-        })
-    }));
-    match found {
-        Ok(v) => v,
-        Err(_) => panic!("timed out after {timeout:?} waiting for {what}; last: {last}"),
     }
 }
 

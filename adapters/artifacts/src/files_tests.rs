@@ -6,7 +6,6 @@ use std::io::{self, Read};
 use std::path::Path;
 
 use bytes::Bytes;
-use futures::StreamExt;
 use gantry_actors::api::ArtifactStore;
 use gantry_actors::EngineError;
 use gantry_wire::runtime::ByteStream;
@@ -18,36 +17,7 @@ use tempfile::TempDir;
 
 use super::ArtifactFiles;
 
-/// A stream of `data` in uneven chunks.
-pub(crate) fn stream_of(data: Vec<u8>) -> ByteStream {
-    let chunks: Vec<io::Result<Bytes>> = data
-        .chunks(7919)
-        .map(|c| Ok(Bytes::copy_from_slice(c)))
-        .collect();
-    Box::pin(futures::stream::iter(chunks))
-}
-
-/// Everything `s` yields, or its first error.
-pub(crate) async fn collect(mut s: ByteStream) -> io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    while let Some(item) = s.next().await {
-        out.extend_from_slice(&item?);
-    }
-    Ok(out)
-}
-
-/// `len` bytes of xorshift noise from `seed` (incompressible).
-pub(crate) fn noise(len: usize, mut seed: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        out.extend_from_slice(&seed.to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
+pub(crate) use gantry_files::testing::{collect, noise, stream_of};
 
 /// A tar of a few files, over a MiB, partly compressible.
 pub(crate) fn sample_tar() -> Vec<u8> {

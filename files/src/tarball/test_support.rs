@@ -2,46 +2,14 @@
 //! listings of trees and archives, refusals.
 
 use std::fs;
-use std::io::{self, Read};
+use std::io::Read;
 use std::path::Path;
 
-use bytes::Bytes;
-use futures::StreamExt;
-use gantry_wire::runtime::ByteStream;
 use tar::EntryType;
 
 use super::{TarError, UnpackSummary};
 
-/// A stream of `data` in uneven chunks.
-pub(super) fn stream_of(data: Vec<u8>) -> ByteStream {
-    let chunks: Vec<io::Result<Bytes>> = data
-        .chunks(7919)
-        .map(|c| Ok(Bytes::copy_from_slice(c)))
-        .collect();
-    Box::pin(futures::stream::iter(chunks))
-}
-
-/// Everything `s` yields, or its first error.
-pub(super) async fn collect(mut s: ByteStream) -> io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    while let Some(item) = s.next().await {
-        out.extend_from_slice(&item?);
-    }
-    Ok(out)
-}
-
-/// `len` bytes of xorshift noise from `seed`.
-pub(super) fn pseudo_random(len: usize, mut seed: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        out.extend_from_slice(&seed.to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
+pub(super) use crate::testing::{collect, noise as pseudo_random, stream_of};
 
 /// The sorted names in `dir`.
 pub(super) fn names(dir: &Path) -> Vec<String> {
