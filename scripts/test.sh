@@ -105,11 +105,16 @@ echo "gantry-agent's dependency tree: no sqlx, kube, utoipa, metrics-exporter-pr
 # clone). Only the workspace's crates are linted.
 export RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-driver"
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+# A fresh clone compiles each crate once: incremental compilation's
+# records would only be written, never read.
+export CARGO_INCREMENTAL=0
 # The shipping code (no `bench` feature: no benchmarks, no test doubles)
-# must be as clean as the one the tests run: its libraries and binaries,
-# with their unit tests (which brings in the dev-dependencies, so both
-# builds share one set of dependency features and nothing compiles twice).
-cargo test --workspace --no-run --lib --bins
+# must be as clean as the one the tests run: every library as the binary
+# links it, and the binary. Built as the binary's unit tests, which brings
+# in the dev-dependencies, so both builds share one set of dependency
+# features and nothing compiles twice; the libraries' own unit tests are
+# built once, in the test build below.
+cargo test --workspace --no-run --bins
 # Every test binary built (the end-to-end tests are one binary, e2e, and
 # the S3 test server an example), linted, then run three processes at a
 # time, one per unit-test binary or e2e area (scripts/run_tests.py: the

@@ -15,6 +15,7 @@ mod handles;
 mod intercepts;
 mod job_builds;
 mod leadership;
+mod migrations;
 mod pins;
 mod pipeline_archive;
 mod pipelines;
@@ -204,16 +205,8 @@ impl Db {
     /// Runs the migrations of this database's flavour.
     async fn migrate(&self) -> Result<(), EngineError> {
         match self.backend {
-            Backend::Sqlite => {
-                sqlx::migrate!("../migrations/sqlite")
-                    .run(&self.pool)
-                    .await?
-            }
-            Backend::Postgres => {
-                sqlx::migrate!("../migrations/postgres")
-                    .run(&self.pool)
-                    .await?
-            }
+            Backend::Sqlite => migrations::sqlite().await?.run(&self.pool).await?,
+            Backend::Postgres => migrations::postgres().await?.run(&self.pool).await?,
         }
         Ok(())
     }
