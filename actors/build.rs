@@ -22,11 +22,21 @@ fn main() {
             .filter(|p| p.extension().is_some_and(|x| x == "sql"))
             .collect();
         files.sort();
-        writeln!(out, "pub(super) const {}: &[(&str, &str)] = &[", flavour.to_uppercase()).unwrap();
+        writeln!(
+            out,
+            "pub(super) const {}: &[(&str, &str)] = &[",
+            flavour.to_uppercase()
+        )
+        .unwrap();
         for path in files {
             let path = path.canonicalize().unwrap();
             let name = path.file_name().unwrap().to_str().unwrap();
-            writeln!(out, "    ({name:?}, include_str!({:?})),", path.to_str().unwrap()).unwrap();
+            writeln!(
+                out,
+                "    ({name:?}, include_str!({:?})),",
+                path.to_str().unwrap()
+            )
+            .unwrap();
         }
         writeln!(out, "];").unwrap();
     }

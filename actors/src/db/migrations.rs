@@ -87,7 +87,11 @@ mod tests {
         for (flavour, embedded) in [("sqlite", sqlite().await), ("postgres", postgres().await)] {
             let embedded: Vec<_> = embedded.unwrap().migrations.iter().map(key).collect();
             let read: Vec<_> = from_directory(flavour).await.iter().map(key).collect();
-            assert!(embedded.len() >= 30, "{flavour}: {} migrations", embedded.len());
+            assert!(
+                embedded.len() >= 30,
+                "{flavour}: {} migrations",
+                embedded.len()
+            );
             assert_eq!(embedded, read, "{flavour}");
         }
     }
