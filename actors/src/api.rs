@@ -52,7 +52,7 @@ pub use crate::resources::ResourceStats;
 /// layer and the parts of the engine they time on their own.
 #[cfg(feature = "testing")]
 pub mod bench {
-    pub use crate::db::{Db, Direction};
+    pub use crate::db::{Bench, Db, Direction};
     pub use crate::events::EventSink;
     pub use crate::gc::sweep::Sweeps;
     pub use crate::streaming::{Source, StreamTransfer, TransferJob};

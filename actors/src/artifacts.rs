@@ -82,6 +82,7 @@ impl Artifacts {
             if let Some(digest) = &stored.digest {
                 let existing = self
                     .db
+                    .artifact_index()
                     .find_artifact_by_digest(owner.team, kind.as_str(), digest)
                     .await?;
                 if let Some(existing) = existing {
@@ -89,6 +90,7 @@ impl Artifacts {
                 }
             }
             self.db
+                .artifact_index()
                 .insert_artifact(
                     &stored.id,
                     owner.team,
@@ -99,6 +101,7 @@ impl Artifacts {
                 .await?;
             if let Some(digest) = &stored.digest {
                 self.db
+                    .artifact_index()
                     .set_artifact_digest(&stored.id, kind.as_str(), digest)
                     .await?;
             }
@@ -123,7 +126,7 @@ impl Artifacts {
             }
             Err(e) => {
                 let _ = self.store.delete(&stored.id).await;
-                let _ = self.db.delete_artifact(&stored.id).await;
+                let _ = self.db.artifact_index().delete_artifact(&stored.id).await;
                 Err(e)
             }
         }
@@ -138,7 +141,13 @@ impl Artifacts {
         encoding: Encoding,
     ) -> Result<ByteStream, EngineError> {
         if let Some(team) = team {
-            if self.db.get_artifact(team, id).await?.is_none() {
+            if self
+                .db
+                .artifact_index()
+                .get_artifact(team, id)
+                .await?
+                .is_none()
+            {
                 return Err(EngineError::NotFound {
                     kind: "artifact",
                     name: format!("{id} of team {team:?}"),

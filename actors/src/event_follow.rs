@@ -86,7 +86,12 @@ impl Follower {
         loop {
             // Seen before reading: an event stored after the read wakes us.
             elsewhere.borrow_and_update();
-            let stored = match self.db.build_events_page(self.id, last, EVENTS_PAGE).await {
+            let stored = match self
+                .db
+                .builds()
+                .build_events_page(self.id, last, EVENTS_PAGE)
+                .await
+            {
                 Ok(s) => s,
                 Err(e) => {
                     let _ = self.tx.send(Err(e)).await;
@@ -112,7 +117,7 @@ impl Follower {
                     got = rx.recv() => got,
                     Ok(()) = elsewhere.changed() => break,
                     _ = tick.tick() => {
-                        let finished = matches!(self.db.get_build(self.id).await, Ok(Some(b)) if b.status.is_finished());
+                        let finished = matches!(self.db.builds().get_build(self.id).await, Ok(Some(b)) if b.status.is_finished());
                         finished_checks = if finished { finished_checks + 1 } else { 0 };
                         if finished_checks >= FINISHED_CHECKS {
                             self.hub.forget(self.id);
@@ -137,8 +142,11 @@ impl Follower {
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
                     Err(broadcast::error::RecvError::Closed) => {
                         // The build finished before we subscribed: flush what is stored.
-                        while let Ok(stored) =
-                            self.db.build_events_page(self.id, last, EVENTS_PAGE).await
+                        while let Ok(stored) = self
+                            .db
+                            .builds()
+                            .build_events_page(self.id, last, EVENTS_PAGE)
+                            .await
                         {
                             let full_page = stored.len() as i64 == EVENTS_PAGE;
                             for (seq, json, is_final) in stored {
@@ -181,6 +189,7 @@ mod tests {
     /// A finished build of `n` events (the last one final).
     async fn finished_build(db: &Db, hub: &EventHub, n: usize) -> i64 {
         let id = db
+            .builds()
             .create_build("main", &serde_json::json!({}), "a")
             .await
             .unwrap();

@@ -145,6 +145,7 @@ impl EventSink {
         let seq = self.next;
         let is_final = event.is_final();
         self.db
+            .builds()
             .append_build_event(self.build_id, seq, &json, is_final)
             .await?;
         self.next += 1;
@@ -224,6 +225,7 @@ mod tests {
     async fn sink_stores_in_order_and_publishes_live() {
         let (db, _d) = crate::db::test_db().await;
         let id = db
+            .builds()
             .create_build("main", &serde_json::json!({}), "a")
             .await
             .unwrap();
@@ -239,6 +241,9 @@ mod tests {
         let a = rx.recv().await.unwrap();
         let b = rx.recv().await.unwrap();
         assert_eq!((a.seq, a.is_final, b.seq, b.is_final), (1, false, 2, true));
-        assert_eq!(db.build_events_after(id, 0).await.unwrap().len(), 2);
+        assert_eq!(
+            db.builds().build_events_after(id, 0).await.unwrap().len(),
+            2
+        );
     }
 }

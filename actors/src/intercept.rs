@@ -56,7 +56,12 @@ impl Intercepts {
     /// Opens a session in container `handle`; fails when the container is
     /// not `created` (being created, or being destroyed).
     pub(crate) async fn enter(&self, handle: &str) -> Result<InterceptGuard, EngineError> {
-        match self.db.open_intercept_session(handle, &self.node).await? {
+        match self
+            .db
+            .handles()
+            .open_intercept_session(handle, &self.node)
+            .await?
+        {
             Some(id) => Ok(InterceptGuard {
                 db: self.db.clone(),
                 id,
@@ -71,13 +76,16 @@ impl Intercepts {
     /// Marks container `handle` `destroying` unless a session is open in
     /// it, atomically against [`Intercepts::enter`].
     pub(crate) async fn close(&self, handle: &str) -> Result<Closing, EngineError> {
-        self.db.mark_container_unless_intercepted(handle).await
+        self.db
+            .handles()
+            .mark_container_unless_intercepted(handle)
+            .await
     }
 
     /// How many sessions are open in container `handle`, through any node.
     #[cfg(test)]
     pub(crate) async fn open_sessions(&self, handle: &str) -> Result<i64, EngineError> {
-        self.db.count_intercept_sessions(handle).await
+        self.db.handles().count_intercept_sessions(handle).await
     }
 }
 
@@ -89,7 +97,7 @@ impl Drop for InterceptGuard {
             return;
         }
         self.tasks.spawn_graceful(|_| async move {
-            if let Err(e) = db.close_intercept_session(id).await {
+            if let Err(e) = db.handles().close_intercept_session(id).await {
                 tracing::error!(session = id, "ending an intercept session: {e}");
             }
         });
@@ -103,16 +111,19 @@ mod tests {
     use gantry_wire::state::HandleState;
 
     async fn container(db: &Db, handle: &str, state: HandleState) {
-        db.insert_handle(HandleKind::Container, handle, "w", None, None, "main")
+        db.handles()
+            .insert_handle(HandleKind::Container, handle, "w", None, None, "main")
             .await
             .unwrap();
-        db.set_handle_state(HandleKind::Container, handle, state)
+        db.handles()
+            .set_handle_state(HandleKind::Container, handle, state)
             .await
             .unwrap();
     }
 
     async fn state(db: &Db, handle: &str) -> HandleState {
-        db.get_handle(HandleKind::Container, handle)
+        db.handles()
+            .get_handle(HandleKind::Container, handle)
             .await
             .unwrap()
             .unwrap()
@@ -129,7 +140,8 @@ mod tests {
     }
 
     async fn sessions_keep_containers_across_nodes(db: Db) {
-        db.upsert_worker(&crate::testing::registration("w"))
+        db.workers()
+            .upsert_worker(&crate::testing::registration("w"))
             .await
             .unwrap();
         container(&db, "c", HandleState::Created).await;
@@ -156,7 +168,10 @@ mod tests {
         container(&db, "d", HandleState::Created).await;
         let _kept = one.enter("d").await.unwrap();
         let _other = other.enter("d").await.unwrap();
-        assert_eq!(db.forget_intercept_sessions("n1").await.unwrap(), 1);
+        assert_eq!(
+            db.handles().forget_intercept_sessions("n1").await.unwrap(),
+            1
+        );
         assert_eq!(one.open_sessions("d").await.unwrap(), 1);
     }
 

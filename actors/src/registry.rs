@@ -279,7 +279,7 @@ impl Registry {
         let name = name.to_string();
         ctx.spawn(
             async move {
-                if let Err(e) = db.set_worker_state(&name, state).await {
+                if let Err(e) = db.workers().set_worker_state(&name, state).await {
                     tracing::error!("storing worker state: {e}");
                 }
             }
@@ -296,7 +296,7 @@ impl Registry {
         let name = name.to_string();
         ctx.spawn(
             async move {
-                match db.delete_worker(&name).await {
+                match db.workers().delete_worker(&name).await {
                     Ok(()) => {
                         if let Some(job) = job {
                             job.succeeded();
@@ -337,7 +337,7 @@ impl Registry {
         let name = name.to_string();
         ctx.spawn(
             async move {
-                if let Err(e) = db.retire_worker(&name, &incarnation).await {
+                if let Err(e) = db.workers().retire_worker(&name, &incarnation).await {
                     tracing::error!(worker = %name, "recording the retirement: {e}");
                 }
             }
@@ -363,7 +363,7 @@ impl Registry {
                 let _ = scheduler.send(WhenIdle(msg.name.clone())).await;
                 if let Some(db) = shared {
                     loop {
-                        match db.ledger_loads().await {
+                        match db.workers().ledger_loads().await {
                             Ok(loads) if !loads.contains_key(&msg.name) => break,
                             Ok(_) => {}
                             Err(e) => tracing::warn!(worker = %msg.name, "waiting for the worker's steps to end: {e}"),
@@ -384,7 +384,7 @@ impl Actor for Registry {
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.follow_fleet(ctx);
         let db = self.db.clone();
-        async move { db.list_workers().await }
+        async move { db.workers().list_workers().await }
             .into_actor(self)
             .map(|rows, act, ctx| match rows {
                 Ok(rows) => {
@@ -422,7 +422,7 @@ impl Handler<WorkerHeartbeat> for Registry {
             let incarnation = msg.heartbeat.incarnation.clone();
             return Box::pin(
                 async move {
-                    match db.is_retired(&msg.name, &incarnation).await {
+                    match db.workers().is_retired(&msg.name, &incarnation).await {
                         Ok(true) => Err(HeartbeatRefused::Retired(msg.name)),
                         _ => Err(HeartbeatRefused::Unknown(msg.name)),
                     }
@@ -449,7 +449,8 @@ impl Handler<WorkerHeartbeat> for Registry {
         let db = self.db.clone();
         Box::pin(
             async move {
-                db.record_heartbeat(&msg.name, msg.heartbeat.containers, msg.heartbeat.volumes)
+                db.workers()
+                    .record_heartbeat(&msg.name, msg.heartbeat.containers, msg.heartbeat.volumes)
                     .await?;
                 Ok(state)
             }

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use gantry_actors::api::bench::{Db, Sweeps};
-use gantry_actors::api::HandleKind;
 use gantry_wire::sweep::SweepReport;
 use gantry_wire::worker_info::WorkerRegistration;
 
@@ -63,13 +62,14 @@ fn reset_peak_rss() {
 
 async fn measure(db: &Db, opts: &GcBench) -> anyhow::Result<Figures> {
     reset_peak_rss();
-    db.upsert_worker(&registration()).await?;
+    db.bench().register_worker(&registration()).await?;
     let half = opts.handles / 2;
     let containers: Vec<String> = (0..half).map(|i| format!("c-{i:08}")).collect();
     let volumes: Vec<String> = (0..opts.handles - half)
         .map(|i| format!("v-{i:08}"))
         .collect();
-    db.insert_created_handles(WORKER, "main", &containers, &volumes)
+    db.bench()
+        .insert_created_handles(WORKER, "main", &containers, &volumes)
         .await?;
     let sweeps = Sweeps::default();
     let report = |epoch: i64, volumes: Vec<String>| SweepReport {
@@ -92,12 +92,9 @@ async fn measure(db: &Db, opts: &GcBench) -> anyhow::Result<Figures> {
     for _ in 0..opts.reports {
         let t = Instant::now();
         // As a report loads them: both tables at once.
-        let (c, v) = tokio::try_join!(
-            db.sweep_rows(HandleKind::Container, WORKER),
-            db.sweep_rows(HandleKind::Volume, WORKER),
-        )?;
+        let rows = db.bench().sweep_row_count(WORKER).await?;
         select += t.elapsed();
-        anyhow::ensure!(c.len() + v.len() == opts.handles, "rows lost");
+        anyhow::ensure!(rows == opts.handles, "rows lost");
     }
     let mut reports = Duration::ZERO;
     for _ in 0..opts.reports {

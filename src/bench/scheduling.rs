@@ -30,7 +30,6 @@ use anyhow::{bail, Context as _};
 use gantry_actors::api::bench::{Db, DetachedConnector};
 use gantry_actors::api::{PipelinesConfig, Vars};
 use gantry_actors::{Engine, EngineConfig, EngineSetup};
-use gantry_wire::state::BuildStatus;
 use serde_json::json;
 
 use gantry_artifacts::ArtifactFiles;
@@ -114,7 +113,7 @@ pub async fn bench(opts: SchedulingBench) -> anyhow::Result<()> {
     pause_every_pipeline(&db).await?;
     // Its builds are over: the next engine (the same node, started again)
     // would otherwise take them over while the rounds are timed.
-    db.bench_abort_unfinished_builds().await?;
+    db.bench().abort_unfinished_builds().await?;
     chain(&opts, &url, &store, &db).await?;
     // The chained pipeline stays stored, paused, out of the way of the
     // sets timed next.
@@ -126,14 +125,11 @@ pub async fn bench(opts: SchedulingBench) -> anyhow::Result<()> {
 
 /// Pauses every pipeline of team `main` (the benchmark's one team).
 async fn pause_every_pipeline(db: &Db) -> anyhow::Result<()> {
-    for p in db.pipelines("main").await? {
-        db.set_pipeline_paused(p.id, true).await?;
-    }
-    Ok(())
+    Ok(db.bench().pause_every_pipeline("main").await?)
 }
 
 async fn count_job_builds(db: &Db) -> anyhow::Result<i64> {
-    Ok(db.bench_count_job_builds().await?)
+    Ok(db.bench().count_job_builds().await?)
 }
 
 async fn fan_out(
@@ -150,7 +146,8 @@ async fn fan_out(
     // Baseline: as many build rows written directly.
     let t0 = Instant::now();
     for _ in 0..opts.pipelines {
-        db.create_build("main", &json!({"baseline": true}), "bench")
+        db.bench()
+            .insert_build("main", &json!({"baseline": true}))
             .await?;
     }
     let base_ms = t0.elapsed().as_secs_f64() * 1000.0;
@@ -273,47 +270,27 @@ async fn chain_on(engine: &Engine, opts: &SchedulingBench, db: &Db) -> anyhow::R
     engine
         .set_pipeline("main", "chain", &config, Vars::new(), None)
         .await?;
-    let id = db
-        .pipeline("main", "chain")
-        .await?
-        .context("the chained pipeline was not stored")?
-        .id;
-    let resources = db.pipeline_resources(id).await?;
+    let resources = db.bench().resource_configs("main", "chain").await?;
     let newest = opts.versions as i64;
-    for r in &resources {
-        db.bench_insert_versions(&r.scope, &r.config, 1..newest + 1)
+    for (scope, config) in &resources {
+        db.bench()
+            .insert_versions(scope, config, 1..newest + 1)
             .await?;
     }
-    db.bench_analyze().await?;
-    // Every job's last build used the newest version: the steady state.
+    db.bench().analyze().await?;
+    // Every job's last build used the newest version: the steady state;
+    // every other chain's jobs put it again.
     for k in 0..opts.chains {
         for i in 0..per_chain {
-            let build = db
-                .create_build("main", &json!({"history": true}), "bench")
-                .await?;
-            db.set_build_job(build, "chain", &format!("c{k}-{i}"))
-                .await?;
-            let r = format!("r{k}");
-            db.record_build_version(
-                build,
-                gantry_actors::api::bench::Direction::In,
-                &r,
-                &r,
-                &json!({"v": newest.to_string()}),
-            )
-            .await?;
-            if k % 2 == 1 {
-                // What its put made: the version it got, put again.
-                db.record_build_version(
-                    build,
-                    gantry_actors::api::bench::Direction::Out,
-                    &r,
-                    &r,
+            db.bench()
+                .finished_job_build(
+                    "main",
+                    "chain",
+                    &format!("c{k}-{i}"),
+                    &format!("r{k}"),
                     &json!({"v": newest.to_string()}),
+                    k % 2 == 1,
                 )
-                .await?;
-            }
-            db.finish_build(build, BuildStatus::Succeeded, Some(0), None)
                 .await?;
         }
     }
@@ -336,11 +313,12 @@ async fn chain_on(engine: &Engine, opts: &SchedulingBench, db: &Db) -> anyhow::R
     println!("chain_rss_mib: {rss:.1}");
     // Older versions, so the newest (and the steady state) stay.
     let extra = (opts.more_versions - opts.versions) as i64;
-    for r in &resources {
-        db.bench_insert_versions(&r.scope, &r.config, -extra + 1..1)
+    for (scope, config) in &resources {
+        db.bench()
+            .insert_versions(scope, config, -extra + 1..1)
             .await?;
     }
-    db.bench_analyze().await?;
+    db.bench().analyze().await?;
     println!("chain_more_versions_per_resource: {}", opts.more_versions);
     let more = rounds(engine).await?;
     let rss_more = rss_mib("VmRSS:");

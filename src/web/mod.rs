@@ -37,6 +37,9 @@ pub struct AppState {
     pub limits: limits::Limits,
     /// The dashboard feeds' shared snapshots.
     pub snapshots: dashboard::SharedSnapshots,
+    /// The HTTP client of the requests this node relays to agents (a
+    /// worker's job listing): one, so its connections are pooled.
+    pub agents: gantry_agent_client::AgentConnector,
 }
 
 /// A running web node.
@@ -261,6 +264,7 @@ pub async fn start_web(
                 min_bytes_per_sec: cfg.request_body_min_bytes_per_sec,
             }),
         snapshots: Default::default(),
+        agents: gantry_agent_client::AgentConnector::new(),
     });
     let max_body = usize::try_from(cfg.max_request_body_bytes).unwrap_or(usize::MAX);
     let server = HttpServer::new(move || {

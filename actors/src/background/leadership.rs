@@ -16,7 +16,7 @@ use gantry_jobs::{Backoff, Job, JobError, Jobs, Outcome, Periodic, Schedule};
 /// with the other jobs (the lead goes with it); on SQLite the one node
 /// always leads, and no job runs. Must be called inside the actix System.
 pub(crate) fn campaign(db: &Db, role: &str, every: Duration, jobs: &Jobs) -> watch::Receiver<bool> {
-    if db.leads_alone() {
+    if db.nodes().leads_alone() {
         return watch::channel(true).1;
     }
     let (leading, rx) = watch::channel(false);
@@ -76,7 +76,7 @@ impl Job for Campaign {
                 self.role
             )));
         }
-        if let Some(lead) = self.db.try_lead(&self.role).await? {
+        if let Some(lead) = self.db.nodes().try_lead(&self.role).await? {
             tracing::info!(role = %self.role, "this web node leads");
             self.lead = Some(lead);
             self.leading.send_replace(true);

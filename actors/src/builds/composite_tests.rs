@@ -177,7 +177,8 @@ async fn in_parallel_runs_its_steps_at_once_on_different_workers() {
     // its step's container, left to the garbage collector.
     assert!(h.workers.iter().all(|w| w.held() > 0));
     let rows =
-        h.db.build_handles(crate::db::HandleKind::Container, id)
+        h.db.handles()
+            .build_handles(crate::db::HandleKind::Container, id)
             .await
             .unwrap();
     assert_eq!(rows.len(), 2);

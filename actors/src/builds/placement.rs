@@ -66,7 +66,7 @@ impl Drop for Queued {
     fn drop(&mut self) {
         let (db, id) = (self.db.clone(), std::mem::take(&mut self.id));
         self.tasks.spawn_graceful(|_| async move {
-            if let Err(e) = db.delete_waiting_step(&id).await {
+            if let Err(e) = db.builds().delete_waiting_step(&id).await {
                 tracing::warn!("a placed step stays in the queue: {e}");
             }
         });
@@ -218,13 +218,13 @@ impl BuildRun {
         let worker = placement.worker.clone();
         // A one-build worker's binding is recorded before it takes the step,
         // so a restarted web node (or another one) keeps it to this build.
-        if placement.binds && !self.deps.db.bind_worker(&worker, self.id).await? {
+        if placement.binds && !self.deps.db.workers().bind_worker(&worker, self.id).await? {
             return Err(EngineError::WorkerLost {
                 worker,
                 reason: "is a one-build worker bound to another build".into(),
             });
         }
-        self.deps.db.start_build(self.id, &worker).await?;
+        self.deps.db.builds().start_build(self.id, &worker).await?;
         self.events
             .emit(&BuildEvent::SelectedWorker {
                 step: step.name().into(),
@@ -248,7 +248,13 @@ impl BuildRun {
     /// is still `creating` (the worker never answered that it made it).
     async fn none_made(&self, created: &Created) -> bool {
         for handle in &created.containers {
-            match self.deps.db.get_handle(HandleKind::Container, handle).await {
+            match self
+                .deps
+                .db
+                .handles()
+                .get_handle(HandleKind::Container, handle)
+                .await
+            {
                 Ok(Some(row)) if row.state == HandleState::Creating => {}
                 Ok(None) => {}
                 _ => return false,
@@ -348,7 +354,7 @@ impl BuildRun {
             reason: reason.to_string(),
             since: crate::db::now_ms(),
         };
-        match self.deps.db.insert_waiting_step(&row).await {
+        match self.deps.db.builds().insert_waiting_step(&row).await {
             Ok(()) => Some(Queued {
                 db: self.deps.db.clone(),
                 id: row.id,

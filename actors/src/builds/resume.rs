@@ -48,6 +48,7 @@ impl BuildRun {
         let containers = self
             .deps
             .db
+            .handles()
             .node_handles(HandleKind::Container, self.id, &node)
             .await?;
         // Its last container is its process's (a get's or put's first ones
@@ -163,7 +164,7 @@ impl BuildRun {
             .unwrap_or_else(|| tokio::time::Instant::now() + wait);
         let mut told = false;
         loop {
-            let Some(row) = self.deps.db.get_worker(worker).await? else {
+            let Some(row) = self.deps.db.workers().get_worker(worker).await? else {
                 return Err(EngineError::WorkerLost {
                     worker: worker.to_string(),
                     reason: "was removed while the build had no web node".into(),
@@ -223,7 +224,7 @@ impl BuildRun {
 
     /// Whether container `row` stands on its worker (false when unsure).
     async fn container_stands(&self, row: &HandleRow) -> bool {
-        let Ok(Some(worker)) = self.deps.db.get_worker(&row.worker).await else {
+        let Ok(Some(worker)) = self.deps.db.workers().get_worker(&row.worker).await else {
             return false;
         };
         let client = self.deps.connector.connect(&worker.registration);
@@ -249,6 +250,7 @@ impl BuildRun {
             reason: "was removed while the build had no web node".into(),
         };
         let row = db
+            .workers()
             .get_worker(&container.worker)
             .await?
             .ok_or_else(removed)?;
@@ -256,7 +258,10 @@ impl BuildRun {
         let watch = WorkerWatch::subscribe(&self.deps.worker_states, &container.worker)
             .ok_or_else(removed)?;
         let node = scope.origin().key();
-        let volumes = db.node_handles(HandleKind::Volume, self.id, &node).await?;
+        let volumes = db
+            .handles()
+            .node_handles(HandleKind::Volume, self.id, &node)
+            .await?;
         let created = Created {
             containers: containers.iter().map(|r| r.handle.clone()).collect(),
             volumes: volumes.iter().map(|r| r.handle.clone()).collect(),
@@ -298,7 +303,7 @@ impl BuildRun {
     /// Destroys the container of a step that never started, now, and marks
     /// its row `destroying` (the worker's sweeper finishes the row).
     async fn discard_container(&self, row: &HandleRow) {
-        let destroyed = match self.deps.db.get_worker(&row.worker).await {
+        let destroyed = match self.deps.db.workers().get_worker(&row.worker).await {
             Ok(Some(worker)) => {
                 let client = self.deps.connector.connect(&worker.registration);
                 client.destroy_container(&row.handle).await
@@ -311,6 +316,7 @@ impl BuildRun {
         if let Err(e) = self
             .deps
             .db
+            .gc()
             .mark_destroying(HandleKind::Container, &row.handle)
             .await
         {

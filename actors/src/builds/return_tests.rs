@@ -148,7 +148,7 @@ async fn register_again(h: &Harness) {
         incarnation: "2".into(),
         ..registration("w", WorkerLimits::default())
     };
-    h.db.upsert_worker(&new).await.unwrap();
+    h.db.workers().upsert_worker(&new).await.unwrap();
     tell_scheduler(h, new, h.worker.clone()).await;
 }
 

@@ -167,11 +167,12 @@ impl BuildRun {
         if let Err(e) = self
             .deps
             .db
+            .builds()
             .finish_build(self.id, status, exit, error.as_deref())
             .await
         {
             tracing::error!(build = self.id, "storing build status: {e}");
-        } else if let Ok(Some(row)) = self.deps.db.get_build(self.id).await {
+        } else if let Ok(Some(row)) = self.deps.db.builds().get_build(self.id).await {
             let took = row.finished_at.unwrap_or(row.created_at) - row.created_at;
             let took = Duration::from_millis(u64::try_from(took).unwrap_or(0));
             crate::histograms::build_ended(status.as_str(), took);

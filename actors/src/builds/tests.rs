@@ -74,7 +74,8 @@ impl Harness {
             ..WorkerLimits::default()
         };
         for name in names {
-            db.upsert_worker(&registration(name, limits.clone()))
+            db.workers()
+                .upsert_worker(&registration(name, limits.clone()))
                 .await
                 .unwrap();
         }
@@ -155,7 +156,12 @@ impl Harness {
             timeout_secs,
         };
         let json = serde_json::to_value(&plan).unwrap();
-        let id = self.db.create_build("main", &json, "web").await.unwrap();
+        let id = self
+            .db
+            .builds()
+            .create_build("main", &json, "web")
+            .await
+            .unwrap();
         let deps = self.deps.clone();
         let build = Build::new(id, "main".into(), plan, deps, self.running.clone()).start();
         (id, build)
@@ -164,7 +170,12 @@ impl Harness {
     /// Creates and starts a build of `plan`.
     pub(super) async fn start_plan(&self, plan: Plan) -> (i64, Addr<Build>) {
         let json = serde_json::json!({});
-        let id = self.db.create_build("main", &json, "web").await.unwrap();
+        let id = self
+            .db
+            .builds()
+            .create_build("main", &json, "web")
+            .await
+            .unwrap();
         let deps = self.deps.clone();
         let build = Build::of_plan(id, "main".into(), plan, None, deps, self.running.clone());
         (id, build.start())
@@ -172,7 +183,7 @@ impl Harness {
 
     /// The build's stored events.
     pub(super) async fn events(&self, id: i64) -> Vec<BuildEvent> {
-        let stored = self.db.build_events_after(id, 0).await.unwrap();
+        let stored = self.db.builds().build_events_after(id, 0).await.unwrap();
         stored
             .iter()
             .map(|(_, json)| serde_json::from_str(json).unwrap())
@@ -182,7 +193,7 @@ impl Harness {
     /// Waits until the build has stored its final status.
     pub(super) async fn finished(&self, id: i64) -> crate::views::Build {
         let hub_done = until("the build to finish", || async {
-            let row = self.db.get_build(id).await.unwrap()?;
+            let row = self.db.builds().get_build(id).await.unwrap()?;
             let last = self.events(id).await.last().cloned()?;
             (row.status.is_finished() && last.is_final()).then_some(row)
         });
@@ -355,7 +366,7 @@ async fn a_timeout_ends_a_wait_for_a_worker_without_leaking_its_place() {
     .await;
     tokio::time::advance(Duration::from_secs(2)).await;
     settle().await;
-    let row = h.db.get_build(waiter).await.unwrap().unwrap();
+    let row = h.db.builds().get_build(waiter).await.unwrap().unwrap();
     assert!(
         !row.status.is_finished(),
         "{row:?} {:?}",
@@ -464,10 +475,12 @@ pub(super) fn node(
 /// `node`, created on the harness's worker (no process in it).
 async fn standing_container(h: &Harness, id: i64, handle: &str, step: &str, node: &str) {
     let kind = crate::db::HandleKind::Container;
-    h.db.insert_node_handle(kind, handle, "w", Some(id), Some(step), "main", Some(node))
+    h.db.handles()
+        .insert_node_handle(kind, handle, "w", Some(id), Some(step), "main", Some(node))
         .await
         .unwrap();
-    h.db.set_handle_state(kind, handle, gantry_wire::state::HandleState::Created)
+    h.db.handles()
+        .set_handle_state(kind, handle, gantry_wire::state::HandleState::Created)
         .await
         .unwrap();
     let spec = gantry_wire::spec::ContainerSpec {
@@ -555,11 +568,23 @@ async fn a_build_taken_over_runs_none_of_its_steps_that_ended_and_the_rest_once(
     let worker: &dyn gantry_wire::runtime::Worker = h.worker.as_ref();
     assert!(worker.lookup_container("c1").await.unwrap().is_none());
     let kind = crate::db::HandleKind::Container;
-    let row = h.db.get_handle(kind, "c1").await.unwrap().unwrap();
+    let row =
+        h.db.handles()
+            .get_handle(kind, "c1")
+            .await
+            .unwrap()
+            .unwrap();
     assert_eq!(row.state, gantry_wire::state::HandleState::Destroying);
-    let at_b = h.db.node_handles(kind, id, "0.1").await.unwrap();
+    let at_b = h.db.handles().node_handles(kind, id, "0.1").await.unwrap();
     assert_eq!(at_b.len(), 2, "{at_b:?}");
-    assert_eq!(h.db.node_handles(kind, id, "0.2").await.unwrap().len(), 1);
+    assert_eq!(
+        h.db.handles()
+            .node_handles(kind, id, "0.2")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[actix_rt::test]
@@ -596,10 +621,12 @@ async fn a_put_whose_container_is_gone_after_a_takeover_is_not_run_again() {
     let id = put_begun(&h, vec![]).await;
     // Its row says created; the worker no longer has it.
     let kind = crate::db::HandleKind::Container;
-    h.db.insert_node_handle(kind, "c1", "w", Some(id), Some("push"), "main", Some("0"))
+    h.db.handles()
+        .insert_node_handle(kind, "c1", "w", Some(id), Some("push"), "main", Some("0"))
         .await
         .unwrap();
-    h.db.set_handle_state(kind, "c1", gantry_wire::state::HandleState::Created)
+    h.db.handles()
+        .set_handle_state(kind, "c1", gantry_wire::state::HandleState::Created)
         .await
         .unwrap();
     let (_stop, run) = taken_over_run(&h, id).await;
@@ -613,7 +640,8 @@ async fn a_put_whose_container_is_gone_after_a_takeover_is_not_run_again() {
 
 /// A build of team `main` with nothing stored yet.
 pub(super) async fn new_build(h: &Harness) -> i64 {
-    h.db.create_build("main", &serde_json::json!({}), "web")
+    h.db.builds()
+        .create_build("main", &serde_json::json!({}), "web")
         .await
         .unwrap()
 }
@@ -687,7 +715,7 @@ pub(super) async fn taken_over_run(
     h: &Harness,
     id: i64,
 ) -> (watch::Sender<Option<StopReason>>, BuildRun) {
-    let stored = h.db.build_events_after(id, 0).await.unwrap();
+    let stored = h.db.builds().build_events_after(id, 0).await.unwrap();
     let next = stored.last().map_or(0, |e| e.0) + 1;
     let (tx, mut run) = build_run(h, id);
     run.journal = crate::builds::journal::Journal::read(&stored);

@@ -29,7 +29,7 @@ impl BuildRun {
             if let Some(reason) = self.stop.reason() {
                 return Some(Outcome::Stopped(reason));
             }
-            let turns = match self.deps.db.builds_ahead(self.id).await {
+            let turns = match self.deps.db.builds().builds_ahead(self.id).await {
                 Ok(t) => t,
                 Err(e) => {
                     return Some(Outcome::Errored(format!(

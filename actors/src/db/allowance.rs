@@ -4,17 +4,17 @@
 //! from one bucket per team. One statement takes a creation, so two nodes
 //! (or two requests on one) never take the same token.
 
-use super::Db;
+use super::Builds;
 use crate::error::EngineError;
 
 /// Milliseconds in the minute the allowance is counted over.
 const MINUTE_MS: f64 = 60_000.0;
 
-impl Db {
+impl Builds<'_> {
     /// Takes one of `team`'s `per_minute` build creations at `now_ms`
-    /// (the database's clock, [`Db::db_now_ms`]): `Ok(None)` when taken,
+    /// (the database's clock, [`Nodes::db_now_ms`]): `Ok(None)` when taken,
     /// `Ok(Some(ms))` when none is left, with how long until the next one.
-    pub async fn take_team_build(
+    pub(crate) async fn take_team_build(
         &self,
         team: &str,
         per_minute: u32,
@@ -28,7 +28,7 @@ impl Db {
         .bind(team)
         .bind(n)
         .bind(now_ms)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         // The tokens at $3: those left plus those refilled since `at_ms`
         // (none when another node's clock reading was later), at most $2.
@@ -43,7 +43,7 @@ impl Db {
         .bind(n)
         .bind(now_ms)
         .bind(MINUTE_MS)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         if taken.rows_affected() == 1 {
             return Ok(None);
@@ -51,7 +51,7 @@ impl Db {
         let (tokens, at_ms): (f64, i64) =
             sqlx::query_as("SELECT tokens, at_ms FROM team_build_allowance WHERE team = $1")
                 .bind(team)
-                .fetch_one(self.pool())
+                .fetch_one(self.db.pool())
                 .await?;
         let refilled = (tokens + (now_ms - at_ms).max(0) as f64 * n / MINUTE_MS).min(n);
         Ok(Some(((1.0 - refilled) * MINUTE_MS / n).max(0.0)))
@@ -60,43 +60,72 @@ impl Db {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::db::test_pg::PgDb;
+    use crate::db::Db;
 
     async fn allowance_round_trip(db: &Db) {
         let t0 = 1_000_000;
         for _ in 0..3 {
-            assert_eq!(db.take_team_build("red", 3, t0).await.unwrap(), None);
+            assert_eq!(
+                db.builds().take_team_build("red", 3, t0).await.unwrap(),
+                None
+            );
         }
         // The fourth waits 20 s (3 a minute).
-        let wait = db.take_team_build("red", 3, t0).await.unwrap().unwrap();
+        let wait = db
+            .builds()
+            .take_team_build("red", 3, t0)
+            .await
+            .unwrap()
+            .unwrap();
         assert!((wait - 20_000.0).abs() < 1.0, "{wait}");
         // Another team has its own allowance.
-        assert_eq!(db.take_team_build("blue", 3, t0).await.unwrap(), None);
+        assert_eq!(
+            db.builds().take_team_build("blue", 3, t0).await.unwrap(),
+            None
+        );
         // One more every 20 s.
         let wait = db
+            .builds()
             .take_team_build("red", 3, t0 + 19_000)
             .await
             .unwrap()
             .unwrap();
         assert!((wait - 1_000.0).abs() < 1.0, "{wait}");
         assert_eq!(
-            db.take_team_build("red", 3, t0 + 21_000).await.unwrap(),
+            db.builds()
+                .take_team_build("red", 3, t0 + 21_000)
+                .await
+                .unwrap(),
             None
         );
         assert!(db
+            .builds()
             .take_team_build("red", 3, t0 + 21_000)
             .await
             .unwrap()
             .is_some());
         // A clock reading earlier than the last one refills nothing.
-        assert!(db.take_team_build("red", 3, t0).await.unwrap().is_some());
+        assert!(db
+            .builds()
+            .take_team_build("red", 3, t0)
+            .await
+            .unwrap()
+            .is_some());
         // A long pause refills to the allowance, not beyond.
         let later = t0 + 3_600_000;
         for _ in 0..3 {
-            assert_eq!(db.take_team_build("red", 3, later).await.unwrap(), None);
+            assert_eq!(
+                db.builds().take_team_build("red", 3, later).await.unwrap(),
+                None
+            );
         }
-        assert!(db.take_team_build("red", 3, later).await.unwrap().is_some());
+        assert!(db
+            .builds()
+            .take_team_build("red", 3, later)
+            .await
+            .unwrap()
+            .is_some());
     }
 
     #[tokio::test]
@@ -114,7 +143,7 @@ mod tests {
         let t = 5_000_000;
         let tries = (0..20).map(|_| {
             let db = pg.db.clone();
-            tokio::spawn(async move { db.take_team_build("green", 5, t).await.unwrap() })
+            tokio::spawn(async move { db.builds().take_team_build("green", 5, t).await.unwrap() })
         });
         let mut taken = 0;
         for t in tries {

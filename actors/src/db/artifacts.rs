@@ -2,13 +2,13 @@
 
 use serde::Serialize;
 
-use crate::db::{now_ms, Db};
+use crate::db::{now_ms, ArtifactIndex};
 use crate::error::EngineError;
 use gantry_wire::state::ArtifactKind;
 
 /// A stored artifact.
 #[derive(Debug, Clone, Serialize)]
-pub struct ArtifactRow {
+pub(crate) struct ArtifactRow {
     /// Artifact id.
     pub id: String,
     /// Owning team.
@@ -25,9 +25,9 @@ pub struct ArtifactRow {
 
 type Raw = (String, String, Option<String>, Option<i64>, i64, i64);
 
-impl Db {
+impl ArtifactIndex<'_> {
     /// Records a stored artifact.
-    pub async fn insert_artifact(
+    pub(crate) async fn insert_artifact(
         &self,
         id: &str,
         team: &str,
@@ -44,13 +44,13 @@ impl Db {
         .bind(build_id)
         .bind(size_bytes)
         .bind(now_ms())
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(())
     }
 
     /// One artifact of a team.
-    pub async fn get_artifact(
+    pub(crate) async fn get_artifact(
         &self,
         team: &str,
         id: &str,
@@ -60,7 +60,7 @@ impl Db {
         )
         .bind(team)
         .bind(id)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await?;
         Ok(row.map(|r| ArtifactRow {
             id: r.0,
@@ -73,9 +73,9 @@ impl Db {
     }
 }
 
-impl Db {
+impl ArtifactIndex<'_> {
     /// Records the digest and kind of a stored artifact.
-    pub async fn set_artifact_digest(
+    pub(crate) async fn set_artifact_digest(
         &self,
         id: &str,
         kind: &str,
@@ -85,13 +85,13 @@ impl Db {
             .bind(digest)
             .bind(kind)
             .bind(id)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(())
     }
 
     /// An artifact of `team` of this kind with this digest, if one is stored.
-    pub async fn find_artifact_by_digest(
+    pub(crate) async fn find_artifact_by_digest(
         &self,
         team: &str,
         kind: &str,
@@ -103,25 +103,25 @@ impl Db {
         .bind(team)
         .bind(kind)
         .bind(digest)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await?;
         Ok(row.map(|r| r.0))
     }
 
     /// Forgets an artifact's row (its data is deleted by the store).
-    pub async fn delete_artifact(&self, id: &str) -> Result<(), EngineError> {
+    pub(crate) async fn delete_artifact(&self, id: &str) -> Result<(), EngineError> {
         sqlx::query("DELETE FROM artifacts WHERE id = $1")
             .bind(id)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(())
     }
 }
 
-impl Db {
+impl ArtifactIndex<'_> {
     /// Records an artifact that only volumes on workers hold (a job build's
     /// task output): not in the web node's store.
-    pub async fn insert_worker_artifact(
+    pub(crate) async fn insert_worker_artifact(
         &self,
         id: &str,
         team: &str,
@@ -136,7 +136,7 @@ impl Db {
         .bind(name)
         .bind(build_id)
         .bind(now_ms())
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(())
     }
@@ -146,7 +146,7 @@ impl Db {
     /// digest that only volumes on workers hold, collected like any image.
     /// Its id is made from the team and digest, so builds (on any web
     /// node) recording it at once record one row.
-    pub async fn insert_pulled_image(
+    pub(crate) async fn insert_pulled_image(
         &self,
         id: &str,
         team: &str,
@@ -163,41 +163,31 @@ impl Db {
         .bind(now_ms())
         .bind(digest)
         .bind(ArtifactKind::Image.as_str())
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(())
     }
 
     /// Whether the web node's store holds artifact `id` (an artifact that
     /// is not recorded answers `true`: the store says whether it has it).
-    pub async fn artifact_in_store(&self, id: &str) -> Result<bool, EngineError> {
+    pub(crate) async fn artifact_in_store(&self, id: &str) -> Result<bool, EngineError> {
         let row: Option<(i64,)> = sqlx::query_as("SELECT in_store FROM artifacts WHERE id = $1")
             .bind(id)
-            .fetch_optional(self.pool())
+            .fetch_optional(self.db.pool())
             .await?;
         Ok(row.is_none_or(|r| r.0 != 0))
     }
-
-    /// Records the size of an artifact held on workers, once measured.
-    pub async fn set_artifact_size(&self, id: &str, size_bytes: i64) -> Result<(), EngineError> {
-        sqlx::query("UPDATE artifacts SET size_bytes = $1 WHERE id = $2")
-            .bind(size_bytes)
-            .bind(id)
-            .execute(self.pool())
-            .await?;
-        Ok(())
-    }
 }
 
-impl Db {
+impl ArtifactIndex<'_> {
     /// One artifact, whatever its team.
-    pub async fn get_artifact_any_team(
+    pub(crate) async fn get_artifact_any_team(
         &self,
         id: &str,
     ) -> Result<Option<ArtifactRow>, EngineError> {
         let row: Option<(String,)> = sqlx::query_as("SELECT team FROM artifacts WHERE id = $1")
             .bind(id)
-            .fetch_optional(self.pool())
+            .fetch_optional(self.db.pool())
             .await?;
         match row {
             Some((team,)) => self.get_artifact(&team, id).await,

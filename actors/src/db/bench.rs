@@ -3,14 +3,15 @@
 //! benchmarks run no SQL of their own.
 
 use super::states::sql_list;
-use super::Db;
+use super::{now_ms, Bench, Db, HandleKind};
 use crate::error::EngineError;
 use gantry_wire::state::BuildStatus;
+use gantry_wire::state::HandleState;
 
-impl Db {
+impl Bench<'_> {
     /// Ends every build that has not ended as aborted: a benchmark's
     /// engine started again on the same database then takes none over.
-    pub async fn bench_abort_unfinished_builds(&self) -> Result<u64, EngineError> {
+    pub async fn abort_unfinished_builds(&self) -> Result<u64, EngineError> {
         let sql = format!(
             "UPDATE builds SET status = $1, finished_at = $2 WHERE status IN {}",
             sql_list(&BuildStatus::UNFINISHED)
@@ -18,15 +19,15 @@ impl Db {
         let done = sqlx::query(&sql)
             .bind(BuildStatus::Aborted.as_str())
             .bind(super::now_ms())
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(done.rows_affected())
     }
 
     /// How many builds belong to a job.
-    pub async fn bench_count_job_builds(&self) -> Result<i64, EngineError> {
+    pub async fn count_job_builds(&self) -> Result<i64, EngineError> {
         let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM builds WHERE job IS NOT NULL")
-            .fetch_one(self.pool())
+            .fetch_one(self.db.pool())
             .await?;
         Ok(n)
     }
@@ -34,7 +35,7 @@ impl Db {
     /// Stores versions `{"v": "N"}` of (`scope`, `config`) at check orders
     /// `orders` (older than every stored one when negative), 500 a
     /// statement.
-    pub async fn bench_insert_versions(
+    pub async fn insert_versions(
         &self,
         scope: &str,
         config: &str,
@@ -53,20 +54,158 @@ impl Db {
             for o in batch {
                 q = q.bind(format!("{{\"v\":\"{o}\"}}")).bind(*o);
             }
-            q.execute(self.pool()).await?;
+            q.execute(self.db.pool()).await?;
         }
         Ok(())
     }
 
     /// On PostgreSQL, refreshes the planner's statistics after a bulk
     /// insert, as autovacuum would soon after; nothing on SQLite.
-    pub async fn bench_analyze(&self) -> Result<(), EngineError> {
-        if self.is_shared() {
-            sqlx::query("ANALYZE").execute(self.pool()).await?;
+    pub async fn analyze(&self) -> Result<(), EngineError> {
+        if self.db.is_shared() {
+            sqlx::query("ANALYZE").execute(self.db.pool()).await?;
         }
         Ok(())
     }
 
+    /// Bench helper (`gantry bench gc`): `containers` and `volumes` of
+    /// `worker` and `team`, recorded `created` at GC epoch 1 (each its index
+    /// as sequence), in multi-row statements inside one transaction, so that
+    /// a hundred thousand rows take seconds rather than minutes.
+    pub async fn insert_created_handles(
+        &self,
+        worker: &str,
+        team: &str,
+        containers: &[String],
+        volumes: &[String],
+    ) -> Result<(), EngineError> {
+        const ROWS: usize = 200;
+        let mut tx = self.db.pool().begin().await?;
+        for (kind, handles) in [
+            (HandleKind::Container, containers),
+            (HandleKind::Volume, volumes),
+        ] {
+            for chunk in handles.chunks(ROWS) {
+                let values: Vec<String> = (0..chunk.len())
+                    .map(|i| format!("(${}, $1, $2, ${}, $3, $4, 1)", 2 * i + 5, 2 * i + 6))
+                    .collect();
+                let sql = format!(
+                    "INSERT INTO {} (handle, worker, state, sequence, team, created_at, \
+                     created_epoch) VALUES {}",
+                    kind.table(),
+                    values.join(", ")
+                );
+                let mut q = sqlx::query(&sql)
+                    .bind(worker)
+                    .bind(HandleState::Created.as_str())
+                    .bind(team)
+                    .bind(now_ms());
+                for (i, h) in chunk.iter().enumerate() {
+                    q = q.bind(h).bind(i as i64);
+                }
+                q.execute(&mut *tx).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Registers `reg` as a trusted worker (as the beacon would).
+    pub async fn register_worker(
+        &self,
+        reg: &gantry_wire::worker_info::WorkerRegistration,
+    ) -> Result<(), EngineError> {
+        self.db.workers().upsert_worker(reg).await?;
+        Ok(())
+    }
+
+    /// How many container and volume rows `worker` has, read both at
+    /// once as a sweep report loads them.
+    pub async fn sweep_row_count(&self, worker: &str) -> Result<usize, EngineError> {
+        let gc = self.db.gc();
+        let (containers, volumes) = tokio::try_join!(
+            gc.sweep_rows(HandleKind::Container, worker),
+            gc.sweep_rows(HandleKind::Volume, worker),
+        )?;
+        Ok(containers.len() + volumes.len())
+    }
+
+    /// Pauses every pipeline of `team`.
+    pub async fn pause_every_pipeline(&self, team: &str) -> Result<(), EngineError> {
+        let pipelines = self.db.pipelines();
+        for p in pipelines.of_team(team).await? {
+            pipelines.set_pipeline_paused(p.id, true).await?;
+        }
+        Ok(())
+    }
+
+    /// Stores a one-off build of `team` running `plan` (the cost of a
+    /// build row alone).
+    pub async fn insert_build(
+        &self,
+        team: &str,
+        plan: &serde_json::Value,
+    ) -> Result<i64, EngineError> {
+        self.db.builds().create_build(team, plan, "bench").await
+    }
+
+    /// The (scope, config) of each resource of pipeline `name` of `team`.
+    pub async fn resource_configs(
+        &self,
+        team: &str,
+        name: &str,
+    ) -> Result<Vec<(String, String)>, EngineError> {
+        let pipelines = self.db.pipelines();
+        let Some(p) = pipelines.pipeline(team, name).await? else {
+            return Err(EngineError::NotFound {
+                kind: "pipeline",
+                name: format!("{team}/{name}"),
+            });
+        };
+        Ok(pipelines
+            .pipeline_resources(p.id)
+            .await?
+            .into_iter()
+            .map(|r| (r.scope, r.config))
+            .collect())
+    }
+
+    /// A succeeded build of `job` of `pipeline` that got `version` of
+    /// `resource` and, with `put`, put it again.
+    pub async fn finished_job_build(
+        &self,
+        team: &str,
+        pipeline: &str,
+        job: &str,
+        resource: &str,
+        version: &serde_json::Value,
+        put: bool,
+    ) -> Result<i64, EngineError> {
+        let build = self
+            .db
+            .builds()
+            .create_build(team, &serde_json::json!({"history": true}), "bench")
+            .await?;
+        self.db.gc().set_build_job(build, pipeline, job).await?;
+        let versions = self.db.versions();
+        versions
+            .record_build_version(build, super::Direction::In, resource, resource, version)
+            .await?;
+        if put {
+            versions
+                .record_build_version(build, super::Direction::Out, resource, resource, version)
+                .await?;
+        }
+        self.db
+            .builds()
+            .finish_build(build, BuildStatus::Succeeded, Some(0), None)
+            .await?;
+        Ok(build)
+    }
+}
+
+/// The benchmarks' own databases on a PostgreSQL server.
+impl Db {
     /// Makes database `name` (letters, digits and `_`) on the PostgreSQL
     /// server at `base` (its URL without a database), for a benchmark's run.
     pub async fn bench_create_database(base: &str, name: &str) -> Result<(), EngineError> {

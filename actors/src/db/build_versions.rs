@@ -6,13 +6,13 @@
 use serde_json::Value;
 
 pub use super::states::Direction;
-use crate::db::Db;
+use crate::db::Versions;
 use crate::error::EngineError;
 use gantry_wire::state::BuildStatus;
 
 /// A job's place: team, pipeline name, job name.
 #[derive(Debug, Clone, Copy)]
-pub struct JobAt<'a> {
+pub(crate) struct JobAt<'a> {
     /// The team.
     pub team: &'a str,
     /// The pipeline's name.
@@ -23,7 +23,7 @@ pub struct JobAt<'a> {
 
 /// A resource's versions: where they are kept.
 #[derive(Debug, Clone, Copy)]
-pub struct VersionsAt<'a> {
+pub(crate) struct VersionsAt<'a> {
     /// `resource_versions.team`: a scope (a team's one-off or shared
     /// history, or a pipeline resource's; see `crate::resources::scope`).
     pub scope: &'a str,
@@ -33,17 +33,17 @@ pub struct VersionsAt<'a> {
 
 /// A version and its place in the order of its resource's versions.
 #[derive(Debug, Clone, PartialEq)]
-pub struct OrderedVersion {
+pub(crate) struct OrderedVersion {
     /// The version (a JSON object), as stored.
     pub version: String,
     /// Higher: newer.
     pub check_order: i64,
 }
 
-impl Db {
+impl Versions<'_> {
     /// Records that build `build` used (`In`) or made (`Out`) `version` of
     /// `resource` in step `name`.
-    pub async fn record_build_version(
+    pub(crate) async fn record_build_version(
         &self,
         build: i64,
         direction: Direction,
@@ -60,7 +60,7 @@ impl Db {
         .bind(name)
         .bind(resource)
         .bind(version.to_string())
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(())
     }
@@ -69,7 +69,7 @@ impl Db {
     /// build `build`'s pipeline are kept, when the build is a job build of
     /// a stored pipeline that has that resource with that config: where
     /// its puts' versions go (else the team's one-off history).
-    pub async fn output_scope(
+    pub(crate) async fn output_scope(
         &self,
         build: i64,
         resource: &str,
@@ -84,14 +84,14 @@ impl Db {
         .bind(build)
         .bind(resource)
         .bind(config)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await?;
         Ok(row.map(|(s,)| s))
     }
 
     /// What build `build` used and made: (direction, step, resource,
     /// version), inputs first.
-    pub async fn build_versions(
+    pub(crate) async fn build_versions(
         &self,
         build: i64,
     ) -> Result<Vec<(String, String, String, String)>, EngineError> {
@@ -99,13 +99,13 @@ impl Db {
             "SELECT direction, name, resource, version FROM build_versions WHERE build_id = $1 ORDER BY direction, name",
         )
         .bind(build)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?)
     }
 
     /// The newest build of a job (by id, any status) and the inputs it was
     /// given (step → version).
-    pub async fn last_job_build(
+    pub(crate) async fn last_job_build(
         &self,
         at: JobAt<'_>,
     ) -> Result<Option<(i64, Vec<(String, String)>)>, EngineError> {
@@ -119,7 +119,7 @@ impl Db {
         .bind(at.pipeline)
         .bind(at.job)
         .bind(Direction::In.as_str())
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         let Some(&(id, _, _)) = rows.first() else {
             return Ok(None);
@@ -135,7 +135,7 @@ impl Db {
     /// that was given `version` of `resource` as input `name`, if any: a
     /// version is a trigger's first occurrence for the job when none was
     /// (Concourse's `IsFirstOccurrence`).
-    pub async fn job_build_given(
+    pub(crate) async fn job_build_given(
         &self,
         at: JobAt<'_>,
         name: &str,
@@ -155,14 +155,14 @@ impl Db {
         .bind(at.pipeline)
         .bind(at.job)
         .bind(Direction::In.as_str())
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await?;
         Ok(row.map(|(id,)| id))
     }
 
     /// The newest place (check order) among the versions the job's builds
     /// used as input `name`: where `version: every` goes on from.
-    pub async fn last_used_order(
+    pub(crate) async fn last_used_order(
         &self,
         at: JobAt<'_>,
         name: &str,
@@ -183,7 +183,7 @@ impl Db {
         .bind(versions.scope)
         .bind(versions.config)
         .bind(Direction::In.as_str())
-        .fetch_one(self.pool())
+        .fetch_one(self.db.pool())
         .await?;
         Ok(order)
     }
@@ -191,7 +191,7 @@ impl Db {
     /// A page of a resource's versions, not disabled in pipeline
     /// `pipeline_id` for `resource`: newest first below `before` (none:
     /// from the newest), or oldest first above `after`.
-    pub async fn versions_page(
+    pub(crate) async fn versions_page(
         &self,
         versions: VersionsAt<'_>,
         (pipeline_id, resource): (i64, &str),
@@ -211,14 +211,14 @@ impl Db {
         .bind(pipeline_id)
         .bind(resource)
         .bind(limit)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(ordered(rows))
     }
 
     /// A page of a resource's versions, disabled ones too, newest first
     /// below `before`.
-    pub async fn all_versions_page(
+    pub(crate) async fn all_versions_page(
         &self,
         scope: &str,
         config: &str,
@@ -233,15 +233,15 @@ impl Db {
         .bind(config)
         .bind(before.unwrap_or(i64::MAX))
         .bind(limit)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(ordered(rows))
     }
 
     /// A page of the versions of `resource` that succeeded builds of job
     /// `upstream` used or made (`passed: [upstream]`), not disabled in
-    /// pipeline `pipeline_id`, ordered as [`Db::versions_page`].
-    pub async fn passed_versions_page(
+    /// pipeline `pipeline_id`, ordered as [`Versions::versions_page`].
+    pub(crate) async fn passed_versions_page(
         &self,
         upstream: JobAt<'_>,
         versions: VersionsAt<'_>,
@@ -274,7 +274,7 @@ impl Db {
         .bind(edge)
         .bind(pipeline_id)
         .bind(limit)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(ordered(rows))
     }
@@ -286,7 +286,7 @@ impl Db {
     /// the resource's history or disabled in pipeline `pipeline_id` left
     /// out. Read after `after` (none: from the newest build); a version
     /// appears once per build that had it.
-    pub async fn passed_by_build_page(
+    pub(crate) async fn passed_by_build_page(
         &self,
         upstream: JobAt<'_>,
         versions: VersionsAt<'_>,
@@ -326,7 +326,7 @@ impl Db {
         .bind(&after.name)
         .bind(pipeline_id)
         .bind(limit)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(rows
             .into_iter()
@@ -348,7 +348,7 @@ impl Db {
 
     /// The place of `version` among a resource's versions, if it was
     /// found by a check.
-    pub async fn version_order(
+    pub(crate) async fn version_order(
         &self,
         versions: VersionsAt<'_>,
         version: &str,
@@ -359,14 +359,14 @@ impl Db {
         .bind(versions.scope)
         .bind(versions.config)
         .bind(version)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await?;
         Ok(row.map(|(o,)| o))
     }
 
     /// The succeeded builds of job `at` that used or made `version` of
     /// `resource`: what `passed: [job]` asks of a candidate.
-    pub async fn passed_builds(
+    pub(crate) async fn passed_builds(
         &self,
         at: JobAt<'_>,
         resource: &str,
@@ -382,13 +382,13 @@ impl Db {
         .bind(at.pipeline)
         .bind(at.job)
         .bind(BuildStatus::Succeeded.as_str())
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 
     /// Whether `version` of `resource` is disabled in pipeline `pipeline_id`.
-    pub async fn version_disabled(
+    pub(crate) async fn version_disabled(
         &self,
         pipeline_id: i64,
         resource: &str,
@@ -400,16 +400,16 @@ impl Db {
         .bind(pipeline_id)
         .bind(resource)
         .bind(version)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await?;
         Ok(row.is_some())
     }
 }
 
-/// A place in the walk of [`Db::passed_by_build_page`]: a build, and a
+/// A place in the walk of [`Versions::passed_by_build_page`]: a build, and a
 /// step's version in it (direction, step name).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BuildCursor {
+pub(crate) struct BuildCursor {
     /// The build's id.
     pub build: i64,
     /// `out` or `in`.
@@ -420,7 +420,7 @@ pub struct BuildCursor {
 
 /// Which side of a place in the order a page of versions is read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Bound {
+pub(crate) enum Bound {
     /// Newest first, older than this place (none: from the newest).
     Before(Option<i64>),
     /// Oldest first, newer than this place.

@@ -1,6 +1,6 @@
 //! The `builds` and `build_events` tables.
 
-use crate::db::{now_ms, Db};
+use crate::db::{now_ms, Builds};
 use crate::error::EngineError;
 use crate::views::Build;
 
@@ -85,9 +85,9 @@ pub(super) const INSERT_BUILD: &str =
     "INSERT INTO builds (team, status, plan, created_at, web_node) \
      VALUES ($1, $5, $2, $3, $4) RETURNING id";
 
-impl Db {
+impl Builds<'_> {
     /// Creates a pending build and returns its id.
-    pub async fn create_build(
+    pub(crate) async fn create_build(
         &self,
         team: &str,
         plan: &serde_json::Value,
@@ -99,24 +99,24 @@ impl Db {
             .bind(now_ms())
             .bind(web_node)
             .bind(BuildStatus::Pending.as_str())
-            .fetch_one(self.pool())
+            .fetch_one(self.db.pool())
             .await?;
         Ok(id)
     }
 
     /// Marks a build started on a worker.
-    pub async fn start_build(&self, id: i64, worker: &str) -> Result<(), EngineError> {
+    pub(crate) async fn start_build(&self, id: i64, worker: &str) -> Result<(), EngineError> {
         sqlx::query("UPDATE builds SET status = $1, worker = $2 WHERE id = $3")
             .bind(BuildStatus::Started.as_str())
             .bind(worker)
             .bind(id)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(())
     }
 
     /// Records how a build ended.
-    pub async fn finish_build(
+    pub(crate) async fn finish_build(
         &self,
         id: i64,
         status: BuildStatus,
@@ -131,24 +131,27 @@ impl Db {
         .bind(error)
         .bind(now_ms())
         .bind(id)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(())
     }
 
     /// One build.
-    pub async fn get_build(&self, id: i64) -> Result<Option<Build>, EngineError> {
+    pub(crate) async fn get_build(&self, id: i64) -> Result<Option<Build>, EngineError> {
         let row: Option<Raw> =
             sqlx::query_as(&format!("SELECT {COLUMNS} FROM builds WHERE id = $1"))
                 .bind(id)
-                .fetch_optional(self.pool())
+                .fetch_optional(self.db.pool())
                 .await?;
         row.map(decode).transpose()
     }
 
     /// One page of builds, newest first: those matching every filter of
     /// `query`, with ids below its `before` cursor, at most `limit`.
-    pub async fn list_builds_page(&self, query: &BuildQuery) -> Result<Vec<Build>, EngineError> {
+    pub(crate) async fn list_builds_page(
+        &self,
+        query: &BuildQuery,
+    ) -> Result<Vec<Build>, EngineError> {
         // The cursor is an integer, formatted here: a text bind does not
         // compare with a BIGINT on PostgreSQL.
         let before = query.before.map(|id| format!("id < {id}"));
@@ -169,12 +172,12 @@ impl Db {
         for t in texts {
             q = q.bind(t);
         }
-        let rows = q.fetch_all(self.pool()).await?;
+        let rows = q.fetch_all(self.db.pool()).await?;
         rows.into_iter().map(decode).collect()
     }
 
     /// Builds that had not ended (e.g. when a web node stopped under them).
-    pub async fn unfinished_builds(&self, web_node: &str) -> Result<Vec<i64>, EngineError> {
+    pub(crate) async fn unfinished_builds(&self, web_node: &str) -> Result<Vec<i64>, EngineError> {
         let rows: Vec<(i64,)> = sqlx::query_as(
             "SELECT id FROM builds WHERE status IN ($1, $2) AND (web_node = $3 OR web_node IS NULL) \
              AND waiting IS NULL",
@@ -182,7 +185,7 @@ impl Db {
         .bind(BuildStatus::Pending.as_str())
         .bind(BuildStatus::Started.as_str())
         .bind(web_node)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(rows.into_iter().map(|r| r.0).collect())
     }
@@ -191,7 +194,10 @@ impl Db {
     /// one node of a SQLite database takes over what a previous run left,
     /// whatever that run's name was (`quickstart` started again on another
     /// `--listen` port is named anew).
-    pub async fn adopt_unfinished_builds(&self, web_node: &str) -> Result<Vec<i64>, EngineError> {
+    pub(crate) async fn adopt_unfinished_builds(
+        &self,
+        web_node: &str,
+    ) -> Result<Vec<i64>, EngineError> {
         sqlx::query(
             "UPDATE builds SET web_node = $1 WHERE status IN ($2, $3) AND waiting IS NULL \
              AND web_node IS NOT NULL AND web_node <> $1",
@@ -199,16 +205,16 @@ impl Db {
         .bind(web_node)
         .bind(BuildStatus::Pending.as_str())
         .bind(BuildStatus::Started.as_str())
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         self.unfinished_builds(web_node).await
     }
 
     /// Counts of builds by status.
-    pub async fn count_builds_by_status(&self) -> Result<Vec<(String, i64)>, EngineError> {
+    pub(crate) async fn count_builds_by_status(&self) -> Result<Vec<(String, i64)>, EngineError> {
         Ok(
             sqlx::query_as("SELECT status, COUNT(*) FROM builds GROUP BY status")
-                .fetch_all(self.pool())
+                .fetch_all(self.db.pool())
                 .await?,
         )
     }
@@ -216,7 +222,7 @@ impl Db {
     /// Appends an event (already JSON) with its sequence number, and
     /// whether it is the build's last; on PostgreSQL, notifies
     /// [`EVENTS_CHANNEL`] with the build's id.
-    pub async fn append_build_event(
+    pub(crate) async fn append_build_event(
         &self,
         build_id: i64,
         seq: i64,
@@ -225,7 +231,7 @@ impl Db {
     ) -> Result<(), EngineError> {
         // Several web nodes: the build's followers on other nodes are told
         // in the same statement (`LISTEN` on [`EVENTS_CHANNEL`]).
-        let shared = self.is_shared();
+        let shared = self.db.is_shared();
         let sql = match shared {
             true => {
                 "WITH stored AS (INSERT INTO build_events (build_id, seq, event, final) \
@@ -244,7 +250,7 @@ impl Db {
         if shared {
             query = query.bind(EVENTS_CHANNEL);
         }
-        query.execute(self.pool()).await?;
+        query.execute(self.db.pool()).await?;
         Ok(())
     }
 
@@ -252,7 +258,7 @@ impl Db {
     /// whether it is the build's last: a page of a follower's reading, so a
     /// long log is never read whole, and no event is parsed back to know
     /// whether it ends the build.
-    pub async fn build_events_page(
+    pub(crate) async fn build_events_page(
         &self,
         build_id: i64,
         after: i64,
@@ -264,7 +270,7 @@ impl Db {
         ))
         .bind(build_id)
         .bind(after)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(rows
             .into_iter()
@@ -273,17 +279,17 @@ impl Db {
     }
 
     /// The sequence number of a build's last event (0 when it has none).
-    pub async fn last_event_seq(&self, build_id: i64) -> Result<i64, EngineError> {
+    pub(crate) async fn last_event_seq(&self, build_id: i64) -> Result<i64, EngineError> {
         let (seq,): (Option<i64>,) =
             sqlx::query_as("SELECT MAX(seq) FROM build_events WHERE build_id = $1")
                 .bind(build_id)
-                .fetch_one(self.pool())
+                .fetch_one(self.db.pool())
                 .await?;
         Ok(seq.unwrap_or(0))
     }
 
     /// Every event of a build after `after`, in order.
-    pub async fn build_events_after(
+    pub(crate) async fn build_events_after(
         &self,
         build_id: i64,
         after: i64,
@@ -293,7 +299,7 @@ impl Db {
         )
         .bind(build_id)
         .bind(after)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?)
     }
 }
@@ -306,34 +312,42 @@ mod tests {
     async fn builds_and_events_round_trip() {
         let (db, _dir) = crate::db::test_db().await;
         let id = db
+            .builds()
             .create_build("main", &serde_json::json!({"task": "t"}), "a")
             .await
             .unwrap();
-        db.append_build_event(id, 1, "{\"a\":1}", false)
+        db.builds()
+            .append_build_event(id, 1, "{\"a\":1}", false)
             .await
             .unwrap();
-        db.append_build_event(id, 2, "{\"a\":2}", true)
+        db.builds()
+            .append_build_event(id, 2, "{\"a\":2}", true)
             .await
             .unwrap();
-        let page = db.build_events_page(id, 0, 10).await.unwrap();
+        let page = db.builds().build_events_page(id, 0, 10).await.unwrap();
         let finals: Vec<bool> = page.iter().map(|e| e.2).collect();
         assert_eq!(finals, vec![false, true]);
         assert_eq!(
-            db.build_events_after(id, 1).await.unwrap(),
+            db.builds().build_events_after(id, 1).await.unwrap(),
             vec![(2, "{\"a\":2}".into())]
         );
-        db.finish_build(id, BuildStatus::Failed, Some(3), None)
+        db.builds()
+            .finish_build(id, BuildStatus::Failed, Some(3), None)
             .await
             .unwrap();
-        let b = db.get_build(id).await.unwrap().unwrap();
+        let b = db.builds().get_build(id).await.unwrap().unwrap();
         assert_eq!(b.status, BuildStatus::Failed);
         assert_eq!(b.exit_status, Some(3));
-        assert!(db.unfinished_builds("a").await.unwrap().is_empty());
+        assert!(db.builds().unfinished_builds("a").await.unwrap().is_empty());
         let other = db
+            .builds()
             .create_build("main", &serde_json::json!({}), "b")
             .await
             .unwrap();
-        assert!(db.unfinished_builds("a").await.unwrap().is_empty());
-        assert_eq!(db.unfinished_builds("b").await.unwrap(), vec![other]);
+        assert!(db.builds().unfinished_builds("a").await.unwrap().is_empty());
+        assert_eq!(
+            db.builds().unfinished_builds("b").await.unwrap(),
+            vec![other]
+        );
     }
 }

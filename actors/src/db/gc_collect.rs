@@ -3,7 +3,7 @@
 //! `destroying` or delete them. Nothing here calls a worker: the workers'
 //! sweepers destroy what is `destroying` and report it gone.
 
-use crate::db::{Db, TaskCacheKey, TaskCacheRow};
+use crate::db::{Collection, TaskCacheKey, TaskCacheRow};
 use crate::error::EngineError;
 
 use super::states::{sql_list, sql_literal};
@@ -42,7 +42,7 @@ fn released(b: &str) -> String {
 /// A container or volume of an ended build that the `ended-builds` rule
 /// may release.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReleasedHandle {
+pub(crate) struct ReleasedHandle {
     /// Its handle.
     pub handle: String,
     /// The worker holding it.
@@ -53,7 +53,7 @@ pub struct ReleasedHandle {
 
 /// An artifact a rule releases.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReleasedArtifact {
+pub(crate) struct ReleasedArtifact {
     /// Its id.
     pub id: String,
     /// Whether the web node's store holds its data.
@@ -62,7 +62,7 @@ pub struct ReleasedArtifact {
 
 /// A resource cache unused for too long.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StaleResourceCache {
+pub(crate) struct StaleResourceCache {
     /// Its team.
     pub team: String,
     /// Its key.
@@ -84,10 +84,10 @@ pub struct ArtifactCutoffs {
     pub image_used_before: i64,
 }
 
-impl Db {
+impl Collection<'_> {
     /// Records the pipeline and job of a job build (what the
     /// `ended-builds` rule's exception for a job's latest build looks at).
-    pub async fn set_build_job(
+    pub(crate) async fn set_build_job(
         &self,
         id: i64,
         pipeline: &str,
@@ -97,14 +97,14 @@ impl Db {
             .bind(pipeline)
             .bind(job)
             .bind(id)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(())
     }
 
     /// `created` and `failed` rows of builds whose rows may go (see
     /// [`released`]), oldest first.
-    pub async fn released_build_handles(
+    pub(crate) async fn released_build_handles(
         &self,
         kind: HandleKind,
     ) -> Result<Vec<ReleasedHandle>, EngineError> {
@@ -117,7 +117,7 @@ impl Db {
         let rows: Vec<(String, String, i64)> = sqlx::query_as(&sql)
             .bind(HandleState::Created.as_str())
             .bind(HandleState::Failed.as_str())
-            .fetch_all(self.pool())
+            .fetch_all(self.db.pool())
             .await?;
         Ok(rows
             .into_iter()
@@ -131,7 +131,7 @@ impl Db {
 
     /// Marks a `created` or `failed` row `destroying`; answers whether it
     /// did (a row in another state, or gone, is left as it is).
-    pub async fn mark_destroying(
+    pub(crate) async fn mark_destroying(
         &self,
         kind: HandleKind,
         handle: &str,
@@ -144,14 +144,14 @@ impl Db {
         .bind(handle)
         .bind(HandleState::Created.as_str())
         .bind(HandleState::Failed.as_str())
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(done.rows_affected() == 1)
     }
 
     /// Deletes rows missing from their worker's reports since before
     /// `missing_before` (unix ms); answers how many.
-    pub async fn delete_missing_handles(
+    pub(crate) async fn delete_missing_handles(
         &self,
         kind: HandleKind,
         missing_before: i64,
@@ -161,7 +161,7 @@ impl Db {
             table(kind)
         ))
         .bind(missing_before)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(done.rows_affected())
     }
@@ -170,7 +170,7 @@ impl Db {
     /// `creating` since before `created_before` (unix ms) whose build has
     /// ended or that belong to no build, and `failed` rows of no build.
     /// Answers how many.
-    pub async fn mark_stale_creations(
+    pub(crate) async fn mark_stale_creations(
         &self,
         kind: HandleKind,
         created_before: i64,
@@ -186,7 +186,7 @@ impl Db {
         .bind(created_before)
         .bind(HandleState::Creating.as_str())
         .bind(HandleState::Failed.as_str())
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(done.rows_affected())
     }
@@ -194,7 +194,7 @@ impl Db {
     /// Deletes the rows (containers, volumes, task caches and their
     /// leftovers) of workers that are no longer registered (pruned or
     /// retired); answers how many.
-    pub async fn delete_rows_of_removed_workers(&self) -> Result<u64, EngineError> {
+    pub(crate) async fn delete_rows_of_removed_workers(&self) -> Result<u64, EngineError> {
         let mut n = 0;
         for table in [
             "containers",
@@ -205,7 +205,7 @@ impl Db {
             let done = sqlx::query(&format!(
                 "DELETE FROM {table} WHERE worker NOT IN (SELECT name FROM workers)"
             ))
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
             n += done.rows_affected();
         }
@@ -213,10 +213,10 @@ impl Db {
     }
 }
 
-impl Db {
+impl Collection<'_> {
     /// Records the ttl (in ms; none: kept however long unused) of the task
     /// cache `key`, as the step's config says now.
-    pub async fn set_task_cache_ttl(
+    pub(crate) async fn set_task_cache_ttl(
         &self,
         key: &TaskCacheKey,
         ttl_ms: Option<i64>,
@@ -227,27 +227,30 @@ impl Db {
         )
         .bind(ttl_ms)
         .bind_key(key)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(())
     }
 
     /// Task caches with a ttl unused for longer than it at `now` (unix
     /// ms), oldest used first.
-    pub async fn expired_task_caches(&self, now: i64) -> Result<Vec<TaskCacheRow>, EngineError> {
+    pub(crate) async fn expired_task_caches(
+        &self,
+        now: i64,
+    ) -> Result<Vec<TaskCacheRow>, EngineError> {
         let rows: Vec<super::task_caches::Raw> = sqlx::query_as(&format!(
             "SELECT {} FROM task_caches WHERE ttl_ms IS NOT NULL AND $1 - last_used_at > ttl_ms \
              ORDER BY last_used_at, volume",
             super::task_caches::COLUMNS
         ))
         .bind(now)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(rows.into_iter().map(super::task_caches::decode).collect())
     }
 
     /// The task caches of a job (of one step, or of all), oldest first.
-    pub async fn job_task_caches(
+    pub(crate) async fn job_task_caches(
         &self,
         team: &str,
         pipeline: &str,
@@ -255,6 +258,8 @@ impl Db {
         step: Option<&str>,
     ) -> Result<Vec<TaskCacheRow>, EngineError> {
         Ok(self
+            .db
+            .handles()
             .list_task_caches(Some(team))
             .await?
             .into_iter()
@@ -271,13 +276,13 @@ impl Db {
     /// build may mount it (see `gc_pressure.rs`) and, with `used_before`,
     /// it is still unused since then (a build that used it meanwhile keeps
     /// it). Answers whether it did.
-    pub async fn drop_task_cache(
+    pub(crate) async fn drop_task_cache(
         &self,
         row: &TaskCacheRow,
         used_before: Option<i64>,
     ) -> Result<bool, EngineError> {
         let k = &row.key;
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.db.pool().begin().await?;
         let done = sqlx::query(&format!(
             "DELETE FROM task_caches WHERE team = $1 AND pipeline = $2 AND job = $3 AND step = $4 \
              AND path = $5 AND worker = $6 AND volume = $7 AND last_used_at < $8 AND NOT {}",
@@ -302,9 +307,9 @@ impl Db {
     }
 }
 
-impl Db {
+impl Collection<'_> {
     /// Marks the resource cache `key` used at `at` (unix ms).
-    pub async fn touch_resource_cache(
+    pub(crate) async fn touch_resource_cache(
         &self,
         team: &str,
         key: &str,
@@ -314,24 +319,24 @@ impl Db {
             .bind(at)
             .bind(team)
             .bind(key)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(())
     }
 
     /// Marks artifact `id` (an image) used at `at` (unix ms).
-    pub async fn touch_artifact(&self, id: &str, at: i64) -> Result<(), EngineError> {
+    pub(crate) async fn touch_artifact(&self, id: &str, at: i64) -> Result<(), EngineError> {
         sqlx::query("UPDATE artifacts SET last_used_at = $1 WHERE id = $2")
             .bind(at)
             .bind(id)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(())
     }
 
     /// Resource caches unused since before the cut-offs (an image's
     /// against `image_used_before`), oldest used first.
-    pub async fn stale_resource_caches(
+    pub(crate) async fn stale_resource_caches(
         &self,
         cut: &ArtifactCutoffs,
     ) -> Result<Vec<StaleResourceCache>, EngineError> {
@@ -345,7 +350,7 @@ impl Db {
         .bind(cut.resource_cache_used_before)
         .bind(cut.image_used_before)
         .bind(ArtifactKind::Image.as_str())
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(rows
             .into_iter()
@@ -360,7 +365,7 @@ impl Db {
     /// Forgets resource cache `c` if it is still unused since before
     /// `used_before` (a build that used it meanwhile keeps it); answers
     /// whether it did.
-    pub async fn drop_resource_cache(
+    pub(crate) async fn drop_resource_cache(
         &self,
         c: &StaleResourceCache,
         used_before: i64,
@@ -372,7 +377,7 @@ impl Db {
         .bind(&c.team)
         .bind(&c.key)
         .bind(used_before)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -381,7 +386,7 @@ impl Db {
     /// the cut-off, those owned by nothing (no build, no resource cache)
     /// made before theirs, and images of no build nor resource cache
     /// unused since before theirs. Oldest first.
-    pub async fn collectable_artifacts(
+    pub(crate) async fn collectable_artifacts(
         &self,
         cut: &ArtifactCutoffs,
     ) -> Result<Vec<ReleasedArtifact>, EngineError> {
@@ -399,7 +404,7 @@ impl Db {
             .bind(cut.build_ended_before)
             .bind(cut.unowned_before)
             .bind(cut.image_used_before)
-            .fetch_all(self.pool())
+            .fetch_all(self.db.pool())
             .await?;
         Ok(rows
             .into_iter()
@@ -412,13 +417,13 @@ impl Db {
 
     /// Whether artifact `id` is still owned: by a resource cache, or by a
     /// build (of any status).
-    pub async fn artifact_owned(&self, id: &str) -> Result<bool, EngineError> {
+    pub(crate) async fn artifact_owned(&self, id: &str) -> Result<bool, EngineError> {
         let row: Option<(i64,)> = sqlx::query_as(
             "SELECT 1 FROM artifacts a WHERE a.id = $1 AND (a.build_id IS NOT NULL \
              OR EXISTS (SELECT 1 FROM resource_caches r WHERE r.artifact_id = a.id))",
         )
         .bind(id)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await?;
         Ok(row.is_some())
     }
@@ -426,8 +431,8 @@ impl Db {
     /// Forgets artifact `id` (its data already deleted from the store) and
     /// marks the volumes holding it `destroying`, in one transaction;
     /// answers how many volumes it marked.
-    pub async fn forget_artifact(&self, id: &str) -> Result<u64, EngineError> {
-        let mut tx = self.pool().begin().await?;
+    pub(crate) async fn forget_artifact(&self, id: &str) -> Result<u64, EngineError> {
+        let mut tx = self.db.pool().begin().await?;
         let marked = sqlx::query(
             "UPDATE volumes SET state = $1 WHERE artifact_id = $2 AND state IN ($3, $4)",
         )

@@ -23,7 +23,7 @@
 //! started before the cache's last use keeps it, whichever worker it runs
 //! on, until it ends.
 
-use crate::db::{Db, TaskCacheRow};
+use crate::db::{Collection, TaskCacheRow};
 use crate::error::EngineError;
 
 use super::states::{sql_list, sql_literal};
@@ -71,10 +71,10 @@ async fn release_leftover(
     Ok(true)
 }
 
-impl Db {
+impl Collection<'_> {
     /// At most `limit` task caches on `worker` that no running build may
     /// mount, least recently used first.
-    pub async fn lru_unused_task_caches(
+    pub(crate) async fn lru_unused_task_caches(
         &self,
         worker: &str,
         limit: usize,
@@ -86,7 +86,7 @@ impl Db {
         ))
         .bind(worker)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(rows.into_iter().map(decode).collect())
     }
@@ -96,7 +96,11 @@ impl Db {
     /// it mounts the volume: false means the cache was forgotten or dropped
     /// meanwhile (its volume may be going), and the build starts an empty
     /// one.
-    pub async fn use_task_cache(&self, row: &TaskCacheRow, at: i64) -> Result<bool, EngineError> {
+    pub(crate) async fn use_task_cache(
+        &self,
+        row: &TaskCacheRow,
+        at: i64,
+    ) -> Result<bool, EngineError> {
         let k = &row.key;
         let done = sqlx::query(
             "UPDATE task_caches SET last_used_at = $1 WHERE team = $2 AND pipeline = $3 \
@@ -105,7 +109,7 @@ impl Db {
         .bind(at)
         .bind_key(k)
         .bind(&row.volume)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -114,16 +118,16 @@ impl Db {
     /// `row.volume`), so the next build of the job starts an empty one. Its
     /// volume is marked `destroying` in the same transaction unless a
     /// running build may still mount it; then it waits as a leftover
-    /// (`task_cache_leftovers`) until [`Db::release_task_cache_leftovers`]
+    /// (`task_cache_leftovers`) until [`Collection::release_task_cache_leftovers`]
     /// finds it unused. `now` (unix ms) is recorded as when it was
     /// forgotten. Answers whether the cache was forgotten.
-    pub async fn forget_task_cache(
+    pub(crate) async fn forget_task_cache(
         &self,
         row: &TaskCacheRow,
         now: i64,
     ) -> Result<bool, EngineError> {
         let k = &row.key;
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.db.pool().begin().await?;
         let last_used: Option<(i64,)> = sqlx::query_as(
             "DELETE FROM task_caches WHERE team = $1 AND pipeline = $2 AND job = $3 AND step = $4 \
              AND path = $5 AND worker = $6 AND volume = $7 RETURNING last_used_at",
@@ -155,16 +159,16 @@ impl Db {
     /// Marks `destroying` the volume of every leftover task cache that no
     /// running build may mount any more, and forgets the leftover; answers
     /// how many.
-    pub async fn release_task_cache_leftovers(&self) -> Result<u64, EngineError> {
+    pub(crate) async fn release_task_cache_leftovers(&self) -> Result<u64, EngineError> {
         let volumes: Vec<(String,)> = sqlx::query_as(&format!(
             "SELECT volume FROM task_cache_leftovers WHERE NOT {} ORDER BY forgotten_at, volume",
             in_use("task_cache_leftovers")
         ))
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         let mut n = 0;
         for (volume,) in volumes {
-            let mut tx = self.pool().begin().await?;
+            let mut tx = self.db.pool().begin().await?;
             let released = release_leftover(&mut tx, &volume).await?;
             tx.commit().await?;
             n += u64::from(released);
@@ -174,10 +178,11 @@ impl Db {
 
     /// The volumes of leftover task caches (forgotten, waiting for the
     /// builds that may mount them to end), oldest first.
-    pub async fn task_cache_leftovers(&self) -> Result<Vec<String>, EngineError> {
+    #[cfg(test)]
+    pub(crate) async fn task_cache_leftovers(&self) -> Result<Vec<String>, EngineError> {
         let rows: Vec<(String,)> =
             sqlx::query_as("SELECT volume FROM task_cache_leftovers ORDER BY forgotten_at, volume")
-                .fetch_all(self.pool())
+                .fetch_all(self.db.pool())
                 .await?;
         Ok(rows.into_iter().map(|r| r.0).collect())
     }

@@ -1,7 +1,7 @@
 //! The sweep's queries: the GC epoch, one worker's rows as a report judges
 //! them, and the writes of one reconciliation in a single transaction.
 
-use crate::db::{Db, HandleKind};
+use crate::db::{Collection, HandleKind};
 use crate::error::EngineError;
 use gantry_wire::state::HandleState;
 
@@ -11,7 +11,7 @@ const CHUNK: usize = 400;
 
 /// A container or volume row as a sweep report judges it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SweepRow {
+pub(crate) struct SweepRow {
     /// Handle on the worker.
     pub handle: String,
     /// Where it is in its life.
@@ -24,20 +24,13 @@ pub struct SweepRow {
 
 /// What one report changes in one table, by handle.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SweepWrites {
+pub(crate) struct SweepWrites {
     /// Rows to delete (never a `creating` one).
     pub delete: Vec<String>,
     /// `created` rows to mark missing from now (unless they already are).
     pub mark_missing: Vec<String>,
     /// Rows seen again: no longer missing.
     pub clear_missing: Vec<String>,
-}
-
-impl SweepWrites {
-    /// Whether nothing is to be written.
-    pub fn is_empty(&self) -> bool {
-        self.delete.is_empty() && self.mark_missing.is_empty() && self.clear_missing.is_empty()
-    }
 }
 
 /// `$first, $first+1, ...` for `n` handles.
@@ -48,41 +41,41 @@ fn placeholders(first: usize, n: usize) -> String {
         .join(", ")
 }
 
-impl Db {
+impl Collection<'_> {
     /// Increments the GC epoch and returns the new value, atomically (one
     /// statement), so two sweeps never share an epoch.
-    pub async fn next_gc_epoch(&self) -> Result<i64, EngineError> {
+    pub(crate) async fn next_gc_epoch(&self) -> Result<i64, EngineError> {
         let (value,): (i64,) =
             sqlx::query_as("UPDATE gc_epoch SET value = value + 1 WHERE id = 1 RETURNING value")
-                .fetch_one(self.pool())
+                .fetch_one(self.db.pool())
                 .await?;
         Ok(value)
     }
 
     /// The current GC epoch.
-    pub async fn gc_epoch(&self) -> Result<i64, EngineError> {
+    pub(crate) async fn gc_epoch(&self) -> Result<i64, EngineError> {
         let (value,): (i64,) = sqlx::query_as("SELECT value FROM gc_epoch WHERE id = 1")
-            .fetch_one(self.pool())
+            .fetch_one(self.db.pool())
             .await?;
         Ok(value)
     }
 
     /// The incarnation a worker last reported in a sweep: `None` when the
     /// worker is unknown, `Some(None)` when it never reported.
-    pub async fn reported_incarnation(
+    pub(crate) async fn reported_incarnation(
         &self,
         worker: &str,
     ) -> Result<Option<Option<String>>, EngineError> {
         let row: Option<(Option<String>,)> =
             sqlx::query_as("SELECT reported_incarnation FROM workers WHERE name = $1")
                 .bind(worker)
-                .fetch_optional(self.pool())
+                .fetch_optional(self.db.pool())
                 .await?;
         Ok(row.map(|r| r.0))
     }
 
     /// Every row of one kind on `worker`, in one query.
-    pub async fn sweep_rows(
+    pub(crate) async fn sweep_rows(
         &self,
         kind: HandleKind,
         worker: &str,
@@ -93,7 +86,7 @@ impl Db {
             kind.table()
         ))
         .bind(worker)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         rows.into_iter()
             .map(|(handle, state, created_epoch, missing)| {
@@ -111,14 +104,14 @@ impl Db {
     /// table's changes (handles in chunks), then the incarnation it reported.
     /// Deletes spare `creating` rows and marking missing touches only
     /// `created` rows, whatever changed since they were loaded.
-    pub async fn apply_sweep(
+    pub(crate) async fn apply_sweep(
         &self,
         worker: &str,
         incarnation: &str,
         writes: &[(HandleKind, &SweepWrites)],
         now_ms: i64,
     ) -> Result<(), EngineError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.db.pool().begin().await?;
         for (kind, w) in writes {
             let table = kind.table();
             for chunk in w.delete.chunks(CHUNK) {
@@ -171,19 +164,20 @@ impl Db {
     }
 
     /// How many rows of one kind are marked missing.
-    pub async fn count_missing(&self, kind: HandleKind) -> Result<i64, EngineError> {
+    pub(crate) async fn count_missing(&self, kind: HandleKind) -> Result<i64, EngineError> {
         let (n,): (i64,) = sqlx::query_as(&format!(
             "SELECT COUNT(*) FROM {} WHERE missing_since IS NOT NULL",
             kind.table()
         ))
-        .fetch_one(self.pool())
+        .fetch_one(self.db.pool())
         .await?;
         Ok(n)
     }
 
     /// When a row was marked missing (unix ms), if it is; `None` also for
     /// an absent row.
-    pub async fn handle_missing_since(
+    #[cfg(test)]
+    pub(crate) async fn handle_missing_since(
         &self,
         kind: HandleKind,
         handle: &str,
@@ -193,7 +187,7 @@ impl Db {
             kind.table()
         ))
         .bind(handle)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await?;
         Ok(row.and_then(|r| r.0))
     }

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use crate::db::{now_ms, Db};
+use crate::db::{now_ms, Handles};
 use crate::error::EngineError;
 use gantry_wire::state::HandleState;
 
@@ -51,9 +51,9 @@ fn stored_state(s: &str) -> Result<HandleState, EngineError> {
     super::states::decode(s)
 }
 
-impl Db {
+impl Handles<'_> {
     /// Writes a `creating` row before the worker is asked (GC relies on it).
-    pub async fn insert_handle(
+    pub(crate) async fn insert_handle(
         &self,
         kind: HandleKind,
         handle: &str,
@@ -66,11 +66,11 @@ impl Db {
             .await
     }
 
-    /// Writes a `creating` row as [`Db::insert_handle`] does, with the plan
+    /// Writes a `creating` row as [`Handles::insert_handle`] does, with the plan
     /// node (see [`gantry_wire::events::Origin::key`]) of the step that creates
     /// it, by which a web node taking the build over finds it again.
     #[allow(clippy::too_many_arguments)]
-    pub async fn insert_node_handle(
+    pub(crate) async fn insert_node_handle(
         &self,
         kind: HandleKind,
         handle: &str,
@@ -80,7 +80,7 @@ impl Db {
         team: &str,
         node: Option<&str>,
     ) -> Result<(), EngineError> {
-        let seq = self.next_sequence(worker).await?;
+        let seq = self.db.workers().next_sequence(worker).await?;
         sqlx::query(&format!(
             "INSERT INTO {} (handle, worker, state, sequence, build_id, step, team, created_at, node) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
@@ -95,58 +95,15 @@ impl Db {
         .bind(team)
         .bind(now_ms())
         .bind(node)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
-        Ok(())
-    }
-
-    /// Bench helper (`gantry bench gc`): `containers` and `volumes` of
-    /// `worker` and `team`, recorded `created` at GC epoch 1 (each its index
-    /// as sequence), in multi-row statements inside one transaction, so that
-    /// a hundred thousand rows take seconds rather than minutes.
-    #[cfg(feature = "testing")]
-    pub async fn insert_created_handles(
-        &self,
-        worker: &str,
-        team: &str,
-        containers: &[String],
-        volumes: &[String],
-    ) -> Result<(), EngineError> {
-        const ROWS: usize = 200;
-        let mut tx = self.pool().begin().await?;
-        for (kind, handles) in [
-            (HandleKind::Container, containers),
-            (HandleKind::Volume, volumes),
-        ] {
-            for chunk in handles.chunks(ROWS) {
-                let values: Vec<String> = (0..chunk.len())
-                    .map(|i| format!("(${}, $1, $2, ${}, $3, $4, 1)", 2 * i + 5, 2 * i + 6))
-                    .collect();
-                let sql = format!(
-                    "INSERT INTO {} (handle, worker, state, sequence, team, created_at, \
-                     created_epoch) VALUES {}",
-                    kind.table(),
-                    values.join(", ")
-                );
-                let mut q = sqlx::query(&sql)
-                    .bind(worker)
-                    .bind(HandleState::Created.as_str())
-                    .bind(team)
-                    .bind(now_ms());
-                for (i, h) in chunk.iter().enumerate() {
-                    q = q.bind(h).bind(i as i64);
-                }
-                q.execute(&mut *tx).await?;
-            }
-        }
-        tx.commit().await?;
         Ok(())
     }
 
     /// Sets a row's state. A row becoming `created` records the current GC
     /// epoch in the same statement (see migration 0008): only a report made
     /// at a later epoch may judge it absent.
-    pub async fn set_handle_state(
+    pub(crate) async fn set_handle_state(
         &self,
         kind: HandleKind,
         handle: &str,
@@ -162,22 +119,26 @@ impl Db {
         ))
         .bind(state.as_str())
         .bind(handle)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(())
     }
 
     /// Removes a row once the worker no longer has it.
-    pub async fn delete_handle(&self, kind: HandleKind, handle: &str) -> Result<(), EngineError> {
+    pub(crate) async fn delete_handle(
+        &self,
+        kind: HandleKind,
+        handle: &str,
+    ) -> Result<(), EngineError> {
         sqlx::query(&format!("DELETE FROM {} WHERE handle = $1", kind.table()))
             .bind(handle)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(())
     }
 
     /// One row by handle.
-    pub async fn get_handle(
+    pub(crate) async fn get_handle(
         &self,
         kind: HandleKind,
         handle: &str,
@@ -189,7 +150,7 @@ impl Db {
     }
 
     /// How many rows each worker has in each state, by worker then state.
-    pub async fn count_handles(
+    pub(crate) async fn count_handles(
         &self,
         kind: HandleKind,
     ) -> Result<Vec<(String, HandleState, i64)>, EngineError> {
@@ -197,7 +158,7 @@ impl Db {
             "SELECT worker, state, COUNT(*) FROM {} GROUP BY worker, state ORDER BY worker, state",
             kind.table()
         ))
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         rows.into_iter()
             .map(|(worker, state, n)| Ok((worker, stored_state(&state)?, n)))
@@ -205,7 +166,8 @@ impl Db {
     }
 
     /// Every row of one kind that a build created.
-    pub async fn build_handles(
+    #[cfg(test)]
+    pub(crate) async fn build_handles(
         &self,
         kind: HandleKind,
         build_id: i64,
@@ -217,7 +179,7 @@ impl Db {
 
     /// The rows of what the step at plan node `node` of build `build_id`
     /// created, oldest first.
-    pub async fn node_handles(
+    pub(crate) async fn node_handles(
         &self,
         kind: HandleKind,
         build_id: i64,
@@ -233,7 +195,7 @@ impl Db {
     }
 
     /// The latest container of a build's step.
-    pub async fn find_step_container(
+    pub(crate) async fn find_step_container(
         &self,
         build_id: i64,
         step: &str,
@@ -252,7 +214,7 @@ impl Db {
     /// One page of a table's rows (of one team, when given), by handle: at
     /// most `limit` rows whose handles sort after the cursor `after` (the
     /// last handle of the page before).
-    pub async fn list_handles_page(
+    pub(crate) async fn list_handles_page(
         &self,
         kind: HandleKind,
         team: Option<&str>,
@@ -308,7 +270,7 @@ impl Db {
         for b in binds {
             q = q.bind(*b);
         }
-        let rows = q.fetch_all(self.pool()).await?;
+        let rows = q.fetch_all(self.db.pool()).await?;
         rows.into_iter()
             .map(|r| {
                 Ok(HandleRow {
@@ -327,9 +289,9 @@ impl Db {
     }
 }
 
-impl Db {
+impl Handles<'_> {
     /// Marks a volume as holding an artifact's contents (an image).
-    pub async fn set_volume_artifact(
+    pub(crate) async fn set_volume_artifact(
         &self,
         handle: &str,
         artifact: &str,
@@ -337,13 +299,13 @@ impl Db {
         sqlx::query("UPDATE volumes SET artifact_id = $1 WHERE handle = $2")
             .bind(artifact)
             .bind(handle)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(())
     }
 
     /// A `created` volume on `worker` holding `artifact`, if there is one.
-    pub async fn find_artifact_volume(
+    pub(crate) async fn find_artifact_volume(
         &self,
         worker: &str,
         artifact: &str,
@@ -354,7 +316,7 @@ impl Db {
         .bind(worker)
         .bind(artifact)
         .bind(HandleState::Created.as_str())
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await?;
         Ok(row.map(|r| r.0))
     }
@@ -362,17 +324,17 @@ impl Db {
 
 /// A volume holding a copy of an artifact on a worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ArtifactCopy {
+pub(crate) struct ArtifactCopy {
     /// The worker holding it.
     pub worker: String,
     /// The volume's handle.
     pub volume: String,
 }
 
-impl Db {
+impl Handles<'_> {
     /// The `created` volumes of build `build` holding `artifact`, oldest
     /// first: where a later step of the build can get it from.
-    pub async fn artifact_copies(
+    pub(crate) async fn artifact_copies(
         &self,
         artifact: &str,
         build: i64,
@@ -402,7 +364,7 @@ impl Db {
         if let Some(b) = build {
             query = query.bind(b);
         }
-        let rows: Vec<(String, String)> = query.fetch_all(self.pool()).await?;
+        let rows: Vec<(String, String)> = query.fetch_all(self.db.pool()).await?;
         Ok(rows
             .into_iter()
             .map(|(worker, volume)| ArtifactCopy { worker, volume })
@@ -410,35 +372,18 @@ impl Db {
     }
 }
 
-impl Db {
+impl Handles<'_> {
     /// Every `created` volume holding `artifact`, on any worker, oldest
     /// first (an image pulled onto several workers).
-    pub async fn artifact_holders(&self, artifact: &str) -> Result<Vec<ArtifactCopy>, EngineError> {
+    pub(crate) async fn artifact_holders(
+        &self,
+        artifact: &str,
+    ) -> Result<Vec<ArtifactCopy>, EngineError> {
         self.copies(artifact, None).await
     }
 }
 
-impl Db {
-    /// The volumes of build `build` holding its artifacts (task outputs and
-    /// copies streamed to other workers), newest first: what goes when the
-    /// build ends. Each with its worker and artifact.
-    pub async fn build_artifact_volumes(
-        &self,
-        build: i64,
-    ) -> Result<Vec<(ArtifactCopy, String)>, EngineError> {
-        let rows: Vec<(String, String, String)> = sqlx::query_as(
-            "SELECT worker, handle, artifact_id FROM volumes WHERE build_id = $1 AND artifact_id IS NOT NULL AND state <> $2 ORDER BY created_at DESC, sequence DESC",
-        )
-        .bind(build)
-        .bind(HandleState::Destroying.as_str())
-        .fetch_all(self.pool())
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(worker, volume, artifact)| (ArtifactCopy { worker, volume }, artifact))
-            .collect())
-    }
-}
+impl Handles<'_> {}
 
 #[cfg(test)]
 mod owner_tests {

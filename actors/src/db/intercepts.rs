@@ -3,13 +3,13 @@
 //! PostgreSQL both lock the container's row first (`FOR UPDATE`); on SQLite
 //! each is one statement, and SQLite runs one writer at a time.
 
-use super::{now_ms, Backend, Db};
+use super::{now_ms, Backend, Handles};
 use crate::error::EngineError;
 use gantry_wire::state::HandleState;
 
-/// What [`Db::mark_container_unless_intercepted`] did.
+/// What [`Handles::mark_container_unless_intercepted`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Closing {
+pub(crate) enum Closing {
     /// Marked `destroying`.
     Marked,
     /// Kept: a session is open in it.
@@ -18,10 +18,10 @@ pub enum Closing {
     Unchanged,
 }
 
-impl Db {
+impl Handles<'_> {
     /// Opens a session in container `handle` for web node `node` if the
     /// container is `created`; answers the session's id, or `None`.
-    pub async fn open_intercept_session(
+    pub(crate) async fn open_intercept_session(
         &self,
         handle: &str,
         node: &str,
@@ -30,16 +30,16 @@ impl Db {
              SELECT $1, $2, $3 WHERE EXISTS \
              (SELECT 1 FROM containers WHERE handle = $1 AND state = $4) RETURNING id";
         let created = HandleState::Created.as_str();
-        match self.backend {
+        match self.db.backend {
             Backend::Sqlite => Ok(sqlx::query_scalar(insert)
                 .bind(handle)
                 .bind(node)
                 .bind(now_ms())
                 .bind(created)
-                .fetch_optional(self.pool())
+                .fetch_optional(self.db.pool())
                 .await?),
             Backend::Postgres => {
-                let mut tx = self.pool().begin().await?;
+                let mut tx = self.db.pool().begin().await?;
                 let state: Option<String> =
                     sqlx::query_scalar("SELECT state FROM containers WHERE handle = $1 FOR UPDATE")
                         .bind(handle)
@@ -62,37 +62,37 @@ impl Db {
     }
 
     /// Ends session `id`.
-    pub async fn close_intercept_session(&self, id: i64) -> Result<(), EngineError> {
+    pub(crate) async fn close_intercept_session(&self, id: i64) -> Result<(), EngineError> {
         sqlx::query("DELETE FROM intercept_sessions WHERE id = $1")
             .bind(id)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(())
     }
 
     /// Sessions open in container `handle`, through any node.
-    pub async fn count_intercept_sessions(&self, handle: &str) -> Result<i64, EngineError> {
+    pub(crate) async fn count_intercept_sessions(&self, handle: &str) -> Result<i64, EngineError> {
         Ok(
             sqlx::query_scalar("SELECT COUNT(*) FROM intercept_sessions WHERE container = $1")
                 .bind(handle)
-                .fetch_one(self.pool())
+                .fetch_one(self.db.pool())
                 .await?,
         )
     }
 
     /// Deletes the sessions of web node `node` (it died and was taken over,
     /// or it is starting again); answers how many.
-    pub async fn forget_intercept_sessions(&self, node: &str) -> Result<u64, EngineError> {
+    pub(crate) async fn forget_intercept_sessions(&self, node: &str) -> Result<u64, EngineError> {
         let done = sqlx::query("DELETE FROM intercept_sessions WHERE web_node = $1")
             .bind(node)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(done.rows_affected())
     }
 
     /// Marks a `created` or `failed` container `destroying` unless a session
     /// is open in it.
-    pub async fn mark_container_unless_intercepted(
+    pub(crate) async fn mark_container_unless_intercepted(
         &self,
         handle: &str,
     ) -> Result<Closing, EngineError> {
@@ -105,14 +105,14 @@ impl Db {
                 .bind(HandleState::Created.as_str())
                 .bind(HandleState::Failed.as_str())
         };
-        let (marked, open) = match self.backend {
+        let (marked, open) = match self.db.backend {
             Backend::Sqlite => {
-                let marked = run(mark).execute(self.pool()).await?.rows_affected() == 1;
+                let marked = run(mark).execute(self.db.pool()).await?.rows_affected() == 1;
                 let open = !marked && self.count_intercept_sessions(handle).await? > 0;
                 (marked, open)
             }
             Backend::Postgres => {
-                let mut tx = self.pool().begin().await?;
+                let mut tx = self.db.pool().begin().await?;
                 sqlx::query("SELECT 1 FROM containers WHERE handle = $1 FOR UPDATE")
                     .bind(handle)
                     .fetch_optional(&mut *tx)

@@ -9,13 +9,13 @@
 use serde_json::Value;
 
 use super::build_versions::{Direction, JobAt, VersionsAt};
-use super::{now_ms, Backend, Db};
+use super::{now_ms, Backend, Builds};
 use crate::error::EngineError;
 use gantry_wire::state::BuildStatus;
 
 /// A build of a stored pipeline's job to create.
 #[derive(Debug, Clone)]
-pub struct NewJobBuild {
+pub(crate) struct NewJobBuild {
     /// Its team.
     pub team: String,
     /// Its pipeline's id (its job's build numbers are there).
@@ -40,7 +40,7 @@ pub(super) const NEXT_STAMP: &str = "CASE WHEN updated_at < $1 THEN $1 ELSE upda
 /// What a scheduling round first reads of an unpaused pipeline: enough to
 /// tell whether anything of it changed since the last round.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PipelineHead {
+pub(crate) struct PipelineHead {
     /// Its id.
     pub id: i64,
     /// Its config version.
@@ -80,15 +80,15 @@ pub(super) async fn insert_build_details(
     Ok(())
 }
 
-impl Db {
+impl Builds<'_> {
     /// On PostgreSQL, takes the lock of each turn key of `builds` in `tx`,
-    /// as [`Db::create_build_taking_turns`] does.
+    /// as [`Builds::create_build_taking_turns`] does.
     pub(super) async fn lock_turn_keys(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,
         builds: &[NewJobBuild],
     ) -> Result<(), EngineError> {
-        if self.backend() != Backend::Postgres {
+        if self.db.backend() != Backend::Postgres {
             return Ok(());
         }
         let mut keys: Vec<&str> = builds
@@ -109,13 +109,13 @@ impl Db {
     /// Creates `builds` (pending, owned by `web_node`) in one transaction;
     /// answers their ids and numbers, in order. On PostgreSQL the
     /// transaction first takes the lock of each turn key, as
-    /// [`Db::create_build_taking_turns`] does.
-    pub async fn create_job_builds(
+    /// [`Builds::create_build_taking_turns`] does.
+    pub(crate) async fn create_job_builds(
         &self,
         builds: &[NewJobBuild],
         web_node: &str,
     ) -> Result<Vec<(i64, i64)>, EngineError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.db.pool().begin().await?;
         self.lock_turn_keys(&mut tx, builds).await?;
         let mut out = Vec::with_capacity(builds.len());
         let now = now_ms();
@@ -150,11 +150,11 @@ impl Db {
     }
 
     /// The unpaused pipelines' heads, by id.
-    pub async fn pipeline_heads(&self) -> Result<Vec<PipelineHead>, EngineError> {
+    pub(crate) async fn pipeline_heads(&self) -> Result<Vec<PipelineHead>, EngineError> {
         let rows: Vec<(i64, i64, i64)> = sqlx::query_as(
             "SELECT id, config_version, updated_at FROM pipelines WHERE paused = 0 ORDER BY id",
         )
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(rows
             .into_iter()
@@ -168,13 +168,13 @@ impl Db {
 
     /// Marks pipeline `id` changed (a job paused, a pin, a disabled
     /// version): the next scheduling round looks at it again.
-    pub async fn touch_pipeline(&self, id: i64) -> Result<(), EngineError> {
+    pub(crate) async fn touch_pipeline(&self, id: i64) -> Result<(), EngineError> {
         sqlx::query(&format!(
             "UPDATE pipelines SET updated_at = {NEXT_STAMP} WHERE id = $2"
         ))
         .bind(now_ms())
         .bind(id)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(())
     }
@@ -182,31 +182,36 @@ impl Db {
     /// The place of the newest version of every resource config an
     /// unpaused pipeline's resource names, in one statement (an indexed
     /// seek per config).
-    pub async fn newest_orders(&self) -> Result<Vec<(String, String, Option<i64>)>, EngineError> {
+    pub(crate) async fn newest_orders(
+        &self,
+    ) -> Result<Vec<(String, String, Option<i64>)>, EngineError> {
         Ok(sqlx::query_as(
             "SELECT c.scope, c.config, \
              (SELECT MAX(v.check_order) FROM resource_versions v WHERE v.team = c.scope AND v.config = c.config) \
              FROM (SELECT DISTINCT r.scope, r.config FROM pipeline_resources r \
                    JOIN pipelines p ON p.id = r.pipeline_id WHERE p.paused = 0) c",
         )
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?)
     }
 
     /// The place of a resource config's newest version, if it has one.
-    pub async fn newest_order(&self, versions: VersionsAt<'_>) -> Result<Option<i64>, EngineError> {
+    pub(crate) async fn newest_order(
+        &self,
+        versions: VersionsAt<'_>,
+    ) -> Result<Option<i64>, EngineError> {
         let (order,): (Option<i64>,) = sqlx::query_as(
             "SELECT MAX(check_order) FROM resource_versions WHERE team = $1 AND config = $2",
         )
         .bind(versions.scope)
         .bind(versions.config)
-        .fetch_one(self.pool())
+        .fetch_one(self.db.pool())
         .await?;
         Ok(order)
     }
 
     /// The id of job `at`'s newest succeeded build, if any.
-    pub async fn newest_succeeded(&self, at: JobAt<'_>) -> Result<Option<i64>, EngineError> {
+    pub(crate) async fn newest_succeeded(&self, at: JobAt<'_>) -> Result<Option<i64>, EngineError> {
         let (id,): (Option<i64>,) = sqlx::query_as(
             "SELECT MAX(id) FROM builds WHERE team = $1 AND pipeline = $2 AND job = $3 AND status = $4",
         )
@@ -214,7 +219,7 @@ impl Db {
         .bind(at.pipeline)
         .bind(at.job)
         .bind(BuildStatus::Succeeded.as_str())
-        .fetch_one(self.pool())
+        .fetch_one(self.db.pool())
         .await?;
         Ok(id)
     }
@@ -228,14 +233,18 @@ mod tests {
     async fn every_change_to_a_pipeline_moves_its_head_even_within_a_millisecond() {
         let (db, _dir) = test_db().await;
         let (row, _) = db
+            .pipelines()
             .set_pipeline("main", "p", ("jobs: []", "{}"), None, &[], (&[], &[]))
             .await
             .unwrap();
-        db.set_pipeline_paused(row.id, false).await.unwrap();
-        let mut last = db.pipeline_heads().await.unwrap()[0].updated_at;
+        db.pipelines()
+            .set_pipeline_paused(row.id, false)
+            .await
+            .unwrap();
+        let mut last = db.builds().pipeline_heads().await.unwrap()[0].updated_at;
         for _ in 0..5 {
-            db.touch_pipeline(row.id).await.unwrap();
-            let now = db.pipeline_heads().await.unwrap()[0].updated_at;
+            db.builds().touch_pipeline(row.id).await.unwrap();
+            let now = db.builds().pipeline_heads().await.unwrap()[0].updated_at;
             assert!(now > last, "{now} after {last}");
             last = now;
         }

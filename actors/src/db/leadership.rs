@@ -13,7 +13,7 @@
 use sha2::{Digest, Sha256};
 use sqlx::{AnyConnection, Connection};
 
-use super::{Backend, Db};
+use super::{Backend, Nodes};
 use crate::error::EngineError;
 
 /// The advisory lock key of `role`: the first 8 bytes of its SHA-256.
@@ -27,22 +27,22 @@ fn lock_key(role: &str) -> i64 {
 /// This node's lead of one role: the connection holding its advisory lock,
 /// detached from the pool (it never goes back to it: closing it, or
 /// dropping the `Lead`, releases the lock).
-pub struct Lead {
+pub(crate) struct Lead {
     /// The connection holding the lock.
     conn: AnyConnection,
 }
 
-impl Db {
+impl Nodes<'_> {
     /// Whether this node leads every role without campaigning: on SQLite
     /// it is the only node.
-    pub fn leads_alone(&self) -> bool {
-        self.backend == Backend::Sqlite
+    pub(crate) fn leads_alone(&self) -> bool {
+        self.db.backend == Backend::Sqlite
     }
 
     /// Tries once to take the lead of `role` (PostgreSQL): the lead, or
     /// none while another node holds it.
-    pub async fn try_lead(&self, role: &str) -> Result<Option<Lead>, EngineError> {
-        let mut conn = self.pool.acquire().await?;
+    pub(crate) async fn try_lead(&self, role: &str) -> Result<Option<Lead>, EngineError> {
+        let mut conn = self.db.pool.acquire().await?;
         let won: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
             .bind(lock_key(role))
             .fetch_one(&mut *conn)
@@ -56,7 +56,7 @@ impl Db {
 impl Lead {
     /// Whether the lock's connection still answers: the lock is held while
     /// it does.
-    pub async fn holds(&mut self) -> bool {
+    pub(crate) async fn holds(&mut self) -> bool {
         sqlx::query("SELECT 1")
             .execute(&mut self.conn)
             .await
@@ -64,7 +64,7 @@ impl Lead {
     }
 
     /// Gives the lead up: closes its connection.
-    pub async fn release(self) {
+    pub(crate) async fn release(self) {
         let _ = self.conn.close().await;
     }
 }
@@ -72,6 +72,7 @@ impl Lead {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::Db;
 
     #[test]
     fn roles_have_distinct_stable_keys() {
@@ -82,7 +83,7 @@ mod tests {
     #[tokio::test]
     async fn a_single_sqlite_node_always_leads() {
         let (db, _dir) = crate::db::test_db().await;
-        assert!(db.leads_alone());
+        assert!(db.nodes().leads_alone());
     }
 
     /// Tries `role` until it is taken (the server releases a lock once the
@@ -90,7 +91,7 @@ mod tests {
     async fn taken(db: &Db, role: &str) -> Lead {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
-            if let Some(lead) = db.try_lead(role).await.unwrap() {
+            if let Some(lead) = db.nodes().try_lead(role).await.unwrap() {
                 return lead;
             }
             assert!(std::time::Instant::now() < deadline, "{role} stayed held");
@@ -101,10 +102,28 @@ mod tests {
     #[tokio::test]
     async fn one_lead_at_a_time_and_released_with_its_connection() {
         let pg = crate::db::test_pg::PgDb::new().await;
-        let mut first = pg.db.try_lead("gc-collector").await.unwrap().unwrap();
+        let mut first = pg
+            .db
+            .nodes()
+            .try_lead("gc-collector")
+            .await
+            .unwrap()
+            .unwrap();
         assert!(first.holds().await);
-        assert!(pg.db.try_lead("gc-collector").await.unwrap().is_none());
-        assert!(pg.db.try_lead("other-role").await.unwrap().is_some());
+        assert!(pg
+            .db
+            .nodes()
+            .try_lead("gc-collector")
+            .await
+            .unwrap()
+            .is_none());
+        assert!(pg
+            .db
+            .nodes()
+            .try_lead("other-role")
+            .await
+            .unwrap()
+            .is_some());
         // Released: the lock goes with its connection.
         first.release().await;
         let second = taken(&pg.db, "gc-collector").await;

@@ -8,6 +8,7 @@ mod artifacts;
 mod bench;
 mod build_versions;
 mod builds;
+mod checks;
 mod gc_collect;
 mod gc_pressure;
 mod gc_sweep;
@@ -25,6 +26,7 @@ mod resources;
 #[cfg(test)]
 mod scope_migration;
 mod states;
+mod stores;
 mod task_caches;
 mod teams;
 #[cfg(test)]
@@ -50,6 +52,11 @@ pub(crate) use pipelines::{Parent, PipelineRow, ResourceRow, SetBy, PIPELINE_ID}
 pub(crate) use placements::RELEASES_CHANNEL;
 pub(crate) use reruns::NewRerun;
 pub(crate) use resources::ResourceCacheRow;
+#[cfg(feature = "testing")]
+pub use stores::Bench;
+pub(crate) use stores::{
+    ArtifactIndex, Builds, Collection, Handles, Nodes, Pipelines, Teams, Versions, Workers,
+};
 pub(crate) use task_caches::{TaskCacheKey, TaskCacheRow};
 pub(crate) use teams::TokenRow;
 pub(crate) use turns::TurnAhead;
@@ -192,7 +199,7 @@ impl Db {
             )));
         }
         self.sealer = sealer;
-        let sealed = self.seal_plain_workers().await?;
+        let sealed = self.workers().seal_plain_workers().await?;
         if sealed > 0 {
             tracing::info!(
                 workers = sealed,

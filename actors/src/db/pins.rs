@@ -1,16 +1,16 @@
 //! Comments on resources' pins by hand (`pin-resource --comment`,
 //! Concourse's `pin_comment`): kept while a pin stands, gone with an
-//! unpin ([`Db::pin_resource`]).
+//! unpin ([`Pipelines::pin_resource`]).
 
 use std::collections::HashMap;
 
-use super::Db;
+use super::Versions;
 use crate::error::EngineError;
 
-impl Db {
+impl Versions<'_> {
     /// Sets the comment of the pin of resource `resource` of pipeline
     /// `id`; false when it is not pinned by hand.
-    pub async fn set_pin_comment(
+    pub(crate) async fn set_pin_comment(
         &self,
         id: i64,
         resource: &str,
@@ -23,19 +23,22 @@ impl Db {
         .bind(comment)
         .bind(id)
         .bind(resource)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(done.rows_affected() > 0)
     }
 
     /// The comments of the pins of pipeline `id`'s resources, by resource.
-    pub async fn pin_comments(&self, id: i64) -> Result<HashMap<String, String>, EngineError> {
+    pub(crate) async fn pin_comments(
+        &self,
+        id: i64,
+    ) -> Result<HashMap<String, String>, EngineError> {
         let rows: Vec<(String, String)> = sqlx::query_as(
             "SELECT name, pin_comment FROM pipeline_resources \
              WHERE pipeline_id = $1 AND pin_comment IS NOT NULL",
         )
         .bind(id)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(rows.into_iter().collect())
     }
@@ -43,7 +46,7 @@ impl Db {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::db::Db;
 
     /// A comment needs a pin, stays while pinned again, and goes with an
     /// unpin.
@@ -69,6 +72,7 @@ mod tests {
             pinned: None,
         };
         let (row, _) = db
+            .pipelines()
             .set_pipeline(
                 "main",
                 "p",
@@ -79,27 +83,42 @@ mod tests {
             )
             .await
             .unwrap();
-        assert!(!db.set_pin_comment(row.id, "r", "why").await.unwrap());
-        assert!(db.pin_comments(row.id).await.unwrap().is_empty());
+        assert!(!db
+            .versions()
+            .set_pin_comment(row.id, "r", "why")
+            .await
+            .unwrap());
+        assert!(db.versions().pin_comments(row.id).await.unwrap().is_empty());
         assert!(db
+            .pipelines()
             .pin_resource(row.id, "r", Some("{\"v\":\"1\"}"))
             .await
             .unwrap());
         assert!(db
+            .versions()
             .set_pin_comment(row.id, "r", "broken after 1")
             .await
             .unwrap());
         assert!(db
+            .pipelines()
             .pin_resource(row.id, "r", Some("{\"v\":\"2\"}"))
             .await
             .unwrap());
-        let comments = db.pin_comments(row.id).await.unwrap();
+        let comments = db.versions().pin_comments(row.id).await.unwrap();
         assert_eq!(
             comments.get("r").map(String::as_str),
             Some("broken after 1")
         );
-        assert!(db.pin_resource(row.id, "r", None).await.unwrap());
-        assert!(db.pin_comments(row.id).await.unwrap().is_empty());
-        assert!(!db.set_pin_comment(row.id, "nope", "x").await.unwrap());
+        assert!(db
+            .pipelines()
+            .pin_resource(row.id, "r", None)
+            .await
+            .unwrap());
+        assert!(db.versions().pin_comments(row.id).await.unwrap().is_empty());
+        assert!(!db
+            .versions()
+            .set_pin_comment(row.id, "nope", "x")
+            .await
+            .unwrap());
     }
 }

@@ -3,7 +3,7 @@
 //! pipeline is paused and kept, config and builds, until it is set again.
 
 use crate::db::pipelines::{pipeline_row, PipelineRaw, PIPELINE_COLUMNS};
-use crate::db::{now_ms, Db, PipelineRow};
+use crate::db::{now_ms, PipelineRow, Pipelines};
 use crate::error::EngineError;
 use gantry_wire::state::BuildStatus;
 
@@ -22,10 +22,10 @@ const ABANDONED: &str = "SELECT p.id FROM pipelines p \
          AND b.job = p.parent_job AND b.id > p.parent_build_id AND b.status = $1)) \
      ORDER BY p.id";
 
-impl Db {
+impl Pipelines<'_> {
     /// Archives pipeline `id`: paused, archived (its config, jobs and
     /// builds kept). False when it already was.
-    pub async fn archive_pipeline(&self, id: i64) -> Result<bool, EngineError> {
+    pub(crate) async fn archive_pipeline(&self, id: i64) -> Result<bool, EngineError> {
         let done = sqlx::query(&format!(
             "UPDATE pipelines SET archived = 1, archived_at = $1, paused = 1, updated_at = {} \
              WHERE id = $2 AND archived = 0",
@@ -33,14 +33,18 @@ impl Db {
         ))
         .bind(now_ms())
         .bind(id)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(done.rows_affected() > 0)
     }
 
     /// Records that `parent`'s step set pipeline `id` again without a
     /// change (Concourse's `SetParentIDs`): it stays that build's child.
-    pub async fn set_pipeline_parent(&self, id: i64, parent: &Parent) -> Result<(), EngineError> {
+    pub(crate) async fn set_pipeline_parent(
+        &self,
+        id: i64,
+        parent: &Parent,
+    ) -> Result<(), EngineError> {
         sqlx::query(
             "UPDATE pipelines SET parent_pipeline_id = $1, parent_job = $2, parent_build_id = $3 WHERE id = $4",
         )
@@ -48,30 +52,35 @@ impl Db {
         .bind(&parent.job)
         .bind(parent.build_id)
         .bind(id)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(())
     }
 
     /// The pipelines archived before `cutoff` (unix ms).
-    pub async fn archived_before(&self, cutoff: i64) -> Result<Vec<PipelineRow>, EngineError> {
+    pub(crate) async fn archived_before(
+        &self,
+        cutoff: i64,
+    ) -> Result<Vec<PipelineRow>, EngineError> {
         let rows: Vec<PipelineRaw> = sqlx::query_as(&format!(
             "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE archived <> 0 AND archived_at < $1 ORDER BY id"
         ))
         .bind(cutoff)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(rows.into_iter().map(pipeline_row).collect())
     }
 
     /// Archives every abandoned child pipeline, then their children in
     /// turn (an archived parent abandons them); answers those archived.
-    pub async fn archive_abandoned_pipelines(&self) -> Result<Vec<PipelineRow>, EngineError> {
+    pub(crate) async fn archive_abandoned_pipelines(
+        &self,
+    ) -> Result<Vec<PipelineRow>, EngineError> {
         let mut archived = Vec::new();
         loop {
             let ids: Vec<(i64,)> = sqlx::query_as(ABANDONED)
                 .bind(BuildStatus::Succeeded.as_str())
-                .fetch_all(self.pool())
+                .fetch_all(self.db.pool())
                 .await?;
             if ids.is_empty() {
                 return Ok(archived);
@@ -82,7 +91,7 @@ impl Db {
                         "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE id = $1"
                     ))
                     .bind(id)
-                    .fetch_optional(self.pool())
+                    .fetch_optional(self.db.pool())
                     .await?;
                     archived.extend(row.map(pipeline_row));
                 }
@@ -125,6 +134,7 @@ mod tests {
         let jobs = ["j".to_string()];
         let texts = ("jobs: []", "{}");
         let (row, _) = db
+            .pipelines()
             .set_pipeline_by("main", name, texts, None, &jobs, (&[], &[]), by)
             .await
             .unwrap();
@@ -134,6 +144,7 @@ mod tests {
 
     async fn archived(db: &Db) -> Vec<String> {
         let mut names: Vec<String> = db
+            .pipelines()
             .archive_abandoned_pipelines()
             .await
             .unwrap()
@@ -150,6 +161,7 @@ mod tests {
     async fn children_are_archived_when_no_longer_set(db: &Db) {
         let jobs = ["sp".to_string()];
         let (parent, _) = db
+            .pipelines()
             .set_pipeline(
                 "main",
                 "parent",
@@ -174,17 +186,18 @@ mod tests {
                 parent: Some(&p),
                 instance_vars: None,
             };
-            db.set_pipeline_by(
-                "main",
-                "grand",
-                ("jobs: []", "{}"),
-                None,
-                &[],
-                (&[], &[]),
-                by,
-            )
-            .await
-            .unwrap()
+            db.pipelines()
+                .set_pipeline_by(
+                    "main",
+                    "grand",
+                    ("jobs: []", "{}"),
+                    None,
+                    &[],
+                    (&[], &[]),
+                    by,
+                )
+                .await
+                .unwrap()
         };
         assert_eq!(archived(db).await, Vec::<String>::new());
         // A newer build that failed says nothing; one that succeeded and
@@ -192,22 +205,36 @@ mod tests {
         build(db, "parent", "sp", "failed").await;
         assert_eq!(archived(db).await, Vec::<String>::new());
         let b3 = build(db, "parent", "sp", "succeeded").await;
-        db.set_pipeline_parent(
-            kept,
-            &Parent {
-                pipeline_id: parent.id,
-                job: "sp".into(),
-                build_id: b3,
-            },
-        )
-        .await
-        .unwrap();
+        db.pipelines()
+            .set_pipeline_parent(
+                kept,
+                &Parent {
+                    pipeline_id: parent.id,
+                    job: "sp".into(),
+                    build_id: b3,
+                },
+            )
+            .await
+            .unwrap();
         assert_eq!(archived(db).await, ["child", "grand"]);
-        let row = db.pipeline_by_id(grand.id).await.unwrap().unwrap();
+        let row = db
+            .pipelines()
+            .pipeline_by_id(grand.id)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(row.archived && row.paused, "{row:?}");
-        assert!(!db.pipeline_by_id(kept).await.unwrap().unwrap().archived);
+        assert!(
+            !db.pipelines()
+                .pipeline_by_id(kept)
+                .await
+                .unwrap()
+                .unwrap()
+                .archived
+        );
         // Set again by hand: unarchived, paused, nobody's child.
         let (row, _) = db
+            .pipelines()
             .set_pipeline("main", "child", ("jobs: []", "{}"), None, &[], (&[], &[]))
             .await
             .unwrap();
@@ -217,22 +244,27 @@ mod tests {
         );
         assert_eq!(archived(db).await, Vec::<String>::new());
         // Archived by hand, set again by a step: unpaused.
-        assert!(db.archive_pipeline(kept).await.unwrap());
-        assert!(!db.archive_pipeline(kept).await.unwrap(), "once");
+        assert!(db.pipelines().archive_pipeline(kept).await.unwrap());
+        assert!(
+            !db.pipelines().archive_pipeline(kept).await.unwrap(),
+            "once"
+        );
         set_by(db, "kept", parent.id, b3).await;
         // The job that set it gone from its pipeline: abandoned.
         let texts = ("jobs: []", "{}");
-        db.set_pipeline("main", "parent", texts, None, &[], (&[], &[]))
+        db.pipelines()
+            .set_pipeline("main", "parent", texts, None, &[], (&[], &[]))
             .await
             .unwrap();
         assert_eq!(archived(db).await, ["kept"]);
-        db.set_pipeline("main", "parent", texts, None, &jobs, (&[], &[]))
+        db.pipelines()
+            .set_pipeline("main", "parent", texts, None, &jobs, (&[], &[]))
             .await
             .unwrap();
         set_by(db, "kept", parent.id, b3).await;
         assert_eq!(archived(db).await, Vec::<String>::new());
         // The parent destroyed: its children are abandoned.
-        db.destroy_pipeline(parent.id).await.unwrap();
+        db.pipelines().destroy_pipeline(parent.id).await.unwrap();
         assert_eq!(archived(db).await, ["kept"]);
         // Those archived before a time, for the retention.
         let names = |rows: Vec<crate::db::PipelineRow>| -> Vec<String> {
@@ -240,10 +272,10 @@ mod tests {
         };
         let later = crate::db::now_ms() + 1;
         assert_eq!(
-            names(db.archived_before(later).await.unwrap()),
+            names(db.pipelines().archived_before(later).await.unwrap()),
             ["kept", "grand"]
         );
-        assert!(db.archived_before(0).await.unwrap().is_empty());
+        assert!(db.pipelines().archived_before(0).await.unwrap().is_empty());
     }
 
     #[tokio::test]

@@ -4,12 +4,12 @@
 
 use std::collections::HashSet;
 
-use crate::db::{now_ms, Db};
+use crate::db::{now_ms, Pipelines};
 use crate::error::EngineError;
 
 /// A stored pipeline.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PipelineRow {
+pub(crate) struct PipelineRow {
     /// Its id.
     pub id: i64,
     /// Its team.
@@ -35,7 +35,7 @@ pub struct PipelineRow {
 
 /// The job build whose `set_pipeline` step sets a pipeline.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Parent {
+pub(crate) struct Parent {
     /// The pipeline of the job.
     pub pipeline_id: i64,
     /// The job's name.
@@ -44,9 +44,9 @@ pub struct Parent {
     pub build_id: i64,
 }
 
-/// Who sets a pipeline, beyond its config: [`Db::set_pipeline_by`].
+/// Who sets a pipeline, beyond its config: [`Pipelines::set_pipeline_by`].
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SetBy<'a> {
+pub(crate) struct SetBy<'a> {
     /// The job build whose step sets it (none: by hand). A pipeline set by
     /// a step is unpaused when new or archived; one set by hand stays as
     /// it is (a new one paused).
@@ -57,7 +57,7 @@ pub struct SetBy<'a> {
 
 /// A resource of a stored pipeline, as set.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ResourceRow {
+pub(crate) struct ResourceRow {
     /// Its name in the pipeline.
     pub name: String,
     /// Where its versions are kept (`resource_versions.team`, made by
@@ -68,39 +68,19 @@ pub struct ResourceRow {
     /// How often it is checked (none: never).
     pub check_every_ms: Option<i64>,
     /// The version pinned by hand (JSON), if any; not written by
-    /// [`Db::set_pipeline`].
+    /// [`Pipelines::set_pipeline`].
     pub pinned: Option<String>,
 }
 
 /// A job of a stored pipeline.
 #[derive(Debug, Clone, PartialEq)]
-pub struct JobRow {
+pub(crate) struct JobRow {
     /// Its name.
     pub name: String,
     /// Whether it is paused (no build is triggered).
     pub paused: bool,
     /// The last scheduling decision (JSON), if any.
     pub decision: Option<String>,
-}
-
-/// A resource config due for a check, with one pipeline resource naming
-/// it (whose pipeline the check build runs).
-#[derive(Debug, Clone, PartialEq)]
-pub struct DueCheck {
-    /// Where its versions are kept.
-    pub scope: String,
-    /// Its config's hash.
-    pub config: String,
-    /// When it was due (what claiming it compares).
-    pub next_check_at: i64,
-    /// The pipeline whose resource is checked.
-    pub pipeline_id: i64,
-    /// That resource's name (or resource type's, for [`DueCheck::of_type`]).
-    pub resource: String,
-    /// Its interval.
-    pub check_every_ms: i64,
-    /// Whether what is checked is a resource type's image.
-    pub of_type: bool,
 }
 
 /// The check row of a config (scope, config, now), unless it has one.
@@ -149,7 +129,7 @@ pub(super) fn pipeline_row(
     }
 }
 
-/// In a resource's scope given to [`Db::set_pipeline`], stands for the
+/// In a resource's scope given to [`Pipelines::set_pipeline`], stands for the
 /// pipeline's id (not known before a new pipeline is stored).
 pub(crate) const PIPELINE_ID: &str = "{pipeline_id}";
 
@@ -160,7 +140,7 @@ const JOBS_PER_INSERT: usize = 400;
 pub(super) const PIPELINE_COLUMNS: &str =
     "id, team, name, config, vars, config_version, paused, archived, parent_build_id, instance_vars";
 
-impl Db {
+impl Pipelines<'_> {
     /// Stores pipeline `name` of `team` (`config` as given, `vars` as JSON)
     /// with its `jobs` and `resources`, as a new config version; a new
     /// pipeline starts paused. With `expected`, a pipeline whose stored
@@ -168,7 +148,8 @@ impl Db {
     /// [`EngineError::Conflict`]. Jobs and resources already stored keep
     /// their state (paused, build numbers, pins); those gone are removed.
     /// Answers the pipeline as stored and whether it is new.
-    pub async fn set_pipeline(
+    #[cfg(test)]
+    pub(crate) async fn set_pipeline(
         &self,
         team: &str,
         name: &str,
@@ -182,12 +163,12 @@ impl Db {
             .await
     }
 
-    /// [`Db::set_pipeline`], set `by` a job build's step or with instance
+    /// [`Pipelines::set_pipeline`], set `by` a job build's step or with instance
     /// vars. Setting a pipeline unarchives it (Concourse's `savePipeline`):
     /// by hand it stays paused, by a step it is unpaused; its parent
     /// becomes `by.parent` (none by hand: it is nobody's child then).
     #[allow(clippy::too_many_arguments)]
-    pub async fn set_pipeline_by(
+    pub(crate) async fn set_pipeline_by(
         &self,
         team: &str,
         name: &str,
@@ -201,7 +182,7 @@ impl Db {
             Some(p) => (Some(p.pipeline_id), Some(p.job.as_str()), Some(p.build_id)),
             None => (None, None, None),
         };
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.db.pool().begin().await?;
         // A write first: the transaction takes the write lock now (SQLite
         // refuses to upgrade a reading transaction another writer raced;
         // on PostgreSQL it locks the pipeline's row), so two sets of one
@@ -397,18 +378,18 @@ impl Db {
     }
 
     /// The pipelines of `team`, by name.
-    pub async fn pipelines(&self, team: &str) -> Result<Vec<PipelineRow>, EngineError> {
+    pub(crate) async fn of_team(&self, team: &str) -> Result<Vec<PipelineRow>, EngineError> {
         let rows: Vec<PipelineRaw> = sqlx::query_as(&format!(
             "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE team = $1 ORDER BY name"
         ))
         .bind(team)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(rows.into_iter().map(pipeline_row).collect())
     }
 
     /// Pipeline `name` of `team`, if stored.
-    pub async fn pipeline(
+    pub(crate) async fn pipeline(
         &self,
         team: &str,
         name: &str,
@@ -418,28 +399,32 @@ impl Db {
         ))
         .bind(team)
         .bind(name)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await?;
         Ok(row.map(pipeline_row))
     }
 
     /// Pipeline `id`, if stored.
-    pub async fn pipeline_by_id(&self, id: i64) -> Result<Option<PipelineRow>, EngineError> {
+    pub(crate) async fn pipeline_by_id(&self, id: i64) -> Result<Option<PipelineRow>, EngineError> {
         let row: Option<PipelineRaw> = sqlx::query_as(&format!(
             "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE id = $1"
         ))
         .bind(id)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await?;
         Ok(row.map(pipeline_row))
     }
 
     /// Pauses or unpauses pipeline `id`.
-    pub async fn set_pipeline_paused(&self, id: i64, paused: bool) -> Result<(), EngineError> {
+    pub(crate) async fn set_pipeline_paused(
+        &self,
+        id: i64,
+        paused: bool,
+    ) -> Result<(), EngineError> {
         sqlx::query("UPDATE pipelines SET paused = $1 WHERE id = $2")
             .bind(i64::from(paused))
             .bind(id)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(())
     }
@@ -447,7 +432,7 @@ impl Db {
     /// Renames pipeline `id` of `team` from `from` to `to`, its builds
     /// with it (what `passed` reads); a name already taken in its team is
     /// a [`EngineError::Conflict`].
-    pub async fn rename_pipeline(
+    pub(crate) async fn rename_pipeline(
         &self,
         id: i64,
         team: &str,
@@ -459,7 +444,7 @@ impl Db {
                 "team {team:?} already has a pipeline {to:?}"
             )));
         }
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.db.pool().begin().await?;
         sqlx::query(&format!(
             "UPDATE pipelines SET name = $3, updated_at = {} WHERE id = $2",
             super::job_builds::NEXT_STAMP
@@ -481,8 +466,8 @@ impl Db {
 
     /// Removes pipeline `id` with its jobs, resources and disabled versions
     /// (its builds stay, as history).
-    pub async fn destroy_pipeline(&self, id: i64) -> Result<(), EngineError> {
-        let mut tx = self.pool().begin().await?;
+    pub(crate) async fn destroy_pipeline(&self, id: i64) -> Result<(), EngineError> {
+        let mut tx = self.db.pool().begin().await?;
         for table in [
             "pipeline_jobs",
             "pipeline_resources",
@@ -503,12 +488,12 @@ impl Db {
     }
 
     /// The jobs of pipeline `id`, by name.
-    pub async fn pipeline_jobs(&self, id: i64) -> Result<Vec<JobRow>, EngineError> {
+    pub(crate) async fn pipeline_jobs(&self, id: i64) -> Result<Vec<JobRow>, EngineError> {
         let rows: Vec<(String, i64, Option<String>)> = sqlx::query_as(
             "SELECT name, paused, decision FROM pipeline_jobs WHERE pipeline_id = $1 ORDER BY name",
         )
         .bind(id)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(rows
             .into_iter()
@@ -522,7 +507,7 @@ impl Db {
 
     /// Pauses or unpauses job `job` of pipeline `id`; false when it has no
     /// such job.
-    pub async fn set_job_paused(
+    pub(crate) async fn set_job_paused(
         &self,
         id: i64,
         job: &str,
@@ -534,22 +519,22 @@ impl Db {
         .bind(i64::from(paused))
         .bind(id)
         .bind(job)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
-        self.touch_pipeline(id).await?;
+        self.db.builds().touch_pipeline(id).await?;
         Ok(done.rows_affected() > 0)
     }
 
     /// Stores the decisions of several jobs (pipeline, job, JSON) in one
     /// transaction.
-    pub async fn set_job_decisions(
+    pub(crate) async fn set_job_decisions(
         &self,
         decisions: &[(i64, &str, String)],
     ) -> Result<(), EngineError> {
         if decisions.is_empty() {
             return Ok(());
         }
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.db.pool().begin().await?;
         for (id, job, decision) in decisions {
             sqlx::query(
                 "UPDATE pipeline_jobs SET decision = $1 WHERE pipeline_id = $2 AND name = $3",
@@ -565,13 +550,16 @@ impl Db {
     }
 
     /// The resources of pipeline `id`, by name.
-    pub async fn pipeline_resources(&self, id: i64) -> Result<Vec<ResourceRow>, EngineError> {
+    pub(crate) async fn pipeline_resources(
+        &self,
+        id: i64,
+    ) -> Result<Vec<ResourceRow>, EngineError> {
         type Raw = (String, String, String, Option<i64>, Option<String>);
         let rows: Vec<Raw> = sqlx::query_as(
             "SELECT name, scope, config, check_every_ms, pinned FROM pipeline_resources WHERE pipeline_id = $1 ORDER BY name",
         )
         .bind(id)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(rows
             .into_iter()
@@ -587,54 +575,17 @@ impl Db {
             .collect())
     }
 
-    /// Resource configs of unpaused pipelines due for a check at `now`,
-    /// soonest first, at most `limit`, each with one pipeline resource (or
-    /// resource type) naming it (the shortest interval's).
-    pub async fn due_checks(&self, now: i64, limit: i64) -> Result<Vec<DueCheck>, EngineError> {
-        let rows: Vec<(String, String, i64, i64, String, i64, i64)> = sqlx::query_as(
-            "SELECT c.scope, c.config, c.next_check_at, r.pipeline_id, r.name, r.check_every_ms, r.of_type \
-             FROM resource_checks c \
-             JOIN (SELECT pipeline_id, name, scope, config, check_every_ms, 0 AS of_type FROM pipeline_resources \
-                   UNION ALL \
-                   SELECT pipeline_id, name, scope, config, check_every_ms, 1 AS of_type FROM pipeline_resource_types) r \
-               ON r.scope = c.scope AND r.config = c.config \
-             JOIN pipelines p ON p.id = r.pipeline_id \
-             WHERE c.next_check_at <= $1 AND p.paused = 0 AND r.check_every_ms IS NOT NULL \
-             ORDER BY c.next_check_at, r.check_every_ms, r.pipeline_id, r.of_type LIMIT $2",
-        )
-        .bind(now)
-        .bind(limit * 4)
-        .fetch_all(self.pool())
-        .await?;
-        let mut due: Vec<DueCheck> = Vec::new();
-        for (scope, config, next_check_at, pipeline_id, resource, every, of_type) in rows {
-            if due.iter().any(|d| d.scope == scope && d.config == config) {
-                continue;
-            }
-            due.push(DueCheck {
-                scope,
-                config,
-                next_check_at,
-                pipeline_id,
-                resource,
-                check_every_ms: every,
-                of_type: of_type != 0,
-            });
-            if due.len() as i64 >= limit {
-                break;
-            }
-        }
-        Ok(due)
-    }
-
     /// The resource types of pipeline `id`, by name.
-    pub async fn pipeline_resource_types(&self, id: i64) -> Result<Vec<ResourceRow>, EngineError> {
+    pub(crate) async fn pipeline_resource_types(
+        &self,
+        id: i64,
+    ) -> Result<Vec<ResourceRow>, EngineError> {
         let rows: Vec<(String, String, String, Option<i64>)> = sqlx::query_as(
             "SELECT name, scope, config, check_every_ms FROM pipeline_resource_types \
              WHERE pipeline_id = $1 ORDER BY name",
         )
         .bind(id)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(rows
             .into_iter()
@@ -651,7 +602,7 @@ impl Db {
     /// Where periodic checks of a resource type of one of `team`'s
     /// pipelines keep the versions of image config `config`, if any does
     /// (the scope; one of them when several do).
-    pub async fn resource_type_scope(
+    pub(crate) async fn resource_type_scope(
         &self,
         team: &str,
         config: &str,
@@ -664,83 +615,15 @@ impl Db {
         )
         .bind(config)
         .bind(team)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await?;
         Ok(row.map(|(scope,)| scope))
-    }
-
-    /// Claims a due check: moves its next check to `next` only if it is
-    /// still `was` (so of nodes racing, one wins); answers whether this
-    /// call did.
-    pub async fn claim_check(&self, due: &DueCheck, next: i64) -> Result<bool, EngineError> {
-        let done = sqlx::query(
-            "UPDATE resource_checks SET next_check_at = $1 WHERE scope = $2 AND config = $3 AND next_check_at = $4",
-        )
-        .bind(next)
-        .bind(&due.scope)
-        .bind(&due.config)
-        .bind(due.next_check_at)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    /// Records the check build that checked (`scope`, `config`).
-    pub async fn record_check_build(
-        &self,
-        scope: &str,
-        config: &str,
-        build: i64,
-    ) -> Result<(), EngineError> {
-        sqlx::query("UPDATE resource_checks SET last_build = $1 WHERE scope = $2 AND config = $3")
-            .bind(build)
-            .bind(scope)
-            .bind(config)
-            .execute(self.pool())
-            .await?;
-        Ok(())
-    }
-
-    /// The build of the last check of (`scope`, `config`) if it is a build
-    /// of `team` (its status and error are the check's): what `team` is
-    /// shown, never another team's check build (its plan holds that team's
-    /// pipeline config and vars).
-    pub async fn team_last_check(
-        &self,
-        scope: &str,
-        config: &str,
-        team: &str,
-    ) -> Result<Option<i64>, EngineError> {
-        let row: Option<(i64,)> = sqlx::query_as(
-            "SELECT c.last_build FROM resource_checks c JOIN builds b ON b.id = c.last_build \
-             WHERE c.scope = $1 AND c.config = $2 AND b.team = $3",
-        )
-        .bind(scope)
-        .bind(config)
-        .bind(team)
-        .fetch_optional(self.pool())
-        .await?;
-        Ok(row.map(|(b,)| b))
-    }
-
-    /// The build of the last check of (`scope`, `config`), if any, whoever
-    /// ran it: for the checker, which does not double a running check.
-    /// What a team is shown is [`Db::team_last_check`].
-    pub async fn last_check(&self, scope: &str, config: &str) -> Result<Option<i64>, EngineError> {
-        let row: Option<(Option<i64>,)> = sqlx::query_as(
-            "SELECT last_build FROM resource_checks WHERE scope = $1 AND config = $2",
-        )
-        .bind(scope)
-        .bind(config)
-        .fetch_optional(self.pool())
-        .await?;
-        Ok(row.and_then(|(b,)| b))
     }
 
     /// Pins resource `resource` of pipeline `id` to `version` (JSON), or
     /// unpins it (its pin's comment goes with it); false when the
     /// pipeline has no such resource.
-    pub async fn pin_resource(
+    pub(crate) async fn pin_resource(
         &self,
         id: i64,
         resource: &str,
@@ -754,15 +637,15 @@ impl Db {
             .bind(version)
             .bind(id)
             .bind(resource)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
-        self.touch_pipeline(id).await?;
+        self.db.builds().touch_pipeline(id).await?;
         Ok(done.rows_affected() > 0)
     }
 
     /// Disables (never an input again) or enables `version` (JSON) of
     /// resource `resource` of pipeline `id`.
-    pub async fn set_version_disabled(
+    pub(crate) async fn set_version_disabled(
         &self,
         id: i64,
         resource: &str,
@@ -778,8 +661,8 @@ impl Db {
             .bind(id)
             .bind(resource)
             .bind(version)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
-        self.touch_pipeline(id).await
+        self.db.builds().touch_pipeline(id).await
     }
 }

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use sqlx::{Any, Transaction};
 
-use super::{now_ms, Backend, Db};
+use super::{now_ms, Backend, Workers};
 use crate::error::EngineError;
 use crate::placement::Load;
 
@@ -23,8 +23,9 @@ pub(crate) const RELEASES_CHANNEL: &str = "gantry_placements";
 const LEDGER_LOCK: i64 = 0x6761_6e74_7279_4c44; // "gantryLD"
 
 /// A row of the ledger.
+#[cfg(test)]
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LedgerRow {
+pub(crate) struct LedgerRow {
     /// The row's id, which releases it.
     pub id: i64,
     /// The worker it is held on.
@@ -35,17 +36,17 @@ pub struct LedgerRow {
 
 /// A transaction holding the ledger's lock; commit it (or drop it to roll
 /// back and unlock).
-pub struct LedgerTx {
+pub(crate) struct LedgerTx {
     /// The transaction.
     tx: Transaction<'static, Any>,
 }
 
-impl Db {
+impl Workers<'_> {
     /// Opens a transaction that decides placements alone (PostgreSQL: under
     /// an advisory lock until it ends).
-    pub async fn lock_ledger(&self) -> Result<LedgerTx, EngineError> {
-        let mut tx = self.pool().begin().await?;
-        if self.backend == Backend::Postgres {
+    pub(crate) async fn lock_ledger(&self) -> Result<LedgerTx, EngineError> {
+        let mut tx = self.db.pool().begin().await?;
+        if self.db.backend == Backend::Postgres {
             sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock($1)) AS locked")
                 .bind(LEDGER_LOCK)
                 .execute(&mut *tx)
@@ -55,19 +56,19 @@ impl Db {
     }
 
     /// Releases a placement; wakes the steps waiting on every node.
-    pub async fn release_placement(&self, id: i64) -> Result<(), EngineError> {
+    pub(crate) async fn release_placement(&self, id: i64) -> Result<(), EngineError> {
         sqlx::query("DELETE FROM placements WHERE id = $1")
             .bind(id)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         self.announce_release().await
     }
 
     /// Tells every node's waiting steps that capacity may be free.
     async fn announce_release(&self) -> Result<(), EngineError> {
-        if self.backend == Backend::Postgres {
+        if self.db.backend == Backend::Postgres {
             sqlx::query(&format!("NOTIFY {RELEASES_CHANNEL}"))
-                .execute(self.pool())
+                .execute(self.db.pool())
                 .await?;
         }
         Ok(())
@@ -76,7 +77,7 @@ impl Db {
     /// Records a row held by `node` for a step of build `build_id` on
     /// `worker` that it took over (the step's node had stopped; its rows go
     /// when that node's are purged); returns the new row's id.
-    pub async fn record_build_placement(
+    pub(crate) async fn record_build_placement(
         &self,
         build_id: i64,
         worker: &str,
@@ -92,11 +93,15 @@ impl Db {
     /// Deletes the rows `node` recorded before `before` (unix ms): those of a
     /// node taken over, or of this node's previous run, that no build took
     /// again. Returns how many.
-    pub async fn purge_placements(&self, node: &str, before: i64) -> Result<u64, EngineError> {
+    pub(crate) async fn purge_placements(
+        &self,
+        node: &str,
+        before: i64,
+    ) -> Result<u64, EngineError> {
         let done = sqlx::query("DELETE FROM placements WHERE web_node = $1 AND created_at < $2")
             .bind(node)
             .bind(before)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         if done.rows_affected() > 0 {
             self.announce_release().await?;
@@ -106,16 +111,17 @@ impl Db {
 
     /// The ledger's load by worker, outside any placement (for listings and
     /// metrics).
-    pub async fn ledger_loads(&self) -> Result<HashMap<String, Load>, EngineError> {
-        loads(&mut *self.pool().acquire().await?).await
+    pub(crate) async fn ledger_loads(&self) -> Result<HashMap<String, Load>, EngineError> {
+        loads(&mut *self.db.pool().acquire().await?).await
     }
 
     /// Every row of the ledger, oldest first.
-    pub async fn ledger_rows(&self) -> Result<Vec<LedgerRow>, EngineError> {
+    #[cfg(test)]
+    pub(crate) async fn ledger_rows(&self) -> Result<Vec<LedgerRow>, EngineError> {
         let rows: Vec<(i64, String, i64, i64, i64)> = sqlx::query_as(
             "SELECT id, worker, tasks, containers, volumes FROM placements ORDER BY id",
         )
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(rows
             .into_iter()
@@ -130,12 +136,12 @@ impl Db {
 
 impl LedgerTx {
     /// Every worker's load now.
-    pub async fn loads(&mut self) -> Result<HashMap<String, Load>, EngineError> {
+    pub(crate) async fn loads(&mut self) -> Result<HashMap<String, Load>, EngineError> {
         loads(&mut self.tx).await
     }
 
     /// Records a placement; returns its row's id.
-    pub async fn record(
+    pub(crate) async fn record(
         &mut self,
         worker: &str,
         build_id: Option<i64>,
@@ -159,8 +165,8 @@ impl LedgerTx {
     }
 
     /// The build each bound one-build worker took (see
-    /// [`Db::bind_worker`]), as every node left it.
-    pub async fn bindings(&mut self) -> Result<HashMap<String, i64>, EngineError> {
+    /// [`Workers::bind_worker`]), as every node left it.
+    pub(crate) async fn bindings(&mut self) -> Result<HashMap<String, i64>, EngineError> {
         let rows: Vec<(String, i64)> = sqlx::query_as(crate::db::workers::BINDINGS)
             .fetch_all(&mut *self.tx)
             .await?;
@@ -169,7 +175,7 @@ impl LedgerTx {
 
     /// Binds one-build worker `worker` to `build` under the ledger's lock:
     /// false when it is bound to another build.
-    pub async fn bind(&mut self, worker: &str, build: i64) -> Result<bool, EngineError> {
+    pub(crate) async fn bind(&mut self, worker: &str, build: i64) -> Result<bool, EngineError> {
         let done = sqlx::query(crate::db::workers::BIND_WORKER)
             .bind(build)
             .bind(worker)
@@ -179,7 +185,7 @@ impl LedgerTx {
     }
 
     /// Commits, releasing the lock.
-    pub async fn commit(self) -> Result<(), EngineError> {
+    pub(crate) async fn commit(self) -> Result<(), EngineError> {
         self.tx.commit().await?;
         Ok(())
     }
@@ -224,13 +230,13 @@ mod tests {
     #[tokio::test]
     async fn rows_sum_by_worker_and_go_when_released_or_purged() {
         let (db, _dir) = crate::db::test_db().await;
-        let mut tx = db.lock_ledger().await.unwrap();
+        let mut tx = db.workers().lock_ledger().await.unwrap();
         assert!(tx.loads().await.unwrap().is_empty());
         let a = tx.record("w1", Some(1), "n1", &load(1)).await.unwrap();
         tx.record("w1", Some(2), "n2", &load(1)).await.unwrap();
         tx.record("w2", Some(3), "n1", &load(1)).await.unwrap();
         tx.commit().await.unwrap();
-        let loads = db.ledger_loads().await.unwrap();
+        let loads = db.workers().ledger_loads().await.unwrap();
         assert_eq!(
             loads["w1"],
             Load {
@@ -240,23 +246,35 @@ mod tests {
             }
         );
         assert_eq!(loads["w2"].tasks, 1);
-        db.release_placement(a).await.unwrap();
-        assert_eq!(db.ledger_loads().await.unwrap()["w1"].tasks, 1);
+        db.workers().release_placement(a).await.unwrap();
+        assert_eq!(db.workers().ledger_loads().await.unwrap()["w1"].tasks, 1);
         // Build 2 taken over by n1: its step's row is recorded again for
         // n1, then n2's rows are purged.
         let b = db
+            .workers()
             .record_build_placement(2, "w1", "n1", &load(1))
             .await
             .unwrap();
-        assert_eq!(db.purge_placements("n2", now_ms() + 1).await.unwrap(), 1);
-        assert_eq!(db.purge_placements("n1", 0).await.unwrap(), 0);
-        let rows = db.ledger_rows().await.unwrap();
+        assert_eq!(
+            db.workers()
+                .purge_placements("n2", now_ms() + 1)
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(db.workers().purge_placements("n1", 0).await.unwrap(), 0);
+        let rows = db.workers().ledger_rows().await.unwrap();
         assert_eq!(rows.len(), 2);
         assert!(rows.iter().any(|r| r.id == b && r.worker == "w1"));
         // A rolled-back decision leaves nothing.
-        let mut tx = db.lock_ledger().await.unwrap();
+        let mut tx = db.workers().lock_ledger().await.unwrap();
         tx.record("w3", None, "n1", &load(1)).await.unwrap();
         drop(tx);
-        assert!(!db.ledger_loads().await.unwrap().contains_key("w3"));
+        assert!(!db
+            .workers()
+            .ledger_loads()
+            .await
+            .unwrap()
+            .contains_key("w3"));
     }
 }

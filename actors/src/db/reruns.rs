@@ -2,24 +2,24 @@
 //! the job was given, named `N.M` (the M-th rerun of build N).
 
 use super::job_builds::{insert_build_details, NewJobBuild};
-use super::{now_ms, Db};
+use super::{now_ms, Builds};
 use crate::error::EngineError;
 use crate::views::Build;
 use gantry_wire::state::BuildStatus;
 
 /// What a rerun is created as: started at once (its plan, turns and
 /// inputs) or waiting (why: its job or pipeline is paused).
-pub enum NewRerun<'a> {
+pub(crate) enum NewRerun<'a> {
     /// Runnable now.
     Ready(&'a NewJobBuild),
     /// Held pending, for this reason.
     Waiting(&'a str),
 }
 
-impl Db {
+impl Builds<'_> {
     /// The build of job `job` of pipeline `pipeline` of `team` named
     /// `number` (`rerun` None) or `number.rerun`, if any.
-    pub async fn job_build_named(
+    pub(crate) async fn job_build_named(
         &self,
         (team, pipeline, job): (&str, &str, &str),
         number: i64,
@@ -34,7 +34,7 @@ impl Db {
         .bind(job)
         .bind(number)
         .bind(rerun.unwrap_or(0))
-        .fetch_one(self.pool())
+        .fetch_one(self.db.pool())
         .await?;
         match id {
             Some(id) => self.get_build(id).await,
@@ -45,13 +45,13 @@ impl Db {
     /// Creates a rerun of build `of` (a job build: its pipeline `of.1`,
     /// number `of.2`), owned by `web_node` when ready; answers its id and
     /// its rerun number (one past the original's reruns so far).
-    pub async fn create_rerun(
+    pub(crate) async fn create_rerun(
         &self,
         (of, pipeline_id, number): (&Build, i64, i64),
         new: NewRerun<'_>,
         web_node: &str,
     ) -> Result<(i64, i64), EngineError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.db.pool().begin().await?;
         if let NewRerun::Ready(b) = &new {
             self.lock_turn_keys(&mut tx, std::slice::from_ref(*b))
                 .await?;
@@ -101,6 +101,7 @@ impl Db {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::Db;
 
     /// Reruns of build 1 are named 1.1 then 1.2 (a rerun of a rerun
     /// reruns the original), found by those names, and record the
@@ -120,6 +121,7 @@ mod tests {
 
     async fn named(db: &Db) {
         let (row, _) = db
+            .pipelines()
             .set_pipeline(
                 "main",
                 "p",
@@ -140,39 +142,72 @@ mod tests {
             inputs: vec![("x".into(), "x".into(), serde_json::json!({"v": "1"}))],
         };
         let created = db
+            .builds()
             .create_job_builds(std::slice::from_ref(&build), "node")
             .await
             .unwrap();
         let (first, number) = created[0];
         let at = ("main", "p", "j");
-        let original = db.job_build_named(at, 1, None).await.unwrap().unwrap();
+        let original = db
+            .builds()
+            .job_build_named(at, 1, None)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!((original.id, number), (first, 1));
         assert_eq!(original.name.as_deref(), Some("1"));
         let (a, m) = db
+            .builds()
             .create_rerun((&original, row.id, 1), NewRerun::Ready(&build), "node")
             .await
             .unwrap();
         let (b, n) = db
+            .builds()
             .create_rerun((&original, row.id, 1), NewRerun::Waiting("paused"), "node")
             .await
             .unwrap();
         assert_eq!((m, n), (1, 2));
-        let one = db.job_build_named(at, 1, Some(1)).await.unwrap().unwrap();
+        let one = db
+            .builds()
+            .job_build_named(at, 1, Some(1))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(one.id, a);
         assert_eq!(one.name.as_deref(), Some("1.1"));
         assert_eq!(one.rerun_of, Some(first));
         assert_eq!(one.build_number, Some(1));
-        let inputs = db.build_versions(a).await.unwrap();
+        let inputs = db.versions().build_versions(a).await.unwrap();
         assert_eq!(inputs.len(), 1);
-        let two = db.job_build_named(at, 1, Some(2)).await.unwrap().unwrap();
+        let two = db
+            .builds()
+            .job_build_named(at, 1, Some(2))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!((two.id, two.name.as_deref()), (b, Some("1.2")));
-        let waiting = db.waiting_builds().await.unwrap();
+        let waiting = db.builds().waiting_builds().await.unwrap();
         assert_eq!(waiting.len(), 1);
         assert_eq!((waiting[0].id, waiting[0].rerun_of), (b, Some(first)));
-        assert!(db.job_build_named(at, 1, Some(3)).await.unwrap().is_none());
-        assert!(db.job_build_named(at, 2, None).await.unwrap().is_none());
+        assert!(db
+            .builds()
+            .job_build_named(at, 1, Some(3))
+            .await
+            .unwrap()
+            .is_none());
+        assert!(db
+            .builds()
+            .job_build_named(at, 2, None)
+            .await
+            .unwrap()
+            .is_none());
         assert_eq!(
-            db.job_build_named(at, 1, None).await.unwrap().unwrap().id,
+            db.builds()
+                .job_build_named(at, 1, None)
+                .await
+                .unwrap()
+                .unwrap()
+                .id,
             first
         );
     }

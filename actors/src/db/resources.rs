@@ -4,12 +4,12 @@
 
 use serde_json::Value;
 
-use crate::db::{now_ms, Db};
+use crate::db::{now_ms, Versions};
 use crate::error::EngineError;
 
 /// A version of a resource config, as `check` reported it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct VersionRow {
+pub(crate) struct VersionRow {
     /// The version (a JSON object of strings).
     pub version: Value,
     /// Its metadata (a JSON list of `{name, value}`), when known.
@@ -20,7 +20,7 @@ pub struct VersionRow {
 
 /// What `in` fetched for a (config, version, params).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ResourceCacheRow {
+pub(crate) struct ResourceCacheRow {
     /// The artifact holding the files (or an image's root filesystem).
     pub artifact_id: String,
     /// The version fetched.
@@ -41,11 +41,11 @@ fn json(column: &str, text: &str) -> Result<Value, EngineError> {
         .map_err(|e| EngineError::Invalid(format!("stored {column} is not JSON: {e}")))
 }
 
-impl Db {
+impl Versions<'_> {
     /// Saves the versions `check` reported, oldest first: each becomes the
     /// newest in turn (one reported again moves to the newest place, as
     /// Concourse orders them).
-    pub async fn save_versions(
+    pub(crate) async fn save_versions(
         &self,
         team: &str,
         config: &str,
@@ -65,7 +65,7 @@ impl Db {
             .bind(version.to_string())
             .bind(metadata.to_string())
             .bind(now_ms())
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         }
         Ok(())
@@ -74,7 +74,7 @@ impl Db {
     /// Saves the version a `put` made (Concourse's `SaveOutput`): a new
     /// version becomes the newest; one already known keeps its place in
     /// the order (its metadata is updated when the put told some).
-    pub async fn save_output_version(
+    pub(crate) async fn save_output_version(
         &self,
         scope: &str,
         config: &str,
@@ -93,13 +93,13 @@ impl Db {
         .bind(version.to_string())
         .bind(metadata.to_string())
         .bind(now_ms())
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(())
     }
 
     /// The versions of a resource config, newest first, at most `limit`.
-    pub async fn versions(
+    pub(crate) async fn newest(
         &self,
         team: &str,
         config: &str,
@@ -112,7 +112,7 @@ impl Db {
         .bind(team)
         .bind(config)
         .bind(limit)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         rows.into_iter()
             .map(|(v, m, check_order)| {
@@ -126,7 +126,7 @@ impl Db {
     }
 
     /// The cache of `key`, if one was kept.
-    pub async fn resource_cache(
+    pub(crate) async fn resource_cache(
         &self,
         team: &str,
         key: &str,
@@ -144,7 +144,7 @@ impl Db {
         )
         .bind(team)
         .bind(key)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await?;
         let Some((artifact_id, version, metadata, worker, env, user)) = row else {
             return Ok(None);
@@ -168,7 +168,7 @@ impl Db {
 
     /// Keeps what `in` fetched as the cache of `key` (the first one kept
     /// wins when two builds fetch at once; the answer is the one kept).
-    pub async fn save_resource_cache(
+    pub(crate) async fn save_resource_cache(
         &self,
         team: &str,
         key: &str,
@@ -191,7 +191,7 @@ impl Db {
         .bind(env)
         .bind(cache.image_user.as_deref())
         .bind(now_ms())
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         self.resource_cache(team, key)
             .await?
@@ -199,11 +199,15 @@ impl Db {
     }
 
     /// Forgets the cache of `key` (its artifact is gone).
-    pub async fn delete_resource_cache(&self, team: &str, key: &str) -> Result<(), EngineError> {
+    pub(crate) async fn delete_resource_cache(
+        &self,
+        team: &str,
+        key: &str,
+    ) -> Result<(), EngineError> {
         sqlx::query("DELETE FROM resource_caches WHERE team = $1 AND key = $2")
             .bind(team)
             .bind(key)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(())
     }
@@ -219,27 +223,34 @@ mod tests {
         let (db, _dir) = crate::db::test_db().await;
         {
             let (a, b) = (json!({"ref": "a"}), json!({"ref": "b"}));
-            db.save_versions(
-                "main",
-                "cfg",
-                &[(a.clone(), json!([])), (b.clone(), json!([]))],
-            )
-            .await
-            .unwrap();
-            let newest: Vec<_> = db.versions("main", "cfg", 10).await.unwrap();
+            db.versions()
+                .save_versions(
+                    "main",
+                    "cfg",
+                    &[(a.clone(), json!([])), (b.clone(), json!([]))],
+                )
+                .await
+                .unwrap();
+            let newest: Vec<_> = db.versions().newest("main", "cfg", 10).await.unwrap();
             assert_eq!(newest[0].version, b);
             assert_eq!(newest.len(), 2);
-            db.save_versions(
-                "main",
-                "cfg",
-                &[(a.clone(), json!([{"name": "x", "value": "1"}]))],
-            )
-            .await
-            .unwrap();
-            let newest = db.versions("main", "cfg", 1).await.unwrap();
+            db.versions()
+                .save_versions(
+                    "main",
+                    "cfg",
+                    &[(a.clone(), json!([{"name": "x", "value": "1"}]))],
+                )
+                .await
+                .unwrap();
+            let newest = db.versions().newest("main", "cfg", 1).await.unwrap();
             assert_eq!(newest[0].version, a);
             assert_eq!(newest[0].metadata[0]["value"], "1");
-            assert!(db.versions("other", "cfg", 10).await.unwrap().is_empty());
+            assert!(db
+                .versions()
+                .newest("other", "cfg", 10)
+                .await
+                .unwrap()
+                .is_empty());
         }
     }
 
@@ -255,19 +266,34 @@ mod tests {
                 image_env: Some(vec!["A=1".into()]),
                 image_user: None,
             };
-            assert!(db.resource_cache("main", "k").await.unwrap().is_none());
+            assert!(db
+                .versions()
+                .resource_cache("main", "k")
+                .await
+                .unwrap()
+                .is_none());
             let kept = db
+                .versions()
                 .save_resource_cache("main", "k", &row("first"))
                 .await
                 .unwrap();
             assert_eq!(kept.artifact_id, "first");
             let kept = db
+                .versions()
                 .save_resource_cache("main", "k", &row("second"))
                 .await
                 .unwrap();
             assert_eq!(kept, row("first"));
-            db.delete_resource_cache("main", "k").await.unwrap();
-            assert!(db.resource_cache("main", "k").await.unwrap().is_none());
+            db.versions()
+                .delete_resource_cache("main", "k")
+                .await
+                .unwrap();
+            assert!(db
+                .versions()
+                .resource_cache("main", "k")
+                .await
+                .unwrap()
+                .is_none());
         }
     }
 }

@@ -39,6 +39,7 @@ fn row(name: &str, config: &str) -> ResourceRow {
 /// history names a's check build.
 async fn global_histories_become_each_teams_own(db: &Db) {
     let (a, _) = db
+        .pipelines()
         .set_pipeline(
             "a",
             "pa",
@@ -50,6 +51,7 @@ async fn global_histories_become_each_teams_own(db: &Db) {
         .await
         .unwrap();
     let (b, _) = db
+        .pipelines()
         .set_pipeline(
             "b",
             "pb",
@@ -64,10 +66,23 @@ async fn global_histories_become_each_teams_own(db: &Db) {
         (json!({"v": "1"}), json!([])),
         (json!({"v": "2"}), json!([])),
     ];
-    db.save_versions("*", "cfg", &versions).await.unwrap();
-    db.save_versions("*", "img", &versions[..1]).await.unwrap();
-    let check = db.create_build("a", &json!({}), "n").await.unwrap();
-    db.record_check_build("*", "cfg", check).await.unwrap();
+    db.versions()
+        .save_versions("*", "cfg", &versions)
+        .await
+        .unwrap();
+    db.versions()
+        .save_versions("*", "img", &versions[..1])
+        .await
+        .unwrap();
+    let check = db
+        .builds()
+        .create_build("a", &json!({}), "n")
+        .await
+        .unwrap();
+    db.pipelines()
+        .record_check_build("*", "cfg", check)
+        .await
+        .unwrap();
 
     for statement in statements(db.backend()) {
         sqlx::query(&statement)
@@ -78,15 +93,15 @@ async fn global_histories_become_each_teams_own(db: &Db) {
 
     let scopes = |rows: Vec<ResourceRow>| rows.into_iter().map(|r| r.scope).collect::<Vec<_>>();
     assert_eq!(
-        scopes(db.pipeline_resources(a.id).await.unwrap()),
+        scopes(db.pipelines().pipeline_resources(a.id).await.unwrap()),
         ["team:a"]
     );
     assert_eq!(
-        scopes(db.pipeline_resource_types(a.id).await.unwrap()),
+        scopes(db.pipelines().pipeline_resource_types(a.id).await.unwrap()),
         ["team:a"]
     );
     assert_eq!(
-        scopes(db.pipeline_resources(b.id).await.unwrap()),
+        scopes(db.pipelines().pipeline_resources(b.id).await.unwrap()),
         ["team:b"]
     );
     let newest = |v: Vec<super::resources::VersionRow>| {
@@ -96,24 +111,53 @@ async fn global_histories_become_each_teams_own(db: &Db) {
     };
     for team in ["team:a", "team:b"] {
         assert_eq!(
-            newest(db.versions(team, "cfg", 10).await.unwrap()),
+            newest(db.versions().newest(team, "cfg", 10).await.unwrap()),
             [("2".to_string(), 2), ("1".to_string(), 1)],
             "{team}"
         );
     }
-    assert_eq!(db.versions("team:a", "img", 10).await.unwrap().len(), 1);
-    assert!(db.versions("team:b", "img", 10).await.unwrap().is_empty());
-    assert!(db.versions("*", "cfg", 10).await.unwrap().is_empty());
-    assert_eq!(db.last_check("team:a", "cfg").await.unwrap(), Some(check));
-    assert_eq!(db.last_check("team:b", "cfg").await.unwrap(), None);
-    assert_eq!(db.last_check("*", "cfg").await.unwrap(), None);
-    // What a team is shown is its own check build only.
     assert_eq!(
-        db.team_last_check("team:a", "cfg", "a").await.unwrap(),
+        db.versions()
+            .newest("team:a", "img", 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(db
+        .versions()
+        .newest("team:b", "img", 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(db
+        .versions()
+        .newest("*", "cfg", 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        db.pipelines().last_check("team:a", "cfg").await.unwrap(),
         Some(check)
     );
     assert_eq!(
-        db.team_last_check("team:a", "cfg", "b").await.unwrap(),
+        db.pipelines().last_check("team:b", "cfg").await.unwrap(),
+        None
+    );
+    assert_eq!(db.pipelines().last_check("*", "cfg").await.unwrap(), None);
+    // What a team is shown is its own check build only.
+    assert_eq!(
+        db.pipelines()
+            .team_last_check("team:a", "cfg", "a")
+            .await
+            .unwrap(),
+        Some(check)
+    );
+    assert_eq!(
+        db.pipelines()
+            .team_last_check("team:a", "cfg", "b")
+            .await
+            .unwrap(),
         None
     );
 }

@@ -129,6 +129,7 @@ mod tests {
     async fn a_build_stored_with_an_unknown_status_is_an_error_naming_it_not_errored() {
         let (db, _dir) = crate::db::test_db().await;
         let id = db
+            .builds()
             .create_build("main", &serde_json::json!({}), "node")
             .await
             .unwrap();
@@ -138,7 +139,7 @@ mod tests {
             .execute(db.pool())
             .await
             .unwrap();
-        let e = db.get_build(id).await.unwrap_err().to_string();
+        let e = db.builds().get_build(id).await.unwrap_err().to_string();
         assert!(e.contains("build status \"exploded\""), "{e}");
     }
 

@@ -4,12 +4,12 @@
 
 use serde::Serialize;
 
-use crate::db::{now_ms, Db};
+use crate::db::{now_ms, Handles};
 use crate::error::EngineError;
 
 /// What a task cache belongs to: a path of a job's task step on a worker.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
-pub struct TaskCacheKey {
+pub(crate) struct TaskCacheKey {
     /// The team of the pipeline.
     pub team: String,
     /// The pipeline's name.
@@ -26,7 +26,7 @@ pub struct TaskCacheKey {
 
 /// A stored task cache.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TaskCacheRow {
+pub(crate) struct TaskCacheRow {
     /// Whose cache it is.
     #[serde(flatten)]
     pub key: TaskCacheKey,
@@ -107,15 +107,15 @@ impl<'q, O> BindKey<'q> for sqlx::query::QueryAs<'q, sqlx::Any, O, sqlx::any::An
     }
 }
 
-impl Db {
+impl Handles<'_> {
     /// The cache of `key`, if one is recorded.
-    pub async fn find_task_cache(
+    pub(crate) async fn find_task_cache(
         &self,
         key: &TaskCacheKey,
     ) -> Result<Option<TaskCacheRow>, EngineError> {
         let sql = format!("SELECT {COLUMNS} FROM task_caches WHERE {KEY_MATCH}");
         let row: Option<Raw> = bind_key!(sqlx::query_as(&sql), key)
-            .fetch_optional(self.pool())
+            .fetch_optional(self.db.pool())
             .await?;
         Ok(row.map(decode))
     }
@@ -123,7 +123,7 @@ impl Db {
     /// Records `volume` as the cache of `key`, used now. Answers false, and
     /// changes nothing, when `key` already has a cache (another build made
     /// one at the same time).
-    pub async fn insert_task_cache(
+    pub(crate) async fn insert_task_cache(
         &self,
         key: &TaskCacheKey,
         volume: &str,
@@ -137,24 +137,29 @@ impl Db {
             .bind(volume)
             .bind(now)
             .bind(now)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(done.rows_affected() == 1)
     }
 
     /// Marks the cache of `key` used at `at` (unix ms).
-    pub async fn touch_task_cache(&self, key: &TaskCacheKey, at: i64) -> Result<(), EngineError> {
+    #[cfg(test)]
+    pub(crate) async fn touch_task_cache(
+        &self,
+        key: &TaskCacheKey,
+        at: i64,
+    ) -> Result<(), EngineError> {
         let sql = format!("UPDATE task_caches SET last_used_at = $7 WHERE {KEY_MATCH}");
         bind_key!(sqlx::query(&sql), key)
             .bind(at)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(())
     }
 
     /// Forgets the cache of `key` if it is still `volume` (another build may
     /// have replaced it meanwhile); answers whether it did.
-    pub async fn delete_task_cache(
+    pub(crate) async fn delete_task_cache(
         &self,
         key: &TaskCacheKey,
         volume: &str,
@@ -162,13 +167,13 @@ impl Db {
         let sql = format!("DELETE FROM task_caches WHERE {KEY_MATCH} AND volume = $7");
         let done = bind_key!(sqlx::query(&sql), key)
             .bind(volume)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(done.rows_affected() == 1)
     }
 
     /// Every task cache, optionally of one team, oldest first.
-    pub async fn list_task_caches(
+    pub(crate) async fn list_task_caches(
         &self,
         team: Option<&str>,
     ) -> Result<Vec<TaskCacheRow>, EngineError> {
@@ -179,12 +184,12 @@ impl Db {
                     "SELECT {COLUMNS} FROM task_caches WHERE team = $1 {order}"
                 ))
                 .bind(t)
-                .fetch_all(self.pool())
+                .fetch_all(self.db.pool())
                 .await?
             }
             None => {
                 sqlx::query_as(&format!("SELECT {COLUMNS} FROM task_caches {order}"))
-                    .fetch_all(self.pool())
+                    .fetch_all(self.db.pool())
                     .await?
             }
         };
@@ -196,6 +201,7 @@ impl Db {
 mod tests {
     use super::*;
     use crate::db::test_pg::PgDb;
+    use crate::db::Db;
 
     fn key(job: &str, worker: &str) -> TaskCacheKey {
         TaskCacheKey {
@@ -211,35 +217,39 @@ mod tests {
     /// One scenario, run on each backend.
     async fn task_caches_round_trip(db: &Db) {
         let k = key("j", "w1");
-        assert_eq!(db.find_task_cache(&k).await.unwrap(), None);
-        assert!(db.insert_task_cache(&k, "vol-1").await.unwrap());
+        assert_eq!(db.handles().find_task_cache(&k).await.unwrap(), None);
+        assert!(db.handles().insert_task_cache(&k, "vol-1").await.unwrap());
         // The key is unique: a second insert (a concurrent build) changes nothing.
-        assert!(!db.insert_task_cache(&k, "vol-2").await.unwrap());
-        let row = db.find_task_cache(&k).await.unwrap().unwrap();
+        assert!(!db.handles().insert_task_cache(&k, "vol-2").await.unwrap());
+        let row = db.handles().find_task_cache(&k).await.unwrap().unwrap();
         assert_eq!(row.volume, "vol-1");
         assert_eq!(row.key, k);
         assert_eq!(row.created_at, row.last_used_at);
         // Another worker, another job: caches of their own.
         assert!(db
+            .handles()
             .insert_task_cache(&key("j", "w2"), "vol-3")
             .await
             .unwrap());
         assert!(db
+            .handles()
             .insert_task_cache(&key("k", "w1"), "vol-4")
             .await
             .unwrap());
-        db.touch_task_cache(&k, row.last_used_at + 5000)
+        db.handles()
+            .touch_task_cache(&k, row.last_used_at + 5000)
             .await
             .unwrap();
-        let touched = db.find_task_cache(&k).await.unwrap().unwrap();
+        let touched = db.handles().find_task_cache(&k).await.unwrap().unwrap();
         assert_eq!(touched.last_used_at, row.last_used_at + 5000);
         assert_eq!(touched.created_at, row.created_at);
         // Deleting names the volume: a replaced cache is not deleted.
-        assert!(!db.delete_task_cache(&k, "vol-2").await.unwrap());
-        assert!(db.delete_task_cache(&k, "vol-1").await.unwrap());
-        assert_eq!(db.find_task_cache(&k).await.unwrap(), None);
-        assert!(db.insert_task_cache(&k, "vol-5").await.unwrap());
+        assert!(!db.handles().delete_task_cache(&k, "vol-2").await.unwrap());
+        assert!(db.handles().delete_task_cache(&k, "vol-1").await.unwrap());
+        assert_eq!(db.handles().find_task_cache(&k).await.unwrap(), None);
+        assert!(db.handles().insert_task_cache(&k, "vol-5").await.unwrap());
         let all: Vec<String> = db
+            .handles()
             .list_task_caches(Some("main"))
             .await
             .unwrap()
@@ -248,7 +258,12 @@ mod tests {
             .collect();
         assert_eq!(all.len(), 3);
         assert!(all.contains(&"vol-5".to_string()), "{all:?}");
-        assert!(db.list_task_caches(Some("other")).await.unwrap().is_empty());
+        assert!(db
+            .handles()
+            .list_task_caches(Some("other"))
+            .await
+            .unwrap()
+            .is_empty());
     }
 
     #[tokio::test]

@@ -1,7 +1,7 @@
 //! Teams and the team tokens made through the API (table `api_tokens`:
 //! only a hash of each secret is stored).
 
-use crate::db::Db;
+use crate::db::Teams;
 use crate::error::EngineError;
 use gantry_wire::state::BuildStatus;
 
@@ -59,12 +59,12 @@ fn token_row(t: TokenTuple) -> TokenRow {
 
 const TOKEN_COLUMNS: &str = "id, team, token_hash, description, created_at, expires_at, revoked_at";
 
-impl Db {
+impl Teams<'_> {
     /// Every team, by name.
-    pub async fn list_teams(&self) -> Result<Vec<TeamRow>, EngineError> {
+    pub(crate) async fn list_teams(&self) -> Result<Vec<TeamRow>, EngineError> {
         let rows: Vec<(String, i64)> =
             sqlx::query_as("SELECT name, created_at FROM teams ORDER BY name")
-                .fetch_all(self.pool())
+                .fetch_all(self.db.pool())
                 .await?;
         Ok(rows
             .into_iter()
@@ -73,13 +73,13 @@ impl Db {
     }
 
     /// How many builds of `team` have not ended.
-    pub async fn unfinished_builds_of_team(&self, team: &str) -> Result<i64, EngineError> {
+    pub(crate) async fn unfinished_builds_of_team(&self, team: &str) -> Result<i64, EngineError> {
         let (n,): (i64,) =
             sqlx::query_as("SELECT COUNT(*) FROM builds WHERE team = $1 AND status IN ($2, $3)")
                 .bind(team)
                 .bind(BuildStatus::Pending.as_str())
                 .bind(BuildStatus::Started.as_str())
-                .fetch_one(self.pool())
+                .fetch_one(self.db.pool())
                 .await?;
         Ok(n)
     }
@@ -87,8 +87,8 @@ impl Db {
     /// Removes team `team` and revokes its tokens at `now`, in one
     /// transaction; answers whether the team existed. Its ended builds
     /// stay in the history.
-    pub async fn remove_team(&self, team: &str, now: i64) -> Result<bool, EngineError> {
-        let mut tx = self.pool().begin().await?;
+    pub(crate) async fn remove_team(&self, team: &str, now: i64) -> Result<bool, EngineError> {
+        let mut tx = self.db.pool().begin().await?;
         let gone = sqlx::query("DELETE FROM teams WHERE name = $1")
             .bind(team)
             .execute(&mut *tx)
@@ -104,7 +104,7 @@ impl Db {
     }
 
     /// Stores a new token (its hash only).
-    pub async fn insert_token(&self, row: &TokenRow) -> Result<(), EngineError> {
+    pub(crate) async fn insert_token(&self, row: &TokenRow) -> Result<(), EngineError> {
         sqlx::query(&format!(
             "INSERT INTO api_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
         ))
@@ -115,25 +115,25 @@ impl Db {
         .bind(row.created_at)
         .bind(row.expires_at)
         .bind(row.revoked_at)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(())
     }
 
     /// The token with public id `id`, if any.
-    pub async fn token(&self, id: &str) -> Result<Option<TokenRow>, EngineError> {
+    pub(crate) async fn token(&self, id: &str) -> Result<Option<TokenRow>, EngineError> {
         let row: Option<TokenTuple> = sqlx::query_as(&format!(
             "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE id = $1"
         ))
         .bind(id)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await?;
         Ok(row.map(token_row))
     }
 
     /// One page of tokens (of `team` only, when given) by id: at most
     /// `limit` whose ids sort after the cursor `after`.
-    pub async fn list_tokens_page(
+    pub(crate) async fn list_tokens_page(
         &self,
         team: Option<&str>,
         after: Option<&str>,
@@ -148,7 +148,7 @@ impl Db {
         for b in binds {
             q = q.bind(b);
         }
-        Ok(q.fetch_all(self.pool())
+        Ok(q.fetch_all(self.db.pool())
             .await?
             .into_iter()
             .map(token_row)
@@ -156,13 +156,13 @@ impl Db {
     }
 
     /// Revokes token `id` at `now`; answers whether it was valid until then.
-    pub async fn revoke_token(&self, id: &str, now: i64) -> Result<bool, EngineError> {
+    pub(crate) async fn revoke_token(&self, id: &str, now: i64) -> Result<bool, EngineError> {
         let done = sqlx::query(
             "UPDATE api_tokens SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL",
         )
         .bind(now)
         .bind(id)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -202,39 +202,52 @@ mod tests {
     async fn tokens_are_stored_listed_revoked_and_go_with_their_team() {
         let (db, _dir) = crate::db::test_db().await;
         db.ensure_team("red").await.unwrap();
-        db.insert_token(&token("a", "red", None)).await.unwrap();
-        db.insert_token(&token("b", "red", Some(100)))
+        db.teams()
+            .insert_token(&token("a", "red", None))
             .await
             .unwrap();
-        db.insert_token(&token("c", "main", None)).await.unwrap();
-        let b = db.token("b").await.unwrap().unwrap();
+        db.teams()
+            .insert_token(&token("b", "red", Some(100)))
+            .await
+            .unwrap();
+        db.teams()
+            .insert_token(&token("c", "main", None))
+            .await
+            .unwrap();
+        let b = db.teams().token("b").await.unwrap().unwrap();
         assert_eq!(b.token_hash, "hash-b");
         assert!(b.valid_at(99) && !b.valid_at(100), "expires at 100");
         assert_eq!(
-            db.list_tokens_page(Some("red"), None, 10)
+            db.teams()
+                .list_tokens_page(Some("red"), None, 10)
                 .await
                 .unwrap()
                 .len(),
             2
         );
-        let all = db.list_tokens_page(None, None, 10).await.unwrap();
+        let all = db.teams().list_tokens_page(None, None, 10).await.unwrap();
         assert_eq!(all.len(), 3);
         // Pages by id: after the first, the other two.
         let rest = db
+            .teams()
             .list_tokens_page(None, Some(&all[0].id), 10)
             .await
             .unwrap();
         assert_eq!(rest.len(), 2);
         assert!(rest.iter().all(|t| t.id > all[0].id));
-        assert!(db.revoke_token("a", 50).await.unwrap());
-        assert!(!db.revoke_token("a", 60).await.unwrap(), "once");
-        assert!(!db.token("a").await.unwrap().unwrap().valid_at(51));
-        assert!(db.token("zz").await.unwrap().is_none());
-        assert!(db.remove_team("red", 70).await.unwrap());
-        assert!(!db.remove_team("red", 70).await.unwrap());
-        assert_eq!(db.token("b").await.unwrap().unwrap().revoked_at, Some(70));
-        assert!(db.token("c").await.unwrap().unwrap().valid_at(70));
+        assert!(db.teams().revoke_token("a", 50).await.unwrap());
+        assert!(!db.teams().revoke_token("a", 60).await.unwrap(), "once");
+        assert!(!db.teams().token("a").await.unwrap().unwrap().valid_at(51));
+        assert!(db.teams().token("zz").await.unwrap().is_none());
+        assert!(db.teams().remove_team("red", 70).await.unwrap());
+        assert!(!db.teams().remove_team("red", 70).await.unwrap());
+        assert_eq!(
+            db.teams().token("b").await.unwrap().unwrap().revoked_at,
+            Some(70)
+        );
+        assert!(db.teams().token("c").await.unwrap().unwrap().valid_at(70));
         let names: Vec<String> = db
+            .teams()
             .list_teams()
             .await
             .unwrap()

@@ -3,13 +3,13 @@
 //! its keys, fewer than the key's `max_in_flight` builds created before it
 //! are unfinished: a decision any web node reaches alike from the rows.
 
-use super::{now_ms, Backend, Db};
+use super::{now_ms, Backend, Builds};
 use crate::error::EngineError;
 use gantry_wire::state::BuildStatus;
 
 /// One key of a build's turns, and the unfinished builds ahead of it there.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TurnAhead {
+pub(crate) struct TurnAhead {
     /// The key: a job, or a serial group, of a team's pipeline.
     pub key: String,
     /// How many builds of the key may run at once.
@@ -21,27 +21,27 @@ pub struct TurnAhead {
 
 impl TurnAhead {
     /// Whether the builds ahead leave this build no room yet.
-    pub fn blocks(&self) -> bool {
+    pub(crate) fn blocks(&self) -> bool {
         self.ahead.len() as i64 >= self.max_in_flight
     }
 }
 
-impl Db {
-    /// Creates a pending build (as [`Db::create_build`]) that takes turns
+impl Builds<'_> {
+    /// Creates a pending build (as [`Builds::create_build`]) that takes turns
     /// on `turns` (key, `max_in_flight`), in one transaction. On PostgreSQL
     /// the transaction first takes a lock per key, so builds of one key
     /// become visible in the order of their ids: no build can see none
     /// ahead of it while an older one of its key is still being created.
     /// (SQLite has one writer at a time.)
-    pub async fn create_build_taking_turns(
+    pub(crate) async fn create_build_taking_turns(
         &self,
         team: &str,
         plan: &serde_json::Value,
         web_node: &str,
         turns: &[(String, u32)],
     ) -> Result<i64, EngineError> {
-        let mut tx = self.pool().begin().await?;
-        if self.backend() == Backend::Postgres {
+        let mut tx = self.db.pool().begin().await?;
+        if self.db.backend() == Backend::Postgres {
             let mut keys: Vec<&str> = turns.iter().map(|(k, _)| k.as_str()).collect();
             keys.sort_unstable();
             keys.dedup();
@@ -78,12 +78,12 @@ impl Db {
 
     /// For each key build `id` takes turns on, the unfinished builds of
     /// that key created before it.
-    pub async fn builds_ahead(&self, id: i64) -> Result<Vec<TurnAhead>, EngineError> {
+    pub(crate) async fn builds_ahead(&self, id: i64) -> Result<Vec<TurnAhead>, EngineError> {
         let keys: Vec<(String, i64)> = sqlx::query_as(
             "SELECT turn_key, max_in_flight FROM build_turns WHERE build_id = $1 ORDER BY turn_key",
         )
         .bind(id)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         let mut out = Vec::new();
         for (key, max_in_flight) in keys {
@@ -96,7 +96,7 @@ impl Db {
             .bind(id)
             .bind(BuildStatus::Pending.as_str())
             .bind(BuildStatus::Started.as_str())
-            .fetch_all(self.pool())
+            .fetch_all(self.db.pool())
             .await?;
             out.push(TurnAhead {
                 key,
@@ -112,11 +112,13 @@ impl Db {
 mod tests {
     use super::*;
     use crate::db::test_pg::PgDb;
+    use crate::db::Db;
     use gantry_wire::state::BuildStatus;
 
     async fn turns_round_trip(db: &Db) {
         let build = |turns: Vec<(String, u32)>| async move {
-            db.create_build_taking_turns("main", &serde_json::json!({}), "n", &turns)
+            db.builds()
+                .create_build_taking_turns("main", &serde_json::json!({}), "n", &turns)
                 .await
                 .unwrap()
         };
@@ -128,10 +130,10 @@ mod tests {
         // A build of another job in a serial group with c.
         let d = build(vec![group]).await;
         let blocked = |t: &[TurnAhead]| t.iter().any(TurnAhead::blocks);
-        assert!(!blocked(&db.builds_ahead(a).await.unwrap()));
-        assert!(!blocked(&db.builds_ahead(b).await.unwrap()));
+        assert!(!blocked(&db.builds().builds_ahead(a).await.unwrap()));
+        assert!(!blocked(&db.builds().builds_ahead(b).await.unwrap()));
         // c: two builds of its job ahead (max 2); nothing ahead in g.
-        let c_turns = db.builds_ahead(c).await.unwrap();
+        let c_turns = db.builds().builds_ahead(c).await.unwrap();
         assert_eq!(
             c_turns,
             vec![
@@ -149,14 +151,16 @@ mod tests {
         );
         assert!(blocked(&c_turns));
         // d waits for c in group g.
-        assert_eq!(db.builds_ahead(d).await.unwrap()[0].ahead, vec![c]);
+        assert_eq!(db.builds().builds_ahead(d).await.unwrap()[0].ahead, vec![c]);
         // a ends: c may start.
-        db.finish_build(a, BuildStatus::Succeeded, Some(0), None)
+        db.builds()
+            .finish_build(a, BuildStatus::Succeeded, Some(0), None)
             .await
             .unwrap();
-        assert!(!blocked(&db.builds_ahead(c).await.unwrap()));
+        assert!(!blocked(&db.builds().builds_ahead(c).await.unwrap()));
         // A build with no turns never waits.
         assert!(db
+            .builds()
             .builds_ahead(build(vec![]).await)
             .await
             .unwrap()
@@ -180,11 +184,15 @@ mod tests {
             tokio::spawn(async move {
                 let turns = [("main/p/job:race".to_string(), 1)];
                 let id = db
+                    .builds()
                     .create_build_taking_turns("main", &serde_json::json!({}), "n", &turns)
                     .await
                     .unwrap();
                 // Looked at right after its own creation, as a build does.
-                (id, db.builds_ahead(id).await.unwrap()[0].ahead.clone())
+                (
+                    id,
+                    db.builds().builds_ahead(id).await.unwrap()[0].ahead.clone(),
+                )
             })
         });
         let mut seen = Vec::new();

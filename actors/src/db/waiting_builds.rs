@@ -6,13 +6,13 @@
 //! it where it waits.
 
 use super::job_builds::{insert_build_details, NewJobBuild};
-use super::{now_ms, Db};
+use super::{now_ms, Builds};
 use crate::error::EngineError;
 use gantry_wire::state::BuildStatus;
 
 /// A build waiting for its inputs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WaitingBuild {
+pub(crate) struct WaitingBuild {
     /// Its id.
     pub id: i64,
     /// Its team.
@@ -33,17 +33,17 @@ pub struct WaitingBuild {
     pub rerun_of: Option<i64>,
 }
 
-impl Db {
+impl Builds<'_> {
     /// Creates a pending build of job `job` of pipeline `pipeline_id`
     /// (named `pipeline`, of `team`) that waits, for `why`; answers its id
     /// and its number within the job.
-    pub async fn create_waiting_build(
+    pub(crate) async fn create_waiting_build(
         &self,
         (team, pipeline_id, pipeline): (&str, i64, &str),
         job: &str,
         why: &str,
     ) -> Result<(i64, i64), EngineError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.db.pool().begin().await?;
         let (number,): (i64,) = sqlx::query_as(
             "UPDATE pipeline_jobs SET next_build_number = next_build_number + 1 \
              WHERE pipeline_id = $1 AND name = $2 RETURNING next_build_number - 1",
@@ -70,7 +70,7 @@ impl Db {
     }
 
     /// Every build waiting for its inputs, oldest first.
-    pub async fn waiting_builds(&self) -> Result<Vec<WaitingBuild>, EngineError> {
+    pub(crate) async fn waiting_builds(&self) -> Result<Vec<WaitingBuild>, EngineError> {
         // Only a waiting build's own insert writes `waiting`, always with
         // its pipeline and job.
         type Row = (
@@ -88,7 +88,7 @@ impl Db {
              WHERE waiting IS NOT NULL AND status = $1 ORDER BY id",
         )
         .bind(BuildStatus::Pending.as_str())
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(rows
             .into_iter()
@@ -109,27 +109,27 @@ impl Db {
 
     /// Records that waiting build `id` found the checks of its inputs
     /// done: it waits for no check again.
-    pub async fn set_inputs_checked(&self, id: i64) -> Result<(), EngineError> {
+    pub(crate) async fn set_inputs_checked(&self, id: i64) -> Result<(), EngineError> {
         sqlx::query(
             "UPDATE builds SET inputs_checked_at = $1 \
              WHERE id = $2 AND waiting IS NOT NULL AND inputs_checked_at IS NULL",
         )
         .bind(now_ms())
         .bind(id)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(())
     }
 
     /// Says why build `id` still waits; false when it no longer does.
-    pub async fn set_waiting(&self, id: i64, why: &str) -> Result<bool, EngineError> {
+    pub(crate) async fn set_waiting(&self, id: i64, why: &str) -> Result<bool, EngineError> {
         let done = sqlx::query(
             "UPDATE builds SET waiting = $1 WHERE id = $2 AND waiting IS NOT NULL AND status = $3",
         )
         .bind(why)
         .bind(id)
         .bind(BuildStatus::Pending.as_str())
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -137,13 +137,13 @@ impl Db {
     /// Fills waiting build `id` with `build`'s plan, turns and inputs, run
     /// by `web_node` from now on; false (and nothing written) when it no
     /// longer waits (aborted, or filled by another round).
-    pub async fn fill_waiting_build(
+    pub(crate) async fn fill_waiting_build(
         &self,
         id: i64,
         build: &NewJobBuild,
         web_node: &str,
     ) -> Result<bool, EngineError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.db.pool().begin().await?;
         self.lock_turn_keys(&mut tx, std::slice::from_ref(build))
             .await?;
         let done = sqlx::query(
@@ -165,7 +165,7 @@ impl Db {
     }
 
     /// Ends waiting build `id` aborted; false when it no longer waits.
-    pub async fn abort_waiting_build(&self, id: i64) -> Result<bool, EngineError> {
+    pub(crate) async fn abort_waiting_build(&self, id: i64) -> Result<bool, EngineError> {
         let done = sqlx::query(
             "UPDATE builds SET status = $1, waiting = NULL, finished_at = $2 \
              WHERE id = $3 AND waiting IS NOT NULL AND status = $4",
@@ -174,7 +174,7 @@ impl Db {
         .bind(now_ms())
         .bind(id)
         .bind(BuildStatus::Pending.as_str())
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -183,6 +183,7 @@ impl Db {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::Db;
 
     /// A waiting build is listed, is no node's to take over, is filled
     /// once (a second fill or an abort after it does nothing), and an
@@ -202,6 +203,7 @@ mod tests {
 
     async fn filled_or_aborted_once(db: &Db) {
         let (row, _) = db
+            .pipelines()
             .set_pipeline(
                 "main",
                 "p",
@@ -214,19 +216,22 @@ mod tests {
             .unwrap();
         let at = ("main", row.id, "p");
         let (a, n) = db
+            .builds()
             .create_waiting_build(at, "j", "input x: no version")
             .await
             .unwrap();
         let (b, m) = db
+            .builds()
             .create_waiting_build(at, "j", "input x: no version")
             .await
             .unwrap();
         assert_eq!((n, m), (1, 2));
-        let waiting = db.waiting_builds().await.unwrap();
+        let waiting = db.builds().waiting_builds().await.unwrap();
         assert_eq!(waiting.iter().map(|w| w.id).collect::<Vec<_>>(), [a, b]);
         assert!(waiting.iter().all(|w| !w.inputs_checked));
-        db.set_inputs_checked(b).await.unwrap();
+        db.builds().set_inputs_checked(b).await.unwrap();
         let checked: Vec<bool> = db
+            .builds()
             .waiting_builds()
             .await
             .unwrap()
@@ -234,10 +239,25 @@ mod tests {
             .map(|w| w.inputs_checked)
             .collect();
         assert_eq!(checked, [false, true]);
-        assert!(db.unfinished_builds("any").await.unwrap().is_empty());
-        assert!(db.set_waiting(a, "input x: disabled").await.unwrap());
+        assert!(db
+            .builds()
+            .unfinished_builds("any")
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(db
+            .builds()
+            .set_waiting(a, "input x: disabled")
+            .await
+            .unwrap());
         assert_eq!(
-            db.get_build(a).await.unwrap().unwrap().waiting.as_deref(),
+            db.builds()
+                .get_build(a)
+                .await
+                .unwrap()
+                .unwrap()
+                .waiting
+                .as_deref(),
             Some("input x: disabled")
         );
         let build = NewJobBuild {
@@ -249,19 +269,27 @@ mod tests {
             turns: vec![("main/p/j".into(), 1)],
             inputs: vec![("x".into(), "x".into(), serde_json::json!({"v": "1"}))],
         };
-        assert!(db.fill_waiting_build(a, &build, "node").await.unwrap());
-        assert!(!db.fill_waiting_build(a, &build, "node").await.unwrap());
-        assert!(!db.abort_waiting_build(a).await.unwrap());
-        let filled = db.get_build(a).await.unwrap().unwrap();
+        assert!(db
+            .builds()
+            .fill_waiting_build(a, &build, "node")
+            .await
+            .unwrap());
+        assert!(!db
+            .builds()
+            .fill_waiting_build(a, &build, "node")
+            .await
+            .unwrap());
+        assert!(!db.builds().abort_waiting_build(a).await.unwrap());
+        let filled = db.builds().get_build(a).await.unwrap().unwrap();
         assert_eq!(filled.waiting, None);
         assert_eq!(filled.plan, serde_json::json!({"a": 1}));
-        assert_eq!(db.unfinished_builds("node").await.unwrap(), [a]);
-        assert!(db.abort_waiting_build(b).await.unwrap());
-        assert!(!db.set_waiting(b, "again").await.unwrap());
+        assert_eq!(db.builds().unfinished_builds("node").await.unwrap(), [a]);
+        assert!(db.builds().abort_waiting_build(b).await.unwrap());
+        assert!(!db.builds().set_waiting(b, "again").await.unwrap());
         assert_eq!(
-            db.get_build(b).await.unwrap().unwrap().status,
+            db.builds().get_build(b).await.unwrap().unwrap().status,
             BuildStatus::Aborted
         );
-        assert!(db.waiting_builds().await.unwrap().is_empty());
+        assert!(db.builds().waiting_builds().await.unwrap().is_empty());
     }
 }

@@ -2,12 +2,12 @@
 //! waits (`waiting_steps`), written by the web node running its build and
 //! read through any node (`GET /api/v1/queue`, `gantry_steps_waiting`).
 
-use super::Db;
+use super::Builds;
 use crate::error::EngineError;
 
 /// A step waiting for a worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WaitingStep {
+pub(crate) struct WaitingStep {
     /// Its row's id.
     pub id: String,
     /// The web node running its build.
@@ -34,7 +34,7 @@ pub struct WaitingStep {
 
 /// One kind of waiting steps: what they need, how many, the oldest since.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WaitingKind {
+pub(crate) struct WaitingKind {
     /// Their team.
     pub team: String,
     /// The platform they need.
@@ -63,9 +63,9 @@ fn tags_of(text: &str) -> Vec<String> {
         .collect()
 }
 
-impl Db {
+impl Builds<'_> {
     /// Records that `step` waits.
-    pub async fn insert_waiting_step(&self, step: &WaitingStep) -> Result<(), EngineError> {
+    pub(crate) async fn insert_waiting_step(&self, step: &WaitingStep) -> Result<(), EngineError> {
         let mut tags = step.tags.clone();
         tags.sort();
         sqlx::query(&format!(
@@ -82,26 +82,26 @@ impl Db {
         .bind(i64::from(step.privileged))
         .bind(&step.reason)
         .bind(step.since)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(())
     }
 
     /// The step of row `id` waits no more.
-    pub async fn delete_waiting_step(&self, id: &str) -> Result<(), EngineError> {
+    pub(crate) async fn delete_waiting_step(&self, id: &str) -> Result<(), EngineError> {
         sqlx::query("DELETE FROM waiting_steps WHERE id = $1")
             .bind(id)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(())
     }
 
     /// Forgets the steps web node `node` had waiting (it started again, or
     /// was taken over: its builds wait again where they are resumed).
-    pub async fn purge_waiting_steps(&self, node: &str) -> Result<u64, EngineError> {
+    pub(crate) async fn purge_waiting_steps(&self, node: &str) -> Result<u64, EngineError> {
         Ok(sqlx::query("DELETE FROM waiting_steps WHERE web_node = $1")
             .bind(node)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?
             .rows_affected())
     }
@@ -109,7 +109,10 @@ impl Db {
     /// The waiting steps by what they need (team, platform, tags, resource
     /// type, privileged), in that order, of `team` when given: one row per
     /// kind of need, however many steps wait.
-    pub async fn waiting_kinds(&self, team: Option<&str>) -> Result<Vec<WaitingKind>, EngineError> {
+    pub(crate) async fn waiting_kinds(
+        &self,
+        team: Option<&str>,
+    ) -> Result<Vec<WaitingKind>, EngineError> {
         let rows: Vec<KindRaw> = sqlx::query_as(
             "SELECT team, platform, tags, resource_type, privileged, COUNT(*), MIN(since) \
              FROM waiting_steps WHERE ($1 IS NULL OR team = $1) \
@@ -117,7 +120,7 @@ impl Db {
              ORDER BY team, platform, tags, resource_type, privileged",
         )
         .bind(team)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         Ok(rows
             .into_iter()
@@ -139,6 +142,7 @@ impl Db {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::Db;
 
     fn step(id: &str, team: &str, tags: &[&str], since: i64) -> WaitingStep {
         WaitingStep {
@@ -172,25 +176,31 @@ mod tests {
     }
 
     async fn grouped_and_purged(db: &Db) {
-        db.insert_waiting_step(&step("1", "main", &["gpu", "big"], 10))
+        db.builds()
+            .insert_waiting_step(&step("1", "main", &["gpu", "big"], 10))
             .await
             .unwrap();
-        db.insert_waiting_step(&step("2", "main", &["big", "gpu"], 20))
+        db.builds()
+            .insert_waiting_step(&step("2", "main", &["big", "gpu"], 20))
             .await
             .unwrap();
-        db.insert_waiting_step(&step("3", "other", &[], 5))
+        db.builds()
+            .insert_waiting_step(&step("3", "other", &[], 5))
             .await
             .unwrap();
-        let kinds = db.waiting_kinds(Some("main")).await.unwrap();
+        let kinds = db.builds().waiting_kinds(Some("main")).await.unwrap();
         assert_eq!(kinds.len(), 1);
         assert_eq!((kinds[0].count, kinds[0].oldest), (2, 10));
         assert_eq!(kinds[0].tags, ["big", "gpu"]);
-        let all = db.waiting_kinds(None).await.unwrap();
+        let all = db.builds().waiting_kinds(None).await.unwrap();
         assert_eq!(all[0].team, "main");
         assert_eq!((all[1].team.as_str(), all[1].count), ("other", 1));
-        db.delete_waiting_step("1").await.unwrap();
-        assert_eq!(db.waiting_kinds(Some("main")).await.unwrap()[0].count, 1);
-        assert_eq!(db.purge_waiting_steps("a").await.unwrap(), 2);
-        assert!(db.waiting_kinds(None).await.unwrap().is_empty());
+        db.builds().delete_waiting_step("1").await.unwrap();
+        assert_eq!(
+            db.builds().waiting_kinds(Some("main")).await.unwrap()[0].count,
+            1
+        );
+        assert_eq!(db.builds().purge_waiting_steps("a").await.unwrap(), 2);
+        assert!(db.builds().waiting_kinds(None).await.unwrap().is_empty());
     }
 }

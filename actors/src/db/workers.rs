@@ -1,6 +1,6 @@
 //! The `workers` table: registrations, states and heartbeat counts.
 
-use crate::db::{now_ms, Db};
+use crate::db::{now_ms, Workers};
 
 /// How many sequence numbers a web node reserves at once.
 pub(super) const SEQUENCE_BLOCK: i64 = 64;
@@ -10,7 +10,7 @@ use gantry_wire::worker_info::{WorkerRegistration, WorkerState};
 
 /// A stored worker.
 #[derive(Debug, Clone)]
-pub struct WorkerRow {
+pub(crate) struct WorkerRow {
     /// What the worker said when it registered.
     pub registration: WorkerRegistration,
     /// Its lifecycle state.
@@ -27,7 +27,7 @@ pub struct WorkerRow {
 
 type Raw = (String, String, i64, i64, i64, Option<i64>);
 
-/// The columns [`Db::decode`] reads.
+/// The columns [`Workers::decode`] reads.
 const COLUMNS: &str = "state, registration, containers, volumes, last_heartbeat, bound_build";
 
 /// Binds a one-build worker to a build (`$1`) unless it is bound to another.
@@ -38,9 +38,9 @@ pub(crate) const BIND_WORKER: &str = "UPDATE workers SET bound_build = $1 \
 pub(crate) const BINDINGS: &str =
     "SELECT name, bound_build FROM workers WHERE bound_build IS NOT NULL";
 
-/// Who registers a worker, for its pinned identity (see [`Db::register_pinned`]).
+/// Who registers a worker, for its pinned identity (see [`Workers::register_pinned`]).
 #[derive(Debug, Clone, Copy)]
-pub enum Pin<'a> {
+pub(crate) enum Pin<'a> {
     /// This web node itself (its Kubernetes cluster worker): takes the
     /// name; a new row is pinned to a secret nobody holds, so no worker
     /// process can register under the name until an admin prunes it.
@@ -61,9 +61,9 @@ pub enum Pin<'a> {
     Unaware,
 }
 
-/// What [`Db::register_pinned`] did.
+/// What [`Workers::register_pinned`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Registered {
+pub(crate) enum Registered {
     /// The registration was stored: the build a one-build worker stays
     /// bound to, and whether the `fresh` secret was pinned now (to be
     /// handed to the worker, once).
@@ -100,7 +100,7 @@ pub(crate) fn identity_hash(secret: &str) -> String {
         .collect()
 }
 
-impl Db {
+impl Workers<'_> {
     /// The registration as stored: its agent token and stream key sealed.
     fn encode_registration(&self, reg: &WorkerRegistration) -> String {
         let mut stored = reg.clone();
@@ -109,7 +109,7 @@ impl Db {
             ("stream_key", &mut stored.stream_key),
         ] {
             if !value.is_empty() && !crate::sealer::Sealer::is_sealed(value) {
-                *value = self.sealer.seal(&seal_context(&reg.name, field), value);
+                *value = self.db.sealer.seal(&seal_context(&reg.name, field), value);
             }
         }
         serde_json::to_string(&stored).expect("registration serialises")
@@ -127,7 +127,7 @@ impl Db {
             ("stream_key", &mut reg.stream_key),
         ] {
             if crate::sealer::Sealer::is_sealed(value) {
-                *value = self.sealer.open(&seal_context(&name, field), value)?;
+                *value = self.db.sealer.open(&seal_context(&name, field), value)?;
             }
         }
         Ok(reg)
@@ -150,7 +150,7 @@ impl Db {
     /// Answers how many rows it sealed.
     pub(crate) async fn seal_plain_workers(&self) -> Result<usize, EngineError> {
         let rows: Vec<(String, String)> = sqlx::query_as("SELECT name, registration FROM workers")
-            .fetch_all(self.pool())
+            .fetch_all(self.db.pool())
             .await?;
         let mut sealed = 0;
         for (name, json) in rows {
@@ -168,7 +168,7 @@ impl Db {
             .bind(stored)
             .bind(&name)
             .bind(&json)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
             sealed += 1;
         }
@@ -176,13 +176,13 @@ impl Db {
     }
 }
 
-impl Db {
+impl Workers<'_> {
     /// Inserts or replaces a worker's registration as this web node
     /// itself (see [`Pin::Trusted`]); it becomes `running`. A one-build
     /// worker registering again keeps the build it is bound to (it
     /// finishes that build, or is retired); any other worker is bound to
     /// none. Answers the binding kept.
-    pub async fn upsert_worker(
+    pub(crate) async fn upsert_worker(
         &self,
         reg: &WorkerRegistration,
     ) -> Result<Option<i64>, EngineError> {
@@ -198,7 +198,7 @@ impl Db {
     /// cannot both take a name. The first registration of a name pins it
     /// to `fresh`; the pin lasts until the row is deleted (an admin's
     /// prune, a retirement). Secrets are stored sealed.
-    pub async fn register_pinned(
+    pub(crate) async fn register_pinned(
         &self,
         reg: &WorkerRegistration,
         pin: Pin<'_>,
@@ -233,7 +233,7 @@ impl Db {
         .bind(&fresh)
         .bind(given)
         .bind(trusted)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await?;
         Ok(match row {
             Some((bound_build, pinned)) => Registered::Taken {
@@ -246,8 +246,8 @@ impl Db {
 
     /// Whether worker `name` is pinned to another identity than the one
     /// whose secret hashes to `given` (a quick check before its agent is
-    /// probed; [`Db::register_pinned`] decides atomically).
-    pub async fn pinned_to_another(
+    /// probed; [`Workers::register_pinned`] decides atomically).
+    pub(crate) async fn pinned_to_another(
         &self,
         name: &str,
         given: Option<&str>,
@@ -255,7 +255,7 @@ impl Db {
         let pin: Option<(Option<String>,)> =
             sqlx::query_as("SELECT identity_hash FROM workers WHERE name = $1")
                 .bind(name)
-                .fetch_optional(self.pool())
+                .fetch_optional(self.db.pool())
                 .await?;
         Ok(match pin.and_then(|p| p.0) {
             Some(pinned) => given != Some(pinned.as_str()),
@@ -265,7 +265,7 @@ impl Db {
 
     /// Records a heartbeat's counts and time (the state is written only by
     /// the Registry when it changes); returns false when the worker is unknown.
-    pub async fn record_heartbeat(
+    pub(crate) async fn record_heartbeat(
         &self,
         name: &str,
         containers: u32,
@@ -278,13 +278,13 @@ impl Db {
         .bind(volumes as i64)
         .bind(now_ms())
         .bind(name)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(done.rows_affected() > 0)
     }
 
     /// Sets a worker's state.
-    pub async fn set_worker_state(
+    pub(crate) async fn set_worker_state(
         &self,
         name: &str,
         state: WorkerState,
@@ -292,73 +292,74 @@ impl Db {
         sqlx::query("UPDATE workers SET state = $1 WHERE name = $2")
             .bind(state.as_str())
             .bind(name)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(())
     }
 
     /// Every stored worker.
-    pub async fn list_workers(&self) -> Result<Vec<WorkerRow>, EngineError> {
+    pub(crate) async fn list_workers(&self) -> Result<Vec<WorkerRow>, EngineError> {
         let rows: Vec<Raw> =
             sqlx::query_as(&format!("SELECT {COLUMNS} FROM workers ORDER BY name"))
-                .fetch_all(self.pool())
+                .fetch_all(self.db.pool())
                 .await?;
         rows.into_iter().map(|r| self.decode(r)).collect()
     }
 
     /// One stored worker.
-    pub async fn get_worker(&self, name: &str) -> Result<Option<WorkerRow>, EngineError> {
+    pub(crate) async fn get_worker(&self, name: &str) -> Result<Option<WorkerRow>, EngineError> {
         let row: Option<Raw> =
             sqlx::query_as(&format!("SELECT {COLUMNS} FROM workers WHERE name = $1"))
                 .bind(name)
-                .fetch_optional(self.pool())
+                .fetch_optional(self.db.pool())
                 .await?;
         row.map(|r| self.decode(r)).transpose()
     }
 
     /// Binds one-build worker `name` to `build`, the build whose steps it
     /// takes: false when it is bound to another build (or gone).
-    pub async fn bind_worker(&self, name: &str, build: i64) -> Result<bool, EngineError> {
+    pub(crate) async fn bind_worker(&self, name: &str, build: i64) -> Result<bool, EngineError> {
         let done = sqlx::query(BIND_WORKER)
             .bind(build)
             .bind(name)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(done.rows_affected() > 0)
     }
 
     /// The build one-build worker `name` is bound to, if any.
-    pub async fn worker_binding(&self, name: &str) -> Result<Option<i64>, EngineError> {
+    #[cfg(test)]
+    pub(crate) async fn worker_binding(&self, name: &str) -> Result<Option<i64>, EngineError> {
         let row: Option<(Option<i64>,)> =
             sqlx::query_as("SELECT bound_build FROM workers WHERE name = $1")
                 .bind(name)
-                .fetch_optional(self.pool())
+                .fetch_optional(self.db.pool())
                 .await?;
         Ok(row.and_then(|r| r.0))
     }
 
     /// The build each bound one-build worker took, by worker.
-    pub async fn worker_bindings(
+    pub(crate) async fn worker_bindings(
         &self,
     ) -> Result<std::collections::HashMap<String, i64>, EngineError> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(BINDINGS).fetch_all(self.pool()).await?;
+        let rows: Vec<(String, i64)> = sqlx::query_as(BINDINGS).fetch_all(self.db.pool()).await?;
         Ok(rows.into_iter().collect())
     }
 
     /// One-build workers still running or stalled whose build has ended:
     /// they are to be retired.
-    pub async fn ephemeral_workers_done(&self) -> Result<Vec<(String, i64)>, EngineError> {
+    pub(crate) async fn ephemeral_workers_done(&self) -> Result<Vec<(String, i64)>, EngineError> {
         let sql = format!(
             "SELECT w.name, w.bound_build FROM workers w JOIN builds b ON b.id = w.bound_build \
              WHERE b.finished_at IS NOT NULL AND w.state IN {} ORDER BY w.name",
             sql_list(&[WorkerState::Running, WorkerState::Stalled])
         );
-        let rows: Vec<(String, i64)> = sqlx::query_as(&sql).fetch_all(self.pool()).await?;
+        let rows: Vec<(String, i64)> = sqlx::query_as(&sql).fetch_all(self.db.pool()).await?;
         Ok(rows)
     }
 
     /// Records the volume store usage of `worker`'s latest sweep report.
-    pub async fn record_volume_store(
+    pub(crate) async fn record_volume_store(
         &self,
         worker: &str,
         used_bytes: u64,
@@ -371,19 +372,19 @@ impl Db {
         .bind(i64::try_from(used_bytes).unwrap_or(i64::MAX))
         .bind(i64::try_from(total_bytes).unwrap_or(i64::MAX))
         .bind(worker)
-        .execute(self.pool())
+        .execute(self.db.pool())
         .await?;
         Ok(())
     }
 
     /// Each worker's last reported volume store usage (used and total
     /// bytes) and how many reports gave one, by name.
-    pub async fn volume_stores(&self) -> Result<Vec<(String, u64, u64, u64)>, EngineError> {
+    pub(crate) async fn volume_stores(&self) -> Result<Vec<(String, u64, u64, u64)>, EngineError> {
         let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
             "SELECT name, volume_store_used, volume_store_total, volume_store_reports FROM workers \
              WHERE volume_store_reports > 0 ORDER BY name",
         )
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await?;
         let n = |x: i64| u64::try_from(x).unwrap_or(0);
         Ok(rows
@@ -395,9 +396,13 @@ impl Db {
     /// Records that incarnation `incarnation` of worker `name` was retired,
     /// and deletes its row, in one transaction: no web node sees the row
     /// gone without the retirement.
-    pub async fn retire_worker(&self, name: &str, incarnation: &str) -> Result<(), EngineError> {
-        self.sequences.forget(name);
-        let mut tx = self.pool().begin().await?;
+    pub(crate) async fn retire_worker(
+        &self,
+        name: &str,
+        incarnation: &str,
+    ) -> Result<(), EngineError> {
+        self.db.sequences.forget(name);
+        let mut tx = self.db.pool().begin().await?;
         sqlx::query(
             "INSERT INTO retired_workers (name, incarnation, retired_at) VALUES ($1, $2, $3) \
              ON CONFLICT (name) DO UPDATE SET incarnation = excluded.incarnation, retired_at = excluded.retired_at",
@@ -416,34 +421,42 @@ impl Db {
     }
 
     /// Whether incarnation `incarnation` of worker `name` was retired.
-    pub async fn is_retired(&self, name: &str, incarnation: &str) -> Result<bool, EngineError> {
+    pub(crate) async fn is_retired(
+        &self,
+        name: &str,
+        incarnation: &str,
+    ) -> Result<bool, EngineError> {
         let found: Option<i64> = sqlx::query_scalar(
             "SELECT retired_at FROM retired_workers WHERE name = $1 AND incarnation = $2",
         )
         .bind(name)
         .bind(incarnation)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await?;
         Ok(found.is_some())
     }
 
     /// Forgets the retirement of an earlier incarnation of worker `name`
     /// (a new one registers).
-    pub async fn forget_retired(&self, name: &str, incarnation: &str) -> Result<(), EngineError> {
+    pub(crate) async fn forget_retired(
+        &self,
+        name: &str,
+        incarnation: &str,
+    ) -> Result<(), EngineError> {
         sqlx::query("DELETE FROM retired_workers WHERE name = $1 AND incarnation <> $2")
             .bind(name)
             .bind(incarnation)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(())
     }
 
     /// Deletes a worker row.
-    pub async fn delete_worker(&self, name: &str) -> Result<(), EngineError> {
-        self.sequences.forget(name);
+    pub(crate) async fn delete_worker(&self, name: &str) -> Result<(), EngineError> {
+        self.db.sequences.forget(name);
         sqlx::query("DELETE FROM workers WHERE name = $1")
             .bind(name)
-            .execute(self.pool())
+            .execute(self.db.pool())
             .await?;
         Ok(())
     }
@@ -453,8 +466,8 @@ impl Db {
     /// per [`SEQUENCE_BLOCK`] creates), so several web nodes never hand out
     /// the same number; gaps are harmless to the GC's low-water mark, which
     /// only counts creates the worker received.
-    pub async fn next_sequence(&self, worker: &str) -> Result<i64, EngineError> {
-        if let Some(seq) = self.sequences.take(worker) {
+    pub(crate) async fn next_sequence(&self, worker: &str) -> Result<i64, EngineError> {
+        if let Some(seq) = self.db.sequences.take(worker) {
             return Ok(seq);
         }
         let row: Option<(i64,)> = sqlx::query_as(
@@ -462,13 +475,14 @@ impl Db {
         )
         .bind(SEQUENCE_BLOCK)
         .bind(worker)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.db.pool())
         .await?;
         let first = row.map(|r| r.0).ok_or_else(|| EngineError::NotFound {
             kind: "worker",
             name: worker.to_string(),
         })?;
-        self.sequences
+        self.db
+            .sequences
             .put(worker, first + 1, first + SEQUENCE_BLOCK);
         Ok(first)
     }
@@ -477,6 +491,7 @@ impl Db {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::Db;
 
     fn reg(name: &str) -> WorkerRegistration {
         crate::testing::registration(name)
@@ -491,7 +506,7 @@ mod tests {
             given: None,
             fresh: &s1,
         };
-        let taken = db.register_pinned(&r, first).await.unwrap();
+        let taken = db.workers().register_pinned(&r, first).await.unwrap();
         assert_eq!(
             taken,
             Registered::Taken {
@@ -504,49 +519,59 @@ mod tests {
         for given in [None, Some(s2.as_str())] {
             let pin = Pin::Presented { given, fresh: &s2 };
             assert_eq!(
-                db.register_pinned(&r, pin).await.unwrap(),
+                db.workers().register_pinned(&r, pin).await.unwrap(),
                 Registered::Refused
             );
-            assert!(db.pinned_to_another("w", given).await.unwrap());
+            assert!(db.workers().pinned_to_another("w", given).await.unwrap());
         }
         let again = Pin::Presented {
             given: Some(&s1),
             fresh: &s2,
         };
         assert_eq!(
-            db.register_pinned(&r, again).await.unwrap(),
+            db.workers().register_pinned(&r, again).await.unwrap(),
             Registered::Taken {
                 bound_build: None,
                 pinned_now: false
             }
         );
-        assert!(!db.pinned_to_another("w", Some(&s1)).await.unwrap());
+        assert!(!db
+            .workers()
+            .pinned_to_another("w", Some(&s1))
+            .await
+            .unwrap());
         // An agent that keeps no identity takes no pinned name...
         assert_eq!(
-            db.register_pinned(&r, Pin::Unaware).await.unwrap(),
+            db.workers()
+                .register_pinned(&r, Pin::Unaware)
+                .await
+                .unwrap(),
             Registered::Refused
         );
         // ... and pins none it takes.
         let u = reg("u");
         for _ in 0..2 {
             assert_eq!(
-                db.register_pinned(&u, Pin::Unaware).await.unwrap(),
+                db.workers()
+                    .register_pinned(&u, Pin::Unaware)
+                    .await
+                    .unwrap(),
                 Registered::Taken {
                     bound_build: None,
                     pinned_now: false
                 }
             );
         }
-        assert!(!db.pinned_to_another("u", None).await.unwrap());
+        assert!(!db.workers().pinned_to_another("u", None).await.unwrap());
         // Pruned: the next registrant pins the name anew.
-        db.delete_worker("w").await.unwrap();
-        assert!(!db.pinned_to_another("w", None).await.unwrap());
+        db.workers().delete_worker("w").await.unwrap();
+        assert!(!db.workers().pinned_to_another("w", None).await.unwrap());
         let other = Pin::Presented {
             given: None,
             fresh: &s2,
         };
         assert!(matches!(
-            db.register_pinned(&r, other).await.unwrap(),
+            db.workers().register_pinned(&r, other).await.unwrap(),
             Registered::Taken {
                 pinned_now: true,
                 ..
@@ -560,7 +585,7 @@ mod tests {
         let mut r = reg("w");
         r.agent_token = "agent-token-0123456789".into();
         r.stream_key = "stream-key-0123456789".into();
-        db.upsert_worker(&r).await.unwrap();
+        db.workers().upsert_worker(&r).await.unwrap();
         let raw = |db: &Db| {
             let db = db.clone();
             async move {
@@ -574,7 +599,7 @@ mod tests {
         };
         let stored = raw(&db).await;
         assert!(!stored.contains("agent-token") && !stored.contains("stream-key"));
-        let row = db.get_worker("w").await.unwrap().unwrap();
+        let row = db.workers().get_worker("w").await.unwrap().unwrap();
         assert_eq!(row.registration, r);
         // A row of before sealing, in plain text, is sealed by the pass.
         sqlx::query("UPDATE workers SET registration = $1 WHERE name = 'w'")
@@ -582,10 +607,18 @@ mod tests {
             .execute(db.pool())
             .await
             .unwrap();
-        assert_eq!(db.seal_plain_workers().await.unwrap(), 1);
+        assert_eq!(db.workers().seal_plain_workers().await.unwrap(), 1);
         assert!(!raw(&db).await.contains("agent-token"));
-        assert_eq!(db.get_worker("w").await.unwrap().unwrap().registration, r);
-        assert_eq!(db.seal_plain_workers().await.unwrap(), 0);
+        assert_eq!(
+            db.workers()
+                .get_worker("w")
+                .await
+                .unwrap()
+                .unwrap()
+                .registration,
+            r
+        );
+        assert_eq!(db.workers().seal_plain_workers().await.unwrap(), 0);
         // Another web node with another key is refused at once.
         let url = format!("sqlite://{}/t.db?mode=rwc", dir.path().display());
         let key = crate::sealer::Sealer::ephemeral();
@@ -605,15 +638,15 @@ mod tests {
         let (a, dir) = crate::db::test_db().await;
         let url = format!("sqlite://{}/t.db?mode=rwc", dir.path().display());
         let b = Db::connect(&url).await.unwrap();
-        a.upsert_worker(&reg("w")).await.unwrap();
+        a.workers().upsert_worker(&reg("w")).await.unwrap();
         let mut seen = std::collections::HashSet::new();
         for i in 0..(SEQUENCE_BLOCK * 3) {
             let db = if i % 3 == 0 { &a } else { &b };
             assert!(
-                seen.insert(db.next_sequence("w").await.unwrap()),
+                seen.insert(db.workers().next_sequence("w").await.unwrap()),
                 "duplicate sequence"
             );
         }
-        assert!(a.next_sequence("nope").await.is_err());
+        assert!(a.workers().next_sequence("nope").await.is_err());
     }
 }

@@ -19,7 +19,7 @@ impl Engine {
             build.send(crate::builds::AbortBuild).await?;
             return Ok(());
         }
-        match self.db.get_build(id).await? {
+        match self.db.builds().get_build(id).await? {
             None => Err(EngineError::NotFound {
                 kind: "build",
                 name: id.to_string(),
@@ -32,7 +32,7 @@ impl Engine {
             Some(b) if b.waiting.is_some() && self.abort_waiting(id).await? => Ok(()),
             // Run by another web node: it aborts the build at its next
             // heartbeat.
-            Some(_) if self.db.is_shared() => self.db.request_abort(id).await,
+            Some(_) if self.db.is_shared() => self.db.nodes().request_abort(id).await,
             Some(_) => Err(EngineError::Invalid(format!(
                 "build {id} is not running on this web node"
             ))),
@@ -61,7 +61,14 @@ impl Engine {
                     )))
                 }
                 None => {}
-                Some(id) if self.db.get_artifact(team, id).await?.is_none() => {
+                Some(id)
+                    if self
+                        .db
+                        .artifact_index()
+                        .get_artifact(team, id)
+                        .await?
+                        .is_none() =>
+                {
                     return Err(EngineError::Invalid(format!(
                         "input {:?}: artifact {id} not found in team {team:?}",
                         input.name
@@ -71,7 +78,13 @@ impl Engine {
             }
         }
         if let Some(id) = &plan.image {
-            if self.db.get_artifact(team, id).await?.is_none() {
+            if self
+                .db
+                .artifact_index()
+                .get_artifact(team, id)
+                .await?
+                .is_none()
+            {
                 return Err(EngineError::Invalid(format!(
                     "image: artifact {id} not found in team {team:?}"
                 )));
@@ -89,6 +102,7 @@ impl Engine {
         let json = serde_json::to_value(&plan).expect("plans serialise");
         let id = self
             .db
+            .builds()
             .create_build(team, &json, &self.config.node_name)
             .await?;
         let deps = self.build_deps();
@@ -155,10 +169,11 @@ impl Engine {
         let json = serde_json::to_value(stored).expect("plans serialise");
         let id = self
             .db
+            .builds()
             .create_build_taking_turns(team, &json, &self.config.node_name, turns)
             .await?;
         if let Some(j) = &job {
-            self.db.set_build_job(id, &j.pipeline, &j.job).await?;
+            self.db.gc().set_build_job(id, &j.pipeline, &j.job).await?;
         }
         let deps = self.build_deps();
         let build = Build::of_plan(id, team.to_string(), plan, None, deps, self.builds.clone());
@@ -197,6 +212,7 @@ impl Engine {
     /// A build by id.
     pub async fn build(&self, id: i64) -> Result<BuildView, EngineError> {
         self.db
+            .builds()
             .get_build(id)
             .await?
             .ok_or_else(|| EngineError::NotFound {
@@ -210,7 +226,7 @@ impl Engine {
         &self,
         query: &BuildQuery,
     ) -> Result<Vec<BuildView>, EngineError> {
-        self.db.list_builds_page(query).await
+        self.db.builds().list_builds_page(query).await
     }
 
     /// The fleet's queue: steps waiting for a worker (every compatible one
@@ -223,6 +239,7 @@ impl Engine {
         let now = crate::db::now_ms();
         Ok(self
             .db
+            .builds()
             .waiting_kinds(team)
             .await?
             .into_iter()
@@ -240,7 +257,7 @@ impl Engine {
 
     /// How many builds there are in each status.
     pub async fn count_builds_by_status(&self) -> Result<Vec<(String, i64)>, EngineError> {
-        self.db.count_builds_by_status().await
+        self.db.builds().count_builds_by_status().await
     }
 
     /// Follows a build's events after its event `after` (0: all of them;
@@ -269,6 +286,7 @@ impl Engine {
     ) -> Result<(i64, crate::events::EventSink), EngineError> {
         let id = self
             .db
+            .builds()
             .create_build(team, &serde_json::json!({}), &self.config.node_name)
             .await?;
         let sink = crate::events::EventSink::new(id, self.db.clone(), self.hub.clone());

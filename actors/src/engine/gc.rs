@@ -31,6 +31,7 @@ impl Engine {
     ) -> Result<Vec<(String, gantry_wire::sweep::DiskUsage)>, crate::error::EngineError> {
         Ok(self
             .db
+            .workers()
             .volume_stores()
             .await?
             .into_iter()
@@ -50,7 +51,7 @@ impl Engine {
         &self,
         kind: crate::db::HandleKind,
     ) -> Result<Vec<(gantry_wire::state::HandleState, i64)>, crate::error::EngineError> {
-        let per_worker = self.db.count_handles(kind).await?;
+        let per_worker = self.db.handles().count_handles(kind).await?;
         Ok(gantry_wire::state::HandleState::ALL
             .into_iter()
             .map(|state| {
@@ -70,6 +71,6 @@ impl Engine {
         &self,
         kind: crate::db::HandleKind,
     ) -> Result<i64, crate::error::EngineError> {
-        self.db.count_missing(kind).await
+        self.db.gc().count_missing(kind).await
     }
 }

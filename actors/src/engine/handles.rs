@@ -18,7 +18,10 @@ impl Engine {
         after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Handle>, EngineError> {
-        self.db.list_handles_page(kind, team, after, limit).await
+        self.db
+            .handles()
+            .list_handles_page(kind, team, after, limit)
+            .await
     }
 
     /// How many containers or volumes each worker has in each state.
@@ -26,12 +29,15 @@ impl Engine {
         &self,
         kind: HandleKind,
     ) -> Result<Vec<(String, HandleState, i64)>, EngineError> {
-        self.db.count_handles(kind).await
+        self.db.handles().count_handles(kind).await
     }
 
     /// A container by handle.
     pub async fn container(&self, handle: &str) -> Result<Option<Handle>, EngineError> {
-        self.db.get_handle(HandleKind::Container, handle).await
+        self.db
+            .handles()
+            .get_handle(HandleKind::Container, handle)
+            .await
     }
 
     /// The latest container of a build's step.
@@ -40,7 +46,7 @@ impl Engine {
         build: i64,
         step: &str,
     ) -> Result<Option<Handle>, EngineError> {
-        self.db.find_step_container(build, step).await
+        self.db.handles().find_step_container(build, step).await
     }
 
     /// Opens an intercept session in a container (recorded in the
@@ -60,6 +66,7 @@ impl Engine {
         owner: HandleOwner<'_>,
     ) -> Result<(), EngineError> {
         self.db
+            .handles()
             .insert_handle(kind, handle, worker, owner.build, owner.step, owner.team)
             .await
     }
@@ -71,12 +78,15 @@ impl Engine {
         handle: &str,
         state: HandleState,
     ) -> Result<(), EngineError> {
-        self.db.set_handle_state(kind, handle, state).await
+        self.db
+            .handles()
+            .set_handle_state(kind, handle, state)
+            .await
     }
 
     /// Forgets a container or volume the worker no longer has.
     pub async fn forget_handle(&self, kind: HandleKind, handle: &str) -> Result<(), EngineError> {
-        self.db.delete_handle(kind, handle).await
+        self.db.handles().delete_handle(kind, handle).await
     }
 }
 

@@ -134,14 +134,20 @@ impl Engine {
         };
         let (id, _) = self
             .db
+            .builds()
             .create_waiting_build((team, row.id, pipeline), job, &first)
             .await?;
         let mut why = first.clone();
         if other.is_none() {
             // Checked from now: checks that finish after its creation.
-            let created_at = self.db.get_build(id).await?.map_or(0, |b| b.created_at);
+            let created_at = self
+                .db
+                .builds()
+                .get_build(id)
+                .await?
+                .map_or(0, |b| b.created_at);
             if let Some(now) = self.checks_pending(&row, &state, created_at).await? {
-                if now != first && self.db.set_waiting(id, &now).await? {
+                if now != first && self.db.builds().set_waiting(id, &now).await? {
                     why = now;
                 }
             }
@@ -162,7 +168,7 @@ impl Engine {
             kind: "job",
             name: format!("{}/{job}: {e}", row.name),
         })?;
-        let resources = self.db.pipeline_resources(row.id).await?;
+        let resources = self.db.pipelines().pipeline_resources(row.id).await?;
         let inputs = job_inputs(pipeline, j, &resources).map_err(EngineError::Invalid)?;
         // A paused pipeline or job holds its builds (as Concourse does):
         // they wait, saying so, and start once both are unpaused.
@@ -170,6 +176,7 @@ impl Engine {
             Some(format!("pipeline {:?} is paused", row.name))
         } else if self
             .db
+            .pipelines()
             .pipeline_jobs(row.id)
             .await?
             .iter()
@@ -218,8 +225,13 @@ impl Engine {
         let mut pending = Vec::new();
         let mut failed = Vec::new();
         for input in to_check(&state.inputs) {
-            let last = match self.db.last_check(&input.scope, &input.config).await? {
-                Some(id) => self.db.get_build(id).await?,
+            let last = match self
+                .db
+                .pipelines()
+                .last_check(&input.scope, &input.config)
+                .await?
+            {
+                Some(id) => self.db.builds().get_build(id).await?,
                 None => None,
             };
             match check_state(created_at, last.as_ref()) {
@@ -263,7 +275,7 @@ impl Engine {
 
     /// Emits `event` for build `id`, which no build actor runs (it waits).
     async fn emit_outside(&self, id: i64, event: &BuildEvent) -> Result<(), EngineError> {
-        let next = self.db.last_event_seq(id).await? + 1;
+        let next = self.db.builds().last_event_seq(id).await? + 1;
         let mut sink = EventSink::resume(id, next, self.db.clone(), self.hub.clone());
         sink.emit(event).await
     }
@@ -280,7 +292,7 @@ impl Engine {
         id: i64,
         why: Option<&str>,
     ) -> Result<bool, EngineError> {
-        if !self.db.abort_waiting_build(id).await? {
+        if !self.db.builds().abort_waiting_build(id).await? {
             return Ok(false);
         }
         if let Some(why) = why {
@@ -300,7 +312,7 @@ impl Engine {
     /// whose reason changed says so. One build that cannot be looked at
     /// holds no other back.
     pub(super) async fn start_waiting_builds(&self) -> Result<(), EngineError> {
-        let waiting = self.db.waiting_builds().await?;
+        let waiting = self.db.builds().waiting_builds().await?;
         let mut jobs: HashMap<(String, String, String), Option<Job>> = HashMap::new();
         for w in waiting {
             let key = (w.team.clone(), w.pipeline.clone(), w.job.clone());
@@ -374,7 +386,7 @@ impl Engine {
                 if pending.is_none() {
                     // Once done, done (as Concourse's `ResourcesChecked`):
                     // a later check does not hold it again.
-                    self.db.set_inputs_checked(w.id).await?;
+                    self.db.builds().set_inputs_checked(w.id).await?;
                 }
                 pending
             }
@@ -400,7 +412,7 @@ impl Engine {
             Ok(chosen) => chosen,
             Err(why) if *why == w.waiting => return Ok(()),
             Err(why) => {
-                if self.db.set_waiting(w.id, why).await? {
+                if self.db.builds().set_waiting(w.id, why).await? {
                     self.tell_waiting(w.id, why).await?;
                 }
                 return Ok(());
@@ -427,13 +439,14 @@ impl Engine {
         let (new, run) = prepare(&request)?;
         if !self
             .db
+            .builds()
             .fill_waiting_build(w.id, &new, &self.config.node_name)
             .await?
         {
             return Ok(());
         }
         tracing::info!(build = w.id, job = %w.job, "a build waiting for its inputs starts");
-        let last = self.db.last_event_seq(w.id).await?;
+        let last = self.db.builds().last_event_seq(w.id).await?;
         self.start_runnable(w.id, run, last);
         Ok(())
     }
@@ -454,6 +467,7 @@ impl Engine {
         }
         let created = self
             .db
+            .builds()
             .create_job_builds(&new, &self.config.node_name)
             .await?;
         Ok(created

@@ -356,7 +356,12 @@ impl Engine {
         // Last, so no build of this node writes after another took it.
         if self.db.is_shared() && running > 0 {
             // Another node takes the builds over at its next heartbeat.
-            if let Err(e) = self.db.leave_web_nodes(&self.config.node_name).await {
+            if let Err(e) = self
+                .db
+                .nodes()
+                .leave_web_nodes(&self.config.node_name)
+                .await
+            {
                 tracing::warn!("handing this node's builds over: {e}");
             }
         }
@@ -452,7 +457,7 @@ async fn check_shared_store(db: &Db, store: &dyn ArtifactStore) -> Result<(), En
     let proposed = before
         .clone()
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let (shared, written) = db.artifact_store_id(&proposed).await?;
+    let (shared, written) = db.nodes().artifact_store_id(&proposed).await?;
     // Read again after the row: a node that started at the same moment
     // may have written it meanwhile.
     let local = match before {
@@ -462,13 +467,13 @@ async fn check_shared_store(db: &Db, store: &dyn ArtifactStore) -> Result<(), En
     match local {
         Some(id) if id == shared => {
             if !written {
-                db.artifact_store_written().await?;
+                db.nodes().artifact_store_written().await?;
             }
             Ok(())
         }
         None if !written => {
             store.set_id(&shared).await?;
-            db.artifact_store_written().await
+            db.nodes().artifact_store_written().await
         }
         found => Err(EngineError::Invalid(format!(
             "the artifact store {} is {}, but the web nodes of this database share the store {shared}: {} (if that store is lost for good, delete the row of table artifact_store)",

@@ -2,7 +2,7 @@
 //! `one-build-workers` retires each one whose build has ended.
 //!
 //! A one-build worker is bound to a build at its first placement (see
-//! [`crate::db::Db::bind_worker`]; the Scheduler then gives it no other
+//! [`crate::db::Workers::bind_worker`]; the Scheduler then gives it no other
 //! build's steps, and that build's steps prefer it). Once the build has
 //! ended, the job, led by one web node at a time (the one leading the
 //! pipelines' jobs), retires the worker: it drains (nothing else runs
@@ -50,7 +50,7 @@ impl Job for RetireOneBuild {
     }
 
     async fn tick(&mut self) -> Result<Outcome, JobError> {
-        for (worker, build) in self.engine.db.ephemeral_workers_done().await? {
+        for (worker, build) in self.engine.db.workers().ephemeral_workers_done().await? {
             self.engine.retire_one_build_worker(&worker, build).await?;
         }
         Ok(Outcome::Idle)

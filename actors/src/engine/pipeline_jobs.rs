@@ -5,7 +5,7 @@
 //!   image: builds then use the versions these checks found), one per config however many pipelines
 //!   and teams name it, at most `max_checks_per_interval` per interval
 //!   across the fleet. Each is claimed by moving its next check time with
-//!   a compare-and-set (`Db::claim_check`), so even two nodes that both
+//!   a compare-and-set (`Pipelines::claim_check`), so even two nodes that both
 //!   believe they lead while the lead changes hands cannot start it twice;
 //!   the next time takes up to a tenth of the interval of jitter, so checks
 //!   set at once spread out; a check still running is not doubled.
@@ -93,31 +93,32 @@ impl Job for Checks {
         let db = &engine.db;
         let limit = engine.config.pipelines.max_checks_per_interval.max(1) as i64;
         let now = now_ms();
-        let due = db.due_checks(now, limit).await?;
+        let due = db.pipelines().due_checks(now, limit).await?;
         for d in &due {
             let jitter = rand::thread_rng().gen_range(0..=d.check_every_ms / 10);
             let next = now + d.check_every_ms + jitter;
             // A check still running is not doubled: it is looked at again
             // at its next time.
-            if let Some(build) = db.last_check(&d.scope, &d.config).await? {
+            if let Some(build) = db.pipelines().last_check(&d.scope, &d.config).await? {
                 if db
+                    .builds()
                     .get_build(build)
                     .await?
                     .is_some_and(|b| !b.status.is_finished())
                 {
-                    db.claim_check(d, next).await?;
+                    db.pipelines().claim_check(d, next).await?;
                     continue;
                 }
             }
-            if !db.claim_check(d, next).await? {
+            if !db.pipelines().claim_check(d, next).await? {
                 continue;
             }
-            let Some(row) = db.pipeline_by_id(d.pipeline_id).await? else {
+            let Some(row) = db.pipelines().pipeline_by_id(d.pipeline_id).await? else {
                 continue;
             };
             let named = match d.of_type {
-                true => db.pipeline_resource_types(row.id).await?,
-                false => db.pipeline_resources(row.id).await?,
+                true => db.pipelines().pipeline_resource_types(row.id).await?,
+                false => db.pipelines().pipeline_resources(row.id).await?,
             };
             let Some(r) = named.iter().find(|r| r.name == d.resource) else {
                 continue;
@@ -233,7 +234,7 @@ impl Triggers {
     /// Loads the pipelines that changed and forgets those gone or paused.
     async fn refresh(&mut self) -> Result<(), EngineError> {
         let db = &self.engine.db;
-        let heads = db.pipeline_heads().await?;
+        let heads = db.builds().pipeline_heads().await?;
         let live: HashSet<i64> = heads.iter().map(|h| h.id).collect();
         self.pipelines.retain(|id, _| live.contains(id));
         self.seen.retain(|(id, _), _| live.contains(id));
@@ -241,7 +242,7 @@ impl Triggers {
             if self.pipelines.get(&head.id).is_some_and(|l| l.head == head) {
                 continue;
             }
-            let Some(row) = db.pipeline_by_id(head.id).await? else {
+            let Some(row) = db.pipelines().pipeline_by_id(head.id).await? else {
                 continue;
             };
             let pipeline = match loaded(&row).await {
@@ -252,9 +253,9 @@ impl Triggers {
                     continue;
                 }
             };
-            let resources = db.pipeline_resources(row.id).await?;
+            let resources = db.pipelines().pipeline_resources(row.id).await?;
             let mut jobs = Vec::new();
-            for job in db.pipeline_jobs(row.id).await? {
+            for job in db.pipelines().pipeline_jobs(row.id).await? {
                 let Ok(def) = pipeline.job(&job.name) else {
                     continue;
                 };
@@ -295,7 +296,7 @@ impl Triggers {
     /// resource config and one per upstream job.
     async fn fingerprints(&self) -> Result<HashMap<(i64, String), Fingerprint>, EngineError> {
         let db = &self.engine.db;
-        let orders = db.newest_orders().await?;
+        let orders = db.builds().newest_orders().await?;
         let mut newest: HashMap<(&str, &str), Option<i64>> = orders
             .iter()
             .map(|(scope, config, n)| ((scope.as_str(), config.as_str()), *n))
@@ -318,7 +319,7 @@ impl Triggers {
                                 scope: key.0,
                                 config: key.1,
                             };
-                            let n = db.newest_order(at).await?;
+                            let n = db.builds().newest_order(at).await?;
                             newest.insert(key, n);
                             n
                         }
@@ -334,7 +335,7 @@ impl Triggers {
                                     pipeline: key.1,
                                     job: key.2,
                                 };
-                                let n = db.newest_succeeded(at).await?;
+                                let n = db.builds().newest_succeeded(at).await?;
                                 upstream.insert(key, n);
                                 n
                             }
@@ -438,7 +439,7 @@ impl Triggers {
             .iter()
             .map(|(id, job, text)| (*id, job.as_str(), text.clone()))
             .collect();
-        self.engine.db.set_job_decisions(&rows).await?;
+        self.engine.db.pipelines().set_job_decisions(&rows).await?;
         Ok(again)
     }
 
@@ -471,7 +472,7 @@ impl Triggers {
                     .iter()
                     .map(|(k, v)| (k.clone(), serde_json::from_str(v).unwrap_or_default()))
                     .collect();
-                let newest = db.last_job_build(at).await?;
+                let newest = db.versions().last_job_build(at).await?;
                 // A trigger fires on a version's first occurrence for the
                 // job, as in Concourse: one no build of the job was given
                 // as that input (a pin or a disabled version steering the
@@ -489,6 +490,7 @@ impl Triggers {
                         continue;
                     }
                     match db
+                        .versions()
                         .job_build_given(at, &input.name, &input.resource, version)
                         .await?
                     {

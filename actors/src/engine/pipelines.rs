@@ -145,6 +145,7 @@ impl Engine {
         // An instance is named however its vars are ordered or quoted.
         let canonical = PipelineRef::parse(name).map(|r| r.to_string());
         self.db
+            .pipelines()
             .pipeline(team, canonical.as_deref().unwrap_or(name))
             .await?
             .ok_or_else(|| EngineError::NotFound {
@@ -157,7 +158,8 @@ impl Engine {
     pub async fn pipelines(&self, team: &str) -> Result<Vec<PipelineView>, EngineError> {
         Ok(self
             .db
-            .pipelines(team)
+            .pipelines()
+            .of_team(team)
             .await?
             .iter()
             .map(|r| view(r, false))
@@ -173,9 +175,9 @@ impl Engine {
     /// those waiting for their inputs end aborted).
     pub async fn destroy_pipeline(&self, team: &str, name: &str) -> Result<(), EngineError> {
         let row = self.pipeline_row(team, name).await?;
-        self.db.destroy_pipeline(row.id).await?;
+        self.db.pipelines().destroy_pipeline(row.id).await?;
         // Its builds waiting for inputs would wait for ever: they end.
-        for w in self.db.waiting_builds().await? {
+        for w in self.db.builds().waiting_builds().await? {
             if (w.team.as_str(), w.pipeline.as_str()) == (team, row.name.as_str()) {
                 self.abort_waiting_because(w.id, Some("its pipeline was destroyed"))
                     .await?;
@@ -199,7 +201,10 @@ impl Engine {
                 row.name
             )));
         }
-        self.db.rename_pipeline(row.id, team, &row.name, to).await
+        self.db
+            .pipelines()
+            .rename_pipeline(row.id, team, &row.name, to)
+            .await
     }
 
     /// Pauses or unpauses pipeline `name` of `team`; an archived one
@@ -214,7 +219,10 @@ impl Engine {
         if row.archived && !paused {
             return Err(archived_error(&row));
         }
-        self.db.set_pipeline_paused(row.id, paused).await
+        self.db
+            .pipelines()
+            .set_pipeline_paused(row.id, paused)
+            .await
     }
 
     /// Archives pipeline `name` of `team` by hand (Concourse's
@@ -224,16 +232,16 @@ impl Engine {
     /// change.
     pub async fn archive_pipeline(&self, team: &str, name: &str) -> Result<(), EngineError> {
         let row = self.pipeline_row(team, name).await?;
-        if self.db.archive_pipeline(row.id).await? {
+        if self.db.pipelines().archive_pipeline(row.id).await? {
             self.archived(&[row]).await?;
         }
         self.archive_abandoned_pipelines().await
     }
 
     /// Archives the pipelines `set_pipeline` steps no longer set (see
-    /// `Db::archive_abandoned_pipelines`), recursively.
+    /// `Pipelines::archive_abandoned_pipelines`), recursively.
     pub(super) async fn archive_abandoned_pipelines(&self) -> Result<(), EngineError> {
-        let rows = self.db.archive_abandoned_pipelines().await?;
+        let rows = self.db.pipelines().archive_abandoned_pipelines().await?;
         for row in &rows {
             tracing::info!(team = %row.team, pipeline = %row.name, "archived: the job that set it no longer does");
         }
@@ -248,9 +256,9 @@ impl Engine {
             return Ok(());
         };
         let cutoff = crate::db::now_ms() - keep.as_millis() as i64;
-        for row in self.db.archived_before(cutoff).await? {
+        for row in self.db.pipelines().archived_before(cutoff).await? {
             tracing::info!(team = %row.team, pipeline = %row.name, "destroyed: archived longer than the retention");
-            self.db.destroy_pipeline(row.id).await?;
+            self.db.pipelines().destroy_pipeline(row.id).await?;
         }
         Ok(())
     }
@@ -261,7 +269,7 @@ impl Engine {
         if rows.is_empty() {
             return Ok(());
         }
-        for w in self.db.waiting_builds().await? {
+        for w in self.db.builds().waiting_builds().await? {
             if rows
                 .iter()
                 .any(|r| (r.team.as_str(), r.name.as_str()) == (&w.team, &w.pipeline))
@@ -278,9 +286,9 @@ impl Engine {
     pub async fn pipeline_jobs(&self, team: &str, name: &str) -> Result<Vec<JobView>, EngineError> {
         let row = self.pipeline_row(team, name).await?;
         let pipeline = loaded(&row).await?;
-        let resources = self.db.pipeline_resources(row.id).await?;
+        let resources = self.db.pipelines().pipeline_resources(row.id).await?;
         let mut out = Vec::new();
-        for job in self.db.pipeline_jobs(row.id).await? {
+        for job in self.db.pipelines().pipeline_jobs(row.id).await? {
             let latest_build = self.job_builds(team, name, &job.name, None, 1).await?.pop();
             let (inputs, outputs) = match pipeline.job(&job.name) {
                 Ok(def) => {
@@ -342,7 +350,7 @@ impl Engine {
         let row = self.pipeline_row(team, pipeline).await?;
         let loaded = loaded(&row).await?;
         if let Ok(def) = loaded.job(job) {
-            let resources = self.db.pipeline_resources(row.id).await?;
+            let resources = self.db.pipelines().pipeline_resources(row.id).await?;
             let inputs = job_inputs(&loaded, def, &resources).map_err(EngineError::Invalid)?;
             let chosen: BTreeMap<String, Value> = view
                 .decision
@@ -371,6 +379,7 @@ impl Engine {
         limit: i64,
     ) -> Result<Vec<Build>, EngineError> {
         self.db
+            .builds()
             .list_builds_page(&BuildQuery {
                 team: Some(team.to_string()),
                 status: None,
@@ -391,7 +400,12 @@ impl Engine {
         paused: bool,
     ) -> Result<(), EngineError> {
         let row = self.pipeline_row(team, pipeline).await?;
-        if self.db.set_job_paused(row.id, job, paused).await? {
+        if self
+            .db
+            .pipelines()
+            .set_job_paused(row.id, job, paused)
+            .await?
+        {
             Ok(())
         } else {
             Err(EngineError::NotFound {
@@ -411,18 +425,22 @@ impl Engine {
     ) -> Result<Vec<ResourceView>, EngineError> {
         let row = self.pipeline_row(team, name).await?;
         let loaded = loaded(&row).await?;
-        let resources = self.db.pipeline_resources(row.id).await?;
-        let types = self.db.pipeline_resource_types(row.id).await?;
-        let mut comments = self.db.pin_comments(row.id).await?;
+        let resources = self.db.pipelines().pipeline_resources(row.id).await?;
+        let types = self.db.pipelines().pipeline_resource_types(row.id).await?;
+        let mut comments = self.db.versions().pin_comments(row.id).await?;
         let mut out = Vec::new();
         for (r, of_type) in resources
             .into_iter()
             .map(|r| (r, false))
             .chain(types.into_iter().map(|t| (t, true)))
         {
-            let last = self.db.team_last_check(&r.scope, &r.config, team).await?;
+            let last = self
+                .db
+                .pipelines()
+                .team_last_check(&r.scope, &r.config, team)
+                .await?;
             let last_check = match last {
-                Some(id) => self.db.get_build(id).await?,
+                Some(id) => self.db.builds().get_build(id).await?,
                 None => None,
             };
             let check_error = last_check.as_ref().and_then(|b| match b.status {
@@ -466,6 +484,7 @@ impl Engine {
         resource: &str,
     ) -> Result<ResourceRow, EngineError> {
         self.db
+            .pipelines()
             .pipeline_resources(row.id)
             .await?
             .into_iter()
@@ -492,12 +511,14 @@ impl Engine {
         let mut out = Vec::new();
         for v in self
             .db
+            .versions()
             .all_versions_page(&r.scope, &r.config, before, limit)
             .await?
         {
             out.push(VersionView {
                 disabled: self
                     .db
+                    .versions()
                     .version_disabled(row.id, resource, &v.version)
                     .await?,
                 version: serde_json::from_str(&v.version).unwrap_or(Value::Null),
@@ -531,6 +552,7 @@ impl Engine {
             // Checking from a version means starting from it: it becomes
             // the newest stored one, as Concourse's `check-resource --from`.
             self.db
+                .versions()
                 .save_versions(
                     &r.scope,
                     &r.config,
@@ -587,7 +609,10 @@ impl Engine {
         let id = self
             .start_stored(&row.team, &stored, plan, None, &[])
             .await?;
-        self.db.record_check_build(&r.scope, &r.config, id).await?;
+        self.db
+            .pipelines()
+            .record_check_build(&r.scope, &r.config, id)
+            .await?;
         Ok(id)
     }
 
@@ -607,6 +632,7 @@ impl Engine {
             None => None,
         };
         self.db
+            .pipelines()
             .pin_resource(row.id, resource, text.as_deref())
             .await?;
         Ok(())
@@ -624,7 +650,12 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let row = self.pipeline_row(team, pipeline).await?;
         self.resource_row(&row, resource).await?;
-        if self.db.set_pin_comment(row.id, resource, comment).await? {
+        if self
+            .db
+            .versions()
+            .set_pin_comment(row.id, resource, comment)
+            .await?
+        {
             Ok(())
         } else {
             Err(EngineError::Invalid(format!(
@@ -647,6 +678,7 @@ impl Engine {
         let r = self.resource_row(&row, resource).await?;
         let text = self.known_version(&r, &version).await?;
         self.db
+            .pipelines()
             .set_version_disabled(row.id, resource, &text, disabled)
             .await
     }
@@ -658,7 +690,7 @@ impl Engine {
             scope: &r.scope,
             config: &r.config,
         };
-        match self.db.version_order(at, &text).await? {
+        match self.db.versions().version_order(at, &text).await? {
             Some(_) => Ok(text),
             None => Err(EngineError::NotFound {
                 kind: "version",
@@ -671,7 +703,7 @@ impl Engine {
     /// not a job's).
     pub async fn build_resources(&self, id: i64) -> Result<BuildResources, EngineError> {
         let mut out = BuildResources::default();
-        for (direction, name, resource, version) in self.db.build_versions(id).await? {
+        for (direction, name, resource, version) in self.db.versions().build_versions(id).await? {
             let v = BuildVersion {
                 name,
                 resource,

@@ -48,12 +48,18 @@ impl Engine {
         let (number, rerun) = parse_name(name).ok_or_else(not_found)?;
         let named = self
             .db
+            .builds()
             .job_build_named((team, pipeline, job), number, rerun)
             .await?
             .ok_or_else(not_found)?;
         // A rerun of a rerun reruns the original (the same inputs).
         let original = match named.rerun_of {
-            Some(of) => self.db.get_build(of).await?.ok_or_else(not_found)?,
+            Some(of) => self
+                .db
+                .builds()
+                .get_build(of)
+                .await?
+                .ok_or_else(not_found)?,
             None => named,
         };
         if original.plan.is_null() {
@@ -74,6 +80,7 @@ impl Engine {
             Some(why) => {
                 let (id, _) = self
                     .db
+                    .builds()
                     .create_rerun(at, NewRerun::Waiting(why), &self.config.node_name)
                     .await?;
                 self.tell_waiting(id, why).await?;
@@ -90,6 +97,7 @@ impl Engine {
                 let (new, run) = prepare(&request)?;
                 let (id, _) = self
                     .db
+                    .builds()
                     .create_rerun(at, NewRerun::Ready(&new), &self.config.node_name)
                     .await?;
                 self.start_runnable(id, run, 0);
@@ -106,6 +114,7 @@ impl Engine {
     ) -> Result<BTreeMap<String, String>, EngineError> {
         Ok(self
             .db
+            .versions()
             .build_versions(id)
             .await?
             .into_iter()

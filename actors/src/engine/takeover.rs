@@ -81,18 +81,21 @@ impl Engine {
         let started = now_ms();
         let timeout_ms = self.config.nodes.timeout.as_millis() as i64;
         let settings = &self.config.nodes.settings;
-        self.db.join_web_nodes(me, timeout_ms, settings).await?;
+        self.db
+            .nodes()
+            .join_web_nodes(me, timeout_ms, settings)
+            .await?;
         self.warn_of_other_settings().await?;
         // Sessions of this node's previous run ended with it.
-        self.db.forget_intercept_sessions(me).await?;
+        self.db.handles().forget_intercept_sessions(me).await?;
         // Its steps waiting for a worker wait again where their builds resume.
-        self.db.purge_waiting_steps(me).await?;
+        self.db.builds().purge_waiting_steps(me).await?;
         let own = if self.db.is_shared() {
-            self.db.unfinished_builds(me).await?
+            self.db.builds().unfinished_builds(me).await?
         } else {
             // The only node of its database: whatever a previous run left,
             // under whichever name, is its own.
-            self.db.adopt_unfinished_builds(me).await?
+            self.db.builds().adopt_unfinished_builds(me).await?
         };
         self.take_over_builds(own).await?;
         self.placer.purge(me, started).await?;
@@ -135,13 +138,14 @@ impl Engine {
 
     /// The web nodes sharing the database.
     pub async fn web_nodes(&self) -> Result<Vec<WebNodeView>, EngineError> {
-        let now = self.db.db_now_ms().await?;
+        let now = self.db.nodes().db_now_ms().await?;
         let timeout = self.config.nodes.timeout.as_millis() as i64;
         // On SQLite the one node does not beat (nothing would take its
         // builds over): it is alive while it answers.
         let only_node = !self.db.is_shared();
         Ok(self
             .db
+            .nodes()
             .list_web_nodes()
             .await?
             .into_iter()
@@ -176,10 +180,11 @@ impl Engine {
         ) {
             return Ok(lock);
         }
-        let now = self.db.db_now_ms().await?;
+        let now = self.db.nodes().db_now_ms().await?;
         let timeout = self.config.nodes.timeout.as_millis() as i64;
         let beating = self
             .db
+            .nodes()
             .list_web_nodes()
             .await?
             .into_iter()
@@ -200,7 +205,7 @@ impl Engine {
     async fn claim_dead_nodes(&self) -> Result<(), EngineError> {
         let me = &self.config.node_name;
         let timeout = self.config.nodes.timeout.as_millis() as i64;
-        for (dead, builds) in self.db.claim_dead_web_nodes(me, timeout).await? {
+        for (dead, builds) in self.db.nodes().claim_dead_web_nodes(me, timeout).await? {
             self.take_over_node(&dead, builds).await?;
         }
         Ok(())
@@ -235,7 +240,7 @@ impl Engine {
             "web node stopped beating: taking its builds over"
         );
         // Its intercept sessions ended with it, and its uploads in progress.
-        self.db.forget_intercept_sessions(dead).await?;
+        self.db.handles().forget_intercept_sessions(dead).await?;
         if let Err(e) = self.artifacts.forget_node(dead).await {
             tracing::warn!(node = dead, error = %e, "removing a dead web node's unfinished uploads");
         }
@@ -263,10 +268,10 @@ impl Engine {
         if self.builds.contains_key(&id) {
             return Ok(());
         }
-        let Some(build) = self.db.get_build(id).await? else {
+        let Some(build) = self.db.builds().get_build(id).await? else {
             return Ok(());
         };
-        let events = self.db.build_events_after(id, 0).await?;
+        let events = self.db.builds().build_events_after(id, 0).await?;
         let plan = match stored_plan(&build.plan) {
             Ok(plan) => plan,
             Err(why) => {
@@ -276,7 +281,7 @@ impl Engine {
         };
         tracing::info!(build = id, "taking a build over where its plan was");
         // An abort asked while no node ran it stops it at once.
-        let aborted = self.db.take_abort_request(id).await?;
+        let aborted = self.db.nodes().take_abort_request(id).await?;
         let deps = self.build_deps();
         let taken = Build::taken_over(id, build.team, plan, deps, self.builds.clone(), &events)
             .for_job(stored_job(&build.plan))
@@ -296,6 +301,7 @@ impl Engine {
         tracing::warn!(build = id, "{reason}");
         let next_event = events.last().map_or(0, |e| e.0) + 1;
         self.db
+            .builds()
             .finish_build(id, BuildStatus::Errored, None, Some(&reason))
             .await?;
         let mut sink = EventSink::resume(id, next_event, self.db.clone(), self.hub.clone());
@@ -328,7 +334,7 @@ impl Job for NodeWatch {
     async fn tick(&mut self) -> Result<Outcome, JobError> {
         let e = &self.engine;
         let me = &e.config.node_name;
-        if !e.db.beat_web_node(me).await? {
+        if !e.db.nodes().beat_web_node(me).await? {
             // Another node found this one dead and took its builds over:
             // going on would run them twice.
             tracing::error!(node = %me, "this web node missed its heartbeats and another node took its builds over; it must stop");
@@ -337,7 +343,7 @@ impl Job for NodeWatch {
         }
         // Each request once (a second abort also stops the hooks that run
         // after the first); a build no longer asked about is forgotten.
-        let asked = e.db.abort_requests(me).await?;
+        let asked = e.db.nodes().abort_requests(me).await?;
         self.aborted
             .retain(|id, _| asked.iter().any(|(a, _)| a == id));
         for (id, at) in asked {

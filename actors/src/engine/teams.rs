@@ -68,14 +68,18 @@ impl Engine {
         if per_minute == 0 {
             return Ok(None);
         }
-        let now = self.db.db_now_ms().await?;
-        let wait = self.db.take_team_build(team, per_minute, now).await?;
+        let now = self.db.nodes().db_now_ms().await?;
+        let wait = self
+            .db
+            .builds()
+            .take_team_build(team, per_minute, now)
+            .await?;
         Ok(wait.map(|ms| std::time::Duration::from_secs_f64(ms / 1000.0)))
     }
 
     /// Every team.
     pub async fn teams(&self) -> Result<Vec<Team>, EngineError> {
-        self.db.list_teams().await
+        self.db.teams().list_teams().await
     }
 
     /// Creates team `name` if it does not exist; answers whether it was new.
@@ -100,13 +104,13 @@ impl Engine {
                 name: name.to_string(),
             });
         }
-        let running = self.db.unfinished_builds_of_team(name).await?;
+        let running = self.db.teams().unfinished_builds_of_team(name).await?;
         if running > 0 {
             return Err(EngineError::Invalid(format!(
                 "team {name} has {running} builds that have not ended: abort them or wait"
             )));
         }
-        self.db.remove_team(name, now_ms()).await?;
+        self.db.teams().remove_team(name, now_ms()).await?;
         Ok(())
     }
 
@@ -145,7 +149,7 @@ impl Engine {
             expires_at: ttl_ms.map(|t| now.saturating_add(t)),
             revoked_at: None,
         };
-        self.db.insert_token(&row).await?;
+        self.db.teams().insert_token(&row).await?;
         Ok(NewToken {
             token,
             row: row.into(),
@@ -160,13 +164,13 @@ impl Engine {
         after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Token>, EngineError> {
-        let rows = self.db.list_tokens_page(team, after, limit).await?;
+        let rows = self.db.teams().list_tokens_page(team, after, limit).await?;
         Ok(rows.into_iter().map(Token::from).collect())
     }
 
     /// Revokes token `id`.
     pub async fn revoke_token(&self, id: &str) -> Result<(), EngineError> {
-        match self.db.token(id).await? {
+        match self.db.teams().token(id).await? {
             None => Err(EngineError::NotFound {
                 kind: "token",
                 name: id.to_string(),
@@ -175,7 +179,7 @@ impl Engine {
                 "token {id} is already revoked"
             ))),
             Some(_) => {
-                self.db.revoke_token(id, now_ms()).await?;
+                self.db.teams().revoke_token(id, now_ms()).await?;
                 Ok(())
             }
         }
@@ -190,7 +194,7 @@ impl Engine {
         let Some((id, _)) = rest.split_once('_') else {
             return Ok(None);
         };
-        let Some(row) = self.db.token(id).await? else {
+        let Some(row) = self.db.teams().token(id).await? else {
             return Ok(None);
         };
         if !same(&row.token_hash, &hash(token)) || !row.valid_at(now_ms()) {

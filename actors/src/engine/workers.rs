@@ -46,6 +46,7 @@ impl Engine {
         let given = proof.given_hash();
         if self
             .db
+            .workers()
             .pinned_to_another(&registration.name, given.as_deref())
             .await?
         {
@@ -98,7 +99,7 @@ impl Engine {
         // One-build workers are bound as they take their build's first
         // step, which the Registry does not follow: the rows say.
         let bindings = match views.iter().any(|v| v.identity.ephemeral) {
-            true => self.db.worker_bindings().await?,
+            true => self.db.workers().worker_bindings().await?,
             false => Default::default(),
         };
         for v in &mut views {
@@ -115,6 +116,7 @@ impl Engine {
     pub async fn worker_incarnation(&self, name: &str) -> Result<Option<String>, EngineError> {
         Ok(self
             .db
+            .workers()
             .get_worker(name)
             .await?
             .map(|row| row.registration.incarnation))
@@ -126,7 +128,12 @@ impl Engine {
         &self,
         name: &str,
     ) -> Result<Option<gantry_wire::worker_info::WorkerRegistration>, EngineError> {
-        Ok(self.db.get_worker(name).await?.map(|row| row.registration))
+        Ok(self
+            .db
+            .workers()
+            .get_worker(name)
+            .await?
+            .map(|row| row.registration))
     }
 
     /// Lands, retires or prunes a worker; answers its new state.
@@ -152,14 +159,15 @@ impl Engine {
     /// A client of the registered worker `name`, to reach a container it
     /// holds; fails when the worker is unknown or not heartbeating.
     pub async fn worker_client(&self, name: &str) -> Result<Arc<dyn Worker>, EngineError> {
-        let row = self
-            .db
-            .get_worker(name)
-            .await?
-            .ok_or_else(|| EngineError::NotFound {
-                kind: "worker",
-                name: name.to_string(),
-            })?;
+        let row =
+            self.db
+                .workers()
+                .get_worker(name)
+                .await?
+                .ok_or_else(|| EngineError::NotFound {
+                    kind: "worker",
+                    name: name.to_string(),
+                })?;
         if row.state == WorkerState::Stalled {
             return Err(EngineError::WorkerLost {
                 worker: name.to_string(),

@@ -9,6 +9,8 @@ pub(crate) mod rules_handles;
 pub(crate) mod rules_pressure;
 
 #[cfg(test)]
+mod rules_artifacts_tests;
+#[cfg(test)]
 mod rules_pressure_tests;
 #[cfg(test)]
 mod rules_tests;

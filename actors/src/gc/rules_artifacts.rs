@@ -63,13 +63,13 @@ impl ArtifactAges {
 /// Answers how many caches and leftovers went.
 pub(crate) async fn task_caches(db: &Db, now_ms: i64) -> Result<u64, EngineError> {
     let mut n = 0;
-    for row in db.expired_task_caches(now_ms).await? {
+    for row in db.gc().expired_task_caches(now_ms).await? {
         // Only while unused since it was listed: a build that used it
         // meanwhile keeps it.
         let used_before = row.last_used_at.saturating_add(1);
-        n += u64::from(db.drop_task_cache(&row, Some(used_before)).await?);
+        n += u64::from(db.gc().drop_task_cache(&row, Some(used_before)).await?);
     }
-    n += db.release_task_cache_leftovers().await?;
+    n += db.gc().release_task_cache_leftovers().await?;
     Ok(n)
 }
 
@@ -87,15 +87,15 @@ pub(crate) async fn clear_task_caches(
     step: Option<&str>,
 ) -> Result<u64, EngineError> {
     let mut n = 0;
-    for row in db.job_task_caches(team, pipeline, job, step).await? {
-        n += u64::from(db.forget_task_cache(&row, crate::db::now_ms()).await?);
+    for row in db.gc().job_task_caches(team, pipeline, job, step).await? {
+        n += u64::from(db.gc().forget_task_cache(&row, crate::db::now_ms()).await?);
     }
     Ok(n)
 }
 
 /// `artifacts`: at `now_ms`, forgets resource caches unused for longer than
 /// their age, then deletes every artifact nothing owns any more (see
-/// [`Db::collectable_artifacts`]): its data from `store`, then its row, its
+/// [`Collection::collectable_artifacts`]): its data from `store`, then its row, its
 /// volumes marked `destroying`. Answers how many artifacts and caches went.
 pub(crate) async fn artifacts(
     db: &Db,
@@ -105,14 +105,15 @@ pub(crate) async fn artifacts(
 ) -> Result<u64, EngineError> {
     let cut = ages.cutoffs(now_ms);
     let mut n = 0;
-    for cache in db.stale_resource_caches(&cut).await? {
+    for cache in db.gc().stale_resource_caches(&cut).await? {
         // A build that used it since it was listed moved its last use to
         // now, past both cut-offs: it is kept.
         let used_before = cut.resource_cache_used_before.max(cut.image_used_before);
-        if db.drop_resource_cache(&cache, used_before).await? {
+        if db.gc().drop_resource_cache(&cache, used_before).await? {
             n += 1;
-            if !db.artifact_owned(&cache.artifact_id).await?
+            if !db.gc().artifact_owned(&cache.artifact_id).await?
                 && db
+                    .artifact_index()
                     .get_artifact_any_team(&cache.artifact_id)
                     .await?
                     .is_some()
@@ -122,11 +123,11 @@ pub(crate) async fn artifacts(
             }
         }
     }
-    for a in db.collectable_artifacts(&cut).await? {
+    for a in db.gc().collectable_artifacts(&cut).await? {
         if a.in_store {
             store.delete(&a.id).await?;
         }
-        db.forget_artifact(&a.id).await?;
+        db.gc().forget_artifact(&a.id).await?;
         n += 1;
     }
     Ok(n)
@@ -135,9 +136,9 @@ pub(crate) async fn artifacts(
 /// Deletes an artifact's data from the store (when it is there), then its
 /// row, marking its volumes `destroying`.
 async fn delete_artifact(db: &Db, store: &dyn ArtifactStore, id: &str) -> Result<(), EngineError> {
-    if db.artifact_in_store(id).await? {
+    if db.artifact_index().artifact_in_store(id).await? {
         store.delete(id).await?;
     }
-    db.forget_artifact(id).await?;
+    db.gc().forget_artifact(id).await?;
     Ok(())
 }

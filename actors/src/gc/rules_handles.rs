@@ -26,7 +26,11 @@ pub(crate) fn ms(d: Duration) -> i64 {
 pub(crate) async fn ended_builds(db: &Db, intercepts: &Intercepts) -> Result<u64, EngineError> {
     let mut marked = 0;
     let mut kept: HashSet<(i64, String)> = HashSet::new();
-    for c in db.released_build_handles(HandleKind::Container).await? {
+    for c in db
+        .gc()
+        .released_build_handles(HandleKind::Container)
+        .await?
+    {
         // Marked only if no session is open (through any web node),
         // atomically against a session entering, which then finds the
         // container `destroying` and is refused.
@@ -38,11 +42,15 @@ pub(crate) async fn ended_builds(db: &Db, intercepts: &Intercepts) -> Result<u64
             Closing::Unchanged => {}
         }
     }
-    for v in db.released_build_handles(HandleKind::Volume).await? {
+    for v in db.gc().released_build_handles(HandleKind::Volume).await? {
         if kept.contains(&(v.build_id, v.worker)) {
             continue;
         }
-        marked += u64::from(db.mark_destroying(HandleKind::Volume, &v.handle).await?);
+        marked += u64::from(
+            db.gc()
+                .mark_destroying(HandleKind::Volume, &v.handle)
+                .await?,
+        );
     }
     Ok(marked)
 }
@@ -53,7 +61,7 @@ pub(crate) async fn missing(db: &Db, now_ms: i64, grace: Duration) -> Result<u64
     let before = now_ms.saturating_sub(ms(grace));
     let mut n = 0;
     for kind in [HandleKind::Container, HandleKind::Volume] {
-        n += db.delete_missing_handles(kind, before).await?;
+        n += db.gc().delete_missing_handles(kind, before).await?;
     }
     Ok(n)
 }
@@ -69,7 +77,7 @@ pub(crate) async fn failed_creations(
     let before = now_ms.saturating_sub(ms(limit));
     let mut n = 0;
     for kind in [HandleKind::Container, HandleKind::Volume] {
-        n += db.mark_stale_creations(kind, before).await?;
+        n += db.gc().mark_stale_creations(kind, before).await?;
     }
     Ok(n)
 }
@@ -77,5 +85,5 @@ pub(crate) async fn failed_creations(
 /// `removed-workers`: deletes the containers, volumes and task caches of
 /// workers no longer registered (pruned or retired). Answers how many.
 pub(crate) async fn removed_workers(db: &Db) -> Result<u64, EngineError> {
-    db.delete_rows_of_removed_workers().await
+    db.gc().delete_rows_of_removed_workers().await
 }

@@ -95,6 +95,7 @@ pub(crate) async fn disk_pressure(
 ) -> Result<u64, EngineError> {
     // From the database: the reports may have reached another web node.
     let reports: Vec<(String, VolumeStoreReport)> = db
+        .workers()
         .volume_stores()
         .await?
         .into_iter()
@@ -122,9 +123,10 @@ pub(crate) async fn disk_pressure(
             continue;
         }
         let mut dropped = Vec::new();
-        for row in db.lru_unused_task_caches(&worker, cfg.batch).await? {
+        for row in db.gc().lru_unused_task_caches(&worker, cfg.batch).await? {
             // Only while unused since it was listed.
             if db
+                .gc()
                 .drop_task_cache(&row, Some(row.last_used_at.saturating_add(1)))
                 .await?
             {
@@ -158,7 +160,12 @@ pub(crate) async fn disk_pressure(
 /// it and reported it gone yet).
 async fn any_row_left(db: &Db, volumes: &[String]) -> Result<bool, EngineError> {
     for v in volumes {
-        if db.get_handle(HandleKind::Volume, v).await?.is_some() {
+        if db
+            .handles()
+            .get_handle(HandleKind::Volume, v)
+            .await?
+            .is_some()
+        {
             return Ok(true);
         }
     }

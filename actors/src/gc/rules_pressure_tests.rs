@@ -26,7 +26,8 @@ async fn setup() -> (Db, tempfile::TempDir, Sweeps) {
     let (db, dir) = crate::db::test_db().await;
     let sweeps = Sweeps::default();
     for w in ["w1", "w2"] {
-        db.upsert_worker(&crate::testing::registration(w))
+        db.workers()
+            .upsert_worker(&crate::testing::registration(w))
             .await
             .unwrap();
     }
@@ -38,7 +39,8 @@ async fn setup() -> (Db, tempfile::TempDir, Sweeps) {
 /// was `destroying` (those rows go), else it still has them.
 async fn sweep(db: &Db, sweeps: &Sweeps, worker: &str, percent: u64, destroyed: bool) {
     let listed = |kind| async move {
-        db.sweep_rows(kind, worker)
+        db.gc()
+            .sweep_rows(kind, worker)
             .await
             .unwrap()
             .into_iter()
@@ -77,44 +79,52 @@ fn key(job: &str, worker: &str) -> TaskCacheKey {
 /// both, last used at `used`.
 async fn cache(db: &Db, job: &str, worker: &str, used: i64) -> TaskCacheRow {
     let v = format!("{job}-{worker}");
-    db.insert_handle(
-        HandleKind::Volume,
-        &v,
-        worker,
-        None,
-        Some("task-cache:cache"),
-        "main",
-    )
-    .await
-    .unwrap();
-    db.set_handle_state(HandleKind::Volume, &v, HandleState::Created)
+    db.handles()
+        .insert_handle(
+            HandleKind::Volume,
+            &v,
+            worker,
+            None,
+            Some("task-cache:cache"),
+            "main",
+        )
+        .await
+        .unwrap();
+    db.handles()
+        .set_handle_state(HandleKind::Volume, &v, HandleState::Created)
         .await
         .unwrap();
     let k = key(job, worker);
-    assert!(db.insert_task_cache(&k, &v).await.unwrap());
-    db.touch_task_cache(&k, used).await.unwrap();
-    db.find_task_cache(&k).await.unwrap().unwrap()
+    assert!(db.handles().insert_task_cache(&k, &v).await.unwrap());
+    db.handles().touch_task_cache(&k, used).await.unwrap();
+    db.handles().find_task_cache(&k).await.unwrap().unwrap()
 }
 
 /// A running build of `job`, with (on `worker`, when given) a `created`
 /// container of the caches' step.
 async fn running(db: &Db, job: &str, worker: Option<&str>) -> i64 {
-    let id = db.create_build("main", &json!({}), "n").await.unwrap();
-    db.set_build_job(id, "p", job).await.unwrap();
-    db.start_build(id, "w1").await.unwrap();
-    if let Some(w) = worker {
-        let c = format!("c{id}");
-        db.insert_handle(
-            HandleKind::Container,
-            &c,
-            w,
-            Some(id),
-            Some("build"),
-            "main",
-        )
+    let id = db
+        .builds()
+        .create_build("main", &json!({}), "n")
         .await
         .unwrap();
-        db.set_handle_state(HandleKind::Container, &c, HandleState::Created)
+    db.gc().set_build_job(id, "p", job).await.unwrap();
+    db.builds().start_build(id, "w1").await.unwrap();
+    if let Some(w) = worker {
+        let c = format!("c{id}");
+        db.handles()
+            .insert_handle(
+                HandleKind::Container,
+                &c,
+                w,
+                Some(id),
+                Some("build"),
+                "main",
+            )
+            .await
+            .unwrap();
+        db.handles()
+            .set_handle_state(HandleKind::Container, &c, HandleState::Created)
             .await
             .unwrap();
     }
@@ -122,14 +132,16 @@ async fn running(db: &Db, job: &str, worker: Option<&str>) -> i64 {
 }
 
 async fn state(db: &Db, volume: &str) -> Option<HandleState> {
-    db.get_handle(HandleKind::Volume, volume)
+    db.handles()
+        .get_handle(HandleKind::Volume, volume)
         .await
         .unwrap()
         .map(|r| r.state)
 }
 
 async fn recorded(db: &Db, job: &str, worker: &str) -> bool {
-    db.find_task_cache(&key(job, worker))
+    db.handles()
+        .find_task_cache(&key(job, worker))
         .await
         .unwrap()
         .is_some()
@@ -183,7 +195,8 @@ async fn a_full_worker_loses_its_least_recently_used_unused_caches_a_batch_per_n
     assert_eq!(run().await.unwrap(), 0);
     assert!(recorded(&db, "c", "w1").await);
     // Once its build has ended, the cache in use goes too.
-    db.finish_build(build_c, BuildStatus::Succeeded, Some(0), None)
+    db.builds()
+        .finish_build(build_c, BuildStatus::Succeeded, Some(0), None)
         .await
         .unwrap();
     sweep(&db, &sweeps, "w1", 86, true).await;
@@ -236,7 +249,10 @@ async fn a_cache_a_running_build_may_mount_is_kept_by_the_pressure_and_ttl_rules
     let elsewhere = cache(&db, "x", "w1", T0).await;
     running(&db, "x", Some("w2")).await;
     for row in [&mounted, &looked_up, &elsewhere] {
-        db.set_task_cache_ttl(&row.key, Some(HOUR)).await.unwrap();
+        db.gc()
+            .set_task_cache_ttl(&row.key, Some(HOUR))
+            .await
+            .unwrap();
     }
     let cfg = DiskPressure {
         fill: 0.5,
@@ -283,13 +299,13 @@ async fn clearing_a_cache_in_use_forgets_it_at_once_and_destroys_its_volume_afte
     assert_eq!(state(&db, &idle.volume).await, D);
     assert_eq!(state(&db, &in_use.volume).await, C);
     assert_eq!(
-        db.task_cache_leftovers().await.unwrap(),
+        db.gc().task_cache_leftovers().await.unwrap(),
         vec![in_use.volume.clone()]
     );
     // A build that looked the cache up before it was forgotten does not
     // mount it.
-    assert!(!db.use_task_cache(&in_use, now_ms()).await.unwrap());
-    assert!(db.use_task_cache(&other_job, now_ms()).await.unwrap());
+    assert!(!db.gc().use_task_cache(&in_use, now_ms()).await.unwrap());
+    assert!(db.gc().use_task_cache(&other_job, now_ms()).await.unwrap());
     // While the build runs, the task-caches rule leaves the volume.
     assert_eq!(
         rules_artifacts::task_caches(&db, now_ms()).await.unwrap(),
@@ -297,7 +313,8 @@ async fn clearing_a_cache_in_use_forgets_it_at_once_and_destroys_its_volume_afte
     );
     assert_eq!(state(&db, &in_use.volume).await, C);
     // Once it has ended, the rule marks it and forgets the leftover.
-    db.finish_build(build, BuildStatus::Aborted, None, None)
+    db.builds()
+        .finish_build(build, BuildStatus::Aborted, None, None)
         .await
         .unwrap();
     assert_eq!(
@@ -305,20 +322,22 @@ async fn clearing_a_cache_in_use_forgets_it_at_once_and_destroys_its_volume_afte
         1
     );
     assert_eq!(state(&db, &in_use.volume).await, D);
-    assert!(db.task_cache_leftovers().await.unwrap().is_empty());
+    assert!(db.gc().task_cache_leftovers().await.unwrap().is_empty());
     assert_eq!(state(&db, &other_job.volume).await, C);
     // Leftovers of a removed worker go with its rows.
-    db.delete_handle(HandleKind::Volume, &idle.volume)
+    db.handles()
+        .delete_handle(HandleKind::Volume, &idle.volume)
         .await
         .unwrap();
     let again = cache(&db, "j", "w2", T0).await;
     let build2 = running(&db, "j", Some("w2")).await;
-    assert!(db.forget_task_cache(&again, now_ms()).await.unwrap());
-    assert_eq!(db.task_cache_leftovers().await.unwrap().len(), 1);
-    db.delete_worker("w2").await.unwrap();
+    assert!(db.gc().forget_task_cache(&again, now_ms()).await.unwrap());
+    assert_eq!(db.gc().task_cache_leftovers().await.unwrap().len(), 1);
+    db.workers().delete_worker("w2").await.unwrap();
     super::rules_handles::removed_workers(&db).await.unwrap();
-    assert!(db.task_cache_leftovers().await.unwrap().is_empty());
-    db.finish_build(build2, BuildStatus::Succeeded, Some(0), None)
+    assert!(db.gc().task_cache_leftovers().await.unwrap().is_empty());
+    db.builds()
+        .finish_build(build2, BuildStatus::Succeeded, Some(0), None)
         .await
         .unwrap();
 }

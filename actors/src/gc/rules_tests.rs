@@ -1,7 +1,6 @@
 //! Tests of the Collector's rules against a real (SQLite) database, with
 //! the clock (`now_ms`) set by each test.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,31 +9,32 @@ use serde_json::json;
 use super::collector::{
     run_rule, start_collector, CollectorConfig, CollectorDeps, CollectorStats, Rule,
 };
-use super::rules_artifacts::{self, ArtifactAges};
+use super::rules_artifacts;
 use super::rules_handles;
-use crate::db::{now_ms, Db, HandleKind, ResourceCacheRow, TaskCacheKey};
+use crate::db::{now_ms, Db, HandleKind, TaskCacheKey};
 use crate::intercept::Intercepts;
-use gantry_wire::state::{ArtifactKind, BuildStatus, HandleState};
+use crate::testing::empty_store::EmptyStore as Deletes;
+use gantry_wire::state::{BuildStatus, HandleState};
 use gantry_wire::worker_info::WorkerRegistration;
 
-const MIN: i64 = 60_000;
-const HOUR: i64 = 60 * MIN;
+pub(super) const MIN: i64 = 60_000;
+pub(super) const HOUR: i64 = 60 * MIN;
 
 fn reg(name: &str) -> WorkerRegistration {
     crate::testing::registration(name)
 }
 
 /// A database with workers `w1` and `w2`.
-async fn db() -> (Db, tempfile::TempDir) {
+pub(super) async fn db() -> (Db, tempfile::TempDir) {
     let (db, dir) = crate::db::test_db().await;
     for w in ["w1", "w2"] {
-        db.upsert_worker(&reg(w)).await.unwrap();
+        db.workers().upsert_worker(&reg(w)).await.unwrap();
     }
     (db, dir)
 }
 
 /// A row of `kind` in `state`.
-async fn row(
+pub(super) async fn row(
     db: &Db,
     kind: HandleKind,
     h: &str,
@@ -42,27 +42,36 @@ async fn row(
     build: Option<i64>,
     state: HandleState,
 ) {
-    db.insert_handle(kind, h, worker, build, Some("step"), "main")
+    db.handles()
+        .insert_handle(kind, h, worker, build, Some("step"), "main")
         .await
         .unwrap();
     if state != HandleState::Creating {
-        db.set_handle_state(kind, h, state).await.unwrap();
+        db.handles().set_handle_state(kind, h, state).await.unwrap();
     }
 }
 
-async fn state(db: &Db, kind: HandleKind, h: &str) -> Option<HandleState> {
-    db.get_handle(kind, h).await.unwrap().map(|r| r.state)
+pub(super) async fn state(db: &Db, kind: HandleKind, h: &str) -> Option<HandleState> {
+    db.handles()
+        .get_handle(kind, h)
+        .await
+        .unwrap()
+        .map(|r| r.state)
 }
 
 /// A build of `job` (none: one-off) that ended with `status` (None: still running).
-async fn build(db: &Db, job: Option<&str>, status: Option<BuildStatus>) -> i64 {
-    let id = db.create_build("main", &json!({}), "n").await.unwrap();
+pub(super) async fn build(db: &Db, job: Option<&str>, status: Option<BuildStatus>) -> i64 {
+    let id = db
+        .builds()
+        .create_build("main", &json!({}), "n")
+        .await
+        .unwrap();
     if let Some(job) = job {
-        db.set_build_job(id, "p", job).await.unwrap();
+        db.gc().set_build_job(id, "p", job).await.unwrap();
     }
-    db.start_build(id, "w1").await.unwrap();
+    db.builds().start_build(id, "w1").await.unwrap();
     if let Some(s) = status {
-        db.finish_build(id, s, None, None).await.unwrap();
+        db.builds().finish_build(id, s, None, None).await.unwrap();
     }
     id
 }
@@ -92,8 +101,8 @@ async fn build_rows(db: &Db, build: i64, worker: &str) -> (String, String) {
     (c, v)
 }
 
-const D: Option<HandleState> = Some(HandleState::Destroying);
-const C: Option<HandleState> = Some(HandleState::Created);
+pub(super) const D: Option<HandleState> = Some(HandleState::Destroying);
+pub(super) const C: Option<HandleState> = Some(HandleState::Created);
 
 #[tokio::test]
 async fn ended_builds_release_their_rows_but_not_running_ones_nor_rows_of_no_build() {
@@ -172,7 +181,8 @@ async fn the_latest_failed_build_of_a_job_keeps_its_rows_until_a_newer_build_has
     rules_handles::ended_builds(&db, &none).await.unwrap();
     assert_eq!(state(&db, HandleKind::Container, &lc).await, C);
     // ... once it has ended, it does.
-    db.finish_build(newer, BuildStatus::Succeeded, Some(0), None)
+    db.builds()
+        .finish_build(newer, BuildStatus::Succeeded, Some(0), None)
         .await
         .unwrap();
     rules_handles::ended_builds(&db, &none).await.unwrap();
@@ -260,6 +270,7 @@ async fn missing_rows_are_deleted_after_the_grace_period_only() {
         0
     );
     assert!(db
+        .handles()
         .get_handle(HandleKind::Container, "gone")
         .await
         .unwrap()
@@ -271,11 +282,13 @@ async fn missing_rows_are_deleted_after_the_grace_period_only() {
         2
     );
     assert!(db
+        .handles()
         .get_handle(HandleKind::Container, "gone")
         .await
         .unwrap()
         .is_none());
     assert!(db
+        .handles()
         .get_handle(HandleKind::Volume, "gone-v")
         .await
         .unwrap()
@@ -380,17 +393,20 @@ async fn rows_of_removed_workers_are_deleted() {
         HandleState::Created,
     )
     .await;
-    db.insert_task_cache(&cache_key("j", "w2"), "v2")
+    db.handles()
+        .insert_task_cache(&cache_key("j", "w2"), "v2")
         .await
         .unwrap();
-    db.delete_worker("w2").await.unwrap();
+    db.workers().delete_worker("w2").await.unwrap();
     assert_eq!(rules_handles::removed_workers(&db).await.unwrap(), 2);
     assert!(db
+        .handles()
         .get_handle(HandleKind::Volume, "v2")
         .await
         .unwrap()
         .is_none());
     assert!(db
+        .handles()
         .find_task_cache(&cache_key("j", "w2"))
         .await
         .unwrap()
@@ -427,8 +443,8 @@ async fn task_cache(
     )
     .await;
     let k = cache_key(job, worker);
-    assert!(db.insert_task_cache(&k, v).await.unwrap());
-    db.set_task_cache_ttl(&k, ttl_ms).await.unwrap();
+    assert!(db.handles().insert_task_cache(&k, v).await.unwrap());
+    db.gc().set_task_cache_ttl(&k, ttl_ms).await.unwrap();
     k
 }
 
@@ -439,6 +455,7 @@ async fn task_caches_go_when_unused_for_longer_than_their_ttl() {
     let long = task_cache(&db, "k", "w1", "long", Some(3 * HOUR)).await;
     let forever = task_cache(&db, "l", "w1", "forever", None).await;
     let used = db
+        .handles()
         .find_task_cache(&short)
         .await
         .unwrap()
@@ -457,11 +474,19 @@ async fn task_caches_go_when_unused_for_longer_than_their_ttl() {
             .unwrap(),
         1
     );
-    assert!(db.find_task_cache(&short).await.unwrap().is_none());
+    assert!(db
+        .handles()
+        .find_task_cache(&short)
+        .await
+        .unwrap()
+        .is_none());
     assert_eq!(state(&db, HandleKind::Volume, "short").await, D);
-    assert!(db.find_task_cache(&long).await.unwrap().is_some());
+    assert!(db.handles().find_task_cache(&long).await.unwrap().is_some());
     // A use pushes the expiry back.
-    db.touch_task_cache(&long, used + 2 * HOUR).await.unwrap();
+    db.handles()
+        .touch_task_cache(&long, used + 2 * HOUR)
+        .await
+        .unwrap();
     assert_eq!(
         rules_artifacts::task_caches(&db, used + 4 * HOUR)
             .await
@@ -482,7 +507,12 @@ async fn task_caches_go_when_unused_for_longer_than_their_ttl() {
             .unwrap(),
         0
     );
-    assert!(db.find_task_cache(&forever).await.unwrap().is_some());
+    assert!(db
+        .handles()
+        .find_task_cache(&forever)
+        .await
+        .unwrap()
+        .is_some());
     assert_eq!(state(&db, HandleKind::Volume, "forever").await, C);
 }
 
@@ -503,7 +533,10 @@ async fn clearing_a_jobs_task_cache_drops_its_caches_on_every_worker_and_no_othe
         HandleState::Created,
     )
     .await;
-    db.insert_task_cache(&test_step, "t1").await.unwrap();
+    db.handles()
+        .insert_task_cache(&test_step, "t1")
+        .await
+        .unwrap();
 
     // One step only.
     let n = rules_artifacts::clear_task_caches(&db, "main", "p", "j", Some("test"))
@@ -511,7 +544,7 @@ async fn clearing_a_jobs_task_cache_drops_its_caches_on_every_worker_and_no_othe
         .unwrap();
     assert_eq!(n, 1);
     assert_eq!(state(&db, HandleKind::Volume, "t1").await, D);
-    assert!(db.find_task_cache(&a1).await.unwrap().is_some());
+    assert!(db.handles().find_task_cache(&a1).await.unwrap().is_some());
     // The whole job.
     assert_eq!(
         rules_artifacts::clear_task_caches(&db, "main", "p", "j", None)
@@ -519,10 +552,15 @@ async fn clearing_a_jobs_task_cache_drops_its_caches_on_every_worker_and_no_othe
             .unwrap(),
         2
     );
-    assert!(db.find_task_cache(&a1).await.unwrap().is_none());
-    assert!(db.find_task_cache(&a2).await.unwrap().is_none());
+    assert!(db.handles().find_task_cache(&a1).await.unwrap().is_none());
+    assert!(db.handles().find_task_cache(&a2).await.unwrap().is_none());
     assert_eq!(state(&db, HandleKind::Volume, "a2").await, D);
-    assert!(db.find_task_cache(&other).await.unwrap().is_some());
+    assert!(db
+        .handles()
+        .find_task_cache(&other)
+        .await
+        .unwrap()
+        .is_some());
     assert_eq!(state(&db, HandleKind::Volume, "o").await, C);
     // Another team's job of the same name is not touched.
     assert_eq!(
@@ -530,211 +568,6 @@ async fn clearing_a_jobs_task_cache_drops_its_caches_on_every_worker_and_no_othe
             .await
             .unwrap(),
         0
-    );
-}
-
-use crate::testing::empty_store::EmptyStore as Deletes;
-
-async fn artifact(db: &Db, id: &str, build: Option<i64>, kind: ArtifactKind) {
-    db.insert_artifact(id, "main", None, build, 1)
-        .await
-        .unwrap();
-    if kind == ArtifactKind::Image {
-        db.set_artifact_digest(id, "image", &format!("sha256:{id}"))
-            .await
-            .unwrap();
-    }
-}
-
-async fn exists(db: &Db, id: &str) -> bool {
-    db.get_artifact_any_team(id).await.unwrap().is_some()
-}
-
-fn cache_row(artifact: &str) -> ResourceCacheRow {
-    ResourceCacheRow {
-        artifact_id: artifact.into(),
-        version: json!({"v": "1"}),
-        metadata: json!([]),
-        worker: Some("w1".into()),
-        image_env: None,
-        image_user: None,
-    }
-}
-
-#[tokio::test]
-async fn artifacts_of_ended_builds_go_after_the_grace_with_their_volumes_except_a_kept_build() {
-    let (db, _d) = db().await;
-    let store = Deletes::default();
-    let ages = ArtifactAges::default();
-    let ended = build(&db, Some("j"), Some(BuildStatus::Succeeded)).await;
-    let latest_failed = build(&db, Some("k"), Some(BuildStatus::Failed)).await;
-    let running = build(&db, None, None).await;
-    artifact(&db, "out", Some(ended), ArtifactKind::Files).await;
-    db.insert_worker_artifact("on-worker", "main", None, Some(ended))
-        .await
-        .unwrap();
-    row(
-        &db,
-        HandleKind::Volume,
-        "holds",
-        "w2",
-        Some(ended),
-        HandleState::Created,
-    )
-    .await;
-    db.set_volume_artifact("holds", "on-worker").await.unwrap();
-    artifact(&db, "kept", Some(latest_failed), ArtifactKind::Files).await;
-    artifact(&db, "in-use", Some(running), ArtifactKind::Files).await;
-    let now = now_ms();
-
-    // Within the grace after the build ended (outputs are downloaded then).
-    assert_eq!(
-        rules_artifacts::artifacts(&db, &store, now, &ages)
-            .await
-            .unwrap(),
-        0
-    );
-    let later = now + 11 * MIN;
-    assert_eq!(
-        rules_artifacts::artifacts(&db, &store, later, &ages)
-            .await
-            .unwrap(),
-        2
-    );
-    assert!(!exists(&db, "out").await);
-    assert!(!exists(&db, "on-worker").await);
-    // Only what the store holds is deleted there; volumes holding it go.
-    assert_eq!(store.deleted(), HashSet::from(["out".to_string()]));
-    assert_eq!(state(&db, HandleKind::Volume, "holds").await, D);
-    assert!(exists(&db, "kept").await);
-    assert!(exists(&db, "in-use").await);
-}
-
-#[tokio::test]
-async fn unowned_artifacts_go_after_12_hours_and_images_after_a_week_unused() {
-    let (db, _d) = db().await;
-    let store = Deletes::default();
-    let ages = ArtifactAges::default();
-    artifact(&db, "upload", None, ArtifactKind::Files).await;
-    artifact(&db, "image", None, ArtifactKind::Image).await;
-    artifact(&db, "cache", None, ArtifactKind::Files).await;
-    db.save_resource_cache("main", "key", &cache_row("cache"))
-        .await
-        .unwrap();
-    let now = now_ms();
-
-    assert_eq!(
-        rules_artifacts::artifacts(&db, &store, now + 12 * HOUR - MIN, &ages)
-            .await
-            .unwrap(),
-        0
-    );
-    assert_eq!(
-        rules_artifacts::artifacts(&db, &store, now + 12 * HOUR + MIN, &ages)
-            .await
-            .unwrap(),
-        1
-    );
-    assert!(!exists(&db, "upload").await);
-    // An image used since is measured from its last use.
-    db.touch_artifact("image", now + 2 * 24 * HOUR)
-        .await
-        .unwrap();
-    let week = 7 * 24 * HOUR;
-    db.touch_resource_cache("main", "key", now + 9 * 24 * HOUR)
-        .await
-        .unwrap();
-    assert_eq!(
-        rules_artifacts::artifacts(&db, &store, now + week + HOUR, &ages)
-            .await
-            .unwrap(),
-        0
-    );
-    assert!(exists(&db, "image").await);
-    assert_eq!(
-        rules_artifacts::artifacts(&db, &store, now + 9 * 24 * HOUR + MIN, &ages)
-            .await
-            .unwrap(),
-        1
-    );
-    assert!(!exists(&db, "image").await);
-    // The resource cache (used meanwhile) keeps its artifact: never taken as unowned.
-    assert!(exists(&db, "cache").await);
-    assert_eq!(
-        store.deleted(),
-        HashSet::from(["upload".to_string(), "image".to_string()])
-    );
-}
-
-#[tokio::test]
-async fn resource_caches_go_when_unused_for_their_age_with_their_artifact() {
-    let (db, _d) = db().await;
-    let store = Deletes::default();
-    let ages = ArtifactAges::default();
-    artifact(&db, "files", None, ArtifactKind::Files).await;
-    artifact(&db, "img", None, ArtifactKind::Image).await;
-    db.save_resource_cache("main", "f", &cache_row("files"))
-        .await
-        .unwrap();
-    db.save_resource_cache("main", "i", &cache_row("img"))
-        .await
-        .unwrap();
-    // A second cache sharing the image (deduplicated by digest).
-    db.save_resource_cache("main", "i2", &cache_row("img"))
-        .await
-        .unwrap();
-    row(
-        &db,
-        HandleKind::Volume,
-        "img-vol",
-        "w1",
-        None,
-        HandleState::Created,
-    )
-    .await;
-    db.set_volume_artifact("img-vol", "img").await.unwrap();
-    let now = now_ms();
-
-    assert_eq!(
-        rules_artifacts::artifacts(&db, &store, now + 23 * HOUR, &ages)
-            .await
-            .unwrap(),
-        0
-    );
-    db.touch_resource_cache("main", "i2", now + 3 * 24 * HOUR)
-        .await
-        .unwrap();
-    // The files cache goes after a day, with its artifact; the image caches are kept.
-    assert_eq!(
-        rules_artifacts::artifacts(&db, &store, now + 25 * HOUR, &ages)
-            .await
-            .unwrap(),
-        2
-    );
-    assert!(db.resource_cache("main", "f").await.unwrap().is_none());
-    assert!(!exists(&db, "files").await);
-    // After a week, one image cache goes; the other (used later) keeps the image.
-    let week = 7 * 24 * HOUR;
-    assert_eq!(
-        rules_artifacts::artifacts(&db, &store, now + week + HOUR, &ages)
-            .await
-            .unwrap(),
-        1
-    );
-    assert!(db.resource_cache("main", "i").await.unwrap().is_none());
-    assert!(exists(&db, "img").await);
-    assert_eq!(state(&db, HandleKind::Volume, "img-vol").await, C);
-    assert_eq!(
-        rules_artifacts::artifacts(&db, &store, now + 3 * 24 * HOUR + week + HOUR, &ages)
-            .await
-            .unwrap(),
-        2
-    );
-    assert!(!exists(&db, "img").await);
-    assert_eq!(state(&db, HandleKind::Volume, "img-vol").await, D);
-    assert_eq!(
-        store.deleted(),
-        HashSet::from(["files".to_string(), "img".to_string()])
     );
 }
 

@@ -128,14 +128,14 @@ impl Sweeps {
     /// epoch, to be carried by the report of what it lists from now on.
     pub async fn begin(&self, db: &Db, worker: &str, incarnation: &str) -> Result<i64, SweepError> {
         check_incarnation(db, worker, incarnation).await?;
-        Ok(db.next_gc_epoch().await?)
+        Ok(db.gc().next_gc_epoch().await?)
     }
 
     /// Reconciles a report with the worker's rows; answers what it is to
     /// destroy.
     pub async fn report(&self, db: &Db, report: SweepReport) -> Result<SweepAnswer, SweepError> {
         check_incarnation(db, &report.worker, &report.incarnation).await?;
-        let current = db.gc_epoch().await?;
+        let current = db.gc().gc_epoch().await?;
         if report.epoch < 1 || report.epoch > current {
             return Err(SweepError::BadEpoch {
                 epoch: report.epoch,
@@ -143,13 +143,15 @@ impl Sweeps {
             });
         }
         let previous = db
+            .gc()
             .reported_incarnation(&report.worker)
             .await?
             .ok_or_else(|| SweepError::UnknownWorker(report.worker.clone()))?;
         let new_incarnation = previous.as_deref() != Some(report.incarnation.as_str());
+        let gc = db.gc();
         let (container_rows, volume_rows) = tokio::try_join!(
-            db.sweep_rows(HandleKind::Container, &report.worker),
-            db.sweep_rows(HandleKind::Volume, &report.worker),
+            gc.sweep_rows(HandleKind::Container, &report.worker),
+            gc.sweep_rows(HandleKind::Volume, &report.worker),
         )?;
         let containers = judge(
             &container_rows,
@@ -158,19 +160,21 @@ impl Sweeps {
             new_incarnation,
         );
         let volumes = judge(&volume_rows, &report.volumes, report.epoch, new_incarnation);
-        db.apply_sweep(
-            &report.worker,
-            &report.incarnation,
-            &[
-                (HandleKind::Container, &containers.writes),
-                (HandleKind::Volume, &volumes.writes),
-            ],
-            now_ms(),
-        )
-        .await?;
+        db.gc()
+            .apply_sweep(
+                &report.worker,
+                &report.incarnation,
+                &[
+                    (HandleKind::Container, &containers.writes),
+                    (HandleKind::Volume, &volumes.writes),
+                ],
+                now_ms(),
+            )
+            .await?;
         if let Some(usage) = report.volume_store {
             // For the disk-pressure rule, on whichever node leads it.
-            db.record_volume_store(&report.worker, usage.used_bytes, usage.total_bytes)
+            db.workers()
+                .record_volume_store(&report.worker, usage.used_bytes, usage.total_bytes)
                 .await?;
         }
         self.count(&[&containers, &volumes], report.destroy_failures);
@@ -207,6 +211,7 @@ impl Sweeps {
 /// Refuses unless `worker` is registered with `incarnation`.
 async fn check_incarnation(db: &Db, worker: &str, incarnation: &str) -> Result<(), SweepError> {
     let row = db
+        .workers()
         .get_worker(worker)
         .await?
         .ok_or_else(|| SweepError::UnknownWorker(worker.to_string()))?;

@@ -12,10 +12,12 @@ fn reg(name: &str, incarnation: &str) -> WorkerRegistration {
 }
 
 async fn created(db: &Db, kind: HandleKind, handle: &str) {
-    db.insert_handle(kind, handle, "w", None, None, "main")
+    db.handles()
+        .insert_handle(kind, handle, "w", None, None, "main")
         .await
         .unwrap();
-    db.set_handle_state(kind, handle, HandleState::Created)
+    db.handles()
+        .set_handle_state(kind, handle, HandleState::Created)
         .await
         .unwrap();
 }
@@ -33,10 +35,10 @@ fn report(epoch: i64, containers: &[&str], volumes: &[&str]) -> SweepReport {
 }
 
 async fn state(db: &Db, kind: HandleKind, handle: &str) -> Option<(HandleState, Option<i64>)> {
-    let row = db.get_handle(kind, handle).await.unwrap()?;
+    let row = db.handles().get_handle(kind, handle).await.unwrap()?;
     Some((
         row.state,
-        db.handle_missing_since(kind, handle).await.unwrap(),
+        db.gc().handle_missing_since(kind, handle).await.unwrap(),
     ))
 }
 
@@ -44,7 +46,7 @@ async fn state(db: &Db, kind: HandleKind, handle: &str) -> Option<(HandleState, 
 /// later reports are not those of a new incarnation.
 async fn setup() -> (Db, tempfile::TempDir, Sweeps) {
     let (db, dir) = crate::db::test_db().await;
-    db.upsert_worker(&reg("w", "i1")).await.unwrap();
+    db.workers().upsert_worker(&reg("w", "i1")).await.unwrap();
     let sweeps = Sweeps::default();
     let e = sweeps.begin(&db, "w", "i1").await.unwrap();
     sweeps.report(&db, report(e, &[], &[])).await.unwrap();
@@ -92,15 +94,18 @@ async fn destroying_rows_are_answered_or_deleted_and_unknown_handles_answered() 
     let (c, v) = (HandleKind::Container, HandleKind::Volume);
     for h in ["c-present", "c-gone"] {
         created(&db, c, h).await;
-        db.set_handle_state(c, h, HandleState::Destroying)
+        db.handles()
+            .set_handle_state(c, h, HandleState::Destroying)
             .await
             .unwrap();
     }
     created(&db, v, "v-gone").await;
-    db.set_handle_state(v, "v-gone", HandleState::Destroying)
+    db.handles()
+        .set_handle_state(v, "v-gone", HandleState::Destroying)
         .await
         .unwrap();
-    db.insert_handle(v, "v-creating", "w", None, None, "main")
+    db.handles()
+        .insert_handle(v, "v-creating", "w", None, None, "main")
         .await
         .unwrap();
     let e = sweeps.begin(&db, "w", "i1").await.unwrap();
@@ -131,7 +136,7 @@ async fn the_first_report_of_a_new_incarnation_deletes_absent_rows_at_once() {
     let v = HandleKind::Volume;
     created(&db, v, "lost").await;
     created(&db, v, "kept").await;
-    db.upsert_worker(&reg("w", "i2")).await.unwrap();
+    db.workers().upsert_worker(&reg("w", "i2")).await.unwrap();
     let e = sweeps.begin(&db, "w", "i2").await.unwrap();
     let mut r = report(e, &[], &["kept"]);
     r.incarnation = "i2".into();
@@ -147,7 +152,7 @@ async fn the_first_report_of_a_new_incarnation_deletes_absent_rows_at_once() {
         Some((HandleState::Created, None))
     );
     assert_eq!(
-        db.volume_stores().await.unwrap(),
+        db.workers().volume_stores().await.unwrap(),
         vec![("w".into(), 3, 4, 1)]
     );
     assert_eq!(sweeps.stats().snapshot().destroy_failures, 2);

@@ -48,7 +48,7 @@ impl Job for FleetSync {
     }
 
     async fn tick(&mut self) -> Result<Outcome, JobError> {
-        let rows = self.db.list_workers().await?;
+        let rows = self.db.workers().list_workers().await?;
         self.registry
             .send(SyncRows(rows))
             .await
@@ -194,7 +194,7 @@ impl Registry {
         let db = self.db.clone();
         let name = msg.name.clone();
         ctx.spawn(
-            async move { db.get_worker(&name).await }
+            async move { db.workers().get_worker(&name).await }
                 .into_actor(self)
                 .map(move |row, act, ctx| {
                     let heard = match (&row, act.workers.get(&msg.name)) {

@@ -103,11 +103,11 @@ impl Registry {
                 return Err(retired_error(&reg.name));
             }
             // Retired through another web node (or before a restart).
-            if db.is_retired(&reg.name, &reg.incarnation).await? {
+            if db.workers().is_retired(&reg.name, &reg.incarnation).await? {
                 return Err(retired_error(&reg.name));
             }
             let (bound_build, issued) = match proof {
-                None => (db.upsert_worker(&reg).await?, None),
+                None => (db.workers().upsert_worker(&reg).await?, None),
                 Some(proof) => {
                     let fresh = crate::db::new_identity_secret();
                     let fresh_hash = crate::db::identity_hash(&fresh);
@@ -119,7 +119,7 @@ impl Registry {
                         },
                         WorkerProof::Unaware => crate::db::Pin::Unaware,
                     };
-                    match db.register_pinned(&reg, pin).await? {
+                    match db.workers().register_pinned(&reg, pin).await? {
                         crate::db::Registered::Refused => {
                             tracing::warn!(worker = %reg.name, url = %reg.agent_url, "registration refused: the name is pinned to another worker");
                             return Err(name_taken_error(&reg.name));
@@ -131,7 +131,7 @@ impl Registry {
                     }
                 }
             };
-            db.forget_retired(&reg.name, &reg.incarnation).await?;
+            db.workers().forget_retired(&reg.name, &reg.incarnation).await?;
             Ok((reg, bound_build, issued))
         }
         .into_actor(self)

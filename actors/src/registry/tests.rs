@@ -152,7 +152,7 @@ impl Fleet {
     /// seconds take no wall time.
     async fn stored(&self, name: &str, state: WorkerState) {
         eventually(&format!("{name} to be stored {state:?}"), async || {
-            let row = self.db.get_worker(name).await.unwrap();
+            let row = self.db.workers().get_worker(name).await.unwrap();
             row.is_some_and(|r| r.state == state)
         })
         .await;
@@ -315,7 +315,10 @@ fn a_worker_stalled_longer_than_the_timeout_is_pruned_then_and_not_before() {
             fleet.jobs.get(STALLED_PRUNE_JOB).unwrap().runs == 1
         })
         .await;
-        assert!(held(fleet.db.get_worker("w1")).await.unwrap().is_none());
+        assert!(held(fleet.db.workers().get_worker("w1"))
+            .await
+            .unwrap()
+            .is_none());
         let prune = fleet.jobs.get(STALLED_PRUNE_JOB).unwrap();
         assert_eq!(
             (prune.runs, prune.errors, prune.next_run),

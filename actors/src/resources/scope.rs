@@ -48,7 +48,7 @@ pub(crate) fn one_off(team: &str) -> String {
 }
 
 /// The history of a pipeline's resource `resource` of its own (global
-/// resources off), as given to `Db::set_pipeline`: the pipeline's id is
+/// resources off), as given to `Pipelines::set_pipeline`: the pipeline's id is
 /// [`PIPELINE_ID`] until it is stored.
 pub(crate) fn pipeline_resource(resource: &str) -> String {
     format!("{PIPELINE_PREFIX}{PIPELINE_ID}/{resource}")

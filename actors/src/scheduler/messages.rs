@@ -139,7 +139,7 @@ pub struct Placement {
     /// the release deletes.
     pub ledger: Option<i64>,
     /// The worker is a one-build worker, now bound to the step's build:
-    /// the binding is to be recorded (see [`crate::db::Db::bind_worker`]).
+    /// the binding is to be recorded (see [`crate::db::Workers::bind_worker`]).
     pub binds: bool,
     /// How the strategies chose it, for the placement's span.
     pub decision: PlacementDecision,

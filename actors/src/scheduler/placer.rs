@@ -195,7 +195,7 @@ impl Placer {
         ledger: &Ledger,
         request: &StepRequest,
     ) -> Result<Result<Placement, String>, EngineError> {
-        let mut tx = ledger.db.lock_ledger().await?;
+        let mut tx = ledger.db.workers().lock_ledger().await?;
         let loads = tx.loads().await?;
         let bindings = tx.bindings().await?;
         let decided = self
@@ -253,7 +253,7 @@ impl Placer {
             let ledger = ledger.clone();
             // Not cut short at shutdown: the release is written first.
             self.tasks.spawn_graceful(|_| async move {
-                match ledger.db.release_placement(id).await {
+                match ledger.db.workers().release_placement(id).await {
                     Ok(()) => {
                         ledger.released.send_modify(|n| *n += 1);
                     }
@@ -277,6 +277,7 @@ impl Placer {
             placement.ledger = Some(
                 ledger
                     .db
+                    .workers()
                     .record_build_placement(
                         build_id,
                         &placement.worker,
@@ -311,7 +312,7 @@ impl Placer {
     ) -> Result<Option<(HashMap<String, Load>, usize)>, EngineError> {
         match &self.ledger {
             Some(l) => Ok(Some((
-                l.db.ledger_loads().await?,
+                l.db.workers().ledger_loads().await?,
                 l.waiting.load(Ordering::Relaxed),
             ))),
             None => Ok(None),
@@ -322,7 +323,7 @@ impl Placer {
     /// took again (a node taken over, or this node's previous run).
     pub(crate) async fn purge(&self, node: &str, before: i64) -> Result<(), EngineError> {
         if let Some(ledger) = &self.ledger {
-            let n = ledger.db.purge_placements(node, before).await?;
+            let n = ledger.db.workers().purge_placements(node, before).await?;
             if n > 0 {
                 tracing::info!(node, placements = n, "released placements no build holds");
                 ledger.released.send_modify(|n| *n += 1);

@@ -322,7 +322,7 @@ async fn limits_hold_across_nodes_sharing_the_ledger() {
     let a = placed(placers[0].select(task("main", "linux", &[])).await.unwrap());
     let b = placed(placers[1].select(task("main", "linux", &[])).await.unwrap());
     assert!(a.ledger.is_some() && b.ledger.is_some());
-    assert_eq!(pg.db.ledger_loads().await.unwrap()["w"].tasks, 2);
+    assert_eq!(pg.db.workers().ledger_loads().await.unwrap()["w"].tasks, 2);
     // A third through either node waits; one that gives up holds nothing.
     let Selection::Queued {
         ticket: gave_up, ..
@@ -343,12 +343,19 @@ async fn limits_hold_across_nodes_sharing_the_ledger() {
         .expect("placed within 10 s of a release on the other node")
         .expect("placed");
     assert_eq!(c.worker, "w");
-    let loads = pg.db.ledger_loads().await.unwrap();
+    let loads = pg.db.workers().ledger_loads().await.unwrap();
     assert_eq!(loads["w"].tasks, 2, "{loads:?}");
     placers[0].release(a);
     placers[0].release(c);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while pg.db.ledger_loads().await.unwrap().contains_key("w") {
+    while pg
+        .db
+        .workers()
+        .ledger_loads()
+        .await
+        .unwrap()
+        .contains_key("w")
+    {
         assert!(std::time::Instant::now() < deadline, "releases recorded");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
@@ -463,7 +470,7 @@ async fn a_one_build_worker_is_bound_once_across_nodes() {
     let pg = crate::db::test_pg::PgDb::new().await;
     let mut reg = one_build("eph").registration;
     reg.incarnation = "i1".into();
-    pg.db.upsert_worker(&reg).await.unwrap();
+    pg.db.workers().upsert_worker(&reg).await.unwrap();
     let mut placers = Vec::new();
     let mut tables = Vec::new();
     for node in ["n1", "n2"] {
@@ -479,7 +486,10 @@ async fn a_one_build_worker_is_bound_once_across_nodes() {
         panic!("build 7 waited for a free one-build worker");
     };
     assert_eq!(p.worker, "eph");
-    assert_eq!(pg.db.worker_binding("eph").await.unwrap(), Some(7));
+    assert_eq!(
+        pg.db.workers().worker_binding("eph").await.unwrap(),
+        Some(7)
+    );
     let Selection::Queued { reason, .. } = placers[1].select(step_of(8)).await.unwrap() else {
         panic!("node 2 placed build 8 on the worker node 1 bound to build 7");
     };

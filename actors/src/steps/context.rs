@@ -214,6 +214,7 @@ impl StepContext {
         let volume = self.worker.create_volume(&spec).await?;
         self.scope
             .db
+            .handles()
             .set_handle_state(HandleKind::Volume, &handle, HandleState::Created)
             .await?;
         Ok(volume)
@@ -231,9 +232,12 @@ impl StepContext {
     ) -> Result<String, EngineError> {
         let db = &self.scope.db;
         let id = uuid::Uuid::new_v4().to_string();
-        db.insert_worker_artifact(&id, &self.scope.team, Some(name), Some(self.scope.build))
+        db.artifact_index()
+            .insert_worker_artifact(&id, &self.scope.team, Some(name), Some(self.scope.build))
             .await?;
-        db.set_volume_artifact(volume.handle(), &id).await?;
+        db.handles()
+            .set_volume_artifact(volume.handle(), &id)
+            .await?;
         self.scope.scheduler.do_send(ArtifactLocality {
             artifact: id.clone(),
             worker: self.worker.name().to_string(),
@@ -254,15 +258,16 @@ impl StepContext {
     ) -> Result<Arc<dyn Volume>, EngineError> {
         let db = &self.scope.db;
         let handle = uuid::Uuid::new_v4().to_string();
-        db.insert_handle(
-            HandleKind::Volume,
-            &handle,
-            self.worker.name(),
-            None,
-            role,
-            &self.scope.team,
-        )
-        .await?;
+        db.handles()
+            .insert_handle(
+                HandleKind::Volume,
+                &handle,
+                self.worker.name(),
+                None,
+                role,
+                &self.scope.team,
+            )
+            .await?;
         let spec = VolumeSpec {
             handle: handle.clone(),
             strategy: VolumeStrategy::Empty,
@@ -272,7 +277,10 @@ impl StepContext {
         match self.worker.create_volume(&spec).await {
             Ok(volume) => Ok(volume),
             Err(e) => {
-                let _ = db.delete_handle(HandleKind::Volume, &handle).await;
+                let _ = db
+                    .handles()
+                    .delete_handle(HandleKind::Volume, &handle)
+                    .await;
                 Err(e.into())
             }
         }
@@ -295,6 +303,7 @@ impl StepContext {
         let container = self.worker.find_or_create_container(&spec).await?;
         self.scope
             .db
+            .handles()
             .set_handle_state(HandleKind::Container, &handle, HandleState::Created)
             .await?;
         Ok(container)
@@ -307,6 +316,7 @@ impl StepContext {
         let handle = uuid::Uuid::new_v4().to_string();
         self.scope
             .db
+            .handles()
             .insert_node_handle(
                 kind,
                 &handle,

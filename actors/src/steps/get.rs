@@ -27,6 +27,7 @@ impl GetStep {
         // What `passed` of later jobs reads.
         if ctx.job().is_some() {
             ctx.db()
+                .versions()
                 .record_build_version(
                     ctx.build(),
                     Direction::In,

@@ -57,6 +57,7 @@ impl StepContext {
     ) -> Result<(String, Option<PulledImage>), EngineError> {
         self.scope
             .db
+            .gc()
             .touch_artifact(artifact, crate::db::now_ms())
             .await?;
         let imports = &self.scope.imports;
@@ -80,18 +81,24 @@ impl StepContext {
         let db = &self.scope.db;
         let worker = &self.worker;
         let encoding = self.scope.encoding;
-        if let Some(handle) = db.find_artifact_volume(worker.name(), artifact).await? {
+        if let Some(handle) = db
+            .handles()
+            .find_artifact_volume(worker.name(), artifact)
+            .await?
+        {
             if worker.lookup_volume(&handle).await?.is_some() {
                 return Ok((handle, None));
             }
             // The worker lost it (e.g. a new disk): forget the row, import again.
-            db.delete_handle(HandleKind::Volume, &handle).await?;
+            db.handles()
+                .delete_handle(HandleKind::Volume, &handle)
+                .await?;
         }
         let properties = BTreeMap::from([("image".to_string(), artifact.to_string())]);
         let volume = self.create_unowned_volume(None, properties).await?;
         let handle = volume.handle().to_string();
         let imported = async {
-            db.set_volume_artifact(&handle, artifact).await?;
+            db.handles().set_volume_artifact(&handle, artifact).await?;
             match fill {
                 Fill::Import => {
                     let body = self.scope.artifacts.open(None, artifact, encoding).await?;
@@ -116,7 +123,8 @@ impl StepContext {
                         "image pulled onto the worker"
                     );
                 }
-                db.set_handle_state(HandleKind::Volume, &handle, HandleState::Created)
+                db.handles()
+                    .set_handle_state(HandleKind::Volume, &handle, HandleState::Created)
                     .await?;
                 self.scope.scheduler.do_send(ArtifactLocality {
                     artifact: artifact.to_string(),
@@ -128,6 +136,7 @@ impl StepContext {
             Err(e) => {
                 // Half imported: the worker's sweeper destroys it.
                 let _ = db
+                    .handles()
                     .set_handle_state(HandleKind::Volume, &handle, HandleState::Destroying)
                     .await;
                 Err(e)
@@ -181,6 +190,7 @@ impl StepContext {
             // for it find this worker as a peer.
             self.scope
                 .db
+                .handles()
                 .set_handle_state(HandleKind::Volume, volume.handle(), HandleState::Created)
                 .await?;
             Ok(Some(done))
@@ -198,11 +208,11 @@ impl StepContext {
         let db = &self.scope.db;
         let ttl = self.scope.streams.config().url_ttl;
         let mut urls = Vec::new();
-        for copy in db.artifact_holders(artifact).await? {
+        for copy in db.handles().artifact_holders(artifact).await? {
             if copy.worker == self.worker.name() {
                 continue;
             }
-            let Some(row) = db.get_worker(&copy.worker).await? else {
+            let Some(row) = db.workers().get_worker(&copy.worker).await? else {
                 continue;
             };
             let reg = &row.registration;

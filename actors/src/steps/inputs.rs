@@ -23,7 +23,12 @@ impl StepContext {
         name: &str,
         artifact: &str,
     ) -> Result<Arc<dyn Volume>, EngineError> {
-        if self.db().artifact_in_store(artifact).await? {
+        if self
+            .db()
+            .artifact_index()
+            .artifact_in_store(artifact)
+            .await?
+        {
             let volume = self.create_volume(role).await?;
             self.stream_from_store(name, artifact, &volume).await?;
             return Ok(volume);

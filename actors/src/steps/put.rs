@@ -99,6 +99,7 @@ impl PutStep {
         let scope = match ctx.job() {
             Some(_) => {
                 ctx.db()
+                    .versions()
                     .output_scope(ctx.build(), &self.resource, &key)
                     .await?
             }
@@ -106,6 +107,7 @@ impl PutStep {
         }
         .unwrap_or_else(|| scope::one_off(ctx.team()));
         ctx.db()
+            .versions()
             .save_output_version(&scope, &key, &version, &metadata)
             .await?;
         let worker = ctx.worker().name().to_string();
@@ -121,6 +123,7 @@ impl PutStep {
         .await?;
         if ctx.job().is_some() {
             ctx.db()
+                .versions()
                 .record_build_version(
                     ctx.build(),
                     Direction::Out,

@@ -118,6 +118,7 @@ async fn own_scope(ctx: &StepContext, stored: Option<&str>) -> Result<String, En
         Owner::Team(t) => t == team,
         Owner::Pipeline(id) => ctx
             .db()
+            .pipelines()
             .pipeline_by_id(id)
             .await?
             .is_some_and(|p| p.team == team),
@@ -143,7 +144,7 @@ pub(crate) async fn check(
     let db = ctx.db().clone();
     let key = r.config.key();
     let scope = own_scope(ctx, scope).await?;
-    let from = db.versions(&scope, &key, 1).await?.pop();
+    let from = db.versions().newest(&scope, &key, 1).await?.pop();
     let request = json!({
         "source": r.config.source,
         "version": from.map(|v| v.version),
@@ -164,7 +165,7 @@ pub(crate) async fn check(
     )?;
     let versions = check_answer(&answer)?;
     let rows: Vec<(Value, Value)> = versions.iter().map(|v| (v.clone(), json!([]))).collect();
-    db.save_versions(&scope, &key, &rows).await?;
+    db.versions().save_versions(&scope, &key, &rows).await?;
     let worker = ctx.worker().name().to_string();
     tell(
         ctx,
@@ -200,7 +201,13 @@ async fn checked_newest(
 ) -> Result<Value, Halt> {
     check(ctx, r, scope).await?;
     let scope = own_scope(ctx, scope).await?;
-    match ctx.db().versions(&scope, &r.config.key(), 1).await?.pop() {
+    match ctx
+        .db()
+        .versions()
+        .newest(&scope, &r.config.key(), 1)
+        .await?
+        .pop()
+    {
         Some(row) => Ok(row.version),
         None => Err(Halt::Error(EngineError::Invalid(format!(
             "resource {:?}: check found no version to fetch",
@@ -221,13 +228,18 @@ async fn image_version(
 ) -> Result<Value, Halt> {
     let key = r.config.key();
     let periodic = match pinned {
-        None => ctx.db().resource_type_scope(ctx.team(), &key).await?,
+        None => {
+            ctx.db()
+                .pipelines()
+                .resource_type_scope(ctx.team(), &key)
+                .await?
+        }
         Some(_) => None,
     };
     let Some(scope) = periodic else {
         return version_to_fetch(ctx, r, pinned).await;
     };
-    match ctx.db().versions(&scope, &key, 1).await?.pop() {
+    match ctx.db().versions().newest(&scope, &key, 1).await?.pop() {
         Some(row) => Ok(row.version),
         None => checked_newest(ctx, r, Some(&scope)).await,
     }
@@ -289,7 +301,11 @@ async fn get_in(
         image_env: None,
         image_user: None,
     };
-    let row = ctx.db().save_resource_cache(ctx.team(), &key, &row).await?;
+    let row = ctx
+        .db()
+        .versions()
+        .save_resource_cache(ctx.team(), &key, &row)
+        .await?;
     tell(
         ctx,
         r.name,
@@ -347,20 +363,22 @@ async fn get_native(
 /// forgotten).
 async fn cached(ctx: &StepContext, key: &str) -> Result<Option<ResourceCacheRow>, EngineError> {
     let db = ctx.db();
-    let Some(row) = db.resource_cache(ctx.team(), key).await? else {
+    let Some(row) = db.versions().resource_cache(ctx.team(), key).await? else {
         return Ok(None);
     };
     if row.artifact_id == DEFAULT_IMAGE
         || db
+            .artifact_index()
             .get_artifact(ctx.team(), &row.artifact_id)
             .await?
             .is_some()
     {
-        db.touch_resource_cache(ctx.team(), key, crate::db::now_ms())
+        db.gc()
+            .touch_resource_cache(ctx.team(), key, crate::db::now_ms())
             .await?;
         return Ok(Some(row));
     }
-    db.delete_resource_cache(ctx.team(), key).await?;
+    db.versions().delete_resource_cache(ctx.team(), key).await?;
     Ok(None)
 }
 
@@ -500,7 +518,11 @@ async fn fetch_image_in(
             keep_image(ctx, name, volume.as_ref(), version, metadata).await?
         }
     };
-    let row = ctx.db().save_resource_cache(ctx.team(), &key, &row).await?;
+    let row = ctx
+        .db()
+        .versions()
+        .save_resource_cache(ctx.team(), &key, &row)
+        .await?;
     tell(
         ctx,
         name,
@@ -575,7 +597,8 @@ async fn pull_image(
 ) -> Result<ResourceCacheRow, EngineError> {
     let db = ctx.db();
     let artifact = pulled_image_id(ctx.team(), &pull.digest);
-    db.insert_pulled_image(&artifact, ctx.team(), name, &pull.digest)
+    db.artifact_index()
+        .insert_pulled_image(&artifact, ctx.team(), name, &pull.digest)
         .await?;
     let (handle, pulled) = ctx
         .image_volume_by(&artifact, crate::steps::image::Fill::Pull(pull))
@@ -654,7 +677,11 @@ pub(crate) async fn image_of_artifact(
         .input_volume(&format!("image:{name}"), name, artifact)
         .await?;
     let row = keep_image(ctx, name, volume.as_ref(), json!({}), json!([])).await?;
-    let row = ctx.db().save_resource_cache(ctx.team(), &key, &row).await?;
+    let row = ctx
+        .db()
+        .versions()
+        .save_resource_cache(ctx.team(), &key, &row)
+        .await?;
     Ok(image_of(&row, None))
 }
 

@@ -94,7 +94,7 @@ impl SetPipelineStep {
         for (k, v) in pipeline_ref.vars() {
             vars.insert(&k, v);
         }
-        let stored = scope.db.pipeline(&scope.team, &name).await?;
+        let stored = scope.db.pipelines().pipeline(&scope.team, &name).await?;
         // A pipeline that sets itself (`self`) is not its own child: it
         // never archives itself when its job stops setting it.
         let parent = self
@@ -114,7 +114,11 @@ impl SetPipelineStep {
         if let Some(row) = stored.as_ref().filter(same) {
             self.log(scope, "no changes to apply.\n").await?;
             if let Some(parent) = &parent {
-                scope.db.set_pipeline_parent(row.id, parent).await?;
+                scope
+                    .db
+                    .pipelines()
+                    .set_pipeline_parent(row.id, parent)
+                    .await?;
             }
             return Ok(());
         }
@@ -142,7 +146,11 @@ impl SetPipelineStep {
         if created && parent.is_none() {
             // A one-off build has no job to be the parent; its pipeline
             // starts unpaused all the same.
-            scope.db.set_pipeline_paused(row.id, false).await?;
+            scope
+                .db
+                .pipelines()
+                .set_pipeline_paused(row.id, false)
+                .await?;
         }
         self.log(scope, "done\n").await
     }
@@ -155,6 +163,7 @@ impl SetPipelineStep {
         };
         Ok(scope
             .db
+            .pipelines()
             .pipeline(&scope.team, &job.pipeline)
             .await?
             .map(|p| Parent {

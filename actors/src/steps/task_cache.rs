@@ -130,7 +130,7 @@ impl StepContext {
         // uses the winner's.
         let mut origin = CacheOrigin::CreatedEmpty;
         for _ in 0..2 {
-            if let Some(row) = self.scope.db.find_task_cache(&key).await? {
+            if let Some(row) = self.scope.db.handles().find_task_cache(&key).await? {
                 match self.recorded_cache(&row, cache.ttl()).await? {
                     Ok(volume) => {
                         self.record_ttl(&key, cache).await?;
@@ -144,6 +144,7 @@ impl StepContext {
             if self
                 .scope
                 .db
+                .handles()
                 .insert_task_cache(&key, volume.handle())
                 .await?
             {
@@ -171,19 +172,25 @@ impl StepContext {
         let db = &self.scope.db;
         let now = now_ms();
         if cache_expired(row.last_used_at, ttl, now) {
-            db.forget_task_cache(row, now).await?;
+            db.gc().forget_task_cache(row, now).await?;
             return Ok(Err(CacheOrigin::Expired));
         }
         // Marked used first: the garbage collector keeps a cache used by a
         // running build, and one it dropped before is not mounted.
-        if !db.use_task_cache(row, now).await? {
+        if !db.gc().use_task_cache(row, now).await? {
             return Ok(Err(CacheOrigin::Dropped));
         }
         match self.worker.lookup_volume(&row.volume).await? {
             Some(volume) => Ok(Ok(volume)),
             None => {
-                if db.delete_task_cache(&row.key, &row.volume).await? {
-                    db.delete_handle(HandleKind::Volume, &row.volume).await?;
+                if db
+                    .handles()
+                    .delete_task_cache(&row.key, &row.volume)
+                    .await?
+                {
+                    db.handles()
+                        .delete_handle(HandleKind::Volume, &row.volume)
+                        .await?;
                 }
                 Ok(Err(CacheOrigin::Lost))
             }
@@ -206,6 +213,7 @@ impl StepContext {
             .await?;
         self.scope
             .db
+            .handles()
             .set_handle_state(HandleKind::Volume, volume.handle(), HandleState::Created)
             .await?;
         Ok(volume)
@@ -218,6 +226,7 @@ impl StepContext {
         if let Err(e) = self
             .scope
             .db
+            .handles()
             .set_handle_state(HandleKind::Volume, handle, HandleState::Destroying)
             .await
         {
@@ -234,7 +243,7 @@ impl StepContext {
         let ttl_ms = cache
             .ttl()
             .map(|t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
-        self.scope.db.set_task_cache_ttl(key, ttl_ms).await
+        self.scope.db.gc().set_task_cache_ttl(key, ttl_ms).await
     }
 
     /// Tells in the build's log where the cache at `path` came from.

@@ -50,7 +50,11 @@ impl Streams {
     /// a worker holding it (once, however many steps ask at the same time).
     pub async fn copy_to(&self, req: CopyRequest) -> Result<String, EngineError> {
         let here = req.worker.name().to_string();
-        let copies = self.db().artifact_copies(&req.artifact, req.build).await?;
+        let copies = self
+            .db()
+            .handles()
+            .artifact_copies(&req.artifact, req.build)
+            .await?;
         if let Some(copy) = copies.iter().find(|c| c.worker == here) {
             return Ok(copy.volume.clone());
         }
@@ -84,23 +88,29 @@ impl Streams {
         let to = req.worker.name().to_string();
         // Looked up again under the pending entry: a transfer that ended
         // between the caller's look and its entry left a copy here.
-        let copies = db.artifact_copies(&req.artifact, req.build).await?;
+        let copies = db
+            .handles()
+            .artifact_copies(&req.artifact, req.build)
+            .await?;
         if let Some(copy) = copies.iter().find(|c| c.worker == to) {
             return Ok(copy.volume.clone());
         }
         let source = self.source_of(&req, copies).await?;
         let handle = uuid::Uuid::new_v4().to_string();
         let role = format!("artifact:{}", req.name);
-        db.insert_handle(
-            HandleKind::Volume,
-            &handle,
-            &to,
-            Some(req.build),
-            Some(&role),
-            &req.team,
-        )
-        .await?;
-        db.set_volume_artifact(&handle, &req.artifact).await?;
+        db.handles()
+            .insert_handle(
+                HandleKind::Volume,
+                &handle,
+                &to,
+                Some(req.build),
+                Some(&role),
+                &req.team,
+            )
+            .await?;
+        db.handles()
+            .set_volume_artifact(&handle, &req.artifact)
+            .await?;
         let spec = VolumeSpec {
             handle: handle.clone(),
             strategy: VolumeStrategy::Empty,
@@ -113,7 +123,10 @@ impl Streams {
         let dest = match req.worker.create_volume(&spec).await {
             Ok(v) => v,
             Err(e) => {
-                let _ = db.delete_handle(HandleKind::Volume, &handle).await;
+                let _ = db
+                    .handles()
+                    .delete_handle(HandleKind::Volume, &handle)
+                    .await;
                 return Err(e.into());
             }
         };
@@ -127,7 +140,8 @@ impl Streams {
         };
         match StreamTransfer::run(self.clone(), job).await {
             Ok(done) => {
-                db.set_handle_state(HandleKind::Volume, &handle, HandleState::Created)
+                db.handles()
+                    .set_handle_state(HandleKind::Volume, &handle, HandleState::Created)
                     .await?;
                 req.scheduler.do_send(ArtifactLocality {
                     artifact: req.artifact.clone(),
@@ -154,6 +168,7 @@ impl Streams {
                 // Half written: no `created` row points at it, and the
                 // worker's sweeper destroys it.
                 let _ = db
+                    .handles()
                     .set_handle_state(HandleKind::Volume, &handle, HandleState::Destroying)
                     .await;
                 Err(e)
@@ -170,7 +185,7 @@ impl Streams {
     ) -> Result<Source, EngineError> {
         let mut holders = Vec::new();
         for copy in copies {
-            match self.db().get_worker(&copy.worker).await? {
+            match self.db().workers().get_worker(&copy.worker).await? {
                 Some(row) if row.state == WorkerState::Running => {
                     return Ok(Source::Worker {
                         registration: Box::new(row.registration),

@@ -152,12 +152,12 @@ impl Streams {
         encoding: gantry_wire::spec::Encoding,
     ) -> Result<gantry_wire::runtime::ByteStream, crate::error::EngineError> {
         use crate::error::EngineError;
-        if self.db().artifact_in_store(id).await? {
+        if self.db().artifact_index().artifact_in_store(id).await? {
             return self.artifacts().open(team, id, encoding).await;
         }
         let row = match team {
-            Some(team) => self.db().get_artifact(team, id).await?,
-            None => self.db().get_artifact_any_team(id).await?,
+            Some(team) => self.db().artifact_index().get_artifact(team, id).await?,
+            None => self.db().artifact_index().get_artifact_any_team(id).await?,
         };
         let not_found = || EngineError::NotFound {
             kind: "artifact",
@@ -165,8 +165,8 @@ impl Streams {
         };
         let row = row.ok_or_else(not_found)?;
         let build = row.build_id.ok_or_else(not_found)?;
-        for copy in self.db().artifact_copies(id, build).await? {
-            let Some(worker) = self.db().get_worker(&copy.worker).await? else {
+        for copy in self.db().handles().artifact_copies(id, build).await? {
+            let Some(worker) = self.db().workers().get_worker(&copy.worker).await? else {
                 continue;
             };
             if worker.state != gantry_wire::state::WorkerState::Running {

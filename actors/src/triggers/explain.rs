@@ -27,6 +27,7 @@ pub(crate) async fn explain(
     let mut out = BTreeMap::new();
     for input in inputs {
         let page = db
+            .versions()
             .all_versions_page(&input.scope, &input.config, None, SHOWN)
             .await?;
         let chosen_text = chosen.get(&input.name).map(|v| v.to_string());
@@ -37,6 +38,7 @@ pub(crate) async fn explain(
             } else if let Some(pin) = &input.pin {
                 format!("the input is pinned to {}", pin.version())
             } else if db
+                .versions()
                 .version_disabled(pipeline_id, &input.resource, &v.version)
                 .await?
             {
@@ -49,6 +51,7 @@ pub(crate) async fn explain(
                         ..at
                     };
                     if db
+                        .versions()
                         .passed_builds(up, &input.resource, &v.version)
                         .await?
                         .is_empty()

@@ -173,6 +173,7 @@ async fn hold(
         };
         let mut builds: HashSet<i64> = job
             .db
+            .versions()
             .passed_builds(at, &input.resource, version)
             .await?
             .into_iter()
@@ -233,9 +234,15 @@ impl<'a> Candidates<'a> {
                 let v = pin.version();
                 let disabled = job
                     .db
+                    .versions()
                     .version_disabled(job.pipeline_id, &input.resource, v)
                     .await?;
-                let order = job.db.version_order(versions, v).await?.unwrap_or(0);
+                let order = job
+                    .db
+                    .versions()
+                    .version_order(versions, v)
+                    .await?
+                    .unwrap_or(0);
                 Some((!disabled).then(|| OrderedVersion {
                     version: v.to_string(),
                     check_order: order,
@@ -246,6 +253,7 @@ impl<'a> Candidates<'a> {
         let (bound, fallback) = if input.every && pinned.is_none() {
             let last = job
                 .db
+                .versions()
                 .last_used_order(job.at, &input.name, versions)
                 .await?;
             (Bound::After(last.unwrap_or(0)), last)
@@ -291,6 +299,7 @@ impl<'a> Candidates<'a> {
             };
             let page = job
                 .db
+                .versions()
                 .passed_by_build_page(at, versions, of, self.walk.as_ref(), PAGE)
                 .await?;
             self.done = (page.len() as i64) < PAGE;
@@ -313,10 +322,16 @@ impl<'a> Candidates<'a> {
                     ..job.at
                 };
                 job.db
+                    .versions()
                     .passed_versions_page(at, versions, of, self.bound, PAGE)
                     .await?
             }
-            None => job.db.versions_page(versions, of, self.bound, PAGE).await?,
+            None => {
+                job.db
+                    .versions()
+                    .versions_page(versions, of, self.bound, PAGE)
+                    .await?
+            }
         };
         if let Some(last) = page.last() {
             self.bound = match self.bound {

@@ -31,14 +31,22 @@ const AT: JobAt<'static> = JobAt {
 
 /// A finished build of job `job` that used `versions` (resource, version).
 async fn build(db: &Db, job: &str, status: BuildStatus, versions: &[(&str, &str)]) -> i64 {
-    let id = db.create_build("main", &json!({}), "n").await.unwrap();
-    db.set_build_job(id, "p", job).await.unwrap();
+    let id = db
+        .builds()
+        .create_build("main", &json!({}), "n")
+        .await
+        .unwrap();
+    db.gc().set_build_job(id, "p", job).await.unwrap();
     for (resource, v) in versions {
-        db.record_build_version(id, Direction::In, resource, resource, &json!({ "v": v }))
+        db.versions()
+            .record_build_version(id, Direction::In, resource, resource, &json!({ "v": v }))
             .await
             .unwrap();
     }
-    db.finish_build(id, status, Some(0), None).await.unwrap();
+    db.builds()
+        .finish_build(id, status, Some(0), None)
+        .await
+        .unwrap();
     id
 }
 
@@ -58,7 +66,10 @@ async fn inputs_sharing_an_upstream_job_take_versions_from_the_same_build_of_it(
             .iter()
             .map(|n| (json!({ "v": n }), json!([])))
             .collect();
-        db.save_versions("*", config, &rows).await.unwrap();
+        db.versions()
+            .save_versions("*", config, &rows)
+            .await
+            .unwrap();
     }
     // x2 and y2 are the newest, but no build of `up` had both; the newest
     // build of `up` (by upstream build, as Concourse) had x1 and y2.
@@ -115,7 +126,8 @@ async fn inputs_sharing_an_upstream_job_take_versions_from_the_same_build_of_it(
     );
 
     // x2 disabled: still x1 with y2, which one build of `up` had.
-    db.set_version_disabled(1, "x", &v("x2"), true)
+    db.pipelines()
+        .set_version_disabled(1, "x", &v("x2"), true)
         .await
         .unwrap();
     let Resolution::Resolved(chosen) = resolved(&db, &inputs).await else {
@@ -145,7 +157,7 @@ async fn every_goes_on_from_the_last_version_used_and_unsatisfied_inputs_say_why
         .iter()
         .map(|n| (json!({ "v": n }), json!([])))
         .collect();
-    db.save_versions("*", "cz", &rows).await.unwrap();
+    db.versions().save_versions("*", "cz", &rows).await.unwrap();
     let mut every = input("z", "cz", &[]);
     every.every = true;
     let next = |chosen: Resolution| match chosen {
@@ -190,11 +202,12 @@ async fn passed_takes_the_newest_upstream_builds_outputs_before_its_inputs() {
         .iter()
         .map(|n| (json!({ "v": n }), json!([])))
         .collect();
-    db.save_versions("*", "cm", &rows).await.unwrap();
+    db.versions().save_versions("*", "cm", &rows).await.unwrap();
     // An older build had 3; the newest got 2 and put 1.
     build(&db, "up", BuildStatus::Succeeded, &[("m", "3")]).await;
     let newest = build(&db, "up", BuildStatus::Succeeded, &[("m", "2")]).await;
-    db.record_build_version(newest, Direction::Out, "push", "m", &json!({ "v": "1" }))
+    db.versions()
+        .record_build_version(newest, Direction::Out, "push", "m", &json!({ "v": "1" }))
         .await
         .unwrap();
     let chosen = |r: Resolution| match r {
@@ -207,7 +220,8 @@ async fn passed_takes_the_newest_upstream_builds_outputs_before_its_inputs() {
         v("1")
     );
     // The put's version disabled: the same build's input.
-    db.set_version_disabled(1, "m", &v("1"), true)
+    db.pipelines()
+        .set_version_disabled(1, "m", &v("1"), true)
         .await
         .unwrap();
     assert_eq!(
@@ -215,7 +229,8 @@ async fn passed_takes_the_newest_upstream_builds_outputs_before_its_inputs() {
         v("2")
     );
     // Many newer builds with one version: read past them to the others.
-    db.set_version_disabled(1, "m", &v("2"), true)
+    db.pipelines()
+        .set_version_disabled(1, "m", &v("2"), true)
         .await
         .unwrap();
     for _ in 0..(PAGE + 5) {

@@ -27,7 +27,7 @@ pub const DEFAULT_CHECK_EVERY: std::time::Duration = std::time::Duration::from_s
 /// for none), its resources' versions kept per config in the team's
 /// shared history when `global` (see [`crate::resources::scope`]), set
 /// by `parent`'s `set_pipeline` step when given (see
-/// [`Db::set_pipeline_by`]); answers it and whether it is new. Nothing is stored when it has a
+/// [`Pipelines::set_pipeline_by`]); answers it and whether it is new. Nothing is stored when it has a
 /// problem, each named.
 pub(crate) async fn store_pipeline(
     db: &Db,
@@ -87,6 +87,7 @@ pub(crate) async fn store_pipeline_warned(
         instance_vars: instance_vars.as_deref(),
     };
     let (row, created) = db
+        .pipelines()
         .set_pipeline_by(
             team,
             name,

@@ -65,7 +65,8 @@ pub async fn worker_jobs(
     }
     // Through the engine's agent client (its connect timeout, token and
     // trace header, its error mapping), not a request of its own.
-    let rows = gantry_agent_client::AgentConnector::default()
+    let rows = state
+        .agents
         .worker(&reg)
         .jobs(std::time::Duration::from_secs(10))
         .await
