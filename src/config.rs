@@ -62,6 +62,11 @@ pub struct WebConfig {
     /// node with another key refuses to start). Default
     /// `DATA_DIR/secret.key`.
     pub encryption_key_file: Option<PathBuf>,
+    /// The key file the database was sealed with before
+    /// `encryption_key_file`'s key (key rotation): at start, every stored
+    /// secret it opens is sealed again with the new key. Give it to one
+    /// node with the others stopped, then remove it. Default: none.
+    pub old_encryption_key_file: Option<PathBuf>,
     /// Key workers must present to register, heartbeat and sweep. A node
     /// with any token set, or listening beyond loopback, refuses to start
     /// without one, and never takes the published [`DEV_REGISTRATION_KEY`]
@@ -229,6 +234,7 @@ impl WebConfig {
                 "data_dir",
                 "database_url",
                 "encryption_key_file",
+                "old_encryption_key_file",
                 "node_name",
                 "node_heartbeat_secs",
                 "node_timeout_secs",
@@ -493,6 +499,7 @@ impl Default for WebConfig {
             data_dir: PathBuf::from(".gantry"),
             database_url: None,
             encryption_key_file: None,
+            old_encryption_key_file: None,
             registration_key: None,
             stream_encoding: "zstd".into(),
             rerun_when_worker_disappears: false,

@@ -411,9 +411,66 @@ fn candidate_secrets(dump: &str) -> std::collections::BTreeSet<String> {
     out
 }
 
+/// Sets a pipeline whose resource source holds a secret and whose vars
+/// (`-v`) hold another, and triggers its job (a build whose plan holds
+/// both); answers the two secrets once the build is stored.
+fn set_pipeline_with_secrets(url: &str, dir: &std::path::Path) -> Vec<String> {
+    let in_source = format!("source-secret-{}", uuid::Uuid::new_v4().simple());
+    let in_vars = format!("var-secret-{}", uuid::Uuid::new_v4().simple());
+    let file = dir.join("secrets.yml");
+    std::fs::write(
+        &file,
+        format!(
+            "resources:\n\
+             - name: repo\n  type: git\n  source: {{uri: /nowhere, private_key: {in_source}}}\n\
+             jobs:\n\
+             - name: deploy\n  plan:\n  - task: say\n    config:\n      platform: linux\n      \
+             params: {{PASSWORD: ((deploy_password))}}\n      run: {{path: \"true\"}}\n  - put: repo\n"
+        ),
+    )
+    .unwrap();
+    let set = client(
+        url,
+        &[
+            "set-pipeline",
+            "-p",
+            "secrets",
+            "-c",
+            file.to_str().unwrap(),
+            "-v",
+            &format!("deploy_password={in_vars}"),
+        ],
+    );
+    assert!(
+        set.status.success(),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    let unpause = client(url, &["unpause-pipeline", "-p", "secrets"]);
+    assert!(
+        unpause.status.success(),
+        "{}",
+        String::from_utf8_lossy(&unpause.stderr)
+    );
+    let trigger = client(url, &["trigger-job", "-j", "secrets/deploy"]);
+    assert!(
+        trigger.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trigger.stderr)
+    );
+    // Read back through the API: the node opens what it sealed.
+    let listed = client(url, &["get-pipeline", "-p", "secrets"]);
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains(&in_source),
+        "get-pipeline shows the stored config"
+    );
+    vec![in_source, in_vars]
+}
+
 /// The agent token and stream key of a registered worker are sealed in the
 /// database: its dump holds neither (as text or as hex), and no string in
 /// it is taken by the agent as its token or signs a URL the agent takes.
+/// So are a stored pipeline's config and vars and a build's plan.
 fn a_dump_hands_over_no_working_agent_secret(kind: DbKind) {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(kind);
@@ -454,10 +511,19 @@ fn a_dump_hands_over_no_working_agent_secret(kind: DbKind) {
     assert_eq!(status_as(&a.token), 200);
     assert_eq!(http().get(grant(&a.key)).send().unwrap().status(), 200);
 
+    let pipeline_secrets = set_pipeline_with_secrets(&web.url, dir.path());
+
     let dump = dump_database(dir.path(), &db);
     assert!(
         dump.contains("\"name\":\"wa\""),
         "the worker's row is dumped"
+    );
+    for secret in &pipeline_secrets {
+        assert!(!dump.contains(secret.as_str()), "{secret} is in the dump");
+    }
+    assert!(
+        dump.matches("sealed:v1:").count() >= 3,
+        "the plan, the pipeline's config and its vars are dumped sealed"
     );
     for (what, secret) in [("agent token", &a.token), ("stream key", &a.key)] {
         let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();

@@ -152,6 +152,16 @@ impl Sealer {
         }
     }
 
+    /// The sealer of the key in file `path`, which must exist (a key a
+    /// database was sealed with: `old_encryption_key_file`).
+    pub fn load(path: &Path) -> Result<Sealer, SealError> {
+        let text = std::fs::read_to_string(path).map_err(|e| SealError::KeyFile {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        Self::parse(&text, path)
+    }
+
     /// Reads a key file's text: 64 hex digits (white space around them
     /// is ignored).
     fn parse(text: &str, path: &Path) -> Result<Sealer, SealError> {

@@ -35,6 +35,7 @@ async fn start_node(url: &str, store: &std::path::Path, node: &str) -> anyhow::R
     let artifacts = ArtifactFiles::open(store.to_path_buf()).context("artifact store")?;
     Ok(Engine::open(EngineSetup {
         sealer: crate::bench::sealer(),
+        old_sealer: None,
         database_url: url.to_string(),
         teams: vec!["main".into()],
         connector: Arc::new(DetachedConnector),

@@ -152,7 +152,11 @@ pub async fn bench(opts: GcBench) -> anyhow::Result<()> {
 
     let dir = tempfile::tempdir().context("temporary directory")?;
     let url = format!("sqlite://{}/bench.db?mode=rwc", dir.path().display());
-    let db = Db::connect(&url).await.context("opening SQLite")?;
+    let db = Db::connect(&url)
+        .await
+        .context("opening SQLite")?
+        .sealed_with(super::sealer(), None)
+        .await?;
     let sqlite = measure(&db, &opts).await.context("SQLite")?;
     db.close().await;
     print("sqlite", &sqlite);
@@ -163,7 +167,10 @@ pub async fn bench(opts: GcBench) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("creating the benchmark's PostgreSQL database at {base}"))?;
     let result = async {
-        let db = Db::connect(&format!("{base}/{name}")).await?;
+        let db = Db::connect(&format!("{base}/{name}"))
+            .await?
+            .sealed_with(super::sealer(), None)
+            .await?;
         let figures = measure(&db, &opts).await;
         db.close().await;
         figures

@@ -179,6 +179,7 @@ async fn start_engine(
     // The nodes share one database: they share its key.
     let engine = Engine::open(EngineSetup {
         sealer: crate::bench::sealer(),
+        old_sealer: None,
         database_url: url.to_string(),
         teams: vec![],
         connector: Arc::new(DetachedConnector),

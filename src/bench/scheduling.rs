@@ -69,6 +69,7 @@ async fn start_engine(
     let artifacts = ArtifactFiles::open(store.to_path_buf()).context("artifact store")?;
     Ok(Engine::open(EngineSetup {
         sealer: crate::bench::sealer(),
+        old_sealer: None,
         database_url: url.to_string(),
         teams: vec!["main".into()],
         connector: Arc::new(DetachedConnector),
@@ -102,7 +103,12 @@ pub async fn bench(opts: SchedulingBench) -> anyhow::Result<()> {
         "--more-versions must be at least --versions"
     );
     println!("database: {}", if postgres { "postgres" } else { "sqlite" });
-    let db = Db::connect(&url).await?;
+    // The engines' key: what they seal (pipelines, plans), this handle
+    // opens.
+    let db = Db::connect(&url)
+        .await?
+        .sealed_with(super::sealer(), None)
+        .await?;
     let store = tmp.path().join("artifacts");
     let interval = PipelinesConfig::default().interval;
     println!("scheduling_interval_ms: {}", interval.as_millis());

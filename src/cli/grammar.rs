@@ -58,6 +58,11 @@ pub struct WebFlags {
     /// default DATA_DIR/secret.key. Web nodes sharing a database share it.
     #[arg(long, env = "GANTRY_ENCRYPTION_KEY_FILE")]
     pub encryption_key_file: Option<PathBuf>,
+    /// File of the key the database was sealed with before (key
+    /// rotation): every stored secret is sealed again with the new key at
+    /// start. Give it to one node with the others stopped, then remove it.
+    #[arg(long, env = "GANTRY_OLD_ENCRYPTION_KEY_FILE")]
+    pub old_encryption_key_file: Option<PathBuf>,
     /// Key workers present to register.
     #[arg(long, env = "GANTRY_REGISTRATION_KEY")]
     pub registration_key: Option<String>,

@@ -52,6 +52,9 @@ fn apply_web(mut cfg: WebConfig, f: WebFlags) -> WebConfig {
     if f.encryption_key_file.is_some() {
         cfg.encryption_key_file = f.encryption_key_file;
     }
+    if f.old_encryption_key_file.is_some() {
+        cfg.old_encryption_key_file = f.old_encryption_key_file;
+    }
     if let Some(v) = f.global_resources {
         cfg.global_resources = v;
     }

@@ -182,6 +182,11 @@ pub async fn start_web(
     // An install made before its files were private is tightened first.
     make_private(cfg)?;
     let sealer = gantry_actors::api::Sealer::load_or_create(&cfg.encryption_key_file())?;
+    let old_sealer = cfg
+        .old_encryption_key_file
+        .as_deref()
+        .map(gantry_actors::api::Sealer::load)
+        .transpose()?;
     let url = database_url(cfg);
     let sqlite_lock = lock_sqlite(&url)?;
     let node_name = cfg.node_name.clone().unwrap_or_else(|| {
@@ -239,6 +244,7 @@ pub async fn start_web(
         artifacts,
         config: engine_config,
         sealer,
+        old_sealer,
     })
     .await
     .with_context(|| format!("opening the engine on database {}", redact(&url)))?;

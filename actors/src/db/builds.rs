@@ -1,6 +1,6 @@
 //! The `builds` and `build_events` tables.
 
-use crate::db::{now_ms, Builds};
+use crate::db::{now_ms, Builds, Db};
 use crate::error::EngineError;
 use crate::views::Build;
 
@@ -49,13 +49,17 @@ pub(crate) const EVENTS_CHANNEL: &str = "gantry_events";
 const COLUMNS: &str =
     "id, team, status, plan, worker, exit_status, error, created_at, finished_at, pipeline, job, build_number, waiting, rerun_of, rerun_number";
 
-/// A stored build; an unknown status is an error naming it.
-fn decode(r: Raw) -> Result<Build, EngineError> {
+/// A stored build; an unknown status, or a plan that does not open or
+/// parse, is an error naming it.
+fn decode(db: &Db, r: Raw) -> Result<Build, EngineError> {
+    let plan = db.open_at_rest(super::at_rest::PLAN, &r.3)?;
+    let plan = serde_json::from_str(&plan)
+        .map_err(|e| EngineError::Invalid(format!("build {}: its stored plan: {e}", r.0)))?;
     Ok(Build {
         id: r.0,
         team: r.1,
         status: super::states::decode(&r.2)?,
-        plan: serde_json::from_str(&r.3).unwrap_or(serde_json::Value::Null),
+        plan,
         worker: r.4,
         exit_status: r.5,
         error: r.6,
@@ -95,7 +99,10 @@ impl Builds<'_> {
     ) -> Result<i64, EngineError> {
         let (id,): (i64,) = sqlx::query_as(INSERT_BUILD)
             .bind(team)
-            .bind(plan.to_string())
+            .bind(
+                self.db
+                    .seal_at_rest(super::at_rest::PLAN, &plan.to_string()),
+            )
             .bind(now_ms())
             .bind(web_node)
             .bind(BuildStatus::Pending.as_str())
@@ -143,7 +150,7 @@ impl Builds<'_> {
                 .bind(id)
                 .fetch_optional(self.db.pool())
                 .await?;
-        row.map(decode).transpose()
+        row.map(|r| decode(self.db, r)).transpose()
     }
 
     /// One page of builds, newest first: those matching every filter of
@@ -173,7 +180,7 @@ impl Builds<'_> {
             q = q.bind(t);
         }
         let rows = q.fetch_all(self.db.pool()).await?;
-        rows.into_iter().map(decode).collect()
+        rows.into_iter().map(|r| decode(self.db, r)).collect()
     }
 
     /// Builds that had not ended (e.g. when a web node stopped under them).

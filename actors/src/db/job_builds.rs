@@ -134,7 +134,7 @@ impl Builds<'_> {
             )
             .bind(&b.team)
             .bind(BuildStatus::Pending.as_str())
-            .bind(b.plan.to_string())
+            .bind(self.db.seal_at_rest(super::at_rest::PLAN, &b.plan.to_string()))
             .bind(now)
             .bind(web_node)
             .bind(&b.pipeline)

@@ -4,6 +4,7 @@
 
 mod allowance;
 mod artifacts;
+mod at_rest;
 #[cfg(feature = "testing")]
 mod bench;
 mod build_versions;
@@ -101,6 +102,10 @@ pub struct Db {
     /// keys) with the key kept outside the database
     /// ([`Db::sealed_with`]); a random key of the process until then.
     sealer: crate::sealer::Sealer,
+    /// Whether plans and pipelines are sealed as they are written (from
+    /// [`Db::sealed_with`]; before, they are written as they are, so a
+    /// handle given no key writes nothing a node could not read).
+    at_rest: bool,
 }
 
 /// Reserved blocks of per-worker sequence numbers: `[next, end)` by worker.
@@ -167,6 +172,7 @@ impl Db {
             url: Arc::from(url),
             queries: Arc::default(),
             sealer: crate::sealer::Sealer::ephemeral(),
+            at_rest: false,
         };
         db.migrate().await?;
         Ok(db)
@@ -175,9 +181,15 @@ impl Db {
     /// This database, its secrets sealed with `sealer` from now on. The
     /// first web node records a check of its key; a node whose key
     /// cannot open the check is refused (web nodes sharing a database
-    /// must share the key). Then every secret stored in plain text
-    /// (before sealing began) is sealed.
-    pub async fn sealed_with(mut self, sealer: crate::sealer::Sealer) -> Result<Db, EngineError> {
+    /// must share the key), unless `old` can: then every sealed value is
+    /// sealed again with `sealer` (key rotation) and the check with it.
+    /// Then every secret stored in plain text (before sealing began) is
+    /// sealed.
+    pub async fn sealed_with(
+        mut self,
+        sealer: crate::sealer::Sealer,
+        old: Option<crate::sealer::Sealer>,
+    ) -> Result<Db, EngineError> {
         const CONTEXT: &str = "seal_key_check";
         const KNOWN: &str = "gantry seal key check";
         // Whoever writes first sets the check; every node reads it back.
@@ -190,20 +202,64 @@ impl Db {
         let (check,): (String,) = sqlx::query_as("SELECT sealed FROM seal_key_check WHERE id = 1")
             .fetch_one(self.pool())
             .await?;
-        if sealer.open(CONTEXT, &check).ok().as_deref() != Some(KNOWN) {
-            return Err(EngineError::Invalid(format!(
-                "the encryption key ({}) is not the key this database's secrets were sealed with: \
-                 every web node on one database must use the same key (set [web] encryption_key_file \
-                 to a copy of the first node's key on each node)",
-                sealer.origin()
-            )));
-        }
+        let opens =
+            |s: &crate::sealer::Sealer| s.open(CONTEXT, &check).ok().as_deref() == Some(KNOWN);
+        let rotate_from = match &old {
+            _ if opens(&sealer) => {
+                if let Some(old) = &old {
+                    tracing::warn!(
+                        old_key = old.origin(),
+                        "the database is sealed with the encryption key already: the old key is not needed any more"
+                    );
+                }
+                None
+            }
+            Some(old) if opens(old) => Some(old.clone()),
+            Some(old) => {
+                return Err(EngineError::Invalid(format!(
+                    "neither the encryption key ({}) nor the old key ({}) is the key this database's secrets were sealed with",
+                    sealer.origin(),
+                    old.origin()
+                )))
+            }
+            None => {
+                return Err(EngineError::Invalid(format!(
+                    "the encryption key ({}) is not the key this database's secrets were sealed with: \
+                     every web node on one database must use the same key (set [web] encryption_key_file \
+                     to a copy of the first node's key on each node; to change the key, give the old one \
+                     as [web] old_encryption_key_file)",
+                    sealer.origin()
+                )))
+            }
+        };
         self.sealer = sealer;
+        self.at_rest = true;
+        if let Some(old) = rotate_from {
+            let rows = self.reseal_from(&old).await?;
+            sqlx::query("UPDATE seal_key_check SET sealed = $1 WHERE id = 1 AND sealed = $2")
+                .bind(self.sealer.seal(CONTEXT, KNOWN))
+                .bind(&check)
+                .execute(self.pool())
+                .await?;
+            tracing::info!(
+                rows,
+                old_key = old.origin(),
+                new_key = self.sealer.origin(),
+                "sealed every stored secret again with the new encryption key"
+            );
+        }
         let sealed = self.workers().seal_plain_workers().await?;
         if sealed > 0 {
             tracing::info!(
                 workers = sealed,
                 "sealed the secrets of workers stored in plain text"
+            );
+        }
+        let sealed = self.seal_plain_rows().await?;
+        if sealed > 0 {
+            tracing::info!(
+                rows = sealed,
+                "sealed the plans and pipelines stored in plain text"
             );
         }
         Ok(self)

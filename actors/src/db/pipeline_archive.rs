@@ -68,7 +68,7 @@ impl Pipelines<'_> {
         .bind(cutoff)
         .fetch_all(self.db.pool())
         .await?;
-        Ok(rows.into_iter().map(pipeline_row).collect())
+        rows.into_iter().map(|r| pipeline_row(self.db, r)).collect()
     }
 
     /// Archives every abandoned child pipeline, then their children in
@@ -93,7 +93,9 @@ impl Pipelines<'_> {
                     .bind(id)
                     .fetch_optional(self.db.pool())
                     .await?;
-                    archived.extend(row.map(pipeline_row));
+                    if let Some(row) = row {
+                        archived.push(pipeline_row(self.db, row)?);
+                    }
                 }
             }
         }

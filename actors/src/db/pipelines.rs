@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use crate::db::{now_ms, Pipelines};
+use crate::db::{now_ms, Db, Pipelines};
 use crate::error::EngineError;
 
 /// A stored pipeline.
@@ -101,7 +101,9 @@ pub(super) type PipelineRaw = (
     Option<String>,
 );
 
+/// A stored pipeline, its config and vars opened.
 pub(super) fn pipeline_row(
+    db: &Db,
     (
         id,
         team,
@@ -114,19 +116,19 @@ pub(super) fn pipeline_row(
         parent_build_id,
         instance_vars,
     ): PipelineRaw,
-) -> PipelineRow {
-    PipelineRow {
+) -> Result<PipelineRow, EngineError> {
+    Ok(PipelineRow {
         id,
         team,
         name,
-        config,
-        vars,
+        config: db.open_at_rest(super::at_rest::CONFIG, &config)?,
+        vars: db.open_at_rest(super::at_rest::VARS, &vars)?,
         config_version,
         paused: paused != 0,
         archived: archived != 0,
         parent_build_id,
         instance_vars,
-    }
+    })
 }
 
 /// In a resource's scope given to [`Pipelines::set_pipeline`], stands for the
@@ -224,8 +226,8 @@ impl Pipelines<'_> {
                      paused = {paused}, archived = 0, archived_at = NULL, \
                      parent_pipeline_id = $5, parent_job = $6, parent_build_id = $7 WHERE id = $4"
                 ))
-                .bind(config)
-                .bind(vars)
+                .bind(self.db.seal_at_rest(super::at_rest::CONFIG, config))
+                .bind(self.db.seal_at_rest(super::at_rest::VARS, vars))
                 .bind(now)
                 .bind(id)
                 .bind(parent_pipeline)
@@ -246,8 +248,8 @@ impl Pipelines<'_> {
                 )
                 .bind(team)
                 .bind(name)
-                .bind(config)
-                .bind(vars)
+                .bind(self.db.seal_at_rest(super::at_rest::CONFIG, config))
+                .bind(self.db.seal_at_rest(super::at_rest::VARS, vars))
                 .bind(now)
                 .bind(i64::from(by.parent.is_none()))
                 .bind(parent_pipeline)
@@ -374,7 +376,7 @@ impl Pipelines<'_> {
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok((pipeline_row(row), created))
+        Ok((pipeline_row(self.db, row)?, created))
     }
 
     /// The pipelines of `team`, by name.
@@ -385,7 +387,7 @@ impl Pipelines<'_> {
         .bind(team)
         .fetch_all(self.db.pool())
         .await?;
-        Ok(rows.into_iter().map(pipeline_row).collect())
+        rows.into_iter().map(|r| pipeline_row(self.db, r)).collect()
     }
 
     /// Pipeline `name` of `team`, if stored.
@@ -401,7 +403,7 @@ impl Pipelines<'_> {
         .bind(name)
         .fetch_optional(self.db.pool())
         .await?;
-        Ok(row.map(pipeline_row))
+        row.map(|r| pipeline_row(self.db, r)).transpose()
     }
 
     /// Pipeline `id`, if stored.
@@ -412,7 +414,7 @@ impl Pipelines<'_> {
         .bind(id)
         .fetch_optional(self.db.pool())
         .await?;
-        Ok(row.map(pipeline_row))
+        row.map(|r| pipeline_row(self.db, r)).transpose()
     }
 
     /// Pauses or unpauses pipeline `id`.

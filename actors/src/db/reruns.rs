@@ -70,7 +70,12 @@ impl Builds<'_> {
         .fetch_one(&mut *tx)
         .await?;
         let (plan, node, waiting) = match &new {
-            NewRerun::Ready(b) => (b.plan.to_string(), Some(web_node), None),
+            NewRerun::Ready(b) => (
+                self.db
+                    .seal_at_rest(super::at_rest::PLAN, &b.plan.to_string()),
+                Some(web_node),
+                None,
+            ),
             NewRerun::Waiting(why) => ("null".to_string(), None, Some(*why)),
         };
         let (id,): (i64,) = sqlx::query_as(

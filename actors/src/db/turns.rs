@@ -56,7 +56,10 @@ impl Builds<'_> {
         }
         let (id,): (i64,) = sqlx::query_as(super::builds::INSERT_BUILD)
             .bind(team)
-            .bind(plan.to_string())
+            .bind(
+                self.db
+                    .seal_at_rest(super::at_rest::PLAN, &plan.to_string()),
+            )
             .bind(now_ms())
             .bind(web_node)
             .bind(BuildStatus::Pending.as_str())

@@ -150,7 +150,10 @@ impl Builds<'_> {
             "UPDATE builds SET plan = $1, web_node = $2, waiting = NULL \
              WHERE id = $3 AND waiting IS NOT NULL AND status = $4",
         )
-        .bind(build.plan.to_string())
+        .bind(
+            self.db
+                .seal_at_rest(super::at_rest::PLAN, &build.plan.to_string()),
+        )
         .bind(web_node)
         .bind(id)
         .bind(BuildStatus::Pending.as_str())

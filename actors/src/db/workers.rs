@@ -102,7 +102,7 @@ pub(crate) fn identity_hash(secret: &str) -> String {
 
 impl Workers<'_> {
     /// The registration as stored: its agent token and stream key sealed.
-    fn encode_registration(&self, reg: &WorkerRegistration) -> String {
+    pub(super) fn encode_registration(&self, reg: &WorkerRegistration) -> String {
         let mut stored = reg.clone();
         for (field, value) in [
             ("agent_token", &mut stored.agent_token),
@@ -118,7 +118,10 @@ impl Workers<'_> {
     /// A stored registration with its secrets opened (a value stored
     /// before sealing began is taken as it is, until the start-up pass
     /// seals it).
-    fn decode_registration(&self, json: &str) -> Result<WorkerRegistration, EngineError> {
+    pub(super) fn decode_registration(
+        &self,
+        json: &str,
+    ) -> Result<WorkerRegistration, EngineError> {
         let mut reg: WorkerRegistration = serde_json::from_str(json)
             .map_err(|e| EngineError::Invalid(format!("stored worker registration: {e}")))?;
         let name = reg.name.clone();
@@ -622,11 +625,14 @@ mod tests {
         // Another web node with another key is refused at once.
         let url = format!("sqlite://{}/t.db?mode=rwc", dir.path().display());
         let key = crate::sealer::Sealer::ephemeral();
-        let kept = Db::connect(&url).await.unwrap().sealed_with(key.clone());
+        let kept = Db::connect(&url)
+            .await
+            .unwrap()
+            .sealed_with(key.clone(), None);
         assert!(kept.await.is_ok());
         let other = Db::connect(&url).await.unwrap();
         let e = other
-            .sealed_with(crate::sealer::Sealer::ephemeral())
+            .sealed_with(crate::sealer::Sealer::ephemeral(), None)
             .await
             .unwrap_err()
             .to_string();

@@ -162,6 +162,9 @@ pub struct EngineSetup {
     pub config: EngineConfig,
     /// Seals the secrets the database stores, with a key kept outside it.
     pub sealer: crate::sealer::Sealer,
+    /// The key the database was sealed with before `sealer`'s, to seal
+    /// every stored secret again with the new one (key rotation).
+    pub old_sealer: Option<crate::sealer::Sealer>,
 }
 
 impl Engine {
@@ -172,7 +175,7 @@ impl Engine {
     pub async fn open(setup: EngineSetup) -> Result<Engine, EngineError> {
         let db = Db::connect(&setup.database_url)
             .await?
-            .sealed_with(setup.sealer)
+            .sealed_with(setup.sealer, setup.old_sealer)
             .await?;
         if db.is_shared() {
             check_shared_store(&db, setup.artifacts.as_ref()).await?;

@@ -1,0 +1,366 @@
+//! What is sealed at rest beside the workers' secrets: a build's plan
+//! (`builds.plan`, which holds a job build's pipeline and vars) and a
+//! stored pipeline's config and vars (`pipelines.config`, `pipelines.vars`:
+//! the sources of its resources, the vars given with `set-pipeline -v`).
+//! A dump of the database shows none of them. Each value is sealed with
+//! the node's key bound to its column ([`crate::sealer::Sealer`]); a value
+//! written before sealing began (an older node, or a [`Db`] never given a
+//! key) is read as it is and sealed at the next start. Rotation
+//! ([`Db::sealed_with`] with the old key) seals every value again with the
+//! new key, in one transaction.
+
+use crate::db::{Db, Workers};
+use crate::error::EngineError;
+use crate::sealer::{Sealer, SEALED_PREFIX};
+
+/// The column context of a build's plan.
+pub(super) const PLAN: &str = "builds.plan";
+/// The column context of a stored pipeline's config.
+pub(super) const CONFIG: &str = "pipelines.config";
+/// The column context of a stored pipeline's vars.
+pub(super) const VARS: &str = "pipelines.vars";
+
+/// Rows re-sealed per statement batch.
+const BATCH: i64 = 500;
+
+impl Db {
+    /// `plain` as column `column` stores it: sealed once this node seals
+    /// at rest ([`Db::sealed_with`]), as it is before.
+    pub(crate) fn seal_at_rest(&self, column: &str, plain: &str) -> String {
+        if self.at_rest {
+            self.sealer.seal(column, plain)
+        } else {
+            plain.to_string()
+        }
+    }
+
+    /// A value of `column` as stored: opened when sealed, as it is when it
+    /// was written before sealing began.
+    pub(crate) fn open_at_rest(&self, column: &str, stored: &str) -> Result<String, EngineError> {
+        if Sealer::is_sealed(stored) {
+            Ok(self.sealer.open(column, stored)?)
+        } else {
+            Ok(stored.to_string())
+        }
+    }
+
+    /// Seals every plan and pipeline stored in plain text (written before
+    /// sealing began); answers how many rows.
+    pub(super) async fn seal_plain_rows(&self) -> Result<u64, EngineError> {
+        let mut sealed = 0;
+        for (table, columns) in [("builds", &[PLAN][..]), ("pipelines", &[CONFIG, VARS][..])] {
+            sealed += self.reseal_table(table, columns, None, true).await?;
+        }
+        Ok(sealed)
+    }
+
+    /// Seals every sealed value again with this node's key, opening it
+    /// with `old`: the workers' secrets, the plans, the pipelines. Answers
+    /// how many rows.
+    pub(super) async fn reseal_from(&self, old: &Sealer) -> Result<u64, EngineError> {
+        let mut count = 0;
+        for (table, columns) in [("builds", &[PLAN][..]), ("pipelines", &[CONFIG, VARS][..])] {
+            count += self.reseal_table(table, columns, Some(old), false).await?;
+        }
+        count += self.workers().reseal_workers(old).await?;
+        Ok(count)
+    }
+
+    /// Writes `columns` (`table.column` contexts) of `table` sealed with
+    /// this node's key, by id, a batch at a time: the plain ones only
+    /// (`plain_only`), or every one, opening sealed ones with `old`.
+    async fn reseal_table(
+        &self,
+        table: &str,
+        columns: &[&str],
+        old: Option<&Sealer>,
+        plain_only: bool,
+    ) -> Result<u64, EngineError> {
+        let names: Vec<&str> = columns
+            .iter()
+            .map(|c| c.rsplit('.').next().unwrap_or(c))
+            .collect();
+        let select = names.join(", ");
+        let prefix = format!("{SEALED_PREFIX}%");
+        let wanted = names
+            .iter()
+            .map(|n| {
+                if plain_only {
+                    format!("{n} NOT LIKE $2")
+                } else {
+                    format!("{n} LIKE $2")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" OR ");
+        let sets = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("{n} = ${}", i + 1))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let update = format!("UPDATE {table} SET {sets} WHERE id = ${}", names.len() + 1);
+        let mut after = i64::MIN;
+        let mut count = 0;
+        loop {
+            let rows: Vec<sqlx::any::AnyRow> = sqlx::query(&format!(
+                "SELECT id, {select} FROM {table} WHERE id > $1 AND ({wanted}) ORDER BY id LIMIT {BATCH}"
+            ))
+            .bind(after)
+            .bind(&prefix)
+            .fetch_all(self.pool())
+            .await?;
+            let Some(last) = rows.last() else {
+                return Ok(count);
+            };
+            after = sqlx::Row::try_get(last, 0)?;
+            let mut tx = self.pool().begin().await?;
+            for row in &rows {
+                let id: i64 = sqlx::Row::try_get(row, 0)?;
+                let mut q = sqlx::query(&update);
+                for (i, column) in columns.iter().enumerate() {
+                    let stored: String = sqlx::Row::try_get(row, i + 1)?;
+                    // A value sealed with the new key already (a rotation
+                    // cut short) opens with it.
+                    let plain = match (Sealer::is_sealed(&stored), old) {
+                        (true, Some(old)) => match old.open(column, &stored) {
+                            Ok(plain) => plain,
+                            Err(_) => self.sealer.open(column, &stored)?,
+                        },
+                        (true, None) => self.sealer.open(column, &stored)?,
+                        (false, _) => stored,
+                    };
+                    q = q.bind(self.sealer.seal(column, &plain));
+                }
+                q.bind(id).execute(&mut *tx).await?;
+                count += 1;
+            }
+            tx.commit().await?;
+        }
+    }
+}
+
+impl Workers<'_> {
+    /// Seals every worker's secrets again with this node's key, opening
+    /// them with `old`; answers how many workers.
+    async fn reseal_workers(&self, old: &Sealer) -> Result<u64, EngineError> {
+        let rows: Vec<(String, String)> = sqlx::query_as("SELECT name, registration FROM workers")
+            .fetch_all(self.db.pool())
+            .await?;
+        let before = Db {
+            sealer: old.clone(),
+            ..self.db.clone()
+        };
+        let mut count = 0;
+        for (name, json) in rows {
+            // Sealed with the new key already: a rotation cut short.
+            let reg = match before.workers().decode_registration(&json) {
+                Ok(reg) => reg,
+                Err(_) => self.decode_registration(&json)?,
+            };
+            sqlx::query("UPDATE workers SET registration = $1 WHERE name = $2")
+                .bind(self.encode_registration(&reg))
+                .bind(&name)
+                .execute(self.db.pool())
+                .await?;
+            count += 1;
+        }
+        Ok(count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::db::test_pg::PgDb;
+
+    const SECRET: &str = "s3cr3t-value";
+
+    fn config() -> String {
+        format!("resources: [{{name: r, type: git, source: {{private_key: {SECRET}}}}}]")
+    }
+
+    /// A build whose plan holds the secret, and a pipeline whose config and
+    /// vars do; answers the build's id and the pipeline's.
+    async fn write(db: &Db) -> (i64, i64) {
+        let build = db
+            .builds()
+            .create_build("main", &json!({"password": SECRET}), "n")
+            .await
+            .unwrap();
+        let vars = format!("{{\"password\": \"{SECRET}\"}}");
+        let (row, _) = db
+            .pipelines()
+            .set_pipeline("main", "p", (&config(), &vars), None, &[], (&[], &[]))
+            .await
+            .unwrap();
+        (build, row.id)
+    }
+
+    /// The stored plan, config and vars, as the database holds them.
+    async fn raw(db: &Db, build: i64, pipeline: i64) -> Vec<String> {
+        let (plan,): (String,) = sqlx::query_as("SELECT plan FROM builds WHERE id = $1")
+            .bind(build)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+        let (config, vars): (String, String) =
+            sqlx::query_as("SELECT config, vars FROM pipelines WHERE id = $1")
+                .bind(pipeline)
+                .fetch_one(db.pool())
+                .await
+                .unwrap();
+        vec![plan, config, vars]
+    }
+
+    /// What the node reads back.
+    async fn read(db: &Db, build: i64) -> (serde_json::Value, String, String) {
+        let b = db.builds().get_build(build).await.unwrap().unwrap();
+        let p = db.pipelines().pipeline("main", "p").await.unwrap().unwrap();
+        (b.plan, p.config, p.vars)
+    }
+
+    async fn sealed_and_read_back(url: &str) {
+        let key = Sealer::ephemeral();
+        let db = Db::connect(url)
+            .await
+            .unwrap()
+            .sealed_with(key.clone(), None)
+            .await
+            .unwrap();
+        let (build, pipeline) = write(&db).await;
+        for stored in raw(&db, build, pipeline).await {
+            assert!(Sealer::is_sealed(&stored), "{stored}");
+            assert!(!stored.contains(SECRET), "{stored}");
+        }
+        let (plan, config, vars) = read(&db, build).await;
+        assert_eq!(plan, json!({"password": SECRET}));
+        assert_eq!(config, config_text());
+        assert!(vars.contains(SECRET));
+
+        // Another node on the key reads them too.
+        let again = Db::connect(url)
+            .await
+            .unwrap()
+            .sealed_with(key, None)
+            .await
+            .unwrap();
+        assert_eq!(read(&again, build).await.0, plan);
+    }
+
+    fn config_text() -> String {
+        config()
+    }
+
+    #[tokio::test]
+    async fn plans_and_pipelines_are_sealed_at_rest_and_read_back_on_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        sealed_and_read_back(&format!("sqlite://{}/t.db?mode=rwc", dir.path().display())).await;
+    }
+
+    #[tokio::test]
+    async fn plans_and_pipelines_are_sealed_at_rest_and_read_back_on_postgres() {
+        let pg = PgDb::new().await;
+        sealed_and_read_back(pg.db.url()).await;
+        pg.drop().await;
+    }
+
+    #[tokio::test]
+    async fn rows_written_in_plain_text_are_sealed_at_the_next_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/t.db?mode=rwc", dir.path().display());
+        // A handle given no key writes as it is (as a node before sealing).
+        let plain = Db::connect(&url).await.unwrap();
+        let (build, pipeline) = write(&plain).await;
+        assert!(raw(&plain, build, pipeline)
+            .await
+            .iter()
+            .all(|v| v.contains(SECRET)));
+        let db = Db::connect(&url)
+            .await
+            .unwrap()
+            .sealed_with(Sealer::ephemeral(), None)
+            .await
+            .unwrap();
+        for stored in raw(&db, build, pipeline).await {
+            assert!(Sealer::is_sealed(&stored), "{stored}");
+        }
+        assert_eq!(read(&db, build).await.0, json!({"password": SECRET}));
+        assert_eq!(
+            db.seal_plain_rows().await.unwrap(),
+            0,
+            "nothing is left plain"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_new_key_with_the_old_one_seals_every_row_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/t.db?mode=rwc", dir.path().display());
+        let (old, new) = (Sealer::ephemeral(), Sealer::ephemeral());
+        let db = Db::connect(&url)
+            .await
+            .unwrap()
+            .sealed_with(old.clone(), None)
+            .await
+            .unwrap();
+        let (build, pipeline) = write(&db).await;
+        let before = raw(&db, build, pipeline).await;
+
+        // The new key alone is refused, naming where the old one goes.
+        let e = Db::connect(&url)
+            .await
+            .unwrap()
+            .sealed_with(new.clone(), None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("old_encryption_key_file"), "{e}");
+        // With the old key: every row is sealed again with the new one.
+        let rotated = Db::connect(&url)
+            .await
+            .unwrap()
+            .sealed_with(new.clone(), Some(old.clone()))
+            .await
+            .unwrap();
+        let after = raw(&rotated, build, pipeline).await;
+        for ((was, is), column) in before.iter().zip(&after).zip([PLAN, CONFIG, VARS]) {
+            assert_ne!(was, is);
+            assert!(
+                old.open(column, is).is_err(),
+                "{column} still opens with the old key"
+            );
+            assert!(
+                new.open(column, is).is_ok(),
+                "{column} does not open with the new key"
+            );
+        }
+        assert_eq!(read(&rotated, build).await.0, json!({"password": SECRET}));
+        // From now on the new key alone opens it, and the old one is refused.
+        let again = Db::connect(&url)
+            .await
+            .unwrap()
+            .sealed_with(new.clone(), None)
+            .await;
+        assert!(again.is_ok());
+        let e = Db::connect(&url)
+            .await
+            .unwrap()
+            .sealed_with(Sealer::ephemeral(), Some(Sealer::ephemeral()))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("neither the encryption key"), "{e}");
+        let stale = Db::connect(&url)
+            .await
+            .unwrap()
+            .sealed_with(old, None)
+            .await;
+        assert!(
+            stale.is_err(),
+            "the old key is refused once the database is rotated"
+        );
+    }
+}
