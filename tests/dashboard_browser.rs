@@ -498,4 +498,14 @@ fn a_pipelines_page_shows_a_new_commit_run_through_its_jobs_live_in_chromium() {
             (rows.contains(&head) && rows.contains("#2") && rows.contains("#1")).then_some(())
         },
     );
+
+    // A rerun is named N.M there, as Concourse names it.
+    ok(&client(url, &["rerun-build", "-j", "g/a", "-b", "1"]));
+    wait_for("the rerun of a's build 1", Duration::from_secs(30), || {
+        let rows = text(
+            &mut browser,
+            "document.getElementById('job-builds').textContent",
+        );
+        rows.contains("#1.1").then_some(())
+    });
 }

@@ -20,6 +20,9 @@ pub(super) const CONFIG: &str = "pipelines.config";
 /// The column context of a stored pipeline's vars.
 pub(super) const VARS: &str = "pipelines.vars";
 
+/// What `sealed_at_rest` records once the plain rows are sealed.
+const SEALED_COLUMNS: &str = "builds.plan pipelines.config pipelines.vars";
+
 /// Rows re-sealed per statement batch.
 const BATCH: i64 = 500;
 
@@ -45,12 +48,30 @@ impl Db {
     }
 
     /// Seals every plan and pipeline stored in plain text (written before
-    /// sealing began); answers how many rows.
+    /// sealing began); answers how many rows. Once done, it is recorded
+    /// (`sealed_at_rest`), so later starts scan no table: what a node
+    /// given a key writes is sealed already.
     pub(super) async fn seal_plain_rows(&self) -> Result<u64, EngineError> {
+        let done: Option<(i64,)> =
+            sqlx::query_as("SELECT sealed_at FROM sealed_at_rest WHERE columns = $1")
+                .bind(SEALED_COLUMNS)
+                .fetch_optional(self.pool())
+                .await?;
+        if done.is_some() {
+            return Ok(0);
+        }
         let mut sealed = 0;
         for (table, columns) in [("builds", &[PLAN][..]), ("pipelines", &[CONFIG, VARS][..])] {
             sealed += self.reseal_table(table, columns, None, true).await?;
         }
+        sqlx::query(
+            "INSERT INTO sealed_at_rest (columns, sealed_at) VALUES ($1, $2) \
+             ON CONFLICT (columns) DO NOTHING",
+        )
+        .bind(SEALED_COLUMNS)
+        .bind(super::now_ms())
+        .execute(self.pool())
+        .await?;
         Ok(sealed)
     }
 

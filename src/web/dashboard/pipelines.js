@@ -119,7 +119,7 @@ function drawPipeline(team, name, jobs, resources, paused) {
         <g class="box job s-${esc(status)}" data-job="${esc(n)}" data-status="${esc(status)}">
         <rect x="${p.x}" y="${p.y}" width="${W}" height="${H}" rx="4"></rect>
         <text x="${p.x + 10}" y="${p.y + 18}">${esc(n)}</text>
-        <text class="sub" x="${p.x + 10}" y="${p.y + 35}">${b ? `#${esc(b.build_number ?? b.id)} ${esc(b.status)}` : "no build yet"}</text>
+        <text class="sub" x="${p.x + 10}" y="${p.y + 35}">${b ? `#${esc(b.name ?? b.build_number ?? b.id)} ${esc(b.status)}` : "no build yet"}</text>
         </g></a>`);
     } else {
       const r = resources.find((x) => x.name === n);
@@ -172,7 +172,7 @@ function jobPage(team, name, job) {
       if (!inputs[b.id]) inputs[b.id] = await inputsOf(b).catch(() => "");
     }
     $("job-builds").innerHTML = builds.map((b) => `<tr data-build="${b.id}" data-status="${esc(b.status)}">
-      <td><a href="/builds/${b.id}">#${esc(b.build_number ?? b.id)}</a></td>
+      <td><a href="/builds/${b.id}">#${esc(b.name ?? b.build_number ?? b.id)}</a></td>
       <td>${badge(b.status)}</td><td>${inputs[b.id] || ""}</td>
       <td class="muted" data-since="${b.created_at}">${ago(b.created_at)}</td></tr>`).join("");
   });
