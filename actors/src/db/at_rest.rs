@@ -5,9 +5,11 @@
 //! A dump of the database shows none of them. Each value is sealed with
 //! the node's key bound to its column ([`crate::sealer::Sealer`]); a value
 //! written before sealing began (an older node, or a [`Db`] never given a
-//! key) is read as it is and sealed at the next start. Rotation
-//! ([`Db::sealed_with`] with the old key) seals every value again with the
-//! new key, in one transaction.
+//! key) is read as it is and sealed at the first start that seals.
+//! Rotation ([`Db::sealed_with`] with the old key) seals every value again
+//! with the new key, 500 rows per transaction; a rotation cut short is
+//! resumed by the next start given both keys (a value the new key opens
+//! already is kept), and the key check moves to the new key last.
 
 use crate::db::{Db, Workers};
 use crate::error::EngineError;
@@ -278,7 +280,7 @@ mod tests {
     #[tokio::test]
     async fn plans_and_pipelines_are_sealed_at_rest_and_read_back_on_sqlite() {
         let dir = tempfile::tempdir().unwrap();
-        sealed_and_read_back(&format!("sqlite://{}/t.db?mode=rwc", dir.path().display())).await;
+        sealed_and_read_back(&sqlite(&dir)).await;
     }
 
     #[tokio::test]
@@ -288,10 +290,22 @@ mod tests {
         pg.drop().await;
     }
 
+    /// A fresh SQLite file's URL (in `dir`).
+    fn sqlite(dir: &tempfile::TempDir) -> String {
+        format!("sqlite://{}/t.db?mode=rwc", dir.path().display())
+    }
+
     #[tokio::test]
     async fn rows_written_in_plain_text_are_sealed_at_the_next_start() {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}/t.db?mode=rwc", dir.path().display());
+        plain_rows_sealed(&sqlite(&dir)).await;
+        let pg = PgDb::new().await;
+        plain_rows_sealed(pg.db.url()).await;
+        pg.drop().await;
+    }
+
+    async fn plain_rows_sealed(url: &str) {
+        let url = url.to_string();
         // A handle given no key writes as it is (as a node before sealing).
         let plain = Db::connect(&url).await.unwrap();
         let (build, pipeline) = write(&plain).await;
@@ -319,7 +333,14 @@ mod tests {
     #[tokio::test]
     async fn a_new_key_with_the_old_one_seals_every_row_again() {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}/t.db?mode=rwc", dir.path().display());
+        rotation(&sqlite(&dir)).await;
+        let pg = PgDb::new().await;
+        rotation(pg.db.url()).await;
+        pg.drop().await;
+    }
+
+    async fn rotation(url: &str) {
+        let url = url.to_string();
         let (old, new) = (Sealer::ephemeral(), Sealer::ephemeral());
         let db = Db::connect(&url)
             .await
