@@ -845,65 +845,85 @@ fn yaml_and_json_bombs_are_refused_naming_their_bound_while_the_node_stays_small
     assert_eq!(String::from_utf8_lossy(&pipelines.stdout).trim(), "[]");
 }
 
-/// Key rotation end to end: a node given its new key alone is refused,
-/// naming where the old one goes; given the old one too, it seals every
-/// stored secret again and serves the pipeline stored under the old key;
-/// then the new key alone serves it. An old key file that cannot be read
-/// is one line naming it.
+/// Key rotation end to end, on a quickstart with runc: a pipeline whose
+/// job prints a var given with `-v` runs; the key is replaced. The new
+/// key alone is refused, naming where the old one goes. Given the old one
+/// too, the node seals every stored secret again, and the job still runs
+/// with its var. Then the new key alone serves. An old key file that
+/// cannot be read is one line naming it.
 #[test]
 fn a_web_node_given_the_old_key_seals_everything_again_with_the_new_one() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(DbKind::Sqlite);
-    let key = dir.path().join("web").join("secret.key");
+    let data = dir.path().join("data");
+    let key = data.join("secret.key");
     let pipeline = dir.path().join("p.yml");
     let secret = format!("kept-{}", uuid::Uuid::new_v4().simple());
     write(
         &pipeline,
-        format!(
-            "resources:\n- name: r\n  type: git\n  source: {{uri: /nowhere, private_key: {secret}}}\n\
-             jobs:\n- name: j\n  plan:\n  - get: r\n"
-        ),
+        "jobs:\n- name: j\n  plan:\n  - task: say\n    config:\n      platform: linux\n      \
+         params: {WORD: ((word))}\n      run: {path: sh, args: [-c, 'echo said-$WORD']}\n",
     );
-    let shows_secret = |url: &str| {
-        let out = client(url, &["get-pipeline", "-p", "p"]);
-        out.status.success() && String::from_utf8_lossy(&out.stdout).contains(&secret)
+    let runs_with_secret = |url: &str| {
+        let out = client(url, &["trigger-job", "-j", "p/j", "--watch"]);
+        let said = String::from_utf8_lossy(&out.stdout).contains(&format!("said-{secret}"));
+        assert!(
+            out.status.success() && said,
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
-    let web = start_web(dir.path(), &db, "");
+    let q = quickstart_runc(dir.path(), &db);
     let set = client(
-        &web.url,
-        &["set-pipeline", "-p", "p", "-c", pipeline.to_str().unwrap()],
+        &q.url,
+        &[
+            "set-pipeline",
+            "-p",
+            "p",
+            "-c",
+            pipeline.to_str().unwrap(),
+            "-v",
+            &format!("word={secret}"),
+        ],
     );
     assert!(
         set.status.success(),
         "{}",
         String::from_utf8_lossy(&set.stderr)
     );
-    assert!(shows_secret(&web.url));
-    drop(web);
+    let unpause = client(&q.url, &["unpause-pipeline", "-p", "p"]);
+    assert!(unpause.status.success());
+    runs_with_secret(&q.url);
+    drop(q);
 
     // The key moves aside; the next start makes a new one.
     let old = dir.path().join("old.key");
     std::fs::rename(&key, &old).unwrap();
-    let err = failure_line(&web_command(dir.path(), &db, "", 0).output().unwrap());
+    let start = |extra: &[&str]| {
+        gantry()
+            .args(["quickstart", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let err = failure_line(&start(&[]));
     assert!(err.contains("old_encryption_key_file"), "{err}");
     assert!(key.exists(), "the new key was made");
 
-    let rotate = format!(
-        "[web]\nold_encryption_key_file = {:?}\n",
-        old.display().to_string()
-    );
-    let web = start_web(dir.path(), &db, &rotate);
-    assert!(shows_secret(&web.url), "the rotated pipeline reads back");
-    drop(web);
-    let web = start_web(dir.path(), &db, "");
-    assert!(shows_secret(&web.url), "the new key alone reads it");
-    drop(web);
+    let old_flag = old.to_str().unwrap();
+    let q = quickstart_runc_with(dir.path(), &db, &["--old-encryption-key-file", old_flag]);
+    runs_with_secret(&q.url);
+    drop(q);
+    let q = quickstart_runc(dir.path(), &db);
+    runs_with_secret(&q.url);
+    drop(q);
 
     let missing = dir.path().join("no-such.key");
-    let config = format!(
-        "[web]\nold_encryption_key_file = {:?}\n",
-        missing.display().to_string()
-    );
-    let err = failure_line(&web_command(dir.path(), &db, &config, 0).output().unwrap());
+    let err = failure_line(&start(&[
+        "--old-encryption-key-file",
+        missing.to_str().unwrap(),
+    ]));
     assert!(err.contains("no-such.key"), "{err}");
 }

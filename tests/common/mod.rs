@@ -312,13 +312,17 @@ pub fn gantry_run(url: &str, dir: &Path, args: &[&str]) -> Output {
 /// A quickstart on runc (detected, unless `GANTRY_REQUIRE_RUNC` asks for
 /// it, which is then checked).
 pub fn quickstart_runc(dir: &Path, db: &TestDb) -> Server {
+    quickstart_runc_with(dir, db, &[])
+}
+
+/// [`quickstart_runc`] with `extra` arguments.
+pub fn quickstart_runc_with(dir: &Path, db: &TestDb, extra: &[&str]) -> Server {
     let required = std::env::var_os("GANTRY_REQUIRE_RUNC").is_some();
-    let extra: &[&str] = if required {
-        &["--backend", "runc"]
-    } else {
-        &[]
-    };
-    let server = quickstart(dir, db, extra);
+    let mut args = extra.to_vec();
+    if required {
+        args.extend(["--backend", "runc"]);
+    }
+    let server = quickstart(dir, db, &args);
     if required {
         assert_eq!(workers_json(&server.url)[0]["backend"], "runc");
     }
