@@ -282,6 +282,15 @@ pub struct GcConfig {
     /// Most task caches dropped on one worker per sweep report under disk
     /// pressure (at least 1). Default 10.
     pub disk_pressure_batch: usize,
+    /// Build logs a job that sets no `build_log_retention` keeps (its
+    /// newest builds'). Default 0: all.
+    pub default_build_logs_to_retain: u32,
+    /// The most build logs any job keeps. Default 0: no maximum.
+    pub max_build_logs_to_retain: u32,
+    /// Days a job that sets none keeps its builds' logs. Default 0: forever.
+    pub default_days_to_retain_build_logs: u32,
+    /// The most days any job keeps its builds' logs. Default 0: no maximum.
+    pub max_days_to_retain_build_logs: u32,
 }
 
 impl Default for GcConfig {
@@ -299,6 +308,10 @@ impl Default for GcConfig {
             image_unused_secs: d.artifacts.image_unused.as_secs(),
             disk_pressure_fill: d.disk_pressure.fill,
             disk_pressure_batch: d.disk_pressure.batch,
+            default_build_logs_to_retain: d.build_logs.default_builds,
+            max_build_logs_to_retain: d.build_logs.max_builds,
+            default_days_to_retain_build_logs: d.build_logs.default_days,
+            max_days_to_retain_build_logs: d.build_logs.max_days,
         }
     }
 }
@@ -339,6 +352,12 @@ impl GcConfig {
             disk_pressure: DiskPressure {
                 fill,
                 batch: self.disk_pressure_batch,
+            },
+            build_logs: gantry_actors::api::RetentionLimits {
+                default_builds: self.default_build_logs_to_retain,
+                max_builds: self.max_build_logs_to_retain,
+                default_days: self.default_days_to_retain_build_logs,
+                max_days: self.max_days_to_retain_build_logs,
             },
         })
     }

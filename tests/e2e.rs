@@ -38,6 +38,7 @@ mod bench_s3;
 mod bench_scheduling;
 #[cfg(feature = "bench")]
 mod bench_stream;
+mod build_logs;
 mod cli;
 mod cluster;
 mod custom_types;

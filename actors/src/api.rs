@@ -18,6 +18,7 @@ pub use crate::engine::{
 };
 pub use crate::error::EngineError;
 pub use crate::gc::collector::{CollectorConfig, Rule, RuleStats};
+pub use crate::gc::log_retention::RetentionLimits;
 pub use crate::gc::rules_artifacts::ArtifactAges;
 pub use crate::gc::rules_pressure::DiskPressure;
 pub use crate::placement::{parse_chain, Load, Strategy};

@@ -51,6 +51,10 @@ pub struct Build {
     /// be satisfied yet (it starts once they can).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
+    /// When its log was deleted by its job's `build_log_retention` (unix
+    /// ms): its events are gone, its row, status and times stay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_reaped_at: Option<i64>,
 }
 
 /// A container or a volume.

@@ -244,6 +244,14 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     Command::Pipelines(command) => super::pipelines::run(&client, command).await,
                     Command::WebNodes { json } => list::web_nodes(&client, json).await.map(|_| 0),
                     Command::Watch { build } => {
+                        let view: serde_json::Value =
+                            client.get(&format!("/api/v1/builds/{build}")).await?;
+                        if let Some(at) = view["log_reaped_at"].as_i64() {
+                            anyhow::bail!(
+                                "build {build} ended {}; its log was deleted by its job's build_log_retention (at {at} ms since the epoch)",
+                                view["status"].as_str().unwrap_or("unknown")
+                            );
+                        }
                         follow::follow(&client, build, follow::StepLines::Told)
                             .await?
                             .exit_code(build)

@@ -40,6 +40,7 @@ type Raw = (
     Option<String>,
     Option<i64>,
     Option<i64>,
+    Option<i64>,
 );
 
 /// The channel a stored event is announced on (PostgreSQL `NOTIFY`, the
@@ -47,7 +48,7 @@ type Raw = (
 pub(crate) const EVENTS_CHANNEL: &str = "gantry_events";
 
 const COLUMNS: &str =
-    "id, team, status, plan, worker, exit_status, error, created_at, finished_at, pipeline, job, build_number, waiting, rerun_of, rerun_number";
+    "id, team, status, plan, worker, exit_status, error, created_at, finished_at, pipeline, job, build_number, waiting, rerun_of, rerun_number, log_reaped_at";
 
 /// A stored build; an unknown status, or a plan that does not open or
 /// parse, is an error naming it.
@@ -71,6 +72,7 @@ fn decode(db: &Db, r: Raw) -> Result<Build, EngineError> {
         name: r.11.map(|n| build_name(n, r.14)),
         rerun_of: r.13,
         waiting: r.12,
+        log_reaped_at: r.15,
     })
 }
 

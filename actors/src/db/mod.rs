@@ -7,6 +7,7 @@ mod artifacts;
 mod at_rest;
 #[cfg(feature = "testing")]
 mod bench;
+mod build_logs;
 mod build_versions;
 mod builds;
 mod checks;
@@ -38,6 +39,7 @@ mod waiting_steps;
 mod web_nodes;
 mod workers;
 
+pub(crate) use build_logs::LoggedBuild;
 pub use build_versions::Direction;
 pub(crate) use build_versions::{Bound, BuildCursor, JobAt, OrderedVersion, VersionsAt};
 pub use builds::BuildQuery;

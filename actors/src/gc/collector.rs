@@ -14,8 +14,10 @@ use crate::error::EngineError;
 use crate::intercept::Intercepts;
 use gantry_jobs::{Job, JobError, Jobs, Outcome, Periodic, Schedule};
 
+use super::log_retention::RetentionLimits;
 use super::rules_artifacts::{self, ArtifactAges};
 use super::rules_handles;
+use super::rules_logs;
 use super::rules_pressure::{self, DiskPressure, PressureMemory};
 
 /// Settings of the Collector.
@@ -35,6 +37,9 @@ pub struct CollectorConfig {
     pub artifacts: ArtifactAges,
     /// When a worker's volume store is under pressure (`disk-pressure`).
     pub disk_pressure: DiskPressure,
+    /// The node's defaults and maximums of build log retention
+    /// (`build-logs`).
+    pub build_logs: RetentionLimits,
 }
 
 impl Default for CollectorConfig {
@@ -46,6 +51,7 @@ impl Default for CollectorConfig {
             creating_limit: Duration::from_secs(10 * 60),
             artifacts: ArtifactAges::default(),
             disk_pressure: DiskPressure::default(),
+            build_logs: RetentionLimits::default(),
         }
     }
 }
@@ -68,11 +74,13 @@ pub enum Rule {
     Artifacts,
     /// Rows of pruned or retired workers.
     RemovedWorkers,
+    /// Logs of builds past their job's retention.
+    BuildLogs,
 }
 
 impl Rule {
     /// Every rule, in priority order.
-    pub const ALL: [Rule; 7] = [
+    pub const ALL: [Rule; 8] = [
         Rule::EndedBuilds,
         Rule::Missing,
         Rule::FailedCreations,
@@ -80,6 +88,7 @@ impl Rule {
         Rule::DiskPressure,
         Rule::Artifacts,
         Rule::RemovedWorkers,
+        Rule::BuildLogs,
     ];
 
     /// Its name, in the jobs table (`gc-collector/<name>`) and `/metrics`.
@@ -92,6 +101,7 @@ impl Rule {
             Rule::DiskPressure => "disk-pressure",
             Rule::Artifacts => "artifacts",
             Rule::RemovedWorkers => "removed-workers",
+            Rule::BuildLogs => "build-logs",
         }
     }
 }
@@ -134,6 +144,7 @@ pub(crate) async fn run_rule(
             rules_artifacts::artifacts(db, deps.store.as_ref(), now_ms, &cfg.artifacts).await
         }
         Rule::RemovedWorkers => rules_handles::removed_workers(db).await,
+        Rule::BuildLogs => rules_logs::build_logs(db, now_ms, &cfg.build_logs).await,
     }
 }
 

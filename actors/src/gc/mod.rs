@@ -4,8 +4,10 @@
 
 // The Collector and its rules.
 pub(crate) mod collector;
+pub(crate) mod log_retention;
 pub(crate) mod rules_artifacts;
 pub(crate) mod rules_handles;
+pub(crate) mod rules_logs;
 pub(crate) mod rules_pressure;
 
 #[cfg(test)]

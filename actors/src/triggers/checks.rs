@@ -138,6 +138,7 @@ mod tests {
             name: None,
             rerun_of: None,
             waiting: None,
+            log_reaped_at: None,
         }
     }
 

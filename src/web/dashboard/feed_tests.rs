@@ -49,6 +49,7 @@ fn row(id: i64, plan: serde_json::Value, finished_at: Option<i64>) -> Build {
         name: None,
         rerun_of: None,
         waiting: None,
+        log_reaped_at: None,
     }
 }
 
