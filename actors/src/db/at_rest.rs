@@ -323,11 +323,24 @@ mod tests {
             assert!(Sealer::is_sealed(&stored), "{stored}");
         }
         assert_eq!(read(&db, build).await.0, json!({"password": SECRET}));
+        // Done once, and recorded: a later start scans no table, and a row
+        // written plain since (by a handle given no key) is read as it is.
+        let (later, _) = write(&plain).await;
         assert_eq!(
             db.seal_plain_rows().await.unwrap(),
             0,
-            "nothing is left plain"
+            "no table is scanned again"
         );
+        let (plan,): (String,) = sqlx::query_as("SELECT plan FROM builds WHERE id = $1")
+            .bind(later)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+        assert!(
+            !Sealer::is_sealed(&plan),
+            "the later row was left as written"
+        );
+        assert_eq!(read(&db, later).await.0, json!({"password": SECRET}));
     }
 
     #[tokio::test]
