@@ -4,6 +4,7 @@
 
 use crate::db::Db;
 use crate::error::EngineError;
+use crate::off_thread::{off_thread, PIPELINE_BUDGET};
 use crate::pipeline::vars::Vars;
 use crate::pipeline::Pipeline;
 
@@ -17,18 +18,37 @@ pub(crate) async fn build_logs(
     limits: &RetentionLimits,
 ) -> Result<u64, EngineError> {
     let mut reaped = 0;
+    let node_limits = *limits != RetentionLimits::default();
     for team in db.teams().list_teams().await? {
         for row in db.pipelines().of_team(&team.name).await? {
             if row.paused || row.archived {
                 continue;
             }
+            // A pipeline none of whose jobs sets a retention, on a node with
+            // no defaults or maximums, keeps every log: it is not parsed.
+            if !node_limits
+                && !row.config.contains("build_log_retention")
+                && !row.config.contains("build_logs_to_retain")
+            {
+                continue;
+            }
             let vars: Vars = serde_json::from_str(&row.vars).map_err(|e| {
                 EngineError::Invalid(format!("pipeline {:?}: stored vars: {e}", row.name))
             })?;
-            let pipeline = match Pipeline::load(&row.config, &vars) {
+            // Parsed off the runtime's threads, as every stored pipeline is.
+            let (config, what) = (
+                row.config.clone(),
+                format!("reading pipeline {:?}", row.name),
+            );
+            let loaded = off_thread(&what, PIPELINE_BUDGET, move |_| {
+                Pipeline::load(&config, &vars)
+                    .map_err(|problems| EngineError::Invalid(problems.join("; ")))
+            })
+            .await;
+            let pipeline = match loaded {
                 Ok(p) => p,
-                Err(problems) => {
-                    tracing::warn!(pipeline = %row.name, problems = %problems.join("; "), "build-logs: the stored pipeline does not load; its logs are kept");
+                Err(e) => {
+                    tracing::warn!(pipeline = %row.name, error = %e, "build-logs: the stored pipeline does not load; its logs are kept");
                     continue;
                 }
             };
