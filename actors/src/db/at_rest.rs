@@ -122,7 +122,16 @@ impl Db {
             .map(|(i, n)| format!("{n} = ${}", i + 1))
             .collect::<Vec<_>>()
             .join(", ");
-        let update = format!("UPDATE {table} SET {sets} WHERE id = ${}", names.len() + 1);
+        // Only the row as read: a value written meanwhile (another node's
+        // `set-pipeline`, a waiting build given its plan) is sealed by its
+        // writer already and must not be overwritten with the old one.
+        let n = names.len();
+        let unchanged = names
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!(" AND {c} = ${}", n + 2 + i))
+            .collect::<String>();
+        let update = format!("UPDATE {table} SET {sets} WHERE id = ${}{unchanged}", n + 1);
         let mut after = i64::MIN;
         let mut count = 0;
         loop {
@@ -141,8 +150,10 @@ impl Db {
             for row in &rows {
                 let id: i64 = sqlx::Row::try_get(row, 0)?;
                 let mut q = sqlx::query(&update);
+                let mut as_read = Vec::with_capacity(columns.len());
                 for (i, column) in columns.iter().enumerate() {
                     let stored: String = sqlx::Row::try_get(row, i + 1)?;
+                    as_read.push(stored.clone());
                     // A value sealed with the new key already (a rotation
                     // cut short) opens with it.
                     let plain = match (Sealer::is_sealed(&stored), old) {
@@ -155,8 +166,11 @@ impl Db {
                     };
                     q = q.bind(self.sealer.seal(column, &plain));
                 }
-                q.bind(id).execute(&mut *tx).await?;
-                count += 1;
+                q = q.bind(id);
+                for stored in as_read {
+                    q = q.bind(stored);
+                }
+                count += q.execute(&mut *tx).await?.rows_affected();
             }
             tx.commit().await?;
         }
@@ -181,12 +195,17 @@ impl Workers<'_> {
                 Ok(reg) => reg,
                 Err(_) => self.decode_registration(&json)?,
             };
-            sqlx::query("UPDATE workers SET registration = $1 WHERE name = $2")
-                .bind(self.encode_registration(&reg))
-                .bind(&name)
-                .execute(self.db.pool())
-                .await?;
-            count += 1;
+            // Only the row as read: a worker registering meanwhile is
+            // sealed with the new key by its own write.
+            count += sqlx::query(
+                "UPDATE workers SET registration = $1 WHERE name = $2 AND registration = $3",
+            )
+            .bind(self.encode_registration(&reg))
+            .bind(&name)
+            .bind(&json)
+            .execute(self.db.pool())
+            .await?
+            .rows_affected();
         }
         Ok(count)
     }
