@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod credentials;
+
 pub use crate::telemetry::TelemetryConfig;
+pub use credentials::CredentialsConfig;
 pub use gantry_agent::config::{host_name, ContainerLimitDefaults, WorkerConfig};
 
 pub use gantry_artifacts::{parse_s3_url, ArtifactLocation, S3Config, DEFAULT_MAX_ARTIFACT_BYTES};
@@ -127,6 +130,8 @@ pub struct WebConfig {
     pub streaming: StreamingConfig,
     /// The garbage Collector's rules (`[web.gc]`).
     pub gc: GcConfig,
+    /// The credential manager's cache (`[web.credentials]`).
+    pub credentials: CredentialsConfig,
     /// Largest request body accepted on every route but uploads and sweep
     /// reports (JSON bodies, worker registrations and heartbeats), in
     /// bytes; uploads have `max_artifact_bytes`, a worker's sweep report
@@ -235,6 +240,7 @@ impl WebConfig {
                 "database_url",
                 "encryption_key_file",
                 "old_encryption_key_file",
+                "credentials",
                 "node_name",
                 "node_heartbeat_secs",
                 "node_timeout_secs",
@@ -540,6 +546,7 @@ impl Default for WebConfig {
             s3: S3Config::default(),
             streaming: StreamingConfig::default(),
             gc: GcConfig::default(),
+            credentials: CredentialsConfig::default(),
             metrics_public: true,
             kubernetes: Vec::new(),
             max_request_body_bytes: 4 << 20,

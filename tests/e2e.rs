@@ -73,6 +73,7 @@ mod resume_plans;
 mod rolling_upgrade;
 mod run_job;
 mod run_job_vars;
+mod secrets;
 mod streaming;
 mod tar_safety;
 mod task_caches;

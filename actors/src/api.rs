@@ -30,7 +30,11 @@ pub use crate::streaming::{
 };
 
 // Builds: what is asked and what is told.
-pub use crate::db::{now_ms, BuildQuery, HandleKind};
+pub use crate::credentials::{
+    CacheConfig as CredentialCacheConfig, CredentialManager, Lookup, ManagerError, SecretScope,
+};
+pub use crate::db::{now_ms, BuildQuery, HandleKind, SecretEntry};
+pub use crate::engine::MAX_SECRET;
 pub use crate::event_follow::StoredEvent;
 pub use crate::pipeline::{
     load as load_pipeline, load_warned as load_pipeline_warned, Document, Pipeline, Vars, MAX_NAME,

@@ -121,6 +121,8 @@ pub struct EventSink {
     db: Db,
     /// Where they are published.
     hub: EventHub,
+    /// Hides the build's secrets in every event.
+    redactor: crate::redact::Redactor,
 }
 
 impl EventSink {
@@ -136,12 +138,24 @@ impl EventSink {
             next,
             db,
             hub,
+            redactor: Default::default(),
         }
+    }
+
+    /// This sink, hiding what `redactor` hides in every event it writes.
+    pub(crate) fn redacting(self, redactor: crate::redact::Redactor) -> Self {
+        EventSink { redactor, ..self }
     }
 
     /// Stores and publishes one event.
     pub async fn emit(&mut self, event: &BuildEvent) -> Result<(), EngineError> {
-        let json = serde_json::to_string(event).expect("events serialise");
+        let json = if self.redactor.is_empty() {
+            serde_json::to_string(event).expect("events serialise")
+        } else {
+            let mut value = serde_json::to_value(event).expect("events serialise");
+            self.redactor.redact_json(&mut value);
+            value.to_string()
+        };
         let seq = self.next;
         let is_final = event.is_final();
         self.db

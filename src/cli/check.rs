@@ -36,6 +36,7 @@ pub async fn check(client: &ApiClient, args: CheckArgs) -> anyhow::Result<i32> {
         vars,
         scope: None,
         resource_type: false,
+        pipeline_name: None,
     };
     stored.plan().map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let body = serde_json::json!({

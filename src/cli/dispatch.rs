@@ -4,7 +4,9 @@
 #[cfg(feature = "bench")]
 use super::grammar::BenchCommand;
 use super::grammar::{Cli, Command};
-use super::{check, execute, follow, hijack, list, serve, table, teams, validate_plan, ApiClient};
+use super::{
+    check, execute, follow, hijack, list, secrets, serve, table, teams, validate_plan, ApiClient,
+};
 
 /// Runs the CLI; returns the process exit code.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -301,6 +303,23 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         teams::destroy_team(&client, &name).await.map(|_| 0)
                     }
                     Command::Tokens { json } => teams::tokens(&client, json).await.map(|_| 0),
+                    Command::SetSecret {
+                        name,
+                        pipeline,
+                        team,
+                    } => secrets::set_secret(&client, &team, pipeline.as_deref(), &name)
+                        .await
+                        .map(|_| 0),
+                    Command::Secrets { team, json } => {
+                        secrets::list(&client, &team, json).await.map(|_| 0)
+                    }
+                    Command::DestroySecret {
+                        name,
+                        pipeline,
+                        team,
+                    } => secrets::destroy(&client, &team, pipeline.as_deref(), &name)
+                        .await
+                        .map(|_| 0),
                     Command::Token { action } => teams::token(&client, action).await.map(|_| 0),
                     _ => unreachable!("server commands are handled above"),
                 }

@@ -410,6 +410,40 @@ pub enum Command {
         /// Team name.
         name: String,
     },
+    /// Store a secret in the built-in credential manager, sealed: its
+    /// value is read from standard input (a trailing newline dropped); a
+    /// pipeline's `((NAME))` reads it when a build needs it.
+    SetSecret {
+        /// The secret's name.
+        name: String,
+        /// The pipeline it belongs to (looked up first by that pipeline's
+        /// builds); none: the team's.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: Option<String>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// List a team's secrets: names and scopes, never values.
+    Secrets {
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Destroy a secret of the built-in credential manager.
+    DestroySecret {
+        /// The secret's name.
+        name: String,
+        /// The pipeline it belongs to; none: the team's.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: Option<String>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
     /// List team tokens, without their secrets.
     Tokens {
         /// Print JSON.

@@ -14,6 +14,7 @@ mod pipeline_grammar;
 mod pipelines;
 mod progress;
 mod run;
+mod secrets;
 pub(crate) mod serve;
 pub mod table;
 mod teams;

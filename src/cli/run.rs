@@ -105,7 +105,9 @@ pub(super) fn load_instance(
     for (k, v) in instance {
         all.insert(k, v.clone());
     }
-    match Pipeline::load_warned(&text, &all) {
+    // Vars the flags leave are the credential manager's: the web node
+    // looks them up when a build needs them.
+    match Pipeline::load_leaving(&text, &all).map(|(_, _, warnings)| ((), warnings)) {
         Err(problems) => {
             for p in problems {
                 eprintln!("error: {file}: {p}");

@@ -54,15 +54,17 @@ pub async fn healthz() -> HttpResponse {
 )]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let engine = &state.engine;
-    let (db, scheduler, store) = futures::join!(
+    let (db, scheduler, store, creds) = futures::join!(
         check(engine.ping_database()),
         check(engine.ping_scheduler()),
-        check(engine.ping_artifact_store())
+        check(engine.ping_artifact_store()),
+        check(async { engine.credential_manager_health().await.1 })
     );
     let failures: Vec<String> = [
         ("database", db),
         ("scheduler", scheduler),
         ("artifact store", store),
+        ("credentials", creds),
     ]
     .into_iter()
     .filter_map(|(what, r)| r.err().map(|e| format!("{what}: {e}")))

@@ -217,6 +217,7 @@ pub async fn start_web(
         )),
         streaming: cfg.streaming.parse(encoding)?,
         gc: cfg.gc.parse()?,
+        credentials: cfg.credentials.parse()?,
         nodes: node_config(cfg)?,
         pipelines: gantry_actors::api::PipelinesConfig {
             global_resources: cfg.global_resources,

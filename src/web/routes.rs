@@ -11,7 +11,8 @@ use utoipa::openapi::OpenApi as Document;
 use utoipa::OpenApi as _;
 
 use super::api::{
-    artifacts, builds, gc, gc_admin, hijack, jobs, pipelines, queue, reruns, teams, workers,
+    artifacts, builds, gc, gc_admin, hijack, jobs, pipelines, queue, reruns, secrets, teams,
+    workers,
 };
 use super::{dashboard, health, metrics, openapi};
 
@@ -104,6 +105,11 @@ routes! {
     post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/unpin" => pipelines::unpin;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/disable" => pipelines::disable;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/enable" => pipelines::enable;
+    get "/api/v1/teams/{team}/secrets" => secrets::list;
+    put "/api/v1/teams/{team}/secrets/{name}" => secrets::set_team;
+    delete "/api/v1/teams/{team}/secrets/{name}" => secrets::destroy_team;
+    put "/api/v1/teams/{team}/pipelines/{pipeline}/secrets/{name}" => secrets::set_pipeline;
+    delete "/api/v1/teams/{team}/pipelines/{pipeline}/secrets/{name}" => secrets::destroy_pipeline;
 }
 
 /// The whole OpenAPI document ([`openapi::assemble`]) of the table's

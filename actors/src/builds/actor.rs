@@ -9,9 +9,12 @@ use actix::prelude::*;
 use tokio::sync::watch;
 
 use crate::builds::journal::Journal;
+use crate::builds::outcome::Outcome;
 use crate::builds::run::{BuildDeps, BuildRun};
+use crate::credentials::NeedsCredentials;
 use crate::events::EventSink;
 use crate::plan::OneOffPlan;
+use crate::redact::Redactor;
 use crate::steps::Plan;
 use crate::steps::{runnable, ArtifactScope, Events, JobRef, LocalVars, Stop, StopReason};
 use crate::telemetry::TraceIds;
@@ -64,6 +67,9 @@ pub(crate) struct Build {
     aborted: bool,
     /// When this web node took the build over (none: a build it began).
     taken_over: Option<tokio::time::Instant>,
+    /// The stored plan to make the plan again from when the build starts,
+    /// with the vars the credential manager gives (none: the plan stands).
+    credentials: Option<NeedsCredentials>,
 }
 
 impl Build {
@@ -102,6 +108,16 @@ impl Build {
             job: None,
             aborted: false,
             taken_over: None,
+            credentials: None,
+        }
+    }
+
+    /// The build's plan is made again from `stored` with the vars the
+    /// credential manager gives when it starts (none: it stands).
+    pub(crate) fn with_credentials(self, stored: Option<NeedsCredentials>) -> Self {
+        Build {
+            credentials: stored,
+            ..self
         }
     }
 
@@ -209,12 +225,16 @@ impl Actor for Build {
         if let Some(ids) = &trace {
             span.record("trace_id", ids.trace_id.as_str());
         }
+        // What the build hides in everything it writes: the values the
+        // credential manager gives it and its secret `load_var`s.
+        let redactor = Redactor::new();
         let sink = EventSink::resume(
             self.id,
             self.next_event,
             self.deps.db.clone(),
             self.deps.hub.clone(),
-        );
+        )
+        .redacting(redactor.clone());
         let run = BuildRun {
             id: self.id,
             team: self.team.clone(),
@@ -224,7 +244,7 @@ impl Actor for Build {
             hooks_stop: Stop::new(self.hooks_stop.subscribe()),
             named: ArtifactScope::new(),
             job: self.job.clone(),
-            locals: LocalVars::new(),
+            locals: LocalVars::redacting(redactor.clone()),
             journal: std::mem::take(&mut self.journal),
             taken_over: self.taken_over,
             trace,
@@ -233,7 +253,22 @@ impl Actor for Build {
         for (name, artifact) in run.journal.outputs() {
             run.named.set(name, artifact);
         }
+        let stored = self.credentials.take();
         async move {
+            let plan = match stored {
+                None => plan,
+                Some(stored) => match stored.resolve(&run.deps.credentials, &run.team).await {
+                    Ok(None) => plan,
+                    Ok(Some((filled, resolved))) => {
+                        redactor.extend(&resolved.redactor);
+                        runnable(filled)
+                    }
+                    Err(e) => {
+                        run.conclude(Outcome::Errored(e.to_string())).await;
+                        return;
+                    }
+                },
+            };
             let outcome = run.run(&plan).await;
             run.conclude(outcome).await;
         }

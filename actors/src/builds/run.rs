@@ -68,6 +68,8 @@ pub(crate) struct BuildDeps {
     /// How long a step no registered worker could take waits for one to
     /// register (`PlacementConfig::wait_for_workers`).
     pub wait_for_workers: Option<std::time::Duration>,
+    /// The node's credential manager, behind its cache.
+    pub credentials: crate::credentials::Credentials,
 }
 
 /// One build's run, owned by the Build actor's future: what the walker,

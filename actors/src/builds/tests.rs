@@ -134,6 +134,10 @@ impl Harness {
             global_resources: true,
             node_name: "test".into(),
             wait_for_workers: None,
+            credentials: crate::credentials::Credentials::new(
+                std::sync::Arc::new(crate::credentials::BuiltIn::new(db.clone())),
+                Default::default(),
+            ),
         };
         Harness {
             db,

@@ -63,7 +63,11 @@ impl Db {
             return Ok(0);
         }
         let mut sealed = 0;
-        for (table, columns) in [("builds", &[PLAN][..]), ("pipelines", &[CONFIG, VARS][..])] {
+        for (table, columns) in [
+            ("builds", &[PLAN][..]),
+            ("pipelines", &[CONFIG, VARS][..]),
+            ("secrets", &[super::secrets::VALUE][..]),
+        ] {
             sealed += self.reseal_table(table, columns, None, true).await?;
         }
         sqlx::query(
@@ -82,7 +86,11 @@ impl Db {
     /// how many rows.
     pub(super) async fn reseal_from(&self, old: &Sealer) -> Result<u64, EngineError> {
         let mut count = 0;
-        for (table, columns) in [("builds", &[PLAN][..]), ("pipelines", &[CONFIG, VARS][..])] {
+        for (table, columns) in [
+            ("builds", &[PLAN][..]),
+            ("pipelines", &[CONFIG, VARS][..]),
+            ("secrets", &[super::secrets::VALUE][..]),
+        ] {
             count += self.reseal_table(table, columns, Some(old), false).await?;
         }
         count += self.workers().reseal_workers(old).await?;

@@ -27,6 +27,7 @@ mod reruns;
 mod resources;
 #[cfg(test)]
 mod scope_migration;
+mod secrets;
 mod states;
 mod stores;
 mod task_caches;
@@ -55,10 +56,11 @@ pub(crate) use pipelines::{Parent, PipelineRow, ResourceRow, SetBy, PIPELINE_ID}
 pub(crate) use placements::RELEASES_CHANNEL;
 pub(crate) use reruns::NewRerun;
 pub(crate) use resources::ResourceCacheRow;
+pub use secrets::SecretEntry;
 #[cfg(feature = "testing")]
 pub use stores::Bench;
 pub(crate) use stores::{
-    ArtifactIndex, Builds, Collection, Handles, Nodes, Pipelines, Teams, Versions, Workers,
+    ArtifactIndex, Builds, Collection, Handles, Nodes, Pipelines, Secrets, Teams, Versions, Workers,
 };
 pub(crate) use task_caches::{TaskCacheKey, TaskCacheRow};
 pub(crate) use teams::TokenRow;

@@ -15,6 +15,7 @@
 //! | [`Collection`] | what the garbage collector reads and writes across them | `gc_collect`, `gc_pressure`, `gc_sweep` |
 //! | [`Teams`] | teams and their tokens | `teams` |
 //! | [`Nodes`] | web nodes, their leases and abort requests | `web_nodes`, `leadership` |
+//! | [`Secrets`] | the built-in credential manager's secrets | `secrets` |
 
 use super::Db;
 
@@ -70,6 +71,8 @@ stores! {
     pub(crate) Teams => teams;
     /// Web nodes: membership, leases and abort requests.
     pub(crate) Nodes => nodes;
+    /// The built-in credential manager's secrets, sealed.
+    pub(crate) Secrets => secrets;
 }
 
 #[cfg(feature = "testing")]

@@ -60,3 +60,17 @@ impl Db {
             .expect("PostgreSQL is reachable (set GANTRY_TEST_PG)")
     }
 }
+
+/// Runs `test` on a fresh SQLite database, then on a fresh PostgreSQL one
+/// (dropped after): one body for the twin tests of a store.
+pub(crate) async fn on_both<F, Fut>(test: F)
+where
+    F: Fn(Db) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let (db, _dir) = super::test_db().await;
+    test(db).await;
+    let pg = PgDb::new().await;
+    test(pg.db.clone()).await;
+    pg.drop().await;
+}

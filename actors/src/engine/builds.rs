@@ -145,8 +145,20 @@ impl Engine {
             .into_iter()
             .map(|(key, n)| (format!("{team}/{}/{key}", job_ref.pipeline), n))
             .collect();
-        self.start_stored(team, &stored, runnable(plan), Some(job_ref), &turns)
-            .await
+        // A var the credential manager lacks is refused before anything
+        // is created (the build resolves them again as it starts).
+        let credentials = crate::credentials::NeedsCredentials::of_job(&stored);
+        if let Some(c) = &credentials {
+            c.resolve(&self.credentials, team).await?;
+        }
+        self.start_stored(
+            team,
+            &stored,
+            runnable(plan),
+            (Some(job_ref), credentials),
+            &turns,
+        )
+        .await
     }
 
     /// Stores `stored` as the plan of a new build of `team` (which must
@@ -157,7 +169,10 @@ impl Engine {
         team: &str,
         stored: &impl serde::Serialize,
         plan: crate::builds::Plan,
-        job: Option<crate::plan::JobRef>,
+        (job, credentials): (
+            Option<crate::plan::JobRef>,
+            Option<crate::credentials::NeedsCredentials>,
+        ),
         turns: &[(String, u32)],
     ) -> Result<i64, EngineError> {
         if !self.db.team_exists(team).await? {
@@ -176,7 +191,8 @@ impl Engine {
             self.db.gc().set_build_job(id, &j.pipeline, &j.job).await?;
         }
         let deps = self.build_deps();
-        let build = Build::of_plan(id, team.to_string(), plan, None, deps, self.builds.clone());
+        let build = Build::of_plan(id, team.to_string(), plan, None, deps, self.builds.clone())
+            .with_credentials(credentials);
         self.start_build(id, build.for_job(job));
         Ok(id)
     }
@@ -199,13 +215,15 @@ impl Engine {
             vars,
             scope: None,
             resource_type: false,
+            pipeline_name: None,
         };
         let plan_of = stored.clone();
         let plan = off_thread("reading the pipeline", PIPELINE_BUDGET, move |_| {
             plan_of.plan()
         })
         .await?;
-        self.start_stored(team, &stored, runnable(plan), None, &[])
+        let credentials = crate::credentials::NeedsCredentials::of_check(&stored);
+        self.start_stored(team, &stored, runnable(plan), (None, credentials), &[])
             .await
     }
 

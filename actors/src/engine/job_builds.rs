@@ -62,6 +62,8 @@ pub(super) struct Runnable {
     team: String,
     plan: crate::builds::Plan,
     job_ref: JobRef,
+    /// Its stored plan, when the credential manager fills vars of it.
+    credentials: Option<crate::credentials::NeedsCredentials>,
 }
 
 /// What a job's inputs resolve to, for the builds waiting on it in one
@@ -494,7 +496,8 @@ impl Engine {
             self.build_deps(),
             self.builds.clone(),
         )
-        .after_events(last_event);
+        .after_events(last_event)
+        .with_credentials(run.credentials);
         self.start_build(id, build.for_job(Some(run.job_ref)));
     }
 }
@@ -577,6 +580,11 @@ pub(super) fn prepare(r: &BuildRequest<'_>) -> Result<(NewJobBuild, Runnable), E
         team: row.team.clone(),
         plan: crate::steps::runnable(plan),
         job_ref,
+        credentials: r
+            .pipeline
+            .as_set
+            .needs_credentials()
+            .then(|| crate::credentials::NeedsCredentials::Job(stored.clone())),
     };
     Ok((build, run))
 }

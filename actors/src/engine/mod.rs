@@ -13,6 +13,8 @@ mod one_build;
 mod pipeline_jobs;
 mod pipelines;
 mod reruns;
+mod secrets;
+pub use secrets::MAX_SECRET;
 mod takeover;
 mod task_caches;
 mod teams;
@@ -100,6 +102,8 @@ pub struct EngineConfig {
     pub nodes: NodeConfig,
     /// Stored pipelines: global resources, scheduling and check pace.
     pub pipelines: PipelinesConfig,
+    /// How long the credential manager's answers are kept.
+    pub credentials: crate::credentials::CacheConfig,
 }
 
 /// Handles to the running actors and shared services.
@@ -146,6 +150,8 @@ pub struct Engine {
     collector: crate::gc::collector::CollectorStats,
     /// The web side of the GC sweep protocol.
     sweeps: crate::gc::sweep::Sweeps,
+    /// The credential manager (the built-in one), behind its cache.
+    credentials: crate::credentials::Credentials,
 }
 
 /// What the composition root opens an engine with.
@@ -225,7 +231,12 @@ impl Engine {
         if db.is_shared() {
             listen_for_events(&jobs, &db, &hub, &builds);
         }
+        let credentials = crate::credentials::Credentials::new(
+            Arc::new(crate::credentials::BuiltIn::new(db.clone())),
+            config.credentials.clone(),
+        );
         let engine = Engine {
+            credentials,
             artifacts,
             streams,
             db,
@@ -288,6 +299,7 @@ impl Engine {
             global_resources: self.config.pipelines.global_resources,
             node_name: self.config.node_name.clone(),
             wait_for_workers: self.config.placement.wait_for_workers,
+            credentials: self.credentials.clone(),
         }
     }
 

@@ -98,8 +98,8 @@ pub(super) async fn loaded(row: &PipelineRow) -> Result<Arc<Pipeline>, EngineErr
     let config = row.config.clone();
     let what = format!("reading pipeline {:?}", row.name);
     off_thread(&what, PIPELINE_BUDGET, move |_| {
-        Pipeline::load(&config, &vars)
-            .map(Arc::new)
+        Pipeline::load_leaving(&config, &vars)
+            .map(|(p, _, _)| Arc::new(p))
             .map_err(|problems| EngineError::Invalid(problems.join("; ")))
     })
     .await
@@ -108,7 +108,8 @@ pub(super) async fn loaded(row: &PipelineRow) -> Result<Arc<Pipeline>, EngineErr
 impl Engine {
     /// Stores pipeline `name` of `team` from its YAML text and `vars` as a
     /// new config version (`expected`: refuse unless the stored version is
-    /// this one, 0 for none). Every var must be filled and every job must
+    /// this one, 0 for none). The vars `vars` leaves are the credential
+    /// manager's, filled when a build needs them; every job must
     /// translate as a build would; each problem is named and nothing is
     /// stored.
     pub async fn set_pipeline(
@@ -601,13 +602,23 @@ impl Engine {
             vars: stored_vars(row)?,
             scope: Some(r.scope.clone()),
             resource_type: of_type,
+            pipeline_name: Some(row.name.clone()),
         };
         let plan_of = stored.clone();
         let what = format!("reading pipeline {:?}", row.name);
         let plan = off_thread(&what, PIPELINE_BUDGET, move |_| plan_of.plan()).await?;
         let plan = crate::steps::runnable(plan);
         let id = self
-            .start_stored(&row.team, &stored, plan, None, &[])
+            .start_stored(
+                &row.team,
+                &stored,
+                plan,
+                (
+                    None,
+                    crate::credentials::NeedsCredentials::of_check(&stored),
+                ),
+                &[],
+            )
             .await?;
         self.db
             .pipelines()

@@ -285,6 +285,7 @@ impl Engine {
         let deps = self.build_deps();
         let taken = Build::taken_over(id, build.team, plan, deps, self.builds.clone(), &events)
             .for_job(stored_job(&build.plan))
+            .with_credentials(crate::credentials::NeedsCredentials::of_stored(&build.plan))
             .aborted_before_start(aborted);
         self.start_build(id, taken);
         Ok(())

@@ -41,7 +41,8 @@ pub(crate) async fn build_logs(
                 format!("reading pipeline {:?}", row.name),
             );
             let loaded = off_thread(&what, PIPELINE_BUDGET, move |_| {
-                Pipeline::load(&config, &vars)
+                Pipeline::load_leaving(&config, &vars)
+                    .map(|(p, _, _)| p)
                     .map_err(|problems| EngineError::Invalid(problems.join("; ")))
             })
             .await;

@@ -41,8 +41,10 @@ pub use validate::MAX_NAME;
 pub(crate) use vars::interpolate;
 pub use vars::Vars;
 
-/// A checked document: a pipeline, or a bare plan.
+/// A checked document: a pipeline, or a bare plan. Made once per read and
+/// taken apart at once, so the pipeline is not boxed.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)]
 pub enum Document {
     /// A pipeline file (a mapping with `jobs`, `resources`, ...).
     Pipeline(Pipeline),
@@ -175,6 +177,28 @@ impl Pipeline {
     /// it, as Concourse does when it is set).
     pub fn load(text: &str, vars: &Vars) -> Result<Pipeline, Vec<String>> {
         Pipeline::load_warned(text, vars).map(|(p, _)| p)
+    }
+
+    /// Reads a pipeline file, fills the vars `vars` gives and checks it;
+    /// the vars left are the credential manager's, filled when a build
+    /// needs them (answered by their text). Fields a var left holds read
+    /// as absent, as in validation without vars.
+    pub fn load_leaving(
+        text: &str,
+        vars: &Vars,
+    ) -> Result<(Pipeline, std::collections::BTreeSet<String>, Vec<String>), Vec<String>> {
+        let doc = parse_yaml(text, "pipeline config").map_err(|e| vec![e])?;
+        let (doc, left) = vars::interpolate_leaving(&doc, vars)?;
+        match check_warned(&doc, !left.is_empty()) {
+            (Ok(Document::Pipeline(mut p)), warnings) => {
+                p.as_set = model::AsSet::leaving(left.clone());
+                Ok((p, left, warnings))
+            }
+            (Ok(Document::Plan(_)), _) => Err(vec![
+                "expected a pipeline (a mapping with jobs), not a plan".into(),
+            ]),
+            (Err(problems), _) => Err(problems),
+        }
     }
 
     /// [`Pipeline::load`], with the warnings found (see [`check_warned`]).

@@ -36,6 +36,90 @@ pub struct Pipeline {
     /// the first lookup (never stored or compared).
     #[serde(skip)]
     pub names: NameIndex,
+    /// What the pipeline was as set, before the credential manager filled
+    /// the vars its static vars left.
+    #[serde(skip)]
+    pub as_set: AsSet,
+}
+
+/// A pipeline as set: the vars its static vars left (the credential
+/// manager's), and, once a build filled them, the config keys its
+/// resources and resource types had before (see
+/// [`crate::resources::ResourceConfig::key_as_set`]), by name.
+#[derive(Clone, Default)]
+pub struct AsSet(Option<Arc<AsSetParts>>);
+
+#[derive(Default)]
+struct AsSetParts {
+    left: std::collections::BTreeSet<String>,
+    resources: HashMap<String, String>,
+    types: HashMap<String, String>,
+}
+
+impl AsSet {
+    /// A pipeline as set whose static vars left `left`.
+    pub(crate) fn leaving(left: std::collections::BTreeSet<String>) -> AsSet {
+        if left.is_empty() {
+            return AsSet(None);
+        }
+        AsSet(Some(Arc::new(AsSetParts {
+            left,
+            ..AsSetParts::default()
+        })))
+    }
+
+    /// Whether vars were left for the credential manager.
+    pub(crate) fn needs_credentials(&self) -> bool {
+        self.0.as_ref().is_some_and(|p| !p.left.is_empty())
+    }
+
+    /// This pipeline as set, with the config keys of its resources and
+    /// custom types' images by name (see
+    /// `crate::resources::config::load_with_credentials`).
+    pub(crate) fn with_keys(
+        &self,
+        resources: HashMap<String, String>,
+        types: HashMap<String, String>,
+    ) -> AsSet {
+        let left = self.0.as_ref().map(|p| p.left.clone()).unwrap_or_default();
+        AsSet(Some(Arc::new(AsSetParts {
+            left,
+            resources,
+            types,
+        })))
+    }
+
+    /// The key of resource `name`'s config as set.
+    pub(crate) fn of_resource(&self, name: &str) -> Option<String> {
+        self.0.as_ref()?.resources.get(name).cloned()
+    }
+
+    /// The key of resource type `name`'s image config as set.
+    pub(crate) fn of_type(&self, name: &str) -> Option<String> {
+        self.0.as_ref()?.types.get(name).cloned()
+    }
+}
+
+impl PartialEq for AsSet {
+    /// Derived from the pipeline: never a difference.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for AsSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            None => f.write_str("AsSet(no vars left)"),
+            Some(p) => write!(
+                f,
+                "AsSet({} vars left, {} resources, {} types)",
+                p.left.len(),
+                p.resources.len(),
+                p.types.len()
+            ),
+        }
+    }
 }
 
 /// Positions of a pipeline's jobs, resources and resource types by name,

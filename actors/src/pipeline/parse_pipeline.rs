@@ -97,6 +97,7 @@ pub(crate) fn parse_pipeline(r: &mut Reader, top: &Mapping) -> Pipeline {
             .and_then(|v| parse_display(r, v)),
         ignored_keys,
         names: Default::default(),
+        as_set: Default::default(),
     }
 }
 

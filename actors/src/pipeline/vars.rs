@@ -1,11 +1,13 @@
 //! Concourse's `((vars))`: finding them in a document and filling them.
 //!
 //! A var is `((name))`, `((name.field.sub))` (fields of a mapping value,
-//! `"quoted.segments"` allowed) or `((source:name))`. Gantry fills vars from
-//! its own static values (`-v NAME=VALUE`, `-l VARS.yml`); it reads no
-//! credential manager, so a var naming a source is refused, except the local
-//! source `.` (`((.:name))`), which `load_var` and `across` fill while the
-//! build runs and which interpolation therefore leaves in place.
+//! `"quoted.segments"` allowed) or `((source:name))`. Static values (`-v
+//! NAME=VALUE`, `-l VARS.yml`) fill vars when a pipeline is set; the vars
+//! they leave are the credential manager's, filled when a build needs them
+//! ([`interpolate_leaving`] keeps them in place and names them; see
+//! `crate::credentials`). The local source `.` (`((.:name))`) is filled by
+//! `load_var` and `across` while the build runs, so interpolation leaves it
+//! in place too.
 //!
 //! As in Concourse, a var that is the whole of a YAML string is replaced by
 //! its value with its YAML type (a list stays a list, `3` stays a number); a
@@ -164,6 +166,13 @@ impl Vars {
         self.values.is_empty()
     }
 
+    /// Sets every var of `other` over these.
+    pub fn extend(&mut self, other: &Vars) {
+        for (k, v) in &other.values {
+            self.values.insert(k.clone(), v.clone());
+        }
+    }
+
     /// Sets the var `name` (as it is, dots included) to `value`.
     pub fn insert(&mut self, name: &str, value: Value) {
         self.values.insert(name.to_string(), value);
@@ -276,6 +285,45 @@ pub(crate) fn interpolate(doc: &Value, vars: &Vars) -> Result<Value, Vec<String>
     Filler::new(Some(vars), Locals::Keep).fill(doc)
 }
 
+/// Fills the vars of a document that `vars` gives and leaves the others
+/// (and build-local vars) in place: what a credential manager fills when
+/// a build needs them. Answers the document and the vars left, each once
+/// by its text (`source:name.field`); a var `vars` has but cannot fill
+/// (a missing field, a list inside a string) is still a problem.
+pub(crate) fn interpolate_leaving(
+    doc: &Value,
+    vars: &Vars,
+) -> Result<(Value, std::collections::BTreeSet<String>), Vec<String>> {
+    let mut filler = Filler::new(Some(vars), Locals::Keep);
+    filler.leave = Some(Default::default());
+    let out = filler.value(doc, "");
+    if filler.problems.is_empty() {
+        Ok((out, filler.leave.unwrap_or_default()))
+    } else {
+        Err(filler.problems.into_values().collect())
+    }
+}
+
+/// The vars of `doc` other than build-local ones, each once by its text.
+pub(crate) fn vars_of(doc: &Value, out: &mut std::collections::BTreeSet<String>) {
+    match doc {
+        Value::String(s) => {
+            for (_, body) in find_vars(s) {
+                if !VarRef::parse(&body).is_ok_and(|r| r.is_local()) {
+                    out.insert(body);
+                }
+            }
+        }
+        Value::Sequence(items) => items.iter().for_each(|x| vars_of(x, out)),
+        Value::Mapping(m) => m.iter().for_each(|(k, v)| {
+            vars_of(k, out);
+            vars_of(v, out);
+        }),
+        Value::Tagged(t) => vars_of(&t.value, out),
+        _ => {}
+    }
+}
+
 /// Fills the build-local vars (`((.:name))`) of a document from `locals`
 /// (the build's, or an `across` combination's); other vars stay in place.
 /// With `strict`, a local var `locals` lacks is a problem naming it (what a
@@ -324,6 +372,9 @@ struct Filler<'a> {
     locals: Locals<'a>,
     /// One problem per var text, so a var used ten times is named once.
     problems: BTreeMap<String, String>,
+    /// Some: plain vars `vars` lacks (and vars naming a source) stay in
+    /// place, collected here, instead of being problems.
+    leave: Option<std::collections::BTreeSet<String>>,
 }
 
 impl<'a> Filler<'a> {
@@ -332,6 +383,7 @@ impl<'a> Filler<'a> {
             vars,
             locals,
             problems: BTreeMap::new(),
+            leave: None,
         }
     }
 
@@ -444,6 +496,11 @@ impl<'a> Filler<'a> {
             };
         }
         let vars = self.vars?;
+        if let (Some(left), Some(_)) = (&mut self.leave, &var.source) {
+            // A var source's: filled when a build needs it.
+            left.insert(body.to_string());
+            return None;
+        }
         if let Some(source) = &var.source {
             self.problem(
                 body,
@@ -453,6 +510,13 @@ impl<'a> Filler<'a> {
         }
         match vars.lookup(&var) {
             Ok(Some(v)) => Some(v.clone()),
+            Ok(None) if self.leave.is_some() => {
+                self.leave
+                    .as_mut()
+                    .expect("leaving")
+                    .insert(body.to_string());
+                None
+            }
             Ok(None) => {
                 self.problem(body, format!("unfilled var {var} (first used at {at})"));
                 None

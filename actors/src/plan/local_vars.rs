@@ -11,9 +11,7 @@ use std::sync::{Arc, Mutex};
 use serde_yaml::Value;
 
 use crate::pipeline::Vars;
-
-/// What replaces a secret value in the build log (Concourse's text).
-pub(super) const REDACTED: &str = "((redacted))";
+use crate::redact::Redactor;
 
 /// The build-local vars of one build, shared by its steps.
 #[derive(Debug, Clone, Default)]
@@ -25,8 +23,9 @@ pub struct LocalVars {
 struct State {
     /// Each var's value by name.
     values: BTreeMap<String, Value>,
-    /// The names of the vars whose values are secrets.
-    secret: BTreeMap<String, ()>,
+    /// Hides the values of the vars that are secrets: the build's, shared
+    /// with its event sink.
+    redactor: Redactor,
 }
 
 impl LocalVars {
@@ -35,17 +34,23 @@ impl LocalVars {
         LocalVars::default()
     }
 
+    /// No vars, their secrets hidden by the build's `redactor`.
+    pub(crate) fn redacting(redactor: Redactor) -> LocalVars {
+        let vars = LocalVars::default();
+        vars.lock().redactor = redactor;
+        vars
+    }
+
     /// Sets `name` to `value`; `redact`: its text is hidden in the build
-    /// log. A later value of the same name replaces the earlier, as in
-    /// Concourse.
+    /// log from now on (a value once secret stays hidden, as Concourse's
+    /// tracker keeps it). A later value of the same name replaces the
+    /// earlier, as in Concourse.
     pub fn set(&self, name: &str, value: Value, redact: bool) {
         let mut state = self.lock();
-        state.values.insert(name.to_string(), value);
         if redact {
-            state.secret.insert(name.to_string(), ());
-        } else {
-            state.secret.remove(name);
+            state.redactor.add(&value);
         }
+        state.values.insert(name.to_string(), value);
     }
 
     /// The vars as they are now, to fill a step about to run.
@@ -53,47 +58,20 @@ impl LocalVars {
         Vars::from(self.lock().values.clone())
     }
 
+    /// What hides the build's secrets (shared: it sees later ones too).
+    pub(crate) fn redactor(&self) -> Redactor {
+        self.lock().redactor.clone()
+    }
+
     /// `text` with every secret value's text (and each string inside a
-    /// secret list or mapping) replaced by [`REDACTED`].
+    /// secret list or mapping) replaced by `((redacted))`.
     pub fn redact(&self, text: &str) -> String {
-        let state = self.lock();
-        let mut secrets = Vec::new();
-        for name in state.secret.keys() {
-            if let Some(v) = state.values.get(name) {
-                secret_texts(v, &mut secrets);
-            }
-        }
-        // Longest first, so a secret inside another is not half-replaced.
-        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        let mut out = text.to_string();
-        for s in secrets.iter().filter(|s| !s.is_empty()) {
-            out = out.replace(s.as_str(), REDACTED);
-        }
-        out
+        self.lock().redactor.redact(text).into_owned()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding the lock leaves the maps consistent.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// The texts of a value a log could show: the scalars inside it, and the
-/// whole as JSON when it is a list or mapping.
-fn secret_texts(v: &Value, out: &mut Vec<String>) {
-    match v {
-        Value::String(s) => out.push(s.clone()),
-        Value::Number(n) => out.push(n.to_string()),
-        Value::Bool(_) | Value::Null => {}
-        Value::Sequence(items) => {
-            out.extend(serde_json::to_string(v).ok());
-            items.iter().for_each(|x| secret_texts(x, out));
-        }
-        Value::Mapping(m) => {
-            out.extend(serde_json::to_string(v).ok());
-            m.values().for_each(|x| secret_texts(x, out));
-        }
-        Value::Tagged(t) => secret_texts(&t.value, out),
     }
 }
 
@@ -116,9 +94,9 @@ mod tests {
             shared.redact("token=s3cret version=1.2.3 pass=hunter2"),
             "token=((redacted)) version=1.2.3 pass=((redacted))"
         );
-        // Revealing a var again makes it plain.
+        // A value once secret stays hidden (Concourse's tracker).
         vars.set("token", Value::String("s3cret".into()), false);
-        assert_eq!(shared.redact("s3cret"), "s3cret");
+        assert_eq!(shared.redact("s3cret"), "((redacted))");
         let snap = shared.snapshot();
         let var = crate::pipeline::vars::VarRef::parse(".:creds.user").unwrap();
         assert_eq!(

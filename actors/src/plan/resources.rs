@@ -121,14 +121,25 @@ pub struct CheckPlan {
     /// is checked (a stored pipeline's periodic check of its types).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub resource_type: bool,
+    /// The stored pipeline's name, whose secrets the credential manager
+    /// looks up first (none: `gantry check`, the team's alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_name: Option<String>,
 }
 
 impl CheckPlan {
     /// Loads the pipeline and finds the resource (or resource type): a
     /// plan of one check step.
     pub fn plan(&self) -> Result<Plan<StepDef>, EngineError> {
-        let pipeline = Pipeline::load(&self.pipeline, &self.vars)
-            .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
+        self.plan_with(&Vars::default())
+    }
+
+    /// The plan with the vars the credential manager gave (`creds`)
+    /// filled too: what the check runs.
+    pub(crate) fn plan_with(&self, creds: &Vars) -> Result<Plan<StepDef>, EngineError> {
+        let pipeline =
+            crate::resources::config::load_with_credentials(&self.pipeline, &self.vars, creds)
+                .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
         if self.resource_type {
             return self.type_plan(&pipeline);
         }
@@ -217,6 +228,7 @@ mod tests {
             vars: Vars::new(),
             scope: None,
             resource_type: false,
+            pipeline_name: None,
         };
         let Err(EngineError::Invalid(m)) = plan.plan() else {
             panic!()
@@ -245,6 +257,7 @@ mod tests {
             vars: Vars::new(),
             scope: Some("team:main".into()),
             resource_type: true,
+            pipeline_name: None,
         };
         let Plan::Step(StepDef::Check(step)) = plan.plan().unwrap() else {
             panic!()

@@ -85,10 +85,11 @@ impl JobPlan {
         JobRef::new(&self.pipeline_name, &self.job)
     }
 
-    /// Loads the pipeline with the vars (every var must be filled), finds
-    /// the job and translates it into a plan; every problem of the
-    /// pipeline, or the first thing Gantry cannot run, is an
-    /// [`EngineError::Invalid`] naming it.
+    /// Loads the pipeline with the vars (those they leave are the
+    /// credential manager's, filled when the build starts: see
+    /// [`JobPlan::plan_with`]), finds the job and translates it into a
+    /// plan; every problem of the pipeline, or the first thing Gantry
+    /// cannot run, is an [`EngineError::Invalid`] naming it.
     pub fn plan(&self) -> Result<Plan<StepDef>, EngineError> {
         self.plan_and_turns().map(|(plan, _)| plan)
     }
@@ -96,9 +97,19 @@ impl JobPlan {
     /// [`JobPlan::plan`], and the turns a build of the job waits for
     /// ([`job_turns`], keyed within `team`'s pipeline).
     pub fn plan_and_turns(&self) -> Result<(Plan<StepDef>, Turns), EngineError> {
-        let pipeline = Pipeline::load(&self.pipeline, &self.vars)
+        let (pipeline, _, _) = Pipeline::load_leaving(&self.pipeline, &self.vars)
             .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
         self.plan_and_turns_of(&Arc::new(pipeline))
+    }
+
+    /// The plan of the build with the vars the credential manager gave
+    /// (`creds`) filled too: what the build runs.
+    pub(crate) fn plan_with(&self, creds: &Vars) -> Result<Plan<StepDef>, EngineError> {
+        let pipeline =
+            crate::resources::config::load_with_credentials(&self.pipeline, &self.vars, creds)
+                .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
+        self.plan_and_turns_of(&Arc::new(pipeline))
+            .map(|(plan, _)| plan)
     }
 
     /// [`JobPlan::plan_and_turns`] of `pipeline`, this plan's pipeline
@@ -580,13 +591,75 @@ mod tests {
     }
 
     #[test]
-    fn an_unfilled_var_is_named_and_a_filled_one_reaches_the_params() {
+    fn a_resource_filled_by_the_manager_keeps_its_config_key_as_set() {
+        let yaml = "resources:\n- {name: r, type: git, source: {uri: ((uri)), branch: main}}\njobs:\n- name: j\n  plan:\n  - get: r\n";
+        let stored = JobPlan {
+            pipeline: yaml.into(),
+            pipeline_name: "p".into(),
+            job: "j".into(),
+            vars: Vars::new(),
+            inputs: Default::default(),
+        };
+        let config = |plan: &Plan<StepDef>| match plan.steps()[0] {
+            StepDef::Get(g) => g.config.clone(),
+            _ => panic!("not a get"),
+        };
+        let as_set = config(&stored.plan().unwrap());
+        let mut creds = Vars::new();
+        creds
+            .set_flag("uri=https://example.com/secret-repo")
+            .unwrap();
+        let filled = config(&stored.plan_with(&creds).unwrap());
+        assert_eq!(filled.source["uri"], "https://example.com/secret-repo");
+        assert_eq!(as_set.source["uri"], "((uri))");
+        assert_eq!(
+            filled.key(),
+            as_set.key(),
+            "versions stay with the config as set"
+        );
+        creds.set_flag("uri=https://example.com/rotated").unwrap();
+        assert_eq!(
+            config(&stored.plan_with(&creds).unwrap()).key(),
+            as_set.key()
+        );
+    }
+
+    /// The task's params in a plan of one task.
+    fn params(plan: &Plan<StepDef>) -> BTreeMap<String, String> {
+        match plan.steps()[0] {
+            StepDef::Task(t) => t.config.params.clone(),
+            _ => panic!("not a task"),
+        }
+    }
+
+    #[test]
+    fn a_var_left_is_the_credential_managers_and_a_filled_one_reaches_the_params() {
         let yaml = format!(
             "jobs:\n- name: j\n  plan:\n  - {{task: t, {TASK}, params: {{GREETING: ((greeting)), N: 3}}}}\n"
         );
-        assert!(invalid(plan_of(&yaml, &[])).contains("unfilled var ((greeting))"));
+        // Left in place, for the credential manager to fill.
+        let left = plan_of(&yaml, &[]).unwrap();
+        assert_eq!(params(&left)["GREETING"], "((greeting))");
         let plan = plan_of(&yaml, &[("greeting", "hi")]).unwrap();
-        assert_eq!(plan.steps().len(), 1);
+        assert_eq!(params(&plan)["GREETING"], "hi");
+        let mut creds = Vars::new();
+        creds.set_flag("greeting=from-the-manager").unwrap();
+        let stored = JobPlan {
+            pipeline: yaml.clone(),
+            pipeline_name: "p".into(),
+            job: "j".into(),
+            vars: Vars::new(),
+            inputs: Default::default(),
+        };
+        let filled = stored.plan_with(&creds).unwrap();
+        assert_eq!(params(&filled)["GREETING"], "from-the-manager");
+        // A static var given with the pipeline wins over the manager's.
+        let mut given = stored.clone();
+        given.vars.set_flag("greeting=given").unwrap();
+        assert_eq!(
+            params(&given.plan_with(&creds).unwrap())["GREETING"],
+            "given"
+        );
         let stored = JobPlan {
             pipeline: yaml,
             pipeline_name: "p".into(),

@@ -75,6 +75,12 @@ pub struct ResourceConfig {
     pub type_: ResourceType,
     /// `source`, with the type's `defaults` under it.
     pub source: Value,
+    /// The key of this config as the pipeline was set, before the
+    /// credential manager filled its vars: versions stay with the config
+    /// whatever the secrets' values are (and when they rotate). Never
+    /// serialised.
+    #[serde(skip)]
+    pub key_as_set: Option<String>,
 }
 
 impl ResourceConfig {
@@ -85,12 +91,17 @@ impl ResourceConfig {
                 name: type_.to_string(),
             },
             source,
+            key_as_set: None,
         }
     }
 
-    /// The hash naming this config's versions: the type chain and source.
+    /// The hash naming this config's versions: the type chain and source
+    /// (as the pipeline was set, see [`ResourceConfig::key_as_set`]).
     pub fn key(&self) -> String {
-        hash(&serde_json::to_value(self).unwrap_or(Value::Null))
+        match &self.key_as_set {
+            Some(key) => key.clone(),
+            None => hash(&serde_json::to_value(self).unwrap_or(Value::Null)),
+        }
     }
 
     /// The hash naming what `in` fetched for `version` with `params`.
@@ -152,6 +163,7 @@ fn resolve_type_in(
             type_: parent,
             source: params_json(&declared.source)
                 .map_err(|e| format!("resource type {name:?}: source: {e}"))?,
+            key_as_set: pipeline.as_set.of_type(name),
         }),
         params: params_json(&declared.params)
             .map_err(|e| format!("resource type {name:?}: params: {e}"))?,
@@ -177,7 +189,11 @@ pub(crate) fn resource_config(
             }
         }
     }
-    Ok(ResourceConfig { type_, source })
+    Ok(ResourceConfig {
+        type_,
+        source,
+        key_as_set: pipeline.as_set.of_resource(&resource.name),
+    })
 }
 
 /// A task's `image_resource` resolved: the type that fetches the image
@@ -256,6 +272,7 @@ impl ImageSource {
             config: ResourceConfig {
                 type_,
                 source: Value::Object(ir.source.clone()),
+                key_as_set: None,
             },
             params: Value::Object(ir.params.clone().unwrap_or_default()),
             version: ir
@@ -264,6 +281,43 @@ impl ImageSource {
                 .map(|v| serde_json::to_value(v).unwrap_or(Value::Null)),
         })
     }
+}
+
+/// A pipeline loaded for a build: the vars `vars` (its static vars) leave
+/// are filled from `creds` (the credential manager's), and the configs of
+/// its resources and resource types keep the keys they had as the
+/// pipeline was set ([`ResourceConfig::key_as_set`]).
+pub(crate) fn load_with_credentials(
+    text: &str,
+    vars: &pipeline::Vars,
+    creds: &pipeline::Vars,
+) -> Result<Pipeline, Vec<String>> {
+    let (as_set, left, _) = Pipeline::load_leaving(text, vars)?;
+    if left.is_empty() || creds.is_empty() {
+        return Ok(as_set);
+    }
+    let mut all = creds.clone();
+    all.extend(vars);
+    let (mut filled, _, _) = Pipeline::load_leaving(text, &all)?;
+    let resources = as_set
+        .resources
+        .iter()
+        .filter_map(|r| {
+            resource_config(&as_set, r)
+                .ok()
+                .map(|c| (r.name.clone(), c.key()))
+        })
+        .collect();
+    let types = as_set
+        .resource_types
+        .iter()
+        .filter_map(|t| match resolve_type(&as_set, &t.name).ok()? {
+            ResourceType::Custom { image, .. } => Some((t.name.clone(), image.key())),
+            ResourceType::Base { .. } => None,
+        })
+        .collect();
+    filled.as_set = as_set.as_set.with_keys(resources, types);
+    Ok(filled)
 }
 
 #[cfg(test)]

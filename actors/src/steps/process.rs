@@ -12,6 +12,7 @@ use tracing::Instrument as _;
 
 use crate::error::EngineError;
 use crate::events::Utf8Carry;
+use crate::redact::HeldLines;
 use crate::steps::StepContext;
 use gantry_wire::events::BuildEvent;
 use gantry_wire::runtime::{OutputStream, Process, ProcessIo, ProcessOutput, ProcessSignal};
@@ -192,6 +193,10 @@ async fn follow_in(
 ) -> Result<ProcessEnd, EngineError> {
     let mut carry_out = Utf8Carry::default();
     let mut carry_err = Utf8Carry::default();
+    // Output is redacted as it goes; a secret written across two chunks
+    // is held until it is whole.
+    let redactor = ctx.scope.locals.redactor();
+    let mut held = [HeldLines::default(), HeldLines::default()];
     let mut watch = ctx.worker_watch();
     let mut stop = ctx.stop();
     let mut stopping = false;
@@ -210,14 +215,14 @@ async fn follow_in(
                     kept.extend_from_slice(&chunk.data);
                     continue;
                 }
-                let (carry, skipped) = match chunk.stream {
-                    OutputStream::Stdout => (&mut carry_out, &mut skip[0]),
-                    OutputStream::Stderr => (&mut carry_err, &mut skip[1]),
+                let (carry, skipped, held) = match chunk.stream {
+                    OutputStream::Stdout => (&mut carry_out, &mut skip[0], &mut held[0]),
+                    OutputStream::Stderr => (&mut carry_err, &mut skip[1], &mut held[1]),
                 };
                 // Output replayed after a restart: drop what was stored already.
                 let already = (*skipped).min(chunk.data.len() as u64) as usize;
                 *skipped -= already as u64;
-                let data = carry.push(&chunk.data[already..]);
+                let data = held.push(&carry.push(&chunk.data[already..]), &redactor);
                 log(ctx, chunk.stream, data).await?;
             }
             lost = watch.becomes_lost("the step ran") => return Err(lost),
@@ -232,8 +237,11 @@ async fn follow_in(
             }
         }
     }
-    log(ctx, OutputStream::Stdout, carry_out.finish()).await?;
-    log(ctx, OutputStream::Stderr, carry_err.finish()).await?;
+    let [mut held_out, mut held_err] = held;
+    let out = held_out.push(&carry_out.finish(), &redactor) + &held_out.finish(&redactor);
+    log(ctx, OutputStream::Stdout, out).await?;
+    let err = held_err.push(&carry_err.finish(), &redactor) + &held_err.finish(&redactor);
+    log(ctx, OutputStream::Stderr, err).await?;
     let status = process.wait().await?;
     Ok(if stopping {
         ProcessEnd::Stopped

@@ -124,7 +124,9 @@ fn checked_rows(
     (global, team): (bool, &str),
     deadline: Deadline,
 ) -> Result<Rows, EngineError> {
-    let (pipeline, warnings) = Pipeline::load_warned(config, vars)
+    // The vars `vars` leaves are the credential manager's, filled when a
+    // build needs them.
+    let (pipeline, _, warnings) = Pipeline::load_leaving(config, vars)
         .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
     let pipeline = Arc::new(pipeline);
     deadline.check("reading the pipeline")?;
@@ -144,9 +146,13 @@ fn checked_rows(
         .iter()
         .map(|r| {
             let config = resource_config(&pipeline, r).map_err(EngineError::Invalid)?;
+            // A config holding a credential var is the pipeline's own:
+            // what the var gives may differ from one pipeline (and team)
+            // to another, so its versions are not shared.
+            let shared = global && !holds_vars(&config);
             Ok(ResourceRow {
                 name: r.name.clone(),
-                scope: scope::of_resource(global, team, &r.name),
+                scope: scope::of_resource(shared, team, &r.name),
                 config: config.key(),
                 check_every_ms: check_every_ms(r.check_every),
                 pinned: None,
@@ -160,7 +166,7 @@ fn checked_rows(
         .filter_map(|t| match resolve_type(&pipeline, &t.name) {
             Ok(ResourceType::Custom { image, .. }) => Some(Ok(ResourceRow {
                 name: t.name.clone(),
-                scope: scope::of_type(global, team, &t.name),
+                scope: scope::of_type(global && !holds_vars(&image), team, &t.name),
                 config: image.key(),
                 check_every_ms: check_every_ms(t.check_every),
                 pinned: None,
@@ -176,6 +182,12 @@ fn checked_rows(
         types,
         warnings,
     })
+}
+
+/// Whether a resource config (its type chain included) holds a var left
+/// for the credential manager.
+fn holds_vars(config: &crate::resources::ResourceConfig) -> bool {
+    serde_json::to_string(config).is_ok_and(|json| json.contains("(("))
 }
 
 /// A `check_every` in ms; none for `never`.

@@ -16,6 +16,7 @@ pub mod paging;
 pub mod pipelines;
 pub mod queue;
 pub mod reruns;
+pub mod secrets;
 pub mod teams;
 pub mod workers;
 

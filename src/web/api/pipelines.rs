@@ -25,7 +25,8 @@ pub const MAX_CONFIG: usize = 4 * 1024 * 1024;
 pub struct SetPipelineBody {
     /// The pipeline's YAML text.
     config: String,
-    /// Values of its `((vars))` (every var must be filled).
+    /// Values of its `((vars))`; the vars they leave are the credential
+    /// manager's, looked up when a build needs them.
     #[serde(default)]
     vars: Option<BTreeMap<String, serde_json::Value>>,
     /// Refuse (409) unless the stored config version is this one (0: the

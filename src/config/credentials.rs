@@ -1,0 +1,44 @@
+//! `[web.credentials]`: the credential manager's cache.
+
+use serde::{Deserialize, Serialize};
+
+/// How long the credential manager's answers are kept (Concourse's
+/// `--secret-cache-*`). The manager is the built-in one: secrets in the
+/// database, set with `gantry set-secret`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CredentialsConfig {
+    /// Seconds a value found is kept (one with a lease: half the lease).
+    /// 0: not kept. Default 60.
+    pub cache_found_secs: u64,
+    /// Seconds a var not found is remembered as missing. 0: not kept.
+    /// Default 10.
+    pub cache_not_found_secs: u64,
+    /// Tries of a lookup the manager fails transiently. Default 3.
+    pub attempts: u32,
+}
+
+impl Default for CredentialsConfig {
+    fn default() -> Self {
+        let d = gantry_actors::api::CredentialCacheConfig::default();
+        CredentialsConfig {
+            cache_found_secs: d.found.as_secs(),
+            cache_not_found_secs: d.not_found.as_secs(),
+            attempts: d.attempts,
+        }
+    }
+}
+
+impl CredentialsConfig {
+    /// The engine's cache settings.
+    pub fn parse(&self) -> anyhow::Result<gantry_actors::api::CredentialCacheConfig> {
+        if self.attempts == 0 {
+            anyhow::bail!("[web.credentials] attempts: must be at least 1");
+        }
+        Ok(gantry_actors::api::CredentialCacheConfig {
+            found: std::time::Duration::from_secs(self.cache_found_secs),
+            not_found: std::time::Duration::from_secs(self.cache_not_found_secs),
+            attempts: self.attempts,
+        })
+    }
+}

@@ -1,0 +1,245 @@
+//! The built-in credential manager end to end: a pipeline reads its
+//! secrets (`gantry set-secret`) as `((vars))` when a build needs them,
+//! a secret changed is what the next build reads (no `set-pipeline`), a
+//! var the manager lacks errors the build naming the paths tried, and no
+//! value ever shows: not in `gantry watch`, the events API, the server's
+//! log, `gantry secrets`, nor in a dump of the database.
+
+use crate::common;
+
+use std::io::Write as _;
+use std::process::Stdio;
+
+use common::*;
+use sha2::{Digest as _, Sha256};
+
+/// `gantry set-secret` with `value` on its standard input.
+fn set_secret(url: &str, args: &[&str], value: &str) {
+    let mut child = gantry()
+        .arg("--url")
+        .arg(url)
+        .arg("set-secret")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(value.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "set-secret {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn sha(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn ok(out: &std::process::Output) -> String {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    text
+}
+
+/// The job's task prints every secret (with `set -x` too) and the SHA-256
+/// of the registry password, which the test compares with its own.
+const PIPELINE: &str = r#"
+jobs:
+- name: deploy
+  plan:
+  - task: show
+    config:
+      platform: linux
+      params:
+        PASS: ((registry.password))
+        KEY: ((deploy-key))
+        TOKEN: ((api-token))
+        CLIENT: ((oauth))
+        CLIENT_ID: ((oauth.client_id))
+        VERSION: ((version))
+      run:
+        path: sh
+        args:
+        - -c
+        - |
+          set -x
+          echo "pass=$PASS token=$TOKEN id=$CLIENT_ID version=$VERSION"
+          echo "$KEY"
+          echo "$CLIENT"
+          printf 'sha=%s\n' "$(printf %s "$PASS" | sha256sum | cut -d' ' -f1)"
+- name: broken
+  plan:
+  - task: needs-more
+    config:
+      platform: linux
+      params: {X: ((no-such-secret))}
+      run: {path: "true"}
+"#;
+
+fn secrets_fill_builds_and_never_show(kind: DbKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(kind);
+    let q = quickstart_runc(dir.path(), &db);
+    let url = &q.url;
+    let u = || uuid::Uuid::new_v4().simple().to_string();
+    let pass = format!("reg-pass-{}", u());
+    let key_lines = [format!("MIIEpAIBAAKCAQEA{}", u()), format!("q8x{}Zk", u())];
+    let key = format!(
+        "-----BEGIN RSA PRIVATE KEY-----\n{}\n{}\n-----END RSA PRIVATE KEY-----\n",
+        key_lines[0], key_lines[1]
+    );
+    let token = format!("tok-{}", u());
+    let (client_id, client_secret) = (format!("cid-{}", u()), format!("cs-{}", u()));
+    let oauth = format!(r#"{{"client_id": "{client_id}", "client_secret": "{client_secret}"}}"#);
+
+    set_secret(url, &["registry"], &format!(r#"{{"password": "{pass}"}}"#));
+    set_secret(url, &["deploy-key"], &key);
+    set_secret(url, &["api-token", "-p", "p"], &token);
+    // A team secret of the same name is shadowed by the pipeline's.
+    set_secret(url, &["api-token"], "team-token-not-used");
+    set_secret(url, &["oauth"], &oauth);
+
+    let file = dir.path().join("p.yml");
+    write(&file, PIPELINE);
+    let f = file.to_str().unwrap();
+    ok(&client(
+        url,
+        &["set-pipeline", "-p", "p", "-c", f, "-v", "version=1.2.3"],
+    ));
+    ok(&client(url, &["unpause-pipeline", "-p", "p"]));
+
+    let shown = ok(&client(url, &["trigger-job", "-j", "p/deploy", "--watch"]));
+    assert!(shown.contains(&format!("sha={}", sha(&pass))), "{shown}");
+    assert!(shown.contains("version=1.2.3"), "{shown}");
+    assert!(
+        shown.contains("pass=((redacted)) token=((redacted)) id=((redacted))"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("((redacted))\n((redacted))\n((redacted))"),
+        "the key, line by line: {shown}"
+    );
+
+    // Rotated in the manager: the next build reads the new value.
+    let new_pass = format!("reg-pass-{}", u());
+    set_secret(
+        url,
+        &["registry"],
+        &format!(r#"{{"password": "{new_pass}"}}"#),
+    );
+    let again = ok(&client(url, &["trigger-job", "-j", "p/deploy", "--watch"]));
+    assert!(
+        again.contains(&format!("sha={}", sha(&new_pass))),
+        "{again}"
+    );
+
+    // A var nobody stored errors the build, naming it and where it looked.
+    let broken = client(url, &["trigger-job", "-j", "p/broken", "--watch"]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&broken.stdout),
+        String::from_utf8_lossy(&broken.stderr)
+    );
+    assert!(!broken.status.success(), "{said}");
+    assert!(said.contains("((no-such-secret))"), "{said}");
+    assert!(
+        said.contains("/concourse/main/p/no-such-secret, /concourse/main/no-such-secret"),
+        "{said}"
+    );
+
+    // Names and scopes are listed, never a value.
+    let listed = ok(&client(url, &["secrets", "--json"]));
+    assert!(
+        listed.contains("\"deploy-key\"") && listed.contains("\"pipeline\": \"p\""),
+        "{listed}"
+    );
+
+    let values: Vec<&str> = vec![
+        &pass,
+        &new_pass,
+        &key_lines[0],
+        &key_lines[1],
+        &token,
+        &client_id,
+        &client_secret,
+    ];
+    let mut events = String::new();
+    let builds: serde_json::Value = reqwest::blocking::get(format!(
+        "{url}/api/v1/teams/main/pipelines/p/jobs/deploy/builds"
+    ))
+    .unwrap()
+    .json()
+    .unwrap();
+    for b in builds.as_array().unwrap() {
+        let id = b["id"].as_i64().unwrap();
+        events += &reqwest::blocking::get(format!("{url}/api/v1/builds/{id}/events"))
+            .unwrap()
+            .text()
+            .unwrap();
+    }
+    assert!(events.contains("((redacted))"), "{events}");
+    drop(q);
+    let log = std::fs::read_to_string(dir.path().join("quickstart.log")).unwrap();
+    let dump = dump_database(dir.path(), &db);
+    for v in values {
+        for (what, text) in [
+            ("the watch", &shown),
+            ("the watch", &again),
+            ("the events API", &events),
+            ("the server log", &log),
+            ("the secrets list", &listed),
+            ("the database dump", &dump),
+        ] {
+            assert!(!text.contains(v), "{v} shows in {what}");
+        }
+    }
+}
+
+/// Every text of a dump of the quickstart's database: `sqlite3 .dump` of
+/// its SQLite file, or `pg_dump` of its PostgreSQL database.
+fn dump_database(dir: &std::path::Path, db: &TestDb) -> String {
+    let out = match &db.url {
+        None => std::process::Command::new("sqlite3")
+            .arg(dir.join("data").join("gantry.db"))
+            .arg(".dump")
+            .output()
+            .expect("sqlite3 runs (the test script installs it)"),
+        Some(url) => std::process::Command::new("pg_dump")
+            .args(["--data-only", "--no-owner", url])
+            .output()
+            .expect("pg_dump runs (the test script installs postgresql-client)"),
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("sealed:v1:"), "the secrets are dumped sealed");
+    text
+}
+
+#[test]
+fn secrets_fill_builds_and_never_show_on_sqlite() {
+    secrets_fill_builds_and_never_show(DbKind::Sqlite);
+}
+
+#[test]
+fn secrets_fill_builds_and_never_show_on_postgres() {
+    secrets_fill_builds_and_never_show(DbKind::Postgres);
+}
