@@ -132,6 +132,11 @@ pub struct WebConfig {
     pub gc: GcConfig,
     /// The credential manager's cache (`[web.credentials]`).
     pub credentials: CredentialsConfig,
+    /// The URL people and clouds reach this node at (behind a proxy, its
+    /// public URL): the issuer of `idtoken` var sources' ID tokens, whose
+    /// keys it serves at `/.well-known/jwks.json`. Default: `http://` and
+    /// the address it listens on.
+    pub external_url: Option<String>,
     /// Largest request body accepted on every route but uploads and sweep
     /// reports (JSON bodies, worker registrations and heartbeats), in
     /// bytes; uploads have `max_artifact_bytes`, a worker's sweep report
@@ -241,6 +246,7 @@ impl WebConfig {
                 "encryption_key_file",
                 "old_encryption_key_file",
                 "credentials",
+                "external_url",
                 "node_name",
                 "node_heartbeat_secs",
                 "node_timeout_secs",
@@ -547,6 +553,7 @@ impl Default for WebConfig {
             streaming: StreamingConfig::default(),
             gc: GcConfig::default(),
             credentials: CredentialsConfig::default(),
+            external_url: None,
             metrics_public: true,
             kubernetes: Vec::new(),
             max_request_body_bytes: 4 << 20,

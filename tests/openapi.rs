@@ -212,8 +212,9 @@ fn every_route_that_needs_a_token_refuses_none_and_a_wrong_one_with_401() {
     assert!(protected >= 25, "only {protected} protected operations");
     // The open ones are the health routes, the document, info, metrics,
     // the dashboard's page and assets, the workers' registration and
-    // heartbeats, and a resource's webhook (its own token instead).
-    assert_eq!(open, 16, "open operations");
+    // heartbeats, a resource's webhook (its own token instead), and the
+    // ID token issuer's metadata and keys (`/.well-known/...`).
+    assert_eq!(open, 18, "open operations");
 }
 
 #[test]

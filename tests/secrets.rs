@@ -243,3 +243,89 @@ fn secrets_fill_builds_and_never_show_on_sqlite() {
 fn secrets_fill_builds_and_never_show_on_postgres() {
     secrets_fill_builds_and_never_show(DbKind::Postgres);
 }
+
+/// An `idtoken` var source: the task gets an ES256 JWT the web node
+/// signed (redacted when printed whole); put together from its three
+/// parts, it verifies with a standard JWT library against the key the
+/// node serves, with the node as issuer, the audience asked and the job
+/// as subject.
+#[test]
+fn an_idtoken_var_source_gives_a_token_that_verifies_against_the_served_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let q = quickstart_runc(dir.path(), &db);
+    let url = &q.url;
+    let file = dir.path().join("login.yml");
+    write(
+        &file,
+        r#"
+var_sources:
+- name: idtoken
+  type: idtoken
+  config: {audience: [sts.example.com], subject_scope: job, expires_in: 10m}
+jobs:
+- name: login
+  plan:
+  - task: show
+    config:
+      platform: linux
+      params: {TOKEN: ((idtoken:token))}
+      run:
+        path: sh
+        args:
+        - -c
+        - |
+          echo "whole=$TOKEN"
+          for i in 1 2 3; do echo "part$i=$(echo "$TOKEN" | cut -d. -f$i)"; done
+"#,
+    );
+    ok(&client(
+        url,
+        &["set-pipeline", "-p", "cloud", "-c", file.to_str().unwrap()],
+    ));
+    ok(&client(url, &["unpause-pipeline", "-p", "cloud"]));
+    let shown = ok(&client(
+        url,
+        &["trigger-job", "-j", "cloud/login", "--watch"],
+    ));
+    assert!(shown.contains("whole=((redacted))"), "{shown}");
+    let part = |i: usize| {
+        shown
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("part{i}=")))
+            .unwrap_or_else(|| panic!("part {i} in {shown}"))
+            .to_string()
+    };
+    let token = format!("{}.{}.{}", part(1), part(2), part(3));
+
+    let discovery: serde_json::Value =
+        reqwest::blocking::get(format!("{url}/.well-known/openid-configuration"))
+            .unwrap()
+            .json()
+            .unwrap();
+    assert_eq!(discovery["issuer"], url.as_str());
+    let jwks: jsonwebtoken::jwk::JwkSet =
+        reqwest::blocking::get(discovery["jwks_uri"].as_str().unwrap())
+            .unwrap()
+            .json()
+            .unwrap();
+    let kid = jsonwebtoken::decode_header(&token).unwrap().kid.unwrap();
+    let key = jsonwebtoken::DecodingKey::from_jwk(jwks.find(&kid).unwrap()).unwrap();
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+    validation.set_audience(&["sts.example.com"]);
+    validation.set_issuer(&[url.as_str()]);
+    let claims = jsonwebtoken::decode::<serde_json::Value>(&token, &key, &validation)
+        .unwrap()
+        .claims;
+    assert_eq!(claims["sub"], "main/cloud/login");
+    let lifetime = claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap();
+    assert_eq!(lifetime, 600);
+    // A token signed otherwise does not verify.
+    let forged = format!(
+        "{}.{}.{}",
+        part(1),
+        part(2),
+        part(3).chars().rev().collect::<String>()
+    );
+    assert!(jsonwebtoken::decode::<serde_json::Value>(&forged, &key, &validation).is_err());
+}

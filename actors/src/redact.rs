@@ -21,6 +21,8 @@ pub(crate) struct Redactor(Arc<RwLock<Texts>>);
 
 #[derive(Debug, Default)]
 struct Texts {
+    /// Redaction is off on this node (`[web.credentials] redact = false`).
+    off: bool,
     /// Each secret line, longest first (so a secret inside another is not
     /// half replaced), once.
     lines: Vec<String>,
@@ -32,10 +34,20 @@ impl Redactor {
         Redactor::default()
     }
 
+    /// A redactor that hides nothing (redaction turned off on the node).
+    pub(crate) fn off() -> Redactor {
+        let r = Redactor::default();
+        r.0.write().unwrap_or_else(|e| e.into_inner()).off = true;
+        r
+    }
+
     /// Hides `value` from now on: its text, each scalar inside a list or
     /// mapping, and the whole of a list or mapping as JSON, each line by
     /// line.
     pub(crate) fn add(&self, value: &Value) {
+        if self.read().off {
+            return;
+        }
         let mut texts = Vec::new();
         secret_texts(value, &mut texts);
         let mut lines: Vec<String> = texts
@@ -61,6 +73,9 @@ impl Redactor {
     pub(crate) fn extend(&self, other: &Redactor) {
         let lines = other.read().lines.clone();
         let mut state = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if state.off {
+            return;
+        }
         state.lines.extend(lines);
         state
             .lines
@@ -275,6 +290,18 @@ mod tests {
         out += &held.finish(&r);
         assert_eq!(out.matches(REDACTED).count(), 16, "every copy is hidden");
         assert!(!out.contains("hunter2"));
+    }
+
+    #[test]
+    fn a_redactor_turned_off_hides_nothing() {
+        let r = Redactor::off();
+        r.add(&Value::String("hunter2".into()));
+        r.extend(&{
+            let other = Redactor::new();
+            other.add(&Value::String("s3cret".into()));
+            other
+        });
+        assert_eq!(r.redact("hunter2 s3cret"), "hunter2 s3cret");
     }
 
     #[test]

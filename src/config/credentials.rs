@@ -16,6 +16,11 @@ pub struct CredentialsConfig {
     pub cache_not_found_secs: u64,
     /// Tries of a lookup the manager fails transiently. Default 3.
     pub attempts: u32,
+    /// Replace every value a build got from the credential manager (and
+    /// every `load_var` without `reveal: true`) by `((redacted))` wherever
+    /// the build writes. Default true; false is logged as a warning at
+    /// every start.
+    pub redact: bool,
 }
 
 impl Default for CredentialsConfig {
@@ -25,6 +30,7 @@ impl Default for CredentialsConfig {
             cache_found_secs: d.found.as_secs(),
             cache_not_found_secs: d.not_found.as_secs(),
             attempts: d.attempts,
+            redact: true,
         }
     }
 }
@@ -35,10 +41,14 @@ impl CredentialsConfig {
         if self.attempts == 0 {
             anyhow::bail!("[web.credentials] attempts: must be at least 1");
         }
+        if !self.redact {
+            tracing::warn!("[web.credentials] redact = false: builds on this node write secrets as they are (task output, errors, events); nothing is redacted");
+        }
         Ok(gantry_actors::api::CredentialCacheConfig {
             found: std::time::Duration::from_secs(self.cache_found_secs),
             not_found: std::time::Duration::from_secs(self.cache_not_found_secs),
             attempts: self.attempts,
+            no_redaction: !self.redact,
         })
     }
 }

@@ -190,6 +190,7 @@ pub fn request_token(req: &HttpRequest) -> Option<String> {
 /// Whether a route answers callers without a token: the dashboard's page
 /// and assets (which hold no data; the page asks the API with the token it
 /// is given), the health routes, the OpenAPI document, `/api/v1/info`,
+/// the ID token issuer's metadata and keys (`/.well-known/...`),
 /// `/metrics` (unless `metrics_public = false`), and the workers'
 /// registration and heartbeats (which check the registration key
 /// themselves). Open routes say `security(())` in their OpenAPI operation;
@@ -207,6 +208,8 @@ pub fn is_open(path: &str) -> bool {
                 | "/api/v1/openapi.json"
                 | "/api/v1/info"
                 | "/api/v1/workers/register"
+                | "/.well-known/openid-configuration"
+                | "/.well-known/jwks.json"
         )
         || path.ends_with("/heartbeat")
         // A resource's webhook presents its `webhook_token` instead.

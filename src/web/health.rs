@@ -90,3 +90,38 @@ async fn check<E: std::fmt::Display>(
         Err(_) => Err(format!("no answer within {}s", CHECK_TIMEOUT.as_secs())),
     }
 }
+
+/// `GET /.well-known/openid-configuration`: the OpenID provider metadata
+/// of the ID tokens `idtoken` var sources get (issuer, JWKS URL, ES256),
+/// what a cloud trusting this node reads.
+#[utoipa::path(
+    get,
+    path = "/.well-known/openid-configuration",
+    operation_id = "openidConfiguration",
+    tag = "operations",
+    security(()),
+    responses(
+        (status = 200, description = "The issuer's metadata", body = Object),
+        (status = 503, description = "The node's external URL is not known yet", body = crate::web::error::ErrorBody),
+    )
+)]
+pub async fn openid_configuration(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(state.engine.id_token_discovery()?))
+}
+
+/// `GET /.well-known/jwks.json`: the public key ID tokens are signed
+/// with, as a JWK Set.
+#[utoipa::path(
+    get,
+    path = "/.well-known/jwks.json",
+    operation_id = "jwks",
+    tag = "operations",
+    security(()),
+    responses(
+        (status = 200, description = "The signing key's public half", body = Object),
+        (status = 400, description = "The node has no encryption key to keep a signing key with", body = crate::web::error::ErrorBody),
+    )
+)]
+pub async fn jwks(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(state.engine.id_token_jwks().await?))
+}

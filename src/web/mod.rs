@@ -218,6 +218,7 @@ pub async fn start_web(
         streaming: cfg.streaming.parse(encoding)?,
         gc: cfg.gc.parse()?,
         credentials: cfg.credentials.parse()?,
+        external_url: cfg.external_url.clone(),
         nodes: node_config(cfg)?,
         pipelines: gantry_actors::api::PipelinesConfig {
             global_resources: cfg.global_resources,
@@ -317,6 +318,7 @@ pub async fn start_web(
         }
     };
     let addr = server.addrs()[0];
+    engine.default_external_url(&format!("http://{addr}"));
     tracing::info!(
         "web node listening on http://{addr} (database: {})",
         redact(&url)

@@ -48,6 +48,8 @@ routes! {
     get "/metrics" => metrics::metrics;
     get "/healthz" => health::healthz;
     get "/readyz" => health::readyz;
+    get "/.well-known/openid-configuration" => health::openid_configuration;
+    get "/.well-known/jwks.json" => health::jwks;
     get "/api/v1/openapi.json" => serve_openapi;
     get "/api/v1/info" => super::info;
     get "/api/v1/workers" => workers::list;

@@ -14,7 +14,6 @@ use crate::builds::run::{BuildDeps, BuildRun};
 use crate::credentials::NeedsCredentials;
 use crate::events::EventSink;
 use crate::plan::OneOffPlan;
-use crate::redact::Redactor;
 use crate::steps::Plan;
 use crate::steps::{runnable, ArtifactScope, Events, JobRef, LocalVars, Stop, StopReason};
 use crate::telemetry::TraceIds;
@@ -227,7 +226,7 @@ impl Actor for Build {
         }
         // What the build hides in everything it writes: the values the
         // credential manager gives it and its secret `load_var`s.
-        let redactor = Redactor::new();
+        let redactor = self.deps.credentials.redactor();
         let sink = EventSink::resume(
             self.id,
             self.next_event,

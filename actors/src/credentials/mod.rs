@@ -16,11 +16,13 @@
 //! - `crate::redact`: the redaction itself.
 //!
 //! A var that cannot be found errors the build, naming the var and the
-//! paths tried, never a value. Vars of a pipeline's `var_sources`
-//! (`((source:name))`) are refused the same way: Gantry does not read
-//! `var_sources` yet.
+//! paths tried, never a value. A var of a pipeline's `var_sources`
+//! (`((source:name))`) comes from that source: an `idtoken` source's
+//! token ([`idtoken`]); a source of another type is refused by name (not
+//! read yet).
 
 mod builtin;
+pub(crate) mod idtoken;
 pub(crate) mod needs;
 mod stored;
 
@@ -122,6 +124,9 @@ pub struct CacheConfig {
     pub not_found: Duration,
     /// Tries of a lookup failing with a transient error.
     pub attempts: u32,
+    /// Whether builds write secrets as they are (`[web.credentials]
+    /// redact = false`): off only when an operator says so.
+    pub no_redaction: bool,
 }
 
 impl Default for CacheConfig {
@@ -130,6 +135,7 @@ impl Default for CacheConfig {
             found: Duration::from_secs(60),
             not_found: Duration::from_secs(10),
             attempts: 3,
+            no_redaction: false,
         }
     }
 }
@@ -145,10 +151,22 @@ pub(crate) struct Resolved {
     pub redactor: Redactor,
 }
 
+/// A build's pipeline's `var_sources` and whom the build runs for (what
+/// a `((source:name))` var is looked up with).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SourceContext {
+    /// The pipeline's var sources.
+    pub sources: Vec<crate::pipeline::model::VarSource>,
+    /// The job (none: a check).
+    pub job: Option<String>,
+}
+
 /// The node's credential manager behind its cache.
 #[derive(Clone)]
 pub(crate) struct Credentials {
     manager: Arc<dyn CredentialManager>,
+    /// Signs the tokens of `idtoken` var sources.
+    id_tokens: Option<idtoken::IdTokens>,
     config: CacheConfig,
     cache: Arc<DashMap<CacheKey, (Instant, Lookup)>>,
     /// Lookups that reached the manager.
@@ -160,9 +178,28 @@ impl Credentials {
     pub(crate) fn new(manager: Arc<dyn CredentialManager>, config: CacheConfig) -> Credentials {
         Credentials {
             manager,
+            id_tokens: None,
             config,
             cache: Arc::default(),
             calls: Arc::default(),
+        }
+    }
+
+    /// These, signing the tokens of `idtoken` var sources with `tokens`.
+    pub(crate) fn with_id_tokens(self, tokens: idtoken::IdTokens) -> Credentials {
+        Credentials {
+            id_tokens: Some(tokens),
+            ..self
+        }
+    }
+
+    /// A new build's redactor: one that hides nothing when redaction is
+    /// turned off on this node.
+    pub(crate) fn redactor(&self) -> Redactor {
+        if self.config.no_redaction {
+            Redactor::off()
+        } else {
+            Redactor::new()
         }
     }
 
@@ -189,27 +226,39 @@ impl Credentials {
         self.cache.retain(|k, _| k.0 != team);
     }
 
-    /// The vars `needed` (each by its text, `name.field`) for `scope`:
+    /// The vars `needed` (each by its text, `name.field`) for `scope`
+    /// (`sourced`: the pipeline's var sources, for `((source:name))`):
     /// every one found, or one error naming each var not found with the
     /// paths tried (and each manager error), never a value.
     pub(crate) async fn resolve(
         &self,
         scope: SecretScope<'_>,
         needed: &BTreeSet<String>,
+        sourced: &SourceContext,
     ) -> Result<Resolved, EngineError> {
         let mut out = Resolved::default();
         let mut problems = Vec::new();
         let mut names = BTreeSet::new();
+        let mut from_sources = BTreeSet::new();
         for text in needed {
             let var = VarRef::parse(text).map_err(EngineError::Invalid)?;
-            if let Some(source) = &var.source {
-                problems.push(format!(
-                    "var {var}: var source {source:?} cannot be read: Gantry does not read var_sources yet; store the var in the node's credential manager ({}) instead",
-                    self.manager.name()
-                ));
-                continue;
+            match &var.source {
+                Some(source) => {
+                    from_sources.insert((source.clone(), var.path));
+                }
+                None => {
+                    names.insert(var.path);
+                }
             }
-            names.insert(var.path);
+        }
+        for (source, name) in from_sources {
+            match self.lookup_in_source(scope, sourced, &source, &name).await {
+                Ok(value) => {
+                    out.redactor.add(&value);
+                    out.vars.insert(&format!("{source}:{name}"), value);
+                }
+                Err(problem) => problems.push(problem),
+            }
         }
         for name in names {
             match self.lookup(scope, &name).await {
@@ -233,6 +282,51 @@ impl Credentials {
             Ok(out)
         } else {
             Err(EngineError::Invalid(problems.join("; ")))
+        }
+    }
+
+    /// Var `name` of the pipeline's var source `source`, or the problem.
+    async fn lookup_in_source(
+        &self,
+        scope: SecretScope<'_>,
+        sourced: &SourceContext,
+        source: &str,
+        name: &str,
+    ) -> Result<Value, String> {
+        let var = format!("(({source}:{name}))");
+        let Some(declared) = sourced.sources.iter().find(|s| s.name == source) else {
+            return Err(format!(
+                "var {var}: the pipeline declares no var source {source:?} (var_sources)"
+            ));
+        };
+        match declared.type_.as_str() {
+            "idtoken" => {
+                let config = idtoken::IdTokenConfig::read(&declared.config)
+                    .map_err(|e| format!("var source {source:?}: {e}"))?;
+                if name != "token" {
+                    return Err(format!(
+                        "var {var}: an idtoken var source gives (({source}:token)) only"
+                    ));
+                }
+                let tokens = self.id_tokens.as_ref().ok_or_else(|| {
+                    format!("var {var}: this web node signs no ID tokens")
+                })?;
+                let subject = idtoken::Subject {
+                    team: scope.team,
+                    pipeline: scope.pipeline.unwrap_or_default(),
+                    instance: None,
+                    job: sourced.job.as_deref(),
+                };
+                tokens
+                    .token(&config, subject)
+                    .await
+                    .map(Value::String)
+                    .map_err(|e| format!("var {var}: {e}"))
+            }
+            other => Err(format!(
+                "var {var}: var source {source:?} is of type {other:?}, which Gantry does not read yet (it reads idtoken); store the var in the node's credential manager ({}) instead",
+                self.manager.name()
+            )),
         }
     }
 

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use super::needs::{needed, Focus};
-use super::{Credentials, Resolved, SecretScope};
+use super::{Credentials, Resolved, SecretScope, SourceContext};
 use crate::error::EngineError;
 use crate::off_thread::{off_thread, PIPELINE_BUDGET};
 use crate::plan::{CheckPlan, JobPlan, Plan, StepDef};
@@ -61,6 +61,13 @@ impl NeedsCredentials {
         }
     }
 
+    fn text_and_vars(&self) -> (&str, &crate::pipeline::Vars) {
+        match self {
+            NeedsCredentials::Job(j) => (&j.pipeline, &j.vars),
+            NeedsCredentials::Check(c) => (&c.pipeline, &c.vars),
+        }
+    }
+
     fn pipeline_name(&self) -> Option<&str> {
         match self {
             NeedsCredentials::Job(j) => Some(&j.pipeline_name),
@@ -85,10 +92,21 @@ impl NeedsCredentials {
         team: &str,
     ) -> Result<Option<(Plan<StepDef>, Resolved)>, EngineError> {
         let me = self.clone();
-        let needed = off_thread("reading the pipeline's vars", PIPELINE_BUDGET, move |_| {
-            Ok(me.needed())
-        })
-        .await?;
+        let (needed, sources) =
+            off_thread("reading the pipeline's vars", PIPELINE_BUDGET, move |_| {
+                let needed = me.needed();
+                // Its var sources, when a var names one.
+                let sources = if needed.iter().any(|v| v.contains(':')) {
+                    let (text, vars) = me.text_and_vars();
+                    crate::pipeline::Pipeline::load_leaving(text, vars)
+                        .map(|(p, _, _)| p.var_sources)
+                        .unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
+                Ok((needed, sources))
+            })
+            .await?;
         if needed.is_empty() {
             return Ok(None);
         }
@@ -96,7 +114,14 @@ impl NeedsCredentials {
             team,
             pipeline: self.pipeline_name(),
         };
-        let resolved = credentials.resolve(scope, &needed).await?;
+        let sourced = SourceContext {
+            sources,
+            job: match self {
+                NeedsCredentials::Job(j) => Some(j.job.clone()),
+                NeedsCredentials::Check(_) => None,
+            },
+        };
+        let resolved = credentials.resolve(scope, &needed, &sourced).await?;
         let (me, with) = (self.clone(), resolved.clone());
         let plan = off_thread("reading the pipeline", PIPELINE_BUDGET, move |_| {
             me.plan_with(&with)

@@ -68,7 +68,11 @@ async fn found_values_are_cached_for_their_ttl_and_fill_vars() {
     let creds = Credentials::new(manager.clone(), CacheConfig::default());
     for _ in 0..1000 {
         let r = creds
-            .resolve(SCOPE, &set(&["found-a", "found-b.field"]))
+            .resolve(
+                SCOPE,
+                &set(&["found-a", "found-b.field"]),
+                &SourceContext::default(),
+            )
             .await
             .unwrap();
         assert_eq!(r.redactor.redact("x value-of-found-a"), "x ((redacted))");
@@ -80,14 +84,20 @@ async fn found_values_are_cached_for_their_ttl_and_fill_vars() {
     );
     assert_eq!(creds.manager_calls(), 2);
     tokio::time::advance(Duration::from_secs(61)).await;
-    creds.resolve(SCOPE, &set(&["found-a"])).await.unwrap();
+    creds
+        .resolve(SCOPE, &set(&["found-a"]), &SourceContext::default())
+        .await
+        .unwrap();
     assert_eq!(
         manager.calls.load(Ordering::SeqCst),
         3,
         "asked again after the TTL"
     );
     creds.forget_team("main");
-    creds.resolve(SCOPE, &set(&["found-a"])).await.unwrap();
+    creds
+        .resolve(SCOPE, &set(&["found-a"]), &SourceContext::default())
+        .await
+        .unwrap();
     assert_eq!(
         manager.calls.load(Ordering::SeqCst),
         4,
@@ -102,27 +112,45 @@ async fn a_lease_keeps_half_of_it_and_a_miss_ten_seconds() {
         ..Counting::default()
     });
     let creds = Credentials::new(manager.clone(), CacheConfig::default());
-    creds.resolve(SCOPE, &set(&["found-a"])).await.unwrap();
+    creds
+        .resolve(SCOPE, &set(&["found-a"]), &SourceContext::default())
+        .await
+        .unwrap();
     tokio::time::advance(Duration::from_secs(9)).await;
-    creds.resolve(SCOPE, &set(&["found-a"])).await.unwrap();
+    creds
+        .resolve(SCOPE, &set(&["found-a"]), &SourceContext::default())
+        .await
+        .unwrap();
     assert_eq!(manager.calls.load(Ordering::SeqCst), 1);
     tokio::time::advance(Duration::from_secs(2)).await;
-    creds.resolve(SCOPE, &set(&["found-a"])).await.unwrap();
+    creds
+        .resolve(SCOPE, &set(&["found-a"]), &SourceContext::default())
+        .await
+        .unwrap();
     assert_eq!(
         manager.calls.load(Ordering::SeqCst),
         2,
         "half the lease passed"
     );
 
-    let err = creds.resolve(SCOPE, &set(&["missing"])).await.unwrap_err();
-    let _ = creds.resolve(SCOPE, &set(&["missing"])).await.unwrap_err();
+    let err = creds
+        .resolve(SCOPE, &set(&["missing"]), &SourceContext::default())
+        .await
+        .unwrap_err();
+    let _ = creds
+        .resolve(SCOPE, &set(&["missing"]), &SourceContext::default())
+        .await
+        .unwrap_err();
     assert_eq!(manager.calls.load(Ordering::SeqCst), 3, "a miss is cached");
     assert_eq!(
         err.to_string(),
         "unfilled var ((missing)): the credential manager (counting) has none (tried /concourse/main/p/missing, /concourse/main/missing)"
     );
     tokio::time::advance(Duration::from_secs(11)).await;
-    let _ = creds.resolve(SCOPE, &set(&["missing"])).await.unwrap_err();
+    let _ = creds
+        .resolve(SCOPE, &set(&["missing"]), &SourceContext::default())
+        .await
+        .unwrap_err();
     assert_eq!(manager.calls.load(Ordering::SeqCst), 4);
 }
 
@@ -131,7 +159,10 @@ async fn transient_errors_are_retried_and_never_cached() {
     let manager = Arc::new(Counting::default());
     manager.failures.store(2, Ordering::SeqCst);
     let creds = Credentials::new(manager.clone(), CacheConfig::default());
-    creds.resolve(SCOPE, &set(&["found-a"])).await.unwrap();
+    creds
+        .resolve(SCOPE, &set(&["found-a"]), &SourceContext::default())
+        .await
+        .unwrap();
     assert_eq!(
         manager.calls.load(Ordering::SeqCst),
         3,
@@ -139,14 +170,20 @@ async fn transient_errors_are_retried_and_never_cached() {
     );
 
     manager.failures.store(3, Ordering::SeqCst);
-    let err = creds.resolve(SCOPE, &set(&["found-b"])).await.unwrap_err();
+    let err = creds
+        .resolve(SCOPE, &set(&["found-b"]), &SourceContext::default())
+        .await
+        .unwrap_err();
     assert!(
         err.to_string().contains(
             "var ((found-b)): the credential manager (counting) failed: connection reset"
         ),
         "{err}"
     );
-    creds.resolve(SCOPE, &set(&["found-b"])).await.unwrap();
+    creds
+        .resolve(SCOPE, &set(&["found-b"]), &SourceContext::default())
+        .await
+        .unwrap();
     assert_eq!(
         manager.calls.load(Ordering::SeqCst),
         7,
@@ -158,12 +195,39 @@ async fn transient_errors_are_retried_and_never_cached() {
 async fn a_var_source_is_refused_by_name() {
     let creds = Credentials::new(Arc::new(Counting::default()), CacheConfig::default());
     let err = creds
-        .resolve(SCOPE, &set(&["vault:token", "found-a"]))
+        .resolve(
+            SCOPE,
+            &set(&["vault:token", "found-a"]),
+            &SourceContext::default(),
+        )
         .await
         .unwrap_err();
     assert!(
         err.to_string()
-            .contains("var ((vault:token)): var source \"vault\""),
+            .contains("var ((vault:token)): the pipeline declares no var source \"vault\""),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_var_source_of_a_type_not_read_is_refused_by_name() {
+    let creds = Credentials::new(Arc::new(Counting::default()), CacheConfig::default());
+    let sourced = SourceContext {
+        sources: vec![crate::pipeline::model::VarSource {
+            name: "vault-src".into(),
+            type_: "vault".into(),
+            config: Value::Null,
+        }],
+        job: Some("j".into()),
+    };
+    let err = creds
+        .resolve(SCOPE, &set(&["vault-src:token"]), &sourced)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "var ((vault-src:token)): var source \"vault-src\" is of type \"vault\", which Gantry does not read yet"
+        ),
         "{err}"
     );
 }
@@ -183,7 +247,11 @@ async fn built_in_reads_the_pipeline_then_the_team(db: crate::db::Db) {
         .unwrap();
     let creds = Credentials::new(Arc::new(BuiltIn::new(db.clone())), CacheConfig::default());
     let r = creds
-        .resolve(SCOPE, &set(&["token", "creds.password"]))
+        .resolve(
+            SCOPE,
+            &set(&["token", "creds.password"]),
+            &SourceContext::default(),
+        )
         .await
         .unwrap();
     let var = |t: &str| VarRef::parse(t).unwrap();
@@ -199,7 +267,10 @@ async fn built_in_reads_the_pipeline_then_the_team(db: crate::db::Db) {
         team: "main",
         pipeline: Some("q"),
     };
-    let r = creds.resolve(other, &set(&["token"])).await.unwrap();
+    let r = creds
+        .resolve(other, &set(&["token"]), &SourceContext::default())
+        .await
+        .unwrap();
     assert_eq!(
         r.vars.lookup(&var("token")).unwrap(),
         Some(&Value::String("team-token".into()))
@@ -211,6 +282,7 @@ async fn built_in_reads_the_pipeline_then_the_team(db: crate::db::Db) {
                 pipeline: None,
             },
             &set(&["token"]),
+            &SourceContext::default(),
         )
         .await
         .unwrap_err();

@@ -67,6 +67,7 @@ impl Db {
             ("builds", &[PLAN][..]),
             ("pipelines", &[CONFIG, VARS][..]),
             ("secrets", &[super::secrets::VALUE][..]),
+            ("signing_keys", &[super::secrets::SIGNING_KEY][..]),
         ] {
             sealed += self.reseal_table(table, columns, None, true).await?;
         }
@@ -90,6 +91,7 @@ impl Db {
             ("builds", &[PLAN][..]),
             ("pipelines", &[CONFIG, VARS][..]),
             ("secrets", &[super::secrets::VALUE][..]),
+            ("signing_keys", &[super::secrets::SIGNING_KEY][..]),
         ] {
             count += self.reseal_table(table, columns, Some(old), false).await?;
         }

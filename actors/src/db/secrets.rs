@@ -9,6 +9,9 @@ use crate::error::EngineError;
 /// The context a secret's value is sealed under.
 pub(super) const VALUE: &str = "secrets.value";
 
+/// The context a signing key's PKCS#8 document is sealed under.
+pub(super) const SIGNING_KEY: &str = "signing_keys.pkcs8";
+
 /// A stored secret, without its value.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -128,6 +131,61 @@ impl Secrets<'_> {
                 .execute(self.db.pool())
                 .await?;
         Ok(done.rows_affected() > 0)
+    }
+}
+
+impl Secrets<'_> {
+    /// The signing key of `purpose` (its id and PKCS#8 document, opened),
+    /// if one was made.
+    pub(crate) async fn signing_key(
+        &self,
+        purpose: &str,
+    ) -> Result<Option<(String, Vec<u8>)>, EngineError> {
+        let row: Option<(String, String)> =
+            sqlx::query_as("SELECT kid, pkcs8 FROM signing_keys WHERE purpose = $1")
+                .bind(purpose)
+                .fetch_optional(self.db.pool())
+                .await?;
+        let Some((kid, sealed)) = row else {
+            return Ok(None);
+        };
+        use base64::Engine as _;
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(self.db.sealer.open(SIGNING_KEY, &sealed)?)
+            .map_err(|e| EngineError::Invalid(format!("signing key {kid}: {e}")))?;
+        Ok(Some((kid, der)))
+    }
+
+    /// Stores signing key `kid` of `purpose` unless one is stored already
+    /// (several nodes making one at once keep the first); read it back
+    /// with [`Secrets::signing_key`].
+    pub(crate) async fn offer_signing_key(
+        &self,
+        purpose: &str,
+        kid: &str,
+        pkcs8: &[u8],
+    ) -> Result<(), EngineError> {
+        if !self.db.at_rest {
+            return Err(EngineError::Invalid(
+                "this web node has no encryption key, and a signing key is never stored in plain text: set [web] encryption_key_file".into(),
+            ));
+        }
+        use base64::Engine as _;
+        let sealed = self.db.sealer.seal(
+            SIGNING_KEY,
+            &base64::engine::general_purpose::STANDARD.encode(pkcs8),
+        );
+        sqlx::query(
+            "INSERT INTO signing_keys (purpose, kid, pkcs8, created_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (purpose) DO NOTHING",
+        )
+        .bind(purpose)
+        .bind(kid)
+        .bind(sealed)
+        .bind(now_ms())
+        .execute(self.db.pool())
+        .await?;
+        Ok(())
     }
 }
 

@@ -104,6 +104,10 @@ pub struct EngineConfig {
     pub pipelines: PipelinesConfig,
     /// How long the credential manager's answers are kept.
     pub credentials: crate::credentials::CacheConfig,
+    /// The URL people and clouds reach this node at: the issuer of the ID
+    /// tokens of `idtoken` var sources. None: `http://` and the address
+    /// the node listens on, once known (`Engine::default_external_url`).
+    pub external_url: Option<String>,
 }
 
 /// Handles to the running actors and shared services.
@@ -152,6 +156,8 @@ pub struct Engine {
     sweeps: crate::gc::sweep::Sweeps,
     /// The credential manager (the built-in one), behind its cache.
     credentials: crate::credentials::Credentials,
+    /// Signs the ID tokens of `idtoken` var sources.
+    id_tokens: crate::credentials::idtoken::IdTokens,
 }
 
 /// What the composition root opens an engine with.
@@ -231,12 +237,16 @@ impl Engine {
         if db.is_shared() {
             listen_for_events(&jobs, &db, &hub, &builds);
         }
+        let id_tokens =
+            crate::credentials::idtoken::IdTokens::new(db.clone(), config.external_url.as_deref());
         let credentials = crate::credentials::Credentials::new(
             Arc::new(crate::credentials::BuiltIn::new(db.clone())),
             config.credentials.clone(),
-        );
+        )
+        .with_id_tokens(id_tokens.clone());
         let engine = Engine {
             credentials,
+            id_tokens,
             artifacts,
             streams,
             db,

@@ -96,6 +96,22 @@ impl Engine {
         self.credentials.manager_calls()
     }
 
+    /// This node's external URL, unless one was configured: the issuer
+    /// of its ID tokens (the web node calls it once it listens).
+    pub fn default_external_url(&self, url: &str) {
+        self.id_tokens.default_issuer(url);
+    }
+
+    /// The OpenID provider metadata of the ID tokens this node signs.
+    pub fn id_token_discovery(&self) -> Result<serde_json::Value, EngineError> {
+        self.id_tokens.discovery()
+    }
+
+    /// The public key ID tokens are signed with, as a JWK Set.
+    pub async fn id_token_jwks(&self) -> Result<serde_json::Value, EngineError> {
+        self.id_tokens.jwks().await
+    }
+
     async fn secret_scope(
         &self,
         team: &str,

@@ -370,7 +370,8 @@ pub struct Group {
     pub resources: Vec<String>,
 }
 
-/// A var source (accepted and checked; Gantry does not read it).
+/// A var source: `((name:var))` reads it when a build needs the var
+/// (`crate::credentials`; Gantry reads `idtoken` sources).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VarSource {
     /// `name`, what `((name:var))` refers to.

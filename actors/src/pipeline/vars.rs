@@ -252,7 +252,20 @@ impl Vars {
 
     /// The value of a plain var, with its fields looked up.
     pub fn lookup(&self, var: &VarRef) -> Result<Option<&Value>, String> {
-        let Some(mut v) = self.values.get(&var.path) else {
+        self.lookup_at(&var.path, var)
+    }
+
+    /// The value of a var of a var source, kept as `source:name` by the
+    /// credential manager's resolution, with its fields looked up.
+    pub(crate) fn lookup_sourced(&self, var: &VarRef) -> Result<Option<&Value>, String> {
+        match &var.source {
+            Some(source) => self.lookup_at(&format!("{source}:{}", var.path), var),
+            None => Ok(None),
+        }
+    }
+
+    fn lookup_at(&self, key: &str, var: &VarRef) -> Result<Option<&Value>, String> {
+        let Some(mut v) = self.values.get(key) else {
             return Ok(None);
         };
         for field in &var.fields {
@@ -496,6 +509,16 @@ impl<'a> Filler<'a> {
             };
         }
         let vars = self.vars?;
+        if var.source.is_some() {
+            match vars.lookup_sourced(&var) {
+                Ok(Some(v)) => return Some(v.clone()),
+                Ok(None) => {}
+                Err(e) => {
+                    self.problem(body, format!("{e} (at {at})"));
+                    return None;
+                }
+            }
+        }
         if let (Some(left), Some(_)) = (&mut self.leave, &var.source) {
             // A var source's: filled when a build needs it.
             left.insert(body.to_string());

@@ -66,6 +66,7 @@ async fn set_in(
         (status = 200, description = "Stored, sealed", body = SecretSet),
         (status = 400, description = "Bad name, empty or too large value, or no encryption key", body = ErrorBody),
         (status = 404, description = "No such team (or another team's)", body = ErrorBody),
+        (status = 415, description = "The body is not JSON", body = ErrorBody),
     )
 )]
 pub async fn set_team(
@@ -90,6 +91,7 @@ pub async fn set_team(
         (status = 200, description = "Stored, sealed", body = SecretSet),
         (status = 400, description = "Bad name, empty or too large value, or no encryption key", body = ErrorBody),
         (status = 404, description = "No such team (or another team's)", body = ErrorBody),
+        (status = 415, description = "The body is not JSON", body = ErrorBody),
     )
 )]
 pub async fn set_pipeline(
