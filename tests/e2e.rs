@@ -15,6 +15,8 @@
 mod common;
 #[path = "kube_mock/mod.rs"]
 mod kube_mock;
+#[path = "vault_mock/mod.rs"]
+mod vault_mock;
 
 mod abort;
 mod agent_isolation;
@@ -36,6 +38,8 @@ mod bench_placement;
 mod bench_s3;
 #[cfg(feature = "bench")]
 mod bench_scheduling;
+#[cfg(feature = "bench")]
+mod bench_secrets;
 #[cfg(feature = "bench")]
 mod bench_stream;
 mod build_logs;
@@ -74,6 +78,7 @@ mod rolling_upgrade;
 mod run_job;
 mod run_job_vars;
 mod secrets;
+mod secrets_vault;
 mod streaming;
 mod tar_safety;
 mod task_caches;

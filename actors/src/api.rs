@@ -32,6 +32,7 @@ pub use crate::streaming::{
 // Builds: what is asked and what is told.
 pub use crate::credentials::{
     CacheConfig as CredentialCacheConfig, CredentialManager, Lookup, ManagerError, SecretScope,
+    VarSourceTypes,
 };
 pub use crate::db::{now_ms, BuildQuery, HandleKind, SecretEntry};
 pub use crate::engine::MAX_SECRET;
@@ -57,6 +58,7 @@ pub use crate::resources::ResourceStats;
 /// layer and the parts of the engine they time on their own.
 #[cfg(feature = "testing")]
 pub mod bench {
+    pub use crate::credentials::bench::{secrets, SecretsFigures};
     pub use crate::db::{Bench, Db, Direction};
     pub use crate::events::EventSink;
     pub use crate::gc::sweep::Sweeps;

@@ -10,6 +10,7 @@ pub mod placement;
 pub mod rig;
 pub mod s3;
 pub mod scheduling;
+pub mod secrets;
 pub mod set_pipeline;
 pub mod stream;
 

@@ -180,6 +180,8 @@ async fn start_engine(
     let engine = Engine::open(EngineSetup {
         sealer: crate::bench::sealer(),
         old_sealer: None,
+        credential_manager: None,
+        var_source_types: None,
         database_url: url.to_string(),
         teams: vec![],
         connector: Arc::new(DetachedConnector),

@@ -70,6 +70,8 @@ async fn start_engine(
     Ok(Engine::open(EngineSetup {
         sealer: crate::bench::sealer(),
         old_sealer: None,
+        credential_manager: None,
+        var_source_types: None,
         database_url: url.to_string(),
         teams: vec!["main".into()],
         connector: Arc::new(DetachedConnector),

@@ -127,6 +127,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         crate::bench::s3::S3Bench { size, server },
                     ))?
                 }
+                BenchCommand::Secrets { builds, vars } => actix_web::rt::System::new()
+                    .block_on(crate::bench::secrets::bench(builds, vars))?,
                 BenchCommand::Gc {
                     handles,
                     reports,

@@ -619,6 +619,17 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// Builds reading their vars from the credential manager as they
+    /// start (through its cache), against the same job planned with its
+    /// vars given statically.
+    Secrets {
+        /// Builds started.
+        #[arg(long, default_value_t = 1000)]
+        builds: usize,
+        /// Vars each build reads.
+        #[arg(long, default_value_t = 20)]
+        vars: usize,
+    },
     /// GC sweep reports of one worker with many handles, reconciled on
     /// SQLite and PostgreSQL, against only loading its rows.
     Gc {

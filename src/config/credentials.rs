@@ -21,6 +21,11 @@ pub struct CredentialsConfig {
     /// the build writes. Default true; false is logged as a warning at
     /// every start.
     pub redact: bool,
+    /// Read secrets from this Vault instead of the database
+    /// (`[web.credentials.vault]`: Concourse's settings, `url`,
+    /// `client_token` or `auth_backend` with `auth_params`, `path_prefix`,
+    /// `lookup_templates`, `shared_path`, `namespace`, `ca_cert`).
+    pub vault: Option<gantry_credentials::VaultConfig>,
 }
 
 impl Default for CredentialsConfig {
@@ -31,11 +36,27 @@ impl Default for CredentialsConfig {
             cache_not_found_secs: d.not_found.as_secs(),
             attempts: d.attempts,
             redact: true,
+            vault: None,
         }
     }
 }
 
 impl CredentialsConfig {
+    /// The node's credential manager: Vault when configured, else none
+    /// (the built-in one).
+    pub fn manager(
+        &self,
+    ) -> anyhow::Result<Option<std::sync::Arc<dyn gantry_actors::api::CredentialManager>>> {
+        match &self.vault {
+            None => Ok(None),
+            Some(v) => {
+                let vault = gantry_credentials::Vault::new(v.clone())
+                    .map_err(|e| anyhow::anyhow!("[web.credentials.vault] {e}"))?;
+                Ok(Some(std::sync::Arc::new(vault)))
+            }
+        }
+    }
+
     /// The engine's cache settings.
     pub fn parse(&self) -> anyhow::Result<gantry_actors::api::CredentialCacheConfig> {
         if self.attempts == 0 {

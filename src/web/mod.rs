@@ -247,6 +247,8 @@ pub async fn start_web(
         config: engine_config,
         sealer,
         old_sealer,
+        credential_manager: cfg.credentials.manager()?,
+        var_source_types: Some(Arc::new(gantry_credentials::Sources::default())),
     })
     .await
     .with_context(|| format!("opening the engine on database {}", redact(&url)))?;

@@ -153,7 +153,6 @@ impl IdTokenConfig {
         }
         Ok(out)
     }
-
 }
 
 impl IdTokens {

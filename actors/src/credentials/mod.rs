@@ -21,6 +21,8 @@
 //! token ([`idtoken`]); a source of another type is refused by name (not
 //! read yet).
 
+#[cfg(feature = "testing")]
+pub(crate) mod bench;
 mod builtin;
 pub(crate) mod idtoken;
 pub(crate) mod needs;
@@ -115,6 +117,19 @@ pub trait CredentialManager: Send + Sync {
     }
 }
 
+/// Makes the managers of a pipeline's `var_sources` of the types an
+/// adapter reads (`vault`), from each source's `config`.
+pub trait VarSourceTypes: Send + Sync {
+    /// The manager of a var source of type `type_` with `config`; none
+    /// when the type is not one of these, an error naming what is wrong
+    /// with the config.
+    fn manager(
+        &self,
+        type_: &str,
+        config: &Value,
+    ) -> Option<Result<Arc<dyn CredentialManager>, String>>;
+}
+
 /// How long lookups are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheConfig {
@@ -167,6 +182,8 @@ pub(crate) struct Credentials {
     manager: Arc<dyn CredentialManager>,
     /// Signs the tokens of `idtoken` var sources.
     id_tokens: Option<idtoken::IdTokens>,
+    /// Makes the managers of other var sources' types.
+    source_types: Option<Arc<dyn VarSourceTypes>>,
     config: CacheConfig,
     cache: Arc<DashMap<CacheKey, (Instant, Lookup)>>,
     /// Lookups that reached the manager.
@@ -179,6 +196,7 @@ impl Credentials {
         Credentials {
             manager,
             id_tokens: None,
+            source_types: None,
             config,
             cache: Arc::default(),
             calls: Arc::default(),
@@ -189,6 +207,14 @@ impl Credentials {
     pub(crate) fn with_id_tokens(self, tokens: idtoken::IdTokens) -> Credentials {
         Credentials {
             id_tokens: Some(tokens),
+            ..self
+        }
+    }
+
+    /// These, reading var sources of the types `types` makes.
+    pub(crate) fn with_source_types(self, types: Option<Arc<dyn VarSourceTypes>>) -> Credentials {
+        Credentials {
+            source_types: types,
             ..self
         }
     }
@@ -308,9 +334,10 @@ impl Credentials {
                         "var {var}: an idtoken var source gives (({source}:token)) only"
                     ));
                 }
-                let tokens = self.id_tokens.as_ref().ok_or_else(|| {
-                    format!("var {var}: this web node signs no ID tokens")
-                })?;
+                let tokens = self
+                    .id_tokens
+                    .as_ref()
+                    .ok_or_else(|| format!("var {var}: this web node signs no ID tokens"))?;
                 let subject = idtoken::Subject {
                     team: scope.team,
                     pipeline: scope.pipeline.unwrap_or_default(),
@@ -323,19 +350,62 @@ impl Credentials {
                     .map(Value::String)
                     .map_err(|e| format!("var {var}: {e}"))
             }
-            other => Err(format!(
-                "var {var}: var source {source:?} is of type {other:?}, which Gantry does not read yet (it reads idtoken); store the var in the node's credential manager ({}) instead",
-                self.manager.name()
-            )),
+            other => {
+                let made = self
+                    .source_types
+                    .as_ref()
+                    .and_then(|t| t.manager(other, &declared.config));
+                let manager = match made {
+                    Some(Ok(m)) => m,
+                    Some(Err(e)) => return Err(format!("var source {source:?}: {e}")),
+                    None => {
+                        return Err(format!(
+                            "var {var}: var source {source:?} is of type {other:?}, which Gantry does not read (it reads idtoken and vault); store the var in the node's credential manager ({}) instead",
+                            self.manager.name()
+                        ))
+                    }
+                };
+                match self
+                    .lookup_with(manager.as_ref(), scope, name, Some(source))
+                    .await
+                {
+                    Ok(Lookup::Found { value, .. }) => Ok(value),
+                    Ok(Lookup::NotFound { tried }) => Err(format!(
+                        "unfilled var {var}: var source {source:?} ({other}) has none (tried {})",
+                        tried.join(", ")
+                    )),
+                    Err(e) => Err(format!(
+                        "var {var}: var source {source:?} ({other}) failed: {}",
+                        e.reason
+                    )),
+                }
+            }
         }
     }
 
-    /// One var, from the cache or the manager (retrying transient errors).
+    /// One var, from the cache or the node's manager (retrying transient
+    /// errors).
     async fn lookup(&self, scope: SecretScope<'_>, name: &str) -> Result<Lookup, ManagerError> {
+        self.lookup_with(self.manager.as_ref(), scope, name, None)
+            .await
+    }
+
+    /// One var of `manager` (the node's, or var source `source`'s), from
+    /// the cache or the manager (retrying transient errors).
+    async fn lookup_with(
+        &self,
+        manager: &dyn CredentialManager,
+        scope: SecretScope<'_>,
+        name: &str,
+        source: Option<&str>,
+    ) -> Result<Lookup, ManagerError> {
         let key = (
             scope.team.to_string(),
             scope.pipeline.map(str::to_string),
-            name.to_string(),
+            match source {
+                Some(s) => format!("{s}:{name}"),
+                None => name.to_string(),
+            },
         );
         if let Some(hit) = self.cache.get(&key) {
             if hit.0 > Instant::now() {
@@ -345,9 +415,9 @@ impl Credentials {
         let mut attempt = 1;
         let found = loop {
             self.calls.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!("gantry_credential_lookups_total", "manager" => self.manager.name().to_string())
+            metrics::counter!("gantry_credential_lookups_total", "manager" => manager.name().to_string())
                 .increment(1);
-            match self.manager.lookup(scope, name).await {
+            match manager.lookup(scope, name).await {
                 Err(e) if e.transient && attempt < self.config.attempts => {
                     tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
                     attempt += 1;
@@ -355,8 +425,10 @@ impl Credentials {
                 other => break other?,
             }
         };
+        // A lease keeps a value for half of it, never longer than a value
+        // without one, so a changed secret is read within that.
         let keep = match &found {
-            Lookup::Found { lease: Some(l), .. } => *l / 2,
+            Lookup::Found { lease: Some(l), .. } => (*l / 2).min(self.config.found),
             Lookup::Found { lease: None, .. } => self.config.found,
             Lookup::NotFound { .. } => self.config.not_found,
         };

@@ -215,7 +215,7 @@ async fn a_var_source_of_a_type_not_read_is_refused_by_name() {
     let sourced = SourceContext {
         sources: vec![crate::pipeline::model::VarSource {
             name: "vault-src".into(),
-            type_: "vault".into(),
+            type_: "ssm".into(),
             config: Value::Null,
         }],
         job: Some("j".into()),
@@ -226,7 +226,7 @@ async fn a_var_source_of_a_type_not_read_is_refused_by_name() {
         .unwrap_err();
     assert!(
         err.to_string().contains(
-            "var ((vault-src:token)): var source \"vault-src\" is of type \"vault\", which Gantry does not read yet"
+            "var ((vault-src:token)): var source \"vault-src\" is of type \"ssm\", which Gantry does not read"
         ),
         "{err}"
     );

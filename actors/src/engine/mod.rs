@@ -160,6 +160,13 @@ pub struct Engine {
     id_tokens: crate::credentials::idtoken::IdTokens,
 }
 
+/// The node's credential manager (none: the built-in one) and the var
+/// source types adapters read.
+type CredentialManagers = (
+    Option<Arc<dyn crate::credentials::CredentialManager>>,
+    Option<Arc<dyn crate::credentials::VarSourceTypes>>,
+);
+
 /// What the composition root opens an engine with.
 pub struct EngineSetup {
     /// The database's URL (`sqlite://...` or `postgres://...`).
@@ -177,6 +184,11 @@ pub struct EngineSetup {
     /// The key the database was sealed with before `sealer`'s, to seal
     /// every stored secret again with the new one (key rotation).
     pub old_sealer: Option<crate::sealer::Sealer>,
+    /// The node's credential manager; none: the built-in one (secrets in
+    /// the database).
+    pub credential_manager: Option<Arc<dyn crate::credentials::CredentialManager>>,
+    /// The var source types adapters read (`vault`), beside `idtoken`.
+    pub var_source_types: Option<Arc<dyn crate::credentials::VarSourceTypes>>,
 }
 
 impl Engine {
@@ -195,7 +207,8 @@ impl Engine {
         for team in &setup.teams {
             db.ensure_team(team).await?;
         }
-        Engine::start(db, setup.connector, setup.artifacts, setup.config).await
+        let managers = (setup.credential_manager, setup.var_source_types);
+        Engine::start(db, setup.connector, setup.artifacts, setup.config, managers).await
     }
 
     /// Starts the actors on an open database (inside a running actix System).
@@ -204,6 +217,7 @@ impl Engine {
         connector: Arc<dyn WorkerConnector>,
         artifacts: Arc<dyn ArtifactStore>,
         config: EngineConfig,
+        (manager, source_types): CredentialManagers,
     ) -> Result<Engine, EngineError> {
         let hub = EventHub::default();
         let scheduler = Scheduler::start_on_own_thread(config.placement.clone());
@@ -239,11 +253,11 @@ impl Engine {
         }
         let id_tokens =
             crate::credentials::idtoken::IdTokens::new(db.clone(), config.external_url.as_deref());
-        let credentials = crate::credentials::Credentials::new(
-            Arc::new(crate::credentials::BuiltIn::new(db.clone())),
-            config.credentials.clone(),
-        )
-        .with_id_tokens(id_tokens.clone());
+        let manager =
+            manager.unwrap_or_else(|| Arc::new(crate::credentials::BuiltIn::new(db.clone())));
+        let credentials = crate::credentials::Credentials::new(manager, config.credentials.clone())
+            .with_id_tokens(id_tokens.clone())
+            .with_source_types(source_types);
         let engine = Engine {
             credentials,
             id_tokens,

@@ -39,6 +39,7 @@ impl Engine {
         value: &str,
     ) -> Result<bool, EngineError> {
         self.secret_scope(team, pipeline, name).await?;
+        self.built_in_manager()?;
         if value.is_empty() {
             return Err(EngineError::Invalid(format!(
                 "secret {name:?}: the value is empty"
@@ -110,6 +111,17 @@ impl Engine {
     /// The public key ID tokens are signed with, as a JWK Set.
     pub async fn id_token_jwks(&self) -> Result<serde_json::Value, EngineError> {
         self.id_tokens.jwks().await
+    }
+
+    /// Refuses to store secrets a node does not read: its credential
+    /// manager is another.
+    fn built_in_manager(&self) -> Result<(), EngineError> {
+        match self.credentials.manager_name() {
+            "built-in" => Ok(()),
+            other => Err(EngineError::Invalid(format!(
+                "this web node reads its secrets from {other}, not from its database: store the secret in {other}"
+            ))),
+        }
     }
 
     async fn secret_scope(

@@ -137,12 +137,22 @@ impl Step for TaskStep {
             .iter()
             .filter_map(|(role, _)| role.strip_prefix("input:"))
             .collect();
+        // Every output must be there again: one missing would end the
+        // step with an output fewer and no word of it.
         for (name, role) in self.output_roles(&format!("/tmp/build/{}", ctx.build()), &present) {
             let Some((_, handle)) = at.volumes.iter().find(|(r, _)| *r == role) else {
-                continue;
+                return Err(EngineError::Invalid(format!(
+                    "output {name:?}: its volume ({role}) was not recorded with the step, so the step cannot be taken over"
+                )));
             };
-            if let Some(v) = worker.lookup_volume(handle).await? {
-                outputs.push((name, v));
+            match worker.lookup_volume(handle).await? {
+                Some(v) => outputs.push((name, v)),
+                None => {
+                    return Err(EngineError::Invalid(format!(
+                        "output {name:?}: its volume {handle} is gone from worker {}",
+                        worker.name()
+                    )))
+                }
             }
         }
         let started = Started {
