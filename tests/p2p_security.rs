@@ -371,27 +371,9 @@ fn only_signed_unexpired_urls_for_the_worker_stream_its_volumes_to_another() {
     });
 }
 
-/// Every text of a dump of the web node's database, whole: `sqlite3 .dump`
-/// of its SQLite file, or `pg_dump` of its PostgreSQL database (every
-/// table, every column, blobs written out in hex).
+/// Every text of a dump of the web node's database, whole.
 fn dump_database(dir: &std::path::Path, db: &TestDb) -> String {
-    let out = match &db.url {
-        None => std::process::Command::new("sqlite3")
-            .arg(dir.join("web").join("gantry.db"))
-            .arg(".dump")
-            .output()
-            .expect("sqlite3 runs (the test script installs it)"),
-        Some(url) => std::process::Command::new("pg_dump")
-            .args(["--data-only", "--no-owner", url])
-            .output()
-            .expect("pg_dump runs (the test script installs postgresql-client)"),
-    };
-    assert!(
-        out.status.success(),
-        "dumping the database: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    common::dump_database(&dir.join("web").join("gantry.db"), db)
 }
 
 /// Every word of `dump` that could be a secret: runs of token and base64

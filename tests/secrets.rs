@@ -11,7 +11,6 @@ use std::io::Write as _;
 use std::process::Stdio;
 
 use common::*;
-use sha2::{Digest as _, Sha256};
 
 /// `gantry set-secret` with `value` on its standard input.
 fn set_secret(url: &str, args: &[&str], value: &str) {
@@ -39,19 +38,8 @@ fn set_secret(url: &str, args: &[&str], value: &str) {
     );
 }
 
-fn sha(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 fn ok(out: &std::process::Output) -> String {
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = said(out);
     assert!(out.status.success(), "{text}");
     text
 }
@@ -124,7 +112,10 @@ fn secrets_fill_builds_and_never_show(kind: DbKind) {
     ok(&client(url, &["unpause-pipeline", "-p", "p"]));
 
     let shown = ok(&client(url, &["trigger-job", "-j", "p/deploy", "--watch"]));
-    assert!(shown.contains(&format!("sha={}", sha(&pass))), "{shown}");
+    assert!(
+        shown.contains(&format!("sha={}", sha256_hex(&pass))),
+        "{shown}"
+    );
     assert!(shown.contains("version=1.2.3"), "{shown}");
     assert!(
         shown.contains("pass=((redacted)) token=((redacted)) id=((redacted))"),
@@ -144,17 +135,13 @@ fn secrets_fill_builds_and_never_show(kind: DbKind) {
     );
     let again = ok(&client(url, &["trigger-job", "-j", "p/deploy", "--watch"]));
     assert!(
-        again.contains(&format!("sha={}", sha(&new_pass))),
+        again.contains(&format!("sha={}", sha256_hex(&new_pass))),
         "{again}"
     );
 
     // A var nobody stored errors the build, naming it and where it looked.
     let broken = client(url, &["trigger-job", "-j", "p/broken", "--watch"]);
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&broken.stdout),
-        String::from_utf8_lossy(&broken.stderr)
-    );
+    let said = said(&broken);
     assert!(!broken.status.success(), "{said}");
     assert!(said.contains("((no-such-secret))"), "{said}");
     assert!(
@@ -210,26 +197,10 @@ fn secrets_fill_builds_and_never_show(kind: DbKind) {
     }
 }
 
-/// Every text of a dump of the quickstart's database: `sqlite3 .dump` of
-/// its SQLite file, or `pg_dump` of its PostgreSQL database.
+/// Every text of a dump of the quickstart's database; the secrets in it
+/// are sealed.
 fn dump_database(dir: &std::path::Path, db: &TestDb) -> String {
-    let out = match &db.url {
-        None => std::process::Command::new("sqlite3")
-            .arg(dir.join("data").join("gantry.db"))
-            .arg(".dump")
-            .output()
-            .expect("sqlite3 runs (the test script installs it)"),
-        Some(url) => std::process::Command::new("pg_dump")
-            .args(["--data-only", "--no-owner", url])
-            .output()
-            .expect("pg_dump runs (the test script installs postgresql-client)"),
-    };
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = common::dump_database(&dir.join("data").join("gantry.db"), db);
     assert!(text.contains("sealed:v1:"), "the secrets are dumped sealed");
     text
 }

@@ -12,22 +12,6 @@ use crate::vault_mock::{VaultMock, ROOT_TOKEN};
 
 use common::*;
 use serde_json::json;
-use sha2::{Digest as _, Sha256};
-
-fn sha(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-fn said(out: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 const PIPELINE: &str = r#"
 var_sources:
@@ -116,8 +100,14 @@ fn vault_kv_v2_and_v1_token_and_approle_fill_builds_and_a_vault_down_is_named() 
         .success());
 
     let shown = said(&client(url, &["trigger-job", "-j", "p/deploy", "--watch"]));
-    assert!(shown.contains(&format!("sha={}", sha(&pass))), "{shown}");
-    assert!(shown.contains(&format!("tsha={}", sha(&token))), "{shown}");
+    assert!(
+        shown.contains(&format!("sha={}", sha256_hex(&pass))),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!("tsha={}", sha256_hex(&token))),
+        "{shown}"
+    );
     assert!(
         shown.contains("pass=((redacted)) key=((redacted)) token=((redacted))"),
         "{shown}"
@@ -131,7 +121,7 @@ fn vault_kv_v2_and_v1_token_and_approle_fill_builds_and_a_vault_down_is_named() 
     vault.put("concourse/main/p/registry", json!({"password": new_pass}));
     let again = said(&client(url, &["trigger-job", "-j", "p/deploy", "--watch"]));
     assert!(
-        again.contains(&format!("sha={}", sha(&new_pass))),
+        again.contains(&format!("sha={}", sha256_hex(&new_pass))),
         "{again}"
     );
 

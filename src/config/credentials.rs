@@ -26,6 +26,10 @@ pub struct CredentialsConfig {
     /// `client_token` or `auth_backend` with `auth_params`, `path_prefix`,
     /// `lookup_templates`, `shared_path`, `namespace`, `ca_cert`).
     pub vault: Option<gantry_credentials::VaultConfig>,
+    /// Read secrets from a Kubernetes cluster instead
+    /// (`[web.credentials.kubernetes]`: `kubeconfig`, `context`,
+    /// `namespace_prefix`, by default `concourse-`).
+    pub kubernetes: Option<gantry_credentials::KubernetesSecretsConfig>,
 }
 
 impl Default for CredentialsConfig {
@@ -37,22 +41,32 @@ impl Default for CredentialsConfig {
             attempts: d.attempts,
             redact: true,
             vault: None,
+            kubernetes: None,
         }
     }
 }
 
 impl CredentialsConfig {
-    /// The node's credential manager: Vault when configured, else none
-    /// (the built-in one).
-    pub fn manager(
+    /// The node's credential manager: Vault or Kubernetes when
+    /// configured (one at most), else none (the built-in one).
+    pub async fn manager(
         &self,
     ) -> anyhow::Result<Option<std::sync::Arc<dyn gantry_actors::api::CredentialManager>>> {
-        match &self.vault {
-            None => Ok(None),
-            Some(v) => {
+        match (&self.vault, &self.kubernetes) {
+            (Some(_), Some(_)) => anyhow::bail!(
+                "[web.credentials]: set vault or kubernetes, not both: a node has one credential manager"
+            ),
+            (None, None) => Ok(None),
+            (Some(v), None) => {
                 let vault = gantry_credentials::Vault::new(v.clone())
                     .map_err(|e| anyhow::anyhow!("[web.credentials.vault] {e}"))?;
                 Ok(Some(std::sync::Arc::new(vault)))
+            }
+            (None, Some(k)) => {
+                let kube = gantry_credentials::KubernetesSecrets::connect(k)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("[web.credentials.kubernetes] {e}"))?;
+                Ok(Some(std::sync::Arc::new(kube)))
             }
         }
     }

@@ -247,7 +247,7 @@ pub async fn start_web(
         config: engine_config,
         sealer,
         old_sealer,
-        credential_manager: cfg.credentials.manager()?,
+        credential_manager: cfg.credentials.manager().await?,
         var_source_types: Some(Arc::new(gantry_credentials::Sources::default())),
     })
     .await

@@ -70,6 +70,11 @@ pub(crate) struct State {
     unschedulable: BTreeMap<String, String>,
     denied: Vec<(String, String, String)>,
     version: u64,
+    /// Secrets by (namespace, name): each field's bytes, as the API
+    /// answers them (base64 in `data`).
+    secrets: BTreeMap<(String, String), BTreeMap<String, String>>,
+    /// Whether the secrets API answers 503 (a cluster that is down).
+    secrets_down: bool,
 }
 
 pub(crate) type Shared = Arc<Mutex<State>>;
@@ -105,6 +110,10 @@ impl KubeMock {
                         .route(
                             "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
                             web::post().to(access_review),
+                        )
+                        .route(
+                            "/api/v1/namespaces/{ns}/secrets/{name}",
+                            web::get().to(get_secret),
                         )
                         .route("/api/v1/namespaces/{ns}/pods", web::post().to(create_pod))
                         .route("/api/v1/namespaces/{ns}/pods", web::get().to(list_pods))
@@ -143,6 +152,22 @@ impl KubeMock {
     /// Its base URL.
     pub fn url(&self) -> String {
         self.url.clone()
+    }
+
+    /// Stores secret `name` of namespace `ns` with `fields` (their text).
+    pub fn put_secret(&self, ns: &str, name: &str, fields: &[(&str, &str)]) {
+        self.state.lock().unwrap().secrets.insert(
+            (ns.to_string(), name.to_string()),
+            fields
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+    }
+
+    /// Makes the secrets API answer 503 (`true`) or answer again.
+    pub fn set_secrets_down(&self, down: bool) {
+        self.state.lock().unwrap().secrets_down = down;
     }
 
     /// Writes a kubeconfig pointing at the mock with a bearer token and `namespace`.
@@ -376,6 +401,34 @@ async fn create_pod(data: Data, path: web::Path<String>, body: web::Json<Value>)
         },
     );
     HttpResponse::Created().json(pod)
+}
+
+async fn get_secret(data: Data, path: web::Path<(String, String)>) -> HttpResponse {
+    use base64::Engine as _;
+    let (ns, name) = path.into_inner();
+    let s = data.0.lock().unwrap();
+    if s.secrets_down {
+        return status(503, "ServiceUnavailable", "the API server is unavailable");
+    }
+    match s.secrets.get(&(ns.clone(), name.clone())) {
+        Some(fields) => {
+            let encoded: serde_json::Map<String, Value> = fields
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        Value::String(base64::engine::general_purpose::STANDARD.encode(v)),
+                    )
+                })
+                .collect();
+            HttpResponse::Ok().json(json!({
+                "kind": "Secret", "apiVersion": "v1",
+                "metadata": {"name": name, "namespace": ns},
+                "type": "Opaque", "data": encoded,
+            }))
+        }
+        None => status(404, "NotFound", &format!("secrets \"{name}\" not found")),
+    }
 }
 
 async fn get_pod(data: Data, path: web::Path<(String, String)>) -> HttpResponse {

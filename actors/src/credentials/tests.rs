@@ -62,6 +62,23 @@ const SCOPE: SecretScope<'static> = SecretScope {
     pipeline: Some("p"),
 };
 
+/// `names` resolved for [`SCOPE`], every one found.
+async fn found(creds: &Credentials, names: &[&str]) -> Resolved {
+    creds
+        .resolve(SCOPE, &set(names), &SourceContext::default())
+        .await
+        .unwrap()
+}
+
+/// Why `names` are not all resolved for [`SCOPE`].
+async fn refused(creds: &Credentials, names: &[&str]) -> String {
+    creds
+        .resolve(SCOPE, &set(names), &SourceContext::default())
+        .await
+        .unwrap_err()
+        .to_string()
+}
+
 #[tokio::test(start_paused = true)]
 async fn found_values_are_cached_for_their_ttl_and_fill_vars() {
     let manager = Arc::new(Counting::default());
@@ -84,20 +101,14 @@ async fn found_values_are_cached_for_their_ttl_and_fill_vars() {
     );
     assert_eq!(creds.manager_calls(), 2);
     tokio::time::advance(Duration::from_secs(61)).await;
-    creds
-        .resolve(SCOPE, &set(&["found-a"]), &SourceContext::default())
-        .await
-        .unwrap();
+    found(&creds, &["found-a"]).await;
     assert_eq!(
         manager.calls.load(Ordering::SeqCst),
         3,
         "asked again after the TTL"
     );
     creds.forget_team("main");
-    creds
-        .resolve(SCOPE, &set(&["found-a"]), &SourceContext::default())
-        .await
-        .unwrap();
+    found(&creds, &["found-a"]).await;
     assert_eq!(
         manager.calls.load(Ordering::SeqCst),
         4,
@@ -112,45 +123,27 @@ async fn a_lease_keeps_half_of_it_and_a_miss_ten_seconds() {
         ..Counting::default()
     });
     let creds = Credentials::new(manager.clone(), CacheConfig::default());
-    creds
-        .resolve(SCOPE, &set(&["found-a"]), &SourceContext::default())
-        .await
-        .unwrap();
+    found(&creds, &["found-a"]).await;
     tokio::time::advance(Duration::from_secs(9)).await;
-    creds
-        .resolve(SCOPE, &set(&["found-a"]), &SourceContext::default())
-        .await
-        .unwrap();
+    found(&creds, &["found-a"]).await;
     assert_eq!(manager.calls.load(Ordering::SeqCst), 1);
     tokio::time::advance(Duration::from_secs(2)).await;
-    creds
-        .resolve(SCOPE, &set(&["found-a"]), &SourceContext::default())
-        .await
-        .unwrap();
+    found(&creds, &["found-a"]).await;
     assert_eq!(
         manager.calls.load(Ordering::SeqCst),
         2,
         "half the lease passed"
     );
 
-    let err = creds
-        .resolve(SCOPE, &set(&["missing"]), &SourceContext::default())
-        .await
-        .unwrap_err();
-    let _ = creds
-        .resolve(SCOPE, &set(&["missing"]), &SourceContext::default())
-        .await
-        .unwrap_err();
+    let err = refused(&creds, &["missing"]).await;
+    let _ = refused(&creds, &["missing"]).await;
     assert_eq!(manager.calls.load(Ordering::SeqCst), 3, "a miss is cached");
     assert_eq!(
         err.to_string(),
         "unfilled var ((missing)): the credential manager (counting) has none (tried /concourse/main/p/missing, /concourse/main/missing)"
     );
     tokio::time::advance(Duration::from_secs(11)).await;
-    let _ = creds
-        .resolve(SCOPE, &set(&["missing"]), &SourceContext::default())
-        .await
-        .unwrap_err();
+    let _ = refused(&creds, &["missing"]).await;
     assert_eq!(manager.calls.load(Ordering::SeqCst), 4);
 }
 
@@ -159,10 +152,7 @@ async fn transient_errors_are_retried_and_never_cached() {
     let manager = Arc::new(Counting::default());
     manager.failures.store(2, Ordering::SeqCst);
     let creds = Credentials::new(manager.clone(), CacheConfig::default());
-    creds
-        .resolve(SCOPE, &set(&["found-a"]), &SourceContext::default())
-        .await
-        .unwrap();
+    found(&creds, &["found-a"]).await;
     assert_eq!(
         manager.calls.load(Ordering::SeqCst),
         3,
@@ -170,20 +160,14 @@ async fn transient_errors_are_retried_and_never_cached() {
     );
 
     manager.failures.store(3, Ordering::SeqCst);
-    let err = creds
-        .resolve(SCOPE, &set(&["found-b"]), &SourceContext::default())
-        .await
-        .unwrap_err();
+    let err = refused(&creds, &["found-b"]).await;
     assert!(
         err.to_string().contains(
             "var ((found-b)): the credential manager (counting) failed: connection reset"
         ),
         "{err}"
     );
-    creds
-        .resolve(SCOPE, &set(&["found-b"]), &SourceContext::default())
-        .await
-        .unwrap();
+    found(&creds, &["found-b"]).await;
     assert_eq!(
         manager.calls.load(Ordering::SeqCst),
         7,

@@ -3,13 +3,17 @@
 //! manager, or for a pipeline's `var_sources` of its type):
 //!
 //! - [`vault`]: HashiCorp Vault, KV v1 and v2, token and AppRole (any
-//!   auth backend taking login params), namespaces, a CA certificate.
+//!   auth backend taking login params), namespaces, a CA certificate;
+//! - [`kubernetes`]: a cluster's secrets, namespace `PREFIX + TEAM`,
+//!   secret `PIPELINE.NAME` then `NAME`.
 //!
 //! Why the boundary is here: these speak other systems' HTTP APIs; the
 //! engine knows only the trait.
 
+pub mod kubernetes;
 pub mod vault;
 
+pub use kubernetes::{KubernetesSecrets, KubernetesSecretsConfig};
 pub use vault::{Vault, VaultConfig};
 
 use std::sync::Arc;

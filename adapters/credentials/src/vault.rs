@@ -27,9 +27,13 @@ use tokio::sync::Mutex;
 /// How long one request to Vault may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The largest answer read from Vault (a var source's URL is a team's
+/// choice: its server must not fill the web node's memory).
+const MAX_ANSWER: usize = 1 << 20;
+
 /// A Vault's settings: Concourse's names (`[web.credentials.vault]`, or a
 /// var source's `config`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VaultConfig {
     /// The server's address (`https://vault:8200`).
@@ -61,6 +65,22 @@ pub struct VaultConfig {
     /// What the login sends (`role_id`, `secret_id`).
     #[serde(default)]
     pub auth_params: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for VaultConfig {
+    /// Never the token or the login's params.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VaultConfig")
+            .field("url", &self.url)
+            .field("path_prefix", &self.path_prefix)
+            .field("lookup_templates", &self.lookup_templates)
+            .field("shared_path", &self.shared_path)
+            .field("namespace", &self.namespace)
+            .field("auth_backend", &self.auth_backend)
+            .field("auth_params", &self.auth_params.keys().collect::<Vec<_>>())
+            .field("client_token", &self.client_token.as_ref().map(|_| "(set)"))
+            .finish()
+    }
 }
 
 fn default_prefix() -> String {
@@ -181,12 +201,26 @@ impl Vault {
         r: reqwest::RequestBuilder,
         what: &str,
     ) -> Result<(u16, Value), ManagerError> {
-        let resp = r
+        let mut resp = r
             .send()
             .await
             .map_err(|e| failure(format!("{what}: {}", without_url(&e)), true))?;
         let status = resp.status().as_u16();
-        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        let mut bytes = Vec::new();
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| failure(format!("{what}: {}", without_url(&e)), true))?
+        {
+            if bytes.len() + chunk.len() > MAX_ANSWER {
+                return Err(failure(
+                    format!("{what}: Vault's answer is over {MAX_ANSWER} bytes"),
+                    false,
+                ));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         if status >= 500 {
             return Err(failure(
                 format!("{what}: Vault answered {status}{}", said(&body)),
@@ -433,6 +467,16 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(v.paths(scope, "x"), ["/secret/x-main"]);
+    }
+
+    #[test]
+    fn a_config_shown_shows_no_token_or_login_param() {
+        let c = config(
+            "{url: 'http://v', client_token: s3cret-token, auth_params: {secret_id: s3cret-id}}",
+        );
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("secret_id"), "{shown}");
     }
 
     #[test]
