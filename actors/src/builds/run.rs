@@ -158,6 +158,9 @@ impl BuildRun {
     /// Stores the build's end; an errored build's message is also an event
     /// (a failure's was told where it happened).
     async fn finish(&self, status: BuildStatus, exit: Option<i32>, error: Option<String>) {
+        // The message may quote what a step printed or was given: it is
+        // redacted before it is logged or stored, as the events are.
+        let error = error.map(|msg| self.locals.redact(&msg));
         if let (BuildStatus::Errored, Some(msg)) = (status, &error) {
             tracing::warn!(build = self.id, "build errored: {msg}");
             self.emit_quietly(&BuildEvent::Error {

@@ -222,7 +222,7 @@ async fn follow_in(
                 // Output replayed after a restart: drop what was stored already.
                 let already = (*skipped).min(chunk.data.len() as u64) as usize;
                 *skipped -= already as u64;
-                let data = held.push(&carry.push(&chunk.data[already..]), &redactor);
+                let data = held.push(carry.push(&chunk.data[already..]), &redactor);
                 log(ctx, chunk.stream, data).await?;
             }
             lost = watch.becomes_lost("the step ran") => return Err(lost),
@@ -238,9 +238,9 @@ async fn follow_in(
         }
     }
     let [mut held_out, mut held_err] = held;
-    let out = held_out.push(&carry_out.finish(), &redactor) + &held_out.finish(&redactor);
+    let out = held_out.push(carry_out.finish(), &redactor) + &held_out.finish(&redactor);
     log(ctx, OutputStream::Stdout, out).await?;
-    let err = held_err.push(&carry_err.finish(), &redactor) + &held_err.finish(&redactor);
+    let err = held_err.push(carry_err.finish(), &redactor) + &held_err.finish(&redactor);
     log(ctx, OutputStream::Stderr, err).await?;
     let status = process.wait().await?;
     Ok(if stopping {
