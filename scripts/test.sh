@@ -85,6 +85,17 @@ if [ ! -x "$validator" ]; then
   target/pyenv/bin/pip install -q openapi-spec-validator
 fi
 export GANTRY_OPENAPI_VALIDATOR="$PWD/$validator"
+# A real AWS emulator for tests/secrets_aws.rs (moto's server, from PyPI),
+# installed while the builds below compile (pure Python wheels: about a
+# minute of network, not of CPU).
+moto=target/pyenv/bin/moto_server
+moto_install=
+if [ ! -x "$moto" ]; then
+  echo "installing moto[server] in target/pyenv (in the background)"
+  target/pyenv/bin/pip install -q 'moto[server]' > target/moto-install.log 2>&1 &
+  moto_install=$!
+fi
+export GANTRY_MOTO_SERVER="$PWD/$moto"
 
 
 # The worker agent's dependency tree holds no database, Kubernetes client,
@@ -122,4 +133,9 @@ cargo test --workspace --no-run --bins
 cargo test --workspace --features gantry/bench --no-run --message-format=json-render-diagnostics \
   > target/test-binaries.json
 unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
+if [ -n "$moto_install" ] && ! wait "$moto_install"; then
+  cat target/moto-install.log >&2
+  echo "installing moto[server] failed" >&2
+  exit 1
+fi
 python3 scripts/run_tests.py < target/test-binaries.json

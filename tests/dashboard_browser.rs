@@ -2,7 +2,8 @@
 //! `chromium`, driven over the DevTools protocol) against a running
 //! quickstart. The overview shows the worker running and the web node; a
 //! job started through the API appears on its build page — the step tree,
-//! then the log lines, then the final status — without the page reloading. Screenshots go to
+//! then the log lines (the secrets a task printed redacted), then the
+//! final status — without the page reloading. Screenshots go to
 //! `target/test-screenshots/`. A team token's live feed shows only that
 //! team's builds (plain HTTP on the server-sent events route). A stored
 //! pipeline's page draws its jobs and resources, and a pushed commit turns
@@ -22,7 +23,9 @@ mod cdp;
 use cdp::Browser;
 
 /// Two tasks whose lines come seconds apart, so the page is seen while the
-/// first one still runs.
+/// first one still runs; the second prints secrets of the built-in
+/// credential manager (a value, and a JSON one's field), which the page
+/// must show redacted.
 const PIPELINE: &str = r#"
 jobs:
 - name: show
@@ -34,7 +37,8 @@ jobs:
   - task: second
     config:
       platform: linux
-      run: {path: sh, args: [-c, "echo line-three; sleep 1; echo last-line"]}
+      params: {TOKEN: ((dash-token)), PASS: ((dash-creds.password))}
+      run: {path: sh, args: [-c, "echo line-three; echo \"token=$TOKEN pass=$PASS\"; sleep 1; echo last-line"]}
 "#;
 
 /// Where the screenshots go: `target/test-screenshots/`.
@@ -109,6 +113,14 @@ fn the_dashboard_shows_the_worker_and_a_build_live_in_chromium() {
     let db = TestDb::new(DbKind::Sqlite);
     let server = quickstart_runc(dir.path(), &db);
     write(&dir.path().join("pipeline.yml"), PIPELINE);
+    let token = format!("dash-tok-{}", uuid::Uuid::new_v4().simple());
+    let pass = format!("dash-pw-{}", uuid::Uuid::new_v4().simple());
+    set_secret(&server.url, &["dash-token"], &token);
+    set_secret(
+        &server.url,
+        &["dash-creds"],
+        &serde_json::json!({"user": "u", "password": pass}).to_string(),
+    );
     let shots = screenshot_dir();
     let mut browser = Browser::launch(&chromium, dir.path());
 
@@ -217,6 +229,18 @@ fn the_dashboard_shows_the_worker_and_a_build_live_in_chromium() {
         },
     );
     assert!(step_log(&mut browser, "first").contains("line-two"));
+    // The secrets the task printed show redacted; neither value is
+    // anywhere in the page.
+    assert!(
+        step_log(&mut browser, "second").contains("token=((redacted)) pass=((redacted))"),
+        "{}",
+        step_log(&mut browser, "second")
+    );
+    let page = text(&mut browser, "document.documentElement.outerHTML");
+    assert!(
+        !page.contains(&token) && !page.contains(&pass),
+        "a secret shows on the build page"
+    );
     assert_eq!(step_status(&mut browser, "first"), "succeeded");
     assert_eq!(step_status(&mut browser, "second"), "succeeded");
     assert_eq!(
@@ -420,6 +444,14 @@ fn a_pipelines_page_shows_a_new_commit_run_through_its_jobs_live_in_chromium() {
             &uri,
         ],
     ));
+    let token = format!("dash-tok-{}", uuid::Uuid::new_v4().simple());
+    let pass = format!("dash-pw-{}", uuid::Uuid::new_v4().simple());
+    set_secret(&server.url, &["dash-token"], &token);
+    set_secret(
+        &server.url,
+        &["dash-creds"],
+        &serde_json::json!({"user": "u", "password": pass}).to_string(),
+    );
     let shots = screenshot_dir();
     let mut browser = Browser::launch(&chromium, dir.path());
 

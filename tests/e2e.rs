@@ -78,6 +78,7 @@ mod rolling_upgrade;
 mod run_job;
 mod run_job_vars;
 mod secrets;
+mod secrets_aws;
 mod secrets_kubernetes;
 mod secrets_vault;
 mod streaming;

@@ -108,6 +108,7 @@ fn clear_task_cache_drops_a_jobs_caches_and_every_rule_runs() {
         "disk-pressure",
         "artifacts",
         "removed-workers",
+        "store-orphans",
     ] {
         wait_for(
             &format!("rule {rule} to run"),

@@ -506,7 +506,7 @@ fn a_dump_hands_over_no_working_agent_secret(kind: DbKind) {
     // The worker's two secrets and the key check, then the pipeline's
     // config and vars and the build's plan.
     assert!(
-        dump.matches("sealed:v1:").count() >= 6,
+        dump.matches("sealed:v2:").count() >= 6,
         "the plan, the pipeline's config and its vars are dumped sealed"
     );
     for (what, secret) in [("agent token", &a.token), ("stream key", &a.key)] {

@@ -7,36 +7,7 @@
 
 use crate::common;
 
-use std::io::Write as _;
-use std::process::Stdio;
-
 use common::*;
-
-/// `gantry set-secret` with `value` on its standard input.
-fn set_secret(url: &str, args: &[&str], value: &str) {
-    let mut child = gantry()
-        .arg("--url")
-        .arg(url)
-        .arg("set-secret")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(value.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "set-secret {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn ok(out: &std::process::Output) -> String {
     let text = said(out);
@@ -201,7 +172,7 @@ fn secrets_fill_builds_and_never_show(kind: DbKind) {
 /// are sealed.
 fn dump_database(dir: &std::path::Path, db: &TestDb) -> String {
     let text = common::dump_database(&dir.join("data").join("gantry.db"), db);
-    assert!(text.contains("sealed:v1:"), "the secrets are dumped sealed");
+    assert!(text.contains("sealed:v2:"), "the secrets are dumped sealed");
     text
 }
 

@@ -37,6 +37,13 @@ pub trait ArtifactStore: Send + Sync {
     ) -> Result<StoredArtifact, EngineError>;
     /// Deletes an artifact's data; deleting a missing one is not an error.
     async fn delete(&self, id: &str) -> Result<(), EngineError>;
+    /// Every artifact whose data the store holds, with when its data was
+    /// last written: the `store-orphans` rule deletes the data no row
+    /// records (a node killed between storing an artifact and recording
+    /// it). A store that cannot list answers none.
+    async fn list(&self) -> Result<Vec<(String, std::time::SystemTime)>, EngineError> {
+        Ok(Vec::new())
+    }
     /// Removes what web node `node`, taken over as dead, left of its
     /// uploads in progress: it will never finish them. A store whose
     /// unfinished uploads leave nothing behind ignores it.

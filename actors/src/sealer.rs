@@ -4,25 +4,40 @@
 //! database alone (a dump, a backup, a reader of its files) hands over no
 //! secret that works.
 //!
-//! The cipher is ChaCha20-Poly1305 (an AEAD: it encrypts and
-//! authenticates) from `ring`, already in the tree through rustls: a
-//! well-kept, audited implementation, no new crate. Each seal draws a
-//! fresh random 96-bit nonce from the system's generator, and binds the
-//! ciphertext to where it is stored (its *context*, e.g.
-//! `workers/w1/agent_token`, as associated data), so a sealed value moved
-//! to another row or column does not open.
+//! The cipher is AES-256-GCM (an AEAD: it encrypts and authenticates)
+//! from `ring`, already in the tree through rustls: a well-kept, audited
+//! implementation, no new crate. Its key is derived from the node's key
+//! with HKDF-SHA256 (so the one key file serves each cipher with its own
+//! key). Each seal draws a fresh random 96-bit nonce from the system's
+//! generator (far below GCM's bound of 2^32 random nonces per key for the
+//! secrets a CI database holds), and binds the ciphertext to where it is
+//! stored (its *context*, e.g. `workers/w1/agent_token`, as associated
+//! data), so a sealed value moved to another row or column does not open.
 //!
-//! A sealed value is text: `sealed:v1:` then base64 (no padding) of the
-//! nonce followed by the ciphertext and its tag.
+//! A sealed value is text: `sealed:v2:` then base64 (no padding) of the
+//! nonce followed by the ciphertext and its tag. Values earlier versions
+//! sealed, `sealed:v1:` (ChaCha20-Poly1305 under the key itself), still
+//! open; a node starting on a database holding them seals them again as
+//! `v2` (as a key rotation does).
 
 use std::path::Path;
 
 use base64::Engine as _;
-use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305, NONCE_LEN};
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, CHACHA20_POLY1305, NONCE_LEN};
 use ring::rand::{SecureRandom, SystemRandom};
 
-/// The prefix of every sealed value (and its format's version).
-pub(crate) const SEALED_PREFIX: &str = "sealed:v1:";
+/// What every sealed value starts with, whatever its format's version
+/// (a `LIKE` pattern's prefix).
+pub(crate) const SEALED_PREFIX: &str = "sealed:v";
+
+/// The prefix of values sealed by this version: AES-256-GCM.
+const V2: &str = "sealed:v2:";
+
+/// The prefix of values earlier versions sealed: ChaCha20-Poly1305.
+pub(crate) const V1: &str = "sealed:v1:";
+
+/// HKDF's `info` deriving the AES-256-GCM key from the node's key.
+const AES_KEY_INFO: &[u8] = b"gantry sealer v2 aes-256-gcm";
 
 /// The key's length in bytes (256 bits).
 pub(crate) const KEY_LEN: usize = 32;
@@ -55,8 +70,11 @@ pub enum SealError {
 /// Seals and opens stored secrets with one 256-bit key.
 #[derive(Clone)]
 pub struct Sealer {
-    /// The AEAD key.
+    /// The AES-256-GCM key (derived), sealing and opening `v2` values.
     key: std::sync::Arc<LessSafeKey>,
+    /// The ChaCha20-Poly1305 key (the node's key itself), opening the `v1`
+    /// values earlier versions sealed.
+    v1: std::sync::Arc<LessSafeKey>,
     /// Where the key came from, for messages (`a random key` in tests).
     origin: std::sync::Arc<str>,
 }
@@ -73,9 +91,17 @@ impl std::fmt::Debug for Sealer {
 impl Sealer {
     /// A sealer of `key`; `origin` names where it came from in messages.
     pub fn from_key(key: &[u8; KEY_LEN], origin: &str) -> Sealer {
-        let unbound = UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte key");
+        let v1 = UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte key");
+        let mut aes = [0u8; KEY_LEN];
+        ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, &[])
+            .extract(key)
+            .expand(&[AES_KEY_INFO], ring::hkdf::HKDF_SHA256)
+            .and_then(|okm| okm.fill(&mut aes))
+            .expect("HKDF-SHA256 gives 32 bytes");
+        let v2 = UnboundKey::new(&AES_256_GCM, &aes).expect("a 32-byte key");
         Sealer {
-            key: std::sync::Arc::new(LessSafeKey::new(unbound)),
+            key: std::sync::Arc::new(LessSafeKey::new(v2)),
+            v1: std::sync::Arc::new(LessSafeKey::new(v1)),
             origin: std::sync::Arc::from(origin),
         }
     }
@@ -201,7 +227,7 @@ impl Sealer {
         let mut out = nonce.to_vec();
         out.extend_from_slice(&data);
         format!(
-            "{SEALED_PREFIX}{}",
+            "{V2}{}",
             base64::engine::general_purpose::STANDARD_NO_PAD.encode(out)
         )
     }
@@ -211,7 +237,11 @@ impl Sealer {
         let not_sealed = || SealError::NotSealed {
             context: context.to_string(),
         };
-        let body = sealed.strip_prefix(SEALED_PREFIX).ok_or_else(not_sealed)?;
+        let (key, body) = match (sealed.strip_prefix(V2), sealed.strip_prefix(V1)) {
+            (Some(body), _) => (&self.key, body),
+            (None, Some(body)) => (&self.v1, body),
+            (None, None) => return Err(not_sealed()),
+        };
         let mut data = base64::engine::general_purpose::STANDARD_NO_PAD
             .decode(body)
             .map_err(|_| not_sealed())?;
@@ -221,8 +251,7 @@ impl Sealer {
         let mut nonce = [0u8; NONCE_LEN];
         nonce.copy_from_slice(&data[..NONCE_LEN]);
         let cipher = &mut data[NONCE_LEN..];
-        let plain = self
-            .key
+        let plain = key
             .open_in_place(
                 Nonce::assume_unique_for_key(nonce),
                 Aad::from(context.as_bytes()),
@@ -239,7 +268,35 @@ impl Sealer {
     /// Whether `value` is in the sealed format (a value stored before
     /// sealing began is not).
     pub fn is_sealed(value: &str) -> bool {
-        value.starts_with(SEALED_PREFIX)
+        value.starts_with(V2) || value.starts_with(V1)
+    }
+
+    /// Whether `value` was sealed by an earlier version (`v1`), to be
+    /// sealed again.
+    pub(crate) fn is_v1(value: &str) -> bool {
+        value.starts_with(V1)
+    }
+
+    /// Seals `plain` as earlier versions did (`v1`, ChaCha20-Poly1305),
+    /// for the tests of their upgrade.
+    #[cfg(test)]
+    pub(crate) fn seal_v1(&self, context: &str, plain: &str) -> String {
+        let mut nonce = [0u8; NONCE_LEN];
+        SystemRandom::new().fill(&mut nonce).unwrap();
+        let mut data = plain.as_bytes().to_vec();
+        self.v1
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(context.as_bytes()),
+                &mut data,
+            )
+            .unwrap();
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(&data);
+        format!(
+            "{V1}{}",
+            base64::engine::general_purpose::STANDARD_NO_PAD.encode(out)
+        )
     }
 }
 
@@ -272,6 +329,44 @@ mod tests {
             s.open("x", "plain"),
             Err(SealError::NotSealed { .. })
         ));
+    }
+
+    #[test]
+    fn values_are_sealed_with_aes_gcm_and_earlier_chacha_values_still_open() {
+        let key = [7u8; KEY_LEN];
+        let s = Sealer::from_key(&key, "k");
+        let sealed = s.seal("c", "secret-value");
+        assert!(sealed.starts_with("sealed:v2:"), "{sealed}");
+        // The v2 body is AES-256-GCM under the HKDF-derived key: opened
+        // here with ring directly, not through the Sealer.
+        let raw = base64::engine::general_purpose::STANDARD_NO_PAD
+            .decode(&sealed["sealed:v2:".len()..])
+            .unwrap();
+        let mut aes = [0u8; KEY_LEN];
+        ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, &[])
+            .extract(&key)
+            .expand(&[b"gantry sealer v2 aes-256-gcm"], ring::hkdf::HKDF_SHA256)
+            .unwrap()
+            .fill(&mut aes)
+            .unwrap();
+        let k = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &aes).unwrap());
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&raw[..NONCE_LEN]);
+        let mut body = raw[NONCE_LEN..].to_vec();
+        let plain = k
+            .open_in_place(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(b"c"),
+                &mut body,
+            )
+            .unwrap();
+        assert_eq!(plain, b"secret-value");
+        // An earlier version's value opens, and is told apart.
+        let old = s.seal_v1("c", "older");
+        assert!(Sealer::is_sealed(&old) && Sealer::is_v1(&old));
+        assert!(!Sealer::is_v1(&sealed));
+        assert_eq!(s.open("c", &old).unwrap(), "older");
+        assert!(s.open("d", &old).is_err());
     }
 
     #[test]

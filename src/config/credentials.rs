@@ -30,6 +30,14 @@ pub struct CredentialsConfig {
     /// (`[web.credentials.kubernetes]`: `kubeconfig`, `context`,
     /// `namespace_prefix`, by default `concourse-`).
     pub kubernetes: Option<gantry_credentials::KubernetesSecretsConfig>,
+    /// Read secrets from AWS SSM Parameter Store instead
+    /// (`[web.credentials.ssm]`: `region`, `access_key`/`secret_key`/
+    /// `session_token` or the AWS credential chain, `endpoint`,
+    /// `pipeline_secret_template`, `team_secret_template`, `shared_path`).
+    pub ssm: Option<gantry_credentials::AwsConfig>,
+    /// Read secrets from AWS Secrets Manager instead
+    /// (`[web.credentials.secretsmanager]`, the same settings).
+    pub secretsmanager: Option<gantry_credentials::AwsConfig>,
 }
 
 impl Default for CredentialsConfig {
@@ -42,33 +50,58 @@ impl Default for CredentialsConfig {
             redact: true,
             vault: None,
             kubernetes: None,
+            ssm: None,
+            secretsmanager: None,
         }
     }
 }
 
 impl CredentialsConfig {
-    /// The node's credential manager: Vault or Kubernetes when
-    /// configured (one at most), else none (the built-in one).
+    /// The node's credential manager: Vault, Kubernetes, SSM or Secrets
+    /// Manager when configured (one at most), else none (the built-in
+    /// one).
     pub async fn manager(
         &self,
     ) -> anyhow::Result<Option<std::sync::Arc<dyn gantry_actors::api::CredentialManager>>> {
-        match (&self.vault, &self.kubernetes) {
-            (Some(_), Some(_)) => anyhow::bail!(
-                "[web.credentials]: set vault or kubernetes, not both: a node has one credential manager"
-            ),
-            (None, None) => Ok(None),
-            (Some(v), None) => {
-                let vault = gantry_credentials::Vault::new(v.clone())
-                    .map_err(|e| anyhow::anyhow!("[web.credentials.vault] {e}"))?;
-                Ok(Some(std::sync::Arc::new(vault)))
-            }
-            (None, Some(k)) => {
-                let kube = gantry_credentials::KubernetesSecrets::connect(k)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("[web.credentials.kubernetes] {e}"))?;
-                Ok(Some(std::sync::Arc::new(kube)))
-            }
+        use std::sync::Arc;
+        let set: Vec<&str> = [
+            ("vault", self.vault.is_some()),
+            ("kubernetes", self.kubernetes.is_some()),
+            ("ssm", self.ssm.is_some()),
+            ("secretsmanager", self.secretsmanager.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect();
+        if set.len() > 1 {
+            anyhow::bail!(
+                "[web.credentials]: set one of vault, kubernetes, ssm or secretsmanager, not {}: a node has one credential manager",
+                set.join(" and ")
+            );
         }
+        fn named(table: &'static str) -> impl Fn(String) -> anyhow::Error {
+            move |e| anyhow::anyhow!("[web.credentials.{table}] {e}")
+        }
+        if let Some(v) = &self.vault {
+            let vault = gantry_credentials::Vault::new(v.clone()).map_err(named("vault"))?;
+            return Ok(Some(Arc::new(vault)));
+        }
+        if let Some(k) = &self.kubernetes {
+            let kube = gantry_credentials::KubernetesSecrets::connect(k)
+                .await
+                .map_err(named("kubernetes"))?;
+            return Ok(Some(Arc::new(kube)));
+        }
+        if let Some(c) = &self.ssm {
+            let ssm = gantry_credentials::Ssm::new(c.clone()).map_err(named("ssm"))?;
+            return Ok(Some(Arc::new(ssm)));
+        }
+        if let Some(c) = &self.secretsmanager {
+            let sm = gantry_credentials::SecretsManager::new(c.clone())
+                .map_err(named("secretsmanager"))?;
+            return Ok(Some(Arc::new(sm)));
+        }
+        Ok(None)
     }
 
     /// The engine's cache settings.
@@ -85,5 +118,33 @@ impl CredentialsConfig {
             attempts: self.attempts,
             no_redaction: !self.redact,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> CredentialsConfig {
+        toml::from_str(text).expect("parses")
+    }
+
+    #[tokio::test]
+    async fn one_manager_at_most_and_a_bad_one_is_named_by_its_table() {
+        let two = read(
+            "[ssm]\nregion = \"us-east-1\"\n\n[vault]\nurl = \"http://v\"\nclient_token = \"t\"\n",
+        );
+        let e = two.manager().await.err().expect("refused").to_string();
+        assert!(e.contains("not vault and ssm"), "{e}");
+        let half = read("[secretsmanager]\nregion = \"r\"\naccess_key = \"a\"\n");
+        let e = half.manager().await.err().expect("refused").to_string();
+        assert!(
+            e.contains("[web.credentials.secretsmanager]") && e.contains("secret_key"),
+            "{e}"
+        );
+        let ssm = read("[ssm]\nregion = \"r\"\naccess_key = \"a\"\nsecret_key = \"s\"\n");
+        let made = ssm.manager().await.unwrap().expect("a manager");
+        assert_eq!(made.name(), "ssm");
+        assert!(read("").manager().await.unwrap().is_none(), "built-in");
     }
 }

@@ -13,7 +13,10 @@ pub mod otlp;
 pub mod pipelines;
 pub mod registry;
 pub mod s3;
+pub mod secrets;
 pub mod workers;
+
+pub use secrets::{dump_database, set_secret, sha256_hex};
 
 pub use workers::*;
 
@@ -817,16 +820,6 @@ run:
     echo finished
 "#;
 
-/// Hex SHA-256 of `text` (what a task prints with `sha256sum`, so a test
-/// checks a secret's value without the secret showing).
-pub fn sha256_hex(text: &str) -> String {
-    use sha2::Digest as _;
-    sha2::Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// A command's stdout then stderr, as one text.
 pub fn said(out: &Output) -> String {
     format!(
@@ -834,27 +827,4 @@ pub fn said(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
-}
-
-/// Every text of a dump of a web node's database: `sqlite3 .dump` of its
-/// SQLite file `sqlite_file`, or `pg_dump` of its PostgreSQL database
-/// (every table, every column).
-pub fn dump_database(sqlite_file: &Path, db: &TestDb) -> String {
-    let out = match &db.url {
-        None => Command::new("sqlite3")
-            .arg(sqlite_file)
-            .arg(".dump")
-            .output()
-            .expect("sqlite3 runs (the test script installs it)"),
-        Some(url) => Command::new("pg_dump")
-            .args(["--data-only", "--no-owner", url])
-            .output()
-            .expect("pg_dump runs (the test script installs postgresql-client)"),
-    };
-    assert!(
-        out.status.success(),
-        "dumping the database: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }

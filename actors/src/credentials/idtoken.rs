@@ -396,7 +396,7 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(raw.len(), 1);
-            assert!(raw[0].0.starts_with("sealed:v1:"));
+            assert!(raw[0].0.starts_with("sealed:v2:"));
         })
         .await;
     }

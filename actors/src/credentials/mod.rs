@@ -18,8 +18,9 @@
 //! A var that cannot be found errors the build, naming the var and the
 //! paths tried, never a value. A var of a pipeline's `var_sources`
 //! (`((source:name))`) comes from that source: an `idtoken` source's
-//! token ([`idtoken`]); a source of another type is refused by name (not
-//! read yet).
+//! token ([`idtoken`]), a `dummy` source's config, or a manager the
+//! adapters make ([`VarSourceTypes`]: vault, ssm, secretsmanager); a
+//! source of another type is refused by name.
 
 #[cfg(feature = "testing")]
 pub(crate) mod bench;
@@ -350,6 +351,19 @@ impl Credentials {
                     .map(Value::String)
                     .map_err(|e| format!("var {var}: {e}"))
             }
+            // Concourse's `dummy`: the vars are the config's own
+            // (`vars: {name: value}`), redacted like any other.
+            "dummy" => {
+                let vars = declared.config.get("vars").and_then(Value::as_mapping);
+                let Some(vars) = vars else {
+                    return Err(format!(
+                        "var source {source:?}: a dummy var source needs config.vars, a mapping"
+                    ));
+                };
+                vars.get(name).cloned().ok_or_else(|| {
+                    format!("unfilled var {var}: var source {source:?} (dummy) has no var {name:?}")
+                })
+            }
             other => {
                 let made = self
                     .source_types
@@ -360,7 +374,7 @@ impl Credentials {
                     Some(Err(e)) => return Err(format!("var source {source:?}: {e}")),
                     None => {
                         return Err(format!(
-                            "var {var}: var source {source:?} is of type {other:?}, which Gantry does not read (it reads idtoken and vault); store the var in the node's credential manager ({}) instead",
+                            "var {var}: var source {source:?} is of type {other:?}, which this web node does not read (it reads idtoken, dummy, vault, ssm and secretsmanager); store the var in the node's credential manager ({}) instead",
                             self.manager.name()
                         ))
                     }

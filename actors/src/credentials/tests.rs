@@ -210,8 +210,38 @@ async fn a_var_source_of_a_type_not_read_is_refused_by_name() {
         .unwrap_err();
     assert!(
         err.to_string().contains(
-            "var ((vault-src:token)): var source \"vault-src\" is of type \"ssm\", which Gantry does not read"
+            "var ((vault-src:token)): var source \"vault-src\" is of type \"ssm\", which this web node does not read"
         ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_dummy_var_source_gives_its_configs_vars_redacted() {
+    let creds = Credentials::new(Arc::new(Counting::default()), CacheConfig::default());
+    let sourced = SourceContext {
+        sources: vec![crate::pipeline::model::VarSource {
+            name: "d".into(),
+            type_: "dummy".into(),
+            config: serde_yaml::from_str("vars: {token: dummy-t0ken, creds: {user: u1}}").unwrap(),
+        }],
+        job: None,
+    };
+    let r = creds
+        .resolve(SCOPE, &set(&["d:token", "d:creds.user"]), &sourced)
+        .await
+        .unwrap();
+    assert_eq!(
+        r.redactor.redact("t=dummy-t0ken u1"),
+        "t=((redacted)) ((redacted))"
+    );
+    let err = creds
+        .resolve(SCOPE, &set(&["d:nope"]), &sourced)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("var source \"d\" (dummy) has no var \"nope\""),
         "{err}"
     );
 }

@@ -180,6 +180,15 @@ impl ArtifactIndex<'_> {
 }
 
 impl ArtifactIndex<'_> {
+    /// The id of every artifact recorded, for the sweep of store data no
+    /// row records.
+    pub(crate) async fn all_ids(&self) -> Result<std::collections::HashSet<String>, EngineError> {
+        let rows: Vec<(String,)> = sqlx::query_as("SELECT id FROM artifacts")
+            .fetch_all(self.db.pool())
+            .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
     /// One artifact, whatever its team.
     pub(crate) async fn get_artifact_any_team(
         &self,

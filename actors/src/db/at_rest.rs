@@ -28,6 +28,27 @@ const SEALED_COLUMNS: &str = "builds.plan pipelines.config pipelines.vars";
 /// Rows re-sealed per statement batch.
 const BATCH: i64 = 500;
 
+/// Which stored values a pass seals again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Which {
+    /// Those in plain text (stored before sealing began).
+    Plain,
+    /// Every sealed one (a key rotation).
+    Sealed,
+    /// Those an earlier version sealed (`v1`, ChaCha20-Poly1305).
+    V1,
+}
+
+impl Which {
+    /// What the values it names start with (`Plain`: what they do not).
+    fn prefix(self) -> &'static str {
+        match self {
+            Which::Plain | Which::Sealed => SEALED_PREFIX,
+            Which::V1 => crate::sealer::V1,
+        }
+    }
+}
+
 impl Db {
     /// `plain` as column `column` stores it: sealed once this node seals
     /// at rest ([`Db::sealed_with`]), as it is before.
@@ -69,7 +90,9 @@ impl Db {
             ("secrets", &[super::secrets::VALUE][..]),
             ("signing_keys", &[super::secrets::SIGNING_KEY][..]),
         ] {
-            sealed += self.reseal_table(table, columns, None, true).await?;
+            sealed += self
+                .reseal_table(table, columns, None, Which::Plain)
+                .await?;
         }
         sqlx::query(
             "INSERT INTO sealed_at_rest (columns, sealed_at) VALUES ($1, $2) \
@@ -82,10 +105,37 @@ impl Db {
         Ok(sealed)
     }
 
+    /// Seals again, as AES-256-GCM (`v2`), every value earlier versions
+    /// sealed with ChaCha20-Poly1305 (`v1`), once per database (recorded
+    /// in `sealed_at_rest`); answers how many rows. A `v1` value an older
+    /// node writes later, during a rolling upgrade, still opens, and is
+    /// sealed again by the next key rotation.
+    pub(super) async fn upgrade_v1(&self) -> Result<u64, EngineError> {
+        let marker = format!("v2 {SEALED_COLUMNS}");
+        let done: Option<(i64,)> =
+            sqlx::query_as("SELECT sealed_at FROM sealed_at_rest WHERE columns = $1")
+                .bind(&marker)
+                .fetch_optional(self.pool())
+                .await?;
+        if done.is_some() {
+            return Ok(0);
+        }
+        let count = self.reseal_from(&self.sealer.clone(), Which::V1).await?;
+        sqlx::query(
+            "INSERT INTO sealed_at_rest (columns, sealed_at) VALUES ($1, $2) \
+             ON CONFLICT (columns) DO NOTHING",
+        )
+        .bind(&marker)
+        .bind(super::now_ms())
+        .execute(self.pool())
+        .await?;
+        Ok(count)
+    }
+
     /// Seals every sealed value again with this node's key, opening it
     /// with `old`: the workers' secrets, the plans, the pipelines. Answers
     /// how many rows.
-    pub(super) async fn reseal_from(&self, old: &Sealer) -> Result<u64, EngineError> {
+    pub(super) async fn reseal_from(&self, old: &Sealer, which: Which) -> Result<u64, EngineError> {
         let mut count = 0;
         for (table, columns) in [
             ("builds", &[PLAN][..]),
@@ -93,36 +143,33 @@ impl Db {
             ("secrets", &[super::secrets::VALUE][..]),
             ("signing_keys", &[super::secrets::SIGNING_KEY][..]),
         ] {
-            count += self.reseal_table(table, columns, Some(old), false).await?;
+            count += self.reseal_table(table, columns, Some(old), which).await?;
         }
-        count += self.workers().reseal_workers(old).await?;
+        count += self.workers().reseal_workers(old, which).await?;
         Ok(count)
     }
 
     /// Writes `columns` (`table.column` contexts) of `table` sealed with
-    /// this node's key, by id, a batch at a time: the plain ones only
-    /// (`plain_only`), or every one, opening sealed ones with `old`.
+    /// this node's key, by id, a batch at a time: the rows `which` names,
+    /// opening sealed values with `old`.
     async fn reseal_table(
         &self,
         table: &str,
         columns: &[&str],
         old: Option<&Sealer>,
-        plain_only: bool,
+        which: Which,
     ) -> Result<u64, EngineError> {
         let names: Vec<&str> = columns
             .iter()
             .map(|c| c.rsplit('.').next().unwrap_or(c))
             .collect();
         let select = names.join(", ");
-        let prefix = format!("{SEALED_PREFIX}%");
+        let prefix = format!("{}%", which.prefix());
         let wanted = names
             .iter()
-            .map(|n| {
-                if plain_only {
-                    format!("{n} NOT LIKE $2")
-                } else {
-                    format!("{n} LIKE $2")
-                }
+            .map(|n| match which {
+                Which::Plain => format!("{n} NOT LIKE $2"),
+                Which::Sealed | Which::V1 => format!("{n} LIKE $2"),
             })
             .collect::<Vec<_>>()
             .join(" OR ");
@@ -188,12 +235,15 @@ impl Db {
 }
 
 impl Workers<'_> {
-    /// Seals every worker's secrets again with this node's key, opening
-    /// them with `old`; answers how many workers.
-    async fn reseal_workers(&self, old: &Sealer) -> Result<u64, EngineError> {
-        let rows: Vec<(String, String)> = sqlx::query_as("SELECT name, registration FROM workers")
-            .fetch_all(self.db.pool())
-            .await?;
+    /// Seals the secrets of every worker holding a value `which` names
+    /// (sealed ones) again with this node's key, opening them with `old`;
+    /// answers how many workers.
+    async fn reseal_workers(&self, old: &Sealer, which: Which) -> Result<u64, EngineError> {
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT name, registration FROM workers WHERE registration LIKE $1")
+                .bind(format!("%{}%", which.prefix()))
+                .fetch_all(self.db.pool())
+                .await?;
         let before = Db {
             sealer: old.clone(),
             ..self.db.clone()
@@ -370,6 +420,79 @@ mod tests {
             "the later row was left as written"
         );
         assert_eq!(read(&db, later).await.0, json!({"password": SECRET}));
+    }
+
+    #[tokio::test]
+    async fn values_an_earlier_version_sealed_are_sealed_again_as_aes_gcm() {
+        let dir = tempfile::tempdir().unwrap();
+        v1_upgraded(&sqlite(&dir)).await;
+        let pg = PgDb::new().await;
+        v1_upgraded(pg.db.url()).await;
+        pg.drop().await;
+    }
+
+    async fn v1_upgraded(url: &str) {
+        let key = Sealer::ephemeral();
+        let db = Db::connect(url)
+            .await
+            .unwrap()
+            .sealed_with(key.clone(), None)
+            .await
+            .unwrap();
+        let (build, pipeline) = write(&db).await;
+        // As an earlier version left the database: every value, and the
+        // key check, ChaCha20-Poly1305 (`v1`), no upgrade recorded.
+        let plan = serde_json::to_string(&json!({"password": SECRET})).unwrap();
+        let v1 = |column: &str, plain: &str| key.seal_v1(column, plain);
+        for (q, value, id) in [
+            (
+                "UPDATE builds SET plan = $1 WHERE id = $2",
+                v1(PLAN, &plan),
+                build,
+            ),
+            (
+                "UPDATE pipelines SET config = $1 WHERE id = $2",
+                v1(CONFIG, &config()),
+                pipeline,
+            ),
+            (
+                "UPDATE seal_key_check SET sealed = $1 WHERE id = $2",
+                v1("seal_key_check", "gantry seal key check"),
+                1,
+            ),
+        ] {
+            sqlx::query(q)
+                .bind(value)
+                .bind(id)
+                .execute(db.pool())
+                .await
+                .unwrap();
+        }
+        sqlx::query("DELETE FROM sealed_at_rest WHERE columns LIKE 'v2 %'")
+            .execute(db.pool())
+            .await
+            .unwrap();
+        assert!(Sealer::is_v1(&raw(&db, build, pipeline).await[0]));
+        assert_eq!(read(&db, build).await.0, json!({"password": SECRET}));
+
+        let again = Db::connect(url)
+            .await
+            .unwrap()
+            .sealed_with(key, None)
+            .await
+            .unwrap();
+        for stored in raw(&again, build, pipeline).await {
+            assert!(stored.starts_with("sealed:v2:"), "{stored}");
+        }
+        let (check,): (String,) = sqlx::query_as("SELECT sealed FROM seal_key_check WHERE id = 1")
+            .fetch_one(again.pool())
+            .await
+            .unwrap();
+        assert!(check.starts_with("sealed:v2:"), "{check}");
+        let (plan, config_read, _) = read(&again, build).await;
+        assert_eq!(plan, json!({"password": SECRET}));
+        assert_eq!(config_read, config());
+        assert_eq!(again.upgrade_v1().await.unwrap(), 0, "done once");
     }
 
     #[tokio::test]

@@ -239,7 +239,7 @@ impl Db {
         self.sealer = sealer;
         self.at_rest = true;
         if let Some(old) = rotate_from {
-            let rows = self.reseal_from(&old).await?;
+            let rows = self.reseal_from(&old, at_rest::Which::Sealed).await?;
             sqlx::query("UPDATE seal_key_check SET sealed = $1 WHERE id = 1 AND sealed = $2")
                 .bind(self.sealer.seal(CONTEXT, KNOWN))
                 .bind(&check)
@@ -250,6 +250,20 @@ impl Db {
                 old_key = old.origin(),
                 new_key = self.sealer.origin(),
                 "sealed every stored secret again with the new encryption key"
+            );
+        }
+        if crate::sealer::Sealer::is_v1(&check) {
+            sqlx::query("UPDATE seal_key_check SET sealed = $1 WHERE id = 1 AND sealed = $2")
+                .bind(self.sealer.seal(CONTEXT, KNOWN))
+                .bind(&check)
+                .execute(self.pool())
+                .await?;
+        }
+        let upgraded = self.upgrade_v1().await?;
+        if upgraded > 0 {
+            tracing::info!(
+                rows = upgraded,
+                "sealed the secrets an earlier version sealed (ChaCha20-Poly1305) again as AES-256-GCM"
             );
         }
         let sealed = self.workers().seal_plain_workers().await?;

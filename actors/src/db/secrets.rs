@@ -230,7 +230,7 @@ mod tests {
             .unwrap();
         assert!(raw
             .iter()
-            .all(|(v,)| v.starts_with("sealed:v1:") && !v.contains("token")));
+            .all(|(v,)| v.starts_with("sealed:v2:") && !v.contains("token")));
         assert!(s.destroy("main", Some("p"), "token").await.unwrap());
         assert!(!s.destroy("main", Some("p"), "token").await.unwrap());
         assert_eq!(s.of_team("main").await.unwrap().len(), 1);

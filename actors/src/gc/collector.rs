@@ -76,11 +76,13 @@ pub enum Rule {
     RemovedWorkers,
     /// Logs of builds past their job's retention.
     BuildLogs,
+    /// Artifact data in the store that no row records.
+    StoreOrphans,
 }
 
 impl Rule {
     /// Every rule, in priority order.
-    pub const ALL: [Rule; 8] = [
+    pub const ALL: [Rule; 9] = [
         Rule::EndedBuilds,
         Rule::Missing,
         Rule::FailedCreations,
@@ -89,6 +91,7 @@ impl Rule {
         Rule::Artifacts,
         Rule::RemovedWorkers,
         Rule::BuildLogs,
+        Rule::StoreOrphans,
     ];
 
     /// Its name, in the jobs table (`gc-collector/<name>`) and `/metrics`.
@@ -102,6 +105,7 @@ impl Rule {
             Rule::Artifacts => "artifacts",
             Rule::RemovedWorkers => "removed-workers",
             Rule::BuildLogs => "build-logs",
+            Rule::StoreOrphans => "store-orphans",
         }
     }
 }
@@ -145,6 +149,10 @@ pub(crate) async fn run_rule(
         }
         Rule::RemovedWorkers => rules_handles::removed_workers(db).await,
         Rule::BuildLogs => rules_logs::build_logs(db, now_ms, &cfg.build_logs).await,
+        Rule::StoreOrphans => {
+            let now = std::time::UNIX_EPOCH + Duration::from_millis(now_ms.max(0) as u64);
+            rules_artifacts::store_orphans(db, deps.store.as_ref(), now, &cfg.artifacts).await
+        }
     }
 }
 
@@ -230,11 +238,25 @@ pub(crate) fn start_collector(deps: &CollectorDeps, stats: &CollectorStats, jobs
         deps.config.interval.min(std::time::Duration::from_secs(5)),
         jobs,
     );
+    // Listing the whole store is kept to once per orphan age, at most
+    // every 10 minutes, never more often than the other rules.
+    let listing = Schedule::every(
+        deps.config.interval.max(
+            deps.config
+                .artifacts
+                .orphan_age()
+                .min(Duration::from_secs(600)),
+        ),
+    );
     for rule in Rule::ALL {
         let job = RuleJob {
             rule,
             deps: deps.clone(),
             stats: stats.clone(),
+        };
+        let schedule = match rule {
+            Rule::StoreOrphans => listing,
+            _ => schedule,
         };
         Periodic::new(job, schedule, jobs)
             .led_by(leader.clone())

@@ -142,3 +142,50 @@ async fn delete_artifact(db: &Db, store: &dyn ArtifactStore, id: &str) -> Result
     db.gc().forget_artifact(id).await?;
     Ok(())
 }
+
+/// The least age of store data no row records before it is deleted: an
+/// artifact being kept is stored, then recorded, and its record may wait
+/// on a busy database for a while.
+const ORPHAN_FLOOR: Duration = Duration::from_secs(60);
+
+impl ArtifactAges {
+    /// How old store data no row records must be to go: the unowned age,
+    /// at least a minute.
+    pub(crate) fn orphan_age(&self) -> Duration {
+        self.unowned.max(ORPHAN_FLOOR)
+    }
+}
+
+/// Deletes the store's data that no artifact row records and that was
+/// last written more than `ages.orphan_age()` before `now`: what a web
+/// node killed between storing an artifact and recording it left. The
+/// store is listed before the rows are read, so data stored (and then
+/// recorded) meanwhile is not taken for an orphan.
+pub(crate) async fn store_orphans(
+    db: &Db,
+    store: &dyn ArtifactStore,
+    now: std::time::SystemTime,
+    ages: &ArtifactAges,
+) -> Result<u64, EngineError> {
+    let Some(cut) = now.checked_sub(ages.orphan_age()) else {
+        return Ok(0);
+    };
+    let old: Vec<String> = store
+        .list()
+        .await?
+        .into_iter()
+        .filter(|(_, written)| *written < cut)
+        .map(|(id, _)| id)
+        .collect();
+    if old.is_empty() {
+        return Ok(0);
+    }
+    let recorded = db.artifact_index().all_ids().await?;
+    let mut n = 0;
+    for id in old.iter().filter(|id| !recorded.contains(*id)) {
+        tracing::warn!(artifact = %id, store = %store.location(), "deleting artifact data no row records (left by a node stopped while keeping it)");
+        store.delete(id).await?;
+        n += 1;
+    }
+    Ok(n)
+}

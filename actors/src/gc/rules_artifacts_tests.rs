@@ -243,3 +243,28 @@ async fn resource_caches_go_when_unused_for_their_age_with_their_artifact() {
         HashSet::from(["files".to_string(), "img".to_string()])
     );
 }
+
+#[tokio::test]
+async fn store_data_no_row_records_goes_once_older_than_the_orphan_age() {
+    let (db, _d) = db().await;
+    let now = std::time::SystemTime::now();
+    let ages = ArtifactAges {
+        unowned: std::time::Duration::from_secs(5),
+        ..ArtifactAges::default()
+    };
+    // The floor: a minute, whatever the unowned age.
+    assert_eq!(ages.orphan_age(), std::time::Duration::from_secs(60));
+    let ago = |s: u64| now - std::time::Duration::from_secs(s);
+    artifact(&db, "recorded", None, ArtifactKind::Files).await;
+    let store = Deletes::listing(vec![
+        ("recorded".into(), ago(3600)),
+        ("orphan".into(), ago(61)),
+        ("fresh".into(), ago(30)),
+    ]);
+    let n = rules_artifacts::store_orphans(&db, &store, now, &ages)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(store.deleted(), HashSet::from(["orphan".to_string()]));
+    assert!(exists(&db, "recorded").await);
+}

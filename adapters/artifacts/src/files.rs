@@ -230,6 +230,35 @@ impl ArtifactStore for ArtifactFiles {
         })
     }
 
+    /// The `{id}.tar.zst` (and earlier `{id}.tar`) files of the
+    /// directory, by their modification time; uploads in progress live in
+    /// `tmp/` and are not listed.
+    async fn list(&self) -> Result<Vec<(String, std::time::SystemTime)>, EngineError> {
+        let dir = self.dir.clone();
+        let listed = tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            for entry in std::fs::read_dir(&dir)? {
+                let entry = entry?;
+                let name = entry.file_name();
+                let Some(name) = name.to_str() else { continue };
+                let id = [ZSTD_SUFFIX, PLAIN_SUFFIX].iter().find_map(|suffix| {
+                    name.strip_suffix(suffix)
+                        .and_then(|n| n.strip_suffix('.'))
+                        .filter(|id| checked_id(id).is_ok())
+                });
+                let Some(id) = id else { continue };
+                let meta = entry.metadata()?;
+                if meta.is_file() {
+                    out.push((id.to_string(), meta.modified()?));
+                }
+            }
+            Ok::<_, std::io::Error>(out)
+        })
+        .await
+        .map_err(|e| EngineError::Invalid(format!("listing the artifact store: {e}")))?;
+        listed.map_err(|e| EngineError::io(format!("listing {}", self.dir.display()), e))
+    }
+
     /// Receives `body` in one pass (see the module's documentation). The
     /// size recorded is the decoded tar stream's; an image's digest is the
     /// `sha256` of the decoded tar stream, whatever its encoding.

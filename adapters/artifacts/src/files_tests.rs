@@ -328,6 +328,31 @@ async fn a_dead_nodes_unfinished_uploads_are_removed_and_the_others_kept() {
 }
 
 #[tokio::test]
+async fn listing_names_stored_artifacts_of_both_formats_and_nothing_else() {
+    let dir = TempDir::new().unwrap();
+    let store = store_in(&dir);
+    let before = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
+    let stored = store
+        .store(stream_of(sample_tar()), Encoding::Raw, ArtifactKind::Files)
+        .await
+        .unwrap();
+    let plain = uuid::Uuid::new_v4().to_string();
+    std::fs::write(dir.path().join(format!("{plain}.tar")), sample_tar()).unwrap();
+    // An upload in progress, the store's id and a stray file: not artifacts.
+    std::fs::write(dir.path().join("tmp").join("n.upload-1.x"), b"half").unwrap();
+    std::fs::write(dir.path().join("notes.txt"), b"x").unwrap();
+    store.set_id("store-1").await.unwrap();
+    let mut listed = store.list().await.unwrap();
+    listed.sort();
+    let mut ids: Vec<String> = listed.iter().map(|(id, _)| id.clone()).collect();
+    let mut want = vec![stored.id.clone(), plain];
+    want.sort();
+    ids.sort();
+    assert_eq!(ids, want);
+    assert!(listed.iter().all(|(_, at)| *at >= before), "{listed:?}");
+}
+
+#[tokio::test]
 async fn an_artifact_of_the_earlier_plain_format_still_opens() {
     let dir = TempDir::new().unwrap();
     let store = store_in(&dir);

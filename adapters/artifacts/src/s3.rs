@@ -530,6 +530,33 @@ impl ArtifactStore for ArtifactS3 {
         })
     }
 
+    /// The `{id}.tar.zst` objects under the prefix (the store's id object
+    /// and other keys are not listed), by their last modification.
+    async fn list(&self) -> Result<Vec<(String, std::time::SystemTime)>, EngineError> {
+        let mut listing = self.client.list(Some(&self.prefix));
+        let mut out = Vec::new();
+        while let Some(meta) = listing
+            .try_next()
+            .await
+            .map_err(|e| self.unavailable("listing artifacts", e))?
+        {
+            let Some(name) = meta.location.filename() else {
+                continue;
+            };
+            let id = name
+                .strip_suffix(SUFFIX)
+                .and_then(|n| n.strip_suffix('.'))
+                .filter(|id| checked_id(id).is_ok());
+            if let Some(id) = id {
+                out.push((
+                    id.to_string(),
+                    std::time::SystemTime::from(meta.last_modified),
+                ));
+            }
+        }
+        Ok(out)
+    }
+
     async fn delete(&self, id: &str) -> Result<(), EngineError> {
         match self.client.delete(&self.object(id)?).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),

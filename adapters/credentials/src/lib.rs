@@ -5,14 +5,17 @@
 //! - [`vault`]: HashiCorp Vault, KV v1 and v2, token and AppRole (any
 //!   auth backend taking login params), namespaces, a CA certificate;
 //! - [`kubernetes`]: a cluster's secrets, namespace `PREFIX + TEAM`,
-//!   secret `PIPELINE.NAME` then `NAME`.
+//!   secret `PIPELINE.NAME` then `NAME`;
+//! - [`aws`]: AWS SSM Parameter Store and AWS Secrets Manager.
 //!
 //! Why the boundary is here: these speak other systems' HTTP APIs; the
 //! engine knows only the trait.
 
+pub mod aws;
 pub mod kubernetes;
 pub mod vault;
 
+pub use aws::{AwsConfig, SecretsManager, Ssm};
 pub use kubernetes::{KubernetesSecrets, KubernetesSecretsConfig};
 pub use vault::{Vault, VaultConfig};
 
@@ -20,11 +23,13 @@ use std::sync::Arc;
 
 use gantry_actors::api::{CredentialManager, VarSourceTypes};
 
-/// The var source types this crate reads (`type: vault`), each made from
-/// its `config` once per distinct config and kept.
+/// The var source types this crate reads (`type: vault`, `ssm`,
+/// `secretsmanager`), each made from its `config` once per distinct config
+/// and kept. Kubernetes is not a var source type: a team's source would
+/// read the cluster with the web node's own service account.
 #[derive(Default)]
 pub struct Sources {
-    made: dashmap::DashMap<String, Arc<Vault>>,
+    made: dashmap::DashMap<String, Arc<dyn CredentialManager>>,
 }
 
 impl VarSourceTypes for Sources {
@@ -33,21 +38,24 @@ impl VarSourceTypes for Sources {
         type_: &str,
         config: &serde_yaml::Value,
     ) -> Option<Result<Arc<dyn CredentialManager>, String>> {
-        if type_ != "vault" {
+        if !matches!(type_, "vault" | "ssm" | "secretsmanager") {
             return None;
         }
-        let key = serde_json::to_string(config).unwrap_or_default();
+        let key = format!(
+            "{type_} {}",
+            serde_json::to_string(config).unwrap_or_default()
+        );
         if let Some(v) = self.made.get(&key) {
-            return Some(Ok(v.clone() as Arc<dyn CredentialManager>));
+            return Some(Ok(v.clone()));
         }
-        Some(
-            VaultConfig::from_var_source(config)
+        let made = match type_ {
+            "vault" => VaultConfig::from_var_source(config)
                 .and_then(Vault::new)
-                .map(|v| {
-                    let v = Arc::new(v);
-                    self.made.insert(key, v.clone());
-                    v as Arc<dyn CredentialManager>
-                }),
-        )
+                .map(|v| Arc::new(v) as Arc<dyn CredentialManager>),
+            _ => aws::var_source(type_, config)?,
+        };
+        Some(made.inspect(|m| {
+            self.made.insert(key, m.clone());
+        }))
     }
 }
