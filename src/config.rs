@@ -303,6 +303,11 @@ pub struct GcConfig {
     pub default_days_to_retain_build_logs: u32,
     /// The most days any job keeps its builds' logs. Default 0: no maximum.
     pub max_days_to_retain_build_logs: u32,
+    /// One-off builds' logs (`gantry execute`, `gantry run` of a task)
+    /// each team keeps, newest first. Default 0: all.
+    pub one_off_build_logs_to_retain: u32,
+    /// Days one-off builds' logs are kept. Default 0: forever.
+    pub one_off_days_to_retain_build_logs: u32,
 }
 
 impl Default for GcConfig {
@@ -324,6 +329,8 @@ impl Default for GcConfig {
             max_build_logs_to_retain: d.build_logs.max_builds,
             default_days_to_retain_build_logs: d.build_logs.default_days,
             max_days_to_retain_build_logs: d.build_logs.max_days,
+            one_off_build_logs_to_retain: d.build_logs.one_off_builds,
+            one_off_days_to_retain_build_logs: d.build_logs.one_off_days,
         }
     }
 }
@@ -370,6 +377,8 @@ impl GcConfig {
                 max_builds: self.max_build_logs_to_retain,
                 default_days: self.default_days_to_retain_build_logs,
                 max_days: self.max_days_to_retain_build_logs,
+                one_off_builds: self.one_off_build_logs_to_retain,
+                one_off_days: self.one_off_days_to_retain_build_logs,
             },
         })
     }

@@ -33,6 +33,8 @@ mod bench_follow;
 mod bench_gc;
 mod bench_image_pull;
 #[cfg(feature = "bench")]
+mod bench_logs;
+#[cfg(feature = "bench")]
 mod bench_placement;
 #[cfg(feature = "bench")]
 mod bench_s3;

@@ -109,6 +109,7 @@ fn clear_task_cache_drops_a_jobs_caches_and_every_rule_runs() {
         "artifacts",
         "removed-workers",
         "store-orphans",
+        "move-logs",
     ] {
         wait_for(
             &format!("rule {rule} to run"),

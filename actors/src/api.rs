@@ -36,7 +36,7 @@ pub use crate::credentials::{
 };
 pub use crate::db::{now_ms, BuildQuery, HandleKind, SecretEntry};
 pub use crate::engine::MAX_SECRET;
-pub use crate::event_follow::StoredEvent;
+pub use crate::events::StoredEvent;
 pub use crate::pipeline::{
     load as load_pipeline, load_warned as load_pipeline_warned, Document, Pipeline, Vars, MAX_NAME,
 };

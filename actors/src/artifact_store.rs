@@ -37,6 +37,28 @@ pub trait ArtifactStore: Send + Sync {
     ) -> Result<StoredArtifact, EngineError>;
     /// Deletes an artifact's data; deleting a missing one is not an error.
     async fn delete(&self, id: &str) -> Result<(), EngineError>;
+    /// Stores a finished build's log (its events, as the engine wrote and
+    /// compressed them) as object `name`, streamed; answers its bytes. A
+    /// failed write leaves nothing. A store that keeps no logs refuses.
+    async fn put_log(&self, name: &str, body: ByteStream) -> Result<u64, EngineError> {
+        let _ = (name, body);
+        Err(EngineError::Unavailable(format!(
+            "{} keeps no build logs",
+            self.location()
+        )))
+    }
+    /// Opens log object `name` as it was stored.
+    async fn open_log(&self, name: &str) -> Result<ByteStream, EngineError> {
+        Err(EngineError::NotFound {
+            kind: "build log",
+            name: name.to_string(),
+        })
+    }
+    /// Deletes log object `name`; deleting a missing one is not an error.
+    async fn delete_log(&self, name: &str) -> Result<(), EngineError> {
+        let _ = name;
+        Ok(())
+    }
     /// Every artifact whose data the store holds, with when its data was
     /// last written: the `store-orphans` rule deletes the data no row
     /// records (a node killed between storing an artifact and recording

@@ -55,6 +55,11 @@ impl Artifacts {
         Artifacts { store, db }
     }
 
+    /// The store itself (where finished builds' logs go too).
+    pub(crate) fn store(&self) -> Arc<dyn ArtifactStore> {
+        self.store.clone()
+    }
+
     /// Removes what dead web node `node` left of its uploads in progress
     /// (see [`ArtifactStore::forget_node`]).
     pub async fn forget_node(&self, node: &str) -> Result<(), EngineError> {

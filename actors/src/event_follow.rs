@@ -1,25 +1,20 @@
 //! Following a build's events: the stored ones, then the live ones, with no
-//! event lost or repeated, until the build's final event.
+//! event lost or repeated, until the build's final event. A finished
+//! build's events are read from the artifact store once its log moved
+//! there (`crate::log_store`), also when it moves while it is followed.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+use futures::StreamExt as _;
 
 use tokio::sync::{broadcast, mpsc, watch};
 
-use crate::db::Db;
+use crate::artifact_store::ArtifactStore;
+use crate::db::{Db, LogPlace};
 use crate::error::EngineError;
-use crate::events::{EventHub, SequencedEvent};
-
-/// One event of a build as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredEvent {
-    /// 1-based position in the build's events.
-    pub seq: i64,
-    /// The event as stored (JSON).
-    pub json: String,
-    /// Whether it is the build's last event (stored with it, so no reader
-    /// parses the JSON back to know).
-    pub is_final: bool,
-}
+use crate::events::{EventHub, PageSize, SequencedEvent, StoredEvent, FIRST_PAGE};
 
 /// How often a follower checks the build's row, to notice a build that ended
 /// without a final event (its web node died, or storing the event failed),
@@ -30,10 +25,6 @@ const ROW_CHECK: Duration = Duration::from_secs(1);
 /// gives up waiting for its final event.
 const FINISHED_CHECKS: u32 = 3;
 
-/// How many stored events a follower reads at once (a long log is read a
-/// page at a time, never whole).
-const EVENTS_PAGE: i64 = 1000;
-
 /// Follows build `id` (which must exist) from after its event `after` (0:
 /// from the start) on a task of its own; the receiver yields its events in
 /// order and ends after the final one, after an error, or when the build
@@ -41,6 +32,7 @@ const EVENTS_PAGE: i64 = 1000;
 pub(crate) fn follow(
     db: Db,
     hub: EventHub,
+    store: Arc<dyn ArtifactStore>,
     id: i64,
     after: i64,
     tasks: &gantry_jobs::Tasks,
@@ -50,7 +42,15 @@ pub(crate) fn follow(
     let elsewhere = hub.stored_elsewhere(id);
     let (tx, out) = mpsc::channel(64);
     tasks.spawn(async move {
-        let follower = Follower { db, hub, id, tx };
+        let follower = Follower {
+            db,
+            limit: AtomicI64::new(FIRST_PAGE),
+            last_limit: AtomicI64::new(FIRST_PAGE),
+            hub,
+            store,
+            id,
+            tx,
+        };
         follower.run(rx, elsewhere, after.max(0)).await;
         follower.hub.forget_wakes(id);
     });
@@ -61,8 +61,14 @@ pub(crate) fn follow(
 struct Follower {
     /// Where stored events are read.
     db: Db,
+    /// How many events the next page reads ([`PageSize`]).
+    limit: AtomicI64,
+    /// How many the last page asked for (a page that long was full).
+    last_limit: AtomicI64,
     /// Where live events come from; a finished build's channel is dropped.
     hub: EventHub,
+    /// Where a finished build's log is once it moved.
+    store: Arc<dyn ArtifactStore>,
     /// The build.
     id: i64,
     /// Where events go.
@@ -86,19 +92,16 @@ impl Follower {
         loop {
             // Seen before reading: an event stored after the read wakes us.
             elsewhere.borrow_and_update();
-            let stored = match self
-                .db
-                .builds()
-                .build_events_page(self.id, last, EVENTS_PAGE)
-                .await
-            {
-                Ok(s) => s,
+            let stored = match self.page(last).await {
+                Ok(Page::Rows(s)) => s,
+                Ok(Page::Store(name)) => return self.read_store(&name, last).await,
+                Ok(Page::Gone) => return,
                 Err(e) => {
                     let _ = self.tx.send(Err(e)).await;
                     return;
                 }
             };
-            let full_page = stored.len() as i64 == EVENTS_PAGE;
+            let full_page = stored.len() as i64 == self.limit_read();
             for (seq, json, is_final) in stored {
                 last = seq;
                 if is_final {
@@ -142,13 +145,13 @@ impl Follower {
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
                     Err(broadcast::error::RecvError::Closed) => {
                         // The build finished before we subscribed: flush what is stored.
-                        while let Ok(stored) = self
-                            .db
-                            .builds()
-                            .build_events_page(self.id, last, EVENTS_PAGE)
-                            .await
-                        {
-                            let full_page = stored.len() as i64 == EVENTS_PAGE;
+                        loop {
+                            let stored = match self.page(last).await {
+                                Ok(Page::Rows(s)) => s,
+                                Ok(Page::Store(name)) => return self.read_store(&name, last).await,
+                                Ok(Page::Gone) | Err(_) => break,
+                            };
+                            let full_page = stored.len() as i64 == self.limit_read();
                             for (seq, json, is_final) in stored {
                                 last = seq;
                                 if !self.send(seq, json, is_final).await {
@@ -167,6 +170,62 @@ impl Follower {
         }
     }
 
+    /// The next page of events after `last`: rows of the database, or,
+    /// when none follow on from `last` there, where the log went (the
+    /// store, or nowhere once reaped). The rows of a moved log are deleted
+    /// newest first, so a page read meanwhile is whole or empty, or starts
+    /// past `last` (a gap), never a wrong mix.
+    async fn page(&self, last: i64) -> Result<Page, EngineError> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        let rows = self
+            .db
+            .builds()
+            .build_events_page(self.id, last, limit)
+            .await?;
+        let mut size = PageSize::of(limit);
+        size.read(rows.len(), rows.iter().map(|r| r.1.len()).sum());
+        self.limit.store(size.limit(), Ordering::Relaxed);
+        self.last_limit.store(limit, Ordering::Relaxed);
+        let gap = rows.first().is_some_and(|r| r.0 != last + 1);
+        if rows.is_empty() || gap {
+            match self.db.builds().log_place(self.id).await? {
+                LogPlace::Store(name) => return Ok(Page::Store(name)),
+                LogPlace::Reaped => return Ok(Page::Gone),
+                LogPlace::Database => {}
+            }
+        }
+        Ok(Page::Rows(rows))
+    }
+
+    /// Sends the events after `last` of the log stored as object `name`
+    /// (empty: the build had none); the build has ended, so that is all.
+    async fn read_store(&self, name: &str, last: i64) {
+        self.hub.forget(self.id);
+        if name.is_empty() {
+            return;
+        }
+        let events = match crate::log_store::read(self.store.as_ref(), name, last).await {
+            Ok(events) => events,
+            Err(e) => {
+                let _ = self.tx.send(Err(e)).await;
+                return;
+            }
+        };
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            let fin = matches!(&event, Ok(e) if e.is_final);
+            let failed = event.is_err();
+            if self.tx.send(event).await.is_err() || fin || failed {
+                return;
+            }
+        }
+    }
+
+    /// Events the last page asked for (a page that many long was full).
+    fn limit_read(&self) -> i64 {
+        self.last_limit.load(Ordering::Relaxed)
+    }
+
     /// Sends one event; false when the receiver is gone.
     async fn send(&self, seq: i64, json: String, is_final: bool) -> bool {
         self.tx
@@ -180,10 +239,20 @@ impl Follower {
     }
 }
 
+/// What a follower reads next.
+enum Page {
+    /// Rows of the database (possibly none yet).
+    Rows(Vec<(i64, String, bool)>),
+    /// The log moved to the store's object of this name.
+    Store(String),
+    /// The log was reaped: nothing more comes.
+    Gone,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::EventSink;
+    use crate::events::{EventSink, EVENTS_PAGE};
     use gantry_wire::state::BuildStatus;
 
     /// A finished build of `n` events (the last one final).
@@ -222,11 +291,22 @@ mod tests {
         let hub = EventHub::default();
         let n = 2 * EVENTS_PAGE as usize + 5;
         let id = finished_build(&db, &hub, n).await;
-        let all = seqs(follow(db.clone(), hub.clone(), id, 0, &Default::default())).await;
+        let store: Arc<dyn ArtifactStore> =
+            Arc::new(crate::testing::empty_store::EmptyStore::default());
+        let all = seqs(follow(
+            db.clone(),
+            hub.clone(),
+            store.clone(),
+            id,
+            0,
+            &Default::default(),
+        ))
+        .await;
         assert_eq!(all, (1..=n as i64).collect::<Vec<_>>());
         let tail = seqs(follow(
             db.clone(),
             hub.clone(),
+            store,
             id,
             n as i64 - 3,
             &Default::default(),

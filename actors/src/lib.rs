@@ -29,6 +29,7 @@ mod go_duration;
 mod histograms;
 mod hooks;
 mod intercept;
+mod log_store;
 mod off_thread;
 mod pipeline;
 mod placement;

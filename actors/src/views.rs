@@ -55,6 +55,11 @@ pub struct Build {
     /// ms): its events are gone, its row, status and times stay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_reaped_at: Option<i64>,
+    /// Where its log is: `database` (its events' rows: it runs, or it
+    /// ended moments ago), `store` (moved to the artifact store once it
+    /// ended), or `reaped` (deleted by its job's retention).
+    #[serde(default)]
+    pub log: String,
 }
 
 /// A container or a volume.

@@ -6,6 +6,7 @@ pub mod container_start;
 pub mod follow;
 pub mod gc;
 pub mod image_pull;
+pub mod logs;
 pub mod placement;
 pub mod rig;
 pub mod s3;

@@ -83,6 +83,17 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         database_url,
                     },
                 ))?,
+                BenchCommand::Logs {
+                    size,
+                    followers,
+                    database_url,
+                } => actix_web::rt::System::new().block_on(crate::bench::logs::bench(
+                    crate::bench::logs::LogsBench {
+                        size,
+                        followers,
+                        database_url,
+                    },
+                ))?,
                 BenchCommand::ContainerStart {
                     tasks,
                     warmup,

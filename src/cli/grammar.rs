@@ -565,6 +565,20 @@ pub enum BenchCommand {
         #[arg(long)]
         database_url: String,
     },
+    /// A build's log of SIZE stored as a task's output is, with followers
+    /// reading it live, then moved to the artifact store, against writing
+    /// the same bytes to a file.
+    Logs {
+        /// Bytes printed (e.g. 1GiB, 64MiB).
+        #[arg(long, default_value = "1GiB", value_parser = crate::bench::stream::parse_size)]
+        size: u64,
+        /// Followers reading the log live.
+        #[arg(long, default_value_t = 10)]
+        followers: usize,
+        /// Database URL (default: SQLite in a temporary directory).
+        #[arg(long)]
+        database_url: Option<String>,
+    },
     /// Time from the web node's request to a trivial task running on one
     /// runc worker, against `runc run` of the same bundle (needs root).
     ContainerStart {

@@ -150,12 +150,13 @@ impl S3Server {
     }
 
     /// The artifact ids (`PREFIX/{id}.tar.zst`) the bucket lists under
-    /// `prefix`; any other key but the store's id is an error.
+    /// `prefix`; any other key but the store's id and finished builds'
+    /// logs (`PREFIX/logs/`) is an error.
     pub fn artifact_ids(&self, prefix: &str) -> Result<BTreeSet<String>, String> {
         let mut ids = BTreeSet::new();
         for key in self.list(prefix) {
             let name = key.strip_prefix(&format!("{prefix}/")).unwrap_or(&key);
-            if name == ".store-id" {
+            if name == ".store-id" || name.starts_with("logs/") {
                 continue;
             }
             match name.strip_suffix(".tar.zst") {

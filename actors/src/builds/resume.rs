@@ -282,10 +282,11 @@ impl BuildRun {
         let held = HeldPlacement::new(placement, self.deps.placer.clone());
         let mut ctx = self.step_context(step.name(), worker, watch, created, scope);
         let at = Reattach {
-            volumes: volumes
-                .iter()
-                .filter_map(|r| Some((r.step.clone()?, r.handle.clone())))
-                .collect(),
+            volumes: newest_per_role(
+                volumes
+                    .iter()
+                    .filter_map(|r| Some((r.step.clone()?, r.handle.clone()))),
+            ),
             already_stored: self.journal.stored_output(step.name(), began.seq),
             containers: containers.iter().map(|r| r.handle.clone()).collect(),
             told: self.journal.told(step.name(), began.seq),
@@ -337,4 +338,44 @@ fn never_started(result: &Result<StepEnd, EngineError>) -> bool {
             ..
         }))
     )
+}
+
+/// The volumes a step is reattached with: of each role, the newest. A
+/// step run afresh after one takeover records its volumes again under the
+/// same roles (the earlier attempt's stay on the worker until collected),
+/// so at a second takeover the live attempt's are the last of each role,
+/// as its container is the last (`volumes` oldest first).
+fn newest_per_role(volumes: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (role, handle) in volumes {
+        out.retain(|(r, _)| *r != role);
+        out.push((role, handle));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::newest_per_role;
+
+    #[test]
+    fn a_step_run_afresh_is_reattached_to_its_newest_volumes() {
+        let v = |r: &str, h: &str| (r.to_string(), h.to_string());
+        // Attempt 1 (killed before its process ran), then attempt 2.
+        let recorded = vec![
+            v("input:l", "l1"),
+            v("output:pushed", "empty"),
+            v("input:l", "l2"),
+            v("output:pushed", "full"),
+            v("output:other", "o2"),
+        ];
+        assert_eq!(
+            newest_per_role(recorded.into_iter()),
+            vec![
+                v("input:l", "l2"),
+                v("output:pushed", "full"),
+                v("output:other", "o2")
+            ]
+        );
+    }
 }

@@ -50,6 +50,30 @@ impl Collection<'_> {
             .collect()
     }
 
+    /// The builds of `team` of no job (one-off builds, and the builds of
+    /// resource checks) whose logs are still stored, newest first.
+    pub(crate) async fn logged_one_off_builds(
+        &self,
+        team: &str,
+    ) -> Result<Vec<LoggedBuild>, EngineError> {
+        let rows: Vec<(i64, String, Option<i64>)> = sqlx::query_as(
+            "SELECT id, status, finished_at FROM builds \
+             WHERE team = $1 AND job IS NULL AND log_reaped_at IS NULL ORDER BY id DESC",
+        )
+        .bind(team)
+        .fetch_all(self.db.pool())
+        .await?;
+        rows.into_iter()
+            .map(|(id, status, finished_at)| {
+                Ok(LoggedBuild {
+                    id,
+                    status: super::states::decode(&status)?,
+                    finished_at,
+                })
+            })
+            .collect()
+    }
+
     /// Deletes the events of `builds` and records when, a batch of builds
     /// per transaction; answers the events deleted.
     pub(crate) async fn reap_build_logs(

@@ -40,15 +40,19 @@ type Raw = (
     Option<String>,
     Option<i64>,
     Option<i64>,
-    Option<i64>,
+    String,
 );
 
 /// The channel a stored event is announced on (PostgreSQL `NOTIFY`, the
 /// payload the build's id), so followers on every web node read it at once.
 pub(crate) const EVENTS_CHANNEL: &str = "gantry_events";
 
+/// The last column is where the build's log is, as text (a tuple reads
+/// 16 columns at most): `database`, `store`, or `reaped MS` (when).
 const COLUMNS: &str =
-    "id, team, status, plan, worker, exit_status, error, created_at, finished_at, pipeline, job, build_number, waiting, rerun_of, rerun_number, log_reaped_at";
+    "id, team, status, plan, worker, exit_status, error, created_at, finished_at, pipeline, job, build_number, waiting, rerun_of, rerun_number, \
+     CASE WHEN log_reaped_at IS NOT NULL THEN 'reaped ' || CAST(log_reaped_at AS TEXT) \
+     WHEN log_key IS NOT NULL THEN 'store' ELSE 'database' END";
 
 /// A stored build; an unknown status, or a plan that does not open or
 /// parse, is an error naming it.
@@ -72,7 +76,8 @@ fn decode(db: &Db, r: Raw) -> Result<Build, EngineError> {
         name: r.11.map(|n| build_name(n, r.14)),
         rerun_of: r.13,
         waiting: r.12,
-        log_reaped_at: r.15,
+        log_reaped_at: r.15.strip_prefix("reaped ").and_then(|ms| ms.parse().ok()),
+        log: r.15.split(' ').next().unwrap_or_default().to_string(),
     })
 }
 

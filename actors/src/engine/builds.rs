@@ -4,7 +4,8 @@ use super::Engine;
 use crate::builds::Build;
 use crate::db::BuildQuery;
 use crate::error::EngineError;
-use crate::event_follow::{self, StoredEvent};
+use crate::event_follow;
+use crate::events::StoredEvent;
 use crate::off_thread::{off_thread, PIPELINE_BUDGET};
 use crate::pipeline::Vars;
 use crate::plan::{CheckPlan, JobPlan, OneOffPlan};
@@ -288,6 +289,7 @@ impl Engine {
         event_follow::follow(
             self.db.clone(),
             self.hub.clone(),
+            self.artifacts.store(),
             id,
             after,
             self.jobs.tasks(),
@@ -309,5 +311,33 @@ impl Engine {
             .await?;
         let sink = crate::events::EventSink::new(id, self.db.clone(), self.hub.clone());
         Ok((id, sink))
+    }
+
+    /// Bench helper (`gantry bench logs`): ends build `id` as succeeded and
+    /// moves its log to the artifact store now, as the Collector's
+    /// `move-logs` does; answers the events, their bytes in the database,
+    /// and the object's bytes.
+    #[cfg(any(test, feature = "testing"))]
+    pub async fn bench_move_log(&self, id: i64) -> Result<(u64, u64, u64), EngineError> {
+        self.db
+            .builds()
+            .finish_build(
+                id,
+                gantry_wire::state::BuildStatus::Succeeded,
+                Some(0),
+                None,
+            )
+            .await?;
+        let moved = crate::log_store::archive(&self.db, self.artifacts.store().as_ref(), id)
+            .await?
+            .ok_or_else(|| EngineError::Invalid(format!("build {id}'s log was not moved")))?;
+        Ok((moved.events, moved.bytes, moved.stored))
+    }
+
+    /// Bench helper: the bytes of logs in the database (the events' JSON)
+    /// and in the store.
+    #[cfg(any(test, feature = "testing"))]
+    pub async fn bench_log_bytes(&self) -> Result<(i64, i64), EngineError> {
+        self.db.builds().log_bytes().await
     }
 }

@@ -293,6 +293,7 @@ impl Engine {
                 intercepts: engine.intercepts.clone(),
                 pressure: Default::default(),
                 config: engine.config.gc.clone(),
+                listed_at: Default::default(),
             },
             &engine.collector,
             &engine.jobs,

@@ -78,11 +78,13 @@ pub enum Rule {
     BuildLogs,
     /// Artifact data in the store that no row records.
     StoreOrphans,
+    /// Finished builds' logs, moved from the database to the store.
+    MoveLogs,
 }
 
 impl Rule {
     /// Every rule, in priority order.
-    pub const ALL: [Rule; 9] = [
+    pub const ALL: [Rule; 10] = [
         Rule::EndedBuilds,
         Rule::Missing,
         Rule::FailedCreations,
@@ -92,6 +94,7 @@ impl Rule {
         Rule::RemovedWorkers,
         Rule::BuildLogs,
         Rule::StoreOrphans,
+        Rule::MoveLogs,
     ];
 
     /// Its name, in the jobs table (`gc-collector/<name>`) and `/metrics`.
@@ -106,9 +109,13 @@ impl Rule {
             Rule::RemovedWorkers => "removed-workers",
             Rule::BuildLogs => "build-logs",
             Rule::StoreOrphans => "store-orphans",
+            Rule::MoveLogs => "move-logs",
         }
     }
 }
+
+/// Finished builds whose logs one run of `move-logs` moves.
+const MOVE_LOGS_PER_RUN: i64 = 50;
 
 /// What the Collector's rules need.
 #[derive(Clone)]
@@ -123,6 +130,8 @@ pub(crate) struct CollectorDeps {
     pub pressure: PressureMemory,
     /// Settings.
     pub config: CollectorConfig,
+    /// When `store-orphans` last listed the store (unix ms; 0: never).
+    pub listed_at: Arc<std::sync::atomic::AtomicI64>,
 }
 
 /// Runs `rule` once at `now_ms`; answers how many rows (or artifacts) it
@@ -149,7 +158,23 @@ pub(crate) async fn run_rule(
         }
         Rule::RemovedWorkers => rules_handles::removed_workers(db).await,
         Rule::BuildLogs => rules_logs::build_logs(db, now_ms, &cfg.build_logs).await,
+        Rule::MoveLogs => {
+            let moved =
+                crate::log_store::archive_finished(db, deps.store.as_ref(), MOVE_LOGS_PER_RUN)
+                    .await?;
+            crate::log_store::measure(db, now_ms).await?;
+            Ok(moved)
+        }
         Rule::StoreOrphans => {
+            // Listing the whole store is kept to once per orphan age, at
+            // most every 10 minutes; the runs between do nothing.
+            let every = cfg.artifacts.orphan_age().min(Duration::from_secs(600));
+            let last = deps.listed_at.load(std::sync::atomic::Ordering::Relaxed);
+            if last != 0 && now_ms - last < every.as_millis() as i64 {
+                return Ok(0);
+            }
+            deps.listed_at
+                .store(now_ms, std::sync::atomic::Ordering::Relaxed);
             let now = std::time::UNIX_EPOCH + Duration::from_millis(now_ms.max(0) as u64);
             rules_artifacts::store_orphans(db, deps.store.as_ref(), now, &cfg.artifacts).await
         }
@@ -238,25 +263,11 @@ pub(crate) fn start_collector(deps: &CollectorDeps, stats: &CollectorStats, jobs
         deps.config.interval.min(std::time::Duration::from_secs(5)),
         jobs,
     );
-    // Listing the whole store is kept to once per orphan age, at most
-    // every 10 minutes, never more often than the other rules.
-    let listing = Schedule::every(
-        deps.config.interval.max(
-            deps.config
-                .artifacts
-                .orphan_age()
-                .min(Duration::from_secs(600)),
-        ),
-    );
     for rule in Rule::ALL {
         let job = RuleJob {
             rule,
             deps: deps.clone(),
             stats: stats.clone(),
-        };
-        let schedule = match rule {
-            Rule::StoreOrphans => listing,
-            _ => schedule,
         };
         Periodic::new(job, schedule, jobs)
             .led_by(leader.clone())

@@ -34,9 +34,24 @@ pub struct RetentionLimits {
     pub default_days: u32,
     /// The most days any job keeps.
     pub max_days: u32,
+    /// One-off builds' logs each team keeps, newest first (`[web.gc]`
+    /// `one_off_build_logs_to_retain`).
+    pub one_off_builds: u32,
+    /// Days one-off builds' logs are kept
+    /// (`one_off_days_to_retain_build_logs`).
+    pub one_off_days: u32,
 }
 
 impl RetentionLimits {
+    /// What each team's one-off builds keep.
+    pub fn of_one_off(&self) -> Retention {
+        Retention {
+            builds: self.one_off_builds,
+            days: self.one_off_days,
+            minimum_succeeded_builds: 0,
+        }
+    }
+
     /// What a job with `retention` (or the deprecated `logs_to_retain`)
     /// keeps: its own values, else the defaults, each capped by its
     /// maximum. Unlike Concourse (concourse/concourse#8943), a maximum of

@@ -1,5 +1,6 @@
 //! The `build-logs` rule: each unpaused job of each unpaused pipeline keeps
-//! the logs its retention says ([`super::log_retention`]); the others'
+//! the logs its retention says ([`super::log_retention`]), and each team's
+//! builds of no job what the node's one-off retention says; the others'
 //! events are deleted, their builds kept.
 
 use crate::db::Db;
@@ -19,7 +20,17 @@ pub(crate) async fn build_logs(
 ) -> Result<u64, EngineError> {
     let mut reaped = 0;
     let node_limits = *limits != RetentionLimits::default();
+    let one_off = limits.of_one_off();
     for team in db.teams().list_teams().await? {
+        if one_off.builds > 0 || one_off.days > 0 {
+            let builds = db.gc().logged_one_off_builds(&team.name).await?;
+            let gone = to_reap(one_off, &builds, now);
+            if !gone.is_empty() {
+                db.gc().reap_build_logs(&gone, now).await?;
+                metrics::counter!("gantry_build_logs_reaped_total").increment(gone.len() as u64);
+                reaped += gone.len() as u64;
+            }
+        }
         for row in db.pipelines().of_team(&team.name).await? {
             if row.paused || row.archived {
                 continue;
@@ -79,6 +90,7 @@ pub(crate) async fn build_logs(
                     continue;
                 }
                 db.gc().reap_build_logs(&gone, now).await?;
+                metrics::counter!("gantry_build_logs_reaped_total").increment(gone.len() as u64);
                 reaped += gone.len() as u64;
             }
         }
@@ -202,6 +214,53 @@ mod tests {
             logs(db, "all").await.0,
             vec![others[1]],
             "the maximum caps jobs that set nothing: the newest stays"
+        );
+    }
+
+    /// Five one-off builds (no job) with events, the newest running: a
+    /// node keeping two one-off logs per team keeps the running one and
+    /// the two newest ended ones (a running build takes no place).
+    #[tokio::test]
+    async fn one_off_builds_keep_what_the_node_says() {
+        let (db, _dir) = test_db().await;
+        db.ensure_team("main").await.unwrap();
+        let mut ids = Vec::new();
+        for i in 1..=5i64 {
+            let (id,): (i64,) = sqlx::query_as(
+                "INSERT INTO builds (team, status, plan, created_at, finished_at) \
+                 VALUES ('main', $1, '{}', 0, $2) RETURNING id",
+            )
+            .bind(if i == 5 {
+                BuildStatus::Started.as_str()
+            } else {
+                BuildStatus::Succeeded.as_str()
+            })
+            .bind(if i == 5 { None } else { Some(i * 1000) })
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+            sqlx::query("INSERT INTO build_events (build_id, seq, event) VALUES ($1, 1, '{}')")
+                .bind(id)
+                .execute(db.pool())
+                .await
+                .unwrap();
+            ids.push(id);
+        }
+        let all = RetentionLimits::default();
+        assert_eq!(build_logs(&db, 50_000, &all).await.unwrap(), 0, "all kept");
+        let two = RetentionLimits {
+            one_off_builds: 2,
+            ..all
+        };
+        assert_eq!(build_logs(&db, 50_000, &two).await.unwrap(), 2);
+        let kept: Vec<(i64,)> =
+            sqlx::query_as("SELECT DISTINCT build_id FROM build_events ORDER BY build_id")
+                .fetch_all(db.pool())
+                .await
+                .unwrap();
+        assert_eq!(
+            kept.into_iter().map(|r| r.0).collect::<Vec<_>>(),
+            vec![ids[2], ids[3], ids[4]]
         );
     }
 

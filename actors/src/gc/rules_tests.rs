@@ -580,6 +580,7 @@ async fn each_rule_runs_as_a_timed_job_of_the_jobs_table() {
         db: db.clone(),
         store: Arc::new(Deletes::default()),
         intercepts: Intercepts::new(db.clone(), "n"),
+        listed_at: Default::default(),
         pressure: Default::default(),
         config: CollectorConfig {
             interval: Duration::from_secs(3600),

@@ -106,9 +106,10 @@ pub enum StepEnd {
 /// Where a step taken over after a restart of the web node was.
 #[derive(Debug, Clone)]
 pub struct Reattach {
-    /// The build's volumes on the worker, as (role, handle) in the order
-    /// they were created; roles are those given to
-    /// [`StepContext::create_volume`].
+    /// The step's volumes on the worker, as (role, handle), each role once:
+    /// the newest volume of the role (a step run afresh after an earlier
+    /// takeover recorded its volumes again under the same roles); roles
+    /// are those given to [`StepContext::create_volume`].
     pub volumes: Vec<(String, String)>,
     /// Bytes of stdout and stderr already stored as log events, not to be
     /// repeated when the output is replayed.

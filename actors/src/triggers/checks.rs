@@ -139,6 +139,7 @@ mod tests {
             rerun_of: None,
             waiting: None,
             log_reaped_at: None,
+            log: "database".into(),
         }
     }
 

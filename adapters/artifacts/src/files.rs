@@ -8,7 +8,8 @@
 //! Opening an artifact in zstd serves the stored bytes unchanged.
 //!
 //! Artifacts stored by earlier versions, plain tar files (`{id}.tar`), are
-//! still opened (and deleted).
+//! still opened (and deleted). Finished builds' logs are files of their
+//! own under `logs/` (`{name}.log.zst`, written whole then renamed).
 
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
@@ -30,6 +31,12 @@ const ZSTD_SUFFIX: &str = "tar.zst";
 
 /// Suffix of the artifacts stored by earlier versions: plain tar.
 const PLAIN_SUFFIX: &str = "tar";
+
+/// The directory of finished builds' logs, under the store's.
+const LOGS_DIR: &str = "logs";
+
+/// Suffix of a build log's file (the engine's zstd lines).
+const LOG_SUFFIX: &str = "log.zst";
 
 /// Buffer of the file an upload is written to.
 const WRITE_BUFFER: usize = 256 * 1024;
@@ -69,6 +76,7 @@ impl ArtifactFiles {
     pub fn open_for_node(dir: PathBuf, node: &str) -> std::io::Result<Self> {
         let tmp = dir.join("tmp");
         std::fs::create_dir_all(&tmp)?;
+        std::fs::create_dir_all(dir.join(LOGS_DIR))?;
         let node = file_name_of(node);
         remove_leftovers(&tmp, &node)?;
         Ok(ArtifactFiles {
@@ -112,6 +120,12 @@ impl ArtifactFiles {
             Format::Plain => PLAIN_SUFFIX,
         };
         Ok(self.dir.join(format!("{id}.{suffix}")))
+    }
+
+    /// The file of build log `name` (`logs/{name}.log.zst`).
+    fn log_path(&self, name: &str) -> Result<PathBuf, EngineError> {
+        let name = checked_id(name)?;
+        Ok(self.dir.join(LOGS_DIR).join(format!("{name}.{LOG_SUFFIX}")))
     }
 
     /// Opens artifact `id`'s file, in this version's format or an earlier one.
@@ -228,6 +242,51 @@ impl ArtifactStore for ArtifactFiles {
             Format::Zstd => serve_zstd(stored, encoding),
             Format::Plain => tarball::encode(stored, encoding),
         })
+    }
+
+    /// Writes the log to a temporary file, then makes it durable and
+    /// renames it to `logs/{name}.log.zst`.
+    async fn put_log(&self, name: &str, mut body: ByteStream) -> Result<u64, EngineError> {
+        use futures::StreamExt as _;
+        use tokio::io::AsyncWriteExt as _;
+        let dest = self.log_path(name)?;
+        let tmp = temp_file(self.dir.join("tmp"), &self.node, name).await?;
+        let failed = |e: std::io::Error| EngineError::io(format!("writing build log {name}"), e);
+        let mut out = tokio::fs::File::from_std(tmp.reopen().map_err(failed)?);
+        let mut size = 0u64;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(failed)?;
+            size += chunk.len() as u64;
+            out.write_all(&chunk).await.map_err(failed)?;
+        }
+        out.flush().await.map_err(failed)?;
+        drop(out);
+        persist(BufWriter::new(tmp), &dest).await?;
+        Ok(size)
+    }
+
+    async fn open_log(&self, name: &str) -> Result<ByteStream, EngineError> {
+        let path = self.log_path(name)?;
+        match tokio::fs::File::open(&path).await {
+            Ok(file) => Ok(Box::pin(tokio_util::io::ReaderStream::with_capacity(
+                file,
+                WRITE_BUFFER,
+            ))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(EngineError::NotFound {
+                kind: "build log",
+                name: name.to_string(),
+            }),
+            Err(e) => Err(EngineError::io(format!("opening build log {name}"), e)),
+        }
+    }
+
+    async fn delete_log(&self, name: &str) -> Result<(), EngineError> {
+        match tokio::fs::remove_file(self.log_path(name)?).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(EngineError::io(format!("deleting build log {name}"), e))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The `{id}.tar.zst` (and earlier `{id}.tar`) files of the

@@ -187,6 +187,17 @@ impl ArtifactS3 {
         Ok(self.key(&format!("{id}.{SUFFIX}")))
     }
 
+    /// The object of build log `name`: `logs/{name}.log.zst` under the
+    /// prefix.
+    fn log_object(&self, name: &str) -> Result<Path, EngineError> {
+        let name = checked_id(name)?;
+        Ok(self
+            .prefix
+            .clone()
+            .join("logs")
+            .join(format!("{name}.log.zst")))
+    }
+
     /// The store failed reading artifact `id`: not found for a missing
     /// object, unavailable otherwise, naming the store.
     fn failed_reading(&self, id: &str, e: object_store::Error) -> EngineError {
@@ -528,6 +539,53 @@ impl ArtifactStore for ArtifactS3 {
             size: checked.tar_bytes,
             digest: checked.digest,
         })
+    }
+
+    /// Writes the log as `logs/{name}.log.zst` under the prefix, in parts
+    /// of 10 MiB at most in memory (a multipart upload once it is larger);
+    /// a failed write aborts the upload.
+    async fn put_log(&self, name: &str, mut body: ByteStream) -> Result<u64, EngineError> {
+        use futures::StreamExt as _;
+        use tokio::io::AsyncWriteExt as _;
+        let object = self.log_object(name)?;
+        let mut out = object_store::buffered::BufWriter::new(self.client.clone(), object);
+        let what = format!("writing build log {name}");
+        let mut size = 0u64;
+        let written = async {
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk?;
+                size += chunk.len() as u64;
+                out.write_all(&chunk).await?;
+            }
+            out.shutdown().await
+        }
+        .await;
+        match written {
+            Ok(()) => Ok(size),
+            Err(e) => {
+                let _ = out.abort().await;
+                Err(self.unavailable(&what, e))
+            }
+        }
+    }
+
+    async fn open_log(&self, name: &str) -> Result<ByteStream, EngineError> {
+        let object = self.log_object(name)?;
+        let got = self.client.get(&object).await.map_err(|e| match e {
+            object_store::Error::NotFound { .. } => EngineError::NotFound {
+                kind: "build log",
+                name: name.to_string(),
+            },
+            e => self.unavailable(&format!("reading build log {name}"), e),
+        })?;
+        Ok(Box::pin(got.into_stream().map_err(std::io::Error::other)))
+    }
+
+    async fn delete_log(&self, name: &str) -> Result<(), EngineError> {
+        match self.client.delete(&self.log_object(name)?).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.unavailable(&format!("deleting build log {name}"), e)),
+        }
     }
 
     /// The `{id}.tar.zst` objects under the prefix (the store's id object

@@ -50,6 +50,7 @@ fn row(id: i64, plan: serde_json::Value, finished_at: Option<i64>) -> Build {
         rerun_of: None,
         waiting: None,
         log_reaped_at: None,
+        log: "database".into(),
     }
 }
 
