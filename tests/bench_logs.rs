@@ -2,7 +2,7 @@
 //! stores a build's log through the engine with followers reading it
 //! live, moves it to the artifact store, and prints its figures; every
 //! follower read every event, and after the move no byte of the log is
-//! left in the database.
+//! left in the database; reaping 3,000 builds' logs shrinks the database.
 
 use crate::common;
 
@@ -10,6 +10,7 @@ use crate::common;
 fn logs_bench_moves_the_log_off_the_database_and_prints_its_figures() {
     let out = common::gantry()
         .args(["bench", "logs", "--size", "16MiB", "--followers", "3"])
+        .args(["--reap-builds", "3000"])
         .output()
         .expect("gantry runs");
     let figures = common::Figures::of(&out);
@@ -40,4 +41,13 @@ fn logs_bench_moves_the_log_off_the_database_and_prints_its_figures() {
     );
     assert!(figures.number("follower_lag_p99_ms") >= 0.0, "{stdout}");
     assert!(figures.number("other_build_p99_ms") > 0.0, "{stdout}");
+    // Reaping 3,000 builds' logs: the writer went on, and the database
+    // gave the space back.
+    assert_eq!(figures.get("reap_builds"), Some("3000"), "{stdout}");
+    assert!(figures.number("reap_writer_writes") > 0.0, "{stdout}");
+    assert!(figures.number("reap_writer_p99_ms") > 0.0, "{stdout}");
+    assert!(
+        figures.number("db_mib_after_reap") < figures.number("db_mib_before_reap"),
+        "{stdout}"
+    );
 }

@@ -159,6 +159,26 @@ fn finished_logs_move_to_the_store(s3: Option<&S3Server>) {
             assert!(files[0].ends_with(".log.zst"), "{files:?}");
         }
     }
+    // /metrics counts it, and the store's bytes.
+    wait_until(
+        "/metrics to count the moved log",
+        Duration::from_secs(30),
+        || {
+            let metrics = reqwest::blocking::get(format!("{url}/metrics"))
+                .map_err(|e| e.to_string())?
+                .text()
+                .map_err(|e| e.to_string())?;
+            let stored = metrics
+                .lines()
+                .find(|l| l.starts_with("gantry_build_log_bytes{place=\"store\"}"))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .unwrap_or(0.0);
+            match metrics.contains("gantry_build_logs_moved_total 1") && stored > 0.0 {
+                true => Ok(()),
+                false => Err(format!("store bytes {stored}")),
+            }
+        },
+    );
     // Read back from the store: every byte the task printed, in order.
     assert_eq!(stdout_of(url, 1), printed());
     let again = ok(&client(url, &["watch", "--build", "1"]));

@@ -94,6 +94,26 @@ pub(crate) fn describe(labels: Labels<'_>) {
     for path in labels.paths {
         let _ = metrics::histogram!(TRANSFER.name, "path" => *path);
     }
+    // The counters and gauges the engine sets in the installed recorder.
+    metrics::describe_counter!(
+        "gantry_credential_lookups_total",
+        "Lookups of vars that reached a credential manager (not its cache), by manager."
+    );
+    metrics::describe_counter!(
+        "gantry_build_logs_moved_total",
+        "Finished builds' logs this web node moved from the database to the artifact store."
+    );
+    let _ = metrics::counter!("gantry_build_logs_moved_total");
+    metrics::describe_counter!(
+        "gantry_build_logs_reaped_total",
+        "Builds whose log this web node deleted by retention (their rows stay)."
+    );
+    let _ = metrics::counter!("gantry_build_logs_reaped_total");
+    metrics::describe_gauge!(
+        "gantry_build_log_bytes",
+        metrics::Unit::Bytes,
+        "Bytes of build logs: the events' JSON in the database, and the moved logs' zstd objects in the store (set by the node running the Collector)."
+    );
 }
 
 /// Records that a step waited `waited` before it was placed.

@@ -114,7 +114,9 @@ async fn delete_rows(db: &Db, build: i64) -> Result<(), EngineError> {
         .delete_newest_events(build, DELETE_BATCH)
         .await?
         > 0
-    {}
+    {
+        db.let_writers_in().await;
+    }
     db.builds().rows_deleted(build).await
 }
 
@@ -208,25 +210,28 @@ fn parse_line(line: &str) -> Result<StoredEvent, EngineError> {
     })
 }
 
-/// When the sizes of the logs were last measured (unix ms).
+/// When the bytes of logs in the database were last measured (unix ms).
 static MEASURED_AT: AtomicI64 = AtomicI64::new(i64::MIN);
 
-/// How often the sizes are measured: summing the events' bytes reads the
-/// whole table of events.
+/// How often the bytes in the database are measured: summing the events'
+/// bytes reads their whole table.
 const MEASURE_EVERY_MS: i64 = 5 * 60 * 1000;
 
-/// Sets the gauges `gantry_build_log_bytes{place="database"}` (the events'
-/// JSON still in the database) and `{place="store"}` (the moved logs'
-/// objects), at most every five minutes.
-pub(crate) async fn measure(db: &Db, now_ms: i64) -> Result<(), EngineError> {
+/// Sets the gauges `gantry_build_log_bytes{place="store"}` (the moved
+/// logs' objects; when `changed`, or first) and `{place="database"}` (the
+/// events' JSON still in the database; at most every five minutes).
+pub(crate) async fn measure(db: &Db, now_ms: i64, changed: bool) -> Result<(), EngineError> {
     let last = MEASURED_AT.load(Ordering::Relaxed);
-    if last != i64::MIN && now_ms - last < MEASURE_EVERY_MS {
-        return Ok(());
+    let first = last == i64::MIN;
+    if changed || first {
+        let in_store = db.builds().log_bytes_in_store().await?;
+        metrics::gauge!("gantry_build_log_bytes", "place" => "store").set(in_store as f64);
     }
-    MEASURED_AT.store(now_ms, Ordering::Relaxed);
-    let (in_db, in_store) = db.builds().log_bytes().await?;
-    metrics::gauge!("gantry_build_log_bytes", "place" => "database").set(in_db as f64);
-    metrics::gauge!("gantry_build_log_bytes", "place" => "store").set(in_store as f64);
+    if first || now_ms - last >= MEASURE_EVERY_MS {
+        MEASURED_AT.store(now_ms, Ordering::Relaxed);
+        let in_db = db.builds().log_bytes_in_database().await?;
+        metrics::gauge!("gantry_build_log_bytes", "place" => "database").set(in_db as f64);
+    }
     Ok(())
 }
 

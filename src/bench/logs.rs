@@ -14,7 +14,13 @@
 //! - `follower_lag_p99_ms`: from an event stored to each follower reading
 //!   it, over every follower;
 //! - `other_build_p99_ms`: storing a small event of another build while
-//!   the log is written (a writer the log must not slow).
+//!   the log is written (a writer the log must not slow);
+//! - with `--reap-builds N`: N ended builds with small logs are reaped as
+//!   the `build-logs` rule reaps them (200 builds per transaction) and the
+//!   space given back (SQLite incremental vacuum), while a writer stores an
+//!   event every 5 ms: `reap_writer_p99_ms` and `reap_writer_max_ms` (no
+//!   statement of the reaping holds the database long), and the
+//!   database's size before and after.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -38,6 +44,8 @@ pub struct LogsBench {
     pub followers: usize,
     /// Database URL (default: SQLite in a temporary directory).
     pub database_url: Option<String>,
+    /// Ended builds whose small logs are then reaped (0: none).
+    pub reap_builds: usize,
 }
 
 /// Bytes per event, as a task's output arrives.
@@ -149,7 +157,7 @@ pub async fn bench(opts: LogsBench) -> anyhow::Result<()> {
         old_sealer: None,
         credential_manager: None,
         var_source_types: None,
-        database_url: url,
+        database_url: url.clone(),
         teams: vec!["main".into()],
         connector: Arc::new(DetachedConnector),
         artifacts: Arc::new(store),
@@ -234,7 +242,12 @@ pub async fn bench(opts: LogsBench) -> anyhow::Result<()> {
     let (events, bytes, object) = engine.bench_move_log(id).await?;
     let (in_db_after, _) = engine.bench_log_bytes().await?;
     let (_, rss_peak) = rss();
+    let reaped = match opts.reap_builds {
+        0 => None,
+        n => Some(reap(&engine, &url, n).await),
+    };
     engine.shutdown().await;
+    let reaped = reaped.transpose()?;
 
     let mb = printed as f64 / 1e6;
     let per = |b: f64| b / printed as f64;
@@ -268,5 +281,82 @@ pub async fn bench(opts: LogsBench) -> anyhow::Result<()> {
     println!("follower_lag_p50_ms: {:.2}", quantile(&lags, 0.5));
     println!("follower_lag_p99_ms: {:.2}", quantile(&lags, 0.99));
     println!("other_build_p99_ms: {:.2}", quantile(&other_ms, 0.99));
+    if let Some(r) = reaped {
+        r.print();
+    }
     Ok(())
+}
+
+/// What reaping many builds' logs did.
+struct Reaped {
+    builds: usize,
+    secs: f64,
+    writer_ms: Vec<f64>,
+    before: i64,
+    after: i64,
+}
+
+impl Reaped {
+    fn print(&self) {
+        let mib = |b: i64| b as f64 / (1024.0 * 1024.0);
+        println!("reap_builds: {}", self.builds);
+        println!("reap_secs: {:.2}", self.secs);
+        println!("reap_writer_writes: {}", self.writer_ms.len());
+        println!("reap_writer_p99_ms: {:.2}", quantile(&self.writer_ms, 0.99));
+        println!("reap_writer_max_ms: {:.2}", quantile(&self.writer_ms, 1.0));
+        println!("db_mib_before_reap: {:.1}", mib(self.before));
+        println!("db_mib_after_reap: {:.1}", mib(self.after));
+    }
+}
+
+/// Makes `builds` ended builds with small logs, then reaps every log as
+/// the `build-logs` rule does and gives the space back, while a writer
+/// stores another build's events every 5 ms and times each.
+async fn reap(engine: &Engine, url: &str, builds: usize) -> anyhow::Result<Reaped> {
+    let db = gantry_actors::api::bench::Db::connect(url)
+        .await?
+        .sealed_with(crate::bench::sealer(), None)
+        .await?;
+    let ids = db.bench().logged_builds("main", builds, 4, 512).await?;
+    let before = db.bench().database_bytes().await?;
+    let (_, mut sink) = engine.bench_event_sink("main").await?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut ms = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                let e = BuildEvent::Log {
+                    step: "writer".into(),
+                    stream: "stdout".into(),
+                    data: "a line written while logs are reaped\n".into(),
+                    time: 0,
+                };
+                if sink.emit(&e).await.is_err() {
+                    break;
+                }
+                ms.push(t.elapsed().as_secs_f64() * 1000.0);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            ms
+        })
+    };
+    let started = Instant::now();
+    for batch in ids.chunks(200) {
+        db.bench().reap_logs(batch).await?;
+    }
+    while db.bench().reclaim(65_536).await? > 0 {}
+    let secs = started.elapsed().as_secs_f64();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut writer_ms = writer.await.unwrap_or_default();
+    writer_ms.sort_by(f64::total_cmp);
+    let after = db.bench().database_bytes().await?;
+    Ok(Reaped {
+        builds,
+        secs,
+        writer_ms,
+        before,
+        after,
+    })
 }

@@ -87,11 +87,13 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     size,
                     followers,
                     database_url,
+                    reap_builds,
                 } => actix_web::rt::System::new().block_on(crate::bench::logs::bench(
                     crate::bench::logs::LogsBench {
                         size,
                         followers,
                         database_url,
+                        reap_builds,
                     },
                 ))?,
                 BenchCommand::ContainerStart {

@@ -578,6 +578,10 @@ pub enum BenchCommand {
         /// Database URL (default: SQLite in a temporary directory).
         #[arg(long)]
         database_url: Option<String>,
+        /// Ended builds with small logs reaped afterwards, timing a
+        /// concurrent writer (0: none).
+        #[arg(long, default_value_t = 100_000)]
+        reap_builds: usize,
     },
     /// Time from the web node's request to a trivial task running on one
     /// runc worker, against `runc run` of the same bundle (needs root).

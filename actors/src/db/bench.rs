@@ -204,6 +204,81 @@ impl Bench<'_> {
     }
 }
 
+impl Bench<'_> {
+    /// `builds` ended one-off builds of `team`, each with `events` log
+    /// events of `bytes` bytes, written 500 builds per transaction;
+    /// answers their ids.
+    pub async fn logged_builds(
+        &self,
+        team: &str,
+        builds: usize,
+        events: usize,
+        bytes: usize,
+    ) -> Result<Vec<i64>, EngineError> {
+        let line = serde_json::json!({"type": "log", "step": "t", "stream": "stdout",
+            "data": "x".repeat(bytes.saturating_sub(60)), "time": 0})
+        .to_string();
+        let plan = self.db.seal_at_rest(super::at_rest::PLAN, "{}");
+        let mut ids = Vec::with_capacity(builds);
+        for chunk in (0..builds).collect::<Vec<_>>().chunks(500) {
+            let mut tx = self.db.pool().begin().await?;
+            for _ in chunk {
+                let (id,): (i64,) = sqlx::query_as(
+                    "INSERT INTO builds (team, status, plan, created_at, finished_at) \
+                     VALUES ($1, $2, $3, 0, 1) RETURNING id",
+                )
+                .bind(team)
+                .bind(BuildStatus::Succeeded.as_str())
+                .bind(&plan)
+                .fetch_one(&mut *tx)
+                .await?;
+                for seq in 1..=events as i64 {
+                    sqlx::query(
+                        "INSERT INTO build_events (build_id, seq, event, final) VALUES ($1, $2, $3, 0)",
+                    )
+                    .bind(id)
+                    .bind(seq)
+                    .bind(&line)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                ids.push(id);
+            }
+            tx.commit().await?;
+        }
+        Ok(ids)
+    }
+
+    /// Reaps the logs of `builds` as the `build-logs` rule does (a batch of
+    /// builds per transaction); answers the events deleted.
+    pub async fn reap_logs(&self, builds: &[i64]) -> Result<u64, EngineError> {
+        self.db.gc().reap_build_logs(builds, now_ms()).await
+    }
+
+    /// Gives back up to `pages` freed pages ([`Db::reclaim_space`]).
+    pub async fn reclaim(&self, pages: i64) -> Result<i64, EngineError> {
+        self.db.reclaim_space(pages).await
+    }
+
+    /// The database's size in bytes: SQLite's pages in use and free
+    /// (`page_count` × `page_size`), PostgreSQL's `pg_database_size`.
+    pub async fn database_bytes(&self) -> Result<i64, EngineError> {
+        if self.db.is_shared() {
+            let (n,): (i64,) = sqlx::query_as("SELECT pg_database_size(current_database())")
+                .fetch_one(self.db.pool())
+                .await?;
+            return Ok(n);
+        }
+        let (pages,): (i64,) = sqlx::query_as("PRAGMA page_count")
+            .fetch_one(self.db.pool())
+            .await?;
+        let (size,): (i64,) = sqlx::query_as("PRAGMA page_size")
+            .fetch_one(self.db.pool())
+            .await?;
+        Ok(pages * size)
+    }
+}
+
 /// The benchmarks' own databases on a PostgreSQL server.
 impl Db {
     /// Makes database `name` (letters, digits and `_`) on the PostgreSQL

@@ -167,6 +167,7 @@ impl Db {
             .connect(url)
             .await?;
         if backend == Backend::Sqlite {
+            build_logs::incremental_vacuum(&pool).await?;
             sqlx::query("PRAGMA journal_mode=WAL")
                 .execute(&pool)
                 .await?;

@@ -117,6 +117,10 @@ impl Rule {
 /// Finished builds whose logs one run of `move-logs` moves.
 const MOVE_LOGS_PER_RUN: i64 = 50;
 
+/// Pages of freed space one run of `move-logs` gives back to the file
+/// system (SQLite; 256 MiB of 4 KiB pages), a short step at a time.
+const RECLAIM_PAGES_PER_RUN: i64 = 65_536;
+
 /// What the Collector's rules need.
 #[derive(Clone)]
 pub(crate) struct CollectorDeps {
@@ -162,7 +166,8 @@ pub(crate) async fn run_rule(
             let moved =
                 crate::log_store::archive_finished(db, deps.store.as_ref(), MOVE_LOGS_PER_RUN)
                     .await?;
-            crate::log_store::measure(db, now_ms).await?;
+            crate::log_store::measure(db, now_ms, moved > 0).await?;
+            db.reclaim_space(RECLAIM_PAGES_PER_RUN).await?;
             Ok(moved)
         }
         Rule::StoreOrphans => {
