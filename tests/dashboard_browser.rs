@@ -444,14 +444,6 @@ fn a_pipelines_page_shows_a_new_commit_run_through_its_jobs_live_in_chromium() {
             &uri,
         ],
     ));
-    let token = format!("dash-tok-{}", uuid::Uuid::new_v4().simple());
-    let pass = format!("dash-pw-{}", uuid::Uuid::new_v4().simple());
-    set_secret(&server.url, &["dash-token"], &token);
-    set_secret(
-        &server.url,
-        &["dash-creds"],
-        &serde_json::json!({"user": "u", "password": pass}).to_string(),
-    );
     let shots = screenshot_dir();
     let mut browser = Browser::launch(&chromium, dir.path());
 

@@ -52,7 +52,7 @@ async fn start_node(url: &str, store: &std::path::Path, node: &str) -> anyhow::R
 
 /// Reads a follower until the final event; answers when each event (by
 /// sequence number) arrived.
-async fn arrivals(
+pub(crate) async fn arrivals(
     mut rx: mpsc::Receiver<Result<StoredEvent, EngineError>>,
 ) -> anyhow::Result<HashMap<i64, Instant>> {
     let mut seen = HashMap::new();
@@ -74,7 +74,10 @@ async fn arrivals(
 }
 
 /// Milliseconds at quantile `q` of `sorted`.
-fn quantile(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
     let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
     sorted[i.min(sorted.len() - 1)]
 }

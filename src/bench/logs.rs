@@ -22,19 +22,18 @@
 //!   statement of the reaping holds the database long), and the
 //!   database's size before and after.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use gantry_actors::api::bench::DetachedConnector;
-use gantry_actors::api::StoredEvent;
-use gantry_actors::{Engine, EngineConfig, EngineError, EngineSetup};
+use gantry_actors::{Engine, EngineConfig, EngineSetup};
+
+use super::follow::{arrivals, quantile};
 use gantry_artifacts::ArtifactFiles;
 use gantry_wire::events::BuildEvent;
 use gantry_wire::state::BuildStatus;
 use tokio::io::AsyncWriteExt as _;
-use tokio::sync::mpsc;
 
 /// Options of the benchmark.
 pub struct LogsBench {
@@ -97,31 +96,32 @@ fn rss() -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-/// Milliseconds at quantile `q` of `sorted`.
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-/// Reads a follower to the final event; answers when each event arrived.
-async fn arrivals(
-    mut rx: mpsc::Receiver<Result<StoredEvent, EngineError>>,
-) -> anyhow::Result<HashMap<i64, Instant>> {
-    let mut seen = HashMap::new();
-    let mut last = 0;
-    while let Some(event) = rx.recv().await {
-        let event = event?;
-        anyhow::ensure!(event.seq == last + 1, "event {} after {last}", event.seq);
-        last = event.seq;
-        seen.insert(event.seq, Instant::now());
-        if event.is_final {
-            break;
+/// Stores a line of another build through `sink` every `every` until
+/// `stop`; answers how long each store took (ms), sorted.
+fn timed_writer(
+    mut sink: gantry_actors::api::bench::EventSink,
+    every: Duration,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<f64>> {
+    tokio::spawn(async move {
+        let mut ms = Vec::new();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let t = Instant::now();
+            let e = BuildEvent::Log {
+                step: "writer".into(),
+                stream: "stdout".into(),
+                data: "a line of another build\n".into(),
+                time: 0,
+            };
+            if sink.emit(&e).await.is_err() {
+                break;
+            }
+            ms.push(t.elapsed().as_secs_f64() * 1000.0);
+            tokio::time::sleep(every).await;
         }
-    }
-    Ok(seen)
+        ms.sort_by(f64::total_cmp);
+        ms
+    })
 }
 
 /// Runs the benchmark and prints its figures.
@@ -168,7 +168,7 @@ pub async fn bench(opts: LogsBench) -> anyhow::Result<()> {
     })
     .await?;
     let (id, mut sink) = engine.bench_event_sink("main").await?;
-    let (_, mut other_sink) = engine.bench_event_sink("main").await?;
+    let (_, other_sink) = engine.bench_event_sink("main").await?;
     let followers: Vec<_> = (0..opts.followers)
         .map(|_| tokio::spawn(arrivals(engine.follow_build_events(id, 0))))
         .collect();
@@ -176,27 +176,7 @@ pub async fn bench(opts: LogsBench) -> anyhow::Result<()> {
 
     // Another build's small events, stored while the log is written.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let other_times = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut ms = Vec::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let t = Instant::now();
-                let e = BuildEvent::Log {
-                    step: "other".into(),
-                    stream: "stdout".into(),
-                    data: "a line of another build\n".into(),
-                    time: 0,
-                };
-                if other_sink.emit(&e).await.is_err() {
-                    break;
-                }
-                ms.push(t.elapsed().as_secs_f64() * 1000.0);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            ms
-        })
-    };
+    let other_times = timed_writer(other_sink, Duration::from_millis(20), stop.clone());
 
     let stored: Arc<Mutex<Vec<Instant>>> = Arc::default();
     let started = Instant::now();
@@ -236,8 +216,7 @@ pub async fn bench(opts: LogsBench) -> anyhow::Result<()> {
         }
     }
     lags.sort_by(f64::total_cmp);
-    let mut other_ms = other_times.await.unwrap_or_default();
-    other_ms.sort_by(f64::total_cmp);
+    let other_ms = other_times.await.unwrap_or_default();
 
     let (events, bytes, object) = engine.bench_move_log(id).await?;
     let (in_db_after, _) = engine.bench_log_bytes().await?;
@@ -319,29 +298,9 @@ async fn reap(engine: &Engine, url: &str, builds: usize) -> anyhow::Result<Reape
         .await?;
     let ids = db.bench().logged_builds("main", builds, 4, 512).await?;
     let before = db.bench().database_bytes().await?;
-    let (_, mut sink) = engine.bench_event_sink("main").await?;
+    let (_, sink) = engine.bench_event_sink("main").await?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut ms = Vec::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let t = Instant::now();
-                let e = BuildEvent::Log {
-                    step: "writer".into(),
-                    stream: "stdout".into(),
-                    data: "a line written while logs are reaped\n".into(),
-                    time: 0,
-                };
-                if sink.emit(&e).await.is_err() {
-                    break;
-                }
-                ms.push(t.elapsed().as_secs_f64() * 1000.0);
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            ms
-        })
-    };
+    let writer = timed_writer(sink, Duration::from_millis(5), stop.clone());
     let started = Instant::now();
     for batch in ids.chunks(200) {
         db.bench().reap_logs(batch).await?;
@@ -349,8 +308,7 @@ async fn reap(engine: &Engine, url: &str, builds: usize) -> anyhow::Result<Reape
     while db.bench().reclaim(65_536).await? > 0 {}
     let secs = started.elapsed().as_secs_f64();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut writer_ms = writer.await.unwrap_or_default();
-    writer_ms.sort_by(f64::total_cmp);
+    let writer_ms = writer.await.unwrap_or_default();
     let after = db.bench().database_bytes().await?;
     Ok(Reaped {
         builds,

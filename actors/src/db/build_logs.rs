@@ -19,6 +19,19 @@ pub(crate) struct LoggedBuild {
     pub finished_at: Option<i64>,
 }
 
+/// The logged builds of rows of (id, status, finished_at).
+fn logged(rows: Vec<(i64, String, Option<i64>)>) -> Result<Vec<LoggedBuild>, EngineError> {
+    rows.into_iter()
+        .map(|(id, status, finished_at)| {
+            Ok(LoggedBuild {
+                id,
+                status: super::states::decode(&status)?,
+                finished_at,
+            })
+        })
+        .collect()
+}
+
 /// Builds whose events go per transaction.
 const BATCH: usize = 200;
 
@@ -41,15 +54,7 @@ impl Collection<'_> {
         .bind(job)
         .fetch_all(self.db.pool())
         .await?;
-        rows.into_iter()
-            .map(|(id, status, finished_at)| {
-                Ok(LoggedBuild {
-                    id,
-                    status: super::states::decode(&status)?,
-                    finished_at,
-                })
-            })
-            .collect()
+        logged(rows)
     }
 
     /// The builds of `team` of no job (one-off builds, and the builds of
@@ -65,15 +70,7 @@ impl Collection<'_> {
         .bind(team)
         .fetch_all(self.db.pool())
         .await?;
-        rows.into_iter()
-            .map(|(id, status, finished_at)| {
-                Ok(LoggedBuild {
-                    id,
-                    status: super::states::decode(&status)?,
-                    finished_at,
-                })
-            })
-            .collect()
+        logged(rows)
     }
 
     /// Deletes the events of `builds` and records when, a batch of builds

@@ -31,11 +31,10 @@ use gantry_actors::api::{CredentialManager, Lookup, ManagerError, SecretScope};
 use object_store::aws::{AmazonS3Builder, AwsAuthorizer, AwsCredentialProvider};
 use serde_json::{json, Value};
 
+use crate::without_url;
+
 /// How long one request to AWS may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The largest answer read (a var source's endpoint is a team's choice).
-const MAX_ANSWER: usize = 1 << 20;
 
 /// The name asked by a health check: its absence is a healthy answer
 /// (Concourse asks the same way).
@@ -259,7 +258,7 @@ impl AwsApi {
             .body(object_store::client::HttpRequestBody::from(bytes.clone()))
             .map_err(|e| failure(format!("{what}: {e}"), false))?;
         AwsAuthorizer::new(&credential, self.service, &self.region).authorize(&mut signed, None);
-        let mut resp = self
+        let resp = self
             .http
             .post(signed.uri().to_string())
             .headers(signed.headers().clone())
@@ -268,20 +267,7 @@ impl AwsApi {
             .await
             .map_err(|e| failure(format!("{what}: {}", without_url(&e)), true))?;
         let status = resp.status().as_u16();
-        let mut answer = Vec::new();
-        while let Some(chunk) = resp
-            .chunk()
-            .await
-            .map_err(|e| failure(format!("{what}: {}", without_url(&e)), true))?
-        {
-            if answer.len() + chunk.len() > MAX_ANSWER {
-                return Err(failure(
-                    format!("{what}: the answer is over {MAX_ANSWER} bytes"),
-                    false,
-                ));
-            }
-            answer.extend_from_slice(&chunk);
-        }
+        let answer = crate::read_capped(resp, &what).await?;
         let body: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
         if (200..300).contains(&status) {
             return Ok(Ok(body));
@@ -320,15 +306,6 @@ impl AwsError {
             false,
         )
     }
-}
-
-/// A request error without its URL.
-fn without_url(e: &reqwest::Error) -> String {
-    let mut e = e.to_string();
-    if let Some(i) = e.find(" for url (") {
-        e.truncate(i);
-    }
-    e
 }
 
 /// AWS SSM Parameter Store: the manager.

@@ -59,3 +59,41 @@ impl VarSourceTypes for Sources {
         }))
     }
 }
+
+/// The largest answer read from a manager's server (a var source's URL is
+/// a team's choice: its server must not fill the web node's memory).
+pub(crate) const MAX_ANSWER: usize = 1 << 20;
+
+/// The body of `resp`, read to at most [`MAX_ANSWER`] bytes: a failed read
+/// is transient, a larger answer is refused; `what` names the request.
+pub(crate) async fn read_capped(
+    mut resp: reqwest::Response,
+    what: &str,
+) -> Result<Vec<u8>, gantry_actors::api::ManagerError> {
+    let failed = |reason: String, transient| gantry_actors::api::ManagerError { reason, transient };
+    let mut bytes = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| failed(format!("{what}: {}", without_url(&e)), true))?
+    {
+        if bytes.len() + chunk.len() > MAX_ANSWER {
+            return Err(failed(
+                format!("{what}: the answer is over {MAX_ANSWER} bytes"),
+                false,
+            ));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+/// A request error without its URL (which holds no secret, but the
+/// message reads better without it).
+pub(crate) fn without_url(e: &reqwest::Error) -> String {
+    let mut e = e.to_string();
+    if let Some(i) = e.find(" for url (") {
+        e.truncate(i);
+    }
+    e
+}

@@ -22,14 +22,12 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use gantry_actors::api::{CredentialManager, Lookup, ManagerError, SecretScope};
 use serde_json::Value;
+
+use crate::without_url;
 use tokio::sync::Mutex;
 
 /// How long one request to Vault may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The largest answer read from Vault (a var source's URL is a team's
-/// choice: its server must not fill the web node's memory).
-const MAX_ANSWER: usize = 1 << 20;
 
 /// A Vault's settings: Concourse's names (`[web.credentials.vault]`, or a
 /// var source's `config`).
@@ -201,25 +199,12 @@ impl Vault {
         r: reqwest::RequestBuilder,
         what: &str,
     ) -> Result<(u16, Value), ManagerError> {
-        let mut resp = r
+        let resp = r
             .send()
             .await
             .map_err(|e| failure(format!("{what}: {}", without_url(&e)), true))?;
         let status = resp.status().as_u16();
-        let mut bytes = Vec::new();
-        while let Some(chunk) = resp
-            .chunk()
-            .await
-            .map_err(|e| failure(format!("{what}: {}", without_url(&e)), true))?
-        {
-            if bytes.len() + chunk.len() > MAX_ANSWER {
-                return Err(failure(
-                    format!("{what}: Vault's answer is over {MAX_ANSWER} bytes"),
-                    false,
-                ));
-            }
-            bytes.extend_from_slice(&chunk);
-        }
+        let bytes = crate::read_capped(resp, what).await?;
         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         if status >= 500 {
             return Err(failure(
@@ -371,16 +356,6 @@ fn said(body: &Value) -> String {
         ),
         _ => String::new(),
     }
-}
-
-/// A request error without its URL (which holds no secret, but the
-/// message reads better without it).
-fn without_url(e: &reqwest::Error) -> String {
-    let mut e = e.to_string();
-    if let Some(i) = e.find(" for url (") {
-        e.truncate(i);
-    }
-    e
 }
 
 #[async_trait]
