@@ -34,6 +34,12 @@ use crate::error::EngineError;
 use crate::events::{PageSize, StoredEvent};
 use gantry_wire::runtime::ByteStream;
 
+/// How long after a build ended its log moves even with no final event
+/// stored (its node died before storing it, and no takeover did): a
+/// build's row is marked ended just before its final event is stored, so
+/// a log is moved at once only when its last event is the final one.
+const UNTOLD_END_MS: i64 = 10 * 60 * 1000;
+
 /// Rows deleted per statement once a log is in the store.
 const DELETE_BATCH: i64 = 1000;
 
@@ -46,6 +52,7 @@ pub(crate) async fn archive_finished(
     db: &Db,
     store: &dyn ArtifactStore,
     limit: i64,
+    now_ms: i64,
 ) -> Result<u64, EngineError> {
     for build in db.builds().archived_with_rows(limit).await? {
         delete_rows(db, build).await?;
@@ -58,7 +65,11 @@ pub(crate) async fn archive_finished(
         db.builds().forget_log_key(build, &name).await?;
     }
     let mut moved = 0;
-    for build in db.builds().unarchived_finished(limit).await? {
+    for build in db
+        .builds()
+        .unarchived_finished(limit, now_ms - UNTOLD_END_MS)
+        .await?
+    {
         if archive(db, store, build).await?.is_some() {
             moved += 1;
         }
@@ -75,18 +86,25 @@ pub(crate) async fn archive(
 ) -> Result<Option<Moved>, EngineError> {
     let events = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
+    let last = Arc::new(AtomicI64::new(0));
     if db.builds().last_event_seq(build).await? == 0 {
         // No event: nothing to store, the row says so (an empty name).
         let recorded = db
             .builds()
-            .record_archived_log(build, "", Moved::default())
+            .record_archived_log(build, "", Moved::default(), 0)
             .await?;
         return Ok(recorded.then_some(Moved::default()));
     }
     // A name of its own per attempt: two nodes moving one log never
     // overwrite each other's object, and the loser deletes its own.
     let name = format!("{build}-{}", uuid::Uuid::new_v4().simple());
-    let lines = event_lines(db.clone(), build, events.clone(), bytes.clone());
+    let lines = event_lines(
+        db.clone(),
+        build,
+        events.clone(),
+        bytes.clone(),
+        last.clone(),
+    );
     let compressed: ByteStream = Box::pin(ReaderStream::new(ZstdEncoder::new(StreamReader::new(
         lines,
     ))));
@@ -96,7 +114,13 @@ pub(crate) async fn archive(
         bytes: bytes.load(Ordering::Relaxed),
         stored,
     };
-    if !db.builds().record_archived_log(build, &name, moved).await? {
+    // Recorded only if no event came after the last one written out.
+    let written = last.load(Ordering::Relaxed);
+    if !db
+        .builds()
+        .record_archived_log(build, &name, moved, written)
+        .await?
+    {
         store.delete_log(&name).await?;
         return Ok(None);
     }
@@ -121,16 +145,18 @@ async fn delete_rows(db: &Db, build: i64) -> Result<(), EngineError> {
 }
 
 /// The build's events from the database as the object's lines, a page at
-/// a time, counting them and their bytes.
+/// a time, counting them and their bytes, and keeping the last one's seq.
 fn event_lines(
     db: Db,
     build: i64,
     events: Arc<AtomicU64>,
     bytes: Arc<AtomicU64>,
+    last_seq: Arc<AtomicI64>,
 ) -> impl Stream<Item = std::io::Result<Bytes>> + Send + 'static {
     let start = (Some(0i64), PageSize::default());
     futures::stream::try_unfold(start, move |(after, mut size)| {
-        let (db, events, bytes) = (db.clone(), events.clone(), bytes.clone());
+        let (db, events, bytes, last_seq) =
+            (db.clone(), events.clone(), bytes.clone(), last_seq.clone());
         async move {
             let Some(after) = after else {
                 return Ok(None);
@@ -154,6 +180,7 @@ fn event_lines(
                 bytes.fetch_add(json.len() as u64, Ordering::Relaxed);
             }
             events.fetch_add(page.len() as u64, Ordering::Relaxed);
+            last_seq.store(last, Ordering::Relaxed);
             Ok(Some((out.freeze(), (full.then_some(last), size))))
         }
     })

@@ -9,7 +9,7 @@ use gantry_wire::state::BuildStatus;
 
 use super::*;
 use crate::db::test_pg::on_both;
-use crate::db::LogPlace;
+use crate::db::{now_ms, LogPlace};
 use crate::event_follow::follow;
 use crate::events::{EventHub, EventSink};
 use crate::testing::empty_store::EmptyStore;
@@ -92,7 +92,12 @@ async fn a_finished_log_moves_to_the_store_whole_and_reads_back_the_same() {
         let before = followed(&db, store.clone(), id, 0).await.unwrap();
         assert_eq!(before.len(), n);
 
-        assert_eq!(archive_finished(&db, store.as_ref(), 10).await.unwrap(), 1);
+        assert_eq!(
+            archive_finished(&db, store.as_ref(), 10, now_ms())
+                .await
+                .unwrap(),
+            1
+        );
         assert_eq!(rows(&db, id).await, 0, "no row left");
         let LogPlace::Store(name) = db.builds().log_place(id).await.unwrap() else {
             panic!("not in the store");
@@ -112,7 +117,12 @@ async fn a_finished_log_moves_to_the_store_whole_and_reads_back_the_same() {
             .unwrap();
         assert_eq!(tail, before[n - 2..].to_vec());
         // Nothing more to move.
-        assert_eq!(archive_finished(&db, store.as_ref(), 10).await.unwrap(), 0);
+        assert_eq!(
+            archive_finished(&db, store.as_ref(), 10, now_ms())
+                .await
+                .unwrap(),
+            0
+        );
     })
     .await;
 }
@@ -128,14 +138,20 @@ async fn a_log_moving_while_followed_is_read_on_from_the_store() {
     // Moved, and its rows deleted newest first, part of the way: the
     // oldest 1,200 are left, as a node stopped mid-way leaves them.
     let name = format!("{id}-test");
-    let lines = event_lines(db.clone(), id, Default::default(), Default::default());
+    let lines = event_lines(
+        db.clone(),
+        id,
+        Default::default(),
+        Default::default(),
+        Default::default(),
+    );
     let compressed: ByteStream = Box::pin(ReaderStream::new(ZstdEncoder::new(StreamReader::new(
         lines,
     ))));
     store.put_log(&name, compressed).await.unwrap();
     assert!(db
         .builds()
-        .record_archived_log(id, &name, Moved::default())
+        .record_archived_log(id, &name, Moved::default(), n as i64)
         .await
         .unwrap());
     let keep = 1200;
@@ -147,7 +163,9 @@ async fn a_log_moving_while_followed_is_read_on_from_the_store() {
     // A follower reads the rows left, then the store, with no gap or repeat.
     assert_eq!(followed(&db, store.clone(), id, 0).await.unwrap(), all);
     // The next pass deletes what was left.
-    archive_finished(&db, store.as_ref(), 10).await.unwrap();
+    archive_finished(&db, store.as_ref(), 10, now_ms())
+        .await
+        .unwrap();
     assert_eq!(rows(&db, id).await, 0);
 }
 
@@ -158,13 +176,20 @@ async fn a_store_that_is_down_keeps_logs_where_they_are_and_says_so_when_read() 
     let store = Arc::new(EmptyStore::default());
     let id = finished_build(&db, &hub, 20).await;
     store.set_down(true);
-    let e = archive_finished(&db, store.as_ref(), 10).await.unwrap_err();
+    let e = archive_finished(&db, store.as_ref(), 10, now_ms())
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("down"), "{e}");
     assert_eq!(rows(&db, id).await, 20, "nothing lost");
     assert_eq!(db.builds().log_place(id).await.unwrap(), LogPlace::Database);
     assert_eq!(followed(&db, store.clone(), id, 0).await.unwrap().len(), 20);
     store.set_down(false);
-    assert_eq!(archive_finished(&db, store.as_ref(), 10).await.unwrap(), 1);
+    assert_eq!(
+        archive_finished(&db, store.as_ref(), 10, now_ms())
+            .await
+            .unwrap(),
+        1
+    );
     store.set_down(true);
     let e = followed(&db, store.clone(), id, 0).await.unwrap_err();
     assert!(e.to_string().contains("down"), "{e}");
@@ -183,7 +208,20 @@ async fn a_build_without_events_is_recorded_with_nothing_stored() {
         .finish_build(id, BuildStatus::Errored, None, Some("no worker"))
         .await
         .unwrap();
-    assert_eq!(archive_finished(&db, store.as_ref(), 10).await.unwrap(), 1);
+    // Ended with no final event: moved once the end is old enough.
+    assert_eq!(
+        archive_finished(&db, store.as_ref(), 10, now_ms())
+            .await
+            .unwrap(),
+        0
+    );
+    let later = now_ms() + UNTOLD_END_MS + 1000;
+    assert_eq!(
+        archive_finished(&db, store.as_ref(), 10, later)
+            .await
+            .unwrap(),
+        1
+    );
     assert_eq!(
         db.builds().log_place(id).await.unwrap(),
         LogPlace::Store(String::new())
@@ -193,4 +231,54 @@ async fn a_build_without_events_is_recorded_with_nothing_stored() {
         .await
         .unwrap()
         .is_empty());
+}
+
+#[tokio::test]
+async fn a_log_moves_only_once_its_final_event_is_stored_and_no_event_came_after() {
+    let (db, _d) = crate::db::test_db().await;
+    let store = Arc::new(EmptyStore::default());
+    let id = db
+        .builds()
+        .create_build("main", &serde_json::json!({}), "a")
+        .await
+        .unwrap();
+    let mut sink = EventSink::new(id, db.clone(), EventHub::default());
+    sink.emit(&BuildEvent::Log {
+        step: "t".into(),
+        stream: "stdout".into(),
+        data: "hi\n".into(),
+        time: 1,
+    })
+    .await
+    .unwrap();
+    // The row says ended before the final event is stored: not moved yet.
+    db.builds()
+        .finish_build(id, BuildStatus::Succeeded, Some(0), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        archive_finished(&db, store.as_ref(), 10, now_ms())
+            .await
+            .unwrap(),
+        0
+    );
+    sink.emit(&crate::events::status_event(
+        BuildStatus::Succeeded,
+        Some(0),
+    ))
+    .await
+    .unwrap();
+    // A record made with an older last event is refused.
+    assert!(!db
+        .builds()
+        .record_archived_log(id, "x", Moved::default(), 1)
+        .await
+        .unwrap());
+    assert_eq!(
+        archive_finished(&db, store.as_ref(), 10, now_ms())
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(followed(&db, store.clone(), id, 0).await.unwrap().len(), 2);
 }

@@ -54,13 +54,20 @@ impl Builds<'_> {
     }
 
     /// Up to `limit` finished builds whose log is still in the database,
-    /// oldest first.
-    pub(crate) async fn unarchived_finished(&self, limit: i64) -> Result<Vec<i64>, EngineError> {
+    /// oldest first: those whose last event is the final one, and those
+    /// that ended before `untold_before` (unix ms) with none.
+    pub(crate) async fn unarchived_finished(
+        &self,
+        limit: i64,
+        untold_before: i64,
+    ) -> Result<Vec<i64>, EngineError> {
         let rows: Vec<(i64,)> = sqlx::query_as(&format!(
             "SELECT id FROM builds WHERE log_key IS NULL AND log_reaped_at IS NULL \
-             AND finished_at IS NOT NULL ORDER BY id LIMIT {}",
+             AND finished_at IS NOT NULL AND (finished_at < $1 OR (SELECT e.final FROM build_events e \
+             WHERE e.build_id = builds.id ORDER BY e.seq DESC LIMIT 1) = 1) ORDER BY id LIMIT {}",
             limit.max(1)
         ))
+        .bind(untold_before)
         .fetch_all(self.db.pool())
         .await?;
         Ok(rows.into_iter().map(|(id,)| id).collect())
@@ -113,23 +120,27 @@ impl Builds<'_> {
     }
 
     /// Records that finished build `id`'s log is object `key` (empty: it
-    /// had no event); false when it was moved or reaped meanwhile (then
+    /// had no event), whose last event is `last_seq`; false when it was
+    /// moved or reaped meanwhile, or an event came after `last_seq` (then
     /// the caller's object is not the log's).
     pub(crate) async fn record_archived_log(
         &self,
         id: i64,
         key: &str,
         moved: Moved,
+        last_seq: i64,
     ) -> Result<bool, EngineError> {
         let n = sqlx::query(
             "UPDATE builds SET log_key = $1, log_events = $2, log_bytes = $3, log_stored_bytes = $4, \
-             log_rows_left = 1 WHERE id = $5 AND log_key IS NULL AND log_reaped_at IS NULL AND finished_at IS NOT NULL",
+             log_rows_left = 1 WHERE id = $5 AND log_key IS NULL AND log_reaped_at IS NULL AND finished_at IS NOT NULL \
+             AND COALESCE((SELECT MAX(seq) FROM build_events WHERE build_id = $5), 0) = $6",
         )
         .bind(key)
         .bind(moved.events as i64)
         .bind(moved.bytes as i64)
         .bind(moved.stored as i64)
         .bind(id)
+        .bind(last_seq)
         .execute(self.db.pool())
         .await?
         .rows_affected();

@@ -163,9 +163,13 @@ pub(crate) async fn run_rule(
         Rule::RemovedWorkers => rules_handles::removed_workers(db).await,
         Rule::BuildLogs => rules_logs::build_logs(db, now_ms, &cfg.build_logs).await,
         Rule::MoveLogs => {
-            let moved =
-                crate::log_store::archive_finished(db, deps.store.as_ref(), MOVE_LOGS_PER_RUN)
-                    .await?;
+            let moved = crate::log_store::archive_finished(
+                db,
+                deps.store.as_ref(),
+                MOVE_LOGS_PER_RUN,
+                now_ms,
+            )
+            .await?;
             crate::log_store::measure(db, now_ms, moved > 0).await?;
             db.reclaim_space(RECLAIM_PAGES_PER_RUN).await?;
             Ok(moved)
