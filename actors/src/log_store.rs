@@ -40,7 +40,11 @@ use gantry_wire::runtime::ByteStream;
 /// a log is moved at once only when its last event is the final one.
 const UNTOLD_END_MS: i64 = 10 * 60 * 1000;
 
-/// Rows deleted per statement once a log is in the store.
+/// Bytes of events deleted per statement once a log is in the store (the
+/// pages a statement frees are what it costs).
+const DELETE_BYTES: u64 = 1 << 20;
+
+/// Rows deleted per statement at most once a log is in the store.
 const DELETE_BATCH: i64 = 1000;
 
 /// Moves the logs of up to `limit` finished builds to `store`, deletes
@@ -54,8 +58,8 @@ pub(crate) async fn archive_finished(
     limit: i64,
     now_ms: i64,
 ) -> Result<u64, EngineError> {
-    for build in db.builds().archived_with_rows(limit).await? {
-        delete_rows(db, build).await?;
+    for (build, per_event) in db.builds().archived_with_rows(limit).await? {
+        delete_rows(db, build, per_event).await?;
     }
     // A log reaped while it was moved keeps its object named: delete it.
     for (build, name) in db.builds().reaped_in_store(limit).await? {
@@ -125,20 +129,18 @@ pub(crate) async fn archive(
         return Ok(None);
     }
     metrics::counter!("gantry_build_logs_moved_total").increment(1);
-    delete_rows(db, build).await?;
+    delete_rows(db, build, moved.bytes / moved.events.max(1)).await?;
     Ok(Some(moved))
 }
 
 /// Deletes the rows of a build whose log is in the store, newest first, a
 /// batch per statement (a reader between two batches finds the rows it
-/// wants whole, or none, and then reads the object).
-async fn delete_rows(db: &Db, build: i64) -> Result<(), EngineError> {
-    while db
-        .builds()
-        .delete_newest_events(build, DELETE_BATCH)
-        .await?
-        > 0
-    {
+/// wants whole, or none, and then reads the object): about
+/// [`DELETE_BYTES`] of events (`per_event` bytes each) per statement, 16
+/// to [`DELETE_BATCH`] rows.
+async fn delete_rows(db: &Db, build: i64, per_event: u64) -> Result<(), EngineError> {
+    let batch = (DELETE_BYTES / per_event.max(1)).clamp(16, DELETE_BATCH as u64) as i64;
+    while db.builds().delete_newest_events(build, batch).await? > 0 {
         db.let_writers_in().await;
     }
     db.builds().rows_deleted(build).await

@@ -74,15 +74,26 @@ impl Builds<'_> {
     }
 
     /// Up to `limit` builds whose log was moved to the store but whose
-    /// rows may still be there: a node stopped while it deleted them.
-    pub(crate) async fn archived_with_rows(&self, limit: i64) -> Result<Vec<i64>, EngineError> {
-        let rows: Vec<(i64,)> = sqlx::query_as(&format!(
-            "SELECT id FROM builds WHERE log_rows_left IS NOT NULL ORDER BY id LIMIT {}",
+    /// rows may still be there (a node stopped while it deleted them),
+    /// each with its events' mean size in bytes.
+    pub(crate) async fn archived_with_rows(
+        &self,
+        limit: i64,
+    ) -> Result<Vec<(i64, u64)>, EngineError> {
+        let rows: Vec<(i64, Option<i64>, Option<i64>)> = sqlx::query_as(&format!(
+            "SELECT id, log_bytes, log_events FROM builds WHERE log_rows_left IS NOT NULL \
+             ORDER BY id LIMIT {}",
             limit.max(1)
         ))
         .fetch_all(self.db.pool())
         .await?;
-        Ok(rows.into_iter().map(|(id,)| id).collect())
+        Ok(rows
+            .into_iter()
+            .map(|(id, bytes, events)| {
+                let per = bytes.unwrap_or(0) / events.unwrap_or(1).max(1);
+                (id, per.max(0) as u64)
+            })
+            .collect())
     }
 
     /// Records that build `id`'s moved log has no row left.

@@ -118,8 +118,9 @@ impl Rule {
 const MOVE_LOGS_PER_RUN: i64 = 50;
 
 /// Pages of freed space one run of `move-logs` gives back to the file
-/// system (SQLite; 256 MiB of 4 KiB pages), a short step at a time.
-const RECLAIM_PAGES_PER_RUN: i64 = 65_536;
+/// system (SQLite; 32 MiB of 4 KiB pages), a short step at a time: a run
+/// takes seconds, not minutes.
+const RECLAIM_PAGES_PER_RUN: i64 = 8192;
 
 /// What the Collector's rules need.
 #[derive(Clone)]
