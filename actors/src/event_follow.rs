@@ -3,7 +3,6 @@
 //! build's events are read from the artifact store once its log moved
 //! there (`crate::log_store`), also when it moves while it is followed.
 
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +13,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use crate::artifact_store::ArtifactStore;
 use crate::db::{Db, LogPlace};
 use crate::error::EngineError;
-use crate::events::{EventHub, PageSize, SequencedEvent, StoredEvent, FIRST_PAGE};
+use crate::events::{EventHub, SequencedEvent, StoredEvent, EVENTS_PAGE, PAGE_BYTES};
 
 /// How often a follower checks the build's row, to notice a build that ended
 /// without a final event (its web node died, or storing the event failed),
@@ -44,8 +43,6 @@ pub(crate) fn follow(
     tasks.spawn(async move {
         let follower = Follower {
             db,
-            limit: AtomicI64::new(FIRST_PAGE),
-            last_limit: AtomicI64::new(FIRST_PAGE),
             hub,
             store,
             id,
@@ -61,10 +58,6 @@ pub(crate) fn follow(
 struct Follower {
     /// Where stored events are read.
     db: Db,
-    /// How many events the next page reads ([`PageSize`]).
-    limit: AtomicI64,
-    /// How many the last page asked for (a page that long was full).
-    last_limit: AtomicI64,
     /// Where live events come from; a finished build's channel is dropped.
     hub: EventHub,
     /// Where a finished build's log is once it moved.
@@ -92,8 +85,8 @@ impl Follower {
         loop {
             // Seen before reading: an event stored after the read wakes us.
             elsewhere.borrow_and_update();
-            let stored = match self.page(last).await {
-                Ok(Page::Rows(s)) => s,
+            let (stored, full_page) = match self.page(last).await {
+                Ok(Page::Rows(s, more)) => (s, more),
                 Ok(Page::Store(name)) => return self.read_store(&name, last).await,
                 Ok(Page::Gone) => return,
                 Err(e) => {
@@ -101,7 +94,6 @@ impl Follower {
                     return;
                 }
             };
-            let full_page = stored.len() as i64 == self.limit_read();
             for (seq, json, is_final) in stored {
                 last = seq;
                 if is_final {
@@ -146,12 +138,11 @@ impl Follower {
                     Err(broadcast::error::RecvError::Closed) => {
                         // The build finished before we subscribed: flush what is stored.
                         loop {
-                            let stored = match self.page(last).await {
-                                Ok(Page::Rows(s)) => s,
+                            let (stored, full_page) = match self.page(last).await {
+                                Ok(Page::Rows(s, more)) => (s, more),
                                 Ok(Page::Store(name)) => return self.read_store(&name, last).await,
                                 Ok(Page::Gone) | Err(_) => break,
                             };
-                            let full_page = stored.len() as i64 == self.limit_read();
                             for (seq, json, is_final) in stored {
                                 last = seq;
                                 if !self.send(seq, json, is_final).await {
@@ -176,16 +167,11 @@ impl Follower {
     /// newest first, so a page read meanwhile is whole or empty, or starts
     /// past `last` (a gap), never a wrong mix.
     async fn page(&self, last: i64) -> Result<Page, EngineError> {
-        let limit = self.limit.load(Ordering::Relaxed);
-        let rows = self
+        let (rows, more) = self
             .db
             .builds()
-            .build_events_page(self.id, last, limit)
+            .build_events_bounded(self.id, last, EVENTS_PAGE, PAGE_BYTES)
             .await?;
-        let mut size = PageSize::of(limit);
-        size.read(rows.len(), rows.iter().map(|r| r.1.len()).sum());
-        self.limit.store(size.limit(), Ordering::Relaxed);
-        self.last_limit.store(limit, Ordering::Relaxed);
         let gap = rows.first().is_some_and(|r| r.0 != last + 1);
         if rows.is_empty() || gap {
             match self.db.builds().log_place(self.id).await? {
@@ -194,7 +180,7 @@ impl Follower {
                 LogPlace::Database => {}
             }
         }
-        Ok(Page::Rows(rows))
+        Ok(Page::Rows(rows, more))
     }
 
     /// Sends the events after `last` of the log stored as object `name`
@@ -221,11 +207,6 @@ impl Follower {
         }
     }
 
-    /// Events the last page asked for (a page that many long was full).
-    fn limit_read(&self) -> i64 {
-        self.last_limit.load(Ordering::Relaxed)
-    }
-
     /// Sends one event; false when the receiver is gone.
     async fn send(&self, seq: i64, json: String, is_final: bool) -> bool {
         self.tx
@@ -241,8 +222,9 @@ impl Follower {
 
 /// What a follower reads next.
 enum Page {
-    /// Rows of the database (possibly none yet).
-    Rows(Vec<(i64, String, bool)>),
+    /// Rows of the database (possibly none yet), and whether more may
+    /// follow at once (the page was full).
+    Rows(Vec<(i64, String, bool)>, bool),
     /// The log moved to the store's object of this name.
     Store(String),
     /// The log was reaped: nothing more comes.
@@ -252,7 +234,7 @@ enum Page {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::{EventSink, EVENTS_PAGE};
+    use crate::events::EventSink;
     use gantry_wire::state::BuildStatus;
 
     /// A finished build of `n` events (the last one final).

@@ -24,51 +24,14 @@ pub struct StoredEvent {
     pub is_final: bool,
 }
 
-/// How many stored events a follower reads at once at most (a long log is
-/// read a page at a time, never whole).
+/// How many stored events a reader of a build's events reads at once at
+/// most (a long log is read a page at a time, never whole).
 pub(crate) const EVENTS_PAGE: i64 = 1000;
 
-/// The bytes a page of events should hold: task output comes in events of
-/// up to 64 KiB, so a page of 1,000 could hold 64 MiB; the next page is
-/// made smaller (down to 16 events) until its events hold about this much.
-const PAGE_BYTES: usize = 4 << 20;
-
-/// How many events the next page reads: [`FIRST_PAGE`] first, then as
-/// many as hold about [`PAGE_BYTES`] given the last page's events, 16 to
-/// [`EVENTS_PAGE`].
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PageSize(i64);
-
-/// The first page's events: few, until the size of the log's events is
-/// known (64 events of task output hold 4 MiB at most).
-pub(crate) const FIRST_PAGE: i64 = 64;
-
-impl Default for PageSize {
-    fn default() -> Self {
-        PageSize(FIRST_PAGE)
-    }
-}
-
-impl PageSize {
-    /// A page of `limit` events, to learn from.
-    pub(crate) fn of(limit: i64) -> PageSize {
-        PageSize(limit)
-    }
-
-    /// Events to read next.
-    pub(crate) fn limit(&self) -> i64 {
-        self.0
-    }
-
-    /// Learns from a page read: its events and their bytes.
-    pub(crate) fn read(&mut self, events: usize, bytes: usize) {
-        if events == 0 {
-            return;
-        }
-        let per_event = (bytes / events).max(1);
-        self.0 = ((PAGE_BYTES / per_event) as i64).clamp(16, EVENTS_PAGE);
-    }
-}
+/// The bytes a page of events holds at most (about): task output comes in
+/// events of up to 64 KiB, so a page of 1,000 could hold 64 MiB; a page
+/// ends at the event that brings it to this many bytes.
+pub(crate) const PAGE_BYTES: usize = 4 << 20;
 
 /// A status event now.
 pub(crate) fn status_event(status: BuildStatus, exit_status: Option<i32>) -> BuildEvent {

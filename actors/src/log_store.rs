@@ -1,6 +1,6 @@
 //! Finished builds' logs leave the database: a finished build's events are
 //! written to the artifact store (its directory, or S3) as one object,
-//! zstd-compressed, streamed page by page (a page of about 4 MiB, never
+//! zstd-compressed, streamed page by page (a page of 4 MiB at most, never
 //! the whole log in memory); the
 //! build's row then records where the object is, and the rows go. Readers
 //! ([`read`], the followers of `event_follow`) read a build's events from
@@ -31,7 +31,7 @@ use tokio_util::io::{ReaderStream, StreamReader};
 use crate::artifact_store::ArtifactStore;
 use crate::db::{Db, Moved};
 use crate::error::EngineError;
-use crate::events::{PageSize, StoredEvent};
+use crate::events::{StoredEvent, EVENTS_PAGE, PAGE_BYTES};
 use gantry_wire::runtime::ByteStream;
 
 /// How long after a build ended its log moves even with no final event
@@ -155,26 +155,22 @@ fn event_lines(
     bytes: Arc<AtomicU64>,
     last_seq: Arc<AtomicI64>,
 ) -> impl Stream<Item = std::io::Result<Bytes>> + Send + 'static {
-    let start = (Some(0i64), PageSize::default());
-    futures::stream::try_unfold(start, move |(after, mut size)| {
+    futures::stream::try_unfold(Some(0i64), move |after| {
         let (db, events, bytes, last_seq) =
             (db.clone(), events.clone(), bytes.clone(), last_seq.clone());
         async move {
             let Some(after) = after else {
                 return Ok(None);
             };
-            let limit = size.limit();
-            let page = db
+            let (page, more) = db
                 .builds()
-                .build_events_page(build, after, limit)
+                .build_events_bounded(build, after, EVENTS_PAGE, PAGE_BYTES)
                 .await
                 .map_err(std::io::Error::other)?;
             let Some(last) = page.last().map(|e| e.0) else {
                 return Ok(None);
             };
-            size.read(page.len(), page.iter().map(|e| e.1.len()).sum());
-            let full = page.len() as i64 == limit;
-            let mut out = BytesMut::new();
+            let mut out = BytesMut::with_capacity(page.iter().map(|e| e.1.len() + 24).sum());
             for (seq, json, is_final) in &page {
                 out.put_slice(format!("{seq}\t{}\t", u8::from(*is_final)).as_bytes());
                 out.put_slice(json.as_bytes());
@@ -183,7 +179,7 @@ fn event_lines(
             }
             events.fetch_add(page.len() as u64, Ordering::Relaxed);
             last_seq.store(last, Ordering::Relaxed);
-            Ok(Some((out.freeze(), (full.then_some(last), size))))
+            Ok(Some((out.freeze(), more.then_some(last))))
         }
     })
 }

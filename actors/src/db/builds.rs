@@ -268,28 +268,36 @@ impl Builds<'_> {
         Ok(())
     }
 
-    /// At most `limit` events of a build after `after`, in order, each with
-    /// whether it is the build's last: a page of a follower's reading, so a
-    /// long log is never read whole, and no event is parsed back to know
-    /// whether it ends the build.
-    pub(crate) async fn build_events_page(
+    /// At most `limit` events of a build after `after`, in order, ending
+    /// at the event that brings them to `max_bytes` (the rows are read as
+    /// a stream, the rest never fetched), and whether more may follow: a
+    /// page of a long log in bounded memory, whatever its events' sizes.
+    pub(crate) async fn build_events_bounded(
         &self,
         build_id: i64,
         after: i64,
         limit: i64,
-    ) -> Result<Vec<(i64, String, bool)>, EngineError> {
-        let rows: Vec<(i64, String, i64)> = sqlx::query_as(&format!(
+        max_bytes: usize,
+    ) -> Result<(Vec<(i64, String, bool)>, bool), EngineError> {
+        use futures::TryStreamExt as _;
+        let sql = format!(
             "SELECT seq, event, final FROM build_events WHERE build_id = $1 AND seq > $2 ORDER BY seq LIMIT {}",
             limit.max(1)
-        ))
-        .bind(build_id)
-        .bind(after)
-        .fetch_all(self.db.pool())
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(seq, json, fin)| (seq, json, fin != 0))
-            .collect())
+        );
+        let mut rows = sqlx::query_as::<_, (i64, String, i64)>(&sql)
+            .bind(build_id)
+            .bind(after)
+            .fetch(self.db.pool());
+        let (mut out, mut bytes) = (Vec::new(), 0);
+        while let Some((seq, json, fin)) = rows.try_next().await? {
+            bytes += json.len();
+            out.push((seq, json, fin != 0));
+            if bytes >= max_bytes {
+                return Ok((out, true));
+            }
+        }
+        let more = out.len() as i64 >= limit.max(1);
+        Ok((out, more))
     }
 
     /// The sequence number of a build's last event (0 when it has none).
@@ -338,9 +346,27 @@ mod tests {
             .append_build_event(id, 2, "{\"a\":2}", true)
             .await
             .unwrap();
-        let page = db.builds().build_events_page(id, 0, 10).await.unwrap();
+        let (page, more) = db
+            .builds()
+            .build_events_bounded(id, 0, 10, 1 << 20)
+            .await
+            .unwrap();
         let finals: Vec<bool> = page.iter().map(|e| e.2).collect();
         assert_eq!(finals, vec![false, true]);
+        assert!(!more, "a page shorter than its limit is the last");
+        // A page ends at the event that brings it to its bytes.
+        let (first, more) = db
+            .builds()
+            .build_events_bounded(id, 0, 10, 3)
+            .await
+            .unwrap();
+        assert_eq!((first.len(), more), (1, true));
+        let (full, more) = db
+            .builds()
+            .build_events_bounded(id, 0, 2, 1 << 20)
+            .await
+            .unwrap();
+        assert_eq!((full.len(), more), (2, true));
         assert_eq!(
             db.builds().build_events_after(id, 1).await.unwrap(),
             vec![(2, "{\"a\":2}".into())]
