@@ -39,7 +39,7 @@ fn logs_bench_moves_the_log_off_the_database_and_prints_its_figures() {
         stored > 0.0 && stored < 0.5,
         "zstd of repetitive lines: {stdout}"
     );
-    assert!(figures.number("follower_lag_p99_ms") >= 0.0, "{stdout}");
+    assert!(figures.number("follower_lag_p99_ms") > 0.0, "{stdout}");
     assert!(figures.number("other_build_p99_ms") > 0.0, "{stdout}");
     // Reaping 3,000 builds' logs: the writer went on, and the database
     // gave the space back.

@@ -3,6 +3,7 @@
 //! build's events are read from the artifact store once its log moved
 //! there (`crate::log_store`), also when it moves while it is followed.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +44,7 @@ pub(crate) fn follow(
     tasks.spawn(async move {
         let follower = Follower {
             db,
+            may_have_moved: AtomicBool::new(true),
             hub,
             store,
             id,
@@ -62,6 +64,10 @@ struct Follower {
     hub: EventHub,
     /// Where a finished build's log is once it moved.
     store: Arc<dyn ArtifactStore>,
+    /// Whether the log may have left the database: at the first read, and
+    /// once the build is seen ended (a running build's log stays, so an
+    /// empty page of it costs no second statement).
+    may_have_moved: AtomicBool,
     /// The build.
     id: i64,
     /// Where events go.
@@ -114,6 +120,9 @@ impl Follower {
                     _ = tick.tick() => {
                         let finished = matches!(self.db.builds().get_build(self.id).await, Ok(Some(b)) if b.status.is_finished());
                         finished_checks = if finished { finished_checks + 1 } else { 0 };
+                        if finished {
+                            self.may_have_moved.store(true, Ordering::Relaxed);
+                        }
                         if finished_checks >= FINISHED_CHECKS {
                             self.hub.forget(self.id);
                             return;
@@ -136,6 +145,7 @@ impl Follower {
                     // A gap or lag: read the database again.
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
                     Err(broadcast::error::RecvError::Closed) => {
+                        self.may_have_moved.store(true, Ordering::Relaxed);
                         // The build finished before we subscribed: flush what is stored.
                         loop {
                             let (stored, full_page) = match self.page(last).await {
@@ -173,8 +183,14 @@ impl Follower {
             .build_events_bounded(self.id, last, EVENTS_PAGE, PAGE_BYTES)
             .await?;
         let gap = rows.first().is_some_and(|r| r.0 != last + 1);
-        if rows.is_empty() || gap {
-            match self.db.builds().log_place(self.id).await? {
+        let ask = gap || (rows.is_empty() && self.may_have_moved.load(Ordering::Relaxed));
+        if ask {
+            let place = self.db.builds().log_place(self.id).await?;
+            if place == LogPlace::Database {
+                // Asked again once the build is seen ended.
+                self.may_have_moved.store(false, Ordering::Relaxed);
+            }
+            match place {
                 LogPlace::Store(name) => return Ok(Page::Store(name)),
                 LogPlace::Reaped => return Ok(Page::Gone),
                 LogPlace::Database => {}
