@@ -8,6 +8,12 @@ fn main() -> std::process::ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(gantry_agent::keeper::SUBCOMMAND.as_ref()) {
         std::process::exit(gantry_agent::keeper::main());
     }
+    // A saved target (`-t NAME`) fills the URL, token and team first.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Err(e) = gantry::cli::targets::apply(&args) {
+        eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+        return std::process::ExitCode::from(2);
+    }
     let cli = gantry::cli::Cli::parse();
     match gantry::cli::run(cli) {
         Ok(code) => std::process::ExitCode::from(code.clamp(0, 255) as u8),

@@ -18,7 +18,7 @@ use std::time::Duration;
 use common::*;
 
 #[path = "dashboard_browser/cdp.rs"]
-mod cdp;
+pub(crate) mod cdp;
 
 use cdp::Browser;
 
@@ -42,7 +42,7 @@ jobs:
 "#;
 
 /// Where the screenshots go: `target/test-screenshots/`.
-fn screenshot_dir() -> PathBuf {
+pub(crate) fn screenshot_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .parent()
         .expect("the target dir")
@@ -53,7 +53,7 @@ fn screenshot_dir() -> PathBuf {
 
 /// The `chromium` binary, or `None` (then the test is skipped, unless the
 /// test script's `GANTRY_REQUIRE_RUNC` says everything must run).
-fn chromium() -> Option<PathBuf> {
+pub(crate) fn chromium() -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|p| p.join("chromium"))
@@ -70,7 +70,7 @@ fn chromium() -> Option<PathBuf> {
 }
 
 /// A JavaScript expression's value as text ("" for null or undefined).
-fn text(browser: &mut Browser, expr: &str) -> String {
+pub(crate) fn text(browser: &mut Browser, expr: &str) -> String {
     match browser.eval(expr) {
         serde_json::Value::String(s) => s,
         serde_json::Value::Null => String::new(),
@@ -269,6 +269,43 @@ fn the_dashboard_shows_the_worker_and_a_build_live_in_chromium() {
     let after = shots.join("dashboard-overview-after.png");
     browser.screenshot(&after);
     println!("screenshot: {}", after.display());
+
+    // Once the collector has moved the finished log to the artifact
+    // store, the build's page reads it from there: every step's lines,
+    // still redacted.
+    wait_for(
+        "the build's log moved to the store",
+        Duration::from_secs(60),
+        || {
+            let build: serde_json::Value =
+                reqwest::blocking::get(format!("{}/api/v1/builds/{id}", server.url))
+                    .ok()?
+                    .json()
+                    .ok()?;
+            (build["log"] == "store").then_some(())
+        },
+    );
+    browser.navigate(&format!("{}/builds/{id}", server.url));
+    wait_for(
+        "the moved log on the build's page",
+        Duration::from_secs(30),
+        || {
+            (step_log(&mut browser, "first").contains("line-two")
+                && step_log(&mut browser, "second").contains("last-line"))
+            .then_some(())
+        },
+    );
+    assert!(step_log(&mut browser, "first").contains("line-one"));
+    assert!(
+        step_log(&mut browser, "second").contains("token=((redacted)) pass=((redacted))"),
+        "{}",
+        step_log(&mut browser, "second")
+    );
+    let page = text(&mut browser, "document.documentElement.outerHTML");
+    assert!(
+        !page.contains(&token) && !page.contains(&pass),
+        "a secret shows on the moved log's page"
+    );
 }
 
 /// The `data:` of the next message of a server-sent event stream whose

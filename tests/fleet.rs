@@ -720,8 +720,13 @@ fn a_second_registrant_under_a_workers_name_is_refused_until_an_admin_prunes_it(
     let first_url = listed[0]["agent_url"].as_str().unwrap().to_string();
     // The worker keeps the identity secret it was issued, private.
     use std::os::unix::fs::PermissionsExt as _;
+    // The worker writes it once the registration's answer reaches it,
+    // which may be just after the web node lists it running.
     let identity = dir.path().join("w").join("worker-identity");
-    let mode = std::fs::metadata(&identity).unwrap().permissions().mode();
+    let meta = wait_for("the identity file", Duration::from_secs(30), || {
+        std::fs::metadata(&identity).ok()
+    });
+    let mode = meta.permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
 
     // Another worker under the same name (same key, its own work dir) is

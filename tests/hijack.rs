@@ -223,23 +223,9 @@ fn build_status(url: &str, id: i64) -> String {
 
 /// `gantry hijack` with piped stdin.
 fn hijack(url: &str, args: &[&str], stdin: &str) -> std::process::Output {
-    let mut child = gantry()
-        .arg("--url")
-        .arg(url)
-        .arg("hijack")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    let mut cmd = gantry();
+    cmd.arg("--url").arg(url).arg("hijack").args(args);
+    output_with_stdin(cmd, stdin)
 }
 
 /// A quickstart with `backend`, running [`WAITING_TASK`] in the background: the

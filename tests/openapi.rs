@@ -212,9 +212,10 @@ fn every_route_that_needs_a_token_refuses_none_and_a_wrong_one_with_401() {
     assert!(protected >= 25, "only {protected} protected operations");
     // The open ones are the health routes, the document, info, metrics,
     // the dashboard's page and assets, the workers' registration and
-    // heartbeats, a resource's webhook (its own token instead), and the
-    // ID token issuer's metadata and keys (`/.well-known/...`).
-    assert_eq!(open, 18, "open operations");
+    // heartbeats, a resource's webhook (its own token instead), the ID
+    // token issuer's metadata and keys (`/.well-known/...`), and signing
+    // in (`POST /api/v1/sessions` and the sign-in page).
+    assert_eq!(open, 20, "open operations");
 }
 
 #[test]

@@ -6,8 +6,8 @@
 //! with the workers (`gantry-wire`) are re-exported at the crate's root.
 
 pub use crate::views::{
-    Build, BuildResources, BuildVersion, Handle, JobInputView, JobView, PipelineView, QueueKind,
-    ResourceView, Team, Token, VersionView,
+    AuditEntry, Build, BuildResources, BuildVersion, Handle, JobInputView, JobView, MemberKind,
+    PipelineView, QueueKind, ResourceView, Team, TeamRole, Token, VersionView,
 };
 
 // The engine, its settings, its errors.
@@ -23,6 +23,7 @@ pub use crate::gc::rules_artifacts::ArtifactAges;
 pub use crate::gc::rules_pressure::DiskPressure;
 pub use crate::placement::{parse_chain, Load, Strategy};
 pub use crate::registry::{HeartbeatRefused, LifecycleAction, LifecycleConfig, WorkerProof};
+pub use crate::roles::Role;
 pub use crate::scheduler::{Placement, PlacementConfig, SchedulerStats, Selection, StepRequest};
 pub use crate::sealer::{SealError, Sealer};
 pub use crate::streaming::{

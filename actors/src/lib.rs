@@ -37,6 +37,7 @@ mod plan;
 mod redact;
 mod registry;
 mod resources;
+mod roles;
 mod scheduler;
 mod sealer;
 mod steps;

@@ -113,6 +113,76 @@ pub struct Token {
     pub expires_at: Option<i64>,
     /// Unix ms of its revocation, if revoked.
     pub revoked_at: Option<i64>,
+    /// Its role in its team.
+    pub role: crate::roles::Role,
+    /// The person it was made for at sign-in (`None`: a team token).
+    pub user: Option<String>,
+}
+
+/// Whether a team role is a user's or a group's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum MemberKind {
+    /// A user, by name.
+    User,
+    /// A group of the identity provider, by name.
+    Group,
+}
+
+impl MemberKind {
+    /// Its name, as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemberKind::User => "user",
+            MemberKind::Group => "group",
+        }
+    }
+}
+
+impl std::str::FromStr for MemberKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "user" => Ok(MemberKind::User),
+            "group" => Ok(MemberKind::Group),
+            other => Err(format!("{other:?}: give user or group")),
+        }
+    }
+}
+
+/// A user or a group with a role in a team.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TeamRole {
+    /// A user or a group.
+    pub kind: MemberKind,
+    /// The user's or group's name.
+    pub name: String,
+    /// Its role in the team.
+    pub role: crate::roles::Role,
+}
+
+/// One change made through the API, in the audit log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AuditEntry {
+    /// Its place in the log: entries are listed by it, oldest first.
+    pub id: i64,
+    /// Unix ms of the change.
+    pub at: i64,
+    /// The team it was made in (`None`: the fleet's).
+    pub team: Option<String>,
+    /// Who made it: `admin`, `token:ID` (a token made through the API) or
+    /// `config-token:TEAM` (a team token of the config file).
+    pub actor: String,
+    /// The API operation (its `operationId`).
+    pub action: String,
+    /// The request's path (never its body).
+    pub target: String,
+    /// The answer's HTTP status.
+    pub status: i64,
 }
 
 /// A stored pipeline.

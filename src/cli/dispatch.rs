@@ -5,7 +5,8 @@
 use super::grammar::BenchCommand;
 use super::grammar::{Cli, Command};
 use super::{
-    check, execute, follow, hijack, list, secrets, serve, table, teams, validate_plan, ApiClient,
+    check, execute, follow, hijack, list, people, secrets, serve, table, teams, validate_plan,
+    ApiClient,
 };
 
 /// Runs the CLI; returns the process exit code.
@@ -161,6 +162,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 .enable_all()
                 .build()?;
             let client = ApiClient::new(&cli.url).with_token(cli.token.clone())?;
+            let target = cli.target.clone();
             rt.block_on(async move {
                 match command {
                     Command::Execute {
@@ -313,11 +315,52 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         Ok(0)
                     }
                     Command::Teams { json } => teams::teams(&client, json).await.map(|_| 0),
-                    Command::SetTeam { name } => teams::set_team(&client, &name).await.map(|_| 0),
+                    Command::SetTeam {
+                        name,
+                        users,
+                        groups,
+                        role,
+                        remove_users,
+                        remove_groups,
+                    } => {
+                        let change = teams::TeamChange {
+                            users,
+                            groups,
+                            role,
+                            remove_users,
+                            remove_groups,
+                        };
+                        teams::set_team(&client, &name, change).await.map(|_| 0)
+                    }
+                    Command::Login {
+                        api,
+                        team,
+                        username,
+                        password,
+                    } => {
+                        let target = target.ok_or_else(|| {
+                            anyhow::anyhow!("name the target to save: gantry login -t NAME ...")
+                        })?;
+                        people::login(&target, &api, team.as_deref(), &username, password)
+                            .await
+                            .map(|_| 0)
+                    }
+                    Command::Logout => {
+                        let target = target.ok_or_else(|| {
+                            anyhow::anyhow!("name the target to sign out of: gantry logout -t NAME")
+                        })?;
+                        people::logout(&target).await.map(|_| 0)
+                    }
+                    Command::Targets { json } => people::list(json).map(|_| 0),
+                    Command::Status => people::status(&client).await.map(|_| 0),
+                    Command::HashPassword => people::hash_password().map(|_| 0),
                     Command::DestroyTeam { name } => {
                         teams::destroy_team(&client, &name).await.map(|_| 0)
                     }
                     Command::Tokens { json } => teams::tokens(&client, json).await.map(|_| 0),
+                    Command::Audit { team, json } => {
+                        teams::audit(&client, team.as_deref(), json).await.map(|_| 0)
+                    }
                     Command::SetSecret {
                         name,
                         pipeline,

@@ -22,6 +22,10 @@ pub struct Cli {
     /// Bearer token for the API (a team's or the admin's).
     #[arg(long, global = true, env = "GANTRY_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// A saved target (`gantry login`, `~/.gantryrc`): its URL, team and
+    /// token, where `--url`, `--token` and `--team` do not say otherwise.
+    #[arg(short = 't', long, global = true, env = "GANTRY_TARGET")]
+    pub target: Option<String>,
     /// Show tables' cells whole (by default a cell shows at most 60
     /// characters; `--json` prints every field whole).
     #[arg(long, global = true)]
@@ -399,11 +403,58 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Create a team if it does not exist (admin).
+    /// Create a team if it does not exist (admin), and give users and
+    /// groups a role in it (the admin or the team's owner).
     SetTeam {
         /// Team name.
         name: String,
+        /// A user to give `--role` (repeatable).
+        #[arg(long = "user")]
+        users: Vec<String>,
+        /// A group of the identity provider to give `--role` (repeatable).
+        #[arg(long = "group")]
+        groups: Vec<String>,
+        /// The role the users and groups get: owner, member,
+        /// pipeline-operator or viewer (as fly's set-team, owner by default).
+        #[arg(long, default_value = "owner", value_parser = parse_role)]
+        role: gantry_actors::api::Role,
+        /// A user whose role in the team is taken away (repeatable).
+        #[arg(long = "remove-user")]
+        remove_users: Vec<String>,
+        /// A group whose role in the team is taken away (repeatable).
+        #[arg(long = "remove-group")]
+        remove_groups: Vec<String>,
     },
+    /// Sign in as a local user and save the web node as a target
+    /// (`~/.gantryrc`, owner-only), as `fly login`: `gantry login -c URL
+    /// -n TEAM -t NAME -u USER`; then `-t NAME` on any command.
+    Login {
+        /// The web node's URL.
+        #[arg(short = 'c', long = "api")]
+        api: String,
+        /// The team to act in; none: main, else the first you have a role in.
+        #[arg(short = 'n', long = "team-name")]
+        team: Option<String>,
+        /// The user name.
+        #[arg(short = 'u', long = "username")]
+        username: String,
+        /// The password; read from standard input when not given.
+        #[arg(short = 'p', long = "password", hide_env_values = true)]
+        password: Option<String>,
+    },
+    /// Sign out of a target: its token is revoked and forgotten.
+    Logout,
+    /// The saved targets (without their tokens).
+    Targets {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Who the token of a target (or `--token`) is.
+    Status,
+    /// Print an argon2id hash of the password read from standard input,
+    /// for `[web.users]`.
+    HashPassword,
     /// Remove a team and revoke its tokens (admin); refused while its
     /// builds run.
     DestroyTeam {
@@ -450,7 +501,17 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Make or revoke a team token (admin).
+    /// The audit log: who changed what, oldest first (a team's owner sees
+    /// its team's, the admin everyone's).
+    Audit {
+        /// Only this team's changes.
+        #[arg(long)]
+        team: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make or revoke a team token (the admin, or the team's owner).
     Token {
         /// What to do.
         #[command(subcommand)]
@@ -482,6 +543,11 @@ pub enum Command {
     },
 }
 
+/// A team role's name.
+fn parse_role(s: &str) -> Result<gantry_actors::api::Role, String> {
+    s.parse()
+}
+
 /// `gantry token ...`
 #[derive(Subcommand, Debug)]
 pub enum TokenCommand {
@@ -490,6 +556,9 @@ pub enum TokenCommand {
         /// The team it acts for.
         #[arg(long)]
         team: String,
+        /// Its role in the team: owner, member, pipeline-operator or viewer.
+        #[arg(long, default_value = "member", value_parser = parse_role)]
+        role: gantry_actors::api::Role,
         /// It expires after this long (e.g. `90s`, `12h`, `30d`); never by default.
         #[arg(long, value_parser = parse_duration_secs)]
         expires: Option<u64>,

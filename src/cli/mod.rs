@@ -10,6 +10,7 @@ mod grammar;
 mod hijack;
 mod list;
 pub mod output;
+mod people;
 mod pipeline_grammar;
 mod pipelines;
 mod progress;
@@ -17,6 +18,7 @@ mod run;
 mod secrets;
 pub(crate) mod serve;
 pub mod table;
+pub mod targets;
 mod teams;
 mod validate_plan;
 

@@ -7,7 +7,7 @@ use crate::cli::TokenCommand;
 use gantry_wire::url::segment;
 
 /// Unix ms as `YYYY-MM-DD HH:MM:SS` UTC (empty for none).
-fn when(v: &serde_json::Value) -> String {
+pub(crate) fn when(v: &serde_json::Value) -> String {
     let Some(ms) = v.as_i64() else {
         return String::new();
     };
@@ -39,14 +39,27 @@ pub async fn teams(client: &ApiClient, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     print_table(
-        &["name", "created", "from_config"],
+        &["name", "created", "from_config", "roles"],
         teams
             .iter()
             .map(|t| {
+                let roles: Vec<String> = t["roles"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|r| {
+                        let who = match r["kind"].as_str() {
+                            Some("group") => format!("group:{}", cell(r, "name")),
+                            _ => cell(r, "name"),
+                        };
+                        format!("{who}={}", cell(r, "role"))
+                    })
+                    .collect();
                 vec![
                     cell(t, "name"),
                     when(&t["created_at"]),
                     cell(t, "from_config"),
+                    roles.join(" "),
                 ]
             })
             .collect(),
@@ -54,15 +67,64 @@ pub async fn teams(client: &ApiClient, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `gantry set-team NAME`
-pub async fn set_team(client: &ApiClient, name: &str) -> anyhow::Result<()> {
+/// Who `gantry set-team` gives a role to, or takes it from.
+#[derive(Debug)]
+pub struct TeamChange {
+    /// Users to give `role`.
+    pub users: Vec<String>,
+    /// Groups to give `role`.
+    pub groups: Vec<String>,
+    /// The role they get.
+    pub role: gantry_actors::api::Role,
+    /// Users whose role is taken away.
+    pub remove_users: Vec<String>,
+    /// Groups whose role is taken away.
+    pub remove_groups: Vec<String>,
+}
+
+/// `gantry set-team NAME [--user U] [--group G] [--role R]
+/// [--remove-user U] [--remove-group G]`
+pub async fn set_team(client: &ApiClient, name: &str, change: TeamChange) -> anyhow::Result<()> {
+    let roles: Vec<serde_json::Value> = change
+        .users
+        .iter()
+        .map(|u| ("user", u))
+        .chain(change.groups.iter().map(|g| ("group", g)))
+        .map(|(kind, n)| serde_json::json!({"kind": kind, "name": n, "role": change.role}))
+        .collect();
     let answer: serde_json::Value = client
-        .put(&format!("/api/v1/teams/{}", segment(name)))
+        .put_json(
+            &format!("/api/v1/teams/{}", segment(name)),
+            &serde_json::json!({ "roles": roles }),
+        )
         .await?;
     if answer["created"] == true {
         crate::outln!("team {name} created");
     } else {
         crate::outln!("team {name} exists");
+    }
+    for r in &roles {
+        crate::outln!(
+            "{} {} is {} of team {name}",
+            r["kind"].as_str().unwrap_or_default(),
+            r["name"].as_str().unwrap_or_default(),
+            change.role
+        );
+    }
+    let removed = change
+        .remove_users
+        .iter()
+        .map(|u| ("user", u))
+        .chain(change.remove_groups.iter().map(|g| ("group", g)));
+    for (kind, who) in removed {
+        let _: serde_json::Value = client
+            .delete(&format!(
+                "/api/v1/teams/{}/roles/{kind}/{}",
+                segment(name),
+                segment(who)
+            ))
+            .await?;
+        crate::outln!("{kind} {who} has no role in team {name} any more");
     }
     Ok(())
 }
@@ -84,17 +146,56 @@ pub async fn tokens(client: &ApiClient, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     print_table(
-        &["id", "team", "created", "expires", "revoked", "description"],
+        &[
+            "id",
+            "team",
+            "role",
+            "created",
+            "expires",
+            "revoked",
+            "description",
+        ],
         tokens
             .iter()
             .map(|t| {
                 vec![
                     cell(t, "id"),
                     cell(t, "team"),
+                    cell(t, "role"),
                     when(&t["created_at"]),
                     when(&t["expires_at"]),
                     when(&t["revoked_at"]),
                     cell(t, "description"),
+                ]
+            })
+            .collect(),
+    );
+    Ok(())
+}
+
+/// `gantry audit`: every page of the audit log, oldest first.
+pub async fn audit(client: &ApiClient, team: Option<&str>, json: bool) -> anyhow::Result<()> {
+    let path = match team {
+        Some(team) => format!("/api/v1/audit?team={}", segment(team)),
+        None => "/api/v1/audit".to_string(),
+    };
+    let entries: Vec<serde_json::Value> = client.get_pages(&path, usize::MAX).await?;
+    if json {
+        crate::outln!("{}", serde_json::to_string_pretty(&entries)?);
+        return Ok(());
+    }
+    print_table(
+        &["at", "team", "who", "action", "target", "status"],
+        entries
+            .iter()
+            .map(|e| {
+                vec![
+                    when(&e["at"]),
+                    cell(e, "team"),
+                    cell(e, "actor"),
+                    cell(e, "action"),
+                    cell(e, "target"),
+                    cell(e, "status"),
                 ]
             })
             .collect(),
@@ -107,6 +208,7 @@ pub async fn token(client: &ApiClient, action: TokenCommand) -> anyhow::Result<(
     match action {
         TokenCommand::Create {
             team,
+            role,
             expires,
             description,
         } => {
@@ -114,6 +216,7 @@ pub async fn token(client: &ApiClient, action: TokenCommand) -> anyhow::Result<(
                 .post(
                     &format!("/api/v1/teams/{}/tokens", segment(&team)),
                     &serde_json::json!({
+                        "role": role,
                         "expires_in_secs": expires,
                         "description": description,
                     }),
@@ -128,7 +231,10 @@ pub async fn token(client: &ApiClient, action: TokenCommand) -> anyhow::Result<(
                 e if e.is_empty() => "never expires".to_string(),
                 e => format!("expires {e} UTC"),
             };
-            eprintln!("token {} for team {team}; {until}", cell(&made, "id"));
+            eprintln!(
+                "token {} for team {team} as {role}; {until}",
+                cell(&made, "id")
+            );
         }
         TokenCommand::Revoke { id } => {
             let _: serde_json::Value = client

@@ -15,6 +15,9 @@ use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 
+use gantry_actors::api::Role;
+
+use crate::web::audit_log::{audited, record, Actor};
 use crate::web::error::ApiError;
 use crate::web::AppState;
 
@@ -23,8 +26,8 @@ use crate::web::AppState;
 pub enum Identity {
     /// The admin token, or any caller of an open API.
     Admin,
-    /// A team's token.
-    Team(String),
+    /// A team's token, with its role in the team.
+    Team(String, Role),
     /// A worker presenting the registration key.
     Worker,
     /// No credentials (only the open routes).
@@ -36,7 +39,7 @@ impl Identity {
     pub fn can_use_team(&self, team: &str) -> bool {
         match self {
             Identity::Admin => true,
-            Identity::Team(t) => t == team,
+            Identity::Team(t, _) => t == team,
             _ => false,
         }
     }
@@ -46,7 +49,7 @@ impl Identity {
         match self {
             _ if self.can_use_team(team) => Ok(()),
             // Do not reveal another team's things: answer as if absent.
-            Identity::Team(_) => Err(ApiError::not_found(format!("{what} not found"))),
+            Identity::Team(..) => Err(ApiError::not_found(format!("{what} not found"))),
             _ => Err(ApiError::unauthorized(
                 "this needs a team or admin token (Authorization: Bearer TOKEN, or GANTRY_TOKEN for the CLI)",
             )),
@@ -68,7 +71,7 @@ impl Identity {
     pub fn team_filter(&self) -> Result<Option<&str>, ApiError> {
         match self {
             Identity::Admin => Ok(None),
-            Identity::Team(t) => Ok(Some(t)),
+            Identity::Team(t, _) => Ok(Some(t)),
             _ => Err(ApiError::unauthorized("this needs a team or admin token")),
         }
     }
@@ -98,12 +101,14 @@ pub struct Tokens {
     pub registration_key: String,
     /// Whether `/metrics` answers without a token.
     pub metrics_public: bool,
+    /// Whether local users sign in (`[web.users]`): the API is not open.
+    pub signin: bool,
 }
 
 impl Tokens {
     /// Whether any user token is configured (otherwise the API is open).
     pub fn secured(&self) -> bool {
-        self.admin.is_some() || !self.teams.is_empty()
+        self.admin.is_some() || !self.teams.is_empty() || self.signin
     }
 
     /// Who presents `token`.
@@ -119,7 +124,9 @@ impl Tokens {
             return Identity::Admin;
         }
         if let Some((team, _)) = self.teams.iter().find(|(_, t)| same(t, token)) {
-            return Identity::Team(team.clone());
+            // A token of the config file acts as a member of its team
+            // (what team tokens could do before roles).
+            return Identity::Team(team.clone(), Role::Member);
         }
         if same(&self.registration_key, token) {
             return Identity::Worker;
@@ -149,23 +156,26 @@ pub fn bearer(req: &HttpRequest) -> Option<&str> {
 
 /// Who presents `token`: a token of the config file, or one made through
 /// the API (`gtk_...`, looked up in the database: a revoked, expired or
-/// unknown one is nobody, even on an open API).
+/// unknown one is nobody, even on an open API), with the person a
+/// sign-in's token was made for. An owner of team `main` is the admin,
+/// as in Concourse.
 async fn identify_token(
     state: &web::Data<AppState>,
     token: Option<&str>,
-) -> Result<Identity, ApiError> {
+) -> Result<(Identity, Option<String>), ApiError> {
     let by_config = state.tokens.identify(token);
     match token {
         Some(t) if t.starts_with(gantry_actors::api::TOKEN_PREFIX) => {
-            if matches!(by_config, Identity::Admin | Identity::Team(_)) && state.tokens.secured() {
-                return Ok(by_config);
+            if matches!(by_config, Identity::Admin | Identity::Team(..)) && state.tokens.secured() {
+                return Ok((by_config, None));
             }
             Ok(match state.engine.team_of_token(t).await? {
-                Some(team) => Identity::Team(team),
-                None => Identity::Anonymous,
+                Some(t) if t.team == "main" && t.role == Role::Owner => (Identity::Admin, t.user),
+                Some(t) => (Identity::Team(t.team, t.role), t.user),
+                None => (Identity::Anonymous, None),
             })
         }
-        _ => Ok(by_config),
+        _ => Ok((by_config, None)),
     }
 }
 
@@ -173,18 +183,76 @@ async fn identify_token(
 /// `?token=TOKEN`: a browser's `EventSource` cannot set a header.
 pub const DASHBOARD_FEED: &str = "/api/v1/dashboard/events";
 
-/// The token of a request: its bearer token, or on [`DASHBOARD_FEED`] only,
-/// its `token` query parameter.
+/// The cookie of a browser's sign-in (`HttpOnly`, `SameSite=Lax`).
+pub const SESSION_COOKIE: &str = "gantry_session";
+
+/// The header a browser session's changes carry its CSRF token in.
+pub const CSRF_HEADER: &str = "x-gantry-csrf";
+
+/// The CSRF token of a browser session's token: a hash of it, so the
+/// page can be told it (`GET /api/v1/user`) while the token itself stays
+/// in the `HttpOnly` cookie.
+pub fn csrf_of(token: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(format!("gantry-csrf\0{token}").as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The token of a request: its bearer token, on [`DASHBOARD_FEED`] its
+/// `token` query parameter, else its session cookie.
 pub fn request_token(req: &HttpRequest) -> Option<String> {
     if let Some(token) = bearer(req) {
         return Some(token.to_string());
     }
-    if req.path() != DASHBOARD_FEED {
-        return None;
+    let from_query = (req.path() == DASHBOARD_FEED)
+        .then(|| {
+            web::Query::<BTreeMap<String, String>>::from_query(req.query_string())
+                .ok()
+                .and_then(|q| q.get("token").cloned())
+        })
+        .flatten();
+    from_query.or_else(|| session_cookie(req))
+}
+
+/// The request's session cookie, if any.
+pub fn session_cookie(req: &HttpRequest) -> Option<String> {
+    req.cookie(SESSION_COOKIE)
+        .map(|c| c.value().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// Refuses (403) a request authenticated by its session cookie that a
+/// page of another origin could have made: a change (any method but
+/// `GET`, `HEAD`, `OPTIONS`) without the session's CSRF token in
+/// [`CSRF_HEADER`] (a cross-site form cannot set a header), or any
+/// request whose `Origin` is not this node's (a cross-site websocket).
+fn check_browser_request(req: &HttpRequest, token: &str) -> Result<(), ApiError> {
+    let forbidden = |message: &str| ApiError {
+        status: actix_web::http::StatusCode::FORBIDDEN,
+        message: message.to_string(),
+    };
+    if let Some(origin) = req.headers().get("origin").and_then(|o| o.to_str().ok()) {
+        let host = req.connection_info().host().to_string();
+        let authority = origin.split_once("://").map(|(_, a)| a).unwrap_or(origin);
+        if authority != host {
+            return Err(forbidden(
+                "a request from another origin cannot use this browser's session",
+            ));
+        }
     }
-    web::Query::<BTreeMap<String, String>>::from_query(req.query_string())
-        .ok()
-        .and_then(|q| q.get("token").cloned())
+    let safe = matches!(
+        *req.method(),
+        actix_web::http::Method::GET
+            | actix_web::http::Method::HEAD
+            | actix_web::http::Method::OPTIONS
+    );
+    let sent = req.headers().get(CSRF_HEADER).and_then(|v| v.to_str().ok());
+    if !safe && !sent.is_some_and(|s| same(s, &csrf_of(token))) {
+        return Err(forbidden(
+            "a change made with a browser's session needs its CSRF token in the X-Gantry-CSRF header (GET /api/v1/user gives it)",
+        ));
+    }
+    Ok(())
 }
 
 /// Whether a route answers callers without a token: the dashboard's page
@@ -207,6 +275,8 @@ pub fn is_open(path: &str) -> bool {
                 | "/metrics"
                 | "/api/v1/openapi.json"
                 | "/api/v1/info"
+                | "/api/v1/sessions"
+                | "/login"
                 | "/api/v1/workers/register"
                 | "/.well-known/openid-configuration"
                 | "/.well-known/jwks.json"
@@ -222,9 +292,25 @@ pub async fn identify(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let identity = match req.app_data::<web::Data<AppState>>() {
-        Some(state) => identify_token(state, request_token(req.request()).as_deref()).await?,
-        None => Identity::Anonymous,
+    let token = request_token(req.request());
+    if let Some(t) = &token {
+        // Signing in again over a stale cookie is not a change made with it.
+        let by_cookie = bearer(req.request()).is_none()
+            && session_cookie(req.request()).as_deref() == Some(t.as_str())
+            && req.path() != "/api/v1/sessions";
+        if by_cookie {
+            check_browser_request(req.request(), t)?;
+        }
+    }
+    let state = req.app_data::<web::Data<AppState>>().cloned();
+    let (identity, user) = match &state {
+        Some(state) => identify_token(state, token.as_deref()).await?,
+        None => (Identity::Anonymous, None),
+    };
+    let secured = state.as_ref().is_some_and(|s| s.tokens.secured());
+    let actor = match user {
+        Some(user) => Actor(format!("user:{user}")),
+        None => actor_of(&identity, token.as_deref(), secured),
     };
     let metrics_public = req
         .app_data::<web::Data<AppState>>()
@@ -237,8 +323,79 @@ pub async fn identify(
         )
         .into());
     }
+    let op = state.as_ref().and_then(|s| {
+        let pattern = req.match_pattern()?;
+        s.actions
+            .operation(req.method(), &pattern)
+            .map(str::to_string)
+    });
+    if let (Identity::Team(team, role), Some(state), Some(op)) = (&identity, &state, &op) {
+        role_allows(state, op, team, *role)?;
+        // A route naming another team's thing is answered as if absent,
+        // before its body is read (a bad body must not tell the caller
+        // more than a missing team would). Creating a team is the admin's,
+        // which its handler says.
+        if op != "setTeam" {
+            if let Some(named) = team_of_path(req.match_pattern().as_deref(), req.path()) {
+                identity.require_team(&named, &format!("team {named:?}"))?;
+            }
+        }
+    }
+    let audit = match (state, op) {
+        (Some(state), Some(op)) if audited(&state, req.method(), &op) => Some((state, op)),
+        _ => None,
+    };
     req.extensions_mut().insert(identity);
-    next.call(req).await
+    let res = next.call(req).await?;
+    if let Some((state, op)) = audit {
+        record(&state, &op, &actor, &res).await;
+    }
+    Ok(res)
+}
+
+/// The team a request's path names, where its route pattern has `{team}`.
+fn team_of_path(pattern: Option<&str>, path: &str) -> Option<String> {
+    let at = pattern?.split('/').position(|s| s == "{team}")?;
+    let segment = path.split('/').nth(at)?;
+    Some(crate::web::instance_query::percent_decode(segment))
+}
+
+/// Who presents `token`, as the audit log names them.
+fn actor_of(identity: &Identity, token: Option<&str>, secured: bool) -> Actor {
+    let token_id = token
+        .and_then(|t| t.strip_prefix(gantry_actors::api::TOKEN_PREFIX))
+        .and_then(|rest| rest.split_once('_'))
+        .map(|(id, _)| id);
+    Actor(match (identity, token_id) {
+        (Identity::Admin, _) if !secured => "anonymous (open API)".to_string(),
+        (Identity::Admin, _) => "admin".to_string(),
+        (Identity::Team(..), Some(id)) => format!("token:{id}"),
+        (Identity::Team(team, _), None) => format!("config-token:{team}"),
+        (Identity::Worker, _) => "worker".to_string(),
+        (Identity::Anonymous, _) => "anonymous".to_string(),
+    })
+}
+
+/// Refuses (403) a team caller whose role in its team is below what the
+/// request's operation needs in the action map (`rbac.rs`). Whether the
+/// thing is the caller's team's at all stays the handler's check.
+fn role_allows(state: &AppState, op: &str, team: &str, role: Role) -> Result<(), ApiError> {
+    use crate::web::rbac::{ADMIN_ONLY, WORKER_ONLY};
+    if ADMIN_ONLY.contains(&op) || WORKER_ONLY.contains(&op) {
+        return Err(ApiError {
+            status: actix_web::http::StatusCode::FORBIDDEN,
+            message: format!("{op} is the fleet's: it needs the admin token"),
+        });
+    }
+    match state.actions.needs(op) {
+        Some(need) if role < need => Err(ApiError {
+            status: actix_web::http::StatusCode::FORBIDDEN,
+            message: format!(
+                "{op} needs the role {need} in a team (or the admin); this token is a {role} of team {team}"
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -251,6 +408,7 @@ mod tests {
             teams: BTreeMap::from([("red".into(), "r3d".into())]),
             registration_key: "key".into(),
             metrics_public: true,
+            signin: false,
         }
     }
 
@@ -258,7 +416,10 @@ mod tests {
     fn tokens_identify_admins_teams_and_workers() {
         let t = tokens();
         assert_eq!(t.identify(Some("adm")), Identity::Admin);
-        assert_eq!(t.identify(Some("r3d")), Identity::Team("red".into()));
+        assert_eq!(
+            t.identify(Some("r3d")),
+            Identity::Team("red".into(), Role::Member)
+        );
         assert_eq!(t.identify(Some("key")), Identity::Worker);
         assert_eq!(t.identify(Some("nope")), Identity::Anonymous);
         assert_eq!(t.identify(None), Identity::Anonymous);
@@ -268,7 +429,7 @@ mod tests {
 
     #[test]
     fn teams_only_reach_their_own_things() {
-        let red = Identity::Team("red".into());
+        let red = Identity::Team("red".into(), Role::Viewer);
         assert!(red.require_team("red", "build 1").is_ok());
         assert_eq!(red.require_team("main", "build 1").unwrap_err().status, 404);
         assert_eq!(red.require_admin().unwrap_err().status, 403);

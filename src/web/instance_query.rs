@@ -90,7 +90,7 @@ fn rewritten(uri: &Uri) -> Result<Option<Uri>, String> {
 }
 
 /// `%XX` escapes of a path segment decoded (invalid ones kept).
-fn percent_decode(s: &str) -> String {
+pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -1,6 +1,7 @@
 //! The web node: the engine plus its HTTP API, dashboard and `/metrics`.
 
 pub mod api;
+pub mod audit_log;
 pub mod auth;
 pub mod body_pace;
 mod dashboard;
@@ -10,6 +11,10 @@ mod instance_query;
 pub mod limits;
 mod metrics;
 pub mod openapi;
+pub mod people;
+pub mod rbac;
+#[cfg(test)]
+mod rbac_tests;
 pub mod routes;
 
 use std::net::SocketAddr;
@@ -40,6 +45,10 @@ pub struct AppState {
     /// The HTTP client of the requests this node relays to agents (a
     /// worker's job listing): one, so its connections are pooled.
     pub agents: gantry_agent_client::AgentConnector,
+    /// The action map: which role of a team each operation needs.
+    pub actions: rbac::ActionRoles,
+    /// The local users, who sign in.
+    pub people: people::People,
 }
 
 /// A running web node.
@@ -162,6 +171,10 @@ pub async fn start_web(
         );
     }
     let registration_key = cfg.effective_registration_key()?;
+    let actions =
+        rbac::ActionRoles::new(&cfg.rbac, routes::document()).map_err(anyhow::Error::msg)?;
+    let people =
+        people::People::new(&cfg.users, cfg.session_minutes).map_err(anyhow::Error::msg)?;
     if !secured {
         tracing::warn!(
             "no admin or team tokens are set: the API is open to anyone who can reach {}",
@@ -267,6 +280,7 @@ pub async fn start_web(
             teams: cfg.teams.clone(),
             registration_key,
             metrics_public: cfg.metrics_public,
+            signin: !cfg.users.is_empty(),
         },
         limits: limits::Limits::new(cfg.max_artifact_bytes, cfg.builds_per_team_per_minute)
             .with_body_pace(body_pace::BodyPace {
@@ -275,6 +289,8 @@ pub async fn start_web(
             }),
         snapshots: Default::default(),
         agents: gantry_agent_client::AgentConnector::new(),
+        actions,
+        people,
     });
     let max_body = usize::try_from(cfg.max_request_body_bytes).unwrap_or(usize::MAX);
     let server = HttpServer::new(move || {

@@ -11,8 +11,8 @@ use utoipa::openapi::OpenApi as Document;
 use utoipa::OpenApi as _;
 
 use super::api::{
-    artifacts, builds, gc, gc_admin, hijack, jobs, pipelines, queue, reruns, secrets, teams,
-    workers,
+    artifacts, audit, builds, gc, gc_admin, hijack, jobs, pipelines, queue, reruns, secrets,
+    sessions, teams, workers,
 };
 use super::{dashboard, health, metrics, openapi};
 
@@ -38,6 +38,7 @@ macro_rules! routes {
 routes! {
     get "/" => dashboard::page;
     get "/builds/{id}" => dashboard::build_page;
+    get "/login" => dashboard::login_page;
     get "/dashboard/app.js" => dashboard::script;
     get "/dashboard/pipelines.js" => dashboard::pipelines_script;
     get "/teams/{team}/pipelines/{pipeline}" => dashboard::pipeline_page;
@@ -81,6 +82,11 @@ routes! {
     delete "/api/v1/teams/{team}" => teams::remove;
     post "/api/v1/teams/{team}/tokens" => teams::create_token;
     get "/api/v1/tokens" => teams::list_tokens;
+    get "/api/v1/audit" => audit::list;
+    post "/api/v1/sessions" => sessions::sign_in;
+    delete "/api/v1/sessions/current" => sessions::sign_out;
+    get "/api/v1/user" => sessions::who_am_i;
+    delete "/api/v1/teams/{team}/roles/{kind}/{name}" => teams::remove_role;
     delete "/api/v1/tokens/{id}" => teams::revoke_token;
     get "/api/v1/containers" => builds::containers;
     get "/api/v1/volumes" => builds::volumes;

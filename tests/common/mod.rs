@@ -33,6 +33,24 @@ pub fn text(out: &Output) -> (String, String) {
     )
 }
 
+/// Runs `cmd` with `stdin` written to its standard input; its output.
+pub fn output_with_stdin(mut cmd: Command, stdin: &str) -> Output {
+    use std::io::Write as _;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// The binary under test.
 pub fn gantry() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_gantry"));

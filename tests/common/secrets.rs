@@ -1,9 +1,8 @@
 //! Helpers of the secrets tests: a value's hash (what a task prints
 //! instead of the value), `gantry set-secret`, a dump of the database.
 
-use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use super::{gantry, TestDb};
 
@@ -19,23 +18,9 @@ pub fn sha256_hex(text: &str) -> String {
 
 /// `gantry set-secret` with `value` on its standard input.
 pub fn set_secret(url: &str, args: &[&str], value: &str) {
-    let mut child = gantry()
-        .arg("--url")
-        .arg(url)
-        .arg("set-secret")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(value.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let mut cmd = gantry();
+    cmd.arg("--url").arg(url).arg("set-secret").args(args);
+    let out = super::output_with_stdin(cmd, value);
     assert!(
         out.status.success(),
         "set-secret {args:?}: {}",

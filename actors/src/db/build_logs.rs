@@ -109,12 +109,50 @@ impl Collection<'_> {
     }
 }
 
-/// Pages one step of SQLite's incremental vacuum gives back (256 KiB of 4
-/// KiB pages): one short write transaction each. A freed page near the
-/// file's end in use by another table is moved, at about 1 ms a page on
-/// these machines (a 1 GiB log's pages lie between other tables'), so a
-/// step of 1,024 pages held the write lock for most of a second.
+/// Pages the first step of SQLite's incremental vacuum gives back (256
+/// KiB of 4 KiB pages): one short write transaction each. A freed page
+/// near the file's end in use by another table is moved, at about 1 ms a
+/// page on these machines (a 1 GiB log's pages lie between other
+/// tables'), so a step of 1,024 pages held the write lock for most of a
+/// second. Later steps pace themselves (see [`VacuumPace`]).
 const VACUUM_STEP: i64 = 64;
+
+/// The pacing of incremental vacuum steps: each step's size follows how
+/// long the last one held the write lock, and the pause after it is at
+/// least as long as the step, so giving space back holds SQLite's one
+/// write lock at most half the time and no step for much over
+/// [`VacuumPace::TARGET`], however loaded the machine (a fixed step of 64
+/// pages held a writer up to 3 s while the 2 cores ran three test
+/// processes).
+#[derive(Debug, Clone, Copy)]
+struct VacuumPace {
+    step: i64,
+}
+
+impl VacuumPace {
+    /// The longest a step should hold the write lock.
+    const TARGET: std::time::Duration = std::time::Duration::from_millis(20);
+    const MIN_STEP: i64 = 4;
+    const MAX_STEP: i64 = 512;
+
+    fn new() -> Self {
+        Self { step: VACUUM_STEP }
+    }
+
+    /// Takes the time the last step took; answers the pause before the next.
+    fn took(&mut self, elapsed: std::time::Duration) -> std::time::Duration {
+        if elapsed > Self::TARGET {
+            // Scale down in proportion (a step four times too long is cut
+            // to a quarter), at least by half.
+            let ratio = Self::TARGET.as_secs_f64() / elapsed.as_secs_f64();
+            let scaled = ((self.step as f64) * ratio.min(0.5)) as i64;
+            self.step = scaled.max(Self::MIN_STEP);
+        } else if elapsed < Self::TARGET / 4 {
+            self.step = (self.step * 2).min(Self::MAX_STEP);
+        }
+        WRITERS_PAUSE.max(elapsed)
+    }
+}
 
 /// Makes a SQLite database give back the pages deleted rows leave
 /// (`auto_vacuum = INCREMENTAL`), on one connection: the mode is set, then
@@ -160,14 +198,15 @@ impl Db {
     }
 
     /// Gives back to the file system up to `max_pages` pages that deleted
-    /// rows freed (SQLite: incremental vacuum, a step of 64 pages per
-    /// statement, so no step holds the write lock long); answers the pages
+    /// rows freed (SQLite: incremental vacuum in self-paced steps, see
+    /// [`VacuumPace`], so no step holds the write lock long); answers the pages
     /// given back. PostgreSQL: none (its autovacuum makes them reusable).
     pub(crate) async fn reclaim_space(&self, max_pages: i64) -> Result<i64, EngineError> {
         if self.is_shared() {
             return Ok(0);
         }
         let mut freed = 0;
+        let mut pace = VacuumPace::new();
         while freed < max_pages {
             let (free,): (i64,) = sqlx::query_as("PRAGMA freelist_count")
                 .fetch_one(self.pool())
@@ -175,12 +214,13 @@ impl Db {
             if free == 0 {
                 break;
             }
-            let step = free.min(VACUUM_STEP).min(max_pages - freed);
+            let step = free.min(pace.step).min(max_pages - freed);
+            let started = std::time::Instant::now();
             sqlx::query(&format!("PRAGMA incremental_vacuum({step})"))
                 .execute(self.pool())
                 .await?;
             freed += step;
-            self.let_writers_in().await;
+            tokio::time::sleep(pace.took(started.elapsed())).await;
         }
         Ok(freed)
     }
@@ -188,6 +228,37 @@ impl Db {
 
 #[cfg(test)]
 mod tests {
+    use super::VacuumPace;
+    use std::time::Duration;
+
+    #[test]
+    fn vacuum_steps_shrink_when_slow_grow_when_quick_and_pause_as_long_as_they_took() {
+        let mut pace = VacuumPace::new();
+        assert_eq!(pace.step, 64);
+        // A step of 64 pages that held the lock 320 ms (16 times the
+        // target) is cut to 4; the pause is as long as the step.
+        assert_eq!(
+            pace.took(Duration::from_millis(320)),
+            Duration::from_millis(320)
+        );
+        assert_eq!(pace.step, VacuumPace::MIN_STEP);
+        // Quick steps grow back, doubling, up to the cap; the pause stays
+        // at least the writers' pause.
+        for _ in 0..20 {
+            assert_eq!(
+                pace.took(Duration::from_millis(1)),
+                Duration::from_millis(20)
+            );
+        }
+        assert_eq!(pace.step, VacuumPace::MAX_STEP);
+        // Just over the target: at least halved.
+        pace.took(Duration::from_millis(21));
+        assert_eq!(pace.step, VacuumPace::MAX_STEP / 2);
+        // Within the target: kept.
+        pace.took(Duration::from_millis(10));
+        assert_eq!(pace.step, VacuumPace::MAX_STEP / 2);
+    }
+
     async fn pages(db: &crate::db::Db) -> i64 {
         let (n,): (i64,) = sqlx::query_as("PRAGMA page_count")
             .fetch_one(db.pool())

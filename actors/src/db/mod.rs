@@ -5,6 +5,7 @@
 mod allowance;
 mod artifacts;
 mod at_rest;
+mod audit;
 #[cfg(feature = "testing")]
 mod bench;
 mod build_logs;
@@ -32,6 +33,7 @@ mod secrets;
 mod states;
 mod stores;
 mod task_caches;
+mod team_roles;
 mod teams;
 #[cfg(test)]
 pub(crate) mod test_pg;

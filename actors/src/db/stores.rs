@@ -13,7 +13,7 @@
 //! | [`Handles`] | containers and volumes, intercept sessions, task caches | `handles`, `intercepts`, `task_caches` |
 //! | [`ArtifactIndex`] | artifacts and where their copies are | `artifacts` |
 //! | [`Collection`] | what the garbage collector reads and writes across them | `gc_collect`, `gc_pressure`, `gc_sweep` |
-//! | [`Teams`] | teams and their tokens | `teams` |
+//! | [`Teams`] | teams, their tokens, the audit log | `teams` |
 //! | [`Nodes`] | web nodes, their leases and abort requests | `web_nodes`, `leadership` |
 //! | [`Secrets`] | the built-in credential manager's secrets | `secrets` |
 

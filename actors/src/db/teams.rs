@@ -26,6 +26,10 @@ pub struct TokenRow {
     pub expires_at: Option<i64>,
     /// Unix ms of its revocation, if revoked.
     pub revoked_at: Option<i64>,
+    /// Its role in its team.
+    pub role: crate::roles::Role,
+    /// The person it was made for at sign-in (`None`: a team token).
+    pub user: Option<String>,
 }
 
 impl TokenRow {
@@ -43,6 +47,8 @@ type TokenTuple = (
     i64,
     Option<i64>,
     Option<i64>,
+    String,
+    Option<String>,
 );
 
 fn token_row(t: TokenTuple) -> TokenRow {
@@ -54,10 +60,15 @@ fn token_row(t: TokenTuple) -> TokenRow {
         created_at: t.4,
         expires_at: t.5,
         revoked_at: t.6,
+        // The column only ever holds a role's name (written below); an
+        // unknown one reads as the least.
+        role: t.7.parse().unwrap_or(crate::roles::Role::Viewer),
+        user: t.8,
     }
 }
 
-const TOKEN_COLUMNS: &str = "id, team, token_hash, description, created_at, expires_at, revoked_at";
+const TOKEN_COLUMNS: &str =
+    "id, team, token_hash, description, created_at, expires_at, revoked_at, role, user_name";
 
 impl Teams<'_> {
     /// Every team, by name.
@@ -94,6 +105,10 @@ impl Teams<'_> {
             .execute(&mut *tx)
             .await?
             .rows_affected();
+        sqlx::query("DELETE FROM team_roles WHERE team = $1")
+            .bind(team)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("UPDATE api_tokens SET revoked_at = $1 WHERE team = $2 AND revoked_at IS NULL")
             .bind(now)
             .bind(team)
@@ -106,7 +121,7 @@ impl Teams<'_> {
     /// Stores a new token (its hash only).
     pub(crate) async fn insert_token(&self, row: &TokenRow) -> Result<(), EngineError> {
         sqlx::query(&format!(
-            "INSERT INTO api_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+            "INSERT INTO api_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
         ))
         .bind(&row.id)
         .bind(&row.team)
@@ -115,6 +130,8 @@ impl Teams<'_> {
         .bind(row.created_at)
         .bind(row.expires_at)
         .bind(row.revoked_at)
+        .bind(row.role.as_str())
+        .bind(&row.user)
         .execute(self.db.pool())
         .await?;
         Ok(())
@@ -178,6 +195,8 @@ impl From<TokenRow> for crate::views::Token {
             created_at: r.created_at,
             expires_at: r.expires_at,
             revoked_at: r.revoked_at,
+            role: r.role,
+            user: r.user,
         }
     }
 }
@@ -195,6 +214,8 @@ mod tests {
             created_at: 10,
             expires_at,
             revoked_at: None,
+            role: crate::roles::Role::Member,
+            user: None,
         }
     }
 
@@ -207,7 +228,10 @@ mod tests {
             .await
             .unwrap();
         db.teams()
-            .insert_token(&token("b", "red", Some(100)))
+            .insert_token(&crate::db::TokenRow {
+                role: crate::roles::Role::Viewer,
+                ..token("b", "red", Some(100))
+            })
             .await
             .unwrap();
         db.teams()
@@ -216,6 +240,9 @@ mod tests {
             .unwrap();
         let b = db.teams().token("b").await.unwrap().unwrap();
         assert_eq!(b.token_hash, "hash-b");
+        assert_eq!(b.role, crate::roles::Role::Viewer);
+        let a = db.teams().token("a").await.unwrap().unwrap();
+        assert_eq!(a.role, crate::roles::Role::Member);
         assert!(b.valid_at(99) && !b.valid_at(100), "expires at 100");
         assert_eq!(
             db.teams()

@@ -10,6 +10,7 @@ mod handles;
 mod health;
 mod job_builds;
 mod one_build;
+mod people;
 mod pipeline_jobs;
 mod pipelines;
 mod reruns;

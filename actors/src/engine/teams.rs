@@ -9,7 +9,8 @@ use sha2::{Digest as _, Sha256};
 use super::Engine;
 use crate::db::{now_ms, TokenRow};
 use crate::error::EngineError;
-use crate::views::{Team, Token};
+use crate::roles::Role;
+use crate::views::{AuditEntry, Team, Token};
 
 /// The prefix of every token made through the API.
 pub const TOKEN_PREFIX: &str = "gtk_";
@@ -114,11 +115,12 @@ impl Engine {
         Ok(())
     }
 
-    /// Makes a token for `team` (which must exist), valid for `ttl_ms` if
-    /// given.
+    /// Makes a token for `team` (which must exist) with `role` in it,
+    /// valid for `ttl_ms` if given.
     pub async fn create_token(
         &self,
         team: &str,
+        role: Role,
         ttl_ms: Option<i64>,
         description: Option<String>,
     ) -> Result<NewToken, EngineError> {
@@ -133,6 +135,20 @@ impl Engine {
                 "a token's lifetime must be positive".into(),
             ));
         }
+        self.issue_token(team, role, ttl_ms, description, None)
+            .await
+    }
+
+    /// Makes and stores a token for `team` with `role`, for `user` when it
+    /// is a sign-in's.
+    pub(super) async fn issue_token(
+        &self,
+        team: &str,
+        role: Role,
+        ttl_ms: Option<i64>,
+        description: Option<String>,
+        user: Option<String>,
+    ) -> Result<NewToken, EngineError> {
         let mut id = [0u8; 8];
         let mut secret = [0u8; 32];
         rand::thread_rng().fill_bytes(&mut id);
@@ -148,6 +164,8 @@ impl Engine {
             created_at: now,
             expires_at: ttl_ms.map(|t| now.saturating_add(t)),
             revoked_at: None,
+            role,
+            user,
         };
         self.db.teams().insert_token(&row).await?;
         Ok(NewToken {
@@ -168,9 +186,11 @@ impl Engine {
         Ok(rows.into_iter().map(Token::from).collect())
     }
 
-    /// Revokes token `id`.
-    pub async fn revoke_token(&self, id: &str) -> Result<(), EngineError> {
-        match self.db.teams().token(id).await? {
+    /// Revokes token `id` (when `team` is given, only one of that team's:
+    /// another team's is answered as absent).
+    pub async fn revoke_token(&self, id: &str, team: Option<&str>) -> Result<(), EngineError> {
+        let row = self.db.teams().token(id).await?;
+        match row.filter(|r| team.is_none_or(|t| t == r.team)) {
             None => Err(EngineError::NotFound {
                 kind: "token",
                 name: id.to_string(),
@@ -185,9 +205,32 @@ impl Engine {
         }
     }
 
-    /// The team a token made through the API acts for, when it is one, is
-    /// known, matches its stored hash, and is neither revoked nor expired.
-    pub async fn team_of_token(&self, token: &str) -> Result<Option<String>, EngineError> {
+    /// Appends a change to the audit log, stamped now.
+    pub async fn record_audit(&self, mut entry: AuditEntry) -> Result<(), EngineError> {
+        entry.at = now_ms();
+        self.db.teams().record_audit(&entry).await
+    }
+
+    /// One page of the audit log, oldest first (of `team` only, when
+    /// given): at most `limit` entries after the entry `after`.
+    pub async fn audit_page(
+        &self,
+        team: Option<&str>,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<AuditEntry>, EngineError> {
+        self.db.teams().audit_page(team, after, limit).await
+    }
+
+    /// The team of the token with public id `id`, if there is one.
+    pub async fn team_of_token_id(&self, id: &str) -> Result<Option<String>, EngineError> {
+        Ok(self.db.teams().token(id).await?.map(|r| r.team))
+    }
+
+    /// The token made through the API that `token` is, when it is one, is
+    /// known, matches its stored hash, and is neither revoked nor expired:
+    /// its team, role and person.
+    pub async fn team_of_token(&self, token: &str) -> Result<Option<Token>, EngineError> {
         let Some(rest) = token.strip_prefix(TOKEN_PREFIX) else {
             return Ok(None);
         };
@@ -200,7 +243,7 @@ impl Engine {
         if !same(&row.token_hash, &hash(token)) || !row.valid_at(now_ms()) {
             return Ok(None);
         }
-        Ok(Some(row.team))
+        Ok(Some(row.into()))
     }
 }
 

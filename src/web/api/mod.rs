@@ -6,6 +6,7 @@
 //! the bounds of names, descriptions, tags and times (`bounds.rs`).
 
 pub mod artifacts;
+pub mod audit;
 pub mod bounds;
 pub(crate) mod builds;
 pub mod gc;
@@ -17,6 +18,7 @@ pub mod pipelines;
 pub mod queue;
 pub mod reruns;
 pub mod secrets;
+pub mod sessions;
 pub mod teams;
 pub mod workers;
 

@@ -1,6 +1,7 @@
-//! Teams and team tokens through the API (admin only, except that a team's
-//! token may list its own team and tokens): `gantry teams`, `set-team`,
-//! `destroy-team`, `tokens`, `token create`, `token revoke`.
+//! Teams and team tokens through the API: `gantry teams`, `set-team`,
+//! `destroy-team`, `tokens`, `token create`, `token revoke`. The admin
+//! makes teams; a team's owner sets and destroys its own team and manages
+//! its tokens (the action map, `web/rbac.rs`, refuses lower roles).
 
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
@@ -24,6 +25,20 @@ pub struct CreateToken {
     /// What it is for.
     #[serde(default)]
     pub description: Option<String>,
+    /// Its role in the team: `owner`, `member`, `pipeline-operator` or
+    /// `viewer`; `member` when absent.
+    #[serde(default)]
+    pub role: Option<gantry_actors::api::Role>,
+}
+
+/// The body of `PUT /api/v1/teams/{team}`: users and groups to give a
+/// role in the team (in place of the one they had).
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetTeam {
+    /// Who gets which role.
+    #[serde(default)]
+    pub roles: Vec<gantry_actors::api::TeamRole>,
 }
 
 /// `GET /api/v1/teams`: every team (the admin), or the caller's own.
@@ -34,7 +49,7 @@ pub struct CreateToken {
     tag = "teams",
     params(PageQuery),
     responses(
-        (status = 200, description = "A page of teams by name: name, created_at (unix ms), from_config; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<Object>),
+        (status = 200, description = "A page of teams by name: name, created_at (unix ms), from_config, roles (who is what); `Link: <URL>; rel=\"next\"` when more follow", body = Vec<Object>),
         (status = 400, description = "A bad limit or unknown query parameter", body = crate::web::error::ErrorBody),
     )
 )]
@@ -46,6 +61,7 @@ pub async fn list(
 ) -> Result<HttpResponse, ApiError> {
     let page = query.into_inner().page()?;
     let filter = identity.team_filter()?;
+    let roles = state.engine.team_roles(filter).await?;
     let teams: Vec<_> = state
         .engine
         .teams()
@@ -54,10 +70,16 @@ pub async fn list(
         .filter(|t| filter.is_none_or(|f| f == t.name))
         .map(|t| {
             let from_config = state.tokens.teams.contains_key(&t.name);
+            let members: Vec<_> = roles
+                .iter()
+                .filter(|(team, _)| *team == t.name)
+                .map(|(_, r)| r)
+                .collect();
             serde_json::json!({
                 "name": t.name,
                 "created_at": t.created_at,
                 "from_config": from_config,
+                "roles": members,
             })
         })
         .collect();
@@ -66,20 +88,21 @@ pub async fn list(
     }))
 }
 
-/// `PUT /api/v1/teams/{team}` (admin): creates the team if it does not
-/// exist; 201 when it was made, 200 when it was there.
+/// `PUT /api/v1/teams/{team}`: creates the team if it does not exist (the
+/// admin); 201 when it was made, 200 when it was there (the admin or the
+/// team's owner). The body's users and groups get their roles in it.
 #[utoipa::path(
     put,
     path = "/api/v1/teams/{team}",
     operation_id = "setTeam",
     tag = "teams",
     params(("team" = String, Path, description = "The team's name")),
-    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
+    request_body(content = Option<SetTeam>, description = "Optional: users and groups to give a role"),
     responses(
         (status = 201, description = "Created: {name, created: true}", body = Object),
         (status = 200, description = "It existed: {name, created: false}", body = Object),
         (status = 400, description = "Not a valid team name, or a body (this request takes none)", body = crate::web::error::ErrorBody),
-        (status = 403, description = "Not the admin", body = crate::web::error::ErrorBody),
+        (status = 403, description = "Not the admin (a new team), nor the team's owner", body = crate::web::error::ErrorBody),
         (status = 413, description = "Body over the request body limit", body = crate::web::error::ErrorBody),
     )
 )]
@@ -87,11 +110,15 @@ pub async fn set(
     identity: Identity,
     state: web::Data<AppState>,
     path: web::Path<String>,
-    _: NoBody,
+    body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    identity.require_admin()?;
     let team = path.into_inner();
+    if !identity.can_use_team(&team) {
+        identity.require_admin()?;
+    }
+    let req: SetTeam = super::optional_json(&body)?;
     let created = state.engine.set_team(&team).await?;
+    state.engine.set_team_roles(&team, &req.roles).await?;
     let body = serde_json::json!({ "name": team, "created": created });
     Ok(if created {
         HttpResponse::Created().json(body)
@@ -100,9 +127,9 @@ pub async fn set(
     })
 }
 
-/// `DELETE /api/v1/teams/{team}` (admin): removes the team and revokes its
-/// tokens; refused for `main`, a team of the config file, and a team with
-/// builds that have not ended.
+/// `DELETE /api/v1/teams/{team}` (the admin or the team's owner): removes
+/// the team and revokes its tokens; refused for `main`, a team of the
+/// config file, and a team with builds that have not ended.
 #[utoipa::path(
     delete,
     path = "/api/v1/teams/{team}",
@@ -113,7 +140,7 @@ pub async fn set(
     responses(
         (status = 200, description = "Removed: {removed: NAME}", body = Object),
         (status = 400, description = "main, or a team with builds that have not ended"),
-        (status = 403, description = "Not the admin"),
+        (status = 403, description = "Not the admin nor the team's owner"),
         (status = 404, description = "No such team"),
         (status = 409, description = "A team of the config file"),
     )
@@ -124,8 +151,8 @@ pub async fn remove(
     path: web::Path<String>,
     _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
-    identity.require_admin()?;
     let team = path.into_inner();
+    identity.require_team(&team, &format!("team {team:?}"))?;
     if state.tokens.teams.contains_key(&team) {
         return Err(ApiError {
             status: actix_web::http::StatusCode::CONFLICT,
@@ -136,19 +163,53 @@ pub async fn remove(
     Ok(HttpResponse::Ok().json(serde_json::json!({ "removed": team })))
 }
 
-/// `POST /api/v1/teams/{team}/tokens` (admin): makes a token for the team;
-/// the answer (201) is the only time its secret is shown.
+/// `DELETE /api/v1/teams/{team}/roles/{kind}/{name}` (the admin or the
+/// team's owner): takes a user's or group's role in the team away.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/teams/{team}/roles/{kind}/{name}",
+    operation_id = "removeTeamRole",
+    tag = "teams",
+    params(
+        ("team" = String, Path, description = "The team's name"),
+        ("kind" = String, Path, description = "`user` or `group`"),
+        ("name" = String, Path, description = "The user's or group's name"),
+    ),
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
+    responses(
+        (status = 200, description = "Removed: {removed: NAME}", body = Object),
+        (status = 400, description = "A kind other than user or group", body = crate::web::error::ErrorBody),
+        (status = 403, description = "Not the admin nor the team's owner", body = crate::web::error::ErrorBody),
+        (status = 404, description = "No such role in the team", body = crate::web::error::ErrorBody),
+    )
+)]
+pub async fn remove_role(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String, String)>,
+    _: NoBody,
+) -> Result<HttpResponse, ApiError> {
+    let (team, kind, name) = path.into_inner();
+    identity.require_team(&team, &format!("team {team:?}"))?;
+    let kind: gantry_actors::api::MemberKind = kind.parse().map_err(ApiError::bad_request)?;
+    state.engine.remove_team_role(&team, kind, &name).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "removed": name })))
+}
+
+/// `POST /api/v1/teams/{team}/tokens` (the admin or the team's owner):
+/// makes a token for the team with a role in it; the answer (201) is the
+/// only time its secret is shown.
 #[utoipa::path(
     post,
     path = "/api/v1/teams/{team}/tokens",
     operation_id = "createToken",
     tag = "teams",
     params(("team" = String, Path, description = "The team the token acts for")),
-    request_body(content = Option<CreateToken>, description = "Optional expiry and description"),
+    request_body(content = Option<CreateToken>, description = "Optional role, expiry and description"),
     responses(
         (status = 201, description = "The token (shown only now) and its record", body = Object),
         (status = 400, description = "Invalid body"),
-        (status = 403, description = "Not the admin"),
+        (status = 403, description = "Not the admin nor the team's owner"),
         (status = 404, description = "No such team"),
     )
 )]
@@ -158,8 +219,8 @@ pub async fn create_token(
     path: web::Path<String>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    identity.require_admin()?;
     let team = path.into_inner();
+    identity.require_team(&team, &format!("team {team:?}"))?;
     let req: CreateToken = super::optional_json(&body)?;
     let ttl_ms = match req.expires_in_secs {
         Some(s) if !(1..=MAX_TOKEN_EXPIRY_SECS).contains(&s) => {
@@ -179,7 +240,12 @@ pub async fn create_token(
     }
     let made = state
         .engine
-        .create_token(&team, ttl_ms, req.description)
+        .create_token(
+            &team,
+            req.role.unwrap_or(gantry_actors::api::Role::Member),
+            ttl_ms,
+            req.description,
+        )
         .await?;
     Ok(HttpResponse::Created().json(made))
 }
@@ -212,7 +278,8 @@ pub async fn list_tokens(
     Ok(page.answer(&req, tokens, |t| t.id.clone()))
 }
 
-/// `DELETE /api/v1/tokens/{id}` (admin): revokes a token at once.
+/// `DELETE /api/v1/tokens/{id}` (the admin or the token's team's owner):
+/// revokes a token at once.
 #[utoipa::path(
     delete,
     path = "/api/v1/tokens/{id}",
@@ -223,8 +290,8 @@ pub async fn list_tokens(
     responses(
         (status = 200, description = "Revoked: {revoked: ID}", body = Object),
         (status = 400, description = "Already revoked"),
-        (status = 403, description = "Not the admin"),
-        (status = 404, description = "No such token"),
+        (status = 403, description = "Not the admin nor the token's team's owner"),
+        (status = 404, description = "No such token (or another team's)"),
     )
 )]
 pub async fn revoke_token(
@@ -233,8 +300,8 @@ pub async fn revoke_token(
     path: web::Path<String>,
     _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
-    identity.require_admin()?;
     let id = path.into_inner();
-    state.engine.revoke_token(&id).await?;
+    let team = identity.team_filter()?;
+    state.engine.revoke_token(&id, team).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "revoked": id })))
 }

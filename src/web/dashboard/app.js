@@ -12,6 +12,41 @@ const token = (() => {
 })();
 const authHeaders = token ? { Authorization: "Bearer " + token } : {};
 
+// Without a token the page uses the browser's session (an HttpOnly cookie
+// set at /login): who it is, and the CSRF token its changes carry. A
+// secured node that knows no session sends the page to /login.
+const session = (async () => {
+  if (token) return null;
+  const answer = await fetch("/api/v1/user");
+  if (answer.status === 401) {
+    location.href = "/login?next=" + encodeURIComponent(location.pathname);
+    return null;
+  }
+  const me = answer.ok ? await answer.json() : null;
+  if (me && me.user) {
+    $("signout").hidden = false;
+    $("signout").onclick = async () => {
+      await act("DELETE", "/api/v1/sessions/current");
+      location.href = "/login";
+    };
+  }
+  return me;
+})();
+
+// A change through the API, as the signed-in person: the token's header,
+// or the session's CSRF token (a page of another origin has neither).
+async function act(method, path, body) {
+  const me = await session;
+  const headers = { ...authHeaders, "content-type": "application/json" };
+  if (me && me.csrf_token) headers["X-Gantry-CSRF"] = me.csrf_token;
+  const answer = await fetch(path, { method, headers, body: body ? JSON.stringify(body) : undefined });
+  const text = await answer.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch (_) { /* not JSON */ }
+  return { status: answer.status, body: json };
+}
+window.gantry = { act };
+
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) =>
   ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);

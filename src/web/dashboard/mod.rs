@@ -23,6 +23,20 @@ pub async fn page() -> HttpResponse {
     asset("text/html; charset=utf-8", include_str!("index.html"))
 }
 
+/// `GET /login`: the sign-in page (a local user's name and password; the
+/// session is set as a cookie).
+#[utoipa::path(
+    get,
+    path = "/login",
+    operation_id = "dashboardLogin",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "The sign-in page (HTML)", content_type = "text/html", body = String))
+)]
+pub async fn login_page() -> HttpResponse {
+    asset("text/html; charset=utf-8", include_str!("login.html"))
+}
+
 /// `GET /builds/{id}`: the dashboard's page of a build (the same page: it
 /// routes on `location.pathname` itself).
 #[utoipa::path(

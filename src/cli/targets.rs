@@ -1,0 +1,170 @@
+//! fly-like targets: `gantry login -c URL -n TEAM -t NAME` saves a web
+//! node's URL, a team and a signed-in token under a name in `~/.gantryrc`
+//! (YAML, mode 0600, rewritten whole through a temporary file); `-t NAME`
+//! (or `GANTRY_TARGET`) on any verb acts through it. A target fills
+//! `GANTRY_URL`, `GANTRY_TOKEN` and `GANTRY_TEAM` before the command line
+//! is parsed, where they are not set, so `--url`, `--token` and `--team`
+//! still win.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+/// One saved target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    /// The web node's URL.
+    pub api: String,
+    /// The team the token acts in.
+    pub team: String,
+    /// The token (a sign-in's).
+    pub token: String,
+    /// Who signed in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Unix ms after which the token is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
+}
+
+/// The file's contents.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Targets {
+    /// Targets by name.
+    #[serde(default)]
+    pub targets: BTreeMap<String, Target>,
+}
+
+/// `~/.gantryrc` (`$HOME/.gantryrc`).
+pub fn path() -> anyhow::Result<PathBuf> {
+    let home = std::env::var_os("HOME").context("HOME is not set: cannot find ~/.gantryrc")?;
+    Ok(PathBuf::from(home).join(".gantryrc"))
+}
+
+impl Targets {
+    /// Reads the file (none yet: no targets).
+    pub fn load() -> anyhow::Result<Self> {
+        let path = path()?;
+        match std::fs::read_to_string(&path) {
+            Ok(text) => serde_yaml::from_str(&text)
+                .with_context(|| format!("{} is not a targets file", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+
+    /// Writes the file whole, owner-only, through a temporary file renamed
+    /// over it (a crash leaves the old file or the new, never half).
+    pub fn save(&self) -> anyhow::Result<()> {
+        let path = path()?;
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let text = serde_yaml::to_string(self)?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+        Ok(())
+    }
+
+    /// The target named `name`, or an error listing the known ones.
+    pub fn get(&self, name: &str) -> anyhow::Result<&Target> {
+        self.targets.get(name).ok_or_else(|| {
+            let known: Vec<&str> = self.targets.keys().map(String::as_str).collect();
+            anyhow::anyhow!(
+                "unknown target {name:?} (known: {}); sign in with `gantry login -c URL -n TEAM -t {name}`",
+                if known.is_empty() { "none".to_string() } else { known.join(", ") }
+            )
+        })
+    }
+}
+
+/// The target a command line names: `-t NAME`, `--target NAME`,
+/// `--target=NAME`, `-tNAME` or `GANTRY_TARGET`.
+fn named_target(args: &[std::ffi::OsString]) -> Option<String> {
+    let mut it = args
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned());
+    while let Some(arg) = it.next() {
+        if arg == "--" {
+            break;
+        }
+        if arg == "-t" || arg == "--target" {
+            return it.next();
+        }
+        if let Some(v) = arg.strip_prefix("--target=") {
+            return Some(v.to_string());
+        }
+        if let Some(v) = arg
+            .strip_prefix("-t")
+            .filter(|v| !v.is_empty() && !arg.starts_with("--"))
+        {
+            return Some(v.to_string());
+        }
+    }
+    std::env::var("GANTRY_TARGET")
+        .ok()
+        .filter(|t| !t.is_empty())
+}
+
+/// Before the command line is parsed: fills `GANTRY_URL`, `GANTRY_TOKEN`
+/// and `GANTRY_TEAM` from the named target where they are not set. `gantry
+/// login` makes the target, so it is left alone.
+pub fn apply(args: &[std::ffi::OsString]) -> anyhow::Result<()> {
+    let Some(name) = named_target(args) else {
+        return Ok(());
+    };
+    if args.iter().any(|a| a == "login") {
+        return Ok(());
+    }
+    let targets = Targets::load()?;
+    let target = targets.get(&name)?;
+    for (var, value) in [
+        ("GANTRY_URL", &target.api),
+        ("GANTRY_TOKEN", &target.token),
+        ("GANTRY_TEAM", &target.team),
+    ] {
+        if std::env::var_os(var).is_none() {
+            // Single-threaded: nothing else runs before the command line
+            // is parsed.
+            std::env::set_var(var, value);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<std::ffi::OsString> {
+        a.iter().map(|s| s.into()).collect()
+    }
+
+    #[test]
+    fn a_target_is_named_by_t_or_target_in_any_place() {
+        for line in [
+            &["gantry", "-t", "ci", "builds"][..],
+            &["gantry", "builds", "--target", "ci"],
+            &["gantry", "builds", "--target=ci"],
+            &["gantry", "-tci", "builds"],
+        ] {
+            assert_eq!(named_target(&args(line)).as_deref(), Some("ci"), "{line:?}");
+        }
+        assert_eq!(
+            named_target(&args(&["gantry", "builds", "--", "-t", "x"])),
+            None
+        );
+    }
+}

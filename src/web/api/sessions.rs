@@ -1,0 +1,189 @@
+//! Signing people in and out: `POST /api/v1/sessions` checks a local
+//! user's password and answers a token of one team with the user's role
+//! there (`gantry login -u`), or for a browser (`"cookie": true`, the
+//! sign-in page) sets it as an `HttpOnly`, `SameSite=Lax` cookie
+//! (`Secure` over TLS) and answers only the session's CSRF token; `DELETE
+//! /api/v1/sessions/current` revokes the token it is called with and
+//! clears the cookie (`gantry logout`, the page's sign-out); `GET
+//! /api/v1/user` says who a token is (`gantry status`).
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+
+use actix_web::cookie::{time::Duration as CookieAge, Cookie, SameSite};
+
+use crate::web::auth::{csrf_of, request_token, Identity, SESSION_COOKIE};
+use crate::web::error::ApiError;
+use crate::web::AppState;
+
+/// The body of `POST /api/v1/sessions`.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SignIn {
+    /// A user of `[web.users]`.
+    pub username: String,
+    /// Their password.
+    pub password: String,
+    /// The team to act in; none: `main` when they have a role there, else
+    /// the first team they have one in.
+    #[serde(default)]
+    pub team: Option<String>,
+    /// A browser's sign-in: the token is set as a cookie, never answered.
+    #[serde(default)]
+    pub cookie: bool,
+}
+
+/// The session cookie holding `value` for `max_age` (0: cleared), `Secure`
+/// when the request came over TLS.
+fn session_cookie(req: &HttpRequest, value: &str, max_age: CookieAge) -> Cookie<'static> {
+    let mut cookie = Cookie::build(SESSION_COOKIE, value.to_string())
+        .path("/")
+        .http_only(true)
+        .same_site(SameSite::Lax)
+        .max_age(max_age)
+        .finish();
+    if req.connection_info().scheme() == "https" {
+        cookie.set_secure(true);
+    }
+    cookie
+}
+
+/// `POST /api/v1/sessions`: signs a local user in.
+#[utoipa::path(
+    post,
+    path = "/api/v1/sessions",
+    operation_id = "signIn",
+    tag = "teams",
+    security(()),
+    request_body = SignIn,
+    responses(
+        (status = 201, description = "Signed in: the token (shown only now), its team, role, user and expiry", body = Object),
+        (status = 400, description = "Invalid body", body = crate::web::error::ErrorBody),
+        (status = 401, description = "Wrong user name or password", body = crate::web::error::ErrorBody),
+        (status = 403, description = "The user has no role in the team (or in any)", body = crate::web::error::ErrorBody),
+    )
+)]
+pub async fn sign_in(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    body: web::Json<SignIn>,
+) -> Result<HttpResponse, ApiError> {
+    let SignIn {
+        username,
+        password,
+        team,
+        cookie,
+    } = body.into_inner();
+    if !state.people.any() {
+        return Err(ApiError::unauthorized(
+            "this web node has no users ([web.users]): present a token instead",
+        ));
+    }
+    let people = state.people.clone();
+    let user = username.clone();
+    let good = web::block(move || people.check(&user, &password))
+        .await
+        .map_err(|e| ApiError {
+            status: actix_web::http::StatusCode::INTERNAL_SERVER_ERROR,
+            message: format!("checking the password: {e}"),
+        })?;
+    if !good {
+        return Err(ApiError::unauthorized("wrong user name or password"));
+    }
+    let made = state
+        .engine
+        .sign_in(&username, &[], team.as_deref(), state.people.session_ttl_ms)
+        .await?;
+    match made {
+        Some(session) if cookie => {
+            let token = &session.token.token;
+            let row = &session.token.row;
+            let age = CookieAge::milliseconds(state.people.session_ttl_ms);
+            Ok(HttpResponse::Created()
+                .cookie(session_cookie(&req, token, age))
+                .json(serde_json::json!({
+                    "user": row.user,
+                    "team": row.team,
+                    "role": row.role,
+                    "expires_at": row.expires_at,
+                    "csrf_token": csrf_of(token),
+                })))
+        }
+        Some(session) => Ok(HttpResponse::Created().json(session)),
+        None => Err(ApiError {
+            status: actix_web::http::StatusCode::FORBIDDEN,
+            message: match team {
+                Some(t) => format!("user {username} has no role in team {t}"),
+                None => format!("user {username} has no role in any team"),
+            },
+        }),
+    }
+}
+
+/// `DELETE /api/v1/sessions/current`: revokes the sign-in token the
+/// request presents.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/sessions/current",
+    operation_id = "signOut",
+    tag = "teams",
+    responses(
+        (status = 200, description = "Signed out: the token is revoked", body = Object),
+        (status = 400, description = "The token is not a sign-in's (a team token: revoke it with `gantry token revoke`)", body = crate::web::error::ErrorBody),
+    )
+)]
+pub async fn sign_out(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let token = request_token(&req).unwrap_or_default();
+    let session = state
+        .engine
+        .team_of_token(&token)
+        .await?
+        .filter(|t| t.user.is_some())
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "this token is not a sign-in's: revoke a team token with `gantry token revoke`",
+            )
+        })?;
+    state.engine.revoke_token(&session.id, None).await?;
+    Ok(HttpResponse::Ok()
+        .cookie(session_cookie(&req, "", CookieAge::ZERO))
+        .json(serde_json::json!({ "signed_out": session.user })))
+}
+
+/// `GET /api/v1/user`: who the request's token is.
+#[utoipa::path(
+    get,
+    path = "/api/v1/user",
+    operation_id = "whoAmI",
+    tag = "teams",
+    responses(
+        (status = 200, description = "The caller: admin, team, role, user (a sign-in's), expires_at", body = Object),
+    )
+)]
+pub async fn who_am_i(
+    req: HttpRequest,
+    identity: Identity,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let token = request_token(&req).unwrap_or_default();
+    let known = state.engine.team_of_token(&token).await?;
+    let (team, role) = match &identity {
+        Identity::Team(team, role) => (Some(team.clone()), Some(role.as_str())),
+        _ => (
+            known.as_ref().map(|t| t.team.clone()),
+            known.as_ref().map(|t| t.role.as_str()),
+        ),
+    };
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "admin": identity == Identity::Admin,
+        "team": team,
+        "role": role,
+        "user": known.as_ref().and_then(|t| t.user.clone()),
+        "expires_at": known.as_ref().and_then(|t| t.expires_at),
+        // What a page signed in with the cookie sends with its changes.
+        "csrf_token": (!token.is_empty()).then(|| csrf_of(&token)),
+    })))
+}

@@ -1,0 +1,103 @@
+//! Local users (`[web.users]`): their argon2id password hashes, checked
+//! off the async threads. Which team roles a user has is the engine's
+//! (`gantry set-team --user`); a sign-in (`api/sessions.rs`) turns a
+//! checked password into an expiring, revocable token of one team.
+
+use std::collections::BTreeMap;
+
+use argon2::password_hash::rand_core::OsRng;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+
+/// Hashes `password` as an argon2id PHC string (the crate's defaults:
+/// 19 MiB, 2 passes, 1 lane, OWASP's recommendation), for `[web.users]`.
+pub fn hash_password(password: &str) -> Result<String, String> {
+    let salt = SaltString::generate(&mut OsRng);
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| format!("hashing the password: {e}"))
+}
+
+/// The local users and how long their sign-ins last.
+#[derive(Debug, Clone, Default)]
+pub struct People {
+    /// User name to argon2 PHC string, each checked at start.
+    users: BTreeMap<String, String>,
+    /// A sign-in token's lifetime, in milliseconds.
+    pub session_ttl_ms: i64,
+}
+
+/// A PHC string no password matches, checked when the user is unknown so
+/// that an unknown name takes as long as a wrong password.
+const NOBODY: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$pD3W2m8ETpQXLYlmIbcVpbW8MtO1W0aQF4Q9t1hO3fA";
+
+impl People {
+    /// Checks every hash of `users` (naming the user whose is not an
+    /// argon2 PHC string).
+    pub fn new(users: &BTreeMap<String, String>, session_minutes: u64) -> Result<Self, String> {
+        for (name, hash) in users {
+            let parsed = PasswordHash::new(hash).map_err(|e| {
+                format!("[web.users] {name}: not a password hash ({e}); make one with `gantry hash-password`")
+            })?;
+            if !parsed.algorithm.as_str().starts_with("argon2") {
+                return Err(format!(
+                    "[web.users] {name}: a {} hash; give an argon2id one (`gantry hash-password`)",
+                    parsed.algorithm
+                ));
+            }
+        }
+        if session_minutes == 0 {
+            return Err("web.session_minutes must be at least 1".into());
+        }
+        Ok(Self {
+            users: users.clone(),
+            session_ttl_ms: i64::try_from(session_minutes.saturating_mul(60_000))
+                .unwrap_or(i64::MAX),
+        })
+    }
+
+    /// Whether any local user is configured.
+    pub fn any(&self) -> bool {
+        !self.users.is_empty()
+    }
+
+    /// Whether `password` is `user`'s (slow on purpose: run it off the
+    /// async threads).
+    pub fn check(&self, user: &str, password: &str) -> bool {
+        let (hash, known) = match self.users.get(user) {
+            Some(h) => (h.as_str(), true),
+            None => (NOBODY, false),
+        };
+        let Ok(parsed) = PasswordHash::new(hash) else {
+            return false;
+        };
+        let matches = Argon2::default()
+            .verify_password(password.as_bytes(), &parsed)
+            .is_ok();
+        known && matches
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hashed_password_checks_and_nothing_else_does() {
+        let hash = hash_password("s3cret pass").unwrap();
+        assert!(hash.starts_with("$argon2id$"), "{hash}");
+        let people = People::new(&BTreeMap::from([("alice".into(), hash)]), 60).unwrap();
+        assert!(people.check("alice", "s3cret pass"));
+        assert!(!people.check("alice", "s3cret pas"));
+        assert!(!people.check("bob", "s3cret pass"));
+        // An unknown name is checked against a real hash, as long.
+        assert!(PasswordHash::new(NOBODY).is_ok());
+        assert_eq!(people.session_ttl_ms, 3_600_000);
+        let err = People::new(&BTreeMap::from([("bob".into(), "plain".into())]), 60).unwrap_err();
+        assert!(
+            err.contains("bob") && err.contains("hash-password"),
+            "{err}"
+        );
+    }
+}
