@@ -670,6 +670,16 @@ fn the_audit_log_lists_who_set_unpaused_checked_pinned_triggered_and_aborted_in_
     );
     let build = triggered_id(&run(&operator, &["trigger-job", "-j", "s/j"]));
     client_as(url, &owner, &["abort-build", "-b", &build.to_string()]);
+    // The build says who made it and who aborted it.
+    let made: serde_json::Value = reqwest::blocking::Client::new()
+        .get(format!("{url}/api/v1/builds/{build}"))
+        .bearer_auth(&viewer)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(made["created_by"], id_of(&operator), "{made}");
+    assert_eq!(made["aborted_by"], id_of(&owner), "{made}");
 
     let log: serde_json::Value =
         serde_json::from_str(&client_as(url, &owner, &["audit", "--json"])).unwrap();

@@ -60,6 +60,13 @@ pub struct Build {
     /// ended), or `reaped` (deleted by its job's retention).
     #[serde(default)]
     pub log: String,
+    /// Who made it by hand (`user:NAME`, `token:ID`, `admin`, ...);
+    /// none: the scheduler or a check made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
+    /// Who aborted it by hand, if anyone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted_by: Option<String>,
 }
 
 /// A container or a volume.

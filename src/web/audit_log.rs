@@ -14,6 +14,18 @@ use crate::web::AppState;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Actor(pub String);
 
+impl actix_web::FromRequest for Actor {
+    type Error = actix_web::Error;
+    type Future = std::future::Ready<Result<Self, Self::Error>>;
+
+    /// The caller the `identify` middleware named (`anonymous` outside it).
+    fn from_request(req: &actix_web::HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        use actix_web::HttpMessage as _;
+        let actor = req.extensions().get::<Actor>().cloned();
+        std::future::ready(Ok(actor.unwrap_or_else(|| Actor("anonymous".into()))))
+    }
+}
+
 /// Whether a request of operation `op` with `method` is a change the log
 /// keeps: every team or admin operation but a read (hijacks, which are
 /// websocket `GET`s, are kept) and an artifact upload (part of `execute`,

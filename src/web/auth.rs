@@ -346,6 +346,7 @@ pub async fn identify(
         _ => None,
     };
     req.extensions_mut().insert(identity);
+    req.extensions_mut().insert(actor.clone());
     let res = next.call(req).await?;
     if let Some((state, op)) = audit {
         record(&state, &op, &actor, &res).await;

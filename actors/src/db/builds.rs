@@ -24,60 +24,92 @@ pub struct BuildQuery {
     pub limit: i64,
 }
 
-type Raw = (
-    i64,
-    String,
-    String,
-    String,
-    Option<String>,
-    Option<i64>,
-    Option<String>,
-    i64,
-    Option<i64>,
-    Option<String>,
-    Option<String>,
-    Option<i64>,
-    Option<String>,
-    Option<i64>,
-    Option<i64>,
-    String,
-);
+/// A build's row as [`COLUMNS`] reads it (more columns than a tuple
+/// decodes: read by position).
+struct Raw {
+    id: i64,
+    team: String,
+    status: String,
+    plan: String,
+    worker: Option<String>,
+    exit_status: Option<i64>,
+    error: Option<String>,
+    created_at: i64,
+    finished_at: Option<i64>,
+    pipeline: Option<String>,
+    job: Option<String>,
+    build_number: Option<i64>,
+    waiting: Option<String>,
+    rerun_of: Option<i64>,
+    rerun_number: Option<i64>,
+    log: String,
+    created_by: Option<String>,
+    aborted_by: Option<String>,
+}
+
+impl<'r> sqlx::FromRow<'r, sqlx::any::AnyRow> for Raw {
+    fn from_row(row: &'r sqlx::any::AnyRow) -> Result<Self, sqlx::Error> {
+        use sqlx::Row as _;
+        Ok(Raw {
+            id: row.try_get(0)?,
+            team: row.try_get(1)?,
+            status: row.try_get(2)?,
+            plan: row.try_get(3)?,
+            worker: row.try_get(4)?,
+            exit_status: row.try_get(5)?,
+            error: row.try_get(6)?,
+            created_at: row.try_get(7)?,
+            finished_at: row.try_get(8)?,
+            pipeline: row.try_get(9)?,
+            job: row.try_get(10)?,
+            build_number: row.try_get(11)?,
+            waiting: row.try_get(12)?,
+            rerun_of: row.try_get(13)?,
+            rerun_number: row.try_get(14)?,
+            log: row.try_get(15)?,
+            created_by: row.try_get(16)?,
+            aborted_by: row.try_get(17)?,
+        })
+    }
+}
 
 /// The channel a stored event is announced on (PostgreSQL `NOTIFY`, the
 /// payload the build's id), so followers on every web node read it at once.
 pub(crate) const EVENTS_CHANNEL: &str = "gantry_events";
 
-/// The last column is where the build's log is, as text (a tuple reads
-/// 16 columns at most): `database`, `store`, or `reaped MS` (when).
+/// The 16th column is where the build's log is, as text: `database`,
+/// `store`, or `reaped MS` (when).
 const COLUMNS: &str =
     "id, team, status, plan, worker, exit_status, error, created_at, finished_at, pipeline, job, build_number, waiting, rerun_of, rerun_number, \
      CASE WHEN log_reaped_at IS NOT NULL THEN 'reaped ' || CAST(log_reaped_at AS TEXT) \
-     WHEN log_key IS NOT NULL THEN 'store' ELSE 'database' END";
+     WHEN log_key IS NOT NULL THEN 'store' ELSE 'database' END, created_by, aborted_by";
 
 /// A stored build; an unknown status, or a plan that does not open or
 /// parse, is an error naming it.
 fn decode(db: &Db, r: Raw) -> Result<Build, EngineError> {
-    let plan = db.open_at_rest(super::at_rest::PLAN, &r.3)?;
+    let plan = db.open_at_rest(super::at_rest::PLAN, &r.plan)?;
     let plan = serde_json::from_str(&plan)
-        .map_err(|e| EngineError::Invalid(format!("build {}: its stored plan: {e}", r.0)))?;
+        .map_err(|e| EngineError::Invalid(format!("build {}: its stored plan: {e}", r.id)))?;
     Ok(Build {
-        id: r.0,
-        team: r.1,
-        status: super::states::decode(&r.2)?,
+        id: r.id,
+        team: r.team,
+        status: super::states::decode(&r.status)?,
         plan,
-        worker: r.4,
-        exit_status: r.5,
-        error: r.6,
-        created_at: r.7,
-        finished_at: r.8,
-        pipeline: r.9,
-        job: r.10,
-        build_number: r.11,
-        name: r.11.map(|n| build_name(n, r.14)),
-        rerun_of: r.13,
-        waiting: r.12,
-        log_reaped_at: r.15.strip_prefix("reaped ").and_then(|ms| ms.parse().ok()),
-        log: r.15.split(' ').next().unwrap_or_default().to_string(),
+        worker: r.worker,
+        exit_status: r.exit_status,
+        error: r.error,
+        created_at: r.created_at,
+        finished_at: r.finished_at,
+        pipeline: r.pipeline,
+        job: r.job,
+        build_number: r.build_number,
+        name: r.build_number.map(|n| build_name(n, r.rerun_number)),
+        rerun_of: r.rerun_of,
+        waiting: r.waiting,
+        log_reaped_at: r.log.strip_prefix("reaped ").and_then(|ms| ms.parse().ok()),
+        log: r.log.split(' ').next().unwrap_or_default().to_string(),
+        created_by: r.created_by,
+        aborted_by: r.aborted_by,
     })
 }
 
@@ -147,6 +179,22 @@ impl Builds<'_> {
         .bind(id)
         .execute(self.db.pool())
         .await?;
+        Ok(())
+    }
+
+    /// Records who made build `id` by hand, or who aborted it (`aborted`).
+    pub(crate) async fn record_person(
+        &self,
+        id: i64,
+        who: &str,
+        aborted: bool,
+    ) -> Result<(), EngineError> {
+        let column = if aborted { "aborted_by" } else { "created_by" };
+        sqlx::query(&format!("UPDATE builds SET {column} = $1 WHERE id = $2"))
+            .bind(who)
+            .bind(id)
+            .execute(self.db.pool())
+            .await?;
         Ok(())
     }
 

@@ -222,6 +222,16 @@ impl Engine {
         self.db.teams().audit_page(team, after, limit).await
     }
 
+    /// Records who made build `id` by hand, or who aborted it (`aborted`).
+    pub async fn record_build_person(
+        &self,
+        id: i64,
+        who: &str,
+        aborted: bool,
+    ) -> Result<(), EngineError> {
+        self.db.builds().record_person(id, who, aborted).await
+    }
+
     /// The team of the token with public id `id`, if there is one.
     pub async fn team_of_token_id(&self, id: &str) -> Result<Option<String>, EngineError> {
         Ok(self.db.teams().token(id).await?.map(|r| r.team))

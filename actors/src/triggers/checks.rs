@@ -140,6 +140,8 @@ mod tests {
             waiting: None,
             log_reaped_at: None,
             log: "database".into(),
+            created_by: None,
+            aborted_by: None,
         }
     }
 

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 use crate::web::api::paging::{Page, PageQuery};
 use crate::web::api::NoBody;
+use crate::web::audit_log::Actor;
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
 use crate::web::AppState;
@@ -90,6 +91,7 @@ pub struct Aborting {
 )]
 pub async fn create(
     identity: Identity,
+    actor: Actor,
     state: web::Data<AppState>,
     team: web::Path<String>,
     body: web::Json<CreateBuild>,
@@ -113,6 +115,10 @@ pub async fn create(
         (None, Some(_)) if body.check.is_some() => create_check(&state, &team, body).await?,
         (None, Some(_)) => create_job(&state, &team, body).await?,
     };
+    state
+        .engine
+        .record_build_person(id, &actor.0, false)
+        .await?;
     Ok(HttpResponse::Created().json(CreatedBuild { id }))
 }
 
@@ -277,6 +283,7 @@ async fn create_job(state: &AppState, team: &str, body: CreateBuild) -> Result<i
 )]
 pub async fn abort(
     identity: Identity,
+    actor: Actor,
     state: web::Data<AppState>,
     id: web::Path<i64>,
     _: NoBody,
@@ -284,6 +291,7 @@ pub async fn abort(
     let id = id.into_inner();
     visible_build(&identity, &state, id).await?;
     state.engine.abort_build(id).await?;
+    state.engine.record_build_person(id, &actor.0, true).await?;
     Ok(HttpResponse::Ok().json(Aborting { id, aborting: true }))
 }
 

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::web::api::bounds::{check_text, MAX_NAME};
 use crate::web::api::paging::{Page, PageQuery};
 use crate::web::api::NoBody;
+use crate::web::audit_log::Actor;
 use crate::web::auth::Identity;
 use crate::web::error::{ApiError, ErrorBody};
 use crate::web::AppState;
@@ -428,6 +429,7 @@ pub async fn job_builds(
 )]
 pub async fn trigger(
     identity: Identity,
+    actor: Actor,
     state: web::Data<AppState>,
     path: JobPath,
     _: NoBody,
@@ -435,7 +437,13 @@ pub async fn trigger(
     let (team, name, job) = path.into_inner();
     allowed(&identity, &team, &[("pipeline", &name), ("job", &job)])?;
     state.limits.take_build(&team, &state.engine).await?;
-    Ok(HttpResponse::Created().json(state.engine.trigger_job(&team, &name, &job).await?))
+    let mut build = state.engine.trigger_job(&team, &name, &job).await?;
+    state
+        .engine
+        .record_build_person(build.id, &actor.0, false)
+        .await?;
+    build.created_by = Some(actor.0);
+    Ok(HttpResponse::Created().json(build))
 }
 
 /// `POST /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/pause`

@@ -6,6 +6,7 @@ use gantry_actors::api::Build;
 
 use crate::web::api::pipelines::allowed;
 use crate::web::api::NoBody;
+use crate::web::audit_log::Actor;
 use crate::web::auth::Identity;
 use crate::web::error::{ApiError, ErrorBody};
 use crate::web::AppState;
@@ -30,6 +31,7 @@ use crate::web::AppState;
 )]
 pub async fn rerun(
     identity: Identity,
+    actor: Actor,
     state: web::Data<AppState>,
     path: web::Path<(String, String, String, String)>,
     _: NoBody,
@@ -37,6 +39,11 @@ pub async fn rerun(
     let (team, name, job, build) = path.into_inner();
     allowed(&identity, &team, &[("pipeline", &name), ("job", &job)])?;
     state.limits.take_build(&team, &state.engine).await?;
-    let rerun = state.engine.rerun_build(&team, &name, &job, &build).await?;
+    let mut rerun = state.engine.rerun_build(&team, &name, &job, &build).await?;
+    state
+        .engine
+        .record_build_person(rerun.id, &actor.0, false)
+        .await?;
+    rerun.created_by = Some(actor.0);
     Ok(HttpResponse::Created().json(rerun))
 }

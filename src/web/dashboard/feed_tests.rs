@@ -51,6 +51,8 @@ fn row(id: i64, plan: serde_json::Value, finished_at: Option<i64>) -> Build {
         waiting: None,
         log_reaped_at: None,
         log: "database".into(),
+        created_by: None,
+        aborted_by: None,
     }
 }
 
