@@ -170,6 +170,13 @@ fn local_users_sign_in_with_their_role_and_two_targets_act_side_by_side() {
         log.as_array()
             .unwrap()
             .iter()
+            .any(|e| e["actor"] == "user:alice" && e["action"] == "signIn" && e["team"] == "red"),
+        "{log:#}"
+    );
+    assert!(
+        log.as_array()
+            .unwrap()
+            .iter()
             .any(|e| e["actor"] == "user:alice"
                 && e["action"] == "unpausePipeline"
                 && e["team"] == "red"),
@@ -201,6 +208,43 @@ fn local_users_sign_in_with_their_role_and_two_targets_act_side_by_side() {
         assert!(line.contains(want), "{line}");
     }
     assert_eq!(std::fs::read_to_string(&rc).unwrap(), before);
+    // Five wrong passwords in a row for a name: the next sign-in waits,
+    // even with the right one.
+    for _ in 0..4 {
+        let out = as_person(
+            &home,
+            &["login", "-c", url, "-t", "x", "-u", "bob", "-p", "no"],
+            "",
+        );
+        assert!(one_error_line(&out).contains("wrong user name or password"));
+    }
+    let out = as_person(
+        &home,
+        &["login", "-c", url, "-t", "x", "-u", "bob", "-p", "bob pw"],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "a right password forgets the wrong ones"
+    );
+    for _ in 0..5 {
+        let out = as_person(
+            &home,
+            &["login", "-c", url, "-t", "x", "-u", "bob", "-p", "no"],
+            "",
+        );
+        assert!(one_error_line(&out).contains("wrong user name or password"));
+    }
+    let out = as_person(
+        &home,
+        &["login", "-c", url, "-t", "x", "-u", "bob", "-p", "bob pw"],
+        "",
+    );
+    let line = one_error_line(&out);
+    assert!(
+        line.contains("429") && line.contains("too many wrong passwords"),
+        "{line}"
+    );
 
     // Signing out revokes the token at once and forgets the target.
     let rc_text: serde_yaml::Value = serde_yaml::from_str(&before).unwrap();
@@ -224,6 +268,40 @@ fn local_users_sign_in_with_their_role_and_two_targets_act_side_by_side() {
     assert_eq!(
         ok(&as_person(&home, &["-t", "m", "status"], "")),
         "signed in: user bob, admin"
+    );
+
+    // A role changed or taken away counts at once for a signed-in user.
+    ok(&as_person(
+        &home,
+        &[
+            "login", "-c", url, "-n", "red", "-t", "r2", "-u", "alice", "-p", "alice pw",
+        ],
+        "",
+    ));
+    ok(&as_person(
+        &home,
+        &[
+            "-t", "m", "set-team", "red", "--user", "alice", "--role", "viewer",
+        ],
+        "",
+    ));
+    assert_eq!(
+        ok(&as_person(&home, &["-t", "r2", "status"], "")),
+        "signed in: user alice, viewer of team red"
+    );
+    let out = as_person(&home, &["-t", "r2", "unpause-pipeline", "-p", "p"], "");
+    assert!(one_error_line(&out).contains("needs the role pipeline-operator"));
+    ok(&as_person(
+        &home,
+        &["-t", "m", "set-team", "red", "--remove-user", "alice"],
+        "",
+    ));
+    let out = as_person(&home, &["-t", "r2", "status"], "");
+    assert!(!out.status.success());
+    assert!(
+        one_error_line(&out).contains("401"),
+        "{}",
+        one_error_line(&out)
     );
 }
 

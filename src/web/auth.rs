@@ -157,8 +157,10 @@ pub fn bearer(req: &HttpRequest) -> Option<&str> {
 /// Who presents `token`: a token of the config file, or one made through
 /// the API (`gtk_...`, looked up in the database: a revoked, expired or
 /// unknown one is nobody, even on an open API), with the person a
-/// sign-in's token was made for. An owner of team `main` is the admin,
-/// as in Concourse.
+/// sign-in's token was made for. A sign-in's token acts with the role
+/// its person has in its team now: one removed from `[web.users]` or
+/// from the team is nobody at once. An owner of team `main` is the
+/// admin, as in Concourse.
 async fn identify_token(
     state: &web::Data<AppState>,
     token: Option<&str>,
@@ -169,10 +171,22 @@ async fn identify_token(
             if matches!(by_config, Identity::Admin | Identity::Team(..)) && state.tokens.secured() {
                 return Ok((by_config, None));
             }
-            Ok(match state.engine.team_of_token(t).await? {
-                Some(t) if t.team == "main" && t.role == Role::Owner => (Identity::Admin, t.user),
-                Some(t) => (Identity::Team(t.team, t.role), t.user),
-                None => (Identity::Anonymous, None),
+            let Some(mut t) = state.engine.team_of_token(t).await? else {
+                return Ok((Identity::Anonymous, None));
+            };
+            if let Some(user) = &t.user {
+                let now = match state.people.knows(user) {
+                    true => state.engine.role_of_person_in(user, &[], &t.team).await?,
+                    false => None,
+                };
+                match now {
+                    Some(role) => t.role = role,
+                    None => return Ok((Identity::Anonymous, None)),
+                }
+            }
+            Ok(match t {
+                t if t.team == "main" && t.role == Role::Owner => (Identity::Admin, t.user),
+                t => (Identity::Team(t.team, t.role), t.user),
             })
         }
         _ => Ok((by_config, None)),

@@ -26,7 +26,21 @@ pub struct People {
     users: BTreeMap<String, String>,
     /// A sign-in token's lifetime, in milliseconds.
     pub session_ttl_ms: i64,
+    /// Wrong passwords by user name (this node's).
+    failures: std::sync::Arc<dashmap::DashMap<String, Failures>>,
 }
+
+/// A user name's wrong passwords in a row, and until when it is refused.
+#[derive(Debug, Clone, Copy)]
+struct Failures {
+    count: u32,
+    until: std::time::Instant,
+}
+
+/// Wrong passwords in a row a user name may have before its sign-ins
+/// wait: then 1 s, doubling with each further one, at most 5 minutes.
+const FREE_FAILURES: u32 = 5;
+const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// A PHC string no password matches, checked when the user is unknown so
 /// that an unknown name takes as long as a wrong password.
@@ -54,12 +68,44 @@ impl People {
             users: users.clone(),
             session_ttl_ms: i64::try_from(session_minutes.saturating_mul(60_000))
                 .unwrap_or(i64::MAX),
+            failures: Default::default(),
         })
     }
 
     /// Whether any local user is configured.
     pub fn any(&self) -> bool {
         !self.users.is_empty()
+    }
+
+    /// Whether `user` is a configured local user.
+    pub fn knows(&self, user: &str) -> bool {
+        self.users.contains_key(user)
+    }
+
+    /// How long `user`'s sign-ins must still wait after wrong passwords
+    /// (`None`: they may try now).
+    pub fn throttled(&self, user: &str) -> Option<std::time::Duration> {
+        let f = *self.failures.get(user)?;
+        f.until.checked_duration_since(std::time::Instant::now())
+    }
+
+    /// Counts a sign-in's outcome for `user`: a wrong password (which may
+    /// make the next ones wait), or a right one (which forgets the wrong).
+    pub fn outcome(&self, user: &str, right: bool) {
+        if right {
+            self.failures.remove(user);
+            return;
+        }
+        let mut f = self.failures.entry(user.to_string()).or_insert(Failures {
+            count: 0,
+            until: std::time::Instant::now(),
+        });
+        f.count += 1;
+        if f.count >= FREE_FAILURES {
+            let doublings = (f.count - FREE_FAILURES).min(16);
+            let wait = std::time::Duration::from_secs(1 << doublings).min(MAX_WAIT);
+            f.until = std::time::Instant::now() + wait;
+        }
     }
 
     /// Whether `password` is `user`'s (slow on purpose: run it off the
@@ -94,6 +140,21 @@ mod tests {
         // An unknown name is checked against a real hash, as long.
         assert!(PasswordHash::new(NOBODY).is_ok());
         assert_eq!(people.session_ttl_ms, 3_600_000);
+        // Wrong passwords: four free, then a wait that doubles; a right
+        // one forgets them.
+        for _ in 0..FREE_FAILURES - 1 {
+            people.outcome("alice", false);
+            assert_eq!(people.throttled("alice"), None);
+        }
+        people.outcome("alice", false);
+        let wait = people.throttled("alice").unwrap();
+        assert!(wait <= std::time::Duration::from_secs(1), "{wait:?}");
+        people.outcome("alice", false);
+        let wait = people.throttled("alice").unwrap();
+        assert!(wait > std::time::Duration::from_secs(1), "{wait:?}");
+        assert_eq!(people.throttled("bob"), None, "per user name");
+        people.outcome("alice", true);
+        assert_eq!(people.throttled("alice"), None);
         let err = People::new(&BTreeMap::from([("bob".into(), "plain".into())]), 60).unwrap_err();
         assert!(
             err.contains("bob") && err.contains("hash-password"),

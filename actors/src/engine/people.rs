@@ -84,6 +84,21 @@ impl Engine {
         Ok(best_roles(all, user, groups))
     }
 
+    /// A person's role in `team` now (the highest of their name's and
+    /// their groups'), if any: what their sign-in's token acts with.
+    pub async fn role_of_person_in(
+        &self,
+        user: &str,
+        groups: &[String],
+        team: &str,
+    ) -> Result<Option<Role>, EngineError> {
+        let rows = self.db.teams().team_roles(Some(team)).await?;
+        Ok(best_roles(rows, user, groups)
+            .into_iter()
+            .next()
+            .map(|(_, role)| role))
+    }
+
     /// Signs a person in to `team` (or, when none is asked, to `main`
     /// when they have a role there, else to the first team they have
     /// one in): a token with their role there, expiring after `ttl_ms`.

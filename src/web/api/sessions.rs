@@ -61,6 +61,7 @@ fn session_cookie(req: &HttpRequest, value: &str, max_age: CookieAge) -> Cookie<
         (status = 400, description = "Invalid body", body = crate::web::error::ErrorBody),
         (status = 401, description = "Wrong user name or password", body = crate::web::error::ErrorBody),
         (status = 403, description = "The user has no role in the team (or in any)", body = crate::web::error::ErrorBody),
+        (status = 429, description = "Too many wrong passwords for this user name: wait", body = crate::web::error::ErrorBody),
     )
 )]
 pub async fn sign_in(
@@ -79,6 +80,13 @@ pub async fn sign_in(
             "this web node has no users ([web.users]): present a token instead",
         ));
     }
+    if let Some(wait) = state.people.throttled(&username) {
+        let secs = wait.as_secs() + 1;
+        return Err(ApiError {
+            status: actix_web::http::StatusCode::TOO_MANY_REQUESTS,
+            message: format!("too many wrong passwords for {username}: try again in {secs} s"),
+        });
+    }
     let people = state.people.clone();
     let user = username.clone();
     let good = web::block(move || people.check(&user, &password))
@@ -87,6 +95,7 @@ pub async fn sign_in(
             status: actix_web::http::StatusCode::INTERNAL_SERVER_ERROR,
             message: format!("checking the password: {e}"),
         })?;
+    state.people.outcome(&username, good);
     if !good {
         return Err(ApiError::unauthorized("wrong user name or password"));
     }
@@ -94,6 +103,20 @@ pub async fn sign_in(
         .engine
         .sign_in(&username, &[], team.as_deref(), state.people.session_ttl_ms)
         .await?;
+    if let Some(session) = &made {
+        let entry = gantry_actors::api::AuditEntry {
+            id: 0,
+            at: 0,
+            team: Some(session.token.row.team.clone()),
+            actor: format!("user:{username}"),
+            action: "signIn".into(),
+            target: req.path().to_string(),
+            status: 201,
+        };
+        if let Err(e) = state.engine.record_audit(entry).await {
+            tracing::warn!(error = %e, "recording a sign-in in the audit log failed");
+        }
+    }
     match made {
         Some(session) if cookie => {
             let token = &session.token.token;
