@@ -324,3 +324,16 @@ fn a_users_table_with_a_bad_hash_stops_the_node_naming_the_user() {
         "{err}"
     );
 }
+
+#[test]
+fn an_open_node_ignores_a_session_cookie_another_node_left() {
+    let db = TestDb::new(DbKind::Sqlite);
+    let dir = tempfile::tempdir().unwrap();
+    let web = start_web(dir.path(), &db, "");
+    let answer = reqwest::blocking::Client::new()
+        .get(format!("{}/api/v1/builds", web.url))
+        .header("cookie", "gantry_session=gtk_0123456789abcdef_stale")
+        .send()
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 200);
+}

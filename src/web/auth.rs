@@ -306,22 +306,26 @@ pub async fn identify(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let token = request_token(req.request());
-    if let Some(t) = &token {
-        // Signing in again over a stale cookie is not a change made with it.
+    let state = req.app_data::<web::Data<AppState>>().cloned();
+    let secured = state.as_ref().is_some_and(|s| s.tokens.secured());
+    let mut token = request_token(req.request());
+    if let Some(t) = token.clone() {
         let by_cookie = bearer(req.request()).is_none()
-            && session_cookie(req.request()).as_deref() == Some(t.as_str())
-            && req.path() != "/api/v1/sessions";
-        if by_cookie {
-            check_browser_request(req.request(), t)?;
+            && session_cookie(req.request()).as_deref() == Some(t.as_str());
+        if by_cookie && !secured {
+            // An open node has no sessions: a cookie left by another
+            // node on this address is no one's, not a refusal.
+            token = None;
+        } else if by_cookie && req.path() != "/api/v1/sessions" {
+            // (Signing in again over a stale cookie is not a change made
+            // with it.)
+            check_browser_request(req.request(), &t)?;
         }
     }
-    let state = req.app_data::<web::Data<AppState>>().cloned();
     let (identity, user) = match &state {
         Some(state) => identify_token(state, token.as_deref()).await?,
         None => (Identity::Anonymous, None),
     };
-    let secured = state.as_ref().is_some_and(|s| s.tokens.secured());
     let actor = match user {
         Some(user) => Actor(format!("user:{user}")),
         None => actor_of(&identity, token.as_deref(), secured),
