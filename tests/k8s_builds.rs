@@ -418,22 +418,10 @@ fn hijack_runs_a_process_in_a_running_tasks_pod() {
     });
     // A command with stdin, through the exec API, with its exit status.
     let hijack = |args: &[&str], stdin: &str| {
-        use std::io::Write;
-        let mut child = gantry()
-            .args(["--url", &web.url, "hijack", "-b", &id.to_string(), "--"])
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
+        let mut cmd = gantry();
+        cmd.args(["--url", &web.url, "hijack", "-b", &id.to_string(), "--"])
+            .args(args);
+        output_with_stdin(cmd, stdin)
     };
     let out = hijack(
         &["sh", "-c", "read x; echo \"got $x in the pod\"; exit 7"],

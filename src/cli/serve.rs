@@ -270,8 +270,6 @@ pub const QUICKSTART_KEY_FILE: &str = "registration-key";
 /// the embedded worker's key is no published default and the same key
 /// serves outside workers across restarts.
 fn quickstart_key(data_dir: &std::path::Path) -> anyhow::Result<String> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
     let path = data_dir.join(QUICKSTART_KEY_FILE);
     match std::fs::read_to_string(&path) {
         Ok(key) if !key.trim().is_empty() => return Ok(key.trim().to_string()),
@@ -288,18 +286,7 @@ fn quickstart_key(data_dir: &std::path::Path) -> anyhow::Result<String> {
     rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut secret);
     let key: String = secret.iter().map(|b| format!("{b:02x}")).collect();
     // Written whole under a temporary name, then renamed: never half a key.
-    let tmp = data_dir.join(format!(".{QUICKSTART_KEY_FILE}.tmp"));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    file.write_all(format!("{key}\n").as_bytes())
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+    crate::private_files::write_private(&path, format!("{key}\n").as_bytes())?;
     tracing::info!(
         "made a registration key for outside workers: {}",
         path.display()

@@ -7,8 +7,6 @@
 //! still win.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::PathBuf;
 
 use anyhow::Context as _;
@@ -60,21 +58,8 @@ impl Targets {
     /// Writes the file whole, owner-only, through a temporary file renamed
     /// over it (a crash leaves the old file or the new, never half).
     pub fn save(&self) -> anyhow::Result<()> {
-        let path = path()?;
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let text = serde_yaml::to_string(self)?;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-        file.write_all(text.as_bytes())?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
-        Ok(())
+        crate::private_files::write_private(&path()?, text.as_bytes())
     }
 
     /// The target named `name`, or an error listing the known ones.
