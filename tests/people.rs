@@ -209,38 +209,27 @@ fn local_users_sign_in_with_their_role_and_two_targets_act_side_by_side() {
     }
     assert_eq!(std::fs::read_to_string(&rc).unwrap(), before);
     // Five wrong passwords in a row for a name: the next sign-in waits,
-    // even with the right one.
-    for _ in 0..4 {
-        let out = as_person(
+    // even with the right one; four do not.
+    let bob_with = |password: &str| {
+        as_person(
             &home,
-            &["login", "-c", url, "-t", "x", "-u", "bob", "-p", "no"],
+            &["login", "-c", url, "-t", "x", "-u", "bob", "-p", password],
             "",
-        );
-        assert!(one_error_line(&out).contains("wrong user name or password"));
-    }
-    let out = as_person(
-        &home,
-        &["login", "-c", url, "-t", "x", "-u", "bob", "-p", "bob pw"],
-        "",
-    );
+        )
+    };
+    let wrong_times = |n: usize| {
+        for _ in 0..n {
+            let line = one_error_line(&bob_with("no"));
+            assert!(line.contains("wrong user name or password"), "{line}");
+        }
+    };
+    wrong_times(4);
     assert!(
-        out.status.success(),
+        bob_with("bob pw").status.success(),
         "a right password forgets the wrong ones"
     );
-    for _ in 0..5 {
-        let out = as_person(
-            &home,
-            &["login", "-c", url, "-t", "x", "-u", "bob", "-p", "no"],
-            "",
-        );
-        assert!(one_error_line(&out).contains("wrong user name or password"));
-    }
-    let out = as_person(
-        &home,
-        &["login", "-c", url, "-t", "x", "-u", "bob", "-p", "bob pw"],
-        "",
-    );
-    let line = one_error_line(&out);
+    wrong_times(5);
+    let line = one_error_line(&bob_with("bob pw"));
     assert!(
         line.contains("429") && line.contains("too many wrong passwords"),
         "{line}"

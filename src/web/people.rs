@@ -40,6 +40,12 @@ struct Failures {
 /// Wrong passwords in a row a user name may have before its sign-ins
 /// wait: then 1 s, doubling with each further one, at most 5 minutes.
 const FREE_FAILURES: u32 = 5;
+
+/// The most user names whose wrong passwords are counted at once: names
+/// are chosen by whoever calls the open sign-in route, so the count must
+/// not grow with them. Past it, names no longer waiting are forgotten,
+/// then new names are not counted.
+const MAX_TRACKED: usize = 10_000;
 const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// A PHC string no password matches, checked when the user is unknown so
@@ -95,6 +101,13 @@ impl People {
         if right {
             self.failures.remove(user);
             return;
+        }
+        if !self.failures.contains_key(user) && self.failures.len() >= MAX_TRACKED {
+            let now = std::time::Instant::now();
+            self.failures.retain(|_, f| f.until > now);
+            if self.failures.len() >= MAX_TRACKED {
+                return;
+            }
         }
         let mut f = self.failures.entry(user.to_string()).or_insert(Failures {
             count: 0,
@@ -155,6 +168,20 @@ mod tests {
         assert_eq!(people.throttled("bob"), None, "per user name");
         people.outcome("alice", true);
         assert_eq!(people.throttled("alice"), None);
+        // Names sprayed at the open route: the count stays bounded, and a
+        // name that waits is kept.
+        for _ in 0..FREE_FAILURES {
+            people.outcome("bob", false);
+        }
+        for i in 0..MAX_TRACKED + 50 {
+            people.outcome(&format!("sprayed-{i}"), false);
+        }
+        assert!(
+            people.failures.len() <= MAX_TRACKED,
+            "{}",
+            people.failures.len()
+        );
+        assert!(people.throttled("bob").is_some());
         let err = People::new(&BTreeMap::from([("bob".into(), "plain".into())]), 60).unwrap_err();
         assert!(
             err.contains("bob") && err.contains("hash-password"),
