@@ -30,6 +30,9 @@ command -v openssl >/dev/null || need_pkgs+=(openssl)
 command -v crun >/dev/null || need_pkgs+=(crun)
 command -v umoci >/dev/null || need_pkgs+=(umoci)
 command -v python3 >/dev/null || need_pkgs+=(python3)
+# The sign-in tests' OpenID provider (oidc-provider, from npm) runs on Node.js.
+command -v node >/dev/null || need_pkgs+=(nodejs)
+command -v npm >/dev/null || need_pkgs+=(npm)
 dpkg -s python3-venv >/dev/null 2>&1 || need_pkgs+=(python3-venv)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing: ${need_pkgs[*]}"
@@ -96,6 +99,19 @@ if [ ! -x "$moto" ]; then
   moto_install=$!
 fi
 export GANTRY_MOTO_SERVER="$PWD/$moto"
+# The OpenID provider of tests/oidc.rs: oidc-provider (a certified OpenID
+# Connect implementation) from npm, at the version tests/oidc/package-lock.json
+# pins; plain JavaScript, nothing compiled. Installed again when the lock
+# file changes.
+oidc_dir=target/oidc-provider
+if ! cmp -s tests/oidc/package-lock.json "$oidc_dir/package-lock.json" ||
+  [ ! -f "$oidc_dir/node_modules/oidc-provider/package.json" ]; then
+  echo "installing oidc-provider in $oidc_dir"
+  rm -rf "$oidc_dir" && mkdir -p "$oidc_dir"
+  cp tests/oidc/package.json tests/oidc/package-lock.json "$oidc_dir/"
+  (cd "$oidc_dir" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+export GANTRY_OIDC_PROVIDER="$PWD/$oidc_dir/node_modules/oidc-provider"
 
 
 # The worker agent's dependency tree holds no database, Kubernetes client,

@@ -9,10 +9,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 mod credentials;
+mod providers;
 
 pub use crate::telemetry::TelemetryConfig;
 pub use credentials::CredentialsConfig;
 pub use gantry_agent::config::{host_name, ContainerLimitDefaults, WorkerConfig};
+pub use providers::{GithubConfig, OidcConfig};
 
 pub use gantry_artifacts::{parse_s3_url, ArtifactLocation, S3Config, DEFAULT_MAX_ARTIFACT_BYTES};
 
@@ -117,6 +119,17 @@ pub struct WebConfig {
     pub users: std::collections::BTreeMap<String, String>,
     /// How long a sign-in's token lives, in minutes. Default 1440 (24 h).
     pub session_minutes: u64,
+    /// An OpenID Connect provider people sign in through (`[web.oidc]`).
+    /// Default: none.
+    pub oidc: Option<OidcConfig>,
+    /// GitHub (or GitHub Enterprise), people sign in through
+    /// (`[web.github]`). Default: none.
+    pub github: Option<GithubConfig>,
+    /// Answer anyone who reaches the API as the admin, with no token: for
+    /// tests and throwaway nodes on loopback only (a node listening beyond
+    /// loopback refuses it). Default false: a node with no tokens, users or
+    /// provider refuses to start, and `quickstart` makes an `admin` user.
+    pub open_api: bool,
     /// This web node's name, stable across restarts (several web nodes may
     /// share a PostgreSQL database); default `HOSTNAME:PORT` (with port 0,
     /// `HOSTNAME:` and a random suffix).
@@ -203,7 +216,11 @@ impl WebConfig {
 
     /// Whether any user token is set (otherwise the API is open).
     pub fn secured(&self) -> bool {
-        self.admin_token.is_some() || !self.teams.is_empty() || !self.users.is_empty()
+        self.admin_token.is_some()
+            || !self.teams.is_empty()
+            || !self.users.is_empty()
+            || self.oidc.is_some()
+            || self.github.is_some()
     }
 
     /// The file of the key that seals stored secrets: `encryption_key_file`,
@@ -569,6 +586,9 @@ impl Default for WebConfig {
             rbac: Default::default(),
             users: Default::default(),
             session_minutes: 24 * 60,
+            oidc: None,
+            github: None,
+            open_api: false,
             node_name: None,
             node_heartbeat_secs: 2,
             node_timeout_secs: 10,

@@ -11,6 +11,7 @@ fn web_and_two_workers_run_a_task(kind: DbKind) {
     let mut cmd = gantry();
     cmd.args([
         "web",
+        "--open-api",
         "--listen",
         "127.0.0.1:0",
         "--registration-key",

@@ -902,7 +902,13 @@ fn a_web_node_given_the_old_key_seals_everything_again_with_the_new_one() {
     std::fs::rename(&key, &old).unwrap();
     let start = |extra: &[&str]| {
         gantry()
-            .args(["quickstart", "--listen", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "quickstart",
+                "--open-api",
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
             .arg(&data)
             .args(extra)
             .output()

@@ -350,7 +350,7 @@ fn a_cluster_it_may_not_use_stops_the_web_node_with_the_reason() {
     );
     let run = |cfg: &Path| {
         gantry()
-            .args(["web", "--listen", "127.0.0.1:0", "--config"])
+            .args(["web", "--open-api", "--listen", "127.0.0.1:0", "--config"])
             .arg(cfg)
             .arg("--data-dir")
             .arg(dir.path().join("web"))

@@ -214,8 +214,9 @@ fn every_route_that_needs_a_token_refuses_none_and_a_wrong_one_with_401() {
     // the dashboard's page and assets, the workers' registration and
     // heartbeats, a resource's webhook (its own token instead), the ID
     // token issuer's metadata and keys (`/.well-known/...`), and signing
-    // in (`POST /api/v1/sessions` and the sign-in page).
-    assert_eq!(open, 20, "open operations");
+    // in (`POST /api/v1/sessions`, the sign-in page, and the providers'
+    // sign-ins and callbacks: OpenID Connect's and GitHub's).
+    assert_eq!(open, 24, "open operations");
 }
 
 #[test]

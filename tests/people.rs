@@ -10,6 +10,7 @@ use crate::common;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::Output;
+use std::time::Duration;
 
 use common::*;
 
@@ -325,4 +326,114 @@ fn an_open_node_ignores_a_session_cookie_another_node_left() {
         .send()
         .unwrap();
     assert_eq!(answer.status().as_u16(), 200);
+}
+
+#[test]
+fn a_node_no_one_could_sign_in_to_refuses_to_start_unless_asked_to_be_open() {
+    let db = TestDb::new(DbKind::Sqlite);
+    let dir = tempfile::tempdir().unwrap();
+    let out = gantry()
+        .args([
+            "web",
+            "--listen",
+            "127.0.0.1:0",
+            "--registration-key",
+            "k3y",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("web"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = one_error_line(&out);
+    assert!(
+        err.contains("no one could sign in") && err.contains("--open-api"),
+        "{err}"
+    );
+    // No database was made for a node that did not start.
+    assert!(!dir.path().join("web/gantry.db").exists());
+    // Asked to be open, on loopback, it answers anyone.
+    let open = start_web(dir.path(), &db, "");
+    let info: serde_json::Value = reqwest::blocking::get(format!("{}/api/v1/info", open.url))
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(info["sign_in"]["open"], true, "{info}");
+}
+
+#[test]
+fn the_default_quickstart_is_closed_makes_an_admin_and_saves_the_clis_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let data = dir.path().join("data");
+    let start = || {
+        let mut cmd = gantry();
+        cmd.env("HOME", &home)
+            .env_remove("GANTRY_TOKEN")
+            .args(["quickstart", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data);
+        Server::start(cmd, "API on ", dir.path().join("quickstart.log"))
+    };
+    let qs = start();
+    let url = qs.url.clone();
+    // The admin's password, owner-only, in the data dir.
+    let file = data.join("admin-password");
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let password = std::fs::read_to_string(&file).unwrap().trim().to_string();
+    assert!(password.len() >= 32, "{password}");
+    // Anonymous callers get the open routes only.
+    let http = reqwest::blocking::Client::new();
+    let status = |path: &str| {
+        http.get(format!("{url}{path}"))
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(status("/api/v1/builds"), 401);
+    assert_eq!(status("/api/v1/workers"), 401);
+    assert_eq!(status("/api/v1/info"), 200);
+    assert_eq!(status("/healthz"), 200);
+    let info: serde_json::Value = http
+        .get(format!("{url}/api/v1/info"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(info["sign_in"]["password"], true, "{info}");
+    assert_eq!(info["sign_in"]["open"], false, "{info}");
+    // The CLI on this machine acts as the admin with no extra step: the
+    // target saved for the node's URL.
+    let rc = home.join(".gantryrc");
+    assert_eq!(
+        std::fs::metadata(&rc).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let said = ok(&as_person(&home, &["--url", &url, "status"], ""));
+    assert_eq!(said, "signed in: user admin, admin");
+    wait_for(
+        "the embedded worker, listed through the CLI",
+        Duration::from_secs(60),
+        || {
+            let workers = ok(&as_person(&home, &["--url", &url, "workers", "--json"], ""));
+            workers.contains("\"running\"").then_some(())
+        },
+    );
+    // The admin signs in with the password, as in a browser.
+    let answer = http
+        .post(format!("{url}/api/v1/sessions"))
+        .json(&serde_json::json!({"username": "admin", "password": password}))
+        .send()
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 201);
+    // A restart keeps the password.
+    drop(qs);
+    let _again = start();
+    assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), password);
+    let said = ok(&as_person(&home, &["--url", &_again.url, "status"], ""));
+    assert_eq!(said, "signed in: user admin, admin");
 }

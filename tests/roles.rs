@@ -61,6 +61,10 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "jwks",
         "openidConfiguration",
         "signIn",
+        "oidcSignIn",
+        "oidcCallback",
+        "githubSignIn",
+        "githubCallback",
     ] {
         m.insert(op, Open);
     }

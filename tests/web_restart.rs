@@ -250,6 +250,7 @@ fn a_second_web_node_on_one_sqlite_database_is_refused_and_the_first_keeps_servi
     let mut second = gantry()
         .args([
             "web",
+            "--open-api",
             "--listen",
             "127.0.0.1:0",
             "--registration-key",
@@ -292,10 +293,15 @@ fn a_second_web_node_on_one_sqlite_database_is_refused_and_the_first_keeps_servi
 /// for it, with `extra` arguments, and waits for its embedded worker.
 fn start_quickstart_on(dir: &std::path::Path, port: u16, log: &str, extra: &[&str]) -> Server {
     let mut cmd = gantry();
-    cmd.args(["quickstart", "--listen", &format!("127.0.0.1:{port}")])
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .args(extra);
+    cmd.args([
+        "quickstart",
+        "--open-api",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ])
+    .arg("--data-dir")
+    .arg(dir.join("data"))
+    .args(extra);
     if std::env::var_os("GANTRY_REQUIRE_RUNC").is_some() {
         cmd.args(["--backend", "runc"]);
     }

@@ -7,14 +7,14 @@
 
 pub use crate::views::{
     AuditEntry, Build, BuildResources, BuildVersion, Handle, JobInputView, JobView, MemberKind,
-    PipelineView, QueueKind, ResourceView, Team, TeamRole, Token, VersionView,
+    PendingSignIn, PipelineView, QueueKind, ResourceView, Team, TeamRole, Token, VersionView,
 };
 
 // The engine, its settings, its errors.
 pub use crate::engine::{
     check_team_name, describe_histograms, Engine, EngineConfig, EngineSetup, HandleOwner,
-    NodeConfig, PipelinesConfig, SetPipeline, WebNodeView, DEFAULT_CHECK_EVERY,
-    DEFAULT_WORKER_RETURN, TOKEN_PREFIX,
+    NodeConfig, PipelinesConfig, Session, SetPipeline, WebNodeView, DEFAULT_CHECK_EVERY,
+    DEFAULT_WORKER_RETURN, SIGN_IN_TTL_MS, TOKEN_PREFIX,
 };
 pub use crate::error::EngineError;
 pub use crate::gc::collector::{CollectorConfig, Rule, RuleStats};

@@ -200,6 +200,8 @@ impl Rig {
         let web_cfg = WebConfig {
             listen: "127.0.0.1:0".parse().context("loopback address")?,
             data_dir: base.join("web"),
+            // The bench calls the API without a token.
+            open_api: true,
             ..WebConfig::default()
         };
         let web = crate::web::start_web(&web_cfg, Arc::new(AgentConnector::new()))

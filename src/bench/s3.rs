@@ -130,6 +130,8 @@ fn web_config(dir: &Path) -> anyhow::Result<WebConfig> {
     Ok(WebConfig {
         listen: "127.0.0.1:0".parse().context("loopback address")?,
         data_dir: dir.to_path_buf(),
+        // The bench calls the API without a token.
+        open_api: true,
         ..WebConfig::default()
     })
 }

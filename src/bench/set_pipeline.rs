@@ -118,6 +118,8 @@ pub async fn bench(
         encryption_key_file: Some(key_file),
         database_url: Some(url.to_string()),
         artifacts_dir: Some(store.to_path_buf()),
+        // The bench calls the API without a token.
+        open_api: true,
         ..WebConfig::default()
     };
     let web = crate::web::start_web(&cfg, Arc::new(AgentConnector::new()))

@@ -315,35 +315,46 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         Ok(0)
                     }
                     Command::Teams { json } => teams::teams(&client, json).await.map(|_| 0),
-                    Command::SetTeam {
-                        name,
-                        users,
-                        groups,
-                        role,
-                        remove_users,
-                        remove_groups,
-                    } => {
+                    Command::SetTeam(args) => {
+                        let (users, groups) = args.members();
                         let change = teams::TeamChange {
                             users,
                             groups,
-                            role,
-                            remove_users,
-                            remove_groups,
+                            role: args.role,
+                            remove_users: args.remove_users,
+                            remove_groups: args.remove_groups,
                         };
-                        teams::set_team(&client, &name, change).await.map(|_| 0)
+                        teams::set_team(&client, &args.name, change).await.map(|_| 0)
                     }
                     Command::Login {
                         api,
                         team,
                         username,
                         password,
+                        provider,
                     } => {
                         let target = target.ok_or_else(|| {
                             anyhow::anyhow!("name the target to save: gantry login -t NAME ...")
                         })?;
-                        people::login(&target, &api, team.as_deref(), &username, password)
-                            .await
-                            .map(|_| 0)
+                        match username {
+                            Some(user) => {
+                                people::login(&target, &api, team.as_deref(), &user, password)
+                                    .await
+                            }
+                            None if password.is_some() => Err(anyhow::anyhow!(
+                                "-p needs -u: a password is a local user's"
+                            )),
+                            None => {
+                                people::login_with_provider(
+                                    &target,
+                                    &api,
+                                    team.as_deref(),
+                                    provider.as_deref(),
+                                )
+                                .await
+                            }
+                        }
+                        .map(|_| 0)
                     }
                     Command::Logout => {
                         let target = target.ok_or_else(|| {

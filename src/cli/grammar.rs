@@ -73,6 +73,11 @@ pub struct WebFlags {
     /// Token that may see and do everything.
     #[arg(long, env = "GANTRY_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// With no token, user or provider set: answer anyone as the admin
+    /// (loopback only; for tests and throwaway nodes) instead of refusing
+    /// to start (`web`) or making an `admin` user (`quickstart`).
+    #[arg(long, env = "GANTRY_OPEN_API")]
+    pub open_api: bool,
     /// Largest artifact accepted, in bytes (upload or task output).
     #[arg(long, env = "GANTRY_MAX_ARTIFACT_BYTES")]
     pub max_artifact_bytes: Option<u64>,
@@ -405,29 +410,12 @@ pub enum Command {
     },
     /// Create a team if it does not exist (admin), and give users and
     /// groups a role in it (the admin or the team's owner).
-    SetTeam {
-        /// Team name.
-        name: String,
-        /// A user to give `--role` (repeatable).
-        #[arg(long = "user")]
-        users: Vec<String>,
-        /// A group of the identity provider to give `--role` (repeatable).
-        #[arg(long = "group")]
-        groups: Vec<String>,
-        /// The role the users and groups get: owner, member,
-        /// pipeline-operator or viewer (as fly's set-team, owner by default).
-        #[arg(long, default_value = "owner", value_parser = parse_role)]
-        role: gantry_actors::api::Role,
-        /// A user whose role in the team is taken away (repeatable).
-        #[arg(long = "remove-user")]
-        remove_users: Vec<String>,
-        /// A group whose role in the team is taken away (repeatable).
-        #[arg(long = "remove-group")]
-        remove_groups: Vec<String>,
-    },
-    /// Sign in as a local user and save the web node as a target
-    /// (`~/.gantryrc`, owner-only), as `fly login`: `gantry login -c URL
-    /// -n TEAM -t NAME -u USER`; then `-t NAME` on any command.
+    SetTeam(crate::cli::team_grammar::SetTeamArgs),
+    /// Sign in and save the web node as a target (`~/.gantryrc`,
+    /// owner-only), as `fly login`: `gantry login -c URL -n TEAM -t NAME`
+    /// prints the URL to sign in at through the node's OpenID provider
+    /// and takes the token on a loopback callback; `-u USER` signs a local
+    /// user in with a password instead. Then `-t NAME` on any command.
     Login {
         /// The web node's URL.
         #[arg(short = 'c', long = "api")]
@@ -435,9 +423,13 @@ pub enum Command {
         /// The team to act in; none: main, else the first you have a role in.
         #[arg(short = 'n', long = "team-name")]
         team: Option<String>,
-        /// The user name.
+        /// A local user's name (none: sign in through the provider).
         #[arg(short = 'u', long = "username")]
-        username: String,
+        username: Option<String>,
+        /// The provider to sign in through, `oidc` or `github`, when the
+        /// node has both.
+        #[arg(long)]
+        provider: Option<String>,
         /// The password; read from standard input when not given.
         #[arg(short = 'p', long = "password", hide_env_values = true)]
         password: Option<String>,
@@ -543,11 +535,6 @@ pub enum Command {
     },
 }
 
-/// A team role's name.
-fn parse_role(s: &str) -> Result<gantry_actors::api::Role, String> {
-    s.parse()
-}
-
 /// `gantry token ...`
 #[derive(Subcommand, Debug)]
 pub enum TokenCommand {
@@ -557,7 +544,7 @@ pub enum TokenCommand {
         #[arg(long)]
         team: String,
         /// Its role in the team: owner, member, pipeline-operator or viewer.
-        #[arg(long, default_value = "member", value_parser = parse_role)]
+        #[arg(long, default_value = "member", value_parser = crate::cli::team_grammar::parse_role)]
         role: gantry_actors::api::Role,
         /// It expires after this long (e.g. `90s`, `12h`, `30d`); never by default.
         #[arg(long, value_parser = parse_duration_secs)]

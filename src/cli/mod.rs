@@ -19,6 +19,7 @@ mod secrets;
 pub(crate) mod serve;
 pub mod table;
 pub mod targets;
+mod team_grammar;
 mod teams;
 mod validate_plan;
 

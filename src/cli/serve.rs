@@ -64,6 +64,9 @@ fn apply_web(mut cfg: WebConfig, f: WebFlags) -> WebConfig {
     if f.admin_token.is_some() {
         cfg.admin_token = f.admin_token;
     }
+    if f.open_api {
+        cfg.open_api = true;
+    }
     if let Some(v) = f.max_artifact_bytes {
         cfg.max_artifact_bytes = v;
     }
@@ -218,6 +221,10 @@ pub fn quickstart(
     };
     web_cfg.registration_key = Some(key.clone());
     worker_cfg.registration_key = key;
+    // No one to sign in and no open API asked: an `admin` user.
+    let admin = (!web_cfg.secured() && !web_cfg.open_api)
+        .then(|| quickstart_admin(&mut web_cfg))
+        .transpose()?;
     worker_cfg.work_dir = web_cfg.data_dir.join(crate::config::QUICKSTART_WORKER_DIR);
     worker_cfg.listen = "127.0.0.1:0".parse().expect("valid address");
     if backend.is_some() {
@@ -235,6 +242,14 @@ pub fn quickstart(
                     return Err(e);
                 }
             };
+            if let Some(password_file) = &admin {
+                let ttl_ms = i64::try_from(web_cfg.session_minutes.saturating_mul(60_000))
+                    .unwrap_or(i64::MAX);
+                if let Err(e) = sign_admin_in(&handle, password_file, ttl_ms).await {
+                    handle.engine.shutdown().await;
+                    return Err(e);
+                }
+            }
             crate::outln!(
                 "gantry quickstart: dashboard and API on http://{}",
                 handle.addr
@@ -260,6 +275,98 @@ fn keeper_program() -> anyhow::Result<PathBuf> {
         return Ok(own);
     }
     std::env::current_exe().context("finding the gantry binary to keep processes with")
+}
+
+/// The file in a quickstart's data dir that keeps its `admin` user's
+/// password.
+pub const QUICKSTART_PASSWORD_FILE: &str = "admin-password";
+
+/// The user a quickstart makes when nothing else signs anyone in.
+const QUICKSTART_ADMIN: &str = "admin";
+
+/// The target a quickstart saves for the CLI on its machine.
+pub const QUICKSTART_TARGET: &str = "quickstart";
+
+/// Makes the quickstart's `admin` user: its password is the one kept in
+/// `DATA_DIR/admin-password` (owner-only), or a new random one written
+/// there. Answers the file's path.
+fn quickstart_admin(cfg: &mut crate::config::WebConfig) -> anyhow::Result<PathBuf> {
+    let path = cfg.data_dir.join(QUICKSTART_PASSWORD_FILE);
+    let password = match std::fs::read_to_string(&path) {
+        Ok(p) if !p.trim().is_empty() => p.trim().to_string(),
+        Ok(_) => anyhow::bail!(
+            "{} is empty: delete it to have a new admin password made",
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            crate::private_files::private_dir(&cfg.data_dir)
+                .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
+            let mut secret = [0u8; 18];
+            rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut secret);
+            let password: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+            crate::private_files::write_private(&path, format!("{password}\n").as_bytes())?;
+            password
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let hash = crate::web::people::hash_password(&password).map_err(anyhow::Error::msg)?;
+    cfg.users.insert(QUICKSTART_ADMIN.to_string(), hash);
+    Ok(path)
+}
+
+/// Makes the quickstart's `admin` an owner of `main` (the admin), signs
+/// them in, and saves the token as the CLI's `quickstart` target, which
+/// commands given this node's URL (the default one included) use.
+async fn sign_admin_in(
+    handle: &crate::web::WebHandle,
+    password_file: &std::path::Path,
+    ttl_ms: i64,
+) -> anyhow::Result<()> {
+    use gantry_actors::api::{MemberKind, Role, TeamRole};
+    let engine = &handle.engine;
+    engine
+        .set_team_roles(
+            "main",
+            &[TeamRole {
+                kind: MemberKind::User,
+                name: QUICKSTART_ADMIN.into(),
+                role: Role::Owner,
+            }],
+        )
+        .await?;
+    let url = format!("http://{}", handle.addr);
+    crate::outln!(
+        "gantry quickstart: sign in as {QUICKSTART_ADMIN} with the password in {}",
+        password_file.display()
+    );
+    let session = engine
+        .sign_in(QUICKSTART_ADMIN, &[], Some("main"), ttl_ms)
+        .await?
+        .context("signing the quickstart's admin in")?;
+    let saved = crate::cli::targets::Targets::load().and_then(|mut targets| {
+        targets.targets.insert(
+            QUICKSTART_TARGET.into(),
+            crate::cli::targets::Target {
+                api: url.clone(),
+                team: "main".into(),
+                token: session.token.token.clone(),
+                user: Some(QUICKSTART_ADMIN.into()),
+                expires_at: session.token.row.expires_at,
+            },
+        );
+        targets.save()
+    });
+    match saved {
+        Ok(()) => crate::outln!(
+            "gantry quickstart: the CLI acts as {QUICKSTART_ADMIN} on {url} (target {QUICKSTART_TARGET} in {})",
+            crate::cli::targets::path().map(|p| p.display().to_string()).unwrap_or_default()
+        ),
+        Err(e) => tracing::warn!(
+            error = %format!("{e:#}"),
+            "could not save the CLI's target: sign in with gantry login -c {url} -t {QUICKSTART_TARGET} -u {QUICKSTART_ADMIN}"
+        ),
+    }
+    Ok(())
 }
 
 /// The file in a quickstart's data dir that keeps its registration key.

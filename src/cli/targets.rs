@@ -4,7 +4,10 @@
 //! (or `GANTRY_TARGET`) on any verb acts through it. A target fills
 //! `GANTRY_URL`, `GANTRY_TOKEN` and `GANTRY_TEAM` before the command line
 //! is parsed, where they are not set, so `--url`, `--token` and `--team`
-//! still win.
+//! still win. With no target named and no token given, the target saved
+//! for the URL the command uses (`--url`, `GANTRY_URL` or the default) is
+//! used: the one `quickstart` saves for its node, so the README's first
+//! commands need no sign-in.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -103,16 +106,74 @@ fn named_target(args: &[std::ffi::OsString]) -> Option<String> {
         .filter(|t| !t.is_empty())
 }
 
+/// The value of `--url` on a command line, if given.
+fn flag_value(args: &[std::ffi::OsString], flag: &str) -> Option<String> {
+    let mut it = args
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned());
+    let with_eq = format!("{flag}=");
+    while let Some(arg) = it.next() {
+        if arg == "--" {
+            break;
+        }
+        if arg == flag {
+            return it.next();
+        }
+        if let Some(v) = arg.strip_prefix(&with_eq) {
+            return Some(v.to_string());
+        }
+    }
+    None
+}
+
+/// The one target saved for `url`, if exactly one is.
+fn target_for_url<'a>(targets: &'a Targets, url: &str) -> Option<&'a Target> {
+    let url = url.trim_end_matches('/');
+    let mut found = targets.targets.values().filter(|t| t.api == url);
+    match (found.next(), found.next()) {
+        (Some(one), None) => Some(one),
+        _ => None,
+    }
+}
+
 /// Before the command line is parsed: fills `GANTRY_URL`, `GANTRY_TOKEN`
-/// and `GANTRY_TEAM` from the named target where they are not set. `gantry
-/// login` makes the target, so it is left alone.
+/// and `GANTRY_TEAM` from the named target where they are not set (with
+/// none named and no token given: from the target saved for the URL the
+/// command uses, when one is). `gantry login` makes the target, so it is
+/// left alone.
 pub fn apply(args: &[std::ffi::OsString]) -> anyhow::Result<()> {
-    let Some(name) = named_target(args) else {
-        return Ok(());
-    };
     if args.iter().any(|a| a == "login") {
         return Ok(());
     }
+    let Some(name) = named_target(args) else {
+        let token_given =
+            std::env::var_os("GANTRY_TOKEN").is_some() || flag_value(args, "--token").is_some();
+        if token_given {
+            return Ok(());
+        }
+        let url = flag_value(args, "--url")
+            .or_else(|| std::env::var("GANTRY_URL").ok())
+            .unwrap_or_else(|| "http://127.0.0.1:8080".into());
+        // A targets file that cannot be read names no target: the command
+        // goes on without one (a server's start must not depend on it).
+        if let Some(target) = Targets::load()
+            .ok()
+            .as_ref()
+            .and_then(|t| target_for_url(t, &url))
+        {
+            for (var, value) in [
+                ("GANTRY_TOKEN", &target.token),
+                ("GANTRY_TEAM", &target.team),
+            ] {
+                if std::env::var_os(var).is_none() {
+                    // Single-threaded, as below.
+                    std::env::set_var(var, value);
+                }
+            }
+        }
+        return Ok(());
+    };
     let targets = Targets::load()?;
     let target = targets.get(&name)?;
     for (var, value) in [
@@ -135,6 +196,37 @@ mod tests {
 
     fn args(a: &[&str]) -> Vec<std::ffi::OsString> {
         a.iter().map(|s| s.into()).collect()
+    }
+
+    #[test]
+    fn the_target_of_a_url_is_the_one_saved_for_it() {
+        let target = |api: &str| Target {
+            api: api.into(),
+            team: "main".into(),
+            token: format!("t-{api}"),
+            user: None,
+            expires_at: None,
+        };
+        let mut t = Targets::default();
+        t.targets
+            .insert("a".into(), target("http://127.0.0.1:8080"));
+        t.targets.insert("b".into(), target("http://h:1"));
+        assert_eq!(
+            target_for_url(&t, "http://127.0.0.1:8080/").map(|t| t.token.as_str()),
+            Some("t-http://127.0.0.1:8080")
+        );
+        assert!(target_for_url(&t, "http://h:2").is_none());
+        // Two targets for one URL: neither is chosen.
+        t.targets.insert("c".into(), target("http://h:1"));
+        assert!(target_for_url(&t, "http://h:1").is_none());
+        assert_eq!(
+            flag_value(&args(&["gantry", "builds", "--url=http://x"]), "--url").as_deref(),
+            Some("http://x")
+        );
+        assert_eq!(
+            flag_value(&args(&["gantry", "--url", "http://y", "builds"]), "--url").as_deref(),
+            Some("http://y")
+        );
     }
 
     #[test]

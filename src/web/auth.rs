@@ -175,8 +175,23 @@ async fn identify_token(
                 return Ok((Identity::Anonymous, None));
             };
             if let Some(user) = &t.user {
-                let now = match state.people.knows(user) {
-                    true => state.engine.role_of_person_in(user, &[], &t.team).await?,
+                // A local user must still be one; a provider's person is
+                // reckoned with the groups they had at sign-in.
+                use crate::web::people::{GITHUB_PREFIX, OIDC_PREFIX};
+                let known = if user.starts_with(OIDC_PREFIX) {
+                    state.oidc.is_some()
+                } else if user.starts_with(GITHUB_PREFIX) {
+                    state.github.is_some()
+                } else {
+                    state.people.knows(user)
+                };
+                let now = match known {
+                    true => {
+                        state
+                            .engine
+                            .role_of_person_in(user, &t.groups, &t.team)
+                            .await?
+                    }
                     false => None,
                 };
                 match now {
@@ -291,6 +306,10 @@ pub fn is_open(path: &str) -> bool {
                 | "/api/v1/info"
                 | "/api/v1/sessions"
                 | "/login"
+                | "/auth/oidc/login"
+                | "/auth/oidc/callback"
+                | "/auth/github/login"
+                | "/auth/github/callback"
                 | "/api/v1/workers/register"
                 | "/.well-known/openid-configuration"
                 | "/.well-known/jwks.json"

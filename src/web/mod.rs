@@ -6,16 +6,19 @@ pub mod auth;
 pub mod body_pace;
 mod dashboard;
 mod error;
+pub mod github;
 mod health;
 mod instance_query;
 pub mod limits;
 mod metrics;
+pub mod oidc;
 pub mod openapi;
 pub mod people;
 pub mod rbac;
 #[cfg(test)]
 mod rbac_tests;
 pub mod routes;
+pub mod sign_in_flow;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,6 +52,10 @@ pub struct AppState {
     pub actions: rbac::ActionRoles,
     /// The local users, who sign in.
     pub people: people::People,
+    /// The OpenID provider people sign in through (`[web.oidc]`).
+    pub oidc: Option<Arc<oidc::Oidc>>,
+    /// GitHub, which people sign in through (`[web.github]`).
+    pub github: Option<Arc<github::Github>>,
 }
 
 /// A running web node.
@@ -175,6 +182,24 @@ pub async fn start_web(
         rbac::ActionRoles::new(&cfg.rbac, routes::document()).map_err(anyhow::Error::msg)?;
     let people =
         people::People::new(&cfg.users, cfg.session_minutes).map_err(anyhow::Error::msg)?;
+    let oidc = cfg
+        .oidc
+        .clone()
+        .map(|o| oidc::Oidc::new(o, cfg.external_url.as_deref()).map(Arc::new))
+        .transpose()?;
+    let github = cfg
+        .github
+        .clone()
+        .map(|g| github::Github::new(g, cfg.external_url.as_deref()).map(Arc::new))
+        .transpose()?;
+    if !secured && !cfg.open_api {
+        anyhow::bail!(
+            "no one could sign in: set an admin token (--admin-token), team tokens ([web.teams]), users ([web.users]) or a provider ([web.oidc], [web.github]); or, on loopback for tests, --open-api"
+        );
+    }
+    if secured && cfg.open_api {
+        tracing::warn!("open_api has no effect: tokens, users or a provider are set");
+    }
     if !secured {
         tracing::warn!(
             "no admin or team tokens are set: the API is open to anyone who can reach {}",
@@ -280,7 +305,7 @@ pub async fn start_web(
             teams: cfg.teams.clone(),
             registration_key,
             metrics_public: cfg.metrics_public,
-            signin: !cfg.users.is_empty(),
+            signin: !cfg.users.is_empty() || cfg.oidc.is_some() || cfg.github.is_some(),
         },
         limits: limits::Limits::new(cfg.max_artifact_bytes, cfg.builds_per_team_per_minute)
             .with_body_pace(body_pace::BodyPace {
@@ -291,6 +316,8 @@ pub async fn start_web(
         agents: gantry_agent_client::AgentConnector::new(),
         actions,
         people,
+        oidc: oidc.clone(),
+        github: github.clone(),
     });
     let max_body = usize::try_from(cfg.max_request_body_bytes).unwrap_or(usize::MAX);
     let server = HttpServer::new(move || {
@@ -337,6 +364,14 @@ pub async fn start_web(
     };
     let addr = server.addrs()[0];
     engine.default_external_url(&format!("http://{addr}"));
+    if let Some(oidc) = &oidc {
+        oidc.client.default_external_url(&format!("http://{addr}"));
+    }
+    if let Some(github) = &github {
+        github
+            .client
+            .default_external_url(&format!("http://{addr}"));
+    }
     tracing::info!(
         "web node listening on http://{addr} (database: {})",
         redact(&url)
@@ -405,6 +440,23 @@ fn redact(url: &str) -> String {
 pub struct Info {
     /// The web node's Gantry version.
     pub version: &'static str,
+    /// How people sign in here.
+    pub sign_in: SignInMethods,
+}
+
+/// How people sign in to a web node (`GET /api/v1/info`).
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct SignInMethods {
+    /// Local users sign in with a password (`[web.users]`).
+    pub password: bool,
+    /// The OpenID provider's button text, when one is set (`[web.oidc]`):
+    /// its sign-in starts at `/auth/oidc/login`.
+    pub oidc: Option<String>,
+    /// GitHub's button text, when set (`[web.github]`): its sign-in
+    /// starts at `/auth/github/login`.
+    pub github: Option<String>,
+    /// Whether the API answers anyone (`open_api`): no sign-in needed.
+    pub open: bool,
 }
 
 /// `GET /api/v1/info`: the version (no token needed).
@@ -416,9 +468,15 @@ pub struct Info {
     security(()),
     responses((status = 200, description = "The web node's version", body = Info))
 )]
-async fn info() -> HttpResponse {
+async fn info(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(Info {
         version: env!("CARGO_PKG_VERSION"),
+        sign_in: SignInMethods {
+            password: state.people.any(),
+            oidc: state.oidc.as_ref().map(|o| o.display_name().to_string()),
+            github: state.github.as_ref().map(|g| g.display_name().to_string()),
+            open: !state.tokens.secured(),
+        },
     })
 }
 

@@ -9,6 +9,14 @@ use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
 
+/// The prefix of an OpenID provider's people and groups in teams
+/// (`oidc:NAME`); a local user's name may not hold `:`.
+pub const OIDC_PREFIX: &str = "oidc:";
+
+/// The prefix of GitHub's people (`github:LOGIN`) and groups
+/// (`github:ORG`, `github:ORG:TEAM`) in teams.
+pub const GITHUB_PREFIX: &str = "github:";
+
 /// Hashes `password` as an argon2id PHC string (the crate's defaults:
 /// 19 MiB, 2 passes, 1 lane, OWASP's recommendation), for `[web.users]`.
 pub fn hash_password(password: &str) -> Result<String, String> {
@@ -57,6 +65,11 @@ impl People {
     /// argon2 PHC string).
     pub fn new(users: &BTreeMap<String, String>, session_minutes: u64) -> Result<Self, String> {
         for (name, hash) in users {
+            if name.contains(':') || name.is_empty() {
+                return Err(format!(
+                    "[web.users] {name:?}: a user name must be non-empty and hold no ':' (the provider's people are named oidc:NAME)"
+                ));
+            }
             let parsed = PasswordHash::new(hash).map_err(|e| {
                 format!("[web.users] {name}: not a password hash ({e}); make one with `gantry hash-password`")
             })?;

@@ -39,6 +39,10 @@ routes! {
     get "/" => dashboard::page;
     get "/builds/{id}" => dashboard::build_page;
     get "/login" => dashboard::login_page;
+    get "/auth/oidc/login" => super::oidc::login;
+    get "/auth/oidc/callback" => super::oidc::callback;
+    get "/auth/github/login" => super::github::login;
+    get "/auth/github/callback" => super::github::callback;
     get "/dashboard/app.js" => dashboard::script;
     get "/dashboard/pipelines.js" => dashboard::pipelines_script;
     get "/teams/{team}/pipelines/{pipeline}" => dashboard::pipeline_page;

@@ -353,7 +353,10 @@ pub fn quickstart_runc_with(dir: &Path, db: &TestDb, extra: &[&str]) -> Server {
 /// A quickstart (web + embedded worker) on an ephemeral port.
 pub fn quickstart(dir: &Path, db: &TestDb, extra: &[&str]) -> Server {
     let mut cmd = gantry();
+    // An open API unless the test gives credentials of its own (the
+    // default quickstart's admin is `tests/people.rs`'s).
     cmd.arg("quickstart")
+        .arg("--open-api")
         .arg("--listen")
         .arg("127.0.0.1:0")
         .arg("--data-dir")
@@ -469,14 +472,19 @@ pub fn web_command(dir: &Path, db: &TestDb, config: &str, port: u16) -> Command 
     let cfg = dir.join("web.toml");
     write(&cfg, config);
     let mut cmd = gantry();
-    cmd.args(["web", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--registration-key", "k3y"])
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(dir.join("web"))
-        // The garbage collector's rules run every second.
-        .args(["--gc-interval", "1"]);
+    cmd.args([
+        "web",
+        "--open-api",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ])
+    .args(["--registration-key", "k3y"])
+    .arg("--config")
+    .arg(&cfg)
+    .arg("--data-dir")
+    .arg(dir.join("web"))
+    // The garbage collector's rules run every second.
+    .args(["--gc-interval", "1"]);
     if let Some(url) = &db.url {
         cmd.arg("--database-url").arg(url);
     }

@@ -151,6 +151,26 @@ impl Browser {
         r["result"]["value"].clone()
     }
 
+    /// Evaluates a JavaScript expression in the page, as a string; `None`
+    /// while the page is changing (its context gone) or on an exception,
+    /// for polling across navigations.
+    pub fn try_text(&mut self, expression: &str) -> Option<String> {
+        let r = self
+            .try_call(
+                "Runtime.evaluate",
+                json!({ "expression": expression, "returnByValue": true }),
+            )
+            .ok()?;
+        if r.get("exceptionDetails").is_some() {
+            return None;
+        }
+        Some(match &r["result"]["value"] {
+            Value::String(s) => s.clone(),
+            Value::Null => String::new(),
+            other => other.to_string(),
+        })
+    }
+
     /// Opens `url` in the page and waits until it has loaded.
     pub fn navigate(&mut self, url: &str) {
         let r = self.call("Page.navigate", json!({ "url": url }));

@@ -25,6 +25,7 @@ mod pins;
 mod pipeline_archive;
 mod pipelines;
 mod placements;
+mod provider_sign_ins;
 mod reruns;
 mod resources;
 #[cfg(test)]

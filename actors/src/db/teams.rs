@@ -30,6 +30,9 @@ pub struct TokenRow {
     pub role: crate::roles::Role,
     /// The person it was made for at sign-in (`None`: a team token).
     pub user: Option<String>,
+    /// The identity provider's groups that person was in at sign-in
+    /// (empty for a local user's or a team token).
+    pub groups: Vec<String>,
 }
 
 impl TokenRow {
@@ -49,6 +52,7 @@ type TokenTuple = (
     Option<i64>,
     String,
     Option<String>,
+    Option<String>,
 );
 
 fn token_row(t: TokenTuple) -> TokenRow {
@@ -64,11 +68,17 @@ fn token_row(t: TokenTuple) -> TokenRow {
         // unknown one reads as the least.
         role: t.7.parse().unwrap_or(crate::roles::Role::Viewer),
         user: t.8,
+        // Written below as a JSON array of strings.
+        groups: t
+            .9
+            .as_deref()
+            .and_then(|g| serde_json::from_str(g).ok())
+            .unwrap_or_default(),
     }
 }
 
 const TOKEN_COLUMNS: &str =
-    "id, team, token_hash, description, created_at, expires_at, revoked_at, role, user_name";
+    "id, team, token_hash, description, created_at, expires_at, revoked_at, role, user_name, groups";
 
 impl Teams<'_> {
     /// Every team, by name.
@@ -121,7 +131,7 @@ impl Teams<'_> {
     /// Stores a new token (its hash only).
     pub(crate) async fn insert_token(&self, row: &TokenRow) -> Result<(), EngineError> {
         sqlx::query(&format!(
-            "INSERT INTO api_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+            "INSERT INTO api_tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
         ))
         .bind(&row.id)
         .bind(&row.team)
@@ -132,6 +142,7 @@ impl Teams<'_> {
         .bind(row.revoked_at)
         .bind(row.role.as_str())
         .bind(&row.user)
+        .bind((!row.groups.is_empty()).then(|| serde_json::json!(row.groups).to_string()))
         .execute(self.db.pool())
         .await?;
         Ok(())
@@ -197,6 +208,7 @@ impl From<TokenRow> for crate::views::Token {
             revoked_at: r.revoked_at,
             role: r.role,
             user: r.user,
+            groups: r.groups,
         }
     }
 }
@@ -216,6 +228,7 @@ mod tests {
             revoked_at: None,
             role: crate::roles::Role::Member,
             user: None,
+            groups: Vec::new(),
         }
     }
 
@@ -230,6 +243,7 @@ mod tests {
         db.teams()
             .insert_token(&crate::db::TokenRow {
                 role: crate::roles::Role::Viewer,
+                groups: vec!["ops".into(), "dev \"x\"".into()],
                 ..token("b", "red", Some(100))
             })
             .await
@@ -241,7 +255,9 @@ mod tests {
         let b = db.teams().token("b").await.unwrap().unwrap();
         assert_eq!(b.token_hash, "hash-b");
         assert_eq!(b.role, crate::roles::Role::Viewer);
+        assert_eq!(b.groups, ["ops", "dev \"x\""]);
         let a = db.teams().token("a").await.unwrap().unwrap();
+        assert!(a.groups.is_empty());
         assert_eq!(a.role, crate::roles::Role::Member);
         assert!(b.valid_at(99) && !b.valid_at(100), "expires at 100");
         assert_eq!(

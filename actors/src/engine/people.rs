@@ -7,7 +7,7 @@ use super::teams::NewToken;
 use super::Engine;
 use crate::error::EngineError;
 use crate::roles::Role;
-use crate::views::{MemberKind, TeamRole};
+use crate::views::{MemberKind, PendingSignIn, TeamRole};
 
 /// The longest a user or group name may be.
 const MAX_MEMBER_NAME: usize = 256;
@@ -128,9 +128,35 @@ impl Engine {
                 Some(ttl_ms),
                 Some("sign-in".into()),
                 Some(user.to_string()),
+                groups.to_vec(),
             )
             .await?;
         Ok(Some(Session { token }))
+    }
+}
+
+/// How long a sign-in through an OpenID provider may take, from the
+/// browser's leaving for the provider to its return.
+pub const SIGN_IN_TTL_MS: i64 = 10 * 60 * 1000;
+
+impl Engine {
+    /// Records a sign-in through a provider under way, forgetting
+    /// those older than [`SIGN_IN_TTL_MS`].
+    pub async fn begin_sign_in(&self, pending: &PendingSignIn) -> Result<(), EngineError> {
+        self.db
+            .teams()
+            .insert_sign_in(pending, pending.created_at - SIGN_IN_TTL_MS)
+            .await
+    }
+
+    /// Takes the sign-in under way whose state hashes to `state_hash`:
+    /// `None` when there is none (never made, already taken, or
+    /// forgotten). Whether it is too old is the caller's to check.
+    pub async fn take_sign_in(
+        &self,
+        state_hash: &str,
+    ) -> Result<Option<PendingSignIn>, EngineError> {
+        self.db.teams().take_sign_in(state_hash).await
     }
 }
 

@@ -135,12 +135,12 @@ impl Engine {
                 "a token's lifetime must be positive".into(),
             ));
         }
-        self.issue_token(team, role, ttl_ms, description, None)
+        self.issue_token(team, role, ttl_ms, description, None, Vec::new())
             .await
     }
 
-    /// Makes and stores a token for `team` with `role`, for `user` when it
-    /// is a sign-in's.
+    /// Makes and stores a token for `team` with `role`, for `user` (in
+    /// the provider's `groups`) when it is a sign-in's.
     pub(super) async fn issue_token(
         &self,
         team: &str,
@@ -148,6 +148,7 @@ impl Engine {
         ttl_ms: Option<i64>,
         description: Option<String>,
         user: Option<String>,
+        groups: Vec<String>,
     ) -> Result<NewToken, EngineError> {
         let mut id = [0u8; 8];
         let mut secret = [0u8; 32];
@@ -166,6 +167,7 @@ impl Engine {
             revoked_at: None,
             role,
             user,
+            groups,
         };
         self.db.teams().insert_token(&row).await?;
         Ok(NewToken {

@@ -102,6 +102,8 @@ impl Fleet {
         let web_cfg = WebConfig {
             listen: "127.0.0.1:0".parse().context("loopback address")?,
             data_dir: base.join("web"),
+            // The bench calls the API without a token.
+            open_api: true,
             ..WebConfig::default()
         };
         let connector = Recording {

@@ -35,7 +35,11 @@ pub struct SignIn {
 
 /// The session cookie holding `value` for `max_age` (0: cleared), `Secure`
 /// when the request came over TLS.
-fn session_cookie(req: &HttpRequest, value: &str, max_age: CookieAge) -> Cookie<'static> {
+pub(crate) fn session_cookie(
+    req: &HttpRequest,
+    value: &str,
+    max_age: CookieAge,
+) -> Cookie<'static> {
     let mut cookie = Cookie::build(SESSION_COOKIE, value.to_string())
         .path("/")
         .http_only(true)
@@ -104,18 +108,7 @@ pub async fn sign_in(
         .sign_in(&username, &[], team.as_deref(), state.people.session_ttl_ms)
         .await?;
     if let Some(session) = &made {
-        let entry = gantry_actors::api::AuditEntry {
-            id: 0,
-            at: 0,
-            team: Some(session.token.row.team.clone()),
-            actor: format!("user:{username}"),
-            action: "signIn".into(),
-            target: req.path().to_string(),
-            status: 201,
-        };
-        if let Err(e) = state.engine.record_audit(entry).await {
-            tracing::warn!(error = %e, "recording a sign-in in the audit log failed");
-        }
+        record_sign_in(&state, &req, &username, session).await;
     }
     match made {
         Some(session) if cookie => {
@@ -140,6 +133,28 @@ pub async fn sign_in(
                 None => format!("user {username} has no role in any team"),
             },
         }),
+    }
+}
+
+/// Records `user`'s sign-in in the audit log (a failure to is logged: the
+/// sign-in stands).
+pub(crate) async fn record_sign_in(
+    state: &AppState,
+    req: &HttpRequest,
+    user: &str,
+    session: &gantry_actors::api::Session,
+) {
+    let entry = gantry_actors::api::AuditEntry {
+        id: 0,
+        at: 0,
+        team: Some(session.token.row.team.clone()),
+        actor: format!("user:{user}"),
+        action: "signIn".into(),
+        target: req.path().to_string(),
+        status: 201,
+    };
+    if let Err(e) = state.engine.record_audit(entry).await {
+        tracing::warn!(error = %e, "recording a sign-in in the audit log failed");
     }
 }
 

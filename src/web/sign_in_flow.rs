@@ -1,0 +1,400 @@
+//! What signing in through a provider (`[web.oidc]`, `[web.github]`) does
+//! the same way whatever the provider: the sign-in under way recorded in
+//! the database when the browser leaves for the provider (a hash of its
+//! `state`, the PKCE verifier, the nonce, the team asked, `gantry login`'s
+//! loopback port, and a hash of a cookie given to the browser), taken once
+//! when the browser comes back, and the session made for the person the
+//! provider named: a cookie and the dashboard, or the token handed to
+//! `gantry login`'s loopback listener.
+
+use actix_web::cookie::{time::Duration as CookieAge, Cookie, SameSite};
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse};
+use base64::Engine as _;
+use rand::RngCore as _;
+use serde::Deserialize;
+use sha2::Digest as _;
+
+use gantry_actors::api::{PendingSignIn, SIGN_IN_TTL_MS};
+
+use crate::web::api::sessions::{record_sign_in, session_cookie};
+use crate::web::error::ApiError;
+use crate::web::AppState;
+
+/// The cookie binding a sign-in under way to the browser that started it.
+const BROWSER_COOKIE: &str = "gantry_sign_in";
+
+/// The routes a provider's sign-in and callback live under.
+const AUTH_PATH: &str = "/auth";
+
+/// Requests to a provider give up after this long.
+const PROVIDER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// A provider's HTTP client and the callback URL it sends browsers back
+/// to.
+pub struct ProviderHttp {
+    /// The client (rustls; redirects are read, never followed).
+    pub http: reqwest::Client,
+    /// `EXTERNAL_URL/auth/PROVIDER/callback`: set when made, or once the
+    /// node knows the address it listens on.
+    redirect_uri: std::sync::OnceLock<String>,
+    provider: &'static str,
+}
+
+impl ProviderHttp {
+    /// The client of `provider` (`oidc`, `github`), trusting `ca_cert`
+    /// (PEM) beside the usual roots, called back at `external_url` (none:
+    /// see [`ProviderHttp::default_external_url`]).
+    pub fn new(
+        provider: &'static str,
+        ca_cert: Option<&str>,
+        external_url: Option<&str>,
+    ) -> anyhow::Result<Self> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut http = reqwest::Client::builder()
+            .use_rustls_tls()
+            .timeout(PROVIDER_TIMEOUT)
+            .user_agent(concat!("gantry/", env!("CARGO_PKG_VERSION")))
+            .redirect(reqwest::redirect::Policy::none());
+        if let Some(pem) = ca_cert {
+            let cert = reqwest::Certificate::from_pem(pem.as_bytes())
+                .map_err(|e| anyhow::anyhow!("web.{provider}.ca_cert: {e}"))?;
+            http = http.add_root_certificate(cert);
+        }
+        let made = Self {
+            http: http.build()?,
+            redirect_uri: std::sync::OnceLock::new(),
+            provider,
+        };
+        if let Some(url) = external_url {
+            made.default_external_url(url);
+        }
+        Ok(made)
+    }
+
+    /// Sends browsers back under `url` when no external URL was
+    /// configured (the address the node listens on, known once bound).
+    pub fn default_external_url(&self, url: &str) {
+        let _ = self.redirect_uri.set(format!(
+            "{}{AUTH_PATH}/{}/callback",
+            url.trim_end_matches('/'),
+            self.provider
+        ));
+    }
+
+    /// The callback URL the provider sends browsers back to.
+    pub fn redirect_uri(&self) -> &str {
+        self.redirect_uri
+            .get()
+            .map(String::as_str)
+            .unwrap_or_default()
+    }
+
+    /// GETs `url` (with `bearer`, if given) and decodes its JSON; `what`
+    /// names it in errors (502: the provider failed).
+    pub async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        url: &str,
+        bearer: Option<&str>,
+        what: &str,
+    ) -> Result<T, ApiError> {
+        let mut req = self.http.get(url).header("accept", "application/json");
+        if let Some(token) = bearer {
+            req = req.bearer_auth(token);
+        }
+        let answer = req
+            .send()
+            .await
+            .map_err(|e| provider_failed(format!("reading the provider's {what} ({url}): {e}")))?;
+        if !answer.status().is_success() {
+            return Err(provider_failed(format!(
+                "the provider's {what} ({url}) answered {}",
+                answer.status()
+            )));
+        }
+        answer
+            .json()
+            .await
+            .map_err(|e| provider_failed(format!("the provider's {what} ({url}): {e}")))
+    }
+}
+
+/// An error of the provider itself (502).
+pub fn provider_failed(message: impl Into<String>) -> ApiError {
+    ApiError {
+        status: StatusCode::BAD_GATEWAY,
+        message: message.into(),
+    }
+}
+
+/// Who a provider says signed in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Person {
+    /// Their name in teams: the provider's prefix (`oidc:`, `github:`) and
+    /// the provider's name for them.
+    pub name: String,
+    /// Their groups, each with the provider's prefix.
+    pub groups: Vec<String>,
+}
+
+/// The query of `GET /auth/PROVIDER/login`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct LoginQuery {
+    /// The team to sign in to (default: `main` when the person has a role
+    /// there, else their first team).
+    pub team: Option<String>,
+    /// `gantry login`: the loopback port its listener waits on.
+    pub cli_port: Option<u16>,
+    /// `gantry login`: the value its listener checks the token's arrival by.
+    pub cli_state: Option<String>,
+}
+
+/// The query of `GET /auth/PROVIDER/callback`, as the provider sends it.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct CallbackQuery {
+    /// The authorization code.
+    pub code: Option<String>,
+    /// The state this node sent.
+    pub state: Option<String>,
+    /// The provider's refusal, if it refused.
+    pub error: Option<String>,
+    /// Its explanation.
+    pub error_description: Option<String>,
+    /// The issuer answering (RFC 9207), when the provider says.
+    pub iss: Option<String>,
+}
+
+/// 32 random bytes, base64url: a state, a nonce, a PKCE verifier.
+pub fn random_value() -> String {
+    let mut bytes = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn sha256_hex(value: &str) -> String {
+    sha2::Sha256::digest(value.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The PKCE `S256` challenge of `verifier`.
+pub fn challenge_of(verifier: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(verifier))
+}
+
+/// The values of a sign-in begun: what the provider is sent.
+pub struct Begun {
+    /// The `state`.
+    pub state: String,
+    /// The `nonce` (OpenID Connect's ID token carries it back).
+    pub nonce: String,
+    /// The PKCE verifier, whose challenge the provider is sent.
+    pub verifier: String,
+    browser: String,
+    query: LoginQuery,
+}
+
+/// Checks a sign-in's query and draws its values.
+pub fn begin(query: LoginQuery) -> Result<Begun, ApiError> {
+    match (query.cli_port, &query.cli_state) {
+        (Some(0), _) => return Err(ApiError::bad_request("cli_port must not be 0")),
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(ApiError::bad_request(
+                "give cli_port and cli_state together (gantry login does)",
+            ))
+        }
+        _ => {}
+    }
+    if query.cli_state.as_ref().is_some_and(|s| s.len() > 128) {
+        return Err(ApiError::bad_request(
+            "cli_state is longer than 128 characters",
+        ));
+    }
+    if let Some(team) = &query.team {
+        gantry_actors::api::check_team_name(team)
+            .map_err(|e| ApiError::bad_request(format!("team: {e}")))?;
+    }
+    Ok(Begun {
+        state: random_value(),
+        nonce: random_value(),
+        verifier: random_value(),
+        browser: random_value(),
+        query,
+    })
+}
+
+/// Records `begun` as `provider`'s sign-in under way and sends the
+/// browser to `to` (the provider's authorization URL) with the cookie that
+/// binds the sign-in to it.
+pub async fn leave_for(
+    state: &AppState,
+    req: &HttpRequest,
+    provider: &str,
+    begun: Begun,
+    to: String,
+) -> Result<HttpResponse, ApiError> {
+    state
+        .engine
+        .begin_sign_in(&PendingSignIn {
+            provider: provider.to_string(),
+            state_hash: sha256_hex(&begun.state),
+            browser_hash: sha256_hex(&begun.browser),
+            verifier: begun.verifier,
+            nonce: begun.nonce,
+            team: begun.query.team,
+            cli_port: begun.query.cli_port,
+            cli_state: begun.query.cli_state,
+            created_at: gantry_actors::api::now_ms(),
+        })
+        .await?;
+    let mut cookie = Cookie::build(BROWSER_COOKIE, begun.browser)
+        .path(AUTH_PATH)
+        .http_only(true)
+        .same_site(SameSite::Lax)
+        .max_age(CookieAge::milliseconds(SIGN_IN_TTL_MS))
+        .finish();
+    if req.connection_info().scheme() == "https" {
+        cookie.set_secure(true);
+    }
+    Ok(HttpResponse::Found()
+        .insert_header(("location", to))
+        .cookie(cookie)
+        .finish())
+}
+
+/// The provider's answer: takes (once) the sign-in under way its state
+/// names, refuses one too old, of another provider, presented by another
+/// browser than the one that began it, or refused by the provider.
+/// Answers the sign-in and the authorization code.
+pub async fn come_back(
+    state: &AppState,
+    req: &HttpRequest,
+    provider: &str,
+    q: &CallbackQuery,
+) -> Result<(PendingSignIn, String), ApiError> {
+    let sign_in_state = q
+        .state
+        .as_deref()
+        .ok_or_else(|| ApiError::bad_request("the provider's answer has no state"))?;
+    // Taken first, whatever follows: a state serves one answer.
+    let pending = state
+        .engine
+        .take_sign_in(&sha256_hex(sign_in_state))
+        .await?
+        .filter(|p| p.provider == provider)
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "this sign-in is unknown or was already used: start the sign-in again",
+            )
+        })?;
+    if gantry_actors::api::now_ms() - pending.created_at > SIGN_IN_TTL_MS {
+        return Err(ApiError::bad_request(
+            "this sign-in took longer than 10 minutes: start it again",
+        ));
+    }
+    let browser = req.cookie(BROWSER_COOKIE).map(|c| sha256_hex(c.value()));
+    if browser.as_deref() != Some(pending.browser_hash.as_str()) {
+        return Err(ApiError::bad_request(
+            "this sign-in was started in another browser: start it again here",
+        ));
+    }
+    if let Some(error) = &q.error {
+        return Err(ApiError::unauthorized(format!(
+            "the provider refused the sign-in: {error}{}",
+            q.error_description
+                .as_deref()
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default()
+        )));
+    }
+    let code = q
+        .code
+        .clone()
+        .ok_or_else(|| ApiError::bad_request("the provider's answer has no code"))?;
+    Ok((pending, code))
+}
+
+/// Signs `person` in to the team `pending` asked for (or their default
+/// one): the session cookie and the dashboard for a browser, the token on
+/// `gantry login`'s loopback callback for the CLI.
+pub async fn finish(
+    state: &AppState,
+    req: &HttpRequest,
+    pending: &PendingSignIn,
+    person: &Person,
+) -> Result<HttpResponse, ApiError> {
+    let session = state
+        .engine
+        .sign_in(
+            &person.name,
+            &person.groups,
+            pending.team.as_deref(),
+            state.people.session_ttl_ms,
+        )
+        .await?
+        .ok_or_else(|| ApiError {
+            status: StatusCode::FORBIDDEN,
+            message: match &pending.team {
+                Some(t) => format!("{} has no role in team {t}", person.name),
+                None => format!("{} has no role in any team", person.name),
+            },
+        })?;
+    record_sign_in(state, req, &person.name, &session).await;
+    let gone = Cookie::build(BROWSER_COOKIE, "")
+        .path(AUTH_PATH)
+        .max_age(CookieAge::ZERO)
+        .finish();
+    let token = &session.token.token;
+    if let (Some(port), Some(cli_state)) = (pending.cli_port, &pending.cli_state) {
+        let to = reqwest::Url::parse_with_params(
+            &format!("http://127.0.0.1:{port}/callback"),
+            [("token", token.as_str()), ("state", cli_state.as_str())],
+        )
+        .map_err(|e| ApiError::bad_request(format!("cli_port: {e}")))?;
+        return Ok(HttpResponse::Found()
+            .insert_header(("location", String::from(to)))
+            .cookie(gone)
+            .finish());
+    }
+    let age = CookieAge::milliseconds(state.people.session_ttl_ms);
+    Ok(HttpResponse::Found()
+        .insert_header(("location", "/"))
+        .cookie(session_cookie(req, token, age))
+        .cookie(gone)
+        .finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pkce_challenge_is_rfc_7636s() {
+        // RFC 7636, appendix B.
+        assert_eq!(
+            challenge_of("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+        );
+        let (a, b) = (random_value(), random_value());
+        assert_eq!(a.len(), 43);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_sign_ins_query_is_checked() {
+        let q = |port: Option<u16>, cli: Option<&str>, team: Option<&str>| LoginQuery {
+            team: team.map(String::from),
+            cli_port: port,
+            cli_state: cli.map(String::from),
+        };
+        assert!(begin(q(Some(4000), None, None)).is_err());
+        assert!(begin(q(None, Some("s"), None)).is_err());
+        assert!(begin(q(Some(0), Some("s"), None)).is_err());
+        assert!(begin(q(Some(4000), Some(&"x".repeat(129)), None)).is_err());
+        assert!(begin(q(None, None, Some("no such/team"))).is_err());
+        let ok = begin(q(Some(4000), Some("s"), Some("red"))).unwrap();
+        assert_ne!(ok.state, ok.nonce);
+    }
+}
