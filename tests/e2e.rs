@@ -44,6 +44,7 @@ mod bench_scheduling;
 mod bench_secrets;
 #[cfg(feature = "bench")]
 mod bench_stream;
+mod build_log_text;
 mod build_logs;
 mod cli;
 mod cluster;

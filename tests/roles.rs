@@ -102,6 +102,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
     for op in [
         "getBuild",
         "buildEvents",
+        "buildLog",
         "getBuildResources",
         "listPipelines",
         "getPipeline",

@@ -262,7 +262,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     Command::Jobs { json, .. } => list::jobs(&client, json).await.map(|_| 0),
                     Command::Pipelines(command) => super::pipelines::run(&client, command).await,
                     Command::WebNodes { json } => list::web_nodes(&client, json).await.map(|_| 0),
-                    Command::Watch { build } => {
+                    Command::Watch { build, tail, raw } => {
                         let view: serde_json::Value =
                             client.get(&format!("/api/v1/builds/{build}")).await?;
                         if let Some(at) = view["log_reaped_at"].as_i64() {
@@ -271,9 +271,13 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                                 view["status"].as_str().unwrap_or("unknown")
                             );
                         }
-                        follow::follow(&client, build, follow::StepLines::Told)
-                            .await?
-                            .exit_code(build)
+                        if raw || tail.is_some() {
+                            follow::print_log(&client, build, tail).await
+                        } else {
+                            follow::follow(&client, build, follow::StepLines::Told)
+                                .await?
+                                .exit_code(build)
+                        }
                     }
                     Command::AbortBuild { build } => {
                         let _: serde_json::Value = client

@@ -80,6 +80,48 @@ impl Ended {
     }
 }
 
+/// `gantry watch --raw` / `--tail N`: the build's log as plain text
+/// (`GET /api/v1/builds/{id}/log`), from its last `tail` lines, to stdout
+/// until the build ends; the exit code is then its task's exit status, or
+/// an error naming why it did not run to the end.
+pub async fn print_log(
+    client: &ApiClient,
+    build_id: i64,
+    tail: Option<usize>,
+) -> anyhow::Result<i32> {
+    let mut path = format!("/api/v1/builds/{build_id}/log");
+    if let Some(n) = tail {
+        path.push_str(&format!("?tail={n}"));
+    }
+    let resp = client
+        .http()
+        .get(client.url(&path))
+        .send()
+        .await
+        .map_err(|e| client.unreachable(e))?;
+    let mut stream = client.check(resp).await?.bytes_stream();
+    let mut out = std::io::stdout().lock();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.with_context(|| format!("reading build {build_id}'s log"))?;
+        out.write_all(&chunk)?;
+        out.flush()?;
+    }
+    drop(out);
+    let view: serde_json::Value = client.get(&format!("/api/v1/builds/{build_id}")).await?;
+    let status = view["status"]
+        .as_str()
+        .and_then(BuildStatus::parse)
+        .ok_or_else(|| anyhow!("build {build_id} has no status: {view}"))?;
+    Ended {
+        status,
+        exit_status: view["exit_status"].as_i64().map(|s| s as i32),
+        produced: BTreeMap::new(),
+        last_error: view["error"].as_str().map(String::from),
+        checked: Vec::new(),
+    }
+    .exit_code(build_id)
+}
+
 /// Follows a build's events to its end: its output goes to stdout and
 /// stderr as it is written; Ctrl-C aborts the build (a second one leaves).
 pub async fn follow(client: &ApiClient, build_id: i64, lines: StepLines) -> anyhow::Result<Ended> {

@@ -351,6 +351,13 @@ pub enum Command {
         /// Build id.
         #[arg(short = 'b', long = "build")]
         build: i64,
+        /// Start with the last N lines printed so far, then follow.
+        #[arg(long)]
+        tail: Option<usize>,
+        /// Print only what the steps printed, as they printed it (no step
+        /// lines): the build's log as plain text.
+        #[arg(long)]
+        raw: bool,
     },
     /// Abort a running build.
     AbortBuild {

@@ -50,6 +50,7 @@ pub const DEFAULT_ROLES: &[(&str, Role)] = &[
     ("listBuilds", Role::Viewer),
     ("getBuild", Role::Viewer),
     ("buildEvents", Role::Viewer),
+    ("buildLog", Role::Viewer),
     ("getBuildResources", Role::Viewer),
     ("listContainers", Role::Viewer),
     ("listVolumes", Role::Viewer),

@@ -11,8 +11,8 @@ use utoipa::openapi::OpenApi as Document;
 use utoipa::OpenApi as _;
 
 use super::api::{
-    artifacts, audit, builds, gc, gc_admin, hijack, jobs, pipelines, queue, reruns, secrets,
-    sessions, teams, workers,
+    artifacts, audit, build_log, builds, gc, gc_admin, hijack, jobs, pipelines, queue, reruns,
+    secrets, sessions, teams, workers,
 };
 use super::{dashboard, health, metrics, openapi};
 
@@ -78,6 +78,7 @@ routes! {
     get "/api/v1/builds/{id}" => builds::get;
     post "/api/v1/builds/{id}/abort" => builds::abort;
     get "/api/v1/builds/{id}/events" => builds::events;
+    get "/api/v1/builds/{id}/log" => build_log::log;
     get "/api/v1/builds/{id}/resources" => builds::resources;
     get "/api/v1/builds/{id}/hijack" => hijack::build;
     get "/api/v1/containers/{handle}/hijack" => hijack::container;

@@ -279,6 +279,12 @@ impl Engine {
         self.db.builds().count_builds_by_status().await
     }
 
+    /// The sequence number of build `id`'s last stored event (0: none, or
+    /// its log left the database).
+    pub async fn last_build_event_seq(&self, id: i64) -> Result<i64, EngineError> {
+        self.db.builds().last_event_seq(id).await
+    }
+
     /// Follows a build's events after its event `after` (0: all of them;
     /// see [`event_follow::follow`]).
     pub fn follow_build_events(

@@ -1,5 +1,6 @@
 //! The HTTP API's handlers, one file per subject (`builds.rs`,
 //! `workers.rs`, `artifacts.rs`, `teams.rs`, `jobs.rs`, `hijack.rs`, the
+//! a build's log as text in `build_log.rs`, the
 //! workers' sweep routes in `gc.rs`, `clear-task-cache` in `gc_admin.rs`,
 //! stored pipelines with their jobs and resources in `pipelines.rs`),
 //! and what every handler shares: paging of list routes (`paging.rs`) and
@@ -8,6 +9,7 @@
 pub mod artifacts;
 pub mod audit;
 pub mod bounds;
+pub mod build_log;
 pub(crate) mod builds;
 pub mod gc;
 pub mod gc_admin;
