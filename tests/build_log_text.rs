@@ -54,27 +54,27 @@ fn newest_build(url: &str, job: &str) -> i64 {
     )
 }
 
-fn log(url: &str, build: i64, query: &str) -> (u16, String) {
-    let answer = reqwest::blocking::Client::builder()
+/// `GET /api/v1/builds/BUILD/log QUERY`, answered as it streams.
+fn get_log(url: &str, build: i64, query: &str) -> reqwest::blocking::Response {
+    reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(60))
         .build()
         .unwrap()
         .get(format!("{url}/api/v1/builds/{build}/log{query}"))
         .send()
-        .unwrap();
+        .unwrap()
+}
+
+/// The whole log (the build has ended): status and text.
+fn log(url: &str, build: i64, query: &str) -> (u16, String) {
+    let answer = get_log(url, build, query);
     (answer.status().as_u16(), answer.text().unwrap())
 }
 
 /// The first `n` lines of build `build`'s log (with `query`), read as
 /// they stream (the build may still run).
 fn first_lines(url: &str, build: i64, query: &str, n: usize) -> Vec<String> {
-    let answer = reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap()
-        .get(format!("{url}/api/v1/builds/{build}/log{query}"))
-        .send()
-        .unwrap();
+    let answer = get_log(url, build, query);
     assert_eq!(answer.status().as_u16(), 200);
     BufReader::new(answer)
         .lines()

@@ -53,8 +53,9 @@ fn job_builds(url: &str) -> usize {
     builds.as_array().map_or(0, Vec::len)
 }
 
-/// The browser's cookie named `gantry_session`, if any.
-fn session_cookie(browser: &mut Browser) -> Option<String> {
+/// The browser's cookie named `gantry_session`, if any (always
+/// `HttpOnly`, `SameSite=Lax`).
+pub(crate) fn session_cookie(browser: &mut Browser) -> Option<String> {
     let cookies = browser.call("Network.getAllCookies", serde_json::json!({}));
     cookies["cookies"]
         .as_array()?

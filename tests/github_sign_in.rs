@@ -15,7 +15,7 @@ use base64::Engine as _;
 use common::*;
 use sha2::Digest as _;
 
-use crate::oidc::{begin, finish, stand_in, url_pairs};
+use crate::oidc::{begin, finish, stand_in, url_pairs, who};
 use crate::people::ADMIN;
 
 /// The challenge of the sign-in the stand-in may finish.
@@ -109,13 +109,7 @@ fn a_github_team_member_signs_in_with_the_teams_role_and_a_refused_code_makes_no
     let (status, error, session) = finish(url, "github", &begun, "good", false);
     assert_eq!(status, 302, "{error}");
     let token = session.expect("a session cookie");
-    let me: serde_json::Value = reqwest::blocking::Client::new()
-        .get(format!("{url}/api/v1/user"))
-        .bearer_auth(&token)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let me = who(url, &token);
     assert_eq!(
         (&me["user"], &me["team"], &me["role"]),
         (

@@ -26,6 +26,7 @@ use common::*;
 
 use crate::dashboard_browser::cdp::Browser;
 use crate::dashboard_browser::{chromium, screenshot_dir};
+use crate::dashboard_signin::session_cookie;
 use crate::people::ADMIN;
 
 /// The installed `oidc-provider` package (`GANTRY_OIDC_PROVIDER`, else
@@ -117,20 +118,6 @@ fn wait_text(browser: &mut Browser, what: &str, expr: &str, want: &str) {
     wait_for(what, Duration::from_secs(30), || {
         (browser.try_text(expr).as_deref() == Some(want)).then_some(())
     });
-}
-
-/// The browser's session cookie, if any (always `HttpOnly`, `SameSite=Lax`).
-fn session_cookie(browser: &mut Browser) -> Option<String> {
-    let cookies = browser.call("Network.getAllCookies", serde_json::json!({}));
-    cookies["cookies"]
-        .as_array()?
-        .iter()
-        .find(|c| c["name"] == "gantry_session")
-        .map(|c| {
-            assert_eq!(c["httpOnly"], true, "{c}");
-            assert_eq!(c["sameSite"], "Lax", "{c}");
-            c["value"].as_str().unwrap().to_string()
-        })
 }
 
 /// On the provider's pages: fills its sign-in form as `login` when it
@@ -229,13 +216,7 @@ fn a_person_signs_in_through_a_real_provider_in_chromium_and_with_gantry_login()
     });
     browser.screenshot(&shots.join("oidc-signed-in.png"));
     let token = session_cookie(&mut browser).expect("the session cookie");
-    let me: serde_json::Value = reqwest::blocking::Client::new()
-        .get(format!("{url}/api/v1/user"))
-        .bearer_auth(&token)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let me = who(&url, &token);
     assert_eq!(me["user"], "oidc:alice", "{me}");
     assert_eq!(me["role"], "pipeline-operator", "{me}");
     assert_eq!(me["team"], "red", "{me}");
@@ -340,6 +321,17 @@ struct FakeIssuer {
     tokens: Arc<Mutex<BTreeMap<String, String>>>,
     key_pem: Vec<u8>,
     other_pem: Vec<u8>,
+}
+
+/// Who `token` is (`GET /api/v1/user`).
+pub(crate) fn who(url: &str, token: &str) -> serde_json::Value {
+    reqwest::blocking::Client::new()
+        .get(format!("{url}/api/v1/user"))
+        .bearer_auth(token)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap()
 }
 
 /// A stand-in HTTP server on loopback: each request's path (with its
@@ -701,13 +693,7 @@ fn forged_expired_misaddressed_and_replayed_sign_ins_are_refused_and_leave_no_se
     let (got, error, session) = finish(url, "oidc", &begun, "good", false);
     assert_eq!(got, 302, "{error}");
     let token = session.expect("a session cookie");
-    let me: serde_json::Value = reqwest::blocking::Client::new()
-        .get(format!("{url}/api/v1/user"))
-        .bearer_auth(&token)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let me = who(url, &token);
     assert_eq!(me["user"], "oidc:alice", "{me}");
     assert_eq!(me["role"], "pipeline-operator", "{me}");
     assert_eq!(sessions(), "1");

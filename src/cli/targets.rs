@@ -127,6 +127,29 @@ fn flag_value(args: &[std::ffi::OsString], flag: &str) -> Option<String> {
     None
 }
 
+/// The verb of a command line: its first word that is neither a flag nor
+/// the value of a global flag that takes one.
+fn verb(args: &[std::ffi::OsString]) -> Option<String> {
+    let mut it = args
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned());
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--url" | "--token" | "-t" | "--target" | "--log-format" => {
+                it.next();
+            }
+            a if a.starts_with('-') => {}
+            _ => return Some(arg),
+        }
+    }
+    None
+}
+
+/// The servers, which act with no target: a saved token must not reach
+/// their environment (nor the processes they start).
+const SERVERS: [&str; 3] = ["web", "worker", "quickstart"];
+
 /// The one target saved for `url`, if exactly one is.
 fn target_for_url<'a>(targets: &'a Targets, url: &str) -> Option<&'a Target> {
     let url = url.trim_end_matches('/');
@@ -143,7 +166,8 @@ fn target_for_url<'a>(targets: &'a Targets, url: &str) -> Option<&'a Target> {
 /// command uses, when one is). `gantry login` makes the target, so it is
 /// left alone.
 pub fn apply(args: &[std::ffi::OsString]) -> anyhow::Result<()> {
-    if args.iter().any(|a| a == "login") {
+    let verb = verb(args);
+    if verb.as_deref() == Some("login") || verb.as_deref().is_some_and(|v| SERVERS.contains(&v)) {
         return Ok(());
     }
     let Some(name) = named_target(args) else {
@@ -226,6 +250,14 @@ mod tests {
         assert_eq!(
             flag_value(&args(&["gantry", "--url", "http://y", "builds"]), "--url").as_deref(),
             Some("http://y")
+        );
+        assert_eq!(
+            verb(&args(&["gantry", "--url", "web", "-t", "x", "quickstart"])).as_deref(),
+            Some("quickstart")
+        );
+        assert_eq!(
+            verb(&args(&["gantry", "--wide", "pipelines"])).as_deref(),
+            Some("pipelines")
         );
     }
 
