@@ -292,7 +292,7 @@ impl WebConfig {
             }
         }
         let digest = Sha256::digest(json.to_string().as_bytes());
-        digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+        hex::encode(&digest[..6])
     }
 }
 

@@ -430,10 +430,38 @@ fn the_default_quickstart_is_closed_makes_an_admin_and_saves_the_clis_target() {
         .send()
         .unwrap();
     assert_eq!(answer.status().as_u16(), 201);
-    // A restart keeps the password.
+    let browser: serde_json::Value = answer.json().unwrap();
+    let browser = browser["token"].as_str().unwrap().to_string();
+    let saved_token = || {
+        let rc = std::fs::read_to_string(&rc).unwrap();
+        let rc: serde_yaml::Value = serde_yaml::from_str(&rc).unwrap();
+        rc["targets"]["quickstart"]["token"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let first = saved_token();
+    // A restart keeps the password, and saves a new token in place of the
+    // first, which no longer works; the browser's session is kept.
     drop(qs);
-    let _again = start();
+    let again = start();
     assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), password);
-    let said = ok(&as_person(&home, &["--url", &_again.url, "status"], ""));
+    let said = ok(&as_person(&home, &["--url", &again.url, "status"], ""));
     assert_eq!(said, "signed in: user admin, admin");
+    assert_ne!(saved_token(), first);
+    let user = |token: &str| {
+        http.get(format!("{}/api/v1/user", again.url))
+            .bearer_auth(token)
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(user(&first), 401, "the first start's token was revoked");
+    assert_eq!(user(&saved_token()), 200);
+    assert_eq!(
+        user(&browser),
+        200,
+        "a password sign-in is not the saved token"
+    );
 }

@@ -35,7 +35,10 @@ pub use crate::credentials::{
     CacheConfig as CredentialCacheConfig, CredentialManager, Lookup, ManagerError, SecretScope,
     VarSourceTypes,
 };
-pub use crate::db::{now_ms, BuildQuery, HandleKind, SecretEntry};
+pub use crate::db::{
+    now_ms, BuildQuery, HandleKind, SecretEntry, TakenSignIn, MAX_PENDING_SIGN_INS,
+};
+pub use crate::digest::sha256_hex;
 pub use crate::engine::MAX_SECRET;
 pub use crate::events::StoredEvent;
 pub use crate::pipeline::{

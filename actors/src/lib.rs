@@ -20,6 +20,7 @@ mod bounded_yaml;
 mod builds;
 mod credentials;
 mod db;
+mod digest;
 mod engine;
 mod error;
 mod event_follow;

@@ -140,7 +140,7 @@ impl Sealer {
         SystemRandom::new()
             .fill(&mut key)
             .map_err(|_| err("the system's random generator failed".into()))?;
-        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = hex::encode(key);
         let dir = path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(|e| err(format!("creating its directory: {e}")))?;
         let tmp = dir.join(format!(

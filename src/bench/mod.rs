@@ -39,7 +39,7 @@ pub(crate) fn sealer() -> gantry_actors::api::Sealer {
 pub(crate) fn write_key_file(path: &std::path::Path) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
-    let hex: String = bench_key().iter().map(|b| format!("{b:02x}")).collect();
+    let hex = hex::encode(bench_key());
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

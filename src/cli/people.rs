@@ -119,7 +119,7 @@ pub async fn login_with_provider(
     let port = listener.local_addr()?.port();
     let mut secret = [0u8; 16];
     rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut secret);
-    let cli_state: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    let cli_state = hex::encode(secret);
     let mut url = reqwest::Url::parse(&format!("{api}/auth/{route}/login"))?;
     url.query_pairs_mut()
         .append_pair("cli_port", &port.to_string())

@@ -303,7 +303,7 @@ fn quickstart_admin(cfg: &mut crate::config::WebConfig) -> anyhow::Result<PathBu
                 .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
             let mut secret = [0u8; 18];
             rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut secret);
-            let password: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+            let password = hex::encode(secret);
             crate::private_files::write_private(&path, format!("{password}\n").as_bytes())?;
             password
         }
@@ -316,7 +316,9 @@ fn quickstart_admin(cfg: &mut crate::config::WebConfig) -> anyhow::Result<PathBu
 
 /// Makes the quickstart's `admin` an owner of `main` (the admin), signs
 /// them in, and saves the token as the CLI's `quickstart` target, which
-/// commands given this node's URL (the default one included) use.
+/// commands given this node's URL (the default one included) use. The
+/// token an earlier start saved there is revoked: each start leaves one
+/// such token valid, not one more per restart.
 async fn sign_admin_in(
     handle: &crate::web::WebHandle,
     password_file: &std::path::Path,
@@ -343,7 +345,11 @@ async fn sign_admin_in(
         .sign_in(QUICKSTART_ADMIN, &[], Some("main"), ttl_ms)
         .await?
         .context("signing the quickstart's admin in")?;
-    let saved = crate::cli::targets::Targets::load().and_then(|mut targets| {
+    let saved = crate::cli::targets::Targets::load();
+    if let Ok(earlier) = saved.as_ref().map(|t| t.targets.get(QUICKSTART_TARGET)) {
+        revoke_earlier_admin_token(engine, earlier.map(|t| t.token.as_str())).await;
+    }
+    let saved = saved.and_then(|mut targets| {
         targets.targets.insert(
             QUICKSTART_TARGET.into(),
             crate::cli::targets::Target {
@@ -369,6 +375,24 @@ async fn sign_admin_in(
     Ok(())
 }
 
+/// Revokes `token` (the `quickstart` target an earlier start saved) when
+/// it is this node's admin session still valid; another node's token, or
+/// one already gone, is left be.
+async fn revoke_earlier_admin_token(engine: &gantry_actors::api::Engine, token: Option<&str>) {
+    let Some(token) = token else { return };
+    match engine.team_of_token(token).await {
+        Ok(Some(t)) if t.user.as_deref() == Some(QUICKSTART_ADMIN) => {
+            if let Err(e) = engine.revoke_token(&t.id, None).await {
+                tracing::warn!(error = %e, "could not revoke the admin token an earlier start saved");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the admin token an earlier start saved")
+        }
+    }
+}
+
 /// The file in a quickstart's data dir that keeps its registration key.
 pub const QUICKSTART_KEY_FILE: &str = "registration-key";
 
@@ -391,7 +415,7 @@ fn quickstart_key(data_dir: &std::path::Path) -> anyhow::Result<String> {
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
     let mut secret = [0u8; 32];
     rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut secret);
-    let key: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    let key = hex::encode(secret);
     // Written whole under a temporary name, then renamed: never half a key.
     crate::private_files::write_private(&path, format!("{key}\n").as_bytes())?;
     tracing::info!(

@@ -222,18 +222,23 @@ pub const CSRF_HEADER: &str = "x-gantry-csrf";
 /// page can be told it (`GET /api/v1/user`) while the token itself stays
 /// in the `HttpOnly` cookie.
 pub fn csrf_of(token: &str) -> String {
-    use sha2::Digest as _;
-    let digest = sha2::Sha256::digest(format!("gantry-csrf\0{token}").as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    gantry_actors::api::sha256_hex(format!("gantry-csrf\0{token}"))
 }
 
-/// The token of a request: its bearer token, on [`DASHBOARD_FEED`] its
+/// Whether `path` is a live feed of the dashboard, which takes the token
+/// as `?token=` too: [`DASHBOARD_FEED`], or a pipeline page's
+/// (`/api/v1/teams/T/pipelines/P/feed`).
+fn is_feed(path: &str) -> bool {
+    path == DASHBOARD_FEED || (path.starts_with("/api/v1/teams/") && path.ends_with("/feed"))
+}
+
+/// The token of a request: its bearer token, on a feed ([`is_feed`]) its
 /// `token` query parameter, else its session cookie.
 pub fn request_token(req: &HttpRequest) -> Option<String> {
     if let Some(token) = bearer(req) {
         return Some(token.to_string());
     }
-    let from_query = (req.path() == DASHBOARD_FEED)
+    let from_query = is_feed(req.path())
         .then(|| {
             web::Query::<BTreeMap<String, String>>::from_query(req.query_string())
                 .ok()

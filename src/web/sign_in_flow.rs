@@ -15,7 +15,7 @@ use rand::RngCore as _;
 use serde::Deserialize;
 use sha2::Digest as _;
 
-use gantry_actors::api::{PendingSignIn, SIGN_IN_TTL_MS};
+use gantry_actors::api::{sha256_hex, PendingSignIn, TakenSignIn, SIGN_IN_TTL_MS};
 
 use crate::web::api::sessions::{record_sign_in, session_cookie};
 use crate::web::error::ApiError;
@@ -172,13 +172,6 @@ pub fn random_value() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
-fn sha256_hex(value: &str) -> String {
-    sha2::Sha256::digest(value.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// The PKCE `S256` challenge of `verifier`.
 pub fn challenge_of(verifier: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(verifier))
@@ -278,26 +271,29 @@ pub async fn come_back(
         .state
         .as_deref()
         .ok_or_else(|| ApiError::bad_request("the provider's answer has no state"))?;
-    // Taken first, whatever follows: a state serves one answer.
-    let pending = state
+    // Taken by the browser that began it, whatever follows: a state
+    // serves one answer. Another browser's answer (login CSRF) leaves it.
+    let browser = req.cookie(BROWSER_COOKIE).map(|c| sha256_hex(c.value()));
+    let pending = match state
         .engine
-        .take_sign_in(&sha256_hex(sign_in_state))
+        .take_sign_in(&sha256_hex(sign_in_state), browser.as_deref())
         .await?
-        .filter(|p| p.provider == provider)
-        .ok_or_else(|| {
-            ApiError::bad_request(
+    {
+        TakenSignIn::SignIn(p) if p.provider == provider => p,
+        TakenSignIn::OtherBrowser => {
+            return Err(ApiError::bad_request(
+                "this sign-in was started in another browser: start it again here",
+            ))
+        }
+        TakenSignIn::SignIn(_) | TakenSignIn::Unknown => {
+            return Err(ApiError::bad_request(
                 "this sign-in is unknown or was already used: start the sign-in again",
-            )
-        })?;
+            ))
+        }
+    };
     if gantry_actors::api::now_ms() - pending.created_at > SIGN_IN_TTL_MS {
         return Err(ApiError::bad_request(
             "this sign-in took longer than 10 minutes: start it again",
-        ));
-    }
-    let browser = req.cookie(BROWSER_COOKIE).map(|c| sha256_hex(c.value()));
-    if browser.as_deref() != Some(pending.browser_hash.as_str()) {
-        return Err(ApiError::bad_request(
-            "this sign-in was started in another browser: start it again here",
         ));
     }
     if let Some(error) = &q.error {

@@ -88,16 +88,12 @@ pub(crate) fn new_identity_secret() -> String {
     use rand::RngCore as _;
     let mut bytes = [0u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 /// SHA-256 (hex) of a worker's identity secret: what the database keeps.
 pub(crate) fn identity_hash(secret: &str) -> String {
-    use sha2::Digest as _;
-    sha2::Sha256::digest(secret.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::digest::sha256_hex(secret)
 }
 
 impl Workers<'_> {

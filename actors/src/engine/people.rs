@@ -149,14 +149,16 @@ impl Engine {
             .await
     }
 
-    /// Takes the sign-in under way whose state hashes to `state_hash`:
-    /// `None` when there is none (never made, already taken, or
-    /// forgotten). Whether it is too old is the caller's to check.
+    /// Takes the sign-in under way whose state hashes to `state_hash`,
+    /// begun by the browser whose cookie hashes to `browser_hash`: another
+    /// browser's answer leaves it be. Whether it is too old is the
+    /// caller's to check.
     pub async fn take_sign_in(
         &self,
         state_hash: &str,
-    ) -> Result<Option<PendingSignIn>, EngineError> {
-        self.db.teams().take_sign_in(state_hash).await
+        browser_hash: Option<&str>,
+    ) -> Result<crate::db::TakenSignIn, EngineError> {
+        self.db.teams().take_sign_in(state_hash, browser_hash).await
     }
 }
 

@@ -4,7 +4,6 @@
 //! cannot act as anyone.
 
 use rand::RngCore as _;
-use sha2::{Digest as _, Sha256};
 
 use super::Engine;
 use crate::db::{now_ms, TokenRow};
@@ -42,12 +41,8 @@ pub fn check_team_name(name: &str) -> Result<(), EngineError> {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn hash(token: &str) -> String {
-    hex(&Sha256::digest(token.as_bytes()))
+    crate::digest::sha256_hex(token)
 }
 
 /// Compares two strings in constant time (for equal lengths).
@@ -154,8 +149,8 @@ impl Engine {
         let mut secret = [0u8; 32];
         rand::thread_rng().fill_bytes(&mut id);
         rand::thread_rng().fill_bytes(&mut secret);
-        let id = hex(&id);
-        let token = format!("{TOKEN_PREFIX}{id}_{}", hex(&secret));
+        let id = hex::encode(id);
+        let token = format!("{TOKEN_PREFIX}{id}_{}", hex::encode(secret));
         let now = now_ms();
         let row = TokenRow {
             id,

@@ -5,7 +5,6 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use crate::pipeline::{self, Pipeline};
 
@@ -113,8 +112,7 @@ impl ResourceConfig {
 /// Hex SHA-256 of a JSON value's canonical text (object keys sorted by
 /// serde_json's map, which is ordered).
 fn hash(v: &Value) -> String {
-    let digest = Sha256::digest(v.to_string().as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    crate::digest::sha256_hex(v.to_string())
 }
 
 /// YAML params as JSON (keys of maps become strings).

@@ -275,11 +275,7 @@ pub fn digest(dir: &Path) -> io::Result<TreeDigest> {
     };
     let mut buf = vec![0u8; BUF];
     digest_dir(dir, Path::new(""), &mut hasher, &mut out, &mut buf)?;
-    out.sha256 = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    out.sha256 = hex::encode(hasher.finalize());
     Ok(out)
 }
 
