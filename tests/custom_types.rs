@@ -15,6 +15,11 @@ use common::*;
 
 const CHECK: &[u8] = b"#!/bin/sh\ncat >/dev/null\necho '[{\"v\":\"1\"}]'\n";
 const IN: &[u8] = b"#!/bin/sh\ncat >/dev/null\necho hello-from-custom > \"$1/greeting\"\necho '{\"version\":{\"v\":\"1\"},\"metadata\":[{\"name\":\"by\",\"value\":\"custom\"}]}'\n";
+/// `out` answers who it was told made the build (`BUILD_CREATED_BY`).
+const OUT: &[u8] = br#"#!/bin/sh
+cat >/dev/null
+echo "{\"version\":{\"v\":\"1\"},\"metadata\":[{\"name\":\"created_by\",\"value\":\"${BUILD_CREATED_BY:-untold}\"}]}"
+"#;
 
 const PIPELINE: &str = r#"
 resource_types:
@@ -50,6 +55,7 @@ fn greeter_repo(dir: &std::path::Path) -> std::path::PathBuf {
             ("opt/resource/", b"", false, 0o755),
             ("opt/resource/check", CHECK, false, 0o755),
             ("opt/resource/in", IN, false, 0o755),
+            ("opt/resource/out", OUT, false, 0o755),
         ],
     );
     let tar = std::fs::read(&image).unwrap();
@@ -155,7 +161,22 @@ resources:
   type: greeter
   check_every: 1s
   source: {anything: here}
+- name: told
+  type: greeter
+  check_every: never
+  expose_build_created_by: true
+  source: {anything: here}
+- name: untold
+  type: greeter
+  check_every: never
+  source: {anything: here}
 jobs:
+- name: push
+  plan:
+  - put: told
+    no_get: true
+  - put: untold
+    no_get: true
 - name: use
   plan:
   - get: hello
@@ -287,4 +308,23 @@ fn a_stored_pipelines_resource_type_is_checked_on_its_own_and_its_builds_use_wha
     let (images, checked_itself) = greeter_in_build(url, id);
     assert_eq!(images, [serde_json::json!({"ref": second})]);
     assert!(!checked_itself);
+
+    // `expose_build_created_by`: the put of the resource that sets it is
+    // told who triggered the build; the other is not.
+    let out = client(url, &["trigger-job", "-j", "p/push", "--watch"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let build = common::pipelines::job_builds(url, "p", "push")
+        .pop()
+        .unwrap();
+    let who = build["created_by"].as_str().expect("a build made by hand");
+    let events = common::nodes::events(url, build["id"].as_i64().unwrap());
+    let told = |resource: &str| {
+        events
+            .iter()
+            .find(|e| e["type"] == "resource" && e["action"] == "put" && e["resource"] == resource)
+            .map(|e| e["metadata"][0]["value"].clone())
+            .unwrap_or_else(|| panic!("no put of {resource}: {events:?}"))
+    };
+    assert_eq!(told("told"), who);
+    assert_eq!(told("untold"), "untold");
 }

@@ -674,6 +674,7 @@ fn mock_put() -> crate::plan::PutStep {
         inputs: crate::plan::PutInputs::All,
         no_get: true,
         tags: vec![],
+        expose_created_by: false,
     }
 }
 

@@ -130,6 +130,9 @@ pub struct PutStep {
     pub no_get: bool,
     /// Tags a worker must have.
     pub tags: Vec<String>,
+    /// The resource's `expose_build_created_by`: `out` is told who made
+    /// the build by hand (`BUILD_CREATED_BY`), as Concourse tells it.
+    pub expose_created_by: bool,
 }
 
 /// A check step.

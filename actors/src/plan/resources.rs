@@ -95,6 +95,11 @@ pub(super) fn put_step(
         get_params: params(name, "get_params", &put.get_params)?,
         no_get: put.no_get,
         tags: tags_of(tags, r),
+        expose_created_by: r
+            .other
+            .get("expose_build_created_by")
+            .and_then(serde_yaml::Value::as_bool)
+            .unwrap_or(false),
     })
 }
 

@@ -47,6 +47,15 @@ impl PutStep {
             })
             .collect();
         ResourceStats::count(&ctx.resource_stats().puts);
+        // Concourse's `expose_build_created_by`: who triggered the build by
+        // hand (read now: it is recorded just after the build is made).
+        let mut env = vec![];
+        if self.expose_created_by {
+            let build = ctx.db().builds().get_build(ctx.build()).await?;
+            if let Some(who) = build.and_then(|b| b.created_by) {
+                env.push(format!("BUILD_CREATED_BY={who}"));
+            }
+        }
         let end = run_script(
             ctx,
             &image,
@@ -55,6 +64,7 @@ impl PutStep {
                 dir: Some(RESOURCE_DIR),
                 request: json!({"source": self.config.source, "params": self.params}),
                 mounts,
+                env,
             },
         )
         .await?;
@@ -219,6 +229,7 @@ mod tests {
             get_params: json!({}),
             no_get: false,
             tags: vec![],
+            expose_created_by: false,
         }
     }
 

@@ -159,6 +159,7 @@ pub(crate) async fn check(
                 dir: None,
                 request,
                 mounts: vec![],
+                env: vec![],
             },
         )
         .await?,
@@ -404,6 +405,7 @@ async fn run_in(
                     path: RESOURCE_DIR.to_string(),
                     readonly: false,
                 }],
+                env: vec![],
             },
         )
         .await?,

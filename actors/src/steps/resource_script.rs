@@ -73,6 +73,9 @@ pub(crate) struct Script<'a> {
     pub request: Value,
     /// Volumes mounted into the script's container.
     pub mounts: Vec<MountSpec>,
+    /// Variables beside the build's (`BUILD_ID`, ...), e.g. a put's
+    /// `BUILD_CREATED_BY`.
+    pub env: Vec<String>,
 }
 
 /// How a script ended.
@@ -112,6 +115,7 @@ pub(crate) async fn run_script(
         ),
     };
     env.extend(build_env(ctx));
+    env.extend(script.env);
     let request = script.request.to_string();
     let path = format!("/opt/resource/{}", script.name);
     let (process, output) = process::start(
