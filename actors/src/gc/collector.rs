@@ -176,9 +176,11 @@ pub(crate) async fn run_rule(
             Ok(moved)
         }
         Rule::StoreOrphans => {
-            // Listing the whole store is kept to once per orphan age, at
-            // most every 10 minutes; the runs between do nothing.
-            let every = cfg.artifacts.orphan_age().min(Duration::from_secs(600));
+            // Listing the whole store is kept to twice per orphan age, at
+            // most every 10 minutes; the runs between do nothing. Data left
+            // by a node stopped while keeping it goes within 1.5 orphan
+            // ages (listed once more than an orphan age after it was left).
+            let every = (cfg.artifacts.orphan_age() / 2).min(Duration::from_secs(600));
             let last = deps.listed_at.load(std::sync::atomic::Ordering::Relaxed);
             if last != 0 && now_ms - last < every.as_millis() as i64 {
                 return Ok(0);
