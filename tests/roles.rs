@@ -111,6 +111,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "listJobBuilds",
         "listResources",
         "listResourceVersions",
+        "pipelineFeed",
     ] {
         m.insert(op, Role(VIEWER, true));
     }

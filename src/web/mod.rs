@@ -45,6 +45,8 @@ pub struct AppState {
     pub limits: limits::Limits,
     /// The dashboard feeds' shared snapshots.
     pub snapshots: dashboard::SharedSnapshots,
+    /// The publishers of the pipeline pages open now.
+    pub page_feeds: std::sync::Arc<dashboard::page_feed::PageFeeds>,
     /// The HTTP client of the requests this node relays to agents (a
     /// worker's job listing): one, so its connections are pooled.
     pub agents: gantry_agent_client::AgentConnector,
@@ -313,6 +315,7 @@ pub async fn start_web(
                 min_bytes_per_sec: cfg.request_body_min_bytes_per_sec,
             }),
         snapshots: Default::default(),
+        page_feeds: Default::default(),
         agents: gantry_agent_client::AgentConnector::new(),
         actions,
         people,

@@ -63,6 +63,7 @@ pub const DEFAULT_ROLES: &[(&str, Role)] = &[
     ("listResources", Role::Viewer),
     ("listResourceVersions", Role::Viewer),
     ("dashboardEvents", Role::Viewer),
+    ("pipelineFeed", Role::Viewer),
     // Operating pipelines.
     ("abortBuild", Role::PipelineOperator),
     ("triggerJob", Role::PipelineOperator),
@@ -177,5 +178,18 @@ impl ActionRoles {
     /// The role a team operation needs (`None`: not a team operation).
     pub fn needs(&self, operation: &str) -> Option<Role> {
         self.roles.get(operation).copied()
+    }
+
+    /// The team operations `role` may take (every one for `None`: the
+    /// admin), sorted: what the dashboard shows buttons for.
+    pub fn allowed(&self, role: Option<Role>) -> Vec<&str> {
+        let mut ops: Vec<&str> = self
+            .roles
+            .iter()
+            .filter(|(_, needs)| role.is_none_or(|r| r >= **needs))
+            .map(|(op, _)| op.as_str())
+            .collect();
+        ops.sort_unstable();
+        ops
     }
 }

@@ -75,6 +75,17 @@ fn rbac_moves_an_action_and_refuses_what_it_cannot_move() {
     .unwrap();
     assert_eq!(moved.needs("hijackBuild"), Some(Role::PipelineOperator));
     assert_eq!(moved.needs("hijackContainer"), Some(Role::Member));
+    // What a role may take, as the page is told: the map in force.
+    let viewer = map.allowed(Some(Role::Viewer));
+    assert!(viewer.contains(&"getBuild") && !viewer.contains(&"triggerJob"));
+    let operator = moved.allowed(Some(Role::PipelineOperator));
+    assert!(operator.contains(&"triggerJob") && operator.contains(&"hijackBuild"));
+    assert!(!operator.contains(&"setPipeline"));
+    assert!(!map
+        .allowed(Some(Role::PipelineOperator))
+        .contains(&"hijackBuild"));
+    assert_eq!(map.allowed(None).len(), DEFAULT_ROLES.len());
+    assert!(!map.allowed(None).contains(&"landWorker"));
     for (config, want) in [
         (RbacConfig::from([("boss".into(), vec![])]), "role \"boss\""),
         (

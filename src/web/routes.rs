@@ -100,6 +100,7 @@ routes! {
     put "/api/v1/teams/{team}/pipelines/{pipeline}" => pipelines::set;
     delete "/api/v1/teams/{team}/pipelines/{pipeline}" => pipelines::destroy;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/rename" => pipelines::rename;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/feed" => dashboard::page_feed::feed;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/pause" => pipelines::pause;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/unpause" => pipelines::unpause;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/archive" => pipelines::archive;

@@ -100,7 +100,7 @@ type PipelinePath = web::Path<(String, String)>;
 type JobPath = web::Path<(String, String, String)>;
 
 /// Checks the caller may use `team` and the names are in bounds.
-pub(super) fn allowed(
+pub(crate) fn allowed(
     identity: &Identity,
     team: &str,
     names: &[(&str, &str)],

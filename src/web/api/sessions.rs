@@ -198,7 +198,7 @@ pub async fn sign_out(
     operation_id = "whoAmI",
     tag = "teams",
     responses(
-        (status = 200, description = "The caller: admin, team, role, user (a sign-in's), expires_at", body = Object),
+        (status = 200, description = "The caller: admin, team, role, user (a sign-in's), expires_at, and actions: the team operations (operationIds) the caller may take under the action map in force", body = Object),
     )
 )]
 pub async fn who_am_i(
@@ -215,8 +215,14 @@ pub async fn who_am_i(
             known.as_ref().map(|t| t.role.as_str()),
         ),
     };
+    let actions = match &identity {
+        Identity::Admin => state.actions.allowed(None),
+        Identity::Team(_, role) => state.actions.allowed(Some(*role)),
+        _ => vec![],
+    };
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "admin": identity == Identity::Admin,
+        "actions": actions,
         "team": team,
         "role": role,
         "user": known.as_ref().and_then(|t| t.user.clone()),

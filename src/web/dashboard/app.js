@@ -12,18 +12,20 @@ const token = (() => {
 })();
 const authHeaders = token ? { Authorization: "Bearer " + token } : {};
 
-// Without a token the page uses the browser's session (an HttpOnly cookie
-// set at /login): who it is, and the CSRF token its changes carry. A
-// secured node that knows no session sends the page to /login.
+// Who the page acts as: the token's holder, or without a token the
+// browser's session (an HttpOnly cookie set at /login), with the CSRF
+// token its changes carry and the operations its role may take (the
+// node's action map: a button for any other is not shown). A secured node
+// that knows no session sends the page to /login.
 const session = (async () => {
-  if (token) return null;
-  const answer = await fetch("/api/v1/user");
-  if (answer.status === 401) {
+  const answer = await fetch("/api/v1/user", { headers: authHeaders });
+  if (answer.status === 401 && !token) {
     location.href = "/login?next=" + encodeURIComponent(location.pathname);
     return null;
   }
   const me = answer.ok ? await answer.json() : null;
-  if (me && me.user) {
+  allowed = new Set((me && me.actions) || []);
+  if (!token && me && me.user) {
     $("signout").hidden = false;
     $("signout").onclick = async () => {
       await act("DELETE", "/api/v1/sessions/current");
@@ -32,6 +34,10 @@ const session = (async () => {
   }
   return me;
 })();
+
+// The operations (operationIds) the viewer may take.
+let allowed = new Set();
+const can = (operation) => allowed.has(operation);
 
 // A change through the API, as the signed-in person: the token's header,
 // or the session's CSRF token (a page of another origin has neither).
@@ -46,6 +52,41 @@ async function act(method, path, body) {
   return { status: answer.status, body: json };
 }
 window.gantry = { act };
+
+// Runs an action from `button` (disabled meanwhile) and says its outcome
+// in `result` (a live region beside it): `said(answer)` words a success,
+// an error is the API's own message. Answers the API's answer.
+async function perform(button, result, method, path, body, said) {
+  button.disabled = true;
+  result.className = "result";
+  result.textContent = `${button.textContent.trim()}…`;
+  let answer;
+  try {
+    answer = await act(method, path, body);
+  } catch (err) {
+    answer = { status: 0, body: { error: `the node did not answer: ${err.message}` } };
+  }
+  button.disabled = false;
+  if (answer.status >= 200 && answer.status < 300) {
+    result.classList.add("ok");
+    result.innerHTML = said ? said(answer.body) : "done";
+  } else {
+    result.classList.add("error");
+    result.textContent = (answer.body && answer.body.error) || `HTTP ${answer.status}`;
+  }
+  return answer;
+}
+
+// A button for operation `op`, or "" when the viewer may not take it.
+// `data` becomes its data-* attributes (what a click handler reads);
+// `aria` names it for a screen reader where `label` alone is ambiguous.
+function actionButton(op, label, data = {}, extra = "", aria = "") {
+  if (!can(op)) return "";
+  const attrs = Object.entries({ action: op, ...data })
+    .map(([k, v]) => ` data-${k}="${esc(v)}"`).join("");
+  const named = aria ? ` aria-label="${esc(aria)}"` : "";
+  return `<button type="button" class="action ${extra}"${attrs}${named}>${esc(label)}</button>`;
+}
 
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) =>
@@ -253,6 +294,17 @@ function renderHeader(b, h) {
   const st = $("build-status");
   st.className = `badge s-${h.status}`;
   st.textContent = h.status;
+  const running = !FINAL.includes(h.status);
+  const bar = $("build-actions");
+  if (bar.dataset.running !== String(running)) {
+    bar.dataset.running = String(running);
+    bar.innerHTML = running ? actionButton("abortBuild", "Abort", {}, "danger") : "";
+    const button = bar.querySelector("button");
+    if (button) {
+      button.onclick = () => perform(button, $("build-result"), "POST", `/api/v1/builds/${b.id}/abort`, null,
+        () => "aborting: the build stops at its next step boundary or signal");
+    }
+  }
   const dur = h.finished_at
     ? `<dd data-from="${h.created_at}" data-to="${h.finished_at}"></dd>`
     : `<dd data-from="${h.created_at}"></dd>`;
@@ -492,10 +544,13 @@ function apply(e, tree, b, header, outputs) {
 
 // ------------------------------------------------------------------ routing
 
-const route = /^\/builds\/(\d+)\/?$/.exec(location.pathname);
-if (route) buildPage(Number(route[1]));
-else if (!pipelineRoutes()) {
-  overview();
-  pipelinesPanel();
-  setInterval(pipelinesPanel, 5000);
-}
+// Once the page knows who it acts as (which buttons to show).
+session.catch(() => null).then(() => {
+  const route = /^\/builds\/(\d+)\/?$/.exec(location.pathname);
+  if (route) buildPage(Number(route[1]));
+  else if (!pipelineRoutes()) {
+    overview();
+    pipelinesPanel();
+    setInterval(pipelinesPanel, 5000);
+  }
+});

@@ -365,11 +365,22 @@ impl Changes {
     /// The message carrying a snapshot already serialised (the shared one),
     /// unless it equals the last one sent.
     pub fn frame_json(&mut self, json: &str, now: Instant, now_ms: i64) -> Option<String> {
+        self.frame_json_as("fleet", json, now, now_ms)
+    }
+
+    /// [`Changes::frame_json`], the snapshot under `key` (`fleet`, `page`).
+    pub fn frame_json_as(
+        &mut self,
+        key: &str,
+        json: &str,
+        now: Instant,
+        now_ms: i64,
+    ) -> Option<String> {
         self.last_problem = None;
         if self.last.as_deref() == Some(json) {
             return None;
         }
-        let frame = format!("data: {{\"now\":{now_ms},\"fleet\":{json}}}\n\n");
+        let frame = format!("data: {{\"now\":{now_ms},\"{key}\":{json}}}\n\n");
         self.last = Some(json.to_string());
         self.last_write = Some(now);
         Some(frame)

@@ -1,8 +1,10 @@
 //! The dashboard: its page, script and style sheet (embedded in the binary,
-//! nothing fetched from elsewhere), its live feed (`feed.rs`) and the
-//! snapshots its feeds share (`snapshots.rs`).
+//! nothing fetched from elsewhere), its live feeds (`feed.rs`: the fleet;
+//! `page_feed.rs`: a pipeline's pages) and the snapshots its fleet feeds
+//! share (`snapshots.rs`).
 
 pub mod feed;
+pub mod page_feed;
 mod snapshots;
 
 use actix_web::HttpResponse;

@@ -2,8 +2,13 @@
 // pipeline's page (a graph of its jobs and resources, edges drawn from
 // `passed` and triggers, each job's newest build), a job's page (its
 // builds and their inputs) and a resource's (its versions, last check and
-// pin). Each page reads the API again every second: statuses change in
-// place, without a reload. Uses app.js's helpers ($, esc, badge, ago...).
+// pin). Each page follows its live feed (one server-sent event stream per
+// tab, `GET .../pipelines/P/feed`, whose snapshots the node takes once a
+// second per page however many tabs show it): statuses change in place,
+// without a reload. Each offers the actions the viewer's role may
+// take (pause, archive, trigger, re-run, abort, check, pin, disable), each
+// saying its outcome in place. Uses app.js's helpers ($, esc, badge, ago,
+// can, actionButton, perform...).
 "use strict";
 
 const enc = encodeURIComponent;
@@ -21,18 +26,74 @@ async function api(path) {
 const pipelineUrl = (team, p) => `/teams/${enc(team)}/pipelines/${enc(p)}`;
 const apiPipeline = (team, p) => `/api/v1/teams/${enc(team)}/pipelines/${enc(p)}`;
 
-// Reads `load` every second while the page is open; `draw` shows it.
-function every(load, draw) {
-  const step = async () => {
+// Sets `el`'s content only when it changed, so a refresh every second
+// keeps the focus and a click on what it holds.
+function setHtml(el, html) {
+  if (el.gantryHtml === html) return;
+  el.gantryHtml = html;
+  el.innerHTML = html;
+  tick();
+}
+
+// How each action's success is said.
+const SAID = {
+  triggerJob: (b) => `started <a href="/builds/${b.id}">build #${esc(b.name ?? b.id)}</a>${b.waiting ? ` (waiting: ${esc(b.waiting)})` : ""}`,
+  rerunJobBuild: (b) => `re-running as <a href="/builds/${b.id}">build #${esc(b.name ?? b.id)}</a>`,
+  abortBuild: () => "aborting",
+  pauseJob: () => "job paused: no new builds start",
+  unpauseJob: () => "job unpaused",
+  pausePipeline: () => "pipeline paused: no new builds start",
+  unpausePipeline: () => "pipeline unpaused",
+  archivePipeline: () => "archived: paused, its jobs not triggered until it is set again",
+  checkResource: (b) => `checking: <a href="/builds/${b.id}">build ${b.id}</a>`,
+  pinResource: () => "pinned: jobs take only this version",
+  unpinResource: () => "unpinned",
+  disableResourceVersion: () => "version disabled: never an input again",
+  enableResourceVersion: () => "version enabled",
+};
+
+// Runs the action of any button in `container` clicked (its data-path,
+// data-body), saying the outcome in `result`. A button with data-confirm
+// asks for a second click first.
+function wireActions(container, result) {
+  container.addEventListener("click", async (ev) => {
+    const button = ev.target.closest("button.action");
+    if (!button || !container.contains(button)) return;
+    const d = button.dataset;
+    if (d.confirm && !d.armed) {
+      d.armed = button.textContent;
+      button.textContent = d.confirm;
+      return;
+    }
+    let body = d.body ? JSON.parse(d.body) : null;
+    if (d.action === "pinResource") {
+      const comment = $("pin-comment") && $("pin-comment").value.trim();
+      if (comment) body = { ...body, comment };
+    }
+    if (d.armed) { button.textContent = d.armed; delete d.armed; }
+    await perform(button, result, "POST", d.path, body, SAID[d.action]);
+  });
+}
+
+// Follows the live feed of a page of pipeline `name` (`query`: none, a
+// job, or a resource); `draw` shows each snapshot the node sends.
+function follow(team, name, query, draw) {
+  const params = new URLSearchParams(query);
+  if (token) params.set("token", token);
+  const feed = new EventSource(`${apiPipeline(team, name)}/feed?${params}`);
+  feed.onopen = () => setLive(true, "live");
+  feed.onerror = () => setLive(false, "reconnecting");
+  feed.onmessage = async (m) => {
+    const { now, page } = JSON.parse(m.data);
+    skew = now - Date.now();
     try {
-      draw(await load());
+      await draw(page);
       setLive(true, "live");
     } catch (err) {
-      setLive(false, "reconnecting: " + err.message);
+      setLive(false, err.message);
     }
-    setTimeout(step, 1000);
   };
-  step();
+  feed.addEventListener("problem", (m) => setLive(false, JSON.parse(m.data).error));
 }
 
 // ------------------------------------------------------------ the overview
@@ -132,49 +193,69 @@ function drawPipeline(team, name, jobs, resources, paused) {
         </g></a>`);
     }
   }
-  $("pipeline-graph").innerHTML = `<svg width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">${edges.join("")}${boxes.join("")}</svg>`;
-  $("pipeline-status").innerHTML = paused ? badge("paused") : "";
+  $("pipeline-graph").innerHTML = `<svg width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" role="img" aria-label="jobs and resources of pipeline ${esc(name)}">${edges.join("")}${boxes.join("")}</svg>`;
+}
+
+function pipelineActions(team, name, p) {
+  const base = apiPipeline(team, name);
+  $("pipeline-status").innerHTML = (p.archived ? badge("archived") : "") + (p.paused ? badge("paused") : "");
+  setHtml($("pipeline-actions"), p.archived ? "" :
+    (p.paused
+      ? actionButton("unpausePipeline", "Unpause pipeline", { path: `${base}/unpause` })
+      : actionButton("pausePipeline", "Pause pipeline", { path: `${base}/pause` }))
+    + actionButton("archivePipeline", "Archive…", { path: `${base}/archive`, confirm: "Archive: click again" }, "danger"));
 }
 
 function pipelinePage(team, name) {
   $("pipeline").hidden = false;
   $("crumbs").innerHTML = `/ ${esc(team)} / <a href="${pipelineUrl(team, name)}">${esc(name)}</a>`;
   $("pipeline-title").textContent = name;
-  every(async () => Promise.all([
-    api(apiPipeline(team, name)),
-    api(`${apiPipeline(team, name)}/jobs`),
-    api(`${apiPipeline(team, name)}/resources`),
-  ]), ([p, jobs, resources]) =>
-    drawPipeline(team, name, jobs, resources.filter((r) => !r.resource_type), p.paused));
+  document.title = `Gantry · ${name}`;
+  wireActions($("pipeline-actions"), $("pipeline-result"));
+  follow(team, name, {}, ({ pipeline, jobs, resources }) => {
+    drawPipeline(team, name, jobs, resources.filter((r) => !r.resource_type), pipeline.paused);
+    pipelineActions(team, name, pipeline);
+  });
 }
 
 // ----------------------------------------------------------------- a job
 
-async function inputsOf(build) {
-  const r = await api(`/api/v1/builds/${build.id}/resources`);
-  return r.inputs.map((i) => `<span class="tag">${esc(i.name)}</span><span class="mono muted">${esc(JSON.stringify(i.version))}</span>`).join(" ");
-}
+const inputsOf = (versions) => (versions || []).map((i) =>
+  `<span class="tag">${esc(i.name)}</span><span class="mono muted">${esc(JSON.stringify(i.version))}</span>`).join(" ");
 
 function jobPage(team, name, job) {
   $("job").hidden = false;
   $("crumbs").innerHTML = `/ ${esc(team)} / <a href="${pipelineUrl(team, name)}">${esc(name)}</a> / ${esc(job)}`;
   $("job-title").textContent = `${name}/${job}`;
-  const inputs = {};
-  every(async () => Promise.all([
-    api(`${apiPipeline(team, name)}/jobs/${enc(job)}`),
-    api(`${apiPipeline(team, name)}/jobs/${enc(job)}/builds?limit=50`),
-  ]), async ([j, builds]) => {
+  document.title = `Gantry · ${name}/${job}`;
+  const base = `${apiPipeline(team, name)}/jobs/${enc(job)}`;
+  wireActions($("job-actions"), $("job-result"));
+  wireActions($("job-builds"), $("job-result"));
+  follow(team, name, { job }, ({ job: j, builds, inputs }) => {
     const d = j.decision;
-    $("job-why").innerHTML = d ? `<p>${esc(d.outcome)}</p>` + Object.entries(d.unsatisfied || {})
-      .map(([i, why]) => `<p class="muted">input ${esc(i)}: ${esc(why)}</p>`).join("") : "";
+    setHtml($("job-why"), d ? `<p>${esc(d.outcome)}</p>` + Object.entries(d.unsatisfied || {})
+      .map(([i, why]) => `<p class="muted">input ${esc(i)}: ${esc(why)}</p>`).join("") : "");
     $("job-status").innerHTML = j.paused ? badge("paused") : "";
-    for (const b of builds) {
-      if (!inputs[b.id]) inputs[b.id] = await inputsOf(b).catch(() => "");
-    }
-    $("job-builds").innerHTML = builds.map((b) => `<tr data-build="${b.id}" data-status="${esc(b.status)}">
-      <td><a href="/builds/${b.id}">#${esc(b.name ?? b.build_number ?? b.id)}</a></td>
-      <td>${badge(b.status)}</td><td>${inputs[b.id] || ""}</td>
-      <td class="muted" data-since="${b.created_at}">${ago(b.created_at)}</td></tr>`).join("");
+    setHtml($("job-actions"), actionButton("triggerJob", "Trigger build", { path: `${base}/builds` })
+      + (j.paused
+        ? actionButton("unpauseJob", "Unpause job", { path: `${base}/unpause` })
+        : actionButton("pauseJob", "Pause job", { path: `${base}/pause` })));
+    const head = `<tr><th>build</th><th>status</th><th>inputs</th><th>by</th><th>started</th><th class="num">duration</th><th><span class="muted">actions</span></th></tr>`;
+    setHtml($("job-builds"), builds.length ? head + builds.map((b) => {
+      const number = b.build_number ?? b.id;
+      const acts = FINAL.includes(b.status)
+        ? actionButton("rerunJobBuild", "Re-run", { path: `${base}/builds/${enc(number)}/rerun` }, "", `Re-run build ${b.name ?? number}`)
+        : actionButton("abortBuild", "Abort", { path: `/api/v1/builds/${b.id}/abort` }, "danger", `Abort build ${b.name ?? number}`);
+      const dur = b.finished_at
+        ? `<td class="num" data-from="${b.created_at}" data-to="${b.finished_at}"></td>`
+        : `<td class="num" data-from="${b.created_at}"></td>`;
+      return `<tr data-build="${b.id}" data-status="${esc(b.status)}">
+      <td><a href="/builds/${b.id}">#${esc(b.name ?? number)}</a></td>
+      <td>${badge(b.status)}</td><td>${inputsOf(inputs[b.id])}</td>
+      <td class="muted">${esc(b.created_by || "")}</td>
+      <td class="muted" data-since="${b.created_at}"></td>${dur}
+      <td class="row-actions">${acts}</td></tr>`;
+    }).join("") : `<tr><td class="muted">No builds yet.</td></tr>`);
   });
 }
 
@@ -184,18 +265,39 @@ function resourcePage(team, name, resource) {
   $("resource").hidden = false;
   $("crumbs").innerHTML = `/ ${esc(team)} / <a href="${pipelineUrl(team, name)}">${esc(name)}</a> / ${esc(resource)}`;
   $("resource-title").textContent = resource;
-  every(async () => Promise.all([
-    api(`${apiPipeline(team, name)}/resources`),
-    api(`${apiPipeline(team, name)}/resources/${enc(resource)}/versions?limit=50`),
-  ]), ([resources, versions]) => {
-    const r = resources.find((x) => x.name === resource && !x.resource_type);
-    if (!r) throw new Error(`no resource ${resource}`);
+  document.title = `Gantry · ${name}/${resource}`;
+  const base = `${apiPipeline(team, name)}/resources/${enc(resource)}`;
+  // The comment a pin gets: typed once, kept across refreshes.
+  if (can("pinResource")) {
+    $("resource-actions").insertAdjacentHTML("afterend",
+      `<p><label class="inline" for="pin-comment">Pin comment <input type="text" id="pin-comment" maxlength="4096" placeholder="why this version"></label></p>`);
+  }
+  const bar = document.createElement("div");
+  bar.className = "actions";
+  $("resource-actions").appendChild(bar);
+  wireActions(bar, $("resource-result"));
+  wireActions($("resource-versions"), $("resource-result"));
+  follow(team, name, { resource }, ({ resource: r, versions }) => {
     const c = r.last_check;
-    $("resource-check").innerHTML = (c ? `last check ${badge(c.status)} <a href="/builds/${c.id}">build ${c.id}</a> <span class="muted" data-since="${c.created_at}">${ago(c.created_at)}</span>` : "not checked yet")
+    const pinned = r.pinned ? JSON.stringify(r.pinned) : null;
+    setHtml($("resource-check"), (c ? `last check ${badge(c.status)} <a href="/builds/${c.id}">build ${c.id}</a> <span class="muted" data-since="${c.created_at}"></span>` : "not checked yet")
       + (r.check_error ? `<div class="error-box">${esc(r.check_error)}</div>` : "")
-      + (r.pinned ? `<p>pinned to <span class="mono">${esc(JSON.stringify(r.pinned))}</span></p>` : "");
-    $("resource-versions").innerHTML = versions.map((v) => `<tr data-version="${esc(JSON.stringify(v.version))}">
-      <td class="mono">${esc(JSON.stringify(v.version))}</td><td>${v.disabled ? badge("disabled") : ""}</td></tr>`).join("");
+      + (pinned ? `<p id="resource-pin">pinned to <span class="mono">${esc(pinned)}</span>${r.pin_comment ? ` · <span class="muted">${esc(r.pin_comment)}</span>` : ""}</p>` : ""));
+    setHtml(bar, actionButton("checkResource", "Check now", { path: `${base}/check` })
+      + (pinned ? actionButton("unpinResource", "Unpin", { path: `${base}/unpin` }) : ""));
+    const head = `<tr><th>version</th><th>state</th><th><span class="muted">actions</span></th></tr>`;
+    setHtml($("resource-versions"), versions.length ? head + versions.map((v) => {
+      const text = JSON.stringify(v.version);
+      const body = JSON.stringify({ version: v.version });
+      const acts = (text === pinned ? "" : actionButton("pinResource", "Pin", { path: `${base}/pin`, body }, "", `Pin version ${text}`))
+        + (v.disabled
+          ? actionButton("enableResourceVersion", "Enable", { path: `${base}/versions/enable`, body }, "", `Enable version ${text}`)
+          : actionButton("disableResourceVersion", "Disable", { path: `${base}/versions/disable`, body }, "", `Disable version ${text}`));
+      return `<tr data-version="${esc(text)}">
+      <td class="mono">${esc(text)}</td>
+      <td>${text === pinned ? badge("pinned") : ""}${v.disabled ? badge("disabled") : ""}</td>
+      <td class="row-actions">${acts}</td></tr>`;
+    }).join("") : `<tr><td class="muted">No versions yet.</td></tr>`);
   });
 }
 

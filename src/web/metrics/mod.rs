@@ -118,6 +118,7 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
     // Read first, so the scrape's own statements count in the next one.
     let queries = engine.database_queries();
     let snapshots = state.snapshots.taken();
+    let page_snapshots = state.page_feeds.taken();
     let core = Core {
         workers: engine.worker_views().await?,
         containers: engine.count_handles(HandleKind::Container).await?,
@@ -151,6 +152,11 @@ pub async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiErro
             "Fleet snapshots the dashboard feeds took (one per viewer per second, shared by its open feeds)."
         );
         counter!("gantry_dashboard_snapshots_total").absolute(snapshots);
+        describe_counter!(
+            "gantry_dashboard_page_snapshots_total",
+            "Snapshots of pipeline pages the page feeds took (one per open page per second, shared by every tab showing it)."
+        );
+        counter!("gantry_dashboard_page_snapshots_total").absolute(page_snapshots);
     });
     let mut body = handle.render();
     body.push_str(&install().render());
