@@ -112,6 +112,18 @@ if ! cmp -s tests/oidc/package-lock.json "$oidc_dir/package-lock.json" ||
   (cd "$oidc_dir" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 export GANTRY_OIDC_PROVIDER="$PWD/$oidc_dir/node_modules/oidc-provider"
+# axe-core, the accessibility engine tests/dashboard_a11y.rs runs on every
+# dashboard page in Chromium, at the version tests/axe/package-lock.json
+# pins (MPL-2.0; one JavaScript file, nothing compiled).
+axe_dir=target/axe-core
+if ! cmp -s tests/axe/package-lock.json "$axe_dir/package-lock.json" ||
+  [ ! -f "$axe_dir/node_modules/axe-core/axe.min.js" ]; then
+  echo "installing axe-core in $axe_dir"
+  rm -rf "$axe_dir" && mkdir -p "$axe_dir"
+  cp tests/axe/package.json tests/axe/package-lock.json "$axe_dir/"
+  (cd "$axe_dir" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+export GANTRY_AXE_CORE="$PWD/$axe_dir/node_modules/axe-core/axe.min.js"
 
 
 # The worker agent's dependency tree holds no database, Kubernetes client,

@@ -35,7 +35,7 @@ jobs:
       inputs: [{name: r}]
       run:
         path: sh
-        args: [-c, 'echo "version=$(cat r/version)"; for i in 1 2 3 4 5 6; do echo "tick-$i"; sleep 1; done']
+        args: [-c, 'echo "version=$(cat r/version)"; printf "\033[32mgreen-ok\033[0m plain\n"; for i in 1 2 3 4 5 6; do echo "tick-$i"; sleep 1; done']
 - name: slow
   plan:
   - task: wait
@@ -251,6 +251,40 @@ fn people_act_from_the_dashboard_with_their_role_in_chromium() {
         Vec::<String>::new(),
         "no abort once finished"
     );
+    // Colours are drawn, their codes not shown.
+    assert_eq!(
+        text(
+            &mut browser,
+            "document.querySelector('#steps [data-step=show] > pre.log .ansi-32')?.textContent"
+        ),
+        "green-ok"
+    );
+    assert!(
+        !log.contains('\u{1b}') && log.contains("green-ok plain"),
+        "{log:?}"
+    );
+    // The raw log, as the link downloads it (with the session's cookie),
+    // is what the API serves.
+    assert_eq!(
+        text(
+            &mut browser,
+            "document.getElementById('build-download').getAttribute('href')"
+        ),
+        format!("/api/v1/builds/{first}/log")
+    );
+    let downloaded = text(
+        &mut browser,
+        "fetch(document.getElementById('build-download').href).then(r => r.text())",
+    );
+    let raw = reqwest::blocking::Client::new()
+        .get(format!("{url}/api/v1/builds/{first}/log"))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert_eq!(downloaded, raw);
+    assert!(raw.contains("\u{1b}[32mgreen-ok"), "{raw:?}");
 
     // Pin v1 with a comment; the next build takes it.
     browser.navigate(&format!("{url}/teams/main/pipelines/p/resources/r"));
@@ -417,59 +451,61 @@ fn counts(url: &str) -> (f64, f64) {
 
 #[test]
 fn fifty_tabs_on_a_pipeline_page_cost_the_database_what_one_does() {
-    // A minute each; what the node does on its own (its collector, its
-    // heartbeat) goes on in both.
+    // Two nodes alike, each on a database of its own, measured over the
+    // same minute: one followed by one tab, the other by fifty. What a
+    // node does on its own (its collector, its heartbeat) goes on in both.
     const WINDOW: Duration = Duration::from_secs(60);
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let db = TestDb::new(DbKind::Postgres);
-    let web = start_web(dir, &db, &format!("[web]\nadmin_token = \"{ADMIN}\"\n"));
-    let url = web.url.as_str();
     write(&dir.join("p.yml"), PIPELINE);
-    let out = client_as(
-        url,
-        ADMIN,
-        &[
-            "set-pipeline",
-            "-p",
-            "p",
-            "-c",
-            dir.join("p.yml").to_str().unwrap(),
-        ],
-    );
-    assert!(out.status.success(), "{}", text_of(&out));
-    let page = "/api/v1/teams/main/pipelines/p/feed";
-    let measure = |n: usize| {
-        let tabs: Vec<_> = (0..n).map(|_| follow_feed(url, page)).collect();
-        let (q0, s0) = counts(url);
-        std::thread::sleep(WINDOW);
-        let (q1, s1) = counts(url);
-        drop(tabs);
-        (q1 - q0, s1 - s0)
+    let node = |name: &str| {
+        let home = dir.join(name);
+        let db = TestDb::new(DbKind::Postgres);
+        let web = start_web(&home, &db, &format!("[web]\nadmin_token = \"{ADMIN}\"\n"));
+        let file = dir.join("p.yml");
+        let out = client_as(
+            &web.url,
+            ADMIN,
+            &["set-pipeline", "-p", "p", "-c", file.to_str().unwrap()],
+        );
+        assert!(out.status.success(), "{}", text_of(&out));
+        // The database outlives its node.
+        (db, web)
     };
-    let (one_q, one_s) = measure(1);
-    // The publisher ends once its last follower is gone.
-    wait_for(
-        "the page's publisher to end",
-        Duration::from_secs(10),
-        || {
-            let (_, a) = counts(url);
-            std::thread::sleep(Duration::from_millis(1500));
-            let (_, b) = counts(url);
-            (a == b).then_some(())
-        },
-    );
-    let (fifty_q, fifty_s) = measure(50);
+    let (_one_db, one) = node("one");
+    let (_fifty_db, fifty) = node("fifty");
+    let page = "/api/v1/teams/main/pipelines/p/feed";
+    let one_tab = follow_feed(&one.url, page);
+    let fifty_tabs: Vec<_> = (0..50).map(|_| follow_feed(&fifty.url, page)).collect();
+    let (one_q0, one_s0) = counts(&one.url);
+    let (fifty_q0, fifty_s0) = counts(&fifty.url);
+    std::thread::sleep(WINDOW);
+    let (one_q1, one_s1) = counts(&one.url);
+    let (fifty_q1, fifty_s1) = counts(&fifty.url);
+    let (one_q, one_s) = (one_q1 - one_q0, one_s1 - one_s0);
+    let (fifty_q, fifty_s) = (fifty_q1 - fifty_q0, fifty_s1 - fifty_s0);
     println!("one tab: {one_q} statements, {one_s} snapshots; fifty: {fifty_q} statements, {fifty_s} snapshots");
     assert!(one_s >= 50.0, "one snapshot a second: {one_s}");
     assert!(
         fifty_s <= one_s + 1.0,
         "{fifty_s} snapshots for fifty tabs, {one_s} for one"
     );
-    // The same snapshots, so the same statements, but for what the node
-    // does on its own meanwhile (a few a second), which varies a little.
+    // The same snapshots, so the same statements, but for what each node
+    // does on its own meanwhile (tens a second), which varies a little.
     assert!(
         fifty_q <= one_q * 1.05,
         "{fifty_q} statements for fifty tabs, {one_q} for one"
+    );
+    // The page's publisher ends with its last follower.
+    drop((one_tab, fifty_tabs));
+    wait_for(
+        "the page's publisher to end",
+        Duration::from_secs(10),
+        || {
+            let (_, a) = counts(&fifty.url);
+            std::thread::sleep(Duration::from_millis(1500));
+            let (_, b) = counts(&fifty.url);
+            (a == b).then_some(())
+        },
     );
 }

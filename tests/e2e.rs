@@ -49,6 +49,7 @@ mod build_logs;
 mod cli;
 mod cluster;
 mod custom_types;
+mod dashboard_a11y;
 mod dashboard_actions;
 mod dashboard_browser;
 mod dashboard_feeds;

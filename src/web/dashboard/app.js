@@ -285,9 +285,34 @@ async function buildPage(id) {
     return;
   }
   const b = await r.json();
-  const header = { status: b.status, created_at: b.created_at, finished_at: b.finished_at, worker: b.worker };
+  const header = { status: b.status, created_at: b.created_at, finished_at: b.finished_at, worker: b.worker, inputs: null };
   renderHeader(b, header);
+  readInputs(b, header);
   followBuild(id, b, header);
+}
+
+// The versions a job build was given, once it has them.
+async function readInputs(b, header) {
+  if (!b.job) return;
+  const r = await fetch(`/api/v1/builds/${b.id}/resources`, { headers: authHeaders });
+  if (!r.ok) return;
+  const got = await r.json();
+  header.inputs = got.inputs;
+  renderHeader(b, header);
+}
+
+// The raw log as a file: a plain link for a signed-in browser (its
+// cookie goes with it); with a token, read with the token's header.
+async function downloadLog(ev, id) {
+  if (!token) return;
+  ev.preventDefault();
+  const r = await fetch(`/api/v1/builds/${id}/log`, { headers: authHeaders });
+  const url = URL.createObjectURL(await r.blob());
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = `build-${id}.log`;
+  a.click();
+  URL.revokeObjectURL(url);
 }
 
 function renderHeader(b, h) {
@@ -313,7 +338,12 @@ function renderHeader(b, h) {
     <div><dt>team</dt><dd>${esc(b.team)}</dd></div>
     <div><dt>worker</dt><dd>${esc(h.worker) || `<span class="muted">not placed</span>`}</dd></div>
     <div><dt>started</dt><dd>${clock(h.created_at)}</dd></div>
-    <div><dt>duration</dt>${dur}</div>`;
+    <div><dt>duration</dt>${dur}</div>
+    ${b.created_by ? `<div><dt>triggered by</dt><dd>${esc(b.created_by)}</dd></div>` : ""}
+    ${h.inputs && h.inputs.length ? `<div><dt>inputs</dt><dd>${h.inputs.map((i) =>
+      `<span class="tag">${esc(i.name)}</span><span class="mono muted">${esc(JSON.stringify(i.version))}</span>`).join(" ")}</dd></div>` : ""}
+    <div><dt>log</dt><dd><a id="build-download" href="/api/v1/builds/${b.id}/log" download="build-${b.id}.log">raw log</a></dd></div>`;
+  $("build-download").onclick = (ev) => downloadLog(ev, b.id);
   tick();
 }
 
@@ -366,6 +396,9 @@ class StepTree {
       const log = document.createElement("pre");
       log.className = "log";
       log.hidden = true;
+      // Scrolls on its own: reachable by keyboard, named for a reader.
+      log.tabIndex = 0;
+      log.setAttribute("aria-label", `log of step ${node.step}`);
       el.appendChild(log);
     }
     if (node.children && node.children.length) {
@@ -434,7 +467,10 @@ class StepTree {
     const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 8;
     const span = document.createElement("span");
     if (e.stream !== "stdout") span.className = e.stream;
-    span.textContent = e.data;
+    span.title = clock(e.time);
+    // Each step's colour state carries across its chunks.
+    el.ansi = el.ansi || { fg: null, bold: false, pending: "" };
+    span.appendChild(ansiSpans(e.data, el.ansi));
     log.appendChild(span);
     if (atBottom) log.scrollTop = log.scrollHeight;
   }
@@ -446,6 +482,53 @@ class StepTree {
       if (el.dataset.status === "running") this.setStatus(el, "aborted");
     }
   }
+}
+
+// The text of a log chunk with its ANSI colour codes (SGR: the 8 colours
+// and their bright forms, bold, resets) drawn as spans of classes
+// `ansi-N` and `ansi-bold`; other escape sequences are dropped. `state`
+// (colour, bold, an escape cut at the chunk's end) carries to the next
+// chunk of the same step.
+function ansiSpans(data, state) {
+  const out = document.createDocumentFragment();
+  let text = state.pending + data;
+  state.pending = "";
+  const cut = /\x1b(\[[0-9;]*)?$/.exec(text);
+  if (cut) {
+    state.pending = cut[0];
+    text = text.slice(0, cut.index);
+  }
+  const push = (s) => {
+    if (!s) return;
+    if (state.fg == null && !state.bold) {
+      out.appendChild(document.createTextNode(s));
+      return;
+    }
+    const span = document.createElement("span");
+    span.className = [state.fg != null ? `ansi-${state.fg}` : "", state.bold ? "ansi-bold" : ""].join(" ").trim();
+    span.textContent = s;
+    out.appendChild(span);
+  };
+  const escape = /\x1b\[([0-9;]*)([A-Za-z])|\x1b[^[]/g;
+  let last = 0;
+  let m;
+  while ((m = escape.exec(text))) {
+    push(text.slice(last, m.index));
+    last = escape.lastIndex;
+    if (m[2] !== "m") continue;
+    const codes = m[1] === "" ? [0] : m[1].split(";").map(Number);
+    for (let i = 0; i < codes.length; i++) {
+      const c = codes[i];
+      if (c === 0) { state.fg = null; state.bold = false; }
+      else if (c === 1) state.bold = true;
+      else if (c === 22) state.bold = false;
+      else if (c === 39) state.fg = null;
+      else if ((c >= 30 && c <= 37) || (c >= 90 && c <= 97)) state.fg = c;
+      else if (c === 38 || c === 48) i += codes[i + 1] === 5 ? 2 : codes[i + 1] === 2 ? 4 : 0;
+    }
+  }
+  push(text.slice(last));
+  return out;
 }
 
 function describe(node) {

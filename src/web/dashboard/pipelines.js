@@ -193,7 +193,7 @@ function drawPipeline(team, name, jobs, resources, paused) {
         </g></a>`);
     }
   }
-  $("pipeline-graph").innerHTML = `<svg width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" role="img" aria-label="jobs and resources of pipeline ${esc(name)}">${edges.join("")}${boxes.join("")}</svg>`;
+  $("pipeline-graph").innerHTML = `<svg width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">${edges.join("")}${boxes.join("")}</svg>`;
 }
 
 function pipelineActions(team, name, p) {
