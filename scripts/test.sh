@@ -99,31 +99,27 @@ if [ ! -x "$moto" ]; then
   moto_install=$!
 fi
 export GANTRY_MOTO_SERVER="$PWD/$moto"
-# The OpenID provider of tests/oidc.rs: oidc-provider (a certified OpenID
-# Connect implementation) from npm, at the version tests/oidc/package-lock.json
-# pins; plain JavaScript, nothing compiled. Installed again when the lock
-# file changes.
-oidc_dir=target/oidc-provider
-if ! cmp -s tests/oidc/package-lock.json "$oidc_dir/package-lock.json" ||
-  [ ! -f "$oidc_dir/node_modules/oidc-provider/package.json" ]; then
-  echo "installing oidc-provider in $oidc_dir"
-  rm -rf "$oidc_dir" && mkdir -p "$oidc_dir"
-  cp tests/oidc/package.json tests/oidc/package-lock.json "$oidc_dir/"
-  (cd "$oidc_dir" && npm ci --no-audit --no-fund --loglevel=error)
-fi
-export GANTRY_OIDC_PROVIDER="$PWD/$oidc_dir/node_modules/oidc-provider"
-# axe-core, the accessibility engine tests/dashboard_a11y.rs runs on every
-# dashboard page in Chromium, at the version tests/axe/package-lock.json
-# pins (MPL-2.0; one JavaScript file, nothing compiled).
-axe_dir=target/axe-core
-if ! cmp -s tests/axe/package-lock.json "$axe_dir/package-lock.json" ||
-  [ ! -f "$axe_dir/node_modules/axe-core/axe.min.js" ]; then
-  echo "installing axe-core in $axe_dir"
-  rm -rf "$axe_dir" && mkdir -p "$axe_dir"
-  cp tests/axe/package.json tests/axe/package-lock.json "$axe_dir/"
-  (cd "$axe_dir" && npm ci --no-audit --no-fund --loglevel=error)
-fi
-export GANTRY_AXE_CORE="$PWD/$axe_dir/node_modules/axe-core/axe.min.js"
+# Node packages the tests run, each from npm at the version its lock file
+# pins (plain JavaScript, nothing compiled), installed into target/DIR
+# again when the lock file changes: npm_tool SOURCE_DIR DIR PACKAGE.
+npm_tool() {
+  local dir="target/$2"
+  if ! cmp -s "tests/$1/package-lock.json" "$dir/package-lock.json" ||
+    [ ! -f "$dir/node_modules/$3/package.json" ]; then
+    echo "installing $3 in $dir"
+    rm -rf "$dir" && mkdir -p "$dir"
+    cp "tests/$1/package.json" "tests/$1/package-lock.json" "$dir/"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}
+# The OpenID provider of tests/oidc.rs: oidc-provider, a certified OpenID
+# Connect implementation.
+npm_tool oidc oidc-provider oidc-provider
+export GANTRY_OIDC_PROVIDER="$PWD/target/oidc-provider/node_modules/oidc-provider"
+# axe-core (MPL-2.0), the accessibility engine tests/dashboard_a11y.rs runs
+# on every dashboard page in Chromium.
+npm_tool axe axe-core axe-core
+export GANTRY_AXE_CORE="$PWD/target/axe-core/node_modules/axe-core/axe.min.js"
 
 
 # The worker agent's dependency tree holds no database, Kubernetes client,

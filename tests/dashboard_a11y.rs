@@ -11,25 +11,9 @@ use std::time::Duration;
 
 use common::*;
 
+use crate::dashboard_actions::PIPELINE;
 use crate::dashboard_browser::cdp::Browser;
 use crate::dashboard_browser::{chromium, text};
-
-const PIPELINE: &str = r#"
-resources:
-- name: r
-  type: mock
-  check_every: never
-  source: {initial_version: v0}
-jobs:
-- name: j
-  plan:
-  - get: r
-  - task: show
-    config:
-      platform: linux
-      inputs: [{name: r}]
-      run: {path: sh, args: [-c, 'printf "\033[31mred\033[0m then plain\n"; cat r/version']}
-"#;
 
 /// axe-core's script, or `None` (then the test is skipped, unless the
 /// test script's `GANTRY_REQUIRE_RUNC` says everything must run).
@@ -93,7 +77,7 @@ fn every_dashboard_page_passes_axe_with_no_serious_violation() {
         ("/teams/main/pipelines/p".to_string(), "document.querySelector('#pipeline-graph svg')"),
         ("/teams/main/pipelines/p/jobs/j".to_string(), "document.querySelector('#job-builds tr[data-build]')"),
         ("/teams/main/pipelines/p/resources/r".to_string(), "document.querySelector('#resource-versions tr[data-version]')"),
-        (format!("/builds/{build}"), "document.getElementById('build-status').textContent === 'succeeded' && document.querySelector('#steps pre.log .ansi-31')"),
+        (format!("/builds/{build}"), "document.getElementById('build-status').textContent === 'succeeded' && document.querySelector('#steps pre.log .ansi-32')"),
     ];
     let mut browser = Browser::launch(&chromium, dir.path());
     let mut found = vec![];

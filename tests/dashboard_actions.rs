@@ -19,7 +19,9 @@ use crate::dashboard_browser::{chromium, screenshot_dir, text};
 
 use crate::people::ADMIN;
 
-const PIPELINE: &str = r#"
+/// A job `j` that gets a `mock` resource `r`, prints its version, a green
+/// line and six ticks a second apart; a job `slow` that waits 5 minutes.
+pub(crate) const PIPELINE: &str = r#"
 resources:
 - name: r
   type: mock

@@ -203,7 +203,7 @@ fn two_web_nodes_share_the_fleet_keep_limits_exact_and_take_over_a_dead_node() {
             "[web]\nnode_name = \"{node}\"\nartifacts_dir = \"{}\"\n\
              [web.placement]\nwith_inputs = {chain}\nwithout_inputs = {chain}\n\
              [web.gc]\ninterval_secs = 1\nmissing_grace_secs = 2\ncreating_limit_secs = 3\n\
-             build_artifacts_secs = 1\n",
+             build_artifacts_secs = 1\nunowned_artifact_secs = 30\n",
             store.display()
         )
     };
@@ -397,7 +397,8 @@ fn two_web_nodes_share_the_fleet_keep_limits_exact_and_take_over_a_dead_node() {
 
     // GC leaves disk equal to the database (the soak's comparison). Data a
     // kept but had not recorded when it was killed goes once older than
-    // the orphan age (a minute), within a listing (half a minute) of it.
+    // the orphan age (the unowned age, 30 s here, but at least a minute),
+    // within a listing (half a minute) of it.
     let view = DbView::open(&b_dir, &db);
     let work_dirs: Vec<(String, PathBuf)> = all
         .iter()

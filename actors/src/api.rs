@@ -58,9 +58,10 @@ pub use crate::histograms::{HistogramSpec, ALL as HISTOGRAMS};
 pub use crate::intercept::InterceptGuard;
 pub use crate::resources::ResourceStats;
 
-/// What only the benchmarks use (with the `testing` feature): the database
-/// layer and the parts of the engine they time on their own.
-#[cfg(feature = "testing")]
+/// What only the benchmarks use: the database layer and the parts of the
+/// engine they time on their own. Always compiled (a binary that does not
+/// call them links none of it), so the builds with and without `gantry
+/// bench` share this crate and compile it once.
 pub mod bench {
     pub use crate::credentials::bench::{secrets, SecretsFigures};
     pub use crate::db::{Bench, Db, Direction};

@@ -7,10 +7,8 @@
 //! with the workers by their one name, `gantry_wire::...`; every other
 //! module is private.
 
-// `pub` means reachable from outside: everything else is `pub(crate)` (with
-// the `testing` feature, the build whose surface is widest, the lint holds
-// every item to it).
-#![cfg_attr(feature = "testing", warn(unreachable_pub))]
+// `pub` means reachable from outside: everything else is `pub(crate)`.
+#![warn(unreachable_pub)]
 
 pub mod api;
 mod artifact_store;
@@ -45,7 +43,6 @@ mod steps;
 mod streaming;
 mod task_config;
 mod telemetry;
-#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod triggers;
 mod views;

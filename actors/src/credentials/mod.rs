@@ -22,7 +22,6 @@
 //! adapters make ([`VarSourceTypes`]: vault, ssm, secretsmanager); a
 //! source of another type is refused by name.
 
-#[cfg(feature = "testing")]
 pub(crate) mod bench;
 mod builtin;
 pub(crate) mod idtoken;

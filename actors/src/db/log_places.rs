@@ -181,7 +181,6 @@ impl Builds<'_> {
 
     /// The bytes of logs: the events' JSON in the database, and the
     /// objects in the store (for the benchmark).
-    #[cfg(any(test, feature = "testing"))]
     pub(crate) async fn log_bytes(&self) -> Result<(i64, i64), EngineError> {
         Ok((
             self.log_bytes_in_database().await?,

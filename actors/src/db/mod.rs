@@ -6,7 +6,6 @@ mod allowance;
 mod artifacts;
 mod at_rest;
 mod audit;
-#[cfg(feature = "testing")]
 mod bench;
 mod build_logs;
 mod build_versions;
@@ -63,7 +62,6 @@ pub use provider_sign_ins::{Taken as TakenSignIn, MAX_PENDING as MAX_PENDING_SIG
 pub(crate) use reruns::NewRerun;
 pub(crate) use resources::ResourceCacheRow;
 pub use secrets::SecretEntry;
-#[cfg(feature = "testing")]
 pub use stores::Bench;
 pub(crate) use stores::{
     ArtifactIndex, Builds, Collection, Handles, Nodes, Pipelines, Secrets, Teams, Versions, Workers,

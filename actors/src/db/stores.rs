@@ -75,7 +75,6 @@ stores! {
     pub(crate) Secrets => secrets;
 }
 
-#[cfg(feature = "testing")]
 stores! {
     /// What only the benchmarks ask: bulk set-ups and counts.
     pub Bench => bench;

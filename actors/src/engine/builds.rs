@@ -305,7 +305,6 @@ impl Engine {
     /// Bench helper (`gantry bench follow`): a build of team `team` owned
     /// by this node, and the sink its events are stored and published
     /// through, as a running build's are.
-    #[cfg(any(test, feature = "testing"))]
     pub async fn bench_event_sink(
         &self,
         team: &str,
@@ -323,7 +322,6 @@ impl Engine {
     /// moves its log to the artifact store now, as the Collector's
     /// `move-logs` does; answers the events, their bytes in the database,
     /// and the object's bytes.
-    #[cfg(any(test, feature = "testing"))]
     pub async fn bench_move_log(&self, id: i64) -> Result<(u64, u64, u64), EngineError> {
         self.db
             .builds()
@@ -342,7 +340,6 @@ impl Engine {
 
     /// Bench helper: the bytes of logs in the database (the events' JSON)
     /// and in the store.
-    #[cfg(any(test, feature = "testing"))]
     pub async fn bench_log_bytes(&self) -> Result<(i64, i64), EngineError> {
         self.db.builds().log_bytes().await
     }

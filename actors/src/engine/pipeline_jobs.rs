@@ -537,7 +537,6 @@ impl Engine {
     /// every unpaused pipeline as `pipeline-triggers` runs it, forgetting
     /// what earlier rounds remembered when `fresh` (then every job is
     /// resolved), else remembering it across calls.
-    #[cfg(any(test, feature = "testing"))]
     pub async fn bench_schedule_round(&self, fresh: bool) -> Result<(), EngineError> {
         static KEPT: tokio::sync::Mutex<Option<Triggers>> = tokio::sync::Mutex::const_new(None);
         let mut kept = KEPT.lock().await;

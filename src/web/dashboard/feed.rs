@@ -300,11 +300,19 @@ pub async fn events(
         first: Some(first),
         tick: tokio::time::interval(CHECK_EVERY),
     };
-    Ok(HttpResponse::Ok()
+    Ok(event_stream(feed.into_stream()))
+}
+
+/// A server-sent event stream's response: never cached, never buffered
+/// by a proxy.
+pub fn event_stream(
+    body: impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + 'static,
+) -> HttpResponse {
+    HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header(("cache-control", "no-cache"))
         .insert_header(("x-accel-buffering", "no"))
-        .streaming(feed.into_stream()))
+        .streaming(body)
 }
 
 /// One follower's feed.

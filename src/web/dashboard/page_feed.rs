@@ -279,11 +279,7 @@ pub async fn feed(
         keep_alive: tokio::time::interval(super::feed::KEEP_ALIVE),
         first: true,
     };
-    Ok(HttpResponse::Ok()
-        .content_type("text/event-stream")
-        .insert_header(("cache-control", "no-cache"))
-        .insert_header(("x-accel-buffering", "no"))
-        .streaming(follower.into_stream()))
+    Ok(super::feed::event_stream(follower.into_stream()))
 }
 
 /// One tab's side of a page's feed.
