@@ -333,6 +333,18 @@ fn people_act_from_the_dashboard_with_their_role_in_chromium() {
     assert!(row.contains("alice"), "{row}");
     browser.screenshot(&shots.join("actions-job.png"));
     phone_shot(&mut browser, "actions-job-phone.png");
+    // The resource's page lists the builds that used each version.
+    browser.navigate(&format!("{url}/teams/main/pipelines/p/resources/r"));
+    let used = |browser: &mut Browser, v: &str| {
+        wait_text(
+            browser,
+            &format!("the builds of {v}"),
+            &format!(r#"#resource-versions [data-version='{{"version":"{v}"}}'] .version-builds"#),
+            |t| !t.is_empty(),
+        )
+    };
+    assert_eq!(used(&mut browser, "v1"), "j #2");
+    assert_eq!(used(&mut browser, "v2"), "j #1");
 
     // Abort a running build from its page.
     browser.navigate(&format!("{url}/teams/main/pipelines/p/jobs/slow"));

@@ -7,7 +7,8 @@
 
 pub use crate::views::{
     AuditEntry, Build, BuildResources, BuildVersion, Handle, JobInputView, JobView, MemberKind,
-    PendingSignIn, PipelineView, QueueKind, ResourceView, Team, TeamRole, Token, VersionView,
+    PendingSignIn, PipelineView, QueueKind, ResourceView, Team, TeamRole, Token, VersionBuild,
+    VersionView, VERSION_BUILDS,
 };
 
 // The engine, its settings, its errors.

@@ -322,6 +322,26 @@ pub struct VersionView {
     pub check_order: i64,
     /// Whether it is disabled in this pipeline.
     pub disabled: bool,
+    /// The newest builds of the pipeline that used it (a get) or made it
+    /// (a put), newest first, at most [`VERSION_BUILDS`].
+    pub builds: Vec<VersionBuild>,
+}
+
+/// How many builds [`VersionView::builds`] lists.
+pub const VERSION_BUILDS: usize = 10;
+
+/// A build that used or made a version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct VersionBuild {
+    /// The build's id.
+    pub id: i64,
+    /// Its job.
+    pub job: String,
+    /// Its name in the job: `N`, or `N.M` for the M-th rerun of build N.
+    pub name: String,
+    /// `input` (a get used it) or `output` (a put made it).
+    pub direction: String,
 }
 
 /// A version a build used or made.

@@ -10,6 +10,10 @@ use crate::db::Versions;
 use crate::error::EngineError;
 use gantry_wire::state::BuildStatus;
 
+/// A build that used or made a version: (version as stored, build id, job,
+/// build number, rerun number, direction).
+pub(crate) type VersionBuildRow = (String, i64, String, Option<i64>, Option<i64>, String);
+
 /// A job's place: team, pipeline name, job name.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct JobAt<'a> {
@@ -403,6 +407,67 @@ impl Versions<'_> {
         .fetch_optional(self.db.pool())
         .await?;
         Ok(row.is_some())
+    }
+
+    /// The builds of pipeline `pipeline` of `team` that used or made each
+    /// of `versions` (as stored) of `resource`: (version, build id, job,
+    /// build number, rerun number, direction), newest build first, at
+    /// most `per_version` of each version.
+    pub(crate) async fn builds_of_versions(
+        &self,
+        (team, pipeline): (&str, &str),
+        resource: &str,
+        versions: &[String],
+        per_version: usize,
+    ) -> Result<Vec<VersionBuildRow>, EngineError> {
+        if versions.is_empty() {
+            return Ok(vec![]);
+        }
+        let list = (0..versions.len())
+            .map(|i| format!("${}", i + 4))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT bv.version, b.id, b.job, b.build_number, b.rerun_number, bv.direction \
+             FROM build_versions bv JOIN builds b ON b.id = bv.build_id \
+             WHERE bv.resource = $1 AND b.team = $2 AND b.pipeline = $3 AND bv.version IN ({list}) \
+             ORDER BY b.id DESC"
+        );
+        let mut q = sqlx::query_as(&sql)
+            .bind(resource)
+            .bind(team)
+            .bind(pipeline);
+        for v in versions {
+            q = q.bind(v);
+        }
+        let rows: Vec<VersionBuildRow> = q.fetch_all(self.db.pool()).await?;
+        let mut seen: std::collections::HashMap<String, usize> = Default::default();
+        Ok(rows
+            .into_iter()
+            .filter(|r| {
+                let n = seen.entry(r.0.clone()).or_default();
+                *n += 1;
+                *n <= per_version
+            })
+            .collect())
+    }
+
+    /// The versions (as stored) of `resource` disabled in pipeline
+    /// `pipeline_id`, in one statement (a page of versions asks once, not
+    /// once per version).
+    pub(crate) async fn disabled_versions(
+        &self,
+        pipeline_id: i64,
+        resource: &str,
+    ) -> Result<std::collections::HashSet<String>, EngineError> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "SELECT version FROM disabled_versions WHERE pipeline_id = $1 AND resource = $2",
+        )
+        .bind(pipeline_id)
+        .bind(resource)
+        .fetch_all(self.db.pool())
+        .await?;
+        Ok(rows.into_iter().map(|(v,)| v).collect())
     }
 }
 

@@ -18,7 +18,7 @@ use crate::plan::{check_pipeline_name, PipelineRef};
 use crate::triggers::{explain, job_inputs, store_pipeline_warned};
 use crate::views::{
     Build, BuildResources, BuildVersion, JobInputView, JobView, PipelineView, ResourceView,
-    VersionView,
+    VersionBuild, VersionView, VERSION_BUILDS,
 };
 
 /// Settings of stored pipelines.
@@ -509,24 +509,50 @@ impl Engine {
     ) -> Result<Vec<VersionView>, EngineError> {
         let row = self.pipeline_row(team, pipeline).await?;
         let r = self.resource_row(&row, resource).await?;
-        let mut out = Vec::new();
-        for v in self
+        let disabled = self
+            .db
+            .versions()
+            .disabled_versions(row.id, resource)
+            .await?;
+        let page = self
             .db
             .versions()
             .all_versions_page(&r.scope, &r.config, before, limit)
+            .await?;
+        let stored: Vec<String> = page.iter().map(|v| v.version.clone()).collect();
+        let mut builds: std::collections::HashMap<String, Vec<VersionBuild>> = Default::default();
+        for (version, id, job, number, rerun, direction) in self
+            .db
+            .versions()
+            .builds_of_versions((team, pipeline), resource, &stored, VERSION_BUILDS)
             .await?
         {
-            out.push(VersionView {
-                disabled: self
-                    .db
-                    .versions()
-                    .version_disabled(row.id, resource, &v.version)
-                    .await?,
-                version: serde_json::from_str(&v.version).unwrap_or(Value::Null),
-                check_order: v.check_order,
+            let name = match (number, rerun) {
+                (Some(n), Some(m)) => format!("{n}.{m}"),
+                (Some(n), None) => n.to_string(),
+                _ => id.to_string(),
+            };
+            let direction = if direction == crate::db::Direction::Out.as_str() {
+                "output"
+            } else {
+                "input"
+            };
+            builds.entry(version).or_default().push(VersionBuild {
+                id,
+                job,
+                name,
+                direction: direction.into(),
             });
         }
-        Ok(out)
+        Ok(page
+            .into_iter()
+            .map(|v| VersionView {
+                disabled: disabled.contains(&v.version),
+                builds: builds.remove(&v.version).unwrap_or_default(),
+                version: serde_json::from_str(&v.version).unwrap_or(Value::Null),
+                check_order: v.check_order,
+            })
+            .collect())
     }
 
     /// Checks resource `resource` of pipeline `pipeline` of `team` now (from

@@ -285,7 +285,7 @@ function resourcePage(team, name, resource) {
       + (pinned ? `<p id="resource-pin">pinned to <span class="mono">${esc(pinned)}</span>${r.pin_comment ? ` · <span class="muted">${esc(r.pin_comment)}</span>` : ""}</p>` : ""));
     setHtml(bar, actionButton("checkResource", "Check now", { path: `${base}/check` })
       + (pinned ? actionButton("unpinResource", "Unpin", { path: `${base}/unpin` }) : ""));
-    const head = `<tr><th>version</th><th>state</th><th><span class="muted">actions</span></th></tr>`;
+    const head = `<tr><th>version</th><th>state</th><th>builds</th><th><span class="muted">actions</span></th></tr>`;
     setHtml($("resource-versions"), versions.length ? head + versions.map((v) => {
       const text = JSON.stringify(v.version);
       const body = JSON.stringify({ version: v.version });
@@ -296,6 +296,8 @@ function resourcePage(team, name, resource) {
       return `<tr data-version="${esc(text)}">
       <td class="mono">${esc(text)}</td>
       <td>${text === pinned ? badge("pinned") : ""}${v.disabled ? badge("disabled") : ""}</td>
+      <td class="version-builds">${(v.builds || []).map((b) =>
+        `<a href="/builds/${b.id}" title="${b.direction === "output" ? "made by" : "used by"} ${esc(b.job)} #${esc(b.name)}">${esc(b.job)} #${esc(b.name)}${b.direction === "output" ? " ↑" : ""}</a>`).join(" ")}</td>
       <td class="row-actions">${acts}</td></tr>`;
     }).join("") : `<tr><td class="muted">No versions yet.</td></tr>`);
   });
