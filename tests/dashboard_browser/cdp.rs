@@ -14,8 +14,10 @@ use tokio_tungstenite::tungstenite::Message;
 type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-/// How long one protocol call may take.
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one protocol call may take: a deadline, not a wait (a call
+/// answers as soon as the browser does; on a loaded CI machine a
+/// navigation once took over 30 s).
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A running headless Chromium with one page open.
 pub struct Browser {
@@ -175,7 +177,7 @@ impl Browser {
     pub fn navigate(&mut self, url: &str) {
         let r = self.call("Page.navigate", json!({ "url": url }));
         assert!(r.get("errorText").is_none(), "navigating to {url}: {r}");
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let deadline = std::time::Instant::now() + CALL_TIMEOUT;
         loop {
             // While the page changes, its context may be gone: ask again.
             let here = self

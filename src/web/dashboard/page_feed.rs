@@ -138,11 +138,11 @@ impl PageFeeds {
         self.taken.fetch_add(1, Ordering::Relaxed);
         let snapshot = match page {
             Page::Pipeline => {
-                let (mut p, jobs, resources) = futures::try_join!(
-                    engine.pipeline(team, pipeline),
-                    engine.pipeline_jobs(team, pipeline),
-                    engine.pipeline_resources(team, pipeline),
-                )?;
+                // One after the other: a publisher holds at most one of the
+                // database pool's connections (SQLite's pool is small).
+                let mut p = engine.pipeline(team, pipeline).await?;
+                let jobs = engine.pipeline_jobs(team, pipeline).await?;
+                let resources = engine.pipeline_resources(team, pipeline).await?;
                 // The page draws no config (it can be large).
                 p.config = None;
                 serde_json::json!({"pipeline": p, "jobs": jobs, "resources": resources})
