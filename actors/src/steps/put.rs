@@ -53,7 +53,7 @@ impl PutStep {
         if self.expose_created_by {
             let build = ctx.db().builds().get_build(ctx.build()).await?;
             if let Some(who) = build.and_then(|b| b.created_by) {
-                env.push(format!("BUILD_CREATED_BY={who}"));
+                env.push(format!("BUILD_CREATED_BY={}", created_by_name(&who)));
             }
         }
         let end = run_script(
@@ -214,6 +214,13 @@ fn detect(params: &Value, names: &mut Vec<String>) {
     }
 }
 
+/// What `BUILD_CREATED_BY` says of who made a build: a signed-in person's
+/// name, as Concourse gives it (`alice`, not the audit's `user:alice`);
+/// another caller (the admin token, a team token) as the audit names it.
+fn created_by_name(recorded: &str) -> &str {
+    recorded.strip_prefix("user:").unwrap_or(recorded)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,6 +238,14 @@ mod tests {
             tags: vec![],
             expose_created_by: false,
         }
+    }
+
+    #[test]
+    fn build_created_by_names_a_person_as_concourse_does() {
+        assert_eq!(created_by_name("user:alice"), "alice");
+        assert_eq!(created_by_name("user:oidc:bob"), "oidc:bob");
+        assert_eq!(created_by_name("admin"), "admin");
+        assert_eq!(created_by_name("token:ab12"), "token:ab12");
     }
 
     #[test]
