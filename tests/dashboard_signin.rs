@@ -117,7 +117,7 @@ fn a_local_user_signs_in_triggers_and_signs_out_in_chromium_and_cross_site_posts
         "document.getElementById('password').value = 'alice pw';\
          document.getElementById('submit').click()",
     );
-    wait_for("the dashboard as team red", Duration::from_secs(30), || {
+    wait_for("the dashboard as team red", Duration::from_secs(90), || {
         let here = text(&mut browser, "location.pathname");
         let viewer = text(
             &mut browser,

@@ -209,7 +209,7 @@ fn a_person_signs_in_through_a_real_provider_in_chromium_and_with_gantry_login()
     browser.screenshot(&shots.join("oidc-signin.png"));
     browser.try_text("document.getElementById('provider-link').click(); ''");
     through_provider(&mut browser, &issuer, "alice", &format!("{url}/"));
-    wait_for("the dashboard as team red", Duration::from_secs(30), || {
+    wait_for("the dashboard as team red", Duration::from_secs(90), || {
         let viewer = browser.try_text("document.getElementById('viewer')?.textContent")?;
         let out = browser.try_text("String(document.getElementById('signout')?.hidden)")?;
         (viewer == "team red" && out == "false").then_some(())

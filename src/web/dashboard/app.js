@@ -18,7 +18,15 @@ const authHeaders = token ? { Authorization: "Bearer " + token } : {};
 // node's action map: a button for any other is not shown). A secured node
 // that knows no session sends the page to /login.
 const session = (async () => {
-  const answer = await fetch("/api/v1/user", { headers: authHeaders });
+  // A node too busy to answer at once (a 5xx, or no answer) is asked again
+  // a few times before the page goes on without knowing who it is.
+  let answer;
+  for (let attempt = 1; ; attempt++) {
+    answer = await fetch("/api/v1/user", { headers: authHeaders }).catch(() => null);
+    if ((answer && answer.status < 500) || attempt === 5) break;
+    await new Promise((res) => setTimeout(res, 2000));
+  }
+  if (!answer) return null;
   if (answer.status === 401 && !token) {
     location.href = "/login?next=" + encodeURIComponent(location.pathname);
     return null;
