@@ -209,10 +209,22 @@ fn a_person_signs_in_through_a_real_provider_in_chromium_and_with_gantry_login()
     browser.screenshot(&shots.join("oidc-signin.png"));
     browser.try_text("document.getElementById('provider-link').click(); ''");
     through_provider(&mut browser, &issuer, "alice", &format!("{url}/"));
-    wait_for("the dashboard as team red", Duration::from_secs(90), || {
-        let viewer = browser.try_text("document.getElementById('viewer')?.textContent")?;
-        let out = browser.try_text("String(document.getElementById('signout')?.hidden)")?;
-        (viewer == "team red" && out == "false").then_some(())
+    // What the page shows, said if the wait fails (this wait has failed
+    // now and then in full runs, cause not yet found).
+    let mut seen = String::new();
+    wait_until("the dashboard as team red", Duration::from_secs(90), || {
+        let page = browser.try_text(
+            "location.href + ' | viewer=' + document.getElementById('viewer')?.textContent \
+             + ' | signout hidden=' + document.getElementById('signout')?.hidden \
+             + ' | ' + (document.body?.innerText ?? '').slice(0, 300)",
+        );
+        seen = page.clone().unwrap_or_default();
+        let viewer = browser.try_text("document.getElementById('viewer')?.textContent");
+        let out = browser.try_text("String(document.getElementById('signout')?.hidden)");
+        match (viewer, out) {
+            (Some(v), Some(o)) if v == "team red" && o == "false" => Ok(()),
+            _ => Err(format!("the page: {seen}")),
+        }
     });
     browser.screenshot(&shots.join("oidc-signed-in.png"));
     let token = session_cookie(&mut browser).expect("the session cookie");
