@@ -4,6 +4,11 @@
 //! `?tail=`; `gantry watch --raw` and `--tail N` print the same. A running
 //! build's `?tail=N` starts with the last N lines printed so far and then
 //! follows the new ones, with no line lost or repeated between the two.
+//! Byte ranges (`Range: bytes=...`, as the dashboard's log view reads a
+//! huge log) answer 206 with that part and the whole length, 416 past the
+//! end; a running build's events without its stored log lines
+//! (`?skip_stored_logs=true`) and its text up to the event they name
+//! (`?upto=`) join with no line lost or repeated.
 
 use crate::common;
 
@@ -65,6 +70,34 @@ fn get_log(url: &str, build: i64, query: &str) -> reqwest::blocking::Response {
         .unwrap()
 }
 
+/// `GET /api/v1/builds/BUILD/log QUERY` with `Range: RANGE`: status,
+/// `Content-Range`, and text.
+fn log_range(url: &str, build: i64, query: &str, range: &str) -> (u16, String, String) {
+    let answer = reqwest::blocking::Client::new()
+        .get(format!("{url}/api/v1/builds/{build}/log{query}"))
+        .header("Range", range)
+        .send()
+        .unwrap();
+    let status = answer.status().as_u16();
+    let content_range = answer
+        .headers()
+        .get("content-range")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, content_range, answer.text().unwrap())
+}
+
+/// The numbers of `line-N` lines.
+fn numbered(text: &str) -> Vec<u64> {
+    text.lines()
+        .map(|l| {
+            l.strip_prefix("line-")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{l:?} in {text:?}"))
+        })
+        .collect()
+}
+
 /// The whole log (the build has ended): status and text.
 fn log(url: &str, build: i64, query: &str) -> (u16, String) {
     let answer = get_log(url, build, query);
@@ -103,12 +136,47 @@ fn a_builds_log_is_its_output_as_text_whole_by_step_and_by_tail_and_a_tail_follo
     let counted: String = (1..=3000).map(|i| format!("{i}\n")).collect();
     let whole = format!("{counted}other-step\n");
     assert_eq!(log(url, id, ""), (200, whole.clone()));
-    assert_eq!(log(url, id, "?step=count"), (200, counted));
+    assert_eq!(log(url, id, "?step=count"), (200, counted.clone()));
     assert_eq!(log(url, id, "?step=other"), (200, "other-step\n".into()));
     assert_eq!(log(url, id, "?tail=2"), (200, "3000\nother-step\n".into()));
     let (status, body) = log(url, id, "?tail=0");
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("give 1 to"), "{body}");
+    // Byte ranges: a span, a suffix, one step's, past the end, malformed.
+    let len = whole.len();
+    assert_eq!(
+        log_range(url, id, "", "bytes=0-4"),
+        (206, format!("bytes 0-4/{len}"), whole[..5].to_string())
+    );
+    assert_eq!(
+        log_range(url, id, "", "bytes=-11"),
+        (
+            206,
+            format!("bytes {}-{}/{len}", len - 11, len - 1),
+            "other-step\n".into()
+        )
+    );
+    let counted_len = counted.len();
+    assert_eq!(
+        log_range(url, id, "?step=count", "bytes=10-"),
+        (
+            206,
+            format!("bytes 10-{}/{counted_len}", counted_len - 1),
+            counted[10..].to_string()
+        )
+    );
+    let (status, content_range, body) = log_range(url, id, "", &format!("bytes={len}-"));
+    assert_eq!(
+        (status, content_range),
+        (416, format!("bytes */{len}")),
+        "{body}"
+    );
+    assert!(body.contains("past its end"), "{body}");
+    let (status, _, body) = log_range(url, id, "", "bytes=5-1");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("one range of bytes"), "{body}");
+    let (status, _, body) = log_range(url, id, "?tail=2", "bytes=0-1");
+    assert_eq!(status, 400, "{body}");
     let id_text = id.to_string();
     assert_eq!(ok(&client(url, &["watch", "-b", &id_text, "--raw"])), whole);
     assert_eq!(
@@ -136,6 +204,66 @@ fn a_builds_log_is_its_output_as_text_whole_by_step_and_by_tail_and_a_tail_follo
     );
     let consecutive: Vec<u64> = (numbers[0]..numbers[0] + 10).collect();
     assert_eq!(numbers, consecutive, "lines lost or repeated");
+
+    // Its events without the log lines stored so far (but the step's
+    // first, emptied), then its text up to where they stop, then the
+    // live lines: no line lost or repeated.
+    let events = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+        .get(format!(
+            "{url}/api/v1/builds/{id}/events?skip_stored_logs=true"
+        ))
+        .send()
+        .unwrap();
+    assert_eq!(events.status().as_u16(), 200);
+    let after: i64 = events.headers()["x-gantry-logs-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(after > 0);
+    let mut stored_logs = 0;
+    let mut live = String::new();
+    for line in BufReader::new(events).lines() {
+        let line: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        let event = &line["event"];
+        if event["type"] != "log" {
+            continue;
+        }
+        if line["seq"].as_i64().unwrap() <= after {
+            stored_logs += 1;
+            assert_eq!(event["data"], "", "{line}");
+        } else {
+            live.push_str(event["data"].as_str().unwrap());
+            if live.lines().count() >= 5 {
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        stored_logs, 1,
+        "one emptied line stands for the step's stored log"
+    );
+    let (status, upto) = log(url, id, &format!("?upto={after}"));
+    assert_eq!(status, 200);
+    assert!(upto.ends_with('\n'), "{upto:?}");
+    let upto_numbers = numbered(&upto);
+    let live_numbers = numbered(&live);
+    assert_eq!(upto_numbers[0], 1);
+    assert_eq!(
+        live_numbers[0],
+        upto_numbers[upto_numbers.len() - 1] + 1,
+        "the text up to {after} and the live lines join"
+    );
+    let (status, content_range, tail) = log_range(url, id, &format!("?upto={after}"), "bytes=-20");
+    assert_eq!(status, 206);
+    assert_eq!(tail, upto[upto.len() - 20..]);
+    assert!(
+        content_range.ends_with(&format!("/{}", upto.len())),
+        "{content_range}"
+    );
     // Aborted, its log ends and `watch --tail` says how it ended.
     let answer = reqwest::blocking::Client::new()
         .post(format!("{url}/api/v1/builds/{id}/abort"))

@@ -17,8 +17,7 @@ use std::time::Duration;
 
 use common::*;
 
-#[path = "dashboard_browser/cdp.rs"]
-pub(crate) mod cdp;
+pub(crate) use gantry::bench::cdp;
 
 use cdp::Browser;
 

@@ -10,7 +10,8 @@
 //! Run one area with `cargo test --features gantry/bench --test e2e fleet::`.
 
 // The benchmarks' areas run `gantry bench`, built only with the `bench`
-// feature.
+// feature; so do the browser tests' areas, whose DevTools driver is
+// `gantry::bench::cdp` (shared with `gantry bench ui`).
 
 mod common;
 #[path = "kube_mock/mod.rs"]
@@ -44,15 +45,21 @@ mod bench_scheduling;
 mod bench_secrets;
 #[cfg(feature = "bench")]
 mod bench_stream;
+#[cfg(feature = "bench")]
+mod bench_ui;
 mod build_log_text;
 mod build_logs;
 mod cli;
 mod cluster;
 mod custom_types;
+#[cfg(feature = "bench")]
 mod dashboard_a11y;
+#[cfg(feature = "bench")]
 mod dashboard_actions;
+#[cfg(feature = "bench")]
 mod dashboard_browser;
 mod dashboard_feeds;
+#[cfg(feature = "bench")]
 mod dashboard_signin;
 mod fleet;
 mod gc_collect;
@@ -68,6 +75,7 @@ mod k8s_builds;
 mod k8s_runtime;
 mod limits;
 mod metrics;
+#[cfg(feature = "bench")]
 mod oidc;
 mod openapi;
 mod p2p_security;

@@ -51,6 +51,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "dashboardJob",
         "dashboardResource",
         "dashboardPipelinesScript",
+        "dashboardLogScript",
         "dashboardScript",
         "dashboardStyle",
         "healthz",

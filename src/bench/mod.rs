@@ -2,6 +2,7 @@
 //! with a baseline measured in the same run.
 
 pub mod builds;
+pub mod cdp;
 pub mod container_start;
 pub mod follow;
 pub mod gc;
@@ -14,6 +15,7 @@ pub mod scheduling;
 pub mod secrets;
 pub mod set_pipeline;
 pub mod stream;
+pub mod ui;
 
 /// The key the benchmarks' engines seal stored secrets with: one per
 /// process, random, so engines opened one after another (or side by side)

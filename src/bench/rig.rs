@@ -130,6 +130,8 @@ pub struct Rig {
     pub base: PathBuf,
     /// The workers' names.
     pub workers: Vec<String>,
+    /// The web node's HTTP address (its API, open: no token).
+    pub addr: std::net::SocketAddr,
     /// The web node's HTTP server.
     web_server: actix_web::dev::ServerHandle,
     /// The worker agents.
@@ -214,6 +216,7 @@ impl Rig {
             runc: runc.clone(),
             base,
             workers: vec![],
+            addr: web.addr,
             web_server,
             agents: vec![],
             _cleanup: cleanup,

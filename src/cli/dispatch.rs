@@ -132,6 +132,9 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         sequential,
                     },
                 ))?,
+                BenchCommand::Ui { lines, chromium } => actix_web::rt::System::new().block_on(
+                    crate::bench::ui::bench(crate::bench::ui::UiBench { lines, chromium }),
+                )?,
                 BenchCommand::Stream { size, rounds } => actix_web::rt::System::new().block_on(
                     crate::bench::stream::bench(crate::bench::stream::StreamBench { size, rounds }),
                 )?,

@@ -646,6 +646,18 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 100_000)]
         reap_builds: usize,
     },
+    /// A build's page over a huge log in headless Chromium: the tail's
+    /// first paint, the tab's memory jumping to the start and back, and the
+    /// raw download, against a one-line build's page (needs root, runc,
+    /// chromium).
+    Ui {
+        /// Lines the huge build prints, 100 bytes each (2000000: 200 MB).
+        #[arg(long, default_value_t = 2_000_000)]
+        lines: u64,
+        /// The Chromium binary (default: `chromium` on the PATH).
+        #[arg(long)]
+        chromium: Option<std::path::PathBuf>,
+    },
     /// Time from the web node's request to a trivial task running on one
     /// runc worker, against `runc run` of the same bundle (needs root).
     ContainerStart {

@@ -45,6 +45,7 @@ routes! {
     get "/auth/github/callback" => super::github::callback;
     get "/dashboard/app.js" => dashboard::script;
     get "/dashboard/pipelines.js" => dashboard::pipelines_script;
+    get "/dashboard/logview.js" => dashboard::log_script;
     get "/teams/{team}/pipelines/{pipeline}" => dashboard::pipeline_page;
     get "/teams/{team}/pipelines/{pipeline}/jobs/{job}" => dashboard::job_page;
     get "/teams/{team}/pipelines/{pipeline}/resources/{resource}" => dashboard::resource_page;

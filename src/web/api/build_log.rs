@@ -3,19 +3,23 @@
 //! from the build's events and followed live until the build ends. `?step=`
 //! keeps one step's; `?tail=N` starts with the last N lines printed so far
 //! (held in a ring of N lines while the stored events go by, so a huge log
-//! costs the node N lines of memory) and then follows. `gantry watch --raw`
-//! and `--tail N` read it.
+//! costs the node N lines of memory) and then follows. `?upto=SEQ` reads
+//! up to that event and does not follow. A `Range: bytes=...` header
+//! answers that part of the text, not followed (`log_range.rs`).
+//! `gantry watch --raw` and `--tail N` read it; the dashboard's log view
+//! reads ranges.
 
-use std::borrow::Cow;
 use std::collections::VecDeque;
 
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
 use gantry_actors::api::{EngineError, StoredEvent};
 
-use crate::web::api::builds::visible_build;
+use crate::web::api::builds::{stored_up_to, visible_build};
+use crate::web::api::log_range::{self, ByteRange};
+use crate::web::api::log_text::text_of;
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
 use crate::web::AppState;
@@ -33,6 +37,9 @@ pub struct LogQuery {
     /// Start with the last this many lines printed so far (1 to 100000),
     /// then follow.
     tail: Option<usize>,
+    /// Read the events up to this one (a seq: `X-Gantry-Logs-After` of
+    /// the events the reader follows) and do not follow.
+    upto: Option<i64>,
 }
 
 /// `GET /api/v1/builds/{id}/log`: the build's output as plain text, live
@@ -42,22 +49,30 @@ pub struct LogQuery {
     path = "/api/v1/builds/{id}/log",
     operation_id = "buildLog",
     tag = "builds",
-    params(("id" = i64, Path, description = "The build"), LogQuery),
+    params(
+        ("id" = i64, Path, description = "The build"),
+        LogQuery,
+        ("Range" = Option<String>, Header, description = "One range of the text's bytes (`bytes=A-B`, `bytes=A-`, `bytes=-N`; at most 16 MiB answered): answered 206, read up to the events stored now (or `upto`), not followed"),
+    ),
     responses(
         (status = 200, description = "What the build's steps printed, streamed until the build ends", content_type = "text/plain", body = String),
-        (status = 400, description = "A bad `tail` or unknown query parameter", body = crate::web::error::ErrorBody),
+        (status = 206, description = "The range of the text asked (`Content-Range: bytes A-B/TOTAL`)", content_type = "text/plain", body = String,
+            headers(("Content-Range" = String, description = "The bytes sent, and the text's length up to the events read"))),
+        (status = 400, description = "A bad `tail`, `upto`, `Range`, or unknown query parameter", body = crate::web::error::ErrorBody),
+        (status = 416, description = "The range starts past the text's end (`Content-Range: bytes */TOTAL`)", body = crate::web::error::ErrorBody),
         (status = 404, description = "No such build (or another team's)"),
         (status = "5XX", description = "The database failed"),
     )
 )]
 pub async fn log(
+    req: HttpRequest,
     identity: Identity,
     state: web::Data<AppState>,
     id: web::Path<i64>,
     query: web::Query<LogQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let id = id.into_inner();
-    let LogQuery { step, tail } = query.into_inner();
+    let LogQuery { step, tail, upto } = query.into_inner();
     if let Some(n) = tail {
         if n == 0 || n > MAX_TAIL {
             return Err(ApiError::bad_request(format!(
@@ -65,19 +80,49 @@ pub async fn log(
             )));
         }
     }
+    if let Some(u) = upto.filter(|u| *u < 0) {
+        return Err(ApiError::bad_request(format!(
+            "upto {u}: give the seq of an event (0 or more)"
+        )));
+    }
+    let range = match req.headers().get(actix_web::http::header::RANGE) {
+        None => None,
+        Some(v) => Some(ByteRange::parse(
+            v.to_str()
+                .map_err(|_| ApiError::bad_request("Range: not text"))?,
+        )?),
+    };
+    if range.is_some() && tail.is_some() {
+        return Err(ApiError::bad_request(
+            "give either tail or a Range header, not both",
+        ));
+    }
     let build = visible_build(&identity, &state, id).await?;
     // The events printed "so far": all of an ended build's, or a running
-    // one's up to its last stored event now.
-    let boundary = match tail {
-        None => 0,
-        Some(_) if build.status.is_finished() => i64::MAX,
-        Some(_) => state.engine.last_build_event_seq(id).await?,
+    // one's up to its last stored event now; `upto` stops sooner.
+    let needs_bound = tail.is_some() || upto.is_some() || range.is_some();
+    let stored = if needs_bound {
+        stored_up_to(&state, &build).await?
+    } else {
+        0
+    };
+    let until = upto.map(|u| u.min(stored));
+    if let Some(range) = range {
+        return log_range::answer(&state, id, step.as_deref(), until.unwrap_or(stored), range)
+            .await;
+    }
+    let boundary = if tail.is_some() {
+        until.unwrap_or(stored)
+    } else {
+        0
     };
     let events = state.engine.follow_build_events(id, 0);
     let reader = LogReader {
         events,
         step,
         tail: tail.map(|n| Tail::new(n, boundary)),
+        ended: until.is_some_and(|u| u <= 0),
+        until,
     };
     Ok(HttpResponse::Ok()
         .content_type("text/plain; charset=utf-8")
@@ -125,48 +170,29 @@ impl Tail {
     }
 }
 
-/// What the log reads of a stored event ([`gantry_wire::events::BuildEvent`]
-/// as JSON): its type and, for a log line, its step and text.
-#[derive(Deserialize)]
-struct LogFields<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Cow<'a, str>,
-    #[serde(default, borrow)]
-    step: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    data: Option<Cow<'a, str>>,
-}
-
 /// Turns followed events into the log's text.
 struct LogReader {
     events: mpsc::Receiver<Result<StoredEvent, EngineError>>,
     step: Option<String>,
     /// Held back until the boundary is passed; then none.
     tail: Option<Tail>,
+    /// The last event read (none: follow until the build ends).
+    until: Option<i64>,
+    /// Whether that event was read.
+    ended: bool,
 }
 
 impl LogReader {
-    /// The text of one event: its output, when it is a log line of the
-    /// step asked for. Only the three fields read are decoded, borrowed
-    /// from the event's text where they hold no escape (a 200 MB log is
-    /// millions of events: no tree of values, no copy of the others).
-    fn text_of(&self, json: &str) -> Option<String> {
-        let fields: LogFields = serde_json::from_str(json).ok()?;
-        if fields.kind != "log" {
-            return None;
-        }
-        let step = fields.step?;
-        if self.step.as_deref().is_some_and(|s| s != step) {
-            return None;
-        }
-        fields.data.map(Cow::into_owned)
-    }
-
     fn stream(self) -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> {
         futures::stream::unfold(Some(self), |reader| async move {
             let mut reader = reader?;
             loop {
-                let Some(next) = reader.events.recv().await else {
+                let next = if reader.ended {
+                    None
+                } else {
+                    reader.events.recv().await
+                };
+                let Some(next) = next else {
                     // The build ended: what was held back, if anything.
                     let rest = reader.tail.take().map(Tail::take).unwrap_or_default();
                     return (!rest.is_empty()).then(|| (Ok(bytes::Bytes::from(rest)), None));
@@ -175,7 +201,13 @@ impl LogReader {
                     Ok(event) => event,
                     Err(e) => return Some((Err(std::io::Error::other(e.to_string())), None)),
                 };
-                let text = reader.text_of(&event.json);
+                if let Some(until) = reader.until {
+                    reader.ended = event.seq >= until;
+                    if event.seq > until {
+                        continue;
+                    }
+                }
+                let text = text_of(&event.json, reader.step.as_deref());
                 let out = match reader.tail.as_mut() {
                     Some(tail) if event.seq <= tail.boundary => {
                         if let Some(text) = &text {
@@ -264,6 +296,8 @@ mod tests {
                 events: rx,
                 step: step.map(String::from),
                 tail: tail.map(|(n, b)| Tail::new(n, b)),
+                until: None,
+                ended: false,
             }
         };
         let text = |r: LogReader| async move {
@@ -290,5 +324,13 @@ mod tests {
         );
         // An ended build: the last line of all.
         assert_eq!(text(read(None, Some((1, i64::MAX)))).await, four);
+        // Up to event 4, not followed.
+        let mut upto = read(None, None);
+        upto.until = Some(4);
+        assert_eq!(text(upto).await, "1\n2\nx\n3\n");
+        let mut none = read(None, Some((2, 4)));
+        none.until = Some(0);
+        none.ended = true;
+        assert_eq!(text(none).await, "");
     }
 }

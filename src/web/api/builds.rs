@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 
+use crate::web::api::log_text::is_log_line;
 use crate::web::api::paging::{Page, PageQuery};
 use crate::web::api::NoBody;
 use crate::web::audit_log::Actor;
@@ -513,7 +514,18 @@ pub struct EventsQuery {
     /// Start after the event of this `seq` (its cursor: a reader that lost
     /// its connection resumes where it was); default 0, from the first.
     after: Option<i64>,
+    /// `true`: leave out the log lines stored so far (a page that reads a
+    /// huge log's tail from `GET .../log` with a byte range, and the
+    /// rest live); the answer's `X-Gantry-Logs-After` names the last event
+    /// whose log line was left out. The first stored line of each step
+    /// still comes, its `data` emptied, so the reader knows which steps
+    /// printed.
+    skip_stored_logs: Option<bool>,
 }
+
+/// The header naming the last event whose log line `?skip_stored_logs`
+/// left out: the seq a page's log ranges read up to (`?upto=`).
+pub const LOGS_AFTER_HEADER: &str = "X-Gantry-Logs-After";
 
 /// `GET /api/v1/builds/{id}/events`: NDJSON, stored events then live ones,
 /// until the build's final status. Each line is `{"seq": N, "event": {...}}`.
@@ -524,7 +536,8 @@ pub struct EventsQuery {
     tag = "builds",
     params(("id" = i64, Path, description = "The build"), EventsQuery),
     responses(
-        (status = 200, description = "NDJSON: one `EventLine` per line, stored events then live ones, until the build's final status", content_type = "application/x-ndjson", body = gantry_wire::events::EventLine),
+        (status = 200, description = "NDJSON: one `EventLine` per line, stored events then live ones, until the build's final status", content_type = "application/x-ndjson", body = gantry_wire::events::EventLine,
+            headers(("X-Gantry-Logs-After" = i64, description = "With `skip_stored_logs`: the last event whose log line was left out"))),
         (status = 400, description = "A bad `after` or unknown query parameter", body = crate::web::error::ErrorBody),
         (status = 404, description = "No such build (or another team's)"),
         (status = "5XX", description = "The database failed"),
@@ -543,30 +556,94 @@ pub async fn events(
             "after {after}: give the seq of the last event read (0 or more)"
         )));
     }
-    visible_build(&identity, &state, id).await?;
+    let build = visible_build(&identity, &state, id).await?;
+    let mut answer = HttpResponse::Ok();
+    answer.content_type("application/x-ndjson");
+    let logs_after = if query.skip_stored_logs == Some(true) {
+        let last = stored_up_to(&state, &build).await?;
+        answer.insert_header((LOGS_AFTER_HEADER, last.to_string()));
+        last
+    } else {
+        0
+    };
     let events = state.engine.follow_build_events(id, after);
-    let lines = ndjson_lines(events);
-    Ok(HttpResponse::Ok()
-        .content_type("application/x-ndjson")
-        .streaming(lines))
+    Ok(answer.streaming(ndjson_lines(events, logs_after)))
+}
+
+/// The seq of build `build`'s last event stored now: every one of a
+/// finished build's (`i64::MAX`: its log may have left the database),
+/// a running one's last in the database.
+pub(crate) async fn stored_up_to(
+    state: &AppState,
+    build: &gantry_actors::api::Build,
+) -> Result<i64, ApiError> {
+    if build.status.is_finished() {
+        Ok(i64::MAX)
+    } else {
+        Ok(state.engine.last_build_event_seq(build.id).await?)
+    }
 }
 
 /// The followed events as NDJSON lines, each an
 /// [`EventLine`](gantry_wire::events::EventLine): written from the event's
 /// stored JSON as it is (no parse and re-encode per event), in the shape
 /// the type reads (the test below holds them to it).
+/// Log lines of events up to `logs_after` are left out, but the first of
+/// each step, sent with its text emptied.
 fn ndjson_lines(
     events: mpsc::Receiver<Result<StoredEvent, EngineError>>,
+    logs_after: i64,
 ) -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> {
-    futures::stream::unfold(events, |mut events| async move {
-        let line = match events.recv().await? {
-            Ok(StoredEvent { seq, json, .. }) => Ok(bytes::Bytes::from(format!(
-                "{{\"seq\":{seq},\"event\":{json}}}\n"
-            ))),
-            Err(e) => Err(std::io::Error::other(e.to_string())),
-        };
-        Some((line, events))
+    let steps = std::collections::HashSet::<String>::new();
+    futures::stream::unfold((events, steps), move |(mut events, mut steps)| async move {
+        loop {
+            let line = match events.recv().await? {
+                Ok(StoredEvent { seq, json, .. }) => {
+                    let json = if seq <= logs_after && is_log_line(&json) {
+                        match first_of_step(&json, &mut steps) {
+                            Some(emptied) => emptied,
+                            None => continue,
+                        }
+                    } else {
+                        json
+                    };
+                    Ok(bytes::Bytes::from(format!(
+                        "{{\"seq\":{seq},\"event\":{json}}}\n"
+                    )))
+                }
+                Err(e) => Err(std::io::Error::other(e.to_string())),
+            };
+            return Some((line, (events, steps)));
+        }
     })
+}
+
+/// A stored log line's JSON with its text emptied, if it is the first of
+/// its step (recorded in `steps`); none for the step's later lines.
+fn first_of_step(json: &str, steps: &mut std::collections::HashSet<String>) -> Option<String> {
+    /// The step of a log line, read without copying its text.
+    #[derive(Deserialize)]
+    struct StepOf<'a> {
+        #[serde(borrow)]
+        step: std::borrow::Cow<'a, str>,
+    }
+    let of: StepOf = serde_json::from_str(json).ok()?;
+    if steps.contains(of.step.as_ref()) {
+        return None;
+    }
+    steps.insert(of.step.into_owned());
+    match serde_json::from_str(json).ok()? {
+        gantry_wire::events::BuildEvent::Log {
+            step, stream, time, ..
+        } => serde_json::to_string(&gantry_wire::events::BuildEvent::Log {
+            step,
+            stream,
+            data: String::new(),
+            time,
+        })
+        .ok(),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -586,19 +663,54 @@ mod tests {
                 data: "a \"quoted\" line\n".into(),
                 time: 1,
             },
+            BuildEvent::Log {
+                step: "unit".into(),
+                stream: "stderr".into(),
+                data: "another\n".into(),
+                time: 1,
+            },
             BuildEvent::status_at(BuildStatus::Succeeded, Some(0), 2),
         ];
-        let (tx, rx) = mpsc::channel(events.len());
-        for (seq, event) in (1..).zip(&events) {
-            let stored = StoredEvent {
-                seq,
-                json: serde_json::to_string(event).unwrap(),
-                is_final: event.is_final(),
-            };
-            tx.send(Ok(stored)).await.unwrap();
-        }
-        drop(tx);
-        let lines: Vec<_> = ndjson_lines(rx).collect().await;
+        let sent = |logs_after| {
+            let (tx, rx) = mpsc::channel(events.len());
+            for (seq, event) in (1..).zip(&events) {
+                let stored = StoredEvent {
+                    seq,
+                    json: serde_json::to_string(event).unwrap(),
+                    is_final: event.is_final(),
+                };
+                tx.try_send(Ok(stored)).unwrap();
+            }
+            ndjson_lines(rx, logs_after)
+        };
+        // Log lines up to `logs_after` are left out, but the first of each
+        // step, emptied.
+        let skipped: Vec<_> = sent(2).collect().await;
+        assert_eq!(skipped.len(), 2);
+        let read: EventLine = serde_json::from_slice(skipped[0].as_ref().unwrap()).unwrap();
+        assert_eq!(read.seq, 1);
+        assert!(
+            matches!(&read.event, BuildEvent::Log { step, data, .. } if step == "unit" && data.is_empty()),
+            "{read:?}"
+        );
+        let read: EventLine = serde_json::from_slice(skipped[1].as_ref().unwrap()).unwrap();
+        assert_eq!(read.seq, 3);
+        assert!(is_log_line(&serde_json::to_string(&events[0]).unwrap()));
+        assert!(!is_log_line(&serde_json::to_string(&events[2]).unwrap()));
+        // A redacted build's events: their keys sorted, the tag last.
+        assert!(is_log_line(
+            r#"{"data":"x\n","step":"a","stream":"stdout","time":1,"type":"log"}"#
+        ));
+        assert!(!is_log_line(
+            r#"{"status":"started","time":1,"type":"status"}"#
+        ));
+        assert!(is_log_line(
+            r#"{"step":"a","type":"log","data":"","stream":"stdout","time":1}"#
+        ));
+        assert!(!is_log_line(
+            r#"{"message":"\"type\":\"log\"}","type":"error","time":1}"#
+        ));
+        let lines: Vec<_> = sent(0).collect().await;
         assert_eq!(lines.len(), events.len());
         for (seq, (line, event)) in (1..).zip(lines.into_iter().zip(events)) {
             let line = line.unwrap();

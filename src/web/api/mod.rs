@@ -1,6 +1,7 @@
 //! The HTTP API's handlers, one file per subject (`builds.rs`,
 //! `workers.rs`, `artifacts.rs`, `teams.rs`, `jobs.rs`, `hijack.rs`, the
-//! a build's log as text in `build_log.rs`, the
+//! a build's log as text in `build_log.rs`, its byte ranges in
+//! `log_range.rs` and what both read of an event in `log_text.rs`, the
 //! workers' sweep routes in `gc.rs`, `clear-task-cache` in `gc_admin.rs`,
 //! stored pipelines with their jobs and resources in `pipelines.rs`),
 //! and what every handler shares: paging of list routes (`paging.rs`) and
@@ -15,6 +16,8 @@ pub mod gc;
 pub mod gc_admin;
 pub mod hijack;
 pub mod jobs;
+pub mod log_range;
+pub mod log_text;
 pub mod paging;
 pub mod pipelines;
 pub mod queue;

@@ -363,16 +363,21 @@ function showError(message) {
 
 // The step tree of the `plan` event, and what the node events say of it.
 class StepTree {
-  constructor(root) {
+  constructor(root, build) {
     this.root = root;
+    this.build = build;
     this.nodes = new Map(); // plan node id -> element
     this.running = new Map(); // step name -> node id of its latest start
+    this.views = new Map(); // step name -> its LogView
+    this.logsAfter = 0; // the last event whose log line the stream left out
   }
 
-  reset() {
+  reset(logsAfter) {
     this.root.innerHTML = `<p class="muted">waiting for the build's plan…</p>`;
     this.nodes.clear();
     this.running.clear();
+    this.views.clear();
+    this.logsAfter = logsAfter;
   }
 
   draw(tree) {
@@ -401,6 +406,10 @@ class StepTree {
     head.innerHTML = html;
     el.appendChild(head);
     if (node.kind === "step") {
+      const bar = document.createElement("div");
+      bar.className = "log-bar";
+      bar.hidden = true;
+      el.appendChild(bar);
       const log = document.createElement("pre");
       log.className = "log";
       log.hidden = true;
@@ -468,19 +477,21 @@ class StepTree {
     return el;
   }
 
-  log(e) {
-    const el = this.step(e.step);
-    const log = el.querySelector(":scope > pre.log");
-    log.hidden = false;
-    const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 8;
-    const span = document.createElement("span");
-    if (e.stream !== "stdout") span.className = e.stream;
-    span.title = clock(e.time);
-    // Each step's colour state carries across its chunks.
-    el.ansi = el.ansi || { fg: null, bold: false, pending: "" };
-    span.appendChild(ansiSpans(e.data, el.ansi));
-    log.appendChild(span);
-    if (atBottom) log.scrollTop = log.scrollHeight;
+  // A log line of event `seq`: one at or before `logsAfter` stands for
+  // the step's stored log (the stream sends the first of each step, its
+  // text left out), read by the step's view from its tail; later ones
+  // are followed live. A step's view is drawn under the node it first
+  // printed in (a retried step's attempts share it, as its text does).
+  log(e, seq) {
+    let view = this.views.get(e.step);
+    const stored = seq <= this.logsAfter;
+    if (!view) {
+      const el = this.step(e.step);
+      view = new LogView(this.build, e.step, el.querySelector(":scope > pre.log"),
+        el.querySelector(":scope > .log-bar"), this.logsAfter, stored);
+      this.views.set(e.step, view);
+    }
+    if (!stored) view.follow(e, seq);
   }
 
   finish() {
@@ -550,17 +561,19 @@ function describe(node) {
 }
 
 async function followBuild(id, b, header) {
-  const tree = new StepTree($("steps"));
+  const tree = new StepTree($("steps"), id);
   const outputs = [];
   let final = false;
   while (!final) {
-    tree.reset();
     outputs.length = 0;
     $("build-error").hidden = true;
     $("build-error").textContent = "";
     try {
-      const r = await fetch(`/api/v1/builds/${id}/events`, { headers: authHeaders });
+      // The stored log lines are left out (each step's view reads its
+      // tail, a range at a time); later ones come live.
+      const r = await fetch(`/api/v1/builds/${id}/events?skip_stored_logs=true`, { headers: authHeaders });
       if (!r.ok) throw new Error(`HTTP ${r.status}`);
+      tree.reset(Math.min(Number(r.headers.get("X-Gantry-Logs-After") || 0), Number.MAX_SAFE_INTEGER));
       setLive(true, "live");
       const reader = r.body.getReader();
       const dec = new TextDecoder();
@@ -574,8 +587,8 @@ async function followBuild(id, b, header) {
           const line = buf.slice(0, i);
           buf = buf.slice(i + 1);
           if (!line.trim()) continue;
-          const e = JSON.parse(line).event;
-          if (apply(e, tree, b, header, outputs)) final = true;
+          const { seq, event } = JSON.parse(line);
+          if (apply(event, seq, tree, b, header, outputs)) final = true;
         }
       }
     } catch (err) {
@@ -588,12 +601,12 @@ async function followBuild(id, b, header) {
 }
 
 // Applies one build event; answers whether it was the build's last.
-function apply(e, tree, b, header, outputs) {
+function apply(e, seq, tree, b, header, outputs) {
   switch (e.type) {
     case "plan": tree.draw(e.tree); break;
     case "node_started": tree.started(e); break;
     case "node_finished": tree.finished(e); break;
-    case "log": tree.log(e); break;
+    case "log": tree.log(e, seq); break;
     case "waiting": tree.meta(tree.step(e.step), `waiting: ${e.message}`); break;
     case "waiting_for_inputs": {
       const el = $("build-waiting");

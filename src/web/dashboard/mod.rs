@@ -114,6 +114,19 @@ pub async fn pipelines_script() -> HttpResponse {
     )
 }
 
+/// `GET /dashboard/logview.js`: the script of a build's log view.
+#[utoipa::path(
+    get,
+    path = "/dashboard/logview.js",
+    operation_id = "dashboardLogScript",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "JavaScript", content_type = "text/javascript", body = String))
+)]
+pub async fn log_script() -> HttpResponse {
+    asset("text/javascript; charset=utf-8", include_str!("logview.js"))
+}
+
 /// `GET /dashboard/app.js`: the dashboard's script.
 #[utoipa::path(
     get,

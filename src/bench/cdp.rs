@@ -1,5 +1,8 @@
 //! A headless Chromium driven over the DevTools protocol: JSON-RPC over a
-//! websocket to one page target, blocking calls for the tests.
+//! websocket to one page target, blocking calls (on a runtime of its own:
+//! call them from a thread that is not a runtime's) for the browser tests
+//! and `gantry bench ui`. A protocol failure panics: it ends the test, or
+//! the benchmark's browser thread, which reports it as an error.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -34,6 +37,9 @@ impl Browser {
     pub fn launch(chromium: &Path, dir: &Path) -> Browser {
         let profile = tempfile::tempdir_in(dir).expect("profile dir");
         let mut child = Command::new(chromium)
+            // Its own temporary files go with the profile, not in the
+            // caller's directory.
+            .env("TMPDIR", profile.path())
             .args([
                 "--headless=new",
                 "--no-sandbox",
@@ -75,20 +81,24 @@ impl Browser {
             .next()
             .expect("host:port")
             .to_string();
-        let target: Value = reqwest::blocking::Client::new()
-            .put(format!("http://{host}/json/new?about:blank"))
-            .send()
-            .expect("a new page target")
-            .json()
-            .expect("the target as JSON");
-        let page_ws = target["webSocketDebuggerUrl"]
-            .as_str()
-            .expect("the page's websocket")
-            .to_string();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
+        let target: Value = rt
+            .block_on(async {
+                reqwest::Client::new()
+                    .put(format!("http://{host}/json/new?about:blank"))
+                    .send()
+                    .await?
+                    .json()
+                    .await
+            })
+            .expect("a new page target, as JSON");
+        let page_ws = target["webSocketDebuggerUrl"]
+            .as_str()
+            .expect("the page's websocket")
+            .to_string();
         let (page, _) = rt
             .block_on(tokio_tungstenite::connect_async(page_ws.as_str()))
             .expect("the page's websocket connects");
@@ -171,6 +181,11 @@ impl Browser {
             Value::Null => String::new(),
             other => other.to_string(),
         })
+    }
+
+    /// The browser's process id (its renderers are its descendants).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Opens `url` in the page and waits until it has loaded.
