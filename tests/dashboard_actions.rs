@@ -6,7 +6,9 @@
 //! page; an action that fails says why in place. A viewer signs in and is
 //! shown no action button on any page (and the API refuses the action
 //! anyway). Screenshots at desktop and phone widths go to
-//! `target/test-screenshots/`.
+//! `target/test-screenshots/`. A resource's page shows a fetched
+//! version's metadata; a job's page reads its builds past the newest 50 a
+//! page at a time.
 
 use crate::common;
 
@@ -19,14 +21,15 @@ use crate::dashboard_browser::{chromium, screenshot_dir, text};
 
 use crate::people::ADMIN;
 
-/// A job `j` that gets a `mock` resource `r`, prints its version, a green
-/// line and six ticks a second apart; a job `slow` that waits 5 minutes.
+/// A job `j` that gets a `mock` resource `r` (whose `in` tells metadata),
+/// prints its version, a green line and six ticks a second apart; a job
+/// `slow` that waits 5 minutes.
 pub(crate) const PIPELINE: &str = r#"
 resources:
 - name: r
   type: mock
   check_every: never
-  source: {initial_version: v0}
+  source: {initial_version: v0, metadata: [{name: commit, value: abc123}]}
 jobs:
 - name: j
   plan:
@@ -293,6 +296,21 @@ fn people_act_from_the_dashboard_with_their_role_in_chromium() {
     wait_text(&mut browser, "r's versions", "#resource-versions", |t| {
         t.contains("v1")
     });
+    // The version the first build got shows what its `in` told of it; one
+    // never fetched shows none.
+    wait_text(
+        &mut browser,
+        "v2's metadata",
+        r#"#resource-versions [data-version='{"version":"v2"}'] .version-meta"#,
+        |t| t.contains("commit abc123"),
+    );
+    assert_eq!(
+        text(
+            &mut browser,
+            r#"String(document.querySelector(`#resource-versions [data-version='{"version":"v1"}'] .version-meta`))"#
+        ),
+        "null"
+    );
     browser.eval("document.getElementById('pin-comment').value = 'v2 breaks the build'");
     click(
         &mut browser,
@@ -521,5 +539,74 @@ fn fifty_tabs_on_a_pipeline_page_cost_the_database_what_one_does() {
             let (_, b) = counts(&fifty.url);
             (a == b).then_some(())
         },
+    );
+}
+
+#[test]
+fn a_jobs_page_reads_its_builds_past_the_newest_fifty() {
+    let Some(chromium) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let db = TestDb::new(DbKind::Sqlite);
+    let web = start_web(dir, &db, &format!("[web]\nadmin_token = \"{ADMIN}\"\n"));
+    let url = web.url.as_str();
+    write(&dir.join("p.yml"), PIPELINE);
+    let out = client_as(
+        url,
+        ADMIN,
+        &[
+            "set-pipeline",
+            "-p",
+            "p",
+            "-c",
+            dir.join("p.yml").to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text_of(&out));
+    // The pipeline stays paused: its 53 builds are held pending (no worker
+    // needed), the newest 50 on the live list.
+    let http = reqwest::blocking::Client::new();
+    let ids: Vec<i64> = (0..53)
+        .map(|_| {
+            let b: serde_json::Value = http
+                .post(format!("{url}/api/v1/teams/main/pipelines/p/jobs/j/builds"))
+                .bearer_auth(ADMIN)
+                .send()
+                .unwrap()
+                .json()
+                .unwrap();
+            b["id"].as_i64().unwrap()
+        })
+        .collect();
+    let mut browser = Browser::launch(&chromium, dir);
+    browser.navigate(&format!(
+        "{url}/teams/main/pipelines/p/jobs/j#token={ADMIN}"
+    ));
+    let rows = |browser: &mut Browser, table: &str| -> Vec<i64> {
+        let list = browser.eval(&format!(
+            "[...document.querySelectorAll('#{table} tr[data-build]')].map(r => +r.dataset.build)"
+        ));
+        serde_json::from_value(list).unwrap()
+    };
+    wait_for("the newest 50 builds", Duration::from_secs(60), || {
+        (rows(&mut browser, "job-builds").len() == 50).then_some(())
+    });
+    let newest: Vec<i64> = ids.iter().rev().take(50).copied().collect();
+    assert_eq!(rows(&mut browser, "job-builds"), newest);
+    click(&mut browser, "#job-more");
+    wait_for("the 3 older builds", Duration::from_secs(60), || {
+        (rows(&mut browser, "job-older").len() == 3).then_some(())
+    });
+    let oldest: Vec<i64> = ids.iter().take(3).rev().copied().collect();
+    assert_eq!(rows(&mut browser, "job-older"), oldest);
+    let older = text(
+        &mut browser,
+        "document.getElementById('job-older').textContent",
+    );
+    assert!(older.contains("pending") && older.contains("#1"), "{older}");
+    // No page after the last.
+    assert_eq!(
+        browser.eval("document.getElementById('job-more').hidden"),
+        serde_json::json!(true)
     );
 }

@@ -318,6 +318,10 @@ pub struct VersionView {
     /// The version.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub version: serde_json::Value,
+    /// What the resource said of it (`[{"name": ..., "value": ...}]`, from
+    /// the last `in` or `out` that told some; `[]` when none did).
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
+    pub metadata: serde_json::Value,
     /// Its place in the order of versions (higher: newer).
     pub check_order: i64,
     /// Whether it is disabled in this pipeline.

@@ -423,16 +423,22 @@ impl Versions<'_> {
         if versions.is_empty() {
             return Ok(vec![]);
         }
-        let list = (0..versions.len())
-            .map(|i| format!("${}", i + 4))
+        // One bounded walk per version down the index on (resource,
+        // version, build_id), newest build first, all in one statement:
+        // a version used by thousands of builds reads `per_version` rows.
+        let walks = (0..versions.len())
+            .map(|i| {
+                format!(
+                    "SELECT * FROM (SELECT bv.version, b.id, b.job, b.build_number, b.rerun_number, bv.direction \
+                     FROM build_versions bv JOIN builds b ON b.id = bv.build_id \
+                     WHERE bv.resource = $1 AND bv.version = ${} AND b.team = $2 AND b.pipeline = $3 \
+                     ORDER BY bv.build_id DESC LIMIT {per_version}) AS v{i}",
+                    i + 4
+                )
+            })
             .collect::<Vec<_>>()
-            .join(", ");
-        let sql = format!(
-            "SELECT bv.version, b.id, b.job, b.build_number, b.rerun_number, bv.direction \
-             FROM build_versions bv JOIN builds b ON b.id = bv.build_id \
-             WHERE bv.resource = $1 AND b.team = $2 AND b.pipeline = $3 AND bv.version IN ({list}) \
-             ORDER BY b.id DESC"
-        );
+            .join(" UNION ALL ");
+        let sql = format!("SELECT * FROM ({walks}) AS walked ORDER BY id DESC");
         let mut q = sqlx::query_as(&sql)
             .bind(resource)
             .bind(team)
@@ -440,16 +446,7 @@ impl Versions<'_> {
         for v in versions {
             q = q.bind(v);
         }
-        let rows: Vec<VersionBuildRow> = q.fetch_all(self.db.pool()).await?;
-        let mut seen: std::collections::HashMap<String, usize> = Default::default();
-        Ok(rows
-            .into_iter()
-            .filter(|r| {
-                let n = seen.entry(r.0.clone()).or_default();
-                *n += 1;
-                *n <= per_version
-            })
-            .collect())
+        Ok(q.fetch_all(self.db.pool()).await?)
     }
 
     /// The versions (as stored) of `resource` disabled in pipeline

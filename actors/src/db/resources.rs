@@ -98,6 +98,65 @@ impl Versions<'_> {
         Ok(())
     }
 
+    /// Records the metadata `in` answered for a known version (Concourse's
+    /// `UpdateMetadata` after a get): none told (`[]`) leaves what was
+    /// known; an unknown version is not added.
+    pub(crate) async fn save_version_metadata(
+        &self,
+        scope: &str,
+        config: &str,
+        version: &Value,
+        metadata: &Value,
+    ) -> Result<(), EngineError> {
+        if metadata.as_array().is_none_or(Vec::is_empty) {
+            return Ok(());
+        }
+        let metadata = metadata.to_string();
+        sqlx::query(
+            "UPDATE resource_versions SET metadata = $4 \
+             WHERE team = $1 AND config = $2 AND version = $3 AND metadata <> $4",
+        )
+        .bind(scope)
+        .bind(config)
+        .bind(version.to_string())
+        .bind(metadata)
+        .execute(self.db.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// A page of the versions of a resource config, newest first, below
+    /// check order `before`, at most `limit`: each as stored (the text the
+    /// build and disabled tables name it by) with its metadata.
+    pub(crate) async fn listed_versions_page(
+        &self,
+        scope: &str,
+        config: &str,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<(String, VersionRow)>, EngineError> {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT version, metadata, check_order FROM resource_versions \
+             WHERE team = $1 AND config = $2 AND check_order < $3 ORDER BY check_order DESC LIMIT $4",
+        )
+        .bind(scope)
+        .bind(config)
+        .bind(before.unwrap_or(i64::MAX))
+        .bind(limit)
+        .fetch_all(self.db.pool())
+        .await?;
+        rows.into_iter()
+            .map(|(v, m, check_order)| {
+                let row = VersionRow {
+                    version: json("version", &v)?,
+                    metadata: json("metadata", &m)?,
+                    check_order,
+                };
+                Ok((v, row))
+            })
+            .collect()
+    }
+
     /// The versions of a resource config, newest first, at most `limit`.
     pub(crate) async fn newest(
         &self,

@@ -517,9 +517,9 @@ impl Engine {
         let page = self
             .db
             .versions()
-            .all_versions_page(&r.scope, &r.config, before, limit)
+            .listed_versions_page(&r.scope, &r.config, before, limit)
             .await?;
-        let stored: Vec<String> = page.iter().map(|v| v.version.clone()).collect();
+        let stored: Vec<String> = page.iter().map(|(v, _)| v.clone()).collect();
         let mut builds: std::collections::HashMap<String, Vec<VersionBuild>> = Default::default();
         for (version, id, job, number, rerun, direction) in self
             .db
@@ -546,10 +546,11 @@ impl Engine {
         }
         Ok(page
             .into_iter()
-            .map(|v| VersionView {
-                disabled: disabled.contains(&v.version),
-                builds: builds.remove(&v.version).unwrap_or_default(),
-                version: serde_json::from_str(&v.version).unwrap_or(Value::Null),
+            .map(|(stored, v)| VersionView {
+                disabled: disabled.contains(&stored),
+                builds: builds.remove(&stored).unwrap_or_default(),
+                version: v.version,
+                metadata: v.metadata,
                 check_order: v.check_order,
             })
             .collect())

@@ -24,8 +24,21 @@ impl GetStep {
         };
         let version = fetch::version_to_fetch(ctx, &r, self.version.as_ref()).await?;
         let fetched = fetch::get(ctx, &r, &version, &self.params).await?;
-        // What `passed` of later jobs reads.
+        // What `passed` of later jobs reads, and the version's metadata in
+        // the pipeline's history of the resource (its versions page).
         if ctx.job().is_some() {
+            let key = self.config.key();
+            if let Some(scope) = ctx
+                .db()
+                .versions()
+                .output_scope(ctx.build(), &self.resource, &key)
+                .await?
+            {
+                ctx.db()
+                    .versions()
+                    .save_version_metadata(&scope, &key, &fetched.version, &fetched.metadata)
+                    .await?;
+            }
             ctx.db()
                 .versions()
                 .record_build_version(

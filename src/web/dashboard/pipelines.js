@@ -1,8 +1,8 @@
 // Gantry's dashboard, stored pipelines: the list on the overview, a
 // pipeline's page (a graph of its jobs and resources, edges drawn from
 // `passed` and triggers, each job's newest build), a job's page (its
-// builds and their inputs) and a resource's (its versions, last check and
-// pin). Each page follows its live feed (one server-sent event stream per
+// builds and their inputs, older ones a page at a time) and a resource's
+// (its versions with their metadata and builds, last check and pin). Each page follows its live feed (one server-sent event stream per
 // tab, `GET .../pipelines/P/feed`, whose snapshots the node takes once a
 // second per page however many tabs show it): statuses change in place,
 // without a reload. Each offers the actions the viewer's role may
@@ -223,6 +223,54 @@ function pipelinePage(team, name) {
 const inputsOf = (versions) => (versions || []).map((i) =>
   `<span class="tag">${esc(i.name)}</span><span class="mono muted">${esc(JSON.stringify(i.version))}</span>`).join(" ");
 
+// A row of a job's builds: its inputs, who triggered it, its duration,
+// and its re-run (finished) or abort (running).
+function jobBuildRow(b, inputs, base) {
+  const number = b.build_number ?? b.id;
+  const acts = FINAL.includes(b.status)
+    ? actionButton("rerunJobBuild", "Re-run", { path: `${base}/builds/${enc(number)}/rerun` }, "", `Re-run build ${b.name ?? number}`)
+    : actionButton("abortBuild", "Abort", { path: `/api/v1/builds/${b.id}/abort` }, "danger", `Abort build ${b.name ?? number}`);
+  const dur = b.finished_at
+    ? `<td class="num" data-from="${b.created_at}" data-to="${b.finished_at}"></td>`
+    : `<td class="num" data-from="${b.created_at}"></td>`;
+  return `<tr data-build="${b.id}" data-status="${esc(b.status)}">
+      <td><a href="/builds/${b.id}">#${esc(b.name ?? number)}</a></td>
+      <td>${badge(b.status)}</td><td>${inputsOf(inputs)}</td>
+      <td class="muted">${esc(b.created_by || "")}</td>
+      <td class="muted" data-since="${b.created_at}"></td>${dur}
+      <td class="row-actions">${acts}</td></tr>`;
+}
+
+// The job's builds older than the live list's newest 50, a page of 50 at
+// a time from the paged API (its `gantry-next-cursor`), with their inputs.
+async function olderJobBuilds(base) {
+  const button = $("job-more");
+  let cursor = button.dataset.cursor;
+  if (!cursor) {
+    const shown = [...document.querySelectorAll("#job-builds tr[data-build]")].map((r) => +r.dataset.build);
+    if (!shown.length) return;
+    cursor = String(Math.min(...shown));
+  }
+  button.disabled = true;
+  try {
+    const r = await fetch(`${base}/builds?limit=50&cursor=${enc(cursor)}`, { headers: authHeaders });
+    if (!r.ok) throw new Error((await r.json().catch(() => ({}))).error || `HTTP ${r.status}`);
+    const page = await r.json();
+    const inputs = await Promise.all(page.map((b) =>
+      fetch(`/api/v1/builds/${b.id}/resources`, { headers: authHeaders })
+        .then((a) => (a.ok ? a.json() : null)).then((got) => got && got.inputs).catch(() => null)));
+    $("job-older").insertAdjacentHTML("beforeend", page.map((b, i) => jobBuildRow(b, inputs[i], base)).join(""));
+    const next = r.headers.get("gantry-next-cursor");
+    button.dataset.cursor = next || "";
+    button.hidden = !next;
+    tick();
+  } catch (err) {
+    $("job-result").className = "result error";
+    $("job-result").textContent = `older builds: ${err.message}`;
+  }
+  button.disabled = false;
+}
+
 function jobPage(team, name, job) {
   $("job").hidden = false;
   $("crumbs").innerHTML = `/ ${esc(team)} / <a href="${pipelineUrl(team, name)}">${esc(name)}</a> / ${esc(job)}`;
@@ -231,6 +279,8 @@ function jobPage(team, name, job) {
   const base = `${apiPipeline(team, name)}/jobs/${enc(job)}`;
   wireActions($("job-actions"), $("job-result"));
   wireActions($("job-builds"), $("job-result"));
+  wireActions($("job-older"), $("job-result"));
+  $("job-more").onclick = () => olderJobBuilds(base);
   follow(team, name, { job }, ({ job: j, builds, inputs }) => {
     const d = j.decision;
     setHtml($("job-why"), d ? `<p>${esc(d.outcome)}</p>` + Object.entries(d.unsatisfied || {})
@@ -241,21 +291,11 @@ function jobPage(team, name, job) {
         ? actionButton("unpauseJob", "Unpause job", { path: `${base}/unpause` })
         : actionButton("pauseJob", "Pause job", { path: `${base}/pause` })));
     const head = `<tr><th>build</th><th>status</th><th>inputs</th><th>by</th><th>started</th><th class="num">duration</th><th><span class="muted">actions</span></th></tr>`;
-    setHtml($("job-builds"), builds.length ? head + builds.map((b) => {
-      const number = b.build_number ?? b.id;
-      const acts = FINAL.includes(b.status)
-        ? actionButton("rerunJobBuild", "Re-run", { path: `${base}/builds/${enc(number)}/rerun` }, "", `Re-run build ${b.name ?? number}`)
-        : actionButton("abortBuild", "Abort", { path: `/api/v1/builds/${b.id}/abort` }, "danger", `Abort build ${b.name ?? number}`);
-      const dur = b.finished_at
-        ? `<td class="num" data-from="${b.created_at}" data-to="${b.finished_at}"></td>`
-        : `<td class="num" data-from="${b.created_at}"></td>`;
-      return `<tr data-build="${b.id}" data-status="${esc(b.status)}">
-      <td><a href="/builds/${b.id}">#${esc(b.name ?? number)}</a></td>
-      <td>${badge(b.status)}</td><td>${inputsOf(inputs[b.id])}</td>
-      <td class="muted">${esc(b.created_by || "")}</td>
-      <td class="muted" data-since="${b.created_at}"></td>${dur}
-      <td class="row-actions">${acts}</td></tr>`;
-    }).join("") : `<tr><td class="muted">No builds yet.</td></tr>`);
+    setHtml($("job-builds"), builds.length
+      ? head + builds.map((b) => jobBuildRow(b, inputs[b.id], base)).join("")
+      : `<tr><td class="muted">No builds yet.</td></tr>`);
+    // The live list holds the newest 50: older ones are a click away.
+    if (builds.length >= 50 && !$("job-more").dataset.cursor && !$("job-older").rows.length) $("job-more").hidden = false;
   });
 }
 
@@ -293,8 +333,10 @@ function resourcePage(team, name, resource) {
         + (v.disabled
           ? actionButton("enableResourceVersion", "Enable", { path: `${base}/versions/enable`, body }, "", `Enable version ${text}`)
           : actionButton("disableResourceVersion", "Disable", { path: `${base}/versions/disable`, body }, "", `Disable version ${text}`));
+      const meta = (v.metadata || []).map((m) =>
+        `<span class="meta-pair"><span class="muted">${esc(m.name)}</span> ${esc(m.value)}</span>`).join(" ");
       return `<tr data-version="${esc(text)}">
-      <td class="mono">${esc(text)}</td>
+      <td><span class="mono">${esc(text)}</span>${meta ? `<div class="version-meta">${meta}</div>` : ""}</td>
       <td>${text === pinned ? badge("pinned") : ""}${v.disabled ? badge("disabled") : ""}</td>
       <td class="version-builds">${(v.builds || []).map((b) =>
         `<a href="/builds/${b.id}" title="${b.direction === "output" ? "made by" : "used by"} ${esc(b.job)} #${esc(b.name)}">${esc(b.job)} #${esc(b.name)}${b.direction === "output" ? " ↑" : ""}</a>`).join(" ")}</td>
