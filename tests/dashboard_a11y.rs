@@ -74,6 +74,9 @@ fn every_dashboard_page_passes_axe_with_no_serious_violation() {
     let pages = [
         ("/".to_string(), "document.querySelector('#workers .card') && document.querySelector('#pipelines tr')"),
         ("/login".to_string(), "document.getElementById('username')"),
+        ("/workers".to_string(), "document.querySelector('#workers .card')"),
+        ("/queue".to_string(), "document.getElementById('queue').textContent.includes('No step waits')"),
+        ("/collector".to_string(), "document.getElementById('gc').textContent.includes('rows by state')"),
         ("/teams/main/pipelines/p".to_string(), "document.querySelector('#pipeline-graph svg')"),
         ("/teams/main/pipelines/p/jobs/j".to_string(), "document.querySelector('#job-builds tr[data-build]')"),
         ("/teams/main/pipelines/p/resources/r".to_string(), "document.querySelector('#resource-versions tr[data-version]')"),

@@ -60,6 +60,8 @@ mod dashboard_actions;
 mod dashboard_browser;
 mod dashboard_feeds;
 #[cfg(feature = "bench")]
+mod dashboard_pages;
+#[cfg(feature = "bench")]
 mod dashboard_signin;
 mod fleet;
 mod gc_collect;

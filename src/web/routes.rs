@@ -38,6 +38,9 @@ macro_rules! routes {
 routes! {
     get "/" => dashboard::page;
     get "/builds/{id}" => dashboard::build_page;
+    get "/workers" => dashboard::workers_page;
+    get "/queue" => dashboard::queue_page;
+    get "/collector" => dashboard::collector_page;
     get "/login" => dashboard::login_page;
     get "/auth/oidc/login" => super::oidc::login;
     get "/auth/oidc/callback" => super::oidc::callback;

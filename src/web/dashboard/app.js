@@ -1,6 +1,8 @@
-// Gantry's dashboard: the fleet overview at `/` (fed by the server-sent
-// events of /api/v1/dashboard/events) and a build's page at `/builds/{id}`
-// (fed by the NDJSON stream of /api/v1/builds/{id}/events). No reloads.
+// Gantry's dashboard: the fleet overview at `/` and the pages of its
+// workers (`/workers`), queue (`/queue`) and collector (`/collector`), all
+// fed by the server-sent events of /api/v1/dashboard/events, and a build's
+// page at `/builds/{id}` (fed by the NDJSON stream of
+// /api/v1/builds/{id}/events, its logs read by logview.js). No reloads.
 "use strict";
 
 // A secured web node: open the dashboard as /#token=TOKEN; the token is
@@ -164,8 +166,24 @@ async function moreBuilds() {
   tick();
 }
 
-function overview() {
+// The fleet's pages of their own (the overview's panels, one subject
+// each), by path.
+const FLEET_PAGES = { "/workers": "workers", "/queue": "queue", "/collector": "collector" };
+
+// The overview (`focus` "overview"), or the page of the workers, the queue
+// or the collector: the panels of that subject, fed by the same feed.
+function overview(focus) {
   $("overview").hidden = false;
+  if (focus !== "overview") {
+    $("overview").classList.add("focus");
+    for (const panel of document.querySelectorAll("#overview [data-pages]")) {
+      panel.hidden = !panel.dataset.pages.split(" ").includes(focus);
+    }
+    $("crumbs").textContent = `/ ${focus}`;
+    document.title = `Gantry · ${focus}`;
+    const link = document.querySelector(`#pages a[href="/${focus}"]`);
+    if (link) link.setAttribute("aria-current", "page");
+  }
   $("more-builds").onclick = moreBuilds;
   const url = "/api/v1/dashboard/events" + (token ? "?token=" + encodeURIComponent(token) : "");
   const feed = new EventSource(url);
@@ -194,9 +212,22 @@ function renderFleet(f) {
       f.builds.map(buildRow).join("")
     : `<tr><td class="muted">No builds yet.</td></tr>`;
   $("gc").innerHTML = gcPanel(f.gc);
+  queuePanel(f.queue || []);
   $("handles").innerHTML = handlesByWorker(f) +
     (f.handles_cut ? `<p class="muted">Showing the first ${f.containers.length} containers and ${f.volumes.length} volumes: <code>gantry containers</code> and <code>gantry volumes</code> list them all.</p>` : "");
   tick();
+}
+
+// The steps waiting for a worker, by the kind of worker they need.
+function queuePanel(q) {
+  $("queue-count").textContent = q.reduce((n, k) => n + k.waiting, 0);
+  $("queue").innerHTML = q.length
+    ? `<table class="rows"><tr><th>team</th><th>platform</th><th>tags</th><th>resource type</th><th>privileged</th><th class="num">waiting</th><th>oldest waits</th></tr>` +
+      q.map((k) => `<tr data-queue="${esc(k.team)}|${esc(k.tags.join(","))}"><td>${esc(k.team)}</td><td>${esc(k.platform)}</td>
+        <td>${k.tags.length ? k.tags.map((t) => `<span class="tag">${esc(t)}</span>`).join("") : `<span class="muted">none</span>`}</td>
+        <td>${esc(k.resource_type || "")}</td><td>${k.privileged ? "yes" : ""}</td>
+        <td class="num">${k.waiting}</td><td data-since="${k.oldest_since}"></td></tr>`).join("") + `</table>`
+    : `<p class="muted">No step waits for a worker.</p>`;
 }
 
 function webNode(n) {
@@ -653,8 +684,11 @@ session.catch(() => null).then(() => {
   const route = /^\/builds\/(\d+)\/?$/.exec(location.pathname);
   if (route) buildPage(Number(route[1]));
   else if (!pipelineRoutes()) {
-    overview();
-    pipelinesPanel();
-    setInterval(pipelinesPanel, 5000);
+    const focus = FLEET_PAGES[location.pathname.replace(/\/$/, "")] || "overview";
+    overview(focus);
+    if (focus === "overview") {
+      pipelinesPanel();
+      setInterval(pipelinesPanel, 5000);
+    }
   }
 });

@@ -62,6 +62,30 @@ pub struct Snapshot {
     pub gc: GcState,
     /// The web nodes sharing the database.
     pub web_nodes: Vec<WebNodeEntry>,
+    /// The steps the viewer may see waiting for a worker, by the kind of
+    /// worker they need.
+    pub queue: Vec<QueueEntry>,
+}
+
+/// A kind of step waiting for a worker (`GET /api/v1/queue`'s), with when
+/// the oldest began to wait (to the second, so the frame changes only when
+/// the queue does).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct QueueEntry {
+    /// Their team.
+    pub team: String,
+    /// The platform they need.
+    pub platform: String,
+    /// The tags they need, sorted.
+    pub tags: Vec<String>,
+    /// The resource type they need, if any.
+    pub resource_type: Option<String>,
+    /// Whether they need a privileged worker.
+    pub privileged: bool,
+    /// How many wait.
+    pub waiting: i64,
+    /// When the oldest began to wait (ms since the epoch, whole seconds).
+    pub oldest_since: i64,
 }
 
 /// A web node as the dashboard shows it (no heartbeat time: the feed sends
@@ -215,7 +239,25 @@ impl Snapshot {
         let volumes = engine
             .list_handles_page(HandleKind::Volume, team, None, HANDLES + 1)
             .await?;
+        let now_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let queue = engine
+            .queue(team)
+            .await?
+            .into_iter()
+            .map(|k| QueueEntry {
+                oldest_since: ((now_s - k.oldest_seconds).round() as i64) * 1000,
+                team: k.team,
+                platform: k.platform,
+                tags: k.tags,
+                resource_type: k.resource_type,
+                privileged: k.privileged,
+                waiting: k.waiting,
+            })
+            .collect();
         Ok(Snapshot {
+            queue,
             viewer: team.map_or_else(|| "admin".to_string(), |t| format!("team {t}")),
             workers,
             builds,

@@ -24,6 +24,7 @@ fn snapshot(builds: Vec<BuildEntry>) -> Snapshot {
             sweeps: GcStatsSnapshot::default(),
         },
         web_nodes: vec![],
+        queue: vec![],
     }
 }
 

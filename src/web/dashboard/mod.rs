@@ -54,6 +54,48 @@ pub async fn build_page() -> HttpResponse {
     page().await
 }
 
+/// `GET /workers`: the dashboard's page of the fleet's workers, with their load, tags and volume stores (the same page,
+/// routed by its script, following the fleet's feed).
+#[utoipa::path(
+    get,
+    path = "/workers",
+    operation_id = "dashboardWorkers",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "The dashboard (HTML)", content_type = "text/html", body = String))
+)]
+pub async fn workers_page() -> HttpResponse {
+    page().await
+}
+
+/// `GET /queue`: the dashboard's page of the steps waiting for a worker, by the kind of worker they need (the same page,
+/// routed by its script, following the fleet's feed).
+#[utoipa::path(
+    get,
+    path = "/queue",
+    operation_id = "dashboardQueue",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "The dashboard (HTML)", content_type = "text/html", body = String))
+)]
+pub async fn queue_page() -> HttpResponse {
+    page().await
+}
+
+/// `GET /collector`: the dashboard's page of the garbage collector: rows by state, sweeps, rules, and the containers and volumes (the same page,
+/// routed by its script, following the fleet's feed).
+#[utoipa::path(
+    get,
+    path = "/collector",
+    operation_id = "dashboardCollector",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "The dashboard (HTML)", content_type = "text/html", body = String))
+)]
+pub async fn collector_page() -> HttpResponse {
+    page().await
+}
+
 /// `GET /teams/{team}/pipelines/{pipeline}`: the dashboard's page of a
 /// stored pipeline (the same page, routed by its script).
 #[utoipa::path(
