@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 # The binaries that take longest, started first so none is left alone at the end.
 SLOW_FIRST = [
+    "dashboard_a11y",
     "pipelines",
     "gc_soak",
     "resume_plans",

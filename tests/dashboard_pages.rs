@@ -4,7 +4,9 @@
 //! the page; a worker with that tag registers and takes it, and the queue
 //! empties on the page without a reload. `/workers` shows the worker and
 //! `/collector` the garbage collector's panels, each marked in the page's
-//! navigation.
+//! navigation. Eight tabs on one pipeline page all load and follow it live
+//! (a browser opens at most six connections to a host: the tabs share one
+//! stream through the dashboard's shared worker).
 
 use crate::common;
 
@@ -112,4 +114,63 @@ fn the_workers_queue_and_collector_have_pages_of_their_own_fed_live() {
         shown_panels(&mut browser),
         "Garbage collection,Containers and volumes"
     );
+}
+
+#[test]
+fn eight_tabs_on_a_pipeline_page_share_one_stream_and_all_follow_it() {
+    let Some(chromium) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let db = TestDb::new(DbKind::Sqlite);
+    let web = start_web(dir, &db, "");
+    let url = web.url.as_str();
+    write(&dir.join("p.yml"), crate::dashboard_actions::PIPELINE);
+    let out = client(
+        url,
+        &[
+            "set-pipeline",
+            "-p",
+            "p",
+            "-c",
+            dir.join("p.yml").to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = format!("{url}/teams/main/pipelines/p");
+    let mut browser = Browser::launch(&chromium, dir);
+    let paused = "document.getElementById('pipeline-status').textContent";
+    for tab in 0..8 {
+        if tab > 0 {
+            browser.open_tab();
+        }
+        browser.navigate(&page);
+        wait_for(
+            &format!("tab {tab} live and drawn"),
+            Duration::from_secs(60),
+            || {
+                let live = text(&mut browser, "document.getElementById('live').textContent");
+                let drawn = text(&mut browser, paused);
+                (live == "live" && drawn.contains("paused")).then_some(())
+            },
+        );
+    }
+    // A change reaches every tab, without a reload.
+    let out = client(url, &["unpause-pipeline", "-p", "p"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for tab in 0..8 {
+        browser.use_tab(tab);
+        wait_for(
+            &format!("tab {tab} to show the pipeline unpaused"),
+            Duration::from_secs(60),
+            || (!text(&mut browser, paused).contains("paused")).then_some(()),
+        );
+    }
 }

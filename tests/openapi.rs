@@ -216,7 +216,7 @@ fn every_route_that_needs_a_token_refuses_none_and_a_wrong_one_with_401() {
     // token issuer's metadata and keys (`/.well-known/...`), and signing
     // in (`POST /api/v1/sessions`, the sign-in page, and the providers'
     // sign-ins and callbacks: OpenID Connect's and GitHub's).
-    assert_eq!(open, 28, "open operations");
+    assert_eq!(open, 29, "open operations");
 }
 
 #[test]

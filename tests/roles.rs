@@ -55,6 +55,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "dashboardResource",
         "dashboardPipelinesScript",
         "dashboardLogScript",
+        "dashboardFeedWorker",
         "dashboardScript",
         "dashboardStyle",
         "healthz",

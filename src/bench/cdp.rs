@@ -22,11 +22,15 @@ type Socket =
 /// navigation once took over 30 s).
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A running headless Chromium with one page open.
+/// A running headless Chromium with its pages (tabs) open; calls go to
+/// the current one.
 pub struct Browser {
     child: Child,
     rt: tokio::runtime::Runtime,
-    page: Socket,
+    /// The DevTools HTTP endpoint (`host:port`).
+    host: String,
+    pages: Vec<Socket>,
+    current: usize,
     next_id: u64,
     _profile: tempfile::TempDir,
 }
@@ -85,7 +89,25 @@ impl Browser {
             .enable_all()
             .build()
             .expect("runtime");
-        let target: Value = rt
+        let mut browser = Browser {
+            child,
+            rt,
+            host,
+            pages: vec![],
+            current: 0,
+            next_id: 0,
+            _profile: profile,
+        };
+        browser.open_tab();
+        browser
+    }
+
+    /// Opens a new blank tab and makes it the current one; answers its
+    /// index (for [`Browser::use_tab`]).
+    pub fn open_tab(&mut self) -> usize {
+        let host = &self.host;
+        let target: Value = self
+            .rt
             .block_on(async {
                 reqwest::Client::new()
                     .put(format!("http://{host}/json/new?about:blank"))
@@ -99,16 +121,19 @@ impl Browser {
             .as_str()
             .expect("the page's websocket")
             .to_string();
-        let (page, _) = rt
+        let (page, _) = self
+            .rt
             .block_on(tokio_tungstenite::connect_async(page_ws.as_str()))
             .expect("the page's websocket connects");
-        Browser {
-            child,
-            rt,
-            page,
-            next_id: 0,
-            _profile: profile,
-        }
+        self.pages.push(page);
+        self.current = self.pages.len() - 1;
+        self.current
+    }
+
+    /// Makes tab `index` the one calls go to.
+    pub fn use_tab(&mut self, index: usize) {
+        assert!(index < self.pages.len(), "no tab {index}");
+        self.current = index;
     }
 
     /// Calls a protocol method on the page; answers its result.
@@ -124,7 +149,7 @@ impl Browser {
         self.next_id += 1;
         let id = self.next_id;
         let request = json!({ "id": id, "method": method, "params": params }).to_string();
-        let page = &mut self.page;
+        let page = &mut self.pages[self.current];
         let answer = self.rt.block_on(async {
             tokio::time::timeout(CALL_TIMEOUT, async {
                 page.send(Message::Text(request)).await.expect("send");

@@ -49,6 +49,7 @@ routes! {
     get "/dashboard/app.js" => dashboard::script;
     get "/dashboard/pipelines.js" => dashboard::pipelines_script;
     get "/dashboard/logview.js" => dashboard::log_script;
+    get "/dashboard/feed-worker.js" => dashboard::feed_worker_script;
     get "/teams/{team}/pipelines/{pipeline}" => dashboard::pipeline_page;
     get "/teams/{team}/pipelines/{pipeline}/jobs/{job}" => dashboard::job_page;
     get "/teams/{team}/pipelines/{pipeline}/resources/{resource}" => dashboard::resource_page;

@@ -45,6 +45,38 @@ const session = (async () => {
   return me;
 })();
 
+// A live feed (server-sent events at `url`), followed through the shared
+// worker (feed-worker.js: one stream per URL for all of this browser's
+// Gantry tabs, so a seventh tab does not wait for one of the six
+// connections a browser opens to a host), or with an EventSource of its
+// own where the browser has no SharedWorker. Answers an object with
+// EventSource's handlers (`onopen`, `onerror`, `onmessage`, and listeners
+// of `problem`).
+function openFeed(url) {
+  if (!window.SharedWorker) return new EventSource(url);
+  const absolute = new URL(url, location.href).href;
+  const problems = [];
+  const feed = {
+    onopen: null,
+    onerror: null,
+    onmessage: null,
+    addEventListener(type, fn) { if (type === "problem") problems.push(fn); },
+  };
+  const worker = new SharedWorker("/dashboard/feed-worker.js");
+  worker.port.onmessage = (m) => {
+    const { url: from, type, data } = m.data;
+    if (from !== absolute) return;
+    if (type === "open" && feed.onopen) feed.onopen();
+    else if (type === "error" && feed.onerror) feed.onerror();
+    else if (type === "message" && feed.onmessage) feed.onmessage({ data });
+    else if (type === "problem") for (const fn of problems) fn({ data });
+  };
+  worker.port.start();
+  worker.port.postMessage({ op: "follow", url: absolute });
+  addEventListener("pagehide", () => worker.port.postMessage({ op: "leave" }));
+  return feed;
+}
+
 // The operations (operationIds) the viewer may take.
 let allowed = new Set();
 const can = (operation) => allowed.has(operation);
@@ -186,7 +218,7 @@ function overview(focus) {
   }
   $("more-builds").onclick = moreBuilds;
   const url = "/api/v1/dashboard/events" + (token ? "?token=" + encodeURIComponent(token) : "");
-  const feed = new EventSource(url);
+  const feed = openFeed(url);
   feed.onopen = () => setLive(true, "live");
   feed.onerror = () => setLive(false, "reconnecting");
   feed.onmessage = (m) => {

@@ -169,6 +169,23 @@ pub async fn log_script() -> HttpResponse {
     asset("text/javascript; charset=utf-8", include_str!("logview.js"))
 }
 
+/// `GET /dashboard/feed-worker.js`: the shared worker holding one stream
+/// per feed for all of a browser's Gantry tabs.
+#[utoipa::path(
+    get,
+    path = "/dashboard/feed-worker.js",
+    operation_id = "dashboardFeedWorker",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "JavaScript", content_type = "text/javascript", body = String))
+)]
+pub async fn feed_worker_script() -> HttpResponse {
+    asset(
+        "text/javascript; charset=utf-8",
+        include_str!("feed-worker.js"),
+    )
+}
+
 /// `GET /dashboard/app.js`: the dashboard's script.
 #[utoipa::path(
     get,

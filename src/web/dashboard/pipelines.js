@@ -2,13 +2,15 @@
 // pipeline's page (a graph of its jobs and resources, edges drawn from
 // `passed` and triggers, each job's newest build), a job's page (its
 // builds and their inputs, older ones a page at a time) and a resource's
-// (its versions with their metadata and builds, last check and pin). Each page follows its live feed (one server-sent event stream per
-// tab, `GET .../pipelines/P/feed`, whose snapshots the node takes once a
-// second per page however many tabs show it): statuses change in place,
-// without a reload. Each offers the actions the viewer's role may
-// take (pause, archive, trigger, re-run, abort, check, pin, disable), each
-// saying its outcome in place. Uses app.js's helpers ($, esc, badge, ago,
-// can, actionButton, perform...).
+// (its versions with their metadata and builds, last check and pin). Each
+// page follows its live feed (`GET .../pipelines/P/feed`, one stream per
+// page URL for all of the browser's tabs through app.js's openFeed, whose
+// snapshots the node takes once a second per page however many follow
+// it): statuses change in place, without a reload. Each offers the
+// actions the viewer's role may take (pause, archive, trigger, re-run,
+// abort, check, pin, disable), each saying its outcome in place. Uses
+// app.js's helpers ($, esc, badge, ago, can, actionButton, perform,
+// openFeed...).
 "use strict";
 
 const enc = encodeURIComponent;
@@ -80,7 +82,7 @@ function wireActions(container, result) {
 function follow(team, name, query, draw) {
   const params = new URLSearchParams(query);
   if (token) params.set("token", token);
-  const feed = new EventSource(`${apiPipeline(team, name)}/feed?${params}`);
+  const feed = openFeed(`${apiPipeline(team, name)}/feed?${params}`);
   feed.onopen = () => setLive(true, "live");
   feed.onerror = () => setLive(false, "reconnecting");
   feed.onmessage = async (m) => {
