@@ -77,6 +77,12 @@ pub(crate) fn text(browser: &mut Browser, expr: &str) -> String {
     }
 }
 
+/// [`text`] while the page may be navigating (a redirect, a sign-in):
+/// "" when the page had gone, so a wait asks again.
+pub(crate) fn text_settling(browser: &mut Browser, expr: &str) -> String {
+    browser.try_text(expr).unwrap_or_default()
+}
+
 /// The status a step's node shows on the build page.
 fn step_status(browser: &mut Browser, step: &str) -> String {
     text(
@@ -539,6 +545,21 @@ fn a_pipelines_page_shows_a_new_commit_run_through_its_jobs_live_in_chromium() {
     let done = shots.join("pipeline.png");
     browser.screenshot(&done);
     println!("screenshot: {}", done.display());
+
+    // The overview shows the pipeline's jobs at a glance: both newest
+    // builds succeeded, none running.
+    browser.navigate(&format!("{url}/"));
+    wait_for(
+        "the pipeline succeeded on the overview",
+        Duration::from_secs(30),
+        || {
+            let row = text(
+                &mut browser,
+                "document.querySelector('[data-pipeline=\"main/g\"]')?.textContent",
+            );
+            (row.contains("succeeded") && !row.contains("started")).then_some(())
+        },
+    );
 
     // The job's page lists its builds with the commits they ran.
     let head = git(&repo.work, &["rev-parse", "HEAD"]);

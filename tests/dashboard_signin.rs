@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::*;
 
 use crate::dashboard_browser::cdp::Browser;
-use crate::dashboard_browser::{chromium, screenshot_dir, text};
+use crate::dashboard_browser::{chromium, screenshot_dir, text, text_settling};
 
 use crate::people::ADMIN;
 
@@ -94,7 +94,7 @@ fn a_local_user_signs_in_triggers_and_signs_out_in_chromium_and_cross_site_posts
         serde_json::json!({ "url": format!("{url}/") }),
     );
     wait_for("the sign-in page", Duration::from_secs(30), || {
-        (text(&mut browser, "location.pathname") == "/login").then_some(())
+        (text_settling(&mut browser, "location.pathname") == "/login").then_some(())
     });
     browser.screenshot(&shots.join("dashboard-signin.png"));
     // A wrong password says so in place.
@@ -118,12 +118,12 @@ fn a_local_user_signs_in_triggers_and_signs_out_in_chromium_and_cross_site_posts
          document.getElementById('submit').click()",
     );
     wait_for("the dashboard as team red", Duration::from_secs(90), || {
-        let here = text(&mut browser, "location.pathname");
-        let viewer = text(
+        let here = text_settling(&mut browser, "location.pathname");
+        let viewer = text_settling(
             &mut browser,
             "document.getElementById('viewer')?.textContent",
         );
-        let out = text(
+        let out = text_settling(
             &mut browser,
             "String(document.getElementById('signout')?.hidden)",
         );
@@ -174,7 +174,7 @@ fn a_local_user_signs_in_triggers_and_signs_out_in_chromium_and_cross_site_posts
     });
     browser.eval("document.getElementById('signout').click()");
     wait_for("the sign-in page again", Duration::from_secs(30), || {
-        (text(&mut browser, "location.pathname") == "/login").then_some(())
+        (text_settling(&mut browser, "location.pathname") == "/login").then_some(())
     });
     assert!(
         session_cookie(&mut browser).is_none(),

@@ -101,6 +101,10 @@ pub(super) type PipelineRaw = (
     Option<String>,
 );
 
+/// A pipeline as a list shows it ([`Pipelines::summaries`]): team, name,
+/// paused, archived, config version, instance vars (JSON).
+pub(crate) type PipelineSummary = (String, String, i64, i64, i64, Option<String>);
+
 /// A stored pipeline, its config and vars opened.
 pub(super) fn pipeline_row(
     db: &Db,
@@ -388,6 +392,54 @@ impl Pipelines<'_> {
         .fetch_all(self.db.pool())
         .await?;
         rows.into_iter().map(|r| pipeline_row(self.db, r)).collect()
+    }
+
+    /// The pipelines of `team` (none: of every team), by team and name,
+    /// without their configs and vars (a list opens none): team, name,
+    /// paused, archived, config version, instance vars.
+    pub(crate) async fn summaries(
+        &self,
+        team: Option<&str>,
+    ) -> Result<Vec<PipelineSummary>, EngineError> {
+        const COLUMNS: &str =
+            "SELECT team, name, paused, archived, config_version, instance_vars FROM pipelines";
+        let rows = match team {
+            Some(t) => {
+                sqlx::query_as(&format!("{COLUMNS} WHERE team = $1 ORDER BY team, name"))
+                    .bind(t)
+                    .fetch_all(self.db.pool())
+                    .await?
+            }
+            None => {
+                sqlx::query_as(&format!("{COLUMNS} ORDER BY team, name"))
+                    .fetch_all(self.db.pool())
+                    .await?
+            }
+        };
+        Ok(rows)
+    }
+
+    /// The status of the newest build of each job of the pipelines of
+    /// `team` (none: of every team's): team, pipeline, status (none: the
+    /// job has no build), one walk down `builds_by_job` per job.
+    pub(crate) async fn newest_job_statuses(
+        &self,
+        team: Option<&str>,
+    ) -> Result<Vec<(String, String, Option<String>)>, EngineError> {
+        const SQL: &str = "SELECT p.team, p.name, (SELECT b.status FROM builds b \
+             WHERE b.team = p.team AND b.pipeline = p.name AND b.job = j.name \
+             ORDER BY b.id DESC LIMIT 1) \
+             FROM pipelines p JOIN pipeline_jobs j ON j.pipeline_id = p.id";
+        let rows = match team {
+            Some(t) => {
+                sqlx::query_as(&format!("{SQL} WHERE p.team = $1"))
+                    .bind(t)
+                    .fetch_all(self.db.pool())
+                    .await?
+            }
+            None => sqlx::query_as(SQL).fetch_all(self.db.pool()).await?,
+        };
+        Ok(rows)
     }
 
     /// Pipeline `name` of `team`, if stored.

@@ -164,24 +164,12 @@ impl Versions<'_> {
         config: &str,
         limit: i64,
     ) -> Result<Vec<VersionRow>, EngineError> {
-        let rows: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT version, metadata, check_order FROM resource_versions \
-             WHERE team = $1 AND config = $2 ORDER BY check_order DESC LIMIT $3",
-        )
-        .bind(team)
-        .bind(config)
-        .bind(limit)
-        .fetch_all(self.db.pool())
-        .await?;
-        rows.into_iter()
-            .map(|(v, m, check_order)| {
-                Ok(VersionRow {
-                    version: json("version", &v)?,
-                    metadata: json("metadata", &m)?,
-                    check_order,
-                })
-            })
-            .collect()
+        Ok(self
+            .listed_versions_page(team, config, None, limit)
+            .await?
+            .into_iter()
+            .map(|(_, row)| row)
+            .collect())
     }
 
     /// The cache of `key`, if one was kept.

@@ -12,6 +12,7 @@ mod job_builds;
 mod one_build;
 mod people;
 mod pipeline_jobs;
+mod pipeline_list;
 mod pipelines;
 mod reruns;
 mod secrets;

@@ -245,6 +245,7 @@ function renderFleet(f) {
     : `<tr><td class="muted">No builds yet.</td></tr>`;
   $("gc").innerHTML = gcPanel(f.gc);
   queuePanel(f.queue || []);
+  pipelinesPanel(f.pipelines || []);
   $("handles").innerHTML = handlesByWorker(f) +
     (f.handles_cut ? `<p class="muted">Showing the first ${f.containers.length} containers and ${f.volumes.length} volumes: <code>gantry containers</code> and <code>gantry volumes</code> list them all.</p>` : "");
   tick();
@@ -718,9 +719,5 @@ session.catch(() => null).then(() => {
   else if (!pipelineRoutes()) {
     const focus = FLEET_PAGES[location.pathname.replace(/\/$/, "")] || "overview";
     overview(focus);
-    if (focus === "overview") {
-      pipelinesPanel();
-      setInterval(pipelinesPanel, 5000);
-    }
   }
 });

@@ -19,7 +19,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use actix_web::{web, HttpResponse};
-use gantry_actors::api::{now_ms, Build, BuildQuery, GcStatsSnapshot, Handle, HandleKind, Load};
+use gantry_actors::api::{
+    now_ms, Build, BuildQuery, GcStatsSnapshot, Handle, HandleKind, Load, PipelineView,
+};
 use gantry_actors::Engine;
 use gantry_wire::state::BuildStatus;
 use gantry_wire::worker_info::WorkerView;
@@ -65,6 +67,49 @@ pub struct Snapshot {
     /// The steps the viewer may see waiting for a worker, by the kind of
     /// worker they need.
     pub queue: Vec<QueueEntry>,
+    /// The stored pipelines the viewer may see (no config), by team and
+    /// name, with their jobs' newest builds at a glance.
+    pub pipelines: Vec<PipelineEntry>,
+}
+
+/// A stored pipeline on the overview, its jobs' newest builds at a glance
+/// (as Concourse's dashboard colours a pipeline's card).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PipelineEntry {
+    /// The pipeline (no config).
+    #[serde(flatten)]
+    pub pipeline: PipelineView,
+    /// The worst of its jobs' newest builds that ended: `failed`, then
+    /// `errored`, `aborted`, `succeeded`; none when no job's newest build
+    /// has ended.
+    pub status: Option<&'static str>,
+    /// Whether a job's newest build is still running or waiting.
+    pub running: bool,
+}
+
+impl PipelineEntry {
+    /// `pipeline`, with the statuses of its jobs' newest builds.
+    fn of(pipeline: PipelineView, newest: &[Option<BuildStatus>]) -> Self {
+        let rank = |s: &BuildStatus| match s {
+            BuildStatus::Failed => 4,
+            BuildStatus::Errored => 3,
+            BuildStatus::Aborted => 2,
+            BuildStatus::Succeeded => 1,
+            BuildStatus::Pending | BuildStatus::Started => 0,
+        };
+        let status = newest
+            .iter()
+            .flatten()
+            .filter(|s| s.is_finished())
+            .max_by_key(|s| rank(s))
+            .map(BuildStatus::as_str);
+        let running = newest.iter().flatten().any(|s| !s.is_finished());
+        Self {
+            pipeline,
+            status,
+            running,
+        }
+    }
 }
 
 /// A kind of step waiting for a worker (`GET /api/v1/queue`'s), with when
@@ -258,6 +303,7 @@ impl Snapshot {
             .collect();
         Ok(Snapshot {
             queue,
+            pipelines: pipeline_entries(engine, team).await?,
             viewer: team.map_or_else(|| "admin".to_string(), |t| format!("team {t}")),
             workers,
             builds,
@@ -277,6 +323,29 @@ impl Snapshot {
                 .collect(),
         })
     }
+}
+
+/// The pipelines `team` (none: the admin) may see, each with its jobs'
+/// newest builds at a glance: two statements.
+async fn pipeline_entries(
+    engine: &Engine,
+    team: Option<&str>,
+) -> Result<Vec<PipelineEntry>, ApiError> {
+    let mut newest: BTreeMap<(String, String), Vec<Option<BuildStatus>>> = BTreeMap::new();
+    for (key, status) in engine.newest_job_statuses(team).await? {
+        newest.entry(key).or_default().push(status);
+    }
+    Ok(engine
+        .pipeline_summaries(team)
+        .await?
+        .into_iter()
+        .map(|p| {
+            let statuses = newest
+                .remove(&(p.team.clone(), p.name.clone()))
+                .unwrap_or_default();
+            PipelineEntry::of(p, &statuses)
+        })
+        .collect())
 }
 
 /// The garbage collector's state now.

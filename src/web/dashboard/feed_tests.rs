@@ -25,6 +25,7 @@ fn snapshot(builds: Vec<BuildEntry>) -> Snapshot {
         },
         web_nodes: vec![],
         queue: vec![],
+        pipelines: vec![],
     }
 }
 
@@ -119,4 +120,33 @@ fn a_quiet_feed_sends_keep_alives_and_a_problem_once() {
     // Once snapshots come again, the same problem is told again.
     assert_eq!(frame(&mut changes, &snapshot(vec![]), later, 1), None);
     assert!(changes.problem("database down", later).is_some());
+}
+
+#[test]
+fn a_pipeline_at_a_glance_is_its_worst_ended_newest_build_and_whether_one_runs() {
+    let view = || PipelineView {
+        name: "p".into(),
+        team: "main".into(),
+        paused: false,
+        archived: false,
+        instance_vars: None,
+        config_version: 1,
+        config: None,
+    };
+    use BuildStatus::*;
+    let of = |newest: &[Option<BuildStatus>]| {
+        let e = PipelineEntry::of(view(), newest);
+        (e.status, e.running)
+    };
+    assert_eq!(of(&[]), (None, false));
+    assert_eq!(of(&[None, None]), (None, false));
+    assert_eq!(
+        of(&[Some(Succeeded), Some(Started)]),
+        (Some("succeeded"), true)
+    );
+    assert_eq!(
+        of(&[Some(Succeeded), Some(Aborted), Some(Failed), Some(Errored)]),
+        (Some("failed"), false)
+    );
+    assert_eq!(of(&[Some(Pending), Some(Errored)]), (Some("errored"), true));
 }

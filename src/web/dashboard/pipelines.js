@@ -15,16 +15,6 @@
 
 const enc = encodeURIComponent;
 
-async function api(path) {
-  const r = await fetch(path, { headers: authHeaders });
-  if (!r.ok) {
-    let message = `${r.status}`;
-    try { message = (await r.json()).error; } catch (_) { /* not JSON */ }
-    throw new Error(message);
-  }
-  return r.json();
-}
-
 const pipelineUrl = (team, p) => `/teams/${enc(team)}/pipelines/${enc(p)}`;
 const apiPipeline = (team, p) => `/api/v1/teams/${enc(team)}/pipelines/${enc(p)}`;
 
@@ -100,26 +90,16 @@ function follow(team, name, query, draw) {
 
 // ------------------------------------------------------------ the overview
 
-// The pipelines of every team the viewer may see, on the overview.
-async function pipelinesPanel() {
-  const el = $("pipelines");
-  try {
-    const teams = await api("/api/v1/teams");
-    const rows = [];
-    for (const t of teams) {
-      for (const p of await api(`/api/v1/teams/${enc(t.name)}/pipelines`)) {
-        rows.push(`<tr data-pipeline="${esc(t.name)}/${esc(p.name)}">
-          <td><a href="${pipelineUrl(t.name, p.name)}">${esc(p.name)}</a></td>
-          <td class="muted">${esc(t.name)}</td>
-          <td>${p.paused ? badge("paused") : ""}</td>
+// The pipelines of every team the viewer may see, on the overview (from
+// the fleet's feed: no request of its own).
+function pipelinesPanel(list) {
+  const rows = list.map((p) => `<tr data-pipeline="${esc(p.team)}/${esc(p.name)}">
+          <td><a href="${pipelineUrl(p.team, p.name)}">${esc(p.name)}</a></td>
+          <td class="muted">${esc(p.team)}</td>
+          <td>${p.archived ? badge("archived") : p.paused ? badge("paused") : ""}${p.status ? badge(p.status) : ""}${p.running ? badge("started") : ""}</td>
           <td class="muted">config v${esc(p.config_version)}</td></tr>`);
-      }
-    }
-    el.innerHTML = rows.length ? `<table class="rows">${rows.join("")}</table>`
-      : `<p class="muted">none yet: gantry set-pipeline -p NAME -c pipeline.yml</p>`;
-  } catch (err) {
-    el.innerHTML = `<p class="muted">${esc(err.message)}</p>`;
-  }
+  setHtml($("pipelines"), rows.length ? `<table class="rows">${rows.join("")}</table>`
+    : `<p class="muted">none yet: gantry set-pipeline -p NAME -c pipeline.yml</p>`);
 }
 
 // ----------------------------------------------------------- the pipeline
