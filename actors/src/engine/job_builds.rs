@@ -33,6 +33,11 @@ use crate::views::Build;
 use gantry_wire::events::BuildEvent;
 use gantry_wire::state::BuildStatus;
 
+/// Why a build waiting for its inputs ended when its pipeline was
+/// destroyed (by `destroy_pipeline`, or seen gone by a pass over the
+/// waiting builds first).
+pub(super) const DESTROYED: &str = "its pipeline was destroyed";
+
 /// A build asked of a job of a stored pipeline: the versions chosen
 /// (step → version JSON) for its inputs.
 pub(super) struct BuildRequest<'a> {
@@ -321,7 +326,16 @@ impl Engine {
             if !jobs.contains_key(&key) {
                 let job = match self.waiting_job(&w).await {
                     Ok(job) => Some(job),
-                    // Its job (or pipeline) is gone: it would wait for ever.
+                    // Its pipeline is gone: said as its destruction says it
+                    // (this pass may see the pipeline gone before
+                    // `destroy_pipeline` ends the build itself).
+                    Err(EngineError::NotFound {
+                        kind: "pipeline", ..
+                    }) => {
+                        self.end_waiting(&w, DESTROYED).await?;
+                        continue;
+                    }
+                    // Its job is gone: it would wait for ever.
                     Err(e @ EngineError::NotFound { .. }) => {
                         self.end_waiting(&w, &format!("no longer startable: {e}"))
                             .await?;

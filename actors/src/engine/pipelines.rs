@@ -180,7 +180,7 @@ impl Engine {
         // Its builds waiting for inputs would wait for ever: they end.
         for w in self.db.builds().waiting_builds().await? {
             if (w.team.as_str(), w.pipeline.as_str()) == (team, row.name.as_str()) {
-                self.abort_waiting_because(w.id, Some("its pipeline was destroyed"))
+                self.abort_waiting_because(w.id, Some(super::job_builds::DESTROYED))
                     .await?;
             }
         }

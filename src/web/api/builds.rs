@@ -627,11 +627,22 @@ fn first_of_step(json: &str, steps: &mut std::collections::HashSet<String>) -> O
         #[serde(borrow)]
         step: std::borrow::Cow<'a, str>,
     }
-    let of: StepOf = serde_json::from_str(json).ok()?;
-    if steps.contains(of.step.as_ref()) {
+    // The engine writes `type` then `step` first: read the step there
+    // without scanning the line's text (a huge log is millions of lines);
+    // any other shape is parsed.
+    let fast = json
+        .strip_prefix(r#"{"type":"log","step":""#)
+        .and_then(|rest| rest.split_once('"'))
+        .map(|(step, _)| step)
+        .filter(|step| !step.contains('\\'));
+    let step = match fast {
+        Some(step) => std::borrow::Cow::Borrowed(step),
+        None => serde_json::from_str::<StepOf>(json).ok()?.step,
+    };
+    if steps.contains(step.as_ref()) {
         return None;
     }
-    steps.insert(of.step.into_owned());
+    steps.insert(step.into_owned());
     match serde_json::from_str(json).ok()? {
         gantry_wire::events::BuildEvent::Log {
             step, stream, time, ..
@@ -710,6 +721,18 @@ mod tests {
         assert!(!is_log_line(
             r#"{"message":"\"type\":\"log\"}","type":"error","time":1}"#
         ));
+        // A step's first line, emptied, from either shape of a stored
+        // line; its later lines, none.
+        let mut steps = std::collections::HashSet::new();
+        let sorted = r#"{"data":"x\n","step":"a","stream":"stdout","time":1,"type":"log"}"#;
+        let emptied = first_of_step(sorted, &mut steps).unwrap();
+        assert!(emptied.contains(r#""data":"""#) && emptied.contains(r#""step":"a""#));
+        assert_eq!(first_of_step(sorted, &mut steps), None);
+        let engine = serde_json::to_string(&events[0]).unwrap();
+        assert!(first_of_step(&engine, &mut steps)
+            .unwrap()
+            .contains(r#""step":"unit""#));
+        assert_eq!(first_of_step(&engine, &mut steps), None);
         let lines: Vec<_> = sent(0).collect().await;
         assert_eq!(lines.len(), events.len());
         for (seq, (line, event)) in (1..).zip(lines.into_iter().zip(events)) {
