@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use super::pipelines::{archived_error, loaded, stored_vars};
+use super::pipelines::{archived_error, loaded, stored_vars, DESTROYED};
 use super::Engine;
 use crate::db::{JobAt, NewJobBuild, PipelineRow, ResourceRow, WaitingBuild};
 use crate::error::EngineError;
@@ -32,11 +32,6 @@ use crate::triggers::{
 use crate::views::Build;
 use gantry_wire::events::BuildEvent;
 use gantry_wire::state::BuildStatus;
-
-/// Why a build waiting for its inputs ended when its pipeline was
-/// destroyed (by `destroy_pipeline`, or seen gone by a pass over the
-/// waiting builds first).
-pub(super) const DESTROYED: &str = "its pipeline was destroyed";
 
 /// A build asked of a job of a stored pipeline: the versions chosen
 /// (step → version JSON) for its inputs.

@@ -77,6 +77,11 @@ fn view(row: &PipelineRow, with_config: bool) -> PipelineView {
     }
 }
 
+/// Why a build waiting for its inputs ended when its pipeline was
+/// destroyed (by `destroy_pipeline`, or seen gone by a pass over the
+/// waiting builds first).
+pub(super) const DESTROYED: &str = "its pipeline was destroyed";
+
 /// What acting on archived pipeline `row` answers (Concourse: 409).
 pub(super) fn archived_error(row: &PipelineRow) -> EngineError {
     EngineError::Conflict(format!(
@@ -180,8 +185,7 @@ impl Engine {
         // Its builds waiting for inputs would wait for ever: they end.
         for w in self.db.builds().waiting_builds().await? {
             if (w.team.as_str(), w.pipeline.as_str()) == (team, row.name.as_str()) {
-                self.abort_waiting_because(w.id, Some(super::job_builds::DESTROYED))
-                    .await?;
+                self.abort_waiting_because(w.id, Some(DESTROYED)).await?;
             }
         }
         Ok(())
