@@ -121,15 +121,22 @@ fn wait_text(browser: &mut Browser, what: &str, expr: &str, want: &str) {
 }
 
 /// On the provider's pages: fills its sign-in form as `login` when it
-/// shows, and agrees on its consent page, until the page leaves the
-/// provider for `leaving_to`.
-fn through_provider(browser: &mut Browser, issuer: &str, login: &str, leaving_to: &str) {
+/// shows, and agrees on its consent page, until the page is where
+/// `arrived` says (the page it came from must not count: the click that
+/// leaves it may not have taken effect at the first look).
+fn through_provider(
+    browser: &mut Browser,
+    issuer: &str,
+    login: &str,
+    what: &str,
+    arrived: impl Fn(&str) -> bool,
+) {
     wait_for(
-        &format!("the provider's pages to lead to {leaving_to}"),
+        &format!("the provider's pages to lead to {what}"),
         Duration::from_secs(60),
         || {
             let here = browser.try_text("location.href")?;
-            if here.starts_with(leaving_to) {
+            if !here.starts_with(issuer) && arrived(&here) {
                 return Some(());
             }
             if !here.starts_with(issuer) {
@@ -208,9 +215,15 @@ fn a_person_signs_in_through_a_real_provider_in_chromium_and_with_gantry_login()
     );
     browser.screenshot(&shots.join("oidc-signin.png"));
     browser.try_text("document.getElementById('provider-link').click(); ''");
-    through_provider(&mut browser, &issuer, "alice", &format!("{url}/"));
-    // What the page shows, said if the wait fails (this wait has failed
-    // now and then in full runs, cause not yet found).
+    // The dashboard itself, not the sign-in page the click leaves.
+    let dashboard = format!("{url}/");
+    through_provider(&mut browser, &issuer, "alice", "the dashboard", |here| {
+        here == dashboard
+    });
+    // What the page shows, said if the wait fails. (It failed now and
+    // then in full runs: the provider's pages were left unfilled, as the
+    // wait for them ended at once while the click had not yet left
+    // `/login`, which began with the dashboard's URL.)
     let mut seen = String::new();
     wait_until("the dashboard as team red", Duration::from_secs(90), || {
         let page = browser.try_text(
@@ -287,7 +300,20 @@ fn a_person_signs_in_through_a_real_provider_in_chromium_and_with_gantry_login()
         "{sign_in_url}"
     );
     browser.call("Page.navigate", serde_json::json!({ "url": sign_in_url }));
-    through_provider(&mut browser, &issuer, "alice", "http://127.0.0.1:");
+    let cli_port = sign_in_url
+        .split("cli_port=")
+        .nth(1)
+        .and_then(|rest| rest.split('&').next())
+        .expect("the CLI's port")
+        .to_string();
+    let cli_page = format!("http://127.0.0.1:{cli_port}/");
+    through_provider(
+        &mut browser,
+        &issuer,
+        "alice",
+        "gantry login's page",
+        |here| here.starts_with(&cli_page),
+    );
     wait_text(
         &mut browser,
         "gantry login's page",
