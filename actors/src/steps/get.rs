@@ -28,12 +28,16 @@ impl GetStep {
         // the pipeline's history of the resource (its versions page).
         if ctx.job().is_some() {
             let key = self.config.key();
-            if let Some(scope) = ctx
-                .db()
-                .versions()
-                .output_scope(ctx.build(), &self.resource, &key)
-                .await?
-            {
+            let told = fetched.metadata.as_array().is_some_and(|m| !m.is_empty());
+            let scope = if told {
+                ctx.db()
+                    .versions()
+                    .output_scope(ctx.build(), &self.resource, &key)
+                    .await?
+            } else {
+                None
+            };
+            if let Some(scope) = scope {
                 ctx.db()
                     .versions()
                     .save_version_metadata(&scope, &key, &fetched.version, &fetched.metadata)
