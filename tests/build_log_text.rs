@@ -146,7 +146,8 @@ fn a_builds_log_is_its_output_as_text_whole_by_step_and_by_tail_and_a_tail_follo
     let len = whole.len();
     assert_eq!(
         log_range(url, id, "", "bytes=0-4"),
-        (206, format!("bytes 0-4/{len}"), whole[..5].to_string())
+        // A closed span is read only up to its end: the length unknown.
+        (206, "bytes 0-4/*".to_string(), whole[..5].to_string())
     );
     assert_eq!(
         log_range(url, id, "", "bytes=-11"),

@@ -5,7 +5,10 @@
 //! log view reads a huge log this way: its tail first, then the part the
 //! reader scrolls or jumps to, never the whole text. The events are read
 //! from the start (the stored object of a finished build is compressed as
-//! one stream), holding at most the range asked in memory.
+//! one stream), holding at most the range asked in memory; a closed span
+//! stops once its bytes are read, answering the length as unknown
+//! (`Content-Range: bytes A-B/*`), so a range near the start costs what
+//! it holds, not a pass over the whole log.
 
 use actix_web::http::header;
 use actix_web::HttpResponse;
@@ -82,8 +85,9 @@ pub struct Slice {
     pub start: u64,
     /// The bytes.
     pub body: Vec<u8>,
-    /// The text's length up to the events read.
-    pub total: u64,
+    /// The text's length up to the events read (none: not read to its
+    /// end, the span being complete first).
+    pub total: Option<u64>,
 }
 
 impl Gather {
@@ -123,14 +127,28 @@ impl Gather {
         self.total += len;
     }
 
-    /// The range, or none when the text holds none of it.
-    pub fn finish(mut self) -> Result<Slice, u64> {
+    /// Whether every byte of a closed span has been read (what follows
+    /// cannot change the answer but its length).
+    pub fn complete(&self) -> bool {
+        match self.range {
+            ByteRange::Span {
+                first,
+                last: Some(last),
+            } => self.total > last.min(first.saturating_add(MAX_RANGE - 1)),
+            _ => false,
+        }
+    }
+
+    /// The range, or none when the text holds none of it. `read_all`:
+    /// whether the text was read to its end (its length is known).
+    pub fn finish(mut self, read_all: bool) -> Result<Slice, u64> {
         let total = self.total;
+        let known = read_all.then_some(total);
         match self.range {
             ByteRange::Span { first, .. } if first < total => Ok(Slice {
                 start: first,
                 body: self.body,
-                total,
+                total: known,
             }),
             ByteRange::Suffix(n) if total > 0 && n > 0 => {
                 let keep = (n.min(MAX_RANGE) as usize).min(self.body.len());
@@ -138,7 +156,7 @@ impl Gather {
                 Ok(Slice {
                     start: total - keep as u64,
                     body: self.body,
-                    total,
+                    total: known,
                 })
             }
             _ => Err(total),
@@ -157,6 +175,7 @@ pub async fn answer(
     range: ByteRange,
 ) -> Result<HttpResponse, ApiError> {
     let mut gather = Gather::new(range);
+    let mut read_all = true;
     if until > 0 {
         let mut events = state.engine.follow_build_events(id, 0);
         while let Some(next) = events.recv().await {
@@ -166,13 +185,17 @@ pub async fn answer(
             }
             if let Some(text) = text_of(&event.json, step) {
                 gather.push(text.as_bytes());
+                if gather.complete() {
+                    read_all = false;
+                    break;
+                }
             }
             if event.seq >= until || event.is_final {
                 break;
             }
         }
     }
-    match gather.finish() {
+    match gather.finish(read_all) {
         Ok(slice) => {
             let end = slice.start + slice.body.len() as u64;
             let last = end.saturating_sub(1).max(slice.start);
@@ -181,7 +204,13 @@ pub async fn answer(
                 .insert_header((header::ACCEPT_RANGES, "bytes"))
                 .insert_header((
                     header::CONTENT_RANGE,
-                    format!("bytes {}-{last}/{}", slice.start, slice.total),
+                    format!(
+                        "bytes {}-{last}/{}",
+                        slice.start,
+                        slice
+                            .total
+                            .map_or_else(|| "*".to_string(), |t| t.to_string())
+                    ),
                 ))
                 .body(slice.body))
         }
@@ -202,7 +231,7 @@ mod tests {
         for p in parts {
             g.push(p.as_bytes());
         }
-        g.finish()
+        g.finish(true)
     }
 
     #[test]
@@ -255,8 +284,20 @@ mod tests {
         .unwrap();
         assert_eq!(
             (s.start, s.body.as_slice(), s.total),
-            (2, &b"c\ndef"[..], 11)
+            (2, &b"c\ndef"[..], Some(11))
         );
+        // A closed span is complete once its last byte is read: the rest
+        // need not be, and its length is then unknown.
+        let mut g = Gather::new(ByteRange::Span {
+            first: 2,
+            last: Some(6),
+        });
+        g.push(b"abc\n");
+        assert!(!g.complete());
+        g.push(b"defg\n");
+        assert!(g.complete());
+        let s = g.finish(false).unwrap();
+        assert_eq!((s.body.as_slice(), s.total), (&b"c\ndef"[..], None));
         let s = gathered(
             ByteRange::Span {
                 first: 9,
@@ -293,10 +334,10 @@ mod tests {
             g.push(&chunk);
             assert!(g.body.len() <= 2 * (1 << 16) + chunk.len());
         }
-        let s = g.finish().unwrap();
+        let s = g.finish(true).unwrap();
         assert_eq!(
             (s.start, s.body.len(), s.total),
-            (10_000_000 - 10, 10, 10_000_000)
+            (10_000_000 - 10, 10, Some(10_000_000))
         );
     }
 }

@@ -33,14 +33,16 @@ class LogView {
   }
 
   // Reads `range` (a Range header) of the log as bytes; answers
-  // { start, body, total } (an empty log: no body).
+  // { start, body, total } (an empty log: no body; a closed range the node
+  // stopped reading at its end: total Infinity, the length unknown).
   async read(range) {
     const q = new URLSearchParams({ step: this.step, upto: String(this.upto) });
     const r = await fetch(`/api/v1/builds/${this.build}/log?${q}`, { headers: { ...authHeaders, Range: range } });
-    const span = /bytes (?:(\d+)-\d+|\*)\/(\d+)/.exec(r.headers.get("content-range") || "");
-    if (r.status === 416 && span) return { start: Number(span[2]), body: new Uint8Array(), total: Number(span[2]) };
+    const span = /bytes (?:(\d+)-\d+|\*)\/(\d+|\*)/.exec(r.headers.get("content-range") || "");
+    const total = span && span[2] !== "*" ? Number(span[2]) : Infinity;
+    if (r.status === 416 && span) return { start: total, body: new Uint8Array(), total };
     if (r.status !== 206 || !span) throw new Error(`the log's range: HTTP ${r.status}`);
-    return { start: Number(span[1]), body: new Uint8Array(await r.arrayBuffer()), total: Number(span[2]) };
+    return { start: Number(span[1]), body: new Uint8Array(await r.arrayBuffer()), total };
   }
 
   // A chunk of text as a span of its byte length, colours drawn (from a
@@ -113,6 +115,11 @@ class LogView {
     }
   }
 
+  // A length a read told, if it told one.
+  learn(total) {
+    if (Number.isFinite(total)) this.total = Math.max(this.total, total);
+  }
+
   atEnd() {
     return this.end >= this.total;
   }
@@ -149,7 +156,7 @@ class LogView {
   jump(where) {
     return this.run(async () => {
       const got = await this.read(where === "start" ? `bytes=0-${LOG_READ - 1}` : `bytes=-${LOG_READ}`);
-      this.total = Math.max(this.total, got.total);
+      this.learn(got.total);
       this.replace(LogView.lines(got, where === "start"));
       this.pre.scrollTop = where === "start" ? 0 : this.pre.scrollHeight;
     });
@@ -168,7 +175,7 @@ class LogView {
     if (this.atEnd()) return null;
     return this.run(async () => {
       const got = await this.read(`bytes=${this.end}-${this.end + LOG_READ - 1}`);
-      this.total = Math.max(this.total, got.total);
+      this.learn(got.total);
       this.append(LogView.lines(got, true));
     });
   }
