@@ -17,6 +17,7 @@
 //! refuses is what Concourse refuses, plus vars it cannot fill (var
 //! sources) when vars are required.
 
+mod identifier;
 pub(crate) mod model;
 mod parse_pipeline;
 mod parse_step;
@@ -102,12 +103,12 @@ pub(crate) fn check_warned(
     let document = match doc {
         Value::Mapping(top) => {
             let p = parse_pipeline::parse_pipeline(&mut r, top);
-            validate::check_pipeline(&p, &mut r.problems);
+            validate::check_pipeline(&p, &mut r.problems, &mut r.warnings);
             Document::Pipeline(p)
         }
         Value::Sequence(_) => {
             let steps = parse_step::parse_plan(&mut r, doc, "plan");
-            validate::check_plan(&steps, &mut r.problems);
+            validate::check_plan(&steps, &mut r.problems, &mut r.warnings);
             Document::Plan(steps)
         }
         Value::Null => {
