@@ -102,6 +102,7 @@ mod secrets_aws;
 mod secrets_kubernetes;
 mod secrets_vault;
 mod streaming;
+mod strict_input;
 mod tar_safety;
 mod task_caches;
 mod task_start_errors;

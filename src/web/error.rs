@@ -63,12 +63,22 @@ impl From<EngineError> for ApiError {
         if status.is_server_error() {
             tracing::error!("api: {e}");
         }
-        ApiError {
-            status,
-            message: e.to_string(),
-        }
+        // The database's (or a file's) own words name tables, statements
+        // and paths: they go to the log, the caller gets a generic line.
+        let message = match &e {
+            EngineError::Database(_) | EngineError::Migrate(_) | EngineError::Io { .. } => {
+                INTERNAL.to_string()
+            }
+            _ => e.to_string(),
+        };
+        ApiError { status, message }
     }
 }
+
+/// What a caller is told of a failure of the database or of a local file
+/// (the detail is logged): its words would tell the schema and paths.
+pub const INTERNAL: &str =
+    "internal error: the web node could not complete the request (its log has the detail)";
 
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {

@@ -19,6 +19,7 @@ pub mod rbac;
 mod rbac_tests;
 pub mod routes;
 pub mod sign_in_flow;
+pub mod strict_request;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -343,6 +344,11 @@ pub async fn start_web(
             // `?vars.K=V` names an instance: its path names it before routing.
             .wrap(actix_web::middleware::from_fn(instance_query::rewrite))
             .wrap(actix_web::middleware::from_fn(body_pace::pace))
+            // Before auth and routing: no control characters in a path or
+            // query, no body on a GET.
+            .wrap(actix_web::middleware::from_fn(
+                strict_request::refuse_malformed,
+            ))
             // Outermost: any error answer that is not JSON yet becomes JSON.
             .wrap(
                 actix_web::middleware::ErrorHandlers::new()

@@ -71,7 +71,7 @@ pub(crate) fn session_cookie(
 pub async fn sign_in(
     req: HttpRequest,
     state: web::Data<AppState>,
-    body: web::Json<SignIn>,
+    body: crate::web::api::Json<SignIn>,
 ) -> Result<HttpResponse, ApiError> {
     let SignIn {
         username,
@@ -165,6 +165,7 @@ pub(crate) async fn record_sign_in(
     path = "/api/v1/sessions/current",
     operation_id = "signOut",
     tag = "teams",
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
     responses(
         (status = 200, description = "Signed out: the token is revoked", body = Object),
         (status = 400, description = "The token is not a sign-in's (a team token: revoke it with `gantry token revoke`)", body = crate::web::error::ErrorBody),
@@ -173,6 +174,7 @@ pub(crate) async fn record_sign_in(
 pub async fn sign_out(
     req: HttpRequest,
     state: web::Data<AppState>,
+    _: crate::web::api::NoBody,
 ) -> Result<HttpResponse, ApiError> {
     let token = request_token(&req).unwrap_or_default();
     let session = state
