@@ -11,7 +11,7 @@
 //!   overrides and isolates (U+202A–U+202E, U+2066–U+2069), marks
 //!   (U+200E, U+200F, U+061C), zero-width characters (U+200B–U+200D,
 //!   U+2060–U+2064, U+FEFF), the soft hyphen and tag characters — and more
-//!   than [`MAX_NAME`](super::validate::MAX_NAME) bytes.
+//!   than [`MAX_NAME`] bytes.
 //! - **Warned** (as Concourse warns, so pipelines teams already run keep
 //!   setting): a name of only digits, or one that does not start with a
 //!   lowercase letter or a digit or holds other than lowercase letters,
@@ -26,6 +26,10 @@
 //! rule an `across` var as well (which Concourse leaves unchecked, so it is
 //! not warned about). A name still holding an unfilled var (`((env))-deploy`,
 //! validated without vars) is checked once its vars are filled.
+
+/// The longest name of a job, resource, resource type, group or step: the
+/// bound the API puts on the names in its paths (`.../jobs/{job}`).
+pub const MAX_NAME: usize = 128;
 
 /// Whether `c` is a format character that changes how text around it shows
 /// without showing itself (Unicode's Cf category, the ones in use).
@@ -58,12 +62,8 @@ pub(crate) fn refusal(at: &str, name: &str) -> Option<String> {
         "must not be empty".to_string()
     } else if name.trim().is_empty() {
         "must not be only whitespace".to_string()
-    } else if name.len() > super::validate::MAX_NAME {
-        format!(
-            "is {} bytes: the limit is {}",
-            name.len(),
-            super::validate::MAX_NAME
-        )
+    } else if name.len() > MAX_NAME {
+        format!("is {} bytes: the limit is {}", name.len(), MAX_NAME)
     } else if name == "." || name == ".." {
         format!("{name:?} cannot be named in a path")
     } else if let Some(c) = name

@@ -31,6 +31,7 @@ mod tests;
 
 use serde_yaml::Value;
 
+pub use identifier::MAX_NAME;
 pub use model::Pipeline;
 pub(crate) use model::{Job, Resource};
 pub(crate) use read::Params;
@@ -38,7 +39,6 @@ pub(crate) use step::{
     Across, GetStep, Hooks, LoadVarStep, MaxInFlight, PutInputs, PutStep, Step, StepKind, TaskStep,
     Timeout, VersionSpec,
 };
-pub use validate::MAX_NAME;
 pub(crate) use vars::interpolate;
 pub use vars::Vars;
 

@@ -15,10 +15,6 @@ use super::model::Pipeline;
 use super::read::join;
 use super::step::{Step, StepKind};
 
-/// The longest name of a job, resource, resource type, group or step: the
-/// bound the API puts on the names in its paths (`.../jobs/{job}`).
-pub const MAX_NAME: usize = 128;
-
 /// `section[name]` for an entry whose name passes the identifier rule
 /// ([`identifier::refusal`]), else `section[index]`: a problem's path
 /// never carries a control or format character.
