@@ -204,6 +204,30 @@ pub fn json_error_handler(
 
 #[cfg(test)]
 mod tests {
+    use gantry_actors::EngineError;
+
+    #[test]
+    fn a_database_or_file_failure_answers_a_generic_500() {
+        let db = EngineError::Database(sqlx::Error::Protocol(
+            "invalid byte sequence for encoding \"UTF8\": 0x00 (SQLSTATE 22021)".into(),
+        ));
+        let io = EngineError::Io {
+            context: "opening /var/lib/gantry/secret".into(),
+            source: std::io::Error::other("denied"),
+        };
+        for e in [db, io] {
+            let answer = super::ApiError::from(e);
+            assert_eq!(answer.status.as_u16(), 500);
+            assert_eq!(answer.message, super::INTERNAL);
+        }
+        // The others keep their words.
+        let invalid = super::ApiError::from(EngineError::Invalid("jobs[0].name: x".into()));
+        assert_eq!(
+            (invalid.status.as_u16(), invalid.message.as_str()),
+            (400, "jobs[0].name: x")
+        );
+    }
+
     #[test]
     fn long_messages_are_cut_at_a_character_boundary() {
         assert_eq!(super::shorten("short"), "short");
