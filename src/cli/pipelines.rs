@@ -118,6 +118,11 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
         }
         C::GetPipeline { pipeline, team } => {
             let p: Value = client.get(&pipeline_path(&team, &pipeline)).await?;
+            // As fly's `get-pipeline`: Concourse's config route answers an
+            // archived pipeline 404, so its clients say it is not found.
+            if p["archived"] == true {
+                bail!("pipeline {pipeline} not found: it is archived (set-pipeline sets it again)");
+            }
             crate::out!("{}", p["config"].as_str().unwrap_or_default());
             Ok(0)
         }
