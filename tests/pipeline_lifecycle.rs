@@ -361,13 +361,14 @@ fn archiving_parent(job: &str, sets: bool) -> String {
     p
 }
 
-/// `get-pipeline -p child` fails, as fly's does for an archived pipeline
-/// (Concourse's config route answers 404): "pipeline ... not found".
+/// Waits until `get-pipeline -p child` fails as fly's does for an
+/// archived pipeline (Concourse's config route answers 404): "pipeline
+/// main/child not found", as for a pipeline that never was.
 fn wait_not_found(url: &str, why: &str) {
     wait_for(why, Duration::from_secs(40), || {
         let out = client(url, &["get-pipeline", "-p", "child"]);
         let (_, stderr) = text(&out);
-        (!out.status.success() && stderr.contains("pipeline child not found")).then_some(())
+        (!out.status.success() && stderr.contains("pipeline main/child not found")).then_some(())
     });
 }
 
@@ -428,7 +429,7 @@ fn archived_children_are_not_found(kind: DbKind) {
     let out = client(url, &["get-pipeline", "-p", "nowhere"]);
     assert!(!out.status.success());
     assert!(
-        text(&out).1.contains("pipeline nowhere not found"),
+        text(&out).1.contains("pipeline main/nowhere not found"),
         "{out:?}"
     );
 }

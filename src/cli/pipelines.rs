@@ -121,7 +121,7 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
             // As fly's `get-pipeline`: Concourse's config route answers an
             // archived pipeline 404, so its clients say it is not found.
             if p["archived"] == true {
-                bail!("pipeline {pipeline} not found: it is archived (set-pipeline sets it again)");
+                bail!("pipeline {team}/{pipeline} not found: it is archived (set-pipeline sets it again)");
             }
             crate::out!("{}", p["config"].as_str().unwrap_or_default());
             Ok(0)
