@@ -93,7 +93,8 @@ impl BuildRun {
                 Ok(events) => Journal::read(&events),
                 Err(e) => return (Err(e), Left::Nothing),
             };
-            let began = journal
+            // Its latest attempt's output follows its latest placement.
+            let after = journal
                 .began_at(&scope.origin())
                 .map_or(0, |b| journal.last_placed(step.name(), b.seq));
             tracing::info!(
@@ -103,9 +104,9 @@ impl BuildRun {
                 "the worker is back: reattaching to the step's process"
             );
             let result = self
-                .reattach(step, scope, containers, &journal, began)
+                .reattach(step, scope, containers, &journal, after)
                 .await;
-            if never_started(&result) && journal.stored_output(step.name(), began) == [0, 0] {
+            if never_started(&result) && journal.stored_output(step.name(), after) == [0, 0] {
                 // Its process never started: the container goes first, so
                 // a start still on its way cannot run beside the new one.
                 self.discard_container(container).await;
