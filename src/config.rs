@@ -93,6 +93,15 @@ pub struct WebConfig {
     /// takeover, before the step errors naming the worker and the wait. A worker restarted with its web node
     /// registers again on a new port a moment later. Default 60.
     pub worker_return_timeout_secs: u64,
+    /// How long a step whose connection to its worker dropped while it
+    /// ran (the worker killed or restarted, its connection refused or
+    /// reset, its heartbeat lapsed) waits for the worker to come back, in
+    /// seconds, before the step errors naming the worker (or, with
+    /// `rerun_when_worker_disappears`, runs again elsewhere). Back in
+    /// time (a worker started again on the same work dir), the step
+    /// reattaches to its process, which the worker's keeper kept running,
+    /// and is not run again. Default 120.
+    pub worker_reconnect_grace_secs: u64,
     /// Prune a worker that stays stalled this many seconds; 0 never
     /// prunes. Default 86400 (a day: long enough for a machine's repair,
     /// short enough that a worker gone for good leaves the list).
@@ -574,6 +583,8 @@ impl Default for WebConfig {
             stream_encoding: "zstd".into(),
             rerun_when_worker_disappears: false,
             worker_return_timeout_secs: gantry_actors::api::DEFAULT_WORKER_RETURN.as_secs(),
+            worker_reconnect_grace_secs: gantry_actors::api::DEFAULT_WORKER_RECONNECT_GRACE
+                .as_secs(),
             global_resources: true,
             pipeline_interval_ms: 500,
             max_checks_per_interval: 50,

@@ -115,3 +115,4 @@ mod web_nodes_s3;
 mod web_nodes_sessions;
 mod web_nodes_start;
 mod web_restart;
+mod worker_restart;

@@ -255,6 +255,9 @@ pub async fn start_web(
         worker_return_timeout: Some(std::time::Duration::from_secs(
             cfg.worker_return_timeout_secs,
         )),
+        worker_reconnect_grace: Some(std::time::Duration::from_secs(
+            cfg.worker_reconnect_grace_secs,
+        )),
         streaming: cfg.streaming.parse(encoding)?,
         gc: cfg.gc.parse()?,
         credentials: cfg.credentials.parse()?,
