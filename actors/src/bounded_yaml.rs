@@ -20,6 +20,14 @@
 //! says: the events are read once (linear in the text), and the walk stops
 //! once a bound is passed.
 //!
+//! Nesting is bounded before that, as the text is read: libyaml's cost
+//! grows with the square of a document's flow nesting, and serde_yaml
+//! reads every event before its deserializer sees one, so
+//! [`crate::yaml_depth`] drives the same parser event by event and stops
+//! at the first level past the bound. The size bound comes first of all,
+//! on the text given (its readers bound what they read: the API's body
+//! limit, the CLI's `read_document`).
+//!
 //! The bounds ([`YamlBounds::DEFAULT`]) are generous for real pipelines (a
 //! pipeline of 10,000 jobs is a few hundred thousand nodes); what passes
 //! them costs at most a few hundred MiB to build.
@@ -53,6 +61,11 @@ impl YamlBounds {
         max_depth: 100,
     };
 }
+
+/// The largest YAML document Gantry reads, in bytes
+/// ([`YamlBounds::DEFAULT`]'s `max_bytes`): the CLI reads a file up to it
+/// and no further.
+pub const MAX_DOCUMENT_BYTES: usize = YamlBounds::DEFAULT.max_bytes;
 
 /// Why a document was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -131,6 +144,15 @@ pub(crate) fn measure(text: &str, what: &str, bounds: &YamlBounds) -> Result<usi
             what: what.to_string(),
             bytes: text.len(),
             limit: bounds.max_bytes,
+        });
+    }
+    // Depth first, event by event: the parser's cost grows with the
+    // square of the nesting, so it is bounded before anything reads the
+    // whole text (see `crate::yaml_depth`).
+    if crate::yaml_depth::check_depth(text, bounds.max_depth).is_err() {
+        return Err(YamlError::TooDeep {
+            what: what.to_string(),
+            limit: bounds.max_depth,
         });
     }
     let tally = Tally {
@@ -421,6 +443,17 @@ mod tests {
                 "pipeline config nests deeper than 100 levels (limit 100)"
             );
         }
+        // 100,000 levels (200 KB): refused while read, at level 101,
+        // not after libyaml's quadratic pass over the whole text.
+        let deep = format!("x: {}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let started = std::time::Instant::now();
+        let e = parse_bounded_yaml::<serde_yaml::Value>(&deep, "pipeline config").unwrap_err();
+        assert!(matches!(e, YamlError::TooDeep { limit: 100, .. }), "{e}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
         let ok = format!("{}{}", "[".repeat(100), "]".repeat(100));
         parse_bounded_yaml::<serde_yaml::Value>(&ok, "pipeline config").unwrap();
     }
