@@ -326,12 +326,12 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
 /// or `yes`; off a terminal (a script) there is nobody to ask: true, as
 /// with `-n`.
 fn confirm(question: &str) -> anyhow::Result<bool> {
-    use std::io::{BufRead as _, IsTerminal as _, Write as _};
+    use std::io::{BufRead as _, IsTerminal as _};
     if !std::io::stdin().is_terminal() {
         return Ok(true);
     }
-    print!("{question} [yN]: ");
-    std::io::stdout().flush()?;
+    crate::out!("{question} [yN]: ");
+    crate::cli::output::write_bytes(b"");
     let mut answer = String::new();
     std::io::stdin().lock().read_line(&mut answer)?;
     Ok(matches!(
