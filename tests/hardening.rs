@@ -853,12 +853,14 @@ fn yaml_and_json_bombs_are_refused_naming_their_bound_while_the_node_stays_small
 /// CPU. (Read whole first, libyaml's cost grows with the square of the
 /// depth: 100,000 levels ran past the 30 s budget, and went on for a
 /// minute after the answer.) The server's CPU time is read from
-/// `/proc/PID/stat` around each request; `validate-plan`'s from `wait4`.
+/// `/proc/PID/stat` around each request (in clock ticks, 10 ms each);
+/// `validate-plan`'s from `wait4`.
 fn deep_yaml_is_refused_while_read_in_milliseconds_of_cpu(kind: DbKind) {
     let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(kind);
     let web = start_web(
         dir.path(),
-        &TestDb::new(kind),
+        &db,
         &format!("[web]\nadmin_token = \"{ADMIN}\"\n"),
     );
     let deep = format!("x: {}{}", "[".repeat(100_000), "]".repeat(100_000));

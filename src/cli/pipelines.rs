@@ -42,7 +42,7 @@ fn instance_of(pipeline: &str, instance_vars: &[String]) -> anyhow::Result<Strin
         let Some((k, v)) = flag.split_once('=').filter(|(k, _)| !k.trim().is_empty()) else {
             bail!("--instance-var {flag:?}: give KEY=VALUE");
         };
-        let value: Value = serde_yaml::from_str(v)
+        let value: Value = gantry_actors::api::parse_yaml_value(v, "--instance-var value")
             .map_err(|e| anyhow!("--instance-var {flag:?}: invalid value: {e}"))?;
         set_dotted(&mut vars, k.trim(), value);
     }

@@ -9,7 +9,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context as _;
 use gantry_actors::api::check_pipeline_name;
 use gantry_actors::api::JobPlan;
 use gantry_actors::api::Pipeline;
