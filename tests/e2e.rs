@@ -29,6 +29,8 @@ mod bench_builds;
 #[cfg(feature = "bench")]
 mod bench_container_start;
 #[cfg(feature = "bench")]
+mod bench_deep_yaml;
+#[cfg(feature = "bench")]
 mod bench_follow;
 #[cfg(feature = "bench")]
 mod bench_gc;

@@ -32,6 +32,7 @@ pub use crate::streaming::{
 };
 
 // Builds: what is asked and what is told.
+pub use crate::bounded_yaml::{parse_yaml_value, MAX_DOCUMENT_BYTES};
 pub use crate::credentials::{
     CacheConfig as CredentialCacheConfig, CredentialManager, Lookup, ManagerError, SecretScope,
     VarSourceTypes,

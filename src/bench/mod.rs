@@ -4,6 +4,7 @@
 pub mod builds;
 pub mod cdp;
 pub mod container_start;
+pub mod deep_yaml;
 pub mod follow;
 pub mod gc;
 pub mod image_pull;

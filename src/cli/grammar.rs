@@ -712,6 +712,12 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// CPU time of refusing YAML `--depth` levels deep, against a set-pipeline.
+    DeepYaml {
+        /// Levels of `[` (100,000: 200 KB).
+        #[arg(long, default_value_t = 100_000)]
+        depth: usize,
+    },
     /// Builds reading their vars from the credential manager as they
     /// start (through its cache), against the same job planned with its
     /// vars given statically.

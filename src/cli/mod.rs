@@ -14,6 +14,7 @@ mod people;
 mod pipeline_grammar;
 mod pipelines;
 mod progress;
+mod read_bounded;
 mod run;
 mod secrets;
 pub(crate) mod serve;
