@@ -823,9 +823,11 @@ fn yaml_and_json_bombs_are_refused_naming_their_bound_while_the_node_stays_small
     let p99 = times[times.len() * 99 / 100];
     assert!(times.len() >= 20, "{} answers", times.len());
     // The node did the work off its request threads: /healthz kept
-    // answering at once (a few ms; each under 100 ms).
+    // answering (a few ms, p99 printed below). Work on a request thread
+    // would stall it for seconds; the bound leaves room for a loaded
+    // machine running other tests (a 100 ms bound failed at load 12).
     assert!(
-        times[times.len() - 1] < Duration::from_millis(100),
+        times[times.len() - 1] < Duration::from_millis(1000),
         "/healthz answers: {times:?}"
     );
     // Nothing was built: the node's peak resident memory stayed small.
