@@ -101,6 +101,7 @@ mod secrets;
 mod secrets_aws;
 mod secrets_kubernetes;
 mod secrets_vault;
+mod sign_in_load;
 mod streaming;
 mod tar_safety;
 mod task_caches;

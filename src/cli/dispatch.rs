@@ -144,6 +144,17 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         crate::bench::s3::S3Bench { size, server },
                     ))?
                 }
+                BenchCommand::SignIns {
+                    requests,
+                    concurrency,
+                    addresses,
+                } => actix_web::rt::System::new().block_on(crate::bench::sign_ins::bench(
+                    crate::bench::sign_ins::SignInsBench {
+                        requests,
+                        concurrency,
+                        addresses,
+                    },
+                ))?,
                 BenchCommand::Secrets { builds, vars } => actix_web::rt::System::new()
                     .block_on(crate::bench::secrets::bench(builds, vars))?,
                 BenchCommand::Gc {

@@ -712,6 +712,20 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// A web node under a burst of anonymous sign-ins with random names:
+    /// `/healthz` and a real user's sign-in during it against the node
+    /// idle, and the node's memory.
+    SignIns {
+        /// Anonymous sign-ins in the burst.
+        #[arg(long, default_value_t = 500)]
+        requests: usize,
+        /// How many at once.
+        #[arg(long, default_value_t = 50)]
+        concurrency: usize,
+        /// Loopback source addresses the burst comes from (127.0.1.1 on).
+        #[arg(long, default_value_t = 25)]
+        addresses: usize,
+    },
     /// Builds reading their vars from the credential manager as they
     /// start (through its cache), against the same job planned with its
     /// vars given statically.
