@@ -818,10 +818,14 @@ fn forged_expired_misaddressed_and_replayed_sign_ins_are_refused_and_leave_no_se
     // A sign-in begun on one node finishes on another sharing the
     // database (and so its key): nothing of it is kept on the first.
     std::fs::create_dir_all(dir.join("second")).unwrap();
+    let shared_store = format!(
+        "[web]\nartifacts_dir = \"{}\"\n",
+        dir.join("web/artifacts").display()
+    );
     let other_node = start_web_at(
         &dir.join("second"),
         &db,
-        &oidc_config(&issuer.url),
+        &oidc_config(&issuer.url).replacen("[web]\n", &shared_store, 1),
         0,
         "web.log",
     );

@@ -130,9 +130,12 @@ impl PasswordChecks {
             std::thread::Builder::new()
                 .name(format!("password-check-{i}"))
                 .spawn(move || {
-                    // Taken once, kept for the thread's life.
-                    let mut memory = vec![Block::default(); memory_kib as usize];
+                    // Taken at the first check, kept for the thread's life.
+                    let mut memory = Vec::new();
                     while let Some(job) = next_job(&shared) {
+                        if memory.is_empty() {
+                            memory = vec![Block::default(); memory_kib as usize];
+                        }
                         let good = verify(&job.hash, &job.password, &mut memory);
                         let _ = job.answer.send(good);
                     }

@@ -135,8 +135,14 @@ impl Throttle {
     /// wrong ones and remembers where it signed in from).
     pub fn outcome(&self, attempt: Attempt, right: bool) {
         for key in &attempt.keys {
-            let reset = right && !matches!(key, Key::Address(_));
-            self.settle(key, Some(!reset));
+            let wrong = match (right, key) {
+                (false, _) => Some(true),
+                // An address's count is of wrong passwords over all the
+                // names it tries: one right one does not forget them.
+                (true, Key::Address(_)) => None,
+                (true, _) => Some(false),
+            };
+            self.settle(key, wrong);
         }
         if right {
             let mut places = self.places.entry(attempt.user).or_default();
@@ -262,6 +268,16 @@ mod tests {
         let wait = t.attempt("alice", here, true).unwrap_err();
         assert!(wait <= Duration::from_secs(1), "{wait:?}");
         assert!(t.attempt("bob", here, true).is_ok(), "per user name");
+    }
+
+    #[test]
+    fn right_passwords_never_make_an_address_wait() {
+        let t = Throttle::default();
+        let here = ip("192.0.2.1");
+        for _ in 0..FREE_PER_ADDRESS * 3 {
+            let a = t.attempt("alice", here, true).expect("no wait");
+            t.outcome(a, true);
+        }
     }
 
     #[test]
