@@ -218,14 +218,6 @@ pub struct WebConfig {
 }
 
 impl WebConfig {
-    /// How the password checks are bounded.
-    pub fn password_check_bounds(&self) -> crate::web::people::CheckBounds {
-        crate::web::people::CheckBounds {
-            threads: self.password_check_threads,
-            queue: self.password_check_queue,
-        }
-    }
-
     /// Where artifacts are kept (see [`ArtifactLocation::resolve`]).
     pub fn artifact_location(&self) -> anyhow::Result<ArtifactLocation> {
         ArtifactLocation::resolve(

@@ -44,6 +44,8 @@ mod bench_scheduling;
 #[cfg(feature = "bench")]
 mod bench_secrets;
 #[cfg(feature = "bench")]
+mod bench_sign_ins;
+#[cfg(feature = "bench")]
 mod bench_stream;
 #[cfg(feature = "bench")]
 mod bench_ui;

@@ -190,8 +190,12 @@ pub async fn start_web(
     let registration_key = cfg.effective_registration_key()?;
     let actions =
         rbac::ActionRoles::new(&cfg.rbac, routes::document()).map_err(anyhow::Error::msg)?;
-    let people = people::People::new(&cfg.users, cfg.session_minutes, cfg.password_check_bounds())
-        .map_err(anyhow::Error::msg)?;
+    let bounds = people::CheckBounds {
+        threads: cfg.password_check_threads,
+        queue: cfg.password_check_queue,
+    };
+    let people =
+        people::People::new(&cfg.users, cfg.session_minutes, bounds).map_err(anyhow::Error::msg)?;
     let clients =
         client_address::ClientAddresses::new(&cfg.trusted_proxies).map_err(anyhow::Error::msg)?;
     let oidc = cfg
