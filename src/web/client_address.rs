@@ -71,6 +71,19 @@ impl ClientAddresses {
     }
 }
 
+/// What `addr` is counted as, per client: itself for IPv4, its /64 for
+/// IPv6 (one host is commonly given a whole /64, so counting each of its
+/// addresses apart would let it go round every count).
+pub fn counted_as(addr: IpAddr) -> IpAddr {
+    match addr.to_canonical() {
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(bits.into())
+        }
+        v4 => v4,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,6 +117,14 @@ mod tests {
             proxies.client_of(ip("::ffff:192.0.2.1"), &["garbage"]),
             ip("192.0.2.1")
         );
+        // An IPv6 host counts as its /64.
+        assert_eq!(
+            counted_as(ip("2001:db8:1:2:aaaa::1")),
+            counted_as(ip("2001:db8:1:2:bbbb::9"))
+        );
+        assert_eq!(counted_as(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1:2::"));
+        assert_ne!(counted_as(ip("2001:db8:1:3::1")), ip("2001:db8:1:2::"));
+        assert_eq!(counted_as(ip("::ffff:192.0.2.1")), ip("192.0.2.1"));
         let err = ClientAddresses::new(&["proxy.local".into()]).unwrap_err();
         assert!(err.contains("proxy.local"), "{err}");
     }

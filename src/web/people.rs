@@ -12,6 +12,7 @@ use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, SaltString};
 use argon2::Argon2;
 
+use crate::web::client_address::counted_as;
 use crate::web::password_checks::{self, Lane, PasswordChecks, Refused};
 use crate::web::sign_in_throttle::Throttle;
 
@@ -152,6 +153,7 @@ impl People {
         let Some(checks) = &self.checks else {
             return Err(NotChecked::Wrong);
         };
+        let client = counted_as(client);
         let known = self.users.get(user);
         let attempt = self
             .throttle
