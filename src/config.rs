@@ -128,6 +128,20 @@ pub struct WebConfig {
     pub users: std::collections::BTreeMap<String, String>,
     /// How long a sign-in's token lives, in minutes. Default 1440 (24 h).
     pub session_minutes: u64,
+    /// Threads checking local users' passwords at once, each holding one
+    /// argon2 check's memory (19 MiB with `gantry hash-password`'s
+    /// parameters) for good: the most password checks take. Default: one
+    /// per CPU, at most 4.
+    pub password_check_threads: usize,
+    /// Password checks that may wait for a thread; past it (or past a
+    /// client address's share, a quarter of threads and queue together) a
+    /// sign-in is refused at once with 503 and `Retry-After`. Default 16.
+    pub password_check_queue: usize,
+    /// Reverse proxies (addresses or CIDR networks) whose
+    /// `X-Forwarded-For` names the client, for what is counted per client
+    /// address (the sign-in throttle). Default none: the client is the TCP
+    /// peer.
+    pub trusted_proxies: Vec<String>,
     /// An OpenID Connect provider people sign in through (`[web.oidc]`).
     /// Default: none.
     pub oidc: Option<OidcConfig>,
@@ -597,6 +611,11 @@ impl Default for WebConfig {
             rbac: Default::default(),
             users: Default::default(),
             session_minutes: 24 * 60,
+            password_check_threads: std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .min(4),
+            password_check_queue: 16,
+            trusted_proxies: Vec::new(),
             oidc: None,
             github: None,
             open_api: false,

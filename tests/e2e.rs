@@ -46,6 +46,8 @@ mod bench_scheduling;
 #[cfg(feature = "bench")]
 mod bench_secrets;
 #[cfg(feature = "bench")]
+mod bench_sign_ins;
+#[cfg(feature = "bench")]
 mod bench_stream;
 #[cfg(feature = "bench")]
 mod bench_ui;
@@ -103,6 +105,7 @@ mod secrets;
 mod secrets_aws;
 mod secrets_kubernetes;
 mod secrets_vault;
+mod sign_in_load;
 mod streaming;
 mod tar_safety;
 mod task_caches;

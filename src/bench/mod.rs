@@ -15,6 +15,7 @@ pub mod s3;
 pub mod scheduling;
 pub mod secrets;
 pub mod set_pipeline;
+pub mod sign_ins;
 pub mod stream;
 pub mod ui;
 

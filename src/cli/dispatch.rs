@@ -2,7 +2,7 @@
 //! the client verbs against a web node's API.
 
 #[cfg(feature = "bench")]
-use super::grammar::BenchCommand;
+use super::bench_grammar::BenchCommand;
 use super::grammar::{Cli, Command};
 use super::{
     check, execute, follow, hijack, list, people, secrets, serve, table, teams, validate_plan,
@@ -145,6 +145,17 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 BenchCommand::DeepYaml { depth } => {
                     actix_web::rt::System::new().block_on(crate::bench::deep_yaml::bench(depth))?
                 }
+                BenchCommand::SignIns {
+                    requests,
+                    concurrency,
+                    addresses,
+                } => actix_web::rt::System::new().block_on(crate::bench::sign_ins::bench(
+                    crate::bench::sign_ins::SignInsBench {
+                        requests,
+                        concurrency,
+                        addresses,
+                    },
+                ))?,
                 BenchCommand::Secrets { builds, vars } => actix_web::rt::System::new()
                     .block_on(crate::bench::secrets::bench(builds, vars))?,
                 BenchCommand::Gc {

@@ -4,6 +4,7 @@ pub mod api;
 pub mod audit_log;
 pub mod auth;
 pub mod body_pace;
+pub mod client_address;
 mod dashboard;
 mod error;
 pub mod github;
@@ -13,12 +14,14 @@ pub mod limits;
 mod metrics;
 pub mod oidc;
 pub mod openapi;
+pub mod password_checks;
 pub mod people;
 pub mod rbac;
 #[cfg(test)]
 mod rbac_tests;
 pub mod routes;
 pub mod sign_in_flow;
+pub mod sign_in_throttle;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -58,6 +61,11 @@ pub struct AppState {
     pub oidc: Option<Arc<oidc::Oidc>>,
     /// GitHub, which people sign in through (`[web.github]`).
     pub github: Option<Arc<github::Github>>,
+    /// Where requests come from (behind the trusted reverse proxies).
+    pub clients: client_address::ClientAddresses,
+    /// The keys sealing a provider's sign-in under way in its cookie (the
+    /// node's encryption key, which every node sharing the database has).
+    pub sign_in_keys: sign_in_flow::SignInKeys,
 }
 
 /// A running web node.
@@ -182,8 +190,14 @@ pub async fn start_web(
     let registration_key = cfg.effective_registration_key()?;
     let actions =
         rbac::ActionRoles::new(&cfg.rbac, routes::document()).map_err(anyhow::Error::msg)?;
+    let bounds = people::CheckBounds {
+        threads: cfg.password_check_threads,
+        queue: cfg.password_check_queue,
+    };
     let people =
-        people::People::new(&cfg.users, cfg.session_minutes).map_err(anyhow::Error::msg)?;
+        people::People::new(&cfg.users, cfg.session_minutes, bounds).map_err(anyhow::Error::msg)?;
+    let clients =
+        client_address::ClientAddresses::new(&cfg.trusted_proxies).map_err(anyhow::Error::msg)?;
     let oidc = cfg
         .oidc
         .clone()
@@ -282,6 +296,7 @@ pub async fn start_web(
     };
     // Before the engine starts, so it records its first durations.
     self::metrics::install();
+    let sign_in_keys = sign_in_flow::SignInKeys::new(sealer.clone(), old_sealer.clone());
     let engine = Engine::open(EngineSetup {
         database_url: url.clone(),
         teams: cfg.teams.keys().cloned().collect(),
@@ -324,6 +339,8 @@ pub async fn start_web(
         people,
         oidc: oidc.clone(),
         github: github.clone(),
+        clients,
+        sign_in_keys,
     });
     let max_body = usize::try_from(cfg.max_request_body_bytes).unwrap_or(usize::MAX);
     let server = HttpServer::new(move || {

@@ -22,7 +22,7 @@ mod task_caches;
 mod teams;
 mod workers;
 
-pub use people::{Session, SIGN_IN_TTL_MS};
+pub use people::Session;
 pub use teams::{check_team_name, TOKEN_PREFIX};
 
 pub use crate::triggers::DEFAULT_CHECK_EVERY;
