@@ -338,3 +338,207 @@ fn two_instances_of_one_pipeline_run_side_by_side() {
         "KEY:VALUE",
     );
 }
+
+/// Concourse's `testflight/fixtures/archive-pipeline-{1,2,3}.yml`: a `mock`
+/// resource whose files hold the child pipeline (`normal-job`) and a var
+/// file, and job `job` that gets it and, when `sets`, sets
+/// `((pipeline_name))` from them.
+fn archiving_parent(job: &str, sets: bool) -> String {
+    let files = serde_json::json!({
+        "pipeline.yml": "jobs:\n- name: normal-job\n  public: true\n  plan:\n  - task: a-task\n    config: {platform: linux, run: {path: echo, args: ['hello world']}}\n",
+        "name.yml": "name: somebody\n",
+    })
+    .to_string();
+    let mut p = format!(
+        "resources:\n- name: some-resource\n  type: mock\n  check_every: never\n  source: {{initial_version: v1, create_files: {files}}}\n\
+         jobs:\n- name: {job}\n  public: true\n  plan:\n  - get: some-resource\n"
+    );
+    if sets {
+        p.push_str(
+            "  - set_pipeline: ((pipeline_name))\n    file: some-resource/pipeline.yml\n    var_files: [some-resource/name.yml]\n    vars: {greetings: hello}\n",
+        );
+    }
+    p
+}
+
+/// Waits until `get-pipeline -p child` fails as fly's does for an
+/// archived pipeline (Concourse's config route answers 404): "pipeline
+/// main/child not found", as for a pipeline that never was.
+fn wait_not_found(url: &str, why: &str) {
+    wait_for(why, Duration::from_secs(40), || {
+        let out = client(url, &["get-pipeline", "-p", "child"]);
+        let (_, stderr) = text(&out);
+        (!out.status.success() && stderr.contains("pipeline main/child not found")).then_some(())
+    });
+}
+
+/// Concourse's `testflight/automatic_archiving_test.go`: a child pipeline
+/// is archived, and `get-pipeline` of it then says it is not found, when
+/// the parent's job runs again without its `set_pipeline` step ("when the
+/// step is removed from the parent pipeline config"), when the job is gone
+/// from the parent ("when the job is removed ..."), and when the parent
+/// is archived ("when the parent pipeline is archived").
+fn archived_children_are_not_found(kind: DbKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(kind);
+    let node = quickstart_runc(dir.path(), &db);
+    let url = &node.url;
+    let set_parent = |job: &str, sets: bool| {
+        let file = dir.path().join("parent.yml");
+        write(&file, archiving_parent(job, sets));
+        let file = file.to_str().unwrap();
+        let args = ["set-pipeline", "-p", "parent", "-c", file];
+        let vars = ["-v", "pipeline_name=child"];
+        ok(&client(url, &[&args[..], &vars[..]].concat()));
+    };
+    // Concourse's JustBeforeEach: the parent's `sp` sets the child.
+    let sets_child = || {
+        set_parent("sp", true);
+        let out = ok(&client(url, &["trigger-job", "-j", "parent/sp", "--watch"]));
+        assert!(out.contains("setting pipeline: child\ndone\n"), "{out}");
+        let out = ok(&client(url, &["get-pipeline", "-p", "child"]));
+        assert!(out.contains("normal-job"), "{out}");
+    };
+    set_parent("sp", true);
+    ok(&client(url, &["unpause-pipeline", "-p", "parent"]));
+    ok(&client(
+        url,
+        &["check-resource", "-r", "parent/some-resource"],
+    ));
+    sets_child();
+
+    // The step removed: the job's next build archives the child.
+    set_parent("sp", false);
+    let out = ok(&client(url, &["trigger-job", "-j", "parent/sp", "--watch"]));
+    assert!(!out.contains("setting pipeline"), "{out}");
+    wait_not_found(url, "the child to be archived: its job no longer sets it");
+    assert_eq!(listed(url, "child")["archived"], true);
+    // Kept, though: set again by the step, it is back.
+    sets_child();
+    assert_eq!(listed(url, "child")["archived"], false);
+
+    // The job removed from the parent: archived with no build.
+    set_parent("sp-1", true);
+    wait_not_found(url, "the child to be archived: its job is gone");
+
+    // The parent archived: its child is archived too.
+    sets_child();
+    ok(&client(url, &["archive-pipeline", "-n", "-p", "parent"]));
+    wait_not_found(url, "the child to be archived: its parent is");
+    // A pipeline that never was says the same.
+    let out = client(url, &["get-pipeline", "-p", "nowhere"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).1.contains("pipeline main/nowhere not found"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn archived_children_are_not_found_on_sqlite() {
+    archived_children_are_not_found(DbKind::Sqlite);
+}
+
+#[test]
+fn archived_children_are_not_found_on_postgres() {
+    archived_children_are_not_found(DbKind::Postgres);
+}
+
+/// A pipeline whose job `sp` writes a config (`normal-job` saying `hello
+/// world`) and sets `self` from it with `instance_vars` naming the
+/// `branch:main` instance; its own `normal-job` says `hello from the
+/// first config`.
+const SETS_SELF: &str = r#"
+jobs:
+- name: sp
+  plan:
+  - task: make
+    config:
+      platform: linux
+      outputs: [{name: out}]
+      run:
+        path: sh
+        args:
+        - -c
+        - |
+          cat > out/pipeline.yml <<'EOF'
+          jobs:
+          - name: normal-job
+            plan:
+            - task: a-task
+              config: {platform: linux, run: {path: echo, args: [hello world]}}
+          EOF
+  - set_pipeline: self
+    file: out/pipeline.yml
+    instance_vars: {branch: main}
+- name: normal-job
+  plan:
+  - task: a-task
+    config: {platform: linux, run: {path: echo, args: [hello from the first config]}}
+"#;
+
+/// Concourse's `testflight/set-pipeline-step_test.go` "set self" (its
+/// fixture's job `sp` sets `self`), with `instance_vars`: the config is
+/// stored (Concourse stores it; a whole pipeline is not refused for one
+/// job's step) and its other jobs run. Its `sp` sets the build's own
+/// instance when they name it; otherwise only that step errors, naming
+/// both (Concourse quietly sets the build's own instance; Gantry does not
+/// ignore the vars it was given).
+fn set_pipeline_self_with_instance_vars(kind: DbKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(kind);
+    let node = quickstart_runc(dir.path(), &db);
+    let url = &node.url;
+    let file = dir.path().join("self.yml");
+    write(&file, SETS_SELF);
+    let file = file.to_str().unwrap();
+    for instance in ["me/branch:dev", "me/branch:main"] {
+        ok(&client(url, &["set-pipeline", "-p", instance, "-c", file]));
+        ok(&client(url, &["unpause-pipeline", "-p", instance]));
+    }
+    let out = ok(&client(
+        url,
+        &["trigger-job", "-j", "me/branch:dev/normal-job", "--watch"],
+    ));
+    assert!(out.contains("hello from the first config"), "{out}");
+
+    // The `dev` instance's step names `main`: that step errors, the
+    // pipeline stays as it was.
+    let out = client(url, &["trigger-job", "-j", "me/branch:dev/sp", "--watch"]);
+    let said = said(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains(
+            r#"set_pipeline: instance_vars: self is the build's own pipeline, instance and all ("me/branch:dev", not "me/branch:main")"#
+        ),
+        "{said}"
+    );
+    assert!(!said.contains("setting pipeline"), "{said}");
+    let stored = ok(&client(url, &["get-pipeline", "-p", "me/branch:dev"]));
+    assert_eq!(stored, SETS_SELF);
+
+    // The `main` instance's names itself: set, as Concourse's "set self".
+    let out = ok(&client(
+        url,
+        &["trigger-job", "-j", "me/branch:main/sp", "--watch"],
+    ));
+    assert!(
+        out.contains("setting pipeline: me/branch:main\ndone\n"),
+        "{out}"
+    );
+    let out = ok(&client(
+        url,
+        &["trigger-job", "-j", "me/branch:main/normal-job", "--watch"],
+    ));
+    assert!(out.contains("hello world"), "{out}");
+}
+
+#[test]
+fn set_pipeline_self_with_instance_vars_errors_only_its_step_on_sqlite() {
+    set_pipeline_self_with_instance_vars(DbKind::Sqlite);
+}
+
+#[test]
+fn set_pipeline_self_with_instance_vars_errors_only_its_step_on_postgres() {
+    set_pipeline_self_with_instance_vars(DbKind::Postgres);
+}

@@ -41,9 +41,9 @@ impl Redactor {
         r
     }
 
-    /// Hides `value` from now on: its text, each scalar inside a list or
-    /// mapping, and the whole of a list or mapping as JSON, each line by
-    /// line.
+    /// Hides `value` from now on, line by line: a string's text, and each
+    /// string inside a mapping (see [`secret_texts`]: what Concourse
+    /// redacts).
     pub(crate) fn add(&self, value: &Value) {
         if self.read().off {
             return;
@@ -144,22 +144,26 @@ impl Redactor {
     }
 }
 
-/// The texts of a value a log could show: the scalars inside it, and the
-/// whole as JSON when it is a list or mapping.
+/// Whether [`Redactor::add`] takes anything of `value` as secret (a list,
+/// a number or a boolean it leaves shown, as Concourse does).
+pub(crate) fn holds_secrets(value: &Value) -> bool {
+    let mut texts = Vec::new();
+    secret_texts(value, &mut texts);
+    !texts.is_empty()
+}
+
+/// The texts of a value that are secret, as Concourse's tracker
+/// (`vars/tracker.go`) takes them: a string, and each string inside a
+/// mapping (at any depth of mappings). A list is not tracked, nor what is
+/// inside it, nor a number or a boolean: Concourse prints them, and a
+/// job that prints `across` values loaded from a list prints them here
+/// too.
 fn secret_texts(v: &Value, out: &mut Vec<String>) {
     match v {
         Value::String(s) => out.push(s.clone()),
-        Value::Number(n) => out.push(n.to_string()),
-        Value::Bool(_) | Value::Null => {}
-        Value::Sequence(items) => {
-            out.extend(serde_json::to_string(v).ok());
-            items.iter().for_each(|x| secret_texts(x, out));
-        }
-        Value::Mapping(m) => {
-            out.extend(serde_json::to_string(v).ok());
-            m.values().for_each(|x| secret_texts(x, out));
-        }
+        Value::Mapping(m) => m.values().for_each(|x| secret_texts(x, out)),
         Value::Tagged(t) => secret_texts(&t.value, out),
+        Value::Number(_) | Value::Bool(_) | Value::Null | Value::Sequence(_) => {}
     }
 }
 
@@ -233,23 +237,46 @@ mod tests {
         assert_eq!(r.redact("nothing here"), "nothing here");
     }
 
+    /// Concourse's tracker (`vars/tracker.go`, whose `track` is what
+    /// `atc/exec/run_state_test.go`'s "fetched variables are tracked"
+    /// specs read back): a mapping's strings are secrets, at any depth of
+    /// mappings; its numbers and booleans are not.
     #[test]
-    fn a_mapping_hides_its_scalars_and_its_json() {
+    fn a_mapping_hides_its_strings_as_concourse_tracks_them() {
         let r = Redactor::new();
         r.add(&yaml(
-            "{user: admin-user, pass: hunter2, port: 5432, on: true}",
+            "{user: admin-user, pass: hunter2, port: 5432, on: true, db: {name: orders-db}}",
         ));
-        let json = r#"{"user":"admin-user","pass":"hunter2","port":5432,"on":true}"#;
-        assert_eq!(r.redact(json), "((redacted))");
-        // In another key order, each value still goes.
-        let sorted = r#"{"on":true,"pass":"hunter2","port":5432,"user":"admin-user"}"#;
+        let json = r#"{"user":"admin-user","pass":"hunter2","port":5432,"on":true,"db":{"name":"orders-db"}}"#;
         assert_eq!(
-            r.redact(sorted),
-            r#"{"on":true,"pass":"((redacted))","port":((redacted)),"user":"((redacted))"}"#
+            r.redact(json),
+            r#"{"user":"((redacted))","pass":"((redacted))","port":5432,"on":true,"db":{"name":"((redacted))"}}"#
         );
         assert_eq!(
             r.redact("login admin-user:hunter2 on 5432"),
-            "login ((redacted)):((redacted)) on ((redacted))"
+            "login ((redacted)):((redacted)) on 5432"
+        );
+    }
+
+    /// Concourse's tracker leaves a list alone (`track` has no case for
+    /// one): a `load_var` of a list redacts none of its elements, so
+    /// `across` over `((.:list))` prints the values (Concourse's
+    /// `testflight/across_test.go` expects `running across static1
+    /// dynamic1`), and neither does a mapping inside a list, nor a list
+    /// inside a mapping.
+    #[test]
+    fn a_list_and_what_is_inside_it_are_not_secrets() {
+        let r = Redactor::new();
+        r.add(&yaml("[dynamic1, dynamic2, 4, {k: in-a-list}]"));
+        r.add(&yaml("{branches: [main, release-1]}"));
+        assert!(r.is_empty(), "nothing to hide");
+        let text = "running across static1 dynamic1 4 in-a-list main release-1";
+        assert_eq!(r.redact(text), text);
+        // A string alone is still one (the `load_var` of a string).
+        r.add(&Value::String("dynamic1".into()));
+        assert_eq!(
+            r.redact("running across static1 dynamic1"),
+            "running across static1 ((redacted))"
         );
     }
 

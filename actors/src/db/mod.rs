@@ -24,7 +24,6 @@ mod pins;
 mod pipeline_archive;
 mod pipelines;
 mod placements;
-mod provider_sign_ins;
 mod reruns;
 mod resources;
 #[cfg(test)]
@@ -58,7 +57,6 @@ pub(crate) use leadership::Lead;
 pub(crate) use log_places::{LogPlace, Moved};
 pub(crate) use pipelines::{Parent, PipelineRow, ResourceRow, SetBy, PIPELINE_ID};
 pub(crate) use placements::RELEASES_CHANNEL;
-pub use provider_sign_ins::{Taken as TakenSignIn, MAX_PENDING as MAX_PENDING_SIGN_INS};
 pub(crate) use reruns::NewRerun;
 pub(crate) use resources::ResourceCacheRow;
 pub use secrets::SecretEntry;

@@ -323,7 +323,7 @@ mod tests {
     #[test]
     fn secret_values_are_redacted_in_names() {
         let secrets = LocalVars::new();
-        secrets.set("list", serde_yaml::from_str("[hunter2]").unwrap(), true);
+        secrets.set("pw", serde_yaml::Value::String("hunter2".into()), true);
         let step = step_of("{task: t, config: {platform: linux, run: {path: echo}}, across: [{var: pw, values: [hunter2]}]}");
         let at = At {
             secrets: Some(secrets),

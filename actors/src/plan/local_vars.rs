@@ -64,7 +64,8 @@ impl LocalVars {
     }
 
     /// `text` with every secret value's text (and each string inside a
-    /// secret list or mapping) replaced by `((redacted))`.
+    /// secret mapping; a list is not a secret, as in Concourse) replaced
+    /// by `((redacted))`.
     pub fn redact(&self, text: &str) -> String {
         self.lock().redactor.redact(text).into_owned()
     }

@@ -426,8 +426,9 @@ pub(crate) fn task_step(
 }
 
 /// The step running a `set_pipeline`: `team: ""` is the build's own
-/// team; `instance_vars` name the instance set (with `self`, refused: a
-/// build sets its own pipeline, instance and all).
+/// team; `instance_vars` name the instance set (with `self`, checked when
+/// the step runs, against the build's own instance: the pipeline holding
+/// the step is stored, as Concourse stores it).
 fn set_pipeline_step(
     step: &Step,
     set: &crate::pipeline::step::SetPipelineStep,
@@ -438,11 +439,6 @@ fn set_pipeline_step(
     };
     let instance_vars = match set.instance_vars.is_empty() {
         true => None,
-        false if set.name == "self" => {
-            return Err(bad(
-                "instance_vars: self is the build's own pipeline, instance and all".into(),
-            ))
-        }
         false => {
             let mut vars = serde_json::Map::new();
             for (k, v) in &set.instance_vars {
@@ -530,11 +526,15 @@ mod tests {
             invalid(plan_of(yaml, &[])),
             "step \"p\": run steps are not supported yet"
         );
+        // `self` with `instance_vars` is translated (the step checks them
+        // against the build's own instance when it runs).
         let yaml = "jobs:\n- name: j\n  plan:\n  - {set_pipeline: self, file: c/p.yml, instance_vars: {a: b}}\n";
-        assert_eq!(
-            invalid(plan_of(yaml, &[])),
-            "step \"self\": set_pipeline: instance_vars: self is the build's own pipeline, instance and all"
-        );
+        let plan = plan_of(yaml, &[]).unwrap();
+        let StepDef::SetPipeline(set) = plan.steps()[0] else {
+            panic!("a set_pipeline step")
+        };
+        let vars = set.instance_vars.as_ref().map(|v| v.len());
+        assert_eq!((set.pipeline.as_str(), vars), ("self", Some(1)));
         let yaml = "jobs:\n- name: j\n  plan:\n  - {set_pipeline: p, file: c/p.yml, team: '', instance_vars: {a: {b: 1}}}\n";
         let plan = plan_of(yaml, &[]).unwrap();
         let StepDef::SetPipeline(set) = plan.steps()[0] else {

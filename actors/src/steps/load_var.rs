@@ -7,8 +7,10 @@
 //! in its prepare phase ([`Step::prepare`]) and answers
 //! [`Prepared::Ended`]; it is never placed, and neither asks the Scheduler
 //! nor takes a worker's capacity. Its value is a secret unless `reveal:
-//! true`: it is redacted wherever the engine writes it to the build log
-//! (see [`super::LocalVars::redact`]) and the step's log line names the var
+//! true`, as Concourse's tracker takes one (a string, and the strings
+//! inside a mapping; not a list, see `crate::redact`): it is redacted
+//! wherever the engine writes it to the build log (see
+//! [`super::LocalVars::redact`]) and the step's log line names the var
 //! and the file, never the value.
 
 use async_trait::async_trait;
@@ -22,8 +24,11 @@ use gantry_wire::events::BuildEvent;
 use super::{read_artifact_file, BuildScope, Plan, Prepared, Step, StepContext, StepEnd};
 
 impl LoadVarStep {
-    /// Reads the file and sets the var; answers the format it was read as.
-    async fn load(&self, scope: &BuildScope) -> Result<Format, EngineError> {
+    /// Reads the file and sets the var; answers the format it was read as
+    /// and whether the value is redacted (not revealed, and holding a
+    /// string: a list, a number or a boolean is shown, as Concourse's
+    /// tracker leaves them).
+    async fn load(&self, scope: &BuildScope) -> Result<(Format, bool), EngineError> {
         let named = |e: String| EngineError::Invalid(format!("step {:?}: {e}", self.name));
         let data = read_artifact_file(scope, &self.file)
             .await
@@ -35,8 +40,9 @@ impl LoadVarStep {
         })
         .await?
         .map_err(|e| named(format!("file {:?}: {e}", self.file)))?;
+        let redacted = !self.reveal && crate::redact::holds_secrets(&value);
         scope.locals.set(&self.var, value, !self.reveal);
-        Ok(format)
+        Ok((format, redacted))
     }
 }
 
@@ -52,8 +58,8 @@ impl Step for LoadVarStep {
     }
 
     async fn prepare(&self, scope: &BuildScope) -> Result<Prepared, EngineError> {
-        let format = self.load(scope).await?;
-        let shown = if self.reveal { "" } else { " (redacted)" };
+        let (format, redacted) = self.load(scope).await?;
+        let shown = if redacted { " (redacted)" } else { "" };
         scope
             .events
             .emit(&BuildEvent::Log {

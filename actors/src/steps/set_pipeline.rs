@@ -56,6 +56,34 @@ impl SetPipelineStep {
             })
     }
 
+    /// The build's own pipeline, for `self` given `instance_vars`: they
+    /// must name the build's own instance. Concourse quietly sets the
+    /// build's own instance whatever they say; Gantry sets it when they
+    /// agree and otherwise errors this step (never the whole pipeline
+    /// holding it, which is stored as Concourse stores it), so vars that
+    /// would be ignored are named instead.
+    fn own_instance(
+        &self,
+        scope: &BuildScope,
+        vars: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String, EngineError> {
+        let own = self.target(scope)?;
+        let given = PipelineRef::parse(own)
+            .and_then(|r| PipelineRef::new(&r.name, Some(vars.clone())))
+            .map(|r| r.to_string());
+        match given {
+            Ok(given) if given == own => Ok(own.to_string()),
+            Ok(given) => Err(EngineError::Invalid(format!(
+                "step {:?}: set_pipeline: instance_vars: self is the build's own pipeline, instance and all ({own:?}, not {given:?})",
+                self.name
+            ))),
+            Err(e) => Err(EngineError::Invalid(format!(
+                "step {:?}: set_pipeline: instance_vars: {e}",
+                self.name
+            ))),
+        }
+    }
+
     /// Reads the file and the vars and stores the pipeline, saying so in
     /// the step's log as Concourse's step does: the difference from the
     /// stored config, `setting pipeline: NAME`, `done` (or `no changes to
@@ -73,6 +101,13 @@ impl SetPipelineStep {
                     .map_err(|_| named(format!("file {file:?} is not UTF-8 text")))
             }
         };
+        let name = match &self.instance_vars {
+            None => self.target(scope)?.to_string(),
+            Some(v) if self.pipeline == "self" => self.own_instance(scope, v)?,
+            Some(v) => PipelineRef::new(&self.pipeline, Some(v.clone()))
+                .map_err(|e| named(e.to_string()))?
+                .to_string(),
+        };
         let config = read(&self.file).await?;
         let mut vars = Vars::new();
         for file in &self.var_files {
@@ -83,12 +118,6 @@ impl SetPipelineStep {
         for (name, value) in &self.vars {
             vars.set(name, value.clone());
         }
-        let name = match &self.instance_vars {
-            None => self.target(scope)?.to_string(),
-            Some(v) => PipelineRef::new(&self.pipeline, Some(v.clone()))
-                .map_err(|e| named(e.to_string()))?
-                .to_string(),
-        };
         // As stored: an instance's vars fill it over the others.
         let pipeline_ref = PipelineRef::parse(&name).map_err(|e| named(e.to_string()))?;
         for (k, v) in pipeline_ref.vars() {
