@@ -1,0 +1,239 @@
+//! Renaming jobs and resources of a stored pipeline (`old_name`), inside
+//! the transaction that stores its config, so a rename is all or nothing
+//! on SQLite and PostgreSQL alike. As Concourse's `updateJobsName` and
+//! `updateResourcesName`, an old name that names nothing stored is
+//! ignored, and everything kept under the old name follows the new one:
+//!
+//! - a job: its row (paused, the next build number, the last decision),
+//!   its builds (what `builds -j`, `passed` and the collector read), the
+//!   turns of its builds (`serial`, `max_in_flight`), its task caches, and
+//!   the pipelines its `set_pipeline` steps set (their parent job);
+//! - a resource: its row (pin and its comment), its disabled versions, the
+//!   versions builds of the pipeline used and made of it (what `passed`
+//!   reads), and, when it keeps a history of its own (global resources
+//!   off), that history and its check state. A history shared by config
+//!   (global resources) is not the resource's to move: it stays, and the
+//!   renamed resource, with the same config, finds it.
+
+use sqlx::{Any, Transaction};
+
+use super::PIPELINE_ID;
+use crate::error::EngineError;
+
+/// One rename to store: the history under `old` goes to `new`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct NameChange {
+    /// The former name.
+    pub old: String,
+    /// The name now.
+    pub new: String,
+    /// For a resource: the scope of the history of its own under the old
+    /// name and under the new one (`crate::resources::scope`, with
+    /// [`PIPELINE_ID`] for the pipeline's id).
+    pub own_scopes: Option<(String, String)>,
+}
+
+/// The renames of one stored config, each list in the order to apply it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Renames {
+    /// Of its jobs.
+    pub jobs: Vec<NameChange>,
+    /// Of its resources.
+    pub resources: Vec<NameChange>,
+}
+
+/// Where a renamed pipeline's rows are: its id, team and name.
+pub(super) struct At<'a> {
+    pub id: i64,
+    pub team: &'a str,
+    pub pipeline: &'a str,
+}
+
+/// Applies `renames` to pipeline `at` in `tx`, before its jobs and
+/// resources are written. A job renamed onto a job still stored (one this
+/// config drops, with builds of its own) is refused: their builds and
+/// numbers would mix.
+pub(super) async fn apply(
+    tx: &mut Transaction<'_, Any>,
+    at: &At<'_>,
+    renames: &Renames,
+) -> Result<(), EngineError> {
+    for r in &renames.resources {
+        rename_resource(tx, at, r).await?;
+    }
+    for r in &renames.jobs {
+        rename_job(tx, at, r).await?;
+    }
+    Ok(())
+}
+
+/// Whether pipeline `id` stores `name` in `table` (`pipeline_jobs` or
+/// `pipeline_resources`).
+async fn stored(
+    tx: &mut Transaction<'_, Any>,
+    table: &str,
+    id: i64,
+    name: &str,
+) -> Result<bool, EngineError> {
+    let row: Option<(i64,)> = sqlx::query_as(&format!(
+        "SELECT 1 FROM {table} WHERE pipeline_id = $1 AND name = $2"
+    ))
+    .bind(id)
+    .bind(name)
+    .fetch_optional(&mut **tx)
+    .await?;
+    Ok(row.is_some())
+}
+
+async fn rename_job(
+    tx: &mut Transaction<'_, Any>,
+    at: &At<'_>,
+    NameChange { old, new, .. }: &NameChange,
+) -> Result<(), EngineError> {
+    if !stored(tx, "pipeline_jobs", at.id, old).await? {
+        return Ok(());
+    }
+    if stored(tx, "pipeline_jobs", at.id, new).await? {
+        return Err(EngineError::Invalid(format!(
+            "jobs[{new}].old_name: job {new:?} is stored already, with builds of its own, and job {old:?} too: \
+             their builds cannot be merged; set the pipeline without job {old:?} first, or drop old_name"
+        )));
+    }
+    sqlx::query("UPDATE pipeline_jobs SET name = $1 WHERE pipeline_id = $2 AND name = $3")
+        .bind(new)
+        .bind(at.id)
+        .bind(old)
+        .execute(&mut **tx)
+        .await?;
+    let by_job = |sql: String| (sql, new.as_str(), old.as_str());
+    let mut statements = vec![by_job(
+        "UPDATE builds SET job = $1 WHERE team = $2 AND pipeline = $3 AND job = $4".into(),
+    )];
+    // A cache the new name somehow holds already stays; the old one goes
+    // the way of a dropped job's.
+    for table in ["task_caches", "task_cache_leftovers"] {
+        let guard = if table == "task_caches" {
+            " AND NOT EXISTS (SELECT 1 FROM task_caches n WHERE n.team = task_caches.team \
+             AND n.pipeline = task_caches.pipeline AND n.job = $1 AND n.step = task_caches.step \
+             AND n.path = task_caches.path AND n.worker = task_caches.worker)"
+        } else {
+            ""
+        };
+        statements.push(by_job(format!(
+            "UPDATE {table} SET job = $1 WHERE team = $2 AND pipeline = $3 AND job = $4{guard}"
+        )));
+    }
+    for (sql, new, old) in statements {
+        sqlx::query(&sql)
+            .bind(new)
+            .bind(at.team)
+            .bind(at.pipeline)
+            .bind(old)
+            .execute(&mut **tx)
+            .await?;
+    }
+    // Turn keys as `engine::job_builds` writes them.
+    let key = |job: &str| format!("{}/{}/job:{job}", at.team, at.pipeline);
+    sqlx::query("UPDATE build_turns SET turn_key = $1 WHERE turn_key = $2")
+        .bind(key(new))
+        .bind(key(old))
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query(
+        "UPDATE pipelines SET parent_job = $1 WHERE parent_pipeline_id = $2 AND parent_job = $3",
+    )
+    .bind(new)
+    .bind(at.id)
+    .bind(old)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn rename_resource(
+    tx: &mut Transaction<'_, Any>,
+    at: &At<'_>,
+    NameChange {
+        old,
+        new,
+        own_scopes,
+    }: &NameChange,
+) -> Result<(), EngineError> {
+    if !stored(tx, "pipeline_resources", at.id, old).await? {
+        return Ok(());
+    }
+    // As Concourse: a resource stored under the new name (one this config
+    // drops) gives way, with its pin and disabled versions.
+    for (table, column) in [
+        ("pipeline_resources", "name"),
+        ("disabled_versions", "resource"),
+    ] {
+        sqlx::query(&format!(
+            "DELETE FROM {table} WHERE pipeline_id = $1 AND {column} = $2"
+        ))
+        .bind(at.id)
+        .bind(new)
+        .execute(&mut **tx)
+        .await?;
+    }
+    for (table, column) in [
+        ("pipeline_resources", "name"),
+        ("disabled_versions", "resource"),
+    ] {
+        sqlx::query(&format!(
+            "UPDATE {table} SET {column} = $1 WHERE pipeline_id = $2 AND {column} = $3"
+        ))
+        .bind(new)
+        .bind(at.id)
+        .bind(old)
+        .execute(&mut **tx)
+        .await?;
+    }
+    sqlx::query(
+        "UPDATE build_versions SET resource = $1 WHERE resource = $2 AND build_id IN \
+         (SELECT id FROM builds WHERE team = $3 AND pipeline = $4 AND job IS NOT NULL)",
+    )
+    .bind(new)
+    .bind(old)
+    .bind(at.team)
+    .bind(at.pipeline)
+    .execute(&mut **tx)
+    .await?;
+    // A history of its own is named after it: it moves (any left under
+    // the new name, a dropped resource's, goes first).
+    let Some((from, to)) = own_scopes else {
+        return Ok(());
+    };
+    let id = at.id.to_string();
+    let (from, to) = (from.replace(PIPELINE_ID, &id), to.replace(PIPELINE_ID, &id));
+    let (scope_now,): (String,) =
+        sqlx::query_as("SELECT scope FROM pipeline_resources WHERE pipeline_id = $1 AND name = $2")
+            .bind(at.id)
+            .bind(new)
+            .fetch_one(&mut **tx)
+            .await?;
+    if scope_now == from {
+        for (table, column) in [("resource_versions", "team"), ("resource_checks", "scope")] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE {column} = $1"))
+                .bind(&to)
+                .execute(&mut **tx)
+                .await?;
+            sqlx::query(&format!(
+                "UPDATE {table} SET {column} = $1 WHERE {column} = $2"
+            ))
+            .bind(&to)
+            .bind(&from)
+            .execute(&mut **tx)
+            .await?;
+        }
+        sqlx::query(
+            "UPDATE pipeline_resources SET scope = $1 WHERE pipeline_id = $2 AND name = $3",
+        )
+        .bind(&to)
+        .bind(at.id)
+        .bind(new)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
