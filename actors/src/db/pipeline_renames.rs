@@ -17,7 +17,6 @@
 
 use sqlx::{Any, Transaction};
 
-use super::PIPELINE_ID;
 use crate::error::EngineError;
 
 /// One rename to store: the history under `old` goes to `new`.
@@ -29,7 +28,7 @@ pub(crate) struct NameChange {
     pub new: String,
     /// For a resource: the scope of the history of its own under the old
     /// name and under the new one (`crate::resources::scope`, with
-    /// [`PIPELINE_ID`] for the pipeline's id).
+    /// `db::PIPELINE_ID` for the pipeline's id).
     pub own_scopes: Option<(String, String)>,
 }
 
@@ -42,11 +41,16 @@ pub(crate) struct Renames {
     pub resources: Vec<NameChange>,
 }
 
-/// Where a renamed pipeline's rows are: its id, team and name.
+/// Where a renamed pipeline's rows are.
 pub(super) struct At<'a> {
+    /// Its id.
     pub id: i64,
+    /// Its team.
     pub team: &'a str,
+    /// Its name.
     pub pipeline: &'a str,
+    /// What stands for its id in a scope given (`db::PIPELINE_ID`).
+    pub id_placeholder: &'a str,
 }
 
 /// Applies `renames` to pipeline `at` in `tx`, before its jobs and
@@ -205,7 +209,10 @@ async fn rename_resource(
         return Ok(());
     };
     let id = at.id.to_string();
-    let (from, to) = (from.replace(PIPELINE_ID, &id), to.replace(PIPELINE_ID, &id));
+    let (from, to) = (
+        from.replace(at.id_placeholder, &id),
+        to.replace(at.id_placeholder, &id),
+    );
     let (scope_now,): (String,) =
         sqlx::query_as("SELECT scope FROM pipeline_resources WHERE pipeline_id = $1 AND name = $2")
             .bind(at.id)
@@ -236,4 +243,150 @@ async fn rename_resource(
         .await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{NameChange, Renames};
+    use crate::db::test_pg::PgDb;
+    use crate::db::{test_db, Db, ResourceRow, SetBy, PIPELINE_ID};
+
+    fn job(old: &str, new: &str) -> NameChange {
+        NameChange {
+            old: old.into(),
+            new: new.into(),
+            own_scopes: None,
+        }
+    }
+
+    /// Resource `name` keeping a history of its own.
+    fn resource(name: &str) -> ResourceRow {
+        ResourceRow {
+            name: name.into(),
+            scope: format!("pipeline:{PIPELINE_ID}/{name}"),
+            config: "c".into(),
+            check_every_ms: None,
+            pinned: None,
+        }
+    }
+
+    /// Sets pipeline `p` with `jobs`, `resources` and `renames`.
+    async fn set(
+        db: &Db,
+        jobs: &[&str],
+        resources: &[ResourceRow],
+        renames: &Renames,
+    ) -> Result<i64, crate::error::EngineError> {
+        let jobs: Vec<String> = jobs.iter().map(|j| j.to_string()).collect();
+        let by = SetBy {
+            renames: Some(renames),
+            ..SetBy::default()
+        };
+        db.pipelines()
+            .set_pipeline_by(
+                "main",
+                "p",
+                ("jobs: []", "{}"),
+                None,
+                &jobs,
+                (resources, &[]),
+                by,
+            )
+            .await
+            .map(|(row, _)| row.id)
+    }
+
+    async fn rows(db: &Db, sql: &str) -> Vec<String> {
+        let rows: Vec<(String,)> = sqlx::query_as(sql).fetch_all(db.pool()).await.unwrap();
+        rows.into_iter().map(|(r,)| r).collect()
+    }
+
+    /// A chain (`b` to `c`, then `a` to `b`) moves each job's builds one
+    /// step; a rename onto a job still stored is refused, and with it the
+    /// resource rename of the same set: nothing of that set is stored.
+    async fn renames_follow_chains_and_are_all_or_nothing(db: &Db) {
+        let none = Renames::default();
+        let id = set(db, &["a", "b"], &[resource("r1")], &none)
+            .await
+            .unwrap();
+        for (job, n) in [("a", 1), ("b", 7)] {
+            sqlx::query(
+                "INSERT INTO builds (team, status, plan, created_at, pipeline, job, build_number) \
+                 VALUES ('main', 'succeeded', '{}', 0, 'p', $1, $2)",
+            )
+            .bind(job)
+            .bind(n)
+            .execute(db.pool())
+            .await
+            .unwrap();
+        }
+        sqlx::query(
+            "INSERT INTO resource_versions (team, config, version, check_order, created_at) VALUES ($1, 'c', 'v1', 1, 0)",
+        )
+        .bind(format!("pipeline:{id}/r1"))
+        .execute(db.pool())
+        .await
+        .unwrap();
+
+        let chain = Renames {
+            jobs: vec![job("b", "c"), job("a", "b")],
+            resources: vec![],
+        };
+        set(db, &["b", "c"], &[resource("r1")], &chain)
+            .await
+            .unwrap();
+        let builds = rows(
+            db,
+            "SELECT job || ':' || build_number FROM builds ORDER BY job",
+        )
+        .await;
+        assert_eq!(builds, ["b:1", "c:7"]);
+
+        // `c` onto `b`, stored: refused; the resource's rename goes too.
+        let onto = Renames {
+            jobs: vec![job("c", "b")],
+            resources: vec![NameChange {
+                old: "r1".into(),
+                new: "r2".into(),
+                own_scopes: Some((
+                    format!("pipeline:{PIPELINE_ID}/r1"),
+                    format!("pipeline:{PIPELINE_ID}/r2"),
+                )),
+            }],
+        };
+        let e = set(db, &["b"], &[resource("r2")], &onto).await.unwrap_err();
+        assert!(e.to_string().contains("jobs[b].old_name"), "{e}");
+        let names = rows(db, "SELECT name FROM pipeline_resources").await;
+        assert_eq!(names, ["r1"]);
+        let scopes = rows(db, "SELECT team FROM resource_versions").await;
+        assert_eq!(scopes, [format!("pipeline:{id}/r1")]);
+        let jobs = rows(db, "SELECT name FROM pipeline_jobs ORDER BY name").await;
+        assert_eq!(jobs, ["b", "c"]);
+
+        // The resource alone: its own history moves with it.
+        let resource_only = Renames {
+            jobs: vec![],
+            ..onto
+        };
+        set(db, &["b", "c"], &[resource("r2")], &resource_only)
+            .await
+            .unwrap();
+        let scopes = rows(db, "SELECT team FROM resource_versions").await;
+        assert_eq!(scopes, [format!("pipeline:{id}/r2")]);
+        let checks = rows(db, "SELECT scope FROM resource_checks ORDER BY scope").await;
+        assert_eq!(checks, [format!("pipeline:{id}/r2")]);
+    }
+
+    #[tokio::test]
+    async fn renames_follow_chains_and_are_all_or_nothing_on_sqlite() {
+        let (db, _dir) = test_db().await;
+        renames_follow_chains_and_are_all_or_nothing(&db).await;
+    }
+
+    #[tokio::test]
+    async fn renames_follow_chains_and_are_all_or_nothing_on_postgres() {
+        let pg = PgDb::new().await;
+        renames_follow_chains_and_are_all_or_nothing(&pg.db).await;
+        pg.drop().await;
+    }
 }

@@ -273,6 +273,7 @@ impl Pipelines<'_> {
                 id,
                 team,
                 pipeline: name,
+                id_placeholder: PIPELINE_ID,
             };
             super::pipeline_renames::apply(&mut tx, &at, renames).await?;
         }
