@@ -328,6 +328,21 @@ mod tests {
         .await
         .unwrap();
 
+        // A pending build of `a` holds its turn (`serial`); a pipeline
+        // `b`'s step set names it as its parent.
+        sqlx::query("INSERT INTO build_turns (build_id, turn_key, max_in_flight) VALUES (1, 'main/p/job:a', 1)")
+            .execute(db.pool())
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO pipelines (team, name, config, config_version, created_at, updated_at, parent_pipeline_id, parent_job) \
+             VALUES ('main', 'child', 'jobs: []', 1, 0, 0, $1, 'b')",
+        )
+        .bind(id)
+        .execute(db.pool())
+        .await
+        .unwrap();
+
         let chain = Renames {
             jobs: vec![job("b", "c"), job("a", "b")],
             resources: vec![],
@@ -341,6 +356,10 @@ mod tests {
         )
         .await;
         assert_eq!(builds, ["b:1", "c:7"]);
+        let turns = rows(db, "SELECT turn_key FROM build_turns").await;
+        assert_eq!(turns, ["main/p/job:b"]);
+        let parents = rows(db, "SELECT parent_job FROM pipelines WHERE name = 'child'").await;
+        assert_eq!(parents, ["c"]);
 
         // `c` onto `b`, stored: refused; the resource's rename goes too.
         let onto = Renames {
