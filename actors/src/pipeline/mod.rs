@@ -22,6 +22,7 @@ pub(crate) mod model;
 mod parse_pipeline;
 mod parse_step;
 mod read;
+pub(crate) mod renames;
 pub(crate) mod step;
 mod validate;
 pub(crate) mod vars;
