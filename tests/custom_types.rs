@@ -330,3 +330,217 @@ fn a_stored_pipelines_resource_type_is_checked_on_its_own_and_its_builds_use_wha
     assert_eq!(told("told"), who.strip_prefix("user:").unwrap_or(who));
     assert_eq!(told("untold"), "untold");
 }
+
+/// Concourse's testflight `resource_type_check_test.go` ("Resource-types
+/// checks", on its `fixtures/resource-types.yml`), plus a type built on
+/// another (what `--shallow` spares) and a git-delivered type whose
+/// repository gains a commit. The pipeline stays paused: nothing but
+/// these commands checks anything.
+const TYPES: &str = r#"
+resource_types:
+- name: custom-resource-type
+  type: mock
+  source: {mirror_self: true, initial_version: ((hash))}
+- name: failing-custom-resource-type
+  type: mock
+  source: {check_failure: im totally failing to check}
+- name: layered
+  type: custom-resource-type
+  source: {mirror_self: true, initial_version: layered-v1}
+- name: greeter
+  type: git
+  source: {uri: ((uri)), branch: main}
+resources:
+- name: my-resource-image
+  type: custom-resource-type
+  source:
+    mirror_self: true
+    create_files: {unique: ((hash))}
+jobs:
+- name: resource-imager
+  plan:
+  - get: my-resource-image
+"#;
+
+/// The build a `check-resource`/`check-resource-type` announced
+/// ("checking P/R (build N)"), and its exit code.
+fn checked(url: &str, args: &[&str]) -> (i64, Option<i32>, String) {
+    let out = client(url, args);
+    let (stdout, stderr) = text(&out);
+    let id = stderr
+        .split("(build ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|n| n.parse::<i64>().ok())
+        .unwrap_or_else(|| panic!("no build announced:\n{stdout}\n{stderr}"));
+    (id, out.status.code(), format!("{stdout}\n{stderr}"))
+}
+
+/// The resources (or types) build `id` checked, in order.
+fn checks_in(url: &str, id: i64) -> Vec<String> {
+    common::nodes::events(url, id)
+        .iter()
+        .filter(|e| e["type"] == "resource" && e["action"] == "check")
+        .map(|e| e["resource"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The newest version `verb -r what` lists (`resource-versions` or
+/// `resource-type-versions`).
+fn newest(url: &str, verb: &str, what: &str) -> serde_json::Value {
+    let out = client(url, &[verb, "-r", what, "--json"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let all: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    all.first()
+        .map(|v| v["version"].clone())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+fn check_resource_type(kind: DbKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(kind);
+    let bare = greeter_repo(dir.path());
+    let seed = dir.path().join("greeter-seed");
+    let first = git(&seed, &["rev-parse", "HEAD"]).trim().to_string();
+    let daemon = GitDaemon::serve(dir.path());
+    let server = quickstart(dir.path(), &db, &["--backend", "runc"]);
+    let url = &server.url;
+    let file = dir.path().join("p.yml");
+    write(&file, TYPES);
+    let uri = format!("uri={}", daemon.uri("greeter.git"));
+    let set = client(
+        url,
+        &[
+            "set-pipeline",
+            "-p",
+            "p",
+            "-c",
+            file.to_str().unwrap(),
+            "-v",
+            &uri,
+            "-v",
+            "hash=h1",
+        ],
+    );
+    assert!(set.status.success(), "{}", text(&set).1);
+
+    // "can check the resource-type".
+    let (_, code, said) = checked(url, &["check-resource-type", "-r", "p/custom-resource-type"]);
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(
+        newest(url, "resource-type-versions", "p/custom-resource-type"),
+        serde_json::json!({"version": "h1"})
+    );
+
+    // "when there is a new version": checked from it, it is the type's
+    // newest, and what uses the type runs in that image (mock's check
+    // there answers the image's MIRRORED_VERSION).
+    let (_, code, said) = checked(
+        url,
+        &[
+            "check-resource-type",
+            "-r",
+            "p/custom-resource-type",
+            "-f",
+            "version:v-new",
+        ],
+    );
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(
+        newest(url, "resource-type-versions", "p/custom-resource-type"),
+        serde_json::json!({"version": "v-new"})
+    );
+    let (_, code, said) = checked(url, &["check-resource", "-r", "p/my-resource-image"]);
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(
+        newest(url, "resource-versions", "p/my-resource-image"),
+        serde_json::json!({"version": "v-new"})
+    );
+
+    // "when the resource-type check fails": exit 1, saying why.
+    let (_, code, said) = checked(
+        url,
+        &["check-resource-type", "-r", "p/failing-custom-resource-type"],
+    );
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("im totally failing to check"), "{said}");
+
+    // A type built on another checks that one first, unless --shallow.
+    let (id, code, said) = checked(url, &["check-resource-type", "-r", "p/layered"]);
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(checks_in(url, id), ["custom-resource-type", "layered"]);
+    let (id, code, said) = checked(url, &["check-resource-type", "-r", "p/layered", "--shallow"]);
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(checks_in(url, id), ["layered"]);
+    assert_eq!(
+        newest(url, "resource-type-versions", "p/layered"),
+        serde_json::json!({"version": "layered-v1"})
+    );
+
+    // A type whose source gains a version: the next check finds it.
+    let (_, code, said) = checked(url, &["check-resource-type", "-r", "p/greeter"]);
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(
+        newest(url, "resource-type-versions", "p/greeter"),
+        serde_json::json!({"ref": first})
+    );
+    write(&seed.join("note"), "two");
+    git(&seed, &["add", "note"]);
+    git(&seed, &["commit", "-q", "-m", "two"]);
+    git(&seed, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    let second = git(&seed, &["rev-parse", "HEAD"]).trim().to_string();
+    let (_, code, said) = checked(url, &["check-resource-type", "-r", "p/greeter"]);
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(
+        newest(url, "resource-type-versions", "p/greeter"),
+        serde_json::json!({"ref": second})
+    );
+
+    // An unknown type: one line naming it, non-zero; the API answers 404
+    // JSON, and a bad body 400 JSON.
+    let out = client(url, &["check-resource-type", "-r", "p/nope"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(one_error_line(&out).contains("nope"), "{}", text(&out).1);
+    let http = reqwest::blocking::Client::new();
+    let post = |t: &str, body: &str| {
+        let resp = http
+            .post(format!(
+                "{url}/api/v1/teams/main/pipelines/p/resource-types/{t}/check"
+            ))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .unwrap();
+        let status = resp.status().as_u16();
+        let json: serde_json::Value = resp.json().unwrap_or(serde_json::Value::Null);
+        (status, json)
+    };
+    let (status, json) = post("nope", "{}");
+    assert_eq!(status, 404, "{json}");
+    assert!(json["error"].as_str().unwrap_or_default().contains("nope"), "{json}");
+    for bad in [
+        r#"{"shallow": "yes"}"#,
+        r#"{"from": "v1"}"#,
+        r#"{"form": {"version": "v1"}}"#,
+    ] {
+        let (status, json) = post("custom-resource-type", bad);
+        assert_eq!(status, 400, "{bad}: {json}");
+        assert!(json["error"].is_string(), "{bad}: {json}");
+    }
+}
+
+#[test]
+fn check_resource_type_finds_new_versions_of_a_custom_type_sqlite() {
+    if !runc_runs_here() {
+        return;
+    }
+    check_resource_type(DbKind::Sqlite);
+}
+
+#[test]
+fn check_resource_type_finds_new_versions_of_a_custom_type_postgres() {
+    if !runc_runs_here() {
+        return;
+    }
+    check_resource_type(DbKind::Postgres);
+}

@@ -116,6 +116,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "listJobBuilds",
         "listResources",
         "listResourceVersions",
+        "listResourceTypeVersions",
         "pipelineFeed",
     ] {
         m.insert(op, Role(VIEWER, true));
@@ -129,6 +130,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "pausePipeline",
         "unpausePipeline",
         "checkResource",
+        "checkResourceType",
         "pinResource",
         "unpinResource",
         "enableResourceVersion",
@@ -188,7 +190,8 @@ enum Outcome {
     Unauthenticated,
 }
 
-const PIPELINE: &str = "resources:\n- name: r\n  type: mock\n  check_every: never\n  source: {initial_version: v0}\n\
+const PIPELINE: &str = "resource_types:\n- name: rt\n  type: mock\n  check_every: never\n  source: {}\n\
+resources:\n- name: r\n  type: mock\n  check_every: never\n  source: {initial_version: v0}\n\
 jobs:\n- name: j\n  plan:\n  - get: r\n  - task: t\n    config: {platform: linux, run: {path: echo, args: [hi]}}\n";
 
 fn client_as(url: &str, token: &str, args: &[&str]) -> String {
@@ -302,6 +305,7 @@ fn set_up(dir: &std::path::Path, url: &str) -> (Vec<Caller>, BTreeMap<&'static s
         ("pipeline", "p".to_string()),
         ("job", "j".to_string()),
         ("resource", "r".to_string()),
+        ("resource_type", "rt".to_string()),
         ("build", build["id"].to_string()),
         ("handle", "no-such-handle".to_string()),
         ("name", "no-such-name".to_string()),
@@ -357,6 +361,7 @@ fn fill(path: &str, op: &str, params: &BTreeMap<&str, String>) -> String {
         .replace("{pipeline}", &params["pipeline"])
         .replace("{job}", &params["job"])
         .replace("{resource}", &params["resource"])
+        .replace("{resource_type}", &params["resource_type"])
         .replace("{build}", &params["build"])
         .replace("{handle}", &params["handle"])
         .replace("{name}", name)

@@ -37,6 +37,7 @@ pub async fn check(client: &ApiClient, args: CheckArgs) -> anyhow::Result<i32> {
         scope: None,
         resource_type: false,
         pipeline_name: None,
+        types_first: false,
     };
     stored.plan().map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let body = serde_json::json!({

@@ -3,7 +3,8 @@
 //! `pause-pipeline`/`unpause-pipeline`, `archive-pipeline`,
 //! `pause-job`/`unpause-job`,
 //! `trigger-job`, `why`, `resources`, `resource-versions`,
-//! `check-resource`, `pin-resource`/`unpin-resource`,
+//! `check-resource`, `check-resource-type`, `resource-type-versions`,
+//! `pin-resource`/`unpin-resource`,
 //! `disable-resource-version`/`enable-resource-version`. (`jobs -p` and
 //! `builds -j P/J` extend the verbs of the same names.)
 
@@ -213,6 +214,40 @@ pub enum PipelineCommand {
         /// Check from this version: KEY:VALUE (repeatable).
         #[arg(short = 'f', long = "from")]
         from: Vec<String>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Check a stored pipeline's resource type now (a check build of its
+    /// image), optionally from a version; waits for it and exits non-zero
+    /// when it did not succeed. The custom types it is built on are
+    /// checked first unless --shallow.
+    CheckResourceType {
+        /// PIPELINE/RESOURCE-TYPE.
+        #[arg(short = 'r', long = "resource-type")]
+        resource_type: String,
+        /// Check from this version: KEY:VALUE (repeatable).
+        #[arg(short = 'f', long = "from")]
+        from: Vec<String>,
+        /// Check the resource type itself only, not the types it is built on.
+        #[arg(long)]
+        shallow: bool,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// List the versions of a resource type's image its checks found,
+    /// newest first.
+    ResourceTypeVersions {
+        /// PIPELINE/RESOURCE-TYPE.
+        #[arg(short = 'r', long = "resource-type")]
+        resource_type: String,
+        /// How many.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Print JSON (the API's versions: version, check_order).
+        #[arg(long)]
+        json: bool,
         /// Team.
         #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
         team: String,

@@ -270,18 +270,53 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
         } => {
             let (p, r) = split("--resource", &resource)?;
             let path = format!("{}/resources/{}/check", pipeline_path(&team, p), segment(r));
-            let body = if from.is_empty() {
-                json!({})
-            } else {
-                json!({ "from": version_of("--from", &from)? })
-            };
-            let build: Value = client.post(&path, &body).await?;
-            let id = build["id"]
-                .as_i64()
-                .context("the answer holds no build id")?;
-            eprintln!("checking {resource} (build {id})");
-            let ended = follow(client, id, StepLines::Told).await?;
-            Ok(ended.run_exit_code(id))
+            let mut body = json!({});
+            if !from.is_empty() {
+                body["from"] = version_of("--from", &from)?;
+            }
+            check_now(client, &path, &body, &resource).await
+        }
+        C::CheckResourceType {
+            resource_type,
+            from,
+            shallow,
+            team,
+        } => {
+            let (p, t) = split("--resource-type", &resource_type)?;
+            let path = format!(
+                "{}/resource-types/{}/check",
+                pipeline_path(&team, p),
+                segment(t)
+            );
+            let mut body = json!({ "shallow": shallow });
+            if !from.is_empty() {
+                body["from"] = version_of("--from", &from)?;
+            }
+            check_now(client, &path, &body, &resource_type).await
+        }
+        C::ResourceTypeVersions {
+            resource_type,
+            limit,
+            json,
+            team,
+        } => {
+            let (p, t) = split("--resource-type", &resource_type)?;
+            let path = format!(
+                "{}/resource-types/{}/versions?limit={}",
+                pipeline_path(&team, p),
+                segment(t),
+                limit.clamp(1, 500)
+            );
+            let all: Vec<Value> = client.get_pages(&path, limit).await?;
+            if json {
+                crate::outln!("{}", serde_json::to_string_pretty(&all)?);
+                return Ok(0);
+            }
+            print_table(
+                &["version"],
+                all.iter().map(|v| vec![v["version"].to_string()]).collect(),
+            );
+            Ok(0)
         }
         C::PinResource {
             resource,
@@ -325,6 +360,24 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
             team,
         } => able(client, &team, &resource, &version, "enable").await,
     }
+}
+
+/// Starts the check build `path` answers to `body`, says so (`checking
+/// WHAT (build N)`) and follows it: its exit code (non-zero when it did
+/// not succeed, as fly's `check-resource` and `check-resource-type`).
+async fn check_now(
+    client: &ApiClient,
+    path: &str,
+    body: &Value,
+    what: &str,
+) -> anyhow::Result<i32> {
+    let build: Value = client.post(path, body).await?;
+    let id = build["id"]
+        .as_i64()
+        .context("the answer holds no build id")?;
+    eprintln!("checking {what} (build {id})");
+    let ended = follow(client, id, StepLines::Told).await?;
+    Ok(ended.run_exit_code(id))
 }
 
 /// Asks `question [yN]` on a terminal (as fly, on stdout): true for `y`

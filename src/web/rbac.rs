@@ -62,6 +62,7 @@ pub const DEFAULT_ROLES: &[(&str, Role)] = &[
     ("listJobBuilds", Role::Viewer),
     ("listResources", Role::Viewer),
     ("listResourceVersions", Role::Viewer),
+    ("listResourceTypeVersions", Role::Viewer),
     ("dashboardEvents", Role::Viewer),
     ("pipelineFeed", Role::Viewer),
     // Operating pipelines.
@@ -73,6 +74,7 @@ pub const DEFAULT_ROLES: &[(&str, Role)] = &[
     ("pausePipeline", Role::PipelineOperator),
     ("unpausePipeline", Role::PipelineOperator),
     ("checkResource", Role::PipelineOperator),
+    ("checkResourceType", Role::PipelineOperator),
     ("pinResource", Role::PipelineOperator),
     ("unpinResource", Role::PipelineOperator),
     ("enableResourceVersion", Role::PipelineOperator),

@@ -12,7 +12,7 @@ use utoipa::OpenApi as _;
 
 use super::api::{
     artifacts, audit, build_log, builds, gc, gc_admin, hijack, jobs, pipelines, queue, reruns,
-    secrets, sessions, teams, workers,
+    resource_types, secrets, sessions, teams, workers,
 };
 use super::{dashboard, health, metrics, openapi};
 
@@ -124,6 +124,8 @@ routes! {
     post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/unpin" => pipelines::unpin;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/disable" => pipelines::disable;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/enable" => pipelines::enable;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/resource-types/{resource_type}/versions" => resource_types::versions;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/resource-types/{resource_type}/check" => resource_types::check;
     get "/api/v1/teams/{team}/secrets" => secrets::list;
     put "/api/v1/teams/{team}/secrets/{name}" => secrets::set_team;
     delete "/api/v1/teams/{team}/secrets/{name}" => secrets::destroy_team;

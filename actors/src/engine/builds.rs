@@ -217,6 +217,7 @@ impl Engine {
             scope: None,
             resource_type: false,
             pipeline_name: None,
+            types_first: false,
         };
         let plan_of = stored.clone();
         let plan = off_thread("reading the pipeline", PIPELINE_BUDGET, move |_| {

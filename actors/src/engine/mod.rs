@@ -15,6 +15,7 @@ mod pipeline_jobs;
 mod pipeline_list;
 mod pipelines;
 mod reruns;
+mod resource_types;
 mod secrets;
 pub use secrets::MAX_SECRET;
 mod takeover;

@@ -627,6 +627,18 @@ impl Engine {
         r: &ResourceRow,
         of_type: bool,
     ) -> Result<i64, EngineError> {
+        self.start_check_with(row, r, of_type, false).await
+    }
+
+    /// [`Engine::start_check`], checking first the custom types the
+    /// checked one is built on when `types_first`.
+    pub(super) async fn start_check_with(
+        &self,
+        row: &PipelineRow,
+        r: &ResourceRow,
+        of_type: bool,
+        types_first: bool,
+    ) -> Result<i64, EngineError> {
         let stored = crate::plan::CheckPlan {
             pipeline: row.config.clone(),
             check: r.name.clone(),
@@ -634,6 +646,7 @@ impl Engine {
             scope: Some(r.scope.clone()),
             resource_type: of_type,
             pipeline_name: Some(row.name.clone()),
+            types_first,
         };
         let plan_of = stored.clone();
         let what = format!("reading pipeline {:?}", row.name);

@@ -147,6 +147,11 @@ pub struct CheckStep {
     /// Where the versions found are kept (none: the build's team's one-off
     /// history; see `crate::resources::scope`).
     pub scope: Option<String>,
+    /// Check the custom types `config`'s type is built on first, deepest
+    /// first, each into its own history (`check-resource-type` without
+    /// `--shallow`, as Concourse's check plan skipping their intervals
+    /// recursively); else their newest stored versions are used.
+    pub types_first: bool,
 }
 
 /// How a `load_var` file is read.

@@ -130,6 +130,10 @@ pub struct CheckPlan {
     /// looks up first (none: `gantry check`, the team's alone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline_name: Option<String>,
+    /// Whether the custom types the checked one is built on are checked
+    /// first (`check-resource-type` without `--shallow`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub types_first: bool,
 }
 
 impl CheckPlan {
@@ -166,6 +170,7 @@ impl CheckPlan {
             config,
             tags: r.tags.clone(),
             scope: self.scope.clone(),
+            types_first: self.types_first,
         })))
     }
 
@@ -188,6 +193,7 @@ impl CheckPlan {
             config: image,
             tags: declared.tags.clone(),
             scope: self.scope.clone(),
+            types_first: self.types_first,
         })))
     }
 }
@@ -234,6 +240,7 @@ mod tests {
             scope: None,
             resource_type: false,
             pipeline_name: None,
+            types_first: false,
         };
         let Err(EngineError::Invalid(m)) = plan.plan() else {
             panic!()
@@ -263,6 +270,7 @@ mod tests {
             scope: Some("team:main".into()),
             resource_type: true,
             pipeline_name: None,
+            types_first: false,
         };
         let Plan::Step(StepDef::Check(step)) = plan.plan().unwrap() else {
             panic!()

@@ -23,6 +23,7 @@ pub mod paging;
 pub mod pipelines;
 pub mod queue;
 pub mod reruns;
+pub mod resource_types;
 pub mod secrets;
 pub mod sessions;
 pub mod teams;
