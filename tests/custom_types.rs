@@ -425,7 +425,10 @@ fn check_resource_type(kind: DbKind) {
     assert!(set.status.success(), "{}", text(&set).1);
 
     // "can check the resource-type".
-    let (_, code, said) = checked(url, &["check-resource-type", "-r", "p/custom-resource-type"]);
+    let (_, code, said) = checked(
+        url,
+        &["check-resource-type", "-r", "p/custom-resource-type"],
+    );
     assert_eq!(code, Some(0), "{said}");
     assert_eq!(
         newest(url, "resource-type-versions", "p/custom-resource-type"),
@@ -460,7 +463,11 @@ fn check_resource_type(kind: DbKind) {
     // "when the resource-type check fails": exit 1, saying why.
     let (_, code, said) = checked(
         url,
-        &["check-resource-type", "-r", "p/failing-custom-resource-type"],
+        &[
+            "check-resource-type",
+            "-r",
+            "p/failing-custom-resource-type",
+        ],
     );
     assert_eq!(code, Some(1), "{said}");
     assert!(said.contains("im totally failing to check"), "{said}");
@@ -469,7 +476,10 @@ fn check_resource_type(kind: DbKind) {
     let (id, code, said) = checked(url, &["check-resource-type", "-r", "p/layered"]);
     assert_eq!(code, Some(0), "{said}");
     assert_eq!(checks_in(url, id), ["custom-resource-type", "layered"]);
-    let (id, code, said) = checked(url, &["check-resource-type", "-r", "p/layered", "--shallow"]);
+    let (id, code, said) = checked(
+        url,
+        &["check-resource-type", "-r", "p/layered", "--shallow"],
+    );
     assert_eq!(code, Some(0), "{said}");
     assert_eq!(checks_in(url, id), ["layered"]);
     assert_eq!(
@@ -517,7 +527,10 @@ fn check_resource_type(kind: DbKind) {
     };
     let (status, json) = post("nope", "{}");
     assert_eq!(status, 404, "{json}");
-    assert!(json["error"].as_str().unwrap_or_default().contains("nope"), "{json}");
+    assert!(
+        json["error"].as_str().unwrap_or_default().contains("nope"),
+        "{json}"
+    );
     for bad in [
         r#"{"shallow": "yes"}"#,
         r#"{"from": "v1"}"#,

@@ -290,5 +290,21 @@ mod tests {
             panic!()
         };
         assert!(m.contains("no resource type \"other\""), "{m}");
+        // `check-resource-type` without `--shallow`: its step checks the
+        // types below first.
+        let Plan::Step(StepDef::Check(step)) = CheckPlan {
+            pipeline: pipeline.into(),
+            check: "mine".into(),
+            vars: Vars::new(),
+            scope: None,
+            resource_type: true,
+            pipeline_name: None,
+            types_first: true,
+        }
+        .plan()
+        .unwrap() else {
+            panic!()
+        };
+        assert!(step.types_first);
     }
 }
