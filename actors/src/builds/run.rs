@@ -62,6 +62,9 @@ pub(crate) struct BuildDeps {
     /// Stored pipelines share versions per resource config (a
     /// `set_pipeline` step stores its pipeline's resources so).
     pub global_resources: bool,
+    /// How long a check may take when its resource sets no
+    /// `check_timeout` (`PipelinesConfig::check_timeout`).
+    pub check_timeout: Option<std::time::Duration>,
     /// This web node's name (on the rows of its steps waiting for a
     /// worker, the fleet's queue).
     pub node_name: String,
@@ -139,6 +142,7 @@ impl BuildRun {
             locals: self.locals.clone(),
             streams: self.deps.streams.clone(),
             global_resources: self.deps.global_resources,
+            check_timeout: self.deps.check_timeout,
         }
     }
 

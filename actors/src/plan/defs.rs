@@ -147,6 +147,10 @@ pub struct CheckStep {
     /// Where the versions found are kept (none: the build's team's one-off
     /// history; see `crate::resources::scope`).
     pub scope: Option<String>,
+    /// The resource's `check_timeout`; none: the node's default (a
+    /// resource type's image check always takes the default: Concourse's
+    /// resource types have no `check_timeout`).
+    pub check_timeout: Option<std::time::Duration>,
 }
 
 /// How a `load_var` file is read.

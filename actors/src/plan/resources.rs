@@ -166,6 +166,7 @@ impl CheckPlan {
             config,
             tags: r.tags.clone(),
             scope: self.scope.clone(),
+            check_timeout: r.check_timeout,
         })))
     }
 
@@ -188,6 +189,7 @@ impl CheckPlan {
             config: image,
             tags: declared.tags.clone(),
             scope: self.scope.clone(),
+            check_timeout: None,
         })))
     }
 }

@@ -18,6 +18,7 @@ impl CheckStep {
             name: &self.name,
             config: &self.config,
             image: &image,
+            check_timeout: self.check_timeout,
         };
         fetch::check(ctx, &r, self.scope.as_deref()).await?;
         Ok(StepEnd::Exited(0))

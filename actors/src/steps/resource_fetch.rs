@@ -9,6 +9,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 use tracing::Instrument as _;
 
 use futures::StreamExt;
@@ -80,6 +81,9 @@ pub(crate) struct Resource<'a> {
     pub config: &'a ResourceConfig,
     /// Where its scripts run.
     pub image: &'a TypeImage,
+    /// How long its `check` may take (the resource's `check_timeout`);
+    /// none: the node's default ([`StepContext::default_check_timeout`]).
+    pub check_timeout: Option<Duration>,
 }
 
 /// Stores and shows what a resource's script answered (a `resource` event
@@ -135,7 +139,10 @@ async fn own_scope(ctx: &StepContext, stored: Option<&str>) -> Result<String, En
 
 /// Runs `check` from the newest stored version, stores what it reports
 /// (under `scope`, else the build's team's one-off history) and returns it
-/// (oldest first).
+/// (oldest first). A check running past its timeout (the resource's
+/// `check_timeout`, else the node's default; its container made within it,
+/// as Concourse's check step does) fails with `timeout exceeded`, told in
+/// an error event; its container goes with the step.
 pub(crate) async fn check(
     ctx: &mut StepContext,
     r: &Resource<'_>,
@@ -150,20 +157,33 @@ pub(crate) async fn check(
         "version": from.map(|v| v.version),
     });
     ResourceStats::count(&ctx.resource_stats().checks);
-    let answer = answered(
-        run_script(
-            ctx,
-            r.image,
-            Script {
-                name: "check",
-                dir: None,
-                request,
-                mounts: vec![],
-                env: vec![],
-            },
-        )
-        .await?,
-    )?;
+    let limit = r.check_timeout.or(ctx.default_check_timeout());
+    let run = run_script(
+        ctx,
+        r.image,
+        Script {
+            name: "check",
+            dir: None,
+            request,
+            mounts: vec![],
+            env: vec![],
+        },
+    );
+    let end = match limit {
+        Some(limit) => match tokio::time::timeout(limit, run).await {
+            Ok(end) => end?,
+            Err(_) => {
+                ctx.emit(&BuildEvent::Error {
+                    message: crate::steps::TIMEOUT_EXCEEDED.to_string(),
+                    time: crate::db::now_ms(),
+                })
+                .await?;
+                return Err(Halt::End(StepEnd::TimedOut));
+            }
+        },
+        None => run.await?,
+    };
+    let answer = answered(end)?;
     let versions = check_answer(&answer)?;
     let rows: Vec<(Value, Value)> = versions.iter().map(|v| (v.clone(), json!([]))).collect();
     db.versions().save_versions(&scope, &key, &rows).await?;
@@ -500,6 +520,7 @@ async fn fetch_image_in(
         name,
         config,
         image: &image,
+        check_timeout: None,
     };
     let version = image_version(ctx, &r, pinned).await?;
     let key = config.cache_key(&version, &json!({"image": params}));
