@@ -274,7 +274,8 @@ fn check_resource(url: &str, resource: &str) -> (Option<i32>, String, Duration) 
 
 /// A check running past its timeout fails with `timeout exceeded` and
 /// `check-resource` exits 1, at about the timeout, not when the check
-/// would have ended: the resource's `check_timeout`, else the node's
+/// would have ended (so does the check a one-off run's `get` makes): the
+/// resource's `check_timeout`, else the node's
 /// `resource_check_timeout_secs` (which a resource type's image check
 /// takes). A check ending in time succeeds. `check_timeout` on a resource
 /// type is refused, as Concourse's strict config refuses it.
@@ -306,6 +307,17 @@ fn checks_time_out(kind: DbKind) {
     }
     let (code, said, _) = check_resource(url, "quick-resource");
     assert_eq!(code, Some(0), "{said}");
+
+    // A one-off run's get checks first, under the same check_timeout.
+    let started = std::time::Instant::now();
+    let out = gantry_run(url, dir.path(), &["-p", "cto.yml", "-j", "resource-getter"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        format!("{stdout}{stderr}").contains("timeout exceeded"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(40));
 
     // A resource type has no `check_timeout` in Concourse's config.
     let typed = dir.path().join("typed.yml");

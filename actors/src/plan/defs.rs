@@ -98,6 +98,9 @@ pub struct GetStep {
     pub params: Value,
     /// Tags a worker must have.
     pub tags: Vec<String>,
+    /// The resource's `check_timeout`, for the check a get without a
+    /// version runs first (none: the node's default).
+    pub check_timeout: Option<std::time::Duration>,
 }
 
 /// Which of the build's artifacts a put sees (`inputs`).

@@ -68,6 +68,7 @@ pub(super) fn get_step(
         version,
         params: params(name, "params", &get.params)?,
         tags: tags_of(tags, r),
+        check_timeout: r.check_timeout,
     })
 }
 
