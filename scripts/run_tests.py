@@ -37,6 +37,7 @@ SLOW_FIRST = [
     "gc_pressure",
     "gantry_actors::lib",
     "web_restart",
+    "worker_restart",
     "rolling_upgrade",
     "dashboard_browser",
     "web_nodes_start",

@@ -93,6 +93,15 @@ pub struct WebConfig {
     /// takeover, before the step errors naming the worker and the wait. A worker restarted with its web node
     /// registers again on a new port a moment later. Default 60.
     pub worker_return_timeout_secs: u64,
+    /// How long a step whose connection to its worker dropped while it
+    /// ran (the worker killed or restarted, its connection refused or
+    /// reset, its heartbeat lapsed) waits for the worker to come back, in
+    /// seconds, before the step errors naming the worker (or, with
+    /// `rerun_when_worker_disappears`, runs again elsewhere). Back in
+    /// time (a worker started again on the same work dir), the step
+    /// reattaches to its process, which the worker's keeper kept running,
+    /// and is not run again. Default 120.
+    pub worker_reconnect_grace_secs: u64,
     /// Prune a worker that stays stalled this many seconds; 0 never
     /// prunes. Default 86400 (a day: long enough for a machine's repair,
     /// short enough that a worker gone for good leaves the list).
@@ -119,6 +128,20 @@ pub struct WebConfig {
     pub users: std::collections::BTreeMap<String, String>,
     /// How long a sign-in's token lives, in minutes. Default 1440 (24 h).
     pub session_minutes: u64,
+    /// Threads checking local users' passwords at once, each holding one
+    /// argon2 check's memory (19 MiB with `gantry hash-password`'s
+    /// parameters) for good: the most password checks take. Default: one
+    /// per CPU, at most 4.
+    pub password_check_threads: usize,
+    /// Password checks that may wait for a thread; past it (or past a
+    /// client address's share, a quarter of threads and queue together) a
+    /// sign-in is refused at once with 503 and `Retry-After`. Default 16.
+    pub password_check_queue: usize,
+    /// Reverse proxies (addresses or CIDR networks) whose
+    /// `X-Forwarded-For` names the client, for what is counted per client
+    /// address (the sign-in throttle). Default none: the client is the TCP
+    /// peer.
+    pub trusted_proxies: Vec<String>,
     /// An OpenID Connect provider people sign in through (`[web.oidc]`).
     /// Default: none.
     pub oidc: Option<OidcConfig>,
@@ -579,6 +602,8 @@ impl Default for WebConfig {
             stream_encoding: "zstd".into(),
             rerun_when_worker_disappears: false,
             worker_return_timeout_secs: gantry_actors::api::DEFAULT_WORKER_RETURN.as_secs(),
+            worker_reconnect_grace_secs: gantry_actors::api::DEFAULT_WORKER_RECONNECT_GRACE
+                .as_secs(),
             global_resources: true,
             pipeline_interval_ms: 500,
             max_checks_per_interval: 50,
@@ -592,6 +617,11 @@ impl Default for WebConfig {
             rbac: Default::default(),
             users: Default::default(),
             session_minutes: 24 * 60,
+            password_check_threads: std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .min(4),
+            password_check_queue: 16,
+            trusted_proxies: Vec::new(),
             oidc: None,
             github: None,
             open_api: false,

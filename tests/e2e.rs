@@ -29,6 +29,8 @@ mod bench_builds;
 #[cfg(feature = "bench")]
 mod bench_container_start;
 #[cfg(feature = "bench")]
+mod bench_deep_yaml;
+#[cfg(feature = "bench")]
 mod bench_follow;
 #[cfg(feature = "bench")]
 mod bench_gc;
@@ -43,6 +45,8 @@ mod bench_s3;
 mod bench_scheduling;
 #[cfg(feature = "bench")]
 mod bench_secrets;
+#[cfg(feature = "bench")]
+mod bench_sign_ins;
 #[cfg(feature = "bench")]
 mod bench_stream;
 #[cfg(feature = "bench")]
@@ -101,7 +105,9 @@ mod secrets;
 mod secrets_aws;
 mod secrets_kubernetes;
 mod secrets_vault;
+mod sign_in_load;
 mod streaming;
+mod strict_input;
 mod tar_safety;
 mod task_caches;
 mod task_start_errors;
@@ -115,3 +121,4 @@ mod web_nodes_s3;
 mod web_nodes_sessions;
 mod web_nodes_start;
 mod web_restart;
+mod worker_restart;

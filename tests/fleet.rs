@@ -81,7 +81,8 @@ fn steps_land_only_where_their_constraints_allow() {
 fn a_killed_worker_stalls_its_step_fails_naming_it_and_it_comes_back() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(DbKind::Sqlite);
-    let web = start_web(dir.path(), &db, "");
+    // Its step waits 2 s for it to come back, then fails.
+    let web = start_web(dir.path(), &db, "[web]\nworker_reconnect_grace_secs = 2\n");
     let mut victim = start_worker(dir.path(), &web.url, "victim", &["--tag", "v"]);
     wait_running(&web.url, 1);
     let t = task(dir.path(), "long", "echo started; sleep 15");
@@ -106,7 +107,10 @@ fn a_killed_worker_stalls_its_step_fails_naming_it_and_it_comes_back() {
     let status = wait_child(&mut exec, Duration::from_secs(30));
     assert!(!status.success());
     let err = std::fs::read_to_string(dir.path().join("long.err")).unwrap();
-    assert!(err.contains("worker victim"), "{err}");
+    assert!(
+        err.contains("worker victim did not come back within 2s"),
+        "{err}"
+    );
     assert_eq!(worker_json(&web.url, "victim").unwrap()["active_tasks"], 0);
     // A stalled worker gets no new work.
     let out = client(&web.url, &["execute", "-c", &t, "--tag", "v"]);
@@ -145,10 +149,11 @@ fn a_killed_worker_stalls_its_step_fails_naming_it_and_it_comes_back() {
 fn with_rerun_a_step_whose_worker_vanishes_runs_again_elsewhere() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::new(DbKind::Sqlite);
+    // The step waits 2 s for its worker to come back, then runs elsewhere.
     let web = start_web(
         dir.path(),
         &db,
-        "[web]\nrerun_when_worker_disappears = true\n",
+        "[web]\nrerun_when_worker_disappears = true\nworker_reconnect_grace_secs = 2\n",
     );
     let mut workers: BTreeMap<&str, Server> = BTreeMap::new();
     for name in ["r1", "r2"] {

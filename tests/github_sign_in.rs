@@ -5,7 +5,7 @@
 //! against the challenge the node sent, as GitHub does, and says who the
 //! token is and which organisations and teams they are in. The node makes
 //! `github:LOGIN` of team red through the role given to `--github-team`,
-//! refuses a code GitHub refuses, and uses a state once.
+//! refuses a code GitHub refuses, and an answer replayed signs no one in.
 
 use crate::common;
 
@@ -23,7 +23,7 @@ type Expected = Arc<Mutex<Option<String>>>;
 
 /// A stand-in for github.com and api.github.com: the access token
 /// `gho_good` for the code `good` (when the verifier matches `expected`),
-/// GitHub's refusal for any other.
+/// GitHub's refusal for any other (and for `good` once used).
 fn github(expected: Expected) -> String {
     stand_in(move |path, auth, body| {
         let route = path.split('?').next().unwrap_or_default();
@@ -40,6 +40,10 @@ fn github(expected: Expected) -> String {
                         .get("redirect_uri")
                         .is_some_and(|r| r.ends_with("/auth/github/callback"))
                     && expected.lock().unwrap().as_deref() == Some(challenge.as_str());
+                if good {
+                    // GitHub takes a code once.
+                    *expected.lock().unwrap() = None;
+                }
                 // GitHub answers a refused code with 200 and an error.
                 match good {
                     true => r#"{"access_token":"gho_good","token_type":"bearer","scope":"read:org,read:user"}"#.to_string(),
@@ -119,9 +123,10 @@ fn a_github_team_member_signs_in_with_the_teams_role_and_a_refused_code_makes_no
         ),
         "{me}"
     );
-    // The state was used: the same answer again is refused.
+    // The same answer again (cookie and all) is refused: GitHub takes a
+    // code once.
     let (status, error, session) = finish(url, "github", &begun, "good", false);
-    assert_eq!((status, session), (400, None), "{error}");
+    assert_eq!((status, session), (401, None), "{error}");
     // Taking the team's role away counts at the token's next request.
     let out = gantry()
         .args(["--url", url, "--token", ADMIN])

@@ -2,13 +2,15 @@
 //! registration key on a guarded node, and a worker acts only on itself;
 //! registrations are bounded; every write route answers bad bodies with
 //! JSON 4xx; slow bodies are cut off while other requests go on; the
-//! quickstart makes its own key.
+//! quickstart makes its own key; YAML nested 100,000 deep is refused in
+//! milliseconds of CPU.
 
 use crate::common;
 
 use std::io::{Read as _, Write as _};
 use std::time::{Duration, Instant};
 
+use common::rusage;
 use common::*;
 use serde_json::{json, Value};
 
@@ -821,9 +823,11 @@ fn yaml_and_json_bombs_are_refused_naming_their_bound_while_the_node_stays_small
     let p99 = times[times.len() * 99 / 100];
     assert!(times.len() >= 20, "{} answers", times.len());
     // The node did the work off its request threads: /healthz kept
-    // answering at once (a few ms; each under 100 ms).
+    // answering (a few ms, p99 printed below). Work on a request thread
+    // would stall it for seconds; the bound leaves room for a loaded
+    // machine running other tests (a 100 ms bound failed at load 12).
     assert!(
-        times[times.len() - 1] < Duration::from_millis(100),
+        times[times.len() - 1] < Duration::from_millis(1000),
         "/healthz answers: {times:?}"
     );
     // Nothing was built: the node's peak resident memory stayed small.
@@ -843,6 +847,98 @@ fn yaml_and_json_bombs_are_refused_naming_their_bound_while_the_node_stays_small
     // Nothing was stored.
     let pipelines = client_as(&web.url, ADMIN, &["pipelines", "--json"]);
     assert_eq!(String::from_utf8_lossy(&pipelines.stdout).trim(), "[]");
+}
+
+/// A document nested 100,000 levels deep (`x: [[[...]]]`, 200 KB), to
+/// `set-pipeline`, a one-off build's pipeline and `validate-plan`:
+/// refused naming the depth bound, at the 101st level, in milliseconds of
+/// CPU. (Read whole first, libyaml's cost grows with the square of the
+/// depth: 100,000 levels ran past the 30 s budget, and went on for a
+/// minute after the answer.) The server's CPU time is read from
+/// `/proc/PID/stat` around each request (in clock ticks, 10 ms each);
+/// `validate-plan`'s from `wait4`.
+fn deep_yaml_is_refused_while_read_in_milliseconds_of_cpu(kind: DbKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(kind);
+    let web = start_web(
+        dir.path(),
+        &db,
+        &format!("[web]\nadmin_token = \"{ADMIN}\"\n"),
+    );
+    let deep = format!("x: {}{}", "[".repeat(100_000), "]".repeat(100_000));
+    assert!(deep.len() > 200_000);
+    let bound = "nests deeper than 100 levels (limit 100)";
+    let http = reqwest::blocking::Client::new();
+    let pid = web.child.id();
+    let pipelines = format!("{}/api/v1/teams/main/pipelines", web.url);
+    let normal = "jobs:\n- name: j\n  plan:\n  - task: t\n    config: {platform: linux, run: {path: \"true\"}}\n";
+    let before = rusage::cpu_of(pid);
+    let resp = http
+        .put(format!("{pipelines}/normal"))
+        .bearer_auth(ADMIN)
+        .json(&json!({ "config": normal }))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200, "{}", resp.text().unwrap());
+    eprintln!(
+        "a normal set-pipeline: {:?} of the server's CPU",
+        rusage::cpu_of(pid) - before
+    );
+    for (what, req) in [
+        (
+            "set-pipeline",
+            http.put(format!("{pipelines}/deep"))
+                .json(&json!({ "config": deep })),
+        ),
+        (
+            "a one-off build",
+            http.post(format!("{}/api/v1/teams/main/builds", web.url))
+                .json(&json!({ "pipeline": deep, "job": "j" })),
+        ),
+    ] {
+        let before = rusage::cpu_of(pid);
+        let resp = req.bearer_auth(ADMIN).send().unwrap();
+        let spent = rusage::cpu_of(pid) - before;
+        let e = json_error(resp, what, Some(400));
+        eprintln!("{what} 100,000 deep: {spent:?} of the server's CPU");
+        assert!(e.contains(bound), "{what}: {e}");
+        assert!(spent < Duration::from_secs(1), "{what}: {spent:?} of CPU");
+    }
+    let file = dir.path().join("deep.yml");
+    write(&file, &deep);
+    let mut child = gantry()
+        .arg("validate-plan")
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let spent = rusage::wait_spent(&mut child, Duration::from_secs(30));
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    eprintln!("validate-plan 100,000 deep: {:?} of CPU", spent.cpu);
+    assert_eq!(spent.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(bound), "{stderr}");
+    assert!(spent.cpu < Duration::from_secs(1), "{:?} of CPU", spent.cpu);
+    // Nothing was stored but the normal pipeline.
+    let listed = client_as(&web.url, ADMIN, &["pipelines", "--json"]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+}
+
+#[test]
+fn deep_yaml_is_refused_while_read_in_milliseconds_of_cpu_sqlite() {
+    deep_yaml_is_refused_while_read_in_milliseconds_of_cpu(DbKind::Sqlite);
+}
+
+#[test]
+fn deep_yaml_is_refused_while_read_in_milliseconds_of_cpu_postgres() {
+    deep_yaml_is_refused_while_read_in_milliseconds_of_cpu(DbKind::Postgres);
 }
 
 /// Key rotation end to end, on a quickstart with runc: a pipeline whose

@@ -8,8 +8,8 @@
 //! its token on a loopback callback. Tokens no real provider would issue
 //! (forged, expired, for another issuer, audience or nonce) come from a
 //! small issuer of the test's own, whose keys the node reads the same way:
-//! each is refused with a clear error and leaves no session, and a state
-//! is used once.
+//! each is refused with a clear error and leaves no session, and an
+//! answer replayed signs no one in.
 
 use crate::common;
 
@@ -351,6 +351,75 @@ fn a_person_signs_in_through_a_real_provider_in_chromium_and_with_gantry_login()
     );
 }
 
+/// `/auth/PROVIDER/login` called `n` times, 16 at a time, by no one in
+/// particular: how many were not sent on to the provider (302).
+fn anonymous_sign_in_starts(url: &str, provider: &str, n: usize) -> usize {
+    let threads: Vec<_> = (0..16)
+        .map(|t| {
+            let url = format!("{url}/auth/{provider}/login");
+            std::thread::spawn(move || {
+                let client = no_redirects();
+                (t..n)
+                    .step_by(16)
+                    .filter(|_| {
+                        client
+                            .get(&url)
+                            .send()
+                            .map_or(true, |r| r.status().as_u16() != 302)
+                    })
+                    .count()
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).sum()
+}
+
+#[test]
+fn twenty_thousand_anonymous_sign_in_starts_leave_a_real_sign_in_working() {
+    let Some(chromium) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let (web_port, idp_port) = (free_port(), free_port());
+    let idp = start_provider(dir, idp_port, web_port, r#"{"alice": ["red-ops"]}"#);
+    let issuer = idp.url.clone();
+    // PostgreSQL, shared by web nodes (the table of sign-ins under way
+    // they once shared is what a loop on these routes filled).
+    let db = TestDb::new(DbKind::Postgres);
+    // GitHub's sign-in starts without reaching GitHub: a stand-in that is
+    // never called.
+    let config = format!(
+        "{}[web.github]\nclient_id = \"gh\"\nclient_secret = \"gh-secret\"\n\
+         web_url = \"http://127.0.0.1:9\"\napi_url = \"http://127.0.0.1:9\"\n",
+        oidc_config(&issuer)
+    );
+    let web = start_web_at(dir, &db, &config, web_port, "web.log");
+    let url = web.url.clone();
+    red_ops(dir, &url);
+
+    let started = std::time::Instant::now();
+    let refused = anonymous_sign_in_starts(&url, "oidc", 10_000)
+        + anonymous_sign_in_starts(&url, "github", 10_000);
+    eprintln!("20000 anonymous sign-in starts in {:?}", started.elapsed());
+    assert_eq!(refused, 0, "every anonymous start is sent to its provider");
+
+    // A person then signs in through the real provider.
+    let mut browser = Browser::launch(&chromium, dir);
+    browser.call(
+        "Page.navigate",
+        serde_json::json!({ "url": format!("{url}/auth/oidc/login?team=red") }),
+    );
+    let dashboard = format!("{url}/");
+    through_provider(&mut browser, &issuer, "alice", "the dashboard", |here| {
+        here == dashboard
+    });
+    let token = wait_for("the session cookie", Duration::from_secs(30), || {
+        session_cookie(&mut browser)
+    });
+    let me = who(&url, &token);
+    assert_eq!(me["user"], "oidc:alice", "{me}");
+    assert_eq!(me["team"], "red", "{me}");
+}
+
 /// An issuer of the test's own: its metadata, one published RSA key
 /// (`kid` "k1"), and a token endpoint answering, for each code, the ID
 /// token the test put there.
@@ -459,12 +528,9 @@ impl FakeIssuer {
             "/token" => {
                 let form = url_pairs(&String::from_utf8_lossy(body));
                 let code = form.get("code").cloned().unwrap_or_default();
-                let token = served
-                    .lock()
-                    .unwrap()
-                    .get(&code)
-                    .cloned()
-                    .unwrap_or_default();
+                // A code is taken once, as a real provider takes it
+                // (RFC 6749 4.1.2): a second exchange gets no token.
+                let token = served.lock().unwrap().remove(&code).unwrap_or_default();
                 serde_json::json!({"id_token": token, "access_token": "at", "token_type": "Bearer"})
                     .to_string()
             }
@@ -736,10 +802,43 @@ fn forged_expired_misaddressed_and_replayed_sign_ins_are_refused_and_leave_no_se
     assert_eq!(me["user"], "oidc:alice", "{me}");
     assert_eq!(me["role"], "pipeline-operator", "{me}");
     assert_eq!(sessions(), "2");
+    // Replayed, cookie and all: the node keeps nothing of a sign-in under
+    // way, so it is the provider, which takes a code once, that refuses.
     let (got, error, session) = finish(url, "oidc", &begun, "good", false);
+    assert_eq!((got, session), (401, None), "{error}");
+    assert_eq!(sessions(), "2");
+    // A cookie the node did not seal (or altered) opens nothing.
+    let mut forged = begin(url, "oidc");
+    forged.cookie.push('A');
+    let (got, error, session) = finish(url, "oidc", &forged, "good", false);
     assert_eq!((got, session), (400, None), "{error}");
     assert!(error.contains("unknown or was already used"), "{error}");
     assert_eq!(sessions(), "2");
+
+    // A sign-in begun on one node finishes on another sharing the
+    // database (and so its key): nothing of it is kept on the first.
+    std::fs::create_dir_all(dir.join("second")).unwrap();
+    let shared_store = format!(
+        "[web]\nartifacts_dir = \"{}\"\n",
+        dir.join("web/artifacts").display()
+    );
+    let other_node = start_web_at(
+        &dir.join("second"),
+        &db,
+        &oidc_config(&issuer.url).replacen("[web]\n", &shared_store, 1),
+        0,
+        "web.log",
+    );
+    let begun = begin(url, "oidc");
+    issuer.tokens.lock().unwrap().insert(
+        "elsewhere".into(),
+        issuer.sign(&issuer.claims("alice", &begun.nonce), false),
+    );
+    let (got, error, session) = finish(&other_node.url, "oidc", &begun, "elsewhere", false);
+    assert_eq!(got, 302, "{error}");
+    assert!(session.is_some(), "signed in through the other node");
+    assert_eq!(sessions(), "3");
+    drop(other_node);
 
     // The provider's refusal is said as such.
     let begun = begin(url, "oidc");

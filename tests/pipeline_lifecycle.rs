@@ -542,3 +542,275 @@ fn set_pipeline_self_with_instance_vars_errors_only_its_step_on_sqlite() {
 fn set_pipeline_self_with_instance_vars_errors_only_its_step_on_postgres() {
     set_pipeline_self_with_instance_vars(DbKind::Postgres);
 }
+
+/// Concourse's `testflight/fixtures/simple.yml` with a `mock` input `m`
+/// (`check_every: never`) and a downstream job `down` taking `m` only
+/// through `passed` of the job: `simple`, or `rename-simple` with
+/// `old_name: simple` (Concourse's `fixtures/rename-simple.yml`).
+fn simple_pipeline(renamed: bool) -> String {
+    let (job, old) = if renamed {
+        ("rename-simple", "  old_name: simple\n")
+    } else {
+        ("simple", "")
+    };
+    format!(
+        "resources:\n- name: m\n  type: mock\n  check_every: never\n  source: {{initial_version: v1}}\n\
+         jobs:\n- name: {job}\n{old}  serial: true\n  plan:\n  - get: m\n  - task: simple-task\n    \
+         config: {{platform: linux, run: {{path: echo, args: ['Hello, world!']}}}}\n\
+         - name: down\n  plan:\n  - get: m\n    passed: [{job}]\n  - task: t\n    \
+         config: {{platform: linux, run: {{path: echo, args: [downstream]}}}}\n"
+    )
+}
+
+/// Sets pipeline `p` from `text` (written under `dir`).
+fn set(url: &str, dir: &std::path::Path, p: &str, text: &str) -> String {
+    let file = dir.join(format!("{p}.yml"));
+    write(&file, text);
+    ok(&client(
+        url,
+        &["set-pipeline", "-p", p, "-c", file.to_str().unwrap()],
+    ))
+}
+
+/// The build numbers of job `job` of pipeline `p`, oldest first.
+fn numbers(url: &str, p: &str, job: &str) -> Vec<i64> {
+    job_builds(url, p, job)
+        .iter()
+        .map(|b| b["build_number"].as_i64().unwrap())
+        .collect()
+}
+
+/// Triggers job `job` of pipeline `p` by hand and waits for that build to
+/// succeed (a build left waiting for its inputs fails the test with why);
+/// answers it.
+fn run_job(url: &str, p: &str, job: &str) -> Value {
+    let before = job_builds(url, p, job).len();
+    ok(&client(url, &["trigger-job", "-j", &format!("{p}/{job}")]));
+    let at = format!("{p}/{job}");
+    wait_until(
+        &format!("a build of {at} to succeed"),
+        Duration::from_secs(120),
+        || match job_builds(url, p, job).get(before) {
+            Some(b) if b["status"] == "succeeded" => Ok(b.clone()),
+            Some(b)
+                if ["failed", "errored", "aborted"]
+                    .contains(&b["status"].as_str().unwrap_or("")) =>
+            {
+                panic!("{at}: {b}")
+            }
+            b => Err(format!(
+                "{b:?}; why: {}",
+                text(&client(url, &["why", "-j", &at])).0
+            )),
+        },
+    )
+}
+
+/// The version of input `name` build `b` fetched.
+fn fetched(url: &str, b: &Value, name: &'static str) -> String {
+    let input = Input {
+        name,
+        key: "version",
+    };
+    input_of(url, b["id"].as_i64().unwrap(), input).unwrap_or_default()
+}
+
+/// Concourse's `testflight/rename_job_test.go` ("Renaming a job retains
+/// job history"): a job renamed with `old_name` keeps its builds and their
+/// numbers (`builds -j P/rename-simple` lists build 1; the next build is
+/// 2), its paused flag, and the versions its builds used, which a
+/// downstream job's `passed: [rename-simple]` finds.
+fn a_renamed_job_keeps_its_builds(kind: DbKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(kind);
+    let node = quickstart_runc(dir.path(), &db);
+    let url = &node.url;
+    set(url, dir.path(), "p", &simple_pipeline(false));
+    ok(&client(url, &["unpause-pipeline", "-p", "p"]));
+    ok(&client(url, &["check-resource", "-r", "p/m"]));
+    ok(&client(url, &["trigger-job", "-j", "p/simple", "--watch"]));
+    let listed = ok(&client(url, &["builds", "-j", "p/simple"]));
+    assert!(listed.contains("p/simple"), "{listed}");
+    ok(&client(url, &["pause-job", "-j", "p/simple"]));
+
+    set(url, dir.path(), "p", &simple_pipeline(true));
+    let listed = ok(&client(url, &["builds", "-j", "p/rename-simple"]));
+    assert!(listed.contains("p/rename-simple"), "{listed}");
+    assert_eq!(numbers(url, "p", "rename-simple"), [1]);
+    let jobs = api(url, "/api/v1/teams/main/pipelines/p/jobs");
+    let job = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["name"] == "rename-simple")
+        .unwrap_or_else(|| panic!("{jobs}"));
+    assert_eq!(job["paused"], true, "{jobs}");
+    ok(&client(url, &["unpause-job", "-j", "p/rename-simple"]));
+
+    // The next build continues the numbers; `passed` finds the version
+    // build 1 used under the old name.
+    let second = run_job(url, "p", "rename-simple");
+    assert_eq!(second["build_number"], 2, "{second}");
+    assert_eq!(numbers(url, "p", "rename-simple"), [1, 2]);
+    assert!(numbers(url, "p", "simple").is_empty());
+    let down = run_job(url, "p", "down");
+    assert_eq!(fetched(url, &down, "m"), "v1");
+
+    // Setting the same config again renames nothing more.
+    set(url, dir.path(), "p", &simple_pipeline(true));
+    assert_eq!(numbers(url, "p", "rename-simple"), [1, 2]);
+
+    // A job whose old name is still in the pipeline is refused, naming
+    // the field; nothing is stored.
+    let both = format!(
+        "{}- name: again\n  old_name: down\n  plan: [{{task: t, config: {{platform: linux, run: {{path: echo}}}}}}]\n",
+        simple_pipeline(true)
+    );
+    let file = dir.path().join("both.yml");
+    write(&file, both);
+    let out = client(
+        url,
+        &["set-pipeline", "-p", "p", "-c", file.to_str().unwrap()],
+    );
+    refused(
+        &out,
+        "jobs[again].old_name: job \"down\" is still in the pipeline",
+    );
+    assert_eq!(numbers(url, "p", "rename-simple"), [1, 2]);
+}
+
+#[test]
+fn a_renamed_job_keeps_its_builds_on_sqlite() {
+    a_renamed_job_keeps_its_builds(DbKind::Sqlite);
+}
+
+#[test]
+fn a_renamed_job_keeps_its_builds_on_postgres() {
+    a_renamed_job_keeps_its_builds(DbKind::Postgres);
+}
+
+/// Concourse's `testflight/fixtures/rename-resource.yml` (before the
+/// rename, `some-resource` as `fixtures/resource-with-versions.yml`
+/// names it), checked never: only the kept history can give its job a
+/// version.
+fn resource_pipeline(renamed: bool) -> String {
+    let (name, old, get) = if renamed {
+        (
+            "some-new-resource",
+            "  old_name: some-resource\n",
+            "  - get: some-resource\n    resource: some-new-resource\n",
+        )
+    } else {
+        ("some-resource", "", "  - get: some-resource\n")
+    };
+    format!(
+        "resources:\n- name: {name}\n{old}  type: mock\n  check_every: never\n  source:\n    no_initial_version: true\n\
+         jobs:\n- name: some-passing-job\n  plan:\n{get}  - task: print-fetched-stuff\n    config:\n      \
+         platform: linux\n      inputs: [{{name: some-resource}}]\n      \
+         run: {{path: sh, args: [-c, 'echo fetched version: $(cat some-resource/version)']}}\n"
+    )
+}
+
+/// Concourse's `testflight/rename_resource_test.go` ("Renaming a resource
+/// preserves version history"), on a node keeping a history per pipeline
+/// resource (global resources off, Concourse's default) and on one
+/// sharing histories by config (Gantry's default): the renamed resource
+/// keeps its versions, its pin (with its comment) and its disabled
+/// versions, and the next build of its job starts with no new check.
+fn a_renamed_resource_keeps_its_versions(kind: DbKind, global: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(kind);
+    let flag = format!("--global-resources={global}");
+    let node = quickstart_runc_with(dir.path(), &db, &[&flag]);
+    let url = &node.url;
+    set(url, dir.path(), "p", &resource_pipeline(false));
+    ok(&client(url, &["unpause-pipeline", "-p", "p"]));
+    for v in ["guid1", "guid2", "guid3", "guid4"] {
+        let from = format!("version:{v}");
+        ok(&client(
+            url,
+            &["check-resource", "-r", "p/some-resource", "--from", &from],
+        ));
+    }
+    let out = ok(&client(
+        url,
+        &["trigger-job", "-j", "p/some-passing-job", "--watch"],
+    ));
+    assert!(out.contains("fetched version: guid4"), "{out}");
+    // guid4 disabled, guid3 pinned: what the next build takes.
+    ok(&client(
+        url,
+        &[
+            "disable-resource-version",
+            "-r",
+            "p/some-resource",
+            "-v",
+            "version:guid4",
+        ],
+    ));
+    ok(&client(
+        url,
+        &[
+            "pin-resource",
+            "-r",
+            "p/some-resource",
+            "-v",
+            "version:guid3",
+            "--comment",
+            "kept",
+        ],
+    ));
+
+    set(url, dir.path(), "p", &resource_pipeline(true));
+    let versions = ok(&client(
+        url,
+        &["resource-versions", "-r", "p/some-new-resource"],
+    ));
+    let order: Vec<&str> = versions
+        .lines()
+        .filter_map(|l| {
+            ["guid4", "guid3", "guid2", "guid1"]
+                .into_iter()
+                .find(|v| l.contains(v))
+        })
+        .collect();
+    assert_eq!(order, ["guid4", "guid3", "guid2", "guid1"], "{versions}");
+    let resources = ok(&client(url, &["resources", "-p", "p"]));
+    assert!(resources.contains("(kept)"), "{resources}");
+    // Pinned guid3 still: the build starts at once, with it.
+    let out = ok(&client(
+        url,
+        &["trigger-job", "-j", "p/some-passing-job", "--watch"],
+    ));
+    assert!(out.contains("fetched version: guid3"), "{out}");
+    // Unpinned, the disabled guid4 stays disabled: guid3 again.
+    ok(&client(
+        url,
+        &["unpin-resource", "-r", "p/some-new-resource"],
+    ));
+    let out = ok(&client(
+        url,
+        &["trigger-job", "-j", "p/some-passing-job", "--watch"],
+    ));
+    assert!(out.contains("fetched version: guid3"), "{out}");
+}
+
+#[test]
+fn a_renamed_resource_keeps_its_versions_on_sqlite() {
+    a_renamed_resource_keeps_its_versions(DbKind::Sqlite, false);
+}
+
+#[test]
+fn a_renamed_resource_keeps_its_versions_on_postgres() {
+    a_renamed_resource_keeps_its_versions(DbKind::Postgres, false);
+}
+
+#[test]
+fn a_renamed_shared_resource_keeps_its_pin_and_disabled_versions_on_sqlite() {
+    a_renamed_resource_keeps_its_versions(DbKind::Sqlite, true);
+}
+
+#[test]
+fn a_renamed_shared_resource_keeps_its_pin_and_disabled_versions_on_postgres() {
+    a_renamed_resource_keeps_its_versions(DbKind::Postgres, true);
+}

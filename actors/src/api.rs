@@ -7,15 +7,15 @@
 
 pub use crate::views::{
     AuditEntry, Build, BuildResources, BuildVersion, Handle, JobInputView, JobView, MemberKind,
-    PendingSignIn, PipelineView, QueueKind, ResourceView, Team, TeamRole, Token, VersionBuild,
-    VersionView, VERSION_BUILDS,
+    PipelineView, QueueKind, ResourceView, Team, TeamRole, Token, VersionBuild, VersionView,
+    VERSION_BUILDS,
 };
 
 // The engine, its settings, its errors.
 pub use crate::engine::{
     check_team_name, describe_histograms, Engine, EngineConfig, EngineSetup, HandleOwner,
     NodeConfig, PipelinesConfig, Session, SetPipeline, WebNodeView, DEFAULT_CHECK_EVERY,
-    DEFAULT_CHECK_TIMEOUT, DEFAULT_WORKER_RETURN, SIGN_IN_TTL_MS, TOKEN_PREFIX,
+    DEFAULT_CHECK_TIMEOUT, DEFAULT_WORKER_RECONNECT_GRACE, DEFAULT_WORKER_RETURN, TOKEN_PREFIX,
 };
 pub use crate::error::EngineError;
 pub use crate::gc::collector::{CollectorConfig, Rule, RuleStats};
@@ -32,13 +32,12 @@ pub use crate::streaming::{
 };
 
 // Builds: what is asked and what is told.
+pub use crate::bounded_yaml::{parse_yaml_value, MAX_DOCUMENT_BYTES};
 pub use crate::credentials::{
     CacheConfig as CredentialCacheConfig, CredentialManager, Lookup, ManagerError, SecretScope,
     VarSourceTypes,
 };
-pub use crate::db::{
-    now_ms, BuildQuery, HandleKind, SecretEntry, TakenSignIn, MAX_PENDING_SIGN_INS,
-};
+pub use crate::db::{now_ms, BuildQuery, HandleKind, SecretEntry};
 pub use crate::digest::sha256_hex;
 pub use crate::engine::MAX_SECRET;
 pub use crate::events::StoredEvent;

@@ -20,6 +20,14 @@
 //! says: the events are read once (linear in the text), and the walk stops
 //! once a bound is passed.
 //!
+//! Nesting, and the nodes as written, are bounded before that, as the
+//! text is read: libyaml's cost grows with the square of a document's
+//! flow nesting, and serde_yaml holds every event before its deserializer
+//! sees one, so [`crate::yaml_scan`] drives the same parser event by
+//! event and stops at the first level or node past the bound. The size bound comes first of all,
+//! on the text given (its readers bound what they read: the API's body
+//! limit, the CLI's `read_document`).
+//!
 //! The bounds ([`YamlBounds::DEFAULT`]) are generous for real pipelines (a
 //! pipeline of 10,000 jobs is a few hundred thousand nodes); what passes
 //! them costs at most a few hundred MiB to build.
@@ -53,6 +61,11 @@ impl YamlBounds {
         max_depth: 100,
     };
 }
+
+/// The largest YAML document Gantry reads, in bytes
+/// ([`YamlBounds::DEFAULT`]'s `max_bytes`): the CLI reads a file up to it
+/// and no further.
+pub const MAX_DOCUMENT_BYTES: usize = YamlBounds::DEFAULT.max_bytes;
 
 /// Why a document was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -113,6 +126,12 @@ pub(crate) fn parse_bounded_yaml<T: DeserializeOwned>(
     parse_yaml_within(text, what, &YamlBounds::DEFAULT)
 }
 
+/// [`parse_bounded_yaml`] for the edges (a CLI flag's YAML value), the
+/// problem as one line.
+pub fn parse_yaml_value<T: DeserializeOwned>(text: &str, what: &str) -> Result<T, String> {
+    parse_bounded_yaml(text, what).map_err(|e| e.to_string())
+}
+
 /// [`parse_bounded_yaml`] within `bounds`.
 pub(crate) fn parse_yaml_within<T: DeserializeOwned>(
     text: &str,
@@ -132,6 +151,25 @@ pub(crate) fn measure(text: &str, what: &str, bounds: &YamlBounds) -> Result<usi
             bytes: text.len(),
             limit: bounds.max_bytes,
         });
+    }
+    // Depth and nodes as written first, event by event: the parser's
+    // cost grows with the square of the nesting, and serde_yaml holds
+    // every event before its walk, so both are bounded before anything
+    // reads the whole text (see `crate::yaml_scan`).
+    match crate::yaml_scan::check_events(text, bounds.max_depth, bounds.max_nodes) {
+        Ok(()) => {}
+        Err(crate::yaml_scan::Passed::Depth) => {
+            return Err(YamlError::TooDeep {
+                what: what.to_string(),
+                limit: bounds.max_depth,
+            })
+        }
+        Err(crate::yaml_scan::Passed::Nodes) => {
+            return Err(YamlError::TooManyNodes {
+                what: what.to_string(),
+                limit: bounds.max_nodes,
+            })
+        }
     }
     let tally = Tally {
         bounds,
@@ -421,8 +459,31 @@ mod tests {
                 "pipeline config nests deeper than 100 levels (limit 100)"
             );
         }
+        // 100,000 levels (200 KB): refused while read, at level 101,
+        // not after libyaml's quadratic pass over the whole text.
+        let deep = format!("x: {}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let started = std::time::Instant::now();
+        let e = parse_bounded_yaml::<serde_yaml::Value>(&deep, "pipeline config").unwrap_err();
+        assert!(matches!(e, YamlError::TooDeep { limit: 100, .. }), "{e}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
         let ok = format!("{}{}", "[".repeat(100), "]".repeat(100));
         parse_bounded_yaml::<serde_yaml::Value>(&ok, "pipeline config").unwrap();
+    }
+
+    /// A list of 1.5 million items (3 MB): refused once the millionth
+    /// node is read, before serde_yaml holds its events.
+    #[test]
+    fn a_long_list_is_refused_as_it_is_read_naming_the_node_bound() {
+        let list = format!("[{}]", vec!["a"; 1_500_000].join(","));
+        let e = parse_bounded_yaml::<serde_yaml::Value>(&list, "vars file").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "vars file expands to more than 1000000 nodes after aliases (limit 1000000)"
+        );
     }
 
     #[test]

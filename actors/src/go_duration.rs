@@ -101,6 +101,29 @@ pub(crate) fn parse_non_negative(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// `d` as Go's `time.Duration.String` writes it, to millisecond
+/// precision (`2m0s`, `1h0m0s`, `1.5s`, `300ms`): how durations are named
+/// in messages.
+pub(crate) fn format_go_duration(d: Duration) -> String {
+    if d.is_zero() {
+        return "0s".into();
+    }
+    if d < Duration::from_secs(1) {
+        return format!("{}ms", d.as_millis());
+    }
+    let total = d.as_secs();
+    let (h, m, s) = (total / 3600, total / 60 % 60, total % 60);
+    let secs = match d.subsec_millis() {
+        0 => format!("{s}s"),
+        ms => format!("{s}.{}s", format!("{ms:03}").trim_end_matches('0')),
+    };
+    match (h, m) {
+        (0, 0) => secs,
+        (0, m) => format!("{m}m{secs}"),
+        (h, m) => format!("{h}h{m}m{secs}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +133,19 @@ mod tests {
             Ok(GoDuration::NonNegative(d)) => d,
             other => panic!("{s}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn durations_are_written_as_go_writes_them() {
+        let f = |ms: u64| format_go_duration(Duration::from_millis(ms));
+        assert_eq!(f(120_000), "2m0s");
+        assert_eq!(f(3_000), "3s");
+        assert_eq!(f(1_500), "1.5s");
+        assert_eq!(f(300), "300ms");
+        assert_eq!(f(0), "0s");
+        assert_eq!(f(3_723_000), "1h2m3s");
+        // Written, then read back, it is the same duration.
+        assert_eq!(ok(&f(3_723_250)), Duration::from_millis(3_723_250));
     }
 
     #[test]

@@ -46,5 +46,6 @@ mod telemetry;
 pub mod testing;
 mod triggers;
 mod views;
+mod yaml_scan;
 
 pub use api::{Engine, EngineConfig, EngineError, EngineSetup, NodeConfig};

@@ -129,30 +129,6 @@ pub struct Token {
     pub groups: Vec<String>,
 }
 
-/// A sign-in through a provider under way, between the browser's leaving
-/// for the provider and its return.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingSignIn {
-    /// The provider (`oidc`, `github`).
-    pub provider: String,
-    /// Hex SHA-256 of the `state` sent to the provider.
-    pub state_hash: String,
-    /// Hex SHA-256 of the cookie the starting browser was given.
-    pub browser_hash: String,
-    /// The PKCE code verifier.
-    pub verifier: String,
-    /// The nonce an OpenID Connect ID token must carry.
-    pub nonce: String,
-    /// The team asked for, if any.
-    pub team: Option<String>,
-    /// For `gantry login`: the loopback port its token goes to.
-    pub cli_port: Option<u16>,
-    /// For `gantry login`: the value it checks its callback by.
-    pub cli_state: Option<String>,
-    /// Unix ms it was made at.
-    pub created_at: i64,
-}
-
 /// Whether a team role is a user's or a group's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

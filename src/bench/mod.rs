@@ -4,6 +4,7 @@
 pub mod builds;
 pub mod cdp;
 pub mod container_start;
+pub mod deep_yaml;
 pub mod follow;
 pub mod gc;
 pub mod image_pull;
@@ -14,6 +15,7 @@ pub mod s3;
 pub mod scheduling;
 pub mod secrets;
 pub mod set_pipeline;
+pub mod sign_ins;
 pub mod stream;
 pub mod ui;
 

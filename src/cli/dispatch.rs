@@ -2,7 +2,7 @@
 //! the client verbs against a web node's API.
 
 #[cfg(feature = "bench")]
-use super::grammar::BenchCommand;
+use super::bench_grammar::BenchCommand;
 use super::grammar::{Cli, Command};
 use super::{
     check, execute, follow, hijack, list, people, secrets, serve, table, teams, validate_plan,
@@ -28,10 +28,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut cmd, "gantry", &mut script);
             // A reader that stops early (`| head`) is not an error.
-            match std::io::Write::write_all(&mut std::io::stdout(), &script) {
-                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
-                _ => Ok(0),
-            }
+            crate::cli::output::write_bytes(&script);
+            Ok(0)
         }
         Command::ValidatePlan {
             file,
@@ -144,6 +142,20 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                         crate::bench::s3::S3Bench { size, server },
                     ))?
                 }
+                BenchCommand::DeepYaml { depth } => {
+                    actix_web::rt::System::new().block_on(crate::bench::deep_yaml::bench(depth))?
+                }
+                BenchCommand::SignIns {
+                    requests,
+                    concurrency,
+                    addresses,
+                } => actix_web::rt::System::new().block_on(crate::bench::sign_ins::bench(
+                    crate::bench::sign_ins::SignInsBench {
+                        requests,
+                        concurrency,
+                        addresses,
+                    },
+                ))?,
                 BenchCommand::Secrets { builds, vars } => actix_web::rt::System::new()
                     .block_on(crate::bench::secrets::bench(builds, vars))?,
                 BenchCommand::Gc {
@@ -406,10 +418,10 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
 
 /// `gantry validate-task`: prints every problem and returns 1, or 0.
 fn validate_task(file: &std::path::Path) -> i32 {
-    let text = match std::fs::read_to_string(file) {
+    let text = match super::read_bounded::read_document(file, "task config") {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("error: cannot read {}: {e}", file.display());
+            eprintln!("error: {e:#}");
             return 1;
         }
     };

@@ -52,8 +52,7 @@ type Dirs = BTreeMap<String, PathBuf>;
 
 /// Checks everything that can be checked locally, before anything is created.
 fn plan(args: &ExecuteArgs) -> anyhow::Result<(TaskConfig, Dirs, Dirs)> {
-    let text = std::fs::read_to_string(&args.config)
-        .with_context(|| format!("cannot read task config {}", args.config.display()))?;
+    let text = super::read_bounded::read_document(&args.config, "task config")?;
     let mut config = TaskConfig::from_yaml(&text)
         .map_err(|p| anyhow!("{}: {}", args.config.display(), p.join("; ")))?;
     if let Some(p) = &args.platform {

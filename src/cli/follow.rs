@@ -100,13 +100,11 @@ pub async fn print_log(
         .await
         .map_err(|e| client.unreachable(e))?;
     let mut stream = client.check(resp).await?.bytes_stream();
-    let mut out = std::io::stdout().lock();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.with_context(|| format!("reading build {build_id}'s log"))?;
-        out.write_all(&chunk)?;
-        out.flush()?;
+        // A reader gone (`| head`) ends the command quietly.
+        crate::cli::output::write_bytes(&chunk);
     }
-    drop(out);
     let view: serde_json::Value = client.get(&format!("/api/v1/builds/{build_id}")).await?;
     let status = view["status"]
         .as_str()
@@ -165,9 +163,7 @@ pub async fn follow(client: &ApiClient, build_id: i64, lines: StepLines) -> anyh
             match ev.event {
                 BuildEvent::Log { stream, data, .. } => {
                     if stream == "stdout" {
-                        let mut o = std::io::stdout().lock();
-                        let _ = o.write_all(data.as_bytes());
-                        let _ = o.flush();
+                        crate::cli::output::write_bytes(data.as_bytes());
                     } else {
                         let mut e = std::io::stderr().lock();
                         let _ = e.write_all(data.as_bytes());

@@ -250,7 +250,12 @@ pub async fn hijack(client: &ApiClient, args: HijackArgs) -> anyhow::Result<i32>
                     } else {
                         stdout.write_all(bytes).and_then(|()| stdout.flush())
                     };
-                    written.context("writing the command's output")?;
+                    match written {
+                        // The reader went away (`| head`): the session ends
+                        // quietly, the terminal restored on the way out.
+                        Err(e) if crate::cli::output::is_closed_pipe(&e) => return Ok(0),
+                        written => written.context("writing the command's output")?,
+                    }
                 }
                 Some(Ok(Message::Text(text))) => return final_frame(&text),
                 Some(Ok(Message::Close(_))) | None => {

@@ -1,6 +1,8 @@
 //! The `gantry` command line: the servers (`web`, `worker`, `quickstart`) and
 //! the client verbs (`execute`, `run`, `workers`, `validate-task`, `validate-plan`, ...).
 
+#[cfg(feature = "bench")]
+mod bench_grammar;
 mod check;
 mod client;
 mod dispatch;
@@ -14,6 +16,7 @@ mod people;
 mod pipeline_grammar;
 mod pipelines;
 mod progress;
+mod read_bounded;
 mod run;
 mod secrets;
 pub(crate) mod serve;
@@ -23,8 +26,8 @@ mod team_grammar;
 mod teams;
 mod validate_plan;
 
+#[cfg(feature = "bench")]
+pub use bench_grammar::BenchCommand;
 pub use client::ApiClient;
 pub use dispatch::run;
-#[cfg(feature = "bench")]
-pub use grammar::BenchCommand;
 pub use grammar::{Cli, Command, TokenCommand, WebFlags, WorkerFlags};

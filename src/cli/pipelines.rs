@@ -42,7 +42,7 @@ fn instance_of(pipeline: &str, instance_vars: &[String]) -> anyhow::Result<Strin
         let Some((k, v)) = flag.split_once('=').filter(|(k, _)| !k.trim().is_empty()) else {
             bail!("--instance-var {flag:?}: give KEY=VALUE");
         };
-        let value: Value = serde_yaml::from_str(v)
+        let value: Value = gantry_actors::api::parse_yaml_value(v, "--instance-var value")
             .map_err(|e| anyhow!("--instance-var {flag:?}: invalid value: {e}"))?;
         set_dotted(&mut vars, k.trim(), value);
     }
@@ -331,12 +331,12 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
 /// or `yes`; off a terminal (a script) there is nobody to ask: true, as
 /// with `-n`.
 fn confirm(question: &str) -> anyhow::Result<bool> {
-    use std::io::{BufRead as _, IsTerminal as _, Write as _};
+    use std::io::{BufRead as _, IsTerminal as _};
     if !std::io::stdin().is_terminal() {
         return Ok(true);
     }
-    print!("{question} [yN]: ");
-    std::io::stdout().flush()?;
+    crate::out!("{question} [yN]: ");
+    crate::cli::output::write_bytes(b"");
     let mut answer = String::new();
     std::io::stdin().lock().read_line(&mut answer)?;
     Ok(matches!(

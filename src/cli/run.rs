@@ -9,7 +9,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context as _;
 use gantry_actors::api::check_pipeline_name;
 use gantry_actors::api::JobPlan;
 use gantry_actors::api::Pipeline;
@@ -100,7 +99,15 @@ pub(super) fn load_instance(
     let file = path.display().to_string();
     let vars = super::validate_plan::read_typed_vars(flags, yaml_flags, files)
         .map_err(anyhow::Error::msg)?;
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {file}"))?;
+    // A file that cannot be read, or is past the bound, is a problem of
+    // the document given, as an invalid one is.
+    let text = match super::read_bounded::read_document(path, "pipeline config") {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Ok(None);
+        }
+    };
     let mut all = vars.clone();
     for (k, v) in instance {
         all.insert(k, v.clone());

@@ -2,8 +2,6 @@
 //! (the value from standard input, never from an argument a process list
 //! would show), `secrets` (names and scopes only), `destroy-secret`.
 
-use std::io::Read as _;
-
 use anyhow::Context as _;
 
 use crate::cli::client::ApiClient;
@@ -30,10 +28,18 @@ pub async fn set_secret(
     pipeline: Option<&str>,
     name: &str,
 ) -> anyhow::Result<()> {
-    let mut value = String::new();
-    std::io::stdin()
-        .read_to_string(&mut value)
-        .context("reading the secret's value from standard input")?;
+    // Read up to the server's bound (and a newline) and no further.
+    let limit = gantry_actors::api::MAX_SECRET + 2;
+    let Some(bytes) = crate::cli::read_bounded::read_at_most(std::io::stdin().lock(), limit)
+        .context("reading the secret's value from standard input")?
+    else {
+        anyhow::bail!(
+            "secret {name:?}: standard input holds more than {} bytes, the limit of a secret",
+            gantry_actors::api::MAX_SECRET
+        );
+    };
+    let mut value = String::from_utf8(bytes)
+        .map_err(|e| anyhow::anyhow!("secret {name:?}: standard input is not UTF-8 text: {e}"))?;
     // `echo value | gantry set-secret` means the value, not its newline.
     if value.ends_with('\n') {
         value.pop();

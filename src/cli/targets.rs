@@ -50,9 +50,13 @@ impl Targets {
     /// Reads the file (none yet: no targets).
     pub fn load() -> anyhow::Result<Self> {
         let path = path()?;
-        match std::fs::read_to_string(&path) {
-            Ok(text) => serde_yaml::from_str(&text)
-                .with_context(|| format!("{} is not a targets file", path.display())),
+        match std::fs::File::open(&path) {
+            // Within the bounds of every YAML document the CLI reads.
+            Ok(_) => {
+                let text = super::read_bounded::read_document(&path, "targets file")?;
+                gantry_actors::api::parse_yaml_value(&text, "targets file")
+                    .map_err(|e| anyhow::anyhow!("{} is not a targets file: {e}", path.display()))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
             Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
         }

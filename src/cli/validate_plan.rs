@@ -22,9 +22,9 @@ pub fn validate_plan(file: &Path, var_flags: &[String], var_files: &[PathBuf]) -
             Err(e) => return fail(e),
         }
     };
-    let text = match std::fs::read_to_string(file) {
+    let text = match super::read_bounded::read_document(file, "pipeline config") {
         Ok(t) => t,
-        Err(e) => return fail(format!("cannot read: {e}")),
+        Err(e) => return fail(format!("{e:#}")),
     };
     let (loaded, warnings) = gantry_actors::api::load_pipeline_warned(&text, vars.as_ref());
     // Accepted, but not taken as written: said, not refused.
@@ -76,8 +76,8 @@ pub fn read_typed_vars(
 ) -> Result<Vars, String> {
     let mut vars = Vars::new();
     for f in var_files {
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| format!("cannot read vars file {}: {e}", f.display()))?;
+        let text =
+            super::read_bounded::read_document(f, "vars file").map_err(|e| format!("{e:#}"))?;
         vars.load_yaml(&text)
             .map_err(|e| format!("vars file {}: {e}", f.display()))?;
     }

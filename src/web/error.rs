@@ -63,12 +63,22 @@ impl From<EngineError> for ApiError {
         if status.is_server_error() {
             tracing::error!("api: {e}");
         }
-        ApiError {
-            status,
-            message: e.to_string(),
-        }
+        // The database's (or a file's) own words name tables, statements
+        // and paths: they go to the log, the caller gets a generic line.
+        let message = match &e {
+            EngineError::Database(_) | EngineError::Migrate(_) | EngineError::Io { .. } => {
+                INTERNAL.to_string()
+            }
+            _ => e.to_string(),
+        };
+        ApiError { status, message }
     }
 }
+
+/// What a caller is told of a failure of the database or of a local file
+/// (the detail is logged): its words would tell the schema and paths.
+pub const INTERNAL: &str =
+    "internal error: the web node could not complete the request (its log has the detail)";
 
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
@@ -194,6 +204,30 @@ pub fn json_error_handler(
 
 #[cfg(test)]
 mod tests {
+    use gantry_actors::EngineError;
+
+    #[test]
+    fn a_database_or_file_failure_answers_a_generic_500() {
+        let db = EngineError::Database(sqlx::Error::Protocol(
+            "invalid byte sequence for encoding \"UTF8\": 0x00 (SQLSTATE 22021)".into(),
+        ));
+        let io = EngineError::Io {
+            context: "opening /var/lib/gantry/secret".into(),
+            source: std::io::Error::other("denied"),
+        };
+        for e in [db, io] {
+            let answer = super::ApiError::from(e);
+            assert_eq!(answer.status.as_u16(), 500);
+            assert_eq!(answer.message, super::INTERNAL);
+        }
+        // The others keep their words.
+        let invalid = super::ApiError::from(EngineError::Invalid("jobs[0].name: x".into()));
+        assert_eq!(
+            (invalid.status.as_u16(), invalid.message.as_str()),
+            (400, "jobs[0].name: x")
+        );
+    }
+
     #[test]
     fn long_messages_are_cut_at_a_character_boundary() {
         assert_eq!(super::shorten("short"), "short");

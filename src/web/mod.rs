@@ -4,6 +4,7 @@ pub mod api;
 pub mod audit_log;
 pub mod auth;
 pub mod body_pace;
+pub mod client_address;
 mod dashboard;
 mod error;
 pub mod github;
@@ -13,12 +14,15 @@ pub mod limits;
 mod metrics;
 pub mod oidc;
 pub mod openapi;
+pub mod password_checks;
 pub mod people;
 pub mod rbac;
 #[cfg(test)]
 mod rbac_tests;
 pub mod routes;
 pub mod sign_in_flow;
+pub mod sign_in_throttle;
+pub mod strict_request;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -58,6 +62,11 @@ pub struct AppState {
     pub oidc: Option<Arc<oidc::Oidc>>,
     /// GitHub, which people sign in through (`[web.github]`).
     pub github: Option<Arc<github::Github>>,
+    /// Where requests come from (behind the trusted reverse proxies).
+    pub clients: client_address::ClientAddresses,
+    /// The keys sealing a provider's sign-in under way in its cookie (the
+    /// node's encryption key, which every node sharing the database has).
+    pub sign_in_keys: sign_in_flow::SignInKeys,
 }
 
 /// A running web node.
@@ -182,8 +191,14 @@ pub async fn start_web(
     let registration_key = cfg.effective_registration_key()?;
     let actions =
         rbac::ActionRoles::new(&cfg.rbac, routes::document()).map_err(anyhow::Error::msg)?;
+    let bounds = people::CheckBounds {
+        threads: cfg.password_check_threads,
+        queue: cfg.password_check_queue,
+    };
     let people =
-        people::People::new(&cfg.users, cfg.session_minutes).map_err(anyhow::Error::msg)?;
+        people::People::new(&cfg.users, cfg.session_minutes, bounds).map_err(anyhow::Error::msg)?;
+    let clients =
+        client_address::ClientAddresses::new(&cfg.trusted_proxies).map_err(anyhow::Error::msg)?;
     let oidc = cfg
         .oidc
         .clone()
@@ -255,6 +270,9 @@ pub async fn start_web(
         worker_return_timeout: Some(std::time::Duration::from_secs(
             cfg.worker_return_timeout_secs,
         )),
+        worker_reconnect_grace: Some(std::time::Duration::from_secs(
+            cfg.worker_reconnect_grace_secs,
+        )),
         streaming: cfg.streaming.parse(encoding)?,
         gc: cfg.gc.parse()?,
         credentials: cfg.credentials.parse()?,
@@ -281,6 +299,7 @@ pub async fn start_web(
     };
     // Before the engine starts, so it records its first durations.
     self::metrics::install();
+    let sign_in_keys = sign_in_flow::SignInKeys::new(sealer.clone(), old_sealer.clone());
     let engine = Engine::open(EngineSetup {
         database_url: url.clone(),
         teams: cfg.teams.keys().cloned().collect(),
@@ -323,6 +342,8 @@ pub async fn start_web(
         people,
         oidc: oidc.clone(),
         github: github.clone(),
+        clients,
+        sign_in_keys,
     });
     let max_body = usize::try_from(cfg.max_request_body_bytes).unwrap_or(usize::MAX);
     let server = HttpServer::new(move || {
@@ -345,6 +366,11 @@ pub async fn start_web(
             // `?vars.K=V` names an instance: its path names it before routing.
             .wrap(actix_web::middleware::from_fn(instance_query::rewrite))
             .wrap(actix_web::middleware::from_fn(body_pace::pace))
+            // Before auth and routing: no control characters in a path or
+            // query, no body on a GET.
+            .wrap(actix_web::middleware::from_fn(
+                strict_request::refuse_malformed,
+            ))
             // Outermost: any error answer that is not JSON yet becomes JSON.
             .wrap(
                 actix_web::middleware::ErrorHandlers::new()

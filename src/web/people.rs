@@ -1,13 +1,20 @@
 //! Local users (`[web.users]`): their argon2id password hashes, checked
-//! off the async threads. Which team roles a user has is the engine's
+//! on a bounded pool (`password_checks.rs`) after the throttle
+//! (`sign_in_throttle.rs`) lets the attempt through. Which team roles a user has is the engine's
 //! (`gantry set-team --user`); a sign-in (`api/sessions.rs`) turns a
 //! checked password into an expiring, revocable token of one team.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
 
 use argon2::password_hash::rand_core::OsRng;
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::password_hash::{PasswordHash, PasswordHasher, SaltString};
 use argon2::Argon2;
+
+use crate::web::client_address::counted_as;
+use crate::web::password_checks::{self, Lane, PasswordChecks, Refused};
+use crate::web::sign_in_throttle::Throttle;
 
 /// The prefix of an OpenID provider's people and groups in teams
 /// (`oidc:NAME`); a local user's name may not hold `:`.
@@ -27,34 +34,42 @@ pub fn hash_password(password: &str) -> Result<String, String> {
         .map_err(|e| format!("hashing the password: {e}"))
 }
 
-/// The local users and how long their sign-ins last.
-#[derive(Debug, Clone, Default)]
+/// The local users, how long their sign-ins last, and what bounds the
+/// checking of their passwords.
+#[derive(Debug, Clone)]
 pub struct People {
     /// User name to argon2 PHC string, each checked at start.
-    users: BTreeMap<String, String>,
+    users: BTreeMap<String, Arc<str>>,
     /// A sign-in token's lifetime, in milliseconds.
     pub session_ttl_ms: i64,
-    /// Wrong passwords by user name (this node's).
-    failures: std::sync::Arc<dashmap::DashMap<String, Failures>>,
+    /// Wrong passwords by user name and by client address (this node's),
+    /// taken before each check.
+    throttle: Arc<Throttle>,
+    /// The bounded pool the checks run on (none until the first user is
+    /// configured: a node without users checks no password).
+    checks: Option<Arc<PasswordChecks>>,
 }
 
-/// A user name's wrong passwords in a row, and until when it is refused.
+/// How the password checks of a node are bounded (`[web]`'s
+/// `password_check_threads`, `password_check_queue`).
 #[derive(Debug, Clone, Copy)]
-struct Failures {
-    count: u32,
-    until: std::time::Instant,
+pub struct CheckBounds {
+    /// Threads checking at once (each holding one check's memory).
+    pub threads: usize,
+    /// Checks waiting for a thread at most.
+    pub queue: usize,
 }
 
-/// Wrong passwords in a row a user name may have before its sign-ins
-/// wait: then 1 s, doubling with each further one, at most 5 minutes.
-const FREE_FAILURES: u32 = 5;
-
-/// The most user names whose wrong passwords are counted at once: names
-/// are chosen by whoever calls the open sign-in route, so the count must
-/// not grow with them. Past it, names no longer waiting are forgotten,
-/// then new names are not counted.
-const MAX_TRACKED: usize = 10_000;
-const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+/// Why a sign-in's password was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotChecked {
+    /// Too many wrong passwords for this name or from this address: wait.
+    Wait(std::time::Duration),
+    /// The node checks as many passwords as it may now.
+    Busy(Refused),
+    /// The name or the password is wrong.
+    Wrong,
+}
 
 /// A PHC string no password matches, checked when the user is unknown so
 /// that an unknown name takes as long as a wrong password.
@@ -62,8 +77,14 @@ const NOBODY: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$pD3W
 
 impl People {
     /// Checks every hash of `users` (naming the user whose is not an
-    /// argon2 PHC string).
-    pub fn new(users: &BTreeMap<String, String>, session_minutes: u64) -> Result<Self, String> {
+    /// argon2 PHC string) and, when there are any, starts the pool their
+    /// passwords are checked on.
+    pub fn new(
+        users: &BTreeMap<String, String>,
+        session_minutes: u64,
+        bounds: CheckBounds,
+    ) -> Result<Self, String> {
+        let mut memory = password_checks::memory_of(NOBODY).unwrap_or_default();
         for (name, hash) in users {
             if name.contains(':') || name.is_empty() {
                 return Err(format!(
@@ -79,15 +100,33 @@ impl People {
                     parsed.algorithm
                 ));
             }
+            let m = password_checks::memory_of(hash).ok_or_else(|| {
+                format!("[web.users] {name}: the hash's argon2 parameters are invalid; make one with `gantry hash-password`")
+            })?;
+            memory = memory.max(m);
         }
         if session_minutes == 0 {
             return Err("web.session_minutes must be at least 1".into());
         }
+        if bounds.threads == 0 {
+            return Err("web.password_check_threads must be at least 1".into());
+        }
+        let checks = if users.is_empty() {
+            None
+        } else {
+            let pool = PasswordChecks::start(bounds.threads, bounds.queue, memory)
+                .map_err(|e| format!("starting the password-check threads: {e}"))?;
+            Some(Arc::new(pool))
+        };
         Ok(Self {
-            users: users.clone(),
+            users: users
+                .iter()
+                .map(|(k, v)| (k.clone(), Arc::from(v.as_str())))
+                .collect(),
             session_ttl_ms: i64::try_from(session_minutes.saturating_mul(60_000))
                 .unwrap_or(i64::MAX),
-            failures: Default::default(),
+            throttle: Default::default(),
+            checks,
         })
     }
 
@@ -101,53 +140,41 @@ impl People {
         self.users.contains_key(user)
     }
 
-    /// How long `user`'s sign-ins must still wait after wrong passwords
-    /// (`None`: they may try now).
-    pub fn throttled(&self, user: &str) -> Option<std::time::Duration> {
-        let f = *self.failures.get(user)?;
-        f.until.checked_duration_since(std::time::Instant::now())
-    }
-
-    /// Counts a sign-in's outcome for `user`: a wrong password (which may
-    /// make the next ones wait), or a right one (which forgets the wrong).
-    pub fn outcome(&self, user: &str, right: bool) {
-        if right {
-            self.failures.remove(user);
-            return;
-        }
-        if !self.failures.contains_key(user) && self.failures.len() >= MAX_TRACKED {
-            let now = std::time::Instant::now();
-            self.failures.retain(|_, f| f.until > now);
-            if self.failures.len() >= MAX_TRACKED {
-                return;
+    /// Checks that `password` is `user`'s, for a sign-in from `client`:
+    /// first the throttle (refusing at once past it), then the password
+    /// on the bounded pool (refusing at once when it is full), then the
+    /// outcome counted.
+    pub async fn check(
+        &self,
+        client: IpAddr,
+        user: &str,
+        password: String,
+    ) -> Result<(), NotChecked> {
+        let Some(checks) = &self.checks else {
+            return Err(NotChecked::Wrong);
+        };
+        let client = counted_as(client);
+        let known = self.users.get(user);
+        let attempt = self
+            .throttle
+            .attempt(user, client, known.is_some())
+            .map_err(NotChecked::Wait)?;
+        let hash = known.cloned().unwrap_or_else(|| Arc::from(NOBODY));
+        let lane = match known {
+            Some(_) => Lane::User,
+            None => Lane::Unknown,
+        };
+        match checks.check(client, lane, hash, password).await {
+            Ok(matches) => {
+                let right = matches && known.is_some();
+                self.throttle.outcome(attempt, right);
+                right.then_some(()).ok_or(NotChecked::Wrong)
+            }
+            Err(refused) => {
+                self.throttle.not_made(attempt);
+                Err(NotChecked::Busy(refused))
             }
         }
-        let mut f = self.failures.entry(user.to_string()).or_insert(Failures {
-            count: 0,
-            until: std::time::Instant::now(),
-        });
-        f.count += 1;
-        if f.count >= FREE_FAILURES {
-            let doublings = (f.count - FREE_FAILURES).min(16);
-            let wait = std::time::Duration::from_secs(1 << doublings).min(MAX_WAIT);
-            f.until = std::time::Instant::now() + wait;
-        }
-    }
-
-    /// Whether `password` is `user`'s (slow on purpose: run it off the
-    /// async threads).
-    pub fn check(&self, user: &str, password: &str) -> bool {
-        let (hash, known) = match self.users.get(user) {
-            Some(h) => (h.as_str(), true),
-            None => (NOBODY, false),
-        };
-        let Ok(parsed) = PasswordHash::new(hash) else {
-            return false;
-        };
-        let matches = Argon2::default()
-            .verify_password(password.as_bytes(), &parsed)
-            .is_ok();
-        known && matches
     }
 }
 
@@ -155,47 +182,45 @@ impl People {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_hashed_password_checks_and_nothing_else_does() {
+    const BOUNDS: CheckBounds = CheckBounds {
+        threads: 1,
+        queue: 4,
+    };
+
+    #[tokio::test]
+    async fn a_hashed_password_checks_and_nothing_else_does() {
         let hash = hash_password("s3cret pass").unwrap();
         assert!(hash.starts_with("$argon2id$"), "{hash}");
-        let people = People::new(&BTreeMap::from([("alice".into(), hash)]), 60).unwrap();
-        assert!(people.check("alice", "s3cret pass"));
-        assert!(!people.check("alice", "s3cret pas"));
-        assert!(!people.check("bob", "s3cret pass"));
+        let people = People::new(&BTreeMap::from([("alice".into(), hash)]), 60, BOUNDS).unwrap();
+        let here: IpAddr = "192.0.2.1".parse().unwrap();
+        assert_eq!(
+            people.check(here, "alice", "s3cret pass".into()).await,
+            Ok(())
+        );
+        assert_eq!(
+            people.check(here, "alice", "s3cret pas".into()).await,
+            Err(NotChecked::Wrong)
+        );
+        assert_eq!(
+            people.check(here, "bob", "s3cret pass".into()).await,
+            Err(NotChecked::Wrong)
+        );
         // An unknown name is checked against a real hash, as long.
         assert!(PasswordHash::new(NOBODY).is_ok());
         assert_eq!(people.session_ttl_ms, 3_600_000);
-        // Wrong passwords: four free, then a wait that doubles; a right
-        // one forgets them.
-        for _ in 0..FREE_FAILURES - 1 {
-            people.outcome("alice", false);
-            assert_eq!(people.throttled("alice"), None);
-        }
-        people.outcome("alice", false);
-        let wait = people.throttled("alice").unwrap();
-        assert!(wait <= std::time::Duration::from_secs(1), "{wait:?}");
-        people.outcome("alice", false);
-        let wait = people.throttled("alice").unwrap();
-        assert!(wait > std::time::Duration::from_secs(1), "{wait:?}");
-        assert_eq!(people.throttled("bob"), None, "per user name");
-        people.outcome("alice", true);
-        assert_eq!(people.throttled("alice"), None);
-        // Names sprayed at the open route: the count stays bounded, and a
-        // name that waits is kept.
-        for _ in 0..FREE_FAILURES {
-            people.outcome("bob", false);
-        }
-        for i in 0..MAX_TRACKED + 50 {
-            people.outcome(&format!("sprayed-{i}"), false);
-        }
-        assert!(
-            people.failures.len() <= MAX_TRACKED,
-            "{}",
-            people.failures.len()
+        // No users: no pool, nothing matches.
+        let none = People::new(&BTreeMap::new(), 60, BOUNDS).unwrap();
+        assert!(none.checks.is_none());
+        assert_eq!(
+            none.check(here, "alice", "x".into()).await,
+            Err(NotChecked::Wrong)
         );
-        assert!(people.throttled("bob").is_some());
-        let err = People::new(&BTreeMap::from([("bob".into(), "plain".into())]), 60).unwrap_err();
+        let err = People::new(
+            &BTreeMap::from([("bob".into(), "plain".into())]),
+            60,
+            BOUNDS,
+        )
+        .unwrap_err();
         assert!(
             err.contains("bob") && err.contains("hash-password"),
             "{err}"

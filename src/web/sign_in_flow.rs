@@ -1,11 +1,19 @@
 //! What signing in through a provider (`[web.oidc]`, `[web.github]`) does
-//! the same way whatever the provider: the sign-in under way recorded in
-//! the database when the browser leaves for the provider (a hash of its
-//! `state`, the PKCE verifier, the nonce, the team asked, `gantry login`'s
-//! loopback port, and a hash of a cookie given to the browser), taken once
-//! when the browser comes back, and the session made for the person the
-//! provider named: a cookie and the dashboard, or the token handed to
-//! `gantry login`'s loopback listener.
+//! the same way whatever the provider: the sign-in under way (a hash of
+//! its `state`, the PKCE verifier, the nonce, the team asked, `gantry
+//! login`'s loopback port) sealed into a short-lived cookie of the browser
+//! that leaves for the provider, opened when that browser comes back, and
+//! the session made for the person the provider named: a cookie and the
+//! dashboard, or the token handed to `gantry login`'s loopback listener.
+//!
+//! The routes beginning a sign-in are open to anyone, so nothing of a
+//! sign-in under way is kept on the node or in the database: a caller
+//! looping on them fills nothing shared, and any node sharing the
+//! database (and so its encryption key) opens the cookie. The cookie is
+//! sealed with the node's key (AES-256-GCM, bound to the provider), so the
+//! browser can neither read the verifier nor forge a sign-in; it is
+//! cleared once used, and the provider takes an authorization code once
+//! (RFC 6749 10.5), so a replayed answer signs no one in.
 
 use actix_web::cookie::{time::Duration as CookieAge, Cookie, SameSite};
 use actix_web::http::StatusCode;
@@ -15,14 +23,76 @@ use rand::RngCore as _;
 use serde::Deserialize;
 use sha2::Digest as _;
 
-use gantry_actors::api::{sha256_hex, PendingSignIn, TakenSignIn, SIGN_IN_TTL_MS};
+use gantry_actors::api::{sha256_hex, Sealer};
 
 use crate::web::api::sessions::{record_sign_in, session_cookie};
 use crate::web::error::ApiError;
 use crate::web::AppState;
 
-/// The cookie binding a sign-in under way to the browser that started it.
+/// The cookie holding a sign-in under way, sealed, in the browser that
+/// started it.
 const BROWSER_COOKIE: &str = "gantry_sign_in";
+
+/// How long a sign-in through a provider may take, from the browser's
+/// leaving for the provider to its return.
+pub const SIGN_IN_TTL_MS: i64 = 10 * 60 * 1000;
+
+/// A sign-in through a provider under way, between the browser's leaving
+/// for the provider and its return (sealed in the browser's cookie).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
+pub struct PendingSignIn {
+    /// Hex SHA-256 of the `state` sent to the provider.
+    pub state_hash: String,
+    /// The PKCE code verifier.
+    pub verifier: String,
+    /// The nonce an OpenID Connect ID token must carry.
+    pub nonce: String,
+    /// The team asked for, if any.
+    pub team: Option<String>,
+    /// For `gantry login`: the loopback port its token goes to.
+    pub cli_port: Option<u16>,
+    /// For `gantry login`: the value it checks its callback by.
+    pub cli_state: Option<String>,
+    /// Unix ms it was made at.
+    pub created_at: i64,
+}
+
+/// The keys a sign-in's cookie is sealed with: the node's encryption key
+/// (every node sharing the database has it), and while a key is being
+/// rotated, the old one, which still opens cookies sealed before.
+#[derive(Debug, Clone)]
+pub struct SignInKeys {
+    current: Sealer,
+    old: Option<Sealer>,
+}
+
+impl SignInKeys {
+    /// Sealing with `current`, opening with it or `old`.
+    pub fn new(current: Sealer, old: Option<Sealer>) -> Self {
+        Self { current, old }
+    }
+
+    /// Where a cookie's sealed value belongs (its associated data): a
+    /// cookie of one provider does not open for another.
+    fn context(provider: &str) -> String {
+        format!("sign-in cookie of {provider}")
+    }
+
+    fn seal(&self, provider: &str, pending: &PendingSignIn) -> String {
+        let plain = serde_json::to_string(pending).expect("a sign-in serializes");
+        self.current.seal(&Self::context(provider), &plain)
+    }
+
+    fn open(&self, provider: &str, sealed: &str) -> Option<PendingSignIn> {
+        let context = Self::context(provider);
+        let plain = self
+            .current
+            .open(&context, sealed)
+            .ok()
+            .or_else(|| self.old.as_ref()?.open(&context, sealed).ok())?;
+        serde_json::from_str(&plain).ok()
+    }
+}
 
 /// The routes a provider's sign-in and callback live under.
 const AUTH_PATH: &str = "/auth";
@@ -185,7 +255,6 @@ pub struct Begun {
     pub nonce: String,
     /// The PKCE verifier, whose challenge the provider is sent.
     pub verifier: String,
-    browser: String,
     query: LoginQuery,
 }
 
@@ -213,14 +282,12 @@ pub fn begin(query: LoginQuery) -> Result<Begun, ApiError> {
         state: random_value(),
         nonce: random_value(),
         verifier: random_value(),
-        browser: random_value(),
         query,
     })
 }
 
-/// Records `begun` as `provider`'s sign-in under way and sends the
-/// browser to `to` (the provider's authorization URL) with the cookie that
-/// binds the sign-in to it.
+/// Seals `begun` as `provider`'s sign-in under way into a cookie and
+/// sends the browser to `to` (the provider's authorization URL) with it.
 pub async fn leave_for(
     state: &AppState,
     req: &HttpRequest,
@@ -228,21 +295,19 @@ pub async fn leave_for(
     begun: Begun,
     to: String,
 ) -> Result<HttpResponse, ApiError> {
-    state
-        .engine
-        .begin_sign_in(&PendingSignIn {
-            provider: provider.to_string(),
+    let sealed = state.sign_in_keys.seal(
+        provider,
+        &PendingSignIn {
             state_hash: sha256_hex(&begun.state),
-            browser_hash: sha256_hex(&begun.browser),
             verifier: begun.verifier,
             nonce: begun.nonce,
             team: begun.query.team,
             cli_port: begun.query.cli_port,
             cli_state: begun.query.cli_state,
             created_at: gantry_actors::api::now_ms(),
-        })
-        .await?;
-    let mut cookie = Cookie::build(BROWSER_COOKIE, begun.browser)
+        },
+    );
+    let mut cookie = Cookie::build(BROWSER_COOKIE, sealed)
         .path(AUTH_PATH)
         .http_only(true)
         .same_site(SameSite::Lax)
@@ -257,10 +322,10 @@ pub async fn leave_for(
         .finish())
 }
 
-/// The provider's answer: takes (once) the sign-in under way its state
-/// names, refuses one too old, of another provider, presented by another
-/// browser than the one that began it, or refused by the provider.
-/// Answers the sign-in and the authorization code.
+/// The provider's answer: opens the sign-in under way from the browser's
+/// cookie, refuses one too old, of another provider, or of another state
+/// (another browser than the one that began it: login CSRF), or refused
+/// by the provider. Answers the sign-in and the authorization code.
 pub async fn come_back(
     state: &AppState,
     req: &HttpRequest,
@@ -271,26 +336,21 @@ pub async fn come_back(
         .state
         .as_deref()
         .ok_or_else(|| ApiError::bad_request("the provider's answer has no state"))?;
-    // Taken by the browser that began it, whatever follows: a state
-    // serves one answer. Another browser's answer (login CSRF) leaves it.
-    let browser = req.cookie(BROWSER_COOKIE).map(|c| sha256_hex(c.value()));
-    let pending = match state
-        .engine
-        .take_sign_in(&sha256_hex(sign_in_state), browser.as_deref())
-        .await?
-    {
-        TakenSignIn::SignIn(p) if p.provider == provider => p,
-        TakenSignIn::OtherBrowser => {
-            return Err(ApiError::bad_request(
-                "this sign-in was started in another browser: start it again here",
-            ))
-        }
-        TakenSignIn::SignIn(_) | TakenSignIn::Unknown => {
-            return Err(ApiError::bad_request(
-                "this sign-in is unknown or was already used: start the sign-in again",
-            ))
-        }
+    let other_browser = || {
+        ApiError::bad_request("this sign-in was started in another browser: start it again here")
     };
+    let cookie = req.cookie(BROWSER_COOKIE).ok_or_else(other_browser)?;
+    let pending = state
+        .sign_in_keys
+        .open(provider, cookie.value())
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "this sign-in is unknown or was already used: start the sign-in again",
+            )
+        })?;
+    if pending.state_hash != sha256_hex(sign_in_state) {
+        return Err(other_browser());
+    }
     if gantry_actors::api::now_ms() - pending.created_at > SIGN_IN_TTL_MS {
         return Err(ApiError::bad_request(
             "this sign-in took longer than 10 minutes: start it again",
@@ -392,5 +452,37 @@ mod tests {
         assert!(begin(q(None, None, Some("no such/team"))).is_err());
         let ok = begin(q(Some(4000), Some("s"), Some("red"))).unwrap();
         assert_ne!(ok.state, ok.nonce);
+    }
+
+    #[test]
+    fn a_sealed_sign_in_opens_on_any_node_with_the_key_and_only_for_its_provider() {
+        let key = [9u8; 32];
+        let pending = PendingSignIn {
+            state_hash: sha256_hex("s"),
+            verifier: "the-verifier".into(),
+            nonce: "the-nonce".into(),
+            team: Some("red".into()),
+            cli_port: Some(4000),
+            cli_state: Some("c".into()),
+            created_at: 1,
+        };
+        let one = SignInKeys::new(Sealer::from_key(&key, "node a"), None);
+        let sealed = one.seal("oidc", &pending);
+        assert!(!sealed.contains("verifier") && !sealed.contains("nonce"));
+        let another = SignInKeys::new(Sealer::from_key(&key, "node b"), None);
+        assert_eq!(another.open("oidc", &sealed), Some(pending.clone()));
+        assert_eq!(
+            another.open("github", &sealed),
+            None,
+            "bound to its provider"
+        );
+        let stranger = SignInKeys::new(Sealer::ephemeral(), None);
+        assert_eq!(stranger.open("oidc", &sealed), None);
+        // While the key is rotated, the old one still opens.
+        let rotated = SignInKeys::new(Sealer::ephemeral(), Some(Sealer::from_key(&key, "old")));
+        assert_eq!(rotated.open("oidc", &sealed), Some(pending));
+        let mut altered = sealed.clone();
+        altered.push('A');
+        assert_eq!(one.open("oidc", &altered), None);
     }
 }

@@ -12,6 +12,7 @@ pub mod oci;
 pub mod otlp;
 pub mod pipelines;
 pub mod registry;
+pub mod rusage;
 pub mod s3;
 pub mod secrets;
 pub mod workers;

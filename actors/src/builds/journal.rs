@@ -67,6 +67,8 @@ pub(super) struct Journal {
     /// Resource events: after which event, by which step, the action and
     /// the version.
     resources: Vec<(i64, String, String, serde_json::Value)>,
+    /// Placements (`selected_worker` events): which event, of which step.
+    placed: Vec<(i64, String)>,
 }
 
 impl Journal {
@@ -124,6 +126,7 @@ impl Journal {
                 version,
                 ..
             } => self.resources.push((seq, step, action, version)),
+            BuildEvent::SelectedWorker { step, .. } => self.placed.push((seq, step)),
             BuildEvent::Log {
                 step, stream, data, ..
             } => {
@@ -201,6 +204,19 @@ impl Journal {
             }
         }
         bytes
+    }
+
+    /// The event that placed step `step` last after event `after` (its
+    /// node's `node_started`), or `after` when none did: where the output
+    /// of its latest attempt begins (an attempt on a worker lost before
+    /// wrote output of its own).
+    pub(super) fn last_placed(&self, step: &str, after: i64) -> i64 {
+        self.placed
+            .iter()
+            .filter(|(seq, s)| *seq > after && s == step)
+            .map(|(seq, _)| *seq)
+            .max()
+            .unwrap_or(after)
     }
 
     /// What step `step` told of resources after event `after` (its node's
@@ -291,10 +307,44 @@ mod tests {
         // Only the second attempt's output, and only the process's own.
         assert_eq!(j.stored_output("t", second.seq), [6, 3]);
         assert_eq!(j.outputs(), &[("out".to_string(), "a1".to_string())]);
+        // Never placed since: its output counts from its node's start.
+        assert_eq!(j.last_placed("t", second.seq), second.seq);
         let new = Journal::read(&[]);
         assert!(!new.began() && new.began_at(&origin("0", &[])).is_none());
         // An untraced build's start tells no trace.
         assert_eq!(j.trace(), None);
+    }
+
+    #[test]
+    fn a_steps_latest_attempt_stored_only_what_followed_its_latest_placement() {
+        let placed = |worker: &str| BuildEvent::SelectedWorker {
+            step: "t".into(),
+            worker: worker.into(),
+            time: 1,
+        };
+        let log = |data: &str| BuildEvent::Log {
+            step: "t".into(),
+            stream: "stdout".into(),
+            data: data.into(),
+            time: 1,
+        };
+        let stored = events(vec![
+            BuildEvent::NodeStarted {
+                origin: origin("0", &[]),
+                step: Some("t".into()),
+                time: 1,
+            },
+            placed("w1"),
+            log("on the lost worker\n"),
+            placed("w2"),
+            log("kept\n"),
+        ]);
+        let j = Journal::read(&stored);
+        let began = j.began_at(&origin("0", &[])).unwrap().seq;
+        // The attempt on w2 began at its placement, the fourth event.
+        assert_eq!(j.last_placed("t", began), 4);
+        assert_eq!(j.stored_output("t", j.last_placed("t", began)), [5, 0]);
+        assert_eq!(j.last_placed("other", began), began);
     }
 
     #[test]

@@ -17,6 +17,8 @@
 //! - `journal.rs`: a build's progress as its stored events tell it, read
 //!   when a web node takes the build over;
 //! - `resume.rs`: taking over a step that began before the takeover;
+//! - `reconnect.rs`: waiting for a step's worker to come back after its
+//!   connection dropped, and reattaching to the step's process;
 //! - `turns.rs`: waiting for a job build's turn (`serial`, `serial_groups`,
 //!   `max_in_flight`);
 //! - `cleanup.rs`: what a step created is left to the garbage collector.
@@ -30,6 +32,7 @@ mod journal;
 mod outcome;
 mod parallel;
 mod placement;
+mod reconnect;
 mod resume;
 #[cfg(test)]
 mod return_tests;

@@ -2,7 +2,9 @@
 //! ticket when every compatible worker is full ("waiting for worker" in the
 //! build log) until placed or stopped, holding the placement while the step
 //! runs and releasing it on every path, and running the step again on
-//! another worker when its worker is lost. In a build taken over, a step
+//! another worker when its worker is lost. A step whose connection to its
+//! worker drops once its container was made waits for the worker to come
+//! back and reattaches (`reconnect.rs`). In a build taken over, a step
 //! whose worker is unreachable before any container of it was made waits
 //! for the worker to register again (a restarted quickstart's embedded
 //! worker comes back on a new port), then is placed again.
@@ -12,11 +14,12 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tracing::Instrument as _;
 
-use crate::builds::run::{BuildRun, Scope, PROBE_INTERVAL};
+use crate::builds::run::{BuildRun, Left, Scope, PROBE_INTERVAL};
 use crate::db::{HandleKind, WaitingStep};
 use crate::error::EngineError;
 use crate::scheduler::{Placement, Placer, Selection, StepRequest, WAITING_FOR_WORKERS};
 use crate::steps::{Created, Step, StepEnd, Stop, WorkerWatch};
+use crate::views::Handle as HandleRow;
 use gantry_wire::error::RuntimeError;
 use gantry_wire::events::BuildEvent;
 use gantry_wire::runtime::Worker;
@@ -100,7 +103,11 @@ impl BuildRun {
         let mut lost: Vec<String> = Vec::new();
         let mut awaited = false;
         loop {
-            let (mut result, untouched) = self.place_and_run(step, &lost, scope).await;
+            let (mut result, left) = self.place_and_run(step, &lost, scope).await;
+            if left == Left::RunAgain {
+                continue;
+            }
+            let untouched = left == Left::Untouched;
             // Taken over, its worker's registration may be the one before
             // the restart: nothing of the step was made there, so it waits
             // for the worker to answer again and is placed again (at most
@@ -153,18 +160,20 @@ impl BuildRun {
     }
 
     /// Waits for a placement (or a stop), runs the step there, cleans up
-    /// what it created and releases the placement. Also answers whether
-    /// the step failed on its worker being unreachable before any
-    /// container of it was made there (nothing of it ran).
+    /// what it created and releases the placement. Also answers what is
+    /// left to do: the step failed on its worker being unreachable before
+    /// any container of it was made there (nothing of it ran), or its
+    /// worker came back after its connection dropped and the step is to
+    /// run again from its start.
     async fn place_and_run(
         &self,
         step: &dyn Step,
         lost: &[String],
         scope: &Scope,
-    ) -> (Result<StepEnd, EngineError>, bool) {
+    ) -> (Result<StepEnd, EngineError>, Left) {
         match self.place_and_run_once(step, lost, scope).await {
             Ok(ran) => ran,
-            Err(e) => (Err(e), false),
+            Err(e) => (Err(e), Left::Nothing),
         }
     }
 
@@ -174,7 +183,7 @@ impl BuildRun {
         step: &dyn Step,
         lost: &[String],
         scope: &Scope,
-    ) -> Result<(Result<StepEnd, EngineError>, bool), EngineError> {
+    ) -> Result<(Result<StepEnd, EngineError>, Left), EngineError> {
         let stop = &scope.stop;
         let mut request = StepRequest {
             team: self.team.clone(),
@@ -204,7 +213,7 @@ impl BuildRun {
         );
         let placed = self.place(step.name(), request, stop);
         let Some(placement) = placed.instrument(span.clone()).await? else {
-            return Ok((Ok(StepEnd::Stopped), false));
+            return Ok((Ok(StepEnd::Stopped), Left::Nothing));
         };
         span.record("placement.worker", placement.worker.as_str());
         span.record(
@@ -237,11 +246,56 @@ impl BuildRun {
             result,
             Err(EngineError::Runtime(RuntimeError::Unreachable { .. }))
         ) && self.none_made(&created).await;
-        let result = result.map_err(EngineError::lost_if_unreachable);
+        let result = match result.map_err(EngineError::lost_if_unreachable) {
+            // Its connection dropped while its process may run on under
+            // its keeper: it waits for the worker to come back and
+            // reattaches (`reconnect.rs`), holding its capacity again then.
+            Err(why @ EngineError::WorkerLost { .. }) if !untouched => {
+                match self.made_containers(scope, &created).await? {
+                    Some(made) => {
+                        drop(held);
+                        let worker = &placement.worker;
+                        return Ok(self.reconnect(step, scope, worker, &made, why).await);
+                    }
+                    None => Err(why),
+                }
+            }
+            other => other,
+        };
         let lost = matches!(result, Err(EngineError::WorkerLost { .. }));
         self.left_to_gc(&placement.worker, &created, lost);
         drop(held);
-        Ok((result, untouched))
+        let left = if untouched {
+            Left::Untouched
+        } else {
+            Left::Nothing
+        };
+        Ok((result, left))
+    }
+
+    /// The rows of the containers of `created` (the step's at `scope`'s
+    /// node, oldest first), when the last was made on its worker (its
+    /// process may have started): what a step whose connection dropped
+    /// reattaches through.
+    async fn made_containers(
+        &self,
+        scope: &Scope,
+        created: &Created,
+    ) -> Result<Option<Vec<HandleRow>>, EngineError> {
+        let rows = self
+            .deps
+            .db
+            .handles()
+            .node_handles(HandleKind::Container, self.id, &scope.origin().key())
+            .await?;
+        let mine: Vec<HandleRow> = rows
+            .into_iter()
+            .filter(|r| created.containers.contains(&r.handle))
+            .collect();
+        let made = mine
+            .last()
+            .is_some_and(|last| last.state == HandleState::Created);
+        Ok(made.then_some(mine))
     }
 
     /// Whether no container of `created` was made on its worker: each row

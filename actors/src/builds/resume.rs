@@ -22,9 +22,9 @@
 //! finds its worker unreachable before any container of it was made waits
 //! the same way, then is placed again (`placement.rs`).
 
-use crate::builds::journal::Began;
+use crate::builds::journal::{Began, Journal};
 use crate::builds::placement::HeldPlacement;
-use crate::builds::run::{BuildRun, Scope, PROBE_INTERVAL};
+use crate::builds::run::{BuildRun, Left, Scope, PROBE_INTERVAL};
 use crate::db::HandleKind;
 use crate::error::EngineError;
 use crate::placement::Load;
@@ -94,7 +94,9 @@ impl BuildRun {
             return Ok(StepEnd::Stopped);
         }
         tracing::info!(build = self.id, step = step.name(), worker = %container.worker, "resuming a build: reattaching to its step");
-        let result = self.reattach(step, scope, &containers, began).await;
+        let result = self
+            .reattach(step, scope, &containers, &self.journal, began.seq)
+            .await;
         if never_started(&result) && self.journal.stored_output(step.name(), began.seq) == [0, 0] {
             // Its node stopped between creating the container and starting
             // the process: nothing ran. The container goes first, so a start
@@ -102,6 +104,22 @@ impl BuildRun {
             self.discard_container(container).await;
             return self.afresh(step, scope, "its process never started").await;
         }
+        // Its worker's connection dropped while it was followed: it waits
+        // for the worker to come back, as any step does (`reconnect.rs`).
+        let result = match result {
+            Err(why @ EngineError::WorkerLost { .. }) => {
+                let worker = &container.worker;
+                match self.reconnect(step, scope, worker, &containers, why).await {
+                    (_, Left::RunAgain) => {
+                        return self
+                            .afresh(step, scope, "its worker came back, and it is to run again")
+                            .await
+                    }
+                    (result, _) => result,
+                }
+            }
+            other => other,
+        };
         match result {
             Err(EngineError::WorkerLost { worker, reason })
                 if self.deps.rerun_when_worker_disappears =>
@@ -233,13 +251,16 @@ impl BuildRun {
 
     /// Reattaches `step` to its process in the last of `containers` (the
     /// step's, oldest first), holding the step's capacity on its worker
-    /// again first (the Scheduler of this node did not place it).
-    async fn reattach(
+    /// again first (the Scheduler of this node did not place it). What
+    /// `journal` holds after event `after` (the step's start, or its
+    /// latest placement) is what the step stored and told already.
+    pub(super) async fn reattach(
         &self,
         step: &dyn Step,
         scope: &Scope,
         containers: &[HandleRow],
-        began: Began,
+        journal: &Journal,
+        after: i64,
     ) -> Result<StepEnd, EngineError> {
         let container = containers
             .last()
@@ -287,9 +308,9 @@ impl BuildRun {
                     .iter()
                     .filter_map(|r| Some((r.step.clone()?, r.handle.clone()))),
             ),
-            already_stored: self.journal.stored_output(step.name(), began.seq),
+            already_stored: journal.stored_output(step.name(), after),
             containers: containers.iter().map(|r| r.handle.clone()).collect(),
-            told: self.journal.told(step.name(), began.seq),
+            told: journal.told(step.name(), after),
         };
         let result = step
             .reattach(&mut ctx, at)
@@ -303,7 +324,7 @@ impl BuildRun {
 
     /// Destroys the container of a step that never started, now, and marks
     /// its row `destroying` (the worker's sweeper finishes the row).
-    async fn discard_container(&self, row: &HandleRow) {
+    pub(super) async fn discard_container(&self, row: &HandleRow) {
         let destroyed = match self.deps.db.workers().get_worker(&row.worker).await {
             Ok(Some(worker)) => {
                 let client = self.deps.connector.connect(&worker.registration);
@@ -330,7 +351,7 @@ impl BuildRun {
 const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Whether reattaching found no process.
-fn never_started(result: &Result<StepEnd, EngineError>) -> bool {
+pub(super) fn never_started(result: &Result<StepEnd, EngineError>) -> bool {
     matches!(
         result,
         Err(EngineError::Runtime(RuntimeError::NotFound {

@@ -29,6 +29,20 @@ use gantry_wire::state::BuildStatus;
 /// a worker's new registration (`placement.rs`).
 pub(super) const PROBE_INTERVAL: Duration = Duration::from_millis(200);
 
+/// What an attempt at a step leaves to do, beside how it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Left {
+    /// Nothing: how it ended stands.
+    Nothing,
+    /// Its worker was unreachable before any container of it was made
+    /// there: nothing of it ran (`placement.rs`).
+    Untouched,
+    /// Its worker came back after its connection dropped, but the step is
+    /// to be placed and run from its start: its process never started, or
+    /// its work is safe to do again (`reconnect.rs`).
+    RunAgain,
+}
+
 /// What every build needs from the web node.
 #[derive(Clone)]
 pub(crate) struct BuildDeps {
@@ -50,6 +64,10 @@ pub(crate) struct BuildDeps {
     /// How long a step taken over waits for its worker to answer again
     /// (`EngineConfig::worker_return_timeout`).
     pub worker_return: std::time::Duration,
+    /// How long a step whose connection to its worker dropped while it ran
+    /// waits for the worker to come back (`reconnect.rs`,
+    /// `EngineConfig::worker_reconnect_grace`).
+    pub worker_reconnect_grace: std::time::Duration,
     /// Builds clients of workers (a lost worker may come back restarted).
     pub connector: Arc<dyn WorkerConnector>,
     /// One lock per (worker, artifact) image import, so an image is streamed

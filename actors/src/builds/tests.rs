@@ -128,6 +128,7 @@ impl Harness {
             worker_states,
             rerun_when_worker_disappears: false,
             worker_return: std::time::Duration::from_secs(5),
+            worker_reconnect_grace: std::time::Duration::from_secs(5),
             connector,
             imports: Default::default(),
             resources: Default::default(),

@@ -132,6 +132,7 @@ mod tests {
         let by = SetBy {
             parent: Some(&p),
             instance_vars: None,
+            ..SetBy::default()
         };
         let jobs = ["j".to_string()];
         let texts = ("jobs: []", "{}");
@@ -187,6 +188,7 @@ mod tests {
             let by = SetBy {
                 parent: Some(&p),
                 instance_vars: None,
+                ..SetBy::default()
             };
             db.pipelines()
                 .set_pipeline_by(

@@ -53,6 +53,9 @@ pub(crate) struct SetBy<'a> {
     pub parent: Option<&'a Parent>,
     /// Its instance vars (a JSON object), for an instance.
     pub instance_vars: Option<&'a str>,
+    /// The jobs and resources its config renames (`old_name`): their
+    /// history follows them (see `pipeline_renames`).
+    pub renames: Option<&'a super::Renames>,
 }
 
 /// A resource of a stored pipeline, as set.
@@ -265,6 +268,15 @@ impl Pipelines<'_> {
                 (id, true)
             }
         };
+        if let Some(renames) = by.renames {
+            let at = super::pipeline_renames::At {
+                id,
+                team,
+                pipeline: name,
+                id_placeholder: PIPELINE_ID,
+            };
+            super::pipeline_renames::apply(&mut tx, &at, renames).await?;
+        }
         // Sets, not scans: a pipeline of 10,000 jobs is stored in time
         // linear in its jobs, and only the jobs new to it are written.
         let stored_jobs: Vec<(String,)> =

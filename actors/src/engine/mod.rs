@@ -22,7 +22,7 @@ mod task_caches;
 mod teams;
 mod workers;
 
-pub use people::{Session, SIGN_IN_TTL_MS};
+pub use people::Session;
 pub use teams::{check_team_name, TOKEN_PREFIX};
 
 pub use crate::triggers::DEFAULT_CHECK_EVERY;
@@ -77,6 +77,11 @@ pub(crate) const SHUTDOWN_BOUND: std::time::Duration = std::time::Duration::from
 /// unless configured (`EngineConfig::worker_return_timeout`).
 pub const DEFAULT_WORKER_RETURN: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// How long a step whose connection to its worker dropped while it ran
+/// waits for the worker to come back, unless configured
+/// (`EngineConfig::worker_reconnect_grace`).
+pub const DEFAULT_WORKER_RECONNECT_GRACE: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Settings of the engine.
 #[derive(Debug, Clone, Default)]
 pub struct EngineConfig {
@@ -94,6 +99,13 @@ pub struct EngineConfig {
     /// new token) before the step errors; counted from the takeover.
     /// `None`: [`DEFAULT_WORKER_RETURN`].
     pub worker_return_timeout: Option<std::time::Duration>,
+    /// How long a step whose connection to its worker dropped while it ran
+    /// (the worker restarted, its connection was refused or reset, its
+    /// heartbeat lapsed) waits for the worker to come back before the step
+    /// errors naming the worker; once back, the step reattaches to its
+    /// process, which the worker's keeper kept running. `None`:
+    /// [`DEFAULT_WORKER_RECONNECT_GRACE`].
+    pub worker_reconnect_grace: Option<std::time::Duration>,
     /// How artifacts move to and between workers (path per link,
     /// encoding, caps on concurrent streams).
     pub streaming: crate::streaming::StreamConfig,
@@ -320,6 +332,10 @@ impl Engine {
                 .config
                 .worker_return_timeout
                 .unwrap_or(DEFAULT_WORKER_RETURN),
+            worker_reconnect_grace: self
+                .config
+                .worker_reconnect_grace
+                .unwrap_or(DEFAULT_WORKER_RECONNECT_GRACE),
             connector: self.connector.clone(),
             imports: self.imports.clone(),
             resources: self.resources.clone(),

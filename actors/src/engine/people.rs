@@ -7,7 +7,7 @@ use super::teams::NewToken;
 use super::Engine;
 use crate::error::EngineError;
 use crate::roles::Role;
-use crate::views::{MemberKind, PendingSignIn, TeamRole};
+use crate::views::{MemberKind, TeamRole};
 
 /// The longest a user or group name may be.
 const MAX_MEMBER_NAME: usize = 256;
@@ -132,33 +132,6 @@ impl Engine {
             )
             .await?;
         Ok(Some(Session { token }))
-    }
-}
-
-/// How long a sign-in through an OpenID provider may take, from the
-/// browser's leaving for the provider to its return.
-pub const SIGN_IN_TTL_MS: i64 = 10 * 60 * 1000;
-
-impl Engine {
-    /// Records a sign-in through a provider under way, forgetting
-    /// those older than [`SIGN_IN_TTL_MS`].
-    pub async fn begin_sign_in(&self, pending: &PendingSignIn) -> Result<(), EngineError> {
-        self.db
-            .teams()
-            .insert_sign_in(pending, pending.created_at - SIGN_IN_TTL_MS)
-            .await
-    }
-
-    /// Takes the sign-in under way whose state hashes to `state_hash`,
-    /// begun by the browser whose cookie hashes to `browser_hash`: another
-    /// browser's answer leaves it be. Whether it is too old is the
-    /// caller's to check.
-    pub async fn take_sign_in(
-        &self,
-        state_hash: &str,
-        browser_hash: Option<&str>,
-    ) -> Result<crate::db::TakenSignIn, EngineError> {
-        self.db.teams().take_sign_in(state_hash, browser_hash).await
     }
 }
 

@@ -17,10 +17,12 @@
 //! refuses is what Concourse refuses, plus vars it cannot fill (var
 //! sources) when vars are required.
 
+mod identifier;
 pub(crate) mod model;
 mod parse_pipeline;
 mod parse_step;
 mod read;
+pub(crate) mod renames;
 pub(crate) mod step;
 mod validate;
 pub(crate) mod vars;
@@ -30,6 +32,7 @@ mod tests;
 
 use serde_yaml::Value;
 
+pub use identifier::MAX_NAME;
 pub use model::Pipeline;
 pub(crate) use model::{Job, Resource};
 pub(crate) use read::Params;
@@ -37,7 +40,6 @@ pub(crate) use step::{
     Across, GetStep, Hooks, LoadVarStep, MaxInFlight, PutInputs, PutStep, Step, StepKind, TaskStep,
     Timeout, VersionSpec,
 };
-pub use validate::MAX_NAME;
 pub(crate) use vars::interpolate;
 pub use vars::Vars;
 
@@ -102,12 +104,12 @@ pub(crate) fn check_warned(
     let document = match doc {
         Value::Mapping(top) => {
             let p = parse_pipeline::parse_pipeline(&mut r, top);
-            validate::check_pipeline(&p, &mut r.problems);
+            validate::check_pipeline(&p, &mut r.problems, &mut r.warnings);
             Document::Pipeline(p)
         }
         Value::Sequence(_) => {
             let steps = parse_step::parse_plan(&mut r, doc, "plan");
-            validate::check_plan(&steps, &mut r.problems);
+            validate::check_plan(&steps, &mut r.problems, &mut r.warnings);
             Document::Plan(steps)
         }
         Value::Null => {

@@ -324,7 +324,8 @@ pub struct Resource {
     pub tags: Vec<String>,
     /// `version`: a pinned version.
     pub version: Option<Params>,
-    /// `old_name`, `public`, `webhook_token`, `icon`,
+    /// `old_name` (a former name whose history it keeps, read by
+    /// `pipeline/renames.rs`), `public`, `webhook_token`, `icon`,
     /// `expose_build_created_by` as written (UI and API settings).
     pub other: Params,
 }

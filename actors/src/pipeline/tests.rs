@@ -431,29 +431,51 @@ fn names_follow_the_rule_of_names_in_api_paths() {
          resource_types:\n- {{name: \"t\\n\", type: registry-image, source: {{}}}}\n\
          groups:\n- {{name: \"g\\e\", jobs: [\"*\"]}}\n\
          jobs:\n- name: \"bad\\x1b[31m\"\n  plan:\n  - {{get: \"r\\x07\"}}\n  - {{task: \"t\\r\", file: a/t.yml}}\n\
-         - name: {long}\n  plan:\n  - {{put: \"p\\x00\", resource: \"r\\x07\"}}\n"
+         - name: {long}\n  plan:\n  - {{put: \"p\\x00\", resource: \"r\\x07\"}}\n\
+         - name: \"\"\n  plan: [{{task: \"a/b\", file: a/t.yml}}]\n\
+         - name: \"  \"\n  plan: [{{load_var: \"..\", file: a/v.yml}}]\n\
+         - name: \"evil\\u202Egnp\"\n  plan: [{{task: t, file: a/t.yml, across: [{{var: \"v\\u2066\", values: [1]}}]}}]\n\
+         - name: \"../../x\"\n  plan: [{{task: t, file: a/t.yml}}]\n"
     );
     let problems = Pipeline::load(&doc, &Vars::new()).unwrap_err();
     for want in [
-        "jobs[0].name must not hold control characters",
-        "jobs[1].name is 129 bytes: the limit is 128",
-        "resources[0].name must not hold control characters",
-        "resource_types[0].name must not hold control characters",
-        "groups[0].name must not hold control characters",
-        "jobs[0].plan[0].get must not hold control characters",
-        "jobs[0].plan[1].task must not hold control characters",
-        "jobs[1].plan[0].put must not hold control characters",
+        "jobs[0].name: must not hold the control character U+001B",
+        "jobs[1].name: is 129 bytes: the limit is 128",
+        "resources[0].name: must not hold the control character U+0007",
+        "resource_types[0].name: must not hold the control character U+000A",
+        "groups[0].name: must not hold the control character U+001B",
+        "jobs[0].plan[0].get: must not hold the control character U+0007",
+        "jobs[0].plan[1].task: must not hold the control character U+000D",
+        "jobs[1].plan[0].put: must not hold the control character U+0000",
+        "jobs[2].name: must not be empty",
+        "jobs[2].plan[0].task: must not hold '/' (a path separator)",
+        "jobs[3].name: must not be only whitespace",
+        "jobs[3].plan[0].load_var: \"..\" cannot be named in a path",
+        "jobs[4].name: must not hold the invisible format character U+202E",
+        "jobs[4].plan[0].across[0].var: must not hold the invisible format character U+2066",
+        "jobs[5].name: must not hold '/' (a path separator)",
     ] {
         assert!(problems.iter().any(|p| p == want), "{want}: {problems:#?}");
     }
-    // No problem's path carries a control character.
+    // No problem's path carries a control or format character.
     assert!(
-        problems.iter().all(|p| !p.chars().any(char::is_control)),
+        problems
+            .iter()
+            .all(|p| !p.chars().any(|c| c.is_control() || c == '\u{202E}')),
         "{problems:#?}"
     );
-    // Names of the API's rule pass: spaces and any printable text.
-    let ok = "resources:\n- {name: my repo, type: mock, source: {}}\njobs:\n- name: build (linux) ✓\n  plan:\n  - {get: my repo}\n";
-    Pipeline::load(ok, &Vars::new()).unwrap();
+    // Names Concourse only warns about (spaces, uppercase, symbols) are
+    // set, with its warnings naming the field.
+    let ok = "resources:\n- {name: my repo, type: mock, source: {}}\njobs:\n- name: Build (linux) ✓\n  plan:\n  - {get: my repo}\n";
+    let (_, warnings) = Pipeline::load_warned(ok, &Vars::new()).unwrap();
+    assert_eq!(
+        warnings,
+        [
+            "jobs[0].name: 'Build (linux) ✓' is not a valid identifier: must start with a lowercase letter or a number",
+            "resources[0].name: 'my repo' is not a valid identifier: illegal character ' '",
+            "jobs[Build (linux) ✓].plan[0].get: 'my repo' is not a valid identifier: illegal character ' '",
+        ]
+    );
 }
 
 #[test]

@@ -10,27 +10,16 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use super::identifier;
 use super::model::Pipeline;
 use super::read::join;
 use super::step::{Step, StepKind};
 
-/// The longest name of a job, resource, resource type, group or step: the
-/// bound the API puts on the names in its paths (`.../jobs/{job}`).
-pub const MAX_NAME: usize = 128;
-
-/// Checks a name given in a config (field `at`: `jobs[3].name`) by the
-/// rule of the names in the API's paths: at most [`MAX_NAME`] bytes, no
-/// control characters. A name the config cannot give could not be named
-/// by any route either.
-pub(super) fn check_name(at: &str, name: &str) -> Result<(), String> {
-    gantry_wire::worker_info::check_text(at, name, MAX_NAME, true)
-}
-
-/// `section[name]` for an entry whose name passes [`check_name`] (and is
-/// not empty), else `section[index]`: a problem's path never carries a
-/// control character.
+/// `section[name]` for an entry whose name passes the identifier rule
+/// ([`identifier::refusal`]), else `section[index]`: a problem's path
+/// never carries a control or format character.
 pub(crate) fn entry_at(section: &str, index: usize, name: &str) -> String {
-    if !name.is_empty() && check_name("", name).is_ok() {
+    if identifier::refusal("", name).is_none() {
         format!("{section}[{name}]")
     } else {
         format!("{section}[{index}]")
@@ -40,8 +29,9 @@ pub(crate) fn entry_at(section: &str, index: usize, name: &str) -> String {
 /// Var source types Concourse accepts in a pipeline.
 const VAR_SOURCE_TYPES: &[&str] = &["vault", "dummy", "ssm", "secretsmanager", "idtoken"];
 
-/// Every cross-reference problem of a pipeline.
-pub(crate) fn check_pipeline(p: &Pipeline, problems: &mut Vec<String>) {
+/// Every cross-reference problem of a pipeline, and the names Concourse
+/// warns about (see [`identifier`]).
+pub(crate) fn check_pipeline(p: &Pipeline, problems: &mut Vec<String>, warnings: &mut Vec<String>) {
     if p.jobs.is_empty() {
         problems.push("jobs: a pipeline must have at least one job".into());
     }
@@ -87,9 +77,13 @@ pub(crate) fn check_pipeline(p: &Pipeline, problems: &mut Vec<String>) {
     ];
     for (section, names) in sections {
         for (i, name) in names.into_iter().enumerate() {
-            if let Err(e) = check_name(&format!("{section}[{i}].name"), name) {
-                problems.push(e);
-            }
+            identifier::check(
+                &format!("{section}[{i}].name"),
+                name,
+                true,
+                problems,
+                warnings,
+            );
         }
     }
     for (i, v) in p.var_sources.iter().enumerate() {
@@ -104,7 +98,7 @@ pub(crate) fn check_pipeline(p: &Pipeline, problems: &mut Vec<String>) {
     }
     for (i, job) in p.jobs.iter().enumerate() {
         let at = entry_at("jobs", i, &job.name);
-        let mut c = StepChecker::new(Some(p), problems);
+        let mut c = StepChecker::new(Some(p), problems, warnings);
         c.plan(&job.plan, &join(&at, "plan"));
         for (key, hook) in job.hooks.iter() {
             c.step(hook, &join(&at, key));
@@ -115,9 +109,10 @@ pub(crate) fn check_pipeline(p: &Pipeline, problems: &mut Vec<String>) {
     check_cycles(p, problems);
 }
 
-/// Every cross-reference problem of a bare plan (no resources to check).
-pub(crate) fn check_plan(steps: &[Step], problems: &mut Vec<String>) {
-    StepChecker::new(None, problems).plan(steps, "plan");
+/// Every cross-reference problem of a bare plan (no resources to check),
+/// and the names Concourse warns about.
+pub(crate) fn check_plan(steps: &[Step], problems: &mut Vec<String>, warnings: &mut Vec<String>) {
+    StepChecker::new(None, problems, warnings).plan(steps, "plan");
 }
 
 /// Reports names given to two entries of a section.
@@ -141,6 +136,8 @@ struct StepChecker<'a, 'p> {
     /// The pipeline whose names steps refer to (none for a bare plan).
     pipeline: Option<&'a Pipeline>,
     problems: &'p mut Vec<String>,
+    /// Names Concourse warns about.
+    warnings: &'p mut Vec<String>,
     /// Artifact names of the job's gets: a second get of a name is an error.
     seen_gets: HashSet<String>,
     /// Build-local vars declared, innermost scope last (`across` opens one).
@@ -148,10 +145,15 @@ struct StepChecker<'a, 'p> {
 }
 
 impl<'a, 'p> StepChecker<'a, 'p> {
-    fn new(pipeline: Option<&'a Pipeline>, problems: &'p mut Vec<String>) -> Self {
+    fn new(
+        pipeline: Option<&'a Pipeline>,
+        problems: &'p mut Vec<String>,
+        warnings: &'p mut Vec<String>,
+    ) -> Self {
         StepChecker {
             pipeline,
             problems,
+            warnings,
             seen_gets: HashSet::new(),
             scopes: vec![HashSet::new()],
         }
@@ -179,6 +181,10 @@ impl<'a, 'p> StepChecker<'a, 'p> {
             self.scopes.push(HashSet::new());
             let scope = self.scopes.last_mut().expect("a scope");
             scope.extend(across.vars.iter().map(|v| v.var.clone()));
+            for (i, v) in across.vars.iter().enumerate() {
+                let at = format!("{}[{i}].var", join(at, "across"));
+                identifier::check(&at, &v.var, false, self.problems, self.warnings);
+            }
             self.kind(&s.kind, at);
             self.scopes.pop();
         } else {
@@ -199,9 +205,7 @@ impl<'a, 'p> StepChecker<'a, 'p> {
             _ => None,
         };
         if let Some((key, name)) = named {
-            if let Err(e) = check_name(&join(at, key), name) {
-                self.problems.push(e);
-            }
+            identifier::check(&join(at, key), name, true, self.problems, self.warnings);
         }
         match kind {
             StepKind::Get(g) => {

@@ -165,7 +165,7 @@ pub(super) fn parse_instance_vars(text: &str) -> Result<Map<String, Value>, Stri
         if key.is_empty() || key.split('.').any(str::is_empty) {
             return Err(format!("instance var {key:?}: give KEY:VALUE"));
         }
-        let value: Value = serde_yaml::from_str(raw)
+        let value: Value = crate::bounded_yaml::parse_yaml_value(raw, "instance var value")
             .map_err(|e| format!("instance var {key:?}: invalid value {raw:?}: {e}"))?;
         set_dotted(&mut vars, key, value);
         match more {
@@ -265,7 +265,11 @@ mod tests {
     #[test]
     fn bad_refs_are_named() {
         let long = format!("p/a:{}", "x".repeat(130));
+        // A value nested 100,000 deep is refused while read (in a path,
+        // a `?vars.` query, a build's `pipeline_name`).
+        let deep = format!("p/a:{}", "[".repeat(100_000));
         for (text, want) in [
+            (deep.as_str(), "nests deeper than 100 levels"),
             ("p/", "KEY:VALUE"),
             ("p/novalue", "KEY:VALUE"),
             ("p/:v", "give KEY:VALUE"),

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::db::{Db, Parent, PipelineRow, ResourceRow, SetBy};
+use crate::db::{Db, NameChange, Parent, PipelineRow, Renames, ResourceRow, SetBy};
 use crate::error::EngineError;
 use crate::off_thread::{off_thread, Deadline, PIPELINE_BUDGET};
 use crate::pipeline::model::CheckEvery;
@@ -76,6 +76,7 @@ pub(crate) async fn store_pipeline_warned(
         jobs,
         resources,
         types,
+        renames,
         warnings,
     } = off_thread(&what, PIPELINE_BUDGET, move |deadline| {
         checked_rows(&config_text, &vars_given, (global, &team_name), deadline)
@@ -85,6 +86,7 @@ pub(crate) async fn store_pipeline_warned(
     let by = SetBy {
         parent,
         instance_vars: instance_vars.as_deref(),
+        renames: Some(&renames),
     };
     let (row, created) = db
         .pipelines()
@@ -109,6 +111,8 @@ struct Rows {
     resources: Vec<ResourceRow>,
     /// Its custom resource types (their images are checked as resources).
     types: Vec<ResourceRow>,
+    /// The jobs and resources it renames (`old_name`).
+    renames: Renames,
     /// What it accepts but does not take as written.
     warnings: Vec<String>,
 }
@@ -128,6 +132,7 @@ fn checked_rows(
     // build needs them.
     let (pipeline, _, warnings) = Pipeline::load_leaving(config, vars)
         .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
+    let renames = stored_renames(&pipeline)?;
     let pipeline = Arc::new(pipeline);
     deadline.check("reading the pipeline")?;
     for (i, job) in pipeline.jobs.iter().enumerate() {
@@ -180,7 +185,34 @@ fn checked_rows(
         jobs,
         resources,
         types,
+        renames,
         warnings,
+    })
+}
+
+/// The renames `pipeline` asks for (`old_name`), as stored: a resource's
+/// with where a history of its own is kept under each name (it moves
+/// when the resource keeps one; a shared history stays where it is).
+fn stored_renames(pipeline: &Pipeline) -> Result<Renames, EngineError> {
+    let asked = crate::pipeline::renames::renames(pipeline)
+        .map_err(|problems| EngineError::Invalid(problems.join("; ")))?;
+    let change = |r: crate::pipeline::renames::Rename, resource: bool| NameChange {
+        own_scopes: resource.then(|| {
+            (
+                scope::pipeline_resource(&r.old),
+                scope::pipeline_resource(&r.new),
+            )
+        }),
+        old: r.old,
+        new: r.new,
+    };
+    Ok(Renames {
+        jobs: asked.jobs.into_iter().map(|r| change(r, false)).collect(),
+        resources: asked
+            .resources
+            .into_iter()
+            .map(|r| change(r, true))
+            .collect(),
     })
 }
 

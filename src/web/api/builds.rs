@@ -95,7 +95,7 @@ pub async fn create(
     actor: Actor,
     state: web::Data<AppState>,
     team: web::Path<String>,
-    body: web::Json<CreateBuild>,
+    body: crate::web::api::Json<CreateBuild>,
 ) -> Result<HttpResponse, ApiError> {
     identity.require_team(&team, &format!("team {:?}", team.as_str()))?;
     let body = body.into_inner();

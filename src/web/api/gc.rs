@@ -84,8 +84,7 @@ async fn json_body<T: serde::de::DeserializeOwned>(
         }
         body.extend_from_slice(&chunk);
     }
-    serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    super::json_object::from_slice(&body)
 }
 
 /// `POST /api/v1/workers/{name}/sweep`: `{"incarnation": ...}` → `{"epoch": N}`.

@@ -16,6 +16,7 @@ pub mod gc;
 pub mod gc_admin;
 pub mod hijack;
 pub mod jobs;
+pub mod json_object;
 pub mod log_range;
 pub mod log_text;
 pub mod paging;
@@ -28,15 +29,16 @@ pub mod teams;
 pub mod workers;
 
 use crate::web::error::ApiError;
+pub use json_object::Json;
 
 /// A JSON body that may be left out: an empty (or blank) body is `T`'s
-/// default; anything else must parse as `T` (which refuses unknown fields).
+/// default; anything else must be a JSON object that parses as `T` (which
+/// refuses unknown fields).
 pub fn optional_json<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    json_object::from_slice(body)
 }
 
 /// The body of a request that takes none: empty, or an empty JSON object.

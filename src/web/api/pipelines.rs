@@ -132,7 +132,7 @@ pub async fn set(
     identity: Identity,
     state: web::Data<AppState>,
     path: PipelinePath,
-    body: web::Json<SetPipelineBody>,
+    body: crate::web::api::Json<SetPipelineBody>,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name) = path.into_inner();
     allowed(&identity, &team, &[("pipeline", &name)])?;
@@ -247,7 +247,7 @@ pub async fn rename(
     identity: Identity,
     state: web::Data<AppState>,
     path: PipelinePath,
-    body: web::Json<RenameBody>,
+    body: crate::web::api::Json<RenameBody>,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name) = path.into_inner();
     allowed(
@@ -658,7 +658,7 @@ pub async fn pin(
     identity: Identity,
     state: web::Data<AppState>,
     path: JobPath,
-    body: web::Json<PinBody>,
+    body: crate::web::api::Json<PinBody>,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name, resource) = path.into_inner();
     allowed(
@@ -733,7 +733,7 @@ pub async fn disable(
     identity: Identity,
     state: web::Data<AppState>,
     path: JobPath,
-    body: web::Json<VersionBody>,
+    body: crate::web::api::Json<VersionBody>,
 ) -> Result<HttpResponse, ApiError> {
     set_disabled(identity, state, path, body, true).await
 }
@@ -752,7 +752,7 @@ pub async fn enable(
     identity: Identity,
     state: web::Data<AppState>,
     path: JobPath,
-    body: web::Json<VersionBody>,
+    body: crate::web::api::Json<VersionBody>,
 ) -> Result<HttpResponse, ApiError> {
     set_disabled(identity, state, path, body, false).await
 }
@@ -761,7 +761,7 @@ async fn set_disabled(
     identity: Identity,
     state: web::Data<AppState>,
     path: JobPath,
-    body: web::Json<VersionBody>,
+    body: crate::web::api::Json<VersionBody>,
     disabled: bool,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name, resource) = path.into_inner();

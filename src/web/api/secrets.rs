@@ -73,7 +73,7 @@ pub async fn set_team(
     identity: Identity,
     state: web::Data<AppState>,
     path: TeamSecret,
-    body: web::Json<SetSecretBody>,
+    body: crate::web::api::Json<SetSecretBody>,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name) = path.into_inner();
     set_in(&identity, &state, (team, None, name), body.into_inner()).await
@@ -98,7 +98,7 @@ pub async fn set_pipeline(
     identity: Identity,
     state: web::Data<AppState>,
     path: PipelineSecret,
-    body: web::Json<SetSecretBody>,
+    body: crate::web::api::Json<SetSecretBody>,
 ) -> Result<HttpResponse, ApiError> {
     let (team, pipeline, name) = path.into_inner();
     set_in(

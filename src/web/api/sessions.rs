@@ -14,7 +14,9 @@ use actix_web::cookie::{time::Duration as CookieAge, Cookie, SameSite};
 
 use crate::web::auth::{csrf_of, request_token, Identity, SESSION_COOKIE};
 use crate::web::error::ApiError;
+use crate::web::people::NotChecked;
 use crate::web::AppState;
+use actix_web::http::StatusCode;
 
 /// The body of `POST /api/v1/sessions`.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
@@ -65,13 +67,14 @@ pub(crate) fn session_cookie(
         (status = 400, description = "Invalid body", body = crate::web::error::ErrorBody),
         (status = 401, description = "Wrong user name or password", body = crate::web::error::ErrorBody),
         (status = 403, description = "The user has no role in the team (or in any)", body = crate::web::error::ErrorBody),
-        (status = 429, description = "Too many wrong passwords for this user name: wait", body = crate::web::error::ErrorBody),
+        (status = 429, description = "Too many wrong passwords for this user name or from this address: wait (Retry-After)", body = crate::web::error::ErrorBody),
+        (status = 503, description = "The node checks as many passwords as it may (or this address holds its share): try again (Retry-After)", body = crate::web::error::ErrorBody),
     )
 )]
 pub async fn sign_in(
     req: HttpRequest,
     state: web::Data<AppState>,
-    body: web::Json<SignIn>,
+    body: crate::web::api::Json<SignIn>,
 ) -> Result<HttpResponse, ApiError> {
     let SignIn {
         username,
@@ -84,24 +87,27 @@ pub async fn sign_in(
             "this web node has no users ([web.users]): present a token instead",
         ));
     }
-    if let Some(wait) = state.people.throttled(&username) {
-        let secs = wait.as_secs() + 1;
-        return Err(ApiError {
-            status: actix_web::http::StatusCode::TOO_MANY_REQUESTS,
-            message: format!("too many wrong passwords for {username}: try again in {secs} s"),
-        });
-    }
-    let people = state.people.clone();
-    let user = username.clone();
-    let good = web::block(move || people.check(&user, &password))
-        .await
-        .map_err(|e| ApiError {
-            status: actix_web::http::StatusCode::INTERNAL_SERVER_ERROR,
-            message: format!("checking the password: {e}"),
-        })?;
-    state.people.outcome(&username, good);
-    if !good {
-        return Err(ApiError::unauthorized("wrong user name or password"));
+    let client = state.clients.of(&req);
+    match state.people.check(client, &username, password).await {
+        Ok(()) => {}
+        Err(NotChecked::Wrong) => {
+            return Err(ApiError::unauthorized("wrong user name or password"))
+        }
+        Err(NotChecked::Wait(wait)) => {
+            let secs = wait.as_secs() + 1;
+            return Ok(answer_later(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("too many wrong passwords for this user name or from this address: try again in {secs} s"),
+                secs,
+            ));
+        }
+        Err(NotChecked::Busy(refused)) => {
+            return Ok(answer_later(
+                StatusCode::SERVICE_UNAVAILABLE,
+                refused.to_string(),
+                1,
+            ));
+        }
     }
     let made = state
         .engine
@@ -136,6 +142,14 @@ pub async fn sign_in(
     }
 }
 
+/// An error answer (`{"error": ...}`) saying to try again in `secs`
+/// seconds (`Retry-After`).
+fn answer_later(status: StatusCode, message: String, secs: u64) -> HttpResponse {
+    HttpResponse::build(status)
+        .insert_header((actix_web::http::header::RETRY_AFTER, secs.to_string()))
+        .json(crate::web::error::ErrorBody { error: message })
+}
+
 /// Records `user`'s sign-in in the audit log (a failure to is logged: the
 /// sign-in stands).
 pub(crate) async fn record_sign_in(
@@ -165,6 +179,7 @@ pub(crate) async fn record_sign_in(
     path = "/api/v1/sessions/current",
     operation_id = "signOut",
     tag = "teams",
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
     responses(
         (status = 200, description = "Signed out: the token is revoked", body = Object),
         (status = 400, description = "The token is not a sign-in's (a team token: revoke it with `gantry token revoke`)", body = crate::web::error::ErrorBody),
@@ -173,6 +188,7 @@ pub(crate) async fn record_sign_in(
 pub async fn sign_out(
     req: HttpRequest,
     state: web::Data<AppState>,
+    _: crate::web::api::NoBody,
 ) -> Result<HttpResponse, ApiError> {
     let token = request_token(&req).unwrap_or_default();
     let session = state

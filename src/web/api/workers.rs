@@ -66,8 +66,7 @@ fn parse<T: serde::de::DeserializeOwned>(
             message: "the body must be JSON (Content-Type: application/json)".into(),
         });
     }
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    super::json_object::from_slice(body)
 }
 
 /// `POST /api/v1/workers/register` (the registration key).
@@ -357,7 +356,7 @@ pub struct PruneRequest {
 pub async fn prune_by_name(
     identity: Identity,
     state: web::Data<AppState>,
-    body: web::Json<PruneRequest>,
+    body: crate::web::api::Json<PruneRequest>,
 ) -> Result<HttpResponse, ApiError> {
     identity.require_admin()?;
     let body = body.into_inner();
