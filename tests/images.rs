@@ -1,7 +1,9 @@
 //! End to end: a task runs from an OCI image layout tar built in the test
 //! from a busybox-static root filesystem (two layers, the second with a
 //! whiteout); a second container from the same image reuses the unpacked
-//! image instead of unpacking it again.
+//! image instead of unpacking it again. A task's `image_resource` shares
+//! the resource cache of a `get` of the same type, source, version and
+//! params (Concourse's testflight `image_resource_caching_test.go`).
 
 use crate::common;
 
