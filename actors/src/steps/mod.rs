@@ -15,6 +15,7 @@ mod artifact_scope;
 pub(crate) mod check;
 mod context;
 pub(crate) mod deferred;
+mod fetched_image;
 pub(crate) mod get;
 pub(crate) mod image;
 mod inputs;
