@@ -224,6 +224,11 @@ pub struct WebConfig {
     /// builds kept (Concourse v8's retention of archived pipelines).
     /// Default 0: kept until destroyed by hand.
     pub archived_pipeline_retention_secs: u64,
+    /// Seconds a check of a resource that sets no `check_timeout` (and of
+    /// a resource type's image) may take before it fails with `timeout
+    /// exceeded` (Concourse's `--global-resource-check-timeout`). Default
+    /// 3600 (1 hour, as Concourse); 0: no limit.
+    pub resource_check_timeout_secs: u64,
 }
 
 impl WebConfig {
@@ -603,6 +608,7 @@ impl Default for WebConfig {
             pipeline_interval_ms: 500,
             max_checks_per_interval: 50,
             archived_pipeline_retention_secs: 0,
+            resource_check_timeout_secs: gantry_actors::api::DEFAULT_CHECK_TIMEOUT.as_secs(),
             stalled_worker_timeout_secs: 86_400,
             max_artifact_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
             placement: PlacementChains::default(),

@@ -491,10 +491,40 @@ fn error_of(url: &str, id: i64) -> String {
         .unwrap_or_else(|| panic!("build {id} has no error event"))
 }
 
+/// The job's finished and next builds, by name, as the API answers them
+/// (Concourse's `finished_build` / `next_build`), and the `build` and
+/// `next` cells of its row of `gantry jobs`.
+fn finished_and_next(url: &str) -> (Option<String>, Option<String>, String) {
+    let job = api(url, "/api/v1/teams/main/pipelines/c/jobs/j");
+    let name = |b: &serde_json::Value| b["name"].as_str().map(str::to_string);
+    let jobs = ok(&client(url, &["jobs", "-p", "c"]));
+    let row = jobs
+        .lines()
+        .find(|l| l.starts_with("j "))
+        .unwrap_or_else(|| panic!("no row of j: {jobs}"))
+        .to_string();
+    (name(&job["finished_build"]), name(&job["next_build"]), row)
+}
+
+/// As Concourse's testflight `rerun_build_test.go` ("Rerunning a build",
+/// `fixtures/simple-trigger.yml`): reruns are named `N.M`, listed with the
+/// job's builds, and a rerun of build 1 after build 2 leaves build 2 the
+/// job's finished build (ordered by number, not by when builds ended).
 #[test]
 fn a_rerun_runs_a_job_again_with_the_versions_a_build_was_given() {
+    reruns(DbKind::Sqlite);
+}
+
+/// [`a_rerun_runs_a_job_again_with_the_versions_a_build_was_given`] on
+/// PostgreSQL.
+#[test]
+fn a_rerun_runs_a_job_again_with_the_versions_a_build_was_given_on_postgres() {
+    reruns(DbKind::Postgres);
+}
+
+fn reruns(kind: DbKind) {
     let dir = tempfile::tempdir().unwrap();
-    let db = TestDb::new(DbKind::Sqlite);
+    let db = TestDb::new(kind);
     let node = quickstart_runc(dir.path(), &db);
     let url = &node.url;
     write(&dir.path().join("c.yml"), CONTROLS);
@@ -526,6 +556,14 @@ fn a_rerun_runs_a_job_again_with_the_versions_a_build_was_given() {
     assert!(builds.contains("c/j #1.1"), "{builds}");
     wait_rounds_after(url, now_ms());
     assert_eq!(runs_of(url, "c", "j", M).len(), 3);
+    // 1.1 ended last, yet build 2 stays the job's finished build.
+    let (finished, next, row) = finished_and_next(url);
+    assert_eq!(
+        (finished.as_deref(), next.as_deref()),
+        (Some("2"), None),
+        "{row}"
+    );
+    assert!(row.contains(" 2 ") && !row.contains("1.1"), "{row}");
 
     // A paused job holds a rerun pending until unpaused; `jobs` names it.
     ok(&client(url, &["pause-job", "-j", "c/j"]));
@@ -537,11 +575,20 @@ fn a_rerun_runs_a_job_again_with_the_versions_a_build_was_given() {
     let held = triggered(&out);
     wait_rounds_after(url, now_ms());
     assert_eq!(build_json(url, held)["status"], "pending");
-    let jobs = ok(&client(url, &["jobs", "-p", "c"]));
-    assert!(jobs.contains("2.1"), "{jobs}");
+    // It is the job's next build; build 2 its finished one.
+    let (finished, next, row) = finished_and_next(url);
+    assert_eq!(
+        (finished.as_deref(), next.as_deref()),
+        (Some("2"), Some("2.1")),
+        "{row}"
+    );
+    assert!(row.contains("2.1 pending (waiting: "), "{row}");
     ok(&client(url, &["unpause-job", "-j", "c/j"]));
     wait_succeeded(url, held);
     assert_eq!(input_of(url, held, M).as_deref(), Some("v2"));
+    // A rerun of the newest build is the finished build once it ends.
+    let (finished, next, _) = finished_and_next(url);
+    assert_eq!((finished.as_deref(), next.as_deref()), (Some("2.1"), None));
 
     // A build the job does not have is refused in one line.
     for bad in ["9", "1.7", "x"] {
@@ -557,6 +604,8 @@ fn a_rerun_runs_a_job_again_with_the_versions_a_build_was_given() {
     let again = build_json(url, triggered(&out));
     assert_eq!(again["rerun_of"], first["id"], "{again}");
     assert_eq!(input_of(url, triggered(&out), M).as_deref(), Some("v1"));
+    let (finished, _, _) = finished_and_next(url);
+    assert_eq!(finished.as_deref(), Some("2.1"));
     // An archived pipeline's builds are not rerun.
     ok(&client(url, &["archive-pipeline", "-p", "c", "-n"]));
     let err = one_error_line(&client(url, &["rerun-build", "-j", "c/j", "-b", "1"]));

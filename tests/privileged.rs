@@ -156,3 +156,137 @@ fn bwrap_missing() -> bool {
     }
     !found
 }
+
+/// Concourse's testflight `fixtures/resource-types-privileged.yml`
+/// (`resource_type_privileged_test.go`, "Configuring a resource type in a
+/// pipeline config"), `((privileged))` filled: a resource of a custom
+/// `mock` type, a job getting it and printing what the bundled mock wrote
+/// in `./privileged`, and a job putting it.
+fn privileged_type_pipeline(privileged: bool) -> String {
+    format!(
+        r#"
+resource_types:
+- name: custom-resource-type
+  type: mock
+  privileged: {privileged}
+  source:
+    mirror_self: true
+    create_files: {{unique: "{privileged}"}}
+resources:
+- name: my-resource
+  type: custom-resource-type
+  source: {{}}
+jobs:
+- name: resource-getter
+  plan:
+  - get: my-resource
+  - task: print-version
+    config:
+      platform: linux
+      image_resource:
+        type: custom-resource-type
+        source: {{mirror_self: true}}
+      inputs:
+      - name: my-resource
+      run:
+        path: sh
+        args:
+        - -c
+        - |
+          echo fetched version: $(cat my-resource/version)
+          echo privileged: $(cat my-resource/privileged)
+- name: resource-putter
+  plan:
+  - put: my-resource
+    params: {{version: some-pushed-version}}
+"#
+    )
+}
+
+/// The bundled `mock` behaves as `concourse/mock-resource` run privileged
+/// or not: `in` writes `./privileged` (`true` / `false`) and says it
+/// fetched in a privileged container, `check`'s versions carry
+/// `privileged: "true"`, `out` says it pushed in a privileged container and
+/// its version carries the same (testflight's
+/// `resource_type_privileged_test.go`).
+#[test]
+fn the_mock_type_tells_whether_it_ran_privileged() {
+    if !runc_runs_here() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let web = start_web(dir.path(), &db, "");
+    let _worker = start_worker(
+        dir.path(),
+        &web.url,
+        "allowed",
+        &["--backend", "runc", "--allow-privileged"],
+    );
+    wait_running(&web.url, 1);
+    for privileged in [true, false] {
+        let file = format!("privileged-{privileged}.yml");
+        write(
+            &dir.path().join(&file),
+            privileged_type_pipeline(privileged),
+        );
+
+        // get: the task reads what `in` wrote.
+        let out = gantry_run(
+            &web.url,
+            dir.path(),
+            &["-p", &file, "-j", "resource-getter"],
+        );
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+        assert!(
+            stdout.contains(&format!("privileged: {privileged}\n")),
+            "{stdout}"
+        );
+        assert!(stdout.contains("fetched version: mock\n"), "{stdout}");
+        let both = format!("{stdout}{stderr}");
+        assert_eq!(
+            both.contains("fetching in a privileged container"),
+            privileged,
+            "{both}"
+        );
+
+        // check: the versions found say so when privileged.
+        let out = gantry()
+            .current_dir(dir.path())
+            .args(["--url", &web.url, "check", "-p", &file, "-r", "my-resource"])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+        // The newest version found (the get above found it first).
+        let newest = stdout.trim().lines().last().unwrap_or_default();
+        let found: serde_json::Value =
+            serde_json::from_str(newest).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+        let expected = if privileged {
+            serde_json::json!({"version": "mock", "privileged": "true"})
+        } else {
+            serde_json::json!({"version": "mock"})
+        };
+        assert_eq!(found, expected, "{stderr}");
+
+        // put: says it pushed in a privileged container when it did.
+        let out = gantry_run(
+            &web.url,
+            dir.path(),
+            &["-p", &file, "-j", "resource-putter"],
+        );
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+        let both = format!("{stdout}{stderr}");
+        assert!(
+            both.contains("pushing version: some-pushed-version"),
+            "{both}"
+        );
+        assert_eq!(
+            both.contains("pushing in a privileged container"),
+            privileged,
+            "{both}"
+        );
+    }
+}

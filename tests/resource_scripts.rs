@@ -353,14 +353,49 @@ fn git_out_pushes_and_rebases_on_a_rejected_push() {
     assert_eq!(log, "second from a build\nelsewhere\nfrom a build");
 }
 
+/// Whether this process runs privileged as mock-resource tells it (root
+/// mapped to the host's root), with `CAP_SYS_ADMIN` (Gantry's unprivileged
+/// containers keep the host's uids): what the scripts run here see.
+fn host_is_privileged() -> bool {
+    let root = std::fs::read_to_string("/proc/self/uid_map")
+        .unwrap()
+        .lines()
+        .any(|l| l.split_whitespace().take(2).eq(["0", "0"]));
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(|c| u64::from_str_radix(c.trim(), 16).unwrap())
+        .unwrap_or(0);
+    root && caps & (1 << 21) != 0
+}
+
+/// `version` without its `privileged` field, which says `"true"` exactly
+/// when this process is privileged (mock-resource's check and out).
+fn without_privileged(mut version: Value) -> Value {
+    let said = version.as_object_mut().unwrap().remove("privileged");
+    let expected = host_is_privileged().then(|| json!("true"));
+    assert_eq!(said, expected, "{version}");
+    version
+}
+
 #[test]
 fn mock_check_emits_initial_forced_or_given_versions_and_fails_on_request() {
     let check = |source: Value, version: Value| {
-        ok(
+        let found = ok(
             "mock",
             "check",
             None,
             json!({ "source": source, "version": version }),
+        );
+        Value::Array(
+            found
+                .as_array()
+                .unwrap()
+                .iter()
+                .cloned()
+                .map(without_privileged)
+                .collect(),
         )
     };
     assert_eq!(
@@ -430,6 +465,7 @@ fn mock_in_writes_the_version_files_and_mirror_marker() {
     );
     let read = |p: &str| std::fs::read_to_string(dest.join(p)).unwrap();
     assert_eq!(read("version"), "3\n");
+    assert_eq!(read("privileged"), format!("{}\n", host_is_privileged()));
     assert_eq!(read("a/b.txt"), "hi ((x))");
     assert_eq!(read("c.json"), r#"{"k":[1]}"#);
     assert_eq!(read("p.txt"), "q");
@@ -457,34 +493,79 @@ fn mock_in_writes_the_version_files_and_mirror_marker() {
 fn mock_out_creates_the_version_from_params_or_a_file() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("v"), "from-file").unwrap();
-    assert_eq!(
-        ok(
+    let out = |params: Value| {
+        let mut answer = ok(
             "mock",
             "out",
             Some(dir.path()),
-            json!({ "source": {}, "params": { "version": "9" } })
-        ),
+            json!({ "source": {}, "params": params }),
+        );
+        answer["version"] = without_privileged(answer["version"].take());
+        answer
+    };
+    assert_eq!(
+        out(json!({ "version": "9" })),
         json!({ "version": { "version": "9" }, "metadata": [] })
     );
     assert_eq!(
-        ok(
-            "mock",
-            "out",
-            Some(dir.path()),
-            json!({ "source": {}, "params": { "file": "v" } })
-        )["version"],
+        out(json!({ "file": "v" }))["version"],
         json!({ "version": "from-file" })
     );
     // Neither: the empty version, as mock-resource answers.
+    assert_eq!(out(json!({}))["version"], json!({ "version": "" }));
+}
+
+/// In a user namespace that does not map the host's root (as an
+/// unprivileged Concourse container), `in` writes `privileged` as `false`
+/// and `check` leaves its versions unmarked; skipped without `unshare`.
+#[test]
+fn mock_says_it_is_unprivileged_in_a_user_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("get");
+    let path = |name: &str| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("resource_types/mock")
+            .join(name)
+    };
+    let run = |args: &[&std::ffi::OsStr], request: &str| {
+        let mut child = Command::new("unshare")
+            .arg("--user")
+            .arg("sh")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .ok()?;
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(request.as_bytes())
+            .unwrap();
+        Some(child.wait_with_output().unwrap())
+    };
+    let Some(got) = run(
+        &[path("in").as_os_str(), dest.as_os_str()],
+        r#"{"source":{},"version":{"version":"1"}}"#,
+    ) else {
+        eprintln!("skipped: needs unshare");
+        return;
+    };
+    if !got.status.success() && String::from_utf8_lossy(&got.stderr).contains("unshare") {
+        eprintln!("skipped: no user namespaces here: {got:?}");
+        return;
+    }
+    assert!(got.status.success(), "{got:?}");
     assert_eq!(
-        ok(
-            "mock",
-            "out",
-            Some(dir.path()),
-            json!({ "source": {}, "params": {} })
-        )["version"],
-        json!({ "version": "" })
+        std::fs::read_to_string(dest.join("privileged")).unwrap(),
+        "false\n"
     );
+    let checked = run(&[path("check").as_os_str()], r#"{"source":{}}"#).unwrap();
+    assert!(checked.status.success(), "{checked:?}");
+    let versions: Value = serde_json::from_slice(&checked.stdout).unwrap();
+    assert_eq!(versions, json!([{ "version": "mock" }]));
 }
 
 /// Seconds since the epoch of an RFC 3339 time the scripts wrote.

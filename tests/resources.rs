@@ -212,3 +212,134 @@ fn a_git_job_gets_runs_tagged_tasks_and_puts_back_sqlite() {
 fn a_git_job_gets_runs_tagged_tasks_and_puts_back_postgres() {
     a_git_job_gets_runs_tagged_tasks_and_puts_back(DbKind::Postgres);
 }
+
+/// Concourse's testflight `fixtures/resource-check-timeouts.yml`
+/// (`resource_check_timeout_test.go`, "A resource check which times out"),
+/// with a shorter `check_timeout` and a `check_delay` of a minute; a
+/// resource of a custom type whose own image check is slow (held by the
+/// node's default timeout, as Concourse's `--global-resource-check-timeout`
+/// holds a resource type's check), and one of a quick custom type whose
+/// own check is slow (held by its `check_timeout`).
+const CHECK_TIMEOUTS: &str = r#"
+resource_types:
+- name: slow-type
+  type: mock
+  check_every: never
+  source: {mirror_self: true, check_delay: 60s}
+- name: quick-type
+  type: mock
+  check_every: never
+  source: {mirror_self: true}
+resources:
+- name: my-resource
+  type: mock
+  check_timeout: 2s
+  check_every: never
+  source: {check_delay: 60s}
+- name: quick-resource
+  type: mock
+  check_timeout: 20s
+  check_every: never
+  source: {check_delay: 1s}
+- name: of-slow-type
+  type: slow-type
+  check_every: never
+  source: {}
+- name: slow-of-quick-type
+  type: quick-type
+  check_timeout: 2s
+  check_every: never
+  source: {check_delay: 60s}
+jobs:
+- name: resource-getter
+  plan:
+  - get: my-resource
+  - get: quick-resource
+  - get: of-slow-type
+  - get: slow-of-quick-type
+"#;
+
+/// `gantry check-resource -r cto/RESOURCE`: its exit code, all it printed,
+/// and how long it took.
+fn check_resource(url: &str, resource: &str) -> (Option<i32>, String, Duration) {
+    let started = std::time::Instant::now();
+    let out = client(url, &["check-resource", "-r", &format!("cto/{resource}")]);
+    let (stdout, stderr) = text(&out);
+    (
+        out.status.code(),
+        format!("{stdout}{stderr}"),
+        started.elapsed(),
+    )
+}
+
+/// A check running past its timeout fails with `timeout exceeded` and
+/// `check-resource` exits 1, at about the timeout, not when the check
+/// would have ended (so does the check a one-off run's `get` makes): the
+/// resource's `check_timeout`, else the node's
+/// `resource_check_timeout_secs` (which a resource type's image check
+/// takes). A check ending in time succeeds. `check_timeout` on a resource
+/// type is refused, as Concourse's strict config refuses it.
+fn checks_time_out(kind: DbKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(kind);
+    let config = dir.path().join("gantry.toml");
+    write(&config, "[web]\nresource_check_timeout_secs = 3\n");
+    let node = quickstart_runc_with(dir.path(), &db, &["--config", config.to_str().unwrap()]);
+    let url = &node.url;
+    let file = dir.path().join("cto.yml");
+    write(&file, CHECK_TIMEOUTS);
+    let file = file.to_str().unwrap();
+    common::pipelines::ok(&client(url, &["set-pipeline", "-p", "cto", "-c", file]));
+    common::pipelines::ok(&client(url, &["unpause-pipeline", "-p", "cto"]));
+
+    for (resource, limit) in [
+        ("my-resource", 2),
+        ("of-slow-type", 3),
+        ("slow-of-quick-type", 2),
+    ] {
+        let (code, said, took) = check_resource(url, resource);
+        assert_eq!(code, Some(1), "{resource}: {said}");
+        assert!(said.contains("timeout exceeded"), "{resource}: {said}");
+        assert!(
+            took >= Duration::from_secs(limit) && took < Duration::from_secs(40),
+            "{resource}: took {took:?}: {said}"
+        );
+    }
+    let (code, said, _) = check_resource(url, "quick-resource");
+    assert_eq!(code, Some(0), "{said}");
+
+    // A one-off run's get checks first, under the same check_timeout.
+    let started = std::time::Instant::now();
+    let out = gantry_run(url, dir.path(), &["-p", "cto.yml", "-j", "resource-getter"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        format!("{stdout}{stderr}").contains("timeout exceeded"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(40));
+
+    // A resource type has no `check_timeout` in Concourse's config.
+    let typed = dir.path().join("typed.yml");
+    write(
+        &typed,
+        "resource_types:\n- {name: t, type: mock, check_timeout: 2s, source: {}}\nresources:\n- {name: r, type: t, source: {}}\njobs:\n- {name: j, plan: [{get: r}]}\n",
+    );
+    let out = client(
+        url,
+        &["set-pipeline", "-p", "typed", "-c", typed.to_str().unwrap()],
+    );
+    let (_, stderr) = text(&out);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("check_timeout"), "{stderr}");
+}
+
+#[test]
+fn a_check_past_its_timeout_fails_saying_timeout_exceeded_sqlite() {
+    checks_time_out(DbKind::Sqlite);
+}
+
+#[test]
+fn a_check_past_its_timeout_fails_saying_timeout_exceeded_postgres() {
+    checks_time_out(DbKind::Postgres);
+}

@@ -15,7 +15,7 @@ pub use crate::views::{
 pub use crate::engine::{
     check_team_name, describe_histograms, Engine, EngineConfig, EngineSetup, HandleOwner,
     NodeConfig, PipelinesConfig, Session, SetPipeline, WebNodeView, DEFAULT_CHECK_EVERY,
-    DEFAULT_WORKER_RECONNECT_GRACE, DEFAULT_WORKER_RETURN, TOKEN_PREFIX,
+    DEFAULT_CHECK_TIMEOUT, DEFAULT_WORKER_RECONNECT_GRACE, DEFAULT_WORKER_RETURN, TOKEN_PREFIX,
 };
 pub use crate::error::EngineError;
 pub use crate::gc::collector::{CollectorConfig, Rule, RuleStats};

@@ -230,8 +230,16 @@ pub struct JobView {
     pub name: String,
     /// Whether it is paused (no build is triggered).
     pub paused: bool,
-    /// Its newest build, if any.
+    /// Its newest build, if any (a rerun or a running build included).
     pub latest_build: Option<Build>,
+    /// Concourse's `finished_build`: the newest finished rerun of its
+    /// newest finished build that is not a rerun, else that build (builds
+    /// ordered by number, not by when they ended: a rerun of an older
+    /// build is never the job's finished build).
+    pub finished_build: Option<Build>,
+    /// Concourse's `next_build`: its oldest pending or started build that
+    /// is not a rerun or reruns the finished build's original.
+    pub next_build: Option<Build>,
     /// Its inputs (its gets), for the pipeline's graph.
     pub inputs: Vec<JobInputView>,
     /// The resources it puts.

@@ -326,19 +326,28 @@ pub async fn pipeline_jobs(
         crate::outln!("{}", serde_json::to_string_pretty(&jobs)?);
         return Ok(());
     }
+    // As fly's `jobs`: the finished build (Concourse's, a rerun of an
+    // older build never is) and the next build.
     print_table(
-        &["name", "paused", "build", "status", "scheduling"],
+        &["name", "paused", "build", "status", "next", "scheduling"],
         jobs.iter()
             .map(|j| {
-                let b = &j["latest_build"];
+                let b = &j["finished_build"];
+                let n = &j["next_build"];
                 vec![
                     cell(j, "name"),
                     cell(j, "paused"),
                     cell(b, "name"),
-                    // A build triggered by hand that waits says why.
-                    match b["waiting"].as_str() {
-                        Some(why) => format!("{} (waiting: {why})", cell(b, "status")),
-                        None => cell(b, "status"),
+                    cell(b, "status"),
+                    if n.is_null() {
+                        String::new()
+                    } else {
+                        // A build triggered by hand that waits says why.
+                        let status = format!("{} {}", cell(n, "name"), cell(n, "status"));
+                        match n["waiting"].as_str() {
+                            Some(why) => format!("{status} (waiting: {why})"),
+                            None => status,
+                        }
                     },
                     j["decision"]["outcome"]
                         .as_str()

@@ -284,6 +284,8 @@ pub async fn start_web(
             max_checks_per_interval: cfg.max_checks_per_interval,
             archived_retention: (cfg.archived_pipeline_retention_secs > 0)
                 .then(|| std::time::Duration::from_secs(cfg.archived_pipeline_retention_secs)),
+            check_timeout: (cfg.resource_check_timeout_secs > 0)
+                .then(|| std::time::Duration::from_secs(cfg.resource_check_timeout_secs)),
         },
     };
     let clusters = connect_clusters(cfg).await?;

@@ -43,6 +43,10 @@ impl Outcome {
                 message: None,
             },
             Ok(StepEnd::Stopped) => Outcome::Stopped(stop.reason().unwrap_or(StopReason::Abort)),
+            Ok(StepEnd::TimedOut) => Outcome::Failed {
+                exit_status: None,
+                message: Some(crate::steps::TIMEOUT_EXCEEDED.to_string()),
+            },
             Err(e) => Outcome::Errored(e.to_string()),
         }
     }

@@ -80,6 +80,9 @@ pub(crate) struct BuildDeps {
     /// Stored pipelines share versions per resource config (a
     /// `set_pipeline` step stores its pipeline's resources so).
     pub global_resources: bool,
+    /// How long a check may take when its resource sets no
+    /// `check_timeout` (`PipelinesConfig::check_timeout`).
+    pub check_timeout: Option<std::time::Duration>,
     /// This web node's name (on the rows of its steps waiting for a
     /// worker, the fleet's queue).
     pub node_name: String,
@@ -157,6 +160,7 @@ impl BuildRun {
             locals: self.locals.clone(),
             streams: self.deps.streams.clone(),
             global_resources: self.deps.global_resources,
+            check_timeout: self.deps.check_timeout,
         }
     }
 

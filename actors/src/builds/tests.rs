@@ -133,6 +133,7 @@ impl Harness {
             imports: Default::default(),
             resources: Default::default(),
             global_resources: true,
+            check_timeout: None,
             node_name: "test".into(),
             wait_for_workers: None,
             credentials: crate::credentials::Credentials::new(

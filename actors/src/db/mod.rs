@@ -11,6 +11,7 @@ mod build_logs;
 mod build_versions;
 mod builds;
 mod checks;
+mod finished_builds;
 mod gc_collect;
 mod gc_pressure;
 mod gc_sweep;

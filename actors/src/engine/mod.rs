@@ -28,7 +28,7 @@ pub use teams::{check_team_name, TOKEN_PREFIX};
 
 pub use crate::triggers::DEFAULT_CHECK_EVERY;
 pub use handles::HandleOwner;
-pub use pipelines::{PipelinesConfig, SetPipeline};
+pub use pipelines::{PipelinesConfig, SetPipeline, DEFAULT_CHECK_TIMEOUT};
 pub use takeover::{NodeConfig, WebNodeView};
 
 /// Gives every histogram of the engine its help text in the installed
@@ -342,6 +342,7 @@ impl Engine {
             resources: self.resources.clone(),
             streams: self.streams.clone(),
             global_resources: self.config.pipelines.global_resources,
+            check_timeout: self.config.pipelines.check_timeout,
             node_name: self.config.node_name.clone(),
             wait_for_workers: self.config.placement.wait_for_workers,
             credentials: self.credentials.clone(),

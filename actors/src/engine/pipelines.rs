@@ -21,6 +21,10 @@ use crate::views::{
     VersionBuild, VersionView, VERSION_BUILDS,
 };
 
+/// How long a check may take when its resource sets no `check_timeout`,
+/// unless configured: Concourse's `--global-resource-check-timeout` default.
+pub const DEFAULT_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Settings of stored pipelines.
 #[derive(Debug, Clone)]
 pub struct PipelinesConfig {
@@ -36,6 +40,10 @@ pub struct PipelinesConfig {
     /// How long an archived pipeline is kept before it is destroyed (its
     /// builds stay); none: until destroyed by hand.
     pub archived_retention: Option<std::time::Duration>,
+    /// How long a check may take when its resource sets no
+    /// `check_timeout` (Concourse's `--global-resource-check-timeout`,
+    /// 1 hour by default); none: no limit.
+    pub check_timeout: Option<std::time::Duration>,
 }
 
 impl Default for PipelinesConfig {
@@ -45,6 +53,7 @@ impl Default for PipelinesConfig {
             interval: std::time::Duration::from_millis(500),
             max_checks_per_interval: 50,
             archived_retention: None,
+            check_timeout: Some(DEFAULT_CHECK_TIMEOUT),
         }
     }
 }
@@ -295,6 +304,11 @@ impl Engine {
         let mut out = Vec::new();
         for job in self.db.pipelines().pipeline_jobs(row.id).await? {
             let latest_build = self.job_builds(team, name, &job.name, None, 1).await?.pop();
+            let (finished_build, next_build) = self
+                .db
+                .builds()
+                .finished_and_next(team, name, &job.name)
+                .await?;
             let (inputs, outputs) = match pipeline.job(&job.name) {
                 Ok(def) => {
                     let inputs = job_inputs(&pipeline, def, &resources)
@@ -327,6 +341,8 @@ impl Engine {
                 name: job.name,
                 paused: job.paused,
                 latest_build,
+                finished_build,
+                next_build,
                 inputs,
                 outputs,
                 candidates: None,

@@ -98,6 +98,9 @@ pub struct GetStep {
     pub params: Value,
     /// Tags a worker must have.
     pub tags: Vec<String>,
+    /// The resource's `check_timeout`, for the check a get without a
+    /// version runs first (none: the node's default).
+    pub check_timeout: Option<std::time::Duration>,
 }
 
 /// Which of the build's artifacts a put sees (`inputs`).
@@ -152,6 +155,10 @@ pub struct CheckStep {
     /// `--shallow`, as Concourse's check plan skipping their intervals
     /// recursively); else their newest stored versions are used.
     pub types_first: bool,
+    /// The resource's `check_timeout`; none: the node's default (a
+    /// resource type's image check always takes the default: Concourse's
+    /// resource types have no `check_timeout`).
+    pub check_timeout: Option<std::time::Duration>,
 }
 
 /// How a `load_var` file is read.

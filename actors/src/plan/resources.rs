@@ -68,6 +68,7 @@ pub(super) fn get_step(
         version,
         params: params(name, "params", &get.params)?,
         tags: tags_of(tags, r),
+        check_timeout: r.check_timeout,
     })
 }
 
@@ -171,6 +172,7 @@ impl CheckPlan {
             tags: r.tags.clone(),
             scope: self.scope.clone(),
             types_first: self.types_first,
+            check_timeout: r.check_timeout,
         })))
     }
 
@@ -194,6 +196,7 @@ impl CheckPlan {
             tags: declared.tags.clone(),
             scope: self.scope.clone(),
             types_first: self.types_first,
+            check_timeout: None,
         })))
     }
 }

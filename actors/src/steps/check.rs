@@ -25,6 +25,7 @@ impl CheckStep {
             name: &self.name,
             config: &self.config,
             image: &image,
+            check_timeout: self.check_timeout,
         };
         fetch::check(ctx, &r, self.scope.as_deref()).await?;
         Ok(StepEnd::Exited(0))
@@ -57,10 +58,13 @@ fn check_types<'a>(
             .resource_type_scope(ctx.team(), &image.key())
             .await?;
         let parent = fetch::type_image(ctx, &image.type_).await?;
+        // A resource type's image check takes the node's default timeout
+        // (Concourse's resource types have no `check_timeout`).
         let r = Resource {
             name,
             config: image,
             image: &parent,
+            check_timeout: None,
         };
         fetch::check(ctx, &r, scope.as_deref()).await?;
         Ok(())

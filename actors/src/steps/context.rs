@@ -56,6 +56,9 @@ pub struct BuildScope {
     pub streams: Streams,
     /// Stored pipelines share versions per resource config.
     pub global_resources: bool,
+    /// How long a check may take when its resource sets no
+    /// `check_timeout` (none: no limit).
+    pub check_timeout: Option<std::time::Duration>,
 }
 
 /// What a step created on its worker (told when it ends; a restarted web
@@ -137,6 +140,12 @@ impl StepContext {
     /// The pipeline and job of a job build; none for a one-off build.
     pub fn job(&self) -> Option<&JobRef> {
         self.scope.job.as_ref()
+    }
+
+    /// How long a check may take when its resource sets no
+    /// `check_timeout` (the node's `resource_check_timeout_secs`).
+    pub fn default_check_timeout(&self) -> Option<std::time::Duration> {
+        self.scope.check_timeout
     }
 
     /// The step's name.

@@ -21,6 +21,7 @@ impl GetStep {
             name: &self.resource,
             config: &self.config,
             image: &image,
+            check_timeout: self.check_timeout,
         };
         let version = fetch::version_to_fetch(ctx, &r, self.version.as_ref()).await?;
         let fetched = fetch::get(ctx, &r, &version, &self.params).await?;

@@ -15,6 +15,7 @@ mod artifact_scope;
 pub(crate) mod check;
 mod context;
 pub(crate) mod deferred;
+mod fetched_image;
 pub(crate) mod get;
 pub(crate) mod image;
 mod inputs;
@@ -35,6 +36,8 @@ pub(crate) use artifact_scope::ArtifactScope;
 pub(crate) use context::ImportLocks;
 pub(crate) use context::{BuildScope, Created, StepContext};
 pub(crate) use signals::{Events, Stop, StopReason, WorkerWatch};
-pub(crate) use step::{runnable, OnTakeover, Plan, Prepared, Reattach, Step, StepEnd};
+pub(crate) use step::{
+    runnable, OnTakeover, Plan, Prepared, Reattach, Step, StepEnd, TIMEOUT_EXCEEDED,
+};
 
 pub(crate) use crate::plan::{JobRef, LocalVars};

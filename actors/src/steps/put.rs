@@ -161,6 +161,7 @@ impl PutStep {
             name: &self.resource,
             config: &self.config,
             image,
+            check_timeout: None,
         };
         let fetched = fetch::get(ctx, &r, version, &self.get_params).await?;
         produce(ctx, &self.name, &fetched.artifact_id).await?;

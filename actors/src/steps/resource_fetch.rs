@@ -9,9 +9,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 use tracing::Instrument as _;
 
-use futures::StreamExt;
 use serde_json::{json, Value};
 
 use crate::artifacts::ArtifactOwner;
@@ -19,6 +19,10 @@ use crate::db::ResourceCacheRow;
 use crate::error::EngineError;
 use crate::resources::scope::{self, Owner};
 use crate::resources::{ResourceConfig, ResourceStats, ResourceType};
+use crate::steps::fetched_image::DEFAULT_IMAGE;
+use crate::steps::fetched_image::{
+    image_metadata, image_of, native_pull, pull_image, read_file, MIRROR_SELF_MARKER,
+};
 use crate::steps::resource_script::{
     check_answer, fetch_answer, run_script, FetchedImage, Script, ScriptEnd, TypeImage,
 };
@@ -80,6 +84,9 @@ pub(crate) struct Resource<'a> {
     pub config: &'a ResourceConfig,
     /// Where its scripts run.
     pub image: &'a TypeImage,
+    /// How long its `check` may take (the resource's `check_timeout`);
+    /// none: the node's default ([`StepContext::default_check_timeout`]).
+    pub check_timeout: Option<Duration>,
 }
 
 /// Stores and shows what a resource's script answered (a `resource` event
@@ -135,7 +142,10 @@ async fn own_scope(ctx: &StepContext, stored: Option<&str>) -> Result<String, En
 
 /// Runs `check` from the newest stored version, stores what it reports
 /// (under `scope`, else the build's team's one-off history) and returns it
-/// (oldest first).
+/// (oldest first). A check running past its timeout (the resource's
+/// `check_timeout`, else the node's default; its container made within it,
+/// as Concourse's check step does) fails with `timeout exceeded`, told in
+/// an error event; its container goes with the step.
 pub(crate) async fn check(
     ctx: &mut StepContext,
     r: &Resource<'_>,
@@ -150,20 +160,33 @@ pub(crate) async fn check(
         "version": from.map(|v| v.version),
     });
     ResourceStats::count(&ctx.resource_stats().checks);
-    let answer = answered(
-        run_script(
-            ctx,
-            r.image,
-            Script {
-                name: "check",
-                dir: None,
-                request,
-                mounts: vec![],
-                env: vec![],
-            },
-        )
-        .await?,
-    )?;
+    let limit = r.check_timeout.or(ctx.default_check_timeout());
+    let run = run_script(
+        ctx,
+        r.image,
+        Script {
+            name: "check",
+            dir: None,
+            request,
+            mounts: vec![],
+            env: vec![],
+        },
+    );
+    let end = match limit {
+        Some(limit) => match tokio::time::timeout(limit, run).await {
+            Ok(end) => end?,
+            Err(_) => {
+                ctx.emit(&BuildEvent::Error {
+                    message: crate::steps::TIMEOUT_EXCEEDED.to_string(),
+                    time: crate::db::now_ms(),
+                })
+                .await?;
+                return Err(Halt::End(StepEnd::TimedOut));
+            }
+        },
+        None => run.await?,
+    };
+    let answer = answered(end)?;
     let versions = check_answer(&answer)?;
     let rows: Vec<(Value, Value)> = versions.iter().map(|v| (v.clone(), json!([]))).collect();
     db.versions().save_versions(&scope, &key, &rows).await?;
@@ -276,7 +299,18 @@ async fn get_in(
         return get_native(ctx, r, version, params).await;
     }
     let key = r.config.cache_key(version, params);
-    if let Some(hit) = cached(ctx, &key).await? {
+    let mut found = cached(ctx, &key).await?;
+    if found.as_ref().is_some_and(|hit| hit.image_env.is_some()) {
+        // An image fetch kept only the image (its files could not be
+        // kept): a get needs the files, so `in` runs and its files become
+        // the cache; the image goes by the collector's rules for images.
+        ctx.db()
+            .versions()
+            .delete_resource_cache(ctx.team(), &key)
+            .await?;
+        found = None;
+    }
+    if let Some(hit) = found {
         ResourceStats::count(&ctx.resource_stats().cache_hits);
         tell(
             ctx,
@@ -434,13 +468,6 @@ async fn keep(
     Ok(kept.id)
 }
 
-/// The artifact id a cache row holds for an image that is the worker's
-/// default image (`mock` with `mirror_self`): there is nothing to keep.
-pub(crate) const DEFAULT_IMAGE: &str = "worker-default-image";
-
-/// The marker `mock`'s `in` writes with `mirror_self`.
-const MIRROR_SELF_MARKER: &str = "rootfs/.gantry-mirror-self";
-
 /// Where the scripts of type `t` run: a base type's in the worker's default
 /// image; a custom type's in the image its parent type fetches (cached).
 pub(crate) fn type_image<'a>(
@@ -500,24 +527,47 @@ async fn fetch_image_in(
         name,
         config,
         image: &image,
+        check_timeout: None,
     };
     let version = image_version(ctx, &r, pinned).await?;
-    let key = config.cache_key(&version, &json!({"image": params}));
-    let pull = native_pull(name, config, params, &version)?;
+    let base = Some(config.type_.base());
+    if let Some(pull) = native_pull(name, config, params, &version)? {
+        return fetch_pulled(ctx, name, config, params, version, pull).await;
+    }
+    // The key of a `get` of the same type, source, version and params: a
+    // get and an image share one cache, as in Concourse.
+    let key = config.cache_key(&version, params);
     if let Some(hit) = cached(ctx, &key).await? {
         ResourceStats::count(&ctx.resource_stats().cache_hits);
         tell(ctx, name, "image", &hit.version, &hit.metadata, true, None).await?;
-        return Ok(FetchedImage {
-            pull,
-            ..image_of(&hit, Some(config.type_.base()))
-        });
+        return match hit.image_env {
+            Some(_) => Ok(image_of(&hit, base)),
+            // A get's files: the image in them, converted once.
+            None => Ok(image_of_files(ctx, name, &hit.artifact_id, base).await?),
+        };
     }
     ResourceStats::count(&ctx.resource_stats().cache_misses);
-    let row = match &pull {
-        Some(pull) => pull_image(ctx, name, pull, version).await?,
-        None => {
-            let (volume, (version, metadata)) = run_in(ctx, &r, &version, params).await?;
-            keep_image(ctx, name, volume.as_ref(), version, metadata).await?
+    let (volume, (version, metadata)) = run_in(ctx, &r, &version, params).await?;
+    let image = keep_image(ctx, name, volume.as_ref(), version, metadata).await?;
+    // The whole of what `in` wrote is the cache (what a get of it uses);
+    // the image is kept as the image of those files.
+    let files = match volume.stream_out(".", ctx.encoding()).await {
+        Ok(body) => keep(ctx, body, ctx.encoding(), ArtifactKind::Files, name).await,
+        Err(e) => Err(e.into()),
+    };
+    let mine = files.as_ref().ok().cloned();
+    let row = match files {
+        Ok(files) => ResourceCacheRow {
+            artifact_id: files,
+            image_env: None,
+            image_user: None,
+            ..image.clone()
+        },
+        Err(e) => {
+            // E.g. a root filesystem with absolute symlinks, which the
+            // store refuses as files: the image alone is the cache.
+            tracing::warn!(image = name, error = %e, "the image's files could not be kept; caching the image only");
+            image.clone()
         }
     };
     let row = ctx
@@ -535,96 +585,60 @@ async fn fetch_image_in(
         row.worker.as_deref(),
     )
     .await?;
-    Ok(FetchedImage {
-        pull,
-        ..image_of(&row, Some(config.type_.base()))
-    })
+    if row.image_env.is_some() {
+        return Ok(image_of(&row, base));
+    }
+    if mine.as_deref() == Some(row.artifact_id.as_str()) {
+        let image_key = artifact_image_key(&row.artifact_id);
+        ctx.db()
+            .versions()
+            .save_resource_cache(ctx.team(), &image_key, &image)
+            .await?;
+    }
+    Ok(image_of_files(ctx, name, &row.artifact_id, base).await?)
 }
 
-/// What a worker pulls for an image of a type the workers run natively
-/// (`registry-image`, `docker-image`); none for other types. Such an image
-/// is pulled by digest straight into a volume of the step's worker: no `in`,
-/// nothing through the web node. `params` would be `in`'s: refused.
-fn native_pull(
+/// [`fetch_image`] of an image the workers pull themselves: cached apart
+/// from gets (a get of a native type keeps no cache).
+async fn fetch_pulled(
+    ctx: &mut StepContext,
     name: &str,
     config: &ResourceConfig,
     params: &Value,
-    version: &Value,
-) -> Result<Option<gantry_wire::native::PullImage>, Halt> {
-    let ResourceType::Base { name: type_name } = &config.type_ else {
-        return Ok(None);
-    };
-    if !gantry_wire::native::is_native(type_name) {
-        return Ok(None);
-    }
-    if params.as_object().is_some_and(|p| !p.is_empty()) {
-        return Err(Halt::Error(EngineError::Invalid(format!(
-            "image {name:?}: params are not used when a worker pulls a {type_name} image; remove them"
-        ))));
-    }
-    let digest = version
-        .get("digest")
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            Halt::Error(EngineError::Invalid(format!(
-                "image {name:?}: the version {version} has no digest"
-            )))
-        })?;
-    Ok(Some(gantry_wire::native::PullImage {
-        resource_type: type_name.clone(),
-        source: config.source.clone(),
-        digest: digest.to_string(),
-        peers: Vec::new(),
-    }))
-}
-
-/// The artifact id of image `digest` pulled for `team`: the same for every
-/// build, so concurrent first pulls share one artifact (and one fleet lock).
-fn pulled_image_id(team: &str, digest: &str) -> String {
-    use sha2::Digest;
-    let hash = sha2::Sha256::digest(format!("{team}\0{digest}").as_bytes());
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&hash[..16]);
-    uuid::Uuid::from_bytes(bytes).to_string()
-}
-
-/// Pulls a registry image onto the step's worker: the image is an artifact
-/// of the team named by its digest (recorded once, kept only in volumes on
-/// workers), and the cache row says its env and user.
-async fn pull_image(
-    ctx: &StepContext,
-    name: &str,
-    pull: &gantry_wire::native::PullImage,
     version: Value,
-) -> Result<ResourceCacheRow, EngineError> {
-    let db = ctx.db();
-    let artifact = pulled_image_id(ctx.team(), &pull.digest);
-    db.artifact_index()
-        .insert_pulled_image(&artifact, ctx.team(), name, &pull.digest)
+    pull: gantry_wire::native::PullImage,
+) -> Result<FetchedImage, Halt> {
+    let key = config.cache_key(&version, &json!({"image": params}));
+    let base = Some(config.type_.base());
+    let pulled = Some(pull.clone());
+    if let Some(hit) = cached(ctx, &key).await? {
+        ResourceStats::count(&ctx.resource_stats().cache_hits);
+        tell(ctx, name, "image", &hit.version, &hit.metadata, true, None).await?;
+        return Ok(FetchedImage {
+            pull: pulled,
+            ..image_of(&hit, base)
+        });
+    }
+    ResourceStats::count(&ctx.resource_stats().cache_misses);
+    let row = pull_image(ctx, name, &pull, version).await?;
+    let row = ctx
+        .db()
+        .versions()
+        .save_resource_cache(ctx.team(), &key, &row)
         .await?;
-    let (handle, pulled) = ctx
-        .image_volume_by(&artifact, crate::steps::image::Fill::Pull(pull))
-        .await?;
-    let pulled = match pulled {
-        Some(p) => p,
-        // The worker held the image already (its cache row had gone): its
-        // volume answers the image's env and user from its record.
-        None => {
-            let volume = ctx.worker().lookup_volume(&handle).await?.ok_or_else(|| {
-                EngineError::Invalid(format!("image {name:?}: volume {handle} went away"))
-            })?;
-            volume.pull_image(pull).await.map_err(|e| {
-                EngineError::Invalid(format!("image {name:?} could not be used: {e}"))
-            })?
-        }
-    };
-    Ok(ResourceCacheRow {
-        artifact_id: artifact,
-        version,
-        metadata: json!([]),
-        worker: Some(ctx.worker().name().to_string()),
-        image_env: Some(pulled.env),
-        image_user: pulled.user,
+    tell(
+        ctx,
+        name,
+        "image",
+        &row.version,
+        &row.metadata,
+        false,
+        row.worker.as_deref(),
+    )
+    .await?;
+    Ok(FetchedImage {
+        pull: pulled,
+        ..image_of(&row, base)
     })
 }
 
@@ -663,17 +677,33 @@ async fn keep_image(
 }
 
 /// The image in the build's artifact `name` (`artifact`): a `get` of an
-/// image resource (a task's `image:`). Converted once per artifact (kept
-/// as a cache row named after it); its type is unknown, so a mirrored
+/// image resource (a task's `image:`). Its type is unknown, so a mirrored
 /// image is the worker's default image without resource scripts.
 pub(crate) async fn image_of_artifact(
     ctx: &mut StepContext,
     name: &str,
     artifact: &str,
 ) -> Result<FetchedImage, EngineError> {
-    let key = format!("artifact-image:{artifact}");
+    image_of_files(ctx, name, artifact, None).await
+}
+
+/// The key of the cache row holding the image in files artifact `artifact`.
+fn artifact_image_key(artifact: &str) -> String {
+    format!("artifact-image:{artifact}")
+}
+
+/// The image in files artifact `artifact` (what a resource's `in` wrote),
+/// converted once per artifact (kept as a cache row named after it);
+/// `fetched_by` as for [`image_of`].
+async fn image_of_files(
+    ctx: &mut StepContext,
+    name: &str,
+    artifact: &str,
+    fetched_by: Option<&str>,
+) -> Result<FetchedImage, EngineError> {
+    let key = artifact_image_key(artifact);
     if let Some(hit) = cached(ctx, &key).await? {
-        return Ok(image_of(&hit, None));
+        return Ok(image_of(&hit, fetched_by));
     }
     let volume = ctx
         .input_volume(&format!("image:{name}"), name, artifact)
@@ -684,60 +714,5 @@ pub(crate) async fn image_of_artifact(
         .versions()
         .save_resource_cache(ctx.team(), &key, &row)
         .await?;
-    Ok(image_of(&row, None))
-}
-
-/// The image a cache row holds; `fetched_by`: the base type whose `in`
-/// fetched it, which a mirrored default image runs the scripts of (none: an
-/// image whose type is not known, a task's `image:`).
-fn image_of(row: &ResourceCacheRow, fetched_by: Option<&str>) -> FetchedImage {
-    let mirrored = row.artifact_id == DEFAULT_IMAGE;
-    FetchedImage {
-        artifact: (!mirrored).then(|| row.artifact_id.clone()),
-        mirror_of: fetched_by.filter(|_| mirrored).map(str::to_string),
-        env: row.image_env.clone().unwrap_or_default(),
-        user: row.image_user.clone().filter(|u| !u.is_empty()),
-        pull: None,
-    }
-}
-
-/// `env` and `user` of the fetched image's `metadata.json` (none: empty).
-async fn image_metadata(volume: &dyn Volume) -> Result<(Vec<String>, Option<String>), EngineError> {
-    let Ok(text) = read_file(volume, "metadata.json").await else {
-        return Ok((vec![], None));
-    };
-    let meta: Value = serde_json::from_slice(&text)
-        .map_err(|e| EngineError::Invalid(format!("the image's metadata.json: {e}")))?;
-    let env = match meta.get("env") {
-        Some(Value::Array(list)) => list
-            .iter()
-            .filter_map(|v| v.as_str().map(str::to_string))
-            .collect(),
-        _ => vec![],
-    };
-    let user = meta
-        .get("user")
-        .and_then(Value::as_str)
-        .filter(|u| !u.is_empty())
-        .map(str::to_string);
-    Ok((env, user))
-}
-
-/// Most bytes read of a small file of a volume.
-const SMALL_FILE_LIMIT: usize = 1 << 20;
-
-/// Reads a small file of a volume.
-async fn read_file(volume: &dyn Volume, path: &str) -> Result<Vec<u8>, EngineError> {
-    let mut body = volume.stream_file_out(path).await?;
-    let mut out = Vec::new();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| EngineError::Invalid(format!("reading {path}: {e}")))?;
-        if out.len() + chunk.len() > SMALL_FILE_LIMIT {
-            return Err(EngineError::Invalid(format!(
-                "{path} is larger than {SMALL_FILE_LIMIT} bytes"
-            )));
-        }
-        out.extend_from_slice(&chunk);
-    }
-    Ok(out)
+    Ok(image_of(&row, fetched_by))
 }

@@ -94,6 +94,10 @@ pub enum Prepared {
     Ended(StepEnd),
 }
 
+/// The error of a check that ran past its `check_timeout`, as Concourse
+/// words it (`atc/exec`'s `TimeoutLogMessage`).
+pub(crate) const TIMEOUT_EXCEEDED: &str = "timeout exceeded";
+
 /// How a step ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepEnd {
@@ -101,6 +105,9 @@ pub enum StepEnd {
     Exited(i32),
     /// The build's stop signal (abort or timeout) ended it.
     Stopped,
+    /// Its own time limit ran out (a check's `check_timeout`): it failed
+    /// with Concourse's `timeout exceeded`, told in an error event.
+    TimedOut,
 }
 
 /// Where a step taken over after a restart of the web node was.
