@@ -18,10 +18,11 @@
 //! Users: a process runs as `ProcessSpec::user` looked up in the root
 //! filesystem's `/etc/passwd`. Without root, bwrap always makes a user
 //! namespace mapping that uid to the agent's own user. As root, a process
-//! running as root gets no user namespace; another user gets one mapping its
-//! uid to host root (bwrap cannot map it to the same host uid), so inside it
-//! is that user without any capability, while its files on the host belong
-//! to root.
+//! running as root gets no user namespace and keeps only the capabilities
+//! runc gives an unprivileged container (Docker's default set); another
+//! user gets one mapping its uid to host root (bwrap cannot map it to the
+//! same host uid), so inside it is that user without any capability, while
+//! its files on the host belong to root.
 //!
 //! A process bwrap could not start (its program missing or not
 //! executable) ends [`ProcessEnd::NotStarted`]: bwrap reports
@@ -40,7 +41,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use gantry_wire::spec::ProcessSpec;
 
-use super::{process_env, BackendContainer, ContainerBackend, ContainerContext};
+use super::{process_env, BackendContainer, ContainerBackend, ContainerContext, CAPABILITIES};
 use crate::error::AgentError;
 use crate::processes::{judge_end, spawn_child, spawn_tty_child, ProcessEnd, Spawned};
 use crate::rootfs::{self, RootfsPlan, UserIds};
@@ -233,7 +234,15 @@ pub fn bwrap_args(
     if ctx.spec.hermetic {
         push(&[&"--unshare-net"]);
     }
-    if !(agent_root && user.uid == 0) {
+    if agent_root && user.uid == 0 {
+        // Root in no user namespace: bwrap, run by root, would keep every
+        // capability (CAP_SYS_ADMIN included), which is a privileged
+        // container. Keep runc's unprivileged set only.
+        push(&[&"--cap-drop", &"ALL"]);
+        for cap in CAPABILITIES {
+            push(&[&"--cap-add", cap]);
+        }
+    } else {
         let (uid, gid) = (user.uid.to_string(), user.gid.to_string());
         push(&[&"--unshare-user", &"--uid", &uid, &"--gid", &gid]);
     }
@@ -348,6 +357,14 @@ mod tests {
         assert!(find(&args, &["--chdir", "/tmp/build"]).is_some());
         assert!(!args.contains(&"--unshare-net".to_string()));
         assert!(!args.contains(&"--unshare-user".to_string()));
+        // Root keeps runc's unprivileged capabilities only, never
+        // CAP_SYS_ADMIN (bwrap run by root would keep them all).
+        assert!(find(&args, &["--cap-drop", "ALL"]).is_some(), "{args:?}");
+        assert!(
+            find(&args, &["--cap-add", "CAP_CHOWN"]).is_some(),
+            "{args:?}"
+        );
+        assert!(!args.contains(&"CAP_SYS_ADMIN".to_string()), "{args:?}");
         let dashes = args.iter().position(|a| a == "--").unwrap();
         assert_eq!(&args[dashes + 1..], ["sh", "-c", "true"]);
     }

@@ -134,6 +134,26 @@ pub trait BackendContainer: Send + Sync {
     async fn destroy(&self) -> Result<(), AgentError>;
 }
 
+/// Capabilities of an unprivileged container's processes (Docker's
+/// default set): runc's bundles, and bwrap's sandboxes of root when the
+/// agent runs as root (bwrap would otherwise keep every capability).
+pub(crate) const CAPABILITIES: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FSETID",
+    "CAP_FOWNER",
+    "CAP_MKNOD",
+    "CAP_NET_RAW",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETFCAP",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_KILL",
+    "CAP_AUDIT_WRITE",
+];
+
 /// The environment of a process: `PATH`, then `defaults`, the container's
 /// env and the process's env; a later `KEY=` replaces an earlier one in place.
 pub fn process_env(defaults: &[String], container: &[String], process: &[String]) -> Vec<String> {

@@ -12,27 +12,9 @@
 use gantry_wire::spec::ProcessSpec;
 use serde_json::{json, Value};
 
-use super::super::{process_env, ContainerContext};
+use super::super::{process_env, ContainerContext, CAPABILITIES};
 use super::oom::cgroup_path;
 use crate::rootfs::{RootfsPlan, UserIds};
-
-/// Capabilities of container processes (Docker's default set).
-const CAPABILITIES: &[&str] = &[
-    "CAP_CHOWN",
-    "CAP_DAC_OVERRIDE",
-    "CAP_FSETID",
-    "CAP_FOWNER",
-    "CAP_MKNOD",
-    "CAP_NET_RAW",
-    "CAP_SETGID",
-    "CAP_SETUID",
-    "CAP_SETFCAP",
-    "CAP_SETPCAP",
-    "CAP_NET_BIND_SERVICE",
-    "CAP_SYS_CHROOT",
-    "CAP_KILL",
-    "CAP_AUDIT_WRITE",
-];
 
 /// Every capability, by number (`CAP_CHOWN` is 0): a privileged container
 /// gets those in the agent's own bounding set.
