@@ -591,25 +591,33 @@ impl Engine {
             return Err(archived_error(&row));
         }
         let r = self.resource_row(&row, resource).await?;
-        if let Some(from) = &from {
-            if !from.is_object() {
-                return Err(EngineError::Invalid(format!(
-                    "--from: {from} is not a version (a map)"
-                )));
-            }
-            // Checking from a version means starting from it: it becomes
-            // the newest stored one, as Concourse's `check-resource --from`.
-            self.db
-                .versions()
-                .save_versions(
-                    &r.scope,
-                    &r.config,
-                    &[(from.clone(), serde_json::json!([]))],
-                )
-                .await?;
-        }
+        self.check_from(&r.scope, &r.config, from.as_ref()).await?;
         let id = self.start_check(&row, &r, false).await?;
         self.build(id).await
+    }
+
+    /// A check `from` a version starts from it: it becomes the newest
+    /// stored version of `config` in `scope`, as Concourse's
+    /// `check-resource --from` and `check-resource-type --from`. Refused
+    /// unless a map.
+    pub(super) async fn check_from(
+        &self,
+        scope: &str,
+        config: &str,
+        from: Option<&Value>,
+    ) -> Result<(), EngineError> {
+        let Some(from) = from else {
+            return Ok(());
+        };
+        if !from.is_object() {
+            return Err(EngineError::Invalid(format!(
+                "--from: {from} is not a version (a map)"
+            )));
+        }
+        self.db
+            .versions()
+            .save_versions(scope, config, &[(from.clone(), serde_json::json!([]))])
+            .await
     }
 
     /// The `webhook_token` of resource `resource` of pipeline `pipeline` of

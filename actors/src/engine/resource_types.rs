@@ -32,21 +32,7 @@ impl Engine {
             return Err(archived_error(&row));
         }
         let t = self.resource_type_row(&row, type_).await?;
-        if let Some(from) = &from {
-            if !from.is_object() {
-                return Err(EngineError::Invalid(format!(
-                    "--from: {from} is not a version (a map)"
-                )));
-            }
-            self.db
-                .versions()
-                .save_versions(
-                    &t.scope,
-                    &t.config,
-                    &[(from.clone(), serde_json::json!([]))],
-                )
-                .await?;
-        }
+        self.check_from(&t.scope, &t.config, from.as_ref()).await?;
         let id = self.start_check_with(&row, &t, true, !shallow).await?;
         self.build(id).await
     }
