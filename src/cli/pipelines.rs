@@ -244,24 +244,8 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
             team,
         } => {
             let (p, r) = split("--resource", &resource)?;
-            let path = format!(
-                "{}/resources/{}/versions?limit={}",
-                pipeline_path(&team, p),
-                segment(r),
-                limit.clamp(1, 500)
-            );
-            let all: Vec<Value> = client.get_pages(&path, limit).await?;
-            if json {
-                crate::outln!("{}", serde_json::to_string_pretty(&all)?);
-                return Ok(0);
-            }
-            print_table(
-                &["version", "disabled"],
-                all.iter()
-                    .map(|v| vec![v["version"].to_string(), cell(v, "disabled")])
-                    .collect(),
-            );
-            Ok(0)
+            let path = format!("{}/resources/{}", pipeline_path(&team, p), segment(r));
+            list_versions(client, &path, limit, json, true).await
         }
         C::CheckResource {
             resource,
@@ -301,22 +285,9 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
             team,
         } => {
             let (p, t) = split("--resource-type", &resource_type)?;
-            let path = format!(
-                "{}/resource-types/{}/versions?limit={}",
-                pipeline_path(&team, p),
-                segment(t),
-                limit.clamp(1, 500)
-            );
-            let all: Vec<Value> = client.get_pages(&path, limit).await?;
-            if json {
-                crate::outln!("{}", serde_json::to_string_pretty(&all)?);
-                return Ok(0);
-            }
-            print_table(
-                &["version"],
-                all.iter().map(|v| vec![v["version"].to_string()]).collect(),
-            );
-            Ok(0)
+            let path = format!("{}/resource-types/{}", pipeline_path(&team, p), segment(t));
+            // A type's versions are disabled in none: no such column.
+            list_versions(client, &path, limit, json, false).await
         }
         C::PinResource {
             resource,
@@ -360,6 +331,38 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
             team,
         } => able(client, &team, &resource, &version, "enable").await,
     }
+}
+
+/// Prints the versions under `path` (a resource's or a resource type's),
+/// newest first, at most `limit`: as JSON, or a table with the
+/// `disabled` column when `disabled` is asked for.
+async fn list_versions(
+    client: &ApiClient,
+    path: &str,
+    limit: usize,
+    json: bool,
+    disabled: bool,
+) -> anyhow::Result<i32> {
+    let path = format!("{path}/versions?limit={}", limit.clamp(1, 500));
+    let all: Vec<Value> = client.get_pages(&path, limit).await?;
+    if json {
+        crate::outln!("{}", serde_json::to_string_pretty(&all)?);
+        return Ok(0);
+    }
+    let rows = all.iter().map(|v| {
+        let mut row = vec![v["version"].to_string()];
+        if disabled {
+            row.push(cell(v, "disabled"));
+        }
+        row
+    });
+    let head: &[&str] = if disabled {
+        &["version", "disabled"]
+    } else {
+        &["version"]
+    };
+    print_table(head, rows.collect());
+    Ok(0)
 }
 
 /// Starts the check build `path` answers to `body`, says so (`checking
