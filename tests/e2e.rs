@@ -91,6 +91,7 @@ mod pipeline_controls;
 mod pipeline_lifecycle;
 mod pipelines;
 mod privileged;
+mod public_pipelines;
 mod quickstart_execute;
 mod readyz_postgres;
 mod registry_images;

@@ -211,6 +211,11 @@ pub struct PipelineView {
     /// longer sets it).
     #[serde(default)]
     pub archived: bool,
+    /// Whether it is exposed (`expose-pipeline`): anyone, signed in or
+    /// not, reads it, its jobs' statuses and builds, and the logs of its
+    /// `public: true` jobs.
+    #[serde(default)]
+    pub public: bool,
     /// Its instance vars, for an instance of an instanced pipeline.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
@@ -220,6 +225,21 @@ pub struct PipelineView {
     /// Its YAML text as set (vars not filled); only in a single answer.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub config: Option<String>,
+}
+
+/// What a pipeline shows a reader outside its team (Concourse's public
+/// pipelines): nothing unless it is exposed; then its jobs' statuses and
+/// builds, the plans and logs of its public jobs' builds, and the
+/// version metadata of its public resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Publicity {
+    /// The pipeline is exposed (`expose-pipeline`).
+    pub pipeline: bool,
+    /// The job asked about is `public: true` (`false` when none was asked).
+    pub job: bool,
+    /// The resource asked about is `public: true` (`false` when none was
+    /// asked).
+    pub resource: bool,
 }
 
 /// A job of a stored pipeline.

@@ -156,6 +156,11 @@ impl ApiClient {
         self.done(self.http.post(self.url(path)).json(body)).await
     }
 
+    /// PUTs with no body on a route that answers none (204).
+    pub async fn put_done(&self, path: &str) -> anyhow::Result<()> {
+        self.done(self.http.put(self.url(path))).await
+    }
+
     /// DELETEs on a route that answers no body (204).
     pub async fn delete_done(&self, path: &str) -> anyhow::Result<()> {
         self.done(self.http.delete(self.url(path))).await

@@ -1,6 +1,7 @@
 //! The verbs of stored pipelines, as `fly` names them: `set-pipeline`,
 //! `pipelines`, `get-pipeline`, `destroy-pipeline`, `rename-pipeline`,
 //! `pause-pipeline`/`unpause-pipeline`, `archive-pipeline`,
+//! `expose-pipeline`/`hide-pipeline`,
 //! `pause-job`/`unpause-job`,
 //! `trigger-job`, `why`, `resources`, `resource-versions`,
 //! `check-resource`, `check-resource-type`, `resource-type-versions`,
@@ -118,6 +119,25 @@ pub enum PipelineCommand {
         /// Do not ask for confirmation.
         #[arg(short = 'n', long = "non-interactive")]
         non_interactive: bool,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Expose a pipeline: anyone, signed in or not, reads it, its jobs'
+    /// statuses and builds, and the logs of its `public: true` jobs.
+    ExposePipeline {
+        /// The pipeline.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: String,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// Hide an exposed pipeline: only its team reads it again.
+    HidePipeline {
+        /// The pipeline.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: String,
         /// Team.
         #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
         team: String,

@@ -163,6 +163,18 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
             crate::outln!("archived '{pipeline}'");
             Ok(0)
         }
+        C::ExposePipeline { pipeline, team } => {
+            let path = format!("{}/expose", pipeline_path(&team, &pipeline));
+            client.put_done(&path).await?;
+            crate::outln!("exposed '{pipeline}'");
+            Ok(0)
+        }
+        C::HidePipeline { pipeline, team } => {
+            let path = format!("{}/hide", pipeline_path(&team, &pipeline));
+            client.put_done(&path).await?;
+            crate::outln!("hid '{pipeline}'");
+            Ok(0)
+        }
         C::PauseJob { job, team } => {
             let (p, j) = split("--job", &job)?;
             let path = format!("{}/jobs/{}", pipeline_path(&team, p), segment(j));

@@ -362,25 +362,31 @@ pub async fn identify(
         .is_none_or(|s| s.tokens.metrics_public);
     let path = req.path();
     let open = is_open(path) && (metrics_public || path != "/metrics");
-    if identity == Identity::Anonymous && !open {
-        return Err(ApiError::unauthorized(
-            "missing or unknown token (Authorization: Bearer TOKEN, or GANTRY_TOKEN for the CLI)",
-        )
-        .into());
-    }
     let op = state.as_ref().and_then(|s| {
         let pattern = req.match_pattern()?;
         s.actions
             .operation(req.method(), &pattern)
             .map(str::to_string)
     });
+    // A read of an exposed pipeline reaches its handler from anyone,
+    // which answers only for an exposed one.
+    let public_read = op
+        .as_deref()
+        .is_some_and(|op| crate::web::rbac::PUBLIC_READS.contains(&op));
+    if identity == Identity::Anonymous && !open && !public_read {
+        return Err(ApiError::unauthorized(
+            "missing or unknown token (Authorization: Bearer TOKEN, or GANTRY_TOKEN for the CLI)",
+        )
+        .into());
+    }
     if let (Identity::Team(team, role), Some(state), Some(op)) = (&identity, &state, &op) {
         role_allows(state, op, team, *role)?;
         // A route naming another team's thing is answered as if absent,
         // before its body is read (a bad body must not tell the caller
         // more than a missing team would). Creating a team is the admin's,
-        // which its handler says.
-        if op != "setTeam" {
+        // which its handler says; a read of an exposed pipeline, its
+        // handler's.
+        if op != "setTeam" && !public_read {
             if let Some(named) = team_of_path(req.match_pattern().as_deref(), req.path()) {
                 identity.require_team(&named, &format!("team {named:?}"))?;
             }

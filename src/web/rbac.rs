@@ -39,6 +39,26 @@ pub const ADMIN_ONLY: &[&str] = &[
     "pruneWorkerByName",
 ];
 
+/// The team operations that read an exposed pipeline (Concourse's
+/// `expose-pipeline`): a caller outside the team, anonymous or of another
+/// team, reaches their handlers, which answer only for an exposed
+/// pipeline and cut what they show (`api/public_pipelines.rs`). Each is
+/// a viewer's reading in [`DEFAULT_ROLES`] too.
+pub const PUBLIC_READS: &[&str] = &[
+    "listPipelines",
+    "getPipeline",
+    "pipelineFeed",
+    "listPipelineJobs",
+    "getPipelineJob",
+    "listJobBuilds",
+    "listResources",
+    "listResourceVersions",
+    "getBuild",
+    "getBuildResources",
+    "buildEvents",
+    "buildLog",
+];
+
 /// The role each team operation needs by default.
 pub const DEFAULT_ROLES: &[(&str, Role)] = &[
     // Reading.
@@ -85,6 +105,8 @@ pub const DEFAULT_ROLES: &[(&str, Role)] = &[
     ("destroyPipeline", Role::Member),
     ("renamePipeline", Role::Member),
     ("archivePipeline", Role::Member),
+    ("exposePipeline", Role::Member),
+    ("hidePipeline", Role::Member),
     ("createBuild", Role::Member),
     ("uploadArtifact", Role::Member),
     ("downloadArtifact", Role::Member),

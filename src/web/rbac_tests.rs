@@ -3,7 +3,7 @@
 use actix_web::http::Method;
 use gantry_actors::api::Role;
 
-use super::rbac::{ActionRoles, RbacConfig, ADMIN_ONLY, DEFAULT_ROLES, WORKER_ONLY};
+use super::rbac::{ActionRoles, RbacConfig, ADMIN_ONLY, DEFAULT_ROLES, PUBLIC_READS, WORKER_ONLY};
 
 fn doc() -> &'static utoipa::openapi::OpenApi {
     super::routes::document()
@@ -24,6 +24,27 @@ fn document_operations() -> Vec<(String, bool)> {
         }
     }
     ops
+}
+
+#[test]
+fn the_public_reads_of_an_exposed_pipeline_are_a_viewers_gets() {
+    let doc = serde_json::to_value(doc()).unwrap();
+    for op in PUBLIC_READS {
+        assert_eq!(
+            DEFAULT_ROLES.iter().find(|(o, _)| o == op).map(|(_, r)| *r),
+            Some(Role::Viewer),
+            "{op} is read by the public: a viewer's reading"
+        );
+        let methods: Vec<&str> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .flat_map(|item| item.as_object().unwrap().iter())
+            .filter(|(_, o)| o["operationId"] == *op)
+            .map(|(m, _)| m.as_str())
+            .collect();
+        assert_eq!(methods, ["get"], "{op} reads: a GET, once");
+    }
 }
 
 #[test]

@@ -11,8 +11,8 @@ use utoipa::openapi::OpenApi as Document;
 use utoipa::OpenApi as _;
 
 use super::api::{
-    artifacts, audit, build_log, builds, gc, gc_admin, hijack, jobs, pipelines, queue, reruns,
-    resource_types, secrets, sessions, teams, workers,
+    artifacts, audit, build_log, builds, gc, gc_admin, hijack, jobs, pipelines, public_pipelines,
+    queue, reruns, resource_types, secrets, sessions, teams, workers,
 };
 use super::{dashboard, health, metrics, openapi};
 
@@ -109,6 +109,8 @@ routes! {
     post "/api/v1/teams/{team}/pipelines/{pipeline}/pause" => pipelines::pause;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/unpause" => pipelines::unpause;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/archive" => pipelines::archive;
+    put "/api/v1/teams/{team}/pipelines/{pipeline}/expose" => public_pipelines::expose;
+    put "/api/v1/teams/{team}/pipelines/{pipeline}/hide" => public_pipelines::hide;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs" => pipelines::jobs;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}" => pipelines::job;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds" => pipelines::job_builds;

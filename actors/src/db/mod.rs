@@ -26,6 +26,7 @@ mod pipeline_archive;
 mod pipeline_renames;
 mod pipelines;
 mod placements;
+mod public_pipelines;
 mod reruns;
 mod resources;
 #[cfg(test)]
@@ -60,6 +61,7 @@ pub(crate) use log_places::{LogPlace, Moved};
 pub(crate) use pipeline_renames::{NameChange, Renames};
 pub(crate) use pipelines::{Parent, PipelineRow, ResourceRow, SetBy, PIPELINE_ID};
 pub(crate) use placements::RELEASES_CHANNEL;
+pub(crate) use public_pipelines::PublicParts;
 pub(crate) use reruns::NewRerun;
 pub(crate) use resources::ResourceCacheRow;
 pub use secrets::SecretEntry;

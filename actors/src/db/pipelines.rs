@@ -31,6 +31,8 @@ pub(crate) struct PipelineRow {
     /// Its instance vars (a JSON object) when it is an instance of an
     /// instanced pipeline; its name is then `NAME/K:V,...`.
     pub instance_vars: Option<String>,
+    /// Whether it is exposed (`expose-pipeline`): readable by anyone.
+    pub public: bool,
 }
 
 /// The job build whose `set_pipeline` step sets a pipeline.
@@ -44,7 +46,8 @@ pub(crate) struct Parent {
     pub build_id: i64,
 }
 
-/// Who sets a pipeline, beyond its config: [`Pipelines::set_pipeline_by`].
+/// Who sets a pipeline and what it carries beyond its config and rows:
+/// [`Pipelines::set_pipeline_by`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct SetBy<'a> {
     /// The job build whose step sets it (none: by hand). A pipeline set by
@@ -56,6 +59,9 @@ pub(crate) struct SetBy<'a> {
     /// The jobs and resources its config renames (`old_name`): their
     /// history follows them (see `pipeline_renames`).
     pub renames: Option<&'a super::Renames>,
+    /// The jobs and resources its config marks `public: true` (see
+    /// `public_pipelines`).
+    pub public: super::public_pipelines::PublicParts<'a>,
 }
 
 /// A resource of a stored pipeline, as set.
@@ -102,11 +108,12 @@ pub(super) type PipelineRaw = (
     i64,
     Option<i64>,
     Option<String>,
+    i64,
 );
 
 /// A pipeline as a list shows it ([`Pipelines::summaries`]): team, name,
-/// paused, archived, config version, instance vars (JSON).
-pub(crate) type PipelineSummary = (String, String, i64, i64, i64, Option<String>);
+/// paused, archived, config version, instance vars (JSON), public.
+pub(crate) type PipelineSummary = (String, String, i64, i64, i64, Option<String>, i64);
 
 /// A stored pipeline, its config and vars opened.
 pub(super) fn pipeline_row(
@@ -122,6 +129,7 @@ pub(super) fn pipeline_row(
         archived,
         parent_build_id,
         instance_vars,
+        public,
     ): PipelineRaw,
 ) -> Result<PipelineRow, EngineError> {
     Ok(PipelineRow {
@@ -135,6 +143,7 @@ pub(super) fn pipeline_row(
         archived: archived != 0,
         parent_build_id,
         instance_vars,
+        public: public != 0,
     })
 }
 
@@ -147,7 +156,7 @@ pub(crate) const PIPELINE_ID: &str = "{pipeline_id}";
 const JOBS_PER_INSERT: usize = 400;
 
 pub(super) const PIPELINE_COLUMNS: &str =
-    "id, team, name, config, vars, config_version, paused, archived, parent_build_id, instance_vars";
+    "id, team, name, config, vars, config_version, paused, archived, parent_build_id, instance_vars, public";
 
 impl Pipelines<'_> {
     /// Stores pipeline `name` of `team` (`config` as given, `vars` as JSON)
@@ -385,6 +394,7 @@ impl Pipelines<'_> {
                 .execute(&mut *tx)
                 .await?;
         }
+        super::public_pipelines::write_public_parts(&mut tx, id, &by.public).await?;
         let row: PipelineRaw = sqlx::query_as(&format!(
             "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE id = $1"
         ))
@@ -414,7 +424,7 @@ impl Pipelines<'_> {
         team: Option<&str>,
     ) -> Result<Vec<PipelineSummary>, EngineError> {
         const COLUMNS: &str =
-            "SELECT team, name, paused, archived, config_version, instance_vars FROM pipelines";
+            "SELECT team, name, paused, archived, config_version, instance_vars, public FROM pipelines";
         let rows = match team {
             Some(t) => {
                 sqlx::query_as(&format!("{COLUMNS} WHERE team = $1 ORDER BY team, name"))

@@ -14,6 +14,7 @@ mod people;
 mod pipeline_jobs;
 mod pipeline_list;
 mod pipelines;
+mod public_pipelines;
 mod reruns;
 mod resource_types;
 mod secrets;

@@ -23,11 +23,12 @@ impl Engine {
             .await?
             .into_iter()
             .map(
-                |(team, name, paused, archived, config_version, vars)| PipelineView {
+                |(team, name, paused, archived, config_version, vars, public)| PipelineView {
                     name,
                     team,
                     paused: paused != 0,
                     archived: archived != 0,
+                    public: public != 0,
                     instance_vars: vars.and_then(|v| serde_json::from_str(&v).ok()),
                     config_version,
                     config: None,

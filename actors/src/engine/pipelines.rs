@@ -77,6 +77,7 @@ fn view(row: &PipelineRow, with_config: bool) -> PipelineView {
         team: row.team.clone(),
         paused: row.paused,
         archived: row.archived,
+        public: row.public,
         instance_vars: row
             .instance_vars
             .as_deref()

@@ -324,8 +324,13 @@ pub struct Resource {
     pub tags: Vec<String>,
     /// `version`: a pinned version.
     pub version: Option<Params>,
+    /// `public`: the metadata of its versions is shown to anyone who may
+    /// read its pipeline (an exposed pipeline's readers included), not
+    /// only to the team.
+    #[serde(default)]
+    pub public: bool,
     /// `old_name` (a former name whose history it keeps, read by
-    /// `pipeline/renames.rs`), `public`, `webhook_token`, `icon`,
+    /// `pipeline/renames.rs`), `webhook_token`, `icon`,
     /// `expose_build_created_by` as written (UI and API settings).
     pub other: Params,
 }

@@ -225,14 +225,13 @@ fn parse_resource(r: &mut Reader, v: &Value, at: &str) -> Option<Resource> {
         .get("version")
         .filter(|v| !v.is_null())
         .map(|_| r.params(m, "version", at));
-    let _ = r.bool(m, "public", at);
+    let public = r.bool(m, "public", at);
     let _ = r.bool(m, "expose_build_created_by", at);
     for key in ["old_name", "webhook_token", "icon"] {
         let _ = r.opt_str(m, key, at);
     }
     let other = [
         "old_name",
-        "public",
         "webhook_token",
         "icon",
         "expose_build_created_by",
@@ -248,6 +247,7 @@ fn parse_resource(r: &mut Reader, v: &Value, at: &str) -> Option<Resource> {
         check_timeout,
         tags: r.strings(m, "tags", at),
         version,
+        public,
         other,
     })
 }

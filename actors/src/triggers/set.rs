@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::db::{Db, NameChange, Parent, PipelineRow, Renames, ResourceRow, SetBy};
+use crate::db::{Db, NameChange, Parent, PipelineRow, PublicParts, Renames, ResourceRow, SetBy};
 use crate::error::EngineError;
 use crate::off_thread::{off_thread, Deadline, PIPELINE_BUDGET};
 use crate::pipeline::model::CheckEvery;
@@ -78,6 +78,8 @@ pub(crate) async fn store_pipeline_warned(
         types,
         renames,
         warnings,
+        public_jobs,
+        public_resources,
     } = off_thread(&what, PIPELINE_BUDGET, move |deadline| {
         checked_rows(&config_text, &vars_given, (global, &team_name), deadline)
     })
@@ -87,6 +89,10 @@ pub(crate) async fn store_pipeline_warned(
         parent,
         instance_vars: instance_vars.as_deref(),
         renames: Some(&renames),
+        public: PublicParts {
+            jobs: &public_jobs,
+            resources: &public_resources,
+        },
     };
     let (row, created) = db
         .pipelines()
@@ -115,6 +121,10 @@ struct Rows {
     renames: Renames,
     /// What it accepts but does not take as written.
     warnings: Vec<String>,
+    /// Its jobs marked `public: true`.
+    public_jobs: Vec<String>,
+    /// Its resources marked `public: true`.
+    public_resources: Vec<String>,
 }
 
 /// The [`Rows`] of pipeline `config`, loaded with `vars` and each job
@@ -181,12 +191,16 @@ fn checked_rows(
         })
         .collect::<Result<Vec<_>, EngineError>>()?;
     let jobs: Vec<String> = pipeline.jobs.iter().map(|j| j.name.clone()).collect();
+    let public_jobs = pipeline.jobs.iter().filter(|j| j.public);
+    let public_resources = pipeline.resources.iter().filter(|r| r.public);
     Ok(Rows {
         jobs,
         resources,
         types,
         renames,
         warnings,
+        public_jobs: public_jobs.map(|j| j.name.clone()).collect(),
+        public_resources: public_resources.map(|r| r.name.clone()).collect(),
     })
 }
 

@@ -17,9 +17,10 @@ use tokio::sync::mpsc;
 
 use gantry_actors::api::{EngineError, StoredEvent};
 
-use crate::web::api::builds::{stored_up_to, visible_build};
+use crate::web::api::builds::stored_up_to;
 use crate::web::api::log_range::{self, ByteRange};
 use crate::web::api::log_text::text_of;
+use crate::web::api::public_pipelines::read_build;
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
 use crate::web::AppState;
@@ -97,7 +98,7 @@ pub async fn log(
             "give either tail or a Range header, not both",
         ));
     }
-    let build = visible_build(&identity, &state, id).await?;
+    let (build, _) = read_build(&identity, &state, id, true).await?;
     // The events printed "so far": all of an ended build's, or a running
     // one's up to its last stored event now; `upto` stops sooner.
     let needs_bound = tail.is_some() || upto.is_some() || range.is_some();

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 use crate::web::api::log_text::is_log_line;
 use crate::web::api::paging::{Page, PageQuery};
+use crate::web::api::public_pipelines::read_build;
 use crate::web::api::NoBody;
 use crate::web::audit_log::Actor;
 use crate::web::auth::Identity;
@@ -314,7 +315,7 @@ pub async fn get(
     state: web::Data<AppState>,
     id: web::Path<i64>,
 ) -> Result<HttpResponse, ApiError> {
-    let build = visible_build(&identity, &state, id.into_inner()).await?;
+    let (build, _) = read_build(&identity, &state, id.into_inner(), false).await?;
     Ok(HttpResponse::Ok().json(build))
 }
 
@@ -337,7 +338,7 @@ pub async fn resources(
     id: web::Path<i64>,
 ) -> Result<HttpResponse, ApiError> {
     let id = id.into_inner();
-    visible_build(&identity, &state, id).await?;
+    read_build(&identity, &state, id, false).await?;
     Ok(HttpResponse::Ok().json(state.engine.build_resources(id).await?))
 }
 
@@ -556,7 +557,7 @@ pub async fn events(
             "after {after}: give the seq of the last event read (0 or more)"
         )));
     }
-    let build = visible_build(&identity, &state, id).await?;
+    let (build, _) = read_build(&identity, &state, id, true).await?;
     let mut answer = HttpResponse::Ok();
     answer.content_type("application/x-ndjson");
     let logs_after = if query.skip_stored_logs == Some(true) {

@@ -3,7 +3,9 @@
 //! a build's log as text in `build_log.rs`, its byte ranges in
 //! `log_range.rs` and what both read of an event in `log_text.rs`, the
 //! workers' sweep routes in `gc.rs`, `clear-task-cache` in `gc_admin.rs`,
-//! stored pipelines with their jobs and resources in `pipelines.rs`),
+//! stored pipelines with their jobs and resources in `pipelines.rs`,
+//! public pipelines and what the public reads of them in
+//! `public_pipelines.rs`),
 //! and what every handler shares: paging of list routes (`paging.rs`) and
 //! the bounds of names, descriptions, tags and times (`bounds.rs`).
 
@@ -21,6 +23,7 @@ pub mod log_range;
 pub mod log_text;
 pub mod paging;
 pub mod pipelines;
+pub mod public_pipelines;
 pub mod queue;
 pub mod reruns;
 pub mod resource_types;
@@ -29,8 +32,21 @@ pub mod sessions;
 pub mod teams;
 pub mod workers;
 
+use crate::web::auth::Identity;
 use crate::web::error::ApiError;
 pub use json_object::Json;
+
+/// Checks the caller may use `team` and the names are in bounds.
+pub(crate) fn allowed(
+    identity: &Identity,
+    team: &str,
+    names: &[(&str, &str)],
+) -> Result<(), ApiError> {
+    for (what, value) in names {
+        bounds::check_text(what, value, bounds::MAX_NAME)?;
+    }
+    identity.require_team(team, &format!("team {team:?}"))
+}
 
 /// A JSON body that may be left out: an empty (or blank) body is `T`'s
 /// default; anything else must be a JSON object that parses as `T` (which

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::web::api::bounds::{check_text, MAX_NAME};
 use crate::web::api::paging::{Page, PageQuery};
-use crate::web::api::NoBody;
+use crate::web::api::public_pipelines::{read_pipeline, Part};
+use crate::web::api::{allowed, NoBody};
 use crate::web::audit_log::Actor;
 use crate::web::auth::Identity;
 use crate::web::error::{ApiError, ErrorBody};
@@ -99,18 +100,6 @@ pub struct VersionBody {
 type PipelinePath = web::Path<(String, String)>;
 type JobPath = web::Path<(String, String, String)>;
 
-/// Checks the caller may use `team` and the names are in bounds.
-pub(crate) fn allowed(
-    identity: &Identity,
-    team: &str,
-    names: &[(&str, &str)],
-) -> Result<(), ApiError> {
-    for (what, value) in names {
-        check_text(what, value, MAX_NAME)?;
-    }
-    identity.require_team(team, &format!("team {team:?}"))
-}
-
 /// `PUT /api/v1/teams/{team}/pipelines/{pipeline}`
 #[utoipa::path(
     put,
@@ -174,10 +163,27 @@ pub async fn list(
     team: web::Path<String>,
     query: web::Query<PageQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    allowed(&identity, &team, &[])?;
     let page = query.into_inner().page()?;
-    let all = state.engine.pipelines(&team).await?;
-    Ok(page.of_sorted(&req, all, |p| p.name.clone()))
+    if identity.can_use_team(&team) {
+        let all = state.engine.pipelines(&team).await?;
+        return Ok(page.of_sorted(&req, all, |p| p.name.clone()));
+    }
+    // Anyone else: its exposed pipelines (Concourse's `PublicPipelines`),
+    // refused as before when it has none.
+    let exposed: Vec<PipelineView> = match identity {
+        Identity::Anonymous | Identity::Team(..) => state
+            .engine
+            .pipeline_summaries(Some(&team))
+            .await?
+            .into_iter()
+            .filter(|p| p.public)
+            .collect(),
+        _ => Vec::new(),
+    };
+    if exposed.is_empty() {
+        allowed(&identity, &team, &[])?;
+    }
+    Ok(page.of_sorted(&req, exposed, |p| p.name.clone()))
 }
 
 /// `GET /api/v1/teams/{team}/pipelines/{pipeline}`
@@ -198,8 +204,8 @@ pub async fn get(
     path: PipelinePath,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name) = path.into_inner();
-    allowed(&identity, &team, &[("pipeline", &name)])?;
-    Ok(HttpResponse::Ok().json(state.engine.pipeline(&team, &name).await?))
+    let reader = read_pipeline(&identity, &state, &team, &name, Part::default()).await?;
+    Ok(HttpResponse::Ok().json(reader.pipeline(state.engine.pipeline(&team, &name).await?)))
 }
 
 /// `DELETE /api/v1/teams/{team}/pipelines/{pipeline}`
@@ -356,8 +362,9 @@ pub async fn jobs(
     path: PipelinePath,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name) = path.into_inner();
-    allowed(&identity, &team, &[("pipeline", &name)])?;
-    Ok(HttpResponse::Ok().json(state.engine.pipeline_jobs(&team, &name).await?))
+    let reader = read_pipeline(&identity, &state, &team, &name, Part::default()).await?;
+    let jobs = state.engine.pipeline_jobs(&team, &name).await?;
+    Ok(HttpResponse::Ok().json(reader.jobs(jobs)))
 }
 
 /// `GET /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}`
@@ -378,8 +385,13 @@ pub async fn job(
     path: JobPath,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name, job) = path.into_inner();
-    allowed(&identity, &team, &[("pipeline", &name), ("job", &job)])?;
-    Ok(HttpResponse::Ok().json(state.engine.pipeline_job(&team, &name, &job).await?))
+    let part = Part {
+        job: Some(&job),
+        ..Part::default()
+    };
+    let reader = read_pipeline(&identity, &state, &team, &name, part).await?;
+    let view = state.engine.pipeline_job(&team, &name, &job).await?;
+    Ok(HttpResponse::Ok().json(reader.job(view)))
 }
 
 /// `GET /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds`
@@ -402,13 +414,18 @@ pub async fn job_builds(
     query: web::Query<PageQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name, job) = path.into_inner();
-    allowed(&identity, &team, &[("pipeline", &name), ("job", &job)])?;
+    let part = Part {
+        job: Some(&job),
+        ..Part::default()
+    };
+    let reader = read_pipeline(&identity, &state, &team, &name, part).await?;
     let page: Page = query.into_inner().page()?;
     state.engine.pipeline(&team, &name).await?;
     let builds = state
         .engine
         .job_builds(&team, &name, &job, page.cursor_id()?, page.fetch())
         .await?;
+    let builds = builds.into_iter().map(|b| reader.build(b)).collect();
     Ok(page.answer(&req, builds, |b| b.id.to_string()))
 }
 
@@ -514,8 +531,10 @@ pub async fn resources(
     path: PipelinePath,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name) = path.into_inner();
-    allowed(&identity, &team, &[("pipeline", &name)])?;
-    Ok(HttpResponse::Ok().json(state.engine.pipeline_resources(&team, &name).await?))
+    let reader = read_pipeline(&identity, &state, &team, &name, Part::default()).await?;
+    let resources = state.engine.pipeline_resources(&team, &name).await?;
+    let resources: Vec<_> = resources.into_iter().map(|r| reader.resource(r)).collect();
+    Ok(HttpResponse::Ok().json(resources))
 }
 
 /// `GET /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions`
@@ -538,17 +557,19 @@ pub async fn versions(
     query: web::Query<PageQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name, resource) = path.into_inner();
-    allowed(
-        &identity,
-        &team,
-        &[("pipeline", &name), ("resource", &resource)],
-    )?;
+    let part = Part {
+        resource: Some(&resource),
+        ..Part::default()
+    };
+    let reader = read_pipeline(&identity, &state, &team, &name, part).await?;
     let page = query.into_inner().page()?;
     let versions = state
         .engine
         .resource_versions(&team, &name, &resource, page.cursor_id()?, page.fetch())
         .await?;
-    Ok(page.answer(&req, versions, |v| v.check_order.to_string()))
+    Ok(page.answer(&req, reader.versions(versions), |v| {
+        v.check_order.to_string()
+    }))
 }
 
 /// `POST /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check`

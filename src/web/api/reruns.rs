@@ -4,7 +4,7 @@
 use actix_web::{web, HttpResponse};
 use gantry_actors::api::Build;
 
-use crate::web::api::pipelines::allowed;
+use crate::web::api::allowed;
 use crate::web::api::NoBody;
 use crate::web::audit_log::Actor;
 use crate::web::auth::Identity;

@@ -7,8 +7,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use gantry_actors::api::{Build, VersionView};
 use serde::Deserialize;
 
+use crate::web::api::allowed;
 use crate::web::api::paging::PageQuery;
-use crate::web::api::pipelines::allowed;
 use crate::web::auth::Identity;
 use crate::web::error::{ApiError, ErrorBody};
 use crate::web::AppState;

@@ -7,7 +7,7 @@ use actix_web::{web, HttpResponse};
 use gantry_actors::api::{SecretEntry, MAX_SECRET};
 use serde::{Deserialize, Serialize};
 
-use crate::web::api::pipelines::allowed;
+use crate::web::api::allowed;
 use crate::web::api::NoBody;
 use crate::web::auth::Identity;
 use crate::web::error::{ApiError, ErrorBody};

@@ -30,7 +30,14 @@ const session = (async () => {
   }
   if (!answer) return null;
   if (answer.status === 401 && !token) {
-    location.href = "/login?next=" + encodeURIComponent(location.pathname);
+    const next = "/login?next=" + encodeURIComponent(location.pathname);
+    if (await readableByAnyone()) {
+      // An exposed pipeline's page: read it as the public, no buttons.
+      $("signin").href = next;
+      $("signin").hidden = false;
+    } else {
+      location.href = next;
+    }
     return null;
   }
   const me = answer.ok ? await answer.json() : null;
@@ -44,6 +51,20 @@ const session = (async () => {
   }
   return me;
 })();
+
+// Whether this page is one anyone may read without signing in: a page of
+// an exposed pipeline, or a build of one (the node answers its API route
+// without a token).
+async function readableByAnyone() {
+  const pipeline = /^\/teams\/([^/]+)\/pipelines\/([^/]+)/.exec(location.pathname);
+  const build = /^\/builds\/(\d+)\/?$/.exec(location.pathname);
+  const probe = pipeline
+    ? `/api/v1/teams/${pipeline[1]}/pipelines/${pipeline[2]}`
+    : build ? `/api/v1/builds/${build[1]}` : null;
+  if (!probe) return false;
+  const answer = await fetch(probe).catch(() => null);
+  return Boolean(answer && answer.ok);
+}
 
 // A live feed (server-sent events at `url`), followed through the shared
 // worker (feed-worker.js: one stream per URL for all of this browser's

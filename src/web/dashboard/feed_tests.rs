@@ -129,6 +129,7 @@ fn a_pipeline_at_a_glance_is_its_worst_ended_newest_build_and_whether_one_runs()
         team: "main".into(),
         paused: false,
         archived: false,
+        public: false,
         instance_vars: None,
         config_version: 1,
         config: None,

@@ -28,7 +28,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 
 use super::feed::Changes;
-use crate::web::api::pipelines::allowed;
+use crate::web::api::public_pipelines::{read_pipeline, Part, Reader};
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
 use crate::web::AppState;
@@ -51,8 +51,9 @@ pub enum Page {
     Resource(String),
 }
 
-/// A page of a team's pipeline.
-type Key = (String, String, Page);
+/// A page of a team's pipeline, as its reader sees it (the team, or the
+/// public of an exposed pipeline: one publisher each).
+type Key = (String, String, Page, Reader);
 
 /// What a publisher last took: a snapshot as JSON, or why none could be.
 #[derive(Debug, Clone, PartialEq)]
@@ -132,24 +133,40 @@ impl PageFeeds {
     async fn take(
         &self,
         engine: &Engine,
-        (team, pipeline, page): &Key,
+        (team, pipeline, page, reader): &Key,
         inputs: &mut HashMap<i64, BuildResources>,
     ) -> Result<Arc<str>, ApiError> {
         self.taken.fetch_add(1, Ordering::Relaxed);
+        if let Reader::Public(was) = reader {
+            // Hidden since (or its job or resource no longer public): the
+            // public's publisher stops showing it.
+            let (job, resource) = match page {
+                Page::Pipeline => (None, None),
+                Page::Job(j) => (Some(j.as_str()), None),
+                Page::Resource(r) => (None, Some(r.as_str())),
+            };
+            if engine.publicity(team, pipeline, job, resource).await? != Some(*was) {
+                return Err(ApiError::not_found(format!(
+                    "pipeline {pipeline} is no longer exposed as it was: sign in, or open it again"
+                )));
+            }
+        }
         let snapshot = match page {
             Page::Pipeline => {
                 // One after the other: a publisher holds at most one of the
                 // database pool's connections (SQLite's pool is small).
                 let mut p = engine.pipeline(team, pipeline).await?;
-                let jobs = engine.pipeline_jobs(team, pipeline).await?;
+                let jobs = reader.jobs(engine.pipeline_jobs(team, pipeline).await?);
                 let resources = engine.pipeline_resources(team, pipeline).await?;
+                let resources: Vec<_> = resources.into_iter().map(|r| reader.resource(r)).collect();
                 // The page draws no config (it can be large).
                 p.config = None;
                 serde_json::json!({"pipeline": p, "jobs": jobs, "resources": resources})
             }
             Page::Job(job) => {
-                let j = engine.pipeline_job(team, pipeline, job).await?;
+                let j = reader.job(engine.pipeline_job(team, pipeline, job).await?);
                 let builds = engine.job_builds(team, pipeline, job, None, NEWEST).await?;
+                let builds: Vec<_> = builds.into_iter().map(|b| reader.build(b)).collect();
                 let mut used = BTreeMap::new();
                 for b in &builds {
                     if let Some(i) = build_inputs(engine, b, inputs).await? {
@@ -172,7 +189,8 @@ impl PageFeeds {
                 let versions = engine
                     .resource_versions(team, pipeline, resource, None, NEWEST)
                     .await?;
-                serde_json::json!({"resource": r, "versions": versions})
+                let versions = reader.versions(versions);
+                serde_json::json!({"resource": reader.resource(r), "versions": versions})
             }
         };
         Ok(serde_json::to_string(&snapshot)
@@ -245,32 +263,24 @@ pub async fn feed(
 ) -> Result<HttpResponse, ApiError> {
     let (team, pipeline) = path.into_inner();
     let FeedQuery { job, resource, .. } = query.into_inner();
+    if job.is_some() && resource.is_some() {
+        return Err(ApiError::bad_request(
+            "give job or resource, not both: a feed serves one page",
+        ));
+    }
+    let part = Part {
+        job: job.as_deref(),
+        resource: resource.as_deref(),
+    };
+    let reader = read_pipeline(&identity, &state, &team, &pipeline, part).await?;
     let page = match (job, resource) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::bad_request(
-                "give job or resource, not both: a feed serves one page",
-            ))
-        }
-        (Some(job), None) => {
-            allowed(&identity, &team, &[("pipeline", &pipeline), ("job", &job)])?;
-            Page::Job(job)
-        }
-        (None, Some(resource)) => {
-            allowed(
-                &identity,
-                &team,
-                &[("pipeline", &pipeline), ("resource", &resource)],
-            )?;
-            Page::Resource(resource)
-        }
-        (None, None) => {
-            allowed(&identity, &team, &[("pipeline", &pipeline)])?;
-            Page::Pipeline
-        }
+        (Some(job), _) => Page::Job(job),
+        (None, Some(resource)) => Page::Resource(resource),
+        (None, None) => Page::Pipeline,
     };
     let mut receiver = state
         .page_feeds
-        .follow(&state.engine, (team, pipeline, page))
+        .follow(&state.engine, (team, pipeline, page, reader))
         .await?;
     receiver.mark_changed();
     let follower = Follower {
