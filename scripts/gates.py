@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The source gates of the test script: fast, no build needed.
 
-    python3 scripts/gates.py [--root DIR] [all|lines|cycles|sql-states]
+    python3 scripts/gates.py [--root DIR] [all|lines|cycles|sql-states|migrations]
 
 Each gate prints one line per offence, naming the file(s), and the script
 exits 1 when any gate fails (0 when all pass). `scripts/gates_test.py`
@@ -53,6 +53,16 @@ unless its file is the mapping itself (`STATE_MAPPING`). Statements bind a
 state (`.bind(BuildStatus::Aborted.as_str())`) or compose a list made
 from the enum by the mapping. Migrations (`.sql` files) are the schema
 and are not read.
+
+**migrations** - one migrations tree (`MIGRATIONS`): a migration both
+dialects run is one shared file, `migrations/VERSION_NAME.sql`; a pair
+`migrations/sqlite/VERSION_NAME.sql` + `migrations/postgres/VERSION_NAME.sql`
+exists only where the dialects' SQL differs. A pair whose two files are
+byte-identical fails (it is one shared file: moving it keeps its sqlx
+checksum), and so does a version held by one dialect alone, by a shared
+file and a dialect's, by two files of one directory, or by a pair whose
+names differ. (`actors/build.rs` refuses the last four too; this gate
+names them without a build.)
 """
 import argparse
 import os
@@ -65,6 +75,9 @@ STATE_SOURCES = ("wire/src/state.rs", "actors/src/db/states.rs")
 # The engine's state mapping: the one file that may spell them in SQL.
 STATE_MAPPING = ("actors/src/db/states.rs",)
 MAX_LINES = 800
+# The migrations tree: shared files at its top, each dialect's own below.
+MIGRATIONS = "migrations"
+DIALECTS = ("sqlite", "postgres")
 SKIP_DIRS = {"target", ".git", "node_modules"}
 
 
@@ -546,12 +559,80 @@ def gate_sql_states(root):
     return failures, names
 
 
+# ---------------------------------------------------------------- migrations
+
+
+def migration_files(directory):
+    """{version: [file names]} of the `.sql` files of `directory` (none when
+    it is absent); the version is what precedes the first `_`."""
+    out = defaultdict(list)
+    if os.path.isdir(directory):
+        for name in sorted(os.listdir(directory)):
+            if name.endswith(".sql") and os.path.isfile(os.path.join(directory, name)):
+                out[name.split("_", 1)[0]].append(name)
+    return out
+
+
+def gate_migrations(root):
+    top = os.path.join(root, MIGRATIONS)
+    shared = migration_files(top)
+    own = {d: migration_files(os.path.join(top, d)) for d in DIALECTS}
+    failures = []
+
+    def rel(*parts):
+        return "/".join((MIGRATIONS,) + parts)
+
+    for where, files in [(None, shared)] + [(d, own[d]) for d in DIALECTS]:
+        for version, names in sorted(files.items()):
+            if len(names) > 1:
+                paths = ", ".join(rel(*filter(None, (where, n))) for n in names)
+                failures.append(f"{paths}: one version, several files")
+    versions = set(shared) | set().union(*(set(own[d]) for d in DIALECTS))
+    pairs = 0
+    for version in sorted(versions):
+        held = [d for d in DIALECTS if version in own[d]]
+        if not held:
+            continue
+        if version in shared:
+            failures.append(
+                f"{', '.join(rel(d, own[d][version][0]) for d in held)}: version {version} is also "
+                f"the shared {rel(shared[version][0])}: keep one or the other"
+            )
+            continue
+        if len(held) < len(DIALECTS):
+            missing = [d for d in DIALECTS if d not in held]
+            failures.append(
+                f"{rel(held[0], own[held[0]][version][0])}: no {'/'.join(missing)} twin: a migration "
+                f"is one shared file ({rel(own[held[0]][version][0])}) or a pair, one per dialect"
+            )
+            continue
+        names = {own[d][version][0] for d in DIALECTS}
+        if len(names) > 1:
+            failures.append(
+                f"{', '.join(rel(d, own[d][version][0]) for d in DIALECTS)}: a pair is named alike"
+            )
+            continue
+        (name,) = names
+        texts = set()
+        for d in DIALECTS:
+            with open(os.path.join(top, d, name), "rb") as f:
+                texts.add(f.read())
+        if len(texts) == 1:
+            failures.append(
+                f"{', '.join(rel(d, name) for d in DIALECTS)}: identical: make them one shared "
+                f"file, {rel(name)} (the same bytes keep the same checksum)"
+            )
+            continue
+        pairs += 1
+    return failures, (len(shared), pairs)
+
+
 # ---------------------------------------------------------------- main
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("gate", nargs="?", default="all", choices=["all", "lines", "cycles", "sql-states"])
+    parser.add_argument("gate", nargs="?", default="all", choices=["all", "lines", "cycles", "sql-states", "migrations"])
     parser.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     args = parser.parse_args(argv)
     root = os.path.abspath(args.root)
@@ -576,6 +657,16 @@ def main(argv=None):
             print(f"gate sql-states: {f}", file=sys.stderr)
         if not found:
             print(f"gate sql-states: none of the {len(names)} stored state names spelled in SQL")
+        failed |= bool(found)
+    if args.gate in ("all", "migrations"):
+        found, (shared, pairs) = gate_migrations(root)
+        for f in found:
+            print(f"gate migrations: {f}", file=sys.stderr)
+        if not found:
+            print(
+                f"gate migrations: {shared} shared migrations, {pairs} pairs that differ by dialect, "
+                "no dialect alone"
+            )
         failed |= bool(found)
     return 1 if failed else 0
 

@@ -144,5 +144,59 @@ class SqlStates(unittest.TestCase):
         self.assertEqual(code, 0, out)
 
 
+class Migrations(unittest.TestCase):
+    SHARED = {"migrations/0001_init.sql": "CREATE TABLE t (id TEXT);\n"}
+
+    def test_an_identical_pair_fails_naming_the_shared_file(self):
+        same = "ALTER TABLE t ADD COLUMN x TEXT;\n"
+        code, out = run(
+            "migrations",
+            dict(
+                self.SHARED,
+                **{"migrations/sqlite/0002_x.sql": same, "migrations/postgres/0002_x.sql": same},
+            ),
+        )
+        self.assertEqual(code, 1, out)
+        self.assertIn(
+            "migrations/sqlite/0002_x.sql, migrations/postgres/0002_x.sql: identical: "
+            "make them one shared file, migrations/0002_x.sql",
+            out,
+        )
+
+    def test_one_dialect_alone_fails_naming_the_missing_twin(self):
+        code, out = run(
+            "migrations",
+            dict(self.SHARED, **{"migrations/postgres/0002_x.sql": "ALTER TABLE t ADD COLUMN x TEXT;\n"}),
+        )
+        self.assertEqual(code, 1, out)
+        self.assertIn("migrations/postgres/0002_x.sql: no sqlite twin", out)
+
+    def test_a_version_both_shared_and_a_pair_fails(self):
+        code, out = run(
+            "migrations",
+            dict(
+                self.SHARED,
+                **{"migrations/sqlite/0001_init.sql": "a\n", "migrations/postgres/0001_init.sql": "b\n"},
+            ),
+        )
+        self.assertEqual(code, 1, out)
+        self.assertIn("version 0001 is also the shared migrations/0001_init.sql", out)
+
+    def test_shared_files_and_differing_pairs_pass(self):
+        code, out = run(
+            "migrations",
+            dict(
+                self.SHARED,
+                **{
+                    "migrations/sqlite/0002_x.sql": "id INTEGER PRIMARY KEY AUTOINCREMENT\n",
+                    "migrations/postgres/0002_x.sql": "id BIGSERIAL PRIMARY KEY\n",
+                    "migrations/0003_y.sql": "CREATE INDEX t_id ON t (id);\n",
+                },
+            ),
+        )
+        self.assertEqual(code, 0, out)
+        self.assertIn("2 shared migrations, 1 pairs", out)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,9 +1,21 @@
 //! The database's migrations, embedded in the binary (`build.rs` lists the
 //! files of `migrations/`), and the source sqlx's migrator reads them from.
+//!
+//! One tree: `migrations/VERSION_DESCRIPTION.sql` is a migration both
+//! dialects run; where their SQL differs, the version is a pair of files
+//! of the same name instead, `migrations/sqlite/..` and
+//! `migrations/postgres/..` (never one dialect alone, never both shared
+//! and a pair: the build fails; never a pair of identical files: the
+//! `migrations` gate fails). A dialect's migrations are the shared files
+//! and its own, by version.
+//!
 //! A migration is named `VERSION_DESCRIPTION.sql` and read as sqlx's own
 //! directory source reads it (the same version, description, checksum and
 //! `-- no-transaction` opt-out), so databases migrated by earlier builds
-//! see the same migrations.
+//! see the same migrations. sqlx refuses a database whose applied
+//! migration's checksum (the SHA-384 of its SQL) changed: the text of a
+//! released migration is never edited, not even a comment, and
+//! `migration_pins.rs` pins each one's checksum.
 
 use std::borrow::Cow;
 
@@ -15,7 +27,7 @@ mod embedded {
     include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
 }
 
-/// A flavour's migration files: name and SQL.
+/// A dialect's migration files (shared and its own): name and SQL.
 #[derive(Debug, Clone, Copy)]
 struct Embedded(&'static [(&'static str, &'static str)]);
 
@@ -64,12 +76,21 @@ pub(super) async fn postgres() -> Result<Migrator, sqlx::migrate::MigrateError> 
 mod tests {
     use super::*;
 
-    /// What sqlx's own directory source reads from `migrations/FLAVOUR`.
-    async fn from_directory(flavour: &str) -> Vec<Migration> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../migrations")
-            .join(flavour);
-        Migrator::new(dir).await.unwrap().migrations.into_owned()
+    /// What sqlx's own directory source reads from a directory holding
+    /// the shared migrations and `dialect`'s own.
+    async fn from_directory(dialect: &str) -> Vec<Migration> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations");
+        let merged = tempfile::tempdir().unwrap();
+        for dir in [root.clone(), root.join(dialect)] {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.extension().is_some_and(|x| x == "sql") {
+                    std::fs::copy(&path, merged.path().join(path.file_name().unwrap())).unwrap();
+                }
+            }
+        }
+        let migrator = Migrator::new(merged.path().to_path_buf()).await.unwrap();
+        migrator.migrations.into_owned()
     }
 
     fn key(m: &Migration) -> (i64, String, Vec<u8>, bool, String) {
@@ -84,15 +105,26 @@ mod tests {
 
     #[tokio::test]
     async fn the_embedded_migrations_are_the_directorys_as_sqlx_reads_them() {
-        for (flavour, embedded) in [("sqlite", sqlite().await), ("postgres", postgres().await)] {
+        for (dialect, embedded) in [("sqlite", sqlite().await), ("postgres", postgres().await)] {
             let embedded: Vec<_> = embedded.unwrap().migrations.iter().map(key).collect();
-            let read: Vec<_> = from_directory(flavour).await.iter().map(key).collect();
+            let read: Vec<_> = from_directory(dialect).await.iter().map(key).collect();
             assert!(
-                embedded.len() >= 30,
-                "{flavour}: {} migrations",
+                embedded.len() >= 42,
+                "{dialect}: {} migrations",
                 embedded.len()
             );
-            assert_eq!(embedded, read, "{flavour}");
+            assert_eq!(embedded, read, "{dialect}");
         }
+    }
+
+    #[tokio::test]
+    async fn every_version_is_in_both_dialects_once() {
+        let versions = |m: Migrator| m.migrations.iter().map(|m| m.version).collect::<Vec<_>>();
+        let sqlite = versions(sqlite().await.unwrap());
+        let postgres = versions(postgres().await.unwrap());
+        assert_eq!(sqlite, postgres);
+        let mut unique = sqlite.clone();
+        unique.dedup();
+        assert_eq!(unique, sqlite, "a version twice");
     }
 }

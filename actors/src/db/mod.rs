@@ -20,6 +20,10 @@ mod intercepts;
 mod job_builds;
 mod leadership;
 mod log_places;
+#[cfg(test)]
+mod migration_pins;
+#[cfg(test)]
+mod migration_schema;
 mod migrations;
 mod pins;
 mod pipeline_archive;

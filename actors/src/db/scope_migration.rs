@@ -3,14 +3,12 @@
 
 use serde_json::json;
 
-use super::{Backend, Db, ResourceRow};
+use super::{Db, ResourceRow};
 
-/// The migration's statements, comments left out.
-fn statements(backend: Backend) -> Vec<String> {
-    let sql = match backend {
-        Backend::Sqlite => include_str!("../../../migrations/sqlite/0024_team_scopes.sql"),
-        Backend::Postgres => include_str!("../../../migrations/postgres/0024_team_scopes.sql"),
-    };
+/// The migration's statements (one file, shared by both dialects),
+/// comments left out.
+fn statements() -> Vec<String> {
+    let sql = include_str!("../../../migrations/0024_team_scopes.sql");
     let text: String = sql
         .lines()
         .filter(|l| !l.trim_start().starts_with("--"))
@@ -84,7 +82,7 @@ async fn global_histories_become_each_teams_own(db: &Db) {
         .await
         .unwrap();
 
-    for statement in statements(db.backend()) {
+    for statement in statements() {
         sqlx::query(&statement)
             .execute(db.pool())
             .await
