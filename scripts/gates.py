@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The source gates of the test script: fast, no build needed.
 
-    python3 scripts/gates.py [--root DIR] [all|lines|cycles|sql-states]
+    python3 scripts/gates.py [--root DIR] [all|lines|cycles|sql-states|crate-deps]
 
 Each gate prints one line per offence, naming the file(s), and the script
 exits 1 when any gate fails (0 when all pass). `scripts/gates_test.py`
@@ -53,11 +53,20 @@ unless its file is the mapping itself (`STATE_MAPPING`). Statements bind a
 state (`.bind(BuildStatus::Aborted.as_str())`) or compose a list made
 from the enum by the mapping. Migrations (`.sql` files) are the schema
 and are not read.
+
+**crate-deps** - no crate lists a dependency it must not have
+(`FORBIDDEN_DEPS`: the agent client does not depend on the agent; what
+both ends of the agent's HTTP API share is `gantry-wire`'s). Every
+dependency table of the crate's `Cargo.toml` is read (`dependencies`,
+`dev-dependencies`, `build-dependencies` and their `target.*` forms), by
+key and by a renaming `package = "..."`, so a test-only or renamed
+dependency is refused too.
 """
 import argparse
 import os
 import re
 import sys
+import tomllib
 from collections import defaultdict
 
 # Where the stored names of states are declared (their `as_str` arms).
@@ -65,6 +74,10 @@ STATE_SOURCES = ("wire/src/state.rs", "actors/src/db/states.rs")
 # The engine's state mapping: the one file that may spell them in SQL.
 STATE_MAPPING = ("actors/src/db/states.rs",)
 MAX_LINES = 800
+# Crates (their `Cargo.toml`) and the packages they must not depend on.
+FORBIDDEN_DEPS = {
+    "adapters/agent-client/Cargo.toml": ("gantry-agent",),
+}
 SKIP_DIRS = {"target", ".git", "node_modules"}
 
 
@@ -546,12 +559,47 @@ def gate_sql_states(root):
     return failures, names
 
 
+# ---------------------------------------------------------------- crate deps
+
+DEP_TABLES = ("dependencies", "dev-dependencies", "build-dependencies")
+
+
+def listed_deps(manifest):
+    """(table, package) of every dependency a parsed `Cargo.toml` lists."""
+    tables = [(t, manifest.get(t, {})) for t in DEP_TABLES]
+    for target, spec in manifest.get("target", {}).items():
+        tables += [(f"target.{target}.{t}", spec.get(t, {})) for t in DEP_TABLES]
+    for table, deps in tables:
+        for key, dep in deps.items():
+            package = dep.get("package", key) if isinstance(dep, dict) else key
+            yield table, package
+
+
+def gate_crate_deps(root):
+    failures = []
+    for rel, forbidden in sorted(FORBIDDEN_DEPS.items()):
+        path = os.path.join(root, rel)
+        if not os.path.isfile(path):
+            failures.append(f"{rel}: missing (the gate checks its dependencies)")
+            continue
+        with open(path, "rb") as f:
+            try:
+                manifest = tomllib.load(f)
+            except tomllib.TOMLDecodeError as e:
+                failures.append(f"{rel}: not valid TOML: {e}")
+                continue
+        for table, package in listed_deps(manifest):
+            if package in forbidden:
+                failures.append(f"{rel}: [{table}] lists {package}, which this crate must not depend on")
+    return failures
+
+
 # ---------------------------------------------------------------- main
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("gate", nargs="?", default="all", choices=["all", "lines", "cycles", "sql-states"])
+    parser.add_argument("gate", nargs="?", default="all", choices=["all", "lines", "cycles", "sql-states", "crate-deps"])
     parser.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     args = parser.parse_args(argv)
     root = os.path.abspath(args.root)
@@ -576,6 +624,14 @@ def main(argv=None):
             print(f"gate sql-states: {f}", file=sys.stderr)
         if not found:
             print(f"gate sql-states: none of the {len(names)} stored state names spelled in SQL")
+        failed |= bool(found)
+    if args.gate in ("all", "crate-deps"):
+        found = gate_crate_deps(root)
+        for f in found:
+            print(f"gate crate-deps: {f}", file=sys.stderr)
+        if not found:
+            checked = ", ".join(f"{k} ({', '.join(v)})" for k, v in sorted(FORBIDDEN_DEPS.items()))
+            print(f"gate crate-deps: no forbidden dependency: {checked}")
         failed |= bool(found)
     return 1 if failed else 0
 

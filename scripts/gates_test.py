@@ -144,5 +144,30 @@ class SqlStates(unittest.TestCase):
         self.assertEqual(code, 0, out)
 
 
+CLIENT_TOML = "adapters/agent-client/Cargo.toml"
+
+
+class CrateDeps(unittest.TestCase):
+    def test_the_client_depending_on_the_agent_fails_in_any_table(self):
+        for deps in (
+            "[dependencies]\ngantry-agent.workspace = true\n",
+            "[dev-dependencies]\ngantry-agent = { workspace = true, features = [\"testing\"] }\n",
+            "[target.'cfg(unix)'.dependencies]\nagent = { package = \"gantry-agent\", path = \"../../agent\" }\n",
+        ):
+            code, out = run("crate-deps", {CLIENT_TOML: "[package]\nname = \"c\"\n\n" + deps})
+            self.assertEqual(code, 1, out)
+            self.assertIn(f"{CLIENT_TOML}: [", out)
+            self.assertIn("lists gantry-agent", out)
+
+    def test_the_client_on_the_wire_crate_passes(self):
+        toml = (
+            "[package]\nname = \"c\"\n\n[dependencies]\n"
+            "gantry-wire = { workspace = true, features = [\"trace\"] }\n"
+            "gantry-agent-helpers = \"1\"\n"
+        )
+        code, out = run("crate-deps", {CLIENT_TOML: toml})
+        self.assertEqual(code, 0, out)
+
+
 if __name__ == "__main__":
     unittest.main()

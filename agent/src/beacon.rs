@@ -316,7 +316,7 @@ mod tests {
                             assert_eq!(r.name, "w1");
                             let secret = req
                                 .headers()
-                                .get(crate::web_link::WORKER_SECRET_HEADER)
+                                .get(gantry_wire::worker_info::WORKER_SECRET_HEADER)
                                 .map(|v| v.to_str().unwrap().to_string());
                             s.registrations.fetch_add(1, Ordering::SeqCst);
                             // A secret is issued at the first registration only.

@@ -8,17 +8,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use gantry_wire::sweep::{SweepAnswer, SweepReport};
-use gantry_wire::worker_info::{Heartbeat, WorkerRegistration, WorkerState};
+use gantry_wire::worker_info::{
+    Heartbeat, WorkerRegistration, WorkerState, NO_WORKER_SECRET, WORKER_SECRET_HEADER,
+};
 use reqwest::StatusCode;
-
-/// The header in which a worker presents its identity secret (issued by
-/// the web node at its first registration) when it registers again.
-pub const WORKER_SECRET_HEADER: &str = "x-gantry-worker-secret";
-
-/// The value of [`WORKER_SECRET_HEADER`] of a worker that keeps an
-/// identity but was issued none yet (its first registration). A worker
-/// sending no header at all is an agent of an earlier version.
-pub const NO_WORKER_SECRET: &str = "none";
 
 /// Why the web node did not take a call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

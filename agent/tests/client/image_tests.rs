@@ -14,11 +14,11 @@ use gantry_wire::spec::{
 use tokio::sync::mpsc;
 
 use super::test_support::{can_run_isolated, test_config};
-use crate::AgentConnector;
-use gantry_agent::api::Health;
 use gantry_agent::start_worker;
 use gantry_agent::testing::oci_layout;
+use gantry_agent_client::AgentConnector;
 use gantry_files::testing::{entry, tar_of};
+use gantry_wire::agent_api::Health;
 
 /// The busybox-static binary the image is built from.
 const BUSYBOX: &str = "/usr/bin/busybox";

@@ -18,8 +18,8 @@ use tokio::sync::mpsc;
 use super::test_support::{
     can_run_isolated, config, container_spec, process, run, uuid, worker, RuncCleanup, RUNC,
 };
-use crate::AgentConnector;
 use gantry_agent::start_worker;
+use gantry_agent_client::AgentConnector;
 use gantry_files::tarball;
 
 /// An empty volume's spec.
