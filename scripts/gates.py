@@ -55,8 +55,10 @@ from the enum by the mapping. Migrations (`.sql` files) are the schema
 and are not read.
 
 **crate-deps** - no crate lists a dependency it must not have
-(`FORBIDDEN_DEPS`: the agent client does not depend on the agent; what
-both ends of the agent's HTTP API share is `gantry-wire`'s). Every
+(`FORBIDDEN_DEPS`: the agent client does not depend on the agent, what
+both ends of the agent's HTTP API share being `gantry-wire`'s; nor does
+the Kubernetes runtime, which shares the beacon and the sweeper through
+`gantry-worker-common`). Every
 dependency table of the crate's `Cargo.toml` is read (`dependencies`,
 `dev-dependencies`, `build-dependencies` and their `target.*` forms), by
 key and by a renaming `package = "..."`, so a test-only or renamed
@@ -77,6 +79,9 @@ MAX_LINES = 800
 # Crates (their `Cargo.toml`) and the packages they must not depend on.
 FORBIDDEN_DEPS = {
     "adapters/agent-client/Cargo.toml": ("gantry-agent",),
+    # The Kubernetes runtime shares the beacon and the sweeper through
+    # gantry-worker-common, not the agent.
+    "adapters/kubernetes/Cargo.toml": ("gantry-agent",),
 }
 SKIP_DIRS = {"target", ".git", "node_modules"}
 

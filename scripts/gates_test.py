@@ -145,6 +145,8 @@ class SqlStates(unittest.TestCase):
 
 
 CLIENT_TOML = "adapters/agent-client/Cargo.toml"
+KUBE_TOML = "adapters/kubernetes/Cargo.toml"
+KUBE_OK = "[package]\nname = \"k\"\n\n[dependencies]\ngantry-worker-common.workspace = true\n"
 
 
 class CrateDeps(unittest.TestCase):
@@ -154,7 +156,8 @@ class CrateDeps(unittest.TestCase):
             "[dev-dependencies]\ngantry-agent = { workspace = true, features = [\"testing\"] }\n",
             "[target.'cfg(unix)'.dependencies]\nagent = { package = \"gantry-agent\", path = \"../../agent\" }\n",
         ):
-            code, out = run("crate-deps", {CLIENT_TOML: "[package]\nname = \"c\"\n\n" + deps})
+            manifest = "[package]\nname = \"c\"\n\n" + deps
+            code, out = run("crate-deps", {CLIENT_TOML: manifest, KUBE_TOML: KUBE_OK})
             self.assertEqual(code, 1, out)
             self.assertIn(f"{CLIENT_TOML}: [", out)
             self.assertIn("lists gantry-agent", out)
@@ -165,8 +168,20 @@ class CrateDeps(unittest.TestCase):
             "gantry-wire = { workspace = true, features = [\"trace\"] }\n"
             "gantry-agent-helpers = \"1\"\n"
         )
-        code, out = run("crate-deps", {CLIENT_TOML: toml})
+        code, out = run("crate-deps", {CLIENT_TOML: toml, KUBE_TOML: KUBE_OK})
         self.assertEqual(code, 0, out)
+
+    def test_the_kubernetes_runtime_depending_on_the_agent_fails(self):
+        kube = KUBE_OK + "gantry-agent.workspace = true\n"
+        client = "[package]\nname = \"c\"\n"
+        code, out = run("crate-deps", {CLIENT_TOML: client, KUBE_TOML: kube})
+        self.assertEqual(code, 1, out)
+        self.assertIn(f"{KUBE_TOML}: [dependencies] lists gantry-agent", out)
+
+    def test_a_missing_manifest_fails_rather_than_passing_unread(self):
+        code, out = run("crate-deps", {KUBE_TOML: KUBE_OK})
+        self.assertEqual(code, 1, out)
+        self.assertIn(f"{CLIENT_TOML}: missing", out)
 
 
 if __name__ == "__main__":
