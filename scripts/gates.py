@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The source gates of the test script: fast, no build needed.
 
-    python3 scripts/gates.py [--root DIR] [all|lines|cycles|sql-states|crate-deps]
+    python3 scripts/gates.py [--root DIR] [all|lines|cycles|sql-states|crate-deps|closed-crates]
 
 Each gate prints one line per offence, naming the file(s), and the script
 exits 1 when any gate fails (0 when all pass). `scripts/gates_test.py`
@@ -63,6 +63,16 @@ dependency table of the crate's `Cargo.toml` is read (`dependencies`,
 `dev-dependencies`, `build-dependencies` and their `target.*` forms), by
 key and by a renaming `package = "..."`, so a test-only or renamed
 dependency is refused too.
+
+**closed-crates** - a closed crate's root declares no public module but
+those it names (`CLOSED_CRATES`): the agent's modules are all private and
+what other crates use is re-exported at its root (`pub use`), its one
+door (its test helpers, `testing`, behind their feature, aside); the
+engine's door is `api` (and `testing`). Read from the crate root's code
+without comments and string literals: every `pub mod NAME` (inline or
+not, whatever its attributes) whose name is not listed fails;
+`pub(crate) mod` and `mod` are private. A `pub use` of a module is not
+told from one of an item, and is not read.
 """
 import argparse
 import os
@@ -599,12 +609,49 @@ def gate_crate_deps(root):
     return failures
 
 
+# ---------------------------------------------------------------- closed crates
+
+# Crate roots and the public modules each may declare (its door).
+CLOSED_CRATES = {
+    "agent/src/lib.rs": ("testing",),
+    "actors/src/lib.rs": ("api", "testing"),
+}
+PUB_MOD = re.compile(r"\bpub\s+mod\s+([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def gate_closed_crates(root):
+    failures = []
+    for rel, allowed in sorted(CLOSED_CRATES.items()):
+        path = os.path.join(root, rel)
+        if not os.path.isfile(path):
+            failures.append(f"{rel}: missing (the gate checks its public modules)")
+            continue
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        _, code, _ = lex(text)
+        for m in PUB_MOD.finditer(code):
+            if m.group(1) not in allowed:
+                line = code.count("\n", 0, m.start()) + 1
+                door = ", ".join(allowed) or "none"
+                failures.append(
+                    f"{rel}:{line}: `pub mod {m.group(1)}` opens the crate beside its door "
+                    f"(public modules: {door}): make it `mod {m.group(1)};` and re-export "
+                    "what other crates use"
+                )
+    return failures
+
+
 # ---------------------------------------------------------------- main
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("gate", nargs="?", default="all", choices=["all", "lines", "cycles", "sql-states", "crate-deps"])
+    parser.add_argument(
+        "gate",
+        nargs="?",
+        default="all",
+        choices=["all", "lines", "cycles", "sql-states", "crate-deps", "closed-crates"],
+    )
     parser.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     args = parser.parse_args(argv)
     root = os.path.abspath(args.root)
@@ -637,6 +684,14 @@ def main(argv=None):
         if not found:
             checked = ", ".join(f"{k} ({', '.join(v)})" for k, v in sorted(FORBIDDEN_DEPS.items()))
             print(f"gate crate-deps: no forbidden dependency: {checked}")
+        failed |= bool(found)
+    if args.gate in ("all", "closed-crates"):
+        found = gate_closed_crates(root)
+        for f in found:
+            print(f"gate closed-crates: {f}", file=sys.stderr)
+        if not found:
+            checked = ", ".join(f"{k} ({', '.join(v)})" for k, v in sorted(CLOSED_CRATES.items()))
+            print(f"gate closed-crates: no public module beside the doors: {checked}")
         failed |= bool(found)
     return 1 if failed else 0
 

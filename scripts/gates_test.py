@@ -184,5 +184,34 @@ class CrateDeps(unittest.TestCase):
         self.assertIn(f"{CLIENT_TOML}: missing", out)
 
 
+AGENT_LIB = "agent/src/lib.rs"
+ENGINE_LIB = "actors/src/lib.rs"
+ENGINE_DOOR = "pub mod api;\nmod db;\n#[cfg(feature = \"testing\")]\npub mod testing;\n"
+
+
+class ClosedCrates(unittest.TestCase):
+    def test_a_public_module_beside_the_door_fails_naming_it(self):
+        lib = "mod worker;\n#[doc(hidden)]\npub mod beacon;\npub use worker::start_worker;\n"
+        code, out = run("closed-crates", {AGENT_LIB: lib, ENGINE_LIB: ENGINE_DOOR})
+        self.assertEqual(code, 1, out)
+        self.assertIn(f"{AGENT_LIB}:3: `pub mod beacon` opens the crate", out)
+
+    def test_an_inline_public_module_fails_too(self):
+        lib = "mod worker;\npub mod api {\n    pub use crate::worker::start_worker;\n}\n"
+        code, out = run("closed-crates", {AGENT_LIB: lib, ENGINE_LIB: ENGINE_DOOR})
+        self.assertEqual(code, 1, out)
+        self.assertIn("`pub mod api`", out)
+
+    def test_private_modules_re_exports_and_the_doors_pass(self):
+        lib = (
+            "// pub mod old; was public\nmod worker;\npub(crate) mod shared;\n"
+            "#[cfg(any(test, feature = \"testing\"))]\npub mod testing;\n"
+            "pub use worker::{start_worker, WorkerHandle};\n"
+            "const DOC: &str = \"pub mod x\";\n"
+        )
+        code, out = run("closed-crates", {AGENT_LIB: lib, ENGINE_LIB: ENGINE_DOOR})
+        self.assertEqual(code, 0, out)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -143,7 +143,7 @@ struct Unmount(Vec<std::path::PathBuf>);
 impl Drop for Unmount {
     fn drop(&mut self) {
         for p in &self.0 {
-            let _ = gantry_agent::rootfs::unmount(p);
+            let _ = gantry_agent::unmount(p);
         }
     }
 }
@@ -227,7 +227,7 @@ async fn two_containers_share_one_unpacked_image(backend: &str) {
     for handle in &handles {
         worker.destroy_container(handle).await.unwrap();
         let rootfs = work_dir.join("containers").join(handle).join("rootfs");
-        assert!(!gantry_agent::rootfs::is_mountpoint(&rootfs));
+        assert!(!gantry_agent::is_mountpoint(&rootfs));
     }
     worker.destroy_volume(&image).await.unwrap();
     let left = worker.list_handles().await.unwrap();

@@ -358,7 +358,7 @@ async fn isolates_processes_and_keeps_images_unchanged(backend: &str) {
     worker.destroy_volume(&vh).await.unwrap();
     let handles = worker.list_handles().await.unwrap();
     assert!(handles.containers.is_empty() && handles.volumes.is_empty());
-    assert!(!gantry_agent::rootfs::is_mountpoint(
+    assert!(!gantry_agent::is_mountpoint(
         &work
             .path()
             .canonicalize()
