@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The source gates of the test script: fast, no build needed.
 
-    python3 scripts/gates.py [--root DIR] [all|lines|cycles|sql-states|migrations]
+    python3 scripts/gates.py [--root DIR] [all|lines|cycles|sql-states|migrations|crate-deps|closed-crates]
 
 Each gate prints one line per offence, naming the file(s), and the script
 exits 1 when any gate fails (0 when all pass). `scripts/gates_test.py`
@@ -63,11 +63,31 @@ checksum), and so does a version held by one dialect alone, by a shared
 file and a dialect's, by two files of one directory, or by a pair whose
 names differ. (`actors/build.rs` refuses the last four too; this gate
 names them without a build.)
+**crate-deps** - no crate lists a dependency it must not have
+(`FORBIDDEN_DEPS`: the agent client does not depend on the agent, what
+both ends of the agent's HTTP API share being `gantry-wire`'s; nor does
+the Kubernetes runtime, which shares the beacon and the sweeper through
+`gantry-worker-common`). Every
+dependency table of the crate's `Cargo.toml` is read (`dependencies`,
+`dev-dependencies`, `build-dependencies` and their `target.*` forms), by
+key and by a renaming `package = "..."`, so a test-only or renamed
+dependency is refused too.
+
+**closed-crates** - a closed crate's root declares no public module but
+those it names (`CLOSED_CRATES`): the agent's modules are all private and
+what other crates use is re-exported at its root (`pub use`), its one
+door (its test helpers, `testing`, behind their feature, aside); the
+engine's door is `api` (and `testing`). Read from the crate root's code
+without comments and string literals: every `pub mod NAME` (inline or
+not, whatever its attributes) whose name is not listed fails;
+`pub(crate) mod` and `mod` are private. A `pub use` of a module is not
+told from one of an item, and is not read.
 """
 import argparse
 import os
 import re
 import sys
+import tomllib
 from collections import defaultdict
 
 # Where the stored names of states are declared (their `as_str` arms).
@@ -78,6 +98,13 @@ MAX_LINES = 800
 # The migrations tree: shared files at its top, each dialect's own below.
 MIGRATIONS = "migrations"
 DIALECTS = ("sqlite", "postgres")
+# Crates (their `Cargo.toml`) and the packages they must not depend on.
+FORBIDDEN_DEPS = {
+    "adapters/agent-client/Cargo.toml": ("gantry-agent",),
+    # The Kubernetes runtime shares the beacon and the sweeper through
+    # gantry-worker-common, not the agent.
+    "adapters/kubernetes/Cargo.toml": ("gantry-agent",),
+}
 SKIP_DIRS = {"target", ".git", "node_modules"}
 
 
@@ -625,6 +652,71 @@ def gate_migrations(root):
             continue
         pairs += 1
     return failures, (len(shared), pairs)
+# ---------------------------------------------------------------- crate deps
+
+DEP_TABLES = ("dependencies", "dev-dependencies", "build-dependencies")
+
+
+def listed_deps(manifest):
+    """(table, package) of every dependency a parsed `Cargo.toml` lists."""
+    tables = [(t, manifest.get(t, {})) for t in DEP_TABLES]
+    for target, spec in manifest.get("target", {}).items():
+        tables += [(f"target.{target}.{t}", spec.get(t, {})) for t in DEP_TABLES]
+    for table, deps in tables:
+        for key, dep in deps.items():
+            package = dep.get("package", key) if isinstance(dep, dict) else key
+            yield table, package
+
+
+def gate_crate_deps(root):
+    failures = []
+    for rel, forbidden in sorted(FORBIDDEN_DEPS.items()):
+        path = os.path.join(root, rel)
+        if not os.path.isfile(path):
+            failures.append(f"{rel}: missing (the gate checks its dependencies)")
+            continue
+        with open(path, "rb") as f:
+            try:
+                manifest = tomllib.load(f)
+            except tomllib.TOMLDecodeError as e:
+                failures.append(f"{rel}: not valid TOML: {e}")
+                continue
+        for table, package in listed_deps(manifest):
+            if package in forbidden:
+                failures.append(f"{rel}: [{table}] lists {package}, which this crate must not depend on")
+    return failures
+
+
+# ---------------------------------------------------------------- closed crates
+
+# Crate roots and the public modules each may declare (its door).
+CLOSED_CRATES = {
+    "agent/src/lib.rs": ("testing",),
+    "actors/src/lib.rs": ("api", "testing"),
+}
+PUB_MOD = re.compile(r"\bpub\s+mod\s+([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def gate_closed_crates(root):
+    failures = []
+    for rel, allowed in sorted(CLOSED_CRATES.items()):
+        path = os.path.join(root, rel)
+        if not os.path.isfile(path):
+            failures.append(f"{rel}: missing (the gate checks its public modules)")
+            continue
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        _, code, _ = lex(text)
+        for m in PUB_MOD.finditer(code):
+            if m.group(1) not in allowed:
+                line = code.count("\n", 0, m.start()) + 1
+                door = ", ".join(allowed) or "none"
+                failures.append(
+                    f"{rel}:{line}: `pub mod {m.group(1)}` opens the crate beside its door "
+                    f"(public modules: {door}): make it `mod {m.group(1)};` and re-export "
+                    "what other crates use"
+                )
+    return failures
 
 
 # ---------------------------------------------------------------- main
@@ -632,7 +724,12 @@ def gate_migrations(root):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("gate", nargs="?", default="all", choices=["all", "lines", "cycles", "sql-states", "migrations"])
+    parser.add_argument(
+        "gate",
+        nargs="?",
+        default="all",
+        choices=["all", "lines", "cycles", "sql-states", "migrations", "crate-deps", "closed-crates"],
+    )
     parser.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     args = parser.parse_args(argv)
     root = os.path.abspath(args.root)
@@ -667,6 +764,22 @@ def main(argv=None):
                 f"gate migrations: {shared} shared migrations, {pairs} pairs that differ by dialect, "
                 "no dialect alone"
             )
+        failed |= bool(found)
+    if args.gate in ("all", "crate-deps"):
+        found = gate_crate_deps(root)
+        for f in found:
+            print(f"gate crate-deps: {f}", file=sys.stderr)
+        if not found:
+            checked = ", ".join(f"{k} ({', '.join(v)})" for k, v in sorted(FORBIDDEN_DEPS.items()))
+            print(f"gate crate-deps: no forbidden dependency: {checked}")
+        failed |= bool(found)
+    if args.gate in ("all", "closed-crates"):
+        found = gate_closed_crates(root)
+        for f in found:
+            print(f"gate closed-crates: {f}", file=sys.stderr)
+        if not found:
+            checked = ", ".join(f"{k} ({', '.join(v)})" for k, v in sorted(CLOSED_CRATES.items()))
+            print(f"gate closed-crates: no public module beside the doors: {checked}")
         failed |= bool(found)
     return 1 if failed else 0
 

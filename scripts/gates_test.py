@@ -196,6 +196,73 @@ class Migrations(unittest.TestCase):
         )
         self.assertEqual(code, 0, out)
         self.assertIn("2 shared migrations, 1 pairs", out)
+CLIENT_TOML = "adapters/agent-client/Cargo.toml"
+KUBE_TOML = "adapters/kubernetes/Cargo.toml"
+KUBE_OK = "[package]\nname = \"k\"\n\n[dependencies]\ngantry-worker-common.workspace = true\n"
+
+
+class CrateDeps(unittest.TestCase):
+    def test_the_client_depending_on_the_agent_fails_in_any_table(self):
+        for deps in (
+            "[dependencies]\ngantry-agent.workspace = true\n",
+            "[dev-dependencies]\ngantry-agent = { workspace = true, features = [\"testing\"] }\n",
+            "[target.'cfg(unix)'.dependencies]\nagent = { package = \"gantry-agent\", path = \"../../agent\" }\n",
+        ):
+            manifest = "[package]\nname = \"c\"\n\n" + deps
+            code, out = run("crate-deps", {CLIENT_TOML: manifest, KUBE_TOML: KUBE_OK})
+            self.assertEqual(code, 1, out)
+            self.assertIn(f"{CLIENT_TOML}: [", out)
+            self.assertIn("lists gantry-agent", out)
+
+    def test_the_client_on_the_wire_crate_passes(self):
+        toml = (
+            "[package]\nname = \"c\"\n\n[dependencies]\n"
+            "gantry-wire = { workspace = true, features = [\"trace\"] }\n"
+            "gantry-agent-helpers = \"1\"\n"
+        )
+        code, out = run("crate-deps", {CLIENT_TOML: toml, KUBE_TOML: KUBE_OK})
+        self.assertEqual(code, 0, out)
+
+    def test_the_kubernetes_runtime_depending_on_the_agent_fails(self):
+        kube = KUBE_OK + "gantry-agent.workspace = true\n"
+        client = "[package]\nname = \"c\"\n"
+        code, out = run("crate-deps", {CLIENT_TOML: client, KUBE_TOML: kube})
+        self.assertEqual(code, 1, out)
+        self.assertIn(f"{KUBE_TOML}: [dependencies] lists gantry-agent", out)
+
+    def test_a_missing_manifest_fails_rather_than_passing_unread(self):
+        code, out = run("crate-deps", {KUBE_TOML: KUBE_OK})
+        self.assertEqual(code, 1, out)
+        self.assertIn(f"{CLIENT_TOML}: missing", out)
+
+
+AGENT_LIB = "agent/src/lib.rs"
+ENGINE_LIB = "actors/src/lib.rs"
+ENGINE_DOOR = "pub mod api;\nmod db;\n#[cfg(feature = \"testing\")]\npub mod testing;\n"
+
+
+class ClosedCrates(unittest.TestCase):
+    def test_a_public_module_beside_the_door_fails_naming_it(self):
+        lib = "mod worker;\n#[doc(hidden)]\npub mod beacon;\npub use worker::start_worker;\n"
+        code, out = run("closed-crates", {AGENT_LIB: lib, ENGINE_LIB: ENGINE_DOOR})
+        self.assertEqual(code, 1, out)
+        self.assertIn(f"{AGENT_LIB}:3: `pub mod beacon` opens the crate", out)
+
+    def test_an_inline_public_module_fails_too(self):
+        lib = "mod worker;\npub mod api {\n    pub use crate::worker::start_worker;\n}\n"
+        code, out = run("closed-crates", {AGENT_LIB: lib, ENGINE_LIB: ENGINE_DOOR})
+        self.assertEqual(code, 1, out)
+        self.assertIn("`pub mod api`", out)
+
+    def test_private_modules_re_exports_and_the_doors_pass(self):
+        lib = (
+            "// pub mod old; was public\nmod worker;\npub(crate) mod shared;\n"
+            "#[cfg(any(test, feature = \"testing\"))]\npub mod testing;\n"
+            "pub use worker::{start_worker, WorkerHandle};\n"
+            "const DOC: &str = \"pub mod x\";\n"
+        )
+        code, out = run("closed-crates", {AGENT_LIB: lib, ENGINE_LIB: ENGINE_DOOR})
+        self.assertEqual(code, 0, out)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ mod providers;
 
 pub use crate::telemetry::TelemetryConfig;
 pub use credentials::CredentialsConfig;
-pub use gantry_agent::config::{host_name, ContainerLimitDefaults, WorkerConfig};
+pub use gantry_agent::{host_name, ContainerLimitDefaults, WorkerConfig};
 pub use providers::{GithubConfig, OidcConfig};
 
 pub use gantry_artifacts::{parse_s3_url, ArtifactLocation, S3Config, DEFAULT_MAX_ARTIFACT_BYTES};
@@ -44,7 +44,7 @@ impl FileConfig {
 /// The published development key (the worker's default): what an open
 /// loopback node takes when no key is configured. A node with tokens, or
 /// reachable from other hosts, never accepts it.
-pub use gantry_agent::config::DEV_REGISTRATION_KEY;
+pub use gantry_agent::DEV_REGISTRATION_KEY;
 
 /// The quickstart's embedded worker's work directory, in its data dir.
 pub const QUICKSTART_WORKER_DIR: &str = "worker";

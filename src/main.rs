@@ -5,8 +5,8 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     // A process's keeper (started by the worker agent): before anything
     // else is set up (no runtime, no logging, no descriptor of ours).
-    if std::env::args_os().nth(1).as_deref() == Some(gantry_agent::keeper::SUBCOMMAND.as_ref()) {
-        std::process::exit(gantry_agent::keeper::main());
+    if std::env::args_os().nth(1).as_deref() == Some(gantry_agent::KEEPER_SUBCOMMAND.as_ref()) {
+        std::process::exit(gantry_agent::keeper_main());
     }
     // A saved target (`-t NAME`) fills the URL, token and team first.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();

@@ -326,7 +326,7 @@ async fn signals_and_terminal_resizes_reach_the_process() {
         columns: 100,
         rows: 30,
     });
-    let stdin = gantry_agent::body::channel_stream(in_rx);
+    let stdin = gantry_wire::runtime::channel_stream(in_rx);
     let p = c
         .run(
             spec,

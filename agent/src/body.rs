@@ -8,18 +8,11 @@ use std::future::Future;
 use actix_web::web;
 use bytes::Bytes;
 use futures::StreamExt;
-use gantry_wire::runtime::ByteStream;
+use gantry_wire::runtime::{channel_stream, ByteStream};
 use tokio::sync::mpsc;
 
 /// Chunks in flight between the request's thread and the consumer.
 const IN_FLIGHT: usize = 8;
-
-/// A `Send` stream of a channel's items, ending when every sender is gone.
-pub fn channel_stream(rx: mpsc::Receiver<std::io::Result<Bytes>>) -> ByteStream {
-    Box::pin(futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    }))
-}
 
 /// Splits a request body into a `Send` stream and the pump that feeds it.
 /// The pump must run on the request's thread (await or join it in the

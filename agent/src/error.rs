@@ -9,7 +9,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use thiserror::Error;
 
-use super::api::ErrorBody;
+use super::api::{ErrorBody, NOT_STARTED, PEER_UNREACHABLE};
 
 /// Something the agent could not do, classified by whose fault it is.
 #[derive(Debug, Error)]
@@ -143,13 +143,6 @@ impl ResponseError for AgentError {
     }
 }
 
-/// The `kind` of a 502 answer whose source worker could not be reached.
-pub const PEER_UNREACHABLE: &str = "peer_unreachable";
-
-/// The `kind` of a 422 answer to starting a process that could not be
-/// started.
-pub const NOT_STARTED: &str = "not_started";
-
 /// Runs blocking work on a blocking thread; a panic there becomes a 500.
 pub async fn blocking<T, F>(what: &str, f: F) -> Result<T, AgentError>
 where
@@ -159,17 +152,4 @@ where
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| AgentError::Backend(format!("{what}: blocking task failed: {e}")))?
-}
-
-/// An error with its causes, which reqwest keeps in its source chain, on one
-/// line (`a: b: c`).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }

@@ -21,7 +21,7 @@ use super::api::{ErrorBody, StreamFromRequest};
 use super::error::AgentError;
 use super::state::AgentState;
 use super::stream_counters::Direction;
-use crate::error::error_chain;
+use gantry_wire::error::error_chain;
 
 /// The HTTP client of pulls: 5 s to connect, no overall timeout (a volume
 /// may take long to stream), no redirects (an agent never redirects).
@@ -61,7 +61,7 @@ pub async fn pull(
     );
     let _counted = state.streams.start(Direction::In);
     // The source agent's span joins this pull's trace.
-    let pull = crate::trace_context::traced(client().get(url));
+    let pull = gantry_wire::trace_context::traced(client().get(url));
     let resp = pull.send().await.map_err(|e| {
         AgentError::PeerUnreachable(format!("pulling from {source}: {}", error_chain(&e)))
     })?;

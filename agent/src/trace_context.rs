@@ -1,32 +1,16 @@
-//! W3C trace context across the HTTP calls of a fleet: a request made
-//! inside a span carries its `traceparent` (the web node calling an agent,
-//! an agent pulling from another agent), and the agent serves a request
-//! that carries one inside a span of the same trace.
+//! W3C trace context on the agent's side of a call: the agent serves a
+//! request that carries a `traceparent` inside a span of the same trace.
+//! Its own outgoing calls (pulling from another agent) carry theirs through
+//! `gantry_wire::trace_context::traced`, as the web node's do.
 //!
 //! Both go through the process's global propagator, which the server
 //! processes install only when they export traces: without it nothing is
 //! injected, nothing is extracted and no request span is made.
 
-use opentelemetry::propagation::{Extractor, Injector};
+use gantry_wire::trace_context::TRACEPARENT;
+use opentelemetry::propagation::Extractor;
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-
-/// The W3C header a request's trace context travels in.
-pub const TRACEPARENT: &str = "traceparent";
-
-/// Headers of an outgoing request, written by the propagator.
-struct OutHeaders<'a>(&'a mut reqwest::header::HeaderMap);
-
-impl Injector for OutHeaders<'_> {
-    fn set(&mut self, key: &str, value: String) {
-        if let (Ok(name), Ok(value)) = (
-            reqwest::header::HeaderName::from_bytes(key.as_bytes()),
-            reqwest::header::HeaderValue::from_str(&value),
-        ) {
-            self.0.insert(name, value);
-        }
-    }
-}
 
 /// Headers of an incoming request, read by the propagator.
 struct InHeaders<'a>(&'a actix_web::http::header::HeaderMap);
@@ -38,21 +22,6 @@ impl Extractor for InHeaders<'_> {
 
     fn keys(&self) -> Vec<&str> {
         self.0.keys().map(|k| k.as_str()).collect()
-    }
-}
-
-/// `request` carrying the current span's trace context (`traceparent`),
-/// when traces are exported; unchanged otherwise.
-pub fn traced(request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-    let mut headers = reqwest::header::HeaderMap::new();
-    let cx = tracing::Span::current().context();
-    opentelemetry::global::get_text_map_propagator(|p| {
-        p.inject_context(&cx, &mut OutHeaders(&mut headers))
-    });
-    if headers.is_empty() {
-        request
-    } else {
-        request.headers(headers)
     }
 }
 

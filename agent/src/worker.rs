@@ -3,15 +3,14 @@
 //! (`run_worker`: landing or retiring on a stop signal).
 
 use super::resource_types::ResourceTypes;
-use super::{
-    backend, beacon, containers, holdings, server, state, sweeper, volumes, web_link, AgentState,
-    BeaconStatus,
-};
+use super::{backend, containers, holdings, http_link, server, state, volumes, AgentState};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use gantry_wire::worker_info::{WorkerRegistration, WorkerState};
+use gantry_worker_common::beacon::{self, BeaconStatus};
+use gantry_worker_common::sweeper;
 use tokio::sync::watch;
 
 use crate::config::WorkerConfig;
@@ -124,7 +123,7 @@ impl WorkerHandle {
     /// nothing behind. Answers how many of each were destroyed; what cannot
     /// be destroyed is named in the error.
     pub async fn wipe(&self) -> anyhow::Result<(usize, usize)> {
-        use holdings::{Holdings as _, Kind};
+        use gantry_worker_common::holdings::{Holdings as _, Kind};
         let listing = self.holdings.list().await.map_err(anyhow::Error::msg)?;
         let mut failed = Vec::new();
         for (kind, handles) in [
@@ -343,7 +342,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
     // heartbeats back past the worker's TTL: after half an interval the
     // next node is asked.
     let per_node = (interval / 2).max(Duration::from_secs(1));
-    let beacon_link = web_link::HttpLink::new(
+    let beacon_link = http_link::HttpLink::new(
         web.clone(),
         &cfg.registration_key,
         Duration::from_secs(30),
@@ -361,7 +360,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
     let status = beacon.status.subscribe();
     if cfg.sweep_interval_secs > 0 {
         let sweeper = sweeper::Sweeper {
-            link: web_link::HttpLink::new(
+            link: http_link::HttpLink::new(
                 web.clone(),
                 &cfg.registration_key,
                 Duration::from_secs(120),

@@ -155,7 +155,7 @@ pub async fn bench(opts: ContainerStartBench) -> anyhow::Result<()> {
     }
     let crun = match opts.backend.as_str() {
         "runc" => None,
-        "crun" => Some(gantry_agent::backend::find_executable("crun").context(
+        "crun" => Some(gantry_agent::find_executable("crun").context(
             "bench container-start --backend crun needs crun; install it (apt-get install crun)",
         )?),
         other => bail!("--backend {other:?}: use runc or crun"),

@@ -83,7 +83,7 @@ impl LocalRegistry {
     /// Starts `docker-registry` with its files under `dir`.
     fn start(dir: &Path) -> anyhow::Result<Self> {
         for tool in ["docker-registry", "skopeo", "umoci", "openssl"] {
-            if gantry_agent::backend::find_executable(tool).is_none() {
+            if gantry_agent::find_executable(tool).is_none() {
                 bail!("{tool} is not installed (apt-get install docker-registry skopeo umoci openssl)");
             }
         }
@@ -263,7 +263,7 @@ fn write_image(out: &Path, size: u64, layers: usize) -> anyhow::Result<()> {
         }));
     }
     let config = serde_json::to_vec(&serde_json::json!({
-        "architecture": gantry_agent::native_images::source::host_arch(),
+        "architecture": gantry_agent::host_arch(),
         "os": "linux",
         "config": {"Env": ["PATH=/usr/bin:/bin"]},
         "rootfs": {"type": "layers", "diff_ids": diff_ids},

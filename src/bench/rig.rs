@@ -15,9 +15,10 @@ use gantry_actors::api::{Load, Selection, StepRequest};
 use gantry_wire::spec::{ContainerSpec, ProcessSpec, ResourceLimits, RootfsSpec};
 
 use crate::config::{WebConfig, WorkerConfig};
-use gantry_agent::backend::{find_executable, runc as runc_backend, ContainerContext};
-use gantry_agent::rootfs::{self, UserIds};
-use gantry_agent::WorkerHandle;
+use gantry_agent::{
+    find_executable, host_view, is_mountpoint, runc_config_json, runc_process_json, unmount,
+    ContainerContext, UserIds, WorkerHandle,
+};
 use gantry_agent_client::AgentConnector;
 
 /// How long the workers may take to register and become placeable.
@@ -109,8 +110,8 @@ impl Drop for Cleanup {
             if let Ok(entries) = std::fs::read_dir(containers) {
                 for entry in entries.flatten() {
                     let rootfs = entry.path().join("rootfs");
-                    if rootfs::is_mountpoint(&rootfs) {
-                        let _ = rootfs::unmount(&rootfs);
+                    if is_mountpoint(&rootfs) {
+                        let _ = unmount(&rootfs);
                     }
                 }
             }
@@ -390,7 +391,7 @@ impl RawRunc {
         let state_root = dir.join("runc");
         std::fs::create_dir_all(&state_root)
             .with_context(|| format!("creating {}", state_root.display()))?;
-        let plan = rootfs::host_view(&bundle.join("rootfs"), Path::new("/"))
+        let plan = host_view(&bundle.join("rootfs"), Path::new("/"))
             .context("preparing the baseline's root filesystem")?;
         // Its own cgroup path (named after the id): benchmarks running at
         // once, or the runc and crun baselines of one, never share one.
@@ -403,9 +404,8 @@ impl RawRunc {
             image: None,
             keeper: None,
         };
-        let process =
-            runc_backend::process_json(&ctx, &process_spec(args), UserIds { uid: 0, gid: 0 });
-        let config = runc_backend::config_json(&ctx, &plan, process);
+        let process = runc_process_json(&ctx, &process_spec(args), UserIds { uid: 0, gid: 0 });
+        let config = runc_config_json(&ctx, &plan, process);
         let body = serde_json::to_vec_pretty(&config).context("encoding config.json")?;
         std::fs::write(bundle.join("config.json"), body)
             .with_context(|| format!("writing {}/config.json", bundle.display()))?;

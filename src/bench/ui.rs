@@ -86,7 +86,7 @@ pub async fn bench(opts: UiBench) -> anyhow::Result<()> {
     }
     let chromium = match &opts.chromium {
         Some(path) => path.clone(),
-        None => gantry_agent::backend::find_executable("chromium")
+        None => gantry_agent::find_executable("chromium")
             .context("the ui benchmark drives Chromium: install `chromium` or give --chromium")?,
     };
     let mut rig = Rig::start(runc, "bench-ui", 1).await?;

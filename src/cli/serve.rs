@@ -265,7 +265,7 @@ pub fn quickstart(
 }
 
 /// This binary, which runs each process's keeper (`gantry keep`, see
-/// `gantry_agent::keeper`) so that processes outlive the worker agent:
+/// `gantry_agent::keeper_main`) so that processes outlive the worker agent:
 /// `/proc/self/exe`, which in the started child still names the image the
 /// agent runs, so keepers start (and match the agent's version) even after
 /// the binary was replaced on disk by an upgrade; its path elsewhere.

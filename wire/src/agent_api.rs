@@ -22,6 +22,14 @@ pub struct ErrorBody {
     pub handle: Option<String>,
 }
 
+/// The `kind` of a 502 answer whose source worker could not be reached
+/// (the web node may relay the stream instead).
+pub const PEER_UNREACHABLE: &str = "peer_unreachable";
+
+/// The `kind` of a 422 answer to starting a process that could not be
+/// started.
+pub const NOT_STARTED: &str = "not_started";
+
 /// `GET /health`: who answers, so an operator can check the address.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {

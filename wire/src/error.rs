@@ -58,3 +58,16 @@ pub enum RuntimeError {
         reason: String,
     },
 }
+
+/// An error with its causes, which reqwest keeps in its source chain, on one
+/// line (`a: b: c`).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -20,6 +20,15 @@ use crate::spec::{ContainerSpec, Encoding, ProcessSpec, VolumeSpec, WindowSize};
 /// A stream of bytes (tar streams, file contents, stdin).
 pub type ByteStream = Pin<Box<dyn Stream<Item = std::io::Result<Bytes>> + Send>>;
 
+/// A `Send` stream of a channel's items, ending when every sender is gone
+/// (process input fed from another task, a request body handed across
+/// threads).
+pub fn channel_stream(rx: mpsc::Receiver<std::io::Result<Bytes>>) -> ByteStream {
+    Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }))
+}
+
 /// Which output stream a chunk of process output came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -5,6 +5,15 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::state::WorkerState;
 
+/// The header in which a worker presents its identity secret (issued by
+/// the web node at its first registration) when it registers again.
+pub const WORKER_SECRET_HEADER: &str = "x-gantry-worker-secret";
+
+/// The value of [`WORKER_SECRET_HEADER`] of a worker that keeps an
+/// identity but was issued none yet (its first registration). A worker
+/// sending no header at all is an agent of an earlier version.
+pub const NO_WORKER_SECRET: &str = "none";
+
 /// Per-worker limits used by the placement strategies (`None`: unlimited).
 /// Unknown fields are refused, here and where it is flattened (serde's
 /// flattening hands it only its own fields).

@@ -1,6 +1,7 @@
 //! `gantry-agent-client`: the engine's runtime interface
 //! (`gantry_wire::runtime`: [`Worker`], [`Container`], [`Volume`],
-//! [`Process`]) over the worker agent's HTTP API (`gantry_agent::server`).
+//! [`Process`]) over the worker agent's HTTP API (its bodies
+//! and error kinds are `gantry_wire::agent_api`'s).
 //! The web node hands the engine an [`AgentConnector`]; the engine reaches
 //! every agent through it.
 //!
@@ -22,7 +23,11 @@ use async_trait::async_trait;
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
 use futures::{StreamExt, TryStreamExt};
-use gantry_wire::error::RuntimeError;
+use gantry_wire::agent_api::{
+    ContainerCreated, ErrorBody, OutputLine, ProcessCreated, SignalRequest, StreamFromDone,
+    StreamFromRequest, VolumeCreated, NOT_STARTED, PEER_UNREACHABLE,
+};
+use gantry_wire::error::{error_chain, RuntimeError};
 use gantry_wire::runtime::{
     ByteStream, Container, Process, ProcessIo, ProcessOutput, ProcessSignal, Volume, Worker,
     WorkerConnector, WorkerHandles,
@@ -31,11 +36,6 @@ use gantry_wire::spec::{ContainerSpec, Encoding, ProcessSpec, VolumeSpec, Window
 use gantry_wire::worker_info::WorkerRegistration;
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use tokio::sync::{mpsc, watch};
-
-use gantry_agent::api::{
-    ContainerCreated, ErrorBody, OutputLine, ProcessCreated, SignalRequest, StreamFromDone,
-    StreamFromRequest, VolumeCreated,
-};
 
 /// The longest NDJSON line accepted from `/output` (a 64 KiB chunk is about
 /// 88 KiB once base64-encoded).
@@ -111,8 +111,6 @@ struct Endpoint {
     token: String,
 }
 
-pub(crate) use gantry_agent::error::error_chain;
-
 impl Endpoint {
     /// A request to `base/seg1/seg2...` with the bearer token (and the
     /// current span's `traceparent` when traces are exported).
@@ -123,7 +121,7 @@ impl Endpoint {
             url.push_str(&gantry_wire::url::segment(s));
         }
         // The agent's spans join the caller's trace.
-        gantry_agent::trace_context::traced(self.http.request(method, url).bearer_auth(&self.token))
+        gantry_wire::trace_context::traced(self.http.request(method, url).bearer_auth(&self.token))
     }
 
     /// The worker could not be reached.
@@ -178,15 +176,14 @@ impl Endpoint {
                 });
             }
         }
-        if body.as_ref().and_then(|b| b.kind.as_deref()) == Some(gantry_agent::error::NOT_STARTED) {
+        if body.as_ref().and_then(|b| b.kind.as_deref()) == Some(NOT_STARTED) {
             return Err(RuntimeError::NotStarted {
                 worker: self.name.clone(),
                 reason: body.map(|b| b.error).unwrap_or_default(),
             });
         }
         if status == StatusCode::BAD_GATEWAY
-            && body.as_ref().and_then(|b| b.kind.as_deref())
-                == Some(gantry_agent::error::PEER_UNREACHABLE)
+            && body.as_ref().and_then(|b| b.kind.as_deref()) == Some(PEER_UNREACHABLE)
         {
             return Err(RuntimeError::PeerUnreachable {
                 worker: self.name.clone(),
@@ -727,6 +724,3 @@ impl Process for AgentProcess {
         self.ep.send(rb, "process", &self.id).await.map(drop)
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,9 +1,9 @@
 //! The cluster worker's life inside the web node: it registers, heartbeats
-//! and sweeps with the worker agent's own beacon and sweeper
-//! (`gantry_agent::beacon`, `gantry_agent::sweeper`), which speak to the
+//! and sweeps with the beacon and sweeper every worker runs
+//! (`gantry_worker_common::beacon`, `::sweeper`), which speak to the
 //! engine's methods here ([`EngineLink`]) instead of HTTP, and count, list
 //! and destroy its pods and volumes ([`KubeWorker`] as their holdings).
-//! Both run as the agent's own jobs ([`BeaconJob`], [`SweeperJob`]) on
+//! Both run as the same jobs as in the agent ([`BeaconJob`], [`SweeperJob`]) on
 //! the engine's table of the shared runner,
 //! `kubernetes-beacon/{worker}` and `kubernetes-sweeper/{worker}`: listed in
 //! `gantry jobs` and stopped in order at shutdown.
@@ -13,13 +13,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use gantry_actors::api::HeartbeatRefused;
 use gantry_actors::Engine;
-use gantry_agent::beacon::{Beacon, BeaconJob};
-use gantry_agent::holdings::{Holdings, Kind, Listing};
-use gantry_agent::sweeper::{Sweeper, SweeperJob};
-use gantry_agent::web_link::{Refusal, WebLink};
 use gantry_wire::runtime::Worker;
 use gantry_wire::sweep::{SweepAnswer, SweepReport};
 use gantry_wire::worker_info::{Heartbeat, WorkerRegistration, WorkerState, KUBERNETES_BACKEND};
+use gantry_worker_common::beacon::{Beacon, BeaconJob};
+use gantry_worker_common::holdings::{Holdings, Kind, Listing};
+use gantry_worker_common::sweeper::{Sweeper, SweeperJob};
+use gantry_worker_common::web_link::{Refusal, WebLink};
 
 use super::worker::KubeWorker;
 

@@ -257,7 +257,7 @@ impl Inner {
 /// Removes a staged copy, off the async threads (it may be large); one
 /// that is not there is no error.
 pub(super) async fn remove_staged(dir: PathBuf) -> std::io::Result<()> {
-    let removed = tokio::task::spawn_blocking(move || gantry_agent::tree::remove_tree(&dir))
+    let removed = tokio::task::spawn_blocking(move || gantry_files::tree::remove_tree(&dir))
         .await
         .map_err(std::io::Error::other)?;
     match removed {

@@ -183,7 +183,7 @@ impl PodExec {
                 let _ = tx.send(Err(std::io::Error::other(message))).await;
             }
         });
-        Ok(gantry_agent::body::channel_stream(rx))
+        Ok(gantry_wire::runtime::channel_stream(rx))
     }
 }
 
@@ -216,7 +216,7 @@ fn tail(err: &[u8]) -> String {
 
 /// An error with its causes.
 pub fn chain(e: &dyn std::error::Error) -> String {
-    gantry_agent::error::error_chain(e)
+    gantry_wire::error::error_chain(e)
 }
 
 /// `tar -x` of stdin into `dir` (created first).

@@ -250,7 +250,7 @@ pub(super) async fn peer_get(
     let url = peer.replace("{digest}", digest);
     let from = url.split("/p2p/").next().unwrap_or_default().to_string();
     // The peer's span joins the pull's trace.
-    let resp = crate::trace_context::traced(http.get(&url))
+    let resp = gantry_wire::trace_context::traced(http.get(&url))
         .send()
         .await
         .map_err(|e| format!("peer {from}: {}", error_chain(&e)))?;

@@ -149,7 +149,7 @@ pub async fn bench(opts: StreamBench) -> anyhow::Result<()> {
 /// Checks the baseline's tools are installed.
 fn require_tools() -> anyhow::Result<()> {
     for tool in ["bash", "tar", "zstd"] {
-        gantry_agent::backend::find_executable(tool).with_context(|| {
+        gantry_agent::find_executable(tool).with_context(|| {
             format!(
                 "bench stream needs {tool} for its baseline; install it (apt-get install {tool})"
             )

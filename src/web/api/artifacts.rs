@@ -72,7 +72,7 @@ pub async fn upload(
             ))
         })?,
     };
-    let (body, pump) = gantry_agent::body::bridge(payload);
+    let (body, pump) = gantry_agent::bridge_body(payload);
     actix_web::rt::spawn(pump);
     let owner = ArtifactOwner {
         team: &team,

@@ -363,7 +363,7 @@ impl Session {
                 }
             };
         let (stdin_tx, stdin_rx) = mpsc::channel::<std::io::Result<Bytes>>(16);
-        let stdin: ByteStream = gantry_agent::body::channel_stream(stdin_rx);
+        let stdin: ByteStream = gantry_wire::runtime::channel_stream(stdin_rx);
         let (out_tx, mut out_rx) = mpsc::channel(64);
         let spec = ProcessSpec {
             id: format!("hijack-{}", uuid::Uuid::new_v4()),

@@ -27,7 +27,7 @@ pub struct StateAnswer {
 /// The header in which a worker presents its identity secret when it
 /// registers (a header, so web nodes of earlier versions, which refuse
 /// unknown body fields, still take its registration).
-pub const WORKER_SECRET_HEADER: &str = gantry_agent::web_link::WORKER_SECRET_HEADER;
+pub const WORKER_SECRET_HEADER: &str = gantry_wire::worker_info::WORKER_SECRET_HEADER;
 
 /// Answer of landing, retiring or pruning a worker.
 #[derive(serde::Serialize, utoipa::ToSchema)]
@@ -113,7 +113,7 @@ pub async fn register(
             )
             .map_err(ApiError::bad_request)?;
             match v {
-                gantry_agent::web_link::NO_WORKER_SECRET => WorkerProof::Secret(None),
+                gantry_wire::worker_info::NO_WORKER_SECRET => WorkerProof::Secret(None),
                 secret => WorkerProof::Secret(Some(secret.to_string())),
             }
         }

@@ -15,8 +15,8 @@ use gantry_wire::runtime::{ByteStream, Volume, Worker};
 use gantry_wire::spec::{Encoding, VolumeSpec};
 
 use super::test_support::test_config;
-use crate::AgentConnector;
 use gantry_agent::{start_worker, WorkerHandle};
+use gantry_agent_client::AgentConnector;
 
 use super::malicious_tars;
 

@@ -20,7 +20,7 @@ use gantry_agent::start_worker;
 /// Stdin fed to a process through a channel, as the web node's hijack does.
 fn stdin_channel() -> (mpsc::Sender<std::io::Result<Bytes>>, ByteStream) {
     let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
-    (tx, gantry_agent::body::channel_stream(rx))
+    (tx, gantry_wire::runtime::channel_stream(rx))
 }
 
 /// Reads output until it contains `needle` (carriage returns dropped).

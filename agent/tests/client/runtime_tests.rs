@@ -18,8 +18,8 @@ use tokio::sync::mpsc;
 use super::test_support::{
     can_run_isolated, config, container_spec, process, run, uuid, worker, RuncCleanup, RUNC,
 };
-use crate::AgentConnector;
 use gantry_agent::start_worker;
+use gantry_agent_client::AgentConnector;
 use gantry_files::tarball;
 
 /// An empty volume's spec.
@@ -358,7 +358,7 @@ async fn isolates_processes_and_keeps_images_unchanged(backend: &str) {
     worker.destroy_volume(&vh).await.unwrap();
     let handles = worker.list_handles().await.unwrap();
     assert!(handles.containers.is_empty() && handles.volumes.is_empty());
-    assert!(!gantry_agent::rootfs::is_mountpoint(
+    assert!(!gantry_agent::is_mountpoint(
         &work
             .path()
             .canonicalize()

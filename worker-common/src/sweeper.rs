@@ -23,9 +23,9 @@ use gantry_wire::sweep::{SweepAnswer, SweepReport};
 use rand::Rng as _;
 use tokio::sync::watch;
 
-use super::holdings::{Holdings, Kind};
-use super::web_link::WebLink;
-use super::BeaconStatus;
+use crate::beacon::BeaconStatus;
+use crate::holdings::{Holdings, Kind};
+use crate::web_link::WebLink;
 
 /// Settings and connections of one worker's Sweeper.
 pub struct Sweeper<L, H> {

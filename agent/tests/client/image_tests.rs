@@ -14,11 +14,11 @@ use gantry_wire::spec::{
 use tokio::sync::mpsc;
 
 use super::test_support::{can_run_isolated, test_config};
-use crate::AgentConnector;
-use gantry_agent::api::Health;
 use gantry_agent::start_worker;
 use gantry_agent::testing::oci_layout;
+use gantry_agent_client::AgentConnector;
 use gantry_files::testing::{entry, tar_of};
+use gantry_wire::agent_api::Health;
 
 /// The busybox-static binary the image is built from.
 const BUSYBOX: &str = "/usr/bin/busybox";
@@ -143,7 +143,7 @@ struct Unmount(Vec<std::path::PathBuf>);
 impl Drop for Unmount {
     fn drop(&mut self) {
         for p in &self.0 {
-            let _ = gantry_agent::rootfs::unmount(p);
+            let _ = gantry_agent::unmount(p);
         }
     }
 }
@@ -227,7 +227,7 @@ async fn two_containers_share_one_unpacked_image(backend: &str) {
     for handle in &handles {
         worker.destroy_container(handle).await.unwrap();
         let rootfs = work_dir.join("containers").join(handle).join("rootfs");
-        assert!(!gantry_agent::rootfs::is_mountpoint(&rootfs));
+        assert!(!gantry_agent::is_mountpoint(&rootfs));
     }
     worker.destroy_volume(&image).await.unwrap();
     let left = worker.list_handles().await.unwrap();

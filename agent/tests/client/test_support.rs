@@ -9,9 +9,9 @@ use gantry_wire::runtime::{Container, OutputStream, ProcessIo};
 use gantry_wire::spec::{ContainerSpec, MountSpec, ProcessSpec, ResourceLimits, RootfsSpec};
 use tokio::sync::mpsc;
 
-use crate::{AgentConnector, AgentWorker};
-use gantry_agent::config::WorkerConfig;
+use gantry_agent::WorkerConfig;
 use gantry_agent::WorkerHandle;
+use gantry_agent_client::{AgentConnector, AgentWorker};
 
 pub(super) use gantry_agent::testing::{test_config, RUNC};
 
@@ -133,7 +133,7 @@ impl Drop for RuncCleanup {
                 .args(["delete", "--force", h])
                 .output();
             let rootfs = self.work_dir.join("containers").join(h).join("rootfs");
-            let _ = gantry_agent::rootfs::unmount(&rootfs);
+            let _ = gantry_agent::unmount(&rootfs);
         }
     }
 }

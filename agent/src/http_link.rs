@@ -1,70 +1,17 @@
-//! What a worker's beacon and sweeper speak to: the web node. A worker
-//! process reaches it over HTTP ([`HttpLink`]); a worker living inside the
-//! web node (the Kubernetes cluster worker) through the engine's own
-//! methods. Both answer in the same terms, so the beacon's and the
-//! sweeper's logic is written once, over [`WebLink`].
+//! The web node as the worker agent's beacon and sweeper reach it: over
+//! HTTP with the registration key ([`HttpLink`], the agent's [`WebLink`],
+//! `gantry-worker-common`'s trait), asking the web nodes it knows in turn
+//! (`web_nodes.rs`).
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use gantry_wire::sweep::{SweepAnswer, SweepReport};
-use gantry_wire::worker_info::{Heartbeat, WorkerRegistration, WorkerState};
+use gantry_wire::worker_info::{
+    Heartbeat, WorkerRegistration, WorkerState, NO_WORKER_SECRET, WORKER_SECRET_HEADER,
+};
+use gantry_worker_common::web_link::{Refusal, WebLink};
 use reqwest::StatusCode;
-
-/// The header in which a worker presents its identity secret (issued by
-/// the web node at its first registration) when it registers again.
-pub const WORKER_SECRET_HEADER: &str = "x-gantry-worker-secret";
-
-/// The value of [`WORKER_SECRET_HEADER`] of a worker that keeps an
-/// identity but was issued none yet (its first registration). A worker
-/// sending no header at all is an agent of an earlier version.
-pub const NO_WORKER_SECRET: &str = "none";
-
-/// Why the web node did not take a call.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
-    /// The web node does not know this worker (incarnation): register
-    /// again. The message says what it answered.
-    #[error("{0}")]
-    Unknown(String),
-    /// The worker was retired: stop heartbeating.
-    #[error("{0}")]
-    Retired(String),
-    /// Anything else (unreachable, a failure of the web node): try again
-    /// after a backoff.
-    #[error("{0}")]
-    Failed(String),
-}
-
-/// The web node as a worker's beacon and sweeper see it.
-#[async_trait]
-pub trait WebLink: Send + Sync {
-    /// Which web node it reaches, for the logs.
-    fn describe(&self) -> String;
-
-    /// Registers (or registers again) `registration`, presenting the
-    /// worker's identity `secret` when it has one; answers the secret the
-    /// web node issued at the worker's first registration, if it issued one.
-    async fn register(
-        &self,
-        registration: &WorkerRegistration,
-        secret: Option<&str>,
-    ) -> Result<Option<String>, Refusal>;
-
-    /// Records a heartbeat of worker `name`; answers the worker's state
-    /// when the web node told one.
-    async fn heartbeat(
-        &self,
-        name: &str,
-        heartbeat: &Heartbeat,
-    ) -> Result<Option<WorkerState>, Refusal>;
-
-    /// Begins a sweep of worker `name`: answers the epoch to report at.
-    async fn begin_sweep(&self, name: &str, incarnation: &str) -> Result<i64, Refusal>;
-
-    /// Reports every handle the worker has; answers what to destroy.
-    async fn report_sweep(&self, report: &SweepReport) -> Result<SweepAnswer, Refusal>;
-}
 
 /// The web nodes of a worker process, over HTTP with the registration key.
 #[derive(Clone)]
@@ -72,7 +19,7 @@ pub struct HttpLink {
     /// HTTP client for the web node.
     pub http: reqwest::Client,
     /// The web nodes (any of them takes every call).
-    pub web: super::web_nodes::WebNodes,
+    pub web: crate::web_nodes::WebNodes,
     /// Key presented as bearer token.
     pub registration_key: String,
     /// How long one web node may take to answer before the next is asked
@@ -102,7 +49,7 @@ impl HttpLink {
     /// request `request_timeout` in all, and one node `per_node` before
     /// the next is asked.
     pub fn new(
-        web: super::web_nodes::WebNodes,
+        web: crate::web_nodes::WebNodes,
         registration_key: &str,
         request_timeout: Duration,
         per_node: Option<Duration>,
@@ -230,3 +177,7 @@ impl WebLink for HttpLink {
         self.post(&path, report).await?.json()
     }
 }
+
+#[cfg(test)]
+#[path = "http_link_tests.rs"]
+mod tests;

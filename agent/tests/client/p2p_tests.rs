@@ -12,8 +12,8 @@ use gantry_wire::spec::{Encoding, VolumeSpec, VolumeStrategy};
 use gantry_wire::stream_url::StreamGrant;
 
 use super::test_support::{test_config, uuid, worker};
-use gantry_agent::api::{Health, StreamCounts};
 use gantry_agent::{start_worker, WorkerHandle};
+use gantry_wire::agent_api::{Health, StreamCounts};
 
 /// An empty volume's spec.
 fn volume_spec(handle: &str) -> VolumeSpec {
