@@ -34,7 +34,6 @@ use crate::error::EngineError;
 use crate::go_duration::format_go_duration;
 use crate::steps::{OnTakeover, Step, StepEnd, Stop};
 use crate::views::Handle as HandleRow;
-use gantry_wire::events::BuildEvent;
 
 /// How often the wait asks the worker even when the Registry tells it
 /// nothing: a worker registered through another web node is heard of at
@@ -166,13 +165,7 @@ impl BuildRun {
                     "waiting up to {} for worker {worker} to come back: {why}",
                     format_go_duration(grace)
                 );
-                tracing::info!(build = self.id, worker, "{message}");
-                self.emit_quietly(&BuildEvent::Waiting {
-                    step: step.to_string(),
-                    message,
-                    time: crate::db::now_ms(),
-                })
-                .await;
+                self.announce_waiting_for(step, worker, message).await;
             }
             let told_of_change = async {
                 let told = match state.as_mut() {

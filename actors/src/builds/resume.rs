@@ -228,13 +228,7 @@ impl BuildRun {
                     "waiting up to {}s for worker {worker} to come back (the build was taken over): {why}",
                     wait.as_secs()
                 );
-                tracing::info!(build = self.id, worker, "{message}");
-                self.emit_quietly(&BuildEvent::Waiting {
-                    step: step.to_string(),
-                    message,
-                    time: crate::db::now_ms(),
-                })
-                .await;
+                self.announce_waiting_for(step, worker, message).await;
             }
             tokio::time::sleep(PROBE_INTERVAL).await;
         }

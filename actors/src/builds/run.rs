@@ -170,6 +170,18 @@ impl BuildRun {
         let _ = self.events.emit(event).await;
     }
 
+    /// Tells the build's log (and the node's) that `step` waits for
+    /// `worker` to come back, and why (a dropped connection, a takeover).
+    pub(super) async fn announce_waiting_for(&self, step: &str, worker: &str, message: String) {
+        tracing::info!(build = self.id, worker, "{message}");
+        self.emit_quietly(&BuildEvent::Waiting {
+            step: step.to_string(),
+            message,
+            time: crate::db::now_ms(),
+        })
+        .await;
+    }
+
     /// Records how the build ended: its status follows the plan's outcome
     /// (or the build's own stop, see [`Outcome::build_status`]).
     pub(super) async fn conclude(&self, outcome: Outcome) {
