@@ -5,6 +5,8 @@ pub mod audit_log;
 pub mod auth;
 pub mod body_pace;
 pub mod client_address;
+#[cfg(test)]
+mod concourse_table_tests;
 mod dashboard;
 mod error;
 pub mod github;
