@@ -145,13 +145,16 @@ pub(crate) fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The bearer token of a request, if any.
+/// The bearer token of a request, if any. The scheme's name is matched
+/// without regard to case (RFC 9110, 11.1: fly and Go's oauth2 send
+/// `Bearer`, other clients `bearer`).
 pub fn bearer(req: &HttpRequest) -> Option<&str> {
-    req.headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
+    let value = req.headers().get("authorization")?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
 }
 
 /// Who presents `token`: a token of the config file, or one made through
@@ -511,6 +514,18 @@ mod tests {
             .insert_header(("authorization", "Bearer adm"))
             .to_http_request();
         assert_eq!(request_token(&header).as_deref(), Some("adm"));
+        for (value, token) in [
+            ("bearer adm", Some("adm")),
+            ("BEARER  adm ", Some("adm")),
+            ("Basic adm", None),
+            ("Bearer", None),
+            ("Bearer ", None),
+        ] {
+            let req = TestRequest::get()
+                .insert_header(("authorization", value))
+                .to_http_request();
+            assert_eq!(bearer(&req), token, "{value:?}");
+        }
         assert!(is_open("/builds/7") && is_open("/dashboard/app.js"));
         assert!(is_open("/healthz") && is_open("/metrics"));
         assert!(!is_open("/api/v1/builds/7") && !is_open("/api/v1/dashboard/events"));
