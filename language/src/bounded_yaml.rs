@@ -23,7 +23,7 @@
 //! Nesting, and the nodes as written, are bounded before that, as the
 //! text is read: libyaml's cost grows with the square of a document's
 //! flow nesting, and serde_yaml holds every event before its deserializer
-//! sees one, so [`crate::yaml_scan`] drives the same parser event by
+//! sees one, so `yaml_scan.rs` drives the same parser event by
 //! event and stops at the first level or node past the bound. The size bound comes first of all,
 //! on the text given (its readers bound what they read: the API's body
 //! limit, the CLI's `read_document`).

@@ -42,7 +42,7 @@ impl Redactor {
     }
 
     /// Hides `value` from now on, line by line: a string's text, and each
-    /// string inside a mapping (see [`secret_texts`]: what Concourse
+    /// string inside a mapping (see `secret_texts`: what Concourse
     /// redacts).
     pub fn add(&self, value: &Value) {
         if self.read().off {
