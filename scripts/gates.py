@@ -67,7 +67,8 @@ names them without a build.)
 (`FORBIDDEN_DEPS`: the agent client does not depend on the agent, what
 both ends of the agent's HTTP API share being `gantry-wire`'s; nor does
 the Kubernetes runtime, which shares the beacon and the sweeper through
-`gantry-worker-common`). Every
+`gantry-worker-common`; nor does the pipeline language on sqlx, actix or
+the engine). Every
 dependency table of the crate's `Cargo.toml` is read (`dependencies`,
 `dev-dependencies`, `build-dependencies` and their `target.*` forms), by
 key and by a renaming `package = "..."`, so a test-only or renamed
@@ -104,6 +105,10 @@ FORBIDDEN_DEPS = {
     # The Kubernetes runtime shares the beacon and the sweeper through
     # gantry-worker-common, not the agent.
     "adapters/kubernetes/Cargo.toml": ("gantry-agent",),
+    # The pipeline language is read without a database or the engine
+    # (`gantry validate-plan`); the root crate's `validate_plan` test
+    # checks its whole dependency tree with `cargo tree`.
+    "language/Cargo.toml": ("sqlx", "gantry-actors", "actix", "actix-web"),
 }
 SKIP_DIRS = {"target", ".git", "node_modules"}
 

@@ -199,6 +199,8 @@ class Migrations(unittest.TestCase):
 CLIENT_TOML = "adapters/agent-client/Cargo.toml"
 KUBE_TOML = "adapters/kubernetes/Cargo.toml"
 KUBE_OK = "[package]\nname = \"k\"\n\n[dependencies]\ngantry-worker-common.workspace = true\n"
+LANG_TOML = "language/Cargo.toml"
+LANG_OK = "[package]\nname = \"l\"\n\n[dependencies]\ngantry-wire.workspace = true\nserde_yaml.workspace = true\n"
 
 
 class CrateDeps(unittest.TestCase):
@@ -209,7 +211,7 @@ class CrateDeps(unittest.TestCase):
             "[target.'cfg(unix)'.dependencies]\nagent = { package = \"gantry-agent\", path = \"../../agent\" }\n",
         ):
             manifest = "[package]\nname = \"c\"\n\n" + deps
-            code, out = run("crate-deps", {CLIENT_TOML: manifest, KUBE_TOML: KUBE_OK})
+            code, out = run("crate-deps", {CLIENT_TOML: manifest, KUBE_TOML: KUBE_OK, LANG_TOML: LANG_OK})
             self.assertEqual(code, 1, out)
             self.assertIn(f"{CLIENT_TOML}: [", out)
             self.assertIn("lists gantry-agent", out)
@@ -220,18 +222,28 @@ class CrateDeps(unittest.TestCase):
             "gantry-wire = { workspace = true, features = [\"trace\"] }\n"
             "gantry-agent-helpers = \"1\"\n"
         )
-        code, out = run("crate-deps", {CLIENT_TOML: toml, KUBE_TOML: KUBE_OK})
+        code, out = run("crate-deps", {CLIENT_TOML: toml, KUBE_TOML: KUBE_OK, LANG_TOML: LANG_OK})
         self.assertEqual(code, 0, out)
 
     def test_the_kubernetes_runtime_depending_on_the_agent_fails(self):
         kube = KUBE_OK + "gantry-agent.workspace = true\n"
         client = "[package]\nname = \"c\"\n"
-        code, out = run("crate-deps", {CLIENT_TOML: client, KUBE_TOML: kube})
+        code, out = run("crate-deps", {CLIENT_TOML: client, KUBE_TOML: kube, LANG_TOML: LANG_OK})
         self.assertEqual(code, 1, out)
         self.assertIn(f"{KUBE_TOML}: [dependencies] lists gantry-agent", out)
 
+    def test_the_language_depending_on_a_database_or_the_engine_fails(self):
+        client = "[package]\nname = \"c\"\n"
+        for dep in ("sqlx.workspace = true", "gantry-actors.workspace = true"):
+            lang = LANG_OK + dep + "\n"
+            code, out = run(
+                "crate-deps", {CLIENT_TOML: client, KUBE_TOML: KUBE_OK, LANG_TOML: lang}
+            )
+            self.assertEqual(code, 1, out)
+            self.assertIn(f"{LANG_TOML}: [dependencies] lists {dep.split('.')[0]}", out)
+
     def test_a_missing_manifest_fails_rather_than_passing_unread(self):
-        code, out = run("crate-deps", {KUBE_TOML: KUBE_OK})
+        code, out = run("crate-deps", {KUBE_TOML: KUBE_OK, LANG_TOML: LANG_OK})
         self.assertEqual(code, 1, out)
         self.assertIn(f"{CLIENT_TOML}: missing", out)
 

@@ -134,6 +134,17 @@ if [ -n "$forbidden" ]; then
 fi
 echo "gantry-agent's dependency tree: no sqlx, kube, utoipa, metrics-exporter-prometheus, indicatif, object_store or gantry-actors"
 
+# Nor does the pipeline language's (what `gantry validate-plan` reads
+# with): no database, no actix, no engine (the `validate_plan` area's
+# test checks the same).
+forbidden=$(cargo tree -p gantry-language -e normal --prefix none | sed 's/ v[0-9].*//' | sort -u |
+  grep -E '^(sqlx|actix|gantry-actors)(-.*)?$' || true)
+if [ -n "$forbidden" ]; then
+  echo "gantry-language must not depend on: $forbidden" >&2
+  exit 1
+fi
+echo "gantry-language's dependency tree: no sqlx, actix or gantry-actors"
+
 # The lints run inside the builds, as `cargo clippy` runs them in check
 # mode: clippy's driver is the workspace's compiler wrapper, denying every
 # warning, so each dependency compiles once (a separate `cargo clippy`

@@ -226,3 +226,37 @@ fn bad_yaml_and_a_missing_file_are_one_clear_line() {
         .unwrap();
     assert!(one_error_line(&out).contains("cannot read vars file /no/vars.yml"));
 }
+
+/// What `gantry validate-plan` reads pipelines with, the language crate,
+/// is built without a database or the engine: its dependency tree (normal
+/// dependencies, this target) holds no sqlx, no actix and no
+/// `gantry-actors`.
+#[test]
+fn the_language_crate_is_built_without_a_database() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_string());
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let out = std::process::Command::new(cargo)
+        .args(["tree", "--offline", "--manifest-path"])
+        .arg(&manifest)
+        .args(["-p", "gantry-language", "-e", "normal"])
+        .args(["--prefix", "none", "--format", "{p}"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cargo tree: {}", text(&out.stderr));
+    let tree = text(&out.stdout);
+    let names: Vec<&str> = tree
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    // The tree is the language crate's, and read whole.
+    assert_eq!(names.first(), Some(&"gantry-language"), "{tree}");
+    assert!(names.contains(&"serde_yaml"), "{tree}");
+    let forbidden: Vec<&&str> = names
+        .iter()
+        .filter(|n| n.starts_with("sqlx") || n.starts_with("actix") || **n == "gantry-actors")
+        .collect();
+    assert!(
+        forbidden.is_empty(),
+        "gantry-language depends on {forbidden:?}:\n{tree}"
+    );
+}

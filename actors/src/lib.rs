@@ -14,7 +14,6 @@ pub mod api;
 mod artifact_store;
 mod artifacts;
 mod background;
-mod bounded_yaml;
 mod builds;
 mod credentials;
 mod db;
@@ -24,16 +23,12 @@ mod error;
 mod event_follow;
 mod events;
 mod gc;
-mod go_duration;
 mod histograms;
-mod hooks;
 mod intercept;
 mod log_store;
 mod off_thread;
-mod pipeline;
 mod placement;
 mod plan;
-mod redact;
 mod registry;
 mod resources;
 mod roles;
@@ -41,11 +36,13 @@ mod scheduler;
 mod sealer;
 mod steps;
 mod streaming;
-mod task_config;
 mod telemetry;
 pub mod testing;
 mod triggers;
 mod views;
-mod yaml_scan;
+
+// The pipeline language (`gantry-language`), under the paths its modules
+// had when they lived here: `crate::pipeline::Pipeline` and the rest.
+use gantry_language::{bounded_yaml, go_duration, hooks, pipeline, redact, task_config};
 
 pub use api::{Engine, EngineConfig, EngineError, EngineSetup, NodeConfig};

@@ -10,13 +10,13 @@ use std::path::Path;
 use anyhow::{bail, Context as _};
 
 /// Reads the YAML document at `path` (`what`, as the error names it:
-/// `pipeline config`) up to [`gantry_actors::api::MAX_DOCUMENT_BYTES`],
+/// `pipeline config`) up to [`gantry_language::bounded_yaml::MAX_DOCUMENT_BYTES`],
 /// the bound the engine reads YAML within; more is refused without
 /// reading the rest.
 pub fn read_document(path: &Path, what: &str) -> anyhow::Result<String> {
     let file = std::fs::File::open(path)
         .with_context(|| format!("cannot read {what} {}", path.display()))?;
-    let limit = gantry_actors::api::MAX_DOCUMENT_BYTES;
+    let limit = gantry_language::bounded_yaml::MAX_DOCUMENT_BYTES;
     let bytes = read_at_most(file, limit)
         .with_context(|| format!("cannot read {what} {}", path.display()))?;
     let Some(bytes) = bytes else {
@@ -57,7 +57,7 @@ mod tests {
             format!("{e:#}"),
             format!(
                 "pipeline config /dev/zero is more than {} bytes, the limit of a YAML document",
-                gantry_actors::api::MAX_DOCUMENT_BYTES
+                gantry_language::bounded_yaml::MAX_DOCUMENT_BYTES
             )
         );
         let e = read_document(Path::new("/nonexistent/p.yml"), "task config").unwrap_err();

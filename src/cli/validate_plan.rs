@@ -5,8 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gantry_actors::api::Document;
-use gantry_actors::api::Vars;
+use gantry_language::pipeline::{load_warned, Document, Vars};
 
 /// Runs the check; returns the exit code (0 valid, 1 not).
 pub fn validate_plan(file: &Path, var_flags: &[String], var_files: &[PathBuf]) -> i32 {
@@ -26,7 +25,7 @@ pub fn validate_plan(file: &Path, var_flags: &[String], var_files: &[PathBuf]) -
         Ok(t) => t,
         Err(e) => return fail(format!("{e:#}")),
     };
-    let (loaded, warnings) = gantry_actors::api::load_pipeline_warned(&text, vars.as_ref());
+    let (loaded, warnings) = load_warned(&text, vars.as_ref());
     // Accepted, but not taken as written: said, not refused.
     for w in warnings {
         eprintln!("warning: {}: {w}", file.display());

@@ -19,7 +19,8 @@
 //! `check` with stored versions, `in` kept once per (config, version,
 //! params) as the resource cache, and images).
 
-pub(crate) mod config;
+/// Resource configs resolved from a pipeline: the language's.
+pub(crate) use gantry_language::resource_config as config;
 pub(crate) mod scope;
 
 use std::sync::atomic::{AtomicU64, Ordering};

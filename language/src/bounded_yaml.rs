@@ -23,7 +23,7 @@
 //! Nesting, and the nodes as written, are bounded before that, as the
 //! text is read: libyaml's cost grows with the square of a document's
 //! flow nesting, and serde_yaml holds every event before its deserializer
-//! sees one, so [`crate::yaml_scan`] drives the same parser event by
+//! sees one, so `yaml_scan.rs` drives the same parser event by
 //! event and stops at the first level or node past the bound. The size bound comes first of all,
 //! on the text given (its readers bound what they read: the API's body
 //! limit, the CLI's `read_document`).
@@ -38,7 +38,7 @@ use std::fmt;
 
 /// What a YAML document may be and expand to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct YamlBounds {
+pub struct YamlBounds {
     /// The largest text, in bytes.
     pub max_bytes: usize,
     /// The most nodes (scalars, sequences, mappings), aliases expanded.
@@ -54,7 +54,7 @@ impl YamlBounds {
     /// million nodes and 16 MiB of scalars after aliases, 100 levels deep
     /// (below serde_yaml's own recursion limit of 128, so the error names
     /// this bound).
-    pub(crate) const DEFAULT: YamlBounds = YamlBounds {
+    pub const DEFAULT: YamlBounds = YamlBounds {
         max_bytes: 4 * 1024 * 1024,
         max_nodes: 1_000_000,
         max_scalar_bytes: 16 * 1024 * 1024,
@@ -69,7 +69,7 @@ pub const MAX_DOCUMENT_BYTES: usize = YamlBounds::DEFAULT.max_bytes;
 
 /// Why a document was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum YamlError {
+pub enum YamlError {
     /// The text is longer than [`YamlBounds::max_bytes`].
     #[error("{what} is {bytes} bytes, more than the limit of {limit} bytes")]
     TooLarge {
@@ -119,10 +119,7 @@ pub(crate) enum YamlError {
 
 /// Parses `text` (document `what`, named in errors: `pipeline config`)
 /// into `T` once it is known to stay within [`YamlBounds::DEFAULT`].
-pub(crate) fn parse_bounded_yaml<T: DeserializeOwned>(
-    text: &str,
-    what: &str,
-) -> Result<T, YamlError> {
+pub fn parse_bounded_yaml<T: DeserializeOwned>(text: &str, what: &str) -> Result<T, YamlError> {
     parse_yaml_within(text, what, &YamlBounds::DEFAULT)
 }
 
@@ -133,7 +130,7 @@ pub fn parse_yaml_value<T: DeserializeOwned>(text: &str, what: &str) -> Result<T
 }
 
 /// [`parse_bounded_yaml`] within `bounds`.
-pub(crate) fn parse_yaml_within<T: DeserializeOwned>(
+pub fn parse_yaml_within<T: DeserializeOwned>(
     text: &str,
     what: &str,
     bounds: &YamlBounds,
@@ -144,7 +141,7 @@ pub(crate) fn parse_yaml_within<T: DeserializeOwned>(
 
 /// Checks that `text` stays within `bounds`, without building it; answers
 /// how many nodes it expands to.
-pub(crate) fn measure(text: &str, what: &str, bounds: &YamlBounds) -> Result<usize, YamlError> {
+pub fn measure(text: &str, what: &str, bounds: &YamlBounds) -> Result<usize, YamlError> {
     if text.len() > bounds.max_bytes {
         return Err(YamlError::TooLarge {
             what: what.to_string(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 /// A parsed duration: negative ones are kept apart so that callers can
 /// refuse them by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum GoDuration {
+pub enum GoDuration {
     /// Zero or more.
     NonNegative(Duration),
     /// Less than zero.
@@ -16,7 +16,7 @@ pub(crate) enum GoDuration {
 }
 
 /// Parses `s` as Go does; the error reads like Go's.
-pub(crate) fn parse_go_duration(s: &str) -> Result<GoDuration, String> {
+pub fn parse_go_duration(s: &str) -> Result<GoDuration, String> {
     let invalid = || format!("time: invalid duration {s:?}");
     let (negative, mut rest) = match s.as_bytes().first() {
         Some(b'-') => (true, &s[1..]),
@@ -90,7 +90,7 @@ pub(crate) fn parse_go_duration(s: &str) -> Result<GoDuration, String> {
 
 /// A duration that must not be negative (timeouts, intervals): a negative
 /// one is refused by name.
-pub(crate) fn parse_non_negative(text: &str) -> Result<Duration, String> {
+pub fn parse_non_negative(text: &str) -> Result<Duration, String> {
     let parsed = parse_go_duration(text).map_err(|e| {
         let why = e.trim_start_matches("time: ");
         format!("invalid duration {text:?}: {why} (e.g. 90s, 10m, 1h30m)")
@@ -104,7 +104,7 @@ pub(crate) fn parse_non_negative(text: &str) -> Result<Duration, String> {
 /// `d` as Go's `time.Duration.String` writes it, to millisecond
 /// precision (`2m0s`, `1h0m0s`, `1.5s`, `300ms`): how durations are named
 /// in messages.
-pub(crate) fn format_go_duration(d: Duration) -> String {
+pub fn format_go_duration(d: Duration) -> String {
     if d.is_zero() {
         return "0s".into();
     }

@@ -20,7 +20,7 @@ pub(super) fn check_path(path: &str) -> Result<(), &'static str> {
 
 /// The absolute path in the container of `path` (relative to `work_dir`
 /// unless absolute), cleaned: no `.` components, doubled or trailing `/`.
-pub(crate) fn container_path(work_dir: &str, path: &str) -> String {
+pub fn container_path(work_dir: &str, path: &str) -> String {
     if path.starts_with('/') {
         clean(path)
     } else {

@@ -45,7 +45,7 @@ pub struct Pipeline {
 /// A pipeline as set: the vars its static vars left (the credential
 /// manager's), and, once a build filled them, the config keys its
 /// resources and resource types had before (see
-/// [`crate::resources::ResourceConfig::key_as_set`]), by name.
+/// [`crate::resource_config::ResourceConfig::key_as_set`]), by name.
 #[derive(Clone, Default)]
 pub struct AsSet(Option<Arc<AsSetParts>>);
 
@@ -58,7 +58,7 @@ struct AsSetParts {
 
 impl AsSet {
     /// A pipeline as set whose static vars left `left`.
-    pub(crate) fn leaving(left: std::collections::BTreeSet<String>) -> AsSet {
+    pub fn leaving(left: std::collections::BTreeSet<String>) -> AsSet {
         if left.is_empty() {
             return AsSet(None);
         }
@@ -69,14 +69,14 @@ impl AsSet {
     }
 
     /// Whether vars were left for the credential manager.
-    pub(crate) fn needs_credentials(&self) -> bool {
+    pub fn needs_credentials(&self) -> bool {
         self.0.as_ref().is_some_and(|p| !p.left.is_empty())
     }
 
     /// This pipeline as set, with the config keys of its resources and
     /// custom types' images by name (see
-    /// `crate::resources::config::load_with_credentials`).
-    pub(crate) fn with_keys(
+    /// `crate::resource_config::load_with_credentials`).
+    pub fn with_keys(
         &self,
         resources: HashMap<String, String>,
         types: HashMap<String, String>,
@@ -90,12 +90,12 @@ impl AsSet {
     }
 
     /// The key of resource `name`'s config as set.
-    pub(crate) fn of_resource(&self, name: &str) -> Option<String> {
+    pub fn of_resource(&self, name: &str) -> Option<String> {
         self.0.as_ref()?.resources.get(name).cloned()
     }
 
     /// The key of resource type `name`'s image config as set.
-    pub(crate) fn of_type(&self, name: &str) -> Option<String> {
+    pub fn of_type(&self, name: &str) -> Option<String> {
         self.0.as_ref()?.types.get(name).cloned()
     }
 }
@@ -377,7 +377,7 @@ pub struct Group {
 }
 
 /// A var source: `((name:var))` reads it when a build needs the var
-/// (`crate::credentials`; Gantry reads `idtoken` sources).
+/// (the engine's credential managers; Gantry reads `idtoken` sources).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VarSource {
     /// `name`, what `((name:var))` refers to.
@@ -401,7 +401,7 @@ pub struct Display {
 /// character, `\x` a literal x; anything else matches itself. Time
 /// linear in the product of the lengths, whatever the stars (the
 /// classic walk that goes back only to the last star).
-pub(crate) fn glob_match(pattern: &str, name: &str) -> bool {
+pub fn glob_match(pattern: &str, name: &str) -> bool {
     /// One element of a pattern.
     #[derive(Clone, Copy, PartialEq)]
     enum Tok {

@@ -18,14 +18,14 @@
 //! sources) when vars are required.
 
 mod identifier;
-pub(crate) mod model;
+pub mod model;
 mod parse_pipeline;
 mod parse_step;
 mod read;
-pub(crate) mod renames;
-pub(crate) mod step;
+pub mod renames;
+pub mod step;
 mod validate;
-pub(crate) mod vars;
+pub mod vars;
 
 #[cfg(test)]
 mod tests;
@@ -34,13 +34,13 @@ use serde_yaml::Value;
 
 pub use identifier::MAX_NAME;
 pub use model::Pipeline;
-pub(crate) use model::{Job, Resource};
-pub(crate) use read::Params;
-pub(crate) use step::{
+pub use model::{Job, Resource};
+pub use read::Params;
+pub use step::{
     Across, GetStep, Hooks, LoadVarStep, MaxInFlight, PutInputs, PutStep, Step, StepKind, TaskStep,
     Timeout, VersionSpec,
 };
-pub(crate) use vars::interpolate;
+pub use vars::interpolate;
 pub use vars::Vars;
 
 /// A checked document: a pipeline, or a bare plan. Made once per read and
@@ -59,7 +59,7 @@ pub enum Document {
 /// once it is known to stay within the bounds of
 /// [`crate::bounded_yaml`]. The one problem it can have is returned as a
 /// single line.
-pub(crate) fn parse_yaml(text: &str, what: &str) -> Result<Value, String> {
+pub fn parse_yaml(text: &str, what: &str) -> Result<Value, String> {
     if let Some(line) = text
         .lines()
         .find(|l| l.trim_start().starts_with("#@") || l.contains(" #@ "))
@@ -85,14 +85,14 @@ pub(crate) fn parse_yaml(text: &str, what: &str) -> Result<Value, String> {
 ///
 /// A document checked with unfilled vars is for reporting: fields held by
 /// vars read as absent.
-pub(crate) fn check(doc: &Value, vars_may_be_unfilled: bool) -> Result<Document, Vec<String>> {
+pub fn check(doc: &Value, vars_may_be_unfilled: bool) -> Result<Document, Vec<String>> {
     check_warned(doc, vars_may_be_unfilled).0
 }
 
 /// [`check`], with the warnings found: what is accepted but not taken as
 /// written (e.g. a `get`'s `version: some-string`, taken as `latest`),
 /// each with its path.
-pub(crate) fn check_warned(
+pub fn check_warned(
     doc: &Value,
     vars_may_be_unfilled: bool,
 ) -> (Result<Document, Vec<String>>, Vec<String>) {

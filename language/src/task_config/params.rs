@@ -35,7 +35,7 @@ pub(super) fn read_params(v: Option<&Value>, p: &mut Problems) -> BTreeMap<Strin
 
 /// A pipeline task step's `params` (which override its config's) as the
 /// text the task's environment gets, read as the config's are.
-pub(crate) fn params_text(
+pub fn params_text(
     params: &BTreeMap<String, Value>,
 ) -> Result<BTreeMap<String, String>, Vec<String>> {
     let m: serde_yaml::Mapping = params

@@ -15,7 +15,7 @@ use serde_yaml::{Mapping, Value};
 use super::vars::{find_vars, VarRef};
 
 /// Free-form values (`params`, `source`, `vars`): string keys, any values.
-pub(crate) type Params = BTreeMap<String, Value>;
+pub type Params = BTreeMap<String, Value>;
 
 /// Collects problems while reading a document.
 #[derive(Debug, Default)]

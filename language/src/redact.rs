@@ -11,13 +11,13 @@ use std::sync::{Arc, RwLock};
 use serde_yaml::Value;
 
 /// What replaces a secret value (Concourse's text).
-pub(crate) const REDACTED: &str = "((redacted))";
+pub const REDACTED: &str = "((redacted))";
 
 /// The secret texts of one build, shared by its event sink and its steps;
 /// append-only: a value once secret stays hidden for the rest of the
 /// build.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Redactor(Arc<RwLock<Texts>>);
+pub struct Redactor(Arc<RwLock<Texts>>);
 
 #[derive(Debug, Default)]
 struct Texts {
@@ -30,21 +30,21 @@ struct Texts {
 
 impl Redactor {
     /// A redactor of no secret yet.
-    pub(crate) fn new() -> Redactor {
+    pub fn new() -> Redactor {
         Redactor::default()
     }
 
     /// A redactor that hides nothing (redaction turned off on the node).
-    pub(crate) fn off() -> Redactor {
+    pub fn off() -> Redactor {
         let r = Redactor::default();
         r.0.write().unwrap_or_else(|e| e.into_inner()).off = true;
         r
     }
 
     /// Hides `value` from now on, line by line: a string's text, and each
-    /// string inside a mapping (see [`secret_texts`]: what Concourse
+    /// string inside a mapping (see `secret_texts`: what Concourse
     /// redacts).
-    pub(crate) fn add(&self, value: &Value) {
+    pub fn add(&self, value: &Value) {
         if self.read().off {
             return;
         }
@@ -70,7 +70,7 @@ impl Redactor {
     }
 
     /// Hides what `other` hides too.
-    pub(crate) fn extend(&self, other: &Redactor) {
+    pub fn extend(&self, other: &Redactor) {
         let lines = other.read().lines.clone();
         let mut state = self.0.write().unwrap_or_else(|e| e.into_inner());
         if state.off {
@@ -84,17 +84,17 @@ impl Redactor {
     }
 
     /// Whether there is nothing to hide (then text goes through as it is).
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.read().lines.is_empty()
     }
 
     /// The length in bytes of the longest secret line (0: none).
-    pub(crate) fn longest(&self) -> usize {
+    pub fn longest(&self) -> usize {
         self.read().lines.first().map_or(0, String::len)
     }
 
     /// `text` with every secret line replaced by [`REDACTED`].
-    pub(crate) fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+    pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let state = self.read();
         let mut out = Cow::Borrowed(text);
         for line in &state.lines {
@@ -107,7 +107,7 @@ impl Redactor {
 
     /// Every string of a JSON value (keys included) redacted in place;
     /// answers whether anything changed.
-    pub(crate) fn redact_json(&self, v: &mut serde_json::Value) -> bool {
+    pub fn redact_json(&self, v: &mut serde_json::Value) -> bool {
         match v {
             serde_json::Value::String(s) => match self.redact(s) {
                 Cow::Owned(r) => {
@@ -146,7 +146,7 @@ impl Redactor {
 
 /// Whether [`Redactor::add`] takes anything of `value` as secret (a list,
 /// a number or a boolean it leaves shown, as Concourse does).
-pub(crate) fn holds_secrets(value: &Value) -> bool {
+pub fn holds_secrets(value: &Value) -> bool {
     let mut texts = Vec::new();
     secret_texts(value, &mut texts);
     !texts.is_empty()
@@ -173,16 +173,16 @@ fn secret_texts(v: &Value, out: &mut Vec<String>) {
 /// but its last `longest - 1` bytes (where a secret's head may wait for
 /// its tail), so a line that never ends costs bounded memory.
 #[derive(Debug, Default)]
-pub(crate) struct HeldLines {
+pub struct HeldLines {
     pending: String,
 }
 
 /// The most a line is held back before its head goes out.
-pub(crate) const HOLD_LIMIT: usize = 64 * 1024;
+pub const HOLD_LIMIT: usize = 64 * 1024;
 
 impl HeldLines {
     /// The redacted text that can go out after `text` arrived.
-    pub(crate) fn push(&mut self, text: String, redactor: &Redactor) -> String {
+    pub fn push(&mut self, text: String, redactor: &Redactor) -> String {
         // The common case, no secret: the text goes on as it is, uncopied.
         if redactor.is_empty() && self.pending.is_empty() {
             return text;
@@ -208,7 +208,7 @@ impl HeldLines {
     }
 
     /// What is still held, redacted (the output ended).
-    pub(crate) fn finish(&mut self, redactor: &Redactor) -> String {
+    pub fn finish(&mut self, redactor: &Redactor) -> String {
         redactor
             .redact(&std::mem::take(&mut self.pending))
             .into_owned()

@@ -5,7 +5,7 @@
 //! NAME=VALUE`, `-l VARS.yml`) fill vars when a pipeline is set; the vars
 //! they leave are the credential manager's, filled when a build needs them
 //! ([`interpolate_leaving`] keeps them in place and names them; see
-//! `crate::credentials`). The local source `.` (`((.:name))`) is filled by
+//! the engine's credential managers). The local source `.` (`((.:name))`) is filled by
 //! `load_var` and `across` while the build runs, so interpolation leaves it
 //! in place too.
 //!
@@ -99,7 +99,7 @@ fn find_unquoted(s: &str, wanted: char) -> Option<usize> {
 /// The vars of a string: each `((...))` whose text is a var name, with its
 /// byte range (the parentheses included). Mirrors Concourse's pattern
 /// `\(\((([-/\.\w\pL]+\:)?[-/\.:@"\w\pL]+)\)\)`.
-pub(crate) fn find_vars(s: &str) -> Vec<(std::ops::Range<usize>, String)> {
+pub fn find_vars(s: &str) -> Vec<(std::ops::Range<usize>, String)> {
     let mut found = Vec::new();
     let mut from = 0;
     while let Some(open) = s[from..].find("((").map(|i| i + from) {
@@ -133,13 +133,13 @@ fn is_var_body(body: &str) -> bool {
 
 /// Whether a string holds at least one var.
 #[cfg(test)]
-pub(crate) fn has_vars(s: &str) -> bool {
+pub fn has_vars(s: &str) -> bool {
     !find_vars(s).is_empty()
 }
 
 /// Whether a string is exactly one var (its value then keeps its YAML type).
 #[cfg(test)]
-pub(crate) fn whole_var(s: &str) -> Option<String> {
+pub fn whole_var(s: &str) -> Option<String> {
     match find_vars(s).as_slice() {
         [(range, body)] if range.start == 0 && range.end == s.len() => Some(body.clone()),
         _ => None,
@@ -257,7 +257,7 @@ impl Vars {
 
     /// The value of a var of a var source, kept as `source:name` by the
     /// credential manager's resolution, with its fields looked up.
-    pub(crate) fn lookup_sourced(&self, var: &VarRef) -> Result<Option<&Value>, String> {
+    pub fn lookup_sourced(&self, var: &VarRef) -> Result<Option<&Value>, String> {
         match &var.source {
             Some(source) => self.lookup_at(&format!("{source}:{}", var.path), var),
             None => Ok(None),
@@ -294,7 +294,7 @@ impl From<BTreeMap<String, Value>> for Vars {
 /// Fills every var of a document. Build-local vars (`((.:name))`) are left
 /// for the build; any other var that cannot be filled is a problem naming it
 /// (and where it is first used), each var once.
-pub(crate) fn interpolate(doc: &Value, vars: &Vars) -> Result<Value, Vec<String>> {
+pub fn interpolate(doc: &Value, vars: &Vars) -> Result<Value, Vec<String>> {
     Filler::new(Some(vars), Locals::Keep).fill(doc)
 }
 
@@ -303,7 +303,7 @@ pub(crate) fn interpolate(doc: &Value, vars: &Vars) -> Result<Value, Vec<String>
 /// a build needs them. Answers the document and the vars left, each once
 /// by its text (`source:name.field`); a var `vars` has but cannot fill
 /// (a missing field, a list inside a string) is still a problem.
-pub(crate) fn interpolate_leaving(
+pub fn interpolate_leaving(
     doc: &Value,
     vars: &Vars,
 ) -> Result<(Value, std::collections::BTreeSet<String>), Vec<String>> {
@@ -318,7 +318,7 @@ pub(crate) fn interpolate_leaving(
 }
 
 /// The vars of `doc` other than build-local ones, each once by its text.
-pub(crate) fn vars_of(doc: &Value, out: &mut std::collections::BTreeSet<String>) {
+pub fn vars_of(doc: &Value, out: &mut std::collections::BTreeSet<String>) {
     match doc {
         Value::String(s) => {
             for (_, body) in find_vars(s) {
@@ -342,11 +342,7 @@ pub(crate) fn vars_of(doc: &Value, out: &mut std::collections::BTreeSet<String>)
 /// With `strict`, a local var `locals` lacks is a problem naming it (what a
 /// step about to run needs); without, it stays for later (an `across`
 /// combination filling only its own vars).
-pub(crate) fn interpolate_local(
-    doc: &Value,
-    locals: &Vars,
-    strict: bool,
-) -> Result<Value, Vec<String>> {
+pub fn interpolate_local(doc: &Value, locals: &Vars, strict: bool) -> Result<Value, Vec<String>> {
     let mode = if strict {
         Locals::Require(locals)
     } else {
@@ -359,7 +355,7 @@ pub(crate) fn interpolate_local(
 /// Concourse does: its plain vars from the step's `vars` (the pipeline's
 /// vars do not reach it), its build-local vars from the build's; every var
 /// must be filled.
-pub(crate) fn interpolate_task_file(
+pub fn interpolate_task_file(
     doc: &Value,
     task_vars: &Vars,
     locals: &Vars,

@@ -35,7 +35,7 @@ pub struct Step {
 }
 
 /// The hooks of a step or a job, each a step of its own.
-pub(crate) type Hooks = crate::hooks::Hooks<Step>;
+pub type Hooks = crate::hooks::Hooks<Step>;
 
 /// A `timeout` as written (it may hold a var) and, once known, its length.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -22,7 +22,7 @@ use super::Pipeline;
 
 /// One rename: the history under `old` goes to `new`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Rename {
+pub struct Rename {
     /// The former name (`old_name`).
     pub old: String,
     /// The name in the config now.
@@ -32,7 +32,7 @@ pub(crate) struct Rename {
 /// The renames of a pipeline, each list in the order to apply it (a name
 /// is renamed away before another entry takes it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Renames {
+pub struct Renames {
     /// Of its jobs.
     pub jobs: Vec<Rename>,
     /// Of its resources.
@@ -40,7 +40,7 @@ pub(crate) struct Renames {
 }
 
 /// The renames `pipeline` asks for, or every problem with them.
-pub(crate) fn renames(pipeline: &Pipeline) -> Result<Renames, Vec<String>> {
+pub fn renames(pipeline: &Pipeline) -> Result<Renames, Vec<String>> {
     let mut problems = Vec::new();
     let jobs = ordered(
         "jobs",

@@ -28,14 +28,14 @@ use serde_yaml::Value;
 
 use gantry_wire::spec::RootfsSpec;
 
-pub(crate) use caches::TaskCache;
-pub(crate) use image_resource::ImageResource;
-pub(crate) use inputs::TaskInput;
-pub(crate) use limits::{cpu_shares, memory_bytes, ContainerLimits};
-pub(crate) use outputs::TaskOutput;
-pub(crate) use params::params_text;
-pub(crate) use paths::container_path;
-pub(crate) use run::TaskRun;
+pub use caches::TaskCache;
+pub use image_resource::ImageResource;
+pub use inputs::TaskInput;
+pub use limits::{cpu_shares, memory_bytes, ContainerLimits};
+pub use outputs::TaskOutput;
+pub use params::params_text;
+pub use paths::container_path;
+pub use run::TaskRun;
 
 use read::{flag, scalar, unknown_fields};
 

@@ -49,7 +49,7 @@ pub(super) fn read_limits(v: Option<&Value>, p: &mut Problems) -> ContainerLimit
 }
 
 /// A memory limit: bytes as a number, or a string with a unit.
-pub(crate) fn memory_bytes(v: &Value) -> Result<u64, String> {
+pub fn memory_bytes(v: &Value) -> Result<u64, String> {
     match v {
         Value::Number(_) => whole(v, "memory limit"),
         Value::String(s) => parse_memory(s),
@@ -92,7 +92,7 @@ pub(super) fn parse_memory(s: &str) -> Result<u64, String> {
 }
 
 /// CPU shares: a whole number (Concourse: "cpu limit must be an integer").
-pub(crate) fn cpu_shares(v: &Value) -> Result<u64, String> {
+pub fn cpu_shares(v: &Value) -> Result<u64, String> {
     whole(v, "cpu limit")
 }
 

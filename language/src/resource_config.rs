@@ -112,18 +112,19 @@ impl ResourceConfig {
 /// Hex SHA-256 of a JSON value's canonical text (object keys sorted by
 /// serde_json's map, which is ordered).
 fn hash(v: &Value) -> String {
-    crate::digest::sha256_hex(v.to_string())
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(v.to_string()))
 }
 
 /// YAML params as JSON (keys of maps become strings).
-pub(crate) fn params_json(params: &pipeline::Params) -> Result<Value, String> {
+pub fn params_json(params: &pipeline::Params) -> Result<Value, String> {
     serde_json::to_value(params).map_err(|e| format!("params are not JSON: {e}"))
 }
 
 /// Resolves type `name` of the pipeline: a declared resource type (its image
 /// fetched by its own type, recursively) or a base type. A cycle of types
 /// is an error naming it.
-pub(crate) fn resolve_type(pipeline: &Pipeline, name: &str) -> Result<ResourceType, String> {
+pub fn resolve_type(pipeline: &Pipeline, name: &str) -> Result<ResourceType, String> {
     resolve_type_in(pipeline, name, &mut Vec::new())
 }
 
@@ -172,7 +173,7 @@ fn resolve_type_in(
 
 /// The config of resource `resource`: its type resolved, its source with
 /// its type's `defaults` under it.
-pub(crate) fn resource_config(
+pub fn resource_config(
     pipeline: &Pipeline,
     resource: &pipeline::Resource,
 ) -> Result<ResourceConfig, String> {
@@ -285,7 +286,7 @@ impl ImageSource {
 /// are filled from `creds` (the credential manager's), and the configs of
 /// its resources and resource types keep the keys they had as the
 /// pipeline was set ([`ResourceConfig::key_as_set`]).
-pub(crate) fn load_with_credentials(
+pub fn load_with_credentials(
     text: &str,
     vars: &pipeline::Vars,
     creds: &pipeline::Vars,
