@@ -242,6 +242,36 @@ fn local_users_sign_in_with_their_role_and_two_targets_act_side_by_side() {
         .as_str()
         .unwrap()
         .to_string();
+    // Concourse's `UserInfo`, as `fly userinfo` decodes it.
+    let me: serde_json::Value = reqwest::blocking::Client::new()
+        .get(format!("{url}/api/v1/user"))
+        .bearer_auth(&token)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(me["user_name"], "alice", "{me}");
+    assert_eq!(me["display_user_id"], "alice", "{me}");
+    assert_eq!(me["is_admin"], false, "{me}");
+    assert_eq!(me["connector"], "local", "{me}");
+    assert_eq!(
+        me["teams"],
+        serde_json::json!({"red": ["pipeline-operator"]}),
+        "{me}"
+    );
+    let admin: serde_json::Value = reqwest::blocking::Client::new()
+        .get(format!("{url}/api/v1/user"))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(admin["is_admin"], true, "{admin}");
+    assert_eq!(
+        admin["teams"],
+        serde_json::json!({"main": ["owner"]}),
+        "{admin}"
+    );
     assert_eq!(
         ok(&as_person(&home, &["logout", "-t", "r"], "")),
         "target r signed out"

@@ -12,9 +12,15 @@ use serde::Deserialize;
 
 use actix_web::cookie::{time::Duration as CookieAge, Cookie, SameSite};
 
+use std::collections::BTreeMap;
+
+use gantry_actors::api::Role;
+
+use crate::web::audit_log::Actor;
 use crate::web::auth::{csrf_of, request_token, Identity, SESSION_COOKIE};
 use crate::web::error::ApiError;
 use crate::web::people::NotChecked;
+use crate::web::people::{GITHUB_PREFIX, OIDC_PREFIX};
 use crate::web::AppState;
 use actix_web::http::StatusCode;
 
@@ -214,12 +220,13 @@ pub async fn sign_out(
     operation_id = "whoAmI",
     tag = "teams",
     responses(
-        (status = 200, description = "The caller: admin, team, role, user (a sign-in's), expires_at, and actions: the team operations (operationIds) the caller may take under the action map in force", body = Object),
+        (status = 200, description = "The caller: admin, team, role, user (a sign-in's), expires_at, and actions: the team operations (operationIds) the caller may take under the action map in force; and Concourse's `UserInfo` fields (`user_name`, `is_admin`, `teams`: each team's roles, `connector`, ...) as `fly userinfo` reads them", body = Object),
     )
 )]
 pub async fn who_am_i(
     req: HttpRequest,
     identity: Identity,
+    actor: Actor,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let token = request_token(&req).unwrap_or_default();
@@ -236,14 +243,52 @@ pub async fn who_am_i(
         Identity::Team(_, role) => state.actions.allowed(Some(*role)),
         _ => vec![],
     };
+    // Concourse's `UserInfo` (`atc/user.go`): a person's roles in every
+    // team they have one in; a token's, its team's.
+    let user = known.as_ref().and_then(|t| t.user.clone());
+    let mut teams: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    match (&user, &known, &identity) {
+        (Some(person), Some(t), _) => {
+            for (team, role) in state.engine.roles_of_person(person, &t.groups).await? {
+                teams.entry(team).or_default().push(role.as_str());
+            }
+        }
+        (_, _, Identity::Team(team, role)) => {
+            teams.entry(team.clone()).or_default().push(role.as_str());
+        }
+        (_, _, Identity::Admin) => {
+            teams
+                .entry("main".into())
+                .or_default()
+                .push(Role::Owner.as_str());
+        }
+        _ => {}
+    }
+    let user_name = user.clone().unwrap_or_else(|| actor.0.clone());
+    let connector = match user.as_deref() {
+        Some(u) if u.starts_with(OIDC_PREFIX) => "oidc",
+        Some(u) if u.starts_with(GITHUB_PREFIX) => "github",
+        Some(_) => "local",
+        None => "token",
+    };
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "admin": identity == Identity::Admin,
         "actions": actions,
         "team": team,
         "role": role,
-        "user": known.as_ref().and_then(|t| t.user.clone()),
+        "user": user,
         "expires_at": known.as_ref().and_then(|t| t.expires_at),
         // What a page signed in with the cookie sends with its changes.
         "csrf_token": (!token.is_empty()).then(|| csrf_of(&token)),
+        "sub": user_name,
+        "name": user_name,
+        "user_id": user_name,
+        "user_name": user_name,
+        "display_user_id": user_name,
+        "email": "",
+        "is_admin": identity == Identity::Admin,
+        "is_system": false,
+        "teams": teams,
+        "connector": connector,
     })))
 }
