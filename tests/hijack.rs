@@ -449,3 +449,137 @@ fn an_intercepted_container_outlives_its_task_until_the_session_closes() {
     assert!(one_error_line(&out).contains("no container"));
     eprintln!("local hijack test took {:?}", started.elapsed());
 }
+
+/// Opens the server-sent events at `url` on a thread of its own, reading
+/// until the stream ends: `Some(true)` once it ended cleanly (the server
+/// finished it), `Some(false)` if it was cut; the text read is collected.
+fn follow_events(url: String) -> (Collected, std::thread::JoinHandle<bool>) {
+    let out: Collected = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
+    let sink = out.clone();
+    let reader = std::thread::spawn(move || {
+        let client = reqwest::blocking::Client::builder()
+            .timeout(None)
+            .build()
+            .unwrap();
+        let mut resp = client.get(&url).send().unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "{url}");
+        let mut buf = [0u8; 65536];
+        loop {
+            match resp.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(n) => {
+                    sink.0.lock().unwrap().extend_from_slice(&buf[..n]);
+                    sink.1.notify_all();
+                }
+                Err(_) => return false,
+            }
+        }
+    });
+    (out, reader)
+}
+
+#[test]
+fn stopping_a_web_node_ends_its_open_feeds_and_intercept_sessions_and_it_exits_within_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new(DbKind::Sqlite);
+    let mut web = start_web(dir.path(), &db, "");
+    let url = web.url.clone();
+    let _worker = start_worker(dir.path(), &url, "w", worker_backend());
+    wait_for("the worker", Duration::from_secs(60), || {
+        (metric(&url, "gantry_workers{state=\"running\"}") == 1.0).then_some(())
+    });
+    let pipeline = dir.path().join("p.yml");
+    write(
+        &pipeline,
+        "jobs:\n- name: j\n  plan:\n  - task: t\n    config:\n      platform: linux\n      \
+         run: {path: sh, args: [-c, 'true']}\n",
+    );
+    common::pipelines::ok(&client(
+        &url,
+        &["set-pipeline", "-p", "p", "-c", pipeline.to_str().unwrap()],
+    ));
+
+    // A running task, and a process intercepted in its container.
+    write(&dir.path().join("task.yml"), WAITING_TASK);
+    let mut execute = gantry()
+        .current_dir(dir.path())
+        .args(["--url", &url, "execute", "-c", "task.yml"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let execute_out = collect(execute.stdout.take().unwrap());
+    let _execute = Killed(execute);
+    assert!(
+        wait_text(&execute_out, "ready\n", Duration::from_secs(60)),
+        "the task did not start; log:\n{}",
+        web.log_text()
+    );
+    let id = list(&url, "builds")[0]["id"].as_i64().unwrap();
+    let mut hijack = gantry()
+        .args(["--url", &url, "hijack", "-b", &id.to_string(), "--"])
+        .args(["sh", "-c", "echo intercepted; sleep 120"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let hijack_out = collect(hijack.stdout.take().unwrap());
+    let hijack_err = collect(hijack.stderr.take().unwrap());
+    let mut hijack = Killed(hijack);
+    assert!(
+        wait_text(&hijack_out, "intercepted\n", Duration::from_secs(30)),
+        "the intercepted process did not start: {}",
+        text(&hijack_err)
+    );
+
+    // The dashboard's feed and a pipeline page's (a publisher of its own).
+    let (dashboard, dashboard_reader) = follow_events(format!("{url}/api/v1/dashboard/events"));
+    let (page, page_reader) = follow_events(format!("{url}/api/v1/teams/main/pipelines/p/feed"));
+    for (what, feed) in [("dashboard", &dashboard), ("page", &page)] {
+        assert!(
+            wait_text(feed, "data: ", Duration::from_secs(20)),
+            "the {what} feed's first frame"
+        );
+    }
+
+    // SIGTERM: actix-web's graceful stop would wait 30 s on open
+    // connections; the node's own tasks end first, so it exits well before.
+    let asked = Instant::now();
+    // SAFETY: a signal to the child this test started.
+    unsafe {
+        libc::kill(web.child.id() as i32, libc::SIGTERM);
+    }
+    let status = wait_child(&mut web.child, Duration::from_secs(25));
+    let took = asked.elapsed();
+    let log = web.log_text();
+    assert!(status.success(), "{status:?}; log:\n{log}");
+    assert!(
+        took < Duration::from_secs(20),
+        "took {took:?} to stop; log:\n{log}"
+    );
+    assert!(dashboard_reader.join().unwrap(), "the dashboard feed ended");
+    assert!(page_reader.join().unwrap(), "the page feed ended");
+    let report = log
+        .lines()
+        .find(|l| l.contains("web node's tasks: "))
+        .unwrap_or_else(|| panic!("no report of the web node's tasks; log:\n{log}"));
+    // The page's publisher and the intercept session, at least.
+    let drained: usize = report
+        .split("web node's tasks: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(drained >= 2 && report.contains(", 0 left"), "{report}");
+    // The intercepted client was told why, and its client exits.
+    let code = wait_for("gantry hijack to exit", Duration::from_secs(20), || {
+        hijack.0.try_wait().unwrap()
+    });
+    assert!(!code.success());
+    assert!(
+        text(&hijack_err).contains("the web node is stopping"),
+        "stderr: {}",
+        text(&hijack_err)
+    );
+}

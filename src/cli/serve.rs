@@ -158,6 +158,7 @@ pub fn web(log_format: &str, flags: WebFlags) -> anyhow::Result<()> {
             crate::outln!("gantry web: API on http://{}", handle.addr);
             stop_web_on_signals(&handle, None);
             let result = handle.server.await.context("web server");
+            crate::web::stop_tasks(&handle.tasks).await;
             handle.engine.shutdown().await;
             fenced_exit(&handle.engine)?;
             result
@@ -256,6 +257,7 @@ pub fn quickstart(
             );
             stop_web_on_signals(&handle, Some(worker.state().clone()));
             let result = handle.server.await.context("web server");
+            crate::web::stop_tasks(&handle.tasks).await;
             worker.stop().await;
             handle.engine.shutdown().await;
             fenced_exit(&handle.engine)?;
@@ -427,8 +429,10 @@ fn quickstart_key(data_dir: &std::path::Path) -> anyhow::Result<String> {
 
 /// Stops a web node on SIGTERM or SIGINT: its builds are left to the next
 /// web node first ([`gantry_actors::Engine::drain`]), so the API's stopping
-/// (its threads, their connections) cannot fail them; then the API stops
-/// taking requests and finishes those in flight. A second signal stops it
+/// (its threads, their connections) cannot fail them; then the web node's
+/// own tasks stop ([`crate::web::stop_tasks`]: open feeds end, intercept
+/// sessions close), so their connections do not hold the API's stop; then
+/// the API stops taking requests and finishes those in flight. A second signal stops it
 /// at once.
 ///
 /// With an `embedded` worker (quickstart), the processes running on it
@@ -443,6 +447,7 @@ fn stop_web_on_signals(
 ) {
     let server = handle.server.handle();
     let engine = handle.engine.clone();
+    let tasks = handle.tasks.clone();
     let mut fenced = engine.fenced();
     actix_web::rt::spawn(async move {
         tokio::select! {
@@ -464,6 +469,15 @@ fn stop_web_on_signals(
             }
         });
         engine.drain().await;
+        // Before the API's stop, which would wait on their connections: open
+        // feeds end, intercept sessions stop their processes (before an
+        // embedded worker waits for its processes), uploads finish. A
+        // second signal does not wait for them.
+        let mut hurry = again.clone();
+        tokio::select! {
+            _ = crate::web::stop_tasks(&tasks) => {}
+            _ = hurry.wait_for(|a| *a) => {}
+        }
         if let Some(worker) = embedded {
             let cut = worker.finish_running(again.clone()).await;
             if cut > 0 {

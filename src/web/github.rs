@@ -21,7 +21,8 @@ use crate::config::GithubConfig;
 use crate::web::error::ApiError;
 use crate::web::people::GITHUB_PREFIX;
 use crate::web::sign_in_flow::{
-    self, challenge_of, provider_failed, CallbackQuery, LoginQuery, Person, ProviderHttp,
+    self, challenge_of, provider_failed, Begun, CallbackQuery, LoginQuery, PendingSignIn, Person,
+    ProviderHttp, SignInProvider,
 };
 use crate::web::AppState;
 
@@ -70,7 +71,7 @@ impl Github {
         &self.cfg.display_name
     }
 
-    fn authorize_url(&self, state: &str, verifier: &str) -> Result<String, ApiError> {
+    fn authorize_url_with(&self, state: &str, verifier: &str) -> Result<String, ApiError> {
         let base = format!(
             "{}/login/oauth/authorize",
             self.cfg.web_url.trim_end_matches('/')
@@ -92,7 +93,7 @@ impl Github {
     }
 
     /// Exchanges `code` for an access token and asks GitHub who it is.
-    async fn person(&self, code: &str, verifier: &str) -> Result<Person, ApiError> {
+    async fn exchange(&self, code: &str, verifier: &str) -> Result<Person, ApiError> {
         let url = format!(
             "{}/login/oauth/access_token",
             self.cfg.web_url.trim_end_matches('/')
@@ -183,10 +184,22 @@ fn person_of(user: &User, orgs: &[Org], teams: &[Team]) -> Person {
     }
 }
 
-fn provider_of(state: &AppState) -> Result<&Github, ApiError> {
-    state.github.as_deref().ok_or_else(|| {
-        ApiError::not_found("this web node signs no one in through GitHub ([web.github])")
-    })
+impl SignInProvider for Github {
+    const NAME: &'static str = PROVIDER;
+
+    fn of(state: &AppState) -> Result<&Self, ApiError> {
+        state.github.as_deref().ok_or_else(|| {
+            ApiError::not_found("this web node signs no one in through GitHub ([web.github])")
+        })
+    }
+
+    async fn authorize_url(&self, begun: &Begun) -> Result<String, ApiError> {
+        self.authorize_url_with(&begun.state, &begun.verifier)
+    }
+
+    async fn person(&self, code: &str, pending: &PendingSignIn) -> Result<Person, ApiError> {
+        self.exchange(code, &pending.verifier).await
+    }
 }
 
 /// `GET /auth/github/login`: sends the browser to GitHub.
@@ -208,10 +221,7 @@ pub async fn login(
     state: web::Data<AppState>,
     query: web::Query<LoginQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let github = provider_of(&state)?;
-    let begun = sign_in_flow::begin(query.into_inner())?;
-    let to = github.authorize_url(&begun.state, &begun.verifier)?;
-    sign_in_flow::leave_for(&state, &req, PROVIDER, begun, to).await
+    sign_in_flow::login::<Github>(req, state, query).await
 }
 
 /// `GET /auth/github/callback`: GitHub's answer. Signs the person in (a
@@ -237,11 +247,7 @@ pub async fn callback(
     state: web::Data<AppState>,
     query: web::Query<CallbackQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let github = provider_of(&state)?;
-    let q = query.into_inner();
-    let (pending, code) = sign_in_flow::come_back(&state, &req, PROVIDER, &q).await?;
-    let person = github.person(&code, &pending.verifier).await?;
-    sign_in_flow::finish(&state, &req, &pending, &person).await
+    sign_in_flow::callback::<Github>(req, state, query).await
 }
 
 #[cfg(test)]

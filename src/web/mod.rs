@@ -69,6 +69,41 @@ pub struct AppState {
     /// The keys sealing a provider's sign-in under way in its cookie (the
     /// node's encryption key, which every node sharing the database has).
     pub sign_in_keys: sign_in_flow::SignInKeys,
+    /// The web node's own long-lived tasks (the page feeds' publishers,
+    /// intercept sessions, upload pumps): stopped and waited for by
+    /// [`stop_tasks`] when the node stops, before its HTTP server stops,
+    /// whose graceful stop would otherwise wait on their connections.
+    pub tasks: gantry_jobs::Tasks,
+}
+
+/// How long stopping a web node waits for its own tasks ([`stop_tasks`]).
+pub const TASKS_BOUND: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Stops the web node's own tasks ([`AppState::tasks`]): open feeds end
+/// (their publishers stop), intercept sessions stop their processes and
+/// close, upload pumps finish their request's body; waits for them at
+/// most [`TASKS_BOUND`] and logs the report (at `error` when some were
+/// left). Once: later calls answer `None` at once.
+pub async fn stop_tasks(tasks: &gantry_jobs::Tasks) -> Option<gantry_jobs::Drained> {
+    if tasks.stopping() {
+        return None;
+    }
+    tracing::info!("web node: stopping its feeds, intercept sessions and uploads");
+    let report = tasks.drain(TASKS_BOUND).await;
+    if report.left > 0 {
+        tracing::error!(
+            drained = report.drained,
+            left = report.left,
+            "web node's tasks: {report}"
+        );
+    } else {
+        tracing::info!(
+            drained = report.drained,
+            left = report.left,
+            "web node's tasks: {report}"
+        );
+    }
+    Some(report)
 }
 
 /// A running web node.
@@ -82,6 +117,8 @@ pub struct WebHandle {
     /// The lock on a SQLite database, held while the node runs (none on
     /// PostgreSQL).
     pub sqlite_lock: Option<std::fs::File>,
+    /// The web node's own tasks ([`AppState::tasks`]), for [`stop_tasks`].
+    pub tasks: gantry_jobs::Tasks,
 }
 
 /// On SQLite, locks the database for this web node (`FILE.lock` next to
@@ -323,6 +360,7 @@ pub async fn start_web(
     }
     // Another node taking this node's builds over (it is fenced) stops it
     // through the ordered shutdown: see `cli::serve`.
+    let tasks = gantry_jobs::Tasks::default();
     let state = web::Data::new(AppState {
         engine: engine.clone(),
         tokens: auth::Tokens {
@@ -346,6 +384,7 @@ pub async fn start_web(
         github: github.clone(),
         clients,
         sign_in_keys,
+        tasks: tasks.clone(),
     });
     let max_body = usize::try_from(cfg.max_request_body_bytes).unwrap_or(usize::MAX);
     let server = HttpServer::new(move || {
@@ -414,6 +453,7 @@ pub async fn start_web(
         addr,
         server: server.run(),
         engine,
+        tasks,
     })
 }
 

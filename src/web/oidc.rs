@@ -29,7 +29,8 @@ use crate::config::OidcConfig;
 use crate::web::error::ApiError;
 use crate::web::people::OIDC_PREFIX;
 use crate::web::sign_in_flow::{
-    self, challenge_of, provider_failed, CallbackQuery, LoginQuery, Person, ProviderHttp,
+    self, challenge_of, provider_failed, Begun, CallbackQuery, LoginQuery, PendingSignIn, Person,
+    ProviderHttp, SignInProvider,
 };
 use crate::web::AppState;
 
@@ -128,7 +129,7 @@ impl Oidc {
 
     /// Where to send a browser to sign in, with the values of the sign-in
     /// to record.
-    async fn authorize_url(
+    async fn authorize_url_with(
         &self,
         state: &str,
         nonce: &str,
@@ -158,12 +159,7 @@ impl Oidc {
     }
 
     /// Exchanges `code` for the provider's tokens and says who signed in.
-    pub async fn person(
-        &self,
-        code: &str,
-        verifier: &str,
-        nonce: &str,
-    ) -> Result<Person, ApiError> {
+    async fn exchange(&self, code: &str, verifier: &str, nonce: &str) -> Result<Person, ApiError> {
         let d = self.discovery().await?;
         let mut form = vec![
             ("grant_type", "authorization_code"),
@@ -335,10 +331,40 @@ fn person_of(
     })
 }
 
-fn provider_of(state: &AppState) -> Result<&Oidc, ApiError> {
-    state.oidc.as_deref().ok_or_else(|| {
-        ApiError::not_found("this web node signs no one in through an OpenID provider ([web.oidc])")
-    })
+impl SignInProvider for Oidc {
+    const NAME: &'static str = PROVIDER;
+
+    fn of(state: &AppState) -> Result<&Self, ApiError> {
+        state.oidc.as_deref().ok_or_else(|| {
+            ApiError::not_found(
+                "this web node signs no one in through an OpenID provider ([web.oidc])",
+            )
+        })
+    }
+
+    async fn authorize_url(&self, begun: &Begun) -> Result<String, ApiError> {
+        self.authorize_url_with(&begun.state, &begun.nonce, &begun.verifier)
+            .await
+    }
+
+    /// An answer naming its issuer (RFC 9207) must name this one.
+    fn check_answer(&self, answer: &CallbackQuery) -> Result<(), ApiError> {
+        if answer
+            .iss
+            .as_ref()
+            .is_some_and(|iss| iss != &self.cfg.issuer)
+        {
+            return Err(refused(format!(
+                "the answer comes from an unknown issuer (this node trusts {})",
+                self.cfg.issuer
+            )));
+        }
+        Ok(())
+    }
+
+    async fn person(&self, code: &str, pending: &PendingSignIn) -> Result<Person, ApiError> {
+        self.exchange(code, &pending.verifier, &pending.nonce).await
+    }
 }
 
 /// `GET /auth/oidc/login`: sends the browser to the provider.
@@ -361,12 +387,7 @@ pub async fn login(
     state: web::Data<AppState>,
     query: web::Query<LoginQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let oidc = provider_of(&state)?;
-    let begun = sign_in_flow::begin(query.into_inner())?;
-    let to = oidc
-        .authorize_url(&begun.state, &begun.nonce, &begun.verifier)
-        .await?;
-    sign_in_flow::leave_for(&state, &req, PROVIDER, begun, to).await
+    sign_in_flow::login::<Oidc>(req, state, query).await
 }
 
 /// `GET /auth/oidc/callback`: the provider's answer. Signs the person in
@@ -392,19 +413,7 @@ pub async fn callback(
     state: web::Data<AppState>,
     query: web::Query<CallbackQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let oidc = provider_of(&state)?;
-    let q = query.into_inner();
-    let (pending, code) = sign_in_flow::come_back(&state, &req, PROVIDER, &q).await?;
-    if q.iss.as_ref().is_some_and(|iss| iss != &oidc.cfg.issuer) {
-        return Err(refused(format!(
-            "the answer comes from an unknown issuer (this node trusts {})",
-            oidc.cfg.issuer
-        )));
-    }
-    let person = oidc
-        .person(&code, &pending.verifier, &pending.nonce)
-        .await?;
-    sign_in_flow::finish(&state, &req, &pending, &person).await
+    sign_in_flow::callback::<Oidc>(req, state, query).await
 }
 
 #[cfg(test)]

@@ -14,10 +14,17 @@
 //! browser can neither read the verifier nor forge a sign-in; it is
 //! cleared once used, and the provider takes an authorization code once
 //! (RFC 6749 10.5), so a replayed answer signs no one in.
+//!
+//! A provider says only what differs ([`SignInProvider`]): where the
+//! browser is sent, what its answer must also carry, and who the code it
+//! answered names. The routes' handlers ([`login`], [`callback`]) are the
+//! same for every provider.
 
 use actix_web::cookie::{time::Duration as CookieAge, Cookie, SameSite};
 use actix_web::http::StatusCode;
-use actix_web::{HttpRequest, HttpResponse};
+use std::future::Future;
+
+use actix_web::{web, HttpRequest, HttpResponse};
 use base64::Engine as _;
 use rand::RngCore as _;
 use serde::Deserialize;
@@ -259,7 +266,7 @@ pub struct Begun {
 }
 
 /// Checks a sign-in's query and draws its values.
-pub fn begin(query: LoginQuery) -> Result<Begun, ApiError> {
+fn begin(query: LoginQuery) -> Result<Begun, ApiError> {
     match (query.cli_port, &query.cli_state) {
         (Some(0), _) => return Err(ApiError::bad_request("cli_port must not be 0")),
         (Some(_), None) | (None, Some(_)) => {
@@ -288,7 +295,7 @@ pub fn begin(query: LoginQuery) -> Result<Begun, ApiError> {
 
 /// Seals `begun` as `provider`'s sign-in under way into a cookie and
 /// sends the browser to `to` (the provider's authorization URL) with it.
-pub async fn leave_for(
+async fn leave_for(
     state: &AppState,
     req: &HttpRequest,
     provider: &str,
@@ -326,7 +333,7 @@ pub async fn leave_for(
 /// cookie, refuses one too old, of another provider, or of another state
 /// (another browser than the one that began it: login CSRF), or refused
 /// by the provider. Answers the sign-in and the authorization code.
-pub async fn come_back(
+async fn come_back(
     state: &AppState,
     req: &HttpRequest,
     provider: &str,
@@ -375,7 +382,7 @@ pub async fn come_back(
 /// Signs `person` in to the team `pending` asked for (or their default
 /// one): the session cookie and the dashboard for a browser, the token on
 /// `gantry login`'s loopback callback for the CLI.
-pub async fn finish(
+async fn finish(
     state: &AppState,
     req: &HttpRequest,
     pending: &PendingSignIn,
@@ -420,6 +427,64 @@ pub async fn finish(
         .cookie(session_cookie(req, token, age))
         .cookie(gone)
         .finish())
+}
+
+/// What differs between sign-in providers (`[web.oidc]`, `[web.github]`);
+/// the rest of a sign-in is this module's, the same for each.
+pub trait SignInProvider: 'static {
+    /// The provider's name in its routes (`/auth/NAME/...`) and in the
+    /// seal of its sign-in cookie.
+    const NAME: &'static str;
+
+    /// The provider configured on this node, or a 404 naming the section
+    /// that would configure it.
+    fn of(state: &AppState) -> Result<&Self, ApiError>;
+
+    /// Where to send the browser beginning `begun` (with its `state`, PKCE
+    /// challenge and, for OpenID Connect, nonce).
+    fn authorize_url(&self, begun: &Begun) -> impl Future<Output = Result<String, ApiError>>;
+
+    /// Checks what the provider's answer carries beyond its code and
+    /// state, once the sign-in under way is known (nothing by default).
+    fn check_answer(&self, _answer: &CallbackQuery) -> Result<(), ApiError> {
+        Ok(())
+    }
+
+    /// Exchanges the authorization `code` of the sign-in `pending` and
+    /// says who signed in.
+    fn person(
+        &self,
+        code: &str,
+        pending: &PendingSignIn,
+    ) -> impl Future<Output = Result<Person, ApiError>>;
+}
+
+/// `GET /auth/PROVIDER/login`: sends the browser to the provider, its
+/// sign-in under way sealed in a cookie.
+pub async fn login<P: SignInProvider>(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    query: web::Query<LoginQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let provider = P::of(&state)?;
+    let begun = begin(query.into_inner())?;
+    let to = provider.authorize_url(&begun).await?;
+    leave_for(&state, &req, P::NAME, begun, to).await
+}
+
+/// `GET /auth/PROVIDER/callback`: the provider's answer. Signs the person
+/// in (a cookie and the dashboard, or the token to `gantry login`).
+pub async fn callback<P: SignInProvider>(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    query: web::Query<CallbackQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let provider = P::of(&state)?;
+    let answer = query.into_inner();
+    let (pending, code) = come_back(&state, &req, P::NAME, &answer).await?;
+    provider.check_answer(&answer)?;
+    let person = provider.person(&code, &pending).await?;
+    finish(&state, &req, &pending, &person).await
 }
 
 #[cfg(test)]

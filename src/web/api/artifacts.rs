@@ -73,7 +73,9 @@ pub async fn upload(
         })?,
     };
     let (body, pump) = gantry_agent::bridge_body(payload);
-    actix_web::rt::spawn(pump);
+    // One of the node's tasks, which stopping waits for: it ends with the
+    // request's body.
+    state.tasks.spawn_local_graceful(|_| pump);
     let owner = ArtifactOwner {
         team: &team,
         name: None,

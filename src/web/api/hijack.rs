@@ -27,7 +27,10 @@
 //! The session holds an intercept guard (`Engine::intercepts`) for as long as
 //! its process runs, so the build does not destroy the container under it.
 //! A client that goes away before the process ended gets its process
-//! terminated, then killed after [`STOP_GRACE`].
+//! terminated, then killed after [`STOP_GRACE`]. The session is one of the
+//! web node's tasks ([`crate::web::AppState::tasks`]): when the node stops,
+//! its process is stopped the same way and the client's last frame says
+//! so.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +47,7 @@ use gantry_wire::spec::{ProcessSpec, WindowSize};
 use gantry_wire::state::HandleState;
 use serde::Deserialize;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::web::auth::Identity;
 use crate::web::error::ApiError;
@@ -298,7 +302,10 @@ async fn open(
         .aggregate_continuations()
         .max_continuation_size(MAX_FRAME);
     tracing::info!(container = %target.handle, worker = %target.worker, "intercept session opened");
-    actix_web::rt::spawn(Session::new(container, session, guard, target.handle).run(messages));
+    // One of the node's tasks: stopping the node ends the session.
+    state.tasks.spawn_local_graceful(|stop| {
+        Session::new(container, session, guard, target.handle, stop).run(messages)
+    });
     Ok(response)
 }
 
@@ -320,6 +327,9 @@ struct Session {
     _guard: InterceptGuard,
     /// The container's handle, for logs.
     handle: String,
+    /// Cancelled when the web node stops: the process is stopped and the
+    /// client told why.
+    stop: CancellationToken,
 }
 
 /// How the relay loop ended.
@@ -328,7 +338,12 @@ enum Relay {
     Ended,
     /// The client went away (or broke the protocol, with this message).
     ClientGone(Option<String>),
+    /// The web node is stopping.
+    NodeStopping,
 }
+
+/// What a session's client is told when the web node stops under it.
+const NODE_STOPPING: &str = "the web node is stopping: intercept again once it is back";
 
 impl Session {
     /// A session in `container`.
@@ -337,31 +352,36 @@ impl Session {
         ws: actix_ws::Session,
         guard: InterceptGuard,
         handle: String,
+        stop: CancellationToken,
     ) -> Self {
         Session {
             container,
             ws,
             _guard: guard,
             handle,
+            stop,
         }
     }
 
     /// Runs the session to its end.
     async fn run(mut self, mut messages: actix_ws::AggregatedMessageStream) {
-        let request =
-            match tokio::time::timeout(FIRST_FRAME_TIMEOUT, first_request(&mut messages)).await {
-                Ok(Ok(Some(r))) => r,
-                Ok(Ok(None)) => return,
-                Ok(Err(e)) => return self.finish(Err(e)).await,
-                Err(_) => {
-                    return self
-                        .finish(Err(format!(
-                            "no process request within {}s of opening the session",
-                            FIRST_FRAME_TIMEOUT.as_secs()
-                        )))
-                        .await
-                }
-            };
+        let first = tokio::select! {
+            first = tokio::time::timeout(FIRST_FRAME_TIMEOUT, first_request(&mut messages)) => first,
+            () = self.stop.cancelled() => return self.finish(Err(NODE_STOPPING.into())).await,
+        };
+        let request = match first {
+            Ok(Ok(Some(r))) => r,
+            Ok(Ok(None)) => return,
+            Ok(Err(e)) => return self.finish(Err(e)).await,
+            Err(_) => {
+                return self
+                    .finish(Err(format!(
+                        "no process request within {}s of opening the session",
+                        FIRST_FRAME_TIMEOUT.as_secs()
+                    )))
+                    .await
+            }
+        };
         let (stdin_tx, stdin_rx) = mpsc::channel::<std::io::Result<Bytes>>(16);
         let stdin: ByteStream = gantry_wire::runtime::channel_stream(stdin_rx);
         let (out_tx, mut out_rx) = mpsc::channel(64);
@@ -421,6 +441,7 @@ impl Session {
                         break Relay::ClientGone(None);
                     }
                 },
+                () = self.stop.cancelled() => break Relay::NodeStopping,
             }
         };
         drop(stdin);
@@ -436,6 +457,11 @@ impl Session {
                 if let Some(e) = error {
                     self.finish(Err(e)).await;
                 }
+            }
+            Relay::NodeStopping => {
+                stop(&*process).await;
+                tracing::info!(container = %self.handle, process = process.id(), "the web node is stopping; intercept process stopped");
+                self.finish(Err(NODE_STOPPING.into())).await;
             }
         }
     }

@@ -404,12 +404,14 @@ pub async fn events(
     // The first snapshot is taken before answering, so a failure is an
     // HTTP error rather than a broken stream.
     let first = state.snapshots.get(&state.engine, team.as_deref()).await?;
+    let stop = state.tasks.stop_signal();
     let feed = Feed {
         state,
         team,
         changes: Changes::default(),
         first: Some(first),
         tick: tokio::time::interval(CHECK_EVERY),
+        stop,
     };
     Ok(event_stream(feed.into_stream()))
 }
@@ -433,6 +435,9 @@ struct Feed {
     changes: Changes,
     first: Option<std::sync::Arc<str>>,
     tick: tokio::time::Interval,
+    /// The node's stop: the feed ends, so it does not hold the HTTP
+    /// server's stop (see [`crate::web::stop_tasks`]).
+    stop: tokio_util::sync::CancellationToken,
 }
 
 impl Feed {
@@ -446,7 +451,10 @@ impl Feed {
                         frame.map(|f| format!("retry: 2000\n{f}"))
                     }
                     None => {
-                        feed.tick.tick().await;
+                        tokio::select! {
+                            _ = feed.tick.tick() => {}
+                            () = feed.stop.cancelled() => return None,
+                        }
                         feed.next_frame().await
                     }
                 };

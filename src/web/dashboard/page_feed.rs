@@ -11,7 +11,10 @@
 //! One publisher per page, not per tab: the first follower of a page starts
 //! a task that takes the page's snapshot once every [`TICK`] and hands it to
 //! every follower through a watch channel; the task ends at the first tick
-//! with no follower left. So the database's work grows with the number of
+//! with no follower left, or when the node stops (it is one of the web
+//! node's tasks, [`crate::web::AppState::tasks`]: it leaves the map, its
+//! channel closes and every follower's stream ends, so the open feeds do
+//! not hold the HTTP server's stop). So the database's work grows with the number of
 //! pages open, not with the number of tabs showing them
 //! (`gantry_dashboard_page_snapshots_total` counts the snapshots taken).
 //! A finished build's inputs never change: a publisher reads them once.
@@ -26,6 +29,7 @@ use gantry_actors::api::{now_ms, Build, BuildResources};
 use gantry_actors::Engine;
 use serde::Deserialize;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::feed::Changes;
 use crate::web::api::public_pipelines::{read_pipeline, Part, Reader};
@@ -71,12 +75,13 @@ pub struct PageFeeds {
 }
 
 impl PageFeeds {
-    /// Follows `key`'s page: its publisher's channel, started (with a first
-    /// snapshot taken now, so a missing pipeline is an HTTP error) when
-    /// the page has none.
+    /// Follows `key`'s page: its publisher's channel, started on `tasks`
+    /// (with a first snapshot taken now, so a missing pipeline is an HTTP
+    /// error) when the page has none.
     async fn follow(
         self: &Arc<Self>,
         engine: &Engine,
+        tasks: &gantry_jobs::Tasks,
         key: Key,
     ) -> Result<watch::Receiver<Frame>, ApiError> {
         if let Some(sender) = self.lock().get(&key) {
@@ -95,33 +100,54 @@ impl PageFeeds {
         drop(map);
         let feeds = self.clone();
         let engine = engine.clone();
-        actix_web::rt::spawn(async move {
-            let mut tick = tokio::time::interval(TICK);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                {
-                    // Under the map's lock, as a new follower subscribes.
-                    let mut map = feeds.lock();
-                    if sender.receiver_count() == 0 {
-                        map.remove(&key);
-                        return;
-                    }
-                }
-                let frame = match feeds.take(&engine, &key, &mut inputs).await {
-                    Ok(json) => Frame::Snapshot(json),
-                    Err(e) => Frame::Problem(e.message),
-                };
-                sender.send_if_modified(|last| {
-                    let changed = *last != frame;
-                    if changed {
-                        *last = frame;
-                    }
-                    changed
-                });
-            }
+        tasks.spawn_local_graceful(move |stop| async move {
+            feeds.publish(&engine, key, &sender, inputs, stop).await;
         });
         Ok(receiver)
+    }
+
+    /// Takes `key`'s snapshot every [`TICK`] and hands it to the page's
+    /// followers through `sender`, until the first tick with no follower
+    /// left or until `stop` (the node stops): then the page leaves the map,
+    /// so the channel closes once `sender` is dropped.
+    async fn publish(
+        &self,
+        engine: &Engine,
+        key: Key,
+        sender: &watch::Sender<Frame>,
+        mut inputs: HashMap<i64, BuildResources>,
+        stop: CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = stop.cancelled() => {
+                    self.lock().remove(&key);
+                    return;
+                }
+            }
+            {
+                // Under the map's lock, as a new follower subscribes.
+                let mut map = self.lock();
+                if sender.receiver_count() == 0 {
+                    map.remove(&key);
+                    return;
+                }
+            }
+            let frame = match self.take(engine, &key, &mut inputs).await {
+                Ok(json) => Frame::Snapshot(json),
+                Err(e) => Frame::Problem(e.message),
+            };
+            sender.send_if_modified(|last| {
+                let changed = *last != frame;
+                if changed {
+                    *last = frame;
+                }
+                changed
+            });
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Arc<watch::Sender<Frame>>>> {
@@ -280,7 +306,7 @@ pub async fn feed(
     };
     let mut receiver = state
         .page_feeds
-        .follow(&state.engine, (team, pipeline, page, reader))
+        .follow(&state.engine, &state.tasks, (team, pipeline, page, reader))
         .await?;
     receiver.mark_changed();
     let follower = Follower {
@@ -314,7 +340,7 @@ impl Follower {
                     }
                 };
                 if !changed {
-                    // The publisher ended (the node is stopping).
+                    // The publisher ended (the node is stopping: see `publish`).
                     return None;
                 }
                 let frame = f.receiver.borrow_and_update().clone();
