@@ -55,6 +55,7 @@ mod build_log_text;
 mod build_logs;
 mod cli;
 mod cluster;
+mod concourse_api;
 mod custom_types;
 #[cfg(feature = "bench")]
 mod dashboard_a11y;

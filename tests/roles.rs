@@ -111,6 +111,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "getBuildResources",
         "listPipelines",
         "getPipeline",
+        "getConfig",
         "listPipelineJobs",
         "getPipelineJob",
         "listJobBuilds",
@@ -141,6 +142,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
     }
     for op in [
         "setPipeline",
+        "saveConfig",
         "destroyPipeline",
         "renamePipeline",
         "archivePipeline",

@@ -77,6 +77,7 @@ pub const DEFAULT_ROLES: &[(&str, Role)] = &[
     ("listTeams", Role::Viewer),
     ("listPipelines", Role::Viewer),
     ("getPipeline", Role::Viewer),
+    ("getConfig", Role::Viewer),
     ("listPipelineJobs", Role::Viewer),
     ("getPipelineJob", Role::Viewer),
     ("listJobBuilds", Role::Viewer),
@@ -102,6 +103,7 @@ pub const DEFAULT_ROLES: &[(&str, Role)] = &[
     ("clearTaskCache", Role::PipelineOperator),
     // Changing pipelines, one-off builds, containers, secrets.
     ("setPipeline", Role::Member),
+    ("saveConfig", Role::Member),
     ("destroyPipeline", Role::Member),
     ("renamePipeline", Role::Member),
     ("archivePipeline", Role::Member),
