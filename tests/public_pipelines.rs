@@ -58,6 +58,8 @@ jobs:
 const PUBLIC: &[&str] = &[
     "listPipelines",
     "getPipeline",
+    "pipelineBadge",
+    "jobBadge",
     "pipelineFeed",
     "listPipelineJobs",
     "getPipelineJob",
@@ -237,6 +239,10 @@ fn an_exposed_pipeline_is_read_by_anyone_as_concourse_shows_it_and_hidden_again(
     assert_eq!(get(url, Some(&blue), pipeline).0, 404);
     assert_eq!(anonymous_log(url, open).0, 401);
     assert_eq!(get(url, None, "/api/v1/teams/main/pipelines").0, 401);
+    assert_eq!(
+        get(url, None, &format!("{pipeline}/jobs/open/badge")).0,
+        401
+    );
 
     assert_eq!(admin(url, &["expose-pipeline", "-p", "p"]), "exposed 'p'");
     let mut feed = reqwest::blocking::Client::builder()
@@ -269,6 +275,18 @@ fn an_exposed_pipeline_is_read_by_anyone_as_concourse_shows_it_and_hidden_again(
         .map(|p| p["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["p"], "only the exposed pipeline is listed");
+
+    // Badges, as a project's README shows them.
+    let (status, badge) = get(url, None, &format!("{pipeline}/jobs/open/badge?title=ci"));
+    assert_eq!(status, 200);
+    let badge = badge.as_str().unwrap().to_string();
+    assert!(
+        badge.contains("<svg") && badge.contains(">passing<") && badge.contains(">ci<"),
+        "{badge}"
+    );
+    let (status, badge) = get(url, None, &format!("{pipeline}/badge"));
+    assert_eq!(status, 200);
+    assert!(badge.as_str().unwrap().contains(">passing<"), "{badge}");
 
     // Its jobs' statuses, without the scheduler's decisions or workers.
     let (status, jobs) = get(url, None, &format!("{pipeline}/jobs"));

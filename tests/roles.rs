@@ -112,6 +112,8 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "listPipelines",
         "getPipeline",
         "getConfig",
+        "pipelineBadge",
+        "jobBadge",
         "listPipelineJobs",
         "getPipelineJob",
         "listJobBuilds",

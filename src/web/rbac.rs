@@ -47,6 +47,8 @@ pub const ADMIN_ONLY: &[&str] = &[
 pub const PUBLIC_READS: &[&str] = &[
     "listPipelines",
     "getPipeline",
+    "pipelineBadge",
+    "jobBadge",
     "pipelineFeed",
     "listPipelineJobs",
     "getPipelineJob",
@@ -77,6 +79,8 @@ pub const DEFAULT_ROLES: &[(&str, Role)] = &[
     ("listTeams", Role::Viewer),
     ("listPipelines", Role::Viewer),
     ("getPipeline", Role::Viewer),
+    ("pipelineBadge", Role::Viewer),
+    ("jobBadge", Role::Viewer),
     ("getConfig", Role::Viewer),
     ("listPipelineJobs", Role::Viewer),
     ("getPipelineJob", Role::Viewer),

@@ -11,8 +11,8 @@ use utoipa::openapi::OpenApi as Document;
 use utoipa::OpenApi as _;
 
 use super::api::{
-    artifacts, audit, build_log, builds, gc, gc_admin, hijack, jobs, pipeline_config, pipelines,
-    public_pipelines, queue, reruns, resource_types, secrets, sessions, teams, workers,
+    artifacts, audit, badges, build_log, builds, gc, gc_admin, hijack, jobs, pipeline_config,
+    pipelines, public_pipelines, queue, reruns, resource_types, secrets, sessions, teams, workers,
 };
 use super::{dashboard, health, metrics, openapi};
 
@@ -103,6 +103,8 @@ routes! {
     get "/api/v1/teams/{team}/pipelines" => pipelines::list;
     get "/api/v1/teams/{team}/pipelines/{pipeline}" => pipelines::get;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/config" => pipeline_config::get;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/badge" => badges::pipeline;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/badge" => badges::job;
     put "/api/v1/teams/{team}/pipelines/{pipeline}/config" => pipeline_config::save;
     put "/api/v1/teams/{team}/pipelines/{pipeline}" => pipelines::set;
     delete "/api/v1/teams/{team}/pipelines/{pipeline}" => pipelines::destroy;

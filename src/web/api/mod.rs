@@ -11,6 +11,7 @@
 
 pub mod artifacts;
 pub mod audit;
+pub mod badges;
 pub mod bounds;
 pub mod build_log;
 pub(crate) mod builds;
