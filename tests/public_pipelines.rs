@@ -60,6 +60,8 @@ const PUBLIC: &[&str] = &[
     "getPipeline",
     "pipelineBadge",
     "jobBadge",
+    "getJobBuild",
+    "getResource",
     "pipelineFeed",
     "listPipelineJobs",
     "getPipelineJob",

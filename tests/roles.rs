@@ -114,6 +114,8 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "getConfig",
         "pipelineBadge",
         "jobBadge",
+        "getJobBuild",
+        "getResource",
         "listPipelineJobs",
         "getPipelineJob",
         "listJobBuilds",

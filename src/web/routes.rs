@@ -12,7 +12,8 @@ use utoipa::OpenApi as _;
 
 use super::api::{
     artifacts, audit, badges, build_log, builds, gc, gc_admin, hijack, jobs, pipeline_config,
-    pipelines, public_pipelines, queue, reruns, resource_types, secrets, sessions, teams, workers,
+    pipeline_reads, pipelines, public_pipelines, queue, reruns, resource_types, secrets, sessions,
+    teams, workers,
 };
 use super::{dashboard, health, metrics, openapi};
 
@@ -105,6 +106,8 @@ routes! {
     get "/api/v1/teams/{team}/pipelines/{pipeline}/config" => pipeline_config::get;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/badge" => badges::pipeline;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/badge" => badges::job;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds/{build}" => pipeline_reads::job_build;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}" => pipeline_reads::resource;
     put "/api/v1/teams/{team}/pipelines/{pipeline}/config" => pipeline_config::save;
     put "/api/v1/teams/{team}/pipelines/{pipeline}" => pipelines::set;
     delete "/api/v1/teams/{team}/pipelines/{pipeline}" => pipelines::destroy;

@@ -25,6 +25,29 @@ fn parse_name(name: &str) -> Option<(i64, Option<i64>)> {
 }
 
 impl Engine {
+    /// Build `name` (`N` or `N.M`) of job `job` of pipeline `pipeline` of
+    /// `team` (Concourse's `GetJobBuild`, what `fly watch -j P/J -b N`
+    /// reads).
+    pub async fn job_build_named(
+        &self,
+        team: &str,
+        pipeline: &str,
+        job: &str,
+        name: &str,
+    ) -> Result<Build, EngineError> {
+        let row = self.pipeline_row(team, pipeline).await?;
+        let not_found = || EngineError::NotFound {
+            kind: "build",
+            name: format!("{name:?} of job {pipeline}/{job}"),
+        };
+        let (number, rerun) = parse_name(name).ok_or_else(not_found)?;
+        self.db
+            .builds()
+            .job_build_named((team, &row.name, job), number, rerun)
+            .await?
+            .ok_or_else(not_found)
+    }
+
     /// Reruns build `name` (`N` or `N.M`) of job `job` of pipeline
     /// `pipeline` of `team` with the versions it was given. Refused: an
     /// unknown build (not found), an archived pipeline, a build given no

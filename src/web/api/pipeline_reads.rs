@@ -1,0 +1,81 @@
+//! A pipeline's things one at a time, by name, as Concourse's API reads
+//! them: a job's build by its name (`N`, or `N.M` for a rerun;
+//! Concourse's `GetJobBuild`, what `fly watch -j P/J -b N` asks) and a
+//! resource (`GetResource`). Both are reads of the pipeline: by its team,
+//! or by anyone when it is exposed, cut as the public sees it.
+
+use actix_web::{web, HttpResponse};
+
+use crate::web::api::public_pipelines::{read_pipeline, Part};
+use crate::web::auth::Identity;
+use crate::web::error::{ApiError, ErrorBody};
+use crate::web::AppState;
+
+/// `GET /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds/{build}`
+#[utoipa::path(
+    get,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds/{build}",
+    operation_id = "getJobBuild",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path), ("job" = String, Path),
+        ("build" = String, Path, description = "The build's name in its job: `N`, or `N.M` for the M-th rerun of build N")),
+    responses(
+        (status = 200, description = "The build", body = gantry_actors::api::Build),
+        (status = 404, description = "No such pipeline, job or build", body = ErrorBody),
+    )
+)]
+pub async fn job_build(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String, String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (team, pipeline, job, build) = path.into_inner();
+    crate::web::api::bounds::check_text("build", &build, crate::web::api::bounds::MAX_NAME)?;
+    let part = Part {
+        job: Some(&job),
+        ..Part::default()
+    };
+    let reader = read_pipeline(&identity, &state, &team, &pipeline, part).await?;
+    let found = state
+        .engine
+        .job_build_named(&team, &pipeline, &job, &build)
+        .await?;
+    Ok(HttpResponse::Ok().json(reader.build(found)))
+}
+
+/// `GET /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}`
+#[utoipa::path(
+    get,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}",
+    operation_id = "getResource",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
+    responses(
+        (status = 200, description = "The resource with its last check and pin", body = gantry_actors::api::ResourceView),
+        (status = 404, description = "No such pipeline or resource", body = ErrorBody),
+    )
+)]
+pub async fn resource(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (team, pipeline, resource) = path.into_inner();
+    let part = Part {
+        resource: Some(&resource),
+        ..Part::default()
+    };
+    let reader = read_pipeline(&identity, &state, &team, &pipeline, part).await?;
+    let found = state
+        .engine
+        .pipeline_resources(&team, &pipeline)
+        .await?
+        .into_iter()
+        .find(|r| r.name == resource && !r.resource_type)
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "resource {resource} not found in pipeline {pipeline}"
+            ))
+        })?;
+    Ok(HttpResponse::Ok().json(reader.resource(found)))
+}
