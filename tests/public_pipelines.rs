@@ -62,6 +62,7 @@ const PUBLIC: &[&str] = &[
     "jobBadge",
     "getJobBuild",
     "getResource",
+    "listResourceTypes",
     "pipelineFeed",
     "listPipelineJobs",
     "getPipelineJob",

@@ -116,6 +116,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "jobBadge",
         "getJobBuild",
         "getResource",
+        "listResourceTypes",
         "listPipelineJobs",
         "getPipelineJob",
         "listJobBuilds",

@@ -108,6 +108,7 @@ routes! {
     get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/badge" => badges::job;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds/{build}" => pipeline_reads::job_build;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}" => pipeline_reads::resource;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/resource-types" => pipeline_reads::resource_types;
     put "/api/v1/teams/{team}/pipelines/{pipeline}/config" => pipeline_config::save;
     put "/api/v1/teams/{team}/pipelines/{pipeline}" => pipelines::set;
     delete "/api/v1/teams/{team}/pipelines/{pipeline}" => pipelines::destroy;

@@ -1,7 +1,8 @@
 //! A pipeline's things one at a time, by name, as Concourse's API reads
 //! them: a job's build by its name (`N`, or `N.M` for a rerun;
-//! Concourse's `GetJobBuild`, what `fly watch -j P/J -b N` asks) and a
-//! resource (`GetResource`). Both are reads of the pipeline: by its team,
+//! Concourse's `GetJobBuild`, what `fly watch -j P/J -b N` asks), a
+//! resource (`GetResource`) and the custom resource types
+//! (`ListResourceTypes`). Both are reads of the pipeline: by its team,
 //! or by anyone when it is exposed, cut as the public sees it.
 
 use actix_web::{web, HttpResponse};
@@ -78,4 +79,34 @@ pub async fn resource(
             ))
         })?;
     Ok(HttpResponse::Ok().json(reader.resource(found)))
+}
+
+/// `GET /api/v1/teams/{team}/pipelines/{pipeline}/resource-types`
+#[utoipa::path(
+    get,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resource-types",
+    operation_id = "listResourceTypes",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path)),
+    responses(
+        (status = 200, description = "The pipeline's custom resource types with their images' last checks (no sources: Concourse shows them, Gantry keeps them the team's config)", body = Vec<gantry_actors::api::ResourceView>),
+        (status = 404, description = "No such pipeline", body = ErrorBody),
+    )
+)]
+pub async fn resource_types(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (team, pipeline) = path.into_inner();
+    let reader = read_pipeline(&identity, &state, &team, &pipeline, Part::default()).await?;
+    let types: Vec<_> = state
+        .engine
+        .pipeline_resources(&team, &pipeline)
+        .await?
+        .into_iter()
+        .filter(|r| r.resource_type)
+        .map(|r| reader.resource(r))
+        .collect();
+    Ok(HttpResponse::Ok().json(types))
 }
