@@ -63,6 +63,7 @@ const PUBLIC: &[&str] = &[
     "getJobBuild",
     "getResource",
     "listResourceTypes",
+    "listAllPipelines",
     "pipelineFeed",
     "listPipelineJobs",
     "getPipelineJob",
@@ -278,6 +279,23 @@ fn an_exposed_pipeline_is_read_by_anyone_as_concourse_shows_it_and_hidden_again(
         .map(|p| p["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["p"], "only the exposed pipeline is listed");
+    for token in [None, Some(blue.as_str())] {
+        let (status, all) = get(url, token, "/api/v1/pipelines");
+        assert_eq!(status, 200, "{all}");
+        let names: Vec<String> = all
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    p["team"].as_str().unwrap(),
+                    p["name"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(names, ["main/p"], "{token:?}: only the exposed pipeline");
+    }
 
     // Badges, as a project's README shows them.
     let (status, badge) = get(url, None, &format!("{pipeline}/jobs/open/badge?title=ci"));

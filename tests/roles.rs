@@ -100,6 +100,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "listContainers",
         "listVolumes",
         "listTeams",
+        "listAllPipelines",
         "dashboardEvents",
     ] {
         m.insert(op, Role(VIEWER, false));

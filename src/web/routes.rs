@@ -109,6 +109,7 @@ routes! {
     get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds/{build}" => pipeline_reads::job_build;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}" => pipeline_reads::resource;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/resource-types" => pipeline_reads::resource_types;
+    get "/api/v1/pipelines" => pipeline_reads::all_pipelines;
     put "/api/v1/teams/{team}/pipelines/{pipeline}/config" => pipeline_config::save;
     put "/api/v1/teams/{team}/pipelines/{pipeline}" => pipelines::set;
     delete "/api/v1/teams/{team}/pipelines/{pipeline}" => pipelines::destroy;

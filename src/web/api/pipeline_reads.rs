@@ -2,11 +2,13 @@
 //! them: a job's build by its name (`N`, or `N.M` for a rerun;
 //! Concourse's `GetJobBuild`, what `fly watch -j P/J -b N` asks), a
 //! resource (`GetResource`) and the custom resource types
-//! (`ListResourceTypes`). Both are reads of the pipeline: by its team,
+//! (`ListResourceTypes`); and every pipeline the caller may read
+//! (`ListAllPipelines`: its team's, and every exposed one). Both are reads of the pipeline: by its team,
 //! or by anyone when it is exposed, cut as the public sees it.
 
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 
+use crate::web::api::paging::PageQuery;
 use crate::web::api::public_pipelines::{read_pipeline, Part};
 use crate::web::auth::Identity;
 use crate::web::error::{ApiError, ErrorBody};
@@ -109,4 +111,38 @@ pub async fn resource_types(
         .map(|r| reader.resource(r))
         .collect();
     Ok(HttpResponse::Ok().json(types))
+}
+
+/// `GET /api/v1/pipelines`
+#[utoipa::path(
+    get,
+    path = "/api/v1/pipelines",
+    operation_id = "listAllPipelines",
+    tag = "pipelines",
+    params(PageQuery),
+    responses(
+        (status = 200, description = "A page of the pipelines the caller may read, by team and name: its team's (every team's for the admin) and every exposed one", body = Vec<gantry_actors::api::PipelineView>),
+        (status = 401, description = "No token, and no pipeline is exposed", body = ErrorBody),
+    )
+)]
+pub async fn all_pipelines(
+    identity: Identity,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    query: web::Query<PageQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let page = query.into_inner().page()?;
+    let shown: Vec<_> = state
+        .engine
+        .pipeline_summaries(None)
+        .await?
+        .into_iter()
+        .filter(|p| p.public || identity.can_use_team(&p.team))
+        .collect();
+    if shown.is_empty() && !matches!(identity, Identity::Admin | Identity::Team(..)) {
+        return Err(ApiError::unauthorized(
+            "no pipeline is exposed: this needs a team or admin token",
+        ));
+    }
+    Ok(page.of_sorted(&req, shown, |p| format!("{}/{}", p.team, p.name)))
 }
