@@ -22,6 +22,7 @@ pub mod json_object;
 pub mod log_range;
 pub mod log_text;
 pub mod paging;
+pub mod pipeline_resources;
 pub mod pipelines;
 pub mod public_pipelines;
 pub mod queue;
