@@ -16,7 +16,8 @@ code (`foo_tests.rs`) count as the hook counts them.
 **functions** - no production Rust function over 150 lines. Every `fn`
 item (free functions, methods, nested fns) whose `fn` keyword stands in
 the production part of a file the **lines** gate counts (before the
-file's first line starting with `#[cfg(test)]`) is measured from its
+file's inline `#[cfg(test)] mod NAME {`: a `#[cfg(test)] mod NAME;`
+declaration above production code does not end it) is measured from its
 `fn` line to the line of its body's closing brace, both counted. The
 body's braces are matched in the code without comments and string, raw
 string and char literals; a brace inside the signature's parentheses
@@ -259,17 +260,6 @@ def gate_lines(root):
     return failures
 
 
-def production_lines(text):
-    """How many lines of `text` stand before its first line starting with
-    `#[cfg(test)]` (the lines the **lines** gate counts)."""
-    count = 0
-    for text_line in text.splitlines(keepends=True):
-        if text_line.startswith("#[cfg(test)]"):
-            break
-        count += 1
-    return count
-
-
 FN_ITEM = re.compile(r"\bfn\s+(r#)?([A-Za-z_]\w*)")
 
 
@@ -315,12 +305,12 @@ def gate_functions(root):
     for rel in rust_files(root):
         with open(os.path.join(root, rel), encoding="utf-8") as f:
             text = f.read()
-        production = production_lines(text)
         _, code, _ = lex(text)
+        cut = production_cut(code)
         for name, at, end in fn_spans(code):
-            first = code.count("\n", 0, at) + 1
-            if first > production:
+            if at >= cut:
                 continue
+            first = code.count("\n", 0, at) + 1
             count = code.count("\n", at, end) + 1
             if count > MAX_FN_LINES:
                 failures.append(

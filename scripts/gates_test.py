@@ -98,6 +98,12 @@ class Functions(unittest.TestCase):
         self.assertEqual(code, 1, out)
         self.assertIn("src/a.rs:1 fn f: 152 lines", out)
 
+    def test_a_test_module_declared_above_does_not_hide_production_fns(self):
+        text = "#[cfg(test)]\nmod a_tests;\n\n" + long_fn("start", 151)
+        code, out = run("functions", {"src/web.rs": text})
+        self.assertEqual(code, 1, out)
+        self.assertIn("src/web.rs:4 fn start: 151 lines", out)
+
     def test_short_fns_declarations_tests_and_tests_dir_pass(self):
         ok = (
             long_fn("just_fits", 150)
