@@ -164,7 +164,7 @@ async fn pin(
 ) -> anyhow::Result<i32> {
     let mut body = json!({});
     if !version.is_empty() {
-        body["version"] = version_of("--version", &version)?;
+        body["version"] = version_of("--version", version)?;
     }
     if let Some(c) = &comment {
         body["comment"] = json!(c);
