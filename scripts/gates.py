@@ -1,17 +1,29 @@
 #!/usr/bin/env python3
 """The source gates of the test script: fast, no build needed.
 
-    python3 scripts/gates.py [--root DIR] [all|lines|cycles|sql-states|migrations|crate-deps|closed-crates]
+    python3 scripts/gates.py [--root DIR] [all|lines|functions|cycles|sql-states|migrations|crate-deps|closed-crates]
 
 Each gate prints one line per offence, naming the file(s), and the script
 exits 1 when any gate fails (0 when all pass). `scripts/gates_test.py`
 runs each gate on small fixture trees to show that it fails when it must.
 
-**lines** - no production Rust file over 800 lines. Counted as the
+**lines** - no production Rust file over 700 lines. Counted as the
 project's before-stop hook counts: the lines before the first line that
 starts with `#[cfg(test)]`, in every `.rs` file of the tree but those under
 the top-level `tests/` (and `target/`, `.git/`). Test files kept beside the
 code (`foo_tests.rs`) count as the hook counts them.
+
+**functions** - no production Rust function over 150 lines. Every `fn`
+item (free functions, methods, nested fns) whose `fn` keyword stands in
+the production part of a file the **lines** gate counts (before the
+file's inline `#[cfg(test)] mod NAME {`: a `#[cfg(test)] mod NAME;`
+declaration above production code does not end it) is measured from its
+`fn` line to the line of its body's closing brace, both counted. The
+body's braces are matched in the code without comments and string, raw
+string and char literals; a brace inside the signature's parentheses
+(a destructured parameter) is not the body; a `fn` with no body (a trait
+method's declaration) is not measured. Limits: functions made by macros
+are not read.
 
 **cycles** - no import cycle between modules, nor between the files of a
 module, in any crate. A crate is a directory with a `Cargo.toml` and
@@ -95,7 +107,9 @@ from collections import defaultdict
 STATE_SOURCES = ("wire/src/state.rs", "actors/src/db/states.rs")
 # The engine's state mapping: the one file that may spell them in SQL.
 STATE_MAPPING = ("actors/src/db/states.rs",)
-MAX_LINES = 800
+MAX_LINES = 700
+# The longest production function, in lines, `fn` line to closing brace.
+MAX_FN_LINES = 150
 # The migrations tree: shared files at its top, each dialect's own below.
 MIGRATIONS = "migrations"
 DIALECTS = ("sqlite", "postgres")
@@ -191,6 +205,8 @@ def lex(text):
                 i += 3
             else:
                 i += 1
+        elif c == "b" and re.match(r'br#*"', text[i:]) and (i == 0 or not ident_char(text[i - 1])):
+            i += 1  # a byte raw string: read from its `r`
         elif ident_char(c):
             j = i + 1
             while j < n and ident_char(text[j]):
@@ -246,6 +262,65 @@ def gate_lines(root):
             failures.append(
                 f"{rel}: {count} lines of production code (over {MAX_LINES}): split it by concept"
             )
+    return failures
+
+
+FN_ITEM = re.compile(r"\bfn\s+(r#)?([A-Za-z_]\w*)")
+
+
+def fn_spans(code):
+    """Every `fn` item of `code` (comments and literals blanked) with a
+    body, as (name, offset of `fn`, offset of the body's closing brace)."""
+    out = []
+    n = len(code)
+    for m in FN_ITEM.finditer(code):
+        # The body's opening brace: the first `{` outside the signature's
+        # parentheses and brackets; a `;` first means no body.
+        depth, i, start = 0, m.end(), None
+        while i < n:
+            c = code[i]
+            if c in "([":
+                depth += 1
+            elif c in ")]":
+                depth -= 1
+            elif depth == 0 and c == ";":
+                break
+            elif depth == 0 and c == "{":
+                start = i
+                break
+            i += 1
+        if start is None:
+            continue
+        depth, i = 0, start
+        while i < n:
+            if code[i] == "{":
+                depth += 1
+            elif code[i] == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+            i += 1
+        out.append((m.group(2), m.start(), min(i, n - 1)))
+    return out
+
+
+def gate_functions(root):
+    """Production functions over MAX_FN_LINES lines, `fn` line to closing brace."""
+    failures = []
+    for rel in rust_files(root):
+        with open(os.path.join(root, rel), encoding="utf-8") as f:
+            text = f.read()
+        _, code, _ = lex(text)
+        cut = production_cut(code)
+        for name, at, end in fn_spans(code):
+            if at >= cut:
+                continue
+            first = code.count("\n", 0, at) + 1
+            count = code.count("\n", at, end) + 1
+            if count > MAX_FN_LINES:
+                failures.append(
+                    f"{rel}:{first} fn {name}: {count} lines (over {MAX_FN_LINES}): split it by step"
+                )
     return failures
 
 
@@ -733,7 +808,7 @@ def main(argv=None):
         "gate",
         nargs="?",
         default="all",
-        choices=["all", "lines", "cycles", "sql-states", "migrations", "crate-deps", "closed-crates"],
+        choices=["all", "lines", "functions", "cycles", "sql-states", "migrations", "crate-deps", "closed-crates"],
     )
     parser.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     args = parser.parse_args(argv)
@@ -745,6 +820,13 @@ def main(argv=None):
             print(f"gate lines: {f}", file=sys.stderr)
         if not found:
             print(f"gate lines: no production Rust file over {MAX_LINES} lines")
+        failed |= bool(found)
+    if args.gate in ("all", "functions"):
+        found = gate_functions(root)
+        for f in found:
+            print(f"gate functions: {f}", file=sys.stderr)
+        if not found:
+            print(f"gate functions: no production Rust function over {MAX_FN_LINES} lines")
         failed |= bool(found)
     if args.gate in ("all", "cycles"):
         found, summary = gate_cycles(root)

@@ -223,30 +223,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
     let (work_dir, backend, resource_types, native) =
         tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let cfg = setup_cfg;
-            std::fs::create_dir_all(&cfg.work_dir).with_context(|| {
-                format!(
-                    "cannot create the work directory {}",
-                    cfg.work_dir.display()
-                )
-            })?;
-            let work_dir = cfg.work_dir.canonicalize().with_context(|| {
-                format!(
-                    "cannot resolve the work directory {}",
-                    cfg.work_dir.display()
-                )
-            })?;
-            // It keeps the worker's identity secret, volumes and
-            // containers: its owner's only (tightened on every start).
-            {
-                use std::os::unix::fs::PermissionsExt as _;
-                std::fs::set_permissions(&work_dir, std::fs::Permissions::from_mode(0o700))
-                    .with_context(|| {
-                        format!(
-                            "cannot make the work directory {} private",
-                            work_dir.display()
-                        )
-                    })?;
-            }
+            let work_dir = open_work_dir(&cfg.work_dir)?;
             let backend =
                 backend::select(&cfg, &work_dir).context("choosing the container backend")?;
             let resource_types = install_resource_types(&work_dir, backend.name())?;
@@ -301,14 +278,7 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
     let listener = std::net::TcpListener::bind(cfg.listen)
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
     let bound = listener.local_addr().context("reading the bound address")?;
-    let agent_url = match &cfg.advertise_url {
-        Some(url) => url.trim_end_matches('/').to_string(),
-        None if bound.ip().is_unspecified() => {
-            tracing::warn!(%bound, "listening on all interfaces; advertising 127.0.0.1 (set worker.advertise_url for other hosts)");
-            format!("http://127.0.0.1:{}", bound.port())
-        }
-        None => format!("http://{bound}"),
-    };
+    let agent_url = advertised_url(cfg.advertise_url.as_deref(), bound);
     let server =
         server::build(state.clone(), listener).context("starting the agent's HTTP server")?;
     let server_handle = server.handle();
@@ -358,6 +328,70 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
     .with_identity_file(work_dir.join(beacon::IDENTITY_FILE))
     .context("reading the worker's identity secret")?;
     let status = beacon.status.subscribe();
+    start_sweeper(&cfg, &web, &holdings, &registration, &status, &jobs)?;
+    let beacon = beacon::BeaconJob {
+        beacon,
+        name: "beacon".into(),
+    };
+    let schedule = beacon.schedule();
+    gantry_jobs::Periodic::new(beacon, schedule, &jobs).start();
+
+    Ok(WorkerHandle {
+        registration,
+        server: server_handle,
+        jobs,
+        state,
+        status,
+        web: (web, cfg.registration_key.clone()),
+        holdings,
+    })
+}
+
+/// Makes and resolves the work directory, and makes it its owner's only.
+fn open_work_dir(dir: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the work directory {}", dir.display()))?;
+    let work_dir = dir
+        .canonicalize()
+        .with_context(|| format!("cannot resolve the work directory {}", dir.display()))?;
+    // It keeps the worker's identity secret, volumes and
+    // containers: its owner's only (tightened on every start).
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&work_dir, std::fs::Permissions::from_mode(0o700)).with_context(
+            || {
+                format!(
+                    "cannot make the work directory {} private",
+                    work_dir.display()
+                )
+            },
+        )?;
+    }
+    Ok(work_dir)
+}
+
+/// The URL the agent is reached at: `advertise_url` when set, else the
+/// address it is bound to (127.0.0.1 for all interfaces).
+fn advertised_url(advertise_url: Option<&str>, bound: std::net::SocketAddr) -> String {
+    match advertise_url {
+        Some(url) => url.trim_end_matches('/').to_string(),
+        None if bound.ip().is_unspecified() => {
+            tracing::warn!(%bound, "listening on all interfaces; advertising 127.0.0.1 (set worker.advertise_url for other hosts)");
+            format!("http://127.0.0.1:{}", bound.port())
+        }
+        None => format!("http://{bound}"),
+    }
+}
+
+/// Starts the sweeper among `jobs`, unless its interval is 0.
+fn start_sweeper(
+    cfg: &WorkerConfig,
+    web: &super::web_nodes::WebNodes,
+    holdings: &holdings::AgentHoldings,
+    registration: &WorkerRegistration,
+    status: &watch::Receiver<BeaconStatus>,
+    jobs: &gantry_jobs::Jobs,
+) -> anyhow::Result<()> {
     if cfg.sweep_interval_secs > 0 {
         let sweeper = sweeper::Sweeper {
             link: http_link::HttpLink::new(
@@ -381,26 +415,11 @@ pub async fn start_worker(cfg: WorkerConfig) -> anyhow::Result<WorkerHandle> {
             failures: 0,
         };
         let schedule = job.schedule();
-        gantry_jobs::Periodic::new(job, schedule, &jobs).start();
+        gantry_jobs::Periodic::new(job, schedule, jobs).start();
     } else {
         tracing::warn!("sweep interval 0: this worker does not sweep (what it leaks stays)");
     }
-    let beacon = beacon::BeaconJob {
-        beacon,
-        name: "beacon".into(),
-    };
-    let schedule = beacon.schedule();
-    gantry_jobs::Periodic::new(beacon, schedule, &jobs).start();
-
-    Ok(WorkerHandle {
-        registration,
-        server: server_handle,
-        jobs,
-        state,
-        status,
-        web: (web, cfg.registration_key.clone()),
-        holdings,
-    })
+    Ok(())
 }
 
 /// The work directory's own directories: made 0700 at every start (the

@@ -1,5 +1,5 @@
 //! The grammar of `gantry bench`: every benchmark and its flags (clap's
-//! derive). What each does is `crate::bench`; dispatch is `dispatch.rs`.
+//! derive), and `run`, which starts the one asked for (in `crate::bench`).
 
 use clap::Subcommand;
 
@@ -206,4 +206,140 @@ pub enum BenchCommand {
         #[arg(long, env = "GANTRY_S3_SERVER")]
         s3_server: Option<std::path::PathBuf>,
     },
+}
+
+/// Runs one benchmark, printing its figures.
+pub fn run(which: BenchCommand) -> anyhow::Result<()> {
+    match which {
+        BenchCommand::Placement {
+            workers,
+            steps,
+            concurrency,
+            database_url,
+            nodes,
+        } => actix_web::rt::System::new().block_on(crate::bench::placement::bench(
+            crate::bench::placement::PlacementBench {
+                workers,
+                steps,
+                concurrency,
+                database_url,
+                nodes,
+            },
+        ))?,
+        BenchCommand::Scheduling {
+            pipelines,
+            chain_jobs,
+            chains,
+            versions,
+            more_versions,
+            database_url,
+        } => actix_web::rt::System::new().block_on(crate::bench::scheduling::bench(
+            crate::bench::scheduling::SchedulingBench {
+                pipelines,
+                chain_jobs,
+                chains,
+                versions,
+                more_versions,
+                database_url,
+            },
+        ))?,
+        BenchCommand::Follow {
+            events,
+            interval_ms,
+            database_url,
+        } => actix_web::rt::System::new().block_on(crate::bench::follow::bench(
+            crate::bench::follow::FollowBench {
+                events,
+                interval: std::time::Duration::from_millis(interval_ms),
+                database_url,
+            },
+        ))?,
+        BenchCommand::Logs {
+            size,
+            followers,
+            database_url,
+            reap_builds,
+        } => actix_web::rt::System::new().block_on(crate::bench::logs::bench(
+            crate::bench::logs::LogsBench {
+                size,
+                followers,
+                database_url,
+                reap_builds,
+            },
+        ))?,
+        BenchCommand::ContainerStart {
+            tasks,
+            warmup,
+            backend,
+        } => actix_web::rt::System::new().block_on(crate::bench::container_start::bench(
+            crate::bench::container_start::ContainerStartBench {
+                tasks,
+                warmup,
+                backend,
+            },
+        ))?,
+        BenchCommand::ImagePull {
+            size,
+            layers,
+            tasks,
+        } => actix_web::rt::System::new().block_on(crate::bench::image_pull::bench(
+            crate::bench::image_pull::ImagePullBench {
+                size,
+                layers,
+                tasks,
+            },
+        ))?,
+        BenchCommand::Builds {
+            builds,
+            workers,
+            sequential,
+        } => actix_web::rt::System::new().block_on(crate::bench::builds::bench(
+            crate::bench::builds::BuildsBench {
+                builds,
+                workers,
+                sequential,
+            },
+        ))?,
+        BenchCommand::Ui { lines, chromium } => actix_web::rt::System::new().block_on(
+            crate::bench::ui::bench(crate::bench::ui::UiBench { lines, chromium }),
+        )?,
+        BenchCommand::Stream { size, rounds } => actix_web::rt::System::new().block_on(
+            crate::bench::stream::bench(crate::bench::stream::StreamBench { size, rounds }),
+        )?,
+        BenchCommand::S3 { size, s3_server } => {
+            let server = crate::bench::s3::server_binary(s3_server)?;
+            actix_web::rt::System::new().block_on(crate::bench::s3::bench(
+                crate::bench::s3::S3Bench { size, server },
+            ))?
+        }
+        BenchCommand::DeepYaml { depth } => {
+            actix_web::rt::System::new().block_on(crate::bench::deep_yaml::bench(depth))?
+        }
+        BenchCommand::SignIns {
+            requests,
+            concurrency,
+            addresses,
+        } => actix_web::rt::System::new().block_on(crate::bench::sign_ins::bench(
+            crate::bench::sign_ins::SignInsBench {
+                requests,
+                concurrency,
+                addresses,
+            },
+        ))?,
+        BenchCommand::Secrets { builds, vars } => {
+            actix_web::rt::System::new().block_on(crate::bench::secrets::bench(builds, vars))?
+        }
+        BenchCommand::Gc {
+            handles,
+            reports,
+            postgres_url,
+        } => actix_web::rt::System::new().block_on(crate::bench::gc::bench(
+            crate::bench::gc::GcBench {
+                handles,
+                reports,
+                postgres_url,
+            },
+        ))?,
+    }
+    Ok(())
 }

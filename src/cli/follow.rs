@@ -131,9 +131,13 @@ pub async fn follow(client: &ApiClient, build_id: i64, lines: StepLines) -> anyh
         .map_err(|e| client.unreachable(e))?;
     let mut stream = client.check(resp).await?.bytes_stream();
     let mut buf: Vec<u8> = Vec::new();
-    let mut produced: BTreeMap<String, String> = BTreeMap::new();
-    let mut last_error: Option<String> = None;
-    let mut checked: Vec<serde_json::Value> = Vec::new();
+    let mut seen = Seen {
+        build_id,
+        lines,
+        produced: BTreeMap::new(),
+        last_error: None,
+        checked: Vec::new(),
+    };
     let mut end: Option<(BuildStatus, Option<i32>)> = None;
     let mut interrupts = 0;
     'events: loop {
@@ -160,119 +164,9 @@ pub async fn follow(client: &ApiClient, build_id: i64, lines: StepLines) -> anyh
             let line: Vec<u8> = buf.drain(..=nl).collect();
             let ev: EventLine = serde_json::from_slice(&line)
                 .with_context(|| "reading a build event".to_string())?;
-            match ev.event {
-                BuildEvent::Log { stream, data, .. } => {
-                    if stream == "stdout" {
-                        crate::cli::output::write_bytes(data.as_bytes());
-                    } else {
-                        let mut e = std::io::stderr().lock();
-                        let _ = e.write_all(data.as_bytes());
-                        let _ = e.flush();
-                    }
-                }
-                BuildEvent::Waiting { message, .. } => eprintln!("waiting for a worker: {message}"),
-                BuildEvent::WaitingForInputs { message, .. } => {
-                    eprintln!("waiting: {message}")
-                }
-                BuildEvent::SelectedWorker { worker, .. } => {
-                    eprintln!("running on worker {worker}")
-                }
-                BuildEvent::Output {
-                    name, artifact_id, ..
-                } => {
-                    produced.insert(name, artifact_id);
-                }
-                BuildEvent::Status {
-                    status: BuildStatus::Started,
-                    trace_id: Some(trace),
-                    ..
-                } => eprintln!("build {build_id}: trace {trace}"),
-                BuildEvent::NodeStarted {
-                    step: Some(step),
-                    origin,
-                    ..
-                } if lines == StepLines::Told => match origin.attempts.last() {
-                    Some(n) => eprintln!("step {step}: started (attempt {n})"),
-                    None => eprintln!("step {step}: started"),
-                },
-                BuildEvent::NodeFinished {
-                    step: Some(step),
-                    outcome,
-                    exit_status,
-                    message,
-                    ..
-                } if lines == StepLines::Told => {
-                    let how = match outcome {
-                        NodeOutcome::Succeeded => "succeeded".to_string(),
-                        NodeOutcome::Failed => match exit_status {
-                            Some(code) => format!("failed (exit status {code})"),
-                            None => "failed".to_string(),
-                        },
-                        other => format!("{other:?}").to_lowercase(),
-                    };
-                    match message {
-                        Some(m) => eprintln!("step {step}: {how}: {m}"),
-                        None => eprintln!("step {step}: {how}"),
-                    }
-                }
-                BuildEvent::Streaming {
-                    step, what, bytes, ..
-                } if lines == StepLines::Told => {
-                    eprintln!("step {step}: streamed {what} ({bytes} bytes)")
-                }
-                BuildEvent::Transfer {
-                    step,
-                    name,
-                    artifact,
-                    from,
-                    to,
-                    path,
-                    encoding,
-                    bytes,
-                    seconds,
-                    ..
-                } if lines == StepLines::Told => {
-                    let from = if from == "web" {
-                        "the web node".to_string()
-                    } else {
-                        format!("worker {from}")
-                    };
-                    eprintln!(
-                        "step {step}: streamed {name} (artifact {artifact}) from {from} to worker {to} ({path}, {encoding}, {bytes} bytes in {seconds:.2} s)"
-                    )
-                }
-                BuildEvent::Resource {
-                    step,
-                    resource,
-                    action,
-                    version,
-                    cached,
-                    worker,
-                    ..
-                } => {
-                    let on = worker
-                        .map(|w| format!(" on worker {w}"))
-                        .unwrap_or_default();
-                    match action.as_str() {
-                        "check" => {
-                            let found = version.as_array().cloned().unwrap_or_default();
-                            eprintln!("step {step}: check of {resource} found {} version(s){on}", found.len());
-                            checked.extend(found);
-                        }
-                        _ if cached => eprintln!("step {step}: {action} {resource} {version}: from the resource cache (no in ran)"),
-                        _ => eprintln!("step {step}: {action} {resource} {version}{on}"),
-                    }
-                }
-                BuildEvent::Error { message, .. } => last_error = Some(message),
-                BuildEvent::Status {
-                    status,
-                    exit_status,
-                    ..
-                } if status.is_finished() => {
-                    end = Some((status, exit_status));
-                    break 'events;
-                }
-                _ => {}
+            if let Some(ended) = seen.tell(ev.event) {
+                end = Some(ended);
+                break 'events;
             }
         }
     }
@@ -282,8 +176,141 @@ pub async fn follow(client: &ApiClient, build_id: i64, lines: StepLines) -> anyh
     Ok(Ended {
         status,
         exit_status,
-        produced,
-        last_error,
-        checked,
+        produced: seen.produced,
+        last_error: seen.last_error,
+        checked: seen.checked,
     })
+}
+
+/// What a followed build's events have told so far, beside its output.
+struct Seen {
+    /// The build followed, named in what is printed.
+    build_id: i64,
+    /// Whether step lines are printed.
+    lines: StepLines,
+    /// Output artifacts by output name.
+    produced: BTreeMap<String, String>,
+    /// The last error event's message.
+    last_error: Option<String>,
+    /// The versions `check` found (oldest first).
+    checked: Vec<serde_json::Value>,
+}
+
+impl Seen {
+    /// Prints what `event` says and keeps what it tells; the build's end
+    /// (its status and exit status) when it is the final status.
+    fn tell(&mut self, event: BuildEvent) -> Option<(BuildStatus, Option<i32>)> {
+        match event {
+            BuildEvent::Log { stream, data, .. } => {
+                if stream == "stdout" {
+                    crate::cli::output::write_bytes(data.as_bytes());
+                } else {
+                    let mut e = std::io::stderr().lock();
+                    let _ = e.write_all(data.as_bytes());
+                    let _ = e.flush();
+                }
+            }
+            BuildEvent::Waiting { message, .. } => eprintln!("waiting for a worker: {message}"),
+            BuildEvent::WaitingForInputs { message, .. } => {
+                eprintln!("waiting: {message}")
+            }
+            BuildEvent::SelectedWorker { worker, .. } => {
+                eprintln!("running on worker {worker}")
+            }
+            BuildEvent::Output {
+                name, artifact_id, ..
+            } => {
+                self.produced.insert(name, artifact_id);
+            }
+            BuildEvent::Status {
+                status: BuildStatus::Started,
+                trace_id: Some(trace),
+                ..
+            } => eprintln!("build {}: trace {trace}", self.build_id),
+            BuildEvent::NodeStarted {
+                step: Some(step),
+                origin,
+                ..
+            } if self.lines == StepLines::Told => match origin.attempts.last() {
+                Some(n) => eprintln!("step {step}: started (attempt {n})"),
+                None => eprintln!("step {step}: started"),
+            },
+            BuildEvent::NodeFinished {
+                step: Some(step),
+                outcome,
+                exit_status,
+                message,
+                ..
+            } if self.lines == StepLines::Told => {
+                let how = match outcome {
+                    NodeOutcome::Succeeded => "succeeded".to_string(),
+                    NodeOutcome::Failed => match exit_status {
+                        Some(code) => format!("failed (exit status {code})"),
+                        None => "failed".to_string(),
+                    },
+                    other => format!("{other:?}").to_lowercase(),
+                };
+                match message {
+                    Some(m) => eprintln!("step {step}: {how}: {m}"),
+                    None => eprintln!("step {step}: {how}"),
+                }
+            }
+            BuildEvent::Streaming {
+                step, what, bytes, ..
+            } if self.lines == StepLines::Told => {
+                eprintln!("step {step}: streamed {what} ({bytes} bytes)")
+            }
+            BuildEvent::Transfer {
+                step,
+                name,
+                artifact,
+                from,
+                to,
+                path,
+                encoding,
+                bytes,
+                seconds,
+                ..
+            } if self.lines == StepLines::Told => {
+                let from = if from == "web" {
+                    "the web node".to_string()
+                } else {
+                    format!("worker {from}")
+                };
+                eprintln!(
+                "step {step}: streamed {name} (artifact {artifact}) from {from} to worker {to} ({path}, {encoding}, {bytes} bytes in {seconds:.2} s)"
+            )
+            }
+            BuildEvent::Resource {
+                step,
+                resource,
+                action,
+                version,
+                cached,
+                worker,
+                ..
+            } => {
+                let on = worker
+                    .map(|w| format!(" on worker {w}"))
+                    .unwrap_or_default();
+                match action.as_str() {
+                "check" => {
+                    let found = version.as_array().cloned().unwrap_or_default();
+                    eprintln!("step {step}: check of {resource} found {} version(s){on}", found.len());
+                    self.checked.extend(found);
+                }
+                _ if cached => eprintln!("step {step}: {action} {resource} {version}: from the resource cache (no in ran)"),
+                _ => eprintln!("step {step}: {action} {resource} {version}{on}"),
+            }
+            }
+            BuildEvent::Error { message, .. } => self.last_error = Some(message),
+            BuildEvent::Status {
+                status,
+                exit_status,
+                ..
+            } if status.is_finished() => return Some((status, exit_status)),
+            _ => {}
+        }
+        None
+    }
 }

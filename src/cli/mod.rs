@@ -3,10 +3,13 @@
 
 #[cfg(feature = "bench")]
 mod bench_grammar;
+mod build_grammar;
 mod check;
 mod client;
 mod dispatch;
+mod duration_flag;
 mod execute;
+mod fleet_grammar;
 mod follow;
 mod grammar;
 mod hijack;
@@ -17,9 +20,12 @@ mod pipeline_grammar;
 mod pipelines;
 mod progress;
 mod read_bounded;
+mod resource_grammar;
+mod resources;
 mod run;
 mod secrets;
 pub(crate) mod serve;
+mod session_grammar;
 pub mod table;
 pub mod targets;
 mod team_grammar;
@@ -30,4 +36,5 @@ mod validate_plan;
 pub use bench_grammar::BenchCommand;
 pub use client::ApiClient;
 pub use dispatch::run;
-pub use grammar::{Cli, Command, TokenCommand, WebFlags, WorkerFlags};
+pub use grammar::{Cli, Command, WebFlags, WorkerFlags};
+pub use team_grammar::TokenCommand;

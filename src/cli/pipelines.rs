@@ -15,7 +15,7 @@ use crate::cli::table::{cell, print_table};
 use gantry_wire::url::segment;
 
 /// `/api/v1/teams/T/pipelines/P` with each part escaped.
-fn pipeline_path(team: &str, pipeline: &str) -> String {
+pub(super) fn pipeline_path(team: &str, pipeline: &str) -> String {
     format!(
         "/api/v1/teams/{}/pipelines/{}",
         segment(team),
@@ -25,7 +25,7 @@ fn pipeline_path(team: &str, pipeline: &str) -> String {
 
 /// `PIPELINE/NAME` split (an instance: `PIPELINE/K:V,.../NAME`), or a
 /// one-line error naming the flag.
-fn split<'a>(flag: &str, value: &'a str) -> anyhow::Result<(&'a str, &'a str)> {
+pub(super) fn split<'a>(flag: &str, value: &'a str) -> anyhow::Result<(&'a str, &'a str)> {
     match value.rsplit_once('/') {
         Some((p, n)) if !p.is_empty() && !n.is_empty() => Ok((p, n)),
         _ => bail!("{flag} {value:?}: give PIPELINE/NAME"),
@@ -48,18 +48,6 @@ fn instance_of(pipeline: &str, instance_vars: &[String]) -> anyhow::Result<Strin
     }
     let r = PipelineRef::new(&r.name, Some(vars)).map_err(|e| anyhow!("-p: {e}"))?;
     Ok(r.to_string())
-}
-
-/// `KEY:VALUE` pairs as a version object.
-fn version_of(flag: &str, pairs: &[String]) -> anyhow::Result<Value> {
-    let mut version = serde_json::Map::new();
-    for pair in pairs {
-        let (k, v) = pair
-            .split_once(':')
-            .ok_or_else(|| anyhow!("{flag} {pair:?}: give KEY:VALUE"))?;
-        version.insert(k.to_string(), Value::String(v.to_string()));
-    }
-    Ok(Value::Object(version))
 }
 
 /// Runs one verb; returns the exit code.
@@ -94,38 +82,8 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
             };
             set_pipeline(client, set).await
         }
-        C::Pipelines { json, team } => {
-            let path = format!("/api/v1/teams/{}/pipelines", segment(&team));
-            let all: Vec<Value> = client.get_pages(&path, usize::MAX).await?;
-            if json {
-                crate::outln!("{}", serde_json::to_string_pretty(&all)?);
-            } else {
-                print_table(
-                    &["name", "paused", "archived", "config_version"],
-                    all.iter()
-                        .map(|p| {
-                            vec![
-                                cell(p, "name"),
-                                cell(p, "paused"),
-                                cell(p, "archived"),
-                                cell(p, "config_version"),
-                            ]
-                        })
-                        .collect(),
-                );
-            }
-            Ok(0)
-        }
-        C::GetPipeline { pipeline, team } => {
-            let p: Value = client.get(&pipeline_path(&team, &pipeline)).await?;
-            // As fly's `get-pipeline`: Concourse's config route answers an
-            // archived pipeline 404, so its clients say it is not found.
-            if p["archived"] == true {
-                bail!("pipeline {team}/{pipeline} not found: it is archived (set-pipeline sets it again)");
-            }
-            crate::out!("{}", p["config"].as_str().unwrap_or_default());
-            Ok(0)
-        }
+        C::Pipelines { json, team } => list_pipelines(client, &team, json).await,
+        C::GetPipeline { pipeline, team } => get_pipeline(client, &team, &pipeline).await,
         C::DestroyPipeline { pipeline, team } => {
             client.delete_done(&pipeline_path(&team, &pipeline)).await?;
             crate::outln!("pipeline {pipeline} destroyed");
@@ -153,16 +111,7 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
             pipeline,
             non_interactive,
             team,
-        } => {
-            if !non_interactive && !confirm(&format!("archive pipeline '{pipeline}'?"))? {
-                crate::outln!("bailing out");
-                return Ok(1);
-            }
-            let path = format!("{}/archive", pipeline_path(&team, &pipeline));
-            client.post_done(&path, &json!({})).await?;
-            crate::outln!("archived '{pipeline}'");
-            Ok(0)
-        }
+        } => archive(client, &team, &pipeline, non_interactive).await,
         C::ExposePipeline { pipeline, team } => {
             let path = format!("{}/expose", pipeline_path(&team, &pipeline));
             client.put_done(&path).await?;
@@ -212,187 +161,60 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
             print_why(&job, &view);
             Ok(0)
         }
-        C::Resources {
-            pipeline,
-            json,
-            team,
-        } => {
-            let path = format!("{}/resources", pipeline_path(&team, &pipeline));
-            let all: Vec<Value> = client.get(&path).await?;
-            if json {
-                crate::outln!("{}", serde_json::to_string_pretty(&all)?);
-                return Ok(0);
-            }
-            print_table(
-                &["name", "type", "pinned", "check", "error"],
-                all.iter()
-                    .map(|r| {
-                        vec![
-                            match r["resource_type"].as_bool() {
-                                Some(true) => format!("{} (resource type)", cell(r, "name")),
-                                _ => cell(r, "name"),
-                            },
-                            cell(r, "type_"),
-                            match (r["pinned"].as_object(), r["pin_comment"].as_str()) {
-                                (Some(_), Some(c)) => format!("{} ({c})", r["pinned"]),
-                                (Some(_), None) => r["pinned"].to_string(),
-                                _ => String::new(),
-                            },
-                            r["last_check"]["status"]
-                                .as_str()
-                                .unwrap_or("never")
-                                .to_string(),
-                            cell(r, "check_error"),
-                        ]
-                    })
-                    .collect(),
-            );
-            Ok(0)
-        }
-        C::ResourceVersions {
-            resource,
-            limit,
-            json,
-            team,
-        } => {
-            let (p, r) = split("--resource", &resource)?;
-            let path = format!("{}/resources/{}", pipeline_path(&team, p), segment(r));
-            list_versions(client, &path, limit, json, true).await
-        }
-        C::CheckResource {
-            resource,
-            from,
-            team,
-        } => {
-            let (p, r) = split("--resource", &resource)?;
-            let path = format!("{}/resources/{}/check", pipeline_path(&team, p), segment(r));
-            let mut body = json!({});
-            if !from.is_empty() {
-                body["from"] = version_of("--from", &from)?;
-            }
-            check_now(client, &path, &body, &resource).await
-        }
-        C::CheckResourceType {
-            resource_type,
-            from,
-            shallow,
-            team,
-        } => {
-            let (p, t) = split("--resource-type", &resource_type)?;
-            let path = format!(
-                "{}/resource-types/{}/check",
-                pipeline_path(&team, p),
-                segment(t)
-            );
-            let mut body = json!({ "shallow": shallow });
-            if !from.is_empty() {
-                body["from"] = version_of("--from", &from)?;
-            }
-            check_now(client, &path, &body, &resource_type).await
-        }
-        C::ResourceTypeVersions {
-            resource_type,
-            limit,
-            json,
-            team,
-        } => {
-            let (p, t) = split("--resource-type", &resource_type)?;
-            let path = format!("{}/resource-types/{}", pipeline_path(&team, p), segment(t));
-            // A type's versions are disabled in none: no such column.
-            list_versions(client, &path, limit, json, false).await
-        }
-        C::PinResource {
-            resource,
-            version,
-            comment,
-            team,
-        } => {
-            let (p, r) = split("--resource", &resource)?;
-            let path = format!("{}/resources/{}/pin", pipeline_path(&team, p), segment(r));
-            let mut body = json!({});
-            if !version.is_empty() {
-                body["version"] = version_of("--version", &version)?;
-            }
-            if let Some(c) = &comment {
-                body["comment"] = json!(c);
-            }
-            client.post_done(&path, &body).await?;
-            if !version.is_empty() {
-                crate::outln!("{resource} pinned to {}", body["version"]);
-            }
-            if let Some(c) = &comment {
-                crate::outln!("pin comment {c:?} saved on {resource}");
-            }
-            Ok(0)
-        }
-        C::UnpinResource { resource, team } => {
-            let (p, r) = split("--resource", &resource)?;
-            let path = format!("{}/resources/{}/unpin", pipeline_path(&team, p), segment(r));
-            client.post_done(&path, &json!({})).await?;
-            crate::outln!("{resource} unpinned");
-            Ok(0)
-        }
-        C::DisableResourceVersion {
-            resource,
-            version,
-            team,
-        } => able(client, &team, &resource, &version, "disable").await,
-        C::EnableResourceVersion {
-            resource,
-            version,
-            team,
-        } => able(client, &team, &resource, &version, "enable").await,
     }
 }
 
-/// Prints the versions under `path` (a resource's or a resource type's),
-/// newest first, at most `limit`: as JSON, or a table with the
-/// `disabled` column when `disabled` is asked for.
-async fn list_versions(
-    client: &ApiClient,
-    path: &str,
-    limit: usize,
-    json: bool,
-    disabled: bool,
-) -> anyhow::Result<i32> {
-    let path = format!("{path}/versions?limit={}", limit.clamp(1, 500));
-    let all: Vec<Value> = client.get_pages(&path, limit).await?;
+/// `gantry pipelines`: the team's pipelines, as a table or JSON.
+async fn list_pipelines(client: &ApiClient, team: &str, json: bool) -> anyhow::Result<i32> {
+    let path = format!("/api/v1/teams/{}/pipelines", segment(team));
+    let all: Vec<Value> = client.get_pages(&path, usize::MAX).await?;
     if json {
         crate::outln!("{}", serde_json::to_string_pretty(&all)?);
-        return Ok(0);
-    }
-    let rows = all.iter().map(|v| {
-        let mut row = vec![v["version"].to_string()];
-        if disabled {
-            row.push(cell(v, "disabled"));
-        }
-        row
-    });
-    let head: &[&str] = if disabled {
-        &["version", "disabled"]
     } else {
-        &["version"]
-    };
-    print_table(head, rows.collect());
+        print_table(
+            &["name", "paused", "archived", "config_version"],
+            all.iter()
+                .map(|p| {
+                    vec![
+                        cell(p, "name"),
+                        cell(p, "paused"),
+                        cell(p, "archived"),
+                        cell(p, "config_version"),
+                    ]
+                })
+                .collect(),
+        );
+    }
     Ok(0)
 }
 
-/// Starts the check build `path` answers to `body`, says so (`checking
-/// WHAT (build N)`) and follows it: its exit code (non-zero when it did
-/// not succeed, as fly's `check-resource` and `check-resource-type`).
-async fn check_now(
+/// `gantry archive-pipeline`, asking first unless `non_interactive`.
+async fn archive(
     client: &ApiClient,
-    path: &str,
-    body: &Value,
-    what: &str,
+    team: &str,
+    pipeline: &str,
+    non_interactive: bool,
 ) -> anyhow::Result<i32> {
-    let build: Value = client.post(path, body).await?;
-    let id = build["id"]
-        .as_i64()
-        .context("the answer holds no build id")?;
-    eprintln!("checking {what} (build {id})");
-    let ended = follow(client, id, StepLines::Told).await?;
-    Ok(ended.run_exit_code(id))
+    if !non_interactive && !confirm(&format!("archive pipeline '{pipeline}'?"))? {
+        crate::outln!("bailing out");
+        return Ok(1);
+    }
+    let path = format!("{}/archive", pipeline_path(team, pipeline));
+    client.post_done(&path, &json!({})).await?;
+    crate::outln!("archived '{pipeline}'");
+    Ok(0)
+}
+
+/// `gantry get-pipeline`: prints the pipeline's config as it was set.
+async fn get_pipeline(client: &ApiClient, team: &str, pipeline: &str) -> anyhow::Result<i32> {
+    let p: Value = client.get(&pipeline_path(team, pipeline)).await?;
+    // As fly's `get-pipeline`: Concourse's config route answers an
+    // archived pipeline 404, so its clients say it is not found.
+    if p["archived"] == true {
+        bail!("pipeline {team}/{pipeline} not found: it is archived (set-pipeline sets it again)");
+    }
+    crate::out!("{}", p["config"].as_str().unwrap_or_default());
+    Ok(0)
 }
 
 /// Asks `question [yN]` on a terminal (as fly, on stdout): true for `y`
@@ -419,26 +241,6 @@ async fn pause(client: &ApiClient, path: &str, verb: &str, what: &str) -> anyhow
         .post_done(&format!("{path}/{verb}"), &json!({}))
         .await?;
     crate::outln!("{what} {verb}d");
-    Ok(0)
-}
-
-/// `disable-` or `enable-resource-version`.
-async fn able(
-    client: &ApiClient,
-    team: &str,
-    resource: &str,
-    version: &[String],
-    verb: &str,
-) -> anyhow::Result<i32> {
-    let (p, r) = split("--resource", resource)?;
-    let path = format!(
-        "{}/resources/{}/versions/{verb}",
-        pipeline_path(team, p),
-        segment(r)
-    );
-    let v = version_of("--version", version)?;
-    client.post_done(&path, &json!({ "version": v })).await?;
-    crate::outln!("{resource} version {v} {verb}d");
     Ok(0)
 }
 

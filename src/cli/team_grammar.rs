@@ -1,8 +1,113 @@
-//! The grammar of `gantry set-team`: a team, and who is what in it (local
-//! users, and the providers' people and groups, each named with its
-//! provider's prefix).
+//! The grammar of the team verbs (`teams`, `set-team`, `destroy-team`,
+//! `tokens`, `token`, `audit`, `set-secret`, `secrets`, `destroy-secret`);
+//! what each does is `teams.rs`. `set-team` names a team and who is what
+//! in it (local users, and the providers' people and groups, each named
+//! with its provider's prefix).
 
-use clap::Args;
+use clap::{Args, Subcommand};
+
+use super::duration_flag::parse_duration_secs;
+
+/// The team verbs: teams, their members, tokens and secrets, the audit log.
+#[derive(Subcommand, Debug)]
+pub enum TeamCommand {
+    /// List teams (the admin sees all, a team token its own).
+    Teams {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a team if it does not exist (admin), and give users and
+    /// groups a role in it (the admin or the team's owner).
+    SetTeam(SetTeamArgs),
+    /// Remove a team and revoke its tokens (admin); refused while its
+    /// builds run.
+    DestroyTeam {
+        /// Team name.
+        name: String,
+    },
+    /// List team tokens, without their secrets.
+    Tokens {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The audit log: who changed what, oldest first (a team's owner sees
+    /// its team's, the admin everyone's).
+    Audit {
+        /// Only this team's changes.
+        #[arg(long)]
+        team: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make or revoke a team token (the admin, or the team's owner).
+    Token {
+        /// What to do.
+        #[command(subcommand)]
+        action: TokenCommand,
+    },
+    /// Store a secret in the built-in credential manager, sealed: its
+    /// value is read from standard input (a trailing newline dropped); a
+    /// pipeline's `((NAME))` reads it when a build needs it.
+    SetSecret {
+        /// The secret's name.
+        name: String,
+        /// The pipeline it belongs to (looked up first by that pipeline's
+        /// builds); none: the team's.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: Option<String>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+    /// List a team's secrets: names and scopes, never values.
+    Secrets {
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Destroy a secret of the built-in credential manager.
+    DestroySecret {
+        /// The secret's name.
+        name: String,
+        /// The pipeline it belongs to; none: the team's.
+        #[arg(short = 'p', long = "pipeline")]
+        pipeline: Option<String>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
+}
+
+/// `gantry token ...`
+#[derive(Subcommand, Debug)]
+pub enum TokenCommand {
+    /// Make a token for a team; prints it (the only time it is shown).
+    Create {
+        /// The team it acts for.
+        #[arg(long)]
+        team: String,
+        /// Its role in the team: owner, member, pipeline-operator or viewer.
+        #[arg(long, default_value = "member", value_parser = parse_role)]
+        role: gantry_actors::api::Role,
+        /// It expires after this long (e.g. `90s`, `12h`, `30d`); never by default.
+        #[arg(long, value_parser = parse_duration_secs)]
+        expires: Option<u64>,
+        /// What it is for.
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// Revoke a token at once, by its id (`gantry tokens`).
+    Revoke {
+        /// The token's id.
+        id: String,
+    },
+}
 
 /// `gantry set-team NAME [--user U] [--group G] [--oidc-user U]
 /// [--oidc-group G] [--github-user L] [--github-org O] [--github-team O:T]

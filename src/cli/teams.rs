@@ -1,10 +1,46 @@
-//! The team verbs: `teams`, `set-team`, `destroy-team`, `tokens`, `token
-//! create`, `token revoke`.
+//! The team verbs (see `team_grammar.rs`): `teams`, `set-team`,
+//! `destroy-team`, `tokens`, `token create`, `token revoke`, `audit`, and
+//! the secrets' (`secrets.rs`).
 
 use crate::cli::client::ApiClient;
 use crate::cli::list::{cell, print_table};
-use crate::cli::TokenCommand;
+use crate::cli::secrets;
+use crate::cli::team_grammar::{TeamCommand, TokenCommand};
 use gantry_wire::url::segment;
+
+/// Runs one team verb; returns the exit code.
+pub async fn run(client: &ApiClient, command: TeamCommand) -> anyhow::Result<i32> {
+    match command {
+        TeamCommand::Teams { json } => teams(client, json).await,
+        TeamCommand::SetTeam(args) => {
+            let (users, groups) = args.members();
+            let change = TeamChange {
+                users,
+                groups,
+                role: args.role,
+                remove_users: args.remove_users,
+                remove_groups: args.remove_groups,
+            };
+            set_team(client, &args.name, change).await
+        }
+        TeamCommand::DestroyTeam { name } => destroy_team(client, &name).await,
+        TeamCommand::Tokens { json } => tokens(client, json).await,
+        TeamCommand::Audit { team, json } => audit(client, team.as_deref(), json).await,
+        TeamCommand::Token { action } => token(client, action).await,
+        TeamCommand::SetSecret {
+            name,
+            pipeline,
+            team,
+        } => secrets::set_secret(client, &team, pipeline.as_deref(), &name).await,
+        TeamCommand::Secrets { team, json } => secrets::list(client, &team, json).await,
+        TeamCommand::DestroySecret {
+            name,
+            pipeline,
+            team,
+        } => secrets::destroy(client, &team, pipeline.as_deref(), &name).await,
+    }
+    .map(|_| 0)
+}
 
 /// Unix ms as `YYYY-MM-DD HH:MM:SS` UTC (empty for none).
 pub(crate) fn when(v: &serde_json::Value) -> String {

@@ -221,56 +221,16 @@ pub async fn start_web(
     connector: Arc<dyn WorkerConnector>,
 ) -> anyhow::Result<WebHandle> {
     let secured = cfg.secured();
-    if !secured && !cfg.listen.ip().is_loopback() {
-        anyhow::bail!(
-            "web.listen {} is reachable from other hosts but no admin_token or team tokens are set: set --admin-token (GANTRY_ADMIN_TOKEN) or listen on 127.0.0.1",
-            cfg.listen
-        );
-    }
+    refuse_open_listen(cfg, secured)?;
     let registration_key = cfg.effective_registration_key()?;
-    let actions =
-        rbac::ActionRoles::new(&cfg.rbac, routes::document()).map_err(anyhow::Error::msg)?;
-    let bounds = people::CheckBounds {
-        threads: cfg.password_check_threads,
-        queue: cfg.password_check_queue,
-    };
-    let people =
-        people::People::new(&cfg.users, cfg.session_minutes, bounds).map_err(anyhow::Error::msg)?;
-    let clients =
-        client_address::ClientAddresses::new(&cfg.trusted_proxies).map_err(anyhow::Error::msg)?;
-    let oidc = cfg
-        .oidc
-        .clone()
-        .map(|o| oidc::Oidc::new(o, cfg.external_url.as_deref()).map(Arc::new))
-        .transpose()?;
-    let github = cfg
-        .github
-        .clone()
-        .map(|g| github::Github::new(g, cfg.external_url.as_deref()).map(Arc::new))
-        .transpose()?;
-    if !secured && !cfg.open_api {
-        anyhow::bail!(
-            "no one could sign in: set an admin token (--admin-token), team tokens ([web.teams]), users ([web.users]) or a provider ([web.oidc], [web.github]); or, on loopback for tests, --open-api"
-        );
-    }
-    if secured && cfg.open_api {
-        tracing::warn!("open_api has no effect: tokens, users or a provider are set");
-    }
-    if !secured {
-        tracing::warn!(
-            "no admin or team tokens are set: the API is open to anyone who can reach {}",
-            cfg.listen
-        );
-    }
-    if registration_key == crate::config::DEV_REGISTRATION_KEY {
-        tracing::warn!(
-            "workers register with the published key {:?}: set --registration-key before adding tokens or listening beyond loopback",
-            crate::config::DEV_REGISTRATION_KEY
-        );
-    }
-    for team in cfg.teams.keys() {
-        gantry_actors::api::check_team_name(team).map_err(|e| anyhow::anyhow!("web.teams: {e}"))?;
-    }
+    let SignIns {
+        actions,
+        people,
+        clients,
+        oidc,
+        github,
+    } = sign_ins(cfg)?;
+    check_sign_in(cfg, secured, &registration_key)?;
     crate::private_files::private_dir(&cfg.data_dir)
         .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
     // An install made before its files were private is tightened first.
@@ -283,14 +243,7 @@ pub async fn start_web(
         .transpose()?;
     let url = database_url(cfg);
     let sqlite_lock = lock_sqlite(&url)?;
-    let node_name = cfg.node_name.clone().unwrap_or_else(|| {
-        let host = crate::config::host_name().unwrap_or_else(|| "web".into());
-        match cfg.listen.port() {
-            // Any free port: no name stays stable, so one no other node has.
-            0 => format!("{host}:{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
-            port => format!("{host}:{port}"),
-        }
-    });
+    let node_name = node_name(cfg);
     let artifacts = open_artifact_store(cfg, &node_name)?;
     let encoding = Encoding::parse(&cfg.stream_encoding).with_context(|| {
         format!(
@@ -298,44 +251,9 @@ pub async fn start_web(
             cfg.stream_encoding
         )
     })?;
-    let engine_config = EngineConfig {
-        node_name,
-        placement: cfg.placement.parse()?,
-        lifecycle: LifecycleConfig {
-            stalled_worker_timeout: (cfg.stalled_worker_timeout_secs > 0)
-                .then(|| std::time::Duration::from_secs(cfg.stalled_worker_timeout_secs)),
-        },
-        rerun_when_worker_disappears: cfg.rerun_when_worker_disappears,
-        worker_return_timeout: Some(std::time::Duration::from_secs(
-            cfg.worker_return_timeout_secs,
-        )),
-        worker_reconnect_grace: Some(std::time::Duration::from_secs(
-            cfg.worker_reconnect_grace_secs,
-        )),
-        streaming: cfg.streaming.parse(encoding)?,
-        gc: cfg.gc.parse()?,
-        credentials: cfg.credentials.parse()?,
-        external_url: cfg.external_url.clone(),
-        nodes: node_config(cfg)?,
-        pipelines: gantry_actors::api::PipelinesConfig {
-            global_resources: cfg.global_resources,
-            interval: std::time::Duration::from_millis(cfg.pipeline_interval_ms.max(100)),
-            max_checks_per_interval: cfg.max_checks_per_interval,
-            archived_retention: (cfg.archived_pipeline_retention_secs > 0)
-                .then(|| std::time::Duration::from_secs(cfg.archived_pipeline_retention_secs)),
-            check_timeout: (cfg.resource_check_timeout_secs > 0)
-                .then(|| std::time::Duration::from_secs(cfg.resource_check_timeout_secs)),
-        },
-    };
+    let engine_config = engine_config(cfg, node_name, encoding)?;
     let clusters = connect_clusters(cfg).await?;
-    let connector: Arc<dyn WorkerConnector> = if clusters.is_empty() {
-        connector
-    } else {
-        Arc::new(gantry_kubernetes::FleetConnector::new(
-            connector,
-            clusters.clone(),
-        ))
-    };
+    let connector = fleet_connector(connector, &clusters);
     // Before the engine starts, so it records its first durations.
     self::metrics::install();
     let sign_in_keys = sign_in_flow::SignInKeys::new(sealer.clone(), old_sealer.clone());
@@ -363,18 +281,8 @@ pub async fn start_web(
     let tasks = gantry_jobs::Tasks::default();
     let state = web::Data::new(AppState {
         engine: engine.clone(),
-        tokens: auth::Tokens {
-            admin: cfg.admin_token.clone(),
-            teams: cfg.teams.clone(),
-            registration_key,
-            metrics_public: cfg.metrics_public,
-            signin: !cfg.users.is_empty() || cfg.oidc.is_some() || cfg.github.is_some(),
-        },
-        limits: limits::Limits::new(cfg.max_artifact_bytes, cfg.builds_per_team_per_minute)
-            .with_body_pace(body_pace::BodyPace {
-                timeout: std::time::Duration::from_secs(cfg.request_body_timeout_secs.max(1)),
-                min_bytes_per_sec: cfg.request_body_min_bytes_per_sec,
-            }),
+        tokens: tokens(cfg, registration_key),
+        limits: request_limits(cfg),
         snapshots: Default::default(),
         page_feeds: Default::default(),
         agents: gantry_agent_client::AgentConnector::new(),
@@ -435,15 +343,7 @@ pub async fn start_web(
         }
     };
     let addr = server.addrs()[0];
-    engine.default_external_url(&format!("http://{addr}"));
-    if let Some(oidc) = &oidc {
-        oidc.client.default_external_url(&format!("http://{addr}"));
-    }
-    if let Some(github) = &github {
-        github
-            .client
-            .default_external_url(&format!("http://{addr}"));
-    }
+    default_external_urls(&engine, oidc.as_deref(), github.as_deref(), addr);
     tracing::info!(
         "web node listening on http://{addr} (database: {})",
         redact(&url)
@@ -455,6 +355,195 @@ pub async fn start_web(
         engine,
         tasks,
     })
+}
+
+/// Who may do what and how people sign in, as configured: the action
+/// map, the local users, the trusted proxies, the OIDC and GitHub
+/// providers.
+struct SignIns {
+    actions: rbac::ActionRoles,
+    people: people::People,
+    clients: client_address::ClientAddresses,
+    oidc: Option<Arc<oidc::Oidc>>,
+    github: Option<Arc<github::Github>>,
+}
+
+/// [`SignIns`] from `cfg`; a bad table, user, network or provider is an
+/// error naming it.
+fn sign_ins(cfg: &WebConfig) -> anyhow::Result<SignIns> {
+    let actions =
+        rbac::ActionRoles::new(&cfg.rbac, routes::document()).map_err(anyhow::Error::msg)?;
+    let bounds = people::CheckBounds {
+        threads: cfg.password_check_threads,
+        queue: cfg.password_check_queue,
+    };
+    let people =
+        people::People::new(&cfg.users, cfg.session_minutes, bounds).map_err(anyhow::Error::msg)?;
+    let clients =
+        client_address::ClientAddresses::new(&cfg.trusted_proxies).map_err(anyhow::Error::msg)?;
+    let oidc = cfg
+        .oidc
+        .clone()
+        .map(|o| oidc::Oidc::new(o, cfg.external_url.as_deref()).map(Arc::new))
+        .transpose()?;
+    let github = cfg
+        .github
+        .clone()
+        .map(|g| github::Github::new(g, cfg.external_url.as_deref()).map(Arc::new))
+        .transpose()?;
+    Ok(SignIns {
+        actions,
+        people,
+        clients,
+        oidc,
+        github,
+    })
+}
+
+/// Refuses an API reachable from other hosts that no token secures.
+fn refuse_open_listen(cfg: &WebConfig, secured: bool) -> anyhow::Result<()> {
+    if !secured && !cfg.listen.ip().is_loopback() {
+        anyhow::bail!(
+            "web.listen {} is reachable from other hosts but no admin_token or team tokens are set: set --admin-token (GANTRY_ADMIN_TOKEN) or listen on 127.0.0.1",
+            cfg.listen
+        );
+    }
+    Ok(())
+}
+
+/// Who may call the API: the admin's and teams' tokens, the workers' key.
+fn tokens(cfg: &WebConfig, registration_key: String) -> auth::Tokens {
+    auth::Tokens {
+        admin: cfg.admin_token.clone(),
+        teams: cfg.teams.clone(),
+        registration_key,
+        metrics_public: cfg.metrics_public,
+        signin: !cfg.users.is_empty() || cfg.oidc.is_some() || cfg.github.is_some(),
+    }
+}
+
+/// The limits of requests: artifact sizes, builds per team, body pace.
+fn request_limits(cfg: &WebConfig) -> limits::Limits {
+    limits::Limits::new(cfg.max_artifact_bytes, cfg.builds_per_team_per_minute).with_body_pace(
+        body_pace::BodyPace {
+            timeout: std::time::Duration::from_secs(cfg.request_body_timeout_secs.max(1)),
+            min_bytes_per_sec: cfg.request_body_min_bytes_per_sec,
+        },
+    )
+}
+
+/// The agents' connector, or with Kubernetes clusters the fleet's (each
+/// worker reached through its runtime).
+fn fleet_connector(
+    connector: Arc<dyn WorkerConnector>,
+    clusters: &[gantry_kubernetes::KubeWorker],
+) -> Arc<dyn WorkerConnector> {
+    if clusters.is_empty() {
+        connector
+    } else {
+        Arc::new(gantry_kubernetes::FleetConnector::new(
+            connector,
+            clusters.to_vec(),
+        ))
+    }
+}
+
+/// Refuses a node no one could sign in to, warns of an open API or the
+/// published registration key, and checks the configured teams' names.
+fn check_sign_in(cfg: &WebConfig, secured: bool, registration_key: &str) -> anyhow::Result<()> {
+    if !secured && !cfg.open_api {
+        anyhow::bail!(
+            "no one could sign in: set an admin token (--admin-token), team tokens ([web.teams]), users ([web.users]) or a provider ([web.oidc], [web.github]); or, on loopback for tests, --open-api"
+        );
+    }
+    if secured && cfg.open_api {
+        tracing::warn!("open_api has no effect: tokens, users or a provider are set");
+    }
+    if !secured {
+        tracing::warn!(
+            "no admin or team tokens are set: the API is open to anyone who can reach {}",
+            cfg.listen
+        );
+    }
+    if registration_key == crate::config::DEV_REGISTRATION_KEY {
+        tracing::warn!(
+            "workers register with the published key {:?}: set --registration-key before adding tokens or listening beyond loopback",
+            crate::config::DEV_REGISTRATION_KEY
+        );
+    }
+    for team in cfg.teams.keys() {
+        gantry_actors::api::check_team_name(team).map_err(|e| anyhow::anyhow!("web.teams: {e}"))?;
+    }
+    Ok(())
+}
+
+/// This node's name: configured, else the host and port (a random suffix
+/// for port 0).
+fn node_name(cfg: &WebConfig) -> String {
+    cfg.node_name.clone().unwrap_or_else(|| {
+        let host = crate::config::host_name().unwrap_or_else(|| "web".into());
+        match cfg.listen.port() {
+            // Any free port: no name stays stable, so one no other node has.
+            0 => format!("{host}:{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
+            port => format!("{host}:{port}"),
+        }
+    })
+}
+
+/// The engine's configuration from the web node's.
+fn engine_config(
+    cfg: &WebConfig,
+    node_name: String,
+    encoding: Encoding,
+) -> anyhow::Result<EngineConfig> {
+    Ok(EngineConfig {
+        node_name,
+        placement: cfg.placement.parse()?,
+        lifecycle: LifecycleConfig {
+            stalled_worker_timeout: (cfg.stalled_worker_timeout_secs > 0)
+                .then(|| std::time::Duration::from_secs(cfg.stalled_worker_timeout_secs)),
+        },
+        rerun_when_worker_disappears: cfg.rerun_when_worker_disappears,
+        worker_return_timeout: Some(std::time::Duration::from_secs(
+            cfg.worker_return_timeout_secs,
+        )),
+        worker_reconnect_grace: Some(std::time::Duration::from_secs(
+            cfg.worker_reconnect_grace_secs,
+        )),
+        streaming: cfg.streaming.parse(encoding)?,
+        gc: cfg.gc.parse()?,
+        credentials: cfg.credentials.parse()?,
+        external_url: cfg.external_url.clone(),
+        nodes: node_config(cfg)?,
+        pipelines: gantry_actors::api::PipelinesConfig {
+            global_resources: cfg.global_resources,
+            interval: std::time::Duration::from_millis(cfg.pipeline_interval_ms.max(100)),
+            max_checks_per_interval: cfg.max_checks_per_interval,
+            archived_retention: (cfg.archived_pipeline_retention_secs > 0)
+                .then(|| std::time::Duration::from_secs(cfg.archived_pipeline_retention_secs)),
+            check_timeout: (cfg.resource_check_timeout_secs > 0)
+                .then(|| std::time::Duration::from_secs(cfg.resource_check_timeout_secs)),
+        },
+    })
+}
+
+/// The URL the engine and the sign-in providers name this node by, unless
+/// configured: the address it is bound to.
+fn default_external_urls(
+    engine: &Engine,
+    oidc: Option<&oidc::Oidc>,
+    github: Option<&github::Github>,
+    addr: std::net::SocketAddr,
+) {
+    engine.default_external_url(&format!("http://{addr}"));
+    if let Some(oidc) = oidc {
+        oidc.client.default_external_url(&format!("http://{addr}"));
+    }
+    if let Some(github) = github {
+        github
+            .client
+            .default_external_url(&format!("http://{addr}"));
+    }
 }
 
 /// The Kubernetes clusters of `[[web.kubernetes]]`, each reached and its

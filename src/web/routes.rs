@@ -12,8 +12,8 @@ use utoipa::OpenApi as _;
 
 use super::api::{
     artifacts, audit, badges, build_log, builds, gc, gc_admin, hijack, jobs, pipeline_config,
-    pipeline_reads, pipelines, public_pipelines, queue, reruns, resource_types, secrets, sessions,
-    teams, workers,
+    pipeline_reads, pipeline_resources, pipelines, public_pipelines, queue, reruns, resource_types,
+    secrets, sessions, teams, workers,
 };
 use super::{dashboard, health, metrics, openapi};
 
@@ -127,14 +127,14 @@ routes! {
     post "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds/{build}/rerun" => reruns::rerun;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/pause" => pipelines::pause_job;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/unpause" => pipelines::unpause_job;
-    get "/api/v1/teams/{team}/pipelines/{pipeline}/resources" => pipelines::resources;
-    get "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions" => pipelines::versions;
-    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check" => pipelines::check;
-    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check/webhook" => pipelines::webhook;
-    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/pin" => pipelines::pin;
-    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/unpin" => pipelines::unpin;
-    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/disable" => pipelines::disable;
-    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/enable" => pipelines::enable;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/resources" => pipeline_resources::resources;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions" => pipeline_resources::versions;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check" => pipeline_resources::check;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check/webhook" => pipeline_resources::webhook;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/pin" => pipeline_resources::pin;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/unpin" => pipeline_resources::unpin;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/disable" => pipeline_resources::disable;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/enable" => pipeline_resources::enable;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/resource-types/{resource_type}/versions" => resource_types::versions;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/resource-types/{resource_type}/check" => resource_types::check;
     get "/api/v1/teams/{team}/secrets" => secrets::list;

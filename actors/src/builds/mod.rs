@@ -38,6 +38,8 @@ mod resume;
 mod return_tests;
 mod run;
 #[cfg(test)]
+mod takeover_tests;
+#[cfg(test)]
 mod tests;
 mod turns;
 mod walker;

@@ -36,6 +36,7 @@ mod resources;
 #[cfg(test)]
 mod scope_migration;
 mod secrets;
+mod set_pipeline;
 mod states;
 mod stores;
 mod task_caches;

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | [`Builds`] | builds, build_events, waiting builds and steps, turns, reruns | `builds`, `job_builds`, `waiting_builds`, `waiting_steps`, `turns`, `reruns`, `allowance` |
 //! | [`Versions`] | resource versions, the versions builds used and made, pins | `resources`, `build_versions`, `pins` |
-//! | [`Pipelines`] | pipelines, jobs, resources, resource types, checks | `pipelines`, `pipeline_archive` |
+//! | [`Pipelines`] | pipelines, jobs, resources, resource types, checks | `pipelines`, `set_pipeline`, `pipeline_archive` |
 //! | [`Workers`] | workers, their volume stores and sequences, the placement ledger | `workers`, `placements` |
 //! | [`Handles`] | containers and volumes, intercept sessions, task caches | `handles`, `intercepts`, `task_caches` |
 //! | [`ArtifactIndex`] | artifacts and where their copies are | `artifacts` |

@@ -13,6 +13,7 @@ mod one_build;
 mod people;
 mod pipeline_jobs;
 mod pipeline_list;
+mod pipeline_resources;
 mod pipelines;
 mod public_pipelines;
 mod reruns;

@@ -217,6 +217,22 @@ async fn crun_agent_isolates_processes_and_keeps_images_unchanged() {
     isolates_processes_and_keeps_images_unchanged("crun").await;
 }
 
+/// A raw image: busybox as `/bin/sh`, and the users `root` and
+/// `builder` (1000).
+fn busybox_image() -> tempfile::TempDir {
+    let image = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(image.path().join("bin")).unwrap();
+    std::fs::copy("/usr/bin/busybox", image.path().join("bin/busybox")).unwrap();
+    std::os::unix::fs::symlink("busybox", image.path().join("bin/sh")).unwrap();
+    std::fs::create_dir_all(image.path().join("etc")).unwrap();
+    std::fs::write(
+        image.path().join("etc/passwd"),
+        "root:x:0:0::/root:/bin/sh\nbuilder:x:1000:1000::/tmp:/bin/sh\n",
+    )
+    .unwrap();
+    image
+}
+
 /// The isolation, exec, users, overlays and limits of an OCI runtime
 /// backend (`runc` or `crun`: the same bundle, the same commands).
 async fn isolates_processes_and_keeps_images_unchanged(backend: &str) {
@@ -287,16 +303,7 @@ async fn isolates_processes_and_keeps_images_unchanged(backend: &str) {
     assert_eq!(init.wait().await.unwrap(), 137);
 
     // A raw image is never changed: each container writes to its own overlay.
-    let image = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(image.path().join("bin")).unwrap();
-    std::fs::copy("/usr/bin/busybox", image.path().join("bin/busybox")).unwrap();
-    std::os::unix::fs::symlink("busybox", image.path().join("bin/sh")).unwrap();
-    std::fs::create_dir_all(image.path().join("etc")).unwrap();
-    std::fs::write(
-        image.path().join("etc/passwd"),
-        "root:x:0:0::/root:/bin/sh\nbuilder:x:1000:1000::/tmp:/bin/sh\n",
-    )
-    .unwrap();
+    let image = busybox_image();
     let raw = RootfsSpec::Raw {
         path: image.path().display().to_string(),
     };

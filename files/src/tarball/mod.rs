@@ -17,7 +17,8 @@
 //!
 //! One layer per file: `plumbing.rs` (blocking jobs fed from and feeding
 //! async streams), `encoding.rs` (zstd, gzip, raw), `pack.rs` (directories
-//! into tar), `extract.rs` (untrusted tar onto disk, or validated),
+//! into tar), `extract.rs` (untrusted tar onto disk, or validated; `extract/write.rs`
+//! makes each entry on disk),
 //! `entry_path.rs` (which entry paths and link targets are safe),
 //! `attrs.rs` (modes, mtimes and owners restored), `read_state.rs` (what
 //! the readers below the tar parser saw),

@@ -25,6 +25,7 @@ pub mod log_text;
 pub mod paging;
 pub mod pipeline_config;
 pub mod pipeline_reads;
+pub mod pipeline_resources;
 pub mod pipelines;
 pub mod public_pipelines;
 pub mod queue;

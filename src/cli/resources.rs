@@ -1,0 +1,250 @@
+//! The verbs of a stored pipeline's resources (see `resource_grammar.rs`):
+//! each one call of the team's pipeline routes, printed as a table, text
+//! or JSON; a problem is one line and a non-zero exit.
+
+use anyhow::{anyhow, Context as _};
+use serde_json::{json, Value};
+
+use crate::cli::client::ApiClient;
+use crate::cli::follow::{follow, StepLines};
+use crate::cli::pipelines::{pipeline_path, split};
+use crate::cli::resource_grammar::ResourceCommand;
+use crate::cli::table::{cell, print_table};
+use gantry_wire::url::segment;
+
+/// Runs one verb; returns the exit code.
+pub async fn run(client: &ApiClient, command: ResourceCommand) -> anyhow::Result<i32> {
+    use ResourceCommand as R;
+    match command {
+        R::Resources {
+            pipeline,
+            json,
+            team,
+        } => {
+            let path = format!("{}/resources", pipeline_path(&team, &pipeline));
+            list_resources(client, &path, json).await
+        }
+        R::ResourceVersions {
+            resource,
+            limit,
+            json,
+            team,
+        } => {
+            let (p, r) = split("--resource", &resource)?;
+            let path = format!("{}/resources/{}", pipeline_path(&team, p), segment(r));
+            list_versions(client, &path, limit, json, true).await
+        }
+        R::CheckResource {
+            resource,
+            from,
+            team,
+        } => {
+            let (p, r) = split("--resource", &resource)?;
+            let path = format!("{}/resources/{}/check", pipeline_path(&team, p), segment(r));
+            let mut body = json!({});
+            if !from.is_empty() {
+                body["from"] = version_of("--from", &from)?;
+            }
+            check_now(client, &path, &body, &resource).await
+        }
+        R::CheckResourceType {
+            resource_type,
+            from,
+            shallow,
+            team,
+        } => {
+            let (p, t) = split("--resource-type", &resource_type)?;
+            let path = format!(
+                "{}/resource-types/{}/check",
+                pipeline_path(&team, p),
+                segment(t)
+            );
+            let mut body = json!({ "shallow": shallow });
+            if !from.is_empty() {
+                body["from"] = version_of("--from", &from)?;
+            }
+            check_now(client, &path, &body, &resource_type).await
+        }
+        R::ResourceTypeVersions {
+            resource_type,
+            limit,
+            json,
+            team,
+        } => {
+            let (p, t) = split("--resource-type", &resource_type)?;
+            let path = format!("{}/resource-types/{}", pipeline_path(&team, p), segment(t));
+            // A type's versions are disabled in none: no such column.
+            list_versions(client, &path, limit, json, false).await
+        }
+        R::PinResource {
+            resource,
+            version,
+            comment,
+            team,
+        } => {
+            let (p, r) = split("--resource", &resource)?;
+            let path = format!("{}/resources/{}/pin", pipeline_path(&team, p), segment(r));
+            pin(client, &path, &resource, &version, comment).await
+        }
+        R::UnpinResource { resource, team } => {
+            let (p, r) = split("--resource", &resource)?;
+            let path = format!("{}/resources/{}/unpin", pipeline_path(&team, p), segment(r));
+            client.post_done(&path, &json!({})).await?;
+            crate::outln!("{resource} unpinned");
+            Ok(0)
+        }
+        R::DisableResourceVersion {
+            resource,
+            version,
+            team,
+        } => able(client, &team, &resource, &version, "disable").await,
+        R::EnableResourceVersion {
+            resource,
+            version,
+            team,
+        } => able(client, &team, &resource, &version, "enable").await,
+    }
+}
+
+/// `KEY:VALUE` pairs as a version object.
+fn version_of(flag: &str, pairs: &[String]) -> anyhow::Result<Value> {
+    let mut version = serde_json::Map::new();
+    for pair in pairs {
+        let (k, v) = pair
+            .split_once(':')
+            .ok_or_else(|| anyhow!("{flag} {pair:?}: give KEY:VALUE"))?;
+        version.insert(k.to_string(), Value::String(v.to_string()));
+    }
+    Ok(Value::Object(version))
+}
+
+/// `gantry resources`: a pipeline's resources (under `path`), as a table
+/// or JSON.
+async fn list_resources(client: &ApiClient, path: &str, json: bool) -> anyhow::Result<i32> {
+    let all: Vec<Value> = client.get(path).await?;
+    if json {
+        crate::outln!("{}", serde_json::to_string_pretty(&all)?);
+        return Ok(0);
+    }
+    print_table(
+        &["name", "type", "pinned", "check", "error"],
+        all.iter()
+            .map(|r| {
+                vec![
+                    match r["resource_type"].as_bool() {
+                        Some(true) => format!("{} (resource type)", cell(r, "name")),
+                        _ => cell(r, "name"),
+                    },
+                    cell(r, "type_"),
+                    match (r["pinned"].as_object(), r["pin_comment"].as_str()) {
+                        (Some(_), Some(c)) => format!("{} ({c})", r["pinned"]),
+                        (Some(_), None) => r["pinned"].to_string(),
+                        _ => String::new(),
+                    },
+                    r["last_check"]["status"]
+                        .as_str()
+                        .unwrap_or("never")
+                        .to_string(),
+                    cell(r, "check_error"),
+                ]
+            })
+            .collect(),
+    );
+    Ok(0)
+}
+
+/// `gantry pin-resource`: pins `resource` (its pin route `path`) to
+/// `version` and/or saves a pin comment.
+async fn pin(
+    client: &ApiClient,
+    path: &str,
+    resource: &str,
+    version: &[String],
+    comment: Option<String>,
+) -> anyhow::Result<i32> {
+    let mut body = json!({});
+    if !version.is_empty() {
+        body["version"] = version_of("--version", version)?;
+    }
+    if let Some(c) = &comment {
+        body["comment"] = json!(c);
+    }
+    client.post_done(path, &body).await?;
+    if !version.is_empty() {
+        crate::outln!("{resource} pinned to {}", body["version"]);
+    }
+    if let Some(c) = &comment {
+        crate::outln!("pin comment {c:?} saved on {resource}");
+    }
+    Ok(0)
+}
+
+/// Prints the versions under `path` (a resource's or a resource type's),
+/// newest first, at most `limit`: as JSON, or a table with the
+/// `disabled` column when `disabled` is asked for.
+async fn list_versions(
+    client: &ApiClient,
+    path: &str,
+    limit: usize,
+    json: bool,
+    disabled: bool,
+) -> anyhow::Result<i32> {
+    let path = format!("{path}/versions?limit={}", limit.clamp(1, 500));
+    let all: Vec<Value> = client.get_pages(&path, limit).await?;
+    if json {
+        crate::outln!("{}", serde_json::to_string_pretty(&all)?);
+        return Ok(0);
+    }
+    let rows = all.iter().map(|v| {
+        let mut row = vec![v["version"].to_string()];
+        if disabled {
+            row.push(cell(v, "disabled"));
+        }
+        row
+    });
+    let head: &[&str] = if disabled {
+        &["version", "disabled"]
+    } else {
+        &["version"]
+    };
+    print_table(head, rows.collect());
+    Ok(0)
+}
+
+/// Starts the check build `path` answers to `body`, says so (`checking
+/// WHAT (build N)`) and follows it: its exit code (non-zero when it did
+/// not succeed, as fly's `check-resource` and `check-resource-type`).
+async fn check_now(
+    client: &ApiClient,
+    path: &str,
+    body: &Value,
+    what: &str,
+) -> anyhow::Result<i32> {
+    let build: Value = client.post(path, body).await?;
+    let id = build["id"]
+        .as_i64()
+        .context("the answer holds no build id")?;
+    eprintln!("checking {what} (build {id})");
+    let ended = follow(client, id, StepLines::Told).await?;
+    Ok(ended.run_exit_code(id))
+}
+
+/// `disable-` or `enable-resource-version`.
+async fn able(
+    client: &ApiClient,
+    team: &str,
+    resource: &str,
+    version: &[String],
+    verb: &str,
+) -> anyhow::Result<i32> {
+    let (p, r) = split("--resource", resource)?;
+    let path = format!(
+        "{}/resources/{}/versions/{verb}",
+        pipeline_path(team, p),
+        segment(r)
+    );
+    let v = version_of("--version", version)?;
+    client.post_done(&path, &json!({ "version": v })).await?;
+    crate::outln!("{resource} version {v} {verb}d");
+    Ok(0)
+}
