@@ -64,6 +64,7 @@ const PUBLIC: &[&str] = &[
     "getResource",
     "listResourceTypes",
     "listAllPipelines",
+    "listPipelineBuilds",
     "pipelineFeed",
     "listPipelineJobs",
     "getPipelineJob",
@@ -326,6 +327,23 @@ fn an_exposed_pipeline_is_read_by_anyone_as_concourse_shows_it_and_hidden_again(
     assert_eq!(
         get(url, None, &format!("/api/v1/builds/{open}/events")).0,
         200
+    );
+
+    // The pipeline's builds, cut the same way.
+    let (status, builds) = get(url, None, &format!("{pipeline}/builds"));
+    assert_eq!(status, 200, "{builds}");
+    let listed: Vec<i64> = builds
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            assert!(b["worker"].is_null(), "{b}");
+            b["id"].as_i64().unwrap()
+        })
+        .collect();
+    assert!(
+        listed.contains(&open) && listed.contains(&closed),
+        "{builds}"
     );
 
     // The private job's build: its status, not its plan, log or events.

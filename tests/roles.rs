@@ -118,6 +118,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "getJobBuild",
         "getResource",
         "listResourceTypes",
+        "listPipelineBuilds",
         "listPipelineJobs",
         "getPipelineJob",
         "listJobBuilds",

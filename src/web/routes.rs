@@ -110,6 +110,7 @@ routes! {
     get "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}" => pipeline_reads::resource;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/resource-types" => pipeline_reads::resource_types;
     get "/api/v1/pipelines" => pipeline_reads::all_pipelines;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/builds" => pipeline_reads::pipeline_builds;
     put "/api/v1/teams/{team}/pipelines/{pipeline}/config" => pipeline_config::save;
     put "/api/v1/teams/{team}/pipelines/{pipeline}" => pipelines::set;
     delete "/api/v1/teams/{team}/pipelines/{pipeline}" => pipelines::destroy;

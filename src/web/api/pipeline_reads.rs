@@ -2,11 +2,13 @@
 //! them: a job's build by its name (`N`, or `N.M` for a rerun;
 //! Concourse's `GetJobBuild`, what `fly watch -j P/J -b N` asks), a
 //! resource (`GetResource`) and the custom resource types
-//! (`ListResourceTypes`); and every pipeline the caller may read
-//! (`ListAllPipelines`: its team's, and every exposed one). Both are reads of the pipeline: by its team,
+//! (`ListResourceTypes`), the builds of its jobs (`ListPipelineBuilds`);
+//! and every pipeline the caller may read (`ListAllPipelines`: its
+//! team's, and every exposed one). Both are reads of the pipeline: by its team,
 //! or by anyone when it is exposed, cut as the public sees it.
 
 use actix_web::{web, HttpRequest, HttpResponse};
+use gantry_actors::api::BuildQuery;
 
 use crate::web::api::paging::PageQuery;
 use crate::web::api::public_pipelines::{read_pipeline, Part};
@@ -145,4 +147,44 @@ pub async fn all_pipelines(
         ));
     }
     Ok(page.of_sorted(&req, shown, |p| format!("{}/{}", p.team, p.name)))
+}
+
+/// `GET /api/v1/teams/{team}/pipelines/{pipeline}/builds`
+#[utoipa::path(
+    get,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/builds",
+    operation_id = "listPipelineBuilds",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path), PageQuery),
+    responses(
+        (status = 200, description = "A page of the builds of the pipeline's jobs, newest first; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::api::Build>),
+        (status = 400, description = "A bad limit, cursor or unknown query parameter", body = ErrorBody),
+        (status = 404, description = "No such pipeline", body = ErrorBody),
+    )
+)]
+pub async fn pipeline_builds(
+    identity: Identity,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+    query: web::Query<PageQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let (team, pipeline) = path.into_inner();
+    let reader = read_pipeline(&identity, &state, &team, &pipeline, Part::default()).await?;
+    let page = query.into_inner().page()?;
+    // Its name as stored (an instance's, however its vars were written).
+    let stored = state.engine.pipeline(&team, &pipeline).await?.name;
+    let builds = state
+        .engine
+        .list_builds_page(&BuildQuery {
+            team: Some(team),
+            status: None,
+            pipeline: Some(stored),
+            job: None,
+            before: page.cursor_id()?,
+            limit: page.fetch(),
+        })
+        .await?;
+    let builds: Vec<_> = builds.into_iter().map(|b| reader.build(b)).collect();
+    Ok(page.answer(&req, builds, |b| b.id.to_string()))
 }
