@@ -1,5 +1,5 @@
 //! End to end: the web node's background work is visible to operators
-//! (`gantry jobs`, `/api/v1/jobs`, `/metrics`), every long-lived loop of a
+//! (`gantry jobs`, `/api/v1/background-jobs`, `/metrics`), every long-lived loop of a
 //! web node runs on its background runner, and `gantry web` shuts its
 //! engine down in order on SIGTERM.
 

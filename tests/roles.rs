@@ -93,7 +93,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
     for op in [
         "listWorkers",
         "listWorkerJobs",
-        "listJobs",
+        "listBackgroundJobs",
         "listWebNodes",
         "queue",
         "listBuilds",

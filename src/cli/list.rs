@@ -208,7 +208,9 @@ pub async fn handles(client: &ApiClient, what: &str, json: bool) -> anyhow::Resu
 
 /// `gantry jobs`
 pub async fn jobs(client: &ApiClient, json: bool) -> anyhow::Result<()> {
-    let rows: Vec<serde_json::Value> = client.get_pages("/api/v1/jobs", usize::MAX).await?;
+    let rows: Vec<serde_json::Value> = client
+        .get_pages("/api/v1/background-jobs", usize::MAX)
+        .await?;
     print_jobs(&rows, json)
 }
 

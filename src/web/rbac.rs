@@ -71,7 +71,7 @@ pub const DEFAULT_ROLES: &[(&str, Role)] = &[
     // Reading.
     ("listWorkers", Role::Viewer),
     ("listWorkerJobs", Role::Viewer),
-    ("listJobs", Role::Viewer),
+    ("listBackgroundJobs", Role::Viewer),
     ("listWebNodes", Role::Viewer),
     ("queue", Role::Viewer),
     ("listBuilds", Role::Viewer),

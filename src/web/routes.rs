@@ -65,7 +65,7 @@ routes! {
     get "/api/v1/info" => super::info;
     get "/api/v1/workers" => workers::list;
     get "/api/v1/queue" => queue::list;
-    get "/api/v1/jobs" => jobs::list;
+    get "/api/v1/background-jobs" => jobs::list;
     get "/api/v1/web-nodes" => jobs::web_nodes;
     post "/api/v1/workers/register" => workers::register;
     post "/api/v1/workers/prune" => workers::prune_by_name;

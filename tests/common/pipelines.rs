@@ -157,7 +157,7 @@ pub fn wait_run(url: &str, p: &str, job: &str, commit: &str, status: &str) -> Va
 /// round after `after` (unix ms): what it decides from then on saw it.
 pub fn wait_rounds_after(url: &str, after: i64) {
     wait_for("two scheduling rounds", Duration::from_secs(30), || {
-        let jobs = api(url, "/api/v1/jobs");
+        let jobs = api(url, "/api/v1/background-jobs");
         let triggers = jobs
             .as_array()?
             .iter()

@@ -7,11 +7,13 @@ use crate::web::api::paging::PageQuery;
 use crate::web::error::ApiError;
 use crate::web::AppState;
 
-/// `GET /api/v1/jobs`: a page of the background jobs' statuses, by name.
+/// `GET /api/v1/background-jobs`: a page of the background jobs'
+/// statuses, by name. (Not `/api/v1/jobs`: that is Concourse's list of
+/// the pipelines' jobs.)
 #[utoipa::path(
     get,
-    path = "/api/v1/jobs",
-    operation_id = "listJobs",
+    path = "/api/v1/background-jobs",
+    operation_id = "listBackgroundJobs",
     tag = "operations",
     params(PageQuery),
     responses(
