@@ -6,8 +6,8 @@
 //! .../config` with the YAML, `Content-Type: application/x-yaml` and the
 //! version read (201 new, 200 changed, `{warnings}`; 400 `{errors}` for an
 //! invalid config; a version read before another set is refused);
-//! `fly get-pipeline` reads the config back; `fly userinfo` reads
-//! `/api/v1/user`.
+//! `fly get-pipeline` reads the config back; `fly get-team` reads one
+//! team; `fly userinfo` reads `/api/v1/user`.
 
 use crate::common;
 
@@ -157,6 +157,22 @@ fn fly_sets_and_gets_a_pipeline_through_the_config_routes() {
     let out = client_as(url, ADMIN, &["archive-pipeline", "-p", "q", "-n"]);
     assert!(out.status.success(), "{}", said(&out));
     assert_eq!(get_config(url, "q").0, 404);
+
+    // fly get-team: one team.
+    let team: serde_json::Value = reqwest::blocking::Client::new()
+        .get(format!("{url}/api/v1/teams/main"))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(team["name"], "main", "{team}");
+    let missing = reqwest::blocking::Client::new()
+        .get(format!("{url}/api/v1/teams/nobody"))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap();
+    assert_eq!(missing.status().as_u16(), 404);
 
     // fly userinfo: Concourse's `UserInfo`.
     let me: serde_json::Value = reqwest::blocking::Client::new()

@@ -117,6 +117,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "jobBadge",
         "getJobBuild",
         "getResource",
+        "getTeam",
         "listResourceTypes",
         "listPipelineBuilds",
         "listPipelineJobs",

@@ -82,6 +82,7 @@ pub const DEFAULT_ROLES: &[(&str, Role)] = &[
     ("listContainers", Role::Viewer),
     ("listVolumes", Role::Viewer),
     ("listTeams", Role::Viewer),
+    ("getTeam", Role::Viewer),
     ("listPipelines", Role::Viewer),
     ("getPipeline", Role::Viewer),
     ("pipelineBadge", Role::Viewer),

@@ -89,6 +89,7 @@ routes! {
     get "/api/v1/builds/{id}/hijack" => hijack::build;
     get "/api/v1/containers/{handle}/hijack" => hijack::container;
     get "/api/v1/teams" => teams::list;
+    get "/api/v1/teams/{team}" => teams::get;
     put "/api/v1/teams/{team}" => teams::set;
     delete "/api/v1/teams/{team}" => teams::remove;
     post "/api/v1/teams/{team}/tokens" => teams::create_token;

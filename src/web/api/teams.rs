@@ -68,24 +68,61 @@ pub async fn list(
         .await?
         .into_iter()
         .filter(|t| filter.is_none_or(|f| f == t.name))
-        .map(|t| {
-            let from_config = state.tokens.teams.contains_key(&t.name);
-            let members: Vec<_> = roles
-                .iter()
-                .filter(|(team, _)| *team == t.name)
-                .map(|(_, r)| r)
-                .collect();
-            serde_json::json!({
-                "name": t.name,
-                "created_at": t.created_at,
-                "from_config": from_config,
-                "roles": members,
-            })
-        })
+        .map(|t| team_json(&state, t, &roles))
         .collect();
     Ok(page.of_sorted(&req, teams, |t: &serde_json::Value| {
         t["name"].as_str().unwrap_or_default().to_string()
     }))
+}
+
+/// A team as the API answers it: name, created_at, from_config, roles.
+fn team_json(
+    state: &AppState,
+    t: gantry_actors::api::Team,
+    roles: &[(String, gantry_actors::api::TeamRole)],
+) -> serde_json::Value {
+    let from_config = state.tokens.teams.contains_key(&t.name);
+    let members: Vec<_> = roles
+        .iter()
+        .filter(|(team, _)| *team == t.name)
+        .map(|(_, r)| r)
+        .collect();
+    serde_json::json!({
+        "name": t.name,
+        "created_at": t.created_at,
+        "from_config": from_config,
+        "roles": members,
+    })
+}
+
+/// `GET /api/v1/teams/{team}`: one team (its members and the admin).
+#[utoipa::path(
+    get,
+    path = "/api/v1/teams/{team}",
+    operation_id = "getTeam",
+    tag = "teams",
+    params(("team" = String, Path, description = "The team's name")),
+    responses(
+        (status = 200, description = "The team: name, created_at (unix ms), from_config, roles (who is what)", body = Object),
+        (status = 404, description = "No such team (or another team's)", body = crate::web::error::ErrorBody),
+    )
+)]
+pub async fn get(
+    identity: Identity,
+    state: web::Data<AppState>,
+    team: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let team = team.into_inner();
+    identity.require_team(&team, &format!("team {team:?}"))?;
+    let roles = state.engine.team_roles(Some(&team)).await?;
+    let found = state
+        .engine
+        .teams()
+        .await?
+        .into_iter()
+        .find(|t| t.name == team)
+        .ok_or_else(|| ApiError::not_found(format!("team {team:?} not found")))?;
+    Ok(HttpResponse::Ok().json(team_json(&state, found, &roles)))
 }
 
 /// `PUT /api/v1/teams/{team}`: creates the team if it does not exist (the
