@@ -77,12 +77,23 @@ fn clear_task_cache_drops_a_jobs_caches_and_every_rule_runs() {
     // Another step's caches: none.
     assert_eq!(clear(url, &["-s", "other"]), "0 task caches cleared");
     assert_eq!(cache_states(url), vec!["created".to_string()]);
-    assert_eq!(clear(url, &[]), "1 task cache cleared");
+    // As fly clears it: Concourse's route, the step named in the path
+    // (a cache path is refused: the step's caches go whole).
+    let http = reqwest::blocking::Client::new();
+    let step =
+        format!("{url}/api/v1/teams/main/pipelines/pipeline/jobs/build/tasks/remember/cache");
+    let resp = http
+        .delete(format!("{step}?cache_path=cache"))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    assert_eq!(cache_states(url), vec!["created".to_string()]);
+    let removed: serde_json::Value = http.delete(&step).send().unwrap().json().unwrap();
+    assert_eq!(removed, serde_json::json!({"caches_removed": 1}));
     assert_eq!(cache_states(url), vec!["destroying".to_string()]);
     assert_eq!(clear(url, &[]), "0 task caches cleared");
 
     // Bad input: a JSON error with the right status.
-    let http = reqwest::blocking::Client::new();
     let path = format!("{url}/api/v1/teams/main/pipelines/pipeline/jobs/build/clear-task-cache");
     let resp = http.post(&path).body("{\"stpe\": 1}").send().unwrap();
     assert_eq!(resp.status().as_u16(), 400);

@@ -145,6 +145,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "enableResourceVersion",
         "disableResourceVersion",
         "clearTaskCache",
+        "deleteTaskCache",
     ] {
         m.insert(op, Role(OPERATOR, true));
     }

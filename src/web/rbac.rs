@@ -116,6 +116,7 @@ pub const DEFAULT_ROLES: &[(&str, Role)] = &[
     ("enableResourceVersion", Role::PipelineOperator),
     ("disableResourceVersion", Role::PipelineOperator),
     ("clearTaskCache", Role::PipelineOperator),
+    ("deleteTaskCache", Role::PipelineOperator),
     // Changing pipelines, one-off builds, containers, secrets.
     ("setPipeline", Role::Member),
     ("saveConfig", Role::Member),

@@ -80,6 +80,7 @@ routes! {
     get "/api/v1/teams/{team}/artifacts/{id}" => artifacts::download;
     post "/api/v1/teams/{team}/builds" => builds::create;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/clear-task-cache" => gc_admin::clear_task_cache;
+    delete "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/tasks/{step}/cache" => gc_admin::delete_task_cache;
     get "/api/v1/builds" => builds::list;
     get "/api/v1/builds/{id}" => builds::get;
     post "/api/v1/builds/{id}/abort" => builds::abort;

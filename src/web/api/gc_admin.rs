@@ -1,5 +1,6 @@
 //! Garbage collection by hand: clearing a job's task caches
-//! (`gantry clear-task-cache`).
+//! (`gantry clear-task-cache`), also on Concourse's route (`fly
+//! clear-task-cache`).
 
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
@@ -66,4 +67,57 @@ pub async fn clear_task_cache(
         .clear_task_cache(&team, &pipeline, &job, req.step.as_deref())
         .await?;
     Ok(HttpResponse::Ok().json(Cleared { cleared }))
+}
+
+/// Query of Concourse's clear: the cache path, which Gantry does not
+/// clear alone.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct CachePathQuery {
+    /// One cache path of the step (`fly clear-task-cache -c`): refused,
+    /// every cache of the step is cleared without it.
+    cache_path: Option<String>,
+}
+
+/// `DELETE /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/tasks/{step}/cache`:
+/// Concourse's route of `fly clear-task-cache -j P/J -s STEP`: clears the
+/// step's task caches as `POST .../clear-task-cache` does, and answers
+/// `{"caches_removed": N}`.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/tasks/{step}/cache",
+    operation_id = "deleteTaskCache",
+    tag = "gc",
+    params(
+        ("team" = String, Path, description = "The team"),
+        ("pipeline" = String, Path, description = "The pipeline's name"),
+        ("job" = String, Path, description = "The job"),
+        ("step" = String, Path, description = "The task step"),
+        CachePathQuery,
+    ),
+    responses(
+        (status = 200, description = "`{\"caches_removed\": N}`", body = Object),
+        (status = 400, description = "A `cache_path`: not supported (every cache of the step is cleared without it)", body = crate::web::error::ErrorBody),
+        (status = 404, description = "No such team (or another team's)", body = crate::web::error::ErrorBody),
+    )
+)]
+pub async fn delete_task_cache(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String, String, String)>,
+    query: web::Query<CachePathQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let (team, pipeline, job, step) = path.into_inner();
+    identity.require_team(&team, &format!("team {team:?}"))?;
+    if query.cache_path.is_some() {
+        return Err(ApiError::bad_request(
+            "cache_path is not supported: every cache of the step is cleared (leave out -c)",
+        ));
+    }
+    let cleared = state
+        .engine
+        .clear_task_cache(&team, &pipeline, &job, Some(&step))
+        .await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "caches_removed": cleared })))
 }
