@@ -64,25 +64,21 @@ impl Engine {
         if row.archived {
             return Err(archived_error(&row));
         }
-        let not_found = || EngineError::NotFound {
-            kind: "build",
-            name: format!("{name:?} of job {pipeline}/{job}"),
-        };
-        let (number, rerun) = parse_name(name).ok_or_else(not_found)?;
-        let named = self
-            .db
-            .builds()
-            .job_build_named((team, pipeline, job), number, rerun)
-            .await?
-            .ok_or_else(not_found)?;
+        let named = self.job_build_named(team, pipeline, job, name).await?;
+        // Found by its name, so the name parses: `N`, the number reruns share.
+        let (number, _) = parse_name(name).unwrap_or_default();
         // A rerun of a rerun reruns the original (the same inputs).
         let original = match named.rerun_of {
-            Some(of) => self
-                .db
-                .builds()
-                .get_build(of)
-                .await?
-                .ok_or_else(not_found)?,
+            Some(of) => {
+                self.db
+                    .builds()
+                    .get_build(of)
+                    .await?
+                    .ok_or_else(|| EngineError::NotFound {
+                        kind: "build",
+                        name: format!("{of}, the build {name} of job {pipeline}/{job} reruns"),
+                    })?
+            }
             None => named,
         };
         if original.plan.is_null() {
