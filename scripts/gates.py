@@ -94,7 +94,10 @@ engine's door is `api` (and `testing`). Read from the crate root's code
 without comments and string literals: every `pub mod NAME` (inline or
 not, whatever its attributes) whose name is not listed fails;
 `pub(crate) mod` and `mod` are private. A `pub use` of a module is not
-told from one of an item, and is not read.
+told from one of an item, and is not read. And a door re-exports nothing
+that `SEALED` keeps inside its crate: the engine's `api.rs` (its `bench`
+module included) no `Db` and not the `db` module, by any `pub use` (a
+brace, an `as`, a glob of `db`), so no edge holds the database layer.
 """
 import argparse
 import os
@@ -775,6 +778,13 @@ CLOSED_CRATES = {
     "actors/src/lib.rs": ("api", "testing"),
 }
 PUB_MOD = re.compile(r"\bpub\s+mod\s+([A-Za-z_][A-Za-z0-9_]*)")
+# A door's file and what it must never re-export: items (by their last
+# segment, whatever `as` renames them to) and modules (themselves, a glob of
+# them, or any item under them when listed).
+SEALED = {
+    "actors/src/api.rs": {"items": ("Db",), "modules": ("db",)},
+}
+PUB_USE = re.compile(r"\bpub\s+use\s+([^;]*);")
 
 
 def gate_closed_crates(root):
@@ -796,6 +806,33 @@ def gate_closed_crates(root):
                     f"(public modules: {door}): make it `mod {m.group(1)};` and re-export "
                     "what other crates use"
                 )
+    for rel, sealed in sorted(SEALED.items()):
+        failures += sealed_re_exports(root, rel, sealed)
+    return failures
+
+
+def sealed_re_exports(root, rel, sealed):
+    """Where door `rel` re-exports what `sealed` names (see `SEALED`)."""
+    path = os.path.join(root, rel)
+    if not os.path.isfile(path):
+        return [f"{rel}: missing (the gate checks what it re-exports)"]
+    with open(path, encoding="utf-8") as f:
+        _, code, _ = lex(f.read())
+    failures = []
+    for m in PUB_USE.finditer(code):
+        line = code.count("\n", 0, m.start()) + 1
+        for segments, _ in parse_use_tree(m.group(1)):
+            last = segments[-1] if segments else None
+            if last in sealed["items"]:
+                what = f"`{last}`"
+            elif last in sealed["modules"]:
+                what = f"module `{last}`"
+            else:
+                continue
+            failures.append(
+                f"{rel}:{line}: `pub use {'::'.join(segments)}` re-exports {what}, which "
+                "stays inside its crate: offer a narrow handle instead (as `api::bench::BenchStore`)"
+            )
     return failures
 
 
@@ -866,7 +903,8 @@ def main(argv=None):
             print(f"gate closed-crates: {f}", file=sys.stderr)
         if not found:
             checked = ", ".join(f"{k} ({', '.join(v)})" for k, v in sorted(CLOSED_CRATES.items()))
-            print(f"gate closed-crates: no public module beside the doors: {checked}")
+            sealed = ", ".join(f"{k} ({', '.join(v['items'] + v['modules'])})" for k, v in sorted(SEALED.items()))
+            print(f"gate closed-crates: no public module beside the doors: {checked}; nothing sealed re-exported: {sealed}")
         failed |= bool(found)
     return 1 if failed else 0
 

@@ -306,18 +306,24 @@ class CrateDeps(unittest.TestCase):
 AGENT_LIB = "agent/src/lib.rs"
 ENGINE_LIB = "actors/src/lib.rs"
 ENGINE_DOOR = "pub mod api;\nmod db;\n#[cfg(feature = \"testing\")]\npub mod testing;\n"
+ENGINE_API = "actors/src/api.rs"
+API_OK = (
+    "//! Never `pub use crate::db::Db;`.\npub use crate::engine::Engine;\n"
+    "pub(crate) use crate::db::Db;\n"
+    "pub mod bench {\n    pub use crate::bench_store::BenchStore;\n    pub use crate::db::Bench;\n}\n"
+)
 
 
 class ClosedCrates(unittest.TestCase):
     def test_a_public_module_beside_the_door_fails_naming_it(self):
         lib = "mod worker;\n#[doc(hidden)]\npub mod beacon;\npub use worker::start_worker;\n"
-        code, out = run("closed-crates", {AGENT_LIB: lib, ENGINE_LIB: ENGINE_DOOR})
+        code, out = run("closed-crates", {AGENT_LIB: lib, ENGINE_LIB: ENGINE_DOOR, ENGINE_API: API_OK})
         self.assertEqual(code, 1, out)
         self.assertIn(f"{AGENT_LIB}:3: `pub mod beacon` opens the crate", out)
 
     def test_an_inline_public_module_fails_too(self):
         lib = "mod worker;\npub mod api {\n    pub use crate::worker::start_worker;\n}\n"
-        code, out = run("closed-crates", {AGENT_LIB: lib, ENGINE_LIB: ENGINE_DOOR})
+        code, out = run("closed-crates", {AGENT_LIB: lib, ENGINE_LIB: ENGINE_DOOR, ENGINE_API: API_OK})
         self.assertEqual(code, 1, out)
         self.assertIn("`pub mod api`", out)
 
@@ -328,8 +334,26 @@ class ClosedCrates(unittest.TestCase):
             "pub use worker::{start_worker, WorkerHandle};\n"
             "const DOC: &str = \"pub mod x\";\n"
         )
-        code, out = run("closed-crates", {AGENT_LIB: lib, ENGINE_LIB: ENGINE_DOOR})
+        code, out = run("closed-crates", {AGENT_LIB: lib, ENGINE_LIB: ENGINE_DOOR, ENGINE_API: API_OK})
         self.assertEqual(code, 0, out)
+
+    def test_the_engine_api_re_exporting_the_database_fails(self):
+        lib = "mod worker;\n"
+        for use in (
+            "pub use crate::db::{Bench, Db, Direction};",
+            "pub use crate::db::Db as Database;",
+            "pub use crate::db::*;",
+            "pub use crate::{db, engine::Engine};",
+        ):
+            api = API_OK.replace("    pub use crate::db::Bench;", "    " + use)
+            code, out = run("closed-crates", {AGENT_LIB: lib, ENGINE_LIB: ENGINE_DOOR, ENGINE_API: api})
+            self.assertEqual(code, 1, (use, out))
+            self.assertIn(f"{ENGINE_API}:6: `pub use crate::db", out)
+
+    def test_a_missing_engine_api_fails_rather_than_passing_unread(self):
+        code, out = run("closed-crates", {AGENT_LIB: "mod worker;\n", ENGINE_LIB: ENGINE_DOOR})
+        self.assertEqual(code, 1, out)
+        self.assertIn(f"{ENGINE_API}: missing", out)
 
 
 if __name__ == "__main__":

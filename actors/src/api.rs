@@ -58,13 +58,16 @@ pub use crate::histograms::{HistogramSpec, ALL as HISTOGRAMS};
 pub use crate::intercept::InterceptGuard;
 pub use crate::resources::ResourceStats;
 
-/// What only the benchmarks use: the database layer and the parts of the
+/// What only the benchmarks use: their own database handle
+/// ([`BenchStore`](bench::BenchStore), which keeps its connection private:
+/// the database layer itself is never handed out) and the parts of the
 /// engine they time on their own. Always compiled (a binary that does not
 /// call them links none of it), so the builds with and without `gantry
 /// bench` share this crate and compile it once.
 pub mod bench {
-    pub use crate::credentials::bench::{secrets, SecretsFigures};
-    pub use crate::db::{Bench, Db, Direction};
+    pub use crate::bench_store::BenchStore;
+    pub use crate::credentials::bench::SecretsFigures;
+    pub use crate::db::Bench;
     pub use crate::events::EventSink;
     pub use crate::gc::sweep::Sweeps;
     pub use crate::streaming::{Source, StreamTransfer, TransferJob};

@@ -52,7 +52,7 @@ pub(crate) fn started_event(trace: Option<&crate::telemetry::TraceIds>) -> Build
 
 /// An event with its place in the build's sequence.
 #[derive(Debug, Clone)]
-pub struct SequencedEvent {
+pub(crate) struct SequencedEvent {
     /// 1-based position in the build's events.
     pub seq: i64,
     /// The event as stored (JSON).
@@ -66,7 +66,7 @@ pub struct SequencedEvent {
 /// stores one of its events (PostgreSQL `NOTIFY`), so this node's
 /// followers read it at once.
 #[derive(Clone, Default)]
-pub struct EventHub {
+pub(crate) struct EventHub {
     /// Channels of builds that are running now.
     channels: Arc<DashMap<i64, broadcast::Sender<SequencedEvent>>>,
     /// Wake-ups of builds followed here, counted.
@@ -77,7 +77,7 @@ impl EventHub {
     /// Counts the events of build `build_id` stored elsewhere; a follower
     /// marks the count seen before it reads what is stored, then waits for
     /// it to change.
-    pub fn stored_elsewhere(&self, build_id: i64) -> watch::Receiver<u64> {
+    pub(crate) fn stored_elsewhere(&self, build_id: i64) -> watch::Receiver<u64> {
         self.stored
             .entry(build_id)
             .or_insert_with(|| watch::channel(0).0)
@@ -86,7 +86,7 @@ impl EventHub {
 
     /// Tells this node's followers of build `build_id` that another node
     /// stored an event of it.
-    pub fn wake(&self, build_id: i64) {
+    pub(crate) fn wake(&self, build_id: i64) {
         if let Some(tx) = self.stored.get(&build_id) {
             tx.send_modify(|n| *n += 1);
         }
@@ -94,7 +94,7 @@ impl EventHub {
 
     /// Tells every follower here to read what is stored (this node missed
     /// what was announced while it was not listening).
-    pub fn wake_all(&self) {
+    pub(crate) fn wake_all(&self) {
         for tx in self.stored.iter() {
             tx.send_modify(|n| *n += 1);
         }
@@ -102,12 +102,12 @@ impl EventHub {
 
     /// Drops the wake-ups of a build nobody here follows any more (a
     /// follower calls it once it has dropped its receiver).
-    pub fn forget_wakes(&self, build_id: i64) {
+    pub(crate) fn forget_wakes(&self, build_id: i64) {
         self.stored
             .remove_if(&build_id, |_, tx| tx.receiver_count() == 0);
     }
     /// Subscribes to a build's live events (call before reading stored ones).
-    pub fn subscribe(&self, build_id: i64) -> broadcast::Receiver<SequencedEvent> {
+    pub(crate) fn subscribe(&self, build_id: i64) -> broadcast::Receiver<SequencedEvent> {
         self.channels
             .entry(build_id)
             .or_insert_with(|| broadcast::channel(1024).0)
@@ -115,13 +115,13 @@ impl EventHub {
     }
 
     /// Drops a finished build's channel (idempotent).
-    pub fn forget(&self, build_id: i64) {
+    pub(crate) fn forget(&self, build_id: i64) {
         self.channels.remove(&build_id);
         self.forget_wakes(build_id);
     }
 
     /// Publishes an event; nobody listening is fine.
-    pub fn publish(&self, build_id: i64, event: SequencedEvent) {
+    pub(crate) fn publish(&self, build_id: i64, event: SequencedEvent) {
         let is_final = event.is_final;
         if let Some(tx) = self.channels.get(&build_id) {
             let _ = tx.send(event);
@@ -148,12 +148,12 @@ pub struct EventSink {
 
 impl EventSink {
     /// A sink for a build with no events yet.
-    pub fn new(build_id: i64, db: Db, hub: EventHub) -> Self {
+    pub(crate) fn new(build_id: i64, db: Db, hub: EventHub) -> Self {
         Self::resume(build_id, 1, db, hub)
     }
 
     /// A sink for a build whose next event has sequence number `next`.
-    pub fn resume(build_id: i64, next: i64, db: Db, hub: EventHub) -> Self {
+    pub(crate) fn resume(build_id: i64, next: i64, db: Db, hub: EventHub) -> Self {
         EventSink {
             build_id,
             next,

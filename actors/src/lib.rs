@@ -14,6 +14,7 @@ pub mod api;
 mod artifact_store;
 mod artifacts;
 mod background;
+mod bench_store;
 mod builds;
 mod credentials;
 mod db;

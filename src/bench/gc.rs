@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use gantry_actors::api::bench::{Db, Sweeps};
+use gantry_actors::api::bench::{BenchStore, Sweeps};
 use gantry_wire::sweep::SweepReport;
 use gantry_wire::worker_info::WorkerRegistration;
 
@@ -60,7 +60,7 @@ fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
-async fn measure(db: &Db, opts: &GcBench) -> anyhow::Result<Figures> {
+async fn measure(db: &BenchStore, opts: &GcBench) -> anyhow::Result<Figures> {
     reset_peak_rss();
     db.bench().register_worker(&registration()).await?;
     let half = opts.handles / 2;
@@ -82,8 +82,10 @@ async fn measure(db: &Db, opts: &GcBench) -> anyhow::Result<Figures> {
         destroy_failures: 0,
     };
     // The first report of the incarnation, untimed (warms the caches).
-    let epoch = sweeps.begin(db, WORKER, INCARNATION).await?;
-    let answer = sweeps.report(db, report(epoch, volumes.clone())).await?;
+    let epoch = db.sweep_begin(&sweeps, WORKER, INCARNATION).await?;
+    let answer = db
+        .sweep_report(&sweeps, report(epoch, volumes.clone()))
+        .await?;
     anyhow::ensure!(
         answer.destroy_containers.is_empty() && answer.destroy_volumes.is_empty(),
         "a report listing every row answered destroys"
@@ -99,11 +101,11 @@ async fn measure(db: &Db, opts: &GcBench) -> anyhow::Result<Figures> {
     let mut reports = Duration::ZERO;
     for _ in 0..opts.reports {
         let r = report(
-            sweeps.begin(db, WORKER, INCARNATION).await?,
+            db.sweep_begin(&sweeps, WORKER, INCARNATION).await?,
             volumes.clone(),
         );
         let t = Instant::now();
-        sweeps.report(db, r).await?;
+        db.sweep_report(&sweeps, r).await?;
         reports += t.elapsed();
     }
     let kept: Vec<String> = volumes
@@ -112,9 +114,9 @@ async fn measure(db: &Db, opts: &GcBench) -> anyhow::Result<Figures> {
         .filter(|(i, _)| i % 10 != 0)
         .map(|(_, h)| h.clone())
         .collect();
-    let r = report(sweeps.begin(db, WORKER, INCARNATION).await?, kept);
+    let r = report(db.sweep_begin(&sweeps, WORKER, INCARNATION).await?, kept);
     let t = Instant::now();
-    sweeps.report(db, r).await?;
+    db.sweep_report(&sweeps, r).await?;
     let missing_ms = t.elapsed().as_secs_f64() * 1000.0;
     let marked = sweeps.stats().snapshot().marked_missing as usize;
     anyhow::ensure!(
@@ -152,31 +154,26 @@ pub async fn bench(opts: GcBench) -> anyhow::Result<()> {
 
     let dir = tempfile::tempdir().context("temporary directory")?;
     let url = format!("sqlite://{}/bench.db?mode=rwc", dir.path().display());
-    let db = Db::connect(&url)
+    let db = BenchStore::connect(&url, super::sealer())
         .await
-        .context("opening SQLite")?
-        .sealed_with(super::sealer(), None)
-        .await?;
+        .context("opening SQLite")?;
     let sqlite = measure(&db, &opts).await.context("SQLite")?;
     db.close().await;
     print("sqlite", &sqlite);
 
     let base = opts.postgres_url.trim_end_matches('/');
     let name = format!("gantry_bench_gc_{}", uuid::Uuid::new_v4().simple());
-    Db::bench_create_database(base, &name)
+    BenchStore::create_database(base, &name)
         .await
         .with_context(|| format!("creating the benchmark's PostgreSQL database at {base}"))?;
     let result = async {
-        let db = Db::connect(&format!("{base}/{name}"))
-            .await?
-            .sealed_with(super::sealer(), None)
-            .await?;
+        let db = BenchStore::connect(&format!("{base}/{name}"), super::sealer()).await?;
         let figures = measure(&db, &opts).await;
         db.close().await;
         figures
     }
     .await;
-    let dropped = Db::bench_drop_database(base, &name).await;
+    let dropped = BenchStore::drop_database(base, &name).await;
     let postgres = result.context("PostgreSQL")?;
     dropped.context("dropping the benchmark's PostgreSQL database")?;
     print("postgres", &postgres);

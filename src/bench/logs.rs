@@ -292,10 +292,7 @@ impl Reaped {
 /// the `build-logs` rule does and gives the space back, while a writer
 /// stores another build's events every 5 ms and times each.
 async fn reap(engine: &Engine, url: &str, builds: usize) -> anyhow::Result<Reaped> {
-    let db = gantry_actors::api::bench::Db::connect(url)
-        .await?
-        .sealed_with(crate::bench::sealer(), None)
-        .await?;
+    let db = gantry_actors::api::bench::BenchStore::connect(url, crate::bench::sealer()).await?;
     let ids = db.bench().logged_builds("main", builds, 4, 512).await?;
     let before = db.bench().database_bytes().await?;
     let (_, sink) = engine.bench_event_sink("main").await?;

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use gantry_actors::api::bench::{Db, DetachedConnector};
+use gantry_actors::api::bench::{BenchStore, DetachedConnector};
 use gantry_actors::api::{PipelinesConfig, Vars};
 use gantry_actors::{Engine, EngineConfig, EngineSetup};
 use serde_json::json;
@@ -107,10 +107,7 @@ pub async fn bench(opts: SchedulingBench) -> anyhow::Result<()> {
     println!("database: {}", if postgres { "postgres" } else { "sqlite" });
     // The engines' key: what they seal (pipelines, plans), this handle
     // opens.
-    let db = Db::connect(&url)
-        .await?
-        .sealed_with(super::sealer(), None)
-        .await?;
+    let db = BenchStore::connect(&url, super::sealer()).await?;
     let store = tmp.path().join("artifacts");
     let interval = PipelinesConfig::default().interval;
     println!("scheduling_interval_ms: {}", interval.as_millis());
@@ -132,11 +129,11 @@ pub async fn bench(opts: SchedulingBench) -> anyhow::Result<()> {
 }
 
 /// Pauses every pipeline of team `main` (the benchmark's one team).
-async fn pause_every_pipeline(db: &Db) -> anyhow::Result<()> {
+async fn pause_every_pipeline(db: &BenchStore) -> anyhow::Result<()> {
     Ok(db.bench().pause_every_pipeline("main").await?)
 }
 
-async fn count_job_builds(db: &Db) -> anyhow::Result<i64> {
+async fn count_job_builds(db: &BenchStore) -> anyhow::Result<i64> {
     Ok(db.bench().count_job_builds().await?)
 }
 
@@ -144,7 +141,7 @@ async fn fan_out(
     opts: &SchedulingBench,
     url: &str,
     store: &std::path::Path,
-    db: &Db,
+    db: &BenchStore,
     interval: Duration,
 ) -> anyhow::Result<()> {
     let engine = start_engine(url, store, interval).await?;
@@ -165,7 +162,11 @@ async fn fan_out(
 }
 
 /// The fan-out on `engine`; answers `fan_out_ms`.
-async fn fan_out_on(engine: &Engine, opts: &SchedulingBench, db: &Db) -> anyhow::Result<f64> {
+async fn fan_out_on(
+    engine: &Engine,
+    opts: &SchedulingBench,
+    db: &BenchStore,
+) -> anyhow::Result<f64> {
     let config =
         "resources:\n- {name: r, type: mock, check_every: never, source: {force_version: fan}}\n\
                   jobs:\n- name: j\n  plan:\n  - {get: r, trigger: true}\n";
@@ -263,7 +264,7 @@ async fn chain(
     opts: &SchedulingBench,
     url: &str,
     store: &std::path::Path,
-    db: &Db,
+    db: &BenchStore,
 ) -> anyhow::Result<()> {
     // The periodic job stays out of the way: rounds are run by hand.
     let engine = start_engine(url, store, Duration::from_secs(3600)).await?;
@@ -272,7 +273,7 @@ async fn chain(
     result
 }
 
-async fn chain_on(engine: &Engine, opts: &SchedulingBench, db: &Db) -> anyhow::Result<()> {
+async fn chain_on(engine: &Engine, opts: &SchedulingBench, db: &BenchStore) -> anyhow::Result<()> {
     let per_chain = opts.chain_jobs / opts.chains;
     let config = chain_config(opts.chains, per_chain);
     engine

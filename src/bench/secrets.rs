@@ -10,7 +10,7 @@
 //!   over the second.
 
 use anyhow::Context as _;
-use gantry_actors::api::bench::{secrets, Db};
+use gantry_actors::api::bench::BenchStore;
 
 /// Runs the benchmark and prints its figures as `name: value` lines.
 pub async fn bench(builds: usize, vars: usize) -> anyhow::Result<()> {
@@ -20,12 +20,10 @@ pub async fn bench(builds: usize, vars: usize) -> anyhow::Result<()> {
     );
     let dir = tempfile::tempdir().context("temporary directory")?;
     let url = format!("sqlite://{}/bench.db?mode=rwc", dir.path().display());
-    let db = Db::connect(&url)
+    let db = BenchStore::connect(&url, super::sealer())
         .await
-        .context("opening SQLite")?
-        .sealed_with(super::sealer(), None)
-        .await?;
-    let f = secrets(db.clone(), builds, vars).await?;
+        .context("opening SQLite")?;
+    let f = db.secrets(builds, vars).await?;
     db.close().await;
     println!("builds: {}", f.builds);
     println!("vars_per_build: {}", f.vars);

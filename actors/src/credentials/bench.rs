@@ -40,7 +40,11 @@ fn pipeline(vars: usize) -> String {
 /// key), then starts `builds` builds of a job reading them all, one after
 /// another as a node's builds start, and as many plans of the same job
 /// with the vars given statically (the baseline).
-pub async fn secrets(db: Db, builds: usize, vars: usize) -> Result<SecretsFigures, EngineError> {
+pub(crate) async fn secrets(
+    db: Db,
+    builds: usize,
+    vars: usize,
+) -> Result<SecretsFigures, EngineError> {
     for i in 0..vars {
         db.secrets()
             .set(

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-pub use super::states::Direction;
+pub(crate) use super::states::Direction;
 use crate::db::Versions;
 use crate::error::EngineError;
 use gantry_wire::state::BuildStatus;

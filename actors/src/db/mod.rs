@@ -51,7 +51,7 @@ mod web_nodes;
 mod workers;
 
 pub(crate) use build_logs::LoggedBuild;
-pub use build_versions::Direction;
+pub(crate) use build_versions::Direction;
 pub(crate) use build_versions::{Bound, BuildCursor, JobAt, OrderedVersion, VersionsAt};
 pub use builds::BuildQuery;
 pub(crate) use builds::EVENTS_CHANNEL;

@@ -14,7 +14,7 @@ use gantry_wire::state::{ArtifactKind, BuildStatus, HandleState, WorkerState};
 
 /// Which way a version went through a build (`build_versions.direction`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
+pub(crate) enum Direction {
     /// Fetched by a `get` (an input).
     In,
     /// Made by a `put` (an output).
@@ -23,7 +23,7 @@ pub enum Direction {
 
 impl Direction {
     /// As stored.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Direction::In => "in",
             Direction::Out => "out",

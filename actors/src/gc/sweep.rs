@@ -126,14 +126,23 @@ impl Sweeps {
 
     /// Starts a sweep of `worker` (registered with `incarnation`): a new
     /// epoch, to be carried by the report of what it lists from now on.
-    pub async fn begin(&self, db: &Db, worker: &str, incarnation: &str) -> Result<i64, SweepError> {
+    pub(crate) async fn begin(
+        &self,
+        db: &Db,
+        worker: &str,
+        incarnation: &str,
+    ) -> Result<i64, SweepError> {
         check_incarnation(db, worker, incarnation).await?;
         Ok(db.gc().next_gc_epoch().await?)
     }
 
     /// Reconciles a report with the worker's rows; answers what it is to
     /// destroy.
-    pub async fn report(&self, db: &Db, report: SweepReport) -> Result<SweepAnswer, SweepError> {
+    pub(crate) async fn report(
+        &self,
+        db: &Db,
+        report: SweepReport,
+    ) -> Result<SweepAnswer, SweepError> {
         check_incarnation(db, &report.worker, &report.incarnation).await?;
         let current = db.gc().gc_epoch().await?;
         if report.epoch < 1 || report.epoch > current {

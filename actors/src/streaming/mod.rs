@@ -130,7 +130,7 @@ impl Streams {
     }
 
     /// The database.
-    pub fn db(&self) -> &Db {
+    pub(crate) fn db(&self) -> &Db {
         &self.inner.db
     }
 
