@@ -9,6 +9,7 @@
 #[cfg(feature = "bench")]
 pub mod bench;
 pub mod cli;
+pub mod compose;
 pub mod config;
 pub mod private_files;
 pub mod telemetry;
