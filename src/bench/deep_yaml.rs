@@ -90,7 +90,7 @@ pub async fn bench(depth: usize) -> anyhow::Result<()> {
         open_api: true,
         ..WebConfig::default()
     };
-    let web = crate::web::start_web(&cfg, Arc::new(AgentConnector::new()))
+    let web = crate::compose::start_web(&cfg, Arc::new(AgentConnector::new()))
         .await
         .context("starting the web node")?;
     let handle = web.server.handle();

@@ -207,7 +207,7 @@ impl Rig {
             open_api: true,
             ..WebConfig::default()
         };
-        let web = crate::web::start_web(&web_cfg, Arc::new(AgentConnector::new()))
+        let web = crate::compose::start_web(&web_cfg, Arc::new(AgentConnector::new()))
             .await
             .context("starting the web node")?;
         let web_server = web.server.handle();

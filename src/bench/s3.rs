@@ -214,7 +214,7 @@ async fn digest(size: u64) -> anyhow::Result<String> {
 
 /// One round: a web node with `cfg`'s store, the upload and the download.
 async fn round(cfg: &WebConfig, size: u64, want: &str) -> anyhow::Result<Round> {
-    let web = crate::web::start_web(cfg, Arc::new(AgentConnector::new()))
+    let web = crate::compose::start_web(cfg, Arc::new(AgentConnector::new()))
         .await
         .context("starting the web node")?;
     let handle = web.server.handle();

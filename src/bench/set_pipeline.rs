@@ -122,7 +122,7 @@ pub async fn bench(
         open_api: true,
         ..WebConfig::default()
     };
-    let web = crate::web::start_web(&cfg, Arc::new(AgentConnector::new()))
+    let web = crate::compose::start_web(&cfg, Arc::new(AgentConnector::new()))
         .await
         .context("starting the web node")?;
     let handle = web.server.handle();

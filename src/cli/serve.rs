@@ -154,7 +154,7 @@ pub fn web(log_format: &str, flags: WebFlags) -> anyhow::Result<()> {
     let telemetry = crate::telemetry::init(log_format, &file.telemetry, service)?;
     with_telemetry(telemetry, || {
         actix_web::rt::System::new().block_on(async move {
-            let handle = crate::web::start_web(&cfg, Arc::new(AgentConnector::new())).await?;
+            let handle = crate::compose::start_web(&cfg, Arc::new(AgentConnector::new())).await?;
             crate::outln!("gantry web: API on http://{}", handle.addr);
             stop_web_on_signals(&handle, None);
             let result = handle.server.await.context("web server");
@@ -234,7 +234,8 @@ pub fn quickstart(
     worker_cfg.keeper = Some(keeper_program()?);
     with_telemetry(telemetry, || {
         actix_web::rt::System::new().block_on(async move {
-            let handle = crate::web::start_web(&web_cfg, Arc::new(AgentConnector::new())).await?;
+            let handle =
+                crate::compose::start_web(&web_cfg, Arc::new(AgentConnector::new())).await?;
             worker_cfg.web = format!("http://{}", handle.addr);
             let worker = match gantry_agent::start_worker(worker_cfg).await {
                 Ok(worker) => worker,
@@ -322,7 +323,7 @@ fn quickstart_admin(cfg: &mut crate::config::WebConfig) -> anyhow::Result<PathBu
 /// token an earlier start saved there is revoked: each start leaves one
 /// such token valid, not one more per restart.
 async fn sign_admin_in(
-    handle: &crate::web::WebHandle,
+    handle: &crate::compose::WebHandle,
     password_file: &std::path::Path,
     ttl_ms: i64,
 ) -> anyhow::Result<()> {
@@ -442,7 +443,7 @@ fn quickstart_key(data_dir: &std::path::Path) -> anyhow::Result<String> {
 /// kept, so they resume without running a step twice. A second signal stops
 /// at once (those steps' builds then error, their processes' ends unknown).
 fn stop_web_on_signals(
-    handle: &crate::web::WebHandle,
+    handle: &crate::compose::WebHandle,
     embedded: Option<Arc<gantry_agent::AgentState>>,
 ) {
     let server = handle.server.handle();

@@ -110,7 +110,7 @@ impl Fleet {
             inner: AgentConnector::new(),
             seen: seen.clone(),
         };
-        let web = crate::web::start_web(&web_cfg, Arc::new(connector))
+        let web = crate::compose::start_web(&web_cfg, Arc::new(connector))
             .await
             .context("starting the web node")?;
         let web_server = web.server.handle();
