@@ -203,7 +203,7 @@ fn builds_are_paged_filtered_and_listed_by_the_cli(kind: DbKind) {
         ("workers", "name", true),
         ("tokens", "id", true),
         ("teams", "name", true),
-        ("jobs", "name", true),
+        ("background-jobs", "name", true),
     ] {
         let keys = |items: Vec<Value>| -> Vec<String> {
             items

@@ -96,9 +96,10 @@ pub struct CachePathQuery {
         ("step" = String, Path, description = "The task step"),
         CachePathQuery,
     ),
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
     responses(
         (status = 200, description = "`{\"caches_removed\": N}`", body = Object),
-        (status = 400, description = "A `cache_path`: not supported (every cache of the step is cleared without it)", body = crate::web::error::ErrorBody),
+        (status = 400, description = "A `cache_path` (not supported: every cache of the step is cleared without it), or a body", body = crate::web::error::ErrorBody),
         (status = 404, description = "No such team (or another team's)", body = crate::web::error::ErrorBody),
     )
 )]
@@ -107,6 +108,7 @@ pub async fn delete_task_cache(
     state: web::Data<AppState>,
     path: web::Path<(String, String, String, String)>,
     query: web::Query<CachePathQuery>,
+    _: crate::web::api::NoBody,
 ) -> Result<HttpResponse, ApiError> {
     let (team, pipeline, job, step) = path.into_inner();
     identity.require_team(&team, &format!("team {team:?}"))?;
