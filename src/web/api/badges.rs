@@ -191,7 +191,15 @@ pub async fn job(
         ..Part::default()
     };
     read_pipeline(&identity, &state, &team, &pipeline, part).await?;
-    let view = state.engine.pipeline_job(&team, &pipeline, &job).await?;
+    // The jobs' list, not `pipeline_job`: a badge needs no candidate
+    // versions, and READMEs fetch badges often.
+    let view = state
+        .engine
+        .pipeline_jobs(&team, &pipeline)
+        .await?
+        .into_iter()
+        .find(|j| j.name == job)
+        .ok_or_else(|| ApiError::not_found(format!("job {pipeline}/{job} not found")))?;
     answer(view.finished_build.map(|b| b.status), query.into_inner())
 }
 
