@@ -550,7 +550,9 @@ fn reruns(kind: DbKind) {
     let build = build_json(url, rerun);
     assert_eq!(build["status"], "succeeded", "{build}");
     assert_eq!(build["name"], "1.1", "{build}");
-    assert_eq!(build["rerun_of"], first["id"], "{build}");
+    assert_eq!(build["rerun_of"]["id"], first["id"], "{build}");
+    assert_eq!(build["rerun_of"]["name"], "1", "{build}");
+    assert_eq!(build["rerun_number"], 1, "{build}");
     assert_eq!(input_of(url, rerun, M).as_deref(), Some("v1"));
     let builds = ok(&client(url, &["builds", "-j", "c/j"]));
     assert!(builds.contains("c/j #1.1"), "{builds}");
@@ -602,7 +604,7 @@ fn reruns(kind: DbKind) {
     ));
     assert!(out.contains("started c/j #1.2 (build "), "{out}");
     let again = build_json(url, triggered(&out));
-    assert_eq!(again["rerun_of"], first["id"], "{again}");
+    assert_eq!(again["rerun_of"]["id"], first["id"], "{again}");
     assert_eq!(input_of(url, triggered(&out), M).as_deref(), Some("v1"));
     let (finished, _, _) = finished_and_next(url);
     assert_eq!(finished.as_deref(), Some("2.1"));

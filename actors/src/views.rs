@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use gantry_wire::state::{BuildStatus, HandleState};
 
-/// A build.
+/// A build, in Gantry's fields and in Concourse's (`atc.Build`: what fly
+/// and Concourse's clients decode), side by side where they differ.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Build {
@@ -29,6 +30,9 @@ pub struct Build {
     pub error: Option<String>,
     /// Unix ms.
     pub created_at: i64,
+    /// Unix ms, once it started running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<i64>,
     /// Unix ms, once finished.
     pub finished_at: Option<i64>,
     /// The pipeline of a job build.
@@ -40,13 +44,12 @@ pub struct Build {
     /// A stored pipeline's job build's number within its job (`P/J #N`).
     #[serde(default)]
     pub build_number: Option<i64>,
-    /// A job build's name within its job: its number, `N.M` for the
-    /// M-th rerun of build N (`rerun-build`).
+    /// Its name: a job build's within its job, its number (`N.M` for the
+    /// M-th rerun of build N, `rerun-build`); any other build's, its id.
+    pub name: String,
+    /// The build a rerun reruns (its inputs are that build's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    /// The id of the build a rerun reruns (its inputs are that build's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rerun_of: Option<i64>,
+    pub rerun_of: Option<RerunOf>,
     /// Why a build triggered by hand is still pending: its inputs cannot
     /// be satisfied yet (it starts once they can).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,6 +70,67 @@ pub struct Build {
     /// Who aborted it by hand, if anyone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aborted_by: Option<String>,
+    /// Concourse's names of what the fields above tell.
+    #[serde(flatten, default)]
+    pub concourse: ConcourseBuild,
+}
+
+/// The build a rerun reruns, as Concourse names it (`atc.RerunOfBuild`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RerunOf {
+    /// Its id.
+    pub id: i64,
+    /// Its name (`N`).
+    pub name: String,
+}
+
+/// A build's fields as Concourse's `atc.Build` names them, made from
+/// Gantry's ([`ConcourseBuild::of`]): fly and Concourse's clients read
+/// these.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ConcourseBuild {
+    /// Its team (Gantry's `team`).
+    #[serde(default)]
+    pub team_name: String,
+    /// Where the API answers it: `/api/v1/builds/ID`.
+    #[serde(default)]
+    pub api_url: String,
+    /// The job of a job build (Gantry's `job`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
+    /// The pipeline of a job build (Gantry's `pipeline`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_name: Option<String>,
+    /// Unix seconds it started running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<i64>,
+    /// Unix seconds it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<i64>,
+    /// A rerun's `M` of `N.M`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_number: Option<i64>,
+}
+
+impl ConcourseBuild {
+    /// Concourse's fields of `b`, from its Gantry fields.
+    pub fn of(b: &Build) -> Self {
+        ConcourseBuild {
+            team_name: b.team.clone(),
+            api_url: format!("/api/v1/builds/{}", b.id),
+            job_name: b.job.clone(),
+            pipeline_name: b.pipeline.clone(),
+            start_time: b.started_at.map(|ms| ms / 1000),
+            end_time: b.finished_at.map(|ms| ms / 1000),
+            rerun_number: b
+                .rerun_of
+                .as_ref()
+                .and_then(|_| b.name.split_once('.'))
+                .and_then(|(_, m)| m.parse().ok()),
+        }
+    }
 }
 
 /// A container or a volume.

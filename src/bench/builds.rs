@@ -85,7 +85,7 @@ struct Finished {
 async fn submit(engine: &Engine) -> anyhow::Result<(i64, Instant)> {
     let start = Instant::now();
     let id = engine
-        .create_job_build(TEAM, "bench", PIPELINE, JOB, Vars::new())
+        .create_job_build(TEAM, "bench", PIPELINE, JOB, Vars::new(), "bench")
         .await
         .context("submitting a build")?;
     Ok((id, start))

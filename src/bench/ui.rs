@@ -180,7 +180,7 @@ async fn measure(rig: &Rig, opts: &UiBench, chromium: PathBuf) -> anyhow::Result
 /// Runs job `job` to its end; answers the build, which must succeed.
 async fn run_build(engine: &Engine, config: &str, job: &str) -> anyhow::Result<i64> {
     let id = engine
-        .create_job_build(TEAM, "bench-ui", config, job, Vars::new())
+        .create_job_build(TEAM, "bench-ui", config, job, Vars::new(), "bench")
         .await
         .with_context(|| format!("submitting a build of {job}"))?;
     let mut events = engine.follow_build_events(id, 0);

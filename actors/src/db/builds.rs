@@ -45,6 +45,7 @@ struct Raw {
     log: String,
     created_by: Option<String>,
     aborted_by: Option<String>,
+    started_at: Option<i64>,
 }
 
 impl<'r> sqlx::FromRow<'r, sqlx::any::AnyRow> for Raw {
@@ -69,6 +70,7 @@ impl<'r> sqlx::FromRow<'r, sqlx::any::AnyRow> for Raw {
             log: row.try_get(15)?,
             created_by: row.try_get(16)?,
             aborted_by: row.try_get(17)?,
+            started_at: row.try_get(18)?,
         })
     }
 }
@@ -82,7 +84,7 @@ pub(crate) const EVENTS_CHANNEL: &str = "gantry_events";
 const COLUMNS: &str =
     "id, team, status, plan, worker, exit_status, error, created_at, finished_at, pipeline, job, build_number, waiting, rerun_of, rerun_number, \
      CASE WHEN log_reaped_at IS NOT NULL THEN 'reaped ' || CAST(log_reaped_at AS TEXT) \
-     WHEN log_key IS NOT NULL THEN 'store' ELSE 'database' END, created_by, aborted_by";
+     WHEN log_key IS NOT NULL THEN 'store' ELSE 'database' END, created_by, aborted_by, started_at";
 
 /// A stored build; an unknown status, or a plan that does not open or
 /// parse, is an error naming it.
@@ -90,7 +92,11 @@ fn decode(db: &Db, r: Raw) -> Result<Build, EngineError> {
     let plan = db.open_at_rest(super::at_rest::PLAN, &r.plan)?;
     let plan = serde_json::from_str(&plan)
         .map_err(|e| EngineError::Invalid(format!("build {}: its stored plan: {e}", r.id)))?;
-    Ok(Build {
+    let name = match r.build_number {
+        Some(n) => build_name(n, r.rerun_number),
+        None => r.id.to_string(),
+    };
+    let mut build = Build {
         id: r.id,
         team: r.team,
         status: super::states::decode(&r.status)?,
@@ -99,18 +105,25 @@ fn decode(db: &Db, r: Raw) -> Result<Build, EngineError> {
         exit_status: r.exit_status,
         error: r.error,
         created_at: r.created_at,
+        started_at: r.started_at,
         finished_at: r.finished_at,
         pipeline: r.pipeline,
         job: r.job,
         build_number: r.build_number,
-        name: r.build_number.map(|n| build_name(n, r.rerun_number)),
-        rerun_of: r.rerun_of,
+        name,
+        rerun_of: r.rerun_of.map(|id| crate::views::RerunOf {
+            id,
+            name: r.build_number.unwrap_or_default().to_string(),
+        }),
         waiting: r.waiting,
         log_reaped_at: r.log.strip_prefix("reaped ").and_then(|ms| ms.parse().ok()),
         log: r.log.split(' ').next().unwrap_or_default().to_string(),
         created_by: r.created_by,
         aborted_by: r.aborted_by,
-    })
+        concourse: Default::default(),
+    };
+    build.concourse = crate::views::ConcourseBuild::of(&build);
+    Ok(build)
 }
 
 /// A job build's name: its number `n`, `n.m` for the m-th rerun of
@@ -152,12 +165,16 @@ impl Builds<'_> {
 
     /// Marks a build started on a worker.
     pub(crate) async fn start_build(&self, id: i64, worker: &str) -> Result<(), EngineError> {
-        sqlx::query("UPDATE builds SET status = $1, worker = $2 WHERE id = $3")
-            .bind(BuildStatus::Started.as_str())
-            .bind(worker)
-            .bind(id)
-            .execute(self.db.pool())
-            .await?;
+        sqlx::query(
+            "UPDATE builds SET status = $1, worker = $2, started_at = COALESCE(started_at, $4) \
+             WHERE id = $3",
+        )
+        .bind(BuildStatus::Started.as_str())
+        .bind(worker)
+        .bind(id)
+        .bind(now_ms())
+        .execute(self.db.pool())
+        .await?;
         Ok(())
     }
 

@@ -154,7 +154,7 @@ mod tests {
             .unwrap();
         let finished = finished.unwrap();
         assert_eq!(
-            (finished.id, finished.name.as_deref()),
+            (finished.id, Some(finished.name.as_str())),
             (two_one, Some("2.1"))
         );
         assert_eq!(next.map(|b| b.id), Some(three));

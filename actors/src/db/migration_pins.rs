@@ -266,6 +266,12 @@ const PINNED: &[(i64, &str, &str, &str)] = &[
         "513d924c04cb8d43cd3798d9fbe3daea8c62f3b9bfc34b623000371e4364176b53580ca240d771e30a81ade30e32094e",
         "513d924c04cb8d43cd3798d9fbe3daea8c62f3b9bfc34b623000371e4364176b53580ca240d771e30a81ade30e32094e",
     ),
+    (
+        43,
+        "build start time",
+        "05d9f85cee7853ac2320b08e9121e216b86c676bba989aa7596aa4e6b547687a7ccf24232ff5a25b6247993cfc8eef30",
+        "05d9f85cee7853ac2320b08e9121e216b86c676bba989aa7596aa4e6b547687a7ccf24232ff5a25b6247993cfc8eef30",
+    ),
 ];
 
 /// A migration's checksum as hex.

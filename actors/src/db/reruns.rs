@@ -160,7 +160,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((original.id, number), (first, 1));
-        assert_eq!(original.name.as_deref(), Some("1"));
+        assert_eq!(original.name, "1");
         let (a, m) = db
             .builds()
             .create_rerun((&original, row.id, 1), NewRerun::Ready(&build), "node")
@@ -179,8 +179,9 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(one.id, a);
-        assert_eq!(one.name.as_deref(), Some("1.1"));
-        assert_eq!(one.rerun_of, Some(first));
+        assert_eq!(one.name, "1.1");
+        assert_eq!(one.rerun_of.as_ref().map(|r| r.id), Some(first));
+        assert_eq!(one.concourse.rerun_number, Some(1));
         assert_eq!(one.build_number, Some(1));
         let inputs = db.versions().build_versions(a).await.unwrap();
         assert_eq!(inputs.len(), 1);
@@ -190,7 +191,7 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        assert_eq!((two.id, two.name.as_deref()), (b, Some("1.2")));
+        assert_eq!((two.id, two.name.as_str()), (b, "1.2"));
         let waiting = db.builds().waiting_builds().await.unwrap();
         assert_eq!(waiting.len(), 1);
         assert_eq!((waiting[0].id, waiting[0].rerun_of), (b, Some(first)));

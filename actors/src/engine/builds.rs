@@ -46,6 +46,7 @@ impl Engine {
         &self,
         team: &str,
         plan: OneOffPlan,
+        by: &str,
     ) -> Result<i64, EngineError> {
         if !self.db.team_exists(team).await? {
             return Err(EngineError::NotFound {
@@ -106,6 +107,9 @@ impl Engine {
             .builds()
             .create_build(team, &json, &self.config.node_name)
             .await?;
+        // Who made it is recorded before it runs: a step may read it
+        // (`BUILD_CREATED_BY`).
+        self.db.builds().record_person(id, by, false).await?;
         let deps = self.build_deps();
         self.start_build(
             id,
@@ -127,6 +131,7 @@ impl Engine {
         pipeline_yaml: &str,
         job: &str,
         vars: Vars,
+        by: &str,
     ) -> Result<i64, EngineError> {
         let stored = JobPlan {
             pipeline_name: pipeline_name.to_string(),
@@ -158,13 +163,15 @@ impl Engine {
             runnable(plan),
             (Some(job_ref), credentials),
             &turns,
+            Some(by),
         )
         .await
     }
 
     /// Stores `stored` as the plan of a new build of `team` (which must
     /// exist), with the `turns` it waits for before its plan starts, and
-    /// starts that build running `plan`.
+    /// starts that build running `plan`, recording first who made it (`by`)
+    /// when a person did.
     pub(super) async fn start_stored(
         &self,
         team: &str,
@@ -175,6 +182,7 @@ impl Engine {
             Option<crate::credentials::NeedsCredentials>,
         ),
         turns: &[(String, u32)],
+        by: Option<&str>,
     ) -> Result<i64, EngineError> {
         if !self.db.team_exists(team).await? {
             return Err(EngineError::NotFound {
@@ -190,6 +198,9 @@ impl Engine {
             .await?;
         if let Some(j) = &job {
             self.db.gc().set_build_job(id, &j.pipeline, &j.job).await?;
+        }
+        if let Some(by) = by {
+            self.db.builds().record_person(id, by, false).await?;
         }
         let deps = self.build_deps();
         let build = Build::of_plan(id, team.to_string(), plan, None, deps, self.builds.clone())
@@ -209,6 +220,7 @@ impl Engine {
         pipeline_yaml: &str,
         resource: &str,
         vars: Vars,
+        by: &str,
     ) -> Result<i64, EngineError> {
         let stored = CheckPlan {
             pipeline: pipeline_yaml.to_string(),
@@ -225,8 +237,15 @@ impl Engine {
         })
         .await?;
         let credentials = crate::credentials::NeedsCredentials::of_check(&stored);
-        self.start_stored(team, &stored, runnable(plan), (None, credentials), &[])
-            .await
+        self.start_stored(
+            team,
+            &stored,
+            runnable(plan),
+            (None, credentials),
+            &[],
+            Some(by),
+        )
+        .await
     }
 
     /// A build by id.

@@ -86,12 +86,13 @@ impl Engine {
     /// its inputs cannot be satisfied yet, or while the job or its
     /// pipeline is paused, the build is created pending and waits, saying
     /// why, until it can start. A job with `disable_manual_trigger` is
-    /// refused.
+    /// refused. `by` (who asked) is recorded before the build can run.
     pub async fn trigger_job(
         &self,
         team: &str,
         pipeline: &str,
         job: &str,
+        by: &str,
     ) -> Result<Build, EngineError> {
         let row = self.pipeline_row(team, pipeline).await?;
         if row.archived {
@@ -124,6 +125,7 @@ impl Engine {
                     };
                     let created = self.create_pipeline_builds(&[request]).await?;
                     let id = created[0].id;
+                    self.db.builds().record_person(id, by, false).await?;
                     self.start_created(created);
                     return self.build(id).await;
                 }
@@ -139,6 +141,7 @@ impl Engine {
             .builds()
             .create_waiting_build((team, row.id, pipeline), job, &first)
             .await?;
+        self.db.builds().record_person(id, by, false).await?;
         let mut why = first.clone();
         if other.is_none() {
             // Checked from now: checks that finish after its creation.

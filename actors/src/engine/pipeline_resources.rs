@@ -265,6 +265,7 @@ impl Engine {
                     crate::credentials::NeedsCredentials::of_check(&stored),
                 ),
                 &[],
+                None,
             )
             .await?;
         self.db

@@ -52,13 +52,15 @@ impl Engine {
     /// `pipeline` of `team` with the versions it was given. Refused: an
     /// unknown build (not found), an archived pipeline, a build given no
     /// inputs yet (one still waiting, or aborted while it waited), and a
-    /// job whose inputs changed since (conflicts).
+    /// job whose inputs changed since (conflicts). `by` (who asked) is
+    /// recorded before the rerun can run.
     pub async fn rerun_build(
         &self,
         team: &str,
         pipeline: &str,
         job: &str,
         name: &str,
+        by: &str,
     ) -> Result<Build, EngineError> {
         let row = self.pipeline_row(team, pipeline).await?;
         if row.archived {
@@ -68,7 +70,7 @@ impl Engine {
         // Found by its name, so the name parses: `N`, the number reruns share.
         let (number, _) = parse_name(name).unwrap_or_default();
         // A rerun of a rerun reruns the original (the same inputs).
-        let original = match named.rerun_of {
+        let original = match named.rerun_of.as_ref().map(|r| r.id) {
             Some(of) => {
                 self.db
                     .builds()
@@ -102,6 +104,7 @@ impl Engine {
                     .builds()
                     .create_rerun(at, NewRerun::Waiting(why), &self.config.node_name)
                     .await?;
+                self.db.builds().record_person(id, by, false).await?;
                 self.tell_waiting(id, why).await?;
                 id
             }
@@ -119,6 +122,7 @@ impl Engine {
                     .builds()
                     .create_rerun(at, NewRerun::Ready(&new), &self.config.node_name)
                     .await?;
+                self.db.builds().record_person(id, by, false).await?;
                 self.start_runnable(id, run, 0);
                 id
             }

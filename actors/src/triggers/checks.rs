@@ -131,17 +131,19 @@ mod tests {
             exit_status: None,
             error: None,
             created_at: 0,
+            started_at: None,
             finished_at,
             pipeline: None,
             job: None,
             build_number: None,
-            name: None,
+            name: "1".into(),
             rerun_of: None,
             waiting: None,
             log_reaped_at: None,
             log: "database".into(),
             created_by: None,
             aborted_by: None,
+            concourse: Default::default(),
         }
     }
 

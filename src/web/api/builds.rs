@@ -113,14 +113,12 @@ pub async fn create(
                 "give a task (config) or a pipeline and a job",
             ))
         }
-        (Some(_), None) => create_one_off(&state, &team, body).await?,
-        (None, Some(_)) if body.check.is_some() => create_check(&state, &team, body).await?,
-        (None, Some(_)) => create_job(&state, &team, body).await?,
+        (Some(_), None) => create_one_off(&state, &team, body, &actor.0).await?,
+        (None, Some(_)) if body.check.is_some() => {
+            create_check(&state, &team, body, &actor.0).await?
+        }
+        (None, Some(_)) => create_job(&state, &team, body, &actor.0).await?,
     };
-    state
-        .engine
-        .record_build_person(id, &actor.0, false)
-        .await?;
     Ok(HttpResponse::Created().json(CreatedBuild { id }))
 }
 
@@ -168,7 +166,12 @@ fn check_bounds(body: &CreateBuild) -> Result<(), ApiError> {
     Ok(())
 }
 
-async fn create_one_off(state: &AppState, team: &str, body: CreateBuild) -> Result<i64, ApiError> {
+async fn create_one_off(
+    state: &AppState,
+    team: &str,
+    body: CreateBuild,
+    by: &str,
+) -> Result<i64, ApiError> {
     if let Some(field) = [
         ("job", body.job.is_some()),
         ("vars", body.vars.is_some()),
@@ -193,7 +196,7 @@ async fn create_one_off(state: &AppState, team: &str, body: CreateBuild) -> Resu
         image: body.image,
         timeout_secs: body.timeout_secs,
     };
-    Ok(state.engine.create_one_off_build(team, plan).await?)
+    Ok(state.engine.create_one_off_build(team, plan, by).await?)
 }
 
 /// The body's `vars` as the engine takes them.
@@ -222,7 +225,12 @@ fn task_field(body: &CreateBuild) -> Option<&'static str> {
 }
 
 /// Creates a check build of the body's pipeline's resource.
-async fn create_check(state: &AppState, team: &str, body: CreateBuild) -> Result<i64, ApiError> {
+async fn create_check(
+    state: &AppState,
+    team: &str,
+    body: CreateBuild,
+    by: &str,
+) -> Result<i64, ApiError> {
     if body.job.is_some() {
         return Err(ApiError::bad_request(
             "give either a job to run or a resource to check, not both",
@@ -243,12 +251,17 @@ async fn create_check(state: &AppState, team: &str, body: CreateBuild) -> Result
     let pipeline = body.pipeline.unwrap_or_default();
     Ok(state
         .engine
-        .create_check_build(team, &pipeline, &resource, vars)
+        .create_check_build(team, &pipeline, &resource, vars, by)
         .await?)
 }
 
 /// Creates a build of the body's pipeline's job.
-async fn create_job(state: &AppState, team: &str, body: CreateBuild) -> Result<i64, ApiError> {
+async fn create_job(
+    state: &AppState,
+    team: &str,
+    body: CreateBuild,
+    by: &str,
+) -> Result<i64, ApiError> {
     if let Some(field) = task_field(&body) {
         return Err(ApiError::bad_request(format!(
             "{field} is for a build of a task, not of a pipeline's job (set it in the pipeline)"
@@ -264,7 +277,7 @@ async fn create_job(state: &AppState, team: &str, body: CreateBuild) -> Result<i
         .unwrap_or_else(gantry_actors::api::default_pipeline_name);
     Ok(state
         .engine
-        .create_job_build(team, &pipeline_name, &pipeline, &job, vars)
+        .create_job_build(team, &pipeline_name, &pipeline, &job, vars, by)
         .await?)
 }
 

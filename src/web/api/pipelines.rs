@@ -415,10 +415,9 @@ pub async fn trigger(
     let (team, name, job) = path.into_inner();
     allowed(&identity, &team, &[("pipeline", &name), ("job", &job)])?;
     state.limits.take_build(&team, &state.engine).await?;
-    let mut build = state.engine.trigger_job(&team, &name, &job).await?;
-    state
+    let mut build = state
         .engine
-        .record_build_person(build.id, &actor.0, false)
+        .trigger_job(&team, &name, &job, &actor.0)
         .await?;
     build.created_by = Some(actor.0);
     Ok(HttpResponse::Created().json(build))

@@ -23,7 +23,7 @@ use crate::web::AppState;
     ),
     request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
     responses(
-        (status = 201, description = "A build named `N.M` (the M-th rerun of build N; a rerun of a rerun reruns the original) given exactly the versions build N was given, with the job's current config; `rerun_of` is build N's id. Pending, with `waiting` saying why, while the job or pipeline is paused", body = Build),
+        (status = 201, description = "A build named `N.M` (the M-th rerun of build N; a rerun of a rerun reruns the original) given exactly the versions build N was given, with the job's current config; `rerun_of` names build N (`{id, name}`, as Concourse does). Pending, with `waiting` saying why, while the job or pipeline is paused", body = Build),
         (status = 400, description = "A body was sent (this request takes none)", body = ErrorBody),
         (status = 404, description = "No such pipeline, job or build of the job", body = ErrorBody),
         (status = 409, description = "The pipeline is archived, the build was never given inputs (it waited for them), or the job's inputs changed since", body = ErrorBody),
@@ -39,10 +39,9 @@ pub async fn rerun(
     let (team, name, job, build) = path.into_inner();
     allowed(&identity, &team, &[("pipeline", &name), ("job", &job)])?;
     state.limits.take_build(&team, &state.engine).await?;
-    let mut rerun = state.engine.rerun_build(&team, &name, &job, &build).await?;
-    state
+    let mut rerun = state
         .engine
-        .record_build_person(rerun.id, &actor.0, false)
+        .rerun_build(&team, &name, &job, &build, &actor.0)
         .await?;
     rerun.created_by = Some(actor.0);
     Ok(HttpResponse::Created().json(rerun))

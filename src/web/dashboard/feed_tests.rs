@@ -44,17 +44,19 @@ fn row(id: i64, plan: serde_json::Value, finished_at: Option<i64>) -> Build {
         exit_status: Some(0),
         error: None,
         created_at: 1_000,
+        started_at: None,
         finished_at,
         pipeline: None,
         job: None,
         build_number: None,
-        name: None,
+        name: id.to_string(),
         rerun_of: None,
         waiting: None,
         log_reaped_at: None,
         log: "database".into(),
         created_by: None,
         aborted_by: None,
+        concourse: Default::default(),
     }
 }
 
