@@ -266,6 +266,12 @@ const PINNED: &[(i64, &str, &str, &str)] = &[
         "513d924c04cb8d43cd3798d9fbe3daea8c62f3b9bfc34b623000371e4364176b53580ca240d771e30a81ade30e32094e",
         "513d924c04cb8d43cd3798d9fbe3daea8c62f3b9bfc34b623000371e4364176b53580ca240d771e30a81ade30e32094e",
     ),
+    (
+        43,
+        "pipeline ordering",
+        "81ddba495d3a8ae675030229f7a12753f3be9e280a888d2ae00ade757f8625186f0635b4d42673ccfe1b87335f6d9a72",
+        "81ddba495d3a8ae675030229f7a12753f3be9e280a888d2ae00ade757f8625186f0635b4d42673ccfe1b87335f6d9a72",
+    ),
 ];
 
 /// A migration's checksum as hex.
