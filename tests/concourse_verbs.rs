@@ -172,6 +172,13 @@ fn fly_verbs_on_pipelines_jobs_and_builds_are_concourses() {
     let order = |list: Value| send(url, "PUT", &format!("{BASE}/ordering"), Some(list));
     assert_eq!(order(json!(["z", "p"])).0, 200);
     assert_eq!(names(url), ["z", "p", "q"]);
+    let all: Vec<Value> = api(url, "/api/v1/pipelines").as_array().unwrap().clone();
+    let all: Vec<&str> = all.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        all,
+        ["z", "p", "q"],
+        "ListAllPipelines: by team, then in order"
+    );
     let (status, _, body) = order(json!(["q", "nowhere"]));
     assert_eq!(status, 400, "{body}");
     assert_eq!(order(json!([])).0, 400, "fly names at least one");
