@@ -146,7 +146,8 @@ fn names(url: &str) -> Vec<String> {
 #[test]
 fn fly_verbs_on_pipelines_jobs_and_builds_are_concourses() {
     let dir = tempfile::tempdir().unwrap();
-    let db = TestDb::new(DbKind::Sqlite);
+    // On PostgreSQL (the resources' test is on SQLite).
+    let db = TestDb::new(DbKind::Postgres);
     let node = quickstart_runc(dir.path(), &db);
     let url = node.url.as_str();
     let file = dir.path().join("p.yml");
