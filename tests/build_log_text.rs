@@ -267,7 +267,7 @@ fn a_builds_log_is_its_output_as_text_whole_by_step_and_by_tail_and_a_tail_follo
     );
     // Aborted, its log ends and `watch --tail` says how it ended.
     let answer = reqwest::blocking::Client::new()
-        .post(format!("{url}/api/v1/builds/{id}/abort"))
+        .put(format!("{url}/api/v1/builds/{id}/abort"))
         .send()
         .unwrap();
     assert!(answer.status().is_success());

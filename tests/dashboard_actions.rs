@@ -314,7 +314,7 @@ fn people_act_from_the_dashboard_with_their_role_in_chromium() {
     browser.eval("document.getElementById('pin-comment').value = 'v2 breaks the build'");
     click(
         &mut browser,
-        r#"#resource-versions [data-version='{"version":"v1"}'] [data-action=pinResource]"#,
+        r#"#resource-versions [data-version='{"version":"v1"}'] [data-action=pinResourceVersion]"#,
     );
     wait_text(&mut browser, "the pin's result", "#resource-result", |t| {
         t.starts_with("pinned")

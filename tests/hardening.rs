@@ -133,7 +133,7 @@ fn workers_need_the_key_and_a_worker_cannot_land_or_retire_another() {
     for action in ["land", "retire"] {
         for body in ["{}", r#"{"incarnation": "a-guess"}"#] {
             let resp = http
-                .post(format!("{}/api/v1/workers/w2/{action}", web.url))
+                .put(format!("{}/api/v1/workers/w2/{action}", web.url))
                 .bearer_auth(KEY)
                 .header("content-type", "application/json")
                 .body(body)
@@ -169,7 +169,7 @@ fn workers_need_the_key_and_a_worker_cannot_land_or_retire_another() {
     assert!(status.success(), "w1 exited with {status}");
     // The admin lands any worker.
     let resp = http
-        .post(format!("{}/api/v1/workers/w2/land", web.url))
+        .put(format!("{}/api/v1/workers/w2/land", web.url))
         .bearer_auth(ADMIN)
         .send()
         .unwrap();
@@ -809,8 +809,8 @@ fn yaml_and_json_bombs_are_refused_naming_their_bound_while_the_node_stays_small
             format!(r#"{{"config": "jobs: []", "vars": {{"v": {deep}}}}}"#),
         ),
         (
-            "/api/v1/teams/main/pipelines/p/resources/r/pin",
-            format!(r#"{{"version": {deep}}}"#),
+            "/api/v1/teams/main/pipelines/p/resources/r/check",
+            format!(r#"{{"from": {deep}}}"#),
         ),
     ] {
         let method = if path.ends_with("/p") { "put" } else { "post" };

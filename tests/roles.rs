@@ -140,7 +140,8 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "unpausePipeline",
         "checkResource",
         "checkResourceType",
-        "pinResource",
+        "pinResourceVersion",
+        "setPinCommentOnResource",
         "unpinResource",
         "enableResourceVersion",
         "disableResourceVersion",
@@ -154,6 +155,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "saveConfig",
         "destroyPipeline",
         "renamePipeline",
+        "orderPipelines",
         "archivePipeline",
         "exposePipeline",
         "hidePipeline",
@@ -707,6 +709,17 @@ fn the_audit_log_lists_who_set_unpaused_checked_pinned_triggered_and_aborted_in_
         &operator,
         &["pin-resource", "-r", "s/r", "-v", "version:v1"],
     );
+    // The version pinned, by its id (fly's `pin-resource -v` finds it).
+    let versions: serde_json::Value = reqwest::blocking::Client::new()
+        .get(format!(
+            "{url}/api/v1/teams/red/pipelines/s/resources/r/versions?filter=version:v1"
+        ))
+        .bearer_auth(&viewer)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let pinned = versions[0]["id"].as_i64().expect("a version id");
     let build = triggered_id(&run(&operator, &["trigger-job", "-j", "s/j"]));
     client_as(url, &owner, &["abort-build", "-b", &build.to_string()]);
     // The build says who made it and who aborted it.
@@ -760,8 +773,8 @@ fn the_audit_log_lists_who_set_unpaused_checked_pinned_triggered_and_aborted_in_
         ),
         (
             id_of(&operator),
-            "pinResource",
-            "/api/v1/teams/red/pipelines/s/resources/r/pin".into(),
+            "pinResourceVersion",
+            format!("/api/v1/teams/red/pipelines/s/resources/r/versions/{pinned}/pin"),
         ),
         (
             id_of(&operator),

@@ -43,6 +43,7 @@ fn status(method: &str, url: &str, path: &str, token: &str) -> u16 {
     let http = reqwest::blocking::Client::new();
     let req = match method {
         "POST" => http.post(format!("{url}{path}")).body("{}"),
+        "PUT" => http.put(format!("{url}{path}")),
         "DELETE" => http.delete(format!("{url}{path}")),
         _ => http.get(format!("{url}{path}")),
     };
@@ -157,7 +158,7 @@ fn teams_and_tokens(kind: DbKind) {
         ("GET", format!("/api/v1/builds/{build}")),
         ("GET", format!("/api/v1/builds/{build}/events")),
         ("GET", format!("/api/v1/builds/{build}/hijack")),
-        ("POST", format!("/api/v1/builds/{build}/abort")),
+        ("PUT", format!("/api/v1/builds/{build}/abort")),
         ("GET", format!("/api/v1/teams/blue/artifacts/{artifact}")),
     ] {
         assert_eq!(

@@ -383,6 +383,9 @@ pub struct ResourceView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VersionView {
+    /// Its id (Concourse's resource config version id): what pinning,
+    /// enabling and disabling it name.
+    pub id: i64,
     /// The version.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub version: serde_json::Value,
@@ -392,8 +395,9 @@ pub struct VersionView {
     pub metadata: serde_json::Value,
     /// Its place in the order of versions (higher: newer).
     pub check_order: i64,
-    /// Whether it is disabled in this pipeline.
-    pub disabled: bool,
+    /// Whether it may be an input in this pipeline (false: disabled by
+    /// hand).
+    pub enabled: bool,
     /// The newest builds of the pipeline that used it (a get) or made it
     /// (a put), newest first, at most [`VERSION_BUILDS`].
     pub builds: Vec<VersionBuild>,

@@ -82,7 +82,7 @@ impl WorkerHandle {
         // A node that hangs is given up after DRAIN_REQUEST_TIMEOUT and the
         // next one asked; a second signal stops waiting at once.
         let request = web.send(|base| {
-            http.post(format!("{base}{path}"))
+            http.put(format!("{base}{path}"))
                 .bearer_auth(key)
                 .timeout(DRAIN_REQUEST_TIMEOUT)
                 // The incarnation proves the worker acts on itself.

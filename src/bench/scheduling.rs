@@ -197,7 +197,7 @@ async fn fan_out_on(
     let jobs_before = count_job_builds(db).await?;
     let t0 = Instant::now();
     engine
-        .check_resource("main", "p00000", "r", Some(json!({"version": "v1"})))
+        .check_resource("main", "p00000", "r", Some(json!({"version": "v1"})), true)
         .await?;
     let want = jobs_before + opts.pipelines as i64;
     loop {

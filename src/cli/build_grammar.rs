@@ -211,12 +211,7 @@ pub async fn run(client: &ApiClient, command: BuildCommand) -> anyhow::Result<i3
         }
         BuildCommand::Watch { build, tail, raw } => watch(client, build, tail, raw).await,
         BuildCommand::AbortBuild { build } => {
-            let _: serde_json::Value = client
-                .post(
-                    &format!("/api/v1/builds/{build}/abort"),
-                    &serde_json::json!({}),
-                )
-                .await?;
+            let _: serde_json::Value = client.put(&format!("/api/v1/builds/{build}/abort")).await?;
             crate::outln!("build {build}: aborting");
             Ok(0)
         }

@@ -161,6 +161,11 @@ impl ApiClient {
         self.done(self.http.put(self.url(path))).await
     }
 
+    /// PUTs JSON to a route that answers no body.
+    pub async fn put_json_done(&self, path: &str, body: &serde_json::Value) -> anyhow::Result<()> {
+        self.done(self.http.put(self.url(path)).json(body)).await
+    }
+
     /// DELETEs on a route that answers no body (204).
     pub async fn delete_done(&self, path: &str) -> anyhow::Result<()> {
         self.done(self.http.delete(self.url(path))).await

@@ -152,7 +152,7 @@ pub async fn follow(client: &ApiClient, build_id: i64, lines: StepLines) -> anyh
                 }
                 eprintln!("aborting build {build_id}");
                 client
-                    .post::<serde_json::Value>(&format!("/api/v1/builds/{build_id}/abort"), &serde_json::json!({}))
+                    .put::<serde_json::Value>(&format!("/api/v1/builds/{build_id}/abort"))
                     .await?;
                 continue;
             }

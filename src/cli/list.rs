@@ -272,26 +272,26 @@ pub async fn web_nodes(client: &ApiClient, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `land-worker`, `retire-worker`.
+/// `land-worker`, `retire-worker`, `prune-worker` (Concourse's `PUT` routes).
 pub async fn lifecycle(client: &ApiClient, name: &str, action: &str) -> anyhow::Result<()> {
     gantry_wire::worker_info::check_worker_name(name).map_err(anyhow::Error::msg)?;
     let answer: serde_json::Value = client
-        .post(
-            &format!(
-                "/api/v1/workers/{}/{action}",
-                gantry_wire::url::segment(name)
-            ),
-            &serde_json::json!({}),
-        )
+        .put(&format!(
+            "/api/v1/workers/{}/{action}",
+            gantry_wire::url::segment(name)
+        ))
         .await?;
     print_lifecycle(name, &answer);
     Ok(())
 }
 
-/// `prune-worker [--force]`: names the worker in the body, so that any
-/// stored name can be pruned (also one from before the name rule, too long
-/// for a URL).
+/// `prune-worker [--force]`: Concourse's `PUT .../workers/NAME/prune`;
+/// with `--force`, or a stored name the name rule refuses (from before
+/// it, too long for a URL), Gantry's route naming the worker in the body.
 pub async fn prune(client: &ApiClient, name: &str, force: bool) -> anyhow::Result<()> {
+    if !force && gantry_wire::worker_info::check_worker_name(name).is_ok() {
+        return lifecycle(client, name, "prune").await;
+    }
     let answer: serde_json::Value = client
         .post(
             "/api/v1/workers/prune",

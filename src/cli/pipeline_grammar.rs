@@ -89,6 +89,16 @@ pub enum PipelineCommand {
         #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
         team: String,
     },
+    /// Order the team's pipelines (as fly's `order-pipelines`): those
+    /// named first, in this order; the others after them, by name.
+    OrderPipelines {
+        /// A pipeline (repeatable, in the new order).
+        #[arg(short = 'p', long = "pipeline", required = true)]
+        pipelines: Vec<String>,
+        /// Team.
+        #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
+        team: String,
+    },
     /// Pause a pipeline: nothing is checked or triggered.
     PausePipeline {
         /// The pipeline.

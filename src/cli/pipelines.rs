@@ -91,8 +91,17 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
         }
         C::RenamePipeline { old, new, team } => {
             let path = format!("{}/rename", pipeline_path(&team, &old));
-            client.post_done(&path, &json!({ "name": new })).await?;
+            let _: Value = client.put_json(&path, &json!({ "name": new })).await?;
             crate::outln!("pipeline {old} renamed to {new}");
+            Ok(0)
+        }
+        C::OrderPipelines { pipelines, team } => {
+            let path = format!("/api/v1/teams/{}/pipelines/ordering", segment(&team));
+            client.put_json_done(&path, &json!(pipelines)).await?;
+            crate::outln!("ordered pipelines");
+            for p in &pipelines {
+                crate::outln!("  {p}");
+            }
             Ok(0)
         }
         C::PausePipeline { pipeline, team } => {
@@ -200,7 +209,7 @@ async fn archive(
         return Ok(1);
     }
     let path = format!("{}/archive", pipeline_path(team, pipeline));
-    client.post_done(&path, &json!({})).await?;
+    client.put_done(&path).await?;
     crate::outln!("archived '{pipeline}'");
     Ok(0)
 }
@@ -237,9 +246,7 @@ fn confirm(question: &str) -> anyhow::Result<bool> {
 
 /// `pause` or `unpause` of a pipeline or job at `path`.
 async fn pause(client: &ApiClient, path: &str, verb: &str, what: &str) -> anyhow::Result<i32> {
-    client
-        .post_done(&format!("{path}/{verb}"), &json!({}))
-        .await?;
+    client.put_done(&format!("{path}/{verb}")).await?;
     crate::outln!("{what} {verb}d");
     Ok(0)
 }

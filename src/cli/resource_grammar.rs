@@ -29,7 +29,7 @@ pub enum ResourceCommand {
         /// How many.
         #[arg(long, default_value_t = 50)]
         limit: usize,
-        /// Print JSON (the API's versions: version, check_order, disabled).
+        /// Print JSON (the API's versions: id, version, enabled, metadata, check_order, builds).
         #[arg(long)]
         json: bool,
         /// Team.
@@ -45,6 +45,10 @@ pub enum ResourceCommand {
         /// Check from this version: KEY:VALUE (repeatable).
         #[arg(short = 'f', long = "from")]
         from: Vec<String>,
+        /// Check the resource alone; else the custom types it is built on
+        /// are checked first (as fly's `check-resource`).
+        #[arg(long)]
+        shallow: bool,
         /// Team.
         #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
         team: String,
@@ -83,8 +87,9 @@ pub enum ResourceCommand {
         #[arg(long, env = "GANTRY_TEAM", default_value = "main")]
         team: String,
     },
-    /// Pin a resource to a version its checks found: KEY:VALUE; and/or
-    /// comment on its pin.
+    /// Pin a resource to a version its checks found (the newest whose
+    /// fields are the KEY:VALUEs given, as fly's); and/or comment on its
+    /// pin.
     PinResource {
         /// PIPELINE/RESOURCE.
         #[arg(short = 'r', long = "resource")]

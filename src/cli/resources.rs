@@ -37,11 +37,13 @@ pub async fn run(client: &ApiClient, command: ResourceCommand) -> anyhow::Result
         R::CheckResource {
             resource,
             from,
+            shallow,
             team,
         } => {
             let (p, r) = split("--resource", &resource)?;
             let path = format!("{}/resources/{}/check", pipeline_path(&team, p), segment(r));
-            let mut body = json!({});
+            // As fly's: `from` null unless given.
+            let mut body = json!({ "from": null, "shallow": shallow });
             if !from.is_empty() {
                 body["from"] = version_of("--from", &from)?;
             }
@@ -83,13 +85,13 @@ pub async fn run(client: &ApiClient, command: ResourceCommand) -> anyhow::Result
             team,
         } => {
             let (p, r) = split("--resource", &resource)?;
-            let path = format!("{}/resources/{}/pin", pipeline_path(&team, p), segment(r));
+            let path = format!("{}/resources/{}", pipeline_path(&team, p), segment(r));
             pin(client, &path, &resource, &version, comment).await
         }
         R::UnpinResource { resource, team } => {
             let (p, r) = split("--resource", &resource)?;
             let path = format!("{}/resources/{}/unpin", pipeline_path(&team, p), segment(r));
-            client.post_done(&path, &json!({})).await?;
+            client.put_done(&path).await?;
             crate::outln!("{resource} unpinned");
             Ok(0)
         }
@@ -153,8 +155,9 @@ async fn list_resources(client: &ApiClient, path: &str, json: bool) -> anyhow::R
     Ok(0)
 }
 
-/// `gantry pin-resource`: pins `resource` (its pin route `path`) to
-/// `version` and/or saves a pin comment.
+/// `gantry pin-resource` (as fly's): pins `resource` (its route `path`)
+/// to the newest version matching `version`, by its id, and/or saves a
+/// pin comment.
 async fn pin(
     client: &ApiClient,
     path: &str,
@@ -162,26 +165,48 @@ async fn pin(
     version: &[String],
     comment: Option<String>,
 ) -> anyhow::Result<i32> {
-    let mut body = json!({});
     if !version.is_empty() {
-        body["version"] = version_of("--version", version)?;
+        let (id, v) = version_id(client, path, resource, version).await?;
+        client
+            .put_done(&format!("{path}/versions/{id}/pin"))
+            .await?;
+        crate::outln!("{resource} pinned to {v}");
     }
     if let Some(c) = &comment {
-        body["comment"] = json!(c);
-    }
-    client.post_done(path, &body).await?;
-    if !version.is_empty() {
-        crate::outln!("{resource} pinned to {}", body["version"]);
-    }
-    if let Some(c) = &comment {
+        client
+            .put_json_done(&format!("{path}/pin_comment"), &json!({ "pin_comment": c }))
+            .await?;
         crate::outln!("pin comment {c:?} saved on {resource}");
     }
     Ok(0)
 }
 
+/// The id and version of the newest version of `resource` (its route
+/// `path`) whose fields are `pairs` (KEY:VALUE), as fly finds the version
+/// of `-v`: the versions route's `filter`.
+async fn version_id(
+    client: &ApiClient,
+    path: &str,
+    resource: &str,
+    pairs: &[String],
+) -> anyhow::Result<(i64, Value)> {
+    let wanted = version_of("--version", pairs)?;
+    let mut query: Vec<(&str, &str)> = pairs.iter().map(|p| ("filter", p.as_str())).collect();
+    query.push(("limit", "1"));
+    let query = serde_urlencoded::to_string(&query)?;
+    let found: Vec<Value> = client.get(&format!("{path}/versions?{query}")).await?;
+    let first = found
+        .first()
+        .ok_or_else(|| anyhow!("version {wanted} of {resource} not found"))?;
+    let id = first["id"]
+        .as_i64()
+        .context("the version listed holds no id")?;
+    Ok((id, first["version"].clone()))
+}
+
 /// Prints the versions under `path` (a resource's or a resource type's),
 /// newest first, at most `limit`: as JSON, or a table with the
-/// `disabled` column when `disabled` is asked for.
+/// `disabled` column (of `enabled`) when `disabled` is asked for.
 async fn list_versions(
     client: &ApiClient,
     path: &str,
@@ -198,7 +223,7 @@ async fn list_versions(
     let rows = all.iter().map(|v| {
         let mut row = vec![v["version"].to_string()];
         if disabled {
-            row.push(cell(v, "disabled"));
+            row.push((v["enabled"] == json!(false)).to_string());
         }
         row
     });
@@ -238,13 +263,11 @@ async fn able(
     verb: &str,
 ) -> anyhow::Result<i32> {
     let (p, r) = split("--resource", resource)?;
-    let path = format!(
-        "{}/resources/{}/versions/{verb}",
-        pipeline_path(team, p),
-        segment(r)
-    );
-    let v = version_of("--version", version)?;
-    client.post_done(&path, &json!({ "version": v })).await?;
+    let path = format!("{}/resources/{}", pipeline_path(team, p), segment(r));
+    let (id, v) = version_id(client, &path, resource, version).await?;
+    client
+        .put_done(&format!("{path}/versions/{id}/{verb}"))
+        .await?;
     crate::outln!("{resource} version {v} {verb}d");
     Ok(0)
 }

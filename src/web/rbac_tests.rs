@@ -86,7 +86,7 @@ fn rbac_moves_an_action_and_refuses_what_it_cannot_move() {
     assert_eq!(map.needs("hijackBuild"), Some(Role::Member));
     assert_eq!(map.needs("landWorker"), None);
     assert_eq!(
-        map.operation(&Method::POST, "/api/v1/builds/{id}/abort"),
+        map.operation(&Method::PUT, "/api/v1/builds/{id}/abort"),
         Some("abortBuild")
     );
     let moved = ActionRoles::new(

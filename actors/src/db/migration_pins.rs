@@ -268,6 +268,12 @@ const PINNED: &[(i64, &str, &str, &str)] = &[
     ),
     (
         43,
+        "pipeline ordering",
+        "81ddba495d3a8ae675030229f7a12753f3be9e280a888d2ae00ade757f8625186f0635b4d42673ccfe1b87335f6d9a72",
+        "81ddba495d3a8ae675030229f7a12753f3be9e280a888d2ae00ade757f8625186f0635b4d42673ccfe1b87335f6d9a72",
+    ),
+    (
+        44,
         "build start time",
         "05d9f85cee7853ac2320b08e9121e216b86c676bba989aa7596aa4e6b547687a7ccf24232ff5a25b6247993cfc8eef30",
         "05d9f85cee7853ac2320b08e9121e216b86c676bba989aa7596aa4e6b547687a7ccf24232ff5a25b6247993cfc8eef30",

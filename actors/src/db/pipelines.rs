@@ -152,11 +152,38 @@ pub(crate) const PIPELINE_ID: &str = "{pipeline_id}";
 pub(super) const PIPELINE_COLUMNS: &str =
     "id, team, name, config, vars, config_version, paused, archived, parent_build_id, instance_vars, public";
 
+/// The order of a team's pipelines: the places `order-pipelines` gave,
+/// then the pipelines never ordered, by name.
+const ORDERED: &str = "(ordering IS NULL), ordering, name";
+
 impl Pipelines<'_> {
-    /// The pipelines of `team`, by name.
+    /// Orders the pipelines of `team` (Concourse's `OrderPipelines`): the
+    /// pipelines named `names[i]` (every instance of each) take place `i`,
+    /// in one transaction; a name of none of them refuses the whole.
+    pub(crate) async fn order(&self, team: &str, names: &[String]) -> Result<(), EngineError> {
+        let mut tx = self.db.pool().begin().await?;
+        for (i, name) in names.iter().enumerate() {
+            let done =
+                sqlx::query("UPDATE pipelines SET ordering = $1 WHERE team = $2 AND name = $3")
+                    .bind(i as i64)
+                    .bind(team)
+                    .bind(name)
+                    .execute(&mut *tx)
+                    .await?;
+            if done.rows_affected() == 0 {
+                return Err(EngineError::Invalid(format!(
+                    "pipeline {name:?} not found in team {team:?}"
+                )));
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The pipelines of `team`, in their order ([`ORDERED`]).
     pub(crate) async fn of_team(&self, team: &str) -> Result<Vec<PipelineRow>, EngineError> {
         let rows: Vec<PipelineRaw> = sqlx::query_as(&format!(
-            "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE team = $1 ORDER BY name"
+            "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE team = $1 ORDER BY {ORDERED}"
         ))
         .bind(team)
         .fetch_all(self.db.pool())
@@ -164,8 +191,8 @@ impl Pipelines<'_> {
         rows.into_iter().map(|r| pipeline_row(self.db, r)).collect()
     }
 
-    /// The pipelines of `team` (none: of every team), by team and name,
-    /// without their configs and vars (a list opens none): team, name,
+    /// The pipelines of `team` (none: of every team), by team and in
+    /// their order ([`ORDERED`]), without their configs and vars (a list opens none): team, name,
     /// paused, archived, config version, instance vars.
     pub(crate) async fn summaries(
         &self,
@@ -175,13 +202,15 @@ impl Pipelines<'_> {
             "SELECT team, name, paused, archived, config_version, instance_vars, public FROM pipelines";
         let rows = match team {
             Some(t) => {
-                sqlx::query_as(&format!("{COLUMNS} WHERE team = $1 ORDER BY team, name"))
-                    .bind(t)
-                    .fetch_all(self.db.pool())
-                    .await?
+                sqlx::query_as(&format!(
+                    "{COLUMNS} WHERE team = $1 ORDER BY team, {ORDERED}"
+                ))
+                .bind(t)
+                .fetch_all(self.db.pool())
+                .await?
             }
             None => {
-                sqlx::query_as(&format!("{COLUMNS} ORDER BY team, name"))
+                sqlx::query_as(&format!("{COLUMNS} ORDER BY team, {ORDERED}"))
                     .fetch_all(self.db.pool())
                     .await?
             }

@@ -10,6 +10,8 @@ use crate::error::EngineError;
 /// A version of a resource config, as `check` reported it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct VersionRow {
+    /// Its row id.
+    pub id: i64,
     /// The version (a JSON object of strings).
     pub version: Value,
     /// Its metadata (a JSON list of `{name, value}`), when known.
@@ -135,8 +137,8 @@ impl Versions<'_> {
         before: Option<i64>,
         limit: i64,
     ) -> Result<Vec<(String, VersionRow)>, EngineError> {
-        let rows: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT version, metadata, check_order FROM resource_versions \
+        let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
+            "SELECT id, version, metadata, check_order FROM resource_versions \
              WHERE team = $1 AND config = $2 AND check_order < $3 ORDER BY check_order DESC LIMIT $4",
         )
         .bind(scope)
@@ -146,8 +148,9 @@ impl Versions<'_> {
         .fetch_all(self.db.pool())
         .await?;
         rows.into_iter()
-            .map(|(v, m, check_order)| {
+            .map(|(id, v, m, check_order)| {
                 let row = VersionRow {
+                    id,
                     version: json("version", &v)?,
                     metadata: json("metadata", &m)?,
                     check_order,
@@ -155,6 +158,25 @@ impl Versions<'_> {
                 Ok((v, row))
             })
             .collect()
+    }
+
+    /// The version of id `id` of a resource config, as stored, if it is
+    /// one of that config's.
+    pub(crate) async fn version_of_id(
+        &self,
+        scope: &str,
+        config: &str,
+        id: i64,
+    ) -> Result<Option<Value>, EngineError> {
+        let row: Option<(String,)> = sqlx::query_as(
+            "SELECT version FROM resource_versions WHERE team = $1 AND config = $2 AND id = $3",
+        )
+        .bind(scope)
+        .bind(config)
+        .bind(id)
+        .fetch_optional(self.db.pool())
+        .await?;
+        row.map(|(v,)| json("version", &v)).transpose()
     }
 
     /// The versions of a resource config, newest first, at most `limit`.

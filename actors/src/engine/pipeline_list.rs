@@ -9,8 +9,16 @@ use crate::error::EngineError;
 use crate::views::PipelineView;
 
 impl Engine {
-    /// The pipelines of `team` (none: of every team), by team and name,
-    /// without their configs, in one statement: what the dashboard's
+    /// Orders the pipelines of `team` as `names` (Concourse's
+    /// `order-pipelines`): those named come first, in this order; the
+    /// others follow, by name. A name of no pipeline of `team` refuses
+    /// the whole.
+    pub async fn order_pipelines(&self, team: &str, names: &[String]) -> Result<(), EngineError> {
+        self.db.pipelines().order(team, names).await
+    }
+
+    /// The pipelines of `team` (none: of every team), by team and in their
+    /// order, without their configs, in one statement: what the dashboard's
     /// fleet feed lists.
     pub async fn pipeline_summaries(
         &self,

@@ -146,7 +146,8 @@ impl Engine {
         Ok(page
             .into_iter()
             .map(|(stored, v)| VersionView {
-                disabled: disabled.contains(&stored),
+                id: v.id,
+                enabled: !disabled.contains(&stored),
                 builds: builds.remove(&stored).unwrap_or_default(),
                 version: v.version,
                 metadata: v.metadata,
@@ -155,15 +156,40 @@ impl Engine {
             .collect())
     }
 
+    /// The version of id `id` of resource `resource` of pipeline
+    /// `pipeline` of `team` (Concourse's resource config version id): not
+    /// found unless it is one of that resource's.
+    pub async fn resource_version_of_id(
+        &self,
+        team: &str,
+        pipeline: &str,
+        resource: &str,
+        id: i64,
+    ) -> Result<Value, EngineError> {
+        let row = self.pipeline_row(team, pipeline).await?;
+        let r = self.resource_row(&row, resource).await?;
+        self.db
+            .versions()
+            .version_of_id(&r.scope, &r.config, id)
+            .await?
+            .ok_or_else(|| EngineError::NotFound {
+                kind: "resource version",
+                name: format!("{pipeline}/{resource} version {id}"),
+            })
+    }
+
     /// Checks resource `resource` of pipeline `pipeline` of `team` now (from
-    /// version `from` when given, else from the newest stored): a check
-    /// build, answered. An archived pipeline's resources are not checked.
+    /// version `from` when given, else from the newest stored; the custom
+    /// types it is built on first unless `shallow`, as Concourse's
+    /// `check-resource`): a check build, answered. An archived pipeline's
+    /// resources are not checked.
     pub async fn check_resource(
         &self,
         team: &str,
         pipeline: &str,
         resource: &str,
         from: Option<Value>,
+        shallow: bool,
     ) -> Result<Build, EngineError> {
         let row = self.pipeline_row(team, pipeline).await?;
         if row.archived {
@@ -171,7 +197,7 @@ impl Engine {
         }
         let r = self.resource_row(&row, resource).await?;
         self.check_from(&r.scope, &r.config, from.as_ref()).await?;
-        let id = self.start_check(&row, &r, false).await?;
+        let id = self.start_check_with(&row, &r, false, !shallow).await?;
         self.build(id).await
     }
 

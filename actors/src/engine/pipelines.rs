@@ -167,7 +167,8 @@ impl Engine {
             })
     }
 
-    /// The pipelines of `team`, by name.
+    /// The pipelines of `team`, in their order (`order-pipelines`; the
+    /// others by name).
     pub async fn pipelines(&self, team: &str) -> Result<Vec<PipelineView>, EngineError> {
         Ok(self
             .db

@@ -40,8 +40,8 @@ impl Engine {
     /// The versions the checks of resource type `type_` of pipeline
     /// `pipeline` of `team` found (of its image), newest first, below
     /// check order `before`, at most `limit`. A type's versions are used
-    /// by no job and disabled in none: `builds` is empty, `disabled`
-    /// false.
+    /// by no job and disabled in none: `builds` is empty, `enabled`
+    /// true.
     pub async fn resource_type_versions(
         &self,
         team: &str,
@@ -60,10 +60,11 @@ impl Engine {
         Ok(page
             .into_iter()
             .map(|(_, v)| VersionView {
+                id: v.id,
                 version: v.version,
                 metadata: v.metadata,
                 check_order: v.check_order,
-                disabled: false,
+                enabled: true,
                 builds: vec![],
             })
             .collect())

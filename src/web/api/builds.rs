@@ -67,7 +67,7 @@ pub struct CreatedBuild {
     pub id: i64,
 }
 
-/// Answer of `POST /api/v1/builds/{id}/abort`.
+/// Answer of `PUT /api/v1/builds/{id}/abort`.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct Aborting {
     /// The build.
@@ -281,9 +281,10 @@ async fn create_job(
         .await?)
 }
 
-/// `POST /api/v1/builds/{id}/abort`
+/// `PUT /api/v1/builds/{id}/abort` (Concourse's; it answers 204 there,
+/// this answers 200 with what is aborted)
 #[utoipa::path(
-    post,
+    put,
     path = "/api/v1/builds/{id}/abort",
     operation_id = "abortBuild",
     tag = "builds",

@@ -117,6 +117,34 @@ impl Page {
         answer.json(items)
     }
 
+    /// A page of a list held in memory in its own order (a team's
+    /// pipelines, as ordered): the cursor is the place of the next item.
+    pub fn of_ordered<T: Serialize>(
+        &self,
+        req: &HttpRequest,
+        items: Vec<T>,
+    ) -> Result<HttpResponse, ApiError> {
+        let start = self.cursor_id()?.unwrap_or(0).max(0) as usize;
+        let page: Vec<(usize, T)> = items
+            .into_iter()
+            .enumerate()
+            .skip(start)
+            .take(self.fetch() as usize)
+            .collect();
+        let limit = self.limit as usize;
+        let next = page.get(limit).map(|(i, _)| i.to_string());
+        let items: Vec<T> = page.into_iter().take(limit).map(|(_, t)| t).collect();
+        let mut answer = HttpResponse::Ok();
+        if let Some(cursor) = next {
+            answer.insert_header((
+                "link",
+                format!("<{}>; rel=\"next\"", next_url(req, &cursor)),
+            ));
+            answer.insert_header((NEXT_CURSOR_HEADER, cursor));
+        }
+        Ok(answer.json(items))
+    }
+
     /// A page of a list held in memory, sorted by `key` (workers, teams):
     /// the items whose key sorts after the cursor.
     pub fn of_sorted<T: Serialize>(

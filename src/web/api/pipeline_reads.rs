@@ -123,7 +123,7 @@ pub async fn resource_types(
     tag = "pipelines",
     params(PageQuery),
     responses(
-        (status = 200, description = "A page of the pipelines the caller may read, by team and name: its team's (every team's for the admin) and every exposed one", body = Vec<gantry_actors::api::PipelineView>),
+        (status = 200, description = "A page of the pipelines the caller may read, by team and in each team's order: its team's (every team's for the admin) and every exposed one", body = Vec<gantry_actors::api::PipelineView>),
         (status = 401, description = "No token, and no pipeline is exposed", body = ErrorBody),
     )
 )]
@@ -146,7 +146,9 @@ pub async fn all_pipelines(
             "no pipeline is exposed: this needs a team or admin token",
         ));
     }
-    Ok(page.of_sorted(&req, shown, |p| format!("{}/{}", p.team, p.name)))
+    // By team, then in each team's order (`order-pipelines`), as
+    // Concourse lists them.
+    page.of_ordered(&req, shown)
 }
 
 /// `GET /api/v1/teams/{team}/pipelines/{pipeline}/builds`

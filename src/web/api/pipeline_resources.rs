@@ -7,50 +7,31 @@ use gantry_actors::api::{Build, ResourceView, VersionView};
 use serde::Deserialize;
 
 use crate::web::api::bounds::{check_text, MAX_NAME};
-use crate::web::api::paging::PageQuery;
+use crate::web::api::paging::Page;
 use crate::web::api::public_pipelines::{read_pipeline, Part};
 use crate::web::api::{allowed, NoBody};
 use crate::web::auth::Identity;
 use crate::web::error::{ApiError, ErrorBody};
 use crate::web::AppState;
 
-/// Body of `POST .../resources/{resource}/check`.
+/// Body of `POST .../resources/{resource}/check` (Concourse's
+/// `atc.CheckRequestBody`, as `fly check-resource` sends it).
 #[derive(Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckBody {
     /// Check from this version (it becomes the newest), as
-    /// `check-resource --from`.
+    /// `check-resource --from`; `null`: from the newest stored.
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     from: Option<serde_json::Value>,
-}
-
-/// Body of pinning a resource: the version to pin, a comment on the pin
-/// (Concourse's `pin_comment`; pinning again keeps it), or both.
-#[derive(Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PinBody {
-    /// The version (it must have been found by a check).
+    /// Check this resource alone; else the custom types it is built on
+    /// are checked first, in the same build.
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
-    version: Option<serde_json::Value>,
-    /// A comment on the pin (the resource must be pinned by hand, by this
-    /// request or before).
-    #[serde(default)]
-    comment: Option<String>,
+    shallow: bool,
 }
 
 /// The longest pin comment, in bytes.
 const MAX_PIN_COMMENT: usize = 4096;
-
-/// Body of disabling or enabling a version.
-#[derive(Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct VersionBody {
-    /// The version (it must have been found by a check).
-    #[schema(value_type = Object)]
-    version: serde_json::Value,
-}
 
 type PipelinePath = web::Path<(String, String)>;
 /// `{team}/{pipeline}/{resource}`.
@@ -80,15 +61,70 @@ pub async fn resources(
     Ok(HttpResponse::Ok().json(resources))
 }
 
+/// Query of the versions route: a page, and `filter`s as fly's
+/// `pin-resource -v` sends them.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct VersionsQuery {
+    /// Most versions in the page: 1 to 500, default 100.
+    pub limit: Option<u32>,
+    /// Where the page starts: the cursor of the link to the next page.
+    pub cursor: Option<String>,
+    /// `KEY:VALUE`, repeatable: only the versions whose field `KEY` is
+    /// `VALUE` (Concourse's `filter`).
+    pub filter: Option<Vec<String>>,
+}
+
+/// The most versions read to find a page of those a filter keeps.
+const FILTER_SCAN: i64 = 500;
+
+/// The page and filters of a versions query (its parameters repeat, which
+/// `web::Query` cannot read).
+fn versions_query(query: &str) -> Result<(Page, Vec<(String, String)>), ApiError> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
+        .map_err(|e| ApiError::bad_request(format!("a bad query: {e}")))?;
+    let (mut limit, mut cursor, mut filter) = (None, None, Vec::new());
+    for (key, value) in pairs {
+        match key.as_str() {
+            "limit" => {
+                limit = Some(value.parse::<u32>().map_err(|_| {
+                    ApiError::bad_request(format!("limit {value:?}: give a number"))
+                })?)
+            }
+            "cursor" => cursor = Some(value),
+            "filter" => {
+                let (k, v) = value.split_once(':').ok_or_else(|| {
+                    ApiError::bad_request(format!("filter {value:?}: give KEY:VALUE"))
+                })?;
+                check_text("filter", &value, MAX_FILTER)?;
+                filter.push((k.to_string(), v.to_string()));
+            }
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown query parameter {other:?}: give limit, cursor or filter"
+                )))
+            }
+        }
+    }
+    Ok((Page::new(limit, cursor)?, filter))
+}
+
+/// The longest `filter`.
+const MAX_FILTER: usize = 4096;
+
 /// `GET /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions`
+/// (Concourse's `ListResourceVersions`: each with its integer `id`,
+/// `version`, `enabled` and `metadata`, and Gantry's `check_order` and
+/// `builds`).
 #[utoipa::path(
     get,
     path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions",
     operation_id = "listResourceVersions",
     tag = "pipelines",
-    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path), PageQuery),
+    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path), VersionsQuery),
     responses(
         (status = 200, description = "A page of the resource's versions, newest first", body = Vec<VersionView>),
+        (status = 400, description = "A bad query", body = ErrorBody),
         (status = 404, description = "No such resource", body = ErrorBody),
     )
 )]
@@ -97,22 +133,41 @@ pub async fn versions(
     req: HttpRequest,
     state: web::Data<AppState>,
     path: ResourcePath,
-    query: web::Query<PageQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name, resource) = path.into_inner();
+    let (page, filter) = versions_query(req.query_string())?;
     let part = Part {
         resource: Some(&resource),
         ..Part::default()
     };
     let reader = read_pipeline(&identity, &state, &team, &name, part).await?;
-    let page = query.into_inner().page()?;
-    let versions = state
-        .engine
-        .resource_versions(&team, &name, &resource, page.cursor_id()?, page.fetch())
-        .await?;
-    Ok(page.answer(&req, reader.versions(versions), |v| {
-        v.check_order.to_string()
-    }))
+    let mut before = page.cursor_id()?;
+    let mut found = Vec::new();
+    loop {
+        let fetch = if filter.is_empty() {
+            page.fetch()
+        } else {
+            FILTER_SCAN
+        };
+        let got = state
+            .engine
+            .resource_versions(&team, &name, &resource, before, fetch)
+            .await?;
+        let ended = (got.len() as i64) < fetch;
+        before = got.last().map(|v| v.check_order);
+        found.extend(got.into_iter().filter(|v| matches(&v.version, &filter)));
+        if ended || found.len() as i64 >= page.fetch() {
+            break;
+        }
+    }
+    Ok(page.answer(&req, reader.versions(found), |v| v.check_order.to_string()))
+}
+
+/// Whether `version` has every field `filter` names, with its value.
+fn matches(version: &serde_json::Value, filter: &[(String, String)]) -> bool {
+    filter
+        .iter()
+        .all(|(k, v)| version.get(k).and_then(|x| x.as_str()) == Some(v.as_str()))
 }
 
 /// `POST /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check`
@@ -122,7 +177,7 @@ pub async fn versions(
     operation_id = "checkResource",
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
-    request_body(content = CheckBody, description = "Optional: `from`"),
+    request_body(content = CheckBody, description = "Optional: `from`, `shallow`"),
     responses(
         (status = 201, description = "The check build", body = Build),
         (status = 400, description = "A bad `from`", body = ErrorBody),
@@ -145,7 +200,7 @@ pub async fn check(
     let body: CheckBody = crate::web::api::optional_json(&body)?;
     let build = state
         .engine
-        .check_resource(&team, &name, &resource, body.from)
+        .check_resource(&team, &name, &resource, body.from, body.shallow)
         .await?;
     Ok(HttpResponse::Created().json(build))
 }
@@ -203,26 +258,81 @@ pub async fn webhook(
     }
     let build = state
         .engine
-        .check_resource(&team, &name, &resource, None)
+        .check_resource(&team, &name, &resource, None, true)
         .await?;
     Ok(HttpResponse::Created().json(crate::web::api::builds::CreatedBuild { id: build.id }))
 }
 
-/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/pin`
+/// `{team}/{pipeline}/{resource}/{id}`: a version of a resource.
+type VersionPath = web::Path<(String, String, String, i64)>;
+
+/// `PUT /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/{id}/pin`
+/// (Concourse's `PinResourceVersion`): jobs take only this version.
 #[utoipa::path(
-    post,
-    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/pin",
-    operation_id = "pinResource",
+    put,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/{id}/pin",
+    operation_id = "pinResourceVersion",
     tag = "pipelines",
-    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
-    request_body = PinBody,
-    responses((status = 204, description = "Pinned, its comment set"), (status = 400, description = "A bad body (neither version nor comment, a comment on a resource not pinned by hand)", body = ErrorBody), (status = 404, description = "No such resource or version", body = ErrorBody))
+    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path), ("id" = i64, Path, description = "The version's id")),
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
+    responses(
+        (status = 200, description = "Pinned"),
+        (status = 400, description = "A body: this request takes none", body = ErrorBody),
+        (status = 404, description = "No such resource or version", body = ErrorBody),
+    )
 )]
 pub async fn pin(
     identity: Identity,
     state: web::Data<AppState>,
+    path: VersionPath,
+    _: NoBody,
+) -> Result<HttpResponse, ApiError> {
+    let (team, name, resource, id) = path.into_inner();
+    allowed(
+        &identity,
+        &team,
+        &[("pipeline", &name), ("resource", &resource)],
+    )?;
+    let version = state
+        .engine
+        .resource_version_of_id(&team, &name, &resource, id)
+        .await?;
+    state
+        .engine
+        .pin_resource(&team, &name, &resource, Some(version))
+        .await?;
+    Ok(HttpResponse::Ok().finish())
+}
+
+/// Body of `PUT .../pin_comment` (Concourse's `atc.SetPinCommentRequestBody`).
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PinCommentBody {
+    /// The comment (the resource must be pinned by hand).
+    pin_comment: String,
+}
+
+/// `PUT /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/pin_comment`
+/// (Concourse's `SetPinCommentOnResource`).
+#[utoipa::path(
+    put,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/pin_comment",
+    operation_id = "setPinCommentOnResource",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
+    request_body = PinCommentBody,
+    responses(
+        (status = 200, description = "The comment is saved"),
+        (status = 400, description = "A bad body, or the resource is not pinned by hand", body = ErrorBody),
+        (status = 404, description = "No such resource", body = ErrorBody),
+        (status = 415, description = "The body is not JSON", body = ErrorBody),
+    )
+)]
+pub async fn pin_comment(
+    identity: Identity,
+    state: web::Data<AppState>,
     path: ResourcePath,
-    body: crate::web::api::Json<PinBody>,
+    body: crate::web::api::Json<PinCommentBody>,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name, resource) = path.into_inner();
     allowed(
@@ -230,39 +340,24 @@ pub async fn pin(
         &team,
         &[("pipeline", &name), ("resource", &resource)],
     )?;
-    let PinBody { version, comment } = body.into_inner();
-    if version.is_none() && comment.is_none() {
-        return Err(ApiError::bad_request(
-            "give a version to pin, a comment on the pin, or both",
-        ));
-    }
-    if let Some(c) = &comment {
-        check_text("comment", c, MAX_PIN_COMMENT)?;
-    }
-    if let Some(v) = version {
-        state
-            .engine
-            .pin_resource(&team, &name, &resource, Some(v))
-            .await?;
-    }
-    if let Some(c) = comment {
-        state
-            .engine
-            .comment_pin(&team, &name, &resource, &c)
-            .await?;
-    }
-    Ok(HttpResponse::NoContent().finish())
+    let comment = body.into_inner().pin_comment;
+    check_text("pin_comment", &comment, MAX_PIN_COMMENT)?;
+    state
+        .engine
+        .comment_pin(&team, &name, &resource, &comment)
+        .await?;
+    Ok(HttpResponse::Ok().finish())
 }
 
-/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/unpin`
+/// `PUT /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/unpin`
 #[utoipa::path(
-    post,
+    put,
     path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/unpin",
     operation_id = "unpinResource",
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
     request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
-    responses((status = 204, description = "Unpinned"), (status = 404, description = "No such resource", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
+    responses((status = 200, description = "Unpinned"), (status = 404, description = "No such resource", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
 )]
 pub async fn unpin(
     identity: Identity,
@@ -280,63 +375,66 @@ pub async fn unpin(
         .engine
         .pin_resource(&team, &name, &resource, None)
         .await?;
-    Ok(HttpResponse::NoContent().finish())
+    Ok(HttpResponse::Ok().finish())
 }
 
-/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/disable`
+/// `PUT /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/{id}/disable`
 #[utoipa::path(
-    post,
-    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/disable",
+    put,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/{id}/disable",
     operation_id = "disableResourceVersion",
     tag = "pipelines",
-    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
-    request_body = VersionBody,
-    responses((status = 204, description = "Disabled: never an input again"), (status = 400, description = "A bad body", body = ErrorBody), (status = 404, description = "No such resource or version", body = ErrorBody))
+    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path), ("id" = i64, Path, description = "The version's id")),
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
+    responses((status = 200, description = "Disabled: never an input again"), (status = 400, description = "A body: this request takes none", body = ErrorBody), (status = 404, description = "No such resource or version", body = ErrorBody))
 )]
 pub async fn disable(
     identity: Identity,
     state: web::Data<AppState>,
-    path: ResourcePath,
-    body: crate::web::api::Json<VersionBody>,
+    path: VersionPath,
+    _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
-    set_disabled(identity, state, path, body, true).await
+    set_disabled(identity, state, path, true).await
 }
 
-/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/enable`
+/// `PUT /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/{id}/enable`
 #[utoipa::path(
-    post,
-    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/enable",
+    put,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/{id}/enable",
     operation_id = "enableResourceVersion",
     tag = "pipelines",
-    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path)),
-    request_body = VersionBody,
-    responses((status = 204, description = "Enabled"), (status = 400, description = "A bad body", body = ErrorBody), (status = 404, description = "No such resource or version", body = ErrorBody))
+    params(("team" = String, Path), ("pipeline" = String, Path), ("resource" = String, Path), ("id" = i64, Path, description = "The version's id")),
+    request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
+    responses((status = 200, description = "Enabled"), (status = 400, description = "A body: this request takes none", body = ErrorBody), (status = 404, description = "No such resource or version", body = ErrorBody))
 )]
 pub async fn enable(
     identity: Identity,
     state: web::Data<AppState>,
-    path: ResourcePath,
-    body: crate::web::api::Json<VersionBody>,
+    path: VersionPath,
+    _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
-    set_disabled(identity, state, path, body, false).await
+    set_disabled(identity, state, path, false).await
 }
 
 async fn set_disabled(
     identity: Identity,
     state: web::Data<AppState>,
-    path: ResourcePath,
-    body: crate::web::api::Json<VersionBody>,
+    path: VersionPath,
     disabled: bool,
 ) -> Result<HttpResponse, ApiError> {
-    let (team, name, resource) = path.into_inner();
+    let (team, name, resource, id) = path.into_inner();
     allowed(
         &identity,
         &team,
         &[("pipeline", &name), ("resource", &resource)],
     )?;
+    let version = state
+        .engine
+        .resource_version_of_id(&team, &name, &resource, id)
+        .await?;
     state
         .engine
-        .disable_version(&team, &name, &resource, body.into_inner().version, disabled)
+        .disable_version(&team, &name, &resource, version, disabled)
         .await?;
-    Ok(HttpResponse::NoContent().finish())
+    Ok(HttpResponse::Ok().finish())
 }

@@ -50,7 +50,7 @@ pub struct PipelineSet {
     pub warnings: Vec<String>,
 }
 
-/// Body of `POST .../rename`.
+/// Body of `PUT .../rename` (Concourse's `atc.RenameRequest`).
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RenameBody {
@@ -113,7 +113,7 @@ pub async fn set(
     tag = "pipelines",
     params(("team" = String, Path), PageQuery),
     responses(
-        (status = 200, description = "A page of the team's pipelines, by name", body = Vec<PipelineView>),
+        (status = 200, description = "A page of the team's pipelines, in their order (`order-pipelines`; the others by name)", body = Vec<PipelineView>),
         (status = 404, description = "No such team (or another team's)", body = ErrorBody),
     )
 )]
@@ -127,7 +127,7 @@ pub async fn list(
     let page = query.into_inner().page()?;
     if identity.can_use_team(&team) {
         let all = state.engine.pipelines(&team).await?;
-        return Ok(page.of_sorted(&req, all, |p| p.name.clone()));
+        return page.of_ordered(&req, all);
     }
     // Anyone else: its exposed pipelines (Concourse's `PublicPipelines`),
     // refused as before when it has none.
@@ -144,7 +144,7 @@ pub async fn list(
     if exposed.is_empty() {
         allowed(&identity, &team, &[])?;
     }
-    Ok(page.of_sorted(&req, exposed, |p| p.name.clone()))
+    page.of_ordered(&req, exposed)
 }
 
 /// `GET /api/v1/teams/{team}/pipelines/{pipeline}`
@@ -195,19 +195,64 @@ pub async fn destroy(
     Ok(HttpResponse::NoContent().finish())
 }
 
-/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/rename`
+/// The most pipelines one `order-pipelines` names.
+const MAX_ORDERED: usize = 10_000;
+
+/// `PUT /api/v1/teams/{team}/pipelines/ordering` (Concourse's
+/// `OrderPipelines`): the body is a JSON list of pipeline names; they come
+/// first in the team's list, in this order, the others after them.
 #[utoipa::path(
-    post,
+    put,
+    path = "/api/v1/teams/{team}/pipelines/ordering",
+    operation_id = "orderPipelines",
+    tag = "pipelines",
+    params(("team" = String, Path)),
+    request_body(content = Vec<String>, description = "The pipelines' names, in their new order"),
+    responses(
+        (status = 200, description = "Ordered"),
+        (status = 400, description = "Not a list of names (at least one), or a name of no pipeline of the team", body = ErrorBody),
+        (status = 404, description = "No such team (or another team's)", body = ErrorBody),
+    )
+)]
+pub async fn order(
+    identity: Identity,
+    state: web::Data<AppState>,
+    team: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    allowed(&identity, &team, &[])?;
+    let names: Vec<String> = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("give a JSON list of pipeline names: {e}")))?;
+    if names.is_empty() {
+        return Err(ApiError::bad_request("name at least one pipeline to order"));
+    }
+    if names.len() > MAX_ORDERED {
+        return Err(ApiError::bad_request(format!(
+            "{} names: give at most {MAX_ORDERED}",
+            names.len()
+        )));
+    }
+    for name in &names {
+        crate::web::api::bounds::check_text("pipeline", name, crate::web::api::bounds::MAX_NAME)?;
+    }
+    state.engine.order_pipelines(&team, &names).await?;
+    Ok(HttpResponse::Ok().finish())
+}
+
+/// `PUT /api/v1/teams/{team}/pipelines/{pipeline}/rename` (Concourse's)
+#[utoipa::path(
+    put,
     path = "/api/v1/teams/{team}/pipelines/{pipeline}/rename",
     operation_id = "renamePipeline",
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path)),
     request_body = RenameBody,
     responses(
-        (status = 204, description = "Renamed"),
+        (status = 200, description = "Renamed: Concourse's `{errors, warnings}`, both left out when empty", body = Object),
         (status = 400, description = "A bad body or name", body = ErrorBody),
         (status = 404, description = "No such pipeline", body = ErrorBody),
         (status = 409, description = "The name is taken", body = ErrorBody),
+        (status = 415, description = "The body is not JSON", body = ErrorBody),
     )
 )]
 pub async fn rename(
@@ -226,18 +271,18 @@ pub async fn rename(
         .engine
         .rename_pipeline(&team, &name, &body.name)
         .await?;
-    Ok(HttpResponse::NoContent().finish())
+    Ok(HttpResponse::Ok().json(serde_json::json!({})))
 }
 
-/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/pause`
+/// `PUT /api/v1/teams/{team}/pipelines/{pipeline}/pause` (Concourse's)
 #[utoipa::path(
-    post,
+    put,
     path = "/api/v1/teams/{team}/pipelines/{pipeline}/pause",
     operation_id = "pausePipeline",
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path)),
     request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
-    responses((status = 204, description = "Paused"), (status = 404, description = "No such pipeline", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
+    responses((status = 200, description = "Paused"), (status = 404, description = "No such pipeline", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
 )]
 pub async fn pause(
     identity: Identity,
@@ -248,15 +293,15 @@ pub async fn pause(
     set_paused(identity, state, path, true).await
 }
 
-/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/unpause`
+/// `PUT /api/v1/teams/{team}/pipelines/{pipeline}/unpause` (Concourse's)
 #[utoipa::path(
-    post,
+    put,
     path = "/api/v1/teams/{team}/pipelines/{pipeline}/unpause",
     operation_id = "unpausePipeline",
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path)),
     request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
-    responses((status = 204, description = "Unpaused"), (status = 404, description = "No such pipeline", body = ErrorBody), (status = 409, description = "The pipeline is archived", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
+    responses((status = 200, description = "Unpaused"), (status = 404, description = "No such pipeline", body = ErrorBody), (status = 409, description = "The pipeline is archived", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
 )]
 pub async fn unpause(
     identity: Identity,
@@ -267,16 +312,16 @@ pub async fn unpause(
     set_paused(identity, state, path, false).await
 }
 
-/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/archive`
+/// `PUT /api/v1/teams/{team}/pipelines/{pipeline}/archive` (Concourse's)
 #[utoipa::path(
-    post,
+    put,
     path = "/api/v1/teams/{team}/pipelines/{pipeline}/archive",
     operation_id = "archivePipeline",
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path)),
     request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
     responses(
-        (status = 204, description = "Archived: paused, its jobs not triggered, until set again (its config and builds kept)"),
+        (status = 200, description = "Archived: paused, its jobs not triggered, until set again (its config and builds kept)"),
         (status = 404, description = "No such pipeline", body = ErrorBody),
         (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody),
     )
@@ -290,7 +335,7 @@ pub async fn archive(
     let (team, name) = path.into_inner();
     allowed(&identity, &team, &[("pipeline", &name)])?;
     state.engine.archive_pipeline(&team, &name).await?;
-    Ok(HttpResponse::NoContent().finish())
+    Ok(HttpResponse::Ok().finish())
 }
 
 async fn set_paused(
@@ -302,7 +347,7 @@ async fn set_paused(
     let (team, name) = path.into_inner();
     allowed(&identity, &team, &[("pipeline", &name)])?;
     state.engine.pause_pipeline(&team, &name, paused).await?;
-    Ok(HttpResponse::NoContent().finish())
+    Ok(HttpResponse::Ok().finish())
 }
 
 /// `GET /api/v1/teams/{team}/pipelines/{pipeline}/jobs`
@@ -423,15 +468,15 @@ pub async fn trigger(
     Ok(HttpResponse::Created().json(build))
 }
 
-/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/pause`
+/// `PUT /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/pause` (Concourse's)
 #[utoipa::path(
-    post,
+    put,
     path = "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/pause",
     operation_id = "pauseJob",
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path), ("job" = String, Path)),
     request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
-    responses((status = 204, description = "Paused"), (status = 404, description = "No such job", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
+    responses((status = 200, description = "Paused"), (status = 404, description = "No such job", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
 )]
 pub async fn pause_job(
     identity: Identity,
@@ -442,15 +487,15 @@ pub async fn pause_job(
     set_job_paused(identity, state, path, true).await
 }
 
-/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/unpause`
+/// `PUT /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/unpause` (Concourse's)
 #[utoipa::path(
-    post,
+    put,
     path = "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/unpause",
     operation_id = "unpauseJob",
     tag = "pipelines",
     params(("team" = String, Path), ("pipeline" = String, Path), ("job" = String, Path)),
     request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
-    responses((status = 204, description = "Unpaused"), (status = 404, description = "No such job", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
+    responses((status = 200, description = "Unpaused"), (status = 404, description = "No such job", body = ErrorBody), (status = 400, description = "A body: this request takes none", body = crate::web::error::ErrorBody))
 )]
 pub async fn unpause_job(
     identity: Identity,
@@ -470,5 +515,5 @@ async fn set_job_paused(
     let (team, name, job) = path.into_inner();
     allowed(&identity, &team, &[("pipeline", &name), ("job", &job)])?;
     state.engine.pause_job(&team, &name, &job, paused).await?;
-    Ok(HttpResponse::NoContent().finish())
+    Ok(HttpResponse::Ok().finish())
 }

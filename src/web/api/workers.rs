@@ -244,9 +244,9 @@ async fn admin_or_itself(
     }
 }
 
-/// `POST /api/v1/workers/{name}/land`: finish running steps, then `landed`.
+/// `PUT /api/v1/workers/{name}/land` (Concourse's): finish running steps, then `landed`.
 #[utoipa::path(
-    post,
+    put,
     path = "/api/v1/workers/{name}/land",
     operation_id = "landWorker",
     tag = "workers",
@@ -270,9 +270,9 @@ pub async fn land(
     lifecycle(&state, name.into_inner(), LifecycleAction::Land).await
 }
 
-/// `POST /api/v1/workers/{name}/retire`: finish running steps, then delete.
+/// `PUT /api/v1/workers/{name}/retire` (Concourse's): finish running steps, then delete.
 #[utoipa::path(
-    post,
+    put,
     path = "/api/v1/workers/{name}/retire",
     operation_id = "retireWorker",
     tag = "workers",
@@ -296,9 +296,9 @@ pub async fn retire(
     lifecycle(&state, name.into_inner(), LifecycleAction::Retire).await
 }
 
-/// `POST /api/v1/workers/{name}/prune`: remove a worker that is not running.
+/// `PUT /api/v1/workers/{name}/prune` (Concourse's): remove a worker that is not running.
 #[utoipa::path(
-    post,
+    put,
     path = "/api/v1/workers/{name}/prune",
     operation_id = "pruneWorker",
     tag = "workers",

@@ -419,7 +419,7 @@ function renderHeader(b, h) {
     bar.innerHTML = running ? actionButton("abortBuild", "Abort", {}, "danger") : "";
     const button = bar.querySelector("button");
     if (button) {
-      button.onclick = () => perform(button, $("build-result"), "POST", `/api/v1/builds/${b.id}/abort`, null,
+      button.onclick = () => perform(button, $("build-result"), "PUT", `/api/v1/builds/${b.id}/abort`, null,
         () => "aborting: the build stops at its next step boundary or signal");
     }
   }

@@ -38,15 +38,15 @@ const SAID = {
   unpausePipeline: () => "pipeline unpaused",
   archivePipeline: () => "archived: paused, its jobs not triggered until it is set again",
   checkResource: (b) => `checking: <a href="/builds/${b.id}">build ${b.id}</a>`,
-  pinResource: () => "pinned: jobs take only this version",
+  pinResourceVersion: () => "pinned: jobs take only this version",
   unpinResource: () => "unpinned",
   disableResourceVersion: () => "version disabled: never an input again",
   enableResourceVersion: () => "version enabled",
 };
 
 // Runs the action of any button in `container` clicked (its data-path,
-// data-body), saying the outcome in `result`. A button with data-confirm
-// asks for a second click first.
+// data-body, data-method: PUT unless it says), saying the outcome in
+// `result`. A button with data-confirm asks for a second click first.
 function wireActions(container, result) {
   container.addEventListener("click", async (ev) => {
     const button = ev.target.closest("button.action");
@@ -57,13 +57,15 @@ function wireActions(container, result) {
       button.textContent = d.confirm;
       return;
     }
-    let body = d.body ? JSON.parse(d.body) : null;
-    if (d.action === "pinResource") {
-      const comment = $("pin-comment") && $("pin-comment").value.trim();
-      if (comment) body = { ...body, comment };
-    }
+    const body = d.body ? JSON.parse(d.body) : null;
     if (d.armed) { button.textContent = d.armed; delete d.armed; }
-    await perform(button, result, "POST", d.path, body, SAID[d.action]);
+    const answer = await perform(button, result, d.method || "PUT", d.path, body, SAID[d.action]);
+    // A pin takes the comment typed beside it (Concourse's pin_comment).
+    const comment = d.action === "pinResourceVersion" && $("pin-comment") && $("pin-comment").value.trim();
+    if (comment && answer.status >= 200 && answer.status < 300) {
+      await perform(button, result, "PUT", d.comment, { pin_comment: comment },
+        () => "pinned: jobs take only this version; the comment is saved");
+    }
   });
 }
 
@@ -210,7 +212,7 @@ const inputsOf = (versions) => (versions || []).map((i) =>
 function jobBuildRow(b, inputs, base) {
   const number = b.build_number ?? b.id;
   const acts = FINAL.includes(b.status)
-    ? actionButton("rerunJobBuild", "Re-run", { path: `${base}/builds/${enc(number)}/rerun` }, "", `Re-run build ${b.name ?? number}`)
+    ? actionButton("rerunJobBuild", "Re-run", { path: `${base}/builds/${enc(number)}/rerun`, method: "POST" }, "", `Re-run build ${b.name ?? number}`)
     : actionButton("abortBuild", "Abort", { path: `/api/v1/builds/${b.id}/abort` }, "danger", `Abort build ${b.name ?? number}`);
   const dur = b.finished_at
     ? `<td class="num" data-from="${b.created_at}" data-to="${b.finished_at}"></td>`
@@ -268,7 +270,7 @@ function jobPage(team, name, job) {
     setHtml($("job-why"), d ? `<p>${esc(d.outcome)}</p>` + Object.entries(d.unsatisfied || {})
       .map(([i, why]) => `<p class="muted">input ${esc(i)}: ${esc(why)}</p>`).join("") : "");
     $("job-status").innerHTML = j.paused ? badge("paused") : "";
-    setHtml($("job-actions"), actionButton("triggerJob", "Trigger build", { path: `${base}/builds` })
+    setHtml($("job-actions"), actionButton("triggerJob", "Trigger build", { path: `${base}/builds`, method: "POST" })
       + (j.paused
         ? actionButton("unpauseJob", "Unpause job", { path: `${base}/unpause` })
         : actionButton("pauseJob", "Pause job", { path: `${base}/pause` })));
@@ -290,7 +292,7 @@ function resourcePage(team, name, resource) {
   document.title = `Gantry · ${name}/${resource}`;
   const base = `${apiPipeline(team, name)}/resources/${enc(resource)}`;
   // The comment a pin gets: typed once, kept across refreshes.
-  if (can("pinResource")) {
+  if (can("setPinCommentOnResource")) {
     $("resource-actions").insertAdjacentHTML("afterend",
       `<p><label class="inline" for="pin-comment">Pin comment <input type="text" id="pin-comment" maxlength="4096" placeholder="why this version"></label></p>`);
   }
@@ -305,21 +307,21 @@ function resourcePage(team, name, resource) {
     setHtml($("resource-check"), (c ? `last check ${badge(c.status)} <a href="/builds/${c.id}">build ${c.id}</a> <span class="muted" data-since="${c.created_at}"></span>` : "not checked yet")
       + (r.check_error ? `<div class="error-box">${esc(r.check_error)}</div>` : "")
       + (pinned ? `<p id="resource-pin">pinned to <span class="mono">${esc(pinned)}</span>${r.pin_comment ? ` · <span class="muted">${esc(r.pin_comment)}</span>` : ""}</p>` : ""));
-    setHtml(bar, actionButton("checkResource", "Check now", { path: `${base}/check` })
+    setHtml(bar, actionButton("checkResource", "Check now", { path: `${base}/check`, method: "POST" })
       + (pinned ? actionButton("unpinResource", "Unpin", { path: `${base}/unpin` }) : ""));
     const head = `<tr><th>version</th><th>state</th><th>builds</th><th><span class="muted">actions</span></th></tr>`;
     setHtml($("resource-versions"), versions.length ? head + versions.map((v) => {
       const text = JSON.stringify(v.version);
-      const body = JSON.stringify({ version: v.version });
-      const acts = (text === pinned ? "" : actionButton("pinResource", "Pin", { path: `${base}/pin`, body }, "", `Pin version ${text}`))
-        + (v.disabled
-          ? actionButton("enableResourceVersion", "Enable", { path: `${base}/versions/enable`, body }, "", `Enable version ${text}`)
-          : actionButton("disableResourceVersion", "Disable", { path: `${base}/versions/disable`, body }, "", `Disable version ${text}`));
+      const at = `${base}/versions/${v.id}`;
+      const acts = (text === pinned ? "" : actionButton("pinResourceVersion", "Pin", { path: `${at}/pin`, comment: `${base}/pin_comment` }, "", `Pin version ${text}`))
+        + (v.enabled
+          ? actionButton("disableResourceVersion", "Disable", { path: `${at}/disable` }, "", `Disable version ${text}`)
+          : actionButton("enableResourceVersion", "Enable", { path: `${at}/enable` }, "", `Enable version ${text}`));
       const meta = (v.metadata || []).map((m) =>
         `<span class="meta-pair"><span class="muted">${esc(m.name)}</span> ${esc(m.value)}</span>`).join(" ");
       return `<tr data-version="${esc(text)}">
       <td><span class="mono">${esc(text)}</span>${meta ? `<div class="version-meta">${meta}</div>` : ""}</td>
-      <td>${text === pinned ? badge("pinned") : ""}${v.disabled ? badge("disabled") : ""}</td>
+      <td>${text === pinned ? badge("pinned") : ""}${v.enabled ? "" : badge("disabled")}</td>
       <td class="version-builds">${(v.builds || []).map((b) =>
         `<a href="/builds/${b.id}" title="${b.direction === "output" ? "made by" : "used by"} ${esc(b.job)} #${esc(b.name)}">${esc(b.job)} #${esc(b.name)}${b.direction === "output" ? " ↑" : ""}</a>`).join(" ")}</td>
       <td class="row-actions">${acts}</td></tr>`;
