@@ -66,6 +66,8 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "jwks",
         "openidConfiguration",
         "signIn",
+        "skyToken",
+        "flySuccess",
         "oidcSignIn",
         "oidcCallback",
         "githubSignIn",
