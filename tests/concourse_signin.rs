@@ -11,6 +11,8 @@
 //!   `Authorization: bearer TOKEN` (the team must be among `teams`);
 //!   `fly status` and `fly userinfo` read `/api/v1/user` the same way. The
 //!   token then acts in each team its person has a role in, with that role.
+//!   concoursepy signs in as a browser does: `/sky/login`'s form, posted,
+//!   and the `skymarshal_auth` cookie.
 //! - `fly login` (the browser): fly listens on a loopback port and opens
 //!   `/login?fly_port=PORT`; the person signs in there and the browser
 //!   ends at fly's listener with `?token=bearer%20TOKEN`, which fly sends
@@ -256,6 +258,61 @@ fn fly_logs_in_with_a_password_and_its_token_acts_in_each_of_its_teams() {
     assert_eq!(send("GET", "/api/v1/teams/red/pipelines/p", None), 200);
     let green = send("GET", "/api/v1/teams/green/pipelines", None);
     assert!(green == 403 || green == 404, "no role in green: {green}");
+    concoursepy_signs_in(&http, url);
+}
+
+/// concoursepy's `Api.auth`: reads `/sky/login`'s form, posts `login` and
+/// `password` to the path it finds (`"/sky/issuer/auth/local..."`), and
+/// takes the token from the `skymarshal_auth` cookie (`"Bearer TOKEN"`).
+fn concoursepy_signs_in(http: &reqwest::blocking::Client, url: &str) {
+    let page = http.get(format!("{url}/sky/login")).send().unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    let page = page.text().unwrap();
+    let at = page
+        .find("\"/sky/issuer/auth/local")
+        .expect("the form's path");
+    let path = page[at + 1..].split('"').next().unwrap();
+    let post = |password: &str| {
+        http.post(format!("{url}{path}"))
+            .form(&[("login", "alice"), ("password", password)])
+            .send()
+            .unwrap()
+    };
+    assert_eq!(
+        post("nope").status().as_u16(),
+        401,
+        "raise_for_status raises"
+    );
+    let answer = post("alice pw");
+    assert_eq!(answer.status().as_u16(), 302);
+    let cookie = answer
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .find_map(|c| {
+            c.to_str()
+                .ok()?
+                .strip_prefix("skymarshal_auth=")
+                .map(str::to_string)
+        })
+        .expect("the skymarshal_auth cookie");
+    // `cookies_dict[key].split('"')[1].split()[1]`
+    let quoted = cookie
+        .split('"')
+        .nth(1)
+        .unwrap_or_else(|| panic!("{cookie}"));
+    let token = quoted.split_whitespace().nth(1).unwrap();
+    assert_eq!(user_info(http, url, token).user_name, "alice");
+    // Gantry's own pages do not take it as a session.
+    let me = http
+        .get(format!("{url}/api/v1/user"))
+        .header(
+            "Cookie",
+            format!("skymarshal_auth={}", cookie.split(';').next().unwrap()),
+        )
+        .send()
+        .unwrap();
+    assert_eq!(me.status().as_u16(), 401);
 }
 
 /// fly's loopback listener (`listenForTokenCallback`): takes the first

@@ -216,8 +216,9 @@ fn every_route_that_needs_a_token_refuses_none_and_a_wrong_one_with_401() {
     // token issuer's metadata and keys (`/.well-known/...`), and signing
     // in (`POST /api/v1/sessions`, the sign-in page, and the providers'
     // sign-ins and callbacks: OpenID Connect's and GitHub's; fly's
-    // password grant, `POST /sky/issuer/token`, and `GET /fly_success`).
-    assert_eq!(open, 31, "open operations");
+    // password grant, `POST /sky/issuer/token`, `GET /fly_success`, and
+    // the local users' form of `GET /sky/login`).
+    assert_eq!(open, 33, "open operations");
 }
 
 #[test]

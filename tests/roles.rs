@@ -68,6 +68,8 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "signIn",
         "skyToken",
         "flySuccess",
+        "skyLogin",
+        "skyLocalSignIn",
         "oidcSignIn",
         "oidcCallback",
         "githubSignIn",

@@ -330,6 +330,8 @@ pub fn is_open(path: &str) -> bool {
                 | "/api/v1/sessions"
                 | "/login"
                 | "/sky/issuer/token"
+                | "/sky/login"
+                | "/sky/issuer/auth/local"
                 | "/fly_success"
                 | "/workers"
                 | "/queue"

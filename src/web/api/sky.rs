@@ -90,6 +90,35 @@ fn client_of(req: &HttpRequest, form: &TokenRequest) -> Option<(String, String)>
     Some((form.client_id.clone()?, form.client_secret.clone()?))
 }
 
+/// Checks a local user's password as `POST /api/v1/sessions` does (its
+/// throttles): a refusal is the answer to give (429, 503), or none for a
+/// wrong password, which each route answers its own way.
+async fn check_password(
+    state: &AppState,
+    req: &HttpRequest,
+    username: &str,
+    password: String,
+) -> Result<(), Option<HttpResponse>> {
+    let client = state.clients.of(req);
+    match state.people.check(client, username, password).await {
+        Ok(()) => Ok(()),
+        Err(NotChecked::Wrong) => Err(None),
+        Err(NotChecked::Wait(wait)) => {
+            let secs = wait.as_secs() + 1;
+            Err(Some(answer_later(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("too many wrong passwords for this user name or from this address: try again in {secs} s"),
+                secs,
+            )))
+        }
+        Err(NotChecked::Busy(refused)) => Err(Some(answer_later(
+            StatusCode::SERVICE_UNAVAILABLE,
+            refused.to_string(),
+            1,
+        ))),
+    }
+}
+
 /// `POST /sky/issuer/token`: the password grant of `fly login -u -p`.
 #[utoipa::path(
     post,
@@ -155,31 +184,14 @@ pub async fn token(
             "this web node has no users ([web.users])",
         ));
     }
-    let client = state.clients.of(&req);
-    match state.people.check(client, &username, password).await {
-        Ok(()) => {}
-        Err(NotChecked::Wrong) => {
-            return Ok(oauth_error(
+    if let Err(refused) = check_password(&state, &req, &username, password).await {
+        return Ok(refused.unwrap_or_else(|| {
+            oauth_error(
                 StatusCode::UNAUTHORIZED,
                 "access_denied",
                 "Invalid username or password",
-            ))
-        }
-        Err(NotChecked::Wait(wait)) => {
-            let secs = wait.as_secs() + 1;
-            return Ok(answer_later(
-                StatusCode::TOO_MANY_REQUESTS,
-                format!("too many wrong passwords for this user name or from this address: try again in {secs} s"),
-                secs,
-            ));
-        }
-        Err(NotChecked::Busy(refused)) => {
-            return Ok(answer_later(
-                StatusCode::SERVICE_UNAVAILABLE,
-                refused.to_string(),
-                1,
-            ))
-        }
+            )
+        }));
     }
     let ttl = state.people.session_ttl_ms;
     let Some(session) = state.engine.sign_in(&username, &[], None, ttl).await? else {
@@ -278,5 +290,112 @@ pub async fn fly_success(
     Ok(HttpResponse::Found()
         .insert_header(("location", String::from(to)))
         .insert_header((CACHE_CONTROL, "no-store"))
+        .finish())
+}
+
+/// The cookie Concourse's web node keeps a browser's token in, which
+/// clients that sign in as a browser does (concoursepy) read:
+/// `"Bearer TOKEN"`, quoted as Go quotes a value with a space.
+pub const SKYMARSHAL_COOKIE: &str = "skymarshal_auth";
+
+/// The local user form of `GET /sky/login`, where dex's would be.
+const LOCAL_FORM: &str = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Sign in · Gantry</title>\
+<link rel=\"stylesheet\" href=\"/dashboard/style.css\"></head><body><main class=\"signin\">\
+<form class=\"panel\" method=\"post\" action=\"/sky/issuer/auth/local\"><h2>Sign in</h2>\
+<p><label for=\"login\">User name</label><br><input id=\"login\" name=\"login\" autocomplete=\"username\" required></p>\
+<p><label for=\"password\">Password</label><br><input id=\"password\" name=\"password\" type=\"password\" autocomplete=\"current-password\" required></p>\
+<p><button type=\"submit\">Sign in</button></p></form>\
+<p><a href=\"/login\">Other ways to sign in</a></p></main></body></html>\n";
+
+/// `GET /sky/login`: Concourse's sign-in start, as clients that sign in
+/// the way a browser does read it: the local users' form (dex's field
+/// names, posted to `/sky/issuer/auth/local`).
+#[utoipa::path(
+    get,
+    path = "/sky/login",
+    operation_id = "skyLogin",
+    tag = "teams",
+    security(()),
+    responses((status = 200, description = "The local users' sign-in form (`login`, `password`, posted to `/sky/issuer/auth/local`)", content_type = "text/html"))
+)]
+pub async fn sky_login(_: crate::web::api::NoBody) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .body(LOCAL_FORM)
+}
+
+/// The form of `POST /sky/issuer/auth/local` (dex's names).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct LocalSignIn {
+    /// A user of `[web.users]`.
+    pub login: String,
+    /// Their password.
+    pub password: String,
+}
+
+/// `POST /sky/issuer/auth/local`: the local users' form of `/sky/login`.
+#[utoipa::path(
+    post,
+    path = "/sky/issuer/auth/local",
+    operation_id = "skyLocalSignIn",
+    tag = "teams",
+    security(()),
+    request_body(content = LocalSignIn, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 302, description = "Signed in: a sign-in token in the `skymarshal_auth` cookie (`\"Bearer TOKEN\"`, as Concourse sets it; Gantry's own pages read `gantry_session`), and the browser to `/`"),
+        (status = 400, description = "Not the form", body = crate::web::error::ErrorBody),
+        (status = 401, description = "Invalid username and password", body = crate::web::error::ErrorBody),
+        (status = 403, description = "The user has no role in any team", body = crate::web::error::ErrorBody),
+        (status = 429, description = "Too many wrong passwords for this user name or from this address: wait (Retry-After)", body = crate::web::error::ErrorBody),
+        (status = 503, description = "The node checks as many passwords as it may: try again (Retry-After)", body = crate::web::error::ErrorBody),
+    )
+)]
+pub async fn sky_local_sign_in(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let form_type = req
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    let form = serde_urlencoded::from_bytes::<LocalSignIn>(&body)
+        .ok()
+        .filter(|_| form_type)
+        .ok_or_else(|| {
+            ApiError::bad_request("the body must be the form login=USER&password=PASSWORD")
+        })?;
+    let invalid = || ApiError::unauthorized("invalid username and password");
+    if !state.people.any() {
+        return Err(invalid());
+    }
+    if let Err(refused) = check_password(&state, &req, &form.login, form.password).await {
+        return refused.ok_or_else(invalid);
+    }
+    let ttl = state.people.session_ttl_ms;
+    let session = state
+        .engine
+        .sign_in(&form.login, &[], None, ttl)
+        .await?
+        .ok_or_else(|| ApiError {
+            status: StatusCode::FORBIDDEN,
+            message: format!("user {} has no role in any team", form.login),
+        })?;
+    record_sign_in(&state, &req, &form.login, &session).await;
+    let value = format!("\"Bearer {}\"", session.token.token);
+    let mut cookie = actix_web::cookie::Cookie::build(SKYMARSHAL_COOKIE, value)
+        .path("/")
+        .http_only(true)
+        .same_site(actix_web::cookie::SameSite::Lax)
+        .max_age(actix_web::cookie::time::Duration::milliseconds(ttl))
+        .finish();
+    if req.connection_info().scheme() == "https" {
+        cookie.set_secure(true);
+    }
+    Ok(HttpResponse::Found()
+        .insert_header(("location", "/"))
+        .insert_header((CACHE_CONTROL, "no-store"))
+        .cookie(cookie)
         .finish())
 }
