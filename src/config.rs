@@ -229,7 +229,18 @@ pub struct WebConfig {
     /// exceeded` (Concourse's `--global-resource-check-timeout`). Default
     /// 3600 (1 hour, as Concourse); 0: no limit.
     pub resource_check_timeout_secs: u64,
+    /// The Concourse release whose API this node serves, as
+    /// `/api/v1/info`'s `version` says: fly refuses a server whose
+    /// major.minor differs from its own. Default [`CONCOURSE_VERSION`].
+    pub concourse_version: String,
+    /// The cluster's name, as `/api/v1/info` tells fly and the dashboard
+    /// (Concourse's `--cluster-name`). Default: none.
+    pub cluster_name: Option<String>,
 }
+
+/// The Concourse release whose API a web node serves by default: the
+/// newest Concourse 8 release this API follows.
+pub const CONCOURSE_VERSION: &str = "8.2.5";
 
 impl WebConfig {
     /// Where artifacts are kept (see [`ArtifactLocation::resolve`]).
@@ -641,6 +652,8 @@ impl Default for WebConfig {
             request_body_timeout_secs: 30,
             request_body_min_bytes_per_sec: 1024,
             builds_per_team_per_minute: 0,
+            concourse_version: CONCOURSE_VERSION.to_string(),
+            cluster_name: None,
         }
     }
 }

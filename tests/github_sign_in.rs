@@ -6,6 +6,8 @@
 //! token is and which organisations and teams they are in. The node makes
 //! `github:LOGIN` of team red through the role given to `--github-team`,
 //! refuses a code GitHub refuses, and an answer replayed signs no one in.
+//! `fly login`'s browser flow through GitHub (`?fly_port=`) ends at
+//! `/fly_success`, which hands fly a token of its own.
 
 use crate::common;
 
@@ -15,7 +17,7 @@ use base64::Engine as _;
 use common::*;
 use sha2::Digest as _;
 
-use crate::oidc::{begin, finish, stand_in, url_pairs, who};
+use crate::oidc::{begin, finish, no_redirects, stand_in, url_pairs, who};
 use crate::people::ADMIN;
 
 /// The challenge of the sign-in the stand-in may finish.
@@ -127,6 +129,7 @@ fn a_github_team_member_signs_in_with_the_teams_role_and_a_refused_code_makes_no
     // code once.
     let (status, error, session) = finish(url, "github", &begun, "good", false);
     assert_eq!((status, session), (401, None), "{error}");
+    fly_signs_in_through_github(url, &expected);
     // Taking the team's role away counts at the token's next request.
     let out = gantry()
         .args(["--url", url, "--token", ADMIN])
@@ -140,4 +143,66 @@ fn a_github_team_member_signs_in_with_the_teams_role_and_a_refused_code_makes_no
         .send()
         .unwrap();
     assert_eq!(answer.status().as_u16(), 401);
+}
+
+/// `fly login`'s browser flow through GitHub: the sign-in begun with fly's
+/// port ends at `/fly_success`, which hands fly a token of alice's.
+fn fly_signs_in_through_github(url: &str, expected: &Expected) {
+    let fly_port = 4123;
+    let answer = no_redirects()
+        .get(format!("{url}/auth/github/login?fly_port={fly_port}"))
+        .send()
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 302);
+    let to = answer.headers()["location"].to_str().unwrap().to_string();
+    let cookie = answer.headers()["set-cookie"].to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_string();
+    let q = url_pairs(to.split_once('?').unwrap().1);
+    *expected.lock().unwrap() = Some(q["code_challenge"].clone());
+    let back = no_redirects()
+        .get(format!(
+            "{url}/auth/github/callback?code=good&state={}",
+            q["state"]
+        ))
+        .header("cookie", &cookie)
+        .send()
+        .unwrap();
+    assert_eq!(back.status().as_u16(), 302);
+    assert_eq!(
+        back.headers()["location"],
+        format!("/fly_success?fly_port={fly_port}").as_str()
+    );
+    let session = back
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .find_map(|c| {
+            let value = c.to_str().ok()?.strip_prefix("gantry_session=")?;
+            value.split(';').next().map(str::to_string)
+        })
+        .expect("a session cookie");
+    let handed = no_redirects()
+        .get(format!("{url}/fly_success?fly_port={fly_port}"))
+        .header("cookie", format!("gantry_session={session}"))
+        .send()
+        .unwrap();
+    assert_eq!(handed.status().as_u16(), 302);
+    let to = handed.headers()["location"].to_str().unwrap().to_string();
+    let query = to
+        .strip_prefix(&format!("http://127.0.0.1:{fly_port}/?"))
+        .unwrap_or_else(|| panic!("{to}"));
+    let token = url_pairs(query)["token"].clone();
+    let token = token
+        .strip_prefix("bearer ")
+        .unwrap_or_else(|| panic!("{token}"));
+    assert_ne!(token, session, "fly gets a sign-in of its own");
+    let me = who(url, token);
+    assert_eq!(
+        (&me["user"], &me["team"]),
+        (
+            &serde_json::json!("github:alice"),
+            &serde_json::json!("red")
+        ),
+        "{me}"
+    );
 }

@@ -215,8 +215,10 @@ fn every_route_that_needs_a_token_refuses_none_and_a_wrong_one_with_401() {
     // heartbeats, a resource's webhook (its own token instead), the ID
     // token issuer's metadata and keys (`/.well-known/...`), and signing
     // in (`POST /api/v1/sessions`, the sign-in page, and the providers'
-    // sign-ins and callbacks: OpenID Connect's and GitHub's).
-    assert_eq!(open, 29, "open operations");
+    // sign-ins and callbacks: OpenID Connect's and GitHub's; fly's
+    // password grant, `POST /sky/issuer/token`, `GET /fly_success`, and
+    // the local users' form of `GET /sky/login`).
+    assert_eq!(open, 33, "open operations");
 }
 
 #[test]

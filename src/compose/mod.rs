@@ -216,7 +216,9 @@ pub async fn start_web(
         clients,
         sign_in_keys,
         tasks: tasks.clone(),
+        info: crate::web::InfoSettings::of(cfg),
     });
+    let info_state = state.clone();
     let max_body = usize::try_from(cfg.max_request_body_bytes).unwrap_or(usize::MAX);
     let server = HttpServer::new(move || crate::web::app(state.clone(), max_body))
         // Small streamed answers (build events) must not wait for Nagle's algorithm.
@@ -235,6 +237,7 @@ pub async fn start_web(
     };
     let addr = server.addrs()[0];
     default_external_urls(&engine, oidc.as_deref(), github.as_deref(), addr);
+    let _ = info_state.info.external_url.set(format!("http://{addr}"));
     tracing::info!(
         "web node listening on http://{addr} (database: {})",
         redact(&url)

@@ -8,6 +8,7 @@ fn the_example_config_parses_and_matches_the_defaults() {
     let cfg: FileConfig = toml::from_str(text).expect("example config parses");
     let d = FileConfig::default();
     assert_eq!(cfg.web.listen, d.web.listen);
+    assert_eq!(cfg.web.concourse_version, d.web.concourse_version);
     assert_eq!(cfg.web.registration_key, d.web.registration_key);
     assert_eq!(cfg.web.max_artifact_bytes, d.web.max_artifact_bytes);
     // Stalled workers are pruned by default, after a day.

@@ -162,11 +162,15 @@ pub fn bearer(req: &HttpRequest) -> Option<&str> {
 /// unknown one is nobody, even on an open API), with the person a
 /// sign-in's token was made for. A sign-in's token acts with the role
 /// its person has in its team now: one removed from `[web.users]` or
-/// from the team is nobody at once. An owner of team `main` is the
+/// from the team is nobody at once. On a route naming another team
+/// (`named`) where the person has a role, it acts with that role there,
+/// as a Concourse token does in every team of its user (fly signs in
+/// once and names the team per request). An owner of team `main` is the
 /// admin, as in Concourse.
 async fn identify_token(
     state: &web::Data<AppState>,
     token: Option<&str>,
+    named: Option<&str>,
 ) -> Result<(Identity, Option<String>), ApiError> {
     let by_config = state.tokens.identify(token);
     match token {
@@ -197,9 +201,20 @@ async fn identify_token(
                     }
                     false => None,
                 };
-                match now {
-                    Some(role) => t.role = role,
-                    None => return Ok((Identity::Anonymous, None)),
+                let admin = t.team == "main" && now == Some(Role::Owner);
+                let other = named.filter(|n| *n != t.team && known && !admin);
+                let there = match other {
+                    Some(other) => state
+                        .engine
+                        .role_of_person_in(user, &t.groups, other)
+                        .await?
+                        .map(|role| (other.to_string(), role)),
+                    None => None,
+                };
+                match (there, now) {
+                    (Some((team, role)), _) => (t.team, t.role) = (team, role),
+                    (None, Some(role)) => t.role = role,
+                    (None, None) => return Ok((Identity::Anonymous, None)),
                 }
             }
             Ok(match t {
@@ -314,6 +329,10 @@ pub fn is_open(path: &str) -> bool {
                 | "/api/v1/info"
                 | "/api/v1/sessions"
                 | "/login"
+                | "/sky/issuer/token"
+                | "/sky/login"
+                | "/sky/issuer/auth/local"
+                | "/fly_success"
                 | "/workers"
                 | "/queue"
                 | "/collector"
@@ -352,8 +371,9 @@ pub async fn identify(
             check_browser_request(req.request(), &t)?;
         }
     }
+    let named = team_of_path(req.match_pattern().as_deref(), req.path());
     let (identity, user) = match &state {
-        Some(state) => identify_token(state, token.as_deref()).await?,
+        Some(state) => identify_token(state, token.as_deref(), named.as_deref()).await?,
         None => (Identity::Anonymous, None),
     };
     let actor = match user {

@@ -72,6 +72,8 @@ pub struct AppState {
     /// [`stop_tasks`] when the node stops, before its HTTP server stops,
     /// whose graceful stop would otherwise wait on their connections.
     pub tasks: gantry_jobs::Tasks,
+    /// What `GET /api/v1/info` tells of the node.
+    pub info: InfoSettings,
 }
 
 /// How long stopping a web node waits for its own tasks ([`stop_tasks`]).
@@ -155,11 +157,71 @@ pub fn app(
         .default_service(web::to(not_found))
 }
 
-/// Body of `GET /api/v1/info`.
+/// The worker API version `/api/v1/info` names (`worker_version`): the one
+/// of the Concourse release [`crate::config::CONCOURSE_VERSION`].
+pub const WORKER_VERSION: &str = "2.5";
+
+/// What `GET /api/v1/info` tells of the node, from its config.
+#[derive(Debug, Default)]
+pub struct InfoSettings {
+    /// The Concourse release whose API the node serves (`[web]
+    /// concourse_version`).
+    pub concourse_version: String,
+    /// The cluster's name (`[web] cluster_name`).
+    pub cluster_name: Option<String>,
+    /// `[web] external_url`, or the address the node is bound to (set once
+    /// it is).
+    pub external_url: std::sync::OnceLock<String>,
+    /// Concourse's feature flags, as this node has them.
+    pub feature_flags: std::collections::BTreeMap<String, bool>,
+}
+
+impl InfoSettings {
+    /// The settings of `cfg`.
+    pub fn of(cfg: &crate::config::WebConfig) -> Self {
+        let external_url = std::sync::OnceLock::new();
+        if let Some(url) = &cfg.external_url {
+            let _ = external_url.set(url.trim_end_matches('/').to_string());
+        }
+        // Concourse's `atc.FeatureFlags()`: the same names, true where
+        // Gantry does what the flag turns on.
+        let feature_flags = [
+            ("global_resources", cfg.global_resources),
+            ("build_rerun", cfg.rerun_when_worker_disappears),
+            ("cache_streamed_volumes", false),
+            ("resource_causality", false),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        Self {
+            concourse_version: cfg.concourse_version.clone(),
+            cluster_name: cfg.cluster_name.clone(),
+            external_url,
+            feature_flags,
+        }
+    }
+}
+
+/// Body of `GET /api/v1/info`: Concourse's `atc.Info`, and Gantry's own
+/// fields.
 #[derive(serde::Serialize, utoipa::ToSchema)]
 pub struct Info {
+    /// The Concourse release whose API the node serves (fly compares its
+    /// major.minor with its own).
+    pub version: String,
+    /// The worker API version of that release.
+    pub worker_version: &'static str,
+    /// Concourse's feature flags.
+    pub feature_flags: std::collections::BTreeMap<String, bool>,
+    /// The URL the node is reached at.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub external_url: String,
+    /// The cluster's name, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_name: Option<String>,
     /// The web node's Gantry version.
-    pub version: &'static str,
+    pub gantry_version: &'static str,
     /// How people sign in here.
     pub sign_in: SignInMethods,
 }
@@ -179,18 +241,24 @@ pub struct SignInMethods {
     pub open: bool,
 }
 
-/// `GET /api/v1/info`: the version (no token needed).
+/// `GET /api/v1/info`: Concourse's `GetInfo` (no token needed).
 #[utoipa::path(
     get,
     path = "/api/v1/info",
     operation_id = "info",
     tag = "operations",
     security(()),
-    responses((status = 200, description = "The web node's version", body = Info))
+    responses((status = 200, description = "Concourse's info (`version`: the Concourse release whose API is served, `worker_version`, `feature_flags`, `external_url`, `cluster_name`), Gantry's version (`gantry_version`) and how people sign in (`sign_in`)", body = Info))
 )]
 async fn info(state: web::Data<AppState>) -> HttpResponse {
+    let info = &state.info;
     HttpResponse::Ok().json(Info {
-        version: env!("CARGO_PKG_VERSION"),
+        version: info.concourse_version.clone(),
+        worker_version: WORKER_VERSION,
+        feature_flags: info.feature_flags.clone(),
+        external_url: info.external_url.get().cloned().unwrap_or_default(),
+        cluster_name: info.cluster_name.clone(),
+        gantry_version: env!("CARGO_PKG_VERSION"),
         sign_in: SignInMethods {
             password: state.people.any(),
             oidc: state.oidc.as_ref().map(|o| o.display_name().to_string()),

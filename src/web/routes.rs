@@ -99,6 +99,10 @@ routes! {
     post "/api/v1/sessions" => sessions::sign_in;
     delete "/api/v1/sessions/current" => sessions::sign_out;
     get "/api/v1/user" => sessions::who_am_i;
+    post "/sky/issuer/token" => super::api::sky::token;
+    get "/fly_success" => super::api::sky::fly_success;
+    get "/sky/login" => super::api::sky::sky_login;
+    post "/sky/issuer/auth/local" => super::api::sky::sky_local_sign_in;
     delete "/api/v1/teams/{team}/roles/{kind}/{name}" => teams::remove_role;
     delete "/api/v1/tokens/{id}" => teams::revoke_token;
     get "/api/v1/containers" => builds::containers;

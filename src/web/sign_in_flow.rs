@@ -60,6 +60,10 @@ pub struct PendingSignIn {
     pub cli_port: Option<u16>,
     /// For `gantry login`: the value it checks its callback by.
     pub cli_state: Option<String>,
+    /// For `fly login`: its loopback port (the browser ends at
+    /// `/fly_success?fly_port=PORT`, which hands fly a token).
+    #[serde(default)]
+    pub fly_port: Option<u16>,
     /// Unix ms it was made at.
     pub created_at: i64,
 }
@@ -225,6 +229,8 @@ pub struct LoginQuery {
     pub cli_port: Option<u16>,
     /// `gantry login`: the value its listener checks the token's arrival by.
     pub cli_state: Option<String>,
+    /// `fly login`: its loopback port (`/login?fly_port=PORT` passes it on).
+    pub fly_port: Option<u16>,
 }
 
 /// The query of `GET /auth/PROVIDER/callback`, as the provider sends it.
@@ -269,6 +275,9 @@ pub struct Begun {
 fn begin(query: LoginQuery) -> Result<Begun, ApiError> {
     match (query.cli_port, &query.cli_state) {
         (Some(0), _) => return Err(ApiError::bad_request("cli_port must not be 0")),
+        _ if query.fly_port == Some(0) => {
+            return Err(ApiError::bad_request("fly_port must not be 0"))
+        }
         (Some(_), None) | (None, Some(_)) => {
             return Err(ApiError::bad_request(
                 "give cli_port and cli_state together (gantry login does)",
@@ -311,6 +320,7 @@ async fn leave_for(
             team: begun.query.team,
             cli_port: begun.query.cli_port,
             cli_state: begun.query.cli_state,
+            fly_port: begun.query.fly_port,
             created_at: gantry_actors::api::now_ms(),
         },
     );
@@ -380,7 +390,8 @@ async fn come_back(
 }
 
 /// Signs `person` in to the team `pending` asked for (or their default
-/// one): the session cookie and the dashboard for a browser, the token on
+/// one): the session cookie and the dashboard for a browser (or, for `fly
+/// login`, `/fly_success`, which hands fly its token), the token on
 /// `gantry login`'s loopback callback for the CLI.
 async fn finish(
     state: &AppState,
@@ -422,8 +433,12 @@ async fn finish(
             .finish());
     }
     let age = CookieAge::milliseconds(state.people.session_ttl_ms);
+    let home = match pending.fly_port {
+        Some(port) => format!("/fly_success?fly_port={port}"),
+        None => "/".to_string(),
+    };
     Ok(HttpResponse::Found()
-        .insert_header(("location", "/"))
+        .insert_header(("location", home))
         .cookie(session_cookie(req, token, age))
         .cookie(gone)
         .finish())
@@ -509,6 +524,7 @@ mod tests {
             team: team.map(String::from),
             cli_port: port,
             cli_state: cli.map(String::from),
+            fly_port: None,
         };
         assert!(begin(q(Some(4000), None, None)).is_err());
         assert!(begin(q(None, Some("s"), None)).is_err());
@@ -529,6 +545,7 @@ mod tests {
             team: Some("red".into()),
             cli_port: Some(4000),
             cli_state: Some("c".into()),
+            fly_port: None,
             created_at: 1,
         };
         let one = SignInKeys::new(Sealer::from_key(&key, "node a"), None);

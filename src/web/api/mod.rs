@@ -33,6 +33,7 @@ pub mod reruns;
 pub mod resource_types;
 pub mod secrets;
 pub mod sessions;
+pub mod sky;
 pub mod teams;
 pub mod workers;
 

@@ -150,7 +150,7 @@ pub async fn sign_in(
 
 /// An error answer (`{"error": ...}`) saying to try again in `secs`
 /// seconds (`Retry-After`).
-fn answer_later(status: StatusCode, message: String, secs: u64) -> HttpResponse {
+pub(crate) fn answer_later(status: StatusCode, message: String, secs: u64) -> HttpResponse {
     HttpResponse::build(status)
         .insert_header((actix_web::http::header::RETRY_AFTER, secs.to_string()))
         .json(crate::web::error::ErrorBody { error: message })
