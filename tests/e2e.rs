@@ -56,6 +56,7 @@ mod build_logs;
 mod cli;
 mod cluster;
 mod concourse_api;
+mod concourse_events;
 mod custom_types;
 #[cfg(feature = "bench")]
 mod dashboard_a11y;
