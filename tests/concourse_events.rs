@@ -306,6 +306,12 @@ fn decode(env: &Envelope) -> Event {
                 origin: e.origin,
             }
         }
+        ("initialize-get", "2") | ("initialize-put", "2") => Event::Initialize {
+            origin: strict::<Step>(d, &what).origin,
+        },
+        ("start-get", "1") | ("start-put", "1") => Event::Start {
+            origin: strict::<Step>(d, &what).origin,
+        },
         ("initialize", "1") => Event::Initialize {
             origin: strict::<Step>(d, &what).origin,
         },
@@ -562,7 +568,14 @@ fn fly_watch_reads_a_builds_events_as_gantry_watch_tells_them() {
         text.contains(&format!("\x1b[1mselected worker:\x1b[0m {worker}\n")),
         "{text}"
     );
-
+    let task_start = format!(
+        "\x1b[1minitializing\x1b[0m\n\x1b[1mselected worker:\x1b[0m {worker}\n\
+         \x1b[1mrunning sh -c echo first line; echo second line; exit 3\x1b[0m\nfirst line\n"
+    );
+    assert!(
+        text.contains(&task_start),
+        "fly tells the task starting, then its output:\n{text}"
+    );
     // Each step's events name its node in Gantry's plan.
     let plan = gantry_events(url, build)
         .into_iter()

@@ -10,8 +10,11 @@
 //! `log` (5.1) with `origin: {id, source}`, `status` (1.0, `pending` left
 //! out), `waiting-for-worker` and `selected-worker` (1.0),
 //! `streaming-volume` (1.0) for a transfer, `image-get` (1.1) for an image
-//! fetched, `error` (4.1), and per step `initialize` and `start` (1.0) when
-//! it starts and, when it ends, `finish-task` (4.0, a process's exit status),
+//! fetched, `error` (4.1); per step, by the kind the `plan` event gives it,
+//! `initialize-task` (4.0) when it starts and `start-task` (5.0) once
+//! placed (`config` telling what it runs), `initialize-get`/`start-get`,
+//! `initialize-put`/`start-put`, or else `initialize` and `start` (1.0);
+//! when it ends, `finish-task` (4.0, a process's exit status),
 //! `finish-get` / `finish-put` (5.1, with the version and metadata the step
 //! told) or `finish` (1.0). `origin.id` is the plan node's id in Gantry's
 //! `plan` event (`0.1`, `0.2@1` inside attempts). Gantry's other events
@@ -159,12 +162,23 @@ struct Told {
     metadata: Value,
 }
 
+/// What the `plan` event tells of a step's node.
+struct StepNode {
+    /// `task`, `get`, `put` ... (empty: not known).
+    kind: String,
+    /// A task's path then arguments.
+    argv: Vec<String>,
+}
+
 /// Gantry's events to Concourse's, remembering what later events need:
 /// each step's plan node and what it told of resources (a few entries per
 /// step, whatever the log's size).
 #[derive(Default)]
 pub(crate) struct Translator {
-    /// The node of each step's latest start, by step name.
+    /// The steps' nodes of the plan, by node id.
+    plan: HashMap<String, StepNode>,
+    /// The node of each step's latest start (with its attempts), by step
+    /// name.
     nodes: HashMap<String, String>,
     /// What each running step told of resources (a put's before its
     /// implicit get's), by step name.
@@ -217,11 +231,26 @@ impl Translator {
                 "1.0",
                 json!({ "time": secs(time), "origin": self.origin(&step) }),
             )],
-            BuildEvent::SelectedWorker { step, worker, time } => vec![(
-                "selected-worker",
-                "1.0",
-                json!({ "time": secs(time), "origin": self.origin(&step), "selected_worker": worker }),
-            )],
+            BuildEvent::SelectedWorker { step, worker, time } => {
+                let origin = self.origin(&step);
+                let data = json!({ "time": secs(time), "origin": origin });
+                let mut selected = data.clone();
+                selected["selected_worker"] = json!(worker);
+                let mut events = vec![("selected-worker", "1.0", selected)];
+                let node = origin["id"].as_str().unwrap_or_default();
+                let node = node.split_once('@').map_or(node, |(id, _)| id);
+                match self.kind_of(node) {
+                    "task" => {
+                        let mut data = data;
+                        data["config"] = self.task_config(node);
+                        events.push(("start-task", "5.0", data));
+                    }
+                    "get" => events.push(("start-get", "1.0", data)),
+                    "put" => events.push(("start-put", "1.0", data)),
+                    _ => {}
+                }
+                events
+            }
             BuildEvent::Transfer {
                 step,
                 artifact,
@@ -237,6 +266,10 @@ impl Translator {
                     "volume": artifact, "source_worker": from, "dest_worker": to,
                 }),
             )],
+            BuildEvent::Plan { tree, .. } => {
+                self.learn(&tree);
+                Vec::new()
+            }
             BuildEvent::NodeStarted {
                 origin,
                 step: Some(step),
@@ -246,7 +279,16 @@ impl Translator {
                 self.nodes.insert(step.clone(), id.clone());
                 self.told.remove(&step);
                 let data = json!({ "origin": { "id": id }, "time": secs(time) });
-                vec![("initialize", "1.0", data.clone()), ("start", "1.0", data)]
+                match self.kind_of(&origin.id) {
+                    "task" => {
+                        let mut data = data;
+                        data["config"] = self.task_config(&origin.id);
+                        vec![("initialize-task", "4.0", data)]
+                    }
+                    "get" => vec![("initialize-get", "2.0", data)],
+                    "put" => vec![("initialize-put", "2.0", data)],
+                    _ => vec![("initialize", "1.0", data.clone()), ("start", "1.0", data)],
+                }
             }
             BuildEvent::NodeFinished {
                 origin,
@@ -272,6 +314,42 @@ impl Translator {
             )],
             _ => Vec::new(),
         }
+    }
+
+    /// Remembers the kinds and commands of the plan's steps.
+    fn learn(&mut self, node: &gantry_wire::events::PlanNode) {
+        if node.step.is_some() {
+            let kind = node.step_kind.clone().unwrap_or_default();
+            let argv = node.argv.clone();
+            self.plan.insert(node.id.clone(), StepNode { kind, argv });
+        }
+        for child in &node.children {
+            self.learn(child);
+        }
+    }
+
+    /// The kind of the step at plan node `id` (`""`: not known).
+    fn kind_of(&self, id: &str) -> &str {
+        self.plan.get(id).map_or("", |n| n.kind.as_str())
+    }
+
+    /// Concourse's shadow of a task's config (`event.TaskConfig`): what it
+    /// runs; the platform, image, dir and inputs are not told.
+    fn task_config(&self, id: &str) -> Value {
+        let argv = self
+            .plan
+            .get(id)
+            .map(|n| n.argv.as_slice())
+            .unwrap_or_default();
+        let (path, args) = match argv.split_first() {
+            Some((path, args)) => (path.as_str(), args),
+            None => ("", &[][..]),
+        };
+        json!({
+            "platform": "", "image": "",
+            "run": { "path": path, "args": args, "dir": "" },
+            "inputs": [],
+        })
     }
 
     /// A step's `finish-*` event, by what it told.
