@@ -216,6 +216,7 @@ fn a_builds_log_is_its_output_as_text_whole_by_step_and_by_tail_and_a_tail_follo
         .get(format!(
             "{url}/api/v1/builds/{id}/events?skip_stored_logs=true"
         ))
+        .header("accept", "application/x-ndjson")
         .send()
         .unwrap();
     assert_eq!(events.status().as_u16(), 200);

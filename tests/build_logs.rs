@@ -86,7 +86,10 @@ fn event_rows(dir: &std::path::Path, build: i64) -> i64 {
 
 /// What the events API gives of `build`: its task's stdout, whole.
 fn stdout_of(url: &str, build: i64) -> String {
-    let body = reqwest::blocking::get(format!("{url}/api/v1/builds/{build}/events"))
+    let body = reqwest::blocking::Client::new()
+        .get(format!("{url}/api/v1/builds/{build}/events"))
+        .header("accept", "application/x-ndjson")
+        .send()
         .unwrap()
         .text()
         .unwrap();

@@ -171,6 +171,7 @@ fn builds_are_paged_filtered_and_listed_by_the_cli(kind: DbKind) {
                 "{}/api/v1/builds/{}/events{query}",
                 web.url, succeeded[0]
             ))
+            .header("accept", "application/x-ndjson")
             .bearer_auth(ADMIN)
             .send()
             .unwrap();

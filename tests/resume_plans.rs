@@ -176,6 +176,7 @@ impl Progress {
                 let url = me.url.lock().unwrap().clone();
                 let resp = http
                     .get(format!("{url}/api/v1/builds/{id}/events?after={after}"))
+                    .header("accept", "application/x-ndjson")
                     .send()
                     .and_then(|r| r.error_for_status());
                 let Ok(resp) = resp else {

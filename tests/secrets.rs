@@ -145,7 +145,10 @@ fn secrets_fill_builds_and_never_show(kind: DbKind) {
     .unwrap();
     for b in builds.as_array().unwrap() {
         let id = b["id"].as_i64().unwrap();
-        events += &reqwest::blocking::get(format!("{url}/api/v1/builds/{id}/events"))
+        events += &reqwest::blocking::Client::new()
+            .get(format!("{url}/api/v1/builds/{id}/events"))
+            .header("accept", "application/x-ndjson")
+            .send()
             .unwrap()
             .text()
             .unwrap();

@@ -116,6 +116,7 @@ fn run_over(
     let build = created["id"].as_i64().expect("a build id");
     let events = http
         .get(format!("{url}/api/v1/builds/{build}/events"))
+        .header("accept", "application/x-ndjson")
         .timeout(Duration::from_secs(120))
         .send()
         .expect("following the build's events");

@@ -144,6 +144,7 @@ fn teams_and_tokens(kind: DbKind) {
     assert_eq!(shown["worker"], "blue-worker", "{shown}");
     let events = reqwest::blocking::Client::new()
         .get(format!("{url}/api/v1/builds/{build}/events"))
+        .header("accept", "application/x-ndjson")
         .bearer_auth(&blue)
         .send()
         .unwrap()

@@ -126,6 +126,8 @@ pub async fn follow(client: &ApiClient, build_id: i64, lines: StepLines) -> anyh
     let resp = client
         .http()
         .get(client.url(&format!("/api/v1/builds/{build_id}/events")))
+        // Gantry's own lines, not Concourse's server-sent events.
+        .header(reqwest::header::ACCEPT, "application/x-ndjson")
         .send()
         .await
         .map_err(|e| client.unreachable(e))?;

@@ -512,7 +512,10 @@ pub fn most_at_once(spans: &[(u128, u128)]) -> i32 {
 
 /// The artifact id of build `build`'s first output, from its events.
 pub fn output_artifact(url: &str, build: i64) -> String {
-    let events = reqwest::blocking::get(format!("{url}/api/v1/builds/{build}/events"))
+    let events = reqwest::blocking::Client::new()
+        .get(format!("{url}/api/v1/builds/{build}/events"))
+        .header("accept", "application/x-ndjson")
+        .send()
         .unwrap()
         .text()
         .unwrap();

@@ -31,6 +31,7 @@ pub fn events(url: &str, id: i64) -> Vec<serde_json::Value> {
         .build()
         .unwrap()
         .get(format!("{url}/api/v1/builds/{id}/events"))
+        .header("accept", "application/x-ndjson")
         .send()
         .and_then(|r| r.error_for_status())
         .and_then(|r| r.text())
@@ -72,6 +73,7 @@ pub fn events_so_far(url: &str, id: i64) -> String {
         .build()
         .unwrap()
         .get(format!("{url}/api/v1/builds/{id}/events"))
+        .header("accept", "application/x-ndjson")
         .send();
     // A running build's event stream stays open: read what arrives in time.
     let mut text = String::new();

@@ -237,6 +237,14 @@ pub struct PlanNode {
     /// The step's name (steps only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<String>,
+    /// The step's kind (steps only, when known before it runs): `task`,
+    /// `get`, `put`, `check`, `load_var` or `set_pipeline`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_kind: Option<String>,
+    /// What a task step runs: its `run.path` then its `run.args` (as the
+    /// build's other events, with the build's secrets redacted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub argv: Vec<String>,
     /// How many children of an `in_parallel` run at once (none: all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,

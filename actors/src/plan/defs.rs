@@ -51,6 +51,32 @@ impl Leaf for StepDef {
             StepDef::Deferred(s) => &s.name,
         }
     }
+
+    fn step_kind(&self) -> Option<&'static str> {
+        match self {
+            StepDef::Task(_) => Some("task"),
+            StepDef::Get(_) => Some("get"),
+            StepDef::Put(_) => Some("put"),
+            StepDef::Check(_) => Some("check"),
+            StepDef::LoadVar(_) => Some("load_var"),
+            StepDef::SetPipeline(_) => Some("set_pipeline"),
+            StepDef::Deferred(_) => None,
+        }
+    }
+
+    fn argv(&self) -> Vec<String> {
+        match self {
+            StepDef::Task(s) => task_argv(&s.config),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// What a task runs: its `run.path`, then its `run.args`.
+pub(crate) fn task_argv(config: &TaskConfig) -> Vec<String> {
+    std::iter::once(config.run.path.clone())
+        .chain(config.run.args.iter().cloned())
+        .collect()
 }
 
 /// A task step.

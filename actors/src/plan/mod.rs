@@ -30,6 +30,7 @@ mod tree;
 
 pub(crate) use across::fill_own;
 pub(crate) use at::{step_label, At};
+pub(crate) use defs::task_argv;
 pub(crate) use defs::{
     CheckStep, DeferredStep, Format, GetStep, LoadVarStep, PutInputs, PutStep, SetPipelineStep,
     StepDef, TaskStep,

@@ -11,6 +11,16 @@ use gantry_wire::events::PlanNode;
 pub trait Leaf {
     /// The step's name.
     fn name(&self) -> &str;
+
+    /// The step's kind (`task`, `get` ...), when known before it runs.
+    fn step_kind(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// What a task step runs: its path then its arguments.
+    fn argv(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A plan: a tree of steps (`S`), composites (`do`, `in_parallel`), and
@@ -123,6 +133,8 @@ impl<S: Leaf> Plan<S> {
             id: id.to_string(),
             kind: self.kind().to_string(),
             step: None,
+            step_kind: None,
+            argv: Vec::new(),
             limit: None,
             fail_fast: false,
             attempts: None,
@@ -134,7 +146,11 @@ impl<S: Leaf> Plan<S> {
                 .collect(),
         };
         match self {
-            Plan::Step(step) => node.step = Some(step.name().to_string()),
+            Plan::Step(step) => {
+                node.step = Some(step.name().to_string());
+                node.step_kind = step.step_kind().map(str::to_string);
+                node.argv = step.argv();
+            }
             Plan::InParallel {
                 limit, fail_fast, ..
             } => {

@@ -12,7 +12,7 @@ use crate::steps::resource_step::resource_step;
 use crate::steps::{StepContext, StepEnd};
 
 // Checking again stores no version twice.
-resource_step!(CheckStep, check, is_check: true, containers: 1,
+resource_step!(CheckStep, check, "check", is_check: true, containers: 1,
     on_takeover: |_: &CheckStep| crate::steps::OnTakeover::Rerun);
 
 impl CheckStep {

@@ -10,7 +10,7 @@ use crate::steps::resource_step::{produce, resource_step};
 use crate::steps::{StepContext, StepEnd};
 
 // A get's script is not reattached: fetching the version again is safe.
-resource_step!(GetStep, fetch, is_check: false, containers: 2,
+resource_step!(GetStep, fetch, "get", is_check: false, containers: 2,
     on_takeover: |_: &GetStep| crate::steps::OnTakeover::Rerun);
 
 impl GetStep {

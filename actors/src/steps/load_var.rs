@@ -52,6 +52,10 @@ impl Step for LoadVarStep {
         &self.name
     }
 
+    fn kind_name(&self) -> Option<&'static str> {
+        Some("load_var")
+    }
+
     /// Never asked: the step needs no worker and ends in [`Step::prepare`].
     fn worker_request(&self) -> StepRequest {
         StepRequest::default()

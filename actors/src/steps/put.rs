@@ -22,7 +22,7 @@ use crate::steps::{Reattach, StepContext, StepEnd};
 use gantry_wire::spec::MountSpec;
 
 // Taken over, a put is followed where it was, never pushed twice.
-resource_step!(PutStep, put, is_check: false, containers: 2,
+resource_step!(PutStep, put, "put", is_check: false, containers: 2,
     on_takeover: |_: &PutStep| crate::steps::OnTakeover::Reattach, reattach: take_over);
 
 impl PutStep {

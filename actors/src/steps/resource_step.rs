@@ -40,12 +40,16 @@ pub(super) fn resource_request(
 /// takes its build over does with it once it began (`on_takeover`), and
 /// the method that takes it over where it was, if it has one (`reattach`).
 macro_rules! resource_step {
-    ($ty:ty, $work:ident, is_check: $check:expr, containers: $containers:expr,
+    ($ty:ty, $work:ident, $kind:literal, is_check: $check:expr, containers: $containers:expr,
      on_takeover: $takeover:expr $(, reattach: $reattach:ident)?) => {
         #[async_trait::async_trait]
         impl $crate::steps::Step for $ty {
             fn name(&self) -> &str {
                 &self.name
+            }
+
+            fn kind_name(&self) -> Option<&'static str> {
+                Some($kind)
             }
 
             fn worker_request(&self) -> $crate::scheduler::StepRequest {

@@ -232,6 +232,10 @@ impl Step for SetPipelineStep {
         &self.name
     }
 
+    fn kind_name(&self) -> Option<&'static str> {
+        Some("set_pipeline")
+    }
+
     /// Never asked: the step needs no worker and ends in [`Step::prepare`].
     fn worker_request(&self) -> StepRequest {
         StepRequest::default()

@@ -17,6 +17,18 @@ pub trait Step: Send + Sync {
     /// The step's name, in events and in the rows of what it creates.
     fn name(&self) -> &str;
 
+    /// The step's kind (`task`, `get` ...), as the `plan` event tells it;
+    /// none when not known before it runs.
+    fn kind_name(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// What a task step runs (its path, then its arguments), as the
+    /// `plan` event tells it.
+    fn argv(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Prepares the step before it is placed: what to place and run, or
     /// how it ended when it needs no worker. By default the step itself. A
     /// step defined with build-local vars (`((.:name))`) is filled from
@@ -142,6 +154,14 @@ pub(crate) type Plan = crate::plan::Plan<Arc<dyn Step>>;
 impl Leaf for Arc<dyn Step> {
     fn name(&self) -> &str {
         Step::name(self.as_ref())
+    }
+
+    fn step_kind(&self) -> Option<&'static str> {
+        self.kind_name()
+    }
+
+    fn argv(&self) -> Vec<String> {
+        Step::argv(self.as_ref())
     }
 }
 

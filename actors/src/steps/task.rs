@@ -51,6 +51,14 @@ impl Step for TaskStep {
         &self.name
     }
 
+    fn kind_name(&self) -> Option<&'static str> {
+        Some("task")
+    }
+
+    fn argv(&self) -> Vec<String> {
+        crate::plan::task_argv(&self.config)
+    }
+
     fn worker_request(&self) -> StepRequest {
         let config = &self.config;
         let image_source = self.image_source();

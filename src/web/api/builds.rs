@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 
+use crate::web::api::concourse_events;
 use crate::web::api::log_text::is_log_line;
 use crate::web::api::paging::{Page, PageQuery};
 use crate::web::api::public_pipelines::read_build;
@@ -542,29 +543,52 @@ pub struct EventsQuery {
 /// left out: the seq a page's log ranges read up to (`?upto=`).
 pub const LOGS_AFTER_HEADER: &str = "X-Gantry-Logs-After";
 
-/// `GET /api/v1/builds/{id}/events`: NDJSON, stored events then live ones,
-/// until the build's final status. Each line is `{"seq": N, "event": {...}}`.
+/// `GET /api/v1/builds/{id}/events`: stored events then live ones, until
+/// the build's final status: Concourse's server-sent events (what fly
+/// reads; `concourse_events.rs`), or with `Accept: application/x-ndjson`
+/// Gantry's own NDJSON, each line `{"seq": N, "event": {...}}`.
 #[utoipa::path(
     get,
     path = "/api/v1/builds/{id}/events",
     operation_id = "buildEvents",
     tag = "builds",
-    params(("id" = i64, Path, description = "The build"), EventsQuery),
+    params(
+        ("id" = i64, Path, description = "The build"),
+        EventsQuery,
+        ("Accept" = Option<String>, Header, description = "`application/x-ndjson`: Gantry's NDJSON lines (its whole event vocabulary, `after`, `skip_stored_logs`); otherwise Concourse's server-sent events"),
+        ("Last-Event-ID" = Option<String>, Header, description = "Server-sent events: the id of the last event read; the events after it are sent"),
+    ),
     responses(
-        (status = 200, description = "NDJSON: one `EventLine` per line, stored events then live ones, until the build's final status", content_type = "application/x-ndjson", body = gantry_wire::events::EventLine,
-            headers(("X-Gantry-Logs-After" = i64, description = "With `skip_stored_logs`: the last event whose log line was left out"))),
-        (status = 400, description = "A bad `after` or unknown query parameter", body = crate::web::error::ErrorBody),
+        (status = 200, description = "Server-sent events as Concourse writes them (`id: N`, `event: event`, `data: {\"data\":{...},\"event\":\"log\",\"version\":\"5.1\",\"event_id\":\"N\"}`, then `event: end`); or NDJSON, one `EventLine` per line, with `Accept: application/x-ndjson`. Stored events then live ones, until the build's final status",
+            content(
+                (String = "text/event-stream"),
+                (gantry_wire::events::EventLine = "application/x-ndjson"),
+            ),
+            headers(("X-Gantry-Logs-After" = i64, description = "NDJSON with `skip_stored_logs`: the last event whose log line was left out"))),
+        (status = 400, description = "A bad `after`, `Last-Event-ID` or unknown query parameter", body = crate::web::error::ErrorBody),
         (status = 404, description = "No such build (or another team's)"),
         (status = "5XX", description = "The database failed"),
     )
 )]
 pub async fn events(
+    req: actix_web::HttpRequest,
     identity: Identity,
     state: web::Data<AppState>,
     id: web::Path<i64>,
     query: web::Query<EventsQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let id = id.into_inner();
+    if !concourse_events::wants_ndjson(&req) {
+        if query.after.is_some() || query.skip_stored_logs.is_some() {
+            return Err(ApiError::bad_request(
+                "after and skip_stored_logs read Gantry's NDJSON lines: send Accept: application/x-ndjson (server-sent events resume from Last-Event-ID)",
+            ));
+        }
+        let resume_after = concourse_events::last_event_id(&req)?;
+        read_build(&identity, &state, id, true).await?;
+        let events = state.engine.follow_build_events(id, 0);
+        return Ok(concourse_events::answer(events, resume_after));
+    }
     let after = query.after.unwrap_or(0);
     if after < 0 {
         return Err(ApiError::bad_request(format!(
@@ -573,7 +597,7 @@ pub async fn events(
     }
     let (build, _) = read_build(&identity, &state, id, true).await?;
     let mut answer = HttpResponse::Ok();
-    answer.content_type("application/x-ndjson");
+    answer.content_type(concourse_events::NDJSON);
     let logs_after = if query.skip_stored_logs == Some(true) {
         let last = stored_up_to(&state, &build).await?;
         answer.insert_header((LOGS_AFTER_HEADER, last.to_string()));

@@ -15,6 +15,7 @@ pub mod badges;
 pub mod bounds;
 pub mod build_log;
 pub(crate) mod builds;
+pub mod concourse_events;
 pub mod gc;
 pub mod gc_admin;
 pub mod hijack;

@@ -656,7 +656,7 @@ async function followBuild(id, b, header) {
     try {
       // The stored log lines are left out (each step's view reads its
       // tail, a range at a time); later ones come live.
-      const r = await fetch(`/api/v1/builds/${id}/events?skip_stored_logs=true`, { headers: authHeaders });
+      const r = await fetch(`/api/v1/builds/${id}/events?skip_stored_logs=true`, { headers: { ...authHeaders, Accept: 'application/x-ndjson' } });
       if (!r.ok) throw new Error(`HTTP ${r.status}`);
       tree.reset(Math.min(Number(r.headers.get("X-Gantry-Logs-After") || 0), Number.MAX_SAFE_INTEGER));
       setLive(true, "live");
