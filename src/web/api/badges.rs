@@ -276,7 +276,7 @@ mod tests {
                 serde_json::from_value(serde_json::json!({
                     "id": 1, "team": "main", "status": s.as_str(), "plan": null,
                     "worker": null, "exit_status": null, "error": null,
-                    "created_at": 0, "finished_at": null, "log": "database"
+                    "created_at": 0, "finished_at": null, "log": "database", "name": "1"
                 }))
                 .unwrap()
             });
