@@ -89,6 +89,14 @@ if [ ! -x "$validator" ]; then
   target/pyenv/bin/pip install -q openapi-spec-validator
 fi
 export GANTRY_OPENAPI_VALIDATOR="$PWD/$validator"
+# concoursepy (PyPI), a Concourse client no one here wrote, for
+# tests/concoursepy.rs (pure Python, pinned; before moto's background
+# install, so two pips never write the venv at once).
+if ! target/pyenv/bin/python -c 'import concoursepy' 2>/dev/null; then
+  echo "installing concoursepy in target/pyenv"
+  target/pyenv/bin/pip install -q 'concoursepy==0.0.20'
+fi
+export GANTRY_CONCOURSEPY_PYTHON="$PWD/target/pyenv/bin/python"
 # A real AWS emulator for tests/secrets_aws.rs (moto's server, from PyPI),
 # installed while the builds below compile (pure Python wheels: about a
 # minute of network, not of CPU).

@@ -64,6 +64,8 @@ const PUBLIC: &[&str] = &[
     "getResource",
     "listResourceTypes",
     "listAllPipelines",
+    "listAllJobs",
+    "listAllResources",
     "listPipelineBuilds",
     "pipelineFeed",
     "listPipelineJobs",

@@ -105,6 +105,8 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "listVolumes",
         "listTeams",
         "listAllPipelines",
+        "listAllJobs",
+        "listAllResources",
         "dashboardEvents",
     ] {
         m.insert(op, Role(VIEWER, false));

@@ -263,11 +263,17 @@ pub struct AuditEntry {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PipelineView {
+    /// Its id (Concourse's pipeline id).
+    #[serde(default)]
+    pub id: i64,
     /// Its name; for an instance of an instanced pipeline `NAME/K:V,...`
     /// (its instance vars, canonical): what `-p` and the API's paths take.
     pub name: String,
     /// Its team.
     pub team: String,
+    /// Its team, as Concourse names the field.
+    #[serde(default)]
+    pub team_name: String,
     /// Whether it is paused (nothing is checked or triggered).
     pub paused: bool,
     /// Whether it is archived: paused, its jobs not triggered, until it is
@@ -310,8 +316,20 @@ pub struct Publicity {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobView {
+    /// Its id (Concourse's job id, kept across sets and renames).
+    #[serde(default)]
+    pub id: i64,
     /// Its name.
     pub name: String,
+    /// Its pipeline's team.
+    #[serde(default)]
+    pub team_name: String,
+    /// Its pipeline's id.
+    #[serde(default)]
+    pub pipeline_id: i64,
+    /// Its pipeline's name.
+    #[serde(default)]
+    pub pipeline_name: String,
     /// Whether it is paused (no build is triggered).
     pub paused: bool,
     /// Its newest build, if any (a rerun or a running build included).
@@ -326,8 +344,9 @@ pub struct JobView {
     pub next_build: Option<Build>,
     /// Its inputs (its gets), for the pipeline's graph.
     pub inputs: Vec<JobInputView>,
-    /// The resources it puts.
-    pub outputs: Vec<String>,
+    /// The resources it puts (Concourse's `outputs`: the put step's
+    /// name and its resource), each once.
+    pub outputs: Vec<JobOutputView>,
     /// The last scheduling decision: the versions chosen per input, why
     /// inputs could not be satisfied, and what was done.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
@@ -352,6 +371,16 @@ pub struct JobInputView {
     pub trigger: bool,
 }
 
+/// An output of a job: a put step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobOutputView {
+    /// The step's name.
+    pub name: String,
+    /// The resource it puts.
+    pub resource: String,
+}
+
 /// A resource of a stored pipeline.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -360,6 +389,25 @@ pub struct ResourceView {
     pub name: String,
     /// Its type.
     pub type_: String,
+    /// Its type, as Concourse names the field.
+    #[serde(default, rename = "type")]
+    pub type_name: String,
+    /// Its pipeline's id.
+    #[serde(default)]
+    pub pipeline_id: i64,
+    /// Its pipeline's name.
+    #[serde(default)]
+    pub pipeline_name: String,
+    /// Its pipeline's team.
+    #[serde(default)]
+    pub team_name: String,
+    /// Unix seconds its last check ended (Concourse's `last_checked`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_checked: Option<i64>,
+    /// The version pinned (by hand or in the config), as Concourse names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub pinned_version: Option<serde_json::Value>,
     /// How often it is checked, in milliseconds (none: never).
     pub check_every_ms: Option<i64>,
     /// The version pinned by hand, if any.

@@ -278,6 +278,12 @@ const PINNED: &[(i64, &str, &str, &str)] = &[
         "05d9f85cee7853ac2320b08e9121e216b86c676bba989aa7596aa4e6b547687a7ccf24232ff5a25b6247993cfc8eef30",
         "05d9f85cee7853ac2320b08e9121e216b86c676bba989aa7596aa4e6b547687a7ccf24232ff5a25b6247993cfc8eef30",
     ),
+    (
+        45,
+        "job ids",
+        "7b4be93b8e5e17b30f596e6dbda85b4575c907017721b0fb8bcad6be064e46ffb34cc849e226efc6d32903168df62998",
+        "11749569a1af2d396b19da05632616d0115c6f25c3db6a7083a4146c8987a53a919f2b5603a05c1bf9d2b617d7a17573",
+    ),
 ];
 
 /// A migration's checksum as hex.

@@ -82,6 +82,8 @@ pub(crate) struct ResourceRow {
 /// A job of a stored pipeline.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct JobRow {
+    /// Its id (Concourse's job id).
+    pub id: i64,
     /// Its name.
     pub name: String,
     /// Whether it is paused (no build is triggered).
@@ -111,7 +113,7 @@ pub(super) type PipelineRaw = (
 
 /// A pipeline as a list shows it ([`Pipelines::summaries`]): team, name,
 /// paused, archived, config version, instance vars (JSON), public.
-pub(crate) type PipelineSummary = (String, String, i64, i64, i64, Option<String>, i64);
+pub(crate) type PipelineSummary = (String, String, i64, i64, i64, Option<String>, i64, i64);
 
 /// A stored pipeline, its config and vars opened.
 pub(super) fn pipeline_row(
@@ -199,7 +201,7 @@ impl Pipelines<'_> {
         team: Option<&str>,
     ) -> Result<Vec<PipelineSummary>, EngineError> {
         const COLUMNS: &str =
-            "SELECT team, name, paused, archived, config_version, instance_vars, public FROM pipelines";
+            "SELECT team, name, paused, archived, config_version, instance_vars, public, id FROM pipelines";
         let rows = match team {
             Some(t) => {
                 sqlx::query_as(&format!(
@@ -342,15 +344,16 @@ impl Pipelines<'_> {
 
     /// The jobs of pipeline `id`, by name.
     pub(crate) async fn pipeline_jobs(&self, id: i64) -> Result<Vec<JobRow>, EngineError> {
-        let rows: Vec<(String, i64, Option<String>)> = sqlx::query_as(
-            "SELECT name, paused, decision FROM pipeline_jobs WHERE pipeline_id = $1 ORDER BY name",
+        let rows: Vec<(i64, String, i64, Option<String>)> = sqlx::query_as(
+            "SELECT id, name, paused, decision FROM pipeline_jobs WHERE pipeline_id = $1 ORDER BY name",
         )
         .bind(id)
         .fetch_all(self.db.pool())
         .await?;
         Ok(rows
             .into_iter()
-            .map(|(name, paused, decision)| JobRow {
+            .map(|(id, name, paused, decision)| JobRow {
+                id,
                 name,
                 paused: paused != 0,
                 decision,

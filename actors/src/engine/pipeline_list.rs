@@ -31,8 +31,10 @@ impl Engine {
             .await?
             .into_iter()
             .map(
-                |(team, name, paused, archived, config_version, vars, public)| PipelineView {
+                |(team, name, paused, archived, config_version, vars, public, id)| PipelineView {
+                    id,
                     name,
+                    team_name: team.clone(),
                     team,
                     paused: paused != 0,
                     archived: archived != 0,

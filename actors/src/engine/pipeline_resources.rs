@@ -60,14 +60,25 @@ impl Engine {
                 true => None,
                 false => comments.remove(&r.name),
             };
+            let pinned: Option<serde_json::Value> = r
+                .pinned
+                .as_deref()
+                .and_then(|p| serde_json::from_str(p).ok());
+            let type_ = type_.unwrap_or_default();
             out.push(ResourceView {
-                type_: type_.unwrap_or_default(),
+                type_name: type_.clone(),
+                type_,
+                pipeline_id: row.id,
+                pipeline_name: row.name.clone(),
+                team_name: team.to_string(),
+                last_checked: last_check
+                    .as_ref()
+                    .and_then(|b| b.finished_at)
+                    .map(|ms| ms / 1000),
+                pinned_version: pinned.clone(),
                 name: r.name,
                 check_every_ms: r.check_every_ms,
-                pinned: r
-                    .pinned
-                    .as_deref()
-                    .and_then(|p| serde_json::from_str(p).ok()),
+                pinned,
                 pin_comment,
                 last_check,
                 check_error,

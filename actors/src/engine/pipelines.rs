@@ -16,7 +16,7 @@ use crate::off_thread::{off_thread, PIPELINE_BUDGET};
 use crate::pipeline::{Pipeline, Vars};
 use crate::plan::{check_pipeline_name, PipelineRef};
 use crate::triggers::{explain, job_inputs, store_pipeline_warned};
-use crate::views::{Build, JobInputView, JobView, PipelineView};
+use crate::views::{Build, JobInputView, JobOutputView, JobView, PipelineView};
 
 /// How long a check may take when its resource sets no `check_timeout`,
 /// unless configured: Concourse's `--global-resource-check-timeout` default.
@@ -70,8 +70,10 @@ pub struct SetPipeline {
 
 fn view(row: &PipelineRow, with_config: bool) -> PipelineView {
     PipelineView {
+        id: row.id,
         name: row.name.clone(),
         team: row.team.clone(),
+        team_name: row.team.clone(),
         paused: row.paused,
         archived: row.archived,
         public: row.public,
@@ -320,11 +322,14 @@ impl Engine {
                             trigger: i.trigger,
                         })
                         .collect();
-                    let mut puts: Vec<String> = Vec::new();
+                    let mut puts: Vec<JobOutputView> = Vec::new();
                     def.visit(&mut |s| {
                         if let crate::pipeline::StepKind::Put(p) = &s.kind {
-                            if !puts.contains(&p.resource) {
-                                puts.push(p.resource.clone());
+                            if !puts.iter().any(|o| o.resource == p.resource) {
+                                puts.push(JobOutputView {
+                                    name: p.name.clone(),
+                                    resource: p.resource.clone(),
+                                });
                             }
                         }
                     });
@@ -337,6 +342,10 @@ impl Engine {
                     .decision
                     .as_deref()
                     .and_then(|d| serde_json::from_str(d).ok()),
+                id: job.id,
+                team_name: team.to_string(),
+                pipeline_id: row.id,
+                pipeline_name: row.name.clone(),
                 name: job.name,
                 paused: job.paused,
                 latest_build,

@@ -9,6 +9,7 @@
 //! and what every handler shares: paging of list routes (`paging.rs`) and
 //! the bounds of names, descriptions, tags and times (`bounds.rs`).
 
+pub mod all_reads;
 pub mod artifacts;
 pub mod audit;
 pub mod badges;

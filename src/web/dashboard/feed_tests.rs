@@ -127,8 +127,10 @@ fn a_quiet_feed_sends_keep_alives_and_a_problem_once() {
 #[test]
 fn a_pipeline_at_a_glance_is_its_worst_ended_newest_build_and_whether_one_runs() {
     let view = || PipelineView {
+        id: 1,
         name: "p".into(),
         team: "main".into(),
+        team_name: "main".into(),
         paused: false,
         archived: false,
         public: false,
