@@ -134,10 +134,30 @@ fn concoursepy_calls_what_concourse_serves() {
             calls.iter().find(|c| c["call"] == *call)
         );
     }
-    // The node answered every call: nothing it was asked took it down.
-    wait_for("the node still answering", Duration::from_secs(10), || {
-        reqwest::blocking::get(format!("{url}/healthz"))
-            .ok()
-            .filter(|r| r.status().is_success())
+
+    // A job keeps its id when its pipeline is set again with another job
+    // beside it; the new job takes an id of its own.
+    let jobs = || -> Vec<serde_json::Value> {
+        reqwest::blocking::get(format!("{url}/api/v1/teams/main/pipelines/p/jobs"))
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    let before = jobs();
+    let grown = format!(
+        "{PIPELINE}- name: k\n  plan:\n  - task: t\n    config: {{platform: linux, run: {{path: echo}}}}\n"
+    );
+    std::fs::write(&file, grown).unwrap();
+    let set = client(
+        url,
+        &["set-pipeline", "-p", "p", "-c", file.to_str().unwrap()],
+    );
+    assert!(set.status.success(), "{}", said(&set));
+    let after = wait_for("the second job listed", Duration::from_secs(10), || {
+        Some(jobs()).filter(|j| j.len() == 2)
     });
+    assert_eq!(after[0]["name"], "j");
+    assert_eq!(after[0]["id"], before[0]["id"], "{after:?}");
+    assert_ne!(after[1]["id"], after[0]["id"], "{after:?}");
+    assert!(after[1]["id"].as_i64().unwrap() > 0, "{after:?}");
 }
