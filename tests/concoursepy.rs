@@ -22,7 +22,7 @@ jobs:
 - name: j
   plan:
   - get: r
-    trigger: false
+    trigger: true
   - task: t
     config: {platform: linux, run: {path: echo, args: [hi]}}
 ";
@@ -40,6 +40,7 @@ const SERVED: &[&str] = &[
     "get_job",
     "list_job_builds",
     "get_job_build",
+    "list_job_inputs",
     "list_builds",
     "get_build",
     "build_events",

@@ -128,6 +128,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "listPipelineBuilds",
         "listPipelineJobs",
         "getPipelineJob",
+        "listJobInputs",
         "listJobBuilds",
         "listResources",
         "listResourceVersions",

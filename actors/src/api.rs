@@ -7,8 +7,8 @@
 
 pub use crate::views::{
     AuditEntry, Build, BuildResources, BuildVersion, Handle, JobInputView, JobView, MemberKind,
-    PipelineView, Publicity, QueueKind, ResourceView, Team, TeamRole, Token, VersionBuild,
-    VersionView, VERSION_BUILDS,
+    NextInput, PipelineView, Publicity, QueueKind, ResourceView, Team, TeamRole, Token,
+    VersionBuild, VersionView, VERSION_BUILDS,
 };
 
 // The engine, its settings, its errors.

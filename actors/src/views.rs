@@ -371,6 +371,26 @@ pub struct JobInputView {
     pub trigger: bool,
 }
 
+/// An input the scheduler chose for a job's next build (Concourse's
+/// `atc.BuildInput`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NextInput {
+    /// The get step's name.
+    pub name: String,
+    /// The resource it fetches.
+    pub resource: String,
+    /// The resource's type.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// The resource's `source` as configured (`((vars))` not filled).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub source: serde_json::Value,
+    /// The version chosen.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub version: serde_json::Value,
+}
+
 /// An output of a job: a put step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -94,6 +94,7 @@ pub const DEFAULT_ROLES: &[(&str, Role)] = &[
     ("listResourceTypes", Role::Viewer),
     ("listAllPipelines", Role::Viewer),
     ("listAllJobs", Role::Viewer),
+    ("listJobInputs", Role::Viewer),
     ("listAllResources", Role::Viewer),
     ("listPipelineBuilds", Role::Viewer),
     ("getConfig", Role::Viewer),

@@ -117,6 +117,7 @@ routes! {
     get "/api/v1/teams/{team}/pipelines/{pipeline}/resource-types" => pipeline_reads::resource_types;
     get "/api/v1/pipelines" => pipeline_reads::all_pipelines;
     get "/api/v1/jobs" => super::api::all_reads::all_jobs;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/inputs" => pipeline_reads::job_inputs;
     get "/api/v1/resources" => super::api::all_reads::all_resources;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/builds" => pipeline_reads::pipeline_builds;
     put "/api/v1/teams/{team}/pipelines/{pipeline}/config" => pipeline_config::save;

@@ -9,6 +9,7 @@ mod gc;
 mod handles;
 mod health;
 mod job_builds;
+mod next_inputs;
 mod one_build;
 mod people;
 mod pipeline_jobs;

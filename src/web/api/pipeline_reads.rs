@@ -190,3 +190,31 @@ pub async fn pipeline_builds(
     let builds: Vec<_> = builds.into_iter().map(|b| reader.build(b)).collect();
     Ok(page.answer(&req, builds, |b| b.id.to_string()))
 }
+
+/// `GET /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/inputs`
+#[utoipa::path(
+    get,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/inputs",
+    operation_id = "listJobInputs",
+    tag = "pipelines",
+    params(("team" = String, Path), ("pipeline" = String, Path), ("job" = String, Path)),
+    responses(
+        (status = 200, description = "The versions the scheduler chose for the job's next build, per input (Concourse's `atc.BuildInput`)", body = Vec<gantry_actors::api::NextInput>),
+        (status = 404, description = "No such pipeline or job, or no versions chosen for every input yet", body = ErrorBody),
+    )
+)]
+pub async fn job_inputs(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String, String)>,
+    _: crate::web::api::NoBody,
+) -> Result<HttpResponse, ApiError> {
+    let (team, pipeline, job) = path.into_inner();
+    crate::web::api::allowed(&identity, &team, &[("pipeline", &pipeline), ("job", &job)])?;
+    match state.engine.job_next_inputs(&team, &pipeline, &job).await? {
+        Some(inputs) => Ok(HttpResponse::Ok().json(inputs)),
+        None => Err(ApiError::not_found(format!(
+            "job {pipeline}/{job} has no versions chosen for every input yet"
+        ))),
+    }
+}
