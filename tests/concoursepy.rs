@@ -39,6 +39,9 @@ const SERVED: &[&str] = &[
     "list_job_builds",
     "get_job_build",
     "list_pipeline_builds",
+    "create_job_build",
+    "get_build_plan",
+    "get_build_preparation",
 ];
 
 /// The Python that has concoursepy (`GANTRY_CONCOURSEPY_PYTHON`, which
@@ -67,14 +70,18 @@ fn concoursepy_calls_what_concourse_serves() {
     let url = node.url.as_str();
     let file = dir.path().join("p.yml");
     std::fs::write(&file, PIPELINE).unwrap();
-    let set = client(url, &["set-pipeline", "-p", "p", "-c", file.to_str().unwrap()]);
+    let set = client(
+        url,
+        &["set-pipeline", "-p", "p", "-c", file.to_str().unwrap()],
+    );
     assert!(set.status.success(), "{}", said(&set));
     let unpause = client(url, &["unpause-pipeline", "-p", "p"]);
     assert!(unpause.status.success(), "{}", said(&unpause));
     let run = client(url, &["trigger-job", "-j", "p/j", "--watch"]);
     assert!(run.status.success(), "{}", said(&run));
 
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/concoursepy/calls.py");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/concoursepy/calls.py");
     let out = std::process::Command::new(&python)
         .arg(&script)
         .args([url, "main", "p", "j", "r"])
@@ -99,7 +106,11 @@ fn concoursepy_calls_what_concourse_serves() {
             c["why"].as_str().unwrap()
         );
     }
-    eprintln!("concoursepy_calls_passed: {} of {}", passed.len(), calls.len());
+    eprintln!(
+        "concoursepy_calls_passed: {} of {}",
+        passed.len(),
+        calls.len()
+    );
     for call in SERVED {
         assert!(
             passed.contains(call),

@@ -111,6 +111,9 @@ fn expected() -> BTreeMap<&'static str, Needs> {
     }
     for op in [
         "getBuild",
+        "getBuildPlan",
+        "getBuildPreparation",
+        "listTeamBuilds",
         "buildEvents",
         "buildLog",
         "getBuildResources",
