@@ -10,7 +10,9 @@
 //! `POST .../jobs/J/builds/NAME` (200 with the rerun). `abort-build`:
 //! `PUT /api/v1/builds/ID/abort`. `watch -j`: the job's `next_build` or
 //! `finished_build`, then its events. The build's plan (ids as the events'
-//! `origin.id`) and preparation (a paused job's build held).
+//! `origin.id`) and preparation (a paused job's build held). A version by
+//! its id, and the builds it went into (`input_to`) and came out of
+//! (`output_of`).
 
 use crate::common;
 
@@ -369,6 +371,27 @@ fn fly_build_verbs_page_plan_rerun_abort_and_watch_as_concourse() {
         gone == 404 || gone == 405,
         "the old rerun path answered {gone}"
     );
+
+    // The version j's builds got: by its id, and the builds it went into.
+    let (_, listed) = get(url, &format!("{BASE}/resources/r/versions"));
+    let v1 = &listed[0];
+    let id = v1["id"].as_i64().unwrap_or_else(|| panic!("{listed}"));
+    let (_, one) = get(url, &format!("{BASE}/resources/r/versions/{id}"));
+    assert!(
+        one["version"].is_object() && one["enabled"].is_boolean(),
+        "{one}"
+    );
+    assert_eq!(one["id"], id, "{one}");
+    let (_, into) = get(url, &format!("{BASE}/resources/r/versions/{id}/input_to"));
+    let into = build_ids(&into);
+    assert!(
+        into.starts_with(&[rerun_id, more[1], more[0], first]),
+        "{into:?}"
+    );
+    let (_, out) = get(url, &format!("{BASE}/resources/r/versions/{id}/output_of"));
+    assert_eq!(build_ids(&out), Vec::<i64>::new());
+    let missing = format!("{BASE}/resources/r/versions/{}", id + 1000);
+    assert_eq!(send(url, "GET", &missing).0, 404);
 
     // abort-build, then watch -j p/slow: the job's build, its events.
     let slow = trigger(url, "slow");

@@ -13,7 +13,7 @@ use utoipa::OpenApi as _;
 use super::api::{
     artifacts, audit, badges, build_log, build_plan, build_reads, builds, gc, gc_admin, hijack,
     jobs, pipeline_config, pipeline_reads, pipeline_resources, pipelines, public_pipelines, queue,
-    reruns, resource_types, secrets, sessions, teams, workers,
+    reruns, resource_types, secrets, sessions, teams, version_builds, workers,
 };
 use super::{dashboard, health, metrics, openapi};
 
@@ -142,6 +142,9 @@ routes! {
     get "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions" => pipeline_resources::versions;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check" => pipeline_resources::check;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check/webhook" => pipeline_resources::webhook;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/{id}" => version_builds::get;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/{id}/input_to" => version_builds::input_to;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/{id}/output_of" => version_builds::output_of;
     put "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/{id}/pin" => pipeline_resources::pin;
     put "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/unpin" => pipeline_resources::unpin;
     put "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/pin_comment" => pipeline_resources::pin_comment;

@@ -39,6 +39,7 @@ pub mod secrets;
 pub mod sessions;
 pub mod sky;
 pub mod teams;
+pub mod version_builds;
 pub mod workers;
 
 use crate::web::auth::Identity;
