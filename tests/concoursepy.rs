@@ -59,6 +59,11 @@ const SERVED: &[&str] = &[
     "pause_pipeline",
     "unpause_pipeline",
     "abort_build",
+    "create_job_build",
+    "get_build_plan",
+    "get_build_preparation",
+    "get_resource_version",
+    "list_builds_with_version_as_input",
 ];
 
 /// The Python that has concoursepy (`GANTRY_CONCOURSEPY_PYTHON`, which

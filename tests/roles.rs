@@ -113,6 +113,12 @@ fn expected() -> BTreeMap<&'static str, Needs> {
     }
     for op in [
         "getBuild",
+        "getBuildPlan",
+        "getBuildPreparation",
+        "listTeamBuilds",
+        "getResourceVersion",
+        "listBuildsWithVersionAsInput",
+        "listBuildsWithVersionAsOutput",
         "buildEvents",
         "buildLog",
         "getBuildResources",

@@ -156,7 +156,7 @@ pub async fn run(client: &ApiClient, command: PipelineCommand) -> anyhow::Result
         } => {
             let (p, j) = split("--job", &job)?;
             let path = format!(
-                "{}/jobs/{}/builds/{}/rerun",
+                "{}/jobs/{}/builds/{}",
                 pipeline_path(&team, p),
                 segment(j),
                 segment(&build)

@@ -11,9 +11,9 @@ use utoipa::openapi::OpenApi as Document;
 use utoipa::OpenApi as _;
 
 use super::api::{
-    artifacts, audit, badges, build_log, builds, gc, gc_admin, hijack, jobs, pipeline_config,
-    pipeline_reads, pipeline_resources, pipelines, public_pipelines, queue, reruns, resource_types,
-    secrets, sessions, teams, workers,
+    artifacts, audit, badges, build_log, build_plan, build_reads, builds, gc, gc_admin, hijack,
+    jobs, pipeline_config, pipeline_reads, pipeline_resources, pipelines, public_pipelines, queue,
+    reruns, resource_types, secrets, sessions, teams, version_builds, workers,
 };
 use super::{dashboard, health, metrics, openapi};
 
@@ -81,10 +81,13 @@ routes! {
     post "/api/v1/teams/{team}/builds" => builds::create;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/clear-task-cache" => gc_admin::clear_task_cache;
     delete "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/tasks/{step}/cache" => gc_admin::delete_task_cache;
-    get "/api/v1/builds" => builds::list;
+    get "/api/v1/builds" => build_reads::list;
     get "/api/v1/builds/{id}" => builds::get;
     put "/api/v1/builds/{id}/abort" => builds::abort;
     get "/api/v1/builds/{id}/events" => builds::events;
+    get "/api/v1/builds/{id}/plan" => build_plan::plan;
+    get "/api/v1/builds/{id}/preparation" => build_reads::preparation;
+    get "/api/v1/teams/{team}/builds" => build_reads::team_builds;
     get "/api/v1/builds/{id}/log" => build_log::log;
     get "/api/v1/builds/{id}/resources" => builds::resources;
     get "/api/v1/builds/{id}/hijack" => hijack::build;
@@ -135,13 +138,16 @@ routes! {
     get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}" => pipelines::job;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds" => pipelines::job_builds;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds" => pipelines::trigger;
-    post "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds/{build}/rerun" => reruns::rerun;
+    post "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds/{build}" => reruns::rerun;
     put "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/pause" => pipelines::pause_job;
     put "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/unpause" => pipelines::unpause_job;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/resources" => pipeline_resources::resources;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions" => pipeline_resources::versions;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check" => pipeline_resources::check;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/check/webhook" => pipeline_resources::webhook;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/{id}" => version_builds::get;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/{id}/input_to" => version_builds::input_to;
+    get "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/{id}/output_of" => version_builds::output_of;
     put "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/versions/{id}/pin" => pipeline_resources::pin;
     put "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/unpin" => pipeline_resources::unpin;
     put "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/pin_comment" => pipeline_resources::pin_comment;

@@ -20,6 +20,16 @@ pub struct BuildQuery {
     pub job: Option<String>,
     /// Only builds with a smaller id (the cursor: the last id of the page before).
     pub before: Option<i64>,
+    /// Only builds with this id or a greater one (Concourse's `from`).
+    pub from: Option<i64>,
+    /// Only builds that started at this unix ms or later (Concourse's
+    /// `from` with `timestamps`).
+    pub started_from: Option<i64>,
+    /// Only builds that started at this unix ms or earlier (Concourse's
+    /// `to` with `timestamps`).
+    pub started_until: Option<i64>,
+    /// Oldest first (the page nearest `from`), rather than newest first.
+    pub oldest_first: bool,
     /// At most this many builds.
     pub limit: i64,
 }
@@ -225,15 +235,25 @@ impl Builds<'_> {
         row.map(|r| decode(self.db, r)).transpose()
     }
 
-    /// One page of builds, newest first: those matching every filter of
-    /// `query`, with ids below its `before` cursor, at most `limit`.
+    /// One page of builds, newest first (oldest first when asked): those
+    /// matching every filter of `query`, with ids below its `before`
+    /// cursor and in its bounds, at most `limit`.
     pub(crate) async fn list_builds_page(
         &self,
         query: &BuildQuery,
     ) -> Result<Vec<Build>, EngineError> {
         // The cursor is an integer, formatted here: a text bind does not
         // compare with a BIGINT on PostgreSQL.
-        let before = query.before.map(|id| format!("id < {id}"));
+        let bounds: Vec<String> = [
+            query.before.map(|id| format!("id < {id}")),
+            query.from.map(|id| format!("id >= {id}")),
+            query.started_from.map(|ms| format!("started_at >= {ms}")),
+            query.started_until.map(|ms| format!("started_at <= {ms}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let before = (!bounds.is_empty()).then(|| bounds.join(" AND "));
         let (filter, texts) = super::where_given(
             &[
                 ("team =", query.team.as_deref()),
@@ -244,7 +264,8 @@ impl Builds<'_> {
             before,
         );
         let sql = format!(
-            "SELECT {COLUMNS} FROM builds {filter} ORDER BY id DESC LIMIT {}",
+            "SELECT {COLUMNS} FROM builds {filter} ORDER BY id {} LIMIT {}",
+            if query.oldest_first { "ASC" } else { "DESC" },
             query.limit.max(0)
         );
         let mut q = sqlx::query_as::<_, Raw>(&sql);

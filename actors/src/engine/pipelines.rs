@@ -416,6 +416,7 @@ impl Engine {
                 job: Some(job.to_string()),
                 before,
                 limit,
+                ..BuildQuery::default()
             })
             .await
     }

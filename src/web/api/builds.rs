@@ -2,18 +2,15 @@
 //! containers and volumes builds use.
 
 use actix_web::{web, HttpResponse};
-use gantry_actors::api::{
-    Build, BuildQuery, HandleKind, OneOffPlan, PipelineRef, StoredEvent, TaskConfig, Vars,
-};
+use gantry_actors::api::{HandleKind, OneOffPlan, StoredEvent, TaskConfig, Vars};
 use gantry_actors::EngineError;
-use gantry_wire::state::BuildStatus;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 
 use crate::web::api::concourse_events;
 use crate::web::api::log_text::is_log_line;
-use crate::web::api::paging::{Page, PageQuery};
+use crate::web::api::paging::PageQuery;
 use crate::web::api::public_pipelines::read_build;
 use crate::web::api::NoBody;
 use crate::web::audit_log::Actor;
@@ -366,85 +363,6 @@ pub async fn visible_build(
     let build = state.engine.build(id).await?;
     identity.require_team(&build.team, &format!("build {id}"))?;
     Ok(build)
-}
-
-/// `GET /api/v1/builds`: the latest 100.
-/// Query of `GET /api/v1/builds`: a page, and filters that must all match.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct BuildsQuery {
-    /// Most builds in the page: 1 to 500, default 100.
-    limit: Option<u32>,
-    /// Where the page starts: the cursor of the link to the next page.
-    cursor: Option<String>,
-    /// Only this team's builds (a team token sees only its own team's).
-    team: Option<String>,
-    /// Only builds in this status (`pending`, `started`, `succeeded`,
-    /// `failed`, `errored`, `aborted`).
-    status: Option<String>,
-    /// Only builds of this pipeline's jobs.
-    pipeline: Option<String>,
-    /// Only builds of a job of this name.
-    job: Option<String>,
-}
-
-/// `GET /api/v1/builds`: a page of the builds the caller may see, newest
-/// first (see [`crate::web::api::paging`]).
-#[utoipa::path(
-    get,
-    path = "/api/v1/builds",
-    operation_id = "listBuilds",
-    tag = "builds",
-    params(BuildsQuery),
-    responses(
-        (status = 200, description = "A page of the builds the caller may see, newest first; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::api::Build>),
-        (status = 400, description = "A bad limit, cursor, status or unknown query parameter", body = crate::web::error::ErrorBody),
-        (status = "5XX", description = "The database failed"),
-    )
-)]
-pub async fn list(
-    identity: Identity,
-    req: actix_web::HttpRequest,
-    state: web::Data<AppState>,
-    query: web::Query<BuildsQuery>,
-) -> Result<HttpResponse, ApiError> {
-    let query = query.into_inner();
-    let page = Page::new(query.limit, query.cursor)?;
-    let team = match (identity.team_filter()?, query.team) {
-        (None, asked) => asked,
-        (Some(own), Some(asked)) if asked != own => {
-            // Another team's builds: none the caller may see.
-            return Ok(page.answer(&req, Vec::<Build>::new(), |b| b.id.to_string()));
-        }
-        (Some(own), _) => Some(own.to_string()),
-    };
-    let status = query
-        .status
-        .map(|s| {
-            BuildStatus::parse(&s).ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "status {s:?}: use pending, started, succeeded, failed, errored or aborted"
-                ))
-            })
-        })
-        .transpose()?;
-    let builds = state
-        .engine
-        .list_builds_page(&BuildQuery {
-            team,
-            status,
-            // An instance is named however its vars are ordered or quoted.
-            pipeline: query.pipeline.map(|p| match PipelineRef::parse(&p) {
-                Ok(r) => r.to_string(),
-                Err(_) => p,
-            }),
-            job: query.job,
-            before: page.cursor_id()?,
-            limit: page.fetch(),
-        })
-        .await?;
-    Ok(page.answer(&req, builds, |b| b.id.to_string()))
 }
 
 /// `GET /api/v1/containers`

@@ -15,6 +15,9 @@ pub mod audit;
 pub mod badges;
 pub mod bounds;
 pub mod build_log;
+pub mod build_pages;
+pub mod build_plan;
+pub mod build_reads;
 pub(crate) mod builds;
 pub mod concourse_events;
 pub mod gc;
@@ -37,6 +40,7 @@ pub mod secrets;
 pub mod sessions;
 pub mod sky;
 pub mod teams;
+pub mod version_builds;
 pub mod workers;
 
 use crate::web::auth::Identity;

@@ -10,7 +10,8 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 use gantry_actors::api::BuildQuery;
 
-use crate::web::api::paging::PageQuery;
+use crate::web::api::build_pages::{self, BuildPageQuery, Window};
+use crate::web::api::paging::{Page, PageQuery};
 use crate::web::api::public_pipelines::{read_pipeline, Part};
 use crate::web::auth::Identity;
 use crate::web::error::{ApiError, ErrorBody};
@@ -157,10 +158,10 @@ pub async fn all_pipelines(
     path = "/api/v1/teams/{team}/pipelines/{pipeline}/builds",
     operation_id = "listPipelineBuilds",
     tag = "pipelines",
-    params(("team" = String, Path), ("pipeline" = String, Path), PageQuery),
+    params(("team" = String, Path), ("pipeline" = String, Path), BuildPageQuery),
     responses(
-        (status = 200, description = "A page of the builds of the pipeline's jobs, newest first; `Link: <URL>; rel=\"next\"` when more follow", body = Vec<gantry_actors::api::Build>),
-        (status = 400, description = "A bad limit, cursor or unknown query parameter", body = ErrorBody),
+        (status = 200, description = "A page of the builds of the pipeline's jobs, newest first; `Link: <URL>; rel=\"next\"` when more follow (with `from`/`to`/`timestamps`, Concourse's paging and links: `api/build_pages.rs`)", body = Vec<gantry_actors::api::Build>),
+        (status = 400, description = "A bad limit, cursor, from/to or unknown query parameter", body = ErrorBody),
         (status = 404, description = "No such pipeline", body = ErrorBody),
     )
 )]
@@ -169,22 +170,35 @@ pub async fn pipeline_builds(
     req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<(String, String)>,
-    query: web::Query<PageQuery>,
+    query: web::Query<BuildPageQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let (team, pipeline) = path.into_inner();
     let reader = read_pipeline(&identity, &state, &team, &pipeline, Part::default()).await?;
-    let page = query.into_inner().page()?;
+    let query = query.into_inner();
+    let window = Window::of(
+        query.from,
+        query.to,
+        query.timestamps.as_deref(),
+        query.cursor.as_deref(),
+    )?;
+    let page = Page::new(query.limit, query.cursor)?;
     // Its name as stored (an instance's, however its vars were written).
     let stored = state.engine.pipeline(&team, &pipeline).await?.name;
+    let base = BuildQuery {
+        team: Some(team),
+        pipeline: Some(stored),
+        ..BuildQuery::default()
+    };
+    if let Some(window) = window {
+        let show = |b| reader.build(b);
+        return build_pages::answer(&state, &req, base, query.limit, window, show).await;
+    }
     let builds = state
         .engine
         .list_builds_page(&BuildQuery {
-            team: Some(team),
-            status: None,
-            pipeline: Some(stored),
-            job: None,
             before: page.cursor_id()?,
             limit: page.fetch(),
+            ..base
         })
         .await?;
     let builds: Vec<_> = builds.into_iter().map(|b| reader.build(b)).collect();

@@ -6,9 +6,10 @@
 use std::collections::BTreeMap;
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use gantry_actors::api::{Build, JobView, PipelineView};
+use gantry_actors::api::{Build, BuildQuery, JobView, PipelineView};
 use serde::{Deserialize, Serialize};
 
+use crate::web::api::build_pages::{self, BuildPageQuery, Window};
 use crate::web::api::paging::{Page, PageQuery};
 use crate::web::api::public_pipelines::{read_pipeline, Part};
 use crate::web::api::{allowed, NoBody};
@@ -406,9 +407,10 @@ pub async fn job(
     path = "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds",
     operation_id = "listJobBuilds",
     tag = "pipelines",
-    params(("team" = String, Path), ("pipeline" = String, Path), ("job" = String, Path), PageQuery),
+    params(("team" = String, Path), ("pipeline" = String, Path), ("job" = String, Path), BuildPageQuery),
     responses(
-        (status = 200, description = "A page of the job's builds, newest first", body = Vec<Build>),
+        (status = 200, description = "A page of the job's builds, newest first (with `from`/`to`/`timestamps`, Concourse's paging and links: `api/build_pages.rs`)", body = Vec<Build>),
+        (status = 400, description = "A bad limit, cursor, from/to or unknown query parameter", body = ErrorBody),
         (status = 404, description = "No such pipeline", body = ErrorBody),
     )
 )]
@@ -417,7 +419,7 @@ pub async fn job_builds(
     req: HttpRequest,
     state: web::Data<AppState>,
     path: JobPath,
-    query: web::Query<PageQuery>,
+    query: web::Query<BuildPageQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let (team, name, job) = path.into_inner();
     let part = Part {
@@ -425,8 +427,25 @@ pub async fn job_builds(
         ..Part::default()
     };
     let reader = read_pipeline(&identity, &state, &team, &name, part).await?;
-    let page: Page = query.into_inner().page()?;
-    state.engine.pipeline(&team, &name).await?;
+    let query = query.into_inner();
+    let window = Window::of(
+        query.from,
+        query.to,
+        query.timestamps.as_deref(),
+        query.cursor.as_deref(),
+    )?;
+    let page: Page = Page::new(query.limit, query.cursor)?;
+    let stored = state.engine.pipeline(&team, &name).await?.name;
+    if let Some(window) = window {
+        let base = BuildQuery {
+            team: Some(team),
+            pipeline: Some(stored),
+            job: Some(job),
+            ..BuildQuery::default()
+        };
+        let show = |b| reader.build(b);
+        return build_pages::answer(&state, &req, base, query.limit, window, show).await;
+    }
     let builds = state
         .engine
         .job_builds(&team, &name, &job, page.cursor_id()?, page.fetch())
@@ -444,7 +463,7 @@ pub async fn job_builds(
     params(("team" = String, Path), ("pipeline" = String, Path), ("job" = String, Path)),
     request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
     responses(
-        (status = 201, description = "A build with the newest versions that satisfy the job's inputs; when they cannot be satisfied yet, a pending build whose `waiting` says why, started once they can", body = Build),
+        (status = 200, description = "A build with the newest versions that satisfy the job's inputs; when they cannot be satisfied yet, a pending build whose `waiting` says why, started once they can (200, as Concourse answers `CreateJobBuild`)", body = Build),
         (status = 400, description = "The job has disable_manual_trigger, or a body was sent (this request takes none)", body = ErrorBody),
         (status = 404, description = "No such job", body = ErrorBody),
         (status = 409, description = "The pipeline is archived", body = ErrorBody),
@@ -465,7 +484,7 @@ pub async fn trigger(
         .trigger_job(&team, &name, &job, &actor.0)
         .await?;
     build.created_by = Some(actor.0);
-    Ok(HttpResponse::Created().json(build))
+    Ok(HttpResponse::Ok().json(build))
 }
 
 /// `PUT /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/pause` (Concourse's)

@@ -11,10 +11,10 @@ use crate::web::auth::Identity;
 use crate::web::error::{ApiError, ErrorBody};
 use crate::web::AppState;
 
-/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds/{build}/rerun`
+/// `POST /api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds/{build}`
 #[utoipa::path(
     post,
-    path = "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds/{build}/rerun",
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/builds/{build}",
     operation_id = "rerunJobBuild",
     tag = "pipelines",
     params(
@@ -23,7 +23,7 @@ use crate::web::AppState;
     ),
     request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
     responses(
-        (status = 201, description = "A build named `N.M` (the M-th rerun of build N; a rerun of a rerun reruns the original) given exactly the versions build N was given, with the job's current config; `rerun_of` names build N (`{id, name}`, as Concourse does). Pending, with `waiting` saying why, while the job or pipeline is paused", body = Build),
+        (status = 200, description = "As Concourse answers `RerunJobBuild`: a build named `N.M` (the M-th rerun of build N; a rerun of a rerun reruns the original) given exactly the versions build N was given, with the job's current config; `rerun_of` names build N (`{id, name}`, as Concourse does). Pending, with `waiting` saying why, while the job or pipeline is paused", body = Build),
         (status = 400, description = "A body was sent (this request takes none)", body = ErrorBody),
         (status = 404, description = "No such pipeline, job or build of the job", body = ErrorBody),
         (status = 409, description = "The pipeline is archived, the build was never given inputs (it waited for them), or the job's inputs changed since", body = ErrorBody),
@@ -44,5 +44,5 @@ pub async fn rerun(
         .rerun_build(&team, &name, &job, &build, &actor.0)
         .await?;
     rerun.created_by = Some(actor.0);
-    Ok(HttpResponse::Created().json(rerun))
+    Ok(HttpResponse::Ok().json(rerun))
 }

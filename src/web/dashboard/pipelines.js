@@ -212,7 +212,7 @@ const inputsOf = (versions) => (versions || []).map((i) =>
 function jobBuildRow(b, inputs, base) {
   const number = b.build_number ?? b.id;
   const acts = FINAL.includes(b.status)
-    ? actionButton("rerunJobBuild", "Re-run", { path: `${base}/builds/${enc(number)}/rerun`, method: "POST" }, "", `Re-run build ${b.name ?? number}`)
+    ? actionButton("rerunJobBuild", "Re-run", { path: `${base}/builds/${enc(number)}`, method: "POST" }, "", `Re-run build ${b.name ?? number}`)
     : actionButton("abortBuild", "Abort", { path: `/api/v1/builds/${b.id}/abort` }, "danger", `Abort build ${b.name ?? number}`);
   const dur = b.finished_at
     ? `<td class="num" data-from="${b.created_at}" data-to="${b.finished_at}"></td>`
