@@ -57,6 +57,7 @@ mod cli;
 mod cluster;
 mod concourse_api;
 mod concourse_events;
+mod concourse_fleet;
 mod concourse_signin;
 mod concourse_verbs;
 mod concoursepy;

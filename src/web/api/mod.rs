@@ -36,6 +36,7 @@ pub mod resource_types;
 pub mod secrets;
 pub mod sessions;
 pub mod sky;
+pub mod team_auth;
 pub mod teams;
 pub mod workers;
 
