@@ -58,6 +58,7 @@ mod cluster;
 mod concourse_api;
 mod concourse_builds;
 mod concourse_events;
+mod concourse_fleet;
 mod concourse_signin;
 mod concourse_verbs;
 mod concoursepy;

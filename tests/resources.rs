@@ -84,7 +84,7 @@ fn fleet(dir: &Path, db: &TestDb) -> Fleet {
     for w in listed.as_array().unwrap() {
         let types: Vec<&str> = w["resource_types"]
             .as_array()
-            .map(|a| a.iter().filter_map(|t| t.as_str()).collect())
+            .map(|a| a.iter().filter_map(|t| t["type"].as_str()).collect())
             .unwrap_or_default();
         assert!(types.contains(&"git") && types.contains(&"mock"), "{w}");
     }

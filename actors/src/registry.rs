@@ -170,6 +170,9 @@ struct Entry {
     restarts: u32,
     /// The build a one-build worker took, as its row said when read.
     bound_build: Option<i64>,
+    /// Unix ms since which the Registry holds this registration (when it
+    /// registered here, or when this node read its row): `start_time`.
+    held_since: i64,
 }
 
 /// Supervisor of worker connections.
@@ -626,19 +629,15 @@ impl Handler<ListWorkers> for Registry {
             .workers
             .values()
             .map(|e| WorkerView {
-                name: e.registration.name.clone(),
-                state: e.state,
-                identity: e.registration.identity.clone(),
-                resource_types: e.registration.resource_types.clone(),
                 containers: e.containers,
                 volumes: e.volumes,
-                active_tasks: 0,
-                backend: e.registration.backend.clone(),
-                version: e.registration.version.clone(),
-                agent_url: e.registration.agent_url.clone(),
+                active_containers: e.containers,
+                active_volumes: e.volumes,
+                start_time: e.held_since / 1000,
                 last_heartbeat: e.last_heartbeat,
                 restarts: e.restarts,
                 bound_build: e.bound_build,
+                ..WorkerView::of(&e.registration, e.state)
             })
             .collect();
         views.sort_by(|a, b| a.name.cmp(&b.name));

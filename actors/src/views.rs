@@ -162,6 +162,8 @@ pub struct Handle {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Team {
+    /// Its row's id (Concourse's `id`).
+    pub id: i64,
     /// Its name.
     pub name: String,
     /// Unix ms of its creation (0 for `main`).

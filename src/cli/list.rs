@@ -74,21 +74,22 @@ pub async fn workers(client: &ApiClient, json: bool) -> anyhow::Result<()> {
                 vec![
                     w.name,
                     w.state.as_str().into(),
-                    w.identity.platform,
-                    w.identity.tags.join(","),
-                    w.identity.team.unwrap_or_default(),
-                    if w.identity.allow_privileged {
-                        "allowed"
-                    } else {
-                        "no"
-                    }
-                    .into(),
+                    w.platform,
+                    w.tags.join(","),
+                    w.team,
+                    if w.allow_privileged { "allowed" } else { "no" }.into(),
                     w.containers.to_string(),
                     w.volumes.to_string(),
                     w.active_tasks.to_string(),
                     w.backend,
-                    w.version,
-                    match (w.identity.ephemeral, w.bound_build) {
+                    // Gantry's version; from a web node of an earlier
+                    // version, `version` held it.
+                    if w.gantry_version.is_empty() {
+                        w.version
+                    } else {
+                        w.gantry_version
+                    },
+                    match (w.ephemeral, w.bound_build) {
                         (false, _) => "no".into(),
                         (true, None) => "unbound".into(),
                         (true, Some(b)) => format!("build {b}"),

@@ -167,8 +167,8 @@ pub async fn set_team(client: &ApiClient, name: &str, change: TeamChange) -> any
 
 /// `gantry destroy-team NAME`
 pub async fn destroy_team(client: &ApiClient, name: &str) -> anyhow::Result<()> {
-    let _: serde_json::Value = client
-        .delete(&format!("/api/v1/teams/{}", segment(name)))
+    client
+        .delete_done(&format!("/api/v1/teams/{}", segment(name)))
         .await?;
     crate::outln!("team {name} removed, its tokens revoked");
     Ok(())

@@ -159,7 +159,7 @@ pub fn app(
 
 /// The worker API version `/api/v1/info` names (`worker_version`): the one
 /// of the Concourse release [`crate::config::CONCOURSE_VERSION`].
-pub const WORKER_VERSION: &str = "2.5";
+pub const WORKER_VERSION: &str = gantry_wire::worker_info::CONCOURSE_WORKER_VERSION;
 
 /// What `GET /api/v1/info` tells of the node, from its config.
 #[derive(Debug, Default)]

@@ -134,32 +134,161 @@ pub struct Heartbeat {
     pub volumes: u32,
 }
 
-/// A worker as the web node reports it (`GET /api/v1/workers`).
+/// The worker API version of the Concourse release whose API Gantry serves
+/// (`/api/v1/info`'s `worker_version`): every worker's Concourse `version`
+/// in `GET /api/v1/workers`, so `fly workers` counts none as outdated.
+pub const CONCOURSE_WORKER_VERSION: &str = "2.5";
+
+/// A resource type a worker provides, in Concourse's shape
+/// (`atc.WorkerResourceType`). Gantry's base types are named scripts, not
+/// root file systems: `image` and `version` are empty. Also read from a
+/// bare name (what web nodes of earlier versions listed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(from = "ResourceTypeForm")]
+pub struct WorkerResourceType {
+    /// The type's name, e.g. `git`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Concourse's root file system of the type (empty in Gantry).
+    #[serde(default)]
+    pub image: String,
+    /// Concourse's version of the type (empty in Gantry).
+    #[serde(default)]
+    pub version: String,
+    /// Whether its containers run privileged.
+    #[serde(default)]
+    pub privileged: bool,
+    /// Whether its versions are kept per resource (Concourse's
+    /// `unique_version_history`).
+    #[serde(default)]
+    pub unique_version_history: bool,
+}
+
+/// The forms a [`WorkerResourceType`] is read from.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ResourceTypeForm {
+    /// A bare name (web nodes of earlier versions).
+    Name(String),
+    /// Concourse's object.
+    Object {
+        #[serde(rename = "type")]
+        type_: String,
+        #[serde(default)]
+        image: String,
+        #[serde(default)]
+        version: String,
+        #[serde(default)]
+        privileged: bool,
+        #[serde(default)]
+        unique_version_history: bool,
+    },
+}
+
+impl From<ResourceTypeForm> for WorkerResourceType {
+    fn from(form: ResourceTypeForm) -> Self {
+        match form {
+            ResourceTypeForm::Name(name) => WorkerResourceType::named(&name),
+            ResourceTypeForm::Object {
+                type_,
+                image,
+                version,
+                privileged,
+                unique_version_history,
+            } => WorkerResourceType {
+                type_,
+                image,
+                version,
+                privileged,
+                unique_version_history,
+            },
+        }
+    }
+}
+
+/// Reads a string that may be `null` (web nodes of earlier versions sent
+/// a worker's `team` as `null` for none) as the empty string.
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
+}
+
+impl WorkerResourceType {
+    /// A type named `name`, as a Gantry worker ships it.
+    pub fn named(name: &str) -> Self {
+        WorkerResourceType {
+            type_: name.to_string(),
+            image: String::new(),
+            version: String::new(),
+            privileged: false,
+            unique_version_history: false,
+        }
+    }
+}
+
+/// A worker as the web node reports it (`GET /api/v1/workers`): Concourse's
+/// `atc.Worker` fields (what `fly workers` decodes) beside Gantry's own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerView {
     /// Unique name.
     pub name: String,
-    /// Lifecycle state.
+    /// Lifecycle state (Concourse's names: running, stalled, landing,
+    /// landed, retiring).
     pub state: WorkerState,
-    /// Platform, tags and owning team.
-    #[serde(flatten)]
-    pub identity: WorkerIdentity,
-    /// Base resource types it ships.
+    /// Platform, e.g. `linux`.
+    pub platform: String,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// The only team whose steps it runs; empty: every team's.
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub team: String,
+    /// Whether it runs privileged containers.
     #[serde(default)]
-    pub resource_types: Vec<String>,
+    pub allow_privileged: bool,
+    /// A one-build worker.
+    #[serde(default)]
+    pub ephemeral: bool,
+    /// Base resource types it ships (Concourse's `atc.WorkerResourceType`).
+    #[serde(default)]
+    pub resource_types: Vec<WorkerResourceType>,
     /// Containers (from the last heartbeat).
     pub containers: u32,
     /// Volumes (from the last heartbeat).
     pub volumes: u32,
+    /// Concourse's name of `containers`.
+    #[serde(default)]
+    pub active_containers: u32,
+    /// Concourse's name of `volumes`.
+    #[serde(default)]
+    pub active_volumes: u32,
     /// Task steps running on it now (the Scheduler's own count).
     pub active_tasks: u32,
+    /// The most task steps at once (0: unlimited).
+    #[serde(default)]
+    pub max_active_tasks: u32,
     /// Container backend.
     pub backend: String,
-    /// Gantry version.
+    /// Concourse's worker version ([`CONCOURSE_WORKER_VERSION`]), which
+    /// `fly workers` compares with `/api/v1/info`'s `worker_version`.
     pub version: String,
+    /// The worker's Gantry version.
+    #[serde(default)]
+    pub gantry_version: String,
     /// Agent API address.
     pub agent_url: String,
+    /// Concourse's `addr` (its Garden address): the agent's host and port.
+    #[serde(default)]
+    pub addr: String,
+    /// Concourse's `baggageclaim_url`: the agent's URL (one agent serves
+    /// both containers and volumes).
+    #[serde(default)]
+    pub baggageclaim_url: String,
+    /// Unix seconds since which this web node's fleet has held its current
+    /// registration (Concourse's `start_time`, which `fly workers` shows as
+    /// the age).
+    #[serde(default)]
+    pub start_time: i64,
     /// Unix time (ms) of the last heartbeat or registration.
     pub last_heartbeat: i64,
     /// How often its connection actor was restarted.
@@ -167,6 +296,49 @@ pub struct WorkerView {
     /// The build a one-build worker (`ephemeral`) took, once it took one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound_build: Option<i64>,
+}
+
+impl WorkerView {
+    /// The view of a worker registered as `reg`, before its counts and
+    /// timings are filled in.
+    pub fn of(reg: &WorkerRegistration, state: WorkerState) -> Self {
+        let addr = reg
+            .agent_url
+            .split_once("://")
+            .map_or(reg.agent_url.as_str(), |(_, rest)| rest)
+            .trim_end_matches('/')
+            .to_string();
+        WorkerView {
+            name: reg.name.clone(),
+            state,
+            platform: reg.identity.platform.clone(),
+            tags: reg.identity.tags.clone(),
+            team: reg.identity.team.clone().unwrap_or_default(),
+            allow_privileged: reg.identity.allow_privileged,
+            ephemeral: reg.identity.ephemeral,
+            resource_types: reg
+                .resource_types
+                .iter()
+                .map(|t| WorkerResourceType::named(t))
+                .collect(),
+            containers: 0,
+            volumes: 0,
+            active_containers: 0,
+            active_volumes: 0,
+            active_tasks: 0,
+            max_active_tasks: reg.limits.max_active_tasks.unwrap_or(0),
+            backend: reg.backend.clone(),
+            version: CONCOURSE_WORKER_VERSION.to_string(),
+            gantry_version: reg.version.clone(),
+            agent_url: reg.agent_url.clone(),
+            addr,
+            baggageclaim_url: reg.agent_url.clone(),
+            start_time: 0,
+            last_heartbeat: 0,
+            restarts: 0,
+            bound_build: None,
+        }
+    }
 }
 
 /// The longest worker name: names are path segments, table cells and label
@@ -337,6 +509,29 @@ mod tests {
             incarnation: "i".into(),
             heartbeat_interval_secs: 30,
         }
+    }
+
+    #[test]
+    fn a_worker_view_is_concourses_and_reads_earlier_shapes() {
+        let view = WorkerView::of(&registration(), WorkerState::Landed);
+        let json = serde_json::to_value(&view).unwrap();
+        assert_eq!(json["version"], CONCOURSE_WORKER_VERSION);
+        assert_eq!(json["gantry_version"], "0.1.0");
+        assert_eq!(json["addr"], "127.0.0.1:7788");
+        assert_eq!(json["team"], "");
+        assert_eq!(json["ephemeral"], false);
+        assert_eq!(json["state"], "landed");
+        assert_eq!(
+            json["resource_types"],
+            serde_json::json!([{"type": "git", "image": "", "version": "",
+                "privileged": false, "unique_version_history": false}])
+        );
+        assert_eq!(serde_json::from_value::<WorkerView>(json).unwrap(), view);
+        // A web node of an earlier version: names, and a null team.
+        let mut old = serde_json::to_value(&view).unwrap();
+        old["resource_types"] = serde_json::json!(["git"]);
+        old["team"] = serde_json::Value::Null;
+        assert_eq!(serde_json::from_value::<WorkerView>(old).unwrap(), view);
     }
 
     #[test]

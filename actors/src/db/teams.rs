@@ -83,13 +83,17 @@ const TOKEN_COLUMNS: &str =
 impl Teams<'_> {
     /// Every team, by name.
     pub(crate) async fn list_teams(&self) -> Result<Vec<TeamRow>, EngineError> {
-        let rows: Vec<(String, i64)> =
-            sqlx::query_as("SELECT name, created_at FROM teams ORDER BY name")
+        let rows: Vec<(i64, String, i64)> =
+            sqlx::query_as("SELECT id, name, created_at FROM teams ORDER BY name")
                 .fetch_all(self.db.pool())
                 .await?;
         Ok(rows
             .into_iter()
-            .map(|(name, created_at)| TeamRow { name, created_at })
+            .map(|(id, name, created_at)| TeamRow {
+                id,
+                name,
+                created_at,
+            })
             .collect())
     }
 

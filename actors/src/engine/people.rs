@@ -48,6 +48,29 @@ impl Engine {
         Ok(())
     }
 
+    /// Makes `roles` the whole of who is what in `team` (Concourse's
+    /// `set-team`, whose auth is the team's desired state): each gets its
+    /// role, and every other user or group loses the one it had.
+    pub async fn replace_team_roles(
+        &self,
+        team: &str,
+        roles: &[TeamRole],
+    ) -> Result<(), EngineError> {
+        self.set_team_roles(team, roles).await?;
+        for (_, had) in self.db.teams().team_roles(Some(team)).await? {
+            if !roles
+                .iter()
+                .any(|r| r.kind == had.kind && r.name == had.name)
+            {
+                self.db
+                    .teams()
+                    .remove_team_role(team, had.kind, &had.name)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Takes a user's or group's role in `team` away.
     pub async fn remove_team_role(
         &self,

@@ -98,13 +98,13 @@ impl Engine {
         let stats = self.scheduler_stats().await?;
         // One-build workers are bound as they take their build's first
         // step, which the Registry does not follow: the rows say.
-        let bindings = match views.iter().any(|v| v.identity.ephemeral) {
+        let bindings = match views.iter().any(|v| v.ephemeral) {
             true => self.db.workers().worker_bindings().await?,
             false => Default::default(),
         };
         for v in &mut views {
             v.active_tasks = stats.load.get(&v.name).map_or(0, |l| l.tasks);
-            if v.identity.ephemeral {
+            if v.ephemeral {
                 v.bound_build = bindings.get(&v.name).copied();
             }
         }

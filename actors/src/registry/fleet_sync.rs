@@ -155,6 +155,7 @@ impl Registry {
                 conn,
                 restarts,
                 bound_build: row.bound_build,
+                held_since: row.last_heartbeat,
             },
         );
         self.publish(&name);

@@ -162,6 +162,7 @@ impl Registry {
                         conn,
                         restarts,
                         bound_build,
+                        held_since: now_ms(),
                     },
                 );
                 act.publish(&name);

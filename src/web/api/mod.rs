@@ -39,6 +39,7 @@ pub mod resource_types;
 pub mod secrets;
 pub mod sessions;
 pub mod sky;
+pub mod team_auth;
 pub mod teams;
 pub mod version_builds;
 pub mod workers;

@@ -31,14 +31,28 @@ pub struct CreateToken {
     pub role: Option<gantry_actors::api::Role>,
 }
 
-/// The body of `PUT /api/v1/teams/{team}`: users and groups to give a
-/// role in the team (in place of the one they had).
+/// The body of `PUT /api/v1/teams/{team}`, in one of two forms. Gantry's
+/// (`gantry set-team`): `roles`, users and groups to give a role in the
+/// team (in place of the one they had; others keep theirs). Concourse's
+/// (`fly set-team`, an `atc.Team`): `auth`, the team's whole desired auth
+/// (role → `{users, groups}` with connector-prefixed names: `local:NAME`,
+/// `github:LOGIN`, `oidc:NAME`); everyone it does not name loses their role.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetTeam {
-    /// Who gets which role.
+    /// Who gets which role (Gantry's form).
     #[serde(default)]
     pub roles: Vec<gantry_actors::api::TeamRole>,
+    /// Concourse's `atc.TeamAuth`: role → `users`/`groups` → names.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub auth: Option<super::team_auth::TeamAuth>,
+    /// `atc.Team`'s `id`: not used (the path names the team).
+    #[serde(default)]
+    pub id: Option<i64>,
+    /// `atc.Team`'s `name`: if given, the path's.
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 /// `GET /api/v1/teams`: every team (the admin), or the caller's own.
@@ -49,7 +63,7 @@ pub struct SetTeam {
     tag = "teams",
     params(PageQuery),
     responses(
-        (status = 200, description = "A page of teams by name: name, created_at (unix ms), from_config, roles (who is what); `Link: <URL>; rel=\"next\"` when more follow", body = Vec<Object>),
+        (status = 200, description = "A page of teams by name: Concourse's id, name, auth (role → users, groups) beside created_at (unix ms), from_config, roles (who is what); `Link: <URL>; rel=\"next\"` when more follow", body = Vec<Object>),
         (status = 400, description = "A bad limit or unknown query parameter", body = crate::web::error::ErrorBody),
     )
 )]
@@ -75,7 +89,8 @@ pub async fn list(
     }))
 }
 
-/// A team as the API answers it: name, created_at, from_config, roles.
+/// A team as the API answers it: Concourse's `atc.Team` (`id`, `name`,
+/// `auth`) beside Gantry's `created_at`, `from_config` and `roles`.
 fn team_json(
     state: &AppState,
     t: gantry_actors::api::Team,
@@ -88,7 +103,9 @@ fn team_json(
         .map(|(_, r)| r)
         .collect();
     serde_json::json!({
+        "id": t.id,
         "name": t.name,
+        "auth": super::team_auth::auth_of_roles(members.iter().copied()),
         "created_at": t.created_at,
         "from_config": from_config,
         "roles": members,
@@ -103,7 +120,7 @@ fn team_json(
     tag = "teams",
     params(("team" = String, Path, description = "The team's name")),
     responses(
-        (status = 200, description = "The team: name, created_at (unix ms), from_config, roles (who is what)", body = Object),
+        (status = 200, description = "The team: Concourse's id, name, auth (role → users, groups) beside created_at (unix ms), from_config, roles (who is what)", body = Object),
         (status = 404, description = "No such team (or another team's)", body = crate::web::error::ErrorBody),
     )
 )]
@@ -127,18 +144,19 @@ pub async fn get(
 
 /// `PUT /api/v1/teams/{team}`: creates the team if it does not exist (the
 /// admin); 201 when it was made, 200 when it was there (the admin or the
-/// team's owner). The body's users and groups get their roles in it.
+/// team's owner). Gantry's body's users and groups get their roles in it;
+/// Concourse's (`auth`) becomes the team's whole auth.
 #[utoipa::path(
     put,
     path = "/api/v1/teams/{team}",
     operation_id = "setTeam",
     tag = "teams",
     params(("team" = String, Path, description = "The team's name")),
-    request_body(content = Option<SetTeam>, description = "Optional: users and groups to give a role"),
+    request_body(content = Option<SetTeam>, description = "Optional: Gantry's roles to give, or Concourse's whole auth"),
     responses(
-        (status = 201, description = "Created: {name, created: true}", body = Object),
-        (status = 200, description = "It existed: {name, created: false}", body = Object),
-        (status = 400, description = "Not a valid team name, or a body (this request takes none)", body = crate::web::error::ErrorBody),
+        (status = 201, description = "Created: {name, created: true, team} (team: Concourse's id, name, auth)", body = Object),
+        (status = 200, description = "It existed: {name, created: false, team}", body = Object),
+        (status = 400, description = "Not a valid team name, an empty auth, a role Gantry has not got, a name of a connector Gantry has not got, or both forms", body = crate::web::error::ErrorBody),
         (status = 403, description = "Not the admin (a new team), nor the team's owner", body = crate::web::error::ErrorBody),
         (status = 413, description = "Body over the request body limit", body = crate::web::error::ErrorBody),
     )
@@ -154,13 +172,45 @@ pub async fn set(
         identity.require_admin()?;
     }
     let req: SetTeam = super::optional_json(&body)?;
+    if req.name.as_ref().is_some_and(|n| *n != team) {
+        return Err(ApiError::bad_request(format!(
+            "the body's name {:?} is not the path's team {team:?} (rename-team renames)",
+            req.name.unwrap_or_default()
+        )));
+    }
+    let concourse_roles = match req.auth {
+        Some(_) if !req.roles.is_empty() => {
+            return Err(ApiError::bad_request(
+                "give Concourse's auth or Gantry's roles, not both",
+            ))
+        }
+        Some(auth) => Some(super::team_auth::roles_of_auth(&auth).map_err(ApiError::bad_request)?),
+        None => None,
+    };
     let created = state.engine.set_team(&team).await?;
-    state.engine.set_team_roles(&team, &req.roles).await?;
-    let body = serde_json::json!({ "name": team, "created": created });
+    match &concourse_roles {
+        Some(roles) => state.engine.replace_team_roles(&team, roles).await?,
+        None => state.engine.set_team_roles(&team, &req.roles).await?,
+    }
+    let roles = state.engine.team_roles(Some(&team)).await?;
+    let found = state
+        .engine
+        .teams()
+        .await?
+        .into_iter()
+        .find(|t| t.name == team);
+    let mut answer = serde_json::json!({ "name": team, "created": created });
+    if let Some(t) = found {
+        let mut concourse = team_json(&state, t, &roles);
+        if let Some(fields) = concourse.as_object_mut() {
+            fields.retain(|k, _| matches!(k.as_str(), "id" | "name" | "auth"));
+        }
+        answer["team"] = concourse;
+    }
     Ok(if created {
-        HttpResponse::Created().json(body)
+        HttpResponse::Created().json(answer)
     } else {
-        HttpResponse::Ok().json(body)
+        HttpResponse::Ok().json(answer)
     })
 }
 
@@ -175,7 +225,7 @@ pub async fn set(
     params(("team" = String, Path, description = "The team's name")),
     request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
     responses(
-        (status = 200, description = "Removed: {removed: NAME}", body = Object),
+        (status = 204, description = "Removed (as Concourse answers)"),
         (status = 400, description = "main, or a team with builds that have not ended"),
         (status = 403, description = "Not the admin nor the team's owner"),
         (status = 404, description = "No such team"),
@@ -197,7 +247,7 @@ pub async fn remove(
         });
     }
     state.engine.remove_team(&team).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "removed": team })))
+    Ok(HttpResponse::NoContent().finish())
 }
 
 /// `DELETE /api/v1/teams/{team}/roles/{kind}/{name}` (the admin or the

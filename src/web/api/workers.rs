@@ -209,13 +209,91 @@ async fn lifecycle(
 
 /// Body of a land or retire request: empty for the admin; a worker acting
 /// on itself proves which worker it is with its incarnation (new at every
-/// start, known only to the worker and the web nodes).
+/// start, known only to the worker and the web nodes). `fly land-worker`
+/// sends a whole `atc.Worker` with only its `team` set: its fields are
+/// taken and not used (the path names the worker; the admin lands it).
 #[derive(Debug, Default, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LifecycleRequest {
     /// The incarnation the worker registered with (workers only).
     #[serde(default)]
     pub incarnation: Option<String>,
+    /// `atc.Worker`'s `addr` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub addr: Option<serde_json::Value>,
+    /// `atc.Worker`'s `baggageclaim_url` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub baggageclaim_url: Option<serde_json::Value>,
+    /// `atc.Worker`'s `certs_path` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub certs_path: Option<serde_json::Value>,
+    /// `atc.Worker`'s `http_proxy_url` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub http_proxy_url: Option<serde_json::Value>,
+    /// `atc.Worker`'s `https_proxy_url` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub https_proxy_url: Option<serde_json::Value>,
+    /// `atc.Worker`'s `no_proxy` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub no_proxy: Option<serde_json::Value>,
+    /// `atc.Worker`'s `active_containers` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub active_containers: Option<serde_json::Value>,
+    /// `atc.Worker`'s `active_volumes` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub active_volumes: Option<serde_json::Value>,
+    /// `atc.Worker`'s `active_tasks` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub active_tasks: Option<serde_json::Value>,
+    /// `atc.Worker`'s `max_active_tasks` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub max_active_tasks: Option<serde_json::Value>,
+    /// `atc.Worker`'s `resource_types` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub resource_types: Option<serde_json::Value>,
+    /// `atc.Worker`'s `platform` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub platform: Option<serde_json::Value>,
+    /// `atc.Worker`'s `tags` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub tags: Option<serde_json::Value>,
+    /// `atc.Worker`'s `team` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub team: Option<serde_json::Value>,
+    /// `atc.Worker`'s `name` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub name: Option<serde_json::Value>,
+    /// `atc.Worker`'s `version` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub version: Option<serde_json::Value>,
+    /// `atc.Worker`'s `start_time` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub start_time: Option<serde_json::Value>,
+    /// `atc.Worker`'s `ephemeral` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub ephemeral: Option<serde_json::Value>,
+    /// `atc.Worker`'s `state` (fly's body): not used.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub state: Option<serde_json::Value>,
 }
 
 /// Landing or retiring: the admin, or a worker stopping itself — the
@@ -306,6 +384,7 @@ pub async fn retire(
     request_body(content = Option<Object>, description = "None (or an empty JSON object): the request takes no body"),
     responses(
         (status = 200, description = "The worker's new state", body = LifecycleAnswer),
+        (status = 400, description = "A running worker (prune it by name with force): `error`, and the same in `stderr` (Concourse's `atc.PruneWorkerResponseBody`, which fly reads)", body = crate::web::error::ErrorBody),
         (status = 403, description = "The admin token is needed"),
         (status = 404, description = "No such worker"),
         (status = "5XX", description = "The engine or database failed"),
@@ -318,7 +397,15 @@ pub async fn prune(
     _: NoBody,
 ) -> Result<HttpResponse, ApiError> {
     identity.require_admin()?;
-    lifecycle(&state, name.into_inner(), LifecycleAction::Prune).await
+    match lifecycle(&state, name.into_inner(), LifecycleAction::Prune).await {
+        // fly reads a refusal's reason from `stderr` (Concourse's
+        // `atc.PruneWorkerResponseBody`); Gantry's clients from `error`.
+        Err(e) if e.status == actix_web::http::StatusCode::BAD_REQUEST => {
+            Ok(HttpResponse::BadRequest()
+                .json(serde_json::json!({ "error": e.message, "stderr": e.message })))
+        }
+        other => other,
+    }
 }
 
 /// Body of `POST /api/v1/workers/prune`.

@@ -298,7 +298,7 @@ function workerCard(w, store) {
   return `<div class="card s-${esc(w.state)}" data-worker="${esc(w.name)}">
     <div class="head"><span class="name">${esc(w.name)}</span><span class="state badge s-${esc(w.state)}">${esc(w.state)}</span></div>
     <dl>
-      <dt>platform</dt><dd>${esc(w.platform)} · ${esc(w.backend)} · v${esc(w.version)}</dd>
+      <dt>platform</dt><dd>${esc(w.platform)} · ${esc(w.backend)} · v${esc(w.gantry_version)}</dd>
       <dt>tags</dt><dd>${w.tags.length ? w.tags.map((t) => `<span class="tag">${esc(t)}</span>`).join("") : `<span class="muted">none</span>`}</dd>
       <dt>team</dt><dd>${w.team ? esc(w.team) : `<span class="muted">all teams</span>`}</dd>
       <dt>load</dt><dd>${w.load.tasks} tasks · ${w.load.containers} containers · ${w.load.volumes} volumes placed</dd>
