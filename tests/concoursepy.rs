@@ -2,9 +2,8 @@
 //! against a quickstart. `tests/concoursepy/calls.py` makes each of its
 //! calls that Concourse itself serves (a route of `atc/routes.go`) and
 //! checks every answer against the shape of Concourse's Go type (each
-//! field the struct always sends present, with its JSON type). The calls
-//! listed in [`SERVED`] must pass; the others are printed with why they
-//! fail, so the gap is measured on every run (docs/concourse-api.md).
+//! field the struct always sends present, with its JSON type). Each call
+//! is printed with how it went; every one must pass.
 
 use crate::common;
 
@@ -26,45 +25,6 @@ jobs:
   - task: t
     config: {platform: linux, run: {path: echo, args: [hi]}}
 ";
-
-/// concoursepy's calls that Gantry answers as Concourse does. Every call
-/// the script makes is one Concourse serves; those not listed here are
-/// what is left of issue 56's second point.
-const SERVED: &[&str] = &[
-    "get_config",
-    "list_all_pipelines",
-    "list_pipelines",
-    "get_pipeline",
-    "list_all_jobs",
-    "list_jobs",
-    "get_job",
-    "list_job_builds",
-    "get_job_build",
-    "list_job_inputs",
-    "list_builds",
-    "get_build",
-    "build_events",
-    "build_resources",
-    "list_pipeline_builds",
-    "list_all_resources",
-    "list_resources",
-    "list_resource_types",
-    "get_resource",
-    "list_resource_versions",
-    "disable_resource_version",
-    "enable_resource_version",
-    "pin_resource_version",
-    "pause_job",
-    "unpause_job",
-    "pause_pipeline",
-    "unpause_pipeline",
-    "abort_build",
-    "create_job_build",
-    "get_build_plan",
-    "get_build_preparation",
-    "get_resource_version",
-    "list_builds_with_version_as_input",
-];
 
 /// The Python that has concoursepy (`GANTRY_CONCOURSEPY_PYTHON`, which
 /// the test script sets up), or `None` to skip, which fails under
@@ -133,13 +93,15 @@ fn concoursepy_calls_what_concourse_serves() {
         passed.len(),
         calls.len()
     );
-    for call in SERVED {
-        assert!(
-            passed.contains(call),
-            "concoursepy's {call} fails: {:?}",
-            calls.iter().find(|c| c["call"] == *call)
-        );
-    }
+    // Every call Concourse serves answers as Concourse does (issue 56's
+    // second point); the script makes at least the 35 counted when it
+    // was written, so a call dropped from it is noticed too.
+    let failed: Vec<&serde_json::Value> = calls.iter().filter(|c| c["ok"] != true).collect();
+    assert!(
+        failed.is_empty(),
+        "concoursepy's calls that fail: {failed:?}"
+    );
+    assert!(calls.len() >= 35, "{calls:?}");
 
     // A job keeps its id when its pipeline is set again with another job
     // beside it; the new job takes an id of its own.
