@@ -129,3 +129,50 @@ fn concoursepy_calls_what_concourse_serves() {
     assert_ne!(after[1]["id"], after[0]["id"], "{after:?}");
     assert!(after[1]["id"].as_i64().unwrap() > 0, "{after:?}");
 }
+
+/// concoursepy signs in as it does against Concourse: it reads the login
+/// form at `/sky/login`, posts the person's name and password to the
+/// form's `/sky/issuer/auth/local` action and takes the token from the
+/// `skymarshal_auth` cookie; that token then reads the teams the person
+/// has a role in. (Its calls are made with the token: concoursepy's own
+/// session-keeping path reads `collections.Mapping`, which Python 3.10
+/// removed, against Concourse as here.)
+#[test]
+fn concoursepy_signs_in_with_a_name_and_password() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let alice = crate::people::hash(&home, "alice pw");
+    let db = TestDb::new(DbKind::Sqlite);
+    let web = start_web(
+        dir.path(),
+        &db,
+        &format!("[web]\nadmin_token = \"adm1n\"\n[web.users]\nalice = \"{alice}\"\n"),
+    );
+    let url = web.url.as_str();
+    let out = client_as(
+        url,
+        "adm1n",
+        &["set-team", "red", "--user", "alice", "--role", "member"],
+    );
+    assert!(out.status.success(), "{}", said(&out));
+    let script = "import sys, json, concoursepy\n\
+        signed = concoursepy.api(sys.argv[1], 'alice', sys.argv[2])\n\
+        assert signed.ATC_AUTH, 'no token'\n\
+        api = concoursepy.api(sys.argv[1], token=signed.ATC_AUTH)\n\
+        print(json.dumps([t['name'] for t in api.list_teams()]))\n";
+    let run = |password: &str| {
+        std::process::Command::new(&python)
+            .args(["-c", script, url, password])
+            .output()
+            .unwrap()
+    };
+    let out = run("alice pw");
+    assert!(out.status.success(), "{}", said(&out));
+    let teams: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(teams, ["red"], "{}", said(&out));
+    // A wrong password: concoursepy raises, as against Concourse.
+    let out = run("wrong");
+    assert!(!out.status.success(), "{}", said(&out));
+}
