@@ -56,6 +56,7 @@ mod build_logs;
 mod cli;
 mod cluster;
 mod concourse_api;
+mod concourse_artifacts;
 mod concourse_builds;
 mod concourse_events;
 mod concourse_fleet;

@@ -52,7 +52,7 @@ pub use crate::task_config::TaskConfig;
 
 // Artifacts, intercepts, background jobs, garbage collection, metrics.
 pub use crate::artifact_store::{ArtifactStore, StoredArtifact};
-pub use crate::artifacts::{ArtifactOwner, KeptArtifact};
+pub use crate::artifacts::{ArtifactOwner, KeptArtifact, WorkerArtifact};
 pub use crate::gc::sweep::{GcStatsSnapshot, SweepError};
 pub use crate::histograms::{HistogramSpec, ALL as HISTOGRAMS};
 pub use crate::intercept::InterceptGuard;

@@ -40,6 +40,21 @@ pub struct KeptArtifact {
     pub reused: bool,
 }
 
+/// An artifact as Concourse's clients read it (`atc.WorkerArtifact`): its
+/// integer id, which fly downloads it by.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WorkerArtifact {
+    /// Its integer id.
+    pub id: i64,
+    /// The output's name (empty for an upload).
+    pub name: String,
+    /// The build that produced it (0 for an upload).
+    pub build_id: i64,
+    /// When it was kept, Unix seconds.
+    pub created_at: i64,
+}
+
 /// The artifact store and the `artifacts` table, kept in step.
 #[derive(Clone)]
 pub struct Artifacts {

@@ -204,3 +204,36 @@ impl ArtifactIndex<'_> {
         }
     }
 }
+
+impl ArtifactIndex<'_> {
+    /// The integer id (Concourse's) of artifact `id` of `team`, with its
+    /// name, build and creation time.
+    pub(crate) async fn worker_artifact(
+        &self,
+        team: &str,
+        id: &str,
+    ) -> Result<Option<(i64, Option<String>, Option<i64>, i64)>, EngineError> {
+        Ok(sqlx::query_as(
+            "SELECT int_id, name, build_id, created_at FROM artifacts WHERE team = $1 AND id = $2",
+        )
+        .bind(team)
+        .bind(id)
+        .fetch_optional(self.db.pool())
+        .await?)
+    }
+
+    /// The id of the artifact of `team` whose integer id is `int_id`.
+    pub(crate) async fn id_of_int_id(
+        &self,
+        team: &str,
+        int_id: i64,
+    ) -> Result<Option<String>, EngineError> {
+        let row: Option<(String,)> =
+            sqlx::query_as("SELECT id FROM artifacts WHERE team = $1 AND int_id = $2")
+                .bind(team)
+                .bind(int_id)
+                .fetch_optional(self.db.pool())
+                .await?;
+        Ok(row.map(|r| r.0))
+    }
+}

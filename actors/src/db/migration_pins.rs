@@ -284,6 +284,12 @@ const PINNED: &[(i64, &str, &str, &str)] = &[
         "7b4be93b8e5e17b30f596e6dbda85b4575c907017721b0fb8bcad6be064e46ffb34cc849e226efc6d32903168df62998",
         "11749569a1af2d396b19da05632616d0115c6f25c3db6a7083a4146c8987a53a919f2b5603a05c1bf9d2b617d7a17573",
     ),
+    (
+        46,
+        "artifact int ids",
+        "1ed04ac1bd019e35d27f092bc41946de65cec1fea909ea85cb83189d2a97d4622a64d4a95f685cb9a66007e7cd1e1488",
+        "5be31d1d8812dfee0adfd8becafd58563df7361ad7d946321d8d329d0f55f8126c0f4d156d5be1ab934f5ad2ebdecd77",
+    ),
 ];
 
 /// A migration's checksum as hex.

@@ -67,7 +67,23 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         JOB_IDS,
     ),
     ("sqlite", "column pipeline_jobs.id integer null", JOB_IDS),
+    // Migration 0046 gives artifacts integer ids (Concourse's, which fly
+    // reads and downloads by) the same way (`sqlite/0046_artifact_int_ids.sql`).
+    (
+        "postgres",
+        "column artifacts.int_id integer not null generated",
+        ARTIFACT_INT_IDS,
+    ),
+    (
+        "sqlite",
+        "column artifacts.int_id integer null",
+        ARTIFACT_INT_IDS,
+    ),
 ];
+
+/// Why artifacts' integer ids are made differently by the dialects.
+const ARTIFACT_INT_IDS: &str = "PostgreSQL counts artifacts' integer ids with a sequence; \
+                                SQLite with a trigger on insert (it cannot add a counting column)";
 
 /// Why jobs' ids are made differently by the dialects.
 const JOB_IDS: &str = "PostgreSQL counts job ids with a sequence; SQLite with a trigger \

@@ -1,7 +1,7 @@
 //! Artifacts through the engine: uploads kept once, downloads by team.
 
 use super::Engine;
-use crate::artifacts::{ArtifactOwner, KeptArtifact};
+use crate::artifacts::{ArtifactOwner, KeptArtifact, WorkerArtifact};
 use crate::error::EngineError;
 use gantry_wire::runtime::ByteStream;
 use gantry_wire::spec::Encoding;
@@ -40,5 +40,38 @@ impl Engine {
         encoding: Encoding,
     ) -> Result<ByteStream, EngineError> {
         self.streams.open_artifact(Some(team), id, encoding).await
+    }
+
+    /// Artifact `id` of `team` as Concourse's clients read it, with its
+    /// integer id.
+    pub async fn worker_artifact(
+        &self,
+        team: &str,
+        id: &str,
+    ) -> Result<WorkerArtifact, EngineError> {
+        let row = self.db.artifact_index().worker_artifact(team, id).await?;
+        let (int_id, name, build_id, created_at) = row.ok_or_else(|| EngineError::NotFound {
+            kind: "artifact",
+            name: format!("{id} of team {team:?}"),
+        })?;
+        Ok(WorkerArtifact {
+            id: int_id,
+            name: name.unwrap_or_default(),
+            build_id: build_id.unwrap_or_default(),
+            created_at: created_at / 1000,
+        })
+    }
+
+    /// The id of `team`'s artifact whose integer id (Concourse's) is `int_id`.
+    pub async fn artifact_id_of_int_id(
+        &self,
+        team: &str,
+        int_id: i64,
+    ) -> Result<String, EngineError> {
+        let id = self.db.artifact_index().id_of_int_id(team, int_id).await?;
+        id.ok_or_else(|| EngineError::NotFound {
+            kind: "artifact",
+            name: format!("{int_id} of team {team:?}"),
+        })
     }
 }
