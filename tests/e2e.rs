@@ -57,6 +57,7 @@ mod cli;
 mod cluster;
 mod concourse_api;
 mod concourse_builds;
+mod concourse_containers;
 mod concourse_events;
 mod concourse_fleet;
 mod concourse_signin;
