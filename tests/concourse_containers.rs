@@ -11,6 +11,8 @@
 //! - `GetContainer`: `GET /api/v1/teams/T/containers/ID`.
 //! - `fly volumes`: `GET /api/v1/teams/T/volumes`, `atc.Volume`s with
 //!   every field.
+//! - `fly clear-resource-cache`: `DELETE .../resources/R/cache`, with
+//!   `{"version": {...}}` or no body, `{"caches_removed": N}`.
 //! - `fly sync`: `GET /api/v1/cli?arch=A&platform=P`, the binary of
 //!   `fly-P-A.tgz` (or a plain `fly-P-A`) in `[web] fly_cli_dir`.
 //! - `fly active-users --since D`: `GET /api/v1/users?since=yyyy-mm-dd`,
@@ -257,6 +259,38 @@ fn containers_and_volumes(url: &str) {
     assert_eq!(status, 200);
 }
 
+/// fly's `clear-resource-cache -r p/r [-v version:v0]`: `DELETE
+/// .../resources/r/cache` with `atc.ClearResourceCacheRequest` (or no
+/// body), answered `{"caches_removed": N}`; the get kept one cache of r.
+fn clear_resource_cache(url: &str) {
+    let clear = |body: Option<&str>| {
+        let mut req = reqwest::blocking::Client::new()
+            .delete(format!(
+                "{url}/api/v1/teams/main/pipelines/p/resources/r/cache"
+            ))
+            .header("Content-Type", "application/json");
+        if let Some(b) = body {
+            req = req.body(b.to_string());
+        }
+        let answer = req.send().unwrap();
+        let status = answer.status().as_u16();
+        let text = answer.text().unwrap();
+        assert_eq!(status, 200, "{text}");
+        let removed: Value = serde_json::from_str(&text).unwrap();
+        removed["caches_removed"].as_i64().unwrap()
+    };
+    assert_eq!(clear(Some(r#"{"version": {"version": "other"}}"#)), 0);
+    assert_eq!(clear(Some(r#"{"version": {"version": "v0"}}"#)), 1);
+    assert_eq!(clear(None), 0, "gone already");
+    let (status, _) = send(
+        url,
+        None,
+        "DELETE",
+        "/api/v1/teams/main/pipelines/p/resources/nope/cache",
+    );
+    assert_eq!(status, 404);
+}
+
 #[test]
 fn fly_containers_volumes_and_sync_are_concourses() {
     let dir = tempfile::tempdir().unwrap();
@@ -278,6 +312,7 @@ fn fly_containers_volumes_and_sync_are_concourses() {
     ok(&client(url, &["set-pipeline", "-p", "p", "-c", file]));
     ok(&client(url, &["unpause-pipeline", "-p", "p"]));
     containers_and_volumes(url);
+    clear_resource_cache(url);
 }
 
 #[test]

@@ -165,6 +165,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "disableResourceVersion",
         "clearTaskCache",
         "deleteTaskCache",
+        "clearResourceCache",
     ] {
         m.insert(op, Role(OPERATOR, true));
     }

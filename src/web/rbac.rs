@@ -133,6 +133,7 @@ pub const DEFAULT_ROLES: &[(&str, Role)] = &[
     ("disableResourceVersion", Role::PipelineOperator),
     ("clearTaskCache", Role::PipelineOperator),
     ("deleteTaskCache", Role::PipelineOperator),
+    ("clearResourceCache", Role::PipelineOperator),
     // Changing pipelines, one-off builds, containers, secrets.
     ("setPipeline", Role::Member),
     ("saveConfig", Role::Member),

@@ -82,6 +82,7 @@ routes! {
     post "/api/v1/teams/{team}/builds" => builds::create;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/clear-task-cache" => gc_admin::clear_task_cache;
     delete "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/tasks/{step}/cache" => gc_admin::delete_task_cache;
+    delete "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/cache" => gc_admin::clear_resource_cache;
     get "/api/v1/builds" => build_reads::list;
     get "/api/v1/builds/{id}" => builds::get;
     put "/api/v1/builds/{id}/abort" => builds::abort;

@@ -284,6 +284,12 @@ const PINNED: &[(i64, &str, &str, &str)] = &[
         "7b4be93b8e5e17b30f596e6dbda85b4575c907017721b0fb8bcad6be064e46ffb34cc849e226efc6d32903168df62998",
         "11749569a1af2d396b19da05632616d0115c6f25c3db6a7083a4146c8987a53a919f2b5603a05c1bf9d2b617d7a17573",
     ),
+    (
+        46,
+        "resource cache config",
+        "5561d1c793127e29dbd2d5574cead40102a8f8be660af5e50655f8f4aea0ffba5a054cb7b927a15585f3754829ff061d",
+        "5561d1c793127e29dbd2d5574cead40102a8f8be660af5e50655f8f4aea0ffba5a054cb7b927a15585f3754829ff061d",
+    ),
 ];
 
 /// A migration's checksum as hex.
