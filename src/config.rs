@@ -236,6 +236,10 @@ pub struct WebConfig {
     /// The cluster's name, as `/api/v1/info` tells fly and the dashboard
     /// (Concourse's `--cluster-name`). Default: none.
     pub cluster_name: Option<String>,
+    /// A directory of fly binaries `GET /api/v1/cli` (`fly sync`) serves:
+    /// Concourse's `fly-PLATFORM-ARCH.tgz` or a plain `fly-PLATFORM-ARCH`.
+    /// Default: none (the route answers 404 naming this setting).
+    pub fly_cli_dir: Option<std::path::PathBuf>,
 }
 
 /// The Concourse release whose API a web node serves by default: the
@@ -654,6 +658,7 @@ impl Default for WebConfig {
             builds_per_team_per_minute: 0,
             concourse_version: CONCOURSE_VERSION.to_string(),
             cluster_name: None,
+            fly_cli_dir: None,
         }
     }
 }

@@ -58,6 +58,7 @@ mod cluster;
 mod concourse_api;
 mod concourse_artifacts;
 mod concourse_builds;
+mod concourse_containers;
 mod concourse_events;
 mod concourse_fleet;
 mod concourse_signin;

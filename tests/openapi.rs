@@ -217,8 +217,9 @@ fn every_route_that_needs_a_token_refuses_none_and_a_wrong_one_with_401() {
     // in (`POST /api/v1/sessions`, the sign-in page, and the providers'
     // sign-ins and callbacks: OpenID Connect's and GitHub's; fly's
     // password grant, `POST /sky/issuer/token`, `GET /fly_success`, and
-    // the local users' form of `GET /sky/login`).
-    assert_eq!(open, 33, "open operations");
+    // the local users' form of `GET /sky/login`), and `fly sync`'s
+    // `GET /api/v1/cli`.
+    assert_eq!(open, 34, "open operations");
 }
 
 #[test]

@@ -74,6 +74,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "oidcCallback",
         "githubSignIn",
         "githubCallback",
+        "downloadCLI",
     ] {
         m.insert(op, Open);
     }
@@ -91,6 +92,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "retireWorker",
         "pruneWorker",
         "pruneWorkerByName",
+        "listActiveUsersSince",
     ] {
         m.insert(op, Admin);
     }
@@ -113,6 +115,9 @@ fn expected() -> BTreeMap<&'static str, Needs> {
     }
     for op in [
         "getBuild",
+        "listTeamContainers",
+        "getContainer",
+        "listTeamVolumes",
         "getBuildPlan",
         "getBuildPreparation",
         "listTeamBuilds",
@@ -160,6 +165,7 @@ fn expected() -> BTreeMap<&'static str, Needs> {
         "disableResourceVersion",
         "clearTaskCache",
         "deleteTaskCache",
+        "clearResourceCache",
     ] {
         m.insert(op, Role(OPERATOR, true));
     }

@@ -310,6 +310,7 @@ fn check_browser_request(req: &HttpRequest, token: &str) -> Result<(), ApiError>
 /// Whether a route answers callers without a token: the dashboard's page
 /// and assets (which hold no data; the page asks the API with the token it
 /// is given), the health routes, the OpenAPI document, `/api/v1/info`,
+/// `/api/v1/cli` (`fly sync`, open as in Concourse),
 /// the ID token issuer's metadata and keys (`/.well-known/...`),
 /// `/metrics` (unless `metrics_public = false`), and the workers'
 /// registration and heartbeats (which check the registration key
@@ -327,6 +328,7 @@ pub fn is_open(path: &str) -> bool {
                 | "/metrics"
                 | "/api/v1/openapi.json"
                 | "/api/v1/info"
+                | "/api/v1/cli"
                 | "/api/v1/sessions"
                 | "/login"
                 | "/sky/issuer/token"

@@ -174,6 +174,8 @@ pub struct InfoSettings {
     pub external_url: std::sync::OnceLock<String>,
     /// Concourse's feature flags, as this node has them.
     pub feature_flags: std::collections::BTreeMap<String, bool>,
+    /// The fly binaries `GET /api/v1/cli` serves (`[web] fly_cli_dir`).
+    pub fly_cli_dir: Option<std::path::PathBuf>,
 }
 
 impl InfoSettings {
@@ -199,6 +201,7 @@ impl InfoSettings {
             cluster_name: cfg.cluster_name.clone(),
             external_url,
             feature_flags,
+            fly_cli_dir: cfg.fly_cli_dir.clone(),
         }
     }
 }

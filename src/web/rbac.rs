@@ -37,6 +37,7 @@ pub const ADMIN_ONLY: &[&str] = &[
     "retireWorker",
     "pruneWorker",
     "pruneWorkerByName",
+    "listActiveUsersSince",
 ];
 
 /// The team operations that read an exposed pipeline (Concourse's
@@ -89,6 +90,9 @@ pub const DEFAULT_ROLES: &[(&str, Role)] = &[
     ("getBuildResources", Role::Viewer),
     ("listContainers", Role::Viewer),
     ("listVolumes", Role::Viewer),
+    ("listTeamContainers", Role::Viewer),
+    ("getContainer", Role::Viewer),
+    ("listTeamVolumes", Role::Viewer),
     ("listTeams", Role::Viewer),
     ("getTeam", Role::Viewer),
     ("listPipelines", Role::Viewer),
@@ -129,6 +133,7 @@ pub const DEFAULT_ROLES: &[(&str, Role)] = &[
     ("disableResourceVersion", Role::PipelineOperator),
     ("clearTaskCache", Role::PipelineOperator),
     ("deleteTaskCache", Role::PipelineOperator),
+    ("clearResourceCache", Role::PipelineOperator),
     // Changing pipelines, one-off builds, containers, secrets.
     ("setPipeline", Role::Member),
     ("saveConfig", Role::Member),

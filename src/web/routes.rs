@@ -11,9 +11,10 @@ use utoipa::openapi::OpenApi as Document;
 use utoipa::OpenApi as _;
 
 use super::api::{
-    artifacts, audit, badges, build_log, build_plan, build_reads, builds, gc, gc_admin, hijack,
-    jobs, pipeline_config, pipeline_reads, pipeline_resources, pipelines, public_pipelines, queue,
-    reruns, resource_types, secrets, sessions, teams, version_builds, workers,
+    artifacts, audit, badges, build_log, build_plan, build_reads, builds, fly_support, gc,
+    gc_admin, hijack, jobs, pipeline_config, pipeline_reads, pipeline_resources, pipelines,
+    public_pipelines, queue, reruns, resource_types, secrets, sessions, team_fleet, teams,
+    version_builds, workers,
 };
 use super::{dashboard, health, metrics, openapi};
 
@@ -81,6 +82,7 @@ routes! {
     post "/api/v1/teams/{team}/builds" => builds::create;
     post "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/clear-task-cache" => gc_admin::clear_task_cache;
     delete "/api/v1/teams/{team}/pipelines/{pipeline}/jobs/{job}/tasks/{step}/cache" => gc_admin::delete_task_cache;
+    delete "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/cache" => gc_admin::clear_resource_cache;
     get "/api/v1/builds" => build_reads::list;
     get "/api/v1/builds/{id}" => builds::get;
     put "/api/v1/builds/{id}/abort" => builds::abort;
@@ -110,6 +112,11 @@ routes! {
     delete "/api/v1/tokens/{id}" => teams::revoke_token;
     get "/api/v1/containers" => builds::containers;
     get "/api/v1/volumes" => builds::volumes;
+    get "/api/v1/teams/{team}/containers" => team_fleet::list_containers;
+    get "/api/v1/teams/{team}/containers/{id}" => team_fleet::get_container;
+    get "/api/v1/teams/{team}/volumes" => team_fleet::list_volumes;
+    get "/api/v1/users" => fly_support::active_users;
+    get "/api/v1/cli" => fly_support::download_cli;
     get "/api/v1/teams/{team}/pipelines" => pipelines::list;
     get "/api/v1/teams/{team}/pipelines/{pipeline}" => pipelines::get;
     get "/api/v1/teams/{team}/pipelines/{pipeline}/config" => pipeline_config::get;

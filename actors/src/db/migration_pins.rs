@@ -290,6 +290,12 @@ const PINNED: &[(i64, &str, &str, &str)] = &[
         "1ed04ac1bd019e35d27f092bc41946de65cec1fea909ea85cb83189d2a97d4622a64d4a95f685cb9a66007e7cd1e1488",
         "5be31d1d8812dfee0adfd8becafd58563df7361ad7d946321d8d329d0f55f8126c0f4d156d5be1ab934f5ad2ebdecd77",
     ),
+    (
+        47,
+        "resource cache config",
+        "5561d1c793127e29dbd2d5574cead40102a8f8be660af5e50655f8f4aea0ffba5a054cb7b927a15585f3754829ff061d",
+        "5561d1c793127e29dbd2d5574cead40102a8f8be660af5e50655f8f4aea0ffba5a054cb7b927a15585f3754829ff061d",
+    ),
 ];
 
 /// A migration's checksum as hex.

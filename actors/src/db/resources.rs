@@ -267,6 +267,54 @@ impl Versions<'_> {
             .ok_or_else(|| EngineError::Invalid(format!("resource cache {key} vanished")))
     }
 
+    /// Marks the cache of `key` as a get's of resource config `config`
+    /// (what `DELETE .../resources/R/cache` finds).
+    pub(crate) async fn tag_resource_cache(
+        &self,
+        team: &str,
+        key: &str,
+        config: &str,
+    ) -> Result<(), EngineError> {
+        sqlx::query("UPDATE resource_caches SET config = $1 WHERE team = $2 AND key = $3")
+            .bind(config)
+            .bind(team)
+            .bind(key)
+            .execute(self.db.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Forgets `team`'s caches of resource config `config` (of `version`
+    /// only, when given); answers how many. Their artifacts, owned by
+    /// nothing then, go by the collector's rules.
+    pub(crate) async fn clear_resource_caches(
+        &self,
+        team: &str,
+        config: &str,
+        version: Option<&Value>,
+    ) -> Result<u64, EngineError> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT key, version FROM resource_caches WHERE team = $1 AND config = $2",
+        )
+        .bind(team)
+        .bind(config)
+        .fetch_all(self.db.pool())
+        .await?;
+        let mut removed = 0;
+        for (key, stored) in rows {
+            if version.is_some_and(|v| json("version", &stored).ok().as_ref() != Some(v)) {
+                continue;
+            }
+            removed += sqlx::query("DELETE FROM resource_caches WHERE team = $1 AND key = $2")
+                .bind(team)
+                .bind(&key)
+                .execute(self.db.pool())
+                .await?
+                .rows_affected();
+        }
+        Ok(removed)
+    }
+
     /// Forgets the cache of `key` (its artifact is gone).
     pub(crate) async fn delete_resource_cache(
         &self,

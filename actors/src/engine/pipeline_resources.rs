@@ -106,6 +106,24 @@ impl Engine {
             })
     }
 
+    /// Forgets the resource caches of `resource` of `pipeline` (of
+    /// `version` only, when given): Concourse's `ClearResourceCache`;
+    /// answers how many.
+    pub async fn clear_resource_cache(
+        &self,
+        team: &str,
+        pipeline: &str,
+        resource: &str,
+        version: Option<&serde_json::Value>,
+    ) -> Result<u64, EngineError> {
+        let row = self.pipeline_row(team, pipeline).await?;
+        let r = self.resource_row(&row, resource).await?;
+        self.db
+            .versions()
+            .clear_resource_caches(team, &r.config, version)
+            .await
+    }
+
     /// The versions of resource `resource` of pipeline `pipeline` of
     /// `team`, newest first, below check order `before`, at most `limit`
     /// (disabled ones included, marked).

@@ -311,6 +311,10 @@ async fn get_in(
         .versions()
         .save_resource_cache(ctx.team(), &key, &row)
         .await?;
+    ctx.db()
+        .versions()
+        .tag_resource_cache(ctx.team(), &key, &r.config.key())
+        .await?;
     tell(
         ctx,
         r.name,

@@ -1,6 +1,7 @@
 //! Garbage collection by hand: clearing a job's task caches
 //! (`gantry clear-task-cache`), also on Concourse's route (`fly
-//! clear-task-cache`).
+//! clear-task-cache`), and a resource's caches (`fly
+//! clear-resource-cache`).
 
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
@@ -122,4 +123,67 @@ pub async fn delete_task_cache(
         .clear_task_cache(&team, &pipeline, &job, Some(&step))
         .await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "caches_removed": cleared })))
+}
+
+/// The body of `ClearResourceCache` (Concourse's
+/// `atc.ClearResourceCacheRequest`): optionally one version's caches only.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClearResourceCache {
+    /// The version whose caches go (exactly that version); every cache of
+    /// the resource when absent or null.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub version: Option<serde_json::Value>,
+}
+
+/// `DELETE /api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/cache`:
+/// Concourse's `ClearResourceCache` (`fly clear-resource-cache`): forgets
+/// what the resource's gets kept (Gantry's resource caches; their files go
+/// by the collector's rules), and answers `{"caches_removed": N}`.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/teams/{team}/pipelines/{pipeline}/resources/{resource}/cache",
+    operation_id = "clearResourceCache",
+    tag = "gc",
+    params(
+        ("team" = String, Path, description = "The team"),
+        ("pipeline" = String, Path, description = "The pipeline's name"),
+        ("resource" = String, Path, description = "The resource"),
+    ),
+    request_body(content = Option<ClearResourceCache>, description = "None, or `{\"version\": {...}}`: only that version's caches"),
+    responses(
+        (status = 200, description = "`{\"caches_removed\": N}`", body = Object),
+        (status = 400, description = "A body that is not `{\"version\": {...}}`", body = crate::web::error::ErrorBody),
+        (status = 404, description = "No such pipeline or resource (or another team's)", body = crate::web::error::ErrorBody),
+    )
+)]
+pub async fn clear_resource_cache(
+    identity: Identity,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String, String)>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let (team, pipeline, resource) = path.into_inner();
+    crate::web::api::allowed(
+        &identity,
+        &team,
+        &[("pipeline", &pipeline), ("resource", &resource)],
+    )?;
+    let body: ClearResourceCache = crate::web::api::optional_json(&body)?;
+    if let Some(v) = body
+        .version
+        .as_ref()
+        .filter(|v| !v.is_null() && !v.is_object())
+    {
+        return Err(ApiError::bad_request(format!(
+            "version must be an object of strings, not {v}"
+        )));
+    }
+    let version = body.version.filter(|v| !v.is_null());
+    let removed = state
+        .engine
+        .clear_resource_cache(&team, &pipeline, &resource, version.as_ref())
+        .await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "caches_removed": removed })))
 }
