@@ -167,16 +167,18 @@ impl Versions<'_> {
         scope: &str,
         config: &str,
         id: i64,
-    ) -> Result<Option<Value>, EngineError> {
-        let row: Option<(String,)> = sqlx::query_as(
-            "SELECT version FROM resource_versions WHERE team = $1 AND config = $2 AND id = $3",
+    ) -> Result<Option<(Value, i64)>, EngineError> {
+        let row: Option<(String, i64)> = sqlx::query_as(
+            "SELECT version, check_order FROM resource_versions \
+             WHERE team = $1 AND config = $2 AND id = $3",
         )
         .bind(scope)
         .bind(config)
         .bind(id)
         .fetch_optional(self.db.pool())
         .await?;
-        row.map(|(v,)| json("version", &v)).transpose()
+        row.map(|(v, order)| Ok((json("version", &v)?, order)))
+            .transpose()
     }
 
     /// The versions of a resource config, newest first, at most `limit`.

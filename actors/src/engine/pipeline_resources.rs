@@ -195,12 +195,50 @@ impl Engine {
         resource: &str,
         id: i64,
     ) -> Result<Value, EngineError> {
+        Ok(self
+            .version_and_order_of_id(team, pipeline, resource, id)
+            .await?
+            .0)
+    }
+
+    /// The version of id `id` of resource `resource` and its place in the
+    /// order of versions; not found unless it is one of the resource's.
+    async fn version_and_order_of_id(
+        &self,
+        team: &str,
+        pipeline: &str,
+        resource: &str,
+        id: i64,
+    ) -> Result<(Value, i64), EngineError> {
         let row = self.pipeline_row(team, pipeline).await?;
         let r = self.resource_row(&row, resource).await?;
         self.db
             .versions()
             .version_of_id(&r.scope, &r.config, id)
             .await?
+            .ok_or_else(|| EngineError::NotFound {
+                kind: "resource version",
+                name: format!("{pipeline}/{resource} version {id}"),
+            })
+    }
+
+    /// The version of id `id` of resource `resource` of pipeline
+    /// `pipeline` of `team`, as [`Engine::resource_versions`] lists it:
+    /// the one-version page at its place in the order.
+    pub async fn resource_version(
+        &self,
+        team: &str,
+        pipeline: &str,
+        resource: &str,
+        id: i64,
+    ) -> Result<VersionView, EngineError> {
+        let (_, order) = self
+            .version_and_order_of_id(team, pipeline, resource, id)
+            .await?;
+        self.resource_versions(team, pipeline, resource, Some(order + 1), 1)
+            .await?
+            .into_iter()
+            .find(|v| v.id == id)
             .ok_or_else(|| EngineError::NotFound {
                 kind: "resource version",
                 name: format!("{pipeline}/{resource} version {id}"),

@@ -17,9 +17,6 @@ use crate::web::AppState;
 /// `{team}/{pipeline}/{resource}/{id}`.
 type VersionPath = web::Path<(String, String, String, i64)>;
 
-/// The most pages of versions read to find one by its id.
-const MAX_PAGES: usize = 20;
-
 /// The version of id `id` of the path's resource, as the versions list
 /// shows it, and how the caller reads the pipeline.
 async fn version(
@@ -32,28 +29,11 @@ async fn version(
         ..Part::default()
     };
     let reader = read_pipeline(identity, state, team, pipeline, part).await?;
-    // Not found unless it is one of the resource's.
-    state
+    let found = state
         .engine
-        .resource_version_of_id(team, pipeline, resource, *id)
+        .resource_version(team, pipeline, resource, *id)
         .await?;
-    let mut before = None;
-    for _ in 0..MAX_PAGES {
-        let page = state
-            .engine
-            .resource_versions(team, pipeline, resource, before, 500)
-            .await?;
-        before = page.last().map(|v| v.check_order);
-        if let Some(found) = page.into_iter().find(|v| v.id == *id) {
-            return Ok((found, reader));
-        }
-        if before.is_none() {
-            break;
-        }
-    }
-    Err(ApiError::not_found(format!(
-        "version {id} of resource {resource} not found"
-    )))
+    Ok((found, reader))
 }
 
 /// `GET .../resources/{resource}/versions/{id}`
